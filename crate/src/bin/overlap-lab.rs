@@ -1,0 +1,175 @@
+//! The overlap-lab command line: run the labs on a GPU, record the results,
+//! regenerate every report figure from the records.
+
+use clap::{Args, Parser, Subcommand};
+use overlap_lab::gpu::{Availability, Gpu, HostMemoryKind};
+use overlap_lab::labs::bandwidth::{self, BandwidthConfig, BandwidthRecord, Direction};
+use overlap_lab::progress::ProgressMode;
+use overlap_lab::record::{default_data_dir, Record};
+use overlap_lab::{report, Bytes, LabError, Result};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "overlap-lab", version, about = "Measure how CUDA host<->device transfers work and how to hide them behind compute.", long_about = None)]
+struct Cli {
+    /// Directory of recorded results (default: the repository's data/, or $OVERLAP_LAB_DATA).
+    #[arg(long, global = true, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// No progress output.
+    #[arg(long, short, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the device's fingerprint (what every record carries).
+    Device {
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost.
+    Bandwidth(BandwidthArgs),
+    /// Regenerate every report figure (SVG + PNG) from recorded data; no GPU needed.
+    Report {
+        /// Output directory.
+        #[arg(long, default_value = "target/report", value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Run every lab on the GPU, record the results, then the report. With no
+    /// GPU, say so and render the recorded data.
+    All {
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        #[arg(long, default_value = "target/report", value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct BandwidthArgs {
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Smallest copy (powers of two from here), e.g. 4KiB.
+    #[arg(long, default_value = "4KiB")]
+    min: Bytes,
+    /// Largest copy, e.g. 1GiB.
+    #[arg(long, default_value = "1GiB")]
+    max: Bytes,
+    /// Host memory kinds, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = HostMemoryKind::ALL.to_vec())]
+    kinds: Vec<HostMemoryKind>,
+    /// Directions, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Direction::ALL.to_vec())]
+    directions: Vec<Direction>,
+    /// Timed samples per point.
+    #[arg(long, default_value_t = 10)]
+    repeats: usize,
+    /// Untimed samples first.
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// Repeats of each allocation when pricing pinning (0 skips it).
+    #[arg(long, default_value_t = 5)]
+    pin_cost_repeats: usize,
+    /// Do not write the record to the data directory.
+    #[arg(long)]
+    no_record: bool,
+}
+
+impl BandwidthArgs {
+    fn config(&self) -> BandwidthConfig {
+        BandwidthConfig {
+            device: self.device,
+            min_bytes: self.min,
+            max_bytes: self.max,
+            kinds: self.kinds.clone(),
+            directions: self.directions.clone(),
+            warmup: self.warmup,
+            repeats: self.repeats,
+            pin_cost_repeats: self.pin_cost_repeats,
+            ..BandwidthConfig::default()
+        }
+    }
+}
+
+fn progress(quiet: bool) -> ProgressMode {
+    if quiet {
+        ProgressMode::Quiet
+    } else {
+        ProgressMode::Auto
+    }
+}
+
+fn run_bandwidth(cfg: &BandwidthConfig, data: Option<&PathBuf>, quiet: bool) -> Result<BandwidthRecord> {
+    cfg.validate()?; // before touching the GPU: bad input fails fast
+    let gpu = Gpu::open(cfg.device)?;
+    let fp = gpu.fingerprint()?;
+    eprintln!("{}", fp.describe());
+    let results = bandwidth::measure::run(&gpu, cfg, progress(quiet))?;
+    let rec = Record::new(bandwidth::LAB, fp, results);
+    println!("{}", bandwidth::model::summary_table(&rec));
+    println!("Break-even (copies until pinning pays off)\n{}", bandwidth::model::break_even_table(&rec.results));
+    if let Some(dir) = data {
+        let path = rec.save(dir)?;
+        println!("recorded: {}", path.display());
+    }
+    Ok(rec)
+}
+
+fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
+    let files = report::generate(data, out)?;
+    println!("report: {} files in {}", files.len(), out.display());
+    for f in files {
+        println!("  {}", f.display());
+    }
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let data = cli.data.clone().unwrap_or_else(default_data_dir);
+    match cli.command {
+        Command::Device { device, json } => {
+            let fp = Gpu::open(device)?.fingerprint()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&fp).expect("fingerprint serializes"));
+            } else {
+                println!("{}", fp.describe());
+            }
+        }
+        Command::Bandwidth(args) => {
+            let keep = (!args.no_record).then_some(&data);
+            run_bandwidth(&args.config(), keep, cli.quiet)?;
+        }
+        Command::Report { out } => run_report(&data, &out)?,
+        Command::All { device, out } => {
+            let avail = Availability::probe();
+            if avail.is_ready() {
+                let cfg = BandwidthConfig { device, ..BandwidthConfig::default() };
+                run_bandwidth(&cfg, Some(&data), cli.quiet)?;
+            } else {
+                println!("no GPU: {}; rendering the recorded data instead.", avail.reason());
+            }
+            run_report(&data, &out)?;
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("overlap-lab: error: {e}");
+            match e {
+                LabError::Config(_) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Figures drawn with plotters: described as data (panels of line series),
+//! rendered to an SVG string (inline in notebooks as `image/svg+xml`) or to
+//! SVG + PNG files for reports. PNG text uses an embedded DejaVu Sans, so no
+//! system fonts are needed.
+
+use crate::error::{LabError, Result};
+use crate::units::Bytes;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+
+pub use plotters::style::RGBColor;
+
+/// One line on a panel.
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub label: String,
+    pub color: RGBColor,
+    pub dashed: bool,
+    pub points: Vec<(f64, f64)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XAxis {
+    /// Sizes in bytes on a log2 axis, labelled "4 KiB", "1 MiB"...
+    LogBytes,
+    Linear,
+}
+
+#[derive(Clone, Debug)]
+pub struct Panel {
+    pub title: String,
+    pub x_axis: XAxis,
+    pub x_label: String,
+    pub y_label: String,
+    pub log_y: bool,
+    pub series: Vec<Series>,
+}
+
+/// A titled row of panels.
+#[derive(Clone, Debug)]
+pub struct Figure {
+    /// File name without extension, e.g. "bandwidth-vs-size".
+    pub stem: String,
+    pub title: String,
+    /// Where the data came from (device, date, live or recorded).
+    pub subtitle: String,
+    pub panels: Vec<Panel>,
+    pub panel_size: (u32, u32),
+}
+
+/// Registers the embedded font. Idempotent and cheap, called before every
+/// render: evcxr resets statics between cells, so registering once is not enough.
+fn ensure_fonts() -> Result<()> {
+    for (style, bytes) in [(FontStyle::Normal, dejavu::sans::regular()), (FontStyle::Bold, dejavu::sans::bold())] {
+        plotters::style::register_font("sans-serif", style, bytes).map_err(|_| LabError::Chart("embedded font is invalid".into()))?;
+    }
+    Ok(())
+}
+
+fn range(points: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in points.filter(|v| v.is_finite() && (!log || *v > 0.0)) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() {
+        return if log { (1.0, 10.0) } else { (0.0, 1.0) };
+    }
+    if log {
+        (lo / 1.5, hi * 1.5)
+    } else {
+        let lo = lo.min(0.0);
+        (lo, if hi > lo { hi * 1.08 } else { lo + 1.0 })
+    }
+}
+
+fn fmt_axis(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 1e4 || a < 1e-2 {
+        format!("{v:.0e}")
+    } else if a >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}").trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+macro_rules! draw_panel {
+    ($area:expr, $p:expr, $x:expr, $y:expr, $xfmt:expr) => {{
+        let mut chart = ChartBuilder::on($area)
+            .caption(&$p.title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d($x, $y)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc(&$p.x_label)
+            .y_desc(&$p.y_label)
+            .x_label_formatter($xfmt)
+            .y_label_formatter(&|v: &f64| fmt_axis(*v))
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 14))
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for s in &$p.series {
+            let color = s.color;
+            let style = ShapeStyle::from(&color).stroke_width(2);
+            let pts = s.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite());
+            let anno = if s.dashed {
+                chart.draw_series(DashedLineSeries::new(pts, 8, 5, style)).map_err(|e| e.to_string())?
+            } else {
+                chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(|e| e.to_string())?;
+                chart.draw_series(pts.map(|p| Circle::new(p, 2, color.filled()))).map_err(|e| e.to_string())?
+            };
+            anno.label(s.label.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(180, 180, 180))
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }};
+}
+
+impl Figure {
+    pub fn size(&self) -> (u32, u32) {
+        (self.panel_size.0 * self.panels.len().max(1) as u32, self.panel_size.1 + 60)
+    }
+
+    pub fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String> {
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let (w, _) = self.size();
+        let header = root.titled(&self.title, ("sans-serif", 22).into_font().style(FontStyle::Bold)).map_err(|e| e.to_string())?;
+        header
+            .draw(&Text::new(self.subtitle.clone(), ((w / 2) as i32, 0), ("sans-serif", 13).into_font().color(&RGBColor(90, 90, 90)).pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Center, plotters::style::text_anchor::VPos::Top))))
+            .map_err(|e| e.to_string())?;
+        let body = header.margin(20, 0, 0, 0);
+        let areas = body.split_evenly((1, self.panels.len().max(1)));
+        for (area, p) in areas.iter().zip(&self.panels) {
+            let xs = range(p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0)), p.x_axis == XAxis::LogBytes);
+            let ys = range(p.series.iter().flat_map(|s| s.points.iter().map(|q| q.1)), p.log_y);
+            let bytes_fmt = |v: &f64| Bytes(v.round() as u64).to_string();
+            let plain_fmt = |v: &f64| fmt_axis(*v);
+            match (p.x_axis, p.log_y) {
+                (XAxis::LogBytes, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &bytes_fmt),
+                (XAxis::LogBytes, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &bytes_fmt),
+                (XAxis::Linear, true) => draw_panel!(area, p, xs.0..xs.1, (ys.0..ys.1).log_scale(), &plain_fmt),
+                (XAxis::Linear, false) => draw_panel!(area, p, xs.0..xs.1, ys.0..ys.1, &plain_fmt),
+            }
+        }
+        root.present().map_err(|e| e.to_string())
+    }
+
+    pub fn to_svg(&self) -> Result<String> {
+        ensure_fonts()?;
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, self.size()).into_drawing_area();
+            self.draw(&root).map_err(|e| LabError::Chart(format!("{}: {e}", self.stem)))?;
+        }
+        Ok(svg)
+    }
+
+    /// Writes `<dir>/<stem>.svg` and `<dir>/<stem>.png`, each via a temporary
+    /// file so a failure leaves no half-written figure.
+    pub fn save(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        ensure_fonts()?;
+        std::fs::create_dir_all(dir).map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
+        let svg_path = dir.join(format!("{}.svg", self.stem));
+        let png_path = dir.join(format!("{}.png", self.stem));
+        let svg = self.to_svg()?;
+        let tmp_svg = dir.join(format!(".{}.svg.tmp", self.stem));
+        std::fs::write(&tmp_svg, svg).map_err(|e| LabError::io(format!("writing {}", tmp_svg.display()), e))?;
+        let tmp_png = dir.join(format!(".{}.tmp.png", self.stem));
+        {
+            let root = BitMapBackend::new(&tmp_png, self.size()).into_drawing_area();
+            self.draw(&root).map_err(|e| LabError::Chart(format!("{}: {e}", self.stem)))?;
+        }
+        std::fs::rename(&tmp_svg, &svg_path).map_err(|e| LabError::io(format!("writing {}", svg_path.display()), e))?;
+        std::fs::rename(&tmp_png, &png_path).map_err(|e| LabError::io(format!("writing {}", png_path.display()), e))?;
+        Ok(vec![svg_path, png_path])
+    }
+
+    /// Inline display in the evcxr Jupyter kernel (a figure as a cell's value).
+    pub fn evcxr_display(&self) {
+        match self.to_svg() {
+            Ok(svg) => println!("EVCXR_BEGIN_CONTENT image/svg+xml\n{svg}\nEVCXR_END_CONTENT"),
+            Err(e) => eprintln!("Error: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fig() -> Figure {
+        Figure {
+            stem: "test-figure".into(),
+            title: "A test".into(),
+            subtitle: "recorded on Test GPU".into(),
+            panels: vec![Panel {
+                title: "panel".into(),
+                x_axis: XAxis::LogBytes,
+                x_label: "size".into(),
+                y_label: "GB/s".into(),
+                log_y: false,
+                series: vec![
+                    Series { label: "pinned".into(), color: RGBColor(0, 0, 200), dashed: false, points: vec![(4096.0, 3.0), (1048576.0, 40.0), (f64::NAN, 1.0)] },
+                    Series { label: "link".into(), color: RGBColor(0, 0, 0), dashed: true, points: vec![(4096.0, 63.0), (1048576.0, 63.0)] },
+                ],
+            }],
+            panel_size: (500, 400),
+        }
+    }
+
+    #[test]
+    fn svg_has_text_and_lines() {
+        let svg = fig().to_svg().unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..50]);
+        for needle in ["A test", "recorded on Test GPU", "pinned", "GB/s", "KiB"] {
+            assert!(svg.contains(needle), "svg lacks {needle}");
+        }
+        assert!(svg.contains("<polyline") || svg.contains("<path"), "no lines drawn");
+    }
+
+    #[test]
+    fn saves_svg_and_a_real_png() {
+        let dir = crate::testing::temp_dir("chart");
+        let files = fig().save(&dir).unwrap();
+        assert_eq!(files.len(), 2);
+        let png = std::fs::read(&files[1]).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        assert!(png.len() > 5_000, "png suspiciously small: {}", png.len());
+        let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().contains("tmp")).collect();
+        assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn empty_series_still_render() {
+        let mut f = fig();
+        f.panels[0].series.clear();
+        f.panels[0].log_y = true;
+        assert!(f.to_svg().is_ok());
+    }
+}

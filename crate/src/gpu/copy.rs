@@ -1,0 +1,218 @@
+//! Timing host<->device copies the way nvbandwidth does: CUDA events on the
+//! streams for device time, the host clock around the API calls for how long
+//! the CPU was blocked, and (for page-locked memory) every stream held behind a
+//! gate until all copies are issued, so enqueue cost never pollutes the device
+//! time. The call waits for its copies before returning, which is what makes
+//! this API safe: no buffer can be dropped or touched while a copy is in flight.
+
+use super::{driver, DeviceBuffer, Event, Gpu, HostBuffer, Stream};
+use crate::error::{LabError, Result};
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+/// One copy of the first `bytes` of a buffer.
+pub enum CopyOp<'a> {
+    HostToDevice { src: &'a dyn HostBuffer, dst: &'a DeviceBuffer, bytes: usize },
+    DeviceToHost { src: &'a DeviceBuffer, dst: &'a mut dyn HostBuffer, bytes: usize },
+}
+
+impl CopyOp<'_> {
+    pub(super) fn validate(&self) -> Result<()> {
+        let (bytes, host, dev) = match self {
+            CopyOp::HostToDevice { src, dst, bytes } => (*bytes, src.bytes(), dst.bytes()),
+            CopyOp::DeviceToHost { src, dst, bytes } => (*bytes, dst.bytes(), src.bytes()),
+        };
+        if bytes == 0 || bytes > host || bytes > dev {
+            return Err(LabError::config(format!(
+                "copy of {bytes} bytes does not fit buffers of {host} (host) and {dev} (device) bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) fn enqueue(&mut self, stream: &Stream) -> Result<()> {
+        match self {
+            // SAFETY: validated sizes; CopyTimer::run waits for the stream before
+            // the borrows of src/dst end.
+            CopyOp::HostToDevice { src, dst, bytes } => unsafe {
+                driver::memcpy_htod_async(dst.ptr(), src.words().as_ptr() as *const c_void, *bytes, stream.raw())
+            },
+            CopyOp::DeviceToHost { src, dst, bytes } => unsafe {
+                driver::memcpy_dtoh_async(dst.words_mut().as_mut_ptr() as *mut c_void, src.ptr(), *bytes, stream.raw())
+            },
+        }
+    }
+}
+
+/// What one timed batch of copies cost.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CopyTiming {
+    /// Device time from the first copy's start to the last copy's end (events).
+    pub device_ms: f64,
+    /// Host time spent inside one copy call (mean over the batch; the slowest lane).
+    pub host_call_ms: f64,
+    /// Whether the streams were held behind the gate while copies were issued.
+    pub gated: bool,
+}
+
+struct Lane {
+    stream: Stream,
+    start: Event,
+    end: Event,
+}
+
+/// A 32-bit word in mapped pinned memory that streams wait on
+/// (cuStreamWaitValue32) until the host writes the next value.
+struct Gate {
+    host: *mut u32,
+    dev: driver::CUdeviceptr,
+    next: u32,
+    gpu: Gpu,
+}
+
+// SAFETY: the word is written only through &mut self; the GPU only reads it.
+unsafe impl Send for Gate {}
+
+impl Gate {
+    fn new(gpu: &Gpu) -> Result<Gate> {
+        gpu.bind()?;
+        let host = driver::host_alloc(4096, driver::HOST_ALLOC_MAPPED)? as *mut u32;
+        // SAFETY: mapped pinned memory from host_alloc.
+        let dev = match unsafe { driver::host_device_pointer(host as *mut c_void) } {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: allocated just above, never used.
+                let _ = unsafe { driver::host_free(host as *mut c_void) };
+                return Err(e);
+            }
+        };
+        // SAFETY: live allocation.
+        unsafe { host.write_volatile(0) };
+        Ok(Gate { host, dev, next: 1, gpu: gpu.clone() })
+    }
+    fn hold(&self, stream: &Stream) -> Result<()> {
+        driver::stream_wait_value_geq(stream.raw(), self.dev, self.next)
+    }
+    fn release(&mut self) {
+        // SAFETY: live mapped word; volatile so the store is not elided.
+        unsafe { self.host.write_volatile(self.next) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        self.next = self.next.wrapping_add(1).max(1);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        // SAFETY: every stream that waited on it was synchronized by run().
+        let _ = unsafe { driver::host_free(self.host as *mut c_void) };
+    }
+}
+
+/// Streams, events and a gate, created once and reused for every sample.
+pub struct CopyTimer {
+    gpu: Gpu,
+    lanes: Vec<Lane>,
+    gate: Option<Gate>,
+}
+
+impl CopyTimer {
+    /// `lanes` streams (one per concurrent copy). The gate is used if the
+    /// device supports stream memory operations; else copies run ungated.
+    pub fn new(gpu: &Gpu, lanes: usize) -> Result<CopyTimer> {
+        let lanes = (0..lanes.max(1))
+            .map(|_| Ok(Lane { stream: gpu.stream()?, start: gpu.timing_event()?, end: gpu.timing_event()? }))
+            .collect::<Result<Vec<_>>>()?;
+        let mut timer = CopyTimer { gpu: gpu.clone(), lanes, gate: None };
+        if let Ok(mut gate) = Gate::new(gpu) {
+            let s = &timer.lanes[0].stream;
+            let held = gate.hold(s);
+            gate.release();
+            if held.is_ok() && s.synchronize().is_ok() {
+                timer.gate = Some(gate);
+            }
+        }
+        Ok(timer)
+    }
+
+    pub fn has_gate(&self) -> bool {
+        self.gate.is_some()
+    }
+
+    /// Issues op i `reps` times back to back on lane i (each op from its own
+    /// host thread when there are several, so a blocking pageable call does
+    /// not serialize the others), waits for all, and returns the timing.
+    /// `gated` must only be asked for page-locked memory: a pageable copy
+    /// blocks inside the call until its staged DMA ran, which a held stream
+    /// never does.
+    pub fn run(&mut self, ops: &mut [CopyOp<'_>], reps: usize, gated: bool) -> Result<CopyTiming> {
+        if ops.is_empty() || ops.len() > self.lanes.len() {
+            return Err(LabError::config(format!("{} copies for {} streams", ops.len(), self.lanes.len())));
+        }
+        if reps == 0 {
+            return Err(LabError::config("copies per sample must be at least 1"));
+        }
+        for op in ops.iter() {
+            op.validate()?;
+        }
+        self.gpu.bind()?;
+        let gate = if gated { self.gate.as_mut() } else { None };
+        let gated = gate.is_some();
+        let lanes = &self.lanes[..ops.len()];
+        let mut held = Ok(());
+        for lane in lanes {
+            if let Some(g) = gate.as_deref() {
+                held = held.and_then(|_| g.hold(&lane.stream));
+            }
+            held = held.and_then(|_| lane.start.record(&lane.stream));
+        }
+        let issued: Vec<Result<Duration>> = if held.is_err() {
+            vec![]
+        } else if ops.len() == 1 {
+            vec![issue(&self.gpu, &mut ops[0], &lanes[0], reps)]
+        } else {
+            let gpu = &self.gpu;
+            std::thread::scope(|s| {
+                let handles: Vec<_> =
+                    ops.iter_mut().zip(lanes).map(|(op, lane)| s.spawn(move || issue(gpu, op, lane, reps))).collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(LabError::config("copy thread panicked"))))
+                    .collect()
+            })
+        };
+        // Whatever happened, open the gate and drain the streams before the
+        // buffers' borrows end.
+        if let Some(g) = gate {
+            g.release();
+        }
+        let drained: Result<Vec<()>> = lanes.iter().map(|l| l.stream.synchronize()).collect();
+        held?;
+        let host = issued.into_iter().collect::<Result<Vec<_>>>()?;
+        drained?;
+        let base = &lanes[0].start;
+        let mut first = 0.0f64;
+        let mut last = f64::MIN;
+        for lane in lanes {
+            first = first.min(base.elapsed_ms(&lane.start)?);
+            last = last.max(base.elapsed_ms(&lane.end)?);
+        }
+        let host_max = host.iter().max().copied().unwrap_or_default();
+        Ok(CopyTiming {
+            device_ms: last - first,
+            host_call_ms: host_max.as_secs_f64() * 1e3 / reps as f64,
+            gated,
+        })
+    }
+}
+
+fn issue(gpu: &Gpu, op: &mut CopyOp<'_>, lane: &Lane, reps: usize) -> Result<Duration> {
+    gpu.bind()?;
+    let t = Instant::now();
+    for _ in 0..reps {
+        op.enqueue(&lane.stream)?;
+    }
+    let spent = t.elapsed();
+    lane.end.record(&lane.stream)?;
+    Ok(spent)
+}

@@ -1,0 +1,230 @@
+//! The one module that makes raw CUDA driver calls (cudarc's `sys`/`result`
+//! layers). Everything else in the crate speaks in the safe types of
+//! [`crate::gpu`]. Keeping the calls here means a reader can see exactly which
+//! driver calls a lab issues: no hidden event records, no implicit syncs (see
+//! shared/notes/pitfalls.md on cudarc's event tracking).
+
+use crate::error::{LabError, Result};
+use crate::units::Bytes;
+use cudarc::driver::result;
+use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUresult};
+use cudarc::driver::{CudaContext, DriverError};
+use std::ffi::{c_void, CStr};
+use std::sync::Arc;
+
+pub use sys::{CUdevice, CUdeviceptr, CUevent, CUstream};
+
+fn check(call: &'static str, r: CUresult) -> Result<()> {
+    r.result().map_err(|e| driver_error(call, e))
+}
+
+pub(crate) fn driver_error(call: &'static str, e: DriverError) -> LabError {
+    let name = e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let text = e.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    LabError::Driver { call, message: format!("{name}: {text}") }
+}
+
+fn alloc_error(call: &'static str, what: &'static str, bytes: usize, e: DriverError) -> LabError {
+    if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        LabError::OutOfMemory { what, call, bytes: Bytes(bytes as u64) }
+    } else {
+        driver_error(call, e)
+    }
+}
+
+/// Whether libcuda can be loaded at all. cudarc panics on first use when it
+/// cannot, so this must be asked before anything else.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { sys::is_culib_present() }
+}
+
+pub fn device_count() -> Result<usize> {
+    result::init().map_err(|e| driver_error("cuInit", e))?;
+    let n = result::device::get_count().map_err(|e| driver_error("cuDeviceGetCount", e))?;
+    Ok(n.max(0) as usize)
+}
+
+/// Retains the device's primary context and turns cudarc's event tracking off:
+/// this crate owns every synchronization itself.
+pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>> {
+    let ctx = CudaContext::new(ordinal).map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))?;
+    // SAFETY: no CudaSlice is ever created through this context; buffers are ours.
+    unsafe { ctx.disable_event_tracking() };
+    Ok(ctx)
+}
+
+pub fn bind(ctx: &CudaContext) -> Result<()> {
+    ctx.bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))
+}
+
+pub fn attribute(dev: CUdevice, attr: Attr) -> Result<i32> {
+    // SAFETY: plain query on a valid device handle.
+    unsafe { result::device::get_attribute(dev, attr) }.map_err(|e| driver_error("cuDeviceGetAttribute", e))
+}
+
+pub fn device_name(dev: CUdevice) -> Result<String> {
+    result::device::get_name(dev).map_err(|e| driver_error("cuDeviceGetName", e))
+}
+
+pub fn device_uuid(dev: CUdevice) -> Result<String> {
+    let u = result::device::get_uuid(dev).map_err(|e| driver_error("cuDeviceGetUuid", e))?;
+    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
+    Ok(format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex(&b[0..4]),
+        hex(&b[4..6]),
+        hex(&b[6..8]),
+        hex(&b[8..10]),
+        hex(&b[10..16])
+    ))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn total_memory(dev: CUdevice) -> Result<u64> {
+    // SAFETY: plain query.
+    unsafe { result::device::total_mem(dev) }.map(|b| b as u64).map_err(|e| driver_error("cuDeviceTotalMem", e))
+}
+
+/// (free, total) bytes of the current context's device.
+pub fn memory_info() -> Result<(u64, u64)> {
+    result::mem_get_info().map(|(f, t)| (f as u64, t as u64)).map_err(|e| driver_error("cuMemGetInfo", e))
+}
+
+/// The CUDA version the driver supports, e.g. 13000 for 13.0.
+pub fn driver_cuda_version() -> Result<i32> {
+    let mut v = 0;
+    // SAFETY: writes one int.
+    check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut v) })?;
+    Ok(v)
+}
+
+pub fn pci_bus_id(dev: CUdevice) -> Result<String> {
+    let mut buf = [0 as std::ffi::c_char; 32];
+    // SAFETY: the buffer is large enough for "dddd:bb:dd.f" and NUL.
+    check("cuDeviceGetPCIBusId", unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) })?;
+    // SAFETY: the driver NUL-terminated it.
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+}
+
+// ---- streams -------------------------------------------------------------
+
+pub fn stream_create_non_blocking() -> Result<CUstream> {
+    result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| driver_error("cuStreamCreate", e))
+}
+
+pub fn stream_destroy(s: CUstream) -> Result<()> {
+    // SAFETY: caller owns the handle and destroys it once.
+    unsafe { result::stream::destroy(s) }.map_err(|e| driver_error("cuStreamDestroy", e))
+}
+
+pub fn stream_synchronize(s: CUstream) -> Result<()> {
+    // SAFETY: valid stream handle.
+    unsafe { result::stream::synchronize(s) }.map_err(|e| driver_error("cuStreamSynchronize", e))
+}
+
+/// Blocks `s` until the 32-bit word at device address `addr` is >= `value`.
+pub fn stream_wait_value_geq(s: CUstream, addr: CUdeviceptr, value: u32) -> Result<()> {
+    let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+    // SAFETY: addr is the device alias of a live mapped pinned word.
+    check("cuStreamWaitValue32", unsafe { sys::cuStreamWaitValue32_v2(s, addr, value, flags) })
+}
+
+// ---- events --------------------------------------------------------------
+
+pub fn event_create_timing() -> Result<CUevent> {
+    result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| driver_error("cuEventCreate", e))
+}
+
+pub fn event_destroy(e: CUevent) -> Result<()> {
+    // SAFETY: caller owns the handle.
+    unsafe { result::event::destroy(e) }.map_err(|e| driver_error("cuEventDestroy", e))
+}
+
+pub fn event_record(e: CUevent, s: CUstream) -> Result<()> {
+    // SAFETY: valid handles.
+    unsafe { result::event::record(e, s) }.map_err(|e| driver_error("cuEventRecord", e))
+}
+
+pub fn event_synchronize(e: CUevent) -> Result<()> {
+    // SAFETY: valid handle.
+    unsafe { result::event::synchronize(e) }.map_err(|e| driver_error("cuEventSynchronize", e))
+}
+
+/// Milliseconds between two completed events.
+pub fn event_elapsed_ms(start: CUevent, end: CUevent) -> Result<f32> {
+    // SAFETY: both events belong to this context and have completed.
+    unsafe { result::event::elapsed(start, end) }.map_err(|e| driver_error("cuEventElapsedTime", e))
+}
+
+// ---- device memory -------------------------------------------------------
+
+pub fn device_alloc(bytes: usize) -> Result<CUdeviceptr> {
+    // SAFETY: returns a fresh allocation or an error.
+    unsafe { result::malloc_sync(bytes) }.map_err(|e| alloc_error("cuMemAlloc", "device", bytes, e))
+}
+
+pub fn device_free(p: CUdeviceptr) -> Result<()> {
+    // SAFETY: p came from device_alloc and is freed once.
+    unsafe { result::free_sync(p) }.map_err(|e| driver_error("cuMemFree", e))
+}
+
+pub fn memset_d32_async(p: CUdeviceptr, value: u32, words: usize, s: CUstream) -> Result<()> {
+    // SAFETY: caller guarantees p..p+4*words is inside one allocation.
+    check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(p, value, words, s) })
+}
+
+/// # Safety
+/// `src` must stay valid and unmodified until the copy completes on `s`
+/// (for pageable memory the driver has staged it when this returns).
+pub unsafe fn memcpy_htod_async(dst: CUdeviceptr, src: *const c_void, bytes: usize, s: CUstream) -> Result<()> {
+    check("cuMemcpyHtoDAsync", sys::cuMemcpyHtoDAsync_v2(dst, src, bytes, s))
+}
+
+/// # Safety
+/// `dst` must stay valid and must not be read until the copy completes on `s`.
+pub unsafe fn memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, bytes: usize, s: CUstream) -> Result<()> {
+    check("cuMemcpyDtoHAsync", sys::cuMemcpyDtoHAsync_v2(dst, src, bytes, s))
+}
+
+// ---- host memory ---------------------------------------------------------
+
+pub const HOST_ALLOC_PINNED: u32 = 0;
+pub const HOST_ALLOC_WRITE_COMBINED: u32 = sys::CU_MEMHOSTALLOC_WRITECOMBINED;
+pub const HOST_ALLOC_MAPPED: u32 = sys::CU_MEMHOSTALLOC_DEVICEMAP;
+
+pub fn host_alloc(bytes: usize, flags: u32) -> Result<*mut c_void> {
+    // SAFETY: returns fresh page-locked memory or an error.
+    unsafe { result::malloc_host(bytes, flags) }.map_err(|e| alloc_error("cuMemHostAlloc", "pinned host", bytes, e))
+}
+
+/// # Safety
+/// `p` came from [`host_alloc`] and no copy still uses it.
+pub unsafe fn host_free(p: *mut c_void) -> Result<()> {
+    result::free_host(p).map_err(|e| driver_error("cuMemFreeHost", e))
+}
+
+/// # Safety
+/// `p..p+bytes` is a live, page-aligned allocation that outlives the registration.
+pub unsafe fn host_register(p: *mut c_void, bytes: usize) -> Result<()> {
+    sys::cuMemHostRegister_v2(p, bytes, 0)
+        .result()
+        .map_err(|e| alloc_error("cuMemHostRegister", "pinned host", bytes, e))
+}
+
+/// # Safety
+/// `p` was registered with [`host_register`] and no copy still uses it.
+pub unsafe fn host_unregister(p: *mut c_void) -> Result<()> {
+    check("cuMemHostUnregister", sys::cuMemHostUnregister(p))
+}
+
+/// # Safety
+/// `p` is mapped pinned memory (allocated with [`HOST_ALLOC_MAPPED`]).
+pub unsafe fn host_device_pointer(p: *mut c_void) -> Result<CUdeviceptr> {
+    let mut d: CUdeviceptr = 0;
+    check("cuMemHostGetDevicePointer", sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0))?;
+    Ok(d)
+}

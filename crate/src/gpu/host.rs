@@ -1,0 +1,320 @@
+//! The four kinds of host memory a copy can come from or go to, as types.
+//!
+//! * [`PageableBuffer`]: ordinary `Vec` memory. The driver cannot DMA from it
+//!   directly, so every copy is staged through a driver-owned pinned buffer
+//!   and the "async" call blocks the CPU.
+//! * [`PinnedBuffer`]: page-locked memory from `cuMemHostAlloc` (cached, not
+//!   write-combined): the copy engine reads and writes it directly.
+//! * [`WriteCombinedBuffer`]: pinned and write-combined: fast for the CPU to
+//!   write and the GPU to read, very slow for the CPU to read.
+//! * [`RegisteredBuffer`]: page-aligned ordinary memory pinned after the fact
+//!   with `cuMemHostRegister` (how you pin memory another library allocated).
+
+use super::{driver, Gpu};
+use crate::error::{LabError, Result};
+use crate::units::Bytes;
+use serde::{Deserialize, Serialize};
+use std::alloc::Layout;
+use std::ffi::c_void;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostMemoryKind {
+    Pageable,
+    Pinned,
+    WriteCombined,
+    Registered,
+}
+
+impl HostMemoryKind {
+    pub const ALL: [HostMemoryKind; 4] =
+        [HostMemoryKind::Pageable, HostMemoryKind::Pinned, HostMemoryKind::WriteCombined, HostMemoryKind::Registered];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            HostMemoryKind::Pageable => "pageable",
+            HostMemoryKind::Pinned => "pinned",
+            HostMemoryKind::WriteCombined => "write-combined",
+            HostMemoryKind::Registered => "registered",
+        }
+    }
+    /// Page-locked kinds the copy engine can reach directly.
+    pub fn is_page_locked(self) -> bool {
+        self != HostMemoryKind::Pageable
+    }
+    /// Whether the CPU may read it at normal speed (write-combined memory is
+    /// uncached for reads: verify it through the GPU instead).
+    pub fn cpu_readable(self) -> bool {
+        self != HostMemoryKind::WriteCombined
+    }
+}
+
+impl std::fmt::Display for HostMemoryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Host memory seen as 64-bit words, whatever its kind.
+pub trait HostBuffer: Send + Sync {
+    fn kind(&self) -> HostMemoryKind;
+    fn words(&self) -> &[u64];
+    fn words_mut(&mut self) -> &mut [u64];
+    fn bytes(&self) -> usize {
+        self.words().len() * 8
+    }
+}
+
+fn check_size(bytes: usize) -> Result<usize> {
+    if bytes == 0 || bytes % 8 != 0 {
+        return Err(LabError::config(format!("host buffer of {bytes} bytes: must be a non-zero multiple of 8")));
+    }
+    Ok(bytes / 8)
+}
+
+/// Allocates `bytes` of the given kind (pinned kinds need an open GPU).
+pub fn alloc_host(gpu: &Gpu, kind: HostMemoryKind, bytes: usize) -> Result<Box<dyn HostBuffer>> {
+    Ok(match kind {
+        HostMemoryKind::Pageable => Box::new(PageableBuffer::new(bytes)?),
+        HostMemoryKind::Pinned => Box::new(PinnedBuffer::new(gpu, bytes)?),
+        HostMemoryKind::WriteCombined => Box::new(WriteCombinedBuffer::new(gpu, bytes)?),
+        HostMemoryKind::Registered => Box::new(RegisteredBuffer::new(gpu, bytes)?),
+    })
+}
+
+/// Ordinary heap memory.
+pub struct PageableBuffer(Vec<u64>);
+
+impl PageableBuffer {
+    pub fn new(bytes: usize) -> Result<Self> {
+        let words = check_size(bytes)?;
+        let mut v = Vec::new();
+        v.try_reserve_exact(words)
+            .map_err(|_| LabError::OutOfMemory { what: "host", call: "malloc", bytes: Bytes(bytes as u64) })?;
+        v.resize(words, 0);
+        Ok(PageableBuffer(v))
+    }
+}
+
+impl HostBuffer for PageableBuffer {
+    fn kind(&self) -> HostMemoryKind {
+        HostMemoryKind::Pageable
+    }
+    fn words(&self) -> &[u64] {
+        &self.0
+    }
+    fn words_mut(&mut self) -> &mut [u64] {
+        &mut self.0
+    }
+}
+
+/// Memory from cuMemHostAlloc; freed with cuMemFreeHost.
+struct DriverHostAlloc {
+    ptr: *mut c_void,
+    words: usize,
+    gpu: Gpu,
+}
+
+// SAFETY: plain memory; CUDA allows any thread to use it.
+unsafe impl Send for DriverHostAlloc {}
+unsafe impl Sync for DriverHostAlloc {}
+
+impl DriverHostAlloc {
+    fn new(gpu: &Gpu, bytes: usize, flags: u32) -> Result<Self> {
+        let words = check_size(bytes)?;
+        gpu.bind()?;
+        let ptr = driver::host_alloc(bytes, flags)?;
+        Ok(DriverHostAlloc { ptr, words, gpu: gpu.clone() })
+    }
+    fn words(&self) -> &[u64] {
+        // SAFETY: ptr is a live allocation of `words` u64s, 8-aligned (page-aligned).
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u64, self.words) }
+    }
+    fn words_mut(&mut self) -> &mut [u64] {
+        // SAFETY: as above, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u64, self.words) }
+    }
+}
+
+impl Drop for DriverHostAlloc {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        // SAFETY: allocated by host_alloc; every copy using it was synchronized.
+        let _ = unsafe { driver::host_free(self.ptr) };
+    }
+}
+
+/// Page-locked, cached host memory (cuMemHostAlloc, flags 0).
+pub struct PinnedBuffer(DriverHostAlloc);
+
+impl PinnedBuffer {
+    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self> {
+        Ok(PinnedBuffer(DriverHostAlloc::new(gpu, bytes, driver::HOST_ALLOC_PINNED)?))
+    }
+}
+
+impl HostBuffer for PinnedBuffer {
+    fn kind(&self) -> HostMemoryKind {
+        HostMemoryKind::Pinned
+    }
+    fn words(&self) -> &[u64] {
+        self.0.words()
+    }
+    fn words_mut(&mut self) -> &mut [u64] {
+        self.0.words_mut()
+    }
+}
+
+/// Page-locked, write-combined host memory (CU_MEMHOSTALLOC_WRITECOMBINED).
+pub struct WriteCombinedBuffer(DriverHostAlloc);
+
+impl WriteCombinedBuffer {
+    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self> {
+        Ok(WriteCombinedBuffer(DriverHostAlloc::new(gpu, bytes, driver::HOST_ALLOC_WRITE_COMBINED)?))
+    }
+}
+
+impl HostBuffer for WriteCombinedBuffer {
+    fn kind(&self) -> HostMemoryKind {
+        HostMemoryKind::WriteCombined
+    }
+    fn words(&self) -> &[u64] {
+        self.0.words()
+    }
+    fn words_mut(&mut self) -> &mut [u64] {
+        self.0.words_mut()
+    }
+}
+
+/// Page-aligned heap memory pinned in place with cuMemHostRegister.
+pub struct RegisteredBuffer {
+    ptr: *mut u64,
+    layout: Layout,
+    gpu: Gpu,
+}
+
+// SAFETY: plain memory; CUDA allows any thread to use it.
+unsafe impl Send for RegisteredBuffer {}
+unsafe impl Sync for RegisteredBuffer {}
+
+pub(crate) const PAGE: usize = 4096;
+
+impl RegisteredBuffer {
+    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self> {
+        check_size(bytes)?;
+        let layout = Layout::from_size_align(bytes.div_ceil(PAGE) * PAGE, PAGE)
+            .map_err(|_| LabError::config(format!("host buffer of {bytes} bytes is too large")))?;
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) } as *mut u64;
+        if ptr.is_null() {
+            return Err(LabError::OutOfMemory { what: "host", call: "aligned alloc", bytes: Bytes(bytes as u64) });
+        }
+        gpu.bind()?;
+        // SAFETY: ptr..ptr+size is a live page-aligned allocation we free only after unregistering.
+        if let Err(e) = unsafe { driver::host_register(ptr as *mut c_void, layout.size()) } {
+            // SAFETY: allocated just above with this layout.
+            unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
+            return Err(e);
+        }
+        Ok(RegisteredBuffer { ptr, layout, gpu: gpu.clone() })
+    }
+}
+
+impl RegisteredBuffer {
+    /// Pins memory that already exists and was written (the real use case:
+    /// pinning data another library allocated) and reports how long
+    /// cuMemHostRegister alone took.
+    pub fn new_timed(gpu: &Gpu, bytes: usize) -> Result<(Self, std::time::Duration)> {
+        check_size(bytes)?;
+        let layout = Layout::from_size_align(bytes.div_ceil(PAGE) * PAGE, PAGE)
+            .map_err(|_| LabError::config(format!("host buffer of {bytes} bytes is too large")))?;
+        // SAFETY: non-zero size; zeroed so every page is touched before pinning.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut u64;
+        if ptr.is_null() {
+            return Err(LabError::OutOfMemory { what: "host", call: "aligned alloc", bytes: Bytes(bytes as u64) });
+        }
+        // alloc_zeroed may hand out untouched zero pages: write them.
+        // SAFETY: live allocation of layout.size() bytes.
+        unsafe { std::ptr::write_bytes(ptr as *mut u8, 1, layout.size()) };
+        gpu.bind()?;
+        let t = std::time::Instant::now();
+        // SAFETY: live page-aligned allocation, unregistered before it is freed.
+        if let Err(e) = unsafe { driver::host_register(ptr as *mut c_void, layout.size()) } {
+            // SAFETY: allocated above with this layout.
+            unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
+            return Err(e);
+        }
+        let took = t.elapsed();
+        Ok((RegisteredBuffer { ptr, layout, gpu: gpu.clone() }, took))
+    }
+
+    /// Unpins (timed) and frees (untimed) the memory.
+    pub fn release_timed(self) -> std::time::Duration {
+        let this = std::mem::ManuallyDrop::new(self);
+        let _ = this.gpu.bind();
+        let t = std::time::Instant::now();
+        // SAFETY: registered at creation; no copy uses it any more.
+        let _ = unsafe { driver::host_unregister(this.ptr as *mut c_void) };
+        let took = t.elapsed();
+        // SAFETY: allocated with this layout; Drop never runs (ManuallyDrop),
+        // so the memory is freed and the Gpu handle released exactly once.
+        unsafe {
+            std::alloc::dealloc(this.ptr as *mut u8, this.layout);
+            drop(std::ptr::read(&this.gpu));
+        }
+        took
+    }
+}
+
+impl HostBuffer for RegisteredBuffer {
+    fn kind(&self) -> HostMemoryKind {
+        HostMemoryKind::Registered
+    }
+    fn words(&self) -> &[u64] {
+        // SAFETY: live allocation; its first bytes/8 words are ours.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.layout.size() / 8) }
+    }
+    fn words_mut(&mut self) -> &mut [u64] {
+        // SAFETY: as above, exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size() / 8) }
+    }
+}
+
+impl Drop for RegisteredBuffer {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        // SAFETY: registered in new(); no copy uses it any more.
+        let _ = unsafe { driver::host_unregister(self.ptr as *mut c_void) };
+        // SAFETY: allocated in new() with this layout.
+        unsafe { std::alloc::dealloc(self.ptr as *mut u8, self.layout) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pageable_rejects_bad_sizes_without_panicking() {
+        assert!(PageableBuffer::new(0).is_err());
+        assert!(PageableBuffer::new(12).is_err());
+        let b = PageableBuffer::new(4096).unwrap();
+        assert_eq!(b.bytes(), 4096);
+        assert_eq!(b.kind(), HostMemoryKind::Pageable);
+    }
+
+    #[test]
+    fn pageable_reports_out_of_memory_as_error() {
+        let err = PageableBuffer::new(usize::MAX - 7).err().expect("cannot allocate 16 EiB");
+        assert!(err.to_string().contains("out of host memory"), "{err}");
+    }
+
+    #[test]
+    fn kinds_have_stable_names() {
+        let names: Vec<_> = HostMemoryKind::ALL.iter().map(|k| k.label()).collect();
+        assert_eq!(names, ["pageable", "pinned", "write-combined", "registered"]);
+        assert_eq!(serde_json::to_string(&HostMemoryKind::WriteCombined).unwrap(), "\"write-combined\"");
+        assert!(!HostMemoryKind::WriteCombined.cpu_readable());
+        assert!(!HostMemoryKind::Pageable.is_page_locked());
+    }
+}

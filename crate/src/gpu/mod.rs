@@ -1,0 +1,235 @@
+//! The safe GPU layer: a device handle, streams, timing events, device buffers,
+//! the four kinds of host memory, and a bracketed copy timer. Raw driver calls
+//! live in [`driver`] only.
+
+pub mod copy;
+pub mod driver;
+pub mod fingerprint;
+pub mod host;
+
+pub use copy::{CopyOp, CopyTimer, CopyTiming};
+pub use fingerprint::{Fingerprint, PcieLink};
+pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PinnedBuffer, RegisteredBuffer, WriteCombinedBuffer};
+
+use crate::error::{LabError, Result};
+use crate::units::Bytes;
+use cudarc::driver::CudaContext;
+use std::sync::Arc;
+
+/// Whether this machine can run the live labs, and if not, why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Availability {
+    Ready { devices: usize },
+    NoDriver,
+    NoDevice,
+    Broken(String),
+}
+
+impl Availability {
+    pub fn probe() -> Availability {
+        if !driver::driver_present() {
+            return Availability::NoDriver;
+        }
+        match driver::device_count() {
+            Ok(0) => Availability::NoDevice,
+            Ok(n) => Availability::Ready { devices: n },
+            Err(e) => Availability::Broken(e.to_string()),
+        }
+    }
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Availability::Ready { .. })
+    }
+    /// Why there is no GPU, in words (empty when ready).
+    pub fn reason(&self) -> String {
+        match self {
+            Availability::Ready { .. } => String::new(),
+            Availability::NoDriver => LabError::NoDriver.to_string(),
+            Availability::NoDevice => "the CUDA driver reports no device".into(),
+            Availability::Broken(why) => format!("the CUDA driver failed to initialise ({why})"),
+        }
+    }
+}
+
+/// An opened CUDA device (its primary context, event tracking off).
+#[derive(Clone)]
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    ordinal: usize,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gpu({})", self.ordinal)
+    }
+}
+
+impl Gpu {
+    /// Opens device `ordinal`. With no driver this is an error, never a panic.
+    pub fn open(ordinal: usize) -> Result<Gpu> {
+        if !driver::driver_present() {
+            return Err(LabError::NoDriver);
+        }
+        let count = driver::device_count()?;
+        if ordinal >= count {
+            return Err(LabError::NoDevice { ordinal, count });
+        }
+        let ctx = driver::open_context(ordinal)?;
+        Ok(Gpu { ctx, ordinal })
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Makes this device's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        driver::bind(&self.ctx)
+    }
+
+    pub fn fingerprint(&self) -> Result<Fingerprint> {
+        self.bind()?;
+        Fingerprint::read(self.ctx.cu_device(), self.ordinal)
+    }
+
+    /// (free, total) device memory.
+    pub fn memory_info(&self) -> Result<(u64, u64)> {
+        self.bind()?;
+        driver::memory_info()
+    }
+
+    /// Fails with a clear message if `bytes` more device memory cannot fit.
+    pub fn ensure_free(&self, bytes: u64, purpose: &str) -> Result<()> {
+        let (free, _) = self.memory_info()?;
+        if bytes > free {
+            return Err(LabError::config(format!(
+                "{purpose} needs {} of device memory but only {} is free",
+                Bytes(bytes),
+                Bytes(free)
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn stream(&self) -> Result<Stream> {
+        self.bind()?;
+        Ok(Stream { raw: driver::stream_create_non_blocking()?, gpu: self.clone() })
+    }
+
+    pub fn timing_event(&self) -> Result<Event> {
+        self.bind()?;
+        Ok(Event { raw: driver::event_create_timing()?, gpu: self.clone() })
+    }
+
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
+        if bytes == 0 {
+            return Err(LabError::config("device buffer of 0 bytes"));
+        }
+        self.bind()?;
+        Ok(DeviceBuffer { ptr: driver::device_alloc(bytes)?, bytes, gpu: self.clone() })
+    }
+}
+
+/// A non-blocking stream (no implicit sync with the legacy default stream).
+pub struct Stream {
+    raw: driver::CUstream,
+    gpu: Gpu,
+}
+
+// SAFETY: CUDA stream handles may be used from any thread of the process.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    pub(crate) fn raw(&self) -> driver::CUstream {
+        self.raw
+    }
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+    pub fn synchronize(&self) -> Result<()> {
+        driver::stream_synchronize(self.raw)
+    }
+    /// Copies the first `bytes` of `src` into `dst` and waits (untimed setup).
+    pub fn upload(&self, dst: &DeviceBuffer, src: &dyn HostBuffer, bytes: usize) -> Result<()> {
+        let mut op = CopyOp::HostToDevice { src, dst, bytes };
+        op.validate()?;
+        op.enqueue(self)?;
+        self.synchronize()
+    }
+    /// Copies the first `bytes` of `src` into `dst` and waits (untimed setup).
+    pub fn download(&self, dst: &mut dyn HostBuffer, src: &DeviceBuffer, bytes: usize) -> Result<()> {
+        let mut op = CopyOp::DeviceToHost { src, dst, bytes };
+        op.validate()?;
+        op.enqueue(self)?;
+        self.synchronize()
+    }
+    /// Fills `buf` with the 32-bit word `value` (to poison it) and waits.
+    pub fn fill_u32(&self, buf: &DeviceBuffer, value: u32) -> Result<()> {
+        driver::memset_d32_async(buf.ptr, value, buf.bytes / 4, self.raw)?;
+        self.synchronize()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        let _ = driver::stream_destroy(self.raw);
+    }
+}
+
+/// A CUDA event with timing enabled.
+pub struct Event {
+    raw: driver::CUevent,
+    gpu: Gpu,
+}
+
+// SAFETY: event handles may be used from any thread of the process.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        driver::event_record(self.raw, stream.raw)
+    }
+    pub fn synchronize(&self) -> Result<()> {
+        driver::event_synchronize(self.raw)
+    }
+    /// Device milliseconds from `self` to `end` (both recorded and complete).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f64> {
+        driver::event_elapsed_ms(self.raw, end.raw).map(f64::from)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        let _ = driver::event_destroy(self.raw);
+    }
+}
+
+/// Device memory from cuMemAlloc.
+pub struct DeviceBuffer {
+    ptr: driver::CUdeviceptr,
+    bytes: usize,
+    gpu: Gpu,
+}
+
+// SAFETY: a device address is a plain number; access is ordered by streams.
+unsafe impl Send for DeviceBuffer {}
+unsafe impl Sync for DeviceBuffer {}
+
+impl DeviceBuffer {
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+    pub(crate) fn ptr(&self) -> driver::CUdeviceptr {
+        self.ptr
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        let _ = driver::device_free(self.ptr);
+    }
+}

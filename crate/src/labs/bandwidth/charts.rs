@@ -1,0 +1,157 @@
+//! Lab 1's figures: bandwidth vs size, ratio to pageable, the two clocks, and
+//! the price of pinning.
+
+use super::{model, BandwidthRecord, Direction};
+use crate::chart::{Figure, Panel, RGBColor, Series, XAxis};
+use crate::gpu::HostMemoryKind;
+
+pub fn kind_color(kind: HostMemoryKind) -> RGBColor {
+    match kind {
+        HostMemoryKind::Pageable => RGBColor(214, 39, 40),
+        HostMemoryKind::Pinned => RGBColor(31, 119, 180),
+        HostMemoryKind::WriteCombined => RGBColor(44, 160, 44),
+        HostMemoryKind::Registered => RGBColor(255, 127, 14),
+    }
+}
+
+const PANEL: (u32, u32) = (520, 420);
+
+fn panel(title: String, y_label: &str, log_y: bool, series: Vec<Series>) -> Panel {
+    Panel { title, x_axis: XAxis::LogBytes, x_label: "copy size".into(), y_label: y_label.into(), log_y, series }
+}
+
+/// GB/s against size, a panel per direction, a line per memory kind, the
+/// link's theoretical rate dashed.
+pub fn bandwidth_vs_size(rec: &BandwidthRecord, origin: &str) -> Figure {
+    let r = &rec.results;
+    let panels = r
+        .directions()
+        .into_iter()
+        .map(|d| {
+            let mut series: Vec<Series> = r
+                .kinds()
+                .into_iter()
+                .map(|k| Series {
+                    label: k.label().into(),
+                    color: kind_color(k),
+                    dashed: false,
+                    points: r.series(k, d).iter().map(|p| (p.bytes.0 as f64, p.gbps.median)).collect(),
+                })
+                .collect();
+            if let (Some(link), Some(lo), Some(hi)) =
+                (model::link_gbps(&rec.fingerprint, d), r.config.sizes().first(), r.config.sizes().last())
+            {
+                series.push(Series {
+                    label: format!("PCIe theoretical {link:.0} GB/s"),
+                    color: RGBColor(60, 60, 60),
+                    dashed: true,
+                    points: vec![(lo.0 as f64, link), (hi.0 as f64, link)],
+                });
+            }
+            panel(format!("{}", d.label()), "GB/s (device time)", false, series)
+        })
+        .collect();
+    Figure {
+        stem: "lab1-bandwidth-vs-size".into(),
+        title: "Host<->device bandwidth by host memory kind".into(),
+        subtitle: origin.into(),
+        panels,
+        panel_size: PANEL,
+    }
+}
+
+/// Bandwidth of each page-locked kind over pageable's, per size.
+pub fn ratio_to_pageable(rec: &BandwidthRecord, origin: &str) -> Figure {
+    let r = &rec.results;
+    let panels = r
+        .directions()
+        .into_iter()
+        .map(|d| {
+            let mut series: Vec<Series> = r
+                .kinds()
+                .into_iter()
+                .filter(|k| k.is_page_locked())
+                .map(|k| Series {
+                    label: format!("{} / pageable", k.label()),
+                    color: kind_color(k),
+                    dashed: false,
+                    points: model::ratio_to_pageable(r, k, d).iter().map(|(b, x)| (b.0 as f64, *x)).collect(),
+                })
+                .collect();
+            if let (Some(lo), Some(hi)) = (r.config.sizes().first(), r.config.sizes().last()) {
+                series.push(Series { label: "no gain".into(), color: RGBColor(60, 60, 60), dashed: true, points: vec![(lo.0 as f64, 1.0), (hi.0 as f64, 1.0)] });
+            }
+            panel(d.label().to_string(), "speed-up over pageable", false, series)
+        })
+        .collect();
+    Figure { stem: "lab1-ratio-to-pageable".into(), title: "How much page-locked memory buys".into(), subtitle: origin.into(), panels, panel_size: PANEL }
+}
+
+/// The two clocks: how long the CPU is blocked in the copy call (dashed)
+/// against how long the device works (solid), pageable vs pinned.
+pub fn two_clocks(rec: &BandwidthRecord, origin: &str) -> Figure {
+    let r = &rec.results;
+    let panels = [Direction::H2d, Direction::D2h]
+        .into_iter()
+        .filter(|d| r.directions().contains(d))
+        .map(|d| {
+            let mut series = Vec::new();
+            for k in [HostMemoryKind::Pageable, HostMemoryKind::Pinned] {
+                let pts = r.series(k, d);
+                if pts.is_empty() {
+                    continue;
+                }
+                series.push(Series {
+                    label: format!("{}: device busy", k.label()),
+                    color: kind_color(k),
+                    dashed: false,
+                    points: pts.iter().map(|p| (p.bytes.0 as f64, p.device_ms.median * 1e3)).collect(),
+                });
+                series.push(Series {
+                    label: format!("{}: CPU blocked in call", k.label()),
+                    color: kind_color(k),
+                    dashed: true,
+                    points: pts.iter().map(|p| (p.bytes.0 as f64, p.host_call_ms.median * 1e3)).collect(),
+                });
+            }
+            panel(format!("{}: cuMemcpyAsync", d.label()), "µs per copy (log)", true, series)
+        })
+        .collect();
+    Figure { stem: "lab1-two-clocks".into(), title: "Two clocks: CPU blocked vs device busy".into(), subtitle: origin.into(), panels, panel_size: PANEL }
+}
+
+/// What pinning costs, and after how many copies it has paid for itself.
+pub fn pinning_cost(rec: &BandwidthRecord, origin: &str) -> Figure {
+    let r = &rec.results;
+    let c = &r.pin_cost;
+    let cost = |f: &dyn Fn(&super::PinCostPoint) -> f64| c.iter().map(|p| (p.bytes.0 as f64, f(p))).collect::<Vec<_>>();
+    let costs = vec![
+        Series { label: "pageable: malloc + touch + free".into(), color: kind_color(HostMemoryKind::Pageable), dashed: false, points: cost(&|p| p.pageable_acquire_ms.median + p.pageable_release_ms.median) },
+        Series { label: "pinned: cuMemHostAlloc + free".into(), color: kind_color(HostMemoryKind::Pinned), dashed: false, points: cost(&|p| p.pinned_acquire_ms.median + p.pinned_release_ms.median) },
+        Series { label: "register + unregister".into(), color: kind_color(HostMemoryKind::Registered), dashed: false, points: cost(&|p| p.register_ms.median + p.unregister_ms.median) },
+    ];
+    let be = model::break_even(r);
+    let mut breaks = Vec::new();
+    for d in [Direction::H2d, Direction::D2h] {
+        for k in [HostMemoryKind::Pinned, HostMemoryKind::Registered] {
+            let points: Vec<_> = be.iter().filter(|b| b.kind == k && b.direction == d).filter_map(|b| b.copies.map(|n| (b.bytes.0 as f64, n.max(0.01)))).collect();
+            if !points.is_empty() {
+                breaks.push(Series { label: format!("{} {}", k.label(), d.label()), color: kind_color(k), dashed: d == Direction::D2h, points });
+            }
+        }
+    }
+    Figure {
+        stem: "lab1-pinning-cost".into(),
+        title: "The price of pinning".into(),
+        subtitle: origin.into(),
+        panels: vec![
+            panel("allocate + release".into(), "ms (log)", true, costs),
+            panel("copies until pinning pays off".into(), "break-even copies (log)", true, breaks),
+        ],
+        panel_size: PANEL,
+    }
+}
+
+pub fn all(rec: &BandwidthRecord, origin: &str) -> Vec<Figure> {
+    vec![bandwidth_vs_size(rec, origin), ratio_to_pageable(rec, origin), two_clocks(rec, origin), pinning_cost(rec, origin)]
+}

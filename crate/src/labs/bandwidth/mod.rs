@@ -1,0 +1,302 @@
+//! Lab 1: pinned vs pageable transfers.
+//!
+//! Copies from pageable memory are staged by the driver through its own pinned
+//! bounce buffers, so they are slower and the "async" call blocks the CPU.
+//! Page-locked memory lets the copy engine DMA directly, but pinning costs
+//! time up front. This lab sweeps sizes x directions x host memory kinds,
+//! shows both clocks (CPU blocked vs device busy) and prices pinning.
+
+pub mod charts;
+pub mod exercise;
+pub mod measure;
+pub mod model;
+
+use crate::error::{LabError, Result};
+use crate::gpu::HostMemoryKind;
+use crate::stats::Summary;
+use crate::units::{Bytes, GIB, KIB};
+use serde::{Deserialize, Serialize};
+
+pub const LAB: &str = "bandwidth";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// Host to device.
+    H2d,
+    /// Device to host.
+    D2h,
+    /// H2D and D2H at once, on two streams.
+    #[value(alias = "bidir")]
+    Bidirectional,
+}
+
+impl Direction {
+    pub const ALL: [Direction; 3] = [Direction::H2d, Direction::D2h, Direction::Bidirectional];
+    pub fn label(self) -> &'static str {
+        match self {
+            Direction::H2d => "H2D",
+            Direction::D2h => "D2H",
+            Direction::Bidirectional => "bidirectional",
+        }
+    }
+    pub fn uploads(self) -> bool {
+        self != Direction::D2h
+    }
+    pub fn downloads(self) -> bool {
+        self != Direction::H2d
+    }
+    /// Bytes over the link per copy of `bytes` (both ways for bidirectional).
+    pub fn bytes_moved(self, bytes: u64) -> u64 {
+        if self == Direction::Bidirectional {
+            2 * bytes
+        } else {
+            bytes
+        }
+    }
+}
+
+impl std::fmt::Display for Direction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Largest buffer the lab accepts: beyond this a typo is more likely than intent.
+pub const MAX_BYTES: u64 = 64 * GIB;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BandwidthConfig {
+    pub device: usize,
+    pub min_bytes: Bytes,
+    pub max_bytes: Bytes,
+    pub kinds: Vec<HostMemoryKind>,
+    pub directions: Vec<Direction>,
+    pub warmup: usize,
+    pub repeats: usize,
+    /// Small copies are issued back to back until a sample moves at least
+    /// this much (at most 64 copies), so event resolution does not dominate.
+    pub min_sample_bytes: Bytes,
+    /// Repeats of each allocation in the pinning-cost part (0 skips it).
+    pub pin_cost_repeats: usize,
+}
+
+impl Default for BandwidthConfig {
+    /// The full sweep of the lab: 4 KiB - 1 GiB, every kind and direction.
+    fn default() -> Self {
+        BandwidthConfig {
+            device: 0,
+            min_bytes: Bytes(4 * KIB),
+            max_bytes: Bytes(GIB),
+            kinds: HostMemoryKind::ALL.to_vec(),
+            directions: Direction::ALL.to_vec(),
+            warmup: 2,
+            repeats: 10,
+            min_sample_bytes: Bytes(8 << 20),
+            pin_cost_repeats: 5,
+        }
+    }
+}
+
+impl BandwidthConfig {
+    /// A shorter sweep for notebooks (4 KiB - 256 MiB, fewer repeats).
+    pub fn quick() -> Self {
+        BandwidthConfig { max_bytes: Bytes(256 << 20), repeats: 5, pin_cost_repeats: 3, ..Self::default() }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let (lo, hi) = (self.min_bytes.0, self.max_bytes.0);
+        for (name, b) in [("minimum", lo), ("maximum", hi)] {
+            if b < 8 || b % 8 != 0 {
+                return Err(LabError::config(format!(
+                    "{name} size {} must be a multiple of 8 bytes and at least 8 B",
+                    Bytes(b)
+                )));
+            }
+        }
+        if lo > hi {
+            return Err(LabError::config(format!("minimum size {} exceeds maximum {}", Bytes(lo), Bytes(hi))));
+        }
+        if hi > MAX_BYTES {
+            return Err(LabError::config(format!("maximum size {} is over the {} limit", Bytes(hi), Bytes(MAX_BYTES))));
+        }
+        if self.kinds.is_empty() || self.directions.is_empty() {
+            return Err(LabError::config("at least one memory kind and one direction are needed"));
+        }
+        if self.repeats == 0 || self.repeats > 10_000 || self.warmup > 1_000 {
+            return Err(LabError::config(format!(
+                "repeats must be 1-10000 and warm-up 0-1000 (got {} and {})",
+                self.repeats, self.warmup
+            )));
+        }
+        if self.pin_cost_repeats > 1_000 {
+            return Err(LabError::config("pin-cost repeats must be at most 1000"));
+        }
+        Ok(())
+    }
+
+    /// min, 2*min, 4*min ... up to max.
+    pub fn sizes(&self) -> Vec<Bytes> {
+        let mut v = Vec::new();
+        let mut s = self.min_bytes.0;
+        while s <= self.max_bytes.0 {
+            v.push(Bytes(s));
+            s = match s.checked_mul(2) {
+                Some(n) => n,
+                None => break,
+            };
+        }
+        v
+    }
+
+    /// Every other size (x4 steps) plus the largest: allocations are slow.
+    pub fn pin_cost_sizes(&self) -> Vec<Bytes> {
+        let all = self.sizes();
+        let mut v: Vec<Bytes> = all.iter().step_by(2).copied().collect();
+        if let Some(&last) = all.last() {
+            if v.last() != Some(&last) {
+                v.push(last);
+            }
+        }
+        v
+    }
+
+    pub fn copies_per_sample(&self, bytes: Bytes) -> usize {
+        (self.min_sample_bytes.0 / bytes.0.max(1)).clamp(1, 64) as usize
+    }
+}
+
+/// One (kind, direction, size) point of the sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TransferPoint {
+    pub kind: HostMemoryKind,
+    pub direction: Direction,
+    pub bytes: Bytes,
+    pub copies_per_sample: usize,
+    /// Device time per copy (CUDA events), ms.
+    pub device_ms: Summary,
+    /// Host time inside one copy call (how long the CPU was blocked), ms.
+    pub host_call_ms: Summary,
+    /// GB/s (1e9 bytes/s) over the link by device time; both ways for bidirectional.
+    pub gbps: Summary,
+    /// Whether the streams were held behind the start gate.
+    pub gated: bool,
+    /// Samples whose destination was poisoned before and verified after.
+    pub verified_samples: usize,
+}
+
+/// What it costs to obtain and give back `bytes` of each kind of memory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PinCostPoint {
+    pub bytes: Bytes,
+    /// malloc + touching every page (what pageable memory costs to make usable).
+    pub pageable_acquire_ms: Summary,
+    pub pageable_release_ms: Summary,
+    /// cuMemHostAlloc (it populates and locks every page).
+    pub pinned_acquire_ms: Summary,
+    pub pinned_release_ms: Summary,
+    /// cuMemHostRegister of memory that already exists and was written.
+    pub register_ms: Summary,
+    pub unregister_ms: Summary,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BandwidthResults {
+    pub config: BandwidthConfig,
+    pub transfers: Vec<TransferPoint>,
+    pub pin_cost: Vec<PinCostPoint>,
+}
+
+pub type BandwidthRecord = crate::record::Record<BandwidthResults>;
+
+impl BandwidthResults {
+    pub fn point(&self, kind: HostMemoryKind, direction: Direction, bytes: Bytes) -> Option<&TransferPoint> {
+        self.transfers.iter().find(|p| p.kind == kind && p.direction == direction && p.bytes == bytes)
+    }
+    /// The points of one series, by size.
+    pub fn series(&self, kind: HostMemoryKind, direction: Direction) -> Vec<&TransferPoint> {
+        let mut v: Vec<_> = self.transfers.iter().filter(|p| p.kind == kind && p.direction == direction).collect();
+        v.sort_by_key(|p| p.bytes);
+        v
+    }
+    pub fn kinds(&self) -> Vec<HostMemoryKind> {
+        let mut v: Vec<_> = self.transfers.iter().map(|p| p.kind).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+    pub fn directions(&self) -> Vec<Direction> {
+        let mut v: Vec<_> = self.transfers.iter().map(|p| p.direction).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+    pub fn largest_size(&self) -> Option<Bytes> {
+        self.transfers.iter().map(|p| p.bytes).max()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_sweep_is_4k_to_1g() {
+        let c = BandwidthConfig::default();
+        c.validate().unwrap();
+        let s = c.sizes();
+        assert_eq!((s.len(), s[0], *s.last().unwrap()), (19, Bytes(4096), Bytes(GIB)));
+        assert_eq!(c.copies_per_sample(Bytes(4096)), 64);
+        assert_eq!(c.copies_per_sample(Bytes(GIB)), 1);
+        let p = c.pin_cost_sizes();
+        assert_eq!((p[0], p[1], *p.last().unwrap()), (Bytes(4096), Bytes(16384), Bytes(GIB)));
+    }
+
+    #[test]
+    fn bad_configs_are_named() {
+        let bad = |f: &dyn Fn(&mut BandwidthConfig)| {
+            let mut c = BandwidthConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err().to_string()
+        };
+        assert!(bad(&|c| c.min_bytes = Bytes(0)).contains("minimum size 0 B"));
+        assert!(bad(&|c| c.max_bytes = Bytes(1000 * GIB)).contains("over the 64 GiB limit"));
+        assert!(bad(&|c| c.min_bytes = Bytes(12)).contains("multiple of 8"));
+        assert!(bad(&|c| c.min_bytes = Bytes(2 * GIB)).contains("exceeds maximum"));
+        assert!(bad(&|c| c.kinds.clear()).contains("memory kind"));
+        assert!(bad(&|c| c.repeats = 0).contains("repeats"));
+    }
+}
+
+/// Notebook entry points for lab 1.
+impl crate::notebook::LabRun<BandwidthResults> {
+    pub fn summary(&self) -> String {
+        model::summary_table(&self.record)
+    }
+    pub fn break_even_table(&self) -> String {
+        model::break_even_table(&self.record.results)
+    }
+    pub fn bandwidth_chart(&self) -> crate::chart::Figure {
+        charts::bandwidth_vs_size(&self.record, &self.origin())
+    }
+    pub fn ratio_chart(&self) -> crate::chart::Figure {
+        charts::ratio_to_pageable(&self.record, &self.origin())
+    }
+    pub fn two_clocks_chart(&self) -> crate::chart::Figure {
+        charts::two_clocks(&self.record, &self.origin())
+    }
+    pub fn pinning_cost_chart(&self) -> crate::chart::Figure {
+        charts::pinning_cost(&self.record, &self.origin())
+    }
+    /// Median device time of one copy, µs (None if that point was not measured).
+    pub fn copy_time_us(&self, kind: HostMemoryKind, direction: Direction, bytes: Bytes) -> Option<f64> {
+        self.record.results.point(kind, direction, bytes).map(|p| p.device_ms.median * 1e3)
+    }
+}
+
+/// Lab 1 in a notebook: live on a GPU, else the newest recording.
+pub fn live_or_recorded(cfg: BandwidthConfig) -> Result<crate::notebook::LabRun<BandwidthResults>> {
+    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| {
+        measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines)
+    })
+}

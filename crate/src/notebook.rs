@@ -1,0 +1,81 @@
+//! Notebook glue shared by every lab: run live when a GPU is here, else load
+//! the newest recording and say so loudly.
+
+use crate::error::Result;
+use crate::gpu::{Availability, Gpu};
+use crate::record::{default_data_dir, find_recordings, Record};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Clone, Debug)]
+pub enum Source {
+    Live,
+    Recorded { path: PathBuf, why_not_live: String },
+}
+
+/// A lab's results and where they came from.
+#[derive(Clone, Debug)]
+pub struct LabRun<T> {
+    pub record: Record<T>,
+    pub source: Source,
+}
+
+/// Set to force recorded data even on a GPU machine (e.g. to reproduce the
+/// committed notebook outputs).
+pub const FORCE_RECORDED_ENV: &str = "OVERLAP_LAB_RECORDED";
+
+impl<T: Serialize + DeserializeOwned> LabRun<T> {
+    /// Runs `live` on device `ordinal` if a GPU is usable, else loads the
+    /// newest recording of `lab` from the data directory.
+    pub fn live_or_recorded(lab: &str, ordinal: usize, live: impl FnOnce(&Gpu) -> Result<T>) -> Result<LabRun<T>> {
+        let why_not = if std::env::var_os(FORCE_RECORDED_ENV).is_some() {
+            format!("{FORCE_RECORDED_ENV} is set")
+        } else {
+            let avail = Availability::probe();
+            if avail.is_ready() {
+                let gpu = Gpu::open(ordinal)?;
+                let fp = gpu.fingerprint()?;
+                let results = live(&gpu)?;
+                let mut record = Record::new(lab, fp, results);
+                record.command = vec!["notebook".into(), lab.into()];
+                return Ok(LabRun { record, source: Source::Live });
+            }
+            avail.reason()
+        };
+        Self::recorded(lab, why_not)
+    }
+
+    /// The newest recording of `lab`.
+    pub fn recorded(lab: &str, why_not_live: String) -> Result<LabRun<T>> {
+        let mut found = find_recordings::<T>(&default_data_dir(), lab)?;
+        let (path, record) = found.remove(0);
+        Ok(LabRun { record, source: Source::Recorded { path, why_not_live } })
+    }
+
+    pub fn is_live(&self) -> bool {
+        matches!(self.source, Source::Live)
+    }
+
+    /// One line for chart subtitles.
+    pub fn origin(&self) -> String {
+        match &self.source {
+            Source::Live => format!("live on {}", self.record.provenance()),
+            Source::Recorded { .. } => format!("RECORDED on {}", self.record.provenance()),
+        }
+    }
+
+    /// A visible banner for the top of a notebook's results.
+    pub fn banner(&self) -> String {
+        let fp = &self.record.fingerprint;
+        let bar = "=".repeat(72);
+        let (head, detail) = match &self.source {
+            Source::Live => (format!("LIVE RUN on {}", self.record.provenance()), String::new()),
+            Source::Recorded { path, why_not_live } => (
+                format!("RECORDED on {}", self.record.provenance()),
+                format!("\nNot live because {why_not_live}.\nData: {}\nCommand: {}", path.display(), self.record.command.join(" ")),
+            ),
+        };
+        format!("{bar}\n{head}{detail}\n{}\n{bar}", fp.describe())
+    }
+}

@@ -1,0 +1,98 @@
+//! Data that proves a copy happened: a seeded pseudo-random fill that differs
+//! per run, a poison value written into destinations first, and a comparison
+//! that names the first wrong word. All of it runs outside timed regions,
+//! spread over the host's cores.
+
+use crate::error::{LabError, Result};
+use rayon::prelude::*;
+
+/// What a destination holds before a copy writes it.
+pub const POISON: u64 = 0xDEAD_BEEF_DEAD_BEEF;
+const CHUNK: usize = 1 << 16;
+
+/// splitmix64: a cheap, well-mixed word for index `i` under `seed`.
+pub fn word(seed: u64, i: u64) -> u64 {
+    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    let w = z ^ (z >> 31);
+    if w == POISON {
+        !w
+    } else {
+        w
+    }
+}
+
+/// A fresh seed for each run, so no stale result can pass for a new one.
+pub fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.finish()
+}
+
+pub fn fill(words: &mut [u64], seed: u64) {
+    words.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
+        let base = (c * CHUNK) as u64;
+        for (j, w) in chunk.iter_mut().enumerate() {
+            *w = word(seed, base + j as u64);
+        }
+    });
+}
+
+pub fn poison(words: &mut [u64]) {
+    words.par_chunks_mut(CHUNK).for_each(|chunk| chunk.fill(POISON));
+}
+
+/// Checks `words` against the fill for `seed`; the error names the first bad
+/// word and whether it still holds the poison (never written).
+pub fn verify(words: &[u64], seed: u64, what: &str) -> Result<()> {
+    let bad = words.par_chunks(CHUNK).enumerate().find_map_first(|(c, chunk)| {
+        let base = c * CHUNK;
+        chunk.iter().enumerate().find_map(|(j, &got)| {
+            let i = base + j;
+            let want = word(seed, i as u64);
+            (got != want).then_some((i, want, got))
+        })
+    });
+    match bad {
+        None => Ok(()),
+        Some((i, want, got)) => Err(LabError::Verification(format!(
+            "{what}: word {i} (byte {}) is {got:#018x}, expected {want:#018x}{}",
+            i * 8,
+            if got == POISON { " (still poison: never written)" } else { "" }
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_then_verify_round_trips() {
+        let mut v = vec![0u64; 3 * CHUNK + 17];
+        fill(&mut v, 42);
+        verify(&v, 42, "roundtrip").unwrap();
+        assert!(verify(&v, 43, "other seed").is_err(), "a different seed must not verify");
+    }
+
+    #[test]
+    fn verify_names_first_bad_word_and_poison() {
+        let mut v = vec![0u64; 2 * CHUNK];
+        fill(&mut v, 7);
+        v[CHUNK + 5] = POISON;
+        let e = verify(&v, 7, "h2d 1 MiB").unwrap_err().to_string();
+        assert!(e.contains(&format!("word {}", CHUNK + 5)), "{e}");
+        assert!(e.contains("never written"), "{e}");
+        poison(&mut v);
+        assert!(v.iter().all(|&w| w == POISON));
+        assert!(verify(&v, 7, "poisoned").unwrap_err().to_string().contains("word 0 "));
+    }
+
+    #[test]
+    fn seeds_differ_and_words_never_equal_poison() {
+        assert_ne!(fresh_seed(), fresh_seed());
+        assert!((0..100_000u64).all(|i| word(1, i) != POISON));
+    }
+}

@@ -1,0 +1,56 @@
+//! Progress for long sweeps: a bar on a terminal, plain lines in a notebook or
+//! a log, nothing when asked to be quiet.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// A bar on stderr when it is a terminal, else lines.
+    Auto,
+    /// One line per step on stdout (notebooks show stdout).
+    Lines,
+    Quiet,
+}
+
+pub struct Progress {
+    bar: Option<ProgressBar>,
+    lines: bool,
+    total: u64,
+    done: u64,
+    label: String,
+}
+
+impl Progress {
+    pub fn new(mode: ProgressMode, total: u64, label: &str) -> Progress {
+        let bar = (mode == ProgressMode::Auto && std::io::stderr().is_terminal()).then(|| {
+            let b = ProgressBar::new(total);
+            b.set_style(
+                ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {elapsed_precise} {msg}")
+                    .expect("static template")
+                    .progress_chars("=> "),
+            );
+            b.set_prefix(label.to_string());
+            b
+        });
+        let lines = bar.is_none() && mode != ProgressMode::Quiet;
+        Progress { bar, lines, total, done: 0, label: label.to_string() }
+    }
+
+    /// Marks one step finished, with what it was.
+    pub fn step(&mut self, what: &str) {
+        self.done += 1;
+        if let Some(b) = &self.bar {
+            b.set_message(what.to_string());
+            b.inc(1);
+        } else if self.lines {
+            println!("[{} {}/{}] {what}", self.label, self.done, self.total);
+        }
+    }
+
+    pub fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Recorded results: one JSON file per lab per device under
+//! `data/<device-slug>/<lab>.json`, with schema version, fingerprint, command
+//! line and date, so notebooks and figures work with no GPU and say so.
+
+use crate::error::{LabError, Result};
+use crate::gpu::Fingerprint;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Record<T> {
+    pub schema_version: u32,
+    pub lab: String,
+    pub tool_version: String,
+    pub fingerprint: Fingerprint,
+    /// The command line that produced it.
+    pub command: Vec<String>,
+    pub created: chrono::DateTime<chrono::Utc>,
+    pub results: T,
+}
+
+impl<T: Serialize + DeserializeOwned> Record<T> {
+    pub fn new(lab: &str, fingerprint: Fingerprint, results: T) -> Self {
+        Record {
+            schema_version: SCHEMA_VERSION,
+            lab: lab.to_string(),
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            fingerprint,
+            command: std::env::args().collect(),
+            created: chrono::Utc::now(),
+            results,
+        }
+    }
+
+    pub fn path_in(&self, data_dir: &Path) -> PathBuf {
+        data_dir.join(self.fingerprint.slug()).join(format!("{}.json", self.lab))
+    }
+
+    /// Writes atomically (temp file then rename): a crash never leaves half a record.
+    pub fn save(&self, data_dir: &Path) -> Result<PathBuf> {
+        let path = self.path_in(data_dir);
+        let dir = path.parent().expect("path has a parent");
+        std::fs::create_dir_all(dir).map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string_pretty(self).expect("records serialize");
+        std::fs::write(&tmp, text + "\n").map_err(|e| LabError::io(format!("writing {}", tmp.display()), e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| LabError::io(format!("renaming to {}", path.display()), e))?;
+        Ok(path)
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => LabError::MissingData { path: path.to_path_buf() },
+            _ => LabError::io(format!("reading {}", path.display()), e),
+        })?;
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| LabError::BadData { path: path.to_path_buf(), reason: e.to_string() })?;
+        let version = value.get("schema_version").and_then(|v| v.as_u64());
+        if version != Some(SCHEMA_VERSION as u64) {
+            return Err(LabError::BadData {
+                path: path.to_path_buf(),
+                reason: format!("schema version {version:?}, this tool reads {SCHEMA_VERSION}"),
+            });
+        }
+        serde_json::from_value(value).map_err(|e| LabError::BadData { path: path.to_path_buf(), reason: e.to_string() })
+    }
+
+    /// "recorded on NVIDIA H100 80GB HBM3, 2026-11-21 14:02 UTC"
+    pub fn provenance(&self) -> String {
+        format!("{}, {}", self.fingerprint.gpu_name, self.created.format("%Y-%m-%d %H:%M UTC"))
+    }
+}
+
+/// Where recorded data lives: `$OVERLAP_LAB_DATA`, else the repository's
+/// `data/` next to this crate (works from the CLI and from notebooks).
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("OVERLAP_LAB_DATA") {
+        return PathBuf::from(d);
+    }
+    let beside_crate = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("data");
+    if beside_crate.is_dir() {
+        return beside_crate;
+    }
+    PathBuf::from("data")
+}
+
+/// Every recording of `lab` under `data_dir`, newest first.
+pub fn find_recordings<T: Serialize + DeserializeOwned>(data_dir: &Path, lab: &str) -> Result<Vec<(PathBuf, Record<T>)>> {
+    let entries = std::fs::read_dir(data_dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => LabError::MissingData { path: data_dir.to_path_buf() },
+        _ => LabError::io(format!("listing {}", data_dir.display()), e),
+    })?;
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path().join(format!("{lab}.json"));
+        if path.is_file() {
+            found.push((path.clone(), Record::<T>::load(&path)?));
+        }
+    }
+    if found.is_empty() {
+        return Err(LabError::MissingData { path: data_dir.join("<device>").join(format!("{lab}.json")) });
+    }
+    found.sort_by(|a, b| b.1.created.cmp(&a.1.created));
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Toy {
+        x: u32,
+    }
+
+    #[test]
+    fn save_load_round_trip_and_newest_first() {
+        let dir = crate::testing::temp_dir("record");
+        let mut a = Record::new("toy", crate::testing::fingerprint(), Toy { x: 1 });
+        a.created = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let pa = a.save(&dir).unwrap();
+        assert!(pa.ends_with("test-gpu/toy.json"), "{}", pa.display());
+        let mut fb = crate::testing::fingerprint();
+        fb.gpu_name = "Other GPU".into();
+        let b = Record::new("toy", fb, Toy { x: 2 });
+        b.save(&dir).unwrap();
+        let all = find_recordings::<Toy>(&dir, "toy").unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].1.results, Toy { x: 2 }, "newest first");
+        assert_eq!(Record::<Toy>::load(&pa).unwrap().results, Toy { x: 1 });
+        assert!(!dir.join("test-gpu/toy.json.tmp").exists());
+    }
+
+    #[test]
+    fn missing_and_bad_files_are_clear_errors() {
+        let dir = crate::testing::temp_dir("record-bad");
+        let e = Record::<Toy>::load(&dir.join("nope.json")).unwrap_err();
+        assert!(matches!(e, LabError::MissingData { .. }), "{e}");
+        assert!(e.to_string().contains("overlap-lab all"));
+        std::fs::write(dir.join("bad.json"), "{ not json").unwrap();
+        assert!(matches!(Record::<Toy>::load(&dir.join("bad.json")).unwrap_err(), LabError::BadData { .. }));
+        std::fs::write(dir.join("old.json"), r#"{"schema_version": 0}"#).unwrap();
+        let e = Record::<Toy>::load(&dir.join("old.json")).unwrap_err().to_string();
+        assert!(e.contains("schema version"), "{e}");
+        assert!(matches!(find_recordings::<Toy>(&dir, "toy").unwrap_err(), LabError::MissingData { .. }));
+        assert!(matches!(find_recordings::<Toy>(&dir.join("absent"), "toy").unwrap_err(), LabError::MissingData { .. }));
+    }
+}

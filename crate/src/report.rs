@@ -1,0 +1,43 @@
+//! `overlap-lab report`: every figure from the recorded data, no GPU needed.
+
+use crate::error::{LabError, Result};
+use crate::labs::bandwidth::{self, BandwidthResults};
+use crate::record::Record;
+use std::path::{Path, PathBuf};
+
+/// Renders every figure of every recording under `data_dir` into
+/// `out_dir/<device>/` (SVG + PNG, plus a text summary), returning the files.
+pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(data_dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => LabError::MissingData { path: data_dir.to_path_buf() },
+        _ => LabError::io(format!("listing {}", data_dir.display()), e),
+    })?;
+    let mut devices: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    devices.sort();
+    let mut files = Vec::new();
+    for dev in devices {
+        let lab1 = dev.join(format!("{}.json", bandwidth::LAB));
+        if !lab1.is_file() {
+            continue;
+        }
+        let rec = Record::<BandwidthResults>::load(&lab1)?;
+        let dir = out_dir.join(rec.fingerprint.slug());
+        let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command.join(" "));
+        for fig in bandwidth::charts::all(&rec, &origin) {
+            files.extend(fig.save(&dir)?);
+        }
+        let summary = dir.join("lab1-summary.txt");
+        let text = format!(
+            "{origin}\n\n{}\n{}\nBreak-even (copies until pinning pays off)\n{}",
+            rec.fingerprint.describe(),
+            bandwidth::model::summary_table(&rec),
+            bandwidth::model::break_even_table(&rec.results)
+        );
+        std::fs::write(&summary, text).map_err(|e| LabError::io(format!("writing {}", summary.display()), e))?;
+        files.push(summary);
+    }
+    if files.is_empty() {
+        return Err(LabError::MissingData { path: data_dir.join("<device>").join("bandwidth.json") });
+    }
+    Ok(files)
+}

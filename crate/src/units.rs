@@ -1,0 +1,89 @@
+//! Byte sizes that print and parse the way people write them (`4KiB`, `1GiB`).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+pub const KIB: u64 = 1 << 10;
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+
+/// A byte count. Displays with binary units, parses `4096`, `4K`, `4KiB`, `64MiB`, `1G`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Bytes(pub u64);
+
+impl Bytes {
+    pub fn get(self) -> u64 {
+        self.0
+    }
+    pub fn as_usize(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        let (unit, div) = if b >= GIB {
+            ("GiB", GIB)
+        } else if b >= MIB {
+            ("MiB", MIB)
+        } else if b >= KIB {
+            ("KiB", KIB)
+        } else {
+            return write!(f, "{b} B");
+        };
+        if b % div == 0 {
+            write!(f, "{} {unit}", b / div)
+        } else {
+            write!(f, "{:.1} {unit}", b as f64 / div as f64)
+        }
+    }
+}
+
+impl FromStr for Bytes {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        if num.is_empty() {
+            return Err(format!("'{s}' is not a size (expected e.g. 4096, 4KiB, 64MiB, 1GiB)"));
+        }
+        let n: u64 = num.parse().map_err(|_| format!("'{s}' is too large a number"))?;
+        let mult = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kib" | "kb" => KIB,
+            "m" | "mib" | "mb" => MIB,
+            "g" | "gib" | "gb" => GIB,
+            other => return Err(format!("unknown size unit '{other}' in '{s}' (use B, KiB, MiB or GiB)")),
+        };
+        n.checked_mul(mult).map(Bytes).ok_or_else(|| format!("'{s}' overflows 64 bits"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints_binary_units() {
+        assert_eq!("4KiB".parse::<Bytes>().unwrap(), Bytes(4096));
+        assert_eq!("64M".parse::<Bytes>().unwrap(), Bytes(64 * MIB));
+        assert_eq!(" 1 GiB".trim().parse::<Bytes>().unwrap(), Bytes(GIB));
+        assert_eq!("4096".parse::<Bytes>().unwrap(), Bytes(4096));
+        assert_eq!(Bytes(GIB).to_string(), "1 GiB");
+        assert_eq!(Bytes(1536).to_string(), "1.5 KiB");
+        assert_eq!(Bytes(12).to_string(), "12 B");
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!("".parse::<Bytes>().is_err());
+        assert!("KiB".parse::<Bytes>().is_err());
+        assert!("4XB".parse::<Bytes>().unwrap_err().contains("unknown size unit"));
+        assert!("99999999999999999999".parse::<Bytes>().is_err());
+        assert!("17179869184G".parse::<Bytes>().unwrap_err().contains("overflows"));
+    }
+}

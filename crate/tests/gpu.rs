@@ -1,0 +1,122 @@
+//! Tests that need a GPU. With no driver each one says it skipped and passes;
+//! on the lent GPU they run for real (see README: "Testing").
+
+use overlap_lab::gpu::{alloc_host, Availability, CopyOp, CopyTimer, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer};
+use overlap_lab::labs::bandwidth::{measure, BandwidthConfig, Direction};
+use overlap_lab::pattern;
+use overlap_lab::progress::ProgressMode;
+use overlap_lab::testing::gpu_or_skip;
+use overlap_lab::{Bytes, LabError};
+
+const MIB: usize = 1 << 20;
+
+#[test]
+fn no_driver_or_bad_ordinal_is_an_error_not_a_panic() {
+    match Availability::probe() {
+        Availability::NoDriver => {
+            assert!(matches!(Gpu::open(0), Err(LabError::NoDriver)));
+            assert_eq!(Gpu::open(0).unwrap_err().to_string(), LabError::NoDriver.to_string());
+        }
+        _ => {
+            let e = Gpu::open(999).unwrap_err();
+            assert!(matches!(e, LabError::NoDevice { ordinal: 999, .. }), "{e}");
+        }
+    }
+}
+
+#[test]
+fn fingerprint_is_complete() {
+    let Some(gpu) = gpu_or_skip("fingerprint_is_complete") else { return };
+    let fp = gpu.fingerprint().unwrap();
+    println!("{}", fp.describe());
+    assert!(!fp.gpu_name.is_empty());
+    assert!(fp.sm_count > 0 && fp.memory_bytes > 0 && fp.async_engine_count >= 1);
+    assert!(fp.compute_capability.contains('.'));
+    assert!(fp.driver_cuda_version.starts_with("1"));
+    assert!(!fp.slug().is_empty());
+}
+
+#[test]
+fn every_host_kind_round_trips_verified() {
+    let Some(gpu) = gpu_or_skip("every_host_kind_round_trips_verified") else { return };
+    let s = gpu.stream().unwrap();
+    let dev = gpu.alloc(4 * MIB).unwrap();
+    let mut check = PinnedBuffer::new(&gpu, 4 * MIB).unwrap();
+    for kind in HostMemoryKind::ALL {
+        let mut h = alloc_host(&gpu, kind, 4 * MIB).unwrap();
+        assert_eq!((h.kind(), h.bytes()), (kind, 4 * MIB));
+        let seed = pattern::fresh_seed();
+        pattern::fill(h.words_mut(), seed);
+        s.fill_u32(&dev, 0xDEAD_BEEF).unwrap();
+        s.upload(&dev, h.as_ref(), 4 * MIB).unwrap();
+        pattern::poison(check.words_mut());
+        s.download(&mut check, &dev, 4 * MIB).unwrap();
+        pattern::verify(&check.words()[..], seed, &format!("{kind} round trip")).unwrap();
+    }
+}
+
+#[test]
+fn pageable_copies_block_the_cpu_and_pinned_ones_do_not() {
+    let Some(gpu) = gpu_or_skip("pageable_copies_block_the_cpu_and_pinned_ones_do_not") else { return };
+    let n = 64 * MIB;
+    let dev = gpu.alloc(n).unwrap();
+    let mut timer = CopyTimer::new(&gpu, 2).unwrap();
+    for kind in [HostMemoryKind::Pageable, HostMemoryKind::Pinned] {
+        let mut h = alloc_host(&gpu, kind, n).unwrap();
+        pattern::fill(h.words_mut(), 1);
+        let gated = kind.is_page_locked() && timer.has_gate();
+        let mut best = None;
+        for _ in 0..3 {
+            let t = timer.run(&mut [CopyOp::HostToDevice { src: h.as_ref(), dst: &dev, bytes: n }], 1, gated).unwrap();
+            best = Some(t);
+        }
+        let t = best.unwrap();
+        println!("{kind}: device {:.3} ms, CPU blocked {:.3} ms, gated {}", t.device_ms, t.host_call_ms, t.gated);
+        assert!(t.device_ms > 0.0);
+        if kind == HostMemoryKind::Pageable {
+            assert!(t.host_call_ms > 0.5 * t.device_ms, "pageable copy should block: {t:?}");
+        } else {
+            assert!(t.host_call_ms < 0.1 * t.device_ms, "pinned copy should return at once: {t:?}");
+        }
+    }
+}
+
+#[test]
+fn small_sweep_verifies_every_point() {
+    let Some(gpu) = gpu_or_skip("small_sweep_verifies_every_point") else { return };
+    let cfg = BandwidthConfig {
+        min_bytes: Bytes(4096),
+        max_bytes: Bytes(1 << 20),
+        warmup: 1,
+        repeats: 3,
+        pin_cost_repeats: 2,
+        ..BandwidthConfig::default()
+    };
+    let r = measure::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
+    assert_eq!(r.transfers.len(), 4 * 3 * cfg.sizes().len());
+    for p in &r.transfers {
+        assert_eq!(p.verified_samples, 4, "{p:?}");
+        assert!(p.gbps.median > 0.0 && p.gbps.min <= p.gbps.median && p.gbps.median <= p.gbps.max);
+        assert_eq!(p.device_ms.n, 3);
+    }
+    let bidir = r.point(HostMemoryKind::Pinned, Direction::Bidirectional, Bytes(1 << 20)).unwrap();
+    let h2d = r.point(HostMemoryKind::Pinned, Direction::H2d, Bytes(1 << 20)).unwrap();
+    assert!(bidir.gbps.median > h2d.gbps.median, "both directions at once should move more: {bidir:?} vs {h2d:?}");
+    assert_eq!(r.pin_cost.len(), cfg.pin_cost_sizes().len());
+}
+
+#[test]
+fn absurd_sizes_are_clear_errors() {
+    let Some(gpu) = gpu_or_skip("absurd_sizes_are_clear_errors") else { return };
+    let e = gpu.alloc(1 << 50).err().expect("1 PiB cannot be allocated");
+    assert!(matches!(e, LabError::OutOfMemory { .. }), "{e}");
+    let e = gpu.ensure_free(1 << 50, "a test").unwrap_err();
+    assert!(e.to_string().contains("only"), "{e}");
+    let big = BandwidthConfig { max_bytes: Bytes(60 << 30), kinds: vec![HostMemoryKind::Pinned], ..BandwidthConfig::default() };
+    let (free, _) = gpu.memory_info().unwrap();
+    if 2 * (60u64 << 30) > free {
+        let e = measure::run(&gpu, &big, ProgressMode::Quiet).unwrap_err();
+        assert!(e.to_string().contains("device memory"), "{e}");
+    }
+    assert!(matches!(alloc_host(&gpu, HostMemoryKind::Pinned, 0), Err(LabError::Config(_))));
+}
