@@ -31,17 +31,52 @@ pub fn fresh_seed() -> u64 {
     h.finish()
 }
 
-pub fn fill(words: &mut [u64], seed: u64) {
+/// Where written words end up: in the CPU's caches (ordinary stores) or
+/// straight in DRAM (non-temporal stores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    Cached,
+    /// Bypasses the caches, so a DMA that follows does not have to snoop
+    /// freshly written (dirty) lines out of CPU caches. The labs write their
+    /// inputs this way so they measure the link, not the cache.
+    Streaming,
+}
+
+fn write_words(words: &mut [u64], store: Store, f: impl Fn(u64) -> u64 + Sync) {
     words.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
         let base = (c * CHUNK) as u64;
-        for (j, w) in chunk.iter_mut().enumerate() {
-            *w = word(seed, base + j as u64);
+        match store {
+            #[cfg(target_arch = "x86_64")]
+            Store::Streaming => {
+                use std::arch::x86_64::{_mm_sfence, _mm_stream_si64};
+                for (j, w) in chunk.iter_mut().enumerate() {
+                    // SAFETY: w is a valid, aligned u64 we hold exclusively; SSE2 is baseline on x86_64.
+                    unsafe { _mm_stream_si64(w as *mut u64 as *mut i64, f(base + j as u64) as i64) };
+                }
+                // SAFETY: orders the streaming stores before anything that follows.
+                unsafe { _mm_sfence() };
+            }
+            _ => {
+                for (j, w) in chunk.iter_mut().enumerate() {
+                    *w = f(base + j as u64);
+                }
+            }
         }
     });
 }
 
+/// Fills with the pattern for `seed`, bypassing CPU caches.
+pub fn fill(words: &mut [u64], seed: u64) {
+    fill_with(words, seed, Store::Streaming)
+}
+
+pub fn fill_with(words: &mut [u64], seed: u64, store: Store) {
+    write_words(words, store, |i| word(seed, i))
+}
+
+/// Writes the poison everywhere, bypassing CPU caches.
 pub fn poison(words: &mut [u64]) {
-    words.par_chunks_mut(CHUNK).for_each(|chunk| chunk.fill(POISON));
+    write_words(words, Store::Streaming, |_| POISON)
 }
 
 /// Checks `words` against the fill for `seed`; the error names the first bad
@@ -88,6 +123,15 @@ mod tests {
         poison(&mut v);
         assert!(v.iter().all(|&w| w == POISON));
         assert!(verify(&v, 7, "poisoned").unwrap_err().to_string().contains("word 0 "));
+    }
+
+    #[test]
+    fn cached_and_streaming_fills_agree() {
+        let mut a = vec![0u64; CHUNK + 3];
+        let mut b = vec![1u64; CHUNK + 3];
+        fill_with(&mut a, 9, Store::Cached);
+        fill_with(&mut b, 9, Store::Streaming);
+        assert_eq!(a, b);
     }
 
     #[test]

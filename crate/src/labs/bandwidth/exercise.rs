@@ -109,6 +109,17 @@ pub fn check_break_even(r: &BandwidthResults, direction: Direction, bytes: Bytes
         rep.problem(format!("{answer} is not a number of copies (it does pay off, after a finite number)"));
         return rep;
     }
+    if truth == 0.0 {
+        if answer < 1.0 {
+            rep.note(format!("right: pinned memory was cheaper to get than pageable here ({:+.2} ms), so it pays from the first copy", b.extra_cost_ms));
+        } else {
+            rep.problem(format!(
+                "here pinning pays from the first copy: cuMemHostAlloc ({bytes}) cost {:.2} ms less than malloc + touching every page; compare both costs before dividing",
+                -b.extra_cost_ms
+            ));
+        }
+        return rep;
+    }
     let rel = (answer - truth) / truth;
     if rel.abs() <= BREAK_EVEN_TOLERANCE {
         rep.note(format!(
@@ -229,6 +240,11 @@ pub(crate) mod tests {
         let pinned_copy = r.point(HostMemoryKind::Pinned, Direction::H2d, Bytes(1 << 30)).unwrap().device_ms.median;
         let wrong_div = check_break_even(&r, Direction::H2d, Bytes(1 << 30), 220.0 / pinned_copy);
         assert!(!wrong_div.passed && wrong_div.to_string().contains("divided by the pinned"), "{wrong_div}");
+        let mut cheap = r.clone();
+        cheap.pin_cost[0].pinned_acquire_ms.median = 50.0;
+        assert!(check_break_even(&cheap, Direction::H2d, Bytes(1 << 30), 0.0).passed);
+        let e = check_break_even(&cheap, Direction::H2d, Bytes(1 << 30), 12.0);
+        assert!(!e.passed && e.to_string().contains("first copy"), "{e}");
         let missing = check_break_even(&r, Direction::H2d, Bytes(4096), 3.0);
         assert!(!missing.passed && missing.to_string().contains("not measured"));
     }

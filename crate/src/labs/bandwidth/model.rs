@@ -61,7 +61,9 @@ pub fn break_even(r: &BandwidthResults) -> Vec<BreakEven> {
                     continue;
                 };
                 let saving = slow.device_ms.median - fast.device_ms.median;
-                let copies = (saving > 0.0).then(|| (extra / saving).max(0.0));
+                // Negative extra cost: page-locked memory was cheaper to get
+                // than pageable (large mallocs fault every page in): it pays at once.
+                let copies = if extra <= 0.0 { Some(0.0) } else { (saving > 0.0).then(|| extra / saving) };
                 out.push(BreakEven {
                     kind,
                     direction,
@@ -126,7 +128,11 @@ pub fn break_even_table(r: &BandwidthResults) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{:<5} {:<11} {:>10} {:>13} {:>15} {:>12}", "dir", "memory", "size", "extra cost", "saved per copy", "break-even");
     for b in rows {
-        let copies = b.copies.map_or("never".into(), |c| format!("{:.1} copies", c));
+        let copies = match b.copies {
+            None => "never".to_string(),
+            Some(_) if b.extra_cost_ms <= 0.0 => "at once".to_string(),
+            Some(c) => format!("{c:.1} copies"),
+        };
         let _ = writeln!(
             s,
             "{:<5} {:<11} {:>10} {:>13} {:>15} {:>12}",
