@@ -12,7 +12,7 @@ use crate::gpu::HostMemoryKind;
 use crate::units::Bytes;
 
 /// A prediction passes if it is within this fraction of every measured median.
-pub const MODEL_TOLERANCE: f64 = 0.30;
+pub const MODEL_TOLERANCE: f64 = 0.15;
 /// A break-even answer passes within this fraction of the measured one.
 pub const BREAK_EVEN_TOLERANCE: f64 = 0.15;
 

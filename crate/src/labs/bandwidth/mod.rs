@@ -273,6 +273,9 @@ impl crate::notebook::LabRun<BandwidthResults> {
     pub fn summary(&self) -> String {
         model::summary_table(&self.record)
     }
+    pub fn two_clocks_table(&self, bytes: Bytes) -> String {
+        model::two_clocks_table(&self.record.results, bytes)
+    }
     pub fn break_even_table(&self) -> String {
         model::break_even_table(&self.record.results)
     }

@@ -122,6 +122,21 @@ pub fn summary_table(rec: &BandwidthRecord) -> String {
     s
 }
 
+/// The two clocks at one size: how long the copy call held the CPU against
+/// how long the device worked, for each kind and direction measured there.
+pub fn two_clocks_table(r: &BandwidthResults, bytes: Bytes) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "cuMemcpy*Async of {bytes}: {:<15} {:>13} {:>13} {:>9}", "memory", "CPU blocked", "device busy", "blocked");
+    for d in [Direction::H2d, Direction::D2h] {
+        for k in r.kinds() {
+            let Some(p) = r.point(k, d, bytes) else { continue };
+            let share = 100.0 * p.host_call_ms.median / p.device_ms.median;
+            let _ = writeln!(s, "  {:<27} {:<15} {:>13} {:>13} {:>8.0}%", d.label(), k.label(), fmt_ms(p.host_call_ms.median), fmt_ms(p.device_ms.median), share);
+        }
+    }
+    s
+}
+
 /// Break-even copies per size, one line per (direction, kind).
 pub fn break_even_table(r: &BandwidthResults) -> String {
     let rows = break_even(r);
@@ -187,6 +202,8 @@ mod tests {
         let t = summary_table(&rec);
         assert!(t.contains("H2D") && t.contains("pinned") && t.contains("5.00x"), "{t}");
         assert!(t.contains("PCIe Gen5 x16"));
+        let c = two_clocks_table(&rec.results, Bytes(1 << 20));
+        assert!(c.contains("pageable") && c.contains("100%"), "{c}");
         let b = break_even_table(&rec.results);
         assert!(b.contains("copies"), "{b}");
     }

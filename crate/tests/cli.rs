@@ -1,0 +1,66 @@
+//! The command line as a user meets it: help, clear one-line errors with
+//! non-zero exits, and the report from recorded data with no GPU.
+
+use std::process::Command;
+
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_overlap-lab")).args(args).output().expect("binary runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn help_lists_every_command() {
+    let (code, out, _) = cli(&["--help"]);
+    assert_eq!(code, 0);
+    for c in ["device", "bandwidth", "report", "all"] {
+        assert!(out.contains(c), "help lacks {c}: {out}");
+    }
+    let (code, out, _) = cli(&["bandwidth", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("--min") && out.contains("write-combined"), "{out}");
+}
+
+#[test]
+fn bad_input_is_one_clear_line_and_nothing_written() {
+    let data = overlap_lab::testing::temp_dir("cli-bad");
+    let d = data.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["--data", d, "bandwidth", "--min", "0"], "minimum size 0 B"),
+        (vec!["--data", d, "bandwidth", "--max", "100GiB"], "over the 64 GiB limit"),
+        (vec!["--data", d, "bandwidth", "--min", "1MiB", "--max", "4KiB"], "exceeds maximum"),
+        (vec!["--data", d, "bandwidth", "--repeats", "0"], "repeats"),
+        (vec!["--data", d, "bandwidth", "--kinds", "cached"], "invalid value 'cached'"),
+        (vec!["--data", d, "bandwidth", "--min", "4XB"], "unknown size unit"),
+    ] {
+        let (code, _, err) = cli(&args);
+        assert_ne!(code, 0, "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "a failed run wrote something");
+}
+
+#[test]
+fn report_renders_recorded_data_and_missing_data_is_an_error() {
+    let out = overlap_lab::testing::temp_dir("cli-report");
+    let repo_data = concat!(env!("CARGO_MANIFEST_DIR"), "/../data");
+    let (code, stdout, err) = cli(&["--data", repo_data, "report", "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("lab1-bandwidth-vs-size.png"), "{stdout}");
+    let (code, _, err) = cli(&["--data", "/nonexistent/data", "report", "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no recorded data"), "{err}");
+}
+
+#[test]
+fn all_without_gpu_says_so_and_renders_recorded_data() {
+    if overlap_lab::gpu::Availability::probe().is_ready() {
+        eprintln!("SKIPPED all_without_gpu_says_so_and_renders_recorded_data: a GPU is present (the GPU path runs the full sweep)");
+        return;
+    }
+    let out = overlap_lab::testing::temp_dir("cli-all");
+    let repo_data = concat!(env!("CARGO_MANIFEST_DIR"), "/../data");
+    let (code, stdout, err) = cli(&["--data", repo_data, "all", "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("no GPU") && stdout.contains("report:"), "{stdout}");
+}

@@ -1,0 +1,47 @@
+//! The committed reference recordings: they load, every point was verified,
+//! the figures render, and the exercise solutions pass on real data.
+
+use overlap_lab::gpu::HostMemoryKind;
+use overlap_lab::labs::bandwidth::{exercise, model, BandwidthResults, Direction, LAB};
+use overlap_lab::record::{find_recordings, Record};
+use overlap_lab::Bytes;
+use std::path::Path;
+
+fn recordings() -> Vec<(std::path::PathBuf, Record<BandwidthResults>)> {
+    find_recordings(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../data")), LAB).expect("data/ holds a lab 1 recording")
+}
+
+#[test]
+fn recordings_are_complete_and_verified() {
+    for (path, rec) in recordings() {
+        let r = &rec.results;
+        assert_eq!(r.transfers.len(), r.config.kinds.len() * r.config.directions.len() * r.config.sizes().len(), "{}", path.display());
+        assert!(r.transfers.iter().all(|p| p.verified_samples == r.config.warmup + r.config.repeats));
+        assert!(!rec.command.is_empty() && !rec.fingerprint.gpu_uuid.is_empty());
+        assert!(!r.pin_cost.is_empty());
+        // Sanity, not a speed target: pinned beats pageable at the largest size.
+        let big = r.largest_size().unwrap();
+        let pinned = r.point(HostMemoryKind::Pinned, Direction::H2d, big).unwrap();
+        let pageable = r.point(HostMemoryKind::Pageable, Direction::H2d, big).unwrap();
+        assert!(pinned.gbps.median > pageable.gbps.median);
+    }
+}
+
+#[test]
+fn solutions_pass_on_recorded_data() {
+    for (_, rec) in recordings() {
+        let r = &rec.results;
+        for d in [Direction::H2d, Direction::D2h] {
+            let big = r.largest_size().unwrap();
+            let bw = r.point(HostMemoryKind::Pinned, d, big).unwrap().gbps.median;
+            let small = r.config.min_bytes;
+            let t0 = r.point(HostMemoryKind::Pinned, d, small).unwrap().device_ms.median * 1e3 - small.0 as f64 / (bw * 1e3);
+            let rep = exercise::check_transfer_model(r, HostMemoryKind::Pinned, d, |b| t0 + b as f64 / (bw * 1e3));
+            assert!(rep.passed, "{rep}");
+        }
+        let be = model::break_even(r);
+        let one = be.iter().find(|b| b.kind == HostMemoryKind::Pinned && b.direction == Direction::D2h && b.bytes == Bytes(1 << 20)).unwrap();
+        assert!(exercise::check_break_even(r, Direction::D2h, Bytes(1 << 20), one.copies.unwrap()).passed);
+        assert!(!exercise::check_break_even(r, Direction::D2h, Bytes(1 << 20), one.copies.unwrap() * 3.0 + 5.0).passed);
+    }
+}
