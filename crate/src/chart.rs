@@ -118,7 +118,15 @@ macro_rules! draw_panel {
                 chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(|e| e.to_string())?;
                 chart.draw_series(pts.map(|p| Circle::new(p, 2, color.filled()))).map_err(|e| e.to_string())?
             };
-            anno.label(s.label.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            if s.dashed {
+                anno.label(s.label.clone()).legend(move |(x, y)| {
+                    EmptyElement::at((x, y))
+                        + PathElement::new(vec![(0, 0), (7, 0)], color.stroke_width(2))
+                        + PathElement::new(vec![(11, 0), (18, 0)], color.stroke_width(2))
+                });
+            } else {
+                anno.label(s.label.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            }
         }
         chart
             .configure_series_labels()

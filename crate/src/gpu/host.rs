@@ -144,47 +144,40 @@ impl Drop for DriverHostAlloc {
     }
 }
 
-/// Page-locked, cached host memory (cuMemHostAlloc, flags 0).
-pub struct PinnedBuffer(DriverHostAlloc);
+/// Declares a host-buffer type backed by cuMemHostAlloc with the given flags.
+macro_rules! driver_host_buffer {
+    ($(#[$doc:meta])* $name:ident, $kind:ident, $flags:expr) => {
+        $(#[$doc])*
+        pub struct $name(DriverHostAlloc);
 
-impl PinnedBuffer {
-    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self> {
-        Ok(PinnedBuffer(DriverHostAlloc::new(gpu, bytes, driver::HOST_ALLOC_PINNED)?))
-    }
+        impl $name {
+            pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self> {
+                Ok($name(DriverHostAlloc::new(gpu, bytes, $flags)?))
+            }
+        }
+
+        impl HostBuffer for $name {
+            fn kind(&self) -> HostMemoryKind {
+                HostMemoryKind::$kind
+            }
+            fn words(&self) -> &[u64] {
+                self.0.words()
+            }
+            fn words_mut(&mut self) -> &mut [u64] {
+                self.0.words_mut()
+            }
+        }
+    };
 }
 
-impl HostBuffer for PinnedBuffer {
-    fn kind(&self) -> HostMemoryKind {
-        HostMemoryKind::Pinned
-    }
-    fn words(&self) -> &[u64] {
-        self.0.words()
-    }
-    fn words_mut(&mut self) -> &mut [u64] {
-        self.0.words_mut()
-    }
-}
-
-/// Page-locked, write-combined host memory (CU_MEMHOSTALLOC_WRITECOMBINED).
-pub struct WriteCombinedBuffer(DriverHostAlloc);
-
-impl WriteCombinedBuffer {
-    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self> {
-        Ok(WriteCombinedBuffer(DriverHostAlloc::new(gpu, bytes, driver::HOST_ALLOC_WRITE_COMBINED)?))
-    }
-}
-
-impl HostBuffer for WriteCombinedBuffer {
-    fn kind(&self) -> HostMemoryKind {
-        HostMemoryKind::WriteCombined
-    }
-    fn words(&self) -> &[u64] {
-        self.0.words()
-    }
-    fn words_mut(&mut self) -> &mut [u64] {
-        self.0.words_mut()
-    }
-}
+driver_host_buffer!(
+    /// Page-locked, cached host memory (cuMemHostAlloc, flags 0).
+    PinnedBuffer, Pinned, driver::HOST_ALLOC_PINNED
+);
+driver_host_buffer!(
+    /// Page-locked, write-combined host memory (CU_MEMHOSTALLOC_WRITECOMBINED).
+    WriteCombinedBuffer, WriteCombined, driver::HOST_ALLOC_WRITE_COMBINED
+);
 
 /// Page-aligned heap memory pinned in place with cuMemHostRegister.
 pub struct RegisteredBuffer {
@@ -201,22 +194,7 @@ pub(crate) const PAGE: usize = 4096;
 
 impl RegisteredBuffer {
     pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self> {
-        check_size(bytes)?;
-        let layout = Layout::from_size_align(bytes.div_ceil(PAGE) * PAGE, PAGE)
-            .map_err(|_| LabError::config(format!("host buffer of {bytes} bytes is too large")))?;
-        // SAFETY: non-zero size.
-        let ptr = unsafe { std::alloc::alloc(layout) } as *mut u64;
-        if ptr.is_null() {
-            return Err(LabError::OutOfMemory { what: "host", call: "aligned alloc", bytes: Bytes(bytes as u64) });
-        }
-        gpu.bind()?;
-        // SAFETY: ptr..ptr+size is a live page-aligned allocation we free only after unregistering.
-        if let Err(e) = unsafe { driver::host_register(ptr as *mut c_void, layout.size()) } {
-            // SAFETY: allocated just above with this layout.
-            unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
-            return Err(e);
-        }
-        Ok(RegisteredBuffer { ptr, layout, gpu: gpu.clone() })
+        Self::new_timed(gpu, bytes).map(|(buf, _)| buf)
     }
 }
 

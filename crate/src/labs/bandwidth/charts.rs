@@ -20,37 +20,51 @@ fn panel(title: String, y_label: &str, log_y: bool, series: Vec<Series>) -> Pane
     Panel { title, x_axis: XAxis::LogBytes, x_label: "copy size".into(), y_label: y_label.into(), log_y, series }
 }
 
-/// GB/s against size, a panel per direction, a line per memory kind, the
-/// link's theoretical rate dashed.
-pub fn bandwidth_vs_size(rec: &BandwidthRecord, origin: &str) -> Figure {
+/// A dashed horizontal reference line across the swept sizes.
+fn reference_line(rec: &BandwidthRecord, label: String, y: f64) -> Option<Series> {
+    let sizes = rec.results.config.sizes();
+    let (lo, hi) = (sizes.first()?, sizes.last()?);
+    Some(Series { label, color: RGBColor(60, 60, 60), dashed: true, points: vec![(lo.0 as f64, y), (hi.0 as f64, y)] })
+}
+
+/// A panel per measured direction, a line per memory kind that `value` yields points for.
+fn per_direction(
+    rec: &BandwidthRecord,
+    y_label: &str,
+    kinds: impl Fn(HostMemoryKind) -> bool,
+    value: impl Fn(HostMemoryKind, Direction) -> (String, Vec<(f64, f64)>),
+    reference: impl Fn(Direction) -> Option<Series>,
+) -> Vec<Panel> {
     let r = &rec.results;
-    let panels = r
-        .directions()
+    r.directions()
         .into_iter()
         .map(|d| {
             let mut series: Vec<Series> = r
                 .kinds()
                 .into_iter()
-                .map(|k| Series {
-                    label: k.label().into(),
-                    color: kind_color(k),
-                    dashed: false,
-                    points: r.series(k, d).iter().map(|p| (p.bytes.0 as f64, p.gbps.median)).collect(),
+                .filter(|k| kinds(*k))
+                .map(|k| {
+                    let (label, points) = value(k, d);
+                    Series { label, color: kind_color(k), dashed: false, points }
                 })
                 .collect();
-            if let (Some(link), Some(lo), Some(hi)) =
-                (model::link_gbps(&rec.fingerprint, d), r.config.sizes().first(), r.config.sizes().last())
-            {
-                series.push(Series {
-                    label: format!("PCIe theoretical {link:.0} GB/s"),
-                    color: RGBColor(60, 60, 60),
-                    dashed: true,
-                    points: vec![(lo.0 as f64, link), (hi.0 as f64, link)],
-                });
-            }
-            panel(format!("{}", d.label()), "GB/s (device time)", false, series)
+            series.extend(reference(d));
+            panel(d.label().to_string(), y_label, false, series)
         })
-        .collect();
+        .collect()
+}
+
+/// GB/s against size, a panel per direction, a line per memory kind, the
+/// link's theoretical rate dashed.
+pub fn bandwidth_vs_size(rec: &BandwidthRecord, origin: &str) -> Figure {
+    let r = &rec.results;
+    let panels = per_direction(
+        rec,
+        "GB/s (device time)",
+        |_| true,
+        |k, d| (k.label().into(), r.series(k, d).iter().map(|p| (p.bytes.0 as f64, p.gbps.median)).collect()),
+        |d| model::link_gbps(&rec.fingerprint, d).and_then(|l| reference_line(rec, format!("PCIe theoretical {l:.0} GB/s"), l)),
+    );
     Figure {
         stem: "lab1-bandwidth-vs-size".into(),
         title: "Host<->device bandwidth by host memory kind".into(),
@@ -63,27 +77,13 @@ pub fn bandwidth_vs_size(rec: &BandwidthRecord, origin: &str) -> Figure {
 /// Bandwidth of each page-locked kind over pageable's, per size.
 pub fn ratio_to_pageable(rec: &BandwidthRecord, origin: &str) -> Figure {
     let r = &rec.results;
-    let panels = r
-        .directions()
-        .into_iter()
-        .map(|d| {
-            let mut series: Vec<Series> = r
-                .kinds()
-                .into_iter()
-                .filter(|k| k.is_page_locked())
-                .map(|k| Series {
-                    label: format!("{} / pageable", k.label()),
-                    color: kind_color(k),
-                    dashed: false,
-                    points: model::ratio_to_pageable(r, k, d).iter().map(|(b, x)| (b.0 as f64, *x)).collect(),
-                })
-                .collect();
-            if let (Some(lo), Some(hi)) = (r.config.sizes().first(), r.config.sizes().last()) {
-                series.push(Series { label: "no gain".into(), color: RGBColor(60, 60, 60), dashed: true, points: vec![(lo.0 as f64, 1.0), (hi.0 as f64, 1.0)] });
-            }
-            panel(d.label().to_string(), "speed-up over pageable", false, series)
-        })
-        .collect();
+    let panels = per_direction(
+        rec,
+        "speed-up over pageable",
+        |k| k.is_page_locked(),
+        |k, d| (format!("{} / pageable", k.label()), model::ratio_to_pageable(r, k, d).iter().map(|(b, x)| (b.0 as f64, *x)).collect()),
+        |_| reference_line(rec, "no gain".into(), 1.0),
+    );
     Figure { stem: "lab1-ratio-to-pageable".into(), title: "How much page-locked memory buys".into(), subtitle: origin.into(), panels, panel_size: PANEL }
 }
 
@@ -134,7 +134,7 @@ pub fn pinning_cost(rec: &BandwidthRecord, origin: &str) -> Figure {
     let mut breaks = Vec::new();
     for d in [Direction::H2d, Direction::D2h] {
         for k in [HostMemoryKind::Pinned, HostMemoryKind::Registered] {
-            let points: Vec<_> = be.iter().filter(|b| b.kind == k && b.direction == d).filter_map(|b| b.copies.map(|n| (b.bytes.0 as f64, n.max(0.01)))).collect();
+            let points: Vec<_> = be.iter().filter(|b| b.kind == k && b.direction == d).filter_map(|b| b.copies.filter(|n| *n > 0.0).map(|n| (b.bytes.0 as f64, n))).collect();
             if !points.is_empty() {
                 breaks.push(Series { label: format!("{} {}", k.label(), d.label()), color: kind_color(k), dashed: d == Direction::D2h, points });
             }
@@ -146,7 +146,7 @@ pub fn pinning_cost(rec: &BandwidthRecord, origin: &str) -> Figure {
         subtitle: origin.into(),
         panels: vec![
             panel("allocate + release".into(), "ms (log)", true, costs),
-            panel("copies until pinning pays off".into(), "break-even copies (log)", true, breaks),
+            panel("copies until pinning pays off (gap: at once or never)".into(), "break-even copies (log)", true, breaks),
         ],
         panel_size: PANEL,
     }
