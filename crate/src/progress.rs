@@ -13,6 +13,12 @@ pub enum ProgressMode {
     Quiet,
 }
 
+/// About 20 lines for a whole sweep: enough to see it move in a notebook or
+/// a log without drowning the results.
+fn worth_a_line(done: u64, total: u64) -> bool {
+    done == total || done % total.div_ceil(20).max(1) == 0
+}
+
 pub struct Progress {
     bar: Option<ProgressBar>,
     lines: bool,
@@ -43,7 +49,7 @@ impl Progress {
         if let Some(b) = &self.bar {
             b.set_message(what.to_string());
             b.inc(1);
-        } else if self.lines {
+        } else if self.lines && worth_a_line(self.done, self.total) {
             println!("[{} {}/{}] {what}", self.label, self.done, self.total);
         }
     }
@@ -51,6 +57,20 @@ impl Progress {
     pub fn finish(self) {
         if let Some(b) = self.bar {
             b.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worth_a_line;
+
+    #[test]
+    fn line_mode_prints_about_twenty_lines() {
+        for total in [1u64, 7, 20, 213, 1000] {
+            let lines = (1..=total).filter(|&d| worth_a_line(d, total)).count() as u64;
+            assert!(lines <= 21 && lines >= total.min(20), "{total}: {lines}");
+            assert!(worth_a_line(total, total), "the last step always prints");
         }
     }
 }

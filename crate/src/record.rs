@@ -82,7 +82,7 @@ pub fn default_data_dir() -> PathBuf {
     }
     let beside_crate = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("data");
     if beside_crate.is_dir() {
-        return beside_crate;
+        return beside_crate.canonicalize().unwrap_or(beside_crate);
     }
     PathBuf::from("data")
 }

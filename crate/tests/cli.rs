@@ -3,8 +3,18 @@
 
 use std::process::Command;
 
+/// The binary under test: $OVERLAP_LAB_BIN (for test binaries carried to
+/// another machine), else the one cargo built.
+fn bin() -> String {
+    std::env::var("OVERLAP_LAB_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_overlap-lab").to_string())
+}
+
+fn repo_data() -> String {
+    overlap_lab::record::default_data_dir().to_string_lossy().into_owned()
+}
+
 fn cli(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_overlap-lab")).args(args).output().expect("binary runs");
+    let out = Command::new(bin()).args(args).output().expect("binary runs");
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
@@ -43,8 +53,8 @@ fn bad_input_is_one_clear_line_and_nothing_written() {
 #[test]
 fn report_renders_recorded_data_and_missing_data_is_an_error() {
     let out = overlap_lab::testing::temp_dir("cli-report");
-    let repo_data = concat!(env!("CARGO_MANIFEST_DIR"), "/../data");
-    let (code, stdout, err) = cli(&["--data", repo_data, "report", "--out", out.to_str().unwrap()]);
+    let repo_data = repo_data();
+    let (code, stdout, err) = cli(&["--data", &repo_data, "report", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(stdout.contains("lab1-bandwidth-vs-size.png"), "{stdout}");
     let (code, _, err) = cli(&["--data", "/nonexistent/data", "report", "--out", out.to_str().unwrap()]);
@@ -59,8 +69,8 @@ fn all_without_gpu_says_so_and_renders_recorded_data() {
         return;
     }
     let out = overlap_lab::testing::temp_dir("cli-all");
-    let repo_data = concat!(env!("CARGO_MANIFEST_DIR"), "/../data");
-    let (code, stdout, err) = cli(&["--data", repo_data, "all", "--out", out.to_str().unwrap()]);
+    let repo_data = repo_data();
+    let (code, stdout, err) = cli(&["--data", &repo_data, "all", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(stdout.contains("no GPU") && stdout.contains("report:"), "{stdout}");
 }

@@ -3,12 +3,11 @@
 
 use overlap_lab::gpu::HostMemoryKind;
 use overlap_lab::labs::bandwidth::{exercise, model, BandwidthResults, Direction, LAB};
-use overlap_lab::record::{find_recordings, Record};
+use overlap_lab::record::{default_data_dir, find_recordings, Record};
 use overlap_lab::Bytes;
-use std::path::Path;
 
 fn recordings() -> Vec<(std::path::PathBuf, Record<BandwidthResults>)> {
-    find_recordings(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../data")), LAB).expect("data/ holds a lab 1 recording")
+    find_recordings(&default_data_dir(), LAB).expect("data/ holds a lab 1 recording")
 }
 
 #[test]
