@@ -182,6 +182,8 @@ driver_host_buffer!(
 /// Page-aligned heap memory pinned in place with cuMemHostRegister.
 pub struct RegisteredBuffer {
     ptr: *mut u64,
+    /// Requested length; the allocation is rounded up to whole pages.
+    words: usize,
     layout: Layout,
     gpu: Gpu,
 }
@@ -223,7 +225,7 @@ impl RegisteredBuffer {
             return Err(e);
         }
         let took = t.elapsed();
-        Ok((RegisteredBuffer { ptr, layout, gpu: gpu.clone() }, took))
+        Ok((RegisteredBuffer { ptr, words: bytes / 8, layout, gpu: gpu.clone() }, took))
     }
 
     /// Unpins (timed) and frees (untimed) the memory.
@@ -249,12 +251,12 @@ impl HostBuffer for RegisteredBuffer {
         HostMemoryKind::Registered
     }
     fn words(&self) -> &[u64] {
-        // SAFETY: live allocation; its first bytes/8 words are ours.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.layout.size() / 8) }
+        // SAFETY: live allocation of at least `words` u64s.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.words) }
     }
     fn words_mut(&mut self) -> &mut [u64] {
         // SAFETY: as above, exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size() / 8) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.words) }
     }
 }
 

@@ -13,7 +13,6 @@ use std::time::Instant;
 
 /// Device buffers, a pinned check buffer and streams shared by every point.
 struct Bench {
-    gpu: Gpu,
     timer: CopyTimer,
     aux: Stream,
     up_dst: DeviceBuffer,
@@ -57,7 +56,6 @@ pub fn run(gpu: &Gpu, cfg: &BandwidthConfig, progress: ProgressMode) -> Result<B
     let _lab = trace::range("lab 1: pinned vs pageable");
 
     let mut bench = Bench {
-        gpu: gpu.clone(),
         timer: CopyTimer::new(gpu, 2)?,
         aux: gpu.stream()?,
         up_dst: gpu.alloc(max)?,
@@ -156,7 +154,6 @@ fn measure_point(
             gbps.push(direction.bytes_moved(bytes.0) as f64 / (per_copy * 1e-3) / 1e9);
         }
     }
-    let _ = &b.gpu;
     Ok(TransferPoint {
         kind,
         direction,
