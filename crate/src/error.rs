@@ -24,6 +24,8 @@ pub enum LabError {
     BadData { path: PathBuf, reason: String },
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
+    #[error("kernel {0}")]
+    Kernel(String),
     #[error("chart: {0}")]
     Chart(String),
 }

@@ -10,12 +10,14 @@ pub mod chart;
 pub mod check;
 pub mod error;
 pub mod gpu;
+pub mod kernels;
 pub mod labs;
 pub mod notebook;
 pub mod pattern;
 pub mod progress;
 pub mod record;
 pub mod report;
+pub mod schedule;
 pub mod stats;
 #[doc(hidden)]
 pub mod testing;

@@ -228,3 +228,41 @@ pub unsafe fn host_device_pointer(p: *mut c_void) -> Result<CUdeviceptr> {
     check("cuMemHostGetDevicePointer", sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0))?;
     Ok(d)
 }
+
+// ---- modules and launches -------------------------------------------------
+
+pub use sys::{CUfunction, CUmodule};
+
+pub fn module_load_ptx(ptx: &str) -> Result<CUmodule> {
+    let image = std::ffi::CString::new(ptx).map_err(|_| LabError::Kernel("PTX contains a NUL byte".into()))?;
+    // SAFETY: a NUL-terminated PTX image; the driver copies what it needs.
+    unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.map_err(|e| driver_error("cuModuleLoadData", e))
+}
+
+pub fn module_function(m: CUmodule, name: &str) -> Result<CUfunction> {
+    let c = std::ffi::CString::new(name).map_err(|_| LabError::Kernel(format!("bad kernel name {name:?}")))?;
+    // SAFETY: m is a loaded module.
+    unsafe { result::module::get_function(m, c) }.map_err(|e| driver_error("cuModuleGetFunction", e))
+}
+
+pub fn module_unload(m: CUmodule) -> Result<()> {
+    // SAFETY: caller owns the module and no launch of it is pending.
+    unsafe { result::module::unload(m) }.map_err(|e| driver_error("cuModuleUnload", e))
+}
+
+/// # Safety
+/// `params` must point at values matching the kernel's signature, and the
+/// memory they reference must stay valid until the launch completes on `s`.
+pub unsafe fn launch(f: CUfunction, grid: u32, block: u32, s: CUstream, params: &mut [*mut c_void]) -> Result<()> {
+    result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, params).map_err(|e| driver_error("cuLaunchKernel", e))
+}
+
+pub fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
+    // SAFETY: valid handles.
+    unsafe { result::stream::wait_event(s, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
+        .map_err(|e| driver_error("cuStreamWaitEvent", e))
+}
+
+pub fn context_synchronize() -> Result<()> {
+    result::ctx::synchronize().map_err(|e| driver_error("cuCtxSynchronize", e))
+}

@@ -6,9 +6,11 @@ pub mod copy;
 pub mod driver;
 pub mod fingerprint;
 pub mod host;
+pub mod kernel;
 
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
 pub use fingerprint::{Fingerprint, PcieLink};
+pub use kernel::{ComputeKernel, Module};
 pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PinnedBuffer, RegisteredBuffer, WriteCombinedBuffer};
 
 use crate::error::{LabError, Result};

@@ -1,0 +1,155 @@
+//! The CUDA C kernels in `kernels/`, one per file, embedded in the binary and
+//! compiled at run time with NVRTC. Listed in one table, with the PTX each is
+//! expected to contain, so CI (no GPU, NVRTC from PyPI) can compile and check
+//! every one of them.
+
+use crate::error::{LabError, Result};
+
+/// One kernel source file.
+#[derive(Debug)]
+pub struct KernelSource {
+    /// File name under kernels/.
+    pub file: &'static str,
+    /// The `extern "C"` entry point.
+    pub entry: &'static str,
+    pub source: &'static str,
+    /// PTX instructions the kernel is meant to compile to (checked in tests).
+    pub expect_in_ptx: &'static [&'static str],
+    /// What the kernel is for.
+    pub purpose: &'static str,
+}
+
+pub const COMPUTE: KernelSource = KernelSource {
+    file: "compute.cu",
+    entry: "compute",
+    source: include_str!("../../kernels/compute.cu"),
+    // fma.rn.f32: the explicit fmaf chain; ld.global.nc: the read-only input path.
+    expect_in_ptx: &["fma.rn.f32", "ld.global.nc.f32", ".visible .entry compute"],
+    purpose: "elementwise FMA chain with a tunable number of iterations (arithmetic per byte)",
+};
+
+/// Every kernel, in one table.
+pub const ALL: &[&KernelSource] = &[&COMPUTE];
+
+/// Whether libnvrtc can be loaded (on CI: from the nvidia-cuda-nvrtc wheel
+/// via LD_LIBRARY_PATH; on a GPU machine: from the CUDA toolkit).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// Compiles a kernel to PTX for `arch` (e.g. "compute_90"). A compile error
+/// carries NVRTC's log.
+pub fn compile_ptx(k: &KernelSource, arch: &'static str) -> Result<String> {
+    if !nvrtc_present() {
+        return Err(LabError::Kernel(format!(
+            "{}: NVRTC (libnvrtc.so) not found: install the CUDA toolkit or `pip install nvidia-cuda-nvrtc` and put its lib/ on LD_LIBRARY_PATH",
+            k.file
+        )));
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        // Only explicit fmaf() may fuse, so the CPU reference matches exactly.
+        fmad: Some(false),
+        name: Some(k.file.to_string()),
+        ..Default::default()
+    };
+    match cudarc::nvrtc::compile_ptx_with_opts(k.source, opts) {
+        Ok(ptx) => Ok(ptx.to_src()),
+        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => {
+            Err(LabError::Kernel(format!("{} failed to compile:\n{}", k.file, log.to_string_lossy())))
+        }
+        Err(e) => Err(LabError::Kernel(format!("{}: NVRTC error {e:?}", k.file))),
+    }
+}
+
+/// NVRTC's virtual architecture name for a compute capability like "9.0".
+pub fn arch_for(compute_capability: &str) -> Result<&'static str> {
+    Ok(match compute_capability {
+        "7.0" => "compute_70",
+        "7.5" => "compute_75",
+        "8.0" => "compute_80",
+        "8.6" => "compute_86",
+        "8.7" => "compute_87",
+        "8.9" => "compute_89",
+        "9.0" => "compute_90",
+        "10.0" => "compute_100",
+        "12.0" => "compute_120",
+        other => return Err(LabError::Kernel(format!("no NVRTC architecture known for compute capability {other}"))),
+    })
+}
+
+/// CPU reference of `compute` for one element (bit-exact: fmaf == mul_add).
+pub fn compute_reference(x: f32, iterations: i32) -> f32 {
+    let mut a = x;
+    for _ in 0..iterations {
+        a = a.mul_add(-0.999_023_437_5, x);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CI sets OVERLAP_LAB_REQUIRE_NVRTC=1 (it installs NVRTC from PyPI), so
+    /// a missing NVRTC fails there instead of skipping.
+    fn nvrtc_or_skip(test: &str) -> bool {
+        if nvrtc_present() {
+            return true;
+        }
+        assert!(std::env::var_os("OVERLAP_LAB_REQUIRE_NVRTC").is_none(), "{test}: NVRTC required but not found");
+        eprintln!("SKIPPED {test}: NVRTC not found");
+        false
+    }
+
+    #[test]
+    fn every_kernel_compiles_to_the_expected_ptx() {
+        if !nvrtc_or_skip("every_kernel_compiles_to_the_expected_ptx") {
+            return;
+        }
+        for k in ALL {
+            let ptx = compile_ptx(k, "compute_90").unwrap_or_else(|e| panic!("{e}"));
+            for needle in k.expect_in_ptx {
+                assert!(ptx.contains(needle), "{}: PTX lacks `{needle}`:\n{ptx}", k.file);
+            }
+            // fmad=false: the only FMAs are the explicit ones; no stray mul+add fusion.
+            assert!(!ptx.contains("mad.f32"), "{}: unexpected contracted mad", k.file);
+        }
+    }
+
+    #[test]
+    fn a_compile_error_carries_nvrtc_log() {
+        if !nvrtc_or_skip("a_compile_error_carries_nvrtc_log") {
+            return;
+        }
+        let bad = KernelSource { file: "bad.cu", entry: "bad", source: "extern \"C\" __global__ void bad() { undefined_thing(); }", expect_in_ptx: &[], purpose: "" };
+        let e = compile_ptx(&bad, "compute_90").unwrap_err().to_string();
+        assert!(e.contains("bad.cu failed to compile") && e.contains("undefined_thing"), "{e}");
+    }
+
+    #[test]
+    fn reference_is_deterministic_and_depends_on_iterations() {
+        assert_eq!(compute_reference(1.5, 0), 1.5);
+        assert_ne!(compute_reference(1.5, 10), compute_reference(1.5, 11));
+        assert_ne!(compute_reference(1.5, 100), 1.5, "a skipped kernel must not verify");
+        assert_ne!(compute_reference(1.5, 1000), compute_reference(1.25, 1000), "outputs must depend on inputs");
+        assert_eq!(compute_reference(-3.25, 1000).to_bits(), compute_reference(-3.25, 1000).to_bits());
+        assert!(arch_for("9.0").is_ok() && arch_for("1.0").is_err());
+    }
+
+    #[test]
+    fn every_kernel_file_is_in_the_table() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|f| f.ends_with(".cu"))
+            .collect();
+        files.sort();
+        let mut listed: Vec<String> = ALL.iter().map(|k| k.file.to_string()).collect();
+        listed.sort();
+        assert_eq!(files, listed, "kernels/ and kernels::ALL disagree");
+    }
+}

@@ -1,0 +1,417 @@
+//! A pipeline as the GPU sees it: operations on streams and host threads,
+//! ordered by stream order, events, host waits and program order. Recorded as
+//! a pipeline is issued, the same description serves three purposes:
+//!
+//! * **races**: every access to a buffer region must happen after every
+//!   conflicting earlier access (happens-before through streams, events and
+//!   host synchronization), so "a buffer refilled before the copy reading it
+//!   finished" is found from the schedule itself, whatever the timing was;
+//! * **prediction**: a discrete-event model of the GPU's queues (copy engines
+//!   per direction, the SMs, each host thread) gives the schedule's start and
+//!   end times from each operation's duration measured alone;
+//! * **timeline** lanes and labels for charts and traces.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+pub type OpId = usize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OpKind {
+    H2d,
+    Kernel,
+    D2h,
+    /// CPU work on a host thread.
+    Host,
+}
+
+impl OpKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            OpKind::H2d => "H2D",
+            OpKind::Kernel => "kernel",
+            OpKind::D2h => "D2H",
+            OpKind::Host => "host",
+        }
+    }
+}
+
+/// Where an operation runs, in issue terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Lane {
+    Stream(usize),
+    HostThread(usize),
+}
+
+impl fmt::Display for Lane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lane::Stream(s) => write!(f, "stream {s}"),
+            Lane::HostThread(0) => write!(f, "CPU main"),
+            Lane::HostThread(t) => write!(f, "CPU thread {t}"),
+        }
+    }
+}
+
+/// A byte range of a named buffer that an operation reads or writes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Access {
+    pub buffer: String,
+    pub start: u64,
+    pub end: u64,
+    pub write: bool,
+}
+
+impl Access {
+    pub fn read(buffer: &str, start: u64, end: u64) -> Access {
+        Access { buffer: buffer.into(), start, end, write: false }
+    }
+    pub fn write(buffer: &str, start: u64, end: u64) -> Access {
+        Access { buffer: buffer.into(), start, end, write: true }
+    }
+    fn overlaps(&self, o: &Access) -> bool {
+        self.buffer == o.buffer && self.start < o.end && o.start < self.end
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Op {
+    pub id: OpId,
+    pub kind: OpKind,
+    pub lane: Lane,
+    pub label: String,
+    pub accesses: Vec<Access>,
+    /// Operations that directly happen before this one.
+    pub deps: Vec<OpId>,
+}
+
+/// Two accesses to one region with no ordering between them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Race {
+    pub earlier: OpId,
+    pub later: OpId,
+    pub buffer: String,
+    pub what: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Schedule {
+    pub ops: Vec<Op>,
+    #[serde(skip)]
+    stream_frontier: HashMap<usize, Vec<OpId>>,
+    #[serde(skip)]
+    host_frontier: HashMap<usize, Vec<OpId>>,
+    #[serde(skip)]
+    events: HashMap<usize, Vec<OpId>>,
+    #[serde(skip)]
+    live: HashMap<String, Vec<(Access, OpId)>>,
+    #[serde(skip)]
+    races: Vec<Race>,
+}
+
+impl Schedule {
+    pub fn new() -> Schedule {
+        Schedule::default()
+    }
+
+    /// A GPU operation issued by host thread `by` on `stream`.
+    pub fn gpu_op(&mut self, by: usize, stream: usize, kind: OpKind, label: &str, accesses: Vec<Access>) -> OpId {
+        let mut deps = self.stream_frontier.get(&stream).cloned().unwrap_or_default();
+        // Issued after everything the issuing thread did before.
+        deps.extend(self.host_frontier.get(&by).cloned().unwrap_or_default());
+        let id = self.push(kind, Lane::Stream(stream), label, accesses, deps);
+        self.stream_frontier.insert(stream, vec![id]);
+        id
+    }
+
+    /// CPU work on host thread `thread`.
+    pub fn host_op(&mut self, thread: usize, label: &str, accesses: Vec<Access>) -> OpId {
+        let deps = self.host_frontier.get(&thread).cloned().unwrap_or_default();
+        let id = self.push(OpKind::Host, Lane::HostThread(thread), label, accesses, deps);
+        self.host_frontier.insert(thread, vec![id]);
+        id
+    }
+
+    /// cuEventRecord(event, stream): the event completes after the stream's work so far.
+    pub fn record_event(&mut self, event: usize, stream: usize) {
+        let captured = self.stream_frontier.get(&stream).cloned().unwrap_or_default();
+        self.events.insert(event, captured);
+    }
+
+    /// cuStreamWaitEvent(stream, event): later work on `stream` waits for it.
+    pub fn stream_wait_event(&mut self, stream: usize, event: usize) {
+        let captured = self.events.get(&event).cloned().unwrap_or_default();
+        self.stream_frontier.entry(stream).or_default().extend(captured);
+    }
+
+    /// cuEventSynchronize on host thread `thread`.
+    pub fn host_wait_event(&mut self, thread: usize, event: usize) {
+        let captured = self.events.get(&event).cloned().unwrap_or_default();
+        self.host_frontier.entry(thread).or_default().extend(captured);
+    }
+
+    /// cuStreamSynchronize on host thread `thread`.
+    pub fn host_wait_stream(&mut self, thread: usize, stream: usize) {
+        let captured = self.stream_frontier.get(&stream).cloned().unwrap_or_default();
+        self.host_frontier.entry(thread).or_default().extend(captured);
+    }
+
+    /// Host thread `thread` learns that everything another thread did so far
+    /// is done (a channel receive, a join).
+    pub fn host_joins(&mut self, thread: usize, other: usize) {
+        let captured = self.host_frontier.get(&other).cloned().unwrap_or_default();
+        self.host_frontier.entry(thread).or_default().extend(captured);
+    }
+
+    fn push(&mut self, kind: OpKind, lane: Lane, label: &str, accesses: Vec<Access>, mut deps: Vec<OpId>) -> OpId {
+        deps.sort_unstable();
+        deps.dedup();
+        let id = self.ops.len();
+        self.ops.push(Op { id, kind, lane, label: label.to_string(), accesses: accesses.clone(), deps });
+        for a in accesses {
+            self.check_and_track(id, a);
+        }
+        id
+    }
+
+    /// Whether `a` happens before `b` (reachable through deps).
+    pub fn happens_before(&self, a: OpId, b: OpId) -> bool {
+        if a >= b {
+            return false;
+        }
+        let mut stack = vec![b];
+        let mut seen = HashSet::new();
+        while let Some(x) = stack.pop() {
+            for &d in &self.ops[x].deps {
+                if d == a {
+                    return true;
+                }
+                if d > a && seen.insert(d) {
+                    stack.push(d);
+                }
+            }
+        }
+        false
+    }
+
+    fn check_and_track(&mut self, id: OpId, a: Access) {
+        let entries = self.live.remove(&a.buffer).unwrap_or_default();
+        let mut kept = Vec::with_capacity(entries.len() + 1);
+        for (old, old_id) in entries {
+            if old_id != id && old.overlaps(&a) && (old.write || a.write) && !self.happens_before(old_id, id) {
+                let verb = |w: bool| if w { "writes" } else { "reads" };
+                self.races.push(Race {
+                    earlier: old_id,
+                    later: id,
+                    buffer: a.buffer.clone(),
+                    what: format!(
+                        "'{}' {} bytes {}..{} of {} while '{}' may still {} them: nothing orders the two (missing event wait or synchronize)",
+                        self.ops[id].label,
+                        verb(a.write),
+                        a.start.max(old.start),
+                        a.end.min(old.end),
+                        a.buffer,
+                        self.ops[old_id].label,
+                        if old.write { "write" } else { "read" }
+                    ),
+                });
+            }
+            // A write that is ordered after an older access supersedes it where it covers it.
+            let superseded = a.write && old.start >= a.start && old.end <= a.end && old.buffer == a.buffer && self.happens_before(old_id, id);
+            if !superseded {
+                kept.push((old, old_id));
+            }
+        }
+        kept.push((a.clone(), id));
+        self.live.insert(a.buffer, kept);
+    }
+
+    pub fn races(&self) -> &[Race] {
+        &self.races
+    }
+
+    pub fn lanes(&self) -> Vec<Lane> {
+        let mut v: Vec<Lane> = self.ops.iter().map(|o| o.lane).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
+/// What the model knows of the hardware.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: 1 = one copy engine shared by
+    /// both directions; 2 or more = H2D and D2H can run at once.
+    pub copy_engines: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Resource {
+    CopyUp,
+    CopyDown,
+    Sms,
+    Host(usize),
+}
+
+impl Machine {
+    fn resource(&self, op: &Op) -> Resource {
+        match (op.kind, op.lane) {
+            (OpKind::H2d, _) => Resource::CopyUp,
+            (OpKind::D2h, _) if self.copy_engines >= 2 => Resource::CopyDown,
+            (OpKind::D2h, _) => Resource::CopyUp,
+            (OpKind::Kernel, _) => Resource::Sms,
+            (OpKind::Host, Lane::HostThread(t)) => Resource::Host(t),
+            (OpKind::Host, Lane::Stream(s)) => Resource::Host(1000 + s),
+        }
+    }
+}
+
+/// Predicted (start, end) of every op, in the units of `duration`.
+///
+/// Each op starts once all its dependencies have ended and its resource is
+/// free; a free resource takes the earliest-issued ready op. Kernels are
+/// assumed to fill the GPU, so one runs at a time.
+pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) -> Vec<(f64, f64)> {
+    let n = s.ops.len();
+    let mut times: Vec<Option<(f64, f64)>> = vec![None; n];
+    let mut free: HashMap<Resource, f64> = HashMap::new();
+    let mut done = 0;
+    while done < n {
+        // The op that can start earliest; ties go to the earliest issued.
+        let mut best: Option<(f64, OpId)> = None;
+        for op in &s.ops {
+            if times[op.id].is_some() {
+                continue;
+            }
+            let mut ready = 0.0f64;
+            let mut blocked = false;
+            for &d in &op.deps {
+                match times[d] {
+                    Some((_, end)) => ready = ready.max(end),
+                    None => {
+                        blocked = true;
+                        break;
+                    }
+                }
+            }
+            if blocked {
+                continue;
+            }
+            let start = ready.max(*free.get(&machine.resource(op)).unwrap_or(&0.0));
+            if best.is_none_or(|(t, _)| start < t) {
+                best = Some((start, op.id));
+            }
+        }
+        let (start, id) = best.expect("dependencies point only backwards, so some op is always ready");
+        let end = start + duration(&s.ops[id]).max(0.0);
+        free.insert(machine.resource(&s.ops[id]), end);
+        times[id] = Some((start, end));
+        done += 1;
+    }
+    times.into_iter().map(|t| t.expect("every op scheduled")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// H2D -> kernel -> D2H per chunk on `streams` streams, depth-first.
+    fn chunked(chunks: usize, streams: usize) -> Schedule {
+        let mut s = Schedule::new();
+        for c in 0..chunks {
+            let st = c % streams;
+            let (a, b) = (c as u64 * 100, (c as u64 + 1) * 100);
+            s.gpu_op(0, st, OpKind::H2d, &format!("H2D {c}"), vec![Access::read("host in", a, b), Access::write("dev in", a, b)]);
+            s.gpu_op(0, st, OpKind::Kernel, &format!("kernel {c}"), vec![Access::read("dev in", a, b), Access::write("dev out", a, b)]);
+            s.gpu_op(0, st, OpKind::D2h, &format!("D2H {c}"), vec![Access::read("dev out", a, b), Access::write("host out", a, b)]);
+        }
+        s
+    }
+
+    fn makespan(t: &[(f64, f64)]) -> f64 {
+        t.iter().map(|x| x.1).fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn one_stream_is_serial() {
+        let s = chunked(4, 1);
+        let t = predict(&s, Machine { copy_engines: 2 }, |_| 1.0);
+        assert_eq!(makespan(&t), 12.0);
+        assert!(s.races().is_empty());
+    }
+
+    #[test]
+    fn streams_overlap_up_to_the_engine_bound() {
+        // 4 chunks, H = K = D = 1 per chunk: two engines give max(H,K,D) + fill = 4 + 2.
+        let s = chunked(4, 4);
+        assert_eq!(makespan(&predict(&s, Machine { copy_engines: 2 }, |_| 1.0)), 6.0);
+        // One engine shared by H2D and D2H: bound max(H + D, K) = 8 (plus a kernel's fill).
+        let one = makespan(&predict(&s, Machine { copy_engines: 1 }, |_| 1.0));
+        assert!((8.0..=9.0).contains(&one), "{one}");
+    }
+
+    #[test]
+    fn events_order_across_streams() {
+        let mut s = Schedule::new();
+        let up = s.gpu_op(0, 0, OpKind::H2d, "up", vec![Access::write("d", 0, 10)]);
+        s.record_event(7, 0);
+        s.stream_wait_event(1, 7);
+        let k = s.gpu_op(0, 1, OpKind::Kernel, "k", vec![Access::read("d", 0, 10)]);
+        assert!(s.happens_before(up, k));
+        assert!(s.races().is_empty());
+        let t = predict(&s, Machine { copy_engines: 2 }, |o| if o.kind == OpKind::H2d { 3.0 } else { 1.0 });
+        assert_eq!(t[k], (3.0, 4.0));
+    }
+
+    #[test]
+    fn a_missing_event_wait_is_a_race() {
+        let mut s = Schedule::new();
+        s.gpu_op(0, 0, OpKind::H2d, "copy batch 0", vec![Access::write("d", 0, 10)]);
+        s.gpu_op(0, 1, OpKind::Kernel, "compute batch 0", vec![Access::read("d", 0, 10)]);
+        let r = s.races();
+        assert_eq!(r.len(), 1);
+        assert!(r[0].what.contains("'compute batch 0' reads bytes 0..10 of d while 'copy batch 0' may still write"), "{}", r[0].what);
+    }
+
+    #[test]
+    fn refilling_a_host_buffer_needs_a_host_wait() {
+        // Host fills buffer, copy reads it, host refills it.
+        let mut early = Schedule::new();
+        early.host_op(0, "fill A (batch 0)", vec![Access::write("host A", 0, 8)]);
+        early.gpu_op(0, 0, OpKind::H2d, "H2D batch 0", vec![Access::read("host A", 0, 8)]);
+        early.host_op(0, "fill A (batch 2)", vec![Access::write("host A", 0, 8)]);
+        assert_eq!(early.races().len(), 1, "refilled too early");
+
+        let mut ok = Schedule::new();
+        ok.host_op(0, "fill A (batch 0)", vec![Access::write("host A", 0, 8)]);
+        ok.gpu_op(0, 0, OpKind::H2d, "H2D batch 0", vec![Access::read("host A", 0, 8)]);
+        ok.record_event(1, 0);
+        ok.host_wait_event(0, 1);
+        ok.host_op(0, "fill A (batch 2)", vec![Access::write("host A", 0, 8)]);
+        assert!(ok.races().is_empty(), "{:?}", ok.races());
+    }
+
+    #[test]
+    fn disjoint_regions_and_reads_do_not_race() {
+        let mut s = Schedule::new();
+        s.gpu_op(0, 0, OpKind::H2d, "a", vec![Access::write("d", 0, 10)]);
+        s.gpu_op(0, 1, OpKind::H2d, "b", vec![Access::write("d", 10, 20)]);
+        s.gpu_op(0, 2, OpKind::Kernel, "r1", vec![Access::read("e", 0, 20)]);
+        s.gpu_op(0, 3, OpKind::Kernel, "r2", vec![Access::read("e", 0, 20)]);
+        assert!(s.races().is_empty());
+        assert_eq!(s.lanes().len(), 4);
+    }
+
+    #[test]
+    fn prediction_respects_host_issue_order() {
+        // The copy is issued after 5 units of host work: it cannot start before.
+        let mut s = Schedule::new();
+        s.host_op(0, "produce", vec![Access::write("h", 0, 8)]);
+        let c = s.gpu_op(0, 0, OpKind::H2d, "copy", vec![Access::read("h", 0, 8)]);
+        let t = predict(&s, Machine { copy_engines: 2 }, |o| if o.kind == OpKind::Host { 5.0 } else { 1.0 });
+        assert_eq!(t[c], (5.0, 6.0));
+    }
+}
