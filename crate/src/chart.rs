@@ -49,6 +49,28 @@ pub struct Figure {
     pub panel_size: (u32, u32),
 }
 
+/// Anything drawn with plotters that the labs show: it knows its size and how
+/// to draw itself; output (SVG string, SVG + PNG files, inline) is shared.
+pub trait Chart {
+    /// File name without extension.
+    fn stem(&self) -> &str;
+    fn size(&self) -> (u32, u32);
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String>;
+
+    fn to_svg(&self) -> Result<String>
+    where
+        Self: Sized,
+    {
+        render_svg(self)
+    }
+    fn save(&self, dir: &Path) -> Result<Vec<PathBuf>>
+    where
+        Self: Sized,
+    {
+        save_chart(self, dir)
+    }
+}
+
 /// Registers the embedded font. Idempotent and cheap, called before every
 /// render: evcxr resets statics between cells, so registering once is not enough.
 fn ensure_fonts() -> Result<()> {
@@ -139,19 +161,17 @@ macro_rules! draw_panel {
     }};
 }
 
-impl Figure {
-    pub fn size(&self) -> (u32, u32) {
+impl Chart for Figure {
+    fn stem(&self) -> &str {
+        &self.stem
+    }
+
+    fn size(&self) -> (u32, u32) {
         (self.panel_size.0 * self.panels.len().max(1) as u32, self.panel_size.1 + 60)
     }
 
-    pub fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String> {
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let (w, _) = self.size();
-        let header = root.titled(&self.title, ("sans-serif", 22).into_font().style(FontStyle::Bold)).map_err(|e| e.to_string())?;
-        header
-            .draw(&Text::new(self.subtitle.clone(), ((w / 2) as i32, 0), ("sans-serif", 13).into_font().color(&RGBColor(90, 90, 90)).pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Center, plotters::style::text_anchor::VPos::Top))))
-            .map_err(|e| e.to_string())?;
-        let body = header.margin(20, 0, 0, 0);
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String> {
+        let body = draw_header(root, &self.title, &self.subtitle, self.size().0)?;
         let areas = body.split_evenly((1, self.panels.len().max(1)));
         for (area, p) in areas.iter().zip(&self.panels) {
             let xs = range(p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0)), p.x_axis == XAxis::LogBytes);
@@ -167,43 +187,66 @@ impl Figure {
         }
         root.present().map_err(|e| e.to_string())
     }
+}
 
-    pub fn to_svg(&self) -> Result<String> {
-        ensure_fonts()?;
-        let mut svg = String::new();
-        {
-            let root = SVGBackend::with_string(&mut svg, self.size()).into_drawing_area();
-            self.draw(&root).map_err(|e| LabError::Chart(format!("{}: {e}", self.stem)))?;
-        }
-        Ok(svg)
-    }
-
-    /// Writes `<dir>/<stem>.svg` and `<dir>/<stem>.png`, each via a temporary
-    /// file so a failure leaves no half-written figure.
-    pub fn save(&self, dir: &Path) -> Result<Vec<PathBuf>> {
-        ensure_fonts()?;
-        std::fs::create_dir_all(dir).map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
-        let svg_path = dir.join(format!("{}.svg", self.stem));
-        let png_path = dir.join(format!("{}.png", self.stem));
-        let svg = self.to_svg()?;
-        let tmp_svg = dir.join(format!(".{}.svg.tmp", self.stem));
-        std::fs::write(&tmp_svg, svg).map_err(|e| LabError::io(format!("writing {}", tmp_svg.display()), e))?;
-        let tmp_png = dir.join(format!(".{}.tmp.png", self.stem));
-        {
-            let root = BitMapBackend::new(&tmp_png, self.size()).into_drawing_area();
-            self.draw(&root).map_err(|e| LabError::Chart(format!("{}: {e}", self.stem)))?;
-        }
-        std::fs::rename(&tmp_svg, &svg_path).map_err(|e| LabError::io(format!("writing {}", svg_path.display()), e))?;
-        std::fs::rename(&tmp_png, &png_path).map_err(|e| LabError::io(format!("writing {}", png_path.display()), e))?;
-        Ok(vec![svg_path, png_path])
-    }
-
+impl Figure {
     /// Inline display in the evcxr Jupyter kernel (a figure as a cell's value).
     pub fn evcxr_display(&self) {
-        match self.to_svg() {
-            Ok(svg) => println!("EVCXR_BEGIN_CONTENT image/svg+xml\n{svg}\nEVCXR_END_CONTENT"),
-            Err(e) => eprintln!("Error: {e}"),
-        }
+        display_inline(self)
+    }
+}
+
+/// White background, bold title, grey subtitle; returns the area below them.
+pub(crate) fn draw_header<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    subtitle: &str,
+    width: u32,
+) -> std::result::Result<DrawingArea<DB, Shift>, String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let header = root.titled(title, ("sans-serif", 22).into_font().style(FontStyle::Bold)).map_err(|e| e.to_string())?;
+    header
+        .draw(&Text::new(subtitle.to_string(), ((width / 2) as i32, 0), ("sans-serif", 13).into_font().color(&RGBColor(90, 90, 90)).pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Center, plotters::style::text_anchor::VPos::Top))))
+        .map_err(|e| e.to_string())?;
+    Ok(header.margin(20, 0, 0, 0))
+}
+
+pub fn render_svg<C: Chart>(c: &C) -> Result<String> {
+    ensure_fonts()?;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, c.size()).into_drawing_area();
+        c.draw(&root).map_err(|e| LabError::Chart(format!("{}: {e}", c.stem())))?;
+    }
+    Ok(svg)
+}
+
+/// Writes `<dir>/<stem>.svg` and `<dir>/<stem>.png`, each via a temporary
+/// file so a failure leaves no half-written figure.
+pub fn save_chart<C: Chart>(c: &C, dir: &Path) -> Result<Vec<PathBuf>> {
+    ensure_fonts()?;
+    std::fs::create_dir_all(dir).map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
+    let stem = c.stem();
+    let svg_path = dir.join(format!("{stem}.svg"));
+    let png_path = dir.join(format!("{stem}.png"));
+    let svg = render_svg(c)?;
+    let tmp_svg = dir.join(format!(".{stem}.svg.tmp"));
+    std::fs::write(&tmp_svg, svg).map_err(|e| LabError::io(format!("writing {}", tmp_svg.display()), e))?;
+    let tmp_png = dir.join(format!(".{stem}.tmp.png"));
+    {
+        let root = BitMapBackend::new(&tmp_png, c.size()).into_drawing_area();
+        c.draw(&root).map_err(|e| LabError::Chart(format!("{stem}: {e}")))?;
+    }
+    std::fs::rename(&tmp_svg, &svg_path).map_err(|e| LabError::io(format!("writing {}", svg_path.display()), e))?;
+    std::fs::rename(&tmp_png, &png_path).map_err(|e| LabError::io(format!("writing {}", png_path.display()), e))?;
+    Ok(vec![svg_path, png_path])
+}
+
+/// Prints a chart for evcxr to show inline as `image/svg+xml`.
+pub fn display_inline<C: Chart>(c: &C) {
+    match render_svg(c) {
+        Ok(svg) => println!("EVCXR_BEGIN_CONTENT image/svg+xml\n{svg}\nEVCXR_END_CONTENT"),
+        Err(e) => eprintln!("Error: {e}"),
     }
 }
 

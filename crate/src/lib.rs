@@ -21,6 +21,7 @@ pub mod schedule;
 pub mod stats;
 #[doc(hidden)]
 pub mod testing;
+pub mod timeline;
 pub mod trace;
 pub mod units;
 

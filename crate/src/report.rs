@@ -1,5 +1,6 @@
 //! `overlap-lab report`: every figure from the recorded data, no GPU needed.
 
+use crate::chart::Chart;
 use crate::error::{LabError, Result};
 use crate::labs::bandwidth::{self, BandwidthResults};
 use crate::record::Record;

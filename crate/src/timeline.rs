@@ -1,0 +1,281 @@
+//! Timelines without Nsight: spans on lanes (streams, CPU threads) in µs,
+//! drawn as a Gantt chart and exported as Chrome-trace JSON that Perfetto and
+//! chrome://tracing open. Measured timelines come from CUDA events against
+//! one base event; predicted ones from the schedule model.
+
+use crate::chart::{draw_header, Chart};
+use crate::error::{LabError, Result};
+use crate::schedule::{OpKind, Schedule};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Span {
+    pub lane: String,
+    pub kind: OpKind,
+    /// Human label ("H2D chunk 3").
+    pub label: String,
+    pub start_us: f64,
+    pub end_us: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    pub title: String,
+    /// The process name in traces, e.g. "GPU 0 (NVIDIA H200)".
+    pub device: String,
+    pub spans: Vec<Span>,
+}
+
+/// The kineto-style name of an operation kind (what PyTorch traces show).
+pub fn trace_name(kind: OpKind, label: &str) -> String {
+    match kind {
+        OpKind::H2d => "Memcpy HtoD (Pinned -> Device)".into(),
+        OpKind::D2h => "Memcpy DtoH (Device -> Pinned)".into(),
+        OpKind::Kernel | OpKind::Host => label.into(),
+    }
+}
+
+pub fn kind_color(kind: OpKind) -> RGBColor {
+    match kind {
+        OpKind::H2d => RGBColor(31, 119, 180),
+        OpKind::Kernel => RGBColor(44, 160, 44),
+        OpKind::D2h => RGBColor(255, 127, 14),
+        OpKind::Host => RGBColor(148, 103, 189),
+    }
+}
+
+impl Timeline {
+    /// Spans for every op of `s` at the given (start, end) µs.
+    pub fn from_schedule(title: &str, device: &str, s: &Schedule, times_us: &[(f64, f64)]) -> Timeline {
+        let spans = s
+            .ops
+            .iter()
+            .zip(times_us)
+            .map(|(op, &(start_us, end_us))| Span { lane: op.lane.to_string(), kind: op.kind, label: op.label.clone(), start_us, end_us })
+            .collect();
+        Timeline { title: title.into(), device: device.into(), spans }
+    }
+
+    /// Lanes in order of first appearance: streams first, then CPU threads.
+    pub fn lanes(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for s in &self.spans {
+            if !v.contains(&s.lane) {
+                v.push(s.lane.clone());
+            }
+        }
+        v.sort_by_key(|l| (l.starts_with("CPU"), l.clone()));
+        v
+    }
+
+    pub fn start_us(&self) -> f64 {
+        self.spans.iter().map(|s| s.start_us).fold(f64::INFINITY, f64::min)
+    }
+    pub fn end_us(&self) -> f64 {
+        self.spans.iter().map(|s| s.end_us).fold(f64::NEG_INFINITY, f64::max)
+    }
+    /// First start to last end.
+    pub fn makespan_us(&self) -> f64 {
+        if self.spans.is_empty() {
+            0.0
+        } else {
+            self.end_us() - self.start_us()
+        }
+    }
+    /// Total busy time of one kind (sum of span lengths).
+    pub fn busy_us(&self, kind: OpKind) -> f64 {
+        self.spans.iter().filter(|s| s.kind == kind).map(|s| s.end_us - s.start_us).sum()
+    }
+
+    /// Chrome trace event format: pid = device, tid = lane, µs timestamps,
+    /// with process and thread name metadata so Perfetto labels them.
+    pub fn chrome_trace(&self) -> serde_json::Value {
+        let lanes = self.lanes();
+        let mut events = vec![serde_json::json!({"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": self.device}})];
+        for (tid, lane) in lanes.iter().enumerate() {
+            events.push(serde_json::json!({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": lane}}));
+            events.push(serde_json::json!({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": tid, "args": {"sort_index": tid}}));
+        }
+        for s in &self.spans {
+            let tid = lanes.iter().position(|l| l == &s.lane).unwrap_or(0);
+            events.push(serde_json::json!({
+                "name": trace_name(s.kind, &s.label),
+                "cat": s.kind.label(),
+                "ph": "X",
+                "pid": 0,
+                "tid": tid,
+                "ts": s.start_us,
+                "dur": (s.end_us - s.start_us).max(0.0),
+                "args": {"label": s.label},
+            }));
+        }
+        serde_json::json!({"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"title": self.title}})
+    }
+
+    pub fn save_chrome_trace(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string(&self.chrome_trace()).expect("trace serializes");
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text).map_err(|e| LabError::io(format!("writing {}", tmp.display()), e))?;
+        std::fs::rename(&tmp, path).map_err(|e| LabError::io(format!("writing {}", path.display()), e))
+    }
+}
+
+/// One or more timelines stacked on a shared time axis (e.g. measured above
+/// predicted, or no-overlap above overlapped).
+#[derive(Clone, Debug)]
+pub struct Gantt {
+    pub stem: String,
+    pub title: String,
+    pub subtitle: String,
+    pub timelines: Vec<Timeline>,
+    pub width: u32,
+}
+
+const LANE_PX: u32 = 34;
+
+impl Gantt {
+    pub fn new(stem: &str, title: &str, subtitle: &str, timelines: Vec<Timeline>) -> Gantt {
+        Gantt { stem: stem.into(), title: title.into(), subtitle: subtitle.into(), timelines, width: 1100 }
+    }
+    fn panel_height(t: &Timeline) -> u32 {
+        t.lanes().len().max(1) as u32 * LANE_PX + 90
+    }
+    pub fn evcxr_display(&self) {
+        crate::chart::display_inline(self)
+    }
+}
+
+impl Chart for Gantt {
+    fn stem(&self) -> &str {
+        &self.stem
+    }
+    fn size(&self) -> (u32, u32) {
+        (self.width, self.timelines.iter().map(Gantt::panel_height).sum::<u32>() + 70)
+    }
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String> {
+        let body = draw_header(root, &self.title, &self.subtitle, self.width)?;
+        // One time axis for all panels, starting at the earliest span.
+        let t0 = self.timelines.iter().map(|t| t.start_us()).fold(f64::INFINITY, f64::min);
+        let t0 = if t0.is_finite() { t0 } else { 0.0 };
+        let t1 = self.timelines.iter().map(|t| t.end_us()).fold(0.0, f64::max).max(t0 + 1.0);
+        let heights: Vec<u32> = self.timelines.iter().map(Gantt::panel_height).collect();
+        let mut rest = body;
+        for (t, h) in self.timelines.iter().zip(heights) {
+            let (area, below) = rest.split_vertically(h);
+            rest = below;
+            let lanes = t.lanes();
+            let n = lanes.len().max(1);
+            let caption = format!("{} (makespan {:.1} ms)", t.title, t.makespan_us() / 1e3);
+            let mut chart = ChartBuilder::on(&area)
+                .caption(caption, ("sans-serif", 15))
+                .margin(8)
+                .x_label_area_size(30)
+                .y_label_area_size(110)
+                // 15% headroom on the right keeps the legend off the last spans.
+                .build_cartesian_2d(0.0..(t1 - t0) / 1e3 * 1.15, 0.0..n as f64)
+                .map_err(|e| e.to_string())?;
+            let names = lanes.clone();
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .y_labels(n * 2 + 1)
+                .y_label_formatter(&move |y: &f64| {
+                    let i = (*y - 0.5).round();
+                    if (*y - 0.5 - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
+                        names[names.len() - 1 - i as usize].clone()
+                    } else {
+                        String::new()
+                    }
+                })
+                .x_desc("ms")
+                .label_style(("sans-serif", 12))
+                .light_line_style(RGBColor(238, 238, 238))
+                .draw()
+                .map_err(|e| e.to_string())?;
+            for s in &t.spans {
+                let row = lanes.iter().position(|l| l == &s.lane).unwrap_or(0);
+                let y = (n - 1 - row) as f64;
+                let (a, b) = ((s.start_us - t0) / 1e3, (s.end_us - t0) / 1e3);
+                chart
+                    .draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], kind_color(s.kind).filled())))
+                    .map_err(|e| e.to_string())?;
+            }
+            for kind in [OpKind::H2d, OpKind::Kernel, OpKind::D2h, OpKind::Host] {
+                if t.spans.iter().any(|s| s.kind == kind) {
+                    let c = kind_color(kind);
+                    chart
+                        .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+                        .map_err(|e| e.to_string())?
+                        .label(kind.label())
+                        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+                }
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(RGBColor(180, 180, 180))
+                .label_font(("sans-serif", 12))
+                .draw()
+                .map_err(|e| e.to_string())?;
+        }
+        root.present().map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{predict, Access, Machine};
+
+    fn sample() -> (Schedule, Timeline) {
+        let mut s = Schedule::new();
+        for c in 0..3u64 {
+            let st = c as usize % 2;
+            s.gpu_op(0, st, OpKind::H2d, &format!("H2D chunk {c}"), vec![Access::write("d", c * 8, c * 8 + 8)]);
+            s.gpu_op(0, st, OpKind::Kernel, &format!("compute chunk {c}"), vec![Access::read("d", c * 8, c * 8 + 8)]);
+            s.gpu_op(0, st, OpKind::D2h, &format!("D2H chunk {c}"), vec![]);
+        }
+        s.host_op(0, "check", vec![]);
+        let t = predict(&s, Machine { copy_engines: 2 }, |_| 100.0);
+        let tl = Timeline::from_schedule("predicted", "GPU 0 (Test GPU)", &s, &t);
+        (s, tl)
+    }
+
+    #[test]
+    fn chrome_trace_has_names_lanes_and_microseconds() {
+        let (_, tl) = sample();
+        let v = tl.chrome_trace();
+        let ev = v["traceEvents"].as_array().unwrap();
+        let x: Vec<_> = ev.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(x.len(), 10);
+        assert!(x.iter().any(|e| e["name"] == "Memcpy HtoD (Pinned -> Device)" && e["dur"] == 100.0));
+        let threads: Vec<_> = ev.iter().filter(|e| e["name"] == "thread_name").map(|e| e["args"]["name"].as_str().unwrap().to_string()).collect();
+        assert_eq!(threads, ["stream 0", "stream 1", "CPU main"]);
+        assert_eq!(ev[0]["args"]["name"], "GPU 0 (Test GPU)");
+        let dir = crate::testing::temp_dir("trace");
+        tl.save_chrome_trace(&dir.join("t.json")).unwrap();
+        let back: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).unwrap()).unwrap();
+        assert_eq!(back, v);
+    }
+
+    #[test]
+    fn gantt_renders_every_span() {
+        let (_, tl) = sample();
+        let mut other = tl.clone();
+        other.title = "measured".into();
+        let g = Gantt::new("test-gantt", "A pipeline", "test", vec![other, tl.clone()]);
+        let svg = g.to_svg().unwrap();
+        // 10 spans per timeline, plus legend swatches.
+        assert!(svg.matches("<rect").count() >= 20, "{}", svg.matches("<rect").count());
+        assert!(svg.contains("stream 1") && svg.contains("CPU main") && svg.contains("makespan"));
+        // Chunk 2 waits behind chunk 0 on stream 0: H2D 300-400, kernel, D2H ends at 600.
+        assert!((tl.makespan_us() - 600.0).abs() < 1e-9, "{}", tl.makespan_us());
+        assert_eq!(tl.busy_us(OpKind::H2d), 300.0);
+        let dir = crate::testing::temp_dir("gantt");
+        assert_eq!(g.save(&dir).unwrap().len(), 2);
+    }
+}
