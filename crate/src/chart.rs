@@ -24,6 +24,8 @@ pub struct Series {
 pub enum XAxis {
     /// Sizes in bytes on a log2 axis, labelled "4 KiB", "1 MiB"...
     LogBytes,
+    /// Counts on a log2 axis (1, 2, 4, ...).
+    LogCount,
     Linear,
 }
 
@@ -174,11 +176,14 @@ impl Chart for Figure {
         let body = draw_header(root, &self.title, &self.subtitle, self.size().0)?;
         let areas = body.split_evenly((1, self.panels.len().max(1)));
         for (area, p) in areas.iter().zip(&self.panels) {
-            let xs = range(p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0)), p.x_axis == XAxis::LogBytes);
+            let xs = range(p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0)), p.x_axis != XAxis::Linear);
             let ys = range(p.series.iter().flat_map(|s| s.points.iter().map(|q| q.1)), p.log_y);
             let bytes_fmt = |v: &f64| Bytes(v.round() as u64).to_string();
             let plain_fmt = |v: &f64| fmt_axis(*v);
+            let count_fmt = |v: &f64| format!("{}", v.round());
             match (p.x_axis, p.log_y) {
+                (XAxis::LogCount, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &count_fmt),
+                (XAxis::LogCount, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &count_fmt),
                 (XAxis::LogBytes, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &bytes_fmt),
                 (XAxis::LogBytes, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &bytes_fmt),
                 (XAxis::Linear, true) => draw_panel!(area, p, xs.0..xs.1, (ys.0..ys.1).log_scale(), &plain_fmt),
@@ -193,6 +198,101 @@ impl Figure {
     /// Inline display in the evcxr Jupyter kernel (a figure as a cell's value).
     pub fn evcxr_display(&self) {
         display_inline(self)
+    }
+}
+
+/// A grid of values per panel (e.g. speed-up by chunks x streams), coloured
+/// from white (low) to a strong colour (high), each cell labelled.
+#[derive(Clone, Debug)]
+pub struct Heatmap {
+    pub stem: String,
+    pub title: String,
+    pub subtitle: String,
+    pub panels: Vec<HeatPanel>,
+}
+
+#[derive(Clone, Debug)]
+pub struct HeatPanel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub columns: Vec<String>,
+    pub rows: Vec<String>,
+    /// values[row][column]; None leaves the cell blank.
+    pub values: Vec<Vec<Option<f64>>>,
+}
+
+impl Heatmap {
+    pub fn evcxr_display(&self) {
+        display_inline(self)
+    }
+}
+
+impl Chart for Heatmap {
+    fn stem(&self) -> &str {
+        &self.stem
+    }
+    fn size(&self) -> (u32, u32) {
+        (440 * self.panels.len().max(1) as u32, 380)
+    }
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String> {
+        let body = draw_header(root, &self.title, &self.subtitle, self.size().0)?;
+        let areas = body.split_evenly((1, self.panels.len().max(1)));
+        for (area, p) in areas.iter().zip(&self.panels) {
+            let (nc, nr) = (p.columns.len().max(1), p.rows.len().max(1));
+            let all: Vec<f64> = p.values.iter().flatten().flatten().copied().filter(|v| v.is_finite()).collect();
+            let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let mut chart = ChartBuilder::on(area)
+                .caption(&p.title, ("sans-serif", 16))
+                .margin(10)
+                .x_label_area_size(40)
+                .y_label_area_size(50)
+                .build_cartesian_2d(0.0..nc as f64, 0.0..nr as f64)
+                .map_err(|e| e.to_string())?;
+            let (cols, rows) = (p.columns.clone(), p.rows.clone());
+            chart
+                .configure_mesh()
+                .disable_mesh()
+                .x_labels(2 * nc + 1)
+                .y_labels(2 * nr + 1)
+                .x_label_formatter(&move |x: &f64| label_at(&cols, *x))
+                .y_label_formatter(&move |y: &f64| label_at(&rows, *y))
+                .x_desc(&p.x_label)
+                .y_desc(&p.y_label)
+                .label_style(("sans-serif", 12))
+                .draw()
+                .map_err(|e| e.to_string())?;
+            for (r, row) in p.values.iter().enumerate() {
+                for (c, v) in row.iter().enumerate() {
+                    let Some(v) = v else { continue };
+                    let t = if hi > lo { (v - lo) / (hi - lo) } else { 1.0 };
+                    let shade = |full: u8| (255.0 - t * (255.0 - full as f64)) as u8;
+                    let color = RGBColor(shade(31), shade(119), shade(180));
+                    let (x, y) = (c as f64, r as f64);
+                    chart.draw_series(std::iter::once(Rectangle::new([(x, y), (x + 1.0, y + 1.0)], color.filled()))).map_err(|e| e.to_string())?;
+                    let ink = if t > 0.6 { WHITE } else { BLACK };
+                    chart
+                        .draw_series(std::iter::once(Text::new(
+                            format!("{v:.2}"),
+                            (x + 0.5, y + 0.5),
+                            ("sans-serif", 12).into_font().color(&ink).pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Center, plotters::style::text_anchor::VPos::Center)),
+                        )))
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        root.present().map_err(|e| e.to_string())
+    }
+}
+
+/// The label of the cell whose centre is at `v` (cells span [i, i+1)).
+fn label_at(labels: &[String], v: f64) -> String {
+    let i = (v - 0.5).round();
+    if (v - 0.5 - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
+        labels[i as usize].clone()
+    } else {
+        String::new()
     }
 }
 
@@ -294,6 +394,29 @@ mod tests {
         assert!(png.len() > 5_000, "png suspiciously small: {}", png.len());
         let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().contains("tmp")).collect();
         assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn heatmap_labels_every_cell() {
+        let h = Heatmap {
+            stem: "hm".into(),
+            title: "speed-up".into(),
+            subtitle: "test".into(),
+            panels: vec![HeatPanel {
+                title: "balanced".into(),
+                x_label: "chunks".into(),
+                y_label: "streams".into(),
+                columns: vec!["1".into(), "2".into(), "4".into()],
+                rows: vec!["1".into(), "2".into()],
+                values: vec![vec![Some(1.0), Some(1.5), Some(2.0)], vec![None, Some(2.5), Some(2.75)]],
+            }],
+        };
+        let svg = h.to_svg().unwrap();
+        for v in ["1.00", "1.50", "2.75", "chunks", "streams"] {
+            assert!(svg.contains(v), "heatmap lacks {v}");
+        }
+        assert_eq!(label_at(&["a".into(), "b".into()], 1.5), "b");
+        assert_eq!(label_at(&["a".into(), "b".into()], 1.0), "");
     }
 
     #[test]

@@ -140,3 +140,62 @@ mod tests {
         assert!((0..100_000u64).all(|i| word(1, i) != POISON));
     }
 }
+
+/// Views 64-bit words as f32 (two per word).
+pub fn as_f32(words: &[u64]) -> &[f32] {
+    // SAFETY: u64 alignment exceeds f32's; every bit pattern is a valid f32.
+    unsafe { std::slice::from_raw_parts(words.as_ptr() as *const f32, words.len() * 2) }
+}
+
+/// Mutable f32 view of 64-bit words.
+pub fn as_f32_mut(words: &mut [u64]) -> &mut [f32] {
+    // SAFETY: as above, exclusive.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut f32, words.len() * 2) }
+}
+
+/// An f32 in [-1, 1) from 24 random bits.
+fn unit_f32(bits: u32) -> f32 {
+    (bits >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+}
+
+/// Fills with random f32 in [-1, 1) for `seed`, bypassing caches; element
+/// `i` is [`f32_at`]`(seed, i)`.
+pub fn fill_f32(words: &mut [u64], seed: u64) {
+    write_words(words, Store::Streaming, |i| {
+        let w = word(seed, i);
+        (unit_f32(w as u32).to_bits() as u64) | ((unit_f32((w >> 32) as u32).to_bits() as u64) << 32)
+    })
+}
+
+/// Element `i` of [`fill_f32`]'s output, computed alone.
+pub fn f32_at(seed: u64, i: usize) -> f32 {
+    let w = word(seed, (i / 2) as u64);
+    unit_f32(if i % 2 == 0 { w as u32 } else { (w >> 32) as u32 })
+}
+
+#[cfg(test)]
+mod f32_tests {
+    use super::*;
+
+    #[test]
+    fn f32_fill_matches_elementwise_and_stays_in_range() {
+        let mut w = vec![0u64; 1000];
+        fill_f32(&mut w, 5);
+        let f = as_f32(&w);
+        assert_eq!(f.len(), 2000);
+        for (i, &x) in f.iter().enumerate() {
+            assert_eq!(x.to_bits(), f32_at(5, i).to_bits(), "element {i}");
+            assert!((-1.0..1.0).contains(&x));
+        }
+        assert!(f.iter().any(|&x| x < -0.5) && f.iter().any(|&x| x > 0.5));
+    }
+
+    #[test]
+    fn poison_is_never_a_valid_f32_output() {
+        let mut w = vec![0u64; 4];
+        poison(&mut w);
+        assert!(as_f32(&w).iter().all(|x| x.abs() > 1e18));
+        as_f32_mut(&mut w)[1] = 0.5;
+        assert_eq!(as_f32(&w)[1], 0.5);
+    }
+}

@@ -3,6 +3,7 @@
 use crate::chart::Chart;
 use crate::error::{LabError, Result};
 use crate::labs::bandwidth::{self, BandwidthResults};
+use crate::labs::overlap::{self, OverlapResults};
 use crate::record::Record;
 use std::path::{Path, PathBuf};
 
@@ -16,7 +17,7 @@ pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
     let mut devices: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
     devices.sort();
     let mut files = Vec::new();
-    for dev in devices {
+    for dev in devices.iter() {
         let lab1 = dev.join(format!("{}.json", bandwidth::LAB));
         if !lab1.is_file() {
             continue;
@@ -37,8 +38,42 @@ pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
         std::fs::write(&summary, text).map_err(|e| LabError::io(format!("writing {}", summary.display()), e))?;
         files.push(summary);
     }
+    for dev in &devices {
+        let lab2 = dev.join(format!("{}.json", overlap::LAB));
+        if lab2.is_file() {
+            files.extend(lab2_figures(&Record::<OverlapResults>::load(&lab2)?, out_dir)?);
+        }
+    }
     if files.is_empty() {
         return Err(LabError::MissingData { path: data_dir.join("<device>").join("bandwidth.json") });
     }
+    Ok(files)
+}
+
+/// Lab 2: heatmaps, measured vs bound, timelines (+ Chrome traces), summary.
+fn lab2_figures(rec: &Record<OverlapResults>, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    let dir = out_dir.join(rec.fingerprint.slug());
+    let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command.join(" "));
+    let mut files = Vec::new();
+    for order in &rec.results.config.orders {
+        files.extend(overlap::charts::speedup_heatmap(rec, *order, &origin).save(&dir)?);
+    }
+    files.extend(overlap::charts::measured_vs_bound(rec, &origin).save(&dir)?);
+    for (i, ir) in rec.results.intensities.iter().enumerate() {
+        if let Some(g) = overlap::charts::timelines(rec, i, &origin) {
+            files.extend(g.save(&dir)?);
+        }
+        let trace = dir.join(format!("lab2-{}-best.trace.json", ir.intensity.label()));
+        ir.best_timeline.save_chrome_trace(&trace)?;
+        files.push(trace);
+    }
+    let summary = dir.join("lab2-summary.txt");
+    let text = format!(
+        "{origin}\n\n{}\ntimeline overhead: {:+.2}%\n",
+        overlap::model::summary_table(&rec.results.intensities, rec.results.copy_engines),
+        rec.results.timeline_overhead_pct
+    );
+    std::fs::write(&summary, text).map_err(|e| LabError::io(format!("writing {}", summary.display()), e))?;
+    files.push(summary);
     Ok(files)
 }

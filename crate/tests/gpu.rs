@@ -120,3 +120,79 @@ fn absurd_sizes_are_clear_errors() {
     }
     assert!(matches!(alloc_host(&gpu, HostMemoryKind::Pinned, 0), Err(LabError::Config(_))));
 }
+
+mod pipelines {
+    use overlap_lab::gpu::{ComputeKernel, HostBuffer, PinnedBuffer};
+    use overlap_lab::labs::overlap::measure::Rig;
+    use overlap_lab::labs::overlap::{measure, Intensity, IssueOrder, OverlapConfig};
+    use overlap_lab::pattern;
+    use overlap_lab::progress::ProgressMode;
+    use overlap_lab::schedule::OpKind;
+    use overlap_lab::testing::gpu_or_skip;
+
+    #[test]
+    fn chunked_pipeline_verifies_and_records_a_timeline() {
+        let Some(gpu) = gpu_or_skip("chunked_pipeline_verifies_and_records_a_timeline") else { return };
+        let mut rig = Rig::new(&gpu, 1 << 20, 2).unwrap();
+        for order in [IssueOrder::DepthFirst, IssueOrder::BreadthFirst] {
+            let seed = rig.prepare();
+            let run = rig.run(4, 2, order, 100, true, false).unwrap();
+            rig.verify(seed, 4, 100, 64).unwrap();
+            assert!(run.races.is_empty(), "{:?}", run.races);
+            let t = run.timeline.unwrap();
+            assert_eq!(t.spans.len(), 12);
+            assert!(t.spans.iter().all(|s| s.end_us > s.start_us && s.start_us >= 0.0), "{t:?}");
+            assert_eq!(t.lanes(), ["stream 0: s0", "stream 1: s1"]);
+            // Events bracket the ops: the timeline cannot exceed the total.
+            assert!(t.end_us() <= run.total_ms * 1e3 + 1.0, "{} vs {}", t.end_us(), run.total_ms);
+        }
+        // A kernel that was never run leaves poison, and the check says so.
+        let seed = rig.prepare();
+        let e = rig.verify(seed, 4, 100, 64).unwrap_err().to_string();
+        assert!(e.contains("never written"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_event_wait_is_reported_as_a_race() {
+        let Some(gpu) = gpu_or_skip("a_missing_event_wait_is_reported_as_a_race") else { return };
+        let kernel = ComputeKernel::load(&gpu).unwrap();
+        let (s0, s1) = (gpu.stream().unwrap(), gpu.stream().unwrap());
+        let (din, dout) = (gpu.alloc(1 << 20).unwrap(), gpu.alloc(1 << 20).unwrap());
+        let mut host = PinnedBuffer::new(&gpu, 1 << 20).unwrap();
+        pattern::fill_f32(host.words_mut(), 1);
+        for with_event in [false, true] {
+            let mut p = gpu.pipeline(false, 4).unwrap();
+            let (a, b) = (p.stream(&s0, "copy"), p.stream(&s1, "compute"));
+            let h = p.host(&mut host, "host");
+            let (i, o) = (p.device(&din, "in"), p.device(&dout, "out"));
+            p.h2d(a, i, 0, h, 0, 1 << 20, "upload").unwrap();
+            if with_event {
+                let e = p.event().unwrap();
+                p.record(e, a).unwrap();
+                p.wait(b, e).unwrap();
+            }
+            p.compute(b, &kernel, i, 0, o, 0, 1 << 18, 10, "compute").unwrap();
+            let run = p.finish().unwrap();
+            assert_eq!(run.races.is_empty(), with_event, "{:?}", run.races);
+            assert_eq!(run.schedule.ops.iter().filter(|o| o.kind == OpKind::Kernel).count(), 1);
+        }
+    }
+
+    #[test]
+    fn small_overlap_sweep_runs_end_to_end() {
+        let Some(gpu) = gpu_or_skip("small_overlap_sweep_runs_end_to_end") else { return };
+        let cfg = OverlapConfig { elements: 2 << 20, chunks: vec![1, 4], streams: vec![1, 2], repeats: 2, warmup: 1, samples_per_chunk: 32, ..OverlapConfig::default() };
+        let r = measure::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
+        assert_eq!(r.intensities.len(), 3);
+        for ir in &r.intensities {
+            assert_eq!(ir.points.len(), cfg.grid().len() * 2);
+            assert!(ir.iterations >= 1);
+            assert!(!ir.best_timeline.spans.is_empty() && !ir.best_predicted.spans.is_empty());
+            assert!(ir.points.iter().all(|p| p.verified_runs == 3 && p.total_ms.median > 0.0));
+        }
+        let cb = r.intensity(Intensity::ComputeBound).unwrap();
+        let bal = r.intensity(Intensity::Balanced).unwrap();
+        assert!(cb.iterations > bal.iterations, "compute-bound needs more work per element");
+        assert!(r.timeline_overhead_pct.is_finite());
+    }
+}

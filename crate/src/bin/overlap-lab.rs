@@ -3,7 +3,8 @@
 
 use clap::{Args, Parser, Subcommand};
 use overlap_lab::gpu::{Availability, Gpu, HostMemoryKind};
-use overlap_lab::labs::bandwidth::{self, BandwidthConfig, BandwidthRecord, Direction};
+use overlap_lab::labs::bandwidth::{self, BandwidthConfig, Direction};
+use overlap_lab::labs::overlap::{self, Intensity, IssueOrder, OverlapConfig};
 use overlap_lab::progress::ProgressMode;
 use overlap_lab::record::{default_data_dir, Record};
 use overlap_lab::{report, Bytes, LabError, Result};
@@ -35,6 +36,8 @@ enum Command {
     },
     /// Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost.
     Bandwidth(BandwidthArgs),
+    /// Lab 2: chunked copy/compute overlap over N streams, against the bounds and the queue model.
+    Overlap(OverlapArgs),
     /// Regenerate every report figure (SVG + PNG) from recorded data; no GPU needed.
     Report {
         /// Output directory.
@@ -81,6 +84,50 @@ struct BandwidthArgs {
     no_record: bool,
 }
 
+#[derive(Args)]
+struct OverlapArgs {
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// f32 elements in the data set (32Mi = 128 MiB each way).
+    #[arg(long, default_value_t = 32 << 20)]
+    elements: usize,
+    /// Chunk counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 2, 4, 8, 16, 32, 64])]
+    chunks: Vec<usize>,
+    /// Stream counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 2, 4, 8])]
+    streams: Vec<usize>,
+    /// Kernel intensities, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Intensity::ALL.to_vec())]
+    intensities: Vec<Intensity>,
+    /// Issue orders, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![IssueOrder::DepthFirst, IssueOrder::BreadthFirst])]
+    orders: Vec<IssueOrder>,
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Do not write the record to the data directory.
+    #[arg(long)]
+    no_record: bool,
+}
+
+impl OverlapArgs {
+    fn config(&self) -> OverlapConfig {
+        OverlapConfig {
+            device: self.device,
+            elements: self.elements,
+            chunks: self.chunks.clone(),
+            streams: self.streams.clone(),
+            intensities: self.intensities.clone(),
+            orders: self.orders.clone(),
+            warmup: self.warmup,
+            repeats: self.repeats,
+            ..OverlapConfig::default()
+        }
+    }
+}
+
 impl BandwidthArgs {
     fn config(&self) -> BandwidthConfig {
         BandwidthConfig {
@@ -105,20 +152,45 @@ fn progress(quiet: bool) -> ProgressMode {
     }
 }
 
-fn run_bandwidth(cfg: &BandwidthConfig, data: Option<&PathBuf>, quiet: bool) -> Result<BandwidthRecord> {
-    cfg.validate()?; // before touching the GPU: bad input fails fast
-    let gpu = Gpu::open(cfg.device)?;
+/// Opens the device, runs a lab, prints its tables, records it if asked.
+fn run_lab<T: serde::Serialize + serde::de::DeserializeOwned>(
+    lab: &str,
+    device: usize,
+    data: Option<&PathBuf>,
+    measure: impl FnOnce(&Gpu) -> Result<T>,
+    tables: impl FnOnce(&Record<T>) -> String,
+) -> Result<()> {
+    let gpu = Gpu::open(device)?;
     let fp = gpu.fingerprint()?;
     eprintln!("{}", fp.describe());
-    let results = bandwidth::measure::run(&gpu, cfg, progress(quiet))?;
-    let rec = Record::new(bandwidth::LAB, fp, results);
-    println!("{}", bandwidth::model::summary_table(&rec));
-    println!("Break-even (copies until pinning pays off)\n{}", bandwidth::model::break_even_table(&rec.results));
+    let rec = Record::new(lab, fp, measure(&gpu)?);
+    println!("{}", tables(&rec));
     if let Some(dir) = data {
-        let path = rec.save(dir)?;
-        println!("recorded: {}", path.display());
+        println!("recorded: {}", rec.save(dir)?.display());
     }
-    Ok(rec)
+    Ok(())
+}
+
+fn run_bandwidth(cfg: &BandwidthConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
+    cfg.validate()?; // before touching the GPU: bad input fails fast
+    run_lab(bandwidth::LAB, cfg.device, data, |gpu| bandwidth::measure::run(gpu, cfg, progress(quiet)), |rec| {
+        format!(
+            "{}\nBreak-even (copies until pinning pays off)\n{}",
+            bandwidth::model::summary_table(rec),
+            bandwidth::model::break_even_table(&rec.results)
+        )
+    })
+}
+
+fn run_overlap(cfg: &OverlapConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
+    cfg.validate()?;
+    run_lab(overlap::LAB, cfg.device, data, |gpu| overlap::measure::run(gpu, cfg, progress(quiet)), |rec| {
+        format!(
+            "{}timeline overhead: {:+.2}%",
+            overlap::model::summary_table(&rec.results.intensities, rec.results.copy_engines),
+            rec.results.timeline_overhead_pct
+        )
+    })
 }
 
 fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
@@ -145,12 +217,16 @@ fn run(cli: Cli) -> Result<()> {
             let keep = (!args.no_record).then_some(&data);
             run_bandwidth(&args.config(), keep, cli.quiet)?;
         }
+        Command::Overlap(args) => {
+            let keep = (!args.no_record).then_some(&data);
+            run_overlap(&args.config(), keep, cli.quiet)?;
+        }
         Command::Report { out } => run_report(&data, &out)?,
         Command::All { device, out } => {
             let avail = Availability::probe();
             if avail.is_ready() {
-                let cfg = BandwidthConfig { device, ..BandwidthConfig::default() };
-                run_bandwidth(&cfg, Some(&data), cli.quiet)?;
+                run_bandwidth(&BandwidthConfig { device, ..BandwidthConfig::default() }, Some(&data), cli.quiet)?;
+                run_overlap(&OverlapConfig { device, ..OverlapConfig::default() }, Some(&data), cli.quiet)?;
             } else {
                 println!("no GPU: {}; rendering the recorded data instead.", avail.reason());
             }

@@ -7,10 +7,12 @@ pub mod driver;
 pub mod fingerprint;
 pub mod host;
 pub mod kernel;
+pub mod pipeline;
 
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
 pub use fingerprint::{Fingerprint, PcieLink};
 pub use kernel::{ComputeKernel, Module};
+pub use pipeline::{DevRef, EventRef, HostRef, Pipeline, PipelineRun, StreamRef};
 pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PinnedBuffer, RegisteredBuffer, WriteCombinedBuffer};
 
 use crate::error::{LabError, Result};
@@ -57,6 +59,7 @@ impl Availability {
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     ordinal: usize,
+    name: Arc<str>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -76,11 +79,22 @@ impl Gpu {
             return Err(LabError::NoDevice { ordinal, count });
         }
         let ctx = driver::open_context(ordinal)?;
-        Ok(Gpu { ctx, ordinal })
+        let name = driver::device_name(ctx.cu_device())?.into();
+        Ok(Gpu { ctx, ordinal, name })
     }
 
     pub fn ordinal(&self) -> usize {
         self.ordinal
+    }
+
+    /// e.g. "NVIDIA H200".
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT.
+    pub fn copy_engines(&self) -> Result<u32> {
+        driver::attribute(self.ctx.cu_device(), cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT).map(|v| v as u32)
     }
 
     /// Makes this device's context current on the calling thread.

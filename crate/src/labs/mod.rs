@@ -3,3 +3,4 @@
 //! `charts` (plotters), and its record type.
 
 pub mod bandwidth;
+pub mod overlap;

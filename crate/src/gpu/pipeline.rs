@@ -1,0 +1,341 @@
+//! Building and running a copy/compute pipeline on real streams while
+//! recording it: every operation goes into a [`Schedule`] (for race checking
+//! and the queue model) and, when asked, is bracketed by CUDA events against
+//! one base event (for the measured timeline).
+//!
+//! The pipeline borrows every buffer it uses for its whole life and
+//! synchronizes before it ends (in `finish`, or on drop), so no buffer can be
+//! freed or reused by Rust code while the GPU may still touch it. Inside the
+//! pipeline, the order of GPU and CPU accesses is the learner's business: the
+//! schedule reports any access not ordered after a conflicting one.
+
+use super::{driver, ComputeKernel, DeviceBuffer, Event, Gpu, HostBuffer, Stream};
+use crate::error::{LabError, Result};
+use crate::schedule::{Access, OpKind, Race, Schedule};
+use crate::timeline::Timeline;
+use crate::trace;
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::time::Instant;
+
+/// A stream registered with a pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamRef(usize);
+/// A device buffer registered with a pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevRef(usize);
+/// A host buffer registered with a pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostRef(usize);
+/// An event owned by a pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventRef(usize);
+
+struct HostEntry {
+    ptr: *mut u64,
+    words: usize,
+    name: String,
+}
+
+/// Where timing events came from: pre-created so creating them never lands
+/// inside the issue loop.
+struct EventPool {
+    events: Vec<Event>,
+    next: usize,
+}
+
+impl EventPool {
+    fn take(&mut self, gpu: &Gpu) -> Result<usize> {
+        if self.next == self.events.len() {
+            self.events.push(gpu.timing_event()?);
+        }
+        self.next += 1;
+        Ok(self.next - 1)
+    }
+}
+
+/// What a finished pipeline leaves behind.
+#[derive(Debug)]
+pub struct PipelineRun {
+    pub schedule: Schedule,
+    /// Accesses not ordered after a conflicting earlier access.
+    pub races: Vec<Race>,
+    /// Per-op device/host times against the base event (when recorded).
+    pub timeline: Option<Timeline>,
+    /// Base event to the last stream's end, ms (events; always measured).
+    pub total_ms: f64,
+    /// Names given to the pipeline's streams, by stream index.
+    pub stream_names: Vec<String>,
+}
+
+impl PipelineRun {
+    /// Names lanes "stream i: <name>" as the measured timeline does.
+    pub fn name_lanes(&self, t: &mut Timeline) {
+        for span in &mut t.spans {
+            if let Some(i) = span.lane.strip_prefix("stream ").and_then(|n| n.parse::<usize>().ok()) {
+                if let Some(name) = self.stream_names.get(i) {
+                    span.lane = format!("stream {i}: {name}");
+                }
+            }
+        }
+    }
+
+    /// The queue model's timeline for this run's schedule, each op lasting
+    /// `duration_us(op)`.
+    pub fn predicted(&self, machine: crate::schedule::Machine, duration_us: impl Fn(&crate::schedule::Op) -> f64) -> Timeline {
+        let times = crate::schedule::predict(&self.schedule, machine, duration_us);
+        let device = self.timeline.as_ref().map(|t| t.device.clone()).unwrap_or_default();
+        let mut t = Timeline::from_schedule("predicted", &device, &self.schedule, &times);
+        self.name_lanes(&mut t);
+        t
+    }
+}
+
+pub struct Pipeline<'a> {
+    gpu: Gpu,
+    device_label: String,
+    schedule: Schedule,
+    streams: Vec<(&'a Stream, String)>,
+    devices: Vec<(&'a DeviceBuffer, String)>,
+    hosts: Vec<HostEntry>,
+    user_events: Vec<Event>,
+    pool: EventPool,
+    /// (start event, end event) per GPU op, or host (start, end) µs per host op.
+    marks: Vec<Mark>,
+    record_timeline: bool,
+    base: Event,
+    host_base: Instant,
+    finished: bool,
+    _borrows: PhantomData<&'a mut ()>,
+}
+
+enum Mark {
+    Gpu(usize, usize),
+    Host(f64, f64),
+    None,
+}
+
+impl Gpu {
+    /// Starts a pipeline. With `timeline`, every GPU op is bracketed by two
+    /// events from a pool of `expected_ops * 2` created now.
+    pub fn pipeline<'a>(&self, timeline: bool, expected_ops: usize) -> Result<Pipeline<'a>> {
+        let mut events = Vec::new();
+        if timeline {
+            for _ in 0..expected_ops * 2 {
+                events.push(self.timing_event()?);
+            }
+        }
+        let base_stream = self.stream()?;
+        let base = self.timing_event()?;
+        // The base event completes at once on an idle stream; the host clock
+        // read right after its synchronize is aligned to it within a few µs.
+        base.record(&base_stream)?;
+        base.synchronize()?;
+        let host_base = Instant::now();
+        Ok(Pipeline {
+            gpu: self.clone(),
+            device_label: format!("GPU {} ({})", self.ordinal(), self.name()),
+            schedule: Schedule::new(),
+            streams: Vec::new(),
+            devices: Vec::new(),
+            hosts: Vec::new(),
+            user_events: Vec::new(),
+            pool: EventPool { events, next: 0 },
+            marks: Vec::new(),
+            record_timeline: timeline,
+            base,
+            host_base,
+            finished: false,
+            _borrows: PhantomData,
+        })
+    }
+}
+
+impl<'a> Pipeline<'a> {
+    pub fn stream(&mut self, s: &'a Stream, name: &str) -> StreamRef {
+        self.streams.push((s, name.to_string()));
+        StreamRef(self.streams.len() - 1)
+    }
+    pub fn device(&mut self, d: &'a DeviceBuffer, name: &str) -> DevRef {
+        self.devices.push((d, name.to_string()));
+        DevRef(self.devices.len() - 1)
+    }
+    /// Borrows a host buffer exclusively for the pipeline's life.
+    pub fn host(&mut self, h: &'a mut dyn HostBuffer, name: &str) -> HostRef {
+        let words = h.words().len();
+        let ptr = h.words_mut().as_mut_ptr();
+        self.hosts.push(HostEntry { ptr, words, name: name.to_string() });
+        HostRef(self.hosts.len() - 1)
+    }
+    pub fn event(&mut self) -> Result<EventRef> {
+        self.user_events.push(self.gpu.timing_event()?);
+        Ok(EventRef(self.user_events.len() - 1))
+    }
+
+    fn host_range(&self, h: HostRef, at: usize, bytes: usize) -> Result<(*mut u64, Access)> {
+        let e = &self.hosts[h.0];
+        if at % 8 != 0 || bytes % 8 != 0 || bytes == 0 || at + bytes > e.words * 8 {
+            return Err(LabError::config(format!("{} bytes at {at} do not fit host buffer {} ({} bytes, 8-byte aligned)", bytes, e.name, e.words * 8)));
+        }
+        // SAFETY: in bounds (checked above).
+        let p = unsafe { e.ptr.add(at / 8) };
+        Ok((p, Access { buffer: e.name.clone(), start: at as u64, end: (at + bytes) as u64, write: false }))
+    }
+    fn dev_range(&self, d: DevRef, at: usize, bytes: usize) -> Result<(u64, Access)> {
+        let (buf, name) = &self.devices[d.0];
+        if bytes == 0 || at + bytes > buf.bytes() {
+            return Err(LabError::config(format!("{bytes} bytes at {at} do not fit device buffer {name} ({} bytes)", buf.bytes())));
+        }
+        Ok((buf.ptr() + at as u64, Access { buffer: name.clone(), start: at as u64, end: (at + bytes) as u64, write: false }))
+    }
+
+    /// Runs `issue` bracketed by timeline events on `s`.
+    fn gpu_op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, issue: impl FnOnce(&Stream) -> Result<()>) -> Result<()> {
+        let _r = trace::range(&format!("enqueue: {label}"));
+        let stream = self.streams[s.0].0;
+        let mark = if self.record_timeline {
+            let (a, b) = (self.pool.take(&self.gpu)?, self.pool.take(&self.gpu)?);
+            self.pool.events[a].record(stream)?;
+            issue(stream)?;
+            self.pool.events[b].record(stream)?;
+            Mark::Gpu(a, b)
+        } else {
+            issue(stream)?;
+            Mark::None
+        };
+        self.schedule.gpu_op(0, s.0, kind, label, accesses);
+        self.marks.push(mark);
+        Ok(())
+    }
+
+    /// Copies `bytes` from host buffer `src` at byte `src_at` to device `dst` at `dst_at`.
+    pub fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, bytes: usize, label: &str) -> Result<()> {
+        let (hp, mut ha) = self.host_range(src, src_at, bytes)?;
+        let (dp, mut da) = self.dev_range(dst, dst_at, bytes)?;
+        ha.write = false;
+        da.write = true;
+        // SAFETY: ranges checked; the pipeline holds both borrows until it synchronizes.
+        self.gpu_op(s, OpKind::H2d, label, vec![ha, da], |st| unsafe { driver::memcpy_htod_async(dp, hp as *const c_void, bytes, st.raw()) })
+    }
+
+    /// Copies `bytes` from device `src` at `src_at` to host buffer `dst` at byte `dst_at`.
+    pub fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, bytes: usize, label: &str) -> Result<()> {
+        let (hp, mut ha) = self.host_range(dst, dst_at, bytes)?;
+        let (dp, mut da) = self.dev_range(src, src_at, bytes)?;
+        ha.write = true;
+        da.write = false;
+        // SAFETY: as for h2d.
+        self.gpu_op(s, OpKind::D2h, label, vec![da, ha], |st| unsafe { driver::memcpy_dtoh_async(hp as *mut c_void, dp, bytes, st.raw()) })
+    }
+
+    /// `output[out_at..+n] = compute(input[in_at..+n])`, indices in f32 elements.
+    #[allow(clippy::too_many_arguments)]
+    pub fn compute(&mut self, s: StreamRef, k: &'a ComputeKernel, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, iterations: i32, label: &str) -> Result<()> {
+        let (_, mut ia) = self.dev_range(input, in_at * 4, n * 4)?;
+        let (_, mut oa) = self.dev_range(output, out_at * 4, n * 4)?;
+        ia.write = false;
+        oa.write = true;
+        let (ib, ob) = (self.devices[input.0].0, self.devices[output.0].0);
+        self.gpu_op(s, OpKind::Kernel, label, vec![ia, oa], |st| k.enqueue(st, ib, in_at, ob, out_at, n, iterations))
+    }
+
+    /// cuEventRecord: `e` completes when `s` has done everything issued so far.
+    pub fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
+        self.user_events[e.0].record(self.streams[s.0].0)?;
+        self.schedule.record_event(e.0, s.0);
+        Ok(())
+    }
+    /// cuStreamWaitEvent: later work on `s` waits for `e`.
+    pub fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
+        driver::stream_wait_event(self.streams[s.0].0.raw(), self.user_events[e.0].raw)?;
+        self.schedule.stream_wait_event(s.0, e.0);
+        Ok(())
+    }
+    /// cuEventSynchronize: the CPU waits for `e`.
+    pub fn host_wait(&mut self, e: EventRef) -> Result<()> {
+        let _r = trace::range("host waits on event");
+        self.user_events[e.0].synchronize()?;
+        self.schedule.host_wait_event(0, e.0);
+        Ok(())
+    }
+    /// cuStreamSynchronize: the CPU waits for everything issued to `s`.
+    pub fn host_sync(&mut self, s: StreamRef) -> Result<()> {
+        self.streams[s.0].0.synchronize()?;
+        self.schedule.host_wait_stream(0, s.0);
+        Ok(())
+    }
+
+    fn host_op<R>(&mut self, label: &str, h: HostRef, at: usize, bytes: usize, write: bool, f: impl FnOnce(&mut [u64]) -> R) -> Result<R> {
+        let (p, mut a) = self.host_range(h, at, bytes)?;
+        a.write = write;
+        self.schedule.host_op(0, label, vec![a]);
+        let _r = trace::range(label);
+        let t0 = self.host_base.elapsed().as_secs_f64() * 1e6;
+        // SAFETY: in bounds; the pipeline holds the buffer's exclusive borrow.
+        // Whether the GPU may still be using it is what the schedule checks.
+        let r = f(unsafe { std::slice::from_raw_parts_mut(p, bytes / 8) });
+        let t1 = self.host_base.elapsed().as_secs_f64() * 1e6;
+        self.marks.push(Mark::Host(t0, t1));
+        Ok(r)
+    }
+
+    /// CPU work that writes `bytes` of host buffer `h` at byte `at`.
+    pub fn host_write<R>(&mut self, label: &str, h: HostRef, at: usize, bytes: usize, f: impl FnOnce(&mut [u64]) -> R) -> Result<R> {
+        self.host_op(label, h, at, bytes, true, f)
+    }
+    /// CPU work that reads `bytes` of host buffer `h` at byte `at`.
+    pub fn host_read<R>(&mut self, label: &str, h: HostRef, at: usize, bytes: usize, f: impl FnOnce(&[u64]) -> R) -> Result<R> {
+        self.host_op(label, h, at, bytes, false, |w| f(w))
+    }
+
+    /// Waits for all work, then resolves the timeline and the races.
+    pub fn finish(mut self) -> Result<PipelineRun> {
+        self.finished = true;
+        let mut ends = Vec::new();
+        for (s, _) in &self.streams {
+            let e = self.gpu.timing_event()?;
+            e.record(s)?;
+            ends.push(e);
+        }
+        driver::context_synchronize()?;
+        let mut total_ms = 0.0f64;
+        for e in &ends {
+            total_ms = total_ms.max(self.base.elapsed_ms(e)?);
+        }
+        let timeline = if self.record_timeline {
+            let mut times = Vec::with_capacity(self.marks.len());
+            for m in &self.marks {
+                times.push(match *m {
+                    Mark::Gpu(a, b) => (self.base.elapsed_ms(&self.pool.events[a])? * 1e3, self.base.elapsed_ms(&self.pool.events[b])? * 1e3),
+                    Mark::Host(a, b) => (a, b),
+                    Mark::None => (0.0, 0.0),
+                });
+            }
+            Some(Timeline::from_schedule("measured", &self.device_label, &self.schedule, &times))
+        } else {
+            None
+        };
+        let mut run = PipelineRun {
+            races: self.schedule.races().to_vec(),
+            schedule: std::mem::take(&mut self.schedule),
+            timeline: None,
+            total_ms,
+            stream_names: self.streams.iter().map(|(_, n)| n.clone()).collect(),
+        };
+        if let Some(mut t) = timeline {
+            run.name_lanes(&mut t);
+            run.timeline = Some(t);
+        }
+        Ok(run)
+    }
+}
+
+impl Drop for Pipeline<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Never let the borrows end while the GPU may still use the buffers.
+            let _ = self.gpu.bind();
+            let _ = driver::context_synchronize();
+        }
+    }
+}

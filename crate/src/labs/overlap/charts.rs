@@ -1,0 +1,84 @@
+//! Lab 2's figures: speed-up heatmaps, measured against the bounds, and the
+//! serial and overlapped timelines (measured and predicted).
+
+use super::{model, IssueOrder, OverlapRecord};
+use crate::chart::{Figure, HeatPanel, Heatmap, Panel, RGBColor, Series, XAxis};
+use crate::timeline::Gantt;
+
+/// Speed-up over one chunk on one stream, by chunks x streams, per intensity.
+pub fn speedup_heatmap(rec: &OverlapRecord, order: IssueOrder, origin: &str) -> Heatmap {
+    let r = &rec.results;
+    let panels = r
+        .intensities
+        .iter()
+        .map(|ir| {
+            let cols: Vec<usize> = r.config.chunks.clone();
+            let rows: Vec<usize> = r.config.streams.clone();
+            HeatPanel {
+                title: format!("{} (max {:.2}x)", ir.intensity.label(), model::max_speedup(&ir.parts)),
+                x_label: "chunks".into(),
+                y_label: "streams".into(),
+                columns: cols.iter().map(|c| c.to_string()).collect(),
+                rows: rows.iter().map(|s| s.to_string()).collect(),
+                values: rows
+                    .iter()
+                    .map(|&s| cols.iter().map(|&c| ir.point(c, s, order).and_then(|p| model::speedup(ir, p))).collect())
+                    .collect(),
+            }
+        })
+        .collect();
+    Heatmap {
+        stem: format!("lab2-speedup-{}", order.label()),
+        title: format!("Speed-up over one stream, {} issue order", order.label()),
+        subtitle: origin.into(),
+        panels,
+    }
+}
+
+/// Best measured time per chunk count (over stream counts), each issue order,
+/// against the bound for this device's copy engines and the serial sum.
+pub fn measured_vs_bound(rec: &OverlapRecord, origin: &str) -> Figure {
+    let r = &rec.results;
+    let panels = r
+        .intensities
+        .iter()
+        .map(|ir| {
+            let mut series = Vec::new();
+            for (order, color) in [(IssueOrder::DepthFirst, RGBColor(31, 119, 180)), (IssueOrder::BreadthFirst, RGBColor(255, 127, 14))] {
+                let points: Vec<(f64, f64)> = r
+                    .config
+                    .chunks
+                    .iter()
+                    .filter_map(|&c| {
+                        ir.points.iter().filter(|p| p.chunks == c && p.order == order).map(|p| p.total_ms.median).min_by(f64::total_cmp).map(|t| (c as f64, t))
+                    })
+                    .collect();
+                if !points.is_empty() {
+                    series.push(Series { label: format!("measured, {}", order.label()), color, dashed: false, points });
+                }
+            }
+            let bound: Vec<(f64, f64)> = r.config.chunks.iter().map(|&c| (c as f64, model::Bounds::of(&ir.parts, c).for_engines(r.copy_engines))).collect();
+            series.push(Series { label: format!("bound ({} copy engines)", r.copy_engines), color: RGBColor(44, 160, 44), dashed: true, points: bound });
+            let serial = model::Bounds::of(&ir.parts, 1).serial;
+            series.push(Series {
+                label: "H + K + D (no overlap)".into(),
+                color: RGBColor(214, 39, 40),
+                dashed: true,
+                points: r.config.chunks.iter().map(|&c| (c as f64, serial)).collect(),
+            });
+            Panel { title: ir.intensity.label().into(), x_axis: XAxis::LogCount, x_label: "chunks".into(), y_label: "ms".into(), log_y: false, series }
+        })
+        .collect();
+    Figure { stem: "lab2-measured-vs-bound".into(), title: "Chunked pipeline: measured against the model".into(), subtitle: origin.into(), panels, panel_size: (480, 400) }
+}
+
+/// Serial, best measured and best predicted timelines for one intensity.
+pub fn timelines(rec: &OverlapRecord, which: usize, origin: &str) -> Option<Gantt> {
+    let ir = rec.results.intensities.get(which)?;
+    Some(Gantt::new(
+        &format!("lab2-timeline-{}", ir.intensity.label()),
+        &format!("{} kernel: one stream vs the best chunked pipeline", ir.intensity.label()),
+        origin,
+        vec![ir.serial_timeline.clone(), ir.best_timeline.clone(), ir.best_predicted.clone()],
+    ))
+}

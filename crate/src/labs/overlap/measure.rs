@@ -1,0 +1,268 @@
+//! Runs lab 2 on a GPU: calibrate the kernel to each intensity, measure the
+//! parts alone, then sweep chunks x streams x issue order, verifying every
+//! run's output.
+
+use super::{Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
+use crate::error::{LabError, Result};
+use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, PipelineRun, Stream};
+use crate::kernels::compute_reference;
+use crate::pattern;
+use crate::progress::{Progress, ProgressMode};
+use crate::schedule::{Machine, OpKind};
+use crate::stats::Summary;
+use crate::timeline::Timeline;
+use crate::trace;
+use rayon::prelude::*;
+use std::time::Instant;
+
+/// Buffers, streams and the kernel, shared by every run.
+pub struct Rig {
+    pub gpu: Gpu,
+    pub kernel: ComputeKernel,
+    pub host_in: PinnedBuffer,
+    pub host_out: PinnedBuffer,
+    pub dev_in: DeviceBuffer,
+    pub dev_out: DeviceBuffer,
+    pub streams: Vec<Stream>,
+    pub elements: usize,
+}
+
+impl Rig {
+    pub fn new(gpu: &Gpu, elements: usize, streams: usize) -> Result<Rig> {
+        let bytes = elements * 4;
+        gpu.ensure_free(2 * bytes as u64 + (64 << 20), &format!("{elements} elements in and out"))?;
+        Ok(Rig {
+            gpu: gpu.clone(),
+            kernel: ComputeKernel::load(gpu)?,
+            host_in: PinnedBuffer::new(gpu, bytes)?,
+            host_out: PinnedBuffer::new(gpu, bytes)?,
+            dev_in: gpu.alloc(bytes)?,
+            dev_out: gpu.alloc(bytes)?,
+            streams: (0..streams.max(1)).map(|_| gpu.stream()).collect::<Result<_>>()?,
+            elements,
+        })
+    }
+
+    /// Fresh random input, poisoned output; returns the input's seed.
+    pub fn prepare(&mut self) -> u64 {
+        let seed = pattern::fresh_seed();
+        pattern::fill_f32(self.host_in.words_mut(), seed);
+        pattern::poison(self.host_out.words_mut());
+        seed
+    }
+
+    /// Issues the chunked pipeline; `sync` adds a host synchronize after
+    /// every operation (the synchronous baseline).
+    pub fn run(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, timeline: bool, sync: bool) -> Result<PipelineRun> {
+        let ranges = OverlapConfig::chunk_ranges(self.elements, chunks);
+        let mut p = self.gpu.pipeline(timeline, chunks * 3)?;
+        let ss: Vec<_> = self.streams[..streams].iter().enumerate().map(|(i, s)| p.stream(s, &format!("s{i}"))).collect();
+        let (hi, ho) = (p.host(&mut self.host_in, "host in"), p.host(&mut self.host_out, "host out"));
+        let (di, dout) = (p.device(&self.dev_in, "device in"), p.device(&self.dev_out, "device out"));
+        let k = &self.kernel;
+        let mut stage = |c: usize, what: OpKind| -> Result<()> {
+            let (a, b) = ranges[c];
+            let s = ss[c % streams];
+            match what {
+                OpKind::H2d => p.h2d(s, di, a * 4, hi, a * 4, (b - a) * 4, &format!("H2D chunk {c}"))?,
+                OpKind::Kernel => p.compute(s, k, di, a, dout, a, b - a, iterations, &format!("compute chunk {c}"))?,
+                _ => p.d2h(s, ho, a * 4, dout, a * 4, (b - a) * 4, &format!("D2H chunk {c}"))?,
+            }
+            if sync {
+                p.host_sync(s)?;
+            }
+            Ok(())
+        };
+        let stages = [OpKind::H2d, OpKind::Kernel, OpKind::D2h];
+        match order {
+            IssueOrder::DepthFirst => {
+                for c in 0..chunks {
+                    for what in stages {
+                        stage(c, what)?;
+                    }
+                }
+            }
+            IssueOrder::BreadthFirst => {
+                for what in stages {
+                    for c in 0..chunks {
+                        stage(c, what)?;
+                    }
+                }
+            }
+        }
+        drop(stage);
+        p.finish()
+    }
+
+    /// Every output element written (no poison left), and `per_chunk`
+    /// samples of each chunk bit-exact against the CPU reference.
+    pub fn verify(&self, seed: u64, chunks: usize, iterations: i32, per_chunk: usize) -> Result<()> {
+        let _v = trace::range("verify");
+        let out = pattern::as_f32(self.host_out.words());
+        if let Some(i) = out.par_iter().position_any(|x| !x.is_finite() || x.abs() > 1e6) {
+            return Err(LabError::Verification(format!("output element {i} is {} (never written: still poison)", out[i])));
+        }
+        let ranges = OverlapConfig::chunk_ranges(self.elements, chunks);
+        // The reference costs `iterations` dependent FMAs per sample: spread over cores.
+        let bad = ranges.par_iter().enumerate().find_map_first(|(c, &(a, b))| {
+            let n = b - a;
+            let k = per_chunk.min(n).max(1);
+            (0..k).find_map(|j| {
+                // Spread samples over the chunk, first and last element included.
+                let i = a + if k == 1 { 0 } else { j * (n - 1) / (k - 1) };
+                let want = compute_reference(pattern::f32_at(seed, i), iterations);
+                (out[i].to_bits() != want.to_bits()).then(|| format!("chunk {c}, element {i}: got {}, expected {want}", out[i]))
+            })
+        });
+        bad.map_or(Ok(()), |m| Err(LabError::Verification(m)))
+    }
+}
+
+fn single(rig: &mut Rig, kind: OpKind, iterations: i32) -> Result<f64> {
+    let mut p = rig.gpu.pipeline(false, 1)?;
+    let s = p.stream(&rig.streams[0], "s0");
+    let n = rig.elements;
+    let (hi, ho) = (p.host(&mut rig.host_in, "host in"), p.host(&mut rig.host_out, "host out"));
+    let (di, dout) = (p.device(&rig.dev_in, "device in"), p.device(&rig.dev_out, "device out"));
+    match kind {
+        OpKind::H2d => p.h2d(s, di, 0, hi, 0, n * 4, "H2D all")?,
+        OpKind::Kernel => p.compute(s, &rig.kernel, di, 0, dout, 0, n, iterations, "compute all")?,
+        _ => p.d2h(s, ho, 0, dout, 0, n * 4, "D2H all")?,
+    }
+    Ok(p.finish()?.total_ms)
+}
+
+fn median_of(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<Summary> {
+    let v = (0..reps).map(|_| f()).collect::<Result<Vec<_>>>()?;
+    Summary::of(&v)
+}
+
+/// FMAs per element so that the kernel takes `ratio` x the H2D time.
+fn calibrate(rig: &mut Rig, h2d_ms: f64, ratio: f64) -> Result<i32> {
+    let (lo, hi) = (64, 1024);
+    let t_lo = median_of(3, || single(rig, OpKind::Kernel, lo))?.median;
+    let t_hi = median_of(3, || single(rig, OpKind::Kernel, hi))?.median;
+    let per_iter = (t_hi - t_lo) / (hi - lo) as f64;
+    let fixed = t_lo - per_iter * lo as f64;
+    if per_iter <= 0.0 {
+        return Err(LabError::Verification(format!("kernel time did not grow with work ({t_lo} ms at {lo}, {t_hi} ms at {hi})")));
+    }
+    Ok((((ratio * h2d_ms - fixed) / per_iter).round() as i64).clamp(1, 1 << 20) as i32)
+}
+
+/// The queue model's prediction for a run, each op lasting its share of the
+/// part measured alone.
+pub fn predict(run: &PipelineRun, parts: &Parts, elements: usize, copy_engines: u32) -> Timeline {
+    run.predicted(Machine { copy_engines }, |op| {
+        let share = op.accesses.first().map_or(0.0, |a| (a.end - a.start) as f64 / (elements * 4) as f64);
+        1e3 * share
+            * match op.kind {
+                OpKind::H2d => parts.h2d_ms.median,
+                OpKind::Kernel => parts.kernel_ms.median,
+                OpKind::D2h => parts.d2h_ms.median,
+                OpKind::Host => 0.0,
+            }
+    })
+}
+
+pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<OverlapResults> {
+    cfg.validate()?;
+    let max_streams = cfg.streams.iter().copied().max().unwrap_or(1);
+    let mut rig = Rig::new(gpu, cfg.elements, max_streams)?;
+    let copy_engines = gpu.copy_engines()?;
+    let grid = cfg.grid();
+    let steps = (cfg.intensities.len() * (grid.len() * cfg.orders.len() + 2)) as u64 + 1;
+    let mut progress = Progress::new(progress, steps, "overlap");
+    let _lab = trace::range("lab 2: chunked overlap");
+    rig.prepare();
+    let h2d = median_of(cfg.repeats.max(3), || single(&mut rig, OpKind::H2d, 0))?;
+    let d2h = median_of(cfg.repeats.max(3), || single(&mut rig, OpKind::D2h, 0))?;
+    progress.step(&format!("copies alone: H2D {:.2} ms, D2H {:.2} ms", h2d.median, d2h.median));
+    let mut out = Vec::new();
+    let mut overhead = f64::NAN;
+    for &intensity in &cfg.intensities {
+        let _r = trace::range(&format!("intensity {}", intensity.label()));
+        let iterations = calibrate(&mut rig, h2d.median, intensity.kernel_over_copy())?;
+        let kernel = median_of(cfg.repeats.max(3), || single(&mut rig, OpKind::Kernel, iterations))?;
+        let parts = Parts { h2d_ms: h2d, kernel_ms: kernel, d2h_ms: d2h };
+        // Synchronous baseline, timed on the host clock as a user would.
+        let mut sync = Vec::new();
+        for rep in 0..cfg.warmup + cfg.repeats {
+            let seed = rig.prepare();
+            let t = Instant::now();
+            rig.run(1, 1, IssueOrder::DepthFirst, iterations, false, true)?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            rig.verify(seed, 1, iterations, cfg.samples_per_chunk)?;
+            if rep >= cfg.warmup {
+                sync.push(ms);
+            }
+        }
+        progress.step(&format!("{}: {iterations} FMAs/element, kernel {:.2} ms", intensity.label(), kernel.median));
+        let mut points = Vec::new();
+        for &(chunks, streams) in &grid {
+            for &order in &cfg.orders {
+                let mut totals = Vec::new();
+                for rep in 0..cfg.warmup + cfg.repeats {
+                    let seed = rig.prepare();
+                    let run = rig.run(chunks, streams, order, iterations, false, false)?;
+                    if !run.races.is_empty() {
+                        return Err(LabError::Verification(format!("the lab's own schedule races: {}", run.races[0].what)));
+                    }
+                    rig.verify(seed, chunks, iterations, cfg.samples_per_chunk)?;
+                    if rep >= cfg.warmup {
+                        totals.push(run.total_ms);
+                    }
+                }
+                let p = OverlapPoint { chunks, streams, order, total_ms: Summary::of(&totals)?, verified_runs: cfg.warmup + cfg.repeats };
+                progress.step(&format!("{} {chunks} chunks / {streams} streams {}: {:.2} ms", intensity.label(), order.label(), p.total_ms.median));
+                points.push(p);
+            }
+        }
+        let mut r = IntensityResults {
+            intensity,
+            iterations,
+            parts,
+            synchronous_ms: Summary::of(&sync)?,
+            points,
+            serial_timeline: Timeline { title: String::new(), device: String::new(), spans: vec![] },
+            best_timeline: Timeline { title: String::new(), device: String::new(), spans: vec![] },
+            best_predicted: Timeline { title: String::new(), device: String::new(), spans: vec![] },
+        };
+        // Timelines of the serial baseline and of the best point.
+        let best = r.best().cloned().expect("grid is not empty");
+        for (chunks, streams, order, serial) in [(1, 1, IssueOrder::DepthFirst, true), (best.chunks, best.streams, best.order, false)] {
+            let seed = rig.prepare();
+            let run = rig.run(chunks, streams, order, iterations, true, false)?;
+            rig.verify(seed, chunks, iterations, cfg.samples_per_chunk)?;
+            let mut measured = run.timeline.clone().expect("timeline requested");
+            let title = format!("{} chunk(s) on {} stream(s), {}", chunks, streams, order.label());
+            measured.title = format!("measured: {title}");
+            if serial {
+                r.serial_timeline = measured;
+            } else {
+                let mut pred = predict(&run, &r.parts, cfg.elements, copy_engines);
+                pred.title = format!("predicted: {title}");
+                r.best_timeline = measured;
+                r.best_predicted = pred;
+            }
+        }
+        progress.step(&format!("{} timelines", intensity.label()));
+        // The timeline's own cost, on the balanced best point.
+        if intensity == Intensity::Balanced || (overhead.is_nan() && Some(&intensity) == cfg.intensities.last()) {
+            let mut with = Vec::new();
+            let mut without = Vec::new();
+            for rep in 0..2 * (cfg.warmup + cfg.repeats.max(5)) {
+                rig.prepare();
+                let on = rep % 2 == 0;
+                let t = rig.run(best.chunks, best.streams, best.order, iterations, on, false)?.total_ms;
+                if rep >= 2 * cfg.warmup {
+                    if on { with.push(t) } else { without.push(t) }
+                }
+            }
+            overhead = 100.0 * (Summary::of(&with)?.median / Summary::of(&without)?.median - 1.0);
+        }
+        out.push(r);
+    }
+    progress.finish();
+    Ok(OverlapResults { config: cfg.clone(), copy_engines, intensities: out, timeline_overhead_pct: overhead })
+}

@@ -1,0 +1,258 @@
+//! Lab 2: asynchronous copies and chunked overlap.
+//!
+//! One stream runs H2D -> kernel -> D2H in order, so the copy engines and the
+//! SMs take turns. Split the data into chunks over several non-blocking
+//! streams and chunk i's kernel runs while chunk i+1 is uploaded and chunk
+//! i-1 downloaded. How much that buys is set by the slowest stage: the sweep
+//! measures it against the closed-form bounds and the queue model.
+
+pub mod charts;
+pub mod measure;
+pub mod model;
+
+use crate::error::{LabError, Result};
+use crate::stats::Summary;
+use crate::timeline::Timeline;
+use serde::{Deserialize, Serialize};
+
+pub const LAB: &str = "overlap";
+
+/// How much work the kernel does per byte, relative to copying the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Intensity {
+    /// Kernel ~1/4 of one copy direction.
+    CopyBound,
+    /// Kernel ~ one copy direction.
+    Balanced,
+    /// Kernel ~4x one copy direction.
+    ComputeBound,
+}
+
+impl Intensity {
+    pub const ALL: [Intensity; 3] = [Intensity::CopyBound, Intensity::Balanced, Intensity::ComputeBound];
+    /// Target kernel time over H2D time for the whole data.
+    pub fn kernel_over_copy(self) -> f64 {
+        match self {
+            Intensity::CopyBound => 0.25,
+            Intensity::Balanced => 1.0,
+            Intensity::ComputeBound => 4.0,
+        }
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            Intensity::CopyBound => "copy-bound",
+            Intensity::Balanced => "balanced",
+            Intensity::ComputeBound => "compute-bound",
+        }
+    }
+}
+
+/// The order the host issues a chunked pipeline in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum IssueOrder {
+    /// For each chunk: its H2D, kernel, D2H.
+    DepthFirst,
+    /// All H2Ds, then all kernels, then all D2Hs.
+    BreadthFirst,
+}
+
+impl IssueOrder {
+    pub fn label(self) -> &'static str {
+        match self {
+            IssueOrder::DepthFirst => "depth-first",
+            IssueOrder::BreadthFirst => "breadth-first",
+        }
+    }
+}
+
+pub const MAX_CHUNKS: usize = 1024;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OverlapConfig {
+    pub device: usize,
+    /// f32 elements in the whole data set.
+    pub elements: usize,
+    pub chunks: Vec<usize>,
+    pub streams: Vec<usize>,
+    pub intensities: Vec<Intensity>,
+    pub orders: Vec<IssueOrder>,
+    pub warmup: usize,
+    pub repeats: usize,
+    /// Output elements per chunk checked bit-exactly against the CPU
+    /// reference (every element is checked for having been written).
+    pub samples_per_chunk: usize,
+}
+
+impl Default for OverlapConfig {
+    fn default() -> Self {
+        OverlapConfig {
+            device: 0,
+            elements: 32 << 20,
+            chunks: vec![1, 2, 4, 8, 16, 32, 64],
+            streams: vec![1, 2, 4, 8],
+            intensities: Intensity::ALL.to_vec(),
+            orders: vec![IssueOrder::DepthFirst, IssueOrder::BreadthFirst],
+            warmup: 1,
+            repeats: 5,
+            samples_per_chunk: 256,
+        }
+    }
+}
+
+impl OverlapConfig {
+    /// A short sweep for notebooks.
+    pub fn quick() -> Self {
+        OverlapConfig { elements: 16 << 20, chunks: vec![1, 2, 4, 8, 16, 32], streams: vec![1, 2, 4], repeats: 3, ..Self::default() }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let max_chunks = self.chunks.iter().copied().max().unwrap_or(0);
+        if self.chunks.is_empty() || self.chunks.contains(&0) || max_chunks > MAX_CHUNKS {
+            return Err(LabError::config(format!("chunk counts must be 1-{MAX_CHUNKS} (got {:?})", self.chunks)));
+        }
+        if self.streams.is_empty() || self.streams.contains(&0) || self.streams.iter().any(|&s| s > 64) {
+            return Err(LabError::config(format!("stream counts must be 1-64 (got {:?})", self.streams)));
+        }
+        if self.elements < 2 * max_chunks || self.elements > (1 << 32) {
+            return Err(LabError::config(format!(
+                "{} elements cannot be split into {max_chunks} chunks of at least 2 (and at most 2^32 elements)",
+                self.elements
+            )));
+        }
+        if self.intensities.is_empty() || self.orders.is_empty() {
+            return Err(LabError::config("at least one intensity and one issue order are needed"));
+        }
+        if self.repeats == 0 || self.repeats > 1000 || self.warmup > 100 {
+            return Err(LabError::config("repeats must be 1-1000 and warm-up 0-100"));
+        }
+        Ok(())
+    }
+
+    /// Element ranges of `chunks` near-equal chunks, boundaries on even
+    /// elements (host copies move whole 8-byte words).
+    pub fn chunk_ranges(elements: usize, chunks: usize) -> Vec<(usize, usize)> {
+        (0..chunks)
+            .map(|c| {
+                let a = (c * elements / chunks) & !1;
+                let b = if c + 1 == chunks { elements } else { ((c + 1) * elements / chunks) & !1 };
+                (a, b)
+            })
+            .collect()
+    }
+
+    /// Every (chunks, streams) pair worth running: more streams than chunks
+    /// would leave streams idle.
+    pub fn grid(&self) -> Vec<(usize, usize)> {
+        let mut v = Vec::new();
+        for &c in &self.chunks {
+            for &s in &self.streams {
+                if s <= c {
+                    v.push((c, s));
+                }
+            }
+        }
+        v
+    }
+}
+
+/// The parts of the pipeline, each run alone on the whole data (ms).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Parts {
+    pub h2d_ms: Summary,
+    pub kernel_ms: Summary,
+    pub d2h_ms: Summary,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OverlapPoint {
+    pub chunks: usize,
+    pub streams: usize,
+    pub order: IssueOrder,
+    /// First op start to last op end on the device (events), ms.
+    pub total_ms: Summary,
+    pub verified_runs: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntensityResults {
+    pub intensity: Intensity,
+    /// FMAs per element chosen by calibration.
+    pub iterations: i32,
+    pub parts: Parts,
+    /// H2D, host sync, kernel, host sync, D2H, host sync (wall clock, ms).
+    pub synchronous_ms: Summary,
+    pub points: Vec<OverlapPoint>,
+    /// One chunk on one stream, then the fastest point, measured and predicted.
+    pub serial_timeline: Timeline,
+    pub best_timeline: Timeline,
+    pub best_predicted: Timeline,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OverlapResults {
+    pub config: OverlapConfig,
+    pub copy_engines: u32,
+    pub intensities: Vec<IntensityResults>,
+    /// Median total with per-op timeline events over without, minus one (%).
+    pub timeline_overhead_pct: f64,
+}
+
+pub type OverlapRecord = crate::record::Record<OverlapResults>;
+
+impl IntensityResults {
+    pub fn point(&self, chunks: usize, streams: usize, order: IssueOrder) -> Option<&OverlapPoint> {
+        self.points.iter().find(|p| p.chunks == chunks && p.streams == streams && p.order == order)
+    }
+    /// One chunk, one stream: the async-but-serial baseline.
+    pub fn serial(&self) -> Option<&OverlapPoint> {
+        self.points.iter().find(|p| p.chunks == 1 && p.streams == 1)
+    }
+    pub fn best(&self) -> Option<&OverlapPoint> {
+        self.points.iter().min_by(|a, b| a.total_ms.median.total_cmp(&b.total_ms.median))
+    }
+}
+
+impl OverlapResults {
+    pub fn intensity(&self, i: Intensity) -> Option<&IntensityResults> {
+        self.intensities.iter().find(|r| r.intensity == i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_data_on_even_boundaries() {
+        for (n, c) in [(1000usize, 7usize), (32 << 20, 64), (128, 64), (10, 1)] {
+            let r = OverlapConfig::chunk_ranges(n, c);
+            assert_eq!(r.len(), c);
+            assert_eq!(r[0].0, 0);
+            assert_eq!(r.last().unwrap().1, n);
+            for w in r.windows(2) {
+                assert_eq!(w[0].1, w[1].0);
+                assert_eq!(w[0].1 % 2, 0);
+            }
+            assert!(r.iter().all(|(a, b)| b > a), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn bad_configs_are_named() {
+        let bad = |f: &dyn Fn(&mut OverlapConfig)| {
+            let mut c = OverlapConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err().to_string()
+        };
+        OverlapConfig::default().validate().unwrap();
+        assert!(bad(&|c| c.chunks = vec![0]).contains("chunk counts"));
+        assert!(bad(&|c| c.chunks = vec![5000]).contains("chunk counts"));
+        assert!(bad(&|c| c.streams = vec![]).contains("stream counts"));
+        assert!(bad(&|c| c.elements = 10).contains("cannot be split"));
+        assert!(bad(&|c| c.repeats = 0).contains("repeats"));
+        let g = OverlapConfig::default().grid();
+        assert!(g.contains(&(1, 1)) && g.contains(&(64, 8)) && !g.contains(&(2, 4)));
+    }
+}

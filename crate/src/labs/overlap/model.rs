@@ -1,0 +1,111 @@
+//! The closed-form bounds of a chunked pipeline (as simpleMultiCopy prints
+//! them) and what the measurement makes of them.
+
+use super::{IntensityResults, OverlapPoint, Parts};
+use std::fmt::Write;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bounds {
+    /// H + K + D: nothing overlaps.
+    pub serial: f64,
+    /// max(H + D, K): one copy engine shared by both directions.
+    pub one_engine: f64,
+    /// max(H, K, D) + the other two stages of one chunk (pipeline fill).
+    pub two_engines: f64,
+}
+
+impl Bounds {
+    pub fn new(h: f64, k: f64, d: f64, chunks: usize) -> Bounds {
+        let c = chunks.max(1) as f64;
+        let m = h.max(k).max(d);
+        Bounds { serial: h + k + d, one_engine: (h + d).max(k) + (h + d).min(k) / c, two_engines: m + (h + k + d - m) / c }
+    }
+    pub fn of(parts: &Parts, chunks: usize) -> Bounds {
+        Bounds::new(parts.h2d_ms.median, parts.kernel_ms.median, parts.d2h_ms.median, chunks)
+    }
+    /// The bound that applies to a device with `copy_engines` engines.
+    pub fn for_engines(&self, copy_engines: u32) -> f64 {
+        if copy_engines >= 2 {
+            self.two_engines
+        } else {
+            self.one_engine
+        }
+    }
+}
+
+/// bound / measured: 1.0 means the pipeline is as fast as the hardware allows.
+pub fn efficiency(parts: &Parts, p: &OverlapPoint, copy_engines: u32) -> f64 {
+    Bounds::of(parts, p.chunks).for_engines(copy_engines) / p.total_ms.median
+}
+
+/// The best any overlap can do: (H + K + D) / max(H, K, D).
+pub fn max_speedup(parts: &Parts) -> f64 {
+    let (h, k, d) = (parts.h2d_ms.median, parts.kernel_ms.median, parts.d2h_ms.median);
+    (h + k + d) / h.max(k).max(d)
+}
+
+/// Speed-up of `p` over one chunk on one stream.
+pub fn speedup(r: &IntensityResults, p: &OverlapPoint) -> Option<f64> {
+    r.serial().map(|s| s.total_ms.median / p.total_ms.median)
+}
+
+/// One line per intensity: parts, the best point, its speed-up and its
+/// efficiency against the bound, next to the best speed-up possible.
+pub fn summary_table(rs: &[IntensityResults], copy_engines: u32) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{:<14} {:>6} {:>7} {:>7} {:>7} {:>9} {:>22} {:>9} {:>9} {:>9}", "intensity", "FMAs", "H ms", "K ms", "D ms", "serial", "best (chunks/streams)", "speed-up", "max", "eff.");
+    for r in rs {
+        let Some(best) = r.best() else { continue };
+        let sp = speedup(r, best).unwrap_or(f64::NAN);
+        let _ = writeln!(
+            s,
+            "{:<14} {:>6} {:>7.2} {:>7.2} {:>7.2} {:>9.2} {:>8.2} ms ({:>2}/{} {:<2}) {:>8.2}x {:>8.2}x {:>8.1}%",
+            r.intensity.label(),
+            r.iterations,
+            r.parts.h2d_ms.median,
+            r.parts.kernel_ms.median,
+            r.parts.d2h_ms.median,
+            r.serial().map_or(f64::NAN, |p| p.total_ms.median),
+            best.total_ms.median,
+            best.chunks,
+            best.streams,
+            if best.order == super::IssueOrder::DepthFirst { "DF" } else { "BF" },
+            sp,
+            max_speedup(&r.parts),
+            100.0 * efficiency(&r.parts, best, copy_engines)
+        );
+    }
+    let _ = writeln!(s, "bound with {copy_engines} copy engine(s): {}", if copy_engines >= 2 { "max(H, K, D) + one chunk's other stages" } else { "max(H + D, K) + fill" });
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Summary;
+
+    fn s(v: f64) -> Summary {
+        Summary { median: v, min: v, max: v, n: 1 }
+    }
+
+    #[test]
+    fn bounds_match_simple_multicopy() {
+        let b = Bounds::new(2.0, 3.0, 2.0, 1);
+        assert_eq!(b.serial, 7.0);
+        // One chunk: nothing can overlap, every bound is the serial time.
+        assert_eq!(b.two_engines, 7.0);
+        let b = Bounds::new(2.0, 3.0, 2.0, 4);
+        assert_eq!(b.two_engines, 3.0 + 4.0 / 4.0);
+        assert_eq!(b.one_engine, 4.0 + 3.0 / 4.0);
+        assert_eq!(b.for_engines(1), b.one_engine);
+    }
+
+    #[test]
+    fn compute_heavy_pipelines_cannot_gain_much() {
+        // K = 10 H: at most 12/10 = 1.2x, whatever the streams (the "1.17x" case).
+        let p = Parts { h2d_ms: s(1.0), kernel_ms: s(10.0), d2h_ms: s(1.0) };
+        assert!((max_speedup(&p) - 1.2).abs() < 1e-12);
+        let balanced = Parts { h2d_ms: s(1.0), kernel_ms: s(1.0), d2h_ms: s(1.0) };
+        assert!((max_speedup(&balanced) - 3.0).abs() < 1e-12);
+    }
+}
