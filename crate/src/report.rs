@@ -68,11 +68,14 @@ fn lab2_figures(rec: &Record<OverlapResults>, out_dir: &Path) -> Result<Vec<Path
         files.push(trace);
     }
     let summary = dir.join("lab2-summary.txt");
-    let text = format!(
+    let mut text = format!(
         "{origin}\n\n{}\ntimeline overhead: {:+.2}%\n",
         overlap::model::summary_table(&rec.results.intensities, rec.results.copy_engines),
         rec.results.timeline_overhead_pct
     );
+    for ir in &rec.results.intensities {
+        text += &format!("\n{} ({} FMAs per element)\n{}", ir.intensity.label(), ir.iterations, overlap::model::efficiency_table(ir, rec.results.copy_engines));
+    }
     std::fs::write(&summary, text).map_err(|e| LabError::io(format!("writing {}", summary.display()), e))?;
     files.push(summary);
     Ok(files)

@@ -44,3 +44,21 @@ fn solutions_pass_on_recorded_data() {
         assert!(!exercise::check_break_even(r, Direction::D2h, Bytes(1 << 20), one.copies.unwrap() * 3.0 + 5.0).passed);
     }
 }
+
+#[test]
+fn lab2_recordings_are_complete_and_verified() {
+    use overlap_lab::labs::overlap::{self, OverlapResults};
+    let found = find_recordings::<OverlapResults>(&default_data_dir(), overlap::LAB).expect("data/ holds a lab 2 recording");
+    for (path, rec) in found {
+        let r = &rec.results;
+        assert_eq!(r.intensities.len(), r.config.intensities.len(), "{}", path.display());
+        for ir in &r.intensities {
+            assert_eq!(ir.points.len(), r.config.grid().len() * r.config.orders.len());
+            assert!(ir.points.iter().all(|p| p.verified_runs == r.config.warmup + r.config.repeats));
+            assert!(ir.serial().is_some() && ir.best().is_some());
+            assert_eq!(ir.best_timeline.spans.len(), 3 * ir.best().unwrap().chunks);
+            assert_eq!(ir.best_predicted.spans.len(), ir.best_timeline.spans.len());
+        }
+        assert!(r.timeline_overhead_pct.is_finite());
+    }
+}

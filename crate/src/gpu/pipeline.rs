@@ -103,6 +103,9 @@ pub struct Pipeline<'a> {
     /// (start event, end event) per GPU op, or host (start, end) µs per host op.
     marks: Vec<Mark>,
     record_timeline: bool,
+    /// Per stream: the pool event recorded at the end of its last op, while it
+    /// may still serve as the next op's start (nothing has happened between).
+    reusable_end: Vec<Option<usize>>,
     base: Event,
     host_base: Instant,
     finished: bool,
@@ -143,6 +146,7 @@ impl Gpu {
             pool: EventPool { events, next: 0 },
             marks: Vec::new(),
             record_timeline: timeline,
+            reusable_end: Vec::new(),
             base,
             host_base,
             finished: false,
@@ -154,6 +158,7 @@ impl Gpu {
 impl<'a> Pipeline<'a> {
     pub fn stream(&mut self, s: &'a Stream, name: &str) -> StreamRef {
         self.streams.push((s, name.to_string()));
+        self.reusable_end.push(None);
         StreamRef(self.streams.len() - 1)
     }
     pub fn device(&mut self, d: &'a DeviceBuffer, name: &str) -> DevRef {
@@ -194,10 +199,21 @@ impl<'a> Pipeline<'a> {
         let _r = trace::range(&format!("enqueue: {label}"));
         let stream = self.streams[s.0].0;
         let mark = if self.record_timeline {
-            let (a, b) = (self.pool.take(&self.gpu)?, self.pool.take(&self.gpu)?);
-            self.pool.events[a].record(stream)?;
+            // Each timed event after a copy costs the copy engine a flush, so
+            // events are shared: the previous op's end on this stream is this
+            // op's start, unless something (a wait, host work) came between.
+            let a = match self.reusable_end[s.0] {
+                Some(e) => e,
+                None => {
+                    let e = self.pool.take(&self.gpu)?;
+                    self.pool.events[e].record(stream)?;
+                    e
+                }
+            };
             issue(stream)?;
+            let b = self.pool.take(&self.gpu)?;
             self.pool.events[b].record(stream)?;
+            self.reusable_end[s.0] = Some(b);
             Mark::Gpu(a, b)
         } else {
             issue(stream)?;
@@ -248,6 +264,7 @@ impl<'a> Pipeline<'a> {
     /// cuStreamWaitEvent: later work on `s` waits for `e`.
     pub fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
         driver::stream_wait_event(self.streams[s.0].0.raw(), self.user_events[e.0].raw)?;
+        self.reusable_end[s.0] = None;
         self.schedule.stream_wait_event(s.0, e.0);
         Ok(())
     }
@@ -255,12 +272,14 @@ impl<'a> Pipeline<'a> {
     pub fn host_wait(&mut self, e: EventRef) -> Result<()> {
         let _r = trace::range("host waits on event");
         self.user_events[e.0].synchronize()?;
+        self.forget_reusable_ends();
         self.schedule.host_wait_event(0, e.0);
         Ok(())
     }
     /// cuStreamSynchronize: the CPU waits for everything issued to `s`.
     pub fn host_sync(&mut self, s: StreamRef) -> Result<()> {
         self.streams[s.0].0.synchronize()?;
+        self.forget_reusable_ends();
         self.schedule.host_wait_stream(0, s.0);
         Ok(())
     }
@@ -268,6 +287,7 @@ impl<'a> Pipeline<'a> {
     fn host_op<R>(&mut self, label: &str, h: HostRef, at: usize, bytes: usize, write: bool, f: impl FnOnce(&mut [u64]) -> R) -> Result<R> {
         let (p, mut a) = self.host_range(h, at, bytes)?;
         a.write = write;
+        self.forget_reusable_ends();
         self.schedule.host_op(0, label, vec![a]);
         let _r = trace::range(label);
         let t0 = self.host_base.elapsed().as_secs_f64() * 1e6;
@@ -277,6 +297,12 @@ impl<'a> Pipeline<'a> {
         let t1 = self.host_base.elapsed().as_secs_f64() * 1e6;
         self.marks.push(Mark::Host(t0, t1));
         Ok(r)
+    }
+
+    /// After host work or a host wait, streams may sit idle until the next
+    /// op is issued: a shared end event would date its start too early.
+    fn forget_reusable_ends(&mut self) {
+        self.reusable_end.iter_mut().for_each(|e| *e = None);
     }
 
     /// CPU work that writes `bytes` of host buffer `h` at byte `at`.

@@ -15,7 +15,7 @@ pub fn speedup_heatmap(rec: &OverlapRecord, order: IssueOrder, origin: &str) -> 
             let cols: Vec<usize> = r.config.chunks.clone();
             let rows: Vec<usize> = r.config.streams.clone();
             HeatPanel {
-                title: format!("{} (max {:.2}x)", ir.intensity.label(), model::max_speedup(&ir.parts)),
+                title: format!("{} (ceiling {:.2}x)", ir.intensity.label(), model::speedup_ceiling(ir, r.copy_engines).unwrap_or(f64::NAN)),
                 x_label: "chunks".into(),
                 y_label: "streams".into(),
                 columns: cols.iter().map(|c| c.to_string()).collect(),
@@ -57,7 +57,16 @@ pub fn measured_vs_bound(rec: &OverlapRecord, origin: &str) -> Figure {
                     series.push(Series { label: format!("measured, {}", order.label()), color, dashed: false, points });
                 }
             }
-            let bound: Vec<(f64, f64)> = r.config.chunks.iter().map(|&c| (c as f64, model::Bounds::of(&ir.parts, c).for_engines(r.copy_engines))).collect();
+            // The bound of the fastest point at each chunk count, from its own parts.
+            let bound: Vec<(f64, f64)> = r
+                .config
+                .chunks
+                .iter()
+                .filter_map(|&c| {
+                    let best = ir.points.iter().filter(|p| p.chunks == c).min_by(|a, b| a.total_ms.median.total_cmp(&b.total_ms.median))?;
+                    Some((c as f64, model::Bounds::of(&best.parts, c).for_engines(r.copy_engines)))
+                })
+                .collect();
             series.push(Series { label: format!("bound ({} copy engines)", r.copy_engines), color: RGBColor(44, 160, 44), dashed: true, points: bound });
             let serial = model::Bounds::of(&ir.parts, 1).serial;
             series.push(Series {

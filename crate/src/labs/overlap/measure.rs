@@ -54,6 +54,13 @@ impl Rig {
     /// Issues the chunked pipeline; `sync` adds a host synchronize after
     /// every operation (the synchronous baseline).
     pub fn run(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, timeline: bool, sync: bool) -> Result<PipelineRun> {
+        self.run_stages(chunks, streams, order, &[OpKind::H2d, OpKind::Kernel, OpKind::D2h], iterations, timeline, sync)
+    }
+
+    /// Issues only `stages` of the chunked pipeline (to time a stage alone
+    /// with a point's own chunking).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_stages(&mut self, chunks: usize, streams: usize, order: IssueOrder, stages: &[OpKind], iterations: i32, timeline: bool, sync: bool) -> Result<PipelineRun> {
         let ranges = OverlapConfig::chunk_ranges(self.elements, chunks);
         let mut p = self.gpu.pipeline(timeline, chunks * 3)?;
         let ss: Vec<_> = self.streams[..streams].iter().enumerate().map(|(i, s)| p.stream(s, &format!("s{i}"))).collect();
@@ -73,17 +80,16 @@ impl Rig {
             }
             Ok(())
         };
-        let stages = [OpKind::H2d, OpKind::Kernel, OpKind::D2h];
         match order {
             IssueOrder::DepthFirst => {
                 for c in 0..chunks {
-                    for what in stages {
+                    for &what in stages {
                         stage(c, what)?;
                     }
                 }
             }
             IssueOrder::BreadthFirst => {
-                for what in stages {
+                for &what in stages {
                     for c in 0..chunks {
                         stage(c, what)?;
                     }
@@ -118,6 +124,16 @@ impl Rig {
     }
 }
 
+/// A point's parts: each stage alone (and both copies) with its chunks and streams.
+fn point_parts(rig: &mut Rig, chunks: usize, streams: usize, iterations: i32, copies: Option<&Parts>, reps: usize) -> Result<Parts> {
+    let mut stage = |stages: &[OpKind]| median_of(reps, || Ok(rig.run_stages(chunks, streams, IssueOrder::DepthFirst, stages, iterations, false, false)?.total_ms));
+    let kernel_ms = stage(&[OpKind::Kernel])?;
+    Ok(match copies {
+        Some(c) => Parts { kernel_ms, ..c.clone() },
+        None => Parts { h2d_ms: stage(&[OpKind::H2d])?, kernel_ms, d2h_ms: stage(&[OpKind::D2h])?, both_copies_ms: stage(&[OpKind::H2d, OpKind::D2h])? },
+    })
+}
+
 fn single(rig: &mut Rig, kind: OpKind, iterations: i32) -> Result<f64> {
     let mut p = rig.gpu.pipeline(false, 1)?;
     let s = p.stream(&rig.streams[0], "s0");
@@ -129,6 +145,18 @@ fn single(rig: &mut Rig, kind: OpKind, iterations: i32) -> Result<f64> {
         OpKind::Kernel => p.compute(s, &rig.kernel, di, 0, dout, 0, n, iterations, "compute all")?,
         _ => p.d2h(s, ho, 0, dout, 0, n * 4, "D2H all")?,
     }
+    Ok(p.finish()?.total_ms)
+}
+
+/// H2D and D2H of the whole data at the same time, on two streams.
+fn both_copies(rig: &mut Rig) -> Result<f64> {
+    let mut p = rig.gpu.pipeline(false, 2)?;
+    let (up, down) = (p.stream(&rig.streams[0], "up"), p.stream(&rig.streams[rig.streams.len().min(2) - 1], "down"));
+    let n = rig.elements * 4;
+    let (hi, ho) = (p.host(&mut rig.host_in, "host in"), p.host(&mut rig.host_out, "host out"));
+    let (di, dout) = (p.device(&rig.dev_in, "device in"), p.device(&rig.dev_out, "device out"));
+    p.h2d(up, di, 0, hi, 0, n, "H2D all")?;
+    p.d2h(down, ho, 0, dout, 0, n, "D2H all")?;
     Ok(p.finish()?.total_ms)
 }
 
@@ -177,14 +205,18 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
     rig.prepare();
     let h2d = median_of(cfg.repeats.max(3), || single(&mut rig, OpKind::H2d, 0))?;
     let d2h = median_of(cfg.repeats.max(3), || single(&mut rig, OpKind::D2h, 0))?;
-    progress.step(&format!("copies alone: H2D {:.2} ms, D2H {:.2} ms", h2d.median, d2h.median));
+    // Two streams are needed to copy both ways at once.
+    let both = if rig.streams.len() >= 2 { median_of(cfg.repeats.max(3), || both_copies(&mut rig))? } else { Summary::of(&[h2d.median.max(d2h.median)])? };
+    progress.step(&format!("copies alone: H2D {:.2} ms, D2H {:.2} ms, both at once {:.2} ms", h2d.median, d2h.median, both.median));
     let mut out = Vec::new();
     let mut overhead = f64::NAN;
+    // Copy parts do not depend on the kernel: measured once per (chunks, streams).
+    let mut copy_parts: std::collections::HashMap<(usize, usize), Parts> = std::collections::HashMap::new();
     for &intensity in &cfg.intensities {
         let _r = trace::range(&format!("intensity {}", intensity.label()));
         let iterations = calibrate(&mut rig, h2d.median, intensity.kernel_over_copy())?;
         let kernel = median_of(cfg.repeats.max(3), || single(&mut rig, OpKind::Kernel, iterations))?;
-        let parts = Parts { h2d_ms: h2d, kernel_ms: kernel, d2h_ms: d2h };
+        let parts = Parts { h2d_ms: h2d, kernel_ms: kernel, d2h_ms: d2h, both_copies_ms: both };
         // Synchronous baseline, timed on the host clock as a user would.
         let mut sync = Vec::new();
         for rep in 0..cfg.warmup + cfg.repeats {
@@ -200,6 +232,8 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
         progress.step(&format!("{}: {iterations} FMAs/element, kernel {:.2} ms", intensity.label(), kernel.median));
         let mut points = Vec::new();
         for &(chunks, streams) in &grid {
+            let parts = point_parts(&mut rig, chunks, streams, iterations, copy_parts.get(&(chunks, streams)), cfg.repeats.max(3))?;
+            copy_parts.insert((chunks, streams), parts.clone());
             for &order in &cfg.orders {
                 let mut totals = Vec::new();
                 for rep in 0..cfg.warmup + cfg.repeats {
@@ -213,7 +247,7 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
                         totals.push(run.total_ms);
                     }
                 }
-                let p = OverlapPoint { chunks, streams, order, total_ms: Summary::of(&totals)?, verified_runs: cfg.warmup + cfg.repeats };
+                let p = OverlapPoint { chunks, streams, order, parts: parts.clone(), total_ms: Summary::of(&totals)?, verified_runs: cfg.warmup + cfg.repeats };
                 progress.step(&format!("{} {chunks} chunks / {streams} streams {}: {:.2} ms", intensity.label(), order.label(), p.total_ms.median));
                 points.push(p);
             }

@@ -157,12 +157,17 @@ impl OverlapConfig {
     }
 }
 
-/// The parts of the pipeline, each run alone on the whole data (ms).
+/// The parts of the pipeline, each stage run alone over the whole data (ms):
+/// in one launch/copy for the intensity's overview, and with a point's own
+/// chunks and streams for that point's bound.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Parts {
     pub h2d_ms: Summary,
     pub kernel_ms: Summary,
     pub d2h_ms: Summary,
+    /// H2D and D2H of the whole data at once, on two streams: the link is
+    /// not full-duplex at full rate, so this is more than max(H, D).
+    pub both_copies_ms: Summary,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -170,6 +175,8 @@ pub struct OverlapPoint {
     pub chunks: usize,
     pub streams: usize,
     pub order: IssueOrder,
+    /// Each stage alone with this point's chunks and streams (its bound).
+    pub parts: Parts,
     /// First op start to last op end on the device (events), ms.
     pub total_ms: Summary,
     pub verified_runs: usize,
