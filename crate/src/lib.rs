@@ -10,6 +10,7 @@ pub mod chart;
 pub mod check;
 pub mod error;
 pub mod gpu;
+pub mod issue;
 pub mod kernels;
 pub mod labs;
 pub mod notebook;

@@ -196,3 +196,37 @@ mod pipelines {
         assert!(r.timeline_overhead_pct.is_finite());
     }
 }
+
+mod exercises {
+    use overlap_lab::labs::overlap::exercise::{check_on_gpu, solution, ChunkTask};
+    use overlap_lab::labs::overlap::Intensity;
+    use overlap_lab::testing::gpu_or_skip;
+
+    #[test]
+    fn the_live_checker_passes_the_solution_and_catches_one_stream() {
+        let Some(gpu) = gpu_or_skip("the_live_checker_passes_the_solution_and_catches_one_stream") else { return };
+        let good = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 16, 4, solution).unwrap();
+        println!("{good}");
+        assert!(good.passed, "{good}");
+        let one = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 16, 4, |p, t| {
+            let only = ChunkTask { streams: vec![t.streams[0]], ..t.clone() };
+            solution(p, &only)
+        })
+        .unwrap();
+        println!("{one}");
+        assert!(!one.passed && one.to_string().contains("no overlap"), "{one}");
+        let wrong = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 4, 2, |p, t| {
+            for c in 0..t.chunks {
+                let (at, n) = t.chunk(c);
+                let s = t.streams[c % 2];
+                p.h2d(s, t.dev_in, at, t.host_in, at, n, "up")?;
+                p.compute(s, t.dev_in, at, t.dev_out, at, n, "k")?;
+                p.d2h(s, t.host_out, at, t.dev_in, at, n, "down from the wrong buffer")?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        println!("{wrong}");
+        assert!(!wrong.passed && wrong.to_string().contains("wrong data"), "{wrong}");
+    }
+}

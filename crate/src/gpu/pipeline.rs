@@ -20,16 +20,16 @@ use std::time::Instant;
 
 /// A stream registered with a pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StreamRef(usize);
+pub struct StreamRef(pub(crate) usize);
 /// A device buffer registered with a pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DevRef(usize);
+pub struct DevRef(pub(crate) usize);
 /// A host buffer registered with a pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HostRef(usize);
+pub struct HostRef(pub(crate) usize);
 /// An event owned by a pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EventRef(usize);
+pub struct EventRef(pub(crate) usize);
 
 struct HostEntry {
     ptr: *mut u64,

@@ -124,6 +124,44 @@ impl Rig {
     }
 }
 
+impl Rig {
+    /// One stage over the whole data on one stream, alone (ms).
+    pub fn timed_alone(&mut self, kind: OpKind, iterations: i32) -> Result<f64> {
+        single(self, kind, iterations)
+    }
+    /// FMAs per element so the kernel takes `ratio` x the H2D time.
+    pub fn calibrate(&mut self, h2d_ms: f64, ratio: f64) -> Result<i32> {
+        calibrate(self, h2d_ms, ratio)
+    }
+    /// Each stage alone with these chunks and streams (the point's bound).
+    pub fn point_parts(&mut self, chunks: usize, streams: usize, iterations: i32, copies: Option<&Parts>, reps: usize) -> Result<Parts> {
+        point_parts(self, chunks, streams, iterations, copies, reps)
+    }
+    /// Runs a learner's issue loop on this rig's buffers and streams.
+    pub fn run_custom(
+        &mut self,
+        streams: usize,
+        chunks: usize,
+        iterations: i32,
+        issue: &dyn Fn(&mut dyn crate::issue::Issue, &super::exercise::ChunkTask) -> Result<()>,
+    ) -> Result<PipelineRun> {
+        let mut p = self.gpu.pipeline(false, chunks * 3)?;
+        let ss: Vec<_> = self.streams[..streams.min(self.streams.len())].iter().enumerate().map(|(i, s)| p.stream(s, &format!("s{i}"))).collect();
+        let task = super::exercise::ChunkTask {
+            elements: self.elements,
+            chunks,
+            streams: ss,
+            host_in: p.host(&mut self.host_in, "host in"),
+            host_out: p.host(&mut self.host_out, "host out"),
+            dev_in: p.device(&self.dev_in, "device in"),
+            dev_out: p.device(&self.dev_out, "device out"),
+        };
+        let mut issuer = crate::issue::GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations };
+        issue(&mut issuer, &task)?;
+        p.finish()
+    }
+}
+
 /// A point's parts: each stage alone (and both copies) with its chunks and streams.
 fn point_parts(rig: &mut Rig, chunks: usize, streams: usize, iterations: i32, copies: Option<&Parts>, reps: usize) -> Result<Parts> {
     let mut stage = |stages: &[OpKind]| median_of(reps, || Ok(rig.run_stages(chunks, streams, IssueOrder::DepthFirst, stages, iterations, false, false)?.total_ms));

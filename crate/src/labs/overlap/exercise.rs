@@ -1,0 +1,279 @@
+//! Exercise 2: write the chunked issue loop. The learner gets the buffers,
+//! the streams and the chunk ranges, and issues H2D, kernel and D2H for every
+//! chunk. The checker runs the loop on the GPU when there is one, else on the
+//! model, and says what is wrong: wrong data (with the element and chunk),
+//! a race, no overlap, or efficiency under the target.
+
+use super::{measure, model, Intensity, IssueOrder, OverlapConfig, OverlapResults, Parts};
+use crate::check::CheckReport;
+use crate::error::Result;
+use crate::gpu::{DevRef, Gpu, HostRef, StreamRef};
+use crate::issue::{Issue, ModelPipeline, Provenance};
+use crate::schedule::{Machine, OpKind};
+use crate::stats::Summary;
+
+/// A pass needs this share of the bound (the bound from the stages alone).
+pub const TARGET_EFFICIENCY: f64 = 0.85;
+
+/// What the learner's loop is given.
+#[derive(Clone, Debug)]
+pub struct ChunkTask {
+    pub elements: usize,
+    pub chunks: usize,
+    pub streams: Vec<StreamRef>,
+    pub host_in: HostRef,
+    pub host_out: HostRef,
+    pub dev_in: DevRef,
+    pub dev_out: DevRef,
+}
+
+impl ChunkTask {
+    /// (first element, element count) of chunk `c`.
+    pub fn chunk(&self, c: usize) -> (usize, usize) {
+        let (a, b) = OverlapConfig::chunk_ranges(self.elements, self.chunks)[c];
+        (a, b - a)
+    }
+}
+
+/// The reference solution: depth-first, chunk c on stream c mod S.
+pub fn solution(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
+    for c in 0..t.chunks {
+        let (at, n) = t.chunk(c);
+        let s = t.streams[c % t.streams.len()];
+        p.h2d(s, t.dev_in, at, t.host_in, at, n, &format!("H2D chunk {c}"))?;
+        p.compute(s, t.dev_in, at, t.dev_out, at, n, &format!("compute chunk {c}"))?;
+        p.d2h(s, t.host_out, at, t.dev_out, at, n, &format!("D2H chunk {c}"))?;
+    }
+    Ok(())
+}
+
+fn data_findings(cells: &[Provenance], t: &ChunkTask, rep: &mut CheckReport) {
+    let chunk_of = |j: usize| (0..t.chunks).find(|&c| {
+        let (a, n) = t.chunk(c);
+        (a..a + n).contains(&j)
+    });
+    for (j, cell) in cells.iter().enumerate() {
+        let c = chunk_of(j).unwrap_or(0);
+        let msg = match *cell {
+            Provenance::Output(i) if i as usize == j => continue,
+            Provenance::Output(i) => format!("wrong data: output element {j} (chunk {c}) holds the result for element {i}: an offset is wrong"),
+            Provenance::Unset => format!("wrong data: output element {j} (chunk {c}) never reached the host: a D2H is missing or covers too little"),
+            Provenance::Input(_) => format!("wrong data: output element {j} (chunk {c}) holds an input, not a result: the D2H reads the wrong buffer"),
+            Provenance::Garbage => format!("wrong data: output element {j} (chunk {c}) was computed from data never uploaded: the kernel reads a range no H2D wrote"),
+        };
+        rep.problem(msg);
+        return;
+    }
+}
+
+fn race_findings(races: &[crate::schedule::Race], rep: &mut CheckReport) {
+    if let Some(r) = races.first() {
+        rep.problem(format!("race: {} ({} in all)", r.what, races.len()));
+    }
+}
+
+fn timing_findings(measured: f64, serial: f64, bound: f64, streams_used: usize, how: &str, rep: &mut CheckReport) {
+    let eff = bound / measured;
+    rep.note(format!("{how}: {measured:.3} ms; one stream {serial:.3} ms; bound {bound:.3} ms; efficiency {:.1}% (target {:.0}%)", 100.0 * eff, 100.0 * TARGET_EFFICIENCY));
+    if measured > 0.95 * serial {
+        rep.problem(if streams_used <= 1 {
+            "no overlap: every operation is on one stream, so each waits for the one before; spread the chunks over the streams".to_string()
+        } else {
+            "no overlap: the pipeline takes as long as running everything in order; are the streams waiting on each other?".to_string()
+        });
+    } else if eff < TARGET_EFFICIENCY {
+        rep.problem(format!("efficiency {:.1}% is {:.1} points under the target {:.0}%", 100.0 * eff, 100.0 * (TARGET_EFFICIENCY - eff), 100.0 * TARGET_EFFICIENCY));
+    }
+}
+
+/// Checks `issue` with no GPU: data by provenance, races from the schedule,
+/// time from the queue model with the parts recorded in `rec`.
+pub fn check_on_model(rec: &OverlapResults, intensity: Intensity, chunks: usize, streams: usize, issue: impl Fn(&mut dyn Issue, &ChunkTask) -> Result<()>) -> CheckReport {
+    let mut rep = CheckReport::new(&format!("chunked issue loop, {chunks} chunks on {streams} streams (queue model, no GPU)"));
+    let Some(ir) = rec.intensity(intensity) else {
+        rep.problem(format!("the recording has no {} runs", intensity.label()));
+        return rep;
+    };
+    if chunks == 0 || streams == 0 || chunks > super::MAX_CHUNKS {
+        rep.problem(format!("{chunks} chunks on {streams} streams is not a pipeline"));
+        return rep;
+    }
+    let elements = 2048 * chunks;
+    let mut m = ModelPipeline::new();
+    let task = ChunkTask {
+        elements,
+        chunks,
+        streams: (0..streams).map(|_| m.stream()).collect(),
+        host_in: m.host("host in", elements, true),
+        host_out: m.host("host out", elements, false),
+        dev_in: m.device("device in", elements),
+        dev_out: m.device("device out", elements),
+    };
+    if let Err(e) = issue(&mut m, &task) {
+        rep.problem(format!("the loop failed: {e}"));
+        return rep;
+    }
+    data_findings(m.host_cells(task.host_out), &task, &mut rep);
+    race_findings(m.schedule.races(), &mut rep);
+    // Each op lasts its share of the recorded whole-data part.
+    let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
+    let dur = |op: &crate::schedule::Op| {
+        let share = op.accesses.first().map_or(0.0, |a| (a.end - a.start) as f64 / (elements * 4) as f64);
+        share * match op.kind {
+            OpKind::H2d => parts.h2d_ms.median,
+            OpKind::Kernel => parts.kernel_ms.median,
+            OpKind::D2h => parts.d2h_ms.median,
+            OpKind::Host => 0.0,
+        }
+    };
+    let machine = Machine { copy_engines: rec.copy_engines };
+    let times = crate::schedule::predict(&m.schedule, machine, dur);
+    let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
+    let (h, k, d) = (parts.h2d_ms.median, parts.kernel_ms.median, parts.d2h_ms.median);
+    // The model gives each direction its full rate, so its bound does too.
+    let bound = model::Bounds::new(h, k, d, h.max(d), chunks).for_engines(rec.copy_engines);
+    let used = m.schedule.lanes().len();
+    timing_findings(total, h + k + d, bound, used, "predicted", &mut rep);
+    rep
+}
+
+/// Checks `issue` on the GPU: real data verified, races, and the measured
+/// time against the bound of this chunking measured now.
+pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: usize, streams: usize, issue: impl Fn(&mut dyn Issue, &ChunkTask) -> Result<()>) -> Result<CheckReport> {
+    let mut rep = CheckReport::new(&format!("chunked issue loop, {chunks} chunks on {streams} streams (live on {})", gpu.name()));
+    let mut rig = measure::Rig::new(gpu, elements, streams)?;
+    let h2d = Summary::of(&[rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?])?;
+    let iterations = rig.calibrate(h2d.median, intensity.kernel_over_copy())?;
+    let parts: Parts = rig.point_parts(chunks, streams, iterations, None, 3)?;
+    let mut totals = Vec::new();
+    for attempt in 0..4 {
+        let seed = rig.prepare();
+        let run = rig.run_custom(streams, chunks, iterations, &issue)?;
+        if attempt == 0 {
+            race_findings(&run.races, &mut rep);
+            if let Err(e) = rig.verify(seed, chunks, iterations, 256) {
+                rep.problem(format!("wrong data: {e}"));
+                return Ok(rep);
+            }
+        } else {
+            totals.push(run.total_ms);
+        }
+    }
+    let measured = Summary::of(&totals)?.median;
+    let bound = model::Bounds::of(&parts, chunks).for_engines(gpu.copy_engines()?);
+    let serial = parts.h2d_ms.median + parts.kernel_ms.median + parts.d2h_ms.median;
+    timing_findings(measured, serial, bound, streams, "measured", &mut rep);
+    Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::labs::overlap::{IntensityResults, OverlapPoint};
+    use crate::stats::Summary;
+    use crate::timeline::Timeline;
+
+    fn s(v: f64) -> Summary {
+        Summary { median: v, min: v, max: v, n: 1 }
+    }
+
+    fn recording() -> OverlapResults {
+        let parts = Parts { h2d_ms: s(2.4), kernel_ms: s(2.4), d2h_ms: s(2.4), both_copies_ms: s(2.7) };
+        let empty = Timeline { title: String::new(), device: String::new(), spans: vec![] };
+        let point = OverlapPoint { chunks: 1, streams: 1, order: IssueOrder::DepthFirst, parts: parts.clone(), total_ms: s(7.2), verified_runs: 1 };
+        OverlapResults {
+            config: OverlapConfig::default(),
+            copy_engines: 3,
+            intensities: vec![IntensityResults {
+                intensity: Intensity::Balanced,
+                iterations: 1800,
+                parts,
+                synchronous_ms: s(7.3),
+                points: vec![point],
+                serial_timeline: empty.clone(),
+                best_timeline: empty.clone(),
+                best_predicted: empty,
+            }],
+            timeline_overhead_pct: 1.0,
+        }
+    }
+
+    #[test]
+    fn the_solution_passes() {
+        let rep = check_on_model(&recording(), Intensity::Balanced, 16, 4, solution);
+        assert!(rep.passed, "{rep}");
+        assert!(rep.to_string().contains("predicted"));
+    }
+
+    #[test]
+    fn everything_on_one_stream_is_no_overlap() {
+        let rep = check_on_model(&recording(), Intensity::Balanced, 16, 4, |p, t| {
+            let one = ChunkTask { streams: vec![t.streams[0]], ..t.clone() };
+            solution(p, &one)
+        });
+        assert!(!rep.passed);
+        assert!(rep.to_string().contains("no overlap: every operation is on one stream"), "{rep}");
+    }
+
+    #[test]
+    fn a_wrong_offset_is_wrong_data() {
+        let rep = check_on_model(&recording(), Intensity::Balanced, 8, 2, |p, t| {
+            for c in 0..t.chunks {
+                let (at, n) = t.chunk(c);
+                let s = t.streams[c % t.streams.len()];
+                p.h2d(s, t.dev_in, at, t.host_in, at, n, "up")?;
+                p.compute(s, t.dev_in, at, t.dev_out, at, n, "k")?;
+                // Bug: every chunk lands at the start of the output.
+                p.d2h(s, t.host_out, 0, t.dev_out, at, n, "down")?;
+            }
+            Ok(())
+        });
+        assert!(!rep.passed);
+        let text = rep.to_string();
+        assert!(text.contains("wrong data: output element 0 (chunk 0) holds the result for element"), "{text}");
+    }
+
+    #[test]
+    fn kernel_on_another_stream_without_an_event_is_a_race() {
+        let rep = check_on_model(&recording(), Intensity::Balanced, 4, 2, |p, t| {
+            for c in 0..t.chunks {
+                let (at, n) = t.chunk(c);
+                p.h2d(t.streams[0], t.dev_in, at, t.host_in, at, n, &format!("H2D chunk {c}"))?;
+                p.compute(t.streams[1], t.dev_in, at, t.dev_out, at, n, &format!("compute chunk {c}"))?;
+                p.d2h(t.streams[1], t.host_out, at, t.dev_out, at, n, &format!("D2H chunk {c}"))?;
+            }
+            Ok(())
+        });
+        assert!(!rep.passed);
+        assert!(rep.to_string().contains("race: 'compute chunk 0' reads"), "{rep}");
+        // With the event, the same split is correct.
+        let fixed = check_on_model(&recording(), Intensity::Balanced, 4, 2, |p, t| {
+            for c in 0..t.chunks {
+                let (at, n) = t.chunk(c);
+                p.h2d(t.streams[0], t.dev_in, at, t.host_in, at, n, "up")?;
+                let e = p.event()?;
+                p.record(e, t.streams[0])?;
+                p.wait(t.streams[1], e)?;
+                p.compute(t.streams[1], t.dev_in, at, t.dev_out, at, n, "k")?;
+                p.d2h(t.streams[1], t.host_out, at, t.dev_out, at, n, "down")?;
+            }
+            Ok(())
+        });
+        assert!(!fixed.to_string().contains("race"), "{fixed}");
+    }
+
+    #[test]
+    fn a_missing_chunk_is_named() {
+        let rep = check_on_model(&recording(), Intensity::Balanced, 4, 2, |p, t| {
+            for c in 0..t.chunks - 1 {
+                let (at, n) = t.chunk(c);
+                let s = t.streams[c % 2];
+                p.h2d(s, t.dev_in, at, t.host_in, at, n, "up")?;
+                p.compute(s, t.dev_in, at, t.dev_out, at, n, "k")?;
+                p.d2h(s, t.host_out, at, t.dev_out, at, n, "down")?;
+            }
+            Ok(())
+        });
+        assert!(rep.to_string().contains("(chunk 3) never reached the host"), "{rep}");
+    }
+}
