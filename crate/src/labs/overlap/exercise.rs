@@ -144,12 +144,15 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
     let mut rig = measure::Rig::new(gpu, elements, streams)?;
     let h2d = Summary::of(&[rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?])?;
     let iterations = rig.calibrate(h2d.median, intensity.kernel_over_copy())?;
-    let parts: Parts = rig.point_parts(chunks, streams, iterations, None, 3)?;
+    let factor = rig.both_ways_factor(3)?;
+    let parts: Parts = rig.point_parts(chunks, streams, iterations, None, 3, factor)?;
     let mut totals = Vec::new();
+    let mut streams_used = streams;
     for attempt in 0..4 {
         let seed = rig.prepare();
         let run = rig.run_custom(streams, chunks, iterations, &issue)?;
         if attempt == 0 {
+            streams_used = run.schedule.lanes().len();
             race_findings(&run.races, &mut rep);
             if let Err(e) = rig.verify(seed, chunks, iterations, 256) {
                 rep.problem(format!("wrong data: {e}"));
@@ -162,7 +165,7 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
     let measured = Summary::of(&totals)?.median;
     let bound = model::Bounds::of(&parts, chunks).for_engines(gpu.copy_engines()?);
     let serial = parts.h2d_ms.median + parts.kernel_ms.median + parts.d2h_ms.median;
-    timing_findings(measured, serial, bound, streams, "measured", &mut rep);
+    timing_findings(measured, serial, bound, streams_used, "measured", &mut rep);
     Ok(rep)
 }
 

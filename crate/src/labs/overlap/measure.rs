@@ -134,8 +134,18 @@ impl Rig {
         calibrate(self, h2d_ms, ratio)
     }
     /// Each stage alone with these chunks and streams (the point's bound).
-    pub fn point_parts(&mut self, chunks: usize, streams: usize, iterations: i32, copies: Option<&Parts>, reps: usize) -> Result<Parts> {
-        point_parts(self, chunks, streams, iterations, copies, reps)
+    pub fn point_parts(&mut self, chunks: usize, streams: usize, iterations: i32, copies: Option<&Parts>, reps: usize, both_ways_factor: f64) -> Result<Parts> {
+        point_parts(self, chunks, streams, iterations, copies, reps, both_ways_factor)
+    }
+    /// H|D over max(H, D) on the whole data: how much slower copying both
+    /// ways at once is than one way alone.
+    pub fn both_ways_factor(&mut self, reps: usize) -> Result<f64> {
+        let h = median_of(reps, || single(self, OpKind::H2d, 0))?.median;
+        let d = median_of(reps, || single(self, OpKind::D2h, 0))?.median;
+        if self.streams.len() < 2 {
+            return Ok(1.0);
+        }
+        Ok(median_of(reps, || both_copies(self))?.median / h.max(d))
     }
     /// Runs a learner's issue loop on this rig's buffers and streams.
     pub fn run_custom(
@@ -162,13 +172,20 @@ impl Rig {
     }
 }
 
-/// A point's parts: each stage alone (and both copies) with its chunks and streams.
-fn point_parts(rig: &mut Rig, chunks: usize, streams: usize, iterations: i32, copies: Option<&Parts>, reps: usize) -> Result<Parts> {
+/// A point's parts: each stage alone with its chunks and streams. Copying
+/// both ways at once is a property of the link, measured once on the whole
+/// data (`both_ways_factor` = H|D over max(H, D)) and applied to this
+/// chunking's copies.
+fn point_parts(rig: &mut Rig, chunks: usize, streams: usize, iterations: i32, copies: Option<&Parts>, reps: usize, both_ways_factor: f64) -> Result<Parts> {
     let mut stage = |stages: &[OpKind]| median_of(reps, || Ok(rig.run_stages(chunks, streams, IssueOrder::DepthFirst, stages, iterations, false, false)?.total_ms));
     let kernel_ms = stage(&[OpKind::Kernel])?;
     Ok(match copies {
         Some(c) => Parts { kernel_ms, ..c.clone() },
-        None => Parts { h2d_ms: stage(&[OpKind::H2d])?, kernel_ms, d2h_ms: stage(&[OpKind::D2h])?, both_copies_ms: stage(&[OpKind::H2d, OpKind::D2h])? },
+        None => {
+            let (h2d_ms, d2h_ms) = (stage(&[OpKind::H2d])?, stage(&[OpKind::D2h])?);
+            let both = h2d_ms.median.max(d2h_ms.median) * both_ways_factor;
+            Parts { h2d_ms, kernel_ms, d2h_ms, both_copies_ms: Summary::of(&[both])? }
+        }
     })
 }
 
@@ -270,7 +287,8 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
         progress.step(&format!("{}: {iterations} FMAs/element, kernel {:.2} ms", intensity.label(), kernel.median));
         let mut points = Vec::new();
         for &(chunks, streams) in &grid {
-            let parts = point_parts(&mut rig, chunks, streams, iterations, copy_parts.get(&(chunks, streams)), cfg.repeats.max(3))?;
+            let factor = both.median / h2d.median.max(d2h.median);
+            let parts = point_parts(&mut rig, chunks, streams, iterations, copy_parts.get(&(chunks, streams)), cfg.repeats.max(3), factor)?;
             copy_parts.insert((chunks, streams), parts.clone());
             for &order in &cfg.orders {
                 let mut totals = Vec::new();

@@ -167,7 +167,8 @@ pub struct Parts {
     pub kernel_ms: Summary,
     pub d2h_ms: Summary,
     /// H2D and D2H of the whole data at once, on two streams: the link is
-    /// not full-duplex at full rate, so this is more than max(H, D).
+    /// not full-duplex at full rate, so this is more than max(H, D). For a
+    /// point: that whole-data ratio applied to the point's own H and D.
     pub both_copies_ms: Summary,
 }
 
@@ -270,6 +271,10 @@ impl crate::notebook::LabRun<OverlapResults> {
     pub fn summary(&self) -> String {
         let r = &self.record.results;
         format!("{}timeline overhead: {:+.2}%\n", model::summary_table(&r.intensities, r.copy_engines), r.timeline_overhead_pct)
+    }
+    /// The classic ceilings next to the measured speed-ups.
+    pub fn speedup_limits(&self) -> String {
+        model::speedup_limits(&self.record.results.intensities)
     }
     /// Every point of one intensity against its own bound, fastest first.
     pub fn efficiency_table(&self, intensity: Intensity) -> String {
