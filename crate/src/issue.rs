@@ -24,6 +24,17 @@ pub trait Issue {
     fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()>;
     /// The CPU waits for `e`.
     fn host_wait(&mut self, e: EventRef) -> Result<()>;
+    /// CPU work: the producer writes batch `batch` (`n` elements) into host
+    /// buffer `h` at element `at`.
+    fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()>;
+}
+
+/// Where the producer's data comes from on a real pipeline: a dataset made
+/// in advance (so producing is a cheap, verifiable copy).
+pub struct Dataset<'a> {
+    pub words: &'a [u64],
+    /// Elements per batch.
+    pub batch_elements: usize,
 }
 
 /// A real pipeline plus the lab's kernel settings.
@@ -31,6 +42,8 @@ pub struct GpuIssuer<'p, 'a> {
     pub pipeline: &'p mut Pipeline<'a>,
     pub kernel: &'a ComputeKernel,
     pub iterations: i32,
+    /// Needed only by labs with a producer.
+    pub dataset: Option<Dataset<'a>>,
 }
 
 impl Issue for GpuIssuer<'_, '_> {
@@ -54,6 +67,15 @@ impl Issue for GpuIssuer<'_, '_> {
     }
     fn host_wait(&mut self, e: EventRef) -> Result<()> {
         self.pipeline.host_wait(e)
+    }
+    fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
+        let d = self.dataset.as_ref().ok_or_else(|| LabError::config("this lab has no producer"))?;
+        if n % 2 != 0 || at % 2 != 0 || n > d.batch_elements {
+            return Err(LabError::config(format!("produce {n} elements at {at}: counts and offsets must be even and at most a batch")));
+        }
+        let first = batch * d.batch_elements / 2;
+        let src = d.words.get(first..first + n / 2).ok_or_else(|| LabError::config(format!("batch {batch} is past the dataset")))?;
+        self.pipeline.host_write(label, h, at * 4, n * 4, |w| crate::pattern::copy_streaming(w, src))
     }
 }
 
@@ -79,6 +101,8 @@ struct ModelBuffer {
 /// Records a schedule with no GPU and tracks every element's provenance.
 pub struct ModelPipeline {
     pub schedule: Schedule,
+    /// Elements per producer batch (labs with a producer).
+    pub batch_elements: usize,
     streams: usize,
     events: usize,
     hosts: Vec<ModelBuffer>,
@@ -87,7 +111,7 @@ pub struct ModelPipeline {
 
 impl ModelPipeline {
     pub fn new() -> ModelPipeline {
-        ModelPipeline { schedule: Schedule::new(), streams: 0, events: 0, hosts: vec![], devices: vec![] }
+        ModelPipeline { schedule: Schedule::new(), batch_elements: 0, streams: 0, events: 0, hosts: vec![], devices: vec![] }
     }
     pub fn stream(&mut self) -> StreamRef {
         self.streams += 1;
@@ -105,6 +129,9 @@ impl ModelPipeline {
     }
     pub fn host_cells(&self, h: HostRef) -> &[Provenance] {
         &self.hosts[h.0].cells
+    }
+    pub fn device_cells(&self, d: DevRef) -> &[Provenance] {
+        &self.devices[d.0].cells
     }
 
     fn check_stream(&self, s: StreamRef) -> Result<()> {
@@ -180,6 +207,15 @@ impl Issue for ModelPipeline {
     }
     fn host_wait(&mut self, e: EventRef) -> Result<()> {
         self.schedule.host_wait_event(0, e.0);
+        Ok(())
+    }
+    fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
+        let r = Self::range(&self.hosts[h.0], at, n)?;
+        let acc = vec![Self::access(&self.hosts[h.0], &r, true)];
+        self.schedule.host_op(0, label, acc);
+        for (j, cell) in self.hosts[h.0].cells[r].iter_mut().enumerate() {
+            *cell = Provenance::Input((batch * self.batch_elements.max(n) + j) as u32);
+        }
         Ok(())
     }
 }

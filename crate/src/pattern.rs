@@ -126,6 +126,16 @@ mod tests {
     }
 
     #[test]
+    fn streaming_copy_copies_any_alignment() {
+        let src: Vec<u64> = (0..CHUNK as u64 * 2 + 5).collect();
+        for off in [0usize, 1] {
+            let mut dst = vec![0u64; src.len() + 1];
+            copy_streaming(&mut dst[off..off + src.len()], &src);
+            assert_eq!(&dst[off..off + src.len()], &src[..]);
+        }
+    }
+
+    #[test]
     fn cached_and_streaming_fills_agree() {
         let mut a = vec![0u64; CHUNK + 3];
         let mut b = vec![1u64; CHUNK + 3];
@@ -198,4 +208,41 @@ mod f32_tests {
         as_f32_mut(&mut w)[1] = 0.5;
         assert_eq!(as_f32(&w)[1], 0.5);
     }
+}
+
+/// Copies `src` into `dst` with streaming stores (the destination is about
+/// to be DMA'd: keep it out of the CPU caches).
+pub fn copy_streaming(dst: &mut [u64], src: &[u64]) {
+    assert_eq!(dst.len(), src.len(), "copy_streaming: lengths differ");
+    dst.par_chunks_mut(CHUNK).zip(src.par_chunks(CHUNK)).for_each(|(d, s)| copy_chunk_streaming(d, s));
+}
+
+#[cfg(target_arch = "x86_64")]
+fn copy_chunk_streaming(d: &mut [u64], s: &[u64]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128, _mm_stream_si64};
+    // 16-byte streaming stores need 16-byte aligned destinations: 8-byte
+    // words up to the first aligned one, then pairs, then a last word.
+    let head = if (d.as_ptr() as usize) % 16 == 0 { 0 } else { 1.min(d.len()) };
+    // SAFETY: indices stay in bounds; SSE2 is baseline on x86_64; stores to
+    // d (exclusive) are aligned where _mm_stream_si128 requires it.
+    unsafe {
+        for i in 0..head {
+            _mm_stream_si64(d.as_mut_ptr().add(i) as *mut i64, s[i] as i64);
+        }
+        let pairs = (d.len() - head) / 2;
+        for k in 0..pairs {
+            let i = head + 2 * k;
+            let v = _mm_loadu_si128(s.as_ptr().add(i) as *const __m128i);
+            _mm_stream_si128(d.as_mut_ptr().add(i) as *mut __m128i, v);
+        }
+        for i in head + 2 * pairs..d.len() {
+            _mm_stream_si64(d.as_mut_ptr().add(i) as *mut i64, s[i] as i64);
+        }
+        _mm_sfence();
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn copy_chunk_streaming(d: &mut [u64], s: &[u64]) {
+    d.copy_from_slice(s);
 }

@@ -3,6 +3,7 @@
 use crate::chart::Chart;
 use crate::error::{LabError, Result};
 use crate::labs::bandwidth::{self, BandwidthResults};
+use crate::labs::double_buffer::{self, DoubleBufferResults};
 use crate::labs::overlap::{self, OverlapResults};
 use crate::record::Record;
 use std::path::{Path, PathBuf};
@@ -42,6 +43,21 @@ pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
         let lab2 = dev.join(format!("{}.json", overlap::LAB));
         if lab2.is_file() {
             files.extend(lab2_figures(&Record::<OverlapResults>::load(&lab2)?, out_dir)?);
+        }
+        let lab3 = dev.join(format!("{}.json", double_buffer::LAB));
+        if lab3.is_file() {
+            let rec = Record::<DoubleBufferResults>::load(&lab3)?;
+            let dir = out_dir.join(rec.fingerprint.slug());
+            let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command.join(" "));
+            files.extend(double_buffer::timeline_chart(&rec, &origin).save(&dir)?);
+            for (name, t) in [("no-overlap", &rec.results.no_overlap_timeline), ("double-buffered", &rec.results.pipelined_timeline)] {
+                let trace = dir.join(format!("lab3-{name}.trace.json"));
+                t.save_chrome_trace(&trace)?;
+                files.push(trace);
+            }
+            let summary = dir.join("lab3-summary.txt");
+            std::fs::write(&summary, format!("{origin}\n\n{}", rec.results.summary())).map_err(|e| LabError::io(format!("writing {}", summary.display()), e))?;
+            files.push(summary);
         }
     }
     if files.is_empty() {

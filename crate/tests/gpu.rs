@@ -230,3 +230,44 @@ mod exercises {
         assert!(!wrong.passed && wrong.to_string().contains("wrong data"), "{wrong}");
     }
 }
+
+mod double_buffering {
+    use overlap_lab::labs::double_buffer::{exercise, measure, pipelined, DoubleBufferConfig};
+    use overlap_lab::progress::ProgressMode;
+    use overlap_lab::testing::gpu_or_skip;
+
+    #[test]
+    fn small_double_buffer_run_verifies_and_the_checker_judges_it() {
+        let Some(gpu) = gpu_or_skip("small_double_buffer_run_verifies_and_the_checker_judges_it") else { return };
+        let cfg = DoubleBufferConfig { batches: 8, batch_elements: 1 << 20, repeats: 2, warmup: 1, ..DoubleBufferConfig::default() };
+        let r = measure::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
+        println!("{}", r.summary());
+        assert!(r.speedup() > 1.0, "{}", r.summary());
+        assert_eq!(r.pipelined_timeline.spans.iter().filter(|s| s.label.starts_with("H2D")).count(), 8);
+        let good = exercise::check_on_gpu(&gpu, &r, pipelined).unwrap();
+        println!("{good}");
+        assert!(!good.to_string().contains("race") && !good.to_string().contains("wrong data"), "{good}");
+        // The deliberately wrong schedule: host buffer refilled too early.
+        let early = exercise::check_on_gpu(&gpu, &r, |p, t| {
+            let n = t.batch_elements;
+            let copied = [p.event()?, p.event()?];
+            let computed = [p.event()?, p.event()?];
+            for i in 0..t.batches {
+                let b = i % 2;
+                p.produce(t.host[b], 0, n, i, &format!("produce batch {i}"))?;
+                if i >= 2 {
+                    p.wait(t.copy, computed[b])?;
+                }
+                p.h2d(t.copy, t.dev[b], 0, t.host[b], 0, n, &format!("H2D batch {i}"))?;
+                p.record(copied[b], t.copy)?;
+                p.wait(t.compute, copied[b])?;
+                p.compute(t.compute, t.dev[b], 0, t.results, i * n, n, &format!("compute batch {i}"))?;
+                p.record(computed[b], t.compute)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        println!("{early}");
+        assert!(!early.passed && early.to_string().contains("race"), "{early}");
+    }
+}

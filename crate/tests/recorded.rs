@@ -62,3 +62,15 @@ fn lab2_recordings_are_complete_and_verified() {
         assert!(r.timeline_overhead_pct.is_finite());
     }
 }
+
+#[test]
+fn lab3_recordings_are_complete_and_verified() {
+    use overlap_lab::labs::double_buffer::{self, DoubleBufferResults};
+    let found = find_recordings::<DoubleBufferResults>(&default_data_dir(), double_buffer::LAB).expect("data/ holds a lab 3 recording");
+    for (path, rec) in found {
+        let r = &rec.results;
+        assert_eq!(r.verified_runs, 2 * (r.config.warmup + r.config.repeats) + 2, "{}", path.display());
+        assert_eq!(r.pipelined_timeline.spans.iter().filter(|s| s.label.starts_with("compute")).count(), r.config.batches);
+        assert!(r.bound_ms() > 0.0 && r.pipelined_ms.median > 0.0);
+    }
+}

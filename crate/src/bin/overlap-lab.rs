@@ -4,6 +4,7 @@
 use clap::{Args, Parser, Subcommand};
 use overlap_lab::gpu::{Availability, Gpu, HostMemoryKind};
 use overlap_lab::labs::bandwidth::{self, BandwidthConfig, Direction};
+use overlap_lab::labs::double_buffer::{self, DoubleBufferConfig};
 use overlap_lab::labs::overlap::{self, Intensity, IssueOrder, OverlapConfig};
 use overlap_lab::progress::ProgressMode;
 use overlap_lab::record::{default_data_dir, Record};
@@ -38,6 +39,8 @@ enum Command {
     Bandwidth(BandwidthArgs),
     /// Lab 2: chunked copy/compute overlap over N streams, against the bounds and the queue model.
     Overlap(OverlapArgs),
+    /// Lab 3: double buffering (CPU producer, copy and compute streams) against no overlap.
+    DoubleBuffer(DoubleBufferArgs),
     /// Regenerate every report figure (SVG + PNG) from recorded data; no GPU needed.
     Report {
         /// Output directory.
@@ -110,6 +113,40 @@ struct OverlapArgs {
     /// Do not write the record to the data directory.
     #[arg(long)]
     no_record: bool,
+}
+
+#[derive(Args)]
+struct DoubleBufferArgs {
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    #[arg(long, default_value_t = 64)]
+    batches: usize,
+    /// f32 elements per batch (2Mi = 8 MiB).
+    #[arg(long, default_value_t = 2 << 20)]
+    batch_elements: usize,
+    /// Kernel time over copy time per batch.
+    #[arg(long, default_value_t = 2.5)]
+    kernel_over_copy: f64,
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Do not write the record to the data directory.
+    #[arg(long)]
+    no_record: bool,
+}
+
+impl DoubleBufferArgs {
+    fn config(&self) -> DoubleBufferConfig {
+        DoubleBufferConfig {
+            device: self.device,
+            batches: self.batches,
+            batch_elements: self.batch_elements,
+            kernel_over_copy: self.kernel_over_copy,
+            warmup: self.warmup,
+            repeats: self.repeats,
+        }
+    }
 }
 
 impl OverlapArgs {
@@ -193,6 +230,11 @@ fn run_overlap(cfg: &OverlapConfig, data: Option<&PathBuf>, quiet: bool) -> Resu
     })
 }
 
+fn run_double_buffer(cfg: &DoubleBufferConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
+    cfg.validate()?;
+    run_lab(double_buffer::LAB, cfg.device, data, |gpu| double_buffer::measure::run(gpu, cfg, progress(quiet)), |rec| rec.results.summary())
+}
+
 fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
     let files = report::generate(data, out)?;
     println!("report: {} files in {}", files.len(), out.display());
@@ -221,12 +263,17 @@ fn run(cli: Cli) -> Result<()> {
             let keep = (!args.no_record).then_some(&data);
             run_overlap(&args.config(), keep, cli.quiet)?;
         }
+        Command::DoubleBuffer(args) => {
+            let keep = (!args.no_record).then_some(&data);
+            run_double_buffer(&args.config(), keep, cli.quiet)?;
+        }
         Command::Report { out } => run_report(&data, &out)?,
         Command::All { device, out } => {
             let avail = Availability::probe();
             if avail.is_ready() {
                 run_bandwidth(&BandwidthConfig { device, ..BandwidthConfig::default() }, Some(&data), cli.quiet)?;
                 run_overlap(&OverlapConfig { device, ..OverlapConfig::default() }, Some(&data), cli.quiet)?;
+                run_double_buffer(&DoubleBufferConfig { device, ..DoubleBufferConfig::default() }, Some(&data), cli.quiet)?;
             } else {
                 println!("no GPU: {}; rendering the recorded data instead.", avail.reason());
             }

@@ -166,7 +166,7 @@ impl Rig {
             dev_in: p.device(&self.dev_in, "device in"),
             dev_out: p.device(&self.dev_out, "device out"),
         };
-        let mut issuer = crate::issue::GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations };
+        let mut issuer = crate::issue::GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations, dataset: None };
         issue(&mut issuer, &task)?;
         p.finish()
     }
@@ -222,15 +222,7 @@ fn median_of(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<Summary>
 
 /// FMAs per element so that the kernel takes `ratio` x the H2D time.
 fn calibrate(rig: &mut Rig, h2d_ms: f64, ratio: f64) -> Result<i32> {
-    let (lo, hi) = (64, 1024);
-    let t_lo = median_of(3, || single(rig, OpKind::Kernel, lo))?.median;
-    let t_hi = median_of(3, || single(rig, OpKind::Kernel, hi))?.median;
-    let per_iter = (t_hi - t_lo) / (hi - lo) as f64;
-    let fixed = t_lo - per_iter * lo as f64;
-    if per_iter <= 0.0 {
-        return Err(LabError::Verification(format!("kernel time did not grow with work ({t_lo} ms at {lo}, {t_hi} ms at {hi})")));
-    }
-    Ok((((ratio * h2d_ms - fixed) / per_iter).round() as i64).clamp(1, 1 << 20) as i32)
+    crate::labs::calibrate_iterations(ratio * h2d_ms, |it| Ok(median_of(3, || single(rig, OpKind::Kernel, it))?.median))
 }
 
 /// The queue model's prediction for a run, each op lasting its share of the

@@ -1,0 +1,203 @@
+//! Exercise 3: write the double-buffer schedule from buffers, streams and
+//! events. The checker runs it on the model (no GPU) or the GPU and says what
+//! is wrong: wrong data, a buffer reused too early (a race), no overlap, or
+//! efficiency under the target.
+
+use super::{bound_ms, BufferTask, DoubleBufferResults};
+use crate::check::CheckReport;
+use crate::error::Result;
+use crate::issue::{Issue, ModelPipeline, Provenance};
+use crate::schedule::{Machine, OpKind};
+
+pub const TARGET_EFFICIENCY: f64 = 0.90;
+
+fn report(rep: &mut CheckReport, measured: f64, serial: f64, bound: f64, how: &str) {
+    let eff = bound / measured;
+    rep.note(format!("{how}: {measured:.2} ms; no overlap {serial:.2} ms; bound {bound:.2} ms; efficiency {:.1}% (target {:.0}%)", 100.0 * eff, 100.0 * TARGET_EFFICIENCY));
+    if measured > 0.95 * serial {
+        rep.problem("no overlap: copies and kernels take turns; put them on different streams and link them with events");
+    } else if eff < TARGET_EFFICIENCY {
+        rep.problem(format!("efficiency {:.1}% is under the target {:.0}%", 100.0 * eff, 100.0 * TARGET_EFFICIENCY));
+    }
+}
+
+/// Checks a schedule with no GPU: provenance of every result, races (a
+/// buffer reused before the operation reading it finished), and the queue
+/// model's time with the recorded per-batch stage times.
+pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()>) -> CheckReport {
+    let mut rep = CheckReport::new(&format!("double-buffer schedule, {batches} batches (queue model, no GPU)"));
+    let n = 1024;
+    let mut m = ModelPipeline::new();
+    m.batch_elements = n;
+    let (copy, compute) = (m.stream(), m.stream());
+    let task = BufferTask {
+        batches,
+        batch_elements: n,
+        copy,
+        compute,
+        host: [m.host("host buffer 0", n, false), m.host("host buffer 1", n, false)],
+        dev: [m.device("device buffer 0", n), m.device("device buffer 1", n)],
+        results: m.device("device results", batches * n),
+    };
+    if let Err(e) = schedule(&mut m, &task) {
+        rep.problem(format!("the schedule failed: {e}"));
+        return rep;
+    }
+    let cells = m.device_cells(task.results);
+    if let Some((j, c)) = cells.iter().enumerate().find(|(j, c)| **c != Provenance::Output(*j as u32)) {
+        rep.problem(match c {
+            Provenance::Unset => format!("wrong data: batch {} was never computed into the results", j / n),
+            Provenance::Output(i) => format!("wrong data: results for batch {} hold batch {}'s", j / n, *i as usize / n),
+            _ => format!("wrong data: batch {} was computed from data never uploaded", j / n),
+        });
+    }
+    if let Some(r) = m.schedule.races().first() {
+        rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, m.schedule.races().len()));
+    }
+    let (c, k) = (rec.copy_ms.median, rec.kernel_ms.median);
+    let dur = |op: &crate::schedule::Op| match op.kind {
+        OpKind::H2d => c,
+        OpKind::Kernel => k,
+        OpKind::Host => rec.produce_ms.median,
+        OpKind::D2h => 0.0,
+    };
+    let times = crate::schedule::predict(&m.schedule, Machine { copy_engines: 2 }, dur);
+    let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
+    report(&mut rep, total, batches as f64 * (c + k), bound_ms(batches, c, k), "predicted");
+    rep
+}
+
+/// Checks a schedule on the GPU with real data.
+pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()>) -> Result<CheckReport> {
+    let cfg = &rec.config;
+    let mut rep = CheckReport::new(&format!("double-buffer schedule, {} batches (live on {})", cfg.batches, gpu.name()));
+    let mut rig = super::measure::DbRig::new(gpu, cfg.batches, cfg.batch_elements)?;
+    let mut totals = Vec::new();
+    for attempt in 0..4 {
+        let run = rig.run(&schedule, rec.iterations, false)?;
+        if attempt == 0 {
+            if let Some(r) = run.races.first() {
+                rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, run.races.len()));
+            }
+            if let Err(e) = rig.verify(rec.iterations) {
+                rep.problem(format!("wrong data: {e}"));
+                return Ok(rep);
+            }
+        } else {
+            totals.push(run.total_ms);
+        }
+    }
+    let measured = crate::stats::Summary::of(&totals)?.median;
+    let serial = cfg.batches as f64 * (rec.copy_ms.median + rec.kernel_ms.median);
+    report(&mut rep, measured, serial, rec.bound_ms(), "measured");
+    Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{no_overlap, pipelined, DoubleBufferConfig};
+    use super::*;
+    use crate::stats::Summary;
+    use crate::timeline::Timeline;
+
+    fn rec() -> DoubleBufferResults {
+        let s = |v: f64| Summary { median: v, min: v, max: v, n: 1 };
+        let empty = Timeline { title: String::new(), device: String::new(), spans: vec![] };
+        DoubleBufferResults {
+            config: DoubleBufferConfig::default(),
+            iterations: 100,
+            produce_ms: s(0.05),
+            copy_ms: s(0.15),
+            kernel_ms: s(0.15),
+            no_overlap_ms: s(20.0),
+            pipelined_ms: s(10.0),
+            no_overlap_timeline: empty.clone(),
+            pipelined_timeline: empty,
+            verified_runs: 1,
+        }
+    }
+
+    #[test]
+    fn the_solution_passes() {
+        let r = check_on_model(&rec(), 16, pipelined);
+        assert!(r.passed, "{r}");
+    }
+
+    #[test]
+    fn one_stream_one_buffer_is_no_overlap() {
+        let r = check_on_model(&rec(), 16, no_overlap);
+        assert!(!r.passed && r.to_string().contains("no overlap"), "{r}");
+        assert!(!r.to_string().contains("race"), "{r}");
+    }
+
+    #[test]
+    fn reusing_a_host_buffer_too_early_is_a_race() {
+        // Bug: no host wait before refilling host buffer b.
+        let r = check_on_model(&rec(), 8, |p, t| {
+            let n = t.batch_elements;
+            let copied = [p.event()?, p.event()?];
+            let computed = [p.event()?, p.event()?];
+            for i in 0..t.batches {
+                let b = i % 2;
+                p.produce(t.host[b], 0, n, i, &format!("produce batch {i}"))?;
+                if i >= 2 {
+                    p.wait(t.copy, computed[b])?;
+                }
+                p.h2d(t.copy, t.dev[b], 0, t.host[b], 0, n, &format!("H2D batch {i}"))?;
+                p.record(copied[b], t.copy)?;
+                p.wait(t.compute, copied[b])?;
+                p.compute(t.compute, t.dev[b], 0, t.results, i * n, n, &format!("compute batch {i}"))?;
+                p.record(computed[b], t.compute)?;
+            }
+            Ok(())
+        });
+        assert!(!r.passed);
+        assert!(r.to_string().contains("race (a buffer reused too early?): 'produce batch 2' writes"), "{r}");
+    }
+
+    #[test]
+    fn reusing_a_device_buffer_too_early_is_a_race() {
+        // Bug: the copy does not wait for the compute that read device buffer b.
+        let r = check_on_model(&rec(), 8, |p, t| {
+            let n = t.batch_elements;
+            let copied = [p.event()?, p.event()?];
+            for i in 0..t.batches {
+                let b = i % 2;
+                if i >= 2 {
+                    p.host_wait(copied[b])?;
+                }
+                p.produce(t.host[b], 0, n, i, "produce")?;
+                p.h2d(t.copy, t.dev[b], 0, t.host[b], 0, n, &format!("H2D batch {i}"))?;
+                p.record(copied[b], t.copy)?;
+                p.wait(t.compute, copied[b])?;
+                p.compute(t.compute, t.dev[b], 0, t.results, i * n, n, &format!("compute batch {i}"))?;
+            }
+            Ok(())
+        });
+        assert!(r.to_string().contains("'H2D batch 2' writes") && r.to_string().contains("'compute batch 0' may still read"), "{r}");
+    }
+
+    #[test]
+    fn results_in_the_wrong_place_are_wrong_data() {
+        let r = check_on_model(&rec(), 4, |p, t| {
+            let n = t.batch_elements;
+            let copied = [p.event()?, p.event()?];
+            let computed = [p.event()?, p.event()?];
+            for i in 0..t.batches {
+                let b = i % 2;
+                if i >= 2 {
+                    p.host_wait(copied[b])?;
+                    p.wait(t.copy, computed[b])?;
+                }
+                p.produce(t.host[b], 0, n, i, "produce")?;
+                p.h2d(t.copy, t.dev[b], 0, t.host[b], 0, n, "up")?;
+                p.record(copied[b], t.copy)?;
+                p.wait(t.compute, copied[b])?;
+                p.compute(t.compute, t.dev[b], 0, t.results, (t.batches - 1 - i) * n, n, "k")?;
+                p.record(computed[b], t.compute)?;
+            }
+            Ok(())
+        });
+        assert!(r.to_string().contains("wrong data: results for batch 0 hold batch 3's"), "{r}");
+    }
+}

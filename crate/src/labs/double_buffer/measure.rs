@@ -1,0 +1,178 @@
+//! Runs lab 3 on a GPU.
+
+use super::{no_overlap, pipelined, BufferTask, DoubleBufferConfig, DoubleBufferResults};
+use crate::error::{LabError, Result};
+use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, PipelineRun, Stream};
+use crate::issue::{Dataset, GpuIssuer, Issue};
+use crate::kernels::compute_reference;
+use crate::pattern;
+use crate::progress::{Progress, ProgressMode};
+use crate::stats::Summary;
+use crate::trace;
+use rayon::prelude::*;
+use std::time::Instant;
+
+pub type Schedule<'s> = &'s dyn Fn(&mut dyn Issue, &BufferTask) -> Result<()>;
+
+pub struct DbRig {
+    pub gpu: Gpu,
+    kernel: ComputeKernel,
+    /// The producer's source: every batch, made in advance (pageable).
+    dataset: Vec<u64>,
+    seed: u64,
+    host: [PinnedBuffer; 2],
+    dev: [DeviceBuffer; 2],
+    results: DeviceBuffer,
+    check: PinnedBuffer,
+    copy: Stream,
+    compute: Stream,
+    pub batches: usize,
+    pub batch_elements: usize,
+}
+
+impl DbRig {
+    pub fn new(gpu: &Gpu, batches: usize, batch_elements: usize) -> Result<DbRig> {
+        let batch_bytes = batch_elements * 4;
+        let total = batches * batch_bytes;
+        gpu.ensure_free((total + 2 * batch_bytes) as u64 + (64 << 20), &format!("{batches} batches of {batch_bytes} bytes"))?;
+        let mut dataset = Vec::new();
+        dataset.try_reserve_exact(total / 8).map_err(|_| LabError::OutOfMemory { what: "host", call: "malloc", bytes: crate::Bytes(total as u64) })?;
+        dataset.resize(total / 8, 0);
+        let seed = pattern::fresh_seed();
+        pattern::fill_f32(&mut dataset, seed);
+        Ok(DbRig {
+            gpu: gpu.clone(),
+            kernel: ComputeKernel::load(gpu)?,
+            dataset,
+            seed,
+            host: [PinnedBuffer::new(gpu, batch_bytes)?, PinnedBuffer::new(gpu, batch_bytes)?],
+            dev: [gpu.alloc(batch_bytes)?, gpu.alloc(batch_bytes)?],
+            results: gpu.alloc(total)?,
+            check: PinnedBuffer::new(gpu, total)?,
+            copy: gpu.stream()?,
+            compute: gpu.stream()?,
+            batches,
+            batch_elements,
+        })
+    }
+
+    /// Poisons the results, runs `schedule`, returns the run.
+    pub fn run(&mut self, schedule: Schedule<'_>, iterations: i32, timeline: bool) -> Result<PipelineRun> {
+        self.compute.fill_u32(&self.results, 0xDEAD_BEEF)?;
+        let mut p = self.gpu.pipeline(timeline, self.batches * 3)?;
+        let (copy, compute) = (p.stream(&self.copy, "copy"), p.stream(&self.compute, "compute"));
+        let [h0, h1] = &mut self.host;
+        let task = BufferTask {
+            batches: self.batches,
+            batch_elements: self.batch_elements,
+            copy,
+            compute,
+            host: [p.host(h0, "host buffer 0"), p.host(h1, "host buffer 1")],
+            dev: [p.device(&self.dev[0], "device buffer 0"), p.device(&self.dev[1], "device buffer 1")],
+            results: p.device(&self.results, "device results"),
+        };
+        let dataset = Dataset { words: &self.dataset, batch_elements: self.batch_elements };
+        let mut issuer = GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations, dataset: Some(dataset) };
+        schedule(&mut issuer, &task)?;
+        p.finish()
+    }
+
+    /// Every result written; samples of every batch bit-exact.
+    pub fn verify(&mut self, iterations: i32) -> Result<()> {
+        let _v = trace::range("verify");
+        let bytes = self.results.bytes();
+        self.compute.download(&mut self.check, &self.results, bytes)?;
+        let out = pattern::as_f32(self.check.words());
+        if let Some(i) = out.par_iter().position_any(|x| !x.is_finite() || x.abs() > 1e6) {
+            return Err(LabError::Verification(format!("result element {i} (batch {}) was never written", i / self.batch_elements)));
+        }
+        let (n, seed) = (self.batch_elements, self.seed);
+        let bad = (0..self.batches).into_par_iter().find_map_first(|b| {
+            (0..64usize).find_map(|j| {
+                let i = b * n + j * (n - 1) / 63;
+                let want = compute_reference(pattern::f32_at(seed, i), iterations);
+                (out[i].to_bits() != want.to_bits()).then(|| format!("batch {b}, element {}: got {}, expected {want}", i - b * n, out[i]))
+            })
+        });
+        bad.map_or(Ok(()), |m| Err(LabError::Verification(m)))
+    }
+
+    fn one_batch(&mut self, kernel: bool, iterations: i32) -> Result<f64> {
+        let mut p = self.gpu.pipeline(false, 1)?;
+        let s = p.stream(&self.copy, "copy");
+        let h = p.host(&mut self.host[0], "host buffer 0");
+        let (d, r) = (p.device(&self.dev[0], "device buffer 0"), p.device(&self.results, "device results"));
+        if kernel {
+            p.compute(s, &self.kernel, d, 0, r, 0, self.batch_elements, iterations, "compute one batch")?;
+        } else {
+            p.h2d(s, d, 0, h, 0, self.batch_elements * 4, "H2D one batch")?;
+        }
+        Ok(p.finish()?.total_ms)
+    }
+}
+
+fn median(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<Summary> {
+    Summary::of(&(0..reps).map(|_| f()).collect::<Result<Vec<_>>>()?)
+}
+
+pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Result<DoubleBufferResults> {
+    cfg.validate()?;
+    let mut progress = Progress::new(progress, 4, "double-buffer");
+    let _lab = trace::range("lab 3: double buffering");
+    let mut rig = DbRig::new(gpu, cfg.batches, cfg.batch_elements)?;
+    let reps = cfg.repeats.max(5);
+    let copy = median(reps, || rig.one_batch(false, 0))?;
+    let iterations = crate::labs::calibrate_iterations(cfg.kernel_over_copy * copy.median, |it| Ok(median(3, || rig.one_batch(true, it))?.median))?;
+    let kernel = median(reps, || rig.one_batch(true, iterations))?;
+    let n = cfg.batch_elements;
+    // Each sample produces a different batch, so its source is as cold in
+    // the CPU caches as it is in the pipeline.
+    let mut batch = 0;
+    let produce = median(reps, || {
+        let first = (batch % cfg.batches) * n / 2;
+        batch += 1;
+        let t = Instant::now();
+        pattern::copy_streaming(&mut rig.host[0].words_mut()[..n / 2], &rig.dataset[first..first + n / 2]);
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    })?;
+    progress.step(&format!("one batch: copy {:.3} ms, kernel {:.3} ms ({iterations} FMAs), produce {:.3} ms", copy.median, kernel.median, produce.median));
+    let mut totals = [Vec::new(), Vec::new()];
+    let schedules: [Schedule<'_>; 2] = [&no_overlap, &pipelined];
+    for rep in 0..cfg.warmup + cfg.repeats {
+        for (k, schedule) in schedules.iter().enumerate() {
+            let run = rig.run(*schedule, iterations, false)?;
+            if !run.races.is_empty() {
+                return Err(LabError::Verification(format!("the lab's own schedule races: {}", run.races[0].what)));
+            }
+            rig.verify(iterations)?;
+            if rep >= cfg.warmup {
+                totals[k].push(run.total_ms);
+            }
+        }
+    }
+    progress.step("timed runs");
+    let mut timelines = Vec::new();
+    for schedule in schedules {
+        let run = rig.run(schedule, iterations, true)?;
+        rig.verify(iterations)?;
+        timelines.push(run.timeline.expect("timeline requested"));
+    }
+    timelines[0].title = "measured: no overlap (one buffer, one stream)".into();
+    timelines[1].title = "measured: double-buffered (copy and compute streams)".into();
+    progress.step("timelines");
+    progress.finish();
+    let pipelined_timeline = timelines.pop().expect("two timelines");
+    let no_overlap_timeline = timelines.pop().expect("two timelines");
+    Ok(DoubleBufferResults {
+        config: cfg.clone(),
+        iterations,
+        produce_ms: produce,
+        copy_ms: copy,
+        kernel_ms: kernel,
+        no_overlap_ms: Summary::of(&totals[0])?,
+        pipelined_ms: Summary::of(&totals[1])?,
+        no_overlap_timeline,
+        pipelined_timeline,
+        verified_runs: 2 * (cfg.warmup + cfg.repeats) + 2,
+    })
+}

@@ -1,0 +1,233 @@
+//! Lab 3: double buffering. A stream of batches: the CPU produces each batch
+//! into one of two pinned host buffers, a copy stream uploads it into one of
+//! two device buffers, a compute stream runs the kernel. Events are the only
+//! dependencies: copy(i) overlaps compute(i-1); a buffer is refilled only
+//! after whatever read it finished.
+
+pub mod exercise;
+pub mod measure;
+
+use crate::error::{LabError, Result};
+use crate::gpu::{DevRef, EventRef, HostRef, StreamRef};
+use crate::issue::Issue;
+use crate::stats::Summary;
+use crate::timeline::Timeline;
+use serde::{Deserialize, Serialize};
+
+pub const LAB: &str = "double-buffer";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DoubleBufferConfig {
+    pub device: usize,
+    pub batches: usize,
+    /// f32 elements per batch.
+    pub batch_elements: usize,
+    /// Kernel time over copy time per batch (calibrated on the device).
+    pub kernel_over_copy: f64,
+    pub warmup: usize,
+    pub repeats: usize,
+}
+
+impl Default for DoubleBufferConfig {
+    fn default() -> Self {
+        // A kernel 2.5x the copy keeps the GPU, not the CPU producer (which
+        // measured ~2x a copy on the lent H200), the slowest stage: the case
+        // the bound n*max(C, K) + min(C, K) describes.
+        DoubleBufferConfig { device: 0, batches: 64, batch_elements: 2 << 20, kernel_over_copy: 2.5, warmup: 1, repeats: 5 }
+    }
+}
+
+impl DoubleBufferConfig {
+    pub fn quick() -> Self {
+        DoubleBufferConfig { batches: 32, repeats: 3, ..Self::default() }
+    }
+    pub fn validate(&self) -> Result<()> {
+        if self.batches < 2 || self.batches > 100_000 {
+            return Err(LabError::config(format!("batches must be 2-100000 (got {})", self.batches)));
+        }
+        if self.batch_elements < 2 || self.batch_elements % 2 != 0 || self.batch_elements > 1 << 28 {
+            return Err(LabError::config(format!("batch elements must be even, 2-2^28 (got {})", self.batch_elements)));
+        }
+        if (self.batches as u64) * (self.batch_elements as u64) > 1 << 31 {
+            return Err(LabError::config("batches x batch elements must stay under 2^31 elements (8 GiB)"));
+        }
+        if !(self.kernel_over_copy > 0.0 && self.kernel_over_copy <= 100.0) {
+            return Err(LabError::config(format!("kernel/copy ratio must be in (0, 100] (got {})", self.kernel_over_copy)));
+        }
+        if self.repeats == 0 || self.repeats > 1000 || self.warmup > 100 {
+            return Err(LabError::config("repeats must be 1-1000 and warm-up 0-100"));
+        }
+        Ok(())
+    }
+}
+
+/// What a double-buffer schedule is given.
+#[derive(Clone, Debug)]
+pub struct BufferTask {
+    pub batches: usize,
+    pub batch_elements: usize,
+    pub copy: StreamRef,
+    pub compute: StreamRef,
+    /// Two pinned host buffers of one batch each.
+    pub host: [HostRef; 2],
+    /// Two device buffers of one batch each.
+    pub dev: [DevRef; 2],
+    /// Device results, `batches` x `batch_elements`: batch i goes to i * batch_elements.
+    pub results: DevRef,
+}
+
+/// The lab's schedule: two buffers, two streams, events only.
+pub fn pipelined(p: &mut dyn Issue, t: &BufferTask) -> Result<()> {
+    let n = t.batch_elements;
+    let copied: [EventRef; 2] = [p.event()?, p.event()?];
+    let computed: [EventRef; 2] = [p.event()?, p.event()?];
+    for i in 0..t.batches {
+        let b = i % 2;
+        if i >= 2 {
+            // Refill host buffer b only once copy(i-2) has read it.
+            p.host_wait(copied[b])?;
+        }
+        p.produce(t.host[b], 0, n, i, &format!("produce batch {i}"))?;
+        if i >= 2 {
+            // Overwrite device buffer b only once compute(i-2) has read it.
+            p.wait(t.copy, computed[b])?;
+        }
+        p.h2d(t.copy, t.dev[b], 0, t.host[b], 0, n, &format!("H2D batch {i}"))?;
+        p.record(copied[b], t.copy)?;
+        p.wait(t.compute, copied[b])?;
+        p.compute(t.compute, t.dev[b], 0, t.results, i * n, n, &format!("compute batch {i}"))?;
+        p.record(computed[b], t.compute)?;
+    }
+    Ok(())
+}
+
+/// The baseline: one host buffer, one device buffer, one stream.
+pub fn no_overlap(p: &mut dyn Issue, t: &BufferTask) -> Result<()> {
+    let n = t.batch_elements;
+    let done = p.event()?;
+    for i in 0..t.batches {
+        if i >= 1 {
+            p.host_wait(done)?;
+        }
+        p.produce(t.host[0], 0, n, i, &format!("produce batch {i}"))?;
+        p.h2d(t.copy, t.dev[0], 0, t.host[0], 0, n, &format!("H2D batch {i}"))?;
+        p.compute(t.copy, t.dev[0], 0, t.results, i * n, n, &format!("compute batch {i}"))?;
+        p.record(done, t.copy)?;
+    }
+    Ok(())
+}
+
+/// The pipeline's bound: n·max(C, K) + min(C, K).
+pub fn bound_ms(batches: usize, copy_ms: f64, kernel_ms: f64) -> f64 {
+    batches as f64 * copy_ms.max(kernel_ms) + copy_ms.min(kernel_ms)
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DoubleBufferResults {
+    pub config: DoubleBufferConfig,
+    pub iterations: i32,
+    /// One batch's stages alone, ms.
+    pub produce_ms: Summary,
+    pub copy_ms: Summary,
+    pub kernel_ms: Summary,
+    pub no_overlap_ms: Summary,
+    pub pipelined_ms: Summary,
+    pub no_overlap_timeline: Timeline,
+    pub pipelined_timeline: Timeline,
+    pub verified_runs: usize,
+}
+
+pub type DoubleBufferRecord = crate::record::Record<DoubleBufferResults>;
+
+impl DoubleBufferResults {
+    pub fn bound_ms(&self) -> f64 {
+        bound_ms(self.config.batches, self.copy_ms.median, self.kernel_ms.median)
+    }
+    pub fn efficiency(&self) -> f64 {
+        self.bound_ms() / self.pipelined_ms.median
+    }
+    pub fn speedup(&self) -> f64 {
+        self.no_overlap_ms.median / self.pipelined_ms.median
+    }
+    pub fn summary(&self) -> String {
+        format!(
+            "{} batches of {} f32 ({:.1} MiB), kernel {} FMAs/element\n\
+             per batch alone: produce {:.3} ms, copy {:.3} ms, kernel {:.3} ms\n\
+             no overlap (1 buffer, 1 stream): {:.2} ms\n\
+             double-buffered (2+2 buffers, copy + compute streams): {:.2} ms\n\
+             bound n*max(C,K) + min(C,K): {:.2} ms -> efficiency {:.1}%, speed-up {:.2}x{}\n",
+            self.config.batches,
+            self.config.batch_elements,
+            self.config.batch_elements as f64 * 4.0 / (1 << 20) as f64,
+            self.iterations,
+            self.produce_ms.median,
+            self.copy_ms.median,
+            self.kernel_ms.median,
+            self.no_overlap_ms.median,
+            self.pipelined_ms.median,
+            self.bound_ms(),
+            100.0 * self.efficiency(),
+            self.speedup(),
+            if self.produce_ms.median > self.copy_ms.median.max(self.kernel_ms.median) {
+                "\nnote: the CPU producer is the slowest stage, so the pipeline is bound by the CPU, not by this bound"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bound_is_n_times_the_slower_stage_plus_the_faster_once() {
+        assert_eq!(bound_ms(10, 1.0, 2.0), 21.0);
+        assert_eq!(bound_ms(10, 2.0, 1.0), 21.0);
+        let mut c = DoubleBufferConfig::default();
+        c.validate().unwrap();
+        c.batches = 1;
+        assert!(c.validate().unwrap_err().to_string().contains("batches"));
+        c.batches = 4;
+        c.batch_elements = 3;
+        assert!(c.validate().unwrap_err().to_string().contains("even"));
+    }
+}
+
+/// The no-overlap and double-buffered timelines, one above the other.
+pub fn timeline_chart(rec: &DoubleBufferRecord, origin: &str) -> crate::timeline::Gantt {
+    crate::timeline::Gantt::new(
+        "lab3-timelines",
+        "Double buffering: one buffer and stream vs two of each",
+        origin,
+        vec![rec.results.no_overlap_timeline.clone(), rec.results.pipelined_timeline.clone()],
+    )
+}
+
+/// Notebook entry points for lab 3.
+impl crate::notebook::LabRun<DoubleBufferResults> {
+    pub fn summary(&self) -> String {
+        self.record.results.summary()
+    }
+    pub fn timeline_chart(&self) -> crate::timeline::Gantt {
+        timeline_chart(&self.record, &self.origin())
+    }
+    /// Checks a learner's schedule: live on a GPU, else on the queue model.
+    pub fn check_schedule(&self, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()>) -> crate::check::CheckReport {
+        let r = &self.record.results;
+        if crate::gpu::Availability::probe().is_ready() && std::env::var_os(crate::notebook::FORCE_RECORDED_ENV).is_none() {
+            return crate::gpu::Gpu::open(r.config.device).and_then(|gpu| exercise::check_on_gpu(&gpu, r, &schedule)).unwrap_or_else(|e| {
+                let mut rep = crate::check::CheckReport::new("double-buffer schedule (live)");
+                rep.problem(format!("the run failed: {e}"));
+                rep
+            });
+        }
+        exercise::check_on_model(r, r.config.batches, schedule)
+    }
+}
+
+/// Lab 3 in a notebook: live on a GPU, else the newest recording.
+pub fn live_or_recorded(cfg: DoubleBufferConfig) -> Result<crate::notebook::LabRun<DoubleBufferResults>> {
+    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
+}
