@@ -27,6 +27,9 @@ pub struct Timeline {
     /// The process name in traces, e.g. "GPU 0 (NVIDIA H200)".
     pub device: String,
     pub spans: Vec<Span>,
+    /// What timed the spans: "cupti", "cuda events" or "model".
+    #[serde(default)]
+    pub source: String,
 }
 
 /// The kineto-style name of an operation kind (what PyTorch traces show).
@@ -56,7 +59,7 @@ impl Timeline {
             .zip(times_us)
             .map(|(op, &(start_us, end_us))| Span { lane: op.lane.to_string(), kind: op.kind, label: op.label.clone(), start_us, end_us })
             .collect();
-        Timeline { title: title.into(), device: device.into(), spans }
+        Timeline { title: title.into(), device: device.into(), spans, source: String::new() }
     }
 
     /// Lanes in order of first appearance: streams first, then CPU threads.
@@ -168,7 +171,8 @@ impl Chart for Gantt {
             rest = below;
             let lanes = t.lanes();
             let n = lanes.len().max(1);
-            let caption = format!("{} (makespan {:.1} ms)", t.title, t.makespan_us() / 1e3);
+            let clock = if t.source.is_empty() { String::new() } else { format!(", {}", t.source) };
+            let caption = format!("{} (makespan {:.1} ms{clock})", t.title, t.makespan_us() / 1e3);
             let mut chart = ChartBuilder::on(&area)
                 .caption(caption, ("sans-serif", 15))
                 .margin(8)

@@ -140,6 +140,7 @@ mod pipelines {
             rig.verify(seed, 4, 100, 64).unwrap();
             assert!(run.races.is_empty(), "{:?}", run.races);
             let t = run.timeline.unwrap();
+            println!("timeline source: {}", t.source);
             assert_eq!(t.spans.len(), 12);
             assert!(t.spans.iter().all(|s| s.end_us > s.start_us && s.start_us >= 0.0), "{t:?}");
             assert_eq!(t.lanes(), ["stream 0: s0", "stream 1: s1"]);
@@ -150,6 +151,32 @@ mod pipelines {
         let seed = rig.prepare();
         let e = rig.verify(seed, 4, 100, 64).unwrap_err().to_string();
         assert!(e.contains("never written"), "{e}");
+    }
+
+    #[test]
+    fn events_and_cupti_timelines_agree() {
+        use overlap_lab::gpu::TimelineSource;
+        let Some(gpu) = gpu_or_skip("events_and_cupti_timelines_agree") else { return };
+        if !overlap_lab::gpu::driver::activity::available() {
+            eprintln!("SKIPPED events_and_cupti_timelines_agree: libcupti not found");
+            return;
+        }
+        let mut rig = Rig::new(&gpu, 1 << 22, 2).unwrap();
+        let mut spans = Vec::new();
+        for source in [TimelineSource::Events, TimelineSource::Cupti] {
+            let seed = rig.prepare();
+            let run = rig.run_with_source(8, 2, IssueOrder::DepthFirst, 200, source).unwrap();
+            rig.verify(seed, 8, 200, 64).unwrap();
+            let t = run.timeline.unwrap();
+            assert_eq!(t.source, source.label());
+            spans.push(t.spans.iter().map(|s| (s.label.clone(), s.end_us - s.start_us)).collect::<Vec<_>>());
+        }
+        // Same ops, durations within 25% (events also count queueing at the stream head).
+        for ((la, da), (lb, db)) in spans[0].iter().zip(&spans[1]) {
+            assert_eq!(la, lb);
+            println!("{la}: events {da:.1} µs, cupti {db:.1} µs");
+            assert!(*db > 0.0 && *db <= da * 1.25 + 5.0, "{la}: events {da} vs cupti {db}");
+        }
     }
 
     #[test]

@@ -223,9 +223,10 @@ fn run_overlap(cfg: &OverlapConfig, data: Option<&PathBuf>, quiet: bool) -> Resu
     cfg.validate()?;
     run_lab(overlap::LAB, cfg.device, data, |gpu| overlap::measure::run(gpu, cfg, progress(quiet)), |rec| {
         format!(
-            "{}timeline overhead: {:+.2}%",
+            "{}timeline overhead: {:+.2}% ({})",
             overlap::model::summary_table(&rec.results.intensities, rec.results.copy_engines),
-            rec.results.timeline_overhead_pct
+            rec.results.timeline_overhead_pct,
+            rec.results.timeline_source
         )
     })
 }

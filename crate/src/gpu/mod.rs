@@ -12,7 +12,7 @@ pub mod pipeline;
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
 pub use fingerprint::{Fingerprint, PcieLink};
 pub use kernel::{ComputeKernel, Module};
-pub use pipeline::{DevRef, EventRef, HostRef, Pipeline, PipelineRun, StreamRef};
+pub use pipeline::{DevRef, EventRef, HostRef, Pipeline, PipelineRun, StreamRef, TimelineSource};
 pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PinnedBuffer, RegisteredBuffer, WriteCombinedBuffer};
 
 use crate::error::{LabError, Result};

@@ -102,7 +102,7 @@ mod tests {
 
     fn rec() -> DoubleBufferResults {
         let s = |v: f64| Summary { median: v, min: v, max: v, n: 1 };
-        let empty = Timeline { title: String::new(), device: String::new(), spans: vec![] };
+        let empty = Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() };
         DoubleBufferResults {
             config: DoubleBufferConfig::default(),
             iterations: 100,

@@ -182,7 +182,7 @@ mod tests {
 
     fn recording() -> OverlapResults {
         let parts = Parts { h2d_ms: s(2.4), kernel_ms: s(2.4), d2h_ms: s(2.4), both_copies_ms: s(2.7) };
-        let empty = Timeline { title: String::new(), device: String::new(), spans: vec![] };
+        let empty = Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() };
         let point = OverlapPoint { chunks: 1, streams: 1, order: IssueOrder::DepthFirst, parts: parts.clone(), total_ms: s(7.2), verified_runs: 1 };
         OverlapResults {
             config: OverlapConfig::default(),
@@ -198,6 +198,7 @@ mod tests {
                 best_predicted: empty,
             }],
             timeline_overhead_pct: 1.0,
+            timeline_source: String::new(),
         }
     }
 

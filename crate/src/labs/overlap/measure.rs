@@ -25,6 +25,8 @@ pub struct Rig {
     pub dev_out: DeviceBuffer,
     pub streams: Vec<Stream>,
     pub elements: usize,
+    /// What times timelines (CUPTI when available).
+    pub timeline_source: crate::gpu::TimelineSource,
 }
 
 impl Rig {
@@ -40,6 +42,7 @@ impl Rig {
             dev_out: gpu.alloc(bytes)?,
             streams: (0..streams.max(1)).map(|_| gpu.stream()).collect::<Result<_>>()?,
             elements,
+            timeline_source: crate::gpu::TimelineSource::best(),
         })
     }
 
@@ -57,12 +60,21 @@ impl Rig {
         self.run_stages(chunks, streams, order, &[OpKind::H2d, OpKind::Kernel, OpKind::D2h], iterations, timeline, sync)
     }
 
+    /// Like `run` (all stages, no syncs) with the timeline from `source`.
+    pub fn run_with_source(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, source: crate::gpu::TimelineSource) -> Result<PipelineRun> {
+        self.timeline_source = source;
+        let r = self.run(chunks, streams, order, iterations, true, false);
+        self.timeline_source = crate::gpu::TimelineSource::best();
+        r
+    }
+
     /// Issues only `stages` of the chunked pipeline (to time a stage alone
     /// with a point's own chunking).
     #[allow(clippy::too_many_arguments)]
     pub fn run_stages(&mut self, chunks: usize, streams: usize, order: IssueOrder, stages: &[OpKind], iterations: i32, timeline: bool, sync: bool) -> Result<PipelineRun> {
         let ranges = OverlapConfig::chunk_ranges(self.elements, chunks);
-        let mut p = self.gpu.pipeline(timeline, chunks * 3)?;
+        let source = if timeline { self.timeline_source } else { crate::gpu::TimelineSource::Off };
+        let mut p = self.gpu.pipeline_timed(source, chunks * stages.len())?;
         let ss: Vec<_> = self.streams[..streams].iter().enumerate().map(|(i, s)| p.stream(s, &format!("s{i}"))).collect();
         let (hi, ho) = (p.host(&mut self.host_in, "host in"), p.host(&mut self.host_out, "host out"));
         let (di, dout) = (p.device(&self.dev_in, "device in"), p.device(&self.dev_out, "device out"));
@@ -306,9 +318,9 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
             parts,
             synchronous_ms: Summary::of(&sync)?,
             points,
-            serial_timeline: Timeline { title: String::new(), device: String::new(), spans: vec![] },
-            best_timeline: Timeline { title: String::new(), device: String::new(), spans: vec![] },
-            best_predicted: Timeline { title: String::new(), device: String::new(), spans: vec![] },
+            serial_timeline: Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() },
+            best_timeline: Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() },
+            best_predicted: Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() },
         };
         // Timelines of the serial baseline and of the best point.
         let best = r.best().cloned().expect("grid is not empty");
@@ -331,20 +343,30 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
         progress.step(&format!("{} timelines", intensity.label()));
         // The timeline's own cost, on the balanced best point.
         if intensity == Intensity::Balanced || (overhead.is_nan() && Some(&intensity) == cfg.intensities.last()) {
-            let mut with = Vec::new();
-            let mut without = Vec::new();
-            for rep in 0..2 * (cfg.warmup + cfg.repeats.max(5)) {
-                rig.prepare();
-                let on = rep % 2 == 0;
-                let t = rig.run(best.chunks, best.streams, best.order, iterations, on, false)?.total_ms;
-                if rep >= 2 * cfg.warmup {
-                    if on { with.push(t) } else { without.push(t) }
+            // Off runs first, then on runs back to back (a tracer stays
+            // enabled across them), each after warm-up.
+            let mut medians = [0.0; 2];
+            for (k, on) in [false, true].into_iter().enumerate() {
+                let mut t = Vec::new();
+                for rep in 0..cfg.warmup + 1 + cfg.repeats.max(5) {
+                    rig.prepare();
+                    let total = rig.run(best.chunks, best.streams, best.order, iterations, on, false)?.total_ms;
+                    if rep > cfg.warmup {
+                        t.push(total);
+                    }
                 }
+                medians[k] = Summary::of(&t)?.median;
             }
-            overhead = 100.0 * (Summary::of(&with)?.median / Summary::of(&without)?.median - 1.0);
+            overhead = 100.0 * (medians[1] / medians[0] - 1.0);
         }
         out.push(r);
     }
     progress.finish();
-    Ok(OverlapResults { config: cfg.clone(), copy_engines, intensities: out, timeline_overhead_pct: overhead })
+    Ok(OverlapResults {
+        config: cfg.clone(),
+        copy_engines,
+        intensities: out,
+        timeline_overhead_pct: overhead,
+        timeline_source: crate::gpu::TimelineSource::best().label().into(),
+    })
 }

@@ -204,8 +204,11 @@ pub struct OverlapResults {
     pub config: OverlapConfig,
     pub copy_engines: u32,
     pub intensities: Vec<IntensityResults>,
-    /// Median total with per-op timeline events over without, minus one (%).
+    /// Median total with the per-op timeline on over off, minus one (%).
     pub timeline_overhead_pct: f64,
+    /// What timed the timelines: "cupti" or "cuda events".
+    #[serde(default)]
+    pub timeline_source: String,
 }
 
 pub type OverlapRecord = crate::record::Record<OverlapResults>;
@@ -270,7 +273,7 @@ mod tests {
 impl crate::notebook::LabRun<OverlapResults> {
     pub fn summary(&self) -> String {
         let r = &self.record.results;
-        format!("{}timeline overhead: {:+.2}%\n", model::summary_table(&r.intensities, r.copy_engines), r.timeline_overhead_pct)
+        format!("{}timeline overhead: {:+.2}% ({})\n", model::summary_table(&r.intensities, r.copy_engines), r.timeline_overhead_pct, r.timeline_source)
     }
     /// The classic ceilings next to the measured speed-ups.
     pub fn speedup_limits(&self) -> String {
