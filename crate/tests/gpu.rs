@@ -275,25 +275,7 @@ mod double_buffering {
         println!("{good}");
         assert!(!good.to_string().contains("race") && !good.to_string().contains("wrong data"), "{good}");
         // The deliberately wrong schedule: host buffer refilled too early.
-        let early = exercise::check_on_gpu(&gpu, &r, |p, t| {
-            let n = t.batch_elements;
-            let copied = [p.event()?, p.event()?];
-            let computed = [p.event()?, p.event()?];
-            for i in 0..t.batches {
-                let b = i % 2;
-                p.produce(t.host[b], 0, n, i, &format!("produce batch {i}"))?;
-                if i >= 2 {
-                    p.wait(t.copy, computed[b])?;
-                }
-                p.h2d(t.copy, t.dev[b], 0, t.host[b], 0, n, &format!("H2D batch {i}"))?;
-                p.record(copied[b], t.copy)?;
-                p.wait(t.compute, copied[b])?;
-                p.compute(t.compute, t.dev[b], 0, t.results, i * n, n, &format!("compute batch {i}"))?;
-                p.record(computed[b], t.compute)?;
-            }
-            Ok(())
-        })
-        .unwrap();
+        let early = exercise::check_on_gpu(&gpu, &r, exercise::refills_host_buffer_too_early).unwrap();
         println!("{early}");
         assert!(!early.passed && early.to_string().contains("race"), "{early}");
     }
