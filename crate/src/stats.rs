@@ -27,6 +27,12 @@ impl Summary {
         Ok(Summary { median, min: s[0], max: s[n - 1], n })
     }
 
+    /// Runs `f` `reps` times and summarises what it returned.
+    pub fn of_runs(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<Summary> {
+        let v = (0..reps).map(|_| f()).collect::<Result<Vec<_>>>()?;
+        Summary::of(&v)
+    }
+
     /// Applies a monotonically decreasing map (e.g. time -> bandwidth):
     /// min and max swap.
     pub fn map_decreasing(&self, f: impl Fn(f64) -> f64) -> Summary {
@@ -54,6 +60,18 @@ mod tests {
         let e = Summary::of(&[4.0, 1.0, 3.0, 2.0]).unwrap();
         assert_eq!(e.median, 2.5);
         assert!((e.relative_spread() - 1.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn of_runs_summarises_each_run_and_passes_errors_on() {
+        let mut k = 0.0;
+        let s = Summary::of_runs(3, || {
+            k += 1.0;
+            Ok(k)
+        })
+        .unwrap();
+        assert_eq!((s.median, s.n), (2.0, 3));
+        assert!(Summary::of_runs(2, || Err(LabError::config("boom"))).is_err());
     }
 
     #[test]

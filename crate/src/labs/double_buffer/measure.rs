@@ -111,24 +111,20 @@ impl DbRig {
     }
 }
 
-fn median(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<Summary> {
-    Summary::of(&(0..reps).map(|_| f()).collect::<Result<Vec<_>>>()?)
-}
-
 pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Result<DoubleBufferResults> {
     cfg.validate()?;
     let mut progress = Progress::new(progress, 4, "double-buffer");
     let _lab = trace::range("lab 3: double buffering");
     let mut rig = DbRig::new(gpu, cfg.batches, cfg.batch_elements)?;
     let reps = cfg.repeats.max(5);
-    let copy = median(reps, || rig.one_batch(false, 0))?;
-    let iterations = crate::labs::calibrate_iterations(cfg.kernel_over_copy * copy.median, |it| Ok(median(3, || rig.one_batch(true, it))?.median))?;
-    let kernel = median(reps, || rig.one_batch(true, iterations))?;
+    let copy = Summary::of_runs(reps, || rig.one_batch(false, 0))?;
+    let iterations = crate::labs::calibrate_iterations(cfg.kernel_over_copy * copy.median, |it| Ok(Summary::of_runs(3, || rig.one_batch(true, it))?.median))?;
+    let kernel = Summary::of_runs(reps, || rig.one_batch(true, iterations))?;
     let n = cfg.batch_elements;
     // Each sample produces a different batch, so its source is as cold in
     // the CPU caches as it is in the pipeline.
     let mut batch = 0;
-    let produce = median(reps, || {
+    let produce = Summary::of_runs(reps, || {
         let first = (batch % cfg.batches) * n / 2;
         batch += 1;
         let t = Instant::now();

@@ -139,26 +139,54 @@ impl Rig {
 impl Rig {
     /// One stage over the whole data on one stream, alone (ms).
     pub fn timed_alone(&mut self, kind: OpKind, iterations: i32) -> Result<f64> {
-        single(self, kind, iterations)
+        Ok(self.run_stages(1, 1, IssueOrder::DepthFirst, &[kind], iterations, false, false)?.total_ms)
     }
+
     /// FMAs per element so the kernel takes `ratio` x the H2D time.
     pub fn calibrate(&mut self, h2d_ms: f64, ratio: f64) -> Result<i32> {
-        calibrate(self, h2d_ms, ratio)
+        crate::labs::calibrate_iterations(ratio * h2d_ms, |it| Ok(Summary::of_runs(3, || self.timed_alone(OpKind::Kernel, it))?.median))
     }
-    /// Each stage alone with these chunks and streams (the point's bound).
+
+    /// A point's parts: each stage alone with its chunks and streams.
+    /// Copying both ways at once is a property of the link, measured once on
+    /// the whole data (`both_ways_factor` = H|D over max(H, D)) and applied
+    /// to this chunking's copies. `copies` reuses copy parts already measured.
     pub fn point_parts(&mut self, chunks: usize, streams: usize, iterations: i32, copies: Option<&Parts>, reps: usize, both_ways_factor: f64) -> Result<Parts> {
-        point_parts(self, chunks, streams, iterations, copies, reps, both_ways_factor)
+        let mut stage = |stages: &[OpKind]| Summary::of_runs(reps, || Ok(self.run_stages(chunks, streams, IssueOrder::DepthFirst, stages, iterations, false, false)?.total_ms));
+        let kernel_ms = stage(&[OpKind::Kernel])?;
+        Ok(match copies {
+            Some(c) => Parts { kernel_ms, ..c.clone() },
+            None => {
+                let (h2d_ms, d2h_ms) = (stage(&[OpKind::H2d])?, stage(&[OpKind::D2h])?);
+                let both = h2d_ms.median.max(d2h_ms.median) * both_ways_factor;
+                Parts { h2d_ms, kernel_ms, d2h_ms, both_copies_ms: Summary::of(&[both])? }
+            }
+        })
     }
+
+    /// H2D and D2H of the whole data at the same time, on two streams (ms).
+    fn both_copies(&mut self) -> Result<f64> {
+        let mut p = self.gpu.pipeline(false, 2)?;
+        let (up, down) = (p.stream(&self.streams[0], "up"), p.stream(&self.streams[self.streams.len().min(2) - 1], "down"));
+        let n = self.elements * 4;
+        let (hi, ho) = (p.host(&mut self.host_in, "host in"), p.host(&mut self.host_out, "host out"));
+        let (di, dout) = (p.device(&self.dev_in, "device in"), p.device(&self.dev_out, "device out"));
+        p.h2d(up, di, 0, hi, 0, n, "H2D all")?;
+        p.d2h(down, ho, 0, dout, 0, n, "D2H all")?;
+        Ok(p.finish()?.total_ms)
+    }
+
     /// H|D over max(H, D) on the whole data: how much slower copying both
     /// ways at once is than one way alone.
     pub fn both_ways_factor(&mut self, reps: usize) -> Result<f64> {
-        let h = median_of(reps, || single(self, OpKind::H2d, 0))?.median;
-        let d = median_of(reps, || single(self, OpKind::D2h, 0))?.median;
+        let h = Summary::of_runs(reps, || self.timed_alone(OpKind::H2d, 0))?.median;
+        let d = Summary::of_runs(reps, || self.timed_alone(OpKind::D2h, 0))?.median;
         if self.streams.len() < 2 {
             return Ok(1.0);
         }
-        Ok(median_of(reps, || both_copies(self))?.median / h.max(d))
+        Ok(Summary::of_runs(reps, || self.both_copies())?.median / h.max(d))
     }
+
     /// Runs a learner's issue loop on this rig's buffers and streams.
     pub fn run_custom(
         &mut self,
@@ -182,59 +210,6 @@ impl Rig {
         issue(&mut issuer, &task)?;
         p.finish()
     }
-}
-
-/// A point's parts: each stage alone with its chunks and streams. Copying
-/// both ways at once is a property of the link, measured once on the whole
-/// data (`both_ways_factor` = H|D over max(H, D)) and applied to this
-/// chunking's copies.
-fn point_parts(rig: &mut Rig, chunks: usize, streams: usize, iterations: i32, copies: Option<&Parts>, reps: usize, both_ways_factor: f64) -> Result<Parts> {
-    let mut stage = |stages: &[OpKind]| median_of(reps, || Ok(rig.run_stages(chunks, streams, IssueOrder::DepthFirst, stages, iterations, false, false)?.total_ms));
-    let kernel_ms = stage(&[OpKind::Kernel])?;
-    Ok(match copies {
-        Some(c) => Parts { kernel_ms, ..c.clone() },
-        None => {
-            let (h2d_ms, d2h_ms) = (stage(&[OpKind::H2d])?, stage(&[OpKind::D2h])?);
-            let both = h2d_ms.median.max(d2h_ms.median) * both_ways_factor;
-            Parts { h2d_ms, kernel_ms, d2h_ms, both_copies_ms: Summary::of(&[both])? }
-        }
-    })
-}
-
-fn single(rig: &mut Rig, kind: OpKind, iterations: i32) -> Result<f64> {
-    let mut p = rig.gpu.pipeline(false, 1)?;
-    let s = p.stream(&rig.streams[0], "s0");
-    let n = rig.elements;
-    let (hi, ho) = (p.host(&mut rig.host_in, "host in"), p.host(&mut rig.host_out, "host out"));
-    let (di, dout) = (p.device(&rig.dev_in, "device in"), p.device(&rig.dev_out, "device out"));
-    match kind {
-        OpKind::H2d => p.h2d(s, di, 0, hi, 0, n * 4, "H2D all")?,
-        OpKind::Kernel => p.compute(s, &rig.kernel, di, 0, dout, 0, n, iterations, "compute all")?,
-        _ => p.d2h(s, ho, 0, dout, 0, n * 4, "D2H all")?,
-    }
-    Ok(p.finish()?.total_ms)
-}
-
-/// H2D and D2H of the whole data at the same time, on two streams.
-fn both_copies(rig: &mut Rig) -> Result<f64> {
-    let mut p = rig.gpu.pipeline(false, 2)?;
-    let (up, down) = (p.stream(&rig.streams[0], "up"), p.stream(&rig.streams[rig.streams.len().min(2) - 1], "down"));
-    let n = rig.elements * 4;
-    let (hi, ho) = (p.host(&mut rig.host_in, "host in"), p.host(&mut rig.host_out, "host out"));
-    let (di, dout) = (p.device(&rig.dev_in, "device in"), p.device(&rig.dev_out, "device out"));
-    p.h2d(up, di, 0, hi, 0, n, "H2D all")?;
-    p.d2h(down, ho, 0, dout, 0, n, "D2H all")?;
-    Ok(p.finish()?.total_ms)
-}
-
-fn median_of(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<Summary> {
-    let v = (0..reps).map(|_| f()).collect::<Result<Vec<_>>>()?;
-    Summary::of(&v)
-}
-
-/// FMAs per element so that the kernel takes `ratio` x the H2D time.
-fn calibrate(rig: &mut Rig, h2d_ms: f64, ratio: f64) -> Result<i32> {
-    crate::labs::calibrate_iterations(ratio * h2d_ms, |it| Ok(median_of(3, || single(rig, OpKind::Kernel, it))?.median))
 }
 
 /// The queue model's prediction for a run, each op lasting its share of the
@@ -262,10 +237,11 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
     let mut progress = Progress::new(progress, steps, "overlap");
     let _lab = trace::range("lab 2: chunked overlap");
     rig.prepare();
-    let h2d = median_of(cfg.repeats.max(3), || single(&mut rig, OpKind::H2d, 0))?;
-    let d2h = median_of(cfg.repeats.max(3), || single(&mut rig, OpKind::D2h, 0))?;
+    let reps = cfg.repeats.max(3);
+    let h2d = Summary::of_runs(reps, || rig.timed_alone(OpKind::H2d, 0))?;
+    let d2h = Summary::of_runs(reps, || rig.timed_alone(OpKind::D2h, 0))?;
     // Two streams are needed to copy both ways at once.
-    let both = if rig.streams.len() >= 2 { median_of(cfg.repeats.max(3), || both_copies(&mut rig))? } else { Summary::of(&[h2d.median.max(d2h.median)])? };
+    let both = if rig.streams.len() >= 2 { Summary::of_runs(reps, || rig.both_copies())? } else { Summary::of(&[h2d.median.max(d2h.median)])? };
     progress.step(&format!("copies alone: H2D {:.2} ms, D2H {:.2} ms, both at once {:.2} ms", h2d.median, d2h.median, both.median));
     let mut out = Vec::new();
     let mut overhead = f64::NAN;
@@ -273,8 +249,8 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
     let mut copy_parts: std::collections::HashMap<(usize, usize), Parts> = std::collections::HashMap::new();
     for &intensity in &cfg.intensities {
         let _r = trace::range(&format!("intensity {}", intensity.label()));
-        let iterations = calibrate(&mut rig, h2d.median, intensity.kernel_over_copy())?;
-        let kernel = median_of(cfg.repeats.max(3), || single(&mut rig, OpKind::Kernel, iterations))?;
+        let iterations = rig.calibrate(h2d.median, intensity.kernel_over_copy())?;
+        let kernel = Summary::of_runs(reps, || rig.timed_alone(OpKind::Kernel, iterations))?;
         let parts = Parts { h2d_ms: h2d, kernel_ms: kernel, d2h_ms: d2h, both_copies_ms: both };
         // Synchronous baseline, timed on the host clock as a user would.
         let mut sync = Vec::new();
@@ -292,7 +268,7 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
         let mut points = Vec::new();
         for &(chunks, streams) in &grid {
             let factor = both.median / h2d.median.max(d2h.median);
-            let parts = point_parts(&mut rig, chunks, streams, iterations, copy_parts.get(&(chunks, streams)), cfg.repeats.max(3), factor)?;
+            let parts = rig.point_parts(chunks, streams, iterations, copy_parts.get(&(chunks, streams)), reps, factor)?;
             copy_parts.insert((chunks, streams), parts.clone());
             for &order in &cfg.orders {
                 let mut totals = Vec::new();
