@@ -117,17 +117,8 @@ pub fn check_on_model(rec: &OverlapResults, intensity: Intensity, chunks: usize,
     race_findings(m.schedule.races(), &mut rep);
     // Each op lasts its share of the recorded whole-data part.
     let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
-    let dur = |op: &crate::schedule::Op| {
-        let share = op.accesses.first().map_or(0.0, |a| (a.end - a.start) as f64 / (elements * 4) as f64);
-        share * match op.kind {
-            OpKind::H2d => parts.h2d_ms.median,
-            OpKind::Kernel => parts.kernel_ms.median,
-            OpKind::D2h => parts.d2h_ms.median,
-            OpKind::Host => 0.0,
-        }
-    };
     let machine = Machine { copy_engines: rec.copy_engines };
-    let times = crate::schedule::predict(&m.schedule, machine, dur);
+    let times = crate::schedule::predict(&m.schedule, machine, |op| parts.op_ms(op, elements));
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let (h, k, d) = (parts.h2d_ms.median, parts.kernel_ms.median, parts.d2h_ms.median);
     // The model gives each direction its full rate, so its bound does too.

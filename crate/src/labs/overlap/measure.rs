@@ -215,16 +215,8 @@ impl Rig {
 /// The queue model's prediction for a run, each op lasting its share of the
 /// part measured alone.
 pub fn predict(run: &PipelineRun, parts: &Parts, elements: usize, copy_engines: u32) -> Timeline {
-    run.predicted(Machine { copy_engines }, |op| {
-        let share = op.accesses.first().map_or(0.0, |a| (a.end - a.start) as f64 / (elements * 4) as f64);
-        1e3 * share
-            * match op.kind {
-                OpKind::H2d => parts.h2d_ms.median,
-                OpKind::Kernel => parts.kernel_ms.median,
-                OpKind::D2h => parts.d2h_ms.median,
-                OpKind::Host => 0.0,
-            }
-    })
+    // The timeline is in µs.
+    run.predicted(Machine { copy_engines }, |op| 1e3 * parts.op_ms(op, elements))
 }
 
 pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<OverlapResults> {

@@ -172,6 +172,21 @@ pub struct Parts {
     pub both_copies_ms: Summary,
 }
 
+impl Parts {
+    /// How long `op` takes in the queue model: its byte share of the whole
+    /// data times its stage measured alone (ms). Host work costs nothing here.
+    pub fn op_ms(&self, op: &crate::schedule::Op, elements: usize) -> f64 {
+        let share = op.accesses.first().map_or(0.0, |a| (a.end - a.start) as f64 / (elements * 4) as f64);
+        share
+            * match op.kind {
+                crate::schedule::OpKind::H2d => self.h2d_ms.median,
+                crate::schedule::OpKind::Kernel => self.kernel_ms.median,
+                crate::schedule::OpKind::D2h => self.d2h_ms.median,
+                crate::schedule::OpKind::Host => 0.0,
+            }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OverlapPoint {
     pub chunks: usize,
