@@ -5,7 +5,7 @@
 
 use crate::chart::{draw_header, Chart};
 use crate::error::{LabError, Result};
-use crate::schedule::{OpKind, Schedule};
+use crate::schedule::{Lane, OpKind, Schedule};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -51,13 +51,18 @@ pub fn kind_color(kind: OpKind) -> RGBColor {
 }
 
 impl Timeline {
-    /// Spans for every op of `s` at the given (start, end) µs.
-    pub fn from_schedule(title: &str, device: &str, s: &Schedule, times_us: &[(f64, f64)]) -> Timeline {
+    /// Spans for every op of `s` at the given (start, end) µs. Stream i's
+    /// lane reads "stream i: <stream_names[i]>" when it has a name.
+    pub fn from_schedule(title: &str, device: &str, s: &Schedule, times_us: &[(f64, f64)], stream_names: &[String]) -> Timeline {
+        let lane = |l: Lane| match l {
+            Lane::Stream(i) if i < stream_names.len() => format!("stream {i}: {}", stream_names[i]),
+            other => other.to_string(),
+        };
         let spans = s
             .ops
             .iter()
             .zip(times_us)
-            .map(|(op, &(start_us, end_us))| Span { lane: op.lane.to_string(), kind: op.kind, label: op.label.clone(), start_us, end_us })
+            .map(|(op, &(start_us, end_us))| Span { lane: lane(op.lane), kind: op.kind, label: op.label.clone(), start_us, end_us })
             .collect();
         Timeline { title: title.into(), device: device.into(), spans, source: String::new() }
     }
@@ -245,7 +250,7 @@ mod tests {
         }
         s.host_op(0, "check", vec![]);
         let t = predict(&s, Machine { copy_engines: 2 }, |_| 100.0);
-        let tl = Timeline::from_schedule("predicted", "GPU 0 (Test GPU)", &s, &t);
+        let tl = Timeline::from_schedule("predicted", "GPU 0 (Test GPU)", &s, &t, &[]);
         (s, tl)
     }
 

@@ -352,8 +352,8 @@ pub mod activity {
     }
 
     /// Starts recording copies and kernels (enabling CUPTI if it is not
-    /// already on) and forgets older records; returns CUPTI's clock now (ns).
-    pub fn start() -> Result<u64> {
+    /// already on) and forgets older records.
+    pub fn start() -> Result<()> {
         if !available() {
             return Err(LabError::Driver { call: "CUPTI", message: "libcupti not found".into() });
         }
@@ -370,7 +370,7 @@ pub mod activity {
         }
         RECORDS.lock().unwrap_or_else(|e| e.into_inner()).clear();
         *FAILED.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        now()
+        Ok(())
     }
 
     /// Turns CUPTI off (work issued afterwards is not instrumented).

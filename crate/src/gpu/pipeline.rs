@@ -69,25 +69,12 @@ pub struct PipelineRun {
 }
 
 impl PipelineRun {
-    /// Names lanes "stream i: <name>" as the measured timeline does.
-    pub fn name_lanes(&self, t: &mut Timeline) {
-        for span in &mut t.spans {
-            if let Some(i) = span.lane.strip_prefix("stream ").and_then(|n| n.parse::<usize>().ok()) {
-                if let Some(name) = self.stream_names.get(i) {
-                    span.lane = format!("stream {i}: {name}");
-                }
-            }
-        }
-    }
-
     /// The queue model's timeline for this run's schedule, each op lasting
     /// `duration_us(op)`.
     pub fn predicted(&self, machine: crate::schedule::Machine, duration_us: impl Fn(&crate::schedule::Op) -> f64) -> Timeline {
         let times = crate::schedule::predict(&self.schedule, machine, duration_us);
         let device = self.timeline.as_ref().map(|t| t.device.clone()).unwrap_or_default();
-        let mut t = Timeline::from_schedule("predicted", &device, &self.schedule, &times);
-        self.name_lanes(&mut t);
-        t
+        Timeline::from_schedule("predicted", &device, &self.schedule, &times, &self.stream_names)
     }
 }
 
@@ -102,7 +89,6 @@ pub struct Pipeline<'a> {
     pool: EventPool,
     /// (start event, end event) per GPU op, or host (start, end) µs per host op.
     marks: Vec<Mark>,
-    record_timeline: bool,
     source: TimelineSource,
     /// CUPTI: clock at the start (ns), stream ids, GPU ops issued so far.
     cupti_t0: u64,
@@ -160,15 +146,14 @@ impl TimelineSource {
 }
 
 impl Gpu {
-    /// Starts a pipeline. With `timeline`, every GPU op is bracketed by two
-    /// events from a pool of `expected_ops * 2` created now.
+    /// Starts a pipeline; with `timeline`, every GPU op is timed by the
+    /// best available source ([`TimelineSource::best`]).
     pub fn pipeline<'a>(&self, timeline: bool, expected_ops: usize) -> Result<Pipeline<'a>> {
         self.pipeline_timed(if timeline { TimelineSource::best() } else { TimelineSource::Off }, expected_ops)
     }
 
     /// A pipeline whose timeline comes from `source`.
     pub fn pipeline_timed<'a>(&self, source: TimelineSource, expected_ops: usize) -> Result<Pipeline<'a>> {
-        let timeline = source != TimelineSource::Off;
         let mut events = Vec::new();
         if source == TimelineSource::Events {
             for _ in 0..expected_ops * 2 {
@@ -177,7 +162,9 @@ impl Gpu {
         }
         // Enabling CUPTI is set-up (it instruments the context): done before
         // the base event, so its cost stays out of the pipeline's time.
-        let cupti_t0 = if source == TimelineSource::Cupti { driver::activity::start()? } else { 0 };
+        if source == TimelineSource::Cupti {
+            driver::activity::start()?;
+        }
         let base_stream = self.stream()?;
         let base = self.timing_event()?;
         // The base event completes at once on an idle stream; the host clock
@@ -186,7 +173,7 @@ impl Gpu {
         base.synchronize()?;
         let host_base = Instant::now();
         // CUPTI's clock at the host base, so host spans and GPU records align.
-        let cupti_t0 = if source == TimelineSource::Cupti { driver::activity::now()? } else { cupti_t0 };
+        let cupti_t0 = if source == TimelineSource::Cupti { driver::activity::now()? } else { 0 };
         Ok(Pipeline {
             gpu: self.clone(),
             device_label: format!("GPU {} ({})", self.ordinal(), self.name()),
@@ -197,7 +184,6 @@ impl Gpu {
             user_events: Vec::new(),
             pool: EventPool { events, next: 0 },
             marks: Vec::new(),
-            record_timeline: timeline,
             source,
             cupti_t0,
             cupti_streams: Vec::new(),
@@ -262,7 +248,7 @@ impl<'a> Pipeline<'a> {
             issue(stream)?;
             self.gpu_ops += 1;
             Mark::Activity(self.gpu_ops - 1)
-        } else if self.record_timeline {
+        } else if self.source == TimelineSource::Events {
             // Each timed event after a copy costs the copy engine a flush, so
             // events are shared: the previous op's end on this stream is this
             // op's start, unless something (a wait, host work) came between.
@@ -421,7 +407,8 @@ impl<'a> Pipeline<'a> {
             total_ms = total_ms.max(self.base.elapsed_ms(e)?);
         }
         let activity = if self.source == TimelineSource::Cupti { Some(self.activity_times()?) } else { None };
-        let timeline = if self.record_timeline {
+        let stream_names: Vec<String> = self.streams.iter().map(|(_, n)| n.clone()).collect();
+        let timeline = if self.source != TimelineSource::Off {
             let mut times = Vec::with_capacity(self.marks.len());
             for m in &self.marks {
                 times.push(match *m {
@@ -431,24 +418,13 @@ impl<'a> Pipeline<'a> {
                     Mark::None => (0.0, 0.0),
                 });
             }
-            let mut t = Timeline::from_schedule("measured", &self.device_label, &self.schedule, &times);
+            let mut t = Timeline::from_schedule("measured", &self.device_label, &self.schedule, &times, &stream_names);
             t.source = self.source.label().into();
             Some(t)
         } else {
             None
         };
-        let mut run = PipelineRun {
-            races: self.schedule.races().to_vec(),
-            schedule: std::mem::take(&mut self.schedule),
-            timeline: None,
-            total_ms,
-            stream_names: self.streams.iter().map(|(_, n)| n.clone()).collect(),
-        };
-        if let Some(mut t) = timeline {
-            run.name_lanes(&mut t);
-            run.timeline = Some(t);
-        }
-        Ok(run)
+        Ok(PipelineRun { races: self.schedule.races().to_vec(), schedule: std::mem::take(&mut self.schedule), timeline, total_ms, stream_names })
     }
 }
 
