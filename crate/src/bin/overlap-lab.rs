@@ -62,25 +62,25 @@ struct BandwidthArgs {
     #[arg(long, default_value_t = 0)]
     device: usize,
     /// Smallest copy (powers of two from here), e.g. 4KiB.
-    #[arg(long, default_value = "4KiB")]
+    #[arg(long, default_value_t = BandwidthConfig::default().min_bytes)]
     min: Bytes,
     /// Largest copy, e.g. 1GiB.
-    #[arg(long, default_value = "1GiB")]
+    #[arg(long, default_value_t = BandwidthConfig::default().max_bytes)]
     max: Bytes,
     /// Host memory kinds, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = HostMemoryKind::ALL.to_vec())]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = BandwidthConfig::default().kinds)]
     kinds: Vec<HostMemoryKind>,
     /// Directions, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Direction::ALL.to_vec())]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = BandwidthConfig::default().directions)]
     directions: Vec<Direction>,
     /// Timed samples per point.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = BandwidthConfig::default().repeats)]
     repeats: usize,
     /// Untimed samples first.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = BandwidthConfig::default().warmup)]
     warmup: usize,
     /// Repeats of each allocation when pricing pinning (0 skips it).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = BandwidthConfig::default().pin_cost_repeats)]
     pin_cost_repeats: usize,
     /// Do not write the record to the data directory.
     #[arg(long)]
@@ -92,23 +92,23 @@ struct OverlapArgs {
     #[arg(long, default_value_t = 0)]
     device: usize,
     /// f32 elements in the data set (32Mi = 128 MiB each way).
-    #[arg(long, default_value_t = 32 << 20)]
+    #[arg(long, default_value_t = OverlapConfig::default().elements)]
     elements: usize,
     /// Chunk counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 2, 4, 8, 16, 32, 64])]
+    #[arg(long, value_delimiter = ',', default_values_t = OverlapConfig::default().chunks)]
     chunks: Vec<usize>,
     /// Stream counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 2, 4, 8])]
+    #[arg(long, value_delimiter = ',', default_values_t = OverlapConfig::default().streams)]
     streams: Vec<usize>,
     /// Kernel intensities, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Intensity::ALL.to_vec())]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = OverlapConfig::default().intensities)]
     intensities: Vec<Intensity>,
     /// Issue orders, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![IssueOrder::DepthFirst, IssueOrder::BreadthFirst])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = OverlapConfig::default().orders)]
     orders: Vec<IssueOrder>,
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = OverlapConfig::default().repeats)]
     repeats: usize,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = OverlapConfig::default().warmup)]
     warmup: usize,
     /// Do not write the record to the data directory.
     #[arg(long)]
@@ -119,17 +119,17 @@ struct OverlapArgs {
 struct DoubleBufferArgs {
     #[arg(long, default_value_t = 0)]
     device: usize,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = DoubleBufferConfig::default().batches)]
     batches: usize,
     /// f32 elements per batch (2Mi = 8 MiB).
-    #[arg(long, default_value_t = 2 << 20)]
+    #[arg(long, default_value_t = DoubleBufferConfig::default().batch_elements)]
     batch_elements: usize,
     /// Kernel time over copy time per batch.
-    #[arg(long, default_value_t = 2.5)]
+    #[arg(long, default_value_t = DoubleBufferConfig::default().kernel_over_copy)]
     kernel_over_copy: f64,
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = DoubleBufferConfig::default().repeats)]
     repeats: usize,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = DoubleBufferConfig::default().warmup)]
     warmup: usize,
     /// Do not write the record to the data directory.
     #[arg(long)]
