@@ -83,6 +83,9 @@ pub struct Pipeline<'a> {
     device_label: String,
     schedule: Schedule,
     streams: Vec<(&'a Stream, String)>,
+    /// One per stream, made when the stream is registered: recorded last in
+    /// `finish`, so creating them never lands after the timed work.
+    stream_ends: Vec<Event>,
     devices: Vec<(&'a DeviceBuffer, String)>,
     hosts: Vec<HostEntry>,
     user_events: Vec<Event>,
@@ -179,6 +182,7 @@ impl Gpu {
             device_label: format!("GPU {} ({})", self.ordinal(), self.name()),
             schedule: Schedule::new(),
             streams: Vec::new(),
+            stream_ends: Vec::new(),
             devices: Vec::new(),
             hosts: Vec::new(),
             user_events: Vec::new(),
@@ -199,6 +203,10 @@ impl Gpu {
 
 impl<'a> Pipeline<'a> {
     pub fn stream(&mut self, s: &'a Stream, name: &str) -> StreamRef {
+        // A pipeline that cannot make an event fails at its first op instead.
+        if let Ok(e) = self.gpu.timing_event() {
+            self.stream_ends.push(e);
+        }
         if self.source == TimelineSource::Cupti {
             // A stream CUPTI cannot name gets u32::MAX: its ops then fail to match, loudly.
             self.cupti_streams.push(driver::activity::stream_id(self.gpu.ctx.cu_ctx(), s.raw()).unwrap_or(u32::MAX));
@@ -395,15 +403,15 @@ impl<'a> Pipeline<'a> {
     /// Waits for all work, then resolves the timeline and the races.
     pub fn finish(mut self) -> Result<PipelineRun> {
         self.finished = true;
-        let mut ends = Vec::new();
-        for (s, _) in &self.streams {
-            let e = self.gpu.timing_event()?;
+        if self.stream_ends.len() != self.streams.len() {
+            return Err(LabError::Driver { call: "cuEventCreate", message: "could not make a stream's end event".into() });
+        }
+        for ((s, _), e) in self.streams.iter().zip(&self.stream_ends) {
             e.record(s)?;
-            ends.push(e);
         }
         driver::context_synchronize()?;
         let mut total_ms = 0.0f64;
-        for e in &ends {
+        for e in &self.stream_ends {
             total_ms = total_ms.max(self.base.elapsed_ms(e)?);
         }
         let activity = if self.source == TimelineSource::Cupti { Some(self.activity_times()?) } else { None };
