@@ -6,7 +6,8 @@ launched through CuPy on PyTorch's streams, with the iterations and sizes of
 an overlap-lab record, so both sides run the same work.
 
 Usage: torch_double_buffer.py RECORD.json [--out torch.json]
-Prints both speed-ups; exits 1 if overlap-lab's is below PyTorch's."""
+Prints both speed-ups over their own baselines and over one shared baseline;
+exits 1 if overlap-lab's pipelined time is above PyTorch's."""
 import argparse, json, os, statistics, sys, time
 import numpy as np
 import torch
@@ -65,15 +66,23 @@ def main():
             computed[b].record(compute_s)
 
     def timed(fn):
+        # As overlap-lab times it: CUDA events from a base that completes at
+        # once to the end of both streams (not the host clock, which would add
+        # the final synchronize's wake-up to one side only).
         ms = []
         for k in range(1 + a.repeats):
             results.fill_(float("nan"))
             torch.cuda.synchronize()
-            t = time.perf_counter()
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            start.synchronize()
             fn()
+            ends = [torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)]
+            ends[0].record(copy_s)
+            ends[1].record(compute_s)
             torch.cuda.synchronize()
             if k > 0:
-                ms.append((time.perf_counter() - t) * 1e3)
+                ms.append(max(start.elapsed_time(e) for e in ends))
         return statistics.median(ms)
 
     base = timed(no_overlap)
@@ -88,18 +97,25 @@ def main():
         y = y * -0.9990234375 + x
     assert np.allclose(results[3, :8].cpu().double().numpy(), y, rtol=1e-3, atol=1e-4), "kernel output wrong"
 
-    ours = r["no_overlap_ms"]["median"] / r["pipelined_ms"]["median"]
-    theirs = base / pipe
+    our_base, our_pipe = r["no_overlap_ms"]["median"], r["pipelined_ms"]["median"]
+    ours, theirs = our_base / our_pipe, base / pipe
     print(f"torch {torch.__version__} + cupy {cp.__version__} on {torch.cuda.get_device_name()}: {batches} batches x {n} f32, {iters} FMAs/element")
-    print(f"{'':<12} {'no overlap ms':>14} {'pipelined ms':>13} {'speed-up':>9}")
-    print(f"{'overlap-lab':<12} {r['no_overlap_ms']['median']:>14.2f} {r['pipelined_ms']['median']:>13.2f} {ours:>8.2f}x")
-    print(f"{'pytorch':<12} {base:>14.2f} {pipe:>13.2f} {theirs:>8.2f}x")
+    print(f"{'':<12} {'no overlap ms':>14} {'pipelined ms':>13} {'speed-up':>9} {'over one baseline':>18}")
+    # Each side's own baseline, and one shared baseline (the faster no-overlap
+    # run): a slower baseline (e.g. Python's per-batch cost in a serial loop)
+    # inflates its own speed-up without making the pipeline any faster.
+    shared = min(our_base, base)
+    print(f"{'overlap-lab':<12} {our_base:>14.2f} {our_pipe:>13.2f} {ours:>8.2f}x {shared / our_pipe:>17.3f}x")
+    print(f"{'pytorch':<12} {base:>14.2f} {pipe:>13.2f} {theirs:>8.2f}x {shared / pipe:>17.3f}x")
+    print(f"pipelined time, pytorch over overlap-lab: {pipe / our_pipe:.4f}")
     if a.out:
         json.dump({"torch": torch.__version__, "cupy": cp.__version__, "device": torch.cuda.get_device_name(), "batches": batches,
                    "batch_elements": n, "iterations": iters, "torch_no_overlap_ms": base, "torch_pipelined_ms": pipe,
-                   "torch_speedup": theirs, "overlap_lab_speedup": ours}, open(a.out, "w"), indent=1)
-    ok = ours >= theirs
-    print("PASS" if ok else "FAIL: overlap-lab's speed-up is below PyTorch's")
+                   "torch_speedup": theirs, "overlap_lab_speedup": ours, "shared_baseline_ms": shared,
+                   "overlap_lab_speedup_shared": shared / our_pipe, "torch_speedup_shared": shared / pipe}, open(a.out, "w"), indent=1)
+    ok = our_pipe <= pipe
+    print("PASS: overlap-lab's pipeline is at least as fast (speed-up over one baseline >= PyTorch's)" if ok
+          else "FAIL: overlap-lab's pipeline is slower than PyTorch's")
     sys.exit(0 if ok else 1)
 
 if __name__ == "__main__":

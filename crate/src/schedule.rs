@@ -35,6 +35,13 @@ impl OpKind {
             OpKind::D2h => "D2H",
             OpKind::Host => "host",
         }
+    }    /// The stage's place in H2D -> kernel -> D2H (host work counts as 0).
+    pub fn stage_index(self) -> usize {
+        match self {
+            OpKind::Kernel => 1,
+            OpKind::D2h => 2,
+            _ => 0,
+        }
     }
 }
 

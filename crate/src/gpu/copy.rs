@@ -5,6 +5,7 @@
 //! time. The call waits for its copies before returning, which is what makes
 //! this API safe: no buffer can be dropped or touched while a copy is in flight.
 
+use super::gate::Gate;
 use super::{driver, DeviceBuffer, Event, Gpu, HostBuffer, Stream};
 use crate::error::{LabError, Result};
 use std::ffi::c_void;
@@ -61,54 +62,6 @@ struct Lane {
     end: Event,
 }
 
-/// A 32-bit word in mapped pinned memory that streams wait on
-/// (cuStreamWaitValue32) until the host writes the next value.
-struct Gate {
-    host: *mut u32,
-    dev: driver::CUdeviceptr,
-    next: u32,
-    gpu: Gpu,
-}
-
-// SAFETY: the word is written only through &mut self; the GPU only reads it.
-unsafe impl Send for Gate {}
-
-impl Gate {
-    fn new(gpu: &Gpu) -> Result<Gate> {
-        gpu.bind()?;
-        let host = driver::host_alloc(4096, driver::HOST_ALLOC_MAPPED)? as *mut u32;
-        // SAFETY: mapped pinned memory from host_alloc.
-        let dev = match unsafe { driver::host_device_pointer(host as *mut c_void) } {
-            Ok(d) => d,
-            Err(e) => {
-                // SAFETY: allocated just above, never used.
-                let _ = unsafe { driver::host_free(host as *mut c_void) };
-                return Err(e);
-            }
-        };
-        // SAFETY: live allocation.
-        unsafe { host.write_volatile(0) };
-        Ok(Gate { host, dev, next: 1, gpu: gpu.clone() })
-    }
-    fn hold(&self, stream: &Stream) -> Result<()> {
-        driver::stream_wait_value_geq(stream.raw(), self.dev, self.next)
-    }
-    fn release(&mut self) {
-        // SAFETY: live mapped word; volatile so the store is not elided.
-        unsafe { self.host.write_volatile(self.next) };
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        self.next = self.next.wrapping_add(1).max(1);
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        let _ = self.gpu.bind();
-        // SAFETY: every stream that waited on it was synchronized by run().
-        let _ = unsafe { driver::host_free(self.host as *mut c_void) };
-    }
-}
-
 /// Streams, events and a gate, created once and reused for every sample.
 pub struct CopyTimer {
     gpu: Gpu,
@@ -123,16 +76,7 @@ impl CopyTimer {
         let lanes = (0..lanes.max(1))
             .map(|_| Ok(Lane { stream: gpu.stream()?, start: gpu.timing_event()?, end: gpu.timing_event()? }))
             .collect::<Result<Vec<_>>>()?;
-        let mut timer = CopyTimer { gpu: gpu.clone(), lanes, gate: None };
-        if let Ok(mut gate) = Gate::new(gpu) {
-            let s = &timer.lanes[0].stream;
-            let held = gate.hold(s);
-            gate.release();
-            if held.is_ok() && s.synchronize().is_ok() {
-                timer.gate = Some(gate);
-            }
-        }
-        Ok(timer)
+        Ok(CopyTimer { gpu: gpu.clone(), lanes, gate: Gate::take(gpu) })
     }
 
     pub fn has_gate(&self) -> bool {
@@ -203,6 +147,14 @@ impl CopyTimer {
             host_call_ms: host_max.as_secs_f64() * 1e3 / reps as f64,
             gated,
         })
+    }
+}
+
+impl Drop for CopyTimer {
+    fn drop(&mut self) {
+        if let Some(g) = self.gate.take() {
+            g.put_back(&self.gpu);
+        }
     }
 }
 

@@ -139,6 +139,12 @@ pub fn event_create_timing() -> Result<CUevent> {
     result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| driver_error("cuEventCreate", e))
 }
 
+/// An event for ordering only: recording it writes no timestamp, which
+/// costs a flush on the engine that reaches it.
+pub fn event_create_sync_only() -> Result<CUevent> {
+    result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(|e| driver_error("cuEventCreate", e))
+}
+
 pub fn event_destroy(e: CUevent) -> Result<()> {
     // SAFETY: caller owns the handle.
     unsafe { result::event::destroy(e) }.map_err(|e| driver_error("cuEventDestroy", e))
@@ -381,6 +387,10 @@ pub mod activity {
                 check("cuptiActivityFlushAll", sys::cuptiActivityFlushAll(1))?;
                 check("cuptiActivityDisable(MEMCPY)", sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY))?;
                 check("cuptiActivityDisable(CONCURRENT_KERNEL)", sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL))?;
+                // Detach entirely: on the lent H200, untraced runs after a
+                // CUPTI session (only disabled) varied up to +35%; after
+                // cuptiFinalize they ran as before. The next `start` attaches again.
+                check("cuptiFinalize", sys::cuptiFinalize())?;
             }
         }
         Ok(())
@@ -402,9 +412,8 @@ pub mod activity {
         Ok(id)
     }
 
-    /// Flushes and turns CUPTI off; every record since `start`. (Keeping
-    /// it on between pipelines saved nothing on the lent H200: its cost is
-    /// per operation, ~38% on a 32-chunk pipeline.)
+    /// Flushes and turns CUPTI off (so untraced runs pay nothing); every
+    /// record since `start`.
     pub fn finish() -> Result<Vec<ActivityRecord>> {
         stop()?;
         if let Some(why) = FAILED.lock().unwrap_or_else(|e| e.into_inner()).take() {

@@ -5,6 +5,7 @@
 pub mod copy;
 pub mod driver;
 pub mod fingerprint;
+mod gate;
 pub mod host;
 pub mod kernel;
 pub mod pipeline;
@@ -60,6 +61,7 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     ordinal: usize,
     name: Arc<str>,
+    gate: gate::GateSlot,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -80,7 +82,7 @@ impl Gpu {
         }
         let ctx = driver::open_context(ordinal)?;
         let name = driver::device_name(ctx.cu_device())?.into();
-        Ok(Gpu { ctx, ordinal, name })
+        Ok(Gpu { ctx, ordinal, name, gate: Default::default() })
     }
 
     pub fn ordinal(&self) -> usize {
@@ -134,6 +136,12 @@ impl Gpu {
     pub fn timing_event(&self) -> Result<Event> {
         self.bind()?;
         Ok(Event { raw: driver::event_create_timing()?, gpu: self.clone() })
+    }
+
+    /// An event for dependencies only (no timestamp; `elapsed_ms` on it fails).
+    pub fn sync_event(&self) -> Result<Event> {
+        self.bind()?;
+        Ok(Event { raw: driver::event_create_sync_only()?, gpu: self.clone() })
     }
 
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {

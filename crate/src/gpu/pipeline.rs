@@ -3,12 +3,18 @@
 //! and the queue model) and, when asked, is bracketed by CUDA events against
 //! one base event (for the measured timeline).
 //!
+//! Streams start behind a gate ([`super::gate`]): the GPU starts the
+//! pipeline when it is fully issued, or as soon as the CPU takes part (host
+//! work, a host wait), so its time is device time, not the time the CPU took
+//! to issue it.
+//!
 //! The pipeline borrows every buffer it uses for its whole life and
 //! synchronizes before it ends (in `finish`, or on drop), so no buffer can be
 //! freed or reused by Rust code while the GPU may still touch it. Inside the
 //! pipeline, the order of GPU and CPU accesses is the learner's business: the
 //! schedule reports any access not ordered after a conflicting one.
 
+use super::gate::Gate;
 use super::{driver, ComputeKernel, DeviceBuffer, Event, Gpu, HostBuffer, Stream};
 use crate::error::{LabError, Result};
 use crate::schedule::{Access, OpKind, Race, Schedule};
@@ -35,7 +41,15 @@ struct HostEntry {
     ptr: *mut u64,
     words: usize,
     name: String,
+    /// A copy from pageable memory blocks inside its call until its DMA
+    /// ran, so the gate must open before one is issued.
+    page_locked: bool,
 }
+
+/// Operations issued behind a closed gate before it opens anyway, so the
+/// GPU's queues never fill while the CPU is still issuing (which would
+/// block the CPU forever).
+const MAX_GATED_OPS: usize = 256;
 
 /// Where timing events came from: pre-created so creating them never lands
 /// inside the issue loop.
@@ -66,6 +80,9 @@ pub struct PipelineRun {
     pub total_ms: f64,
     /// Names given to the pipeline's streams, by stream index.
     pub stream_names: Vec<String>,
+    /// Whether the streams started behind the gate (the total excludes the
+    /// time the CPU took to issue the work before it opened).
+    pub gated: bool,
 }
 
 impl PipelineRun {
@@ -101,6 +118,11 @@ pub struct Pipeline<'a> {
     /// may still serve as the next op's start (nothing has happened between).
     reusable_end: Vec<Option<usize>>,
     base: Event,
+    /// The stream the base event is recorded on (held behind the gate too).
+    _base_stream: Stream,
+    /// Closed while Some; opened once, then given back to the device.
+    gate: Option<Gate>,
+    gated: bool,
     host_base: Instant,
     finished: bool,
     _borrows: PhantomData<&'a mut ()>,
@@ -116,12 +138,19 @@ enum Mark {
 }
 
 /// What times a pipeline's operations for its timeline.
+///
+/// Measured on the lent H200 (`crate/examples/timeline_cost.rs`, balanced
+/// 32-chunk pipeline, 64 copies and 32 kernels in ~3 ms): a kernel costs
+/// nothing to trace with CUPTI (its timestamps come from the hardware's
+/// launch and completion); a copy costs ~0.7 µs per timestamp with CUPTI and
+/// ~1.3 µs per CUDA event (the copy engine drains before writing it). So
+/// CUPTI is the default: exact spans, about half the cost of events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimelineSource {
     /// No per-op timing (only the total).
     Off,
-    /// CUDA events around each op: works everywhere, but each event after a
-    /// copy costs the copy engine a flush (a few % on short copies).
+    /// CUDA events around each op: works everywhere; a span includes time
+    /// queued at the head of its stream.
     Events,
     /// CUPTI activity records: the hardware's own timestamps, nothing added
     /// to the streams. Needs libcupti.
@@ -129,10 +158,20 @@ pub enum TimelineSource {
 }
 
 impl TimelineSource {
-    /// Events, or CUPTI when OVERLAP_LAB_TIMELINE=cupti and the library
-    /// loads. Events are the default: on the lent H200, CUPTI's activity
-    /// tracing cost ~40% on a 32-chunk pipeline against ~7% for events.
+    /// CUPTI when the library loads, else events. OVERLAP_LAB_TIMELINE=events
+    /// forces events (e.g. to compare the two).
     pub fn best() -> TimelineSource {
+        if std::env::var("OVERLAP_LAB_TIMELINE").as_deref() != Ok("events") && driver::activity::available() {
+            TimelineSource::Cupti
+        } else {
+            TimelineSource::Events
+        }
+    }
+    /// For pipelines the CPU takes part in (host work, host waits): events,
+    /// unless OVERLAP_LAB_TIMELINE=cupti. CUPTI instruments every API call
+    /// on the CPU, and there that cost lands inside the timed span: +16.6%
+    /// on lab 3's double buffer on the lent H200.
+    pub fn for_host_pipeline() -> TimelineSource {
         if std::env::var("OVERLAP_LAB_TIMELINE").as_deref() == Ok("cupti") && driver::activity::available() {
             TimelineSource::Cupti
         } else {
@@ -152,11 +191,12 @@ impl Gpu {
     /// Starts a pipeline; with `timeline`, every GPU op is timed by the
     /// best available source ([`TimelineSource::best`]).
     pub fn pipeline<'a>(&self, timeline: bool, expected_ops: usize) -> Result<Pipeline<'a>> {
-        self.pipeline_timed(if timeline { TimelineSource::best() } else { TimelineSource::Off }, expected_ops)
+        self.pipeline_timed(if timeline { TimelineSource::best() } else { TimelineSource::Off }, expected_ops, true)
     }
 
-    /// A pipeline whose timeline comes from `source`.
-    pub fn pipeline_timed<'a>(&self, source: TimelineSource, expected_ops: usize) -> Result<Pipeline<'a>> {
+    /// A pipeline whose timeline comes from `source`; `gated` holds its
+    /// streams until it is issued (where the device supports it).
+    pub fn pipeline_timed<'a>(&self, source: TimelineSource, expected_ops: usize, gated: bool) -> Result<Pipeline<'a>> {
         let mut events = Vec::new();
         if source == TimelineSource::Events {
             for _ in 0..expected_ops * 2 {
@@ -170,14 +210,15 @@ impl Gpu {
         }
         let base_stream = self.stream()?;
         let base = self.timing_event()?;
-        // The base event completes at once on an idle stream; the host clock
-        // read right after its synchronize is aligned to it within a few µs.
+        let mut gate = if gated { Gate::take(self) } else { None };
+        if let Some(g) = gate.as_mut() {
+            if let Err(e) = g.hold(&base_stream) {
+                g.release();
+                return Err(e);
+            }
+        }
         base.record(&base_stream)?;
-        base.synchronize()?;
-        let host_base = Instant::now();
-        // CUPTI's clock at the host base, so host spans and GPU records align.
-        let cupti_t0 = if source == TimelineSource::Cupti { driver::activity::now()? } else { 0 };
-        Ok(Pipeline {
+        let mut p = Pipeline {
             gpu: self.clone(),
             device_label: format!("GPU {} ({})", self.ordinal(), self.name()),
             schedule: Schedule::new(),
@@ -189,20 +230,62 @@ impl Gpu {
             pool: EventPool { events, next: 0 },
             marks: Vec::new(),
             source,
-            cupti_t0,
+            cupti_t0: 0,
             cupti_streams: Vec::new(),
             gpu_ops: 0,
             reusable_end: Vec::new(),
             base,
-            host_base,
+            _base_stream: base_stream,
+            gated: gate.is_some(),
+            gate,
+            host_base: Instant::now(),
             finished: false,
             _borrows: PhantomData,
-        })
+        };
+        if p.gate.is_none() {
+            p.align_clocks()?;
+        }
+        Ok(p)
     }
 }
 
 impl<'a> Pipeline<'a> {
+    /// Waits for the base event, then reads the host clock (and CUPTI's):
+    /// the base completes as soon as its stream runs, so the clocks align
+    /// within a few µs.
+    fn align_clocks(&mut self) -> Result<()> {
+        self.base.synchronize()?;
+        self.host_base = Instant::now();
+        if self.source == TimelineSource::Cupti {
+            self.cupti_t0 = driver::activity::now()?;
+        }
+        Ok(())
+    }
+
+    /// Lets the GPU start everything issued so far (once).
+    fn open_gate(&mut self) -> Result<()> {
+        if let Some(mut g) = self.gate.take() {
+            g.release();
+            g.put_back(&self.gpu);
+            self.align_clocks()?;
+        }
+        Ok(())
+    }
+
+    /// Starts the GPU now instead of when the pipeline is issued.
+    pub fn start_now(&mut self) -> Result<()> {
+        self.open_gate()
+    }
+
     pub fn stream(&mut self, s: &'a Stream, name: &str) -> StreamRef {
+        if self.gate.is_some() {
+            // Held behind the base event (itself behind the gate), so no op
+            // can start before the base: every time is >= 0.
+            if driver::stream_wait_event(s.raw(), self.base.raw).is_err() {
+                // A stream that cannot be held would start early: start all.
+                let _ = self.open_gate();
+            }
+        }
         // A pipeline that cannot make an event fails at its first op instead.
         if let Ok(e) = self.gpu.timing_event() {
             self.stream_ends.push(e);
@@ -222,12 +305,15 @@ impl<'a> Pipeline<'a> {
     /// Borrows a host buffer exclusively for the pipeline's life.
     pub fn host(&mut self, h: &'a mut dyn HostBuffer, name: &str) -> HostRef {
         let words = h.words().len();
+        let page_locked = h.kind().is_page_locked();
         let ptr = h.words_mut().as_mut_ptr();
-        self.hosts.push(HostEntry { ptr, words, name: name.to_string() });
+        self.hosts.push(HostEntry { ptr, words, name: name.to_string(), page_locked });
         HostRef(self.hosts.len() - 1)
     }
+    /// An event for dependencies (record / wait / host_wait). It takes no
+    /// timestamp: a timed event costs the engine that records it a flush.
     pub fn event(&mut self) -> Result<EventRef> {
-        self.user_events.push(self.gpu.timing_event()?);
+        self.user_events.push(self.gpu.sync_event()?);
         Ok(EventRef(self.user_events.len() - 1))
     }
 
@@ -251,10 +337,13 @@ impl<'a> Pipeline<'a> {
     /// Runs `issue` bracketed by timeline events on `s`.
     fn gpu_op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, issue: impl FnOnce(&Stream) -> Result<()>) -> Result<()> {
         let _r = trace::range(&format!("enqueue: {label}"));
+        if self.gpu_ops >= MAX_GATED_OPS {
+            self.open_gate()?;
+        }
+        self.gpu_ops += 1;
         let stream = self.streams[s.0].0;
         let mark = if self.source == TimelineSource::Cupti {
             issue(stream)?;
-            self.gpu_ops += 1;
             Mark::Activity(self.gpu_ops - 1)
         } else if self.source == TimelineSource::Events {
             // Each timed event after a copy costs the copy engine a flush, so
@@ -286,6 +375,9 @@ impl<'a> Pipeline<'a> {
     pub fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, bytes: usize, label: &str) -> Result<()> {
         let (hp, mut ha) = self.host_range(src, src_at, bytes)?;
         let (dp, mut da) = self.dev_range(dst, dst_at, bytes)?;
+        if !self.hosts[src.0].page_locked {
+            self.open_gate()?;
+        }
         ha.write = false;
         da.write = true;
         // SAFETY: ranges checked; the pipeline holds both borrows until it synchronizes.
@@ -296,6 +388,9 @@ impl<'a> Pipeline<'a> {
     pub fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, bytes: usize, label: &str) -> Result<()> {
         let (hp, mut ha) = self.host_range(dst, dst_at, bytes)?;
         let (dp, mut da) = self.dev_range(src, src_at, bytes)?;
+        if !self.hosts[dst.0].page_locked {
+            self.open_gate()?;
+        }
         ha.write = true;
         da.write = false;
         // SAFETY: as for h2d.
@@ -329,6 +424,7 @@ impl<'a> Pipeline<'a> {
     /// cuEventSynchronize: the CPU waits for `e`.
     pub fn host_wait(&mut self, e: EventRef) -> Result<()> {
         let _r = trace::range("host waits on event");
+        self.open_gate()?;
         self.user_events[e.0].synchronize()?;
         self.forget_reusable_ends();
         self.schedule.host_wait_event(0, e.0);
@@ -336,6 +432,7 @@ impl<'a> Pipeline<'a> {
     }
     /// cuStreamSynchronize: the CPU waits for everything issued to `s`.
     pub fn host_sync(&mut self, s: StreamRef) -> Result<()> {
+        self.open_gate()?;
         self.streams[s.0].0.synchronize()?;
         self.forget_reusable_ends();
         self.schedule.host_wait_stream(0, s.0);
@@ -345,6 +442,8 @@ impl<'a> Pipeline<'a> {
     fn host_op<R>(&mut self, label: &str, h: HostRef, at: usize, bytes: usize, write: bool, f: impl FnOnce(&mut [u64]) -> R) -> Result<R> {
         let (p, mut a) = self.host_range(h, at, bytes)?;
         a.write = write;
+        // Host work takes part in the schedule: the GPU must be running.
+        self.open_gate()?;
         self.forget_reusable_ends();
         self.schedule.host_op(0, label, vec![a]);
         let _r = trace::range(label);
@@ -367,7 +466,9 @@ impl<'a> Pipeline<'a> {
         if recs.len() != kinds.len() {
             return Err(LabError::Driver { call: "CUPTI", message: format!("{} activity records for {} operations", recs.len(), kinds.len()) });
         }
-        let t0 = self.cupti_t0 as f64;
+        // The host reads CUPTI's clock just after the base completes, which
+        // may be a few µs after the first op started: start at that op then.
+        let t0 = recs.iter().map(|r| r.start_ns).min().map_or(self.cupti_t0, |first| first.min(self.cupti_t0)) as f64;
         recs.iter()
             .zip(kinds)
             .enumerate()
@@ -403,6 +504,7 @@ impl<'a> Pipeline<'a> {
     /// Waits for all work, then resolves the timeline and the races.
     pub fn finish(mut self) -> Result<PipelineRun> {
         self.finished = true;
+        self.open_gate()?;
         if self.stream_ends.len() != self.streams.len() {
             return Err(LabError::Driver { call: "cuEventCreate", message: "could not make a stream's end event".into() });
         }
@@ -432,7 +534,7 @@ impl<'a> Pipeline<'a> {
         } else {
             None
         };
-        Ok(PipelineRun { races: self.schedule.races().to_vec(), schedule: std::mem::take(&mut self.schedule), timeline, total_ms, stream_names })
+        Ok(PipelineRun { races: self.schedule.races().to_vec(), schedule: std::mem::take(&mut self.schedule), timeline, total_ms, stream_names, gated: self.gated })
     }
 }
 
@@ -441,6 +543,7 @@ impl Drop for Pipeline<'_> {
         if !self.finished {
             // Never let the borrows end while the GPU may still use the buffers.
             let _ = self.gpu.bind();
+            let _ = self.open_gate();
             let _ = driver::context_synchronize();
             if self.source == TimelineSource::Cupti {
                 let _ = driver::activity::finish();

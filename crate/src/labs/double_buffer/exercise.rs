@@ -135,6 +135,8 @@ mod tests {
             no_overlap_timeline: empty.clone(),
             pipelined_timeline: empty,
             verified_runs: 1,
+            timeline_overhead_pct: Some(1.0),
+            timeline_source: "cupti".into(),
         }
     }
 

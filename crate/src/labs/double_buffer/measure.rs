@@ -59,7 +59,8 @@ impl DbRig {
     /// Poisons the results, runs `schedule`, returns the run.
     pub fn run(&mut self, schedule: Schedule<'_>, iterations: i32, timeline: bool) -> Result<PipelineRun> {
         self.compute.fill_u32(&self.results, 0xDEAD_BEEF)?;
-        let mut p = self.gpu.pipeline(timeline, self.batches * 3)?;
+        let source = if timeline { crate::gpu::TimelineSource::for_host_pipeline() } else { crate::gpu::TimelineSource::Off };
+        let mut p = self.gpu.pipeline_timed(source, self.batches * 3, true)?;
         let (copy, compute) = (p.stream(&self.copy, "copy"), p.stream(&self.compute, "compute"));
         let [h0, h1] = &mut self.host;
         let task = BufferTask {
@@ -147,6 +148,18 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
         }
     }
     progress.step("timed runs");
+    // The timeline's own cost on the pipelined schedule: off and on alternate.
+    let mut with = [Vec::new(), Vec::new()];
+    for rep in 0..cfg.warmup + cfg.repeats {
+        for (k, on) in [false, true].into_iter().enumerate() {
+            let run = rig.run(&pipelined, iterations, on)?;
+            rig.verify(iterations)?;
+            if rep >= cfg.warmup {
+                with[k].push(run.total_ms);
+            }
+        }
+    }
+    let timeline_overhead_pct = Some(100.0 * (Summary::of(&with[1])?.median / Summary::of(&with[0])?.median - 1.0));
     let mut timelines = Vec::new();
     for schedule in schedules {
         let run = rig.run(schedule, iterations, true)?;
@@ -169,6 +182,8 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
         pipelined_ms: Summary::of(&totals[1])?,
         no_overlap_timeline,
         pipelined_timeline,
-        verified_runs: 2 * (cfg.warmup + cfg.repeats) + 2,
+        verified_runs: 4 * (cfg.warmup + cfg.repeats) + 2,
+        timeline_overhead_pct,
+        timeline_source: crate::gpu::TimelineSource::for_host_pipeline().label().into(),
     })
 }

@@ -135,7 +135,15 @@ pub struct DoubleBufferResults {
     pub no_overlap_timeline: Timeline,
     pub pipelined_timeline: Timeline,
     pub verified_runs: usize,
+    /// Median pipelined total with the per-op timeline on over off, minus
+    /// one (%); None in records made before it was measured.
+    #[serde(default)]
+    pub timeline_overhead_pct: Option<f64>,
+    /// What timed the timelines: "cupti" or "cuda events".
+    #[serde(default)]
+    pub timeline_source: String,
 }
+
 
 pub type DoubleBufferRecord = crate::record::Record<DoubleBufferResults>;
 
@@ -173,7 +181,10 @@ impl DoubleBufferResults {
             } else {
                 ""
             }
-        )
+        ) + &match self.timeline_overhead_pct {
+            Some(pct) => format!("timeline overhead: {pct:+.2}% ({})\n", self.timeline_source),
+            None => String::new(),
+        }
     }
 }
 

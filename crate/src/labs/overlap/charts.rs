@@ -13,7 +13,10 @@ pub fn speedup_heatmap(rec: &OverlapRecord, order: IssueOrder, origin: &str) -> 
         .iter()
         .map(|ir| {
             let cols: Vec<usize> = r.config.chunks.clone();
-            let rows: Vec<usize> = r.config.streams.clone();
+            // The streams this order ran with (three for stream-per-stage).
+            let mut rows: Vec<usize> = ir.points.iter().filter(|p| p.order == order).map(|p| p.streams).collect();
+            rows.sort_unstable();
+            rows.dedup();
             HeatPanel {
                 title: format!("{} (ceiling {:.2}x)", ir.intensity.label(), model::speedup_ceiling(ir, r.copy_engines).unwrap_or(f64::NAN)),
                 x_label: "chunks".into(),
@@ -28,7 +31,7 @@ pub fn speedup_heatmap(rec: &OverlapRecord, order: IssueOrder, origin: &str) -> 
         })
         .collect();
     Heatmap {
-        stem: format!("lab2-speedup-{}", order.label()),
+        stem: format!("lab2-speedup-{}", order.slug()),
         title: format!("Speed-up over one stream, {} issue order", order.label()),
         subtitle: origin.into(),
         panels,
@@ -44,7 +47,7 @@ pub fn measured_vs_bound(rec: &OverlapRecord, origin: &str) -> Figure {
         .iter()
         .map(|ir| {
             let mut series = Vec::new();
-            for (order, color) in [(IssueOrder::DepthFirst, RGBColor(31, 119, 180)), (IssueOrder::BreadthFirst, RGBColor(255, 127, 14))] {
+            for (order, color) in [(IssueOrder::DepthFirst, RGBColor(31, 119, 180)), (IssueOrder::BreadthFirst, RGBColor(255, 127, 14)), (IssueOrder::StageStreams, RGBColor(148, 103, 189))] {
                 let points: Vec<(f64, f64)> = r
                     .config
                     .chunks

@@ -135,8 +135,7 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
     let mut rig = measure::Rig::new(gpu, elements, streams)?;
     let h2d = Summary::of(&[rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?])?;
     let iterations = rig.calibrate(h2d.median, intensity.kernel_over_copy())?;
-    let factor = rig.both_ways_factor(3)?;
-    let parts: Parts = rig.point_parts(chunks, streams, iterations, None, 3, factor)?;
+    let parts: Parts = rig.point_parts(chunks, streams, IssueOrder::DepthFirst, iterations, None, 3)?;
     let mut totals = Vec::new();
     let mut streams_used = streams;
     for attempt in 0..4 {

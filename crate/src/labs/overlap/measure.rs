@@ -27,6 +27,8 @@ pub struct Rig {
     pub elements: usize,
     /// What times timelines (CUPTI when available).
     pub timeline_source: crate::gpu::TimelineSource,
+    /// Whether runs start behind the gate (device time only); on by default.
+    pub gated: bool,
 }
 
 impl Rig {
@@ -40,9 +42,10 @@ impl Rig {
             host_out: PinnedBuffer::new(gpu, bytes)?,
             dev_in: gpu.alloc(bytes)?,
             dev_out: gpu.alloc(bytes)?,
-            streams: (0..streams.max(1)).map(|_| gpu.stream()).collect::<Result<_>>()?,
+            streams: (0..streams.max(super::STAGE_STREAMS)).map(|_| gpu.stream()).collect::<Result<_>>()?,
             elements,
             timeline_source: crate::gpu::TimelineSource::best(),
+            gated: true,
         })
     }
 
@@ -74,14 +77,27 @@ impl Rig {
     pub fn run_stages(&mut self, chunks: usize, streams: usize, order: IssueOrder, stages: &[OpKind], iterations: i32, timeline: bool, sync: bool) -> Result<PipelineRun> {
         let ranges = OverlapConfig::chunk_ranges(self.elements, chunks);
         let source = if timeline { self.timeline_source } else { crate::gpu::TimelineSource::Off };
-        let mut p = self.gpu.pipeline_timed(source, chunks * stages.len())?;
-        let ss: Vec<_> = self.streams[..streams].iter().enumerate().map(|(i, s)| p.stream(s, &format!("s{i}"))).collect();
+        let mut p = self.gpu.pipeline_timed(source, chunks * stages.len(), self.gated)?;
+        let used = order.streams_used(streams);
+        if used > self.streams.len() {
+            return Err(LabError::config(format!("{} needs {used} streams; this rig has {}", order.label(), self.streams.len())));
+        }
+        let names = |i: usize| if order == IssueOrder::StageStreams { ["uploads", "kernels", "downloads"][i].to_string() } else { format!("s{i}") };
+        let ss: Vec<_> = self.streams[..used].iter().enumerate().map(|(i, s)| p.stream(s, &names(i))).collect();
         let (hi, ho) = (p.host(&mut self.host_in, "host in"), p.host(&mut self.host_out, "host out"));
         let (di, dout) = (p.device(&self.dev_in, "device in"), p.device(&self.dev_out, "device out"));
         let k = &self.kernel;
-        let mut stage = |c: usize, what: OpKind| -> Result<()> {
+        // Issues chunk c's stage `what`, after waiting for `after` on its
+        // stream; with `signal`, records and returns an event after it.
+        let mut stage = |c: usize, what: OpKind, after: Option<crate::gpu::EventRef>, signal: bool| -> Result<Option<crate::gpu::EventRef>> {
             let (a, b) = ranges[c];
-            let s = ss[c % streams];
+            let s = match order {
+                IssueOrder::StageStreams => ss[what.stage_index()],
+                _ => ss[c % streams],
+            };
+            if let Some(e) = after {
+                p.wait(s, e)?;
+            }
             match what {
                 OpKind::H2d => p.h2d(s, di, a * 4, hi, a * 4, (b - a) * 4, &format!("H2D chunk {c}"))?,
                 OpKind::Kernel => p.compute(s, k, di, a, dout, a, b - a, iterations, &format!("compute chunk {c}"))?,
@@ -90,20 +106,35 @@ impl Rig {
             if sync {
                 p.host_sync(s)?;
             }
-            Ok(())
+            if !signal {
+                return Ok(None);
+            }
+            let e = p.event()?;
+            p.record(e, s)?;
+            Ok(Some(e))
         };
         match order {
             IssueOrder::DepthFirst => {
                 for c in 0..chunks {
                     for &what in stages {
-                        stage(c, what)?;
+                        stage(c, what, None, false)?;
                     }
                 }
             }
             IssueOrder::BreadthFirst => {
                 for &what in stages {
                     for c in 0..chunks {
-                        stage(c, what)?;
+                        stage(c, what, None, false)?;
+                    }
+                }
+            }
+            IssueOrder::StageStreams => {
+                // Chunk c's next stage waits for its previous one, on the
+                // next stage's stream, through an event.
+                for c in 0..chunks {
+                    let mut done = None;
+                    for (j, &what) in stages.iter().enumerate() {
+                        done = stage(c, what, done, j + 1 < stages.len())?;
                     }
                 }
             }
@@ -147,44 +178,38 @@ impl Rig {
         crate::labs::calibrate_iterations(ratio * h2d_ms, |it| Ok(Summary::of_runs(3, || self.timed_alone(OpKind::Kernel, it))?.median))
     }
 
-    /// A point's parts: each stage alone with its chunks and streams.
-    /// Copying both ways at once is a property of the link, measured once on
-    /// the whole data (`both_ways_factor` = H|D over max(H, D)) and applied
-    /// to this chunking's copies. `copies` reuses copy parts already measured.
-    pub fn point_parts(&mut self, chunks: usize, streams: usize, iterations: i32, copies: Option<&Parts>, reps: usize, both_ways_factor: f64) -> Result<Parts> {
-        let mut stage = |stages: &[OpKind]| Summary::of_runs(reps, || Ok(self.run_stages(chunks, streams, IssueOrder::DepthFirst, stages, iterations, false, false)?.total_ms));
-        let kernel_ms = stage(&[OpKind::Kernel])?;
+    /// A point's parts: each stage alone with its chunks, streams and
+    /// order, and both copies at once in its chunks. `copies` reuses copy
+    /// parts already measured for this point (they do not depend on the kernel).
+    pub fn point_parts(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, copies: Option<&Parts>, reps: usize) -> Result<Parts> {
+        // Breadth-first issues a stage alone exactly as depth-first does.
+        let order = if order == IssueOrder::BreadthFirst { IssueOrder::DepthFirst } else { order };
+        let stage = |rig: &mut Rig, stages: &[OpKind]| Summary::of_runs(reps, || Ok(rig.run_stages(chunks, streams, order, stages, iterations, false, false)?.total_ms));
+        let kernel_ms = stage(self, &[OpKind::Kernel])?;
         Ok(match copies {
             Some(c) => Parts { kernel_ms, ..c.clone() },
             None => {
-                let (h2d_ms, d2h_ms) = (stage(&[OpKind::H2d])?, stage(&[OpKind::D2h])?);
-                let both = h2d_ms.median.max(d2h_ms.median) * both_ways_factor;
-                Parts { h2d_ms, kernel_ms, d2h_ms, both_copies_ms: Summary::of(&[both])? }
+                let (h2d_ms, d2h_ms) = (stage(self, &[OpKind::H2d])?, stage(self, &[OpKind::D2h])?);
+                let both_copies_ms = Summary::of_runs(reps, || self.both_copies(chunks))?;
+                Parts { h2d_ms, kernel_ms, d2h_ms, both_copies_ms }
             }
         })
     }
 
-    /// H2D and D2H of the whole data at the same time, on two streams (ms).
-    fn both_copies(&mut self) -> Result<f64> {
-        let mut p = self.gpu.pipeline(false, 2)?;
+    /// All data up and all data down at the same time, in `chunks` copies
+    /// each way: uploads on one stream, downloads on another, no kernel (ms).
+    /// With one stream there is nothing to overlap: H then D.
+    pub fn both_copies(&mut self, chunks: usize) -> Result<f64> {
+        let ranges = OverlapConfig::chunk_ranges(self.elements, chunks);
+        let mut p = self.gpu.pipeline_timed(crate::gpu::TimelineSource::Off, 2 * chunks, self.gated)?;
         let (up, down) = (p.stream(&self.streams[0], "up"), p.stream(&self.streams[self.streams.len().min(2) - 1], "down"));
-        let n = self.elements * 4;
         let (hi, ho) = (p.host(&mut self.host_in, "host in"), p.host(&mut self.host_out, "host out"));
         let (di, dout) = (p.device(&self.dev_in, "device in"), p.device(&self.dev_out, "device out"));
-        p.h2d(up, di, 0, hi, 0, n, "H2D all")?;
-        p.d2h(down, ho, 0, dout, 0, n, "D2H all")?;
-        Ok(p.finish()?.total_ms)
-    }
-
-    /// H|D over max(H, D) on the whole data: how much slower copying both
-    /// ways at once is than one way alone.
-    pub fn both_ways_factor(&mut self, reps: usize) -> Result<f64> {
-        let h = Summary::of_runs(reps, || self.timed_alone(OpKind::H2d, 0))?.median;
-        let d = Summary::of_runs(reps, || self.timed_alone(OpKind::D2h, 0))?.median;
-        if self.streams.len() < 2 {
-            return Ok(1.0);
+        for (c, &(a, b)) in ranges.iter().enumerate() {
+            p.h2d(up, di, a * 4, hi, a * 4, (b - a) * 4, &format!("H2D chunk {c}"))?;
+            p.d2h(down, ho, a * 4, dout, a * 4, (b - a) * 4, &format!("D2H chunk {c}"))?;
         }
-        Ok(Summary::of_runs(reps, || self.both_copies())?.median / h.max(d))
+        Ok(p.finish()?.total_ms)
     }
 
     /// Runs a learner's issue loop on this rig's buffers and streams.
@@ -221,24 +246,22 @@ pub fn predict(run: &PipelineRun, parts: &Parts, elements: usize, copy_engines: 
 
 pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<OverlapResults> {
     cfg.validate()?;
-    let max_streams = cfg.streams.iter().copied().max().unwrap_or(1);
-    let mut rig = Rig::new(gpu, cfg.elements, max_streams)?;
+    let mut rig = Rig::new(gpu, cfg.elements, cfg.max_streams().max(2))?;
     let copy_engines = gpu.copy_engines()?;
-    let grid = cfg.grid();
-    let steps = (cfg.intensities.len() * (grid.len() * cfg.orders.len() + 2)) as u64 + 1;
+    let points = cfg.points();
+    let steps = (cfg.intensities.len() * (points.len() + 2)) as u64 + 1;
     let mut progress = Progress::new(progress, steps, "overlap");
     let _lab = trace::range("lab 2: chunked overlap");
     rig.prepare();
     let reps = cfg.repeats.max(3);
     let h2d = Summary::of_runs(reps, || rig.timed_alone(OpKind::H2d, 0))?;
     let d2h = Summary::of_runs(reps, || rig.timed_alone(OpKind::D2h, 0))?;
-    // Two streams are needed to copy both ways at once.
-    let both = if rig.streams.len() >= 2 { Summary::of_runs(reps, || rig.both_copies())? } else { Summary::of(&[h2d.median.max(d2h.median)])? };
+    let both = Summary::of_runs(reps, || rig.both_copies(1))?;
     progress.step(&format!("copies alone: H2D {:.2} ms, D2H {:.2} ms, both at once {:.2} ms", h2d.median, d2h.median, both.median));
     let mut out = Vec::new();
     let mut overhead = f64::NAN;
-    // Copy parts do not depend on the kernel: measured once per (chunks, streams).
-    let mut copy_parts: std::collections::HashMap<(usize, usize), Parts> = std::collections::HashMap::new();
+    // Copy parts do not depend on the kernel: measured once per point.
+    let mut copy_parts: std::collections::HashMap<(usize, usize, bool), Parts> = std::collections::HashMap::new();
     for &intensity in &cfg.intensities {
         let _r = trace::range(&format!("intensity {}", intensity.label()));
         let iterations = rig.calibrate(h2d.median, intensity.kernel_over_copy())?;
@@ -257,12 +280,18 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
             }
         }
         progress.step(&format!("{}: {iterations} FMAs/element, kernel {:.2} ms", intensity.label(), kernel.median));
-        let mut points = Vec::new();
-        for &(chunks, streams) in &grid {
-            let factor = both.median / h2d.median.max(d2h.median);
-            let parts = rig.point_parts(chunks, streams, iterations, copy_parts.get(&(chunks, streams)), reps, factor)?;
-            copy_parts.insert((chunks, streams), parts.clone());
-            for &order in &cfg.orders {
+        let mut points_done = Vec::new();
+        let mut intensity_parts: std::collections::HashMap<(usize, usize, bool), Parts> = std::collections::HashMap::new();
+        for &(chunks, streams, order) in &points {
+            // Depth- and breadth-first points share their parts.
+            let key = (chunks, streams, order == IssueOrder::StageStreams);
+            let parts = match intensity_parts.get(&key) {
+                Some(p) => Parts::clone(p),
+                None => rig.point_parts(chunks, streams, order, iterations, copy_parts.get(&key), reps)?,
+            };
+            copy_parts.insert(key, parts.clone());
+            intensity_parts.insert(key, parts.clone());
+            {
                 let mut totals = Vec::new();
                 for rep in 0..cfg.warmup + cfg.repeats {
                     let seed = rig.prepare();
@@ -277,19 +306,25 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
                 }
                 let p = OverlapPoint { chunks, streams, order, parts: parts.clone(), total_ms: Summary::of(&totals)?, verified_runs: cfg.warmup + cfg.repeats };
                 progress.step(&format!("{} {chunks} chunks / {streams} streams {}: {:.2} ms", intensity.label(), order.label(), p.total_ms.median));
-                points.push(p);
+                points_done.push(p);
             }
         }
-        let mut r = IntensityResults {
+        let r = IntensityResults {
             intensity,
             iterations,
             parts,
             synchronous_ms: Summary::of(&sync)?,
-            points,
+            points: points_done,
             serial_timeline: Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() },
             best_timeline: Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() },
             best_predicted: Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() },
         };
+        out.push(r);
+    }
+    // Timelines only after every timed run: a tracing session must not
+    // precede a measurement it could disturb.
+    for r in out.iter_mut() {
+        let (intensity, iterations) = (r.intensity, r.iterations);
         // Timelines of the serial baseline and of the best point.
         let best = r.best().cloned().expect("grid is not empty");
         for (chunks, streams, order, serial) in [(1, 1, IssueOrder::DepthFirst, true), (best.chunks, best.streams, best.order, false)] {
@@ -311,23 +346,20 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
         progress.step(&format!("{} timelines", intensity.label()));
         // The timeline's own cost, on the balanced best point.
         if intensity == Intensity::Balanced || (overhead.is_nan() && Some(&intensity) == cfg.intensities.last()) {
-            // Off runs first, then on runs back to back (a tracer stays
-            // enabled across them), each after warm-up.
-            let mut medians = [0.0; 2];
-            for (k, on) in [false, true].into_iter().enumerate() {
-                let mut t = Vec::new();
-                for rep in 0..cfg.warmup + 1 + cfg.repeats.max(5) {
+            // Off and on alternate, so drift hits both alike.
+            let mut t = [Vec::new(), Vec::new()];
+            for rep in 0..cfg.warmup + cfg.repeats.max(9) {
+                for (k, on) in [false, true].into_iter().enumerate() {
                     rig.prepare();
                     let total = rig.run(best.chunks, best.streams, best.order, iterations, on, false)?.total_ms;
-                    if rep > cfg.warmup {
-                        t.push(total);
+                    if rep >= cfg.warmup {
+                        t[k].push(total);
                     }
                 }
-                medians[k] = Summary::of(&t)?.median;
             }
+            let medians = [Summary::of(&t[0])?.median, Summary::of(&t[1])?.median];
             overhead = 100.0 * (medians[1] / medians[0] - 1.0);
         }
-        out.push(r);
     }
     progress.finish();
     Ok(OverlapResults {

@@ -57,6 +57,10 @@ pub enum IssueOrder {
     DepthFirst,
     /// All H2Ds, then all kernels, then all D2Hs.
     BreadthFirst,
+    /// One stream per stage (uploads, kernels, downloads: three streams),
+    /// chunk i's stages linked by events. Each engine's work then sits in one
+    /// in-order queue, and no chunk waits behind another chunk's other stage.
+    StageStreams,
 }
 
 impl IssueOrder {
@@ -64,9 +68,36 @@ impl IssueOrder {
         match self {
             IssueOrder::DepthFirst => "depth-first",
             IssueOrder::BreadthFirst => "breadth-first",
+            IssueOrder::StageStreams => "stream per stage",
+        }
+    }
+    /// For file names.
+    pub fn slug(self) -> &'static str {
+        match self {
+            IssueOrder::DepthFirst => "depth-first",
+            IssueOrder::BreadthFirst => "breadth-first",
+            IssueOrder::StageStreams => "stage-streams",
+        }
+    }
+    /// Two letters for tables.
+    pub fn short(self) -> &'static str {
+        match self {
+            IssueOrder::DepthFirst => "DF",
+            IssueOrder::BreadthFirst => "BF",
+            IssueOrder::StageStreams => "SS",
+        }
+    }
+    /// Streams this order uses at a point of the grid with `streams` streams.
+    pub fn streams_used(self, streams: usize) -> usize {
+        match self {
+            IssueOrder::StageStreams => STAGE_STREAMS,
+            _ => streams,
         }
     }
 }
+
+/// Streams of the stream-per-stage layout: uploads, kernels, downloads.
+pub const STAGE_STREAMS: usize = 3;
 
 pub const MAX_CHUNKS: usize = 1024;
 
@@ -94,7 +125,7 @@ impl Default for OverlapConfig {
             chunks: vec![1, 2, 4, 8, 16, 32, 64],
             streams: vec![1, 2, 4, 8],
             intensities: Intensity::ALL.to_vec(),
-            orders: vec![IssueOrder::DepthFirst, IssueOrder::BreadthFirst],
+            orders: vec![IssueOrder::DepthFirst, IssueOrder::BreadthFirst, IssueOrder::StageStreams],
             warmup: 1,
             repeats: 5,
             samples_per_chunk: 256,
@@ -143,6 +174,26 @@ impl OverlapConfig {
             .collect()
     }
 
+    /// Every point to run, as (chunks, streams, order): the grid for the
+    /// round-robin orders, and each chunk count on its three streams for
+    /// the stream-per-stage layout.
+    pub fn points(&self) -> Vec<(usize, usize, IssueOrder)> {
+        let mut v = Vec::new();
+        for &order in &self.orders {
+            if order == IssueOrder::StageStreams {
+                v.extend(self.chunks.iter().map(|&c| (c, STAGE_STREAMS, order)));
+            } else {
+                v.extend(self.grid().into_iter().map(|(c, s)| (c, s, order)));
+            }
+        }
+        v
+    }
+
+    /// Streams the sweep needs at most.
+    pub fn max_streams(&self) -> usize {
+        self.points().iter().map(|p| p.1).max().unwrap_or(1)
+    }
+
     /// Every (chunks, streams) pair worth running: more streams than chunks
     /// would leave streams idle.
     pub fn grid(&self) -> Vec<(usize, usize)> {
@@ -166,9 +217,10 @@ pub struct Parts {
     pub h2d_ms: Summary,
     pub kernel_ms: Summary,
     pub d2h_ms: Summary,
-    /// H2D and D2H of the whole data at once, on two streams: the link is
-    /// not full-duplex at full rate, so this is more than max(H, D). For a
-    /// point: that whole-data ratio applied to the point's own H and D.
+    /// H2D and D2H of the whole data at once (uploads on one stream,
+    /// downloads on another, no kernel): the link is not full-duplex at full
+    /// rate, so this is more than max(H, D). For a point: in its own chunks,
+    /// since many small copies both ways move slower than two big ones.
     pub both_copies_ms: Summary,
 }
 
@@ -281,6 +333,19 @@ mod tests {
         assert!(bad(&|c| c.repeats = 0).contains("repeats"));
         let g = OverlapConfig::default().grid();
         assert!(g.contains(&(1, 1)) && g.contains(&(64, 8)) && !g.contains(&(2, 4)));
+    }
+
+    #[test]
+    fn stage_streams_points_use_three_streams_once_per_chunk_count() {
+        let cfg = OverlapConfig::default();
+        let pts = cfg.points();
+        let ss: Vec<_> = pts.iter().filter(|p| p.2 == IssueOrder::StageStreams).collect();
+        assert_eq!(ss.len(), cfg.chunks.len());
+        assert!(ss.iter().all(|p| p.1 == STAGE_STREAMS));
+        assert_eq!(pts.iter().filter(|p| p.2 == IssueOrder::DepthFirst).count(), cfg.grid().len());
+        assert_eq!(cfg.max_streams(), 8);
+        let only_ss = OverlapConfig { orders: vec![IssueOrder::StageStreams], streams: vec![1], ..cfg };
+        assert_eq!(only_ss.max_streams(), 3);
     }
 }
 

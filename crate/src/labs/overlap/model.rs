@@ -8,12 +8,12 @@ pub fn efficiency_table(r: &IntensityResults, copy_engines: u32) -> String {
     let mut pts: Vec<&OverlapPoint> = r.points.iter().collect();
     pts.sort_by(|a, b| a.total_ms.median.total_cmp(&b.total_ms.median));
     let mut s = String::new();
-    let _ = writeln!(s, "{:>6} {:>7} {:<13} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6}", "chunks", "streams", "order", "measured", "H", "K", "D", "H|D", "bound", "eff.");
+    let _ = writeln!(s, "{:>6} {:>7} {:<16} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6}", "chunks", "streams", "order", "measured", "H", "K", "D", "H|D", "bound", "eff.");
     for p in pts {
         let b = Bounds::of(&p.parts, p.chunks).for_engines(copy_engines);
         let _ = writeln!(
             s,
-            "{:>6} {:>7} {:<13} {:>9.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>9.3} {:>5.1}%",
+            "{:>6} {:>7} {:<16} {:>9.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>9.3} {:>5.1}%",
             p.chunks,
             p.streams,
             p.order.label(),
@@ -133,13 +133,13 @@ pub fn summary_table(rs: &[IntensityResults], copy_engines: u32) -> String {
             best.total_ms.median,
             best.chunks,
             best.streams,
-            if best.order == super::IssueOrder::DepthFirst { "DF" } else { "BF" },
+            best.order.short(),
             sp,
             speedup_ceiling(r, copy_engines).unwrap_or(f64::NAN),
             100.0 * efficiency(best, copy_engines)
         );
     }
-    let _ = writeln!(s, "bound with {copy_engines} copy engine(s): {}", if copy_engines >= 2 { "max of max(H, K, D) + one chunk's other stages, and (H + D)/C + (C-1)/C x H|D (H|D: both copies at once)" } else { "max(H + D, K) + fill" });
+    let _ = writeln!(s, "bound with {copy_engines} copy engine(s): {}", if copy_engines >= 2 { "max of max(H, K, D) + one chunk's other stages, and (H + D)/C + (C-1)/C x H|D (H|D: both copies at once, in the point's chunks)" } else { "max(H + D, K) + fill" });
     s
 }
 
