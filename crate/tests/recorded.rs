@@ -53,7 +53,7 @@ fn lab2_recordings_are_complete_and_verified() {
         let r = &rec.results;
         assert_eq!(r.intensities.len(), r.config.intensities.len(), "{}", path.display());
         for ir in &r.intensities {
-            assert_eq!(ir.points.len(), r.config.grid().len() * r.config.orders.len());
+            assert_eq!(ir.points.len(), r.config.points().len(), "{}", path.display());
             assert!(ir.points.iter().all(|p| p.verified_runs == r.config.warmup + r.config.repeats));
             assert!(ir.serial().is_some() && ir.best().is_some());
             assert_eq!(ir.best_timeline.spans.len(), 3 * ir.best().unwrap().chunks);
@@ -69,7 +69,10 @@ fn lab3_recordings_are_complete_and_verified() {
     let found = find_recordings::<DoubleBufferResults>(&default_data_dir(), double_buffer::LAB).expect("data/ holds a lab 3 recording");
     for (path, rec) in found {
         let r = &rec.results;
-        assert_eq!(r.verified_runs, 2 * (r.config.warmup + r.config.repeats) + 2, "{}", path.display());
+        // Timed runs of both schedules, the overhead runs (pipelined, off and on), two timelines.
+        assert_eq!(r.verified_runs, 4 * (r.config.warmup + r.config.repeats) + 2, "{}", path.display());
+        let overhead = r.timeline_overhead_pct.expect("the timeline's cost is recorded");
+        assert!(overhead.is_finite() && !r.timeline_source.is_empty(), "{}", path.display());
         assert_eq!(r.pipelined_timeline.spans.iter().filter(|s| s.label.starts_with("compute")).count(), r.config.batches);
         assert!(r.bound_ms() > 0.0 && r.pipelined_ms.median > 0.0);
     }
