@@ -73,10 +73,7 @@ impl Gate {
 
     /// Later work on `stream` waits until the next `release`.
     pub(crate) fn hold(&self, stream: &Stream) -> Result<()> {
-        self.hold_raw(stream.raw())
-    }
-    pub(crate) fn hold_raw(&self, stream: driver::CUstream) -> Result<()> {
-        driver::stream_wait_value_geq(stream, self.dev, self.next)
+        driver::stream_wait_value_geq(stream.raw(), self.dev, self.next)
     }
 
     /// Opens the gate for everything held so far.

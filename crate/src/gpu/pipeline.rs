@@ -80,9 +80,6 @@ pub struct PipelineRun {
     pub total_ms: f64,
     /// Names given to the pipeline's streams, by stream index.
     pub stream_names: Vec<String>,
-    /// Whether the streams started behind the gate (the total excludes the
-    /// time the CPU took to issue the work before it opened).
-    pub gated: bool,
 }
 
 impl PipelineRun {
@@ -119,10 +116,9 @@ pub struct Pipeline<'a> {
     reusable_end: Vec<Option<usize>>,
     base: Event,
     /// The stream the base event is recorded on (held behind the gate too).
-    _base_stream: Stream,
+    base_stream: Stream,
     /// Closed while Some; opened once, then given back to the device.
     gate: Option<Gate>,
-    gated: bool,
     host_base: Instant,
     finished: bool,
     _borrows: PhantomData<&'a mut ()>,
@@ -158,24 +154,29 @@ pub enum TimelineSource {
 }
 
 impl TimelineSource {
-    /// CUPTI when the library loads, else events. OVERLAP_LAB_TIMELINE=events
-    /// forces events (e.g. to compare the two).
+    /// For pure-GPU pipelines: CUPTI when the library loads, else events.
     pub fn best() -> TimelineSource {
-        if std::env::var("OVERLAP_LAB_TIMELINE").as_deref() != Ok("events") && driver::activity::available() {
-            TimelineSource::Cupti
-        } else {
-            TimelineSource::Events
-        }
+        Self::preferring(TimelineSource::Cupti)
     }
-    /// For pipelines the CPU takes part in (host work, host waits): events,
-    /// unless OVERLAP_LAB_TIMELINE=cupti. CUPTI instruments every API call
-    /// on the CPU, and there that cost lands inside the timed span: +16.6%
-    /// on lab 3's double buffer on the lent H200.
+    /// For pipelines the CPU takes part in (host work, host waits): events.
+    /// CUPTI instruments every API call on the CPU, and there that cost
+    /// lands inside the timed span: +16.6% on lab 3's double buffer on the
+    /// lent H200.
     pub fn for_host_pipeline() -> TimelineSource {
-        if std::env::var("OVERLAP_LAB_TIMELINE").as_deref() == Ok("cupti") && driver::activity::available() {
-            TimelineSource::Cupti
-        } else {
+        Self::preferring(TimelineSource::Events)
+    }
+    /// `default`, unless OVERLAP_LAB_TIMELINE=events|cupti says otherwise;
+    /// events wherever libcupti does not load.
+    fn preferring(default: TimelineSource) -> TimelineSource {
+        let wanted = match std::env::var("OVERLAP_LAB_TIMELINE").as_deref() {
+            Ok("events") => TimelineSource::Events,
+            Ok("cupti") => TimelineSource::Cupti,
+            _ => default,
+        };
+        if wanted == TimelineSource::Cupti && !driver::activity::available() {
             TimelineSource::Events
+        } else {
+            wanted
         }
     }
     pub fn label(self) -> &'static str {
@@ -217,7 +218,8 @@ impl Gpu {
                 return Err(e);
             }
         }
-        base.record(&base_stream)?;
+        // Built before anything else can fail: from here on, Drop opens the
+        // gate, so no error leaves a stream waiting on a freed word.
         let mut p = Pipeline {
             gpu: self.clone(),
             device_label: format!("GPU {} ({})", self.ordinal(), self.name()),
@@ -235,13 +237,13 @@ impl Gpu {
             gpu_ops: 0,
             reusable_end: Vec::new(),
             base,
-            _base_stream: base_stream,
-            gated: gate.is_some(),
+            base_stream,
             gate,
             host_base: Instant::now(),
             finished: false,
             _borrows: PhantomData,
         };
+        p.base.record(&p.base_stream)?;
         if p.gate.is_none() {
             p.align_clocks()?;
         }
@@ -270,11 +272,6 @@ impl<'a> Pipeline<'a> {
             self.align_clocks()?;
         }
         Ok(())
-    }
-
-    /// Starts the GPU now instead of when the pipeline is issued.
-    pub fn start_now(&mut self) -> Result<()> {
-        self.open_gate()
     }
 
     pub fn stream(&mut self, s: &'a Stream, name: &str) -> StreamRef {
@@ -326,6 +323,15 @@ impl<'a> Pipeline<'a> {
         let p = unsafe { e.ptr.add(at / 8) };
         Ok((p, Access { buffer: e.name.clone(), start: at as u64, end: (at + bytes) as u64, write: false }))
     }
+    /// A copy's host side; a pageable one opens the gate first, since such
+    /// a call blocks until its DMA ran.
+    fn copy_host_range(&mut self, h: HostRef, at: usize, bytes: usize) -> Result<(*mut u64, Access)> {
+        let r = self.host_range(h, at, bytes)?;
+        if !self.hosts[h.0].page_locked {
+            self.open_gate()?;
+        }
+        Ok(r)
+    }
     fn dev_range(&self, d: DevRef, at: usize, bytes: usize) -> Result<(u64, Access)> {
         let (buf, name) = &self.devices[d.0];
         if bytes == 0 || at + bytes > buf.bytes() {
@@ -373,11 +379,8 @@ impl<'a> Pipeline<'a> {
 
     /// Copies `bytes` from host buffer `src` at byte `src_at` to device `dst` at `dst_at`.
     pub fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, bytes: usize, label: &str) -> Result<()> {
-        let (hp, mut ha) = self.host_range(src, src_at, bytes)?;
+        let (hp, mut ha) = self.copy_host_range(src, src_at, bytes)?;
         let (dp, mut da) = self.dev_range(dst, dst_at, bytes)?;
-        if !self.hosts[src.0].page_locked {
-            self.open_gate()?;
-        }
         ha.write = false;
         da.write = true;
         // SAFETY: ranges checked; the pipeline holds both borrows until it synchronizes.
@@ -386,11 +389,8 @@ impl<'a> Pipeline<'a> {
 
     /// Copies `bytes` from device `src` at `src_at` to host buffer `dst` at byte `dst_at`.
     pub fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, bytes: usize, label: &str) -> Result<()> {
-        let (hp, mut ha) = self.host_range(dst, dst_at, bytes)?;
+        let (hp, mut ha) = self.copy_host_range(dst, dst_at, bytes)?;
         let (dp, mut da) = self.dev_range(src, src_at, bytes)?;
-        if !self.hosts[dst.0].page_locked {
-            self.open_gate()?;
-        }
         ha.write = true;
         da.write = false;
         // SAFETY: as for h2d.
@@ -534,7 +534,7 @@ impl<'a> Pipeline<'a> {
         } else {
             None
         };
-        Ok(PipelineRun { races: self.schedule.races().to_vec(), schedule: std::mem::take(&mut self.schedule), timeline, total_ms, stream_names, gated: self.gated })
+        Ok(PipelineRun { races: self.schedule.races().to_vec(), schedule: std::mem::take(&mut self.schedule), timeline, total_ms, stream_names })
     }
 }
 

@@ -24,22 +24,7 @@ fn report(rep: &mut CheckReport, measured: f64, serial: f64, bound: f64, how: &s
 /// A deliberately wrong schedule, kept for tests and demonstrations: it
 /// refills host buffer b without waiting for copy(i-2) to finish reading it.
 pub fn refills_host_buffer_too_early(p: &mut dyn Issue, t: &BufferTask) -> Result<()> {
-    let n = t.batch_elements;
-    let copied = [p.event()?, p.event()?];
-    let computed = [p.event()?, p.event()?];
-    for i in 0..t.batches {
-        let b = i % 2;
-        p.produce(t.host[b], 0, n, i, &format!("produce batch {i}"))?;
-        if i >= 2 {
-            p.wait(t.copy, computed[b])?;
-        }
-        p.h2d(t.copy, t.dev[b], 0, t.host[b], 0, n, &format!("H2D batch {i}"))?;
-        p.record(copied[b], t.copy)?;
-        p.wait(t.compute, copied[b])?;
-        p.compute(t.compute, t.dev[b], 0, t.results, i * n, n, &format!("compute batch {i}"))?;
-        p.record(computed[b], t.compute)?;
-    }
-    Ok(())
+    super::two_buffers(p, t, false)
 }
 
 /// Checks a schedule with no GPU: provenance of every result, races (a

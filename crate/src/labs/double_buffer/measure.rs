@@ -171,6 +171,7 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
     progress.step("timelines");
     progress.finish();
     let pipelined_timeline = timelines.pop().expect("two timelines");
+    let timeline_source = pipelined_timeline.source.clone();
     let no_overlap_timeline = timelines.pop().expect("two timelines");
     Ok(DoubleBufferResults {
         config: cfg.clone(),
@@ -184,6 +185,6 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
         pipelined_timeline,
         verified_runs: 4 * (cfg.warmup + cfg.repeats) + 2,
         timeline_overhead_pct,
-        timeline_source: crate::gpu::TimelineSource::for_host_pipeline().label().into(),
+        timeline_source,
     })
 }

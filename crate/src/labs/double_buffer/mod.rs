@@ -78,12 +78,19 @@ pub struct BufferTask {
 
 /// The lab's schedule: two buffers, two streams, events only.
 pub fn pipelined(p: &mut dyn Issue, t: &BufferTask) -> Result<()> {
+    two_buffers(p, t, true)
+}
+
+/// The double-buffered schedule; without `refill_after_copy` the producer
+/// refills a host buffer without waiting for the copy still reading it (the
+/// exercise's early-reuse mistake).
+pub(crate) fn two_buffers(p: &mut dyn Issue, t: &BufferTask, refill_after_copy: bool) -> Result<()> {
     let n = t.batch_elements;
     let copied: [EventRef; 2] = [p.event()?, p.event()?];
     let computed: [EventRef; 2] = [p.event()?, p.event()?];
     for i in 0..t.batches {
         let b = i % 2;
-        if i >= 2 {
+        if i >= 2 && refill_after_copy {
             // Refill host buffer b only once copy(i-2) has read it.
             p.host_wait(copied[b])?;
         }

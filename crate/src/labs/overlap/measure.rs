@@ -65,9 +65,9 @@ impl Rig {
 
     /// Like `run` (all stages, no syncs) with the timeline from `source`.
     pub fn run_with_source(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, source: crate::gpu::TimelineSource) -> Result<PipelineRun> {
-        self.timeline_source = source;
+        let before = std::mem::replace(&mut self.timeline_source, source);
         let r = self.run(chunks, streams, order, iterations, true, false);
-        self.timeline_source = crate::gpu::TimelineSource::best();
+        self.timeline_source = before;
         r
     }
 
@@ -367,6 +367,6 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
         copy_engines,
         intensities: out,
         timeline_overhead_pct: overhead,
-        timeline_source: crate::gpu::TimelineSource::best().label().into(),
+        timeline_source: rig.timeline_source.label().into(),
     })
 }
