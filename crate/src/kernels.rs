@@ -28,8 +28,17 @@ pub const COMPUTE: KernelSource = KernelSource {
     purpose: "elementwise FMA chain with a tunable number of iterations (arithmetic per byte)",
 };
 
+pub const ROW_DOT: KernelSource = KernelSource {
+    file: "row_dot.cu",
+    entry: "row_dot",
+    source: include_str!("../../kernels/row_dot.cu"),
+    // v4 loads through the read-only path, a warp-shuffle reduction, explicit FMAs.
+    expect_in_ptx: &["ld.global.nc.v4.f32", "shfl.sync.bfly.b32", "fma.rn.f32", ".visible .entry row_dot"],
+    purpose: "one query's dot product with every key row (a warp per row), plus a stamp word naming the iteration",
+};
+
 /// Every kernel, in one table.
-pub const ALL: &[&KernelSource] = &[&COMPUTE];
+pub const ALL: &[&KernelSource] = &[&COMPUTE, &ROW_DOT];
 
 /// Whether libnvrtc can be loaded (on CI: from the nvidia-cuda-nvrtc wheel
 /// via LD_LIBRARY_PATH; on a GPU machine: from the CUDA toolkit).
@@ -42,10 +51,7 @@ pub fn nvrtc_present() -> bool {
 /// carries NVRTC's log.
 pub fn compile_ptx(k: &KernelSource, arch: &'static str) -> Result<String> {
     if !nvrtc_present() {
-        return Err(LabError::Kernel(format!(
-            "{}: NVRTC (libnvrtc.so) not found: install the CUDA toolkit or `pip install nvidia-cuda-nvrtc` and put its lib/ on LD_LIBRARY_PATH",
-            k.file
-        )));
+        return Err(LabError::Kernel(format!("{}: NVRTC (libnvrtc.so) not found: install the CUDA toolkit or `pip install nvidia-cuda-nvrtc` and put its lib/ on LD_LIBRARY_PATH", k.file)));
     }
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
@@ -56,9 +62,7 @@ pub fn compile_ptx(k: &KernelSource, arch: &'static str) -> Result<String> {
     };
     match cudarc::nvrtc::compile_ptx_with_opts(k.source, opts) {
         Ok(ptx) => Ok(ptx.to_src()),
-        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => {
-            Err(LabError::Kernel(format!("{} failed to compile:\n{}", k.file, log.to_string_lossy())))
-        }
+        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => Err(LabError::Kernel(format!("{} failed to compile:\n{}", k.file, log.to_string_lossy()))),
         Err(e) => Err(LabError::Kernel(format!("{}: NVRTC error {e:?}", k.file))),
     }
 }
@@ -86,6 +90,21 @@ pub fn compute_reference(x: f32, iterations: i32) -> f32 {
         a = a.mul_add(-0.999_023_437_5, x);
     }
     a
+}
+
+/// CPU reference of `row_dot` followed by an argmin: the first key row whose
+/// dot product with `query` is smallest, and that product. Integer
+/// arithmetic, so it is exact and independent of the GPU's summation order.
+pub fn row_dot_argmin_reference(keys: &[i8], query: &[i8]) -> (u32, i32) {
+    let dim = query.len();
+    let mut best = (0u32, i32::MAX);
+    for (r, row) in keys.chunks_exact(dim).enumerate() {
+        let s: i32 = row.iter().zip(query).map(|(&k, &q)| k as i32 * q as i32).sum();
+        if s < best.1 {
+            best = (r as u32, s);
+        }
+    }
+    best
 }
 
 #[cfg(test)]
@@ -139,14 +158,17 @@ mod tests {
     }
 
     #[test]
+    fn row_dot_reference_finds_the_first_smallest_product() {
+        // rows: [1,1] [-1,0] [0,-1] [2,2] against query [1,1]: sums 2, -1, -1, 4.
+        let keys = [1i8, 1, -1, 0, 0, -1, 2, 2];
+        assert_eq!(row_dot_argmin_reference(&keys, &[1, 1]), (1, -1), "ties go to the first row");
+        assert_eq!(row_dot_argmin_reference(&keys, &[-1, -1]), (3, -4));
+    }
+
+    #[test]
     fn every_kernel_file_is_in_the_table() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels");
-        let mut files: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|f| f.ends_with(".cu"))
-            .collect();
+        let mut files: Vec<String> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|f| f.ends_with(".cu")).collect();
         files.sort();
         let mut listed: Vec<String> = ALL.iter().map(|k| k.file.to_string()).collect();
         listed.sort();

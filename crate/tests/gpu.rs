@@ -26,7 +26,9 @@ fn no_driver_or_bad_ordinal_is_an_error_not_a_panic() {
 
 #[test]
 fn fingerprint_is_complete() {
-    let Some(gpu) = gpu_or_skip("fingerprint_is_complete") else { return };
+    let Some(gpu) = gpu_or_skip("fingerprint_is_complete") else {
+        return;
+    };
     let fp = gpu.fingerprint().unwrap();
     println!("{}", fp.describe());
     assert!(!fp.gpu_name.is_empty());
@@ -38,7 +40,9 @@ fn fingerprint_is_complete() {
 
 #[test]
 fn every_host_kind_round_trips_verified() {
-    let Some(gpu) = gpu_or_skip("every_host_kind_round_trips_verified") else { return };
+    let Some(gpu) = gpu_or_skip("every_host_kind_round_trips_verified") else {
+        return;
+    };
     let s = gpu.stream().unwrap();
     let dev = gpu.alloc(4 * MIB).unwrap();
     let mut check = PinnedBuffer::new(&gpu, 4 * MIB).unwrap();
@@ -57,7 +61,9 @@ fn every_host_kind_round_trips_verified() {
 
 #[test]
 fn pageable_copies_block_the_cpu_and_pinned_ones_do_not() {
-    let Some(gpu) = gpu_or_skip("pageable_copies_block_the_cpu_and_pinned_ones_do_not") else { return };
+    let Some(gpu) = gpu_or_skip("pageable_copies_block_the_cpu_and_pinned_ones_do_not") else {
+        return;
+    };
     let n = 64 * MIB;
     let dev = gpu.alloc(n).unwrap();
     let mut timer = CopyTimer::new(&gpu, 2).unwrap();
@@ -83,15 +89,10 @@ fn pageable_copies_block_the_cpu_and_pinned_ones_do_not() {
 
 #[test]
 fn small_sweep_verifies_every_point() {
-    let Some(gpu) = gpu_or_skip("small_sweep_verifies_every_point") else { return };
-    let cfg = BandwidthConfig {
-        min_bytes: Bytes(4096),
-        max_bytes: Bytes(1 << 20),
-        warmup: 1,
-        repeats: 3,
-        pin_cost_repeats: 2,
-        ..BandwidthConfig::default()
+    let Some(gpu) = gpu_or_skip("small_sweep_verifies_every_point") else {
+        return;
     };
+    let cfg = BandwidthConfig { min_bytes: Bytes(4096), max_bytes: Bytes(1 << 20), warmup: 1, repeats: 3, pin_cost_repeats: 2, ..BandwidthConfig::default() };
     let r = measure::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
     assert_eq!(r.transfers.len(), 4 * 3 * cfg.sizes().len());
     for p in &r.transfers {
@@ -107,7 +108,9 @@ fn small_sweep_verifies_every_point() {
 
 #[test]
 fn absurd_sizes_are_clear_errors() {
-    let Some(gpu) = gpu_or_skip("absurd_sizes_are_clear_errors") else { return };
+    let Some(gpu) = gpu_or_skip("absurd_sizes_are_clear_errors") else {
+        return;
+    };
     let e = gpu.alloc(1 << 50).err().expect("1 PiB cannot be allocated");
     assert!(matches!(e, LabError::OutOfMemory { .. }), "{e}");
     let e = gpu.ensure_free(1 << 50, "a test").unwrap_err();
@@ -132,7 +135,9 @@ mod pipelines {
 
     #[test]
     fn chunked_pipeline_verifies_and_records_a_timeline() {
-        let Some(gpu) = gpu_or_skip("chunked_pipeline_verifies_and_records_a_timeline") else { return };
+        let Some(gpu) = gpu_or_skip("chunked_pipeline_verifies_and_records_a_timeline") else {
+            return;
+        };
         let mut rig = Rig::new(&gpu, 1 << 20, 2).unwrap();
         for order in [IssueOrder::DepthFirst, IssueOrder::BreadthFirst, IssueOrder::StageStreams] {
             let seed = rig.prepare();
@@ -160,7 +165,9 @@ mod pipelines {
     #[test]
     fn events_and_cupti_timelines_agree() {
         use overlap_lab::gpu::TimelineSource;
-        let Some(gpu) = gpu_or_skip("events_and_cupti_timelines_agree") else { return };
+        let Some(gpu) = gpu_or_skip("events_and_cupti_timelines_agree") else {
+            return;
+        };
         if !overlap_lab::gpu::driver::activity::available() {
             eprintln!("SKIPPED events_and_cupti_timelines_agree: libcupti not found");
             return;
@@ -185,7 +192,9 @@ mod pipelines {
 
     #[test]
     fn a_missing_event_wait_is_reported_as_a_race() {
-        let Some(gpu) = gpu_or_skip("a_missing_event_wait_is_reported_as_a_race") else { return };
+        let Some(gpu) = gpu_or_skip("a_missing_event_wait_is_reported_as_a_race") else {
+            return;
+        };
         let kernel = ComputeKernel::load(&gpu).unwrap();
         let (s0, s1) = (gpu.stream().unwrap(), gpu.stream().unwrap());
         let (din, dout) = (gpu.alloc(1 << 20).unwrap(), gpu.alloc(1 << 20).unwrap());
@@ -211,7 +220,9 @@ mod pipelines {
 
     #[test]
     fn small_overlap_sweep_runs_end_to_end() {
-        let Some(gpu) = gpu_or_skip("small_overlap_sweep_runs_end_to_end") else { return };
+        let Some(gpu) = gpu_or_skip("small_overlap_sweep_runs_end_to_end") else {
+            return;
+        };
         let cfg = OverlapConfig { elements: 2 << 20, chunks: vec![1, 4], streams: vec![1, 2], repeats: 2, warmup: 1, samples_per_chunk: 32, ..OverlapConfig::default() };
         let r = measure::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
         assert_eq!(r.intensities.len(), 3);
@@ -235,7 +246,9 @@ mod exercises {
 
     #[test]
     fn the_live_checker_passes_the_solution_and_catches_one_stream() {
-        let Some(gpu) = gpu_or_skip("the_live_checker_passes_the_solution_and_catches_one_stream") else { return };
+        let Some(gpu) = gpu_or_skip("the_live_checker_passes_the_solution_and_catches_one_stream") else {
+            return;
+        };
         let good = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 16, 4, solution).unwrap();
         println!("{good}");
         assert!(good.passed, "{good}");
@@ -269,7 +282,9 @@ mod double_buffering {
 
     #[test]
     fn small_double_buffer_run_verifies_and_the_checker_judges_it() {
-        let Some(gpu) = gpu_or_skip("small_double_buffer_run_verifies_and_the_checker_judges_it") else { return };
+        let Some(gpu) = gpu_or_skip("small_double_buffer_run_verifies_and_the_checker_judges_it") else {
+            return;
+        };
         let cfg = DoubleBufferConfig { batches: 8, batch_elements: 1 << 20, repeats: 2, warmup: 1, ..DoubleBufferConfig::default() };
         let r = measure::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
         println!("{}", r.summary());
@@ -282,5 +297,103 @@ mod double_buffering {
         let early = exercise::check_on_gpu(&gpu, &r, exercise::refills_host_buffer_too_early).unwrap();
         println!("{early}");
         assert!(!early.passed && early.to_string().contains("race"), "{early}");
+    }
+}
+
+mod callback {
+    use overlap_lab::labs::callback::measure::{self, CallbackRig};
+    use overlap_lab::labs::callback::{self, CallbackConfig, CallbackIssue, On, Variant};
+    use overlap_lab::progress::ProgressMode;
+    use overlap_lab::testing::gpu_or_skip;
+    use overlap_lab::Result;
+
+    fn small() -> CallbackConfig {
+        CallbackConfig { rows: 8192, dim: 64, iterations: 96, slots: 3, cpu_over_gpu: vec![0.5, 2.0], warmup: 0, repeats: 2, ..CallbackConfig::default() }
+    }
+
+    #[test]
+    fn every_variant_verifies_every_argmin_and_draws_its_threads() {
+        let Some(gpu) = gpu_or_skip("every_variant_verifies_every_argmin_and_draws_its_threads") else {
+            return;
+        };
+        let rig = CallbackRig::new(&gpu, &small()).unwrap();
+        for v in Variant::ALL {
+            let out = rig.run(v.iteration(), 3, true).unwrap_or_else(|e| panic!("{}: {e}", v.label()));
+            let t = out.timeline.unwrap();
+            assert!(out.total_ms > 0.0 && out.cpu_ms > 0.0);
+            let lanes = t.lanes();
+            let want = match v {
+                Variant::HostFnOnCompute | Variant::HostFnOnCallbackStream => "CPU: CUDA callback thread",
+                Variant::HandOffToWorker => "CPU: worker thread",
+                Variant::EventWaitingThread => "CPU: event-waiting thread",
+            };
+            assert!(lanes.iter().any(|l| l == want) && lanes.iter().any(|l| l == "stream 0: compute"), "{}: {lanes:?}", v.label());
+            let argmins = t.spans.iter().filter(|s| s.label.starts_with("argmin ")).count();
+            assert_eq!(argmins, 96, "{}", v.label());
+            // Every argmin starts after its own D2H ended (device and host clocks aligned).
+            for i in 0..96 {
+                let d2h_end = t.spans.iter().find(|s| s.label == format!("D2H scores {i}")).unwrap().end_us;
+                let arg = t.spans.iter().find(|s| s.label == format!("argmin {i}")).unwrap().start_us;
+                assert!(arg >= d2h_end - 50.0, "{}: argmin {i} at {arg} µs before its D2H ended at {d2h_end} µs", v.label());
+            }
+        }
+    }
+
+    /// The argmin reads scores the D2H may not have written yet.
+    fn no_wait(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+        let s = l.take_slot(t)?;
+        l.row_dot(On::Compute, t, s)?;
+        l.d2h_scores(On::Compute, s)?;
+        l.host_fn_hand_off(On::Callback, s)
+    }
+    /// `buffers[t % n]`: the slot may still be read by the worker.
+    fn reuses_slots_early(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+        let s = l.slot_at(t % 3, t)?;
+        l.row_dot(On::Compute, t, s)?;
+        l.d2h_scores(On::Compute, s)?;
+        l.record_scores_ready(On::Compute, s)?;
+        l.wait_scores_ready(On::Callback, s)?;
+        l.host_fn_hand_off(On::Callback, s)
+    }
+    fn forgets_the_argmin(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+        let s = l.take_slot(t)?;
+        l.row_dot(On::Compute, t, s)?;
+        l.d2h_scores(On::Compute, s)
+    }
+
+    #[test]
+    fn wrong_wiring_is_caught_on_the_gpu() {
+        let Some(gpu) = gpu_or_skip("wrong_wiring_is_caught_on_the_gpu") else {
+            return;
+        };
+        let rig = CallbackRig::new(&gpu, &small()).unwrap();
+        let e = rig.run(no_wait, 1, false).unwrap_err().to_string();
+        assert!(e.contains("not ordered after its D2H") && e.contains("no \"scores ready\" event was recorded"), "{e}");
+        // Heavy CPU work so the worker falls behind and slots are reused under it.
+        let e = rig.run(reuses_slots_early, 200, false).unwrap_err().to_string();
+        assert!(e.contains("reused too early") || e.contains("overwritten"), "{e}");
+        let e = rig.run(forgets_the_argmin, 1, false).unwrap_err().to_string();
+        assert!(e.contains("argmin was never issued"), "{e}");
+        // The rig is still usable after every failure: nothing was left in flight.
+        rig.run(callback::hand_off_to_worker, 1, false).unwrap();
+    }
+
+    #[test]
+    fn small_sweep_reports_every_variant_against_its_model() {
+        let Some(gpu) = gpu_or_skip("small_sweep_reports_every_variant_against_its_model") else {
+            return;
+        };
+        let r = measure::run(&gpu, &small(), ProgressMode::Quiet).unwrap();
+        println!("{}", r.table());
+        assert_eq!(r.points.len(), 2);
+        assert_eq!(r.timelines.len(), 4);
+        for p in &r.points {
+            assert!(p.passes >= 1 && p.cpu_alone_ms.median > 0.0 && p.cpu_ms() > 0.0);
+            for v in Variant::ALL {
+                let e = r.efficiency(p, v).unwrap();
+                assert!(e > 0.05 && e < 1.5, "{}: efficiency {e}", v.label());
+            }
+        }
+        assert_eq!(r.verified_runs, 2 * 4 * 2 + 2 * 2 + 4);
     }
 }

@@ -77,3 +77,27 @@ fn lab3_recordings_are_complete_and_verified() {
         assert!(r.bound_ms() > 0.0 && r.pipelined_ms.median > 0.0);
     }
 }
+
+#[test]
+fn lab4_recording_is_complete_and_verified() {
+    use overlap_lab::labs::callback::{CallbackResults, Variant, LAB as LAB4};
+    for (path, rec) in find_recordings::<CallbackResults>(&default_data_dir(), LAB4).expect("data/ holds a lab 4 recording") {
+        let r = &rec.results;
+        let c = &r.config;
+        assert_eq!(r.points.len(), c.cpu_over_gpu.len(), "{}", path.display());
+        // Every timed run, the overhead pairs and one timeline per variant were verified.
+        let runs = c.cpu_over_gpu.len() * c.variants.len() * (c.warmup + c.repeats) + 2 * (c.warmup + c.repeats) + c.variants.len();
+        assert_eq!(r.verified_runs, runs);
+        assert_eq!(r.timelines.len(), c.variants.len());
+        for p in &r.points {
+            for v in &c.variants {
+                assert!(r.efficiency(p, *v).is_some_and(|e| e > 0.0), "{:?} missing", v);
+            }
+        }
+        let b = r.balanced().expect("a balanced point");
+        assert!(r.model_ms(b, Variant::HostFnOnCompute) > r.model_ms(b, Variant::HandOffToWorker), "overlap predicts less time than taking turns");
+        for t in &r.timelines {
+            assert!(t.lanes().iter().any(|l| l.starts_with("CPU")) && t.lanes().iter().any(|l| l.starts_with("stream")), "{}", t.title);
+        }
+    }
+}

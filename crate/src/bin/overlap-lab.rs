@@ -4,6 +4,7 @@
 use clap::{Args, Parser, Subcommand};
 use overlap_lab::gpu::{Availability, Gpu, HostMemoryKind};
 use overlap_lab::labs::bandwidth::{self, BandwidthConfig, Direction};
+use overlap_lab::labs::callback::{self, CallbackConfig, Variant};
 use overlap_lab::labs::double_buffer::{self, DoubleBufferConfig};
 use overlap_lab::labs::overlap::{self, Intensity, IssueOrder, OverlapConfig};
 use overlap_lab::progress::ProgressMode;
@@ -41,6 +42,8 @@ enum Command {
     Overlap(OverlapArgs),
     /// Lab 3: double buffering (CPU producer, copy and compute streams) against no overlap.
     DoubleBuffer(DoubleBufferArgs),
+    /// Lab 4: where a CPU argmin runs (host function, callback stream, worker thread, event wait) and what it costs the GPU.
+    Callback(CallbackArgs),
     /// Regenerate every report figure (SVG + PNG) from recorded data; no GPU needed.
     Report {
         /// Output directory.
@@ -136,16 +139,56 @@ struct DoubleBufferArgs {
     no_record: bool,
 }
 
-impl DoubleBufferArgs {
-    fn config(&self) -> DoubleBufferConfig {
-        DoubleBufferConfig {
+#[derive(Args)]
+struct CallbackArgs {
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Key rows (scores per iteration).
+    #[arg(long, default_value_t = CallbackConfig::default().rows)]
+    rows: usize,
+    /// f32 per key row (a multiple of 4).
+    #[arg(long, default_value_t = CallbackConfig::default().dim)]
+    dim: usize,
+    /// Iterations (queries) per run.
+    #[arg(long, default_value_t = CallbackConfig::default().iterations)]
+    iterations: usize,
+    /// Pinned score slots in the pool.
+    #[arg(long, default_value_t = CallbackConfig::default().slots)]
+    slots: usize,
+    /// CPU cost per iteration over GPU time per iteration, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = CallbackConfig::default().cpu_over_gpu)]
+    cpu_over_gpu: Vec<f64>,
+    /// Variants, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = CallbackConfig::default().variants)]
+    variants: Vec<Variant>,
+    #[arg(long, default_value_t = CallbackConfig::default().repeats)]
+    repeats: usize,
+    #[arg(long, default_value_t = CallbackConfig::default().warmup)]
+    warmup: usize,
+    /// Do not write the record to the data directory.
+    #[arg(long)]
+    no_record: bool,
+}
+
+impl CallbackArgs {
+    fn config(&self) -> CallbackConfig {
+        CallbackConfig {
             device: self.device,
-            batches: self.batches,
-            batch_elements: self.batch_elements,
-            kernel_over_copy: self.kernel_over_copy,
+            rows: self.rows,
+            dim: self.dim,
+            iterations: self.iterations,
+            slots: self.slots,
+            cpu_over_gpu: self.cpu_over_gpu.clone(),
+            variants: self.variants.clone(),
             warmup: self.warmup,
             repeats: self.repeats,
         }
+    }
+}
+
+impl DoubleBufferArgs {
+    fn config(&self) -> DoubleBufferConfig {
+        DoubleBufferConfig { device: self.device, batches: self.batches, batch_elements: self.batch_elements, kernel_over_copy: self.kernel_over_copy, warmup: self.warmup, repeats: self.repeats }
     }
 }
 
@@ -210,30 +253,41 @@ fn run_lab<T: serde::Serialize + serde::de::DeserializeOwned>(
 
 fn run_bandwidth(cfg: &BandwidthConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
     cfg.validate()?; // before touching the GPU: bad input fails fast
-    run_lab(bandwidth::LAB, cfg.device, data, |gpu| bandwidth::measure::run(gpu, cfg, progress(quiet)), |rec| {
-        format!(
-            "{}\nBreak-even (copies until pinning pays off)\n{}",
-            bandwidth::model::summary_table(rec),
-            bandwidth::model::break_even_table(&rec.results)
-        )
-    })
+    run_lab(
+        bandwidth::LAB,
+        cfg.device,
+        data,
+        |gpu| bandwidth::measure::run(gpu, cfg, progress(quiet)),
+        |rec| format!("{}\nBreak-even (copies until pinning pays off)\n{}", bandwidth::model::summary_table(rec), bandwidth::model::break_even_table(&rec.results)),
+    )
 }
 
 fn run_overlap(cfg: &OverlapConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
     cfg.validate()?;
-    run_lab(overlap::LAB, cfg.device, data, |gpu| overlap::measure::run(gpu, cfg, progress(quiet)), |rec| {
-        format!(
-            "{}timeline overhead: {:+.2}% ({})",
-            overlap::model::summary_table(&rec.results.intensities, rec.results.copy_engines),
-            rec.results.timeline_overhead_pct,
-            rec.results.timeline_source
-        )
-    })
+    run_lab(
+        overlap::LAB,
+        cfg.device,
+        data,
+        |gpu| overlap::measure::run(gpu, cfg, progress(quiet)),
+        |rec| {
+            format!(
+                "{}timeline overhead: {:+.2}% ({})",
+                overlap::model::summary_table(&rec.results.intensities, rec.results.copy_engines),
+                rec.results.timeline_overhead_pct,
+                rec.results.timeline_source
+            )
+        },
+    )
 }
 
 fn run_double_buffer(cfg: &DoubleBufferConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
     cfg.validate()?;
     run_lab(double_buffer::LAB, cfg.device, data, |gpu| double_buffer::measure::run(gpu, cfg, progress(quiet)), |rec| rec.results.summary())
+}
+
+fn run_callback(cfg: &CallbackConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
+    cfg.validate()?;
+    run_lab(callback::LAB, cfg.device, data, |gpu| callback::measure::run(gpu, cfg, progress(quiet)), |rec| rec.results.table())
 }
 
 fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
@@ -268,6 +322,10 @@ fn run(cli: Cli) -> Result<()> {
             let keep = (!args.no_record).then_some(&data);
             run_double_buffer(&args.config(), keep, cli.quiet)?;
         }
+        Command::Callback(args) => {
+            let keep = (!args.no_record).then_some(&data);
+            run_callback(&args.config(), keep, cli.quiet)?;
+        }
         Command::Report { out } => run_report(&data, &out)?,
         Command::All { device, out } => {
             let avail = Availability::probe();
@@ -275,6 +333,7 @@ fn run(cli: Cli) -> Result<()> {
                 run_bandwidth(&BandwidthConfig { device, ..BandwidthConfig::default() }, Some(&data), cli.quiet)?;
                 run_overlap(&OverlapConfig { device, ..OverlapConfig::default() }, Some(&data), cli.quiet)?;
                 run_double_buffer(&DoubleBufferConfig { device, ..DoubleBufferConfig::default() }, Some(&data), cli.quiet)?;
+                run_callback(&CallbackConfig { device, ..CallbackConfig::default() }, Some(&data), cli.quiet)?;
             } else {
                 println!("no GPU: {}; rendering the recorded data instead.", avail.reason());
             }

@@ -54,7 +54,40 @@ pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>> {
     Ok(ctx)
 }
 
+thread_local! {
+    /// Set while this thread runs a host function (see [`host_function_scope`]).
+    static IN_HOST_FUNCTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is inside a host function.
+pub fn in_host_function() -> bool {
+    IN_HOST_FUNCTION.with(|f| f.get())
+}
+
+/// Marks the calling thread as running a host function until the returned
+/// guard drops. CUDA forbids CUDA calls from a host function (the driver's
+/// callback thread would wait on itself), so the calls below that labs make
+/// in loops refuse to run there: a mistake is an error, not a hang.
+pub fn host_function_scope() -> impl Drop {
+    struct Scope;
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            IN_HOST_FUNCTION.with(|f| f.set(false));
+        }
+    }
+    IN_HOST_FUNCTION.with(|f| f.set(true));
+    Scope
+}
+
+fn refuse_in_host_function(call: &'static str) -> Result<()> {
+    if in_host_function() {
+        return Err(LabError::Driver { call, message: "called from inside a host function, where CUDA calls are not allowed (it can deadlock the driver's callback thread)".into() });
+    }
+    Ok(())
+}
+
 pub fn bind(ctx: &CudaContext) -> Result<()> {
+    refuse_in_host_function("cuCtxSetCurrent")?;
     ctx.bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))
 }
 
@@ -70,14 +103,7 @@ pub fn device_name(dev: CUdevice) -> Result<String> {
 pub fn device_uuid(dev: CUdevice) -> Result<String> {
     let u = result::device::get_uuid(dev).map_err(|e| driver_error("cuDeviceGetUuid", e))?;
     let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
-    Ok(format!(
-        "GPU-{}-{}-{}-{}-{}",
-        hex(&b[0..4]),
-        hex(&b[4..6]),
-        hex(&b[6..8]),
-        hex(&b[8..10]),
-        hex(&b[10..16])
-    ))
+    Ok(format!("GPU-{}-{}-{}-{}-{}", hex(&b[0..4]), hex(&b[4..6]), hex(&b[6..8]), hex(&b[8..10]), hex(&b[10..16])))
 }
 
 fn hex(b: &[u8]) -> String {
@@ -122,6 +148,7 @@ pub fn stream_destroy(s: CUstream) -> Result<()> {
 }
 
 pub fn stream_synchronize(s: CUstream) -> Result<()> {
+    refuse_in_host_function("cuStreamSynchronize")?;
     // SAFETY: valid stream handle.
     unsafe { result::stream::synchronize(s) }.map_err(|e| driver_error("cuStreamSynchronize", e))
 }
@@ -151,11 +178,13 @@ pub fn event_destroy(e: CUevent) -> Result<()> {
 }
 
 pub fn event_record(e: CUevent, s: CUstream) -> Result<()> {
+    refuse_in_host_function("cuEventRecord")?;
     // SAFETY: valid handles.
     unsafe { result::event::record(e, s) }.map_err(|e| driver_error("cuEventRecord", e))
 }
 
 pub fn event_synchronize(e: CUevent) -> Result<()> {
+    refuse_in_host_function("cuEventSynchronize")?;
     // SAFETY: valid handle.
     unsafe { result::event::synchronize(e) }.map_err(|e| driver_error("cuEventSynchronize", e))
 }
@@ -187,12 +216,14 @@ pub fn memset_d32_async(p: CUdeviceptr, value: u32, words: usize, s: CUstream) -
 /// `src` must stay valid and unmodified until the copy completes on `s`
 /// (for pageable memory the driver has staged it when this returns).
 pub unsafe fn memcpy_htod_async(dst: CUdeviceptr, src: *const c_void, bytes: usize, s: CUstream) -> Result<()> {
+    refuse_in_host_function("cuMemcpyHtoDAsync")?;
     check("cuMemcpyHtoDAsync", sys::cuMemcpyHtoDAsync_v2(dst, src, bytes, s))
 }
 
 /// # Safety
 /// `dst` must stay valid and must not be read until the copy completes on `s`.
 pub unsafe fn memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, bytes: usize, s: CUstream) -> Result<()> {
+    refuse_in_host_function("cuMemcpyDtoHAsync")?;
     check("cuMemcpyDtoHAsync", sys::cuMemcpyDtoHAsync_v2(dst, src, bytes, s))
 }
 
@@ -216,9 +247,7 @@ pub unsafe fn host_free(p: *mut c_void) -> Result<()> {
 /// # Safety
 /// `p..p+bytes` is a live, page-aligned allocation that outlives the registration.
 pub unsafe fn host_register(p: *mut c_void, bytes: usize) -> Result<()> {
-    sys::cuMemHostRegister_v2(p, bytes, 0)
-        .result()
-        .map_err(|e| alloc_error("cuMemHostRegister", "pinned host", bytes, e))
+    sys::cuMemHostRegister_v2(p, bytes, 0).result().map_err(|e| alloc_error("cuMemHostRegister", "pinned host", bytes, e))
 }
 
 /// # Safety
@@ -260,16 +289,29 @@ pub fn module_unload(m: CUmodule) -> Result<()> {
 /// `params` must point at values matching the kernel's signature, and the
 /// memory they reference must stay valid until the launch completes on `s`.
 pub unsafe fn launch(f: CUfunction, grid: u32, block: u32, s: CUstream, params: &mut [*mut c_void]) -> Result<()> {
+    refuse_in_host_function("cuLaunchKernel")?;
     result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, params).map_err(|e| driver_error("cuLaunchKernel", e))
 }
 
 pub fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
+    refuse_in_host_function("cuStreamWaitEvent")?;
     // SAFETY: valid handles.
-    unsafe { result::stream::wait_event(s, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
-        .map_err(|e| driver_error("cuStreamWaitEvent", e))
+    unsafe { result::stream::wait_event(s, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }.map_err(|e| driver_error("cuStreamWaitEvent", e))
+}
+
+/// Enqueues `f(arg)` on `s`: the driver's callback thread runs it once
+/// everything before it on `s` is done, and later work on `s` waits for it.
+///
+/// # Safety
+/// `f` must be safe to call once with `arg` from another thread, and must
+/// make no CUDA call.
+pub unsafe fn launch_host_function(s: CUstream, f: unsafe extern "C" fn(*mut c_void), arg: *mut c_void) -> Result<()> {
+    refuse_in_host_function("cuLaunchHostFunc")?;
+    result::stream::launch_host_function(s, f, arg).map_err(|e| driver_error("cuLaunchHostFunc", e))
 }
 
 pub fn context_synchronize() -> Result<()> {
+    refuse_in_host_function("cuCtxSynchronize")?;
     result::ctx::synchronize().map_err(|e| driver_error("cuCtxSynchronize", e))
 }
 
@@ -291,7 +333,7 @@ pub mod activity {
     //! start and end as the hardware saw them, with no events in the streams.
     use super::ActivityRecord;
     use crate::error::{LabError, Result};
-    use cudarc::cupti::sys::{self, CUpti_ActivityKind as Kind, CUptiResult};
+    use cudarc::cupti::sys::{self, CUptiResult, CUpti_ActivityKind as Kind};
     use std::alloc::{alloc, dealloc, Layout};
     use std::sync::Mutex;
 

@@ -58,36 +58,87 @@ impl ComputeKernel {
     /// Enqueues `out[out_at..out_at+n] = f(in[in_at..in_at+n])` (indices in
     /// f32 elements). The caller keeps both buffers alive until the stream
     /// has run it (the scope API guarantees that).
-    pub(crate) fn enqueue(
-        &self,
-        stream: &Stream,
-        input: &DeviceBuffer,
-        in_at: usize,
-        output: &DeviceBuffer,
-        out_at: usize,
-        n: usize,
-        iterations: i32,
-    ) -> Result<()> {
+    pub(crate) fn enqueue(&self, stream: &Stream, input: &DeviceBuffer, in_at: usize, output: &DeviceBuffer, out_at: usize, n: usize, iterations: i32) -> Result<()> {
         if n == 0 || (in_at + n) * 4 > input.bytes() || (out_at + n) * 4 > output.bytes() || iterations < 0 {
-            return Err(LabError::config(format!(
-                "compute of {n} elements at {in_at}->{out_at} does not fit buffers of {} and {} bytes (iterations {iterations})",
-                input.bytes(),
-                output.bytes()
-            )));
+            return Err(LabError::config(format!("compute of {n} elements at {in_at}->{out_at} does not fit buffers of {} and {} bytes (iterations {iterations})", input.bytes(), output.bytes())));
         }
         let mut src = input.ptr() + (in_at * 4) as u64;
         let mut dst = output.ptr() + (out_at * 4) as u64;
         let mut count = n as u64;
         let mut iters = iterations;
-        let mut params = [
-            &mut src as *mut u64 as *mut c_void,
-            &mut dst as *mut u64 as *mut c_void,
-            &mut count as *mut u64 as *mut c_void,
-            &mut iters as *mut i32 as *mut c_void,
-        ];
+        let mut params = [&mut src as *mut u64 as *mut c_void, &mut dst as *mut u64 as *mut c_void, &mut count as *mut u64 as *mut c_void, &mut iters as *mut i32 as *mut c_void];
         let grid = self.grid.min(n.div_ceil(self.block as usize) as u32).max(1);
         // SAFETY: params match `compute(const float*, float*, unsigned long long, int)`;
         // the driver copies the values at launch; bounds checked above.
+        unsafe { driver::launch(self.module.func, grid, self.block, stream.raw(), &mut params) }
+    }
+}
+
+/// `kernels/row_dot.cu`: one query's dot product with every key row, and
+/// a stamp word after the scores.
+pub struct RowDotKernel {
+    module: Module,
+    grid: u32,
+    block: u32,
+}
+
+/// Where a `row_dot` launch reads and writes.
+pub struct RowDotArgs<'b> {
+    /// rows x dim f32, row-major.
+    pub keys: &'b DeviceBuffer,
+    /// queries x dim f32.
+    pub queries: &'b DeviceBuffer,
+    pub query: usize,
+    pub rows: usize,
+    pub dim: usize,
+    /// rows scores, then one u32 stamp.
+    pub scores: &'b DeviceBuffer,
+    pub stamp: u32,
+}
+
+impl RowDotKernel {
+    pub fn load(gpu: &Gpu) -> Result<RowDotKernel> {
+        let sms = gpu.fingerprint()?.sm_count;
+        // 8 warps a block (a warp per row), enough blocks to fill every SM.
+        Ok(RowDotKernel { module: Module::load(gpu, &kernels::ROW_DOT)?, grid: sms * 16, block: 256 })
+    }
+
+    /// Enqueues the scores of query `a.query` against every key row. The
+    /// caller keeps the buffers alive until the stream has run it.
+    pub(crate) fn enqueue(&self, stream: &Stream, a: &RowDotArgs<'_>) -> Result<()> {
+        let fits = a.dim % 4 == 0
+            && a.dim > 0
+            && a.rows > 0
+            && a.rows < u32::MAX as usize
+            && a.rows * a.dim * 4 <= a.keys.bytes()
+            && (a.query + 1) * a.dim * 4 <= a.queries.bytes()
+            && (a.rows + 1) * 4 <= a.scores.bytes();
+        if !fits {
+            return Err(LabError::config(format!(
+                "row_dot of {} rows x {} (query {}) does not fit keys {} B, queries {} B, scores {} B (dim must be a multiple of 4)",
+                a.rows,
+                a.dim,
+                a.query,
+                a.keys.bytes(),
+                a.queries.bytes(),
+                a.scores.bytes()
+            )));
+        }
+        let (mut keys, mut queries, mut scores) = (a.keys.ptr(), a.queries.ptr(), a.scores.ptr());
+        let (mut query, mut rows, mut dim, mut stamp) = (a.query as i32, a.rows as u32, a.dim as i32, a.stamp);
+        let mut params = [
+            &mut keys as *mut u64 as *mut c_void,
+            &mut queries as *mut u64 as *mut c_void,
+            &mut query as *mut i32 as *mut c_void,
+            &mut rows as *mut u32 as *mut c_void,
+            &mut dim as *mut i32 as *mut c_void,
+            &mut scores as *mut u64 as *mut c_void,
+            &mut stamp as *mut u32 as *mut c_void,
+        ];
+        let warps_per_block = self.block as usize / 32;
+        let grid = self.grid.min(a.rows.div_ceil(warps_per_block) as u32).max(1);
+        // SAFETY: params match `row_dot(const float*, const float*, int,
+        // unsigned, int, float*, unsigned)`; bounds checked above.
         unsafe { driver::launch(self.module.func, grid, self.block, stream.raw(), &mut params) }
     }
 }

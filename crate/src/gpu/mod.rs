@@ -7,14 +7,16 @@ pub mod driver;
 pub mod fingerprint;
 mod gate;
 pub mod host;
+pub mod host_fn;
 pub mod kernel;
 pub mod pipeline;
 
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
 pub use fingerprint::{Fingerprint, PcieLink};
-pub use kernel::{ComputeKernel, Module};
-pub use pipeline::{DevRef, EventRef, HostRef, Pipeline, PipelineRun, StreamRef, TimelineSource};
 pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PinnedBuffer, RegisteredBuffer, WriteCombinedBuffer};
+pub use host_fn::HostTask;
+pub use kernel::{ComputeKernel, Module, RowDotArgs, RowDotKernel};
+pub use pipeline::{DevRef, EventRef, HostRef, Pipeline, PipelineRun, StreamRef, TimelineSource};
 
 use crate::error::{LabError, Result};
 use crate::units::Bytes;
@@ -119,11 +121,7 @@ impl Gpu {
     pub fn ensure_free(&self, bytes: u64, purpose: &str) -> Result<()> {
         let (free, _) = self.memory_info()?;
         if bytes > free {
-            return Err(LabError::config(format!(
-                "{purpose} needs {} of device memory but only {} is free",
-                Bytes(bytes),
-                Bytes(free)
-            )));
+            return Err(LabError::config(format!("{purpose} needs {} of device memory but only {} is free", Bytes(bytes), Bytes(free))));
         }
         Ok(())
     }
@@ -186,6 +184,23 @@ impl Stream {
         op.validate()?;
         op.enqueue(self)?;
         self.synchronize()
+    }
+    /// Enqueues a copy of `bytes` from `src` into pinned `dst` and returns
+    /// at once.
+    ///
+    /// # Safety
+    /// Nothing may read `dst` until the copy has completed on this stream,
+    /// and `dst` must outlive it: the caller orders that (lab 4 does it with
+    /// slot leases, and syncs before freeing).
+    pub unsafe fn download_async(&self, dst: &PinnedBuffer, src: &DeviceBuffer, bytes: usize) -> Result<()> {
+        if bytes == 0 || bytes > src.bytes() || bytes > dst.words().len() * 8 {
+            return Err(LabError::config(format!("a D2H of {bytes} bytes does not fit {} -> {} bytes", src.bytes(), dst.words().len() * 8)));
+        }
+        driver::memcpy_dtoh_async(dst.words().as_ptr() as *mut std::ffi::c_void, src.ptr, bytes, self.raw)
+    }
+    /// Later work on this stream waits for `e` (cuStreamWaitEvent).
+    pub fn wait_event(&self, e: &Event) -> Result<()> {
+        driver::stream_wait_event(self.raw, e.raw)
     }
     /// Fills `buf` with the 32-bit word `value` (to poison it) and waits.
     pub fn fill_u32(&self, buf: &DeviceBuffer, value: u32) -> Result<()> {

@@ -3,6 +3,7 @@
 //! `charts` (plotters), and its record type.
 
 pub mod bandwidth;
+pub mod callback;
 pub mod double_buffer;
 pub mod overlap;
 

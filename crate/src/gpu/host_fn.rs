@@ -1,0 +1,106 @@
+//! Host functions (cuLaunchHostFunc): CPU work a stream runs in its order,
+//! on the driver's single callback thread.
+//!
+//! A host function must make no CUDA call: the driver's callback thread
+//! would then wait on work that waits on it (CUDA documents this as
+//! undefined, in practice a deadlock), and every host function of the
+//! process shares that one thread. Two things keep that from happening by
+//! accident here:
+//! - only [`HostTask`]s can be launched, and the trait is sealed: the crate
+//!   implements it for task types that hold plain CPU data (a slot lease,
+//!   a pointer into pinned memory, a channel sender), never a `Gpu`,
+//!   `Stream`, `Event` or buffer, so a task cannot even drop a CUDA object;
+//! - while a task runs, the driver layer refuses the CUDA calls labs make
+//!   ([`driver::in_host_function`]), so a mistake is an error, not a hang.
+
+use super::{driver, Stream};
+use crate::error::Result;
+use std::ffi::c_void;
+
+pub(crate) mod sealed {
+    /// Only this crate can make host tasks (see the module docs).
+    pub trait Sealed {}
+}
+
+/// CPU work a stream may run as a host function.
+pub trait HostTask: sealed::Sealed + Send + 'static {
+    /// Runs on the driver's callback thread. Must not panic across the FFI
+    /// boundary (the trampoline catches it and reports it on stderr), and
+    /// must report its own failures through its own state.
+    fn run(self: Box<Self>);
+}
+
+impl Stream {
+    /// Enqueues `task` on this stream (cuLaunchHostFunc).
+    pub fn launch_host_task<T: HostTask>(&self, task: T) -> Result<()> {
+        let arg = Box::into_raw(Box::new(task)) as *mut c_void;
+        // SAFETY: `trampoline::<T>` takes back exactly this box, once; a
+        // HostTask makes no CUDA call (sealed, and refused while it runs).
+        let r = unsafe { driver::launch_host_function(self.raw(), trampoline::<T>, arg) };
+        if r.is_err() {
+            // Not enqueued: the box is still ours.
+            // SAFETY: made by Box::into_raw above and never handed out.
+            drop(unsafe { Box::from_raw(arg as *mut T) });
+        }
+        r
+    }
+}
+
+unsafe extern "C" fn trampoline<T: HostTask>(arg: *mut c_void) {
+    // SAFETY: `arg` is the box made in launch_host_task, passed here once.
+    let task = unsafe { Box::from_raw(arg as *mut T) };
+    let _scope = driver::host_function_scope();
+    // A panic must not unwind into the driver (that aborts the process).
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run())) {
+        eprintln!("overlap-lab: a host function panicked: {}", panic_message(&*p));
+    }
+}
+
+/// The text of a panic payload.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "(no message)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    struct Probe(mpsc::Sender<(bool, bool)>);
+    impl sealed::Sealed for Probe {}
+    impl HostTask for Probe {
+        fn run(self: Box<Self>) {
+            let refused = driver::context_synchronize().is_err_and(|e| e.to_string().contains("inside a host function"));
+            let _ = self.0.send((driver::in_host_function(), refused));
+        }
+    }
+
+    struct Panics;
+    impl sealed::Sealed for Panics {}
+    impl HostTask for Panics {
+        fn run(self: Box<Self>) {
+            panic!("boom");
+        }
+    }
+
+    #[test]
+    fn a_task_runs_marked_as_a_host_function_and_cuda_calls_are_refused() {
+        let (tx, rx) = mpsc::channel();
+        let arg = Box::into_raw(Box::new(Probe(tx))) as *mut c_void;
+        // What the driver's callback thread does, on another thread.
+        let arg = arg as usize;
+        std::thread::spawn(move || unsafe { trampoline::<Probe>(arg as *mut c_void) }).join().unwrap();
+        assert_eq!(rx.recv().unwrap(), (true, true));
+        assert!(!driver::in_host_function(), "the mark is per thread and ends with the task");
+    }
+
+    #[test]
+    fn a_panicking_task_does_not_unwind_into_the_driver() {
+        let arg = Box::into_raw(Box::new(Panics)) as usize;
+        let t = std::thread::spawn(move || {
+            unsafe { trampoline::<Panics>(arg as *mut c_void) };
+            driver::in_host_function()
+        });
+        assert!(!t.join().expect("the callback thread survives"), "the mark is cleared after a panic");
+    }
+}

@@ -1,0 +1,583 @@
+//! Runs lab 4 on a GPU: the rig (keys, queries, slots, streams), the issuer
+//! the variants speak to, standalone GPU and CPU costs, and the sweep.
+
+use super::slots::{Lease, SlotBook};
+use super::work::{self, ArgminJob, CallbackTask, RunState, ScoresView, WaitForScores, Worker};
+use super::{CallbackConfig, CallbackIssue, CallbackResults, CostPoint, IterationFn, On, Slot, Variant, VariantResult};
+use crate::error::{LabError, Result};
+use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, RowDotArgs, RowDotKernel, Stream, TimelineSource};
+use crate::kernels::row_dot_argmin_reference;
+use crate::pattern;
+use crate::progress::{Progress, ProgressMode};
+use crate::schedule::OpKind;
+use crate::stats::Summary;
+use crate::timeline::{Span, Timeline};
+use crate::trace;
+use rayon::prelude::*;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long the enqueue loop waits for a slot before calling the run stuck.
+const SLOT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One slot: device scores and their pinned twin (rows f32 + a stamp).
+struct ScoreSlot {
+    dev: DeviceBuffer,
+    host: PinnedBuffer,
+}
+
+pub struct CallbackRig {
+    pub gpu: Gpu,
+    kernel: RowDotKernel,
+    keys: DeviceBuffer,
+    queries: DeviceBuffer,
+    slots: Vec<ScoreSlot>,
+    /// Per slot: "scores ready", recorded after its D2H (no timestamp).
+    ready: Arc<Vec<Event>>,
+    compute: Stream,
+    callback: Stream,
+    /// The argmin of every query, from the CPU.
+    reference: Vec<u32>,
+    pub rows: usize,
+    pub dim: usize,
+    pub iterations: usize,
+    device_label: String,
+}
+
+/// Small integers, so every dot product is exact in f32 (see row_dot.cu).
+fn small_ints(seed: u64, n: usize) -> Vec<i8> {
+    let mut v = vec![0i8; n];
+    v.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
+        for (j, x) in chunk.iter_mut().enumerate() {
+            let i = (c << 16) + j;
+            *x = ((pattern::word(seed, (i / 8) as u64) >> (8 * (i % 8))) & 15) as i8 - 8;
+        }
+    });
+    v
+}
+
+/// Uploads i8 values as f32 into a fresh device buffer.
+fn upload_as_f32(gpu: &Gpu, stream: &Stream, values: &[i8]) -> Result<DeviceBuffer> {
+    let bytes = values.len() * 4;
+    let mut staging = PinnedBuffer::new(gpu, bytes.next_multiple_of(8))?;
+    pattern::as_f32_mut(staging.words_mut())[..values.len()].par_iter_mut().zip(values.par_iter()).for_each(|(d, &v)| *d = v as f32);
+    let dev = gpu.alloc(bytes)?;
+    stream.upload(&dev, &staging, bytes)?;
+    Ok(dev)
+}
+
+impl CallbackRig {
+    pub fn new(gpu: &Gpu, cfg: &CallbackConfig) -> Result<CallbackRig> {
+        cfg.validate()?;
+        let (rows, dim, n) = (cfg.rows, cfg.dim, cfg.iterations);
+        let slot_bytes = ((rows + 1) * 4).next_multiple_of(8);
+        gpu.ensure_free((rows * dim * 4 + n * dim * 4 + cfg.slots * slot_bytes) as u64 + (64 << 20), &format!("{rows} keys of {dim} f32"))?;
+        let _r = trace::range("lab 4: set-up (keys, queries, reference)");
+        let seed = pattern::fresh_seed();
+        let keys = small_ints(seed, rows * dim);
+        let queries = small_ints(seed ^ 0x5eed, n * dim);
+        let compute = gpu.stream()?;
+        let keys_dev = upload_as_f32(gpu, &compute, &keys)?;
+        let queries_dev = upload_as_f32(gpu, &compute, &queries)?;
+        // The CPU reference, independent of the GPU: integer dot products.
+        let reference = queries.par_chunks(dim).map(|q| row_dot_argmin_reference(&keys, q).0).collect();
+        let mut slots = Vec::with_capacity(cfg.slots);
+        let mut ready = Vec::with_capacity(cfg.slots);
+        for _ in 0..cfg.slots {
+            slots.push(ScoreSlot { dev: gpu.alloc(slot_bytes)?, host: PinnedBuffer::new(gpu, slot_bytes)? });
+            ready.push(gpu.sync_event()?);
+        }
+        Ok(CallbackRig {
+            gpu: gpu.clone(),
+            kernel: RowDotKernel::load(gpu)?,
+            keys: keys_dev,
+            queries: queries_dev,
+            slots,
+            ready: Arc::new(ready),
+            compute,
+            callback: gpu.stream()?,
+            reference,
+            rows,
+            dim,
+            iterations: n,
+            device_label: format!("GPU {} ({})", gpu.ordinal(), gpu.name()),
+        })
+    }
+
+    fn views(&self) -> Vec<ScoresView> {
+        // SAFETY: each slot holds rows + 1 u32 and lives as long as the rig,
+        // which joins every thread and syncs every stream before a run returns.
+        self.slots.iter().map(|s| unsafe { ScoresView::new(s.host.words().as_ptr() as *const u32, self.rows) }).collect()
+    }
+
+    fn row_dot_args(&self, t: usize, slot: usize) -> RowDotArgs<'_> {
+        RowDotArgs { keys: &self.keys, queries: &self.queries, query: t, rows: self.rows, dim: self.dim, scores: &self.slots[slot].dev, stamp: t as u32 }
+    }
+
+    fn stream(&self, on: On) -> &Stream {
+        match on {
+            On::Compute => &self.compute,
+            On::Callback => &self.callback,
+        }
+    }
+
+    fn d2h(&self, on: On, slot: usize) -> Result<()> {
+        let s = &self.slots[slot];
+        // SAFETY: the slot is leased to this iteration; its reader starts only
+        // after this copy (stream order or the "scores ready" event), which the
+        // stamp check in the argmin verifies.
+        unsafe { self.stream(on).download_async(&s.host, &s.dev, (self.rows + 1) * 4) }
+    }
+
+    /// One iteration's GPU work alone, and its parts, ms (events).
+    fn gpu_parts(&self, reps: usize) -> Result<(Summary, Summary, Summary)> {
+        let ev: Vec<Event> = (0..3).map(|_| self.gpu.timing_event()).collect::<Result<_>>()?;
+        let (mut k, mut d) = (Vec::new(), Vec::new());
+        for r in 0..reps {
+            ev[0].record(&self.compute)?;
+            self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0))?;
+            ev[1].record(&self.compute)?;
+            self.d2h(On::Compute, 0)?;
+            ev[2].record(&self.compute)?;
+            ev[2].synchronize()?;
+            k.push(ev[0].elapsed_ms(&ev[1])?);
+            d.push(ev[1].elapsed_ms(&ev[2])?);
+        }
+        // Back to back, as the pipeline runs them: the steady GPU time.
+        let batch = 16;
+        let mut g = Vec::new();
+        for r in 0..reps {
+            ev[0].record(&self.compute)?;
+            for i in 0..batch {
+                self.kernel.enqueue(&self.compute, &self.row_dot_args((r * batch + i) % self.iterations, 0))?;
+                self.d2h(On::Compute, 0)?;
+            }
+            ev[1].record(&self.compute)?;
+            ev[1].synchronize()?;
+            g.push(ev[0].elapsed_ms(&ev[1])? / batch as f64);
+        }
+        Ok((Summary::of(&g)?, Summary::of(&k)?, Summary::of(&d)?))
+    }
+
+    /// One argmin of `passes` over freshly copied scores (cold in the CPU's
+    /// caches, as in the pipeline), host clock, ms.
+    fn cpu_cost(&self, passes: u32, reps: usize) -> Result<Summary> {
+        let view = self.views()[0];
+        let mut v = Vec::with_capacity(reps);
+        for r in 0..reps {
+            self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0))?;
+            self.d2h(On::Compute, 0)?;
+            self.compute.synchronize()?;
+            let scores = view.scores_for_measurement();
+            let t = Instant::now();
+            let i = work::heavy_argmin(scores, passes).map_err(LabError::Verification)?;
+            v.push(t.elapsed().as_secs_f64() * 1e3);
+            if i != self.reference[r % self.iterations] {
+                return Err(LabError::Verification(format!("argmin of query {} is {i}, the CPU reference says {}", r % self.iterations, self.reference[r % self.iterations])));
+            }
+        }
+        Summary::of(&v)
+    }
+
+    /// Argmin passes that make one iteration's CPU work take `target_ms`
+    /// where it runs: a first guess from the argmin alone, then corrected
+    /// on short runs of variant 3. (Alone, right after a sync, the same
+    /// passes took 0.7-1.5x what they take inside the pipeline on the lent
+    /// H200's host, and the first pass, over scores fresh from a DMA, costs
+    /// more than the others.)
+    fn calibrate_passes(&self, target_ms: f64) -> Result<u32> {
+        let one = self.cpu_cost(1, 7)?.median;
+        let nine = self.cpu_cost(9, 7)?.median;
+        let per_pass = ((nine - one) / 8.0).max(1e-6);
+        let first = (one - per_pass).max(0.0);
+        let mut passes = (((target_ms - first) / per_pass).round() as i64).clamp(1, 1 << 20) as u32;
+        for _ in 0..3 {
+            let c = self.run_first(64, super::hand_off_to_worker, passes, false)?.cpu_ms;
+            if (c / target_ms - 1.0).abs() < 0.1 || (passes == 1 && c > target_ms) {
+                break;
+            }
+            // Beyond the first pass, the cost grows by per_pass each.
+            let extra = ((target_ms - c) / per_pass).round() as i64;
+            passes = (passes as i64 + extra).clamp(1, 1 << 20) as u32;
+        }
+        Ok(passes)
+    }
+
+    /// An empty host function's round trip on the compute stream right
+    /// after a row_dot (the stream hands over to the driver's callback
+    /// thread, which has slept through the kernel, and waits to be
+    /// released), ms, events around it. Measured with nothing before it,
+    /// the same round trip took 16 µs on the lent H200; after a kernel,
+    /// as in variant 1, several times that.
+    fn host_fn_round_trip(&self, reps: usize) -> Result<Summary> {
+        let ev: Vec<Event> = (0..2).map(|_| self.gpu.timing_event()).collect::<Result<_>>()?;
+        let mut v = Vec::with_capacity(reps);
+        for r in 0..reps {
+            self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0))?;
+            ev[0].record(&self.compute)?;
+            self.compute.launch_host_task(CallbackTask::Nothing)?;
+            ev[1].record(&self.compute)?;
+            ev[1].synchronize()?;
+            v.push(ev[0].elapsed_ms(&ev[1])?);
+        }
+        Summary::of(&v)
+    }
+
+    /// Runs `iteration` for every query; returns the host-clock total (ms)
+    /// and, with `timeline`, every op's span. Every argmin is checked.
+    pub fn run(&self, iteration: IterationFn, passes: u32, timeline: bool) -> Result<RunOutcome> {
+        self.run_first(self.iterations, iteration, passes, timeline)
+    }
+
+    /// [`Self::run`] over the first `n` queries only.
+    pub fn run_first(&self, n: usize, iteration: IterationFn, passes: u32, timeline: bool) -> Result<RunOutcome> {
+        let n = n.clamp(1, self.iterations);
+        let book = Arc::new(SlotBook::new(self.slots.len(), SLOT_TIMEOUT));
+        let base = self.gpu.timing_event()?;
+        let marks: Vec<Event> = if timeline { (0..3 * n).map(|_| self.gpu.timing_event()).collect::<Result<_>>()? } else { Vec::new() };
+        // The clocks: the base completes as soon as the idle stream reaches it.
+        base.record(&self.compute)?;
+        base.synchronize()?;
+        let host_base = Instant::now();
+        let state = Arc::new(RunState::new(book.clone(), self.views(), n, passes, host_base, timeline));
+        let mut issuer = GpuIssuer {
+            rig: self,
+            state: state.clone(),
+            leases: self.slots.iter().map(|_| None).collect(),
+            worker: None,
+            waiter: None,
+            marks: &marks,
+            t: 0,
+            last_end: None,
+            kernel_start: vec![0; if timeline { n } else { 0 }],
+            order: vec![SlotOrder::default(); self.slots.len()],
+        };
+        for t in 0..n {
+            issuer.t = t;
+            iteration(&mut issuer, t)?;
+        }
+        let kernel_start = std::mem::take(&mut issuer.kernel_start);
+        issuer.finish()?;
+        if state.done() != n {
+            return Err(LabError::Verification(format!("{} of {n} iterations ran their argmin: the others were never handed to anything", state.done())));
+        }
+        // A slot taken while held is the cause; what its readers saw follows.
+        let mut problems = book.misuse();
+        problems.extend(state.errors());
+        let results = state.results();
+        if let Some(t) = (0..n).find(|&t| results[t] != self.reference[t]) {
+            problems.push(if results[t] == work::NO_RESULT {
+                format!("iteration {t} has no argmin")
+            } else {
+                format!("iteration {t}: argmin {} but the CPU reference says {}", results[t], self.reference[t])
+            });
+        }
+        if !problems.is_empty() {
+            return Err(LabError::Verification(format!("{} problem(s); first: {}", problems.len(), problems[0])));
+        }
+        let timeline = if timeline { Some(self.timeline(&base, &marks, &kernel_start, state.take_spans())?) } else { None };
+        let cpu_ms = state.median_argmin_ms().ok_or_else(|| LabError::Verification("no argmin ran".into()))?;
+        Ok(RunOutcome { total_ms: state.total_ms(), cpu_ms, timeline })
+    }
+
+    fn timeline(&self, base: &Event, marks: &[Event], kernel_start: &[usize], host: Vec<Span>) -> Result<Timeline> {
+        let lane = "stream 0: compute".to_string();
+        let mut spans = Vec::with_capacity(marks.len() + host.len());
+        let at = |e: &Event| base.elapsed_ms(e).map(|ms| ms * 1e3);
+        for (t, m) in marks.chunks_exact(3).enumerate() {
+            let (k0, k1, d1) = (at(&marks[kernel_start[t]])?, at(&m[1])?, at(&m[2])?);
+            spans.push(Span { lane: lane.clone(), kind: OpKind::Kernel, label: format!("row_dot {t}"), start_us: k0, end_us: k1 });
+            spans.push(Span { lane: lane.clone(), kind: OpKind::D2h, label: format!("D2H scores {t}"), start_us: k1, end_us: d1 });
+        }
+        spans.extend(host);
+        Ok(Timeline { title: "measured".into(), device: self.device_label.clone(), spans, source: TimelineSource::Events.label().into() })
+    }
+}
+
+/// What one run gives back.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// From the start to the end of the last argmin (host clock), ms.
+    pub total_ms: f64,
+    /// Median argmin duration on the thread that ran it, ms.
+    pub cpu_ms: f64,
+    pub timeline: Option<Timeline>,
+}
+
+/// The GPU side of [`CallbackIssue`] for one run.
+struct GpuIssuer<'r> {
+    rig: &'r CallbackRig,
+    state: Arc<RunState>,
+    /// The lease each slot is held under, until its job is handed out.
+    leases: Vec<Option<Lease>>,
+    worker: Option<Worker>,
+    waiter: Option<Worker>,
+    /// Timed events, three per iteration (empty without a timeline).
+    marks: &'r [Event],
+    t: usize,
+    /// The timed event that ended the last op on a stream, while nothing
+    /// (a wait, a host function, a blocked slot) came after it there: the
+    /// next op starts when it ends, so one event serves both (each timed
+    /// event costs the engine a flush).
+    last_end: Option<(On, usize)>,
+    /// Per iteration: the event its kernel's span starts at.
+    kernel_start: Vec<usize>,
+    /// Per slot: what orders a reader after its D2H.
+    order: Vec<SlotOrder>,
+}
+
+/// How a slot's D2H is ordered before whatever reads its scores.
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotOrder {
+    /// The stream its D2H went onto.
+    d2h_on: Option<On>,
+    /// "Scores ready" was recorded on that stream after the D2H.
+    ready_recorded: bool,
+    /// Streams that waited for "scores ready" after it was recorded.
+    waited: [bool; 2],
+}
+
+impl SlotOrder {
+    /// Whether a host function on `on` runs after the D2H: same stream, or
+    /// `on` waited for the event recorded behind it.
+    fn orders(&self, on: On) -> bool {
+        self.d2h_on == Some(on) || (self.ready_recorded && self.waited[on as usize])
+    }
+}
+
+impl GpuIssuer<'_> {
+    /// A reader of `slot` on `on` (None: a host thread) must come after its
+    /// D2H, or it may read scores that have not arrived: refused here, with
+    /// the missing link named, rather than left to chance.
+    fn check_ordered(&self, slot: Slot, on: Option<On>) -> Result<()> {
+        let o = self.order.get(slot.0).copied().unwrap_or_default();
+        let ok = match on {
+            Some(on) => o.orders(on),
+            None => o.ready_recorded,
+        };
+        if ok {
+            return Ok(());
+        }
+        let t = self.leases.get(slot.0).and_then(|l| l.as_ref()).map_or(self.t, |l| l.iteration);
+        let reader = match on {
+            Some(On::Compute) => "a host function on the compute stream",
+            Some(On::Callback) => "a host function on the callback stream",
+            None => "the event-waiting thread",
+        };
+        let missing = match (o.d2h_on, on) {
+            (None, _) => "no D2H of its scores was issued".to_string(),
+            (Some(_), _) if !o.ready_recorded => "no \"scores ready\" event was recorded after its D2H".to_string(),
+            (Some(_), Some(on)) => format!("the {on:?} stream never waited for the \"scores ready\" event").to_lowercase(),
+            _ => unreachable!("a thread is ordered once the event is recorded"),
+        };
+        Err(LabError::Verification(format!("iteration {t}: {reader} reads slot {} but is not ordered after its D2H ({missing}): it could read scores that have not arrived (a race)", slot.0)))
+    }
+    fn job(&mut self, slot: Slot) -> Result<ArgminJob> {
+        let lease = self.leases.get_mut(slot.0).and_then(Option::take);
+        lease.map(|lease| ArgminJob { lease }).ok_or_else(|| LabError::config(format!("slot {} holds no iteration's scores (its job was already handed out)", slot.0)))
+    }
+    /// Records timed event `i` (0: before the kernel, 1: after it, 2: after
+    /// the D2H) of this iteration on `on`; a start shares the last end.
+    fn mark(&mut self, on: On, i: usize) -> Result<()> {
+        if self.marks.is_empty() {
+            return Ok(());
+        }
+        let idx = 3 * self.t + i;
+        if i == 0 {
+            if let Some((prev_on, prev)) = self.last_end {
+                if prev_on == on {
+                    self.kernel_start[self.t] = prev;
+                    return Ok(());
+                }
+            }
+            self.kernel_start[self.t] = idx;
+        }
+        self.marks[idx].record(self.rig.stream(on))?;
+        self.last_end = (i == 2).then_some((on, idx));
+        Ok(())
+    }
+    /// Something other than a timed op went onto `on` (or the loop blocked).
+    fn break_chain(&mut self, on: Option<On>) {
+        if on.is_none() || self.last_end.map(|(o, _)| Some(o)) == Some(on) {
+            self.last_end = None;
+        }
+    }
+    fn worker_sender(&mut self) -> Result<Sender<ArgminJob>> {
+        if self.worker.is_none() {
+            self.worker = Some(Worker::spawn("argmin-worker", work::WORKER_LANE, self.state.clone(), None)?);
+        }
+        Ok(self.worker.as_ref().expect("just made").sender())
+    }
+    /// Waits for the streams, then for the threads (in that order: a host
+    /// function may still hand a job to the worker).
+    fn finish(mut self) -> Result<()> {
+        self.rig.compute.synchronize()?;
+        self.rig.callback.synchronize()?;
+        for w in [self.worker.take(), self.waiter.take()].into_iter().flatten() {
+            w.join()?;
+        }
+        // Jobs never handed out keep their slots: the loop is incomplete.
+        for lease in self.leases.iter_mut().filter_map(Option::take) {
+            self.state.drop_job(ArgminJob { lease }, "its scores were copied but no argmin was ever issued".into());
+        }
+        self.state.book.wait_all_back()
+    }
+}
+
+impl Drop for GpuIssuer<'_> {
+    /// On an error: nothing may still use the slots when the run returns.
+    fn drop(&mut self) {
+        let _ = self.rig.gpu.bind();
+        let _ = self.rig.compute.synchronize();
+        let _ = self.rig.callback.synchronize();
+        self.worker.take();
+        self.waiter.take();
+    }
+}
+
+impl CallbackIssue for GpuIssuer<'_> {
+    fn take_slot(&mut self, t: usize) -> Result<Slot> {
+        if self.leases.iter().all(Option::is_some) {
+            return Err(LabError::Verification(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
+        }
+        let start = self.state.now_us();
+        let lease = self.state.book.take(t)?;
+        let end = self.state.now_us();
+        if end - start > 2.0 {
+            self.state.span(work::MAIN_LANE, format!("wait for a slot ({t})"), start, end);
+            // The streams may have drained meanwhile.
+            self.break_chain(None);
+        }
+        let slot = lease.slot;
+        self.leases[slot] = Some(lease);
+        self.order[slot] = SlotOrder::default();
+        Ok(Slot(slot))
+    }
+    fn slot_at(&mut self, index: usize, t: usize) -> Result<Slot> {
+        let lease = self.state.book.take_at(index, t)?;
+        self.leases[index] = Some(lease);
+        self.order[index] = SlotOrder::default();
+        Ok(Slot(index))
+    }
+    fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
+        let _r = trace::range("enqueue: row_dot kernel");
+        self.mark(on, 0)?;
+        self.rig.kernel.enqueue(self.rig.stream(on), &self.rig.row_dot_args(t, slot.0))?;
+        self.mark(on, 1)
+    }
+    fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
+        let _r = trace::range("enqueue: D2H scores");
+        self.rig.d2h(on, slot.0)?;
+        self.order[slot.0] = SlotOrder { d2h_on: Some(on), ..SlotOrder::default() };
+        self.mark(on, 2)
+    }
+    fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
+        let o = &mut self.order[slot.0];
+        // Recording again re-arms the event: earlier waits do not count.
+        *o = SlotOrder { ready_recorded: o.d2h_on == Some(on), d2h_on: o.d2h_on, waited: [false; 2] };
+        self.rig.ready[slot.0].record(self.rig.stream(on))
+    }
+    fn wait_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
+        self.break_chain(Some(on));
+        self.order[slot.0].waited[on as usize] = true;
+        self.rig.stream(on).wait_event(&self.rig.ready[slot.0])
+    }
+    fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()> {
+        self.check_ordered(slot, Some(on))?;
+        let job = self.job(slot)?;
+        self.break_chain(Some(on));
+        self.rig.stream(on).launch_host_task(CallbackTask::Argmin { state: self.state.clone(), job })
+    }
+    fn host_fn_hand_off(&mut self, on: On, slot: Slot) -> Result<()> {
+        self.check_ordered(slot, Some(on))?;
+        let to = self.worker_sender()?;
+        let job = self.job(slot)?;
+        self.break_chain(Some(on));
+        self.rig.stream(on).launch_host_task(CallbackTask::HandOff { state: self.state.clone(), job, to })
+    }
+    fn hand_to_waiting_thread(&mut self, slot: Slot) -> Result<()> {
+        self.check_ordered(slot, None)?;
+        if self.waiter.is_none() {
+            let (gpu, ready) = (self.rig.gpu.clone(), self.rig.ready.clone());
+            let wait: WaitForScores = Box::new(move |lease: &Lease| {
+                gpu.bind()?;
+                ready[lease.slot].synchronize()
+            });
+            self.waiter = Some(Worker::spawn("event-waiter", work::WAITER_LANE, self.state.clone(), Some(wait))?);
+        }
+        let job = self.job(slot)?;
+        self.waiter.as_ref().expect("just made").sender().send(job).map_err(|_| LabError::Verification("the event-waiting thread is gone".into()))
+    }
+}
+
+/// The lab: GPU and CPU costs alone, then every variant at every CPU cost,
+/// then timelines at the balanced point and the timeline's own cost.
+pub fn run(gpu: &Gpu, cfg: &CallbackConfig, progress: ProgressMode) -> Result<CallbackResults> {
+    cfg.validate()?;
+    let _lab = trace::range("lab 4: callback stream");
+    let mut progress = Progress::new(progress, 3 + cfg.cpu_over_gpu.len() as u64, "callback");
+    let rig = CallbackRig::new(gpu, cfg)?;
+    let reps = cfg.repeats.max(5);
+    let (gpu_ms, kernel_ms, d2h_ms) = rig.gpu_parts(reps)?;
+    let host_fn_round_trip_ms = rig.host_fn_round_trip(4 * reps)?;
+    progress.step(&format!("GPU per iteration {:.3} ms (row_dot {:.3}, D2H {:.3})", gpu_ms.median, kernel_ms.median, d2h_ms.median));
+    let mut points = Vec::new();
+    let mut verified_runs = 0;
+    for &ratio in &cfg.cpu_over_gpu {
+        let passes = rig.calibrate_passes(ratio * gpu_ms.median)?;
+        let cpu_ms = rig.cpu_cost(passes, reps)?;
+        let mut totals = vec![(Vec::new(), Vec::new()); cfg.variants.len()];
+        for rep in 0..cfg.warmup + cfg.repeats {
+            for (k, v) in cfg.variants.iter().enumerate() {
+                let out = rig.run(v.iteration(), passes, false)?;
+                verified_runs += 1;
+                if rep >= cfg.warmup {
+                    totals[k].0.push(out.total_ms);
+                    totals[k].1.push(out.cpu_ms);
+                }
+            }
+        }
+        let variants: Vec<VariantResult> =
+            cfg.variants.iter().zip(&totals).map(|(&variant, (t, c))| Ok(VariantResult { variant, total_ms: Summary::of(t)?, cpu_ms: Summary::of(c)? })).collect::<Result<_>>()?;
+        let point = CostPoint { cpu_over_gpu: ratio, passes, cpu_alone_ms: cpu_ms, variants };
+        progress.step(&format!("CPU/GPU {ratio}: {passes} argmin passes, {:.3} ms alone, {:.3} ms in the runs", point.cpu_alone_ms.median, point.cpu_ms()));
+        points.push(point);
+    }
+    let mut results = CallbackResults {
+        config: cfg.clone(),
+        gpu_ms,
+        kernel_ms,
+        d2h_ms,
+        host_fn_round_trip_ms,
+        points,
+        timelines: Vec::new(),
+        timeline_overhead_pct: 0.0,
+        timeline_source: TimelineSource::Events.label().into(),
+        verified_runs,
+    };
+    let passes = results.balanced().map_or(1, |p| p.passes);
+    // The timeline's own cost, on the seed's fix: off and on alternate.
+    let mut with = [Vec::new(), Vec::new()];
+    for rep in 0..cfg.warmup + cfg.repeats {
+        for (k, on) in [false, true].into_iter().enumerate() {
+            let out = rig.run(Variant::HandOffToWorker.iteration(), passes, on)?;
+            results.verified_runs += 1;
+            if rep >= cfg.warmup {
+                with[k].push(out.total_ms);
+            }
+        }
+    }
+    results.timeline_overhead_pct = 100.0 * (Summary::of(&with[1])?.median / Summary::of(&with[0])?.median - 1.0);
+    progress.step("timeline overhead");
+    for &v in &cfg.variants {
+        let out = rig.run(v.iteration(), passes, true)?;
+        results.verified_runs += 1;
+        let mut t = out.timeline.expect("timeline requested");
+        t.title = format!("measured: variant {}", v.label());
+        results.timelines.push(t);
+    }
+    progress.step("timelines");
+    progress.finish();
+    Ok(results)
+}

@@ -1,0 +1,400 @@
+//! Lab 4: a callback stream and a CPU worker (the seed's overlap fix).
+//!
+//! Each iteration a `row_dot` kernel scores a query against every key on
+//! the compute stream, the scores go D2H into a pinned slot, and the CPU
+//! finds their argmin (its cost is the knob). Where that CPU work runs
+//! decides whether GPU iteration t+1 overlaps CPU work of iteration t:
+//! 1. a host function on the compute stream does the argmin: the stream
+//!    waits for it, so GPU and CPU take turns;
+//! 2. a host function on a separate callback stream, after an event
+//!    recorded behind the D2H, does the argmin: the compute stream runs on,
+//!    but every host function shares the driver's one callback thread;
+//! 3. the seed's fix: that host function only hands the job to a worker
+//!    thread, which does the argmin;
+//! 4. no host function: a thread waits on the event itself, then works.
+//!
+//! Scores land in a few pinned slots recycled through a [`slots::SlotBook`]
+//! (generation-stamped leases), and each slot's scores carry the iteration
+//! that wrote them, so a read too early or a slot reused too early is
+//! reported, not averaged into a throughput.
+
+pub mod measure;
+pub mod slots;
+pub mod work;
+
+use crate::error::{LabError, Result};
+use crate::stats::Summary;
+use crate::timeline::Timeline;
+use serde::{Deserialize, Serialize};
+
+pub const LAB: &str = "callback";
+
+/// Where the argmin runs (the four variants).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// 1: a host function on the compute stream does the argmin.
+    HostFnOnCompute,
+    /// 2: a host function on a callback stream (after an event) does the argmin.
+    HostFnOnCallbackStream,
+    /// 3: the callback stream's host function hands the job to a worker thread.
+    HandOffToWorker,
+    /// 4: no host function; a thread waits on the event, then does the argmin.
+    EventWaitingThread,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 4] = [Variant::HostFnOnCompute, Variant::HostFnOnCallbackStream, Variant::HandOffToWorker, Variant::EventWaitingThread];
+    pub fn number(self) -> usize {
+        Variant::ALL.iter().position(|&v| v == self).map_or(0, |i| i + 1)
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            Variant::HostFnOnCompute => "1: host fn on compute stream",
+            Variant::HostFnOnCallbackStream => "2: host fn on callback stream",
+            Variant::HandOffToWorker => "3: callback hands off to worker",
+            Variant::EventWaitingThread => "4: thread waits on events",
+        }
+    }
+    /// Whether the queue model lets GPU and CPU work overlap.
+    pub fn overlaps(self) -> bool {
+        self != Variant::HostFnOnCompute
+    }
+    /// The variant's issue code for one iteration.
+    pub fn iteration(self) -> IterationFn {
+        match self {
+            Variant::HostFnOnCompute => host_fn_on_compute,
+            Variant::HostFnOnCallbackStream => host_fn_on_callback_stream,
+            Variant::HandOffToWorker => hand_off_to_worker,
+            Variant::EventWaitingThread => event_waiting_thread,
+        }
+    }
+}
+
+/// A stream of the lab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum On {
+    Compute,
+    Callback,
+}
+
+/// A pinned score slot (and its device twin) leased to one iteration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot(pub usize);
+
+/// What one iteration's code may do. The lab's variants and the learner's
+/// exercise are written against it; it runs on a GPU or on the model.
+pub trait CallbackIssue {
+    /// Waits until a slot is free (the worker gave it back) and leases it to `t`.
+    fn take_slot(&mut self, t: usize) -> Result<Slot>;
+    /// Slot `index` at once, free or not: what `buffers[t % n]` does.
+    fn slot_at(&mut self, index: usize, t: usize) -> Result<Slot>;
+    /// Enqueues `row_dot` of query `t` into the slot's device scores.
+    fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()>;
+    /// Enqueues the D2H of the slot's scores into its pinned memory.
+    fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()>;
+    /// Records the slot's "scores ready" event on `on`.
+    fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()>;
+    /// Makes `on` wait for the slot's "scores ready" event.
+    fn wait_scores_ready(&mut self, on: On, slot: Slot) -> Result<()>;
+    /// A host function on `on` that does the argmin itself.
+    fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()>;
+    /// A host function on `on` that only hands the argmin to the worker.
+    fn host_fn_hand_off(&mut self, on: On, slot: Slot) -> Result<()>;
+    /// Gives the job to a thread that waits on the "scores ready" event itself.
+    fn hand_to_waiting_thread(&mut self, slot: Slot) -> Result<()>;
+}
+
+/// One iteration of a variant (or of the learner's exercise).
+pub type IterationFn = fn(&mut dyn CallbackIssue, usize) -> Result<()>;
+
+/// GPU work of iteration `t` into a fresh slot.
+fn scores_into_slot(l: &mut dyn CallbackIssue, t: usize) -> Result<Slot> {
+    let s = l.take_slot(t)?;
+    l.row_dot(On::Compute, t, s)?;
+    l.d2h_scores(On::Compute, s)?;
+    Ok(s)
+}
+
+/// Variant 1: the compute stream runs the argmin, so it waits for the CPU.
+pub fn host_fn_on_compute(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+    let s = scores_into_slot(l, t)?;
+    l.host_fn_argmin(On::Compute, s)
+}
+
+/// Variant 2: the callback stream waits for the scores and runs the argmin.
+pub fn host_fn_on_callback_stream(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+    let s = scores_into_slot(l, t)?;
+    l.record_scores_ready(On::Compute, s)?;
+    l.wait_scores_ready(On::Callback, s)?;
+    l.host_fn_argmin(On::Callback, s)
+}
+
+/// Variant 3 (the seed's fix): the callback only hands the job over.
+pub fn hand_off_to_worker(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+    let s = scores_into_slot(l, t)?;
+    l.record_scores_ready(On::Compute, s)?;
+    l.wait_scores_ready(On::Callback, s)?;
+    l.host_fn_hand_off(On::Callback, s)
+}
+
+/// Variant 4: no host function; a thread waits on the event itself.
+pub fn event_waiting_thread(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+    let s = scores_into_slot(l, t)?;
+    l.record_scores_ready(On::Compute, s)?;
+    l.hand_to_waiting_thread(s)
+}
+
+// ---- the model -------------------------------------------------------------
+
+/// Serial sum: n·(G + C), GPU and CPU taking turns.
+pub fn serial_ms(iterations: usize, gpu_ms: f64, cpu_ms: f64) -> f64 {
+    iterations as f64 * (gpu_ms + cpu_ms)
+}
+
+/// The overlapped bound: n·max(G, C) + min(G, C) (the slower side every
+/// iteration, the faster one once to fill the pipeline).
+pub fn bound_ms(iterations: usize, gpu_ms: f64, cpu_ms: f64) -> f64 {
+    iterations as f64 * gpu_ms.max(cpu_ms) + gpu_ms.min(cpu_ms)
+}
+
+// ---- configuration and results ---------------------------------------------
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallbackConfig {
+    pub device: usize,
+    /// Key rows (scores per iteration).
+    pub rows: usize,
+    /// f32 per key row (a multiple of 4).
+    pub dim: usize,
+    /// Iterations per run (one query each).
+    pub iterations: usize,
+    /// Pinned score slots in the pool.
+    pub slots: usize,
+    /// CPU cost per iteration over GPU time per iteration, one point each.
+    pub cpu_over_gpu: Vec<f64>,
+    pub variants: Vec<Variant>,
+    pub warmup: usize,
+    pub repeats: usize,
+}
+
+impl Default for CallbackConfig {
+    fn default() -> Self {
+        // 64 Ki keys of 4096 f32 = 1 GiB read per iteration (~0.27 ms on an
+        // H200) and 256 KiB of scores back: the first argmin pass over
+        // scores fresh from a DMA is cheap enough (~0.05 ms) that the CPU
+        // cost can go well below the GPU's, and each further pass adds a
+        // little, up to several times the GPU's.
+        CallbackConfig { device: 0, rows: 64 << 10, dim: 4096, iterations: 256, slots: 4, cpu_over_gpu: vec![0.25, 0.5, 1.0, 2.0, 4.0], variants: Variant::ALL.to_vec(), warmup: 1, repeats: 5 }
+    }
+}
+
+impl CallbackConfig {
+    /// A smaller run for notebooks.
+    pub fn quick() -> Self {
+        CallbackConfig { iterations: 128, cpu_over_gpu: vec![0.5, 1.0, 2.0], repeats: 3, ..Self::default() }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.rows == 0 || self.rows > 1 << 26 {
+            return Err(LabError::config(format!("rows must be 1-2^26 (got {})", self.rows)));
+        }
+        if self.dim == 0 || self.dim % 4 != 0 || self.dim > 4096 {
+            return Err(LabError::config(format!("dim must be a multiple of 4, 4-4096 (got {})", self.dim)));
+        }
+        if (self.rows as u64) * (self.dim as u64) > 1 << 31 {
+            return Err(LabError::config("rows x dim must stay under 2^31 (8 GiB of keys)"));
+        }
+        if self.iterations == 0 || self.iterations > 100_000 {
+            return Err(LabError::config(format!("iterations must be 1-100000 (got {})", self.iterations)));
+        }
+        if self.slots < 2 || self.slots > 64 {
+            return Err(LabError::config(format!("slots must be 2-64 (got {}): one slot cannot overlap anything", self.slots)));
+        }
+        if self.cpu_over_gpu.is_empty() || self.cpu_over_gpu.iter().any(|r| !(*r > 0.0 && *r <= 1000.0)) {
+            return Err(LabError::config(format!("CPU/GPU cost ratios must be in (0, 1000] (got {:?})", self.cpu_over_gpu)));
+        }
+        if self.variants.is_empty() {
+            return Err(LabError::config("no variant to run"));
+        }
+        if self.repeats == 0 || self.repeats > 1000 || self.warmup > 100 {
+            return Err(LabError::config("repeats must be 1-1000 and warm-up 0-100"));
+        }
+        Ok(())
+    }
+}
+
+/// One variant at one CPU cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VariantResult {
+    pub variant: Variant,
+    /// Start to the last argmin's end (host clock), per run.
+    pub total_ms: Summary,
+    /// Median argmin duration in each run, on the thread that ran it.
+    pub cpu_ms: Summary,
+}
+
+/// One CPU cost: its calibrated argmin passes and every variant's time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostPoint {
+    /// The CPU/GPU ratio asked for.
+    pub cpu_over_gpu: f64,
+    pub passes: u32,
+    /// One iteration's argmin alone (host clock, fresh scores): what the
+    /// passes were calibrated with.
+    pub cpu_alone_ms: Summary,
+    pub variants: Vec<VariantResult>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallbackResults {
+    pub config: CallbackConfig,
+    /// One iteration's GPU work alone (row_dot + D2H), and its parts.
+    pub gpu_ms: Summary,
+    pub kernel_ms: Summary,
+    pub d2h_ms: Summary,
+    /// An empty host function's round trip on a stream (events around it).
+    pub host_fn_round_trip_ms: Summary,
+    pub points: Vec<CostPoint>,
+    /// Every variant's timeline at the point closest to balanced.
+    pub timelines: Vec<Timeline>,
+    /// Variant 3 at that point, timeline on over off, minus one (%).
+    pub timeline_overhead_pct: f64,
+    pub timeline_source: String,
+    /// Runs whose every argmin matched the CPU reference.
+    pub verified_runs: usize,
+}
+
+pub type CallbackRecord = crate::record::Record<CallbackResults>;
+
+impl CostPoint {
+    /// CPU per iteration for the model: the median over every variant's
+    /// runs of the argmin's duration where it really ran. (Measured alone
+    /// right after a sync, the same argmin took ~15% longer on the lent
+    /// H200's host: the model must use what the pipeline's threads see.)
+    pub fn cpu_ms(&self) -> f64 {
+        let v: Vec<f64> = self.variants.iter().map(|r| r.cpu_ms.median).collect();
+        Summary::of(&v).map_or(self.cpu_alone_ms.median, |s| s.median)
+    }
+    pub fn result(&self, v: Variant) -> Option<&VariantResult> {
+        self.variants.iter().find(|r| r.variant == v)
+    }
+}
+
+impl CallbackResults {
+    /// CPU per iteration of `v` at `p` (its own runs), else the point's.
+    fn cpu_of(&self, p: &CostPoint, v: Variant) -> f64 {
+        p.result(v).map_or(p.cpu_ms(), |r| r.cpu_ms.median)
+    }
+    /// n·max(G, C) + min(G, C), with the variant's own C.
+    pub fn bound_ms(&self, p: &CostPoint, v: Variant) -> f64 {
+        bound_ms(self.config.iterations, self.gpu_ms.median, self.cpu_of(p, v))
+    }
+    /// n·(G + C), with the variant's own C.
+    pub fn serial_ms(&self, p: &CostPoint, v: Variant) -> f64 {
+        serial_ms(self.config.iterations, self.gpu_ms.median, self.cpu_of(p, v))
+    }
+    /// What the model predicts for `v`: the bound when GPU and CPU overlap;
+    /// for variant 1 the serial sum plus one host-function round trip per
+    /// iteration (the compute stream stops for each).
+    pub fn model_ms(&self, p: &CostPoint, v: Variant) -> f64 {
+        if v.overlaps() {
+            self.bound_ms(p, v)
+        } else {
+            self.serial_ms(p, v) + self.config.iterations as f64 * self.host_fn_round_trip_ms.median
+        }
+    }
+    /// Bound over measured.
+    pub fn efficiency(&self, p: &CostPoint, v: Variant) -> Option<f64> {
+        p.result(v).map(|r| self.bound_ms(p, v) / r.total_ms.median)
+    }
+    /// Iterations per second.
+    pub fn throughput(&self, p: &CostPoint, v: Variant) -> Option<f64> {
+        p.result(v).map(|r| self.config.iterations as f64 / (r.total_ms.median / 1e3))
+    }
+    /// The point whose CPU cost is closest to the GPU's.
+    pub fn balanced(&self) -> Option<&CostPoint> {
+        self.points.iter().min_by(|a, b| (a.cpu_ms() / self.gpu_ms.median).ln().abs().total_cmp(&(b.cpu_ms() / self.gpu_ms.median).ln().abs()))
+    }
+
+    /// The model next to the measurement, one row per CPU cost and variant.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "{} iterations; GPU per iteration {:.3} ms (row_dot {:.3} + D2H {:.3}); {} slots; empty host function round trip {:.3} ms\n\
+             C = median argmin time in the runs (alone: calibration, host clock after a sync)\n\
+             {:>6} {:>7} {:>8} {:>8}  {:<34} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}\n",
+            self.config.iterations,
+            self.gpu_ms.median,
+            self.kernel_ms.median,
+            self.d2h_ms.median,
+            self.config.slots,
+            self.host_fn_round_trip_ms.median,
+            "C/G",
+            "passes",
+            "C alone",
+            "C ms",
+            "variant",
+            "its C",
+            "measured",
+            "serial",
+            "bound",
+            "model",
+            "it/s",
+            "eff."
+        );
+        for p in &self.points {
+            for r in &p.variants {
+                s += &format!(
+                    "{:>6.2} {:>7} {:>8.3} {:>8.3}  {:<34} {:>8.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>6.1}%\n",
+                    p.cpu_ms() / self.gpu_ms.median,
+                    p.passes,
+                    p.cpu_alone_ms.median,
+                    p.cpu_ms(),
+                    r.variant.label(),
+                    r.cpu_ms.median,
+                    r.total_ms.median,
+                    self.serial_ms(p, r.variant),
+                    self.bound_ms(p, r.variant),
+                    self.model_ms(p, r.variant),
+                    self.throughput(p, r.variant).unwrap_or(0.0),
+                    100.0 * self.efficiency(p, r.variant).unwrap_or(0.0)
+                );
+            }
+        }
+        s + &format!("timeline overhead (variant 3, balanced): {:+.2}% ({})\n", self.timeline_overhead_pct, self.timeline_source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bound_is_the_slower_side_n_times_plus_the_faster_once() {
+        assert_eq!(bound_ms(10, 1.0, 3.0), 31.0);
+        assert_eq!(bound_ms(10, 3.0, 1.0), 31.0);
+        assert_eq!(serial_ms(10, 1.0, 3.0), 40.0);
+        // Balanced, many iterations: overlap halves the serial time.
+        assert!((serial_ms(1000, 1.0, 1.0) / bound_ms(1000, 1.0, 1.0) - 2.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_with_a_reason() {
+        CallbackConfig::default().validate().unwrap();
+        CallbackConfig::quick().validate().unwrap();
+        let bad = |f: fn(&mut CallbackConfig), want: &str| {
+            let mut c = CallbackConfig::default();
+            f(&mut c);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        };
+        bad(|c| c.rows = 0, "rows");
+        bad(|c| c.dim = 6, "multiple of 4");
+        bad(|c| c.slots = 1, "one slot");
+        bad(|c| c.iterations = 0, "iterations");
+        bad(|c| c.cpu_over_gpu = vec![0.0], "ratios");
+        bad(|c| c.cpu_over_gpu = vec![f64::NAN], "ratios");
+        bad(|c| c.variants.clear(), "variant");
+        bad(|c| (c.rows, c.dim) = (1 << 26, 4096), "8 GiB");
+    }
+}
