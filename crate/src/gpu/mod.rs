@@ -96,6 +96,11 @@ impl Gpu {
         &self.name
     }
 
+    /// "GPU 0 (NVIDIA H200)": the process name in timelines and traces.
+    pub fn label(&self) -> String {
+        format!("GPU {} ({})", self.ordinal, self.name)
+    }
+
     /// CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT.
     pub fn copy_engines(&self) -> Result<u32> {
         driver::attribute(self.ctx.cu_device(), cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT).map(|v| v as u32)

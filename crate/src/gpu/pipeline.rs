@@ -222,7 +222,7 @@ impl Gpu {
         // gate, so no error leaves a stream waiting on a freed word.
         let mut p = Pipeline {
             gpu: self.clone(),
-            device_label: format!("GPU {} ({})", self.ordinal(), self.name()),
+            device_label: self.label(),
             schedule: Schedule::new(),
             streams: Vec::new(),
             stream_ends: Vec::new(),

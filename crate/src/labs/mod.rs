@@ -9,6 +9,14 @@ pub mod overlap;
 
 use crate::error::{LabError, Result};
 
+/// The bound of a two-stage pipeline over `n` items whose stages take `a`
+/// and `b` each: n·max(a, b) + min(a, b) (the slower stage every item, the
+/// faster one once to fill the pipeline). Lab 3 (copy, kernel) and lab 4
+/// (GPU, CPU) are judged against it.
+pub fn two_stage_bound_ms(n: usize, a: f64, b: f64) -> f64 {
+    n as f64 * a.max(b) + a.min(b)
+}
+
 /// FMAs per element that make a kernel take `target_ms`, from its time at
 /// two work levels (kernel time is linear in the work). `time` runs the
 /// kernel with the given iterations and returns its median ms.

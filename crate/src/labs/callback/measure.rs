@@ -101,7 +101,7 @@ impl CallbackRig {
             rows,
             dim,
             iterations: n,
-            device_label: format!("GPU {} ({})", gpu.ordinal(), gpu.name()),
+            device_label: gpu.label(),
         })
     }
 
@@ -164,20 +164,21 @@ impl CallbackRig {
     /// caches, as in the pipeline), host clock, ms.
     fn cpu_cost(&self, passes: u32, reps: usize) -> Result<Summary> {
         let view = self.views()[0];
-        let mut v = Vec::with_capacity(reps);
-        for r in 0..reps {
-            self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0))?;
+        let mut r = 0;
+        Summary::of_runs(reps, || {
+            let q = r % self.iterations;
+            r += 1;
+            self.kernel.enqueue(&self.compute, &self.row_dot_args(q, 0))?;
             self.d2h(On::Compute, 0)?;
             self.compute.synchronize()?;
-            let scores = view.scores_for_measurement();
             let t = Instant::now();
-            let i = work::heavy_argmin(scores, passes).map_err(LabError::Verification)?;
-            v.push(t.elapsed().as_secs_f64() * 1e3);
-            if i != self.reference[r % self.iterations] {
-                return Err(LabError::Verification(format!("argmin of query {} is {i}, the CPU reference says {}", r % self.iterations, self.reference[r % self.iterations])));
+            let i = work::heavy_argmin(view.scores(), passes).map_err(LabError::Verification)?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            if i != self.reference[q] {
+                return Err(LabError::Verification(format!("argmin of query {q} is {i}, the CPU reference says {}", self.reference[q])));
             }
-        }
-        Summary::of(&v)
+            Ok(ms)
+        })
     }
 
     /// Argmin passes that make one iteration's CPU work take `target_ms`
@@ -212,16 +213,16 @@ impl CallbackRig {
     /// as in variant 1, several times that.
     fn host_fn_round_trip(&self, reps: usize) -> Result<Summary> {
         let ev: Vec<Event> = (0..2).map(|_| self.gpu.timing_event()).collect::<Result<_>>()?;
-        let mut v = Vec::with_capacity(reps);
-        for r in 0..reps {
+        let mut r = 0;
+        Summary::of_runs(reps, || {
             self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0))?;
+            r += 1;
             ev[0].record(&self.compute)?;
             self.compute.launch_host_task(CallbackTask::Nothing)?;
             ev[1].record(&self.compute)?;
             ev[1].synchronize()?;
-            v.push(ev[0].elapsed_ms(&ev[1])?);
-        }
-        Summary::of(&v)
+            ev[0].elapsed_ms(&ev[1])
+        })
     }
 
     /// Runs `iteration` for every query; returns the host-clock total (ms)
@@ -244,14 +245,13 @@ impl CallbackRig {
         let mut issuer = GpuIssuer {
             rig: self,
             state: state.clone(),
-            leases: self.slots.iter().map(|_| None).collect(),
+            slots: self.slots.iter().map(|_| SlotUse::default()).collect(),
             worker: None,
             waiter: None,
             marks: &marks,
             t: 0,
             last_end: None,
             kernel_start: vec![0; if timeline { n } else { 0 }],
-            order: vec![SlotOrder::default(); self.slots.len()],
         };
         for t in 0..n {
             issuer.t = t;
@@ -309,8 +309,8 @@ pub struct RunOutcome {
 struct GpuIssuer<'r> {
     rig: &'r CallbackRig,
     state: Arc<RunState>,
-    /// The lease each slot is held under, until its job is handed out.
-    leases: Vec<Option<Lease>>,
+    /// Per slot: its lease until the job is handed out, and its ordering.
+    slots: Vec<SlotUse>,
     worker: Option<Worker>,
     waiter: Option<Worker>,
     /// Timed events, three per iteration (empty without a timeline).
@@ -323,8 +323,15 @@ struct GpuIssuer<'r> {
     last_end: Option<(On, usize)>,
     /// Per iteration: the event its kernel's span starts at.
     kernel_start: Vec<usize>,
-    /// Per slot: what orders a reader after its D2H.
-    order: Vec<SlotOrder>,
+}
+
+/// One slot as the issuer sees it during a run.
+#[derive(Debug, Default)]
+struct SlotUse {
+    /// Held until its job is handed out.
+    lease: Option<Lease>,
+    /// What orders a reader after its D2H.
+    order: SlotOrder,
 }
 
 /// How a slot's D2H is ordered before whatever reads its scores.
@@ -351,7 +358,7 @@ impl GpuIssuer<'_> {
     /// D2H, or it may read scores that have not arrived: refused here, with
     /// the missing link named, rather than left to chance.
     fn check_ordered(&self, slot: Slot, on: Option<On>) -> Result<()> {
-        let o = self.order.get(slot.0).copied().unwrap_or_default();
+        let o = self.slots.get(slot.0).map(|u| u.order).unwrap_or_default();
         let ok = match on {
             Some(on) => o.orders(on),
             None => o.ready_recorded,
@@ -359,7 +366,7 @@ impl GpuIssuer<'_> {
         if ok {
             return Ok(());
         }
-        let t = self.leases.get(slot.0).and_then(|l| l.as_ref()).map_or(self.t, |l| l.iteration);
+        let t = self.slots.get(slot.0).and_then(|u| u.lease.as_ref()).map_or(self.t, |l| l.iteration);
         let reader = match on {
             Some(On::Compute) => "a host function on the compute stream",
             Some(On::Callback) => "a host function on the callback stream",
@@ -374,7 +381,7 @@ impl GpuIssuer<'_> {
         Err(LabError::Verification(format!("iteration {t}: {reader} reads slot {} but is not ordered after its D2H ({missing}): it could read scores that have not arrived (a race)", slot.0)))
     }
     fn job(&mut self, slot: Slot) -> Result<ArgminJob> {
-        let lease = self.leases.get_mut(slot.0).and_then(Option::take);
+        let lease = self.slots.get_mut(slot.0).and_then(|u| u.lease.take());
         lease.map(|lease| ArgminJob { lease }).ok_or_else(|| LabError::config(format!("slot {} holds no iteration's scores (its job was already handed out)", slot.0)))
     }
     /// Records timed event `i` (0: before the kernel, 1: after it, 2: after
@@ -418,7 +425,7 @@ impl GpuIssuer<'_> {
             w.join()?;
         }
         // Jobs never handed out keep their slots: the loop is incomplete.
-        for lease in self.leases.iter_mut().filter_map(Option::take) {
+        for lease in self.slots.iter_mut().filter_map(|u| u.lease.take()) {
             self.state.drop_job(ArgminJob { lease }, "its scores were copied but no argmin was ever issued".into());
         }
         self.state.book.wait_all_back()
@@ -438,7 +445,7 @@ impl Drop for GpuIssuer<'_> {
 
 impl CallbackIssue for GpuIssuer<'_> {
     fn take_slot(&mut self, t: usize) -> Result<Slot> {
-        if self.leases.iter().all(Option::is_some) {
+        if self.slots.iter().all(|u| u.lease.is_some()) {
             return Err(LabError::Verification(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
         }
         let start = self.state.now_us();
@@ -450,14 +457,12 @@ impl CallbackIssue for GpuIssuer<'_> {
             self.break_chain(None);
         }
         let slot = lease.slot;
-        self.leases[slot] = Some(lease);
-        self.order[slot] = SlotOrder::default();
+        self.slots[slot] = SlotUse { lease: Some(lease), order: SlotOrder::default() };
         Ok(Slot(slot))
     }
     fn slot_at(&mut self, index: usize, t: usize) -> Result<Slot> {
         let lease = self.state.book.take_at(index, t)?;
-        self.leases[index] = Some(lease);
-        self.order[index] = SlotOrder::default();
+        self.slots[index] = SlotUse { lease: Some(lease), order: SlotOrder::default() };
         Ok(Slot(index))
     }
     fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
@@ -469,18 +474,18 @@ impl CallbackIssue for GpuIssuer<'_> {
     fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
         let _r = trace::range("enqueue: D2H scores");
         self.rig.d2h(on, slot.0)?;
-        self.order[slot.0] = SlotOrder { d2h_on: Some(on), ..SlotOrder::default() };
+        self.slots[slot.0].order = SlotOrder { d2h_on: Some(on), ..SlotOrder::default() };
         self.mark(on, 2)
     }
     fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
-        let o = &mut self.order[slot.0];
+        let o = &mut self.slots[slot.0].order;
         // Recording again re-arms the event: earlier waits do not count.
         *o = SlotOrder { ready_recorded: o.d2h_on == Some(on), d2h_on: o.d2h_on, waited: [false; 2] };
         self.rig.ready[slot.0].record(self.rig.stream(on))
     }
     fn wait_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
         self.break_chain(Some(on));
-        self.order[slot.0].waited[on as usize] = true;
+        self.slots[slot.0].order.waited[on as usize] = true;
         self.rig.stream(on).wait_event(&self.rig.ready[slot.0])
     }
     fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()> {

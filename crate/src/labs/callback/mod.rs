@@ -152,11 +152,8 @@ pub fn serial_ms(iterations: usize, gpu_ms: f64, cpu_ms: f64) -> f64 {
     iterations as f64 * (gpu_ms + cpu_ms)
 }
 
-/// The overlapped bound: n·max(G, C) + min(G, C) (the slower side every
-/// iteration, the faster one once to fill the pipeline).
-pub fn bound_ms(iterations: usize, gpu_ms: f64, cpu_ms: f64) -> f64 {
-    iterations as f64 * gpu_ms.max(cpu_ms) + gpu_ms.min(cpu_ms)
-}
+/// The overlapped bound: n·max(G, C) + min(G, C).
+pub use super::two_stage_bound_ms as bound_ms;
 
 // ---- configuration and results ---------------------------------------------
 

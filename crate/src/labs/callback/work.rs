@@ -79,11 +79,9 @@ impl ScoresView {
         // SAFETY: in bounds (rows + 1 words).
         unsafe { std::ptr::read_volatile(self.ptr.add(self.rows)) }
     }
-    /// The scores, for a standalone measurement with no copy in flight.
-    pub fn scores_for_measurement(&self) -> &[f32] {
-        self.scores()
-    }
-    fn scores(&self) -> &[f32] {
+    /// The scores. Whoever reads them holds the slot's lease, or (a
+    /// standalone measurement) has synced the copy.
+    pub fn scores(&self) -> &[f32] {
         // SAFETY: in bounds; if a copy lands meanwhile (a misused slot), the
         // stamp and generation checks around the read report it.
         unsafe { std::slice::from_raw_parts(self.ptr as *const f32, self.rows) }
@@ -335,12 +333,14 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// Slots of `rows` scores + stamp in plain memory, as a rig would pin them.
-    fn slots(n: usize, rows: usize) -> Vec<Vec<u32>> {
-        (0..n).map(|_| vec![0u32; rows + 1]).collect()
-    }
-    fn views(mem: &[Vec<u32>], rows: usize) -> Vec<ScoresView> {
-        mem.iter().map(|m| unsafe { ScoresView::new(m.as_ptr(), rows) }).collect()
+    /// One run's CPU side over `slots` slots of `rows` scores + stamp in
+    /// plain memory (as a rig would pin them): the memory, the book, the state.
+    fn fixture(slots: usize, rows: usize, iterations: usize, passes: u32, timeout_s: f64, spans: bool) -> (Vec<Vec<u32>>, Arc<SlotBook>, RunState) {
+        let mem: Vec<Vec<u32>> = (0..slots).map(|_| vec![0u32; rows + 1]).collect();
+        let views = mem.iter().map(|m| unsafe { ScoresView::new(m.as_ptr(), rows) }).collect();
+        let book = Arc::new(SlotBook::new(slots, Duration::from_secs_f64(timeout_s)));
+        let state = RunState::new(book.clone(), views, iterations, passes, Instant::now(), spans);
+        (mem, book, state)
     }
     /// Writes iteration t's scores (its argmin at t % rows) and stamp.
     fn land(mem: &mut [u32], t: usize) {
@@ -371,9 +371,8 @@ mod tests {
     #[test]
     fn the_worker_runs_every_job_gives_every_slot_back_and_joins() {
         let rows = 64;
-        let mut mem = slots(3, rows);
-        let book = Arc::new(SlotBook::new(3, Duration::from_secs(10)));
-        let state = Arc::new(RunState::new(book.clone(), views(&mem, rows), 200, 2, Instant::now(), true));
+        let (mut mem, book, state) = fixture(3, rows, 200, 2, 10.0, true);
+        let state = Arc::new(state);
         let worker = Worker::spawn("test-worker", WORKER_LANE, state.clone(), None).unwrap();
         let tx = worker.sender();
         for t in 0..200 {
@@ -394,9 +393,7 @@ mod tests {
     #[test]
     fn scores_that_have_not_arrived_are_reported_not_used() {
         let rows = 16;
-        let mut mem = slots(1, rows);
-        let book = Arc::new(SlotBook::new(1, Duration::from_secs(1)));
-        let state = RunState::new(book.clone(), views(&mem, rows), 4, 1, Instant::now(), false);
+        let (mut mem, book, state) = fixture(1, rows, 4, 1, 1.0, false);
         land(&mut mem[0], 0);
         let lease = book.take(1).unwrap(); // iteration 1 reads what iteration 0 left
         state.argmin(ArgminJob { lease }, WORKER_LANE, "test");
@@ -408,9 +405,7 @@ mod tests {
     #[test]
     fn a_panicking_argmin_becomes_an_error_and_frees_its_slot() {
         let rows = 16;
-        let mut mem = slots(1, rows);
-        let book = Arc::new(SlotBook::new(1, Duration::from_secs(1)));
-        let mut state = RunState::new(book.clone(), views(&mem, rows), 2, 1, Instant::now(), false);
+        let (mut mem, book, mut state) = fixture(1, rows, 2, 1, 1.0, false);
         state.panic_at = Some(0);
         let state = Arc::new(state);
         let worker = Worker::spawn("test-worker", WORKER_LANE, state.clone(), None).unwrap();
@@ -427,9 +422,8 @@ mod tests {
     #[test]
     fn a_worker_that_dies_fails_the_enqueue_loop_instead_of_hanging_it() {
         let rows = 16;
-        let mem = slots(1, rows);
-        let book = Arc::new(SlotBook::new(1, Duration::from_secs(30)));
-        let state = Arc::new(RunState::new(book.clone(), views(&mem, rows), 2, 1, Instant::now(), false));
+        let (_mem, book, state) = fixture(1, rows, 2, 1, 30.0, false);
+        let state = Arc::new(state);
         let wait: WaitForScores = Box::new(|_| panic!("the event wait blew up"));
         let worker = Worker::spawn("test-waiter", WAITER_LANE, state.clone(), Some(wait)).unwrap();
         worker.sender().send(ArgminJob { lease: book.take(0).unwrap() }).unwrap();
@@ -443,9 +437,8 @@ mod tests {
     #[test]
     fn a_host_task_can_hand_off_to_the_worker() {
         let rows = 16;
-        let mut mem = slots(1, rows);
-        let book = Arc::new(SlotBook::new(1, Duration::from_secs(1)));
-        let state = Arc::new(RunState::new(book.clone(), views(&mem, rows), 1, 1, Instant::now(), true));
+        let (mut mem, book, state) = fixture(1, rows, 1, 1, 1.0, true);
+        let state = Arc::new(state);
         let worker = Worker::spawn("test-worker", WORKER_LANE, state.clone(), None).unwrap();
         land(&mut mem[0], 0);
         let task = Box::new(CallbackTask::HandOff { state: state.clone(), job: ArgminJob { lease: book.take(0).unwrap() }, to: worker.sender() });

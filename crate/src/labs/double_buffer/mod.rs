@@ -125,9 +125,7 @@ pub fn no_overlap(p: &mut dyn Issue, t: &BufferTask) -> Result<()> {
 }
 
 /// The pipeline's bound: n·max(C, K) + min(C, K).
-pub fn bound_ms(batches: usize, copy_ms: f64, kernel_ms: f64) -> f64 {
-    batches as f64 * copy_ms.max(kernel_ms) + copy_ms.min(kernel_ms)
-}
+pub use super::two_stage_bound_ms as bound_ms;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DoubleBufferResults {
