@@ -5,14 +5,21 @@ callback stream that waits on it and runs a host function
 (`Stream.launch_host_func`) that only hands the job to a worker thread,
 which does the argmin and returns the slot. The kernel is overlap-lab's own
 kernels/row_dot.cu; sizes, iterations and slots come from an overlap-lab
-record, and the CPU work per iteration is calibrated to the record's
-balanced point (NumPy's argmin, repeated), so both sides do the same work.
+record. The CPU work is the same argmin as overlap-lab's (argmin.c, built
+here with gcc -O3 and called through ctypes, which releases the GIL, and
+timed inside the call). At every CPU cost point of the record it runs
+twice: with the same passes (the same work: the comparison the verdict is
+on), then with the passes adjusted until CuPy's worker spends the same CPU
+time per iteration as overlap-lab's did (in CuPy's process the same passes
+took 1.1-1.6x longer on the lent H200), which compares the pattern alone.
 
 Usage: cupy_callback.py RECORD.json [--out cupy.json]
 Every argmin is checked against a CPU reference (float32 BLAS of small
-integers: exact). Prints both totals; exits 1 if overlap-lab's variant 3 is
-slower than CuPy's."""
-import argparse, json, os, queue, statistics, sys, threading, time
+integers: exact). Prints both totals at each point; exits 1 unless
+overlap-lab's variant 3 is faster at the same work at every point where the
+GPU is not the slower side (where it is, both sit at the GPU's bound). The
+same-CPU-time comparison is printed beside it, not judged."""
+import argparse, ctypes, json, os, queue, statistics, subprocess, sys, tempfile, threading, time
 import numpy as np
 import cupy as cp
 import cupyx
@@ -28,12 +35,6 @@ def main():
     cfg = r["config"]
     rows, dim, n, nslots = cfg["rows"], cfg["dim"], cfg["iterations"], cfg["slots"]
     gpu_ms = r["gpu_ms"]["median"]
-    def point_cpu(p):
-        return statistics.median(v["cpu_ms"]["median"] for v in p["variants"])
-    bal = min(r["points"], key=lambda p: abs(np.log(point_cpu(p) / gpu_ms)))
-    target_cpu_ms = point_cpu(bal)  # the CPU work per iteration both sides do
-    ours_v3 = next(v for v in bal["variants"] if v["variant"] == "hand-off-to-worker")
-    ours, ours_cpu = ours_v3["total_ms"]["median"], ours_v3["cpu_ms"]["median"]
 
     src = open(os.path.join(os.path.dirname(__file__), "../../kernels/row_dot.cu")).read()
     kernel = cp.RawKernel(src, "row_dot", options=("--fmad=false",))
@@ -59,26 +60,20 @@ def main():
             kernel((grid,), (256,), (keys, queries, np.int32(t), np.uint32(rows), np.int32(dim), dev[s], np.uint32(t)))
         cp.cuda.runtime.memcpyAsync(host[s].ctypes.data, dev[s].data.ptr, nbytes, cp.cuda.runtime.memcpyDeviceToHost, compute.ptr)
 
-    def cpu_work(scores, passes):
-        first = int(np.argmin(scores))
-        for _ in range(passes - 1):
-            if int(np.argmin(scores)) != first:
-                raise RuntimeError("argmin passes disagree")
-        return first
+    # The same argmin as overlap-lab's, compiled natively.
+    lib_path = os.path.join(tempfile.mkdtemp(prefix="overlap-lab-argmin-"), "libargmin.so")
+    subprocess.run(["gcc", "-O3", "-shared", "-fPIC", "-o", lib_path, os.path.join(os.path.dirname(__file__), "argmin.c")], check=True)
+    lib = ctypes.CDLL(lib_path)
+    lib.heavy_argmin.restype = ctypes.c_int64
+    lib.heavy_argmin.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint32, ctypes.POINTER(ctypes.c_double)]
 
-    # Calibrate NumPy's passes to the record's CPU time per iteration.
-    def cpu_ms(passes, reps=9):
-        v = []
-        for i in range(reps):
-            gpu_work(i % n, 0)
-            compute.synchronize()
-            t0 = time.perf_counter()
-            cpu_work(host[0][:rows], passes)
-            v.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(v)
-    one, nine = cpu_ms(1), cpu_ms(9)
-    per_pass = max((nine - one) / 8, 1e-6)
-    passes = max(1, round((target_cpu_ms - (one - per_pass)) / per_pass))
+    def cpu_work(scores, passes):
+        """The argmin and its duration (ms, timed inside the call)."""
+        ms = ctypes.c_double()
+        i = lib.heavy_argmin(scores.ctypes.data, rows, passes, ctypes.byref(ms))
+        if i < 0:
+            raise RuntimeError("argmin passes disagree: the scores changed while being read")
+        return i, ms.value
 
     def run(passes):
         free = queue.Queue()
@@ -96,12 +91,10 @@ def main():
                     return
                 t, s = job
                 stamp = int(host[s].view(np.uint32)[rows])
-                t0 = time.perf_counter()
                 try:
-                    results[t] = cpu_work(host[s][:rows], passes)
+                    results[t], durations[t] = cpu_work(host[s], passes)
                 except Exception as e:  # surfaces after the run
                     errors.append(f"iteration {t}: {e}")
-                durations[t] = (time.perf_counter() - t0) * 1e3
                 if stamp != t or int(host[s].view(np.uint32)[rows]) != t:
                     errors.append(f"iteration {t}: slot {s} stamped {stamp}")
                 last_end[0] = time.perf_counter()
@@ -127,26 +120,51 @@ def main():
             sys.exit(f"CuPy run failed verification: {errors[:1]} {bad[:3]}")
         return total, statistics.median(durations)
 
-    # Correct the passes on real runs, as overlap-lab does: the worker's
-    # argmin inside the pipeline does not cost what it costs alone.
-    for _ in range(4):
-        _, c = run(passes)
-        if abs(c / target_cpu_ms - 1) < 0.1:
-            break
-        passes = max(1, passes + round((target_cpu_ms - c) / per_pass))
-    totals, cpus = zip(*[run(passes) for _ in range(a.repeats)])
-    cupy_ms, cupy_cpu = statistics.median(totals), statistics.median(cpus)
-    bound = n * max(gpu_ms, cupy_cpu) + min(gpu_ms, cupy_cpu)
-    print(f"CuPy variant 3: {rows} keys x {dim}, {n} iterations, {nslots} slots, {passes} NumPy argmin passes")
-    print(f"  CPU per iteration {cupy_cpu:.3f} ms (overlap-lab's balanced point: {target_cpu_ms:.3f} ms), GPU {gpu_ms:.3f} ms")
-    print(f"  CuPy total {cupy_ms:.2f} ms (min {min(totals):.2f}, max {max(totals):.2f}), {n / cupy_ms * 1e3:.0f} it/s, {100 * bound / cupy_ms:.1f}% of its bound {bound:.2f} ms")
-    print(f"  overlap-lab variant 3 at the same point: {ours:.2f} ms (CPU per iteration {ours_cpu:.3f} ms) -> CuPy / overlap-lab = {cupy_ms / ours:.3f}")
+    run(r["points"][0]["passes"])  # warm-up
+    def measure(passes):
+        totals, cpus = zip(*[run(passes) for _ in range(a.repeats)])
+        return {"passes": passes, "cupy_total_ms": list(totals), "median_ms": statistics.median(totals), "cpu_ms": statistics.median(cpus)}
+
+    def bound(cpu):
+        return n * max(gpu_ms, cpu) + min(gpu_ms, cpu)
+
+    print(f"CuPy variant 3 vs overlap-lab's: {rows} keys x {dim}, {n} iterations, {nslots} slots, GPU {gpu_ms:.3f} ms per iteration (the record's)")
+    rows_out, verdicts, pattern_alone = [], [], []
+    for p in r["points"]:
+        v3 = next(v for v in p["variants"] if v["variant"] == "hand-off-to-worker")
+        ours, ours_cpu = v3["total_ms"]["median"], v3["cpu_ms"]["median"]
+        # The same work (passes), then the same CPU time per iteration:
+        # the passes scaled until CuPy's worker spends what overlap-lab's did.
+        same_work = measure(p["passes"])
+        passes, cpu = p["passes"], same_work["cpu_ms"]
+        for _ in range(5):
+            if abs(cpu / ours_cpu - 1) < 0.05:
+                break
+            passes = max(1, round(passes * ours_cpu / cpu))
+            _, cpu = run(passes)
+        same_time = measure(passes)
+        ratio = same_work["median_ms"] / ours
+        gpu_bound = ours_cpu < 0.9 * gpu_ms
+        print(f"  C/G {ours_cpu / gpu_ms:.2f}: overlap-lab {ours:.2f} ms ({p['passes']} passes, CPU {ours_cpu:.3f} ms, {100 * bound(ours_cpu) / ours:.1f}% of bound)")
+        for name, m in [("same work", same_work), ("same CPU time", same_time)]:
+            print(f"      CuPy, {name}: {m['passes']} passes, CPU {m['cpu_ms']:.3f} ms; {m['median_ms']:.2f} ms (min {min(m['cupy_total_ms']):.2f}, max {max(m['cupy_total_ms']):.2f}), "
+                  f"{100 * bound(m['cpu_ms']) / m['median_ms']:.1f}% of bound -> CuPy / overlap-lab = {m['median_ms'] / ours:.3f}")
+        rows_out.append({"cpu_over_gpu": ours_cpu / gpu_ms, "overlap_lab_total_ms": ours, "overlap_lab_cpu_ms": ours_cpu,
+                         "same_work": same_work, "same_cpu_time": same_time, "cupy_over_overlap_lab_same_work": ratio,
+                         "cupy_over_overlap_lab_same_cpu_time": same_time["median_ms"] / ours, "gpu_bound": gpu_bound})
+        # Where the GPU is the slower side, both sit at the GPU's bound and
+        # there is nothing for the pattern to win; it is judged elsewhere.
+        if not gpu_bound:
+            verdicts.append(ratio > 1.0)
+            pattern_alone.append(same_time["median_ms"] / ours)
     if a.out:
-        json.dump({"cupy_total_ms": totals, "cupy_cpu_ms": cupy_cpu, "passes": passes, "target_cpu_ms": target_cpu_ms,
-                   "gpu_ms": gpu_ms, "overlap_lab_total_ms": ours, "rows": rows, "dim": dim, "iterations": n, "slots": nslots,
+        json.dump({"points": rows_out, "gpu_ms": gpu_ms, "rows": rows, "dim": dim, "iterations": n, "slots": nslots,
+                   "cpu_work": "argmin.c: overlap-lab's argmin in C, via ctypes", "repeats": a.repeats,
                    "cupy": cp.__version__, "numpy": np.__version__}, open(a.out, "w"), indent=1)
-    print("PASS" if ours < cupy_ms else "FAIL: overlap-lab's variant 3 is not faster")
-    sys.exit(0 if ours < cupy_ms else 1)
+    ok = bool(verdicts) and all(verdicts)
+    print(f"{'PASS' if ok else 'FAIL'}: overlap-lab faster at the same work at {sum(verdicts)} of {len(verdicts)} points where the CPU is not the faster side")
+    print(f"  (at the same CPU time, the pattern alone: CuPy / overlap-lab = {', '.join(f'{x:.3f}' for x in pattern_alone)})")
+    sys.exit(0 if ok else 1)
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,8 @@ pub enum XAxis {
     LogBytes,
     /// Counts on a log2 axis (1, 2, 4, ...).
     LogCount,
+    /// Ratios on a log2 axis (0.25, 0.5, 1, 2, ...).
+    LogRatio,
     Linear,
 }
 
@@ -184,6 +186,8 @@ impl Chart for Figure {
             match (p.x_axis, p.log_y) {
                 (XAxis::LogCount, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &count_fmt),
                 (XAxis::LogCount, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &count_fmt),
+                (XAxis::LogRatio, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &plain_fmt),
+                (XAxis::LogRatio, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &plain_fmt),
                 (XAxis::LogBytes, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &bytes_fmt),
                 (XAxis::LogBytes, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &bytes_fmt),
                 (XAxis::Linear, true) => draw_panel!(area, p, xs.0..xs.1, (ys.0..ys.1).log_scale(), &plain_fmt),

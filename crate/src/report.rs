@@ -3,6 +3,7 @@
 use crate::chart::Chart;
 use crate::error::{LabError, Result};
 use crate::labs::bandwidth::{self, BandwidthResults};
+use crate::labs::callback::{self, CallbackResults};
 use crate::labs::double_buffer::{self, DoubleBufferResults};
 use crate::labs::overlap::{self, OverlapResults};
 use crate::record::Record;
@@ -25,6 +26,7 @@ pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
         files.extend(render::<BandwidthResults>(dev, bandwidth::LAB, out_dir, lab1_figures)?);
         files.extend(render::<OverlapResults>(dev, overlap::LAB, out_dir, lab2_figures)?);
         files.extend(render::<DoubleBufferResults>(dev, double_buffer::LAB, out_dir, lab3_figures)?);
+        files.extend(render::<CallbackResults>(dev, callback::LAB, out_dir, lab4_figures)?);
     }
     if files.is_empty() {
         return Err(LabError::MissingData { path: data_dir.join("<device>").join("bandwidth.json") });
@@ -106,5 +108,23 @@ fn lab3_figures(rec: &Record<DoubleBufferResults>, dir: &Path, origin: &str) -> 
         files.push(trace);
     }
     files.push(write_text(dir.join("lab3-summary.txt"), format!("{origin}\n\n{}", rec.results.summary()))?);
+    Ok(files)
+}
+
+/// Lab 4: throughput and efficiency per variant, variant 1 vs 3 timelines,
+/// every variant's full timeline as a Chrome trace, summary.
+fn lab4_figures(rec: &Record<CallbackResults>, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
+    let mut files = callback::charts::throughput_and_efficiency(rec, origin).save(dir)?;
+    if let Some(g) = callback::charts::timelines(rec, origin, 12) {
+        files.extend(g.save(dir)?);
+    }
+    for v in &rec.results.config.variants {
+        if let Some(t) = callback::charts::timeline_of(&rec.results, *v) {
+            let trace = dir.join(format!("lab4-variant-{}.trace.json", v.number()));
+            t.save_chrome_trace(&trace)?;
+            files.push(trace);
+        }
+    }
+    files.push(write_text(dir.join("lab4-summary.txt"), format!("{origin}\n\n{}", rec.results.table()))?);
     Ok(files)
 }

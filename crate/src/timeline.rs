@@ -182,7 +182,7 @@ impl Chart for Gantt {
                 .caption(caption, ("sans-serif", 15))
                 .margin(8)
                 .x_label_area_size(30)
-                .y_label_area_size(110)
+                .y_label_area_size(170)
                 // 15% headroom on the right keeps the legend off the last spans.
                 .build_cartesian_2d(0.0..(t1 - t0) / 1e3 * 1.15, 0.0..n as f64)
                 .map_err(|e| e.to_string())?;
@@ -211,6 +211,8 @@ impl Chart for Gantt {
                 chart
                     .draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], kind_color(s.kind).filled())))
                     .map_err(|e| e.to_string())?;
+                // A hairline edge keeps back-to-back spans apart.
+                chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], WHITE.stroke_width(1)))).map_err(|e| e.to_string())?;
             }
             for kind in [OpKind::H2d, OpKind::Kernel, OpKind::D2h, OpKind::Host] {
                 if t.spans.iter().any(|s| s.kind == kind) {

@@ -302,7 +302,7 @@ mod double_buffering {
 
 mod callback {
     use overlap_lab::labs::callback::measure::{self, CallbackRig};
-    use overlap_lab::labs::callback::{self, CallbackConfig, CallbackIssue, On, Variant};
+    use overlap_lab::labs::callback::{self, exercise, CallbackConfig, Variant};
     use overlap_lab::progress::ProgressMode;
     use overlap_lab::testing::gpu_or_skip;
     use overlap_lab::Result;
@@ -318,7 +318,7 @@ mod callback {
         };
         let rig = CallbackRig::new(&gpu, &small()).unwrap();
         for v in Variant::ALL {
-            let out = rig.run(v.iteration(), 3, true).unwrap_or_else(|e| panic!("{}: {e}", v.label()));
+            let out = rig.run(&v.iteration(), 3, true).unwrap_or_else(|e| panic!("{}: {e}", v.label()));
             let t = out.timeline.unwrap();
             assert!(out.total_ms > 0.0 && out.cpu_ms > 0.0);
             let lanes = t.lanes();
@@ -339,43 +339,39 @@ mod callback {
         }
     }
 
-    /// The argmin reads scores the D2H may not have written yet.
-    fn no_wait(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
-        let s = l.take_slot(t)?;
-        l.row_dot(On::Compute, t, s)?;
-        l.d2h_scores(On::Compute, s)?;
-        l.host_fn_hand_off(On::Callback, s)
-    }
-    /// `buffers[t % n]`: the slot may still be read by the worker.
-    fn reuses_slots_early(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
-        let s = l.slot_at(t % 3, t)?;
-        l.row_dot(On::Compute, t, s)?;
-        l.d2h_scores(On::Compute, s)?;
-        l.record_scores_ready(On::Compute, s)?;
-        l.wait_scores_ready(On::Callback, s)?;
-        l.host_fn_hand_off(On::Callback, s)
-    }
-    fn forgets_the_argmin(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
-        let s = l.take_slot(t)?;
-        l.row_dot(On::Compute, t, s)?;
-        l.d2h_scores(On::Compute, s)
-    }
-
     #[test]
     fn wrong_wiring_is_caught_on_the_gpu() {
         let Some(gpu) = gpu_or_skip("wrong_wiring_is_caught_on_the_gpu") else {
             return;
         };
         let rig = CallbackRig::new(&gpu, &small()).unwrap();
-        let e = rig.run(no_wait, 1, false).unwrap_err().to_string();
+        let e = rig.run(&exercise::hands_off_without_waiting, 1, false).unwrap_err().to_string();
         assert!(e.contains("not ordered after its D2H") && e.contains("no \"scores ready\" event was recorded"), "{e}");
         // Heavy CPU work so the worker falls behind and slots are reused under it.
-        let e = rig.run(reuses_slots_early, 200, false).unwrap_err().to_string();
+        let e = rig.run(&exercise::reuses_slots_by_index, 200, false).unwrap_err().to_string();
         assert!(e.contains("reused too early") || e.contains("overwritten"), "{e}");
-        let e = rig.run(forgets_the_argmin, 1, false).unwrap_err().to_string();
+        let e = rig.run(&exercise::forgets_the_argmin, 1, false).unwrap_err().to_string();
         assert!(e.contains("argmin was never issued"), "{e}");
         // The rig is still usable after every failure: nothing was left in flight.
-        rig.run(callback::hand_off_to_worker, 1, false).unwrap();
+        rig.run(&callback::hand_off_to_worker, 1, false).unwrap();
+    }
+
+    #[test]
+    fn the_exercise_checker_passes_the_fix_and_names_what_is_wrong_on_the_gpu() {
+        let Some(gpu) = gpu_or_skip("the_exercise_checker_passes_the_fix_and_names_what_is_wrong_on_the_gpu") else {
+            return;
+        };
+        // The lab's sizes (a GPU iteration long enough to hide a hand-off), fewer iterations.
+        let cfg = CallbackConfig { iterations: 128, ..CallbackConfig::default() };
+        let rep = exercise::check_on_gpu(&gpu, &cfg, callback::hand_off_to_worker).unwrap();
+        println!("{rep}");
+        assert!(rep.passed, "{rep}");
+        let rep = exercise::check_on_gpu(&gpu, &cfg, Variant::HostFnOnCompute.iteration()).unwrap();
+        println!("{rep}");
+        assert!(!rep.passed && rep.to_string().contains("no overlap"), "{rep}");
+        let rep = exercise::check_on_gpu(&gpu, &cfg, exercise::reuses_slots_by_index).unwrap();
+        println!("{rep}");
+        assert!(!rep.passed && rep.to_string().contains("reused too early"), "{rep}");
     }
 
     #[test]
@@ -394,6 +390,7 @@ mod callback {
                 assert!(e > 0.05 && e < 1.5, "{}: efficiency {e}", v.label());
             }
         }
-        assert_eq!(r.verified_runs, 2 * 4 * 2 + 2 * 2 + 4);
+        // 2 points x 4 variants x 2 runs, 2 x (2·2 + 1) overhead runs, 4 timelines.
+        assert_eq!(r.verified_runs, 2 * 4 * 2 + 2 * 5 + 4);
     }
 }

@@ -80,13 +80,13 @@ fn lab3_recordings_are_complete_and_verified() {
 
 #[test]
 fn lab4_recording_is_complete_and_verified() {
-    use overlap_lab::labs::callback::{CallbackResults, Variant, LAB as LAB4};
+    use overlap_lab::labs::callback::{self, exercise, CallbackResults, Variant, LAB as LAB4};
     for (path, rec) in find_recordings::<CallbackResults>(&default_data_dir(), LAB4).expect("data/ holds a lab 4 recording") {
         let r = &rec.results;
         let c = &r.config;
         assert_eq!(r.points.len(), c.cpu_over_gpu.len(), "{}", path.display());
         // Every timed run, the overhead pairs and one timeline per variant were verified.
-        let runs = c.cpu_over_gpu.len() * c.variants.len() * (c.warmup + c.repeats) + 2 * (c.warmup + c.repeats) + c.variants.len();
+        let runs = c.cpu_over_gpu.len() * c.variants.len() * (c.warmup + c.repeats) + 2 * (c.warmup + 2 * c.repeats + 1) + c.variants.len();
         assert_eq!(r.verified_runs, runs);
         assert_eq!(r.timelines.len(), c.variants.len());
         for p in &r.points {
@@ -99,5 +99,11 @@ fn lab4_recording_is_complete_and_verified() {
         for t in &r.timelines {
             assert!(t.lanes().iter().any(|l| l.starts_with("CPU")) && t.lanes().iter().any(|l| l.starts_with("stream")), "{}", t.title);
         }
+        let pairs = r.timeline_overhead_pairs_pct.as_ref().expect("the overhead's pairs");
+        assert_eq!(pairs.n, 2 * c.repeats + 1);
+        // The exercise on the recorded costs: the fix passes, the seed's problem does not.
+        assert!(exercise::check_on_model(r, callback::hand_off_to_worker).passed);
+        let rep = exercise::check_on_model(r, callback::host_fn_on_compute);
+        assert!(!rep.passed && rep.to_string().contains("no overlap"), "{rep}");
     }
 }

@@ -18,7 +18,11 @@
 //! that wrote them, so a read too early or a slot reused too early is
 //! reported, not averaged into a throughput.
 
+pub mod charts;
+pub mod exercise;
 pub mod measure;
+pub mod model;
+pub mod order;
 pub mod slots;
 pub mod work;
 
@@ -78,6 +82,22 @@ pub enum On {
     Callback,
 }
 
+impl On {
+    pub fn name(self) -> &'static str {
+        match self {
+            On::Compute => "compute",
+            On::Callback => "callback",
+        }
+    }
+    /// The stream's lane in timelines.
+    pub fn lane(self) -> &'static str {
+        match self {
+            On::Compute => "stream 0: compute",
+            On::Callback => "stream 1: callback",
+        }
+    }
+}
+
 /// A pinned score slot (and its device twin) leased to one iteration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot(pub usize);
@@ -107,6 +127,8 @@ pub trait CallbackIssue {
 
 /// One iteration of a variant (or of the learner's exercise).
 pub type IterationFn = fn(&mut dyn CallbackIssue, usize) -> Result<()>;
+/// Any iteration code, a closure included (what runs and checkers take).
+pub type Iteration<'a> = &'a dyn Fn(&mut dyn CallbackIssue, usize) -> Result<()>;
 
 /// GPU work of iteration `t` into a fresh slot.
 fn scores_into_slot(l: &mut dyn CallbackIssue, t: usize) -> Result<Slot> {
@@ -182,7 +204,7 @@ impl Default for CallbackConfig {
         // scores fresh from a DMA is cheap enough (~0.05 ms) that the CPU
         // cost can go well below the GPU's, and each further pass adds a
         // little, up to several times the GPU's.
-        CallbackConfig { device: 0, rows: 64 << 10, dim: 4096, iterations: 256, slots: 4, cpu_over_gpu: vec![0.25, 0.5, 1.0, 2.0, 4.0], variants: Variant::ALL.to_vec(), warmup: 1, repeats: 5 }
+        CallbackConfig { device: 0, rows: 64 << 10, dim: 4096, iterations: 256, slots: 4, cpu_over_gpu: vec![0.25, 0.5, 1.0, 2.0, 4.0], variants: Variant::ALL.to_vec(), warmup: 1, repeats: 7 }
     }
 }
 
@@ -255,14 +277,25 @@ pub struct CallbackResults {
     pub points: Vec<CostPoint>,
     /// Every variant's timeline at the point closest to balanced.
     pub timelines: Vec<Timeline>,
-    /// Variant 3 at that point, timeline on over off, minus one (%).
+    /// Variant 3, timeline on over off, minus one (%): the median over
+    /// alternating pairs, at the point [`Self::timeline_overhead_cpu_over_gpu`].
     pub timeline_overhead_pct: f64,
+    /// Every pair's overhead (%): its spread says how much of the median is noise.
+    #[serde(default)]
+    pub timeline_overhead_pairs_pct: Option<Summary>,
+    /// The C/G where the overhead was measured (GPU-bound, where runs repeat).
+    #[serde(default = "not_recorded")]
+    pub timeline_overhead_cpu_over_gpu: f64,
     pub timeline_source: String,
     /// Runs whose every argmin matched the CPU reference.
     pub verified_runs: usize,
 }
 
 pub type CallbackRecord = crate::record::Record<CallbackResults>;
+
+fn not_recorded() -> f64 {
+    f64::NAN
+}
 
 impl CostPoint {
     /// CPU per iteration for the model: the median over every variant's
@@ -358,8 +391,47 @@ impl CallbackResults {
                 );
             }
         }
-        s + &format!("timeline overhead (variant 3, balanced): {:+.2}% ({})\n", self.timeline_overhead_pct, self.timeline_source)
+        let spread = self.timeline_overhead_pairs_pct.as_ref().map_or(String::new(), |p| format!(", pairs {:+.2}% to {:+.2}% over {}", p.min, p.max, p.n));
+        s + &format!(
+            "timeline overhead (variant 3 at C/G {:.2}): {:+.2}% median{spread} ({}); timelines drawn at C/G {:.2}\n",
+            self.timeline_overhead_cpu_over_gpu,
+            self.timeline_overhead_pct,
+            self.timeline_source,
+            self.balanced().map_or(f64::NAN, |p| p.cpu_ms() / self.gpu_ms.median)
+        )
     }
+}
+
+/// Notebook entry points for lab 4.
+impl crate::notebook::LabRun<CallbackResults> {
+    /// The model next to the measurement.
+    pub fn summary(&self) -> String {
+        self.record.results.table()
+    }
+    pub fn throughput_chart(&self) -> crate::chart::Figure {
+        charts::throughput_and_efficiency(&self.record, &self.origin())
+    }
+    /// Variant 1 above variant 3, `iterations` from the middle of the run.
+    pub fn timeline_chart(&self, iterations: usize) -> Result<crate::timeline::Gantt> {
+        charts::timelines(&self.record, &self.origin(), iterations).ok_or_else(|| LabError::config("this recording has no timelines of variants 1 and 3"))
+    }
+    /// Checks a learner's iteration: live on a GPU, else on the queue model.
+    pub fn check_iteration(&self, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> crate::check::CheckReport {
+        let r = &self.record.results;
+        if crate::gpu::Availability::probe().is_ready() && std::env::var_os(crate::notebook::FORCE_RECORDED_ENV).is_none() {
+            return crate::gpu::Gpu::open(r.config.device).and_then(|gpu| exercise::check_on_gpu(&gpu, &r.config, &iteration)).unwrap_or_else(|e| {
+                let mut rep = crate::check::CheckReport::new("callback-stream wiring (live)");
+                rep.problem(format!("the run failed: {e}"));
+                rep
+            });
+        }
+        exercise::check_on_model(r, iteration)
+    }
+}
+
+/// Lab 4 in a notebook: live on a GPU, else the newest recording.
+pub fn live_or_recorded(cfg: CallbackConfig) -> Result<crate::notebook::LabRun<CallbackResults>> {
+    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
 }
 
 #[cfg(test)]

@@ -1,0 +1,274 @@
+//! Exercise 4: wire the "scores ready" event, the callback stream and the
+//! worker hand-off. The checker runs the learner's iteration on the queue
+//! model (no GPU) or on the GPU, and says what is wrong: an argmin that
+//! read the wrong scores, a reader not ordered after its D2H, a slot reused
+//! too early, the argmin left in a host function (on the compute stream:
+//! no overlap; on the callback stream: heavy work on the driver's thread),
+//! or too little overlap.
+
+use super::measure::CallbackRig;
+use super::model::{ArgminOn, ModelCosts, ModelIssuer};
+use super::{bound_ms, serial_ms, CallbackConfig, CallbackIssue, CallbackResults, On, Slot};
+use crate::check::CheckReport;
+use crate::error::{LabError, Result};
+use crate::gpu::Gpu;
+use crate::stats::Summary;
+use std::cell::RefCell;
+
+pub const TARGET_EFFICIENCY: f64 = 0.90;
+/// Iterations of a check on the GPU (a notebook waits for it).
+pub const GPU_CHECK_ITERATIONS: usize = 128;
+
+// ---- deliberately wrong iterations (tests, demonstrations) ----------------
+
+/// The argmin reads scores the D2H may not have written yet: no event.
+pub fn hands_off_without_waiting(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+    let s = l.take_slot(t)?;
+    l.row_dot(On::Compute, t, s)?;
+    l.d2h_scores(On::Compute, s)?;
+    l.host_fn_hand_off(On::Callback, s)
+}
+
+/// `buffers[t % 3]`: the slot may still be read by the worker.
+pub fn reuses_slots_by_index(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+    let s = l.slot_at(t % 3, t)?;
+    l.row_dot(On::Compute, t, s)?;
+    l.d2h_scores(On::Compute, s)?;
+    l.record_scores_ready(On::Compute, s)?;
+    l.wait_scores_ready(On::Callback, s)?;
+    l.host_fn_hand_off(On::Callback, s)
+}
+
+/// Copies the scores and never finds their argmin.
+pub fn forgets_the_argmin(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+    let s = l.take_slot(t)?;
+    l.row_dot(On::Compute, t, s)?;
+    l.d2h_scores(On::Compute, s)
+}
+
+// ---- the checker -----------------------------------------------------------
+
+/// Passes every call through and notes where each argmin was sent.
+struct Audit<'a> {
+    inner: &'a mut dyn CallbackIssue,
+    places: &'a RefCell<Vec<ArgminOn>>,
+}
+
+impl CallbackIssue for Audit<'_> {
+    fn take_slot(&mut self, t: usize) -> Result<Slot> {
+        self.inner.take_slot(t)
+    }
+    fn slot_at(&mut self, index: usize, t: usize) -> Result<Slot> {
+        self.inner.slot_at(index, t)
+    }
+    fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
+        self.inner.row_dot(on, t, slot)
+    }
+    fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
+        self.inner.d2h_scores(on, slot)
+    }
+    fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
+        self.inner.record_scores_ready(on, slot)
+    }
+    fn wait_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
+        self.inner.wait_scores_ready(on, slot)
+    }
+    fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()> {
+        self.places.borrow_mut().push(ArgminOn::HostFn(on));
+        self.inner.host_fn_argmin(on, slot)
+    }
+    fn host_fn_hand_off(&mut self, on: On, slot: Slot) -> Result<()> {
+        self.places.borrow_mut().push(ArgminOn::Worker);
+        self.inner.host_fn_hand_off(on, slot)
+    }
+    fn hand_to_waiting_thread(&mut self, slot: Slot) -> Result<()> {
+        self.places.borrow_mut().push(ArgminOn::WaitingThread);
+        self.inner.hand_to_waiting_thread(slot)
+    }
+}
+
+/// Where the argmins went, as problems or notes.
+fn judge_places(rep: &mut CheckReport, places: &[ArgminOn]) {
+    let count = |p: ArgminOn| places.iter().filter(|&&x| x == p).count();
+    let (on_compute, on_callback) = (count(ArgminOn::HostFn(On::Compute)), count(ArgminOn::HostFn(On::Callback)));
+    if on_compute > 0 {
+        rep.problem(format!(
+            "{on_compute} argmin(s) run in a host function on the compute stream: the stream waits for each, so the next row_dot cannot start until the CPU is done (no overlap). Record the \"scores ready\" event on the compute stream and put the host function on the callback stream after a wait on it"
+        ));
+    }
+    if on_callback > 0 {
+        rep.problem(format!(
+            "{on_callback} argmin(s) run inside a host function on the callback stream: heavy work on the driver's one callback thread, which every host function of the context (and every stream waiting on one) queues behind. Let the host function only hand the job over: host_fn_hand_off"
+        ));
+    }
+    if count(ArgminOn::WaitingThread) > 0 {
+        rep.note("a thread waits on each \"scores ready\" event itself (variant 4, no host function): correct too; the exercise asks for the callback stream's hand-off, the seed's fix");
+    }
+}
+
+/// The time against the bound and the serial sum.
+fn judge_time(rep: &mut CheckReport, how: &str, measured: f64, serial: f64, bound: f64) {
+    let eff = bound / measured;
+    rep.note(format!("{how}: {measured:.2} ms; GPU and CPU taking turns {serial:.2} ms; bound {bound:.2} ms; efficiency {:.1}% (target {:.0}%)", 100.0 * eff, 100.0 * TARGET_EFFICIENCY));
+    if measured > 0.95 * serial {
+        rep.problem("no overlap: GPU iteration t+1 does not run while the CPU works on iteration t");
+    } else if eff < TARGET_EFFICIENCY {
+        rep.problem(format!("efficiency {:.1}% is under the target {:.0}%", 100.0 * eff, 100.0 * TARGET_EFFICIENCY));
+    }
+}
+
+/// The model's costs from a recording: its GPU parts, the CPU cost at the
+/// point closest to balanced, the empty host function's round trip.
+pub fn balanced_costs(rec: &CallbackResults) -> Result<ModelCosts> {
+    let p = rec.balanced().ok_or_else(|| LabError::config("the recording has no CPU cost point"))?;
+    Ok(ModelCosts {
+        kernel_ms: (rec.gpu_ms.median - rec.d2h_ms.median).max(0.0),
+        d2h_ms: rec.d2h_ms.median,
+        cpu_ms: p.cpu_ms(),
+        host_fn_ms: rec.host_fn_round_trip_ms.median,
+    })
+}
+
+/// Checks an iteration with no GPU, on the queue model at the recording's
+/// balanced point, its iterations and slots.
+pub fn check_on_model(rec: &CallbackResults, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> CheckReport {
+    let (n, slots) = (rec.config.iterations, rec.config.slots);
+    let mut rep = CheckReport::new(&format!("callback-stream wiring, {n} iterations, {slots} slots (queue model, no GPU)"));
+    let costs = match balanced_costs(rec) {
+        Ok(c) => c,
+        Err(e) => {
+            rep.problem(format!("no costs to model: {e}"));
+            return rep;
+        }
+    };
+    let places = RefCell::new(Vec::new());
+    let mut m = ModelIssuer::new(costs, slots);
+    let ran = m.run(n, &|l, t| iteration(&mut Audit { inner: l, places: &places }, t));
+    if let Err(e) = ran {
+        rep.problem(format!("the wiring failed: {e}"));
+        return rep;
+    }
+    if let Some(p) = m.problems.first() {
+        rep.problem(format!("{p} ({} problem(s) in all)", m.problems.len()));
+    }
+    if m.argmins.len() < n {
+        rep.problem(format!("only {} of {n} iterations ran their argmin", m.argmins.len()));
+    }
+    judge_places(&mut rep, &places.borrow());
+    if rep.passed || m.argmins.len() == n {
+        let (g, c) = (costs.gpu_ms(), costs.cpu_ms);
+        judge_time(&mut rep, &format!("predicted (G {g:.3} ms, C {c:.3} ms per iteration)"), m.total_ms(), serial_ms(n, g, c), bound_ms(n, g, c));
+    }
+    rep
+}
+
+/// Checks an iteration on the GPU with real scores, at a CPU cost
+/// calibrated to the GPU's (balanced), every argmin verified.
+pub fn check_on_gpu(gpu: &Gpu, cfg: &CallbackConfig, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> Result<CheckReport> {
+    let cfg = CallbackConfig { iterations: cfg.iterations.min(GPU_CHECK_ITERATIONS), ..cfg.clone() };
+    let n = cfg.iterations;
+    let mut rep = CheckReport::new(&format!("callback-stream wiring, {n} iterations, {} slots (live on {})", cfg.slots, gpu.name()));
+    let rig = CallbackRig::new(gpu, &cfg)?;
+    let g = rig.gpu_ms(5)?;
+    let passes = rig.calibrate_passes(g)?;
+    let places = RefCell::new(Vec::new());
+    let audited = |l: &mut dyn CallbackIssue, t: usize| iteration(&mut Audit { inner: l, places: &places }, t);
+    if let Err(e) = rig.run(&audited, passes, false) {
+        rep.problem(format!("the run failed: {e}"));
+        judge_places(&mut rep, &places.borrow());
+        return Ok(rep);
+    }
+    judge_places(&mut rep, &places.borrow());
+    let (mut totals, mut cpus) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let out = rig.run(&iteration, passes, false)?;
+        totals.push(out.total_ms);
+        cpus.push(out.cpu_ms);
+    }
+    let (measured, c) = (Summary::of(&totals)?.median, Summary::of(&cpus)?.median);
+    judge_time(&mut rep, &format!("measured (G {g:.3} ms, C {c:.3} ms per iteration, {passes} argmin passes)"), measured, serial_ms(n, g, c), bound_ms(n, g, c));
+    Ok(rep)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::super::{CostPoint, Variant, VariantResult};
+    use super::*;
+    use crate::timeline::Timeline;
+
+    fn s(v: f64) -> Summary {
+        Summary { median: v, min: v, max: v, n: 1 }
+    }
+
+    pub(crate) fn rec() -> CallbackResults {
+        let cfg = CallbackConfig { iterations: 128, ..CallbackConfig::default() };
+        let variants = Variant::ALL.iter().map(|&variant| VariantResult { variant, total_ms: s(40.0), cpu_ms: s(0.27) }).collect();
+        CallbackResults {
+            config: cfg,
+            gpu_ms: s(0.27),
+            kernel_ms: s(0.26),
+            d2h_ms: s(0.01),
+            host_fn_round_trip_ms: s(0.07),
+            points: vec![CostPoint { cpu_over_gpu: 1.0, passes: 6, cpu_alone_ms: s(0.25), variants }],
+            timelines: Vec::<Timeline>::new(),
+            timeline_overhead_pct: 0.0,
+            timeline_overhead_pairs_pct: None,
+            timeline_overhead_cpu_over_gpu: 0.5,
+            timeline_source: "cuda events".into(),
+            verified_runs: 1,
+        }
+    }
+
+    #[test]
+    fn the_seeds_fix_passes_on_the_model() {
+        let r = check_on_model(&rec(), super::super::hand_off_to_worker);
+        assert!(r.passed, "{r}");
+        assert!(r.to_string().contains("predicted"), "{r}");
+    }
+
+    #[test]
+    fn an_event_waiting_thread_passes_with_a_note() {
+        let r = check_on_model(&rec(), super::super::event_waiting_thread);
+        assert!(r.passed && r.to_string().contains("variant 4"), "{r}");
+    }
+
+    #[test]
+    fn the_callback_left_on_the_compute_stream_is_no_overlap() {
+        let r = check_on_model(&rec(), Variant::HostFnOnCompute.iteration());
+        let t = r.to_string();
+        assert!(!r.passed && t.contains("host function on the compute stream") && t.contains("no overlap"), "{r}");
+    }
+
+    #[test]
+    fn heavy_work_in_the_callback_is_named_even_when_it_overlaps() {
+        let r = check_on_model(&rec(), Variant::HostFnOnCallbackStream.iteration());
+        let t = r.to_string();
+        assert!(!r.passed && t.contains("inside a host function on the callback stream") && t.contains("host_fn_hand_off"), "{r}");
+        assert!(!t.contains("no overlap"), "{r}");
+    }
+
+    #[test]
+    fn a_slot_reused_too_early_is_caught() {
+        // CPU twice the GPU: the worker falls behind and buffers[t % 3] comes round.
+        let mut r = rec();
+        r.points[0].variants.iter_mut().for_each(|v| v.cpu_ms = s(0.54));
+        let rep = check_on_model(&r, reuses_slots_by_index);
+        assert!(!rep.passed && rep.to_string().contains("reused too early"), "{rep}");
+    }
+
+    #[test]
+    fn a_missing_event_or_argmin_is_reported() {
+        let r = check_on_model(&rec(), hands_off_without_waiting);
+        assert!(!r.passed && r.to_string().contains("not ordered after its D2H"), "{r}");
+        let r = check_on_model(&rec(), forgets_the_argmin);
+        assert!(!r.passed && r.to_string().contains("would wait for a slot forever"), "{r}");
+    }
+
+    #[test]
+    fn a_recording_with_no_points_is_a_finding_not_a_panic() {
+        let mut r = rec();
+        r.points.clear();
+        let rep = check_on_model(&r, super::super::hand_off_to_worker);
+        assert!(!rep.passed && rep.to_string().contains("no costs to model"), "{rep}");
+    }
+}
