@@ -305,7 +305,6 @@ mod callback {
     use overlap_lab::labs::callback::{self, exercise, CallbackConfig, Variant};
     use overlap_lab::progress::ProgressMode;
     use overlap_lab::testing::gpu_or_skip;
-    use overlap_lab::Result;
 
     fn small() -> CallbackConfig {
         CallbackConfig { rows: 8192, dim: 64, iterations: 96, slots: 3, cpu_over_gpu: vec![0.5, 2.0], warmup: 0, repeats: 2, ..CallbackConfig::default() }

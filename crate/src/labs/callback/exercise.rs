@@ -108,13 +108,7 @@ fn judge_places(rep: &mut CheckReport, places: &[ArgminOn]) {
 
 /// The time against the bound and the serial sum.
 fn judge_time(rep: &mut CheckReport, how: &str, measured: f64, serial: f64, bound: f64) {
-    let eff = bound / measured;
-    rep.note(format!("{how}: {measured:.2} ms; GPU and CPU taking turns {serial:.2} ms; bound {bound:.2} ms; efficiency {:.1}% (target {:.0}%)", 100.0 * eff, 100.0 * TARGET_EFFICIENCY));
-    if measured > 0.95 * serial {
-        rep.problem("no overlap: GPU iteration t+1 does not run while the CPU works on iteration t");
-    } else if eff < TARGET_EFFICIENCY {
-        rep.problem(format!("efficiency {:.1}% is under the target {:.0}%", 100.0 * eff, 100.0 * TARGET_EFFICIENCY));
-    }
+    rep.judge_overlap(how, measured, ("GPU and CPU taking turns", serial), bound, TARGET_EFFICIENCY, "GPU iteration t+1 does not run while the CPU works on iteration t");
 }
 
 /// The model's costs from a recording: its GPU parts, the CPU cost at the

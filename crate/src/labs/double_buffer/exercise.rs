@@ -12,13 +12,7 @@ use crate::schedule::{Machine, OpKind};
 pub const TARGET_EFFICIENCY: f64 = 0.90;
 
 fn report(rep: &mut CheckReport, measured: f64, serial: f64, bound: f64, how: &str) {
-    let eff = bound / measured;
-    rep.note(format!("{how}: {measured:.2} ms; no overlap {serial:.2} ms; bound {bound:.2} ms; efficiency {:.1}% (target {:.0}%)", 100.0 * eff, 100.0 * TARGET_EFFICIENCY));
-    if measured > 0.95 * serial {
-        rep.problem("no overlap: copies and kernels take turns; put them on different streams and link them with events");
-    } else if eff < TARGET_EFFICIENCY {
-        rep.problem(format!("efficiency {:.1}% is under the target {:.0}%", 100.0 * eff, 100.0 * TARGET_EFFICIENCY));
-    }
+    rep.judge_overlap(how, measured, ("no overlap", serial), bound, TARGET_EFFICIENCY, "copies and kernels take turns; put them on different streams and link them with events");
 }
 
 /// A deliberately wrong schedule, kept for tests and demonstrations: it
