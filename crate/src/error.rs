@@ -16,11 +16,24 @@ pub enum LabError {
     OutOfMemory { what: &'static str, call: &'static str, bytes: crate::units::Bytes },
     #[error("invalid configuration: {0}")]
     Config(String),
-    #[error("data verification failed: {0}")]
-    Verification(String),
-    #[error("no recorded data: {path} does not exist (run `overlap-lab all` on a GPU machine to record it)")]
+    /// Wrong bytes: a buffer holds something other than what the CPU
+    /// reference says it should.
+    #[error("data verification failed: {buffer}, element {element}: {detail}")]
+    Verification { buffer: String, element: usize, detail: String },
+    /// Timing could not be established (a kernel whose time does not grow with
+    /// its work, a cost that will not settle): not a data error.
+    #[error("calibration failed: {what}. {advice}")]
+    Calibration { what: String, advice: String },
+    /// A schedule that cannot run correctly: an access not ordered after a
+    /// conflicting one, a slot reused too early, work never issued.
+    #[error("schedule error: {0}")]
+    Schedule(String),
+    /// A thread the lab started (a worker, a waiter) stopped unexpectedly.
+    #[error("{0}")]
+    Thread(String),
+    #[error("no recorded data: {} does not exist (run `overlap-lab all` on a GPU machine to record it)", crate::record::display_path(path))]
     MissingData { path: PathBuf },
-    #[error("recorded data {path} is unreadable: {reason}")]
+    #[error("recorded data {} is unreadable: {reason}", crate::record::display_path(path))]
     BadData { path: PathBuf, reason: String },
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
@@ -38,5 +51,15 @@ impl LabError {
     }
     pub fn config(msg: impl Into<String>) -> Self {
         LabError::Config(msg.into())
+    }
+    /// `buffer`'s element `element` is wrong; `detail` says got/expected.
+    pub fn wrong_data(buffer: impl Into<String>, element: usize, detail: impl Into<String>) -> Self {
+        LabError::Verification { buffer: buffer.into(), element, detail: detail.into() }
+    }
+    pub fn schedule(msg: impl Into<String>) -> Self {
+        LabError::Schedule(msg.into())
+    }
+    pub fn calibration(what: impl Into<String>, advice: impl Into<String>) -> Self {
+        LabError::Calibration { what: what.into(), advice: advice.into() }
     }
 }

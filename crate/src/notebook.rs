@@ -73,7 +73,7 @@ impl<T: Serialize + DeserializeOwned> LabRun<T> {
             Source::Live => (format!("LIVE RUN on {}", self.record.provenance()), String::new()),
             Source::Recorded { path, why_not_live } => (
                 format!("RECORDED on {}", self.record.provenance()),
-                format!("\nNot live because {why_not_live}.\nData: {}\nCommand: {}", path.display(), self.record.command.join(" ")),
+                format!("\nNot live because {why_not_live}.\nData: {}\nCommand: {}", crate::record::display_path(path), self.record.command_line()),
             ),
         };
         format!("{bar}\n{head}{detail}\n{}\n{bar}", fp.describe())

@@ -92,11 +92,15 @@ pub fn verify(words: &[u64], seed: u64, what: &str) -> Result<()> {
     });
     match bad {
         None => Ok(()),
-        Some((i, want, got)) => Err(LabError::Verification(format!(
-            "{what}: word {i} (byte {}) is {got:#018x}, expected {want:#018x}{}",
-            i * 8,
-            if got == POISON { " (still poison: never written)" } else { "" }
-        ))),
+        Some((i, want, got)) => Err(LabError::wrong_data(
+            what,
+            i,
+            format!(
+                "64-bit word at byte {} is {got:#018x}, expected {want:#018x}{}",
+                i * 8,
+                if got == POISON { " (still poison: never written)" } else { "" }
+            ),
+        )),
     }
 }
 
@@ -117,12 +121,14 @@ mod tests {
         let mut v = vec![0u64; 2 * CHUNK];
         fill(&mut v, 7);
         v[CHUNK + 5] = POISON;
-        let e = verify(&v, 7, "h2d 1 MiB").unwrap_err().to_string();
-        assert!(e.contains(&format!("word {}", CHUNK + 5)), "{e}");
+        let e = verify(&v, 7, "h2d 1 MiB").unwrap_err();
+        assert!(matches!(e, LabError::Verification { element, .. } if element == CHUNK + 5), "{e}");
+        let e = e.to_string();
+        assert!(e.starts_with(&format!("data verification failed: h2d 1 MiB, element {}: 64-bit word at byte {}", CHUNK + 5, 8 * (CHUNK + 5))), "{e}");
         assert!(e.contains("never written"), "{e}");
         poison(&mut v);
         assert!(v.iter().all(|&w| w == POISON));
-        assert!(verify(&v, 7, "poisoned").unwrap_err().to_string().contains("word 0 "));
+        assert!(verify(&v, 7, "poisoned").unwrap_err().to_string().contains("element 0: 64-bit word at byte 0 "));
     }
 
     #[test]

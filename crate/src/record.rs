@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: lab 1 prices first and repeated allocations apart (`PinCostPoint`).
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Record<T> {
@@ -29,7 +30,7 @@ impl<T: Serialize + DeserializeOwned> Record<T> {
             lab: lab.to_string(),
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
             fingerprint,
-            command: std::env::args().collect(),
+            command: user_command(&std::env::args().collect::<Vec<_>>()),
             created: chrono::Utc::now(),
             results,
         }
@@ -68,10 +69,55 @@ impl<T: Serialize + DeserializeOwned> Record<T> {
         serde_json::from_value(value).map_err(|e| LabError::BadData { path: path.to_path_buf(), reason: e.to_string() })
     }
 
+    /// The command that made it, as a user would type it: `overlap-lab
+    /// overlap --chunks 4`, whatever path the binary ran from and wherever
+    /// the record was written (older records are shown the same way).
+    pub fn command_line(&self) -> String {
+        user_command(&self.command).join(" ")
+    }
+
     /// "recorded on NVIDIA H100 80GB HBM3, 2026-11-21 14:02 UTC"
     pub fn provenance(&self) -> String {
         format!("{}, {}", self.fingerprint.gpu_name, self.created.format("%Y-%m-%d %H:%M UTC"))
     }
+}
+
+/// `args` (a process's command line) as a user would type it: the program
+/// is `overlap-lab` wherever it ran from (`.gpu/overlap-lab`,
+/// `target/release/overlap-lab`), and options that only say where output
+/// goes (`--data`, `--out`, `--quiet`, `--no-record`) are left out, since
+/// they change nothing that was measured.
+pub fn user_command(args: &[String]) -> Vec<String> {
+    const WHERE_ONLY_WITH_VALUE: [&str; 2] = ["--data", "--out"];
+    const WHERE_ONLY_FLAGS: [&str; 3] = ["--quiet", "-q", "--no-record"];
+    let mut out = Vec::with_capacity(args.len());
+    let mut it = args.iter();
+    if let Some(program) = it.next() {
+        let name = Path::new(program).file_name().map_or(program.clone(), |n| n.to_string_lossy().into_owned());
+        out.push(if name.starts_with("overlap-lab") { "overlap-lab".to_string() } else { name });
+    }
+    while let Some(a) = it.next() {
+        if WHERE_ONLY_WITH_VALUE.contains(&a.as_str()) {
+            it.next();
+        } else if !(WHERE_ONLY_FLAGS.contains(&a.as_str()) || WHERE_ONLY_WITH_VALUE.iter().any(|o| a.starts_with(&format!("{o}=")))) {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+/// The repository's root (the folder holding `crate/` and `data/`).
+pub fn repo_root() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    root.canonicalize().unwrap_or(root)
+}
+
+/// `path` relative to the repository when it lies inside it
+/// (`data/nvidia-h200/overlap.json`), else as given: what outputs print,
+/// so they name no folder of the machine that ran them.
+pub fn display_path(path: &Path) -> String {
+    let abs = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    abs.strip_prefix(repo_root()).map_or_else(|_| path.display().to_string(), |rel| rel.display().to_string())
 }
 
 /// Where recorded data lives: `$OVERLAP_LAB_DATA`, else the repository's
@@ -132,6 +178,26 @@ mod tests {
         assert_eq!(all[0].1.results, Toy { x: 2 }, "newest first");
         assert_eq!(Record::<Toy>::load(&pa).unwrap().results, Toy { x: 1 });
         assert!(!dir.join("test-gpu/toy.json.tmp").exists());
+    }
+
+    #[test]
+    fn commands_read_as_a_user_would_type_them() {
+        let args = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(user_command(&args(".gpu/overlap-lab --data /root/out/data overlap")).join(" "), "overlap-lab overlap");
+        assert_eq!(user_command(&args("/x/target/release/overlap-lab -q --data=/tmp/d all --out /tmp/report")).join(" "), "overlap-lab all");
+        assert_eq!(user_command(&args("overlap-lab overlap --chunks 1,4 --no-record")).join(" "), "overlap-lab overlap --chunks 1,4");
+        assert_eq!(user_command(&args("notebook bandwidth")).join(" "), "notebook bandwidth");
+        let mut r = Record::new("toy", crate::testing::fingerprint(), Toy { x: 1 });
+        r.command = args(".gpu/overlap-lab --data /root/out/data callback");
+        assert_eq!(r.command_line(), "overlap-lab callback");
+        assert!(!Record::new("toy", crate::testing::fingerprint(), Toy { x: 1 }).command.iter().any(|a| a == "--data"));
+    }
+
+    #[test]
+    fn paths_inside_the_repository_print_relative_to_it() {
+        let data = repo_root().join("data").join("nvidia-h200");
+        assert_eq!(display_path(&data), "data/nvidia-h200");
+        assert_eq!(display_path(Path::new("/nonexistent/x.json")), "/nonexistent/x.json");
     }
 
     #[test]

@@ -13,42 +13,150 @@ use std::path::{Path, PathBuf};
 
 /// Renders every figure of every recording under `data_dir` into
 /// `out_dir/<device>/` (SVG + PNG, Chrome traces, a text summary per lab),
-/// returning the files.
+/// then each lab's headline numbers with the GPUs side by side
+/// (`out_dir/headline.md` and `.csv`), returning the files.
 pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    let (files, table) = visit(data_dir, Some(out_dir))?;
+    if files.is_empty() {
+        return Err(LabError::MissingData { path: data_dir.join("<device>").join("bandwidth.json") });
+    }
+    let mut files = files;
+    files.push(write_text(out_dir.join("headline.md"), table.markdown(None))?);
+    files.push(write_text(out_dir.join("headline.csv"), table.csv())?);
+    Ok(files)
+}
+
+/// One lab's recording on one device: the GPU's name, the headline rows
+/// and, when rendered, the files.
+struct Visited {
+    gpu: String,
+    lab: &'static str,
+    headline: Vec<(String, String)>,
+    files: Vec<PathBuf>,
+}
+
+/// Loads every recording under `data_dir` once: renders its figures into
+/// `out_dir` when given, and gathers every lab's headline numbers.
+fn visit(data_dir: &Path, out_dir: Option<&Path>) -> Result<(Vec<PathBuf>, Headlines)> {
     let entries = std::fs::read_dir(data_dir).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => LabError::MissingData { path: data_dir.to_path_buf() },
         _ => LabError::io(format!("listing {}", data_dir.display()), e),
     })?;
     let mut devices: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
     devices.sort();
-    let mut files = Vec::new();
+    let (mut files, mut table) = (Vec::new(), Headlines::default());
     for dev in &devices {
-        files.extend(render::<BandwidthResults>(dev, bandwidth::LAB, out_dir, lab1_figures)?);
-        files.extend(render::<OverlapResults>(dev, overlap::LAB, out_dir, lab2_figures)?);
-        files.extend(render::<DoubleBufferResults>(dev, double_buffer::LAB, out_dir, lab3_figures)?);
-        files.extend(render::<CallbackResults>(dev, callback::LAB, out_dir, lab4_figures)?);
+        let labs = [
+            lab::<BandwidthResults>(dev, bandwidth::LAB, out_dir, lab1_figures, bandwidth::model::headline)?,
+            lab::<OverlapResults>(dev, overlap::LAB, out_dir, lab2_figures, overlap::model::headline)?,
+            lab::<DoubleBufferResults>(dev, double_buffer::LAB, out_dir, lab3_figures, DoubleBufferResults::headline)?,
+            lab::<CallbackResults>(dev, callback::LAB, out_dir, lab4_figures, CallbackResults::headline)?,
+        ];
+        let labs: Vec<Visited> = labs.into_iter().flatten().collect();
+        if let Some(first) = labs.first() {
+            let gpu = first.gpu.clone();
+            let mut rows = Vec::new();
+            for v in labs {
+                files.extend(v.files);
+                rows.extend(v.headline.into_iter().map(|(what, value)| (v.lab.to_string(), what, value)));
+            }
+            table.add_gpu(&gpu, rows);
+        }
     }
-    if files.is_empty() {
-        return Err(LabError::MissingData { path: data_dir.join("<device>").join("bandwidth.json") });
-    }
-    Ok(files)
+    Ok((files, table))
 }
 
-/// Loads `dev/<lab>.json` if it exists and renders it into
-/// `out_dir/<device slug>/` with a provenance line for every figure.
-fn render<T: Serialize + DeserializeOwned>(
+/// Loads `dev/<lab>.json` if it exists; renders it into
+/// `out_dir/<device slug>/` (a provenance line on every figure) when asked.
+fn lab<T: Serialize + DeserializeOwned>(
     dev: &Path,
-    lab: &str,
-    out_dir: &Path,
+    lab: &'static str,
+    out_dir: Option<&Path>,
     figures: fn(&Record<T>, &Path, &str) -> Result<Vec<PathBuf>>,
-) -> Result<Vec<PathBuf>> {
+    headline: fn(&T) -> Vec<(String, String)>,
+) -> Result<Option<Visited>> {
     let path = dev.join(format!("{lab}.json"));
     if !path.is_file() {
-        return Ok(vec![]);
+        return Ok(None);
     }
     let rec = Record::<T>::load(&path)?;
-    let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command.join(" "));
-    figures(&rec, &out_dir.join(rec.fingerprint.slug()), &origin)
+    let files = match out_dir {
+        Some(out) => {
+            let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command_line());
+            figures(&rec, &out.join(rec.fingerprint.slug()), &origin)?
+        }
+        None => Vec::new(),
+    };
+    Ok(Some(Visited { gpu: rec.fingerprint.gpu_name.clone(), lab, headline: headline(&rec.results), files }))
+}
+
+/// Each lab's headline numbers with the GPUs side by side.
+#[derive(Debug, Default)]
+pub struct Headlines {
+    /// GPU names, one column each.
+    pub gpus: Vec<String>,
+    /// (lab, what, value per GPU), each lab's rows together in its order.
+    pub rows: Vec<(String, String, Vec<Option<String>>)>,
+}
+
+impl Headlines {
+    /// From every recording under `data_dir` (no figures drawn).
+    pub fn from_data(data_dir: &Path) -> Result<Headlines> {
+        Ok(visit(data_dir, None)?.1)
+    }
+
+    /// Adds one GPU's column: (lab, what, value) rows.
+    pub fn add_gpu(&mut self, gpu: &str, rows: Vec<(String, String, String)>) {
+        let col = self.gpus.len();
+        self.gpus.push(gpu.to_string());
+        for row in &mut self.rows {
+            row.2.push(None);
+        }
+        for (lab, what, value) in rows {
+            match self.rows.iter_mut().find(|r| r.0 == lab && r.1 == what) {
+                Some(r) => r.2[col] = Some(value),
+                None => {
+                    let mut values = vec![None; col + 1];
+                    values[col] = Some(value);
+                    // Keep each lab's rows together, in the order first seen.
+                    let at = self.rows.iter().rposition(|r| r.0 == lab).map_or(self.rows.len(), |i| i + 1);
+                    self.rows.insert(at, (lab, what, values));
+                }
+            }
+        }
+    }
+
+    /// A Markdown table of every lab (with a heading), or of `lab` alone.
+    pub fn markdown(&self, lab: Option<&str>) -> String {
+        let mut s = String::new();
+        let dashes = "---|".repeat(self.gpus.len());
+        match lab {
+            None => {
+                s += "# Headline numbers per GPU\n\nFrom the recordings in `data/` (`overlap-lab report` writes this file; each lab's summary beside it says how every number was measured).\n\n";
+                s += &format!("| lab | what | {} |\n|---|---|{dashes}\n", self.gpus.join(" | "));
+            }
+            Some(_) => s += &format!("| what | {} |\n|---|{dashes}\n", self.gpus.join(" | ")),
+        }
+        for (l, what, values) in self.rows.iter().filter(|r| lab.is_none_or(|lab| r.0 == lab)) {
+            let cells = values.iter().map(|v| v.as_deref().unwrap_or("-")).collect::<Vec<_>>().join(" | ");
+            s += &match lab {
+                None => format!("| {l} | {what} | {cells} |\n"),
+                Some(_) => format!("| {what} | {cells} |\n"),
+            };
+        }
+        s
+    }
+
+    /// The same as CSV (for spreadsheets): lab, what, one column per GPU.
+    pub fn csv(&self) -> String {
+        let quote = |f: &str| if f.contains([',', '"', '\n']) { format!("\"{}\"", f.replace('"', "\"\"")) } else { f.to_string() };
+        let line = |cells: Vec<String>| cells.join(",") + "\n";
+        let mut s = line(["lab", "what"].iter().map(|h| h.to_string()).chain(self.gpus.iter().map(|g| quote(g))).collect());
+        for (lab, what, values) in &self.rows {
+            s += &line([quote(lab), quote(what)].into_iter().chain(values.iter().map(|v| quote(v.as_deref().unwrap_or("")))).collect());
+        }
+        s
+    }
 }
 
 fn write_text(path: PathBuf, text: String) -> Result<PathBuf> {
@@ -63,9 +171,10 @@ fn lab1_figures(rec: &Record<BandwidthResults>, dir: &Path, origin: &str) -> Res
         files.extend(fig.save(dir)?);
     }
     let text = format!(
-        "{origin}\n\n{}\n{}\nBreak-even (copies until pinning pays off)\n{}",
+        "{origin}\n\n{}\n{}\n{}\n{}",
         rec.fingerprint.describe(),
         bandwidth::model::summary_table(rec),
+        bandwidth::model::pin_cost_table(&rec.results),
         bandwidth::model::break_even_table(&rec.results)
     );
     files.push(write_text(dir.join("lab1-summary.txt"), text)?);
@@ -87,11 +196,7 @@ fn lab2_figures(rec: &Record<OverlapResults>, dir: &Path, origin: &str) -> Resul
         ir.best_timeline.save_chrome_trace(&trace)?;
         files.push(trace);
     }
-    let mut text = format!(
-        "{origin}\n\n{}\ntimeline overhead: {:+.2}%\n",
-        overlap::model::summary_table(&rec.results.intensities, rec.results.copy_engines),
-        rec.results.timeline_overhead_pct
-    );
+    let mut text = format!("{origin}\n\n{}", rec.results.summary());
     for ir in &rec.results.intensities {
         text += &format!("\n{} ({} FMAs per element)\n{}", ir.intensity.label(), ir.iterations, overlap::model::efficiency_table(ir, rec.results.copy_engines));
     }
@@ -127,4 +232,28 @@ fn lab4_figures(rec: &Record<CallbackResults>, dir: &Path, origin: &str) -> Resu
     }
     files.push(write_text(dir.join("lab4-summary.txt"), format!("{origin}\n\n{}", rec.results.table()))?);
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(v: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+        v.iter().map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())).collect()
+    }
+
+    #[test]
+    fn headlines_put_gpus_side_by_side_and_keep_each_labs_rows_together() {
+        let mut t = Headlines::default();
+        t.add_gpu("GPU A", rows(&[("bandwidth", "pinned", "55.1"), ("overlap", "best", "2.6x")]));
+        t.add_gpu("GPU B", rows(&[("bandwidth", "pinned", "55.4"), ("bandwidth", "pageable", "9.3, H2D"), ("overlap", "best", "2.7x")]));
+        let order: Vec<_> = t.rows.iter().map(|r| (r.0.as_str(), r.1.as_str())).collect();
+        assert_eq!(order, [("bandwidth", "pinned"), ("bandwidth", "pageable"), ("overlap", "best")]);
+        let md = t.markdown(None);
+        assert!(md.contains("| lab | what | GPU A | GPU B |"), "{md}");
+        assert!(md.contains("| bandwidth | pageable | - | 9.3, H2D |"), "a value one GPU lacks is a dash: {md}");
+        assert_eq!(t.markdown(Some("overlap")), "| what | GPU A | GPU B |\n|---|---|---|\n| best | 2.6x | 2.7x |\n");
+        let csv = t.csv();
+        assert!(csv.starts_with("lab,what,GPU A,GPU B\n") && csv.contains("bandwidth,pageable,,\"9.3, H2D\"\n"), "{csv}");
+    }
 }

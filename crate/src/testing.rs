@@ -39,12 +39,28 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
-/// For GPU tests: the opened device, or None after saying why the test skips.
+/// Set to 1 on a GPU machine: a GPU test that finds no GPU fails instead of
+/// skipping, so a run that should have used the GPU cannot pass by skipping.
+pub const REQUIRE_GPU_ENV: &str = "OVERLAP_LAB_REQUIRE_GPU";
+
+/// Whether [`REQUIRE_GPU_ENV`] asks for a GPU.
+pub fn gpu_required() -> bool {
+    std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// For GPU tests: the opened device, or None after saying why the test
+/// skips. Panics (fails the test) instead when [`REQUIRE_GPU_ENV`] is set.
 pub fn gpu_or_skip(test: &str) -> Option<crate::gpu::Gpu> {
     let avail = crate::gpu::Availability::probe();
     if !avail.is_ready() {
-        eprintln!("SKIPPED {test}: {}", avail.reason());
+        skip_unless_required(test, &avail.reason());
         return None;
     }
     Some(crate::gpu::Gpu::open(0).expect("GPU present but could not be opened"))
+}
+
+/// Says `SKIPPED test: why`, or fails the test when a GPU is required.
+pub fn skip_unless_required(test: &str, why: &str) {
+    assert!(!gpu_required(), "{test}: {REQUIRE_GPU_ENV} is set but {why}");
+    eprintln!("SKIPPED {test}: {why}");
 }

@@ -32,6 +32,32 @@ pub struct Timeline {
     pub source: String,
 }
 
+/// What drawing a timeline costs a run, in %: after `warmup` pairs,
+/// `pairs` untraced and traced runs alternate (`run(traced)` returns a
+/// run's total ms), and each pair gives traced / untraced - 1. A ratio per
+/// pair cancels what drifts between pairs (the host's speed moved whole
+/// runs by -30% to +45% on the lent GPUs), which a difference of two
+/// medians would not. Timed results never come from traced runs: this is
+/// only how far the drawn timeline is from them.
+pub fn overhead_pct(warmup: usize, pairs: usize, mut run: impl FnMut(bool) -> Result<f64>) -> Result<crate::stats::Summary> {
+    let mut v = Vec::with_capacity(pairs);
+    for i in 0..warmup + pairs {
+        let untraced = run(false)?;
+        let traced = run(true)?;
+        if i >= warmup {
+            v.push(100.0 * (traced / untraced - 1.0));
+        }
+    }
+    crate::stats::Summary::of(&v)
+}
+
+/// One line for a lab's summary: "timeline overhead: +1.20% median, pairs
+/// -0.80% to +3.10% over 15 (cupti)".
+pub fn overhead_line(median_pct: f64, pairs: Option<&crate::stats::Summary>, source: &str) -> String {
+    let spread = pairs.map_or(String::new(), |p| format!(", pairs {:+.2}% to {:+.2}% over {}", p.min, p.max, p.n));
+    format!("timeline overhead (drawn run vs untraced): {median_pct:+.2}% median{spread} ({source})")
+}
+
 /// The kineto-style name of an operation kind (what PyTorch traces show).
 pub fn trace_name(kind: OpKind, label: &str) -> String {
     match kind {

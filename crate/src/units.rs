@@ -8,6 +8,23 @@ pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
 
+/// A duration given in ms, in the unit that suits its size: `-4.36 ms`,
+/// `2.0 µs`, `1.25 s`, so a table never prints -4360.0 µs.
+pub fn fmt_ms(ms: f64) -> String {
+    let a = ms.abs();
+    if !ms.is_finite() {
+        "n/a".into()
+    } else if a >= 1000.0 {
+        format!("{:.2} s", ms / 1e3)
+    } else if a >= 1.0 {
+        format!("{ms:.2} ms")
+    } else if a >= 1e-3 || a == 0.0 {
+        format!("{:.1} µs", ms * 1e3)
+    } else {
+        format!("{:.0} ns", ms * 1e6)
+    }
+}
+
 /// A byte count. Displays with binary units, parses `4096`, `4K`, `4KiB`, `64MiB`, `1G`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -66,6 +83,18 @@ impl FromStr for Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_print_in_the_unit_that_suits_them() {
+        assert_eq!(fmt_ms(-4360.0), "-4.36 s");
+        assert_eq!(fmt_ms(-4.36), "-4.36 ms");
+        assert_eq!(fmt_ms(8.93), "8.93 ms");
+        assert_eq!(fmt_ms(0.002), "2.0 µs");
+        assert_eq!(fmt_ms(-0.5), "-500.0 µs");
+        assert_eq!(fmt_ms(0.0), "0.0 µs");
+        assert_eq!(fmt_ms(2e-7), "0 ns");
+        assert_eq!(fmt_ms(f64::NAN), "n/a");
+    }
 
     #[test]
     fn parses_and_prints_binary_units() {

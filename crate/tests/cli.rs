@@ -30,6 +30,35 @@ fn help_lists_every_command() {
     assert!(out.contains("--min") && out.contains("write-combined"), "{out}");
 }
 
+/// The subcommands `--help` lists (the lines under "Commands:").
+fn subcommands() -> Vec<String> {
+    let (code, out, _) = cli(&["--help"]);
+    assert_eq!(code, 0);
+    let list = out.split("Commands:").nth(1).expect("help lists commands").split("\n\n").next().unwrap_or("");
+    list.lines().filter_map(|l| l.split_whitespace().next()).filter(|c| *c != "help").map(String::from).collect()
+}
+
+#[test]
+fn every_subcommand_has_help_that_names_its_options() {
+    let subs = subcommands();
+    // The lab subcommands and the tools around them; a new one joins this list.
+    assert_eq!(subs, ["device", "bandwidth", "overlap", "double-buffer", "callback", "report", "all"], "{subs:?}");
+    for sub in &subs {
+        let (code, out, err) = cli(&[sub, "--help"]);
+        assert_eq!(code, 0, "{sub} --help: {err}");
+        assert!(out.contains(&format!("Usage: overlap-lab {sub}")), "{sub} --help: {out}");
+        assert!(out.contains("--data") && out.contains("--quiet"), "{sub} --help lacks the global options: {out}");
+        if !matches!(sub.as_str(), "device" | "report") {
+            assert!(out.contains("--device"), "{sub} --help lacks --device: {out}");
+        }
+    }
+    let (_, out, _) = cli(&["all", "--help"]);
+    assert!(out.contains("--preset") && out.contains("small") && out.contains("compute-sanitizer"), "{out}");
+    let (code, _, err) = cli(&["all", "--preset", "tiny"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("invalid value 'tiny'") && err.contains("full, quick, small"), "{err}");
+}
+
 #[test]
 fn bad_input_is_one_clear_line_and_nothing_written() {
     let data = overlap_lab::testing::temp_dir("cli-bad");
@@ -73,4 +102,24 @@ fn all_without_gpu_says_so_and_renders_recorded_data() {
     let (code, stdout, err) = cli(&["--data", &repo_data, "all", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(stdout.contains("no GPU") && stdout.contains("report:"), "{stdout}");
+}
+
+/// On a GPU: every lab at the small preset (the sanitizer preset) runs
+/// end to end through the CLI, and nothing is recorded.
+#[test]
+fn all_small_runs_every_lab_and_records_nothing() {
+    let avail = overlap_lab::gpu::Availability::probe();
+    if !avail.is_ready() {
+        overlap_lab::testing::skip_unless_required("all_small_runs_every_lab_and_records_nothing", &avail.reason());
+        return;
+    }
+    let data = overlap_lab::testing::temp_dir("cli-all-small");
+    let out = overlap_lab::testing::temp_dir("cli-all-small-report");
+    let (code, stdout, err) = cli(&["--data", data.to_str().unwrap(), "-q", "all", "--preset", "small", "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}\n{err}");
+    assert!(stdout.contains("not recording: only --preset full is recorded"), "{stdout}");
+    for table in ["Break-even", "speed-up", "double-buffered", "hands off to worker"] {
+        assert!(stdout.contains(table), "no {table} in {stdout}");
+    }
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "a small run wrote a record");
 }

@@ -39,7 +39,7 @@ fn solutions_pass_on_recorded_data() {
             assert!(rep.passed, "{rep}");
         }
         let be = model::break_even(r);
-        let one = be.iter().find(|b| b.kind == HostMemoryKind::Pinned && b.direction == Direction::D2h && b.bytes == Bytes(1 << 20)).unwrap();
+        let one = be.iter().find(|b| b.acquisition == model::Acquisition::Once && b.direction == Direction::D2h && b.bytes == Bytes(1 << 20)).unwrap();
         assert!(exercise::check_break_even(r, Direction::D2h, Bytes(1 << 20), one.copies.unwrap()).passed);
         assert!(!exercise::check_break_even(r, Direction::D2h, Bytes(1 << 20), one.copies.unwrap() * 3.0 + 5.0).passed);
     }
@@ -60,6 +60,22 @@ fn lab2_recordings_are_complete_and_verified() {
             assert_eq!(ir.best_predicted.spans.len(), ir.best_timeline.spans.len());
         }
         assert!(r.timeline_overhead_pct.is_finite());
+        assert_eq!(r.timeline_overhead_pairs_pct.expect("every pair's overhead").n, 2 * r.config.repeats + 1);
+        // The exercise on the recorded parts: the solution passes, one stream does not.
+        use overlap_lab::labs::overlap::{exercise, Intensity};
+        let rep = exercise::check_on_model(r, Intensity::Balanced, 16, 4, exercise::solution);
+        assert!(rep.passed, "{}: {rep}", path.display());
+        let one_stream = exercise::check_on_model(r, Intensity::Balanced, 16, 4, |p, t| {
+            for c in 0..t.chunks {
+                let (at, n) = t.chunk(c);
+                let s = t.streams[0];
+                p.h2d(s, t.dev_in, at, t.host_in, at, n, "H2D")?;
+                p.compute(s, t.dev_in, at, t.dev_out, at, n, "compute")?;
+                p.d2h(s, t.host_out, at, t.dev_out, at, n, "D2H")?;
+            }
+            Ok(())
+        });
+        assert!(!one_stream.passed && one_stream.to_string().contains("no overlap"), "{one_stream}");
     }
 }
 
@@ -69,12 +85,19 @@ fn lab3_recordings_are_complete_and_verified() {
     let found = find_recordings::<DoubleBufferResults>(&default_data_dir(), double_buffer::LAB).expect("data/ holds a lab 3 recording");
     for (path, rec) in found {
         let r = &rec.results;
-        // Timed runs of both schedules, the overhead runs (pipelined, off and on), two timelines.
-        assert_eq!(r.verified_runs, 4 * (r.config.warmup + r.config.repeats) + 2, "{}", path.display());
+        // Timed runs of both schedules, the overhead pairs (pipelined, off and on), two timelines.
+        let (w, n) = (r.config.warmup, r.config.repeats);
+        assert_eq!(r.verified_runs, 2 * (w + n) + 2 * (w + 2 * n + 1) + 2, "{}", path.display());
+        assert_eq!(r.timeline_overhead_pairs_pct.expect("every pair's overhead").n, 2 * n + 1);
         let overhead = r.timeline_overhead_pct.expect("the timeline's cost is recorded");
         assert!(overhead.is_finite() && !r.timeline_source.is_empty(), "{}", path.display());
         assert_eq!(r.pipelined_timeline.spans.iter().filter(|s| s.label.starts_with("compute")).count(), r.config.batches);
         assert!(r.bound_ms() > 0.0 && r.pipelined_ms.median > 0.0);
+        // The exercise on the recorded costs: the solution passes, the early refill races.
+        let rep = double_buffer::exercise::check_on_model(r, r.config.batches, double_buffer::pipelined);
+        assert!(rep.passed, "{}: {rep}", path.display());
+        let early = double_buffer::exercise::check_on_model(r, r.config.batches, double_buffer::exercise::refills_host_buffer_too_early);
+        assert!(!early.passed && early.to_string().contains("race"), "{early}");
     }
 }
 

@@ -57,7 +57,36 @@ enum Command {
         device: usize,
         #[arg(long, default_value = "target/report", value_name = "DIR")]
         out: PathBuf,
+        /// How big each lab's run is. Only `full` is recorded and reported.
+        #[arg(long, value_enum, default_value_t = Preset::Full)]
+        preset: Preset,
+        /// Do not write the records to the data directory.
+        #[arg(long)]
+        no_record: bool,
     },
+}
+
+impl Preset {
+    /// One lab's configuration for this preset.
+    fn pick<T>(self, full: fn() -> T, quick: fn() -> T, small: fn() -> T) -> T {
+        match self {
+            Preset::Full => full(),
+            Preset::Quick => quick(),
+            Preset::Small => small(),
+        }
+    }
+}
+
+/// How big a run of every lab is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Preset {
+    /// Each lab's full sweep, as recorded in data/ (a few minutes).
+    Full,
+    /// The notebooks' shorter runs.
+    Quick,
+    /// The smallest runs that touch every code path: for compute-sanitizer,
+    /// Nsight and smoke tests, not for numbers.
+    Small,
 }
 
 #[derive(Args)]
@@ -246,7 +275,7 @@ fn run_lab<T: serde::Serialize + serde::de::DeserializeOwned>(
     let rec = Record::new(lab, fp, measure(&gpu)?);
     println!("{}", tables(&rec));
     if let Some(dir) = data {
-        println!("recorded: {}", rec.save(dir)?.display());
+        println!("recorded: {}", overlap_lab::record::display_path(&rec.save(dir)?));
     }
     Ok(())
 }
@@ -258,7 +287,7 @@ fn run_bandwidth(cfg: &BandwidthConfig, data: Option<&PathBuf>, quiet: bool) -> 
         cfg.device,
         data,
         |gpu| bandwidth::measure::run(gpu, cfg, progress(quiet)),
-        |rec| format!("{}\nBreak-even (copies until pinning pays off)\n{}", bandwidth::model::summary_table(rec), bandwidth::model::break_even_table(&rec.results)),
+        |rec| format!("{}\n{}\n{}", bandwidth::model::summary_table(rec), bandwidth::model::pin_cost_table(&rec.results), bandwidth::model::break_even_table(&rec.results)),
     )
 }
 
@@ -269,14 +298,7 @@ fn run_overlap(cfg: &OverlapConfig, data: Option<&PathBuf>, quiet: bool) -> Resu
         cfg.device,
         data,
         |gpu| overlap::measure::run(gpu, cfg, progress(quiet)),
-        |rec| {
-            format!(
-                "{}timeline overhead: {:+.2}% ({})",
-                overlap::model::summary_table(&rec.results.intensities, rec.results.copy_engines),
-                rec.results.timeline_overhead_pct,
-                rec.results.timeline_source
-            )
-        },
+        |rec| rec.results.summary(),
     )
 }
 
@@ -292,9 +314,9 @@ fn run_callback(cfg: &CallbackConfig, data: Option<&PathBuf>, quiet: bool) -> Re
 
 fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
     let files = report::generate(data, out)?;
-    println!("report: {} files in {}", files.len(), out.display());
+    println!("report: {} files in {}", files.len(), overlap_lab::record::display_path(out));
     for f in files {
-        println!("  {}", f.display());
+        println!("  {}", overlap_lab::record::display_path(&f));
     }
     Ok(())
 }
@@ -327,23 +349,39 @@ fn run(cli: Cli) -> Result<()> {
             run_callback(&args.config(), keep, cli.quiet)?;
         }
         Command::Report { out } => run_report(&data, &out)?,
-        Command::All { device, out } => {
+        Command::All { device, out, preset, no_record } => {
             let avail = Availability::probe();
             if avail.is_ready() {
-                run_bandwidth(&BandwidthConfig { device, ..BandwidthConfig::default() }, Some(&data), cli.quiet)?;
-                run_overlap(&OverlapConfig { device, ..OverlapConfig::default() }, Some(&data), cli.quiet)?;
-                run_double_buffer(&DoubleBufferConfig { device, ..DoubleBufferConfig::default() }, Some(&data), cli.quiet)?;
-                run_callback(&CallbackConfig { device, ..CallbackConfig::default() }, Some(&data), cli.quiet)?;
+                // Only full runs are worth keeping: the others would replace real numbers.
+                let keep = (preset == Preset::Full && !no_record).then_some(&data);
+                if keep.is_none() {
+                    println!("not recording: {}; no report either (`overlap-lab report` draws data/)", if no_record { "--no-record" } else { "only --preset full is recorded" });
+                }
+                let bw = preset.pick(BandwidthConfig::default, BandwidthConfig::quick, BandwidthConfig::small);
+                run_bandwidth(&BandwidthConfig { device, ..bw }, keep, cli.quiet)?;
+                let ov = preset.pick(OverlapConfig::default, OverlapConfig::quick, OverlapConfig::small);
+                run_overlap(&OverlapConfig { device, ..ov }, keep, cli.quiet)?;
+                let db = preset.pick(DoubleBufferConfig::default, DoubleBufferConfig::quick, DoubleBufferConfig::small);
+                run_double_buffer(&DoubleBufferConfig { device, ..db }, keep, cli.quiet)?;
+                let cb = preset.pick(CallbackConfig::default, CallbackConfig::quick, CallbackConfig::small);
+                run_callback(&CallbackConfig { device, ..cb }, keep, cli.quiet)?;
+                if keep.is_some() {
+                    run_report(&data, &out)?;
+                }
             } else {
                 println!("no GPU: {}; rendering the recorded data instead.", avail.reason());
+                run_report(&data, &out)?;
             }
-            run_report(&data, &out)?;
         }
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
+    // `overlap-lab report | head` should stop quietly when head does, as
+    // other command-line tools do, not panic on the closed pipe.
+    // SAFETY: restores the default action of one signal before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -405,13 +405,24 @@ pub mod activity {
         if !available() {
             return Err(LabError::Driver { call: "CUPTI", message: "libcupti not found".into() });
         }
-        if !ENABLED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        if !ENABLED.load(std::sync::atomic::Ordering::SeqCst) {
             // SAFETY: plain CUPTI calls with valid callbacks.
-            unsafe {
-                check("cuptiActivityRegisterCallbacks", sys::cuptiActivityRegisterCallbacks(Some(requested), Some(completed)))?;
-                check("cuptiActivityEnable(MEMCPY)", sys::cuptiActivityEnable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY))?;
-                check("cuptiActivityEnable(CONCURRENT_KERNEL)", sys::cuptiActivityEnable(Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL))?;
+            let attached = unsafe {
+                check("cuptiActivityRegisterCallbacks", sys::cuptiActivityRegisterCallbacks(Some(requested), Some(completed)))
+                    .and_then(|()| check("cuptiActivityEnable(MEMCPY)", sys::cuptiActivityEnable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY)))
+                    .and_then(|()| check("cuptiActivityEnable(CONCURRENT_KERNEL)", sys::cuptiActivityEnable(Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)))
+            };
+            if let Err(e) = attached {
+                // Half attached (a sanitizer or profiler holds CUPTI, say):
+                // let go of whatever did attach, so events time the run.
+                // SAFETY: plain CUPTI calls; errors here change nothing.
+                unsafe {
+                    let _ = sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY);
+                    let _ = sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+                }
+                return Err(e);
             }
+            ENABLED.store(true, std::sync::atomic::Ordering::SeqCst);
         } else {
             // SAFETY: plain CUPTI call; drops records of earlier work.
             check("cuptiActivityFlushAll", unsafe { sys::cuptiActivityFlushAll(1) })?;
@@ -419,6 +430,16 @@ pub mod activity {
         RECORDS.lock().unwrap_or_else(|e| e.into_inner()).clear();
         *FAILED.lock().unwrap_or_else(|e| e.into_inner()) = None;
         Ok(())
+    }
+
+    /// Whether CUPTI can record this process's activity: `Err(why)` when
+    /// libcupti is missing or another subscriber (compute-sanitizer, Nsight
+    /// Systems, Nsight Compute) already holds it. Attaches and detaches once.
+    pub fn probe() -> std::result::Result<(), String> {
+        start().and_then(|()| stop()).map_err(|e| match e {
+            LabError::Driver { message, .. } => message,
+            other => other.to_string(),
+        })
     }
 
     /// Turns CUPTI off (work issued afterwards is not instrumented).

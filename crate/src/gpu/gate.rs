@@ -7,12 +7,101 @@
 //! before the CPU waits for anything on a held stream, before a pageable copy
 //! (such a call blocks until its staged DMA ran), and before the GPU's queues
 //! could fill (a bounded number of operations).
+//!
+//! One case no rule can foresee: a tool that serializes GPU work (Nsight
+//! Compute replays every kernel inside its launch call, compute-sanitizer's
+//! initcheck waits inside calls) blocks the CPU in the first call issued
+//! behind a closed gate, so the CPU never reaches the release. A watchdog
+//! thread per gate opens it if it stays closed for [`WATCHDOG`], says so
+//! once, and from then on the process runs ungated.
 
 use super::{driver, Gpu, Stream};
 use crate::error::Result;
 use cudarc::driver::CudaContext;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a gate may stay closed before its watchdog opens it. Issuing
+/// the most a gated run holds (256 operations) takes about a millisecond.
+pub(crate) const WATCHDOG: Duration = Duration::from_millis(250);
+
+/// Set once a watchdog had to open a gate: every later run is ungated.
+static FORCED_OPEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether a watchdog opened a gate in this process (see the module doc).
+pub fn forced_open() -> bool {
+    FORCED_OPEN.load(Ordering::Relaxed)
+}
+
+/// The mapped word, as the watchdog thread sees it.
+struct Word(*mut u32);
+// SAFETY: a live mapped word until the watchdog thread is joined (Drop).
+unsafe impl Send for Word {}
+
+#[derive(Default)]
+struct WatchState {
+    /// The value that opens the gate, and when to write it.
+    armed: Option<(u32, Instant)>,
+    quit: bool,
+}
+
+/// A thread that opens the gate if it stays closed too long.
+struct Watchdog {
+    state: Arc<(Mutex<WatchState>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    fn start(word: Word) -> Option<Watchdog> {
+        let state = Arc::new((Mutex::new(WatchState::default()), Condvar::new()));
+        let shared = state.clone();
+        let thread = std::thread::Builder::new()
+            .name("gate-watchdog".into())
+            .spawn(move || {
+                let word = word;
+                let (lock, cv) = &*shared;
+                let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+                while !s.quit {
+                    s = match s.armed {
+                        None => cv.wait(s).unwrap_or_else(|e| e.into_inner()),
+                        Some((value, deadline)) if Instant::now() >= deadline => {
+                            // SAFETY: live mapped word (see Word); volatile store.
+                            unsafe { word.0.write_volatile(value) };
+                            std::sync::atomic::fence(Ordering::SeqCst);
+                            s.armed = None;
+                            if !FORCED_OPEN.swap(true, Ordering::Relaxed) {
+                                eprintln!(
+                                    "overlap-lab: the start gate stayed closed for {} ms while work was issued behind it, so a tool (Nsight Compute, compute-sanitizer) must be serializing GPU work; it was opened, and this run goes on ungated: device times include the time to issue the work",
+                                    WATCHDOG.as_millis()
+                                );
+                            }
+                            s
+                        }
+                        Some((_, deadline)) => cv.wait_timeout(s, deadline - Instant::now()).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0),
+                    };
+                }
+            })
+            .ok()?;
+        Some(Watchdog { state, thread: Some(thread) })
+    }
+
+    fn update(&self, f: impl FnOnce(&mut WatchState)) {
+        let (lock, cv) = &*self.state;
+        f(&mut lock.lock().unwrap_or_else(|e| e.into_inner()));
+        cv.notify_one();
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.update(|s| s.quit = true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
 
 /// The word and the next value that opens it.
 pub(crate) struct Gate {
@@ -20,9 +109,12 @@ pub(crate) struct Gate {
     dev: driver::CUdeviceptr,
     next: u32,
     ctx: Arc<CudaContext>,
+    /// Joined in `Drop for Gate` before the word is freed.
+    watchdog: Option<Watchdog>,
 }
 
-// SAFETY: the word is written only through &mut self; the GPU only reads it.
+// SAFETY: the word is written only through &mut self (and by the watchdog
+// with the same value release would write); the GPU only reads it.
 unsafe impl Send for Gate {}
 
 /// A device's spare gate, so pipelines do not allocate pinned memory each
@@ -54,11 +146,16 @@ impl Gate {
         };
         // SAFETY: live allocation.
         unsafe { host.write_volatile(0) };
-        Ok(Gate { host, dev, next: 1, ctx: gpu.ctx.clone() })
+        let watchdog = Watchdog::start(Word(host));
+        Ok(Gate { host, dev, next: 1, ctx: gpu.ctx.clone(), watchdog })
     }
 
-    /// Takes the device's spare gate, or makes one.
+    /// Takes the device's spare gate, or makes one; none once a watchdog
+    /// had to open a gate (a serializing tool is attached).
     pub(crate) fn take(gpu: &Gpu) -> Option<Gate> {
+        if forced_open() {
+            return None;
+        }
         let spare = gpu.gate.lock().unwrap_or_else(|e| e.into_inner()).take();
         spare.or_else(|| Gate::new(gpu))
     }
@@ -71,8 +168,17 @@ impl Gate {
         }
     }
 
-    /// Later work on `stream` waits until the next `release`.
+    /// Later work on `stream` waits until the next `release` (or, if that
+    /// never comes in time, the watchdog).
     pub(crate) fn hold(&self, stream: &Stream) -> Result<()> {
+        if let Some(w) = &self.watchdog {
+            let next = self.next;
+            w.update(|s| {
+                if s.armed.is_none() {
+                    s.armed = Some((next, Instant::now() + WATCHDOG));
+                }
+            });
+        }
         driver::stream_wait_value_geq(stream.raw(), self.dev, self.next)
     }
 
@@ -80,13 +186,18 @@ impl Gate {
     pub(crate) fn release(&mut self) {
         // SAFETY: live mapped word; volatile so the store is not elided.
         unsafe { self.host.write_volatile(self.next) };
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(w) = &self.watchdog {
+            w.update(|s| s.armed = None);
+        }
         self.next = self.next.wrapping_add(1).max(1);
     }
 }
 
 impl Drop for Gate {
     fn drop(&mut self) {
+        // The watchdog thread must be gone before the word it writes is freed.
+        drop(self.watchdog.take());
         let _ = driver::bind(&self.ctx);
         // SAFETY: every stream that waited on it was released (the value only
         // grows) before any user let go of it.

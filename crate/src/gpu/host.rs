@@ -270,6 +270,72 @@ impl Drop for RegisteredBuffer {
     }
 }
 
+/// Where [`TouchedPages`] gets its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PagesFrom {
+    /// Fresh pages from the OS (`mmap`): memory the process never used, as
+    /// a program's first buffer of a size is.
+    Os,
+    /// The C allocator (`malloc`): in a loop that allocates and frees one
+    /// size, glibc hands back pages it still has mapped below its mmap
+    /// threshold (128 KiB, rising to at most 32 MiB once such blocks are
+    /// freed), and asks the OS for fresh ones above it.
+    Allocator,
+}
+
+/// Pageable memory made usable the way a program first uses it: one write
+/// per 4 KiB page, so each page that is not yet mapped faults in (and the OS
+/// zeroes it). Only for pricing allocation (lab 1), so not a [`HostBuffer`].
+pub struct TouchedPages {
+    ptr: *mut u8,
+    len: usize,
+    from: PagesFrom,
+}
+
+impl TouchedPages {
+    pub fn new(from: PagesFrom, bytes: usize) -> Result<Self> {
+        check_size(bytes)?;
+        let oom = |call| LabError::OutOfMemory { what: "host", call, bytes: Bytes(bytes as u64) };
+        let ptr = match from {
+            PagesFrom::Os => {
+                // SAFETY: a private anonymous mapping; no file, no fixed address.
+                let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+                if p == libc::MAP_FAILED {
+                    return Err(oom("mmap"));
+                }
+                p as *mut u8
+            }
+            PagesFrom::Allocator => {
+                // SAFETY: non-zero size (checked above).
+                let p = unsafe { libc::malloc(bytes) } as *mut u8;
+                if p.is_null() {
+                    return Err(oom("malloc"));
+                }
+                p
+            }
+        };
+        for off in (0..bytes).step_by(PAGE) {
+            // SAFETY: inside the live allocation; volatile so the write stays.
+            unsafe { std::ptr::write_volatile(ptr.add(off), 1) };
+        }
+        Ok(TouchedPages { ptr, len: bytes, from })
+    }
+}
+
+impl Drop for TouchedPages {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new() by the matching call, released once.
+        unsafe {
+            match self.from {
+                PagesFrom::Os => {
+                    libc::munmap(self.ptr as *mut c_void, self.len);
+                }
+                PagesFrom::Allocator => libc::free(self.ptr as *mut c_void),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +353,24 @@ mod tests {
     fn pageable_reports_out_of_memory_as_error() {
         let err = PageableBuffer::new(usize::MAX - 7).err().expect("cannot allocate 16 EiB");
         assert!(err.to_string().contains("out of host memory"), "{err}");
+    }
+
+    #[test]
+    fn touched_pages_come_from_the_os_or_the_allocator_and_go_back() {
+        for from in [PagesFrom::Os, PagesFrom::Allocator] {
+            for bytes in [4096, 3 * 4096 + 8, 8 << 20] {
+                let p = TouchedPages::new(from, bytes).unwrap();
+                if from == PagesFrom::Os {
+                    // SAFETY: reading the last byte of a live allocation.
+                    assert_eq!(unsafe { std::ptr::read_volatile(p.ptr.add(bytes - 1)) }, 0, "fresh pages are zero");
+                }
+                // SAFETY: the first byte was touched.
+                assert_eq!(unsafe { std::ptr::read_volatile(p.ptr) }, 1);
+            }
+            assert!(TouchedPages::new(from, 0).is_err());
+        }
+        let e = TouchedPages::new(PagesFrom::Os, usize::MAX - 7).err().expect("cannot map 16 EiB");
+        assert!(e.to_string().contains("out of host memory"), "{e}");
     }
 
     #[test]

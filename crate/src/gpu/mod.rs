@@ -13,7 +13,7 @@ pub mod pipeline;
 
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
 pub use fingerprint::{Fingerprint, PcieLink};
-pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PinnedBuffer, RegisteredBuffer, WriteCombinedBuffer};
+pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer};
 pub use host_fn::HostTask;
 pub use kernel::{ComputeKernel, Module, RowDotArgs, RowDotKernel};
 pub use pipeline::{DevRef, EventRef, HostRef, Pipeline, PipelineRun, StreamRef, TimelineSource};

@@ -166,18 +166,45 @@ impl TimelineSource {
         Self::preferring(TimelineSource::Events)
     }
     /// `default`, unless OVERLAP_LAB_TIMELINE=events|cupti says otherwise;
-    /// events wherever libcupti does not load.
+    /// events wherever CUPTI cannot record (no libcupti, or another tool
+    /// already subscribed to it), with one line on stderr saying why.
     fn preferring(default: TimelineSource) -> TimelineSource {
         let wanted = match std::env::var("OVERLAP_LAB_TIMELINE").as_deref() {
             Ok("events") => TimelineSource::Events,
             Ok("cupti") => TimelineSource::Cupti,
             _ => default,
         };
-        if wanted == TimelineSource::Cupti && !driver::activity::available() {
-            TimelineSource::Events
-        } else {
-            wanted
+        if wanted != TimelineSource::Cupti {
+            return wanted;
         }
+        // Probed once per process: attaching costs a few ms.
+        static CUPTI: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+        match CUPTI.get_or_init(|| if driver::activity::available() { driver::activity::probe() } else { Err("libcupti could not be loaded".into()) }) {
+            Ok(()) => TimelineSource::Cupti,
+            Err(why) => {
+                Self::fall_back_to_events(why);
+                TimelineSource::Events
+            }
+        }
+    }
+
+    /// Says once per process why the timeline is timed by CUDA events
+    /// instead of CUPTI.
+    fn fall_back_to_events(why: &str) {
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("{}", Self::fallback_line(why));
+        }
+    }
+
+    /// The line [`Self::fall_back_to_events`] prints.
+    pub fn fallback_line(why: &str) -> String {
+        let who = if why.contains("MULTIPLE_SUBSCRIBERS") {
+            " (another tool holds CUPTI: compute-sanitizer, Nsight Systems or Nsight Compute)"
+        } else {
+            ""
+        };
+        format!("overlap-lab: CUPTI cannot record here{who}: {why}; timelines are timed with CUDA events instead, and records say \"cuda events\"")
     }
     pub fn label(self) -> &'static str {
         match self {
@@ -198,16 +225,24 @@ impl Gpu {
     /// A pipeline whose timeline comes from `source`; `gated` holds its
     /// streams until it is issued (where the device supports it).
     pub fn pipeline_timed<'a>(&self, source: TimelineSource, expected_ops: usize, gated: bool) -> Result<Pipeline<'a>> {
+        // Enabling CUPTI is set-up (it instruments the context): done before
+        // the base event, so its cost stays out of the pipeline's time. If
+        // another tool took CUPTI since it was probed, events time the run.
+        let source = match source {
+            TimelineSource::Cupti => match driver::activity::start() {
+                Ok(()) => TimelineSource::Cupti,
+                Err(e) => {
+                    TimelineSource::fall_back_to_events(&e.to_string());
+                    TimelineSource::Events
+                }
+            },
+            other => other,
+        };
         let mut events = Vec::new();
         if source == TimelineSource::Events {
             for _ in 0..expected_ops * 2 {
                 events.push(self.timing_event()?);
             }
-        }
-        // Enabling CUPTI is set-up (it instruments the context): done before
-        // the base event, so its cost stays out of the pipeline's time.
-        if source == TimelineSource::Cupti {
-            driver::activity::start()?;
         }
         let base_stream = self.stream()?;
         let base = self.timing_event()?;

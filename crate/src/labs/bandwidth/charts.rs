@@ -1,7 +1,8 @@
 //! Lab 1's figures: bandwidth vs size, ratio to pageable, the two clocks, and
 //! the price of pinning.
 
-use super::{model, BandwidthRecord, Direction};
+use super::model::{self, Acquisition};
+use super::{BandwidthRecord, Direction};
 use crate::chart::{Figure, Panel, RGBColor, Series, XAxis};
 use crate::gpu::HostMemoryKind;
 
@@ -125,19 +126,27 @@ pub fn pinning_cost(rec: &BandwidthRecord, origin: &str) -> Figure {
     let r = &rec.results;
     let c = &r.pin_cost;
     let cost = |f: &dyn Fn(&super::PinCostPoint) -> f64| c.iter().map(|p| (p.bytes.0 as f64, f(p))).collect::<Vec<_>>();
+    let (pageable, pinned, registered) = (kind_color(HostMemoryKind::Pageable), kind_color(HostMemoryKind::Pinned), kind_color(HostMemoryKind::Registered));
     let costs = vec![
-        Series { label: "pageable: malloc + touch + free".into(), color: kind_color(HostMemoryKind::Pageable), dashed: false, points: cost(&|p| p.pageable_acquire_ms.median + p.pageable_release_ms.median) },
-        Series { label: "pinned: cuMemHostAlloc + free".into(), color: kind_color(HostMemoryKind::Pinned), dashed: false, points: cost(&|p| p.pinned_acquire_ms.median + p.pinned_release_ms.median) },
-        Series { label: "register + unregister".into(), color: kind_color(HostMemoryKind::Registered), dashed: false, points: cost(&|p| p.register_ms.median + p.unregister_ms.median) },
+        Series { label: "pageable, new: fresh pages + first write".into(), color: pageable, dashed: false, points: cost(&|p| p.pageable_first.total_ms()) },
+        Series { label: "pageable, loop: malloc + write + free".into(), color: pageable, dashed: true, points: cost(&|p| p.pageable_reused.total_ms()) },
+        Series { label: "pinned, first cuMemHostAlloc + free".into(), color: pinned, dashed: false, points: cost(&|p| p.pinned_first.total_ms()) },
+        Series { label: "pinned, again".into(), color: pinned, dashed: true, points: cost(&|p| p.pinned_reused.total_ms()) },
+        Series { label: "register + unregister".into(), color: registered, dashed: false, points: cost(&|p| p.registered.total_ms()) },
     ];
     let be = model::break_even(r);
     let mut breaks = Vec::new();
-    for d in [Direction::H2d, Direction::D2h] {
-        for k in [HostMemoryKind::Pinned, HostMemoryKind::Registered] {
-            let points: Vec<_> = be.iter().filter(|b| b.kind == k && b.direction == d).filter_map(|b| b.copies.filter(|n| *n > 0.0).map(|n| (b.bytes.0 as f64, n))).collect();
-            if !points.is_empty() {
-                breaks.push(Series { label: format!("{} {}", k.label(), d.label()), color: kind_color(k), dashed: d == Direction::D2h, points });
-            }
+    for a in Acquisition::ALL {
+        // D2H only, the exercise's direction, so the panel stays readable;
+        // `break_even_table` has both directions.
+        let points: Vec<_> = be.iter().filter(|b| b.acquisition == a && b.direction == Direction::D2h).filter_map(|b| b.copies.filter(|n| *n > 0.0).map(|n| (b.bytes.0 as f64, n))).collect();
+        if !points.is_empty() {
+            let (color, dashed) = match a {
+                Acquisition::Once => (pinned, false),
+                Acquisition::EveryUse => (pinned, true),
+                Acquisition::Register => (registered, false),
+            };
+            breaks.push(Series { label: format!("D2H, {}", a.label()), color, dashed, points });
         }
     }
     Figure {
@@ -145,8 +154,8 @@ pub fn pinning_cost(rec: &BandwidthRecord, origin: &str) -> Figure {
         title: "The price of pinning".into(),
         subtitle: origin.into(),
         panels: vec![
-            panel("allocate + release".into(), "ms (log)", true, costs),
-            panel("copies until pinning pays off (gap: at once or never)".into(), "break-even copies (log)", true, breaks),
+            panel("get + give back".into(), "ms (log)", true, costs),
+            panel("D2H copies until it pays off (gap: at once or never)".into(), "break-even copies (log)", true, breaks),
         ],
         panel_size: PANEL,
     }

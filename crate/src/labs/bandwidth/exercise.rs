@@ -6,7 +6,8 @@
 //! 2. When does pinning pay off? Give the number of copies after which
 //!    allocating pinned memory beats pageable memory at one size.
 
-use super::{model, BandwidthResults, Direction};
+use super::model::{self, Acquisition};
+use super::{BandwidthResults, Direction};
 use crate::check::CheckReport;
 use crate::gpu::HostMemoryKind;
 use crate::units::Bytes;
@@ -93,7 +94,7 @@ pub fn check_transfer_model(
 pub fn check_break_even(r: &BandwidthResults, direction: Direction, bytes: Bytes, answer: f64) -> CheckReport {
     let mut rep = CheckReport::new(&format!("break-even for pinned {direction} copies of {bytes}"));
     let all = model::break_even(r);
-    let Some(b) = all.iter().find(|b| b.kind == HostMemoryKind::Pinned && b.direction == direction && b.bytes == bytes) else {
+    let Some(b) = all.iter().find(|b| b.acquisition == Acquisition::Once && b.direction == direction && b.bytes == bytes) else {
         let sizes: Vec<String> = r.pin_cost.iter().map(|c| c.bytes.to_string()).collect();
         rep.problem(format!("pinning cost was not measured at {bytes} for {direction}; measured sizes: {}", sizes.join(", ")));
         return rep;
@@ -111,11 +112,18 @@ pub fn check_break_even(r: &BandwidthResults, direction: Direction, bytes: Bytes
     }
     if truth == 0.0 {
         if answer < 1.0 {
-            rep.note(format!("right: pinned memory was cheaper to get than pageable here ({:+.2} ms), so it pays from the first copy", b.extra_cost_ms));
+            rep.note(format!(
+                "right: pinned memory was {} cheaper to get than new pageable memory here ({} against {}), so it pays from the first copy",
+                crate::units::fmt_ms(-b.extra_cost_ms),
+                crate::units::fmt_ms(b.page_locked_ms),
+                crate::units::fmt_ms(b.pageable_ms)
+            ));
         } else {
             rep.problem(format!(
-                "here pinning pays from the first copy: cuMemHostAlloc ({bytes}) cost {:.2} ms less than malloc + touching every page; compare both costs before dividing",
-                -b.extra_cost_ms
+                "here pinning pays from the first copy: cuMemHostAlloc + free of {bytes} took {}, fresh pageable memory + its first touch {}: it was {} cheaper before any copy; compare both costs before dividing",
+                crate::units::fmt_ms(b.page_locked_ms),
+                crate::units::fmt_ms(b.pageable_ms),
+                crate::units::fmt_ms(-b.extra_cost_ms)
             ));
         }
         return rep;
@@ -129,12 +137,7 @@ pub fn check_break_even(r: &BandwidthResults, direction: Direction, bytes: Bytes
         return rep;
     }
     rep.problem(format!("{answer:.1} copies is {:+.0}% from the measured break-even", rel * 100.0));
-    let pinned_total = r
-        .pin_cost
-        .iter()
-        .find(|c| c.bytes == bytes)
-        .map(|c| c.pinned_acquire_ms.median + c.pinned_release_ms.median)
-        .unwrap_or(f64::NAN);
+    let pinned_total = b.page_locked_ms;
     let pinned_copy = r.point(HostMemoryKind::Pinned, direction, bytes).map_or(f64::NAN, |p| p.device_ms.median);
     let near = |x: f64| (answer - x).abs() <= BREAK_EVEN_TOLERANCE * x.abs();
     if near(pinned_total / b.saving_per_copy_ms) {
@@ -142,7 +145,7 @@ pub fn check_break_even(r: &BandwidthResults, direction: Direction, bytes: Bytes
     } else if near(b.extra_cost_ms / pinned_copy) {
         rep.problem("you divided by the pinned copy time; divide by the time each copy saves (pageable − pinned)");
     } else {
-        rep.problem("break-even = (pinned alloc+free − pageable alloc+touch+free) / (pageable copy − pinned copy), all at this size");
+        rep.problem("break-even = (pinned first alloc+free − new pageable alloc+touch+free) / (pageable copy − pinned copy), all at this size");
     }
     rep
 }
@@ -150,7 +153,7 @@ pub fn check_break_even(r: &BandwidthResults, direction: Direction, bytes: Bytes
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::labs::bandwidth::{BandwidthConfig, PinCostPoint, TransferPoint};
+    use crate::labs::bandwidth::{AcquireCost, BandwidthConfig, PinCostPoint, TransferPoint};
     use crate::stats::Summary;
 
     fn s(v: f64) -> Summary {
@@ -179,14 +182,14 @@ pub(crate) mod tests {
                 }
             }
         }
+        let cost = |acquire: f64, release: f64| AcquireCost { acquire_ms: s(acquire), release_ms: s(release) };
         let pin_cost = vec![PinCostPoint {
             bytes: Bytes(1 << 30),
-            pageable_acquire_ms: s(100.0),
-            pageable_release_ms: s(10.0),
-            pinned_acquire_ms: s(300.0),
-            pinned_release_ms: s(30.0),
-            register_ms: s(50.0),
-            unregister_ms: s(10.0),
+            pageable_first: cost(100.0, 10.0),
+            pageable_reused: cost(90.0, 10.0),
+            pinned_first: cost(300.0, 30.0),
+            pinned_reused: cost(280.0, 30.0),
+            registered: cost(50.0, 10.0),
         }];
         BandwidthResults { config: cfg, transfers, pin_cost }
     }
@@ -231,7 +234,7 @@ pub(crate) mod tests {
         let r = synthetic();
         let truth = model::break_even(&r)
             .into_iter()
-            .find(|b| b.kind == HostMemoryKind::Pinned && b.direction == Direction::H2d)
+            .find(|b| b.acquisition == Acquisition::Once && b.direction == Direction::H2d)
             .unwrap();
         let n = truth.copies.unwrap();
         assert!(check_break_even(&r, Direction::H2d, Bytes(1 << 30), n).passed);
@@ -241,7 +244,7 @@ pub(crate) mod tests {
         let wrong_div = check_break_even(&r, Direction::H2d, Bytes(1 << 30), 220.0 / pinned_copy);
         assert!(!wrong_div.passed && wrong_div.to_string().contains("divided by the pinned"), "{wrong_div}");
         let mut cheap = r.clone();
-        cheap.pin_cost[0].pinned_acquire_ms.median = 50.0;
+        cheap.pin_cost[0].pinned_first.acquire_ms.median = 50.0;
         assert!(check_break_even(&cheap, Direction::H2d, Bytes(1 << 30), 0.0).passed);
         let e = check_break_even(&cheap, Direction::H2d, Bytes(1 << 30), 12.0);
         assert!(!e.passed && e.to_string().contains("first copy"), "{e}");

@@ -1,9 +1,9 @@
 //! Runs lab 1 on a GPU. Every sample: fresh random source, poisoned
 //! destination, timed copies, then (untimed) verification of every word.
 
-use super::{BandwidthConfig, BandwidthResults, Direction, PinCostPoint, TransferPoint};
+use super::{AcquireCost, BandwidthConfig, BandwidthResults, Direction, PinCostPoint, TransferPoint};
 use crate::error::{LabError, Result};
-use crate::gpu::{alloc_host, CopyOp, CopyTimer, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PageableBuffer, PinnedBuffer, RegisteredBuffer, Stream};
+use crate::gpu::{alloc_host, CopyOp, CopyTimer, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PagesFrom, PinnedBuffer, RegisteredBuffer, Stream, TouchedPages};
 use crate::pattern;
 use crate::progress::{Progress, ProgressMode};
 use crate::stats::Summary;
@@ -171,37 +171,51 @@ fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// Prices every way of getting memory a copy can use at `bytes`: `repeats`
+/// samples of each, plus a first round kept apart (the first pinned
+/// allocation of the size, and the allocator's first malloc of it).
 fn measure_pin_cost(gpu: &Gpu, bytes: Bytes, repeats: usize) -> Result<PinCostPoint> {
     let _r = trace::range(&format!("pinning cost {bytes}"));
     let n = bytes.as_usize();
-    let mut t = [(); 6].map(|_| Vec::with_capacity(repeats));
-    for _ in 0..repeats {
-        let start = Instant::now();
-        let mut p = PageableBuffer::new(n)?; // resize writes every page
-        std::hint::black_box(p.words_mut().last_mut().map(|w| *w = 1));
-        t[0].push(ms(start.elapsed()));
-        let start = Instant::now();
-        drop(p);
-        t[1].push(ms(start.elapsed()));
-
+    // Acquire and release times per way, over the repeats after the first round.
+    let mut t = [(); 8].map(|_| Vec::with_capacity(repeats));
+    let mut pinned_first = (0.0, 0.0);
+    for round in 0..=repeats {
+        let mut times = [0.0; 8];
+        for (k, from) in [PagesFrom::Os, PagesFrom::Allocator].into_iter().enumerate() {
+            let start = Instant::now();
+            let pages = TouchedPages::new(from, n)?;
+            times[2 * k] = ms(start.elapsed());
+            let start = Instant::now();
+            drop(pages);
+            times[2 * k + 1] = ms(start.elapsed());
+        }
         let start = Instant::now();
         let pinned = PinnedBuffer::new(gpu, n)?;
-        t[2].push(ms(start.elapsed()));
+        times[4] = ms(start.elapsed());
         let start = Instant::now();
         drop(pinned);
-        t[3].push(ms(start.elapsed()));
-
+        times[5] = ms(start.elapsed());
         let (reg, took) = RegisteredBuffer::new_timed(gpu, n)?;
-        t[4].push(ms(took));
-        t[5].push(ms(reg.release_timed()));
+        times[6] = ms(took);
+        times[7] = ms(reg.release_timed());
+        // The first round is the size's first pinned allocation (kept
+        // apart) and the allocator's first malloc of it (left out).
+        if round == 0 {
+            pinned_first = (times[4], times[5]);
+        } else {
+            for (k, v) in times.iter().enumerate() {
+                t[k].push(*v);
+            }
+        }
     }
+    let cost = |a: &[f64], r: &[f64]| -> Result<AcquireCost> { Ok(AcquireCost { acquire_ms: Summary::of(a)?, release_ms: Summary::of(r)? }) };
     Ok(PinCostPoint {
         bytes,
-        pageable_acquire_ms: Summary::of(&t[0])?,
-        pageable_release_ms: Summary::of(&t[1])?,
-        pinned_acquire_ms: Summary::of(&t[2])?,
-        pinned_release_ms: Summary::of(&t[3])?,
-        register_ms: Summary::of(&t[4])?,
-        unregister_ms: Summary::of(&t[5])?,
+        pageable_first: cost(&t[0], &t[1])?,
+        pageable_reused: cost(&t[2], &t[3])?,
+        pinned_first: cost(&[pinned_first.0], &[pinned_first.1])?,
+        pinned_reused: cost(&t[4], &t[5])?,
+        registered: cost(&t[6], &t[7])?,
     })
 }

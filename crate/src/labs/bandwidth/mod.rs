@@ -103,6 +103,11 @@ impl BandwidthConfig {
     pub fn quick() -> Self {
         BandwidthConfig { max_bytes: Bytes(256 << 20), repeats: 5, pin_cost_repeats: 3, ..Self::default() }
     }
+    /// The smallest run that still touches every code path (4 KiB - 4 MiB,
+    /// one sample each): for compute-sanitizer and smoke tests, not for numbers.
+    pub fn small() -> Self {
+        BandwidthConfig { max_bytes: Bytes(4 << 20), warmup: 1, repeats: 2, min_sample_bytes: Bytes(1 << 20), pin_cost_repeats: 1, ..Self::default() }
+    }
 
     pub fn validate(&self) -> Result<()> {
         let (lo, hi) = (self.min_bytes.0, self.max_bytes.0);
@@ -185,19 +190,43 @@ pub struct TransferPoint {
     pub verified_samples: usize,
 }
 
-/// What it costs to obtain and give back `bytes` of each kind of memory.
+/// What it costs to get `bytes` of memory a copy can use, and to give it back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AcquireCost {
+    /// Allocation, plus one write per page for pageable memory (ms).
+    pub acquire_ms: Summary,
+    pub release_ms: Summary,
+}
+
+impl AcquireCost {
+    /// Median acquire + median release, ms.
+    pub fn total_ms(&self) -> f64 {
+        self.acquire_ms.median + self.release_ms.median
+    }
+}
+
+/// What each way of getting `bytes` of host memory costs. Pageable memory is
+/// priced the way a program first uses it (allocation plus one write per
+/// 4 KiB page, which faults the page in), since a buffer you copy from must
+/// be written first anyway; cuMemHostAlloc hands out pages already mapped.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PinCostPoint {
     pub bytes: Bytes,
-    /// malloc + touching every page (what pageable memory costs to make usable).
-    pub pageable_acquire_ms: Summary,
-    pub pageable_release_ms: Summary,
-    /// cuMemHostAlloc (it populates and locks every page).
-    pub pinned_acquire_ms: Summary,
-    pub pinned_release_ms: Summary,
-    /// cuMemHostRegister of memory that already exists and was written.
-    pub register_ms: Summary,
-    pub unregister_ms: Summary,
+    /// Pageable memory new to the process: fresh pages from the OS (`mmap`),
+    /// each faulted in by its first write (every repeat is fresh).
+    pub pageable_first: AcquireCost,
+    /// Pageable memory in a loop that mallocs and frees this size: below
+    /// glibc's mmap threshold (at most 32 MiB) the pages come back still
+    /// mapped, above it every malloc is fresh pages again. The first of the
+    /// loop is left out.
+    pub pageable_reused: AcquireCost,
+    /// cuMemHostAlloc + cuMemFreeHost, the first of this size (one sample).
+    pub pinned_first: AcquireCost,
+    /// cuMemHostAlloc + cuMemFreeHost, the later ones.
+    pub pinned_reused: AcquireCost,
+    /// cuMemHostRegister + cuMemHostUnregister of memory that already exists
+    /// and was written (its allocation is not counted: you had it anyway).
+    pub registered: AcquireCost,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -275,6 +304,10 @@ impl crate::notebook::LabRun<BandwidthResults> {
     }
     pub fn two_clocks_table(&self, bytes: Bytes) -> String {
         model::two_clocks_table(&self.record.results, bytes)
+    }
+    /// What getting memory a copy can use costs, each way, per size.
+    pub fn pin_cost_table(&self) -> String {
+        model::pin_cost_table(&self.record.results)
     }
     pub fn break_even_table(&self) -> String {
         model::break_even_table(&self.record.results)

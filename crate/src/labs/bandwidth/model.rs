@@ -1,9 +1,9 @@
 //! What the numbers mean: share of the PCIe link, pinned/pageable ratios, the
 //! two clocks, and when pinning pays for itself.
 
-use super::{BandwidthRecord, BandwidthResults, Direction, TransferPoint};
+use super::{BandwidthRecord, BandwidthResults, Direction, PinCostPoint, TransferPoint};
 use crate::gpu::{Fingerprint, HostMemoryKind};
-use crate::units::Bytes;
+use crate::units::{fmt_ms, Bytes};
 use std::fmt::Write;
 
 /// Theoretical GB/s for a direction: the link rate, twice it both ways.
@@ -28,46 +28,107 @@ pub fn ratio_to_pageable(r: &BandwidthResults, kind: HostMemoryKind, direction: 
         .collect()
 }
 
+/// How the page-locked memory of a break-even is had, and what it is
+/// weighed against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Acquisition {
+    /// Allocated once for a program's life: the size's first cuMemHostAlloc
+    /// against pageable memory new to the process (fresh pages, each faulted
+    /// in by its first write).
+    Once,
+    /// Allocated and freed around every use: cuMemHostAlloc again against
+    /// malloc in the same loop (which may hand back pages still mapped).
+    EveryUse,
+    /// Memory you already have, pinned in place: cuMemHostRegister +
+    /// unregister is all extra.
+    Register,
+}
+
+impl Acquisition {
+    pub const ALL: [Acquisition; 3] = [Acquisition::Once, Acquisition::EveryUse, Acquisition::Register];
+    pub fn label(self) -> &'static str {
+        match self {
+            Acquisition::Once => "allocated once",
+            Acquisition::EveryUse => "allocated per use",
+            Acquisition::Register => "registered",
+        }
+    }
+    /// The page-locked kind it gives.
+    pub fn kind(self) -> HostMemoryKind {
+        if self == Acquisition::Register {
+            HostMemoryKind::Registered
+        } else {
+            HostMemoryKind::Pinned
+        }
+    }
+    /// (page-locked cost, pageable cost it replaces) at one size, ms.
+    pub fn costs_ms(self, c: &PinCostPoint) -> (f64, f64) {
+        match self {
+            Acquisition::Once => (c.pinned_first.total_ms(), c.pageable_first.total_ms()),
+            Acquisition::EveryUse => (c.pinned_reused.total_ms(), c.pageable_reused.total_ms()),
+            Acquisition::Register => (c.registered.total_ms(), 0.0),
+        }
+    }
+}
+
 /// The break-even point: after how many copies of `bytes` the time saved per
-/// copy has repaid the extra cost of obtaining page-locked memory.
+/// copy has repaid the extra cost of getting page-locked memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BreakEven {
-    pub kind: HostMemoryKind,
+    pub acquisition: Acquisition,
     pub direction: Direction,
     pub bytes: Bytes,
-    /// Extra one-time cost over plain pageable memory, ms.
+    /// What getting (and giving back) the page-locked memory cost, ms.
+    pub page_locked_ms: f64,
+    /// What the pageable memory it replaces cost, ms.
+    pub pageable_ms: f64,
+    /// page_locked_ms - pageable_ms: negative when page-locked memory was
+    /// cheaper to get, so it pays before its first copy.
     pub extra_cost_ms: f64,
-    /// Time saved on every copy, ms.
+    /// Time saved on every copy (pageable copy - page-locked copy), ms.
     pub saving_per_copy_ms: f64,
-    /// None when page-locked copies save nothing at this size.
+    /// None when page-locked copies save nothing at this size; 0 when it
+    /// pays at once.
     pub copies: Option<f64>,
 }
 
-/// Break-even for freshly allocated pinned memory (vs malloc + first touch)
-/// and for registering memory that already exists (its cost is all extra).
+impl BreakEven {
+    pub fn kind(&self) -> HostMemoryKind {
+        self.acquisition.kind()
+    }
+    /// The verdict in words: "12.1 copies", "0.04 copies" (repaid during
+    /// the first copy), "at once" (cheaper before any copy), "never".
+    pub fn verdict(&self) -> String {
+        match self.copies {
+            None => "never".into(),
+            Some(_) if self.extra_cost_ms <= 0.0 => "at once".into(),
+            Some(c) if c < 0.01 => "< 0.01 copies".into(),
+            Some(c) if c < 1.0 => format!("{c:.2} copies"),
+            Some(c) => format!("{c:.1} copies"),
+        }
+    }
+}
+
+/// Break-even for each way of getting page-locked memory, at every size
+/// whose cost was measured, both directions.
 pub fn break_even(r: &BandwidthResults) -> Vec<BreakEven> {
     let mut out = Vec::new();
     for c in &r.pin_cost {
-        let pageable = c.pageable_acquire_ms.median + c.pageable_release_ms.median;
-        let candidates = [
-            (HostMemoryKind::Pinned, c.pinned_acquire_ms.median + c.pinned_release_ms.median - pageable),
-            (HostMemoryKind::Registered, c.register_ms.median + c.unregister_ms.median),
-        ];
         for direction in [Direction::H2d, Direction::D2h] {
-            for (kind, extra) in candidates {
-                let (Some(fast), Some(slow)) =
-                    (r.point(kind, direction, c.bytes), r.point(HostMemoryKind::Pageable, direction, c.bytes))
-                else {
+            for acquisition in Acquisition::ALL {
+                let (Some(fast), Some(slow)) = (r.point(acquisition.kind(), direction, c.bytes), r.point(HostMemoryKind::Pageable, direction, c.bytes)) else {
                     continue;
                 };
+                let (page_locked_ms, pageable_ms) = acquisition.costs_ms(c);
+                let extra = page_locked_ms - pageable_ms;
                 let saving = slow.device_ms.median - fast.device_ms.median;
-                // Negative extra cost: page-locked memory was cheaper to get
-                // than pageable (large mallocs fault every page in): it pays at once.
                 let copies = if extra <= 0.0 { Some(0.0) } else { (saving > 0.0).then(|| extra / saving) };
                 out.push(BreakEven {
-                    kind,
+                    acquisition,
                     direction,
                     bytes: c.bytes,
+                    page_locked_ms,
+                    pageable_ms,
                     extra_cost_ms: extra,
                     saving_per_copy_ms: saving,
                     copies,
@@ -76,14 +137,6 @@ pub fn break_even(r: &BandwidthResults) -> Vec<BreakEven> {
         }
     }
     out
-}
-
-fn fmt_ms(ms: f64) -> String {
-    if ms >= 1.0 {
-        format!("{ms:.2} ms")
-    } else {
-        format!("{:.1} µs", ms * 1e3)
-    }
 }
 
 /// The lab's headline table: bandwidth at the largest size per direction and
@@ -122,6 +175,26 @@ pub fn summary_table(rec: &BandwidthRecord) -> String {
     s
 }
 
+/// The lab's headline numbers, as (what, value) rows for the report's
+/// table of GPUs side by side.
+pub fn headline(r: &BandwidthResults) -> Vec<(String, String)> {
+    let mut rows = Vec::new();
+    let Some(big) = r.largest_size() else {
+        return rows;
+    };
+    let gbps = |k, d| r.point(k, d, big).map_or("-".to_string(), |p| format!("{:.1}", p.gbps.median));
+    for (k, what) in [(HostMemoryKind::Pinned, "pinned"), (HostMemoryKind::Pageable, "pageable")] {
+        rows.push((format!("{what} H2D / D2H, largest copy (GB/s)"), format!("{} / {} ({big})", gbps(k, Direction::H2d), gbps(k, Direction::D2h))));
+    }
+    rows.push(("pinned, both ways at once (GB/s)".into(), format!("{} ({big})", gbps(HostMemoryKind::Pinned, Direction::Bidirectional))));
+    let blocked = |k| r.point(k, Direction::H2d, big).map_or("-".to_string(), |p| fmt_ms(p.host_call_ms.median));
+    rows.push(("CPU blocked by one async H2D: pinned / pageable".into(), format!("{} / {} ({big})", blocked(HostMemoryKind::Pinned), blocked(HostMemoryKind::Pageable))));
+    if let Some(b) = break_even(r).into_iter().find(|b| b.acquisition == Acquisition::Once && b.direction == Direction::D2h && b.bytes == Bytes(1 << 20)) {
+        rows.push(("pinning pays off, D2H 1 MiB, allocated once".into(), b.verdict()));
+    }
+    rows
+}
+
 /// The two clocks at one size: how long the copy call held the CPU against
 /// how long the device worked, for each kind and direction measured there.
 pub fn two_clocks_table(r: &BandwidthResults, bytes: Bytes) -> String {
@@ -137,26 +210,71 @@ pub fn two_clocks_table(r: &BandwidthResults, bytes: Bytes) -> String {
     s
 }
 
-/// Break-even copies per size, one line per (direction, kind).
+/// What getting memory a copy can use costs, per size, each way.
+pub fn pin_cost_table(r: &BandwidthResults) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "Getting memory a copy can use, and giving it back (median; pageable memory includes one write per 4 KiB page)");
+    let _ = writeln!(s, "{:>9} {:>15} {:>15} {:>15} {:>15} {:>13}", "size", "pageable, new", "pageable, loop", "pinned, first", "pinned, again", "register");
+    for c in &r.pin_cost {
+        let _ = writeln!(
+            s,
+            "{:>9} {:>15} {:>15} {:>15} {:>15} {:>13}",
+            c.bytes.to_string(),
+            fmt_ms(c.pageable_first.total_ms()),
+            fmt_ms(c.pageable_reused.total_ms()),
+            fmt_ms(c.pinned_first.total_ms()),
+            fmt_ms(c.pinned_reused.total_ms()),
+            fmt_ms(c.registered.total_ms())
+        );
+    }
+    let _ = writeln!(
+        s,
+        "pageable, new: fresh pages from the OS (mmap), each faulted in by its first write. pageable, loop: malloc + write + free again and again.\n\
+         pinned, first: the size's first cuMemHostAlloc + cuMemFreeHost; again: later ones. register: cuMemHostRegister + unregister of memory you have."
+    );
+    s
+}
+
+/// Break-even copies per size and direction for each way of getting
+/// page-locked memory, then the numbers behind every "at once".
 pub fn break_even_table(r: &BandwidthResults) -> String {
     let rows = break_even(r);
     let mut s = String::new();
-    let _ = writeln!(s, "{:<5} {:<11} {:>10} {:>13} {:>15} {:>12}", "dir", "memory", "size", "extra cost", "saved per copy", "break-even");
-    for b in rows {
-        let copies = match b.copies {
-            None => "never".to_string(),
-            Some(_) if b.extra_cost_ms <= 0.0 => "at once".to_string(),
-            Some(c) => format!("{c:.1} copies"),
+    let _ = writeln!(s, "Break-even: copies of one size until page-locked memory has repaid its extra cost (extra cost / time saved per copy)");
+    let _ = write!(s, "{:>9} {:<4}", "size", "dir");
+    for a in Acquisition::ALL {
+        let _ = write!(s, " {:>18}", a.label());
+    }
+    let _ = writeln!(s);
+    let mut at_once = Vec::new();
+    for c in &r.pin_cost {
+        for d in [Direction::H2d, Direction::D2h] {
+            let _ = write!(s, "{:>9} {:<4}", c.bytes.to_string(), d.label());
+            for a in Acquisition::ALL {
+                let cell = rows.iter().find(|b| b.bytes == c.bytes && b.direction == d && b.acquisition == a);
+                let _ = write!(s, " {:>18}", cell.map_or("-".into(), BreakEven::verdict));
+                // The costs behind "at once" do not depend on the direction: explained once.
+                if let Some(b) = cell.filter(|b| b.copies == Some(0.0) && !at_once.iter().any(|o: &BreakEven| o.bytes == b.bytes && o.acquisition == a)) {
+                    at_once.push(b.clone());
+                }
+            }
+            let _ = writeln!(s);
+        }
+    }
+    for b in at_once {
+        let (locked, pageable) = match b.acquisition {
+            Acquisition::Once => ("its first cuMemHostAlloc + free", "fresh pageable pages faulted in + unmapped"),
+            Acquisition::EveryUse => ("cuMemHostAlloc + free again", "malloc + write + free in a loop"),
+            Acquisition::Register => ("register + unregister", "nothing"),
         };
         let _ = writeln!(
             s,
-            "{:<5} {:<11} {:>10} {:>13} {:>15} {:>12}",
-            b.direction.label(),
-            b.kind.label(),
-            b.bytes.to_string(),
-            fmt_ms(b.extra_cost_ms),
-            fmt_ms(b.saving_per_copy_ms),
-            copies
+            "at once ({}, {}): {locked} took {}, {pageable} {}, so page-locked memory cost {} less before its first copy.",
+            b.bytes,
+            b.acquisition.label(),
+            fmt_ms(b.page_locked_ms),
+            fmt_ms(b.pageable_ms),
+            fmt_ms(-b.extra_cost_ms)
         );
     }
     s
@@ -184,15 +302,40 @@ mod tests {
     fn break_even_divides_extra_cost_by_saving() {
         let r = crate::labs::bandwidth::exercise::tests::synthetic();
         let b = break_even(&r);
-        let pinned = b.iter().find(|b| b.kind == HostMemoryKind::Pinned && b.direction == Direction::H2d && b.bytes == Bytes(1 << 30)).unwrap();
-        // synthetic: pinned 300+30 ms vs pageable 100+10 ms => 220 ms extra;
+        let find = |a: Acquisition| b.iter().find(|b| b.acquisition == a && b.direction == Direction::H2d && b.bytes == Bytes(1 << 30)).unwrap();
+        // synthetic: pinned first 300+30 ms vs new pageable 100+10 ms => 220 ms extra;
         // copies: pageable 1 GiB at 10 GB/s, pinned at 50 GB/s.
         let gib = (1u64 << 30) as f64;
         let saving = (0.010 + gib / 10e9 * 1e3) - (0.005 + gib / 50e9 * 1e3);
-        assert!((pinned.extra_cost_ms - 220.0).abs() < 1e-9);
-        assert!((pinned.copies.unwrap() - 220.0 / saving).abs() < 1e-6);
-        let reg = b.iter().find(|b| b.kind == HostMemoryKind::Registered && b.direction == Direction::H2d && b.bytes == Bytes(1 << 30)).unwrap();
+        let once = find(Acquisition::Once);
+        assert_eq!(once.kind(), HostMemoryKind::Pinned);
+        assert!((once.extra_cost_ms - 220.0).abs() < 1e-9 && once.page_locked_ms == 330.0 && once.pageable_ms == 110.0);
+        assert!((once.copies.unwrap() - 220.0 / saving).abs() < 1e-6);
+        // Per use: pinned again 280+30 vs malloc loop 90+10.
+        assert!((find(Acquisition::EveryUse).extra_cost_ms - 210.0).abs() < 1e-9);
+        let reg = find(Acquisition::Register);
+        assert_eq!(reg.kind(), HostMemoryKind::Registered);
         assert!((reg.extra_cost_ms - 60.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn break_even_table_scales_units_and_explains_at_once_with_its_numbers() {
+        let mut r = crate::labs::bandwidth::exercise::tests::synthetic();
+        // Fresh pageable pages cost more than pinning (page faults): pays at once.
+        r.pin_cost[0].pageable_first.acquire_ms.median = 334.36;
+        let t = break_even_table(&r);
+        assert!(t.contains("at once") && t.contains("copies") && t.contains("allocated per use"), "{t}");
+        // 330 ms pinned vs 344.36 ms pageable: 14.36 ms less, in ms, not µs.
+        assert!(t.contains("at once (1 GiB, allocated once): its first cuMemHostAlloc + free took 330.00 ms, fresh pageable pages faulted in + unmapped 344.36 ms, so page-locked memory cost 14.36 ms less"), "{t}");
+        assert!(!t.contains("14360"), "{t}");
+        assert_eq!(t.matches("at once (").count(), 1, "explained once, not per direction: {t}");
+        let mut b = break_even(&r).remove(0);
+        for (extra, copies, shown) in [(1.0, Some(12.07), "12.1 copies"), (1.0, Some(0.04), "0.04 copies"), (1e-6, Some(1e-4), "< 0.01 copies"), (-1.0, Some(0.0), "at once"), (1.0, None, "never")] {
+            (b.extra_cost_ms, b.copies) = (extra, copies);
+            assert_eq!(b.verdict(), shown);
+        }
+        let c = pin_cost_table(&r);
+        assert!(c.contains("344.36 ms") && c.contains("310.00 ms") && c.contains("60.00 ms"), "{c}");
     }
 
     #[test]

@@ -178,10 +178,10 @@ impl CallbackRig {
             self.d2h(On::Compute, 0)?;
             self.compute.synchronize()?;
             let t = Instant::now();
-            let i = work::heavy_argmin(view.scores(), passes).map_err(LabError::Verification)?;
+            let i = work::heavy_argmin(view.scores(), passes).map_err(|why| LabError::wrong_data("pinned scores of slot 0", 0, why))?;
             let ms = t.elapsed().as_secs_f64() * 1e3;
             if i != self.reference[q] {
-                return Err(LabError::Verification(format!("argmin of query {q} is {i}, the CPU reference says {}", self.reference[q])));
+                return Err(LabError::wrong_data("argmin results", q, format!("argmin is row {i}, the CPU reference says row {}", self.reference[q])));
             }
             Ok(ms)
         })
@@ -266,24 +266,28 @@ impl CallbackRig {
         let kernel_start = std::mem::take(&mut issuer.kernel_start);
         issuer.finish()?;
         if state.done() != n {
-            return Err(LabError::Verification(format!("{} of {n} iterations ran their argmin: the others were never handed to anything", state.done())));
+            return Err(LabError::schedule(format!("{} of {n} iterations ran their argmin: the others were never handed to anything", state.done())));
         }
         // A slot taken while held is the cause; what its readers saw follows.
         let mut problems = book.misuse();
         problems.extend(state.errors());
+        if !problems.is_empty() {
+            return Err(LabError::schedule(format!("{} problem(s); first: {}", problems.len(), problems[0])));
+        }
         let results = state.results();
         if let Some(t) = (0..n).find(|&t| results[t] != self.reference[t]) {
-            problems.push(if results[t] == work::NO_RESULT {
-                format!("iteration {t} has no argmin")
-            } else {
-                format!("iteration {t}: argmin {} but the CPU reference says {}", results[t], self.reference[t])
-            });
-        }
-        if !problems.is_empty() {
-            return Err(LabError::Verification(format!("{} problem(s); first: {}", problems.len(), problems[0])));
+            return Err(LabError::wrong_data(
+                "argmin results",
+                t,
+                if results[t] == work::NO_RESULT {
+                    "no argmin was stored for this iteration".to_string()
+                } else {
+                    format!("argmin is row {}, the CPU reference says row {}", results[t], self.reference[t])
+                },
+            ));
         }
         let timeline = if timeline { Some(self.timeline(&base, &marks, &kernel_start, state.take_spans())?) } else { None };
-        let cpu_ms = state.median_argmin_ms().ok_or_else(|| LabError::Verification("no argmin ran".into()))?;
+        let cpu_ms = state.median_argmin_ms().ok_or_else(|| LabError::schedule("no argmin ran"))?;
         Ok(RunOutcome { total_ms: state.total_ms(), cpu_ms, timeline })
     }
 
@@ -414,7 +418,7 @@ impl Drop for GpuIssuer<'_> {
 impl CallbackIssue for GpuIssuer<'_> {
     fn take_slot(&mut self, t: usize) -> Result<Slot> {
         if self.slots.iter().all(|u| u.lease.is_some()) {
-            return Err(LabError::Verification(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
+            return Err(LabError::schedule(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
         }
         let start = self.state.now_us();
         let lease = self.state.book.take(t)?;
@@ -478,7 +482,7 @@ impl CallbackIssue for GpuIssuer<'_> {
             self.waiter = Some(Worker::spawn("event-waiter", work::WAITER_LANE, self.state.clone(), Some(wait))?);
         }
         let job = self.job(slot)?;
-        self.waiter.as_ref().expect("just made").sender().send(job).map_err(|_| LabError::Verification("the event-waiting thread is gone".into()))
+        self.waiter.as_ref().expect("just made").sender().send(job).map_err(|_| LabError::Thread("the event-waiting thread is gone".into()))
     }
 }
 
@@ -538,16 +542,10 @@ pub fn run(gpu: &Gpu, cfg: &CallbackConfig, progress: ProgressMode) -> Result<Ca
     let quiet = results.points.iter().min_by(|a, b| (a.cpu_ms() / gpu_ms.median / 0.5).ln().abs().total_cmp(&(b.cpu_ms() / gpu_ms.median / 0.5).ln().abs()));
     let passes = quiet.map_or(1, |p| p.passes);
     results.timeline_overhead_cpu_over_gpu = quiet.map_or(f64::NAN, |p| p.cpu_ms() / gpu_ms.median);
-    let mut pairs = Vec::new();
-    for rep in 0..cfg.warmup + 2 * cfg.repeats + 1 {
-        let off = rig.run(&Variant::HandOffToWorker.iteration(), passes, false)?.total_ms;
-        let on = rig.run(&Variant::HandOffToWorker.iteration(), passes, true)?.total_ms;
-        results.verified_runs += 2;
-        if rep >= cfg.warmup {
-            pairs.push(100.0 * (on / off - 1.0));
-        }
-    }
-    let pairs = Summary::of(&pairs)?;
+    let pairs = crate::timeline::overhead_pct(cfg.warmup, 2 * cfg.repeats + 1, |on| {
+        results.verified_runs += 1;
+        Ok(rig.run(&Variant::HandOffToWorker.iteration(), passes, on)?.total_ms)
+    })?;
     results.timeline_overhead_pct = pairs.median;
     results.timeline_overhead_pairs_pct = Some(pairs);
     progress.step("timeline overhead");

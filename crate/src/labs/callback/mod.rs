@@ -213,6 +213,12 @@ impl CallbackConfig {
     pub fn quick() -> Self {
         CallbackConfig { iterations: 128, cpu_over_gpu: vec![0.5, 1.0, 2.0], repeats: 3, ..Self::default() }
     }
+    /// The smallest run that still touches every code path (every variant,
+    /// 8 Ki keys of 64 f32, 48 iterations): for compute-sanitizer and smoke
+    /// tests, not for numbers.
+    pub fn small() -> Self {
+        CallbackConfig { rows: 8192, dim: 64, iterations: 48, cpu_over_gpu: vec![1.0], warmup: 0, repeats: 1, ..Self::default() }
+    }
 
     pub fn validate(&self) -> Result<()> {
         if self.rows == 0 || self.rows > 1 << 26 {
@@ -347,6 +353,27 @@ impl CallbackResults {
         self.points.iter().min_by(|a, b| (a.cpu_ms() / self.gpu_ms.median).ln().abs().total_cmp(&(b.cpu_ms() / self.gpu_ms.median).ln().abs()))
     }
 
+    /// The lab's headline numbers, as (what, value) rows for the report's
+    /// table of GPUs side by side.
+    pub fn headline(&self) -> Vec<(String, String)> {
+        let mut rows = Vec::new();
+        if let Some(b) = self.balanced() {
+            let c_over_g = b.cpu_ms() / self.gpu_ms.median;
+            let time = |v| b.result(v).map_or("-".to_string(), |r| format!("{:.1}", r.total_ms.median));
+            rows.push((
+                "at CPU = GPU: variant 1 / variant 3 (ms)".into(),
+                format!("{} / {} (C/G {c_over_g:.2}, {} iterations)", time(Variant::HostFnOnCompute), time(Variant::HandOffToWorker), self.config.iterations),
+            ));
+            for v in [Variant::HostFnOnCompute, Variant::HandOffToWorker] {
+                if let Some(e) = self.efficiency(b, v) {
+                    rows.push((format!("at CPU = GPU: variant {} against the overlap bound", v.number()), format!("{:.1}%", 100.0 * e)));
+                }
+            }
+        }
+        rows.push(("timeline overhead, median of pairs".into(), format!("{:+.2}% ({})", self.timeline_overhead_pct, self.timeline_source)));
+        rows
+    }
+
     /// The model next to the measurement, one row per CPU cost and variant.
     pub fn table(&self) -> String {
         let mut s = format!(
@@ -391,12 +418,10 @@ impl CallbackResults {
                 );
             }
         }
-        let spread = self.timeline_overhead_pairs_pct.as_ref().map_or(String::new(), |p| format!(", pairs {:+.2}% to {:+.2}% over {}", p.min, p.max, p.n));
         s + &format!(
-            "timeline overhead (variant 3 at C/G {:.2}): {:+.2}% median{spread} ({}); timelines drawn at C/G {:.2}\n",
+            "{}, variant 3 at C/G {:.2}; timelines drawn at C/G {:.2}\n",
+            crate::timeline::overhead_line(self.timeline_overhead_pct, self.timeline_overhead_pairs_pct.as_ref(), &self.timeline_source),
             self.timeline_overhead_cpu_over_gpu,
-            self.timeline_overhead_pct,
-            self.timeline_source,
             self.balanced().map_or(f64::NAN, |p| p.cpu_ms() / self.gpu_ms.median)
         )
     }

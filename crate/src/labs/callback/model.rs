@@ -218,7 +218,7 @@ impl CallbackIssue for ModelIssuer {
     fn take_slot(&mut self, t: usize) -> Result<Slot> {
         // The oldest returned of the slots whose argmin is issued.
         let Some(i) = (0..self.slots.len()).filter(|&i| self.slots[i].lease.is_none()).min_by(|&a, &b| self.slots[a].free_at.total_cmp(&self.slots[b].free_at)) else {
-            return Err(LabError::Verification(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
+            return Err(LabError::schedule(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
         };
         let free = self.slots[i].free_at;
         if free > self.main {

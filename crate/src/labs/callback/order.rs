@@ -63,7 +63,7 @@ impl SlotOrder {
             (Some(_), Reader::HostFn(on)) => format!("the {} stream never waited for the \"scores ready\" event", on.name()),
             (Some(_), Reader::WaitingThread) => unreachable!("a thread is ordered once the event is recorded"),
         };
-        Err(LabError::Verification(format!(
+        Err(LabError::schedule(format!(
             "iteration {iteration}: {who} reads slot {} but is not ordered after its D2H ({missing}): it could read scores that have not arrived (a race)",
             slot.0
         )))

@@ -60,14 +60,14 @@ impl SlotBook {
         let mut s = self.lock();
         loop {
             if let Some(why) = &s.failed {
-                return Err(LabError::Verification(format!("iteration {iteration} could not get a slot: {why}")));
+                return Err(LabError::schedule(format!("iteration {iteration} could not get a slot: {why}")));
             }
             if let Some(slot) = s.free.pop_front() {
                 return Ok(Self::lease(&mut s, slot, iteration));
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(LabError::Verification(format!(
+                return Err(LabError::schedule(format!(
                     "iteration {iteration} waited {:.1} s for a free slot: none of the {} slots came back (held by iterations {:?})",
                     self.timeout.as_secs_f64(),
                     s.generation.len(),
@@ -115,7 +115,7 @@ impl SlotBook {
                 lease.iteration, lease.slot, s.holder[lease.slot], lease.generation, s.generation[lease.slot]
             );
             s.misuse.push(msg.clone());
-            return Err(LabError::Verification(msg));
+            return Err(LabError::schedule(msg));
         }
         s.holder[lease.slot] = None;
         s.free.push_back(lease.slot);
@@ -139,7 +139,7 @@ impl SlotBook {
         while s.holder.iter().any(Option::is_some) {
             let now = Instant::now();
             if s.failed.is_some() || now >= deadline {
-                return Err(LabError::Verification(format!("slots still held at the end of the run by iterations {:?}", s.holder)));
+                return Err(LabError::schedule(format!("slots still held at the end of the run by iterations {:?}", s.holder)));
             }
             s = self.returned.wait_timeout(s, deadline - now).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
         }

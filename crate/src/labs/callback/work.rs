@@ -313,7 +313,7 @@ impl Worker {
     pub fn join(mut self) -> Result<()> {
         self.tx.take();
         match self.handle.take().map(JoinHandle::join) {
-            Some(Err(p)) => Err(LabError::Verification(format!("the {} thread panicked: {}", self.name, panic_message(&*p)))),
+            Some(Err(p)) => Err(LabError::Thread(format!("the {} thread panicked: {}", self.name, panic_message(&*p)))),
             _ => Ok(()),
         }
     }

@@ -115,6 +115,7 @@ mod tests {
             pipelined_timeline: empty,
             verified_runs: 1,
             timeline_overhead_pct: Some(1.0),
+            timeline_overhead_pairs_pct: None,
             timeline_source: "cupti".into(),
         }
     }

@@ -85,17 +85,17 @@ impl DbRig {
         self.compute.download(&mut self.check, &self.results, bytes)?;
         let out = pattern::as_f32(self.check.words());
         if let Some(i) = out.par_iter().position_any(|x| !x.is_finite() || x.abs() > 1e6) {
-            return Err(LabError::Verification(format!("result element {i} (batch {}) was never written", i / self.batch_elements)));
+            return Err(LabError::wrong_data("device results", i, format!("(batch {}) was never written: still poison", i / self.batch_elements)));
         }
         let (n, seed) = (self.batch_elements, self.seed);
         let bad = (0..self.batches).into_par_iter().find_map_first(|b| {
             (0..64usize).find_map(|j| {
                 let i = b * n + j * (n - 1) / 63;
                 let want = compute_reference(pattern::f32_at(seed, i), iterations);
-                (out[i].to_bits() != want.to_bits()).then(|| format!("batch {b}, element {}: got {}, expected {want}", i - b * n, out[i]))
+                (out[i].to_bits() != want.to_bits()).then(|| LabError::wrong_data("device results", i, format!("(batch {b}, its element {}) got {}, expected {want}", i - b * n, out[i])))
             })
         });
-        bad.map_or(Ok(()), |m| Err(LabError::Verification(m)))
+        bad.map_or(Ok(()), Err)
     }
 
     fn one_batch(&mut self, kernel: bool, iterations: i32) -> Result<f64> {
@@ -139,7 +139,7 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
         for (k, schedule) in schedules.iter().enumerate() {
             let run = rig.run(*schedule, iterations, false)?;
             if !run.races.is_empty() {
-                return Err(LabError::Verification(format!("the lab's own schedule races: {}", run.races[0].what)));
+                return Err(LabError::schedule(format!("the lab's own schedule races: {}", run.races[0].what)));
             }
             rig.verify(iterations)?;
             if rep >= cfg.warmup {
@@ -148,18 +148,12 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
         }
     }
     progress.step("timed runs");
-    // The timeline's own cost on the pipelined schedule: off and on alternate.
-    let mut with = [Vec::new(), Vec::new()];
-    for rep in 0..cfg.warmup + cfg.repeats {
-        for (k, on) in [false, true].into_iter().enumerate() {
-            let run = rig.run(&pipelined, iterations, on)?;
-            rig.verify(iterations)?;
-            if rep >= cfg.warmup {
-                with[k].push(run.total_ms);
-            }
-        }
-    }
-    let timeline_overhead_pct = Some(100.0 * (Summary::of(&with[1])?.median / Summary::of(&with[0])?.median - 1.0));
+    // The timeline's own cost on the pipelined schedule.
+    let pairs = crate::timeline::overhead_pct(cfg.warmup, 2 * cfg.repeats + 1, |on| {
+        let run = rig.run(&pipelined, iterations, on)?;
+        rig.verify(iterations)?;
+        Ok(run.total_ms)
+    })?;
     let mut timelines = Vec::new();
     for schedule in schedules {
         let run = rig.run(schedule, iterations, true)?;
@@ -183,8 +177,9 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
         pipelined_ms: Summary::of(&totals[1])?,
         no_overlap_timeline,
         pipelined_timeline,
-        verified_runs: 4 * (cfg.warmup + cfg.repeats) + 2,
-        timeline_overhead_pct,
+        verified_runs: 2 * (cfg.warmup + cfg.repeats) + 2 * (cfg.warmup + 2 * cfg.repeats + 1) + 2,
+        timeline_overhead_pct: Some(pairs.median),
+        timeline_overhead_pairs_pct: Some(pairs),
         timeline_source,
     })
 }

@@ -41,6 +41,11 @@ impl DoubleBufferConfig {
     pub fn quick() -> Self {
         DoubleBufferConfig { batches: 32, repeats: 3, ..Self::default() }
     }
+    /// The smallest run that still touches every code path (8 batches of
+    /// 1 MiB): for compute-sanitizer and smoke tests, not for numbers.
+    pub fn small() -> Self {
+        DoubleBufferConfig { batches: 8, batch_elements: 1 << 18, warmup: 0, repeats: 1, ..Self::default() }
+    }
     pub fn validate(&self) -> Result<()> {
         if self.batches < 2 || self.batches > 100_000 {
             return Err(LabError::config(format!("batches must be 2-100000 (got {})", self.batches)));
@@ -144,6 +149,9 @@ pub struct DoubleBufferResults {
     /// one (%); None in records made before it was measured.
     #[serde(default)]
     pub timeline_overhead_pct: Option<f64>,
+    /// Every on/off pair's overhead (%).
+    #[serde(default)]
+    pub timeline_overhead_pairs_pct: Option<Summary>,
     /// What timed the timelines: "cupti" or "cuda events".
     #[serde(default)]
     pub timeline_source: String,
@@ -161,6 +169,18 @@ impl DoubleBufferResults {
     }
     pub fn speedup(&self) -> f64 {
         self.no_overlap_ms.median / self.pipelined_ms.median
+    }
+    /// The lab's headline numbers, as (what, value) rows for the report's
+    /// table of GPUs side by side.
+    pub fn headline(&self) -> Vec<(String, String)> {
+        let mut rows = vec![
+            ("no overlap / double-buffered".into(), format!("{:.2} / {:.2} ms ({} x {})", self.no_overlap_ms.median, self.pipelined_ms.median, self.config.batches, crate::units::Bytes(self.config.batch_elements as u64 * 4))),
+            ("speed-up; against the bound".into(), format!("{:.2}x; {:.1}%", self.speedup(), 100.0 * self.efficiency())),
+        ];
+        if let Some(pct) = self.timeline_overhead_pct {
+            rows.push(("timeline overhead, median of pairs".into(), format!("{pct:+.2}% ({})", self.timeline_source)));
+        }
+        rows
     }
     pub fn summary(&self) -> String {
         format!(
@@ -187,7 +207,7 @@ impl DoubleBufferResults {
                 ""
             }
         ) + &match self.timeline_overhead_pct {
-            Some(pct) => format!("timeline overhead: {pct:+.2}% ({})\n", self.timeline_source),
+            Some(pct) => crate::timeline::overhead_line(pct, self.timeline_overhead_pairs_pct.as_ref(), &self.timeline_source) + "\n",
             None => String::new(),
         }
     }

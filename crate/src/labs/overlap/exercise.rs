@@ -188,6 +188,7 @@ mod tests {
                 best_predicted: empty,
             }],
             timeline_overhead_pct: 1.0,
+            timeline_overhead_pairs_pct: None,
             timeline_source: String::new(),
         }
     }

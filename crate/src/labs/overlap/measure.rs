@@ -35,13 +35,20 @@ impl Rig {
     pub fn new(gpu: &Gpu, elements: usize, streams: usize) -> Result<Rig> {
         let bytes = elements * 4;
         gpu.ensure_free(2 * bytes as u64 + (64 << 20), &format!("{elements} elements in and out"))?;
+        let (dev_in, dev_out) = (gpu.alloc(bytes)?, gpu.alloc(bytes)?);
+        // Poisoned, not left uninitialized: the D2H timed alone copies
+        // `dev_out` before any kernel wrote it (compute-sanitizer's
+        // initcheck reports every such read).
+        let s = gpu.stream()?;
+        s.fill_u32(&dev_in, 0xDEAD_BEEF)?;
+        s.fill_u32(&dev_out, 0xDEAD_BEEF)?;
         Ok(Rig {
             gpu: gpu.clone(),
             kernel: ComputeKernel::load(gpu)?,
             host_in: PinnedBuffer::new(gpu, bytes)?,
             host_out: PinnedBuffer::new(gpu, bytes)?,
-            dev_in: gpu.alloc(bytes)?,
-            dev_out: gpu.alloc(bytes)?,
+            dev_in,
+            dev_out,
             streams: (0..streams.max(super::STAGE_STREAMS)).map(|_| gpu.stream()).collect::<Result<_>>()?,
             elements,
             timeline_source: crate::gpu::TimelineSource::best(),
@@ -149,7 +156,7 @@ impl Rig {
         let _v = trace::range("verify");
         let out = pattern::as_f32(self.host_out.words());
         if let Some(i) = out.par_iter().position_any(|x| !x.is_finite() || x.abs() > 1e6) {
-            return Err(LabError::Verification(format!("output element {i} is {} (never written: still poison)", out[i])));
+            return Err(LabError::wrong_data("host out", i, format!("is {} (never written: still poison)", out[i])));
         }
         let ranges = OverlapConfig::chunk_ranges(self.elements, chunks);
         // The reference costs `iterations` dependent FMAs per sample: spread over cores.
@@ -160,10 +167,10 @@ impl Rig {
                 // Spread samples over the chunk, first and last element included.
                 let i = a + if k == 1 { 0 } else { j * (n - 1) / (k - 1) };
                 let want = compute_reference(pattern::f32_at(seed, i), iterations);
-                (out[i].to_bits() != want.to_bits()).then(|| format!("chunk {c}, element {i}: got {}, expected {want}", out[i]))
+                (out[i].to_bits() != want.to_bits()).then(|| LabError::wrong_data("host out", i, format!("(chunk {c}) got {}, expected {want}", out[i])))
             })
         });
-        bad.map_or(Ok(()), |m| Err(LabError::Verification(m)))
+        bad.map_or(Ok(()), Err)
     }
 }
 
@@ -259,7 +266,7 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
     let both = Summary::of_runs(reps, || rig.both_copies(1))?;
     progress.step(&format!("copies alone: H2D {:.2} ms, D2H {:.2} ms, both at once {:.2} ms", h2d.median, d2h.median, both.median));
     let mut out = Vec::new();
-    let mut overhead = f64::NAN;
+    let mut overhead = None;
     // Copy parts do not depend on the kernel: measured once per point.
     let mut copy_parts: std::collections::HashMap<(usize, usize, bool), Parts> = std::collections::HashMap::new();
     for &intensity in &cfg.intensities {
@@ -297,7 +304,7 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
                     let seed = rig.prepare();
                     let run = rig.run(chunks, streams, order, iterations, false, false)?;
                     if !run.races.is_empty() {
-                        return Err(LabError::Verification(format!("the lab's own schedule races: {}", run.races[0].what)));
+                        return Err(LabError::schedule(format!("the lab's own schedule races: {}", run.races[0].what)));
                     }
                     rig.verify(seed, chunks, iterations, cfg.samples_per_chunk)?;
                     if rep >= cfg.warmup {
@@ -345,28 +352,21 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
         }
         progress.step(&format!("{} timelines", intensity.label()));
         // The timeline's own cost, on the balanced best point.
-        if intensity == Intensity::Balanced || (overhead.is_nan() && Some(&intensity) == cfg.intensities.last()) {
-            // Off and on alternate, so drift hits both alike.
-            let mut t = [Vec::new(), Vec::new()];
-            for rep in 0..cfg.warmup + cfg.repeats.max(9) {
-                for (k, on) in [false, true].into_iter().enumerate() {
-                    rig.prepare();
-                    let total = rig.run(best.chunks, best.streams, best.order, iterations, on, false)?.total_ms;
-                    if rep >= cfg.warmup {
-                        t[k].push(total);
-                    }
-                }
-            }
-            let medians = [Summary::of(&t[0])?.median, Summary::of(&t[1])?.median];
-            overhead = 100.0 * (medians[1] / medians[0] - 1.0);
+        if intensity == Intensity::Balanced || (overhead.is_none() && Some(&intensity) == cfg.intensities.last()) {
+            overhead = Some(crate::timeline::overhead_pct(cfg.warmup, 2 * cfg.repeats + 1, |on| {
+                rig.prepare();
+                Ok(rig.run(best.chunks, best.streams, best.order, iterations, on, false)?.total_ms)
+            })?);
         }
     }
     progress.finish();
     Ok(OverlapResults {
         config: cfg.clone(),
         copy_engines,
+        timeline_overhead_pct: overhead.map_or(f64::NAN, |o| o.median),
+        timeline_overhead_pairs_pct: overhead,
+        // What really timed the drawn timelines (events, if CUPTI was taken).
+        timeline_source: out.iter().map(|r| r.best_timeline.source.clone()).next().unwrap_or_else(|| rig.timeline_source.label().into()),
         intensities: out,
-        timeline_overhead_pct: overhead,
-        timeline_source: rig.timeline_source.label().into(),
     })
 }

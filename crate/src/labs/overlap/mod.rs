@@ -138,6 +138,21 @@ impl OverlapConfig {
     pub fn quick() -> Self {
         OverlapConfig { elements: 16 << 20, chunks: vec![1, 2, 4, 8, 16, 32], streams: vec![1, 2, 4], repeats: 3, ..Self::default() }
     }
+    /// The smallest run that still touches every code path (4 MiB each way,
+    /// 1 and 4 chunks, every order, one intensity): for compute-sanitizer
+    /// and smoke tests, not for numbers.
+    pub fn small() -> Self {
+        OverlapConfig {
+            elements: 1 << 20,
+            chunks: vec![1, 4],
+            streams: vec![1, 2],
+            intensities: vec![Intensity::Balanced],
+            warmup: 0,
+            repeats: 1,
+            samples_per_chunk: 16,
+            ..Self::default()
+        }
+    }
 
     pub fn validate(&self) -> Result<()> {
         let max_chunks = self.chunks.iter().copied().max().unwrap_or(0);
@@ -271,8 +286,12 @@ pub struct OverlapResults {
     pub config: OverlapConfig,
     pub copy_engines: u32,
     pub intensities: Vec<IntensityResults>,
-    /// Median total with the per-op timeline on over off, minus one (%).
+    /// How much slower the run with the drawn timeline was (%, the median of
+    /// alternating pairs: [`crate::timeline::overhead_pct`]).
     pub timeline_overhead_pct: f64,
+    /// Every pair's overhead (%).
+    #[serde(default)]
+    pub timeline_overhead_pairs_pct: Option<Summary>,
     /// What timed the timelines: "cupti" or "cuda events".
     #[serde(default)]
     pub timeline_source: String,
@@ -296,6 +315,15 @@ impl IntensityResults {
 impl OverlapResults {
     pub fn intensity(&self, i: Intensity) -> Option<&IntensityResults> {
         self.intensities.iter().find(|r| r.intensity == i)
+    }
+    /// The headline table and what the drawn timeline cost: what the CLI,
+    /// the report and notebook 02 print.
+    pub fn summary(&self) -> String {
+        format!("{}{}\n", model::summary_table(&self.intensities, self.copy_engines), self.overhead_line())
+    }
+    /// See [`crate::timeline::overhead_line`].
+    pub fn overhead_line(&self) -> String {
+        crate::timeline::overhead_line(self.timeline_overhead_pct, self.timeline_overhead_pairs_pct.as_ref(), &self.timeline_source)
     }
 }
 
@@ -352,8 +380,7 @@ mod tests {
 /// Notebook entry points for lab 2.
 impl crate::notebook::LabRun<OverlapResults> {
     pub fn summary(&self) -> String {
-        let r = &self.record.results;
-        format!("{}timeline overhead: {:+.2}% ({})\n", model::summary_table(&r.intensities, r.copy_engines), r.timeline_overhead_pct, r.timeline_source)
+        self.record.results.summary()
     }
     /// The classic ceilings next to the measured speed-ups.
     pub fn speedup_limits(&self) -> String {

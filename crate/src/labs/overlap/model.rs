@@ -112,6 +112,22 @@ pub fn speedup(r: &IntensityResults, p: &OverlapPoint) -> Option<f64> {
     r.serial().map(|s| s.total_ms.median / p.total_ms.median)
 }
 
+/// The lab's headline numbers, as (what, value) rows for the report's
+/// table of GPUs side by side.
+pub fn headline(r: &super::OverlapResults) -> Vec<(String, String)> {
+    let mut rows = Vec::new();
+    for ir in &r.intensities {
+        let Some(best) = ir.best() else { continue };
+        rows.push((
+            format!("{}: best speed-up over one stream (chunks/streams order)", ir.intensity.label()),
+            format!("{:.2}x ({}/{} {})", speedup(ir, best).unwrap_or(f64::NAN), best.chunks, best.streams, best.order.short()),
+        ));
+        rows.push((format!("{}: best point against its bound", ir.intensity.label()), format!("{:.1}%", 100.0 * efficiency(best, r.copy_engines))));
+    }
+    rows.push(("timeline overhead, median of pairs".into(), format!("{:+.2}% ({})", r.timeline_overhead_pct, r.timeline_source)));
+    rows
+}
+
 /// One line per intensity: parts, the best point, its speed-up and its
 /// efficiency against the bound, next to the best speed-up possible.
 pub fn summary_table(rs: &[IntensityResults], copy_engines: u32) -> String {

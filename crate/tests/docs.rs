@@ -1,0 +1,187 @@
+//! The README and the notebooks agree with the code: headline tables match the
+//! recordings, every command line they show parses with the options it
+//! names, every method a notebook's text names exists, and nothing they hold
+//! names a folder of the machine that made them.
+
+use overlap_lab::record::{default_data_dir, repo_root};
+use overlap_lab::report::Headlines;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin() -> String {
+    std::env::var("OVERLAP_LAB_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_overlap-lab").to_string())
+}
+
+fn readme() -> String {
+    std::fs::read_to_string(repo_root().join("README.md")).expect("README.md")
+}
+
+fn notebooks() -> Vec<(PathBuf, serde_json::Value)> {
+    let mut v: Vec<_> = std::fs::read_dir(repo_root().join("notebooks"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ipynb"))
+        .map(|p| {
+            let nb = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            (p, nb)
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+fn cell_text(cell: &serde_json::Value, key: &str) -> String {
+    match &cell[key] {
+        serde_json::Value::Array(a) => a.iter().filter_map(|l| l.as_str()).collect(),
+        serde_json::Value::String(s) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+#[test]
+fn readme_headline_tables_are_the_recordings() {
+    if std::env::var_os("OVERLAP_LAB_DATA").is_some() {
+        eprintln!("SKIPPED readme_headline_tables_are_the_recordings: OVERLAP_LAB_DATA points at other recordings than the README's");
+        return;
+    }
+    let table = Headlines::from_data(&default_data_dir()).unwrap();
+    let text = readme();
+    assert!(table.gpus.len() >= 2, "data/ holds recordings of two GPUs: {:?}", table.gpus);
+    for lab in ["bandwidth", "overlap", "double-buffer", "callback"] {
+        let open = format!("<!-- headline:{lab} -->\n");
+        let at = text.find(&open).unwrap_or_else(|| panic!("README has no {open:?} section"));
+        let rest = &text[at + open.len()..];
+        let shown = &rest[..rest.find("<!-- /headline -->").expect("closing marker")];
+        assert_eq!(
+            shown,
+            table.markdown(Some(lab)),
+            "README's {lab} table differs from data/: run `overlap-lab report` and copy that lab's rows of target/report/headline.md"
+        );
+    }
+}
+
+#[test]
+fn readme_names_every_notebook_and_only_files_that_exist() {
+    let text = readme();
+    for (path, _) in notebooks() {
+        let rel = format!("notebooks/{}", path.file_name().unwrap().to_string_lossy());
+        assert!(text.contains(&rel), "README does not name {rel}");
+    }
+    for word in text.split(['`', ' ', '(', ')', ',']) {
+        let w = word.trim_end_matches(['.', ':', ';']);
+        let looks_like_path = ["notebooks/", "kernels/", "crate/reference/", ".ci/"].iter().any(|p| w.starts_with(p)) && !w.contains('*') && !w.ends_with('/');
+        if looks_like_path {
+            assert!(repo_root().join(w).exists(), "README names {w}, which does not exist");
+        }
+    }
+    for outside in ["../", "/root/", "/work/", "$OUT", ".gpu/", "shared/"] {
+        assert!(!text.contains(outside), "README points outside the repository: {outside}");
+    }
+}
+
+/// Every `overlap-lab SUB --flag …` line of the README's shell blocks: SUB
+/// exists and its `--help` (or the global one) lists each flag.
+#[test]
+fn readme_command_lines_use_real_subcommands_and_options() {
+    let help = |args: &[&str]| String::from_utf8(Command::new(bin()).args(args).output().unwrap().stdout).unwrap();
+    let global = help(&["--help"]);
+    let text = readme();
+    let mut checked = 0;
+    for block in text.split("```sh").skip(1) {
+        let block = &block[..block.find("```").unwrap()];
+        for line in block.lines() {
+            let line = line.split('#').next().unwrap();
+            let Some(at) = line.find("overlap-lab ") else { continue };
+            let words: Vec<&str> = line[at..].split_whitespace().skip(1).collect();
+            let Some(sub) = words.iter().find(|w| !w.starts_with('-')) else { continue };
+            let sub_help = help(&[sub, "--help"]);
+            assert!(sub_help.contains(&format!("Usage: overlap-lab {sub}")), "README runs `overlap-lab {sub}`, which is no subcommand");
+            for flag in words.iter().filter(|w| w.starts_with("--")) {
+                let flag = flag.split('=').next().unwrap();
+                assert!(sub_help.contains(flag) || global.contains(flag), "README passes {flag} to `overlap-lab {sub}`, which has no such option");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} command lines found");
+}
+
+/// Method names a notebook's text shows in code (`run.summary()`,
+/// `p.record(e, s)`, `Type::quick()`) are functions of the crate.
+#[test]
+fn notebook_text_names_only_functions_that_exist() {
+    let mut fns = BTreeSet::new();
+    let mut stack = vec![repo_root().join("crate/src")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let src = std::fs::read_to_string(&p).unwrap();
+                for part in src.split("fn ").skip(1) {
+                    let name: String = part.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    fns.insert(name);
+                }
+            }
+        }
+    }
+    // Methods of std and of the standard library types the notebooks use.
+    let std_methods = ["unwrap", "iter", "find", "new", "max", "min", "to_string", "len", "clone", "join"];
+    let mut checked = 0;
+    for (path, nb) in notebooks() {
+        for cell in nb["cells"].as_array().unwrap().iter().filter(|c| c["cell_type"] == "markdown") {
+            let text = cell_text(cell, "source");
+            for (i, span) in text.split('`').enumerate() {
+                if i % 2 == 0 || !span.contains('(') {
+                    continue;
+                }
+                // `name(` right after `.` or `::`.
+                for (j, _) in span.match_indices('(') {
+                    let before = &span[..j];
+                    let name: String = before.chars().rev().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<Vec<_>>().into_iter().rev().collect();
+                    let prefix = &before[..before.len() - name.len()];
+                    if name.is_empty() || !(prefix.ends_with('.') || prefix.ends_with("::")) || std_methods.contains(&name.as_str()) {
+                        continue;
+                    }
+                    assert!(fns.contains(&name), "{}: the text names `{name}(…)` in `{span}`, but the crate has no such function", path.display());
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} calls found in the notebooks' text");
+}
+
+#[test]
+fn committed_notebooks_and_the_report_name_no_machine_folders() {
+    let machine = ["/root/", "/work/", "/home/", "/tmp/", ".gpu/", "$OUT"];
+    for (path, nb) in notebooks() {
+        for cell in nb["cells"].as_array().unwrap() {
+            for out in cell["outputs"].as_array().into_iter().flatten() {
+                let text = cell_text(out, "text") + &cell_text(&out["data"], "text/plain");
+                for m in machine {
+                    assert!(!text.contains(m), "{}: an output names {m}: {}", path.display(), text.lines().find(|l| l.contains(m)).unwrap_or(""));
+                }
+            }
+        }
+    }
+    let out = overlap_lab::testing::temp_dir("docs-report");
+    overlap_lab::report::generate(&default_data_dir(), &out).unwrap();
+    let mut stack = vec![out];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "txt" || x == "md" || x == "svg") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for m in machine {
+                    assert!(!text.contains(m), "{}: names {m}", p.display());
+                }
+            }
+        }
+    }
+}
