@@ -16,11 +16,10 @@ use std::path::{Path, PathBuf};
 /// then each lab's headline numbers with the GPUs side by side
 /// (`out_dir/headline.md` and `.csv`), returning the files.
 pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
-    let (files, table) = visit(data_dir, Some(out_dir))?;
+    let (mut files, table) = visit(data_dir, Some(out_dir))?;
     if files.is_empty() {
         return Err(LabError::MissingData { path: data_dir.join("<device>").join("bandwidth.json") });
     }
-    let mut files = files;
     files.push(write_text(out_dir.join("headline.md"), table.markdown(None))?);
     files.push(write_text(out_dir.join("headline.csv"), table.csv())?);
     Ok(files)

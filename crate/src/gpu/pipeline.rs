@@ -586,3 +586,18 @@ impl Drop for Pipeline<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TimelineSource;
+
+    #[test]
+    fn the_fallback_line_says_why_and_names_the_tools_that_hold_cupti() {
+        let held = TimelineSource::fallback_line("cuptiActivityRegisterCallbacks: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED");
+        assert!(held.contains("compute-sanitizer") && held.contains("MULTIPLE_SUBSCRIBERS") && held.contains("\"cuda events\""), "{held}");
+        let missing = TimelineSource::fallback_line("libcupti could not be loaded");
+        assert!(missing.contains("libcupti could not be loaded") && !missing.contains("another tool"), "{missing}");
+        // One line, and nothing a notebook runner takes for an error.
+        assert!(!held.contains('\n') && !held.contains("Error:") && !held.contains("panicked"));
+    }
+}
