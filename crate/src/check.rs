@@ -1,9 +1,18 @@
-//! What an exercise checker returns: a verdict and the specific findings a
-//! learner can act on. Printing it never looks like an error to a notebook
-//! runner (no "Error:" or "panicked"), so a failing attempt is feedback, not a
-//! crashed cell.
+//! What every exercise checker shares: a verdict with the findings a learner
+//! can act on ([`CheckReport`]), and one way to take a learner's answer —
+//! run their code so a panic or an error becomes a failed check, never a
+//! crash ([`CheckReport::learner`]); refuse numbers and sizes that cannot be
+//! right before using them ([`CheckReport::number`], [`CheckReport::count`]);
+//! compare with a tolerance that also works near zero ([`close`]); and name
+//! the classic unit slips ([`unit_slip`]). Printing a report never looks
+//! like an error to a notebook runner (no "Error:" or "panicked at").
+//!
+//! May use: `error`, `units`. Used by every lab's `exercise`.
 
+use crate::error::Result;
+use std::cell::RefCell;
 use std::fmt;
+use std::ops::RangeInclusive;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckReport {
@@ -25,17 +34,60 @@ impl CheckReport {
     pub fn note(&mut self, msg: impl Into<String>) {
         self.findings.push(msg.into());
     }
+
+    /// Runs the learner's code (`what` names it: "your issue loop"). A
+    /// panic becomes a problem quoting the panic and where it happened; an
+    /// error becomes a problem quoting the error once. `None` then.
+    pub fn learner<T>(&mut self, what: &str, f: impl FnOnce() -> Result<T>) -> Option<T> {
+        match quietly(f) {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                self.problem(format!("{what} stopped with: {e}"));
+                None
+            }
+            Err(panic) => {
+                self.problem(format!("{what} panicked: {panic}"));
+                None
+            }
+        }
+    }
+
+    /// A number the learner gave: `Some` if it is finite and in `range`,
+    /// else a problem that names it, its unit and the range.
+    pub fn number(&mut self, what: &str, value: f64, unit: &str, range: RangeInclusive<f64>) -> Option<f64> {
+        if !value.is_finite() {
+            self.problem(format!("{what} is {value}: it must be a finite number of {unit}"));
+            None
+        } else if !range.contains(&value) {
+            self.problem(format!("{what} = {} {unit} is out of range: it must lie between {} and {} {unit}", short(value), short(*range.start()), short(*range.end())));
+            None
+        } else {
+            Some(value)
+        }
+    }
+
+    /// A count the learner chose (chunks, streams, batches): true if it is
+    /// in `range`, else a problem that says so (checked before anything is
+    /// built from it, so an absurd size is refused at once).
+    pub fn count(&mut self, what: &str, value: usize, range: RangeInclusive<usize>) -> bool {
+        if range.contains(&value) {
+            return true;
+        }
+        self.problem(format!("{value} {what} is out of range: this exercise takes {} to {}", range.start(), range.end()));
+        false
+    }
+
     /// A pipeline's time against its bound and its time without overlap
     /// (`serial`, named `serial_label` in the note): noted, and a problem if
     /// it is within 5% of no overlap (`no_overlap` says what to do) or under
     /// `target` efficiency.
     pub fn judge_overlap(&mut self, how: &str, measured: f64, (serial_label, serial): (&str, f64), bound: f64, target: f64, no_overlap: &str) {
         let eff = bound / measured;
-        self.note(format!("{how}: {measured:.2} ms; {serial_label} {serial:.2} ms; bound {bound:.2} ms; efficiency {:.1}% (target {:.0}%)", 100.0 * eff, 100.0 * target));
+        self.note(format!("{how}: {measured:.2} ms; {serial_label} {serial:.2} ms; bound {bound:.2} ms; efficiency {} (target {:.0}%)", pct(eff), 100.0 * target));
         if measured > 0.95 * serial {
             self.problem(format!("no overlap: {no_overlap}"));
         } else if eff < target {
-            self.problem(format!("efficiency {:.1}% is under the target {:.0}%", 100.0 * eff, 100.0 * target));
+            self.problem(format!("efficiency {} is under the target {:.0}%", pct(eff), 100.0 * target));
         }
     }
 }
@@ -48,5 +100,174 @@ impl fmt::Display for CheckReport {
             writeln!(f, "  - {x}")?;
         }
         Ok(())
+    }
+}
+
+/// Whether `answer` matches `truth` within `rel` of it, or within `abs`
+/// where `truth` is near zero (a relative tolerance alone fails every
+/// answer to a true value of 0).
+pub fn close(answer: f64, truth: f64, rel: f64, abs: f64) -> bool {
+    answer.is_finite() && (answer - truth).abs() <= (rel * truth.abs()).max(abs)
+}
+
+/// A ratio as a percentage for a learner: "97.2%", or "n/a" when it is
+/// not a finite number (never "inf%").
+pub fn pct(ratio: f64) -> String {
+    if ratio.is_finite() {
+        format!("{:.1}%", 100.0 * ratio)
+    } else {
+        "n/a".into()
+    }
+}
+
+/// A number with 3 significant digits, never a 17-digit float.
+pub fn short(x: f64) -> String {
+    if !x.is_finite() {
+        return format!("{x}");
+    }
+    let a = x.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if !(1e-3..1e6).contains(&a) {
+        format!("{x:.2e}")
+    } else {
+        let decimals = (2 - a.log10().floor() as i32).max(0) as usize;
+        format!("{x:.decimals$}")
+    }
+}
+
+/// When `got` is off from `want` by a factor typical of a unit slip, the
+/// slip in words: powers of 1000 (ms/µs/ns, GB/MB/KB), GiB vs GB
+/// (1.074), bits vs bytes (8).
+pub fn unit_slip(got: f64, want: f64) -> Option<String> {
+    if !(got.is_finite() && want.is_finite()) || got == 0.0 || want == 0.0 || got.signum() != want.signum() {
+        return None;
+    }
+    let f = got / want;
+    let near = |x: f64, tol: f64| (f / x - 1.0).abs() < tol;
+    for (k, name) in [(1, "1000"), (2, "a million"), (3, "a billion")] {
+        let p = 1000f64.powi(k);
+        if near(p, 0.3) || near(1.0 / p, 0.3) {
+            return Some(format!("that is a factor {name} {}: check units (1 GB/s = 1000 bytes per µs; 1 ms = 1000 µs)", if f > 1.0 { "too large" } else { "too small" }));
+        }
+    }
+    let gib = (1u64 << 30) as f64 / 1e9;
+    if near(gib, 0.012) || near(1.0 / gib, 0.012) {
+        return Some("that is a factor 1.074, GiB against GB: 1 GiB = 2^30 bytes, 1 GB = 10^9 bytes, and GB/s counts 10^9".into());
+    }
+    if near(8.0, 0.05) || near(1.0 / 8.0, 0.05) {
+        return Some("that is a factor 8, bits against bytes".into());
+    }
+    None
+}
+
+thread_local! {
+    /// Set while learner code runs on this thread: its panic's message and
+    /// place, caught by the hook instead of printed.
+    static CAUGHT: RefCell<Option<Option<String>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`; a panic comes back as `Err("message (at file:line)")` and is
+/// not printed, so a learner's panic shows once, as a failed check, and a
+/// notebook runner does not see "panicked at".
+fn quietly<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let caught = CAUGHT.with(|c| {
+                let mut c = c.borrow_mut();
+                match c.as_mut() {
+                    Some(slot) => {
+                        *slot = Some(format!(
+                            "{}{}",
+                            crate::error::panic_message(info.payload()),
+                            info.location().map_or(String::new(), |l| format!(" (at {}:{})", l.file(), l.line()))
+                        ));
+                        true
+                    }
+                    None => false,
+                }
+            });
+            if !caught {
+                previous(info);
+            }
+        }));
+    });
+    let outer = CAUGHT.with(|c| c.borrow_mut().replace(None));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let caught = CAUGHT.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer)).flatten();
+    r.map_err(|p| caught.unwrap_or_else(|| crate::error::panic_message(&*p)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::LabError;
+
+    #[test]
+    fn learner_code_that_panics_or_fails_is_a_failed_check_not_a_crash() {
+        let mut rep = CheckReport::new("t");
+        let v: Option<u32> = rep.learner("your loop", || {
+            let v: Vec<u32> = vec![];
+            Ok(v[3])
+        });
+        assert!(v.is_none() && !rep.passed);
+        let text = rep.to_string();
+        assert!(text.contains("your loop panicked: index out of bounds") && text.contains("(at "), "{text}");
+        assert!(!text.contains("panicked at"), "a runner must not take it for a crash: {text}");
+        let mut rep = CheckReport::new("t");
+        assert_eq!(rep.learner("your loop", || Err::<(), _>(LabError::schedule("a race"))), None);
+        assert_eq!(rep.findings, ["your loop stopped with: schedule error: a race"]);
+        let mut rep = CheckReport::new("t");
+        assert_eq!(rep.learner("your loop", || Ok(7)), Some(7));
+        assert!(rep.passed);
+        // Nested: a checker inside learner code inside a checker.
+        let mut outer = CheckReport::new("outer");
+        outer.learner("outer code", || -> Result<()> {
+            let mut inner = CheckReport::new("inner");
+            inner.learner("inner code", || -> Result<()> { panic!("inner boom") });
+            assert!(inner.to_string().contains("inner boom"));
+            panic!("outer boom")
+        });
+        assert!(outer.to_string().contains("outer code panicked: outer boom"), "{outer}");
+    }
+
+    #[test]
+    fn numbers_and_counts_are_refused_with_their_unit_and_range() {
+        let mut rep = CheckReport::new("t");
+        assert_eq!(rep.number("your answer", f64::NAN, "copies", 0.0..=1e9), None);
+        assert_eq!(rep.number("your answer", -3.0, "copies", 0.0..=1e9), None);
+        assert_eq!(rep.number("your answer", 2.5, "copies", 0.0..=1e9), Some(2.5));
+        assert!(!rep.count("streams", 100_000, 1..=64) && rep.count("streams", 4, 1..=64));
+        let text = rep.to_string();
+        assert!(text.contains("NaN: it must be a finite number of copies"), "{text}");
+        assert!(text.contains("-3.00 copies is out of range"), "{text}");
+        assert!(text.contains("100000 streams is out of range: this exercise takes 1 to 64"), "{text}");
+    }
+
+    #[test]
+    fn tolerance_works_near_zero_and_numbers_print_short() {
+        assert!(close(0.0, 0.0, 0.15, 0.5) && close(0.3, 0.0, 0.15, 0.5) && !close(2.0, 0.0, 0.15, 0.5));
+        assert!(close(11.0, 12.1, 0.15, 0.5) && !close(14.5, 12.1, 0.15, 0.5) && !close(f64::NAN, 1.0, 0.15, 0.5));
+        assert_eq!(short(-4.926198123), "-4.93");
+        assert_eq!(short(1234.5678), "1235");
+        assert_eq!(short(0.012345), "0.0123");
+        assert_eq!(short(3e-7), "3.00e-7");
+        assert_eq!(pct(f64::INFINITY), "n/a");
+        assert_eq!(pct(0.9721), "97.2%");
+    }
+
+    #[test]
+    fn unit_slips_are_named() {
+        assert!(unit_slip(1000.0, 1.0).unwrap().contains("factor 1000 too large"));
+        assert!(unit_slip(1e-3, 1.0).unwrap().contains("factor 1000 too small"));
+        assert!(unit_slip(1e-9, 1.0).unwrap().contains("a billion too small"));
+        assert!(unit_slip(1e6, 1.0).unwrap().contains("a million"));
+        assert!(unit_slip(55.4 * 1.073741824, 55.4).unwrap().contains("GiB against GB"));
+        assert!(unit_slip(55.4 / 1.073741824, 55.4).unwrap().contains("GiB against GB"));
+        assert!(unit_slip(8.0, 1.0).unwrap().contains("bits"));
+        assert_eq!(unit_slip(1.3, 1.0), None);
+        assert_eq!(unit_slip(-1000.0, 1.0), None);
     }
 }

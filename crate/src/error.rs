@@ -63,3 +63,8 @@ impl LabError {
         LabError::Calibration { what: what.into(), advice: advice.into() }
     }
 }
+
+/// The text of a panic payload (what `panic!` was given).
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "(no message)".into())
+}

@@ -141,10 +141,10 @@ impl ModelPipeline {
         Ok(())
     }
     fn range(b: &ModelBuffer, at: usize, n: usize) -> Result<std::ops::Range<usize>> {
-        if n == 0 || at + n > b.cells.len() {
-            return Err(LabError::config(format!("{n} elements at {at} do not fit {} ({} elements)", b.name, b.cells.len())));
+        match at.checked_add(n) {
+            Some(end) if n > 0 && end <= b.cells.len() => Ok(at..end),
+            _ => Err(LabError::config(format!("{n} elements at {at} do not fit {} ({} elements)", b.name, b.cells.len()))),
         }
-        Ok(at..at + n)
     }
     fn access(b: &ModelBuffer, r: &std::ops::Range<usize>, write: bool) -> Access {
         Access { buffer: b.name.clone(), start: r.start as u64 * 4, end: r.end as u64 * 4, write }

@@ -56,10 +56,7 @@ unsafe extern "C" fn trampoline<T: HostTask>(arg: *mut c_void) {
     }
 }
 
-/// The text of a panic payload.
-pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "(no message)".into())
-}
+pub use crate::error::panic_message;
 
 #[cfg(test)]
 mod tests {

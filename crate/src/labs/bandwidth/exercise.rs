@@ -2,150 +2,196 @@
 //!
 //! 1. Predict transfer times: write `predict_us(bytes)` for pinned copies as a
 //!    fixed cost plus bytes over a bandwidth. The checker compares it with
-//!    every measured size and says which term is off.
-//! 2. When does pinning pay off? Give the number of copies after which
-//!    allocating pinned memory beats pageable memory at one size.
+//!    every measured size and says which term is off, and by what unit slip.
+//! 2. When does pinning pay off? Give the number of copies after which a
+//!    page-locked buffer, got one way ([`Acquisition`]), has repaid its
+//!    extra cost at one size and direction. The checker recognises the usual
+//!    wrong formulas and names them.
 
 use super::model::{self, Acquisition};
 use super::{BandwidthResults, Direction};
-use crate::check::CheckReport;
+use crate::check::{close, short, unit_slip, CheckReport};
 use crate::gpu::HostMemoryKind;
-use crate::units::Bytes;
+use crate::units::{fmt_ms, Bytes};
 
 /// A prediction passes if it is within this fraction of every measured median.
 pub const MODEL_TOLERANCE: f64 = 0.15;
-/// A break-even answer passes within this fraction of the measured one.
+/// A break-even answer passes within this fraction of the measured one, or
+/// within [`BREAK_EVEN_ABS`] copies of it (near zero).
 pub const BREAK_EVEN_TOLERANCE: f64 = 0.15;
+pub const BREAK_EVEN_ABS: f64 = 0.5;
+
+/// What the measurements say a series' two terms are: the fixed cost
+/// (µs, from the smallest copy) and the rate (bytes of the copy's size per
+/// µs, from the largest).
+fn measured_terms(series: &[&super::TransferPoint]) -> (f64, f64) {
+    let (small, big) = (series[0], series[series.len() - 1]);
+    let (t_small, t_big) = (small.device_ms.median * 1e3, big.device_ms.median * 1e3);
+    let rate = (big.bytes.0 - small.bytes.0) as f64 / (t_big - t_small).max(1e-9);
+    ((t_small - small.bytes.0 as f64 / rate).max(0.0), rate)
+}
 
 /// Checks a latency + bandwidth model of one series (kind, direction)
-/// against every measured size. `predict_us` maps bytes to microseconds.
-pub fn check_transfer_model(
-    r: &BandwidthResults,
-    kind: HostMemoryKind,
-    direction: Direction,
-    predict_us: impl Fn(u64) -> f64,
-) -> CheckReport {
+/// against every measured size. `predict_us` maps a copy's size in bytes
+/// to microseconds (for bidirectional, each direction moves that size).
+pub fn check_transfer_model(r: &BandwidthResults, kind: HostMemoryKind, direction: Direction, predict_us: impl Fn(u64) -> f64) -> CheckReport {
     let mut rep = CheckReport::new(&format!("predict {kind} {direction} copy times"));
     let series = r.series(kind, direction);
-    if series.is_empty() {
-        rep.problem(format!("no measurements of {kind} {direction} in this run: pick a series that was measured"));
+    if series.len() < 2 {
+        rep.problem(format!("{kind} {direction} was not measured at two sizes or more in this run: pick a series that was"));
         return rep;
     }
-    let mut worst: Option<(f64, Bytes, f64, f64)> = None;
-    let mut small_low = 0;
-    let mut large_off = Vec::new();
-    let half = series.len() / 2;
-    for (i, p) in series.iter().enumerate() {
-        let measured = p.device_ms.median * 1e3;
-        let predicted = predict_us(p.bytes.0);
-        if !predicted.is_finite() || predicted <= 0.0 {
-            rep.problem(format!("at {} the prediction is {predicted}: a time must be a positive number of µs", p.bytes));
-            return rep;
-        }
-        let err = (predicted - measured) / measured;
-        if err.abs() > MODEL_TOLERANCE {
-            if i < half && predicted < measured {
-                small_low += 1;
-            }
-            if i >= half {
-                large_off.push(predicted / measured);
-            }
-        }
-        if worst.is_none_or(|w| err.abs() > w.0.abs()) {
-            worst = Some((err, p.bytes, predicted, measured));
-        }
+    let Some((pred, t0_yours)) = rep.learner("your predict_us", || Ok((series.iter().map(|p| predict_us(p.bytes.0)).collect::<Vec<f64>>(), predict_us(0)))) else {
+        return rep;
+    };
+    if let Some((p, v)) = series.iter().zip(&pred).find(|(_, v)| !v.is_finite() || **v <= 0.0) {
+        rep.problem(format!("at {} your prediction is {} µs: a time must be a positive number of µs", p.bytes, short(*v)));
+        return rep;
     }
-    let (err, at, pred, meas) = worst.expect("series is not empty");
-    if err.abs() <= MODEL_TOLERANCE {
+    let (t0, rate) = measured_terms(&series);
+    let big = series[series.len() - 1];
+    let rate_yours = big.bytes.0 as f64 / (pred[pred.len() - 1] - t0_yours);
+    // GB/s of the copy's size: what the learner's B is in.
+    let (gbps, gbps_yours) = (rate / 1e3, rate_yours / 1e3);
+    let errs: Vec<f64> = series.iter().zip(&pred).map(|(p, v)| v / (p.device_ms.median * 1e3) - 1.0).collect();
+    let (worst, err) = errs.iter().enumerate().max_by(|a, b| a.1.abs().total_cmp(&b.1.abs())).map(|(i, e)| (i, *e)).expect("two sizes or more");
+    let bandwidth_slip = unit_slip(gbps_yours, gbps);
+    if err.abs() <= MODEL_TOLERANCE && bandwidth_slip.is_none() {
         rep.note(format!(
-            "every size within {:.0}% (worst {:+.1}% at {at}: {pred:.1} µs predicted, {meas:.1} µs measured)",
+            "every size within {:.0}% (worst {:+.1}% at {}); your t0 = {} µs and B = {} GB/s, the measurements say about {} µs and {} GB/s",
             MODEL_TOLERANCE * 100.0,
-            err * 100.0
+            err * 100.0,
+            series[worst].bytes,
+            short(t0_yours),
+            short(gbps_yours),
+            short(t0),
+            short(gbps)
         ));
         return rep;
     }
-    rep.problem(format!(
-        "worst at {at}: you predict {pred:.1} µs, the GPU took {meas:.1} µs ({:+.0}%; the target is within {:.0}% at every size)",
-        err * 100.0,
-        MODEL_TOLERANCE * 100.0
-    ));
-    if small_low > 0 {
+    if err.abs() > MODEL_TOLERANCE {
         rep.problem(format!(
-            "{small_low} small size(s) are predicted too fast: a copy has a fixed cost (launch, DMA setup) that does not shrink with size; is your latency term there, and in µs?"
+            "worst at {}: you predict {} µs, the GPU took {} µs ({:+.0}%; the target is within {:.0}% at every size)",
+            series[worst].bytes,
+            short(pred[worst]),
+            short(series[worst].device_ms.median * 1e3),
+            err * 100.0,
+            MODEL_TOLERANCE * 100.0
         ));
     }
-    if !large_off.is_empty() {
-        let f = large_off.iter().sum::<f64>() / large_off.len() as f64;
-        let hint = if (f - 1000.0).abs() < 300.0 || (f - 0.001).abs() < 0.0003 {
-            " That is about a factor 1000: check units (1 GB/s = 1000 bytes per µs)."
+    let mut named = false;
+    if !close(t0_yours, t0, 0.5, 1.0) {
+        named = true;
+        rep.problem(if t0_yours.abs() < 1e-9 {
+            format!("your model has no fixed cost: a copy costs about {} µs however small (launch, DMA setup); add t0", short(t0))
         } else {
-            ""
-        };
-        rep.problem(format!(
-            "large copies are off by {:.2}x on average: the bandwidth term sets them; read the plateau of the bandwidth chart.{hint}",
-            f
-        ));
+            let slip = unit_slip(t0_yours, t0).map_or(String::new(), |s| format!(": {s}"));
+            format!("your fixed cost t0 = {} µs, the smallest copies say about {} µs{slip}", short(t0_yours), short(t0))
+        });
+    }
+    if !close(gbps_yours, gbps, 0.05, 0.0) {
+        named = true;
+        let both = if direction == Direction::Bidirectional { " (both directions at once: each moves the copy's size, so count the size once)" } else { "" };
+        let slip = bandwidth_slip.map_or(String::new(), |s| format!(": {s}"));
+        rep.problem(format!("your bandwidth term moves {} GB/s, the plateau of the chart is {} GB/s{both}{slip}", short(gbps_yours), short(gbps)));
+    }
+    if !named {
+        rep.problem("both terms are about right but the shape is not: a copy's time is t0 + bytes / B, one fixed cost plus one rate");
     }
     rep
 }
 
-/// Checks an answer to "after how many copies of `bytes` in `direction` does
-/// allocating pinned memory (instead of pageable) pay off?".
-pub fn check_break_even(r: &BandwidthResults, direction: Direction, bytes: Bytes, answer: f64) -> CheckReport {
-    let mut rep = CheckReport::new(&format!("break-even for pinned {direction} copies of {bytes}"));
+/// Checks an answer to "after how many copies of `bytes` in `direction`
+/// has a page-locked buffer got by `how` repaid its extra cost?".
+/// `f64::INFINITY` answers "never".
+pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direction, bytes: Bytes, answer: f64) -> CheckReport {
+    let mut rep = CheckReport::new(&format!("break-even of page-locked memory {} for {direction} copies of {bytes}", how.label()));
     let all = model::break_even(r);
-    let Some(b) = all.iter().find(|b| b.acquisition == Acquisition::Once && b.direction == direction && b.bytes == bytes) else {
+    let find = |how: Acquisition, direction: Direction| all.iter().find(|b| b.acquisition == how && b.direction == direction && b.bytes == bytes);
+    let Some(b) = find(how, direction) else {
         let sizes: Vec<String> = r.pin_cost.iter().map(|c| c.bytes.to_string()).collect();
         rep.problem(format!("pinning cost was not measured at {bytes} for {direction}; measured sizes: {}", sizes.join(", ")));
         return rep;
     };
     let Some(truth) = b.copies else {
-        rep.note("pinned copies save nothing at this size, so pinning never pays off".to_string());
-        if answer.is_finite() {
-            rep.problem(format!("you answered {answer}, but it never pays off here (answer f64::INFINITY)"));
+        if answer == f64::INFINITY {
+            rep.note(format!("right: page-locked {direction} copies of {bytes} are no faster ({} saved per copy), so it never pays off", fmt_ms(b.saving_per_copy_ms)));
+        } else {
+            rep.problem(format!(
+                "page-locked {direction} copies of {bytes} save nothing here ({} per copy), so it never pays off: answer f64::INFINITY",
+                fmt_ms(b.saving_per_copy_ms)
+            ));
         }
         return rep;
     };
-    if !answer.is_finite() || answer < 0.0 {
-        rep.problem(format!("{answer} is not a number of copies (it does pay off, after a finite number)"));
+    if answer == f64::INFINITY {
+        rep.problem(format!("it does pay off here, after a finite number of copies: each copy saves {}", fmt_ms(b.saving_per_copy_ms)));
+        return rep;
+    }
+    let Some(answer) = rep.number("your answer", answer, "copies", 0.0..=1e12) else {
+        return rep;
+    };
+    let why = format!(
+        "page-locked memory cost {} more to get ({} against {}), each copy saves {}",
+        fmt_ms(b.extra_cost_ms),
+        fmt_ms(b.page_locked_ms),
+        fmt_ms(b.pageable_ms),
+        fmt_ms(b.saving_per_copy_ms)
+    );
+    // Honest forms: the fraction, whole copies (rounded up), or "within the
+    // first copy" when it pays before one whole copy.
+    if close(answer, truth, BREAK_EVEN_TOLERANCE, BREAK_EVEN_ABS) || answer == truth.ceil() || (truth < 1.0 && answer <= 1.0) {
+        rep.note(if truth == 0.0 {
+            format!(
+                "right: page-locked memory was {} cheaper to get here ({} against {}), so it pays from the first copy",
+                fmt_ms(-b.extra_cost_ms),
+                fmt_ms(b.page_locked_ms),
+                fmt_ms(b.pageable_ms)
+            )
+        } else {
+            format!("right: {} copies against {truth:.2} measured: {why}", short(answer))
+        });
         return rep;
     }
     if truth == 0.0 {
-        if answer < 1.0 {
-            rep.note(format!(
-                "right: pinned memory was {} cheaper to get than new pageable memory here ({} against {}), so it pays from the first copy",
-                crate::units::fmt_ms(-b.extra_cost_ms),
-                crate::units::fmt_ms(b.page_locked_ms),
-                crate::units::fmt_ms(b.pageable_ms)
-            ));
-        } else {
-            rep.problem(format!(
-                "here pinning pays from the first copy: cuMemHostAlloc + free of {bytes} took {}, fresh pageable memory + its first touch {}: it was {} cheaper before any copy; compare both costs before dividing",
-                crate::units::fmt_ms(b.page_locked_ms),
-                crate::units::fmt_ms(b.pageable_ms),
-                crate::units::fmt_ms(-b.extra_cost_ms)
-            ));
-        }
-        return rep;
-    }
-    let rel = (answer - truth) / truth;
-    if rel.abs() <= BREAK_EVEN_TOLERANCE {
-        rep.note(format!(
-            "{answer:.1} copies vs {truth:.1} measured: pinning costs {:.2} ms more, each copy saves {:.3} ms",
-            b.extra_cost_ms, b.saving_per_copy_ms
+        rep.problem(format!(
+            "here it pays from the first copy: page-locked memory took {}, the pageable memory it replaces {}: it was {} cheaper before any copy; compare both costs before dividing",
+            fmt_ms(b.page_locked_ms),
+            fmt_ms(b.pageable_ms),
+            fmt_ms(-b.extra_cost_ms)
         ));
         return rep;
     }
-    rep.problem(format!("{answer:.1} copies is {:+.0}% from the measured break-even", rel * 100.0));
-    let pinned_total = b.page_locked_ms;
-    let pinned_copy = r.point(HostMemoryKind::Pinned, direction, bytes).map_or(f64::NAN, |p| p.device_ms.median);
-    let near = |x: f64| (answer - x).abs() <= BREAK_EVEN_TOLERANCE * x.abs();
-    if near(pinned_total / b.saving_per_copy_ms) {
-        rep.problem("you charged pinning its whole cost: pageable memory is not free either (malloc + touching every page); use the difference");
-    } else if near(b.extra_cost_ms / pinned_copy) {
-        rep.problem("you divided by the pinned copy time; divide by the time each copy saves (pageable − pinned)");
+    // The usual wrong formulas, each with what it mixes up.
+    let copy_ms = |k, d| r.point(k, d, bytes).map_or(f64::NAN, |p| p.device_ms.median);
+    let (pinned_copy, pageable_copy) = (copy_ms(how.kind(), direction), copy_ms(HostMemoryKind::Pageable, direction));
+    let mut wrong: Vec<(f64, String)> = vec![
+        (b.extra_cost_ms, "that is the extra cost in ms, not a number of copies: divide it by the time each copy saves".into()),
+        (b.extra_cost_ms * 1e3, "that is the extra cost in µs, not a number of copies: divide it by the time each copy saves".into()),
+        (b.page_locked_ms / b.saving_per_copy_ms, format!("you charged page-locked memory its whole cost; the pageable memory it replaces is not free either ({}): divide the difference", fmt_ms(b.pageable_ms))),
+        (b.extra_cost_ms / pinned_copy, "you divided by the page-locked copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into()),
+        (b.extra_cost_ms / pageable_copy, "you divided by the pageable copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into()),
+    ];
+    for other in Acquisition::ALL.into_iter().filter(|&a| a != how) {
+        if let Some(c) = find(other, direction).and_then(|o| o.copies) {
+            wrong.push((c, format!("that is the break-even of memory {}; here it is {}: use the costs of that way ({})", other.label(), how.label(), how.describe())));
+        }
+    }
+    for other in [Direction::H2d, Direction::D2h].into_iter().filter(|&d| d != direction) {
+        if let Some(c) = find(how, other).and_then(|o| o.copies) {
+            wrong.push((c, format!("you used the {other} copy times; this buffer is copied {direction}")));
+        }
+    }
+    // A slip that is also the truth (two costs that happen to agree) is no slip.
+    if let Some((_, msg)) = wrong.iter().find(|(v, _)| v.is_finite() && close(answer, *v, 0.03, 0.05) && !close(*v, truth, BREAK_EVEN_TOLERANCE, BREAK_EVEN_ABS)) {
+        rep.problem(format!("{answer} copies: {msg}"));
     } else {
-        rep.problem("break-even = (pinned first alloc+free − new pageable alloc+touch+free) / (pageable copy − pinned copy), all at this size");
+        let slip = unit_slip(answer, truth).map_or(String::new(), |s| format!("; {s}"));
+        rep.problem(format!(
+            "{} copies is {:+.0}% from the measured break-even{slip}. Break-even = (page-locked alloc + free - the pageable memory's) / (pageable copy - page-locked copy), all at {bytes}",
+            short(answer),
+            100.0 * (answer / truth - 1.0)
+        ));
     }
     rep
 }
@@ -160,13 +206,14 @@ pub(crate) mod tests {
         Summary { median: v, min: v, max: v, n: 1 }
     }
 
-    /// A synthetic sweep: pinned = 5 µs + bytes/50 GB/s, pageable = 10 µs + bytes/10 GB/s.
+    /// A synthetic sweep: pinned = 5 µs + bytes/50 GB/s each way; pageable
+    /// = 10 µs + bytes/10 GB/s up, /15 GB/s down; pinning priced at 1 GiB.
     pub(crate) fn synthetic() -> BandwidthResults {
         let cfg = BandwidthConfig::default();
         let mut transfers = Vec::new();
         for bytes in cfg.sizes() {
-            for (kind, lat_us, gbps) in [(HostMemoryKind::Pinned, 5.0, 50.0), (HostMemoryKind::Pageable, 10.0, 10.0), (HostMemoryKind::Registered, 5.0, 50.0)] {
-                for direction in [Direction::H2d, Direction::D2h] {
+            for (kind, lat_us, up, down) in [(HostMemoryKind::Pinned, 5.0, 50.0, 50.0), (HostMemoryKind::Pageable, 10.0, 10.0, 15.0), (HostMemoryKind::Registered, 5.0, 50.0, 50.0)] {
+                for (direction, gbps) in [(Direction::H2d, up), (Direction::D2h, down)] {
                     let ms = lat_us * 1e-3 + bytes.0 as f64 / (gbps * 1e9) * 1e3;
                     transfers.push(TransferPoint {
                         kind,
@@ -186,7 +233,7 @@ pub(crate) mod tests {
         let pin_cost = vec![PinCostPoint {
             bytes: Bytes(1 << 30),
             pageable_first: cost(100.0, 10.0),
-            pageable_reused: cost(90.0, 10.0),
+            pageable_reused: cost(1.0, 0.1),
             pinned_first: cost(300.0, 30.0),
             pinned_reused: cost(280.0, 30.0),
             registered: cost(50.0, 10.0),
@@ -194,61 +241,146 @@ pub(crate) mod tests {
         BandwidthResults { config: cfg, transfers, pin_cost }
     }
 
-    #[test]
-    fn the_solution_passes() {
-        let r = synthetic();
-        let rep = check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, |b| 5.0 + b as f64 / 50e3);
-        assert!(rep.passed, "{rep}");
-        assert!(rep.to_string().starts_with("[PASSED]"));
+    fn model(t0: f64, gbps: f64) -> impl Fn(u64) -> f64 {
+        move |b| t0 + b as f64 / (gbps * 1e3)
+    }
+
+    fn verdict(r: &CheckReport) -> (bool, String) {
+        (r.passed, r.to_string())
     }
 
     #[test]
-    fn a_missing_latency_term_is_named() {
+    fn honest_transfer_models_pass() {
         let r = synthetic();
-        let rep = check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, |b| b as f64 / 50e3);
-        assert!(!rep.passed);
-        assert!(rep.to_string().contains("fixed cost"), "{rep}");
+        for rep in [
+            check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, model(5.0, 50.0)),
+            // The notebook's way: t0 from the smallest copy, B from the plateau (a bit under the true rate).
+            check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, model(5.0, 49.2)),
+            // Seconds computed, then converted.
+            check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, |b| (5e-6 + b as f64 / 50e9) * 1e6),
+            check_transfer_model(&r, HostMemoryKind::Pageable, Direction::D2h, model(10.0, 15.0)),
+        ] {
+            assert!(rep.passed, "{rep}");
+        }
+    }
+
+    /// Wrong answers a student gives, each with the words its message must hold.
+    #[test]
+    fn wrong_transfer_models_fail_naming_the_mistake() {
+        let r = synthetic();
+        let gib_per_s = 50e9 / (1u64 << 30) as f64;
+        let cases: Vec<(&str, Box<dyn Fn(u64) -> f64>, &[&str])> = vec![
+            ("no fixed cost", Box::new(model(0.0, 50.0)), &["no fixed cost", "add t0"]),
+            ("t0 in ms", Box::new(model(0.005, 50.0)), &["fixed cost t0 = 0.00500 µs", "factor 1000 too small"]),
+            ("t0 in ns", Box::new(model(5000.0, 50.0)), &["fixed cost t0 = 5000 µs", "factor 1000 too large"]),
+            ("B in bytes per s", Box::new(|b| 5.0 + b as f64 / 50e9), &["bandwidth term", "a million"]),
+            ("B as GB/s without x1000", Box::new(|b| 5.0 + b as f64 / 50.0), &["bandwidth term", "factor 1000"]),
+            ("GiB/s for GB/s", Box::new(model(5.0, gib_per_s)), &["GiB against GB"]),
+            ("bits", Box::new(model(5.0, 400.0)), &["bits against bytes"]),
+            ("pageable rate for pinned", Box::new(model(5.0, 10.0)), &["bandwidth term moves 10.0 GB/s", "plateau of the chart is 50.0 GB/s"]),
+            ("zero", Box::new(|_| 0.0), &["positive number of µs"]),
+            ("NaN", Box::new(|_| f64::NAN), &["positive number of µs"]),
+            ("negative", Box::new(|_| -1.0), &["positive number of µs"]),
+            ("panics", Box::new(|b| if b > 1 << 20 { panic!("my bug at {b}") } else { 5.0 }), &["your predict_us panicked: my bug at"]),
+            ("not linear", Box::new(|b| 5.0 + (b as f64).sqrt()), &["worst at"]),
+        ];
+        for (what, f, words) in cases {
+            let (ok, text) = verdict(&check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, f));
+            assert!(!ok, "{what} passed: {text}");
+            for w in words {
+                assert!(text.contains(w), "{what}: no '{w}' in {text}");
+            }
+        }
+        let none = check_transfer_model(&r, HostMemoryKind::WriteCombined, Direction::H2d, model(5.0, 50.0));
+        assert!(!none.passed && none.to_string().contains("was not measured"));
     }
 
     #[test]
-    fn unit_errors_are_named() {
-        let r = synthetic();
-        let rep = check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, |b| 5.0 + b as f64 / 50.0);
-        assert!(!rep.passed);
-        assert!(rep.to_string().contains("factor 1000"), "{rep}");
-        let slow = check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, |b| 5.0 + b as f64 / 25e3);
-        assert!(!slow.passed && slow.to_string().contains("large copies are off by 1.9"), "{slow}");
+    fn bidirectional_models_count_the_copy_size_once() {
+        let mut r = synthetic();
+        // Both ways at once: each direction moves `bytes` in the time of one.
+        for p in r.transfers.clone().iter().filter(|p| p.direction == Direction::H2d && p.kind == HostMemoryKind::Pinned) {
+            let gbps = s(2.0 * p.bytes.0 as f64 / (p.device_ms.median * 1e-3) / 1e9);
+            r.transfers.push(TransferPoint { direction: Direction::Bidirectional, gbps, ..p.clone() });
+        }
+        assert!(check_transfer_model(&r, HostMemoryKind::Pinned, Direction::Bidirectional, model(5.0, 50.0)).passed);
+        let twice = check_transfer_model(&r, HostMemoryKind::Pinned, Direction::Bidirectional, model(5.0, 100.0));
+        assert!(!twice.passed && twice.to_string().contains("count the size once"), "{twice}");
+    }
+
+    fn truth(r: &BandwidthResults, how: Acquisition, d: Direction) -> model::BreakEven {
+        model::break_even(r).into_iter().find(|b| b.acquisition == how && b.direction == d).unwrap()
     }
 
     #[test]
-    fn nonsense_predictions_fail_cleanly() {
+    fn honest_break_even_answers_pass_in_every_form() {
         let r = synthetic();
-        assert!(!check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, |_| f64::NAN).passed);
-        assert!(!check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, |_| -1.0).passed);
-        let none = check_transfer_model(&r, HostMemoryKind::WriteCombined, Direction::H2d, |_| 1.0);
-        assert!(!none.passed && none.to_string().contains("no measurements"));
-    }
-
-    #[test]
-    fn break_even_answers() {
-        let r = synthetic();
-        let truth = model::break_even(&r)
-            .into_iter()
-            .find(|b| b.acquisition == Acquisition::Once && b.direction == Direction::H2d)
-            .unwrap();
-        let n = truth.copies.unwrap();
-        assert!(check_break_even(&r, Direction::H2d, Bytes(1 << 30), n).passed);
-        let whole = check_break_even(&r, Direction::H2d, Bytes(1 << 30), 330.0 / truth.saving_per_copy_ms);
-        assert!(!whole.passed && whole.to_string().contains("whole cost"), "{whole}");
-        let pinned_copy = r.point(HostMemoryKind::Pinned, Direction::H2d, Bytes(1 << 30)).unwrap().device_ms.median;
-        let wrong_div = check_break_even(&r, Direction::H2d, Bytes(1 << 30), 220.0 / pinned_copy);
-        assert!(!wrong_div.passed && wrong_div.to_string().contains("divided by the pinned"), "{wrong_div}");
+        let gib = Bytes(1 << 30);
+        let b = truth(&r, Acquisition::Once, Direction::D2h);
+        let n = b.copies.unwrap();
+        for answer in [n, n * 1.1, n.ceil(), (b.extra_cost_ms / b.saving_per_copy_ms)] {
+            let rep = check_break_even(&r, Acquisition::Once, Direction::D2h, gib, answer);
+            assert!(rep.passed, "{answer}: {rep}");
+        }
+        // A true answer of 0 (cheaper before any copy): 0, a fraction, or "the first copy".
         let mut cheap = r.clone();
         cheap.pin_cost[0].pinned_first.acquire_ms.median = 50.0;
-        assert!(check_break_even(&cheap, Direction::H2d, Bytes(1 << 30), 0.0).passed);
-        let e = check_break_even(&cheap, Direction::H2d, Bytes(1 << 30), 12.0);
-        assert!(!e.passed && e.to_string().contains("first copy"), "{e}");
-        let missing = check_break_even(&r, Direction::H2d, Bytes(4096), 3.0);
+        for answer in [0.0, 0.3, 1.0] {
+            let rep = check_break_even(&cheap, Acquisition::Once, Direction::D2h, gib, answer);
+            assert!(rep.passed && rep.to_string().contains("pays from the first copy"), "{answer}: {rep}");
+        }
+        // Never: infinity is the answer, and the only one.
+        let mut slow = r.clone();
+        for p in slow.transfers.iter_mut().filter(|p| p.kind == HostMemoryKind::Pinned) {
+            p.device_ms.median *= 100.0;
+        }
+        assert!(check_break_even(&slow, Acquisition::Once, Direction::D2h, gib, f64::INFINITY).passed);
+        let never = check_break_even(&slow, Acquisition::Once, Direction::D2h, gib, 12.0);
+        assert!(!never.passed && never.to_string().contains("never pays off: answer f64::INFINITY"), "{never}");
+    }
+
+    #[test]
+    fn wrong_break_even_answers_fail_naming_the_mistake() {
+        let r = synthetic();
+        let gib = Bytes(1 << 30);
+        let b = truth(&r, Acquisition::Once, Direction::D2h);
+        let (n, extra, saving) = (b.copies.unwrap(), b.extra_cost_ms, b.saving_per_copy_ms);
+        let pinned_copy = r.point(HostMemoryKind::Pinned, Direction::D2h, gib).unwrap().device_ms.median;
+        let pageable_copy = r.point(HostMemoryKind::Pageable, Direction::D2h, gib).unwrap().device_ms.median;
+        let cases: Vec<(&str, f64, &[&str])> = vec![
+            ("the extra cost, a time", extra, &["extra cost in ms, not a number of copies"]),
+            ("the whole pinned cost", b.page_locked_ms / saving, &["whole cost", "not free either"]),
+            ("divided by the pinned copy", extra / pinned_copy, &["divided by the page-locked copy's time"]),
+            ("divided by the pageable copy", extra / pageable_copy, &["divided by the pageable copy's time"]),
+            ("per-use costs for a buffer allocated once", truth(&r, Acquisition::EveryUse, Direction::D2h).copies.unwrap(), &["allocated per use", "pinned_first against pageable_first"]),
+            ("H2D times for a D2H buffer", truth(&r, Acquisition::Once, Direction::H2d).copies.unwrap(), &["used the H2D copy times"]),
+            ("ms over µs", n * 1000.0, &["factor 1000 too large"]),
+            ("negative", -n, &["out of range"]),
+            ("NaN", f64::NAN, &["finite number of copies"]),
+            ("never", f64::INFINITY, &["it does pay off"]),
+            ("a guess", n * 3.0 + 5.0, &["from the measured break-even", "Break-even ="]),
+        ];
+        for (what, answer, words) in cases {
+            let (ok, text) = verdict(&check_break_even(&r, Acquisition::Once, Direction::D2h, gib, answer));
+            assert!(!ok, "{what} ({answer}) passed: {text}");
+            for w in words {
+                assert!(text.contains(w), "{what}: no '{w}' in {text}");
+            }
+        }
+        let mut cheap = r.clone();
+        cheap.pin_cost[0].pinned_first.acquire_ms.median = 50.0;
+        let e = check_break_even(&cheap, Acquisition::Once, Direction::D2h, gib, 12.0);
+        assert!(!e.passed && e.to_string().contains("pays from the first copy") && e.to_string().contains("ms"), "{e}");
+        let missing = check_break_even(&r, Acquisition::Once, Direction::H2d, Bytes(4096), 3.0);
         assert!(!missing.passed && missing.to_string().contains("not measured"));
+    }
+
+    #[test]
+    fn absurd_answers_are_judged_not_crashed() {
+        let r = synthetic();
+        for answer in [0.0, 1e300, -1e300, f64::NAN, f64::NEG_INFINITY, 1e-300] {
+            assert!(!check_break_even(&r, Acquisition::Once, Direction::D2h, Bytes(1 << 30), answer).passed, "{answer}");
+            assert!(!check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, |_| answer).passed, "{answer}");
+        }
     }
 }

@@ -48,10 +48,18 @@ pub fn forgets_the_argmin(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
 
 // ---- the checker -----------------------------------------------------------
 
+/// Where the learner sent an argmin: the model's places, plus the stream a
+/// hand-off went on (a hand-off on the compute stream still stops it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sent {
+    To(ArgminOn),
+    HandOffOn(On),
+}
+
 /// Passes every call through and notes where each argmin was sent.
 struct Audit<'a> {
     inner: &'a mut dyn CallbackIssue,
-    places: &'a RefCell<Vec<ArgminOn>>,
+    places: &'a RefCell<Vec<Sent>>,
 }
 
 impl CallbackIssue for Audit<'_> {
@@ -74,23 +82,29 @@ impl CallbackIssue for Audit<'_> {
         self.inner.wait_scores_ready(on, slot)
     }
     fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()> {
-        self.places.borrow_mut().push(ArgminOn::HostFn(on));
+        self.places.borrow_mut().push(Sent::To(ArgminOn::HostFn(on)));
         self.inner.host_fn_argmin(on, slot)
     }
     fn host_fn_hand_off(&mut self, on: On, slot: Slot) -> Result<()> {
-        self.places.borrow_mut().push(ArgminOn::Worker);
+        self.places.borrow_mut().push(Sent::HandOffOn(on));
         self.inner.host_fn_hand_off(on, slot)
     }
     fn hand_to_waiting_thread(&mut self, slot: Slot) -> Result<()> {
-        self.places.borrow_mut().push(ArgminOn::WaitingThread);
+        self.places.borrow_mut().push(Sent::To(ArgminOn::WaitingThread));
         self.inner.hand_to_waiting_thread(slot)
     }
 }
 
 /// Where the argmins went, as problems or notes.
-fn judge_places(rep: &mut CheckReport, places: &[ArgminOn]) {
-    let count = |p: ArgminOn| places.iter().filter(|&&x| x == p).count();
-    let (on_compute, on_callback) = (count(ArgminOn::HostFn(On::Compute)), count(ArgminOn::HostFn(On::Callback)));
+fn judge_places(rep: &mut CheckReport, places: &[Sent]) {
+    let count = |p: Sent| places.iter().filter(|&&x| x == p).count();
+    let (on_compute, on_callback) = (count(Sent::To(ArgminOn::HostFn(On::Compute))), count(Sent::To(ArgminOn::HostFn(On::Callback))));
+    let handed_on_compute = count(Sent::HandOffOn(On::Compute));
+    if handed_on_compute > 0 {
+        rep.problem(format!(
+            "{handed_on_compute} hand-off(s) are host functions on the compute stream: the worker does the argmin, but the compute stream still stops for every host function's round trip (the driver's callback thread has to wake up and release it). Put the hand-off on the callback stream, after a wait on the \"scores ready\" event"
+        ));
+    }
     if on_compute > 0 {
         rep.problem(format!(
             "{on_compute} argmin(s) run in a host function on the compute stream: the stream waits for each, so the next row_dot cannot start until the CPU is done (no overlap). Record the \"scores ready\" event on the compute stream and put the host function on the callback stream after a wait on it"
@@ -98,10 +112,10 @@ fn judge_places(rep: &mut CheckReport, places: &[ArgminOn]) {
     }
     if on_callback > 0 {
         rep.problem(format!(
-            "{on_callback} argmin(s) run inside a host function on the callback stream: heavy work on the driver's one callback thread, which every host function of the context (and every stream waiting on one) queues behind. Let the host function only hand the job over: host_fn_hand_off"
+            "{on_callback} argmin(s) run inside a host function on the callback stream: heavy work on the driver's one callback thread, which every host function of the context (and every stream waiting on one) queues behind. Let the host function only hand the job to the worker thread"
         ));
     }
-    if count(ArgminOn::WaitingThread) > 0 {
+    if count(Sent::To(ArgminOn::WaitingThread)) > 0 {
         rep.note("a thread waits on each \"scores ready\" event itself (variant 4, no host function): correct too; the exercise asks for the callback stream's hand-off, the seed's fix");
     }
 }
@@ -137,9 +151,8 @@ pub fn check_on_model(rec: &CallbackResults, iteration: impl Fn(&mut dyn Callbac
     };
     let places = RefCell::new(Vec::new());
     let mut m = ModelIssuer::new(costs, slots);
-    let ran = m.run(n, &|l, t| iteration(&mut Audit { inner: l, places: &places }, t));
-    if let Err(e) = ran {
-        rep.problem(format!("the wiring failed: {e}"));
+    if rep.learner("your iteration", || m.run(n, &|l, t| iteration(&mut Audit { inner: l, places: &places }, t))).is_none() {
+        judge_places(&mut rep, &places.borrow());
         return rep;
     }
     if let Some(p) = m.problems.first() {
@@ -167,15 +180,16 @@ pub fn check_on_gpu(gpu: &Gpu, cfg: &CallbackConfig, iteration: impl Fn(&mut dyn
     let passes = rig.calibrate_passes(g)?;
     let places = RefCell::new(Vec::new());
     let audited = |l: &mut dyn CallbackIssue, t: usize| iteration(&mut Audit { inner: l, places: &places }, t);
-    if let Err(e) = rig.run(&audited, passes, false) {
-        rep.problem(format!("the run failed: {e}"));
+    if rep.learner("your iteration", || rig.run(&audited, passes, false)).is_none() {
         judge_places(&mut rep, &places.borrow());
         return Ok(rep);
     }
     judge_places(&mut rep, &places.borrow());
     let (mut totals, mut cpus) = (Vec::new(), Vec::new());
     for _ in 0..3 {
-        let out = rig.run(&iteration, passes, false)?;
+        let Some(out) = rep.learner("your iteration", || rig.run(&iteration, passes, false)) else {
+            return Ok(rep);
+        };
         totals.push(out.total_ms);
         cpus.push(out.cpu_ms);
     }
@@ -237,7 +251,8 @@ pub(crate) mod tests {
     fn heavy_work_in_the_callback_is_named_even_when_it_overlaps() {
         let r = check_on_model(&rec(), Variant::HostFnOnCallbackStream.iteration());
         let t = r.to_string();
-        assert!(!r.passed && t.contains("inside a host function on the callback stream") && t.contains("host_fn_hand_off"), "{r}");
+        assert!(!r.passed && t.contains("inside a host function on the callback stream") && t.contains("hand the job to the worker thread"), "{r}");
+        assert!(!t.contains("host_fn_hand_off"), "the verdict does not hand out the call: {r}");
         assert!(!t.contains("no overlap"), "{r}");
     }
 
@@ -264,5 +279,67 @@ pub(crate) mod tests {
         r.points.clear();
         let rep = check_on_model(&r, super::super::hand_off_to_worker);
         assert!(!rep.passed && rep.to_string().contains("no costs to model"), "{rep}");
+    }
+
+    /// Wrong wirings a student writes, each with the words its message must hold.
+    #[test]
+    fn wrong_wirings_fail_naming_the_mistake() {
+        type Wiring = Box<dyn Fn(&mut dyn CallbackIssue, usize) -> Result<()>>;
+        let cases: Vec<(&str, Wiring, &[&str])> = vec![
+            ("the seed: argmin on the compute stream", Box::new(Variant::HostFnOnCompute.iteration()), &["host function on the compute stream", "no overlap"]),
+            ("heavy work on the callback stream", Box::new(Variant::HostFnOnCallbackStream.iteration()), &["inside a host function on the callback stream"]),
+            (
+                "hand-off on the compute stream",
+                Box::new(|l, t| {
+                    let s = l.take_slot(t)?;
+                    l.row_dot(On::Compute, t, s)?;
+                    l.d2h_scores(On::Compute, s)?;
+                    l.host_fn_hand_off(On::Compute, s)
+                }),
+                &["hand-off(s) are host functions on the compute stream", "round trip"],
+            ),
+            (
+                "waits on the compute stream, hands off on the callback one",
+                Box::new(|l, t| {
+                    let s = l.take_slot(t)?;
+                    l.row_dot(On::Compute, t, s)?;
+                    l.d2h_scores(On::Compute, s)?;
+                    l.record_scores_ready(On::Compute, s)?;
+                    l.wait_scores_ready(On::Compute, s)?;
+                    l.host_fn_hand_off(On::Callback, s)
+                }),
+                &["not ordered after its D2H", "callback stream never waited"],
+            ),
+            (
+                "records the event on the callback stream",
+                Box::new(|l, t| {
+                    let s = l.take_slot(t)?;
+                    l.row_dot(On::Compute, t, s)?;
+                    l.d2h_scores(On::Compute, s)?;
+                    l.record_scores_ready(On::Callback, s)?;
+                    l.wait_scores_ready(On::Callback, s)?;
+                    l.host_fn_hand_off(On::Callback, s)
+                }),
+                &["not ordered after its D2H"],
+            ),
+            ("no event at all", Box::new(hands_off_without_waiting), &["not ordered after its D2H", "no \"scores ready\" event"]),
+            ("forgets the argmin", Box::new(forgets_the_argmin), &["your iteration stopped with", "would wait for a slot forever"]),
+            ("panics", Box::new(|_, t| if t == 5 { panic!("slot {t} is gone") } else { Ok(()) }), &["your iteration panicked: slot 5 is gone"]),
+            ("a slot that does not exist", Box::new(|l, t| l.slot_at(99, t).map(|_| ())), &["slot 99 does not exist"]),
+        ];
+        for (what, f, words) in cases {
+            let r = check_on_model(&rec(), f);
+            let text = r.to_string();
+            assert!(!r.passed, "{what} passed: {text}");
+            for w in words {
+                assert!(text.contains(w), "{what}: no '{w}' in {text}");
+            }
+            assert!(!text.contains("failed: data verification failed") && !text.contains("inf%"), "{what}: {text}");
+        }
+        // Slots by index: caught once the worker falls behind (CPU twice the GPU).
+        let mut slow = rec();
+        slow.points[0].variants.iter_mut().for_each(|v| v.cpu_ms = s(0.54));
+        let r = check_on_model(&slow, reuses_slots_by_index);
+        assert!(!r.passed && r.to_string().contains("reused too early"), "{r}");
     }
 }

@@ -11,8 +11,20 @@ use crate::schedule::{Machine, OpKind};
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
 
-fn report(rep: &mut CheckReport, measured: f64, serial: f64, bound: f64, how: &str) {
-    rep.judge_overlap(how, measured, ("no overlap", serial), bound, TARGET_EFFICIENCY, "copies and kernels take turns; put them on different streams and link them with events");
+/// Batches a learner may ask for.
+pub const MAX_BATCHES: usize = 4096;
+
+/// The time against the bound; when nothing overlaps, the advice depends on
+/// how many streams the schedule used.
+fn report(rep: &mut CheckReport, measured: f64, serial: f64, bound: f64, streams_used: usize, how: &str) {
+    let advice = if streams_used <= 1 {
+        "copies and kernels take turns on one stream; put copies on the copy stream and kernels on the compute stream, linked by events"
+    } else {
+        "copies and kernels are on different streams but still take turns: something makes each wait for the other (a wait on the event of the same batch's compute before its copy, or a host wait after every batch); each should wait only for what uses the same buffer, two batches back"
+    };
+    // Not "no overlap": the lab's summary uses that name for its measured
+    // one-buffer run, which also includes the producer.
+    rep.judge_overlap(how, measured, ("copy and kernel taking turns", serial), bound, TARGET_EFFICIENCY, advice);
 }
 
 /// A deliberately wrong schedule, kept for tests and demonstrations: it
@@ -26,6 +38,9 @@ pub fn refills_host_buffer_too_early(p: &mut dyn Issue, t: &BufferTask) -> Resul
 /// model's time with the recorded per-batch stage times.
 pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()>) -> CheckReport {
     let mut rep = CheckReport::new(&format!("double-buffer schedule, {batches} batches (queue model, no GPU)"));
+    if !rep.count("batches", batches, 2..=MAX_BATCHES) {
+        return rep;
+    }
     let n = 1024;
     let mut m = ModelPipeline::new();
     m.batch_elements = n;
@@ -39,8 +54,7 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
         dev: [m.device("device buffer 0", n), m.device("device buffer 1", n)],
         results: m.device("device results", batches * n),
     };
-    if let Err(e) = schedule(&mut m, &task) {
-        rep.problem(format!("the schedule failed: {e}"));
+    if rep.learner("your schedule", || schedule(&mut m, &task)).is_none() {
         return rep;
     }
     let cells = m.device_cells(task.results);
@@ -63,7 +77,8 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
     };
     let times = crate::schedule::predict(&m.schedule, Machine { copy_engines: 2 }, dur);
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
-    report(&mut rep, total, batches as f64 * (c + k), bound_ms(batches, c, k), "predicted");
+    let streams_used = m.schedule.lanes().iter().filter(|l| matches!(l, crate::schedule::Lane::Stream(_))).count();
+    report(&mut rep, total, batches as f64 * (c + k), bound_ms(batches, c, k), streams_used, "predicted");
     rep
 }
 
@@ -72,10 +87,13 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
     let cfg = &rec.config;
     let mut rep = CheckReport::new(&format!("double-buffer schedule, {} batches (live on {})", cfg.batches, gpu.name()));
     let mut rig = super::measure::DbRig::new(gpu, cfg.batches, cfg.batch_elements)?;
-    let mut totals = Vec::new();
+    let (mut totals, mut streams_used) = (Vec::new(), 0);
     for attempt in 0..4 {
-        let run = rig.run(&schedule, rec.iterations, false)?;
+        let Some(run) = rep.learner("your schedule", || rig.run(&schedule, rec.iterations, false)) else {
+            return Ok(rep);
+        };
         if attempt == 0 {
+            streams_used = run.schedule.lanes().iter().filter(|l| matches!(l, crate::schedule::Lane::Stream(_))).count();
             if let Some(r) = run.races.first() {
                 rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, run.races.len()));
             }
@@ -89,7 +107,7 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
     }
     let measured = crate::stats::Summary::of(&totals)?.median;
     let serial = cfg.batches as f64 * (rec.copy_ms.median + rec.kernel_ms.median);
-    report(&mut rep, measured, serial, rec.bound_ms(), "measured");
+    report(&mut rep, measured, serial, rec.bound_ms(), streams_used, "measured");
     Ok(rep)
 }
 
@@ -184,5 +202,95 @@ mod tests {
             Ok(())
         });
         assert!(r.to_string().contains("wrong data: results for batch 0 hold batch 3's"), "{r}");
+    }
+
+    /// Double buffering with `hook` choosing what changes (the seed of
+    /// every wrong schedule below): (host buffer, device buffer, copy
+    /// waits for compute two back, host waits for copy two back, compute
+    /// waits for its copy, produced batch, results offset).
+    #[allow(clippy::type_complexity)]
+    fn variant(p: &mut dyn Issue, t: &BufferTask, batches: usize, tweak: &dyn Fn(usize) -> (usize, usize, bool, bool, bool, usize, usize)) -> Result<()> {
+        let n = t.batch_elements;
+        let copied = [p.event()?, p.event()?];
+        let computed = [p.event()?, p.event()?];
+        for i in 0..batches {
+            let (hb, db, copy_waits, host_waits, compute_waits, batch, out) = tweak(i);
+            if i >= 2 && host_waits {
+                p.host_wait(copied[hb])?;
+            }
+            p.produce(t.host[hb], 0, n, batch, &format!("produce batch {i}"))?;
+            if i >= 2 && copy_waits {
+                p.wait(t.copy, computed[db])?;
+            }
+            p.h2d(t.copy, t.dev[db], 0, t.host[hb], 0, n, &format!("H2D batch {i}"))?;
+            p.record(copied[hb], t.copy)?;
+            if compute_waits {
+                p.wait(t.compute, copied[hb])?;
+            }
+            p.compute(t.compute, t.dev[db], 0, t.results, out * n, n, &format!("compute batch {i}"))?;
+            p.record(computed[db], t.compute)?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn honest_schedules_pass() {
+        assert!(check_on_model(&rec(), 16, pipelined).passed);
+        // The same written out by hand, and with the stream roles swapped.
+        let by_hand = check_on_model(&rec(), 16, |p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, i, i)));
+        assert!(by_hand.passed, "{by_hand}");
+        let swapped = check_on_model(&rec(), 16, |p, t| pipelined(p, &BufferTask { copy: t.compute, compute: t.copy, ..t.clone() }));
+        assert!(swapped.passed, "{swapped}");
+    }
+
+    /// Wrong schedules a student writes, each with the words its message must hold.
+    #[test]
+    fn wrong_schedules_fail_naming_the_mistake() {
+        type Schedule = Box<dyn Fn(&mut dyn Issue, &BufferTask) -> Result<()>>;
+        let cases: Vec<(&str, usize, Schedule, &[&str])> = vec![
+            ("one buffer, one stream", 8, Box::new(no_overlap), &["no overlap", "take turns on one stream"]),
+            (
+                "waits for the same batch's compute",
+                8,
+                Box::new(|p, t| {
+                    let n = t.batch_elements;
+                    let done = p.event()?;
+                    for i in 0..t.batches {
+                        if i >= 1 {
+                            p.wait(t.copy, done)?;
+                            p.host_wait(done)?;
+                        }
+                        p.produce(t.host[i % 2], 0, n, i, "produce")?;
+                        p.h2d(t.copy, t.dev[i % 2], 0, t.host[i % 2], 0, n, "up")?;
+                        let up = p.event()?;
+                        p.record(up, t.copy)?;
+                        p.wait(t.compute, up)?;
+                        p.compute(t.compute, t.dev[i % 2], 0, t.results, i * n, n, "k")?;
+                        p.record(done, t.compute)?;
+                    }
+                    Ok(())
+                }),
+                &["different streams but still take turns"],
+            ),
+            ("refills a host buffer too early", 8, Box::new(refills_host_buffer_too_early), &["race (a buffer reused too early?): 'produce batch 2' writes"]),
+            ("overwrites a device buffer too early", 8, Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, false, true, true, i, i))), &["race", "'H2D batch 2' writes"]),
+            ("computes before its copy", 8, Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, false, i, i))), &["race", "'compute batch 0' reads"]),
+            ("one device buffer for all", 8, Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, 0, true, true, true, i, i))), &["race"]),
+            ("results in reverse", 4, Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, i, t.batches - 1 - i))), &["wrong data: results for batch 0 hold batch 3's"]),
+            ("the last batch forgotten", 8, Box::new(|p, t| variant(p, t, t.batches - 1, &|i| (i % 2, i % 2, true, true, true, i, i))), &["wrong data: batch 7 was never computed"]),
+            ("produces the wrong batch", 8, Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, (i + 1) % t.batches, i))), &["wrong data: results for batch 0 hold batch 1's"]),
+            ("panics", 8, Box::new(|_, t| panic!("no buffer {}", t.batches)), &["your schedule panicked: no buffer 8"]),
+            ("an offset past the end", 8, Box::new(|p, t| p.h2d(t.copy, t.dev[0], usize::MAX - 3, t.host[0], 0, 8, "up")), &["your schedule stopped with", "do not fit"]),
+            ("one batch", 1, Box::new(pipelined), &["1 batches is out of range"]),
+            ("100000 batches", 100_000, Box::new(pipelined), &["100000 batches is out of range"]),
+        ];
+        for (what, batches, f, words) in cases {
+            let r = check_on_model(&rec(), batches, f);
+            let text = r.to_string();
+            assert!(!r.passed, "{what} passed: {text}");
+            for w in words {
+                assert!(text.contains(w), "{what}: no '{w}' in {text}");
+            }
+        }
     }
 }

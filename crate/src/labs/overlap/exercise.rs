@@ -5,7 +5,7 @@
 //! a race, no overlap, or efficiency under the target.
 
 use super::{measure, model, Intensity, IssueOrder, OverlapConfig, OverlapResults, Parts};
-use crate::check::CheckReport;
+use crate::check::{pct, CheckReport};
 use crate::error::Result;
 use crate::gpu::{DevRef, Gpu, HostRef, StreamRef};
 use crate::issue::{Issue, ModelPipeline, Provenance};
@@ -47,13 +47,13 @@ pub fn solution(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
     Ok(())
 }
 
+/// The first output element that is not its own result, named with its
+/// chunk (one pass over the elements, chunk by chunk).
 fn data_findings(cells: &[Provenance], t: &ChunkTask, rep: &mut CheckReport) {
-    let chunk_of = |j: usize| (0..t.chunks).find(|&c| {
-        let (a, n) = t.chunk(c);
-        (a..a + n).contains(&j)
-    });
-    for (j, cell) in cells.iter().enumerate() {
-        let c = chunk_of(j).unwrap_or(0);
+    let ranges = OverlapConfig::chunk_ranges(t.elements, t.chunks);
+    let in_chunks = ranges.iter().enumerate().flat_map(|(c, &(a, b))| (a..b).map(move |j| (c, j)));
+    for (c, j) in in_chunks {
+        let Some(cell) = cells.get(j) else { break };
         let msg = match *cell {
             Provenance::Output(i) if i as usize == j => continue,
             Provenance::Output(i) => format!("wrong data: output element {j} (chunk {c}) holds the result for element {i}: an offset is wrong"),
@@ -72,18 +72,44 @@ fn race_findings(races: &[crate::schedule::Race], rep: &mut CheckReport) {
     }
 }
 
-fn timing_findings(measured: f64, serial: f64, bound: f64, streams_used: usize, how: &str, rep: &mut CheckReport) {
+fn timing_findings(measured: f64, serial: f64, bound: f64, (chunks, streams_used): (usize, usize), how: &str, rep: &mut CheckReport) {
     let eff = bound / measured;
-    rep.note(format!("{how}: {measured:.3} ms; one stream {serial:.3} ms; bound {bound:.3} ms; efficiency {:.1}% (target {:.0}%)", 100.0 * eff, 100.0 * TARGET_EFFICIENCY));
+    rep.note(format!("{how}: {measured:.3} ms; one stream {serial:.3} ms; bound {bound:.3} ms; efficiency {} (target {:.0}%)", pct(eff), 100.0 * TARGET_EFFICIENCY));
     if measured > 0.95 * serial {
-        rep.problem(if streams_used <= 1 {
+        rep.problem(if chunks <= 1 {
+            "no overlap: with one chunk each stage needs all of the previous one's data, so nothing can run at once; split the data into several chunks".to_string()
+        } else if streams_used <= 1 {
             "no overlap: every operation is on one stream, so each waits for the one before; spread the chunks over the streams".to_string()
         } else {
             "no overlap: the pipeline takes as long as running everything in order; are the streams waiting on each other?".to_string()
         });
     } else if eff < TARGET_EFFICIENCY {
-        rep.problem(format!("efficiency {:.1}% is {:.1} points under the target {:.0}%", 100.0 * eff, 100.0 * (TARGET_EFFICIENCY - eff), 100.0 * TARGET_EFFICIENCY));
+        rep.problem(format!("efficiency {} is {:.1} points under the target {:.0}%", pct(eff), 100.0 * (TARGET_EFFICIENCY - eff), 100.0 * TARGET_EFFICIENCY));
     }
+}
+
+/// Streams a learner may ask for (the GPU rig makes each one).
+pub const MAX_STREAMS: usize = 64;
+
+/// A data size for `chunks` chunks that they do not divide evenly (unless
+/// `chunks` is 1, or 2 with `even`), so a loop that drops the remainder
+/// leaves elements out and the check sees it. `even`: a whole number of
+/// 8-byte words, as pinned buffers need.
+pub fn uneven_elements(at_least: usize, chunks: usize, even: bool) -> usize {
+    let step = if even { 2 } else { 1 };
+    let mut e = at_least.max(chunks);
+    for _ in 0..=2 * chunks {
+        if chunks <= 1 || e % chunks != 0 {
+            return e;
+        }
+        e += step;
+    }
+    e
+}
+
+/// The sizes a learner can ask for, checked before anything is built.
+fn sizes_in_range(rep: &mut CheckReport, chunks: usize, streams: usize) -> bool {
+    rep.count("chunks", chunks, 1..=super::MAX_CHUNKS) & rep.count("streams", streams, 1..=MAX_STREAMS)
 }
 
 /// Checks `issue` with no GPU: data by provenance, races from the schedule,
@@ -94,11 +120,11 @@ pub fn check_on_model(rec: &OverlapResults, intensity: Intensity, chunks: usize,
         rep.problem(format!("the recording has no {} runs", intensity.label()));
         return rep;
     };
-    if chunks == 0 || streams == 0 || chunks > super::MAX_CHUNKS {
-        rep.problem(format!("{chunks} chunks on {streams} streams is not a pipeline"));
+    if !sizes_in_range(&mut rep, chunks, streams) {
         return rep;
     }
-    let elements = 2048 * chunks;
+    // Not a multiple of the chunks: a loop must cover the remainder too.
+    let elements = uneven_elements(2048 * chunks + chunks / 2, chunks, false);
     let mut m = ModelPipeline::new();
     let task = ChunkTask {
         elements,
@@ -109,8 +135,7 @@ pub fn check_on_model(rec: &OverlapResults, intensity: Intensity, chunks: usize,
         dev_in: m.device("device in", elements),
         dev_out: m.device("device out", elements),
     };
-    if let Err(e) = issue(&mut m, &task) {
-        rep.problem(format!("the loop failed: {e}"));
+    if rep.learner("your issue loop", || issue(&mut m, &task)).is_none() {
         return rep;
     }
     data_findings(m.host_cells(task.host_out), &task, &mut rep);
@@ -124,7 +149,7 @@ pub fn check_on_model(rec: &OverlapResults, intensity: Intensity, chunks: usize,
     // The model gives each direction its full rate, so its bound does too.
     let bound = model::Bounds::new(h, k, d, h.max(d), chunks).for_engines(rec.copy_engines);
     let used = m.schedule.lanes().len();
-    timing_findings(total, h + k + d, bound, used, "predicted", &mut rep);
+    timing_findings(total, h + k + d, bound, (chunks, used), "predicted", &mut rep);
     rep
 }
 
@@ -132,6 +157,10 @@ pub fn check_on_model(rec: &OverlapResults, intensity: Intensity, chunks: usize,
 /// time against the bound of this chunking measured now.
 pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: usize, streams: usize, issue: impl Fn(&mut dyn Issue, &ChunkTask) -> Result<()>) -> Result<CheckReport> {
     let mut rep = CheckReport::new(&format!("chunked issue loop, {chunks} chunks on {streams} streams (live on {})", gpu.name()));
+    if !sizes_in_range(&mut rep, chunks, streams) {
+        return Ok(rep);
+    }
+    let elements = uneven_elements(elements, chunks, true);
     let mut rig = measure::Rig::new(gpu, elements, streams)?;
     let h2d = Summary::of(&[rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?])?;
     let iterations = rig.calibrate(h2d.median, intensity.kernel_over_copy())?;
@@ -140,7 +169,9 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
     let mut streams_used = streams;
     for attempt in 0..4 {
         let seed = rig.prepare();
-        let run = rig.run_custom(streams, chunks, iterations, &issue)?;
+        let Some(run) = rep.learner("your issue loop", || rig.run_custom(streams, chunks, iterations, &issue)) else {
+            return Ok(rep);
+        };
         if attempt == 0 {
             streams_used = run.schedule.lanes().len();
             race_findings(&run.races, &mut rep);
@@ -155,7 +186,7 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
     let measured = Summary::of(&totals)?.median;
     let bound = model::Bounds::of(&parts, chunks).for_engines(gpu.copy_engines()?);
     let serial = parts.h2d_ms.median + parts.kernel_ms.median + parts.d2h_ms.median;
-    timing_findings(measured, serial, bound, streams_used, "measured", &mut rep);
+    timing_findings(measured, serial, bound, (chunks, streams_used), "measured", &mut rep);
     Ok(rep)
 }
 
@@ -270,5 +301,130 @@ mod tests {
             Ok(())
         });
         assert!(rep.to_string().contains("(chunk 3) never reached the host"), "{rep}");
+    }
+
+    /// Issues every chunk with `f(c, at, n)` choosing the streams.
+    fn each_chunk(p: &mut dyn Issue, t: &ChunkTask, mut f: impl FnMut(usize) -> (usize, usize, usize)) -> Result<()> {
+        for c in 0..t.chunks {
+            let (at, n) = t.chunk(c);
+            let (up, k, down) = f(c);
+            p.h2d(t.streams[up], t.dev_in, at, t.host_in, at, n, &format!("H2D chunk {c}"))?;
+            p.compute(t.streams[k], t.dev_in, at, t.dev_out, at, n, &format!("compute chunk {c}"))?;
+            p.d2h(t.streams[down], t.host_out, at, t.dev_out, at, n, &format!("D2H chunk {c}"))?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn honest_issue_loops_pass() {
+        let r = recording();
+        // A stream per stage, linked by events (lab 2's third layout).
+        let per_stage = |p: &mut dyn Issue, t: &ChunkTask| {
+            for c in 0..t.chunks {
+                let (at, n) = t.chunk(c);
+                p.h2d(t.streams[0], t.dev_in, at, t.host_in, at, n, "up")?;
+                let up = p.event()?;
+                p.record(up, t.streams[0])?;
+                p.wait(t.streams[1], up)?;
+                p.compute(t.streams[1], t.dev_in, at, t.dev_out, at, n, "k")?;
+                let k = p.event()?;
+                p.record(k, t.streams[1])?;
+                p.wait(t.streams[2], k)?;
+                p.d2h(t.streams[2], t.host_out, at, t.dev_out, at, n, "down")?;
+            }
+            Ok(())
+        };
+        let rep = check_on_model(&r, Intensity::Balanced, 16, 3, per_stage);
+        assert!(rep.passed, "{rep}");
+        // 1024 chunks (the most there are) is judged, and quickly.
+        let t = std::time::Instant::now();
+        let big = check_on_model(&r, Intensity::Balanced, 1024, 4, solution);
+        assert!(big.passed, "{big}");
+        eprintln!("1024 chunks judged in {:.2} s", t.elapsed().as_secs_f64());
+    }
+
+    /// Wrong answers a student gives, each with the words its message must hold.
+    #[test]
+    fn wrong_issue_loops_fail_naming_the_mistake() {
+        let r = recording();
+        type Loop = Box<dyn Fn(&mut dyn Issue, &ChunkTask) -> Result<()>>;
+        let cases: Vec<(&str, usize, usize, Loop, &[&str])> = vec![
+            (
+                "drops the remainder",
+                16,
+                4,
+                Box::new(|p, t| {
+                    let n = t.elements / t.chunks;
+                    for c in 0..t.chunks {
+                        let s = t.streams[c % t.streams.len()];
+                        p.h2d(s, t.dev_in, c * n, t.host_in, c * n, n, "up")?;
+                        p.compute(s, t.dev_in, c * n, t.dev_out, c * n, n, "k")?;
+                        p.d2h(s, t.host_out, c * n, t.dev_out, c * n, n, "down")?;
+                    }
+                    Ok(())
+                }),
+                &["wrong data", "never reached the host"],
+            ),
+            ("everything on stream 0", 16, 4, Box::new(|p, t| each_chunk(p, t, |_| (0, 0, 0))), &["no overlap: every operation is on one stream"]),
+            ("one chunk", 1, 4, Box::new(solution), &["no overlap: with one chunk", "split the data"]),
+            ("kernel on another stream, no event", 8, 2, Box::new(|p, t| each_chunk(p, t, |_| (0, 1, 1))), &["race: 'compute chunk 0' reads"]),
+            ("D2H on another stream, no event", 8, 2, Box::new(|p, t| each_chunk(p, t, |_| (0, 0, 1))), &["race: 'D2H chunk 0' reads"]),
+            (
+                "D2H of the input buffer",
+                8,
+                2,
+                Box::new(|p, t| {
+                    for c in 0..t.chunks {
+                        let (at, n) = t.chunk(c);
+                        let s = t.streams[c % 2];
+                        p.h2d(s, t.dev_in, at, t.host_in, at, n, "up")?;
+                        p.compute(s, t.dev_in, at, t.dev_out, at, n, "k")?;
+                        p.d2h(s, t.host_out, at, t.dev_in, at, n, "down")?;
+                    }
+                    Ok(())
+                }),
+                &["holds an input, not a result"],
+            ),
+            (
+                "kernel on data never uploaded",
+                8,
+                2,
+                Box::new(|p, t| {
+                    for c in 0..t.chunks {
+                        let (at, n) = t.chunk(c);
+                        let s = t.streams[c % 2];
+                        p.h2d(s, t.dev_in, 0, t.host_in, at, n, "up to the start")?;
+                        p.compute(s, t.dev_in, at, t.dev_out, at, n, "k")?;
+                        p.d2h(s, t.host_out, at, t.dev_out, at, n, "down")?;
+                    }
+                    Ok(())
+                }),
+                &["computed from data never uploaded"],
+            ),
+            ("an offset past the end", 4, 2, Box::new(|p, t| p.h2d(t.streams[0], t.dev_in, usize::MAX, t.host_in, 0, 8, "up")), &["your issue loop stopped with", "do not fit"]),
+            ("panics", 4, 2, Box::new(|_, t| panic!("chunk {} is odd", t.chunks)), &["your issue loop panicked: chunk 4 is odd"]),
+            ("100000 streams", 16, 100_000, Box::new(solution), &["100000 streams is out of range"]),
+            ("2000 chunks", 2000, 4, Box::new(solution), &["2000 chunks is out of range"]),
+            ("0 chunks", 0, 4, Box::new(solution), &["0 chunks is out of range"]),
+        ];
+        for (what, chunks, streams, f, words) in cases {
+            let rep = check_on_model(&r, Intensity::Balanced, chunks, streams, f);
+            let text = rep.to_string();
+            assert!(!rep.passed, "{what} passed: {text}");
+            for w in words {
+                assert!(text.contains(w), "{what}: no '{w}' in {text}");
+            }
+            assert!(!text.contains("inf%") && !text.contains("NaN"), "{what}: {text}");
+        }
+    }
+
+    #[test]
+    fn chunkings_never_divide_the_data_evenly() {
+        for chunks in [3, 4, 7, 16, 64, 1024] {
+            assert_ne!(uneven_elements(2048 * chunks, chunks, false) % chunks, 0);
+            let even = uneven_elements(1 << 25, chunks, true);
+            assert!(even % 2 == 0 && even % chunks != 0, "{chunks}: {even}");
+        }
+        assert_eq!(uneven_elements(1 << 25, 1, true), 1 << 25);
     }
 }
