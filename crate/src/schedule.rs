@@ -239,6 +239,12 @@ impl Schedule {
         &self.races
     }
 
+    /// How many streams the schedule's GPU operations used (what the
+    /// checkers' "one stream" advice hangs on).
+    pub fn streams_used(&self) -> usize {
+        self.lanes().iter().filter(|l| matches!(l, Lane::Stream(_))).count()
+    }
+
     pub fn lanes(&self) -> Vec<Lane> {
         let mut v: Vec<Lane> = self.ops.iter().map(|o| o.lane).collect();
         v.sort();

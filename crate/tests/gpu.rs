@@ -263,7 +263,7 @@ mod pipelines {
 }
 
 mod exercises {
-    use overlap_lab::labs::overlap::exercise::{check_on_gpu, solution, ChunkTask};
+    use overlap_lab::labs::overlap::exercise::{check_on_gpu, downloads_the_input, solution, ChunkTask};
     use overlap_lab::labs::overlap::Intensity;
     use overlap_lab::testing::gpu_or_skip;
 
@@ -282,17 +282,7 @@ mod exercises {
         .unwrap();
         println!("{one}");
         assert!(!one.passed && one.to_string().contains("no overlap: every operation is on one stream"), "{one}");
-        let wrong = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 4, 2, |p, t| {
-            for c in 0..t.chunks {
-                let (at, n) = t.chunk(c);
-                let s = t.streams[c % 2];
-                p.h2d(s, t.dev_in, at, t.host_in, at, n, "up")?;
-                p.compute(s, t.dev_in, at, t.dev_out, at, n, "k")?;
-                p.d2h(s, t.host_out, at, t.dev_in, at, n, "down from the wrong buffer")?;
-            }
-            Ok(())
-        })
-        .unwrap();
+        let wrong = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 4, 2, downloads_the_input).unwrap();
         println!("{wrong}");
         assert!(!wrong.passed && wrong.to_string().contains("wrong data"), "{wrong}");
     }

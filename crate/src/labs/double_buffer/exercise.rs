@@ -77,7 +77,7 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
     };
     let times = crate::schedule::predict(&m.schedule, Machine { copy_engines: 2 }, dur);
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
-    let streams_used = m.schedule.lanes().iter().filter(|l| matches!(l, crate::schedule::Lane::Stream(_))).count();
+    let streams_used = m.schedule.streams_used();
     report(&mut rep, total, batches as f64 * (c + k), bound_ms(batches, c, k), streams_used, "predicted");
     rep
 }
@@ -93,7 +93,7 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
             return Ok(rep);
         };
         if attempt == 0 {
-            streams_used = run.schedule.lanes().iter().filter(|l| matches!(l, crate::schedule::Lane::Stream(_))).count();
+            streams_used = run.schedule.streams_used();
             if let Some(r) = run.races.first() {
                 rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, run.races.len()));
             }

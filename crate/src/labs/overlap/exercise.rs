@@ -49,6 +49,19 @@ pub fn solution(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
 
 /// The first output element that is not its own result, named with its
 /// chunk (one pass over the elements, chunk by chunk).
+/// A deliberately wrong loop, kept for tests and demonstrations: every
+/// chunk's D2H reads the input buffer, so the host gets inputs, not results.
+pub fn downloads_the_input(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
+    for c in 0..t.chunks {
+        let (at, n) = t.chunk(c);
+        let s = t.streams[c % t.streams.len()];
+        p.h2d(s, t.dev_in, at, t.host_in, at, n, &format!("H2D chunk {c}"))?;
+        p.compute(s, t.dev_in, at, t.dev_out, at, n, &format!("compute chunk {c}"))?;
+        p.d2h(s, t.host_out, at, t.dev_in, at, n, &format!("D2H chunk {c} from the wrong buffer"))?;
+    }
+    Ok(())
+}
+
 fn data_findings(cells: &[Provenance], t: &ChunkTask, rep: &mut CheckReport) {
     let ranges = OverlapConfig::chunk_ranges(t.elements, t.chunks);
     let in_chunks = ranges.iter().enumerate().flat_map(|(c, &(a, b))| (a..b).map(move |j| (c, j)));
@@ -148,7 +161,7 @@ pub fn check_on_model(rec: &OverlapResults, intensity: Intensity, chunks: usize,
     let (h, k, d) = (parts.h2d_ms.median, parts.kernel_ms.median, parts.d2h_ms.median);
     // The model gives each direction its full rate, so its bound does too.
     let bound = model::Bounds::new(h, k, d, h.max(d), chunks).for_engines(rec.copy_engines);
-    let used = m.schedule.lanes().len();
+    let used = m.schedule.streams_used();
     timing_findings(total, h + k + d, bound, (chunks, used), "predicted", &mut rep);
     rep
 }
@@ -173,7 +186,7 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
             return Ok(rep);
         };
         if attempt == 0 {
-            streams_used = run.schedule.lanes().len();
+            streams_used = run.schedule.streams_used();
             race_findings(&run.races, &mut rep);
             if let Err(e) = rig.verify(seed, chunks, iterations, 256) {
                 rep.problem(format!("wrong data: {e}"));
@@ -369,22 +382,7 @@ mod tests {
             ("one chunk", 1, 4, Box::new(solution), &["no overlap: with one chunk", "split the data"]),
             ("kernel on another stream, no event", 8, 2, Box::new(|p, t| each_chunk(p, t, |_| (0, 1, 1))), &["race: 'compute chunk 0' reads"]),
             ("D2H on another stream, no event", 8, 2, Box::new(|p, t| each_chunk(p, t, |_| (0, 0, 1))), &["race: 'D2H chunk 0' reads"]),
-            (
-                "D2H of the input buffer",
-                8,
-                2,
-                Box::new(|p, t| {
-                    for c in 0..t.chunks {
-                        let (at, n) = t.chunk(c);
-                        let s = t.streams[c % 2];
-                        p.h2d(s, t.dev_in, at, t.host_in, at, n, "up")?;
-                        p.compute(s, t.dev_in, at, t.dev_out, at, n, "k")?;
-                        p.d2h(s, t.host_out, at, t.dev_in, at, n, "down")?;
-                    }
-                    Ok(())
-                }),
-                &["holds an input, not a result"],
-            ),
+            ("D2H of the input buffer", 8, 2, Box::new(downloads_the_input), &["holds an input, not a result"]),
             (
                 "kernel on data never uploaded",
                 8,

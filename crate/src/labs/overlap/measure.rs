@@ -36,12 +36,12 @@ impl Rig {
         let bytes = elements * 4;
         gpu.ensure_free(2 * bytes as u64 + (64 << 20), &format!("{elements} elements in and out"))?;
         let (dev_in, dev_out) = (gpu.alloc(bytes)?, gpu.alloc(bytes)?);
+        let streams: Vec<Stream> = (0..streams.max(super::STAGE_STREAMS)).map(|_| gpu.stream()).collect::<Result<_>>()?;
         // Poisoned, not left uninitialized: the D2H timed alone copies
         // `dev_out` before any kernel wrote it (compute-sanitizer's
         // initcheck reports every such read).
-        let s = gpu.stream()?;
-        s.fill_u32(&dev_in, 0xDEAD_BEEF)?;
-        s.fill_u32(&dev_out, 0xDEAD_BEEF)?;
+        streams[0].fill_u32(&dev_in, 0xDEAD_BEEF)?;
+        streams[0].fill_u32(&dev_out, 0xDEAD_BEEF)?;
         Ok(Rig {
             gpu: gpu.clone(),
             kernel: ComputeKernel::load(gpu)?,
@@ -49,7 +49,7 @@ impl Rig {
             host_out: PinnedBuffer::new(gpu, bytes)?,
             dev_in,
             dev_out,
-            streams: (0..streams.max(super::STAGE_STREAMS)).map(|_| gpu.stream()).collect::<Result<_>>()?,
+            streams,
             elements,
             timeline_source: crate::gpu::TimelineSource::best(),
             gated: true,
