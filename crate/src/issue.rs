@@ -24,6 +24,8 @@ pub trait Issue {
     fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()>;
     /// The CPU waits for `e`.
     fn host_wait(&mut self, e: EventRef) -> Result<()>;
+    /// The CPU waits until `s` has done everything issued to it so far.
+    fn host_sync(&mut self, s: StreamRef) -> Result<()>;
     /// CPU work: the producer writes batch `batch` (`n` elements) into host
     /// buffer `h` at element `at`.
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()>;
@@ -46,12 +48,17 @@ pub struct GpuIssuer<'p, 'a> {
     pub dataset: Option<Dataset<'a>>,
 }
 
+/// Elements to bytes, refusing a count no buffer could hold.
+fn bytes(elements: usize) -> Result<usize> {
+    elements.checked_mul(4).ok_or_else(|| LabError::config(format!("{elements} elements is more bytes than memory has")))
+}
+
 impl Issue for GpuIssuer<'_, '_> {
     fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()> {
-        self.pipeline.h2d(s, dst, dst_at * 4, src, src_at * 4, n * 4, label)
+        self.pipeline.h2d(s, dst, bytes(dst_at)?, src, bytes(src_at)?, bytes(n)?, label)
     }
     fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
-        self.pipeline.d2h(s, dst, dst_at * 4, src, src_at * 4, n * 4, label)
+        self.pipeline.d2h(s, dst, bytes(dst_at)?, src, bytes(src_at)?, bytes(n)?, label)
     }
     fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
         self.pipeline.compute(s, self.kernel, input, in_at, output, out_at, n, self.iterations, label)
@@ -68,6 +75,9 @@ impl Issue for GpuIssuer<'_, '_> {
     fn host_wait(&mut self, e: EventRef) -> Result<()> {
         self.pipeline.host_wait(e)
     }
+    fn host_sync(&mut self, s: StreamRef) -> Result<()> {
+        self.pipeline.host_sync(s)
+    }
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
         let d = self.dataset.as_ref().ok_or_else(|| LabError::config("this lab has no producer"))?;
         if n % 2 != 0 || at % 2 != 0 || n > d.batch_elements {
@@ -76,6 +86,43 @@ impl Issue for GpuIssuer<'_, '_> {
         let first = batch * d.batch_elements / 2;
         let src = d.words.get(first..first + n / 2).ok_or_else(|| LabError::config(format!("batch {batch} is past the dataset")))?;
         self.pipeline.host_write(label, h, at * 4, n * 4, |w| crate::pattern::copy_streaming(w, src))
+    }
+}
+
+/// Runs a loop synchronously: after every copy and kernel the CPU waits
+/// for its stream (the synchronous baseline, as `cudaMemcpy` gives it).
+pub struct SyncEach<'i>(pub &'i mut dyn Issue);
+
+impl Issue for SyncEach<'_> {
+    fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.0.h2d(s, dst, dst_at, src, src_at, n, label)?;
+        self.0.host_sync(s)
+    }
+    fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.0.d2h(s, dst, dst_at, src, src_at, n, label)?;
+        self.0.host_sync(s)
+    }
+    fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
+        self.0.compute(s, input, in_at, output, out_at, n, label)?;
+        self.0.host_sync(s)
+    }
+    fn event(&mut self) -> Result<EventRef> {
+        self.0.event()
+    }
+    fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
+        self.0.record(e, s)
+    }
+    fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
+        self.0.wait(s, e)
+    }
+    fn host_wait(&mut self, e: EventRef) -> Result<()> {
+        self.0.host_wait(e)
+    }
+    fn host_sync(&mut self, s: StreamRef) -> Result<()> {
+        self.0.host_sync(s)
+    }
+    fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
+        self.0.produce(h, at, n, batch, label)
     }
 }
 
@@ -207,6 +254,11 @@ impl Issue for ModelPipeline {
     }
     fn host_wait(&mut self, e: EventRef) -> Result<()> {
         self.schedule.host_wait_event(0, e.0);
+        Ok(())
+    }
+    fn host_sync(&mut self, s: StreamRef) -> Result<()> {
+        self.check_stream(s)?;
+        self.schedule.host_wait_stream(0, s.0);
         Ok(())
     }
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {

@@ -54,6 +54,16 @@ impl Progress {
         }
     }
 
+    /// Says something about the current step without finishing it (always
+    /// shown: it explains why a step takes longer).
+    pub fn step_note(&mut self, what: &str) {
+        if let Some(b) = &self.bar {
+            b.set_message(what.to_string());
+        } else if self.lines {
+            println!("[{} {}/{}] {what}", self.label, self.done, self.total);
+        }
+    }
+
     pub fn finish(self) {
         if let Some(b) = self.bar {
             b.finish_and_clear();

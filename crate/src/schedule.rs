@@ -28,6 +28,8 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// A chunk's three GPU stages, in pipeline order.
+    pub const STAGES: [OpKind; 3] = [OpKind::H2d, OpKind::Kernel, OpKind::D2h];
     pub fn label(self) -> &'static str {
         match self {
             OpKind::H2d => "H2D",
@@ -35,7 +37,8 @@ impl OpKind {
             OpKind::D2h => "D2H",
             OpKind::Host => "host",
         }
-    }    /// The stage's place in H2D -> kernel -> D2H (host work counts as 0).
+    }
+    /// The stage's place in H2D -> kernel -> D2H (host work counts as 0).
     pub fn stage_index(self) -> usize {
         match self {
             OpKind::Kernel => 1,
@@ -285,16 +288,22 @@ impl Machine {
 /// Predicted (start, end) of every op, in the units of `duration`.
 ///
 /// Each op starts once all its dependencies have ended and its resource is
-/// free; a free resource takes the earliest-issued ready op. Kernels are
-/// assumed to fill the GPU, so one runs at a time.
+/// free. A free resource keeps serving the stream it served last while that
+/// stream's next op is for it (as the GPU's engines drain one stream's
+/// consecutive copies or kernels before switching: measured in lab 2, where
+/// breadth-first issue runs like one chunk per stream), else it takes the
+/// earliest-issued ready op. Kernels are assumed to fill the GPU, so one
+/// runs at a time.
 pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) -> Vec<(f64, f64)> {
     let n = s.ops.len();
     let mut times: Vec<Option<(f64, f64)>> = vec![None; n];
     let mut free: HashMap<Resource, f64> = HashMap::new();
+    let mut last_lane: HashMap<Resource, Lane> = HashMap::new();
     let mut done = 0;
     while done < n {
-        // The op that can start earliest; ties go to the earliest issued.
-        let mut best: Option<(f64, OpId)> = None;
+        // The op that can start earliest; among ties, one on the lane its
+        // resource served last, then the earliest issued.
+        let mut best: Option<(f64, bool, OpId)> = None;
         for op in &s.ops {
             if times[op.id].is_some() {
                 continue;
@@ -313,14 +322,18 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             if blocked {
                 continue;
             }
-            let start = ready.max(*free.get(&machine.resource(op)).unwrap_or(&0.0));
-            if best.is_none_or(|(t, _)| start < t) {
-                best = Some((start, op.id));
+            let resource = machine.resource(op);
+            let start = ready.max(*free.get(&resource).unwrap_or(&0.0));
+            let stays = last_lane.get(&resource) == Some(&op.lane);
+            if best.is_none_or(|(t, st, _)| start < t || (start == t && stays && !st)) {
+                best = Some((start, stays, op.id));
             }
         }
-        let (start, id) = best.expect("dependencies point only backwards, so some op is always ready");
+        let (start, _, id) = best.expect("dependencies point only backwards, so some op is always ready");
         let end = start + duration(&s.ops[id]).max(0.0);
-        free.insert(machine.resource(&s.ops[id]), end);
+        let resource = machine.resource(&s.ops[id]);
+        free.insert(resource, end);
+        last_lane.insert(resource, s.ops[id].lane);
         times[id] = Some((start, end));
         done += 1;
     }
@@ -364,6 +377,24 @@ mod tests {
         // One engine shared by H2D and D2H: bound max(H + D, K) = 8 (plus a kernel's fill).
         let one = makespan(&predict(&s, Machine { copy_engines: 1 }, |_| 1.0));
         assert!((8.0..=9.0).contains(&one), "{one}");
+    }
+
+    #[test]
+    fn an_engine_keeps_serving_one_stream_so_breadth_first_runs_a_stream_at_a_time() {
+        // Breadth-first on 2 streams, 4 chunks: stream 0 holds H0 H2 K0 K2 D0 D2.
+        let mut s = Schedule::new();
+        for (kind, name) in [(OpKind::H2d, "H2D"), (OpKind::Kernel, "kernel"), (OpKind::D2h, "D2H")] {
+            for c in 0..4u64 {
+                s.gpu_op(0, (c % 2) as usize, kind, &format!("{name} {c}"), vec![Access::write(name, c * 8, c * 8 + 8)]);
+            }
+        }
+        let t = predict(&s, Machine { copy_engines: 2 }, |_| 1.0);
+        // The upload engine drains stream 0 (H0, H2) before stream 1 (H1, H3),
+        // so stream 0's kernels start at 2, not after every upload.
+        assert_eq!((t[0], t[2], t[1], t[3]), ((0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, 4.0)));
+        assert_eq!(t[4], (2.0, 3.0), "kernel 0 right after stream 0's uploads");
+        // Like two chunks depth-first on two streams: 2 + 2 + 2 + fill.
+        assert_eq!(makespan(&t), 8.0);
     }
 
     #[test]

@@ -49,9 +49,68 @@ impl Summary {
     }
 }
 
+/// How close a run came to the best its parts allow: bound / measured.
+/// The bound comes from parts timed alone, which vary from run to run, so
+/// a run can read above 100%; every table that prints one says why.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Efficiency {
+    pub ratio: f64,
+    /// The most the parts behind the bound varied: max over them of
+    /// (max - min) / min.
+    pub parts_spread: f64,
+}
+
+impl Efficiency {
+    pub fn new(bound: f64, measured: f64, parts: &[&Summary]) -> Efficiency {
+        let parts_spread = parts.iter().map(|p| if p.min > 0.0 { (p.max - p.min) / p.min } else { 0.0 }).fold(0.0, f64::max);
+        Efficiency { ratio: bound / measured, parts_spread }
+    }
+    pub fn above_bound(&self) -> bool {
+        self.ratio > 1.0005
+    }
+    /// "95.8%", or "101.2%*" where it reads above 100% (see [`Efficiency::note`]).
+    pub fn cell(&self) -> String {
+        if !self.ratio.is_finite() {
+            return "n/a".into();
+        }
+        format!("{:.1}%{}", 100.0 * self.ratio, if self.above_bound() { "*" } else { "" })
+    }
+    /// Why the highest of `effs` reads above 100%, or `None` when none does.
+    pub fn note<'a>(effs: impl IntoIterator<Item = &'a Efficiency>) -> Option<String> {
+        let worst = effs.into_iter().filter(|e| e.above_bound()).max_by(|a, b| a.ratio.total_cmp(&b.ratio))?;
+        let (over, spread) = (100.0 * (worst.ratio - 1.0), 100.0 * worst.parts_spread);
+        Some(if over <= spread {
+            format!(
+                "* above 100%: a run beat the bound made from its parts timed alone, by up to {over:.1}%; those part times vary by {spread:.1}% from run to run, \
+                 so this is overlap at the bound within noise, not better than perfect"
+            )
+        } else {
+            format!(
+                "* above 100%: a run beat the bound made from its parts timed alone by {over:.1}%, more than those part times vary ({spread:.1}%): \
+                 the parts ran faster inside the pipeline than alone, so the bound is pessimistic there"
+            )
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn efficiency_above_the_bound_is_marked_and_explained() {
+        let parts = Summary { median: 2.0, min: 1.9, max: 2.1, n: 5 };
+        let under = Efficiency::new(0.95, 1.0, &[&parts]);
+        assert_eq!(under.cell(), "95.0%");
+        assert_eq!(Efficiency::note([&under]), None);
+        let noise = Efficiency::new(1.03, 1.0, &[&parts]);
+        assert_eq!(noise.cell(), "103.0%*");
+        let why = Efficiency::note([&under, &noise]).unwrap();
+        assert!(why.contains("by up to 3.0%") && why.contains("vary by 10.5%") && why.contains("within noise"), "{why}");
+        let real = Efficiency::new(1.2, 1.0, &[&parts]);
+        assert!(Efficiency::note([&noise, &real]).unwrap().contains("pessimistic"), "the worst one is explained");
+        assert_eq!(Efficiency::new(1.0, 0.0, &[]).cell(), "n/a");
+    }
 
     #[test]
     fn median_min_max() {

@@ -398,11 +398,14 @@ mod callback {
         for p in &r.points {
             assert!(p.passes >= 1 && p.cpu_alone_ms.median > 0.0 && p.cpu_ms() > 0.0);
             for v in Variant::ALL {
-                let e = r.efficiency(p, v).unwrap();
+                let e = r.efficiency(p, v).unwrap().ratio;
                 assert!(e > 0.05 && e < 1.5, "{}: efficiency {e}", v.label());
             }
         }
-        // 2 points x 4 variants x 2 runs, 2 x (2·2 + 1) overhead runs, 4 timelines.
-        assert_eq!(r.verified_runs, 2 * 4 * 2 + 2 * 5 + 4);
+        // 2 points x 4 variants x 2 runs (again, up to twice, for a point
+        // whose runs saw a C/G off the asked one), 2 x (2·2 + 1) overhead
+        // runs, 4 timelines.
+        let sweeps = r.verified_runs - (2 * 5 + 4);
+        assert!(sweeps % (4 * 2) == 0 && (2..=6).contains(&(sweeps / 8)), "{} verified runs", r.verified_runs);
     }
 }

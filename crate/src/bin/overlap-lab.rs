@@ -159,6 +159,9 @@ struct DoubleBufferArgs {
     /// Kernel time over copy time per batch.
     #[arg(long, default_value_t = DoubleBufferConfig::default().kernel_over_copy)]
     kernel_over_copy: f64,
+    /// Kernel time at least this many times the CPU producer's per batch (0: no floor), so the GPU stays the slowest stage
+    #[arg(long, default_value_t = DoubleBufferConfig::default().kernel_over_produce)]
+    kernel_over_produce: f64,
     #[arg(long, default_value_t = DoubleBufferConfig::default().repeats)]
     repeats: usize,
     #[arg(long, default_value_t = DoubleBufferConfig::default().warmup)]
@@ -217,7 +220,7 @@ impl CallbackArgs {
 
 impl DoubleBufferArgs {
     fn config(&self) -> DoubleBufferConfig {
-        DoubleBufferConfig { device: self.device, batches: self.batches, batch_elements: self.batch_elements, kernel_over_copy: self.kernel_over_copy, warmup: self.warmup, repeats: self.repeats }
+        DoubleBufferConfig { device: self.device, batches: self.batches, batch_elements: self.batch_elements, kernel_over_copy: self.kernel_over_copy, kernel_over_produce: self.kernel_over_produce, warmup: self.warmup, repeats: self.repeats }
     }
 }
 

@@ -351,7 +351,7 @@ impl<'a> Pipeline<'a> {
 
     fn host_range(&self, h: HostRef, at: usize, bytes: usize) -> Result<(*mut u64, Access)> {
         let e = &self.hosts[h.0];
-        if at % 8 != 0 || bytes % 8 != 0 || bytes == 0 || at + bytes > e.words * 8 {
+        if at % 8 != 0 || bytes % 8 != 0 || bytes == 0 || at.checked_add(bytes).is_none_or(|end| end > e.words * 8) {
             return Err(LabError::config(format!("{} bytes at {at} do not fit host buffer {} ({} bytes, 8-byte aligned)", bytes, e.name, e.words * 8)));
         }
         // SAFETY: in bounds (checked above).
@@ -369,7 +369,7 @@ impl<'a> Pipeline<'a> {
     }
     fn dev_range(&self, d: DevRef, at: usize, bytes: usize) -> Result<(u64, Access)> {
         let (buf, name) = &self.devices[d.0];
-        if bytes == 0 || at + bytes > buf.bytes() {
+        if bytes == 0 || at.checked_add(bytes).is_none_or(|end| end > buf.bytes()) {
             return Err(LabError::config(format!("{bytes} bytes at {at} do not fit device buffer {name} ({} bytes)", buf.bytes())));
         }
         Ok((buf.ptr() + at as u64, Access { buffer: name.clone(), start: at as u64, end: (at + bytes) as u64, write: false }))

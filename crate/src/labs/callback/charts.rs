@@ -38,7 +38,7 @@ pub fn throughput_and_efficiency(rec: &CallbackRecord, origin: &str) -> Figure {
     let model = |v: Variant| -> Vec<(f64, f64)> { r.points.iter().zip(&x).map(|(p, &x)| (x, n / (r.model_ms(p, v) / 1e3))).collect() };
     throughput.push(Series { label: "bound: n·max(G, C) + min(G, C)".into(), color: RGBColor(44, 160, 44), dashed: true, points: model(Variant::HandOffToWorker) });
     throughput.push(Series { label: "model of 1: n·(G + C + host fn round trip)".into(), color: RGBColor(120, 120, 120), dashed: true, points: model(Variant::HostFnOnCompute) });
-    let mut efficiency = per_variant(&|p, v| r.efficiency(p, v).map(|e| 100.0 * e));
+    let mut efficiency = per_variant(&|p, v| r.efficiency(p, v).map(|e| 100.0 * e.ratio));
     efficiency.push(Series { label: "target 90%".into(), color: RGBColor(44, 160, 44), dashed: true, points: x.iter().map(|&x| (x, 90.0)).collect() });
     let panel = |title: &str, y: &str, series| Panel { title: title.into(), x_axis: XAxis::LogRatio, x_label: "CPU per iteration / GPU per iteration (C/G)".into(), y_label: y.into(), log_y: false, series };
     Figure {

@@ -125,10 +125,18 @@ fn judge_time(rep: &mut CheckReport, how: &str, measured: f64, serial: f64, boun
     rep.judge_overlap(how, measured, ("GPU and CPU taking turns", serial), bound, TARGET_EFFICIENCY, "GPU iteration t+1 does not run while the CPU works on iteration t");
 }
 
+/// The CPU cost the exercise is checked at, as a share of the GPU's. At
+/// C = G every overlapping wiring sits exactly at the bound n·max(G, C),
+/// so the jitter of either side alone costs points (an honest solution
+/// read 89.1% once on the H200); at C = G/2 overlap means hiding the CPU
+/// entirely, a right wiring stays near 100% and a wrong one still loses a
+/// third or more.
+pub const CHECK_CPU_OVER_GPU: f64 = 0.5;
+
 /// The model's costs from a recording: its GPU parts, the CPU cost at the
-/// point closest to balanced, the empty host function's round trip.
-pub fn balanced_costs(rec: &CallbackResults) -> Result<ModelCosts> {
-    let p = rec.balanced().ok_or_else(|| LabError::config("the recording has no CPU cost point"))?;
+/// point closest to [`CHECK_CPU_OVER_GPU`], the empty host function's round trip.
+pub fn check_costs(rec: &CallbackResults) -> Result<ModelCosts> {
+    let p = rec.point_near(CHECK_CPU_OVER_GPU).ok_or_else(|| LabError::config("the recording has no CPU cost point"))?;
     Ok(ModelCosts {
         kernel_ms: (rec.gpu_ms.median - rec.d2h_ms.median).max(0.0),
         d2h_ms: rec.d2h_ms.median,
@@ -142,7 +150,7 @@ pub fn balanced_costs(rec: &CallbackResults) -> Result<ModelCosts> {
 pub fn check_on_model(rec: &CallbackResults, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> CheckReport {
     let (n, slots) = (rec.config.iterations, rec.config.slots);
     let mut rep = CheckReport::new(&format!("callback-stream wiring, {n} iterations, {slots} slots (queue model, no GPU)"));
-    let costs = match balanced_costs(rec) {
+    let costs = match check_costs(rec) {
         Ok(c) => c,
         Err(e) => {
             rep.problem(format!("no costs to model: {e}"));
@@ -177,7 +185,7 @@ pub fn check_on_gpu(gpu: &Gpu, cfg: &CallbackConfig, iteration: impl Fn(&mut dyn
     let mut rep = CheckReport::new(&format!("callback-stream wiring, {n} iterations, {} slots (live on {})", cfg.slots, gpu.name()));
     let rig = CallbackRig::new(gpu, &cfg)?;
     let g = rig.gpu_ms(5)?;
-    let passes = rig.calibrate_passes(g)?;
+    let passes = rig.calibrate_passes(CHECK_CPU_OVER_GPU * g)?;
     let places = RefCell::new(Vec::new());
     let audited = |l: &mut dyn CallbackIssue, t: usize| iteration(&mut Audit { inner: l, places: &places }, t);
     if rep.learner("your iteration", || rig.run(&audited, passes, false)).is_none() {
@@ -185,16 +193,20 @@ pub fn check_on_gpu(gpu: &Gpu, cfg: &CallbackConfig, iteration: impl Fn(&mut dyn
         return Ok(rep);
     }
     judge_places(&mut rep, &places.borrow());
-    let (mut totals, mut cpus) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
+    let (mut totals, mut cpus, mut gpus) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..5 {
         let Some(out) = rep.learner("your iteration", || rig.run(&iteration, passes, false)) else {
             return Ok(rep);
         };
         totals.push(out.total_ms);
         cpus.push(out.cpu_ms);
+        // G from the same moments as the runs.
+        gpus.push(rig.gpu_ms(3)?);
     }
-    let (measured, c) = (Summary::of(&totals)?.median, Summary::of(&cpus)?.median);
-    judge_time(&mut rep, &format!("measured (G {g:.3} ms, C {c:.3} ms per iteration, {passes} argmin passes)"), measured, serial_ms(n, g, c), bound_ms(n, g, c));
+    // The fastest run against the fastest G: noise only ever slows a run.
+    // C stays the median the runs saw (the CPU work each iteration really did).
+    let (measured, c, g) = (Summary::of(&totals)?.min, Summary::of(&cpus)?.median, Summary::of(&gpus)?.min);
+    judge_time(&mut rep, &format!("measured, fastest of 5 (G {g:.3} ms, C {c:.3} ms per iteration, {passes} argmin passes)"), measured, serial_ms(n, g, c), bound_ms(n, g, c));
     Ok(rep)
 }
 

@@ -27,7 +27,7 @@ pub mod slots;
 pub mod work;
 
 use crate::error::{LabError, Result};
-use crate::stats::Summary;
+use crate::stats::{Efficiency, Summary};
 use crate::timeline::Timeline;
 use serde::{Deserialize, Serialize};
 
@@ -340,9 +340,9 @@ impl CallbackResults {
             self.serial_ms(p, v) + self.config.iterations as f64 * self.host_fn_round_trip_ms.median
         }
     }
-    /// Bound over measured.
-    pub fn efficiency(&self, p: &CostPoint, v: Variant) -> Option<f64> {
-        p.result(v).map(|r| self.bound_ms(p, v) / r.total_ms.median)
+    /// Bound over measured (the bound from G and the variant's own C).
+    pub fn efficiency(&self, p: &CostPoint, v: Variant) -> Option<Efficiency> {
+        p.result(v).map(|r| Efficiency::new(self.bound_ms(p, v), r.total_ms.median, &[&self.gpu_ms, &r.cpu_ms]))
     }
     /// Iterations per second.
     pub fn throughput(&self, p: &CostPoint, v: Variant) -> Option<f64> {
@@ -350,7 +350,12 @@ impl CallbackResults {
     }
     /// The point whose CPU cost is closest to the GPU's.
     pub fn balanced(&self) -> Option<&CostPoint> {
-        self.points.iter().min_by(|a, b| (a.cpu_ms() / self.gpu_ms.median).ln().abs().total_cmp(&(b.cpu_ms() / self.gpu_ms.median).ln().abs()))
+        self.point_near(1.0)
+    }
+    /// The point whose C/G (as the runs saw it) is closest to `cpu_over_gpu`.
+    pub fn point_near(&self, cpu_over_gpu: f64) -> Option<&CostPoint> {
+        let off = |p: &CostPoint| (p.cpu_ms() / self.gpu_ms.median / cpu_over_gpu).ln().abs();
+        self.points.iter().min_by(|a, b| off(a).total_cmp(&off(b)))
     }
 
     /// The lab's headline numbers, as (what, value) rows for the report's
@@ -366,7 +371,7 @@ impl CallbackResults {
             ));
             for v in [Variant::HostFnOnCompute, Variant::HandOffToWorker] {
                 if let Some(e) = self.efficiency(b, v) {
-                    rows.push((format!("at CPU = GPU: variant {} against the overlap bound", v.number()), format!("{:.1}%", 100.0 * e)));
+                    rows.push((format!("at CPU = GPU: variant {} against the overlap bound", v.number()), format!("{:.1}%", 100.0 * e.ratio)));
                 }
             }
         }
@@ -378,14 +383,15 @@ impl CallbackResults {
     pub fn table(&self) -> String {
         let mut s = format!(
             "{} iterations; GPU per iteration {:.3} ms (row_dot {:.3} + D2H {:.3}); {} slots; empty host function round trip {:.3} ms\n\
-             C = median argmin time in the runs (alone: calibration, host clock after a sync)\n\
-             {:>6} {:>7} {:>8} {:>8}  {:<34} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}\n",
+             C = median argmin time in the runs (alone: calibration, host clock after a sync); asked: the C/G the sweep asked for\n\
+             {:>5} {:>6} {:>7} {:>8} {:>8}  {:<34} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}\n",
             self.config.iterations,
             self.gpu_ms.median,
             self.kernel_ms.median,
             self.d2h_ms.median,
             self.config.slots,
             self.host_fn_round_trip_ms.median,
+            "asked",
             "C/G",
             "passes",
             "C alone",
@@ -399,10 +405,14 @@ impl CallbackResults {
             "it/s",
             "eff."
         );
+        let mut effs = Vec::new();
         for p in &self.points {
             for r in &p.variants {
+                let e = self.efficiency(p, r.variant);
+                effs.extend(e);
                 s += &format!(
-                    "{:>6.2} {:>7} {:>8.3} {:>8.3}  {:<34} {:>8.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>6.1}%\n",
+                    "{:>5.2} {:>6.2} {:>7} {:>8.3} {:>8.3}  {:<34} {:>8.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>8}\n",
+                    p.cpu_over_gpu,
                     p.cpu_ms() / self.gpu_ms.median,
                     p.passes,
                     p.cpu_alone_ms.median,
@@ -414,9 +424,12 @@ impl CallbackResults {
                     self.bound_ms(p, r.variant),
                     self.model_ms(p, r.variant),
                     self.throughput(p, r.variant).unwrap_or(0.0),
-                    100.0 * self.efficiency(p, r.variant).unwrap_or(0.0)
+                    e.map_or("n/a".into(), |e| e.cell())
                 );
             }
+        }
+        if let Some(why) = Efficiency::note(&effs) {
+            s += &format!("{why}\n");
         }
         s + &format!(
             "{}, variant 3 at C/G {:.2}; timelines drawn at C/G {:.2}\n",

@@ -3,7 +3,7 @@
 //! is wrong: wrong data, a buffer reused too early (a race), no overlap, or
 //! efficiency under the target.
 
-use super::{bound_ms, BufferTask, DoubleBufferResults};
+use super::{bound_with_producer_ms, BufferTask, DoubleBufferResults};
 use crate::check::CheckReport;
 use crate::error::Result;
 use crate::issue::{Issue, ModelPipeline, Provenance};
@@ -78,7 +78,7 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
     let times = crate::schedule::predict(&m.schedule, Machine { copy_engines: 2 }, dur);
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let streams_used = m.schedule.streams_used();
-    report(&mut rep, total, batches as f64 * (c + k), bound_ms(batches, c, k), streams_used, "predicted");
+    report(&mut rep, total, batches as f64 * (c + k), bound_with_producer_ms(batches, rec.produce_ms.median, c, k), streams_used, "predicted");
     rep
 }
 
@@ -88,7 +88,8 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
     let mut rep = CheckReport::new(&format!("double-buffer schedule, {} batches (live on {})", cfg.batches, gpu.name()));
     let mut rig = super::measure::DbRig::new(gpu, cfg.batches, cfg.batch_elements)?;
     let (mut totals, mut streams_used) = (Vec::new(), 0);
-    for attempt in 0..4 {
+    let mut stages = [Vec::new(), Vec::new(), Vec::new()];
+    for attempt in 0..=TIMED_RUNS {
         let Some(run) = rep.learner("your schedule", || rig.run(&schedule, rec.iterations, false)) else {
             return Ok(rep);
         };
@@ -103,13 +104,25 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
             }
         } else {
             totals.push(run.total_ms);
+            // The stages alone, at the same moments as the runs: the bound
+            // then moves with the machine (the H100's host produced a batch
+            // in 0.36-0.52 ms, as long as the kernel).
+            for (v, x) in stages.iter_mut().zip(rig.stages_once(rec.iterations)?) {
+                v.push(x);
+            }
         }
     }
-    let measured = crate::stats::Summary::of(&totals)?.median;
-    let serial = cfg.batches as f64 * (rec.copy_ms.median + rec.kernel_ms.median);
-    report(&mut rep, measured, serial, rec.bound_ms(), streams_used, "measured");
+    // Fastest runs and fastest stages: noise only ever slows a run, so the
+    // best run says what the schedule can do, against what the stages can.
+    let fastest = |v: &[f64]| crate::stats::Summary::of(v).map(|s| s.min);
+    let (measured, c, k, p) = (fastest(&totals)?, fastest(&stages[0])?, fastest(&stages[1])?, fastest(&stages[2])?);
+    let serial = cfg.batches as f64 * (c + k);
+    report(&mut rep, measured, serial, bound_with_producer_ms(cfg.batches, p, c, k), streams_used, &format!("measured, fastest of {TIMED_RUNS} (per batch now: copy {c:.3} ms, kernel {k:.3} ms, produce {p:.3} ms)"));
     Ok(rep)
 }
+
+/// Timed runs of a learner's schedule on the GPU (after one verified run).
+const TIMED_RUNS: usize = 5;
 
 #[cfg(test)]
 mod tests {

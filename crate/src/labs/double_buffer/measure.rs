@@ -28,6 +28,8 @@ pub struct DbRig {
     compute: Stream,
     pub batches: usize,
     pub batch_elements: usize,
+    /// Batches the producer was timed on alone so far.
+    produced: usize,
 }
 
 impl DbRig {
@@ -53,6 +55,7 @@ impl DbRig {
             compute: gpu.stream()?,
             batches,
             batch_elements,
+            produced: 0,
         })
     }
 
@@ -98,6 +101,23 @@ impl DbRig {
         bad.map_or(Ok(()), Err)
     }
 
+    /// One sample of each stage of one batch alone: [copy, kernel, produce] (ms).
+    pub fn stages_once(&mut self, iterations: i32) -> Result<[f64; 3]> {
+        Ok([self.one_batch(false, 0)?, self.one_batch(true, iterations)?, self.produce_once()])
+    }
+
+    /// The producer alone on the next batch's data (host clock, ms). Each
+    /// call takes another batch, so its source is as cold in the CPU caches
+    /// as it is in the pipeline.
+    fn produce_once(&mut self) -> f64 {
+        let n = self.batch_elements;
+        let first = (self.produced % self.batches) * n / 2;
+        self.produced += 1;
+        let t = Instant::now();
+        pattern::copy_streaming(&mut self.host[0].words_mut()[..n / 2], &self.dataset[first..first + n / 2]);
+        t.elapsed().as_secs_f64() * 1e3
+    }
+
     fn one_batch(&mut self, kernel: bool, iterations: i32) -> Result<f64> {
         let mut p = self.gpu.pipeline(false, 1)?;
         let s = p.stream(&self.copy, "copy");
@@ -119,19 +139,10 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
     let mut rig = DbRig::new(gpu, cfg.batches, cfg.batch_elements)?;
     let reps = cfg.repeats.max(5);
     let copy = Summary::of_runs(reps, || rig.one_batch(false, 0))?;
-    let iterations = crate::labs::calibrate_iterations(cfg.kernel_over_copy * copy.median, |it| Ok(Summary::of_runs(3, || rig.one_batch(true, it))?.median))?;
+    let produce = Summary::of_runs(reps, || Ok(rig.produce_once()))?;
+    let target = (cfg.kernel_over_copy * copy.median).max(cfg.kernel_over_produce * produce.median);
+    let iterations = crate::labs::calibrate_iterations(target, |it| Ok(Summary::of_runs(3, || rig.one_batch(true, it))?.median))?;
     let kernel = Summary::of_runs(reps, || rig.one_batch(true, iterations))?;
-    let n = cfg.batch_elements;
-    // Each sample produces a different batch, so its source is as cold in
-    // the CPU caches as it is in the pipeline.
-    let mut batch = 0;
-    let produce = Summary::of_runs(reps, || {
-        let first = (batch % cfg.batches) * n / 2;
-        batch += 1;
-        let t = Instant::now();
-        pattern::copy_streaming(&mut rig.host[0].words_mut()[..n / 2], &rig.dataset[first..first + n / 2]);
-        Ok(t.elapsed().as_secs_f64() * 1e3)
-    })?;
     progress.step(&format!("one batch: copy {:.3} ms, kernel {:.3} ms ({iterations} FMAs), produce {:.3} ms", copy.median, kernel.median, produce.median));
     let mut totals = [Vec::new(), Vec::new()];
     let schedules: [Schedule<'_>; 2] = [&no_overlap, &pipelined];

@@ -4,10 +4,11 @@
 //! model, and says what is wrong: wrong data (with the element and chunk),
 //! a race, no overlap, or efficiency under the target.
 
+pub use super::ChunkTask;
 use super::{measure, model, Intensity, IssueOrder, OverlapConfig, OverlapResults, Parts};
 use crate::check::{pct, CheckReport};
 use crate::error::Result;
-use crate::gpu::{DevRef, Gpu, HostRef, StreamRef};
+use crate::gpu::Gpu;
 use crate::issue::{Issue, ModelPipeline, Provenance};
 use crate::schedule::{Machine, OpKind};
 use crate::stats::Summary;
@@ -15,40 +16,12 @@ use crate::stats::Summary;
 /// A pass needs this share of the bound (the bound from the stages alone).
 pub const TARGET_EFFICIENCY: f64 = 0.85;
 
-/// What the learner's loop is given.
-#[derive(Clone, Debug)]
-pub struct ChunkTask {
-    pub elements: usize,
-    pub chunks: usize,
-    pub streams: Vec<StreamRef>,
-    pub host_in: HostRef,
-    pub host_out: HostRef,
-    pub dev_in: DevRef,
-    pub dev_out: DevRef,
-}
-
-impl ChunkTask {
-    /// (first element, element count) of chunk `c`.
-    pub fn chunk(&self, c: usize) -> (usize, usize) {
-        let (a, b) = OverlapConfig::chunk_ranges(self.elements, self.chunks)[c];
-        (a, b - a)
-    }
-}
-
-/// The reference solution: depth-first, chunk c on stream c mod S.
+/// The reference solution: depth-first, chunk c on stream c mod S (the
+/// loop notebook 02 shows, which is the lab's own depth-first order).
 pub fn solution(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
-    for c in 0..t.chunks {
-        let (at, n) = t.chunk(c);
-        let s = t.streams[c % t.streams.len()];
-        p.h2d(s, t.dev_in, at, t.host_in, at, n, &format!("H2D chunk {c}"))?;
-        p.compute(s, t.dev_in, at, t.dev_out, at, n, &format!("compute chunk {c}"))?;
-        p.d2h(s, t.host_out, at, t.dev_out, at, n, &format!("D2H chunk {c}"))?;
-    }
-    Ok(())
+    IssueOrder::DepthFirst.issue(p, t, &OpKind::STAGES)
 }
 
-/// The first output element that is not its own result, named with its
-/// chunk (one pass over the elements, chunk by chunk).
 /// A deliberately wrong loop, kept for tests and demonstrations: every
 /// chunk's D2H reads the input buffer, so the host gets inputs, not results.
 pub fn downloads_the_input(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
@@ -166,6 +139,9 @@ pub fn check_on_model(rec: &OverlapResults, intensity: Intensity, chunks: usize,
     rep
 }
 
+/// Timed runs of a learner's loop on the GPU (after one verified run).
+const TIMED_RUNS: usize = 5;
+
 /// Checks `issue` on the GPU: real data verified, races, and the measured
 /// time against the bound of this chunking measured now.
 pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: usize, streams: usize, issue: impl Fn(&mut dyn Issue, &ChunkTask) -> Result<()>) -> Result<CheckReport> {
@@ -177,10 +153,11 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
     let mut rig = measure::Rig::new(gpu, elements, streams)?;
     let h2d = Summary::of(&[rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?])?;
     let iterations = rig.calibrate(h2d.median, intensity.kernel_over_copy())?;
-    let parts: Parts = rig.point_parts(chunks, streams, IssueOrder::DepthFirst, iterations, None, 3)?;
-    let mut totals = Vec::new();
+    let (mut totals, mut samples) = (Vec::new(), Vec::new());
     let mut streams_used = streams;
-    for attempt in 0..4 {
+    // One verified run, then timed runs, each followed by one sample of
+    // the stages alone with this chunking: the bound from the same moments.
+    for attempt in 0..=TIMED_RUNS {
         let seed = rig.prepare();
         let Some(run) = rep.learner("your issue loop", || rig.run_custom(streams, chunks, iterations, &issue)) else {
             return Ok(rep);
@@ -194,12 +171,16 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
             }
         } else {
             totals.push(run.total_ms);
+            samples.push(rig.parts_once(chunks, streams, IssueOrder::DepthFirst, iterations)?);
         }
     }
-    let measured = Summary::of(&totals)?.median;
+    let parts = Parts::of_samples(&samples)?;
+    // The fastest run: noise only ever slows a run, so the best one says
+    // what the loop can do (and the bound uses each part's fastest too).
+    let measured = Summary::of(&totals)?.min;
     let bound = model::Bounds::of(&parts, chunks).for_engines(gpu.copy_engines()?);
     let serial = parts.h2d_ms.median + parts.kernel_ms.median + parts.d2h_ms.median;
-    timing_findings(measured, serial, bound, (chunks, streams_used), "measured", &mut rep);
+    timing_findings(measured, serial, bound, (chunks, streams_used), &format!("measured, fastest of {TIMED_RUNS}"), &mut rep);
     Ok(rep)
 }
 

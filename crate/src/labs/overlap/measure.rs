@@ -2,7 +2,7 @@
 //! parts alone, then sweep chunks x streams x issue order, verifying every
 //! run's output.
 
-use super::{Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
+use super::{ChunkTask, Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
 use crate::error::{LabError, Result};
 use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, PipelineRun, Stream};
 use crate::kernels::compute_reference;
@@ -67,7 +67,7 @@ impl Rig {
     /// Issues the chunked pipeline; `sync` adds a host synchronize after
     /// every operation (the synchronous baseline).
     pub fn run(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, timeline: bool, sync: bool) -> Result<PipelineRun> {
-        self.run_stages(chunks, streams, order, &[OpKind::H2d, OpKind::Kernel, OpKind::D2h], iterations, timeline, sync)
+        self.run_stages(chunks, streams, order, &OpKind::STAGES, iterations, timeline, sync)
     }
 
     /// Like `run` (all stages, no syncs) with the timeline from `source`.
@@ -82,71 +82,39 @@ impl Rig {
     /// with a point's own chunking).
     #[allow(clippy::too_many_arguments)]
     pub fn run_stages(&mut self, chunks: usize, streams: usize, order: IssueOrder, stages: &[OpKind], iterations: i32, timeline: bool, sync: bool) -> Result<PipelineRun> {
-        let ranges = OverlapConfig::chunk_ranges(self.elements, chunks);
         let source = if timeline { self.timeline_source } else { crate::gpu::TimelineSource::Off };
-        let mut p = self.gpu.pipeline_timed(source, chunks * stages.len(), self.gated)?;
-        let used = order.streams_used(streams);
-        if used > self.streams.len() {
-            return Err(LabError::config(format!("{} needs {used} streams; this rig has {}", order.label(), self.streams.len())));
-        }
-        let names = |i: usize| if order == IssueOrder::StageStreams { ["uploads", "kernels", "downloads"][i].to_string() } else { format!("s{i}") };
-        let ss: Vec<_> = self.streams[..used].iter().enumerate().map(|(i, s)| p.stream(s, &names(i))).collect();
-        let (hi, ho) = (p.host(&mut self.host_in, "host in"), p.host(&mut self.host_out, "host out"));
-        let (di, dout) = (p.device(&self.dev_in, "device in"), p.device(&self.dev_out, "device out"));
-        let k = &self.kernel;
-        // Issues chunk c's stage `what`, after waiting for `after` on its
-        // stream; with `signal`, records and returns an event after it.
-        let mut stage = |c: usize, what: OpKind, after: Option<crate::gpu::EventRef>, signal: bool| -> Result<Option<crate::gpu::EventRef>> {
-            let (a, b) = ranges[c];
-            let s = match order {
-                IssueOrder::StageStreams => ss[what.stage_index()],
-                _ => ss[c % streams],
-            };
-            if let Some(e) = after {
-                p.wait(s, e)?;
-            }
-            match what {
-                OpKind::H2d => p.h2d(s, di, a * 4, hi, a * 4, (b - a) * 4, &format!("H2D chunk {c}"))?,
-                OpKind::Kernel => p.compute(s, k, di, a, dout, a, b - a, iterations, &format!("compute chunk {c}"))?,
-                _ => p.d2h(s, ho, a * 4, dout, a * 4, (b - a) * 4, &format!("D2H chunk {c}"))?,
-            }
-            if sync {
-                p.host_sync(s)?;
-            }
-            if !signal {
-                return Ok(None);
-            }
-            let e = p.event()?;
-            p.record(e, s)?;
-            Ok(Some(e))
+        let names: Vec<String> = match order {
+            IssueOrder::StageStreams => ["uploads", "kernels", "downloads"].map(String::from).to_vec(),
+            _ => (0..streams).map(|i| format!("s{i}")).collect(),
         };
-        match order {
-            IssueOrder::DepthFirst => {
-                for c in 0..chunks {
-                    for &what in stages {
-                        stage(c, what, None, false)?;
-                    }
-                }
+        self.run_loop(chunks, &names, source, iterations, &|p, t| {
+            if sync {
+                order.issue(&mut crate::issue::SyncEach(p), t, stages)
+            } else {
+                order.issue(p, t, stages)
             }
-            IssueOrder::BreadthFirst => {
-                for &what in stages {
-                    for c in 0..chunks {
-                        stage(c, what, None, false)?;
-                    }
-                }
-            }
-            IssueOrder::StageStreams => {
-                // Chunk c's next stage waits for its previous one, on the
-                // next stage's stream, through an event.
-                for c in 0..chunks {
-                    let mut done = None;
-                    for (j, &what) in stages.iter().enumerate() {
-                        done = stage(c, what, done, j + 1 < stages.len())?;
-                    }
-                }
-            }
+        })
+    }
+
+    /// Runs an issue loop on this rig's buffers and its first `streams.len()`
+    /// streams (named `streams`): the lab's own orders and a learner's loop alike.
+    pub fn run_loop(&mut self, chunks: usize, streams: &[String], source: crate::gpu::TimelineSource, iterations: i32, issue: &dyn Fn(&mut dyn crate::issue::Issue, &ChunkTask) -> Result<()>) -> Result<PipelineRun> {
+        if streams.len() > self.streams.len() {
+            return Err(LabError::config(format!("{} streams asked for; this rig has {}", streams.len(), self.streams.len())));
         }
-        drop(stage);
+        let mut p = self.gpu.pipeline_timed(source, chunks * 3, self.gated)?;
+        let ss: Vec<_> = self.streams.iter().zip(streams).map(|(s, name)| p.stream(s, name)).collect();
+        let task = ChunkTask {
+            elements: self.elements,
+            chunks,
+            streams: ss,
+            host_in: p.host(&mut self.host_in, "host in"),
+            host_out: p.host(&mut self.host_out, "host out"),
+            dev_in: p.device(&self.dev_in, "device in"),
+            dev_out: p.device(&self.dev_out, "device out"),
+        };
+        let mut issuer = crate::issue::GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations, dataset: None };
+        issue(&mut issuer, &task)?;
         p.finish()
     }
 
@@ -185,22 +153,35 @@ impl Rig {
         crate::labs::calibrate_iterations(ratio * h2d_ms, |it| Ok(Summary::of_runs(3, || self.timed_alone(OpKind::Kernel, it))?.median))
     }
 
-    /// A point's parts: each stage alone with its chunks, streams and
-    /// order, and both copies at once in its chunks. `copies` reuses copy
-    /// parts already measured for this point (they do not depend on the kernel).
-    pub fn point_parts(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, copies: Option<&Parts>, reps: usize) -> Result<Parts> {
+    /// One sample of a point's parts (ms): each stage alone with its
+    /// chunks, streams and order, and both copies at once in its chunks.
+    pub fn parts_once(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32) -> Result<[f64; 4]> {
         // Breadth-first issues a stage alone exactly as depth-first does.
         let order = if order == IssueOrder::BreadthFirst { IssueOrder::DepthFirst } else { order };
-        let stage = |rig: &mut Rig, stages: &[OpKind]| Summary::of_runs(reps, || Ok(rig.run_stages(chunks, streams, order, stages, iterations, false, false)?.total_ms));
-        let kernel_ms = stage(self, &[OpKind::Kernel])?;
-        Ok(match copies {
-            Some(c) => Parts { kernel_ms, ..c.clone() },
-            None => {
-                let (h2d_ms, d2h_ms) = (stage(self, &[OpKind::H2d])?, stage(self, &[OpKind::D2h])?);
-                let both_copies_ms = Summary::of_runs(reps, || self.both_copies(chunks))?;
-                Parts { h2d_ms, kernel_ms, d2h_ms, both_copies_ms }
+        let mut alone = |stage: OpKind| Ok::<f64, LabError>(self.run_stages(chunks, streams, order, &[stage], iterations, false, false)?.total_ms);
+        let (h, k, d) = (alone(OpKind::H2d)?, alone(OpKind::Kernel)?, alone(OpKind::D2h)?);
+        Ok([h, k, d, self.both_copies(chunks)?])
+    }
+
+    /// Runs the point `warmup + repeats` times, each run verified, and after
+    /// every timed run one sample of its parts: the pipeline and the bound
+    /// come from the same moments, so a slow spell of the link (seen on the
+    /// H100: D2H alone at half speed for a second) slows both or neither.
+    pub fn measure_point(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, warmup: usize, repeats: usize, samples_per_chunk: usize) -> Result<(Summary, Parts)> {
+        let (mut totals, mut parts) = (Vec::new(), Vec::new());
+        for rep in 0..warmup + repeats {
+            let seed = self.prepare();
+            let run = self.run(chunks, streams, order, iterations, false, false)?;
+            if !run.races.is_empty() {
+                return Err(LabError::schedule(format!("the lab's own schedule races: {}", run.races[0].what)));
             }
-        })
+            self.verify(seed, chunks, iterations, samples_per_chunk)?;
+            if rep >= warmup {
+                totals.push(run.total_ms);
+                parts.push(self.parts_once(chunks, streams, order, iterations)?);
+            }
+        }
+        Ok((Summary::of(&totals)?, Parts::of_samples(&parts)?))
     }
 
     /// All data up and all data down at the same time, in `chunks` copies
@@ -219,28 +200,10 @@ impl Rig {
         Ok(p.finish()?.total_ms)
     }
 
-    /// Runs a learner's issue loop on this rig's buffers and streams.
-    pub fn run_custom(
-        &mut self,
-        streams: usize,
-        chunks: usize,
-        iterations: i32,
-        issue: &dyn Fn(&mut dyn crate::issue::Issue, &super::exercise::ChunkTask) -> Result<()>,
-    ) -> Result<PipelineRun> {
-        let mut p = self.gpu.pipeline(false, chunks * 3)?;
-        let ss: Vec<_> = self.streams[..streams.min(self.streams.len())].iter().enumerate().map(|(i, s)| p.stream(s, &format!("s{i}"))).collect();
-        let task = super::exercise::ChunkTask {
-            elements: self.elements,
-            chunks,
-            streams: ss,
-            host_in: p.host(&mut self.host_in, "host in"),
-            host_out: p.host(&mut self.host_out, "host out"),
-            dev_in: p.device(&self.dev_in, "device in"),
-            dev_out: p.device(&self.dev_out, "device out"),
-        };
-        let mut issuer = crate::issue::GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations, dataset: None };
-        issue(&mut issuer, &task)?;
-        p.finish()
+    /// Runs a learner's issue loop on this rig's first `streams` streams.
+    pub fn run_custom(&mut self, streams: usize, chunks: usize, iterations: i32, issue: &dyn Fn(&mut dyn crate::issue::Issue, &ChunkTask) -> Result<()>) -> Result<PipelineRun> {
+        let names: Vec<String> = (0..streams.min(self.streams.len())).map(|i| format!("s{i}")).collect();
+        self.run_loop(chunks, &names, crate::gpu::TimelineSource::Off, iterations, issue)
     }
 }
 
@@ -267,8 +230,6 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
     progress.step(&format!("copies alone: H2D {:.2} ms, D2H {:.2} ms, both at once {:.2} ms", h2d.median, d2h.median, both.median));
     let mut out = Vec::new();
     let mut overhead = None;
-    // Copy parts do not depend on the kernel: measured once per point.
-    let mut copy_parts: std::collections::HashMap<(usize, usize, bool), Parts> = std::collections::HashMap::new();
     for &intensity in &cfg.intensities {
         let _r = trace::range(&format!("intensity {}", intensity.label()));
         let iterations = rig.calibrate(h2d.median, intensity.kernel_over_copy())?;
@@ -288,33 +249,11 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
         }
         progress.step(&format!("{}: {iterations} FMAs/element, kernel {:.2} ms", intensity.label(), kernel.median));
         let mut points_done = Vec::new();
-        let mut intensity_parts: std::collections::HashMap<(usize, usize, bool), Parts> = std::collections::HashMap::new();
         for &(chunks, streams, order) in &points {
-            // Depth- and breadth-first points share their parts.
-            let key = (chunks, streams, order == IssueOrder::StageStreams);
-            let parts = match intensity_parts.get(&key) {
-                Some(p) => Parts::clone(p),
-                None => rig.point_parts(chunks, streams, order, iterations, copy_parts.get(&key), reps)?,
-            };
-            copy_parts.insert(key, parts.clone());
-            intensity_parts.insert(key, parts.clone());
-            {
-                let mut totals = Vec::new();
-                for rep in 0..cfg.warmup + cfg.repeats {
-                    let seed = rig.prepare();
-                    let run = rig.run(chunks, streams, order, iterations, false, false)?;
-                    if !run.races.is_empty() {
-                        return Err(LabError::schedule(format!("the lab's own schedule races: {}", run.races[0].what)));
-                    }
-                    rig.verify(seed, chunks, iterations, cfg.samples_per_chunk)?;
-                    if rep >= cfg.warmup {
-                        totals.push(run.total_ms);
-                    }
-                }
-                let p = OverlapPoint { chunks, streams, order, parts: parts.clone(), total_ms: Summary::of(&totals)?, verified_runs: cfg.warmup + cfg.repeats };
-                progress.step(&format!("{} {chunks} chunks / {streams} streams {}: {:.2} ms", intensity.label(), order.label(), p.total_ms.median));
-                points_done.push(p);
-            }
+            let (total_ms, parts) = rig.measure_point(chunks, streams, order, iterations, cfg.warmup, cfg.repeats, cfg.samples_per_chunk)?;
+            let p = OverlapPoint { chunks, streams, order, parts, total_ms, verified_runs: cfg.warmup + cfg.repeats };
+            progress.step(&format!("{} {chunks} chunks / {streams} streams {}: {:.2} ms", intensity.label(), order.label(), p.total_ms.median));
+            points_done.push(p);
         }
         let r = IntensityResults {
             intensity,

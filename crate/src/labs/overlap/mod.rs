@@ -12,6 +12,9 @@ pub mod measure;
 pub mod model;
 
 use crate::error::{LabError, Result};
+use crate::gpu::{DevRef, HostRef, StreamRef};
+use crate::issue::Issue;
+use crate::schedule::OpKind;
 use crate::stats::Summary;
 use crate::timeline::Timeline;
 use serde::{Deserialize, Serialize};
@@ -93,6 +96,85 @@ impl IssueOrder {
             IssueOrder::StageStreams => STAGE_STREAMS,
             _ => streams,
         }
+    }
+}
+
+impl IssueOrder {
+    /// Issues `stages` of every chunk of `t` in this order: the lab's own
+    /// loop, which the GPU rig and the queue model both run. The stream per
+    /// stage layout takes `t.streams[0..3]` as uploads, kernels, downloads.
+    pub fn issue(self, p: &mut dyn Issue, t: &ChunkTask, stages: &[OpKind]) -> Result<()> {
+        let stage = |p: &mut dyn Issue, c: usize, what: OpKind, s: StreamRef| {
+            let (at, n) = t.chunk(c);
+            match what {
+                OpKind::H2d => p.h2d(s, t.dev_in, at, t.host_in, at, n, &format!("H2D chunk {c}")),
+                OpKind::Kernel => p.compute(s, t.dev_in, at, t.dev_out, at, n, &format!("compute chunk {c}")),
+                _ => p.d2h(s, t.host_out, at, t.dev_out, at, n, &format!("D2H chunk {c}")),
+            }
+        };
+        let round_robin = |c: usize| t.streams[c % t.streams.len()];
+        match self {
+            IssueOrder::DepthFirst => {
+                for c in 0..t.chunks {
+                    for &what in stages {
+                        stage(p, c, what, round_robin(c))?;
+                    }
+                }
+            }
+            IssueOrder::BreadthFirst => {
+                for &what in stages {
+                    for c in 0..t.chunks {
+                        stage(p, c, what, round_robin(c))?;
+                    }
+                }
+            }
+            IssueOrder::StageStreams => {
+                if t.streams.len() < STAGE_STREAMS {
+                    return Err(LabError::config(format!("{} needs {STAGE_STREAMS} streams; got {}", self.label(), t.streams.len())));
+                }
+                // Chunk c's next stage waits for its previous one, on the
+                // next stage's stream, through an event.
+                for c in 0..t.chunks {
+                    let mut done = None;
+                    for (j, &what) in stages.iter().enumerate() {
+                        let s = t.streams[what.stage_index()];
+                        if let Some(e) = done {
+                            p.wait(s, e)?;
+                        }
+                        stage(p, c, what, s)?;
+                        done = if j + 1 < stages.len() {
+                            let e = p.event()?;
+                            p.record(e, s)?;
+                            Some(e)
+                        } else {
+                            None
+                        };
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What an issue loop is given: the data's size and chunking, the streams
+/// and the four buffers (as handles the GPU and the model both accept).
+#[derive(Clone, Debug)]
+pub struct ChunkTask {
+    pub elements: usize,
+    pub chunks: usize,
+    pub streams: Vec<StreamRef>,
+    pub host_in: HostRef,
+    pub host_out: HostRef,
+    pub dev_in: DevRef,
+    pub dev_out: DevRef,
+}
+
+impl ChunkTask {
+    /// (first element, element count) of chunk `c`.
+    pub fn chunk(&self, c: usize) -> (usize, usize) {
+        let (a, b) = OverlapConfig::chunk_range(self.elements, self.chunks, c);
+        (a, b - a)
     }
 }
 
@@ -180,13 +262,13 @@ impl OverlapConfig {
     /// Element ranges of `chunks` near-equal chunks, boundaries on even
     /// elements (host copies move whole 8-byte words).
     pub fn chunk_ranges(elements: usize, chunks: usize) -> Vec<(usize, usize)> {
-        (0..chunks)
-            .map(|c| {
-                let a = (c * elements / chunks) & !1;
-                let b = if c + 1 == chunks { elements } else { ((c + 1) * elements / chunks) & !1 };
-                (a, b)
-            })
-            .collect()
+        (0..chunks).map(|c| Self::chunk_range(elements, chunks, c)).collect()
+    }
+    /// Chunk `c` of [`Self::chunk_ranges`] alone.
+    pub fn chunk_range(elements: usize, chunks: usize, c: usize) -> (usize, usize) {
+        let a = (c * elements / chunks) & !1;
+        let b = if c + 1 == chunks { elements } else { ((c + 1) * elements / chunks) & !1 };
+        (a, b)
     }
 
     /// Every point to run, as (chunks, streams, order): the grid for the
@@ -240,6 +322,11 @@ pub struct Parts {
 }
 
 impl Parts {
+    /// Parts from samples of [H2D, kernel, D2H, both copies] (ms).
+    pub fn of_samples(samples: &[[f64; 4]]) -> Result<Parts> {
+        let col = |i: usize| Summary::of(&samples.iter().map(|s| s[i]).collect::<Vec<_>>());
+        Ok(Parts { h2d_ms: col(0)?, kernel_ms: col(1)?, d2h_ms: col(2)?, both_copies_ms: col(3)? })
+    }
     /// How long `op` takes in the queue model: its byte share of the whole
     /// data times its stage measured alone (ms). Host work costs nothing here.
     pub fn op_ms(&self, op: &crate::schedule::Op, elements: usize) -> f64 {
@@ -384,7 +471,7 @@ impl crate::notebook::LabRun<OverlapResults> {
     }
     /// The classic ceilings next to the measured speed-ups.
     pub fn speedup_limits(&self) -> String {
-        model::speedup_limits(&self.record.results.intensities)
+        model::speedup_limits(&self.record.results.intensities, self.record.results.copy_engines)
     }
     /// Every point of one intensity against its own bound, fastest first.
     pub fn efficiency_table(&self, intensity: Intensity) -> String {
