@@ -108,7 +108,13 @@ fn main() -> overlap_lab::Result<()> {
         let r = rig.run_with_source(c, s, o, it, src)?;
         let tl = r.timeline.expect("timeline");
         tl.save_chrome_trace(&out.join(format!("balanced-{name}.json")))?;
-        println!("{name}: total {:.3} ms, H2D busy {:.0} us, kernel busy {:.0} us, D2H busy {:.0} us", r.total_ms, tl.busy_us(OpKind::H2d), tl.busy_us(OpKind::Kernel), tl.busy_us(OpKind::D2h));
+        println!(
+            "{name}: total {:.3} ms, H2D busy {:.0} us, kernel busy {:.0} us, D2H busy {:.0} us",
+            r.total_ms,
+            tl.busy_us(OpKind::H2d),
+            tl.busy_us(OpKind::Kernel),
+            tl.busy_us(OpKind::D2h)
+        );
     }
     Ok(())
 }

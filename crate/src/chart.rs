@@ -105,7 +105,7 @@ fn fmt_axis(v: f64) -> String {
     let a = v.abs();
     if a == 0.0 {
         "0".into()
-    } else if a >= 1e4 || a < 1e-2 {
+    } else if !(1e-2..1e4).contains(&a) {
         format!("{v:.0e}")
     } else if a >= 10.0 {
         format!("{v:.0}")
@@ -280,7 +280,10 @@ impl Chart for Heatmap {
                         .draw_series(std::iter::once(Text::new(
                             format!("{v:.2}"),
                             (x + 0.5, y + 0.5),
-                            ("sans-serif", 12).into_font().color(&ink).pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Center, plotters::style::text_anchor::VPos::Center)),
+                            ("sans-serif", 12).into_font().color(&ink).pos(plotters::style::text_anchor::Pos::new(
+                                plotters::style::text_anchor::HPos::Center,
+                                plotters::style::text_anchor::VPos::Center,
+                            )),
                         )))
                         .map_err(|e| e.to_string())?;
                 }
@@ -301,8 +304,8 @@ fn label_at(labels: &[String], v: f64) -> String {
 }
 
 /// White background, bold title, grey subtitle; returns the area below them.
-pub(crate) fn draw_header<'a, DB: DrawingBackend>(
-    root: &'a DrawingArea<DB, Shift>,
+pub(crate) fn draw_header<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
     title: &str,
     subtitle: &str,
     width: u32,
@@ -310,7 +313,14 @@ pub(crate) fn draw_header<'a, DB: DrawingBackend>(
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let header = root.titled(title, ("sans-serif", 22).into_font().style(FontStyle::Bold)).map_err(|e| e.to_string())?;
     header
-        .draw(&Text::new(subtitle.to_string(), ((width / 2) as i32, 0), ("sans-serif", 13).into_font().color(&RGBColor(90, 90, 90)).pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Center, plotters::style::text_anchor::VPos::Top))))
+        .draw(&Text::new(
+            subtitle.to_string(),
+            ((width / 2) as i32, 0),
+            ("sans-serif", 13)
+                .into_font()
+                .color(&RGBColor(90, 90, 90))
+                .pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Center, plotters::style::text_anchor::VPos::Top)),
+        ))
         .map_err(|e| e.to_string())?;
     Ok(header.margin(20, 0, 0, 0))
 }
@@ -370,7 +380,12 @@ mod tests {
                 y_label: "GB/s".into(),
                 log_y: false,
                 series: vec![
-                    Series { label: "pinned".into(), color: RGBColor(0, 0, 200), dashed: false, points: vec![(4096.0, 3.0), (1048576.0, 40.0), (f64::NAN, 1.0)] },
+                    Series {
+                        label: "pinned".into(),
+                        color: RGBColor(0, 0, 200),
+                        dashed: false,
+                        points: vec![(4096.0, 3.0), (1048576.0, 40.0), (f64::NAN, 1.0)],
+                    },
                     Series { label: "link".into(), color: RGBColor(0, 0, 0), dashed: true, points: vec![(4096.0, 63.0), (1048576.0, 63.0)] },
                 ],
             }],

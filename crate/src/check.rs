@@ -59,7 +59,12 @@ impl CheckReport {
             self.problem(format!("{what} is {value}: it must be a finite number of {unit}"));
             None
         } else if !range.contains(&value) {
-            self.problem(format!("{what} = {} {unit} is out of range: it must lie between {} and {} {unit}", short(value), short(*range.start()), short(*range.end())));
+            self.problem(format!(
+                "{what} = {} {unit} is out of range: it must lie between {} and {} {unit}",
+                short(value),
+                short(*range.start()),
+                short(*range.end())
+            ));
             None
         } else {
             Some(value)
@@ -83,7 +88,11 @@ impl CheckReport {
     /// `target` efficiency.
     pub fn judge_overlap(&mut self, how: &str, measured: f64, (serial_label, serial): (&str, f64), bound: f64, target: f64, no_overlap: &str) {
         let eff = bound / measured;
-        self.note(format!("{how}: {measured:.2} ms; {serial_label} {serial:.2} ms; bound {bound:.2} ms; efficiency {} (target {:.0}%)", pct(eff), 100.0 * target));
+        self.note(format!(
+            "{how}: {measured:.2} ms; {serial_label} {serial:.2} ms; bound {bound:.2} ms; efficiency {} (target {:.0}%)",
+            pct(eff),
+            100.0 * target
+        ));
         if measured > 0.95 * serial {
             self.problem(format!("no overlap: {no_overlap}"));
         } else if eff < target {
@@ -148,7 +157,10 @@ pub fn unit_slip(got: f64, want: f64) -> Option<String> {
     for (k, name) in [(1, "1000"), (2, "a million"), (3, "a billion")] {
         let p = 1000f64.powi(k);
         if near(p, 0.3) || near(1.0 / p, 0.3) {
-            return Some(format!("that is a factor {name} {}: check units (1 GB/s = 1000 bytes per µs; 1 ms = 1000 µs)", if f > 1.0 { "too large" } else { "too small" }));
+            return Some(format!(
+                "that is a factor {name} {}: check units (1 GB/s = 1000 bytes per µs; 1 ms = 1000 µs)",
+                if f > 1.0 { "too large" } else { "too small" }
+            ));
         }
     }
     let gib = (1u64 << 30) as f64 / 1e9;

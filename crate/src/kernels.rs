@@ -51,7 +51,10 @@ pub fn nvrtc_present() -> bool {
 /// carries NVRTC's log.
 pub fn compile_ptx(k: &KernelSource, arch: &'static str) -> Result<String> {
     if !nvrtc_present() {
-        return Err(LabError::Kernel(format!("{}: NVRTC (libnvrtc.so) not found: install the CUDA toolkit or `pip install nvidia-cuda-nvrtc` and put its lib/ on LD_LIBRARY_PATH", k.file)));
+        return Err(LabError::Kernel(format!(
+            "{}: NVRTC (libnvrtc.so) not found: install the CUDA toolkit or `pip install nvidia-cuda-nvrtc` and put its lib/ on LD_LIBRARY_PATH",
+            k.file
+        )));
     }
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
@@ -62,7 +65,9 @@ pub fn compile_ptx(k: &KernelSource, arch: &'static str) -> Result<String> {
     };
     match cudarc::nvrtc::compile_ptx_with_opts(k.source, opts) {
         Ok(ptx) => Ok(ptx.to_src()),
-        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => Err(LabError::Kernel(format!("{} failed to compile:\n{}", k.file, log.to_string_lossy()))),
+        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => {
+            Err(LabError::Kernel(format!("{} failed to compile:\n{}", k.file, log.to_string_lossy())))
+        }
         Err(e) => Err(LabError::Kernel(format!("{}: NVRTC error {e:?}", k.file))),
     }
 }
@@ -87,7 +92,10 @@ pub fn arch_for(compute_capability: &str) -> Result<&'static str> {
 pub fn compute_reference(x: f32, iterations: i32) -> f32 {
     let mut a = x;
     for _ in 0..iterations {
-        a = a.mul_add(-0.999_023_437_5, x);
+        // 1 - 2^-10, exact in f32: the same literal as kernels/compute.cu.
+        #[allow(clippy::excessive_precision)]
+        let c = -0.999_023_437_5;
+        a = a.mul_add(c, x);
     }
     a
 }
@@ -142,7 +150,8 @@ mod tests {
         if !nvrtc_or_skip("a_compile_error_carries_nvrtc_log") {
             return;
         }
-        let bad = KernelSource { file: "bad.cu", entry: "bad", source: "extern \"C\" __global__ void bad() { undefined_thing(); }", expect_in_ptx: &[], purpose: "" };
+        let bad =
+            KernelSource { file: "bad.cu", entry: "bad", source: "extern \"C\" __global__ void bad() { undefined_thing(); }", expect_in_ptx: &[], purpose: "" };
         let e = compile_ptx(&bad, "compute_90").unwrap_err().to_string();
         assert!(e.contains("bad.cu failed to compile") && e.contains("undefined_thing"), "{e}");
     }
@@ -168,7 +177,8 @@ mod tests {
     #[test]
     fn every_kernel_file_is_in_the_table() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels");
-        let mut files: Vec<String> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|f| f.ends_with(".cu")).collect();
+        let mut files: Vec<String> =
+            std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|f| f.ends_with(".cu")).collect();
         files.sort();
         let mut listed: Vec<String> = ALL.iter().map(|k| k.file.to_string()).collect();
         listed.sort();

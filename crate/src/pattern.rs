@@ -95,11 +95,7 @@ pub fn verify(words: &[u64], seed: u64, what: &str) -> Result<()> {
         Some((i, want, got)) => Err(LabError::wrong_data(
             what,
             i,
-            format!(
-                "64-bit word at byte {} is {got:#018x}, expected {want:#018x}{}",
-                i * 8,
-                if got == POISON { " (still poison: never written)" } else { "" }
-            ),
+            format!("64-bit word at byte {} is {got:#018x}, expected {want:#018x}{}", i * 8, if got == POISON { " (still poison: never written)" } else { "" }),
         )),
     }
 }
@@ -232,8 +228,8 @@ fn copy_chunk_streaming(d: &mut [u64], s: &[u64]) {
     // SAFETY: indices stay in bounds; SSE2 is baseline on x86_64; stores to
     // d (exclusive) are aligned where _mm_stream_si128 requires it.
     unsafe {
-        for i in 0..head {
-            _mm_stream_si64(d.as_mut_ptr().add(i) as *mut i64, s[i] as i64);
+        for (i, &w) in s.iter().enumerate().take(head) {
+            _mm_stream_si64(d.as_mut_ptr().add(i) as *mut i64, w as i64);
         }
         let pairs = (d.len() - head) / 2;
         for k in 0..pairs {
@@ -241,8 +237,8 @@ fn copy_chunk_streaming(d: &mut [u64], s: &[u64]) {
             let v = _mm_loadu_si128(s.as_ptr().add(i) as *const __m128i);
             _mm_stream_si128(d.as_mut_ptr().add(i) as *mut __m128i, v);
         }
-        for i in head + 2 * pairs..d.len() {
-            _mm_stream_si64(d.as_mut_ptr().add(i) as *mut i64, s[i] as i64);
+        for (i, &w) in s.iter().enumerate().take(d.len()).skip(head + 2 * pairs) {
+            _mm_stream_si64(d.as_mut_ptr().add(i) as *mut i64, w as i64);
         }
         _mm_sfence();
     }

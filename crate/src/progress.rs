@@ -32,9 +32,7 @@ impl Progress {
         let bar = (mode == ProgressMode::Auto && std::io::stderr().is_terminal()).then(|| {
             let b = ProgressBar::new(total);
             b.set_style(
-                ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {elapsed_precise} {msg}")
-                    .expect("static template")
-                    .progress_chars("=> "),
+                ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {elapsed_precise} {msg}").expect("static template").progress_chars("=> "),
             );
             b.set_prefix(label.to_string());
             b

@@ -57,14 +57,10 @@ impl<T: Serialize + DeserializeOwned> Record<T> {
             std::io::ErrorKind::NotFound => LabError::MissingData { path: path.to_path_buf() },
             _ => LabError::io(format!("reading {}", path.display()), e),
         })?;
-        let value: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| LabError::BadData { path: path.to_path_buf(), reason: e.to_string() })?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError::BadData { path: path.to_path_buf(), reason: e.to_string() })?;
         let version = value.get("schema_version").and_then(|v| v.as_u64());
         if version != Some(SCHEMA_VERSION as u64) {
-            return Err(LabError::BadData {
-                path: path.to_path_buf(),
-                reason: format!("schema version {version:?}, this tool reads {SCHEMA_VERSION}"),
-            });
+            return Err(LabError::BadData { path: path.to_path_buf(), reason: format!("schema version {version:?}, this tool reads {SCHEMA_VERSION}") });
         }
         serde_json::from_value(value).map_err(|e| LabError::BadData { path: path.to_path_buf(), reason: e.to_string() })
     }
@@ -149,7 +145,7 @@ pub fn find_recordings<T: Serialize + DeserializeOwned>(data_dir: &Path, lab: &s
     if found.is_empty() {
         return Err(LabError::MissingData { path: data_dir.join("<device>").join(format!("{lab}.json")) });
     }
-    found.sort_by(|a, b| b.1.created.cmp(&a.1.created));
+    found.sort_by_key(|r| std::cmp::Reverse(r.1.created));
     Ok(found)
 }
 

@@ -234,9 +234,7 @@ impl Chart for Gantt {
                 let row = lanes.iter().position(|l| l == &s.lane).unwrap_or(0);
                 let y = (n - 1 - row) as f64;
                 let (a, b) = ((s.start_us - t0) / 1e3, (s.end_us - t0) / 1e3);
-                chart
-                    .draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], kind_color(s.kind).filled())))
-                    .map_err(|e| e.to_string())?;
+                chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], kind_color(s.kind).filled()))).map_err(|e| e.to_string())?;
                 // A hairline edge keeps back-to-back spans apart.
                 chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], WHITE.stroke_width(1)))).map_err(|e| e.to_string())?;
             }

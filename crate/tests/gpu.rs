@@ -77,7 +77,7 @@ fn every_host_kind_round_trips_verified() {
         s.upload(&dev, h.as_ref(), 4 * MIB).unwrap();
         pattern::poison(check.words_mut());
         s.download(&mut check, &dev, 4 * MIB).unwrap();
-        pattern::verify(&check.words()[..], seed, &format!("{kind} round trip")).unwrap();
+        pattern::verify(check.words(), seed, &format!("{kind} round trip")).unwrap();
     }
 }
 
@@ -246,7 +246,15 @@ mod pipelines {
         let Some(gpu) = gpu_or_skip("small_overlap_sweep_runs_end_to_end") else {
             return;
         };
-        let cfg = OverlapConfig { elements: 2 << 20, chunks: vec![1, 4], streams: vec![1, 2], repeats: 2, warmup: 1, samples_per_chunk: 32, ..OverlapConfig::default() };
+        let cfg = OverlapConfig {
+            elements: 2 << 20,
+            chunks: vec![1, 4],
+            streams: vec![1, 2],
+            repeats: 2,
+            warmup: 1,
+            samples_per_chunk: 32,
+            ..OverlapConfig::default()
+        };
         let r = measure::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
         assert_eq!(r.intensities.len(), 3);
         for ir in &r.intensities {

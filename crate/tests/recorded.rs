@@ -122,7 +122,12 @@ fn lab4_recording_is_complete_and_verified() {
         // again (at most twice).
         let sweep = c.variants.len() * (c.warmup + c.repeats);
         let sweeps = (r.verified_runs - 2 * (c.warmup + 2 * c.repeats + 1) - c.variants.len()) as f64 / sweep as f64;
-        assert!(sweeps.fract() == 0.0 && (c.cpu_over_gpu.len() as f64..=3.0 * c.cpu_over_gpu.len() as f64).contains(&sweeps), "{}: {} verified runs", path.display(), r.verified_runs);
+        assert!(
+            sweeps.fract() == 0.0 && (c.cpu_over_gpu.len() as f64..=3.0 * c.cpu_over_gpu.len() as f64).contains(&sweeps),
+            "{}: {} verified runs",
+            path.display(),
+            r.verified_runs
+        );
         assert_eq!(r.timelines.len(), c.variants.len());
         for p in &r.points {
             for v in &c.variants {
@@ -163,7 +168,15 @@ fn lab2_queue_model_agrees_with_recordings() {
             }
             errs.sort_by(|a, b| a.0.total_cmp(&b.0));
             let (median, p90) = (&errs[errs.len() / 2], &errs[errs.len() * 9 / 10]);
-            eprintln!("{} {}: |ln(model/measured)| median {:.3}, 90th percentile {:.3} ({}), worst {}", path.display(), order.label(), median.0, p90.0, p90.1, errs.last().unwrap().1);
+            eprintln!(
+                "{} {}: |ln(model/measured)| median {:.3}, 90th percentile {:.3} ({}), worst {}",
+                path.display(),
+                order.label(),
+                median.0,
+                p90.0,
+                p90.1,
+                errs.last().unwrap().1
+            );
             assert!(median.0 < 0.10, "{} {}: half the points are off by more than 10%: {}", path.display(), order.label(), median.1);
             assert!(p90.0 < 0.25, "{} {}: a tenth of the points are off by more than 28%: {}", path.display(), order.label(), p90.1);
         }

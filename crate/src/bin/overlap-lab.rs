@@ -220,7 +220,15 @@ impl CallbackArgs {
 
 impl DoubleBufferArgs {
     fn config(&self) -> DoubleBufferConfig {
-        DoubleBufferConfig { device: self.device, batches: self.batches, batch_elements: self.batch_elements, kernel_over_copy: self.kernel_over_copy, kernel_over_produce: self.kernel_over_produce, warmup: self.warmup, repeats: self.repeats }
+        DoubleBufferConfig {
+            device: self.device,
+            batches: self.batches,
+            batch_elements: self.batch_elements,
+            kernel_over_copy: self.kernel_over_copy,
+            kernel_over_produce: self.kernel_over_produce,
+            warmup: self.warmup,
+            repeats: self.repeats,
+        }
     }
 }
 
@@ -290,19 +298,20 @@ fn run_bandwidth(cfg: &BandwidthConfig, data: Option<&PathBuf>, quiet: bool) -> 
         cfg.device,
         data,
         |gpu| bandwidth::measure::run(gpu, cfg, progress(quiet)),
-        |rec| format!("{}\n{}\n{}", bandwidth::model::summary_table(rec), bandwidth::model::pin_cost_table(&rec.results), bandwidth::model::break_even_table(&rec.results)),
+        |rec| {
+            format!(
+                "{}\n{}\n{}",
+                bandwidth::model::summary_table(rec),
+                bandwidth::model::pin_cost_table(&rec.results),
+                bandwidth::model::break_even_table(&rec.results)
+            )
+        },
     )
 }
 
 fn run_overlap(cfg: &OverlapConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
     cfg.validate()?;
-    run_lab(
-        overlap::LAB,
-        cfg.device,
-        data,
-        |gpu| overlap::measure::run(gpu, cfg, progress(quiet)),
-        |rec| rec.results.summary(),
-    )
+    run_lab(overlap::LAB, cfg.device, data, |gpu| overlap::measure::run(gpu, cfg, progress(quiet)), |rec| rec.results.summary())
 }
 
 fn run_double_buffer(cfg: &DoubleBufferConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
@@ -358,7 +367,10 @@ fn run(cli: Cli) -> Result<()> {
                 // Only full runs are worth keeping: the others would replace real numbers.
                 let keep = (preset == Preset::Full && !no_record).then_some(&data);
                 if keep.is_none() {
-                    println!("not recording: {}; no report either (`overlap-lab report` draws data/)", if no_record { "--no-record" } else { "only --preset full is recorded" });
+                    println!(
+                        "not recording: {}; no report either (`overlap-lab report` draws data/)",
+                        if no_record { "--no-record" } else { "only --preset full is recorded" }
+                    );
                 }
                 let bw = preset.pick(BandwidthConfig::default, BandwidthConfig::quick, BandwidthConfig::small);
                 run_bandwidth(&BandwidthConfig { device, ..bw }, keep, cli.quiet)?;

@@ -24,9 +24,7 @@ impl CopyOp<'_> {
             CopyOp::DeviceToHost { src, dst, bytes } => (*bytes, dst.bytes(), src.bytes()),
         };
         if bytes == 0 || bytes > host || bytes > dev {
-            return Err(LabError::config(format!(
-                "copy of {bytes} bytes does not fit buffers of {host} (host) and {dev} (device) bytes"
-            )));
+            return Err(LabError::config(format!("copy of {bytes} bytes does not fit buffers of {host} (host) and {dev} (device) bytes")));
         }
         Ok(())
     }
@@ -73,9 +71,8 @@ impl CopyTimer {
     /// `lanes` streams (one per concurrent copy). The gate is used if the
     /// device supports stream memory operations; else copies run ungated.
     pub fn new(gpu: &Gpu, lanes: usize) -> Result<CopyTimer> {
-        let lanes = (0..lanes.max(1))
-            .map(|_| Ok(Lane { stream: gpu.stream()?, start: gpu.timing_event()?, end: gpu.timing_event()? }))
-            .collect::<Result<Vec<_>>>()?;
+        let lanes =
+            (0..lanes.max(1)).map(|_| Ok(Lane { stream: gpu.stream()?, start: gpu.timing_event()?, end: gpu.timing_event()? })).collect::<Result<Vec<_>>>()?;
         Ok(CopyTimer { gpu: gpu.clone(), lanes, gate: Gate::take(gpu) })
     }
 
@@ -118,12 +115,8 @@ impl CopyTimer {
         } else {
             let gpu = &self.gpu;
             std::thread::scope(|s| {
-                let handles: Vec<_> =
-                    ops.iter_mut().zip(lanes).map(|(op, lane)| s.spawn(move || issue(gpu, op, lane, reps))).collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(LabError::config("copy thread panicked"))))
-                    .collect()
+                let handles: Vec<_> = ops.iter_mut().zip(lanes).map(|(op, lane)| s.spawn(move || issue(gpu, op, lane, reps))).collect();
+                handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(LabError::config("copy thread panicked")))).collect()
             })
         };
         // Whatever happened, open the gate and drain the streams before the

@@ -81,7 +81,10 @@ pub fn host_function_scope() -> impl Drop {
 
 fn refuse_in_host_function(call: &'static str) -> Result<()> {
     if in_host_function() {
-        return Err(LabError::Driver { call, message: "called from inside a host function, where CUDA calls are not allowed (it can deadlock the driver's callback thread)".into() });
+        return Err(LabError::Driver {
+            call,
+            message: "called from inside a host function, where CUDA calls are not allowed (it can deadlock the driver's callback thread)".into(),
+        });
     }
     Ok(())
 }
@@ -142,19 +145,27 @@ pub fn stream_create_non_blocking() -> Result<CUstream> {
     result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| driver_error("cuStreamCreate", e))
 }
 
-pub fn stream_destroy(s: CUstream) -> Result<()> {
+/// # Safety
+/// `s` is a live stream of the current context, destroyed once (work
+/// already queued on it still completes: the driver defers the release).
+pub unsafe fn stream_destroy(s: CUstream) -> Result<()> {
     // SAFETY: caller owns the handle and destroys it once.
     unsafe { result::stream::destroy(s) }.map_err(|e| driver_error("cuStreamDestroy", e))
 }
 
-pub fn stream_synchronize(s: CUstream) -> Result<()> {
+/// # Safety
+/// `s` is a live stream of the current context.
+pub unsafe fn stream_synchronize(s: CUstream) -> Result<()> {
     refuse_in_host_function("cuStreamSynchronize")?;
     // SAFETY: valid stream handle.
     unsafe { result::stream::synchronize(s) }.map_err(|e| driver_error("cuStreamSynchronize", e))
 }
 
 /// Blocks `s` until the 32-bit word at device address `addr` is >= `value`.
-pub fn stream_wait_value_geq(s: CUstream, addr: CUdeviceptr, value: u32) -> Result<()> {
+///
+/// # Safety
+/// `s` is a live stream and `addr` the device alias of a mapped page-locked word that stays allocated until the wait has completed.
+pub unsafe fn stream_wait_value_geq(s: CUstream, addr: CUdeviceptr, value: u32) -> Result<()> {
     let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
     // SAFETY: addr is the device alias of a live mapped pinned word.
     check("cuStreamWaitValue32", unsafe { sys::cuStreamWaitValue32_v2(s, addr, value, flags) })
@@ -172,25 +183,34 @@ pub fn event_create_sync_only() -> Result<CUevent> {
     result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(|e| driver_error("cuEventCreate", e))
 }
 
-pub fn event_destroy(e: CUevent) -> Result<()> {
+/// # Safety
+/// `e` is a live event of the current context, destroyed once.
+pub unsafe fn event_destroy(e: CUevent) -> Result<()> {
     // SAFETY: caller owns the handle.
     unsafe { result::event::destroy(e) }.map_err(|e| driver_error("cuEventDestroy", e))
 }
 
-pub fn event_record(e: CUevent, s: CUstream) -> Result<()> {
+/// # Safety
+/// `e` and `s` are live handles of the current context.
+pub unsafe fn event_record(e: CUevent, s: CUstream) -> Result<()> {
     refuse_in_host_function("cuEventRecord")?;
     // SAFETY: valid handles.
     unsafe { result::event::record(e, s) }.map_err(|e| driver_error("cuEventRecord", e))
 }
 
-pub fn event_synchronize(e: CUevent) -> Result<()> {
+/// # Safety
+/// `e` is a live event of the current context.
+pub unsafe fn event_synchronize(e: CUevent) -> Result<()> {
     refuse_in_host_function("cuEventSynchronize")?;
     // SAFETY: valid handle.
     unsafe { result::event::synchronize(e) }.map_err(|e| driver_error("cuEventSynchronize", e))
 }
 
 /// Milliseconds between two completed events.
-pub fn event_elapsed_ms(start: CUevent, end: CUevent) -> Result<f32> {
+///
+/// # Safety
+/// `start` and `end` are live timing events of the current context, both recorded and completed.
+pub unsafe fn event_elapsed_ms(start: CUevent, end: CUevent) -> Result<f32> {
     // SAFETY: both events belong to this context and have completed.
     unsafe { result::event::elapsed(start, end) }.map_err(|e| driver_error("cuEventElapsedTime", e))
 }
@@ -202,12 +222,17 @@ pub fn device_alloc(bytes: usize) -> Result<CUdeviceptr> {
     unsafe { result::malloc_sync(bytes) }.map_err(|e| alloc_error("cuMemAlloc", "device", bytes, e))
 }
 
-pub fn device_free(p: CUdeviceptr) -> Result<()> {
+/// # Safety
+/// `p` came from [`device_alloc`] and is freed once, and no queued work
+/// still uses it (cuMemFree does not wait for other streams' work).
+pub unsafe fn device_free(p: CUdeviceptr) -> Result<()> {
     // SAFETY: p came from device_alloc and is freed once.
     unsafe { result::free_sync(p) }.map_err(|e| driver_error("cuMemFree", e))
 }
 
-pub fn memset_d32_async(p: CUdeviceptr, value: u32, words: usize, s: CUstream) -> Result<()> {
+/// # Safety
+/// `s` is a live stream and `p .. p + 4·words` lies inside one device allocation that outlives the queued write.
+pub unsafe fn memset_d32_async(p: CUdeviceptr, value: u32, words: usize, s: CUstream) -> Result<()> {
     // SAFETY: caller guarantees p..p+4*words is inside one allocation.
     check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(p, value, words, s) })
 }
@@ -274,13 +299,17 @@ pub fn module_load_ptx(ptx: &str) -> Result<CUmodule> {
     unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.map_err(|e| driver_error("cuModuleLoadData", e))
 }
 
-pub fn module_function(m: CUmodule, name: &str) -> Result<CUfunction> {
+/// # Safety
+/// `m` is a live module of the current context.
+pub unsafe fn module_function(m: CUmodule, name: &str) -> Result<CUfunction> {
     let c = std::ffi::CString::new(name).map_err(|_| LabError::Kernel(format!("bad kernel name {name:?}")))?;
     // SAFETY: m is a loaded module.
     unsafe { result::module::get_function(m, c) }.map_err(|e| driver_error("cuModuleGetFunction", e))
 }
 
-pub fn module_unload(m: CUmodule) -> Result<()> {
+/// # Safety
+/// `m` is a live module, unloaded once, with no launch of its functions still queued.
+pub unsafe fn module_unload(m: CUmodule) -> Result<()> {
     // SAFETY: caller owns the module and no launch of it is pending.
     unsafe { result::module::unload(m) }.map_err(|e| driver_error("cuModuleUnload", e))
 }
@@ -293,7 +322,9 @@ pub unsafe fn launch(f: CUfunction, grid: u32, block: u32, s: CUstream, params: 
     result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, params).map_err(|e| driver_error("cuLaunchKernel", e))
 }
 
-pub fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
+/// # Safety
+/// `s` and `e` are live handles of the current context.
+pub unsafe fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
     refuse_in_host_function("cuStreamWaitEvent")?;
     // SAFETY: valid handles.
     unsafe { result::stream::wait_event(s, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }.map_err(|e| driver_error("cuStreamWaitEvent", e))
@@ -384,7 +415,13 @@ pub mod activity {
                 match (*record).kind {
                     Kind::CUPTI_ACTIVITY_KIND_MEMCPY => {
                         let m = &*(record as *const sys::CUpti_ActivityMemcpy6);
-                        out.push(ActivityRecord { copy_kind: m.copyKind, stream_id: m.streamId, correlation: m.correlationId, start_ns: m.start, end_ns: m.end });
+                        out.push(ActivityRecord {
+                            copy_kind: m.copyKind,
+                            stream_id: m.streamId,
+                            correlation: m.correlationId,
+                            start_ns: m.start,
+                            end_ns: m.end,
+                        });
                     }
                     Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL => {
                         let k = &*(record as *const sys::CUpti_ActivityKernel9);
@@ -468,7 +505,10 @@ pub mod activity {
     }
 
     /// CUPTI's id for a stream (what its records carry).
-    pub fn stream_id(ctx: cudarc::driver::sys::CUcontext, stream: super::CUstream) -> Result<u32> {
+    ///
+    /// # Safety
+    /// `ctx` and `stream` are live handles, the stream created in that context.
+    pub unsafe fn stream_id(ctx: cudarc::driver::sys::CUcontext, stream: super::CUstream) -> Result<u32> {
         let mut id = 0u32;
         // SAFETY: valid context and stream handles.
         check("cuptiGetStreamId", unsafe { sys::cuptiGetStreamId(ctx, stream, &mut id) })?;

@@ -62,10 +62,7 @@ impl PcieLink {
     /// "32.0 GT/s PCIe" -> 5.
     pub fn generation_from_speed(speed: &str) -> Option<u32> {
         let gts: f64 = speed.split_whitespace().next()?.parse().ok()?;
-        [(2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6)]
-            .iter()
-            .find(|(g, _)| (gts - g).abs() < 0.01)
-            .map(|&(_, n)| n)
+        [(2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6)].iter().find(|(g, _)| (gts - g).abs() < 0.01).map(|&(_, n)| n)
     }
 
     /// Reads `max_link_*` and `current_link_*` from a PCI device's sysfs dir.
@@ -217,12 +214,9 @@ mod tests {
     fn reads_link_from_a_sysfs_like_dir() {
         let dir = std::env::temp_dir().join(format!("ol-sysfs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        for (f, v) in [
-            ("max_link_speed", "32.0 GT/s PCIe\n"),
-            ("max_link_width", "16\n"),
-            ("current_link_speed", "2.5 GT/s PCIe\n"),
-            ("current_link_width", "16\n"),
-        ] {
+        for (f, v) in
+            [("max_link_speed", "32.0 GT/s PCIe\n"), ("max_link_width", "16\n"), ("current_link_speed", "2.5 GT/s PCIe\n"), ("current_link_width", "16\n")]
+        {
             std::fs::write(dir.join(f), v).unwrap();
         }
         let link = PcieLink::from_sysfs(&dir).unwrap();

@@ -179,7 +179,9 @@ impl Gate {
                 }
             });
         }
-        driver::stream_wait_value_geq(stream.raw(), self.dev, self.next)
+        // SAFETY: `self.dev` aliases the gate's mapped word, which the gate
+        // keeps allocated until it is released and put back.
+        unsafe { driver::stream_wait_value_geq(stream.raw(), self.dev, self.next) }
     }
 
     /// Opens the gate for everything held so far.

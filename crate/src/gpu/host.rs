@@ -27,8 +27,7 @@ pub enum HostMemoryKind {
 }
 
 impl HostMemoryKind {
-    pub const ALL: [HostMemoryKind; 4] =
-        [HostMemoryKind::Pageable, HostMemoryKind::Pinned, HostMemoryKind::WriteCombined, HostMemoryKind::Registered];
+    pub const ALL: [HostMemoryKind; 4] = [HostMemoryKind::Pageable, HostMemoryKind::Pinned, HostMemoryKind::WriteCombined, HostMemoryKind::Registered];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -89,8 +88,7 @@ impl PageableBuffer {
     pub fn new(bytes: usize) -> Result<Self> {
         let words = check_size(bytes)?;
         let mut v = Vec::new();
-        v.try_reserve_exact(words)
-            .map_err(|_| LabError::OutOfMemory { what: "host", call: "malloc", bytes: Bytes(bytes as u64) })?;
+        v.try_reserve_exact(words).map_err(|_| LabError::OutOfMemory { what: "host", call: "malloc", bytes: Bytes(bytes as u64) })?;
         v.resize(words, 0);
         Ok(PageableBuffer(v))
     }
@@ -206,8 +204,8 @@ impl RegisteredBuffer {
     /// cuMemHostRegister alone took.
     pub fn new_timed(gpu: &Gpu, bytes: usize) -> Result<(Self, std::time::Duration)> {
         check_size(bytes)?;
-        let layout = Layout::from_size_align(bytes.div_ceil(PAGE) * PAGE, PAGE)
-            .map_err(|_| LabError::config(format!("host buffer of {bytes} bytes is too large")))?;
+        let layout =
+            Layout::from_size_align(bytes.div_ceil(PAGE) * PAGE, PAGE).map_err(|_| LabError::config(format!("host buffer of {bytes} bytes is too large")))?;
         // SAFETY: non-zero size; zeroed so every page is touched before pinning.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut u64;
         if ptr.is_null() {

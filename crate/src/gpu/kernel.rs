@@ -23,10 +23,12 @@ impl Module {
         let ptx = kernels::compile_ptx(k, kernels::arch_for(&cc)?)?;
         gpu.bind()?;
         let raw = driver::module_load_ptx(&ptx)?;
-        let func = match driver::module_function(raw, k.entry) {
+        // SAFETY: `raw` was just loaded and is unloaded only on the error path.
+        let func = match unsafe { driver::module_function(raw, k.entry) } {
             Ok(f) => f,
             Err(e) => {
-                let _ = driver::module_unload(raw);
+                // SAFETY: nothing of the module was launched.
+                let _ = unsafe { driver::module_unload(raw) };
                 return Err(e);
             }
         };
@@ -37,7 +39,8 @@ impl Module {
 impl Drop for Module {
     fn drop(&mut self) {
         let _ = self.gpu.bind();
-        let _ = driver::module_unload(self.raw);
+        // SAFETY: owned by `self`, unloaded only here; launches were synchronized by their pipelines.
+        let _ = unsafe { driver::module_unload(self.raw) };
     }
 }
 
@@ -57,16 +60,34 @@ impl ComputeKernel {
 
     /// Enqueues `out[out_at..out_at+n] = f(in[in_at..in_at+n])` (indices in
     /// f32 elements). The caller keeps both buffers alive until the stream
-    /// has run it (the scope API guarantees that).
-    pub(crate) fn enqueue(&self, stream: &Stream, input: &DeviceBuffer, in_at: usize, output: &DeviceBuffer, out_at: usize, n: usize, iterations: i32) -> Result<()> {
+    /// has run it (a `Pipeline` holds its buffers' borrows until it synchronizes).
+    pub(crate) fn enqueue(
+        &self,
+        stream: &Stream,
+        input: &DeviceBuffer,
+        in_at: usize,
+        output: &DeviceBuffer,
+        out_at: usize,
+        n: usize,
+        iterations: i32,
+    ) -> Result<()> {
         if n == 0 || (in_at + n) * 4 > input.bytes() || (out_at + n) * 4 > output.bytes() || iterations < 0 {
-            return Err(LabError::config(format!("compute of {n} elements at {in_at}->{out_at} does not fit buffers of {} and {} bytes (iterations {iterations})", input.bytes(), output.bytes())));
+            return Err(LabError::config(format!(
+                "compute of {n} elements at {in_at}->{out_at} does not fit buffers of {} and {} bytes (iterations {iterations})",
+                input.bytes(),
+                output.bytes()
+            )));
         }
         let mut src = input.ptr() + (in_at * 4) as u64;
         let mut dst = output.ptr() + (out_at * 4) as u64;
         let mut count = n as u64;
         let mut iters = iterations;
-        let mut params = [&mut src as *mut u64 as *mut c_void, &mut dst as *mut u64 as *mut c_void, &mut count as *mut u64 as *mut c_void, &mut iters as *mut i32 as *mut c_void];
+        let mut params = [
+            &mut src as *mut u64 as *mut c_void,
+            &mut dst as *mut u64 as *mut c_void,
+            &mut count as *mut u64 as *mut c_void,
+            &mut iters as *mut i32 as *mut c_void,
+        ];
         let grid = self.grid.min(n.div_ceil(self.block as usize) as u32).max(1);
         // SAFETY: params match `compute(const float*, float*, unsigned long long, int)`;
         // the driver copies the values at launch; bounds checked above.

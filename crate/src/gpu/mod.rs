@@ -174,7 +174,8 @@ impl Stream {
         &self.gpu
     }
     pub fn synchronize(&self) -> Result<()> {
-        driver::stream_synchronize(self.raw)
+        // SAFETY: `self` owns a live stream.
+        unsafe { driver::stream_synchronize(self.raw) }
     }
     /// Copies the first `bytes` of `src` into `dst` and waits (untimed setup).
     pub fn upload(&self, dst: &DeviceBuffer, src: &dyn HostBuffer, bytes: usize) -> Result<()> {
@@ -205,11 +206,14 @@ impl Stream {
     }
     /// Later work on this stream waits for `e` (cuStreamWaitEvent).
     pub fn wait_event(&self, e: &Event) -> Result<()> {
-        driver::stream_wait_event(self.raw, e.raw)
+        // SAFETY: both handles are owned by live values.
+        unsafe { driver::stream_wait_event(self.raw, e.raw) }
     }
     /// Fills `buf` with the 32-bit word `value` (to poison it) and waits.
     pub fn fill_u32(&self, buf: &DeviceBuffer, value: u32) -> Result<()> {
-        driver::memset_d32_async(buf.ptr, value, buf.bytes / 4, self.raw)?;
+        // SAFETY: the range is exactly `buf`'s allocation, which the borrow
+        // keeps alive until the synchronize below.
+        unsafe { driver::memset_d32_async(buf.ptr, value, buf.bytes / 4, self.raw) }?;
         self.synchronize()
     }
 }
@@ -217,7 +221,8 @@ impl Stream {
 impl Drop for Stream {
     fn drop(&mut self) {
         let _ = self.gpu.bind();
-        let _ = driver::stream_destroy(self.raw);
+        // SAFETY: the stream is owned by `self` and destroyed only here.
+        let _ = unsafe { driver::stream_destroy(self.raw) };
     }
 }
 
@@ -233,21 +238,26 @@ unsafe impl Sync for Event {}
 
 impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        driver::event_record(self.raw, stream.raw)
+        // SAFETY: both handles are owned by live values.
+        unsafe { driver::event_record(self.raw, stream.raw) }
     }
     pub fn synchronize(&self) -> Result<()> {
-        driver::event_synchronize(self.raw)
+        // SAFETY: `self` owns a live event.
+        unsafe { driver::event_synchronize(self.raw) }
     }
     /// Device milliseconds from `self` to `end` (both recorded and complete).
     pub fn elapsed_ms(&self, end: &Event) -> Result<f64> {
-        driver::event_elapsed_ms(self.raw, end.raw).map(f64::from)
+        // SAFETY: both are live timing events (created by `Gpu::timing_event`);
+        // the driver returns an error, not UB, when one has not completed.
+        unsafe { driver::event_elapsed_ms(self.raw, end.raw) }.map(f64::from)
     }
 }
 
 impl Drop for Event {
     fn drop(&mut self) {
         let _ = self.gpu.bind();
-        let _ = driver::event_destroy(self.raw);
+        // SAFETY: the event is owned by `self` and destroyed only here.
+        let _ = unsafe { driver::event_destroy(self.raw) };
     }
 }
 
@@ -274,6 +284,8 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         let _ = self.gpu.bind();
-        let _ = driver::device_free(self.ptr);
+        // SAFETY: the allocation is owned by `self` and freed only here; the
+        // pipelines that use it synchronize before their borrows end.
+        let _ = unsafe { driver::device_free(self.ptr) };
     }
 }

@@ -199,11 +199,7 @@ impl TimelineSource {
 
     /// The line [`Self::fall_back_to_events`] prints.
     pub fn fallback_line(why: &str) -> String {
-        let who = if why.contains("MULTIPLE_SUBSCRIBERS") {
-            " (another tool holds CUPTI: compute-sanitizer, Nsight Systems or Nsight Compute)"
-        } else {
-            ""
-        };
+        let who = if why.contains("MULTIPLE_SUBSCRIBERS") { " (another tool holds CUPTI: compute-sanitizer, Nsight Systems or Nsight Compute)" } else { "" };
         format!("overlap-lab: CUPTI cannot record here{who}: {why}; timelines are timed with CUDA events instead, and records say \"cuda events\"")
     }
     pub fn label(self) -> &'static str {
@@ -313,7 +309,8 @@ impl<'a> Pipeline<'a> {
         if self.gate.is_some() {
             // Held behind the base event (itself behind the gate), so no op
             // can start before the base: every time is >= 0.
-            if driver::stream_wait_event(s.raw(), self.base.raw).is_err() {
+            // SAFETY: the stream is borrowed for the pipeline's life; the base event is the pipeline's own.
+            if unsafe { driver::stream_wait_event(s.raw(), self.base.raw) }.is_err() {
                 // A stream that cannot be held would start early: start all.
                 let _ = self.open_gate();
             }
@@ -324,7 +321,8 @@ impl<'a> Pipeline<'a> {
         }
         if self.source == TimelineSource::Cupti {
             // A stream CUPTI cannot name gets u32::MAX: its ops then fail to match, loudly.
-            self.cupti_streams.push(driver::activity::stream_id(self.gpu.ctx.cu_ctx(), s.raw()).unwrap_or(u32::MAX));
+            // SAFETY: the stream was created in this context and is borrowed for the pipeline's life.
+            self.cupti_streams.push(unsafe { driver::activity::stream_id(self.gpu.ctx.cu_ctx(), s.raw()) }.unwrap_or(u32::MAX));
         }
         self.streams.push((s, name.to_string()));
         self.reusable_end.push(None);
@@ -434,7 +432,18 @@ impl<'a> Pipeline<'a> {
 
     /// `output[out_at..+n] = compute(input[in_at..+n])`, indices in f32 elements.
     #[allow(clippy::too_many_arguments)]
-    pub fn compute(&mut self, s: StreamRef, k: &'a ComputeKernel, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, iterations: i32, label: &str) -> Result<()> {
+    pub fn compute(
+        &mut self,
+        s: StreamRef,
+        k: &'a ComputeKernel,
+        input: DevRef,
+        in_at: usize,
+        output: DevRef,
+        out_at: usize,
+        n: usize,
+        iterations: i32,
+        label: &str,
+    ) -> Result<()> {
         let (_, mut ia) = self.dev_range(input, in_at * 4, n * 4)?;
         let (_, mut oa) = self.dev_range(output, out_at * 4, n * 4)?;
         ia.write = false;
@@ -451,7 +460,8 @@ impl<'a> Pipeline<'a> {
     }
     /// cuStreamWaitEvent: later work on `s` waits for `e`.
     pub fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
-        driver::stream_wait_event(self.streams[s.0].0.raw(), self.user_events[e.0].raw)?;
+        // SAFETY: the stream is borrowed for the pipeline's life and the event is the pipeline's own.
+        unsafe { driver::stream_wait_event(self.streams[s.0].0.raw(), self.user_events[e.0].raw) }?;
         self.reusable_end[s.0] = None;
         self.schedule.stream_wait_event(s.0, e.0);
         Ok(())

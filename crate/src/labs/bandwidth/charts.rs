@@ -139,7 +139,11 @@ pub fn pinning_cost(rec: &BandwidthRecord, origin: &str) -> Figure {
     for a in Acquisition::ALL {
         // D2H only, the exercise's direction, so the panel stays readable;
         // `break_even_table` has both directions.
-        let points: Vec<_> = be.iter().filter(|b| b.acquisition == a && b.direction == Direction::D2h).filter_map(|b| b.copies.filter(|n| *n > 0.0).map(|n| (b.bytes.0 as f64, n))).collect();
+        let points: Vec<_> = be
+            .iter()
+            .filter(|b| b.acquisition == a && b.direction == Direction::D2h)
+            .filter_map(|b| b.copies.filter(|n| *n > 0.0).map(|n| (b.bytes.0 as f64, n)))
+            .collect();
         if !points.is_empty() {
             let (color, dashed) = match a {
                 Acquisition::Once => (pinned, false),

@@ -41,7 +41,8 @@ pub fn check_transfer_model(r: &BandwidthResults, kind: HostMemoryKind, directio
         rep.problem(format!("{kind} {direction} was not measured at two sizes or more in this run: pick a series that was"));
         return rep;
     }
-    let Some((pred, t0_yours)) = rep.learner("your predict_us", || Ok((series.iter().map(|p| predict_us(p.bytes.0)).collect::<Vec<f64>>(), predict_us(0)))) else {
+    let Some((pred, t0_yours)) = rep.learner("your predict_us", || Ok((series.iter().map(|p| predict_us(p.bytes.0)).collect::<Vec<f64>>(), predict_us(0))))
+    else {
         return rep;
     };
     if let Some((p, v)) = series.iter().zip(&pred).find(|(_, v)| !v.is_finite() || **v <= 0.0) {
@@ -115,7 +116,10 @@ pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direc
     };
     let Some(truth) = b.copies else {
         if answer == f64::INFINITY {
-            rep.note(format!("right: page-locked {direction} copies of {bytes} are no faster ({} saved per copy), so it never pays off", fmt_ms(b.saving_per_copy_ms)));
+            rep.note(format!(
+                "right: page-locked {direction} copies of {bytes} are no faster ({} saved per copy), so it never pays off",
+                fmt_ms(b.saving_per_copy_ms)
+            ));
         } else {
             rep.problem(format!(
                 "page-locked {direction} copies of {bytes} save nothing here ({} per copy), so it never pays off: answer f64::INFINITY",
@@ -168,13 +172,28 @@ pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direc
     let mut wrong: Vec<(f64, String)> = vec![
         (b.extra_cost_ms, "that is the extra cost in ms, not a number of copies: divide it by the time each copy saves".into()),
         (b.extra_cost_ms * 1e3, "that is the extra cost in µs, not a number of copies: divide it by the time each copy saves".into()),
-        (b.page_locked_ms / b.saving_per_copy_ms, format!("you charged page-locked memory its whole cost; the pageable memory it replaces is not free either ({}): divide the difference", fmt_ms(b.pageable_ms))),
-        (b.extra_cost_ms / pinned_copy, "you divided by the page-locked copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into()),
-        (b.extra_cost_ms / pageable_copy, "you divided by the pageable copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into()),
+        (
+            b.page_locked_ms / b.saving_per_copy_ms,
+            format!(
+                "you charged page-locked memory its whole cost; the pageable memory it replaces is not free either ({}): divide the difference",
+                fmt_ms(b.pageable_ms)
+            ),
+        ),
+        (
+            b.extra_cost_ms / pinned_copy,
+            "you divided by the page-locked copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into(),
+        ),
+        (
+            b.extra_cost_ms / pageable_copy,
+            "you divided by the pageable copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into(),
+        ),
     ];
     for other in Acquisition::ALL.into_iter().filter(|&a| a != how) {
         if let Some(c) = find(other, direction).and_then(|o| o.copies) {
-            wrong.push((c, format!("that is the break-even of memory {}; here it is {}: use the costs of that way ({})", other.label(), how.label(), how.describe())));
+            wrong.push((
+                c,
+                format!("that is the break-even of memory {}; here it is {}: use the costs of that way ({})", other.label(), how.label(), how.describe()),
+            ));
         }
     }
     for other in [Direction::H2d, Direction::D2h].into_iter().filter(|&d| d != direction) {
@@ -183,7 +202,9 @@ pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direc
         }
     }
     // A slip that is also the truth (two costs that happen to agree) is no slip.
-    if let Some((_, msg)) = wrong.iter().find(|(v, _)| v.is_finite() && close(answer, *v, 0.03, 0.05) && !close(*v, truth, BREAK_EVEN_TOLERANCE, BREAK_EVEN_ABS)) {
+    if let Some((_, msg)) =
+        wrong.iter().find(|(v, _)| v.is_finite() && close(answer, *v, 0.03, 0.05) && !close(*v, truth, BREAK_EVEN_TOLERANCE, BREAK_EVEN_ABS))
+    {
         rep.problem(format!("{answer} copies: {msg}"));
     } else {
         let slip = unit_slip(answer, truth).map_or(String::new(), |s| format!("; {s}"));
@@ -212,7 +233,9 @@ pub(crate) mod tests {
         let cfg = BandwidthConfig::default();
         let mut transfers = Vec::new();
         for bytes in cfg.sizes() {
-            for (kind, lat_us, up, down) in [(HostMemoryKind::Pinned, 5.0, 50.0, 50.0), (HostMemoryKind::Pageable, 10.0, 10.0, 15.0), (HostMemoryKind::Registered, 5.0, 50.0, 50.0)] {
+            for (kind, lat_us, up, down) in
+                [(HostMemoryKind::Pinned, 5.0, 50.0, 50.0), (HostMemoryKind::Pageable, 10.0, 10.0, 15.0), (HostMemoryKind::Registered, 5.0, 50.0, 50.0)]
+            {
                 for (direction, gbps) in [(Direction::H2d, up), (Direction::D2h, down)] {
                     let ms = lat_us * 1e-3 + bytes.0 as f64 / (gbps * 1e9) * 1e3;
                     transfers.push(TransferPoint {
@@ -269,7 +292,8 @@ pub(crate) mod tests {
     fn wrong_transfer_models_fail_naming_the_mistake() {
         let r = synthetic();
         let gib_per_s = 50e9 / (1u64 << 30) as f64;
-        let cases: Vec<(&str, Box<dyn Fn(u64) -> f64>, &[&str])> = vec![
+        type Model = Box<dyn Fn(u64) -> f64>;
+        let cases: Vec<(&str, Model, &[&str])> = vec![
             ("no fixed cost", Box::new(model(0.0, 50.0)), &["no fixed cost", "add t0"]),
             ("t0 in ms", Box::new(model(0.005, 50.0)), &["fixed cost t0 = 0.00500 µs", "factor 1000 too small"]),
             ("t0 in ns", Box::new(model(5000.0, 50.0)), &["fixed cost t0 = 5000 µs", "factor 1000 too large"]),
@@ -352,7 +376,11 @@ pub(crate) mod tests {
             ("the whole pinned cost", b.page_locked_ms / saving, &["whole cost", "not free either"]),
             ("divided by the pinned copy", extra / pinned_copy, &["divided by the page-locked copy's time"]),
             ("divided by the pageable copy", extra / pageable_copy, &["divided by the pageable copy's time"]),
-            ("per-use costs for a buffer allocated once", truth(&r, Acquisition::EveryUse, Direction::D2h).copies.unwrap(), &["allocated per use", "pinned_first against pageable_first"]),
+            (
+                "per-use costs for a buffer allocated once",
+                truth(&r, Acquisition::EveryUse, Direction::D2h).copies.unwrap(),
+                &["allocated per use", "pinned_first against pageable_first"],
+            ),
             ("H2D times for a D2H buffer", truth(&r, Acquisition::Once, Direction::H2d).copies.unwrap(), &["used the H2D copy times"]),
             ("ms over µs", n * 1000.0, &["factor 1000 too large"]),
             ("negative", -n, &["out of range"]),

@@ -3,7 +3,9 @@
 
 use super::{AcquireCost, BandwidthConfig, BandwidthResults, Direction, PinCostPoint, TransferPoint};
 use crate::error::{LabError, Result};
-use crate::gpu::{alloc_host, CopyOp, CopyTimer, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PagesFrom, PinnedBuffer, RegisteredBuffer, Stream, TouchedPages};
+use crate::gpu::{
+    alloc_host, CopyOp, CopyTimer, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PagesFrom, PinnedBuffer, RegisteredBuffer, Stream, TouchedPages,
+};
 use crate::pattern;
 use crate::progress::{Progress, ProgressMode};
 use crate::stats::Summary;
@@ -41,12 +43,7 @@ pub fn run(gpu: &Gpu, cfg: &BandwidthConfig, progress: ProgressMode) -> Result<B
     if let Some(avail) = mem_available_bytes() {
         let need = 3 * max as u64;
         if need > avail {
-            return Err(LabError::config(format!(
-                "a sweep up to {} needs {} of host memory, {} is available",
-                cfg.max_bytes,
-                Bytes(need),
-                Bytes(avail)
-            )));
+            return Err(LabError::config(format!("a sweep up to {} needs {} of host memory, {} is available", cfg.max_bytes, Bytes(need), Bytes(avail))));
         }
     }
     let sizes = cfg.sizes();
@@ -55,13 +52,8 @@ pub fn run(gpu: &Gpu, cfg: &BandwidthConfig, progress: ProgressMode) -> Result<B
     let mut progress = Progress::new(progress, steps, "bandwidth");
     let _lab = trace::range("lab 1: pinned vs pageable");
 
-    let mut bench = Bench {
-        timer: CopyTimer::new(gpu, 2)?,
-        aux: gpu.stream()?,
-        up_dst: gpu.alloc(max)?,
-        down_src: gpu.alloc(max)?,
-        check: PinnedBuffer::new(gpu, max)?,
-    };
+    let mut bench =
+        Bench { timer: CopyTimer::new(gpu, 2)?, aux: gpu.stream()?, up_dst: gpu.alloc(max)?, down_src: gpu.alloc(max)?, check: PinnedBuffer::new(gpu, max)? };
     let mut transfers = Vec::new();
     for &kind in &cfg.kinds {
         let _r = trace::range(&format!("allocate {kind} buffers"));

@@ -113,10 +113,7 @@ impl BandwidthConfig {
         let (lo, hi) = (self.min_bytes.0, self.max_bytes.0);
         for (name, b) in [("minimum", lo), ("maximum", hi)] {
             if b < 8 || b % 8 != 0 {
-                return Err(LabError::config(format!(
-                    "{name} size {} must be a multiple of 8 bytes and at least 8 B",
-                    Bytes(b)
-                )));
+                return Err(LabError::config(format!("{name} size {} must be a multiple of 8 bytes and at least 8 B", Bytes(b))));
             }
         }
         if lo > hi {
@@ -129,10 +126,7 @@ impl BandwidthConfig {
             return Err(LabError::config("at least one memory kind and one direction are needed"));
         }
         if self.repeats == 0 || self.repeats > 10_000 || self.warmup > 1_000 {
-            return Err(LabError::config(format!(
-                "repeats must be 1-10000 and warm-up 0-1000 (got {} and {})",
-                self.repeats, self.warmup
-            )));
+            return Err(LabError::config(format!("repeats must be 1-10000 and warm-up 0-1000 (got {} and {})", self.repeats, self.warmup)));
         }
         if self.pin_cost_repeats > 1_000 {
             return Err(LabError::config("pin-cost repeats must be at most 1000"));
@@ -265,38 +259,6 @@ impl BandwidthResults {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_sweep_is_4k_to_1g() {
-        let c = BandwidthConfig::default();
-        c.validate().unwrap();
-        let s = c.sizes();
-        assert_eq!((s.len(), s[0], *s.last().unwrap()), (19, Bytes(4096), Bytes(GIB)));
-        assert_eq!(c.copies_per_sample(Bytes(4096)), 64);
-        assert_eq!(c.copies_per_sample(Bytes(GIB)), 1);
-        let p = c.pin_cost_sizes();
-        assert_eq!((p[0], p[1], *p.last().unwrap()), (Bytes(4096), Bytes(16384), Bytes(GIB)));
-    }
-
-    #[test]
-    fn bad_configs_are_named() {
-        let bad = |f: &dyn Fn(&mut BandwidthConfig)| {
-            let mut c = BandwidthConfig::default();
-            f(&mut c);
-            c.validate().unwrap_err().to_string()
-        };
-        assert!(bad(&|c| c.min_bytes = Bytes(0)).contains("minimum size 0 B"));
-        assert!(bad(&|c| c.max_bytes = Bytes(1000 * GIB)).contains("over the 64 GiB limit"));
-        assert!(bad(&|c| c.min_bytes = Bytes(12)).contains("multiple of 8"));
-        assert!(bad(&|c| c.min_bytes = Bytes(2 * GIB)).contains("exceeds maximum"));
-        assert!(bad(&|c| c.kinds.clear()).contains("memory kind"));
-        assert!(bad(&|c| c.repeats = 0).contains("repeats"));
-    }
-}
-
 /// Notebook entry points for lab 1.
 impl crate::notebook::LabRun<BandwidthResults> {
     pub fn summary(&self) -> String {
@@ -332,7 +294,37 @@ impl crate::notebook::LabRun<BandwidthResults> {
 
 /// Lab 1 in a notebook: live on a GPU, else the newest recording.
 pub fn live_or_recorded(cfg: BandwidthConfig) -> Result<crate::notebook::LabRun<BandwidthResults>> {
-    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| {
-        measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines)
-    })
+    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_sweep_is_4k_to_1g() {
+        let c = BandwidthConfig::default();
+        c.validate().unwrap();
+        let s = c.sizes();
+        assert_eq!((s.len(), s[0], *s.last().unwrap()), (19, Bytes(4096), Bytes(GIB)));
+        assert_eq!(c.copies_per_sample(Bytes(4096)), 64);
+        assert_eq!(c.copies_per_sample(Bytes(GIB)), 1);
+        let p = c.pin_cost_sizes();
+        assert_eq!((p[0], p[1], *p.last().unwrap()), (Bytes(4096), Bytes(16384), Bytes(GIB)));
+    }
+
+    #[test]
+    fn bad_configs_are_named() {
+        let bad = |f: &dyn Fn(&mut BandwidthConfig)| {
+            let mut c = BandwidthConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err().to_string()
+        };
+        assert!(bad(&|c| c.min_bytes = Bytes(0)).contains("minimum size 0 B"));
+        assert!(bad(&|c| c.max_bytes = Bytes(1000 * GIB)).contains("over the 64 GiB limit"));
+        assert!(bad(&|c| c.min_bytes = Bytes(12)).contains("multiple of 8"));
+        assert!(bad(&|c| c.min_bytes = Bytes(2 * GIB)).contains("exceeds maximum"));
+        assert!(bad(&|c| c.kinds.clear()).contains("memory kind"));
+        assert!(bad(&|c| c.repeats = 0).contains("repeats"));
+    }
 }

@@ -161,9 +161,7 @@ pub fn summary_table(rec: &BandwidthRecord) -> String {
         for k in r.kinds() {
             let Some(p) = r.point(k, d, big) else { continue };
             let pct = pct_of_link(&rec.fingerprint, p).map_or("n/a".into(), |v| format!("{v:.1}%"));
-            let ratio = r
-                .point(HostMemoryKind::Pageable, d, big)
-                .map_or("n/a".into(), |b| format!("{:.2}x", p.gbps.median / b.gbps.median));
+            let ratio = r.point(HostMemoryKind::Pageable, d, big).map_or("n/a".into(), |b| format!("{:.2}x", p.gbps.median / b.gbps.median));
             let _ = writeln!(
                 s,
                 "{:<14} {:<15} {:>9.1} {:>8} {:>11} {:>13} {:>13}",
@@ -196,7 +194,10 @@ pub fn headline(r: &BandwidthResults) -> Vec<(String, String)> {
     }
     rows.push(("pinned, both ways at once (GB/s)".into(), format!("{} ({big})", gbps(HostMemoryKind::Pinned, Direction::Bidirectional))));
     let blocked = |k| r.point(k, Direction::H2d, big).map_or("-".to_string(), |p| fmt_ms(p.host_call_ms.median));
-    rows.push(("CPU blocked by one async H2D: pinned / pageable".into(), format!("{} / {} ({big})", blocked(HostMemoryKind::Pinned), blocked(HostMemoryKind::Pageable))));
+    rows.push((
+        "CPU blocked by one async H2D: pinned / pageable".into(),
+        format!("{} / {} ({big})", blocked(HostMemoryKind::Pinned), blocked(HostMemoryKind::Pageable)),
+    ));
     if let Some(b) = break_even(r).into_iter().find(|b| b.acquisition == Acquisition::Once && b.direction == Direction::D2h && b.bytes == Bytes(1 << 20)) {
         rows.push(("pinning pays off, D2H 1 MiB, allocated once".into(), b.verdict()));
     }
@@ -212,7 +213,8 @@ pub fn two_clocks_table(r: &BandwidthResults, bytes: Bytes) -> String {
         for k in r.kinds() {
             let Some(p) = r.point(k, d, bytes) else { continue };
             let share = 100.0 * p.host_call_ms.median / p.device_ms.median;
-            let _ = writeln!(s, "  {:<27} {:<15} {:>13} {:>13} {:>8.0}%", d.label(), k.label(), fmt_ms(p.host_call_ms.median), fmt_ms(p.device_ms.median), share);
+            let _ =
+                writeln!(s, "  {:<27} {:<15} {:>13} {:>13} {:>8.0}%", d.label(), k.label(), fmt_ms(p.host_call_ms.median), fmt_ms(p.device_ms.median), share);
         }
     }
     s
@@ -338,7 +340,13 @@ mod tests {
         assert!(!t.contains("14360"), "{t}");
         assert_eq!(t.matches("at once (").count(), 1, "explained once, not per direction: {t}");
         let mut b = break_even(&r).remove(0);
-        for (extra, copies, shown) in [(1.0, Some(12.07), "12.1 copies"), (1.0, Some(0.04), "0.04 copies"), (1e-6, Some(1e-4), "< 0.01 copies"), (-1.0, Some(0.0), "at once"), (1.0, None, "never")] {
+        for (extra, copies, shown) in [
+            (1.0, Some(12.07), "12.1 copies"),
+            (1.0, Some(0.04), "0.04 copies"),
+            (1e-6, Some(1e-4), "< 0.01 copies"),
+            (-1.0, Some(0.0), "at once"),
+            (1.0, None, "never"),
+        ] {
             (b.extra_cost_ms, b.copies) = (extra, copies);
             assert_eq!(b.verdict(), shown);
         }

@@ -1,6 +1,6 @@
 //! Lab 4's figures: throughput and efficiency against the CPU cost per
 //! variant, with the model beside them, and the timelines of variant 1 (the
-//! seed's problem) above variant 3 (its fix).
+//! exercise's starting code) above variant 3 (its answer).
 
 use super::{CallbackRecord, CallbackResults, Variant};
 use crate::chart::{Figure, Panel, RGBColor, Series, XAxis};
@@ -31,16 +31,38 @@ pub fn throughput_and_efficiency(rec: &CallbackRecord, origin: &str) -> Figure {
         r.config
             .variants
             .iter()
-            .map(|&v| Series { label: v.label().into(), color: color(v), dashed: false, points: r.points.iter().zip(&x).filter_map(|(p, &x)| f(p, v).map(|y| (x, y))).collect() })
+            .map(|&v| Series {
+                label: v.label().into(),
+                color: color(v),
+                dashed: false,
+                points: r.points.iter().zip(&x).filter_map(|(p, &x)| f(p, v).map(|y| (x, y))).collect(),
+            })
             .collect()
     };
     let mut throughput = per_variant(&|p, v| r.throughput(p, v));
     let model = |v: Variant| -> Vec<(f64, f64)> { r.points.iter().zip(&x).map(|(p, &x)| (x, n / (r.model_ms(p, v) / 1e3))).collect() };
-    throughput.push(Series { label: "bound: n·max(G, C) + min(G, C)".into(), color: RGBColor(44, 160, 44), dashed: true, points: model(Variant::HandOffToWorker) });
-    throughput.push(Series { label: "model of 1: n·(G + C + host fn round trip)".into(), color: RGBColor(120, 120, 120), dashed: true, points: model(Variant::HostFnOnCompute) });
+    throughput.push(Series {
+        label: "bound: n·max(G, C) + min(G, C)".into(),
+        color: RGBColor(44, 160, 44),
+        dashed: true,
+        points: model(Variant::HandOffToWorker),
+    });
+    throughput.push(Series {
+        label: "model of 1: n·(G + C + host fn round trip)".into(),
+        color: RGBColor(120, 120, 120),
+        dashed: true,
+        points: model(Variant::HostFnOnCompute),
+    });
     let mut efficiency = per_variant(&|p, v| r.efficiency(p, v).map(|e| 100.0 * e.ratio));
     efficiency.push(Series { label: "target 90%".into(), color: RGBColor(44, 160, 44), dashed: true, points: x.iter().map(|&x| (x, 90.0)).collect() });
-    let panel = |title: &str, y: &str, series| Panel { title: title.into(), x_axis: XAxis::LogRatio, x_label: "CPU per iteration / GPU per iteration (C/G)".into(), y_label: y.into(), log_y: false, series };
+    let panel = |title: &str, y: &str, series| Panel {
+        title: title.into(),
+        x_axis: XAxis::LogRatio,
+        x_label: "CPU per iteration / GPU per iteration (C/G)".into(),
+        y_label: y.into(),
+        log_y: false,
+        series,
+    };
     Figure {
         stem: "lab4-throughput-efficiency".into(),
         title: format!("Callback stream: where the argmin runs ({} iterations, G = {:.3} ms)", r.config.iterations, r.gpu_ms.median),
@@ -82,7 +104,8 @@ pub fn timelines(rec: &CallbackRecord, origin: &str, iterations: usize) -> Optio
     let r = &rec.results;
     let from = r.config.iterations.saturating_sub(iterations) / 2;
     let to = (from + iterations).min(r.config.iterations);
-    let panels: Vec<Timeline> = [Variant::HostFnOnCompute, Variant::HandOffToWorker].iter().filter_map(|&v| timeline_of(r, v)).map(|t| iterations_window(t, from, to)).collect();
+    let panels: Vec<Timeline> =
+        [Variant::HostFnOnCompute, Variant::HandOffToWorker].iter().filter_map(|&v| timeline_of(r, v)).map(|t| iterations_window(t, from, to)).collect();
     (!panels.is_empty()).then(|| {
         let c = r.balanced().map_or(f64::NAN, |p| p.cpu_ms() / r.gpu_ms.median);
         Gantt::new("lab4-timelines", &format!("Host function on the compute stream vs hand-off to a worker (C/G {c:.2})"), origin, panels)
@@ -107,7 +130,12 @@ mod tests {
                     ]
                 })
                 .collect();
-            r.timelines.push(Timeline { title: format!("measured: variant {}", v.label()), device: "GPU 0 (Test)".into(), spans, source: "cuda events".into() });
+            r.timelines.push(Timeline {
+                title: format!("measured: variant {}", v.label()),
+                device: "GPU 0 (Test)".into(),
+                spans,
+                source: "cuda events".into(),
+            });
         }
         crate::record::Record::new(super::super::LAB, crate::testing::fingerprint(), r)
     }
@@ -136,7 +164,11 @@ mod tests {
         }
         let g = timelines(&rec, "test", 8).unwrap();
         assert_eq!(g.timelines.len(), 2);
-        assert!(g.timelines[0].title.contains("1: host fn on compute stream") && g.timelines[0].title.ends_with("iterations 60-67"), "{}", g.timelines[0].title);
+        assert!(
+            g.timelines[0].title.contains("1: host fn on compute stream") && g.timelines[0].title.ends_with("iterations 60-67"),
+            "{}",
+            g.timelines[0].title
+        );
         assert!(g.to_svg().unwrap().contains("makespan"));
     }
 }

@@ -116,13 +116,20 @@ fn judge_places(rep: &mut CheckReport, places: &[Sent]) {
         ));
     }
     if count(Sent::To(ArgminOn::WaitingThread)) > 0 {
-        rep.note("a thread waits on each \"scores ready\" event itself (variant 4, no host function): correct too; the exercise asks for the callback stream's hand-off, the seed's fix");
+        rep.note("a thread waits on each \"scores ready\" event itself (variant 4, no host function): correct too; the exercise asks for the callback stream's hand-off to the worker");
     }
 }
 
 /// The time against the bound and the serial sum.
 fn judge_time(rep: &mut CheckReport, how: &str, measured: f64, serial: f64, bound: f64) {
-    rep.judge_overlap(how, measured, ("GPU and CPU taking turns", serial), bound, TARGET_EFFICIENCY, "GPU iteration t+1 does not run while the CPU works on iteration t");
+    rep.judge_overlap(
+        how,
+        measured,
+        ("GPU and CPU taking turns", serial),
+        bound,
+        TARGET_EFFICIENCY,
+        "GPU iteration t+1 does not run while the CPU works on iteration t",
+    );
 }
 
 /// The CPU cost the exercise is checked at, as a share of the GPU's. At
@@ -206,7 +213,13 @@ pub fn check_on_gpu(gpu: &Gpu, cfg: &CallbackConfig, iteration: impl Fn(&mut dyn
     // The fastest run against the fastest G: noise only ever slows a run.
     // C stays the median the runs saw (the CPU work each iteration really did).
     let (measured, c, g) = (Summary::of(&totals)?.min, Summary::of(&cpus)?.median, Summary::of(&gpus)?.min);
-    judge_time(&mut rep, &format!("measured, fastest of 5 (G {g:.3} ms, C {c:.3} ms per iteration, {passes} argmin passes)"), measured, serial_ms(n, g, c), bound_ms(n, g, c));
+    judge_time(
+        &mut rep,
+        &format!("measured, fastest of 5 (G {g:.3} ms, C {c:.3} ms per iteration, {passes} argmin passes)"),
+        measured,
+        serial_ms(n, g, c),
+        bound_ms(n, g, c),
+    );
     Ok(rep)
 }
 
@@ -240,7 +253,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_seeds_fix_passes_on_the_model() {
+    fn the_hand_off_to_the_worker_passes_on_the_model() {
         let r = check_on_model(&rec(), super::super::hand_off_to_worker);
         assert!(r.passed, "{r}");
         assert!(r.to_string().contains("predicted"), "{r}");

@@ -1,4 +1,4 @@
-//! Lab 4: a callback stream and a CPU worker (the seed's overlap fix).
+//! Lab 4: a callback stream and a CPU worker.
 //!
 //! Each iteration a `row_dot` kernel scores a query against every key on
 //! the compute stream, the scores go D2H into a pinned slot, and the CPU
@@ -9,7 +9,7 @@
 //! 2. a host function on a separate callback stream, after an event
 //!    recorded behind the D2H, does the argmin: the compute stream runs on,
 //!    but every host function shares the driver's one callback thread;
-//! 3. the seed's fix: that host function only hands the job to a worker
+//! 3. the fix (the exercise's answer): that host function only hands the job to a worker
 //!    thread, which does the argmin;
 //! 4. no host function: a thread waits on the event itself, then works.
 //!
@@ -152,7 +152,7 @@ pub fn host_fn_on_callback_stream(l: &mut dyn CallbackIssue, t: usize) -> Result
     l.host_fn_argmin(On::Callback, s)
 }
 
-/// Variant 3 (the seed's fix): the callback only hands the job over.
+/// Variant 3 (the exercise's answer): the callback only hands the job over.
 pub fn hand_off_to_worker(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
     let s = scores_into_slot(l, t)?;
     l.record_scores_ready(On::Compute, s)?;
@@ -204,7 +204,17 @@ impl Default for CallbackConfig {
         // scores fresh from a DMA is cheap enough (~0.05 ms) that the CPU
         // cost can go well below the GPU's, and each further pass adds a
         // little, up to several times the GPU's.
-        CallbackConfig { device: 0, rows: 64 << 10, dim: 4096, iterations: 256, slots: 4, cpu_over_gpu: vec![0.25, 0.5, 1.0, 2.0, 4.0], variants: Variant::ALL.to_vec(), warmup: 1, repeats: 7 }
+        CallbackConfig {
+            device: 0,
+            rows: 64 << 10,
+            dim: 4096,
+            iterations: 256,
+            slots: 4,
+            cpu_over_gpu: vec![0.25, 0.5, 1.0, 2.0, 4.0],
+            variants: Variant::ALL.to_vec(),
+            warmup: 1,
+            repeats: 7,
+        }
     }
 }
 

@@ -90,7 +90,9 @@ impl ModelSlot {
         let landed = self.d2h.iter().filter(|d| d.1 <= start).max_by(|a, b| a.1.total_cmp(&b.1)).map(|d| d.2);
         if let Some(by) = self.d2h.iter().find(|d| d.0 < end && d.1 > start).map(|d| d.2) {
             let by = by.map_or("?".into(), |b| b.to_string());
-            return Some(format!("slot {index} was overwritten (by iteration {by}'s scores) while iteration {t}'s argmin read it: the slot was reused too early"));
+            return Some(format!(
+                "slot {index} was overwritten (by iteration {by}'s scores) while iteration {t}'s argmin read it: the slot was reused too early"
+            ));
         }
         match landed {
             Some(Some(u)) if u == t => None,
@@ -217,7 +219,8 @@ impl ModelIssuer {
 impl CallbackIssue for ModelIssuer {
     fn take_slot(&mut self, t: usize) -> Result<Slot> {
         // The oldest returned of the slots whose argmin is issued.
-        let Some(i) = (0..self.slots.len()).filter(|&i| self.slots[i].lease.is_none()).min_by(|&a, &b| self.slots[a].free_at.total_cmp(&self.slots[b].free_at)) else {
+        let Some(i) = (0..self.slots.len()).filter(|&i| self.slots[i].lease.is_none()).min_by(|&a, &b| self.slots[a].free_at.total_cmp(&self.slots[b].free_at))
+        else {
             return Err(LabError::schedule(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
         };
         let free = self.slots[i].free_at;
@@ -329,7 +332,11 @@ mod tests {
     #[test]
     fn the_overlapping_variants_come_near_the_bound() {
         let bound = bound_ms(200, COSTS.gpu_ms(), COSTS.cpu_ms);
-        for (v, on) in [(Variant::HostFnOnCallbackStream, ArgminOn::HostFn(On::Callback)), (Variant::HandOffToWorker, ArgminOn::Worker), (Variant::EventWaitingThread, ArgminOn::WaitingThread)] {
+        for (v, on) in [
+            (Variant::HostFnOnCallbackStream, ArgminOn::HostFn(On::Callback)),
+            (Variant::HandOffToWorker, ArgminOn::Worker),
+            (Variant::EventWaitingThread, ArgminOn::WaitingThread),
+        ] {
             let m = run(v, 200);
             let eff = bound / m.total_ms();
             // Variant 2's stream pays a host function's dispatch and release

@@ -170,8 +170,12 @@ impl RunState {
             _ if before != t as u32 && (before as usize) > t && before != NO_RESULT => {
                 self.error(format!("slot {slot} held iteration {before}'s scores when iteration {t} read it: the slot was reused too early"))
             }
-            _ if before != t as u32 => self.error(format!("iteration {t} read slot {slot} before its scores arrived (stamp {before:#x}): the argmin ran before the D2H finished")),
-            _ if after != t as u32 || !current => self.error(format!("slot {slot} was overwritten while iteration {t} read it (stamp {after:#x}): the slot was reused too early")),
+            _ if before != t as u32 => {
+                self.error(format!("iteration {t} read slot {slot} before its scores arrived (stamp {before:#x}): the argmin ran before the D2H finished"))
+            }
+            _ if after != t as u32 || !current => {
+                self.error(format!("slot {slot} was overwritten while iteration {t} read it (stamp {after:#x}): the slot was reused too early"))
+            }
             Ok(Err(why)) => self.error(format!("iteration {t}: {why}")),
             Err(p) => self.error(format!("the argmin of iteration {t} panicked: {}", panic_message(&*p))),
             Ok(Ok(i)) => self.results[t].store(i, Ordering::Release),
@@ -219,7 +223,7 @@ impl RunState {
 pub enum CallbackTask {
     /// Variants 1 and 2: the argmin itself, on the driver's callback thread.
     Argmin { state: Arc<RunState>, job: ArgminJob },
-    /// Variant 3 (the seed's fix): only hand the job to the worker.
+    /// Variant 3 (the fix the exercise asks for): only hand the job to the worker.
     HandOff { state: Arc<RunState>, job: ArgminJob, to: Sender<ArgminJob> },
     /// Nothing: measures a host function's own round trip.
     Nothing,

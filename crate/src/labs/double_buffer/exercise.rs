@@ -117,7 +117,14 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
     let fastest = |v: &[f64]| crate::stats::Summary::of(v).map(|s| s.min);
     let (measured, c, k, p) = (fastest(&totals)?, fastest(&stages[0])?, fastest(&stages[1])?, fastest(&stages[2])?);
     let serial = cfg.batches as f64 * (c + k);
-    report(&mut rep, measured, serial, bound_with_producer_ms(cfg.batches, p, c, k), streams_used, &format!("measured, fastest of {TIMED_RUNS} (per batch now: copy {c:.3} ms, kernel {k:.3} ms, produce {p:.3} ms)"));
+    report(
+        &mut rep,
+        measured,
+        serial,
+        bound_with_producer_ms(cfg.batches, p, c, k),
+        streams_used,
+        &format!("measured, fastest of {TIMED_RUNS} (per batch now: copy {c:.3} ms, kernel {k:.3} ms, produce {p:.3} ms)"),
+    );
     Ok(rep)
 }
 
@@ -286,14 +293,44 @@ mod tests {
                 &["different streams but still take turns"],
             ),
             ("refills a host buffer too early", 8, Box::new(refills_host_buffer_too_early), &["race (a buffer reused too early?): 'produce batch 2' writes"]),
-            ("overwrites a device buffer too early", 8, Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, false, true, true, i, i))), &["race", "'H2D batch 2' writes"]),
-            ("computes before its copy", 8, Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, false, i, i))), &["race", "'compute batch 0' reads"]),
+            (
+                "overwrites a device buffer too early",
+                8,
+                Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, false, true, true, i, i))),
+                &["race", "'H2D batch 2' writes"],
+            ),
+            (
+                "computes before its copy",
+                8,
+                Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, false, i, i))),
+                &["race", "'compute batch 0' reads"],
+            ),
             ("one device buffer for all", 8, Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, 0, true, true, true, i, i))), &["race"]),
-            ("results in reverse", 4, Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, i, t.batches - 1 - i))), &["wrong data: results for batch 0 hold batch 3's"]),
-            ("the last batch forgotten", 8, Box::new(|p, t| variant(p, t, t.batches - 1, &|i| (i % 2, i % 2, true, true, true, i, i))), &["wrong data: batch 7 was never computed"]),
-            ("produces the wrong batch", 8, Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, (i + 1) % t.batches, i))), &["wrong data: results for batch 0 hold batch 1's"]),
+            (
+                "results in reverse",
+                4,
+                Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, i, t.batches - 1 - i))),
+                &["wrong data: results for batch 0 hold batch 3's"],
+            ),
+            (
+                "the last batch forgotten",
+                8,
+                Box::new(|p, t| variant(p, t, t.batches - 1, &|i| (i % 2, i % 2, true, true, true, i, i))),
+                &["wrong data: batch 7 was never computed"],
+            ),
+            (
+                "produces the wrong batch",
+                8,
+                Box::new(|p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, (i + 1) % t.batches, i))),
+                &["wrong data: results for batch 0 hold batch 1's"],
+            ),
             ("panics", 8, Box::new(|_, t| panic!("no buffer {}", t.batches)), &["your schedule panicked: no buffer 8"]),
-            ("an offset past the end", 8, Box::new(|p, t| p.h2d(t.copy, t.dev[0], usize::MAX - 3, t.host[0], 0, 8, "up")), &["your schedule stopped with", "do not fit"]),
+            (
+                "an offset past the end",
+                8,
+                Box::new(|p, t| p.h2d(t.copy, t.dev[0], usize::MAX - 3, t.host[0], 0, 8, "up")),
+                &["your schedule stopped with", "do not fit"],
+            ),
             ("one batch", 1, Box::new(pipelined), &["1 batches is out of range"]),
             ("100000 batches", 100_000, Box::new(pipelined), &["100000 batches is out of range"]),
         ];

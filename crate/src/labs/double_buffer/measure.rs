@@ -95,7 +95,8 @@ impl DbRig {
             (0..64usize).find_map(|j| {
                 let i = b * n + j * (n - 1) / 63;
                 let want = compute_reference(pattern::f32_at(seed, i), iterations);
-                (out[i].to_bits() != want.to_bits()).then(|| LabError::wrong_data("device results", i, format!("(batch {b}, its element {}) got {}, expected {want}", i - b * n, out[i])))
+                (out[i].to_bits() != want.to_bits())
+                    .then(|| LabError::wrong_data("device results", i, format!("(batch {b}, its element {}) got {}, expected {want}", i - b * n, out[i])))
             })
         });
         bad.map_or(Ok(()), Err)

@@ -41,7 +41,15 @@ impl Default for DoubleBufferConfig {
         // (0.40 ms), and the pipeline read 56% of a bound it could not
         // reach: hence also twice the producer's time alone (in the
         // pipeline the DMA slows it further).
-        DoubleBufferConfig { device: 0, batches: 64, batch_elements: 2 << 20, kernel_over_copy: 2.5, kernel_over_produce: default_kernel_over_produce(), warmup: 1, repeats: 5 }
+        DoubleBufferConfig {
+            device: 0,
+            batches: 64,
+            batch_elements: 2 << 20,
+            kernel_over_copy: 2.5,
+            kernel_over_produce: default_kernel_over_produce(),
+            warmup: 1,
+            repeats: 5,
+        }
     }
 }
 
@@ -179,7 +187,6 @@ pub struct DoubleBufferResults {
     pub timeline_source: String,
 }
 
-
 pub type DoubleBufferRecord = crate::record::Record<DoubleBufferResults>;
 
 impl DoubleBufferResults {
@@ -196,7 +203,16 @@ impl DoubleBufferResults {
     /// table of GPUs side by side.
     pub fn headline(&self) -> Vec<(String, String)> {
         let mut rows = vec![
-            ("no overlap / double-buffered".into(), format!("{:.2} / {:.2} ms ({} x {})", self.no_overlap_ms.median, self.pipelined_ms.median, self.config.batches, crate::units::Bytes(self.config.batch_elements as u64 * 4))),
+            (
+                "no overlap / double-buffered".into(),
+                format!(
+                    "{:.2} / {:.2} ms ({} x {})",
+                    self.no_overlap_ms.median,
+                    self.pipelined_ms.median,
+                    self.config.batches,
+                    crate::units::Bytes(self.config.batch_elements as u64 * 4)
+                ),
+            ),
             ("speed-up; against the bound".into(), format!("{:.2}x; {:.1}%", self.speedup(), 100.0 * self.efficiency().ratio)),
         ];
         if let Some(pct) = self.timeline_overhead_pct {
@@ -236,24 +252,6 @@ impl DoubleBufferResults {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bound_is_n_times_the_slower_stage_plus_the_faster_once() {
-        assert_eq!(bound_ms(10, 1.0, 2.0), 21.0);
-        assert_eq!(bound_ms(10, 2.0, 1.0), 21.0);
-        let mut c = DoubleBufferConfig::default();
-        c.validate().unwrap();
-        c.batches = 1;
-        assert!(c.validate().unwrap_err().to_string().contains("batches"));
-        c.batches = 4;
-        c.batch_elements = 3;
-        assert!(c.validate().unwrap_err().to_string().contains("even"));
-    }
-}
-
 /// The no-overlap and double-buffered timelines, one above the other.
 pub fn timeline_chart(rec: &DoubleBufferRecord, origin: &str) -> crate::timeline::Gantt {
     crate::timeline::Gantt::new(
@@ -289,4 +287,22 @@ impl crate::notebook::LabRun<DoubleBufferResults> {
 /// Lab 3 in a notebook: live on a GPU, else the newest recording.
 pub fn live_or_recorded(cfg: DoubleBufferConfig) -> Result<crate::notebook::LabRun<DoubleBufferResults>> {
     crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bound_is_n_times_the_slower_stage_plus_the_faster_once() {
+        assert_eq!(bound_ms(10, 1.0, 2.0), 21.0);
+        assert_eq!(bound_ms(10, 2.0, 1.0), 21.0);
+        let mut c = DoubleBufferConfig::default();
+        c.validate().unwrap();
+        c.batches = 1;
+        assert!(c.validate().unwrap_err().to_string().contains("batches"));
+        c.batches = 4;
+        c.batch_elements = 3;
+        assert!(c.validate().unwrap_err().to_string().contains("even"));
+    }
 }

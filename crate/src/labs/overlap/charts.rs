@@ -23,10 +23,7 @@ pub fn speedup_heatmap(rec: &OverlapRecord, order: IssueOrder, origin: &str) -> 
                 y_label: "streams".into(),
                 columns: cols.iter().map(|c| c.to_string()).collect(),
                 rows: rows.iter().map(|s| s.to_string()).collect(),
-                values: rows
-                    .iter()
-                    .map(|&s| cols.iter().map(|&c| ir.point(c, s, order).and_then(|p| model::speedup(ir, p))).collect())
-                    .collect(),
+                values: rows.iter().map(|&s| cols.iter().map(|&c| ir.point(c, s, order).and_then(|p| model::speedup(ir, p))).collect()).collect(),
             }
         })
         .collect();
@@ -47,7 +44,11 @@ pub fn measured_vs_bound(rec: &OverlapRecord, origin: &str) -> Figure {
         .iter()
         .map(|ir| {
             let mut series = Vec::new();
-            for (order, color) in [(IssueOrder::DepthFirst, RGBColor(31, 119, 180)), (IssueOrder::BreadthFirst, RGBColor(255, 127, 14)), (IssueOrder::StageStreams, RGBColor(148, 103, 189))] {
+            for (order, color) in [
+                (IssueOrder::DepthFirst, RGBColor(31, 119, 180)),
+                (IssueOrder::BreadthFirst, RGBColor(255, 127, 14)),
+                (IssueOrder::StageStreams, RGBColor(148, 103, 189)),
+            ] {
                 let points: Vec<(f64, f64)> = r
                     .config
                     .chunks
@@ -81,7 +82,13 @@ pub fn measured_vs_bound(rec: &OverlapRecord, origin: &str) -> Figure {
             Panel { title: ir.intensity.label().into(), x_axis: XAxis::LogCount, x_label: "chunks".into(), y_label: "ms".into(), log_y: false, series }
         })
         .collect();
-    Figure { stem: "lab2-measured-vs-bound".into(), title: "Chunked pipeline: measured against the model".into(), subtitle: origin.into(), panels, panel_size: (480, 400) }
+    Figure {
+        stem: "lab2-measured-vs-bound".into(),
+        title: "Chunked pipeline: measured against the model".into(),
+        subtitle: origin.into(),
+        panels,
+        panel_size: (480, 400),
+    }
 }
 
 /// Serial, best measured and best predicted timelines for one intensity.

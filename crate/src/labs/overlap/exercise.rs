@@ -45,7 +45,9 @@ fn data_findings(cells: &[Provenance], t: &ChunkTask, rep: &mut CheckReport) {
             Provenance::Output(i) => format!("wrong data: output element {j} (chunk {c}) holds the result for element {i}: an offset is wrong"),
             Provenance::Unset => format!("wrong data: output element {j} (chunk {c}) never reached the host: a D2H is missing or covers too little"),
             Provenance::Input(_) => format!("wrong data: output element {j} (chunk {c}) holds an input, not a result: the D2H reads the wrong buffer"),
-            Provenance::Garbage => format!("wrong data: output element {j} (chunk {c}) was computed from data never uploaded: the kernel reads a range no H2D wrote"),
+            Provenance::Garbage => {
+                format!("wrong data: output element {j} (chunk {c}) was computed from data never uploaded: the kernel reads a range no H2D wrote")
+            }
         };
         rep.problem(msg);
         return;
@@ -60,10 +62,15 @@ fn race_findings(races: &[crate::schedule::Race], rep: &mut CheckReport) {
 
 fn timing_findings(measured: f64, serial: f64, bound: f64, (chunks, streams_used): (usize, usize), how: &str, rep: &mut CheckReport) {
     let eff = bound / measured;
-    rep.note(format!("{how}: {measured:.3} ms; one stream {serial:.3} ms; bound {bound:.3} ms; efficiency {} (target {:.0}%)", pct(eff), 100.0 * TARGET_EFFICIENCY));
+    rep.note(format!(
+        "{how}: {measured:.3} ms; one stream {serial:.3} ms; bound {bound:.3} ms; efficiency {} (target {:.0}%)",
+        pct(eff),
+        100.0 * TARGET_EFFICIENCY
+    ));
     if measured > 0.95 * serial {
         rep.problem(if chunks <= 1 {
-            "no overlap: with one chunk each stage needs all of the previous one's data, so nothing can run at once; split the data into several chunks".to_string()
+            "no overlap: with one chunk each stage needs all of the previous one's data, so nothing can run at once; split the data into several chunks"
+                .to_string()
         } else if streams_used <= 1 {
             "no overlap: every operation is on one stream, so each waits for the one before; spread the chunks over the streams".to_string()
         } else {
@@ -100,7 +107,13 @@ fn sizes_in_range(rep: &mut CheckReport, chunks: usize, streams: usize) -> bool 
 
 /// Checks `issue` with no GPU: data by provenance, races from the schedule,
 /// time from the queue model with the parts recorded in `rec`.
-pub fn check_on_model(rec: &OverlapResults, intensity: Intensity, chunks: usize, streams: usize, issue: impl Fn(&mut dyn Issue, &ChunkTask) -> Result<()>) -> CheckReport {
+pub fn check_on_model(
+    rec: &OverlapResults,
+    intensity: Intensity,
+    chunks: usize,
+    streams: usize,
+    issue: impl Fn(&mut dyn Issue, &ChunkTask) -> Result<()>,
+) -> CheckReport {
     let mut rep = CheckReport::new(&format!("chunked issue loop, {chunks} chunks on {streams} streams (queue model, no GPU)"));
     let Some(ir) = rec.intensity(intensity) else {
         rep.problem(format!("the recording has no {} runs", intensity.label()));
@@ -144,7 +157,14 @@ const TIMED_RUNS: usize = 5;
 
 /// Checks `issue` on the GPU: real data verified, races, and the measured
 /// time against the bound of this chunking measured now.
-pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: usize, streams: usize, issue: impl Fn(&mut dyn Issue, &ChunkTask) -> Result<()>) -> Result<CheckReport> {
+pub fn check_on_gpu(
+    gpu: &Gpu,
+    intensity: Intensity,
+    elements: usize,
+    chunks: usize,
+    streams: usize,
+    issue: impl Fn(&mut dyn Issue, &ChunkTask) -> Result<()>,
+) -> Result<CheckReport> {
     let mut rep = CheckReport::new(&format!("chunked issue loop, {chunks} chunks on {streams} streams (live on {})", gpu.name()));
     if !sizes_in_range(&mut rep, chunks, streams) {
         return Ok(rep);
@@ -380,7 +400,13 @@ mod tests {
                 }),
                 &["computed from data never uploaded"],
             ),
-            ("an offset past the end", 4, 2, Box::new(|p, t| p.h2d(t.streams[0], t.dev_in, usize::MAX, t.host_in, 0, 8, "up")), &["your issue loop stopped with", "do not fit"]),
+            (
+                "an offset past the end",
+                4,
+                2,
+                Box::new(|p, t| p.h2d(t.streams[0], t.dev_in, usize::MAX, t.host_in, 0, 8, "up")),
+                &["your issue loop stopped with", "do not fit"],
+            ),
             ("panics", 4, 2, Box::new(|_, t| panic!("chunk {} is odd", t.chunks)), &["your issue loop panicked: chunk 4 is odd"]),
             ("100000 streams", 16, 100_000, Box::new(solution), &["100000 streams is out of range"]),
             ("2000 chunks", 2000, 4, Box::new(solution), &["2000 chunks is out of range"]),

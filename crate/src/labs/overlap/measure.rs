@@ -71,7 +71,14 @@ impl Rig {
     }
 
     /// Like `run` (all stages, no syncs) with the timeline from `source`.
-    pub fn run_with_source(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, source: crate::gpu::TimelineSource) -> Result<PipelineRun> {
+    pub fn run_with_source(
+        &mut self,
+        chunks: usize,
+        streams: usize,
+        order: IssueOrder,
+        iterations: i32,
+        source: crate::gpu::TimelineSource,
+    ) -> Result<PipelineRun> {
         let before = std::mem::replace(&mut self.timeline_source, source);
         let r = self.run(chunks, streams, order, iterations, true, false);
         self.timeline_source = before;
@@ -81,7 +88,16 @@ impl Rig {
     /// Issues only `stages` of the chunked pipeline (to time a stage alone
     /// with a point's own chunking).
     #[allow(clippy::too_many_arguments)]
-    pub fn run_stages(&mut self, chunks: usize, streams: usize, order: IssueOrder, stages: &[OpKind], iterations: i32, timeline: bool, sync: bool) -> Result<PipelineRun> {
+    pub fn run_stages(
+        &mut self,
+        chunks: usize,
+        streams: usize,
+        order: IssueOrder,
+        stages: &[OpKind],
+        iterations: i32,
+        timeline: bool,
+        sync: bool,
+    ) -> Result<PipelineRun> {
         let source = if timeline { self.timeline_source } else { crate::gpu::TimelineSource::Off };
         let names: Vec<String> = match order {
             IssueOrder::StageStreams => ["uploads", "kernels", "downloads"].map(String::from).to_vec(),
@@ -98,7 +114,14 @@ impl Rig {
 
     /// Runs an issue loop on this rig's buffers and its first `streams.len()`
     /// streams (named `streams`): the lab's own orders and a learner's loop alike.
-    pub fn run_loop(&mut self, chunks: usize, streams: &[String], source: crate::gpu::TimelineSource, iterations: i32, issue: &dyn Fn(&mut dyn crate::issue::Issue, &ChunkTask) -> Result<()>) -> Result<PipelineRun> {
+    pub fn run_loop(
+        &mut self,
+        chunks: usize,
+        streams: &[String],
+        source: crate::gpu::TimelineSource,
+        iterations: i32,
+        issue: &dyn Fn(&mut dyn crate::issue::Issue, &ChunkTask) -> Result<()>,
+    ) -> Result<PipelineRun> {
         if streams.len() > self.streams.len() {
             return Err(LabError::config(format!("{} streams asked for; this rig has {}", streams.len(), self.streams.len())));
         }
@@ -167,7 +190,16 @@ impl Rig {
     /// every timed run one sample of its parts: the pipeline and the bound
     /// come from the same moments, so a slow spell of the link (seen on the
     /// H100: D2H alone at half speed for a second) slows both or neither.
-    pub fn measure_point(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, warmup: usize, repeats: usize, samples_per_chunk: usize) -> Result<(Summary, Parts)> {
+    pub fn measure_point(
+        &mut self,
+        chunks: usize,
+        streams: usize,
+        order: IssueOrder,
+        iterations: i32,
+        warmup: usize,
+        repeats: usize,
+        samples_per_chunk: usize,
+    ) -> Result<(Summary, Parts)> {
         let (mut totals, mut parts) = (Vec::new(), Vec::new());
         for rep in 0..warmup + repeats {
             let seed = self.prepare();
@@ -201,7 +233,13 @@ impl Rig {
     }
 
     /// Runs a learner's issue loop on this rig's first `streams` streams.
-    pub fn run_custom(&mut self, streams: usize, chunks: usize, iterations: i32, issue: &dyn Fn(&mut dyn crate::issue::Issue, &ChunkTask) -> Result<()>) -> Result<PipelineRun> {
+    pub fn run_custom(
+        &mut self,
+        streams: usize,
+        chunks: usize,
+        iterations: i32,
+        issue: &dyn Fn(&mut dyn crate::issue::Issue, &ChunkTask) -> Result<()>,
+    ) -> Result<PipelineRun> {
         let names: Vec<String> = (0..streams.min(self.streams.len())).map(|i| format!("s{i}")).collect();
         self.run_loop(chunks, &names, crate::gpu::TimelineSource::Off, iterations, issue)
     }

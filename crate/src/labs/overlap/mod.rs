@@ -414,6 +414,60 @@ impl OverlapResults {
     }
 }
 
+/// Notebook entry points for lab 2.
+impl crate::notebook::LabRun<OverlapResults> {
+    pub fn summary(&self) -> String {
+        self.record.results.summary()
+    }
+    /// The classic ceilings next to the measured speed-ups.
+    pub fn speedup_limits(&self) -> String {
+        model::speedup_limits(&self.record.results.intensities, self.record.results.copy_engines)
+    }
+    /// Every point of one intensity against its own bound, fastest first.
+    pub fn efficiency_table(&self, intensity: Intensity) -> String {
+        self.record
+            .results
+            .intensity(intensity)
+            .map_or_else(|| format!("no {} runs recorded\n", intensity.label()), |ir| model::efficiency_table(ir, self.record.results.copy_engines))
+    }
+    pub fn speedup_heatmap(&self, order: IssueOrder) -> crate::chart::Heatmap {
+        charts::speedup_heatmap(&self.record, order, &self.origin())
+    }
+    pub fn measured_vs_bound_chart(&self) -> crate::chart::Figure {
+        charts::measured_vs_bound(&self.record, &self.origin())
+    }
+    /// Serial vs best pipeline, measured and predicted, for one intensity.
+    pub fn timeline_chart(&self, intensity: Intensity) -> Option<crate::timeline::Gantt> {
+        let i = self.record.results.intensities.iter().position(|r| r.intensity == intensity)?;
+        charts::timelines(&self.record, i, &self.origin())
+    }
+    /// Checks a learner's issue loop: on the GPU when one is here (at the
+    /// recorded data size), else on the queue model with the recorded parts.
+    pub fn check_issue_loop(
+        &self,
+        intensity: Intensity,
+        chunks: usize,
+        streams: usize,
+        issue: impl Fn(&mut dyn crate::issue::Issue, &exercise::ChunkTask) -> Result<()>,
+    ) -> crate::check::CheckReport {
+        if crate::gpu::Availability::probe().is_ready() && std::env::var_os(crate::notebook::FORCE_RECORDED_ENV).is_none() {
+            let live = crate::gpu::Gpu::open(self.record.results.config.device)
+                .and_then(|gpu| exercise::check_on_gpu(&gpu, intensity, self.record.results.config.elements, chunks, streams, &issue));
+            return live.unwrap_or_else(|e| {
+                let mut rep = crate::check::CheckReport::new("chunked issue loop (live)");
+                rep.problem(format!("the run failed: {e}"));
+                rep
+            });
+        }
+        exercise::check_on_model(&self.record.results, intensity, chunks, streams, issue)
+    }
+}
+
+/// Lab 2 in a notebook: live on a GPU, else the newest recording.
+pub fn live_or_recorded(cfg: OverlapConfig) -> Result<crate::notebook::LabRun<OverlapResults>> {
+    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -462,55 +516,4 @@ mod tests {
         let only_ss = OverlapConfig { orders: vec![IssueOrder::StageStreams], streams: vec![1], ..cfg };
         assert_eq!(only_ss.max_streams(), 3);
     }
-}
-
-/// Notebook entry points for lab 2.
-impl crate::notebook::LabRun<OverlapResults> {
-    pub fn summary(&self) -> String {
-        self.record.results.summary()
-    }
-    /// The classic ceilings next to the measured speed-ups.
-    pub fn speedup_limits(&self) -> String {
-        model::speedup_limits(&self.record.results.intensities, self.record.results.copy_engines)
-    }
-    /// Every point of one intensity against its own bound, fastest first.
-    pub fn efficiency_table(&self, intensity: Intensity) -> String {
-        self.record.results.intensity(intensity).map_or_else(|| format!("no {} runs recorded\n", intensity.label()), |ir| model::efficiency_table(ir, self.record.results.copy_engines))
-    }
-    pub fn speedup_heatmap(&self, order: IssueOrder) -> crate::chart::Heatmap {
-        charts::speedup_heatmap(&self.record, order, &self.origin())
-    }
-    pub fn measured_vs_bound_chart(&self) -> crate::chart::Figure {
-        charts::measured_vs_bound(&self.record, &self.origin())
-    }
-    /// Serial vs best pipeline, measured and predicted, for one intensity.
-    pub fn timeline_chart(&self, intensity: Intensity) -> Option<crate::timeline::Gantt> {
-        let i = self.record.results.intensities.iter().position(|r| r.intensity == intensity)?;
-        charts::timelines(&self.record, i, &self.origin())
-    }
-    /// Checks a learner's issue loop: on the GPU when one is here (at the
-    /// recorded data size), else on the queue model with the recorded parts.
-    pub fn check_issue_loop(
-        &self,
-        intensity: Intensity,
-        chunks: usize,
-        streams: usize,
-        issue: impl Fn(&mut dyn crate::issue::Issue, &exercise::ChunkTask) -> Result<()>,
-    ) -> crate::check::CheckReport {
-        if crate::gpu::Availability::probe().is_ready() && std::env::var_os(crate::notebook::FORCE_RECORDED_ENV).is_none() {
-            let live = crate::gpu::Gpu::open(self.record.results.config.device)
-                .and_then(|gpu| exercise::check_on_gpu(&gpu, intensity, self.record.results.config.elements, chunks, streams, &issue));
-            return live.unwrap_or_else(|e| {
-                let mut rep = crate::check::CheckReport::new("chunked issue loop (live)");
-                rep.problem(format!("the run failed: {e}"));
-                rep
-            });
-        }
-        exercise::check_on_model(&self.record.results, intensity, chunks, streams, issue)
-    }
-}
-
-/// Lab 2 in a notebook: live on a GPU, else the newest recording.
-pub fn live_or_recorded(cfg: OverlapConfig) -> Result<crate::notebook::LabRun<OverlapResults>> {
-    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
 }

@@ -3,16 +3,20 @@
 
 use super::{ChunkTask, IntensityResults, OverlapPoint, Parts};
 use crate::error::Result;
-use crate::stats::Efficiency;
 use crate::issue::ModelPipeline;
 use crate::schedule::{Machine, OpKind};
+use crate::stats::Efficiency;
 
 /// Per point, efficiency against its own bound (best first).
 pub fn efficiency_table(r: &IntensityResults, copy_engines: u32) -> String {
     let mut pts: Vec<&OverlapPoint> = r.points.iter().collect();
     pts.sort_by(|a, b| a.total_ms.median.total_cmp(&b.total_ms.median));
     let mut s = String::new();
-    let _ = writeln!(s, "{:>6} {:>7} {:<16} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9} {:>7}", "chunks", "streams", "order", "measured", "model", "H", "K", "D", "H|D", "bound", "eff.");
+    let _ = writeln!(
+        s,
+        "{:>6} {:>7} {:<16} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9} {:>7}",
+        "chunks", "streams", "order", "measured", "model", "H", "K", "D", "H|D", "bound", "eff."
+    );
     let mut effs = Vec::new();
     for p in pts {
         let b = Bounds::of(&p.parts, p.chunks).for_engines(copy_engines);
@@ -34,7 +38,10 @@ pub fn efficiency_table(r: &IntensityResults, copy_engines: u32) -> String {
             e.cell()
         );
     }
-    let _ = writeln!(s, "model: the queue model's time for the same issue order, each operation its share of the parts (H, K, D timed alone with the point's chunks)");
+    let _ = writeln!(
+        s,
+        "model: the queue model's time for the same issue order, each operation its share of the parts (H, K, D timed alone with the point's chunks)"
+    );
     if let Some(why) = Efficiency::note(&effs) {
         let _ = writeln!(s, "{why}");
     }
@@ -145,8 +152,10 @@ pub fn speedup_limits(rs: &[IntensityResults], copy_engines: u32) -> String {
         if sp > classic * 1.005 {
             // Which stage ran faster in the best point's chunks than whole?
             let q = &best.parts;
-            let (name, alone, chunked) =
-                [("kernels", k, q.kernel_ms.median), ("uploads", h, q.h2d_ms.median), ("downloads", d, q.d2h_ms.median)].into_iter().max_by(|a, b| (a.1 / a.2).total_cmp(&(b.1 / b.2))).expect("three stages");
+            let (name, alone, chunked) = [("kernels", k, q.kernel_ms.median), ("uploads", h, q.h2d_ms.median), ("downloads", d, q.d2h_ms.median)]
+                .into_iter()
+                .max_by(|a, b| (a.1 / a.2).total_cmp(&(b.1 / b.2)))
+                .expect("three stages");
             let _ = writeln!(
                 s,
                 "{:<14} measured above the one-launch ceiling: in {} chunks on {} streams the {name} took {chunked:.2} ms, {:.1}% less than the whole data at once ({alone:.2} ms), which the classic formula cannot know",
@@ -187,7 +196,11 @@ pub fn headline(r: &super::OverlapResults) -> Vec<(String, String)> {
 /// efficiency against the bound, next to the best speed-up possible.
 pub fn summary_table(rs: &[IntensityResults], copy_engines: u32) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "{:<14} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>22} {:>9} {:>9} {:>9}", "intensity", "FMAs", "H ms", "K ms", "D ms", "H|D ms", "serial", "best (chunks/streams)", "speed-up", "ceiling", "eff.");
+    let _ = writeln!(
+        s,
+        "{:<14} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>22} {:>9} {:>9} {:>9}",
+        "intensity", "FMAs", "H ms", "K ms", "D ms", "H|D ms", "serial", "best (chunks/streams)", "speed-up", "ceiling", "eff."
+    );
     let mut effs = Vec::new();
     for r in rs {
         let Some(best) = r.best() else { continue };
@@ -214,7 +227,15 @@ pub fn summary_table(rs: &[IntensityResults], copy_engines: u32) -> String {
         );
     }
     let _ = writeln!(s, "H, K, D, H|D: the whole data in one copy or launch. serial: one chunk on one stream. ceiling: serial over the smallest bound of any point (its parts timed with its own chunks)");
-    let _ = writeln!(s, "bound with {copy_engines} copy engine(s): {}", if copy_engines >= 2 { "max of max(H, K, D) + one chunk's other stages, and (H + D)/C + (C-1)/C x H|D (H|D: both copies at once, in the point's chunks)" } else { "max(H + D, K) + fill" });
+    let _ = writeln!(
+        s,
+        "bound with {copy_engines} copy engine(s): {}",
+        if copy_engines >= 2 {
+            "max of max(H, K, D) + one chunk's other stages, and (H + D)/C + (C-1)/C x H|D (H|D: both copies at once, in the point's chunks)"
+        } else {
+            "max(H + D, K) + fill"
+        }
+    );
     if let Some(why) = Efficiency::note(&effs) {
         let _ = writeln!(s, "{why}");
     }
