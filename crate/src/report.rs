@@ -1,14 +1,7 @@
 //! `overlap-lab report`: every figure from the recorded data, no GPU needed.
 
-use crate::chart::Chart;
 use crate::error::{LabError, Result};
-use crate::labs::bandwidth::{self, BandwidthResults};
-use crate::labs::callback::{self, CallbackResults};
-use crate::labs::double_buffer::{self, DoubleBufferResults};
-use crate::labs::overlap::{self, OverlapResults};
-use crate::record::Record;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
+use crate::labs::table::{write_text, Visited};
 use std::path::{Path, PathBuf};
 
 /// Renders every figure of every recording under `data_dir` into
@@ -25,15 +18,6 @@ pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// One lab's recording on one device: the GPU's name, the headline rows
-/// and, when rendered, the files.
-struct Visited {
-    gpu: String,
-    lab: &'static str,
-    headline: Vec<(String, String)>,
-    files: Vec<PathBuf>,
-}
-
 /// Loads every recording under `data_dir` once: renders its figures into
 /// `out_dir` when given, and gathers every lab's headline numbers.
 fn visit(data_dir: &Path, out_dir: Option<&Path>) -> Result<(Vec<PathBuf>, Headlines)> {
@@ -45,12 +29,7 @@ fn visit(data_dir: &Path, out_dir: Option<&Path>) -> Result<(Vec<PathBuf>, Headl
     devices.sort();
     let (mut files, mut table) = (Vec::new(), Headlines::default());
     for dev in &devices {
-        let labs = [
-            lab::<BandwidthResults>(dev, bandwidth::LAB, out_dir, lab1_figures, bandwidth::model::headline)?,
-            lab::<OverlapResults>(dev, overlap::LAB, out_dir, lab2_figures, overlap::model::headline)?,
-            lab::<DoubleBufferResults>(dev, double_buffer::LAB, out_dir, lab3_figures, DoubleBufferResults::headline)?,
-            lab::<CallbackResults>(dev, callback::LAB, out_dir, lab4_figures, CallbackResults::headline)?,
-        ];
+        let labs = crate::labs::ALL.iter().map(|lab| lab.visit(dev, out_dir)).collect::<Result<Vec<_>>>()?;
         let labs: Vec<Visited> = labs.into_iter().flatten().collect();
         if let Some(first) = labs.first() {
             let gpu = first.gpu.clone();
@@ -63,30 +42,6 @@ fn visit(data_dir: &Path, out_dir: Option<&Path>) -> Result<(Vec<PathBuf>, Headl
         }
     }
     Ok((files, table))
-}
-
-/// Loads `dev/<lab>.json` if it exists; renders it into
-/// `out_dir/<device slug>/` (a provenance line on every figure) when asked.
-fn lab<T: Serialize + DeserializeOwned>(
-    dev: &Path,
-    lab: &'static str,
-    out_dir: Option<&Path>,
-    figures: fn(&Record<T>, &Path, &str) -> Result<Vec<PathBuf>>,
-    headline: fn(&T) -> Vec<(String, String)>,
-) -> Result<Option<Visited>> {
-    let path = dev.join(format!("{lab}.json"));
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let rec = Record::<T>::load(&path)?;
-    let files = match out_dir {
-        Some(out) => {
-            let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command_line());
-            figures(&rec, &out.join(rec.fingerprint.slug()), &origin)?
-        }
-        None => Vec::new(),
-    };
-    Ok(Some(Visited { gpu: rec.fingerprint.gpu_name.clone(), lab, headline: headline(&rec.results), files }))
 }
 
 /// Each lab's headline numbers with the GPUs side by side.
@@ -156,81 +111,6 @@ impl Headlines {
         }
         s
     }
-}
-
-fn write_text(path: PathBuf, text: String) -> Result<PathBuf> {
-    std::fs::write(&path, text).map_err(|e| LabError::io(format!("writing {}", path.display()), e))?;
-    Ok(path)
-}
-
-/// Lab 1: bandwidth, ratio, two clocks, pinning cost, summary.
-fn lab1_figures(rec: &Record<BandwidthResults>, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for fig in bandwidth::charts::all(rec, origin) {
-        files.extend(fig.save(dir)?);
-    }
-    let text = format!(
-        "{origin}\n\n{}\n{}\n{}\n{}",
-        rec.fingerprint.describe(),
-        bandwidth::model::summary_table(rec),
-        bandwidth::model::pin_cost_table(&rec.results),
-        bandwidth::model::break_even_table(&rec.results)
-    );
-    files.push(write_text(dir.join("lab1-summary.txt"), text)?);
-    Ok(files)
-}
-
-/// Lab 2: heatmaps, measured vs bound, timelines (+ Chrome traces), summary.
-fn lab2_figures(rec: &Record<OverlapResults>, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for order in &rec.results.config.orders {
-        files.extend(overlap::charts::speedup_heatmap(rec, *order, origin).save(dir)?);
-    }
-    files.extend(overlap::charts::measured_vs_bound(rec, origin).save(dir)?);
-    for (i, ir) in rec.results.intensities.iter().enumerate() {
-        if let Some(g) = overlap::charts::timelines(rec, i, origin) {
-            files.extend(g.save(dir)?);
-        }
-        let trace = dir.join(format!("lab2-{}-best.trace.json", ir.intensity.label()));
-        ir.best_timeline.save_chrome_trace(&trace)?;
-        files.push(trace);
-    }
-    let mut text = format!("{origin}\n\n{}", rec.results.summary());
-    for ir in &rec.results.intensities {
-        text += &format!("\n{} ({} FMAs per element)\n{}", ir.intensity.label(), ir.iterations, overlap::model::efficiency_table(ir, rec.results.copy_engines));
-    }
-    files.push(write_text(dir.join("lab2-summary.txt"), text)?);
-    Ok(files)
-}
-
-/// Lab 3: the two timelines (+ Chrome traces), summary.
-fn lab3_figures(rec: &Record<DoubleBufferResults>, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
-    let mut files = double_buffer::timeline_chart(rec, origin).save(dir)?;
-    for (name, t) in [("no-overlap", &rec.results.no_overlap_timeline), ("double-buffered", &rec.results.pipelined_timeline)] {
-        let trace = dir.join(format!("lab3-{name}.trace.json"));
-        t.save_chrome_trace(&trace)?;
-        files.push(trace);
-    }
-    files.push(write_text(dir.join("lab3-summary.txt"), format!("{origin}\n\n{}", rec.results.summary()))?);
-    Ok(files)
-}
-
-/// Lab 4: throughput and efficiency per variant, variant 1 vs 3 timelines,
-/// every variant's full timeline as a Chrome trace, summary.
-fn lab4_figures(rec: &Record<CallbackResults>, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
-    let mut files = callback::charts::throughput_and_efficiency(rec, origin).save(dir)?;
-    if let Some(g) = callback::charts::timelines(rec, origin, 12) {
-        files.extend(g.save(dir)?);
-    }
-    for v in &rec.results.config.variants {
-        if let Some(t) = callback::charts::timeline_of(&rec.results, *v) {
-            let trace = dir.join(format!("lab4-variant-{}.trace.json", v.number()));
-            t.save_chrome_trace(&trace)?;
-            files.push(trace);
-        }
-    }
-    files.push(write_text(dir.join("lab4-summary.txt"), format!("{origin}\n\n{}", rec.results.table()))?);
-    Ok(files)
 }
 
 #[cfg(test)]

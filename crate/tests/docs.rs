@@ -62,6 +62,28 @@ fn readme_headline_tables_are_the_recordings() {
     }
 }
 
+/// The README's lab table lists the lab table's labs, in order, with the
+/// same line and notebook (and only planned labs beyond them).
+#[test]
+fn readme_lab_table_is_the_lab_table() {
+    let text = readme();
+    let rows: Vec<Vec<String>> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("| lab | what it teaches |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split(" | ").map(|c| c.trim().to_string()).collect())
+        .collect();
+    let done: Vec<&Vec<String>> = rows.iter().filter(|r| r.get(3).is_some_and(|s| s == "done")).collect();
+    assert_eq!(done.len(), overlap_lab::labs::ALL.len(), "README's done labs: {rows:?}");
+    for (row, lab) in done.iter().zip(overlap_lab::labs::ALL.iter()) {
+        assert_eq!(row[0], lab.number().to_string(), "{row:?}");
+        assert_eq!(row[1], lab.teaches(), "README says what lab {} teaches differently from the lab table", lab.number());
+        assert_eq!(row[2], format!("`{}`", lab.notebook()), "{row:?}");
+    }
+    assert!(rows.iter().filter(|r| !done.contains(r)).all(|r| r.get(3).is_some_and(|s| s == "planned")), "{rows:?}");
+}
+
 #[test]
 fn readme_names_every_notebook_and_only_files_that_exist() {
     let text = readme();

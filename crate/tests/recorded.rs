@@ -10,6 +10,22 @@ fn recordings() -> Vec<(std::path::PathBuf, Record<BandwidthResults>)> {
     find_recordings(&default_data_dir(), LAB).expect("data/ holds a lab 1 recording")
 }
 
+/// Every device directory in data/ holds a recording of every lab in the
+/// lab table, and each one loads and yields its headline rows.
+#[test]
+fn every_lab_of_the_table_is_recorded_on_every_gpu() {
+    let data = default_data_dir();
+    let mut devices: Vec<_> = std::fs::read_dir(&data).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    devices.sort();
+    assert!(devices.len() >= 2, "{devices:?}");
+    for dev in &devices {
+        for lab in overlap_lab::labs::ALL {
+            let v = lab.visit(dev, None).unwrap().unwrap_or_else(|| panic!("{} has no {}.json", dev.display(), lab.name()));
+            assert!(!v.headline.is_empty() && v.files.is_empty(), "{}: {}", dev.display(), lab.name());
+        }
+    }
+}
+
 #[test]
 fn recordings_are_complete_and_verified() {
     for (path, rec) in recordings() {

@@ -1,18 +1,18 @@
 //! The overlap-lab command line: run the labs on a GPU, record the results,
-//! regenerate every report figure from the records.
+//! regenerate every report figure from the records. The lab subcommands come
+//! from the lab table (`labs::ALL`): each takes its lab's settings as
+//! options, plus the options every lab shares (defined once, below).
 
-use clap::{Args, Parser, Subcommand};
-use overlap_lab::gpu::{Availability, Gpu, HostMemoryKind};
-use overlap_lab::labs::bandwidth::{self, BandwidthConfig, Direction};
-use overlap_lab::labs::callback::{self, CallbackConfig, Variant};
-use overlap_lab::labs::double_buffer::{self, DoubleBufferConfig};
-use overlap_lab::labs::overlap::{self, Intensity, IssueOrder, OverlapConfig};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use overlap_lab::gpu::{Availability, Gpu};
+use overlap_lab::labs::{self, Preset, RunContext};
 use overlap_lab::progress::ProgressMode;
-use overlap_lab::record::{default_data_dir, Record};
-use overlap_lab::{report, Bytes, LabError, Result};
+use overlap_lab::record::default_data_dir;
+use overlap_lab::{report, LabError, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// The options of every command.
 #[derive(Parser)]
 #[command(name = "overlap-lab", version, about = "Measure how CUDA host<->device transfers work and how to hide them behind compute.", long_about = None)]
 struct Cli {
@@ -23,11 +23,24 @@ struct Cli {
     #[arg(long, short, global = true)]
     quiet: bool,
     #[command(subcommand)]
-    command: Command,
+    command: Tool,
 }
 
+// The options every lab subcommand shares (a plain comment: a doc comment
+// would become each lab subcommand's help line).
+#[derive(Args)]
+struct LabOptions {
+    /// GPU ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Do not write the record to the data directory.
+    #[arg(long)]
+    no_record: bool,
+}
+
+/// The commands around the labs.
 #[derive(Subcommand)]
-enum Command {
+enum Tool {
     /// Print the device's fingerprint (what every record carries).
     Device {
         #[arg(long, default_value_t = 0)]
@@ -36,14 +49,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost.
-    Bandwidth(BandwidthArgs),
-    /// Lab 2: chunked copy/compute overlap over N streams, against the bounds and the queue model.
-    Overlap(OverlapArgs),
-    /// Lab 3: double buffering (CPU producer, copy and compute streams) against no overlap.
-    DoubleBuffer(DoubleBufferArgs),
-    /// Lab 4: where a CPU argmin runs (host function, callback stream, worker thread, event wait) and what it costs the GPU.
-    Callback(CallbackArgs),
     /// Regenerate every report figure (SVG + PNG) from recorded data; no GPU needed.
     Report {
         /// Output directory.
@@ -66,202 +71,18 @@ enum Command {
     },
 }
 
-impl Preset {
-    /// One lab's configuration for this preset.
-    fn pick<T>(self, full: fn() -> T, quick: fn() -> T, small: fn() -> T) -> T {
-        match self {
-            Preset::Full => full(),
-            Preset::Quick => quick(),
-            Preset::Small => small(),
-        }
+/// The whole command line: `device`, then one subcommand per lab of the
+/// table, then `report` and `all`.
+fn command() -> clap::Command {
+    // The tools keep their places around the labs: device first, report and all last.
+    let mut cmd = Cli::command()
+        .mut_subcommand("device", |t| t.display_order(0))
+        .mut_subcommand("report", |t| t.display_order(100))
+        .mut_subcommand("all", |t| t.display_order(101));
+    for (i, lab) in labs::ALL.iter().enumerate() {
+        cmd = cmd.subcommand(LabOptions::augment_args(lab.command()).display_order(1 + i));
     }
-}
-
-/// How big a run of every lab is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Preset {
-    /// Each lab's full sweep, as recorded in data/ (a few minutes).
-    Full,
-    /// The notebooks' shorter runs.
-    Quick,
-    /// The smallest runs that touch every code path: for compute-sanitizer,
-    /// Nsight and smoke tests, not for numbers.
-    Small,
-}
-
-#[derive(Args)]
-struct BandwidthArgs {
-    #[arg(long, default_value_t = 0)]
-    device: usize,
-    /// Smallest copy (powers of two from here), e.g. 4KiB.
-    #[arg(long, default_value_t = BandwidthConfig::default().min_bytes)]
-    min: Bytes,
-    /// Largest copy, e.g. 1GiB.
-    #[arg(long, default_value_t = BandwidthConfig::default().max_bytes)]
-    max: Bytes,
-    /// Host memory kinds, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = BandwidthConfig::default().kinds)]
-    kinds: Vec<HostMemoryKind>,
-    /// Directions, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = BandwidthConfig::default().directions)]
-    directions: Vec<Direction>,
-    /// Timed samples per point.
-    #[arg(long, default_value_t = BandwidthConfig::default().repeats)]
-    repeats: usize,
-    /// Untimed samples first.
-    #[arg(long, default_value_t = BandwidthConfig::default().warmup)]
-    warmup: usize,
-    /// Repeats of each allocation when pricing pinning (0 skips it).
-    #[arg(long, default_value_t = BandwidthConfig::default().pin_cost_repeats)]
-    pin_cost_repeats: usize,
-    /// Do not write the record to the data directory.
-    #[arg(long)]
-    no_record: bool,
-}
-
-#[derive(Args)]
-struct OverlapArgs {
-    #[arg(long, default_value_t = 0)]
-    device: usize,
-    /// f32 elements in the data set (32Mi = 128 MiB each way).
-    #[arg(long, default_value_t = OverlapConfig::default().elements)]
-    elements: usize,
-    /// Chunk counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = OverlapConfig::default().chunks)]
-    chunks: Vec<usize>,
-    /// Stream counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = OverlapConfig::default().streams)]
-    streams: Vec<usize>,
-    /// Kernel intensities, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = OverlapConfig::default().intensities)]
-    intensities: Vec<Intensity>,
-    /// Issue orders, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = OverlapConfig::default().orders)]
-    orders: Vec<IssueOrder>,
-    #[arg(long, default_value_t = OverlapConfig::default().repeats)]
-    repeats: usize,
-    #[arg(long, default_value_t = OverlapConfig::default().warmup)]
-    warmup: usize,
-    /// Do not write the record to the data directory.
-    #[arg(long)]
-    no_record: bool,
-}
-
-#[derive(Args)]
-struct DoubleBufferArgs {
-    #[arg(long, default_value_t = 0)]
-    device: usize,
-    #[arg(long, default_value_t = DoubleBufferConfig::default().batches)]
-    batches: usize,
-    /// f32 elements per batch (2Mi = 8 MiB).
-    #[arg(long, default_value_t = DoubleBufferConfig::default().batch_elements)]
-    batch_elements: usize,
-    /// Kernel time over copy time per batch.
-    #[arg(long, default_value_t = DoubleBufferConfig::default().kernel_over_copy)]
-    kernel_over_copy: f64,
-    /// Kernel time at least this many times the CPU producer's per batch (0: no floor), so the GPU stays the slowest stage
-    #[arg(long, default_value_t = DoubleBufferConfig::default().kernel_over_produce)]
-    kernel_over_produce: f64,
-    #[arg(long, default_value_t = DoubleBufferConfig::default().repeats)]
-    repeats: usize,
-    #[arg(long, default_value_t = DoubleBufferConfig::default().warmup)]
-    warmup: usize,
-    /// Do not write the record to the data directory.
-    #[arg(long)]
-    no_record: bool,
-}
-
-#[derive(Args)]
-struct CallbackArgs {
-    #[arg(long, default_value_t = 0)]
-    device: usize,
-    /// Key rows (scores per iteration).
-    #[arg(long, default_value_t = CallbackConfig::default().rows)]
-    rows: usize,
-    /// f32 per key row (a multiple of 4).
-    #[arg(long, default_value_t = CallbackConfig::default().dim)]
-    dim: usize,
-    /// Iterations (queries) per run.
-    #[arg(long, default_value_t = CallbackConfig::default().iterations)]
-    iterations: usize,
-    /// Pinned score slots in the pool.
-    #[arg(long, default_value_t = CallbackConfig::default().slots)]
-    slots: usize,
-    /// CPU cost per iteration over GPU time per iteration, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = CallbackConfig::default().cpu_over_gpu)]
-    cpu_over_gpu: Vec<f64>,
-    /// Variants, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = CallbackConfig::default().variants)]
-    variants: Vec<Variant>,
-    #[arg(long, default_value_t = CallbackConfig::default().repeats)]
-    repeats: usize,
-    #[arg(long, default_value_t = CallbackConfig::default().warmup)]
-    warmup: usize,
-    /// Do not write the record to the data directory.
-    #[arg(long)]
-    no_record: bool,
-}
-
-impl CallbackArgs {
-    fn config(&self) -> CallbackConfig {
-        CallbackConfig {
-            device: self.device,
-            rows: self.rows,
-            dim: self.dim,
-            iterations: self.iterations,
-            slots: self.slots,
-            cpu_over_gpu: self.cpu_over_gpu.clone(),
-            variants: self.variants.clone(),
-            warmup: self.warmup,
-            repeats: self.repeats,
-        }
-    }
-}
-
-impl DoubleBufferArgs {
-    fn config(&self) -> DoubleBufferConfig {
-        DoubleBufferConfig {
-            device: self.device,
-            batches: self.batches,
-            batch_elements: self.batch_elements,
-            kernel_over_copy: self.kernel_over_copy,
-            kernel_over_produce: self.kernel_over_produce,
-            warmup: self.warmup,
-            repeats: self.repeats,
-        }
-    }
-}
-
-impl OverlapArgs {
-    fn config(&self) -> OverlapConfig {
-        OverlapConfig {
-            device: self.device,
-            elements: self.elements,
-            chunks: self.chunks.clone(),
-            streams: self.streams.clone(),
-            intensities: self.intensities.clone(),
-            orders: self.orders.clone(),
-            warmup: self.warmup,
-            repeats: self.repeats,
-            ..OverlapConfig::default()
-        }
-    }
-}
-
-impl BandwidthArgs {
-    fn config(&self) -> BandwidthConfig {
-        BandwidthConfig {
-            device: self.device,
-            min_bytes: self.min,
-            max_bytes: self.max,
-            kinds: self.kinds.clone(),
-            directions: self.directions.clone(),
-            warmup: self.warmup,
-            repeats: self.repeats,
-            pin_cost_repeats: self.pin_cost_repeats,
-            ..BandwidthConfig::default()
-        }
-    }
+    cmd
 }
 
 fn progress(quiet: bool) -> ProgressMode {
@@ -270,58 +91,6 @@ fn progress(quiet: bool) -> ProgressMode {
     } else {
         ProgressMode::Auto
     }
-}
-
-/// Opens the device, runs a lab, prints its tables, records it if asked.
-fn run_lab<T: serde::Serialize + serde::de::DeserializeOwned>(
-    lab: &str,
-    device: usize,
-    data: Option<&PathBuf>,
-    measure: impl FnOnce(&Gpu) -> Result<T>,
-    tables: impl FnOnce(&Record<T>) -> String,
-) -> Result<()> {
-    let gpu = Gpu::open(device)?;
-    let fp = gpu.fingerprint()?;
-    eprintln!("{}", fp.describe());
-    let rec = Record::new(lab, fp, measure(&gpu)?);
-    println!("{}", tables(&rec));
-    if let Some(dir) = data {
-        println!("recorded: {}", overlap_lab::record::display_path(&rec.save(dir)?));
-    }
-    Ok(())
-}
-
-fn run_bandwidth(cfg: &BandwidthConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
-    cfg.validate()?; // before touching the GPU: bad input fails fast
-    run_lab(
-        bandwidth::LAB,
-        cfg.device,
-        data,
-        |gpu| bandwidth::measure::run(gpu, cfg, progress(quiet)),
-        |rec| {
-            format!(
-                "{}\n{}\n{}",
-                bandwidth::model::summary_table(rec),
-                bandwidth::model::pin_cost_table(&rec.results),
-                bandwidth::model::break_even_table(&rec.results)
-            )
-        },
-    )
-}
-
-fn run_overlap(cfg: &OverlapConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
-    cfg.validate()?;
-    run_lab(overlap::LAB, cfg.device, data, |gpu| overlap::measure::run(gpu, cfg, progress(quiet)), |rec| rec.results.summary())
-}
-
-fn run_double_buffer(cfg: &DoubleBufferConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
-    cfg.validate()?;
-    run_lab(double_buffer::LAB, cfg.device, data, |gpu| double_buffer::measure::run(gpu, cfg, progress(quiet)), |rec| rec.results.summary())
-}
-
-fn run_callback(cfg: &CallbackConfig, data: Option<&PathBuf>, quiet: bool) -> Result<()> {
-    cfg.validate()?;
-    run_lab(callback::LAB, cfg.device, data, |gpu| callback::measure::run(gpu, cfg, progress(quiet)), |rec| rec.results.table())
 }
 
 fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
@@ -333,10 +102,20 @@ fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn run(cli: Cli) -> Result<()> {
-    let data = cli.data.clone().unwrap_or_else(default_data_dir);
+fn run(matches: clap::ArgMatches) -> Result<()> {
+    let data_arg = matches.get_one::<PathBuf>("data").cloned();
+    let quiet = matches.get_flag("quiet");
+    let data = data_arg.unwrap_or_else(default_data_dir);
+    if let Some((name, sub)) = matches.subcommand() {
+        if let Some(lab) = labs::find(name) {
+            let opts = LabOptions::from_arg_matches(sub).map_err(|e| LabError::config(e.to_string()))?;
+            let cx = RunContext { device: opts.device, record_to: (!opts.no_record).then_some(data.as_path()), progress: progress(quiet) };
+            return lab.run(Some(sub), Preset::Full, &cx);
+        }
+    }
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| LabError::config(e.to_string()))?;
     match cli.command {
-        Command::Device { device, json } => {
+        Tool::Device { device, json } => {
             let fp = Gpu::open(device)?.fingerprint()?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&fp).expect("fingerprint serializes"));
@@ -344,42 +123,22 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{}", fp.describe());
             }
         }
-        Command::Bandwidth(args) => {
-            let keep = (!args.no_record).then_some(&data);
-            run_bandwidth(&args.config(), keep, cli.quiet)?;
-        }
-        Command::Overlap(args) => {
-            let keep = (!args.no_record).then_some(&data);
-            run_overlap(&args.config(), keep, cli.quiet)?;
-        }
-        Command::DoubleBuffer(args) => {
-            let keep = (!args.no_record).then_some(&data);
-            run_double_buffer(&args.config(), keep, cli.quiet)?;
-        }
-        Command::Callback(args) => {
-            let keep = (!args.no_record).then_some(&data);
-            run_callback(&args.config(), keep, cli.quiet)?;
-        }
-        Command::Report { out } => run_report(&data, &out)?,
-        Command::All { device, out, preset, no_record } => {
+        Tool::Report { out } => run_report(&data, &out)?,
+        Tool::All { device, out, preset, no_record } => {
             let avail = Availability::probe();
             if avail.is_ready() {
                 // Only full runs are worth keeping: the others would replace real numbers.
-                let keep = (preset == Preset::Full && !no_record).then_some(&data);
+                let keep = (preset == Preset::Full && !no_record).then_some(data.as_path());
                 if keep.is_none() {
                     println!(
                         "not recording: {}; no report either (`overlap-lab report` draws data/)",
                         if no_record { "--no-record" } else { "only --preset full is recorded" }
                     );
                 }
-                let bw = preset.pick(BandwidthConfig::default, BandwidthConfig::quick, BandwidthConfig::small);
-                run_bandwidth(&BandwidthConfig { device, ..bw }, keep, cli.quiet)?;
-                let ov = preset.pick(OverlapConfig::default, OverlapConfig::quick, OverlapConfig::small);
-                run_overlap(&OverlapConfig { device, ..ov }, keep, cli.quiet)?;
-                let db = preset.pick(DoubleBufferConfig::default, DoubleBufferConfig::quick, DoubleBufferConfig::small);
-                run_double_buffer(&DoubleBufferConfig { device, ..db }, keep, cli.quiet)?;
-                let cb = preset.pick(CallbackConfig::default, CallbackConfig::quick, CallbackConfig::small);
-                run_callback(&CallbackConfig { device, ..cb }, keep, cli.quiet)?;
+                let cx = RunContext { device, record_to: keep, progress: progress(quiet) };
+                for lab in labs::ALL {
+                    lab.run(None, preset, &cx)?;
+                }
                 if keep.is_some() {
                     run_report(&data, &out)?;
                 }
@@ -397,8 +156,7 @@ fn main() -> ExitCode {
     // other command-line tools do, not panic on the closed pipe.
     // SAFETY: restores the default action of one signal before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
-    match run(cli) {
+    match run(command().get_matches()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("overlap-lab: error: {e}");

@@ -6,6 +6,9 @@ pub mod bandwidth;
 pub mod callback;
 pub mod double_buffer;
 pub mod overlap;
+pub mod table;
+
+pub use table::{find, Entry, Lab, LabConfig, Preset, RunContext, ALL};
 
 use crate::error::{LabError, Result};
 

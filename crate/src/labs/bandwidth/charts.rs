@@ -3,8 +3,12 @@
 
 use super::model::{self, Acquisition};
 use super::{BandwidthRecord, Direction};
+use crate::chart::Chart;
 use crate::chart::{Figure, Panel, RGBColor, Series, XAxis};
+use crate::error::Result;
 use crate::gpu::HostMemoryKind;
+use crate::labs::table::write_text;
+use std::path::{Path, PathBuf};
 
 pub fn kind_color(kind: HostMemoryKind) -> RGBColor {
     match kind {
@@ -167,4 +171,21 @@ pub fn pinning_cost(rec: &BandwidthRecord, origin: &str) -> Figure {
 
 pub fn all(rec: &BandwidthRecord, origin: &str) -> Vec<Figure> {
     vec![bandwidth_vs_size(rec, origin), ratio_to_pageable(rec, origin), two_clocks(rec, origin), pinning_cost(rec, origin)]
+}
+
+/// Lab 1 in the report: bandwidth, ratio, two clocks, pinning cost, summary.
+pub fn report(rec: &BandwidthRecord, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for fig in all(rec, origin) {
+        files.extend(fig.save(dir)?);
+    }
+    let text = format!(
+        "{origin}\n\n{}\n{}\n{}\n{}",
+        rec.fingerprint.describe(),
+        model::summary_table(rec),
+        model::pin_cost_table(&rec.results),
+        model::break_even_table(&rec.results)
+    );
+    files.push(write_text(dir.join("lab1-summary.txt"), text)?);
+    Ok(files)
 }

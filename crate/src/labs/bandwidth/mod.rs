@@ -65,19 +65,36 @@ impl std::fmt::Display for Direction {
 /// Largest buffer the lab accepts: beyond this a typo is more likely than intent.
 pub const MAX_BYTES: u64 = 64 * GIB;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Lab 1's settings; `overlap-lab bandwidth` takes each as an option.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct BandwidthConfig {
+    /// GPU ordinal (the command line's `--device`).
+    #[arg(skip)]
     pub device: usize,
+    /// Smallest copy (powers of two from here), e.g. 4KiB.
+    #[arg(long = "min", default_value_t = BandwidthConfig::default().min_bytes)]
     pub min_bytes: Bytes,
+    /// Largest copy, e.g. 1GiB.
+    #[arg(long = "max", default_value_t = BandwidthConfig::default().max_bytes)]
     pub max_bytes: Bytes,
+    /// Host memory kinds, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = BandwidthConfig::default().kinds)]
     pub kinds: Vec<HostMemoryKind>,
+    /// Directions, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = BandwidthConfig::default().directions)]
     pub directions: Vec<Direction>,
+    /// Untimed samples first.
+    #[arg(long, default_value_t = BandwidthConfig::default().warmup)]
     pub warmup: usize,
+    /// Timed samples per point.
+    #[arg(long, default_value_t = BandwidthConfig::default().repeats)]
     pub repeats: usize,
     /// Small copies are issued back to back until a sample moves at least
     /// this much (at most 64 copies), so event resolution does not dominate.
+    #[arg(skip = BandwidthConfig::default().min_sample_bytes)]
     pub min_sample_bytes: Bytes,
-    /// Repeats of each allocation in the pinning-cost part (0 skips it).
+    /// Repeats of each allocation when pricing pinning (0 skips it).
+    #[arg(long, default_value_t = BandwidthConfig::default().pin_cost_repeats)]
     pub pin_cost_repeats: usize,
 }
 
@@ -295,6 +312,34 @@ impl crate::notebook::LabRun<BandwidthResults> {
 /// Lab 1 in a notebook: live on a GPU, else the newest recording.
 pub fn live_or_recorded(cfg: BandwidthConfig) -> Result<crate::notebook::LabRun<BandwidthResults>> {
     crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
+}
+
+/// Lab 1's entry in the lab table.
+pub static ENTRY: crate::labs::Entry<BandwidthConfig, BandwidthResults> = crate::labs::Entry {
+    number: 1,
+    name: LAB,
+    module: module_path!(),
+    teaches: "Pinned vs pageable transfers: bandwidth, two clocks, the price of pinning",
+    about: "Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost",
+    notebook: "notebooks/01-pinned-vs-pageable.ipynb",
+    preset: |p| match p {
+        crate::labs::Preset::Full => BandwidthConfig::default(),
+        crate::labs::Preset::Quick => BandwidthConfig::quick(),
+        crate::labs::Preset::Small => BandwidthConfig::small(),
+    },
+    measure: measure::run,
+    tables: |rec| format!("{}\n{}\n{}", model::summary_table(rec), model::pin_cost_table(&rec.results), model::break_even_table(&rec.results)),
+    figures: charts::report,
+    headline: model::headline,
+};
+
+impl crate::labs::LabConfig for BandwidthConfig {
+    fn validate(&self) -> Result<()> {
+        BandwidthConfig::validate(self)
+    }
+    fn set_device(&mut self, device: usize) {
+        self.device = device;
+    }
 }
 
 #[cfg(test)]

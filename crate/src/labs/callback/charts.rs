@@ -3,9 +3,13 @@
 //! exercise's starting code) above variant 3 (its answer).
 
 use super::{CallbackRecord, CallbackResults, Variant};
+use crate::chart::Chart;
 use crate::chart::{Figure, Panel, RGBColor, Series, XAxis};
+use crate::error::Result;
+use crate::labs::table::write_text;
 use crate::schedule::OpKind;
 use crate::timeline::{Gantt, Timeline};
+use std::path::{Path, PathBuf};
 
 fn color(v: Variant) -> RGBColor {
     match v {
@@ -110,6 +114,24 @@ pub fn timelines(rec: &CallbackRecord, origin: &str, iterations: usize) -> Optio
         let c = r.balanced().map_or(f64::NAN, |p| p.cpu_ms() / r.gpu_ms.median);
         Gantt::new("lab4-timelines", &format!("Host function on the compute stream vs hand-off to a worker (C/G {c:.2})"), origin, panels)
     })
+}
+
+/// Lab 4 in the report: throughput and efficiency per variant, variant 1 vs 3 timelines,
+/// every variant's full timeline as a Chrome trace, summary.
+pub fn report(rec: &CallbackRecord, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
+    let mut files = throughput_and_efficiency(rec, origin).save(dir)?;
+    if let Some(g) = timelines(rec, origin, 12) {
+        files.extend(g.save(dir)?);
+    }
+    for v in &rec.results.config.variants {
+        if let Some(t) = timeline_of(&rec.results, *v) {
+            let trace = dir.join(format!("lab4-variant-{}.trace.json", v.number()));
+            t.save_chrome_trace(&trace)?;
+            files.push(trace);
+        }
+    }
+    files.push(write_text(dir.join("lab4-summary.txt"), format!("{origin}\n\n{}", rec.results.table()))?);
+    Ok(files)
 }
 
 #[cfg(test)]

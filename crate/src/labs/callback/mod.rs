@@ -179,21 +179,35 @@ pub use super::two_stage_bound_ms as bound_ms;
 
 // ---- configuration and results ---------------------------------------------
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Lab 4's settings; `overlap-lab callback` takes each as an option.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct CallbackConfig {
+    /// GPU ordinal (the command line's `--device`).
+    #[arg(skip)]
     pub device: usize,
     /// Key rows (scores per iteration).
+    #[arg(long, default_value_t = CallbackConfig::default().rows)]
     pub rows: usize,
     /// f32 per key row (a multiple of 4).
+    #[arg(long, default_value_t = CallbackConfig::default().dim)]
     pub dim: usize,
     /// Iterations per run (one query each).
+    #[arg(long, default_value_t = CallbackConfig::default().iterations)]
     pub iterations: usize,
     /// Pinned score slots in the pool.
+    #[arg(long, default_value_t = CallbackConfig::default().slots)]
     pub slots: usize,
-    /// CPU cost per iteration over GPU time per iteration, one point each.
+    /// CPU cost per iteration over GPU time per iteration, comma-separated, one point each.
+    #[arg(long, value_delimiter = ',', default_values_t = CallbackConfig::default().cpu_over_gpu)]
     pub cpu_over_gpu: Vec<f64>,
+    /// Variants, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = CallbackConfig::default().variants)]
     pub variants: Vec<Variant>,
+    /// Untimed runs first.
+    #[arg(long, default_value_t = CallbackConfig::default().warmup)]
     pub warmup: usize,
+    /// Timed runs of each variant at each point.
+    #[arg(long, default_value_t = CallbackConfig::default().repeats)]
     pub repeats: usize,
 }
 
@@ -480,6 +494,34 @@ impl crate::notebook::LabRun<CallbackResults> {
 /// Lab 4 in a notebook: live on a GPU, else the newest recording.
 pub fn live_or_recorded(cfg: CallbackConfig) -> Result<crate::notebook::LabRun<CallbackResults>> {
     crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
+}
+
+/// Lab 4's entry in the lab table.
+pub static ENTRY: crate::labs::Entry<CallbackConfig, CallbackResults> = crate::labs::Entry {
+    number: 4,
+    name: LAB,
+    module: module_path!(),
+    teaches: "A callback stream and a CPU worker: where host-side work runs",
+    about: "Lab 4: where a CPU argmin runs (host function, callback stream, worker thread, event wait) and what it costs the GPU",
+    notebook: "notebooks/04-callback-stream.ipynb",
+    preset: |p| match p {
+        crate::labs::Preset::Full => CallbackConfig::default(),
+        crate::labs::Preset::Quick => CallbackConfig::quick(),
+        crate::labs::Preset::Small => CallbackConfig::small(),
+    },
+    measure: measure::run,
+    tables: |rec| rec.results.table(),
+    figures: charts::report,
+    headline: CallbackResults::headline,
+};
+
+impl crate::labs::LabConfig for CallbackConfig {
+    fn validate(&self) -> Result<()> {
+        CallbackConfig::validate(self)
+    }
+    fn set_device(&mut self, device: usize) {
+        self.device = device;
+    }
 }
 
 #[cfg(test)]

@@ -7,28 +7,43 @@
 pub mod exercise;
 pub mod measure;
 
+use crate::chart::Chart;
 use crate::error::{LabError, Result};
 use crate::gpu::{DevRef, EventRef, HostRef, StreamRef};
 use crate::issue::Issue;
 use crate::stats::{Efficiency, Summary};
 use crate::timeline::Timeline;
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 pub const LAB: &str = "double-buffer";
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Lab 3's settings; `overlap-lab double-buffer` takes each as an option.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct DoubleBufferConfig {
+    /// GPU ordinal (the command line's `--device`).
+    #[arg(skip)]
     pub device: usize,
+    /// Batches the producer makes.
+    #[arg(long, default_value_t = DoubleBufferConfig::default().batches)]
     pub batches: usize,
-    /// f32 elements per batch.
+    /// f32 elements per batch (2Mi = 8 MiB).
+    #[arg(long, default_value_t = DoubleBufferConfig::default().batch_elements)]
     pub batch_elements: usize,
     /// Kernel time over copy time per batch (calibrated on the device).
+    #[arg(long, default_value_t = DoubleBufferConfig::default().kernel_over_copy)]
     pub kernel_over_copy: f64,
-    /// At least this many times the CPU producer's time per batch (0: no
-    /// floor): the kernel is calibrated to the longer of the two targets.
+    /// Kernel time at least this many times the CPU producer's per batch
+    /// (0: no floor), so the GPU stays the slowest stage: the kernel is
+    /// calibrated to the longer of the two targets.
     #[serde(default = "default_kernel_over_produce")]
+    #[arg(long, default_value_t = DoubleBufferConfig::default().kernel_over_produce)]
     pub kernel_over_produce: f64,
+    /// Untimed runs first.
+    #[arg(long, default_value_t = DoubleBufferConfig::default().warmup)]
     pub warmup: usize,
+    /// Timed runs of each schedule.
+    #[arg(long, default_value_t = DoubleBufferConfig::default().repeats)]
     pub repeats: usize,
 }
 
@@ -287,6 +302,46 @@ impl crate::notebook::LabRun<DoubleBufferResults> {
 /// Lab 3 in a notebook: live on a GPU, else the newest recording.
 pub fn live_or_recorded(cfg: DoubleBufferConfig) -> Result<crate::notebook::LabRun<DoubleBufferResults>> {
     crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
+}
+
+/// Lab 3 in the report: the two timelines (+ Chrome traces), summary.
+pub fn report(rec: &DoubleBufferRecord, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
+    let mut files = timeline_chart(rec, origin).save(dir)?;
+    for (name, t) in [("no-overlap", &rec.results.no_overlap_timeline), ("double-buffered", &rec.results.pipelined_timeline)] {
+        let trace = dir.join(format!("lab3-{name}.trace.json"));
+        t.save_chrome_trace(&trace)?;
+        files.push(trace);
+    }
+    files.push(crate::labs::table::write_text(dir.join("lab3-summary.txt"), format!("{origin}\n\n{}", rec.results.summary()))?);
+    Ok(files)
+}
+
+/// Lab 3's entry in the lab table.
+pub static ENTRY: crate::labs::Entry<DoubleBufferConfig, DoubleBufferResults> = crate::labs::Entry {
+    number: 3,
+    name: LAB,
+    module: module_path!(),
+    teaches: "Double buffering: CPU producer, copy and compute streams, events only",
+    about: "Lab 3: double buffering (CPU producer, copy and compute streams) against no overlap",
+    notebook: "notebooks/03-double-buffering.ipynb",
+    preset: |p| match p {
+        crate::labs::Preset::Full => DoubleBufferConfig::default(),
+        crate::labs::Preset::Quick => DoubleBufferConfig::quick(),
+        crate::labs::Preset::Small => DoubleBufferConfig::small(),
+    },
+    measure: measure::run,
+    tables: |rec| rec.results.summary(),
+    figures: report,
+    headline: DoubleBufferResults::headline,
+};
+
+impl crate::labs::LabConfig for DoubleBufferConfig {
+    fn validate(&self) -> Result<()> {
+        DoubleBufferConfig::validate(self)
+    }
+    fn set_device(&mut self, device: usize) {
+        self.device = device;
+    }
 }
 
 #[cfg(test)]

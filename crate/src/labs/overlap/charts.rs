@@ -2,8 +2,12 @@
 //! serial and overlapped timelines (measured and predicted).
 
 use super::{model, IssueOrder, OverlapRecord};
+use crate::chart::Chart;
 use crate::chart::{Figure, HeatPanel, Heatmap, Panel, RGBColor, Series, XAxis};
+use crate::error::Result;
+use crate::labs::table::write_text;
 use crate::timeline::Gantt;
+use std::path::{Path, PathBuf};
 
 /// Speed-up over one chunk on one stream, by chunks x streams, per intensity.
 pub fn speedup_heatmap(rec: &OverlapRecord, order: IssueOrder, origin: &str) -> Heatmap {
@@ -100,4 +104,27 @@ pub fn timelines(rec: &OverlapRecord, which: usize, origin: &str) -> Option<Gant
         origin,
         vec![ir.serial_timeline.clone(), ir.best_timeline.clone(), ir.best_predicted.clone()],
     ))
+}
+
+/// Lab 2 in the report: heatmaps, measured vs bound, timelines (+ Chrome traces), summary.
+pub fn report(rec: &OverlapRecord, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for order in &rec.results.config.orders {
+        files.extend(speedup_heatmap(rec, *order, origin).save(dir)?);
+    }
+    files.extend(measured_vs_bound(rec, origin).save(dir)?);
+    for (i, ir) in rec.results.intensities.iter().enumerate() {
+        if let Some(g) = timelines(rec, i, origin) {
+            files.extend(g.save(dir)?);
+        }
+        let trace = dir.join(format!("lab2-{}-best.trace.json", ir.intensity.label()));
+        ir.best_timeline.save_chrome_trace(&trace)?;
+        files.push(trace);
+    }
+    let mut text = format!("{origin}\n\n{}", rec.results.summary());
+    for ir in &rec.results.intensities {
+        text += &format!("\n{} ({} FMAs per element)\n{}", ir.intensity.label(), ir.iterations, model::efficiency_table(ir, rec.results.copy_engines));
+    }
+    files.push(write_text(dir.join("lab2-summary.txt"), text)?);
+    Ok(files)
 }

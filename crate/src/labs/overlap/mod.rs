@@ -183,19 +183,36 @@ pub const STAGE_STREAMS: usize = 3;
 
 pub const MAX_CHUNKS: usize = 1024;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Lab 2's settings; `overlap-lab overlap` takes each as an option.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct OverlapConfig {
+    /// GPU ordinal (the command line's `--device`).
+    #[arg(skip)]
     pub device: usize,
-    /// f32 elements in the whole data set.
+    /// f32 elements in the whole data set (32Mi = 128 MiB each way).
+    #[arg(long, default_value_t = OverlapConfig::default().elements)]
     pub elements: usize,
+    /// Chunk counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = OverlapConfig::default().chunks)]
     pub chunks: Vec<usize>,
+    /// Stream counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = OverlapConfig::default().streams)]
     pub streams: Vec<usize>,
+    /// Kernel intensities, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = OverlapConfig::default().intensities)]
     pub intensities: Vec<Intensity>,
+    /// Issue orders, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = OverlapConfig::default().orders)]
     pub orders: Vec<IssueOrder>,
+    /// Untimed runs of each point first.
+    #[arg(long, default_value_t = OverlapConfig::default().warmup)]
     pub warmup: usize,
+    /// Timed runs of each point.
+    #[arg(long, default_value_t = OverlapConfig::default().repeats)]
     pub repeats: usize,
     /// Output elements per chunk checked bit-exactly against the CPU
     /// reference (every element is checked for having been written).
+    #[arg(skip = OverlapConfig::default().samples_per_chunk)]
     pub samples_per_chunk: usize,
 }
 
@@ -466,6 +483,34 @@ impl crate::notebook::LabRun<OverlapResults> {
 /// Lab 2 in a notebook: live on a GPU, else the newest recording.
 pub fn live_or_recorded(cfg: OverlapConfig) -> Result<crate::notebook::LabRun<OverlapResults>> {
     crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
+}
+
+/// Lab 2's entry in the lab table.
+pub static ENTRY: crate::labs::Entry<OverlapConfig, OverlapResults> = crate::labs::Entry {
+    number: 2,
+    name: LAB,
+    module: module_path!(),
+    teaches: "Chunked copy/compute overlap over N streams, against its bound and a queue model",
+    about: "Lab 2: chunked copy/compute overlap over N streams, against the bounds and the queue model",
+    notebook: "notebooks/02-chunked-overlap.ipynb",
+    preset: |p| match p {
+        crate::labs::Preset::Full => OverlapConfig::default(),
+        crate::labs::Preset::Quick => OverlapConfig::quick(),
+        crate::labs::Preset::Small => OverlapConfig::small(),
+    },
+    measure: measure::run,
+    tables: |rec| rec.results.summary(),
+    figures: charts::report,
+    headline: model::headline,
+};
+
+impl crate::labs::LabConfig for OverlapConfig {
+    fn validate(&self) -> Result<()> {
+        OverlapConfig::validate(self)
+    }
+    fn set_device(&mut self, device: usize) {
+        self.device = device;
+    }
 }
 
 #[cfg(test)]

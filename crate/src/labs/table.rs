@@ -1,0 +1,181 @@
+//! The lab table: every lab's one name and its entry points, in one list
+//! ([`ALL`]). The command line's lab subcommands, `overlap-lab all`, the
+//! report, the recorded-data tests and the README's lab table are derived
+//! from it, so adding a lab is its module, its notebook, its recording and
+//! one entry here.
+
+use crate::error::Result;
+use crate::gpu::Gpu;
+use crate::progress::ProgressMode;
+use crate::record::Record;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// How big a run of a lab is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Preset {
+    /// Each lab's full sweep, as recorded in data/ (a few minutes).
+    Full,
+    /// The notebooks' shorter runs.
+    Quick,
+    /// The smallest runs that touch every code path: for compute-sanitizer,
+    /// Nsight and smoke tests, not for numbers.
+    Small,
+}
+
+/// What a lab's run is told besides its settings.
+pub struct RunContext<'a> {
+    pub device: usize,
+    /// Where to record the results (`None`: do not record).
+    pub record_to: Option<&'a Path>,
+    pub progress: ProgressMode,
+}
+
+/// One lab's recording on one device, as the report sees it.
+pub struct Visited {
+    pub gpu: String,
+    pub lab: &'static str,
+    /// (what, value) rows of the headline table.
+    pub headline: Vec<(String, String)>,
+    /// The files rendered (none when only the headline was asked for).
+    pub files: Vec<PathBuf>,
+}
+
+/// A lab as the tools around it see it.
+pub trait Lab: Sync {
+    /// 1, 2, ...: its place in the course.
+    fn number(&self) -> u8;
+    /// The one name: the CLI subcommand, the data file `<name>.json`, the
+    /// headline table's section; the module is the same with `_` for `-`.
+    fn name(&self) -> &'static str;
+    /// What it teaches, in a line (the README's lab table).
+    fn teaches(&self) -> &'static str;
+    /// Its notebook, repository-relative.
+    fn notebook(&self) -> &'static str;
+    /// Its module's path in the crate.
+    fn module(&self) -> &'static str;
+    /// The subcommand `overlap-lab <name>`: the lab's settings as options.
+    fn command(&self) -> clap::Command;
+    /// Runs the lab on the GPU with the settings parsed from its subcommand
+    /// (`None`: the preset's), prints its tables and records it if asked.
+    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<()>;
+    /// Loads `dev/<name>.json` if there is one: its headline rows, and its
+    /// figures rendered into `out/<device>/` when `out` is given.
+    fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>>;
+}
+
+/// A lab's settings, as the table handles them.
+pub trait LabConfig: clap::Args + clap::FromArgMatches + Clone + Sync + 'static {
+    fn validate(&self) -> Result<()>;
+    fn set_device(&mut self, device: usize);
+}
+
+/// One entry of the table: a lab's names and the functions that make it.
+pub struct Entry<C: 'static, T: 'static> {
+    pub number: u8,
+    pub name: &'static str,
+    /// `module_path!()` of the lab's module (checked against the name).
+    pub module: &'static str,
+    pub teaches: &'static str,
+    /// The subcommand's one-line help.
+    pub about: &'static str,
+    pub notebook: &'static str,
+    /// The settings of each preset.
+    pub preset: fn(Preset) -> C,
+    pub measure: fn(&Gpu, &C, ProgressMode) -> Result<T>,
+    /// What the command line prints after a run.
+    pub tables: fn(&Record<T>) -> String,
+    /// Renders a recording into a directory, each figure with `origin`
+    /// (where the numbers come from) under its title.
+    pub figures: fn(&Record<T>, &Path, &str) -> Result<Vec<PathBuf>>,
+    pub headline: fn(&T) -> Vec<(String, String)>,
+}
+
+impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Entry<C, T> {
+    fn number(&self) -> u8 {
+        self.number
+    }
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn teaches(&self) -> &'static str {
+        self.teaches
+    }
+    fn notebook(&self) -> &'static str {
+        self.notebook
+    }
+    fn module(&self) -> &'static str {
+        self.module
+    }
+    fn command(&self) -> clap::Command {
+        // After the settings: their struct's own doc would replace the line.
+        C::augment_args(clap::Command::new(self.name)).about(self.about)
+    }
+    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<()> {
+        let mut cfg = match matches {
+            Some(m) => C::from_arg_matches(m).map_err(|e| crate::LabError::config(e.to_string()))?,
+            None => (self.preset)(preset),
+        };
+        cfg.set_device(cx.device);
+        // Before touching the GPU: bad input fails fast.
+        cfg.validate()?;
+        let gpu = Gpu::open(cx.device)?;
+        let fp = gpu.fingerprint()?;
+        eprintln!("{}", fp.describe());
+        let rec = Record::new(self.name, fp, (self.measure)(&gpu, &cfg, cx.progress)?);
+        println!("{}", (self.tables)(&rec));
+        if let Some(dir) = cx.record_to {
+            println!("recorded: {}", crate::record::display_path(&rec.save(dir)?));
+        }
+        Ok(())
+    }
+    fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>> {
+        let path = dev.join(format!("{}.json", self.name));
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let rec = Record::<T>::load(&path)?;
+        let files = match out {
+            Some(out) => {
+                let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command_line());
+                (self.figures)(&rec, &out.join(rec.fingerprint.slug()), &origin)?
+            }
+            None => Vec::new(),
+        };
+        Ok(Some(Visited { gpu: rec.fingerprint.gpu_name.clone(), lab: self.name, headline: (self.headline)(&rec.results), files }))
+    }
+}
+
+/// Every lab, in course order.
+pub static ALL: [&dyn Lab; 4] = [&super::bandwidth::ENTRY, &super::overlap::ENTRY, &super::double_buffer::ENTRY, &super::callback::ENTRY];
+
+/// The lab called `name`.
+pub fn find(name: &str) -> Option<&'static dyn Lab> {
+    ALL.iter().copied().find(|l| l.name() == name)
+}
+
+/// Writes a lab's text summary next to its figures.
+pub fn write_text(path: PathBuf, text: String) -> Result<PathBuf> {
+    std::fs::write(&path, text).map_err(|e| crate::LabError::io(format!("writing {}", path.display()), e))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_name_per_lab_for_module_data_and_notebook() {
+        for (i, lab) in ALL.iter().enumerate() {
+            assert_eq!(lab.number() as usize, i + 1, "course order");
+            assert_eq!(find(lab.name()).map(|l| l.number()), Some(lab.number()));
+            assert!(lab.module().ends_with(&format!("::labs::{}", lab.name().replace('-', "_"))), "{} lives in {}", lab.name(), lab.module());
+            assert!(lab.notebook().starts_with(&format!("notebooks/{:02}-", lab.number())), "{}", lab.notebook());
+            let cmd = lab.command();
+            assert_eq!(cmd.get_name(), lab.name());
+            assert!(cmd.get_arguments().any(|a| a.get_id() == "repeats"), "{} takes --repeats", lab.name());
+        }
+        assert!(find("no-such-lab").is_none());
+    }
+}
