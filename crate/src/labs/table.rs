@@ -65,10 +65,43 @@ pub trait Lab: Sync {
     fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>>;
 }
 
-/// A lab's settings, as the table handles them.
-pub trait LabConfig: clap::Args + clap::FromArgMatches + Clone + Sync + 'static {
+/// A lab's settings, as the table handles them ([`lab_config!`] implements
+/// it from the settings' own `default`, `quick`, `small` and `validate`).
+pub trait LabConfig: clap::Args + clap::FromArgMatches + Default + Clone + Sync + 'static {
+    fn quick() -> Self;
+    fn small() -> Self;
     fn validate(&self) -> Result<()>;
     fn set_device(&mut self, device: usize);
+    /// The settings of a preset.
+    fn preset(p: Preset) -> Self {
+        match p {
+            Preset::Full => Self::default(),
+            Preset::Quick => Self::quick(),
+            Preset::Small => Self::small(),
+        }
+    }
+}
+
+/// Implements [`LabConfig`] for a settings struct with a `device` field and
+/// inherent `quick`, `small` and `validate`.
+#[macro_export]
+macro_rules! lab_config {
+    ($t:ty) => {
+        impl $crate::labs::LabConfig for $t {
+            fn quick() -> Self {
+                <$t>::quick()
+            }
+            fn small() -> Self {
+                <$t>::small()
+            }
+            fn validate(&self) -> $crate::Result<()> {
+                <$t>::validate(self)
+            }
+            fn set_device(&mut self, device: usize) {
+                self.device = device;
+            }
+        }
+    };
 }
 
 /// One entry of the table: a lab's names and the functions that make it.
@@ -81,8 +114,6 @@ pub struct Entry<C: 'static, T: 'static> {
     /// The subcommand's one-line help.
     pub about: &'static str,
     pub notebook: &'static str,
-    /// The settings of each preset.
-    pub preset: fn(Preset) -> C,
     pub measure: fn(&Gpu, &C, ProgressMode) -> Result<T>,
     /// What the command line prints after a run.
     pub tables: fn(&Record<T>) -> String,
@@ -115,7 +146,7 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
     fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<()> {
         let mut cfg = match matches {
             Some(m) => C::from_arg_matches(m).map_err(|e| crate::LabError::config(e.to_string()))?,
-            None => (self.preset)(preset),
+            None => C::preset(preset),
         };
         cfg.set_device(cx.device);
         // Before touching the GPU: bad input fails fast.

@@ -322,25 +322,13 @@ pub static ENTRY: crate::labs::Entry<BandwidthConfig, BandwidthResults> = crate:
     teaches: "Pinned vs pageable transfers: bandwidth, two clocks, the price of pinning",
     about: "Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost",
     notebook: "notebooks/01-pinned-vs-pageable.ipynb",
-    preset: |p| match p {
-        crate::labs::Preset::Full => BandwidthConfig::default(),
-        crate::labs::Preset::Quick => BandwidthConfig::quick(),
-        crate::labs::Preset::Small => BandwidthConfig::small(),
-    },
     measure: measure::run,
     tables: |rec| format!("{}\n{}\n{}", model::summary_table(rec), model::pin_cost_table(&rec.results), model::break_even_table(&rec.results)),
     figures: charts::report,
     headline: model::headline,
 };
 
-impl crate::labs::LabConfig for BandwidthConfig {
-    fn validate(&self) -> Result<()> {
-        BandwidthConfig::validate(self)
-    }
-    fn set_device(&mut self, device: usize) {
-        self.device = device;
-    }
-}
+crate::lab_config!(BandwidthConfig);
 
 #[cfg(test)]
 mod tests {

@@ -504,25 +504,13 @@ pub static ENTRY: crate::labs::Entry<CallbackConfig, CallbackResults> = crate::l
     teaches: "A callback stream and a CPU worker: where host-side work runs",
     about: "Lab 4: where a CPU argmin runs (host function, callback stream, worker thread, event wait) and what it costs the GPU",
     notebook: "notebooks/04-callback-stream.ipynb",
-    preset: |p| match p {
-        crate::labs::Preset::Full => CallbackConfig::default(),
-        crate::labs::Preset::Quick => CallbackConfig::quick(),
-        crate::labs::Preset::Small => CallbackConfig::small(),
-    },
     measure: measure::run,
     tables: |rec| rec.results.table(),
     figures: charts::report,
     headline: CallbackResults::headline,
 };
 
-impl crate::labs::LabConfig for CallbackConfig {
-    fn validate(&self) -> Result<()> {
-        CallbackConfig::validate(self)
-    }
-    fn set_device(&mut self, device: usize) {
-        self.device = device;
-    }
-}
+crate::lab_config!(CallbackConfig);
 
 #[cfg(test)]
 mod tests {

@@ -324,25 +324,13 @@ pub static ENTRY: crate::labs::Entry<DoubleBufferConfig, DoubleBufferResults> = 
     teaches: "Double buffering: CPU producer, copy and compute streams, events only",
     about: "Lab 3: double buffering (CPU producer, copy and compute streams) against no overlap",
     notebook: "notebooks/03-double-buffering.ipynb",
-    preset: |p| match p {
-        crate::labs::Preset::Full => DoubleBufferConfig::default(),
-        crate::labs::Preset::Quick => DoubleBufferConfig::quick(),
-        crate::labs::Preset::Small => DoubleBufferConfig::small(),
-    },
     measure: measure::run,
     tables: |rec| rec.results.summary(),
     figures: report,
     headline: DoubleBufferResults::headline,
 };
 
-impl crate::labs::LabConfig for DoubleBufferConfig {
-    fn validate(&self) -> Result<()> {
-        DoubleBufferConfig::validate(self)
-    }
-    fn set_device(&mut self, device: usize) {
-        self.device = device;
-    }
-}
+crate::lab_config!(DoubleBufferConfig);
 
 #[cfg(test)]
 mod tests {

@@ -493,25 +493,13 @@ pub static ENTRY: crate::labs::Entry<OverlapConfig, OverlapResults> = crate::lab
     teaches: "Chunked copy/compute overlap over N streams, against its bound and a queue model",
     about: "Lab 2: chunked copy/compute overlap over N streams, against the bounds and the queue model",
     notebook: "notebooks/02-chunked-overlap.ipynb",
-    preset: |p| match p {
-        crate::labs::Preset::Full => OverlapConfig::default(),
-        crate::labs::Preset::Quick => OverlapConfig::quick(),
-        crate::labs::Preset::Small => OverlapConfig::small(),
-    },
     measure: measure::run,
     tables: |rec| rec.results.summary(),
     figures: charts::report,
     headline: model::headline,
 };
 
-impl crate::labs::LabConfig for OverlapConfig {
-    fn validate(&self) -> Result<()> {
-        OverlapConfig::validate(self)
-    }
-    fn set_device(&mut self, device: usize) {
-        self.device = device;
-    }
-}
+crate::lab_config!(OverlapConfig);
 
 #[cfg(test)]
 mod tests {
