@@ -1,6 +1,9 @@
-//! One module per lab. Each has `measure` (runs on the GPU), `model` (what
-//! the numbers should be and what they mean), `exercise` (the checker),
-//! `charts` (plotters), and its record type.
+//! One module per lab, each listed once in the lab table ([`ALL`], in
+//! `table.rs`). Each has `measure` (runs on the GPU), `model` (what the
+//! numbers should be and what they mean), `exercise` (the checker),
+//! `charts` (plotters and its report files), its settings, its record type
+//! and its table entry. Labs speak only in the safe types of `gpu` and the
+//! shared parts (`issue`, `schedule`, `timeline`, `check`, `record`, `chart`).
 
 pub mod bandwidth;
 pub mod callback;

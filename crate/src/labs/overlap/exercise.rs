@@ -171,7 +171,7 @@ pub fn check_on_gpu(
     }
     let elements = uneven_elements(elements, chunks, true);
     let mut rig = measure::Rig::new(gpu, elements, streams)?;
-    let h2d = Summary::of(&[rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?, rig.timed_alone(OpKind::H2d, 0)?])?;
+    let h2d = Summary::of_runs(3, || rig.timed_alone(OpKind::H2d, 0))?;
     let iterations = rig.calibrate(h2d.median, intensity.kernel_over_copy())?;
     let (mut totals, mut samples) = (Vec::new(), Vec::new());
     let mut streams_used = streams;
@@ -332,22 +332,8 @@ mod tests {
     #[test]
     fn honest_issue_loops_pass() {
         let r = recording();
-        // A stream per stage, linked by events (lab 2's third layout).
-        let per_stage = |p: &mut dyn Issue, t: &ChunkTask| {
-            for c in 0..t.chunks {
-                let (at, n) = t.chunk(c);
-                p.h2d(t.streams[0], t.dev_in, at, t.host_in, at, n, "up")?;
-                let up = p.event()?;
-                p.record(up, t.streams[0])?;
-                p.wait(t.streams[1], up)?;
-                p.compute(t.streams[1], t.dev_in, at, t.dev_out, at, n, "k")?;
-                let k = p.event()?;
-                p.record(k, t.streams[1])?;
-                p.wait(t.streams[2], k)?;
-                p.d2h(t.streams[2], t.host_out, at, t.dev_out, at, n, "down")?;
-            }
-            Ok(())
-        };
+        // A stream per stage, linked by events: the lab's own third layout.
+        let per_stage = |p: &mut dyn Issue, t: &ChunkTask| IssueOrder::StageStreams.issue(p, t, &OpKind::STAGES);
         let rep = check_on_model(&r, Intensity::Balanced, 16, 3, per_stage);
         assert!(rep.passed, "{rep}");
         // 1024 chunks (the most there are) is judged, and quickly.

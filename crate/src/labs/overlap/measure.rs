@@ -87,7 +87,6 @@ impl Rig {
 
     /// Issues only `stages` of the chunked pipeline (to time a stage alone
     /// with a point's own chunking).
-    #[allow(clippy::too_many_arguments)]
     pub fn run_stages(
         &mut self,
         chunks: usize,
