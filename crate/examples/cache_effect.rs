@@ -6,8 +6,8 @@
 //! Run on a GPU: `cargo run --release --example cache_effect`.
 
 use overlap_lab::gpu::{CopyOp, CopyTimer, Gpu, HostBuffer, PinnedBuffer};
-use overlap_lab::pattern::{self, Store};
-use overlap_lab::stats::Summary;
+use overlap_lab::measure::pattern::{self, Store};
+use overlap_lab::measure::stats::Summary;
 use overlap_lab::Bytes;
 
 #[derive(Clone, Copy)]

@@ -2,8 +2,6 @@
 //! hit (no driver, out of memory, bad sizes, missing data) becomes a one-line
 //! message, never a panic.
 
-use std::path::PathBuf;
-
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
     #[error("no CUDA driver found (libcuda.so could not be loaded): this machine has no usable NVIDIA GPU")]
@@ -13,7 +11,7 @@ pub enum LabError {
     #[error("CUDA call {call} failed: {message}")]
     Driver { call: &'static str, message: String },
     #[error("out of {what} memory: {call} could not allocate {bytes}")]
-    OutOfMemory { what: &'static str, call: &'static str, bytes: crate::units::Bytes },
+    OutOfMemory { what: &'static str, call: &'static str, bytes: crate::present::units::Bytes },
     #[error("invalid configuration: {0}")]
     Config(String),
     /// Wrong bytes: a buffer holds something other than what the CPU
@@ -31,10 +29,11 @@ pub enum LabError {
     /// A thread the lab started (a worker, a waiter) stopped unexpectedly.
     #[error("{0}")]
     Thread(String),
-    #[error("no recorded data: {} does not exist (run `overlap-lab all` on a GPU machine to record it)", crate::record::display_path(path))]
-    MissingData { path: PathBuf },
-    #[error("recorded data {} is unreadable: {reason}", crate::record::display_path(path))]
-    BadData { path: PathBuf, reason: String },
+    /// `path` as outputs show it (repo-relative where it can be).
+    #[error("no recorded data: {path} does not exist (run `overlap-lab all` on a GPU machine to record it)")]
+    MissingData { path: String },
+    #[error("recorded data {path} is unreadable: {reason}")]
+    BadData { path: String, reason: String },
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
     #[error("kernel {0}")]

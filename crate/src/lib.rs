@@ -1,30 +1,30 @@
 //! overlap-lab: measure on your own GPU how CUDA host<->device transfers work
 //! and how to hide them behind compute.
 //!
-//! Layers, as in cudarc: [`gpu::driver`] makes every raw CUDA call; [`gpu`]
-//! wraps them in safe types; the labs in [`labs`] speak only in those. Each
-//! lab keeps measurement, model, exercise checking and charts apart, and its
-//! results travel as a [`record::Record`] with the device's fingerprint.
+//! The parts, each in its own folder, from the ground up:
+//!
+//! * [`pipeline`]: the vocabulary of a copy/compute pipeline (what a
+//!   learner's issue loop may call), the schedule it makes (happens-before,
+//!   races), the queue model that predicts it, and timelines. No CUDA.
+//! * [`gpu`]: the only place with raw CUDA ([`gpu::driver`], every call on a
+//!   raw handle an `unsafe fn`); safe types own the handles, and
+//!   [`gpu::Pipeline`] executes the vocabulary on real streams.
+//! * [`measure`]: what keeps a number honest: statistics, verified data
+//!   patterns, records with the device's fingerprint.
+//! * [`labs`]: the lab table and one module per lab, speaking only in the
+//!   parts above; exercise checking ([`labs::check`]).
+//! * [`present`]: charts, units, progress and the report.
+//! * [`notebook`]: live-or-recorded runs for the Jupyter notebooks.
 
-pub mod chart;
-pub mod check;
 pub mod error;
 pub mod gpu;
-pub mod issue;
-pub mod kernels;
 pub mod labs;
+pub mod measure;
 pub mod notebook;
-pub mod pattern;
-pub mod progress;
-pub mod record;
-pub mod report;
-pub mod schedule;
-pub mod stats;
+pub mod pipeline;
+pub mod present;
 #[doc(hidden)]
 pub mod testing;
-pub mod timeline;
-pub mod trace;
-pub mod units;
 
 pub use error::{LabError, Result};
-pub use units::Bytes;
+pub use present::units::Bytes;

@@ -3,7 +3,8 @@
 
 use crate::error::Result;
 use crate::gpu::{Availability, Gpu};
-use crate::record::{default_data_dir, find_recordings, Record};
+use crate::labs::check::CheckReport;
+use crate::measure::record::{default_data_dir, find_recordings, Record};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -25,25 +26,48 @@ pub struct LabRun<T> {
 /// committed notebook outputs).
 pub const FORCE_RECORDED_ENV: &str = "OVERLAP_LAB_RECORDED";
 
+/// Whether notebooks run live here: Ok when a GPU is usable and recorded
+/// data is not forced, else why not.
+pub fn live_here() -> std::result::Result<(), String> {
+    if std::env::var_os(FORCE_RECORDED_ENV).is_some() {
+        return Err(format!("{FORCE_RECORDED_ENV} is set"));
+    }
+    let avail = Availability::probe();
+    if avail.is_ready() {
+        Ok(())
+    } else {
+        Err(avail.reason())
+    }
+}
+
 impl<T: Serialize + DeserializeOwned> LabRun<T> {
     /// Runs `live` on device `ordinal` if a GPU is usable, else loads the
-    /// newest recording of `lab` from the data directory.
+    /// newest recording of `lab` from the data directory. Labs call it
+    /// through their table entry (`ENTRY.live_or_recorded(cfg)`).
     pub fn live_or_recorded(lab: &str, ordinal: usize, live: impl FnOnce(&Gpu) -> Result<T>) -> Result<LabRun<T>> {
-        let why_not = if std::env::var_os(FORCE_RECORDED_ENV).is_some() {
-            format!("{FORCE_RECORDED_ENV} is set")
-        } else {
-            let avail = Availability::probe();
-            if avail.is_ready() {
-                let gpu = Gpu::open(ordinal)?;
-                let fp = gpu.fingerprint()?;
-                let results = live(&gpu)?;
-                let mut record = Record::new(lab, fp, results);
-                record.command = vec!["notebook".into(), lab.into()];
-                return Ok(LabRun { record, source: Source::Live });
-            }
-            avail.reason()
-        };
-        Self::recorded(lab, why_not)
+        if let Err(why_not) = live_here() {
+            return Self::recorded(lab, why_not);
+        }
+        let gpu = Gpu::open(ordinal)?;
+        let fp = gpu.fingerprint()?;
+        let results = live(&gpu)?;
+        let mut record = Record::new(lab, fp, results);
+        record.command = vec!["notebook".into(), lab.into()];
+        Ok(LabRun { record, source: Source::Live })
+    }
+
+    /// An exercise check: live on the recording's GPU when notebooks run
+    /// live here, else `model` (no GPU). A live run that fails is a failed
+    /// check titled `what`, never an error out of the cell.
+    pub fn check(&self, what: &str, device: usize, live: impl FnOnce(&Gpu) -> Result<CheckReport>, model: impl FnOnce() -> CheckReport) -> CheckReport {
+        if live_here().is_err() {
+            return model();
+        }
+        Gpu::open(device).and_then(|gpu| live(&gpu)).unwrap_or_else(|e| {
+            let mut rep = CheckReport::new(&format!("{what} (live)"));
+            rep.problem(format!("the run failed: {e}"));
+            rep
+        })
     }
 
     /// The newest recording of `lab`.
@@ -73,7 +97,7 @@ impl<T: Serialize + DeserializeOwned> LabRun<T> {
             Source::Live => (format!("LIVE RUN on {}", self.record.provenance()), String::new()),
             Source::Recorded { path, why_not_live } => (
                 format!("RECORDED on {}", self.record.provenance()),
-                format!("\nNot live because {why_not_live}.\nData: {}\nCommand: {}", crate::record::display_path(path), self.record.command_line()),
+                format!("\nNot live because {why_not_live}.\nData: {}\nCommand: {}", crate::measure::record::display_path(path), self.record.command_line()),
             ),
         };
         format!("{bar}\n{head}{detail}\n{}\n{bar}", fp.describe())

@@ -1,6 +1,14 @@
-//! Fixtures for tests (unit, integration, and the GPU-skipping ones).
+//! Fixtures for tests (unit, integration, and the GPU-skipping ones): one
+//! set, shared by every test that needs a recording or a GPU.
 
-use crate::gpu::{Fingerprint, PcieLink};
+use crate::gpu::{Fingerprint, HostMemoryKind, PcieLink};
+use crate::labs::bandwidth::{AcquireCost, BandwidthConfig, BandwidthResults, Direction, PinCostPoint, TransferPoint};
+use crate::labs::callback::{CallbackConfig, CallbackResults, CostPoint, Variant, VariantResult};
+use crate::labs::double_buffer::{DoubleBufferConfig, DoubleBufferResults};
+use crate::labs::overlap::{Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
+use crate::measure::stats::Summary;
+use crate::pipeline::timeline::Timeline;
+use crate::Bytes;
 use std::path::PathBuf;
 
 pub fn fingerprint() -> Fingerprint {
@@ -63,4 +71,109 @@ pub fn gpu_or_skip(test: &str) -> Option<crate::gpu::Gpu> {
 pub fn skip_unless_required(test: &str, why: &str) {
     assert!(!gpu_required(), "{test}: {REQUIRE_GPU_ENV} is set but {why}");
     eprintln!("SKIPPED {test}: {why}");
+}
+
+// ---- one fixture set: a recording of each lab, with round numbers ----------
+
+/// A summary of one value (no spread).
+pub fn flat(v: f64) -> Summary {
+    Summary { median: v, min: v, max: v, n: 1 }
+}
+
+/// A synthetic sweep: pinned = 5 µs + bytes/50 GB/s each way; pageable
+/// = 10 µs + bytes/10 GB/s up, /15 GB/s down; pinning priced at 1 GiB.
+pub fn bandwidth_results() -> BandwidthResults {
+    let cfg = BandwidthConfig::default();
+    let mut transfers = Vec::new();
+    for bytes in cfg.sizes() {
+        for (kind, lat_us, up, down) in
+            [(HostMemoryKind::Pinned, 5.0, 50.0, 50.0), (HostMemoryKind::Pageable, 10.0, 10.0, 15.0), (HostMemoryKind::Registered, 5.0, 50.0, 50.0)]
+        {
+            for (direction, gbps) in [(Direction::H2d, up), (Direction::D2h, down)] {
+                let ms = lat_us * 1e-3 + bytes.0 as f64 / (gbps * 1e9) * 1e3;
+                transfers.push(TransferPoint {
+                    kind,
+                    direction,
+                    bytes,
+                    copies_per_sample: 1,
+                    device_ms: flat(ms),
+                    host_call_ms: flat(if kind == HostMemoryKind::Pageable { ms } else { 0.005 }),
+                    gbps: flat(bytes.0 as f64 / (ms * 1e-3) / 1e9),
+                    gated: kind != HostMemoryKind::Pageable,
+                    verified_samples: 1,
+                });
+            }
+        }
+    }
+    let cost = |acquire: f64, release: f64| AcquireCost { acquire_ms: flat(acquire), release_ms: flat(release) };
+    let pin_cost = vec![PinCostPoint {
+        bytes: Bytes(1 << 30),
+        pageable_first: cost(100.0, 10.0),
+        pageable_reused: cost(1.0, 0.1),
+        pinned_first: cost(300.0, 30.0),
+        pinned_reused: cost(280.0, 30.0),
+        registered: cost(50.0, 10.0),
+    }];
+    BandwidthResults { config: cfg, transfers, pin_cost }
+}
+
+pub fn overlap_results() -> OverlapResults {
+    let parts = Parts { h2d_ms: flat(2.4), kernel_ms: flat(2.4), d2h_ms: flat(2.4), both_copies_ms: flat(2.7) };
+    let empty = Timeline::default();
+    let point = OverlapPoint { chunks: 1, streams: 1, order: IssueOrder::DepthFirst, parts: parts.clone(), total_ms: flat(7.2), verified_runs: 1 };
+    OverlapResults {
+        config: OverlapConfig::default(),
+        copy_engines: 3,
+        intensities: vec![IntensityResults {
+            intensity: Intensity::Balanced,
+            iterations: 1800,
+            parts,
+            synchronous_ms: flat(7.3),
+            points: vec![point],
+            serial_timeline: empty.clone(),
+            best_timeline: empty.clone(),
+            best_predicted: empty,
+        }],
+        timeline_overhead_pct: 1.0,
+        timeline_overhead_pairs_pct: None,
+        timeline_source: String::new(),
+    }
+}
+
+pub fn double_buffer_results() -> DoubleBufferResults {
+    let empty = Timeline::default();
+    DoubleBufferResults {
+        config: DoubleBufferConfig::default(),
+        iterations: 100,
+        produce_ms: flat(0.05),
+        copy_ms: flat(0.15),
+        kernel_ms: flat(0.15),
+        no_overlap_ms: flat(20.0),
+        pipelined_ms: flat(10.0),
+        no_overlap_timeline: empty.clone(),
+        pipelined_timeline: empty,
+        verified_runs: 1,
+        timeline_overhead_pct: Some(1.0),
+        timeline_overhead_pairs_pct: None,
+        timeline_source: "cupti".into(),
+    }
+}
+
+pub fn callback_results() -> CallbackResults {
+    let cfg = CallbackConfig { iterations: 128, ..CallbackConfig::default() };
+    let variants = Variant::ALL.iter().map(|&variant| VariantResult { variant, total_ms: flat(40.0), cpu_ms: flat(0.27) }).collect();
+    CallbackResults {
+        config: cfg,
+        gpu_ms: flat(0.27),
+        kernel_ms: flat(0.26),
+        d2h_ms: flat(0.01),
+        host_fn_round_trip_ms: flat(0.07),
+        points: vec![CostPoint { cpu_over_gpu: 1.0, passes: 6, cpu_alone_ms: flat(0.25), variants }],
+        timelines: Vec::<Timeline>::new(),
+        timeline_overhead_pct: 0.0,
+        timeline_overhead_pairs_pct: None,
+        timeline_overhead_cpu_over_gpu: 0.5,
+        timeline_source: "cuda events".into(),
+        verified_runs: 1,
+    }
 }

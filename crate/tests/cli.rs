@@ -10,7 +10,7 @@ fn bin() -> String {
 }
 
 fn repo_data() -> String {
-    overlap_lab::record::default_data_dir().to_string_lossy().into_owned()
+    overlap_lab::measure::record::default_data_dir().to_string_lossy().into_owned()
 }
 
 fn cli(args: &[&str]) -> (i32, String, String) {
@@ -88,7 +88,7 @@ fn report_renders_recorded_data_and_missing_data_is_an_error() {
     let repo_data = repo_data();
     let (code, stdout, err) = cli(&["--data", &repo_data, "report", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert!(stdout.contains("lab1-bandwidth-vs-size.png"), "{stdout}");
+    assert!(stdout.contains("bandwidth-by-size.png"), "{stdout}");
     let (code, _, err) = cli(&["--data", "/nonexistent/data", "report", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(err.contains("no recorded data"), "{err}");

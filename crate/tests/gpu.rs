@@ -3,8 +3,8 @@
 
 use overlap_lab::gpu::{alloc_host, Availability, CopyOp, CopyTimer, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer};
 use overlap_lab::labs::bandwidth::{measure, BandwidthConfig, Direction};
-use overlap_lab::pattern;
-use overlap_lab::progress::ProgressMode;
+use overlap_lab::measure::pattern;
+use overlap_lab::present::progress::ProgressMode;
 use overlap_lab::testing::gpu_or_skip;
 use overlap_lab::{Bytes, LabError};
 
@@ -151,9 +151,9 @@ mod pipelines {
     use overlap_lab::gpu::{ComputeKernel, HostBuffer, PinnedBuffer};
     use overlap_lab::labs::overlap::measure::Rig;
     use overlap_lab::labs::overlap::{measure, Intensity, IssueOrder, OverlapConfig};
-    use overlap_lab::pattern;
-    use overlap_lab::progress::ProgressMode;
-    use overlap_lab::schedule::OpKind;
+    use overlap_lab::measure::pattern;
+    use overlap_lab::pipeline::schedule::OpKind;
+    use overlap_lab::present::progress::ProgressMode;
     use overlap_lab::testing::gpu_or_skip;
 
     #[test]
@@ -298,7 +298,7 @@ mod exercises {
 
 mod double_buffering {
     use overlap_lab::labs::double_buffer::{exercise, measure, pipelined, DoubleBufferConfig};
-    use overlap_lab::progress::ProgressMode;
+    use overlap_lab::present::progress::ProgressMode;
     use overlap_lab::testing::gpu_or_skip;
 
     #[test]
@@ -324,7 +324,7 @@ mod double_buffering {
 mod callback {
     use overlap_lab::labs::callback::measure::{self, CallbackRig};
     use overlap_lab::labs::callback::{self, exercise, CallbackConfig, Variant};
-    use overlap_lab::progress::ProgressMode;
+    use overlap_lab::present::progress::ProgressMode;
     use overlap_lab::testing::gpu_or_skip;
 
     fn small() -> CallbackConfig {

@@ -3,7 +3,7 @@
 
 use overlap_lab::gpu::HostMemoryKind;
 use overlap_lab::labs::bandwidth::{exercise, model, BandwidthResults, Direction, LAB};
-use overlap_lab::record::{default_data_dir, find_recordings, Record};
+use overlap_lab::measure::record::{default_data_dir, find_recordings, Record};
 use overlap_lab::Bytes;
 
 fn recordings() -> Vec<(std::path::PathBuf, Record<BandwidthResults>)> {
@@ -22,6 +22,16 @@ fn every_lab_of_the_table_is_recorded_on_every_gpu() {
         for lab in overlap_lab::labs::ALL {
             let v = lab.visit(dev, None).unwrap().unwrap_or_else(|| panic!("{} has no {}.json", dev.display(), lab.name()));
             assert!(!v.headline.is_empty() && v.files.is_empty(), "{}: {}", dev.display(), lab.name());
+        }
+    }
+    // Every figure and file a lab renders carries the lab's one name.
+    let out = overlap_lab::testing::temp_dir("lab-names");
+    for lab in overlap_lab::labs::ALL {
+        let v = lab.visit(&devices[0], Some(&out)).unwrap().unwrap();
+        assert!(!v.files.is_empty(), "{} renders files", lab.name());
+        for f in &v.files {
+            let file = f.file_name().unwrap().to_string_lossy();
+            assert!(file.starts_with(&format!("{}-", lab.name())), "{} wrote {file}", lab.name());
         }
     }
 }

@@ -6,9 +6,10 @@
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use overlap_lab::gpu::{Availability, Gpu};
 use overlap_lab::labs::{self, Preset, RunContext};
-use overlap_lab::progress::ProgressMode;
-use overlap_lab::record::default_data_dir;
-use overlap_lab::{report, LabError, Result};
+use overlap_lab::measure::record::default_data_dir;
+use overlap_lab::present::progress::ProgressMode;
+use overlap_lab::present::report;
+use overlap_lab::{LabError, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -95,9 +96,9 @@ fn progress(quiet: bool) -> ProgressMode {
 
 fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
     let files = report::generate(data, out)?;
-    println!("report: {} files in {}", files.len(), overlap_lab::record::display_path(out));
+    println!("report: {} files in {}", files.len(), overlap_lab::measure::record::display_path(out));
     for f in files {
-        println!("  {}", overlap_lab::record::display_path(&f));
+        println!("  {}", overlap_lab::measure::record::display_path(&f));
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use super::driver;
 use crate::error::Result;
-use crate::units::Bytes;
+use crate::present::units::Bytes;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use serde::{Deserialize, Serialize};
 use std::path::Path;

@@ -2,7 +2,7 @@
 
 use super::{driver, DeviceBuffer, Gpu, Stream};
 use crate::error::{LabError, Result};
-use crate::kernels::{self, KernelSource};
+use crate::gpu::kernels::{self, KernelSource};
 use std::ffi::c_void;
 
 /// A loaded module holding one kernel.

@@ -1,6 +1,13 @@
-//! The safe GPU layer: a device handle, streams, timing events, device buffers,
-//! the four kinds of host memory, and a bracketed copy timer. Raw driver calls
-//! live in [`driver`] only.
+//! The GPU: the only part of the crate with raw CUDA. Raw driver calls live
+//! in [`driver`] only, each call on a raw handle an `unsafe fn`; the safe
+//! types here own the handles: a device handle, streams, timing events,
+//! device buffers, the four kinds of host memory, a bracketed copy timer
+//! (lab 1's primitive), and [`Pipeline`], which executes the pipeline
+//! vocabulary (`crate::pipeline`) on real streams. Also the NVRTC kernels
+//! ([`kernels`]) and NVTX ranges ([`trace`]).
+//!
+//! May use: `error`, `pipeline` (the vocabulary it executes), `measure`
+//! (data patterns that prove a copy happened), `present::units`.
 
 pub mod copy;
 pub mod driver;
@@ -9,17 +16,19 @@ mod gate;
 pub mod host;
 pub mod host_fn;
 pub mod kernel;
+pub mod kernels;
 pub mod pipeline;
+pub mod trace;
 
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
 pub use fingerprint::{Fingerprint, PcieLink};
 pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer};
 pub use host_fn::HostTask;
 pub use kernel::{ComputeKernel, Module, RowDotArgs, RowDotKernel};
-pub use pipeline::{DevRef, EventRef, HostRef, Pipeline, PipelineRun, StreamRef, TimelineSource};
+pub use pipeline::{Dataset, GpuIssuer, Pipeline, PipelineRun, TimelineSource};
 
 use crate::error::{LabError, Result};
-use crate::units::Bytes;
+use crate::present::units::Bytes;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
 

@@ -17,25 +17,13 @@
 use super::gate::Gate;
 use super::{driver, ComputeKernel, DeviceBuffer, Event, Gpu, HostBuffer, Stream};
 use crate::error::{LabError, Result};
-use crate::schedule::{Access, OpKind, Race, Schedule};
-use crate::timeline::Timeline;
-use crate::trace;
+use crate::gpu::trace;
+use crate::pipeline::issue::{DevRef, EventRef, HostRef, Issue, StreamRef};
+use crate::pipeline::schedule::{Access, OpKind, Race, Schedule};
+use crate::pipeline::timeline::Timeline;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::time::Instant;
-
-/// A stream registered with a pipeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StreamRef(pub(crate) usize);
-/// A device buffer registered with a pipeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DevRef(pub(crate) usize);
-/// A host buffer registered with a pipeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HostRef(pub(crate) usize);
-/// An event owned by a pipeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EventRef(pub(crate) usize);
 
 struct HostEntry {
     ptr: *mut u64,
@@ -85,8 +73,8 @@ pub struct PipelineRun {
 impl PipelineRun {
     /// The queue model's timeline for this run's schedule, each op lasting
     /// `duration_us(op)`.
-    pub fn predicted(&self, machine: crate::schedule::Machine, duration_us: impl Fn(&crate::schedule::Op) -> f64) -> Timeline {
-        let times = crate::schedule::predict(&self.schedule, machine, duration_us);
+    pub fn predicted(&self, machine: crate::pipeline::schedule::Machine, duration_us: impl Fn(&crate::pipeline::schedule::Op) -> f64) -> Timeline {
+        let times = crate::pipeline::schedule::predict(&self.schedule, machine, duration_us);
         let device = self.timeline.as_ref().map(|t| t.device.clone()).unwrap_or_default();
         Timeline::from_schedule("predicted", &device, &self.schedule, &times, &self.stream_names)
     }
@@ -594,6 +582,66 @@ impl Drop for Pipeline<'_> {
                 let _ = driver::activity::finish();
             }
         }
+    }
+}
+
+// ---- the vocabulary on this executor ---------------------------------------
+
+/// Where the producer's data comes from on a real pipeline: a dataset made
+/// in advance (so producing is a cheap, verifiable copy).
+pub struct Dataset<'a> {
+    pub words: &'a [u64],
+    /// Elements per batch.
+    pub batch_elements: usize,
+}
+
+/// A real pipeline plus the lab's kernel settings.
+pub struct GpuIssuer<'p, 'a> {
+    pub pipeline: &'p mut Pipeline<'a>,
+    pub kernel: &'a ComputeKernel,
+    pub iterations: i32,
+    /// Needed only by labs with a producer.
+    pub dataset: Option<Dataset<'a>>,
+}
+
+/// Elements to bytes, refusing a count no buffer could hold.
+fn bytes(elements: usize) -> Result<usize> {
+    elements.checked_mul(4).ok_or_else(|| LabError::config(format!("{elements} elements is more bytes than memory has")))
+}
+
+impl Issue for GpuIssuer<'_, '_> {
+    fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.pipeline.h2d(s, dst, bytes(dst_at)?, src, bytes(src_at)?, bytes(n)?, label)
+    }
+    fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.pipeline.d2h(s, dst, bytes(dst_at)?, src, bytes(src_at)?, bytes(n)?, label)
+    }
+    fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
+        self.pipeline.compute(s, self.kernel, input, in_at, output, out_at, n, self.iterations, label)
+    }
+    fn event(&mut self) -> Result<EventRef> {
+        self.pipeline.event()
+    }
+    fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
+        self.pipeline.record(e, s)
+    }
+    fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
+        self.pipeline.wait(s, e)
+    }
+    fn host_wait(&mut self, e: EventRef) -> Result<()> {
+        self.pipeline.host_wait(e)
+    }
+    fn host_sync(&mut self, s: StreamRef) -> Result<()> {
+        self.pipeline.host_sync(s)
+    }
+    fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
+        let d = self.dataset.as_ref().ok_or_else(|| LabError::config("this lab has no producer"))?;
+        if n % 2 != 0 || at % 2 != 0 || n > d.batch_elements {
+            return Err(LabError::config(format!("produce {n} elements at {at}: counts and offsets must be even and at most a batch")));
+        }
+        let first = batch * d.batch_elements / 2;
+        let src = d.words.get(first..first + n / 2).ok_or_else(|| LabError::config(format!("batch {batch} is past the dataset")))?;
+        self.pipeline.host_write(label, h, at * 4, n * 4, |w| crate::measure::pattern::copy_streaming(w, src))
     }
 }
 

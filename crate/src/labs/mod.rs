@@ -1,17 +1,28 @@
-//! One module per lab, each listed once in the lab table ([`ALL`], in
-//! `table.rs`). Each has `measure` (runs on the GPU), `model` (what the
-//! numbers should be and what they mean), `exercise` (the checker),
-//! `charts` (plotters and its report files), its settings, its record type
-//! and its table entry. Labs speak only in the safe types of `gpu` and the
-//! shared parts (`issue`, `schedule`, `timeline`, `check`, `record`, `chart`).
+//! The labs: one module per lab, each listed once in [`ALL`] through its
+//! table entry ([`table::Entry`]). Each has `measure` (runs on the GPU),
+//! `model` (what the numbers should be and what they mean), `exercise` (the
+//! checker, judged through [`check::CheckReport`]), `charts` (plotters and
+//! its report files), its settings, its record type and its table entry.
+//!
+//! May use: the safe types of `gpu` (never `gpu::driver`), `pipeline`,
+//! `measure`, `present::{chart, units, progress}` and `notebook`.
 
 pub mod bandwidth;
 pub mod callback;
+pub mod check;
 pub mod double_buffer;
 pub mod overlap;
 pub mod table;
 
-pub use table::{find, Entry, Lab, LabConfig, Preset, RunContext, ALL};
+pub use table::{Entry, Lab, LabConfig, Preset, RunContext};
+
+/// Every lab, in course order.
+pub static ALL: [&dyn Lab; 4] = [&bandwidth::ENTRY, &overlap::ENTRY, &double_buffer::ENTRY, &callback::ENTRY];
+
+/// The lab called `name`.
+pub fn find(name: &str) -> Option<&'static dyn Lab> {
+    ALL.iter().copied().find(|l| l.name() == name)
+}
 
 use crate::error::{LabError, Result};
 
@@ -53,8 +64,8 @@ pub fn calibrate_iterations(target_ms: f64, mut time: impl FnMut(i32) -> Result<
             return Err(LabError::calibration(
                 format!(
                     "the kernel took {} at {LO} FMAs per element and {} at {hi}: its time does not grow with its work",
-                    crate::units::fmt_ms(t_lo),
-                    crate::units::fmt_ms(t_hi)
+                    crate::present::units::fmt_ms(t_lo),
+                    crate::present::units::fmt_ms(t_hi)
                 ),
                 "Something other than the kernel sets its time: another process on this GPU, or a profiler or sanitizer that serializes launches. Run on an idle GPU, without the tool, to measure",
             ));

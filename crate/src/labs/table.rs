@@ -1,13 +1,14 @@
 //! The lab table: every lab's one name and its entry points, in one list
-//! ([`ALL`]). The command line's lab subcommands, `overlap-lab all`, the
+//! ([`super::ALL`]). The command line's lab subcommands, `overlap-lab all`, the
 //! report, the recorded-data tests and the README's lab table are derived
 //! from it, so adding a lab is its module, its notebook, its recording and
 //! one entry here.
 
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::progress::ProgressMode;
-use crate::record::Record;
+use crate::measure::record::Record;
+use crate::notebook::LabRun;
+use crate::present::progress::ProgressMode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -51,8 +52,10 @@ pub trait Lab: Sync {
     fn name(&self) -> &'static str;
     /// What it teaches, in a line (the README's lab table).
     fn teaches(&self) -> &'static str;
-    /// Its notebook, repository-relative.
-    fn notebook(&self) -> &'static str;
+    /// Its notebook, repository-relative: `notebooks/NN-<name>.ipynb`.
+    fn notebook(&self) -> String {
+        format!("notebooks/{:02}-{}.ipynb", self.number(), self.name())
+    }
     /// Its module's path in the crate.
     fn module(&self) -> &'static str;
     /// The subcommand `overlap-lab <name>`: the lab's settings as options.
@@ -72,6 +75,7 @@ pub trait LabConfig: clap::Args + clap::FromArgMatches + Default + Clone + Sync 
     fn small() -> Self;
     fn validate(&self) -> Result<()>;
     fn set_device(&mut self, device: usize);
+    fn device(&self) -> usize;
     /// The settings of a preset.
     fn preset(p: Preset) -> Self {
         match p {
@@ -100,6 +104,9 @@ macro_rules! lab_config {
             fn set_device(&mut self, device: usize) {
                 self.device = device;
             }
+            fn device(&self) -> usize {
+                self.device
+            }
         }
     };
 }
@@ -113,7 +120,6 @@ pub struct Entry<C: 'static, T: 'static> {
     pub teaches: &'static str,
     /// The subcommand's one-line help.
     pub about: &'static str,
-    pub notebook: &'static str,
     pub measure: fn(&Gpu, &C, ProgressMode) -> Result<T>,
     /// What the command line prints after a run.
     pub tables: fn(&Record<T>) -> String,
@@ -121,6 +127,17 @@ pub struct Entry<C: 'static, T: 'static> {
     /// (where the numbers come from) under its title.
     pub figures: fn(&Record<T>, &Path, &str) -> Result<Vec<PathBuf>>,
     pub headline: fn(&T) -> Vec<(String, String)>,
+}
+
+impl<C: LabConfig, T: Serialize + DeserializeOwned> Entry<C, T> {
+    /// The lab in a notebook: run live with `cfg` when a GPU is here, else
+    /// the newest recording, labelled as such.
+    pub fn live_or_recorded(&self, cfg: C) -> Result<LabRun<T>> {
+        LabRun::live_or_recorded(self.name, cfg.device(), |gpu| {
+            cfg.validate()?;
+            (self.measure)(gpu, &cfg, ProgressMode::Lines)
+        })
+    }
 }
 
 impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Entry<C, T> {
@@ -132,9 +149,6 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
     }
     fn teaches(&self) -> &'static str {
         self.teaches
-    }
-    fn notebook(&self) -> &'static str {
-        self.notebook
     }
     fn module(&self) -> &'static str {
         self.module
@@ -157,7 +171,7 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
         let rec = Record::new(self.name, fp, (self.measure)(&gpu, &cfg, cx.progress)?);
         println!("{}", (self.tables)(&rec));
         if let Some(dir) = cx.record_to {
-            println!("recorded: {}", crate::record::display_path(&rec.save(dir)?));
+            println!("recorded: {}", crate::measure::record::display_path(&rec.save(dir)?));
         }
         Ok(())
     }
@@ -178,23 +192,9 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
     }
 }
 
-/// Every lab, in course order.
-pub static ALL: [&dyn Lab; 4] = [&super::bandwidth::ENTRY, &super::overlap::ENTRY, &super::double_buffer::ENTRY, &super::callback::ENTRY];
-
-/// The lab called `name`.
-pub fn find(name: &str) -> Option<&'static dyn Lab> {
-    ALL.iter().copied().find(|l| l.name() == name)
-}
-
-/// Writes a lab's text summary next to its figures.
-pub fn write_text(path: PathBuf, text: String) -> Result<PathBuf> {
-    std::fs::write(&path, text).map_err(|e| crate::LabError::io(format!("writing {}", path.display()), e))?;
-    Ok(path)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::labs::{find, ALL};
 
     #[test]
     fn one_name_per_lab_for_module_data_and_notebook() {

@@ -3,11 +3,11 @@
 
 use super::model::{self, Acquisition};
 use super::{BandwidthRecord, Direction};
-use crate::chart::Chart;
-use crate::chart::{Figure, Panel, RGBColor, Series, XAxis};
 use crate::error::Result;
 use crate::gpu::HostMemoryKind;
-use crate::labs::table::write_text;
+use crate::present::chart::write_text;
+use crate::present::chart::Chart;
+use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
 use std::path::{Path, PathBuf};
 
 pub fn kind_color(kind: HostMemoryKind) -> RGBColor {
@@ -70,13 +70,7 @@ pub fn bandwidth_vs_size(rec: &BandwidthRecord, origin: &str) -> Figure {
         |k, d| (k.label().into(), r.series(k, d).iter().map(|p| (p.bytes.0 as f64, p.gbps.median)).collect()),
         |d| model::link_gbps(&rec.fingerprint, d).and_then(|l| reference_line(rec, format!("PCIe theoretical {l:.0} GB/s"), l)),
     );
-    Figure {
-        stem: "lab1-bandwidth-vs-size".into(),
-        title: "Host<->device bandwidth by host memory kind".into(),
-        subtitle: origin.into(),
-        panels,
-        panel_size: PANEL,
-    }
+    Figure { stem: "bandwidth-by-size".into(), title: "Host<->device bandwidth by host memory kind".into(), subtitle: origin.into(), panels, panel_size: PANEL }
 }
 
 /// Bandwidth of each page-locked kind over pageable's, per size.
@@ -89,7 +83,7 @@ pub fn ratio_to_pageable(rec: &BandwidthRecord, origin: &str) -> Figure {
         |k, d| (format!("{} / pageable", k.label()), model::ratio_to_pageable(r, k, d).iter().map(|(b, x)| (b.0 as f64, *x)).collect()),
         |_| reference_line(rec, "no gain".into(), 1.0),
     );
-    Figure { stem: "lab1-ratio-to-pageable".into(), title: "How much page-locked memory buys".into(), subtitle: origin.into(), panels, panel_size: PANEL }
+    Figure { stem: "bandwidth-ratio-to-pageable".into(), title: "How much page-locked memory buys".into(), subtitle: origin.into(), panels, panel_size: PANEL }
 }
 
 /// The two clocks: how long the CPU is blocked in the copy call (dashed)
@@ -122,7 +116,7 @@ pub fn two_clocks(rec: &BandwidthRecord, origin: &str) -> Figure {
             panel(format!("{}: cuMemcpyAsync", d.label()), "µs per copy (log)", true, series)
         })
         .collect();
-    Figure { stem: "lab1-two-clocks".into(), title: "Two clocks: CPU blocked vs device busy".into(), subtitle: origin.into(), panels, panel_size: PANEL }
+    Figure { stem: "bandwidth-two-clocks".into(), title: "Two clocks: CPU blocked vs device busy".into(), subtitle: origin.into(), panels, panel_size: PANEL }
 }
 
 /// What pinning costs, and after how many copies it has paid for itself.
@@ -158,7 +152,7 @@ pub fn pinning_cost(rec: &BandwidthRecord, origin: &str) -> Figure {
         }
     }
     Figure {
-        stem: "lab1-pinning-cost".into(),
+        stem: "bandwidth-pinning-cost".into(),
         title: "The price of pinning".into(),
         subtitle: origin.into(),
         panels: vec![
@@ -186,6 +180,6 @@ pub fn report(rec: &BandwidthRecord, dir: &Path, origin: &str) -> Result<Vec<Pat
         model::pin_cost_table(&rec.results),
         model::break_even_table(&rec.results)
     );
-    files.push(write_text(dir.join("lab1-summary.txt"), text)?);
+    files.push(write_text(dir.join("bandwidth-summary.txt"), text)?);
     Ok(files)
 }

@@ -10,9 +10,9 @@
 
 use super::model::{self, Acquisition};
 use super::{BandwidthResults, Direction};
-use crate::check::{close, short, unit_slip, CheckReport};
 use crate::gpu::HostMemoryKind;
-use crate::units::{fmt_ms, Bytes};
+use crate::labs::check::{close, short, unit_slip, CheckReport};
+use crate::present::units::{fmt_ms, Bytes};
 
 /// A prediction passes if it is within this fraction of every measured median.
 pub const MODEL_TOLERANCE: f64 = 0.15;
@@ -220,49 +220,7 @@ pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direc
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::labs::bandwidth::{AcquireCost, BandwidthConfig, PinCostPoint, TransferPoint};
-    use crate::stats::Summary;
-
-    fn s(v: f64) -> Summary {
-        Summary { median: v, min: v, max: v, n: 1 }
-    }
-
-    /// A synthetic sweep: pinned = 5 µs + bytes/50 GB/s each way; pageable
-    /// = 10 µs + bytes/10 GB/s up, /15 GB/s down; pinning priced at 1 GiB.
-    pub(crate) fn synthetic() -> BandwidthResults {
-        let cfg = BandwidthConfig::default();
-        let mut transfers = Vec::new();
-        for bytes in cfg.sizes() {
-            for (kind, lat_us, up, down) in
-                [(HostMemoryKind::Pinned, 5.0, 50.0, 50.0), (HostMemoryKind::Pageable, 10.0, 10.0, 15.0), (HostMemoryKind::Registered, 5.0, 50.0, 50.0)]
-            {
-                for (direction, gbps) in [(Direction::H2d, up), (Direction::D2h, down)] {
-                    let ms = lat_us * 1e-3 + bytes.0 as f64 / (gbps * 1e9) * 1e3;
-                    transfers.push(TransferPoint {
-                        kind,
-                        direction,
-                        bytes,
-                        copies_per_sample: 1,
-                        device_ms: s(ms),
-                        host_call_ms: s(if kind == HostMemoryKind::Pageable { ms } else { 0.005 }),
-                        gbps: s(bytes.0 as f64 / (ms * 1e-3) / 1e9),
-                        gated: kind != HostMemoryKind::Pageable,
-                        verified_samples: 1,
-                    });
-                }
-            }
-        }
-        let cost = |acquire: f64, release: f64| AcquireCost { acquire_ms: s(acquire), release_ms: s(release) };
-        let pin_cost = vec![PinCostPoint {
-            bytes: Bytes(1 << 30),
-            pageable_first: cost(100.0, 10.0),
-            pageable_reused: cost(1.0, 0.1),
-            pinned_first: cost(300.0, 30.0),
-            pinned_reused: cost(280.0, 30.0),
-            registered: cost(50.0, 10.0),
-        }];
-        BandwidthResults { config: cfg, transfers, pin_cost }
-    }
+    use crate::labs::bandwidth::TransferPoint;
 
     fn model(t0: f64, gbps: f64) -> impl Fn(u64) -> f64 {
         move |b| t0 + b as f64 / (gbps * 1e3)
@@ -274,7 +232,7 @@ pub(crate) mod tests {
 
     #[test]
     fn honest_transfer_models_pass() {
-        let r = synthetic();
+        let r = crate::testing::bandwidth_results();
         for rep in [
             check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, model(5.0, 50.0)),
             // The notebook's way: t0 from the smallest copy, B from the plateau (a bit under the true rate).
@@ -290,7 +248,7 @@ pub(crate) mod tests {
     /// Wrong answers a student gives, each with the words its message must hold.
     #[test]
     fn wrong_transfer_models_fail_naming_the_mistake() {
-        let r = synthetic();
+        let r = crate::testing::bandwidth_results();
         let gib_per_s = 50e9 / (1u64 << 30) as f64;
         type Model = Box<dyn Fn(u64) -> f64>;
         let cases: Vec<(&str, Model, &[&str])> = vec![
@@ -321,10 +279,10 @@ pub(crate) mod tests {
 
     #[test]
     fn bidirectional_models_count_the_copy_size_once() {
-        let mut r = synthetic();
+        let mut r = crate::testing::bandwidth_results();
         // Both ways at once: each direction moves `bytes` in the time of one.
         for p in r.transfers.clone().iter().filter(|p| p.direction == Direction::H2d && p.kind == HostMemoryKind::Pinned) {
-            let gbps = s(2.0 * p.bytes.0 as f64 / (p.device_ms.median * 1e-3) / 1e9);
+            let gbps = crate::testing::flat(2.0 * p.bytes.0 as f64 / (p.device_ms.median * 1e-3) / 1e9);
             r.transfers.push(TransferPoint { direction: Direction::Bidirectional, gbps, ..p.clone() });
         }
         assert!(check_transfer_model(&r, HostMemoryKind::Pinned, Direction::Bidirectional, model(5.0, 50.0)).passed);
@@ -338,7 +296,7 @@ pub(crate) mod tests {
 
     #[test]
     fn honest_break_even_answers_pass_in_every_form() {
-        let r = synthetic();
+        let r = crate::testing::bandwidth_results();
         let gib = Bytes(1 << 30);
         let b = truth(&r, Acquisition::Once, Direction::D2h);
         let n = b.copies.unwrap();
@@ -365,7 +323,7 @@ pub(crate) mod tests {
 
     #[test]
     fn wrong_break_even_answers_fail_naming_the_mistake() {
-        let r = synthetic();
+        let r = crate::testing::bandwidth_results();
         let gib = Bytes(1 << 30);
         let b = truth(&r, Acquisition::Once, Direction::D2h);
         let (n, extra, saving) = (b.copies.unwrap(), b.extra_cost_ms, b.saving_per_copy_ms);
@@ -405,7 +363,7 @@ pub(crate) mod tests {
 
     #[test]
     fn absurd_answers_are_judged_not_crashed() {
-        let r = synthetic();
+        let r = crate::testing::bandwidth_results();
         for answer in [0.0, 1e300, -1e300, f64::NAN, f64::NEG_INFINITY, 1e-300] {
             assert!(!check_break_even(&r, Acquisition::Once, Direction::D2h, Bytes(1 << 30), answer).passed, "{answer}");
             assert!(!check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, |_| answer).passed, "{answer}");

@@ -3,14 +3,14 @@
 
 use super::{AcquireCost, BandwidthConfig, BandwidthResults, Direction, PinCostPoint, TransferPoint};
 use crate::error::{LabError, Result};
+use crate::gpu::trace;
 use crate::gpu::{
     alloc_host, CopyOp, CopyTimer, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PagesFrom, PinnedBuffer, RegisteredBuffer, Stream, TouchedPages,
 };
-use crate::pattern;
-use crate::progress::{Progress, ProgressMode};
-use crate::stats::Summary;
-use crate::trace;
-use crate::units::Bytes;
+use crate::measure::pattern;
+use crate::measure::stats::Summary;
+use crate::present::progress::{Progress, ProgressMode};
+use crate::present::units::Bytes;
 use std::time::Instant;
 
 /// Device buffers, a pinned check buffer and streams shared by every point.

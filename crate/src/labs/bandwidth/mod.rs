@@ -13,8 +13,8 @@ pub mod model;
 
 use crate::error::{LabError, Result};
 use crate::gpu::HostMemoryKind;
-use crate::stats::Summary;
-use crate::units::{Bytes, GIB, KIB};
+use crate::measure::stats::Summary;
+use crate::present::units::{Bytes, GIB, KIB};
 use serde::{Deserialize, Serialize};
 
 pub const LAB: &str = "bandwidth";
@@ -247,7 +247,7 @@ pub struct BandwidthResults {
     pub pin_cost: Vec<PinCostPoint>,
 }
 
-pub type BandwidthRecord = crate::record::Record<BandwidthResults>;
+pub type BandwidthRecord = crate::measure::record::Record<BandwidthResults>;
 
 impl BandwidthResults {
     pub fn point(&self, kind: HostMemoryKind, direction: Direction, bytes: Bytes) -> Option<&TransferPoint> {
@@ -291,27 +291,22 @@ impl crate::notebook::LabRun<BandwidthResults> {
     pub fn break_even_table(&self) -> String {
         model::break_even_table(&self.record.results)
     }
-    pub fn bandwidth_chart(&self) -> crate::chart::Figure {
+    pub fn bandwidth_chart(&self) -> crate::present::chart::Figure {
         charts::bandwidth_vs_size(&self.record, &self.origin())
     }
-    pub fn ratio_chart(&self) -> crate::chart::Figure {
+    pub fn ratio_chart(&self) -> crate::present::chart::Figure {
         charts::ratio_to_pageable(&self.record, &self.origin())
     }
-    pub fn two_clocks_chart(&self) -> crate::chart::Figure {
+    pub fn two_clocks_chart(&self) -> crate::present::chart::Figure {
         charts::two_clocks(&self.record, &self.origin())
     }
-    pub fn pinning_cost_chart(&self) -> crate::chart::Figure {
+    pub fn pinning_cost_chart(&self) -> crate::present::chart::Figure {
         charts::pinning_cost(&self.record, &self.origin())
     }
     /// Median device time of one copy, µs (None if that point was not measured).
     pub fn copy_time_us(&self, kind: HostMemoryKind, direction: Direction, bytes: Bytes) -> Option<f64> {
         self.record.results.point(kind, direction, bytes).map(|p| p.device_ms.median * 1e3)
     }
-}
-
-/// Lab 1 in a notebook: live on a GPU, else the newest recording.
-pub fn live_or_recorded(cfg: BandwidthConfig) -> Result<crate::notebook::LabRun<BandwidthResults>> {
-    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
 }
 
 /// Lab 1's entry in the lab table.
@@ -321,7 +316,6 @@ pub static ENTRY: crate::labs::Entry<BandwidthConfig, BandwidthResults> = crate:
     module: module_path!(),
     teaches: "Pinned vs pageable transfers: bandwidth, two clocks, the price of pinning",
     about: "Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost",
-    notebook: "notebooks/01-pinned-vs-pageable.ipynb",
     measure: measure::run,
     tables: |rec| format!("{}\n{}\n{}", model::summary_table(rec), model::pin_cost_table(&rec.results), model::break_even_table(&rec.results)),
     figures: charts::report,

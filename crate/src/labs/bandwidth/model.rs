@@ -3,7 +3,7 @@
 
 use super::{BandwidthRecord, BandwidthResults, Direction, PinCostPoint, TransferPoint};
 use crate::gpu::{Fingerprint, HostMemoryKind};
-use crate::units::{fmt_ms, Bytes};
+use crate::present::units::{fmt_ms, Bytes};
 use std::fmt::Write;
 
 /// Theoretical GB/s for a direction: the link rate, twice it both ways.
@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn link_share_and_ratio() {
-        let r = crate::labs::bandwidth::exercise::tests::synthetic();
+        let r = crate::testing::bandwidth_results();
         let fp = fingerprint();
         let p = r.point(HostMemoryKind::Pinned, Direction::H2d, Bytes(1 << 30)).unwrap();
         let pct = pct_of_link(&fp, p).unwrap();
@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn break_even_divides_extra_cost_by_saving() {
-        let r = crate::labs::bandwidth::exercise::tests::synthetic();
+        let r = crate::testing::bandwidth_results();
         let b = break_even(&r);
         let find = |a: Acquisition| b.iter().find(|b| b.acquisition == a && b.direction == Direction::H2d && b.bytes == Bytes(1 << 30)).unwrap();
         // synthetic: pinned first 300+30 ms vs new pageable 100+10 ms => 220 ms extra;
@@ -330,7 +330,7 @@ mod tests {
 
     #[test]
     fn break_even_table_scales_units_and_explains_at_once_with_its_numbers() {
-        let mut r = crate::labs::bandwidth::exercise::tests::synthetic();
+        let mut r = crate::testing::bandwidth_results();
         // Fresh pageable pages cost more than pinning (page faults): pays at once.
         r.pin_cost[0].pageable_first.acquire_ms.median = 334.36;
         let t = break_even_table(&r);
@@ -356,8 +356,8 @@ mod tests {
 
     #[test]
     fn tables_mention_every_series() {
-        let r = crate::labs::bandwidth::exercise::tests::synthetic();
-        let rec = crate::record::Record::new("bandwidth", fingerprint(), r);
+        let r = crate::testing::bandwidth_results();
+        let rec = crate::measure::record::Record::new("bandwidth", fingerprint(), r);
         let t = summary_table(&rec);
         assert!(t.contains("H2D") && t.contains("pinned") && t.contains("5.00x"), "{t}");
         assert!(t.contains("PCIe Gen5 x16"));

@@ -3,12 +3,12 @@
 //! exercise's starting code) above variant 3 (its answer).
 
 use super::{CallbackRecord, CallbackResults, Variant};
-use crate::chart::Chart;
-use crate::chart::{Figure, Panel, RGBColor, Series, XAxis};
 use crate::error::Result;
-use crate::labs::table::write_text;
-use crate::schedule::OpKind;
-use crate::timeline::{Gantt, Timeline};
+use crate::pipeline::schedule::OpKind;
+use crate::pipeline::timeline::{Gantt, Timeline};
+use crate::present::chart::write_text;
+use crate::present::chart::Chart;
+use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
 use std::path::{Path, PathBuf};
 
 fn color(v: Variant) -> RGBColor {
@@ -68,7 +68,7 @@ pub fn throughput_and_efficiency(rec: &CallbackRecord, origin: &str) -> Figure {
         series,
     };
     Figure {
-        stem: "lab4-throughput-efficiency".into(),
+        stem: "callback-throughput-efficiency".into(),
         title: format!("Callback stream: where the argmin runs ({} iterations, G = {:.3} ms)", r.config.iterations, r.gpu_ms.median),
         subtitle: origin.into(),
         panels: vec![panel("Throughput", "iterations / s", throughput), panel("Efficiency (bound / measured)", "%", efficiency)],
@@ -112,7 +112,7 @@ pub fn timelines(rec: &CallbackRecord, origin: &str, iterations: usize) -> Optio
         [Variant::HostFnOnCompute, Variant::HandOffToWorker].iter().filter_map(|&v| timeline_of(r, v)).map(|t| iterations_window(t, from, to)).collect();
     (!panels.is_empty()).then(|| {
         let c = r.balanced().map_or(f64::NAN, |p| p.cpu_ms() / r.gpu_ms.median);
-        Gantt::new("lab4-timelines", &format!("Host function on the compute stream vs hand-off to a worker (C/G {c:.2})"), origin, panels)
+        Gantt::new("callback-timelines", &format!("Host function on the compute stream vs hand-off to a worker (C/G {c:.2})"), origin, panels)
     })
 }
 
@@ -125,23 +125,23 @@ pub fn report(rec: &CallbackRecord, dir: &Path, origin: &str) -> Result<Vec<Path
     }
     for v in &rec.results.config.variants {
         if let Some(t) = timeline_of(&rec.results, *v) {
-            let trace = dir.join(format!("lab4-variant-{}.trace.json", v.number()));
+            let trace = dir.join(format!("callback-variant-{}.trace.json", v.number()));
             t.save_chrome_trace(&trace)?;
             files.push(trace);
         }
     }
-    files.push(write_text(dir.join("lab4-summary.txt"), format!("{origin}\n\n{}", rec.results.table()))?);
+    files.push(write_text(dir.join("callback-summary.txt"), format!("{origin}\n\n{}", rec.results.table()))?);
     Ok(files)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chart::Chart;
-    use crate::timeline::Span;
+    use crate::pipeline::timeline::Span;
+    use crate::present::chart::Chart;
 
     fn rec() -> CallbackRecord {
-        let mut r = super::super::exercise::tests::rec();
+        let mut r = crate::testing::callback_results();
         for (i, v) in Variant::ALL.iter().enumerate() {
             let spans = (0..r.config.iterations)
                 .flat_map(|t| {
@@ -159,7 +159,7 @@ mod tests {
                 source: "cuda events".into(),
             });
         }
-        crate::record::Record::new(super::super::LAB, crate::testing::fingerprint(), r)
+        crate::measure::record::Record::new(super::super::LAB, crate::testing::fingerprint(), r)
     }
 
     #[test]

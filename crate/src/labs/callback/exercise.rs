@@ -9,10 +9,10 @@
 use super::measure::CallbackRig;
 use super::model::{ArgminOn, ModelCosts, ModelIssuer};
 use super::{bound_ms, serial_ms, CallbackConfig, CallbackIssue, CallbackResults, On, Slot};
-use crate::check::CheckReport;
 use crate::error::{LabError, Result};
 use crate::gpu::Gpu;
-use crate::stats::Summary;
+use crate::labs::check::CheckReport;
+use crate::measure::stats::Summary;
 use std::cell::RefCell;
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
@@ -225,56 +225,32 @@ pub fn check_on_gpu(gpu: &Gpu, cfg: &CallbackConfig, iteration: impl Fn(&mut dyn
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::super::{CostPoint, Variant, VariantResult};
+    use super::super::Variant;
     use super::*;
-    use crate::timeline::Timeline;
-
-    fn s(v: f64) -> Summary {
-        Summary { median: v, min: v, max: v, n: 1 }
-    }
-
-    pub(crate) fn rec() -> CallbackResults {
-        let cfg = CallbackConfig { iterations: 128, ..CallbackConfig::default() };
-        let variants = Variant::ALL.iter().map(|&variant| VariantResult { variant, total_ms: s(40.0), cpu_ms: s(0.27) }).collect();
-        CallbackResults {
-            config: cfg,
-            gpu_ms: s(0.27),
-            kernel_ms: s(0.26),
-            d2h_ms: s(0.01),
-            host_fn_round_trip_ms: s(0.07),
-            points: vec![CostPoint { cpu_over_gpu: 1.0, passes: 6, cpu_alone_ms: s(0.25), variants }],
-            timelines: Vec::<Timeline>::new(),
-            timeline_overhead_pct: 0.0,
-            timeline_overhead_pairs_pct: None,
-            timeline_overhead_cpu_over_gpu: 0.5,
-            timeline_source: "cuda events".into(),
-            verified_runs: 1,
-        }
-    }
 
     #[test]
     fn the_hand_off_to_the_worker_passes_on_the_model() {
-        let r = check_on_model(&rec(), super::super::hand_off_to_worker);
+        let r = check_on_model(&crate::testing::callback_results(), super::super::hand_off_to_worker);
         assert!(r.passed, "{r}");
         assert!(r.to_string().contains("predicted"), "{r}");
     }
 
     #[test]
     fn an_event_waiting_thread_passes_with_a_note() {
-        let r = check_on_model(&rec(), super::super::event_waiting_thread);
+        let r = check_on_model(&crate::testing::callback_results(), super::super::event_waiting_thread);
         assert!(r.passed && r.to_string().contains("variant 4"), "{r}");
     }
 
     #[test]
     fn the_callback_left_on_the_compute_stream_is_no_overlap() {
-        let r = check_on_model(&rec(), Variant::HostFnOnCompute.iteration());
+        let r = check_on_model(&crate::testing::callback_results(), Variant::HostFnOnCompute.iteration());
         let t = r.to_string();
         assert!(!r.passed && t.contains("host function on the compute stream") && t.contains("no overlap"), "{r}");
     }
 
     #[test]
     fn heavy_work_in_the_callback_is_named_even_when_it_overlaps() {
-        let r = check_on_model(&rec(), Variant::HostFnOnCallbackStream.iteration());
+        let r = check_on_model(&crate::testing::callback_results(), Variant::HostFnOnCallbackStream.iteration());
         let t = r.to_string();
         assert!(!r.passed && t.contains("inside a host function on the callback stream") && t.contains("hand the job to the worker thread"), "{r}");
         assert!(!t.contains("host_fn_hand_off"), "the verdict does not hand out the call: {r}");
@@ -284,23 +260,23 @@ pub(crate) mod tests {
     #[test]
     fn a_slot_reused_too_early_is_caught() {
         // CPU twice the GPU: the worker falls behind and buffers[t % 3] comes round.
-        let mut r = rec();
-        r.points[0].variants.iter_mut().for_each(|v| v.cpu_ms = s(0.54));
+        let mut r = crate::testing::callback_results();
+        r.points[0].variants.iter_mut().for_each(|v| v.cpu_ms = crate::testing::flat(0.54));
         let rep = check_on_model(&r, reuses_slots_by_index);
         assert!(!rep.passed && rep.to_string().contains("reused too early"), "{rep}");
     }
 
     #[test]
     fn a_missing_event_or_argmin_is_reported() {
-        let r = check_on_model(&rec(), hands_off_without_waiting);
+        let r = check_on_model(&crate::testing::callback_results(), hands_off_without_waiting);
         assert!(!r.passed && r.to_string().contains("not ordered after its D2H"), "{r}");
-        let r = check_on_model(&rec(), forgets_the_argmin);
+        let r = check_on_model(&crate::testing::callback_results(), forgets_the_argmin);
         assert!(!r.passed && r.to_string().contains("would wait for a slot forever"), "{r}");
     }
 
     #[test]
     fn a_recording_with_no_points_is_a_finding_not_a_panic() {
-        let mut r = rec();
+        let mut r = crate::testing::callback_results();
         r.points.clear();
         let rep = check_on_model(&r, super::super::hand_off_to_worker);
         assert!(!rep.passed && rep.to_string().contains("no costs to model"), "{rep}");
@@ -353,7 +329,7 @@ pub(crate) mod tests {
             ("a slot that does not exist", Box::new(|l, t| l.slot_at(99, t).map(|_| ())), &["slot 99 does not exist"]),
         ];
         for (what, f, words) in cases {
-            let r = check_on_model(&rec(), f);
+            let r = check_on_model(&crate::testing::callback_results(), f);
             let text = r.to_string();
             assert!(!r.passed, "{what} passed: {text}");
             for w in words {
@@ -362,8 +338,8 @@ pub(crate) mod tests {
             assert!(!text.contains("failed: data verification failed") && !text.contains("inf%"), "{what}: {text}");
         }
         // Slots by index: caught once the worker falls behind (CPU twice the GPU).
-        let mut slow = rec();
-        slow.points[0].variants.iter_mut().for_each(|v| v.cpu_ms = s(0.54));
+        let mut slow = crate::testing::callback_results();
+        slow.points[0].variants.iter_mut().for_each(|v| v.cpu_ms = crate::testing::flat(0.54));
         let r = check_on_model(&slow, reuses_slots_by_index);
         assert!(!r.passed && r.to_string().contains("reused too early"), "{r}");
     }

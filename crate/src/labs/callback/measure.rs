@@ -6,14 +6,14 @@ use super::slots::{Lease, SlotBook};
 use super::work::{self, ArgminJob, CallbackTask, RunState, ScoresView, WaitForScores, Worker};
 use super::{CallbackConfig, CallbackIssue, CallbackResults, CostPoint, Iteration, On, Slot, Variant, VariantResult};
 use crate::error::{LabError, Result};
+use crate::gpu::kernels::row_dot_argmin_reference;
+use crate::gpu::trace;
 use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, RowDotArgs, RowDotKernel, Stream, TimelineSource};
-use crate::kernels::row_dot_argmin_reference;
-use crate::pattern;
-use crate::progress::{Progress, ProgressMode};
-use crate::schedule::OpKind;
-use crate::stats::Summary;
-use crate::timeline::{Span, Timeline};
-use crate::trace;
+use crate::measure::pattern;
+use crate::measure::stats::Summary;
+use crate::pipeline::schedule::OpKind;
+use crate::pipeline::timeline::{Span, Timeline};
+use crate::present::progress::{Progress, ProgressMode};
 use rayon::prelude::*;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -595,7 +595,7 @@ pub fn run(gpu: &Gpu, cfg: &CallbackConfig, progress: ProgressMode) -> Result<Ca
     let quiet = results.point_near(0.5);
     let passes = quiet.map_or(1, |p| p.passes);
     results.timeline_overhead_cpu_over_gpu = quiet.map_or(f64::NAN, |p| p.cpu_ms() / gpu_ms.median);
-    let pairs = crate::timeline::overhead_pct(cfg.warmup, 2 * cfg.repeats + 1, |on| {
+    let pairs = crate::pipeline::timeline::overhead_pct(cfg.warmup, 2 * cfg.repeats + 1, |on| {
         results.verified_runs += 1;
         Ok(rig.run(&Variant::HandOffToWorker.iteration(), passes, on)?.total_ms)
     })?;

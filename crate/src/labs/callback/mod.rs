@@ -27,8 +27,8 @@ pub mod slots;
 pub mod work;
 
 use crate::error::{LabError, Result};
-use crate::stats::{Efficiency, Summary};
-use crate::timeline::Timeline;
+use crate::measure::stats::{Efficiency, Summary};
+use crate::pipeline::timeline::Timeline;
 use serde::{Deserialize, Serialize};
 
 pub const LAB: &str = "callback";
@@ -321,7 +321,7 @@ pub struct CallbackResults {
     pub verified_runs: usize,
 }
 
-pub type CallbackRecord = crate::record::Record<CallbackResults>;
+pub type CallbackRecord = crate::measure::record::Record<CallbackResults>;
 
 fn not_recorded() -> f64 {
     f64::NAN
@@ -457,7 +457,7 @@ impl CallbackResults {
         }
         s + &format!(
             "{}, variant 3 at C/G {:.2}; timelines drawn at C/G {:.2}\n",
-            crate::timeline::overhead_line(self.timeline_overhead_pct, self.timeline_overhead_pairs_pct.as_ref(), &self.timeline_source),
+            crate::pipeline::timeline::overhead_line(self.timeline_overhead_pct, self.timeline_overhead_pairs_pct.as_ref(), &self.timeline_source),
             self.timeline_overhead_cpu_over_gpu,
             self.balanced().map_or(f64::NAN, |p| p.cpu_ms() / self.gpu_ms.median)
         )
@@ -470,30 +470,23 @@ impl crate::notebook::LabRun<CallbackResults> {
     pub fn summary(&self) -> String {
         self.record.results.table()
     }
-    pub fn throughput_chart(&self) -> crate::chart::Figure {
+    pub fn throughput_chart(&self) -> crate::present::chart::Figure {
         charts::throughput_and_efficiency(&self.record, &self.origin())
     }
     /// Variant 1 above variant 3, `iterations` from the middle of the run.
-    pub fn timeline_chart(&self, iterations: usize) -> Result<crate::timeline::Gantt> {
+    pub fn timeline_chart(&self, iterations: usize) -> Result<crate::pipeline::timeline::Gantt> {
         charts::timelines(&self.record, &self.origin(), iterations).ok_or_else(|| LabError::config("this recording has no timelines of variants 1 and 3"))
     }
     /// Checks a learner's iteration: live on a GPU, else on the queue model.
-    pub fn check_iteration(&self, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> crate::check::CheckReport {
+    pub fn check_iteration(&self, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> crate::labs::check::CheckReport {
         let r = &self.record.results;
-        if crate::gpu::Availability::probe().is_ready() && std::env::var_os(crate::notebook::FORCE_RECORDED_ENV).is_none() {
-            return crate::gpu::Gpu::open(r.config.device).and_then(|gpu| exercise::check_on_gpu(&gpu, &r.config, &iteration)).unwrap_or_else(|e| {
-                let mut rep = crate::check::CheckReport::new("callback-stream wiring (live)");
-                rep.problem(format!("the run failed: {e}"));
-                rep
-            });
-        }
-        exercise::check_on_model(r, iteration)
+        self.check(
+            "callback-stream wiring",
+            r.config.device,
+            |gpu| exercise::check_on_gpu(gpu, &r.config, &iteration),
+            || exercise::check_on_model(r, &iteration),
+        )
     }
-}
-
-/// Lab 4 in a notebook: live on a GPU, else the newest recording.
-pub fn live_or_recorded(cfg: CallbackConfig) -> Result<crate::notebook::LabRun<CallbackResults>> {
-    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
 }
 
 /// Lab 4's entry in the lab table.
@@ -503,7 +496,6 @@ pub static ENTRY: crate::labs::Entry<CallbackConfig, CallbackResults> = crate::l
     module: module_path!(),
     teaches: "A callback stream and a CPU worker: where host-side work runs",
     about: "Lab 4: where a CPU argmin runs (host function, callback stream, worker thread, event wait) and what it costs the GPU",
-    notebook: "notebooks/04-callback-stream.ipynb",
     measure: measure::run,
     tables: |rec| rec.results.table(),
     figures: charts::report,

@@ -19,8 +19,8 @@ use super::order::{Reader, SlotOrder};
 use super::work::{CALLBACK_LANE, MAIN_LANE, WAITER_LANE, WORKER_LANE};
 use super::{CallbackIssue, Iteration, On, Slot};
 use crate::error::{LabError, Result};
-use crate::schedule::OpKind;
-use crate::timeline::{Span, Timeline};
+use crate::pipeline::schedule::OpKind;
+use crate::pipeline::timeline::{Span, Timeline};
 
 /// A host function that only sends a job down a channel.
 pub const HAND_OFF_MS: f64 = 0.005;

@@ -7,8 +7,8 @@
 use super::slots::{Lease, SlotBook};
 use crate::error::{LabError, Result};
 use crate::gpu::host_fn::{panic_message, sealed, HostTask};
-use crate::schedule::OpKind;
-use crate::timeline::Span;
+use crate::pipeline::schedule::OpKind;
+use crate::pipeline::timeline::Span;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
@@ -149,7 +149,7 @@ impl RunState {
     /// recorded and surfaces when the run ends.
     pub fn argmin(&self, job: ArgminJob, lane: &str, range: &str) {
         let start = self.now_us();
-        let _r = crate::trace::range(range);
+        let _r = crate::gpu::trace::range(range);
         let lease = job.lease;
         let (t, view) = (lease.iteration, self.views[lease.slot]);
         let before = view.stamp();
@@ -206,7 +206,7 @@ impl RunState {
     /// Median argmin duration over the iterations that ran, ms.
     pub fn median_argmin_ms(&self) -> Option<f64> {
         let v: Vec<f64> = self.argmin_ns.iter().map(|a| a.load(Ordering::Acquire)).filter(|&ns| ns > 0).map(|ns| ns as f64 / 1e6).collect();
-        crate::stats::Summary::of(&v).ok().map(|s| s.median)
+        crate::measure::stats::Summary::of(&v).ok().map(|s| s.median)
     }
     pub fn results(&self) -> Vec<u32> {
         self.results.iter().map(|r| r.load(Ordering::Acquire)).collect()
@@ -240,7 +240,7 @@ impl HostTask for CallbackTask {
                 let start = state.now_us();
                 let t = job.lease.iteration;
                 {
-                    let _r = crate::trace::range("host_callback_enqueue");
+                    let _r = crate::gpu::trace::range("host_callback_enqueue");
                     if let Err(returned) = to.send(job) {
                         state.drop_job(returned.0, "the worker was gone when the callback handed it over".into());
                     }
@@ -286,7 +286,7 @@ impl Worker {
                         if let Some(wait) = &wait_first {
                             let start = state.now_us();
                             let waited = {
-                                let _r = crate::trace::range("wait: D2H scores event");
+                                let _r = crate::gpu::trace::range("wait: D2H scores event");
                                 wait(&job.lease)
                             };
                             state.span(lane, format!("wait for scores {}", job.lease.iteration), start, state.now_us());

@@ -4,10 +4,11 @@
 //! efficiency under the target.
 
 use super::{bound_with_producer_ms, BufferTask, DoubleBufferResults};
-use crate::check::CheckReport;
 use crate::error::Result;
-use crate::issue::{Issue, ModelPipeline, Provenance};
-use crate::schedule::{Machine, OpKind};
+use crate::labs::check::CheckReport;
+use crate::pipeline::issue::Issue;
+use crate::pipeline::model::{ModelPipeline, Provenance};
+use crate::pipeline::schedule::{Machine, OpKind};
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
 
@@ -69,13 +70,13 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
         rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, m.schedule.races().len()));
     }
     let (c, k) = (rec.copy_ms.median, rec.kernel_ms.median);
-    let dur = |op: &crate::schedule::Op| match op.kind {
+    let dur = |op: &crate::pipeline::schedule::Op| match op.kind {
         OpKind::H2d => c,
         OpKind::Kernel => k,
         OpKind::Host => rec.produce_ms.median,
         OpKind::D2h => 0.0,
     };
-    let times = crate::schedule::predict(&m.schedule, Machine { copy_engines: 2 }, dur);
+    let times = crate::pipeline::schedule::predict(&m.schedule, Machine { copy_engines: 2 }, dur);
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let streams_used = m.schedule.streams_used();
     report(&mut rep, total, batches as f64 * (c + k), bound_with_producer_ms(batches, rec.produce_ms.median, c, k), streams_used, "predicted");
@@ -114,7 +115,7 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
     }
     // Fastest runs and fastest stages: noise only ever slows a run, so the
     // best run says what the schedule can do, against what the stages can.
-    let fastest = |v: &[f64]| crate::stats::Summary::of(v).map(|s| s.min);
+    let fastest = |v: &[f64]| crate::measure::stats::Summary::of(v).map(|s| s.min);
     let (measured, c, k, p) = (fastest(&totals)?, fastest(&stages[0])?, fastest(&stages[1])?, fastest(&stages[2])?);
     let serial = cfg.batches as f64 * (c + k);
     report(
@@ -133,47 +134,25 @@ const TIMED_RUNS: usize = 5;
 
 #[cfg(test)]
 mod tests {
-    use super::super::{no_overlap, pipelined, DoubleBufferConfig};
+    use super::super::{no_overlap, pipelined};
     use super::*;
-    use crate::stats::Summary;
-    use crate::timeline::Timeline;
-
-    fn rec() -> DoubleBufferResults {
-        let s = |v: f64| Summary { median: v, min: v, max: v, n: 1 };
-        let empty = Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() };
-        DoubleBufferResults {
-            config: DoubleBufferConfig::default(),
-            iterations: 100,
-            produce_ms: s(0.05),
-            copy_ms: s(0.15),
-            kernel_ms: s(0.15),
-            no_overlap_ms: s(20.0),
-            pipelined_ms: s(10.0),
-            no_overlap_timeline: empty.clone(),
-            pipelined_timeline: empty,
-            verified_runs: 1,
-            timeline_overhead_pct: Some(1.0),
-            timeline_overhead_pairs_pct: None,
-            timeline_source: "cupti".into(),
-        }
-    }
 
     #[test]
     fn the_solution_passes() {
-        let r = check_on_model(&rec(), 16, pipelined);
+        let r = check_on_model(&crate::testing::double_buffer_results(), 16, pipelined);
         assert!(r.passed, "{r}");
     }
 
     #[test]
     fn one_stream_one_buffer_is_no_overlap() {
-        let r = check_on_model(&rec(), 16, no_overlap);
+        let r = check_on_model(&crate::testing::double_buffer_results(), 16, no_overlap);
         assert!(!r.passed && r.to_string().contains("no overlap"), "{r}");
         assert!(!r.to_string().contains("race"), "{r}");
     }
 
     #[test]
     fn reusing_a_host_buffer_too_early_is_a_race() {
-        let r = check_on_model(&rec(), 8, refills_host_buffer_too_early);
+        let r = check_on_model(&crate::testing::double_buffer_results(), 8, refills_host_buffer_too_early);
         assert!(!r.passed);
         assert!(r.to_string().contains("race (a buffer reused too early?): 'produce batch 2' writes"), "{r}");
     }
@@ -181,7 +160,7 @@ mod tests {
     #[test]
     fn reusing_a_device_buffer_too_early_is_a_race() {
         // Bug: the copy does not wait for the compute that read device buffer b.
-        let r = check_on_model(&rec(), 8, |p, t| {
+        let r = check_on_model(&crate::testing::double_buffer_results(), 8, |p, t| {
             let n = t.batch_elements;
             let copied = [p.event()?, p.event()?];
             for i in 0..t.batches {
@@ -202,7 +181,7 @@ mod tests {
 
     #[test]
     fn results_in_the_wrong_place_are_wrong_data() {
-        let r = check_on_model(&rec(), 4, |p, t| {
+        let r = check_on_model(&crate::testing::double_buffer_results(), 4, |p, t| {
             let n = t.batch_elements;
             let copied = [p.event()?, p.event()?];
             let computed = [p.event()?, p.event()?];
@@ -255,11 +234,13 @@ mod tests {
 
     #[test]
     fn honest_schedules_pass() {
-        assert!(check_on_model(&rec(), 16, pipelined).passed);
+        assert!(check_on_model(&crate::testing::double_buffer_results(), 16, pipelined).passed);
         // The same written out by hand, and with the stream roles swapped.
-        let by_hand = check_on_model(&rec(), 16, |p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, i, i)));
+        let by_hand =
+            check_on_model(&crate::testing::double_buffer_results(), 16, |p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, i, i)));
         assert!(by_hand.passed, "{by_hand}");
-        let swapped = check_on_model(&rec(), 16, |p, t| pipelined(p, &BufferTask { copy: t.compute, compute: t.copy, ..t.clone() }));
+        let swapped =
+            check_on_model(&crate::testing::double_buffer_results(), 16, |p, t| pipelined(p, &BufferTask { copy: t.compute, compute: t.copy, ..t.clone() }));
         assert!(swapped.passed, "{swapped}");
     }
 
@@ -335,7 +316,7 @@ mod tests {
             ("100000 batches", 100_000, Box::new(pipelined), &["100000 batches is out of range"]),
         ];
         for (what, batches, f, words) in cases {
-            let r = check_on_model(&rec(), batches, f);
+            let r = check_on_model(&crate::testing::double_buffer_results(), batches, f);
             let text = r.to_string();
             assert!(!r.passed, "{what} passed: {text}");
             for w in words {

@@ -2,13 +2,14 @@
 
 use super::{no_overlap, pipelined, BufferTask, DoubleBufferConfig, DoubleBufferResults};
 use crate::error::{LabError, Result};
+use crate::gpu::kernels::compute_reference;
+use crate::gpu::trace;
 use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, PipelineRun, Stream};
-use crate::issue::{Dataset, GpuIssuer, Issue};
-use crate::kernels::compute_reference;
-use crate::pattern;
-use crate::progress::{Progress, ProgressMode};
-use crate::stats::Summary;
-use crate::trace;
+use crate::gpu::{Dataset, GpuIssuer};
+use crate::measure::pattern;
+use crate::measure::stats::Summary;
+use crate::pipeline::issue::Issue;
+use crate::present::progress::{Progress, ProgressMode};
 use rayon::prelude::*;
 use std::time::Instant;
 
@@ -161,7 +162,7 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
     }
     progress.step("timed runs");
     // The timeline's own cost on the pipelined schedule.
-    let pairs = crate::timeline::overhead_pct(cfg.warmup, 2 * cfg.repeats + 1, |on| {
+    let pairs = crate::pipeline::timeline::overhead_pct(cfg.warmup, 2 * cfg.repeats + 1, |on| {
         let run = rig.run(&pipelined, iterations, on)?;
         rig.verify(iterations)?;
         Ok(run.total_ms)

@@ -7,12 +7,12 @@
 pub mod exercise;
 pub mod measure;
 
-use crate::chart::Chart;
 use crate::error::{LabError, Result};
-use crate::gpu::{DevRef, EventRef, HostRef, StreamRef};
-use crate::issue::Issue;
-use crate::stats::{Efficiency, Summary};
-use crate::timeline::Timeline;
+use crate::measure::stats::{Efficiency, Summary};
+use crate::pipeline::issue::Issue;
+use crate::pipeline::issue::{DevRef, EventRef, HostRef, StreamRef};
+use crate::pipeline::timeline::Timeline;
+use crate::present::chart::Chart;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -202,7 +202,7 @@ pub struct DoubleBufferResults {
     pub timeline_source: String,
 }
 
-pub type DoubleBufferRecord = crate::record::Record<DoubleBufferResults>;
+pub type DoubleBufferRecord = crate::measure::record::Record<DoubleBufferResults>;
 
 impl DoubleBufferResults {
     pub fn bound_ms(&self) -> f64 {
@@ -225,7 +225,7 @@ impl DoubleBufferResults {
                     self.no_overlap_ms.median,
                     self.pipelined_ms.median,
                     self.config.batches,
-                    crate::units::Bytes(self.config.batch_elements as u64 * 4)
+                    crate::present::units::Bytes(self.config.batch_elements as u64 * 4)
                 ),
             ),
             ("speed-up; against the bound".into(), format!("{:.2}x; {:.1}%", self.speedup(), 100.0 * self.efficiency().ratio)),
@@ -261,16 +261,16 @@ impl DoubleBufferResults {
                 ""
             }
         ) + &match self.timeline_overhead_pct {
-            Some(pct) => crate::timeline::overhead_line(pct, self.timeline_overhead_pairs_pct.as_ref(), &self.timeline_source) + "\n",
+            Some(pct) => crate::pipeline::timeline::overhead_line(pct, self.timeline_overhead_pairs_pct.as_ref(), &self.timeline_source) + "\n",
             None => String::new(),
         }
     }
 }
 
 /// The no-overlap and double-buffered timelines, one above the other.
-pub fn timeline_chart(rec: &DoubleBufferRecord, origin: &str) -> crate::timeline::Gantt {
-    crate::timeline::Gantt::new(
-        "lab3-timelines",
+pub fn timeline_chart(rec: &DoubleBufferRecord, origin: &str) -> crate::pipeline::timeline::Gantt {
+    crate::pipeline::timeline::Gantt::new(
+        "double-buffer-timelines",
         "Double buffering: one buffer and stream vs two of each",
         origin,
         vec![rec.results.no_overlap_timeline.clone(), rec.results.pipelined_timeline.clone()],
@@ -282,37 +282,30 @@ impl crate::notebook::LabRun<DoubleBufferResults> {
     pub fn summary(&self) -> String {
         self.record.results.summary()
     }
-    pub fn timeline_chart(&self) -> crate::timeline::Gantt {
+    pub fn timeline_chart(&self) -> crate::pipeline::timeline::Gantt {
         timeline_chart(&self.record, &self.origin())
     }
     /// Checks a learner's schedule: live on a GPU, else on the queue model.
-    pub fn check_schedule(&self, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()>) -> crate::check::CheckReport {
+    pub fn check_schedule(&self, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()>) -> crate::labs::check::CheckReport {
         let r = &self.record.results;
-        if crate::gpu::Availability::probe().is_ready() && std::env::var_os(crate::notebook::FORCE_RECORDED_ENV).is_none() {
-            return crate::gpu::Gpu::open(r.config.device).and_then(|gpu| exercise::check_on_gpu(&gpu, r, &schedule)).unwrap_or_else(|e| {
-                let mut rep = crate::check::CheckReport::new("double-buffer schedule (live)");
-                rep.problem(format!("the run failed: {e}"));
-                rep
-            });
-        }
-        exercise::check_on_model(r, r.config.batches, schedule)
+        self.check(
+            "double-buffer schedule",
+            r.config.device,
+            |gpu| exercise::check_on_gpu(gpu, r, &schedule),
+            || exercise::check_on_model(r, r.config.batches, &schedule),
+        )
     }
-}
-
-/// Lab 3 in a notebook: live on a GPU, else the newest recording.
-pub fn live_or_recorded(cfg: DoubleBufferConfig) -> Result<crate::notebook::LabRun<DoubleBufferResults>> {
-    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
 }
 
 /// Lab 3 in the report: the two timelines (+ Chrome traces), summary.
 pub fn report(rec: &DoubleBufferRecord, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
     let mut files = timeline_chart(rec, origin).save(dir)?;
     for (name, t) in [("no-overlap", &rec.results.no_overlap_timeline), ("double-buffered", &rec.results.pipelined_timeline)] {
-        let trace = dir.join(format!("lab3-{name}.trace.json"));
+        let trace = dir.join(format!("double-buffer-{name}.trace.json"));
         t.save_chrome_trace(&trace)?;
         files.push(trace);
     }
-    files.push(crate::labs::table::write_text(dir.join("lab3-summary.txt"), format!("{origin}\n\n{}", rec.results.summary()))?);
+    files.push(crate::present::chart::write_text(dir.join("double-buffer-summary.txt"), format!("{origin}\n\n{}", rec.results.summary()))?);
     Ok(files)
 }
 
@@ -323,7 +316,6 @@ pub static ENTRY: crate::labs::Entry<DoubleBufferConfig, DoubleBufferResults> = 
     module: module_path!(),
     teaches: "Double buffering: CPU producer, copy and compute streams, events only",
     about: "Lab 3: double buffering (CPU producer, copy and compute streams) against no overlap",
-    notebook: "notebooks/03-double-buffering.ipynb",
     measure: measure::run,
     tables: |rec| rec.results.summary(),
     figures: report,

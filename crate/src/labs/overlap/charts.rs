@@ -2,11 +2,11 @@
 //! serial and overlapped timelines (measured and predicted).
 
 use super::{model, IssueOrder, OverlapRecord};
-use crate::chart::Chart;
-use crate::chart::{Figure, HeatPanel, Heatmap, Panel, RGBColor, Series, XAxis};
 use crate::error::Result;
-use crate::labs::table::write_text;
-use crate::timeline::Gantt;
+use crate::pipeline::timeline::Gantt;
+use crate::present::chart::write_text;
+use crate::present::chart::Chart;
+use crate::present::chart::{Figure, HeatPanel, Heatmap, Panel, RGBColor, Series, XAxis};
 use std::path::{Path, PathBuf};
 
 /// Speed-up over one chunk on one stream, by chunks x streams, per intensity.
@@ -32,7 +32,7 @@ pub fn speedup_heatmap(rec: &OverlapRecord, order: IssueOrder, origin: &str) -> 
         })
         .collect();
     Heatmap {
-        stem: format!("lab2-speedup-{}", order.slug()),
+        stem: format!("overlap-speedup-{}", order.slug()),
         title: format!("Speed-up over one stream, {} issue order", order.label()),
         subtitle: origin.into(),
         panels,
@@ -87,7 +87,7 @@ pub fn measured_vs_bound(rec: &OverlapRecord, origin: &str) -> Figure {
         })
         .collect();
     Figure {
-        stem: "lab2-measured-vs-bound".into(),
+        stem: "overlap-measured-vs-bound".into(),
         title: "Chunked pipeline: measured against the model".into(),
         subtitle: origin.into(),
         panels,
@@ -99,7 +99,7 @@ pub fn measured_vs_bound(rec: &OverlapRecord, origin: &str) -> Figure {
 pub fn timelines(rec: &OverlapRecord, which: usize, origin: &str) -> Option<Gantt> {
     let ir = rec.results.intensities.get(which)?;
     Some(Gantt::new(
-        &format!("lab2-timeline-{}", ir.intensity.label()),
+        &format!("overlap-timeline-{}", ir.intensity.label()),
         &format!("{} kernel: one stream vs the best chunked pipeline", ir.intensity.label()),
         origin,
         vec![ir.serial_timeline.clone(), ir.best_timeline.clone(), ir.best_predicted.clone()],
@@ -117,7 +117,7 @@ pub fn report(rec: &OverlapRecord, dir: &Path, origin: &str) -> Result<Vec<PathB
         if let Some(g) = timelines(rec, i, origin) {
             files.extend(g.save(dir)?);
         }
-        let trace = dir.join(format!("lab2-{}-best.trace.json", ir.intensity.label()));
+        let trace = dir.join(format!("overlap-{}-best.trace.json", ir.intensity.label()));
         ir.best_timeline.save_chrome_trace(&trace)?;
         files.push(trace);
     }
@@ -125,6 +125,6 @@ pub fn report(rec: &OverlapRecord, dir: &Path, origin: &str) -> Result<Vec<PathB
     for ir in &rec.results.intensities {
         text += &format!("\n{} ({} FMAs per element)\n{}", ir.intensity.label(), ir.iterations, model::efficiency_table(ir, rec.results.copy_engines));
     }
-    files.push(write_text(dir.join("lab2-summary.txt"), text)?);
+    files.push(write_text(dir.join("overlap-summary.txt"), text)?);
     Ok(files)
 }

@@ -6,12 +6,13 @@
 
 pub use super::ChunkTask;
 use super::{measure, model, Intensity, IssueOrder, OverlapConfig, OverlapResults, Parts};
-use crate::check::{pct, CheckReport};
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::issue::{Issue, ModelPipeline, Provenance};
-use crate::schedule::{Machine, OpKind};
-use crate::stats::Summary;
+use crate::labs::check::CheckReport;
+use crate::measure::stats::Summary;
+use crate::pipeline::issue::Issue;
+use crate::pipeline::model::{ModelPipeline, Provenance};
+use crate::pipeline::schedule::{Machine, OpKind};
 
 /// A pass needs this share of the bound (the bound from the stages alone).
 pub const TARGET_EFFICIENCY: f64 = 0.85;
@@ -54,30 +55,20 @@ fn data_findings(cells: &[Provenance], t: &ChunkTask, rep: &mut CheckReport) {
     }
 }
 
-fn race_findings(races: &[crate::schedule::Race], rep: &mut CheckReport) {
+fn race_findings(races: &[crate::pipeline::schedule::Race], rep: &mut CheckReport) {
     if let Some(r) = races.first() {
         rep.problem(format!("race: {} ({} in all)", r.what, races.len()));
     }
 }
 
-fn timing_findings(measured: f64, serial: f64, bound: f64, (chunks, streams_used): (usize, usize), how: &str, rep: &mut CheckReport) {
-    let eff = bound / measured;
-    rep.note(format!(
-        "{how}: {measured:.3} ms; one stream {serial:.3} ms; bound {bound:.3} ms; efficiency {} (target {:.0}%)",
-        pct(eff),
-        100.0 * TARGET_EFFICIENCY
-    ));
-    if measured > 0.95 * serial {
-        rep.problem(if chunks <= 1 {
-            "no overlap: with one chunk each stage needs all of the previous one's data, so nothing can run at once; split the data into several chunks"
-                .to_string()
-        } else if streams_used <= 1 {
-            "no overlap: every operation is on one stream, so each waits for the one before; spread the chunks over the streams".to_string()
-        } else {
-            "no overlap: the pipeline takes as long as running everything in order; are the streams waiting on each other?".to_string()
-        });
-    } else if eff < TARGET_EFFICIENCY {
-        rep.problem(format!("efficiency {} is {:.1} points under the target {:.0}%", pct(eff), 100.0 * (TARGET_EFFICIENCY - eff), 100.0 * TARGET_EFFICIENCY));
+/// What to do when the loop overlaps nothing, from its shape.
+fn no_overlap_advice(chunks: usize, streams_used: usize) -> &'static str {
+    if chunks <= 1 {
+        "with one chunk each stage needs all of the previous one's data, so nothing can run at once; split the data into several chunks"
+    } else if streams_used <= 1 {
+        "every operation is on one stream, so each waits for the one before; spread the chunks over the streams"
+    } else {
+        "the pipeline takes as long as running everything in order; are the streams waiting on each other?"
     }
 }
 
@@ -142,13 +133,13 @@ pub fn check_on_model(
     // Each op lasts its share of the recorded whole-data part.
     let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
     let machine = Machine { copy_engines: rec.copy_engines };
-    let times = crate::schedule::predict(&m.schedule, machine, |op| parts.op_ms(op, elements));
+    let times = crate::pipeline::schedule::predict(&m.schedule, machine, |op| parts.op_ms(op, elements));
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let (h, k, d) = (parts.h2d_ms.median, parts.kernel_ms.median, parts.d2h_ms.median);
     // The model gives each direction its full rate, so its bound does too.
     let bound = model::Bounds::new(h, k, d, h.max(d), chunks).for_engines(rec.copy_engines);
     let used = m.schedule.streams_used();
-    timing_findings(total, h + k + d, bound, (chunks, used), "predicted", &mut rep);
+    rep.judge_overlap("predicted", total, ("one stream", h + k + d), bound, TARGET_EFFICIENCY, no_overlap_advice(chunks, used));
     rep
 }
 
@@ -200,54 +191,31 @@ pub fn check_on_gpu(
     let measured = Summary::of(&totals)?.min;
     let bound = model::Bounds::of(&parts, chunks).for_engines(gpu.copy_engines()?);
     let serial = parts.h2d_ms.median + parts.kernel_ms.median + parts.d2h_ms.median;
-    timing_findings(measured, serial, bound, (chunks, streams_used), &format!("measured, fastest of {TIMED_RUNS}"), &mut rep);
+    rep.judge_overlap(
+        &format!("measured, fastest of {TIMED_RUNS}"),
+        measured,
+        ("one stream", serial),
+        bound,
+        TARGET_EFFICIENCY,
+        no_overlap_advice(chunks, streams_used),
+    );
     Ok(rep)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::labs::overlap::{IntensityResults, OverlapPoint};
-    use crate::stats::Summary;
-    use crate::timeline::Timeline;
-
-    fn s(v: f64) -> Summary {
-        Summary { median: v, min: v, max: v, n: 1 }
-    }
-
-    fn recording() -> OverlapResults {
-        let parts = Parts { h2d_ms: s(2.4), kernel_ms: s(2.4), d2h_ms: s(2.4), both_copies_ms: s(2.7) };
-        let empty = Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() };
-        let point = OverlapPoint { chunks: 1, streams: 1, order: IssueOrder::DepthFirst, parts: parts.clone(), total_ms: s(7.2), verified_runs: 1 };
-        OverlapResults {
-            config: OverlapConfig::default(),
-            copy_engines: 3,
-            intensities: vec![IntensityResults {
-                intensity: Intensity::Balanced,
-                iterations: 1800,
-                parts,
-                synchronous_ms: s(7.3),
-                points: vec![point],
-                serial_timeline: empty.clone(),
-                best_timeline: empty.clone(),
-                best_predicted: empty,
-            }],
-            timeline_overhead_pct: 1.0,
-            timeline_overhead_pairs_pct: None,
-            timeline_source: String::new(),
-        }
-    }
 
     #[test]
     fn the_solution_passes() {
-        let rep = check_on_model(&recording(), Intensity::Balanced, 16, 4, solution);
+        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 16, 4, solution);
         assert!(rep.passed, "{rep}");
         assert!(rep.to_string().contains("predicted"));
     }
 
     #[test]
     fn everything_on_one_stream_is_no_overlap() {
-        let rep = check_on_model(&recording(), Intensity::Balanced, 16, 4, |p, t| {
+        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 16, 4, |p, t| {
             let one = ChunkTask { streams: vec![t.streams[0]], ..t.clone() };
             solution(p, &one)
         });
@@ -257,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_wrong_offset_is_wrong_data() {
-        let rep = check_on_model(&recording(), Intensity::Balanced, 8, 2, |p, t| {
+        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 8, 2, |p, t| {
             for c in 0..t.chunks {
                 let (at, n) = t.chunk(c);
                 let s = t.streams[c % t.streams.len()];
@@ -275,7 +243,7 @@ mod tests {
 
     #[test]
     fn kernel_on_another_stream_without_an_event_is_a_race() {
-        let rep = check_on_model(&recording(), Intensity::Balanced, 4, 2, |p, t| {
+        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 4, 2, |p, t| {
             for c in 0..t.chunks {
                 let (at, n) = t.chunk(c);
                 p.h2d(t.streams[0], t.dev_in, at, t.host_in, at, n, &format!("H2D chunk {c}"))?;
@@ -287,7 +255,7 @@ mod tests {
         assert!(!rep.passed);
         assert!(rep.to_string().contains("race: 'compute chunk 0' reads"), "{rep}");
         // With the event, the same split is correct.
-        let fixed = check_on_model(&recording(), Intensity::Balanced, 4, 2, |p, t| {
+        let fixed = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 4, 2, |p, t| {
             for c in 0..t.chunks {
                 let (at, n) = t.chunk(c);
                 p.h2d(t.streams[0], t.dev_in, at, t.host_in, at, n, "up")?;
@@ -304,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_missing_chunk_is_named() {
-        let rep = check_on_model(&recording(), Intensity::Balanced, 4, 2, |p, t| {
+        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 4, 2, |p, t| {
             for c in 0..t.chunks - 1 {
                 let (at, n) = t.chunk(c);
                 let s = t.streams[c % 2];
@@ -331,7 +299,7 @@ mod tests {
 
     #[test]
     fn honest_issue_loops_pass() {
-        let r = recording();
+        let r = crate::testing::overlap_results();
         // A stream per stage, linked by events: the lab's own third layout.
         let per_stage = |p: &mut dyn Issue, t: &ChunkTask| IssueOrder::StageStreams.issue(p, t, &OpKind::STAGES);
         let rep = check_on_model(&r, Intensity::Balanced, 16, 3, per_stage);
@@ -346,7 +314,7 @@ mod tests {
     /// Wrong answers a student gives, each with the words its message must hold.
     #[test]
     fn wrong_issue_loops_fail_naming_the_mistake() {
-        let r = recording();
+        let r = crate::testing::overlap_results();
         type Loop = Box<dyn Fn(&mut dyn Issue, &ChunkTask) -> Result<()>>;
         let cases: Vec<(&str, usize, usize, Loop, &[&str])> = vec![
             (

@@ -4,14 +4,14 @@
 
 use super::{ChunkTask, Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
 use crate::error::{LabError, Result};
+use crate::gpu::kernels::compute_reference;
+use crate::gpu::trace;
 use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, PipelineRun, Stream};
-use crate::kernels::compute_reference;
-use crate::pattern;
-use crate::progress::{Progress, ProgressMode};
-use crate::schedule::{Machine, OpKind};
-use crate::stats::Summary;
-use crate::timeline::Timeline;
-use crate::trace;
+use crate::measure::pattern;
+use crate::measure::stats::Summary;
+use crate::pipeline::schedule::{Machine, OpKind};
+use crate::pipeline::timeline::Timeline;
+use crate::present::progress::{Progress, ProgressMode};
 use rayon::prelude::*;
 use std::time::Instant;
 
@@ -104,7 +104,7 @@ impl Rig {
         };
         self.run_loop(chunks, &names, source, iterations, &|p, t| {
             if sync {
-                order.issue(&mut crate::issue::SyncEach(p), t, stages)
+                order.issue(&mut crate::pipeline::issue::SyncEach(p), t, stages)
             } else {
                 order.issue(p, t, stages)
             }
@@ -119,7 +119,7 @@ impl Rig {
         streams: &[String],
         source: crate::gpu::TimelineSource,
         iterations: i32,
-        issue: &dyn Fn(&mut dyn crate::issue::Issue, &ChunkTask) -> Result<()>,
+        issue: &dyn Fn(&mut dyn crate::pipeline::issue::Issue, &ChunkTask) -> Result<()>,
     ) -> Result<PipelineRun> {
         if streams.len() > self.streams.len() {
             return Err(LabError::config(format!("{} streams asked for; this rig has {}", streams.len(), self.streams.len())));
@@ -135,7 +135,7 @@ impl Rig {
             dev_in: p.device(&self.dev_in, "device in"),
             dev_out: p.device(&self.dev_out, "device out"),
         };
-        let mut issuer = crate::issue::GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations, dataset: None };
+        let mut issuer = crate::gpu::GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations, dataset: None };
         issue(&mut issuer, &task)?;
         p.finish()
     }
@@ -237,7 +237,7 @@ impl Rig {
         streams: usize,
         chunks: usize,
         iterations: i32,
-        issue: &dyn Fn(&mut dyn crate::issue::Issue, &ChunkTask) -> Result<()>,
+        issue: &dyn Fn(&mut dyn crate::pipeline::issue::Issue, &ChunkTask) -> Result<()>,
     ) -> Result<PipelineRun> {
         let names: Vec<String> = (0..streams.min(self.streams.len())).map(|i| format!("s{i}")).collect();
         self.run_loop(chunks, &names, crate::gpu::TimelineSource::Off, iterations, issue)
@@ -298,9 +298,9 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
             parts,
             synchronous_ms: Summary::of(&sync)?,
             points: points_done,
-            serial_timeline: Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() },
-            best_timeline: Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() },
-            best_predicted: Timeline { title: String::new(), device: String::new(), spans: vec![], source: String::new() },
+            serial_timeline: Timeline::default(),
+            best_timeline: Timeline::default(),
+            best_predicted: Timeline::default(),
         };
         out.push(r);
     }
@@ -329,7 +329,7 @@ pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<Ove
         progress.step(&format!("{} timelines", intensity.label()));
         // The timeline's own cost, on the balanced best point.
         if intensity == Intensity::Balanced || (overhead.is_none() && Some(&intensity) == cfg.intensities.last()) {
-            overhead = Some(crate::timeline::overhead_pct(cfg.warmup, 2 * cfg.repeats + 1, |on| {
+            overhead = Some(crate::pipeline::timeline::overhead_pct(cfg.warmup, 2 * cfg.repeats + 1, |on| {
                 rig.prepare();
                 Ok(rig.run(best.chunks, best.streams, best.order, iterations, on, false)?.total_ms)
             })?);

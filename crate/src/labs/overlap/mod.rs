@@ -12,11 +12,11 @@ pub mod measure;
 pub mod model;
 
 use crate::error::{LabError, Result};
-use crate::gpu::{DevRef, HostRef, StreamRef};
-use crate::issue::Issue;
-use crate::schedule::OpKind;
-use crate::stats::Summary;
-use crate::timeline::Timeline;
+use crate::measure::stats::Summary;
+use crate::pipeline::issue::Issue;
+use crate::pipeline::issue::{DevRef, HostRef, StreamRef};
+use crate::pipeline::schedule::OpKind;
+use crate::pipeline::timeline::Timeline;
 use serde::{Deserialize, Serialize};
 
 pub const LAB: &str = "overlap";
@@ -346,14 +346,14 @@ impl Parts {
     }
     /// How long `op` takes in the queue model: its byte share of the whole
     /// data times its stage measured alone (ms). Host work costs nothing here.
-    pub fn op_ms(&self, op: &crate::schedule::Op, elements: usize) -> f64 {
+    pub fn op_ms(&self, op: &crate::pipeline::schedule::Op, elements: usize) -> f64 {
         let share = op.accesses.first().map_or(0.0, |a| (a.end - a.start) as f64 / (elements * 4) as f64);
         share
             * match op.kind {
-                crate::schedule::OpKind::H2d => self.h2d_ms.median,
-                crate::schedule::OpKind::Kernel => self.kernel_ms.median,
-                crate::schedule::OpKind::D2h => self.d2h_ms.median,
-                crate::schedule::OpKind::Host => 0.0,
+                crate::pipeline::schedule::OpKind::H2d => self.h2d_ms.median,
+                crate::pipeline::schedule::OpKind::Kernel => self.kernel_ms.median,
+                crate::pipeline::schedule::OpKind::D2h => self.d2h_ms.median,
+                crate::pipeline::schedule::OpKind::Host => 0.0,
             }
     }
 }
@@ -391,7 +391,7 @@ pub struct OverlapResults {
     pub copy_engines: u32,
     pub intensities: Vec<IntensityResults>,
     /// How much slower the run with the drawn timeline was (%, the median of
-    /// alternating pairs: [`crate::timeline::overhead_pct`]).
+    /// alternating pairs: [`crate::pipeline::timeline::overhead_pct`]).
     pub timeline_overhead_pct: f64,
     /// Every pair's overhead (%).
     #[serde(default)]
@@ -401,7 +401,7 @@ pub struct OverlapResults {
     pub timeline_source: String,
 }
 
-pub type OverlapRecord = crate::record::Record<OverlapResults>;
+pub type OverlapRecord = crate::measure::record::Record<OverlapResults>;
 
 impl IntensityResults {
     pub fn point(&self, chunks: usize, streams: usize, order: IssueOrder) -> Option<&OverlapPoint> {
@@ -425,9 +425,9 @@ impl OverlapResults {
     pub fn summary(&self) -> String {
         format!("{}{}\n", model::summary_table(&self.intensities, self.copy_engines), self.overhead_line())
     }
-    /// See [`crate::timeline::overhead_line`].
+    /// See [`crate::pipeline::timeline::overhead_line`].
     pub fn overhead_line(&self) -> String {
-        crate::timeline::overhead_line(self.timeline_overhead_pct, self.timeline_overhead_pairs_pct.as_ref(), &self.timeline_source)
+        crate::pipeline::timeline::overhead_line(self.timeline_overhead_pct, self.timeline_overhead_pairs_pct.as_ref(), &self.timeline_source)
     }
 }
 
@@ -447,14 +447,14 @@ impl crate::notebook::LabRun<OverlapResults> {
             .intensity(intensity)
             .map_or_else(|| format!("no {} runs recorded\n", intensity.label()), |ir| model::efficiency_table(ir, self.record.results.copy_engines))
     }
-    pub fn speedup_heatmap(&self, order: IssueOrder) -> crate::chart::Heatmap {
+    pub fn speedup_heatmap(&self, order: IssueOrder) -> crate::present::chart::Heatmap {
         charts::speedup_heatmap(&self.record, order, &self.origin())
     }
-    pub fn measured_vs_bound_chart(&self) -> crate::chart::Figure {
+    pub fn measured_vs_bound_chart(&self) -> crate::present::chart::Figure {
         charts::measured_vs_bound(&self.record, &self.origin())
     }
     /// Serial vs best pipeline, measured and predicted, for one intensity.
-    pub fn timeline_chart(&self, intensity: Intensity) -> Option<crate::timeline::Gantt> {
+    pub fn timeline_chart(&self, intensity: Intensity) -> Option<crate::pipeline::timeline::Gantt> {
         let i = self.record.results.intensities.iter().position(|r| r.intensity == intensity)?;
         charts::timelines(&self.record, i, &self.origin())
     }
@@ -465,24 +465,16 @@ impl crate::notebook::LabRun<OverlapResults> {
         intensity: Intensity,
         chunks: usize,
         streams: usize,
-        issue: impl Fn(&mut dyn crate::issue::Issue, &exercise::ChunkTask) -> Result<()>,
-    ) -> crate::check::CheckReport {
-        if crate::gpu::Availability::probe().is_ready() && std::env::var_os(crate::notebook::FORCE_RECORDED_ENV).is_none() {
-            let live = crate::gpu::Gpu::open(self.record.results.config.device)
-                .and_then(|gpu| exercise::check_on_gpu(&gpu, intensity, self.record.results.config.elements, chunks, streams, &issue));
-            return live.unwrap_or_else(|e| {
-                let mut rep = crate::check::CheckReport::new("chunked issue loop (live)");
-                rep.problem(format!("the run failed: {e}"));
-                rep
-            });
-        }
-        exercise::check_on_model(&self.record.results, intensity, chunks, streams, issue)
+        issue: impl Fn(&mut dyn crate::pipeline::issue::Issue, &exercise::ChunkTask) -> Result<()>,
+    ) -> crate::labs::check::CheckReport {
+        let r = &self.record.results;
+        self.check(
+            "chunked issue loop",
+            r.config.device,
+            |gpu| exercise::check_on_gpu(gpu, intensity, r.config.elements, chunks, streams, &issue),
+            || exercise::check_on_model(r, intensity, chunks, streams, &issue),
+        )
     }
-}
-
-/// Lab 2 in a notebook: live on a GPU, else the newest recording.
-pub fn live_or_recorded(cfg: OverlapConfig) -> Result<crate::notebook::LabRun<OverlapResults>> {
-    crate::notebook::LabRun::live_or_recorded(LAB, cfg.device, |gpu| measure::run(gpu, &cfg, crate::progress::ProgressMode::Lines))
 }
 
 /// Lab 2's entry in the lab table.
@@ -492,7 +484,6 @@ pub static ENTRY: crate::labs::Entry<OverlapConfig, OverlapResults> = crate::lab
     module: module_path!(),
     teaches: "Chunked copy/compute overlap over N streams, against its bound and a queue model",
     about: "Lab 2: chunked copy/compute overlap over N streams, against the bounds and the queue model",
-    notebook: "notebooks/02-chunked-overlap.ipynb",
     measure: measure::run,
     tables: |rec| rec.results.summary(),
     figures: charts::report,

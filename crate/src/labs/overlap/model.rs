@@ -3,9 +3,9 @@
 
 use super::{ChunkTask, IntensityResults, OverlapPoint, Parts};
 use crate::error::Result;
-use crate::issue::ModelPipeline;
-use crate::schedule::{Machine, OpKind};
-use crate::stats::Efficiency;
+use crate::measure::stats::Efficiency;
+use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::schedule::{Machine, OpKind};
 
 /// Per point, efficiency against its own bound (best first).
 pub fn efficiency_table(r: &IntensityResults, copy_engines: u32) -> String {
@@ -106,7 +106,7 @@ pub fn predicted_ms(p: &OverlapPoint, copy_engines: u32) -> Result<f64> {
         dev_out: m.device("device out", elements),
     };
     p.order.issue(&mut m, &task, &OpKind::STAGES)?;
-    let times = crate::schedule::predict(&m.schedule, Machine { copy_engines }, |op| p.parts.op_ms(op, elements));
+    let times = crate::pipeline::schedule::predict(&m.schedule, Machine { copy_engines }, |op| p.parts.op_ms(op, elements));
     Ok(times.iter().map(|t| t.1).fold(0.0, f64::max))
 }
 
@@ -245,11 +245,7 @@ pub fn summary_table(rs: &[IntensityResults], copy_engines: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::Summary;
-
-    fn s(v: f64) -> Summary {
-        Summary { median: v, min: v, max: v, n: 1 }
-    }
+    use crate::testing::flat;
 
     #[test]
     fn bounds_match_simple_multicopy() {
@@ -273,9 +269,9 @@ mod tests {
     #[test]
     fn compute_heavy_pipelines_cannot_gain_much() {
         // K = 10 H: at most 12/10 = 1.2x, whatever the streams (the "1.17x" case).
-        let p = Parts { h2d_ms: s(1.0), kernel_ms: s(10.0), d2h_ms: s(1.0), both_copies_ms: s(1.1) };
+        let p = Parts { h2d_ms: flat(1.0), kernel_ms: flat(10.0), d2h_ms: flat(1.0), both_copies_ms: flat(1.1) };
         assert!((max_speedup(&p) - 1.2).abs() < 1e-12);
-        let balanced = Parts { h2d_ms: s(1.0), kernel_ms: s(1.0), d2h_ms: s(1.0), both_copies_ms: s(1.1) };
+        let balanced = Parts { h2d_ms: flat(1.0), kernel_ms: flat(1.0), d2h_ms: flat(1.0), both_copies_ms: flat(1.1) };
         assert!((max_speedup(&balanced) - 3.0 / 1.1).abs() < 1e-12);
     }
 }

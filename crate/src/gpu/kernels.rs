@@ -22,7 +22,7 @@ pub struct KernelSource {
 pub const COMPUTE: KernelSource = KernelSource {
     file: "compute.cu",
     entry: "compute",
-    source: include_str!("../../kernels/compute.cu"),
+    source: include_str!("../../../kernels/compute.cu"),
     // fma.rn.f32: the explicit fmaf chain; ld.global.nc: the read-only input path.
     expect_in_ptx: &["fma.rn.f32", "ld.global.nc.f32", ".visible .entry compute"],
     purpose: "elementwise FMA chain with a tunable number of iterations (arithmetic per byte)",
@@ -31,7 +31,7 @@ pub const COMPUTE: KernelSource = KernelSource {
 pub const ROW_DOT: KernelSource = KernelSource {
     file: "row_dot.cu",
     entry: "row_dot",
-    source: include_str!("../../kernels/row_dot.cu"),
+    source: include_str!("../../../kernels/row_dot.cu"),
     // v4 loads through the read-only path, a warp-shuffle reduction, explicit FMAs.
     expect_in_ptx: &["ld.global.nc.v4.f32", "shfl.sync.bfly.b32", "fma.rn.f32", ".visible .entry row_dot"],
     purpose: "one query's dot product with every key row (a warp per row), plus a stamp word naming the iteration",

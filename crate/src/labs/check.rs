@@ -89,14 +89,14 @@ impl CheckReport {
     pub fn judge_overlap(&mut self, how: &str, measured: f64, (serial_label, serial): (&str, f64), bound: f64, target: f64, no_overlap: &str) {
         let eff = bound / measured;
         self.note(format!(
-            "{how}: {measured:.2} ms; {serial_label} {serial:.2} ms; bound {bound:.2} ms; efficiency {} (target {:.0}%)",
+            "{how}: {measured:.3} ms; {serial_label} {serial:.3} ms; bound {bound:.3} ms; efficiency {} (target {:.0}%)",
             pct(eff),
             100.0 * target
         ));
         if measured > 0.95 * serial {
             self.problem(format!("no overlap: {no_overlap}"));
         } else if eff < target {
-            self.problem(format!("efficiency {} is under the target {:.0}%", pct(eff), 100.0 * target));
+            self.problem(format!("efficiency {} is {:.1} points under the target {:.0}%", pct(eff), 100.0 * (target - eff), 100.0 * target));
         }
     }
 }

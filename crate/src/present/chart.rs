@@ -4,7 +4,7 @@
 //! system fonts are needed.
 
 use crate::error::{LabError, Result};
-use crate::units::Bytes;
+use crate::present::units::Bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -362,6 +362,12 @@ pub fn display_inline<C: Chart>(c: &C) {
         Ok(svg) => println!("EVCXR_BEGIN_CONTENT image/svg+xml\n{svg}\nEVCXR_END_CONTENT"),
         Err(e) => eprintln!("Error: {e}"),
     }
+}
+
+/// Writes a lab's text summary next to its figures.
+pub fn write_text(path: PathBuf, text: String) -> Result<PathBuf> {
+    std::fs::write(&path, text).map_err(|e| crate::LabError::io(format!("writing {}", path.display()), e))?;
+    Ok(path)
 }
 
 #[cfg(test)]

@@ -54,15 +54,15 @@ impl<T: Serialize + DeserializeOwned> Record<T> {
 
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => LabError::MissingData { path: path.to_path_buf() },
+            std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(path) },
             _ => LabError::io(format!("reading {}", path.display()), e),
         })?;
-        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError::BadData { path: path.to_path_buf(), reason: e.to_string() })?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError::BadData { path: display_path(path), reason: e.to_string() })?;
         let version = value.get("schema_version").and_then(|v| v.as_u64());
         if version != Some(SCHEMA_VERSION as u64) {
-            return Err(LabError::BadData { path: path.to_path_buf(), reason: format!("schema version {version:?}, this tool reads {SCHEMA_VERSION}") });
+            return Err(LabError::BadData { path: display_path(path), reason: format!("schema version {version:?}, this tool reads {SCHEMA_VERSION}") });
         }
-        serde_json::from_value(value).map_err(|e| LabError::BadData { path: path.to_path_buf(), reason: e.to_string() })
+        serde_json::from_value(value).map_err(|e| LabError::BadData { path: display_path(path), reason: e.to_string() })
     }
 
     /// The command that made it, as a user would type it: `overlap-lab
@@ -132,7 +132,7 @@ pub fn default_data_dir() -> PathBuf {
 /// Every recording of `lab` under `data_dir`, newest first.
 pub fn find_recordings<T: Serialize + DeserializeOwned>(data_dir: &Path, lab: &str) -> Result<Vec<(PathBuf, Record<T>)>> {
     let entries = std::fs::read_dir(data_dir).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => LabError::MissingData { path: data_dir.to_path_buf() },
+        std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(data_dir) },
         _ => LabError::io(format!("listing {}", data_dir.display()), e),
     })?;
     let mut found = Vec::new();
@@ -143,7 +143,7 @@ pub fn find_recordings<T: Serialize + DeserializeOwned>(data_dir: &Path, lab: &s
         }
     }
     if found.is_empty() {
-        return Err(LabError::MissingData { path: data_dir.join("<device>").join(format!("{lab}.json")) });
+        return Err(LabError::MissingData { path: display_path(&data_dir.join("<device>").join(format!("{lab}.json"))) });
     }
     found.sort_by_key(|r| std::cmp::Reverse(r.1.created));
     Ok(found)

@@ -3,9 +3,9 @@
 //! chrome://tracing open. Measured timelines come from CUDA events against
 //! one base event; predicted ones from the schedule model.
 
-use crate::chart::{draw_header, Chart};
 use crate::error::{LabError, Result};
-use crate::schedule::{Lane, OpKind, Schedule};
+use crate::pipeline::schedule::{Lane, OpKind, Schedule};
+use crate::present::chart::{draw_header, Chart};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -21,7 +21,7 @@ pub struct Span {
     pub end_us: f64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timeline {
     pub title: String,
     /// The process name in traces, e.g. "GPU 0 (NVIDIA H200)".
@@ -39,7 +39,7 @@ pub struct Timeline {
 /// runs by -30% to +45% on the lent GPUs), which a difference of two
 /// medians would not. Timed results never come from traced runs: this is
 /// only how far the drawn timeline is from them.
-pub fn overhead_pct(warmup: usize, pairs: usize, mut run: impl FnMut(bool) -> Result<f64>) -> Result<crate::stats::Summary> {
+pub fn overhead_pct(warmup: usize, pairs: usize, mut run: impl FnMut(bool) -> Result<f64>) -> Result<crate::measure::stats::Summary> {
     let mut v = Vec::with_capacity(pairs);
     for i in 0..warmup + pairs {
         let untraced = run(false)?;
@@ -48,12 +48,12 @@ pub fn overhead_pct(warmup: usize, pairs: usize, mut run: impl FnMut(bool) -> Re
             v.push(100.0 * (traced / untraced - 1.0));
         }
     }
-    crate::stats::Summary::of(&v)
+    crate::measure::stats::Summary::of(&v)
 }
 
 /// One line for a lab's summary: "timeline overhead: +1.20% median, pairs
 /// -0.80% to +3.10% over 15 (cupti)".
-pub fn overhead_line(median_pct: f64, pairs: Option<&crate::stats::Summary>, source: &str) -> String {
+pub fn overhead_line(median_pct: f64, pairs: Option<&crate::measure::stats::Summary>, source: &str) -> String {
     let spread = pairs.map_or(String::new(), |p| format!(", pairs {:+.2}% to {:+.2}% over {}", p.min, p.max, p.n));
     format!("timeline overhead (drawn run vs untraced): {median_pct:+.2}% median{spread} ({source})")
 }
@@ -178,7 +178,7 @@ impl Gantt {
         t.lanes().len().max(1) as u32 * LANE_PX + 90
     }
     pub fn evcxr_display(&self) {
-        crate::chart::display_inline(self)
+        crate::present::chart::display_inline(self)
     }
 }
 
@@ -264,7 +264,7 @@ impl Chart for Gantt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::{predict, Access, Machine};
+    use crate::pipeline::schedule::{predict, Access, Machine};
 
     fn sample() -> (Schedule, Timeline) {
         let mut s = Schedule::new();

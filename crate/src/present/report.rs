@@ -1,7 +1,9 @@
 //! `overlap-lab report`: every figure from the recorded data, no GPU needed.
 
 use crate::error::{LabError, Result};
-use crate::labs::table::{write_text, Visited};
+use crate::labs::table::Visited;
+use crate::measure::record::display_path;
+use crate::present::chart::write_text;
 use std::path::{Path, PathBuf};
 
 /// Renders every figure of every recording under `data_dir` into
@@ -11,7 +13,7 @@ use std::path::{Path, PathBuf};
 pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
     let (mut files, table) = visit(data_dir, Some(out_dir))?;
     if files.is_empty() {
-        return Err(LabError::MissingData { path: data_dir.join("<device>").join("bandwidth.json") });
+        return Err(LabError::MissingData { path: display_path(&data_dir.join("<device>").join("bandwidth.json")) });
     }
     files.push(write_text(out_dir.join("headline.md"), table.markdown(None))?);
     files.push(write_text(out_dir.join("headline.csv"), table.csv())?);
@@ -22,7 +24,7 @@ pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
 /// `out_dir` when given, and gathers every lab's headline numbers.
 fn visit(data_dir: &Path, out_dir: Option<&Path>) -> Result<(Vec<PathBuf>, Headlines)> {
     let entries = std::fs::read_dir(data_dir).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => LabError::MissingData { path: data_dir.to_path_buf() },
+        std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(data_dir) },
         _ => LabError::io(format!("listing {}", data_dir.display()), e),
     })?;
     let mut devices: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();

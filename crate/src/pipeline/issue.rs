@@ -1,0 +1,80 @@
+//! What a learner's issue loop may call, so the same loop runs on the GPU
+//! (`gpu::Pipeline`) or, with no GPU, on the model
+//! ([`super::model::ModelPipeline`]), which records the schedule and tracks
+//! where every element's data came from. Either way the checker can say what
+//! is wrong: wrong data, a race, no overlap, or too little of it.
+
+use crate::error::Result;
+
+/// A stream of a pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamRef(pub usize);
+/// A device buffer of a pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevRef(pub usize);
+/// A host buffer of a pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostRef(pub usize);
+/// An event of a pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventRef(pub usize);
+
+/// The operations of a copy/compute pipeline, in learner-facing form. Sizes
+/// and offsets are in f32 elements.
+pub trait Issue {
+    /// Copies `n` elements from `src[src_at..]` (host) to `dst[dst_at..]` (device) on `s`.
+    fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()>;
+    /// Copies `n` elements from `src[src_at..]` (device) to `dst[dst_at..]` (host) on `s`.
+    fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()>;
+    /// Runs the lab's kernel: `output[out_at..+n] = f(input[in_at..+n])` on `s`.
+    fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()>;
+    fn event(&mut self) -> Result<EventRef>;
+    /// `e` completes when `s` has done all work issued to it so far.
+    fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()>;
+    /// Later work on `s` waits for `e`.
+    fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()>;
+    /// The CPU waits for `e`.
+    fn host_wait(&mut self, e: EventRef) -> Result<()>;
+    /// The CPU waits until `s` has done everything issued to it so far.
+    fn host_sync(&mut self, s: StreamRef) -> Result<()>;
+    /// CPU work: the producer writes batch `batch` (`n` elements) into host
+    /// buffer `h` at element `at`.
+    fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()>;
+}
+
+/// Runs a loop synchronously: after every copy and kernel the CPU waits
+/// for its stream (the synchronous baseline, as `cudaMemcpy` gives it).
+pub struct SyncEach<'i>(pub &'i mut dyn Issue);
+
+impl Issue for SyncEach<'_> {
+    fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.0.h2d(s, dst, dst_at, src, src_at, n, label)?;
+        self.0.host_sync(s)
+    }
+    fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.0.d2h(s, dst, dst_at, src, src_at, n, label)?;
+        self.0.host_sync(s)
+    }
+    fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
+        self.0.compute(s, input, in_at, output, out_at, n, label)?;
+        self.0.host_sync(s)
+    }
+    fn event(&mut self) -> Result<EventRef> {
+        self.0.event()
+    }
+    fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
+        self.0.record(e, s)
+    }
+    fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
+        self.0.wait(s, e)
+    }
+    fn host_wait(&mut self, e: EventRef) -> Result<()> {
+        self.0.host_wait(e)
+    }
+    fn host_sync(&mut self, s: StreamRef) -> Result<()> {
+        self.0.host_sync(s)
+    }
+    fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
+        self.0.produce(h, at, n, batch, label)
+    }
+}
