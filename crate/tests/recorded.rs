@@ -208,3 +208,57 @@ fn lab2_queue_model_agrees_with_recordings() {
         }
     }
 }
+
+/// Lab 4: the queue model (each variant's own iteration code as a pipeline
+/// schedule, timed with the recorded costs) against every recorded run.
+/// Printed beside it: the closed form it replaced (the overlap bound, or for
+/// variant 1 the serial sum plus a host function's round trip per iteration).
+#[test]
+fn lab4_queue_model_agrees_with_recordings() {
+    use overlap_lab::labs::callback::{self, serial_ms, CallbackResults, Variant};
+    for (path, rec) in find_recordings::<CallbackResults>(&default_data_dir(), callback::LAB).unwrap() {
+        let r = &rec.results;
+        for v in Variant::ALL {
+            let (mut errs, mut closed): (Vec<(f64, String)>, Vec<f64>) = (Vec::new(), Vec::new());
+            for p in &r.points {
+                let Some(m) = p.result(v) else { continue };
+                let measured = m.total_ms.median;
+                let pred = r.model_ms(p, v);
+                let form = if v == Variant::HostFnOnCompute {
+                    serial_ms(r.config.iterations, r.gpu_ms.median, m.cpu_ms.median) + r.config.iterations as f64 * r.host_fn_round_trip_ms.median
+                } else {
+                    r.bound_ms(p, v)
+                };
+                errs.push((
+                    (pred / measured).ln().abs(),
+                    format!("C/G {:.2}: measured {measured:.1} ms, model {pred:.1} ms", m.cpu_ms.median / r.gpu_ms.median),
+                ));
+                closed.push((form / measured).ln().abs());
+            }
+            if errs.is_empty() {
+                continue;
+            }
+            errs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            closed.sort_by(f64::total_cmp);
+            let median = &errs[errs.len() / 2];
+            eprintln!(
+                "{} {}: |ln(model/measured)| median {:.3}, worst {:.3} ({}); closed form median {:.3}, worst {:.3}",
+                path.display(),
+                v.label(),
+                median.0,
+                errs.last().unwrap().0,
+                errs.last().unwrap().1,
+                closed[closed.len() / 2],
+                closed.last().unwrap()
+            );
+            // At least as good as the closed form, point for point in the median.
+            assert!(
+                median.0 <= closed[closed.len() / 2] + 0.01,
+                "{} {}: the model is further off than the closed form: {}",
+                path.display(),
+                v.label(),
+                median.1
+            );
+        }
+    }
+}

@@ -168,6 +168,12 @@ impl Schedule {
         self.host_frontier.entry(thread).or_default().extend(captured);
     }
 
+    /// Host thread `thread` learns that op `op` is done (it received the
+    /// job that op handed over, or the slot that op gave back).
+    pub fn host_learns(&mut self, thread: usize, op: OpId) {
+        self.host_frontier.entry(thread).or_default().push(op);
+    }
+
     /// Host thread `thread` learns that everything another thread did so far
     /// is done (a channel receive, a join).
     pub fn host_joins(&mut self, thread: usize, other: usize) {
@@ -256,12 +262,33 @@ impl Schedule {
     }
 }
 
-/// What the model knows of the hardware.
+/// What the model knows of the hardware and the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
     /// CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: 1 = one copy engine shared by
     /// both directions; 2 or more = H2D and D2H can run at once.
     pub copy_engines: u32,
+    /// A host function's round trip on its stream (the driver's callback
+    /// thread wakes, runs it, releases the stream), when that thread had
+    /// gone to sleep: its stream pays half before the body and half after.
+    #[serde(default)]
+    pub host_fn_round_trip: f64,
+    /// The same round trip while the callback thread is awake (it ran
+    /// something within the last round trip).
+    #[serde(default)]
+    pub host_fn_awake: f64,
+    /// How long a host thread blocked on GPU work (an event or stream
+    /// synchronize) takes to wake after that work ends.
+    #[serde(default)]
+    pub host_wake: f64,
+}
+
+impl Machine {
+    /// A GPU with `copy_engines` copy engines and host costs that do not
+    /// matter at the pipeline's scale (zero).
+    pub fn engines(copy_engines: u32) -> Machine {
+        Machine { copy_engines, host_fn_round_trip: 0.0, host_fn_awake: 0.0, host_wake: 0.0 }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -269,7 +296,11 @@ enum Resource {
     CopyUp,
     CopyDown,
     Sms,
+    /// A CPU thread of the program.
     Host(usize),
+    /// The driver's one callback thread: every host function on every
+    /// stream runs there, one at a time.
+    CallbackThread,
 }
 
 impl Machine {
@@ -280,9 +311,14 @@ impl Machine {
             (OpKind::D2h, _) => Resource::CopyUp,
             (OpKind::Kernel, _) => Resource::Sms,
             (OpKind::Host, Lane::HostThread(t)) => Resource::Host(t),
-            (OpKind::Host, Lane::Stream(s)) => Resource::Host(1000 + s),
+            (OpKind::Host, Lane::Stream(_)) => Resource::CallbackThread,
         }
     }
+}
+
+/// A host function: CPU work enqueued on a stream.
+fn is_host_fn(op: &Op) -> bool {
+    op.kind == OpKind::Host && matches!(op.lane, Lane::Stream(_))
 }
 
 /// Predicted (start, end) of every op, in the units of `duration`.
@@ -293,17 +329,22 @@ impl Machine {
 /// consecutive copies or kernels before switching: measured in lab 2, where
 /// breadth-first issue runs like one chunk per stream), else it takes the
 /// earliest-issued ready op. Kernels are assumed to fill the GPU, so one
-/// runs at a time.
+/// runs at a time. A host function waits for the callback thread and pays
+/// half its round trip before its body and half after it (its stream's next
+/// op waits for that; measured in lab 4); a host thread woken by GPU work
+/// starts [`Machine::host_wake`] after it.
 pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) -> Vec<(f64, f64)> {
     let n = s.ops.len();
     let mut times: Vec<Option<(f64, f64)>> = vec![None; n];
+    // What a host function's stream still pays after its body.
+    let mut release = vec![0.0f64; n];
     let mut free: HashMap<Resource, f64> = HashMap::new();
     let mut last_lane: HashMap<Resource, Lane> = HashMap::new();
     let mut done = 0;
     while done < n {
         // The op that can start earliest; among ties, one on the lane its
         // resource served last, then the earliest issued.
-        let mut best: Option<(f64, bool, OpId)> = None;
+        let mut best: Option<(f64, bool, OpId, f64)> = None;
         for op in &s.ops {
             if times[op.id].is_some() {
                 continue;
@@ -311,29 +352,43 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             let mut ready = 0.0f64;
             let mut blocked = false;
             for &d in &op.deps {
-                match times[d] {
-                    Some((_, end)) => ready = ready.max(end),
-                    None => {
-                        blocked = true;
-                        break;
-                    }
-                }
+                let Some((_, end)) = times[d] else {
+                    blocked = true;
+                    break;
+                };
+                let dep = &s.ops[d];
+                let after = if dep.lane == op.lane {
+                    release[d]
+                } else if op.kind == OpKind::Host && matches!(op.lane, Lane::HostThread(_)) && dep.kind != OpKind::Host {
+                    machine.host_wake
+                } else {
+                    0.0
+                };
+                ready = ready.max(end + after);
             }
             if blocked {
                 continue;
             }
             let resource = machine.resource(op);
-            let start = ready.max(*free.get(&resource).unwrap_or(&0.0));
+            let free_at = *free.get(&resource).unwrap_or(&0.0);
+            let half = if is_host_fn(op) {
+                let asleep = ready > free_at + machine.host_fn_round_trip;
+                if asleep { machine.host_fn_round_trip } else { machine.host_fn_awake }.min(machine.host_fn_round_trip) / 2.0
+            } else {
+                0.0
+            };
+            let start = (ready + half).max(free_at + half);
             let stays = last_lane.get(&resource) == Some(&op.lane);
-            if best.is_none_or(|(t, st, _)| start < t || (start == t && stays && !st)) {
-                best = Some((start, stays, op.id));
+            if best.is_none_or(|(t, st, _, _)| start < t || (start == t && stays && !st)) {
+                best = Some((start, stays, op.id, half));
             }
         }
-        let (start, _, id) = best.expect("dependencies point only backwards, so some op is always ready");
+        let (start, _, id, half) = best.expect("dependencies point only backwards, so some op is always ready");
         let end = start + duration(&s.ops[id]).max(0.0);
         let resource = machine.resource(&s.ops[id]);
         free.insert(resource, end);
         last_lane.insert(resource, s.ops[id].lane);
+        release[id] = half;
         times[id] = Some((start, end));
         done += 1;
     }
@@ -364,7 +419,7 @@ mod tests {
     #[test]
     fn one_stream_is_serial() {
         let s = chunked(4, 1);
-        let t = predict(&s, Machine { copy_engines: 2 }, |_| 1.0);
+        let t = predict(&s, Machine::engines(2), |_| 1.0);
         assert_eq!(makespan(&t), 12.0);
         assert!(s.races().is_empty());
     }
@@ -373,9 +428,9 @@ mod tests {
     fn streams_overlap_up_to_the_engine_bound() {
         // 4 chunks, H = K = D = 1 per chunk: two engines give max(H,K,D) + fill = 4 + 2.
         let s = chunked(4, 4);
-        assert_eq!(makespan(&predict(&s, Machine { copy_engines: 2 }, |_| 1.0)), 6.0);
+        assert_eq!(makespan(&predict(&s, Machine::engines(2), |_| 1.0)), 6.0);
         // One engine shared by H2D and D2H: bound max(H + D, K) = 8 (plus a kernel's fill).
-        let one = makespan(&predict(&s, Machine { copy_engines: 1 }, |_| 1.0));
+        let one = makespan(&predict(&s, Machine::engines(1), |_| 1.0));
         assert!((8.0..=9.0).contains(&one), "{one}");
     }
 
@@ -388,7 +443,7 @@ mod tests {
                 s.gpu_op(0, (c % 2) as usize, kind, &format!("{name} {c}"), vec![Access::write(name, c * 8, c * 8 + 8)]);
             }
         }
-        let t = predict(&s, Machine { copy_engines: 2 }, |_| 1.0);
+        let t = predict(&s, Machine::engines(2), |_| 1.0);
         // The upload engine drains stream 0 (H0, H2) before stream 1 (H1, H3),
         // so stream 0's kernels start at 2, not after every upload.
         assert_eq!((t[0], t[2], t[1], t[3]), ((0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, 4.0)));
@@ -406,7 +461,7 @@ mod tests {
         let k = s.gpu_op(0, 1, OpKind::Kernel, "k", vec![Access::read("d", 0, 10)]);
         assert!(s.happens_before(up, k));
         assert!(s.races().is_empty());
-        let t = predict(&s, Machine { copy_engines: 2 }, |o| if o.kind == OpKind::H2d { 3.0 } else { 1.0 });
+        let t = predict(&s, Machine::engines(2), |o| if o.kind == OpKind::H2d { 3.0 } else { 1.0 });
         assert_eq!(t[k], (3.0, 4.0));
     }
 
@@ -455,7 +510,37 @@ mod tests {
         let mut s = Schedule::new();
         s.host_op(0, "produce", vec![Access::write("h", 0, 8)]);
         let c = s.gpu_op(0, 0, OpKind::H2d, "copy", vec![Access::read("h", 0, 8)]);
-        let t = predict(&s, Machine { copy_engines: 2 }, |o| if o.kind == OpKind::Host { 5.0 } else { 1.0 });
+        let t = predict(&s, Machine::engines(2), |o| if o.kind == OpKind::Host { 5.0 } else { 1.0 });
         assert_eq!(t[c], (5.0, 6.0));
+    }
+
+    #[test]
+    fn host_functions_share_the_callback_thread_and_pay_their_round_trip() {
+        let m = Machine { host_fn_round_trip: 2.0, host_fn_awake: 1.0, host_wake: 0.5, ..Machine::engines(2) };
+        let mut s = Schedule::new();
+        let f1 = s.gpu_op(0, 1, OpKind::Host, "fn on 1", vec![]);
+        let k = s.gpu_op(0, 0, OpKind::Kernel, "long kernel", vec![]);
+        let f0 = s.gpu_op(0, 0, OpKind::Host, "fn on 0", vec![]);
+        let after = s.gpu_op(0, 0, OpKind::Kernel, "after fn", vec![]);
+        s.record_event(3, 0);
+        s.host_wait_event(1, 3);
+        let woken = s.host_op(1, "woken", vec![]);
+        let t = predict(&s, m, |o| if o.label == "long kernel" { 10.0 } else { 1.0 });
+        // The callback thread has just started (awake): half of 1 before the body.
+        assert_eq!(t[f1], (0.5, 1.5));
+        assert_eq!(t[k], (0.0, 10.0));
+        // Idle for longer than a round trip, the thread went to sleep: half of 2 before, half after.
+        assert_eq!(t[f0], (11.0, 12.0));
+        assert_eq!(t[after], (13.0, 14.0), "the stream is released half a round trip after the body");
+        assert_eq!(t[woken], (14.5, 15.5), "a host thread wakes half a unit after the GPU work it waited for");
+        // A second host function ready while the thread is busy waits for it.
+        let mut two = Schedule::new();
+        let a = two.gpu_op(0, 0, OpKind::Host, "a", vec![]);
+        let b = two.gpu_op(0, 1, OpKind::Host, "b", vec![]);
+        let t2 = predict(&two, m, |_| 1.0);
+        assert_eq!((t2[a], t2[b]), ((0.5, 1.5), (2.0, 3.0)));
+        // No host costs: a plain machine changes nothing for GPU pipelines.
+        let plain = predict(&s, Machine::engines(2), |o| if o.label == "long kernel" { 10.0 } else { 1.0 });
+        assert_eq!(plain[after], (11.0, 12.0));
     }
 }

@@ -275,7 +275,7 @@ mod tests {
             s.gpu_op(0, st, OpKind::D2h, &format!("D2H chunk {c}"), vec![]);
         }
         s.host_op(0, "check", vec![]);
-        let t = predict(&s, Machine { copy_engines: 2 }, |_| 100.0);
+        let t = predict(&s, Machine::engines(2), |_| 100.0);
         let tl = Timeline::from_schedule("predicted", "GPU 0 (Test GPU)", &s, &t, &[]);
         (s, tl)
     }

@@ -60,10 +60,6 @@ impl Variant {
             Variant::EventWaitingThread => "4: thread waits on events",
         }
     }
-    /// Whether the queue model lets GPU and CPU work overlap.
-    pub fn overlaps(self) -> bool {
-        self != Variant::HostFnOnCompute
-    }
     /// The variant's issue code for one iteration.
     pub fn iteration(self) -> IterationFn {
         match self {
@@ -354,14 +350,21 @@ impl CallbackResults {
     pub fn serial_ms(&self, p: &CostPoint, v: Variant) -> f64 {
         serial_ms(self.config.iterations, self.gpu_ms.median, self.cpu_of(p, v))
     }
-    /// What the model predicts for `v`: the bound when GPU and CPU overlap;
-    /// for variant 1 the serial sum plus one host-function round trip per
-    /// iteration (the compute stream stops for each).
+    /// What the queue model predicts for `v` at `p`: the variant's own
+    /// iteration code recorded as a pipeline schedule and timed by
+    /// [`crate::pipeline::schedule::predict`] with the recorded costs (the
+    /// GPU's parts, the variant's own C, the host function's round trip).
     pub fn model_ms(&self, p: &CostPoint, v: Variant) -> f64 {
-        if v.overlaps() {
-            self.bound_ms(p, v)
-        } else {
-            self.serial_ms(p, v) + self.config.iterations as f64 * self.host_fn_round_trip_ms.median
+        let costs = model::ModelCosts {
+            kernel_ms: (self.gpu_ms.median - self.d2h_ms.median).max(0.0),
+            d2h_ms: self.d2h_ms.median,
+            cpu_ms: self.cpu_of(p, v),
+            host_fn_ms: self.host_fn_round_trip_ms.median,
+        };
+        let mut m = model::ModelIssuer::new(costs, self.config.slots);
+        match m.run(self.config.iterations, &v.iteration()) {
+            Ok(()) => m.total_ms(),
+            Err(_) => f64::NAN,
         }
     }
     /// Bound over measured (the bound from G and the variant's own C).

@@ -1,32 +1,40 @@
-//! Lab 4 with no GPU: a queue model that runs the same iteration code as
-//! the GPU (it implements [`CallbackIssue`]). It times every op from the
-//! recorded costs, on the resources that really serialize them: the two
-//! streams, the driver's one callback thread, the worker, the event-waiting
-//! thread and the enqueue loop. It also follows the data: which iteration's
-//! scores each D2H copied into which slot and each argmin read. So it gives
-//! what the GPU run gives: every argmin checked, a slot reused too early
-//! caught, an unordered reader refused, and a timeline.
+//! Lab 4 with no GPU: the lab's iteration code (it implements
+//! [`CallbackIssue`]) recorded as a pipeline [`Schedule`]: kernels and
+//! copies on the two streams, host functions on them, argmins on the
+//! worker and the event-waiting thread, the enqueue loop waiting for slots.
+//! The schedule's own checks find what a wrong wiring does to the data (an
+//! argmin not ordered after its D2H, a slot reused under its reader), and
+//! the pipeline's queue model ([`predict`]) times it from the recorded
+//! costs, on the resources that really serialize them: the streams, the
+//! driver's one callback thread, each CPU thread.
 //!
-//! Assumptions (stated, not measured here): a host function's stream pays
-//! half its round trip to reach the callback thread and half to be released
-//! after it returns. The round trip is the recorded one, R (after a kernel:
-//! the callback thread had gone to sleep), unless the thread ran something
-//! within the last R, when it is [`HOST_FN_AWAKE_MS`]. A thread woken by an
-//! event takes R/2; a hand-off (a channel send) costs [`HAND_OFF_MS`];
-//! issuing costs the enqueue loop nothing.
+//! Assumptions (stated, not measured here), as the machine model takes
+//! them: a host function's stream pays half its round trip to reach the
+//! callback thread and half to be released after it returns; the round
+//! trip is the recorded one, R (after a kernel: the callback thread had
+//! gone to sleep), unless the thread ran something within the last R, when
+//! it is [`HOST_FN_AWAKE_MS`]. A thread woken by an event takes R/2; a
+//! hand-off (a channel send) costs [`HAND_OFF_MS`]; issuing costs the
+//! enqueue loop nothing.
 
 use super::order::{Reader, SlotOrder};
 use super::work::{CALLBACK_LANE, MAIN_LANE, WAITER_LANE, WORKER_LANE};
 use super::{CallbackIssue, Iteration, On, Slot};
 use crate::error::{LabError, Result};
-use crate::pipeline::schedule::OpKind;
+use crate::pipeline::schedule::{predict, Access, Lane, Machine, Op, OpId, OpKind, Race, Schedule};
 use crate::pipeline::timeline::{Span, Timeline};
+use std::collections::HashMap;
 
 /// A host function that only sends a job down a channel.
 pub const HAND_OFF_MS: f64 = 0.005;
 /// An empty host function's round trip when the callback thread is awake:
 /// 16 µs on the lent H200 with nothing before it (71 µs after a kernel).
 pub const HOST_FN_AWAKE_MS: f64 = 0.016;
+
+/// The host threads of the schedule.
+const MAIN: usize = 0;
+const WORKER: usize = 1;
+const WAITER: usize = 2;
 
 /// One iteration's costs, ms.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,6 +51,11 @@ impl ModelCosts {
     pub fn gpu_ms(&self) -> f64 {
         self.kernel_ms + self.d2h_ms
     }
+    /// The machine these costs run on (copy engines do not matter here:
+    /// one stream's D2H at a time).
+    pub fn machine(&self) -> Machine {
+        Machine { host_fn_round_trip: self.host_fn_ms, host_fn_awake: HOST_FN_AWAKE_MS, host_wake: self.host_fn_ms / 2.0, ..Machine::engines(2) }
+    }
 }
 
 /// Where an argmin ran.
@@ -54,54 +67,6 @@ pub enum ArgminOn {
     WaitingThread,
 }
 
-impl ArgminOn {
-    fn lane(self) -> &'static str {
-        match self {
-            ArgminOn::HostFn(_) => CALLBACK_LANE,
-            ArgminOn::Worker => WORKER_LANE,
-            ArgminOn::WaitingThread => WAITER_LANE,
-        }
-    }
-}
-
-/// One slot as the model sees it.
-#[derive(Clone, Debug, Default)]
-struct ModelSlot {
-    /// The iteration holding it until its argmin is handed out.
-    lease: Option<usize>,
-    /// When its last argmin ends (the slot is free again); infinite while
-    /// the argmin has not been issued.
-    free_at: f64,
-    /// The iteration that last held it.
-    last_iteration: Option<usize>,
-    order: SlotOrder,
-    /// The iteration whose row_dot last wrote its device scores, and when.
-    dev: Option<(usize, f64)>,
-    /// Every D2H into its pinned scores: (start, end, iteration copied).
-    d2h: Vec<(f64, f64, Option<usize>)>,
-    /// Every argmin of its scores: (start, end, iteration).
-    reads: Vec<(f64, f64, usize)>,
-    ready_at: f64,
-}
-
-impl ModelSlot {
-    /// What the read of iteration `t` over [start, end) saw, if wrong.
-    fn misread(&self, index: usize, (start, end, t): (f64, f64, usize)) -> Option<String> {
-        let landed = self.d2h.iter().filter(|d| d.1 <= start).max_by(|a, b| a.1.total_cmp(&b.1)).map(|d| d.2);
-        if let Some(by) = self.d2h.iter().find(|d| d.0 < end && d.1 > start).map(|d| d.2) {
-            let by = by.map_or("?".into(), |b| b.to_string());
-            return Some(format!(
-                "slot {index} was overwritten (by iteration {by}'s scores) while iteration {t}'s argmin read it: the slot was reused too early"
-            ));
-        }
-        match landed {
-            Some(Some(u)) if u == t => None,
-            Some(Some(u)) if u > t => Some(format!("slot {index} held iteration {u}'s scores when iteration {t} read it: the slot was reused too early")),
-            _ => Some(format!("iteration {t} read slot {index} before its scores arrived")),
-        }
-    }
-}
-
 /// One argmin as it ran in the model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelArgmin {
@@ -111,54 +76,120 @@ pub struct ModelArgmin {
     pub end_ms: f64,
 }
 
-/// The queue model of one run (see the module docs).
+/// One slot as the issuer sees it.
+#[derive(Clone, Debug, Default)]
+struct ModelSlot {
+    /// The iteration holding it until its argmin is issued.
+    lease: Option<usize>,
+    /// The iteration that last held it.
+    last_iteration: Option<usize>,
+    /// The op that reads its scores last (the slot is free once it ends).
+    last_reader: Option<OpId>,
+    /// What orders a reader after its D2H (to name a missing link).
+    order: SlotOrder,
+}
+
+/// The lab's iteration code recorded as a schedule (see the module docs).
 pub struct ModelIssuer {
     pub costs: ModelCosts,
+    pub schedule: Schedule,
     slots: Vec<ModelSlot>,
-    /// The enqueue loop's clock.
-    main: f64,
-    stream_ready: [f64; 2],
-    callback_thread_free: f64,
-    worker_free: f64,
-    waiter_free: f64,
+    /// The iteration and the argmin's place of each op that is an argmin.
+    argmin_ops: Vec<(OpId, usize, ArgminOn)>,
+    /// The iteration of every op (for the problems' wording).
+    iteration_of: HashMap<OpId, usize>,
+    /// Per iteration whose reader was unordered when handed out: the missing link.
+    unordered: HashMap<usize, String>,
+    /// Filled by `run`: every argmin with its predicted times.
     pub argmins: Vec<ModelArgmin>,
-    /// Slots taken while held, and reads of the wrong scores.
+    /// Reads of the wrong scores, slots reused too early, argmins never issued.
     pub problems: Vec<String>,
-    spans: Vec<Span>,
+    times: Vec<(f64, f64)>,
+}
+
+fn stream(on: On) -> usize {
+    on as usize
+}
+fn pinned(slot: Slot) -> String {
+    format!("pinned scores {}", slot.0)
+}
+fn device(slot: Slot) -> String {
+    format!("device scores {}", slot.0)
 }
 
 impl ModelIssuer {
     pub fn new(costs: ModelCosts, slots: usize) -> ModelIssuer {
         ModelIssuer {
             costs,
+            schedule: Schedule::new(),
             slots: vec![ModelSlot::default(); slots],
-            main: 0.0,
-            stream_ready: [0.0; 2],
-            callback_thread_free: 0.0,
-            worker_free: 0.0,
-            waiter_free: 0.0,
+            argmin_ops: Vec::new(),
+            iteration_of: HashMap::new(),
+            unordered: HashMap::new(),
             argmins: Vec::new(),
             problems: Vec::new(),
-            spans: Vec::new(),
+            times: Vec::new(),
         }
     }
 
-    /// Runs `iteration` for `n` iterations; Err is what the loop itself
-    /// returned (an unordered reader, a slot that can never come back).
+    /// Runs `iteration` for `n` iterations, then judges the schedule and
+    /// times it; Err is what the loop itself returned (a slot that can
+    /// never come back, a job handed out twice).
     pub fn run(&mut self, n: usize, iteration: Iteration) -> Result<()> {
         for t in 0..n {
             iteration(self, t)?;
         }
         for (i, s) in self.slots.iter().enumerate() {
-            // Reads are judged once every copy is known: a later iteration's
-            // copy may land under an earlier read.
-            self.problems.extend(s.reads.iter().filter_map(|&r| s.misread(i, r)));
-            // Jobs never handed out keep their slots.
             if let Some(t) = s.lease {
                 self.problems.push(format!("iteration {t}: its scores were copied into slot {i} but no argmin was ever issued"));
             }
         }
+        let races: Vec<String> = self.schedule.races().iter().map(|r| self.explain(r)).collect();
+        self.problems.extend(races);
+        let costs = self.costs;
+        self.times = predict(&self.schedule, costs.machine(), |op| Self::duration(&costs, op));
+        self.argmins =
+            self.argmin_ops.iter().map(|&(id, iteration, on)| ModelArgmin { iteration, on, start_ms: self.times[id].0, end_ms: self.times[id].1 }).collect();
         Ok(())
+    }
+
+    fn duration(c: &ModelCosts, op: &Op) -> f64 {
+        match op.kind {
+            OpKind::Kernel => c.kernel_ms,
+            OpKind::D2h => c.d2h_ms,
+            OpKind::H2d => 0.0,
+            OpKind::Host if op.label.starts_with("hand-off") => HAND_OFF_MS,
+            OpKind::Host => c.cpu_ms,
+        }
+    }
+
+    /// A race of the schedule in the lab's words.
+    fn explain(&self, r: &Race) -> String {
+        let (e, l) = (&self.schedule.ops[r.earlier], &self.schedule.ops[r.later]);
+        let t = |id: OpId| self.iteration_of.get(&id).copied().unwrap_or(0);
+        let slot = r.buffer.rsplit(' ').next().unwrap_or("?");
+        match (e.kind, l.kind) {
+            // The argmin of t is issued before a later iteration's D2H into its slot.
+            (OpKind::Host, OpKind::D2h) => format!(
+                "slot {slot} was reused too early: iteration {}'s D2H may overwrite it while iteration {}'s argmin reads it (take a slot that is free: take_slot, not slot_at)",
+                t(r.later),
+                t(r.earlier)
+            ),
+            (OpKind::D2h, OpKind::Host) if t(r.earlier) == t(r.later) => self.unordered.get(&t(r.later)).cloned().unwrap_or_else(|| {
+                format!(
+                    "iteration {} read slot {slot} before its scores arrived: its argmin is not ordered after its D2H (record \"scores ready\" on the D2H's stream after it, and wait for it where the argmin runs)",
+                    t(r.later)
+                )
+            }),
+            (OpKind::D2h, OpKind::Host) => {
+                format!("slot {slot} held iteration {}'s scores when iteration {} read it: the slot was reused too early", t(r.earlier), t(r.later))
+            }
+            (OpKind::Kernel, OpKind::D2h) => format!(
+                "iteration {} read slot {slot} before its scores arrived: its D2H is not ordered after its row_dot (copy on the stream that computed them, or wait for them)",
+                t(r.later)
+            ),
+            _ => r.what.clone(),
+        }
     }
 
     /// From the start to the end of the last argmin, ms.
@@ -166,12 +197,25 @@ impl ModelIssuer {
         self.argmins.iter().map(|a| a.end_ms).fold(0.0, f64::max)
     }
 
+    /// The predicted timeline, lanes named as the GPU run names them.
     pub fn timeline(&self, title: &str) -> Timeline {
-        Timeline { title: title.into(), device: "queue model".into(), spans: self.spans.clone(), source: "model".into() }
-    }
-
-    fn span(&mut self, lane: &str, kind: OpKind, label: String, start_ms: f64, end_ms: f64) {
-        self.spans.push(Span { lane: lane.into(), kind, label, start_us: start_ms * 1e3, end_us: end_ms * 1e3 });
+        let spans = self
+            .schedule
+            .ops
+            .iter()
+            .zip(&self.times)
+            .map(|(op, &(start, end))| {
+                let lane = match op.lane {
+                    Lane::Stream(s) if op.kind != OpKind::Host => if s == 0 { On::Compute } else { On::Callback }.lane(),
+                    Lane::Stream(_) => CALLBACK_LANE,
+                    Lane::HostThread(WORKER) => WORKER_LANE,
+                    Lane::HostThread(WAITER) => WAITER_LANE,
+                    Lane::HostThread(_) => MAIN_LANE,
+                };
+                Span { lane: lane.into(), kind: op.kind, label: op.label.clone(), start_us: start * 1e3, end_us: end * 1e3 }
+            })
+            .collect();
+        Timeline { title: title.into(), device: "queue model".into(), spans, source: "model".into() }
     }
 
     fn slot(&mut self, slot: Slot) -> Result<&mut ModelSlot> {
@@ -179,129 +223,100 @@ impl ModelIssuer {
         self.slots.get_mut(slot.0).ok_or_else(|| LabError::config(format!("slot {} does not exist ({n} slots)", slot.0)))
     }
 
-    fn lease(&mut self, index: usize, t: usize) {
+    fn lease(&mut self, index: usize, t: usize) -> Slot {
         let s = &mut self.slots[index];
-        *s = ModelSlot { lease: Some(t), free_at: f64::INFINITY, last_iteration: Some(t), order: SlotOrder::default(), ..std::mem::take(s) };
+        s.lease = Some(t);
+        s.last_iteration = Some(t);
+        s.order = SlotOrder::default();
+        Slot(index)
     }
 
-    /// The job of `slot` leaves the issuer (it is handed to whatever runs it).
+    /// The iteration whose scores `slot` holds, now handed to `reader`.
     fn hand_out(&mut self, slot: Slot, reader: Reader) -> Result<usize> {
         let s = self.slot(slot)?;
-        let t = s.lease.or(s.last_iteration).unwrap_or(0);
-        s.order.check(reader, slot, t)?;
-        s.lease.take().ok_or_else(|| LabError::config(format!("slot {} holds no iteration's scores (its job was already handed out)", slot.0)))
+        let t = s.lease.take().ok_or_else(|| LabError::config(format!("slot {} holds no iteration's scores (its job was already handed out)", slot.0)))?;
+        if let Some(why) = s.order.missing(reader, slot, t) {
+            self.unordered.insert(t, why);
+        }
+        Ok(t)
     }
 
-    /// A host function on `on` whose body takes `body_ms`: (start, end) of the body.
-    fn host_fn(&mut self, on: On, body_ms: f64) -> (f64, f64) {
-        let ready = self.stream_ready[on as usize];
-        let asleep = ready > self.callback_thread_free + self.costs.host_fn_ms;
-        let half = if asleep { self.costs.host_fn_ms } else { HOST_FN_AWAKE_MS } / 2.0;
-        let start = (ready + half).max(self.callback_thread_free + half);
-        let end = start + body_ms;
-        self.callback_thread_free = end;
-        self.stream_ready[on as usize] = end + half;
-        (start, end)
+    fn note(&mut self, id: OpId, t: usize) -> OpId {
+        self.iteration_of.insert(id, t);
+        id
     }
 
-    /// The argmin of iteration `t` in `slot` runs from `start` and frees
-    /// the slot when done (what it read is judged at the end of the run).
-    fn argmin(&mut self, slot: Slot, t: usize, on: ArgminOn, start: f64) {
-        let end = start + self.costs.cpu_ms;
-        let s = &mut self.slots[slot.0];
-        s.free_at = end;
-        s.reads.push((start, end, t));
-        self.argmins.push(ModelArgmin { iteration: t, on, start_ms: start, end_ms: end });
-        self.span(on.lane(), OpKind::Host, format!("argmin {t}"), start, end);
+    /// The argmin op `id` of iteration `t` reads `slot`.
+    fn argmin_issued(&mut self, id: OpId, slot: Slot, t: usize, on: ArgminOn) {
+        self.note(id, t);
+        self.slots[slot.0].last_reader = Some(id);
+        self.argmin_ops.push((id, t, on));
     }
 }
 
 impl CallbackIssue for ModelIssuer {
     fn take_slot(&mut self, t: usize) -> Result<Slot> {
-        // The oldest returned of the slots whose argmin is issued.
-        let Some(i) = (0..self.slots.len()).filter(|&i| self.slots[i].lease.is_none()).min_by(|&a, &b| self.slots[a].free_at.total_cmp(&self.slots[b].free_at))
-        else {
+        // A never-used slot, else the one whose argmin was issued first (the
+        // consumers finish in issue order): the enqueue loop waits for it.
+        let free = (0..self.slots.len()).filter(|&i| self.slots[i].lease.is_none());
+        let Some(i) = free.min_by_key(|&i| self.slots[i].last_reader.map_or((0, 0), |r| (1, r))) else {
             return Err(LabError::schedule(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
         };
-        let free = self.slots[i].free_at;
-        if free > self.main {
-            self.span(MAIN_LANE, OpKind::Host, format!("wait for a slot ({t})"), self.main, free);
-            self.main = free;
+        if let Some(reader) = self.slots[i].last_reader {
+            self.schedule.host_learns(MAIN, reader);
         }
-        self.lease(i, t);
-        Ok(Slot(i))
+        Ok(self.lease(i, t))
     }
     fn slot_at(&mut self, index: usize, t: usize) -> Result<Slot> {
-        let s = self.slot(Slot(index))?;
-        let (held_by, free_at) = (s.lease.or(s.last_iteration), s.free_at);
-        if free_at > self.main {
-            let when = if free_at.is_finite() { format!("its argmin ends at {free_at:.3} ms") } else { "its argmin was not issued yet".into() };
-            self.problems.push(format!(
-                "iteration {t} took slot {index} at {:.3} ms while iteration {} still held it ({when}): the slot was reused too early",
-                self.main,
-                held_by.map_or("?".into(), |h| h.to_string())
-            ));
-        }
-        self.lease(index, t);
-        Ok(Slot(index))
+        self.slot(Slot(index))?;
+        Ok(self.lease(index, t))
     }
     fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
-        let start = self.stream_ready[on as usize].max(self.main);
-        let end = start + self.costs.kernel_ms;
-        self.stream_ready[on as usize] = end;
-        self.slot(slot)?.dev = Some((t, end));
-        self.span(on.lane(), OpKind::Kernel, format!("row_dot {t}"), start, end);
+        self.slot(slot)?;
+        let id = self.schedule.gpu_op(MAIN, stream(on), OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&device(slot), 0, 1)]);
+        self.note(id, t);
         Ok(())
     }
     fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
-        let start = self.stream_ready[on as usize].max(self.main);
-        let end = start + self.costs.d2h_ms;
-        self.stream_ready[on as usize] = end;
-        let s = self.slot(slot)?;
-        // Scores still being written are not the iteration's: a race.
-        let copied = s.dev.filter(|&(_, done)| done <= start).map(|(t, _)| t);
-        s.d2h.push((start, end, copied));
-        s.order = SlotOrder::d2h(on);
-        let t = s.lease.unwrap_or(0);
-        self.span(on.lane(), OpKind::D2h, format!("D2H scores {t}"), start, end);
+        let t = self.slot(slot)?.lease.unwrap_or(0);
+        let acc = vec![Access::read(&device(slot), 0, 1), Access::write(&pinned(slot), 0, 1)];
+        let id = self.schedule.gpu_op(MAIN, stream(on), OpKind::D2h, &format!("D2H scores {t}"), acc);
+        self.note(id, t);
+        self.slots[slot.0].order = SlotOrder::d2h(on);
         Ok(())
     }
     fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
-        let at = self.stream_ready[on as usize].max(self.main);
-        let s = self.slot(slot)?;
-        s.order.record(on);
-        s.ready_at = at;
+        self.slot(slot)?.order.record(on);
+        self.schedule.record_event(slot.0, stream(on));
         Ok(())
     }
     fn wait_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
-        let s = self.slot(slot)?;
-        s.order.wait(on);
-        let at = s.ready_at;
-        let r = &mut self.stream_ready[on as usize];
-        *r = r.max(at).max(self.main);
+        self.slot(slot)?.order.wait(on);
+        self.schedule.stream_wait_event(stream(on), slot.0);
         Ok(())
     }
     fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()> {
         let t = self.hand_out(slot, Reader::HostFn(on))?;
-        let (start, _) = self.host_fn(on, self.costs.cpu_ms);
-        self.argmin(slot, t, ArgminOn::HostFn(on), start);
+        let id = self.schedule.gpu_op(MAIN, stream(on), OpKind::Host, &format!("argmin {t}"), vec![Access::read(&pinned(slot), 0, 1)]);
+        self.argmin_issued(id, slot, t, ArgminOn::HostFn(on));
         Ok(())
     }
     fn host_fn_hand_off(&mut self, on: On, slot: Slot) -> Result<()> {
         let t = self.hand_out(slot, Reader::HostFn(on))?;
-        let (start, end) = self.host_fn(on, HAND_OFF_MS);
-        self.span(CALLBACK_LANE, OpKind::Host, format!("hand-off {t}"), start, end);
-        let start = end.max(self.worker_free);
-        self.worker_free = start + self.costs.cpu_ms;
-        self.argmin(slot, t, ArgminOn::Worker, start);
+        let hand_off = self.schedule.gpu_op(MAIN, stream(on), OpKind::Host, &format!("hand-off {t}"), vec![]);
+        self.note(hand_off, t);
+        self.schedule.host_learns(WORKER, hand_off);
+        let id = self.schedule.host_op(WORKER, &format!("argmin {t}"), vec![Access::read(&pinned(slot), 0, 1)]);
+        self.argmin_issued(id, slot, t, ArgminOn::Worker);
         Ok(())
     }
     fn hand_to_waiting_thread(&mut self, slot: Slot) -> Result<()> {
         let t = self.hand_out(slot, Reader::WaitingThread)?;
-        let ready = self.slots[slot.0].ready_at;
-        let start = (ready + self.costs.host_fn_ms / 2.0).max(self.waiter_free).max(self.main);
-        self.waiter_free = start + self.costs.cpu_ms;
-        self.argmin(slot, t, ArgminOn::WaitingThread, start);
+        // The job arrives from the enqueue loop; the thread then waits on the event.
+        self.schedule.host_joins(WAITER, MAIN);
+        self.schedule.host_wait_event(WAITER, slot.0);
+        let id = self.schedule.host_op(WAITER, &format!("argmin {t}"), vec![Access::read(&pinned(slot), 0, 1)]);
+        self.argmin_issued(id, slot, t, ArgminOn::WaitingThread);
         Ok(())
     }
 }
@@ -366,23 +381,29 @@ mod tests {
             l.host_fn_hand_off(On::Callback, s)
         })
         .unwrap();
-        assert!(m.problems.iter().any(|p| p.contains("iteration 4 took slot 0") && p.contains("reused too early")), "{:?}", m.problems);
-        assert!(m.problems.iter().any(|p| p.contains("overwritten") || p.contains("held iteration")), "{:?}", m.problems);
+        assert!(
+            m.problems.iter().any(|p| p.contains("slot 0 was reused too early: iteration 4's D2H may overwrite it while iteration 0's argmin reads it")),
+            "{:?}",
+            m.problems
+        );
     }
 
     #[test]
-    fn an_unordered_reader_is_refused_and_a_missing_argmin_reported() {
+    fn an_unordered_reader_is_a_race_named_by_its_missing_link_and_a_missing_argmin_reported() {
         let mut m = ModelIssuer::new(COSTS, 4);
-        let e = m
-            .run(8, &|l, t| {
-                let s = l.take_slot(t)?;
-                l.row_dot(On::Compute, t, s)?;
-                l.d2h_scores(On::Compute, s)?;
-                l.host_fn_hand_off(On::Callback, s)
-            })
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("iteration 0: a host function on the callback stream reads slot 0 but is not ordered"), "{e}");
+        m.run(8, &|l, t| {
+            let s = l.take_slot(t)?;
+            l.row_dot(On::Compute, t, s)?;
+            l.d2h_scores(On::Compute, s)?;
+            l.host_fn_hand_off(On::Callback, s)
+        })
+        .unwrap();
+        let e = &m.problems[0];
+        assert!(
+            e.contains("iteration 0: a host function on the callback stream reads slot 0 but is not ordered") && e.contains("no \"scores ready\" event"),
+            "{e}"
+        );
+        assert_eq!(m.problems.len(), 8, "every iteration races: {:?}", m.problems);
         let mut m = ModelIssuer::new(COSTS, 4);
         let e = m
             .run(8, &|l, t| {

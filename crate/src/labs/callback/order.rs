@@ -1,6 +1,8 @@
-//! How a slot's reader is ordered after the D2H that filled it. The GPU
-//! issuer and the queue model keep the same record per slot and refuse the
-//! same unordered reader with the same message, naming the missing link.
+//! How a slot's reader is ordered after the D2H that filled it, in the
+//! lab's words. The schedule finds such a race for any wiring; this record
+//! names the missing link (no event, an event on the wrong stream, a stream
+//! that never waited). The GPU issuer also refuses an unordered reader with
+//! it before launching one, since on the GPU the race would be real.
 
 use super::{On, Slot};
 use crate::error::{LabError, Result};
@@ -49,8 +51,13 @@ impl SlotOrder {
     }
     /// Ok if `reader` is ordered after the D2H, else the race, explained.
     pub fn check(&self, reader: Reader, slot: Slot, iteration: usize) -> Result<()> {
+        self.missing(reader, slot, iteration).map_or(Ok(()), |why| Err(LabError::schedule(why)))
+    }
+
+    /// None if `reader` is ordered after the D2H, else what link is missing.
+    pub fn missing(&self, reader: Reader, slot: Slot, iteration: usize) -> Option<String> {
         if self.orders(reader) {
-            return Ok(());
+            return None;
         }
         let who = match reader {
             Reader::HostFn(On::Compute) => "a host function on the compute stream",
@@ -63,10 +70,10 @@ impl SlotOrder {
             (Some(_), Reader::HostFn(on)) => format!("the {} stream never waited for the \"scores ready\" event", on.name()),
             (Some(_), Reader::WaitingThread) => unreachable!("a thread is ordered once the event is recorded"),
         };
-        Err(LabError::schedule(format!(
+        Some(format!(
             "iteration {iteration}: {who} reads slot {} but is not ordered after its D2H ({missing}): it could read scores that have not arrived (a race)",
             slot.0
-        )))
+        ))
     }
 }
 

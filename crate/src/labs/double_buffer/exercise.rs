@@ -76,7 +76,7 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
         OpKind::Host => rec.produce_ms.median,
         OpKind::D2h => 0.0,
     };
-    let times = crate::pipeline::schedule::predict(&m.schedule, Machine { copy_engines: 2 }, dur);
+    let times = crate::pipeline::schedule::predict(&m.schedule, Machine::engines(2), dur);
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let streams_used = m.schedule.streams_used();
     report(&mut rep, total, batches as f64 * (c + k), bound_with_producer_ms(batches, rec.produce_ms.median, c, k), streams_used, "predicted");

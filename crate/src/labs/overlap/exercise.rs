@@ -132,7 +132,7 @@ pub fn check_on_model(
     race_findings(m.schedule.races(), &mut rep);
     // Each op lasts its share of the recorded whole-data part.
     let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
-    let machine = Machine { copy_engines: rec.copy_engines };
+    let machine = Machine::engines(rec.copy_engines);
     let times = crate::pipeline::schedule::predict(&m.schedule, machine, |op| parts.op_ms(op, elements));
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let (h, k, d) = (parts.h2d_ms.median, parts.kernel_ms.median, parts.d2h_ms.median);

@@ -248,7 +248,7 @@ impl Rig {
 /// part measured alone.
 pub fn predict(run: &PipelineRun, parts: &Parts, elements: usize, copy_engines: u32) -> Timeline {
     // The timeline is in µs.
-    run.predicted(Machine { copy_engines }, |op| 1e3 * parts.op_ms(op, elements))
+    run.predicted(Machine::engines(copy_engines), |op| 1e3 * parts.op_ms(op, elements))
 }
 
 pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<OverlapResults> {
