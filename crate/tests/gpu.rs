@@ -241,6 +241,57 @@ mod pipelines {
         }
     }
 
+    /// What lab 5 will show, as a check of the vocabulary: a tiny copy on
+    /// the legacy NULL stream waits for a long kernel on a blocking stream,
+    /// not for one on a non-blocking stream; the schedule says the same.
+    #[test]
+    fn the_legacy_stream_waits_for_blocking_streams_only() {
+        let Some(gpu) = gpu_or_skip("the_legacy_stream_waits_for_blocking_streams_only") else {
+            return;
+        };
+        use overlap_lab::gpu::StreamKind;
+        let (least, greatest) = gpu.stream_priority_range().unwrap();
+        assert!(greatest < least, "this GPU has stream priorities: {greatest}..{least}");
+        assert!(gpu.stream_of(StreamKind::NonBlocking, greatest).is_ok());
+        let e = gpu.stream_of(StreamKind::Blocking, greatest - 1).err().unwrap().to_string();
+        assert!(e.contains("outside this GPU's range"), "{e}");
+        let e = gpu.stream_of(StreamKind::Legacy, greatest).err().unwrap().to_string();
+        assert!(e.contains("default priority"), "{e}");
+        let kernel = ComputeKernel::load(&gpu).unwrap();
+        let n = 4 << 20;
+        let (din, dout) = (gpu.alloc(4 * n).unwrap(), gpu.alloc(4 * n).unwrap());
+        let mut host = PinnedBuffer::new(&gpu, 1 << 16).unwrap();
+        let legacy = gpu.stream_of(StreamKind::Legacy, 0).unwrap();
+        let scratch = gpu.alloc(1 << 16).unwrap();
+        for kind in [StreamKind::Blocking, StreamKind::NonBlocking] {
+            let s = gpu.stream_of(kind, 0).unwrap();
+            // Events time it: CUPTI names no legacy stream.
+            let mut p = gpu.pipeline_timed(overlap_lab::gpu::TimelineSource::Events, 4, true).unwrap();
+            let (a, l) = (p.stream(&s, "work"), p.stream(&legacy, "NULL stream"));
+            let h = p.host(&mut host, "host");
+            let (i, o, x) = (p.device(&din, "in"), p.device(&dout, "out"), p.device(&scratch, "scratch"));
+            p.compute(a, &kernel, i, 0, o, 0, n, 20000, "long kernel").unwrap();
+            p.h2d(l, x, 0, h, 0, 1 << 14, "tiny copy").unwrap();
+            let run = p.finish().unwrap();
+            let ordered = run.schedule.happens_before(0, 1);
+            let tl = run.timeline.unwrap();
+            let span = |label: &str| tl.spans.iter().find(|sp| sp.label == label).cloned().unwrap();
+            let (k, c) = (span("long kernel"), span("tiny copy"));
+            eprintln!("{kind:?}: kernel {:.1}..{:.1} µs, tiny copy {:.1}..{:.1} µs ({})", k.start_us, k.end_us, c.start_us, c.end_us, tl.source);
+            assert!(k.end_us - k.start_us > 500.0, "the kernel is long enough to tell: {k:?}");
+            match kind {
+                StreamKind::Blocking => {
+                    assert!(ordered, "the schedule orders the NULL stream after a blocking stream");
+                    assert!(c.start_us >= k.end_us - 5.0, "the copy waited for the kernel: {c:?} {k:?}");
+                }
+                _ => {
+                    assert!(!ordered, "a non-blocking stream is not ordered against the NULL stream");
+                    assert!(c.end_us < k.end_us, "the copy ran beside the kernel: {c:?} {k:?}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn small_overlap_sweep_runs_end_to_end() {
         let Some(gpu) = gpu_or_skip("small_overlap_sweep_runs_end_to_end") else {

@@ -145,6 +145,33 @@ pub fn stream_create_non_blocking() -> Result<CUstream> {
     result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| driver_error("cuStreamCreate", e))
 }
 
+/// A new stream of the current context: non-blocking (CU_STREAM_NON_BLOCKING)
+/// or blocking (ordered against the legacy default stream), with
+/// `priority` (lower runs first; see [`stream_priority_range`]).
+pub fn stream_create_with_priority(non_blocking: bool, priority: i32) -> Result<CUstream> {
+    let flags = if non_blocking { sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32 } else { sys::CUstream_flags::CU_STREAM_DEFAULT as u32 };
+    let mut s = std::mem::MaybeUninit::<CUstream>::uninit();
+    // SAFETY: `s` is written by the driver on success.
+    check("cuStreamCreateWithPriority", unsafe { sys::cuStreamCreateWithPriority(s.as_mut_ptr(), flags, priority) })?;
+    // SAFETY: initialized on success (checked above).
+    Ok(unsafe { s.assume_init() })
+}
+
+/// The current context's stream priorities: (least, greatest). CUDA counts
+/// down: greatest is the most negative, the default 0 is the least.
+pub fn stream_priority_range() -> Result<(i32, i32)> {
+    let (mut least, mut greatest) = (0, 0);
+    // SAFETY: two out-parameters that outlive the call.
+    check("cuCtxGetStreamPriorityRange", unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) })?;
+    Ok((least, greatest))
+}
+
+/// The legacy default stream (the "NULL stream"): a handle the driver owns,
+/// never created or destroyed.
+pub const STREAM_LEGACY: CUstream = 0x1 as CUstream;
+/// The calling host thread's per-thread default stream (never destroyed).
+pub const STREAM_PER_THREAD: CUstream = 0x2 as CUstream;
+
 /// # Safety
 /// `s` is a live stream of the current context, destroyed once (work
 /// already queued on it still completes: the driver defers the release).

@@ -20,6 +20,7 @@ pub mod kernels;
 pub mod pipeline;
 pub mod trace;
 
+pub use crate::pipeline::schedule::StreamKind;
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
 pub use fingerprint::{Fingerprint, PcieLink};
 pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer};
@@ -140,9 +141,39 @@ impl Gpu {
         Ok(())
     }
 
+    /// A new non-blocking stream at the default priority (what the labs' pipelines use).
     pub fn stream(&self) -> Result<Stream> {
         self.bind()?;
-        Ok(Stream { raw: driver::stream_create_non_blocking()?, gpu: self.clone() })
+        Ok(Stream { raw: driver::stream_create_non_blocking()?, gpu: self.clone(), kind: StreamKind::NonBlocking, priority: 0 })
+    }
+
+    /// A stream of `kind` at `priority` (lower runs first; 0 is the
+    /// default): a new blocking or non-blocking stream, or a handle to the
+    /// legacy default stream or the calling thread's per-thread default
+    /// stream (those two run at the default priority only).
+    pub fn stream_of(&self, kind: StreamKind, priority: i32) -> Result<Stream> {
+        self.bind()?;
+        let (least, greatest) = driver::stream_priority_range()?;
+        if !(greatest..=least).contains(&priority) {
+            return Err(LabError::config(format!("stream priority {priority} is outside this GPU's range {greatest} (first) to {least} (default)")));
+        }
+        let raw = match kind {
+            StreamKind::NonBlocking | StreamKind::Blocking => driver::stream_create_with_priority(kind == StreamKind::NonBlocking, priority)?,
+            StreamKind::Legacy | StreamKind::PerThread if priority != 0 => {
+                return Err(LabError::config(format!(
+                    "the {kind:?} default stream runs at the default priority 0, not {priority}: create a stream to give it one"
+                )));
+            }
+            StreamKind::Legacy => driver::STREAM_LEGACY,
+            StreamKind::PerThread => driver::STREAM_PER_THREAD,
+        };
+        Ok(Stream { raw, gpu: self.clone(), kind, priority })
+    }
+
+    /// This GPU's stream priorities: (least, greatest); the default 0 is the least.
+    pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
+        self.bind()?;
+        driver::stream_priority_range()
     }
 
     pub fn timing_event(&self) -> Result<Event> {
@@ -169,6 +200,8 @@ impl Gpu {
 pub struct Stream {
     raw: driver::CUstream,
     gpu: Gpu,
+    kind: StreamKind,
+    priority: i32,
 }
 
 // SAFETY: CUDA stream handles may be used from any thread of the process.
@@ -181,6 +214,14 @@ impl Stream {
     }
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
+    }
+    /// How it is ordered against the legacy default stream.
+    pub fn kind(&self) -> StreamKind {
+        self.kind
+    }
+    /// Its priority (lower runs first; 0 is the default).
+    pub fn priority(&self) -> i32 {
+        self.priority
     }
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: `self` owns a live stream.
@@ -229,6 +270,10 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if matches!(self.kind, StreamKind::Legacy | StreamKind::PerThread) {
+            // The default streams belong to the driver.
+            return;
+        }
         let _ = self.gpu.bind();
         // SAFETY: the stream is owned by `self` and destroyed only here.
         let _ = unsafe { driver::stream_destroy(self.raw) };

@@ -314,6 +314,7 @@ impl<'a> Pipeline<'a> {
         }
         self.streams.push((s, name.to_string()));
         self.reusable_end.push(None);
+        self.schedule.declare_stream(self.streams.len() - 1, s.kind(), s.priority());
         StreamRef(self.streams.len() - 1)
     }
     pub fn device(&mut self, d: &'a DeviceBuffer, name: &str) -> DevRef {

@@ -3,7 +3,7 @@
 //! element is wrong and why, and the queue model can time the schedule.
 
 use super::issue::{DevRef, EventRef, HostRef, Issue, StreamRef};
-use super::schedule::{Access, OpKind, Schedule};
+use super::schedule::{Access, OpKind, Schedule, StreamKind};
 use crate::error::{LabError, Result};
 
 /// Where an element's value came from.
@@ -40,8 +40,14 @@ impl ModelPipeline {
     pub fn new() -> ModelPipeline {
         ModelPipeline { schedule: Schedule::new(), batch_elements: 0, streams: 0, events: 0, hosts: vec![], devices: vec![] }
     }
+    /// A non-blocking stream at the default priority.
     pub fn stream(&mut self) -> StreamRef {
+        self.stream_of(StreamKind::NonBlocking, 0)
+    }
+    /// A stream of `kind` at `priority` (lower runs first).
+    pub fn stream_of(&mut self, kind: StreamKind, priority: i32) -> StreamRef {
         self.streams += 1;
+        self.schedule.declare_stream(self.streams - 1, kind, priority);
         StreamRef(self.streams - 1)
     }
     /// A host buffer of `n` elements holding inputs 0..n (`input`) or nothing.

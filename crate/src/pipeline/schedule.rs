@@ -48,6 +48,32 @@ impl OpKind {
     }
 }
 
+/// How a stream is ordered against the legacy default stream (the "NULL
+/// stream", CU_STREAM_LEGACY): what lab 5 measures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum StreamKind {
+    /// The legacy default stream: an op on it waits for all earlier work of
+    /// every blocking stream, and later work on those waits for it.
+    Legacy,
+    /// Created without CU_STREAM_NON_BLOCKING: ordered against the legacy stream.
+    Blocking,
+    /// CU_STREAM_NON_BLOCKING: independent of the legacy stream (the labs' own streams).
+    #[default]
+    NonBlocking,
+    /// A host thread's per-thread default stream (CU_STREAM_PER_THREAD):
+    /// independent of other threads' but ordered against the legacy stream
+    /// like a blocking stream.
+    PerThread,
+}
+
+impl StreamKind {
+    /// Whether work on this stream is ordered against the legacy stream.
+    pub fn meets_legacy(self) -> bool {
+        matches!(self, StreamKind::Blocking | StreamKind::PerThread)
+    }
+}
+
 /// Where an operation runs, in issue terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Lane {
@@ -95,6 +121,9 @@ pub struct Op {
     pub accesses: Vec<Access>,
     /// Operations that directly happen before this one.
     pub deps: Vec<OpId>,
+    /// Its stream's priority (CUDA's numbers: lower runs first; 0 is the default).
+    #[serde(default)]
+    pub priority: i32,
 }
 
 /// Two accesses to one region with no ordering between them.
@@ -119,6 +148,9 @@ pub struct Schedule {
     live: HashMap<String, Vec<(Access, OpId)>>,
     #[serde(skip)]
     races: Vec<Race>,
+    /// Each declared stream's kind and priority (undeclared: non-blocking, 0).
+    #[serde(skip)]
+    streams: HashMap<usize, (StreamKind, i32)>,
 }
 
 impl Schedule {
@@ -126,12 +158,34 @@ impl Schedule {
         Schedule::default()
     }
 
+    /// Declares `stream`'s kind and priority (before its first op).
+    pub fn declare_stream(&mut self, stream: usize, kind: StreamKind, priority: i32) {
+        self.streams.insert(stream, (kind, priority));
+    }
+
+    fn stream_kind(&self, stream: usize) -> (StreamKind, i32) {
+        self.streams.get(&stream).copied().unwrap_or_default()
+    }
+
     /// A GPU operation issued by host thread `by` on `stream`.
     pub fn gpu_op(&mut self, by: usize, stream: usize, kind: OpKind, label: &str, accesses: Vec<Access>) -> OpId {
         let mut deps = self.stream_frontier.get(&stream).cloned().unwrap_or_default();
         // Issued after everything the issuing thread did before.
         deps.extend(self.host_frontier.get(&by).cloned().unwrap_or_default());
+        // The legacy stream and the blocking streams wait for each other.
+        let (stream_kind, priority) = self.stream_kind(stream);
+        for (&other, &(k, _)) in &self.streams {
+            let meets = match stream_kind {
+                StreamKind::Legacy => k.meets_legacy(),
+                k2 if k2.meets_legacy() => k == StreamKind::Legacy,
+                _ => false,
+            };
+            if meets && other != stream {
+                deps.extend(self.stream_frontier.get(&other).cloned().unwrap_or_default());
+            }
+        }
         let id = self.push(kind, Lane::Stream(stream), label, accesses, deps);
+        self.ops[id].priority = priority;
         self.stream_frontier.insert(stream, vec![id]);
         id
     }
@@ -185,7 +239,7 @@ impl Schedule {
         deps.sort_unstable();
         deps.dedup();
         let id = self.ops.len();
-        self.ops.push(Op { id, kind, lane, label: label.to_string(), accesses: accesses.clone(), deps });
+        self.ops.push(Op { id, kind, lane, label: label.to_string(), accesses: accesses.clone(), deps, priority: 0 });
         for a in accesses {
             self.check_and_track(id, a);
         }
@@ -332,7 +386,9 @@ fn is_host_fn(op: &Op) -> bool {
 /// runs at a time. A host function waits for the callback thread and pays
 /// half its round trip before its body and half after it (its stream's next
 /// op waits for that; measured in lab 4); a host thread woken by GPU work
-/// starts [`Machine::host_wake`] after it.
+/// starts [`Machine::host_wake`] after it. When several kernels could start
+/// at once, the one of the higher-priority stream goes first (no kernel is
+/// preempted).
 pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) -> Vec<(f64, f64)> {
     let n = s.ops.len();
     let mut times: Vec<Option<(f64, f64)>> = vec![None; n];
@@ -342,9 +398,10 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
     let mut last_lane: HashMap<Resource, Lane> = HashMap::new();
     let mut done = 0;
     while done < n {
-        // The op that can start earliest; among ties, one on the lane its
-        // resource served last, then the earliest issued.
-        let mut best: Option<(f64, bool, OpId, f64)> = None;
+        // The op that can start earliest; among ties, a kernel of a
+        // higher-priority stream, then one on the lane its resource served
+        // last, then the earliest issued.
+        let mut best: Option<(f64, i32, bool, OpId, f64)> = None;
         for op in &s.ops {
             if times[op.id].is_some() {
                 continue;
@@ -379,11 +436,13 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             };
             let start = (ready + half).max(free_at + half);
             let stays = last_lane.get(&resource) == Some(&op.lane);
-            if best.is_none_or(|(t, st, _, _)| start < t || (start == t && stays && !st)) {
-                best = Some((start, stays, op.id, half));
+            // Priorities order the SMs' choice of the next kernel only.
+            let rank = if op.kind == OpKind::Kernel { op.priority } else { 0 };
+            if best.is_none_or(|(t, r, st, _, _)| start < t || (start == t && (rank < r || (rank == r && stays && !st)))) {
+                best = Some((start, rank, stays, op.id, half));
             }
         }
-        let (start, _, id, half) = best.expect("dependencies point only backwards, so some op is always ready");
+        let (start, _, _, id, half) = best.expect("dependencies point only backwards, so some op is always ready");
         let end = start + duration(&s.ops[id]).max(0.0);
         let resource = machine.resource(&s.ops[id]);
         free.insert(resource, end);
@@ -542,5 +601,51 @@ mod tests {
         // No host costs: a plain machine changes nothing for GPU pipelines.
         let plain = predict(&s, Machine::engines(2), |o| if o.label == "long kernel" { 10.0 } else { 1.0 });
         assert_eq!(plain[after], (11.0, 12.0));
+    }
+
+    #[test]
+    fn the_legacy_stream_serializes_blocking_streams_but_not_non_blocking_ones() {
+        let mut s = Schedule::new();
+        s.declare_stream(0, StreamKind::Blocking, 0);
+        s.declare_stream(1, StreamKind::NonBlocking, 0);
+        s.declare_stream(2, StreamKind::Legacy, 0);
+        s.declare_stream(3, StreamKind::PerThread, 0);
+        let a = s.gpu_op(0, 0, OpKind::Kernel, "on blocking", vec![]);
+        let b = s.gpu_op(0, 1, OpKind::H2d, "on non-blocking", vec![]);
+        let p = s.gpu_op(0, 3, OpKind::D2h, "on per-thread", vec![]);
+        let l = s.gpu_op(0, 2, OpKind::H2d, "tiny op on the NULL stream", vec![]);
+        let after_a = s.gpu_op(0, 0, OpKind::Kernel, "blocking, after", vec![]);
+        let after_b = s.gpu_op(0, 1, OpKind::H2d, "non-blocking, after", vec![]);
+        assert!(s.happens_before(a, l) && s.happens_before(p, l), "the NULL stream waits for blocking and per-thread work");
+        assert!(!s.happens_before(b, l), "but not for a non-blocking stream's");
+        assert!(s.happens_before(l, after_a) && !s.happens_before(l, after_b));
+        let t = predict(&s, Machine::engines(2), |o| if o.kind == OpKind::Kernel { 10.0 } else { 1.0 });
+        assert_eq!(t[l], (10.0, 11.0), "the tiny op waits for the blocking stream's kernel");
+        assert_eq!(t[after_a], (11.0, 21.0));
+        assert_eq!(t[after_b], (1.0, 2.0), "the non-blocking stream runs on");
+        // Undeclared streams are non-blocking: the labs' pipelines are unchanged.
+        let mut plain = Schedule::new();
+        plain.gpu_op(0, 0, OpKind::Kernel, "k", vec![]);
+        let x = plain.gpu_op(0, 1, OpKind::Kernel, "k2", vec![]);
+        assert!(plain.ops[x].deps.is_empty());
+    }
+
+    #[test]
+    fn a_high_priority_kernel_goes_first_when_the_sms_free_up() {
+        let mut s = Schedule::new();
+        s.declare_stream(0, StreamKind::NonBlocking, 0);
+        s.declare_stream(1, StreamKind::NonBlocking, -5);
+        let first = s.gpu_op(0, 0, OpKind::Kernel, "low 0", vec![]);
+        let queued = s.gpu_op(0, 0, OpKind::Kernel, "low 1", vec![]);
+        s.gpu_op(0, 1, OpKind::H2d, "urgent's input", vec![]);
+        let urgent = s.gpu_op(0, 1, OpKind::Kernel, "urgent", vec![]);
+        let dur = |o: &Op| if o.kind == OpKind::H2d { 0.5 } else { 1.0 };
+        let t = predict(&s, Machine::engines(2), dur);
+        assert_eq!(t[first], (0.0, 1.0), "a running kernel is not preempted");
+        assert_eq!((t[urgent], t[queued]), ((1.0, 2.0), (2.0, 3.0)), "then the urgent one, ahead of the queued one");
+        let mut same = s.clone();
+        same.ops.iter_mut().for_each(|o| o.priority = 0);
+        let t = predict(&same, Machine::engines(2), dur);
+        assert_eq!(t[queued], (1.0, 2.0), "without priority the stream keeps the SMs");
     }
 }
