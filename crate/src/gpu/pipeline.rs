@@ -15,14 +15,15 @@
 //! schedule reports any access not ordered after a conflicting one.
 
 use super::gate::Gate;
-use super::{driver, ComputeKernel, DeviceBuffer, Event, Gpu, HostBuffer, Stream};
+use super::{driver, ComputeKernel, DeviceBuffer, Event, Gpu, HostBuffer, HostTask, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
 use crate::pipeline::issue::{DevRef, EventRef, HostRef, Issue, StreamRef};
-use crate::pipeline::schedule::{Access, OpKind, Race, Schedule};
+use crate::pipeline::schedule::{Access, OpId, OpKind, Race, Schedule};
 use crate::pipeline::timeline::Timeline;
 use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Instant;
 
 struct HostEntry {
@@ -90,7 +91,8 @@ pub struct Pipeline<'a> {
     stream_ends: Vec<Event>,
     devices: Vec<(&'a DeviceBuffer, String)>,
     hosts: Vec<HostEntry>,
-    user_events: Vec<Event>,
+    /// Shared, so a thread of the lab can wait on one ([`Pipeline::shared_event`]).
+    user_events: Vec<Arc<Event>>,
     pool: EventPool,
     /// (start event, end event) per GPU op, or host (start, end) µs per host op.
     marks: Vec<Mark>,
@@ -119,6 +121,9 @@ enum Mark {
     Activity(usize),
     Host(f64, f64),
     None,
+    /// Timed by the thread that runs it (a host function, a worker): not
+    /// on this pipeline's timeline.
+    Elsewhere,
 }
 
 /// What times a pipeline's operations for its timeline.
@@ -332,7 +337,7 @@ impl<'a> Pipeline<'a> {
     /// An event for dependencies (record / wait / host_wait). It takes no
     /// timestamp: a timed event costs the engine that records it a flush.
     pub fn event(&mut self) -> Result<EventRef> {
-        self.user_events.push(self.gpu.sync_event()?);
+        self.user_events.push(Arc::new(self.gpu.sync_event()?));
         Ok(EventRef(self.user_events.len() - 1))
     }
 
@@ -363,7 +368,7 @@ impl<'a> Pipeline<'a> {
     }
 
     /// Runs `issue` bracketed by timeline events on `s`.
-    fn gpu_op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, issue: impl FnOnce(&Stream) -> Result<()>) -> Result<()> {
+    fn gpu_op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, issue: impl FnOnce(&Stream) -> Result<()>) -> Result<OpId> {
         let _r = trace::range(&format!("enqueue: {label}"));
         if self.gpu_ops >= MAX_GATED_OPS {
             self.open_gate()?;
@@ -394,9 +399,9 @@ impl<'a> Pipeline<'a> {
             issue(stream)?;
             Mark::None
         };
-        self.schedule.gpu_op(0, s.0, kind, label, accesses);
+        let id = self.schedule.gpu_op(0, s.0, kind, label, accesses);
         self.marks.push(mark);
-        Ok(())
+        Ok(id)
     }
 
     /// Copies `bytes` from host buffer `src` at byte `src_at` to device `dst` at `dst_at`.
@@ -406,7 +411,7 @@ impl<'a> Pipeline<'a> {
         ha.write = false;
         da.write = true;
         // SAFETY: ranges checked; the pipeline holds both borrows until it synchronizes.
-        self.gpu_op(s, OpKind::H2d, label, vec![ha, da], |st| unsafe { driver::memcpy_htod_async(dp, hp as *const c_void, bytes, st.raw()) })
+        self.gpu_op(s, OpKind::H2d, label, vec![ha, da], |st| unsafe { driver::memcpy_htod_async(dp, hp as *const c_void, bytes, st.raw()) }).map(|_| ())
     }
 
     /// Copies `bytes` from device `src` at `src_at` to host buffer `dst` at byte `dst_at`.
@@ -416,7 +421,7 @@ impl<'a> Pipeline<'a> {
         ha.write = true;
         da.write = false;
         // SAFETY: as for h2d.
-        self.gpu_op(s, OpKind::D2h, label, vec![da, ha], |st| unsafe { driver::memcpy_dtoh_async(hp as *mut c_void, dp, bytes, st.raw()) })
+        self.gpu_op(s, OpKind::D2h, label, vec![da, ha], |st| unsafe { driver::memcpy_dtoh_async(hp as *mut c_void, dp, bytes, st.raw()) }).map(|_| ())
     }
 
     /// `output[out_at..+n] = compute(input[in_at..+n])`, indices in f32 elements.
@@ -438,7 +443,69 @@ impl<'a> Pipeline<'a> {
         ia.write = false;
         oa.write = true;
         let (ib, ob) = (self.devices[input.0].0, self.devices[output.0].0);
-        self.gpu_op(s, OpKind::Kernel, label, vec![ia, oa], |st| k.enqueue(st, ib, in_at, ob, out_at, n, iterations))
+        self.gpu_op(s, OpKind::Kernel, label, vec![ia, oa], |st| k.enqueue(st, ib, in_at, ob, out_at, n, iterations)).map(|_| ())
+    }
+
+    /// A lab's own GPU operation (a kernel or copy of its own buffers):
+    /// `enqueue` puts it on the stream; `accesses` name what it reads and
+    /// writes, for the race check. Timed and ordered like every other op.
+    pub fn op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, enqueue: impl FnOnce(&Stream) -> Result<()>) -> Result<OpId> {
+        self.gpu_op(s, kind, label, accesses, enqueue)
+    }
+
+    /// A host function on `s` (cuLaunchHostFunc): `task` runs on the
+    /// driver's callback thread once `s` reaches it, and `s` waits for it.
+    /// Timed by the task itself, not on this pipeline's timeline.
+    pub fn host_fn<T: HostTask>(&mut self, s: StreamRef, label: &str, accesses: Vec<Access>, task: T) -> Result<OpId> {
+        self.open_gate()?;
+        self.streams[s.0].0.launch_host_task(task)?;
+        // The stream waits for the CPU: its next op does not start where this one was issued.
+        self.reusable_end[s.0] = None;
+        let id = self.schedule.gpu_op(0, s.0, OpKind::Host, label, accesses);
+        self.marks.push(Mark::Elsewhere);
+        Ok(id)
+    }
+
+    /// CPU work that another thread of the lab runs (thread 1, 2, ...: a
+    /// worker, a thread waiting on an event), after all that thread has
+    /// learned so far ([`Self::learns`], [`Self::thread_waits`]). Recorded
+    /// for the race check and the model; timed by that thread.
+    pub fn on_thread(&mut self, thread: usize, label: &str, accesses: Vec<Access>) -> OpId {
+        let id = self.schedule.host_op(thread, label, accesses);
+        self.marks.push(Mark::Elsewhere);
+        id
+    }
+
+    /// Host thread `thread` learns that op `op` is done (it was handed the
+    /// job `op` sent, or the slot `op` gave back). Thread 0 is the one
+    /// issuing: it blocked until then, so its later work comes after `op`.
+    pub fn learns(&mut self, thread: usize, op: OpId) {
+        if thread == 0 {
+            self.forget_reusable_ends();
+        }
+        self.schedule.host_learns(thread, op);
+    }
+
+    /// Host thread `thread` receives work from the issuing thread: what
+    /// thread 0 did so far happens before its later work.
+    pub fn hands_to(&mut self, thread: usize) {
+        self.schedule.host_joins(thread, 0);
+    }
+
+    /// Host thread `thread` waits on `e` itself (cuEventSynchronize there,
+    /// on [`Self::shared_event`]).
+    pub fn thread_waits(&mut self, thread: usize, e: EventRef) {
+        self.schedule.host_wait_event(thread, e.0);
+    }
+
+    /// Event `e`, for another thread to wait on.
+    pub fn shared_event(&self, e: EventRef) -> Arc<Event> {
+        self.user_events[e.0].clone()
+    }
+
+    /// The host clock this pipeline's timeline counts from.
+    pub fn host_base(&self) -> Instant {
+        self.host_base
     }
 
     /// cuEventRecord: `e` completes when `s` has done everything issued so far.
@@ -560,9 +627,11 @@ impl<'a> Pipeline<'a> {
                     Mark::Activity(i) => activity.as_ref().map_or((0.0, 0.0), |a| a[i]),
                     Mark::Host(a, b) => (a, b),
                     Mark::None => (0.0, 0.0),
+                    Mark::Elsewhere => (f64::NAN, f64::NAN),
                 });
             }
             let mut t = Timeline::from_schedule("measured", &self.device_label, &self.schedule, &times, &stream_names);
+            t.spans.retain(|s| s.start_us.is_finite());
             t.source = self.source.label().into();
             Some(t)
         } else {

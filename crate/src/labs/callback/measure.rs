@@ -8,11 +8,13 @@ use super::{CallbackConfig, CallbackIssue, CallbackResults, CostPoint, Iteration
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::row_dot_argmin_reference;
 use crate::gpu::trace;
-use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, RowDotArgs, RowDotKernel, Stream, TimelineSource};
+use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Pipeline, PipelineRun, RowDotArgs, RowDotKernel, Stream, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
+use crate::pipeline::issue::{EventRef, StreamRef};
 use crate::pipeline::schedule::OpKind;
-use crate::pipeline::timeline::{Span, Timeline};
+use crate::pipeline::schedule::{Access, OpId};
+use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 use rayon::prelude::*;
 use std::sync::mpsc::Sender;
@@ -34,8 +36,6 @@ pub struct CallbackRig {
     keys: DeviceBuffer,
     queries: DeviceBuffer,
     slots: Vec<ScoreSlot>,
-    /// Per slot: "scores ready", recorded after its D2H (no timestamp).
-    ready: Arc<Vec<Event>>,
     compute: Stream,
     callback: Stream,
     /// The argmin of every query, from the CPU.
@@ -43,7 +43,6 @@ pub struct CallbackRig {
     pub rows: usize,
     pub dim: usize,
     pub iterations: usize,
-    device_label: String,
 }
 
 /// Small integers, so every dot product is exact in f32 (see row_dot.cu).
@@ -84,10 +83,8 @@ impl CallbackRig {
         // The CPU reference, independent of the GPU: integer dot products.
         let reference = queries.par_chunks(dim).map(|q| row_dot_argmin_reference(&keys, q).0).collect();
         let mut slots = Vec::with_capacity(cfg.slots);
-        let mut ready = Vec::with_capacity(cfg.slots);
         for _ in 0..cfg.slots {
             slots.push(ScoreSlot { dev: gpu.alloc(slot_bytes)?, host: PinnedBuffer::new(gpu, slot_bytes)? });
-            ready.push(gpu.sync_event()?);
         }
         Ok(CallbackRig {
             gpu: gpu.clone(),
@@ -95,14 +92,12 @@ impl CallbackRig {
             keys: keys_dev,
             queries: queries_dev,
             slots,
-            ready: Arc::new(ready),
             compute,
             callback: gpu.stream()?,
             reference,
             rows,
             dim,
             iterations: n,
-            device_label: gpu.label(),
         })
     }
 
@@ -254,40 +249,42 @@ impl CallbackRig {
         self.run_first(self.iterations, iteration, passes, timeline)
     }
 
-    /// [`Self::run`] over the first `n` queries only.
+    /// [`Self::run`] over the first `n` queries only. The iteration is
+    /// issued through a [`Pipeline`] (its schedule, its events, its
+    /// timeline); the argmins run on the driver's callback thread, the
+    /// worker or the event-waiting thread, each timing itself.
     pub fn run_first(&self, n: usize, iteration: Iteration, passes: u32, timeline: bool) -> Result<RunOutcome> {
         let n = n.clamp(1, self.iterations);
         let book = Arc::new(SlotBook::new(self.slots.len(), SLOT_TIMEOUT));
-        let base = self.gpu.timing_event()?;
-        let marks: Vec<Event> = if timeline { (0..3 * n).map(|_| self.gpu.timing_event()).collect::<Result<_>>()? } else { Vec::new() };
-        // The clocks: the base completes as soon as the idle stream reaches it.
-        base.record(&self.compute)?;
-        base.synchronize()?;
-        let host_base = Instant::now();
-        let state = Arc::new(RunState::new(book.clone(), self.views(), n, passes, host_base, timeline));
+        let source = if timeline { TimelineSource::for_host_pipeline() } else { TimelineSource::Off };
+        // Not gated: the CPU takes part from the first iteration (it waits for slots).
+        let mut p = self.gpu.pipeline_timed(source, if timeline { 3 * n } else { 0 }, false)?;
+        let streams = [p.stream(&self.compute, On::Compute.name()), p.stream(&self.callback, On::Callback.name())];
+        let ready = (0..self.slots.len()).map(|_| p.event()).collect::<Result<Vec<_>>>()?;
+        let state = Arc::new(RunState::new(book.clone(), self.views(), n, passes, p.host_base(), timeline));
         let mut issuer = GpuIssuer {
             rig: self,
+            p: Some(p),
+            streams,
+            ready,
             state: state.clone(),
             slots: self.slots.iter().map(|_| SlotUse::default()).collect(),
             worker: None,
             waiter: None,
-            marks: &marks,
             t: 0,
-            last_end: None,
-            kernel_start: vec![0; if timeline { n } else { 0 }],
         };
         for t in 0..n {
             issuer.t = t;
             iteration(&mut issuer, t)?;
         }
-        let kernel_start = std::mem::take(&mut issuer.kernel_start);
-        issuer.finish()?;
+        let run = issuer.finish()?;
         if state.done() != n {
             return Err(LabError::schedule(format!("{} of {n} iterations ran their argmin: the others were never handed to anything", state.done())));
         }
         // A slot taken while held is the cause; what its readers saw follows.
         let mut problems = book.misuse();
         problems.extend(state.errors());
+        problems.extend(run.races.iter().map(|r| format!("race: {}", r.what)));
         if !problems.is_empty() {
             return Err(LabError::schedule(format!("{} problem(s); first: {}", problems.len(), problems[0])));
         }
@@ -303,22 +300,12 @@ impl CallbackRig {
                 },
             ));
         }
-        let timeline = if timeline { Some(self.timeline(&base, &marks, &kernel_start, state.take_spans())?) } else { None };
+        let timeline = run.timeline.map(|mut t| {
+            t.spans.extend(state.take_spans());
+            t
+        });
         let cpu_ms = state.median_argmin_ms().ok_or_else(|| LabError::schedule("no argmin ran"))?;
         Ok(RunOutcome { total_ms: state.total_ms(), cpu_ms, timeline })
-    }
-
-    fn timeline(&self, base: &Event, marks: &[Event], kernel_start: &[usize], host: Vec<Span>) -> Result<Timeline> {
-        let lane = On::Compute.lane().to_string();
-        let mut spans = Vec::with_capacity(marks.len() + host.len());
-        let at = |e: &Event| base.elapsed_ms(e).map(|ms| ms * 1e3);
-        for (t, m) in marks.chunks_exact(3).enumerate() {
-            let (k0, k1, d1) = (at(&marks[kernel_start[t]])?, at(&m[1])?, at(&m[2])?);
-            spans.push(Span { lane: lane.clone(), kind: OpKind::Kernel, label: format!("row_dot {t}"), start_us: k0, end_us: k1 });
-            spans.push(Span { lane: lane.clone(), kind: OpKind::D2h, label: format!("D2H scores {t}"), start_us: k1, end_us: d1 });
-        }
-        spans.extend(host);
-        Ok(Timeline { title: "measured".into(), device: self.device_label.clone(), spans, source: TimelineSource::Events.label().into() })
     }
 }
 
@@ -332,24 +319,23 @@ pub struct RunOutcome {
     pub timeline: Option<Timeline>,
 }
 
-/// The GPU side of [`CallbackIssue`] for one run.
+/// The GPU side of [`CallbackIssue`] for one run: each call becomes
+/// pipeline operations (the lab's kernel and copy, events, host functions,
+/// the worker's and the waiter's argmins), so the schedule checks their
+/// order and the pipeline times them.
 struct GpuIssuer<'r> {
     rig: &'r CallbackRig,
+    /// Taken by `finish`; on an error, dropping it waits for the GPU.
+    p: Option<Pipeline<'r>>,
+    streams: [StreamRef; 2],
+    /// Per slot: "scores ready", recorded after its D2H.
+    ready: Vec<EventRef>,
     state: Arc<RunState>,
     /// Per slot: its lease until the job is handed out, and its ordering.
     slots: Vec<SlotUse>,
     worker: Option<Worker>,
     waiter: Option<Worker>,
-    /// Timed events, three per iteration (empty without a timeline).
-    marks: &'r [Event],
     t: usize,
-    /// The timed event that ended the last op on a stream, while nothing
-    /// (a wait, a host function, a blocked slot) came after it there: the
-    /// next op starts when it ends, so one event serves both (each timed
-    /// event costs the engine a flush).
-    last_end: Option<(On, usize)>,
-    /// Per iteration: the event its kernel's span starts at.
-    kernel_start: Vec<usize>,
 }
 
 /// One slot as the issuer sees it during a run.
@@ -359,9 +345,32 @@ struct SlotUse {
     lease: Option<Lease>,
     /// What orders a reader after its D2H.
     order: SlotOrder,
+    /// The op that read its scores last (the slot is free once it is done).
+    last_reader: Option<OpId>,
 }
 
-impl GpuIssuer<'_> {
+/// The host threads of a run's schedule.
+const WORKER_THREAD: usize = 1;
+const WAITER_THREAD: usize = 2;
+
+fn pinned(slot: Slot) -> Access {
+    Access::read(&format!("pinned scores {}", slot.0), 0, 1)
+}
+fn device(slot: Slot) -> Access {
+    Access::read(&format!("device scores {}", slot.0), 0, 1)
+}
+fn written(mut a: Access) -> Access {
+    a.write = true;
+    a
+}
+
+impl<'r> GpuIssuer<'r> {
+    fn p(&mut self) -> &mut Pipeline<'r> {
+        self.p.as_mut().expect("the pipeline lives until finish")
+    }
+    fn stream(&self, on: On) -> StreamRef {
+        self.streams[on as usize]
+    }
     /// A reader of `slot` must come after its D2H, or it may read scores
     /// that have not arrived: refused here rather than left to chance.
     fn check_ordered(&self, slot: Slot, reader: Reader) -> Result<()> {
@@ -375,43 +384,16 @@ impl GpuIssuer<'_> {
             .map(|lease| ArgminJob { lease })
             .ok_or_else(|| LabError::config(format!("slot {} holds no iteration's scores (its job was already handed out)", slot.0)))
     }
-    /// Records timed event `i` (0: before the kernel, 1: after it, 2: after
-    /// the D2H) of this iteration on `on`; a start shares the last end.
-    fn mark(&mut self, on: On, i: usize) -> Result<()> {
-        if self.marks.is_empty() {
-            return Ok(());
-        }
-        let idx = 3 * self.t + i;
-        if i == 0 {
-            if let Some((prev_on, prev)) = self.last_end {
-                if prev_on == on {
-                    self.kernel_start[self.t] = prev;
-                    return Ok(());
-                }
-            }
-            self.kernel_start[self.t] = idx;
-        }
-        self.marks[idx].record(self.rig.stream(on))?;
-        self.last_end = (i == 2).then_some((on, idx));
-        Ok(())
-    }
-    /// Something other than a timed op went onto `on` (or the loop blocked).
-    fn break_chain(&mut self, on: Option<On>) {
-        if on.is_none() || self.last_end.map(|(o, _)| Some(o)) == Some(on) {
-            self.last_end = None;
-        }
-    }
     fn worker_sender(&mut self) -> Result<Sender<ArgminJob>> {
         if self.worker.is_none() {
             self.worker = Some(Worker::spawn("argmin-worker", work::WORKER_LANE, self.state.clone(), None)?);
         }
         Ok(self.worker.as_ref().expect("just made").sender())
     }
-    /// Waits for the streams, then for the threads (in that order: a host
-    /// function may still hand a job to the worker).
-    fn finish(mut self) -> Result<()> {
-        self.rig.compute.synchronize()?;
-        self.rig.callback.synchronize()?;
+    /// Waits for the GPU (every host function has run: a hand-off may still
+    /// be on its way to the worker), then for the threads.
+    fn finish(mut self) -> Result<PipelineRun> {
+        let run = self.p.take().expect("finished once").finish()?;
         for w in [self.worker.take(), self.waiter.take()].into_iter().flatten() {
             w.join()?;
         }
@@ -419,16 +401,16 @@ impl GpuIssuer<'_> {
         for lease in self.slots.iter_mut().filter_map(|u| u.lease.take()) {
             self.state.drop_job(ArgminJob { lease }, "its scores were copied but no argmin was ever issued".into());
         }
-        self.state.book.wait_all_back()
+        self.state.book.wait_all_back()?;
+        Ok(run)
     }
 }
 
 impl Drop for GpuIssuer<'_> {
     /// On an error: nothing may still use the slots when the run returns.
     fn drop(&mut self) {
-        let _ = self.rig.gpu.bind();
-        let _ = self.rig.compute.synchronize();
-        let _ = self.rig.callback.synchronize();
+        // The pipeline synchronizes as it drops; then the threads end.
+        self.p.take();
         self.worker.take();
         self.waiter.take();
     }
@@ -444,56 +426,74 @@ impl CallbackIssue for GpuIssuer<'_> {
         let end = self.state.now_us();
         if end - start > 2.0 {
             self.state.span(work::MAIN_LANE, format!("wait for a slot ({t})"), start, end);
-            // The streams may have drained meanwhile.
-            self.break_chain(None);
         }
         let slot = lease.slot;
-        self.slots[slot] = SlotUse { lease: Some(lease), order: SlotOrder::default() };
+        // The loop got the slot back from its last reader.
+        if let Some(reader) = self.slots[slot].last_reader {
+            self.p().learns(0, reader);
+        }
+        self.slots[slot] = SlotUse { lease: Some(lease), order: SlotOrder::default(), last_reader: self.slots[slot].last_reader };
         Ok(Slot(slot))
     }
     fn slot_at(&mut self, index: usize, t: usize) -> Result<Slot> {
         let lease = self.state.book.take_at(index, t)?;
-        self.slots[index] = SlotUse { lease: Some(lease), order: SlotOrder::default() };
+        self.slots[index] = SlotUse { lease: Some(lease), order: SlotOrder::default(), last_reader: self.slots[index].last_reader };
         Ok(Slot(index))
     }
     fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
-        let _r = trace::range("enqueue: row_dot kernel");
-        self.mark(on, 0)?;
-        self.rig.kernel.enqueue(self.rig.stream(on), &self.rig.row_dot_args(t, slot.0))?;
-        self.mark(on, 1)
+        let (rig, s) = (self.rig, self.stream(on));
+        let args = rig.row_dot_args(t, slot.0);
+        self.p().op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![written(device(slot))], |st| rig.kernel.enqueue(st, &args))?;
+        Ok(())
     }
     fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
-        let _r = trace::range("enqueue: D2H scores");
-        self.rig.d2h(on, slot.0)?;
+        let (rig, s) = (self.rig, self.stream(on));
+        let t = self.slots[slot.0].lease.as_ref().map_or(self.t, |l| l.iteration);
+        let (host, dev, bytes) = (&rig.slots[slot.0].host, &rig.slots[slot.0].dev, (rig.rows + 1) * 4);
+        self.p().op(s, OpKind::D2h, &format!("D2H scores {t}"), vec![device(slot), written(pinned(slot))], |st| {
+            // SAFETY: the slot is leased to this iteration; its reader starts
+            // only after this copy (stream order or the "scores ready" event),
+            // which the schedule and the stamp check in the argmin verify.
+            unsafe { st.download_async(host, dev, bytes) }
+        })?;
         self.slots[slot.0].order = SlotOrder::d2h(on);
-        self.mark(on, 2)
+        Ok(())
     }
     fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
         self.slots[slot.0].order.record(on);
-        self.rig.ready[slot.0].record(self.rig.stream(on))
+        let (e, s) = (self.ready[slot.0], self.stream(on));
+        self.p().record(e, s)
     }
     fn wait_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
-        self.break_chain(Some(on));
         self.slots[slot.0].order.wait(on);
-        self.rig.stream(on).wait_event(&self.rig.ready[slot.0])
+        let (e, s) = (self.ready[slot.0], self.stream(on));
+        self.p().wait(s, e)
     }
     fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()> {
         self.check_ordered(slot, Reader::HostFn(on))?;
         let job = self.job(slot)?;
-        self.break_chain(Some(on));
-        self.rig.stream(on).launch_host_task(CallbackTask::Argmin { state: self.state.clone(), job })
+        let (t, s, state) = (job.lease.iteration, self.stream(on), self.state.clone());
+        let id = self.p().host_fn(s, &format!("argmin {t}"), vec![pinned(slot)], CallbackTask::Argmin { state, job })?;
+        self.slots[slot.0].last_reader = Some(id);
+        Ok(())
     }
     fn host_fn_hand_off(&mut self, on: On, slot: Slot) -> Result<()> {
         self.check_ordered(slot, Reader::HostFn(on))?;
         let to = self.worker_sender()?;
         let job = self.job(slot)?;
-        self.break_chain(Some(on));
-        self.rig.stream(on).launch_host_task(CallbackTask::HandOff { state: self.state.clone(), job, to })
+        let (t, s, state) = (job.lease.iteration, self.stream(on), self.state.clone());
+        let p = self.p();
+        let hand_off = p.host_fn(s, &format!("hand-off {t}"), vec![], CallbackTask::HandOff { state, job, to })?;
+        p.learns(WORKER_THREAD, hand_off);
+        let id = p.on_thread(WORKER_THREAD, &format!("argmin {t}"), vec![pinned(slot)]);
+        self.slots[slot.0].last_reader = Some(id);
+        Ok(())
     }
     fn hand_to_waiting_thread(&mut self, slot: Slot) -> Result<()> {
         self.check_ordered(slot, Reader::WaitingThread)?;
         if self.waiter.is_none() {
-            let (gpu, ready) = (self.rig.gpu.clone(), self.rig.ready.clone());
+            let gpu = self.rig.gpu.clone();
+            let ready: Vec<Arc<Event>> = self.ready.iter().map(|&e| self.p.as_ref().expect("live").shared_event(e)).collect();
             let wait: WaitForScores = Box::new(move |lease: &Lease| {
                 gpu.bind()?;
                 ready[lease.slot].synchronize()
@@ -501,6 +501,13 @@ impl CallbackIssue for GpuIssuer<'_> {
             self.waiter = Some(Worker::spawn("event-waiter", work::WAITER_LANE, self.state.clone(), Some(wait))?);
         }
         let job = self.job(slot)?;
+        let t = job.lease.iteration;
+        let e = self.ready[slot.0];
+        let p = self.p();
+        p.hands_to(WAITER_THREAD);
+        p.thread_waits(WAITER_THREAD, e);
+        let id = p.on_thread(WAITER_THREAD, &format!("argmin {t}"), vec![pinned(slot)]);
+        self.slots[slot.0].last_reader = Some(id);
         self.waiter.as_ref().expect("just made").sender().send(job).map_err(|_| LabError::Thread("the event-waiting thread is gone".into()))
     }
 }
