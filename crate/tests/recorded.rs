@@ -203,8 +203,8 @@ fn lab2_queue_model_agrees_with_recordings() {
                 p90.1,
                 errs.last().unwrap().1
             );
-            assert!(median.0 < 0.10, "{} {}: half the points are off by more than 10%: {}", path.display(), order.label(), median.1);
-            assert!(p90.0 < 0.25, "{} {}: a tenth of the points are off by more than 28%: {}", path.display(), order.label(), p90.1);
+            assert!(median.0 < 0.05, "{} {}: half the points are off by more than 5%: {}", path.display(), order.label(), median.1);
+            assert!(p90.0 < 0.12, "{} {}: a tenth of the points are off by more than 13%: {}", path.display(), order.label(), p90.1);
         }
     }
 }

@@ -335,13 +335,23 @@ pub struct Machine {
     /// synchronize) takes to wake after that work ends.
     #[serde(default)]
     pub host_wake: f64,
+    /// Each direction's speed while H2D and D2H run at once, as a share of
+    /// its speed alone (the measured bidirectional ceiling: 1 = the two
+    /// engines never slow each other; about 0.82 on the lent H100, whose
+    /// 55 GB/s each way give 91 GB/s both ways).
+    #[serde(default = "full_speed")]
+    pub both_ways: f64,
+}
+
+fn full_speed() -> f64 {
+    1.0
 }
 
 impl Machine {
     /// A GPU with `copy_engines` copy engines and host costs that do not
     /// matter at the pipeline's scale (zero).
     pub fn engines(copy_engines: u32) -> Machine {
-        Machine { copy_engines, host_fn_round_trip: 0.0, host_fn_awake: 0.0, host_wake: 0.0 }
+        Machine { copy_engines, host_fn_round_trip: 0.0, host_fn_awake: 0.0, host_wake: 0.0, both_ways: 1.0 }
     }
 }
 
@@ -377,55 +387,60 @@ fn is_host_fn(op: &Op) -> bool {
 
 /// Predicted (start, end) of every op, in the units of `duration`.
 ///
-/// Each op starts once all its dependencies have ended and its resource is
-/// free. A free resource keeps serving the stream it served last while that
-/// stream's next op is for it (as the GPU's engines drain one stream's
-/// consecutive copies or kernels before switching: measured in lab 2, where
-/// breadth-first issue runs like one chunk per stream), else it takes the
-/// earliest-issued ready op. Kernels are assumed to fill the GPU, so one
-/// runs at a time. A host function waits for the callback thread and pays
-/// half its round trip before its body and half after it (its stream's next
-/// op waits for that; measured in lab 4); a host thread woken by GPU work
-/// starts [`Machine::host_wake`] after it. When several kernels could start
-/// at once, the one of the higher-priority stream goes first (no kernel is
-/// preempted).
+/// An event-driven model: each op becomes ready once all its dependencies
+/// have ended, and starts when its resource is free. A free resource keeps
+/// serving the stream it served last while that stream's next op is for it
+/// (as the GPU's engines drain one stream's consecutive copies or kernels
+/// before switching: measured in lab 2, where breadth-first issue runs like
+/// one chunk per stream), else it takes the earliest-issued ready op; among
+/// kernels ready at once, the higher-priority stream's goes first (no kernel
+/// is preempted). Kernels are assumed to fill the GPU, so one runs at a
+/// time. While an H2D and a D2H run at once, each moves at
+/// [`Machine::both_ways`] of its speed alone. A host function waits for the
+/// callback thread and pays half its round trip before its body and half
+/// after it (its stream's next op waits for that; measured in lab 4); a
+/// host thread woken by GPU work starts [`Machine::host_wake`] after it.
 pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) -> Vec<(f64, f64)> {
     let n = s.ops.len();
     let mut times: Vec<Option<(f64, f64)>> = vec![None; n];
     // What a host function's stream still pays after its body.
     let mut release = vec![0.0f64; n];
+    let mut started = vec![false; n];
+    // Resources: when each became free, the lane it served last, what runs on it.
     let mut free: HashMap<Resource, f64> = HashMap::new();
     let mut last_lane: HashMap<Resource, Lane> = HashMap::new();
+    // Per running op: (resource, start, work left in time-alone units).
+    let mut running: Vec<(OpId, Resource, f64, f64)> = Vec::new();
+    let mut now = 0.0f64;
     let mut done = 0;
+    // When `op` may start given its dependencies (None: one has not ended).
+    let ready_at = |op: &Op, times: &[Option<(f64, f64)>], release: &[f64]| -> Option<f64> {
+        let mut ready = 0.0f64;
+        for &d in &op.deps {
+            let (_, end) = times[d]?;
+            let dep = &s.ops[d];
+            let after = if dep.lane == op.lane {
+                release[d]
+            } else if op.kind == OpKind::Host && matches!(op.lane, Lane::HostThread(_)) && dep.kind != OpKind::Host {
+                machine.host_wake
+            } else {
+                0.0
+            };
+            ready = ready.max(end + after);
+        }
+        Some(ready)
+    };
+    let is_copy = |r: Resource| matches!(r, Resource::CopyUp | Resource::CopyDown);
     while done < n {
-        // The op that can start earliest; among ties, a kernel of a
-        // higher-priority stream, then one on the lane its resource served
-        // last, then the earliest issued.
-        let mut best: Option<(f64, i32, bool, OpId, f64)> = None;
+        // Start what can start now: per free resource, the best ready op.
+        let busy: Vec<Resource> = running.iter().map(|r| r.1).collect();
+        let mut best: HashMap<Resource, (i32, bool, OpId, f64)> = HashMap::new();
+        let mut next_ready = f64::INFINITY;
         for op in &s.ops {
-            if times[op.id].is_some() {
+            if started[op.id] {
                 continue;
             }
-            let mut ready = 0.0f64;
-            let mut blocked = false;
-            for &d in &op.deps {
-                let Some((_, end)) = times[d] else {
-                    blocked = true;
-                    break;
-                };
-                let dep = &s.ops[d];
-                let after = if dep.lane == op.lane {
-                    release[d]
-                } else if op.kind == OpKind::Host && matches!(op.lane, Lane::HostThread(_)) && dep.kind != OpKind::Host {
-                    machine.host_wake
-                } else {
-                    0.0
-                };
-                ready = ready.max(end + after);
-            }
-            if blocked {
-                continue;
-            }
+            let Some(ready) = ready_at(op, &times, &release) else { continue };
             let resource = machine.resource(op);
             let free_at = *free.get(&resource).unwrap_or(&0.0);
             let half = if is_host_fn(op) {
@@ -435,21 +450,51 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
                 0.0
             };
             let start = (ready + half).max(free_at + half);
+            if busy.contains(&resource) {
+                // Considered again when the resource frees up.
+                continue;
+            }
+            if start > now + 1e-12 {
+                next_ready = next_ready.min(start);
+                continue;
+            }
             let stays = last_lane.get(&resource) == Some(&op.lane);
-            // Priorities order the SMs' choice of the next kernel only.
             let rank = if op.kind == OpKind::Kernel { op.priority } else { 0 };
-            if best.is_none_or(|(t, r, st, _, _)| start < t || (start == t && (rank < r || (rank == r && stays && !st)))) {
-                best = Some((start, rank, stays, op.id, half));
+            let better = best.get(&resource).is_none_or(|&(r, st, _, _)| rank < r || (rank == r && stays && !st));
+            if better {
+                best.insert(resource, (rank, stays, op.id, half));
             }
         }
-        let (start, _, _, id, half) = best.expect("dependencies point only backwards, so some op is always ready");
-        let end = start + duration(&s.ops[id]).max(0.0);
-        let resource = machine.resource(&s.ops[id]);
-        free.insert(resource, end);
-        last_lane.insert(resource, s.ops[id].lane);
-        release[id] = half;
-        times[id] = Some((start, end));
-        done += 1;
+        if !best.is_empty() {
+            let mut picks: Vec<(Resource, (i32, bool, OpId, f64))> = best.into_iter().collect();
+            picks.sort_by_key(|p| p.1 .2);
+            for (resource, (_, _, id, half)) in picks {
+                started[id] = true;
+                release[id] = half;
+                last_lane.insert(resource, s.ops[id].lane);
+                running.push((id, resource, now, duration(&s.ops[id]).max(0.0)));
+            }
+            continue;
+        }
+        // Nothing starts now: advance to the next end or the next start.
+        let both = running.iter().filter(|r| is_copy(r.1)).count() == 2;
+        let rate = |r: Resource| if both && is_copy(r) { machine.both_ways.clamp(0.01, 1.0) } else { 1.0 };
+        let next_end = running.iter().map(|&(_, r, _, left)| now + left / rate(r)).fold(f64::INFINITY, f64::min);
+        let next = next_end.min(next_ready);
+        assert!(next.is_finite(), "dependencies point only backwards, so some op can always run");
+        for r in running.iter_mut() {
+            r.3 -= (next - now) * rate(r.1);
+        }
+        now = next;
+        running.retain(|&(id, resource, start, left)| {
+            if left > 1e-9 * (1.0 + now.abs()) {
+                return true;
+            }
+            times[id] = Some((start, now));
+            free.insert(resource, now);
+            done += 1;
+            false
+        });
     }
     times.into_iter().map(|t| t.expect("every op scheduled")).collect()
 }
@@ -647,5 +692,22 @@ mod tests {
         same.ops.iter_mut().for_each(|o| o.priority = 0);
         let t = predict(&same, Machine::engines(2), dur);
         assert_eq!(t[queued], (1.0, 2.0), "without priority the stream keeps the SMs");
+    }
+
+    #[test]
+    fn both_directions_at_once_each_run_slower_as_measured() {
+        // H2D of 4 and D2H of 2 at once, each at half speed while both run.
+        let mut s = Schedule::new();
+        let up = s.gpu_op(0, 0, OpKind::H2d, "up", vec![]);
+        let down = s.gpu_op(0, 1, OpKind::D2h, "down", vec![]);
+        let m = Machine { both_ways: 0.5, ..Machine::engines(2) };
+        let t = predict(&s, m, |o| if o.kind == OpKind::H2d { 4.0 } else { 2.0 });
+        // The D2H needs 2 units of work at half speed: done at 4; the H2D
+        // has done 2 of its 4 by then, and the rest alone: done at 6.
+        assert_eq!(t[down], (0.0, 4.0));
+        assert_eq!(t[up], (0.0, 6.0));
+        // With one copy engine the two never overlap, so nothing slows.
+        let one = predict(&s, Machine { both_ways: 0.5, ..Machine::engines(1) }, |o| if o.kind == OpKind::H2d { 4.0 } else { 2.0 });
+        assert_eq!(one.iter().map(|x| x.1).fold(0.0, f64::max), 6.0);
     }
 }

@@ -12,7 +12,7 @@ use crate::labs::check::CheckReport;
 use crate::measure::stats::Summary;
 use crate::pipeline::issue::Issue;
 use crate::pipeline::model::{ModelPipeline, Provenance};
-use crate::pipeline::schedule::{Machine, OpKind};
+use crate::pipeline::schedule::OpKind;
 
 /// A pass needs this share of the bound (the bound from the stages alone).
 pub const TARGET_EFFICIENCY: f64 = 0.85;
@@ -132,12 +132,12 @@ pub fn check_on_model(
     race_findings(m.schedule.races(), &mut rep);
     // Each op lasts its share of the recorded whole-data part.
     let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
-    let machine = Machine::engines(rec.copy_engines);
+    let machine = parts.machine(rec.copy_engines);
     let times = crate::pipeline::schedule::predict(&m.schedule, machine, |op| parts.op_ms(op, elements));
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let (h, k, d) = (parts.h2d_ms.median, parts.kernel_ms.median, parts.d2h_ms.median);
-    // The model gives each direction its full rate, so its bound does too.
-    let bound = model::Bounds::new(h, k, d, h.max(d), chunks).for_engines(rec.copy_engines);
+    // The model slows each direction while both run, as measured, so its bound does too.
+    let bound = model::Bounds::new(h, k, d, parts.both_copies_ms.median, chunks).for_engines(rec.copy_engines);
     let used = m.schedule.streams_used();
     rep.judge_overlap("predicted", total, ("one stream", h + k + d), bound, TARGET_EFFICIENCY, no_overlap_advice(chunks, used));
     rep

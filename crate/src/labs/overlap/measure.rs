@@ -9,7 +9,7 @@ use crate::gpu::trace;
 use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, PipelineRun, Stream};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
-use crate::pipeline::schedule::{Machine, OpKind};
+use crate::pipeline::schedule::OpKind;
 use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 use rayon::prelude::*;
@@ -248,7 +248,7 @@ impl Rig {
 /// part measured alone.
 pub fn predict(run: &PipelineRun, parts: &Parts, elements: usize, copy_engines: u32) -> Timeline {
     // The timeline is in µs.
-    run.predicted(Machine::engines(copy_engines), |op| 1e3 * parts.op_ms(op, elements))
+    run.predicted(parts.machine(copy_engines), |op| 1e3 * parts.op_ms(op, elements))
 }
 
 pub fn run(gpu: &Gpu, cfg: &OverlapConfig, progress: ProgressMode) -> Result<OverlapResults> {

@@ -344,6 +344,15 @@ impl Parts {
         let col = |i: usize| Summary::of(&samples.iter().map(|s| s[i]).collect::<Vec<_>>());
         Ok(Parts { h2d_ms: col(0)?, kernel_ms: col(1)?, d2h_ms: col(2)?, both_copies_ms: col(3)? })
     }
+    /// The queue model's machine: `copy_engines` engines, each direction
+    /// slowed while both run by what the parts measured (max(H, D) over H|D).
+    pub fn machine(&self, copy_engines: u32) -> crate::pipeline::schedule::Machine {
+        let both_ways = (self.h2d_ms.median.max(self.d2h_ms.median) / self.both_copies_ms.median).clamp(0.01, 1.0);
+        crate::pipeline::schedule::Machine {
+            both_ways: if both_ways.is_finite() { both_ways } else { 1.0 },
+            ..crate::pipeline::schedule::Machine::engines(copy_engines)
+        }
+    }
     /// How long `op` takes in the queue model: its byte share of the whole
     /// data times its stage measured alone (ms). Host work costs nothing here.
     pub fn op_ms(&self, op: &crate::pipeline::schedule::Op, elements: usize) -> f64 {
