@@ -457,6 +457,7 @@ impl<'a> Pipeline<'a> {
     /// driver's callback thread once `s` reaches it, and `s` waits for it.
     /// Timed by the task itself, not on this pipeline's timeline.
     pub fn host_fn<T: HostTask>(&mut self, s: StreamRef, label: &str, accesses: Vec<Access>, task: T) -> Result<OpId> {
+        // The CPU takes part from here: the GPU must be running.
         self.open_gate()?;
         self.streams[s.0].0.launch_host_task(task)?;
         // The stream waits for the CPU: its next op does not start where this one was issued.

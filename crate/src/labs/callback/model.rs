@@ -81,8 +81,6 @@ pub struct ModelArgmin {
 struct ModelSlot {
     /// The iteration holding it until its argmin is issued.
     lease: Option<usize>,
-    /// The iteration that last held it.
-    last_iteration: Option<usize>,
     /// The op that reads its scores last (the slot is free once it ends).
     last_reader: Option<OpId>,
     /// What orders a reader after its D2H (to name a missing link).
@@ -226,7 +224,6 @@ impl ModelIssuer {
     fn lease(&mut self, index: usize, t: usize) -> Slot {
         let s = &mut self.slots[index];
         s.lease = Some(t);
-        s.last_iteration = Some(t);
         s.order = SlotOrder::default();
         Slot(index)
     }
