@@ -144,12 +144,7 @@ pub const CHECK_CPU_OVER_GPU: f64 = 0.5;
 /// point closest to [`CHECK_CPU_OVER_GPU`], the empty host function's round trip.
 pub fn check_costs(rec: &CallbackResults) -> Result<ModelCosts> {
     let p = rec.point_near(CHECK_CPU_OVER_GPU).ok_or_else(|| LabError::config("the recording has no CPU cost point"))?;
-    Ok(ModelCosts {
-        kernel_ms: (rec.gpu_ms.median - rec.d2h_ms.median).max(0.0),
-        d2h_ms: rec.d2h_ms.median,
-        cpu_ms: p.cpu_ms(),
-        host_fn_ms: rec.host_fn_round_trip_ms.median,
-    })
+    Ok(rec.model_costs(p.cpu_ms()))
 }
 
 /// Checks an iteration with no GPU, on the queue model at the recording's

@@ -111,19 +111,13 @@ impl CallbackRig {
         RowDotArgs { keys: &self.keys, queries: &self.queries, query: t, rows: self.rows, dim: self.dim, scores: &self.slots[slot].dev, stamp: t as u32 }
     }
 
-    fn stream(&self, on: On) -> &Stream {
-        match on {
-            On::Compute => &self.compute,
-            On::Callback => &self.callback,
-        }
-    }
-
-    fn d2h(&self, on: On, slot: usize) -> Result<()> {
+    /// Enqueues the copy of `slot`'s scores (and stamp) into its pinned memory on `stream`.
+    fn d2h(&self, stream: &Stream, slot: usize) -> Result<()> {
         let s = &self.slots[slot];
         // SAFETY: the slot is leased to this iteration; its reader starts only
         // after this copy (stream order or the "scores ready" event), which the
-        // stamp check in the argmin verifies.
-        unsafe { self.stream(on).download_async(&s.host, &s.dev, (self.rows + 1) * 4) }
+        // schedule and the stamp check in the argmin verify.
+        unsafe { stream.download_async(&s.host, &s.dev, (self.rows + 1) * 4) }
     }
 
     /// One iteration's GPU work alone, and its parts, ms (events).
@@ -134,7 +128,7 @@ impl CallbackRig {
             ev[0].record(&self.compute)?;
             self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0))?;
             ev[1].record(&self.compute)?;
-            self.d2h(On::Compute, 0)?;
+            self.d2h(&self.compute, 0)?;
             ev[2].record(&self.compute)?;
             ev[2].synchronize()?;
             k.push(ev[0].elapsed_ms(&ev[1])?);
@@ -147,7 +141,7 @@ impl CallbackRig {
             ev[0].record(&self.compute)?;
             for i in 0..batch {
                 self.kernel.enqueue(&self.compute, &self.row_dot_args((r * batch + i) % self.iterations, 0))?;
-                self.d2h(On::Compute, 0)?;
+                self.d2h(&self.compute, 0)?;
             }
             ev[1].record(&self.compute)?;
             ev[1].synchronize()?;
@@ -170,7 +164,7 @@ impl CallbackRig {
             let q = r % self.iterations;
             r += 1;
             self.kernel.enqueue(&self.compute, &self.row_dot_args(q, 0))?;
-            self.d2h(On::Compute, 0)?;
+            self.d2h(&self.compute, 0)?;
             self.compute.synchronize()?;
             let t = Instant::now();
             let i = work::heavy_argmin(view.scores(), passes).map_err(|why| LabError::wrong_data("pinned scores of slot 0", 0, why))?;
@@ -353,17 +347,6 @@ struct SlotUse {
 const WORKER_THREAD: usize = 1;
 const WAITER_THREAD: usize = 2;
 
-fn pinned(slot: Slot) -> Access {
-    Access::read(&format!("pinned scores {}", slot.0), 0, 1)
-}
-fn device(slot: Slot) -> Access {
-    Access::read(&format!("device scores {}", slot.0), 0, 1)
-}
-fn written(mut a: Access) -> Access {
-    a.write = true;
-    a
-}
-
 impl<'r> GpuIssuer<'r> {
     fn p(&mut self) -> &mut Pipeline<'r> {
         self.p.as_mut().expect("the pipeline lives until finish")
@@ -443,19 +426,19 @@ impl CallbackIssue for GpuIssuer<'_> {
     fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
         let (rig, s) = (self.rig, self.stream(on));
         let args = rig.row_dot_args(t, slot.0);
-        self.p().op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![written(device(slot))], |st| rig.kernel.enqueue(st, &args))?;
+        self.p().op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)], |st| rig.kernel.enqueue(st, &args))?;
         Ok(())
     }
     fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
         let (rig, s) = (self.rig, self.stream(on));
         let t = self.slots[slot.0].lease.as_ref().map_or(self.t, |l| l.iteration);
-        let (host, dev, bytes) = (&rig.slots[slot.0].host, &rig.slots[slot.0].dev, (rig.rows + 1) * 4);
-        self.p().op(s, OpKind::D2h, &format!("D2H scores {t}"), vec![device(slot), written(pinned(slot))], |st| {
-            // SAFETY: the slot is leased to this iteration; its reader starts
-            // only after this copy (stream order or the "scores ready" event),
-            // which the schedule and the stamp check in the argmin verify.
-            unsafe { st.download_async(host, dev, bytes) }
-        })?;
+        self.p().op(
+            s,
+            OpKind::D2h,
+            &format!("D2H scores {t}"),
+            vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)],
+            |st| rig.d2h(st, slot.0),
+        )?;
         self.slots[slot.0].order = SlotOrder::d2h(on);
         Ok(())
     }
@@ -473,7 +456,7 @@ impl CallbackIssue for GpuIssuer<'_> {
         self.check_ordered(slot, Reader::HostFn(on))?;
         let job = self.job(slot)?;
         let (t, s, state) = (job.lease.iteration, self.stream(on), self.state.clone());
-        let id = self.p().host_fn(s, &format!("argmin {t}"), vec![pinned(slot)], CallbackTask::Argmin { state, job })?;
+        let id = self.p().host_fn(s, &format!("argmin {t}"), vec![Access::read(&slot.scores(true), 0, 1)], CallbackTask::Argmin { state, job })?;
         self.slots[slot.0].last_reader = Some(id);
         Ok(())
     }
@@ -485,7 +468,7 @@ impl CallbackIssue for GpuIssuer<'_> {
         let p = self.p();
         let hand_off = p.host_fn(s, &format!("hand-off {t}"), vec![], CallbackTask::HandOff { state, job, to })?;
         p.learns(WORKER_THREAD, hand_off);
-        let id = p.on_thread(WORKER_THREAD, &format!("argmin {t}"), vec![pinned(slot)]);
+        let id = p.on_thread(WORKER_THREAD, &format!("argmin {t}"), vec![Access::read(&slot.scores(true), 0, 1)]);
         self.slots[slot.0].last_reader = Some(id);
         Ok(())
     }
@@ -506,7 +489,7 @@ impl CallbackIssue for GpuIssuer<'_> {
         let p = self.p();
         p.hands_to(WAITER_THREAD);
         p.thread_waits(WAITER_THREAD, e);
-        let id = p.on_thread(WAITER_THREAD, &format!("argmin {t}"), vec![pinned(slot)]);
+        let id = p.on_thread(WAITER_THREAD, &format!("argmin {t}"), vec![Access::read(&slot.scores(true), 0, 1)]);
         self.slots[slot.0].last_reader = Some(id);
         self.waiter.as_ref().expect("just made").sender().send(job).map_err(|_| LabError::Thread("the event-waiting thread is gone".into()))
     }

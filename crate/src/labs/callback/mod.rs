@@ -98,6 +98,14 @@ impl On {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot(pub usize);
 
+impl Slot {
+    /// The schedule's name for the slot's scores: their pinned copy or
+    /// their device copy (what the race check and its messages speak of).
+    pub fn scores(self, pinned: bool) -> String {
+        format!("{} scores {}", if pinned { "pinned" } else { "device" }, self.0)
+    }
+}
+
 /// What one iteration's code may do. The lab's variants and the learner's
 /// exercise are written against it; it runs on a GPU or on the model.
 pub trait CallbackIssue {
@@ -350,18 +358,22 @@ impl CallbackResults {
     pub fn serial_ms(&self, p: &CostPoint, v: Variant) -> f64 {
         serial_ms(self.config.iterations, self.gpu_ms.median, self.cpu_of(p, v))
     }
+    /// The queue model's costs: the recorded GPU parts and host function
+    /// round trip, with `cpu_ms` per argmin.
+    pub fn model_costs(&self, cpu_ms: f64) -> model::ModelCosts {
+        model::ModelCosts {
+            kernel_ms: (self.gpu_ms.median - self.d2h_ms.median).max(0.0),
+            d2h_ms: self.d2h_ms.median,
+            cpu_ms,
+            host_fn_ms: self.host_fn_round_trip_ms.median,
+        }
+    }
     /// What the queue model predicts for `v` at `p`: the variant's own
     /// iteration code recorded as a pipeline schedule and timed by
     /// [`crate::pipeline::schedule::predict`] with the recorded costs (the
     /// GPU's parts, the variant's own C, the host function's round trip).
     pub fn model_ms(&self, p: &CostPoint, v: Variant) -> f64 {
-        let costs = model::ModelCosts {
-            kernel_ms: (self.gpu_ms.median - self.d2h_ms.median).max(0.0),
-            d2h_ms: self.d2h_ms.median,
-            cpu_ms: self.cpu_of(p, v),
-            host_fn_ms: self.host_fn_round_trip_ms.median,
-        };
-        let mut m = model::ModelIssuer::new(costs, self.config.slots);
+        let mut m = model::ModelIssuer::new(self.model_costs(self.cpu_of(p, v)), self.config.slots);
         match m.run(self.config.iterations, &v.iteration()) {
             Ok(()) => m.total_ms(),
             Err(_) => f64::NAN,

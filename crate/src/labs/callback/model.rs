@@ -108,12 +108,6 @@ pub struct ModelIssuer {
 fn stream(on: On) -> usize {
     on as usize
 }
-fn pinned(slot: Slot) -> String {
-    format!("pinned scores {}", slot.0)
-}
-fn device(slot: Slot) -> String {
-    format!("device scores {}", slot.0)
-}
 
 impl ModelIssuer {
     pub fn new(costs: ModelCosts, slots: usize) -> ModelIssuer {
@@ -270,13 +264,13 @@ impl CallbackIssue for ModelIssuer {
     }
     fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
         self.slot(slot)?;
-        let id = self.schedule.gpu_op(MAIN, stream(on), OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&device(slot), 0, 1)]);
+        let id = self.schedule.gpu_op(MAIN, stream(on), OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)]);
         self.note(id, t);
         Ok(())
     }
     fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
         let t = self.slot(slot)?.lease.unwrap_or(0);
-        let acc = vec![Access::read(&device(slot), 0, 1), Access::write(&pinned(slot), 0, 1)];
+        let acc = vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)];
         let id = self.schedule.gpu_op(MAIN, stream(on), OpKind::D2h, &format!("D2H scores {t}"), acc);
         self.note(id, t);
         self.slots[slot.0].order = SlotOrder::d2h(on);
@@ -294,7 +288,7 @@ impl CallbackIssue for ModelIssuer {
     }
     fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()> {
         let t = self.hand_out(slot, Reader::HostFn(on))?;
-        let id = self.schedule.gpu_op(MAIN, stream(on), OpKind::Host, &format!("argmin {t}"), vec![Access::read(&pinned(slot), 0, 1)]);
+        let id = self.schedule.gpu_op(MAIN, stream(on), OpKind::Host, &format!("argmin {t}"), vec![Access::read(&slot.scores(true), 0, 1)]);
         self.argmin_issued(id, slot, t, ArgminOn::HostFn(on));
         Ok(())
     }
@@ -303,7 +297,7 @@ impl CallbackIssue for ModelIssuer {
         let hand_off = self.schedule.gpu_op(MAIN, stream(on), OpKind::Host, &format!("hand-off {t}"), vec![]);
         self.note(hand_off, t);
         self.schedule.host_learns(WORKER, hand_off);
-        let id = self.schedule.host_op(WORKER, &format!("argmin {t}"), vec![Access::read(&pinned(slot), 0, 1)]);
+        let id = self.schedule.host_op(WORKER, &format!("argmin {t}"), vec![Access::read(&slot.scores(true), 0, 1)]);
         self.argmin_issued(id, slot, t, ArgminOn::Worker);
         Ok(())
     }
@@ -312,7 +306,7 @@ impl CallbackIssue for ModelIssuer {
         // The job arrives from the enqueue loop; the thread then waits on the event.
         self.schedule.host_joins(WAITER, MAIN);
         self.schedule.host_wait_event(WAITER, slot.0);
-        let id = self.schedule.host_op(WAITER, &format!("argmin {t}"), vec![Access::read(&pinned(slot), 0, 1)]);
+        let id = self.schedule.host_op(WAITER, &format!("argmin {t}"), vec![Access::read(&slot.scores(true), 0, 1)]);
         self.argmin_issued(id, slot, t, ArgminOn::WaitingThread);
         Ok(())
     }
