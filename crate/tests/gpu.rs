@@ -292,6 +292,116 @@ mod pipelines {
         }
     }
 
+    /// Two batches, one per stream, each through scratch memory its stream
+    /// allocates and frees; pinned output; a pinned-in-place input; a
+    /// blocking alloc and free. Written once, run on the GPU and the model.
+    fn memory_loop(
+        p: &mut dyn overlap_lab::pipeline::issue::Issue,
+        streams: [overlap_lab::pipeline::issue::StreamRef; 2],
+        host_in: overlap_lab::pipeline::issue::HostRef,
+        dev_out: overlap_lab::pipeline::issue::DevRef,
+        n: usize,
+    ) -> overlap_lab::Result<overlap_lab::pipeline::issue::HostRef> {
+        p.pin(host_in)?;
+        let out = p.alloc_pinned(2 * n, "host out")?;
+        for (batch, s) in streams.into_iter().enumerate() {
+            let x = p.alloc_async(s, n, &format!("scratch {batch}"))?;
+            p.h2d(s, x, 0, host_in, batch * n, n, &format!("up {batch}"))?;
+            p.compute(s, x, 0, dev_out, batch * n, n, &format!("kernel {batch}"))?;
+            p.free_async(s, x)?;
+            p.d2h(s, out, batch * n, dev_out, batch * n, n, &format!("down {batch}"))?;
+        }
+        let y = p.alloc(n, "blocking scratch")?;
+        p.sync_device()?;
+        p.free(y)?;
+        p.unpin(host_in)?;
+        Ok(out)
+    }
+
+    /// The memory calls of the vocabulary on real streams: the data comes
+    /// through, the executor records the same schedule the model does, each
+    /// call is timed on the host clock, a release that races is refused
+    /// before it is made, and what the loop leaks is released and named.
+    #[test]
+    fn memory_calls_run_verified_and_record_what_the_model_records() {
+        use overlap_lab::gpu::{GpuIssuer, PageableBuffer, TimelineSource};
+        use overlap_lab::pipeline::model::ModelPipeline;
+        let Some(gpu) = gpu_or_skip("memory_calls_run_verified_and_record_what_the_model_records") else {
+            return;
+        };
+        let kernel = ComputeKernel::load(&gpu).unwrap();
+        let n = 1 << 20;
+        let (s0, s1) = (gpu.stream().unwrap(), gpu.stream().unwrap());
+        let dout = gpu.alloc(8 * n).unwrap();
+        let mut host = PageableBuffer::new(8 * n).unwrap();
+        let seed = pattern::fresh_seed();
+        pattern::fill_f32(host.words_mut(), seed);
+        let mut got = vec![0u64; n];
+        let mut p = gpu.pipeline_timed(TimelineSource::Events, 16, true).unwrap();
+        let streams = [p.stream(&s0, "batch 0"), p.stream(&s1, "batch 1")];
+        let (h, o) = (p.host(&mut host, "host in"), p.device(&dout, "device out"));
+        let out = {
+            let mut g = GpuIssuer { pipeline: &mut p, kernel: &kernel, iterations: 10, dataset: None };
+            memory_loop(&mut g, streams, h, o, n).unwrap()
+        };
+        p.host_read("read host out", out, 0, 8 * n, |w| got.copy_from_slice(w)).unwrap();
+        let run = p.finish().unwrap();
+        assert!(run.races.is_empty(), "{:?}", run.races);
+        assert_eq!(run.unreleased, ["host out"], "the loop never freed its pinned output: the pipeline did, and says so");
+        let out_f32 = pattern::as_f32(&got);
+        for i in (0..2 * n).step_by(997).chain([2 * n - 1]) {
+            let want = overlap_lab::gpu::kernels::compute_reference(pattern::f32_at(seed, i), 10);
+            assert_eq!(out_f32[i].to_bits(), want.to_bits(), "element {i}: got {}, want {want}", out_f32[i]);
+        }
+        // The model, given the same loop, records the same operations and order.
+        let mut m = ModelPipeline::new();
+        let ms = [m.stream(), m.stream()];
+        let (mh, mo) = (m.host("host in", 2 * n, true), m.device("device out", 2 * n));
+        memory_loop(&mut m, ms, mh, mo, n).unwrap();
+        let gpu_ops = &run.schedule.ops[..m.schedule.ops.len()];
+        for (g, w) in gpu_ops.iter().zip(&m.schedule.ops) {
+            assert_eq!((&g.label, g.kind, g.lane, &g.deps), (&w.label, w.kind, w.lane, &w.deps), "the GPU's schedule and the model's differ");
+        }
+        let tl = run.timeline.unwrap();
+        for call in ["cuMemHostRegister", "cuMemHostAlloc", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAlloc ", "cuMemFree ", "cuMemHostUnregister"] {
+            let spans: Vec<_> = tl.spans.iter().filter(|s| s.label.starts_with(call)).collect();
+            assert!(!spans.is_empty(), "{call} is on the timeline");
+            for s in spans {
+                assert!(s.end_us >= s.start_us && s.start_us >= 0.0, "{s:?}");
+                eprintln!("{:<34} {:>9.1} µs on the CPU ({})", s.label, s.end_us - s.start_us, s.lane);
+            }
+        }
+
+        // A release on the other stream with nothing ordering it is refused
+        // before it is made; ordered by an event, it is made.
+        for ordered in [false, true] {
+            let mut p = gpu.pipeline_timed(TimelineSource::Off, 4, true).unwrap();
+            let (a, b) = (p.stream(&s0, "a"), p.stream(&s1, "b"));
+            let o = p.device(&dout, "device out");
+            let x = p.alloc_async(a, 4 * n, "scratch").unwrap();
+            p.compute(a, &kernel, x, 0, o, 0, n, 1000, "long kernel").unwrap();
+            if ordered {
+                let e = p.event().unwrap();
+                p.record(e, a).unwrap();
+                p.wait(b, e).unwrap();
+                p.free_async(b, x).unwrap();
+            } else {
+                let e = p.free_async(b, x).unwrap_err().to_string();
+                assert!(e.contains("refused to release memory the GPU may still use: 'cuMemFreeAsync scratch' releases bytes"), "{e}");
+            }
+            let run = p.finish().unwrap();
+            assert_eq!(run.unreleased.is_empty(), ordered, "{:?}", run.unreleased);
+            assert_eq!(run.races.iter().any(|r| r.what.contains("'long kernel' may still read")), !ordered, "{:?}", run.races);
+        }
+        // Absurd and impossible sizes are errors, not crashes.
+        let mut p = gpu.pipeline_timed(TimelineSource::Off, 4, true).unwrap();
+        let a = p.stream(&s0, "a");
+        assert!(p.alloc_async(a, 0, "nothing").unwrap_err().to_string().contains("allocating 0 bytes"));
+        let e = p.alloc_async(a, 1 << 47, "too much").unwrap_err();
+        assert!(matches!(e, overlap_lab::LabError::OutOfMemory { .. }), "{e}");
+        p.finish().unwrap();
+    }
+
     #[test]
     fn small_overlap_sweep_runs_end_to_end() {
         let Some(gpu) = gpu_or_skip("small_overlap_sweep_runs_end_to_end") else {

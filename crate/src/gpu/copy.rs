@@ -1,3 +1,8 @@
+//! The copy primitive every host<->device copy of the labs is made of
+//! ([`RawCopy`]: one cuMemcpyHtoDAsync or cuMemcpyDtoHAsync on a stream):
+//! lab 1 times batches of it here ([`CopyTimer`]); a
+//! [`Pipeline`](super::Pipeline) issues it as one operation of a pipeline.
+//!
 //! Timing host<->device copies the way nvbandwidth does: CUDA events on the
 //! streams for device time, the host clock around the API calls for how long
 //! the CPU was blocked, and (for page-locked memory) every stream held behind a
@@ -10,6 +15,35 @@ use super::{driver, DeviceBuffer, Event, Gpu, HostBuffer, Stream};
 use crate::error::{LabError, Result};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
+
+/// One copy between host memory and device memory, as the driver sees it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RawCopy {
+    /// Host to device (else device to host).
+    pub up: bool,
+    pub host: *mut c_void,
+    pub device: driver::CUdeviceptr,
+    pub bytes: usize,
+}
+
+impl RawCopy {
+    /// Enqueues the copy on `stream`.
+    ///
+    /// # Safety
+    /// Both ranges are inside live allocations that outlive the copy, and
+    /// nothing else touches them until it completes on `stream` (the
+    /// callers: `CopyTimer::run` waits for it; a `Pipeline` holds its
+    /// buffers until it synchronizes and checks the order of their uses).
+    pub(super) unsafe fn enqueue(&self, stream: &Stream) -> Result<()> {
+        if self.up {
+            // SAFETY: as the caller guarantees.
+            unsafe { driver::memcpy_htod_async(self.device, self.host as *const c_void, self.bytes, stream.raw()) }
+        } else {
+            // SAFETY: as the caller guarantees.
+            unsafe { driver::memcpy_dtoh_async(self.host, self.device, self.bytes, stream.raw()) }
+        }
+    }
+}
 
 /// One copy of the first `bytes` of a buffer.
 pub enum CopyOp<'a> {
@@ -30,16 +64,16 @@ impl CopyOp<'_> {
     }
 
     pub(super) fn enqueue(&mut self, stream: &Stream) -> Result<()> {
-        match self {
-            // SAFETY: validated sizes; CopyTimer::run waits for the stream before
-            // the borrows of src/dst end.
-            CopyOp::HostToDevice { src, dst, bytes } => unsafe {
-                driver::memcpy_htod_async(dst.ptr(), src.words().as_ptr() as *const c_void, *bytes, stream.raw())
-            },
-            CopyOp::DeviceToHost { src, dst, bytes } => unsafe {
-                driver::memcpy_dtoh_async(dst.words_mut().as_mut_ptr() as *mut c_void, src.ptr(), *bytes, stream.raw())
-            },
-        }
+        let raw = match self {
+            CopyOp::HostToDevice { src, dst, bytes } => RawCopy { up: true, host: src.words().as_ptr() as *mut c_void, device: dst.ptr(), bytes: *bytes },
+            CopyOp::DeviceToHost { src, dst, bytes } => {
+                RawCopy { up: false, host: dst.words_mut().as_mut_ptr() as *mut c_void, device: src.ptr(), bytes: *bytes }
+            }
+        };
+        // SAFETY: sizes validated; whoever enqueues (CopyTimer::run, or the
+        // stream's upload/download) waits for the stream before the borrows
+        // of src and dst end.
+        unsafe { raw.enqueue(stream) }
     }
 }
 

@@ -257,6 +257,28 @@ pub unsafe fn device_free(p: CUdeviceptr) -> Result<()> {
     unsafe { result::free_sync(p) }.map_err(|e| driver_error("cuMemFree", e))
 }
 
+/// cuMemAllocAsync: `bytes` from the device's default pool, usable in
+/// stream order on `s`.
+///
+/// # Safety
+/// `s` is a live stream of the current context.
+pub unsafe fn mem_alloc_async(bytes: usize, s: CUstream) -> Result<CUdeviceptr> {
+    refuse_in_host_function("cuMemAllocAsync")?;
+    // SAFETY: the caller guarantees the stream.
+    unsafe { result::malloc_async(s, bytes) }.map_err(|e| alloc_error("cuMemAllocAsync", "device", bytes, e))
+}
+
+/// cuMemFreeAsync: `p` goes back to its pool when `s` reaches this point.
+///
+/// # Safety
+/// `p` came from [`mem_alloc_async`] and is freed once; work on other
+/// streams that uses it is ordered before this point of `s`.
+pub unsafe fn mem_free_async(p: CUdeviceptr, s: CUstream) -> Result<()> {
+    refuse_in_host_function("cuMemFreeAsync")?;
+    // SAFETY: the caller guarantees the pointer and the ordering.
+    unsafe { result::free_async(p, s) }.map_err(|e| driver_error("cuMemFreeAsync", e))
+}
+
 /// # Safety
 /// `s` is a live stream and `p .. p + 4·words` lies inside one device allocation that outlives the queued write.
 pub unsafe fn memset_d32_async(p: CUdeviceptr, value: u32, words: usize, s: CUstream) -> Result<()> {

@@ -1,6 +1,6 @@
 //! Kernels compiled at run time (NVRTC) and loaded as modules.
 
-use super::{driver, DeviceBuffer, Gpu, Stream};
+use super::{driver, DeviceBuffer, DeviceSpan, Gpu, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::{self, KernelSource};
 use std::ffi::c_void;
@@ -61,25 +61,15 @@ impl ComputeKernel {
     /// Enqueues `out[out_at..out_at+n] = f(in[in_at..in_at+n])` (indices in
     /// f32 elements). The caller keeps both buffers alive until the stream
     /// has run it (a `Pipeline` holds its buffers' borrows until it synchronizes).
-    pub(crate) fn enqueue(
-        &self,
-        stream: &Stream,
-        input: &DeviceBuffer,
-        in_at: usize,
-        output: &DeviceBuffer,
-        out_at: usize,
-        n: usize,
-        iterations: i32,
-    ) -> Result<()> {
-        if n == 0 || (in_at + n) * 4 > input.bytes() || (out_at + n) * 4 > output.bytes() || iterations < 0 {
+    pub(crate) fn enqueue(&self, stream: &Stream, input: DeviceSpan, in_at: usize, output: DeviceSpan, out_at: usize, n: usize, iterations: i32) -> Result<()> {
+        if n == 0 || (in_at + n) * 4 > input.bytes || (out_at + n) * 4 > output.bytes || iterations < 0 {
             return Err(LabError::config(format!(
                 "compute of {n} elements at {in_at}->{out_at} does not fit buffers of {} and {} bytes (iterations {iterations})",
-                input.bytes(),
-                output.bytes()
+                input.bytes, output.bytes
             )));
         }
-        let mut src = input.ptr() + (in_at * 4) as u64;
-        let mut dst = output.ptr() + (out_at * 4) as u64;
+        let mut src = input.ptr + (in_at * 4) as u64;
+        let mut dst = output.ptr + (out_at * 4) as u64;
         let mut count = n as u64;
         let mut iters = iterations;
         let mut params = [

@@ -1,9 +1,10 @@
 //! The GPU: the only part of the crate with raw CUDA. Raw driver calls live
 //! in [`driver`] only, each call on a raw handle an `unsafe fn`; the safe
 //! types here own the handles: a device handle, streams, timing events,
-//! device buffers, the four kinds of host memory, a bracketed copy timer
-//! (lab 1's primitive), and [`Pipeline`], which executes the pipeline
-//! vocabulary (`crate::pipeline`) on real streams. Also the NVRTC kernels
+//! device buffers, the four kinds of host memory, the copy primitive every
+//! copy is made of and lab 1's timer for it ([`copy`]), and [`Pipeline`],
+//! which executes the pipeline vocabulary (`crate::pipeline`) on real
+//! streams, copies included, as operations of one schedule. Also the NVRTC kernels
 //! ([`kernels`]) and NVTX ranges ([`trace`]).
 //!
 //! May use: `error`, `pipeline` (the vocabulary it executes), `measure`
@@ -252,7 +253,9 @@ impl Stream {
         if bytes == 0 || bytes > src.bytes() || bytes > dst.words().len() * 8 {
             return Err(LabError::config(format!("a D2H of {bytes} bytes does not fit {} -> {} bytes", src.bytes(), dst.words().len() * 8)));
         }
-        driver::memcpy_dtoh_async(dst.words().as_ptr() as *mut std::ffi::c_void, src.ptr, bytes, self.raw)
+        let copy = copy::RawCopy { up: false, host: dst.words().as_ptr() as *mut std::ffi::c_void, device: src.ptr, bytes };
+        // SAFETY: sizes checked; the caller orders the reads and keeps `dst` alive.
+        unsafe { copy.enqueue(self) }
     }
     /// Later work on this stream waits for `e` (cuStreamWaitEvent).
     pub fn wait_event(&self, e: &Event) -> Result<()> {
@@ -333,6 +336,17 @@ impl DeviceBuffer {
     pub(crate) fn ptr(&self) -> driver::CUdeviceptr {
         self.ptr
     }
+    pub(crate) fn span(&self) -> DeviceSpan {
+        DeviceSpan { ptr: self.ptr, bytes: self.bytes }
+    }
+}
+
+/// Where a device allocation is and how big, whoever owns it (a
+/// [`DeviceBuffer`], or an allocation a pipeline made and will free).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DeviceSpan {
+    pub ptr: driver::CUdeviceptr,
+    pub bytes: usize,
 }
 
 impl Drop for DeviceBuffer {

@@ -14,12 +14,14 @@
 //! pipeline, the order of GPU and CPU accesses is the learner's business: the
 //! schedule reports any access not ordered after a conflicting one.
 
+use super::copy::RawCopy;
 use super::gate::Gate;
-use super::{driver, ComputeKernel, DeviceBuffer, Event, Gpu, HostBuffer, HostTask, Stream};
+use super::{driver, ComputeKernel, DeviceBuffer, DeviceSpan, Event, Gpu, HostBuffer, HostTask, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
 use crate::pipeline::issue::{DevRef, EventRef, HostRef, Issue, StreamRef};
-use crate::pipeline::schedule::{Access, OpId, OpKind, Race, Schedule};
+use crate::pipeline::model::{check_alloc, check_live, check_release};
+use crate::pipeline::schedule::{Access, Memory, OpId, OpKind, Race, Schedule};
 use crate::pipeline::timeline::Timeline;
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -33,6 +35,19 @@ struct HostEntry {
     /// A copy from pageable memory blocks inside its call until its DMA
     /// ran, so the gate must open before one is issued.
     page_locked: bool,
+    /// Memory the loop allocated or pinned (it must release it the same
+    /// way; the pipeline does at its end if the loop did not).
+    memory: Option<Memory>,
+    /// The call that released it: nothing may use it after that.
+    released: Option<&'static str>,
+}
+
+/// A device buffer of the pipeline: the lab's (borrowed) or the loop's own.
+struct DeviceEntry {
+    span: DeviceSpan,
+    name: String,
+    memory: Option<Memory>,
+    released: Option<&'static str>,
 }
 
 /// Operations issued behind a closed gate before it opens anyway, so the
@@ -67,6 +82,9 @@ pub struct PipelineRun {
     pub timeline: Option<Timeline>,
     /// Base event to the last stream's end, ms (events; always measured).
     pub total_ms: f64,
+    /// What the loop allocated and never released (the pipeline released
+    /// it after the run).
+    pub unreleased: Vec<String>,
     /// Names given to the pipeline's streams, by stream index.
     pub stream_names: Vec<String>,
 }
@@ -89,7 +107,7 @@ pub struct Pipeline<'a> {
     /// One per stream, made when the stream is registered: recorded last in
     /// `finish`, so creating them never lands after the timed work.
     stream_ends: Vec<Event>,
-    devices: Vec<(&'a DeviceBuffer, String)>,
+    devices: Vec<DeviceEntry>,
     hosts: Vec<HostEntry>,
     /// Shared, so a thread of the lab can wait on one ([`Pipeline::shared_event`]).
     user_events: Vec<Arc<Event>>,
@@ -323,7 +341,7 @@ impl<'a> Pipeline<'a> {
         StreamRef(self.streams.len() - 1)
     }
     pub fn device(&mut self, d: &'a DeviceBuffer, name: &str) -> DevRef {
-        self.devices.push((d, name.to_string()));
+        self.devices.push(DeviceEntry { span: d.span(), name: name.to_string(), memory: None, released: None });
         DevRef(self.devices.len() - 1)
     }
     /// Borrows a host buffer exclusively for the pipeline's life.
@@ -331,7 +349,7 @@ impl<'a> Pipeline<'a> {
         let words = h.words().len();
         let page_locked = h.kind().is_page_locked();
         let ptr = h.words_mut().as_mut_ptr();
-        self.hosts.push(HostEntry { ptr, words, name: name.to_string(), page_locked });
+        self.hosts.push(HostEntry { ptr, words, name: name.to_string(), page_locked, memory: None, released: None });
         HostRef(self.hosts.len() - 1)
     }
     /// An event for dependencies (record / wait / host_wait). It takes no
@@ -342,7 +360,8 @@ impl<'a> Pipeline<'a> {
     }
 
     fn host_range(&self, h: HostRef, at: usize, bytes: usize) -> Result<(*mut u64, Access)> {
-        let e = &self.hosts[h.0];
+        let e = self.hosts.get(h.0).ok_or_else(|| LabError::config(format!("host buffer {} was never made", h.0)))?;
+        check_live(&e.name, e.released)?;
         if at % 8 != 0 || bytes % 8 != 0 || bytes == 0 || at.checked_add(bytes).is_none_or(|end| end > e.words * 8) {
             return Err(LabError::config(format!("{} bytes at {at} do not fit host buffer {} ({} bytes, 8-byte aligned)", bytes, e.name, e.words * 8)));
         }
@@ -360,11 +379,13 @@ impl<'a> Pipeline<'a> {
         Ok(r)
     }
     fn dev_range(&self, d: DevRef, at: usize, bytes: usize) -> Result<(u64, Access)> {
-        let (buf, name) = &self.devices[d.0];
-        if bytes == 0 || at.checked_add(bytes).is_none_or(|end| end > buf.bytes()) {
-            return Err(LabError::config(format!("{bytes} bytes at {at} do not fit device buffer {name} ({} bytes)", buf.bytes())));
+        let e = self.devices.get(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made", d.0)))?;
+        check_live(&e.name, e.released)?;
+        let (buf, name) = (e.span, &e.name);
+        if bytes == 0 || at.checked_add(bytes).is_none_or(|end| end > buf.bytes) {
+            return Err(LabError::config(format!("{bytes} bytes at {at} do not fit device buffer {name} ({} bytes)", buf.bytes)));
         }
-        Ok((buf.ptr() + at as u64, Access { buffer: name.clone(), start: at as u64, end: (at + bytes) as u64, write: false }))
+        Ok((buf.ptr + at as u64, Access { buffer: name.clone(), start: at as u64, end: (at + bytes) as u64, write: false }))
     }
 
     /// Runs `issue` bracketed by timeline events on `s`.
@@ -410,8 +431,9 @@ impl<'a> Pipeline<'a> {
         let (dp, mut da) = self.dev_range(dst, dst_at, bytes)?;
         ha.write = false;
         da.write = true;
+        let copy = RawCopy { up: true, host: hp as *mut c_void, device: dp, bytes };
         // SAFETY: ranges checked; the pipeline holds both borrows until it synchronizes.
-        self.gpu_op(s, OpKind::H2d, label, vec![ha, da], |st| unsafe { driver::memcpy_htod_async(dp, hp as *const c_void, bytes, st.raw()) }).map(|_| ())
+        self.gpu_op(s, OpKind::H2d, label, vec![ha, da], |st| unsafe { copy.enqueue(st) }).map(|_| ())
     }
 
     /// Copies `bytes` from device `src` at `src_at` to host buffer `dst` at byte `dst_at`.
@@ -420,8 +442,9 @@ impl<'a> Pipeline<'a> {
         let (dp, mut da) = self.dev_range(src, src_at, bytes)?;
         ha.write = true;
         da.write = false;
+        let copy = RawCopy { up: false, host: hp as *mut c_void, device: dp, bytes };
         // SAFETY: as for h2d.
-        self.gpu_op(s, OpKind::D2h, label, vec![da, ha], |st| unsafe { driver::memcpy_dtoh_async(hp as *mut c_void, dp, bytes, st.raw()) }).map(|_| ())
+        self.gpu_op(s, OpKind::D2h, label, vec![da, ha], |st| unsafe { copy.enqueue(st) }).map(|_| ())
     }
 
     /// `output[out_at..+n] = compute(input[in_at..+n])`, indices in f32 elements.
@@ -442,7 +465,7 @@ impl<'a> Pipeline<'a> {
         let (_, mut oa) = self.dev_range(output, out_at * 4, n * 4)?;
         ia.write = false;
         oa.write = true;
-        let (ib, ob) = (self.devices[input.0].0, self.devices[output.0].0);
+        let (ib, ob) = (self.devices[input.0].span, self.devices[output.0].span);
         self.gpu_op(s, OpKind::Kernel, label, vec![ia, oa], |st| k.enqueue(st, ib, in_at, ob, out_at, n, iterations)).map(|_| ())
     }
 
@@ -564,7 +587,8 @@ impl<'a> Pipeline<'a> {
     fn activity_times(&self) -> Result<Vec<(f64, f64)>> {
         let mut recs: Vec<_> = driver::activity::finish()?.into_iter().filter(|r| self.cupti_streams.contains(&r.stream_id)).collect();
         recs.sort_by_key(|r| r.correlation);
-        let kinds: Vec<OpKind> = self.schedule.ops.iter().filter(|o| o.kind != OpKind::Host).map(|o| o.kind).collect();
+        // Only copies and kernels leave activity records (memory calls are timed on the host).
+        let kinds: Vec<OpKind> = self.schedule.ops.iter().filter(|o| OpKind::STAGES.contains(&o.kind)).map(|o| o.kind).collect();
         if recs.len() != kinds.len() {
             return Err(LabError::Driver { call: "CUPTI", message: format!("{} activity records for {} operations", recs.len(), kinds.len()) });
         }
@@ -603,6 +627,187 @@ impl<'a> Pipeline<'a> {
         self.host_op(label, h, at, bytes, false, |w| f(w))
     }
 
+    /// cuCtxSynchronize: the CPU waits for every stream.
+    pub fn sync_device(&mut self) -> Result<()> {
+        let _r = trace::range("host waits for the device");
+        self.open_gate()?;
+        driver::context_synchronize()?;
+        self.forget_reusable_ends();
+        self.schedule.host_wait_all(0);
+        Ok(())
+    }
+
+    // ---- memory as operations -------------------------------------------
+
+    /// Makes the driver call `call` as operation `kind` on `s` (stream-
+    /// ordered) or on the CPU (blocking), timed on the host clock: what the
+    /// call costs the CPU, including anything it waits for. The GPU must be
+    /// running (the CPU takes part). A release that races with earlier use
+    /// of its buffer is refused before the call: freeing memory the GPU may
+    /// still touch is never made.
+    fn memory_call<R>(&mut self, s: Option<StreamRef>, kind: OpKind, label: &str, accesses: Vec<Access>, call: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.open_gate()?;
+        let id = match s {
+            Some(s) => {
+                // The stream's next op does not start where this one was issued.
+                self.reusable_end[s.0] = None;
+                self.schedule.gpu_op(0, s.0, kind, label, accesses)
+            }
+            None => {
+                self.forget_reusable_ends();
+                self.schedule.host_call(0, kind, label, accesses)
+            }
+        };
+        if let (OpKind::Free(_), Some(r)) = (kind, self.schedule.races().iter().find(|r| r.later == id)) {
+            self.marks.push(Mark::None);
+            return Err(LabError::schedule(format!("refused to release memory the GPU may still use: {}", r.what)));
+        }
+        let _r = trace::range(label);
+        let t0 = self.host_base.elapsed().as_secs_f64() * 1e6;
+        let r = call();
+        let t1 = self.host_base.elapsed().as_secs_f64() * 1e6;
+        self.marks.push(if r.is_ok() { Mark::Host(t0, t1) } else { Mark::None });
+        r
+    }
+    fn stream_ref(&self, s: StreamRef) -> Result<&'a Stream> {
+        self.streams.get(s.0).map(|(st, _)| *st).ok_or_else(|| LabError::config(format!("stream {} was never added to the pipeline", s.0)))
+    }
+    fn device_entry(&mut self, d: DevRef) -> Result<&mut DeviceEntry> {
+        self.devices.get_mut(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made", d.0)))
+    }
+    fn host_entry(&mut self, h: HostRef) -> Result<&mut HostEntry> {
+        self.hosts.get_mut(h.0).ok_or_else(|| LabError::config(format!("host buffer {} was never made", h.0)))
+    }
+
+    /// cuMemAllocAsync on `s`: `bytes` from the device's pool.
+    pub fn alloc_async(&mut self, s: StreamRef, bytes: usize, name: &str) -> Result<DevRef> {
+        check_alloc(name, bytes, "bytes")?;
+        let raw = self.stream_ref(s)?.raw();
+        let whole = Access::write(name, 0, bytes as u64);
+        // SAFETY: the stream is borrowed for the pipeline's life.
+        let ptr = self.memory_call(Some(s), OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![whole], || unsafe {
+            driver::mem_alloc_async(bytes, raw)
+        })?;
+        self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, name: name.into(), memory: Some(Memory::Pool), released: None });
+        Ok(DevRef(self.devices.len() - 1))
+    }
+    /// cuMemFreeAsync on `s`.
+    pub fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
+        let raw = self.stream_ref(s)?.raw();
+        let e = self.device_entry(d)?;
+        check_live(&e.name, e.released)?;
+        check_release(&e.name, e.memory, Memory::Pool)?;
+        let (ptr, whole, label) = (e.span.ptr, Access::write(&e.name, 0, e.span.bytes as u64), Memory::Pool.label(false, &e.name));
+        // SAFETY: from alloc_async, released once (checked); every use is
+        // ordered before this point of `s` (memory_call refuses a race).
+        self.memory_call(Some(s), OpKind::Free(Memory::Pool), &label, vec![whole], || unsafe { driver::mem_free_async(ptr, raw) })?;
+        self.devices[d.0].released = Some(Memory::Pool.call(false));
+        Ok(())
+    }
+    /// cuMemAlloc (blocking).
+    pub fn alloc(&mut self, bytes: usize, name: &str) -> Result<DevRef> {
+        check_alloc(name, bytes, "bytes")?;
+        let whole = Access::write(name, 0, bytes as u64);
+        let ptr = self.memory_call(None, OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![whole], || driver::device_alloc(bytes))?;
+        self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, name: name.into(), memory: Some(Memory::Device), released: None });
+        Ok(DevRef(self.devices.len() - 1))
+    }
+    /// cuMemFree (blocking).
+    pub fn free(&mut self, d: DevRef) -> Result<()> {
+        let e = self.device_entry(d)?;
+        check_live(&e.name, e.released)?;
+        check_release(&e.name, e.memory, Memory::Device)?;
+        let (ptr, whole, label) = (e.span.ptr, Access::write(&e.name, 0, e.span.bytes as u64), Memory::Device.label(false, &e.name));
+        // SAFETY: from alloc, released once (checked); every use is ordered before it.
+        self.memory_call(None, OpKind::Free(Memory::Device), &label, vec![whole], || unsafe { driver::device_free(ptr) })?;
+        self.devices[d.0].released = Some(Memory::Device.call(false));
+        Ok(())
+    }
+    /// cuMemHostAlloc (blocking): page-locked, cached host memory.
+    pub fn alloc_pinned(&mut self, bytes: usize, name: &str) -> Result<HostRef> {
+        check_alloc(name, bytes, "bytes")?;
+        if bytes % 8 != 0 {
+            return Err(LabError::config(format!("{name}: {bytes} bytes of host memory: give a multiple of 8 (an even number of f32 elements)")));
+        }
+        let whole = Access::write(name, 0, bytes as u64);
+        let label = Memory::Pinned.label(true, name);
+        let ptr = self.memory_call(None, OpKind::Alloc(Memory::Pinned), &label, vec![whole], || driver::host_alloc(bytes, driver::HOST_ALLOC_PINNED))?;
+        self.hosts.push(HostEntry {
+            ptr: ptr as *mut u64,
+            words: bytes / 8,
+            name: name.into(),
+            page_locked: true,
+            memory: Some(Memory::Pinned),
+            released: None,
+        });
+        Ok(HostRef(self.hosts.len() - 1))
+    }
+    /// cuMemFreeHost (blocking).
+    pub fn free_pinned(&mut self, h: HostRef) -> Result<()> {
+        let e = self.host_entry(h)?;
+        check_live(&e.name, e.released)?;
+        check_release(&e.name, e.memory, Memory::Pinned)?;
+        let (ptr, whole, label) = (e.ptr, Access::write(&e.name, 0, e.words as u64 * 8), Memory::Pinned.label(false, &e.name));
+        // SAFETY: from alloc_pinned, released once (checked); every copy of it is ordered before this.
+        self.memory_call(None, OpKind::Free(Memory::Pinned), &label, vec![whole], || unsafe { driver::host_free(ptr as *mut c_void) })?;
+        self.hosts[h.0].released = Some(Memory::Pinned.call(false));
+        Ok(())
+    }
+    /// cuMemHostRegister (blocking): pins the lab's ordinary buffer `h` in place.
+    pub fn pin(&mut self, h: HostRef) -> Result<()> {
+        let e = self.host_entry(h)?;
+        check_live(&e.name, e.released)?;
+        if e.page_locked {
+            return Err(LabError::config(format!("{} is already page-locked: pin ordinary memory only", e.name)));
+        }
+        let (ptr, bytes, label) = (e.ptr, e.words * 8, Memory::Registered.label(true, &e.name));
+        // SAFETY: the pipeline holds the buffer's exclusive borrow for its
+        // life and unregisters it before that ends (unpin, or finish).
+        self.memory_call(None, OpKind::Alloc(Memory::Registered), &label, vec![], || unsafe { driver::host_register(ptr as *mut c_void, bytes) })?;
+        let e = &mut self.hosts[h.0];
+        (e.page_locked, e.memory) = (true, Some(Memory::Registered));
+        Ok(())
+    }
+    /// cuMemHostUnregister (blocking): `h` is ordinary memory again.
+    pub fn unpin(&mut self, h: HostRef) -> Result<()> {
+        let e = self.host_entry(h)?;
+        check_live(&e.name, e.released)?;
+        check_release(&e.name, e.memory, Memory::Registered)?;
+        let (ptr, whole, label) = (e.ptr, Access::write(&e.name, 0, e.words as u64 * 8), Memory::Registered.label(false, &e.name));
+        // SAFETY: registered by `pin`; every copy of it is ordered before this (refused otherwise).
+        self.memory_call(None, OpKind::Free(Memory::Registered), &label, vec![whole], || unsafe { driver::host_unregister(ptr as *mut c_void) })?;
+        let e = &mut self.hosts[h.0];
+        (e.page_locked, e.memory) = (false, None);
+        Ok(())
+    }
+
+    /// Releases what the loop allocated and did not release (the device is
+    /// idle: called after a context synchronize). Returns their names.
+    fn release_leftovers(&mut self) -> Vec<String> {
+        let mut names = Vec::new();
+        for e in self.devices.iter_mut().filter(|e| e.released.is_none()) {
+            let Some(m) = e.memory else { continue };
+            // SAFETY: the loop's own allocation, released once; the device is idle.
+            let _ = match m {
+                Memory::Pool => unsafe { driver::mem_free_async(e.span.ptr, self.base_stream.raw()) }.and_then(|_| self.base_stream.synchronize()),
+                _ => unsafe { driver::device_free(e.span.ptr) },
+            };
+            e.released = Some(m.call(false));
+            names.push(e.name.clone());
+        }
+        for e in self.hosts.iter_mut().filter(|e| e.released.is_none()) {
+            // SAFETY: the loop's own allocation or registration, released once; the device is idle.
+            let _ = match e.memory {
+                Some(Memory::Pinned) => unsafe { driver::host_free(e.ptr as *mut c_void) },
+                Some(Memory::Registered) => unsafe { driver::host_unregister(e.ptr as *mut c_void) },
+                _ => continue,
+            };
+            e.released = e.memory.map(|m| m.call(false));
+            names.push(e.name.clone());
+        }
+        names
+    }
+
     /// Waits for all work, then resolves the timeline and the races.
     pub fn finish(mut self) -> Result<PipelineRun> {
         self.finished = true;
@@ -614,6 +819,7 @@ impl<'a> Pipeline<'a> {
             e.record(s)?;
         }
         driver::context_synchronize()?;
+        let unreleased = self.release_leftovers();
         let mut total_ms = 0.0f64;
         for e in &self.stream_ends {
             total_ms = total_ms.max(self.base.elapsed_ms(e)?);
@@ -638,7 +844,7 @@ impl<'a> Pipeline<'a> {
         } else {
             None
         };
-        Ok(PipelineRun { races: self.schedule.races().to_vec(), schedule: std::mem::take(&mut self.schedule), timeline, total_ms, stream_names })
+        Ok(PipelineRun { races: self.schedule.races().to_vec(), schedule: std::mem::take(&mut self.schedule), timeline, total_ms, stream_names, unreleased })
     }
 }
 
@@ -649,6 +855,7 @@ impl Drop for Pipeline<'_> {
             let _ = self.gpu.bind();
             let _ = self.open_gate();
             let _ = driver::context_synchronize();
+            self.release_leftovers();
             if self.source == TimelineSource::Cupti {
                 let _ = driver::activity::finish();
             }
@@ -713,6 +920,33 @@ impl Issue for GpuIssuer<'_, '_> {
         let first = batch * d.batch_elements / 2;
         let src = d.words.get(first..first + n / 2).ok_or_else(|| LabError::config(format!("batch {batch} is past the dataset")))?;
         self.pipeline.host_write(label, h, at * 4, n * 4, |w| crate::measure::pattern::copy_streaming(w, src))
+    }
+    fn sync_device(&mut self) -> Result<()> {
+        self.pipeline.sync_device()
+    }
+    fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
+        self.pipeline.alloc_async(s, bytes(n)?, name)
+    }
+    fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
+        self.pipeline.free_async(s, d)
+    }
+    fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef> {
+        self.pipeline.alloc(bytes(n)?, name)
+    }
+    fn free(&mut self, d: DevRef) -> Result<()> {
+        self.pipeline.free(d)
+    }
+    fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef> {
+        self.pipeline.alloc_pinned(bytes(n)?, name)
+    }
+    fn free_pinned(&mut self, h: HostRef) -> Result<()> {
+        self.pipeline.free_pinned(h)
+    }
+    fn pin(&mut self, h: HostRef) -> Result<()> {
+        self.pipeline.pin(h)
+    }
+    fn unpin(&mut self, h: HostRef) -> Result<()> {
+        self.pipeline.unpin(h)
     }
 }
 

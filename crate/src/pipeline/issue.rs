@@ -40,6 +40,33 @@ pub trait Issue {
     /// CPU work: the producer writes batch `batch` (`n` elements) into host
     /// buffer `h` at element `at`.
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()>;
+    /// The CPU waits until every stream has done everything issued so far
+    /// (cuCtxSynchronize).
+    fn sync_device(&mut self) -> Result<()>;
+
+    // ---- memory as operations: what allocating costs and blocks ----------
+
+    /// cuMemAllocAsync: `n` elements from the device's stream-ordered pool,
+    /// usable by work issued to `s` after this (other streams must be
+    /// ordered after it, by an event).
+    fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef>;
+    /// cuMemFreeAsync: `d` goes back to the pool when `s` reaches this
+    /// point; work on other streams that uses `d` must be ordered before it.
+    fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()>;
+    /// cuMemAlloc: `n` elements of device memory (a blocking call).
+    fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef>;
+    /// cuMemFree (a blocking call): every use of `d` must be ordered before it.
+    fn free(&mut self, d: DevRef) -> Result<()>;
+    /// cuMemHostAlloc: `n` elements of page-locked host memory (a blocking call).
+    fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef>;
+    /// cuMemFreeHost (a blocking call): every copy of `h` must be ordered before it.
+    fn free_pinned(&mut self, h: HostRef) -> Result<()>;
+    /// cuMemHostRegister: pins ordinary host buffer `h` in place, so later
+    /// copies of it run from the copy engine without staging.
+    fn pin(&mut self, h: HostRef) -> Result<()>;
+    /// cuMemHostUnregister: `h` is ordinary memory again; every copy of it
+    /// must be ordered before this.
+    fn unpin(&mut self, h: HostRef) -> Result<()>;
 }
 
 /// Runs a loop synchronously: after every copy and kernel the CPU waits
@@ -76,5 +103,32 @@ impl Issue for SyncEach<'_> {
     }
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
         self.0.produce(h, at, n, batch, label)
+    }
+    fn sync_device(&mut self) -> Result<()> {
+        self.0.sync_device()
+    }
+    fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
+        self.0.alloc_async(s, n, name)
+    }
+    fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
+        self.0.free_async(s, d)
+    }
+    fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef> {
+        self.0.alloc(n, name)
+    }
+    fn free(&mut self, d: DevRef) -> Result<()> {
+        self.0.free(d)
+    }
+    fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef> {
+        self.0.alloc_pinned(n, name)
+    }
+    fn free_pinned(&mut self, h: HostRef) -> Result<()> {
+        self.0.free_pinned(h)
+    }
+    fn pin(&mut self, h: HostRef) -> Result<()> {
+        self.0.pin(h)
+    }
+    fn unpin(&mut self, h: HostRef) -> Result<()> {
+        self.0.unpin(h)
     }
 }

@@ -1,7 +1,8 @@
 //! The pipeline vocabulary: one way for every lab to describe GPU work.
 //!
 //! A learner's loop calls the operations of [`issue::Issue`] (copies,
-//! kernels, events, waits, CPU work). The same loop runs on the GPU
+//! kernels, events, waits, CPU work, and allocating, freeing and pinning
+//! memory as operations). The same loop runs on the GPU
 //! (`gpu::Pipeline`, the executor) or on [`model::ModelPipeline`] (no GPU),
 //! and both record a [`schedule::Schedule`]: what happens before what, the
 //! races it allows, and the queue model's prediction ([`schedule::predict`]).

@@ -3,7 +3,7 @@
 //! element is wrong and why, and the queue model can time the schedule.
 
 use super::issue::{DevRef, EventRef, HostRef, Issue, StreamRef};
-use super::schedule::{Access, OpKind, Schedule, StreamKind};
+use super::schedule::{Access, Memory, OpKind, Schedule, StreamKind};
 use crate::error::{LabError, Result};
 
 /// Where an element's value came from.
@@ -19,10 +19,53 @@ pub enum Provenance {
     Garbage,
 }
 
-/// Buffers of a model pipeline: (name, is host, elements).
+/// A buffer of a model pipeline.
 struct ModelBuffer {
     name: String,
     cells: Vec<Provenance>,
+    /// Allocated by the loop (which must release it the same way), or
+    /// given by the lab (None).
+    memory: Option<Memory>,
+    /// The call that released it: nothing may use it after that.
+    released: Option<&'static str>,
+}
+
+impl ModelBuffer {
+    fn new(name: &str, cells: Vec<Provenance>, memory: Option<Memory>) -> ModelBuffer {
+        ModelBuffer { name: name.into(), cells, memory, released: None }
+    }
+    /// The whole buffer as one access (what an allocation or release touches).
+    fn whole(&self) -> Access {
+        Access::write(&self.name, 0, self.cells.len() as u64 * 4)
+    }
+}
+
+/// Refuses a use of a released buffer, and a release by the wrong call.
+pub(crate) fn check_live(name: &str, released: Option<&'static str>) -> Result<()> {
+    match released {
+        Some(call) => {
+            Err(LabError::schedule(format!("{name} is used after {call} released it: use a buffer before you free it, and allocate it again for later work")))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Checks that `memory` (what the buffer is) may be released by `wanted`'s call.
+pub(crate) fn check_release(name: &str, memory: Option<Memory>, wanted: Memory) -> Result<()> {
+    match memory {
+        Some(m) if m == wanted => Ok(()),
+        Some(m) => Err(LabError::config(format!("{name} came from {}: release it with {}, not {}", m.call(true), m.call(false), wanted.call(false)))),
+        None => Err(LabError::config(format!("{name} belongs to the lab, not to the loop: the loop may only release what it allocated"))),
+    }
+}
+
+/// An allocation's size in `unit`s, refusing nothing and absurd sizes
+/// (memory that does not fit returns the driver's out-of-memory error).
+pub(crate) fn check_alloc(name: &str, n: usize, unit: &str) -> Result<()> {
+    if n == 0 || n > (1usize << 48) {
+        return Err(LabError::config(format!("{name}: allocating {n} {unit} (give at least 1 and less than 2^48)")));
+    }
+    Ok(())
 }
 
 /// Records a schedule with no GPU and tracks every element's provenance.
@@ -53,11 +96,11 @@ impl ModelPipeline {
     /// A host buffer of `n` elements holding inputs 0..n (`input`) or nothing.
     pub fn host(&mut self, name: &str, n: usize, input: bool) -> HostRef {
         let cells = (0..n).map(|i| if input { Provenance::Input(i as u32) } else { Provenance::Unset }).collect();
-        self.hosts.push(ModelBuffer { name: name.into(), cells });
+        self.hosts.push(ModelBuffer::new(name, cells, None));
         HostRef(self.hosts.len() - 1)
     }
     pub fn device(&mut self, name: &str, n: usize) -> DevRef {
-        self.devices.push(ModelBuffer { name: name.into(), cells: vec![Provenance::Unset; n] });
+        self.devices.push(ModelBuffer::new(name, vec![Provenance::Unset; n], None));
         DevRef(self.devices.len() - 1)
     }
     pub fn host_cells(&self, h: HostRef) -> &[Provenance] {
@@ -65,6 +108,11 @@ impl ModelPipeline {
     }
     pub fn device_cells(&self, d: DevRef) -> &[Provenance] {
         &self.devices[d.0].cells
+    }
+    /// What the loop allocated and never released.
+    pub fn unreleased(&self) -> Vec<String> {
+        let held = |b: &&ModelBuffer| b.memory.is_some() && b.released.is_none();
+        self.devices.iter().chain(&self.hosts).filter(held).map(|b| b.name.clone()).collect()
     }
 
     fn check_stream(&self, s: StreamRef) -> Result<()> {
@@ -74,6 +122,7 @@ impl ModelPipeline {
         Ok(())
     }
     fn range(b: &ModelBuffer, at: usize, n: usize) -> Result<std::ops::Range<usize>> {
+        check_live(&b.name, b.released)?;
         match at.checked_add(n) {
             Some(end) if n > 0 && end <= b.cells.len() => Ok(at..end),
             _ => Err(LabError::config(format!("{n} elements at {at} do not fit {} ({} elements)", b.name, b.cells.len()))),
@@ -81,6 +130,21 @@ impl ModelPipeline {
     }
     fn access(b: &ModelBuffer, r: &std::ops::Range<usize>, write: bool) -> Access {
         Access { buffer: b.name.clone(), start: r.start as u64 * 4, end: r.end as u64 * 4, write }
+    }
+    /// Marks `b` released by `memory`'s call, returning the access the release makes.
+    fn release(b: &mut ModelBuffer, memory: Memory) -> Result<Access> {
+        check_live(&b.name, b.released)?;
+        check_release(&b.name, b.memory, memory)?;
+        b.released = Some(memory.call(false));
+        Ok(b.whole())
+    }
+    fn host_buffer(&mut self, h: HostRef) -> Result<&mut ModelBuffer> {
+        let n = self.hosts.len();
+        self.hosts.get_mut(h.0).ok_or_else(|| LabError::config(format!("host buffer {} was never made ({n} exist)", h.0)))
+    }
+    fn device_buffer(&mut self, d: DevRef) -> Result<&mut ModelBuffer> {
+        let n = self.devices.len();
+        self.devices.get_mut(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made ({n} exist)", d.0)))
     }
 }
 
@@ -156,6 +220,72 @@ impl Issue for ModelPipeline {
         }
         Ok(())
     }
+    fn sync_device(&mut self) -> Result<()> {
+        self.schedule.host_wait_all(0);
+        Ok(())
+    }
+    fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
+        self.check_stream(s)?;
+        check_alloc(name, n, "elements")?;
+        let b = ModelBuffer::new(name, vec![Provenance::Unset; n], Some(Memory::Pool));
+        self.schedule.gpu_op(0, s.0, OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![b.whole()]);
+        self.devices.push(b);
+        Ok(DevRef(self.devices.len() - 1))
+    }
+    fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
+        self.check_stream(s)?;
+        let b = self.device_buffer(d)?;
+        let (access, label) = (Self::release(b, Memory::Pool)?, Memory::Pool.label(false, &b.name));
+        self.schedule.gpu_op(0, s.0, OpKind::Free(Memory::Pool), &label, vec![access]);
+        Ok(())
+    }
+    fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef> {
+        check_alloc(name, n, "elements")?;
+        let b = ModelBuffer::new(name, vec![Provenance::Unset; n], Some(Memory::Device));
+        self.schedule.host_call(0, OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![b.whole()]);
+        self.devices.push(b);
+        Ok(DevRef(self.devices.len() - 1))
+    }
+    fn free(&mut self, d: DevRef) -> Result<()> {
+        let b = self.device_buffer(d)?;
+        let (access, label) = (Self::release(b, Memory::Device)?, Memory::Device.label(false, &b.name));
+        self.schedule.host_call(0, OpKind::Free(Memory::Device), &label, vec![access]);
+        Ok(())
+    }
+    fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef> {
+        check_alloc(name, n, "elements")?;
+        let b = ModelBuffer::new(name, vec![Provenance::Unset; n], Some(Memory::Pinned));
+        self.schedule.host_call(0, OpKind::Alloc(Memory::Pinned), &Memory::Pinned.label(true, name), vec![b.whole()]);
+        self.hosts.push(b);
+        Ok(HostRef(self.hosts.len() - 1))
+    }
+    fn free_pinned(&mut self, h: HostRef) -> Result<()> {
+        let b = self.host_buffer(h)?;
+        let (access, label) = (Self::release(b, Memory::Pinned)?, Memory::Pinned.label(false, &b.name));
+        self.schedule.host_call(0, OpKind::Free(Memory::Pinned), &label, vec![access]);
+        Ok(())
+    }
+    fn pin(&mut self, h: HostRef) -> Result<()> {
+        let b = self.host_buffer(h)?;
+        check_live(&b.name, b.released)?;
+        if b.memory.is_some() {
+            return Err(LabError::config(format!("{} is already page-locked ({}): pin ordinary memory only", b.name, b.memory.map_or("", |m| m.call(true)))));
+        }
+        b.memory = Some(Memory::Registered);
+        let label = Memory::Registered.label(true, &b.name);
+        self.schedule.host_call(0, OpKind::Alloc(Memory::Registered), &label, vec![]);
+        Ok(())
+    }
+    fn unpin(&mut self, h: HostRef) -> Result<()> {
+        let b = self.host_buffer(h)?;
+        check_live(&b.name, b.released)?;
+        check_release(&b.name, b.memory, Memory::Registered)?;
+        // Ordinary memory again: the lab's buffer, usable (and pinnable) on.
+        b.memory = None;
+        let (access, label) = (b.whole(), Memory::Registered.label(false, &b.name));
+        self.schedule.host_call(0, OpKind::Free(Memory::Registered), &label, vec![access]);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -178,5 +308,72 @@ mod tests {
         assert!(m.schedule.races().is_empty());
         assert!(m.h2d(StreamRef(5), di, 0, hi, 0, 1, "x").is_err());
         assert!(m.h2d(s, di, 4, hi, 0, 8, "x").unwrap_err().to_string().contains("do not fit"));
+    }
+
+    /// One batch per stream through a buffer the stream allocates and frees.
+    fn scratch_batches(m: &mut ModelPipeline, free_on_other_stream: bool) -> Result<()> {
+        let (a, b) = (m.stream(), m.stream());
+        let (hi, ho) = (m.host("host in", 8, true), m.alloc_pinned(8, "host out")?);
+        let out = m.device("device out", 8);
+        for (batch, s) in [a, b].into_iter().enumerate() {
+            let x = m.alloc_async(s, 4, &format!("scratch {batch}"))?;
+            m.h2d(s, x, 0, hi, batch * 4, 4, "up")?;
+            m.compute(s, x, 0, out, batch * 4, 4, "k")?;
+            m.free_async(if free_on_other_stream { [b, a][batch] } else { s }, x)?;
+            m.d2h(s, ho, batch * 4, out, batch * 4, 4, "down")?;
+        }
+        m.sync_device()?;
+        m.free_pinned(ho)
+    }
+
+    #[test]
+    fn memory_calls_are_operations_the_schedule_orders_and_checks() {
+        let mut m = ModelPipeline::new();
+        scratch_batches(&mut m, false).unwrap();
+        assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
+        assert!(m.unreleased().is_empty());
+        let labels: Vec<&str> = m.schedule.ops.iter().map(|o| o.label.as_str()).collect();
+        assert_eq!(labels[..3], ["cuMemHostAlloc host out", "cuMemAllocAsync scratch 0", "up"]);
+        assert_eq!(m.schedule.ops[1].kind, OpKind::Alloc(Memory::Pool));
+        assert_eq!(m.schedule.ops[1].lane, crate::pipeline::schedule::Lane::Stream(0), "stream-ordered: on its stream");
+        assert_eq!(m.schedule.ops[0].lane, crate::pipeline::schedule::Lane::HostThread(0), "blocking: on the CPU");
+        // Synchronizing the device orders the pinned buffer's release after every copy.
+        let last = m.schedule.ops.len() - 1;
+        assert!((0..last).filter(|&i| m.schedule.ops[i].label == "down").all(|i| m.schedule.happens_before(i, last)));
+        assert_eq!(m.host_cells(HostRef(1))[7], Provenance::Output(7));
+
+        // Freed on the other stream with no event: a race, named as a release.
+        let mut m = ModelPipeline::new();
+        scratch_batches(&mut m, true).unwrap();
+        let r: Vec<&str> = m.schedule.races().iter().map(|r| r.what.as_str()).collect();
+        assert!(r[0].contains("'cuMemFreeAsync scratch 0' releases bytes 0..16 of scratch 0 while 'up' may still write them"), "{r:?}");
+        assert!(r.iter().any(|w| w.contains("'cuMemFreeAsync scratch 0' releases bytes 0..16 of scratch 0 while 'k' may still read them")), "{r:?}");
+    }
+
+    #[test]
+    fn misused_memory_calls_are_clear_errors() {
+        let mut m = ModelPipeline::new();
+        let s = m.stream();
+        let lab = m.device("lab buffer", 8);
+        let h = m.host("host", 8, true);
+        let x = m.alloc_async(s, 8, "scratch").unwrap();
+        m.free_async(s, x).unwrap();
+        let e = m.h2d(s, x, 0, h, 0, 8, "late").unwrap_err().to_string();
+        assert!(e.contains("scratch is used after cuMemFreeAsync released it"), "{e}");
+        assert!(m.free_async(s, x).unwrap_err().to_string().contains("used after cuMemFreeAsync"));
+        let e = m.free(lab).unwrap_err().to_string();
+        assert!(e.contains("lab buffer belongs to the lab"), "{e}");
+        let y = m.alloc(8, "plain").unwrap();
+        let e = m.free_async(s, y).unwrap_err().to_string();
+        assert!(e.contains("plain came from cuMemAlloc: release it with cuMemFree, not cuMemFreeAsync"), "{e}");
+        assert!(m.alloc(0, "nothing").unwrap_err().to_string().contains("allocating 0 elements"));
+        assert!(m.alloc_async(StreamRef(9), 8, "x").is_err());
+        m.pin(h).unwrap();
+        assert!(m.pin(h).unwrap_err().to_string().contains("already page-locked"));
+        m.unpin(h).unwrap();
+        assert!(m.unpin(h).is_err(), "unpinned memory is the lab's again");
+        let p = m.alloc_pinned(8, "pinned").unwrap();
+        assert!(m.pin(p).unwrap_err().to_string().contains("already page-locked (cuMemHostAlloc)"));
+        assert_eq!(m.unreleased(), ["plain", "pinned"]);
     }
 }

@@ -25,6 +25,55 @@ pub enum OpKind {
     D2h,
     /// CPU work on a host thread.
     Host,
+    /// Memory made usable: a stream-ordered call on a stream's lane
+    /// (cuMemAllocAsync), a blocking call on a host thread's (cuMemAlloc,
+    /// cuMemHostAlloc, cuMemHostRegister).
+    Alloc(Memory),
+    /// Memory given back: stream-ordered (cuMemFreeAsync) or blocking
+    /// (cuMemFree, cuMemFreeHost, cuMemHostUnregister).
+    Free(Memory),
+}
+
+/// Which memory an allocation or release is about: what lab 6 compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Memory {
+    /// Device memory from cuMemAlloc / cuMemFree (blocking calls).
+    Device,
+    /// Device memory from the stream-ordered pool (cuMemAllocAsync / cuMemFreeAsync).
+    Pool,
+    /// Page-locked host memory from cuMemHostAlloc / cuMemFreeHost.
+    Pinned,
+    /// Ordinary host memory pinned in place (cuMemHostRegister / cuMemHostUnregister).
+    Registered,
+}
+
+impl Memory {
+    /// The driver call that allocates (`alloc`) or releases it.
+    pub fn call(self, alloc: bool) -> &'static str {
+        match (self, alloc) {
+            (Memory::Device, true) => "cuMemAlloc",
+            (Memory::Device, false) => "cuMemFree",
+            (Memory::Pool, true) => "cuMemAllocAsync",
+            (Memory::Pool, false) => "cuMemFreeAsync",
+            (Memory::Pinned, true) => "cuMemHostAlloc",
+            (Memory::Pinned, false) => "cuMemFreeHost",
+            (Memory::Registered, true) => "cuMemHostRegister",
+            (Memory::Registered, false) => "cuMemHostUnregister",
+        }
+    }
+    /// The operation's label: the call and the buffer, e.g. "cuMemFreeAsync scratch 3".
+    pub fn label(self, alloc: bool, buffer: &str) -> String {
+        format!("{} {buffer}", self.call(alloc))
+    }
+    /// The kind of an allocation (`alloc`) or release of this memory.
+    pub fn op(self, alloc: bool) -> OpKind {
+        if alloc {
+            OpKind::Alloc(self)
+        } else {
+            OpKind::Free(self)
+        }
+    }
 }
 
 impl OpKind {
@@ -36,6 +85,16 @@ impl OpKind {
             OpKind::Kernel => "kernel",
             OpKind::D2h => "D2H",
             OpKind::Host => "host",
+            OpKind::Alloc(_) => "alloc",
+            OpKind::Free(_) => "free",
+        }
+    }
+    /// Every kind as drawn (one colour and legend entry each).
+    pub fn drawn(self) -> OpKind {
+        match self {
+            OpKind::Alloc(_) => OpKind::Alloc(Memory::Device),
+            OpKind::Free(_) => OpKind::Free(Memory::Device),
+            k => k,
         }
     }
     /// The stage's place in H2D -> kernel -> D2H (host work counts as 0).
@@ -192,8 +251,14 @@ impl Schedule {
 
     /// CPU work on host thread `thread`.
     pub fn host_op(&mut self, thread: usize, label: &str, accesses: Vec<Access>) -> OpId {
+        self.host_call(thread, OpKind::Host, label, accesses)
+    }
+
+    /// A blocking call of `kind` (CPU work, or an allocation or release) on
+    /// host thread `thread`.
+    pub fn host_call(&mut self, thread: usize, kind: OpKind, label: &str, accesses: Vec<Access>) -> OpId {
         let deps = self.host_frontier.get(&thread).cloned().unwrap_or_default();
-        let id = self.push(OpKind::Host, Lane::HostThread(thread), label, accesses, deps);
+        let id = self.push(kind, Lane::HostThread(thread), label, accesses, deps);
         self.host_frontier.insert(thread, vec![id]);
         id
     }
@@ -219,6 +284,12 @@ impl Schedule {
     /// cuStreamSynchronize on host thread `thread`.
     pub fn host_wait_stream(&mut self, thread: usize, stream: usize) {
         let captured = self.stream_frontier.get(&stream).cloned().unwrap_or_default();
+        self.host_frontier.entry(thread).or_default().extend(captured);
+    }
+
+    /// cuCtxSynchronize on host thread `thread`: it waits for every stream.
+    pub fn host_wait_all(&mut self, thread: usize) {
+        let captured: Vec<OpId> = self.stream_frontier.values().flatten().copied().collect();
         self.host_frontier.entry(thread).or_default().extend(captured);
     }
 
@@ -271,7 +342,16 @@ impl Schedule {
         let mut kept = Vec::with_capacity(entries.len() + 1);
         for (old, old_id) in entries {
             if old_id != id && old.overlaps(&a) && (old.write || a.write) && !self.happens_before(old_id, id) {
-                let verb = |w: bool| if w { "writes" } else { "reads" };
+                // A release is a write to the whole buffer, named as what it is.
+                let verb = |op: OpId, w: bool, s: &'static str| -> String {
+                    let v = match self.ops[op].kind {
+                        OpKind::Free(_) => "release",
+                        OpKind::Alloc(_) => "allocate",
+                        _ if w => "write",
+                        _ => "read",
+                    };
+                    format!("{v}{s}")
+                };
                 self.races.push(Race {
                     earlier: old_id,
                     later: id,
@@ -279,12 +359,12 @@ impl Schedule {
                     what: format!(
                         "'{}' {} bytes {}..{} of {} while '{}' may still {} them: nothing orders the two (missing event wait or synchronize)",
                         self.ops[id].label,
-                        verb(a.write),
+                        verb(id, a.write, "s"),
                         a.start.max(old.start),
                         a.end.min(old.end),
                         a.buffer,
                         self.ops[old_id].label,
-                        if old.write { "write" } else { "read" }
+                        verb(old_id, old.write, "")
                     ),
                 });
             }
@@ -341,6 +421,44 @@ pub struct Machine {
     /// 55 GB/s each way give 91 GB/s both ways).
     #[serde(default = "full_speed")]
     pub both_ways: f64,
+    /// Which blocking memory calls wait until the device is idle (measured
+    /// by lab 6, not promised by CUDA: the model times them so, but never
+    /// counts on them for ordering).
+    #[serde(default)]
+    pub device_waits: DeviceWaits,
+}
+
+/// Blocking memory calls that wait for all work already issued to the
+/// device before they return (each one a measured fact of a driver).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceWaits {
+    /// cuMemAlloc.
+    pub alloc: bool,
+    /// cuMemFree.
+    pub free: bool,
+    /// cuMemHostAlloc.
+    pub pinned_alloc: bool,
+    /// cuMemFreeHost.
+    pub pinned_free: bool,
+    /// cuMemHostRegister.
+    pub register: bool,
+    /// cuMemHostUnregister.
+    pub unregister: bool,
+}
+
+impl DeviceWaits {
+    /// Whether a blocking call of `kind` waits for the device.
+    pub fn waits(&self, kind: OpKind) -> bool {
+        match kind {
+            OpKind::Alloc(Memory::Device) => self.alloc,
+            OpKind::Free(Memory::Device) => self.free,
+            OpKind::Alloc(Memory::Pinned) => self.pinned_alloc,
+            OpKind::Free(Memory::Pinned) => self.pinned_free,
+            OpKind::Alloc(Memory::Registered) => self.register,
+            OpKind::Free(Memory::Registered) => self.unregister,
+            _ => false,
+        }
+    }
 }
 
 fn full_speed() -> f64 {
@@ -351,7 +469,7 @@ impl Machine {
     /// A GPU with `copy_engines` copy engines and host costs that do not
     /// matter at the pipeline's scale (zero).
     pub fn engines(copy_engines: u32) -> Machine {
-        Machine { copy_engines, host_fn_round_trip: 0.0, host_fn_awake: 0.0, host_wake: 0.0, both_ways: 1.0 }
+        Machine { copy_engines, host_fn_round_trip: 0.0, host_fn_awake: 0.0, host_wake: 0.0, both_ways: 1.0, device_waits: DeviceWaits::default() }
     }
 }
 
@@ -365,6 +483,9 @@ enum Resource {
     /// The driver's one callback thread: every host function on every
     /// stream runs there, one at a time.
     CallbackThread,
+    /// A stream-ordered allocation or release: it takes its turn in its
+    /// stream and no engine.
+    Stream(usize),
 }
 
 impl Machine {
@@ -374,8 +495,9 @@ impl Machine {
             (OpKind::D2h, _) if self.copy_engines >= 2 => Resource::CopyDown,
             (OpKind::D2h, _) => Resource::CopyUp,
             (OpKind::Kernel, _) => Resource::Sms,
-            (OpKind::Host, Lane::HostThread(t)) => Resource::Host(t),
+            (OpKind::Host | OpKind::Alloc(_) | OpKind::Free(_), Lane::HostThread(t)) => Resource::Host(t),
             (OpKind::Host, Lane::Stream(_)) => Resource::CallbackThread,
+            (OpKind::Alloc(_) | OpKind::Free(_), Lane::Stream(s)) => Resource::Stream(s),
         }
     }
 }
@@ -399,7 +521,10 @@ fn is_host_fn(op: &Op) -> bool {
 /// [`Machine::both_ways`] of its speed alone. A host function waits for the
 /// callback thread and pays half its round trip before its body and half
 /// after it (its stream's next op waits for that; measured in lab 4); a
-/// host thread woken by GPU work starts [`Machine::host_wake`] after it.
+/// host thread woken by GPU work starts [`Machine::host_wake`] after it. A
+/// stream-ordered allocation or release takes its turn in its stream and
+/// no engine; a blocking one takes its host thread, and those that
+/// [`Machine::device_waits`] names first wait for every stream's work so far.
 pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) -> Vec<(f64, f64)> {
     let n = s.ops.len();
     let mut times: Vec<Option<(f64, f64)>> = vec![None; n];
@@ -414,14 +539,28 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
     let mut now = 0.0f64;
     let mut done = 0;
     // When `op` may start given its dependencies (None: one has not ended).
+    // A blocking call that waits for the device also waits for the last op
+    // issued before it on every stream (a timing fact, not an ordering).
+    let mut last_on_stream: HashMap<usize, OpId> = HashMap::new();
+    let mut device_wait: Vec<Vec<OpId>> = vec![Vec::new(); n];
+    for op in &s.ops {
+        match op.lane {
+            Lane::Stream(st) => {
+                last_on_stream.insert(st, op.id);
+            }
+            Lane::HostThread(_) if machine.device_waits.waits(op.kind) => device_wait[op.id] = last_on_stream.values().copied().collect(),
+            Lane::HostThread(_) => {}
+        }
+    }
     let ready_at = |op: &Op, times: &[Option<(f64, f64)>], release: &[f64]| -> Option<f64> {
         let mut ready = 0.0f64;
-        for &d in &op.deps {
+        for &d in op.deps.iter().chain(&device_wait[op.id]) {
             let (_, end) = times[d]?;
             let dep = &s.ops[d];
             let after = if dep.lane == op.lane {
                 release[d]
-            } else if op.kind == OpKind::Host && matches!(op.lane, Lane::HostThread(_)) && dep.kind != OpKind::Host {
+            } else if matches!(op.lane, Lane::HostThread(_)) && matches!(dep.lane, Lane::Stream(_)) && dep.kind != OpKind::Host {
+                // A CPU thread blocked on GPU work.
                 machine.host_wake
             } else {
                 0.0
@@ -709,5 +848,44 @@ mod tests {
         // With one copy engine the two never overlap, so nothing slows.
         let one = predict(&s, Machine { both_ways: 0.5, ..Machine::engines(1) }, |o| if o.kind == OpKind::H2d { 4.0 } else { 2.0 });
         assert_eq!(one.iter().map(|x| x.1).fold(0.0, f64::max), 6.0);
+    }
+
+    #[test]
+    fn a_blocking_free_that_waits_for_the_device_stalls_the_other_stream_in_time_only() {
+        // Stream 1 runs a long kernel; the CPU frees a buffer with cuMemFree,
+        // then issues stream 0's next copy.
+        let mut s = Schedule::new();
+        let long = s.gpu_op(0, 1, OpKind::Kernel, "long kernel", vec![]);
+        s.gpu_op(0, 0, OpKind::Alloc(Memory::Pool), "cuMemAllocAsync x", vec![Access::write("x", 0, 8)]);
+        let free = s.host_call(0, OpKind::Free(Memory::Device), "cuMemFree y", vec![]);
+        let next = s.gpu_op(0, 0, OpKind::H2d, "next copy", vec![]);
+        let dur = |o: &Op| match o.kind {
+            OpKind::Kernel => 10.0,
+            OpKind::Free(_) => 0.5,
+            OpKind::Alloc(_) => 0.0,
+            _ => 1.0,
+        };
+        let quick = predict(&s, Machine::engines(2), dur);
+        assert_eq!((quick[free], quick[next]), ((0.0, 0.5), (0.5, 1.5)), "a free that does not wait costs only itself");
+        let waits = Machine { device_waits: DeviceWaits { free: true, ..DeviceWaits::default() }, host_wake: 0.25, ..Machine::engines(2) };
+        let t = predict(&s, waits, dur);
+        assert_eq!(t[free], (10.25, 10.75), "it waits for the other stream's kernel, then wakes");
+        assert_eq!(t[next], (10.75, 11.75), "so stream 0's next copy is issued only then");
+        assert!(!s.happens_before(long, free), "the wait is timing only: the schedule never counts on it");
+        assert!(DeviceWaits { pinned_free: true, ..DeviceWaits::default() }.waits(OpKind::Free(Memory::Pinned)));
+        assert!(!DeviceWaits::default().waits(OpKind::Free(Memory::Pool)));
+    }
+
+    #[test]
+    fn synchronizing_the_device_orders_every_stream_before_the_cpu() {
+        let mut s = Schedule::new();
+        let a = s.gpu_op(0, 0, OpKind::Kernel, "a", vec![Access::write("d", 0, 8)]);
+        let b = s.gpu_op(0, 1, OpKind::D2h, "b", vec![Access::read("d", 8, 16)]);
+        s.host_wait_all(0);
+        let h = s.host_call(0, OpKind::Free(Memory::Device), "cuMemFree d", vec![Access::write("d", 0, 16)]);
+        assert!(s.happens_before(a, h) && s.happens_before(b, h));
+        assert!(s.races().is_empty(), "{:?}", s.races());
+        assert_eq!(Memory::Pool.label(false, "x"), "cuMemFreeAsync x");
+        assert_eq!(OpKind::Free(Memory::Pinned).drawn(), OpKind::Free(Memory::Device));
     }
 }

@@ -4,7 +4,7 @@
 //! one base event; predicted ones from the schedule model.
 
 use crate::error::{LabError, Result};
-use crate::pipeline::schedule::{Lane, OpKind, Schedule};
+use crate::pipeline::schedule::{Lane, Memory, OpKind, Schedule};
 use crate::present::chart::{draw_header, Chart};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -63,7 +63,7 @@ pub fn trace_name(kind: OpKind, label: &str) -> String {
     match kind {
         OpKind::H2d => "Memcpy HtoD (Pinned -> Device)".into(),
         OpKind::D2h => "Memcpy DtoH (Device -> Pinned)".into(),
-        OpKind::Kernel | OpKind::Host => label.into(),
+        OpKind::Kernel | OpKind::Host | OpKind::Alloc(_) | OpKind::Free(_) => label.into(),
     }
 }
 
@@ -73,6 +73,8 @@ pub fn kind_color(kind: OpKind) -> RGBColor {
         OpKind::Kernel => RGBColor(44, 160, 44),
         OpKind::D2h => RGBColor(255, 127, 14),
         OpKind::Host => RGBColor(148, 103, 189),
+        OpKind::Alloc(_) => RGBColor(140, 86, 75),
+        OpKind::Free(_) => RGBColor(127, 127, 127),
     }
 }
 
@@ -238,8 +240,9 @@ impl Chart for Gantt {
                 // A hairline edge keeps back-to-back spans apart.
                 chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], WHITE.stroke_width(1)))).map_err(|e| e.to_string())?;
             }
-            for kind in [OpKind::H2d, OpKind::Kernel, OpKind::D2h, OpKind::Host] {
-                if t.spans.iter().any(|s| s.kind == kind) {
+            let drawn = [OpKind::H2d, OpKind::Kernel, OpKind::D2h, OpKind::Host, OpKind::Alloc(Memory::Device), OpKind::Free(Memory::Device)];
+            for kind in drawn {
+                if t.spans.iter().any(|s| s.kind.drawn() == kind) {
                     let c = kind_color(kind);
                     chart
                         .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())

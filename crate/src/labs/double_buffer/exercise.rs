@@ -74,7 +74,8 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
         OpKind::H2d => c,
         OpKind::Kernel => k,
         OpKind::Host => rec.produce_ms.median,
-        OpKind::D2h => 0.0,
+        // Not measured by this lab.
+        OpKind::D2h | OpKind::Alloc(_) | OpKind::Free(_) => 0.0,
     };
     let times = crate::pipeline::schedule::predict(&m.schedule, Machine::engines(2), dur);
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);

@@ -354,7 +354,8 @@ impl Parts {
         }
     }
     /// How long `op` takes in the queue model: its byte share of the whole
-    /// data times its stage measured alone (ms). Host work costs nothing here.
+    /// data times its stage measured alone (ms). Host work and memory calls
+    /// cost nothing here (this lab measures neither).
     pub fn op_ms(&self, op: &crate::pipeline::schedule::Op, elements: usize) -> f64 {
         let share = op.accesses.first().map_or(0.0, |a| (a.end - a.start) as f64 / (elements * 4) as f64);
         share
@@ -362,7 +363,7 @@ impl Parts {
                 crate::pipeline::schedule::OpKind::H2d => self.h2d_ms.median,
                 crate::pipeline::schedule::OpKind::Kernel => self.kernel_ms.median,
                 crate::pipeline::schedule::OpKind::D2h => self.d2h_ms.median,
-                crate::pipeline::schedule::OpKind::Host => 0.0,
+                crate::pipeline::schedule::OpKind::Host | crate::pipeline::schedule::OpKind::Alloc(_) | crate::pipeline::schedule::OpKind::Free(_) => 0.0,
             }
     }
 }
