@@ -578,3 +578,32 @@ mod callback {
         assert!(sweeps % (4 * 2) == 0 && (2..=6).contains(&(sweeps / 8)), "{} verified runs", r.verified_runs);
     }
 }
+
+mod streams {
+    use overlap_lab::labs::streams::{measure, StreamsConfig};
+    use overlap_lab::present::progress::ProgressMode;
+    use overlap_lab::testing::gpu_or_skip;
+
+    /// Lab 5 at its small preset: every variant of every experiment runs,
+    /// verifies its output and is predicted; the priorities' urgent job is watched.
+    #[test]
+    fn every_experiment_runs_verified_beside_its_model() {
+        let Some(gpu) = gpu_or_skip("every_experiment_runs_verified_beside_its_model") else {
+            return;
+        };
+        let r = measure::run(&gpu, &StreamsConfig::small(), ProgressMode::Quiet).unwrap();
+        println!("{}", r.table());
+        assert_eq!(r.experiments.len(), 4);
+        for e in &r.experiments {
+            for v in &e.variants {
+                assert!(v.total_ms.median > 0.0 && v.model_ms > 0.0, "{}: {}", e.name, v.name);
+                assert!(!v.timeline.spans.is_empty() && !v.predicted.spans.is_empty());
+            }
+        }
+        let p = r.experiment("priorities").unwrap();
+        assert!(p.variants.iter().all(|v| v.watched_ms.is_some() && v.watched_model_ms.is_some()));
+        let three = r.experiment("copy-engines").unwrap().variants.iter().find(|v| v.name.starts_with("three-way")).unwrap();
+        // At this size fixed costs dominate: only that there is a bound (the full run is judged in the closing note).
+        assert!(three.bound_ms.is_some_and(|b| b > 0.0), "{:?}", three.bound_ms);
+    }
+}

@@ -19,6 +19,7 @@ pub mod host_fn;
 pub mod kernel;
 pub mod kernels;
 pub mod pipeline;
+pub mod plan;
 pub mod trace;
 
 pub use crate::pipeline::schedule::StreamKind;
@@ -28,6 +29,7 @@ pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PagesFrom
 pub use host_fn::HostTask;
 pub use kernel::{ComputeKernel, Module, RowDotArgs, RowDotKernel};
 pub use pipeline::{Dataset, GpuIssuer, Pipeline, PipelineRun, TimelineSource};
+pub use plan::{MachineFacts, PlanRig};
 
 use crate::error::{LabError, Result};
 use crate::present::units::Bytes;

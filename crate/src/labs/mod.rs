@@ -12,6 +12,7 @@ pub mod callback;
 pub mod check;
 pub mod double_buffer;
 pub mod overlap;
+pub mod streams;
 pub mod table;
 
 pub use table::{Entry, Lab, LabConfig, Preset, RunContext};

@@ -183,6 +183,11 @@ pub struct Op {
     /// Its stream's priority (CUDA's numbers: lower runs first; 0 is the default).
     #[serde(default)]
     pub priority: i32,
+    /// GPU work the issuing thread waited for before issuing this GPU op
+    /// (a host wait or synchronize): it cannot start before that thread
+    /// woke up and issued it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_host_wait: Vec<OpId>,
 }
 
 /// Two accesses to one region with no ordering between them.
@@ -229,8 +234,11 @@ impl Schedule {
     /// A GPU operation issued by host thread `by` on `stream`.
     pub fn gpu_op(&mut self, by: usize, stream: usize, kind: OpKind, label: &str, accesses: Vec<Access>) -> OpId {
         let mut deps = self.stream_frontier.get(&stream).cloned().unwrap_or_default();
-        // Issued after everything the issuing thread did before.
-        deps.extend(self.host_frontier.get(&by).cloned().unwrap_or_default());
+        // Issued after everything the issuing thread did before, and after
+        // the GPU work it waited for.
+        let host = self.host_frontier.get(&by).cloned().unwrap_or_default();
+        let waited: Vec<OpId> = host.iter().copied().filter(|&d| matches!(self.ops[d].lane, Lane::Stream(_)) && self.ops[d].kind != OpKind::Host).collect();
+        deps.extend(host);
         // The legacy stream and the blocking streams wait for each other.
         let (stream_kind, priority) = self.stream_kind(stream);
         for (&other, &(k, _)) in &self.streams {
@@ -245,6 +253,7 @@ impl Schedule {
         }
         let id = self.push(kind, Lane::Stream(stream), label, accesses, deps);
         self.ops[id].priority = priority;
+        self.ops[id].after_host_wait = waited;
         self.stream_frontier.insert(stream, vec![id]);
         id
     }
@@ -310,7 +319,7 @@ impl Schedule {
         deps.sort_unstable();
         deps.dedup();
         let id = self.ops.len();
-        self.ops.push(Op { id, kind, lane, label: label.to_string(), accesses: accesses.clone(), deps, priority: 0 });
+        self.ops.push(Op { id, kind, lane, label: label.to_string(), accesses: accesses.clone(), deps, priority: 0, after_host_wait: Vec::new() });
         for a in accesses {
             self.check_and_track(id, a);
         }
@@ -502,6 +511,11 @@ impl Machine {
     }
 }
 
+/// The op a free resource would take next: (priority rank, when it became
+/// ready (SMs only), whether it stays on the resource's last lane, id, the
+/// half round trip a host function pays first).
+type Candidate = (i32, f64, bool, OpId, f64);
+
 /// A host function: CPU work enqueued on a stream.
 fn is_host_fn(op: &Op) -> bool {
     op.kind == OpKind::Host && matches!(op.lane, Lane::Stream(_))
@@ -521,7 +535,8 @@ fn is_host_fn(op: &Op) -> bool {
 /// [`Machine::both_ways`] of its speed alone. A host function waits for the
 /// callback thread and pays half its round trip before its body and half
 /// after it (its stream's next op waits for that; measured in lab 4); a
-/// host thread woken by GPU work starts [`Machine::host_wake`] after it. A
+/// host thread woken by GPU work starts [`Machine::host_wake`] after it, and
+/// so does GPU work it issues after waiting (it was not issued before). A
 /// stream-ordered allocation or release takes its turn in its stream and
 /// no engine; a blocking one takes its host thread, and those that
 /// [`Machine::device_waits`] names first wait for every stream's work so far.
@@ -557,11 +572,12 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
         for &d in op.deps.iter().chain(&device_wait[op.id]) {
             let (_, end) = times[d]?;
             let dep = &s.ops[d];
-            let after = if dep.lane == op.lane {
+            let woken = matches!(op.lane, Lane::HostThread(_)) && matches!(dep.lane, Lane::Stream(_)) && dep.kind != OpKind::Host;
+            let after = if woken || op.after_host_wait.contains(&d) {
+                // A CPU thread blocked on GPU work wakes, then works or issues.
+                machine.host_wake.max(if dep.lane == op.lane { release[d] } else { 0.0 })
+            } else if dep.lane == op.lane {
                 release[d]
-            } else if matches!(op.lane, Lane::HostThread(_)) && matches!(dep.lane, Lane::Stream(_)) && dep.kind != OpKind::Host {
-                // A CPU thread blocked on GPU work.
-                machine.host_wake
             } else {
                 0.0
             };
@@ -573,7 +589,7 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
     while done < n {
         // Start what can start now: per free resource, the best ready op.
         let busy: Vec<Resource> = running.iter().map(|r| r.1).collect();
-        let mut best: HashMap<Resource, (i32, bool, OpId, f64)> = HashMap::new();
+        let mut best: HashMap<Resource, Candidate> = HashMap::new();
         let mut next_ready = f64::INFINITY;
         for op in &s.ops {
             if started[op.id] {
@@ -599,15 +615,21 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             }
             let stays = last_lane.get(&resource) == Some(&op.lane);
             let rank = if op.kind == OpKind::Kernel { op.priority } else { 0 };
-            let better = best.get(&resource).is_none_or(|&(r, st, _, _)| rank < r || (rank == r && stays && !st));
+            // The SMs take the kernel that has waited longest (measured in
+            // lab 5: a kernel ready on another stream runs before the next
+            // kernel of the stream that just ran); copy engines keep serving
+            // their stream.
+            let waited = if resource == Resource::Sms { ready } else { 0.0 };
+            let better =
+                best.get(&resource).is_none_or(|&(r, w, st, _, _)| rank < r || (rank == r && (waited < w - 1e-9 || (waited <= w + 1e-9 && stays && !st))));
             if better {
-                best.insert(resource, (rank, stays, op.id, half));
+                best.insert(resource, (rank, waited, stays, op.id, half));
             }
         }
         if !best.is_empty() {
-            let mut picks: Vec<(Resource, (i32, bool, OpId, f64))> = best.into_iter().collect();
-            picks.sort_by_key(|p| p.1 .2);
-            for (resource, (_, _, id, half)) in picks {
+            let mut picks: Vec<(Resource, Candidate)> = best.into_iter().collect();
+            picks.sort_by_key(|p| p.1 .3);
+            for (resource, (_, _, _, id, half)) in picks {
                 started[id] = true;
                 release[id] = half;
                 last_lane.insert(resource, s.ops[id].lane);
@@ -816,21 +838,26 @@ mod tests {
 
     #[test]
     fn a_high_priority_kernel_goes_first_when_the_sms_free_up() {
+        // Two background streams with kernels queued from the start; the
+        // urgent kernel is ready at 0.5, after its input arrives.
         let mut s = Schedule::new();
         s.declare_stream(0, StreamKind::NonBlocking, 0);
-        s.declare_stream(1, StreamKind::NonBlocking, -5);
-        let first = s.gpu_op(0, 0, OpKind::Kernel, "low 0", vec![]);
-        let queued = s.gpu_op(0, 0, OpKind::Kernel, "low 1", vec![]);
-        s.gpu_op(0, 1, OpKind::H2d, "urgent's input", vec![]);
-        let urgent = s.gpu_op(0, 1, OpKind::Kernel, "urgent", vec![]);
+        s.declare_stream(1, StreamKind::NonBlocking, 0);
+        s.declare_stream(2, StreamKind::NonBlocking, -5);
+        let first = s.gpu_op(0, 0, OpKind::Kernel, "background a0", vec![]);
+        let a1 = s.gpu_op(0, 0, OpKind::Kernel, "background a1", vec![]);
+        let b0 = s.gpu_op(0, 1, OpKind::Kernel, "background b0", vec![]);
+        s.gpu_op(0, 2, OpKind::H2d, "urgent's input", vec![]);
+        let urgent = s.gpu_op(0, 2, OpKind::Kernel, "urgent", vec![]);
         let dur = |o: &Op| if o.kind == OpKind::H2d { 0.5 } else { 1.0 };
         let t = predict(&s, Machine::engines(2), dur);
         assert_eq!(t[first], (0.0, 1.0), "a running kernel is not preempted");
-        assert_eq!((t[urgent], t[queued]), ((1.0, 2.0), (2.0, 3.0)), "then the urgent one, ahead of the queued one");
+        assert_eq!(t[urgent], (1.0, 2.0), "then the urgent one, ahead of every waiting kernel");
         let mut same = s.clone();
         same.ops.iter_mut().for_each(|o| o.priority = 0);
         let t = predict(&same, Machine::engines(2), dur);
-        assert_eq!(t[queued], (1.0, 2.0), "without priority the stream keeps the SMs");
+        assert_eq!(t[b0], (1.0, 2.0), "without priority the kernel that waited longest goes first (b0, ready at 0)");
+        assert_eq!((t[urgent], t[a1]), ((2.0, 3.0), (3.0, 4.0)), "then the urgent one (ready at 0.5), then a1 (ready at 1)");
     }
 
     #[test]

@@ -283,9 +283,8 @@ impl OverlapConfig {
     }
     /// Chunk `c` of [`Self::chunk_ranges`] alone.
     pub fn chunk_range(elements: usize, chunks: usize, c: usize) -> (usize, usize) {
-        let a = (c * elements / chunks) & !1;
-        let b = if c + 1 == chunks { elements } else { ((c + 1) * elements / chunks) & !1 };
-        (a, b)
+        let (a, n) = crate::pipeline::plan::chunk(elements, chunks, c);
+        (a, a + n)
     }
 
     /// Every point to run, as (chunks, streams, order): the grid for the

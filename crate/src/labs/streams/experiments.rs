@@ -1,0 +1,259 @@
+//! Lab 5's experiments, each a few variants of one pipeline written as
+//! [`Plan`]s, so the GPU and the model run the same loop.
+
+use super::StreamsConfig;
+use crate::error::Result;
+use crate::pipeline::issue::{Issue, StreamRef};
+use crate::pipeline::plan::{chunk, Plan, Refs, StreamSpec};
+use crate::pipeline::schedule::StreamKind;
+
+/// One experiment: what it shows and its variants.
+pub struct Experiment {
+    pub name: &'static str,
+    pub shows: &'static str,
+    pub variants: Vec<Plan>,
+    /// The label of the op whose end the experiment watches (the urgent job).
+    pub watch: Option<&'static str>,
+}
+
+/// Elements of the tiny op on a default stream, and of the urgent job.
+pub const TINY: usize = 512;
+pub const URGENT: usize = 1 << 14;
+/// The label of the urgent job's last op.
+pub const URGENT_DONE: &str = "urgent D2H";
+
+/// H2D, kernel and D2H of chunk `c` on stream `s` (device 0 in, device 1 out).
+fn chunk_on(p: &mut dyn Issue, r: &Refs, chunks: usize, c: usize, s: StreamRef) -> Result<()> {
+    let (at, n) = chunk(r.elements, chunks, c);
+    p.h2d(s, r.devices[0], at, r.input, at, n, &format!("H2D {c}"))?;
+    p.compute(s, r.devices[0], at, r.devices[1], at, n, &format!("kernel {c}"))?;
+    p.d2h(s, r.output, at, r.devices[1], at, n, &format!("D2H {c}"))
+}
+
+fn streams(n: usize, kind: StreamKind) -> Vec<StreamSpec> {
+    (0..n).map(|i| StreamSpec::new(&format!("s{i}"), kind, 0)).collect()
+}
+
+/// The legacy NULL stream: a chunked pipeline, and the same with one tiny
+/// copy on a default stream in the middle.
+fn legacy(cfg: &StreamsConfig) -> Experiment {
+    let (chunks, k) = (cfg.chunks, cfg.streams);
+    let variant = |name: &str, kind: StreamKind, tiny_on: Option<StreamKind>| {
+        let mut specs = streams(k, kind);
+        if let Some(d) = tiny_on {
+            specs.push(StreamSpec::new(if d == StreamKind::Legacy { "NULL stream" } else { "per-thread default" }, d, 0));
+        }
+        Plan::new(name, specs, cfg.elements, 3, move |p, r| {
+            for c in 0..chunks {
+                chunk_on(p, r, chunks, c, r.streams[c % k])?;
+                if c + 1 == chunks / 2 && tiny_on.is_some() {
+                    p.h2d(r.streams[k], r.devices[2], 0, r.input, 0, TINY, "tiny H2D")?;
+                }
+            }
+            Ok(())
+        })
+    };
+    Experiment {
+        name: "legacy-stream",
+        shows: "one tiny copy on the legacy NULL stream waits for all earlier work of every blocking stream, and their later work waits for it; non-blocking streams and the per-thread default stream do not",
+        variants: vec![
+            variant("blocking streams", StreamKind::Blocking, None),
+            variant("blocking streams + tiny copy on the NULL stream", StreamKind::Blocking, Some(StreamKind::Legacy)),
+            variant("non-blocking + tiny copy on the NULL stream", StreamKind::NonBlocking, Some(StreamKind::Legacy)),
+            variant("blocking + tiny copy on the per-thread stream", StreamKind::Blocking, Some(StreamKind::PerThread)),
+        ],
+        watch: None,
+    }
+}
+
+/// How the download stream learns a chunk's kernel is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitBy {
+    StreamWaitEvent,
+    EventSynchronize,
+    StreamSynchronize,
+    ContextSynchronize,
+}
+
+impl WaitBy {
+    pub const ALL: [WaitBy; 4] = [WaitBy::StreamWaitEvent, WaitBy::EventSynchronize, WaitBy::StreamSynchronize, WaitBy::ContextSynchronize];
+    pub fn label(self) -> &'static str {
+        match self {
+            WaitBy::StreamWaitEvent => "cuStreamWaitEvent (the GPU waits)",
+            WaitBy::EventSynchronize => "cuEventSynchronize (the CPU waits)",
+            WaitBy::StreamSynchronize => "cuStreamSynchronize (the CPU waits)",
+            WaitBy::ContextSynchronize => "cuCtxSynchronize (the CPU waits for all)",
+        }
+    }
+}
+
+/// Uploads, kernels and downloads on three streams; each chunk's kernel
+/// waits for its upload by `by`, its download for the kernel on the GPU.
+fn stage_streams(name: &str, elements: usize, chunks: usize, by: WaitBy) -> Plan {
+    let specs = vec![
+        StreamSpec::new("uploads", StreamKind::NonBlocking, 0),
+        StreamSpec::new("kernels", StreamKind::NonBlocking, 0),
+        StreamSpec::new("downloads", StreamKind::NonBlocking, 0),
+    ];
+    Plan::new(name, specs, elements, 2, move |p, r| {
+        let (up, k, down) = (r.streams[0], r.streams[1], r.streams[2]);
+        for c in 0..chunks {
+            let (at, n) = chunk(r.elements, chunks, c);
+            p.h2d(up, r.devices[0], at, r.input, at, n, &format!("H2D {c}"))?;
+            match by {
+                WaitBy::StreamWaitEvent | WaitBy::EventSynchronize => {
+                    let e = p.event()?;
+                    p.record(e, up)?;
+                    if by == WaitBy::StreamWaitEvent {
+                        p.wait(k, e)?;
+                    } else {
+                        p.host_wait(e)?;
+                    }
+                }
+                WaitBy::StreamSynchronize => p.host_sync(up)?,
+                WaitBy::ContextSynchronize => p.sync_device()?,
+            }
+            p.compute(k, r.devices[0], at, r.devices[1], at, n, &format!("kernel {c}"))?;
+            let computed = p.event()?;
+            p.record(computed, k)?;
+            p.wait(down, computed)?;
+            p.d2h(down, r.output, at, r.devices[1], at, n, &format!("D2H {c}"))?;
+        }
+        Ok(())
+    })
+}
+
+/// The weight of a wait: the stage-per-stream pipeline, each chunk's
+/// kernel ordered after its upload in four ways.
+fn sync_weight(cfg: &StreamsConfig) -> Experiment {
+    Experiment {
+        name: "sync-weight",
+        shows: "a wait on the GPU (cuStreamWaitEvent) blocks only the stream that waits; a wait on the CPU also stops the CPU issuing the next chunk, and cuCtxSynchronize waits for every stream",
+        variants: WaitBy::ALL.into_iter().map(|by| stage_streams(by.label(), cfg.elements, cfg.chunks, by)).collect(),
+        watch: None,
+    }
+}
+
+/// Chunks of the three-way overlap: more than the other pipelines, so its
+/// fill and drain (a first H2D and a last D2H nothing hides) stay small.
+pub fn three_way_chunks(cfg: &StreamsConfig) -> usize {
+    4 * cfg.chunks
+}
+
+/// The copy engines: H2D and D2H one after the other and at once, and
+/// three-way overlap (uploads, kernels, downloads on three streams).
+fn copy_engines(cfg: &StreamsConfig) -> Experiment {
+    let chunks = three_way_chunks(cfg);
+    let whole = cfg.elements;
+    let two = |name: &str, apart: bool| {
+        let specs = vec![StreamSpec::new("up", StreamKind::NonBlocking, 0), StreamSpec::new("down", StreamKind::NonBlocking, 0)];
+        Plan::new(name, specs, whole, 2, move |p, r| {
+            p.h2d(r.streams[0], r.devices[0], 0, r.input, 0, r.elements, "H2D")?;
+            p.d2h(r.streams[if apart { 0 } else { 1 }], r.output, 0, r.devices[1], 0, r.elements, "D2H")
+        })
+    };
+    let three_way = stage_streams("three-way: H2D, kernel, D2H on three streams", whole, chunks, WaitBy::StreamWaitEvent);
+    Experiment {
+        name: "copy-engines",
+        shows: "H2D and D2H run at once on separate copy engines, each a little slower than alone (the bidirectional ceiling); three streams overlap all three stages",
+        variants: vec![two("H2D then D2H, one stream", true), two("H2D and D2H at once, two streams", false), three_way],
+        watch: None,
+    }
+}
+
+/// Priorities: a small urgent job issued behind big kernels queued on
+/// several background streams, on a stream of default or of high priority.
+fn priorities(cfg: &StreamsConfig, greatest: i32) -> Experiment {
+    let (background, lanes) = (2 * cfg.chunks, cfg.streams);
+    let variant = |name: &str, priority: i32| {
+        let mut specs: Vec<StreamSpec> = (0..lanes).map(|i| StreamSpec::new(&format!("background {i}"), StreamKind::NonBlocking, 0)).collect();
+        specs.push(StreamSpec::new("urgent", StreamKind::NonBlocking, priority));
+        Plan::new(name, specs, cfg.elements, 4, move |p, r| {
+            let urgent = r.streams[lanes];
+            for b in 0..background {
+                // Each background stream computes its own share of the data.
+                let (at, n) = chunk(r.elements, lanes, b % lanes);
+                p.compute(r.streams[b % lanes], r.devices[0], at, r.devices[1], at, n, &format!("background kernel {b}"))?;
+                if b + 1 == lanes {
+                    p.h2d(urgent, r.devices[2], 0, r.input, 0, URGENT, "urgent H2D")?;
+                    p.compute(urgent, r.devices[2], 0, r.devices[3], 0, URGENT, "urgent kernel")?;
+                    p.d2h(urgent, r.output, 0, r.devices[3], 0, URGENT, URGENT_DONE)?;
+                }
+            }
+            Ok(())
+        })
+    };
+    Experiment {
+        name: "priorities",
+        shows: "the SMs take the kernel that has waited longest; a small job on a high-priority stream goes ahead of every waiting kernel as soon as the running one ends",
+        variants: vec![variant("urgent stream at the default priority", 0), variant("urgent stream at the highest priority", greatest)],
+        watch: Some(URGENT_DONE),
+    }
+}
+
+/// Every experiment of the lab, in order; `greatest` is the GPU's highest
+/// stream priority.
+pub fn all(cfg: &StreamsConfig, greatest: i32) -> Vec<Experiment> {
+    vec![legacy(cfg), sync_weight(cfg), copy_engines(cfg), priorities(cfg, greatest)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::model::Provenance;
+    use crate::pipeline::plan::Costs;
+    use crate::pipeline::schedule::{Machine, OpKind};
+
+    fn costs(cfg: &StreamsConfig, plans: &[&Plan]) -> Costs {
+        let mut c = Costs::new();
+        for p in plans {
+            for (kind, n) in p.distinct_ops().unwrap() {
+                // 1 ms per chunk of H2D, kernel and D2H alike.
+                c.insert((kind, n), n as f64 * cfg.chunks as f64 / cfg.elements as f64);
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn every_variant_verifies_on_the_model_and_the_model_tells_them_apart() {
+        // The default chunks and streams, fewer elements (the model keeps a cell per element).
+        let cfg = StreamsConfig { elements: 1 << 16, ..StreamsConfig::default() };
+        let machine = Machine { host_wake: 0.05, ..Machine::engines(2) };
+        for e in all(&cfg, -5) {
+            let plans: Vec<&Plan> = e.variants.iter().collect();
+            let c = costs(&cfg, &plans);
+            let mut totals = Vec::new();
+            for v in &e.variants {
+                let m = v.model().unwrap();
+                assert!(m.schedule.races().is_empty(), "{}: {:?}", v.name, m.schedule.races());
+                let out = v.expected_output().unwrap();
+                assert!(out.iter().all(|p| !matches!(p, Provenance::Garbage)), "{}", v.name);
+                totals.push((v.name.clone(), v.predicted_ms(machine, &c).unwrap()));
+            }
+            let t = |i: usize| totals[i].1;
+            match e.name {
+                "legacy-stream" => {
+                    assert!(t(1) > t(0) * 1.2, "the NULL stream collapses blocking streams: {totals:?}");
+                    assert!((t(2) - t(0)).abs() < 0.1 && (t(3) - t(0)).abs() < 0.1, "but not non-blocking ones, nor the per-thread stream: {totals:?}");
+                }
+                "sync-weight" => {
+                    assert!(t(0) < t(1) && t(1) < t(0) + 0.5, "a CPU wait costs a wake-up per chunk: {totals:?}");
+                    assert!(t(3) > 1.3 * t(0), "cuCtxSynchronize also waits for the other streams: {totals:?}");
+                }
+                "copy-engines" => assert!(t(1) < t(0), "two engines run both directions at once: {totals:?}"),
+                "priorities" => {
+                    let done = |v: &Plan| {
+                        let (s, times) = v.predict(machine, &c).unwrap();
+                        let i = s.ops.iter().position(|o| o.label == URGENT_DONE).unwrap();
+                        times[i].1
+                    };
+                    let (low, high) = (done(&e.variants[0]), done(&e.variants[1]));
+                    assert!(high + 1.0 < low, "priority lets the urgent job through: {high} vs {low}");
+                }
+                other => panic!("unexpected experiment {other}"),
+            }
+            assert!(e.variants.iter().all(|v| v.distinct_ops().unwrap().iter().all(|(k, _)| OpKind::STAGES.contains(k))));
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Lab 5 on the GPU: the kernel balanced against a chunk's copy, the
+//! machine and every op measured alone, then every variant of every
+//! experiment run, verified and timed, beside the model's prediction.
+
+use super::experiments::{self, Experiment};
+use super::{ExperimentResult, StreamsConfig, StreamsResults, VariantResult};
+use crate::error::Result;
+use crate::gpu::{Gpu, PlanRig, TimelineSource};
+use crate::measure::stats::Summary;
+use crate::pipeline::plan::{chunk, Costs, Plan};
+use crate::pipeline::schedule::{Machine, OpKind};
+use crate::pipeline::timeline::Timeline;
+use crate::present::progress::{Progress, ProgressMode};
+
+/// FMAs per element that make one chunk's kernel take about as long as its
+/// H2D (measured at `probe` FMAs and scaled: the kernel's time is linear in them).
+fn balance(rig: &mut PlanRig, n: usize, reps: usize) -> Result<i32> {
+    let probe = 64;
+    rig.iterations = probe;
+    let h2d = rig.alone(OpKind::H2d, n, reps)?.median;
+    let kernel = rig.alone(OpKind::Kernel, n, reps)?.median;
+    Ok(((probe as f64 * h2d / kernel).round() as i32).clamp(1, 1 << 20))
+}
+
+/// The three-way overlap's best on this machine: every copy at the rate
+/// both directions get at once while both have work, the kernels back to
+/// back, and the first H2D and last D2H that nothing can hide.
+pub fn three_way_bound(costs: &Costs, machine: Machine, elements: usize, chunks: usize) -> f64 {
+    let of = |kind: OpKind, c: usize| costs.get(&(kind, chunk(elements, chunks, c).1)).copied().unwrap_or(0.0);
+    let sum = |kind: OpKind| (0..chunks).map(|c| of(kind, c)).sum::<f64>();
+    let (h, k, d) = (sum(OpKind::H2d), sum(OpKind::Kernel), sum(OpKind::D2h));
+    let r = machine.both_ways;
+    let copies = if h >= d { d / r + (h - d) } else { h / r + (d - h) };
+    copies.max(of(OpKind::H2d, 0) + k + of(OpKind::D2h, chunks - 1))
+}
+
+fn variant(rig: &mut PlanRig, plan: &Plan, e: &Experiment, machine: Machine, costs: &Costs, reps: usize) -> Result<VariantResult> {
+    let model = plan.model()?;
+    rig.run_modelled(plan, &model, TimelineSource::Off)?;
+    // Totals from untraced runs (an event after a copy costs its engine a
+    // flush: measured here, two streams copying both ways read up to 40%
+    // slower with events between); the watched op and the drawn timeline
+    // from runs timed with events.
+    let totals: Vec<f64> = (0..reps).map(|_| Ok(rig.run_modelled(plan, &model, TimelineSource::Off)?.total_ms)).collect::<Result<_>>()?;
+    let mut watched = Vec::new();
+    let mut last = None;
+    for _ in 0..if e.watch.is_some() { reps } else { 1 } {
+        let run = rig.run_modelled(plan, &model, TimelineSource::Events)?;
+        let tl = run.timeline.expect("timed with events");
+        if let Some(label) = e.watch {
+            if let Some(s) = tl.spans.iter().find(|s| s.label == label) {
+                watched.push(s.end_us / 1e3);
+            }
+        }
+        last = Some((tl, run.stream_names));
+    }
+    let (timeline, names) = last.expect("at least one run");
+    let (schedule, times) = plan.predict(machine, costs)?;
+    let model_ms = times.iter().map(|t| t.1).fold(0.0, f64::max);
+    let watched_model_ms = e.watch.and_then(|label| schedule.ops.iter().position(|o| o.label == label)).map(|i| times[i].1);
+    let us: Vec<(f64, f64)> = times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();
+    let predicted = Timeline::from_schedule("predicted", "queue model", &schedule, &us, &names);
+    Ok(VariantResult {
+        name: plan.name.clone(),
+        total_ms: Summary::of(&totals)?,
+        model_ms,
+        watched_ms: if watched.is_empty() { None } else { Some(Summary::of(&watched)?) },
+        watched_model_ms,
+        bound_ms: None,
+        timeline,
+        predicted,
+    })
+}
+
+pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<StreamsResults> {
+    cfg.validate()?;
+    let all_variants: usize = 4 + 4 + 3 + 2;
+    let mut progress = Progress::new(progress, 3 + all_variants as u64, "streams");
+    let reps = cfg.repeats;
+    let mut rig = PlanRig::new(gpu, cfg.elements, 4, 1)?;
+    let iterations = balance(&mut rig, chunk(cfg.elements, cfg.chunks, 0).1, reps)?;
+    rig.iterations = iterations;
+    progress.step(&format!("kernel balanced against a chunk's H2D: {iterations} FMAs per element"));
+    let facts = rig.machine(cfg.elements, reps)?;
+    let machine = facts.machine();
+    progress.step(&format!(
+        "machine: {} copy engines, both ways at {:.0}% each, wake-up {:.1} µs",
+        facts.copy_engines,
+        100.0 * machine.both_ways,
+        facts.wake_ms * 1e3
+    ));
+    let priority_range = gpu.stream_priority_range()?;
+    let exps = experiments::all(cfg, priority_range.1);
+    let plans: Vec<&Plan> = exps.iter().flat_map(|e| e.variants.iter()).collect();
+    let costs = rig.costs(&plans, reps)?;
+    progress.step(&format!("{} distinct operations measured alone", costs.len()));
+    let mut experiments = Vec::new();
+    for e in &exps {
+        let mut variants = Vec::new();
+        for plan in &e.variants {
+            let mut v = variant(&mut rig, plan, e, machine, &costs, reps)?;
+            if plan.name.starts_with("three-way") {
+                v.bound_ms = Some(three_way_bound(&costs, machine, cfg.elements, experiments::three_way_chunks(cfg)));
+            }
+            progress.step(&format!("{}: {}: {:.3} ms (model {:.3} ms)", e.name, v.name, v.total_ms.median, v.model_ms));
+            variants.push(v);
+        }
+        experiments.push(ExperimentResult { name: e.name.into(), shows: e.shows.into(), variants });
+    }
+    progress.finish();
+    let costs = costs.into_iter().map(|((k, n), ms)| (k, n, ms)).collect();
+    Ok(StreamsResults { config: cfg.clone(), machine: facts, iterations, priority_range, costs, experiments })
+}

@@ -1,0 +1,188 @@
+//! A pipeline written once and run anywhere: its streams (kind and
+//! priority), its buffers, and its issue loop (a function of the
+//! vocabulary). The GPU runs it (`gpu::plan`); with no GPU the model runs the
+//! very same loop ([`Plan::model`]), which says what every output element
+//! must hold (the GPU's results are verified against that) and, with each
+//! operation's cost measured alone, predicts its timeline
+//! ([`Plan::predict`]).
+//!
+//! Every plan has one input host buffer (`host in`, the data), one output
+//! host buffer (`host out`), both `elements` long, and `devices` device
+//! buffers of the same length; lab 5's and lab 6's experiments are plans.
+
+use super::issue::{DevRef, HostRef, Issue, StreamRef};
+use super::model::{ModelPipeline, Provenance};
+use super::schedule::{predict, Machine, Op, OpKind, Schedule, StreamKind};
+use crate::error::{LabError, Result};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One stream of a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamSpec {
+    pub name: String,
+    pub kind: StreamKind,
+    /// CUDA's numbers: lower runs first; 0 is the default.
+    pub priority: i32,
+}
+
+impl StreamSpec {
+    pub fn new(name: &str, kind: StreamKind, priority: i32) -> StreamSpec {
+        StreamSpec { name: name.into(), kind, priority }
+    }
+}
+
+/// What a plan's loop is handed: its streams, buffers and sizes.
+#[derive(Clone, Debug)]
+pub struct Refs {
+    pub streams: Vec<StreamRef>,
+    pub input: HostRef,
+    pub output: HostRef,
+    pub devices: Vec<DevRef>,
+    pub elements: usize,
+}
+
+/// The loop of a plan.
+pub type Body = Arc<dyn Fn(&mut dyn Issue, &Refs) -> Result<()> + Send + Sync>;
+
+/// A pipeline's streams, buffers and issue loop (see the module docs).
+#[derive(Clone)]
+pub struct Plan {
+    /// What it is, in a few words (a variant's label).
+    pub name: String,
+    pub streams: Vec<StreamSpec>,
+    /// f32 elements of each buffer.
+    pub elements: usize,
+    /// How many device buffers.
+    pub devices: usize,
+    pub body: Body,
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Plan({}: {} streams, {} elements, {} device buffers)", self.name, self.streams.len(), self.elements, self.devices)
+    }
+}
+
+/// Names of a plan's buffers (the same on the GPU and in the model).
+pub const INPUT: &str = "host in";
+pub const OUTPUT: &str = "host out";
+pub fn device_name(i: usize) -> String {
+    format!("device {i}")
+}
+
+/// What one operation costs alone, ms, by what it is: (kind, elements).
+pub type Costs = BTreeMap<(OpKind, usize), f64>;
+
+/// The elements an op moves or computes (its first access), for [`Costs`].
+pub fn op_elements(op: &Op) -> usize {
+    op.accesses.first().map_or(0, |a| ((a.end - a.start) / 4) as usize)
+}
+
+impl Plan {
+    pub fn new(
+        name: &str,
+        streams: Vec<StreamSpec>,
+        elements: usize,
+        devices: usize,
+        body: impl Fn(&mut dyn Issue, &Refs) -> Result<()> + Send + Sync + 'static,
+    ) -> Plan {
+        Plan { name: name.into(), streams, elements, devices, body: Arc::new(body) }
+    }
+
+    /// Refuses a plan no pipeline can hold.
+    pub fn validate(&self) -> Result<()> {
+        if self.elements < 2 || self.elements % 2 != 0 {
+            return Err(LabError::config(format!("{}: {} elements (give an even number, at least 2)", self.name, self.elements)));
+        }
+        if self.streams.is_empty() {
+            return Err(LabError::config(format!("{}: a plan needs at least one stream", self.name)));
+        }
+        Ok(())
+    }
+
+    /// The loop run on the model: its schedule and where every element came from.
+    pub fn model(&self) -> Result<ModelPipeline> {
+        self.validate()?;
+        let mut m = ModelPipeline::new();
+        let streams = self.streams.iter().map(|s| m.stream_of(s.kind, s.priority)).collect();
+        let (input, output) = (m.host(INPUT, self.elements, true), m.host(OUTPUT, self.elements, false));
+        let devices = (0..self.devices).map(|i| m.device(&device_name(i), self.elements)).collect();
+        let refs = Refs { streams, input, output, devices, elements: self.elements };
+        (self.body)(&mut m, &refs)?;
+        Ok(m)
+    }
+
+    /// What every element of `host out` must hold after a correct run.
+    pub fn expected_output(&self) -> Result<Vec<Provenance>> {
+        let m = self.model()?;
+        Ok(m.host_cells(HostRef(1)).to_vec())
+    }
+
+    /// Each distinct operation of the plan, for measuring it alone.
+    pub fn distinct_ops(&self) -> Result<Vec<(OpKind, usize)>> {
+        let m = self.model()?;
+        let mut v: Vec<(OpKind, usize)> = m.schedule.ops.iter().filter(|o| OpKind::STAGES.contains(&o.kind)).map(|o| (o.kind, op_elements(o))).collect();
+        v.sort();
+        v.dedup();
+        Ok(v)
+    }
+
+    /// The model's (start, end) of every op, ms, from `costs` (each op alone).
+    pub fn predict(&self, machine: Machine, costs: &Costs) -> Result<(Schedule, Vec<(f64, f64)>)> {
+        let m = self.model()?;
+        let missing = m.schedule.ops.iter().find(|o| OpKind::STAGES.contains(&o.kind) && !costs.contains_key(&(o.kind, op_elements(o))));
+        if let Some(o) = missing {
+            return Err(LabError::config(format!("{}: no cost measured for {} of {} elements ('{}')", self.name, o.kind.label(), op_elements(o), o.label)));
+        }
+        let times = predict(&m.schedule, machine, |o| costs.get(&(o.kind, op_elements(o))).copied().unwrap_or(0.0));
+        Ok((m.schedule, times))
+    }
+
+    /// The model's total: from the first op's start to the last op's end, ms.
+    pub fn predicted_ms(&self, machine: Machine, costs: &Costs) -> Result<f64> {
+        let (_, times) = self.predict(machine, costs)?;
+        Ok(times.iter().map(|t| t.1).fold(0.0, f64::max))
+    }
+}
+
+/// Chunk `c` of `chunks` over `elements`: an even start and length, the last
+/// chunk taking the rest (host copies move whole 8-byte words).
+pub fn chunk(elements: usize, chunks: usize, c: usize) -> (usize, usize) {
+    let a = (c * elements / chunks) & !1;
+    let b = if c + 1 == chunks { elements } else { ((c + 1) * elements / chunks) & !1 };
+    (a, b - a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_stream_chunks(chunks: usize) -> Plan {
+        Plan::new("chunks", vec![StreamSpec::new("s", StreamKind::NonBlocking, 0)], 64, 2, move |p, r| {
+            for c in 0..chunks {
+                let (at, n) = chunk(r.elements, chunks, c);
+                p.h2d(r.streams[0], r.devices[0], at, r.input, at, n, "up")?;
+                p.compute(r.streams[0], r.devices[0], at, r.devices[1], at, n, "kernel")?;
+                p.d2h(r.streams[0], r.output, at, r.devices[1], at, n, "down")?;
+            }
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn the_model_says_what_every_output_element_holds_and_predicts_from_costs() {
+        let plan = one_stream_chunks(4);
+        let want = plan.expected_output().unwrap();
+        assert_eq!(want.len(), 64);
+        assert!(want.iter().enumerate().all(|(i, p)| *p == Provenance::Output(i as u32)));
+        assert_eq!(plan.distinct_ops().unwrap(), [(OpKind::H2d, 16), (OpKind::Kernel, 16), (OpKind::D2h, 16)]);
+        let costs: Costs = [((OpKind::H2d, 16), 1.0), ((OpKind::Kernel, 16), 2.0), ((OpKind::D2h, 16), 1.0)].into();
+        assert_eq!(plan.predicted_ms(Machine::engines(2), &costs).unwrap(), 16.0, "one stream is serial");
+        let e = plan.predicted_ms(Machine::engines(2), &Costs::new()).unwrap_err().to_string();
+        assert!(e.contains("no cost measured for H2D of 16 elements"), "{e}");
+        assert_eq!(chunk(10, 3, 2), (6, 4));
+        let bad = Plan::new("odd", vec![], 3, 0, |_, _| Ok(()));
+        assert!(bad.validate().unwrap_err().to_string().contains("even number"));
+    }
+}
