@@ -19,8 +19,7 @@ use super::gate::Gate;
 use super::{driver, ComputeKernel, DeviceBuffer, DeviceSpan, Event, Gpu, HostBuffer, HostTask, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
-use crate::pipeline::issue::{DevRef, EventRef, HostRef, Issue, StreamRef};
-use crate::pipeline::model::{check_alloc, check_live, check_release};
+use crate::pipeline::issue::{check_alloc, DevRef, EventRef, Holding, HostRef, Issue, StreamRef};
 use crate::pipeline::schedule::{Access, Memory, OpId, OpKind, Race, Schedule};
 use crate::pipeline::timeline::Timeline;
 use std::ffi::c_void;
@@ -28,26 +27,21 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// A host buffer of the pipeline: the lab's (borrowed) or the loop's own
+/// (the pipeline releases it at its end if the loop did not).
 struct HostEntry {
     ptr: *mut u64,
     words: usize,
-    name: String,
+    hold: Holding,
     /// A copy from pageable memory blocks inside its call until its DMA
     /// ran, so the gate must open before one is issued.
     page_locked: bool,
-    /// Memory the loop allocated or pinned (it must release it the same
-    /// way; the pipeline does at its end if the loop did not).
-    memory: Option<Memory>,
-    /// The call that released it: nothing may use it after that.
-    released: Option<&'static str>,
 }
 
 /// A device buffer of the pipeline: the lab's (borrowed) or the loop's own.
 struct DeviceEntry {
     span: DeviceSpan,
-    name: String,
-    memory: Option<Memory>,
-    released: Option<&'static str>,
+    hold: Holding,
 }
 
 /// Operations issued behind a closed gate before it opens anyway, so the
@@ -341,7 +335,7 @@ impl<'a> Pipeline<'a> {
         StreamRef(self.streams.len() - 1)
     }
     pub fn device(&mut self, d: &'a DeviceBuffer, name: &str) -> DevRef {
-        self.devices.push(DeviceEntry { span: d.span(), name: name.to_string(), memory: None, released: None });
+        self.devices.push(DeviceEntry { span: d.span(), hold: Holding::lab(name) });
         DevRef(self.devices.len() - 1)
     }
     /// Borrows a host buffer exclusively for the pipeline's life.
@@ -349,7 +343,7 @@ impl<'a> Pipeline<'a> {
         let words = h.words().len();
         let page_locked = h.kind().is_page_locked();
         let ptr = h.words_mut().as_mut_ptr();
-        self.hosts.push(HostEntry { ptr, words, name: name.to_string(), page_locked, memory: None, released: None });
+        self.hosts.push(HostEntry { ptr, words, hold: Holding::lab(name), page_locked });
         HostRef(self.hosts.len() - 1)
     }
     /// An event for dependencies (record / wait / host_wait). It takes no
@@ -360,14 +354,14 @@ impl<'a> Pipeline<'a> {
     }
 
     fn host_range(&self, h: HostRef, at: usize, bytes: usize) -> Result<(*mut u64, Access)> {
-        let e = self.hosts.get(h.0).ok_or_else(|| LabError::config(format!("host buffer {} was never made", h.0)))?;
-        check_live(&e.name, e.released)?;
+        let e = self.host_entry(h)?;
+        e.hold.live()?;
         if at % 8 != 0 || bytes % 8 != 0 || bytes == 0 || at.checked_add(bytes).is_none_or(|end| end > e.words * 8) {
-            return Err(LabError::config(format!("{} bytes at {at} do not fit host buffer {} ({} bytes, 8-byte aligned)", bytes, e.name, e.words * 8)));
+            return Err(LabError::config(format!("{} bytes at {at} do not fit host buffer {} ({} bytes, 8-byte aligned)", bytes, e.hold.name, e.words * 8)));
         }
         // SAFETY: in bounds (checked above).
         let p = unsafe { e.ptr.add(at / 8) };
-        Ok((p, Access { buffer: e.name.clone(), start: at as u64, end: (at + bytes) as u64, write: false }))
+        Ok((p, Access { buffer: e.hold.name.clone(), start: at as u64, end: (at + bytes) as u64, write: false }))
     }
     /// A copy's host side; a pageable one opens the gate first, since such
     /// a call blocks until its DMA ran.
@@ -379,9 +373,9 @@ impl<'a> Pipeline<'a> {
         Ok(r)
     }
     fn dev_range(&self, d: DevRef, at: usize, bytes: usize) -> Result<(u64, Access)> {
-        let e = self.devices.get(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made", d.0)))?;
-        check_live(&e.name, e.released)?;
-        let (buf, name) = (e.span, &e.name);
+        let e = self.device_entry(d)?;
+        e.hold.live()?;
+        let (buf, name) = (e.span, &e.hold.name);
         if bytes == 0 || at.checked_add(bytes).is_none_or(|end| end > buf.bytes) {
             return Err(LabError::config(format!("{bytes} bytes at {at} do not fit device buffer {name} ({} bytes)", buf.bytes)));
         }
@@ -669,14 +663,14 @@ impl<'a> Pipeline<'a> {
         self.marks.push(if r.is_ok() { Mark::Host(t0, t1) } else { Mark::None });
         r
     }
+    fn host_entry(&self, h: HostRef) -> Result<&HostEntry> {
+        self.hosts.get(h.0).ok_or_else(|| LabError::config(format!("host buffer {} was never made", h.0)))
+    }
+    fn device_entry(&self, d: DevRef) -> Result<&DeviceEntry> {
+        self.devices.get(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made", d.0)))
+    }
     fn stream_ref(&self, s: StreamRef) -> Result<&'a Stream> {
         self.streams.get(s.0).map(|(st, _)| *st).ok_or_else(|| LabError::config(format!("stream {} was never added to the pipeline", s.0)))
-    }
-    fn device_entry(&mut self, d: DevRef) -> Result<&mut DeviceEntry> {
-        self.devices.get_mut(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made", d.0)))
-    }
-    fn host_entry(&mut self, h: HostRef) -> Result<&mut HostEntry> {
-        self.hosts.get_mut(h.0).ok_or_else(|| LabError::config(format!("host buffer {} was never made", h.0)))
     }
 
     /// cuMemAllocAsync on `s`: `bytes` from the device's pool.
@@ -688,40 +682,40 @@ impl<'a> Pipeline<'a> {
         let ptr = self.memory_call(Some(s), OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![whole], || unsafe {
             driver::mem_alloc_async(bytes, raw)
         })?;
-        self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, name: name.into(), memory: Some(Memory::Pool), released: None });
+        self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, hold: Holding::allocated(name, Memory::Pool) });
         Ok(DevRef(self.devices.len() - 1))
-    }
-    /// cuMemFreeAsync on `s`.
-    pub fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
-        let raw = self.stream_ref(s)?.raw();
-        let e = self.device_entry(d)?;
-        check_live(&e.name, e.released)?;
-        check_release(&e.name, e.memory, Memory::Pool)?;
-        let (ptr, whole, label) = (e.span.ptr, Access::write(&e.name, 0, e.span.bytes as u64), Memory::Pool.label(false, &e.name));
-        // SAFETY: from alloc_async, released once (checked); every use is
-        // ordered before this point of `s` (memory_call refuses a race).
-        self.memory_call(Some(s), OpKind::Free(Memory::Pool), &label, vec![whole], || unsafe { driver::mem_free_async(ptr, raw) })?;
-        self.devices[d.0].released = Some(Memory::Pool.call(false));
-        Ok(())
     }
     /// cuMemAlloc (blocking).
     pub fn alloc(&mut self, bytes: usize, name: &str) -> Result<DevRef> {
         check_alloc(name, bytes, "bytes")?;
         let whole = Access::write(name, 0, bytes as u64);
         let ptr = self.memory_call(None, OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![whole], || driver::device_alloc(bytes))?;
-        self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, name: name.into(), memory: Some(Memory::Device), released: None });
+        self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, hold: Holding::allocated(name, Memory::Device) });
         Ok(DevRef(self.devices.len() - 1))
+    }
+    /// Releases device buffer `d` by `how`'s call (on `s` when stream-ordered).
+    fn release_device(&mut self, s: Option<StreamRef>, d: DevRef, how: Memory) -> Result<()> {
+        let raw = s.map(|s| self.stream_ref(s).map(|st| st.raw())).transpose()?;
+        let e = self.device_entry(d)?;
+        let (label, ptr, whole) = (e.hold.release_label(how)?, e.span.ptr, Access::write(&e.hold.name, 0, e.span.bytes as u64));
+        // SAFETY: the loop's own allocation of this kind, released once
+        // (checked); every use is ordered before it (memory_call refuses a race).
+        self.memory_call(s, OpKind::Free(how), &label, vec![whole], || unsafe {
+            match raw {
+                Some(raw) => driver::mem_free_async(ptr, raw),
+                None => driver::device_free(ptr),
+            }
+        })?;
+        self.devices[d.0].hold.released_by(how);
+        Ok(())
+    }
+    /// cuMemFreeAsync on `s`.
+    pub fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
+        self.release_device(Some(s), d, Memory::Pool)
     }
     /// cuMemFree (blocking).
     pub fn free(&mut self, d: DevRef) -> Result<()> {
-        let e = self.device_entry(d)?;
-        check_live(&e.name, e.released)?;
-        check_release(&e.name, e.memory, Memory::Device)?;
-        let (ptr, whole, label) = (e.span.ptr, Access::write(&e.name, 0, e.span.bytes as u64), Memory::Device.label(false, &e.name));
-        // SAFETY: from alloc, released once (checked); every use is ordered before it.
-        self.memory_call(None, OpKind::Free(Memory::Device), &label, vec![whole], || unsafe { driver::device_free(ptr) })?;
-        self.devices[d.0].released = Some(Memory::Device.call(false));
-        Ok(())
+        self.release_device(None, d, Memory::Device)
     }
     /// cuMemHostAlloc (blocking): page-locked, cached host memory.
     pub fn alloc_pinned(&mut self, bytes: usize, name: &str) -> Result<HostRef> {
@@ -732,78 +726,77 @@ impl<'a> Pipeline<'a> {
         let whole = Access::write(name, 0, bytes as u64);
         let label = Memory::Pinned.label(true, name);
         let ptr = self.memory_call(None, OpKind::Alloc(Memory::Pinned), &label, vec![whole], || driver::host_alloc(bytes, driver::HOST_ALLOC_PINNED))?;
-        self.hosts.push(HostEntry {
-            ptr: ptr as *mut u64,
-            words: bytes / 8,
-            name: name.into(),
-            page_locked: true,
-            memory: Some(Memory::Pinned),
-            released: None,
-        });
+        self.hosts.push(HostEntry { ptr: ptr as *mut u64, words: bytes / 8, hold: Holding::allocated(name, Memory::Pinned), page_locked: true });
         Ok(HostRef(self.hosts.len() - 1))
+    }
+    /// Releases host buffer `h` by `how`'s call (cuMemFreeHost, or
+    /// cuMemHostUnregister: then it is the lab's ordinary memory again).
+    fn release_host(&mut self, h: HostRef, how: Memory) -> Result<()> {
+        let e = self.host_entry(h)?;
+        let (label, ptr, whole) = (e.hold.release_label(how)?, e.ptr as *mut c_void, Access::write(&e.hold.name, 0, e.words as u64 * 8));
+        // SAFETY: allocated or registered by the loop as `how` says, released
+        // once (checked); every copy of it is ordered before this (refused otherwise).
+        self.memory_call(None, OpKind::Free(how), &label, vec![whole], || unsafe {
+            if how == Memory::Registered {
+                driver::host_unregister(ptr)
+            } else {
+                driver::host_free(ptr)
+            }
+        })?;
+        let e = &mut self.hosts[h.0];
+        e.hold.released_by(how);
+        if how == Memory::Registered {
+            e.page_locked = false;
+        }
+        Ok(())
     }
     /// cuMemFreeHost (blocking).
     pub fn free_pinned(&mut self, h: HostRef) -> Result<()> {
-        let e = self.host_entry(h)?;
-        check_live(&e.name, e.released)?;
-        check_release(&e.name, e.memory, Memory::Pinned)?;
-        let (ptr, whole, label) = (e.ptr, Access::write(&e.name, 0, e.words as u64 * 8), Memory::Pinned.label(false, &e.name));
-        // SAFETY: from alloc_pinned, released once (checked); every copy of it is ordered before this.
-        self.memory_call(None, OpKind::Free(Memory::Pinned), &label, vec![whole], || unsafe { driver::host_free(ptr as *mut c_void) })?;
-        self.hosts[h.0].released = Some(Memory::Pinned.call(false));
-        Ok(())
+        self.release_host(h, Memory::Pinned)
     }
     /// cuMemHostRegister (blocking): pins the lab's ordinary buffer `h` in place.
     pub fn pin(&mut self, h: HostRef) -> Result<()> {
         let e = self.host_entry(h)?;
-        check_live(&e.name, e.released)?;
+        e.hold.live()?;
         if e.page_locked {
-            return Err(LabError::config(format!("{} is already page-locked: pin ordinary memory only", e.name)));
+            return Err(LabError::config(format!("{} is already page-locked: pin ordinary memory only", e.hold.name)));
         }
-        let (ptr, bytes, label) = (e.ptr, e.words * 8, Memory::Registered.label(true, &e.name));
+        let (ptr, bytes, label) = (e.ptr, e.words * 8, Memory::Registered.label(true, &e.hold.name));
         // SAFETY: the pipeline holds the buffer's exclusive borrow for its
         // life and unregisters it before that ends (unpin, or finish).
         self.memory_call(None, OpKind::Alloc(Memory::Registered), &label, vec![], || unsafe { driver::host_register(ptr as *mut c_void, bytes) })?;
         let e = &mut self.hosts[h.0];
-        (e.page_locked, e.memory) = (true, Some(Memory::Registered));
+        (e.page_locked, e.hold.memory) = (true, Some(Memory::Registered));
         Ok(())
     }
     /// cuMemHostUnregister (blocking): `h` is ordinary memory again.
     pub fn unpin(&mut self, h: HostRef) -> Result<()> {
-        let e = self.host_entry(h)?;
-        check_live(&e.name, e.released)?;
-        check_release(&e.name, e.memory, Memory::Registered)?;
-        let (ptr, whole, label) = (e.ptr, Access::write(&e.name, 0, e.words as u64 * 8), Memory::Registered.label(false, &e.name));
-        // SAFETY: registered by `pin`; every copy of it is ordered before this (refused otherwise).
-        self.memory_call(None, OpKind::Free(Memory::Registered), &label, vec![whole], || unsafe { driver::host_unregister(ptr as *mut c_void) })?;
-        let e = &mut self.hosts[h.0];
-        (e.page_locked, e.memory) = (false, None);
-        Ok(())
+        self.release_host(h, Memory::Registered)
     }
 
     /// Releases what the loop allocated and did not release (the device is
     /// idle: called after a context synchronize). Returns their names.
     fn release_leftovers(&mut self) -> Vec<String> {
         let mut names = Vec::new();
-        for e in self.devices.iter_mut().filter(|e| e.released.is_none()) {
-            let Some(m) = e.memory else { continue };
+        for e in self.devices.iter_mut().filter(|e| e.hold.leaked()) {
+            let Some(m) = e.hold.memory else { continue };
             // SAFETY: the loop's own allocation, released once; the device is idle.
             let _ = match m {
                 Memory::Pool => unsafe { driver::mem_free_async(e.span.ptr, self.base_stream.raw()) }.and_then(|_| self.base_stream.synchronize()),
                 _ => unsafe { driver::device_free(e.span.ptr) },
             };
-            e.released = Some(m.call(false));
-            names.push(e.name.clone());
+            e.hold.released_by(m);
+            names.push(e.hold.name.clone());
         }
-        for e in self.hosts.iter_mut().filter(|e| e.released.is_none()) {
+        for e in self.hosts.iter_mut().filter(|e| e.hold.leaked()) {
+            let Some(m) = e.hold.memory else { continue };
             // SAFETY: the loop's own allocation or registration, released once; the device is idle.
-            let _ = match e.memory {
-                Some(Memory::Pinned) => unsafe { driver::host_free(e.ptr as *mut c_void) },
-                Some(Memory::Registered) => unsafe { driver::host_unregister(e.ptr as *mut c_void) },
-                _ => continue,
+            let _ = match m {
+                Memory::Registered => unsafe { driver::host_unregister(e.ptr as *mut c_void) },
+                _ => unsafe { driver::host_free(e.ptr as *mut c_void) },
             };
-            e.released = e.memory.map(|m| m.call(false));
-            names.push(e.name.clone());
+            e.hold.released_by(m);
+            names.push(e.hold.name.clone());
         }
         names
     }

@@ -6,7 +6,7 @@
 //! each operation alone, and the machine (copy engines, the bidirectional
 //! ceiling, how long a CPU thread takes to resume after GPU work).
 
-use super::{ComputeKernel, DeviceBuffer, Gpu, GpuIssuer, HostBuffer, PinnedBuffer, PipelineRun, TimelineSource};
+use super::{ComputeKernel, DeviceBuffer, Gpu, GpuIssuer, HostBuffer, PinnedBuffer, PipelineRun, Stream, TimelineSource};
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::compute_reference;
 use crate::measure::pattern;
@@ -15,6 +15,9 @@ use crate::pipeline::model::{ModelPipeline, Provenance};
 use crate::pipeline::plan::{device_name, Costs, Plan, Refs, StreamSpec, INPUT, OUTPUT};
 use crate::pipeline::schedule::{Machine, OpKind, StreamKind};
 use crate::present::units::Bytes;
+
+/// How many of one op [`PlanRig::alone`] issues back to back to time one.
+pub const BACK_TO_BACK: usize = 8;
 
 /// Buffers, kernel and settings that plans run on, made once.
 pub struct PlanRig {
@@ -26,6 +29,8 @@ pub struct PlanRig {
     host_in: PinnedBuffer,
     host_out: PinnedBuffer,
     devices: Vec<DeviceBuffer>,
+    /// Poisons the device buffers before each run.
+    setup: Stream,
 }
 
 /// What the model needs to know of the machine, as measured.
@@ -44,8 +49,7 @@ pub struct MachineFacts {
 impl MachineFacts {
     /// The queue model's machine.
     pub fn machine(&self) -> Machine {
-        let both_ways = (self.h2d_ms.max(self.d2h_ms) / self.both_ms).clamp(0.01, 1.0);
-        Machine { both_ways: if both_ways.is_finite() { both_ways } else { 1.0 }, host_wake: self.wake_ms.max(0.0), ..Machine::engines(self.copy_engines) }
+        Machine { host_wake: self.wake_ms.max(0.0), ..Machine::copies_measured(self.copy_engines, self.h2d_ms, self.d2h_ms, self.both_ms) }
     }
 }
 
@@ -66,11 +70,8 @@ impl PlanRig {
             host_in: PinnedBuffer::new(gpu, bytes)?,
             host_out: PinnedBuffer::new(gpu, bytes)?,
             devices,
+            setup: gpu.stream()?,
         })
-    }
-
-    pub fn gpu(&self) -> &Gpu {
-        &self.gpu
     }
 
     /// Runs `plan` once on fresh data and verifies every output element
@@ -93,14 +94,13 @@ impl PlanRig {
                 self.devices.len()
             )));
         }
-        let expected = model.host_cells(crate::pipeline::issue::HostRef(1)).to_vec();
+        let expected = Plan::output_cells(model).to_vec();
         let seed = pattern::fresh_seed();
         let words = plan.elements / 2;
         pattern::fill_f32(&mut self.host_in.words_mut()[..words], seed);
         pattern::poison(&mut self.host_out.words_mut()[..words]);
-        let setup = self.gpu.stream()?;
         for d in &self.devices[..plan.devices] {
-            setup.fill_u32(d, pattern::POISON as u32)?;
+            self.setup.fill_u32(d, pattern::POISON as u32)?;
         }
         let streams = plan.streams.iter().map(|s| self.gpu.stream_of(s.kind, s.priority)).collect::<Result<Vec<_>>>()?;
         let run = {
@@ -155,11 +155,12 @@ impl PlanRig {
     }
 
     /// One op of `kind` over `n` elements alone on one stream, ms (median
-    /// of `reps` after a warm-up run): its span between CUDA events, not the
-    /// pipeline's total, which adds a fixed start-up of its own to every
-    /// op (measured: 32 chunk copies timed by totals summed to 14% more than
-    /// the pipeline of them took; timed by their spans, still 5% more: the
-    /// launch and tail a lone op pays and ops back to back hide).
+    /// of `reps` after a warm-up run): [`BACK_TO_BACK`] of them issued back
+    /// to back, their span between CUDA events divided by their count. Not
+    /// one op's span, nor the pipeline's total: a lone op pays a launch and
+    /// a tail that ops back to back hide (measured: 32 chunk copies timed
+    /// by their totals summed to 14% more than the pipeline of them took;
+    /// timed by their own spans, still 5% more).
     pub fn alone(&mut self, kind: OpKind, n: usize, reps: usize) -> Result<Summary> {
         let one = Plan::new(
             &format!("{} of {n} elements alone", kind.label()),
@@ -168,19 +169,27 @@ impl PlanRig {
             2,
             move |p, r| {
                 let s = r.streams[0];
-                match kind {
-                    OpKind::H2d => p.h2d(s, r.devices[0], 0, r.input, 0, n, "alone"),
-                    OpKind::Kernel => p.compute(s, r.devices[0], 0, r.devices[1], 0, n, "alone"),
-                    OpKind::D2h => p.d2h(s, r.output, 0, r.devices[1], 0, n, "alone"),
-                    other => Err(LabError::config(format!("{} cannot be timed alone", other.label()))),
+                for _ in 0..BACK_TO_BACK {
+                    match kind {
+                        OpKind::H2d => p.h2d(s, r.devices[0], 0, r.input, 0, n, "alone"),
+                        OpKind::Kernel => p.compute(s, r.devices[0], 0, r.devices[1], 0, n, "alone"),
+                        OpKind::D2h => p.d2h(s, r.output, 0, r.devices[1], 0, n, "alone"),
+                        other => Err(LabError::config(format!("{} cannot be timed alone", other.label()))),
+                    }?;
                 }
+                Ok(())
             },
         );
         let model = one.model()?;
         self.run_modelled(&one, &model, TimelineSource::Off)?;
         Summary::of_runs(reps, || {
             let t = self.run_modelled(&one, &model, TimelineSource::Events)?.timeline.ok_or_else(|| LabError::config("no timeline"))?;
-            t.spans.first().map(|s| (s.end_us - s.start_us) / 1e3).ok_or_else(|| LabError::config("the op left no span"))
+            let start = t.spans.iter().map(|s| s.start_us).fold(f64::INFINITY, f64::min);
+            let end = t.spans.iter().map(|s| s.end_us).fold(f64::NEG_INFINITY, f64::max);
+            if t.spans.len() != BACK_TO_BACK {
+                return Err(LabError::config(format!("{BACK_TO_BACK} ops timed alone left {} spans", t.spans.len())));
+            }
+            Ok((end - start) / 1e3 / BACK_TO_BACK as f64)
         })
     }
 
@@ -207,11 +216,18 @@ impl PlanRig {
         let h2d_ms = self.alone(OpKind::H2d, n, reps)?.median;
         let d2h_ms = self.alone(OpKind::D2h, n, reps)?.median;
         let two = vec![StreamSpec::new("up", StreamKind::NonBlocking, 0), StreamSpec::new("down", StreamKind::NonBlocking, 0)];
+        // Back to back like the ops alone, and timed by the total with no
+        // events between copies (an event after a copy costs its engine a
+        // flush); the loop's fixed start-up is shared by all of them.
         let both = Plan::new("H2D and D2H at once", two, n.max(2), 2, move |p, r| {
-            p.h2d(r.streams[0], r.devices[0], 0, r.input, 0, n, "up")?;
-            p.d2h(r.streams[1], r.output, 0, r.devices[1], 0, n, "down")
+            for _ in 0..BACK_TO_BACK {
+                p.h2d(r.streams[0], r.devices[0], 0, r.input, 0, n, "up")?;
+                p.d2h(r.streams[1], r.output, 0, r.devices[1], 0, n, "down")?;
+            }
+            Ok(())
         });
-        let both_ms = Summary::of_runs(reps, || Ok(self.run(&both, TimelineSource::Off)?.total_ms))?.median;
+        let model = both.model()?;
+        let both_ms = Summary::of_runs(reps, || Ok(self.run_modelled(&both, &model, TimelineSource::Off)?.total_ms / BACK_TO_BACK as f64))?.median;
         // A short kernel, the CPU waits for it, then issues the next: the
         // gap between the two on the timeline.
         let k = 1 << 14;

@@ -4,7 +4,8 @@
 //! where every element's data came from. Either way the checker can say what
 //! is wrong: wrong data, a race, no overlap, or too little of it.
 
-use crate::error::Result;
+use super::schedule::Memory;
+use crate::error::{LabError, Result};
 
 /// A stream of a pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +68,72 @@ pub trait Issue {
     /// cuMemHostUnregister: `h` is ordinary memory again; every copy of it
     /// must be ordered before this.
     fn unpin(&mut self, h: HostRef) -> Result<()>;
+}
+
+/// Who holds a buffer of a pipeline, as both executors track it: the lab
+/// (it gave the buffer to the pipeline) or the loop (one of its calls
+/// allocated or pinned it, and the matching call must release it), and
+/// whether it was released.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holding {
+    pub name: String,
+    /// What the loop allocated or pinned; None: the lab's own buffer.
+    pub memory: Option<Memory>,
+    /// The call that released it: nothing may use it after that.
+    pub released: Option<&'static str>,
+}
+
+impl Holding {
+    /// A buffer the lab gave the pipeline.
+    pub fn lab(name: &str) -> Holding {
+        Holding { name: name.into(), memory: None, released: None }
+    }
+    /// A buffer the loop allocated.
+    pub fn allocated(name: &str, memory: Memory) -> Holding {
+        Holding { name: name.into(), memory: Some(memory), released: None }
+    }
+    /// Refuses a use after the buffer was released.
+    pub fn live(&self) -> Result<()> {
+        match self.released {
+            Some(call) => Err(LabError::schedule(format!(
+                "{} is used after {call} released it: use a buffer before you free it, and allocate it again for later work",
+                self.name
+            ))),
+            None => Ok(()),
+        }
+    }
+    /// Checks that `how`'s release call may release the buffer now, and
+    /// gives that operation's label.
+    pub fn release_label(&self, how: Memory) -> Result<String> {
+        self.live()?;
+        match self.memory {
+            Some(m) if m == how => Ok(how.label(false, &self.name)),
+            Some(m) => Err(LabError::config(format!("{} came from {}: release it with {}, not {}", self.name, m.call(true), m.call(false), how.call(false)))),
+            None => Err(LabError::config(format!("{} belongs to the lab, not to the loop: the loop may only release what it allocated", self.name))),
+        }
+    }
+    /// After `how`'s release call: released, or (unpinned) the lab's
+    /// ordinary memory again, usable and pinnable on.
+    pub fn released_by(&mut self, how: Memory) {
+        if how == Memory::Registered {
+            self.memory = None;
+        } else {
+            self.released = Some(how.call(false));
+        }
+    }
+    /// Allocated or pinned by the loop and never released.
+    pub fn leaked(&self) -> bool {
+        self.memory.is_some() && self.released.is_none()
+    }
+}
+
+/// An allocation's size in `unit`s, refusing nothing and absurd sizes
+/// (memory that does not fit returns the driver's out-of-memory error).
+pub fn check_alloc(name: &str, n: usize, unit: &str) -> Result<()> {
+    if n == 0 || n > (1usize << 48) {
+        return Err(LabError::config(format!("{name}: allocating {n} {unit} (give at least 1 and less than 2^48)")));
+    }
+    Ok(())
 }
 
 /// Runs a loop synchronously: after every copy and kernel the CPU waits

@@ -2,7 +2,7 @@
 //! where every element's value came from, so a checker can say which
 //! element is wrong and why, and the queue model can time the schedule.
 
-use super::issue::{DevRef, EventRef, HostRef, Issue, StreamRef};
+use super::issue::{check_alloc, DevRef, EventRef, Holding, HostRef, Issue, StreamRef};
 use super::schedule::{Access, Memory, OpKind, Schedule, StreamKind};
 use crate::error::{LabError, Result};
 
@@ -21,51 +21,18 @@ pub enum Provenance {
 
 /// A buffer of a model pipeline.
 struct ModelBuffer {
-    name: String,
+    hold: Holding,
     cells: Vec<Provenance>,
-    /// Allocated by the loop (which must release it the same way), or
-    /// given by the lab (None).
-    memory: Option<Memory>,
-    /// The call that released it: nothing may use it after that.
-    released: Option<&'static str>,
 }
 
 impl ModelBuffer {
-    fn new(name: &str, cells: Vec<Provenance>, memory: Option<Memory>) -> ModelBuffer {
-        ModelBuffer { name: name.into(), cells, memory, released: None }
+    fn new(hold: Holding, cells: Vec<Provenance>) -> ModelBuffer {
+        ModelBuffer { hold, cells }
     }
     /// The whole buffer as one access (what an allocation or release touches).
     fn whole(&self) -> Access {
-        Access::write(&self.name, 0, self.cells.len() as u64 * 4)
+        Access::write(&self.hold.name, 0, self.cells.len() as u64 * 4)
     }
-}
-
-/// Refuses a use of a released buffer, and a release by the wrong call.
-pub(crate) fn check_live(name: &str, released: Option<&'static str>) -> Result<()> {
-    match released {
-        Some(call) => {
-            Err(LabError::schedule(format!("{name} is used after {call} released it: use a buffer before you free it, and allocate it again for later work")))
-        }
-        None => Ok(()),
-    }
-}
-
-/// Checks that `memory` (what the buffer is) may be released by `wanted`'s call.
-pub(crate) fn check_release(name: &str, memory: Option<Memory>, wanted: Memory) -> Result<()> {
-    match memory {
-        Some(m) if m == wanted => Ok(()),
-        Some(m) => Err(LabError::config(format!("{name} came from {}: release it with {}, not {}", m.call(true), m.call(false), wanted.call(false)))),
-        None => Err(LabError::config(format!("{name} belongs to the lab, not to the loop: the loop may only release what it allocated"))),
-    }
-}
-
-/// An allocation's size in `unit`s, refusing nothing and absurd sizes
-/// (memory that does not fit returns the driver's out-of-memory error).
-pub(crate) fn check_alloc(name: &str, n: usize, unit: &str) -> Result<()> {
-    if n == 0 || n > (1usize << 48) {
-        return Err(LabError::config(format!("{name}: allocating {n} {unit} (give at least 1 and less than 2^48)")));
-    }
-    Ok(())
 }
 
 /// Records a schedule with no GPU and tracks every element's provenance.
@@ -96,11 +63,11 @@ impl ModelPipeline {
     /// A host buffer of `n` elements holding inputs 0..n (`input`) or nothing.
     pub fn host(&mut self, name: &str, n: usize, input: bool) -> HostRef {
         let cells = (0..n).map(|i| if input { Provenance::Input(i as u32) } else { Provenance::Unset }).collect();
-        self.hosts.push(ModelBuffer::new(name, cells, None));
+        self.hosts.push(ModelBuffer::new(Holding::lab(name), cells));
         HostRef(self.hosts.len() - 1)
     }
     pub fn device(&mut self, name: &str, n: usize) -> DevRef {
-        self.devices.push(ModelBuffer::new(name, vec![Provenance::Unset; n], None));
+        self.devices.push(ModelBuffer::new(Holding::lab(name), vec![Provenance::Unset; n]));
         DevRef(self.devices.len() - 1)
     }
     pub fn host_cells(&self, h: HostRef) -> &[Provenance] {
@@ -111,8 +78,7 @@ impl ModelPipeline {
     }
     /// What the loop allocated and never released.
     pub fn unreleased(&self) -> Vec<String> {
-        let held = |b: &&ModelBuffer| b.memory.is_some() && b.released.is_none();
-        self.devices.iter().chain(&self.hosts).filter(held).map(|b| b.name.clone()).collect()
+        self.devices.iter().chain(&self.hosts).filter(|b| b.hold.leaked()).map(|b| b.hold.name.clone()).collect()
     }
 
     fn check_stream(&self, s: StreamRef) -> Result<()> {
@@ -122,21 +88,25 @@ impl ModelPipeline {
         Ok(())
     }
     fn range(b: &ModelBuffer, at: usize, n: usize) -> Result<std::ops::Range<usize>> {
-        check_live(&b.name, b.released)?;
+        b.hold.live()?;
         match at.checked_add(n) {
             Some(end) if n > 0 && end <= b.cells.len() => Ok(at..end),
-            _ => Err(LabError::config(format!("{n} elements at {at} do not fit {} ({} elements)", b.name, b.cells.len()))),
+            _ => Err(LabError::config(format!("{n} elements at {at} do not fit {} ({} elements)", b.hold.name, b.cells.len()))),
         }
     }
     fn access(b: &ModelBuffer, r: &std::ops::Range<usize>, write: bool) -> Access {
-        Access { buffer: b.name.clone(), start: r.start as u64 * 4, end: r.end as u64 * 4, write }
+        Access { buffer: b.hold.name.clone(), start: r.start as u64 * 4, end: r.end as u64 * 4, write }
     }
-    /// Marks `b` released by `memory`'s call, returning the access the release makes.
-    fn release(b: &mut ModelBuffer, memory: Memory) -> Result<Access> {
-        check_live(&b.name, b.released)?;
-        check_release(&b.name, b.memory, memory)?;
-        b.released = Some(memory.call(false));
-        Ok(b.whole())
+    /// Releases `b` by `how`'s call: the op's label and the access it makes.
+    fn release(b: &mut ModelBuffer, how: Memory) -> Result<(String, Access)> {
+        let label = b.hold.release_label(how)?;
+        b.hold.released_by(how);
+        Ok((label, b.whole()))
+    }
+    /// A buffer of `n` elements the loop allocated as `memory`.
+    fn allocation(name: &str, n: usize, memory: Memory) -> Result<ModelBuffer> {
+        check_alloc(name, n, "elements")?;
+        Ok(ModelBuffer::new(Holding::allocated(name, memory), vec![Provenance::Unset; n]))
     }
     fn host_buffer(&mut self, h: HostRef) -> Result<&mut ModelBuffer> {
         let n = self.hosts.len();
@@ -226,63 +196,52 @@ impl Issue for ModelPipeline {
     }
     fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
         self.check_stream(s)?;
-        check_alloc(name, n, "elements")?;
-        let b = ModelBuffer::new(name, vec![Provenance::Unset; n], Some(Memory::Pool));
+        let b = Self::allocation(name, n, Memory::Pool)?;
         self.schedule.gpu_op(0, s.0, OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![b.whole()]);
         self.devices.push(b);
         Ok(DevRef(self.devices.len() - 1))
     }
     fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
         self.check_stream(s)?;
-        let b = self.device_buffer(d)?;
-        let (access, label) = (Self::release(b, Memory::Pool)?, Memory::Pool.label(false, &b.name));
+        let (label, access) = Self::release(self.device_buffer(d)?, Memory::Pool)?;
         self.schedule.gpu_op(0, s.0, OpKind::Free(Memory::Pool), &label, vec![access]);
         Ok(())
     }
     fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef> {
-        check_alloc(name, n, "elements")?;
-        let b = ModelBuffer::new(name, vec![Provenance::Unset; n], Some(Memory::Device));
+        let b = Self::allocation(name, n, Memory::Device)?;
         self.schedule.host_call(0, OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![b.whole()]);
         self.devices.push(b);
         Ok(DevRef(self.devices.len() - 1))
     }
     fn free(&mut self, d: DevRef) -> Result<()> {
-        let b = self.device_buffer(d)?;
-        let (access, label) = (Self::release(b, Memory::Device)?, Memory::Device.label(false, &b.name));
+        let (label, access) = Self::release(self.device_buffer(d)?, Memory::Device)?;
         self.schedule.host_call(0, OpKind::Free(Memory::Device), &label, vec![access]);
         Ok(())
     }
     fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef> {
-        check_alloc(name, n, "elements")?;
-        let b = ModelBuffer::new(name, vec![Provenance::Unset; n], Some(Memory::Pinned));
+        let b = Self::allocation(name, n, Memory::Pinned)?;
         self.schedule.host_call(0, OpKind::Alloc(Memory::Pinned), &Memory::Pinned.label(true, name), vec![b.whole()]);
         self.hosts.push(b);
         Ok(HostRef(self.hosts.len() - 1))
     }
     fn free_pinned(&mut self, h: HostRef) -> Result<()> {
-        let b = self.host_buffer(h)?;
-        let (access, label) = (Self::release(b, Memory::Pinned)?, Memory::Pinned.label(false, &b.name));
+        let (label, access) = Self::release(self.host_buffer(h)?, Memory::Pinned)?;
         self.schedule.host_call(0, OpKind::Free(Memory::Pinned), &label, vec![access]);
         Ok(())
     }
     fn pin(&mut self, h: HostRef) -> Result<()> {
         let b = self.host_buffer(h)?;
-        check_live(&b.name, b.released)?;
-        if b.memory.is_some() {
-            return Err(LabError::config(format!("{} is already page-locked ({}): pin ordinary memory only", b.name, b.memory.map_or("", |m| m.call(true)))));
+        b.hold.live()?;
+        if let Some(m) = b.hold.memory {
+            return Err(LabError::config(format!("{} is already page-locked ({}): pin ordinary memory only", b.hold.name, m.call(true))));
         }
-        b.memory = Some(Memory::Registered);
-        let label = Memory::Registered.label(true, &b.name);
+        b.hold.memory = Some(Memory::Registered);
+        let label = Memory::Registered.label(true, &b.hold.name);
         self.schedule.host_call(0, OpKind::Alloc(Memory::Registered), &label, vec![]);
         Ok(())
     }
     fn unpin(&mut self, h: HostRef) -> Result<()> {
-        let b = self.host_buffer(h)?;
-        check_live(&b.name, b.released)?;
-        check_release(&b.name, b.memory, Memory::Registered)?;
-        // Ordinary memory again: the lab's buffer, usable (and pinnable) on.
-        b.memory = None;
-        let (access, label) = (b.whole(), Memory::Registered.label(false, &b.name));
+        let (label, access) = Self::release(self.host_buffer(h)?, Memory::Registered)?;
         self.schedule.host_call(0, OpKind::Free(Memory::Registered), &label, vec![access]);
         Ok(())
     }

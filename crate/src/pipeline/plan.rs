@@ -115,8 +115,13 @@ impl Plan {
 
     /// What every element of `host out` must hold after a correct run.
     pub fn expected_output(&self) -> Result<Vec<Provenance>> {
-        let m = self.model()?;
-        Ok(m.host_cells(HostRef(1)).to_vec())
+        Ok(Self::output_cells(&self.model()?).to_vec())
+    }
+
+    /// `host out`'s cells in a plan's model (the second host buffer
+    /// [`Self::model`] makes).
+    pub fn output_cells(model: &ModelPipeline) -> &[Provenance] {
+        model.host_cells(HostRef(1))
     }
 
     /// Each distinct operation of the plan, for measuring it alone.
@@ -131,12 +136,17 @@ impl Plan {
     /// The model's (start, end) of every op, ms, from `costs` (each op alone).
     pub fn predict(&self, machine: Machine, costs: &Costs) -> Result<(Schedule, Vec<(f64, f64)>)> {
         let m = self.model()?;
-        let missing = m.schedule.ops.iter().find(|o| OpKind::STAGES.contains(&o.kind) && !costs.contains_key(&(o.kind, op_elements(o))));
+        let times = self.predict_schedule(&m.schedule, machine, costs)?;
+        Ok((m.schedule, times))
+    }
+
+    /// [`Self::predict`] on the schedule of a model already made.
+    pub fn predict_schedule(&self, schedule: &Schedule, machine: Machine, costs: &Costs) -> Result<Vec<(f64, f64)>> {
+        let missing = schedule.ops.iter().find(|o| OpKind::STAGES.contains(&o.kind) && !costs.contains_key(&(o.kind, op_elements(o))));
         if let Some(o) = missing {
             return Err(LabError::config(format!("{}: no cost measured for {} of {} elements ('{}')", self.name, o.kind.label(), op_elements(o), o.label)));
         }
-        let times = predict(&m.schedule, machine, |o| costs.get(&(o.kind, op_elements(o))).copied().unwrap_or(0.0));
-        Ok((m.schedule, times))
+        Ok(predict(schedule, machine, |o| costs.get(&(o.kind, op_elements(o))).copied().unwrap_or(0.0)))
     }
 
     /// The model's total: from the first op's start to the last op's end, ms.

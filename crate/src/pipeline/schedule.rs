@@ -66,14 +66,6 @@ impl Memory {
     pub fn label(self, alloc: bool, buffer: &str) -> String {
         format!("{} {buffer}", self.call(alloc))
     }
-    /// The kind of an allocation (`alloc`) or release of this memory.
-    pub fn op(self, alloc: bool) -> OpKind {
-        if alloc {
-            OpKind::Alloc(self)
-        } else {
-            OpKind::Free(self)
-        }
-    }
 }
 
 impl OpKind {
@@ -479,6 +471,13 @@ impl Machine {
     /// matter at the pipeline's scale (zero).
     pub fn engines(copy_engines: u32) -> Machine {
         Machine { copy_engines, host_fn_round_trip: 0.0, host_fn_awake: 0.0, host_wake: 0.0, both_ways: 1.0, device_waits: DeviceWaits::default() }
+    }
+    /// `copy_engines` engines, each direction slowed while both run as
+    /// measured: an H2D and a D2H alone, and both at once (ms); the share
+    /// is max(H, D) over H|D.
+    pub fn copies_measured(copy_engines: u32, h2d_ms: f64, d2h_ms: f64, both_ms: f64) -> Machine {
+        let both_ways = (h2d_ms.max(d2h_ms) / both_ms).clamp(0.01, 1.0);
+        Machine { both_ways: if both_ways.is_finite() { both_ways } else { 1.0 }, ..Machine::engines(copy_engines) }
     }
 }
 

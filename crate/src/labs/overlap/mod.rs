@@ -346,11 +346,7 @@ impl Parts {
     /// The queue model's machine: `copy_engines` engines, each direction
     /// slowed while both run by what the parts measured (max(H, D) over H|D).
     pub fn machine(&self, copy_engines: u32) -> crate::pipeline::schedule::Machine {
-        let both_ways = (self.h2d_ms.median.max(self.d2h_ms.median) / self.both_copies_ms.median).clamp(0.01, 1.0);
-        crate::pipeline::schedule::Machine {
-            both_ways: if both_ways.is_finite() { both_ways } else { 1.0 },
-            ..crate::pipeline::schedule::Machine::engines(copy_engines)
-        }
+        crate::pipeline::schedule::Machine::copies_measured(copy_engines, self.h2d_ms.median, self.d2h_ms.median, self.both_copies_ms.median)
     }
     /// How long `op` takes in the queue model: its byte share of the whole
     /// data times its stage measured alone (ms). Host work and memory calls

@@ -134,6 +134,9 @@ fn sync_weight(cfg: &StreamsConfig) -> Experiment {
     }
 }
 
+/// The three-way overlap's variant: the one judged against a bound.
+pub const THREE_WAY: &str = "three-way: H2D, kernel, D2H on three streams";
+
 /// Chunks of the three-way overlap: more than the other pipelines, so its
 /// fill and drain (a first H2D and a last D2H nothing hides) stay small.
 pub fn three_way_chunks(cfg: &StreamsConfig) -> usize {
@@ -152,7 +155,7 @@ fn copy_engines(cfg: &StreamsConfig) -> Experiment {
             p.d2h(r.streams[if apart { 0 } else { 1 }], r.output, 0, r.devices[1], 0, r.elements, "D2H")
         })
     };
-    let three_way = stage_streams("three-way: H2D, kernel, D2H on three streams", whole, chunks, WaitBy::StreamWaitEvent);
+    let three_way = stage_streams(THREE_WAY, whole, chunks, WaitBy::StreamWaitEvent);
     Experiment {
         name: "copy-engines",
         shows: "H2D and D2H run at once on separate copy engines, each a little slower than alone (the bidirectional ceiling); three streams overlap all three stages",

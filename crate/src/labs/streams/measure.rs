@@ -4,7 +4,7 @@
 
 use super::experiments::{self, Experiment};
 use super::{ExperimentResult, StreamsConfig, StreamsResults, VariantResult};
-use crate::error::Result;
+use crate::error::{LabError, Result};
 use crate::gpu::{Gpu, PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
 use crate::pipeline::plan::{chunk, Costs, Plan};
@@ -46,7 +46,7 @@ fn variant(rig: &mut PlanRig, plan: &Plan, e: &Experiment, machine: Machine, cos
     let mut last = None;
     for _ in 0..if e.watch.is_some() { reps } else { 1 } {
         let run = rig.run_modelled(plan, &model, TimelineSource::Events)?;
-        let tl = run.timeline.expect("timed with events");
+        let tl = run.timeline.ok_or_else(|| LabError::config("a run timed with events left no timeline"))?;
         if let Some(label) = e.watch {
             if let Some(s) = tl.spans.iter().find(|s| s.label == label) {
                 watched.push(s.end_us / 1e3);
@@ -55,11 +55,12 @@ fn variant(rig: &mut PlanRig, plan: &Plan, e: &Experiment, machine: Machine, cos
         last = Some((tl, run.stream_names));
     }
     let (timeline, names) = last.expect("at least one run");
-    let (schedule, times) = plan.predict(machine, costs)?;
+    let schedule = &model.schedule;
+    let times = plan.predict_schedule(schedule, machine, costs)?;
     let model_ms = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let watched_model_ms = e.watch.and_then(|label| schedule.ops.iter().position(|o| o.label == label)).map(|i| times[i].1);
     let us: Vec<(f64, f64)> = times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();
-    let predicted = Timeline::from_schedule("predicted", "queue model", &schedule, &us, &names);
+    let predicted = Timeline::from_schedule("predicted", "queue model", schedule, &us, &names);
     Ok(VariantResult {
         name: plan.name.clone(),
         total_ms: Summary::of(&totals)?,
@@ -74,8 +75,10 @@ fn variant(rig: &mut PlanRig, plan: &Plan, e: &Experiment, machine: Machine, cos
 
 pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<StreamsResults> {
     cfg.validate()?;
-    let all_variants: usize = 4 + 4 + 3 + 2;
-    let mut progress = Progress::new(progress, 3 + all_variants as u64, "streams");
+    let priority_range = gpu.stream_priority_range()?;
+    let exps = experiments::all(cfg, priority_range.1);
+    let variants: usize = exps.iter().map(|e| e.variants.len()).sum();
+    let mut progress = Progress::new(progress, 3 + variants as u64, "streams");
     let reps = cfg.repeats;
     let mut rig = PlanRig::new(gpu, cfg.elements, 4, 1)?;
     let iterations = balance(&mut rig, chunk(cfg.elements, cfg.chunks, 0).1, reps)?;
@@ -89,8 +92,6 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
         100.0 * machine.both_ways,
         facts.wake_ms * 1e3
     ));
-    let priority_range = gpu.stream_priority_range()?;
-    let exps = experiments::all(cfg, priority_range.1);
     let plans: Vec<&Plan> = exps.iter().flat_map(|e| e.variants.iter()).collect();
     let costs = rig.costs(&plans, reps)?;
     progress.step(&format!("{} distinct operations measured alone", costs.len()));
@@ -99,7 +100,7 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
         let mut variants = Vec::new();
         for plan in &e.variants {
             let mut v = variant(&mut rig, plan, e, machine, &costs, reps)?;
-            if plan.name.starts_with("three-way") {
+            if plan.name == experiments::THREE_WAY {
                 v.bound_ms = Some(three_way_bound(&costs, machine, cfg.elements, experiments::three_way_chunks(cfg)));
             }
             progress.step(&format!("{}: {}: {:.3} ms (model {:.3} ms)", e.name, v.name, v.total_ms.median, v.model_ms));
