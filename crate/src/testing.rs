@@ -6,7 +6,11 @@ use crate::labs::bandwidth::{AcquireCost, BandwidthConfig, BandwidthResults, Dir
 use crate::labs::callback::{CallbackConfig, CallbackResults, CostPoint, Variant, VariantResult};
 use crate::labs::double_buffer::{DoubleBufferConfig, DoubleBufferResults};
 use crate::labs::overlap::{Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
+use crate::gpu::MachineFacts;
+use crate::labs::streams::{experiments as streams_experiments, measure as streams_measure};
+use crate::labs::streams::{ExperimentResult, StreamsConfig, StreamsResults, VariantResult as StreamsVariant};
 use crate::measure::stats::Summary;
+use crate::pipeline::plan::Costs;
 use crate::pipeline::timeline::Timeline;
 use crate::Bytes;
 use std::path::PathBuf;
@@ -175,5 +179,57 @@ pub fn callback_results() -> CallbackResults {
         timeline_overhead_cpu_over_gpu: 0.5,
         timeline_source: "cuda events".into(),
         verified_runs: 1,
+    }
+}
+
+/// Lab 5's results for a small run (2^14 elements, the default chunks and
+/// streams) where every op costs its share of 1 ms per chunk and each
+/// variant "measured" exactly what the model predicts: the experiments'
+/// own plans, so every figure and table has real timelines to draw.
+pub fn streams_results() -> StreamsResults {
+    let config = StreamsConfig { elements: 1 << 14, ..StreamsConfig::default() };
+    let exps = streams_experiments::all(&config, -5);
+    let mut costs = Costs::new();
+    for plan in exps.iter().flat_map(|e| e.variants.iter()) {
+        for (kind, n) in plan.distinct_ops().expect("the lab's plans model") {
+            costs.insert((kind, n), n as f64 * config.chunks as f64 / config.elements as f64);
+        }
+    }
+    let machine = MachineFacts { copy_engines: 3, h2d_ms: 8.0, d2h_ms: 8.0, both_ms: 8.0, wake_ms: 0.05, kernel_ms: 2.0, kernels_alternating_ms: 16.0, issue_ms: 0.003 };
+    let experiments = exps
+        .iter()
+        .map(|e| ExperimentResult {
+            name: e.name.into(),
+            shows: e.shows.into(),
+            effects: e.effects.clone(),
+            machine: Some(machine),
+            costs: Vec::new(),
+            variants: e
+                .variants
+                .iter()
+                .map(|plan| {
+                    let schedule = plan.model().expect("the lab's plans model").schedule;
+                    let (model_ms, watched, predicted) = streams_measure::prediction(plan, &schedule, e.watch, machine.machine(), &costs).expect("costs for every op");
+                    StreamsVariant {
+                        name: plan.name.clone(),
+                        total_ms: flat(model_ms),
+                        model_ms,
+                        watched_ms: watched.map(flat),
+                        watched_model_ms: watched,
+                        bound_ms: (plan.name == streams_experiments::THREE_WAY).then_some(model_ms),
+                        timeline: Timeline { title: "measured".into(), ..predicted.clone() },
+                        predicted,
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    StreamsResults {
+        config,
+        machine,
+        iterations: 100,
+        priority_range: (0, -5),
+        costs: costs.into_iter().map(|((k, n), ms)| (k, n, ms)).collect(),
+        experiments,
     }
 }

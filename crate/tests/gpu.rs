@@ -606,4 +606,41 @@ mod streams {
         // At this size fixed costs dominate: only that there is a bound (the full run is judged in the closing note).
         assert!(three.bound_ms.is_some_and(|b| b > 0.0), "{:?}", three.bound_ms);
     }
+
+    /// The exercise's checker live: the given loop fails naming the NULL
+    /// stream, the fix passes, a CPU wait per chunk is too slow. At the
+    /// quick size (the notebook's), where the NULL stream's cost is well
+    /// above the runs' spread.
+    #[test]
+    fn the_exercise_checker_judges_live_runs() {
+        use overlap_lab::labs::streams::exercise::{self, StreamsTask};
+        use overlap_lab::pipeline::issue::Issue;
+        use std::sync::Arc;
+        let Some(gpu) = gpu_or_skip("the_exercise_checker_judges_live_runs") else {
+            return;
+        };
+        let mut rec = overlap_lab::testing::streams_results();
+        rec.config = StreamsConfig::quick();
+        rec.iterations = 800;
+        let given = exercise::check_on_gpu(&gpu, &rec, Arc::new(exercise::given)).unwrap();
+        println!("{given}");
+        assert!(!given.passed && given.to_string().contains("legacy NULL stream"), "{given}");
+        let fixed = exercise::check_on_gpu(&gpu, &rec, Arc::new(exercise::solution)).unwrap();
+        println!("{fixed}");
+        assert!(fixed.passed, "{fixed}");
+        let waits = |p: &mut dyn Issue, t: &StreamsTask| -> overlap_lab::Result<()> {
+            for c in 0..t.chunks {
+                let (at, n) = t.chunk(c);
+                let s = t.streams[c % t.streams.len()];
+                p.h2d(s, t.dev_in, at, t.host_in, at, n, "H2D")?;
+                p.compute(s, t.dev_in, at, t.dev_out, at, n, "kernel")?;
+                p.d2h(s, t.host_out, at, t.dev_out, at, n, "D2H")?;
+                p.sync_device()?;
+            }
+            t.upload_params(p, t.streams[0])
+        };
+        let slow = exercise::check_on_gpu(&gpu, &rec, Arc::new(waits)).unwrap();
+        println!("{slow}");
+        assert!(!slow.passed && slow.to_string().contains("more than the fix"), "{slow}");
+    }
 }

@@ -81,6 +81,9 @@ pub struct PipelineRun {
     pub unreleased: Vec<String>,
     /// Names given to the pipeline's streams, by stream index.
     pub stream_names: Vec<String>,
+    /// Host time the loop took to issue, waits included, ms (set by the
+    /// caller that ran the loop; 0 when none did).
+    pub issue_ms: f64,
 }
 
 impl PipelineRun {
@@ -837,7 +840,7 @@ impl<'a> Pipeline<'a> {
         } else {
             None
         };
-        Ok(PipelineRun { races: self.schedule.races().to_vec(), schedule: std::mem::take(&mut self.schedule), timeline, total_ms, stream_names, unreleased })
+        Ok(PipelineRun { races: self.schedule.races().to_vec(), schedule: std::mem::take(&mut self.schedule), timeline, total_ms, stream_names, unreleased, issue_ms: 0.0 })
     }
 }
 

@@ -12,7 +12,7 @@ use crate::gpu::kernels::compute_reference;
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::pipeline::model::{ModelPipeline, Provenance};
-use crate::pipeline::plan::{device_name, Costs, Plan, Refs, StreamSpec, INPUT, OUTPUT};
+use crate::pipeline::plan::{chunk, device_name, Costs, Plan, Refs, StreamSpec, INPUT, OUTPUT};
 use crate::pipeline::schedule::{Machine, OpKind, StreamKind};
 use crate::present::units::Bytes;
 
@@ -44,12 +44,23 @@ pub struct MachineFacts {
     /// From GPU work's end to the next op a CPU thread issues after waiting
     /// for it (cuEventSynchronize, then a launch), ms.
     pub wake_ms: f64,
+    /// A kernel of a quarter of the machine's size alone, and
+    /// [`BACK_TO_BACK`] of them alternating over two streams in all (ms).
+    pub kernel_ms: f64,
+    pub kernels_alternating_ms: f64,
+    /// The host time to issue one GPU op of a loop ordered by events
+    /// (its share of the events' record and wait calls included), ms.
+    pub issue_ms: f64,
 }
 
 impl MachineFacts {
     /// The queue model's machine.
     pub fn machine(&self) -> Machine {
-        Machine { host_wake: self.wake_ms.max(0.0), ..Machine::copies_measured(self.copy_engines, self.h2d_ms, self.d2h_ms, self.both_ms) }
+        Machine { host_wake: self.wake_ms.max(0.0), issue: self.issue_ms.max(0.0), ..Machine::copies_measured(self.copy_engines, self.h2d_ms, self.d2h_ms, self.both_ms) }.with_kernel_overlap(
+            self.kernel_ms,
+            BACK_TO_BACK,
+            self.kernels_alternating_ms,
+        )
     }
 }
 
@@ -111,8 +122,10 @@ impl PlanRig {
             let devices = self.devices[..plan.devices].iter().enumerate().map(|(i, d)| p.device(d, &device_name(i))).collect();
             let refs = Refs { streams: stream_refs, input, output, devices, elements: plan.elements };
             let mut issuer = GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations: self.iterations, dataset: None };
+            let issuing = std::time::Instant::now();
             (plan.body)(&mut issuer, &refs)?;
-            p.finish()?
+            let issue_ms = issuing.elapsed().as_secs_f64() * 1e3;
+            PipelineRun { issue_ms, ..p.finish()? }
         };
         if let Some(r) = run.races.first() {
             return Err(LabError::schedule(format!("{}: {}", plan.name, r.what)));
@@ -180,16 +193,23 @@ impl PlanRig {
                 Ok(())
             },
         );
-        let model = one.model()?;
-        self.run_modelled(&one, &model, TimelineSource::Off)?;
+        self.span_ms(&one, reps).map(|s| s.scaled(1.0 / BACK_TO_BACK as f64))
+    }
+
+    /// From the first op's start to the last op's end between CUDA events,
+    /// ms (median of `reps` after a warm-up run).
+    fn span_ms(&mut self, plan: &Plan, reps: usize) -> Result<Summary> {
+        let model = plan.model()?;
+        let ops = model.schedule.ops.len();
+        self.run_modelled(plan, &model, TimelineSource::Off)?;
         Summary::of_runs(reps, || {
-            let t = self.run_modelled(&one, &model, TimelineSource::Events)?.timeline.ok_or_else(|| LabError::config("no timeline"))?;
+            let t = self.run_modelled(plan, &model, TimelineSource::Events)?.timeline.ok_or_else(|| LabError::config("no timeline"))?;
+            if t.spans.len() != ops {
+                return Err(LabError::config(format!("{}: {ops} ops left {} spans", plan.name, t.spans.len())));
+            }
             let start = t.spans.iter().map(|s| s.start_us).fold(f64::INFINITY, f64::min);
             let end = t.spans.iter().map(|s| s.end_us).fold(f64::NEG_INFINITY, f64::max);
-            if t.spans.len() != BACK_TO_BACK {
-                return Err(LabError::config(format!("{BACK_TO_BACK} ops timed alone left {} spans", t.spans.len())));
-            }
-            Ok((end - start) / 1e3 / BACK_TO_BACK as f64)
+            Ok((end - start) / 1e3)
         })
     }
 
@@ -228,6 +248,42 @@ impl PlanRig {
         });
         let model = both.model()?;
         let both_ms = Summary::of_runs(reps, || Ok(self.run_modelled(&both, &model, TimelineSource::Off)?.total_ms / BACK_TO_BACK as f64))?.median;
+        // Kernels of a quarter of `n` alternating over two streams, all
+        // issued at once, against the same kernels back to back on one.
+        let k = (n / 4).max(1);
+        let kernel_ms = self.alone(OpKind::Kernel, k, reps)?.median;
+        let two = vec![StreamSpec::new("a", StreamKind::NonBlocking, 0), StreamSpec::new("b", StreamKind::NonBlocking, 0)];
+        let alternating = Plan::new("kernels alternating over two streams", two, (2 * k).max(2), 2, move |p, r| {
+            for i in 0..BACK_TO_BACK {
+                p.compute(r.streams[i % 2], r.devices[0], (i % 2) * k, r.devices[1], (i % 2) * k, k, &format!("kernel {i}"))?;
+            }
+            Ok(())
+        });
+        let kernels_alternating_ms = self.span_ms(&alternating, reps)?.median;
+        // Issuing: a loop of uploads, kernels and downloads on three streams
+        // ordered by events, issued behind the gate (no waits), per GPU op.
+        let chunks = BACK_TO_BACK;
+        let three = ["uploads", "kernels", "downloads"].iter().map(|name| StreamSpec::new(name, StreamKind::NonBlocking, 0)).collect();
+        let issued = Plan::new("issue a three-stream loop", three, n.max(2 * chunks), 2, move |p, r| {
+            let (up, k, down) = (r.streams[0], r.streams[1], r.streams[2]);
+            for c in 0..chunks {
+                let (at, len) = chunk(r.elements, chunks, c);
+                p.h2d(up, r.devices[0], at, r.input, at, len, "H2D")?;
+                let e = p.event()?;
+                p.record(e, up)?;
+                p.wait(k, e)?;
+                p.compute(k, r.devices[0], at, r.devices[1], at, len, "kernel")?;
+                let f = p.event()?;
+                p.record(f, k)?;
+                p.wait(down, f)?;
+                p.d2h(down, r.output, at, r.devices[1], at, len, "D2H")?;
+            }
+            Ok(())
+        });
+        let model = issued.model()?;
+        let ops = model.schedule.ops.len() as f64;
+        self.run_modelled(&issued, &model, TimelineSource::Off)?;
+        let issue_ms = Summary::of_runs(reps, || Ok(self.run_modelled(&issued, &model, TimelineSource::Off)?.issue_ms / ops))?.median;
         // A short kernel, the CPU waits for it, then issues the next: the
         // gap between the two on the timeline.
         let k = 1 << 14;
@@ -248,6 +304,6 @@ impl PlanRig {
             }
         })?
         .median;
-        Ok(MachineFacts { copy_engines, h2d_ms, d2h_ms, both_ms, wake_ms })
+        Ok(MachineFacts { copy_engines, h2d_ms, d2h_ms, both_ms, wake_ms, kernel_ms, kernels_alternating_ms, issue_ms })
     }
 }

@@ -18,7 +18,7 @@ pub mod table;
 pub use table::{Entry, Lab, LabConfig, Preset, RunContext};
 
 /// Every lab, in course order.
-pub static ALL: [&dyn Lab; 4] = [&bandwidth::ENTRY, &overlap::ENTRY, &double_buffer::ENTRY, &callback::ENTRY];
+pub static ALL: [&dyn Lab; 5] = [&bandwidth::ENTRY, &overlap::ENTRY, &double_buffer::ENTRY, &callback::ENTRY, &streams::ENTRY];
 
 /// The lab called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Lab> {

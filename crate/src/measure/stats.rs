@@ -39,6 +39,11 @@ impl Summary {
         Summary { median: f(self.median), min: f(self.max), max: f(self.min), n: self.n }
     }
 
+    /// Every statistic times a positive `factor` (e.g. a total per op).
+    pub fn scaled(&self, factor: f64) -> Summary {
+        Summary { median: self.median * factor, min: self.min * factor, max: self.max * factor, n: self.n }
+    }
+
     /// (max - min) / median: how much the samples spread.
     pub fn relative_spread(&self) -> f64 {
         if self.median == 0.0 {

@@ -422,6 +422,21 @@ pub struct Machine {
     /// 55 GB/s each way give 91 GB/s both ways).
     #[serde(default = "full_speed")]
     pub both_ways: f64,
+    /// How much of a kernel's time it saves when it takes the SMs straight
+    /// from another stream's kernel while already waiting for them: its
+    /// first blocks start while that kernel's last ones drain (a kernel
+    /// after one on its own stream waits for the whole drain). Measured as
+    /// kernels alternating over two streams against the same kernels back
+    /// to back on one.
+    #[serde(default)]
+    pub kernel_overlap: f64,
+    /// The CPU time to issue one GPU op (the driver call and the
+    /// pipeline's bookkeeping, its events and waits included), ms. Each
+    /// lab's loop is issued behind a gate, so the GPU starts with all the
+    /// issuing thread issued before it first waits or works; after that,
+    /// each op reaches the GPU this long after the one before it.
+    #[serde(default)]
+    pub issue: f64,
     /// Which blocking memory calls wait until the device is idle (measured
     /// by lab 6, not promised by CUDA: the model times them so, but never
     /// counts on them for ordering).
@@ -470,7 +485,7 @@ impl Machine {
     /// A GPU with `copy_engines` copy engines and host costs that do not
     /// matter at the pipeline's scale (zero).
     pub fn engines(copy_engines: u32) -> Machine {
-        Machine { copy_engines, host_fn_round_trip: 0.0, host_fn_awake: 0.0, host_wake: 0.0, both_ways: 1.0, device_waits: DeviceWaits::default() }
+        Machine { copy_engines, host_fn_round_trip: 0.0, host_fn_awake: 0.0, host_wake: 0.0, both_ways: 1.0, kernel_overlap: 0.0, issue: 0.0, device_waits: DeviceWaits::default() }
     }
     /// `copy_engines` engines, each direction slowed while both run as
     /// measured: an H2D and a D2H alone, and both at once (ms); the share
@@ -478,6 +493,14 @@ impl Machine {
     pub fn copies_measured(copy_engines: u32, h2d_ms: f64, d2h_ms: f64, both_ms: f64) -> Machine {
         let both_ways = (h2d_ms.max(d2h_ms) / both_ms).clamp(0.01, 1.0);
         Machine { both_ways: if both_ways.is_finite() { both_ways } else { 1.0 }, ..Machine::engines(copy_engines) }
+    }
+    /// This machine with the time a kernel saves behind another stream's:
+    /// `count` kernels of `alone_ms` each took `alternating_ms` in all when
+    /// alternating over two streams (all issued at once, so each after the
+    /// first took the SMs while waiting).
+    pub fn with_kernel_overlap(self, alone_ms: f64, count: usize, alternating_ms: f64) -> Machine {
+        let saved = (count as f64 * alone_ms - alternating_ms) / (count.max(2) - 1) as f64;
+        Machine { kernel_overlap: if saved.is_finite() { saved.clamp(0.0, alone_ms / 2.0) } else { 0.0 }, ..self }
     }
 }
 
@@ -530,7 +553,8 @@ fn is_host_fn(op: &Op) -> bool {
 /// one chunk per stream), else it takes the earliest-issued ready op; among
 /// kernels ready at once, the higher-priority stream's goes first (no kernel
 /// is preempted). Kernels are assumed to fill the GPU, so one runs at a
-/// time. While an H2D and a D2H run at once, each moves at
+/// time; one that takes the SMs straight from another stream's kernel it
+/// waited behind is [`Machine::kernel_overlap`] shorter. While an H2D and a D2H run at once, each moves at
 /// [`Machine::both_ways`] of its speed alone. A host function waits for the
 /// callback thread and pays half its round trip before its body and half
 /// after it (its stream's next op waits for that; measured in lab 4); a
@@ -539,6 +563,8 @@ fn is_host_fn(op: &Op) -> bool {
 /// stream-ordered allocation or release takes its turn in its stream and
 /// no engine; a blocking one takes its host thread, and those that
 /// [`Machine::device_waits`] names first wait for every stream's work so far.
+/// Once the issuing thread has waited or worked, each GPU op it issues
+/// starts at the earliest [`Machine::issue`] after the one before.
 pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) -> Vec<(f64, f64)> {
     let n = s.ops.len();
     let mut times: Vec<Option<(f64, f64)>> = vec![None; n];
@@ -566,8 +592,17 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             Lane::HostThread(_) => {}
         }
     }
-    let ready_at = |op: &Op, times: &[Option<(f64, f64)>], release: &[f64]| -> Option<f64> {
-        let mut ready = 0.0f64;
+    let ready_at = |op: &Op, times: &[Option<(f64, f64)>], release: &[f64], issued: usize, floor: &[f64]| -> Option<f64> {
+        // Not issued yet (a host call on thread 0 is the one being made).
+        let issuing = match op.lane {
+            Lane::HostThread(0) => op.id > issued,
+            Lane::HostThread(_) => false,
+            Lane::Stream(_) => op.id >= issued,
+        };
+        if issuing {
+            return None;
+        }
+        let mut ready = floor[op.id];
         for &d in op.deps.iter().chain(&device_wait[op.id]) {
             let (_, end) = times[d]?;
             let dep = &s.ops[d];
@@ -585,7 +620,39 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
         Some(ready)
     };
     let is_copy = |r: Resource| matches!(r, Resource::CopyUp | Resource::CopyDown);
+    // The earliest each op can start for its issuing (GPU ops are issued by
+    // thread 0, in order): 0 until that thread first waits or works (the
+    // gate), then [`Machine::issue`] after the previous op or its wake-up.
+    let mut floor: Vec<f64> = vec![0.0; n];
+    let (mut issued, mut clock, mut live) = (0usize, 0.0f64, false);
     while done < n {
+        while issued < n {
+            let op = &s.ops[issued];
+            match op.lane {
+                Lane::Stream(_) => {
+                    if !op.after_host_wait.is_empty() {
+                        // Issued once the thread woke from what it waited for.
+                        let ends: Option<Vec<f64>> = op.after_host_wait.iter().map(|&d| times[d].map(|t| t.1)).collect();
+                        let Some(ends) = ends else { break };
+                        clock = ends.iter().fold(clock, |c, &e| c.max(e + machine.host_wake));
+                        live = true;
+                    }
+                    if live {
+                        clock += machine.issue;
+                        floor[issued] = clock;
+                    }
+                }
+                Lane::HostThread(0) => {
+                    floor[issued] = if live { clock } else { 0.0 };
+                    // The thread issues nothing more until this call returns.
+                    let Some((_, end)) = times[issued] else { break };
+                    clock = clock.max(end);
+                    live = true;
+                }
+                Lane::HostThread(_) => {}
+            }
+            issued += 1;
+        }
         // Start what can start now: per free resource, the best ready op.
         let busy: Vec<Resource> = running.iter().map(|r| r.1).collect();
         let mut best: HashMap<Resource, Candidate> = HashMap::new();
@@ -594,7 +661,7 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             if started[op.id] {
                 continue;
             }
-            let Some(ready) = ready_at(op, &times, &release) else { continue };
+            let Some(ready) = ready_at(op, &times, &release, issued, &floor) else { continue };
             let resource = machine.resource(op);
             let free_at = *free.get(&resource).unwrap_or(&0.0);
             let half = if is_host_fn(op) {
@@ -628,11 +695,18 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
         if !best.is_empty() {
             let mut picks: Vec<(Resource, Candidate)> = best.into_iter().collect();
             picks.sort_by_key(|p| p.1 .3);
-            for (resource, (_, _, _, id, half)) in picks {
+            for (resource, (_, waited, _, id, half)) in picks {
                 started[id] = true;
                 release[id] = half;
+                let mut work = duration(&s.ops[id]).max(0.0);
+                // Straight after another stream's kernel, while waiting for
+                // the SMs: it starts during that kernel's drain.
+                let behind_other = last_lane.get(&resource).is_some_and(|&l| l != s.ops[id].lane);
+                if resource == Resource::Sms && behind_other && waited < now - 1e-12 && free.get(&resource).is_some_and(|&f| f >= now - 1e-12) {
+                    work = (work - machine.kernel_overlap).max(work / 2.0);
+                }
                 last_lane.insert(resource, s.ops[id].lane);
-                running.push((id, resource, now, duration(&s.ops[id]).max(0.0)));
+                running.push((id, resource, now, work));
             }
             continue;
         }
@@ -857,6 +931,44 @@ mod tests {
         let t = predict(&same, Machine::engines(2), dur);
         assert_eq!(t[b0], (1.0, 2.0), "without priority the kernel that waited longest goes first (b0, ready at 0)");
         assert_eq!((t[urgent], t[a1]), ((2.0, 3.0), (3.0, 4.0)), "then the urgent one (ready at 0.5), then a1 (ready at 1)");
+    }
+
+    #[test]
+    fn a_kernel_waiting_behind_another_streams_kernel_starts_during_its_drain() {
+        let mut s = Schedule::new();
+        let a0 = s.gpu_op(0, 0, OpKind::Kernel, "a0", vec![]);
+        let a1 = s.gpu_op(0, 0, OpKind::Kernel, "a1", vec![]);
+        let b0 = s.gpu_op(0, 1, OpKind::Kernel, "b0", vec![]);
+        // 8 kernels of 1 alternating over two streams took 6.25: each after the first saved 0.25.
+        let m = Machine::engines(2).with_kernel_overlap(1.0, 8, 6.25);
+        assert_eq!(m.kernel_overlap, 0.25);
+        let t = predict(&s, m, |_| 1.0);
+        assert_eq!(t[a0], (0.0, 1.0), "the first kernel pays in full");
+        assert_eq!(t[b0], (1.0, 1.75), "b0 waited behind another stream's kernel");
+        assert_eq!(t[a1], (1.75, 2.5), "so did a1 (ready at 1, behind b0)");
+        let mut one = Schedule::new();
+        let k: Vec<OpId> = (0..3).map(|i| one.gpu_op(0, 0, OpKind::Kernel, &format!("k{i}"), vec![])).collect();
+        assert_eq!(predict(&one, m, |_| 1.0)[k[2]], (2.0, 3.0), "on one stream each kernel waits for the whole drain");
+        assert_eq!(Machine::engines(2).with_kernel_overlap(1.0, 8, 9.0).kernel_overlap, 0.0, "slower side by side saves nothing");
+        assert_eq!(Machine::engines(2).with_kernel_overlap(1.0, 8, 0.0).kernel_overlap, 0.5, "never more than half a kernel");
+    }
+
+    #[test]
+    fn after_its_first_wait_the_cpu_issues_each_op_in_turn() {
+        let mut s = Schedule::new();
+        let k = s.gpu_op(0, 0, OpKind::Kernel, "k", vec![]);
+        let a = s.gpu_op(0, 1, OpKind::H2d, "a", vec![]);
+        let a2 = s.gpu_op(0, 1, OpKind::H2d, "a2", vec![]);
+        s.host_wait_stream(0, 0);
+        let b = s.gpu_op(0, 1, OpKind::H2d, "b", vec![]);
+        let c = s.gpu_op(0, 0, OpKind::Kernel, "c", vec![]);
+        let m = Machine { host_wake: 0.5, issue: 0.25, ..Machine::engines(2) };
+        let t = predict(&s, m, |_| 1.0);
+        assert_eq!((t[k], t[a], t[a2]), ((0.0, 1.0), (0.0, 1.0), (1.0, 2.0)), "issued behind the gate: all there when the GPU starts");
+        assert_eq!(t[b], (2.0, 3.0), "woke at 1.5, issued at 1.75, then waits for a2");
+        assert_eq!(t[c], (2.0, 3.0), "issued after b, at 2.0");
+        let none = predict(&s, Machine { issue: 0.0, ..m }, |_| 1.0);
+        assert_eq!(none[c], (1.5, 2.5), "with no issue cost it starts as the thread wakes");
     }
 
     #[test]

@@ -14,6 +14,26 @@ pub struct Experiment {
     pub variants: Vec<Plan>,
     /// The label of the op whose end the experiment watches (the urgent job).
     pub watch: Option<&'static str>,
+    /// The differences it shows: each compares two of its variants.
+    pub effects: Vec<Effect>,
+}
+
+/// A difference an experiment shows: variant `changed` against variant
+/// `base` (indices into its variants), in their totals or, with `watched`,
+/// in the watched op's end; `expected` says whether the lab claims one.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Effect {
+    pub what: String,
+    pub base: usize,
+    pub changed: usize,
+    pub watched: bool,
+    pub expected: bool,
+}
+
+impl Effect {
+    fn new(what: &str, base: usize, changed: usize, expected: bool) -> Effect {
+        Effect { what: what.into(), base, changed, watched: false, expected }
+    }
 }
 
 /// Elements of the tiny op on a default stream, and of the urgent job.
@@ -63,6 +83,11 @@ fn legacy(cfg: &StreamsConfig) -> Experiment {
             variant("blocking + tiny copy on the per-thread stream", StreamKind::Blocking, Some(StreamKind::PerThread)),
         ],
         watch: None,
+        effects: vec![
+            Effect::new("a tiny copy on the NULL stream beside blocking streams", 0, 1, true),
+            Effect::new("the same beside non-blocking streams", 0, 2, false),
+            Effect::new("the same on the per-thread default stream", 0, 3, false),
+        ],
     }
 }
 
@@ -131,6 +156,11 @@ fn sync_weight(cfg: &StreamsConfig) -> Experiment {
         shows: "a wait on the GPU (cuStreamWaitEvent) blocks only the stream that waits; a wait on the CPU also stops the CPU issuing the next chunk, and cuCtxSynchronize waits for every stream",
         variants: WaitBy::ALL.into_iter().map(|by| stage_streams(by.label(), cfg.elements, cfg.chunks, by)).collect(),
         watch: None,
+        effects: vec![
+            Effect::new("the CPU waits on an event per chunk", 0, 1, true),
+            Effect::new("the CPU synchronizes the upload stream per chunk", 0, 2, true),
+            Effect::new("the CPU synchronizes the context per chunk", 0, 3, true),
+        ],
     }
 }
 
@@ -161,6 +191,7 @@ fn copy_engines(cfg: &StreamsConfig) -> Experiment {
         shows: "H2D and D2H run at once on separate copy engines, each a little slower than alone (the bidirectional ceiling); three streams overlap all three stages",
         variants: vec![two("H2D then D2H, one stream", true), two("H2D and D2H at once, two streams", false), three_way],
         watch: None,
+        effects: vec![Effect::new("both directions at once instead of one after the other", 0, 1, true)],
     }
 }
 
@@ -191,6 +222,10 @@ fn priorities(cfg: &StreamsConfig, greatest: i32) -> Experiment {
         shows: "the SMs take the kernel that has waited longest; a small job on a high-priority stream goes ahead of every waiting kernel as soon as the running one ends",
         variants: vec![variant("urgent stream at the default priority", 0), variant("urgent stream at the highest priority", greatest)],
         watch: Some(URGENT_DONE),
+        effects: vec![
+            Effect { watched: true, ..Effect::new("the urgent job's finish on the highest-priority stream", 0, 1, true) },
+            Effect::new("the whole run's time with priority", 0, 1, false),
+        ],
     }
 }
 

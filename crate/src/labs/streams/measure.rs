@@ -5,10 +5,10 @@
 use super::experiments::{self, Experiment};
 use super::{ExperimentResult, StreamsConfig, StreamsResults, VariantResult};
 use crate::error::{LabError, Result};
-use crate::gpu::{Gpu, PlanRig, TimelineSource};
+use crate::gpu::{Gpu, MachineFacts, PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
 use crate::pipeline::plan::{chunk, Costs, Plan};
-use crate::pipeline::schedule::{Machine, OpKind};
+use crate::pipeline::schedule::{Lane, Machine, OpKind, Schedule};
 use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 
@@ -36,16 +36,25 @@ pub fn three_way_bound(costs: &Costs, machine: Machine, elements: usize, chunks:
 
 fn variant(rig: &mut PlanRig, plan: &Plan, e: &Experiment, machine: Machine, costs: &Costs, reps: usize) -> Result<VariantResult> {
     let model = plan.model()?;
-    rig.run_modelled(plan, &model, TimelineSource::Off)?;
+    // Two warm-up runs: a variant's first timed run read up to 50% slow
+    // after one on a freshly started H100.
+    for _ in 0..2 {
+        rig.run_modelled(plan, &model, TimelineSource::Off)?;
+    }
     // Totals from untraced runs (an event after a copy costs its engine a
     // flush: measured here, two streams copying both ways read up to 40%
     // slower with events between); the watched op and the drawn timeline
-    // from runs timed with events.
+    // from traced runs.
     let totals: Vec<f64> = (0..reps).map(|_| Ok(rig.run_modelled(plan, &model, TimelineSource::Off)?.total_ms)).collect::<Result<_>>()?;
+    // CUPTI draws what each engine really ran (an event only says when its
+    // stream reached it), but its cost per API call lands inside loops the
+    // CPU takes part in: events there.
+    let host_takes_part = model.schedule.ops.iter().any(|o| !o.after_host_wait.is_empty() || matches!(o.lane, Lane::HostThread(_)));
+    let source = if host_takes_part { TimelineSource::for_host_pipeline() } else { TimelineSource::best() };
     let mut watched = Vec::new();
     let mut last = None;
     for _ in 0..if e.watch.is_some() { reps } else { 1 } {
-        let run = rig.run_modelled(plan, &model, TimelineSource::Events)?;
+        let run = rig.run_modelled(plan, &model, source)?;
         let tl = run.timeline.ok_or_else(|| LabError::config("a run timed with events left no timeline"))?;
         if let Some(label) = e.watch {
             if let Some(s) = tl.spans.iter().find(|s| s.label == label) {
@@ -54,13 +63,8 @@ fn variant(rig: &mut PlanRig, plan: &Plan, e: &Experiment, machine: Machine, cos
         }
         last = Some((tl, run.stream_names));
     }
-    let (timeline, names) = last.expect("at least one run");
-    let schedule = &model.schedule;
-    let times = plan.predict_schedule(schedule, machine, costs)?;
-    let model_ms = times.iter().map(|t| t.1).fold(0.0, f64::max);
-    let watched_model_ms = e.watch.and_then(|label| schedule.ops.iter().position(|o| o.label == label)).map(|i| times[i].1);
-    let us: Vec<(f64, f64)> = times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();
-    let predicted = Timeline::from_schedule("predicted", "queue model", schedule, &us, &names);
+    let timeline = last.expect("at least one run").0;
+    let (model_ms, watched_model_ms, predicted) = prediction(plan, &model.schedule, e.watch, machine, costs)?;
     Ok(VariantResult {
         name: plan.name.clone(),
         total_ms: Summary::of(&totals)?,
@@ -73,30 +77,54 @@ fn variant(rig: &mut PlanRig, plan: &Plan, e: &Experiment, machine: Machine, cos
     })
 }
 
+/// The model's total, the watched op's end (ms) and its timeline for
+/// `plan`, whose model's schedule is `schedule`.
+pub fn prediction(plan: &Plan, schedule: &Schedule, watch: Option<&str>, machine: Machine, costs: &Costs) -> Result<(f64, Option<f64>, Timeline)> {
+    let times = plan.predict_schedule(schedule, machine, costs)?;
+    let model_ms = times.iter().map(|t| t.1).fold(0.0, f64::max);
+    let watched = watch.and_then(|label| schedule.ops.iter().position(|o| o.label == label)).map(|i| times[i].1);
+    let us: Vec<(f64, f64)> = times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();
+    let names: Vec<String> = plan.streams.iter().map(|s| s.name.clone()).collect();
+    Ok((model_ms, watched, Timeline::from_schedule("predicted", "queue model", schedule, &us, &names)))
+}
+
+/// One line on what the model was told of the machine.
+pub fn machine_line(facts: &MachineFacts) -> String {
+    let machine = facts.machine();
+    format!(
+        "{} copy engines, both ways at {:.0}% each, wake-up {:.1} µs, a kernel behind another stream's saves {:.1} µs, issuing an op {:.1} µs",
+        facts.copy_engines,
+        100.0 * machine.both_ways,
+        facts.wake_ms * 1e3,
+        machine.kernel_overlap * 1e3,
+        facts.issue_ms * 1e3
+    )
+}
+
+/// Runs every experiment. Before each, the machine and the experiment's
+/// ops alone are measured again, so the model works from parts timed at
+/// the same moments as the runs it predicts (this host's copies drift:
+/// both directions at once read 1.35 to 1.66 ms across runs of one day).
 pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<StreamsResults> {
     cfg.validate()?;
     let priority_range = gpu.stream_priority_range()?;
     let exps = experiments::all(cfg, priority_range.1);
     let variants: usize = exps.iter().map(|e| e.variants.len()).sum();
-    let mut progress = Progress::new(progress, 3 + variants as u64, "streams");
+    let mut progress = Progress::new(progress, 1 + (exps.len() + variants) as u64, "streams");
     let reps = cfg.repeats;
     let mut rig = PlanRig::new(gpu, cfg.elements, 4, 1)?;
     let iterations = balance(&mut rig, chunk(cfg.elements, cfg.chunks, 0).1, reps)?;
     rig.iterations = iterations;
     progress.step(&format!("kernel balanced against a chunk's H2D: {iterations} FMAs per element"));
-    let facts = rig.machine(cfg.elements, reps)?;
-    let machine = facts.machine();
-    progress.step(&format!(
-        "machine: {} copy engines, both ways at {:.0}% each, wake-up {:.1} µs",
-        facts.copy_engines,
-        100.0 * machine.both_ways,
-        facts.wake_ms * 1e3
-    ));
-    let plans: Vec<&Plan> = exps.iter().flat_map(|e| e.variants.iter()).collect();
-    let costs = rig.costs(&plans, reps)?;
-    progress.step(&format!("{} distinct operations measured alone", costs.len()));
     let mut experiments = Vec::new();
+    let mut all_costs = Costs::new();
+    let mut first_facts = None;
     for e in &exps {
+        let facts = rig.machine(cfg.elements, reps)?;
+        let machine = facts.machine();
+        let plans: Vec<&Plan> = e.variants.iter().collect();
+        let costs = rig.costs(&plans, reps)?;
+        progress.step(&format!("{}: machine: {}; {} ops measured alone", e.name, machine_line(&facts), costs.len()));
         let mut variants = Vec::new();
         for plan in &e.variants {
             let mut v = variant(&mut rig, plan, e, machine, &costs, reps)?;
@@ -106,9 +134,21 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
             progress.step(&format!("{}: {}: {:.3} ms (model {:.3} ms)", e.name, v.name, v.total_ms.median, v.model_ms));
             variants.push(v);
         }
-        experiments.push(ExperimentResult { name: e.name.into(), shows: e.shows.into(), variants });
+        for (&k, &ms) in &costs {
+            all_costs.entry(k).or_insert(ms);
+        }
+        first_facts.get_or_insert(facts);
+        experiments.push(ExperimentResult {
+            name: e.name.into(),
+            shows: e.shows.into(),
+            variants,
+            effects: e.effects.clone(),
+            machine: Some(facts),
+            costs: costs.into_iter().map(|((k, n), ms)| (k, n, ms)).collect(),
+        });
     }
     progress.finish();
-    let costs = costs.into_iter().map(|((k, n), ms)| (k, n, ms)).collect();
-    Ok(StreamsResults { config: cfg.clone(), machine: facts, iterations, priority_range, costs, experiments })
+    let machine = first_facts.ok_or_else(|| LabError::config("the lab has no experiments"))?;
+    let costs = all_costs.into_iter().map(|((k, n), ms)| (k, n, ms)).collect();
+    Ok(StreamsResults { config: cfg.clone(), machine, iterations, priority_range, costs, experiments })
 }

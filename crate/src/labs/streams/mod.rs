@@ -9,13 +9,22 @@
 //! May use: `pipeline` (plans, the model), `gpu` (to run them), `measure`,
 //! `present`.
 
+pub mod exercise;
 pub mod experiments;
 pub mod measure;
 
+use crate::error::{LabError, Result};
 use crate::gpu::MachineFacts;
+use crate::labs::check::CheckReport;
+use crate::measure::record::Record;
 use crate::measure::stats::Summary;
-use crate::pipeline::timeline::Timeline;
+use crate::pipeline::issue::Issue;
+use crate::pipeline::plan::Costs;
+use crate::pipeline::timeline::{Gantt, Timeline};
+use crate::present::chart::Chart;
+use exercise::StreamsTask;
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 pub const LAB: &str = "streams";
 
@@ -23,32 +32,34 @@ pub const LAB: &str = "streams";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct StreamsConfig {
     /// f32 elements the pipelines move (64 MiB by default).
-    #[arg(long, default_value_t = 16 << 20)]
+    #[arg(long, default_value_t = StreamsConfig::default().elements)]
     pub elements: usize,
     /// Chunks of the chunked pipelines.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = StreamsConfig::default().chunks)]
     pub chunks: usize,
     /// Streams of the chunked pipelines.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = StreamsConfig::default().streams)]
     pub streams: usize,
-    /// Timed runs per variant (after one warm-up).
-    #[arg(long, default_value_t = 7)]
+    /// Timed runs per variant (after two warm-ups). Both directions at
+    /// once vary by ±9% from run to run on the lent H100's host, so
+    /// medians need more runs than one-way copies.
+    #[arg(long, default_value_t = StreamsConfig::default().repeats)]
     pub repeats: usize,
-    /// CUDA device ordinal.
-    #[arg(long, default_value_t = 0)]
+    /// GPU ordinal (the command line's `--device`).
+    #[arg(skip)]
     pub device: usize,
 }
 
 impl Default for StreamsConfig {
     fn default() -> Self {
-        StreamsConfig { elements: 16 << 20, chunks: 8, streams: 4, repeats: 7, device: 0 }
+        StreamsConfig { elements: 16 << 20, chunks: 8, streams: 4, repeats: 15, device: 0 }
     }
 }
 
 impl StreamsConfig {
     /// The notebook's run.
     pub fn quick() -> Self {
-        StreamsConfig { elements: 8 << 20, repeats: 5, ..Self::default() }
+        StreamsConfig { elements: 8 << 20, repeats: 7, ..Self::default() }
     }
     /// Every code path, small.
     pub fn small() -> Self {
@@ -102,17 +113,59 @@ impl VariantResult {
     }
 }
 
+/// An effect's difference of medians and the two variants' spreads (ms).
+pub type EffectSize = (f64, f64, f64);
+
 /// One experiment's variants.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExperimentResult {
     pub name: String,
     pub shows: String,
     pub variants: Vec<VariantResult>,
+    /// The differences it shows (see [`Self::effect_lines`]).
+    #[serde(default)]
+    pub effects: Vec<experiments::Effect>,
+    /// The machine and its ops alone, measured just before its variants:
+    /// what its model column was computed from.
+    #[serde(default)]
+    pub machine: Option<MachineFacts>,
+    #[serde(default)]
+    pub costs: Vec<(crate::pipeline::schedule::OpKind, usize, f64)>,
 }
 
 impl ExperimentResult {
     pub fn variant(&self, name: &str) -> Option<&VariantResult> {
         self.variants.iter().find(|v| v.name == name)
+    }
+
+    /// Each effect with (difference of medians, spread of `base`, spread
+    /// of `changed`), a spread being slowest minus fastest run (ms).
+    pub fn effects(&self) -> Vec<(&experiments::Effect, Option<EffectSize>)> {
+        let of = |i: usize, watched: bool| self.variants.get(i).and_then(|v| if watched { v.watched_ms } else { Some(v.total_ms) });
+        self.effects
+            .iter()
+            .map(|e| {
+                let pair = of(e.base, e.watched).zip(of(e.changed, e.watched));
+                (e, pair.map(|(a, b)| (b.median - a.median, a.max - a.min, b.max - b.min)))
+            })
+            .collect()
+    }
+
+    /// One line per effect: the difference, both spreads, the verdict.
+    pub fn effect_lines(&self) -> String {
+        let mut out = String::new();
+        for (e, d) in self.effects() {
+            let Some((diff, sa, sb)) = d else { continue };
+            let shown = diff.abs() > sa.max(sb);
+            let verdict = match (shown, e.expected) {
+                (true, true) => "shown: larger than either run's spread",
+                (false, false) => "none beyond the spread, as the lab expects",
+                (true, false) => "a difference the lab does not expect: look at the timelines",
+                (false, true) => "NOT shown: within the spread on this run",
+            };
+            out += &format!("  effect: {}: {diff:+.3} ms, spreads {sa:.3} / {sb:.3} ms: {verdict}\n", e.what);
+        }
+        out
     }
 }
 
@@ -136,21 +189,90 @@ impl StreamsResults {
         self.experiments.iter().find(|e| e.name == name)
     }
 
+    /// Variant `i` of experiment `name`.
+    fn nth(&self, name: &str, i: usize) -> Option<&VariantResult> {
+        self.experiment(name).and_then(|e| e.variants.get(i))
+    }
+
+    /// Every op measured alone, as the model takes them.
+    pub fn costs_map(&self) -> Costs {
+        self.costs.iter().map(|&(k, n, ms)| ((k, n), ms)).collect()
+    }
+
+    /// The variant the model missed most, and by how much (model / measured - 1).
+    pub fn worst_model_error(&self) -> Option<(&VariantResult, f64)> {
+        self.experiments
+            .iter()
+            .flat_map(|e| e.variants.iter())
+            .map(|v| (v, v.model_ms / v.total_ms.median - 1.0))
+            .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+    }
+
+    /// The headline table's rows.
+    pub fn headline(&self) -> Vec<(String, String)> {
+        let mut rows = Vec::new();
+        let pct = |a: f64, b: f64| 100.0 * (b / a - 1.0);
+        if let (Some(base), Some(null), Some(nb)) = (self.nth("legacy-stream", 0), self.nth("legacy-stream", 1), self.nth("legacy-stream", 2)) {
+            let (b, n, k) = (base.total_ms.median, null.total_ms.median, nb.total_ms.median);
+            rows.push(("one tiny copy on the NULL stream: blocking / non-blocking streams".into(), format!("{:+.0}% / {:+.0}% ({b:.3} ms without)", pct(b, n), pct(b, k))));
+        }
+        if let (Some(gpu), Some(ctx)) = (self.nth("sync-weight", 0), self.nth("sync-weight", 3)) {
+            rows.push(("cuStreamWaitEvent / cuCtxSynchronize per chunk".into(), format!("{:.3} / {:.3} ms", gpu.total_ms.median, ctx.total_ms.median)));
+        }
+        if let (Some(apart), Some(both)) = (self.nth("copy-engines", 0), self.nth("copy-engines", 1)) {
+            rows.push(("H2D then D2H / both at once".into(), format!("{:.3} / {:.3} ms", apart.total_ms.median, both.total_ms.median)));
+        }
+        if let Some(three) = self.experiment("copy-engines").and_then(|e| e.variant(experiments::THREE_WAY)) {
+            if let Some(b) = three.bound_ms {
+                rows.push(("three-way overlap, of its bidirectional-aware bound".into(), format!("{:.1}%", 100.0 * b / three.total_ms.median)));
+            }
+        }
+        if let (Some(low), Some(high)) = (self.nth("priorities", 0).and_then(|v| v.watched_ms), self.nth("priorities", 1).and_then(|v| v.watched_ms)) {
+            rows.push(("urgent job done, default / highest priority".into(), format!("{:.3} / {:.3} ms", low.median, high.median)));
+        }
+        if let Some((v, e)) = self.worst_model_error() {
+            rows.push(("model, worst variant".into(), format!("{:+.1}% ({})", 100.0 * e, v.name)));
+        }
+        rows
+    }
+
+    /// Experiment `name`'s measured timelines, one per variant, or each
+    /// beside the model's with `with_model`.
+    pub fn timelines(&self, name: &str, with_model: bool, origin: &str) -> Result<Gantt> {
+        let e = self.experiment(name).ok_or_else(|| {
+            let names: Vec<&str> = self.experiments.iter().map(|e| e.name.as_str()).collect();
+            LabError::config(format!("no experiment '{name}': the lab has {}", names.join(", ")))
+        })?;
+        let mut panels = Vec::new();
+        for v in &e.variants {
+            panels.push(Timeline { title: format!("{}: measured, {:.3} ms", v.name, v.total_ms.median), ..v.timeline.clone() });
+            if with_model {
+                panels.push(Timeline { title: format!("{}: model, {:.3} ms", v.name, v.model_ms), ..v.predicted.clone() });
+            }
+        }
+        Ok(Gantt::new(&format!("{LAB}-{name}"), &format!("Lab 5, {name}: {}", if with_model { "measured and model" } else { "measured" }), origin, panels))
+    }
+
     /// The table the command line prints.
     pub fn table(&self) -> String {
         let m = &self.machine;
         let mut out = format!(
-            "machine: {} copy engines; H2D {:.3} ms, D2H {:.3} ms, both at once {:.3} ms (each direction at {:.0}% while both run); a CPU thread resumes {:.1} µs after the GPU work it waited for; kernel: {} FMAs per element\n",
+            "machine: {} copy engines; H2D {:.3} ms, D2H {:.3} ms, both at once {:.3} ms (each direction at {:.0}% while both run); a CPU thread resumes {:.1} µs after the GPU work it waited for; a kernel that waited behind another stream's starts {:.1} µs into its drain; issuing one op takes the CPU {:.1} µs; kernel: {} FMAs per element\n",
             m.copy_engines,
             m.h2d_ms,
             m.d2h_ms,
             m.both_ms,
             100.0 * m.machine().both_ways,
             m.wake_ms * 1e3,
+            m.machine().kernel_overlap * 1e3,
+            m.issue_ms * 1e3,
             self.iterations
         );
         for e in &self.experiments {
             out += &format!("\n{}: {}\n", e.name, e.shows);
+            if let Some(f) = &e.machine {
+                out += &format!("  measured just before: {}\n", measure::machine_line(f));
+            }
             out += &format!("  {:<52} {:>10} {:>16} {:>10} {:>8}\n", "variant", "median ms", "spread ms", "model ms", "error");
             for v in &e.variants {
                 out += &format!(
@@ -166,6 +288,7 @@ impl StreamsResults {
                     out += &format!("  {:<52} {:>10.3} {:>7.3}..{:<8.3} {:>10.3}\n", "  urgent job done at", w.median, w.min, w.max, wm);
                 }
             }
+            out += &e.effect_lines();
             for v in &e.variants {
                 if let Some(b) = v.bound_ms {
                     out += &format!("  {}: {:.1}% of the bound that knows the bidirectional ceiling ({b:.3} ms)\n", v.name, 100.0 * b / v.total_ms.median);
@@ -173,5 +296,102 @@ impl StreamsResults {
             }
         }
         out
+    }
+}
+
+/// A lab-5 recording.
+pub type StreamsRecord = Record<StreamsResults>;
+
+/// Notebook entry points for lab 5.
+impl crate::notebook::LabRun<StreamsResults> {
+    /// The table of every experiment: measured, spread, model.
+    pub fn table(&self) -> String {
+        self.record.results.table()
+    }
+    /// Experiment `name`'s timelines (each variant's measured run; with
+    /// `with_model`, the model's beside it).
+    pub fn timelines(&self, name: &str, with_model: bool) -> Result<Gantt> {
+        self.record.results.timelines(name, with_model, &self.origin())
+    }
+    /// Checks a learner's fix of the hidden legacy-stream operation: live
+    /// on a GPU, else on the queue model with the recorded costs.
+    pub fn check_hidden_legacy(&self, learner: impl Fn(&mut dyn Issue, &StreamsTask) -> Result<()> + Send + Sync + 'static) -> CheckReport {
+        let r = &self.record.results;
+        let learner: exercise::Loop = std::sync::Arc::new(learner);
+        self.check(
+            "the hidden legacy-stream operation",
+            r.config.device,
+            |gpu| exercise::check_on_gpu(gpu, r, learner.clone()),
+            || exercise::check_on_model(r, learner.clone()),
+        )
+    }
+}
+
+/// Lab 5 in the report: each experiment's timelines and the table.
+pub fn report(rec: &StreamsRecord, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for e in &rec.results.experiments {
+        files.extend(rec.results.timelines(&e.name, false, origin)?.save(dir)?);
+    }
+    if let Some(three) = rec.results.experiment("copy-engines").and_then(|e| e.variant(experiments::THREE_WAY)) {
+        let trace = dir.join(format!("{LAB}-three-way.trace.json"));
+        three.timeline.save_chrome_trace(&trace)?;
+        files.push(trace);
+    }
+    files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", rec.results.table()))?);
+    Ok(files)
+}
+
+/// Lab 5's entry in the lab table.
+pub static ENTRY: crate::labs::Entry<StreamsConfig, StreamsResults> = crate::labs::Entry {
+    number: 5,
+    name: LAB,
+    module: module_path!(),
+    teaches: "Which stream: the legacy NULL stream, the weight of each wait, copy engines, priorities",
+    about: "Lab 5: stream semantics and costs, each pipeline measured beside the queue model",
+    measure: measure::run,
+    tables: |rec| rec.results.table(),
+    figures: report,
+    headline: StreamsResults::headline,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::streams_results;
+
+    #[test]
+    fn the_table_prints_each_effect_against_both_spreads() {
+        let mut r = streams_results();
+        let t = r.table();
+        assert!(t.contains("effect: a tiny copy on the NULL stream beside blocking streams: +"), "{t}");
+        assert!(t.contains("shown: larger than either run's spread"), "{t}");
+        assert!(t.contains("none beyond the spread, as the lab expects"), "{t}");
+        // A noisy run: the same medians, spreads wider than the difference.
+        for v in &mut r.experiments[0].variants {
+            v.total_ms.min -= 10.0;
+            v.total_ms.max += 10.0;
+        }
+        assert!(r.experiments[0].effect_lines().contains("NOT shown: within the spread on this run"));
+    }
+
+    #[test]
+    fn headline_and_figures_come_from_the_results() {
+        let r = streams_results();
+        let rows = r.headline();
+        let names: Vec<&str> = rows.iter().map(|(w, _)| w.as_str()).collect();
+        assert!(names.contains(&"three-way overlap, of its bidirectional-aware bound"), "{names:?}");
+        assert!(names.contains(&"urgent job done, default / highest priority"), "{names:?}");
+        let g = r.timelines("copy-engines", true, "test").unwrap();
+        assert_eq!(g.timelines.len(), 6, "measured and model for each of 3 variants");
+        let e = r.timelines("copy engines", false, "test").unwrap_err().to_string();
+        assert!(e.contains("no experiment 'copy engines'") && e.contains("legacy-stream"), "{e}");
+        let dir = crate::testing::temp_dir("streams-report");
+        let rec = Record::new(LAB, crate::testing::fingerprint(), r);
+        let files = report(&rec, &dir, "test").unwrap();
+        for stem in ["streams-legacy-stream", "streams-sync-weight", "streams-copy-engines", "streams-priorities"] {
+            assert!(files.iter().any(|f| f.file_name().unwrap().to_string_lossy() == format!("{stem}.png")), "{stem}: {files:?}");
+        }
+        assert!(files.iter().all(|f| f.file_name().unwrap().to_string_lossy().starts_with("streams-")));
     }
 }

@@ -1,0 +1,358 @@
+//! Exercise 5: find the hidden legacy-stream operation. The learner gets a
+//! chunked pipeline on blocking streams (made without the non-blocking
+//! flag, as `cudaStreamCreate` makes them) that uploads the kernels'
+//! parameters once, in the middle, on "the default stream" — which, in a
+//! program built the usual way, is the legacy NULL stream. The learner
+//! rewrites the loop so nothing serializes; the checker runs it on the GPU
+//! when there is one (and measures the overlap it restores), else on the
+//! queue model with the recorded costs, and names what is wrong.
+
+use super::experiments::TINY;
+use super::{StreamsConfig, StreamsResults};
+use crate::error::Result;
+use crate::gpu::{Gpu, PlanRig, TimelineSource};
+use crate::labs::check::CheckReport;
+use crate::measure::stats::Summary;
+use crate::pipeline::issue::{DevRef, HostRef, Issue, StreamRef};
+use crate::pipeline::model::{ModelPipeline, Provenance};
+use crate::pipeline::plan::{chunk, Costs, Plan, StreamSpec};
+use crate::pipeline::schedule::{Lane, OpKind, StreamKind};
+use std::sync::Arc;
+
+/// The label of the parameters' upload: the loop must keep it.
+pub const PARAMS: &str = "params H2D";
+
+/// A pass: no slower than the fixed loop by more than this share.
+pub const SLACK: f64 = 0.10;
+
+/// What the learner's loop is handed.
+#[derive(Clone, Debug)]
+pub struct StreamsTask {
+    pub chunks: usize,
+    pub elements: usize,
+    /// Blocking streams (created without CU_STREAM_NON_BLOCKING).
+    pub streams: Vec<StreamRef>,
+    /// "The default stream": the legacy NULL stream (stream 0 in a
+    /// program compiled without `--default-stream per-thread`).
+    pub default_stream: StreamRef,
+    /// This thread's per-thread default stream (`cudaStreamPerThread`).
+    pub per_thread_stream: StreamRef,
+    pub host_in: HostRef,
+    pub host_out: HostRef,
+    pub dev_in: DevRef,
+    pub dev_out: DevRef,
+    /// Where the kernels' parameters go (`TINY` elements from `host_in`).
+    pub params: DevRef,
+}
+
+impl StreamsTask {
+    /// (first element, element count) of chunk `c`.
+    pub fn chunk(&self, c: usize) -> (usize, usize) {
+        chunk(self.elements, self.chunks, c)
+    }
+    /// Uploads the kernels' parameters on stream `s`.
+    pub fn upload_params(&self, p: &mut dyn Issue, s: StreamRef) -> Result<()> {
+        p.h2d(s, self.params, 0, self.host_in, 0, TINY, PARAMS)
+    }
+}
+
+/// A learner's loop.
+pub type Loop = Arc<dyn Fn(&mut dyn Issue, &StreamsTask) -> Result<()> + Send + Sync>;
+
+/// The loop the learner is given: chunk `c` on stream `c mod S`, and the
+/// parameters uploaded halfway through on the default stream.
+pub fn given(p: &mut dyn Issue, t: &StreamsTask) -> Result<()> {
+    issue_chunks(p, t, |p, t| t.upload_params(p, t.default_stream))
+}
+
+/// The fix: the same loop with the upload on a stream that does not
+/// serialize (one of the pipeline's own).
+pub fn solution(p: &mut dyn Issue, t: &StreamsTask) -> Result<()> {
+    issue_chunks(p, t, |p, t| t.upload_params(p, t.streams[0]))
+}
+
+/// Every chunk's H2D, kernel and D2H on stream `c mod S`, with `params`
+/// issued after the first half of the chunks.
+fn issue_chunks(p: &mut dyn Issue, t: &StreamsTask, params: impl Fn(&mut dyn Issue, &StreamsTask) -> Result<()>) -> Result<()> {
+    for c in 0..t.chunks {
+        let (at, n) = t.chunk(c);
+        let s = t.streams[c % t.streams.len()];
+        p.h2d(s, t.dev_in, at, t.host_in, at, n, &format!("H2D {c}"))?;
+        p.compute(s, t.dev_in, at, t.dev_out, at, n, &format!("kernel {c}"))?;
+        p.d2h(s, t.host_out, at, t.dev_out, at, n, &format!("D2H {c}"))?;
+        if c + 1 == t.chunks / 2 {
+            params(p, t)?;
+        }
+    }
+    Ok(())
+}
+
+/// A learner's loop as a plan on the lab's buffers and streams.
+pub fn plan(name: &str, cfg: &StreamsConfig, learner: Loop) -> Plan {
+    let (chunks, k) = (cfg.chunks, cfg.streams);
+    let mut specs: Vec<StreamSpec> = (0..k).map(|i| StreamSpec::new(&format!("s{i}"), StreamKind::Blocking, 0)).collect();
+    specs.push(StreamSpec::new("NULL stream", StreamKind::Legacy, 0));
+    specs.push(StreamSpec::new("per-thread default", StreamKind::PerThread, 0));
+    Plan::new(name, specs, cfg.elements, 3, move |p, r| {
+        let task = StreamsTask {
+            chunks,
+            elements: r.elements,
+            streams: r.streams[..k].to_vec(),
+            default_stream: r.streams[k],
+            per_thread_stream: r.streams[k + 1],
+            host_in: r.input,
+            host_out: r.output,
+            dev_in: r.devices[0],
+            dev_out: r.devices[1],
+            params: r.devices[2],
+        };
+        learner(p, &task)
+    })
+}
+
+/// What the model says is wrong with the loop, before timing it: data,
+/// races, the parameters' upload, anything left on the NULL stream.
+fn shape_findings(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
+    let model = rep.learner("your loop", || plan.model())?;
+    if let Some(r) = model.schedule.races().first() {
+        rep.problem(format!("race: {}", r.what));
+    }
+    let cells = Plan::output_cells(&model);
+    if let Some((j, cell)) = cells.iter().enumerate().find(|(j, c)| **c != Provenance::Output(*j as u32)) {
+        rep.problem(match cell {
+            Provenance::Unset => format!("wrong data: output element {j} never reached the host: a chunk's D2H is missing"),
+            Provenance::Input(_) => format!("wrong data: output element {j} holds an input: a D2H reads the input buffer"),
+            Provenance::Output(i) => format!("wrong data: output element {j} holds the result for element {i}: an offset is wrong"),
+            Provenance::Garbage => format!("wrong data: output element {j} was computed from data never uploaded: a kernel reads a range no H2D wrote"),
+        });
+    }
+    let uploads: Vec<_> = model.schedule.ops.iter().filter(|o| o.label == PARAMS).collect();
+    if uploads.is_empty() {
+        rep.problem(format!(
+            "the parameters' upload ('{PARAMS}') is gone: the kernels need it, so keep t.upload_params(p, ...) and give it a stream that does not serialize"
+        ));
+    }
+    let kinds = plan_stream_kinds(plan);
+    for o in &model.schedule.ops {
+        if let Lane::Stream(s) = o.lane {
+            if kinds.get(s) == Some(&StreamKind::Legacy) {
+                rep.problem(format!(
+                    "'{}' is still on t.default_stream, the legacy NULL stream: it waits for all earlier work of every blocking stream, and their later work waits for it, so the pipeline drains there",
+                    o.label
+                ));
+                break;
+            }
+        }
+    }
+    if model.schedule.ops.iter().any(|o| !o.after_host_wait.is_empty()) {
+        rep.note("your loop makes the CPU wait (a synchronize): each wait stops it issuing the next chunk until the GPU catches up");
+    }
+    Some(model)
+}
+
+fn plan_stream_kinds(plan: &Plan) -> Vec<StreamKind> {
+    plan.streams.iter().map(|s| s.kind).collect()
+}
+
+/// `recorded` with a cost for every op of `schedule`: an op of a size
+/// not recorded (a loop that chunks differently) costs the largest
+/// recorded op of its kind scaled by elements (copies and this kernel take
+/// time in proportion to their data, minus a start-up the scale ignores).
+fn costs_for(mut recorded: Costs, schedule: &crate::pipeline::schedule::Schedule) -> Costs {
+    for o in schedule.ops.iter().filter(|o| OpKind::STAGES.contains(&o.kind)) {
+        let n = crate::pipeline::plan::op_elements(o);
+        if recorded.contains_key(&(o.kind, n)) {
+            continue;
+        }
+        let largest = recorded.iter().filter(|((k, _), _)| *k == o.kind).max_by_key(|((_, e), _)| *e).map(|(&(_, e), &ms)| (e, ms));
+        if let Some((e, ms)) = largest.filter(|&(e, _)| e > 0) {
+            recorded.insert((o.kind, n), ms * n as f64 / e as f64);
+        }
+    }
+    recorded
+}
+
+/// Judges `mine` against the given loop and the fix (ms, by `how`).
+fn judge_time(rep: &mut CheckReport, how: &str, given: f64, fixed: f64, mine: f64) {
+    let lost = given - fixed;
+    rep.note(format!("{how}: given loop {given:.3} ms, the fix {fixed:.3} ms, yours {mine:.3} ms"));
+    if mine > fixed * (1.0 + SLACK) {
+        rep.problem(format!(
+            "your loop takes {mine:.3} ms, {:.0}% more than the fix ({fixed:.3} ms): something still serializes it (a wait on the CPU, one stream for everything, or the NULL stream)",
+            100.0 * (mine / fixed - 1.0)
+        ));
+    } else if lost > 0.0 {
+        rep.note(format!("you won back {:.3} of the {lost:.3} ms the NULL stream cost", (given - mine).clamp(0.0, lost)));
+    }
+}
+
+/// Checks `learner` with no GPU: the model's data and races, and its
+/// time from the costs recorded in `rec`.
+pub fn check_on_model(rec: &StreamsResults, learner: Loop) -> CheckReport {
+    let mut rep = CheckReport::new("the hidden legacy-stream operation (queue model, no GPU)");
+    let cfg = &rec.config;
+    let mine = plan("your loop", cfg, learner);
+    let Some(model) = shape_findings(&mine, &mut rep) else { return rep };
+    let (costs, machine) = (costs_for(rec.costs_map(), &model.schedule), rec.machine.machine());
+    let predict = |p: &Plan, schedule: Option<&crate::pipeline::schedule::Schedule>| -> Result<f64> {
+        let times = match schedule {
+            Some(s) => p.predict_schedule(s, machine, &costs)?,
+            None => p.predict(machine, &costs)?.1,
+        };
+        Ok(times.iter().map(|t| t.1).fold(0.0, f64::max))
+    };
+    let given_plan = plan("given", cfg, Arc::new(given));
+    let fixed_plan = plan("fix", cfg, Arc::new(solution));
+    match (predict(&given_plan, None), predict(&fixed_plan, None), predict(&mine, Some(&model.schedule))) {
+        (Ok(g), Ok(f), Ok(m)) => judge_time(&mut rep, "predicted from the recorded costs", g, f, m),
+        (_, _, Err(e)) | (_, Err(e), _) | (Err(e), _, _) => rep.problem(format!("cannot predict your loop: {e}")),
+    }
+    rep
+}
+
+/// Checks `learner` on the GPU: verified data, then the given loop, the
+/// fix and yours timed in turn (`cfg.repeats` runs each, medians).
+pub fn check_on_gpu(gpu: &Gpu, rec: &StreamsResults, learner: Loop) -> Result<CheckReport> {
+    let mut rep = CheckReport::new(&format!("the hidden legacy-stream operation (live on {})", gpu.name()));
+    let cfg = &rec.config;
+    let mine = plan("your loop", cfg, learner);
+    let Some(model) = shape_findings(&mine, &mut rep) else { return Ok(rep) };
+    if !rep.passed {
+        return Ok(rep);
+    }
+    let mut rig = PlanRig::new(gpu, cfg.elements, 3, rec.iterations)?;
+    let given_plan = plan("given", cfg, Arc::new(given));
+    let fixed_plan = plan("fix", cfg, Arc::new(solution));
+    let (given_model, fixed_model) = (given_plan.model()?, fixed_plan.model()?);
+    if rep.learner("your loop", || rig.run_modelled(&mine, &model, TimelineSource::Off)).is_none() {
+        return Ok(rep);
+    }
+    let (mut g, mut f, mut m) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..cfg.repeats.max(3) {
+        g.push(rig.run_modelled(&given_plan, &given_model, TimelineSource::Off)?.total_ms);
+        f.push(rig.run_modelled(&fixed_plan, &fixed_model, TimelineSource::Off)?.total_ms);
+        m.push(rig.run_modelled(&mine, &model, TimelineSource::Off)?.total_ms);
+    }
+    let med = |v: &[f64]| Summary::of(v).map(|s| s.median);
+    judge_time(&mut rep, "measured, medians", med(&g)?, med(&f)?, med(&m)?);
+    Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::streams_results;
+
+    fn check(f: impl Fn(&mut dyn Issue, &StreamsTask) -> Result<()> + Send + Sync + 'static) -> CheckReport {
+        check_on_model(&streams_results(), Arc::new(f))
+    }
+
+    fn fails_with(rep: &CheckReport, words: &str) {
+        assert!(!rep.passed, "should fail: {rep}");
+        assert!(rep.to_string().contains(words), "should say '{words}': {rep}");
+    }
+
+    #[test]
+    fn the_fix_passes_and_the_given_loop_fails_naming_the_null_stream() {
+        let rep = check(solution);
+        assert!(rep.passed, "{rep}");
+        assert!(rep.to_string().contains("won back"), "{rep}");
+        fails_with(&check(given), "still on t.default_stream, the legacy NULL stream");
+    }
+
+    #[test]
+    fn the_per_thread_default_stream_or_any_own_stream_is_an_honest_fix() {
+        assert!(check(|p, t| issue_chunks(p, t, |p, t| t.upload_params(p, t.per_thread_stream))).passed);
+        assert!(check(|p, t| issue_chunks(p, t, |p, t| t.upload_params(p, t.streams[t.streams.len() - 1]))).passed);
+        // Uploaded first, before any chunk: also fine.
+        assert!(check(|p, t| {
+            t.upload_params(p, t.streams[1])?;
+            issue_chunks(p, t, |_, _| Ok(()))
+        })
+        .passed);
+    }
+
+    #[test]
+    fn dropping_the_upload_is_named() {
+        fails_with(&check(|p, t| issue_chunks(p, t, |_, _| Ok(()))), "the parameters' upload ('params H2D') is gone");
+    }
+
+    #[test]
+    fn a_cpu_wait_instead_is_too_slow_and_says_why() {
+        // Moves the upload but synchronizes the device after every chunk.
+        let rep = check(|p, t| {
+            for c in 0..t.chunks {
+                let (at, n) = t.chunk(c);
+                let s = t.streams[c % t.streams.len()];
+                p.h2d(s, t.dev_in, at, t.host_in, at, n, &format!("H2D {c}"))?;
+                p.compute(s, t.dev_in, at, t.dev_out, at, n, &format!("kernel {c}"))?;
+                p.d2h(s, t.host_out, at, t.dev_out, at, n, &format!("D2H {c}"))?;
+                p.sync_device()?;
+            }
+            t.upload_params(p, t.streams[0])
+        });
+        fails_with(&rep, "more than the fix");
+        assert!(rep.to_string().contains("the CPU wait"), "{rep}");
+    }
+
+    #[test]
+    fn everything_on_one_stream_is_too_slow() {
+        fails_with(&check(|p, t| issue_chunks(p, &StreamsTask { streams: vec![t.streams[0]], ..t.clone() }, |p, t| t.upload_params(p, t.streams[0]))), "more than the fix");
+    }
+
+    #[test]
+    fn wrong_data_and_panics_are_failed_checks() {
+        fails_with(
+            &check(|p, t| {
+                for c in 0..t.chunks {
+                    let (at, n) = t.chunk(c);
+                    let s = t.streams[c % t.streams.len()];
+                    p.h2d(s, t.dev_in, at, t.host_in, at, n, "H2D")?;
+                    p.compute(s, t.dev_in, at, t.dev_out, at, n, "kernel")?;
+                    p.d2h(s, t.host_out, at, t.dev_in, at, n, "D2H")?;
+                }
+                t.upload_params(p, t.streams[0])
+            }),
+            "holds an input",
+        );
+        fails_with(&check(|p, t| issue_chunks(p, t, |_, _| panic!("oops"))), "panicked: oops");
+        // The last chunk forgotten.
+        fails_with(
+            &check(|p, t| {
+                for c in 0..t.chunks - 1 {
+                    let (at, n) = t.chunk(c);
+                    let s = t.streams[c % t.streams.len()];
+                    p.h2d(s, t.dev_in, at, t.host_in, at, n, "H2D")?;
+                    p.compute(s, t.dev_in, at, t.dev_out, at, n, "kernel")?;
+                    p.d2h(s, t.host_out, at, t.dev_out, at, n, "D2H")?;
+                }
+                t.upload_params(p, t.streams[0])
+            }),
+            "never reached the host",
+        );
+    }
+
+    #[test]
+    fn a_fix_that_races_is_named() {
+        // Each chunk's kernel on another stream than its upload, no event.
+        fails_with(
+            &check(|p, t| {
+                for c in 0..t.chunks {
+                    let (at, n) = t.chunk(c);
+                    let k = t.streams.len();
+                    p.h2d(t.streams[c % k], t.dev_in, at, t.host_in, at, n, "H2D")?;
+                    p.compute(t.streams[(c + 1) % k], t.dev_in, at, t.dev_out, at, n, "kernel")?;
+                    p.d2h(t.streams[(c + 1) % k], t.host_out, at, t.dev_out, at, n, "D2H")?;
+                }
+                t.upload_params(p, t.streams[0])
+            }),
+            "race",
+        );
+    }
+
+    #[test]
+    fn a_loop_that_chunks_differently_is_still_judged() {
+        let rep = check(|p, t| issue_chunks(p, &StreamsTask { chunks: 2 * t.chunks, ..t.clone() }, |p, t| t.upload_params(p, t.streams[0])));
+        assert!(rep.passed, "{rep}");
+    }
+}
