@@ -1,12 +1,13 @@
 //! Fixtures for tests (unit, integration, and the GPU-skipping ones): one
 //! set, shared by every test that needs a recording or a GPU.
 
+use crate::gpu::MachineFacts;
 use crate::gpu::{Fingerprint, HostMemoryKind, PcieLink};
 use crate::labs::bandwidth::{AcquireCost, BandwidthConfig, BandwidthResults, Direction, PinCostPoint, TransferPoint};
 use crate::labs::callback::{CallbackConfig, CallbackResults, CostPoint, Variant, VariantResult};
 use crate::labs::double_buffer::{DoubleBufferConfig, DoubleBufferResults};
 use crate::labs::overlap::{Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
-use crate::gpu::MachineFacts;
+use crate::labs::streams::issue_cost::{self as streams_issue, IssueCost, IssuePoint};
 use crate::labs::streams::{experiments as streams_experiments, measure as streams_measure};
 use crate::labs::streams::{ExperimentResult, StreamsConfig, StreamsResults, VariantResult as StreamsVariant};
 use crate::measure::stats::Summary;
@@ -81,7 +82,7 @@ pub fn skip_unless_required(test: &str, why: &str) {
 
 /// A summary of one value (no spread).
 pub fn flat(v: f64) -> Summary {
-    Summary { median: v, min: v, max: v, n: 1 }
+    Summary { median: v, min: v, max: v, n: 1, middle: Some((v, v)) }
 }
 
 /// A synthetic sweep: pinned = 5 µs + bytes/50 GB/s each way; pageable
@@ -187,7 +188,7 @@ pub fn callback_results() -> CallbackResults {
 /// variant "measured" exactly what the model predicts: the experiments'
 /// own plans, so every figure and table has real timelines to draw.
 pub fn streams_results() -> StreamsResults {
-    let config = StreamsConfig { elements: 1 << 14, ..StreamsConfig::default() };
+    let config = StreamsConfig { elements: 1 << 14, issue_chunks: vec![2, 4], ..StreamsConfig::default() };
     let exps = streams_experiments::all(&config, -5);
     let mut costs = Costs::new();
     for plan in exps.iter().flat_map(|e| e.variants.iter()) {
@@ -195,7 +196,8 @@ pub fn streams_results() -> StreamsResults {
             costs.insert((kind, n), n as f64 * config.chunks as f64 / config.elements as f64);
         }
     }
-    let machine = MachineFacts { copy_engines: 3, h2d_ms: 8.0, d2h_ms: 8.0, both_ms: 8.0, wake_ms: 0.05, kernel_ms: 2.0, kernels_alternating_ms: 16.0, issue_ms: 0.003 };
+    let machine =
+        MachineFacts { copy_engines: 3, h2d_ms: 8.0, d2h_ms: 8.0, both_ms: 8.0, wake_ms: 0.05, kernel_ms: 2.0, kernels_alternating_ms: 16.0, issue_ms: 0.003 };
     let experiments = exps
         .iter()
         .map(|e| ExperimentResult {
@@ -203,13 +205,15 @@ pub fn streams_results() -> StreamsResults {
             shows: e.shows.into(),
             effects: e.effects.clone(),
             machine: Some(machine),
+            ceiling: None,
             costs: Vec::new(),
             variants: e
                 .variants
                 .iter()
                 .map(|plan| {
-                    let schedule = plan.model().expect("the lab's plans model").schedule;
-                    let (model_ms, watched, predicted) = streams_measure::prediction(plan, &schedule, e.watch, machine.machine(), &costs).expect("costs for every op");
+                    let model = plan.model().expect("the lab's plans model");
+                    let (model_ms, watched, predicted) =
+                        streams_measure::prediction(plan, &model, e.watch, machine.machine(), &costs).expect("costs for every op");
                     StreamsVariant {
                         name: plan.name.clone(),
                         total_ms: flat(model_ms),
@@ -224,6 +228,7 @@ pub fn streams_results() -> StreamsResults {
                 .collect(),
         })
         .collect();
+    let issue_cost = Some(streams_issue_cost(&config, machine));
     StreamsResults {
         config,
         machine,
@@ -231,5 +236,50 @@ pub fn streams_results() -> StreamsResults {
         priority_range: (0, -5),
         costs: costs.into_iter().map(|((k, n), ms)| (k, n, ms)).collect(),
         experiments,
+        issue_cost,
     }
+}
+
+/// Lab 5's issue-cost sweep at `config`'s chunk counts as the model sees
+/// it, each way "measured" at its prediction: ops cost as in
+/// [`streams_results`], issuing an op 0.4 ms (so the graph wins at the
+/// smaller chunks), a graph launch 20 µs.
+fn streams_issue_cost(config: &StreamsConfig, machine: MachineFacts) -> IssueCost {
+    let machine = MachineFacts { issue_ms: 0.4, ..machine };
+    let n = streams_issue::elements(config);
+    let mut points = Vec::new();
+    let mut drawn = None;
+    for &chunks in &config.issue_chunks {
+        let (gated, live) = streams_issue::plans(n, chunks);
+        let (gm, lm) = (gated.model().expect("models"), live.model().expect("models"));
+        let costs: Costs =
+            gated.distinct_ops().expect("models").into_iter().map(|(k, e)| ((k, e), e as f64 * config.chunks as f64 / config.elements as f64)).collect();
+        let total = |t: Vec<(f64, f64)>| t.iter().map(|x| x.1).fold(0.0, f64::max);
+        let live_times = live.predict_schedule(&lm.schedule, machine.machine(), &costs).expect("costs");
+        let model_gated = total(gated.predict_schedule(&gm.schedule, machine.machine(), &costs).expect("costs"));
+        let model_live = total(live_times.clone());
+        let model_graph = 0.02 + model_gated;
+        let ops = gm.schedule.ops.len();
+        points.push(IssuePoint {
+            chunks,
+            chunk_bytes: 4 * (n / chunks) as u64,
+            ops,
+            live: flat(model_live),
+            graph: flat(model_graph),
+            issue_us_per_op: flat(400.0),
+            driver_us_per_op: flat(5.0),
+            launch_us: flat(20.0),
+            capture_ms: 0.5,
+            instantiate_ms: 1.5,
+            nodes: ops + 2 * chunks,
+            model_gated,
+            model_live,
+            model_graph,
+        });
+        let us: Vec<(f64, f64)> = live_times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();
+        let t = Timeline::from_schedule("predicted", "queue model", &lm.schedule, &us, &lm.stream_names());
+        drawn = Some((chunks, Timeline { title: "measured".into(), ..t.clone() }, t));
+    }
+    let (timeline_chunks, timeline, predicted) = drawn.expect("at least one chunk count");
+    IssueCost { elements: n, machine, points, timeline_chunks, timeline, predicted }
 }

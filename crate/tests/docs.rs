@@ -49,7 +49,7 @@ fn readme_headline_tables_are_the_recordings() {
     let table = Headlines::from_data(&default_data_dir()).unwrap();
     let text = readme();
     assert!(table.gpus.len() >= 2, "data/ holds recordings of two GPUs: {:?}", table.gpus);
-    for lab in ["bandwidth", "overlap", "double-buffer", "callback"] {
+    for lab in overlap_lab::labs::ALL.iter().map(|l| l.name()) {
         let open = format!("<!-- headline:{lab} -->\n");
         let at = text.find(&open).unwrap_or_else(|| panic!("README has no {open:?} section"));
         let rest = &text[at + open.len()..];

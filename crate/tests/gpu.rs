@@ -593,7 +593,7 @@ mod streams {
         };
         let r = measure::run(&gpu, &StreamsConfig::small(), ProgressMode::Quiet).unwrap();
         println!("{}", r.table());
-        assert_eq!(r.experiments.len(), 4);
+        assert_eq!(r.experiments.len(), 5);
         for e in &r.experiments {
             for v in &e.variants {
                 assert!(v.total_ms.median > 0.0 && v.model_ms > 0.0, "{}: {}", e.name, v.name);
@@ -605,6 +605,57 @@ mod streams {
         let three = r.experiment("copy-engines").unwrap().variants.iter().find(|v| v.name.starts_with("three-way")).unwrap();
         // At this size fixed costs dominate: only that there is a bound (the full run is judged in the closing note).
         assert!(three.bound_ms.is_some_and(|b| b > 0.0), "{:?}", three.bound_ms);
+        // Each CPU thread's per-thread default stream is its own lane; the legacy stream is one.
+        let threads = r.experiment("threads").unwrap();
+        let lanes = |i: usize| threads.variants[i].timeline.lanes().len();
+        assert_eq!((lanes(0), lanes(1)), (1, StreamsConfig::small().streams), "{:?}", threads.variants[1].timeline.lanes());
+        let ic = r.issue_cost.as_ref().unwrap();
+        assert_eq!(ic.points.len(), StreamsConfig::small().issue_chunks.len());
+        assert!(ic
+            .points
+            .iter()
+            .all(|p| p.nodes >= p.ops && p.graph.median > 0.0 && p.live.median > 0.0 && p.issue_us_per_op.median > p.driver_us_per_op.median));
+    }
+
+    /// A plan captured as a CUDA graph replays on fresh data and verifies;
+    /// what a graph cannot hold (a CPU wait, the legacy stream) is refused
+    /// with the reason, and the rig works on after a refused capture.
+    #[test]
+    fn a_captured_plan_replays_verified_and_refuses_what_a_graph_cannot_hold() {
+        use overlap_lab::gpu::{PlanRig, TimelineSource};
+        use overlap_lab::labs::streams::issue_cost;
+        use overlap_lab::pipeline::plan::{Plan, StreamSpec};
+        use overlap_lab::pipeline::schedule::StreamKind;
+        let Some(gpu) = gpu_or_skip("a_captured_plan_replays_verified_and_refuses_what_a_graph_cannot_hold") else {
+            return;
+        };
+        let n = 1 << 16;
+        let mut rig = PlanRig::new(&gpu, n, 3, 16).unwrap();
+        let (gated, live) = issue_cost::plans(n, 16);
+        let model = gated.model().unwrap();
+        let captured = rig.capture(&gated, &model).unwrap();
+        println!("{} nodes, capture {:.3} ms, instantiate {:.3} ms", captured.nodes, captured.capture_ms, captured.instantiate_ms);
+        assert!(captured.nodes >= 3 * 16, "{captured:?}");
+        for _ in 0..3 {
+            let r = rig.replay(&gated, &captured).unwrap();
+            assert!(r.total_ms > 0.0 && r.launch_ms > 0.0, "{r:?}");
+        }
+        let run = rig.run(&live, TimelineSource::Events).unwrap();
+        assert!(run.issue_ms >= run.driver_ms && run.driver_ms > 0.0, "issue {} ms, driver {} ms", run.issue_ms, run.driver_ms);
+        let waits = Plan::new("waits", vec![StreamSpec::new("s", StreamKind::NonBlocking, 0)], n, 2, |p, r| {
+            p.h2d(r.streams[0], r.devices[0], 0, r.input, 0, 1024, "up")?;
+            p.host_sync(r.streams[0])
+        });
+        let e = rig.capture(&waits, &waits.model().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("a CPU wait (cuStreamSynchronize) cannot be captured into a CUDA graph"), "{e}");
+        let legacy = Plan::new("legacy", vec![StreamSpec::new("NULL", StreamKind::Legacy, 0)], n, 2, |p, r| {
+            p.h2d(r.streams[0], r.devices[0], 0, r.input, 0, 1024, "up")
+        });
+        let e = rig.capture(&legacy, &legacy.model().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("legacy NULL stream cannot be captured"), "{e}");
+        // The refused captures left nothing capturing.
+        rig.replay(&gated, &captured).unwrap();
+        rig.run(&gated, TimelineSource::Off).unwrap();
     }
 
     /// The exercise's checker live: the given loop fails naming the NULL

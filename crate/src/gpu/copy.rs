@@ -26,6 +26,12 @@ pub(super) struct RawCopy {
     pub bytes: usize,
 }
 
+// SAFETY: a RawCopy only describes a copy (two addresses and a size);
+// enqueueing it is the unsafe step, and its caller keeps both ranges alive.
+// A pipeline hands it to the OS thread of one of its CPU threads and waits
+// for that thread to enqueue it, so nothing about the ranges changes.
+unsafe impl Send for RawCopy {}
+
 impl RawCopy {
     /// Enqueues the copy on `stream`.
     ///

@@ -390,6 +390,78 @@ pub unsafe fn launch_host_function(s: CUstream, f: unsafe extern "C" fn(*mut c_v
     result::stream::launch_host_function(s, f, arg).map_err(|e| driver_error("cuLaunchHostFunc", e))
 }
 
+// ---- CUDA graphs (stream capture) ------------------------------------------
+
+pub use sys::{CUgraph, CUgraphExec};
+
+/// cuStreamBeginCapture: from here until [`stream_end_capture`], work issued
+/// to `s` (and to every stream that waits on an event recorded on it while
+/// it captures) is recorded into a graph instead of run. Mode "thread
+/// local": this thread may not make calls that would wait on the captured
+/// work meanwhile (the driver refuses them, and the capture fails).
+///
+/// # Safety
+/// `s` is a live stream created by this context (not a default stream).
+pub unsafe fn stream_begin_capture(s: CUstream) -> Result<()> {
+    // SAFETY: as the caller guarantees.
+    unsafe { result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
+        .map_err(|e| driver_error("cuStreamBeginCapture", e))
+}
+
+/// cuStreamEndCapture: the graph captured on `s` (the caller destroys it).
+///
+/// # Safety
+/// `s` is capturing, begun by [`stream_begin_capture`] on this thread.
+pub unsafe fn stream_end_capture(s: CUstream) -> Result<CUgraph> {
+    // SAFETY: as the caller guarantees.
+    unsafe { result::stream::end_capture(s) }.map_err(|e| driver_error("cuStreamEndCapture", e))
+}
+
+/// cuGraphGetNodes: how many nodes graph `g` has.
+///
+/// # Safety
+/// `g` is a live graph.
+pub unsafe fn graph_node_count(g: CUgraph) -> Result<usize> {
+    let mut n = 0usize;
+    // SAFETY: a null node array asks for the count only.
+    check("cuGraphGetNodes", unsafe { sys::cuGraphGetNodes(g, std::ptr::null_mut(), &mut n) })?;
+    Ok(n)
+}
+
+/// cuGraphInstantiate: an executable graph of `g` (the caller destroys it).
+///
+/// # Safety
+/// `g` is a live graph.
+pub unsafe fn graph_instantiate(g: CUgraph) -> Result<CUgraphExec> {
+    // SAFETY: as the caller guarantees.
+    unsafe { result::graph::instantiate(g, sys::CUgraphInstantiate_flags(0)) }.map_err(|e| driver_error("cuGraphInstantiate", e))
+}
+
+/// cuGraphLaunch: runs executable graph `g` on `s`.
+///
+/// # Safety
+/// `g` and `s` are live; every buffer the graph's nodes touch outlives the
+/// launch, and nothing else uses them until it completes on `s`.
+pub unsafe fn graph_launch(g: CUgraphExec, s: CUstream) -> Result<()> {
+    refuse_in_host_function("cuGraphLaunch")?;
+    // SAFETY: as the caller guarantees.
+    unsafe { result::graph::launch(g, s) }.map_err(|e| driver_error("cuGraphLaunch", e))
+}
+
+/// # Safety
+/// `g` is a live executable graph, no launch of it still running, destroyed once.
+pub unsafe fn graph_exec_destroy(g: CUgraphExec) -> Result<()> {
+    // SAFETY: as the caller guarantees.
+    unsafe { result::graph::exec_destroy(g) }.map_err(|e| driver_error("cuGraphExecDestroy", e))
+}
+
+/// # Safety
+/// `g` is a live graph, destroyed once.
+pub unsafe fn graph_destroy(g: CUgraph) -> Result<()> {
+    // SAFETY: as the caller guarantees.
+    unsafe { result::graph::destroy(g) }.map_err(|e| driver_error("cuGraphDestroy", e))
+}
+
 pub fn context_synchronize() -> Result<()> {
     refuse_in_host_function("cuCtxSynchronize")?;
     result::ctx::synchronize().map_err(|e| driver_error("cuCtxSynchronize", e))

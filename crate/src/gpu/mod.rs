@@ -4,7 +4,8 @@
 //! device buffers, the four kinds of host memory, the copy primitive every
 //! copy is made of and lab 1's timer for it ([`copy`]), and [`Pipeline`],
 //! which executes the pipeline vocabulary (`crate::pipeline`) on real
-//! streams, copies included, as operations of one schedule. Also the NVRTC kernels
+//! streams, copies included, as operations of one schedule, or captures
+//! it into a CUDA [`Graph`]. Also the NVRTC kernels
 //! ([`kernels`]) and NVTX ranges ([`trace`]).
 //!
 //! May use: `error`, `pipeline` (the vocabulary it executes), `measure`
@@ -14,6 +15,7 @@ pub mod copy;
 pub mod driver;
 pub mod fingerprint;
 mod gate;
+pub mod graph;
 pub mod host;
 pub mod host_fn;
 pub mod kernel;
@@ -25,11 +27,12 @@ pub mod trace;
 pub use crate::pipeline::schedule::StreamKind;
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
 pub use fingerprint::{Fingerprint, PcieLink};
+pub use graph::Graph;
 pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer};
 pub use host_fn::HostTask;
 pub use kernel::{ComputeKernel, Module, RowDotArgs, RowDotKernel};
 pub use pipeline::{Dataset, GpuIssuer, Pipeline, PipelineRun, TimelineSource};
-pub use plan::{MachineFacts, PlanRig};
+pub use plan::{CapturedPlan, MachineFacts, PlanRig, Replay};
 
 use crate::error::{LabError, Result};
 use crate::present::units::Bytes;

@@ -16,11 +16,11 @@
 
 use super::copy::RawCopy;
 use super::gate::Gate;
-use super::{driver, ComputeKernel, DeviceBuffer, DeviceSpan, Event, Gpu, HostBuffer, HostTask, Stream};
+use super::{driver, ComputeKernel, DeviceBuffer, DeviceSpan, Event, Gpu, Graph, HostBuffer, HostTask, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
-use crate::pipeline::issue::{check_alloc, DevRef, EventRef, Holding, HostRef, Issue, StreamRef};
-use crate::pipeline::schedule::{Access, Memory, OpId, OpKind, Race, Schedule};
+use crate::pipeline::issue::{check_alloc, check_thread, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
+use crate::pipeline::schedule::{Access, Memory, OpId, OpKind, Race, Schedule, StreamKind};
 use crate::pipeline::timeline::Timeline;
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -84,6 +84,10 @@ pub struct PipelineRun {
     /// Host time the loop took to issue, waits included, ms (set by the
     /// caller that ran the loop; 0 when none did).
     pub issue_ms: f64,
+    /// Of that, the time inside the driver's calls that issue GPU work
+    /// (copies, kernels, creating and recording events, stream waits), ms:
+    /// the rest is the loop's own and this crate's bookkeeping (the schedule).
+    pub driver_ms: f64,
 }
 
 impl PipelineRun {
@@ -100,8 +104,17 @@ pub struct Pipeline<'a> {
     gpu: Gpu,
     device_label: String,
     schedule: Schedule,
-    streams: Vec<(&'a Stream, String)>,
-    /// One per stream, made when the stream is registered: recorded last in
+    /// The streams by lane ([`Lanes`]): the loop's own, then the per-thread
+    /// streams of other CPU threads (the same handle, called from there).
+    lanes: Lanes,
+    streams: Vec<&'a Stream>,
+    /// The CPU thread making the calls ([`Issue::issue_from`]) and the OS
+    /// threads that make those of threads 1, 2, ...
+    thread: usize,
+    cpu: CpuThreads,
+    /// Host time inside the driver's issuing calls so far.
+    in_driver: std::time::Duration,
+    /// One per lane, made when the lane is added: recorded last in
     /// `finish`, so creating them never lands after the timed work.
     stream_ends: Vec<Event>,
     devices: Vec<DeviceEntry>,
@@ -125,6 +138,10 @@ pub struct Pipeline<'a> {
     /// Closed while Some; opened once, then given back to the device.
     gate: Option<Gate>,
     host_base: Instant,
+    /// Capture mode ([`Gpu::capture_pipeline`]): the event recorded on the
+    /// base stream as its capture began, which every stream waits on to
+    /// join the capture; None when the pipeline runs.
+    capture: Option<Event>,
     finished: bool,
     _borrows: PhantomData<&'a mut ()>,
 }
@@ -263,7 +280,11 @@ impl Gpu {
             gpu: self.clone(),
             device_label: self.label(),
             schedule: Schedule::new(),
+            lanes: Lanes::default(),
             streams: Vec::new(),
+            thread: 0,
+            cpu: CpuThreads::default(),
+            in_driver: std::time::Duration::ZERO,
             stream_ends: Vec::new(),
             devices: Vec::new(),
             hosts: Vec::new(),
@@ -279,12 +300,36 @@ impl Gpu {
             base_stream,
             gate,
             host_base: Instant::now(),
+            capture: None,
             finished: false,
             _borrows: PhantomData,
         };
+        // With no gate (asked, or not supported), ops start as issued.
+        p.schedule.issued_live = p.gate.is_none();
         p.base.record(&p.base_stream)?;
         if p.gate.is_none() {
             p.align_clocks()?;
+        }
+        Ok(p)
+    }
+}
+
+impl Gpu {
+    /// A pipeline in capture mode: its loop's GPU work, events and waits
+    /// are recorded into a CUDA graph (stream capture on the pipeline's own
+    /// base stream, which every stream joins) instead of run; CPU waits,
+    /// CPU work, memory calls and the legacy stream are refused, as a graph
+    /// cannot hold them. [`Pipeline::finish_capture`] makes the graph.
+    pub fn capture_pipeline<'a>(&self) -> Result<Pipeline<'a>> {
+        let mut p = self.pipeline_timed(TimelineSource::Off, 0, false)?;
+        let fork = self.sync_event()?;
+        // SAFETY: the base stream is the pipeline's own, created by this context.
+        unsafe { driver::stream_begin_capture(p.base_stream.raw()) }?;
+        // From here Drop ends the capture, whatever fails.
+        p.capture = Some(fork);
+        p.schedule.issued_live = false;
+        if let Some(f) = &p.capture {
+            f.record(&p.base_stream)?;
         }
         Ok(p)
     }
@@ -303,6 +348,20 @@ impl<'a> Pipeline<'a> {
         Ok(())
     }
 
+    /// With no gate, restarts the pipeline's clock now, after its set-up
+    /// (streams, buffers), so its time counts from the loop's first call:
+    /// what the CPU's issuing costs is in it, and nothing else.
+    pub fn start_clock(&mut self) -> Result<()> {
+        if self.gate.is_some() || self.capture.is_some() {
+            return Ok(());
+        }
+        if self.gpu_ops > 0 || !self.schedule.ops.is_empty() {
+            return Err(LabError::config("start_clock after the loop began"));
+        }
+        self.base.record(&self.base_stream)?;
+        self.align_clocks()
+    }
+
     /// Lets the GPU start everything issued so far (once).
     fn open_gate(&mut self) -> Result<()> {
         if let Some(mut g) = self.gate.take() {
@@ -314,11 +373,28 @@ impl<'a> Pipeline<'a> {
     }
 
     pub fn stream(&mut self, s: &'a Stream, name: &str) -> StreamRef {
+        let r = self.lanes.add(s.kind(), name);
+        self.add_lane(r.0, s);
+        self.schedule.declare_stream(r.0, s.kind(), s.priority());
+        r
+    }
+
+    /// The state of lane `lane` on stream `s`, set up from the thread whose
+    /// lane it is: held behind the gate, an end event, CUPTI's name for it.
+    fn add_lane(&mut self, lane: usize, s: &'a Stream) {
+        debug_assert_eq!(lane, self.streams.len());
+        let owner = self.lanes.owner(lane);
+        if let Some(fork) = &self.capture {
+            // Joins the capture: its work from here on is the graph's. A
+            // stream that cannot join fails the capture at its first op.
+            let _ = self.cpu.run(owner, || s.wait_event(fork));
+        }
         if self.gate.is_some() {
             // Held behind the base event (itself behind the gate), so no op
             // can start before the base: every time is >= 0.
+            let base = &self.base;
             // SAFETY: the stream is borrowed for the pipeline's life; the base event is the pipeline's own.
-            if unsafe { driver::stream_wait_event(s.raw(), self.base.raw) }.is_err() {
+            if self.cpu.run(owner, || unsafe { driver::stream_wait_event(s.raw(), base.raw) }).is_err() {
                 // A stream that cannot be held would start early: start all.
                 let _ = self.open_gate();
             }
@@ -328,14 +404,67 @@ impl<'a> Pipeline<'a> {
             self.stream_ends.push(e);
         }
         if self.source == TimelineSource::Cupti {
-            // A stream CUPTI cannot name gets u32::MAX: its ops then fail to match, loudly.
-            // SAFETY: the stream was created in this context and is borrowed for the pipeline's life.
-            self.cupti_streams.push(unsafe { driver::activity::stream_id(self.gpu.ctx.cu_ctx(), s.raw()) }.unwrap_or(u32::MAX));
+            // A stream CUPTI cannot name gets u32::MAX: its ops then fail to
+            // match, loudly. Another thread's per-thread stream has no handle
+            // of its own to name: plans that use one are timed with events.
+            let id = if owner == 0 {
+                // SAFETY: the stream was created in this context and is borrowed for the pipeline's life.
+                unsafe { driver::activity::stream_id(self.gpu.ctx.cu_ctx(), s.raw()) }.unwrap_or(u32::MAX)
+            } else {
+                u32::MAX
+            };
+            self.cupti_streams.push(id);
         }
-        self.streams.push((s, name.to_string()));
+        self.streams.push(s);
         self.reusable_end.push(None);
-        self.schedule.declare_stream(self.streams.len() - 1, s.kind(), s.priority());
-        StreamRef(self.streams.len() - 1)
+    }
+
+    /// The lane `s` means on the current thread, added on first use (a
+    /// per-thread stream called from another thread).
+    fn lane(&mut self, s: StreamRef) -> Result<usize> {
+        let (lane, new) = self.lanes.resolve(s, self.thread)?;
+        if self.capture.is_some() && self.lanes.kind(lane) == StreamKind::Legacy {
+            return Err(LabError::config(
+                "the legacy NULL stream cannot be captured into a CUDA graph (it would wait on every blocking stream): use the loop's own streams",
+            ));
+        }
+        if new {
+            if self.source == TimelineSource::Cupti {
+                return Err(LabError::config(
+                    "CUPTI cannot name another CPU thread's per-thread stream: time a pipeline of several threads with CUDA events (TimelineSource::Events)",
+                ));
+            }
+            self.add_lane(lane, self.streams[s.0]);
+            self.schedule.declare_stream(lane, StreamKind::PerThread, 0);
+        }
+        Ok(lane)
+    }
+
+    /// The CPU thread that makes the calls that follow (see
+    /// [`Issue::issue_from`]); its OS thread is made on first use.
+    pub fn issue_from(&mut self, thread: usize) -> Result<()> {
+        check_thread(thread)?;
+        self.cpu.ensure(&self.gpu, thread)?;
+        self.thread = thread;
+        Ok(())
+    }
+
+    /// Refuses what a CUDA graph cannot hold, while capturing.
+    fn not_captured(&self, what: &str) -> Result<()> {
+        if self.capture.is_some() {
+            return Err(LabError::config(format!(
+                "{what} cannot be captured into a CUDA graph: a graph holds GPU work and the events that order it, and runs with no CPU in the loop"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses CPU work and memory calls from threads other than 0.
+    fn on_loop_thread(&self, what: &str) -> Result<()> {
+        if self.thread != 0 {
+            return Err(crate::pipeline::issue::only_loop_thread(self.thread, what));
+        }
+        Ok(())
     }
     pub fn device(&mut self, d: &'a DeviceBuffer, name: &str) -> DevRef {
         self.devices.push(DeviceEntry { span: d.span(), hold: Holding::lab(name) });
@@ -352,7 +481,10 @@ impl<'a> Pipeline<'a> {
     /// An event for dependencies (record / wait / host_wait). It takes no
     /// timestamp: a timed event costs the engine that records it a flush.
     pub fn event(&mut self) -> Result<EventRef> {
-        self.user_events.push(Arc::new(self.gpu.sync_event()?));
+        let called = Instant::now();
+        let event = self.gpu.sync_event()?;
+        self.in_driver += called.elapsed();
+        self.user_events.push(Arc::new(event));
         Ok(EventRef(self.user_events.len() - 1))
     }
 
@@ -385,39 +517,43 @@ impl<'a> Pipeline<'a> {
         Ok((buf.ptr + at as u64, Access { buffer: name.clone(), start: at as u64, end: (at + bytes) as u64, write: false }))
     }
 
-    /// Runs `issue` bracketed by timeline events on `s`.
-    fn gpu_op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, issue: impl FnOnce(&Stream) -> Result<()>) -> Result<OpId> {
+    /// Runs `issue` bracketed by timeline events on `s`, from the current
+    /// CPU thread.
+    fn gpu_op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, issue: impl FnOnce(&Stream) -> Result<()> + Send) -> Result<OpId> {
         let _r = trace::range(&format!("enqueue: {label}"));
+        let lane = self.lane(s)?;
         if self.gpu_ops >= MAX_GATED_OPS {
             self.open_gate()?;
         }
         self.gpu_ops += 1;
-        let stream = self.streams[s.0].0;
-        let mark = if self.source == TimelineSource::Cupti {
-            issue(stream)?;
-            Mark::Activity(self.gpu_ops - 1)
-        } else if self.source == TimelineSource::Events {
-            // Each timed event after a copy costs the copy engine a flush, so
-            // events are shared: the previous op's end on this stream is this
-            // op's start, unless something (a wait, host work) came between.
-            let a = match self.reusable_end[s.0] {
-                Some(e) => e,
-                None => {
-                    let e = self.pool.take(&self.gpu)?;
-                    self.pool.events[e].record(stream)?;
-                    e
-                }
-            };
-            issue(stream)?;
-            let b = self.pool.take(&self.gpu)?;
-            self.pool.events[b].record(stream)?;
-            self.reusable_end[s.0] = Some(b);
-            Mark::Gpu(a, b)
-        } else {
-            issue(stream)?;
-            Mark::None
+        let stream = self.streams[lane];
+        let (mark, start, end) = match self.source {
+            TimelineSource::Cupti => (Mark::Activity(self.gpu_ops - 1), None, None),
+            TimelineSource::Events => {
+                // Each timed event after a copy costs the copy engine a flush, so
+                // events are shared: the previous op's end on this stream is this
+                // op's start, unless something (a wait, host work) came between.
+                let (a, fresh) = match self.reusable_end[lane] {
+                    Some(e) => (e, false),
+                    None => (self.pool.take(&self.gpu)?, true),
+                };
+                let b = self.pool.take(&self.gpu)?;
+                self.reusable_end[lane] = Some(b);
+                (Mark::Gpu(a, b), fresh.then_some(a), Some(b))
+            }
+            TimelineSource::Off => (Mark::None, None, None),
         };
-        let id = self.schedule.gpu_op(0, s.0, kind, label, accesses);
+        let events = &self.pool.events;
+        let called = Instant::now();
+        self.cpu.run(self.thread, || {
+            if let Some(a) = start {
+                events[a].record(stream)?;
+            }
+            issue(stream)?;
+            end.map_or(Ok(()), |b| events[b].record(stream))
+        })?;
+        self.in_driver += called.elapsed();
+        let id = self.schedule.gpu_op(self.thread, lane, kind, label, accesses);
         self.marks.push(mark);
         Ok(id)
     }
@@ -430,7 +566,7 @@ impl<'a> Pipeline<'a> {
         da.write = true;
         let copy = RawCopy { up: true, host: hp as *mut c_void, device: dp, bytes };
         // SAFETY: ranges checked; the pipeline holds both borrows until it synchronizes.
-        self.gpu_op(s, OpKind::H2d, label, vec![ha, da], |st| unsafe { copy.enqueue(st) }).map(|_| ())
+        self.gpu_op(s, OpKind::H2d, label, vec![ha, da], move |st| unsafe { copy.enqueue(st) }).map(|_| ())
     }
 
     /// Copies `bytes` from device `src` at `src_at` to host buffer `dst` at byte `dst_at`.
@@ -441,7 +577,7 @@ impl<'a> Pipeline<'a> {
         da.write = false;
         let copy = RawCopy { up: false, host: hp as *mut c_void, device: dp, bytes };
         // SAFETY: as for h2d.
-        self.gpu_op(s, OpKind::D2h, label, vec![da, ha], |st| unsafe { copy.enqueue(st) }).map(|_| ())
+        self.gpu_op(s, OpKind::D2h, label, vec![da, ha], move |st| unsafe { copy.enqueue(st) }).map(|_| ())
     }
 
     /// `output[out_at..+n] = compute(input[in_at..+n])`, indices in f32 elements.
@@ -469,7 +605,7 @@ impl<'a> Pipeline<'a> {
     /// A lab's own GPU operation (a kernel or copy of its own buffers):
     /// `enqueue` puts it on the stream; `accesses` name what it reads and
     /// writes, for the race check. Timed and ordered like every other op.
-    pub fn op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, enqueue: impl FnOnce(&Stream) -> Result<()>) -> Result<OpId> {
+    pub fn op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, enqueue: impl FnOnce(&Stream) -> Result<()> + Send) -> Result<OpId> {
         self.gpu_op(s, kind, label, accesses, enqueue)
     }
 
@@ -477,12 +613,15 @@ impl<'a> Pipeline<'a> {
     /// driver's callback thread once `s` reaches it, and `s` waits for it.
     /// Timed by the task itself, not on this pipeline's timeline.
     pub fn host_fn<T: HostTask>(&mut self, s: StreamRef, label: &str, accesses: Vec<Access>, task: T) -> Result<OpId> {
+        self.not_captured("a host function")?;
+        self.on_loop_thread("a host function")?;
+        let lane = self.lane(s)?;
         // The CPU takes part from here: the GPU must be running.
         self.open_gate()?;
-        self.streams[s.0].0.launch_host_task(task)?;
+        self.streams[lane].launch_host_task(task)?;
         // The stream waits for the CPU: its next op does not start where this one was issued.
-        self.reusable_end[s.0] = None;
-        let id = self.schedule.gpu_op(0, s.0, OpKind::Host, label, accesses);
+        self.reusable_end[lane] = None;
+        let id = self.schedule.gpu_op(0, lane, OpKind::Host, label, accesses);
         self.marks.push(Mark::Elsewhere);
         Ok(id)
     }
@@ -531,37 +670,54 @@ impl<'a> Pipeline<'a> {
 
     /// cuEventRecord: `e` completes when `s` has done everything issued so far.
     pub fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
-        self.user_events[e.0].record(self.streams[s.0].0)?;
-        self.schedule.record_event(e.0, s.0);
+        let lane = self.lane(s)?;
+        let (event, stream) = (self.user_event(e)?, self.streams[lane]);
+        let called = Instant::now();
+        self.cpu.run(self.thread, || event.record(stream))?;
+        self.in_driver += called.elapsed();
+        self.schedule.record_event(e.0, lane);
         Ok(())
     }
     /// cuStreamWaitEvent: later work on `s` waits for `e`.
     pub fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
-        // SAFETY: the stream is borrowed for the pipeline's life and the event is the pipeline's own.
-        unsafe { driver::stream_wait_event(self.streams[s.0].0.raw(), self.user_events[e.0].raw) }?;
-        self.reusable_end[s.0] = None;
-        self.schedule.stream_wait_event(s.0, e.0);
+        let lane = self.lane(s)?;
+        let (event, stream) = (self.user_event(e)?, self.streams[lane]);
+        let called = Instant::now();
+        self.cpu.run(self.thread, || stream.wait_event(event))?;
+        self.in_driver += called.elapsed();
+        self.reusable_end[lane] = None;
+        self.schedule.stream_wait_event(lane, e.0);
         Ok(())
     }
     /// cuEventSynchronize: the CPU waits for `e`.
     pub fn host_wait(&mut self, e: EventRef) -> Result<()> {
+        self.not_captured("a CPU wait (cuEventSynchronize)")?;
         let _r = trace::range("host waits on event");
         self.open_gate()?;
-        self.user_events[e.0].synchronize()?;
+        let event = self.user_event(e)?;
+        self.cpu.run(self.thread, || event.synchronize())?;
         self.forget_reusable_ends();
-        self.schedule.host_wait_event(0, e.0);
+        self.schedule.host_wait_event(self.thread, e.0);
         Ok(())
     }
     /// cuStreamSynchronize: the CPU waits for everything issued to `s`.
     pub fn host_sync(&mut self, s: StreamRef) -> Result<()> {
+        self.not_captured("a CPU wait (cuStreamSynchronize)")?;
+        let lane = self.lane(s)?;
         self.open_gate()?;
-        self.streams[s.0].0.synchronize()?;
+        let stream = self.streams[lane];
+        self.cpu.run(self.thread, || stream.synchronize())?;
         self.forget_reusable_ends();
-        self.schedule.host_wait_stream(0, s.0);
+        self.schedule.host_wait_stream(self.thread, lane);
         Ok(())
+    }
+    fn user_event(&self, e: EventRef) -> Result<&Event> {
+        self.user_events.get(e.0).map(|e| &**e).ok_or_else(|| LabError::config(format!("event {} was never made", e.0)))
     }
 
     fn host_op<R>(&mut self, label: &str, h: HostRef, at: usize, bytes: usize, write: bool, f: impl FnOnce(&mut [u64]) -> R) -> Result<R> {
+        self.not_captured("CPU work")?;
+        self.on_loop_thread("CPU work")?;
         let (p, mut a) = self.host_range(h, at, bytes)?;
         a.write = write;
         // Host work takes part in the schedule: the GPU must be running.
@@ -626,11 +782,12 @@ impl<'a> Pipeline<'a> {
 
     /// cuCtxSynchronize: the CPU waits for every stream.
     pub fn sync_device(&mut self) -> Result<()> {
+        self.not_captured("a CPU wait (cuCtxSynchronize)")?;
         let _r = trace::range("host waits for the device");
         self.open_gate()?;
-        driver::context_synchronize()?;
+        self.cpu.run(self.thread, driver::context_synchronize)?;
         self.forget_reusable_ends();
-        self.schedule.host_wait_all(0);
+        self.schedule.host_wait_all(self.thread);
         Ok(())
     }
 
@@ -643,12 +800,15 @@ impl<'a> Pipeline<'a> {
     /// of its buffer is refused before the call: freeing memory the GPU may
     /// still touch is never made.
     fn memory_call<R>(&mut self, s: Option<StreamRef>, kind: OpKind, label: &str, accesses: Vec<Access>, call: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.not_captured("a memory call")?;
+        self.on_loop_thread("a memory call")?;
         self.open_gate()?;
         let id = match s {
             Some(s) => {
+                let lane = self.lane(s)?;
                 // The stream's next op does not start where this one was issued.
-                self.reusable_end[s.0] = None;
-                self.schedule.gpu_op(0, s.0, kind, label, accesses)
+                self.reusable_end[lane] = None;
+                self.schedule.gpu_op(0, lane, kind, label, accesses)
             }
             None => {
                 self.forget_reusable_ends();
@@ -673,7 +833,11 @@ impl<'a> Pipeline<'a> {
         self.devices.get(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made", d.0)))
     }
     fn stream_ref(&self, s: StreamRef) -> Result<&'a Stream> {
-        self.streams.get(s.0).map(|(st, _)| *st).ok_or_else(|| LabError::config(format!("stream {} was never added to the pipeline", s.0)))
+        self.streams
+            .get(s.0)
+            .copied()
+            .filter(|_| s.0 < self.lanes.len())
+            .ok_or_else(|| LabError::config(format!("stream {} was never added to the pipeline", s.0)))
     }
 
     /// cuMemAllocAsync on `s`: `bytes` from the device's pool.
@@ -804,15 +968,54 @@ impl<'a> Pipeline<'a> {
         names
     }
 
+    /// Ends a capture ([`Gpu::capture_pipeline`]): every stream joins the
+    /// base stream again, and the captured graph is made executable. Also
+    /// the schedule the loop made (its races, for the checker).
+    pub fn finish_capture(mut self) -> Result<(Graph, PipelineRun)> {
+        if self.capture.is_none() {
+            return Err(LabError::config("finish_capture on a pipeline that was not capturing"));
+        }
+        // Each stream's last work joins the base stream, so the graph ends
+        // when all of it has.
+        let mut joins = Vec::with_capacity(self.streams.len());
+        for (lane, s) in self.streams.iter().enumerate() {
+            let join = self.gpu.sync_event()?;
+            self.cpu.run(self.lanes.owner(lane), || join.record(s))?;
+            self.base_stream.wait_event(&join)?;
+            joins.push(join);
+        }
+        self.capture = None;
+        self.finished = true;
+        // SAFETY: the base stream began capturing in `capture_pipeline`, on this thread.
+        let graph = unsafe { driver::stream_end_capture(self.base_stream.raw()) }?;
+        // SAFETY: just captured in this context; the Graph owns it from here.
+        let graph = unsafe { Graph::instantiate(&self.gpu, graph) }?;
+        let run = PipelineRun {
+            races: self.schedule.races().to_vec(),
+            schedule: std::mem::take(&mut self.schedule),
+            timeline: None,
+            total_ms: 0.0,
+            unreleased: Vec::new(),
+            stream_names: self.lanes.names(),
+            issue_ms: 0.0,
+            driver_ms: self.in_driver.as_secs_f64() * 1e3,
+        };
+        Ok((graph, run))
+    }
+
     /// Waits for all work, then resolves the timeline and the races.
     pub fn finish(mut self) -> Result<PipelineRun> {
+        if self.capture.is_some() {
+            return Err(LabError::config("a capturing pipeline ends with finish_capture, which makes its graph"));
+        }
         self.finished = true;
         self.open_gate()?;
         if self.stream_ends.len() != self.streams.len() {
             return Err(LabError::Driver { call: "cuEventCreate", message: "could not make a stream's end event".into() });
         }
-        for ((s, _), e) in self.streams.iter().zip(&self.stream_ends) {
-            e.record(s)?;
+        for (lane, (s, e)) in self.streams.iter().zip(&self.stream_ends).enumerate() {
+            // From the thread whose stream it is (a per-thread stream's handle means the caller's).
+            self.cpu.run(self.lanes.owner(lane), || e.record(s))?;
         }
         driver::context_synchronize()?;
         let unreleased = self.release_leftovers();
@@ -821,7 +1024,7 @@ impl<'a> Pipeline<'a> {
             total_ms = total_ms.max(self.base.elapsed_ms(e)?);
         }
         let activity = if self.source == TimelineSource::Cupti { Some(self.activity_times()?) } else { None };
-        let stream_names: Vec<String> = self.streams.iter().map(|(_, n)| n.clone()).collect();
+        let stream_names = self.lanes.names();
         let timeline = if self.source != TimelineSource::Off {
             let mut times = Vec::with_capacity(self.marks.len());
             for m in &self.marks {
@@ -840,12 +1043,32 @@ impl<'a> Pipeline<'a> {
         } else {
             None
         };
-        Ok(PipelineRun { races: self.schedule.races().to_vec(), schedule: std::mem::take(&mut self.schedule), timeline, total_ms, stream_names, unreleased, issue_ms: 0.0 })
+        let driver_ms = self.in_driver.as_secs_f64() * 1e3;
+        Ok(PipelineRun {
+            races: self.schedule.races().to_vec(),
+            schedule: std::mem::take(&mut self.schedule),
+            timeline,
+            total_ms,
+            stream_names,
+            unreleased,
+            issue_ms: 0.0,
+            driver_ms,
+        })
     }
 }
 
 impl Drop for Pipeline<'_> {
     fn drop(&mut self) {
+        if self.capture.take().is_some() {
+            // A capture that failed part way: end it (nothing ran) and
+            // discard what it made, so the streams work again.
+            let _ = self.gpu.bind();
+            // SAFETY: the base stream began capturing in `capture_pipeline`.
+            if let Ok(g) = unsafe { driver::stream_end_capture(self.base_stream.raw()) } {
+                // SAFETY: the graph just returned, owned by no one else.
+                let _ = unsafe { driver::graph_destroy(g) };
+            }
+        }
         if !self.finished {
             // Never let the borrows end while the GPU may still use the buffers.
             let _ = self.gpu.bind();
@@ -943,6 +1166,46 @@ impl Issue for GpuIssuer<'_, '_> {
     }
     fn unpin(&mut self, h: HostRef) -> Result<()> {
         self.pipeline.unpin(h)
+    }
+    fn issue_from(&mut self, thread: usize) -> Result<()> {
+        self.pipeline.issue_from(thread)
+    }
+}
+
+/// The OS threads that make the calls of CPU threads 1, 2, ... of a
+/// pipeline (thread 0's are made by the caller): one each, made when first
+/// used, with the GPU's context current. The caller waits for each call, so
+/// the threads take turns; what differs is which thread the driver sees,
+/// and so which per-thread default stream `CU_STREAM_PER_THREAD` means.
+#[derive(Default)]
+struct CpuThreads {
+    threads: Vec<rayon::ThreadPool>,
+}
+
+impl CpuThreads {
+    /// Makes the OS threads up to `thread`.
+    fn ensure(&mut self, gpu: &Gpu, thread: usize) -> Result<()> {
+        while self.threads.len() < thread {
+            let (n, gpu) = (self.threads.len() + 1, gpu.clone());
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .thread_name(move |_| format!("overlap-lab CPU thread {n}"))
+                .start_handler(move |_| {
+                    // A failure shows as the context error of its first call.
+                    let _ = gpu.bind();
+                })
+                .build()
+                .map_err(|e| LabError::config(format!("could not start CPU thread {n}: {e}")))?;
+            self.threads.push(pool);
+        }
+        Ok(())
+    }
+    /// Makes `call` on CPU thread `thread` and waits for it.
+    fn run<R: Send>(&self, thread: usize, call: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+        match thread {
+            0 => call(),
+            t => self.threads.get(t - 1).ok_or_else(|| LabError::config(format!("CPU thread {t} was never started")))?.install(call),
+        }
     }
 }
 

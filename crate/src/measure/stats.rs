@@ -9,6 +9,11 @@ pub struct Summary {
     pub min: f64,
     pub max: f64,
     pub n: usize,
+    /// The 25th and 75th percentiles (nearest rank): the middle half of the
+    /// samples, which a few stray runs do not move (None in records made
+    /// before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub middle: Option<(f64, f64)>,
 }
 
 impl Summary {
@@ -24,7 +29,8 @@ impl Summary {
         s.sort_by(f64::total_cmp);
         let n = s.len();
         let median = if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 };
-        Ok(Summary { median, min: s[0], max: s[n - 1], n })
+        let rank = |p: f64| s[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+        Ok(Summary { median, min: s[0], max: s[n - 1], n, middle: Some((rank(0.25), rank(0.75))) })
     }
 
     /// Runs `f` `reps` times and summarises what it returned.
@@ -36,12 +42,37 @@ impl Summary {
     /// Applies a monotonically decreasing map (e.g. time -> bandwidth):
     /// min and max swap.
     pub fn map_decreasing(&self, f: impl Fn(f64) -> f64) -> Summary {
-        Summary { median: f(self.median), min: f(self.max), max: f(self.min), n: self.n }
+        Summary { median: f(self.median), min: f(self.max), max: f(self.min), n: self.n, middle: self.middle.map(|(a, b)| (f(b), f(a))) }
     }
 
     /// Every statistic times a positive `factor` (e.g. a total per op).
     pub fn scaled(&self, factor: f64) -> Summary {
-        Summary { median: self.median * factor, min: self.min * factor, max: self.max * factor, n: self.n }
+        Summary {
+            median: self.median * factor,
+            min: self.min * factor,
+            max: self.max * factor,
+            n: self.n,
+            middle: self.middle.map(|(a, b)| (a * factor, b * factor)),
+        }
+    }
+
+    /// max - min: the spread of the runs, in their unit.
+    pub fn spread(&self) -> f64 {
+        self.max - self.min
+    }
+
+    /// The 25th and 75th percentiles, or min and max where they were not kept.
+    pub fn middle_range(&self) -> (f64, f64) {
+        self.middle.unwrap_or((self.min, self.max))
+    }
+
+    /// The spread of the middle half of the runs (the interquartile range,
+    /// 75th minus 25th percentile): what a difference must stand clear of
+    /// to be more than noise, where a few stray runs in fifteen (a slow
+    /// phase of the host) would stretch max - min.
+    pub fn middle_spread(&self) -> f64 {
+        let (lo, hi) = self.middle_range();
+        hi - lo
     }
 
     /// (max - min) / median: how much the samples spread.
@@ -103,8 +134,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_middle_half_ignores_a_few_stray_runs() {
+        let mut runs: Vec<f64> = (0..15).map(|i| i as f64).collect();
+        runs[7] = 100.0;
+        runs[8] = 90.0;
+        let s = Summary::of(&runs).unwrap();
+        assert_eq!((s.min, s.max), (0.0, 100.0));
+        assert_eq!(s.middle, Some((3.0, 13.0)), "nearest rank: the 4th and the 12th of 15 (7 and 8 went stray)");
+        assert_eq!((s.middle_spread(), s.spread()), (10.0, 100.0));
+        let seven = Summary::of(&[3.0, 1.0, 2.0, 7.0, 5.0, 4.0, 6.0]).unwrap();
+        assert_eq!(seven.middle, Some((2.0, 6.0)));
+        let time = Summary::of(&[1.0, 2.0, 4.0]).unwrap().map_decreasing(|t| 1.0 / t);
+        assert_eq!(time.middle, Some((0.25, 1.0)));
+        let old: Summary = serde_json::from_str(r#"{"median":2.0,"min":1.0,"max":3.0,"n":3}"#).unwrap();
+        assert_eq!((old.middle, old.middle_spread()), (None, 2.0), "records made before fall back to min..max");
+    }
+
+    #[test]
     fn efficiency_above_the_bound_is_marked_and_explained() {
-        let parts = Summary { median: 2.0, min: 1.9, max: 2.1, n: 5 };
+        let parts = Summary { median: 2.0, min: 1.9, max: 2.1, n: 5, middle: None };
         let under = Efficiency::new(0.95, 1.0, &[&parts]);
         assert_eq!(under.cell(), "95.0%");
         assert_eq!(Efficiency::note([&under]), None);

@@ -4,8 +4,9 @@
 //! where every element's data came from. Either way the checker can say what
 //! is wrong: wrong data, a race, no overlap, or too little of it.
 
-use super::schedule::Memory;
+use super::schedule::{Memory, StreamKind};
 use crate::error::{LabError, Result};
+use std::collections::HashMap;
 
 /// A stream of a pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +69,98 @@ pub trait Issue {
     /// cuMemHostUnregister: `h` is ordinary memory again; every copy of it
     /// must be ordered before this.
     fn unpin(&mut self, h: HostRef) -> Result<()>;
+
+    // ---- several CPU threads ---------------------------------------------
+
+    /// The CPU thread that makes the calls that follow: 0 is the loop's
+    /// own thread (where every loop starts), 1, 2, ... other threads of the
+    /// program. What a thread waits for orders only its own later calls,
+    /// and each thread has its own per-thread default stream: a stream of
+    /// kind [`StreamKind::PerThread`] is the calling thread's, as
+    /// `CU_STREAM_PER_THREAD` (or a program built with `--default-stream
+    /// per-thread`) resolves it. On the GPU each thread is a real OS
+    /// thread; the threads make their calls in the order the loop gives.
+    fn issue_from(&mut self, thread: usize) -> Result<()>;
+}
+
+/// The most CPU threads a loop may issue from ([`Issue::issue_from`]).
+pub const MAX_THREADS: usize = 64;
+
+/// Refuses a thread number no loop needs.
+pub fn check_thread(thread: usize) -> Result<()> {
+    if thread >= MAX_THREADS {
+        return Err(LabError::config(format!("issue_from({thread}): give a CPU thread from 0 to {}", MAX_THREADS - 1)));
+    }
+    Ok(())
+}
+
+/// The error for CPU work or a memory call from CPU thread `thread`: in
+/// this vocabulary other threads issue GPU work, events and waits only.
+pub fn only_loop_thread(thread: usize, what: &str) -> LabError {
+    LabError::config(format!(
+        "{what} from CPU thread {thread}: other threads issue GPU work, events and waits; CPU work and memory calls are thread 0's (call issue_from(0) first)"
+    ))
+}
+
+/// The streams a pipeline's ops run on, as both executors track them: the
+/// loop's own (numbered as it made them), then, for each per-thread default
+/// stream a CPU thread other than 0 used, that thread's own stream (CUDA
+/// resolves `CU_STREAM_PER_THREAD` by the calling thread, so one handle is
+/// a different stream on each thread).
+#[derive(Clone, Debug, Default)]
+pub struct Lanes {
+    /// Per lane: its kind, name and the thread whose stream it is.
+    lanes: Vec<(StreamKind, String, usize)>,
+    /// (stream, thread) -> lane, for per-thread streams of other threads.
+    per_thread: HashMap<(usize, usize), usize>,
+    /// How many streams the loop made (lanes past these were resolved).
+    made: usize,
+}
+
+impl Lanes {
+    /// A stream the loop made (before any per-thread lane is resolved).
+    pub fn add(&mut self, kind: StreamKind, name: &str) -> StreamRef {
+        debug_assert_eq!(self.made, self.lanes.len(), "streams are made before the loop issues");
+        self.lanes.push((kind, name.into(), 0));
+        self.made += 1;
+        StreamRef(self.made - 1)
+    }
+    /// The lane `s` means when `thread` calls: `s` itself, or for a
+    /// per-thread stream called from another thread, that thread's own
+    /// (`Ok((lane, true))` the first time).
+    pub fn resolve(&mut self, s: StreamRef, thread: usize) -> Result<(usize, bool)> {
+        let Some((kind, name, _)) = self.lanes.get(s.0).filter(|_| s.0 < self.made).cloned() else {
+            return Err(LabError::config(format!("stream {} was never created (the loop has {})", s.0, self.made)));
+        };
+        if kind != StreamKind::PerThread || thread == 0 {
+            return Ok((s.0, false));
+        }
+        if let Some(&lane) = self.per_thread.get(&(s.0, thread)) {
+            return Ok((lane, false));
+        }
+        self.lanes.push((kind, format!("{name} of CPU thread {thread}"), thread));
+        let lane = self.lanes.len() - 1;
+        self.per_thread.insert((s.0, thread), lane);
+        Ok((lane, true))
+    }
+    pub fn kind(&self, lane: usize) -> StreamKind {
+        self.lanes[lane].0
+    }
+    /// The thread whose per-thread stream `lane` is (0 for every stream
+    /// the loop made: any thread may use those).
+    pub fn owner(&self, lane: usize) -> usize {
+        self.lanes[lane].2
+    }
+    /// Every lane's name, by lane (what timelines label them with).
+    pub fn names(&self) -> Vec<String> {
+        self.lanes.iter().map(|l| l.1.clone()).collect()
+    }
+    pub fn len(&self) -> usize {
+        self.lanes.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.lanes.is_empty()
+    }
 }
 
 /// Who holds a buffer of a pipeline, as both executors track it: the lab
@@ -197,5 +290,30 @@ impl Issue for SyncEach<'_> {
     }
     fn unpin(&mut self, h: HostRef) -> Result<()> {
         self.0.unpin(h)
+    }
+    fn issue_from(&mut self, thread: usize) -> Result<()> {
+        self.0.issue_from(thread)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_per_thread_stream_is_each_calling_threads_own() {
+        let mut l = Lanes::default();
+        let (made, legacy, mine) = (l.add(StreamKind::Blocking, "s0"), l.add(StreamKind::Legacy, "NULL"), l.add(StreamKind::PerThread, "default"));
+        assert_eq!(l.resolve(made, 3).unwrap(), (0, false), "a stream the loop made is the same on every thread");
+        assert_eq!(l.resolve(legacy, 3).unwrap(), (1, false), "so is the legacy stream");
+        assert_eq!(l.resolve(mine, 0).unwrap(), (2, false), "thread 0's per-thread stream is the one made");
+        assert_eq!(l.resolve(mine, 2).unwrap(), (3, true), "thread 2's is another stream");
+        assert_eq!(l.resolve(mine, 2).unwrap(), (3, false), "the same one each time");
+        assert_eq!(l.resolve(mine, 1).unwrap(), (4, true));
+        assert_eq!((l.owner(3), l.kind(3)), (2, StreamKind::PerThread));
+        assert_eq!(l.names()[3], "default of CPU thread 2");
+        let e = l.resolve(StreamRef(3), 0).unwrap_err().to_string();
+        assert!(e.contains("stream 3 was never created (the loop has 3)"), "{e}");
+        assert!(check_thread(MAX_THREADS).unwrap_err().to_string().contains("give a CPU thread from 0 to 63"));
     }
 }

@@ -2,7 +2,7 @@
 //! where every element's value came from, so a checker can say which
 //! element is wrong and why, and the queue model can time the schedule.
 
-use super::issue::{check_alloc, DevRef, EventRef, Holding, HostRef, Issue, StreamRef};
+use super::issue::{check_alloc, check_thread, only_loop_thread, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
 use super::schedule::{Access, Memory, OpKind, Schedule, StreamKind};
 use crate::error::{LabError, Result};
 
@@ -40,7 +40,9 @@ pub struct ModelPipeline {
     pub schedule: Schedule,
     /// Elements per producer batch (labs with a producer).
     pub batch_elements: usize,
-    streams: usize,
+    lanes: Lanes,
+    /// The CPU thread making the calls ([`Issue::issue_from`]).
+    thread: usize,
     events: usize,
     hosts: Vec<ModelBuffer>,
     devices: Vec<ModelBuffer>,
@@ -48,7 +50,7 @@ pub struct ModelPipeline {
 
 impl ModelPipeline {
     pub fn new() -> ModelPipeline {
-        ModelPipeline { schedule: Schedule::new(), batch_elements: 0, streams: 0, events: 0, hosts: vec![], devices: vec![] }
+        ModelPipeline { schedule: Schedule::new(), batch_elements: 0, lanes: Lanes::default(), thread: 0, events: 0, hosts: vec![], devices: vec![] }
     }
     /// A non-blocking stream at the default priority.
     pub fn stream(&mut self) -> StreamRef {
@@ -56,9 +58,19 @@ impl ModelPipeline {
     }
     /// A stream of `kind` at `priority` (lower runs first).
     pub fn stream_of(&mut self, kind: StreamKind, priority: i32) -> StreamRef {
-        self.streams += 1;
-        self.schedule.declare_stream(self.streams - 1, kind, priority);
-        StreamRef(self.streams - 1)
+        let name = format!("s{}", self.lanes.len());
+        self.stream_named(kind, priority, &name)
+    }
+    /// [`Self::stream_of`], named as timelines show it.
+    pub fn stream_named(&mut self, kind: StreamKind, priority: i32, name: &str) -> StreamRef {
+        let s = self.lanes.add(kind, name);
+        self.schedule.declare_stream(s.0, kind, priority);
+        s
+    }
+    /// Every stream's name by its index in the schedule, the per-thread
+    /// streams of other CPU threads included.
+    pub fn stream_names(&self) -> Vec<String> {
+        self.lanes.names()
     }
     /// A host buffer of `n` elements holding inputs 0..n (`input`) or nothing.
     pub fn host(&mut self, name: &str, n: usize, input: bool) -> HostRef {
@@ -81,11 +93,21 @@ impl ModelPipeline {
         self.devices.iter().chain(&self.hosts).filter(|b| b.hold.leaked()).map(|b| b.hold.name.clone()).collect()
     }
 
-    fn check_stream(&self, s: StreamRef) -> Result<()> {
-        if s.0 >= self.streams {
-            return Err(LabError::config(format!("stream {} was never created", s.0)));
+    /// Refuses CPU work and memory calls from threads other than 0.
+    fn on_loop_thread(&self, what: &str) -> Result<()> {
+        if self.thread != 0 {
+            return Err(only_loop_thread(self.thread, what));
         }
         Ok(())
+    }
+    /// The schedule's stream for `s` called from the current thread (a
+    /// per-thread stream is that thread's own: declared when first used).
+    fn lane(&mut self, s: StreamRef) -> Result<usize> {
+        let (lane, new) = self.lanes.resolve(s, self.thread)?;
+        if new {
+            self.schedule.declare_stream(lane, StreamKind::PerThread, 0);
+        }
+        Ok(lane)
     }
     fn range(b: &ModelBuffer, at: usize, n: usize) -> Result<std::ops::Range<usize>> {
         b.hold.live()?;
@@ -126,28 +148,28 @@ impl Default for ModelPipeline {
 
 impl Issue for ModelPipeline {
     fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()> {
-        self.check_stream(s)?;
+        let lane = self.lane(s)?;
         let (rs, rd) = (Self::range(&self.hosts[src.0], src_at, n)?, Self::range(&self.devices[dst.0], dst_at, n)?);
         let acc = vec![Self::access(&self.hosts[src.0], &rs, false), Self::access(&self.devices[dst.0], &rd, true)];
-        self.schedule.gpu_op(0, s.0, OpKind::H2d, label, acc);
+        self.schedule.gpu_op(self.thread, lane, OpKind::H2d, label, acc);
         let vals: Vec<Provenance> = self.hosts[src.0].cells[rs].to_vec();
         self.devices[dst.0].cells[rd].copy_from_slice(&vals);
         Ok(())
     }
     fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
-        self.check_stream(s)?;
+        let lane = self.lane(s)?;
         let (rs, rd) = (Self::range(&self.devices[src.0], src_at, n)?, Self::range(&self.hosts[dst.0], dst_at, n)?);
         let acc = vec![Self::access(&self.devices[src.0], &rs, false), Self::access(&self.hosts[dst.0], &rd, true)];
-        self.schedule.gpu_op(0, s.0, OpKind::D2h, label, acc);
+        self.schedule.gpu_op(self.thread, lane, OpKind::D2h, label, acc);
         let vals: Vec<Provenance> = self.devices[src.0].cells[rs].to_vec();
         self.hosts[dst.0].cells[rd].copy_from_slice(&vals);
         Ok(())
     }
     fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
-        self.check_stream(s)?;
+        let lane = self.lane(s)?;
         let (ri, ro) = (Self::range(&self.devices[input.0], in_at, n)?, Self::range(&self.devices[output.0], out_at, n)?);
         let acc = vec![Self::access(&self.devices[input.0], &ri, false), Self::access(&self.devices[output.0], &ro, true)];
-        self.schedule.gpu_op(0, s.0, OpKind::Kernel, label, acc);
+        self.schedule.gpu_op(self.thread, lane, OpKind::Kernel, label, acc);
         let vals: Vec<Provenance> = self.devices[input.0].cells[ri]
             .iter()
             .map(|p| match p {
@@ -163,73 +185,81 @@ impl Issue for ModelPipeline {
         Ok(EventRef(self.events - 1))
     }
     fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
-        self.check_stream(s)?;
-        self.schedule.record_event(e.0, s.0);
+        let lane = self.lane(s)?;
+        self.schedule.record_event(e.0, lane);
         Ok(())
     }
     fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
-        self.check_stream(s)?;
-        self.schedule.stream_wait_event(s.0, e.0);
+        let lane = self.lane(s)?;
+        self.schedule.stream_wait_event(lane, e.0);
         Ok(())
     }
     fn host_wait(&mut self, e: EventRef) -> Result<()> {
-        self.schedule.host_wait_event(0, e.0);
+        self.schedule.host_wait_event(self.thread, e.0);
         Ok(())
     }
     fn host_sync(&mut self, s: StreamRef) -> Result<()> {
-        self.check_stream(s)?;
-        self.schedule.host_wait_stream(0, s.0);
+        let lane = self.lane(s)?;
+        self.schedule.host_wait_stream(self.thread, lane);
         Ok(())
     }
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
+        self.on_loop_thread("CPU work")?;
         let r = Self::range(&self.hosts[h.0], at, n)?;
         let acc = vec![Self::access(&self.hosts[h.0], &r, true)];
-        self.schedule.host_op(0, label, acc);
+        self.schedule.host_op(self.thread, label, acc);
         for (j, cell) in self.hosts[h.0].cells[r].iter_mut().enumerate() {
             *cell = Provenance::Input((batch * self.batch_elements.max(n) + j) as u32);
         }
         Ok(())
     }
     fn sync_device(&mut self) -> Result<()> {
-        self.schedule.host_wait_all(0);
+        self.schedule.host_wait_all(self.thread);
         Ok(())
     }
     fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
-        self.check_stream(s)?;
+        self.on_loop_thread("a memory call")?;
+        let lane = self.lane(s)?;
         let b = Self::allocation(name, n, Memory::Pool)?;
-        self.schedule.gpu_op(0, s.0, OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![b.whole()]);
+        self.schedule.gpu_op(self.thread, lane, OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![b.whole()]);
         self.devices.push(b);
         Ok(DevRef(self.devices.len() - 1))
     }
     fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
-        self.check_stream(s)?;
+        self.on_loop_thread("a memory call")?;
+        let lane = self.lane(s)?;
         let (label, access) = Self::release(self.device_buffer(d)?, Memory::Pool)?;
-        self.schedule.gpu_op(0, s.0, OpKind::Free(Memory::Pool), &label, vec![access]);
+        self.schedule.gpu_op(self.thread, lane, OpKind::Free(Memory::Pool), &label, vec![access]);
         Ok(())
     }
     fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef> {
+        self.on_loop_thread("a memory call")?;
         let b = Self::allocation(name, n, Memory::Device)?;
-        self.schedule.host_call(0, OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![b.whole()]);
+        self.schedule.host_call(self.thread, OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![b.whole()]);
         self.devices.push(b);
         Ok(DevRef(self.devices.len() - 1))
     }
     fn free(&mut self, d: DevRef) -> Result<()> {
+        self.on_loop_thread("a memory call")?;
         let (label, access) = Self::release(self.device_buffer(d)?, Memory::Device)?;
-        self.schedule.host_call(0, OpKind::Free(Memory::Device), &label, vec![access]);
+        self.schedule.host_call(self.thread, OpKind::Free(Memory::Device), &label, vec![access]);
         Ok(())
     }
     fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef> {
+        self.on_loop_thread("a memory call")?;
         let b = Self::allocation(name, n, Memory::Pinned)?;
-        self.schedule.host_call(0, OpKind::Alloc(Memory::Pinned), &Memory::Pinned.label(true, name), vec![b.whole()]);
+        self.schedule.host_call(self.thread, OpKind::Alloc(Memory::Pinned), &Memory::Pinned.label(true, name), vec![b.whole()]);
         self.hosts.push(b);
         Ok(HostRef(self.hosts.len() - 1))
     }
     fn free_pinned(&mut self, h: HostRef) -> Result<()> {
+        self.on_loop_thread("a memory call")?;
         let (label, access) = Self::release(self.host_buffer(h)?, Memory::Pinned)?;
-        self.schedule.host_call(0, OpKind::Free(Memory::Pinned), &label, vec![access]);
+        self.schedule.host_call(self.thread, OpKind::Free(Memory::Pinned), &label, vec![access]);
         Ok(())
     }
     fn pin(&mut self, h: HostRef) -> Result<()> {
+        self.on_loop_thread("a memory call")?;
         let b = self.host_buffer(h)?;
         b.hold.live()?;
         if let Some(m) = b.hold.memory {
@@ -237,12 +267,18 @@ impl Issue for ModelPipeline {
         }
         b.hold.memory = Some(Memory::Registered);
         let label = Memory::Registered.label(true, &b.hold.name);
-        self.schedule.host_call(0, OpKind::Alloc(Memory::Registered), &label, vec![]);
+        self.schedule.host_call(self.thread, OpKind::Alloc(Memory::Registered), &label, vec![]);
         Ok(())
     }
     fn unpin(&mut self, h: HostRef) -> Result<()> {
+        self.on_loop_thread("a memory call")?;
         let (label, access) = Self::release(self.host_buffer(h)?, Memory::Registered)?;
-        self.schedule.host_call(0, OpKind::Free(Memory::Registered), &label, vec![access]);
+        self.schedule.host_call(self.thread, OpKind::Free(Memory::Registered), &label, vec![access]);
+        Ok(())
+    }
+    fn issue_from(&mut self, thread: usize) -> Result<()> {
+        check_thread(thread)?;
+        self.thread = thread;
         Ok(())
     }
 }
@@ -283,6 +319,46 @@ mod tests {
         }
         m.sync_device()?;
         m.free_pinned(ho)
+    }
+
+    #[test]
+    fn each_thread_has_its_own_per_thread_stream_but_shares_the_legacy_one() {
+        use crate::pipeline::schedule::Lane;
+        let run = |kind: StreamKind| {
+            let mut m = ModelPipeline::new();
+            let s = m.stream_named(kind, 0, "the default stream");
+            let (hi, ho) = (m.host("host in", 8, true), m.host("host out", 8, false));
+            let d = m.device("device", 8);
+            for t in 0..2 {
+                m.issue_from(t).unwrap();
+                m.h2d(s, d, 4 * t, hi, 4 * t, 4, &format!("up {t}")).unwrap();
+                m.d2h(s, ho, 4 * t, d, 4 * t, 4, &format!("down {t}")).unwrap();
+            }
+            m
+        };
+        let per_thread = run(StreamKind::PerThread);
+        let lanes: Vec<Lane> = per_thread.schedule.ops.iter().map(|o| o.lane).collect();
+        assert_eq!(lanes, [Lane::Stream(0), Lane::Stream(0), Lane::Stream(1), Lane::Stream(1)], "thread 1's default stream is its own");
+        assert_eq!(per_thread.stream_names(), ["the default stream", "the default stream of CPU thread 1"]);
+        assert!(!per_thread.schedule.happens_before(1, 2), "and not ordered after thread 0's");
+        let legacy = run(StreamKind::Legacy);
+        assert!(legacy.schedule.ops.iter().all(|o| o.lane == Lane::Stream(0)), "the legacy stream is one stream for every thread");
+        assert!(legacy.schedule.happens_before(1, 2));
+        assert_eq!(legacy.host_cells(HostRef(1))[7], Provenance::Input(7));
+        // A wait on thread 1 orders only thread 1's later calls.
+        let mut m = ModelPipeline::new();
+        let (a, b) = (m.stream(), m.stream());
+        let (hi, d) = (m.host("host in", 8, true), m.device("device", 8));
+        m.h2d(a, d, 0, hi, 0, 4, "thread 0's").unwrap();
+        m.issue_from(1).unwrap();
+        m.host_sync(a).unwrap();
+        m.h2d(b, d, 4, hi, 4, 4, "thread 1's").unwrap();
+        m.issue_from(0).unwrap();
+        m.h2d(b, d, 0, hi, 0, 4, "thread 0's again").unwrap();
+        assert!(m.schedule.happens_before(0, 1), "thread 1 waited for stream a");
+        assert_eq!(m.schedule.ops[1].after_host_wait, [0]);
+        assert!(m.schedule.ops[2].after_host_wait.is_empty(), "thread 0 never waited");
+        assert!(m.issue_from(64).unwrap_err().to_string().contains("give a CPU thread from 0 to 63"));
     }
 
     #[test]

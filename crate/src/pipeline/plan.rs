@@ -56,6 +56,9 @@ pub struct Plan {
     /// How many device buffers.
     pub devices: usize,
     pub body: Body,
+    /// Held behind a start gate until issued (the default), or started op
+    /// by op as the CPU issues it ([`Self::issued_live`]).
+    pub gated: bool,
 }
 
 impl std::fmt::Debug for Plan {
@@ -87,7 +90,13 @@ impl Plan {
         devices: usize,
         body: impl Fn(&mut dyn Issue, &Refs) -> Result<()> + Send + Sync + 'static,
     ) -> Plan {
-        Plan { name: name.into(), streams, elements, devices, body: Arc::new(body) }
+        Plan { name: name.into(), streams, elements, devices, body: Arc::new(body), gated: true }
+    }
+
+    /// This plan with no start gate: the GPU starts each op as the CPU
+    /// issues it, so the CPU's cost of issuing is in the plan's time.
+    pub fn issued_live(self) -> Plan {
+        Plan { gated: false, ..self }
     }
 
     /// Refuses a plan no pipeline can hold.
@@ -105,7 +114,8 @@ impl Plan {
     pub fn model(&self) -> Result<ModelPipeline> {
         self.validate()?;
         let mut m = ModelPipeline::new();
-        let streams = self.streams.iter().map(|s| m.stream_of(s.kind, s.priority)).collect();
+        m.schedule.issued_live = !self.gated;
+        let streams = self.streams.iter().map(|s| m.stream_named(s.kind, s.priority, &s.name)).collect();
         let (input, output) = (m.host(INPUT, self.elements, true), m.host(OUTPUT, self.elements, false));
         let devices = (0..self.devices).map(|i| m.device(&device_name(i), self.elements)).collect();
         let refs = Refs { streams, input, output, devices, elements: self.elements };

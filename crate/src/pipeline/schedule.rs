@@ -182,6 +182,39 @@ pub struct Op {
     pub after_host_wait: Vec<OpId>,
 }
 
+/// The accesses to one buffer that a later access must be ordered after,
+/// by start offset, so finding those that overlap a range visits only
+/// those near it (a pipeline of 4096 chunks stays linear, not quadratic).
+#[derive(Clone, Debug, Default)]
+struct LiveAccesses {
+    by_start: std::collections::BTreeMap<u64, Vec<(Access, OpId)>>,
+    /// The longest access so far: none starting further before a range can reach it.
+    longest: u64,
+}
+
+impl LiveAccesses {
+    /// Every access that overlaps `a`, oldest first within each start.
+    fn overlapping(&self, a: &Access) -> Vec<(Access, OpId)> {
+        let from = a.start.saturating_sub(self.longest);
+        self.by_start.range(from..a.end).flat_map(|(_, v)| v.iter()).filter(|(o, _)| o.overlaps(a)).cloned().collect()
+    }
+    fn insert(&mut self, a: Access, id: OpId) {
+        self.longest = self.longest.max(a.end - a.start);
+        self.by_start.entry(a.start).or_default().push((a, id));
+    }
+    /// Forgets the accesses (start, op) listed.
+    fn remove(&mut self, gone: &[(u64, OpId)]) {
+        for &(start, id) in gone {
+            if let Some(v) = self.by_start.get_mut(&start) {
+                v.retain(|(_, o)| *o != id);
+                if v.is_empty() {
+                    self.by_start.remove(&start);
+                }
+            }
+        }
+    }
+}
+
 /// Two accesses to one region with no ordering between them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Race {
@@ -194,6 +227,12 @@ pub struct Race {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Schedule {
     pub ops: Vec<Op>,
+    /// No start gate: the GPU starts each op as soon as the CPU has issued
+    /// it, so the CPU's issue cost is in the pipeline's time from its first
+    /// op (lab 5's issue-cost sweep). Otherwise every op issued before the
+    /// issuing thread first waits or works is there when the GPU starts.
+    #[serde(default)]
+    pub issued_live: bool,
     #[serde(skip)]
     stream_frontier: HashMap<usize, Vec<OpId>>,
     #[serde(skip)]
@@ -201,7 +240,7 @@ pub struct Schedule {
     #[serde(skip)]
     events: HashMap<usize, Vec<OpId>>,
     #[serde(skip)]
-    live: HashMap<String, Vec<(Access, OpId)>>,
+    live: HashMap<String, LiveAccesses>,
     #[serde(skip)]
     races: Vec<Race>,
     /// Each declared stream's kind and priority (undeclared: non-blocking, 0).
@@ -339,10 +378,10 @@ impl Schedule {
     }
 
     fn check_and_track(&mut self, id: OpId, a: Access) {
-        let entries = self.live.remove(&a.buffer).unwrap_or_default();
-        let mut kept = Vec::with_capacity(entries.len() + 1);
-        for (old, old_id) in entries {
-            if old_id != id && old.overlaps(&a) && (old.write || a.write) && !self.happens_before(old_id, id) {
+        let mut live = self.live.remove(&a.buffer).unwrap_or_default();
+        let mut superseded = Vec::new();
+        for (old, old_id) in live.overlapping(&a) {
+            if old_id != id && (old.write || a.write) && !self.happens_before(old_id, id) {
                 // A release is a write to the whole buffer, named as what it is.
                 let verb = |op: OpId, w: bool, s: &'static str| -> String {
                     let v = match self.ops[op].kind {
@@ -370,13 +409,13 @@ impl Schedule {
                 });
             }
             // A write that is ordered after an older access supersedes it where it covers it.
-            let superseded = a.write && old.start >= a.start && old.end <= a.end && old.buffer == a.buffer && self.happens_before(old_id, id);
-            if !superseded {
-                kept.push((old, old_id));
+            if a.write && old.start >= a.start && old.end <= a.end && self.happens_before(old_id, id) {
+                superseded.push((old.start, old_id));
             }
         }
-        kept.push((a.clone(), id));
-        self.live.insert(a.buffer, kept);
+        live.remove(&superseded);
+        live.insert(a.clone(), id);
+        self.live.insert(a.buffer, live);
     }
 
     pub fn races(&self) -> &[Race] {
@@ -413,7 +452,8 @@ pub struct Machine {
     #[serde(default)]
     pub host_fn_awake: f64,
     /// How long a host thread blocked on GPU work (an event or stream
-    /// synchronize) takes to wake after that work ends.
+    /// synchronize) takes to wake after that work ends: measured up to the
+    /// start of the next GPU op it issues, so that op's issuing is in it.
     #[serde(default)]
     pub host_wake: f64,
     /// Each direction's speed while H2D and D2H run at once, as a share of
@@ -431,10 +471,11 @@ pub struct Machine {
     #[serde(default)]
     pub kernel_overlap: f64,
     /// The CPU time to issue one GPU op (the driver call and the
-    /// pipeline's bookkeeping, its events and waits included), ms. Each
-    /// lab's loop is issued behind a gate, so the GPU starts with all the
-    /// issuing thread issued before it first waits or works; after that,
-    /// each op reaches the GPU this long after the one before it.
+    /// pipeline's bookkeeping, its events and waits included), ms. A loop
+    /// issued behind a gate has all the issuing thread issued before it
+    /// first waits or works there when the GPU starts; after that (or from
+    /// the start, for a schedule [`Schedule::issued_live`]), each op
+    /// reaches the GPU this long after the one before it.
     #[serde(default)]
     pub issue: f64,
     /// Which blocking memory calls wait until the device is idle (measured
@@ -485,7 +526,16 @@ impl Machine {
     /// A GPU with `copy_engines` copy engines and host costs that do not
     /// matter at the pipeline's scale (zero).
     pub fn engines(copy_engines: u32) -> Machine {
-        Machine { copy_engines, host_fn_round_trip: 0.0, host_fn_awake: 0.0, host_wake: 0.0, both_ways: 1.0, kernel_overlap: 0.0, issue: 0.0, device_waits: DeviceWaits::default() }
+        Machine {
+            copy_engines,
+            host_fn_round_trip: 0.0,
+            host_fn_awake: 0.0,
+            host_wake: 0.0,
+            both_ways: 1.0,
+            kernel_overlap: 0.0,
+            issue: 0.0,
+            device_waits: DeviceWaits::default(),
+        }
     }
     /// `copy_engines` engines, each direction slowed while both run as
     /// measured: an H2D and a D2H alone, and both at once (ms); the share
@@ -563,8 +613,13 @@ fn is_host_fn(op: &Op) -> bool {
 /// stream-ordered allocation or release takes its turn in its stream and
 /// no engine; a blocking one takes its host thread, and those that
 /// [`Machine::device_waits`] names first wait for every stream's work so far.
-/// Once the issuing thread has waited or worked, each GPU op it issues
-/// starts at the earliest [`Machine::issue`] after the one before.
+/// Once the issuing thread has waited or worked (or from the start, when
+/// the schedule was [`Schedule::issued_live`]), each GPU op it issues
+/// starts at the earliest [`Machine::issue`] after the one before; the
+/// first op after a wait, [`Machine::host_wake`] after what it waited for
+/// (measured so, its issuing included). Ops of
+/// several CPU threads are issued in the order they were recorded (what
+/// the GPU executor does: it makes each thread's calls in turn).
 pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) -> Vec<(f64, f64)> {
     let n = s.ops.len();
     let mut times: Vec<Option<(f64, f64)>> = vec![None; n];
@@ -624,21 +679,28 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
     // thread 0, in order): 0 until that thread first waits or works (the
     // gate), then [`Machine::issue`] after the previous op or its wake-up.
     let mut floor: Vec<f64> = vec![0.0; n];
-    let (mut issued, mut clock, mut live) = (0usize, 0.0f64, false);
+    let (mut issued, mut clock, mut live) = (0usize, 0.0f64, s.issued_live);
     while done < n {
         while issued < n {
             let op = &s.ops[issued];
             match op.lane {
                 Lane::Stream(_) => {
+                    let mut woke = false;
                     if !op.after_host_wait.is_empty() {
-                        // Issued once the thread woke from what it waited for.
+                        // Issued once the thread woke from what it waited for:
+                        // the wake-up is measured up to this op's start, its
+                        // issuing included.
                         let ends: Option<Vec<f64>> = op.after_host_wait.iter().map(|&d| times[d].map(|t| t.1)).collect();
                         let Some(ends) = ends else { break };
-                        clock = ends.iter().fold(clock, |c, &e| c.max(e + machine.host_wake));
+                        let woken = ends.iter().fold(0.0f64, |c, &e| c.max(e + machine.host_wake));
+                        woke = woken > clock;
+                        clock = clock.max(woken);
                         live = true;
                     }
                     if live {
-                        clock += machine.issue;
+                        if !woke {
+                            clock += machine.issue;
+                        }
                         floor[issued] = clock;
                     }
                 }
@@ -965,10 +1027,24 @@ mod tests {
         let m = Machine { host_wake: 0.5, issue: 0.25, ..Machine::engines(2) };
         let t = predict(&s, m, |_| 1.0);
         assert_eq!((t[k], t[a], t[a2]), ((0.0, 1.0), (0.0, 1.0), (1.0, 2.0)), "issued behind the gate: all there when the GPU starts");
-        assert_eq!(t[b], (2.0, 3.0), "woke at 1.5, issued at 1.75, then waits for a2");
-        assert_eq!(t[c], (2.0, 3.0), "issued after b, at 2.0");
+        assert_eq!(t[b], (2.0, 3.0), "woke and issued by 1.5 (the wake-up is measured to the next op's start), then waits for a2");
+        assert_eq!(t[c], (1.75, 2.75), "issued an issue time after b");
         let none = predict(&s, Machine { issue: 0.0, ..m }, |_| 1.0);
         assert_eq!(none[c], (1.5, 2.5), "with no issue cost it starts as the thread wakes");
+    }
+
+    #[test]
+    fn with_no_gate_each_op_waits_for_its_issue_from_the_start() {
+        // Four kernels of 1 on four streams: behind the gate they all start
+        // at once (one at a time on the SMs); issued live, the 4th cannot
+        // start before 4 issue costs have passed.
+        let mut s = Schedule::new();
+        let k: Vec<OpId> = (0..4).map(|i| s.gpu_op(0, i, OpKind::H2d, &format!("k{i}"), vec![])).collect();
+        let m = Machine { issue: 2.0, ..Machine::engines(4) };
+        assert_eq!(predict(&s, m, |_| 1.0)[k[3]], (3.0, 4.0), "gated: the engine serves them back to back");
+        s.issued_live = true;
+        let t = predict(&s, m, |_| 1.0);
+        assert_eq!((t[k[0]], t[k[3]]), ((2.0, 3.0), (8.0, 9.0)), "live: each starts as it is issued");
     }
 
     #[test]

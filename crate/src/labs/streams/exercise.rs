@@ -265,11 +265,13 @@ mod tests {
         assert!(check(|p, t| issue_chunks(p, t, |p, t| t.upload_params(p, t.per_thread_stream))).passed);
         assert!(check(|p, t| issue_chunks(p, t, |p, t| t.upload_params(p, t.streams[t.streams.len() - 1]))).passed);
         // Uploaded first, before any chunk: also fine.
-        assert!(check(|p, t| {
-            t.upload_params(p, t.streams[1])?;
-            issue_chunks(p, t, |_, _| Ok(()))
-        })
-        .passed);
+        assert!(
+            check(|p, t| {
+                t.upload_params(p, t.streams[1])?;
+                issue_chunks(p, t, |_, _| Ok(()))
+            })
+            .passed
+        );
     }
 
     #[test]
@@ -297,7 +299,10 @@ mod tests {
 
     #[test]
     fn everything_on_one_stream_is_too_slow() {
-        fails_with(&check(|p, t| issue_chunks(p, &StreamsTask { streams: vec![t.streams[0]], ..t.clone() }, |p, t| t.upload_params(p, t.streams[0]))), "more than the fix");
+        fails_with(
+            &check(|p, t| issue_chunks(p, &StreamsTask { streams: vec![t.streams[0]], ..t.clone() }, |p, t| t.upload_params(p, t.streams[0]))),
+            "more than the fix",
+        );
     }
 
     #[test]

@@ -16,6 +16,9 @@ pub struct Experiment {
     pub watch: Option<&'static str>,
     /// The differences it shows: each compares two of its variants.
     pub effects: Vec<Effect>,
+    /// The variant that runs an H2D and a D2H of the whole size at once:
+    /// the variants after it take the bidirectional ceiling from its run.
+    pub ceiling_from: Option<usize>,
 }
 
 /// A difference an experiment shows: variant `changed` against variant
@@ -88,8 +91,53 @@ fn legacy(cfg: &StreamsConfig) -> Experiment {
             Effect::new("the same beside non-blocking streams", 0, 2, false),
             Effect::new("the same on the per-thread default stream", 0, 3, false),
         ],
+        ceiling_from: None,
     }
 }
+
+/// Several CPU threads each issue their share of the chunks on "the
+/// default stream": the legacy NULL stream (one stream for the whole
+/// process), the per-thread default stream (one per thread), and the
+/// per-thread streams again with one tiny copy on the legacy stream.
+fn threads(cfg: &StreamsConfig) -> Experiment {
+    let (chunks, threads) = (cfg.chunks, cfg.streams);
+    let variant = |name: &str, default: StreamKind, tiny_on_legacy: bool| {
+        let mut specs = vec![StreamSpec::new("the default stream", default, 0)];
+        if tiny_on_legacy {
+            specs.push(StreamSpec::new("NULL stream", StreamKind::Legacy, 0));
+        }
+        Plan::new(name, specs, cfg.elements, 3, move |p, r| {
+            for c in 0..chunks {
+                // Chunk c is thread (c mod threads)'s.
+                p.issue_from(c % threads)?;
+                chunk_on(p, r, chunks, c, r.streams[0])?;
+                if tiny_on_legacy && c + 1 == chunks / 2 {
+                    p.issue_from(0)?;
+                    p.h2d(r.streams[1], r.devices[2], 0, r.input, 0, TINY, "tiny H2D")?;
+                }
+            }
+            p.issue_from(0)
+        })
+    };
+    Experiment {
+        name: "threads",
+        shows: "CPU threads that each issue on the default stream share one stream when it is the legacy NULL stream, and overlap when each has its own per-thread default stream (cudaStreamPerThread, or nvcc --default-stream per-thread) -- until one op lands on the legacy stream",
+        variants: vec![
+            variant(THREADS_LEGACY, StreamKind::Legacy, false),
+            variant("per-thread default streams", StreamKind::PerThread, false),
+            variant("per-thread + one tiny copy on the NULL stream", StreamKind::PerThread, true),
+        ],
+        watch: None,
+        effects: vec![
+            Effect::new("each thread on its own per-thread stream instead of the legacy one", 0, 1, true),
+            Effect::new("one tiny copy on the legacy stream beside the per-thread streams", 1, 2, true),
+        ],
+        ceiling_from: None,
+    }
+}
+
+/// The threads experiment's first variant (its lanes are drawn per thread).
+pub const THREADS_LEGACY: &str = "legacy default stream, shared by the threads";
 
 /// How the download stream learns a chunk's kernel is done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +162,7 @@ impl WaitBy {
 
 /// Uploads, kernels and downloads on three streams; each chunk's kernel
 /// waits for its upload by `by`, its download for the kernel on the GPU.
-fn stage_streams(name: &str, elements: usize, chunks: usize, by: WaitBy) -> Plan {
+pub(super) fn stage_streams(name: &str, elements: usize, chunks: usize, by: WaitBy) -> Plan {
     let specs = vec![
         StreamSpec::new("uploads", StreamKind::NonBlocking, 0),
         StreamSpec::new("kernels", StreamKind::NonBlocking, 0),
@@ -151,16 +199,21 @@ fn stage_streams(name: &str, elements: usize, chunks: usize, by: WaitBy) -> Plan
 /// The weight of a wait: the stage-per-stream pipeline, each chunk's
 /// kernel ordered after its upload in four ways.
 fn sync_weight(cfg: &StreamsConfig) -> Experiment {
+    // Each CPU wait costs its chunk a wake-up and the issue of what
+    // follows: as many chunks as the three-way overlap, so the sum stands
+    // clear of the runs' spread.
+    let chunks = three_way_chunks(cfg);
     Experiment {
         name: "sync-weight",
         shows: "a wait on the GPU (cuStreamWaitEvent) blocks only the stream that waits; a wait on the CPU also stops the CPU issuing the next chunk, and cuCtxSynchronize waits for every stream",
-        variants: WaitBy::ALL.into_iter().map(|by| stage_streams(by.label(), cfg.elements, cfg.chunks, by)).collect(),
+        variants: WaitBy::ALL.into_iter().map(|by| stage_streams(by.label(), cfg.elements, chunks, by)).collect(),
         watch: None,
         effects: vec![
             Effect::new("the CPU waits on an event per chunk", 0, 1, true),
             Effect::new("the CPU synchronizes the upload stream per chunk", 0, 2, true),
             Effect::new("the CPU synchronizes the context per chunk", 0, 3, true),
         ],
+        ceiling_from: None,
     }
 }
 
@@ -192,6 +245,7 @@ fn copy_engines(cfg: &StreamsConfig) -> Experiment {
         variants: vec![two("H2D then D2H, one stream", true), two("H2D and D2H at once, two streams", false), three_way],
         watch: None,
         effects: vec![Effect::new("both directions at once instead of one after the other", 0, 1, true)],
+        ceiling_from: Some(1),
     }
 }
 
@@ -226,13 +280,14 @@ fn priorities(cfg: &StreamsConfig, greatest: i32) -> Experiment {
             Effect { watched: true, ..Effect::new("the urgent job's finish on the highest-priority stream", 0, 1, true) },
             Effect::new("the whole run's time with priority", 0, 1, false),
         ],
+        ceiling_from: None,
     }
 }
 
 /// Every experiment of the lab, in order; `greatest` is the GPU's highest
 /// stream priority.
 pub fn all(cfg: &StreamsConfig, greatest: i32) -> Vec<Experiment> {
-    vec![legacy(cfg), sync_weight(cfg), copy_engines(cfg), priorities(cfg, greatest)]
+    vec![legacy(cfg), threads(cfg), sync_weight(cfg), copy_engines(cfg), priorities(cfg, greatest)]
 }
 
 #[cfg(test)]
@@ -275,8 +330,15 @@ mod tests {
                     assert!(t(1) > t(0) * 1.2, "the NULL stream collapses blocking streams: {totals:?}");
                     assert!((t(2) - t(0)).abs() < 0.1 && (t(3) - t(0)).abs() < 0.1, "but not non-blocking ones, nor the per-thread stream: {totals:?}");
                 }
+                "threads" => {
+                    assert!(t(1) < t(0) * 0.7, "per-thread streams overlap the threads' chunks: {totals:?}");
+                    assert!(t(2) > t(1) * 1.15, "one op on the legacy stream drains them: {totals:?}");
+                    let lanes = e.variants[1].model().unwrap().stream_names();
+                    assert_eq!(lanes.len(), cfg.streams, "a per-thread stream for each thread: {lanes:?}");
+                }
                 "sync-weight" => {
-                    assert!(t(0) < t(1) && t(1) < t(0) + 0.5, "a CPU wait costs a wake-up per chunk: {totals:?}");
+                    let wakes = three_way_chunks(&cfg) as f64 * machine.host_wake;
+                    assert!(t(0) < t(1) && t(1) <= t(0) + wakes + 1e-9, "a CPU wait costs at most a wake-up per chunk: {totals:?}");
                     assert!(t(3) > 1.3 * t(0), "cuCtxSynchronize also waits for the other streams: {totals:?}");
                 }
                 "copy-engines" => assert!(t(1) < t(0), "two engines run both directions at once: {totals:?}"),

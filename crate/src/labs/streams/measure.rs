@@ -3,12 +3,14 @@
 //! experiment run, verified and timed, beside the model's prediction.
 
 use super::experiments::{self, Experiment};
+use super::issue_cost;
 use super::{ExperimentResult, StreamsConfig, StreamsResults, VariantResult};
 use crate::error::{LabError, Result};
 use crate::gpu::{Gpu, MachineFacts, PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
+use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::plan::{chunk, Costs, Plan};
-use crate::pipeline::schedule::{Lane, Machine, OpKind, Schedule};
+use crate::pipeline::schedule::{Lane, Machine, OpKind};
 use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 
@@ -34,40 +36,49 @@ pub fn three_way_bound(costs: &Costs, machine: Machine, elements: usize, chunks:
     copies.max(of(OpKind::H2d, 0) + k + of(OpKind::D2h, chunks - 1))
 }
 
-fn variant(rig: &mut PlanRig, plan: &Plan, e: &Experiment, machine: Machine, costs: &Costs, reps: usize) -> Result<VariantResult> {
-    let model = plan.model()?;
-    // Two warm-up runs: a variant's first timed run read up to 50% slow
-    // after one on a freshly started H100.
-    for _ in 0..2 {
-        rig.run_modelled(plan, &model, TimelineSource::Off)?;
-    }
-    // Totals from untraced runs (an event after a copy costs its engine a
-    // flush: measured here, two streams copying both ways read up to 40%
-    // slower with events between); the watched op and the drawn timeline
-    // from traced runs.
-    let totals: Vec<f64> = (0..reps).map(|_| Ok(rig.run_modelled(plan, &model, TimelineSource::Off)?.total_ms)).collect::<Result<_>>()?;
+/// A variant's traced runs (the drawn timeline, and the watched op's end
+/// on every run when the experiment watches one) and its prediction;
+/// `totals` are its untraced runs' times.
+#[allow(clippy::too_many_arguments)]
+fn variant(
+    rig: &mut PlanRig,
+    plan: &Plan,
+    model: &ModelPipeline,
+    e: &Experiment,
+    totals: &[f64],
+    machine: Machine,
+    costs: &Costs,
+    reps: usize,
+) -> Result<VariantResult> {
     // CUPTI draws what each engine really ran (an event only says when its
     // stream reached it), but its cost per API call lands inside loops the
-    // CPU takes part in: events there.
+    // CPU takes part in: events there. Another thread's per-thread stream
+    // has no handle CUPTI can name: events there too.
     let host_takes_part = model.schedule.ops.iter().any(|o| !o.after_host_wait.is_empty() || matches!(o.lane, Lane::HostThread(_)));
-    let source = if host_takes_part { TimelineSource::for_host_pipeline() } else { TimelineSource::best() };
+    let source = if model.stream_names().len() > plan.streams.len() {
+        TimelineSource::Events
+    } else if host_takes_part {
+        TimelineSource::for_host_pipeline()
+    } else {
+        TimelineSource::best()
+    };
     let mut watched = Vec::new();
     let mut last = None;
     for _ in 0..if e.watch.is_some() { reps } else { 1 } {
-        let run = rig.run_modelled(plan, &model, source)?;
-        let tl = run.timeline.ok_or_else(|| LabError::config("a run timed with events left no timeline"))?;
+        let run = rig.run_modelled(plan, model, source)?;
+        let tl = run.timeline.ok_or_else(|| LabError::config("a traced run left no timeline"))?;
         if let Some(label) = e.watch {
             if let Some(s) = tl.spans.iter().find(|s| s.label == label) {
                 watched.push(s.end_us / 1e3);
             }
         }
-        last = Some((tl, run.stream_names));
+        last = Some(tl);
     }
-    let timeline = last.expect("at least one run").0;
-    let (model_ms, watched_model_ms, predicted) = prediction(plan, &model.schedule, e.watch, machine, costs)?;
+    let timeline = last.ok_or_else(|| LabError::config("no traced run"))?;
+    let (model_ms, watched_model_ms, predicted) = prediction(plan, model, e.watch, machine, costs)?;
     Ok(VariantResult {
         name: plan.name.clone(),
-        total_ms: Summary::of(&totals)?,
+        total_ms: Summary::of(totals)?,
         model_ms,
         watched_ms: if watched.is_empty() { None } else { Some(Summary::of(&watched)?) },
         watched_model_ms,
@@ -77,15 +88,37 @@ fn variant(rig: &mut PlanRig, plan: &Plan, e: &Experiment, machine: Machine, cos
     })
 }
 
+/// Each variant's untraced runs, interleaved: the variants take turns, so
+/// a slow phase of the host (this one has them: a tenth of runs or more
+/// read 20-80% slow for a while) lands on all of them alike. Two warm-up
+/// runs each first (a variant's first timed run read up to 50% slow after
+/// one on a freshly started H100). Untraced: an event after a copy costs
+/// its engine a flush (two streams copying both ways read up to 40% slower
+/// with events between).
+fn interleaved(rig: &mut PlanRig, plans: &[Plan], models: &[ModelPipeline], reps: usize) -> Result<Vec<Vec<f64>>> {
+    for (plan, model) in plans.iter().zip(models) {
+        for _ in 0..2 {
+            rig.run_modelled(plan, model, TimelineSource::Off)?;
+        }
+    }
+    let mut totals = vec![Vec::with_capacity(reps); plans.len()];
+    for _ in 0..reps {
+        for ((plan, model), t) in plans.iter().zip(models).zip(&mut totals) {
+            t.push(rig.run_modelled(plan, model, TimelineSource::Off)?.total_ms);
+        }
+    }
+    Ok(totals)
+}
+
 /// The model's total, the watched op's end (ms) and its timeline for
-/// `plan`, whose model's schedule is `schedule`.
-pub fn prediction(plan: &Plan, schedule: &Schedule, watch: Option<&str>, machine: Machine, costs: &Costs) -> Result<(f64, Option<f64>, Timeline)> {
+/// `plan`, whose model is `model`.
+pub fn prediction(plan: &Plan, model: &ModelPipeline, watch: Option<&str>, machine: Machine, costs: &Costs) -> Result<(f64, Option<f64>, Timeline)> {
+    let schedule = &model.schedule;
     let times = plan.predict_schedule(schedule, machine, costs)?;
     let model_ms = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let watched = watch.and_then(|label| schedule.ops.iter().position(|o| o.label == label)).map(|i| times[i].1);
     let us: Vec<(f64, f64)> = times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();
-    let names: Vec<String> = plan.streams.iter().map(|s| s.name.clone()).collect();
-    Ok((model_ms, watched, Timeline::from_schedule("predicted", "queue model", schedule, &us, &names)))
+    Ok((model_ms, watched, Timeline::from_schedule("predicted", "queue model", schedule, &us, &model.stream_names())))
 }
 
 /// One line on what the model was told of the machine.
@@ -110,7 +143,7 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
     let priority_range = gpu.stream_priority_range()?;
     let exps = experiments::all(cfg, priority_range.1);
     let variants: usize = exps.iter().map(|e| e.variants.len()).sum();
-    let mut progress = Progress::new(progress, 1 + (exps.len() + variants) as u64, "streams");
+    let mut progress = Progress::new(progress, 1 + (exps.len() + variants + cfg.issue_chunks.len()) as u64, "streams");
     let reps = cfg.repeats;
     let mut rig = PlanRig::new(gpu, cfg.elements, 4, 1)?;
     let iterations = balance(&mut rig, chunk(cfg.elements, cfg.chunks, 0).1, reps)?;
@@ -122,18 +155,40 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
     for e in &exps {
         let facts = rig.machine(cfg.elements, reps)?;
         let machine = facts.machine();
-        let plans: Vec<&Plan> = e.variants.iter().collect();
-        let costs = rig.costs(&plans, reps)?;
+        let (costs, fastest) = rig.costs_and_fastest(&e.variants.iter().collect::<Vec<_>>(), reps)?;
         progress.step(&format!("{}: machine: {}; {} ops measured alone", e.name, machine_line(&facts), costs.len()));
+        let models = e.variants.iter().map(Plan::model).collect::<Result<Vec<_>>>()?;
+        let totals = interleaved(&mut rig, &e.variants, &models, reps)?;
+        // This host's both-ways rate drifts by several percent within
+        // minutes: variants after the one that runs both directions at once
+        // take the ceiling from its runs, interleaved with theirs (the
+        // model from its median run, the bound from its fastest).
+        let ceiling = match e.ceiling_from {
+            Some(i) => {
+                let alone = |c: &Costs, kind| {
+                    c.get(&(kind, cfg.elements)).copied().ok_or_else(|| LabError::config(format!("{}: no whole-size copy measured alone", e.name)))
+                };
+                let both = Summary::of(&totals[i])?;
+                let share = |c: &Costs, ms| Ok(Machine::copies_measured(facts.copy_engines, alone(c, OpKind::H2d)?, alone(c, OpKind::D2h)?, ms).both_ways);
+                Some((i, share(&costs, both.median)?, share(&fastest, both.min)?))
+            }
+            None => None,
+        };
         let mut variants = Vec::new();
-        for plan in &e.variants {
-            let mut v = variant(&mut rig, plan, e, machine, &costs, reps)?;
+        for (i, (plan, model)) in e.variants.iter().zip(&models).enumerate() {
+            let at = match ceiling {
+                Some((from, median, _)) if i > from => Machine { both_ways: median, ..machine },
+                _ => machine,
+            };
+            let mut v = variant(&mut rig, plan, model, e, &totals[i], at, &costs, reps)?;
             if plan.name == experiments::THREE_WAY {
-                v.bound_ms = Some(three_way_bound(&costs, machine, cfg.elements, experiments::three_way_chunks(cfg)));
+                let best = Machine { both_ways: ceiling.map_or(machine.both_ways, |c| c.2), ..machine };
+                v.bound_ms = Some(three_way_bound(&fastest, best, cfg.elements, experiments::three_way_chunks(cfg)));
             }
             progress.step(&format!("{}: {}: {:.3} ms (model {:.3} ms)", e.name, v.name, v.total_ms.median, v.model_ms));
             variants.push(v);
         }
+        let ceiling = ceiling.map(|c| c.1);
         for (&k, &ms) in &costs {
             all_costs.entry(k).or_insert(ms);
         }
@@ -144,11 +199,13 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
             variants,
             effects: e.effects.clone(),
             machine: Some(facts),
+            ceiling,
             costs: costs.into_iter().map(|((k, n), ms)| (k, n, ms)).collect(),
         });
     }
+    let issue_cost = issue_cost::measure(&mut rig, cfg, &mut progress)?;
     progress.finish();
     let machine = first_facts.ok_or_else(|| LabError::config("the lab has no experiments"))?;
     let costs = all_costs.into_iter().map(|((k, n), ms)| (k, n, ms)).collect();
-    Ok(StreamsResults { config: cfg.clone(), machine, iterations, priority_range, costs, experiments })
+    Ok(StreamsResults { config: cfg.clone(), machine, iterations, priority_range, costs, experiments, issue_cost: Some(issue_cost) })
 }

@@ -11,6 +11,7 @@
 
 pub mod exercise;
 pub mod experiments;
+pub mod issue_cost;
 pub mod measure;
 
 use crate::error::{LabError, Result};
@@ -21,12 +22,15 @@ use crate::measure::stats::Summary;
 use crate::pipeline::issue::Issue;
 use crate::pipeline::plan::Costs;
 use crate::pipeline::timeline::{Gantt, Timeline};
-use crate::present::chart::Chart;
+use crate::present::chart::{Chart, Figure};
 use exercise::StreamsTask;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const LAB: &str = "streams";
+
+/// The issue-cost sweep's name (for [`StreamsResults::timelines`]).
+pub const ISSUE_COST: &str = "issue-cost";
 
 /// Lab 5's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
@@ -45,6 +49,11 @@ pub struct StreamsConfig {
     /// medians need more runs than one-way copies.
     #[arg(long, default_value_t = StreamsConfig::default().repeats)]
     pub repeats: usize,
+    /// Chunk counts of the issue-cost sweep (over a quarter of
+    /// --elements; each chunk at least 4 KiB).
+    #[arg(long, value_delimiter = ',', default_values_t = StreamsConfig::default().issue_chunks)]
+    #[serde(default = "default_issue_chunks")]
+    pub issue_chunks: Vec<usize>,
     /// GPU ordinal (the command line's `--device`).
     #[arg(skip)]
     pub device: usize,
@@ -52,18 +61,22 @@ pub struct StreamsConfig {
 
 impl Default for StreamsConfig {
     fn default() -> Self {
-        StreamsConfig { elements: 16 << 20, chunks: 8, streams: 4, repeats: 15, device: 0 }
+        StreamsConfig { elements: 16 << 20, chunks: 8, streams: 4, repeats: 15, issue_chunks: default_issue_chunks(), device: 0 }
     }
+}
+
+fn default_issue_chunks() -> Vec<usize> {
+    vec![4, 16, 64, 256, 1024, 4096]
 }
 
 impl StreamsConfig {
     /// The notebook's run.
     pub fn quick() -> Self {
-        StreamsConfig { elements: 8 << 20, repeats: 7, ..Self::default() }
+        StreamsConfig { elements: 8 << 20, repeats: 7, issue_chunks: vec![4, 16, 64, 256, 1024], ..Self::default() }
     }
     /// Every code path, small.
     pub fn small() -> Self {
-        StreamsConfig { elements: 1 << 18, chunks: 4, streams: 2, repeats: 2, device: 0 }
+        StreamsConfig { elements: 1 << 18, chunks: 4, streams: 2, repeats: 2, issue_chunks: vec![4, 16, 64], device: 0 }
     }
     pub fn validate(&self) -> crate::Result<()> {
         let bad = |why: String| Err(crate::LabError::config(why));
@@ -78,6 +91,17 @@ impl StreamsConfig {
         }
         if !(1..=1000).contains(&self.repeats) {
             return bad(format!("--repeats {}: give 1 to 1000", self.repeats));
+        }
+        let sweep = issue_cost::elements(self);
+        if self.issue_chunks.is_empty() {
+            return bad("--issue-chunks: give at least one chunk count".into());
+        }
+        if let Some(&n) = self.issue_chunks.iter().find(|&&n| n < 2 || sweep / n < issue_cost::MIN_CHUNK) {
+            return bad(format!(
+                "--issue-chunks {n}: give counts from 2 to {} (the sweep moves {sweep} elements, a quarter of --elements, in chunks of at least {} elements)",
+                sweep / issue_cost::MIN_CHUNK,
+                issue_cost::MIN_CHUNK
+            ));
         }
         Ok(())
     }
@@ -129,6 +153,11 @@ pub struct ExperimentResult {
     /// what its model column was computed from.
     #[serde(default)]
     pub machine: Option<MachineFacts>,
+    /// Each direction's share of its speed alone while both run, as this
+    /// experiment measured it (the model and the bound of its later
+    /// variants use it; see [`experiments::Experiment::ceiling_from`]).
+    #[serde(default)]
+    pub ceiling: Option<f64>,
     #[serde(default)]
     pub costs: Vec<(crate::pipeline::schedule::OpKind, usize, f64)>,
 }
@@ -139,33 +168,44 @@ impl ExperimentResult {
     }
 
     /// Each effect with (difference of medians, spread of `base`, spread
-    /// of `changed`), a spread being slowest minus fastest run (ms).
+    /// of `changed`), a spread being the middle half of the runs (the
+    /// interquartile range, ms).
     pub fn effects(&self) -> Vec<(&experiments::Effect, Option<EffectSize>)> {
         let of = |i: usize, watched: bool| self.variants.get(i).and_then(|v| if watched { v.watched_ms } else { Some(v.total_ms) });
         self.effects
             .iter()
             .map(|e| {
                 let pair = of(e.base, e.watched).zip(of(e.changed, e.watched));
-                (e, pair.map(|(a, b)| (b.median - a.median, a.max - a.min, b.max - b.min)))
+                (e, pair.map(|(a, b)| (b.median - a.median, a.middle_spread(), b.middle_spread())))
             })
             .collect()
     }
 
     /// One line per effect: the difference, both spreads, the verdict.
     pub fn effect_lines(&self) -> String {
-        let mut out = String::new();
-        for (e, d) in self.effects() {
-            let Some((diff, sa, sb)) = d else { continue };
-            let shown = diff.abs() > sa.max(sb);
-            let verdict = match (shown, e.expected) {
-                (true, true) => "shown: larger than either run's spread",
-                (false, false) => "none beyond the spread, as the lab expects",
-                (true, false) => "a difference the lab does not expect: look at the timelines",
-                (false, true) => "NOT shown: within the spread on this run",
-            };
-            out += &format!("  effect: {}: {diff:+.3} ms, spreads {sa:.3} / {sb:.3} ms: {verdict}\n", e.what);
-        }
-        out
+        self.effects().into_iter().filter_map(|(e, d)| d.map(|(diff, sa, sb)| effect_line(&e.what, diff, sa, sb, e.expected))).collect()
+    }
+}
+
+/// Whether a difference of medians `diff` stands clear of both runs'
+/// spreads (the middle half of each one's runs, ms), as the lab claims
+/// (`expected`) or not: one line of the table.
+pub fn effect_line(what: &str, diff: f64, sa: f64, sb: f64, expected: bool) -> String {
+    let shown = diff.abs() > sa.max(sb);
+    let verdict = match (shown, expected) {
+        (true, true) => "shown: larger than either one's spread",
+        (false, false) => "none beyond the spreads, as the lab expects",
+        (true, false) => "a difference the lab does not expect: look at the timelines",
+        (false, true) => "NOT shown: within the spread on this run",
+    };
+    format!("  effect: {what}: {diff:+.3} ms, spreads {sa:.3} / {sb:.3} ms (middle half of runs): {verdict}\n")
+}
+
+impl ExperimentResult {
+    /// Whether every effect the lab expects stood clear of the spreads,
+    /// and none it does not expect did.
+    pub fn effects_as_claimed(&self) -> bool {
+        self.effects().iter().all(|(e, d)| d.is_some_and(|(diff, sa, sb)| (diff.abs() > sa.max(sb)) == e.expected))
     }
 }
 
@@ -182,6 +222,9 @@ pub struct StreamsResults {
     /// Every distinct op alone: (kind, elements, ms).
     pub costs: Vec<(crate::pipeline::schedule::OpKind, usize, f64)>,
     pub experiments: Vec<ExperimentResult>,
+    /// Issue cost and CUDA graphs, swept over chunk sizes.
+    #[serde(default)]
+    pub issue_cost: Option<issue_cost::IssueCost>,
 }
 
 impl StreamsResults {
@@ -214,7 +257,16 @@ impl StreamsResults {
         let pct = |a: f64, b: f64| 100.0 * (b / a - 1.0);
         if let (Some(base), Some(null), Some(nb)) = (self.nth("legacy-stream", 0), self.nth("legacy-stream", 1), self.nth("legacy-stream", 2)) {
             let (b, n, k) = (base.total_ms.median, null.total_ms.median, nb.total_ms.median);
-            rows.push(("one tiny copy on the NULL stream: blocking / non-blocking streams".into(), format!("{:+.0}% / {:+.0}% ({b:.3} ms without)", pct(b, n), pct(b, k))));
+            rows.push((
+                "one tiny copy on the NULL stream: blocking / non-blocking streams".into(),
+                format!("{:+.0}% / {:+.0}% ({b:.3} ms without)", pct(b, n), pct(b, k)),
+            ));
+        }
+        if let (Some(legacy), Some(own)) = (self.nth("threads", 0), self.nth("threads", 1)) {
+            rows.push((
+                "threads on the default stream: legacy / per-thread".into(),
+                format!("{:.3} / {:.3} ms ({:.2}x)", legacy.total_ms.median, own.total_ms.median, legacy.total_ms.median / own.total_ms.median),
+            ));
         }
         if let (Some(gpu), Some(ctx)) = (self.nth("sync-weight", 0), self.nth("sync-weight", 3)) {
             rows.push(("cuStreamWaitEvent / cuCtxSynchronize per chunk".into(), format!("{:.3} / {:.3} ms", gpu.total_ms.median, ctx.total_ms.median)));
@@ -230,8 +282,23 @@ impl StreamsResults {
         if let (Some(low), Some(high)) = (self.nth("priorities", 0).and_then(|v| v.watched_ms), self.nth("priorities", 1).and_then(|v| v.watched_ms)) {
             rows.push(("urgent job done, default / highest priority".into(), format!("{:.3} / {:.3} ms", low.median, high.median)));
         }
+        if let Some(ic) = &self.issue_cost {
+            if let Some(small) = ic.points.iter().max_by_key(|p| p.chunks) {
+                rows.push((
+                    format!("{} chunks of {}: issued live / CUDA graph", small.chunks, crate::Bytes(small.chunk_bytes)),
+                    format!("{:.3} / {:.3} ms ({:.2}x)", small.live.median, small.graph.median, small.graph_gain()),
+                ));
+            }
+            rows.push((
+                format!("a CUDA graph gains more than {:.0}% from (per chunk)", 100.0 * issue_cost::CLEAR_GAIN),
+                ic.crossover().map_or("nowhere on this GPU".into(), |p| format!("{} down", crate::Bytes(p.chunk_bytes))),
+            ));
+        }
         if let Some((v, e)) = self.worst_model_error() {
             rows.push(("model, worst variant".into(), format!("{:+.1}% ({})", 100.0 * e, v.name)));
+        }
+        if let Some((at, e)) = self.issue_cost.as_ref().and_then(|ic| ic.worst_model_error()) {
+            rows.push(("model, worst issue-cost point".into(), format!("{:+.1}% ({at})", 100.0 * e)));
         }
         rows
     }
@@ -239,8 +306,19 @@ impl StreamsResults {
     /// Experiment `name`'s measured timelines, one per variant, or each
     /// beside the model's with `with_model`.
     pub fn timelines(&self, name: &str, with_model: bool, origin: &str) -> Result<Gantt> {
+        if let (ISSUE_COST, Some(ic)) = (name, &self.issue_cost) {
+            let what = format!("{} chunks, issued live", ic.timeline_chunks);
+            let mut panels = vec![Timeline { title: format!("{what}: measured"), ..ic.timeline.clone() }];
+            if with_model {
+                panels.push(Timeline { title: format!("{what}: model"), ..ic.predicted.clone() });
+            }
+            return Ok(Gantt::new(&format!("{LAB}-{name}-timeline"), &format!("Lab 5, {name}: the CPU issuing op by op"), origin, panels));
+        }
         let e = self.experiment(name).ok_or_else(|| {
-            let names: Vec<&str> = self.experiments.iter().map(|e| e.name.as_str()).collect();
+            let mut names: Vec<&str> = self.experiments.iter().map(|e| e.name.as_str()).collect();
+            if self.issue_cost.is_some() {
+                names.push(ISSUE_COST);
+            }
             LabError::config(format!("no experiment '{name}': the lab has {}", names.join(", ")))
         })?;
         let mut panels = Vec::new();
@@ -273,20 +351,27 @@ impl StreamsResults {
             if let Some(f) = &e.machine {
                 out += &format!("  measured just before: {}\n", measure::machine_line(f));
             }
-            out += &format!("  {:<52} {:>10} {:>16} {:>10} {:>8}\n", "variant", "median ms", "spread ms", "model ms", "error");
+            out += &format!("  {:<52} {:>10} {:>16} {:>10} {:>8}\n", "variant", "median ms", "25%..75% ms", "model ms", "error");
             for v in &e.variants {
                 out += &format!(
                     "  {:<52} {:>10.3} {:>7.3}..{:<8.3} {:>10.3} {:>7.1}%\n",
                     v.name,
                     v.total_ms.median,
-                    v.total_ms.min,
-                    v.total_ms.max,
+                    v.total_ms.middle_range().0,
+                    v.total_ms.middle_range().1,
                     v.model_ms,
                     100.0 * (v.model_ms / v.total_ms.median - 1.0)
                 );
                 if let (Some(w), Some(wm)) = (&v.watched_ms, v.watched_model_ms) {
-                    out += &format!("  {:<52} {:>10.3} {:>7.3}..{:<8.3} {:>10.3}\n", "  urgent job done at", w.median, w.min, w.max, wm);
+                    let (lo, hi) = w.middle_range();
+                    out += &format!("  {:<52} {:>10.3} {:>7.3}..{:<8.3} {:>10.3}\n", "  urgent job done at", w.median, lo, hi, wm);
                 }
+            }
+            if let Some(c) = e.ceiling {
+                out += &format!(
+                    "  both directions at once ran at {:.0}% of their speed alone in this experiment: its later variants' model and bound use that\n",
+                    100.0 * c
+                );
             }
             out += &e.effect_lines();
             for v in &e.variants {
@@ -295,7 +380,20 @@ impl StreamsResults {
                 }
             }
         }
+        if let Some(ic) = &self.issue_cost {
+            out += &ic.table();
+        }
         out
+    }
+
+    /// The issue-cost sweep's figure (time per run and the CPU's cost, by
+    /// chunk size).
+    pub fn issue_cost_chart(&self, origin: &str) -> Result<Figure> {
+        let ic = self
+            .issue_cost
+            .as_ref()
+            .ok_or_else(|| LabError::config("this recording has no issue-cost sweep (made before it existed): run `overlap-lab streams` again"))?;
+        Ok(ic.chart(origin))
     }
 }
 
@@ -312,6 +410,10 @@ impl crate::notebook::LabRun<StreamsResults> {
     /// `with_model`, the model's beside it).
     pub fn timelines(&self, name: &str, with_model: bool) -> Result<Gantt> {
         self.record.results.timelines(name, with_model, &self.origin())
+    }
+    /// The issue-cost sweep: each run's time and the CPU's cost by chunk size.
+    pub fn issue_cost_chart(&self) -> Result<Figure> {
+        self.record.results.issue_cost_chart(&self.origin())
     }
     /// Checks a learner's fix of the hidden legacy-stream operation: live
     /// on a GPU, else on the queue model with the recorded costs.
@@ -338,6 +440,10 @@ pub fn report(rec: &StreamsRecord, dir: &Path, origin: &str) -> Result<Vec<PathB
         three.timeline.save_chrome_trace(&trace)?;
         files.push(trace);
     }
+    if rec.results.issue_cost.is_some() {
+        files.extend(rec.results.issue_cost_chart(origin)?.save(dir)?);
+        files.extend(rec.results.timelines(ISSUE_COST, true, origin)?.save(dir)?);
+    }
     files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", rec.results.table()))?);
     Ok(files)
 }
@@ -347,7 +453,7 @@ pub static ENTRY: crate::labs::Entry<StreamsConfig, StreamsResults> = crate::lab
     number: 5,
     name: LAB,
     module: module_path!(),
-    teaches: "Which stream: the legacy NULL stream, the weight of each wait, copy engines, priorities",
+    teaches: "Which stream: the legacy NULL stream, per-thread streams, the weight of each wait, copy engines, priorities, issue cost and CUDA graphs",
     about: "Lab 5: stream semantics and costs, each pipeline measured beside the queue model",
     measure: measure::run,
     tables: |rec| rec.results.table(),
@@ -365,14 +471,22 @@ mod tests {
         let mut r = streams_results();
         let t = r.table();
         assert!(t.contains("effect: a tiny copy on the NULL stream beside blocking streams: +"), "{t}");
-        assert!(t.contains("shown: larger than either run's spread"), "{t}");
-        assert!(t.contains("none beyond the spread, as the lab expects"), "{t}");
-        // A noisy run: the same medians, spreads wider than the difference.
+        assert!(t.contains("shown: larger than either one's spread"), "{t}");
+        assert!(t.contains("none beyond the spreads, as the lab expects"), "{t}");
+        // A stray slow run each does not hide the effect: the middle half judges.
         for v in &mut r.experiments[0].variants {
-            v.total_ms.min -= 10.0;
             v.total_ms.max += 10.0;
         }
+        assert!(r.experiments[0]
+            .effect_lines()
+            .starts_with("  effect: a tiny copy on the NULL stream beside blocking streams: +2.250 ms, spreads 0.000 / 0.000 ms"));
+        // A noisy run: the same medians, the middle of the runs wider than the difference.
+        for v in &mut r.experiments[0].variants {
+            let m = v.total_ms.median;
+            v.total_ms.middle = Some((m - 5.0, m + 5.0));
+        }
         assert!(r.experiments[0].effect_lines().contains("NOT shown: within the spread on this run"));
+        assert!(!r.experiments[0].effects_as_claimed());
     }
 
     #[test]
@@ -382,16 +496,65 @@ mod tests {
         let names: Vec<&str> = rows.iter().map(|(w, _)| w.as_str()).collect();
         assert!(names.contains(&"three-way overlap, of its bidirectional-aware bound"), "{names:?}");
         assert!(names.contains(&"urgent job done, default / highest priority"), "{names:?}");
+        assert!(names.contains(&"threads on the default stream: legacy / per-thread"), "{names:?}");
+        assert!(names.contains(&"a CUDA graph gains more than 10% from (per chunk)"), "{names:?}");
+        let ic = r.timelines(ISSUE_COST, true, "test").unwrap();
+        assert_eq!(ic.timelines.len(), 2, "the live run measured and modelled");
+        let chart = r.issue_cost_chart("test").unwrap();
+        assert_eq!(chart.panels[0].series.len(), 5);
+        assert!(chart.panels[0].series.iter().all(|s| s.points.len() == r.config.issue_chunks.len()));
+        let old = StreamsResults { issue_cost: None, ..r.clone() };
+        assert!(old.issue_cost_chart("test").unwrap_err().to_string().contains("run `overlap-lab streams` again"));
         let g = r.timelines("copy-engines", true, "test").unwrap();
         assert_eq!(g.timelines.len(), 6, "measured and model for each of 3 variants");
         let e = r.timelines("copy engines", false, "test").unwrap_err().to_string();
-        assert!(e.contains("no experiment 'copy engines'") && e.contains("legacy-stream"), "{e}");
+        assert!(e.contains("no experiment 'copy engines'") && e.contains("legacy-stream") && e.contains("issue-cost"), "{e}");
         let dir = crate::testing::temp_dir("streams-report");
         let rec = Record::new(LAB, crate::testing::fingerprint(), r);
         let files = report(&rec, &dir, "test").unwrap();
-        for stem in ["streams-legacy-stream", "streams-sync-weight", "streams-copy-engines", "streams-priorities"] {
+        for stem in [
+            "streams-legacy-stream",
+            "streams-threads",
+            "streams-sync-weight",
+            "streams-copy-engines",
+            "streams-priorities",
+            "streams-issue-cost",
+            "streams-issue-cost-timeline",
+        ] {
             assert!(files.iter().any(|f| f.file_name().unwrap().to_string_lossy() == format!("{stem}.png")), "{stem}: {files:?}");
         }
         assert!(files.iter().all(|f| f.file_name().unwrap().to_string_lossy().starts_with("streams-")));
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    #[test]
+    fn the_presets_are_valid_and_bad_sweeps_are_named() {
+        for c in [StreamsConfig::default(), StreamsConfig::quick(), StreamsConfig::small()] {
+            c.validate().unwrap();
+        }
+        let tiny = StreamsConfig { issue_chunks: vec![4, 8192], ..StreamsConfig::default() };
+        let e = tiny.validate().unwrap_err().to_string();
+        assert!(e.contains("--issue-chunks 8192: give counts from 2 to 4096") && e.contains("a quarter of --elements"), "{e}");
+        let none = StreamsConfig { issue_chunks: vec![], ..StreamsConfig::default() };
+        assert!(none.validate().unwrap_err().to_string().contains("at least one chunk count"));
+        let one = StreamsConfig { issue_chunks: vec![1], ..StreamsConfig::default() };
+        assert!(one.validate().is_err());
+    }
+
+    #[test]
+    fn the_command_line_takes_a_list_of_chunk_counts() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            c: StreamsConfig,
+        }
+        let cli = Cli::try_parse_from(["streams", "--issue-chunks", "4,64", "--repeats", "3"]).unwrap();
+        assert_eq!((cli.c.issue_chunks, cli.c.repeats), (vec![4, 64], 3));
+        assert_eq!(Cli::try_parse_from(["streams"]).unwrap().c, StreamsConfig::default());
     }
 }

@@ -1,0 +1,70 @@
+//! A CUDA graph: a pipeline's GPU work captured once ([`super::Pipeline`]
+//! in capture mode records its loop instead of running it) and made
+//! executable, so one call launches all of it. What lab 5 weighs against
+//! issuing the same loop op by op.
+
+use super::{driver, Gpu, Stream};
+use crate::error::Result;
+
+/// An executable graph and the graph it was made from.
+pub struct Graph {
+    graph: driver::CUgraph,
+    exec: driver::CUgraphExec,
+    nodes: usize,
+    instantiate_ms: f64,
+    gpu: Gpu,
+}
+
+impl Graph {
+    /// Makes captured graph `graph` executable; the result owns it.
+    ///
+    /// # Safety
+    /// `graph` is a live graph of `gpu`'s context that nothing else owns.
+    pub(crate) unsafe fn instantiate(gpu: &Gpu, graph: driver::CUgraph) -> Result<Graph> {
+        let started = std::time::Instant::now();
+        // SAFETY: `graph` is live (the caller's promise).
+        let made = unsafe { driver::graph_node_count(graph) }.and_then(|nodes| {
+            // SAFETY: as above.
+            unsafe { driver::graph_instantiate(graph) }.map(|exec| (nodes, exec))
+        });
+        match made {
+            Ok((nodes, exec)) => Ok(Graph { graph, exec, nodes, instantiate_ms: started.elapsed().as_secs_f64() * 1e3, gpu: gpu.clone() }),
+            Err(e) => {
+                // SAFETY: owned here and never instantiated.
+                let _ = unsafe { driver::graph_destroy(graph) };
+                Err(e)
+            }
+        }
+    }
+
+    /// How many nodes it holds (copies, kernels and the event edges' joins).
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// Host time cuGraphInstantiate took, ms.
+    pub fn instantiate_ms(&self) -> f64 {
+        self.instantiate_ms
+    }
+
+    /// Launches the whole graph on `s` (one cuGraphLaunch).
+    ///
+    /// # Safety
+    /// Every buffer the captured work touches is alive until the launch has
+    /// completed on `s`, and nothing else uses them meanwhile.
+    pub(crate) unsafe fn launch(&self, s: &Stream) -> Result<()> {
+        // SAFETY: both handles are live; the buffers are the caller's promise.
+        unsafe { driver::graph_launch(self.exec, s.raw()) }
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        // SAFETY: owned by `self` and destroyed only here; its launches were
+        // synchronized by their caller (PlanRig waits for each replay).
+        let _ = unsafe { driver::graph_exec_destroy(self.exec) };
+        // SAFETY: as above.
+        let _ = unsafe { driver::graph_destroy(self.graph) };
+    }
+}
