@@ -664,8 +664,7 @@ mod streams {
     /// above the runs' spread.
     #[test]
     fn the_exercise_checker_judges_live_runs() {
-        use overlap_lab::labs::streams::exercise::{self, StreamsTask};
-        use overlap_lab::pipeline::issue::Issue;
+        use overlap_lab::labs::streams::exercise;
         use std::sync::Arc;
         let Some(gpu) = gpu_or_skip("the_exercise_checker_judges_live_runs") else {
             return;
@@ -679,18 +678,7 @@ mod streams {
         let fixed = exercise::check_on_gpu(&gpu, &rec, Arc::new(exercise::solution)).unwrap();
         println!("{fixed}");
         assert!(fixed.passed, "{fixed}");
-        let waits = |p: &mut dyn Issue, t: &StreamsTask| -> overlap_lab::Result<()> {
-            for c in 0..t.chunks {
-                let (at, n) = t.chunk(c);
-                let s = t.streams[c % t.streams.len()];
-                p.h2d(s, t.dev_in, at, t.host_in, at, n, "H2D")?;
-                p.compute(s, t.dev_in, at, t.dev_out, at, n, "kernel")?;
-                p.d2h(s, t.host_out, at, t.dev_out, at, n, "D2H")?;
-                p.sync_device()?;
-            }
-            t.upload_params(p, t.streams[0])
-        };
-        let slow = exercise::check_on_gpu(&gpu, &rec, Arc::new(waits)).unwrap();
+        let slow = exercise::check_on_gpu(&gpu, &rec, Arc::new(exercise::syncs_every_chunk)).unwrap();
         println!("{slow}");
         assert!(!slow.passed && slow.to_string().contains("more than the fix"), "{slow}");
     }

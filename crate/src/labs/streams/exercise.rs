@@ -71,6 +71,21 @@ pub fn solution(p: &mut dyn Issue, t: &StreamsTask) -> Result<()> {
     issue_chunks(p, t, |p, t| t.upload_params(p, t.streams[0]))
 }
 
+/// A deliberately wrong fix, kept for tests and demonstrations (the "make
+/// it safe" reflex): the parameters leave the NULL stream, but the CPU
+/// synchronizes the device after every chunk, so nothing overlaps.
+pub fn syncs_every_chunk(p: &mut dyn Issue, t: &StreamsTask) -> Result<()> {
+    for c in 0..t.chunks {
+        let (at, n) = t.chunk(c);
+        let s = t.streams[c % t.streams.len()];
+        p.h2d(s, t.dev_in, at, t.host_in, at, n, &format!("H2D {c}"))?;
+        p.compute(s, t.dev_in, at, t.dev_out, at, n, &format!("kernel {c}"))?;
+        p.d2h(s, t.host_out, at, t.dev_out, at, n, &format!("D2H {c}"))?;
+        p.sync_device()?;
+    }
+    t.upload_params(p, t.streams[0])
+}
+
 /// Every chunk's H2D, kernel and D2H on stream `c mod S`, with `params`
 /// issued after the first half of the chunks.
 fn issue_chunks(p: &mut dyn Issue, t: &StreamsTask, params: impl Fn(&mut dyn Issue, &StreamsTask) -> Result<()>) -> Result<()> {
@@ -281,18 +296,7 @@ mod tests {
 
     #[test]
     fn a_cpu_wait_instead_is_too_slow_and_says_why() {
-        // Moves the upload but synchronizes the device after every chunk.
-        let rep = check(|p, t| {
-            for c in 0..t.chunks {
-                let (at, n) = t.chunk(c);
-                let s = t.streams[c % t.streams.len()];
-                p.h2d(s, t.dev_in, at, t.host_in, at, n, &format!("H2D {c}"))?;
-                p.compute(s, t.dev_in, at, t.dev_out, at, n, &format!("kernel {c}"))?;
-                p.d2h(s, t.host_out, at, t.dev_out, at, n, &format!("D2H {c}"))?;
-                p.sync_device()?;
-            }
-            t.upload_params(p, t.streams[0])
-        });
+        let rep = check(syncs_every_chunk);
         fails_with(&rep, "more than the fix");
         assert!(rep.to_string().contains("the CPU wait"), "{rep}");
     }
