@@ -142,6 +142,8 @@ pub struct Pipeline<'a> {
     /// base stream as its capture began, which every stream waits on to
     /// join the capture; None when the pipeline runs.
     capture: Option<Event>,
+    /// Why the capture cannot go on (a stream failed to join it).
+    capture_broken: Option<String>,
     finished: bool,
     _borrows: PhantomData<&'a mut ()>,
 }
@@ -301,6 +303,7 @@ impl Gpu {
             gate,
             host_base: Instant::now(),
             capture: None,
+            capture_broken: None,
             finished: false,
             _borrows: PhantomData,
         };
@@ -386,8 +389,11 @@ impl<'a> Pipeline<'a> {
         let owner = self.lanes.owner(lane);
         if let Some(fork) = &self.capture {
             // Joins the capture: its work from here on is the graph's. A
-            // stream that cannot join fails the capture at its first op.
-            let _ = self.cpu.run(owner, || s.wait_event(fork));
+            // stream that could not join would run its work for real: its
+            // first op is refused instead.
+            if let Err(e) = self.cpu.run(owner, || s.wait_event(fork)) {
+                self.capture_broken.get_or_insert(format!("a stream could not join the capture ({e})"));
+            }
         }
         if self.gate.is_some() {
             // Held behind the base event (itself behind the gate), so no op
@@ -422,6 +428,11 @@ impl<'a> Pipeline<'a> {
     /// The lane `s` means on the current thread, added on first use (a
     /// per-thread stream called from another thread).
     fn lane(&mut self, s: StreamRef) -> Result<usize> {
+        if self.source == TimelineSource::Cupti && self.lanes.would_add(s, self.thread) {
+            return Err(LabError::config(
+                "CUPTI cannot name another CPU thread's per-thread stream: time a pipeline of several threads with CUDA events (TimelineSource::Events)",
+            ));
+        }
         let (lane, new) = self.lanes.resolve(s, self.thread)?;
         if self.capture.is_some() && self.lanes.kind(lane) == StreamKind::Legacy {
             return Err(LabError::config(
@@ -429,11 +440,6 @@ impl<'a> Pipeline<'a> {
             ));
         }
         if new {
-            if self.source == TimelineSource::Cupti {
-                return Err(LabError::config(
-                    "CUPTI cannot name another CPU thread's per-thread stream: time a pipeline of several threads with CUDA events (TimelineSource::Events)",
-                ));
-            }
             self.add_lane(lane, self.streams[s.0]);
             self.schedule.declare_stream(lane, StreamKind::PerThread, 0);
         }
@@ -522,6 +528,9 @@ impl<'a> Pipeline<'a> {
     fn gpu_op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, issue: impl FnOnce(&Stream) -> Result<()> + Send) -> Result<OpId> {
         let _r = trace::range(&format!("enqueue: {label}"));
         let lane = self.lane(s)?;
+        if let Some(why) = &self.capture_broken {
+            return Err(LabError::config(format!("the CUDA graph capture failed: {why}")));
+        }
         if self.gpu_ops >= MAX_GATED_OPS {
             self.open_gate()?;
         }
@@ -975,6 +984,9 @@ impl<'a> Pipeline<'a> {
         if self.capture.is_none() {
             return Err(LabError::config("finish_capture on a pipeline that was not capturing"));
         }
+        if let Some(why) = &self.capture_broken {
+            return Err(LabError::config(format!("the CUDA graph capture failed: {why}")));
+        }
         // Each stream's last work joins the base stream, so the graph ends
         // when all of it has.
         let mut joins = Vec::with_capacity(self.streams.len());
@@ -1008,7 +1020,6 @@ impl<'a> Pipeline<'a> {
         if self.capture.is_some() {
             return Err(LabError::config("a capturing pipeline ends with finish_capture, which makes its graph"));
         }
-        self.finished = true;
         self.open_gate()?;
         if self.stream_ends.len() != self.streams.len() {
             return Err(LabError::Driver { call: "cuEventCreate", message: "could not make a stream's end event".into() });
@@ -1018,6 +1029,8 @@ impl<'a> Pipeline<'a> {
             self.cpu.run(self.lanes.owner(lane), || e.record(s))?;
         }
         driver::context_synchronize()?;
+        // Only now may the borrows end (an error above leaves Drop to wait).
+        self.finished = true;
         let unreleased = self.release_leftovers();
         let mut total_ms = 0.0f64;
         for e in &self.stream_ends {

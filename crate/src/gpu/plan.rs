@@ -263,8 +263,11 @@ impl PlanRig {
         // long as the rig; nothing else uses them before the synchronize below.
         unsafe { self.graphs[c.index].launch(&self.launch) }?;
         let launch_ms = called.elapsed().as_secs_f64() * 1e3;
-        end.record(&self.launch)?;
+        // Launched: wait for it whatever fails, so no buffer is touched
+        // again while the graph may still use it.
+        let recorded = end.record(&self.launch);
         self.launch.synchronize()?;
+        recorded?;
         let total_ms = start.elapsed_ms(end)?;
         self.verify(&plan.name, &c.expected, seed)?;
         Ok(Replay { total_ms, launch_ms })

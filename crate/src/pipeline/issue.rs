@@ -120,7 +120,9 @@ pub struct Lanes {
 impl Lanes {
     /// A stream the loop made (before any per-thread lane is resolved).
     pub fn add(&mut self, kind: StreamKind, name: &str) -> StreamRef {
-        debug_assert_eq!(self.made, self.lanes.len(), "streams are made before the loop issues");
+        // A stream made after a per-thread lane was resolved would take
+        // that lane's number: the executors make every stream first.
+        assert_eq!(self.made, self.lanes.len(), "a pipeline's streams are all added before its loop issues");
         self.lanes.push((kind, name.into(), 0));
         self.made += 1;
         StreamRef(self.made - 1)
@@ -142,6 +144,10 @@ impl Lanes {
         let lane = self.lanes.len() - 1;
         self.per_thread.insert((s.0, thread), lane);
         Ok((lane, true))
+    }
+    /// Whether [`Self::resolve`] would add a lane for `s` called from `thread`.
+    pub fn would_add(&self, s: StreamRef, thread: usize) -> bool {
+        s.0 < self.made && thread != 0 && self.lanes[s.0].0 == StreamKind::PerThread && !self.per_thread.contains_key(&(s.0, thread))
     }
     pub fn kind(&self, lane: usize) -> StreamKind {
         self.lanes[lane].0
@@ -307,7 +313,9 @@ mod tests {
         assert_eq!(l.resolve(made, 3).unwrap(), (0, false), "a stream the loop made is the same on every thread");
         assert_eq!(l.resolve(legacy, 3).unwrap(), (1, false), "so is the legacy stream");
         assert_eq!(l.resolve(mine, 0).unwrap(), (2, false), "thread 0's per-thread stream is the one made");
+        assert!(l.would_add(mine, 2) && !l.would_add(mine, 0) && !l.would_add(made, 2));
         assert_eq!(l.resolve(mine, 2).unwrap(), (3, true), "thread 2's is another stream");
+        assert!(!l.would_add(mine, 2));
         assert_eq!(l.resolve(mine, 2).unwrap(), (3, false), "the same one each time");
         assert_eq!(l.resolve(mine, 1).unwrap(), (4, true));
         assert_eq!((l.owner(3), l.kind(3)), (2, StreamKind::PerThread));

@@ -202,11 +202,11 @@ impl LiveAccesses {
         self.longest = self.longest.max(a.end - a.start);
         self.by_start.entry(a.start).or_default().push((a, id));
     }
-    /// Forgets the accesses (start, op) listed.
-    fn remove(&mut self, gone: &[(u64, OpId)]) {
-        for &(start, id) in gone {
+    /// Forgets the accesses (start, end, op) listed.
+    fn remove(&mut self, gone: &[(u64, u64, OpId)]) {
+        for &(start, end, id) in gone {
             if let Some(v) = self.by_start.get_mut(&start) {
-                v.retain(|(_, o)| *o != id);
+                v.retain(|(a, o)| !(*o == id && a.end == end));
                 if v.is_empty() {
                     self.by_start.remove(&start);
                 }
@@ -380,7 +380,10 @@ impl Schedule {
     fn check_and_track(&mut self, id: OpId, a: Access) {
         let mut live = self.live.remove(&a.buffer).unwrap_or_default();
         let mut superseded = Vec::new();
-        for (old, old_id) in live.overlapping(&a) {
+        let mut overlapping = live.overlapping(&a);
+        // Oldest first, so the first race named is the earliest access.
+        overlapping.sort_by_key(|(_, op)| *op);
+        for (old, old_id) in overlapping {
             if old_id != id && (old.write || a.write) && !self.happens_before(old_id, id) {
                 // A release is a write to the whole buffer, named as what it is.
                 let verb = |op: OpId, w: bool, s: &'static str| -> String {
@@ -410,7 +413,7 @@ impl Schedule {
             }
             // A write that is ordered after an older access supersedes it where it covers it.
             if a.write && old.start >= a.start && old.end <= a.end && self.happens_before(old_id, id) {
-                superseded.push((old.start, old_id));
+                superseded.push((old.start, old.end, old_id));
             }
         }
         live.remove(&superseded);
@@ -1031,6 +1034,19 @@ mod tests {
         assert_eq!(t[c], (1.75, 2.75), "issued an issue time after b");
         let none = predict(&s, Machine { issue: 0.0, ..m }, |_| 1.0);
         assert_eq!(none[c], (1.5, 2.5), "with no issue cost it starts as the thread wakes");
+    }
+
+    #[test]
+    fn a_write_supersedes_only_the_accesses_it_covers() {
+        // One op reads bytes 0..8 and 0..16 of b; a later write on its
+        // stream covers 0..8 only, so 0..16 stays live: an unordered write
+        // to 8..16 on another stream still races with the first op.
+        let mut s = Schedule::new();
+        let reads = s.gpu_op(0, 0, OpKind::Kernel, "reads", vec![Access::read("b", 0, 8), Access::read("b", 0, 16)]);
+        s.gpu_op(0, 0, OpKind::Kernel, "covers 0..8", vec![Access::write("b", 0, 8)]);
+        let late = s.gpu_op(0, 1, OpKind::Kernel, "writes 8..16", vec![Access::write("b", 8, 16)]);
+        let r: Vec<(OpId, OpId)> = s.races().iter().map(|r| (r.earlier, r.later)).collect();
+        assert_eq!(r, [(reads, late)], "{:?}", s.races());
     }
 
     #[test]
