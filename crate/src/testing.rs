@@ -7,11 +7,11 @@ use crate::labs::bandwidth::{AcquireCost, BandwidthConfig, BandwidthResults, Dir
 use crate::labs::callback::{CallbackConfig, CallbackResults, CostPoint, Variant, VariantResult};
 use crate::labs::double_buffer::{DoubleBufferConfig, DoubleBufferResults};
 use crate::labs::overlap::{Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
+use crate::labs::streams::experiments as streams_experiments;
 use crate::labs::streams::issue_cost::{self as streams_issue, IssueCost, IssuePoint};
-use crate::labs::streams::{experiments as streams_experiments, measure as streams_measure};
 use crate::labs::streams::{ExperimentResult, StreamsConfig, StreamsResults, VariantResult as StreamsVariant};
 use crate::measure::stats::Summary;
-use crate::pipeline::plan::Costs;
+use crate::pipeline::plan::{chunk, Costs};
 use crate::pipeline::timeline::Timeline;
 use crate::Bytes;
 use std::path::PathBuf;
@@ -212,8 +212,8 @@ pub fn streams_results() -> StreamsResults {
                 .iter()
                 .map(|plan| {
                     let model = plan.model().expect("the lab's plans model");
-                    let (model_ms, watched, predicted) =
-                        streams_measure::prediction(plan, &model, e.watch, machine.machine(), &costs).expect("costs for every op");
+                    let p = plan.prediction(&model, machine.machine(), &costs).expect("costs for every op");
+                    let (model_ms, watched, predicted) = (p.total_ms, e.watch.and_then(|l| p.end_of(&model.schedule, l)), p.timeline);
                     StreamsVariant {
                         name: plan.name.clone(),
                         total_ms: flat(model_ms),
@@ -254,15 +254,14 @@ fn streams_issue_cost(config: &StreamsConfig, machine: MachineFacts) -> IssueCos
         let (gm, lm) = (gated.model().expect("models"), live.model().expect("models"));
         let costs: Costs =
             gated.distinct_ops().expect("models").into_iter().map(|(k, e)| ((k, e), e as f64 * config.chunks as f64 / config.elements as f64)).collect();
-        let total = |t: Vec<(f64, f64)>| t.iter().map(|x| x.1).fold(0.0, f64::max);
-        let live_times = live.predict_schedule(&lm.schedule, machine.machine(), &costs).expect("costs");
-        let model_gated = total(gated.predict_schedule(&gm.schedule, machine.machine(), &costs).expect("costs"));
-        let model_live = total(live_times.clone());
+        let live_model = live.prediction(&lm, machine.machine(), &costs).expect("costs");
+        let model_gated = gated.prediction(&gm, machine.machine(), &costs).expect("costs").total_ms;
+        let model_live = live_model.total_ms;
         let model_graph = 0.02 + model_gated;
         let ops = gm.schedule.ops.len();
         points.push(IssuePoint {
             chunks,
-            chunk_bytes: 4 * (n / chunks) as u64,
+            chunk_bytes: 4 * chunk(n, chunks, 0).1 as u64,
             ops,
             live: flat(model_live),
             graph: flat(model_graph),
@@ -276,8 +275,7 @@ fn streams_issue_cost(config: &StreamsConfig, machine: MachineFacts) -> IssueCos
             model_live,
             model_graph,
         });
-        let us: Vec<(f64, f64)> = live_times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();
-        let t = Timeline::from_schedule("predicted", "queue model", &lm.schedule, &us, &lm.stream_names());
+        let t = live_model.timeline;
         drawn = Some((chunks, Timeline { title: "measured".into(), ..t.clone() }, t));
     }
     let (timeline_chunks, timeline, predicted) = drawn.expect("at least one chunk count");

@@ -19,7 +19,7 @@ use super::gate::Gate;
 use super::{driver, ComputeKernel, DeviceBuffer, DeviceSpan, Event, Gpu, Graph, HostBuffer, HostTask, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
-use crate::pipeline::issue::{check_alloc, check_thread, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
+use crate::pipeline::issue::{check_alloc, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
 use crate::pipeline::schedule::{Access, Memory, OpId, OpKind, Race, Schedule, StreamKind};
 use crate::pipeline::timeline::Timeline;
 use std::ffi::c_void;
@@ -104,16 +104,14 @@ pub struct Pipeline<'a> {
     gpu: Gpu,
     device_label: String,
     schedule: Schedule,
-    /// The streams by lane ([`Lanes`]): the loop's own, then the per-thread
-    /// streams of other CPU threads (the same handle, called from there).
+    /// The streams by lane and the CPU thread making the calls
+    /// ([`Lanes`]): the loop's own streams, then the per-thread streams of
+    /// other CPU threads (the same handle, called from there).
     lanes: Lanes,
     streams: Vec<&'a Stream>,
-    /// The CPU thread making the calls ([`Issue::issue_from`]) and the OS
-    /// threads that make those of threads 1, 2, ...
-    thread: usize,
+    /// The OS threads that make the calls of threads 1, 2, ..., and the
+    /// time spent in the driver's issuing calls.
     cpu: CpuThreads,
-    /// Host time inside the driver's issuing calls so far.
-    in_driver: std::time::Duration,
     /// One per lane, made when the lane is added: recorded last in
     /// `finish`, so creating them never lands after the timed work.
     stream_ends: Vec<Event>,
@@ -284,9 +282,7 @@ impl Gpu {
             schedule: Schedule::new(),
             lanes: Lanes::default(),
             streams: Vec::new(),
-            thread: 0,
             cpu: CpuThreads::default(),
-            in_driver: std::time::Duration::ZERO,
             stream_ends: Vec::new(),
             devices: Vec::new(),
             hosts: Vec::new(),
@@ -328,12 +324,9 @@ impl Gpu {
         let fork = self.sync_event()?;
         // SAFETY: the base stream is the pipeline's own, created by this context.
         unsafe { driver::stream_begin_capture(p.base_stream.raw()) }?;
-        // From here Drop ends the capture, whatever fails.
-        p.capture = Some(fork);
         p.schedule.issued_live = false;
-        if let Some(f) = &p.capture {
-            f.record(&p.base_stream)?;
-        }
+        // From here Drop ends the capture, whatever fails.
+        p.capture.insert(fork).record(&p.base_stream)?;
         Ok(p)
     }
 }
@@ -376,9 +369,8 @@ impl<'a> Pipeline<'a> {
     }
 
     pub fn stream(&mut self, s: &'a Stream, name: &str) -> StreamRef {
-        let r = self.lanes.add(s.kind(), name);
+        let r = self.lanes.add(&mut self.schedule, s.kind(), s.priority(), name);
         self.add_lane(r.0, s);
-        self.schedule.declare_stream(r.0, s.kind(), s.priority());
         r
     }
 
@@ -428,12 +420,12 @@ impl<'a> Pipeline<'a> {
     /// The lane `s` means on the current thread, added on first use (a
     /// per-thread stream called from another thread).
     fn lane(&mut self, s: StreamRef) -> Result<usize> {
-        if self.source == TimelineSource::Cupti && self.lanes.would_add(s, self.thread) {
+        if self.source == TimelineSource::Cupti && self.lanes.would_add(s) {
             return Err(LabError::config(
                 "CUPTI cannot name another CPU thread's per-thread stream: time a pipeline of several threads with CUDA events (TimelineSource::Events)",
             ));
         }
-        let (lane, new) = self.lanes.resolve(s, self.thread)?;
+        let (lane, new) = self.lanes.resolve(&mut self.schedule, s)?;
         if self.capture.is_some() && self.lanes.kind(lane) == StreamKind::Legacy {
             return Err(LabError::config(
                 "the legacy NULL stream cannot be captured into a CUDA graph (it would wait on every blocking stream): use the loop's own streams",
@@ -441,7 +433,6 @@ impl<'a> Pipeline<'a> {
         }
         if new {
             self.add_lane(lane, self.streams[s.0]);
-            self.schedule.declare_stream(lane, StreamKind::PerThread, 0);
         }
         Ok(lane)
     }
@@ -449,10 +440,8 @@ impl<'a> Pipeline<'a> {
     /// The CPU thread that makes the calls that follow (see
     /// [`Issue::issue_from`]); its OS thread is made on first use.
     pub fn issue_from(&mut self, thread: usize) -> Result<()> {
-        check_thread(thread)?;
-        self.cpu.ensure(&self.gpu, thread)?;
-        self.thread = thread;
-        Ok(())
+        self.lanes.issue_from(thread)?;
+        self.cpu.ensure(&self.gpu, thread)
     }
 
     /// Refuses what a CUDA graph cannot hold, while capturing.
@@ -465,13 +454,6 @@ impl<'a> Pipeline<'a> {
         Ok(())
     }
 
-    /// Refuses CPU work and memory calls from threads other than 0.
-    fn on_loop_thread(&self, what: &str) -> Result<()> {
-        if self.thread != 0 {
-            return Err(crate::pipeline::issue::only_loop_thread(self.thread, what));
-        }
-        Ok(())
-    }
     pub fn device(&mut self, d: &'a DeviceBuffer, name: &str) -> DevRef {
         self.devices.push(DeviceEntry { span: d.span(), hold: Holding::lab(name) });
         DevRef(self.devices.len() - 1)
@@ -487,9 +469,8 @@ impl<'a> Pipeline<'a> {
     /// An event for dependencies (record / wait / host_wait). It takes no
     /// timestamp: a timed event costs the engine that records it a flush.
     pub fn event(&mut self) -> Result<EventRef> {
-        let called = Instant::now();
-        let event = self.gpu.sync_event()?;
-        self.in_driver += called.elapsed();
+        let gpu = &self.gpu;
+        let event = self.cpu.driver_call(self.lanes.thread(), || gpu.sync_event())?;
         self.user_events.push(Arc::new(event));
         Ok(EventRef(self.user_events.len() - 1))
     }
@@ -553,16 +534,14 @@ impl<'a> Pipeline<'a> {
             TimelineSource::Off => (Mark::None, None, None),
         };
         let events = &self.pool.events;
-        let called = Instant::now();
-        self.cpu.run(self.thread, || {
+        self.cpu.driver_call(self.lanes.thread(), || {
             if let Some(a) = start {
                 events[a].record(stream)?;
             }
             issue(stream)?;
             end.map_or(Ok(()), |b| events[b].record(stream))
         })?;
-        self.in_driver += called.elapsed();
-        let id = self.schedule.gpu_op(self.thread, lane, kind, label, accesses);
+        let id = self.schedule.gpu_op(self.lanes.thread(), lane, kind, label, accesses);
         self.marks.push(mark);
         Ok(id)
     }
@@ -623,7 +602,7 @@ impl<'a> Pipeline<'a> {
     /// Timed by the task itself, not on this pipeline's timeline.
     pub fn host_fn<T: HostTask>(&mut self, s: StreamRef, label: &str, accesses: Vec<Access>, task: T) -> Result<OpId> {
         self.not_captured("a host function")?;
-        self.on_loop_thread("a host function")?;
+        self.lanes.on_loop_thread("a host function")?;
         let lane = self.lane(s)?;
         // The CPU takes part from here: the GPU must be running.
         self.open_gate()?;
@@ -681,9 +660,7 @@ impl<'a> Pipeline<'a> {
     pub fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
         let lane = self.lane(s)?;
         let (event, stream) = (self.user_event(e)?, self.streams[lane]);
-        let called = Instant::now();
-        self.cpu.run(self.thread, || event.record(stream))?;
-        self.in_driver += called.elapsed();
+        self.cpu.driver_call(self.lanes.thread(), || event.record(stream))?;
         self.schedule.record_event(e.0, lane);
         Ok(())
     }
@@ -691,9 +668,7 @@ impl<'a> Pipeline<'a> {
     pub fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
         let lane = self.lane(s)?;
         let (event, stream) = (self.user_event(e)?, self.streams[lane]);
-        let called = Instant::now();
-        self.cpu.run(self.thread, || stream.wait_event(event))?;
-        self.in_driver += called.elapsed();
+        self.cpu.driver_call(self.lanes.thread(), || stream.wait_event(&event))?;
         self.reusable_end[lane] = None;
         self.schedule.stream_wait_event(lane, e.0);
         Ok(())
@@ -704,9 +679,9 @@ impl<'a> Pipeline<'a> {
         let _r = trace::range("host waits on event");
         self.open_gate()?;
         let event = self.user_event(e)?;
-        self.cpu.run(self.thread, || event.synchronize())?;
+        self.cpu.run(self.lanes.thread(), || event.synchronize())?;
         self.forget_reusable_ends();
-        self.schedule.host_wait_event(self.thread, e.0);
+        self.schedule.host_wait_event(self.lanes.thread(), e.0);
         Ok(())
     }
     /// cuStreamSynchronize: the CPU waits for everything issued to `s`.
@@ -715,18 +690,18 @@ impl<'a> Pipeline<'a> {
         let lane = self.lane(s)?;
         self.open_gate()?;
         let stream = self.streams[lane];
-        self.cpu.run(self.thread, || stream.synchronize())?;
+        self.cpu.run(self.lanes.thread(), || stream.synchronize())?;
         self.forget_reusable_ends();
-        self.schedule.host_wait_stream(self.thread, lane);
+        self.schedule.host_wait_stream(self.lanes.thread(), lane);
         Ok(())
     }
-    fn user_event(&self, e: EventRef) -> Result<&Event> {
-        self.user_events.get(e.0).map(|e| &**e).ok_or_else(|| LabError::config(format!("event {} was never made", e.0)))
+    fn user_event(&self, e: EventRef) -> Result<Arc<Event>> {
+        self.user_events.get(e.0).cloned().ok_or_else(|| LabError::config(format!("event {} was never made", e.0)))
     }
 
     fn host_op<R>(&mut self, label: &str, h: HostRef, at: usize, bytes: usize, write: bool, f: impl FnOnce(&mut [u64]) -> R) -> Result<R> {
         self.not_captured("CPU work")?;
-        self.on_loop_thread("CPU work")?;
+        self.lanes.on_loop_thread("CPU work")?;
         let (p, mut a) = self.host_range(h, at, bytes)?;
         a.write = write;
         // Host work takes part in the schedule: the GPU must be running.
@@ -794,9 +769,9 @@ impl<'a> Pipeline<'a> {
         self.not_captured("a CPU wait (cuCtxSynchronize)")?;
         let _r = trace::range("host waits for the device");
         self.open_gate()?;
-        self.cpu.run(self.thread, driver::context_synchronize)?;
+        self.cpu.run(self.lanes.thread(), driver::context_synchronize)?;
         self.forget_reusable_ends();
-        self.schedule.host_wait_all(self.thread);
+        self.schedule.host_wait_all(self.lanes.thread());
         Ok(())
     }
 
@@ -810,7 +785,7 @@ impl<'a> Pipeline<'a> {
     /// still touch is never made.
     fn memory_call<R>(&mut self, s: Option<StreamRef>, kind: OpKind, label: &str, accesses: Vec<Access>, call: impl FnOnce() -> Result<R>) -> Result<R> {
         self.not_captured("a memory call")?;
-        self.on_loop_thread("a memory call")?;
+        self.lanes.on_loop_thread("a memory call")?;
         self.open_gate()?;
         let id = match s {
             Some(s) => {
@@ -1002,17 +977,7 @@ impl<'a> Pipeline<'a> {
         let graph = unsafe { driver::stream_end_capture(self.base_stream.raw()) }?;
         // SAFETY: just captured in this context; the Graph owns it from here.
         let graph = unsafe { Graph::instantiate(&self.gpu, graph) }?;
-        let run = PipelineRun {
-            races: self.schedule.races().to_vec(),
-            schedule: std::mem::take(&mut self.schedule),
-            timeline: None,
-            total_ms: 0.0,
-            unreleased: Vec::new(),
-            stream_names: self.lanes.names(),
-            issue_ms: 0.0,
-            driver_ms: self.in_driver.as_secs_f64() * 1e3,
-        };
-        Ok((graph, run))
+        Ok((graph, self.run(None, 0.0, Vec::new())))
     }
 
     /// Waits for all work, then resolves the timeline and the races.
@@ -1037,7 +1002,6 @@ impl<'a> Pipeline<'a> {
             total_ms = total_ms.max(self.base.elapsed_ms(e)?);
         }
         let activity = if self.source == TimelineSource::Cupti { Some(self.activity_times()?) } else { None };
-        let stream_names = self.lanes.names();
         let timeline = if self.source != TimelineSource::Off {
             let mut times = Vec::with_capacity(self.marks.len());
             for m in &self.marks {
@@ -1049,24 +1013,29 @@ impl<'a> Pipeline<'a> {
                     Mark::Elsewhere => (f64::NAN, f64::NAN),
                 });
             }
-            let mut t = Timeline::from_schedule("measured", &self.device_label, &self.schedule, &times, &stream_names);
+            let mut t = Timeline::from_schedule("measured", &self.device_label, &self.schedule, &times, &self.lanes.names());
             t.spans.retain(|s| s.start_us.is_finite());
             t.source = self.source.label().into();
             Some(t)
         } else {
             None
         };
-        let driver_ms = self.in_driver.as_secs_f64() * 1e3;
-        Ok(PipelineRun {
+        Ok(self.run(timeline, total_ms, unreleased))
+    }
+
+    /// What the pipeline leaves behind: its schedule (taken), races and
+    /// lanes, with what `finish` or `finish_capture` measured.
+    fn run(&mut self, timeline: Option<Timeline>, total_ms: f64, unreleased: Vec<String>) -> PipelineRun {
+        PipelineRun {
             races: self.schedule.races().to_vec(),
             schedule: std::mem::take(&mut self.schedule),
             timeline,
             total_ms,
-            stream_names,
+            stream_names: self.lanes.names(),
             unreleased,
             issue_ms: 0.0,
-            driver_ms,
-        })
+            driver_ms: self.cpu.in_driver.as_secs_f64() * 1e3,
+        }
     }
 }
 
@@ -1190,9 +1159,11 @@ impl Issue for GpuIssuer<'_, '_> {
 /// used, with the GPU's context current. The caller waits for each call, so
 /// the threads take turns; what differs is which thread the driver sees,
 /// and so which per-thread default stream `CU_STREAM_PER_THREAD` means.
+/// Also the host time the pipeline spent in the driver's issuing calls.
 #[derive(Default)]
 struct CpuThreads {
     threads: Vec<rayon::ThreadPool>,
+    in_driver: std::time::Duration,
 }
 
 impl CpuThreads {
@@ -1212,6 +1183,15 @@ impl CpuThreads {
             self.threads.push(pool);
         }
         Ok(())
+    }
+    /// [`Self::run`] for a driver call that issues GPU work (copies,
+    /// kernels, creating and recording events, stream waits), its time
+    /// counted in `in_driver`.
+    fn driver_call<R: Send>(&mut self, thread: usize, call: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+        let called = Instant::now();
+        let r = self.run(thread, call);
+        self.in_driver += called.elapsed();
+        r
     }
     /// Makes `call` on CPU thread `thread` and waits for it.
     fn run<R: Send>(&self, thread: usize, call: impl FnOnce() -> Result<R> + Send) -> Result<R> {

@@ -12,7 +12,7 @@ use crate::gpu::kernels::compute_reference;
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::pipeline::model::{ModelPipeline, Provenance};
-use crate::pipeline::plan::{chunk, device_name, Costs, Plan, Refs, StreamSpec, INPUT, OUTPUT};
+use crate::pipeline::plan::{device_name, stage_streams, Costs, Plan, Refs, StreamSpec, WaitBy, INPUT, OUTPUT};
 use crate::pipeline::schedule::{Machine, OpKind, StreamKind};
 use crate::present::units::Bytes;
 use std::collections::HashMap;
@@ -440,24 +440,7 @@ impl PlanRig {
         // ordered by events, issued behind the gate (no waits), per GPU op.
         // Long enough for the steady pace: measured on the lent H100, a loop
         // of 8 chunks took 12 µs an op, of 256 and more 8 to 9 µs.
-        let chunks = ISSUE_CHUNKS;
-        let three = ["uploads", "kernels", "downloads"].iter().map(|name| StreamSpec::new(name, StreamKind::NonBlocking, 0)).collect();
-        let issued = Plan::new("issue a three-stream loop", three, n.max(2 * chunks), 2, move |p, r| {
-            let (up, k, down) = (r.streams[0], r.streams[1], r.streams[2]);
-            for c in 0..chunks {
-                let (at, len) = chunk(r.elements, chunks, c);
-                p.h2d(up, r.devices[0], at, r.input, at, len, "H2D")?;
-                let e = p.event()?;
-                p.record(e, up)?;
-                p.wait(k, e)?;
-                p.compute(k, r.devices[0], at, r.devices[1], at, len, "kernel")?;
-                let f = p.event()?;
-                p.record(f, k)?;
-                p.wait(down, f)?;
-                p.d2h(down, r.output, at, r.devices[1], at, len, "D2H")?;
-            }
-            Ok(())
-        });
+        let issued = stage_streams("issue a three-stream loop", n.max(2 * ISSUE_CHUNKS), ISSUE_CHUNKS, WaitBy::StreamWaitEvent);
         let model = issued.model()?;
         let ops = model.schedule.ops.len() as f64;
         self.run_modelled(&issued, &model, TimelineSource::Off)?;

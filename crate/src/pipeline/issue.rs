@@ -4,7 +4,7 @@
 //! where every element's data came from. Either way the checker can say what
 //! is wrong: wrong data, a race, no overlap, or too little of it.
 
-use super::schedule::{Memory, StreamKind};
+use super::schedule::{Memory, Schedule, StreamKind};
 use crate::error::{LabError, Result};
 use std::collections::HashMap;
 
@@ -86,27 +86,13 @@ pub trait Issue {
 /// The most CPU threads a loop may issue from ([`Issue::issue_from`]).
 pub const MAX_THREADS: usize = 64;
 
-/// Refuses a thread number no loop needs.
-pub fn check_thread(thread: usize) -> Result<()> {
-    if thread >= MAX_THREADS {
-        return Err(LabError::config(format!("issue_from({thread}): give a CPU thread from 0 to {}", MAX_THREADS - 1)));
-    }
-    Ok(())
-}
-
-/// The error for CPU work or a memory call from CPU thread `thread`: in
-/// this vocabulary other threads issue GPU work, events and waits only.
-pub fn only_loop_thread(thread: usize, what: &str) -> LabError {
-    LabError::config(format!(
-        "{what} from CPU thread {thread}: other threads issue GPU work, events and waits; CPU work and memory calls are thread 0's (call issue_from(0) first)"
-    ))
-}
-
-/// The streams a pipeline's ops run on, as both executors track them: the
-/// loop's own (numbered as it made them), then, for each per-thread default
-/// stream a CPU thread other than 0 used, that thread's own stream (CUDA
-/// resolves `CU_STREAM_PER_THREAD` by the calling thread, so one handle is
-/// a different stream on each thread).
+/// The streams a pipeline's ops run on and the CPU thread making its
+/// calls, as both executors track them: the loop's own streams (numbered
+/// as it made them), then, for each per-thread default stream a CPU thread
+/// other than 0 used, that thread's own stream (CUDA resolves
+/// `CU_STREAM_PER_THREAD` by the calling thread, so one handle is a
+/// different stream on each thread). Every lane is declared in the
+/// executor's schedule as it is made.
 #[derive(Clone, Debug, Default)]
 pub struct Lanes {
     /// Per lane: its kind, name and the thread whose stream it is.
@@ -115,22 +101,27 @@ pub struct Lanes {
     per_thread: HashMap<(usize, usize), usize>,
     /// How many streams the loop made (lanes past these were resolved).
     made: usize,
+    /// The CPU thread making the calls ([`Issue::issue_from`]).
+    thread: usize,
 }
 
 impl Lanes {
-    /// A stream the loop made (before any per-thread lane is resolved).
-    pub fn add(&mut self, kind: StreamKind, name: &str) -> StreamRef {
+    /// A stream the loop made (before any per-thread lane is resolved),
+    /// declared in `schedule`.
+    pub fn add(&mut self, schedule: &mut Schedule, kind: StreamKind, priority: i32, name: &str) -> StreamRef {
         // A stream made after a per-thread lane was resolved would take
         // that lane's number: the executors make every stream first.
         assert_eq!(self.made, self.lanes.len(), "a pipeline's streams are all added before its loop issues");
         self.lanes.push((kind, name.into(), 0));
         self.made += 1;
+        schedule.declare_stream(self.made - 1, kind, priority);
         StreamRef(self.made - 1)
     }
-    /// The lane `s` means when `thread` calls: `s` itself, or for a
+    /// The lane `s` means for the calling thread: `s` itself, or for a
     /// per-thread stream called from another thread, that thread's own
-    /// (`Ok((lane, true))` the first time).
-    pub fn resolve(&mut self, s: StreamRef, thread: usize) -> Result<(usize, bool)> {
+    /// (made and declared in `schedule` the first time: `Ok((lane, true))`).
+    pub fn resolve(&mut self, schedule: &mut Schedule, s: StreamRef) -> Result<(usize, bool)> {
+        let thread = self.thread;
         let Some((kind, name, _)) = self.lanes.get(s.0).filter(|_| s.0 < self.made).cloned() else {
             return Err(LabError::config(format!("stream {} was never created (the loop has {})", s.0, self.made)));
         };
@@ -143,11 +134,35 @@ impl Lanes {
         self.lanes.push((kind, format!("{name} of CPU thread {thread}"), thread));
         let lane = self.lanes.len() - 1;
         self.per_thread.insert((s.0, thread), lane);
+        schedule.declare_stream(lane, StreamKind::PerThread, 0);
         Ok((lane, true))
     }
-    /// Whether [`Self::resolve`] would add a lane for `s` called from `thread`.
-    pub fn would_add(&self, s: StreamRef, thread: usize) -> bool {
-        s.0 < self.made && thread != 0 && self.lanes[s.0].0 == StreamKind::PerThread && !self.per_thread.contains_key(&(s.0, thread))
+    /// Whether [`Self::resolve`] would make a lane for `s`.
+    pub fn would_add(&self, s: StreamRef) -> bool {
+        s.0 < self.made && self.thread != 0 && self.lanes[s.0].0 == StreamKind::PerThread && !self.per_thread.contains_key(&(s.0, self.thread))
+    }
+    /// The CPU thread making the calls.
+    pub fn thread(&self) -> usize {
+        self.thread
+    }
+    /// [`Issue::issue_from`]: refuses a thread number no loop needs.
+    pub fn issue_from(&mut self, thread: usize) -> Result<()> {
+        if thread >= MAX_THREADS {
+            return Err(LabError::config(format!("issue_from({thread}): give a CPU thread from 0 to {}", MAX_THREADS - 1)));
+        }
+        self.thread = thread;
+        Ok(())
+    }
+    /// Refuses `what` (CPU work, a memory call) from any thread but 0: in
+    /// this vocabulary other threads issue GPU work, events and waits only.
+    pub fn on_loop_thread(&self, what: &str) -> Result<()> {
+        if self.thread != 0 {
+            return Err(LabError::config(format!(
+                "{what} from CPU thread {}: other threads issue GPU work, events and waits; CPU work and memory calls are thread 0's (call issue_from(0) first)",
+                self.thread
+            )));
+        }
+        Ok(())
     }
     pub fn kind(&self, lane: usize) -> StreamKind {
         self.lanes[lane].0
@@ -308,20 +323,28 @@ mod tests {
 
     #[test]
     fn a_per_thread_stream_is_each_calling_threads_own() {
-        let mut l = Lanes::default();
-        let (made, legacy, mine) = (l.add(StreamKind::Blocking, "s0"), l.add(StreamKind::Legacy, "NULL"), l.add(StreamKind::PerThread, "default"));
-        assert_eq!(l.resolve(made, 3).unwrap(), (0, false), "a stream the loop made is the same on every thread");
-        assert_eq!(l.resolve(legacy, 3).unwrap(), (1, false), "so is the legacy stream");
-        assert_eq!(l.resolve(mine, 0).unwrap(), (2, false), "thread 0's per-thread stream is the one made");
-        assert!(l.would_add(mine, 2) && !l.would_add(mine, 0) && !l.would_add(made, 2));
-        assert_eq!(l.resolve(mine, 2).unwrap(), (3, true), "thread 2's is another stream");
-        assert!(!l.would_add(mine, 2));
-        assert_eq!(l.resolve(mine, 2).unwrap(), (3, false), "the same one each time");
-        assert_eq!(l.resolve(mine, 1).unwrap(), (4, true));
+        let (mut l, mut s) = (Lanes::default(), Schedule::new());
+        let made = l.add(&mut s, StreamKind::Blocking, 0, "s0");
+        let legacy = l.add(&mut s, StreamKind::Legacy, 0, "NULL");
+        let mine = l.add(&mut s, StreamKind::PerThread, 0, "default");
+        l.issue_from(3).unwrap();
+        assert_eq!(l.resolve(&mut s, made).unwrap(), (0, false), "a stream the loop made is the same on every thread");
+        assert_eq!(l.resolve(&mut s, legacy).unwrap(), (1, false), "so is the legacy stream");
+        l.issue_from(0).unwrap();
+        assert_eq!(l.resolve(&mut s, mine).unwrap(), (2, false), "thread 0's per-thread stream is the one made");
+        assert!(!l.would_add(mine));
+        l.issue_from(2).unwrap();
+        assert!(l.would_add(mine) && !l.would_add(made));
+        assert_eq!(l.resolve(&mut s, mine).unwrap(), (3, true), "thread 2's is another stream");
+        assert!(!l.would_add(mine));
+        assert_eq!(l.resolve(&mut s, mine).unwrap(), (3, false), "the same one each time");
+        l.issue_from(1).unwrap();
+        assert_eq!(l.resolve(&mut s, mine).unwrap(), (4, true));
         assert_eq!((l.owner(3), l.kind(3)), (2, StreamKind::PerThread));
         assert_eq!(l.names()[3], "default of CPU thread 2");
-        let e = l.resolve(StreamRef(3), 0).unwrap_err().to_string();
+        let e = l.resolve(&mut s, StreamRef(3)).unwrap_err().to_string();
         assert!(e.contains("stream 3 was never created (the loop has 3)"), "{e}");
-        assert!(check_thread(MAX_THREADS).unwrap_err().to_string().contains("give a CPU thread from 0 to 63"));
+        assert!(l.on_loop_thread("CPU work").unwrap_err().to_string().contains("CPU work from CPU thread 1"));
+        assert!(l.issue_from(MAX_THREADS).unwrap_err().to_string().contains("give a CPU thread from 0 to 63"));
     }
 }

@@ -2,7 +2,7 @@
 //! where every element's value came from, so a checker can say which
 //! element is wrong and why, and the queue model can time the schedule.
 
-use super::issue::{check_alloc, check_thread, only_loop_thread, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
+use super::issue::{check_alloc, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
 use super::schedule::{Access, Memory, OpKind, Schedule, StreamKind};
 use crate::error::{LabError, Result};
 
@@ -41,8 +41,6 @@ pub struct ModelPipeline {
     /// Elements per producer batch (labs with a producer).
     pub batch_elements: usize,
     lanes: Lanes,
-    /// The CPU thread making the calls ([`Issue::issue_from`]).
-    thread: usize,
     events: usize,
     hosts: Vec<ModelBuffer>,
     devices: Vec<ModelBuffer>,
@@ -50,7 +48,7 @@ pub struct ModelPipeline {
 
 impl ModelPipeline {
     pub fn new() -> ModelPipeline {
-        ModelPipeline { schedule: Schedule::new(), batch_elements: 0, lanes: Lanes::default(), thread: 0, events: 0, hosts: vec![], devices: vec![] }
+        ModelPipeline { schedule: Schedule::new(), batch_elements: 0, lanes: Lanes::default(), events: 0, hosts: vec![], devices: vec![] }
     }
     /// A non-blocking stream at the default priority.
     pub fn stream(&mut self) -> StreamRef {
@@ -63,9 +61,7 @@ impl ModelPipeline {
     }
     /// [`Self::stream_of`], named as timelines show it.
     pub fn stream_named(&mut self, kind: StreamKind, priority: i32, name: &str) -> StreamRef {
-        let s = self.lanes.add(kind, name);
-        self.schedule.declare_stream(s.0, kind, priority);
-        s
+        self.lanes.add(&mut self.schedule, kind, priority, name)
     }
     /// Every stream's name by its index in the schedule, the per-thread
     /// streams of other CPU threads included.
@@ -93,21 +89,10 @@ impl ModelPipeline {
         self.devices.iter().chain(&self.hosts).filter(|b| b.hold.leaked()).map(|b| b.hold.name.clone()).collect()
     }
 
-    /// Refuses CPU work and memory calls from threads other than 0.
-    fn on_loop_thread(&self, what: &str) -> Result<()> {
-        if self.thread != 0 {
-            return Err(only_loop_thread(self.thread, what));
-        }
-        Ok(())
-    }
     /// The schedule's stream for `s` called from the current thread (a
     /// per-thread stream is that thread's own: declared when first used).
     fn lane(&mut self, s: StreamRef) -> Result<usize> {
-        let (lane, new) = self.lanes.resolve(s, self.thread)?;
-        if new {
-            self.schedule.declare_stream(lane, StreamKind::PerThread, 0);
-        }
-        Ok(lane)
+        Ok(self.lanes.resolve(&mut self.schedule, s)?.0)
     }
     fn range(b: &ModelBuffer, at: usize, n: usize) -> Result<std::ops::Range<usize>> {
         b.hold.live()?;
@@ -151,7 +136,7 @@ impl Issue for ModelPipeline {
         let lane = self.lane(s)?;
         let (rs, rd) = (Self::range(&self.hosts[src.0], src_at, n)?, Self::range(&self.devices[dst.0], dst_at, n)?);
         let acc = vec![Self::access(&self.hosts[src.0], &rs, false), Self::access(&self.devices[dst.0], &rd, true)];
-        self.schedule.gpu_op(self.thread, lane, OpKind::H2d, label, acc);
+        self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::H2d, label, acc);
         let vals: Vec<Provenance> = self.hosts[src.0].cells[rs].to_vec();
         self.devices[dst.0].cells[rd].copy_from_slice(&vals);
         Ok(())
@@ -160,7 +145,7 @@ impl Issue for ModelPipeline {
         let lane = self.lane(s)?;
         let (rs, rd) = (Self::range(&self.devices[src.0], src_at, n)?, Self::range(&self.hosts[dst.0], dst_at, n)?);
         let acc = vec![Self::access(&self.devices[src.0], &rs, false), Self::access(&self.hosts[dst.0], &rd, true)];
-        self.schedule.gpu_op(self.thread, lane, OpKind::D2h, label, acc);
+        self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::D2h, label, acc);
         let vals: Vec<Provenance> = self.devices[src.0].cells[rs].to_vec();
         self.hosts[dst.0].cells[rd].copy_from_slice(&vals);
         Ok(())
@@ -169,7 +154,7 @@ impl Issue for ModelPipeline {
         let lane = self.lane(s)?;
         let (ri, ro) = (Self::range(&self.devices[input.0], in_at, n)?, Self::range(&self.devices[output.0], out_at, n)?);
         let acc = vec![Self::access(&self.devices[input.0], &ri, false), Self::access(&self.devices[output.0], &ro, true)];
-        self.schedule.gpu_op(self.thread, lane, OpKind::Kernel, label, acc);
+        self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Kernel, label, acc);
         let vals: Vec<Provenance> = self.devices[input.0].cells[ri]
             .iter()
             .map(|p| match p {
@@ -195,71 +180,71 @@ impl Issue for ModelPipeline {
         Ok(())
     }
     fn host_wait(&mut self, e: EventRef) -> Result<()> {
-        self.schedule.host_wait_event(self.thread, e.0);
+        self.schedule.host_wait_event(self.lanes.thread(), e.0);
         Ok(())
     }
     fn host_sync(&mut self, s: StreamRef) -> Result<()> {
         let lane = self.lane(s)?;
-        self.schedule.host_wait_stream(self.thread, lane);
+        self.schedule.host_wait_stream(self.lanes.thread(), lane);
         Ok(())
     }
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
-        self.on_loop_thread("CPU work")?;
+        self.lanes.on_loop_thread("CPU work")?;
         let r = Self::range(&self.hosts[h.0], at, n)?;
         let acc = vec![Self::access(&self.hosts[h.0], &r, true)];
-        self.schedule.host_op(self.thread, label, acc);
+        self.schedule.host_op(self.lanes.thread(), label, acc);
         for (j, cell) in self.hosts[h.0].cells[r].iter_mut().enumerate() {
             *cell = Provenance::Input((batch * self.batch_elements.max(n) + j) as u32);
         }
         Ok(())
     }
     fn sync_device(&mut self) -> Result<()> {
-        self.schedule.host_wait_all(self.thread);
+        self.schedule.host_wait_all(self.lanes.thread());
         Ok(())
     }
     fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
-        self.on_loop_thread("a memory call")?;
+        self.lanes.on_loop_thread("a memory call")?;
         let lane = self.lane(s)?;
         let b = Self::allocation(name, n, Memory::Pool)?;
-        self.schedule.gpu_op(self.thread, lane, OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![b.whole()]);
+        self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![b.whole()]);
         self.devices.push(b);
         Ok(DevRef(self.devices.len() - 1))
     }
     fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
-        self.on_loop_thread("a memory call")?;
+        self.lanes.on_loop_thread("a memory call")?;
         let lane = self.lane(s)?;
         let (label, access) = Self::release(self.device_buffer(d)?, Memory::Pool)?;
-        self.schedule.gpu_op(self.thread, lane, OpKind::Free(Memory::Pool), &label, vec![access]);
+        self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Free(Memory::Pool), &label, vec![access]);
         Ok(())
     }
     fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef> {
-        self.on_loop_thread("a memory call")?;
+        self.lanes.on_loop_thread("a memory call")?;
         let b = Self::allocation(name, n, Memory::Device)?;
-        self.schedule.host_call(self.thread, OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![b.whole()]);
+        self.schedule.host_call(self.lanes.thread(), OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![b.whole()]);
         self.devices.push(b);
         Ok(DevRef(self.devices.len() - 1))
     }
     fn free(&mut self, d: DevRef) -> Result<()> {
-        self.on_loop_thread("a memory call")?;
+        self.lanes.on_loop_thread("a memory call")?;
         let (label, access) = Self::release(self.device_buffer(d)?, Memory::Device)?;
-        self.schedule.host_call(self.thread, OpKind::Free(Memory::Device), &label, vec![access]);
+        self.schedule.host_call(self.lanes.thread(), OpKind::Free(Memory::Device), &label, vec![access]);
         Ok(())
     }
     fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef> {
-        self.on_loop_thread("a memory call")?;
+        self.lanes.on_loop_thread("a memory call")?;
         let b = Self::allocation(name, n, Memory::Pinned)?;
-        self.schedule.host_call(self.thread, OpKind::Alloc(Memory::Pinned), &Memory::Pinned.label(true, name), vec![b.whole()]);
+        self.schedule.host_call(self.lanes.thread(), OpKind::Alloc(Memory::Pinned), &Memory::Pinned.label(true, name), vec![b.whole()]);
         self.hosts.push(b);
         Ok(HostRef(self.hosts.len() - 1))
     }
     fn free_pinned(&mut self, h: HostRef) -> Result<()> {
-        self.on_loop_thread("a memory call")?;
+        self.lanes.on_loop_thread("a memory call")?;
         let (label, access) = Self::release(self.host_buffer(h)?, Memory::Pinned)?;
-        self.schedule.host_call(self.thread, OpKind::Free(Memory::Pinned), &label, vec![access]);
+        self.schedule.host_call(self.lanes.thread(), OpKind::Free(Memory::Pinned), &label, vec![access]);
         Ok(())
     }
     fn pin(&mut self, h: HostRef) -> Result<()> {
-        self.on_loop_thread("a memory call")?;
+        self.lanes.on_loop_thread("a memory call")?;
         let b = self.host_buffer(h)?;
         b.hold.live()?;
         if let Some(m) = b.hold.memory {
@@ -267,19 +252,17 @@ impl Issue for ModelPipeline {
         }
         b.hold.memory = Some(Memory::Registered);
         let label = Memory::Registered.label(true, &b.hold.name);
-        self.schedule.host_call(self.thread, OpKind::Alloc(Memory::Registered), &label, vec![]);
+        self.schedule.host_call(self.lanes.thread(), OpKind::Alloc(Memory::Registered), &label, vec![]);
         Ok(())
     }
     fn unpin(&mut self, h: HostRef) -> Result<()> {
-        self.on_loop_thread("a memory call")?;
+        self.lanes.on_loop_thread("a memory call")?;
         let (label, access) = Self::release(self.host_buffer(h)?, Memory::Registered)?;
-        self.schedule.host_call(self.thread, OpKind::Free(Memory::Registered), &label, vec![access]);
+        self.schedule.host_call(self.lanes.thread(), OpKind::Free(Memory::Registered), &label, vec![access]);
         Ok(())
     }
     fn issue_from(&mut self, thread: usize) -> Result<()> {
-        check_thread(thread)?;
-        self.thread = thread;
-        Ok(())
+        self.lanes.issue_from(thread)
     }
 }
 

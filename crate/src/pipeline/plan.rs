@@ -13,6 +13,7 @@
 use super::issue::{DevRef, HostRef, Issue, StreamRef};
 use super::model::{ModelPipeline, Provenance};
 use super::schedule::{predict, Machine, Op, OpKind, Schedule, StreamKind};
+use super::timeline::Timeline;
 use crate::error::{LabError, Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -161,9 +162,94 @@ impl Plan {
 
     /// The model's total: from the first op's start to the last op's end, ms.
     pub fn predicted_ms(&self, machine: Machine, costs: &Costs) -> Result<f64> {
-        let (_, times) = self.predict(machine, costs)?;
-        Ok(times.iter().map(|t| t.1).fold(0.0, f64::max))
+        Ok(self.prediction(&self.model()?, machine, costs)?.total_ms)
     }
+
+    /// The model's run of this plan, whose model is `model`: each op's
+    /// times, the total and the timeline drawn from them.
+    pub fn prediction(&self, model: &ModelPipeline, machine: Machine, costs: &Costs) -> Result<Prediction> {
+        let times = self.predict_schedule(&model.schedule, machine, costs)?;
+        let total_ms = times.iter().map(|t| t.1).fold(0.0, f64::max);
+        let us: Vec<(f64, f64)> = times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();
+        let timeline = Timeline::from_schedule("predicted", "queue model", &model.schedule, &us, &model.stream_names());
+        Ok(Prediction { times, total_ms, timeline })
+    }
+}
+
+/// The queue model's run of a plan ([`Plan::prediction`]).
+#[derive(Clone, Debug)]
+pub struct Prediction {
+    /// Each op's (start, end), ms, in schedule order.
+    pub times: Vec<(f64, f64)>,
+    /// The last op's end, ms.
+    pub total_ms: f64,
+    pub timeline: Timeline,
+}
+
+impl Prediction {
+    /// When the op labelled `label` in `schedule` (the plan's) ends, ms.
+    pub fn end_of(&self, schedule: &Schedule, label: &str) -> Option<f64> {
+        schedule.ops.iter().position(|o| o.label == label).map(|i| self.times[i].1)
+    }
+}
+
+/// How the download stream learns a chunk's kernel is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitBy {
+    StreamWaitEvent,
+    EventSynchronize,
+    StreamSynchronize,
+    ContextSynchronize,
+}
+
+impl WaitBy {
+    pub const ALL: [WaitBy; 4] = [WaitBy::StreamWaitEvent, WaitBy::EventSynchronize, WaitBy::StreamSynchronize, WaitBy::ContextSynchronize];
+    pub fn label(self) -> &'static str {
+        match self {
+            WaitBy::StreamWaitEvent => "cuStreamWaitEvent (the GPU waits)",
+            WaitBy::EventSynchronize => "cuEventSynchronize (the CPU waits)",
+            WaitBy::StreamSynchronize => "cuStreamSynchronize (the CPU waits)",
+            WaitBy::ContextSynchronize => "cuCtxSynchronize (the CPU waits for all)",
+        }
+    }
+}
+
+/// Uploads, kernels and downloads on three streams, `chunks` chunks over
+/// `elements`: each chunk's kernel waits for its upload by `by`, its
+/// download for the kernel on the GPU (lab 5's sync-weight and issue-cost
+/// pipelines, and the loop `gpu::PlanRig::machine` times the CPU's issuing on).
+pub fn stage_streams(name: &str, elements: usize, chunks: usize, by: WaitBy) -> Plan {
+    let specs = vec![
+        StreamSpec::new("uploads", StreamKind::NonBlocking, 0),
+        StreamSpec::new("kernels", StreamKind::NonBlocking, 0),
+        StreamSpec::new("downloads", StreamKind::NonBlocking, 0),
+    ];
+    Plan::new(name, specs, elements, 2, move |p, r| {
+        let (up, k, down) = (r.streams[0], r.streams[1], r.streams[2]);
+        for c in 0..chunks {
+            let (at, n) = chunk(r.elements, chunks, c);
+            p.h2d(up, r.devices[0], at, r.input, at, n, &format!("H2D {c}"))?;
+            match by {
+                WaitBy::StreamWaitEvent | WaitBy::EventSynchronize => {
+                    let e = p.event()?;
+                    p.record(e, up)?;
+                    if by == WaitBy::StreamWaitEvent {
+                        p.wait(k, e)?;
+                    } else {
+                        p.host_wait(e)?;
+                    }
+                }
+                WaitBy::StreamSynchronize => p.host_sync(up)?,
+                WaitBy::ContextSynchronize => p.sync_device()?,
+            }
+            p.compute(k, r.devices[0], at, r.devices[1], at, n, &format!("kernel {c}"))?;
+            let computed = p.event()?;
+            p.record(computed, k)?;
+            p.wait(down, computed)?;
+            p.d2h(down, r.output, at, r.devices[1], at, n, &format!("D2H {c}"))?;
+        }
+        Ok(())
+    })
 }
 
 /// Chunk `c` of `chunks` over `elements`: an even start and length, the last

@@ -194,9 +194,9 @@ struct LiveAccesses {
 
 impl LiveAccesses {
     /// Every access that overlaps `a`, oldest first within each start.
-    fn overlapping(&self, a: &Access) -> Vec<(Access, OpId)> {
+    fn overlapping(&self, a: &Access) -> Vec<&(Access, OpId)> {
         let from = a.start.saturating_sub(self.longest);
-        self.by_start.range(from..a.end).flat_map(|(_, v)| v.iter()).filter(|(o, _)| o.overlaps(a)).cloned().collect()
+        self.by_start.range(from..a.end).flat_map(|(_, v)| v.iter()).filter(|(o, _)| o.overlaps(a)).collect()
     }
     fn insert(&mut self, a: Access, id: OpId) {
         self.longest = self.longest.max(a.end - a.start);
@@ -383,7 +383,7 @@ impl Schedule {
         let mut overlapping = live.overlapping(&a);
         // Oldest first, so the first race named is the earliest access.
         overlapping.sort_by_key(|(_, op)| *op);
-        for (old, old_id) in overlapping {
+        for &(ref old, old_id) in overlapping {
             if old_id != id && (old.write || a.write) && !self.happens_before(old_id, id) {
                 // A release is a write to the whole buffer, named as what it is.
                 let verb = |op: OpId, w: bool, s: &'static str| -> String {

@@ -209,16 +209,11 @@ pub fn check_on_model(rec: &StreamsResults, learner: Loop) -> CheckReport {
     let mine = plan("your loop", cfg, learner);
     let Some(model) = shape_findings(&mine, &mut rep) else { return rep };
     let (costs, machine) = (costs_for(rec.costs_map(), &model.schedule), rec.machine.machine());
-    let predict = |p: &Plan, schedule: Option<&crate::pipeline::schedule::Schedule>| -> Result<f64> {
-        let times = match schedule {
-            Some(s) => p.predict_schedule(s, machine, &costs)?,
-            None => p.predict(machine, &costs)?.1,
-        };
-        Ok(times.iter().map(|t| t.1).fold(0.0, f64::max))
-    };
     let given_plan = plan("given", cfg, Arc::new(given));
     let fixed_plan = plan("fix", cfg, Arc::new(solution));
-    match (predict(&given_plan, None), predict(&fixed_plan, None), predict(&mine, Some(&model.schedule))) {
+    let predicted =
+        (given_plan.predicted_ms(machine, &costs), fixed_plan.predicted_ms(machine, &costs), mine.prediction(&model, machine, &costs).map(|p| p.total_ms));
+    match predicted {
         (Ok(g), Ok(f), Ok(m)) => judge_time(&mut rep, "predicted from the recorded costs", g, f, m),
         (_, _, Err(e)) | (_, Err(e), _) | (Err(e), _, _) => rep.problem(format!("cannot predict your loop: {e}")),
     }

@@ -4,7 +4,8 @@
 use super::StreamsConfig;
 use crate::error::Result;
 use crate::pipeline::issue::{Issue, StreamRef};
-use crate::pipeline::plan::{chunk, Plan, Refs, StreamSpec};
+pub use crate::pipeline::plan::WaitBy;
+use crate::pipeline::plan::{chunk, stage_streams, Plan, Refs, StreamSpec};
 use crate::pipeline::schedule::StreamKind;
 
 /// One experiment: what it shows and its variants.
@@ -138,63 +139,6 @@ fn threads(cfg: &StreamsConfig) -> Experiment {
 
 /// The threads experiment's first variant (its lanes are drawn per thread).
 pub const THREADS_LEGACY: &str = "legacy default stream, shared by the threads";
-
-/// How the download stream learns a chunk's kernel is done.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitBy {
-    StreamWaitEvent,
-    EventSynchronize,
-    StreamSynchronize,
-    ContextSynchronize,
-}
-
-impl WaitBy {
-    pub const ALL: [WaitBy; 4] = [WaitBy::StreamWaitEvent, WaitBy::EventSynchronize, WaitBy::StreamSynchronize, WaitBy::ContextSynchronize];
-    pub fn label(self) -> &'static str {
-        match self {
-            WaitBy::StreamWaitEvent => "cuStreamWaitEvent (the GPU waits)",
-            WaitBy::EventSynchronize => "cuEventSynchronize (the CPU waits)",
-            WaitBy::StreamSynchronize => "cuStreamSynchronize (the CPU waits)",
-            WaitBy::ContextSynchronize => "cuCtxSynchronize (the CPU waits for all)",
-        }
-    }
-}
-
-/// Uploads, kernels and downloads on three streams; each chunk's kernel
-/// waits for its upload by `by`, its download for the kernel on the GPU.
-pub(super) fn stage_streams(name: &str, elements: usize, chunks: usize, by: WaitBy) -> Plan {
-    let specs = vec![
-        StreamSpec::new("uploads", StreamKind::NonBlocking, 0),
-        StreamSpec::new("kernels", StreamKind::NonBlocking, 0),
-        StreamSpec::new("downloads", StreamKind::NonBlocking, 0),
-    ];
-    Plan::new(name, specs, elements, 2, move |p, r| {
-        let (up, k, down) = (r.streams[0], r.streams[1], r.streams[2]);
-        for c in 0..chunks {
-            let (at, n) = chunk(r.elements, chunks, c);
-            p.h2d(up, r.devices[0], at, r.input, at, n, &format!("H2D {c}"))?;
-            match by {
-                WaitBy::StreamWaitEvent | WaitBy::EventSynchronize => {
-                    let e = p.event()?;
-                    p.record(e, up)?;
-                    if by == WaitBy::StreamWaitEvent {
-                        p.wait(k, e)?;
-                    } else {
-                        p.host_wait(e)?;
-                    }
-                }
-                WaitBy::StreamSynchronize => p.host_sync(up)?,
-                WaitBy::ContextSynchronize => p.sync_device()?,
-            }
-            p.compute(k, r.devices[0], at, r.devices[1], at, n, &format!("kernel {c}"))?;
-            let computed = p.event()?;
-            p.record(computed, k)?;
-            p.wait(down, computed)?;
-            p.d2h(down, r.output, at, r.devices[1], at, n, &format!("D2H {c}"))?;
-        }
-        Ok(())
-    })
-}
 
 /// The weight of a wait: the stage-per-stream pipeline, each chunk's
 /// kernel ordered after its upload in four ways.

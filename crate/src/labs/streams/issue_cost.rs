@@ -21,12 +21,11 @@
 //! 256 ops before it must open, fewer than this sweep's longest loops, so
 //! the GPU-only time here is the model's.)
 
-use super::experiments::{stage_streams, WaitBy};
 use super::{effect_line, StreamsConfig};
 use crate::error::{LabError, Result};
 use crate::gpu::{MachineFacts, PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
-use crate::pipeline::plan::{chunk, Plan};
+use crate::pipeline::plan::{chunk, stage_streams, Plan, WaitBy};
 use crate::pipeline::schedule::Machine;
 use crate::pipeline::timeline::Timeline;
 use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
@@ -147,8 +146,7 @@ pub fn measure(rig: &mut PlanRig, cfg: &StreamsConfig, progress: &mut Progress) 
             launch.push(replay.launch_ms * 1e3);
         }
         let costs = rig.costs(&[&gated], reps)?;
-        let total = |times: Vec<(f64, f64)>| times.iter().map(|t| t.1).fold(0.0, f64::max);
-        let model_gated = total(gated.predict_schedule(&gm.schedule, machine, &costs)?);
+        let model_gated = gated.prediction(&gm, machine, &costs)?.total_ms;
         let (launch, issue) = (Summary::of(&launch)?, Summary::of(&issue)?);
         // The model is told the CPU's pace, as the host clock measured it in
         // these runs, and predicts when the GPU finishes: issued live, each
@@ -157,6 +155,7 @@ pub fn measure(rig: &mut PlanRig, cfg: &StreamsConfig, progress: &mut Progress) 
         // them) and the GPU starts each as it arrives, at that call's pace.
         let issued = Machine { issue: issue.median / 1e3, ..machine };
         let submitted = Machine { issue: launch.median / 1e3 / ops as f64, ..machine };
+        let live_model = live.prediction(&lm, issued, &costs)?;
         let point = IssuePoint {
             chunks,
             chunk_bytes: 4 * chunk(n, chunks, 0).1 as u64,
@@ -170,16 +169,13 @@ pub fn measure(rig: &mut PlanRig, cfg: &StreamsConfig, progress: &mut Progress) 
             instantiate_ms: captured.instantiate_ms,
             nodes: captured.nodes,
             model_gated,
-            model_live: total(live.predict_schedule(&lm.schedule, issued, &costs)?),
-            model_graph: total(live.predict_schedule(&lm.schedule, submitted, &costs)?),
+            model_live: live_model.total_ms,
+            model_graph: live.prediction(&lm, submitted, &costs)?.total_ms,
         };
         if chunks == timeline_chunks {
             let run = rig.run_modelled(&live, &lm, TimelineSource::best())?;
             let t = run.timeline.ok_or_else(|| LabError::config("a traced run left no timeline"))?;
-            let times = live.predict_schedule(&lm.schedule, issued, &costs)?;
-            let us: Vec<(f64, f64)> = times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();
-            let predicted = Timeline::from_schedule("predicted", "queue model", &lm.schedule, &us, &lm.stream_names());
-            drawn = Some((t, predicted));
+            drawn = Some((t, live_model.timeline));
         }
         progress.step(&format!(
             "issue-cost: {chunks} chunks of {}: issued live {:.3} ms, graph {:.3} ms (model {:.3} / {:.3}; the GPU's work alone {:.3})",

@@ -11,7 +11,6 @@ use crate::measure::stats::Summary;
 use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::plan::{chunk, Costs, Plan};
 use crate::pipeline::schedule::{Lane, Machine, OpKind};
-use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 
 /// FMAs per element that make one chunk's kernel take about as long as its
@@ -75,16 +74,17 @@ fn variant(
         last = Some(tl);
     }
     let timeline = last.ok_or_else(|| LabError::config("no traced run"))?;
-    let (model_ms, watched_model_ms, predicted) = prediction(plan, model, e.watch, machine, costs)?;
+    let p = plan.prediction(model, machine, costs)?;
+    let watched_model_ms = e.watch.and_then(|label| p.end_of(&model.schedule, label));
     Ok(VariantResult {
         name: plan.name.clone(),
         total_ms: Summary::of(totals)?,
-        model_ms,
+        model_ms: p.total_ms,
         watched_ms: if watched.is_empty() { None } else { Some(Summary::of(&watched)?) },
         watched_model_ms,
         bound_ms: None,
         timeline,
-        predicted,
+        predicted: p.timeline,
     })
 }
 
@@ -108,17 +108,6 @@ fn interleaved(rig: &mut PlanRig, plans: &[Plan], models: &[ModelPipeline], reps
         }
     }
     Ok(totals)
-}
-
-/// The model's total, the watched op's end (ms) and its timeline for
-/// `plan`, whose model is `model`.
-pub fn prediction(plan: &Plan, model: &ModelPipeline, watch: Option<&str>, machine: Machine, costs: &Costs) -> Result<(f64, Option<f64>, Timeline)> {
-    let schedule = &model.schedule;
-    let times = plan.predict_schedule(schedule, machine, costs)?;
-    let model_ms = times.iter().map(|t| t.1).fold(0.0, f64::max);
-    let watched = watch.and_then(|label| schedule.ops.iter().position(|o| o.label == label)).map(|i| times[i].1);
-    let us: Vec<(f64, f64)> = times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();
-    Ok((model_ms, watched, Timeline::from_schedule("predicted", "queue model", schedule, &us, &model.stream_names())))
 }
 
 /// One line on what the model was told of the machine.
