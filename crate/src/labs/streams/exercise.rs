@@ -337,6 +337,19 @@ mod tests {
     }
 
     #[test]
+    fn absurd_sizes_are_failed_checks_that_say_so() {
+        // Twice the data in one upload, and a chunk count of zero.
+        fails_with(
+            &check(|p, t| {
+                p.h2d(t.streams[0], t.dev_in, 0, t.host_in, 0, 2 * t.elements, "everything twice")?;
+                issue_chunks(p, t, |p, t| t.upload_params(p, t.streams[0]))
+            }),
+            "do not fit",
+        );
+        fails_with(&check(|p, t| issue_chunks(p, &StreamsTask { chunks: 0, ..t.clone() }, |p, t| t.upload_params(p, t.streams[0]))), "never reached the host");
+    }
+
+    #[test]
     fn a_fix_that_races_is_named() {
         // Each chunk's kernel on another stream than its upload, no event.
         fails_with(
