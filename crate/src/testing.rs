@@ -6,12 +6,14 @@ use crate::gpu::{Fingerprint, HostMemoryKind, PcieLink};
 use crate::labs::bandwidth::{AcquireCost, BandwidthConfig, BandwidthResults, Direction, PinCostPoint, TransferPoint};
 use crate::labs::callback::{CallbackConfig, CallbackResults, CostPoint, Variant, VariantResult};
 use crate::labs::double_buffer::{DoubleBufferConfig, DoubleBufferResults};
+use crate::labs::experiment::{Experiment, ExperimentResult, VariantResult as ExperimentVariant};
 use crate::labs::overlap::{Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
 use crate::labs::streams::experiments as streams_experiments;
 use crate::labs::streams::issue_cost::{self as streams_issue, IssueCost, IssuePoint};
-use crate::labs::streams::{ExperimentResult, StreamsConfig, StreamsResults, VariantResult as StreamsVariant};
+use crate::labs::streams::{StreamsConfig, StreamsResults};
 use crate::measure::stats::Summary;
 use crate::pipeline::plan::{chunk, Costs};
+use crate::pipeline::schedule::Machine;
 use crate::pipeline::timeline::Timeline;
 use crate::Bytes;
 use std::path::PathBuf;
@@ -200,32 +202,13 @@ pub fn streams_results() -> StreamsResults {
         MachineFacts { copy_engines: 3, h2d_ms: 8.0, d2h_ms: 8.0, both_ms: 8.0, wake_ms: 0.05, kernel_ms: 2.0, kernels_alternating_ms: 16.0, issue_ms: 0.003 };
     let experiments = exps
         .iter()
-        .map(|e| ExperimentResult {
-            name: e.name.into(),
-            shows: e.shows.into(),
-            effects: e.effects.clone(),
-            machine: Some(machine),
-            ceiling: None,
-            costs: Vec::new(),
-            variants: e
-                .variants
-                .iter()
-                .map(|plan| {
-                    let model = plan.model().expect("the lab's plans model");
-                    let p = plan.prediction(&model, machine.machine(), &costs).expect("costs for every op");
-                    let (model_ms, watched, predicted) = (p.total_ms, e.watch.and_then(|l| p.end_of(&model.schedule, l)), p.timeline);
-                    StreamsVariant {
-                        name: plan.name.clone(),
-                        total_ms: flat(model_ms),
-                        model_ms,
-                        watched_ms: watched.map(flat),
-                        watched_model_ms: watched,
-                        bound_ms: (plan.name == streams_experiments::THREE_WAY).then_some(model_ms),
-                        timeline: Timeline { title: "measured".into(), ..predicted.clone() },
-                        predicted,
-                    }
-                })
-                .collect(),
+        .map(|e| {
+            let mut r = experiment_as_modelled(e, machine, machine.machine(), &costs).expect("costs for every op");
+            r.costs = Vec::new();
+            for v in r.variants.iter_mut().filter(|v| v.name == streams_experiments::THREE_WAY) {
+                v.bound_ms = Some(v.model_ms);
+            }
+            r
         })
         .collect();
     let issue_cost = Some(streams_issue_cost(&config, machine));
@@ -280,4 +263,38 @@ fn streams_issue_cost(config: &StreamsConfig, machine: MachineFacts) -> IssueCos
     }
     let (timeline_chunks, timeline, predicted) = drawn.expect("at least one chunk count");
     IssueCost { elements: n, machine, points, timeline_chunks, timeline, predicted }
+}
+
+/// `e` as if every variant measured exactly what the model predicts
+/// from `costs` on `facts`' machine (`machine`): the fixtures' results,
+/// with real timelines to draw.
+pub fn experiment_as_modelled(e: &Experiment, facts: MachineFacts, machine: Machine, costs: &Costs) -> crate::Result<ExperimentResult> {
+    let variants = e
+        .variants
+        .iter()
+        .map(|plan| {
+            let model = plan.model()?;
+            let p = plan.prediction(&model, machine, costs)?;
+            let watched = e.watch.and_then(|l| p.end_of(&model.schedule, l));
+            Ok(ExperimentVariant {
+                name: plan.name.clone(),
+                total_ms: flat(p.total_ms),
+                model_ms: p.total_ms,
+                watched_ms: watched.map(flat),
+                watched_model_ms: watched,
+                bound_ms: None,
+                timeline: Timeline { title: "measured".into(), ..p.timeline.clone() },
+                predicted: p.timeline,
+            })
+        })
+        .collect::<crate::Result<Vec<_>>>()?;
+    Ok(ExperimentResult {
+        name: e.name.into(),
+        shows: e.shows.into(),
+        variants,
+        effects: e.effects.clone(),
+        machine: Some(facts),
+        ceiling: None,
+        costs: costs.iter().map(|(&(k, n), &ms)| (k, n, ms)).collect(),
+    })
 }

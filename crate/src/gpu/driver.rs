@@ -279,6 +279,42 @@ pub unsafe fn mem_free_async(p: CUdeviceptr, s: CUstream) -> Result<()> {
     unsafe { result::free_async(p, s) }.map_err(|e| driver_error("cuMemFreeAsync", e))
 }
 
+// ---- the stream-ordered pool ----------------------------------------------
+
+pub use sys::CUmemPool_attribute as PoolAttr;
+pub use sys::CUmemoryPool;
+
+/// The device's default pool: the one cuMemAllocAsync draws from. The
+/// driver owns it (never destroyed).
+pub fn default_mem_pool(dev: CUdevice) -> Result<CUmemoryPool> {
+    // SAFETY: a device handle from the driver.
+    unsafe { result::device::get_default_mem_pool(dev) }.map_err(|e| driver_error("cuDeviceGetDefaultMemPool", e))
+}
+
+/// # Safety
+/// `pool` is a live pool and `attr` one of its 64-bit attributes
+/// (release threshold, reserved or used memory, current or high).
+pub unsafe fn mem_pool_get_u64(pool: CUmemoryPool, attr: PoolAttr) -> Result<u64> {
+    let mut v: u64 = 0;
+    // SAFETY: the attribute is 64 bits wide (the caller's promise).
+    unsafe { result::mem_pool::get_attribute(pool, attr, &mut v as *mut u64 as *mut c_void) }.map_err(|e| driver_error("cuMemPoolGetAttribute", e))?;
+    Ok(v)
+}
+
+/// # Safety
+/// As [`mem_pool_get_u64`]; the high-water attributes take only 0 (a reset).
+pub unsafe fn mem_pool_set_u64(pool: CUmemoryPool, attr: PoolAttr, mut v: u64) -> Result<()> {
+    // SAFETY: the attribute is 64 bits wide (the caller's promise).
+    unsafe { result::mem_pool::set_attribute(pool, attr, &mut v as *mut u64 as *mut c_void) }.map_err(|e| driver_error("cuMemPoolSetAttribute", e))
+}
+
+/// # Safety
+/// `pool` is a live pool.
+pub unsafe fn mem_pool_trim_to(pool: CUmemoryPool, keep: usize) -> Result<()> {
+    // SAFETY: the caller's promise.
+    unsafe { result::mem_pool::trim_to(pool, keep) }.map_err(|e| driver_error("cuMemPoolTrimTo", e))
+}
+
 /// # Safety
 /// `s` is a live stream and `p .. p + 4·words` lies inside one device allocation that outlives the queued write.
 pub unsafe fn memset_d32_async(p: CUdeviceptr, value: u32, words: usize, s: CUstream) -> Result<()> {

@@ -177,6 +177,36 @@ driver_host_buffer!(
     WriteCombinedBuffer, WriteCombined, driver::HOST_ALLOC_WRITE_COMBINED
 );
 
+/// Page-locked, cached host memory the GPU can read in place
+/// (CU_MEMHOSTALLOC_DEVICEMAP): a kernel given its device address reads it
+/// over the host link as it goes ("zero-copy"), no copy first.
+pub struct MappedBuffer(DriverHostAlloc);
+
+impl MappedBuffer {
+    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self> {
+        Ok(MappedBuffer(DriverHostAlloc::new(gpu, bytes, driver::HOST_ALLOC_MAPPED)?))
+    }
+    /// Its address as the GPU sees it.
+    pub(crate) fn device_span(&self) -> Result<super::DeviceSpan> {
+        self.0.gpu.bind()?;
+        // SAFETY: allocated with HOST_ALLOC_MAPPED, alive as long as `self`.
+        let ptr = unsafe { driver::host_device_pointer(self.0.ptr) }?;
+        Ok(super::DeviceSpan { ptr, bytes: self.0.words * 8 })
+    }
+}
+
+impl HostBuffer for MappedBuffer {
+    fn kind(&self) -> HostMemoryKind {
+        HostMemoryKind::Pinned
+    }
+    fn words(&self) -> &[u64] {
+        self.0.words()
+    }
+    fn words_mut(&mut self) -> &mut [u64] {
+        self.0.words_mut()
+    }
+}
+
 /// Page-aligned heap memory pinned in place with cuMemHostRegister.
 pub struct RegisteredBuffer {
     ptr: *mut u64,

@@ -153,3 +153,82 @@ impl RowDotKernel {
         unsafe { driver::launch(self.module.func, grid, self.block, stream.raw(), &mut params) }
     }
 }
+
+/// Where `reread` reads its input from.
+pub enum ReadFrom<'a> {
+    /// Device memory (copied there first).
+    Device(&'a DeviceBuffer),
+    /// Mapped pinned host memory, read in place over the host link.
+    Mapped(&'a super::MappedBuffer),
+}
+
+/// `kernels/reread.cu`: reads its input once per pass (lab 6's zero-copy kernel).
+pub struct RereadKernel {
+    module: Module,
+    grid: u32,
+    block: u32,
+}
+
+impl RereadKernel {
+    pub fn load(gpu: &Gpu) -> Result<RereadKernel> {
+        let sms = gpu.fingerprint()?.sm_count;
+        Ok(RereadKernel { module: Module::load(gpu, &kernels::REREAD)?, grid: sms * 8, block: 256 })
+    }
+
+    fn enqueue(&self, stream: &Stream, input: DeviceSpan, output: &DeviceBuffer, n: usize, passes: i32) -> Result<()> {
+        if n == 0 || n * 4 > input.bytes || n * 4 > output.bytes() || !(1..=64).contains(&passes) {
+            return Err(LabError::config(format!(
+                "reread of {n} elements, {passes} passes, does not fit {} -> {} bytes (1 to 64 passes)",
+                input.bytes,
+                output.bytes()
+            )));
+        }
+        let (mut src, mut dst, mut count, mut p) = (input.ptr, output.ptr(), n as u64, passes);
+        let mut params = [
+            &mut src as *mut u64 as *mut c_void,
+            &mut dst as *mut u64 as *mut c_void,
+            &mut count as *mut u64 as *mut c_void,
+            &mut p as *mut i32 as *mut c_void,
+        ];
+        let grid = self.grid.min(n.div_ceil(self.block as usize) as u32).max(1);
+        // SAFETY: params match `reread(const float*, float*, unsigned long long, int)`; bounds checked above.
+        unsafe { driver::launch(self.module.func, grid, self.block, stream.raw(), &mut params) }
+    }
+
+    /// Runs the kernel over the first `n` elements of `input` into
+    /// `output`, after uploading `upload` (pinned host -> the device input)
+    /// when given, and waits: the device time from the first op's start to
+    /// the kernel's end (CUDA events `timing`), ms.
+    pub fn run(
+        &self,
+        stream: &Stream,
+        upload: Option<&super::PinnedBuffer>,
+        input: ReadFrom<'_>,
+        output: &DeviceBuffer,
+        n: usize,
+        passes: i32,
+        timing: (&super::Event, &super::Event),
+    ) -> Result<f64> {
+        let span = match &input {
+            ReadFrom::Device(d) => d.span(),
+            ReadFrom::Mapped(m) => m.device_span()?,
+        };
+        timing.0.record(stream)?;
+        let queued = (|| {
+            if let Some(host) = upload {
+                let ReadFrom::Device(dst) = input else {
+                    return Err(LabError::config("an upload goes to a device input, not to mapped host memory"));
+                };
+                let mut op = super::CopyOp::HostToDevice { src: host, dst, bytes: n * 4 };
+                op.validate()?;
+                op.enqueue(stream)?;
+            }
+            self.enqueue(stream, span, output, n, passes)?;
+            timing.1.record(stream)
+        })();
+        // Whatever failed, nothing queued may outlive the borrows.
+        stream.synchronize()?;
+        queued?;
+        timing.0.elapsed_ms(timing.1)
+    }
+}

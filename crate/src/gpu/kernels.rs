@@ -37,8 +37,17 @@ pub const ROW_DOT: KernelSource = KernelSource {
     purpose: "one query's dot product with every key row (a warp per row), plus a stamp word naming the iteration",
 };
 
+pub const REREAD: KernelSource = KernelSource {
+    file: "reread.cu",
+    entry: "reread",
+    source: include_str!("../../../kernels/reread.cu"),
+    // Plain global loads (the input may be mapped host memory), explicit FMAs.
+    expect_in_ptx: &["ld.global.f32", "fma.rn.f32", ".visible .entry reread"],
+    purpose: "reads its input once per pass (device memory or mapped host memory in place): lab 6's zero-copy kernel",
+};
+
 /// Every kernel, in one table.
-pub const ALL: &[&KernelSource] = &[&COMPUTE, &ROW_DOT];
+pub const ALL: &[&KernelSource] = &[&COMPUTE, &ROW_DOT, &REREAD];
 
 /// Whether libnvrtc can be loaded (on CI: from the nvidia-cuda-nvrtc wheel
 /// via LD_LIBRARY_PATH; on a GPU machine: from the CUDA toolkit).
@@ -98,6 +107,12 @@ pub fn compute_reference(x: f32, iterations: i32) -> f32 {
         a = a.mul_add(c, x);
     }
     a
+}
+
+/// CPU reference of `reread` for one element: Σ over passes of w_p·x,
+/// w_p = 0.5 + 0.25 p, summed by FMAs in pass order.
+pub fn reread_reference(x: f32, passes: i32) -> f32 {
+    (0..passes).fold(0.0f32, |a, p| x.mul_add(0.5 + 0.25 * p as f32, a))
 }
 
 /// CPU reference of `row_dot` followed by an argmin: the first key row whose

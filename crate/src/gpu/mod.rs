@@ -5,7 +5,7 @@
 //! copy is made of and lab 1's timer for it ([`copy`]), and [`Pipeline`],
 //! which executes the pipeline vocabulary (`crate::pipeline`) on real
 //! streams, copies included, as operations of one schedule, or captures
-//! it into a CUDA [`Graph`]. Also the NVRTC kernels
+//! it into a CUDA [`Graph`]; the stream-ordered memory pool ([`pool`]). Also the NVRTC kernels
 //! ([`kernels`]) and NVTX ranges ([`trace`]).
 //!
 //! May use: `error`, `pipeline` (the vocabulary it executes), `measure`
@@ -22,17 +22,21 @@ pub mod kernel;
 pub mod kernels;
 pub mod pipeline;
 pub mod plan;
+pub mod pool;
 pub mod trace;
 
 pub use crate::pipeline::schedule::StreamKind;
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
 pub use fingerprint::{Fingerprint, PcieLink};
 pub use graph::Graph;
-pub use host::{alloc_host, HostBuffer, HostMemoryKind, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer};
+pub use host::{
+    alloc_host, HostBuffer, HostMemoryKind, MappedBuffer, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer,
+};
 pub use host_fn::HostTask;
-pub use kernel::{ComputeKernel, Module, RowDotArgs, RowDotKernel};
+pub use kernel::{ComputeKernel, Module, ReadFrom, RereadKernel, RowDotArgs, RowDotKernel};
 pub use pipeline::{Dataset, GpuIssuer, Pipeline, PipelineRun, TimelineSource};
 pub use plan::{CapturedPlan, MachineFacts, PlanRig, Replay};
+pub use pool::{MemPool, PoolBuffer, PoolUsage, ThresholdGuard};
 
 use crate::error::{LabError, Result};
 use crate::present::units::Bytes;

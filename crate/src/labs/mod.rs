@@ -11,6 +11,8 @@ pub mod bandwidth;
 pub mod callback;
 pub mod check;
 pub mod double_buffer;
+pub mod experiment;
+pub mod memory;
 pub mod overlap;
 pub mod streams;
 pub mod table;

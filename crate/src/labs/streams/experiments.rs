@@ -8,37 +8,7 @@ pub use crate::pipeline::plan::WaitBy;
 use crate::pipeline::plan::{chunk, stage_streams, Plan, Refs, StreamSpec};
 use crate::pipeline::schedule::StreamKind;
 
-/// One experiment: what it shows and its variants.
-pub struct Experiment {
-    pub name: &'static str,
-    pub shows: &'static str,
-    pub variants: Vec<Plan>,
-    /// The label of the op whose end the experiment watches (the urgent job).
-    pub watch: Option<&'static str>,
-    /// The differences it shows: each compares two of its variants.
-    pub effects: Vec<Effect>,
-    /// The variant that runs an H2D and a D2H of the whole size at once:
-    /// the variants after it take the bidirectional ceiling from its run.
-    pub ceiling_from: Option<usize>,
-}
-
-/// A difference an experiment shows: variant `changed` against variant
-/// `base` (indices into its variants), in their totals or, with `watched`,
-/// in the watched op's end; `expected` says whether the lab claims one.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Effect {
-    pub what: String,
-    pub base: usize,
-    pub changed: usize,
-    pub watched: bool,
-    pub expected: bool,
-}
-
-impl Effect {
-    fn new(what: &str, base: usize, changed: usize, expected: bool) -> Effect {
-        Effect { what: what.into(), base, changed, watched: false, expected }
-    }
-}
+pub use crate::labs::experiment::{Effect, Experiment};
 
 /// Elements of the tiny op on a default stream, and of the urgent job.
 pub const TINY: usize = 512;

@@ -17,8 +17,8 @@ pub mod measure;
 use crate::error::{LabError, Result};
 use crate::gpu::MachineFacts;
 use crate::labs::check::CheckReport;
+pub use crate::labs::experiment::{effect_line, EffectSize, ExperimentResult, VariantResult};
 use crate::measure::record::Record;
-use crate::measure::stats::Summary;
 use crate::pipeline::issue::Issue;
 use crate::pipeline::plan::Costs;
 use crate::pipeline::timeline::{Gantt, Timeline};
@@ -108,106 +108,6 @@ impl StreamsConfig {
 }
 
 crate::lab_config!(StreamsConfig);
-
-/// One variant of an experiment, measured and predicted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct VariantResult {
-    pub name: String,
-    /// First op's start to the last op's end on the GPU (events), ms.
-    pub total_ms: Summary,
-    /// The queue model's total from each op measured alone, ms.
-    pub model_ms: f64,
-    /// When the experiment names a job to watch (the urgent job of the
-    /// priority experiment): its last op's end, measured and predicted, ms.
-    pub watched_ms: Option<Summary>,
-    pub watched_model_ms: Option<f64>,
-    /// The best this pipeline could do on this machine, ms (three-way
-    /// overlap: a bound that knows the bidirectional ceiling).
-    #[serde(default)]
-    pub bound_ms: Option<f64>,
-    /// One run's timeline (the last).
-    pub timeline: Timeline,
-    pub predicted: Timeline,
-}
-
-impl VariantResult {
-    /// |ln(model / measured)| of the total.
-    pub fn model_error(&self) -> f64 {
-        (self.model_ms / self.total_ms.median).ln().abs()
-    }
-}
-
-/// An effect's difference of medians and the two variants' spreads (ms).
-pub type EffectSize = (f64, f64, f64);
-
-/// One experiment's variants.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ExperimentResult {
-    pub name: String,
-    pub shows: String,
-    pub variants: Vec<VariantResult>,
-    /// The differences it shows (see [`Self::effect_lines`]).
-    #[serde(default)]
-    pub effects: Vec<experiments::Effect>,
-    /// The machine and its ops alone, measured just before its variants:
-    /// what its model column was computed from.
-    #[serde(default)]
-    pub machine: Option<MachineFacts>,
-    /// Each direction's share of its speed alone while both run, as this
-    /// experiment measured it (the model and the bound of its later
-    /// variants use it; see [`experiments::Experiment::ceiling_from`]).
-    #[serde(default)]
-    pub ceiling: Option<f64>,
-    #[serde(default)]
-    pub costs: Vec<(crate::pipeline::schedule::OpKind, usize, f64)>,
-}
-
-impl ExperimentResult {
-    pub fn variant(&self, name: &str) -> Option<&VariantResult> {
-        self.variants.iter().find(|v| v.name == name)
-    }
-
-    /// Each effect with (difference of medians, spread of `base`, spread
-    /// of `changed`), a spread being the middle half of the runs (the
-    /// interquartile range, ms).
-    pub fn effects(&self) -> Vec<(&experiments::Effect, Option<EffectSize>)> {
-        let of = |i: usize, watched: bool| self.variants.get(i).and_then(|v| if watched { v.watched_ms } else { Some(v.total_ms) });
-        self.effects
-            .iter()
-            .map(|e| {
-                let pair = of(e.base, e.watched).zip(of(e.changed, e.watched));
-                (e, pair.map(|(a, b)| (b.median - a.median, a.middle_spread(), b.middle_spread())))
-            })
-            .collect()
-    }
-
-    /// One line per effect: the difference, both spreads, the verdict.
-    pub fn effect_lines(&self) -> String {
-        self.effects().into_iter().filter_map(|(e, d)| d.map(|(diff, sa, sb)| effect_line(&e.what, diff, sa, sb, e.expected))).collect()
-    }
-}
-
-/// Whether a difference of medians `diff` stands clear of both runs'
-/// spreads (the middle half of each one's runs, ms), as the lab claims
-/// (`expected`) or not: one line of the table.
-pub fn effect_line(what: &str, diff: f64, sa: f64, sb: f64, expected: bool) -> String {
-    let shown = diff.abs() > sa.max(sb);
-    let verdict = match (shown, expected) {
-        (true, true) => "shown: larger than either one's spread",
-        (false, false) => "none beyond the spreads, as the lab expects",
-        (true, false) => "a difference the lab does not expect: look at the timelines",
-        (false, true) => "NOT shown: within the spread on this run",
-    };
-    format!("  effect: {what}: {diff:+.3} ms, spreads {sa:.3} / {sb:.3} ms (middle half of runs): {verdict}\n")
-}
-
-impl ExperimentResult {
-    /// Whether every effect the lab expects stood clear of the spreads,
-    /// and none it does not expect did.
-    pub fn effects_as_claimed(&self) -> bool {
-        self.effects().iter().all(|(e, d)| d.is_some_and(|(diff, sa, sb)| (diff.abs() > sa.max(sb)) == e.expected))
-    }
-}
 
 /// Lab 5's results.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -321,14 +221,7 @@ impl StreamsResults {
             }
             LabError::config(format!("no experiment '{name}': the lab has {}", names.join(", ")))
         })?;
-        let mut panels = Vec::new();
-        for v in &e.variants {
-            panels.push(Timeline { title: format!("{}: measured, {:.3} ms", v.name, v.total_ms.median), ..v.timeline.clone() });
-            if with_model {
-                panels.push(Timeline { title: format!("{}: model, {:.3} ms", v.name, v.model_ms), ..v.predicted.clone() });
-            }
-        }
-        Ok(Gantt::new(&format!("{LAB}-{name}"), &format!("Lab 5, {name}: {}", if with_model { "measured and model" } else { "measured" }), origin, panels))
+        Ok(e.gantt("Lab 5", &format!("{LAB}-{name}"), with_model, origin))
     }
 
     /// The table the command line prints.
@@ -349,7 +242,7 @@ impl StreamsResults {
         for e in &self.experiments {
             out += &format!("\n{}: {}\n", e.name, e.shows);
             if let Some(f) = &e.machine {
-                out += &format!("  measured just before: {}\n", measure::machine_line(f));
+                out += &format!("  measured just before: {}\n", crate::labs::experiment::machine_line(f));
             }
             out += &format!("  {:<52} {:>10} {:>16} {:>10} {:>8}\n", "variant", "median ms", "25%..75% ms", "model ms", "error");
             for v in &e.variants {

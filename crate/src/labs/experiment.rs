@@ -1,0 +1,286 @@
+//! An experiment: a few variants of one pipeline written as [`Plan`]s, so
+//! the GPU and the model run the same loop. On the GPU its variants run
+//! interleaved (they take turns, run by run, so a slow phase of the host
+//! lands on all alike), each verified, timed with its spread, drawn, and
+//! predicted by the queue model from each op measured alone; the
+//! differences the lab claims ([`Effect`]) are judged against both
+//! variants' spreads. Labs 5 and 6 are made of experiments.
+//!
+//! May use: `pipeline` (plans, the model), `gpu` (the rig that runs them),
+//! `measure`.
+
+use crate::error::{LabError, Result};
+use crate::gpu::{MachineFacts, PlanRig, TimelineSource};
+use crate::measure::stats::Summary;
+use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::plan::{Costs, Plan};
+use crate::pipeline::schedule::{Lane, Machine, OpKind};
+use crate::pipeline::timeline::{Gantt, Timeline};
+use serde::{Deserialize, Serialize};
+
+/// One experiment: what it shows and its variants.
+pub struct Experiment {
+    pub name: &'static str,
+    pub shows: &'static str,
+    pub variants: Vec<Plan>,
+    /// The label of the op whose end the experiment watches (the urgent job).
+    pub watch: Option<&'static str>,
+    /// The differences it shows: each compares two of its variants.
+    pub effects: Vec<Effect>,
+    /// The variant that runs an H2D and a D2H of the whole size at once:
+    /// the variants after it take the bidirectional ceiling from its run.
+    pub ceiling_from: Option<usize>,
+}
+
+/// A difference an experiment shows: variant `changed` against variant
+/// `base` (indices into its variants), in their totals or, with `watched`,
+/// in the watched op's end; `expected` says whether the lab claims one.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Effect {
+    pub what: String,
+    pub base: usize,
+    pub changed: usize,
+    pub watched: bool,
+    pub expected: bool,
+}
+
+impl Effect {
+    pub fn new(what: &str, base: usize, changed: usize, expected: bool) -> Effect {
+        Effect { what: what.into(), base, changed, watched: false, expected }
+    }
+}
+
+/// One variant of an experiment, measured and predicted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VariantResult {
+    pub name: String,
+    /// First op's start to the last op's end on the GPU (events), ms.
+    pub total_ms: Summary,
+    /// The queue model's total from each op measured alone, ms.
+    pub model_ms: f64,
+    /// When the experiment names a job to watch (the urgent job of the
+    /// priority experiment): its last op's end, measured and predicted, ms.
+    pub watched_ms: Option<Summary>,
+    pub watched_model_ms: Option<f64>,
+    /// The best this pipeline could do on this machine, ms (three-way
+    /// overlap: a bound that knows the bidirectional ceiling).
+    #[serde(default)]
+    pub bound_ms: Option<f64>,
+    /// One run's timeline (the last).
+    pub timeline: Timeline,
+    pub predicted: Timeline,
+}
+
+impl VariantResult {
+    /// |ln(model / measured)| of the total.
+    pub fn model_error(&self) -> f64 {
+        (self.model_ms / self.total_ms.median).ln().abs()
+    }
+}
+
+/// An effect's difference of medians and the two variants' spreads (ms).
+pub type EffectSize = (f64, f64, f64);
+
+/// One experiment's variants.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentResult {
+    pub name: String,
+    pub shows: String,
+    pub variants: Vec<VariantResult>,
+    /// The differences it shows (see [`Self::effect_lines`]).
+    #[serde(default)]
+    pub effects: Vec<Effect>,
+    /// The machine and its ops alone, measured just before its variants:
+    /// what its model column was computed from.
+    #[serde(default)]
+    pub machine: Option<MachineFacts>,
+    /// Each direction's share of its speed alone while both run, as this
+    /// experiment measured it (the model and the bound of its later
+    /// variants use it; see [`experiments::Experiment::ceiling_from`]).
+    #[serde(default)]
+    pub ceiling: Option<f64>,
+    #[serde(default)]
+    pub costs: Vec<(crate::pipeline::schedule::OpKind, usize, f64)>,
+}
+
+impl ExperimentResult {
+    pub fn variant(&self, name: &str) -> Option<&VariantResult> {
+        self.variants.iter().find(|v| v.name == name)
+    }
+
+    /// Each effect with (difference of medians, spread of `base`, spread
+    /// of `changed`), a spread being the middle half of the runs (the
+    /// interquartile range, ms).
+    pub fn effects(&self) -> Vec<(&Effect, Option<EffectSize>)> {
+        let of = |i: usize, watched: bool| self.variants.get(i).and_then(|v| if watched { v.watched_ms } else { Some(v.total_ms) });
+        self.effects
+            .iter()
+            .map(|e| {
+                let pair = of(e.base, e.watched).zip(of(e.changed, e.watched));
+                (e, pair.map(|(a, b)| (b.median - a.median, a.middle_spread(), b.middle_spread())))
+            })
+            .collect()
+    }
+
+    /// One line per effect: the difference, both spreads, the verdict.
+    pub fn effect_lines(&self) -> String {
+        self.effects().into_iter().filter_map(|(e, d)| d.map(|(diff, sa, sb)| effect_line(&e.what, diff, sa, sb, e.expected))).collect()
+    }
+}
+
+/// Whether a difference of medians `diff` stands clear of both runs'
+/// spreads (the middle half of each one's runs, ms), as the lab claims
+/// (`expected`) or not: one line of the table.
+pub fn effect_line(what: &str, diff: f64, sa: f64, sb: f64, expected: bool) -> String {
+    let shown = diff.abs() > sa.max(sb);
+    let verdict = match (shown, expected) {
+        (true, true) => "shown: larger than either one's spread",
+        (false, false) => "none beyond the spreads, as the lab expects",
+        (true, false) => "a difference the lab does not expect: look at the timelines",
+        (false, true) => "NOT shown: within the spread on this run",
+    };
+    format!("  effect: {what}: {diff:+.3} ms, spreads {sa:.3} / {sb:.3} ms (middle half of runs): {verdict}\n")
+}
+
+impl ExperimentResult {
+    /// Its measured timelines, one per variant, or each beside the
+    /// model's with `with_model`: a Gantt chart `stem` titled for `lab`.
+    pub fn gantt(&self, lab: &str, stem: &str, with_model: bool, origin: &str) -> Gantt {
+        let mut panels = Vec::new();
+        for v in &self.variants {
+            panels.push(Timeline { title: format!("{}: measured, {:.3} ms", v.name, v.total_ms.median), ..v.timeline.clone() });
+            if with_model {
+                panels.push(Timeline { title: format!("{}: model, {:.3} ms", v.name, v.model_ms), ..v.predicted.clone() });
+            }
+        }
+        Gantt::new(stem, &format!("{lab}, {}: {}", self.name, if with_model { "measured and model" } else { "measured" }), origin, panels)
+    }
+
+    /// Whether every effect the lab expects stood clear of the spreads,
+    /// and none it does not expect did.
+    pub fn effects_as_claimed(&self) -> bool {
+        self.effects().iter().all(|(e, d)| d.is_some_and(|(diff, sa, sb)| (diff.abs() > sa.max(sb)) == e.expected))
+    }
+}
+
+/// A variant's traced runs (the drawn timeline, and the watched op's end
+/// on every run when the experiment watches one) and its prediction;
+/// `totals` are its untraced runs' times.
+#[allow(clippy::too_many_arguments)]
+pub fn variant(
+    rig: &mut PlanRig,
+    plan: &Plan,
+    model: &ModelPipeline,
+    e: &Experiment,
+    totals: &[f64],
+    machine: Machine,
+    costs: &Costs,
+    reps: usize,
+) -> Result<VariantResult> {
+    // CUPTI draws what each engine really ran (an event only says when its
+    // stream reached it), but its cost per API call lands inside loops the
+    // CPU takes part in: events there. Another thread's per-thread stream
+    // has no handle CUPTI can name: events there too.
+    let host_takes_part = model.schedule.ops.iter().any(|o| !o.after_host_wait.is_empty() || matches!(o.lane, Lane::HostThread(_)));
+    let source = if model.stream_names().len() > plan.streams.len() {
+        TimelineSource::Events
+    } else if host_takes_part {
+        TimelineSource::for_host_pipeline()
+    } else {
+        TimelineSource::best()
+    };
+    let mut watched = Vec::new();
+    let mut last = None;
+    for _ in 0..if e.watch.is_some() { reps } else { 1 } {
+        let run = rig.run_modelled(plan, model, source)?;
+        let tl = run.timeline.ok_or_else(|| LabError::config("a traced run left no timeline"))?;
+        if let Some(label) = e.watch {
+            if let Some(s) = tl.spans.iter().find(|s| s.label == label) {
+                watched.push(s.end_us / 1e3);
+            }
+        }
+        last = Some(tl);
+    }
+    let timeline = last.ok_or_else(|| LabError::config("no traced run"))?;
+    let p = plan.prediction(model, machine, costs)?;
+    let watched_model_ms = e.watch.and_then(|label| p.end_of(&model.schedule, label));
+    Ok(VariantResult {
+        name: plan.name.clone(),
+        total_ms: Summary::of(totals)?,
+        model_ms: p.total_ms,
+        watched_ms: if watched.is_empty() { None } else { Some(Summary::of(&watched)?) },
+        watched_model_ms,
+        bound_ms: None,
+        timeline,
+        predicted: p.timeline,
+    })
+}
+
+/// Each variant's untraced runs, interleaved: the variants take turns, so
+/// a slow phase of the host (this one has them: a tenth of runs or more
+/// read 20-80% slow for a while) lands on all of them alike. Two warm-up
+/// runs each first (a variant's first timed run read up to 50% slow after
+/// one on a freshly started H100). Untraced: an event after a copy costs
+/// its engine a flush (two streams copying both ways read up to 40% slower
+/// with events between).
+pub fn interleaved(rig: &mut PlanRig, plans: &[Plan], models: &[ModelPipeline], reps: usize) -> Result<Vec<Vec<f64>>> {
+    for (plan, model) in plans.iter().zip(models) {
+        for _ in 0..2 {
+            rig.run_modelled(plan, model, TimelineSource::Off)?;
+        }
+    }
+    let mut totals = vec![Vec::with_capacity(reps); plans.len()];
+    for _ in 0..reps {
+        for ((plan, model), t) in plans.iter().zip(models).zip(&mut totals) {
+            t.push(rig.run_modelled(plan, model, TimelineSource::Off)?.total_ms);
+        }
+    }
+    Ok(totals)
+}
+
+/// FMAs per element that make one chunk's kernel take about as long as its
+/// H2D (measured at `probe` FMAs and scaled: the kernel's time is linear in them).
+pub fn balance(rig: &mut PlanRig, n: usize, reps: usize) -> Result<i32> {
+    let probe = 64;
+    rig.iterations = probe;
+    let h2d = rig.alone(OpKind::H2d, n, reps)?.median;
+    let kernel = rig.alone(OpKind::Kernel, n, reps)?.median;
+    Ok(((probe as f64 * h2d / kernel).round() as i32).clamp(1, 1 << 20))
+}
+
+/// Runs experiment `e` on the rig: its variants interleaved (untraced,
+/// timed), then each traced once and predicted on `machine` from `costs`;
+/// `facts` is what the machine was measured to be.
+pub fn measure(rig: &mut PlanRig, e: &Experiment, facts: MachineFacts, machine: Machine, costs: &Costs, reps: usize) -> Result<ExperimentResult> {
+    let models = e.variants.iter().map(Plan::model).collect::<Result<Vec<_>>>()?;
+    let totals = interleaved(rig, &e.variants, &models, reps)?;
+    let variants = e
+        .variants
+        .iter()
+        .zip(&models)
+        .zip(&totals)
+        .map(|((plan, model), t)| variant(rig, plan, model, e, t, machine, costs, reps))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ExperimentResult {
+        name: e.name.into(),
+        shows: e.shows.into(),
+        variants,
+        effects: e.effects.clone(),
+        machine: Some(facts),
+        ceiling: None,
+        costs: costs.iter().map(|(&(k, n), &ms)| (k, n, ms)).collect(),
+    })
+}
+
+/// One line on what the model was told of the machine.
+pub fn machine_line(facts: &MachineFacts) -> String {
+    let machine = facts.machine();
+    format!(
+        "{} copy engines, both ways at {:.0}% each, wake-up {:.1} µs, a kernel behind another stream's saves {:.1} µs, issuing an op {:.1} µs",
+        facts.copy_engines,
+        100.0 * machine.both_ways,
+        facts.wake_ms * 1e3,
+        machine.kernel_overlap * 1e3,
+        facts.issue_ms * 1e3
+    )
+}

@@ -1,0 +1,538 @@
+//! Lab 6: memory that does not stall the pipeline. Which memory calls wait
+//! for the GPU (probed beside busy kernels); a two-stream pipeline that
+//! allocates scratch memory per batch with cuMemAlloc/cuMemFree and with
+//! the stream-ordered pair, measured beside the queue model; the pool's
+//! release threshold (an allocate + free pair by size, and batches of
+//! varying size with what the pool holds); zero-copy against
+//! copy-then-compute for data read once and several times.
+//!
+//! May use: `pipeline` (plans, the model), `gpu` (to run them, the pool,
+//! mapped memory), `labs::experiment`, `measure`, `present`.
+
+pub mod experiments;
+pub mod measure;
+pub mod pool;
+pub mod zero_copy;
+
+use crate::error::Result;
+use crate::labs::experiment::ExperimentResult;
+use crate::measure::record::Record;
+use crate::measure::stats::Summary;
+use crate::pipeline::schedule::{DeviceWaits, Memory};
+use crate::pipeline::timeline::Gantt;
+use crate::present::chart::{Chart, Figure, Panel, Series, XAxis};
+use crate::Bytes;
+use plotters::style::RGBColor;
+use pool::{Allocator, BatchTrace, PairPoint};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use zero_copy::ZeroCopy;
+
+pub const LAB: &str = "memory";
+
+/// Lab 6's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct MemoryConfig {
+    /// f32 elements the two-stream pipeline moves (128 MiB by default, in
+    /// batches of 32 MiB: a batch's download outlasts a cuMemAlloc call).
+    #[arg(long, default_value_t = MemoryConfig::default().elements)]
+    pub elements: usize,
+    /// Batches of the two-stream pipeline (each allocates its scratch memory).
+    #[arg(long, default_value_t = MemoryConfig::default().batches)]
+    pub batches: usize,
+    /// Sizes of the allocate + free sweep, MiB.
+    #[arg(long, value_delimiter = ',', default_values_t = MemoryConfig::default().sizes_mib)]
+    pub sizes_mib: Vec<usize>,
+    /// Batches of the varying-size run.
+    #[arg(long, default_value_t = MemoryConfig::default().trace_batches)]
+    pub trace_batches: usize,
+    /// The varying-size run's first scratch size, MiB (it grows to about 16x).
+    #[arg(long, default_value_t = MemoryConfig::default().trace_base_mib)]
+    pub trace_base_mib: usize,
+    /// How many times the zero-copy kernel reads its input.
+    #[arg(long, value_delimiter = ',', default_values_t = MemoryConfig::default().passes)]
+    pub passes: Vec<i32>,
+    /// f32 elements of the zero-copy input (larger than the GPU's L2, so
+    /// every read goes to where the data lives).
+    #[arg(long, default_value_t = MemoryConfig::default().zero_copy_elements)]
+    pub zero_copy_elements: usize,
+    /// Timed runs of each variant (after warm-ups).
+    #[arg(long, default_value_t = MemoryConfig::default().repeats)]
+    pub repeats: usize,
+    /// GPU ordinal (the command line's `--device`).
+    #[arg(skip)]
+    pub device: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            elements: 32 << 20,
+            batches: 4,
+            sizes_mib: vec![1, 4, 16, 64, 256, 1024],
+            trace_batches: 48,
+            trace_base_mib: 16,
+            passes: vec![1, 2, 4, 8],
+            zero_copy_elements: 64 << 20,
+            repeats: 15,
+            device: 0,
+        }
+    }
+}
+
+impl MemoryConfig {
+    /// The notebook's run.
+    pub fn quick() -> Self {
+        MemoryConfig { elements: 16 << 20, sizes_mib: vec![1, 16, 256], trace_batches: 24, zero_copy_elements: 32 << 20, repeats: 7, ..Self::default() }
+    }
+    /// Every code path, small.
+    pub fn small() -> Self {
+        MemoryConfig {
+            elements: 1 << 18,
+            batches: 4,
+            sizes_mib: vec![1, 4],
+            trace_batches: 6,
+            trace_base_mib: 1,
+            passes: vec![1, 2],
+            zero_copy_elements: 1 << 18,
+            repeats: 2,
+            device: 0,
+        }
+    }
+    pub fn validate(&self) -> Result<()> {
+        let bad = |why: String| Err(crate::LabError::config(why));
+        if self.elements < 1 << 12 || self.elements % 2 != 0 || self.elements > 1 << 30 {
+            return bad(format!("--elements {}: give an even number from 4096 to 2^30", self.elements));
+        }
+        if !(2..=64).contains(&self.batches) {
+            return bad(format!("--batches {}: give 2 to 64", self.batches));
+        }
+        if self.sizes_mib.is_empty() || self.sizes_mib.iter().any(|&m| !(1..=16384).contains(&m)) {
+            return bad(format!("--sizes-mib {:?}: give one or more sizes from 1 to 16384 MiB", self.sizes_mib));
+        }
+        if !(2..=10_000).contains(&self.trace_batches) {
+            return bad(format!("--trace-batches {}: give 2 to 10000", self.trace_batches));
+        }
+        if !(1..=1024).contains(&self.trace_base_mib) {
+            return bad(format!("--trace-base-mib {}: give 1 to 1024 (the run grows to about 16x that)", self.trace_base_mib));
+        }
+        if self.passes.is_empty() || self.passes.iter().any(|&p| !(1..=64).contains(&p)) {
+            return bad(format!("--passes {:?}: give one or more read counts from 1 to 64", self.passes));
+        }
+        if self.zero_copy_elements < 1 << 12 || self.zero_copy_elements % 2 != 0 || self.zero_copy_elements > 1 << 30 {
+            return bad(format!("--zero-copy-elements {}: give an even number from 4096 to 2^30", self.zero_copy_elements));
+        }
+        if !(1..=1000).contains(&self.repeats) {
+            return bad(format!("--repeats {}: give 1 to 1000", self.repeats));
+        }
+        Ok(())
+    }
+}
+
+crate::lab_config!(MemoryConfig);
+
+/// One memory call pair probed on an idle GPU and beside busy kernels.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallProbe {
+    pub memory: Memory,
+    pub bytes: u64,
+    /// Host time of the allocate and the release calls, ms.
+    pub alloc_idle_ms: Summary,
+    pub free_idle_ms: Summary,
+    pub alloc_busy_ms: Summary,
+    pub free_busy_ms: Summary,
+    /// The allocate call right after the release, idle: it can reuse the block.
+    pub alloc_again_idle_ms: Summary,
+    /// How long the busy kernels still had to run when each call began, ms.
+    pub alloc_left_ms: Summary,
+    pub free_left_ms: Summary,
+}
+
+impl CallProbe {
+    /// Whether the allocate (or the release) call waited for the busy
+    /// kernels: beside them it took longer than on an idle GPU by more than
+    /// half of what they still had to run.
+    pub fn waits(&self, alloc: bool) -> bool {
+        let (idle, busy, left) =
+            if alloc { (&self.alloc_idle_ms, &self.alloc_busy_ms, &self.alloc_left_ms) } else { (&self.free_idle_ms, &self.free_busy_ms, &self.free_left_ms) };
+        left.median > 0.0 && busy.median - idle.median > 0.5 * left.median
+    }
+    /// "cuMemAlloc / cuMemFree of 16 MiB: ..." (one line of the table).
+    pub fn line(&self) -> String {
+        let call = |alloc: bool| self.memory.label(alloc, "").trim_end().to_string();
+        let one = |alloc: bool, idle: &Summary, busy: &Summary, left: &Summary| {
+            format!(
+                "{} {:.3} ms idle, {:.3} ms beside kernels with {:.3} ms left: {}",
+                call(alloc),
+                idle.median,
+                busy.median,
+                left.median,
+                if self.waits(alloc) { "WAITS for the GPU" } else { "does not wait" }
+            )
+        };
+        format!(
+            "{} of {}: {}; {}; again right after the release {:.3} ms idle",
+            self.memory.label(true, "").trim_end(),
+            Bytes(self.bytes),
+            one(true, &self.alloc_idle_ms, &self.alloc_busy_ms, &self.alloc_left_ms),
+            one(false, &self.free_idle_ms, &self.free_busy_ms, &self.free_left_ms),
+            self.alloc_again_idle_ms.median
+        )
+    }
+}
+
+/// Lab 6's results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryResults {
+    pub config: MemoryConfig,
+    /// The kernel's FMAs per element (a batch's kernel about as long as its H2D).
+    pub iterations: i32,
+    pub probes: Vec<CallProbe>,
+    /// What the probes found, as the model was told.
+    pub device_waits: DeviceWaits,
+    /// The two-stream pipeline with each kind of scratch memory.
+    pub stall: ExperimentResult,
+    pub pairs: Vec<PairPoint>,
+    pub traces: Vec<BatchTrace>,
+    pub zero_copy: ZeroCopy,
+}
+
+const COLORS: [RGBColor; 3] = [RGBColor(214, 39, 40), RGBColor(255, 127, 14), RGBColor(31, 119, 180)];
+
+fn color(a: Allocator) -> RGBColor {
+    COLORS[Allocator::ALL.iter().position(|&x| x == a).unwrap_or(0)]
+}
+
+impl MemoryResults {
+    pub fn pair(&self, a: Allocator, bytes: u64) -> Option<&PairPoint> {
+        self.pairs.iter().find(|p| p.allocator == a && p.bytes == bytes)
+    }
+    pub fn trace(&self, a: Allocator) -> Option<&BatchTrace> {
+        self.traces.iter().find(|t| t.allocator == a)
+    }
+
+    /// The headline table's rows.
+    pub fn headline(&self) -> Vec<(String, String)> {
+        let mut rows = Vec::new();
+        let waiting: Vec<String> =
+            self.probes.iter().flat_map(|p| [true, false].into_iter().filter(|&a| p.waits(a)).map(|a| p.memory.label(a, "").trim_end().to_string())).collect();
+        rows.push(("memory calls that wait for the GPU".into(), if waiting.is_empty() { "none".into() } else { waiting.join(", ") }));
+        let v = |i: usize| self.stall.variants.get(i).map(|v| v.total_ms.median);
+        if let (Some(a), Some(f)) = (v(0), v(3)) {
+            rows.push((
+                "two-stream pipeline: stream-ordered pair / cuMemAlloc + cuMemFree per batch".into(),
+                format!("{a:.3} / {f:.3} ms ({:+.0}%)", 100.0 * (f / a - 1.0)),
+            ));
+        }
+        if let Some(big) = self.config.sizes_mib.iter().max().map(|&m| (m as u64) << 20) {
+            let ms = |a| self.pair(a, big).map_or(f64::NAN, |p| p.ms.median);
+            rows.push((
+                format!("allocate + free {}: cuMemAlloc / threshold 0 / threshold max", Bytes(big)),
+                format!("{:.3} / {:.3} / {:.3} ms", ms(Allocator::CuMemAlloc), ms(Allocator::PoolThresholdZero), ms(Allocator::PoolThresholdMax)),
+            ));
+        }
+        let steady = |a| self.trace(a).and_then(|t| t.steady_ms().ok()).map_or(f64::NAN, |s| s.median);
+        rows.push((
+            "varying-size batches, median: cuMemAlloc / threshold 0 / threshold max".into(),
+            format!("{:.3} / {:.3} / {:.3} ms", steady(Allocator::CuMemAlloc), steady(Allocator::PoolThresholdZero), steady(Allocator::PoolThresholdMax)),
+        ));
+        if let Some(t) = self.trace(Allocator::PoolThresholdMax) {
+            rows.push(("the pool at threshold max holds at most".into(), format!("{}", Bytes(t.most_reserved()))));
+        }
+        for p in &self.zero_copy.points {
+            rows.push((format!("zero-copy / copy-then-compute, data read {}x", p.passes), format!("{:.2}x", p.ratio())));
+        }
+        if let Some(worst) = self.stall.variants.iter().map(|v| v.model_ms / v.total_ms.median - 1.0).max_by(|a, b| a.abs().total_cmp(&b.abs())) {
+            rows.push(("model, worst variant".into(), format!("{:+.1}%", 100.0 * worst)));
+        }
+        rows
+    }
+
+    /// The table the command line prints.
+    pub fn table(&self) -> String {
+        let mut out = format!("which memory calls wait for the GPU ({} busy kernels on another stream):\n", measure::BUSY_KERNELS_SHOWN);
+        for p in &self.probes {
+            out += &format!("  {}\n", p.line());
+        }
+        let e = &self.stall;
+        out += &format!("\n{}: {}\n", e.name, e.shows);
+        if let Some(f) = &e.machine {
+            out += &format!("  measured just before: {}\n", crate::labs::experiment::machine_line(f));
+        }
+        out += &format!("  {:<58} {:>10} {:>16} {:>10} {:>8}\n", "variant", "median ms", "25%..75% ms", "model ms", "error");
+        for v in &e.variants {
+            let (lo, hi) = v.total_ms.middle_range();
+            out += &format!(
+                "  {:<58} {:>10.3} {:>7.3}..{:<8.3} {:>10.3} {:>7.1}%\n",
+                v.name,
+                v.total_ms.median,
+                lo,
+                hi,
+                v.model_ms,
+                100.0 * (v.model_ms / v.total_ms.median - 1.0)
+            );
+        }
+        out += &e.effect_lines();
+        out += "\nallocate + free (and the stream synchronize a batch ends with), host time, median (25%..75%) ms:\n";
+        out += &format!("  {:>10}", "size");
+        for a in Allocator::ALL {
+            out += &format!(" {:>38}", a.label());
+        }
+        out += "\n";
+        for &mib in &self.config.sizes_mib {
+            let bytes = (mib as u64) << 20;
+            out += &format!("  {:>10}", Bytes(bytes).to_string());
+            for a in Allocator::ALL {
+                let cell = self.pair(a, bytes).map_or("-".into(), |p| {
+                    let (lo, hi) = p.ms.middle_range();
+                    format!("{:.3} ({lo:.3}..{hi:.3})", p.ms.median)
+                });
+                out += &format!(" {cell:>38}");
+            }
+            out += "\n";
+        }
+        out += &format!(
+            "\n{} batches of varying size (a scratch buffer growing from {} MiB to about 16x):\n",
+            self.config.trace_batches, self.config.trace_base_mib
+        );
+        for t in &self.traces {
+            let s = t.steady_ms().ok();
+            out += &format!(
+                "  {:<40} median {:.3} ms a batch (25%..75% {:.3}..{:.3}), first {:.3} ms, pool holds at most {}\n",
+                t.allocator.label(),
+                s.map_or(f64::NAN, |s| s.median),
+                s.map_or(f64::NAN, |s| s.middle_range().0),
+                s.map_or(f64::NAN, |s| s.middle_range().1),
+                t.batches.first().map_or(f64::NAN, |b| b.ms),
+                Bytes(t.most_reserved())
+            );
+        }
+        let z = &self.zero_copy;
+        out += &format!("\nzero-copy over {} (device times; the upload alone {:.3} ms):\n", Bytes(4 * z.elements as u64), z.upload_ms.median);
+        out += &format!("  {:>6} {:>22} {:>22} {:>12} {:>8} {:>22}\n", "reads", "zero-copy ms", "copy+compute ms", "kernel ms", "ratio", "model zc / c+c ms");
+        for p in &z.points {
+            let (mz, mc) = z.model(p);
+            out += &format!(
+                "  {:>6} {:>10.3} (±{:>7.3}) {:>10.3} (±{:>7.3}) {:>12.3} {:>7.2}x {:>10.3} / {:<10.3}\n",
+                p.passes,
+                p.zero_copy_ms.median,
+                p.zero_copy_ms.middle_spread() / 2.0,
+                p.copy_then_compute_ms.median,
+                p.copy_then_compute_ms.middle_spread() / 2.0,
+                p.kernel_ms.median,
+                p.ratio(),
+                mz,
+                mc
+            );
+        }
+        out += &match z.wins_up_to() {
+            Some(k) => format!("  zero-copy wins for data read up to {k}x; copy-then-compute wins beyond\n"),
+            None => "  zero-copy never wins on this GPU at these read counts\n".into(),
+        };
+        out
+    }
+
+    /// The stall experiment's timelines (with the model's beside them).
+    pub fn timelines(&self, with_model: bool, origin: &str) -> Gantt {
+        self.stall.gantt("Lab 6", &format!("{LAB}-{}", self.stall.name), with_model, origin)
+    }
+
+    /// The release threshold: a pair's cost by size, and the varying-size
+    /// run's batch times and pool memory.
+    pub fn pool_chart(&self, origin: &str) -> Figure {
+        let by_size = Panel {
+            title: "allocate + free, by size".into(),
+            x_axis: XAxis::LogBytes,
+            x_label: "allocation".into(),
+            y_label: "ms (host)".into(),
+            log_y: true,
+            series: Allocator::ALL
+                .iter()
+                .map(|&a| Series {
+                    label: a.label().into(),
+                    color: color(a),
+                    dashed: false,
+                    points: self.pairs.iter().filter(|p| p.allocator == a).map(|p| (p.bytes as f64, p.ms.median)).collect(),
+                })
+                .collect(),
+        };
+        let batch_ms = Panel {
+            title: "batches of varying size: time per batch".into(),
+            x_axis: XAxis::Linear,
+            x_label: "batch".into(),
+            y_label: "ms (host)".into(),
+            log_y: true,
+            series: self
+                .traces
+                .iter()
+                .map(|t| Series {
+                    label: t.allocator.label().into(),
+                    color: color(t.allocator),
+                    dashed: false,
+                    points: t.batches.iter().enumerate().map(|(i, b)| (i as f64, b.ms)).collect(),
+                })
+                .collect(),
+        };
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let mut memory: Vec<Series> = self
+            .traces
+            .iter()
+            .filter(|t| t.allocator != Allocator::CuMemAlloc)
+            .map(|t| Series {
+                label: format!("pool reserved, {}", t.allocator.label()),
+                color: color(t.allocator),
+                dashed: false,
+                points: t.batches.iter().enumerate().map(|(i, b)| (i as f64, mib(b.after.reserved))).collect(),
+            })
+            .collect();
+        if let Some(t) = self.traces.first() {
+            memory.push(Series {
+                label: "the batch's scratch".into(),
+                color: RGBColor(120, 120, 120),
+                dashed: true,
+                points: t.batches.iter().enumerate().map(|(i, b)| (i as f64, mib(b.bytes))).collect(),
+            });
+        }
+        let memory = Panel {
+            title: "what the pool holds after each batch".into(),
+            x_axis: XAxis::Linear,
+            x_label: "batch".into(),
+            y_label: "MiB".into(),
+            log_y: false,
+            series: memory,
+        };
+        Figure {
+            stem: format!("{LAB}-release-threshold"),
+            title: "Lab 6: the stream-ordered pool's release threshold".into(),
+            subtitle: origin.into(),
+            panels: vec![by_size, batch_ms, memory],
+            panel_size: (520, 380),
+        }
+    }
+
+    /// Zero-copy against copy-then-compute by read count.
+    pub fn zero_copy_chart(&self, origin: &str) -> Figure {
+        let z = &self.zero_copy;
+        let line = |label: &str, color, dashed, f: &dyn Fn(&zero_copy::ZeroCopyPoint) -> f64| Series {
+            label: label.into(),
+            color,
+            dashed,
+            points: z.points.iter().map(|p| (p.passes as f64, f(p))).collect(),
+        };
+        let (zc, cc) = (RGBColor(214, 39, 40), RGBColor(31, 119, 180));
+        let panel = Panel {
+            title: format!("{} read in place or copied first", Bytes(4 * z.elements as u64)),
+            x_axis: XAxis::LogCount,
+            x_label: "times the kernel reads its input".into(),
+            y_label: "ms (device)".into(),
+            log_y: true,
+            series: vec![
+                line("zero-copy (mapped pinned memory)", zc, false, &|p| p.zero_copy_ms.median),
+                line("copy, then compute", cc, false, &|p| p.copy_then_compute_ms.median),
+                line("model: zero-copy", zc, true, &|p| z.model(p).0),
+                line("model: copy, then compute", cc, true, &|p| z.model(p).1),
+            ],
+        };
+        Figure {
+            stem: format!("{LAB}-zero-copy"),
+            title: "Lab 6: zero-copy against copy-then-compute".into(),
+            subtitle: origin.into(),
+            panels: vec![panel],
+            panel_size: (640, 420),
+        }
+    }
+}
+
+/// A lab-6 recording.
+pub type MemoryRecord = Record<MemoryResults>;
+
+/// Notebook entry points for lab 6.
+impl crate::notebook::LabRun<MemoryResults> {
+    /// Every part's table: measured, spread, model.
+    pub fn table(&self) -> String {
+        self.record.results.table()
+    }
+    /// The two-stream pipeline's timelines (with `with_model`, the model's beside each).
+    pub fn timelines(&self, with_model: bool) -> Gantt {
+        self.record.results.timelines(with_model, &self.origin())
+    }
+    /// The release threshold's figure.
+    pub fn pool_chart(&self) -> Figure {
+        self.record.results.pool_chart(&self.origin())
+    }
+    /// Zero-copy's figure.
+    pub fn zero_copy_chart(&self) -> Figure {
+        self.record.results.zero_copy_chart(&self.origin())
+    }
+}
+
+/// Lab 6 in the report.
+pub fn report(rec: &MemoryRecord, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
+    let r = &rec.results;
+    let mut files = r.timelines(true, origin).save(dir)?;
+    files.extend(r.pool_chart(origin).save(dir)?);
+    files.extend(r.zero_copy_chart(origin).save(dir)?);
+    files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", r.table()))?);
+    Ok(files)
+}
+
+/// Lab 6's entry in the lab table.
+pub static ENTRY: crate::labs::Entry<MemoryConfig, MemoryResults> = crate::labs::Entry {
+    number: 6,
+    name: LAB,
+    module: module_path!(),
+    teaches: "Memory that does not stall the pipeline: which calls wait, cuMemFree against the stream-ordered pair, the pool's release threshold, zero-copy",
+    about: "Lab 6: memory calls and the pipeline, each measured beside the model",
+    measure: measure::run,
+    tables: |rec| rec.results.table(),
+    figures: report,
+    headline: MemoryResults::headline,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_presets_are_valid_and_bad_settings_are_named() {
+        for c in [MemoryConfig::default(), MemoryConfig::quick(), MemoryConfig::small()] {
+            c.validate().unwrap();
+        }
+        let bad = |c: MemoryConfig, want: &str| {
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        };
+        bad(MemoryConfig { batches: 1, ..MemoryConfig::default() }, "--batches 1: give 2 to 64");
+        bad(MemoryConfig { sizes_mib: vec![], ..MemoryConfig::default() }, "--sizes-mib");
+        bad(MemoryConfig { sizes_mib: vec![0], ..MemoryConfig::default() }, "from 1 to 16384 MiB");
+        bad(MemoryConfig { passes: vec![0], ..MemoryConfig::default() }, "--passes");
+        bad(MemoryConfig { elements: 3, ..MemoryConfig::default() }, "--elements 3");
+        bad(MemoryConfig { zero_copy_elements: 1 << 31, ..MemoryConfig::default() }, "--zero-copy-elements");
+        bad(MemoryConfig { repeats: 0, ..MemoryConfig::default() }, "--repeats 0");
+    }
+
+    #[test]
+    fn a_call_waits_only_when_it_took_most_of_what_the_kernels_had_left() {
+        let s = |ms: f64| crate::testing::flat(ms);
+        let mut p = CallProbe {
+            memory: Memory::Device,
+            bytes: 1 << 20,
+            alloc_idle_ms: s(0.2),
+            free_idle_ms: s(0.1),
+            alloc_busy_ms: s(0.21),
+            free_busy_ms: s(5.1),
+            alloc_again_idle_ms: s(0.07),
+            alloc_left_ms: s(5.3),
+            free_left_ms: s(5.0),
+        };
+        assert!(!p.waits(true) && p.waits(false));
+        let line = p.line();
+        assert!(
+            line.contains("cuMemAlloc 0.200 ms idle") && line.contains("cuMemFree 0.100 ms idle, 5.100 ms beside kernels with 5.000 ms left: WAITS"),
+            "{line}"
+        );
+        // Nothing left to wait for: no verdict of waiting, however slow.
+        p.free_left_ms = s(0.0);
+        assert!(!p.waits(false));
+    }
+}

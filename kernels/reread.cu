@@ -1,0 +1,23 @@
+// reread: out[i] = sum over passes p of w_p * in[i], reading `in` once per pass.
+//
+// Lab 6's zero-copy kernel: `in` may be device memory or mapped pinned host
+// memory read in place over the host link. Each pass sweeps the whole input
+// (a grid-stride loop), so with an input larger than L2 every pass reads it
+// again from where it lives: zero-copy pays the host link once per pass,
+// copy-then-compute pays it once. w_p = 0.5 + 0.25 p is exact in f32 and
+// only fmaf() is used, so a CPU reference with f32::mul_add matches every bit.
+extern "C" __global__ void reread(const float* __restrict__ in,
+                                  float* __restrict__ out,
+                                  unsigned long long n,
+                                  int passes)
+{
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int p = 0; p < passes; ++p) {
+        const float w = 0.5f + 0.25f * (float)p;
+        for (unsigned long long i = first; i < n; i += stride) {
+            const float before = p == 0 ? 0.0f : out[i];
+            out[i] = fmaf(in[i], w, before);
+        }
+    }
+}
