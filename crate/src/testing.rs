@@ -288,13 +288,5 @@ pub fn experiment_as_modelled(e: &Experiment, facts: MachineFacts, machine: Mach
             })
         })
         .collect::<crate::Result<Vec<_>>>()?;
-    Ok(ExperimentResult {
-        name: e.name.into(),
-        shows: e.shows.into(),
-        variants,
-        effects: e.effects.clone(),
-        machine: Some(facts),
-        ceiling: None,
-        costs: costs.iter().map(|(&(k, n), &ms)| (k, n, ms)).collect(),
-    })
+    Ok(ExperimentResult::new(e, variants, facts, costs))
 }

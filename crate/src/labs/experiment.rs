@@ -143,6 +143,20 @@ pub fn effect_line(what: &str, diff: f64, sa: f64, sb: f64, expected: bool) -> S
 }
 
 impl ExperimentResult {
+    /// `e`'s results: its `variants` measured on the machine `facts`
+    /// describes, predicted from `costs`.
+    pub fn new(e: &Experiment, variants: Vec<VariantResult>, facts: MachineFacts, costs: &Costs) -> ExperimentResult {
+        ExperimentResult {
+            name: e.name.into(),
+            shows: e.shows.into(),
+            variants,
+            effects: e.effects.clone(),
+            machine: Some(facts),
+            ceiling: None,
+            costs: costs.iter().map(|(&(k, n), &ms)| (k, n, ms)).collect(),
+        }
+    }
+
     /// Its measured timelines, one per variant, or each beside the
     /// model's with `with_model`: a Gantt chart `stem` titled for `lab`.
     pub fn gantt(&self, lab: &str, stem: &str, with_model: bool, origin: &str) -> Gantt {
@@ -261,15 +275,7 @@ pub fn measure(rig: &mut PlanRig, e: &Experiment, facts: MachineFacts, machine: 
         .zip(&totals)
         .map(|((plan, model), t)| variant(rig, plan, model, e, t, machine, costs, reps))
         .collect::<Result<Vec<_>>>()?;
-    Ok(ExperimentResult {
-        name: e.name.into(),
-        shows: e.shows.into(),
-        variants,
-        effects: e.effects.clone(),
-        machine: Some(facts),
-        ceiling: None,
-        costs: costs.iter().map(|(&(k, n), &ms)| (k, n, ms)).collect(),
-    })
+    Ok(ExperimentResult::new(e, variants, facts, costs))
 }
 
 /// One line on what the model was told of the machine.
