@@ -3,10 +3,12 @@
 
 use crate::gpu::MachineFacts;
 use crate::gpu::{Fingerprint, HostMemoryKind, PcieLink};
-use crate::labs::bandwidth::{AcquireCost, BandwidthConfig, BandwidthResults, Direction, PinCostPoint, TransferPoint};
+use crate::labs::bandwidth::{BandwidthConfig, BandwidthResults, Direction, TransferPoint};
 use crate::labs::callback::{CallbackConfig, CallbackResults, CostPoint, Variant, VariantResult};
 use crate::labs::double_buffer::{DoubleBufferConfig, DoubleBufferResults};
 use crate::labs::experiment::{Experiment, ExperimentResult, VariantResult as ExperimentVariant};
+use crate::labs::host_memory::{AcquireCost, PinCostPoint};
+use crate::labs::memory::{self as memory, MemoryConfig, MemoryResults};
 use crate::labs::overlap::{Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
 use crate::labs::streams::experiments as streams_experiments;
 use crate::labs::streams::issue_cost::{self as streams_issue, IssueCost, IssuePoint};
@@ -112,16 +114,22 @@ pub fn bandwidth_results() -> BandwidthResults {
             }
         }
     }
+    BandwidthResults { config: cfg, transfers, pin_cost: vec![pin_cost_point()] }
+}
+
+/// Host memory priced at 1 GiB (acquire + release, ms): pageable new
+/// 100 + 10, in a loop 1 + 0.1, pinned first 300 + 30, again 280 + 30,
+/// registered 50 + 10.
+pub fn pin_cost_point() -> PinCostPoint {
     let cost = |acquire: f64, release: f64| AcquireCost { acquire_ms: flat(acquire), release_ms: flat(release) };
-    let pin_cost = vec![PinCostPoint {
+    PinCostPoint {
         bytes: Bytes(1 << 30),
         pageable_first: cost(100.0, 10.0),
         pageable_reused: cost(1.0, 0.1),
         pinned_first: cost(300.0, 30.0),
         pinned_reused: cost(280.0, 30.0),
         registered: cost(50.0, 10.0),
-    }];
-    BandwidthResults { config: cfg, transfers, pin_cost }
+    }
 }
 
 pub fn overlap_results() -> OverlapResults {
@@ -263,6 +271,125 @@ fn streams_issue_cost(config: &StreamsConfig, machine: MachineFacts) -> IssueCos
     }
     let (timeline_chunks, timeline, predicted) = drawn.expect("at least one chunk count");
     IssueCost { elements: n, machine, points, timeline_chunks, timeline, predicted }
+}
+
+/// Asserts that a checker's report failed and says `words`.
+pub fn fails_with(rep: &crate::labs::check::CheckReport, words: &str) {
+    assert!(!rep.passed, "should fail: {rep}");
+    assert!(rep.to_string().contains(words), "should say '{words}': {rep}");
+}
+
+/// Lab 6's results for a small run (2^16 elements in the default batches)
+/// with the H100's findings: cuMemFree waits for all GPU work, cuMemAlloc
+/// for nothing (0.3 ms a call, 0.1 right after a release), the pool's
+/// pair 20 µs; the stall experiment "measured" as the model predicts it;
+/// release-threshold points shaped like the H100's (threshold 0 costs
+/// more with size, threshold max stays flat); zero-copy winning at one
+/// read and losing beyond, as with a kernel half as long as the upload.
+pub fn memory_results() -> MemoryResults {
+    use crate::gpu::PoolUsage;
+    use crate::pipeline::plan::{op_elements, reuses, REUSED};
+    use crate::pipeline::schedule::{DeviceWaits, Memory, OpKind, WaitsFor};
+    use memory::pool::{trace_sizes, Allocator, BatchPoint, BatchTrace, PairPoint};
+    use memory::probes::{Beside, BusyWith, CallProbe, PROBED_MEMORY};
+    use memory::zero_copy::{ZeroCopy, ZeroCopyPoint};
+    let config = MemoryConfig { elements: 1 << 16, sizes_mib: vec![1, 16, 256], trace_batches: 12, passes: vec![1, 2, 4], ..MemoryConfig::default() };
+    let n = chunk(config.elements, config.batches, 0).1;
+    // (idle alloc, idle free, alloc again) per call; cuMemFree beside busy work waits for it.
+    let call_ms = |m: Memory| match m {
+        Memory::Device => (0.3, 0.13, 0.1),
+        Memory::Pool => (0.017, 0.006, 0.016),
+        _ => (16.0, 5.0, 15.0),
+    };
+    let probes: Vec<CallProbe> = PROBED_MEMORY
+        .iter()
+        .map(|&memory| {
+            let (a, f, again) = call_ms(memory);
+            let waits = memory == Memory::Device;
+            CallProbe {
+                memory,
+                bytes: 4 * n as u64,
+                alloc_idle_ms: flat(a),
+                free_idle_ms: flat(f),
+                alloc_again_idle_ms: flat(again),
+                beside: BusyWith::ALL
+                    .iter()
+                    .map(|&busy| Beside {
+                        busy,
+                        alloc_ms: flat(a),
+                        free_ms: flat(if waits { 4.9 } else { f }),
+                        alloc_left_ms: flat(5.0),
+                        free_left_ms: flat(4.8),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let device_waits = DeviceWaits { free: WaitsFor::EVERYTHING, ..DeviceWaits::default() };
+    let e = memory::experiments::stall(&config);
+    let mut costs = Costs::new();
+    for plan in &e.variants {
+        let model = plan.model().expect("the lab's plans model");
+        let reused = reuses(&model.schedule);
+        for o in &model.schedule.ops {
+            let k = op_elements(o);
+            let (key, ms) = match o.kind {
+                OpKind::Alloc(m) if reused[o.id] => (k | REUSED, call_ms(m).2),
+                OpKind::Alloc(m) => (k, call_ms(m).0),
+                OpKind::Free(m) => (k, call_ms(m).1),
+                _ => (k, k as f64 / n as f64),
+            };
+            costs.insert((o.kind, key), ms);
+        }
+    }
+    let facts =
+        MachineFacts { copy_engines: 3, h2d_ms: 1.0, d2h_ms: 1.0, both_ms: 1.1, wake_ms: 0.02, kernel_ms: 1.0, kernels_alternating_ms: 8.0, issue_ms: 0.003 };
+    let machine = Machine { device_waits, ..facts.machine() };
+    let stall = experiment_as_modelled(&e, facts, machine, &costs).expect("costs for every op");
+    let mib = |m: usize| (m as u64) << 20;
+    let pairs = config
+        .sizes_mib
+        .iter()
+        .flat_map(|&m| {
+            let size = m as f64;
+            [(Allocator::CuMemAlloc, 0.12 + 0.0008 * size), (Allocator::PoolThresholdZero, 0.12 + 0.0035 * size), (Allocator::PoolThresholdMax, 0.004)]
+                .map(|(allocator, ms)| PairPoint { allocator, bytes: mib(m), ms: flat(ms) })
+        })
+        .collect();
+    let sizes = trace_sizes(config.trace_base_mib, config.trace_batches);
+    let traces = Allocator::ALL
+        .iter()
+        .map(|&allocator| {
+            let mut most = 0u64;
+            let batches = sizes
+                .iter()
+                .map(|&m| {
+                    most = most.max(mib(m));
+                    let (ms, reserved) = match allocator {
+                        Allocator::CuMemAlloc => (0.28, 0),
+                        Allocator::PoolThresholdZero => (0.5, 0),
+                        Allocator::PoolThresholdMax => (0.056, most),
+                    };
+                    BatchPoint { bytes: mib(m), ms, after: PoolUsage { reserved, used: 0 } }
+                })
+                .collect();
+            BatchTrace { allocator, batches }
+        })
+        .collect();
+    let upload = 4.9;
+    let kernel = 0.5 * upload;
+    let points = config
+        .passes
+        .iter()
+        .map(|&p| {
+            let k = kernel * p as f64;
+            ZeroCopyPoint { passes: p, zero_copy_ms: flat(upload.max(kernel) * p as f64 * 1.02), copy_then_compute_ms: flat(upload + k), kernel_ms: flat(k) }
+        })
+        .collect();
+    let zero_copy =
+        ZeroCopy { elements: config.zero_copy_elements, compute_share: 0.5, iterations: 40, upload_alone_ms: flat(upload), upload_ms: flat(upload), points };
+    let pin_cost = config.sizes_mib.iter().map(|&m| PinCostPoint { bytes: Bytes(mib(m)), ..pin_cost_point() }).collect();
+    MemoryResults { config, iterations: 100, probes, device_waits, stall, pairs, traces, zero_copy, pin_cost }
 }
 
 /// `e` as if every variant measured exactly what the model predicts

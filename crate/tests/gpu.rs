@@ -680,3 +680,52 @@ mod streams {
         assert!(!slow.passed && slow.to_string().contains("more than the fix"), "{slow}");
     }
 }
+
+mod memory {
+    use overlap_lab::labs::memory::{exercise, measure, probes::BusyWith, MemoryConfig};
+    use overlap_lab::present::progress::ProgressMode;
+    use overlap_lab::testing::gpu_or_skip;
+    use std::sync::Arc;
+
+    /// Lab 6 at its small preset: every part runs verified; every call is
+    /// probed beside each kind of busy work; the stall variants run beside
+    /// their model; the sweeps and zero-copy have every point.
+    #[test]
+    fn every_part_runs_verified_beside_its_model() {
+        let Some(gpu) = gpu_or_skip("every_part_runs_verified_beside_its_model") else {
+            return;
+        };
+        let cfg = MemoryConfig::small();
+        let r = measure::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
+        println!("{}", r.table());
+        assert_eq!(r.probes.len(), 3);
+        assert!(r.probes.iter().all(|p| p.beside.iter().map(|b| b.busy).eq(BusyWith::ALL)));
+        assert!(r.stall.variants.iter().all(|v| v.total_ms.median > 0.0 && v.model_ms > 0.0 && !v.timeline.spans.is_empty()));
+        assert_eq!(r.pairs.len(), 3 * cfg.sizes_mib.len());
+        assert!(r.traces.iter().all(|t| t.batches.len() == cfg.trace_batches));
+        assert_eq!(r.zero_copy.points.len(), cfg.passes.len());
+        assert_eq!(r.pin_cost.len(), cfg.sizes_mib.len());
+    }
+
+    /// The exercise's checker live, at the quick size (the notebook's):
+    /// the given loop fails naming cuMemFree, the fix passes, a release on
+    /// the compute stream after waiting for the download is too slow.
+    #[test]
+    fn the_exercise_checker_judges_live_runs() {
+        let Some(gpu) = gpu_or_skip("memory::the_exercise_checker_judges_live_runs") else {
+            return;
+        };
+        let mut rec = overlap_lab::testing::memory_results();
+        rec.config = MemoryConfig::quick();
+        rec.iterations = 800;
+        let given = exercise::check_on_gpu(&gpu, &rec, Arc::new(exercise::given)).unwrap();
+        println!("{given}");
+        assert!(!given.passed && given.to_string().contains("cuMemFree"), "{given}");
+        let fixed = exercise::check_on_gpu(&gpu, &rec, Arc::new(exercise::solution)).unwrap();
+        println!("{fixed}");
+        assert!(fixed.passed, "{fixed}");
+        let slow = exercise::check_on_gpu(&gpu, &rec, Arc::new(exercise::frees_on_the_compute_stream)).unwrap();
+        println!("{slow}");
+        assert!(!slow.passed && slow.to_string().contains("more than the fix"), "{slow}");
+    }
+}

@@ -162,7 +162,8 @@ pub enum ReadFrom<'a> {
     Mapped(&'a super::MappedBuffer),
 }
 
-/// `kernels/reread.cu`: reads its input once per pass (lab 6's zero-copy kernel).
+/// `kernels/reread.cu`: reads its input once per pass and runs an FMA
+/// chain of `iterations` on every value read (lab 6's zero-copy kernel).
 pub struct RereadKernel {
     module: Module,
     grid: u32,
@@ -170,12 +171,18 @@ pub struct RereadKernel {
 }
 
 impl RereadKernel {
+    /// The longest FMA chain per element per pass `run` accepts.
+    pub const MAX_ITERATIONS: i32 = 1_000_000;
+
     pub fn load(gpu: &Gpu) -> Result<RereadKernel> {
         let sms = gpu.fingerprint()?.sm_count;
         Ok(RereadKernel { module: Module::load(gpu, &kernels::REREAD)?, grid: sms * 8, block: 256 })
     }
 
-    fn enqueue(&self, stream: &Stream, input: DeviceSpan, output: &DeviceBuffer, n: usize, passes: i32) -> Result<()> {
+    fn enqueue(&self, stream: &Stream, input: DeviceSpan, output: &DeviceBuffer, n: usize, passes: i32, iterations: i32) -> Result<()> {
+        if !(0..=Self::MAX_ITERATIONS).contains(&iterations) {
+            return Err(LabError::config(format!("reread with {iterations} FMAs per element per pass: give 0 to {}", Self::MAX_ITERATIONS)));
+        }
         if n == 0 || n * 4 > input.bytes || n * 4 > output.bytes() || !(1..=64).contains(&passes) {
             return Err(LabError::config(format!(
                 "reread of {n} elements, {passes} passes, does not fit {} -> {} bytes (1 to 64 passes)",
@@ -183,22 +190,26 @@ impl RereadKernel {
                 output.bytes()
             )));
         }
-        let (mut src, mut dst, mut count, mut p) = (input.ptr, output.ptr(), n as u64, passes);
+        let (mut src, mut dst, mut count, mut p, mut iters) = (input.ptr, output.ptr(), n as u64, passes, iterations);
         let mut params = [
             &mut src as *mut u64 as *mut c_void,
             &mut dst as *mut u64 as *mut c_void,
             &mut count as *mut u64 as *mut c_void,
             &mut p as *mut i32 as *mut c_void,
+            &mut iters as *mut i32 as *mut c_void,
         ];
         let grid = self.grid.min(n.div_ceil(self.block as usize) as u32).max(1);
-        // SAFETY: params match `reread(const float*, float*, unsigned long long, int)`; bounds checked above.
+        // SAFETY: params match `reread(const float*, float*, unsigned long long, int, int)`; bounds checked above.
         unsafe { driver::launch(self.module.func, grid, self.block, stream.raw(), &mut params) }
     }
 
     /// Runs the kernel over the first `n` elements of `input` into
-    /// `output`, after uploading `upload` (pinned host -> the device input)
-    /// when given, and waits: the device time from the first op's start to
-    /// the kernel's end (CUDA events `timing`), ms.
+    /// `output` (`passes` reads, each with a chain of `iterations` FMAs
+    /// per element, 0 to `MAX_ITERATIONS`), after uploading `upload`
+    /// (pinned host -> the device input) when given, and waits: the device
+    /// time from the first op's start to the kernel's end (CUDA events
+    /// `timing`), ms.
+    #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
         stream: &Stream,
@@ -207,6 +218,7 @@ impl RereadKernel {
         output: &DeviceBuffer,
         n: usize,
         passes: i32,
+        iterations: i32,
         timing: (&super::Event, &super::Event),
     ) -> Result<f64> {
         let span = match &input {
@@ -223,7 +235,7 @@ impl RereadKernel {
                 op.validate()?;
                 op.enqueue(stream)?;
             }
-            self.enqueue(stream, span, output, n, passes)?;
+            self.enqueue(stream, span, output, n, passes, iterations)?;
             timing.1.record(stream)
         })();
         // Whatever failed, nothing queued may outlive the borrows.

@@ -19,7 +19,7 @@ use super::gate::Gate;
 use super::{driver, ComputeKernel, DeviceBuffer, DeviceSpan, Event, Gpu, Graph, HostBuffer, HostTask, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
-use crate::pipeline::issue::{check_alloc, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
+use crate::pipeline::issue::{check_alloc, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
 use crate::pipeline::schedule::{Access, Memory, OpId, OpKind, Race, Schedule, StreamKind};
 use crate::pipeline::timeline::Timeline;
 use std::ffi::c_void;
@@ -824,9 +824,15 @@ impl<'a> Pipeline<'a> {
             .ok_or_else(|| LabError::config(format!("stream {} was never added to the pipeline", s.0)))
     }
 
+    /// What a new allocation named `name` is tracked by ([`unique_name`]).
+    fn new_name(&self, name: &str) -> String {
+        unique_name(self.devices.iter().map(|d| d.hold.name.as_str()).chain(self.hosts.iter().map(|h| h.hold.name.as_str())), name)
+    }
+
     /// cuMemAllocAsync on `s`: `bytes` from the device's pool.
     pub fn alloc_async(&mut self, s: StreamRef, bytes: usize, name: &str) -> Result<DevRef> {
         check_alloc(name, bytes, "bytes")?;
+        let name = &self.new_name(name);
         let raw = self.stream_ref(s)?.raw();
         let whole = Access::write(name, 0, bytes as u64);
         // SAFETY: the stream is borrowed for the pipeline's life.
@@ -839,6 +845,7 @@ impl<'a> Pipeline<'a> {
     /// cuMemAlloc (blocking).
     pub fn alloc(&mut self, bytes: usize, name: &str) -> Result<DevRef> {
         check_alloc(name, bytes, "bytes")?;
+        let name = &self.new_name(name);
         let whole = Access::write(name, 0, bytes as u64);
         let ptr = self.memory_call(None, OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![whole], || driver::device_alloc(bytes))?;
         self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, hold: Holding::allocated(name, Memory::Device) });
@@ -874,6 +881,7 @@ impl<'a> Pipeline<'a> {
         if bytes % 8 != 0 {
             return Err(LabError::config(format!("{name}: {bytes} bytes of host memory: give a multiple of 8 (an even number of f32 elements)")));
         }
+        let name = &self.new_name(name);
         let whole = Access::write(name, 0, bytes as u64);
         let label = Memory::Pinned.label(true, name);
         let ptr = self.memory_call(None, OpKind::Alloc(Memory::Pinned), &label, vec![whole], || driver::host_alloc(bytes, driver::HOST_ALLOC_PINNED))?;

@@ -104,6 +104,10 @@ pub struct ExperimentResult {
 }
 
 impl ExperimentResult {
+    /// The costs its model used, by (kind, elements).
+    pub fn costs_map(&self) -> Costs {
+        self.costs.iter().map(|&(k, n, ms)| ((k, n), ms)).collect()
+    }
     pub fn variant(&self, name: &str) -> Option<&VariantResult> {
         self.variants.iter().find(|v| v.name == name)
     }

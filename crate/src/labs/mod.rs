@@ -12,6 +12,8 @@ pub mod callback;
 pub mod check;
 pub mod double_buffer;
 pub mod experiment;
+pub mod host_memory;
+pub mod loop_check;
 pub mod memory;
 pub mod overlap;
 pub mod streams;

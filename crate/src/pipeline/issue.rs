@@ -241,6 +241,17 @@ impl Holding {
     }
 }
 
+/// The name a new allocation is tracked by: `name`, or `name #2`, `#3`...
+/// when a buffer of the pipeline already has it (a loop that names every
+/// batch's scratch "scratch" makes a new buffer each time, and the race
+/// check must not take one for another).
+pub fn unique_name<'n>(taken: impl Iterator<Item = &'n str> + Clone, name: &str) -> String {
+    if !taken.clone().any(|t| t == name) {
+        return name.to_string();
+    }
+    (2..).map(|k| format!("{name} #{k}")).find(|c| !taken.clone().any(|t| t == c)).expect("some number is free")
+}
+
 /// An allocation's size in `unit`s, refusing nothing and absurd sizes
 /// (memory that does not fit returns the driver's out-of-memory error).
 pub fn check_alloc(name: &str, n: usize, unit: &str) -> Result<()> {

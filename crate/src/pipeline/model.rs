@@ -2,7 +2,7 @@
 //! where every element's value came from, so a checker can say which
 //! element is wrong and why, and the queue model can time the schedule.
 
-use super::issue::{check_alloc, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
+use super::issue::{check_alloc, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
 use super::schedule::{Access, Memory, OpKind, Schedule, StreamKind};
 use crate::error::{LabError, Result};
 
@@ -111,6 +111,10 @@ impl ModelPipeline {
         Ok((label, b.whole()))
     }
     /// A buffer of `n` elements the loop allocated as `memory`.
+    /// What a new allocation named `name` is tracked by ([`unique_name`]).
+    fn new_name(&self, name: &str) -> String {
+        unique_name(self.devices.iter().chain(&self.hosts).map(|b| b.hold.name.as_str()), name)
+    }
     fn allocation(name: &str, n: usize, memory: Memory) -> Result<ModelBuffer> {
         check_alloc(name, n, "elements")?;
         Ok(ModelBuffer::new(Holding::allocated(name, memory), vec![Provenance::Unset; n]))
@@ -205,6 +209,7 @@ impl Issue for ModelPipeline {
     fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
         self.lanes.on_loop_thread("a memory call")?;
         let lane = self.lane(s)?;
+        let name = &self.new_name(name);
         let b = Self::allocation(name, n, Memory::Pool)?;
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![b.whole()]);
         self.devices.push(b);
@@ -219,6 +224,7 @@ impl Issue for ModelPipeline {
     }
     fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef> {
         self.lanes.on_loop_thread("a memory call")?;
+        let name = &self.new_name(name);
         let b = Self::allocation(name, n, Memory::Device)?;
         self.schedule.host_call(self.lanes.thread(), OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![b.whole()]);
         self.devices.push(b);
@@ -232,6 +238,7 @@ impl Issue for ModelPipeline {
     }
     fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef> {
         self.lanes.on_loop_thread("a memory call")?;
+        let name = &self.new_name(name);
         let b = Self::allocation(name, n, Memory::Pinned)?;
         self.schedule.host_call(self.lanes.thread(), OpKind::Alloc(Memory::Pinned), &Memory::Pinned.label(true, name), vec![b.whole()]);
         self.hosts.push(b);

@@ -488,27 +488,70 @@ pub struct Machine {
     pub device_waits: DeviceWaits,
 }
 
-/// Blocking memory calls that wait for all work already issued to the
-/// device before they return (each one a measured fact of a driver).
+/// What a blocking memory call waits for before it returns: the GPU work
+/// of these kinds already issued, on every stream (each one a measured
+/// fact of a driver: lab 6 probes each call beside busy kernels, uploads
+/// and downloads).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitsFor {
+    pub kernels: bool,
+    pub uploads: bool,
+    pub downloads: bool,
+}
+
+impl WaitsFor {
+    /// Waits for nothing: returns as soon as its own work is done.
+    pub const NOTHING: WaitsFor = WaitsFor { kernels: false, uploads: false, downloads: false };
+    /// Waits until the device is idle.
+    pub const EVERYTHING: WaitsFor = WaitsFor { kernels: true, uploads: true, downloads: true };
+    /// Whether it waits for GPU work of `kind`.
+    pub fn includes(self, kind: OpKind) -> bool {
+        match kind {
+            OpKind::Kernel => self.kernels,
+            OpKind::H2d => self.uploads,
+            OpKind::D2h => self.downloads,
+            _ => false,
+        }
+    }
+    pub fn any(self) -> bool {
+        self.kernels || self.uploads || self.downloads
+    }
+    /// "kernels and downloads", "nothing", "all GPU work".
+    pub fn describe(self) -> String {
+        if self == WaitsFor::EVERYTHING {
+            return "all GPU work".into();
+        }
+        let kinds: Vec<&str> =
+            [(self.kernels, "kernels"), (self.uploads, "uploads"), (self.downloads, "downloads")].into_iter().filter(|k| k.0).map(|k| k.1).collect();
+        match kinds.as_slice() {
+            [] => "nothing".into(),
+            [one] => one.to_string(),
+            [a, b] => format!("{a} and {b}"),
+            _ => kinds.join(", "),
+        }
+    }
+}
+
+/// What each blocking memory call waits for before it returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceWaits {
     /// cuMemAlloc.
-    pub alloc: bool,
+    pub alloc: WaitsFor,
     /// cuMemFree.
-    pub free: bool,
+    pub free: WaitsFor,
     /// cuMemHostAlloc.
-    pub pinned_alloc: bool,
+    pub pinned_alloc: WaitsFor,
     /// cuMemFreeHost.
-    pub pinned_free: bool,
+    pub pinned_free: WaitsFor,
     /// cuMemHostRegister.
-    pub register: bool,
+    pub register: WaitsFor,
     /// cuMemHostUnregister.
-    pub unregister: bool,
+    pub unregister: WaitsFor,
 }
 
 impl DeviceWaits {
-    /// Whether a blocking call of `kind` waits for the device.
-    pub fn waits(&self, kind: OpKind) -> bool {
+    /// What a blocking call of `kind` waits for.
+    pub fn waits(&self, kind: OpKind) -> WaitsFor {
         match kind {
             OpKind::Alloc(Memory::Device) => self.alloc,
             OpKind::Free(Memory::Device) => self.free,
@@ -516,7 +559,7 @@ impl DeviceWaits {
             OpKind::Free(Memory::Pinned) => self.pinned_free,
             OpKind::Alloc(Memory::Registered) => self.register,
             OpKind::Free(Memory::Registered) => self.unregister,
-            _ => false,
+            _ => WaitsFor::NOTHING,
         }
     }
 }
@@ -615,7 +658,8 @@ fn is_host_fn(op: &Op) -> bool {
 /// so does GPU work it issues after waiting (it was not issued before). A
 /// stream-ordered allocation or release takes its turn in its stream and
 /// no engine; a blocking one takes its host thread, and those that
-/// [`Machine::device_waits`] names first wait for every stream's work so far.
+/// [`Machine::device_waits`] names first wait for every stream's work of
+/// the kinds it names so far.
 /// Once the issuing thread has waited or worked (or from the start, when
 /// the schedule was [`Schedule::issued_live`]), each GPU op it issues
 /// starts at the earliest [`Machine::issue`] after the one before; the
@@ -639,15 +683,18 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
     // When `op` may start given its dependencies (None: one has not ended).
     // A blocking call that waits for the device also waits for the last op
     // issued before it on every stream (a timing fact, not an ordering).
-    let mut last_on_stream: HashMap<usize, OpId> = HashMap::new();
+    // Per (stream, kind): the last GPU op of that kind issued so far.
+    let mut last_on_stream: HashMap<(usize, OpKind), OpId> = HashMap::new();
     let mut device_wait: Vec<Vec<OpId>> = vec![Vec::new(); n];
     for op in &s.ops {
         match op.lane {
             Lane::Stream(st) => {
-                last_on_stream.insert(st, op.id);
+                last_on_stream.insert((st, op.kind), op.id);
             }
-            Lane::HostThread(_) if machine.device_waits.waits(op.kind) => device_wait[op.id] = last_on_stream.values().copied().collect(),
-            Lane::HostThread(_) => {}
+            Lane::HostThread(_) => {
+                let waits = machine.device_waits.waits(op.kind);
+                device_wait[op.id] = last_on_stream.iter().filter(|((_, kind), _)| waits.includes(*kind)).map(|(_, &id)| id).collect();
+            }
         }
     }
     let ready_at = |op: &Op, times: &[Option<(f64, f64)>], release: &[f64], issued: usize, floor: &[f64]| -> Option<f64> {
@@ -1097,13 +1144,44 @@ mod tests {
         };
         let quick = predict(&s, Machine::engines(2), dur);
         assert_eq!((quick[free], quick[next]), ((0.0, 0.5), (0.5, 1.5)), "a free that does not wait costs only itself");
-        let waits = Machine { device_waits: DeviceWaits { free: true, ..DeviceWaits::default() }, host_wake: 0.25, ..Machine::engines(2) };
+        let waits = Machine { device_waits: DeviceWaits { free: WaitsFor::EVERYTHING, ..DeviceWaits::default() }, host_wake: 0.25, ..Machine::engines(2) };
         let t = predict(&s, waits, dur);
         assert_eq!(t[free], (10.25, 10.75), "it waits for the other stream's kernel, then wakes");
         assert_eq!(t[next], (10.75, 11.75), "so stream 0's next copy is issued only then");
         assert!(!s.happens_before(long, free), "the wait is timing only: the schedule never counts on it");
-        assert!(DeviceWaits { pinned_free: true, ..DeviceWaits::default() }.waits(OpKind::Free(Memory::Pinned)));
-        assert!(!DeviceWaits::default().waits(OpKind::Free(Memory::Pool)));
+        // A free that waits only for copies passes the kernel by.
+        let copies = WaitsFor { uploads: true, downloads: true, kernels: false };
+        let t = predict(&s, Machine { device_waits: DeviceWaits { free: copies, ..DeviceWaits::default() }, ..waits }, dur);
+        assert_eq!(t[free], (0.0, 0.5), "{t:?}");
+        assert_eq!(DeviceWaits { pinned_free: copies, ..DeviceWaits::default() }.waits(OpKind::Free(Memory::Pinned)), copies);
+        assert!(!DeviceWaits { free: WaitsFor::EVERYTHING, ..DeviceWaits::default() }.waits(OpKind::Free(Memory::Pool)).any());
+        assert_eq!(copies.describe(), "uploads and downloads");
+        assert_eq!(WaitsFor::EVERYTHING.describe(), "all GPU work");
+        assert_eq!(WaitsFor::NOTHING.describe(), "nothing");
+    }
+
+    #[test]
+    fn a_call_that_waits_for_downloads_waits_for_the_last_one_on_each_stream() {
+        // Stream 0: an upload, then a long download; stream 1: a kernel. A
+        // cuMemAlloc that waits for downloads ends after the download (and
+        // so after the upload before it), not after the kernel alone.
+        let mut s = Schedule::new();
+        s.gpu_op(0, 0, OpKind::H2d, "up", vec![]);
+        let down = s.gpu_op(0, 0, OpKind::D2h, "down", vec![]);
+        s.gpu_op(0, 1, OpKind::Kernel, "kernel", vec![]);
+        let alloc = s.host_call(0, OpKind::Alloc(Memory::Device), "cuMemAlloc", vec![]);
+        let dur = |o: &Op| match o.kind {
+            OpKind::Kernel => 20.0,
+            OpKind::D2h => 5.0,
+            OpKind::H2d => 1.0,
+            _ => 0.5,
+        };
+        let m = |w: WaitsFor| predict(&s, Machine { device_waits: DeviceWaits { alloc: w, ..DeviceWaits::default() }, ..Machine::engines(2) }, dur);
+        assert_eq!(m(WaitsFor { downloads: true, ..WaitsFor::NOTHING })[alloc], (6.0, 6.5));
+        assert_eq!(m(WaitsFor { uploads: true, ..WaitsFor::NOTHING })[alloc], (1.0, 1.5));
+        assert_eq!(m(WaitsFor::EVERYTHING)[alloc], (20.0, 20.5));
+        assert_eq!(m(WaitsFor::NOTHING)[alloc], (0.0, 0.5));
+        assert!(down < alloc);
     }
 
     #[test]

@@ -1,17 +1,15 @@
 //! Runs lab 1 on a GPU. Every sample: fresh random source, poisoned
 //! destination, timed copies, then (untimed) verification of every word.
 
-use super::{AcquireCost, BandwidthConfig, BandwidthResults, Direction, PinCostPoint, TransferPoint};
+use super::{BandwidthConfig, BandwidthResults, Direction, TransferPoint};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
-use crate::gpu::{
-    alloc_host, CopyOp, CopyTimer, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PagesFrom, PinnedBuffer, RegisteredBuffer, Stream, TouchedPages,
-};
+use crate::gpu::{alloc_host, CopyOp, CopyTimer, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer, Stream};
+use crate::labs::host_memory;
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::present::progress::{Progress, ProgressMode};
 use crate::present::units::Bytes;
-use std::time::Instant;
 
 /// Device buffers, a pinned check buffer and streams shared by every point.
 struct Bench {
@@ -70,7 +68,7 @@ pub fn run(gpu: &Gpu, cfg: &BandwidthConfig, progress: ProgressMode) -> Result<B
     drop(bench);
     let mut pin_cost = Vec::new();
     for &bytes in &pin_sizes {
-        pin_cost.push(measure_pin_cost(gpu, bytes, cfg.pin_cost_repeats)?);
+        pin_cost.push(host_memory::price(gpu, bytes, cfg.pin_cost_repeats)?);
         progress.step(&format!("pinning cost {bytes}"));
     }
     progress.finish();
@@ -156,58 +154,5 @@ fn measure_point(
         gbps: Summary::of(&gbps)?,
         gated,
         verified_samples: verified,
-    })
-}
-
-fn ms(d: std::time::Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// Prices every way of getting memory a copy can use at `bytes`: `repeats`
-/// samples of each, plus a first round kept apart (the first pinned
-/// allocation of the size, and the allocator's first malloc of it).
-fn measure_pin_cost(gpu: &Gpu, bytes: Bytes, repeats: usize) -> Result<PinCostPoint> {
-    let _r = trace::range(&format!("pinning cost {bytes}"));
-    let n = bytes.as_usize();
-    // Acquire and release times per way, over the repeats after the first round.
-    let mut t = [(); 8].map(|_| Vec::with_capacity(repeats));
-    let mut pinned_first = (0.0, 0.0);
-    for round in 0..=repeats {
-        let mut times = [0.0; 8];
-        for (k, from) in [PagesFrom::Os, PagesFrom::Allocator].into_iter().enumerate() {
-            let start = Instant::now();
-            let pages = TouchedPages::new(from, n)?;
-            times[2 * k] = ms(start.elapsed());
-            let start = Instant::now();
-            drop(pages);
-            times[2 * k + 1] = ms(start.elapsed());
-        }
-        let start = Instant::now();
-        let pinned = PinnedBuffer::new(gpu, n)?;
-        times[4] = ms(start.elapsed());
-        let start = Instant::now();
-        drop(pinned);
-        times[5] = ms(start.elapsed());
-        let (reg, took) = RegisteredBuffer::new_timed(gpu, n)?;
-        times[6] = ms(took);
-        times[7] = ms(reg.release_timed());
-        // The first round is the size's first pinned allocation (kept
-        // apart) and the allocator's first malloc of it (left out).
-        if round == 0 {
-            pinned_first = (times[4], times[5]);
-        } else {
-            for (k, v) in times.iter().enumerate() {
-                t[k].push(*v);
-            }
-        }
-    }
-    let cost = |a: &[f64], r: &[f64]| -> Result<AcquireCost> { Ok(AcquireCost { acquire_ms: Summary::of(a)?, release_ms: Summary::of(r)? }) };
-    Ok(PinCostPoint {
-        bytes,
-        pageable_first: cost(&t[0], &t[1])?,
-        pageable_reused: cost(&t[2], &t[3])?,
-        pinned_first: cost(&[pinned_first.0], &[pinned_first.1])?,
-        pinned_reused: cost(&t[4], &t[5])?,
-        registered: cost(&t[6], &t[7])?,
     })
 }

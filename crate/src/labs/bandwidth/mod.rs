@@ -13,6 +13,8 @@ pub mod model;
 
 use crate::error::{LabError, Result};
 use crate::gpu::HostMemoryKind;
+use crate::labs::host_memory;
+pub use crate::labs::host_memory::{AcquireCost, PinCostPoint};
 use crate::measure::stats::Summary;
 use crate::present::units::{Bytes, GIB, KIB};
 use serde::{Deserialize, Serialize};
@@ -201,45 +203,6 @@ pub struct TransferPoint {
     pub verified_samples: usize,
 }
 
-/// What it costs to get `bytes` of memory a copy can use, and to give it back.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AcquireCost {
-    /// Allocation, plus one write per page for pageable memory (ms).
-    pub acquire_ms: Summary,
-    pub release_ms: Summary,
-}
-
-impl AcquireCost {
-    /// Median acquire + median release, ms.
-    pub fn total_ms(&self) -> f64 {
-        self.acquire_ms.median + self.release_ms.median
-    }
-}
-
-/// What each way of getting `bytes` of host memory costs. Pageable memory is
-/// priced the way a program first uses it (allocation plus one write per
-/// 4 KiB page, which faults the page in), since a buffer you copy from must
-/// be written first anyway; cuMemHostAlloc hands out pages already mapped.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PinCostPoint {
-    pub bytes: Bytes,
-    /// Pageable memory new to the process: fresh pages from the OS (`mmap`),
-    /// each faulted in by its first write (every repeat is fresh).
-    pub pageable_first: AcquireCost,
-    /// Pageable memory in a loop that mallocs and frees this size: below
-    /// glibc's mmap threshold (at most 32 MiB) the pages come back still
-    /// mapped, above it every malloc is fresh pages again. The first of the
-    /// loop is left out.
-    pub pageable_reused: AcquireCost,
-    /// cuMemHostAlloc + cuMemFreeHost, the first of this size (one sample).
-    pub pinned_first: AcquireCost,
-    /// cuMemHostAlloc + cuMemFreeHost, the later ones.
-    pub pinned_reused: AcquireCost,
-    /// cuMemHostRegister + cuMemHostUnregister of memory that already exists
-    /// and was written (its allocation is not counted: you had it anyway).
-    pub registered: AcquireCost,
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BandwidthResults {
     pub config: BandwidthConfig,
@@ -286,7 +249,7 @@ impl crate::notebook::LabRun<BandwidthResults> {
     }
     /// What getting memory a copy can use costs, each way, per size.
     pub fn pin_cost_table(&self) -> String {
-        model::pin_cost_table(&self.record.results)
+        host_memory::cost_table(&self.record.results.pin_cost)
     }
     pub fn break_even_table(&self) -> String {
         model::break_even_table(&self.record.results)
@@ -317,7 +280,7 @@ pub static ENTRY: crate::labs::Entry<BandwidthConfig, BandwidthResults> = crate:
     teaches: "Pinned vs pageable transfers: bandwidth, two clocks, the price of pinning",
     about: "Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost",
     measure: measure::run,
-    tables: |rec| format!("{}\n{}\n{}", model::summary_table(rec), model::pin_cost_table(&rec.results), model::break_even_table(&rec.results)),
+    tables: |rec| format!("{}\n{}\n{}", model::summary_table(rec), host_memory::cost_table(&rec.results.pin_cost), model::break_even_table(&rec.results)),
     figures: charts::report,
     headline: model::headline,
 };

@@ -1,8 +1,9 @@
 //! What the numbers mean: share of the PCIe link, pinned/pageable ratios, the
 //! two clocks, and when pinning pays for itself.
 
-use super::{BandwidthRecord, BandwidthResults, Direction, PinCostPoint, TransferPoint};
+use super::{BandwidthRecord, BandwidthResults, Direction, TransferPoint};
 use crate::gpu::{Fingerprint, HostMemoryKind};
+pub use crate::labs::host_memory::Acquisition;
 use crate::present::units::{fmt_ms, Bytes};
 use std::fmt::Write;
 
@@ -26,57 +27,6 @@ pub fn ratio_to_pageable(r: &BandwidthResults, kind: HostMemoryKind, direction: 
             Some((p.bytes, p.gbps.median / base.gbps.median))
         })
         .collect()
-}
-
-/// How the page-locked memory of a break-even is had, and what it is
-/// weighed against.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Acquisition {
-    /// Allocated once for a program's life: the size's first cuMemHostAlloc
-    /// against pageable memory new to the process (fresh pages, each faulted
-    /// in by its first write).
-    Once,
-    /// Allocated and freed around every use: cuMemHostAlloc again against
-    /// malloc in the same loop (which may hand back pages still mapped).
-    EveryUse,
-    /// Memory you already have, pinned in place: cuMemHostRegister +
-    /// unregister is all extra.
-    Register,
-}
-
-impl Acquisition {
-    pub const ALL: [Acquisition; 3] = [Acquisition::Once, Acquisition::EveryUse, Acquisition::Register];
-    pub fn label(self) -> &'static str {
-        match self {
-            Acquisition::Once => "allocated once",
-            Acquisition::EveryUse => "allocated per use",
-            Acquisition::Register => "registered",
-        }
-    }
-    /// Which costs of a [`PinCostPoint`] it weighs, in words.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Acquisition::Once => "pinned_first against pageable_first",
-            Acquisition::EveryUse => "pinned_reused against pageable_reused",
-            Acquisition::Register => "registered alone",
-        }
-    }
-    /// The page-locked kind it gives.
-    pub fn kind(self) -> HostMemoryKind {
-        if self == Acquisition::Register {
-            HostMemoryKind::Registered
-        } else {
-            HostMemoryKind::Pinned
-        }
-    }
-    /// (page-locked cost, pageable cost it replaces) at one size, ms.
-    pub fn costs_ms(self, c: &PinCostPoint) -> (f64, f64) {
-        match self {
-            Acquisition::Once => (c.pinned_first.total_ms(), c.pageable_first.total_ms()),
-            Acquisition::EveryUse => (c.pinned_reused.total_ms(), c.pageable_reused.total_ms()),
-            Acquisition::Register => (c.registered.total_ms(), 0.0),
-        }
-    }
 }
 
 /// The break-even point: after how many copies of `bytes` the time saved per
@@ -220,31 +170,6 @@ pub fn two_clocks_table(r: &BandwidthResults, bytes: Bytes) -> String {
     s
 }
 
-/// What getting memory a copy can use costs, per size, each way.
-pub fn pin_cost_table(r: &BandwidthResults) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "Getting memory a copy can use, and giving it back (median; pageable memory includes one write per 4 KiB page)");
-    let _ = writeln!(s, "{:>9} {:>15} {:>15} {:>15} {:>15} {:>13}", "size", "pageable, new", "pageable, loop", "pinned, first", "pinned, again", "register");
-    for c in &r.pin_cost {
-        let _ = writeln!(
-            s,
-            "{:>9} {:>15} {:>15} {:>15} {:>15} {:>13}",
-            c.bytes.to_string(),
-            fmt_ms(c.pageable_first.total_ms()),
-            fmt_ms(c.pageable_reused.total_ms()),
-            fmt_ms(c.pinned_first.total_ms()),
-            fmt_ms(c.pinned_reused.total_ms()),
-            fmt_ms(c.registered.total_ms())
-        );
-    }
-    let _ = writeln!(
-        s,
-        "pageable, new: fresh pages from the OS (mmap), each faulted in by its first write. pageable, loop: malloc + write + free again and again.\n\
-         pinned, first: the size's first cuMemHostAlloc + cuMemFreeHost; again: later ones. register: cuMemHostRegister + unregister of memory you have."
-    );
-    s
-}
-
 /// Break-even copies per size and direction for each way of getting
 /// page-locked memory, then the numbers behind every "at once".
 pub fn break_even_table(r: &BandwidthResults) -> String {
@@ -350,7 +275,7 @@ mod tests {
             (b.extra_cost_ms, b.copies) = (extra, copies);
             assert_eq!(b.verdict(), shown);
         }
-        let c = pin_cost_table(&r);
+        let c = crate::labs::host_memory::cost_table(&r.pin_cost);
         assert!(c.contains("344.36 ms") && c.contains("310.00 ms") && c.contains("60.00 ms"), "{c}");
     }
 

@@ -1,13 +1,12 @@
 //! Lab 6's pipelines, written as [`Plan`]s so the GPU and the model run
 //! the same loop: the two-stream pipeline that allocates scratch memory per
-//! batch in four ways, and the probes that find out which memory calls
-//! wait for the GPU.
+//! batch in four ways.
 
 use super::MemoryConfig;
 use crate::labs::experiment::{Effect, Experiment};
 use crate::pipeline::issue::DevRef;
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
-use crate::pipeline::schedule::{Memory, StreamKind};
+use crate::pipeline::schedule::StreamKind;
 
 /// How the pipeline gets each batch's scratch memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +88,7 @@ pub fn stall(cfg: &MemoryConfig) -> Experiment {
         variants: Scratch::ALL.iter().map(|&s| two_streams(s.label(), cfg.elements, cfg.batches, s)).collect(),
         watch: None,
         effects: vec![
-            Effect::new("cuMemAlloc per batch instead of the stream-ordered pair", 0, 1, false),
+            Effect::new("cuMemAlloc per batch instead of the stream-ordered pair", 0, 1, true),
             Effect::new("cuMemFree per batch instead of after the loop (both wait for the batch)", 2, 3, true),
             Effect::new("cuMemAlloc + cuMemFree per batch instead of the stream-ordered pair", 0, 3, true),
         ],
@@ -97,52 +96,11 @@ pub fn stall(cfg: &MemoryConfig) -> Experiment {
     }
 }
 
-/// Labels of the probes' ops: the busy kernels, the first pair (nothing
-/// to reuse), the second (right after the first's release).
-pub const BUSY: &str = "busy kernel";
-pub const PROBED: &str = "probed";
-pub const PROBED_AGAIN: &str = "probed again";
-
-/// A probe of `memory`'s allocate and release calls: `busy` kernels over
-/// the whole buffer keep the GPU busy (none when 0), then the CPU allocates
-/// `n` elements and releases them, twice (a stream-ordered pair on another
-/// stream): the second allocation can reuse what the first released.
-/// A call that returns only when the kernels are done waited for them.
-pub fn probe(memory: Memory, elements: usize, n: usize, busy: usize) -> Plan {
-    let specs = vec![StreamSpec::new("busy", StreamKind::NonBlocking, 0), StreamSpec::new("calls", StreamKind::NonBlocking, 0)];
-    let name = format!("{} then {} {}", memory.label(true, ""), memory.label(false, ""), if busy > 0 { "beside busy kernels" } else { "on an idle GPU" });
-    Plan::new(&name, specs, elements, 2, move |p, r| {
-        for i in 0..busy {
-            p.compute(r.streams[0], r.devices[0], 0, r.devices[1], 0, r.elements, &format!("{BUSY} {i}"))?;
-        }
-        for name in [PROBED, PROBED_AGAIN] {
-            match memory {
-                Memory::Pool => {
-                    let d = p.alloc_async(r.streams[1], n, name)?;
-                    p.free_async(r.streams[1], d)?;
-                }
-                Memory::Pinned => {
-                    let h = p.alloc_pinned(n, name)?;
-                    p.free_pinned(h)?;
-                }
-                _ => {
-                    let d = p.alloc(n, name)?;
-                    p.free(d)?;
-                }
-            }
-        }
-        Ok(())
-    })
-}
-
-/// The memory calls the probes ask about, in order.
-pub const PROBED_MEMORY: [Memory; 3] = [Memory::Device, Memory::Pool, Memory::Pinned];
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pipeline::plan::Costs;
-    use crate::pipeline::schedule::{DeviceWaits, Machine, OpKind};
+    use crate::pipeline::schedule::{DeviceWaits, Machine, OpKind, WaitsFor};
 
     fn costs(plans: &[&Plan], per_chunk: f64, chunk: usize) -> Costs {
         let mut c = Costs::new();
@@ -151,7 +109,7 @@ mod tests {
                 c.insert((kind, n), per_chunk * n as f64 / chunk as f64);
             }
         }
-        for m in PROBED_MEMORY {
+        for m in super::super::probes::PROBED_MEMORY {
             c.insert((OpKind::Alloc(m), chunk), 0.05);
             c.insert((OpKind::Free(m), chunk), 0.05);
         }
@@ -165,7 +123,7 @@ mod tests {
         let n = chunk(cfg.elements, cfg.batches, 0).1;
         let plans: Vec<&Plan> = e.variants.iter().collect();
         let c = costs(&plans, 1.0, n);
-        let waits = Machine { device_waits: DeviceWaits { free: true, ..DeviceWaits::default() }, host_wake: 0.02, ..Machine::engines(2) };
+        let waits = Machine { device_waits: DeviceWaits { free: WaitsFor::EVERYTHING, ..DeviceWaits::default() }, host_wake: 0.02, ..Machine::engines(2) };
         let mut t = Vec::new();
         for v in &e.variants {
             let m = v.model().unwrap();
@@ -181,21 +139,5 @@ mod tests {
         // The same free on a driver where it does not wait costs only the wake-ups.
         let t3 = e.variants[3].predicted_ms(Machine { device_waits: DeviceWaits::default(), ..waits }, &c).unwrap();
         assert!((t3 - t[2]).abs() < 1.0, "{t3} vs {t:?}");
-    }
-
-    #[test]
-    fn a_probe_issues_its_pair_after_the_busy_kernels() {
-        for m in PROBED_MEMORY {
-            let p = probe(m, 1 << 10, 256, 2);
-            let model = p.model().unwrap();
-            let labels: Vec<&str> = model.schedule.ops.iter().map(|o| o.label.as_str()).collect();
-            assert_eq!(labels.len(), 6, "{labels:?}");
-            assert!(labels[0].starts_with(BUSY) && labels[2].ends_with(PROBED) && labels[3].ends_with(PROBED), "{labels:?}");
-            assert!(labels[4].ends_with(PROBED_AGAIN) && labels[5].ends_with(PROBED_AGAIN), "{labels:?}");
-            let reused = crate::pipeline::plan::reuses(&model.schedule);
-            assert_eq!(reused, [false, false, false, false, true, false], "the second allocation reuses the first's block");
-            assert!(model.schedule.races().is_empty());
-            assert!(!probe(m, 1 << 10, 256, 0).model().unwrap().schedule.ops.iter().any(|o| o.label.starts_with(BUSY)));
-        }
     }
 }

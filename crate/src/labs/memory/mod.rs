@@ -9,21 +9,24 @@
 //! May use: `pipeline` (plans, the model), `gpu` (to run them, the pool,
 //! mapped memory), `labs::experiment`, `measure`, `present`.
 
+pub mod exercise;
 pub mod experiments;
 pub mod measure;
 pub mod pool;
+pub mod probes;
 pub mod zero_copy;
 
 use crate::error::Result;
 use crate::labs::experiment::ExperimentResult;
+use crate::labs::host_memory::PinCostPoint;
 use crate::measure::record::Record;
-use crate::measure::stats::Summary;
-use crate::pipeline::schedule::{DeviceWaits, Memory};
+use crate::pipeline::schedule::DeviceWaits;
 use crate::pipeline::timeline::Gantt;
 use crate::present::chart::{Chart, Figure, Panel, Series, XAxis};
 use crate::Bytes;
 use plotters::style::RGBColor;
 use pool::{Allocator, BatchTrace, PairPoint};
+use probes::CallProbe;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use zero_copy::ZeroCopy;
@@ -56,6 +59,10 @@ pub struct MemoryConfig {
     /// every read goes to where the data lives).
     #[arg(long, default_value_t = MemoryConfig::default().zero_copy_elements)]
     pub zero_copy_elements: usize,
+    /// Kernel time per read as a share of the upload's: 1 read then runs
+    /// max(upload, kernel) in place against upload + kernel copied first.
+    #[arg(long, default_value_t = MemoryConfig::default().zero_copy_compute)]
+    pub zero_copy_compute: f64,
     /// Timed runs of each variant (after warm-ups).
     #[arg(long, default_value_t = MemoryConfig::default().repeats)]
     pub repeats: usize,
@@ -74,6 +81,7 @@ impl Default for MemoryConfig {
             trace_base_mib: 16,
             passes: vec![1, 2, 4, 8],
             zero_copy_elements: 64 << 20,
+            zero_copy_compute: 0.5,
             repeats: 15,
             device: 0,
         }
@@ -83,7 +91,15 @@ impl Default for MemoryConfig {
 impl MemoryConfig {
     /// The notebook's run.
     pub fn quick() -> Self {
-        MemoryConfig { elements: 16 << 20, sizes_mib: vec![1, 16, 256], trace_batches: 24, zero_copy_elements: 32 << 20, repeats: 7, ..Self::default() }
+        MemoryConfig {
+            elements: 16 << 20,
+            sizes_mib: vec![1, 16, 256],
+            trace_batches: 24,
+            zero_copy_elements: 32 << 20,
+            zero_copy_compute: 0.5,
+            repeats: 7,
+            ..Self::default()
+        }
     }
     /// Every code path, small.
     pub fn small() -> Self {
@@ -95,6 +111,7 @@ impl MemoryConfig {
             trace_base_mib: 1,
             passes: vec![1, 2],
             zero_copy_elements: 1 << 18,
+            zero_copy_compute: 0.5,
             repeats: 2,
             device: 0,
         }
@@ -122,6 +139,9 @@ impl MemoryConfig {
         if self.zero_copy_elements < 1 << 12 || self.zero_copy_elements % 2 != 0 || self.zero_copy_elements > 1 << 30 {
             return bad(format!("--zero-copy-elements {}: give an even number from 4096 to 2^30", self.zero_copy_elements));
         }
+        if !(0.0..=8.0).contains(&self.zero_copy_compute) {
+            return bad(format!("--zero-copy-compute {}: give the kernel's time per read as a share of the upload's, from 0 to 8", self.zero_copy_compute));
+        }
         if !(1..=1000).contains(&self.repeats) {
             return bad(format!("--repeats {}: give 1 to 1000", self.repeats));
         }
@@ -130,56 +150,6 @@ impl MemoryConfig {
 }
 
 crate::lab_config!(MemoryConfig);
-
-/// One memory call pair probed on an idle GPU and beside busy kernels.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CallProbe {
-    pub memory: Memory,
-    pub bytes: u64,
-    /// Host time of the allocate and the release calls, ms.
-    pub alloc_idle_ms: Summary,
-    pub free_idle_ms: Summary,
-    pub alloc_busy_ms: Summary,
-    pub free_busy_ms: Summary,
-    /// The allocate call right after the release, idle: it can reuse the block.
-    pub alloc_again_idle_ms: Summary,
-    /// How long the busy kernels still had to run when each call began, ms.
-    pub alloc_left_ms: Summary,
-    pub free_left_ms: Summary,
-}
-
-impl CallProbe {
-    /// Whether the allocate (or the release) call waited for the busy
-    /// kernels: beside them it took longer than on an idle GPU by more than
-    /// half of what they still had to run.
-    pub fn waits(&self, alloc: bool) -> bool {
-        let (idle, busy, left) =
-            if alloc { (&self.alloc_idle_ms, &self.alloc_busy_ms, &self.alloc_left_ms) } else { (&self.free_idle_ms, &self.free_busy_ms, &self.free_left_ms) };
-        left.median > 0.0 && busy.median - idle.median > 0.5 * left.median
-    }
-    /// "cuMemAlloc / cuMemFree of 16 MiB: ..." (one line of the table).
-    pub fn line(&self) -> String {
-        let call = |alloc: bool| self.memory.label(alloc, "").trim_end().to_string();
-        let one = |alloc: bool, idle: &Summary, busy: &Summary, left: &Summary| {
-            format!(
-                "{} {:.3} ms idle, {:.3} ms beside kernels with {:.3} ms left: {}",
-                call(alloc),
-                idle.median,
-                busy.median,
-                left.median,
-                if self.waits(alloc) { "WAITS for the GPU" } else { "does not wait" }
-            )
-        };
-        format!(
-            "{} of {}: {}; {}; again right after the release {:.3} ms idle",
-            self.memory.label(true, "").trim_end(),
-            Bytes(self.bytes),
-            one(true, &self.alloc_idle_ms, &self.alloc_busy_ms, &self.alloc_left_ms),
-            one(false, &self.free_idle_ms, &self.free_busy_ms, &self.free_left_ms),
-            self.alloc_again_idle_ms.median
-        )
-    }
-}
 
 /// Lab 6's results.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -195,6 +165,23 @@ pub struct MemoryResults {
     pub pairs: Vec<PairPoint>,
     pub traces: Vec<BatchTrace>,
     pub zero_copy: ZeroCopy,
+    /// cuMemHostAlloc, cuMemFreeHost and cuMemHostRegister by size (the
+    /// sweep's sizes), the first of each size apart.
+    pub pin_cost: Vec<PinCostPoint>,
+}
+
+/// "64 MiB: cuMemHostAlloc 21.100 ms the first time, 20.300 again;
+/// cuMemFreeHost 6.200; ..." (medians).
+pub fn pin_line(c: &PinCostPoint) -> String {
+    format!(
+        "{}: cuMemHostAlloc {:.3} ms the first time, {:.3} again; cuMemFreeHost {:.3}; cuMemHostRegister {:.3}, cuMemHostUnregister {:.3}",
+        c.bytes,
+        c.pinned_first.acquire_ms.median,
+        c.pinned_reused.acquire_ms.median,
+        c.pinned_reused.release_ms.median,
+        c.registered.acquire_ms.median,
+        c.registered.release_ms.median
+    )
 }
 
 const COLORS: [RGBColor; 3] = [RGBColor(214, 39, 40), RGBColor(255, 127, 14), RGBColor(31, 119, 180)];
@@ -214,8 +201,11 @@ impl MemoryResults {
     /// The headline table's rows.
     pub fn headline(&self) -> Vec<(String, String)> {
         let mut rows = Vec::new();
-        let waiting: Vec<String> =
-            self.probes.iter().flat_map(|p| [true, false].into_iter().filter(|&a| p.waits(a)).map(|a| p.memory.label(a, "").trim_end().to_string())).collect();
+        let waiting: Vec<String> = self
+            .probes
+            .iter()
+            .flat_map(|p| [true, false].into_iter().filter(|&a| p.waits(a).any()).map(|a| format!("{} (for {})", p.call(a), p.waits(a).describe())))
+            .collect();
         rows.push(("memory calls that wait for the GPU".into(), if waiting.is_empty() { "none".into() } else { waiting.join(", ") }));
         let v = |i: usize| self.stall.variants.get(i).map(|v| v.total_ms.median);
         if let (Some(a), Some(f)) = (v(0), v(3)) {
@@ -239,8 +229,14 @@ impl MemoryResults {
         if let Some(t) = self.trace(Allocator::PoolThresholdMax) {
             rows.push(("the pool at threshold max holds at most".into(), format!("{}", Bytes(t.most_reserved()))));
         }
-        for p in &self.zero_copy.points {
-            rows.push((format!("zero-copy / copy-then-compute, data read {}x", p.passes), format!("{:.2}x", p.ratio())));
+        let z = &self.zero_copy;
+        rows.push((
+            "zero-copy kernel: compute per read / the upload (asked, measured)".into(),
+            format!("{:.2} / {:.2} ({} FMAs per element per read)", z.compute_share, z.measured_share(), z.iterations),
+        ));
+        for p in &z.points {
+            let (mz, mc) = z.model(p);
+            rows.push((format!("zero-copy / copy-then-compute, data read {}x", p.passes), format!("{:.2}x (model {:.2}x)", p.ratio(), mz / mc)));
         }
         if let Some(worst) = self.stall.variants.iter().map(|v| v.model_ms / v.total_ms.median - 1.0).max_by(|a, b| a.abs().total_cmp(&b.abs())) {
             rows.push(("model, worst variant".into(), format!("{:+.1}%", 100.0 * worst)));
@@ -250,9 +246,9 @@ impl MemoryResults {
 
     /// The table the command line prints.
     pub fn table(&self) -> String {
-        let mut out = format!("which memory calls wait for the GPU ({} busy kernels on another stream):\n", measure::BUSY_KERNELS_SHOWN);
-        for p in &self.probes {
-            out += &format!("  {}\n", p.line());
+        let mut out = format!("which memory calls wait for the GPU ({} busy ops of a batch's size on another stream), median ms:\n", probes::BUSY_OPS);
+        for line in self.probes.iter().flat_map(|p| p.lines()) {
+            out += &format!("  {line}\n");
         }
         let e = &self.stall;
         out += &format!("\n{}: {}\n", e.name, e.shows);
@@ -307,8 +303,24 @@ impl MemoryResults {
                 Bytes(t.most_reserved())
             );
         }
+        out += "\npinned host memory by size, host time, median (the first allocation of a size is one sample):\n";
+        for c in &self.pin_cost {
+            out += &format!("  {}\n", pin_line(c));
+        }
         let z = &self.zero_copy;
-        out += &format!("\nzero-copy over {} (device times; the upload alone {:.3} ms):\n", Bytes(4 * z.elements as u64), z.upload_ms.median);
+        out += &format!(
+            "\nzero-copy over {} (device times; the upload {:.3} ms: copy-then-compute less the kernel; alone before the sweep {:.3} ms):\n",
+            Bytes(4 * z.elements as u64),
+            z.upload_ms.median,
+            z.upload_alone_ms.median
+        );
+        out += &format!(
+            "  the kernel: {} FMAs per element per read, balanced to {:.2}x the upload per read (measured {:.2}x)\n",
+            z.iterations,
+            z.compute_share,
+            z.measured_share()
+        );
+        out += "  model: zero-copy reads x max(upload, kernel per read), copy-then-compute upload + kernel\n";
         out += &format!("  {:>6} {:>22} {:>22} {:>12} {:>8} {:>22}\n", "reads", "zero-copy ms", "copy+compute ms", "kernel ms", "ratio", "model zc / c+c ms");
         for p in &z.points {
             let (mz, mc) = z.model(p);
@@ -328,6 +340,10 @@ impl MemoryResults {
         out += &match z.wins_up_to() {
             Some(k) => format!("  zero-copy wins for data read up to {k}x; copy-then-compute wins beyond\n"),
             None => "  zero-copy never wins on this GPU at these read counts\n".into(),
+        };
+        out += &match z.model_wins_up_to() {
+            Some(k) => format!("  (the model: zero-copy wins up to {k}x)\n"),
+            None => "  (the model: zero-copy never wins at these read counts)\n".into(),
         };
         out
     }
@@ -421,7 +437,7 @@ impl MemoryResults {
         };
         let (zc, cc) = (RGBColor(214, 39, 40), RGBColor(31, 119, 180));
         let panel = Panel {
-            title: format!("{} read in place or copied first", Bytes(4 * z.elements as u64)),
+            title: format!("{}, compute per read {:.2}x the upload ({} FMAs per element)", Bytes(4 * z.elements as u64), z.measured_share(), z.iterations),
             x_axis: XAxis::LogCount,
             x_label: "times the kernel reads its input".into(),
             y_label: "ms (device)".into(),
@@ -509,30 +525,10 @@ mod tests {
         bad(MemoryConfig { elements: 3, ..MemoryConfig::default() }, "--elements 3");
         bad(MemoryConfig { zero_copy_elements: 1 << 31, ..MemoryConfig::default() }, "--zero-copy-elements");
         bad(MemoryConfig { repeats: 0, ..MemoryConfig::default() }, "--repeats 0");
-    }
-
-    #[test]
-    fn a_call_waits_only_when_it_took_most_of_what_the_kernels_had_left() {
-        let s = |ms: f64| crate::testing::flat(ms);
-        let mut p = CallProbe {
-            memory: Memory::Device,
-            bytes: 1 << 20,
-            alloc_idle_ms: s(0.2),
-            free_idle_ms: s(0.1),
-            alloc_busy_ms: s(0.21),
-            free_busy_ms: s(5.1),
-            alloc_again_idle_ms: s(0.07),
-            alloc_left_ms: s(5.3),
-            free_left_ms: s(5.0),
-        };
-        assert!(!p.waits(true) && p.waits(false));
-        let line = p.line();
-        assert!(
-            line.contains("cuMemAlloc 0.200 ms idle") && line.contains("cuMemFree 0.100 ms idle, 5.100 ms beside kernels with 5.000 ms left: WAITS"),
-            "{line}"
-        );
-        // Nothing left to wait for: no verdict of waiting, however slow.
-        p.free_left_ms = s(0.0);
-        assert!(!p.waits(false));
+        bad(MemoryConfig { zero_copy_compute: -0.5, ..MemoryConfig::default() }, "--zero-copy-compute -0.5: give");
+        bad(MemoryConfig { zero_copy_compute: 8.5, ..MemoryConfig::default() }, "from 0 to 8");
+        bad(MemoryConfig { zero_copy_compute: f64::NAN, ..MemoryConfig::default() }, "--zero-copy-compute NaN");
+        MemoryConfig { zero_copy_compute: 0.0, ..MemoryConfig::default() }.validate().unwrap();
+        MemoryConfig { zero_copy_compute: 8.0, ..MemoryConfig::default() }.validate().unwrap();
     }
 }

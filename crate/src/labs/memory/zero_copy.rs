@@ -1,14 +1,21 @@
 //! Zero-copy: a kernel that reads mapped pinned host memory in place
 //! against copy-then-compute (an upload, then the same kernel on device
-//! memory), for data read once and read several times. Zero-copy pays the
-//! host link on every read and saves the separate copy; reading once, it
-//! streams the data through the kernel at about the link's speed, and
-//! each further read pays the link again.
+//! memory), for data read once and read several times. The kernel does
+//! real work on every value it reads: before the sweep it is balanced so
+//! that one read of the input on device memory takes
+//! `--zero-copy-compute` x the upload's time. Reading in place, the link
+//! and that compute overlap inside the kernel, so one read costs
+//! max(upload, compute) against copy-then-compute's upload + compute:
+//! zero-copy wins for data read once. Each further read pays the link
+//! again, so for data read several times copying first wins.
+//!
+//! The model, p reads (kernel = p reads' compute on device memory):
+//! zero-copy p·max(upload, kernel/p), copy-then-compute upload + kernel.
 
 use super::MemoryConfig;
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::reread_reference;
-use crate::gpu::{DeviceBuffer, HostBuffer};
+use crate::gpu::{CopyOp, CopyTimer, DeviceBuffer, HostBuffer};
 use crate::gpu::{Gpu, MappedBuffer, PinnedBuffer, ReadFrom, RereadKernel};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
@@ -39,34 +46,71 @@ impl ZeroCopyPoint {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ZeroCopy {
     pub elements: usize,
+    /// The kernel's time per read as a share of the upload's, as asked
+    /// (`--zero-copy-compute`).
+    pub compute_share: f64,
+    /// The FMA chain per element per read that balancing chose for that
+    /// share (0: one FMA per element per read).
+    pub iterations: i32,
+    /// The upload of the whole input alone, measured before the sweep to
+    /// balance the kernel, ms.
+    pub upload_alone_ms: Summary,
     /// The upload's part of copy-then-compute (each run's time less the
     /// kernel alone in the same round), over every read count, ms.
     pub upload_ms: Summary,
     pub points: Vec<ZeroCopyPoint>,
 }
 
+/// The model for `passes` reads, given the upload's time and the kernel's
+/// for all the reads on device memory (ms): zero-copy reads the link once
+/// per read while the compute of that read overlaps it inside the kernel,
+/// p·max(upload, kernel/p); copy-then-compute is upload + kernel.
+/// (zero-copy, copy-then-compute), ms.
+pub fn model_ms(passes: i32, upload_ms: f64, kernel_ms: f64) -> (f64, f64) {
+    let p = passes as f64;
+    (p * upload_ms.max(kernel_ms / p), upload_ms + kernel_ms)
+}
+
 impl ZeroCopy {
-    /// The model of a point: zero-copy reads the link once per pass (each
-    /// pass at the upload's speed, or the kernel's if that is slower);
-    /// copy-then-compute is the upload and then the kernel. (zero-copy, copy-then-compute), ms.
+    /// The model of a point (see [`model_ms`]), from the sweep's upload and
+    /// the point's kernel: (zero-copy, copy-then-compute), ms.
     pub fn model(&self, p: &ZeroCopyPoint) -> (f64, f64) {
-        let per_pass = p.kernel_ms.median / p.passes as f64;
-        (p.passes as f64 * self.upload_ms.median.max(per_pass), self.upload_ms.median + p.kernel_ms.median)
+        model_ms(p.passes, self.upload_ms.median, p.kernel_ms.median)
     }
     /// The largest read count at which zero-copy still wins, if any.
     pub fn wins_up_to(&self) -> Option<i32> {
         self.points.iter().filter(|p| p.ratio() < 1.0).map(|p| p.passes).max()
     }
+    /// The largest read count at which the model has zero-copy win, if any.
+    pub fn model_wins_up_to(&self) -> Option<i32> {
+        self.points
+            .iter()
+            .filter(|p| {
+                let (zc, cc) = self.model(p);
+                zc < cc
+            })
+            .map(|p| p.passes)
+            .max()
+    }
+    /// The kernel's time for one read over the upload's, as measured (the
+    /// point with the fewest reads; NaN without points).
+    pub fn measured_share(&self) -> f64 {
+        self.points.iter().min_by_key(|p| p.passes).map_or(f64::NAN, |p| p.kernel_ms.median / p.passes as f64 / self.upload_ms.median)
+    }
 }
 
 /// Checks `out` against the CPU reference at about 4096 places and both ends.
-fn verify(out: &PinnedBuffer, seed: u64, n: usize, passes: i32, what: &str) -> Result<()> {
+fn verify(out: &PinnedBuffer, seed: u64, n: usize, passes: i32, iterations: i32, what: &str) -> Result<()> {
     let got = pattern::as_f32(out.words());
     let step = (n / 4096).max(1);
     for i in (0..n).step_by(step).chain([n - 1]) {
-        let want = reread_reference(pattern::f32_at(seed, i), passes);
+        let want = reread_reference(pattern::f32_at(seed, i), passes, iterations);
         if got[i].to_bits() != want.to_bits() {
-            return Err(LabError::wrong_data(format!("zero-copy, {what}, {passes} passes"), i, format!("got {}, expected {want}", got[i])));
+            return Err(LabError::wrong_data(
+                format!("zero-copy, {what}, {passes} passes of {iterations} FMAs"),
+                i,
+                format!("got {}, expected {want}", got[i]),
+            ));
         }
     }
     Ok(())
@@ -91,6 +135,28 @@ pub fn measure(gpu: &Gpu, cfg: &MemoryConfig, progress: &mut Progress) -> Result
         stream.fill_u32(device_out, pattern::POISON as u32)?;
         Ok(seed)
     };
+    // Balance: the upload alone, then the FMA chain that makes one read on
+    // device memory take the asked share of it.
+    pattern::fill_f32(pinned.words_mut(), pattern::fresh_seed());
+    let upload_alone_ms = {
+        let mut copies = CopyTimer::new(gpu, 1)?;
+        let mut up =
+            |reps| Summary::of_runs(reps, || Ok(copies.run(&mut [CopyOp::HostToDevice { src: &pinned, dst: &device_in, bytes }], 1, false)?.device_ms));
+        up(1)?;
+        up(5)?
+    };
+    let iterations = if cfg.zero_copy_compute > 0.0 {
+        let once = |it: i32| kernel.run(&stream, None, ReadFrom::Device(&device_in), &device_out, n, 1, it.min(RereadKernel::MAX_ITERATIONS), timing);
+        let it = crate::labs::calibrate_iterations(cfg.zero_copy_compute * upload_alone_ms.median, |it| Ok(Summary::of_runs(3, || once(it))?.median))?;
+        it.min(RereadKernel::MAX_ITERATIONS)
+    } else {
+        0
+    };
+    // A note, not a step: measure.rs counts the lab's steps.
+    progress.step_note(&format!(
+        "zero-copy kernel balanced: {iterations} FMAs per element per read, for {:.2}x the upload alone ({:.3} ms)",
+        cfg.zero_copy_compute, upload_alone_ms.median
+    ));
     let mut upload = Vec::new();
     let mut points = Vec::new();
     for &passes in &cfg.passes {
@@ -100,14 +166,14 @@ pub fn measure(gpu: &Gpu, cfg: &MemoryConfig, progress: &mut Progress) -> Result
             for (way, times) in t.iter_mut().enumerate() {
                 let seed = fresh(&mut mapped, &mut pinned, &device_out)?;
                 let ms = match way {
-                    0 => kernel.run(&stream, None, ReadFrom::Mapped(&mapped), &device_out, n, passes, timing)?,
-                    1 => kernel.run(&stream, Some(&pinned), ReadFrom::Device(&device_in), &device_out, n, passes, timing)?,
+                    0 => kernel.run(&stream, None, ReadFrom::Mapped(&mapped), &device_out, n, passes, iterations, timing)?,
+                    1 => kernel.run(&stream, Some(&pinned), ReadFrom::Device(&device_in), &device_out, n, passes, iterations, timing)?,
                     // The input is already on the device from the run before.
-                    _ => kernel.run(&stream, None, ReadFrom::Device(&device_in), &device_out, n, passes, timing)?,
+                    _ => kernel.run(&stream, None, ReadFrom::Device(&device_in), &device_out, n, passes, iterations, timing)?,
                 };
                 if way < 2 {
                     stream.download(&mut result, &device_out, bytes)?;
-                    verify(&result, seed, n, passes, if way == 0 { "read in place" } else { "copied first" })?;
+                    verify(&result, seed, n, passes, iterations, if way == 0 { "read in place" } else { "copied first" })?;
                 }
                 if rep > 0 {
                     times.push(ms);
@@ -125,5 +191,62 @@ pub fn measure(gpu: &Gpu, cfg: &MemoryConfig, progress: &mut Progress) -> Result
         ));
         points.push(p);
     }
-    Ok(ZeroCopy { elements: n, upload_ms: Summary::of(&upload)?, points })
+    Ok(ZeroCopy { elements: n, compute_share: cfg.zero_copy_compute, iterations, upload_alone_ms, upload_ms: Summary::of(&upload)?, points })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::flat;
+
+    /// A sweep that follows the model exactly: an upload of 4 ms and a
+    /// kernel of `share` x that per read.
+    fn sweep(share: f64) -> ZeroCopy {
+        let upload = 4.0;
+        let points = [1, 2, 4, 8]
+            .into_iter()
+            .map(|passes| {
+                let kernel = passes as f64 * share * upload;
+                let (zc, cc) = model_ms(passes, upload, kernel);
+                ZeroCopyPoint { passes, zero_copy_ms: flat(zc), copy_then_compute_ms: flat(cc), kernel_ms: flat(kernel) }
+            })
+            .collect();
+        ZeroCopy { elements: 1 << 20, compute_share: share, iterations: 0, upload_alone_ms: flat(upload), upload_ms: flat(upload), points }
+    }
+
+    #[test]
+    fn zero_copy_wins_for_data_read_once_when_the_compute_hides_the_link() {
+        let z = sweep(0.5);
+        // 1 read: max(4, 2) = 4 against 4 + 2 = 6; 4 reads: 4·max(4, 2) = 16 against 4 + 8 = 12.
+        assert_eq!(model_ms(1, 4.0, 2.0), (4.0, 6.0));
+        assert_eq!(model_ms(4, 4.0, 8.0), (16.0, 12.0));
+        let (zc, cc) = z.model(&z.points[0]);
+        assert!(zc < cc, "1 read: {zc} against {cc}");
+        let (zc, cc) = z.model(&z.points[2]);
+        assert!(zc > cc, "4 reads: {zc} against {cc}");
+        // 2 reads: 8 against 8, a tie is no win.
+        assert_eq!(z.model_wins_up_to(), Some(1));
+        assert_eq!(z.wins_up_to(), Some(1));
+        assert!((z.measured_share() - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn with_no_compute_zero_copy_never_wins() {
+        let z = sweep(0.0);
+        for p in &z.points {
+            let (zc, cc) = z.model(p);
+            assert!(zc >= cc, "{} reads: {zc} against {cc}", p.passes);
+        }
+        assert_eq!(z.model_wins_up_to(), None);
+        assert_eq!(z.wins_up_to(), None);
+    }
+
+    #[test]
+    fn a_kernel_slower_than_the_link_sets_zero_copy_time() {
+        // Compute 2x the upload per read: in place the kernel is the bottleneck
+        // (p·2u), copying first adds the upload once (u + p·2u): zero-copy wins at every count.
+        let z = sweep(2.0);
+        assert_eq!(model_ms(8, 4.0, 64.0), (64.0, 68.0));
+        assert_eq!(z.model_wins_up_to(), Some(8));
+    }
 }

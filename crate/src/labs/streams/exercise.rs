@@ -10,13 +10,13 @@
 use super::experiments::TINY;
 use super::{StreamsConfig, StreamsResults};
 use crate::error::Result;
-use crate::gpu::{Gpu, PlanRig, TimelineSource};
+use crate::gpu::{Gpu, PlanRig};
 use crate::labs::check::CheckReport;
-use crate::measure::stats::Summary;
+use crate::labs::loop_check;
 use crate::pipeline::issue::{DevRef, HostRef, Issue, StreamRef};
-use crate::pipeline::model::{ModelPipeline, Provenance};
-use crate::pipeline::plan::{chunk, Costs, Plan, StreamSpec};
-use crate::pipeline::schedule::{Lane, OpKind, StreamKind};
+use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::plan::{chunk, Plan, StreamSpec};
+use crate::pipeline::schedule::{Lane, StreamKind};
 use std::sync::Arc;
 
 /// The label of the parameters' upload: the loop must keep it.
@@ -126,28 +126,17 @@ pub fn plan(name: &str, cfg: &StreamsConfig, learner: Loop) -> Plan {
 }
 
 /// What the model says is wrong with the loop, before timing it: data,
-/// races, the parameters' upload, anything left on the NULL stream.
+/// races, memory ([`loop_check::shape`]), the parameters' upload, anything
+/// left on the NULL stream.
 fn shape_findings(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
-    let model = rep.learner("your loop", || plan.model())?;
-    if let Some(r) = model.schedule.races().first() {
-        rep.problem(format!("race: {}", r.what));
-    }
-    let cells = Plan::output_cells(&model);
-    if let Some((j, cell)) = cells.iter().enumerate().find(|(j, c)| **c != Provenance::Output(*j as u32)) {
-        rep.problem(match cell {
-            Provenance::Unset => format!("wrong data: output element {j} never reached the host: a chunk's D2H is missing"),
-            Provenance::Input(_) => format!("wrong data: output element {j} holds an input: a D2H reads the input buffer"),
-            Provenance::Output(i) => format!("wrong data: output element {j} holds the result for element {i}: an offset is wrong"),
-            Provenance::Garbage => format!("wrong data: output element {j} was computed from data never uploaded: a kernel reads a range no H2D wrote"),
-        });
-    }
+    let model = loop_check::shape(plan, rep)?;
     let uploads: Vec<_> = model.schedule.ops.iter().filter(|o| o.label == PARAMS).collect();
     if uploads.is_empty() {
         rep.problem(format!(
             "the parameters' upload ('{PARAMS}') is gone: the kernels need it, so keep t.upload_params(p, ...) and give it a stream that does not serialize"
         ));
     }
-    let kinds = plan_stream_kinds(plan);
+    let kinds: Vec<StreamKind> = plan.streams.iter().map(|s| s.kind).collect();
     for o in &model.schedule.ops {
         if let Lane::Stream(s) = o.lane {
             if kinds.get(s) == Some(&StreamKind::Legacy) {
@@ -165,41 +154,13 @@ fn shape_findings(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
     Some(model)
 }
 
-fn plan_stream_kinds(plan: &Plan) -> Vec<StreamKind> {
-    plan.streams.iter().map(|s| s.kind).collect()
+/// What the learner's loop is judged against.
+fn judge(cfg: &StreamsConfig) -> loop_check::Judge {
+    loop_check::Judge { given: plan("given", cfg, Arc::new(given)), fixed: plan("fix", cfg, Arc::new(solution)), slack: SLACK, slow_means: SLOW }
 }
 
-/// `recorded` with a cost for every op of `schedule`: an op of a size
-/// not recorded (a loop that chunks differently) costs the largest
-/// recorded op of its kind scaled by elements (copies and this kernel take
-/// time in proportion to their data, minus a start-up the scale ignores).
-fn costs_for(mut recorded: Costs, schedule: &crate::pipeline::schedule::Schedule) -> Costs {
-    for o in schedule.ops.iter().filter(|o| OpKind::STAGES.contains(&o.kind)) {
-        let n = crate::pipeline::plan::op_elements(o);
-        if recorded.contains_key(&(o.kind, n)) {
-            continue;
-        }
-        let largest = recorded.iter().filter(|((k, _), _)| *k == o.kind).max_by_key(|((_, e), _)| *e).map(|(&(_, e), &ms)| (e, ms));
-        if let Some((e, ms)) = largest.filter(|&(e, _)| e > 0) {
-            recorded.insert((o.kind, n), ms * n as f64 / e as f64);
-        }
-    }
-    recorded
-}
-
-/// Judges `mine` against the given loop and the fix (ms, by `how`).
-fn judge_time(rep: &mut CheckReport, how: &str, given: f64, fixed: f64, mine: f64) {
-    let lost = given - fixed;
-    rep.note(format!("{how}: given loop {given:.3} ms, the fix {fixed:.3} ms, yours {mine:.3} ms"));
-    if mine > fixed * (1.0 + SLACK) {
-        rep.problem(format!(
-            "your loop takes {mine:.3} ms, {:.0}% more than the fix ({fixed:.3} ms): something still serializes it (a wait on the CPU, one stream for everything, or the NULL stream)",
-            100.0 * (mine / fixed - 1.0)
-        ));
-    } else if lost > 0.0 {
-        rep.note(format!("you won back {:.3} of the {lost:.3} ms the NULL stream cost", (given - mine).clamp(0.0, lost)));
-    }
-}
+/// What a loop slower than the fix usually still does.
+const SLOW: &str = "something still serializes it (a wait on the CPU, one stream for everything, or the NULL stream)";
 
 /// Checks `learner` with no GPU: the model's data and races, and its
 /// time from the costs recorded in `rec`.
@@ -208,15 +169,8 @@ pub fn check_on_model(rec: &StreamsResults, learner: Loop) -> CheckReport {
     let cfg = &rec.config;
     let mine = plan("your loop", cfg, learner);
     let Some(model) = shape_findings(&mine, &mut rep) else { return rep };
-    let (costs, machine) = (costs_for(rec.costs_map(), &model.schedule), rec.machine.machine());
-    let given_plan = plan("given", cfg, Arc::new(given));
-    let fixed_plan = plan("fix", cfg, Arc::new(solution));
-    let predicted =
-        (given_plan.predicted_ms(machine, &costs), fixed_plan.predicted_ms(machine, &costs), mine.prediction(&model, machine, &costs).map(|p| p.total_ms));
-    match predicted {
-        (Ok(g), Ok(f), Ok(m)) => judge_time(&mut rep, "predicted from the recorded costs", g, f, m),
-        (_, _, Err(e)) | (_, Err(e), _) | (Err(e), _, _) => rep.problem(format!("cannot predict your loop: {e}")),
-    }
+    let judge = judge(cfg);
+    judge.on_model(&mut rep, &mine, &model, rec.machine.machine(), &rec.costs_map());
     rep
 }
 
@@ -231,35 +185,18 @@ pub fn check_on_gpu(gpu: &Gpu, rec: &StreamsResults, learner: Loop) -> Result<Ch
         return Ok(rep);
     }
     let mut rig = PlanRig::new(gpu, cfg.elements, 3, rec.iterations)?;
-    let given_plan = plan("given", cfg, Arc::new(given));
-    let fixed_plan = plan("fix", cfg, Arc::new(solution));
-    let (given_model, fixed_model) = (given_plan.model()?, fixed_plan.model()?);
-    if rep.learner("your loop", || rig.run_modelled(&mine, &model, TimelineSource::Off)).is_none() {
-        return Ok(rep);
-    }
-    let (mut g, mut f, mut m) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..cfg.repeats.max(3) {
-        g.push(rig.run_modelled(&given_plan, &given_model, TimelineSource::Off)?.total_ms);
-        f.push(rig.run_modelled(&fixed_plan, &fixed_model, TimelineSource::Off)?.total_ms);
-        m.push(rig.run_modelled(&mine, &model, TimelineSource::Off)?.total_ms);
-    }
-    let med = |v: &[f64]| Summary::of(v).map(|s| s.median);
-    judge_time(&mut rep, "measured, medians", med(&g)?, med(&f)?, med(&m)?);
+    let judge = judge(cfg);
+    judge.on_gpu(&mut rep, &mut rig, &mine, &model, cfg.repeats)?;
     Ok(rep)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::streams_results;
+    use crate::testing::{fails_with, streams_results};
 
     fn check(f: impl Fn(&mut dyn Issue, &StreamsTask) -> Result<()> + Send + Sync + 'static) -> CheckReport {
         check_on_model(&streams_results(), Arc::new(f))
-    }
-
-    fn fails_with(rep: &CheckReport, words: &str) {
-        assert!(!rep.passed, "should fail: {rep}");
-        assert!(rep.to_string().contains(words), "should say '{words}': {rep}");
     }
 
     #[test]

@@ -1,0 +1,148 @@
+//! Judging a learner's issue loop (the exercises of labs 5 and 6): the
+//! model runs it first and says what is wrong with its shape — a race,
+//! wrong data, memory never released ([`shape`]); then its time is put
+//! beside the given loop and the fix ([`Judge`]), predicted from a
+//! recording's costs with no GPU or measured on the GPU, and judged.
+//!
+//! May use: `pipeline` (plans and the model), `gpu` (to run them), `measure`,
+//! `labs::check`.
+
+use crate::error::Result;
+use crate::gpu::{PlanRig, TimelineSource};
+use crate::labs::check::CheckReport;
+use crate::measure::stats::Summary;
+use crate::pipeline::model::{ModelPipeline, Provenance};
+use crate::pipeline::plan::{op_elements, reuses, Costs, Plan, REUSED};
+use crate::pipeline::schedule::{Machine, OpKind, Schedule};
+
+/// The learner's loop run on the model: `None` (a failed check) if it
+/// panicked or stopped with an error; else its model, with a problem
+/// for its first race, its first wrong output element and any memory it
+/// never released.
+pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
+    let model = rep.learner("your loop", || plan.model())?;
+    if let Some(r) = model.schedule.races().first() {
+        rep.problem(format!("race: {}", r.what));
+    }
+    let cells = Plan::output_cells(&model);
+    if let Some((j, cell)) = cells.iter().enumerate().find(|(j, c)| **c != Provenance::Output(*j as u32)) {
+        rep.problem(match cell {
+            Provenance::Unset => format!("wrong data: output element {j} never reached the host: a D2H is missing"),
+            Provenance::Input(_) => format!("wrong data: output element {j} holds an input: a D2H reads the input, not the kernel's output"),
+            Provenance::Output(i) => format!("wrong data: output element {j} holds the result for element {i}: an offset is wrong"),
+            Provenance::Garbage => format!("wrong data: output element {j} was computed from data never uploaded: a kernel reads a range no H2D wrote"),
+        });
+    }
+    let leaked = model.unreleased();
+    if !leaked.is_empty() {
+        rep.problem(format!("memory never released: {} (each allocation needs its release, or the program's memory grows every batch)", leaked.join(", ")));
+    }
+    Some(model)
+}
+
+/// `recorded` with a cost for every op of `schedule`. A copy or kernel of
+/// a size not recorded (a loop that splits the work differently) costs
+/// the largest recorded op of its kind scaled by elements (they take time
+/// in proportion to their data, less a start-up the scale ignores); an
+/// allocation or release of a size not recorded costs the recorded one of
+/// its kind nearest in size (their cost hardly depends on size at a
+/// pipeline's sizes; lab 6 measures it by size).
+pub fn costs_for(mut recorded: Costs, schedule: &Schedule) -> Costs {
+    let reused = reuses(schedule);
+    for o in &schedule.ops {
+        let n = op_elements(o);
+        let key = if reused[o.id] { n | REUSED } else { n };
+        if recorded.contains_key(&(o.kind, key)) {
+            continue;
+        }
+        let same_kind = recorded.iter().filter(|((k, _), _)| *k == o.kind).map(|(&(_, e), &ms)| (e, ms));
+        let cost = if OpKind::STAGES.contains(&o.kind) {
+            same_kind.filter(|&(e, _)| e > 0 && e & REUSED == 0).max_by_key(|&(e, _)| e).map(|(e, ms)| ms * n as f64 / e as f64)
+        } else if matches!(o.kind, OpKind::Alloc(_) | OpKind::Free(_)) {
+            // Prefer a cost of the same reuse; else any of the kind.
+            let near = |want_reused: bool| {
+                recorded
+                    .iter()
+                    .filter(|((k, e), _)| *k == o.kind && (e & REUSED != 0) == want_reused)
+                    .min_by_key(|((_, e), _)| (e & !REUSED).abs_diff(n))
+                    .map(|(_, &ms)| ms)
+            };
+            near(reused[o.id]).or_else(|| near(!reused[o.id]))
+        } else {
+            None
+        };
+        if let Some(ms) = cost {
+            recorded.insert((o.kind, key), ms);
+        }
+    }
+    recorded
+}
+
+/// What a learner's loop is judged against: the loop they were given and
+/// the fix, a pass within `slack` of the fix's time, and what a loop
+/// slower than that usually still does (`slow_means`, said in the problem).
+pub struct Judge {
+    pub given: Plan,
+    pub fixed: Plan,
+    pub slack: f64,
+    pub slow_means: &'static str,
+}
+
+impl Judge {
+    /// The model's times of the given loop, the fix and the learner's
+    /// (whose model is `model`), from `recorded` costs on `machine`, ms.
+    pub fn predict(&self, mine: &Plan, model: &ModelPipeline, machine: Machine, recorded: &Costs) -> Result<[f64; 3]> {
+        let time = |plan: &Plan, model: &ModelPipeline| -> Result<f64> {
+            Ok(plan.prediction(model, machine, &costs_for(recorded.clone(), &model.schedule))?.total_ms)
+        };
+        Ok([time(&self.given, &self.given.model()?)?, time(&self.fixed, &self.fixed.model()?)?, time(mine, model)?])
+    }
+
+    /// The given loop, the fix and the learner's (whose model is `model`)
+    /// run on the GPU: the learner's once first (verified: an error there
+    /// is a failed check, `None`), then the three in turn, `repeats` times
+    /// each; their medians, ms.
+    pub fn measure(&self, rig: &mut PlanRig, mine: &Plan, model: &ModelPipeline, repeats: usize, rep: &mut CheckReport) -> Result<Option<[f64; 3]>> {
+        let (given_model, fixed_model) = (self.given.model()?, self.fixed.model()?);
+        if rep.learner("your loop", || rig.run_modelled(mine, model, TimelineSource::Off)).is_none() {
+            return Ok(None);
+        }
+        let mut t = [Vec::new(), Vec::new(), Vec::new()];
+        for _ in 0..repeats.max(3) {
+            t[0].push(rig.run_modelled(&self.given, &given_model, TimelineSource::Off)?.total_ms);
+            t[1].push(rig.run_modelled(&self.fixed, &fixed_model, TimelineSource::Off)?.total_ms);
+            t[2].push(rig.run_modelled(mine, model, TimelineSource::Off)?.total_ms);
+        }
+        let med = |v: &[f64]| Summary::of(v).map(|s| s.median);
+        Ok(Some([med(&t[0])?, med(&t[1])?, med(&t[2])?]))
+    }
+
+    /// Judges the learner's time against the given loop's and the fix's
+    /// (`[given, fixed, mine]`, ms; `how` says where they came from): a
+    /// problem when it is more than `slack` slower than the fix.
+    pub fn time(&self, rep: &mut CheckReport, how: &str, [given, fixed, mine]: [f64; 3]) {
+        let lost = given - fixed;
+        rep.note(format!("{how}: given loop {given:.3} ms, the fix {fixed:.3} ms, yours {mine:.3} ms"));
+        if mine > fixed * (1.0 + self.slack) {
+            rep.problem(format!("your loop takes {mine:.3} ms, {:.0}% more than the fix ({fixed:.3} ms): {}", 100.0 * (mine / fixed - 1.0), self.slow_means));
+        } else if lost > 0.0 {
+            rep.note(format!("you won back {:.3} of the {lost:.3} ms the given loop lost", (given - mine).clamp(0.0, lost)));
+        }
+    }
+
+    /// [`Self::predict`], then [`Self::time`] (or a problem naming why it cannot be predicted).
+    pub fn on_model(&self, rep: &mut CheckReport, mine: &Plan, model: &ModelPipeline, machine: Machine, recorded: &Costs) {
+        match self.predict(mine, model, machine, recorded) {
+            Ok(t) => self.time(rep, "predicted from the recorded costs", t),
+            Err(e) => rep.problem(format!("cannot predict your loop: {e}")),
+        }
+    }
+
+    /// [`Self::measure`], then [`Self::time`].
+    pub fn on_gpu(&self, rep: &mut CheckReport, rig: &mut PlanRig, mine: &Plan, model: &ModelPipeline, repeats: usize) -> Result<()> {
+        if let Some(t) = self.measure(rig, mine, model, repeats, rep)? {
+            self.time(rep, "measured, medians", t);
+        }
+        Ok(())
+    }
+}

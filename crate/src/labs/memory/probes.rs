@@ -1,0 +1,342 @@
+//! Which memory calls wait for the GPU, and for what: each allocate and
+//! release call is timed on an idle GPU and beside busy kernels, busy
+//! uploads and busy downloads on another stream. A call that takes about
+//! as long as the busy work had left waited for it; the model is told
+//! what was found ([`DeviceWaits`]) and times the calls so.
+
+use super::MemoryConfig;
+use crate::error::{LabError, Result};
+use crate::gpu::{PlanRig, TimelineSource};
+use crate::measure::stats::Summary;
+use crate::pipeline::plan::{op_elements, reuses, Costs, Plan, StreamSpec, REUSED};
+use crate::pipeline::schedule::{DeviceWaits, Memory, OpKind, StreamKind, WaitsFor};
+use crate::present::progress::Progress;
+use crate::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// GPU ops of a batch's size that keep the GPU busy in a probe (about 16
+/// batches' worth of one kind of work).
+pub const BUSY_OPS: usize = 16;
+
+/// The memory calls the probes ask about, in order.
+pub const PROBED_MEMORY: [Memory; 3] = [Memory::Device, Memory::Pool, Memory::Pinned];
+
+/// Labels of the probes' ops: the busy work, the first pair (nothing to
+/// reuse), the second (right after the first's release).
+pub const BUSY: &str = "busy";
+pub const PROBED: &str = "probed";
+pub const PROBED_AGAIN: &str = "probed again";
+
+/// The work a probe keeps the GPU busy with while the CPU makes its calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BusyWith {
+    Kernels,
+    Uploads,
+    Downloads,
+}
+
+impl BusyWith {
+    pub const ALL: [BusyWith; 3] = [BusyWith::Kernels, BusyWith::Uploads, BusyWith::Downloads];
+    pub fn label(self) -> &'static str {
+        match self {
+            BusyWith::Kernels => "kernels",
+            BusyWith::Uploads => "uploads",
+            BusyWith::Downloads => "downloads",
+        }
+    }
+    /// The ops it issues.
+    pub fn kind(self) -> OpKind {
+        match self {
+            BusyWith::Kernels => OpKind::Kernel,
+            BusyWith::Uploads => OpKind::H2d,
+            BusyWith::Downloads => OpKind::D2h,
+        }
+    }
+}
+
+/// A probe of `memory`'s allocate and release calls: [`BUSY_OPS`] ops of
+/// `busy` over the whole buffer keep the GPU busy (an idle GPU when
+/// `None`), then the CPU allocates `n` elements and releases them, twice
+/// (a stream-ordered pair on another stream): the second allocation can
+/// reuse what the first released. A call that returns only when the busy
+/// work is done waited for it.
+pub fn probe(memory: Memory, elements: usize, n: usize, busy: Option<BusyWith>) -> Plan {
+    let specs = vec![StreamSpec::new("busy", StreamKind::NonBlocking, 0), StreamSpec::new("calls", StreamKind::NonBlocking, 0)];
+    let name =
+        format!("{} then {} {}", memory.call(true), memory.call(false), busy.map_or("on an idle GPU".to_string(), |b| format!("beside busy {}", b.label())));
+    Plan::new(&name, specs, elements, 2, move |p, r| {
+        let (s, all) = (r.streams[0], r.elements);
+        match busy {
+            None => {}
+            Some(BusyWith::Kernels) => {
+                for i in 0..BUSY_OPS {
+                    p.compute(s, r.devices[0], 0, r.devices[1], 0, all, &format!("{BUSY} kernel {i}"))?;
+                }
+            }
+            Some(BusyWith::Uploads) => {
+                for i in 0..BUSY_OPS {
+                    p.h2d(s, r.devices[0], 0, r.input, 0, all, &format!("{BUSY} upload {i}"))?;
+                }
+            }
+            Some(BusyWith::Downloads) => {
+                // Something to download first (the output is checked).
+                p.h2d(s, r.devices[0], 0, r.input, 0, all, &format!("{BUSY} upload"))?;
+                for i in 0..BUSY_OPS {
+                    p.d2h(s, r.output, 0, r.devices[0], 0, all, &format!("{BUSY} download {i}"))?;
+                }
+            }
+        }
+        for name in [PROBED, PROBED_AGAIN] {
+            match memory {
+                Memory::Pool => {
+                    let d = p.alloc_async(r.streams[1], n, name)?;
+                    p.free_async(r.streams[1], d)?;
+                }
+                Memory::Pinned => {
+                    let h = p.alloc_pinned(n, name)?;
+                    p.free_pinned(h)?;
+                }
+                _ => {
+                    let d = p.alloc(n, name)?;
+                    p.free(d)?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// One memory call pair timed beside one kind of busy work.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Beside {
+    pub busy: BusyWith,
+    /// Host time of the allocate and the release calls, ms.
+    pub alloc_ms: Summary,
+    pub free_ms: Summary,
+    /// How long the busy work still had to run when each call began, ms.
+    pub alloc_left_ms: Summary,
+    pub free_left_ms: Summary,
+}
+
+impl Beside {
+    fn of(&self, alloc: bool) -> (&Summary, &Summary) {
+        if alloc {
+            (&self.alloc_ms, &self.alloc_left_ms)
+        } else {
+            (&self.free_ms, &self.free_left_ms)
+        }
+    }
+}
+
+/// One memory call pair probed on an idle GPU and beside each kind of busy work.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallProbe {
+    pub memory: Memory,
+    pub bytes: u64,
+    /// Host time of the allocate and the release calls on an idle GPU, ms.
+    pub alloc_idle_ms: Summary,
+    pub free_idle_ms: Summary,
+    /// The allocate call right after the release, idle: it can reuse the block.
+    pub alloc_again_idle_ms: Summary,
+    pub beside: Vec<Beside>,
+}
+
+impl CallProbe {
+    fn idle(&self, alloc: bool) -> &Summary {
+        if alloc {
+            &self.alloc_idle_ms
+        } else {
+            &self.free_idle_ms
+        }
+    }
+    /// Whether the allocate (or the release) call waited for `b`'s busy
+    /// work: beside it, the call took longer than on an idle GPU by more
+    /// than half of what the work still had to run.
+    pub fn waits_beside(&self, alloc: bool, b: &Beside) -> bool {
+        let (busy, left) = b.of(alloc);
+        left.median > 0.0 && busy.median - self.idle(alloc).median > 0.5 * left.median
+    }
+    /// What the allocate (or the release) call waits for.
+    pub fn waits(&self, alloc: bool) -> WaitsFor {
+        let mut w = WaitsFor::NOTHING;
+        for b in self.beside.iter().filter(|b| self.waits_beside(alloc, b)) {
+            match b.busy {
+                BusyWith::Kernels => w.kernels = true,
+                BusyWith::Uploads => w.uploads = true,
+                BusyWith::Downloads => w.downloads = true,
+            }
+        }
+        w
+    }
+    /// The call's name, e.g. "cuMemFree".
+    pub fn call(&self, alloc: bool) -> &'static str {
+        self.memory.call(alloc)
+    }
+    /// One line per call: idle, beside each kind of work, the verdict.
+    pub fn lines(&self) -> Vec<String> {
+        [true, false]
+            .into_iter()
+            .map(|alloc| {
+                let mut line = format!("{} of {}: {:.3} ms idle", self.call(alloc), Bytes(self.bytes), self.idle(alloc).median);
+                if alloc {
+                    line += &format!(" ({:.3} right after a release)", self.alloc_again_idle_ms.median);
+                }
+                for b in &self.beside {
+                    let (busy, left) = b.of(alloc);
+                    line += &format!("; beside {} {:.3} ({:.3} left)", b.busy.label(), busy.median, left.median);
+                }
+                let w = self.waits(alloc);
+                line + &if w.any() { format!(": WAITS for {}", w.describe()) } else { ": waits for nothing".to_string() }
+            })
+            .collect()
+    }
+}
+
+/// What the probes found, as the model takes it.
+pub fn device_waits(probes: &[CallProbe]) -> DeviceWaits {
+    let waits = |m: Memory, alloc: bool| probes.iter().find(|p| p.memory == m).map_or(WaitsFor::NOTHING, |p| p.waits(alloc));
+    DeviceWaits {
+        alloc: waits(Memory::Device, true),
+        free: waits(Memory::Device, false),
+        pinned_alloc: waits(Memory::Pinned, true),
+        pinned_free: waits(Memory::Pinned, false),
+        ..DeviceWaits::default()
+    }
+}
+
+/// One probe run's (allocate, release, allocate again) host times and how
+/// long the busy work still had to run when each call began, ms.
+struct ProbeRun {
+    calls: [f64; 3],
+    left: [f64; 3],
+}
+
+fn probe_run(rig: &mut PlanRig, plan: &Plan, memory: Memory) -> Result<ProbeRun> {
+    let run = rig.run(plan, TimelineSource::Events)?;
+    let t = run.timeline.ok_or_else(|| LabError::config("a probe left no timeline"))?;
+    let busy_end = t.spans.iter().filter(|s| s.label.starts_with(BUSY)).map(|s| s.end_us).fold(f64::NEG_INFINITY, f64::max);
+    let mut out = ProbeRun { calls: [0.0; 3], left: [0.0; 3] };
+    for (i, (alloc, name)) in [(true, PROBED), (false, PROBED), (true, PROBED_AGAIN)].into_iter().enumerate() {
+        let label = memory.label(alloc, name);
+        let s = t.spans.iter().find(|s| s.label == label).ok_or_else(|| LabError::config(format!("a probe lost its '{label}'")))?;
+        out.calls[i] = (s.end_us - s.start_us) / 1e3;
+        out.left[i] = if busy_end.is_finite() { ((busy_end - s.start_us) / 1e3).max(0.0) } else { 0.0 };
+    }
+    Ok(out)
+}
+
+/// Probes each memory call on an idle GPU and beside each kind of busy
+/// work, all taking turns run by run; and the model's cost of each call
+/// (its lower quartile on the idle GPU) of `n` elements.
+pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, n: usize, progress: &mut Progress) -> Result<(Vec<CallProbe>, Costs)> {
+    let mut probes = Vec::new();
+    let mut costs = Costs::new();
+    let of = |runs: &[ProbeRun], f: &dyn Fn(&ProbeRun) -> f64| Summary::of(&runs.iter().map(f).collect::<Vec<_>>());
+    for memory in PROBED_MEMORY {
+        let idle = probe(memory, n, n, None);
+        let busy: Vec<Plan> = BusyWith::ALL.iter().map(|&b| probe(memory, n, n, Some(b))).collect();
+        let (mut idle_runs, mut busy_runs): (Vec<ProbeRun>, Vec<Vec<ProbeRun>>) = (Vec::new(), busy.iter().map(|_| Vec::new()).collect());
+        for rep in 0..=cfg.repeats {
+            let i = probe_run(rig, &idle, memory)?;
+            let b = busy.iter().map(|plan| probe_run(rig, plan, memory)).collect::<Result<Vec<_>>>()?;
+            if rep > 0 {
+                idle_runs.push(i);
+                for (runs, run) in busy_runs.iter_mut().zip(b) {
+                    runs.push(run);
+                }
+            }
+        }
+        let beside = BusyWith::ALL
+            .iter()
+            .zip(&busy_runs)
+            .map(|(&busy, runs)| {
+                Ok(Beside {
+                    busy,
+                    alloc_ms: of(runs, &|r| r.calls[0])?,
+                    free_ms: of(runs, &|r| r.calls[1])?,
+                    alloc_left_ms: of(runs, &|r| r.left[0])?,
+                    free_left_ms: of(runs, &|r| r.left[1])?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let p = CallProbe {
+            memory,
+            bytes: 4 * n as u64,
+            alloc_idle_ms: of(&idle_runs, &|r| r.calls[0])?,
+            free_idle_ms: of(&idle_runs, &|r| r.calls[1])?,
+            alloc_again_idle_ms: of(&idle_runs, &|r| r.calls[2])?,
+            beside,
+        };
+        progress.step(&p.lines().join("; "));
+        // The model's cost of each call: the elements its op covers, as the
+        // plan's schedule counts them.
+        let model = idle.model()?;
+        let reused = reuses(&model.schedule);
+        for o in model.schedule.ops.iter().filter(|o| matches!(o.kind, OpKind::Alloc(_) | OpKind::Free(_))) {
+            let (ms, key) = match o.kind {
+                OpKind::Alloc(_) if reused[o.id] => (p.alloc_again_idle_ms, op_elements(o) | REUSED),
+                OpKind::Alloc(_) => (p.alloc_idle_ms, op_elements(o)),
+                _ => (p.free_idle_ms, op_elements(o)),
+            };
+            costs.entry((o.kind, key)).or_insert(ms.middle_range().0);
+        }
+        probes.push(p);
+    }
+    Ok((probes, costs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::flat;
+
+    fn beside(busy: BusyWith, alloc: f64, free: f64, left: f64) -> Beside {
+        Beside { busy, alloc_ms: flat(alloc), free_ms: flat(free), alloc_left_ms: flat(left), free_left_ms: flat(left) }
+    }
+
+    #[test]
+    fn a_call_waits_for_the_work_it_took_most_of_the_time_left_of() {
+        let p = CallProbe {
+            memory: Memory::Device,
+            bytes: 1 << 20,
+            alloc_idle_ms: flat(0.2),
+            free_idle_ms: flat(0.1),
+            alloc_again_idle_ms: flat(0.07),
+            beside: vec![beside(BusyWith::Kernels, 0.21, 5.1, 5.0), beside(BusyWith::Uploads, 0.25, 4.9, 5.0), beside(BusyWith::Downloads, 4.8, 5.0, 5.0)],
+        };
+        assert_eq!(p.waits(true), WaitsFor { downloads: true, ..WaitsFor::NOTHING });
+        assert_eq!(p.waits(false), WaitsFor::EVERYTHING);
+        let lines = p.lines();
+        assert!(lines[0].starts_with("cuMemAlloc of 1 MiB: 0.200 ms idle (0.070 right after a release); beside kernels 0.210 (5.000 left)"), "{lines:?}");
+        assert!(lines[0].ends_with(": WAITS for downloads"), "{lines:?}");
+        assert!(lines[1].ends_with(": WAITS for all GPU work"), "{lines:?}");
+        let w = device_waits(std::slice::from_ref(&p));
+        assert_eq!((w.alloc, w.free, w.pinned_free), (p.waits(true), WaitsFor::EVERYTHING, WaitsFor::NOTHING));
+        // Nothing left to wait for: no verdict of waiting, however slow.
+        let idle = CallProbe { beside: vec![beside(BusyWith::Kernels, 9.0, 9.0, 0.0)], ..p };
+        assert!(!idle.waits(true).any() && idle.lines()[1].ends_with(": waits for nothing"));
+    }
+
+    #[test]
+    fn a_probe_issues_its_pair_after_the_busy_work() {
+        for m in PROBED_MEMORY {
+            for busy in BusyWith::ALL {
+                let p = probe(m, 1 << 10, 256, Some(busy));
+                let model = p.model().unwrap();
+                let labels: Vec<&str> = model.schedule.ops.iter().map(|o| o.label.as_str()).collect();
+                let first = if busy == BusyWith::Downloads { BUSY_OPS + 1 } else { BUSY_OPS };
+                assert_eq!(labels.len(), first + 4, "{labels:?}");
+                assert!(labels[..first].iter().all(|l| l.starts_with(BUSY)), "{labels:?}");
+                assert!(model.schedule.ops[first - 1].kind == busy.kind(), "{labels:?}");
+                assert!(labels[first].ends_with(PROBED) && labels[first + 1].ends_with(PROBED), "{labels:?}");
+                assert!(labels[first + 2].ends_with(PROBED_AGAIN) && labels[first + 3].ends_with(PROBED_AGAIN), "{labels:?}");
+                let reused = reuses(&model.schedule);
+                assert!(reused[first + 2] && !reused[first], "the second allocation reuses the first's block");
+                assert!(model.schedule.races().is_empty());
+                assert!(p.expected_output().is_ok());
+            }
+            assert!(!probe(m, 1 << 10, 256, None).model().unwrap().schedule.ops.iter().any(|o| o.label.starts_with(BUSY)));
+        }
+    }
+}
