@@ -10,8 +10,13 @@
 //! cuMemAlloc took 628 µs and ended 16 µs after download b, which had
 //! started as it began (the same with the download on the compute stream);
 //! with no download running it took 110-200 µs. The probes' cuMemAlloc,
-//! beside 16 queued downloads, did not wait; it reused memory a release
-//! had just given back, where these allocations map new memory.
+//! beside 16 queued downloads, did not wait (0.33 against 0.28 ms idle),
+//! nor did it when the probe first took three blocks of the size so that
+//! the probed one could not take back what the last run freed (0.10 ms).
+//! The queued scenarios point at the CPU's wait: with 8 downloads queued
+//! and the CPU waiting for the first, the three allocations after it took
+//! 459, 1038 and 1054 µs while the rest ran; with no wait before them,
+//! 79-322 µs.
 
 use overlap_lab::gpu::{Gpu, PlanRig, TimelineSource};
 use overlap_lab::measure::stats::Summary;
@@ -36,11 +41,46 @@ enum Scenario {
     NoWait,
     /// As the first, with D2H b issued after the next allocation.
     DownloadIssuedAfterAlloc,
+    /// As the probes: 8 downloads queued at once; the CPU waits for the
+    /// first to end, then allocates three buffers while the rest run.
+    QueuedWaitFirst,
+    /// The same with no CPU wait before the allocations.
+    QueuedNoWait,
+}
+
+/// The queued scenarios: one upload, then 8 downloads of a batch's size on
+/// the download stream; three allocations after (`wait`: once the CPU has
+/// seen the first download end).
+fn queued(p: &mut dyn Issue, r: &Refs, wait: bool) -> overlap_lab::Result<()> {
+    let download = r.streams[1];
+    let (_, n) = chunk(r.elements, BATCHES, 0);
+    p.h2d(r.streams[0], r.devices[0], 0, r.input, 0, n, "H2D 0")?;
+    let uploaded = p.event()?;
+    p.record(uploaded, r.streams[0])?;
+    p.wait(download, uploaded)?;
+    let first = p.event()?;
+    for i in 0..8 {
+        p.d2h(download, r.output, 0, r.devices[0], 0, n, &format!("D2H {i}"))?;
+        if i == 0 {
+            p.record(first, download)?;
+        }
+    }
+    if wait {
+        p.host_wait(first)?;
+    }
+    let held = (1..BATCHES).map(|b| p.alloc(n, &format!("scratch {b}"))).collect::<overlap_lab::Result<Vec<_>>>()?;
+    p.sync_device()?;
+    held.into_iter().try_for_each(|h| p.free(h))
 }
 
 fn plan(s: Scenario) -> Plan {
     let specs = vec![StreamSpec::new("compute", StreamKind::NonBlocking, 0), StreamSpec::new("download", StreamKind::NonBlocking, 0)];
     Plan::new(&format!("{s:?}"), specs, ELEMENTS, 1, move |p: &mut dyn Issue, r: &Refs| {
+        match s {
+            Scenario::QueuedWaitFirst => return queued(p, r, true),
+            Scenario::QueuedNoWait => return queued(p, r, false),
+            _ => {}
+        }
         let (compute, download) = (r.streams[0], r.streams[1]);
         let mut held = Vec::new();
         let mut pending: Option<(usize, usize, usize)> = None;
@@ -83,8 +123,15 @@ fn plan(s: Scenario) -> Plan {
 }
 
 fn main() -> overlap_lab::Result<()> {
-    let scenarios =
-        [Scenario::WaitKernelCrossStream, Scenario::WaitKernelSameStream, Scenario::WaitDownload, Scenario::NoWait, Scenario::DownloadIssuedAfterAlloc];
+    let scenarios = [
+        Scenario::WaitKernelCrossStream,
+        Scenario::WaitKernelSameStream,
+        Scenario::WaitDownload,
+        Scenario::NoWait,
+        Scenario::DownloadIssuedAfterAlloc,
+        Scenario::QueuedWaitFirst,
+        Scenario::QueuedNoWait,
+    ];
     for s in scenarios {
         // Each loop checked on the model first: no race, every output from its kernel.
         let m = plan(s).model()?;
