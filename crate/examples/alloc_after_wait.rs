@@ -15,8 +15,9 @@
 //! the probed one could not take back what the last run freed (0.10 ms).
 //! The queued scenarios point at the CPU's wait: with 8 downloads queued
 //! and the CPU waiting for the first, the three allocations after it took
-//! 459, 1038 and 1054 µs while the rest ran; with no wait before them,
-//! 79-322 µs.
+//! 459, 1038 and 1054 µs while the rest ran. With no wait, the CPU made
+//! its allocations before the downloads began (79-322 µs); the probes are
+//! the control with downloads running and no wait (0.33 ms).
 
 use overlap_lab::gpu::{Gpu, PlanRig, TimelineSource};
 use overlap_lab::measure::stats::Summary;
