@@ -386,8 +386,15 @@ pub fn memory_results() -> MemoryResults {
             ZeroCopyPoint { passes: p, zero_copy_ms: flat(upload.max(kernel) * p as f64 * 1.02), copy_then_compute_ms: flat(upload + k), kernel_ms: flat(k) }
         })
         .collect();
-    let zero_copy =
-        ZeroCopy { elements: config.zero_copy_elements, compute_share: 0.5, iterations: 40, upload_alone_ms: flat(upload), upload_ms: flat(upload), points };
+    let zero_copy = ZeroCopy {
+        elements: config.zero_copy_elements,
+        compute_share: 0.5,
+        iterations: 40,
+        upload_alone_ms: flat(upload),
+        upload_ms: flat(upload),
+        link_in_place_ms: flat(1.03 * upload),
+        points,
+    };
     let pin_cost = config.sizes_mib.iter().map(|&m| PinCostPoint { bytes: Bytes(mib(m)), ..pin_cost_point() }).collect();
     MemoryResults { config, iterations: 100, probes, device_waits, stall, pairs, traces, zero_copy, pin_cost }
 }

@@ -320,7 +320,10 @@ impl MemoryResults {
             z.compute_share,
             z.measured_share()
         );
-        out += "  model: zero-copy reads x max(upload, kernel per read), copy-then-compute upload + kernel\n";
+        out += &format!(
+            "  model: zero-copy reads x max(one read in place with no compute: {:.3} ms, kernel per read), copy-then-compute upload + kernel\n",
+            z.link_in_place_ms.median
+        );
         out += &format!("  {:>6} {:>22} {:>22} {:>12} {:>8} {:>22}\n", "reads", "zero-copy ms", "copy+compute ms", "kernel ms", "ratio", "model zc / c+c ms");
         for p in &z.points {
             let (mz, mc) = z.model(p);
