@@ -80,8 +80,13 @@ pub fn probe(memory: Memory, elements: usize, n: usize, busy: Option<BusyWith>) 
                 }
             }
             Some(BusyWith::Downloads) => {
-                // Something to download first (the output is checked).
+                // Something to download first (the output is checked); the
+                // CPU waits for it, so that its calls are made while the
+                // downloads run, not during this upload.
                 p.h2d(s, r.devices[0], 0, r.input, 0, all, &format!("{BUSY} upload"))?;
+                let uploaded = p.event()?;
+                p.record(uploaded, s)?;
+                p.host_wait(uploaded)?;
                 for i in 0..BUSY_OPS {
                     p.d2h(s, r.output, 0, r.devices[0], 0, all, &format!("{BUSY} download {i}"))?;
                 }
@@ -333,6 +338,10 @@ mod tests {
                 assert!(labels[first + 2].ends_with(PROBED_AGAIN) && labels[first + 3].ends_with(PROBED_AGAIN), "{labels:?}");
                 let reused = reuses(&model.schedule);
                 assert!(reused[first + 2] && !reused[first], "the second allocation reuses the first's block");
+                if busy == BusyWith::Downloads {
+                    // Issued once the CPU saw the upload end: its calls come while the downloads run.
+                    assert!(!model.schedule.ops[1].after_host_wait.is_empty(), "{labels:?}");
+                }
                 assert!(model.schedule.races().is_empty());
                 assert!(p.expected_output().is_ok());
             }
