@@ -9,15 +9,14 @@
 //! On the lent H100 (2026-11-24): after a CPU wait for kernel b, the next
 //! cuMemAlloc took 628 µs and ended 16 µs after download b, which had
 //! started as it began (the same with the download on the compute stream);
-//! with no download running it took 110-200 µs. The probes' cuMemAlloc,
-//! beside 16 queued downloads, did not wait (0.33 against 0.28 ms idle),
-//! nor did it when the probe first took three blocks of the size so that
-//! the probed one could not take back what the last run freed (0.10 ms).
-//! The queued scenarios point at the CPU's wait: with 8 downloads queued
+//! with no download running it took 110-200 µs. With 8 downloads queued
 //! and the CPU waiting for the first, the three allocations after it took
-//! 459, 1038 and 1054 µs while the rest ran. With no wait, the CPU made
-//! its allocations before the downloads began (79-322 µs); the probes are
-//! the control with downloads running and no wait (0.33 ms).
+//! 459, 1038 and 1054 µs while the rest ran: slowed, not waiting for the
+//! queue. (A later run found the same with the CPU's wait placed before
+//! the downloads were issued, and no slowdown beside running uploads or
+//! kernels: what slows cuMemAlloc is a download running, not the wait.
+//! Lab 6's probe beside downloads had made its calls during the upload
+//! before them; it now waits for that upload, and measures 0.98 ms.)
 
 use overlap_lab::gpu::{Gpu, PlanRig, TimelineSource};
 use overlap_lab::measure::stats::Summary;
