@@ -356,21 +356,22 @@ pub fn memory_results() -> MemoryResults {
                 .map(|(allocator, ms)| PairPoint { allocator, bytes: mib(m), ms: flat(ms) })
         })
         .collect();
-    let sizes = trace_sizes(config.trace_base_mib, config.trace_batches);
+    let sizes = trace_sizes(config.trace_base_mib << 20, config.trace_batches);
     let traces = Allocator::ALL
         .iter()
         .map(|&allocator| {
             let mut most = 0u64;
             let batches = sizes
                 .iter()
-                .map(|&m| {
-                    most = most.max(mib(m));
+                .map(|&bytes| {
+                    let bytes = bytes as u64;
+                    most = most.max(bytes);
                     let (ms, reserved) = match allocator {
                         Allocator::CuMemAlloc => (0.28, 0),
                         Allocator::PoolThresholdZero => (0.5, 0),
                         Allocator::PoolThresholdMax => (0.056, most),
                     };
-                    BatchPoint { bytes: mib(m), ms, after: PoolUsage { reserved, used: 0 } }
+                    BatchPoint { bytes, ms, after: PoolUsage { reserved, used: 0 } }
                 })
                 .collect();
             BatchTrace { allocator, batches }
@@ -392,7 +393,7 @@ pub fn memory_results() -> MemoryResults {
         iterations: 40,
         upload_alone_ms: flat(upload),
         upload_ms: flat(upload),
-        link_in_place_ms: flat(1.03 * upload),
+        link_in_place_ms: flat(1.17 * upload),
         points,
     };
     let pin_cost = config.sizes_mib.iter().map(|&m| PinCostPoint { bytes: Bytes(mib(m)), ..pin_cost_point() }).collect();

@@ -115,6 +115,7 @@ impl ModelPipeline {
     fn new_name(&self, name: &str) -> String {
         unique_name(self.devices.iter().chain(&self.hosts).map(|b| b.hold.name.as_str()), name)
     }
+    /// A new buffer of `n` elements, not yet written, held by `memory`'s calls.
     fn allocation(name: &str, n: usize, memory: Memory) -> Result<ModelBuffer> {
         check_alloc(name, n, "elements")?;
         Ok(ModelBuffer::new(Holding::allocated(name, memory), vec![Provenance::Unset; n]))

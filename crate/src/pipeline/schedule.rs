@@ -504,8 +504,12 @@ impl WaitsFor {
     pub const NOTHING: WaitsFor = WaitsFor { kernels: false, uploads: false, downloads: false };
     /// Waits until the device is idle.
     pub const EVERYTHING: WaitsFor = WaitsFor { kernels: true, uploads: true, downloads: true };
-    /// Whether it waits for GPU work of `kind`.
+    /// Whether it waits for GPU work of `kind` (waiting for everything
+    /// includes a stream's host functions and stream-ordered memory calls).
     pub fn includes(self, kind: OpKind) -> bool {
+        if self == WaitsFor::EVERYTHING {
+            return true;
+        }
         match kind {
             OpKind::Kernel => self.kernels,
             OpKind::H2d => self.uploads,
@@ -1156,6 +1160,9 @@ mod tests {
         assert_eq!(DeviceWaits { pinned_free: copies, ..DeviceWaits::default() }.waits(OpKind::Free(Memory::Pinned)), copies);
         assert!(!DeviceWaits { free: WaitsFor::EVERYTHING, ..DeviceWaits::default() }.waits(OpKind::Free(Memory::Pool)).any());
         assert_eq!(copies.describe(), "uploads and downloads");
+        // Waiting for everything includes host functions and stream-ordered memory calls.
+        assert!(WaitsFor::EVERYTHING.includes(OpKind::Host) && WaitsFor::EVERYTHING.includes(OpKind::Free(Memory::Pool)));
+        assert!(!copies.includes(OpKind::Host) && !copies.includes(OpKind::Kernel));
         assert_eq!(WaitsFor::EVERYTHING.describe(), "all GPU work");
         assert_eq!(WaitsFor::NOTHING.describe(), "nothing");
     }

@@ -60,7 +60,8 @@ pub struct MemoryConfig {
     #[arg(long, default_value_t = MemoryConfig::default().zero_copy_elements)]
     pub zero_copy_elements: usize,
     /// Kernel time per read as a share of the upload's: 1 read then runs
-    /// max(upload, kernel) in place against upload + kernel copied first.
+    /// max(link, kernel) in place (the link: one read in place with no
+    /// compute, measured) against upload + kernel copied first.
     #[arg(long, default_value_t = MemoryConfig::default().zero_copy_compute)]
     pub zero_copy_compute: f64,
     /// Timed runs of each variant (after warm-ups).
@@ -166,7 +167,8 @@ pub struct MemoryResults {
     pub traces: Vec<BatchTrace>,
     pub zero_copy: ZeroCopy,
     /// cuMemHostAlloc, cuMemFreeHost and cuMemHostRegister by size (the
-    /// sweep's sizes), the first of each size apart.
+    /// sweep's sizes), the first of each size in this run apart (earlier
+    /// parts of the lab may have pinned some sizes already).
     pub pin_cost: Vec<PinCostPoint>,
 }
 
@@ -511,6 +513,24 @@ pub static ENTRY: crate::labs::Entry<MemoryConfig, MemoryResults> = crate::labs:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_headline_and_report_show_every_part() {
+        let r = crate::testing::memory_results();
+        let t = r.table();
+        for part in ["WAITS for all GPU work", "alloc-stall", "allocate + free", "batches of varying size", "pinned host memory by size", "zero-copy over"] {
+            assert!(t.contains(part), "{part}: {t}");
+        }
+        let most = r.trace(Allocator::PoolThresholdMax).unwrap().most_reserved();
+        assert!(((16 << 20)..=(256 << 20)).contains(&most), "the varying sizes grow from 16 MiB to about 16x: {most}");
+        let h = r.headline();
+        assert!(h.iter().any(|(k, v)| k.starts_with("memory calls that wait") && v.contains("cuMemFree (for all GPU work)")), "{h:?}");
+        let dir = crate::testing::temp_dir("memory-report");
+        let rec = crate::measure::record::Record::new(LAB, crate::testing::fingerprint(), r);
+        let files = report(&rec, &dir, "recorded on a test fixture").unwrap();
+        assert!(files.iter().any(|f| f.to_string_lossy().ends_with("memory-release-threshold.png")), "{files:?}");
+        assert!(files.iter().all(|f| f.exists()), "{files:?}");
+    }
 
     #[test]
     fn the_presets_are_valid_and_bad_settings_are_named() {

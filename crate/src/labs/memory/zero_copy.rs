@@ -11,7 +11,8 @@
 //!
 //! The model, p reads (kernel = p reads' compute on device memory; link =
 //! one read in place with no compute, measured: on the H100 a kernel read
-//! the mapped memory 3% slower than the copy engine uploaded it):
+//! 256 MiB of mapped memory in 5.76 ms where the copy engine uploaded it
+//! in 4.93):
 //! zero-copy p·max(link, kernel/p), copy-then-compute upload + kernel.
 
 use super::MemoryConfig;
