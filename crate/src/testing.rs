@@ -288,8 +288,8 @@ pub fn fails_with(rep: &crate::labs::check::CheckReport, words: &str) {
 /// read and losing beyond, as with a kernel half as long as the upload.
 pub fn memory_results() -> MemoryResults {
     use crate::gpu::PoolUsage;
-    use crate::pipeline::plan::{op_elements, reuses, REUSED};
-    use crate::pipeline::schedule::{DeviceWaits, Memory, OpKind, WaitsFor};
+    use crate::pipeline::plan::{cost_keys, REUSED};
+    use crate::pipeline::schedule::{Memory, OpKind};
     use memory::pool::{trace_sizes, Allocator, BatchPoint, BatchTrace, PairPoint};
     use memory::probes::{Beside, BusyWith, CallProbe, PROBED_MEMORY};
     use memory::zero_copy::{ZeroCopy, ZeroCopyPoint};
@@ -325,19 +325,17 @@ pub fn memory_results() -> MemoryResults {
             }
         })
         .collect();
-    let device_waits = DeviceWaits { free: WaitsFor::EVERYTHING, ..DeviceWaits::default() };
+    let device_waits = memory::probes::device_waits(&probes);
     let e = memory::experiments::stall(&config);
     let mut costs = Costs::new();
     for plan in &e.variants {
         let model = plan.model().expect("the lab's plans model");
-        let reused = reuses(&model.schedule);
-        for o in &model.schedule.ops {
-            let k = op_elements(o);
-            let (key, ms) = match o.kind {
-                OpKind::Alloc(m) if reused[o.id] => (k | REUSED, call_ms(m).2),
-                OpKind::Alloc(m) => (k, call_ms(m).0),
-                OpKind::Free(m) => (k, call_ms(m).1),
-                _ => (k, k as f64 / n as f64),
+        for (o, key) in model.schedule.ops.iter().zip(cost_keys(&model.schedule)) {
+            let ms = match o.kind {
+                OpKind::Alloc(m) if key & REUSED != 0 => call_ms(m).2,
+                OpKind::Alloc(m) => call_ms(m).0,
+                OpKind::Free(m) => call_ms(m).1,
+                _ => key as f64 / n as f64,
             };
             costs.insert((o.kind, key), ms);
         }

@@ -12,7 +12,7 @@ use crate::gpu::{PlanRig, TimelineSource};
 use crate::labs::check::CheckReport;
 use crate::measure::stats::Summary;
 use crate::pipeline::model::{ModelPipeline, Provenance};
-use crate::pipeline::plan::{op_elements, reuses, Costs, Plan, REUSED};
+use crate::pipeline::plan::{cost_keys, Costs, Plan, REUSED};
 use crate::pipeline::schedule::{Machine, OpKind, Schedule};
 
 /// The learner's loop run on the model: `None` (a failed check) if it
@@ -48,10 +48,8 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
 /// its kind nearest in size (their cost hardly depends on size at a
 /// pipeline's sizes; lab 6 measures it by size).
 pub fn costs_for(mut recorded: Costs, schedule: &Schedule) -> Costs {
-    let reused = reuses(schedule);
-    for o in &schedule.ops {
-        let n = op_elements(o);
-        let key = if reused[o.id] { n | REUSED } else { n };
+    for (o, key) in schedule.ops.iter().zip(cost_keys(schedule)) {
+        let (n, reused) = (key & !REUSED, key & REUSED != 0);
         if recorded.contains_key(&(o.kind, key)) {
             continue;
         }
@@ -67,7 +65,7 @@ pub fn costs_for(mut recorded: Costs, schedule: &Schedule) -> Costs {
                     .min_by_key(|((_, e), _)| (e & !REUSED).abs_diff(n))
                     .map(|(_, &ms)| ms)
             };
-            near(reused[o.id]).or_else(|| near(!reused[o.id]))
+            near(reused).or_else(|| near(!reused))
         } else {
             None
         };

@@ -110,6 +110,13 @@ pub fn reuses(schedule: &Schedule) -> Vec<bool> {
         .collect()
 }
 
+/// Per op (by id): the elements it is costed by in [`Costs`] — its
+/// elements ([`op_elements`]), with [`REUSED`] set for an allocation that
+/// can take a block given back before it ([`reuses`]).
+pub fn cost_keys(schedule: &Schedule) -> Vec<usize> {
+    schedule.ops.iter().zip(reuses(schedule)).map(|(o, again)| if again { op_elements(o) | REUSED } else { op_elements(o) }).collect()
+}
+
 /// The elements an op moves or computes (its first access), for [`Costs`].
 pub fn op_elements(op: &Op) -> usize {
     op.accesses.first().map_or(0, |a| ((a.end - a.start) / 4) as usize)
@@ -189,12 +196,10 @@ impl Plan {
         if let Some(o) = missing {
             return Err(LabError::config(format!("{}: no cost measured for {} of {} elements ('{}')", self.name, o.kind.label(), op_elements(o), o.label)));
         }
-        let reused = reuses(schedule);
-        Ok(predict(schedule, machine, |o| {
-            let n = op_elements(o);
-            let again = reused.get(o.id).copied().unwrap_or(false).then(|| costs.get(&(o.kind, n | REUSED))).flatten();
-            again.or_else(|| costs.get(&(o.kind, n))).copied().unwrap_or(0.0)
-        }))
+        // An allocation that reuses a block costs as measured for that
+        // case where it was, else as a new one.
+        let keys = cost_keys(schedule);
+        Ok(predict(schedule, machine, |o| costs.get(&(o.kind, keys[o.id])).or_else(|| costs.get(&(o.kind, op_elements(o)))).copied().unwrap_or(0.0)))
     }
 
     /// The model's total: from the first op's start to the last op's end, ms.

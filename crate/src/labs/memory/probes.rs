@@ -8,7 +8,8 @@ use super::MemoryConfig;
 use crate::error::{LabError, Result};
 use crate::gpu::{PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
-use crate::pipeline::plan::{op_elements, reuses, Costs, Plan, StreamSpec, REUSED};
+use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::plan::{cost_keys, Costs, Plan, StreamSpec, REUSED};
 use crate::pipeline::schedule::{DeviceWaits, Memory, OpKind, StreamKind, WaitsFor};
 use crate::present::progress::Progress;
 use crate::Bytes;
@@ -217,8 +218,8 @@ struct ProbeRun {
     left: [f64; 3],
 }
 
-fn probe_run(rig: &mut PlanRig, plan: &Plan, memory: Memory) -> Result<ProbeRun> {
-    let run = rig.run(plan, TimelineSource::Events)?;
+fn probe_run(rig: &mut PlanRig, (plan, model): &(Plan, ModelPipeline), memory: Memory) -> Result<ProbeRun> {
+    let run = rig.run_modelled(plan, model, TimelineSource::Events)?;
     let t = run.timeline.ok_or_else(|| LabError::config("a probe left no timeline"))?;
     let busy_end = t.spans.iter().filter(|s| s.label.starts_with(BUSY)).map(|s| s.end_us).fold(f64::NEG_INFINITY, f64::max);
     let mut out = ProbeRun { calls: [0.0; 3], left: [0.0; 3] };
@@ -239,8 +240,14 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, n: usize, progress: &mut P
     let mut costs = Costs::new();
     let of = |runs: &[ProbeRun], f: &dyn Fn(&ProbeRun) -> f64| Summary::of(&runs.iter().map(f).collect::<Vec<_>>());
     for memory in PROBED_MEMORY {
-        let idle = probe(memory, n, n, None);
-        let busy: Vec<Plan> = BusyWith::ALL.iter().map(|&b| probe(memory, n, n, Some(b))).collect();
+        // Each plan with its model, made once (a cell per element).
+        let modelled = |busy| -> Result<(Plan, ModelPipeline)> {
+            let plan = probe(memory, n, n, busy);
+            let model = plan.model()?;
+            Ok((plan, model))
+        };
+        let idle = modelled(None)?;
+        let busy = BusyWith::ALL.iter().map(|&b| modelled(Some(b))).collect::<Result<Vec<_>>>()?;
         let (mut idle_runs, mut busy_runs): (Vec<ProbeRun>, Vec<Vec<ProbeRun>>) = (Vec::new(), busy.iter().map(|_| Vec::new()).collect());
         for rep in 0..=cfg.repeats {
             let i = probe_run(rig, &idle, memory)?;
@@ -276,13 +283,13 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, n: usize, progress: &mut P
         progress.step(&p.lines().join("; "));
         // The model's cost of each call: the elements its op covers, as the
         // plan's schedule counts them.
-        let model = idle.model()?;
-        let reused = reuses(&model.schedule);
-        for o in model.schedule.ops.iter().filter(|o| matches!(o.kind, OpKind::Alloc(_) | OpKind::Free(_))) {
-            let (ms, key) = match o.kind {
-                OpKind::Alloc(_) if reused[o.id] => (p.alloc_again_idle_ms, op_elements(o) | REUSED),
-                OpKind::Alloc(_) => (p.alloc_idle_ms, op_elements(o)),
-                _ => (p.free_idle_ms, op_elements(o)),
+        let idle_model = &idle.1;
+        for (o, key) in idle_model.schedule.ops.iter().zip(cost_keys(&idle_model.schedule)) {
+            let ms = match o.kind {
+                OpKind::Alloc(_) if key & REUSED != 0 => p.alloc_again_idle_ms,
+                OpKind::Alloc(_) => p.alloc_idle_ms,
+                OpKind::Free(_) => p.free_idle_ms,
+                _ => continue,
             };
             costs.entry((o.kind, key)).or_insert(ms.middle_range().0);
         }
@@ -336,7 +343,7 @@ mod tests {
                 assert!(model.schedule.ops[first - 1].kind == busy.kind(), "{labels:?}");
                 assert!(labels[first].ends_with(PROBED) && labels[first + 1].ends_with(PROBED), "{labels:?}");
                 assert!(labels[first + 2].ends_with(PROBED_AGAIN) && labels[first + 3].ends_with(PROBED_AGAIN), "{labels:?}");
-                let reused = reuses(&model.schedule);
+                let reused = crate::pipeline::plan::reuses(&model.schedule);
                 assert!(reused[first + 2] && !reused[first], "the second allocation reuses the first's block");
                 if busy == BusyWith::Downloads {
                     // Issued once the CPU saw the upload end: its calls come while the downloads run.
