@@ -172,7 +172,7 @@ pub struct RereadKernel {
 
 impl RereadKernel {
     /// The longest FMA chain per element per pass `run` accepts.
-    pub const MAX_ITERATIONS: i32 = 1_000_000;
+    pub const MAX_ITERATIONS: i32 = kernels::MAX_FMA_CHAIN;
 
     pub fn load(gpu: &Gpu) -> Result<RereadKernel> {
         let sms = gpu.fingerprint()?.sm_count;

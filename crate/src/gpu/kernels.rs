@@ -50,6 +50,10 @@ pub const REREAD: KernelSource = KernelSource {
 };
 
 /// Every kernel, in one table.
+/// The longest FMA chain per element the labs' calibration tries
+/// (`labs::calibrate_iterations`) and `reread` accepts.
+pub const MAX_FMA_CHAIN: i32 = 1 << 20;
+
 pub const ALL: &[&KernelSource] = &[&COMPUTE, &ROW_DOT, &REREAD];
 
 /// Whether libnvrtc can be loaded (on CI: from the nvidia-cuda-nvrtc wheel

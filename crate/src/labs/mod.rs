@@ -49,7 +49,7 @@ pub fn two_stage_bound_ms(n: usize, a: f64, b: f64) -> f64 {
 /// not show, while the slope found further out is still the kernel's own.
 pub fn calibrate_iterations(target_ms: f64, mut time: impl FnMut(i32) -> Result<f64>) -> Result<i32> {
     const LO: i32 = 64;
-    const MAX: i32 = 1 << 20;
+    const MAX: i32 = crate::gpu::kernels::MAX_FMA_CHAIN;
     let mut t_lo = time(LO)?;
     let mut hi = 1024;
     loop {
