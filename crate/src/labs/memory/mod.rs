@@ -1,13 +1,17 @@
 //! Lab 6: memory that does not stall the pipeline. Which memory calls wait
-//! for the GPU (probed beside busy kernels); a two-stream pipeline that
-//! allocates scratch memory per batch with cuMemAlloc/cuMemFree and with
-//! the stream-ordered pair, measured beside the queue model; the pool's
-//! release threshold (an allocate + free pair by size, and batches of
-//! varying size with what the pool holds); zero-copy against
-//! copy-then-compute for data read once and several times.
+//! for the GPU, probed beside busy kernels, uploads and downloads
+//! ([`probes`]); a two-stream pipeline that allocates scratch memory per
+//! batch with cuMemAlloc/cuMemFree and with the stream-ordered pair,
+//! measured beside the queue model ([`experiments`]); the pool's release
+//! threshold (an allocate + free pair by size, and batches of varying size
+//! with what the pool holds, [`pool`]); pinned host memory priced by size;
+//! zero-copy against copy-then-compute for data read once and several
+//! times ([`zero_copy`]); and the exercise, a scratch loop without stalls
+//! ([`exercise`]).
 //!
 //! May use: `pipeline` (plans, the model), `gpu` (to run them, the pool,
-//! mapped memory), `labs::experiment`, `measure`, `present`.
+//! mapped memory), `labs::{experiment, host_memory, check, loop_check}`,
+//! `measure`, `present`.
 
 pub mod exercise;
 pub mod experiments;
