@@ -489,6 +489,21 @@ impl crate::notebook::LabRun<MemoryResults> {
     pub fn zero_copy_chart(&self) -> Figure {
         self.record.results.zero_copy_chart(&self.origin())
     }
+    /// Checks a learner's scratch loop (the exercise): live on a GPU, else
+    /// on the queue model with the recorded costs and what the probes found.
+    pub fn check_scratch(
+        &self,
+        learner: impl Fn(&mut dyn crate::pipeline::issue::Issue, &exercise::ScratchTask) -> Result<()> + Send + Sync + 'static,
+    ) -> crate::labs::check::CheckReport {
+        let r = &self.record.results;
+        let learner: exercise::Loop = std::sync::Arc::new(learner);
+        self.check(
+            "memory that does not stall the pipeline",
+            r.config.device,
+            |gpu| exercise::check_on_gpu(gpu, r, learner.clone()),
+            || exercise::check_on_model(r, learner.clone()),
+        )
+    }
 }
 
 /// Lab 6 in the report.

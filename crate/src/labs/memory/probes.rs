@@ -10,7 +10,7 @@ use crate::gpu::{PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
 use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::plan::{cost_keys, Costs, Plan, StreamSpec, REUSED};
-use crate::pipeline::schedule::{DeviceWaits, Memory, OpKind, StreamKind, WaitsFor};
+use crate::pipeline::schedule::{DeviceWaits, Memory, OpKind, SlowedBy, StreamKind, WaitsFor};
 use crate::present::progress::Progress;
 use crate::Bytes;
 use serde::{Deserialize, Serialize};
@@ -175,6 +175,24 @@ impl CallProbe {
         }
         w
     }
+    /// How much slower the allocate (or the release) call ran beside each
+    /// kind of busy work it does not wait for: its median there over its
+    /// median idle, where even its fastest quarter of runs there was slower
+    /// than its slowest quarter idle (else 1, within the runs' spread).
+    pub fn slowed(&self, alloc: bool) -> SlowedBy {
+        let mut slowed = SlowedBy::NOT;
+        let idle = self.idle(alloc);
+        for b in self.beside.iter().filter(|b| !self.waits_beside(alloc, b)) {
+            let (busy, _) = b.of(alloc);
+            let f = if busy.middle_range().0 > idle.middle_range().1 && idle.median > 0.0 { busy.median / idle.median } else { 1.0 };
+            match b.busy {
+                BusyWith::Kernels => slowed.kernels = f,
+                BusyWith::Uploads => slowed.uploads = f,
+                BusyWith::Downloads => slowed.downloads = f,
+            }
+        }
+        slowed
+    }
     /// The call's name, e.g. "cuMemFree".
     pub fn call(&self, alloc: bool) -> &'static str {
         self.memory.call(alloc)
@@ -192,8 +210,12 @@ impl CallProbe {
                     let (busy, left) = b.of(alloc);
                     line += &format!("; beside {} {:.3} ({:.3} left)", b.busy.label(), busy.median, left.median);
                 }
-                let w = self.waits(alloc);
-                line + &if w.any() { format!(": WAITS for {}", w.describe()) } else { ": waits for nothing".to_string() }
+                let (w, slowed) = (self.waits(alloc), self.slowed(alloc));
+                line += &if w.any() { format!(": WAITS for {}", w.describe()) } else { ": waits for nothing".to_string() };
+                if slowed.any() {
+                    line += &format!(", but runs {}", slowed.describe());
+                }
+                line
             })
             .collect()
     }
@@ -207,6 +229,7 @@ pub fn device_waits(probes: &[CallProbe]) -> DeviceWaits {
         free: waits(Memory::Device, false),
         pinned_alloc: waits(Memory::Pinned, true),
         pinned_free: waits(Memory::Pinned, false),
+        alloc_slowed: probes.iter().find(|p| p.memory == Memory::Device).map_or(SlowedBy::NOT, |p| p.slowed(true)),
         ..DeviceWaits::default()
     }
 }
@@ -321,13 +344,38 @@ mod tests {
         assert_eq!(p.waits(false), WaitsFor::EVERYTHING);
         let lines = p.lines();
         assert!(lines[0].starts_with("cuMemAlloc of 1 MiB: 0.200 ms idle (0.070 right after a release); beside kernels 0.210 (5.000 left)"), "{lines:?}");
-        assert!(lines[0].ends_with(": WAITS for downloads"), "{lines:?}");
+        // (flat runs: the 5% beside kernels and 25% beside uploads are beyond their spread)
+        assert!(lines[0].ends_with(": WAITS for downloads, but runs 1.05x beside kernels, 1.25x beside uploads"), "{lines:?}");
         assert!(lines[1].ends_with(": WAITS for all GPU work"), "{lines:?}");
         let w = device_waits(std::slice::from_ref(&p));
         assert_eq!((w.alloc, w.free, w.pinned_free), (p.waits(true), WaitsFor::EVERYTHING, WaitsFor::NOTHING));
         // Nothing left to wait for: no verdict of waiting, however slow.
         let idle = CallProbe { beside: vec![beside(BusyWith::Kernels, 9.0, 9.0, 0.0)], ..p };
-        assert!(!idle.waits(true).any() && idle.lines()[1].ends_with(": waits for nothing"));
+        assert!(!idle.waits(true).any() && idle.lines()[1].contains(": waits for nothing, but runs 90.00x beside kernels"), "{:?}", idle.lines());
+    }
+
+    #[test]
+    fn a_call_slowed_beyond_its_spread_beside_work_it_does_not_wait_for_is_slowed_by_it() {
+        let spread = |median: f64, lo: f64, hi: f64| Summary { median, min: lo, max: hi, n: 9, middle: Some((lo, hi)) };
+        let mut p = CallProbe {
+            memory: Memory::Device,
+            bytes: 32 << 20,
+            alloc_idle_ms: spread(0.30, 0.28, 0.33),
+            free_idle_ms: flat(0.1),
+            alloc_again_idle_ms: flat(0.08),
+            beside: vec![beside(BusyWith::Kernels, 0.31, 5.0, 5.0), beside(BusyWith::Uploads, 0.34, 9.6, 9.8), beside(BusyWith::Downloads, 0.96, 10.2, 10.4)],
+        };
+        // Beside kernels and uploads within the idle spread; downloads 3.2x.
+        p.beside[1].alloc_ms = spread(0.34, 0.32, 0.36);
+        p.beside[2].alloc_ms = spread(0.96, 0.90, 1.0);
+        let slowed = p.slowed(true);
+        assert_eq!((slowed.kernels, slowed.uploads), (1.0, 1.0));
+        assert!((slowed.downloads - 3.2).abs() < 1e-9, "{slowed:?}");
+        assert!(p.lines()[0].ends_with(": waits for nothing, but runs 3.20x beside downloads"), "{:?}", p.lines());
+        assert_eq!(device_waits(std::slice::from_ref(&p)).alloc_slowed, slowed);
+        // A call that waited for the work is not also slowed by it.
+        assert!(!p.slowed(false).any(), "{:?}", p.slowed(false));
+        assert!(!p.waits(true).any() && p.waits(false) == WaitsFor::EVERYTHING);
     }
 
     #[test]
