@@ -327,20 +327,27 @@ pub fn memory_results() -> MemoryResults {
         })
         .collect();
     let device_waits = memory::probes::device_waits(&probes);
-    let e = memory::experiments::stall(&config);
-    let mut costs = Costs::new();
-    for plan in &e.variants {
-        let model = plan.model().expect("the lab's plans model");
-        for (o, key) in model.schedule.ops.iter().zip(cost_keys(&model.schedule)) {
-            let ms = match o.kind {
-                OpKind::Alloc(m) if key & REUSED != 0 => call_ms(m).2,
-                OpKind::Alloc(m) => call_ms(m).0,
-                OpKind::Free(m) => call_ms(m).1,
-                _ => key as f64 / n as f64,
-            };
-            costs.insert((o.kind, key), ms);
+    // Every op of an experiment's plans: memory calls as above, GPU work 1
+    // ms per batch of the stall pipeline, CPU work (the producer) twice that.
+    let costs_of = |e: &crate::labs::experiment::Experiment| {
+        let mut costs = Costs::new();
+        for plan in &e.variants {
+            let model = plan.model().expect("the lab's plans model");
+            for (o, key) in model.schedule.ops.iter().zip(cost_keys(&model.schedule)) {
+                let ms = match o.kind {
+                    OpKind::Alloc(m) if key & REUSED != 0 => call_ms(m).2,
+                    OpKind::Alloc(m) => call_ms(m).0,
+                    OpKind::Free(m) => call_ms(m).1,
+                    OpKind::Host => 2.0 * key as f64 / n as f64,
+                    _ => key as f64 / n as f64,
+                };
+                costs.insert((o.kind, key), ms);
+            }
         }
-    }
+        costs
+    };
+    let e = memory::experiments::stall(&config);
+    let costs = costs_of(&e);
     let facts =
         MachineFacts { copy_engines: 3, h2d_ms: 1.0, d2h_ms: 1.0, both_ms: 1.1, wake_ms: 0.02, kernel_ms: 1.0, kernels_alternating_ms: 8.0, issue_ms: 0.003 };
     let machine = Machine { device_waits, ..facts.machine() };
@@ -396,7 +403,24 @@ pub fn memory_results() -> MemoryResults {
         points,
     };
     let pin_cost = config.sizes_mib.iter().map(|&m| PinCostPoint { bytes: Bytes(mib(m)), ..pin_cost_point() }).collect();
-    MemoryResults { config, iterations: 100, probes, device_waits, stall, pairs, traces, zero_copy, pin_cost }
+    // Pinned staging: producing a batch takes twice its upload; a host
+    // function's round trip 0.07 ms (0.016 awake), as on the lent H200; the
+    // CPU resumes 0.06 ms after the one it waited on.
+    let staging = memory::ring::staging(&config);
+    let rn = config.elements / config.ring_batches;
+    let ring_costs = costs_of(&staging);
+    let ring_machine = Machine { host_fn_round_trip: 0.07, host_fn_awake: 0.016, signal_wake: 0.06, ..machine };
+    let ring = memory::ring::RingResults {
+        batches: config.ring_batches,
+        batch_elements: rn,
+        produce_ms: flat(2.0 * rn as f64 / n as f64),
+        produce_beside_ms: vec![(BusyWith::Uploads, flat(2.0 * rn as f64 / n as f64)), (BusyWith::Downloads, flat(2.0 * rn as f64 / n as f64))],
+        host_fn_ms: flat(0.07),
+        host_fn_awake_ms: flat(0.016),
+        signal_wake_ms: flat(0.06),
+        staging: experiment_as_modelled(&staging, facts, ring_machine, &ring_costs).expect("costs for every op"),
+    };
+    MemoryResults { config, iterations: 100, probes, device_waits, stall, pairs, traces, zero_copy, ring, pin_cost }
 }
 
 /// `e` as if every variant measured exactly what the model predicts

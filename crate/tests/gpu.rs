@@ -705,6 +705,37 @@ mod memory {
         assert!(r.traces.iter().all(|t| t.batches.len() == cfg.trace_batches));
         assert_eq!(r.zero_copy.points.len(), cfg.passes.len());
         assert_eq!(r.pin_cost.len(), cfg.sizes_mib.len());
+        // Pinned staging: every variant ran verified (a ring's host functions
+        // handed every slot back), the per-batch allocation beside a ring.
+        let ring = &r.ring;
+        assert_eq!(ring.staging.variants.len(), 1 + cfg.ring_slots.len());
+        assert!(ring.host_fn_ms.median > 0.0 && ring.produce_ms.median > 0.0, "{:?}", ring.lines());
+        assert!(ring.fewest_slots().is_some() && ring.per_batch().is_some());
+        assert!(ring.staging.variants.iter().all(|v| v.total_ms.median > 0.0 && v.model_ms > 0.0));
+    }
+
+    /// A host function's signal wakes the CPU with no polling, in order:
+    /// a loop that waits for the signal after each upload before writing
+    /// the same host slot again runs verified, and a wait for a signal
+    /// that was never made is refused with a message.
+    #[test]
+    fn a_signal_hands_a_slot_back_to_the_cpu() {
+        use overlap_lab::gpu::{PlanRig, TimelineSource};
+        use overlap_lab::labs::memory::ring::{plan, Staging};
+        use overlap_lab::pipeline::issue::SignalRef;
+        use overlap_lab::pipeline::plan::{Plan, StreamSpec};
+        use overlap_lab::pipeline::schedule::StreamKind;
+        let Some(gpu) = gpu_or_skip("memory::a_signal_hands_a_slot_back_to_the_cpu") else {
+            return;
+        };
+        let mut rig = PlanRig::new(&gpu, 1 << 16, 2, 4).unwrap();
+        for staging in [Staging::Ring(1), Staging::Ring(3), Staging::PerBatch] {
+            let p = plan(1 << 16, 8, staging);
+            rig.run(&p, TimelineSource::Events).unwrap();
+        }
+        let lost = Plan::new("wait for no signal", vec![StreamSpec::new("s", StreamKind::NonBlocking, 0)], 1 << 10, 1, |p, _| p.host_wait_signal(SignalRef(3)));
+        let e = rig.run(&lost, TimelineSource::Off).unwrap_err().to_string();
+        assert!(e.contains("signal 3 was never made"), "{e}");
     }
 
     /// The exercise's checker live, at the quick size (the notebook's):

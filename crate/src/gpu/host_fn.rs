@@ -46,6 +46,36 @@ impl Stream {
     }
 }
 
+/// A flag a host function raises for a CPU thread that sleeps until then
+/// (a mutex and a condition variable: nothing polls).
+#[derive(Debug, Default)]
+pub struct Flag {
+    raised: std::sync::Mutex<bool>,
+    woken: std::sync::Condvar,
+}
+
+impl Flag {
+    /// Sleeps until the flag is raised; false if `timeout` passed first.
+    pub fn wait(&self, timeout: std::time::Duration) -> bool {
+        let raised = self.raised.lock().unwrap_or_else(|p| p.into_inner());
+        let (raised, _) = self.woken.wait_timeout_while(raised, timeout, |r| !*r).unwrap_or_else(|p| p.into_inner());
+        *raised
+    }
+    fn raise(&self) {
+        *self.raised.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.woken.notify_all();
+    }
+}
+
+/// The host task that raises a [`Flag`] (it holds plain CPU data only).
+pub struct Raise(pub std::sync::Arc<Flag>);
+impl sealed::Sealed for Raise {}
+impl HostTask for Raise {
+    fn run(self: Box<Self>) {
+        self.0.raise();
+    }
+}
+
 unsafe extern "C" fn trampoline<T: HostTask>(arg: *mut c_void) {
     // SAFETY: `arg` is the box made in launch_host_task, passed here once.
     let task = unsafe { Box::from_raw(arg as *mut T) };
@@ -78,6 +108,21 @@ mod tests {
         fn run(self: Box<Self>) {
             panic!("boom");
         }
+    }
+
+    #[test]
+    fn a_raised_flag_wakes_its_waiter_and_an_unraised_one_times_out() {
+        let flag = std::sync::Arc::new(Flag::default());
+        assert!(!flag.wait(std::time::Duration::from_millis(5)));
+        let task = Raise(flag.clone());
+        let arg = Box::into_raw(Box::new(task)) as usize;
+        let waiter = {
+            let flag = flag.clone();
+            std::thread::spawn(move || flag.wait(std::time::Duration::from_secs(30)))
+        };
+        std::thread::spawn(move || unsafe { trampoline::<Raise>(arg as *mut c_void) }).join().unwrap();
+        assert!(waiter.join().unwrap());
+        assert!(flag.wait(std::time::Duration::ZERO), "stays raised");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::gate::Gate;
 use super::{driver, ComputeKernel, DeviceBuffer, DeviceSpan, Event, Gpu, Graph, HostBuffer, HostTask, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
-use crate::pipeline::issue::{check_alloc, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
+use crate::pipeline::issue::{check_alloc, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
 use crate::pipeline::schedule::{Access, Memory, OpId, OpKind, Race, Schedule, StreamKind};
 use crate::pipeline::timeline::Timeline;
 use std::ffi::c_void;
@@ -119,6 +119,8 @@ pub struct Pipeline<'a> {
     hosts: Vec<HostEntry>,
     /// Shared, so a thread of the lab can wait on one ([`Pipeline::shared_event`]).
     user_events: Vec<Arc<Event>>,
+    /// Each signal's flag and host function op ([`Self::signal`]).
+    signals: Vec<(Arc<super::host_fn::Flag>, OpId)>,
     pool: EventPool,
     /// (start event, end event) per GPU op, or host (start, end) µs per host op.
     marks: Vec<Mark>,
@@ -287,6 +289,7 @@ impl Gpu {
             devices: Vec::new(),
             hosts: Vec::new(),
             user_events: Vec::new(),
+            signals: Vec::new(),
             pool: EventPool { events, next: 0 },
             marks: Vec::new(),
             source,
@@ -684,6 +687,28 @@ impl<'a> Pipeline<'a> {
         self.schedule.host_wait_event(self.lanes.thread(), e.0);
         Ok(())
     }
+    /// [`Issue::signal`]: a host function on `s` that raises a flag.
+    pub fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
+        let flag = Arc::new(super::host_fn::Flag::default());
+        let id = self.host_fn(s, label, Vec::new(), super::host_fn::Raise(flag.clone()))?;
+        self.signals.push((flag, id));
+        Ok(SignalRef(self.signals.len() - 1))
+    }
+    /// [`Issue::host_wait_signal`]: the CPU sleeps until the flag is raised.
+    pub fn host_wait_signal(&mut self, g: SignalRef) -> Result<()> {
+        self.lanes.on_loop_thread("a wait for a host function")?;
+        let (flag, id) =
+            self.signals.get(g.0).cloned().ok_or_else(|| LabError::config(format!("signal {} was never made ({} exist)", g.0, self.signals.len())))?;
+        let _r = trace::range("host waits for a host function");
+        if !flag.wait(SIGNAL_TIMEOUT) {
+            return Err(LabError::config(format!(
+                "a host function did not run within {} s of the CPU waiting for it: its stream never reached it (is it waiting for an event recorded later?)",
+                SIGNAL_TIMEOUT.as_secs()
+            )));
+        }
+        self.learns(0, id);
+        Ok(())
+    }
     /// cuStreamSynchronize: the CPU waits for everything issued to `s`.
     pub fn host_sync(&mut self, s: StreamRef) -> Result<()> {
         self.not_captured("a CPU wait (cuStreamSynchronize)")?;
@@ -1074,6 +1099,10 @@ impl Drop for Pipeline<'_> {
 
 // ---- the vocabulary on this executor ---------------------------------------
 
+/// How long the CPU waits for a host function before calling it lost (a
+/// stream that never reaches it would otherwise hang the lab).
+const SIGNAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Where the producer's data comes from on a real pipeline: a dataset made
 /// in advance (so producing is a cheap, verifiable copy).
 pub struct Dataset<'a> {
@@ -1120,6 +1149,12 @@ impl Issue for GpuIssuer<'_, '_> {
     }
     fn host_sync(&mut self, s: StreamRef) -> Result<()> {
         self.pipeline.host_sync(s)
+    }
+    fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
+        self.pipeline.signal(s, label)
+    }
+    fn host_wait_signal(&mut self, g: SignalRef) -> Result<()> {
+        self.pipeline.host_wait_signal(g)
     }
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
         let d = self.dataset.as_ref().ok_or_else(|| LabError::config("this lab has no producer"))?;

@@ -6,7 +6,7 @@
 //! each operation alone, and the machine (copy engines, the bidirectional
 //! ceiling, how long a CPU thread takes to resume after GPU work).
 
-use super::{ComputeKernel, DeviceBuffer, Event, Gpu, GpuIssuer, Graph, HostBuffer, PinnedBuffer, Pipeline, PipelineRun, Stream, TimelineSource};
+use super::{ComputeKernel, Dataset, DeviceBuffer, Event, Gpu, GpuIssuer, Graph, HostBuffer, PinnedBuffer, Pipeline, PipelineRun, Stream, TimelineSource};
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::compute_reference;
 use crate::measure::pattern;
@@ -97,6 +97,7 @@ fn issue<'x>(
     devices: &'x [DeviceBuffer],
     kernel: &'x ComputeKernel,
     iterations: i32,
+    dataset: &'x [u64],
 ) -> Result<f64> {
     let stream_refs = streams.iter().zip(&plan.streams).map(|(s, spec)| p.stream(s, &spec.name)).collect();
     let input = p.host(hosts.0, INPUT);
@@ -104,7 +105,8 @@ fn issue<'x>(
     let devices = devices[..plan.devices].iter().enumerate().map(|(i, d)| p.device(d, &device_name(i))).collect();
     let refs = Refs { streams: stream_refs, input, output, devices, elements: plan.elements };
     p.start_clock()?;
-    let mut issuer = GpuIssuer { pipeline: p, kernel, iterations, dataset: None };
+    let dataset = (plan.batch_elements > 0).then_some(Dataset { words: dataset, batch_elements: plan.batch_elements });
+    let mut issuer = GpuIssuer { pipeline: p, kernel, iterations, dataset };
     let issuing = std::time::Instant::now();
     (plan.body)(&mut issuer, &refs)?;
     Ok(issuing.elapsed().as_secs_f64() * 1e3)
@@ -126,6 +128,9 @@ pub struct PlanRig {
     elements: usize,
     host_in: PinnedBuffer,
     host_out: PinnedBuffer,
+    /// What a plan's producer copies from (ordinary memory, the same data
+    /// as `host in`; made for the first plan that has a producer).
+    dataset: Vec<u64>,
     devices: Vec<DeviceBuffer>,
     /// Poisons the device buffers before each run.
     setup: Stream,
@@ -189,6 +194,7 @@ impl PlanRig {
             elements,
             host_in: PinnedBuffer::new(gpu, bytes)?,
             host_out: PinnedBuffer::new(gpu, bytes)?,
+            dataset: Vec::new(),
             devices,
             setup: gpu.stream()?,
             streams: HashMap::new(),
@@ -211,7 +217,7 @@ impl PlanRig {
         let streams = streams_of(&self.streams, plan);
         let run = {
             let mut p = self.gpu.pipeline_timed(source, model.schedule.ops.len(), plan.gated)?;
-            let issue_ms = issue(&mut p, plan, &streams, (&mut self.host_in, &mut self.host_out), &self.devices, &self.kernel, self.iterations)?;
+            let issue_ms = issue(&mut p, plan, &streams, (&mut self.host_in, &mut self.host_out), &self.devices, &self.kernel, self.iterations, &self.dataset)?;
             PipelineRun { issue_ms, ..p.finish()? }
         };
         if let Some(r) = run.races.first() {
@@ -230,7 +236,7 @@ impl PlanRig {
         let started = std::time::Instant::now();
         let (graph, run) = {
             let mut p = self.gpu.capture_pipeline()?;
-            issue(&mut p, plan, &streams, (&mut self.host_in, &mut self.host_out), &self.devices, &self.kernel, self.iterations)?;
+            issue(&mut p, plan, &streams, (&mut self.host_in, &mut self.host_out), &self.devices, &self.kernel, self.iterations, &self.dataset)?;
             p.finish_capture()?
         };
         let made_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -294,6 +300,10 @@ impl PlanRig {
         let seed = pattern::fresh_seed();
         let words = plan.elements / 2;
         pattern::fill_f32(&mut self.host_in.words_mut()[..words], seed);
+        if plan.batch_elements > 0 {
+            self.dataset.resize(self.elements / 2, 0);
+            pattern::fill_f32(&mut self.dataset[..words], seed);
+        }
         pattern::poison(&mut self.host_out.words_mut()[..words]);
         for d in &self.devices[..plan.devices] {
             self.setup.fill_u32(d, pattern::POISON as u32)?;

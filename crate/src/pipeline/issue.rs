@@ -20,6 +20,9 @@ pub struct HostRef(pub usize);
 /// An event of a pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventRef(pub usize);
+/// A host function's signal to the CPU ([`Issue::signal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalRef(pub usize);
 
 /// The operations of a copy/compute pipeline, in learner-facing form. Sizes
 /// and offsets are in f32 elements.
@@ -39,6 +42,15 @@ pub trait Issue {
     fn host_wait(&mut self, e: EventRef) -> Result<()>;
     /// The CPU waits until `s` has done everything issued to it so far.
     fn host_sync(&mut self, s: StreamRef) -> Result<()>;
+    /// A host function on `s` (cuLaunchHostFunc) that tells the CPU when
+    /// `s` has done all work issued to it so far: it makes no CUDA call,
+    /// and a CPU thread blocked in [`Self::host_wait_signal`] sleeps until
+    /// it runs (nothing polls). How a ring of pinned slots learns that a
+    /// slot's upload is done. `s` waits for it (the driver's callback
+    /// thread wakes, runs it, and releases the stream).
+    fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef>;
+    /// The CPU sleeps until `g`'s host function ran.
+    fn host_wait_signal(&mut self, g: SignalRef) -> Result<()>;
     /// CPU work: the producer writes batch `batch` (`n` elements) into host
     /// buffer `h` at element `at`.
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()>;
@@ -292,6 +304,12 @@ impl Issue for SyncEach<'_> {
     }
     fn host_sync(&mut self, s: StreamRef) -> Result<()> {
         self.0.host_sync(s)
+    }
+    fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
+        self.0.signal(s, label)
+    }
+    fn host_wait_signal(&mut self, g: SignalRef) -> Result<()> {
+        self.0.host_wait_signal(g)
     }
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
         self.0.produce(h, at, n, batch, label)

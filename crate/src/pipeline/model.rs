@@ -2,8 +2,8 @@
 //! where every element's value came from, so a checker can say which
 //! element is wrong and why, and the queue model can time the schedule.
 
-use super::issue::{check_alloc, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, StreamRef};
-use super::schedule::{Access, Memory, OpKind, Schedule, StreamKind};
+use super::issue::{check_alloc, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
+use super::schedule::{Access, Memory, OpId, OpKind, Schedule, StreamKind};
 use crate::error::{LabError, Result};
 
 /// Where an element's value came from.
@@ -42,13 +42,15 @@ pub struct ModelPipeline {
     pub batch_elements: usize,
     lanes: Lanes,
     events: usize,
+    /// Each signal's host function op.
+    signals: Vec<OpId>,
     hosts: Vec<ModelBuffer>,
     devices: Vec<ModelBuffer>,
 }
 
 impl ModelPipeline {
     pub fn new() -> ModelPipeline {
-        ModelPipeline { schedule: Schedule::new(), batch_elements: 0, lanes: Lanes::default(), events: 0, hosts: vec![], devices: vec![] }
+        ModelPipeline { schedule: Schedule::new(), batch_elements: 0, lanes: Lanes::default(), events: 0, signals: vec![], hosts: vec![], devices: vec![] }
     }
     /// A non-blocking stream at the default priority.
     pub fn stream(&mut self) -> StreamRef {
@@ -191,6 +193,18 @@ impl Issue for ModelPipeline {
     fn host_sync(&mut self, s: StreamRef) -> Result<()> {
         let lane = self.lane(s)?;
         self.schedule.host_wait_stream(self.lanes.thread(), lane);
+        Ok(())
+    }
+    fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
+        self.lanes.on_loop_thread("a host function")?;
+        let lane = self.lane(s)?;
+        self.signals.push(self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Host, label, vec![]));
+        Ok(SignalRef(self.signals.len() - 1))
+    }
+    fn host_wait_signal(&mut self, g: SignalRef) -> Result<()> {
+        self.lanes.on_loop_thread("a wait for a host function")?;
+        let op = *self.signals.get(g.0).ok_or_else(|| LabError::config(format!("signal {} was never made ({} exist)", g.0, self.signals.len())))?;
+        self.schedule.host_learns(self.lanes.thread(), op);
         Ok(())
     }
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {

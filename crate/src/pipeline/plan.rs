@@ -60,6 +60,10 @@ pub struct Plan {
     /// Held behind a start gate until issued (the default), or started op
     /// by op as the CPU issues it ([`Self::issued_live`]).
     pub gated: bool,
+    /// Elements per batch of the CPU's producer ([`Issue::produce`] writes
+    /// batch `b` of the data, elements `b * batch_elements ..`); 0: the
+    /// plan has no producer ([`Self::with_producer`]).
+    pub batch_elements: usize,
 }
 
 impl std::fmt::Debug for Plan {
@@ -130,7 +134,13 @@ impl Plan {
         devices: usize,
         body: impl Fn(&mut dyn Issue, &Refs) -> Result<()> + Send + Sync + 'static,
     ) -> Plan {
-        Plan { name: name.into(), streams, elements, devices, body: Arc::new(body), gated: true }
+        Plan { name: name.into(), streams, elements, devices, body: Arc::new(body), gated: true, batch_elements: 0 }
+    }
+
+    /// This plan with a CPU producer writing batches of `batch_elements`
+    /// of the data (the same data `host in` starts with) where its loop says.
+    pub fn with_producer(self, batch_elements: usize) -> Plan {
+        Plan { batch_elements, ..self }
     }
 
     /// This plan with no start gate: the GPU starts each op as the CPU
@@ -147,6 +157,12 @@ impl Plan {
         if self.streams.is_empty() {
             return Err(LabError::config(format!("{}: a plan needs at least one stream", self.name)));
         }
+        if self.batch_elements % 2 != 0 || self.batch_elements > self.elements {
+            return Err(LabError::config(format!(
+                "{}: producer batches of {} elements (give an even number up to {})",
+                self.name, self.batch_elements, self.elements
+            )));
+        }
         Ok(())
     }
 
@@ -155,6 +171,7 @@ impl Plan {
         self.validate()?;
         let mut m = ModelPipeline::new();
         m.schedule.issued_live = !self.gated;
+        m.batch_elements = self.batch_elements;
         let streams = self.streams.iter().map(|s| m.stream_named(s.kind, s.priority, &s.name)).collect();
         let (input, output) = (m.host(INPUT, self.elements, true), m.host(OUTPUT, self.elements, false));
         let devices = (0..self.devices).map(|i| m.device(&device_name(i), self.elements)).collect();

@@ -481,6 +481,17 @@ pub struct Machine {
     /// reaches the GPU this long after the one before it.
     #[serde(default)]
     pub issue: f64,
+    /// How long a CPU thread blocked on a host function's signal
+    /// ([`crate::pipeline::issue::Issue::signal`]) takes to resume after
+    /// the host function ran: the driver's callback thread wakes it, and
+    /// it issues its next op (measured to that op's start; 0: at once).
+    #[serde(default)]
+    pub signal_wake: f64,
+    /// How much slower CPU work on a host thread (a producer writing a
+    /// batch) runs while the copy engines move data to or from host memory
+    /// beside it: both use the host's memory (measured by lab 6).
+    #[serde(default)]
+    pub cpu_slowed: SlowedBy,
     /// Which blocking memory calls wait until the device is idle (measured
     /// by lab 6, not promised by CUDA: the model times them so, but never
     /// counts on them for ordering).
@@ -648,6 +659,8 @@ impl Machine {
             both_ways: 1.0,
             kernel_overlap: 0.0,
             issue: 0.0,
+            signal_wake: 0.0,
+            cpu_slowed: SlowedBy::NOT,
             device_waits: DeviceWaits::default(),
         }
     }
@@ -721,14 +734,16 @@ fn is_host_fn(op: &Op) -> bool {
 /// waited behind is [`Machine::kernel_overlap`] shorter. While an H2D and a D2H run at once, each moves at
 /// [`Machine::both_ways`] of its speed alone. A host function waits for the
 /// callback thread and pays half its round trip before its body and half
-/// after it (its stream's next op waits for that; measured in lab 4); a
-/// host thread woken by GPU work starts [`Machine::host_wake`] after it, and
+/// after it (its stream's next op waits for that; measured in lab 4), and a
+/// host thread that waited on its signal resumes [`Machine::signal_wake`]
+/// after its body; a host thread woken by GPU work starts [`Machine::host_wake`] after it, and
 /// so does GPU work it issues after waiting (it was not issued before). A
 /// stream-ordered allocation or release takes its turn in its stream and
 /// no engine; a blocking one takes its host thread, and those that
 /// [`Machine::device_waits`] names first wait for every stream's work of
 /// the kinds it names so far, and one it says is slowed beside GPU work
-/// ([`DeviceWaits::slowed`]) runs that much slower while such work runs.
+/// ([`DeviceWaits::slowed`]) runs that much slower while such work runs,
+/// as CPU work does beside copies ([`Machine::cpu_slowed`]).
 /// Once the issuing thread has waited or worked (or from the start, when
 /// the schedule was [`Schedule::issued_live`]), each GPU op it issues
 /// starts at the earliest [`Machine::issue`] after the one before; the
@@ -784,6 +799,9 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             let after = if woken || op.after_host_wait.contains(&d) {
                 // A CPU thread blocked on GPU work wakes, then works or issues.
                 machine.host_wake.max(if dep.lane == op.lane { release[d] } else { 0.0 })
+            } else if matches!(op.lane, Lane::HostThread(_)) && is_host_fn(dep) {
+                // Woken by the host function it waited on.
+                machine.signal_wake
             } else if dep.lane == op.lane {
                 release[d]
             } else {
@@ -902,7 +920,8 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
                 if both && is_copy(r) {
                     machine.both_ways.clamp(0.01, 1.0)
                 } else if matches!(s.ops[id].lane, Lane::HostThread(_)) {
-                    let slowed = machine.device_waits.slowed(s.ops[id].kind);
+                    let kind = s.ops[id].kind;
+                    let slowed = if kind == OpKind::Host { machine.cpu_slowed } else { machine.device_waits.slowed(kind) };
                     1.0 / beside.iter().map(|&k| slowed.beside(k)).fold(1.0, f64::max)
                 } else {
                     1.0
@@ -971,8 +990,28 @@ mod tests {
         assert!((end - (4.0 + 1.0 / 3.0)).abs() < 1e-9, "{end}");
         // Slowed beside kernels only: a D2H beside it changes nothing.
         assert_eq!(alloc(slowed(SlowedBy { kernels: 3.0, ..SlowedBy::NOT })), (2.0, 3.0));
+        // CPU work slowed 2x beside downloads: the 2 of work take 4, all beside the D2H.
+        let cpu = predict(&s, Machine { cpu_slowed: SlowedBy { downloads: 2.0, ..SlowedBy::NOT }, ..Machine::engines(2) }, dur);
+        assert_eq!((cpu[1], cpu[2]), ((0.0, 4.0), (4.0, 5.0)));
         assert_eq!(SlowedBy { downloads: 3.2, ..SlowedBy::NOT }.describe(), "3.20x beside downloads");
         assert!(!SlowedBy { uploads: f64::NAN, kernels: 0.5, ..SlowedBy::NOT }.any());
+    }
+
+    #[test]
+    fn a_cpu_thread_waiting_on_a_host_function_resumes_its_wake_up_after_the_body() {
+        // An upload of 1, a host function (round trip 0.4) after it; the CPU
+        // learns of the host function, then works.
+        let mut s = Schedule::new();
+        s.gpu_op(0, 0, OpKind::H2d, "H2D", vec![]);
+        let f = s.gpu_op(0, 0, OpKind::Host, "slot free", vec![]);
+        s.host_learns(0, f);
+        s.host_op(0, "produce", vec![]);
+        let m = Machine { host_fn_round_trip: 0.4, host_fn_awake: 0.1, host_wake: 5.0, ..Machine::engines(2) };
+        let t = predict(&s, m, |o| if o.kind == OpKind::Host && o.label == "slot free" { 0.0 } else { 1.0 });
+        // The body runs half a round trip after the upload; no event's wake-up.
+        assert!((t[1].0 - 1.2).abs() < 1e-9 && (t[2].0 - 1.2).abs() < 1e-9, "{t:?}");
+        let t = predict(&s, Machine { signal_wake: 0.3, ..m }, |o| if o.label == "slot free" { 0.0 } else { 1.0 });
+        assert!((t[2].0 - 1.5).abs() < 1e-9, "{t:?}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! zero-copy.
 
 use super::experiments;
-use super::{pin_line, pool, probes, zero_copy, MemoryConfig, MemoryResults};
+use super::{pin_line, pool, probes, ring, zero_copy, MemoryConfig, MemoryResults};
 use crate::error::Result;
 use crate::gpu::{Gpu, MemPool, PlanRig};
 use crate::labs::experiment::{self, balance};
@@ -20,7 +20,7 @@ const PIN_REPEATS: usize = 5;
 pub fn run(gpu: &Gpu, cfg: &MemoryConfig, mode: ProgressMode) -> Result<MemoryResults> {
     cfg.validate()?;
     let e = experiments::stall(cfg);
-    let steps = 3 + probes::PROBED_MEMORY.len() + 2 * cfg.sizes_mib.len() + 3 + cfg.passes.len();
+    let steps = 5 + probes::PROBED_MEMORY.len() + 2 * cfg.sizes_mib.len() + 3 + cfg.passes.len();
     let mut progress = Progress::new(mode, steps as u64, "memory");
     let reps = cfg.repeats;
     let n = chunk(cfg.elements, cfg.batches, 0).1;
@@ -47,6 +47,7 @@ pub fn run(gpu: &Gpu, cfg: &MemoryConfig, mode: ProgressMode) -> Result<MemoryRe
         stall.name,
         stall.variants.iter().map(|v| format!("{:.3} ms (model {:.3})", v.total_ms.median, v.model_ms)).collect::<Vec<_>>().join(", ")
     ));
+    let ring = ring::measure(&mut rig, cfg, facts, waits, &mut progress)?;
     drop(rig);
     drop(keep);
     let (pairs, traces) = pool::measure(gpu, cfg, &mut progress)?;
@@ -60,5 +61,5 @@ pub fn run(gpu: &Gpu, cfg: &MemoryConfig, mode: ProgressMode) -> Result<MemoryRe
         pin_cost.push(point);
     }
     progress.finish();
-    Ok(MemoryResults { config: cfg.clone(), iterations, probes, device_waits: waits, stall, pairs, traces, zero_copy, pin_cost })
+    Ok(MemoryResults { config: cfg.clone(), iterations, probes, device_waits: waits, stall, pairs, traces, zero_copy, ring, pin_cost })
 }

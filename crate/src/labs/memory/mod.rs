@@ -4,10 +4,11 @@
 //! batch with cuMemAlloc/cuMemFree and with the stream-ordered pair,
 //! measured beside the queue model ([`experiments`]); the pool's release
 //! threshold (an allocate + free pair by size, and batches of varying size
-//! with what the pool holds, [`pool`]); pinned host memory priced by size;
-//! zero-copy against copy-then-compute for data read once and several
-//! times ([`zero_copy`]); and the exercise, a scratch loop without stalls
-//! ([`exercise`]).
+//! with what the pool holds, [`pool`]); pinned host memory priced by size,
+//! and pinned staging for a CPU producer, per batch or in a ring of slots
+//! handed back by host functions ([`ring`]); zero-copy against
+//! copy-then-compute for data read once and several times ([`zero_copy`]);
+//! and the exercise, a scratch loop without stalls ([`exercise`]).
 //!
 //! May use: `pipeline` (plans, the model), `gpu` (to run them, the pool,
 //! mapped memory), `labs::{experiment, host_memory, check, loop_check}`,
@@ -18,6 +19,7 @@ pub mod experiments;
 pub mod measure;
 pub mod pool;
 pub mod probes;
+pub mod ring;
 pub mod zero_copy;
 
 use crate::error::Result;
@@ -68,6 +70,13 @@ pub struct MemoryConfig {
     /// compute, measured) against upload + kernel copied first.
     #[arg(long, default_value_t = MemoryConfig::default().zero_copy_compute)]
     pub zero_copy_compute: f64,
+    /// Batches of the pinned-staging run (the producer writes each into
+    /// pinned memory; `--elements` in all).
+    #[arg(long, default_value_t = MemoryConfig::default().ring_batches)]
+    pub ring_batches: usize,
+    /// Slot counts of the ring of pinned slots.
+    #[arg(long, value_delimiter = ',', default_values_t = MemoryConfig::default().ring_slots)]
+    pub ring_slots: Vec<usize>,
     /// Timed runs of each variant (after warm-ups).
     #[arg(long, default_value_t = MemoryConfig::default().repeats)]
     pub repeats: usize,
@@ -87,6 +96,8 @@ impl Default for MemoryConfig {
             passes: vec![1, 2, 4, 8],
             zero_copy_elements: 64 << 20,
             zero_copy_compute: 0.5,
+            ring_batches: 16,
+            ring_slots: vec![1, 2, 3, 4, 6],
             repeats: 15,
             device: 0,
         }
@@ -117,6 +128,8 @@ impl MemoryConfig {
             passes: vec![1, 2],
             zero_copy_elements: 1 << 18,
             zero_copy_compute: 0.5,
+            ring_batches: 4,
+            ring_slots: vec![1, 2],
             repeats: 2,
             device: 0,
         }
@@ -147,6 +160,12 @@ impl MemoryConfig {
         if !(0.0..=8.0).contains(&self.zero_copy_compute) {
             return bad(format!("--zero-copy-compute {}: give the kernel's time per read as a share of the upload's, from 0 to 8", self.zero_copy_compute));
         }
+        if !(2..=256).contains(&self.ring_batches) || self.elements % (2 * self.ring_batches) != 0 {
+            return bad(format!("--ring-batches {}: give 2 to 256 that divide --elements {} into batches of an even size", self.ring_batches, self.elements));
+        }
+        if self.ring_slots.is_empty() || self.ring_slots.iter().any(|&k| k == 0 || k > self.ring_batches) {
+            return bad(format!("--ring-slots {:?}: give one or more slot counts from 1 to --ring-batches ({})", self.ring_slots, self.ring_batches));
+        }
         if !(1..=1000).contains(&self.repeats) {
             return bad(format!("--repeats {}: give 1 to 1000", self.repeats));
         }
@@ -170,6 +189,8 @@ pub struct MemoryResults {
     pub pairs: Vec<PairPoint>,
     pub traces: Vec<BatchTrace>,
     pub zero_copy: ZeroCopy,
+    /// Pinned staging for a producer: per batch, or a ring by slot count.
+    pub ring: ring::RingResults,
     /// cuMemHostAlloc, cuMemFreeHost and cuMemHostRegister by size (the
     /// sweep's sizes), the first of each size in this run apart (earlier
     /// parts of the lab may have pinned some sizes already).
@@ -244,8 +265,21 @@ impl MemoryResults {
             let (mz, mc) = z.model(p);
             rows.push((format!("zero-copy / copy-then-compute, data read {}x", p.passes), format!("{:.2}x (model {:.2}x)", p.ratio(), mz / mc)));
         }
-        if let Some(worst) = self.stall.variants.iter().map(|v| v.model_ms / v.total_ms.median - 1.0).max_by(|a, b| a.abs().total_cmp(&b.abs())) {
-            rows.push(("model, worst variant".into(), format!("{:+.1}%", 100.0 * worst)));
+        if let (Some(k), Some(per)) = (self.ring.fewest_slots(), self.ring.per_batch()) {
+            let ring = self.ring.rings().into_iter().find(|&(s, _)| s == k).map_or(f64::NAN, |(_, v)| v.total_ms.median);
+            rows.push((
+                format!("pinned staging, {} batches: per-batch cuMemHostAlloc / the fewest ring slots that keep up", self.ring.batches),
+                format!(
+                    "{:.3} / {:.3} ms per batch ({k} slots; {:.1}x)",
+                    per.total_ms.median / self.ring.batches as f64,
+                    ring / self.ring.batches as f64,
+                    per.total_ms.median / ring
+                ),
+            ));
+        }
+        let variants = self.stall.variants.iter().chain(&self.ring.staging.variants);
+        if let Some((worst, name)) = variants.map(|v| (v.model_ms / v.total_ms.median - 1.0, &v.name)).max_by(|a, b| a.0.abs().total_cmp(&b.0.abs())) {
+            rows.push(("model, worst variant".into(), format!("{:+.1}% ({name})", 100.0 * worst)));
         }
         rows
     }
@@ -313,6 +347,12 @@ impl MemoryResults {
         for c in &self.pin_cost {
             out += &format!("  {}\n", pin_line(c));
         }
+        let r = &self.ring.staging;
+        out += &format!("\n{}: {}\n", r.name, r.shows);
+        for line in self.ring.lines() {
+            out += &format!("  {line}\n");
+        }
+        out += &r.effect_lines();
         let z = &self.zero_copy;
         out += &format!(
             "\nzero-copy over {} (device times; the upload {:.3} ms: copy-then-compute less the kernel; alone before the sweep {:.3} ms):\n",
@@ -360,6 +400,63 @@ impl MemoryResults {
     /// The stall experiment's timelines (with the model's beside them).
     pub fn timelines(&self, with_model: bool, origin: &str) -> Gantt {
         self.stall.gantt("Lab 6", &format!("{LAB}-{}", self.stall.name), with_model, origin)
+    }
+
+    /// The pinned-staging run's timelines (with the model's beside them).
+    pub fn ring_timelines(&self, with_model: bool, origin: &str) -> Gantt {
+        self.ring.staging.gantt("Lab 6", &format!("{LAB}-{}", self.ring.staging.name), with_model, origin)
+    }
+
+    /// Pinned staging: time per batch by ring slots, per-batch allocation
+    /// beside it, measured and modelled.
+    pub fn ring_chart(&self, origin: &str) -> Figure {
+        let r = &self.ring;
+        let per = |ms: f64| ms / r.batches as f64;
+        let slots: Vec<usize> = r.rings().iter().map(|&(k, _)| k).collect();
+        let (ring_color, alloc_color) = (RGBColor(31, 119, 180), RGBColor(214, 39, 40));
+        let mut series = vec![
+            Series {
+                label: "a ring of pinned slots".into(),
+                color: ring_color,
+                dashed: false,
+                points: r.rings().iter().map(|&(k, v)| (k as f64, per(v.total_ms.median))).collect(),
+            },
+            Series {
+                label: "model: the ring".into(),
+                color: ring_color,
+                dashed: true,
+                points: r.rings().iter().map(|&(k, v)| (k as f64, per(v.model_ms))).collect(),
+            },
+        ];
+        if let (Some(p), Some(lo), Some(hi)) = (r.per_batch(), slots.iter().min(), slots.iter().max()) {
+            series.push(Series {
+                label: "cuMemHostAlloc + cuMemFreeHost per batch".into(),
+                color: alloc_color,
+                dashed: false,
+                points: vec![(*lo as f64, per(p.total_ms.median)), (*hi as f64, per(p.total_ms.median))],
+            });
+            series.push(Series {
+                label: "model: per batch".into(),
+                color: alloc_color,
+                dashed: true,
+                points: vec![(*lo as f64, per(p.model_ms)), (*hi as f64, per(p.model_ms))],
+            });
+        }
+        let panel = Panel {
+            title: format!("{} batches of {}, produced by the CPU into pinned memory", r.batches, Bytes(4 * r.batch_elements as u64)),
+            x_axis: XAxis::Linear,
+            x_label: "ring slots".into(),
+            y_label: "ms per batch".into(),
+            log_y: true,
+            series,
+        };
+        Figure {
+            stem: format!("{LAB}-pinned-staging"),
+            title: "Lab 6: pinned staging, per batch or a ring of slots".into(),
+            subtitle: origin.into(),
+            panels: vec![panel],
+            panel_size: (640, 420),
+        }
     }
 
     /// The release threshold: a pair's cost by size, and the varying-size
@@ -489,6 +586,14 @@ impl crate::notebook::LabRun<MemoryResults> {
     pub fn zero_copy_chart(&self) -> Figure {
         self.record.results.zero_copy_chart(&self.origin())
     }
+    /// Pinned staging's figure: time per batch by ring slots.
+    pub fn ring_chart(&self) -> Figure {
+        self.record.results.ring_chart(&self.origin())
+    }
+    /// Pinned staging's timelines (with `with_model`, the model's beside each).
+    pub fn ring_timelines(&self, with_model: bool) -> Gantt {
+        self.record.results.ring_timelines(with_model, &self.origin())
+    }
     /// Checks a learner's scratch loop (the exercise): live on a GPU, else
     /// on the queue model with the recorded costs and what the probes found.
     pub fn check_scratch(
@@ -512,6 +617,8 @@ pub fn report(rec: &MemoryRecord, dir: &Path, origin: &str) -> Result<Vec<PathBu
     let mut files = r.timelines(true, origin).save(dir)?;
     files.extend(r.pool_chart(origin).save(dir)?);
     files.extend(r.zero_copy_chart(origin).save(dir)?);
+    files.extend(r.ring_chart(origin).save(dir)?);
+    files.extend(r.ring_timelines(true, origin).save(dir)?);
     files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", r.table()))?);
     Ok(files)
 }
@@ -521,7 +628,7 @@ pub static ENTRY: crate::labs::Entry<MemoryConfig, MemoryResults> = crate::labs:
     number: 6,
     name: LAB,
     module: module_path!(),
-    teaches: "Memory that does not stall the pipeline: which calls wait, cuMemFree against the stream-ordered pair, the pool's release threshold, zero-copy",
+    teaches: "Memory that does not stall the pipeline: which calls wait, cuMemFree against the stream-ordered pair, the pool's release threshold, pinned staging slots, zero-copy",
     about: "Lab 6: memory calls and the pipeline, each measured beside the model",
     measure: measure::run,
     tables: |rec| rec.results.table(),
@@ -537,9 +644,19 @@ mod tests {
     fn the_table_headline_and_report_show_every_part() {
         let r = crate::testing::memory_results();
         let t = r.table();
-        for part in ["WAITS for all GPU work", "alloc-stall", "allocate + free", "batches of varying size", "pinned host memory by size", "zero-copy over"] {
+        for part in [
+            "WAITS for all GPU work",
+            "alloc-stall",
+            "allocate + free",
+            "batches of varying size",
+            "pinned host memory by size",
+            "zero-copy over",
+            "pinned-staging",
+            "fewest slots that keep the pipeline full: 2 (the model says 2)",
+        ] {
             assert!(t.contains(part), "{part}: {t}");
         }
+        println!("{t}");
         let most = r.trace(Allocator::PoolThresholdMax).unwrap().most_reserved();
         assert!(((16 << 20)..=(256 << 20)).contains(&most), "the varying sizes grow from 16 MiB to about 16x: {most}");
         let h = r.headline();
@@ -547,7 +664,10 @@ mod tests {
         let dir = crate::testing::temp_dir("memory-report");
         let rec = crate::measure::record::Record::new(LAB, crate::testing::fingerprint(), r);
         let files = report(&rec, &dir, "recorded on a test fixture").unwrap();
-        assert!(files.iter().any(|f| f.to_string_lossy().ends_with("memory-release-threshold.png")), "{files:?}");
+        for stem in ["memory-release-threshold.png", "memory-pinned-staging.png", "memory-pinned-staging.svg"] {
+            assert!(files.iter().any(|f| f.to_string_lossy().ends_with(stem)), "{stem}: {files:?}");
+        }
+        assert!(h.iter().any(|(k, v)| k.starts_with("pinned staging, 16 batches") && v.ends_with("x)")), "{h:?}");
         assert!(files.iter().all(|f| f.exists()), "{files:?}");
     }
 
@@ -564,6 +684,10 @@ mod tests {
         bad(MemoryConfig { sizes_mib: vec![], ..MemoryConfig::default() }, "--sizes-mib");
         bad(MemoryConfig { sizes_mib: vec![0], ..MemoryConfig::default() }, "from 1 to 16384 MiB");
         bad(MemoryConfig { passes: vec![0], ..MemoryConfig::default() }, "--passes");
+        bad(MemoryConfig { ring_batches: 1, ..MemoryConfig::default() }, "--ring-batches 1: give 2 to 256");
+        bad(MemoryConfig { ring_batches: 48, ..MemoryConfig::default() }, "divide --elements");
+        bad(MemoryConfig { ring_slots: vec![0], ..MemoryConfig::default() }, "--ring-slots [0]");
+        bad(MemoryConfig { ring_slots: vec![17], ..MemoryConfig::default() }, "from 1 to --ring-batches (16)");
         bad(MemoryConfig { elements: 3, ..MemoryConfig::default() }, "--elements 3");
         bad(MemoryConfig { zero_copy_elements: 1 << 31, ..MemoryConfig::default() }, "--zero-copy-elements");
         bad(MemoryConfig { repeats: 0, ..MemoryConfig::default() }, "--repeats 0");

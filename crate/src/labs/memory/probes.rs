@@ -180,18 +180,13 @@ impl CallProbe {
     /// median idle, where even its fastest quarter of runs there was slower
     /// than its slowest quarter idle (else 1, within the runs' spread).
     pub fn slowed(&self, alloc: bool) -> SlowedBy {
-        let mut slowed = SlowedBy::NOT;
-        let idle = self.idle(alloc);
-        for b in self.beside.iter().filter(|b| !self.waits_beside(alloc, b)) {
-            let (busy, _) = b.of(alloc);
-            let f = if busy.middle_range().0 > idle.middle_range().1 && idle.median > 0.0 { busy.median / idle.median } else { 1.0 };
-            match b.busy {
-                BusyWith::Kernels => slowed.kernels = f,
-                BusyWith::Uploads => slowed.uploads = f,
-                BusyWith::Downloads => slowed.downloads = f,
-            }
-        }
-        slowed
+        slowed_beside(self.idle(alloc), self.beside.iter().filter(|b| !self.waits_beside(alloc, b) && !Self::ended(alloc, b)).map(|b| (b.busy, b.of(alloc).0)))
+    }
+    /// Whether `b`'s busy work had ended before the call began (in most
+    /// runs): beside it, the call was not tested (an allocation that
+    /// outlasts the busy work leaves its release nothing to wait for).
+    fn ended(alloc: bool, b: &Beside) -> bool {
+        b.of(alloc).1.median <= 0.0
     }
     /// The call's name, e.g. "cuMemFree".
     pub fn call(&self, alloc: bool) -> &'static str {
@@ -211,14 +206,38 @@ impl CallProbe {
                     line += &format!("; beside {} {:.3} ({:.3} left)", b.busy.label(), busy.median, left.median);
                 }
                 let (w, slowed) = (self.waits(alloc), self.slowed(alloc));
+                let untested: Vec<&str> = self.beside.iter().filter(|b| Self::ended(alloc, b)).map(|b| b.busy.label()).collect();
+                if !self.beside.is_empty() && untested.len() == self.beside.len() {
+                    return line + ": NOT TESTED (the busy work had ended before the call began)";
+                }
                 line += &if w.any() { format!(": WAITS for {}", w.describe()) } else { ": waits for nothing".to_string() };
                 if slowed.any() {
                     line += &format!(", but runs {}", slowed.describe());
+                }
+                if !untested.is_empty() {
+                    line += &format!(" (not tested beside {}: that work had ended before the call began)", untested.join(", "));
                 }
                 line
             })
             .collect()
     }
+}
+
+/// How much slower something ran beside each kind of busy work than idle
+/// (`idle`): its median there over its median idle, where even its fastest
+/// quarter of runs there was slower than its slowest quarter idle (else
+/// 1, within the runs' spread); kinds not given: 1.
+pub fn slowed_beside<'a>(idle: &Summary, beside: impl IntoIterator<Item = (BusyWith, &'a Summary)>) -> SlowedBy {
+    let mut slowed = SlowedBy::NOT;
+    for (kind, busy) in beside {
+        let f = if busy.middle_range().0 > idle.middle_range().1 && idle.median > 0.0 { busy.median / idle.median } else { 1.0 };
+        match kind {
+            BusyWith::Kernels => slowed.kernels = f,
+            BusyWith::Uploads => slowed.uploads = f,
+            BusyWith::Downloads => slowed.downloads = f,
+        }
+    }
+    slowed
 }
 
 /// What the probes found, as the model takes it.
@@ -304,21 +323,43 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, n: usize, progress: &mut P
             beside,
         };
         progress.step(&p.lines().join("; "));
-        // The model's cost of each call: the elements its op covers, as the
-        // plan's schedule counts them.
-        let idle_model = &idle.1;
-        for (o, key) in idle_model.schedule.ops.iter().zip(cost_keys(&idle_model.schedule)) {
-            let ms = match o.kind {
-                OpKind::Alloc(_) if key & REUSED != 0 => p.alloc_again_idle_ms,
-                OpKind::Alloc(_) => p.alloc_idle_ms,
-                OpKind::Free(_) => p.free_idle_ms,
-                _ => continue,
-            };
-            costs.entry((o.kind, key)).or_insert(ms.middle_range().0);
-        }
+        call_costs(&idle.1, &p, &mut costs);
         probes.push(p);
     }
     Ok((probes, costs))
+}
+
+/// The model's cost of each call of probe `p` (its median on the idle
+/// GPU): by the elements its op covers, as the probe's schedule
+/// (`idle_model`) counts them. A median, not the lower quartile the GPU's
+/// ops are costed by: a blocking call is the CPU's work (the driver and the
+/// OS mapping pages), which varies call to call within a run as much as
+/// run to run, and a pipeline's total sums many calls.
+fn call_costs(idle_model: &ModelPipeline, p: &CallProbe, costs: &mut Costs) {
+    for (o, key) in idle_model.schedule.ops.iter().zip(cost_keys(&idle_model.schedule)) {
+        let ms = match o.kind {
+            OpKind::Alloc(_) if key & REUSED != 0 => p.alloc_again_idle_ms,
+            OpKind::Alloc(_) => p.alloc_idle_ms,
+            OpKind::Free(_) => p.free_idle_ms,
+            _ => continue,
+        };
+        costs.entry((o.kind, key)).or_insert(ms.median);
+    }
+}
+
+/// `memory`'s calls of `n` elements on an idle GPU only (`reps` runs after
+/// a warm-up), and the model's costs of them.
+pub fn idle_costs(rig: &mut PlanRig, memory: Memory, n: usize, reps: usize) -> Result<(CallProbe, Costs)> {
+    let plan = probe(memory, n, n, None);
+    let model = plan.model()?;
+    let modelled = (plan, model);
+    probe_run(rig, &modelled, memory)?;
+    let runs = (0..reps).map(|_| probe_run(rig, &modelled, memory)).collect::<Result<Vec<_>>>()?;
+    let of = |i: usize| Summary::of(&runs.iter().map(|r| r.calls[i]).collect::<Vec<_>>());
+    let p = CallProbe { memory, bytes: 4 * n as u64, alloc_idle_ms: of(0)?, free_idle_ms: of(1)?, alloc_again_idle_ms: of(2)?, beside: Vec::new() };
+    let mut costs = Costs::new();
+    call_costs(&modelled.1, &p, &mut costs);
+    Ok((p, costs))
 }
 
 #[cfg(test)]
@@ -351,7 +392,8 @@ mod tests {
         assert_eq!((w.alloc, w.free, w.pinned_free), (p.waits(true), WaitsFor::EVERYTHING, WaitsFor::NOTHING));
         // Nothing left to wait for: no verdict of waiting, however slow.
         let idle = CallProbe { beside: vec![beside(BusyWith::Kernels, 9.0, 9.0, 0.0)], ..p };
-        assert!(!idle.waits(true).any() && idle.lines()[1].contains(": waits for nothing, but runs 90.00x beside kernels"), "{:?}", idle.lines());
+        assert!(!idle.waits(true).any() && idle.lines()[1].ends_with(": NOT TESTED (the busy work had ended before the call began)"), "{:?}", idle.lines());
+        assert!(!idle.slowed(false).any());
     }
 
     #[test]
@@ -376,6 +418,10 @@ mod tests {
         // A call that waited for the work is not also slowed by it.
         assert!(!p.slowed(false).any(), "{:?}", p.slowed(false));
         assert!(!p.waits(true).any() && p.waits(false) == WaitsFor::EVERYTHING);
+        // The kernels had ended before the release began: untested there, said so.
+        p.beside[0].free_left_ms = flat(0.0);
+        assert!(p.lines()[1].ends_with("(not tested beside kernels: that work had ended before the call began)"), "{:?}", p.lines());
+        assert_eq!(p.waits(false), WaitsFor { kernels: false, ..WaitsFor::EVERYTHING });
     }
 
     #[test]
