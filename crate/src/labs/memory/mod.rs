@@ -265,8 +265,8 @@ impl MemoryResults {
             let (mz, mc) = z.model(p);
             rows.push((format!("zero-copy / copy-then-compute, data read {}x", p.passes), format!("{:.2}x (model {:.2}x)", p.ratio(), mz / mc)));
         }
-        if let (Some(k), Some(per)) = (self.ring.fewest_slots(), self.ring.per_batch()) {
-            let ring = self.ring.rings().into_iter().find(|&(s, _)| s == k).map_or(f64::NAN, |(_, v)| v.total_ms.median);
+        if let (Some((k, ring)), Some(per)) = (self.ring.fewest(), self.ring.per_batch()) {
+            let ring = ring.total_ms.median;
             rows.push((
                 format!("pinned staging, {} batches: per-batch cuMemHostAlloc / the fewest ring slots that keep up", self.ring.batches),
                 format!(

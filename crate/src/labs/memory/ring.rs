@@ -159,10 +159,14 @@ impl RingResults {
     /// ring (its upper quartile, and at least 2% over its median): more
     /// slots than that only hold more pinned memory.
     pub fn fewest_slots(&self) -> Option<usize> {
+        self.fewest().map(|(k, _)| k)
+    }
+    /// [`Self::fewest_slots`] with that ring's result.
+    pub fn fewest(&self) -> Option<(usize, &crate::labs::experiment::VariantResult)> {
         let rings = self.rings();
         let best = rings.iter().map(|(_, v)| v).min_by(|a, b| a.total_ms.median.total_cmp(&b.total_ms.median))?;
         let enough = best.total_ms.middle_range().1.max(1.02 * best.total_ms.median);
-        rings.iter().filter(|(_, v)| v.total_ms.median <= enough).map(|&(k, _)| k).min()
+        rings.into_iter().filter(|(_, v)| v.total_ms.median <= enough).min_by_key(|&(k, _)| k)
     }
     /// The model's fewest slots by the same rule on its own totals.
     pub fn fewest_slots_modelled(&self) -> Option<usize> {
@@ -204,9 +208,9 @@ impl RingResults {
                 100.0 * (v.model_ms / v.total_ms.median - 1.0)
             ));
         }
-        match (self.fewest_slots(), self.per_batch()) {
-            (Some(k), Some(p)) => {
-                let ring = self.rings().into_iter().find(|&(s, _)| s == k).map(|(_, v)| v.total_ms.median).unwrap_or(f64::NAN);
+        match (self.fewest(), self.per_batch()) {
+            (Some((k, ring)), Some(p)) => {
+                let ring = ring.total_ms.median;
                 out.push(format!(
                     "fewest slots that keep the pipeline full: {k} (the model says {}); per-batch cuMemHostAlloc costs {:.3} ms more per batch than that ring ({:.1}x its time)",
                     self.fewest_slots_modelled().map_or("-".into(), |m| m.to_string()),
