@@ -242,16 +242,33 @@ pub fn variant(
 /// its engine a flush (two streams copying both ways read up to 40% slower
 /// with events between).
 pub fn interleaved(rig: &mut PlanRig, plans: &[Plan], models: &[ModelPipeline], reps: usize) -> Result<Vec<Vec<f64>>> {
+    interleaved_with(rig, plans, models, reps, |_, _| Ok(()))
+}
+
+/// [`interleaved`], with `each_round` run after the warm-ups (told
+/// `false`) and after every round of timed runs (`true`): what it
+/// measures for the model is measured in the same conditions as the runs
+/// it predicts (lab 6's pinned calls and CPU producer drift over a run of
+/// many pinned allocations on some hosts).
+pub fn interleaved_with(
+    rig: &mut PlanRig,
+    plans: &[Plan],
+    models: &[ModelPipeline],
+    reps: usize,
+    mut each_round: impl FnMut(&mut PlanRig, bool) -> Result<()>,
+) -> Result<Vec<Vec<f64>>> {
     for (plan, model) in plans.iter().zip(models) {
         for _ in 0..2 {
             rig.run_modelled(plan, model, TimelineSource::Off)?;
         }
     }
+    each_round(rig, false)?;
     let mut totals = vec![Vec::with_capacity(reps); plans.len()];
     for _ in 0..reps {
         for ((plan, model), t) in plans.iter().zip(models).zip(&mut totals) {
             t.push(rig.run_modelled(plan, model, TimelineSource::Off)?.total_ms);
         }
+        each_round(rig, true)?;
     }
     Ok(totals)
 }

@@ -487,11 +487,6 @@ pub struct Machine {
     /// it issues its next op (measured to that op's start; 0: at once).
     #[serde(default)]
     pub signal_wake: f64,
-    /// How much slower CPU work on a host thread (a producer writing a
-    /// batch) runs while the copy engines move data to or from host memory
-    /// beside it: both use the host's memory (measured by lab 6).
-    #[serde(default)]
-    pub cpu_slowed: SlowedBy,
     /// Which blocking memory calls wait until the device is idle (measured
     /// by lab 6, not promised by CUDA: the model times them so, but never
     /// counts on them for ordering).
@@ -660,7 +655,6 @@ impl Machine {
             kernel_overlap: 0.0,
             issue: 0.0,
             signal_wake: 0.0,
-            cpu_slowed: SlowedBy::NOT,
             device_waits: DeviceWaits::default(),
         }
     }
@@ -742,8 +736,7 @@ fn is_host_fn(op: &Op) -> bool {
 /// no engine; a blocking one takes its host thread, and those that
 /// [`Machine::device_waits`] names first wait for every stream's work of
 /// the kinds it names so far, and one it says is slowed beside GPU work
-/// ([`DeviceWaits::slowed`]) runs that much slower while such work runs,
-/// as CPU work does beside copies ([`Machine::cpu_slowed`]).
+/// ([`DeviceWaits::slowed`]) runs that much slower while such work runs.
 /// Once the issuing thread has waited or worked (or from the start, when
 /// the schedule was [`Schedule::issued_live`]), each GPU op it issues
 /// starts at the earliest [`Machine::issue`] after the one before; the
@@ -920,8 +913,7 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
                 if both && is_copy(r) {
                     machine.both_ways.clamp(0.01, 1.0)
                 } else if matches!(s.ops[id].lane, Lane::HostThread(_)) {
-                    let kind = s.ops[id].kind;
-                    let slowed = if kind == OpKind::Host { machine.cpu_slowed } else { machine.device_waits.slowed(kind) };
+                    let slowed = machine.device_waits.slowed(s.ops[id].kind);
                     1.0 / beside.iter().map(|&k| slowed.beside(k)).fold(1.0, f64::max)
                 } else {
                     1.0
@@ -990,9 +982,6 @@ mod tests {
         assert!((end - (4.0 + 1.0 / 3.0)).abs() < 1e-9, "{end}");
         // Slowed beside kernels only: a D2H beside it changes nothing.
         assert_eq!(alloc(slowed(SlowedBy { kernels: 3.0, ..SlowedBy::NOT })), (2.0, 3.0));
-        // CPU work slowed 2x beside downloads: the 2 of work take 4, all beside the D2H.
-        let cpu = predict(&s, Machine { cpu_slowed: SlowedBy { downloads: 2.0, ..SlowedBy::NOT }, ..Machine::engines(2) }, dur);
-        assert_eq!((cpu[1], cpu[2]), ((0.0, 4.0), (4.0, 5.0)));
         assert_eq!(SlowedBy { downloads: 3.2, ..SlowedBy::NOT }.describe(), "3.20x beside downloads");
         assert!(!SlowedBy { uploads: f64::NAN, kernels: 0.5, ..SlowedBy::NOT }.any());
     }

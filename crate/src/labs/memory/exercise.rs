@@ -138,11 +138,28 @@ fn shape_findings(plan: &Plan, rec: &MemoryResults, rep: &mut CheckReport) -> Op
         .filter(|(i, o)| o.kind == OpKind::Free(Memory::Device) && ops[i + 1..].iter().any(|later| matches!(later.lane, Lane::Stream(_))))
         .count();
     let waits = rec.device_waits.free;
-    if frees > 0 && waits.any() {
+    // The CPU waited for GPU work before an op: a GPU op issued after the
+    // wait, or a blocking call made after it (that call depends on the work).
+    let gpu_work = |d: &usize| matches!(ops[*d].lane, Lane::Stream(_)) && ops[*d].kind != OpKind::Host;
+    let cpu_waits = ops.iter().any(|o| !o.after_host_wait.is_empty() || (matches!(o.lane, Lane::HostThread(_)) && o.deps.iter().any(gpu_work)));
+    if frees > 0 && (waits.any() || cpu_waits) {
+        // Two costs, and the first is the larger: memory may be given back
+        // only once the GPU is done with it, so the CPU waits for the
+        // download before each cuMemFree; and the call itself waits.
+        let mut why = String::from("cuMemFree may only give back memory the GPU has finished with");
+        if cpu_waits {
+            why += ", so your loop makes the CPU wait for each batch's download before it";
+        }
+        if waits.any() {
+            why += &format!(
+                "{} cuMemFree itself waits for {} already issued (lab 6's probes{})",
+                if cpu_waits { "; and on this GPU" } else { ", and on this GPU" },
+                waits.describe(),
+                facts.map_or(String::new(), |(busy, idle, _)| format!(": {busy:.3} ms beside busy work, {idle:.3} ms on an idle GPU"))
+            );
+        }
         rep.problem(format!(
-            "your loop still calls cuMemFree between batches ({frees} calls): on this GPU it waits for {} already issued{} so the CPU cannot issue the next batch until the other stream is done",
-            waits.describe(),
-            facts.map_or(String::new(), |(busy, idle, _)| format!(" (measured {busy:.3} ms beside busy work, {idle:.3} ms on an idle GPU),"))
+            "your loop still calls cuMemFree between batches ({frees} calls): {why}. The CPU cannot issue the next batch until the download stream is done: take the scratch from the stream-ordered pool (cuMemAllocAsync) and give it back with cuMemFreeAsync on the stream that used it last"
         ));
     }
     let allocs = count(OpKind::Alloc(Memory::Device));
@@ -152,7 +169,7 @@ fn shape_findings(plan: &Plan, rec: &MemoryResults, rep: &mut CheckReport) -> Op
             facts.map_or(String::new(), |(_, _, alloc)| format!(" ({alloc:.3} ms each on an idle GPU, measured)"))
         ));
     }
-    if model.schedule.ops.iter().any(|o| !o.after_host_wait.is_empty()) {
+    if cpu_waits {
         rep.note("your loop makes the CPU wait for the GPU: each wait stops it issuing the next batch until the GPU catches up");
     }
     Some(model)
@@ -192,6 +209,7 @@ pub fn check_on_gpu(gpu: &Gpu, rec: &MemoryResults, learner: Loop) -> Result<Che
     let mine = plan("your loop", cfg, learner);
     let Some(model) = shape_findings(&mine, rec, &mut rep) else { return Ok(rep) };
     if !rep.passed {
+        rep.note("judged by its shape (the model of your loop, and what lab 6's probes found), before timing it: the checker times your loop on the GPU once nothing above is wrong");
         return Ok(rep);
     }
     let pool = MemPool::default_of(gpu)?;
@@ -234,6 +252,8 @@ mod tests {
         assert!(rep.to_string().contains("won back"), "{rep}");
         let rep = check(given);
         fails_with(&rep, "still calls cuMemFree between batches");
+        // The CPU's wait before each release is named first, the call's own wait after it.
+        fails_with(&rep, "makes the CPU wait for each batch's download before it; and on this GPU cuMemFree itself waits for all GPU work");
         fails_with(&rep, "more than the fix");
     }
 

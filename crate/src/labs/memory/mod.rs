@@ -286,7 +286,11 @@ impl MemoryResults {
 
     /// The table the command line prints.
     pub fn table(&self) -> String {
-        let mut out = format!("which memory calls wait for the GPU ({} busy ops of a batch's size on another stream), median ms:\n", probes::BUSY_OPS);
+        let mut out = format!(
+            "which memory calls wait for the GPU (busy work on another stream: at least {} ops of a batch's size, and {:.0}x the calls' idle time), median ms:\n",
+            probes::BUSY_OPS,
+            probes::BUSY_OVER_CALLS
+        );
         for line in self.probes.iter().flat_map(|p| p.lines()) {
             out += &format!("  {line}\n");
         }

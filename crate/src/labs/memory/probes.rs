@@ -15,9 +15,28 @@ use crate::present::progress::Progress;
 use crate::Bytes;
 use serde::{Deserialize, Serialize};
 
-/// GPU ops of a batch's size that keep the GPU busy in a probe (about 16
-/// batches' worth of one kind of work).
+/// The fewest GPU ops of a batch's size that keep the GPU busy in a
+/// probe (about 16 batches' worth of one kind of work), and the most.
 pub const BUSY_OPS: usize = 16;
+pub const MAX_BUSY_OPS: usize = 1024;
+
+/// The busy work lasts this many times the probed calls' time on an idle
+/// GPU: a call slowed beside it (cuMemAlloc runs 2.7 to 3.2x beside
+/// downloads on the lent GPUs) still ends before the work does, so the
+/// release after it is tested too, and a slowdown is never read as a wait
+/// (a call that waited takes most of the time left; one slowed, a few
+/// times its idle time, which is then a small part of it).
+pub const BUSY_OVER_CALLS: f64 = 3.0;
+
+/// How many busy ops of `op_ms` each last [`BUSY_OVER_CALLS`] times
+/// `calls_ms` (the probed calls' idle time), within [`BUSY_OPS`] and
+/// [`MAX_BUSY_OPS`].
+pub fn busy_ops(calls_ms: f64, op_ms: f64) -> usize {
+    if op_ms.is_nan() || op_ms <= 0.0 || !calls_ms.is_finite() {
+        return BUSY_OPS;
+    }
+    (BUSY_OVER_CALLS * calls_ms / op_ms).ceil().clamp(BUSY_OPS as f64, MAX_BUSY_OPS as f64) as usize
+}
 
 /// The memory calls the probes ask about, in order.
 pub const PROBED_MEMORY: [Memory; 3] = [Memory::Device, Memory::Pool, Memory::Pinned];
@@ -56,13 +75,12 @@ impl BusyWith {
     }
 }
 
-/// A probe of `memory`'s allocate and release calls: [`BUSY_OPS`] ops of
-/// `busy` over the whole buffer keep the GPU busy (an idle GPU when
-/// `None`), then the CPU allocates `n` elements and releases them, twice
+/// A probe of `memory`'s allocate and release calls: `ops` ops of `busy`
+/// over the whole buffer keep the GPU busy (an idle GPU when `None`), then the CPU allocates `n` elements and releases them, twice
 /// (a stream-ordered pair on another stream): the second allocation can
 /// reuse what the first released. A call that returns only when the busy
 /// work is done waited for it.
-pub fn probe(memory: Memory, elements: usize, n: usize, busy: Option<BusyWith>) -> Plan {
+pub fn probe(memory: Memory, elements: usize, n: usize, busy: Option<BusyWith>, ops: usize) -> Plan {
     let specs = vec![StreamSpec::new("busy", StreamKind::NonBlocking, 0), StreamSpec::new("calls", StreamKind::NonBlocking, 0)];
     let name =
         format!("{} then {} {}", memory.call(true), memory.call(false), busy.map_or("on an idle GPU".to_string(), |b| format!("beside busy {}", b.label())));
@@ -71,12 +89,12 @@ pub fn probe(memory: Memory, elements: usize, n: usize, busy: Option<BusyWith>) 
         match busy {
             None => {}
             Some(BusyWith::Kernels) => {
-                for i in 0..BUSY_OPS {
+                for i in 0..ops {
                     p.compute(s, r.devices[0], 0, r.devices[1], 0, all, &format!("{BUSY} kernel {i}"))?;
                 }
             }
             Some(BusyWith::Uploads) => {
-                for i in 0..BUSY_OPS {
+                for i in 0..ops {
                     p.h2d(s, r.devices[0], 0, r.input, 0, all, &format!("{BUSY} upload {i}"))?;
                 }
             }
@@ -88,7 +106,7 @@ pub fn probe(memory: Memory, elements: usize, n: usize, busy: Option<BusyWith>) 
                 let uploaded = p.event()?;
                 p.record(uploaded, s)?;
                 p.host_wait(uploaded)?;
-                for i in 0..BUSY_OPS {
+                for i in 0..ops {
                     p.d2h(s, r.output, 0, r.devices[0], 0, all, &format!("{BUSY} download {i}"))?;
                 }
             }
@@ -253,14 +271,17 @@ pub fn device_waits(probes: &[CallProbe]) -> DeviceWaits {
     }
 }
 
+/// Runs of the idle calls and of each busy op alone that size the busy work.
+const SIZING_RUNS: usize = 3;
+
 /// One probe run's (allocate, release, allocate again) host times and how
 /// long the busy work still had to run when each call began, ms.
-struct ProbeRun {
+pub struct ProbeRun {
     calls: [f64; 3],
     left: [f64; 3],
 }
 
-fn probe_run(rig: &mut PlanRig, (plan, model): &(Plan, ModelPipeline), memory: Memory) -> Result<ProbeRun> {
+pub fn probe_run(rig: &mut PlanRig, (plan, model): &(Plan, ModelPipeline), memory: Memory) -> Result<ProbeRun> {
     let run = rig.run_modelled(plan, model, TimelineSource::Events)?;
     let t = run.timeline.ok_or_else(|| LabError::config("a probe left no timeline"))?;
     let busy_end = t.spans.iter().filter(|s| s.label.starts_with(BUSY)).map(|s| s.end_us).fold(f64::NEG_INFINITY, f64::max);
@@ -281,15 +302,23 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, n: usize, progress: &mut P
     let mut probes = Vec::new();
     let mut costs = Costs::new();
     let of = |runs: &[ProbeRun], f: &dyn Fn(&ProbeRun) -> f64| Summary::of(&runs.iter().map(f).collect::<Vec<_>>());
+    // Each kind of busy op alone, to size the busy work by.
+    let op_ms = BusyWith::ALL.iter().map(|b| Ok(rig.alone(b.kind(), n, SIZING_RUNS)?.median)).collect::<Result<Vec<f64>>>()?;
     for memory in PROBED_MEMORY {
         // Each plan with its model, made once (a cell per element).
-        let modelled = |busy| -> Result<(Plan, ModelPipeline)> {
-            let plan = probe(memory, n, n, busy);
+        let modelled = |busy, ops| -> Result<(Plan, ModelPipeline)> {
+            let plan = probe(memory, n, n, busy, ops);
             let model = plan.model()?;
             Ok((plan, model))
         };
-        let idle = modelled(None)?;
-        let busy = BusyWith::ALL.iter().map(|&b| modelled(Some(b))).collect::<Result<Vec<_>>>()?;
+        let idle = modelled(None, 0)?;
+        // The calls on an idle GPU first, to size the busy work by: the
+        // allocate, release and allocate again timed, the last release as
+        // the first.
+        probe_run(rig, &idle, memory)?;
+        let sizing = (0..SIZING_RUNS).map(|_| probe_run(rig, &idle, memory)).collect::<Result<Vec<_>>>()?;
+        let calls_ms = of(&sizing, &|r| r.calls[0] + 2.0 * r.calls[1] + r.calls[2])?.median;
+        let busy = BusyWith::ALL.iter().zip(&op_ms).map(|(&b, &op)| modelled(Some(b), busy_ops(calls_ms, op))).collect::<Result<Vec<_>>>()?;
         let (mut idle_runs, mut busy_runs): (Vec<ProbeRun>, Vec<Vec<ProbeRun>>) = (Vec::new(), busy.iter().map(|_| Vec::new()).collect());
         for rep in 0..=cfg.repeats {
             let i = probe_run(rig, &idle, memory)?;
@@ -347,18 +376,21 @@ fn call_costs(idle_model: &ModelPipeline, p: &CallProbe, costs: &mut Costs) {
     }
 }
 
-/// `memory`'s calls of `n` elements on an idle GPU only (`reps` runs after
-/// a warm-up), and the model's costs of them.
-pub fn idle_costs(rig: &mut PlanRig, memory: Memory, n: usize, reps: usize) -> Result<(CallProbe, Costs)> {
-    let plan = probe(memory, n, n, None);
+/// `memory`'s calls of `n` elements on an idle GPU: the probe plan (with
+/// its model) that [`probe_run`] runs, and what its `runs` found, with
+/// the model's costs of them.
+pub fn idle_probe(memory: Memory, n: usize) -> Result<(Plan, ModelPipeline)> {
+    let plan = probe(memory, n, n, None, 0);
     let model = plan.model()?;
-    let modelled = (plan, model);
-    probe_run(rig, &modelled, memory)?;
-    let runs = (0..reps).map(|_| probe_run(rig, &modelled, memory)).collect::<Result<Vec<_>>>()?;
+    Ok((plan, model))
+}
+
+/// [`idle_probe`]'s runs as a probe with no busy work, and the model's costs.
+pub fn idle_costs(idle: &(Plan, ModelPipeline), memory: Memory, n: usize, runs: &[ProbeRun]) -> Result<(CallProbe, Costs)> {
     let of = |i: usize| Summary::of(&runs.iter().map(|r| r.calls[i]).collect::<Vec<_>>());
     let p = CallProbe { memory, bytes: 4 * n as u64, alloc_idle_ms: of(0)?, free_idle_ms: of(1)?, alloc_again_idle_ms: of(2)?, beside: Vec::new() };
     let mut costs = Costs::new();
-    call_costs(&modelled.1, &p, &mut costs);
+    call_costs(&idle.1, &p, &mut costs);
     Ok((p, costs))
 }
 
@@ -425,10 +457,23 @@ mod tests {
     }
 
     #[test]
+    fn the_busy_work_outlasts_the_calls_three_times_within_its_limits() {
+        // cuMemHostAlloc of 32 MiB (17 ms) and its release (5): 16 uploads of
+        // 0.6 ms ended before the release; 3 x (17 + 2 x 5 + 17) / 0.6 = 220.
+        assert_eq!(busy_ops(17.0 + 2.0 * 5.0 + 17.0, 0.6), 220);
+        assert_eq!(busy_ops(0.3, 0.6), BUSY_OPS);
+        assert_eq!(busy_ops(1e6, 0.6), MAX_BUSY_OPS);
+        assert_eq!(busy_ops(1.0, 0.0), BUSY_OPS);
+        assert_eq!(busy_ops(f64::NAN, 0.6), BUSY_OPS);
+        let ops = probe(Memory::Pinned, 1 << 10, 256, Some(BusyWith::Uploads), 220).model().unwrap().schedule.ops;
+        assert_eq!(ops.iter().filter(|o| o.label.starts_with(BUSY)).count(), 220);
+    }
+
+    #[test]
     fn a_probe_issues_its_pair_after_the_busy_work() {
         for m in PROBED_MEMORY {
             for busy in BusyWith::ALL {
-                let p = probe(m, 1 << 10, 256, Some(busy));
+                let p = probe(m, 1 << 10, 256, Some(busy), BUSY_OPS);
                 let model = p.model().unwrap();
                 let labels: Vec<&str> = model.schedule.ops.iter().map(|o| o.label.as_str()).collect();
                 let first = if busy == BusyWith::Downloads { BUSY_OPS + 1 } else { BUSY_OPS };
@@ -446,7 +491,7 @@ mod tests {
                 assert!(model.schedule.races().is_empty());
                 assert!(p.expected_output().is_ok());
             }
-            assert!(!probe(m, 1 << 10, 256, None).model().unwrap().schedule.ops.iter().any(|o| o.label.starts_with(BUSY)));
+            assert!(!probe(m, 1 << 10, 256, None, 0).model().unwrap().schedule.ops.iter().any(|o| o.label.starts_with(BUSY)));
         }
     }
 }
