@@ -289,11 +289,29 @@ pub fn balance(rig: &mut PlanRig, n: usize, reps: usize) -> Result<i32> {
 pub fn measure(rig: &mut PlanRig, e: &Experiment, facts: MachineFacts, machine: Machine, costs: &Costs, reps: usize) -> Result<ExperimentResult> {
     let models = e.variants.iter().map(Plan::model).collect::<Result<Vec<_>>>()?;
     let totals = interleaved(rig, &e.variants, &models, reps)?;
+    traced_and_predicted(rig, e, &models, &totals, facts, machine, costs, reps)
+}
+
+/// The second half of [`measure`], for a lab that times the variants
+/// itself (`totals`, each variant's timed runs, e.g. by
+/// [`interleaved_with`]): each variant traced once and predicted on
+/// `machine` from `costs`.
+#[allow(clippy::too_many_arguments)]
+pub fn traced_and_predicted(
+    rig: &mut PlanRig,
+    e: &Experiment,
+    models: &[ModelPipeline],
+    totals: &[Vec<f64>],
+    facts: MachineFacts,
+    machine: Machine,
+    costs: &Costs,
+    reps: usize,
+) -> Result<ExperimentResult> {
     let variants = e
         .variants
         .iter()
-        .zip(&models)
-        .zip(&totals)
+        .zip(models)
+        .zip(totals)
         .map(|((plan, model), t)| variant(rig, plan, model, e, t, machine, costs, reps))
         .collect::<Result<Vec<_>>>()?;
     Ok(ExperimentResult::new(e, variants, facts, costs))

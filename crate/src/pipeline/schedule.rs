@@ -421,6 +421,15 @@ impl Schedule {
         self.live.insert(a.buffer, live);
     }
 
+    /// Whether the CPU waited for GPU work somewhere in the loop: a GPU op
+    /// issued after a wait, or a call or CPU work of the issuing thread
+    /// made after one (it depends on that GPU work; a wait followed by a
+    /// blocking call, such as a cuMemFree, leaves no GPU op marked).
+    pub fn cpu_waited_for_gpu(&self) -> bool {
+        let gpu_work = |d: &OpId| matches!(self.ops[*d].lane, Lane::Stream(_)) && self.ops[*d].kind != OpKind::Host;
+        self.ops.iter().any(|o| !o.after_host_wait.is_empty() || (o.lane == Lane::HostThread(0) && o.deps.iter().any(gpu_work)))
+    }
+
     pub fn races(&self) -> &[Race] {
         &self.races
     }
@@ -984,6 +993,20 @@ mod tests {
         assert_eq!(alloc(slowed(SlowedBy { kernels: 3.0, ..SlowedBy::NOT })), (2.0, 3.0));
         assert_eq!(SlowedBy { downloads: 3.2, ..SlowedBy::NOT }.describe(), "3.20x beside downloads");
         assert!(!SlowedBy { uploads: f64::NAN, kernels: 0.5, ..SlowedBy::NOT }.any());
+    }
+
+    #[test]
+    fn a_wait_followed_by_a_blocking_call_is_a_cpu_wait_and_a_host_functions_signal_is_not() {
+        let mut s = Schedule::new();
+        let d = s.gpu_op(0, 0, OpKind::D2h, "D2H", vec![]);
+        let signal = s.gpu_op(0, 1, OpKind::Host, "slot free", vec![]);
+        s.host_learns(0, signal);
+        s.host_op(0, "produce", vec![]);
+        assert!(!s.cpu_waited_for_gpu(), "a host function handing a slot back is not a wait for GPU work");
+        s.host_learns(0, d);
+        s.host_call(0, OpKind::Free(Memory::Device), "cuMemFree", vec![]);
+        assert!(s.ops.iter().all(|o| o.after_host_wait.is_empty()), "no GPU op follows the wait");
+        assert!(s.cpu_waited_for_gpu());
     }
 
     #[test]

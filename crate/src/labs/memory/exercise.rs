@@ -138,10 +138,7 @@ fn shape_findings(plan: &Plan, rec: &MemoryResults, rep: &mut CheckReport) -> Op
         .filter(|(i, o)| o.kind == OpKind::Free(Memory::Device) && ops[i + 1..].iter().any(|later| matches!(later.lane, Lane::Stream(_))))
         .count();
     let waits = rec.device_waits.free;
-    // The CPU waited for GPU work before an op: a GPU op issued after the
-    // wait, or a blocking call made after it (that call depends on the work).
-    let gpu_work = |d: &usize| matches!(ops[*d].lane, Lane::Stream(_)) && ops[*d].kind != OpKind::Host;
-    let cpu_waits = ops.iter().any(|o| !o.after_host_wait.is_empty() || (matches!(o.lane, Lane::HostThread(_)) && o.deps.iter().any(gpu_work)));
+    let cpu_waits = model.schedule.cpu_waited_for_gpu();
     if frees > 0 && (waits.any() || cpu_waits) {
         // Two costs, and the first is the larger: memory may be given back
         // only once the GPU is done with it, so the CPU waits for the

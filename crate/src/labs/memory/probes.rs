@@ -311,7 +311,7 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, n: usize, progress: &mut P
             let model = plan.model()?;
             Ok((plan, model))
         };
-        let idle = modelled(None, 0)?;
+        let idle = idle_probe(memory, n)?;
         // The calls on an idle GPU first, to size the busy work by: the
         // allocate, release and allocate again timed, the last release as
         // the first.
@@ -343,16 +343,10 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, n: usize, progress: &mut P
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let p = CallProbe {
-            memory,
-            bytes: 4 * n as u64,
-            alloc_idle_ms: of(&idle_runs, &|r| r.calls[0])?,
-            free_idle_ms: of(&idle_runs, &|r| r.calls[1])?,
-            alloc_again_idle_ms: of(&idle_runs, &|r| r.calls[2])?,
-            beside,
-        };
+        let (idle_probe, idle_costs) = idle_costs(&idle, memory, n, &idle_runs)?;
+        let p = CallProbe { beside, ..idle_probe };
         progress.step(&p.lines().join("; "));
-        call_costs(&idle.1, &p, &mut costs);
+        costs.extend(idle_costs);
         probes.push(p);
     }
     Ok((probes, costs))

@@ -189,8 +189,7 @@ impl RingResults {
     /// it: the CPU's time per batch in the ring that never waits, less
     /// producing the batch, over the batch's GPU ops ([`issue_in_ring`]), ms.
     pub fn issue_per_op_ms(&self) -> f64 {
-        let wide = plan(self.batches * self.batch_elements, self.batches, Staging::Ring(self.batches));
-        issue_in_ring(&wide, self.batches, self.cpu_per_batch_ms.median, self.produce_in_pipeline_ms.median).unwrap_or(f64::NAN)
+        gpu_ops_per_batch(self.batches).map_or(f64::NAN, |ops| issue_in_ring(ops, self.cpu_per_batch_ms.median, self.produce_in_pipeline_ms.median))
     }
     /// Lines for the table: per batch, measured and model, and the verdicts.
     pub fn lines(&self) -> Vec<String> {
@@ -266,19 +265,18 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, facts: MachineFacts, waits
         // The loop's host time untraced; the producer's spans traced (the
         // events cost the CPU time of their own between its batches).
         let per_batch = rig.run_modelled(&wide, &wide_model, TimelineSource::Off)?.issue_ms / batches as f64;
-        let traced = rig.run_modelled(&wide, &wide_model, TimelineSource::Events)?.timeline.ok_or_else(|| LabError::config("no timeline"))?;
-        let spans: Vec<f64> = traced.spans.iter().filter(|s| s.label.starts_with(PRODUCE)).map(|s| (s.end_us - s.start_us) / 1e3).collect();
+        let producing_ms = median_produce(rig, &wide, &wide_model)?;
         let pinned = super::probes::probe_run(rig, &pinned_probe, Memory::Pinned)?;
         if timed {
             cpu.push(per_batch);
-            producing.push(Summary::of(&spans)?.median);
+            producing.push(producing_ms);
             pinned_runs.push(pinned);
         }
         Ok(())
     })?;
     let (cpu_per_batch_ms, produce_in_pipeline_ms) = (Summary::of(&cpu)?, Summary::of(&producing)?);
     costs.insert((OpKind::Host, n), produce_in_pipeline_ms.median);
-    let machine = Machine { issue: issue_in_ring(&wide, batches, cpu_per_batch_ms.median, produce_in_pipeline_ms.median)?, ..machine };
+    let machine = Machine { issue: issue_in_ring(gpu_ops_per_batch(batches)?, cpu_per_batch_ms.median, produce_in_pipeline_ms.median), ..machine };
     let (pinned, pinned_costs) = super::probes::idle_costs(&pinned_probe, Memory::Pinned, n, &pinned_runs)?;
     costs.extend(pinned_costs);
     progress.step(&format!(
@@ -292,14 +290,7 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, facts: MachineFacts, waits
         signal_wake_ms.median,
         pinned.lines()[0]
     ));
-    let variants = e
-        .variants
-        .iter()
-        .zip(&models)
-        .zip(&totals)
-        .map(|((plan, model), t)| experiment::variant(rig, plan, model, &e, t, machine, &costs, reps))
-        .collect::<Result<Vec<_>>>()?;
-    let staging = ExperimentResult::new(&e, variants, facts, &costs);
+    let staging = experiment::traced_and_predicted(rig, &e, &models, &totals, facts, machine, &costs, reps)?;
     let r = RingResults {
         batches,
         batch_elements: n,
@@ -327,6 +318,7 @@ fn produce_alone(n: usize, batches: usize) -> Plan {
     .with_producer(n)
 }
 
+/// Label (or label prefix) of the producer's batches.
 const PRODUCE: &str = "produce";
 
 /// The producer's time per batch of `n` elements alone, batch after batch
@@ -335,11 +327,14 @@ fn producer_alone(rig: &mut PlanRig, n: usize, batches: usize, reps: usize) -> R
     let plan = produce_alone(n, batches);
     let model = plan.model()?;
     rig.run_modelled(&plan, &model, TimelineSource::Off)?;
-    Summary::of_runs(reps, || {
-        let t = rig.run_modelled(&plan, &model, TimelineSource::Events)?.timeline.ok_or_else(|| LabError::config("no timeline"))?;
-        let each: Vec<f64> = t.spans.iter().filter(|s| s.label == PRODUCE).map(|s| (s.end_us - s.start_us) / 1e3).collect();
-        Ok(Summary::of(&each)?.median)
-    })
+    Summary::of_runs(reps, || median_produce(rig, &plan, &model))
+}
+
+/// One traced run of `plan`: its median batch of producing, ms.
+fn median_produce(rig: &mut PlanRig, plan: &Plan, model: &crate::pipeline::model::ModelPipeline) -> Result<f64> {
+    let t = rig.run_modelled(plan, model, TimelineSource::Events)?.timeline.ok_or_else(|| LabError::config("no timeline"))?;
+    let each: Vec<f64> = t.spans.iter().filter(|s| s.label.starts_with(PRODUCE)).map(|s| (s.end_us - s.start_us) / 1e3).collect();
+    Ok(Summary::of(&each)?.median)
 }
 
 /// Issuing one GPU op in `wide` (a ring of `batches` batches that never
@@ -358,9 +353,16 @@ fn producer_alone(rig: &mut PlanRig, n: usize, batches: usize, reps: usize) -> R
 /// another 0.49 alone and 0.43 in the ring): its threads sleep between
 /// batches and the copy engines share the host's memory. The ring's pace
 /// is the CPU's, so the model takes both from where they run.
-fn issue_in_ring(wide: &Plan, batches: usize, cpu_per_batch: f64, produce: f64) -> Result<f64> {
-    let ops = wide.model()?.schedule.ops.iter().filter(|o| matches!(o.lane, Lane::Stream(_))).count();
-    Ok(((cpu_per_batch - produce) * batches as f64 / ops as f64).max(0.0))
+fn issue_in_ring(ops_per_batch: f64, cpu_per_batch: f64, produce: f64) -> f64 {
+    ((cpu_per_batch - produce) / ops_per_batch).max(0.0)
+}
+
+/// GPU ops per batch (the stream ops) of a ring of `batches` batches that
+/// never waits, counted on its model at two elements a batch: the count
+/// does not depend on the batch's size, and a model keeps a cell per element.
+fn gpu_ops_per_batch(batches: usize) -> Result<f64> {
+    let small = plan(2 * batches, batches, Staging::Ring(batches)).model()?;
+    Ok(small.schedule.ops.iter().filter(|o| matches!(o.lane, Lane::Stream(_))).count() as f64 / batches as f64)
 }
 
 /// From the end of the op labelled `from` to the start of the one
@@ -507,7 +509,7 @@ mod tests {
         let c = cfg();
         let n = c.elements / c.ring_batches;
         let wide = plan(c.elements, c.ring_batches, Staging::Ring(c.ring_batches));
-        let issue = issue_in_ring(&wide, c.ring_batches, 2.4, 2.0).unwrap();
+        let issue = issue_in_ring(gpu_ops_per_batch(c.ring_batches).unwrap(), 2.4, 2.0);
         assert!((issue - 0.1).abs() < 1e-9, "{issue}");
         let machine = Machine { issue, host_fn_round_trip: 0.2, host_fn_awake: 0.1, ..Machine::engines(2) };
         let mut costs = Costs::new();
@@ -518,7 +520,7 @@ mod tests {
         let t = wide.predicted_ms(machine, &costs).unwrap();
         assert!((t - (8.0 * 2.4 + 3.0)).abs() < 0.5, "{t}");
         // Producing timed longer than the whole pace: issuing is 0, not negative.
-        assert_eq!(issue_in_ring(&wide, c.ring_batches, 1.0, 2.0).unwrap(), 0.0);
+        assert_eq!(issue_in_ring(gpu_ops_per_batch(c.ring_batches).unwrap(), 1.0, 2.0), 0.0);
     }
 
     #[test]

@@ -148,7 +148,7 @@ fn shape_findings(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
             }
         }
     }
-    if model.schedule.ops.iter().any(|o| !o.after_host_wait.is_empty()) {
+    if model.schedule.cpu_waited_for_gpu() {
         rep.note("your loop makes the CPU wait (a synchronize): each wait stops it issuing the next chunk until the GPU catches up");
     }
     Some(model)
