@@ -262,7 +262,7 @@ impl StreamsResults {
             }
             if let Some(c) = e.ceiling {
                 out += &format!(
-                    "  both directions at once ran at {:.0}% of their speed alone in this experiment (its median run): the later variants' model uses that, their bound its fastest run\n",
+                    "  both directions at once ran at {:.0}% of their speed alone in this experiment (the faster quarter of its runs, as each op alone is costed): the later variants' model uses that, their bound its fastest run\n",
                     100.0 * c
                 );
             }
