@@ -38,6 +38,9 @@ pub enum LabError {
     Io { context: String, source: std::io::Error },
     #[error("kernel {0}")]
     Kernel(String),
+    /// What this GPU cannot do (a kernel written for a later architecture).
+    #[error("not supported on this GPU: {0}")]
+    Unsupported(String),
     #[error("chart: {0}")]
     Chart(String),
 }

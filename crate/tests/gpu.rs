@@ -760,3 +760,41 @@ mod memory {
         assert!(!slow.passed && slow.to_string().contains("more than the fix"), "{slow}");
     }
 }
+
+mod kernel_pipeline {
+    use overlap_lab::gpu::{TileKernel, TileKind, TileShape};
+    use overlap_lab::labs::kernel_pipeline::measure::TileData;
+    use overlap_lab::testing::gpu_or_skip;
+    use overlap_lab::LabError;
+
+    #[test]
+    fn every_tile_kernel_verifies_at_every_stage_count_or_says_why_it_cannot_run() {
+        let Some(gpu) = gpu_or_skip("every_tile_kernel_verifies_at_every_stage_count_or_says_why_it_cannot_run") else {
+            return;
+        };
+        // 37 tiles of 1024 over a grid of one block per SM: blocks with
+        // several tiles, with one, and with none.
+        let mut data = TileData::new(&gpu, 37 * 1024).unwrap();
+        for kind in TileKind::ALL {
+            for stages in 1..=4 {
+                let shape = TileShape { tile: 1024, threads: 128, stages };
+                let k = match TileKernel::load(&gpu, kind, shape, 1) {
+                    Err(LabError::Unsupported(why)) => {
+                        eprintln!("{kind:?}: {why}");
+                        continue;
+                    }
+                    other => other.unwrap_or_else(|e| panic!("{kind:?} {shape:?}: {e}")),
+                };
+                let r = k.resources();
+                assert!(r.registers > 0 && r.grid > 0 && r.max_blocks_per_sm >= 1 && r.occupancy > 0.0, "{kind:?}: {r:?}");
+                data.refresh().unwrap();
+                // Poisons the output, runs, and checks every element against the CPU reference.
+                let ms = data.run(&k, 2).unwrap_or_else(|e| panic!("{kind:?} {shape:?}: {e}"));
+                assert!(ms.median > 0.0);
+            }
+        }
+        // A shape that cannot fit says so before any launch.
+        let e = TileKernel::load(&gpu, TileKind::Async, TileShape { tile: 1 << 16, threads: 256, stages: 4 }, 1).err().unwrap().to_string();
+        assert!(e.contains("shared memory") && e.contains("smaller tile"), "{e}");
+    }
+}

@@ -408,6 +408,71 @@ pub unsafe fn launch(f: CUfunction, grid: u32, block: u32, s: CUstream, params: 
 }
 
 /// # Safety
+/// As [`launch`]; `smem` bytes of dynamic shared memory must be within what
+/// the function was allowed ([`func_set_max_dynamic_smem`]).
+pub unsafe fn launch_with_smem(f: CUfunction, grid: u32, block: u32, smem: u32, s: CUstream, params: &mut [*mut c_void]) -> Result<()> {
+    refuse_in_host_function("cuLaunchKernel")?;
+    result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), smem, s, params).map_err(|e| driver_error("cuLaunchKernel", e))
+}
+
+/// What the driver says of a loaded kernel: registers per thread, static
+/// shared memory per block (bytes), local memory per thread (bytes: spilled
+/// registers), the most threads per block it can be launched with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuncResources {
+    pub registers: i32,
+    pub static_smem: i32,
+    pub local_bytes: i32,
+    pub max_threads: i32,
+}
+
+/// # Safety
+/// `f` is a function of a live module of the current context.
+pub unsafe fn func_resources(f: CUfunction) -> Result<FuncResources> {
+    use sys::CUfunction_attribute as A;
+    let get = |attr| {
+        let mut v = 0i32;
+        // SAFETY: f is live (caller); v is a valid out-pointer.
+        check("cuFuncGetAttribute", unsafe { sys::cuFuncGetAttribute(&mut v, attr, f) }).map(|_| v)
+    };
+    Ok(FuncResources {
+        registers: get(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+        static_smem: get(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+        local_bytes: get(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+        max_threads: get(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+    })
+}
+
+/// Allows `f` up to `bytes` of dynamic shared memory per block (launches
+/// asking more than 48 KiB fail without it).
+/// # Safety
+/// `f` is a function of a live module of the current context.
+pub unsafe fn func_set_max_dynamic_smem(f: CUfunction, bytes: u32) -> Result<()> {
+    use sys::CUfunction_attribute as A;
+    // SAFETY: f is live (caller).
+    check("cuFuncSetAttribute", unsafe { sys::cuFuncSetAttribute(f, A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32) })
+}
+
+/// How many blocks of `block` threads with `smem` bytes of dynamic shared
+/// memory fit on one SM at once (the occupancy calculator).
+/// # Safety
+/// `f` is a function of a live module of the current context.
+pub unsafe fn occupancy_blocks_per_sm(f: CUfunction, block: u32, smem: u32) -> Result<u32> {
+    // SAFETY: f is live (caller).
+    unsafe { result::occupancy::max_active_block_per_multiprocessor(f, block as i32, smem as usize) }
+        .map(|n| n.max(0) as u32)
+        .map_err(|e| driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))
+}
+
+/// # Safety
+/// `src .. src + bytes` and `dst .. dst + bytes` lie inside live device
+/// allocations that outlive the queued copy on `s`, and do not overlap.
+pub unsafe fn memcpy_dtod_async(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, s: CUstream) -> Result<()> {
+    refuse_in_host_function("cuMemcpyDtoDAsync")?;
+    check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, s) })
+}
+
+/// # Safety
 /// `s` and `e` are live handles of the current context.
 pub unsafe fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
     refuse_in_host_function("cuStreamWaitEvent")?;

@@ -21,10 +21,15 @@ impl Module {
     pub fn load(gpu: &Gpu, k: &KernelSource) -> Result<Module> {
         let cc = gpu.fingerprint()?.compute_capability;
         let ptx = kernels::compile_ptx(k, kernels::arch_for(&cc)?)?;
+        Module::from_ptx(gpu, &ptx, k.entry)
+    }
+
+    /// Loads compiled PTX and finds its entry point `entry`.
+    pub fn from_ptx(gpu: &Gpu, ptx: &str, entry: &str) -> Result<Module> {
         gpu.bind()?;
-        let raw = driver::module_load_ptx(&ptx)?;
+        let raw = driver::module_load_ptx(ptx)?;
         // SAFETY: `raw` was just loaded and is unloaded only on the error path.
-        let func = match unsafe { driver::module_function(raw, k.entry) } {
+        let func = match unsafe { driver::module_function(raw, entry) } {
             Ok(f) => f,
             Err(e) => {
                 // SAFETY: nothing of the module was launched.
@@ -239,6 +244,214 @@ impl RereadKernel {
             timing.1.record(stream)
         })();
         // Whatever failed, nothing queued may outlive the borrows.
+        stream.synchronize()?;
+        queued?;
+        timing.0.elapsed_ms(timing.1)
+    }
+}
+
+/// Lab 7's tile kernels (kernels/tile_*.cu): which one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum TileKind {
+    /// Through registers, sync, compute (kernels/tile_naive.cu).
+    Naive,
+    /// cuda::memcpy_async through a cuda::pipeline of STAGES slots (kernels/tile_async.cu).
+    Async,
+    /// Loader, compute and storer warps joined by two pipelines (kernels/tile_warp_specialized.cu).
+    WarpSpecialized,
+    /// Bulk copies by the tensor memory accelerator (kernels/tile_tma.cu), sm_90 and up.
+    Tma,
+}
+
+impl TileKind {
+    pub const ALL: [TileKind; 4] = [TileKind::Naive, TileKind::Async, TileKind::WarpSpecialized, TileKind::Tma];
+
+    pub fn source(self) -> &'static KernelSource {
+        match self {
+            TileKind::Naive => &kernels::TILE_NAIVE,
+            TileKind::Async => &kernels::TILE_ASYNC,
+            TileKind::WarpSpecialized => &kernels::TILE_WARP_SPECIALIZED,
+            TileKind::Tma => &kernels::TILE_TMA,
+        }
+    }
+
+    /// Dynamic shared memory a block needs, bytes: its input slots (a
+    /// tile and its halo each) and, for the warp-specialized kernel, its
+    /// output slots.
+    pub fn smem_bytes(self, shape: TileShape) -> usize {
+        let span = shape.tile as usize + 2 * kernels::BLUR_RADIUS;
+        let stages = shape.stages as usize;
+        4 * match self {
+            TileKind::Naive => span,
+            TileKind::Async | TileKind::Tma => stages * span,
+            TileKind::WarpSpecialized => stages * (span + shape.tile as usize),
+        }
+    }
+}
+
+/// A tile kernel's compile-time settings (-DTILE, -DTHREADS, -DSTAGES).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct TileShape {
+    /// Outputs per tile (a multiple of 4).
+    pub tile: u32,
+    /// Threads per block (a multiple of 32; the warp-specialized kernel
+    /// gives one warp to loading and one to storing).
+    pub threads: u32,
+    /// Tiles in flight per block (the naive kernel has one).
+    pub stages: u32,
+}
+
+impl TileShape {
+    fn defines(self) -> [(&'static str, i64); 3] {
+        [("TILE", self.tile as i64), ("THREADS", self.threads as i64), ("STAGES", self.stages as i64)]
+    }
+}
+
+/// What the driver says of a loaded tile kernel and how it is launched.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelResources {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Shared memory per block, bytes: static (barriers, pipeline state) and dynamic (slots).
+    pub static_smem: u32,
+    pub dynamic_smem: u32,
+    /// Local memory per thread, bytes (spilled registers; 0 is good).
+    pub local_bytes: u32,
+    /// Blocks that fit on one SM at once (the occupancy calculator), and
+    /// the share of the SM's threads they bring.
+    pub max_blocks_per_sm: u32,
+    pub occupancy: f64,
+    /// The launch: blocks per SM used, and the grid (SMs x that).
+    pub blocks_per_sm: u32,
+    pub grid: u32,
+}
+
+use serde::{Deserialize, Serialize};
+
+/// One of lab 7's tile kernels, compiled for a shape and loaded.
+pub struct TileKernel {
+    module: Module,
+    kind: TileKind,
+    shape: TileShape,
+    resources: KernelResources,
+}
+
+impl TileKernel {
+    /// Compiles kernels/ source of `kind` for `shape` and loads it, with
+    /// `blocks_per_sm` blocks per SM (at most what fits).
+    pub fn load(gpu: &Gpu, kind: TileKind, shape: TileShape, blocks_per_sm: u32) -> Result<TileKernel> {
+        let k = kind.source();
+        TileKernel::load_source(gpu, kind, k.file, k.source, shape, blocks_per_sm)
+    }
+
+    /// As [`TileKernel::load`], from CUDA C text named `file` (a learner's
+    /// edit of a kernel): compile errors come back as NVRTC's log.
+    pub fn load_source(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, blocks_per_sm: u32) -> Result<TileKernel> {
+        let k = kind.source();
+        let fp = gpu.fingerprint()?;
+        let arch = kernels::arch_for(&fp.compute_capability)?;
+        if kernels::arch_cc(arch)? < k.min_cc {
+            return Err(LabError::Unsupported(format!(
+                "{} needs compute capability {}.{} or later ({}); this GPU is {}",
+                k.file,
+                k.min_cc / 10,
+                k.min_cc % 10,
+                if k.min_cc >= 90 { "the tensor memory accelerator came with Hopper" } else { "cp.async came with Ampere" },
+                fp.compute_capability
+            )));
+        }
+        let min_threads = if kind == TileKind::WarpSpecialized { 96 } else { 32 };
+        if shape.tile == 0
+            || shape.tile % 4 != 0
+            || shape.threads < min_threads
+            || shape.threads % 32 != 0
+            || shape.threads > 1024
+            || shape.stages == 0
+            || shape.stages > 8
+        {
+            return Err(LabError::config(format!(
+                "{}: tile {} (a multiple of 4), {} threads (a multiple of 32 from {min_threads} to 1024), {} stages (1 to 8)",
+                k.file, shape.tile, shape.threads, shape.stages
+            )));
+        }
+        let ptx = kernels::compile_source(file, source, arch, &shape.defines())?;
+        let module = Module::from_ptx(gpu, &ptx, k.entry)?;
+        let smem = kind.smem_bytes(shape) as u32;
+        let most = gpu.max_smem_per_block()?;
+        if smem > most {
+            return Err(LabError::config(format!(
+                "{}: tile {} with {} stages needs {} of shared memory per block; this GPU allows {}: take a smaller tile or fewer stages",
+                k.file,
+                shape.tile,
+                shape.stages,
+                crate::present::units::Bytes(smem as u64),
+                crate::present::units::Bytes(most as u64)
+            )));
+        }
+        // SAFETY: the function belongs to `module`, loaded in this context just now.
+        let (res, fits) = unsafe {
+            let res = driver::func_resources(module.func)?;
+            driver::func_set_max_dynamic_smem(module.func, smem)?;
+            (res, driver::occupancy_blocks_per_sm(module.func, shape.threads, smem)?)
+        };
+        if fits == 0 {
+            return Err(LabError::config(format!(
+                "{}: a block of {} threads with {} of shared memory does not fit on an SM of this GPU: take a smaller tile or fewer stages",
+                k.file,
+                shape.threads,
+                crate::present::units::Bytes((smem + res.static_smem as u32) as u64)
+            )));
+        }
+        let per_sm = blocks_per_sm.clamp(1, fits);
+        let max_threads = gpu.max_threads_per_sm()? as f64;
+        let resources = KernelResources {
+            registers: res.registers as u32,
+            static_smem: res.static_smem as u32,
+            dynamic_smem: smem,
+            local_bytes: res.local_bytes as u32,
+            max_blocks_per_sm: fits,
+            occupancy: (fits * shape.threads) as f64 / max_threads,
+            blocks_per_sm: per_sm,
+            grid: fp.sm_count * per_sm,
+        };
+        Ok(TileKernel { module, kind, shape, resources })
+    }
+
+    pub fn kind(&self) -> TileKind {
+        self.kind
+    }
+    pub fn shape(&self) -> TileShape {
+        self.shape
+    }
+    pub fn resources(&self) -> KernelResources {
+        self.resources
+    }
+
+    /// Runs the kernel once over `tiles` tiles: `output[i]` for i below
+    /// tiles x tile, from `padded` (the input with the blur's zero padding
+    /// at both ends); returns its time by CUDA events `timing`, ms, after
+    /// the stream has finished it.
+    pub fn run(&self, stream: &Stream, padded: &DeviceBuffer, output: &DeviceBuffer, tiles: u32, timing: (&super::Event, &super::Event)) -> Result<f64> {
+        let n = tiles as usize * self.shape.tile as usize;
+        if tiles == 0 || (n + 2 * kernels::BLUR_RADIUS) * 4 > padded.bytes() || n * 4 > output.bytes() {
+            return Err(LabError::config(format!(
+                "{} tiles of {} do not fit an input of {} bytes and an output of {} bytes",
+                tiles,
+                self.shape.tile,
+                padded.bytes(),
+                output.bytes()
+            )));
+        }
+        let (mut src, mut dst, mut count) = (padded.ptr(), output.ptr(), tiles);
+        let mut params = [&mut src as *mut u64 as *mut c_void, &mut dst as *mut u64 as *mut c_void, &mut count as *mut u32 as *mut c_void];
+        timing.0.record(stream)?;
+        // SAFETY: params match `(const float*, float*, unsigned int)`; the
+        // buffers hold what `tiles` tiles read and write (checked above) and
+        // outlive the launch, which is synchronized below before returning.
+        let queued = unsafe {
+            driver::launch_with_smem(self.module.func, self.resources.grid, self.shape.threads, self.resources.dynamic_smem, stream.raw(), &mut params)
+        }
+        .and_then(|_| timing.1.record(stream));
         stream.synchronize()?;
         queued?;
         timing.0.elapsed_ms(timing.1)

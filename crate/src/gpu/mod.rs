@@ -33,7 +33,7 @@ pub use host::{
     alloc_host, HostBuffer, HostMemoryKind, MappedBuffer, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer,
 };
 pub use host_fn::HostTask;
-pub use kernel::{ComputeKernel, Module, ReadFrom, RereadKernel, RowDotArgs, RowDotKernel};
+pub use kernel::{ComputeKernel, KernelResources, Module, ReadFrom, RereadKernel, RowDotArgs, RowDotKernel, TileKernel, TileKind, TileShape};
 pub use pipeline::{Dataset, GpuIssuer, Pipeline, PipelineRun, TimelineSource};
 pub use plan::{CapturedPlan, MachineFacts, PlanRig, Replay};
 pub use pool::{MemPool, PoolBuffer, PoolUsage, ThresholdGuard};
@@ -124,6 +124,18 @@ impl Gpu {
     /// CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT.
     pub fn copy_engines(&self) -> Result<u32> {
         driver::attribute(self.ctx.cu_device(), cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT).map(|v| v as u32)
+    }
+
+    /// CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR (2048 on Hopper).
+    pub fn max_threads_per_sm(&self) -> Result<u32> {
+        driver::attribute(self.ctx.cu_device(), cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR).map(|v| v as u32)
+    }
+
+    /// The most dynamic shared memory a block may be allowed, bytes
+    /// (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 227 KiB on Hopper).
+    pub fn max_smem_per_block(&self) -> Result<u32> {
+        driver::attribute(self.ctx.cu_device(), cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map(|v| v as u32)
     }
 
     /// Makes this device's context current on the calling thread.
@@ -270,6 +282,21 @@ impl Stream {
     pub fn wait_event(&self, e: &Event) -> Result<()> {
         // SAFETY: both handles are owned by live values.
         unsafe { driver::stream_wait_event(self.raw, e.raw) }
+    }
+    /// Copies the first `bytes` of `src` to `dst`, both on the device
+    /// (cuMemcpyDtoDAsync), and returns its time by CUDA events `timing`
+    /// once the stream has finished it, ms: lab 7's device-memory ceiling.
+    pub fn copy_on_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize, timing: (&Event, &Event)) -> Result<f64> {
+        if bytes == 0 || bytes > src.bytes || bytes > dst.bytes || src.ptr == dst.ptr {
+            return Err(LabError::config(format!("a D2D copy of {bytes} bytes does not fit {} -> {} bytes of two buffers", src.bytes, dst.bytes)));
+        }
+        timing.0.record(self)?;
+        // SAFETY: both ranges lie in live allocations (checked above) that
+        // the borrows keep alive until the synchronize below.
+        let queued = unsafe { driver::memcpy_dtod_async(dst.ptr, src.ptr, bytes, self.raw) }.and_then(|_| timing.1.record(self));
+        self.synchronize()?;
+        queued?;
+        timing.0.elapsed_ms(timing.1)
     }
     /// Fills `buf` with the 32-bit word `value` (to poison it) and waits.
     pub fn fill_u32(&self, buf: &DeviceBuffer, value: u32) -> Result<()> {

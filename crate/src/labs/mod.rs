@@ -13,6 +13,7 @@ pub mod check;
 pub mod double_buffer;
 pub mod experiment;
 pub mod host_memory;
+pub mod kernel_pipeline;
 pub mod loop_check;
 pub mod memory;
 pub mod overlap;
