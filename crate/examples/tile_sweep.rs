@@ -53,7 +53,8 @@ fn main() -> overlap_lab::Result<()> {
         let line = (|| -> overlap_lab::Result<String> {
             let k = TileKernel::load(&gpu, kind, shape, bps)?;
             data.refresh()?;
-            let ms = data.run(&k, reps)?;
+            data.verified(&k, &format!("{kind:?} {shape:?}"))?;
+            let ms = Summary::of_runs(reps, || data.timed(&k))?;
             let r = k.resources();
             let g = gbps(n, ms.median);
             Ok(format!(

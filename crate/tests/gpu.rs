@@ -789,12 +789,48 @@ mod kernel_pipeline {
                 assert!(r.registers > 0 && r.grid > 0 && r.max_blocks_per_sm >= 1 && r.occupancy > 0.0, "{kind:?}: {r:?}");
                 data.refresh().unwrap();
                 // Poisons the output, runs, and checks every element against the CPU reference.
-                let ms = data.run(&k, 2).unwrap_or_else(|e| panic!("{kind:?} {shape:?}: {e}"));
-                assert!(ms.median > 0.0);
+                data.verified(&k, &format!("{kind:?} {shape:?}")).unwrap_or_else(|e| panic!("{e}"));
+                assert!(data.timed(&k).unwrap() > 0.0);
             }
         }
         // A shape that cannot fit says so before any launch.
         let e = TileKernel::load(&gpu, TileKind::Async, TileShape { tile: 1 << 16, threads: 256, stages: 4 }, 1).err().unwrap().to_string();
         assert!(e.contains("shared memory") && e.contains("smaller tile"), "{e}");
+    }
+}
+
+mod kernel_pipeline_exercise {
+    use overlap_lab::labs::kernel_pipeline::exercise::{check_on_gpu, solution_source};
+    use overlap_lab::labs::kernel_pipeline::KernelPipelineConfig;
+    use overlap_lab::testing::gpu_or_skip;
+
+    /// The checker on the GPU: the solution passes, the given naive file
+    /// fails on its copies, a kernel that reads the wrong slot fails on its
+    /// outputs, and one that waits for each tile right after issuing it
+    /// fails on its speed.
+    #[test]
+    fn the_live_checker_passes_the_solution_and_names_each_mistake() {
+        let Some(gpu) = gpu_or_skip("the_live_checker_passes_the_solution_and_names_each_mistake") else {
+            return;
+        };
+        let cfg = KernelPipelineConfig { mib: 64, repeats: 7, ..KernelPipelineConfig::default() };
+        let sol = check_on_gpu(&gpu, "tile_async.cu", solution_source(), &cfg).unwrap();
+        println!("{sol}");
+        assert!(sol.passed, "{sol}");
+        let given = include_str!("../../notebooks/exercises/07-double-buffered.cu");
+        let rep = check_on_gpu(&gpu, "07-double-buffered.cu", given, &cfg).unwrap();
+        assert!(!rep.passed && rep.to_string().contains("no asynchronous copy"), "{rep}");
+        let wrong_slot = solution_source().replace("const float* s = smem + (k % STAGES) * SPAN;", "const float* s = smem;");
+        assert_ne!(wrong_slot, solution_source());
+        let rep = check_on_gpu(&gpu, "wrong-slot.cu", &wrong_slot, &cfg).unwrap();
+        println!("{rep}");
+        assert!(!rep.passed && rep.to_string().contains("CPU reference"), "{rep}");
+        // Issue one tile, wait for it at once: a pipeline with nothing in flight.
+        let serial = solution_source().replace("fetched < k + STAGES", "fetched < k + 1");
+        assert_ne!(serial, solution_source());
+        let rep = check_on_gpu(&gpu, "serial.cu", &serial, &cfg).unwrap();
+        println!("{rep}");
+        let text = rep.to_string();
+        assert!(!rep.passed && (text.contains("slower than the solution") || text.contains("not faster than the naive kernel")), "{text}");
     }
 }

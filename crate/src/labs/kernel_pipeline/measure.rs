@@ -2,12 +2,13 @@
 //! events, verified against the CPU reference, beside the device-memory
 //! ceiling (a large device-to-device copy) measured in the same run.
 
+use super::{KernelPipelineConfig, KernelPipelineResults, VariantResult, LAB};
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::{blur_reference, BLUR_RADIUS};
-use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, KernelResources, PinnedBuffer, Stream, TileKernel};
+use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Stream, TileKernel};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
-use serde::{Deserialize, Serialize};
+use crate::present::progress::{Progress, ProgressMode};
 
 /// The device buffers and host staging every kernel of one run shares.
 pub struct TileData {
@@ -61,20 +62,26 @@ impl TileData {
         self.stream.copy_on_device(&self.output, &self.padded, self.n * 4, (&self.timing.0, &self.timing.1))
     }
 
-    /// Poisons the output, runs `kernel` once untimed and `reps` times
-    /// timed, then checks every output against the CPU reference.
-    pub fn run(&mut self, kernel: &TileKernel, reps: usize) -> Result<Summary> {
+    /// Poisons the output, runs `kernel` once and checks every output
+    /// against the CPU reference of the current input.
+    pub fn verified(&mut self, kernel: &TileKernel, what: &str) -> Result<()> {
+        let tiles = self.tiles(kernel)?;
+        self.stream.fill_u32(&self.output, pattern::POISON as u32)?;
+        kernel.run(&self.stream, &self.padded, &self.output, tiles, (&self.timing.0, &self.timing.1))?;
+        self.verify(what)
+    }
+
+    /// One timed run of `kernel`, ms (CUDA events).
+    pub fn timed(&self, kernel: &TileKernel) -> Result<f64> {
+        kernel.run(&self.stream, &self.padded, &self.output, self.tiles(kernel)?, (&self.timing.0, &self.timing.1))
+    }
+
+    fn tiles(&self, kernel: &TileKernel) -> Result<u32> {
         let tile = kernel.shape().tile as usize;
-        if self.n % tile != 0 {
+        if self.n % tile != 0 || self.n / tile > u32::MAX as usize {
             return Err(LabError::config(format!("{} outputs are not a whole number of {tile}-output tiles", self.n)));
         }
-        let tiles = (self.n / tile) as u32;
-        self.stream.fill_u32(&self.output, pattern::POISON as u32)?;
-        let timing = (&self.timing.0, &self.timing.1);
-        kernel.run(&self.stream, &self.padded, &self.output, tiles, timing)?;
-        let times = Summary::of_runs(reps, || kernel.run(&self.stream, &self.padded, &self.output, tiles, timing))?;
-        self.verify(&format!("{:?} kernel, {:?}", kernel.kind(), kernel.shape()))?;
-        Ok(times)
+        Ok((self.n / tile) as u32)
     }
 
     /// Every output against the reference, bit for bit.
@@ -88,15 +95,76 @@ impl TileData {
     }
 }
 
-/// One kernel's result.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct KernelRun {
-    pub name: String,
-    pub resources: KernelResources,
-    pub ms: Summary,
-}
-
 /// GB/s of useful traffic (n floats read, n written) in `ms`.
 pub fn gbps(n: usize, ms: f64) -> f64 {
     2.0 * n as f64 * 4.0 / (ms * 1e6)
+}
+
+/// Runs the lab: every variant compiled and loaded (those this GPU cannot
+/// run are kept with the reason), verified on fresh random input, then
+/// timed in rounds, each round the ceiling's copy and then every kernel
+/// once (so drift of the host or the GPU's clocks hits them alike), then
+/// verified again on new input.
+pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Result<KernelPipelineResults> {
+    cfg.validate()?;
+    let variants = cfg.variants();
+    let mut progress = Progress::new(progress, variants.len() as u64 + 3, LAB);
+    let mut data = TileData::new(gpu, cfg.elements())?;
+    let mut kernels = Vec::new();
+    let mut results = Vec::new();
+    for v in variants {
+        let _range = crate::gpu::trace::range(&format!("compile {}", v.name));
+        match TileKernel::load(gpu, v.kind, v.shape, v.blocks_per_sm) {
+            Ok(k) => {
+                progress.step(&format!("{}: compiled, {} registers, {} blocks per SM", v.name, k.resources().registers, k.resources().blocks_per_sm));
+                results.push(VariantResult { variant: v, skipped: None, resources: Some(k.resources()), ms: None });
+                kernels.push(Some(k));
+            }
+            Err(LabError::Unsupported(why)) => {
+                progress.step(&format!("{}: skipped: {why}", v.name));
+                results.push(VariantResult { variant: v, skipped: Some(why), resources: None, ms: None });
+                kernels.push(None);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let verify_all = |data: &mut TileData, results: &[VariantResult], kernels: &[Option<TileKernel>]| -> Result<()> {
+        data.refresh()?;
+        for (r, k) in results.iter().zip(kernels) {
+            if let Some(k) = k {
+                data.verified(k, &r.variant.name)?;
+            }
+        }
+        Ok(())
+    };
+    verify_all(&mut data, &results, &kernels)?;
+    progress.step("every kernel verified against the CPU reference on fresh random input");
+    let mut copy = Vec::new();
+    let mut times = vec![Vec::new(); kernels.len()];
+    // A warm-up round, then the timed ones.
+    for round in 0..=cfg.repeats {
+        let _range = crate::gpu::trace::range(&format!("round {round}"));
+        let c = data.copy_ms()?;
+        for (t, k) in times.iter_mut().zip(&kernels) {
+            if let Some(k) = k {
+                let ms = data.timed(k)?;
+                if round > 0 {
+                    t.push(ms);
+                }
+            }
+        }
+        if round > 0 {
+            copy.push(c);
+        }
+    }
+    progress.step(&format!("{} rounds of the ceiling's copy and every kernel", cfg.repeats));
+    verify_all(&mut data, &results, &kernels)?;
+    progress.step("every kernel verified again on new input");
+    for (r, t) in results.iter_mut().zip(&times) {
+        if !t.is_empty() {
+            r.ms = Some(Summary::of(t)?);
+        }
+    }
+    progress.finish();
+    Ok(KernelPipelineResults { config: cfg.clone(), copy_ms: Summary::of(&copy)?, variants: results })
 }

@@ -1,9 +1,495 @@
 //! Lab 7: pipelining inside a kernel. Streams keep the GPU fed; inside one
 //! kernel, loading tile N+1 from device memory while computing tile N keeps
-//! each SM busy. Five kernels of `kernels/` (naive tiled, asynchronous
-//! copies with 1 to 4 stages, warp-specialized, the TMA) over one workload,
-//! each against the device-memory ceiling measured in the same run.
+//! each SM busy. The kernels of `kernels/tile_*.cu` (naive tiled,
+//! asynchronous copies with 1 to 4 stages, warp-specialized, the TMA) run
+//! over one workload, each against the device-memory ceiling (a large
+//! device-to-device copy) measured in the same rounds.
 //!
 //! May use what every lab may (see `labs`).
 
+pub mod exercise;
 pub mod measure;
+
+use crate::error::{LabError, Result};
+use crate::gpu::{KernelResources, TileKind, TileShape};
+use crate::measure::stats::Summary;
+use serde::{Deserialize, Serialize};
+
+pub const LAB: &str = "kernel-pipeline";
+
+/// The lab's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct KernelPipelineConfig {
+    #[arg(skip)]
+    pub device: usize,
+    /// MiB of input (and as much output): well past the L2 cache, so every
+    /// kernel reads device memory.
+    #[arg(long, default_value_t = KernelPipelineConfig::default().mib)]
+    pub mib: usize,
+    /// Outputs per tile for the naive, warp-specialized and TMA kernels.
+    #[arg(long, default_value_t = KernelPipelineConfig::default().tile)]
+    pub tile: u32,
+    /// Tile sizes of the stage sweep (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = KernelPipelineConfig::default().sweep_tiles)]
+    pub sweep_tiles: Vec<u32>,
+    /// Stage counts of the stage sweep (comma-separated, 1-8).
+    #[arg(long, value_delimiter = ',', default_values_t = KernelPipelineConfig::default().stages)]
+    pub stages: Vec<u32>,
+    /// Threads per block of every kernel but the warp-specialized one.
+    #[arg(long, default_value_t = KernelPipelineConfig::default().threads)]
+    pub threads: u32,
+    /// Timed runs of each kernel (and of the ceiling's copy), interleaved round by round.
+    #[arg(long, default_value_t = KernelPipelineConfig::default().repeats)]
+    pub repeats: usize,
+}
+
+impl Default for KernelPipelineConfig {
+    fn default() -> Self {
+        KernelPipelineConfig { device: 0, mib: 256, tile: 4096, sweep_tiles: vec![2048, 4096, 8192], stages: vec![1, 2, 3, 4], threads: 256, repeats: 15 }
+    }
+}
+
+impl KernelPipelineConfig {
+    pub fn quick() -> Self {
+        KernelPipelineConfig { mib: 128, repeats: 7, ..Self::default() }
+    }
+    pub fn small() -> Self {
+        KernelPipelineConfig { mib: 1, tile: 1024, sweep_tiles: vec![1024, 2048], stages: vec![1, 2], threads: 128, repeats: 2, ..Self::default() }
+    }
+    /// Outputs of the run: the input's MiB in floats.
+    pub fn elements(&self) -> usize {
+        self.mib << 18
+    }
+    pub fn validate(&self) -> Result<()> {
+        if self.mib == 0 || self.mib > 16384 {
+            return Err(LabError::config(format!("--mib must be 1-16384 (got {})", self.mib)));
+        }
+        if self.repeats == 0 || self.repeats > 1000 {
+            return Err(LabError::config(format!("--repeats must be 1-1000 (got {})", self.repeats)));
+        }
+        if self.threads < 96 || self.threads > 1024 || self.threads % 32 != 0 {
+            return Err(LabError::config(format!("--threads must be a multiple of 32 from 96 to 1024 (got {})", self.threads)));
+        }
+        if self.stages.is_empty() || self.stages.iter().any(|&s| s == 0 || s > 8) {
+            return Err(LabError::config(format!("--stages must list stage counts of 1-8 (got {:?})", self.stages)));
+        }
+        let n = self.elements();
+        for &t in std::iter::once(&self.tile).chain(&self.sweep_tiles) {
+            if t < 32 || t % 4 != 0 || n % t as usize != 0 {
+                return Err(LabError::config(format!(
+                    "tile {t}: a tile must be a multiple of 4 outputs, at least 32, dividing the {} MiB input ({n} floats) evenly",
+                    self.mib
+                )));
+            }
+        }
+        if self.sweep_tiles.is_empty() {
+            return Err(LabError::config("--sweep-tiles must list at least one tile size"));
+        }
+        Ok(())
+    }
+
+    /// Every kernel the lab runs, in the order its table prints them.
+    pub fn variants(&self) -> Vec<Variant> {
+        let shape = |tile, threads, stages| TileShape { tile, threads, stages };
+        let mut v = vec![
+            Variant { name: "naive".into(), kind: TileKind::Naive, shape: shape(self.tile, self.threads, 1), blocks_per_sm: 1, role: Role::Baseline },
+            Variant {
+                name: "naive, as many blocks as fit".into(),
+                kind: TileKind::Naive,
+                shape: shape(self.tile, self.threads, 1),
+                blocks_per_sm: u32::MAX,
+                role: Role::Occupancy,
+            },
+        ];
+        for &tile in &self.sweep_tiles {
+            for &stages in &self.stages {
+                let name = match stages {
+                    1 => format!("async copies, 1 stage, tile {tile}"),
+                    2 => format!("double-buffered (2 stages), tile {tile}"),
+                    s => format!("async copies, {s} stages, tile {tile}"),
+                };
+                v.push(Variant { name, kind: TileKind::Async, shape: shape(tile, self.threads, stages), blocks_per_sm: 1, role: Role::Sweep });
+            }
+        }
+        // One loader and one storer warp beside 6 or 10 compute warps.
+        for (stages, threads) in [(3u32, 256u32), (4, 384)] {
+            v.push(Variant {
+                name: format!("warp-specialized, {stages} stages, {} compute warps", threads / 32 - 2),
+                kind: TileKind::WarpSpecialized,
+                shape: shape(self.tile, threads, stages),
+                blocks_per_sm: 1,
+                role: Role::Pipelined,
+            });
+        }
+        for stages in [2, 3] {
+            v.push(Variant {
+                name: format!("TMA bulk copies, {stages} stages"),
+                kind: TileKind::Tma,
+                shape: shape(self.tile, self.threads, stages),
+                blocks_per_sm: 1,
+                role: Role::Pipelined,
+            });
+        }
+        v
+    }
+}
+
+crate::lab_config!(KernelPipelineConfig);
+
+/// What a variant is in the lab's story.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// The naive kernel at one block per SM: what the others are compared with.
+    Baseline,
+    /// The naive kernel with as many blocks per SM as fit: latency hidden
+    /// by more warps instead of by a pipeline.
+    Occupancy,
+    /// A point of the stage and tile sweep (asynchronous copies).
+    Sweep,
+    /// Warp-specialized and TMA kernels.
+    Pipelined,
+}
+
+/// One kernel the lab runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Variant {
+    pub name: String,
+    pub kind: TileKind,
+    pub shape: TileShape,
+    /// Blocks per SM asked (u32::MAX: as many as fit).
+    pub blocks_per_sm: u32,
+    pub role: Role,
+}
+
+/// One variant's result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VariantResult {
+    pub variant: Variant,
+    /// Skipped, and why (a GPU without the TMA, a shape that does not fit).
+    pub skipped: Option<String>,
+    pub resources: Option<KernelResources>,
+    /// Each timed run, ms (CUDA events).
+    pub ms: Option<Summary>,
+}
+
+/// The lab's results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelPipelineResults {
+    pub config: KernelPipelineConfig,
+    /// The D2D copy of the input, ms, one per round (the ceiling).
+    pub copy_ms: Summary,
+    pub variants: Vec<VariantResult>,
+}
+
+impl KernelPipelineResults {
+    /// GB/s of useful traffic (every input read once, every output written once) in `ms`.
+    pub fn gbps(&self, ms: f64) -> f64 {
+        measure::gbps(self.config.elements(), ms)
+    }
+    /// The device-memory ceiling, GB/s: the D2D copy's median.
+    pub fn ceiling_gbps(&self) -> f64 {
+        self.gbps(self.copy_ms.median)
+    }
+    /// A result's share of the ceiling (median run).
+    pub fn share(&self, r: &VariantResult) -> Option<f64> {
+        r.ms.as_ref().map(|m| self.copy_ms.median / m.median)
+    }
+    fn ran(&self) -> impl Iterator<Item = &VariantResult> {
+        self.variants.iter().filter(|r| r.ms.is_some())
+    }
+    /// The fastest kernel that pipelines (async copies, warp-specialized or TMA).
+    pub fn best_pipelined(&self) -> Option<&VariantResult> {
+        self.ran().filter(|r| r.variant.kind != TileKind::Naive).min_by(|a, b| a.ms.as_ref().unwrap().median.total_cmp(&b.ms.as_ref().unwrap().median))
+    }
+    pub fn by_role(&self, role: Role) -> Option<&VariantResult> {
+        self.ran().find(|r| r.variant.role == role)
+    }
+
+    /// The table the command line prints.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "device-memory ceiling: a D2D copy of {} MiB takes {:.4} ms (25%..75% {:.4}..{:.4}): {:.0} GB/s, read + write\n",
+            self.config.mib,
+            self.copy_ms.median,
+            self.copy_ms.middle_range().0,
+            self.copy_ms.middle_range().1,
+            self.ceiling_gbps()
+        );
+        out += &format!(
+            "  {:<48} {:>4} {:>6} {:>5} {:>4} {:>7} {:>5} {:>9} {:>17} {:>7} {:>7}\n",
+            "kernel", "regs", "smem", "occ", "bps", "grid", "lcl", "ms", "25%..75%", "GB/s", "of ceil"
+        );
+        for r in &self.variants {
+            match (&r.ms, &r.resources, &r.skipped) {
+                (Some(m), Some(res), _) => {
+                    let (lo, hi) = m.middle_range();
+                    out += &format!(
+                        "  {:<48} {:>4} {:>6} {:>4.0}% {:>4} {:>7} {:>5} {:>9.4} {:>8.4}..{:<8.4} {:>7.0} {:>6.1}%\n",
+                        r.variant.name,
+                        res.registers,
+                        crate::present::units::Bytes((res.static_smem + res.dynamic_smem) as u64).to_string(),
+                        100.0 * res.occupancy,
+                        res.blocks_per_sm,
+                        res.grid,
+                        res.local_bytes,
+                        m.median,
+                        lo,
+                        hi,
+                        self.gbps(m.median),
+                        100.0 * self.share(r).unwrap_or(0.0)
+                    )
+                }
+                (_, _, Some(why)) => out += &format!("  {:<48} skipped: {why}\n", r.variant.name),
+                _ => {}
+            }
+        }
+        out += "  (regs: registers per thread; smem: shared memory per block; occ: the share of an SM's threads that fit; bps: blocks per SM launched; lcl: spilled bytes per thread)\n";
+        out += &self.summary_lines();
+        out
+    }
+
+    /// What the run shows, in words, with the numbers and spreads.
+    pub fn summary_lines(&self) -> String {
+        let mut out = String::new();
+        if let (Some(best), Some(naive)) = (self.best_pipelined(), self.by_role(Role::Baseline)) {
+            let (b, n) = (best.ms.as_ref().unwrap(), naive.ms.as_ref().unwrap());
+            out += &format!(
+                "best pipelined kernel: {} at {:.1}% of the ceiling, {:.2}x the naive kernel at one block per SM ({:.4} vs {:.4} ms, spreads {:.4} / {:.4}: {})\n",
+                best.variant.name,
+                100.0 * self.share(best).unwrap(),
+                n.median / b.median,
+                b.median,
+                n.median,
+                b.middle_spread(),
+                n.middle_spread(),
+                if n.median - b.median > b.middle_spread().max(n.middle_spread()) { "beyond the spreads" } else { "NOT beyond the spreads" }
+            );
+        }
+        if let (Some(best), Some(occ)) = (self.best_pipelined(), self.by_role(Role::Occupancy)) {
+            let (b, o) = (best.ms.as_ref().unwrap(), occ.ms.as_ref().unwrap());
+            let res = occ.resources.unwrap();
+            out += &format!(
+                "the naive kernel with {} blocks per SM reaches {:.1}% of the ceiling: more warps also keep loads in flight; the best pipelined kernel is {:+.1}% faster than it, with one block per SM\n",
+                res.blocks_per_sm,
+                100.0 * self.share(occ).unwrap(),
+                100.0 * (o.median / b.median - 1.0)
+            );
+        }
+        out
+    }
+
+    /// The headline rows.
+    pub fn headline(&self) -> Vec<(String, String)> {
+        let mut rows = vec![("device-memory ceiling (D2D copy, read + write)".to_string(), format!("{:.0} GB/s", self.ceiling_gbps()))];
+        let pct = |r: Option<&VariantResult>| r.and_then(|r| self.share(r)).map_or("-".to_string(), |s| format!("{:.1}%", 100.0 * s));
+        rows.push(("naive kernel, one block per SM, of the ceiling".into(), pct(self.by_role(Role::Baseline))));
+        rows.push(("naive kernel, as many blocks as fit, of the ceiling".into(), pct(self.by_role(Role::Occupancy))));
+        if let Some(best) = self.best_pipelined() {
+            rows.push(("best pipelined kernel, of the ceiling".into(), format!("{} ({})", pct(Some(best)), best.variant.name)));
+        }
+        rows
+    }
+}
+
+impl KernelPipelineResults {
+    /// Share of the ceiling against stages in flight per block: the stage
+    /// sweep (a line per tile size), the warp-specialized and TMA kernels,
+    /// and the naive kernel at one block per SM and at as many as fit
+    /// (dashed, flat: it has one tile in flight per block).
+    pub fn chart(&self, origin: &str) -> crate::present::chart::Figure {
+        use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
+        const PALETTE: [RGBColor; 4] = [RGBColor(31, 119, 180), RGBColor(44, 160, 44), RGBColor(148, 103, 189), RGBColor(140, 86, 75)];
+        let pct = |r: &VariantResult| 100.0 * self.share(r).unwrap_or(f64::NAN);
+        let ran: Vec<&VariantResult> = self.ran().collect();
+        let stages_max = ran.iter().map(|r| r.variant.shape.stages).max().unwrap_or(1).max(2) as f64;
+        let mut series = Vec::new();
+        for (i, &tile) in self.config.sweep_tiles.iter().enumerate() {
+            let points =
+                ran.iter().filter(|r| r.variant.role == Role::Sweep && r.variant.shape.tile == tile).map(|r| (r.variant.shape.stages as f64, pct(r))).collect();
+            series.push(Series { label: format!("async copies, tile {tile}"), color: PALETTE[i % PALETTE.len()], dashed: false, points });
+        }
+        for (kind, label, color) in
+            [(TileKind::WarpSpecialized, "warp-specialized", RGBColor(255, 127, 14)), (TileKind::Tma, "TMA bulk copies", RGBColor(23, 190, 207))]
+        {
+            let points: Vec<(f64, f64)> = ran.iter().filter(|r| r.variant.kind == kind).map(|r| (r.variant.shape.stages as f64, pct(r))).collect();
+            if !points.is_empty() {
+                series.push(Series { label: format!("{label}, tile {}", self.config.tile), color, dashed: false, points });
+            }
+        }
+        for (role, label, color) in
+            [(Role::Baseline, "naive, one block per SM", RGBColor(214, 39, 40)), (Role::Occupancy, "naive, as many blocks as fit", RGBColor(120, 120, 120))]
+        {
+            if let Some(r) = self.by_role(role) {
+                series.push(Series { label: label.into(), color, dashed: true, points: vec![(1.0, pct(r)), (stages_max, pct(r))] });
+            }
+        }
+        Figure {
+            stem: format!("{LAB}-stages"),
+            title: "Lab 7: tiles in flight per block against the device-memory ceiling".into(),
+            subtitle: origin.into(),
+            panels: vec![Panel {
+                title: format!("{} MiB blurred, one block per SM unless said; ceiling {:.0} GB/s (D2D copy)", self.config.mib, self.ceiling_gbps()),
+                x_axis: XAxis::Linear,
+                x_label: "stages (tiles in flight per block)".into(),
+                y_label: "% of the device-memory ceiling".into(),
+                log_y: false,
+                series,
+            }],
+            panel_size: (760, 460),
+        }
+    }
+}
+
+pub type KernelPipelineRecord = crate::measure::record::Record<KernelPipelineResults>;
+
+/// Notebook entry points for lab 7.
+impl crate::notebook::LabRun<KernelPipelineResults> {
+    /// Every kernel: resources, time, GB/s, share of the ceiling.
+    pub fn table(&self) -> String {
+        self.record.results.table()
+    }
+    /// Share of the ceiling against stages in flight.
+    pub fn chart(&self) -> crate::present::chart::Figure {
+        self.record.results.chart(&self.origin())
+    }
+    /// Checks the learner's double-buffered kernel in `path` (read when
+    /// called, so edits to the file count): on a GPU, its outputs and its
+    /// speed against the naive kernel; with none, its compile and copies.
+    pub fn check_double_buffered(&self, path: &str) -> crate::labs::check::CheckReport {
+        let cfg = KernelPipelineConfig { repeats: 9, ..self.record.results.config.clone() };
+        let source = match std::fs::read_to_string(path) {
+            Ok(s) => s,
+            Err(e) => {
+                let mut rep = crate::labs::check::CheckReport::new(exercise::EXERCISE);
+                rep.problem(format!("could not read {path}: {e}"));
+                return rep;
+            }
+        };
+        let file = std::path::Path::new(path).file_name().map_or(path.to_string(), |f| f.to_string_lossy().into_owned());
+        self.check(exercise::EXERCISE, cfg.device, |gpu| exercise::check_on_gpu(gpu, &file, &source, &cfg), || exercise::check_offline(&file, &source, &cfg))
+    }
+}
+
+/// The report's files for a recording: the stage chart and the table.
+pub fn report(rec: &KernelPipelineRecord, dir: &std::path::Path, origin: &str) -> Result<Vec<std::path::PathBuf>> {
+    use crate::present::chart::Chart;
+    let mut files = rec.results.chart(origin).save(dir)?;
+    files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", rec.results.table()))?);
+    Ok(files)
+}
+
+/// Lab 7's entry in the lab table.
+pub static ENTRY: crate::labs::Entry<KernelPipelineConfig, KernelPipelineResults> = crate::labs::Entry {
+    number: 7,
+    name: LAB,
+    module: module_path!(),
+    teaches: "Pipelining inside a kernel: async copies to shared memory, stages, warp specialization, the TMA",
+    about: "Lab 7: tile kernels (naive, async copies with 1-4 stages, warp-specialized, TMA) against the device-memory ceiling",
+    measure: measure::run,
+    tables: |rec| rec.results.table(),
+    figures: report,
+    headline: KernelPipelineResults::headline,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::KernelResources;
+
+    #[test]
+    fn presets_are_valid_and_bad_settings_name_the_setting() {
+        for c in [KernelPipelineConfig::default(), KernelPipelineConfig::quick(), KernelPipelineConfig::small()] {
+            c.validate().unwrap();
+            assert!(c.variants().iter().all(|v| v.shape.tile as usize <= c.elements()));
+        }
+        let bad = |f: &dyn Fn(&mut KernelPipelineConfig), want: &str| {
+            let mut c = KernelPipelineConfig::default();
+            f(&mut c);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        };
+        bad(&|c| c.mib = 0, "--mib");
+        bad(&|c| c.repeats = 0, "--repeats");
+        bad(&|c| c.threads = 100, "--threads");
+        bad(&|c| c.stages = vec![0], "--stages");
+        bad(&|c| c.stages = vec![], "--stages");
+        bad(&|c| c.tile = 4098, "tile 4098");
+        bad(&|c| c.sweep_tiles = vec![3 << 20], "dividing");
+        bad(&|c| c.sweep_tiles = vec![], "--sweep-tiles");
+    }
+
+    #[test]
+    fn the_default_run_covers_every_kernel_and_the_stage_by_tile_sweep() {
+        let c = KernelPipelineConfig::default();
+        let v = c.variants();
+        for kind in TileKind::ALL {
+            assert!(v.iter().any(|x| x.kind == kind), "{kind:?}");
+        }
+        assert_eq!(v.iter().filter(|x| x.role == Role::Sweep).count(), c.sweep_tiles.len() * c.stages.len());
+        assert!(v.iter().any(|x| x.name.starts_with("double-buffered (2 stages)")));
+        let names: std::collections::HashSet<_> = v.iter().map(|x| &x.name).collect();
+        assert_eq!(names.len(), v.len(), "one name per kernel");
+        assert!(v.iter().filter(|x| x.kind == TileKind::WarpSpecialized).all(|x| x.shape.threads >= 96));
+    }
+
+    fn fixture() -> KernelPipelineResults {
+        let c = KernelPipelineConfig::small();
+        let res = KernelResources {
+            registers: 32,
+            static_smem: 16,
+            dynamic_smem: 8192,
+            local_bytes: 0,
+            max_blocks_per_sm: 8,
+            occupancy: 1.0,
+            blocks_per_sm: 1,
+            grid: 132,
+        };
+        let s = |ms: f64| Summary::of(&[ms * 0.99, ms, ms * 1.01]).unwrap();
+        let variants = c
+            .variants()
+            .into_iter()
+            .map(|v| {
+                let ms = match (v.role, v.kind) {
+                    (Role::Baseline, _) => Some(2.0),
+                    (Role::Occupancy, _) => Some(1.2),
+                    (_, TileKind::Tma) => None,
+                    _ => Some(1.0 + 0.1 / v.shape.stages as f64),
+                };
+                VariantResult {
+                    skipped: ms.is_none().then(|| "tile_tma.cu needs compute capability 9.0".to_string()),
+                    resources: ms.map(|_| res),
+                    ms: ms.map(s),
+                    variant: v,
+                }
+            })
+            .collect();
+        KernelPipelineResults { config: c, copy_ms: s(1.0), variants }
+    }
+
+    #[test]
+    fn the_table_and_headline_name_the_best_kernel_the_naive_one_and_the_skipped() {
+        let r = fixture();
+        let t = r.table();
+        assert!(t.contains("skipped: tile_tma.cu needs compute capability 9.0"), "{t}");
+        // Best: 1.025 ms (4 stages) against the naive 2.0 ms: 1.95x, 97.6% of the ceiling (1.0 ms).
+        assert!(t.contains("best pipelined kernel: warp-specialized, 4 stages, 10 compute warps at 97.6%"), "{t}");
+        assert!(t.contains("1.95x the naive kernel") && t.contains("beyond the spreads"), "{t}");
+        assert!(t.contains("blocks per SM reaches 83.3%") && t.contains("+17.1% faster"), "{t}");
+        let h = r.headline();
+        assert_eq!(h[1].1, "50.0%");
+        assert_eq!(h[2].1, "83.3%");
+        assert!(h[3].1.starts_with("97.6% (warp-specialized"), "{h:?}");
+        let ceiling = r.ceiling_gbps();
+        assert!((ceiling - 2.0 * 4.0 * r.config.elements() as f64 / 1e6).abs() < 1e-6, "{ceiling}");
+    }
+
+    #[test]
+    fn the_chart_draws_a_line_per_tile_and_the_naive_references() {
+        let r = fixture();
+        let f = r.chart("test");
+        let labels: Vec<_> = f.panels[0].series.iter().map(|s| s.label.as_str()).collect();
+        assert!(labels.contains(&"async copies, tile 1024") && labels.contains(&"naive, one block per SM"), "{labels:?}");
+        assert!(!labels.iter().any(|l| l.starts_with("TMA")), "skipped kernels draw nothing: {labels:?}");
+        crate::present::chart::render_svg(&f).unwrap();
+    }
+}

@@ -1,0 +1,194 @@
+//! Lab 7's exercise: the learner makes the naive kernel double-buffered in
+//! `notebooks/exercises/07-double-buffered.cu`. The checker compiles their
+//! file with NVRTC (a compile error is a failed check quoting NVRTC's log),
+//! reads the PTX for asynchronous copies, and on a GPU checks every output
+//! against the CPU reference on fresh random input and times the kernel
+//! against the naive one (one block per SM), rounds interleaved, saying
+//! which of these failed. With no GPU it judges what it can: the compile
+//! and the copies.
+
+use super::measure::TileData;
+use super::KernelPipelineConfig;
+use crate::error::Result;
+use crate::gpu::kernels;
+use crate::gpu::{Gpu, TileKernel, TileKind, TileShape};
+use crate::labs::check::CheckReport;
+use crate::measure::stats::Summary;
+
+/// The exercise as the notebook names it.
+pub const EXERCISE: &str = "lab 7: a double-buffered tile kernel";
+
+/// The shape the checker compiles the learner's file for: the lab's tile,
+/// 256 threads, 2 stages.
+pub fn shape(cfg: &KernelPipelineConfig) -> TileShape {
+    TileShape { tile: cfg.tile, threads: 256, stages: 2 }
+}
+
+/// How much slower than the solution (its median time) a kernel may be and
+/// still count as double-buffered. One stage of asynchronous copies, which
+/// waits for each tile right after issuing it, was 34% (H100) and 55%
+/// (H200) slower than two at the lab's tile size, yet 1.2x faster than the
+/// naive kernel on the H100: beating naive alone would not tell them apart.
+pub const SOLUTION_SLACK: f64 = 0.15;
+
+/// The solution: the lab's own asynchronous-copy kernel (kernels/tile_async.cu).
+pub fn solution_source() -> &'static str {
+    kernels::TILE_ASYNC.source
+}
+
+/// What the PTX says without running it: `None` if the kernel copies
+/// asynchronously, else the problem in words.
+pub fn ptx_problem(ptx: &str) -> Option<String> {
+    if !ptx.contains("cp.async") {
+        return Some(
+            "your kernel has no asynchronous copy (no cp.async in its PTX): every tile still goes through registers while the block waits. Copy each float4 with cuda::memcpy_async into the tile's slot".into(),
+        );
+    }
+    if !ptx.contains("cp.async.wait_group") && !ptx.contains("cp.async.wait_all") && !ptx.contains("mbarrier") {
+        return Some(
+            "your kernel issues asynchronous copies but never waits for them (pipe.consumer_wait()): it would read shared memory before the copies land".into(),
+        );
+    }
+    None
+}
+
+/// The checks that need no GPU: compile (for sm_90) and read the PTX.
+pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
+    let mut rep = CheckReport::new(EXERCISE);
+    let s = shape(cfg);
+    let defines = [("TILE", s.tile as i64), ("THREADS", s.threads as i64), ("STAGES", s.stages as i64)];
+    match kernels::compile_source(file, source, "compute_90", &defines) {
+        Err(e) => rep.problem(format!("your kernel does not compile. NVRTC says:\n{e}")),
+        Ok(ptx) => {
+            match ptx_problem(&ptx) {
+                Some(p) => rep.problem(p),
+                None => {
+                    rep.note("it compiles and copies asynchronously (cp.async in its PTX)");
+                    rep.problem("whether every output is right and whether it beats the naive kernel is judged on a GPU: there is none here, so the check is not complete");
+                }
+            }
+        }
+    }
+    rep
+}
+
+/// The whole check on `gpu`: compile, PTX, every output against the CPU
+/// reference (twice, on fresh inputs), then `cfg.repeats` interleaved
+/// rounds of the learner's kernel, the naive one and the solution.
+pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineConfig) -> Result<CheckReport> {
+    let offline = check_offline(file, source, cfg);
+    let compiled = offline.findings.iter().any(|f| f.starts_with("it compiles"));
+    if !compiled {
+        return Ok(offline);
+    }
+    let mut rep = CheckReport::new(&format!("{EXERCISE} (live)"));
+    let s = shape(cfg);
+    let Some(mine) = rep.learner("your kernel", || TileKernel::load_source(gpu, TileKind::Async, file, source, s, 1)) else {
+        return Ok(rep);
+    };
+    let naive = TileKernel::load(gpu, TileKind::Naive, TileShape { stages: 1, ..s }, 1)?;
+    let solution = TileKernel::load(gpu, TileKind::Async, s, 1)?;
+    let mut data = TileData::new(gpu, cfg.elements())?;
+    for _ in 0..2 {
+        data.refresh()?;
+        if let Err(e) = data.verified(&mine, "your kernel's output") {
+            rep.problem(format!(
+                "{e}. A tile was read before its copies landed (each thread's pipe.consumer_wait(), then __syncthreads()), a slot was refilled while another thread still read it (__syncthreads() after computing), or a tile went to the wrong slot (tile % STAGES)"
+            ));
+            return Ok(rep);
+        }
+    }
+    rep.note("every output matches the CPU reference, on two fresh random inputs");
+    let (mut t_mine, mut t_naive, mut t_sol) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..=cfg.repeats {
+        let (a, b, c) = (data.timed(&mine)?, data.timed(&naive)?, data.timed(&solution)?);
+        if round > 0 {
+            t_mine.push(a);
+            t_naive.push(b);
+            t_sol.push(c);
+        }
+    }
+    let (m, n, sol) = (Summary::of(&t_mine)?, Summary::of(&t_naive)?, Summary::of(&t_sol)?);
+    let speedup = n.median / m.median;
+    let clear = n.median - m.median > m.middle_spread().max(n.middle_spread());
+    let line = format!(
+        "yours {:.4} ms, the naive kernel {:.4} ms ({speedup:.2}x), the solution {:.4} ms ({:.2}x); spreads {:.4} / {:.4} / {:.4} ms",
+        m.median,
+        n.median,
+        sol.median,
+        n.median / sol.median,
+        m.middle_spread(),
+        n.middle_spread(),
+        sol.middle_spread()
+    );
+    let of_solution = m.median / sol.median;
+    if !clear {
+        rep.problem(format!(
+            "{line}: not faster than the naive kernel beyond the spreads. Are the copies of tile k+1 issued before tile k is computed, and does consumer_wait wait only for the oldest tile?"
+        ));
+    } else if of_solution > 1.0 + SOLUTION_SLACK {
+        rep.problem(format!(
+            "{line}: faster than the naive kernel, but {:.0}% slower than the solution: with only one tile in flight the block still waits for each copy. Issue the copies of the next STAGES - 1 tiles before waiting for the oldest",
+            100.0 * (of_solution - 1.0)
+        ));
+    } else {
+        rep.note(format!("{line}: double-buffered"));
+    }
+    Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nvrtc() -> bool {
+        if kernels::nvrtc_present() && kernels::cuda_include_dirs().is_ok() {
+            return true;
+        }
+        assert!(std::env::var_os("OVERLAP_LAB_REQUIRE_NVRTC").is_none(), "NVRTC and CUDA's headers are required here");
+        eprintln!("SKIPPED: NVRTC or CUDA's headers not found");
+        false
+    }
+
+    const GIVEN: &str = include_str!("../../../../notebooks/exercises/07-double-buffered.cu");
+
+    #[test]
+    fn the_given_file_compiles_and_is_named_as_not_asynchronous() {
+        if !nvrtc() {
+            return;
+        }
+        let rep = check_offline("07-double-buffered.cu", GIVEN, &KernelPipelineConfig::small());
+        assert!(!rep.passed && rep.to_string().contains("no asynchronous copy"), "{rep}");
+    }
+
+    #[test]
+    fn the_solution_passes_what_can_be_judged_without_a_gpu_and_says_the_rest_needs_one() {
+        if !nvrtc() {
+            return;
+        }
+        let rep = check_offline("tile_async.cu", solution_source(), &KernelPipelineConfig::small());
+        let text = rep.to_string();
+        assert!(text.contains("compiles and copies asynchronously") && text.contains("judged on a GPU"), "{text}");
+        assert!(!rep.passed, "with no GPU the check is not complete: {text}");
+    }
+
+    #[test]
+    fn a_compile_error_is_a_failed_check_quoting_nvrtc() {
+        if !nvrtc() {
+            return;
+        }
+        let broken = GIVEN.replace("smem4[v] = src[v];", "smem4[v] = src[v]");
+        let rep = check_offline("07-double-buffered.cu", &broken, &KernelPipelineConfig::small());
+        let text = rep.to_string();
+        assert!(!rep.passed && text.contains("does not compile") && text.contains("07-double-buffered.cu("), "{text}");
+        assert!(!text.lines().any(|l| l.starts_with("error:") || l.starts_with("Error:")), "a notebook runner would read it as a crash: {text}");
+    }
+
+    #[test]
+    fn copies_never_waited_for_are_named() {
+        let rep = ptx_problem("cp.async.cg.shared.global [%r1], [%rd1], 16;\ncp.async.commit_group;").unwrap();
+        assert!(rep.contains("never waits"), "{rep}");
+        assert!(ptx_problem("cp.async.cg.shared.global; cp.async.wait_group 1;").is_none());
+        assert!(ptx_problem("ld.global.nc.v4.u32").unwrap().contains("no asynchronous copy"));
+    }
+}
