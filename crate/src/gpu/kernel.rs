@@ -302,7 +302,8 @@ pub struct TileShape {
 }
 
 impl TileShape {
-    fn defines(self) -> [(&'static str, i64); 3] {
+    /// The `-D` settings a kernel is compiled with for this shape.
+    pub fn defines(self) -> [(&'static str, i64); 3] {
         [("TILE", self.tile as i64), ("THREADS", self.threads as i64), ("STAGES", self.stages as i64)]
     }
 }
@@ -347,19 +348,18 @@ impl TileKernel {
     /// As [`TileKernel::load`], from CUDA C text named `file` (a learner's
     /// edit of a kernel): compile errors come back as NVRTC's log.
     pub fn load_source(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, blocks_per_sm: u32) -> Result<TileKernel> {
+        let ptx = TileKernel::compile(gpu, kind, file, source, shape)?;
+        TileKernel::from_ptx(gpu, kind, &ptx, shape, blocks_per_sm)
+    }
+
+    /// Compiles CUDA C text for `kind` at `shape` for this GPU, after the
+    /// checks that need no compile: the architecture (the kernel's feature
+    /// may be newer than the GPU), the shape, and its shared memory against
+    /// what this GPU allows a block. Returns the PTX.
+    pub fn compile(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape) -> Result<String> {
         let k = kind.source();
-        let fp = gpu.fingerprint()?;
-        let arch = kernels::arch_for(&fp.compute_capability)?;
-        if kernels::arch_cc(arch)? < k.min_cc {
-            return Err(LabError::Unsupported(format!(
-                "{} needs compute capability {}.{} or later ({}); this GPU is {}",
-                k.file,
-                k.min_cc / 10,
-                k.min_cc % 10,
-                if k.min_cc >= 90 { "the tensor memory accelerator came with Hopper" } else { "cp.async came with Ampere" },
-                fp.compute_capability
-            )));
-        }
+        let arch = kernels::arch_for(&gpu.fingerprint()?.compute_capability)?;
+        kernels::require_arch(k, arch)?;
         let min_threads = if kind == TileKind::WarpSpecialized { 96 } else { 32 };
         if shape.tile == 0
             || shape.tile % 4 != 0
@@ -374,10 +374,7 @@ impl TileKernel {
                 k.file, shape.tile, shape.threads, shape.stages
             )));
         }
-        let ptx = kernels::compile_source(file, source, arch, &shape.defines())?;
-        let module = Module::from_ptx(gpu, &ptx, k.entry)?;
-        let smem = kind.smem_bytes(shape) as u32;
-        let most = gpu.max_smem_per_block()?;
+        let (smem, most) = (kind.smem_bytes(shape) as u32, gpu.max_smem_per_block()?);
         if smem > most {
             return Err(LabError::config(format!(
                 "{}: tile {} with {} stages needs {} of shared memory per block; this GPU allows {}: take a smaller tile or fewer stages",
@@ -388,6 +385,15 @@ impl TileKernel {
                 crate::present::units::Bytes(most as u64)
             )));
         }
+        kernels::compile_source(file, source, arch, &shape.defines())
+    }
+
+    /// Loads PTX that [`TileKernel::compile`] made for this GPU, `kind` and
+    /// `shape`, with `blocks_per_sm` blocks per SM (at most what fits).
+    pub fn from_ptx(gpu: &Gpu, kind: TileKind, ptx: &str, shape: TileShape, blocks_per_sm: u32) -> Result<TileKernel> {
+        let k = kind.source();
+        let module = Module::from_ptx(gpu, ptx, k.entry)?;
+        let smem = kind.smem_bytes(shape) as u32;
         // SAFETY: the function belongs to `module`, loaded in this context just now.
         let (res, fits) = unsafe {
             let res = driver::func_resources(module.func)?;
@@ -412,7 +418,7 @@ impl TileKernel {
             max_blocks_per_sm: fits,
             occupancy: (fits * shape.threads) as f64 / max_threads,
             blocks_per_sm: per_sm,
-            grid: fp.sm_count * per_sm,
+            grid: gpu.fingerprint()?.sm_count * per_sm,
         };
         Ok(TileKernel { module, kind, shape, resources })
     }

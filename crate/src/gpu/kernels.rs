@@ -160,16 +160,23 @@ pub fn compile_ptx(k: &KernelSource, arch: &'static str) -> Result<String> {
 
 /// Compiles a kernel with `-D` settings (`("STAGES", 2)`).
 pub fn compile_ptx_with(k: &KernelSource, arch: &'static str, defines: &[(&str, i64)]) -> Result<String> {
-    let cc = arch_cc(arch)?;
-    if cc < k.min_cc {
-        return Err(LabError::Kernel(format!(
-            "{} is written for compute capability {}.{} and up, and was asked for {arch}",
-            k.file,
-            k.min_cc / 10,
-            k.min_cc % 10
-        )));
-    }
+    require_arch(k, arch)?;
     compile_source(k.file, k.source, arch, defines)
+}
+
+/// Whether `k` may be compiled for `arch`: [`LabError::Unsupported`],
+/// naming the feature, if the architecture predates it.
+pub fn require_arch(k: &KernelSource, arch: &str) -> Result<()> {
+    if arch_cc(arch)? >= k.min_cc {
+        return Ok(());
+    }
+    Err(LabError::Unsupported(format!(
+        "{} needs compute capability {}.{} or later ({}), and was asked for {arch}",
+        k.file,
+        k.min_cc / 10,
+        k.min_cc % 10,
+        if k.min_cc >= 90 { "the tensor memory accelerator came with Hopper" } else { "cp.async came with Ampere" }
+    )))
 }
 
 /// Compiles CUDA C text: a kernel of kernels/, or a learner's edit of one

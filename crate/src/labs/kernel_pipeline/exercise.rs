@@ -52,38 +52,42 @@ pub fn ptx_problem(ptx: &str) -> Option<String> {
     None
 }
 
+/// A compile's outcome as the learner reads it: the PTX if it compiled and
+/// copies asynchronously, else the problem recorded in `rep`.
+fn read_compile(rep: &mut CheckReport, compiled: Result<String>) -> Option<String> {
+    match compiled {
+        Err(e) => rep.problem(format!("your kernel does not compile. NVRTC says:\n{e}")),
+        Ok(ptx) => match ptx_problem(&ptx) {
+            Some(p) => rep.problem(p),
+            None => {
+                rep.note("it compiles and copies asynchronously (cp.async in its PTX)");
+                return Some(ptx);
+            }
+        },
+    }
+    None
+}
+
 /// The checks that need no GPU: compile (for sm_90) and read the PTX.
 pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
     let mut rep = CheckReport::new(EXERCISE);
-    let s = shape(cfg);
-    let defines = [("TILE", s.tile as i64), ("THREADS", s.threads as i64), ("STAGES", s.stages as i64)];
-    match kernels::compile_source(file, source, "compute_90", &defines) {
-        Err(e) => rep.problem(format!("your kernel does not compile. NVRTC says:\n{e}")),
-        Ok(ptx) => {
-            match ptx_problem(&ptx) {
-                Some(p) => rep.problem(p),
-                None => {
-                    rep.note("it compiles and copies asynchronously (cp.async in its PTX)");
-                    rep.problem("whether every output is right and whether it beats the naive kernel is judged on a GPU: there is none here, so the check is not complete");
-                }
-            }
-        }
+    if read_compile(&mut rep, kernels::compile_source(file, source, "compute_90", &shape(cfg).defines())).is_some() {
+        rep.problem("whether every output is right and whether it beats the naive kernel is judged on a GPU: there is none here, so the check is not complete");
     }
     rep
 }
 
-/// The whole check on `gpu`: compile, PTX, every output against the CPU
-/// reference (twice, on fresh inputs), then `cfg.repeats` interleaved
-/// rounds of the learner's kernel, the naive one and the solution.
+/// The whole check on `gpu`: compile for it (once) and read the PTX, every
+/// output against the CPU reference (twice, on fresh inputs), then
+/// `cfg.repeats` interleaved rounds of the learner's kernel, the naive one
+/// and the solution.
 pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineConfig) -> Result<CheckReport> {
-    let offline = check_offline(file, source, cfg);
-    let compiled = offline.findings.iter().any(|f| f.starts_with("it compiles"));
-    if !compiled {
-        return Ok(offline);
-    }
     let mut rep = CheckReport::new(&format!("{EXERCISE} (live)"));
     let s = shape(cfg);
-    let Some(mine) = rep.learner("your kernel", || TileKernel::load_source(gpu, TileKind::Async, file, source, s, 1)) else {
+    let Some(ptx) = read_compile(&mut rep, TileKernel::compile(gpu, TileKind::Async, file, source, s)) else {
+        return Ok(rep);
+    };
+    let Some(mine) = rep.learner("your kernel", || TileKernel::from_ptx(gpu, TileKind::Async, &ptx, s, 1)) else {
         return Ok(rep);
     };
     let naive = TileKernel::load(gpu, TileKind::Naive, TileShape { stages: 1, ..s }, 1)?;
@@ -182,6 +186,13 @@ mod tests {
         let text = rep.to_string();
         assert!(!rep.passed && text.contains("does not compile") && text.contains("07-double-buffered.cu("), "{text}");
         assert!(!text.lines().any(|l| l.starts_with("error:") || l.starts_with("Error:")), "a notebook runner would read it as a crash: {text}");
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_read_is_a_failed_check_naming_it() {
+        let run = crate::notebook::LabRun::<super::super::KernelPipelineResults>::recorded(super::super::LAB, "test".into()).unwrap();
+        let rep = run.check_double_buffered("exercises/no-such-file.cu");
+        assert!(!rep.passed && rep.to_string().contains("could not read exercises/no-such-file.cu"), "{rep}");
     }
 
     #[test]
