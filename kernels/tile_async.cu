@@ -23,7 +23,9 @@ tile_async(const float* __restrict__ in, float* __restrict__ out, unsigned int t
     // The k-th tile of this block is blockIdx.x + k * gridDim.x, in slot k % STAGES.
     const unsigned int mine = (tiles > blockIdx.x) ? (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
     unsigned int fetched = 0;
+    TRACE_BLOCK_START();
     for (unsigned int k = 0; k < mine; ++k) {
+        TRACE_FROM(copy);
         // Slot fetched % STAGES was last read for tile fetched - STAGES,
         // which the whole block finished before the sync that ended it.
         for (; fetched < mine && fetched < k + STAGES; ++fetched) {
@@ -35,14 +37,22 @@ tile_async(const float* __restrict__ in, float* __restrict__ out, unsigned int t
             }
             pipe.producer_commit();
         }
+        TRACE_SPAN(PHASE_COPY, k, copy);
+        TRACE_FROM(wait);
         pipe.consumer_wait();
         __syncthreads();  // every thread's copies of tile k have landed
+        TRACE_SPAN(PHASE_WAIT, k, wait);
+        TRACE_FROM(compute);
         const float* s = smem + (k % STAGES) * SPAN;
         float* dst = out + (blockIdx.x + (size_t)k * gridDim.x) * TILE;
         for (int j = threadIdx.x; j < TILE; j += THREADS) {
             dst[j] = blur_at(s, j);
         }
+        TRACE_SPAN(PHASE_COMPUTE, k, compute);
+        TRACE_FROM(done);
         pipe.consumer_release();
         __syncthreads();  // every thread is done reading slot k % STAGES
+        TRACE_SPAN(PHASE_WAIT, k, done);
     }
+    TRACE_BLOCK_END();
 }

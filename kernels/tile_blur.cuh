@@ -23,6 +23,80 @@
 
 static_assert(TILE % 4 == 0, "TILE must be a multiple of 4 (16-byte copies)");
 
+// What a warp is doing, for lab 7's warp timeline.
+#define PHASE_COPY 0     // moving a tile in: loads through registers, or issuing its copies
+#define PHASE_WAIT 1     // waiting: for a tile's copies, at a block barrier, for a free slot
+#define PHASE_COMPUTE 2  // blurring a tile (and storing it, but in the warp-specialized kernel)
+#define PHASE_STORE 3    // the storer warp writing a tile's results to device memory
+
+// The warp timeline. Built with -DTILE_TRACE only for the diagram (never for
+// timed runs): lane 0 of each warp of block 0 stamps the SM's cycle counter
+// around each phase of the block's tiles TRACE_FIRST .. TRACE_FIRST +
+// TRACE_TILES - 1 (after the pipelines have filled). Each warp writes its
+// spans to its own TRACE_PER_WARP slots of tile_trace, 3 words a span
+// (1 << 63 | warp << 32 | phase << 16 | tile, start, end): plain stores
+// that the warp does not wait for (an atomic counter would make every
+// stamp wait a round trip to L2, and the diagram would show the stamps).
+// Block 0's thread 0 pairs the cycle counter with the global nanosecond
+// timer when it starts and ends (tile_trace_clock), so the host can turn
+// cycles into time. Without TILE_TRACE the macros are empty and the
+// kernels compile to the same code as before.
+#ifdef TILE_TRACE
+#ifndef TRACE_FIRST
+#define TRACE_FIRST 4
+#endif
+#ifndef TRACE_TILES
+#define TRACE_TILES 8
+#endif
+// At most 5 stamps a tile (the TMA kernel's thread 0), 32 warps a block.
+#define TRACE_PER_WARP (6 * TRACE_TILES)
+__device__ unsigned long long tile_trace[3 * 32 * TRACE_PER_WARP];
+__device__ unsigned long long tile_trace_clock[4];
+// The "memory" clobbers keep the compiler from moving loads and stores
+// across a stamp.
+__device__ __forceinline__ long long trace_cycles() {
+    long long c;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
+    return c;
+}
+__device__ __forceinline__ unsigned long long trace_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    return t;
+}
+__device__ __forceinline__ void trace_span(unsigned int phase, unsigned int k, long long start, unsigned int& seq) {
+    const long long end = trace_cycles();
+    if (k < TRACE_FIRST || k >= TRACE_FIRST + TRACE_TILES) return;
+    if (blockIdx.x == 0 && threadIdx.x % 32 == 0 && seq < TRACE_PER_WARP) {
+        const unsigned int i = (threadIdx.x / 32) * TRACE_PER_WARP + seq;
+        tile_trace[3 * i] = (1ull << 63) | ((unsigned long long)(threadIdx.x / 32) << 32) | (phase << 16) | k;
+        tile_trace[3 * i + 1] = (unsigned long long)start;
+        tile_trace[3 * i + 2] = (unsigned long long)end;
+    }
+    ++seq;
+}
+__device__ __forceinline__ void trace_clock(int at) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        tile_trace_clock[2 * at] = trace_ns();
+        tile_trace_clock[2 * at + 1] = (unsigned long long)trace_cycles();
+    }
+}
+// TRACE_BLOCK_START() opens the trace (each thread's span count) and pairs
+// the clocks; TRACE_FROM(t) starts a phase; TRACE_SPAN(phase, k, t) ends it
+// for the block's k-th tile; TRACE_BLOCK_END() pairs the clocks again.
+#define TRACE_BLOCK_START() \
+    unsigned int trace_seq = 0; \
+    trace_clock(0)
+#define TRACE_FROM(t) const long long t = trace_cycles()
+#define TRACE_SPAN(phase, k, t) trace_span(phase, k, t, trace_seq)
+#define TRACE_BLOCK_END() trace_clock(1)
+#else
+#define TRACE_FROM(t)
+#define TRACE_SPAN(phase, k, t)
+#define TRACE_BLOCK_START()
+#define TRACE_BLOCK_END()
+#endif
+
 // Output j of a tile whose inputs start at s (s[j + RADIUS] is input j).
 // Binomial weights (1 8 28 56 70 56 28 8 1) / 256: exact in f32.
 __device__ __forceinline__ float blur_at(const float* s, int j) {

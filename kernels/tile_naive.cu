@@ -11,16 +11,26 @@ tile_naive(const float* __restrict__ in, float* __restrict__ out, unsigned int t
     extern __shared__ float4 smem4[];  // SPAN floats
     const float* s = reinterpret_cast<const float*>(smem4);
     const float4* in4 = reinterpret_cast<const float4*>(in);
+    TRACE_BLOCK_START();
     for (unsigned int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        TRACE_FROM(copy);
         const float4* src = in4 + (size_t)t * (TILE / 4);
         for (int v = threadIdx.x; v < SPAN / 4; v += THREADS) {
             smem4[v] = src[v];
         }
+        TRACE_SPAN(PHASE_COPY, (t - blockIdx.x) / gridDim.x, copy);
+        TRACE_FROM(loaded);
         __syncthreads();
+        TRACE_SPAN(PHASE_WAIT, (t - blockIdx.x) / gridDim.x, loaded);
+        TRACE_FROM(compute);
         float* dst = out + (size_t)t * TILE;
         for (int j = threadIdx.x; j < TILE; j += THREADS) {
             dst[j] = blur_at(s, j);
         }
+        TRACE_SPAN(PHASE_COMPUTE, (t - blockIdx.x) / gridDim.x, compute);
+        TRACE_FROM(done);
         __syncthreads();
+        TRACE_SPAN(PHASE_WAIT, (t - blockIdx.x) / gridDim.x, done);
     }
+    TRACE_BLOCK_END();
 }

@@ -29,23 +29,37 @@ tile_tma(const float* __restrict__ in, float* __restrict__ out, unsigned int til
         cuda::device::experimental::fence_proxy_async_shared_cta();
     }
     block.sync();
+    TRACE_BLOCK_START();
     // One thread issues a bulk copy of tile k into slot k % STAGES.
     auto fetch = [&](unsigned int k) {
         size_t tile = blockIdx.x + (size_t)k * gridDim.x;
         cuda::memcpy_async(slots + (k % STAGES) * SPAN, in + tile * TILE, cuda::aligned_size_t<16>(SPAN * sizeof(float)), full[k % STAGES]);
     };
     if (block.thread_rank() == 0) {
+        TRACE_FROM(copy);
         for (unsigned int k = 0; k < mine && k < STAGES; ++k) fetch(k);
+        TRACE_SPAN(PHASE_COPY, 0, copy);
     }
     for (unsigned int k = 0; k < mine; ++k) {
         const int s = k % STAGES;
+        TRACE_FROM(wait);
         barrier::arrival_token token = full[s].arrive();
         full[s].wait(std::move(token));
+        TRACE_SPAN(PHASE_WAIT, k, wait);
+        TRACE_FROM(compute);
         const float* src = slots + s * SPAN;
         float* dst = out + (blockIdx.x + (size_t)k * gridDim.x) * TILE;
         for (int j = threadIdx.x; j < TILE; j += THREADS) dst[j] = blur_at(src, j);
+        TRACE_SPAN(PHASE_COMPUTE, k, compute);
         // Every thread is done reading slot s before the TMA refills it.
+        TRACE_FROM(done);
         block.sync();
-        if (block.thread_rank() == 0 && k + STAGES < mine) fetch(k + STAGES);
+        TRACE_SPAN(PHASE_WAIT, k, done);
+        if (block.thread_rank() == 0 && k + STAGES < mine) {
+            TRACE_FROM(copy);
+            fetch(k + STAGES);
+            TRACE_SPAN(PHASE_COPY, k, copy);
+        }
     }
+    TRACE_BLOCK_END();
 }

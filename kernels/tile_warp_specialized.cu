@@ -38,6 +38,7 @@ tile_warp_specialized(const float* __restrict__ in, float* __restrict__ out, uns
         }
     }
     block.sync();
+    TRACE_BLOCK_START();
 
     const int warp = threadIdx.x / 32;
     const unsigned int mine = (tiles > blockIdx.x) ? (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
@@ -51,7 +52,10 @@ tile_warp_specialized(const float* __restrict__ in, float* __restrict__ out, uns
         const int lane = threadIdx.x % 32;
         for (unsigned int k = 0; k < mine; ++k) {
             const int s = k % STAGES;
+            TRACE_FROM(wait);
             in_empty[s].arrive_and_wait();
+            TRACE_SPAN(PHASE_WAIT, k, wait);
+            TRACE_FROM(copy);
             const float4* src = reinterpret_cast<const float4*>(in + (blockIdx.x + (size_t)k * gridDim.x) * TILE);
             const unsigned int dst = static_cast<unsigned int>(__cvta_generic_to_shared(in_slots + s * SPAN));
             for (int v = lane; v < SPAN / 4; v += 32) {
@@ -59,6 +63,7 @@ tile_warp_specialized(const float* __restrict__ in, float* __restrict__ out, uns
             }
             const unsigned int full = static_cast<unsigned int>(__cvta_generic_to_shared(cuda::device::barrier_native_handle(in_full[s])));
             asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(full) : "memory");
+            TRACE_SPAN(PHASE_COPY, k, copy);
         }
     } else if (warp == THREADS / 32 - 1) {
         // Storer.
@@ -66,11 +71,15 @@ tile_warp_specialized(const float* __restrict__ in, float* __restrict__ out, uns
         for (int s = 0; s < STAGES; ++s) (void)out_empty[s].arrive();  // every output slot starts empty
         for (unsigned int k = 0; k < mine; ++k) {
             const int s = k % STAGES;
+            TRACE_FROM(wait);
             out_full[s].arrive_and_wait();
+            TRACE_SPAN(PHASE_WAIT, k, wait);
+            TRACE_FROM(store);
             const float4* src = reinterpret_cast<const float4*>(out_slots + s * TILE);
             float4* dst = reinterpret_cast<float4*>(out + (blockIdx.x + (size_t)k * gridDim.x) * TILE);
             for (int v = lane; v < TILE / 4; v += 32) dst[v] = src[v];
             (void)out_empty[s].arrive();
+            TRACE_SPAN(PHASE_STORE, k, store);
         }
     } else {
         // Compute.
@@ -78,13 +87,18 @@ tile_warp_specialized(const float* __restrict__ in, float* __restrict__ out, uns
         for (int s = 0; s < STAGES; ++s) (void)in_empty[s].arrive();  // every input slot starts empty
         for (unsigned int k = 0; k < mine; ++k) {
             const int s = k % STAGES;
+            TRACE_FROM(wait);
             in_full[s].arrive_and_wait();
             out_empty[s].arrive_and_wait();
+            TRACE_SPAN(PHASE_WAIT, k, wait);
+            TRACE_FROM(compute);
             const float* src = in_slots + s * SPAN;
             float* dst = out_slots + s * TILE;
             for (int j = c; j < TILE; j += COMPUTE_THREADS) dst[j] = blur_at(src, j);
             (void)in_empty[s].arrive();
             (void)out_full[s].arrive();
+            TRACE_SPAN(PHASE_COMPUTE, k, compute);
         }
     }
+    TRACE_BLOCK_END();
 }

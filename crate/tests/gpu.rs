@@ -764,6 +764,7 @@ mod memory {
 mod kernel_pipeline {
     use overlap_lab::gpu::{TileKernel, TileKind, TileShape};
     use overlap_lab::labs::kernel_pipeline::measure::TileData;
+    use overlap_lab::pipeline::timeline::WarpPhase;
     use overlap_lab::testing::gpu_or_skip;
     use overlap_lab::LabError;
 
@@ -796,6 +797,72 @@ mod kernel_pipeline {
         // A shape that cannot fit says so before any launch.
         let e = TileKernel::load(&gpu, TileKind::Async, TileShape { tile: 1 << 16, threads: 256, stages: 4 }, 1).err().unwrap().to_string();
         assert!(e.contains("shared memory") && e.contains("smaller tile"), "{e}");
+    }
+
+    /// Traced builds: block 0's warps stamp every phase of their tiles 4
+    /// to 11, one after another, with outputs still right; an untraced
+    /// kernel refuses to trace; one round puts the copy and each kernel on
+    /// the stream in order.
+    #[test]
+    fn traced_kernels_show_each_warp_s_phases_and_a_round_shows_every_kernel() {
+        let Some(gpu) = gpu_or_skip("traced_kernels_show_each_warp_s_phases_and_a_round_shows_every_kernel") else {
+            return;
+        };
+        // 12 tiles of 1024 per SM: block 0 gets 12, tiles 0 to 11, of which 4 to 11 are traced.
+        let sms = gpu.fingerprint().unwrap().sm_count as usize;
+        let mut data = TileData::new(&gpu, sms * 12 * 1024).unwrap();
+        data.refresh().unwrap();
+        let mut named = Vec::new();
+        for kind in TileKind::ALL {
+            let shape = TileShape { tile: 1024, threads: 256, stages: 3 };
+            let traced = match TileKernel::load_traced(&gpu, kind, shape) {
+                Err(LabError::Unsupported(why)) => {
+                    eprintln!("{kind:?}: {why}");
+                    continue;
+                }
+                other => other.unwrap_or_else(|e| panic!("{kind:?}: {e}")),
+            };
+            let t = data.warp_timeline(&gpu, &traced, &format!("{kind:?}")).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+            let lanes = t.lanes();
+            assert_eq!(lanes.len(), 8, "{kind:?}: a lane per warp: {lanes:?}");
+            for lane in &lanes {
+                let spans: Vec<_> = t.spans.iter().filter(|s| &s.lane == lane).collect();
+                let tiles: std::collections::HashSet<_> = spans.iter().map(|s| s.label.split(':').next().unwrap()).collect();
+                // The TMA kernel's thread 0 also stamps the copies it issues: still 8 tiles.
+                assert_eq!(tiles.len(), 8, "{kind:?} {lane}: {tiles:?}");
+                for w in spans.windows(2) {
+                    assert!(w[0].start_us <= w[0].end_us && w[0].end_us <= w[1].start_us + 1e-3, "{kind:?} {lane}: phases overlap: {:?} {:?}", w[0], w[1]);
+                }
+                assert!(spans.iter().any(|s| s.phase == Some(WarpPhase::Wait)), "{kind:?} {lane}: no wait stamped");
+            }
+            let makespan = t.makespan_us();
+            assert!(makespan > 0.5 && makespan < 5000.0, "{kind:?}: 8 tiles in {makespan} us");
+            assert_eq!(overlap_lab::labs::kernel_pipeline::tile_range(&t), Some((4, 11)), "{kind:?}");
+            if kind == TileKind::WarpSpecialized {
+                assert!(lanes[0] == "warp 0: loader" && lanes[7] == "warp 7: storer", "{lanes:?}");
+                assert!(t.spans.iter().any(|s| s.phase == Some(WarpPhase::Store)));
+            }
+            println!("{kind:?}: 8 tiles in {makespan:.2} us over {} spans", t.spans.len());
+            let untraced = TileKernel::load(&gpu, kind, shape, 1).unwrap();
+            let e = untraced.warp_trace(
+                &gpu.stream().unwrap(),
+                &gpu.alloc(4096).unwrap(),
+                &gpu.alloc(4096).unwrap(),
+                1,
+                (&gpu.timing_event().unwrap(), &gpu.timing_event().unwrap()),
+            );
+            assert!(e.unwrap_err().to_string().contains("load_traced"));
+            named.push((format!("{kind:?}"), untraced));
+        }
+        let refs: Vec<(&str, &TileKernel)> = named.iter().map(|(n, k)| (n.as_str(), k)).collect();
+        let round = data.round_timeline(&gpu, &refs).unwrap().expect("a timeline");
+        let labels: Vec<&str> = round.spans.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels[0], "D2D copy (the ceiling)");
+        assert_eq!(&labels[1..], refs.iter().map(|(n, _)| *n).collect::<Vec<_>>().as_slice());
+        for w in round.spans.windows(2) {
+            assert!(w[0].end_us <= w[1].start_us + 1e-3 && w[0].start_us < w[0].end_us, "one stream runs them in order: {:?} {:?}", w[0], w[1]);
+        }
+        println!("round on {} ({}): {:.1} us", round.lanes()[0], round.source, round.makespan_us());
     }
 }
 

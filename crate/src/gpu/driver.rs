@@ -392,6 +392,16 @@ pub unsafe fn module_function(m: CUmodule, name: &str) -> Result<CUfunction> {
     unsafe { result::module::get_function(m, c) }.map_err(|e| driver_error("cuModuleGetFunction", e))
 }
 
+/// Where a module's `__device__` variable `name` lives, and its size in bytes.
+///
+/// # Safety
+/// `m` is a live module of the current context.
+pub unsafe fn module_global(m: CUmodule, name: &str) -> Result<(CUdeviceptr, usize)> {
+    let c = std::ffi::CString::new(name).map_err(|_| LabError::Kernel(format!("bad variable name {name:?}")))?;
+    // SAFETY: m is a loaded module.
+    unsafe { result::module::get_global(m, c) }.map_err(|e| driver_error("cuModuleGetGlobal", e))
+}
+
 /// # Safety
 /// `m` is a live module, unloaded once, with no launch of its functions still queued.
 pub unsafe fn module_unload(m: CUmodule) -> Result<()> {

@@ -39,6 +39,15 @@ impl Module {
         };
         Ok(Module { raw, func, gpu: gpu.clone() })
     }
+
+    /// Where the module's `__device__` variable `name` lives (valid while
+    /// the module is loaded).
+    pub(crate) fn global(&self, name: &str) -> Result<DeviceSpan> {
+        self.gpu.bind()?;
+        // SAFETY: `self.raw` is loaded until `self` drops.
+        let (ptr, bytes) = unsafe { driver::module_global(self.raw, name) }?;
+        Ok(DeviceSpan { ptr, bytes })
+    }
 }
 
 impl Drop for Module {
@@ -275,6 +284,17 @@ impl TileKind {
         }
     }
 
+    /// The job of warp `warp` of a block of `threads` threads: only the
+    /// warp-specialized kernel gives warps different jobs.
+    pub fn warp_role(self, warp: u32, threads: u32) -> Option<&'static str> {
+        match self {
+            TileKind::WarpSpecialized if warp == 0 => Some("loader"),
+            TileKind::WarpSpecialized if warp + 1 == threads / 32 => Some("storer"),
+            TileKind::WarpSpecialized => Some("compute"),
+            _ => None,
+        }
+    }
+
     /// Dynamic shared memory a block needs, bytes: its input slots (a
     /// tile and its halo each) and, for the warp-specialized kernel, its
     /// output slots.
@@ -327,6 +347,7 @@ pub struct KernelResources {
     pub grid: u32,
 }
 
+use crate::pipeline::timeline::WarpPhase;
 use serde::{Deserialize, Serialize};
 
 /// One of lab 7's tile kernels, compiled for a shape and loaded.
@@ -335,6 +356,52 @@ pub struct TileKernel {
     kind: TileKind,
     shape: TileShape,
     resources: KernelResources,
+    /// Built with -DTILE_TRACE: block 0's warps stamp their phases.
+    traced: bool,
+}
+
+/// One phase of one warp of block 0 in a traced run, µs from block 0's start.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WarpSpan {
+    pub warp: u32,
+    pub phase: WarpPhase,
+    /// The block's own tile count when it happened (0: its first tile).
+    pub tile: u32,
+    pub start_us: f64,
+    pub end_us: f64,
+}
+
+/// What a traced run of a tile kernel recorded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WarpTrace {
+    pub spans: Vec<WarpSpan>,
+    /// The SM's cycle counter against the global timer over block 0's run.
+    pub ns_per_cycle: f64,
+}
+
+impl WarpTrace {
+    /// Decodes the kernel's buffers (kernels/tile_blur.cuh): `clock` is
+    /// block 0's (ns, cycles) at its start and end; `words` holds 3 per
+    /// slot, a stamped one being (1 << 63 | warp << 32 | phase << 16 |
+    /// tile, start cycles, end cycles) and an unused one zeros.
+    pub fn decode(clock: &[u64], words: &[u64]) -> Result<WarpTrace> {
+        let [t0, c0, t1, c1] = <[u64; 4]>::try_from(clock).map_err(|_| LabError::Kernel(format!("the warp trace's clock has {} words, not 4", clock.len())))?;
+        if t1 <= t0 || c1 <= c0 {
+            return Err(LabError::Kernel(format!(
+                "the warp trace's clocks did not advance over block 0's run (ns {t0} -> {t1}, cycles {c0} -> {c1}): was the kernel built with TILE_TRACE?"
+            )));
+        }
+        let ns_per_cycle = (t1 - t0) as f64 / (c1 - c0) as f64;
+        let mut spans = Vec::new();
+        for w in words.chunks_exact(3).filter(|w| w[0] >> 63 == 1) {
+            let code = ((w[0] >> 16) & 0xffff) as u32;
+            let phase = WarpPhase::from_code(code).ok_or_else(|| LabError::Kernel(format!("the warp trace holds an unknown phase {code}")))?;
+            let at = |c: u64| (c as i64 - c0 as i64) as f64 * ns_per_cycle / 1e3;
+            spans.push(WarpSpan { warp: ((w[0] >> 32) & 0x7fff_ffff) as u32, phase, tile: (w[0] & 0xffff) as u32, start_us: at(w[1]), end_us: at(w[2]) });
+        }
+        spans.sort_by(|a, b| (a.warp, a.start_us).partial_cmp(&(b.warp, b.start_us)).unwrap_or(std::cmp::Ordering::Equal));
+        Ok(WarpTrace { spans, ns_per_cycle })
+    }
 }
 
 impl TileKernel {
@@ -352,11 +419,26 @@ impl TileKernel {
         TileKernel::from_ptx(gpu, kind, &ptx, shape, blocks_per_sm)
     }
 
+    /// kernels/ source of `kind` built with -DTILE_TRACE, one block per SM:
+    /// for [`TileKernel::warp_trace`] only (the stamps cost time, so timed
+    /// runs never use it).
+    pub fn load_traced(gpu: &Gpu, kind: TileKind, shape: TileShape) -> Result<TileKernel> {
+        let k = kind.source();
+        let ptx = TileKernel::compile_with(gpu, kind, k.file, k.source, shape, true)?;
+        let mut kernel = TileKernel::from_ptx(gpu, kind, &ptx, shape, 1)?;
+        kernel.traced = true;
+        Ok(kernel)
+    }
+
     /// Compiles CUDA C text for `kind` at `shape` for this GPU, after the
     /// checks that need no compile: the architecture (the kernel's feature
     /// may be newer than the GPU), the shape, and its shared memory against
     /// what this GPU allows a block. Returns the PTX.
     pub fn compile(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape) -> Result<String> {
+        TileKernel::compile_with(gpu, kind, file, source, shape, false)
+    }
+
+    fn compile_with(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, traced: bool) -> Result<String> {
         let k = kind.source();
         let arch = kernels::arch_for(&gpu.fingerprint()?.compute_capability)?;
         kernels::require_arch(k, arch)?;
@@ -385,7 +467,11 @@ impl TileKernel {
                 crate::present::units::Bytes(most as u64)
             )));
         }
-        kernels::compile_source(file, source, arch, &shape.defines())
+        let mut defines = shape.defines().to_vec();
+        if traced {
+            defines.push((kernels::TILE_TRACE, 1));
+        }
+        kernels::compile_source(file, source, arch, &defines)
     }
 
     /// Loads PTX that [`TileKernel::compile`] made for this GPU, `kind` and
@@ -420,7 +506,7 @@ impl TileKernel {
             blocks_per_sm: per_sm,
             grid: gpu.fingerprint()?.sm_count * per_sm,
         };
-        Ok(TileKernel { module, kind, shape, resources })
+        Ok(TileKernel { module, kind, shape, resources, traced: false })
     }
 
     pub fn kind(&self) -> TileKind {
@@ -438,28 +524,88 @@ impl TileKernel {
     /// at both ends); returns its time by CUDA events `timing`, ms, after
     /// the stream has finished it.
     pub fn run(&self, stream: &Stream, padded: &DeviceBuffer, output: &DeviceBuffer, tiles: u32, timing: (&super::Event, &super::Event)) -> Result<f64> {
-        let n = tiles as usize * self.shape.tile as usize;
-        if tiles == 0 || (n + 2 * kernels::BLUR_RADIUS) * 4 > padded.bytes() || n * 4 > output.bytes() {
-            return Err(LabError::config(format!(
-                "{} tiles of {} do not fit an input of {} bytes and an output of {} bytes",
-                tiles,
-                self.shape.tile,
-                padded.bytes(),
-                output.bytes()
-            )));
-        }
-        let (mut src, mut dst, mut count) = (padded.ptr(), output.ptr(), tiles);
-        let mut params = [&mut src as *mut u64 as *mut c_void, &mut dst as *mut u64 as *mut c_void, &mut count as *mut u32 as *mut c_void];
         timing.0.record(stream)?;
-        // SAFETY: params match `(const float*, float*, unsigned int)`; the
-        // buffers hold what `tiles` tiles read and write (checked above) and
-        // outlive the launch, which is synchronized below before returning.
-        let queued = unsafe {
-            driver::launch_with_smem(self.module.func, self.resources.grid, self.shape.threads, self.resources.dynamic_smem, stream.raw(), &mut params)
-        }
-        .and_then(|_| timing.1.record(stream));
+        let queued = self.enqueue(stream, padded.span(), output.span(), tiles).and_then(|_| timing.1.record(stream));
+        // Whatever failed, nothing queued may outlive the borrows.
         stream.synchronize()?;
         queued?;
         timing.0.elapsed_ms(timing.1)
+    }
+
+    /// Enqueues one run over `tiles` tiles. The caller keeps both buffers
+    /// alive until the stream has run it (a `Pipeline` holds its buffers'
+    /// borrows until it synchronizes).
+    pub(crate) fn enqueue(&self, stream: &Stream, padded: DeviceSpan, output: DeviceSpan, tiles: u32) -> Result<()> {
+        let n = tiles as usize * self.shape.tile as usize;
+        if tiles == 0 || (n + 2 * kernels::BLUR_RADIUS) * 4 > padded.bytes || n * 4 > output.bytes {
+            return Err(LabError::config(format!(
+                "{} tiles of {} do not fit an input of {} bytes and an output of {} bytes",
+                tiles, self.shape.tile, padded.bytes, output.bytes
+            )));
+        }
+        let (mut src, mut dst, mut count) = (padded.ptr, output.ptr, tiles);
+        let mut params = [&mut src as *mut u64 as *mut c_void, &mut dst as *mut u64 as *mut c_void, &mut count as *mut u32 as *mut c_void];
+        // SAFETY: params match `(const float*, float*, unsigned int)`; the
+        // spans hold what `tiles` tiles read and write (checked above), and
+        // the caller keeps them alive until the stream has run the launch.
+        unsafe { driver::launch_with_smem(self.module.func, self.resources.grid, self.shape.threads, self.resources.dynamic_smem, stream.raw(), &mut params) }
+    }
+
+    /// Runs a kernel from [`TileKernel::load_traced`] once over `tiles`
+    /// tiles and reads back what block 0's warps stamped.
+    pub fn warp_trace(
+        &self,
+        stream: &Stream,
+        padded: &DeviceBuffer,
+        output: &DeviceBuffer,
+        tiles: u32,
+        timing: (&super::Event, &super::Event),
+    ) -> Result<WarpTrace> {
+        if !self.traced {
+            return Err(LabError::config(format!("{}: a warp trace needs the kernel built with TileKernel::load_traced", self.kind.source().file)));
+        }
+        let (spans, clock) = (self.module.global(kernels::TRACE_SPANS)?, self.module.global(kernels::TRACE_CLOCK)?);
+        // The module (and so its variables) lives as long as `self`.
+        stream.fill_span_u32(spans, 0)?;
+        stream.fill_span_u32(clock, 0)?;
+        self.run(stream, padded, output, tiles, timing)?;
+        WarpTrace::decode(&stream.read_words(clock, 4)?, &stream.read_words(spans, spans.bytes / 8)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warp_trace_decodes_warps_phases_tiles_and_time_from_cycles() {
+        // Block 0 ran 2000 ns over 1000 cycles: 2 ns a cycle.
+        let clock = [5_000, 100, 7_000, 1_100];
+        let span = |warp: u64, phase: u64, tile: u64, a: u64, b: u64| [1 << 63 | warp << 32 | phase << 16 | tile, a, b];
+        // Three stamped slots, in any order, among unused (zero) ones.
+        let words: Vec<u64> = [span(1, 2, 3, 600, 700), [0; 3], span(0, 0, 0, 100, 350), span(1, 1, 3, 350, 600), [0; 3]].concat();
+        let t = WarpTrace::decode(&clock, &words).unwrap();
+        assert_eq!(t.ns_per_cycle, 2.0);
+        assert_eq!(
+            t.spans,
+            vec![
+                WarpSpan { warp: 0, phase: WarpPhase::Copy, tile: 0, start_us: 0.0, end_us: 0.5 },
+                WarpSpan { warp: 1, phase: WarpPhase::Wait, tile: 3, start_us: 0.5, end_us: 1.0 },
+                WarpSpan { warp: 1, phase: WarpPhase::Compute, tile: 3, start_us: 1.0, end_us: 1.2 },
+            ]
+        );
+        // A kernel built without TILE_TRACE leaves the clocks at zero; a bad phase is named.
+        let e = WarpTrace::decode(&[0; 4], &[]).unwrap_err().to_string();
+        assert!(e.contains("did not advance") && e.contains("TILE_TRACE"), "{e}");
+        let e = WarpTrace::decode(&clock, &span(0, 9, 0, 100, 200)).unwrap_err().to_string();
+        assert!(e.contains("unknown phase 9"), "{e}");
+        assert!(WarpTrace::decode(&clock[..3], &[]).is_err());
+    }
+
+    #[test]
+    fn only_the_warp_specialized_kernel_gives_warps_jobs() {
+        let roles: Vec<_> = (0..4).map(|w| TileKind::WarpSpecialized.warp_role(w, 128)).collect();
+        assert_eq!(roles, [Some("loader"), Some("compute"), Some("compute"), Some("storer")]);
+        assert!(TileKind::ALL.iter().filter(|k| **k != TileKind::WarpSpecialized).all(|k| k.warp_role(0, 128).is_none()));
     }
 }

@@ -78,6 +78,13 @@ pub const REREAD: KernelSource = KernelSource {
 };
 
 /// Lab 7's test settings: 4096 outputs a tile, 256 threads, 2 stages.
+/// The `-D` setting that builds a tile kernel's warp timeline (see
+/// kernels/tile_blur.cuh): never set for timed runs.
+pub const TILE_TRACE: &str = "TILE_TRACE";
+/// Its buffers in the module: each warp's spans, and block 0's clock pairs.
+pub const TRACE_SPANS: &str = "tile_trace";
+pub const TRACE_CLOCK: &str = "tile_trace_clock";
+
 const TILE_TEST: &[(&str, i64)] = &[("TILE", 4096), ("THREADS", 256), ("STAGES", 2)];
 
 pub const TILE_NAIVE: KernelSource = KernelSource {
@@ -409,6 +416,25 @@ mod tests {
             }
             // fmad=false: the only FMAs are the explicit ones; no stray mul+add fusion.
             assert!(!ptx.contains("mad.f32"), "{}: unexpected contracted mad", k.file);
+        }
+    }
+
+    #[test]
+    fn traced_tile_kernels_stamp_the_warp_timeline_and_untraced_ones_do_not() {
+        if !nvrtc_or_skip("traced_tile_kernels_stamp_the_warp_timeline_and_untraced_ones_do_not") {
+            return;
+        }
+        for k in [&TILE_NAIVE, &TILE_ASYNC, &TILE_WARP_SPECIALIZED, &TILE_TMA] {
+            let plain = compile_ptx_with(k, "compute_90", k.test_defines).unwrap_or_else(|e| panic!("{e}"));
+            // (libcu++'s barrier waits read %globaltimer for their back-off, so only the buffers tell.)
+            assert!(!plain.contains("tile_trace"), "{}: untraced PTX stamps", k.file);
+            let traced_defines: Vec<_> = k.test_defines.iter().copied().chain([(TILE_TRACE, 1)]).collect();
+            let traced = compile_ptx_with(k, "compute_90", &traced_defines).unwrap_or_else(|e| panic!("{e}"));
+            for needle in [".global .align 8 .b8 tile_trace[", "tile_trace_clock", "%globaltimer", "%clock64"] {
+                assert!(traced.contains(needle), "{}: traced PTX lacks `{needle}`", k.file);
+            }
+            // Plain stores: an atomic counter would make each stamp wait on L2.
+            assert!(!traced.contains("atom.global"), "{}: the trace must not wait on atomics", k.file);
         }
     }
 

@@ -33,7 +33,9 @@ pub use host::{
     alloc_host, HostBuffer, HostMemoryKind, MappedBuffer, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer,
 };
 pub use host_fn::HostTask;
-pub use kernel::{ComputeKernel, KernelResources, Module, ReadFrom, RereadKernel, RowDotArgs, RowDotKernel, TileKernel, TileKind, TileShape};
+pub use kernel::{
+    ComputeKernel, KernelResources, Module, ReadFrom, RereadKernel, RowDotArgs, RowDotKernel, TileKernel, TileKind, TileShape, WarpSpan, WarpTrace,
+};
 pub use pipeline::{Dataset, GpuIssuer, Pipeline, PipelineRun, TimelineSource};
 pub use plan::{CapturedPlan, MachineFacts, PlanRig, Replay};
 pub use pool::{MemPool, PoolBuffer, PoolUsage, ThresholdGuard};
@@ -287,23 +289,53 @@ impl Stream {
     /// (cuMemcpyDtoDAsync), and returns its time by CUDA events `timing`
     /// once the stream has finished it, ms: lab 7's device-memory ceiling.
     pub fn copy_on_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize, timing: (&Event, &Event)) -> Result<f64> {
-        if bytes == 0 || bytes > src.bytes || bytes > dst.bytes || src.ptr == dst.ptr {
-            return Err(LabError::config(format!("a D2D copy of {bytes} bytes does not fit {} -> {} bytes of two buffers", src.bytes, dst.bytes)));
-        }
         timing.0.record(self)?;
-        // SAFETY: both ranges lie in live allocations (checked above) that
-        // the borrows keep alive until the synchronize below.
-        let queued = unsafe { driver::memcpy_dtod_async(dst.ptr, src.ptr, bytes, self.raw) }.and_then(|_| timing.1.record(self));
+        let queued = self.enqueue_copy_on_device(dst.span(), src.span(), bytes).and_then(|_| timing.1.record(self));
+        // Whatever failed, nothing queued may outlive the borrows.
         self.synchronize()?;
         queued?;
         timing.0.elapsed_ms(timing.1)
     }
+    /// Enqueues a device-to-device copy of `bytes` from `src` to `dst`. The
+    /// caller keeps both alive until the stream has run it (a `Pipeline`
+    /// holds its buffers' borrows until it synchronizes).
+    pub(crate) fn enqueue_copy_on_device(&self, dst: DeviceSpan, src: DeviceSpan, bytes: usize) -> Result<()> {
+        if bytes == 0 || bytes > src.bytes || bytes > dst.bytes || src.ptr == dst.ptr {
+            return Err(LabError::config(format!("a D2D copy of {bytes} bytes does not fit {} -> {} bytes of two buffers", src.bytes, dst.bytes)));
+        }
+        // SAFETY: both ranges lie in live allocations (checked above; the
+        // caller keeps them alive until the copy has run) and are distinct
+        // allocations, so they do not overlap.
+        unsafe { driver::memcpy_dtod_async(dst.ptr, src.ptr, bytes, self.raw) }
+    }
     /// Fills `buf` with the 32-bit word `value` (to poison it) and waits.
     pub fn fill_u32(&self, buf: &DeviceBuffer, value: u32) -> Result<()> {
-        // SAFETY: the range is exactly `buf`'s allocation, which the borrow
-        // keeps alive until the synchronize below.
-        unsafe { driver::memset_d32_async(buf.ptr, value, buf.bytes / 4, self.raw) }?;
+        self.fill_span_u32(buf.span(), value)
+    }
+    /// As [`Stream::fill_u32`], over device memory the caller keeps alive
+    /// until this returns (a module's variable, a buffer's span).
+    pub(crate) fn fill_span_u32(&self, span: DeviceSpan, value: u32) -> Result<()> {
+        // SAFETY: the range is exactly the span, which the caller keeps
+        // alive until the synchronize below.
+        unsafe { driver::memset_d32_async(span.ptr, value, span.bytes / 4, self.raw) }?;
         self.synchronize()
+    }
+    /// The first `words` 64-bit words of device memory the caller keeps
+    /// alive until this returns, read back and waited for (small untimed
+    /// reads: a module's variables).
+    pub(crate) fn read_words(&self, span: DeviceSpan, words: usize) -> Result<Vec<u64>> {
+        if words * 8 > span.bytes {
+            return Err(LabError::config(format!("reading {words} words from {} bytes of device memory", span.bytes)));
+        }
+        let mut v = vec![0u64; words];
+        if words > 0 {
+            // SAFETY: `v` holds `words` words and lives past the synchronize;
+            // the span is live (caller) and at least that long (checked).
+            let queued = unsafe { driver::memcpy_dtoh_async(v.as_mut_ptr() as *mut std::ffi::c_void, span.ptr, words * 8, self.raw) };
+            self.synchronize()?;
+            queued?;
+        }
+        Ok(v)
     }
 }
 

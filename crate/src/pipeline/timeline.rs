@@ -1,7 +1,9 @@
-//! Timelines without Nsight: spans on lanes (streams, CPU threads) in µs,
-//! drawn as a Gantt chart and exported as Chrome-trace JSON that Perfetto and
-//! chrome://tracing open. Measured timelines come from CUDA events against
-//! one base event; predicted ones from the schedule model.
+//! Timelines without Nsight: spans on lanes (streams, CPU threads, or the
+//! warps inside one block of a kernel) in µs, drawn as a Gantt chart and
+//! exported as Chrome-trace JSON that Perfetto and chrome://tracing open.
+//! Measured timelines come from CUDA events against one base event (or,
+//! inside a kernel, from the SM's cycle counter); predicted ones from the
+//! schedule model.
 
 use crate::error::{LabError, Result};
 use crate::pipeline::schedule::{Lane, Memory, OpKind, Schedule};
@@ -19,6 +21,57 @@ pub struct Span {
     pub label: String,
     pub start_us: f64,
     pub end_us: f64,
+    /// Inside a kernel: what a warp is doing (its colour instead of the kind's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<WarpPhase>,
+}
+
+/// What a warp of a tile kernel is doing (lab 7's warp timeline): the codes
+/// are kernels/tile_blur.cuh's PHASE_* values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarpPhase {
+    /// Moving a tile in: loads through registers, or issuing its asynchronous copies.
+    Copy,
+    /// Waiting: for a tile's copies to land, at a block barrier, for a free slot.
+    Wait,
+    /// Blurring a tile (and storing it, but in the warp-specialized kernel).
+    Compute,
+    /// The storer warp writing results to device memory.
+    Store,
+}
+
+impl WarpPhase {
+    pub const ALL: [WarpPhase; 4] = [WarpPhase::Copy, WarpPhase::Wait, WarpPhase::Compute, WarpPhase::Store];
+    /// The phase a kernel stamped (PHASE_COPY = 0 .. PHASE_STORE = 3).
+    pub fn from_code(code: u32) -> Option<WarpPhase> {
+        WarpPhase::ALL.get(code as usize).copied()
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            WarpPhase::Copy => "copy in",
+            WarpPhase::Wait => "wait",
+            WarpPhase::Compute => "compute",
+            WarpPhase::Store => "store",
+        }
+    }
+    /// Copies in the H2D colour, compute in the kernel's, stores in the
+    /// D2H's, waiting in grey: the same meaning as on the stream timelines.
+    pub fn color(self) -> RGBColor {
+        match self {
+            WarpPhase::Copy => kind_color(OpKind::H2d),
+            WarpPhase::Wait => RGBColor(200, 200, 200),
+            WarpPhase::Compute => kind_color(OpKind::Kernel),
+            WarpPhase::Store => kind_color(OpKind::D2h),
+        }
+    }
+}
+
+impl Span {
+    /// The span's fill: its warp phase's colour, else its kind's.
+    pub fn color(&self) -> RGBColor {
+        self.phase.map_or_else(|| kind_color(self.kind), WarpPhase::color)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -90,12 +143,12 @@ impl Timeline {
             .ops
             .iter()
             .zip(times_us)
-            .map(|(op, &(start_us, end_us))| Span { lane: lane(op.lane), kind: op.kind, label: op.label.clone(), start_us, end_us })
+            .map(|(op, &(start_us, end_us))| Span { lane: lane(op.lane), kind: op.kind, label: op.label.clone(), start_us, end_us, phase: None })
             .collect();
         Timeline { title: title.into(), device: device.into(), spans, source: String::new() }
     }
 
-    /// Lanes in order of first appearance: streams first, then CPU threads.
+    /// Every lane once, in order: streams (or warps) by number, then CPU threads.
     pub fn lanes(&self) -> Vec<String> {
         let mut v: Vec<String> = Vec::new();
         for s in &self.spans {
@@ -103,7 +156,12 @@ impl Timeline {
                 v.push(s.lane.clone());
             }
         }
-        v.sort_by_key(|l| (l.starts_with("CPU"), l.clone()));
+        // Numbers compare as numbers: "warp 2" before "warp 10".
+        v.sort_by_key(|l| {
+            let digits = l.find(|c: char| c.is_ascii_digit()).unwrap_or(l.len());
+            let end = l[digits..].find(|c: char| !c.is_ascii_digit()).map_or(l.len(), |e| digits + e);
+            (l.starts_with("CPU"), l[..digits].to_string(), l[digits..end].parse::<u64>().unwrap_or(0), l[end..].to_string())
+        });
         v
     }
 
@@ -137,9 +195,13 @@ impl Timeline {
         }
         for s in &self.spans {
             let tid = lanes.iter().position(|l| l == &s.lane).unwrap_or(0);
+            let (name, cat) = match s.phase {
+                Some(p) => (s.label.clone(), p.label()),
+                None => (trace_name(s.kind, &s.label), s.kind.label()),
+            };
             events.push(serde_json::json!({
-                "name": trace_name(s.kind, &s.label),
-                "cat": s.kind.label(),
+                "name": name,
+                "cat": cat,
                 "ph": "X",
                 "pid": 0,
                 "tid": tid,
@@ -197,6 +259,8 @@ impl Chart for Gantt {
         let t0 = self.timelines.iter().map(|t| t.start_us()).fold(f64::INFINITY, f64::min);
         let t0 = if t0.is_finite() { t0 } else { 0.0 };
         let t1 = self.timelines.iter().map(|t| t.end_us()).fold(0.0, f64::max).max(t0 + 1.0);
+        // Spans inside a kernel last microseconds: below 2 ms the axis reads µs.
+        let (per_unit, unit) = if t1 - t0 < 2000.0 { (1.0, "µs") } else { (1e3, "ms") };
         let heights: Vec<u32> = self.timelines.iter().map(Gantt::panel_height).collect();
         let mut rest = body;
         for (t, h) in self.timelines.iter().zip(heights) {
@@ -205,14 +269,14 @@ impl Chart for Gantt {
             let lanes = t.lanes();
             let n = lanes.len().max(1);
             let clock = if t.source.is_empty() { String::new() } else { format!(", {}", t.source) };
-            let caption = format!("{} (makespan {:.1} ms{clock})", t.title, t.makespan_us() / 1e3);
+            let caption = format!("{} (makespan {:.1} {unit}{clock})", t.title, t.makespan_us() / per_unit);
             let mut chart = ChartBuilder::on(&area)
                 .caption(caption, ("sans-serif", 15))
                 .margin(8)
                 .x_label_area_size(30)
                 .y_label_area_size(170)
                 // 15% headroom on the right keeps the legend off the last spans.
-                .build_cartesian_2d(0.0..(t1 - t0) / 1e3 * 1.15, 0.0..n as f64)
+                .build_cartesian_2d(0.0..(t1 - t0) / per_unit * 1.15, 0.0..n as f64)
                 .map_err(|e| e.to_string())?;
             let names = lanes.clone();
             chart
@@ -227,7 +291,7 @@ impl Chart for Gantt {
                         String::new()
                     }
                 })
-                .x_desc("ms")
+                .x_desc(unit)
                 .label_style(("sans-serif", 12))
                 .light_line_style(RGBColor(238, 238, 238))
                 .draw()
@@ -235,21 +299,22 @@ impl Chart for Gantt {
             for s in &t.spans {
                 let row = lanes.iter().position(|l| l == &s.lane).unwrap_or(0);
                 let y = (n - 1 - row) as f64;
-                let (a, b) = ((s.start_us - t0) / 1e3, (s.end_us - t0) / 1e3);
-                chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], kind_color(s.kind).filled()))).map_err(|e| e.to_string())?;
+                let (a, b) = ((s.start_us - t0) / per_unit, (s.end_us - t0) / per_unit);
+                chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], s.color().filled()))).map_err(|e| e.to_string())?;
                 // A hairline edge keeps back-to-back spans apart.
                 chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], WHITE.stroke_width(1)))).map_err(|e| e.to_string())?;
             }
+            // A legend entry per colour drawn: warp phases, else op kinds.
             let drawn = [OpKind::H2d, OpKind::Kernel, OpKind::D2h, OpKind::Host, OpKind::Alloc(Memory::Device), OpKind::Free(Memory::Device)];
-            for kind in drawn {
-                if t.spans.iter().any(|s| s.kind.drawn() == kind) {
-                    let c = kind_color(kind);
-                    chart
-                        .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
-                        .map_err(|e| e.to_string())?
-                        .label(kind.label())
-                        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
-                }
+            let mut legend: Vec<(&str, RGBColor)> =
+                WarpPhase::ALL.iter().filter(|p| t.spans.iter().any(|s| s.phase == Some(**p))).map(|p| (p.label(), p.color())).collect();
+            legend.extend(drawn.iter().filter(|k| t.spans.iter().any(|s| s.phase.is_none() && s.kind.drawn() == **k)).map(|k| (k.label(), kind_color(*k))));
+            for (label, c) in legend {
+                chart
+                    .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+                    .map_err(|e| e.to_string())?
+                    .label(label)
+                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
             }
             chart
                 .configure_series_labels()

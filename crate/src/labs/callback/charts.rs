@@ -147,8 +147,22 @@ mod tests {
                 .flat_map(|t| {
                     let s = t as f64 * 300.0 * if i == 0 { 2.0 } else { 1.0 };
                     [
-                        Span { lane: "stream 0: compute".into(), kind: OpKind::Kernel, label: format!("row_dot {t}"), start_us: s, end_us: s + 260.0 },
-                        Span { lane: "CPU: worker thread".into(), kind: OpKind::Host, label: format!("argmin {t}"), start_us: s + 270.0, end_us: s + 540.0 },
+                        Span {
+                            lane: "stream 0: compute".into(),
+                            kind: OpKind::Kernel,
+                            label: format!("row_dot {t}"),
+                            start_us: s,
+                            end_us: s + 260.0,
+                            phase: None,
+                        },
+                        Span {
+                            lane: "CPU: worker thread".into(),
+                            kind: OpKind::Host,
+                            label: format!("argmin {t}"),
+                            start_us: s + 270.0,
+                            end_us: s + 540.0,
+                            phase: None,
+                        },
                     ]
                 })
                 .collect();

@@ -5,9 +5,11 @@
 use super::{KernelPipelineConfig, KernelPipelineResults, VariantResult, LAB};
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::{blur_reference, BLUR_RADIUS};
-use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Stream, TileKernel};
+use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Stream, TileKernel, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
+use crate::pipeline::schedule::{Access, OpKind};
+use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 
 /// The device buffers and host staging every kernel of one run shares.
@@ -76,6 +78,39 @@ impl TileData {
         kernel.run(&self.stream, &self.padded, &self.output, self.tiles(kernel)?, (&self.timing.0, &self.timing.1))
     }
 
+    /// One round as the stream runs it: the ceiling's copy, then each of
+    /// `kernels` (named), back to back, each op timed by CUDA events.
+    /// (CUPTI's records are matched to H2D, D2H and kernels; the ceiling's
+    /// copy is device to device. Events cost ~1.3 µs each, against kernels
+    /// of 100 µs and more.)
+    pub fn round_timeline(&self, gpu: &Gpu, kernels: &[(&str, &TileKernel)]) -> Result<Option<Timeline>> {
+        let mut p = gpu.pipeline_timed(TimelineSource::Events, kernels.len() + 1, true)?;
+        let s = p.stream(&self.stream, "copy and kernels");
+        let (input, output, n) = (self.padded.span(), self.output.span(), self.n);
+        let (reads, writes) = (Access::read("input", 0, n as u64), Access::write("output", 0, n as u64));
+        p.op(s, OpKind::Kernel, "D2D copy (the ceiling)", vec![reads.clone(), writes.clone()], move |st| st.enqueue_copy_on_device(output, input, n * 4))?;
+        for &(name, k) in kernels {
+            let tiles = self.tiles(k)?;
+            p.op(s, OpKind::Kernel, name, vec![reads.clone(), writes.clone()], move |st| k.enqueue(st, input, output, tiles))?;
+        }
+        let mut timeline = p.finish()?.timeline;
+        if let Some(t) = &mut timeline {
+            t.title = "one round: the ceiling's copy, then every kernel".into();
+        }
+        Ok(timeline)
+    }
+
+    /// A kernel from `TileKernel::load_traced` run once on the current
+    /// input, its outputs verified, and what block 0's warps did as a
+    /// timeline titled `title`.
+    pub fn warp_timeline(&mut self, gpu: &Gpu, kernel: &TileKernel, title: &str) -> Result<Timeline> {
+        let tiles = self.tiles(kernel)?;
+        self.stream.fill_u32(&self.output, pattern::POISON as u32)?;
+        let trace = kernel.warp_trace(&self.stream, &self.padded, &self.output, tiles, (&self.timing.0, &self.timing.1))?;
+        self.verify(title)?;
+        Ok(super::warp_timeline(kernel.kind(), kernel.shape(), &trace, title, &gpu.label()))
+    }
+
     fn tiles(&self, kernel: &TileKernel) -> Result<u32> {
         let tile = kernel.shape().tile as usize;
         if self.n % tile != 0 || self.n / tile > u32::MAX as usize {
@@ -108,7 +143,7 @@ pub fn gbps(n: usize, ms: f64) -> f64 {
 pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Result<KernelPipelineResults> {
     cfg.validate()?;
     let variants = cfg.variants();
-    let mut progress = Progress::new(progress, variants.len() as u64 + 3, LAB);
+    let mut progress = Progress::new(progress, variants.len() as u64 + 5, LAB);
     let mut data = TileData::new(gpu, cfg.elements())?;
     let mut kernels = Vec::new();
     let mut results = Vec::new();
@@ -160,11 +195,21 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
     progress.step(&format!("{} rounds of the ceiling's copy and every kernel", cfg.repeats));
     verify_all(&mut data, &results, &kernels)?;
     progress.step("every kernel verified again on new input");
+    let named: Vec<(&str, &TileKernel)> = results.iter().zip(&kernels).filter_map(|(r, k)| k.as_ref().map(|k| (r.variant.name.as_str(), k))).collect();
+    let round = data.round_timeline(gpu, &named)?;
+    progress.step("one round on the timeline");
+    let mut warps = Vec::new();
+    for v in cfg.diagram_variants().into_iter().filter(|v| results.iter().any(|r| r.variant == *v && r.skipped.is_none())) {
+        let _range = crate::gpu::trace::range(&format!("warp timeline {}", v.name));
+        let traced = TileKernel::load_traced(gpu, v.kind, v.shape)?;
+        warps.push(data.warp_timeline(gpu, &traced, &v.name)?);
+    }
+    progress.step(&format!("block 0's warps traced in {} kernels (a traced build, outputs verified)", warps.len()));
     for (r, t) in results.iter_mut().zip(&times) {
         if !t.is_empty() {
             r.ms = Some(Summary::of(t)?);
         }
     }
     progress.finish();
-    Ok(KernelPipelineResults { config: cfg.clone(), copy_ms: Summary::of(&copy)?, variants: results })
+    Ok(KernelPipelineResults { config: cfg.clone(), copy_ms: Summary::of(&copy)?, variants: results, round, warps })
 }

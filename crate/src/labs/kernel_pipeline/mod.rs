@@ -3,7 +3,9 @@
 //! each SM busy. The kernels of `kernels/tile_*.cu` (naive tiled,
 //! asynchronous copies with 1 to 4 stages, warp-specialized, the TMA) run
 //! over one workload, each against the device-memory ceiling (a large
-//! device-to-device copy) measured in the same rounds.
+//! device-to-device copy) measured in the same rounds. Two timelines show
+//! it: one round of every kernel on the stream, and, from traced builds of
+//! four kernels, what each warp of one block does when.
 //!
 //! May use what every lab may (see `labs`).
 
@@ -11,8 +13,11 @@ pub mod exercise;
 pub mod measure;
 
 use crate::error::{LabError, Result};
+use crate::gpu::WarpTrace;
 use crate::gpu::{KernelResources, TileKind, TileShape};
 use crate::measure::stats::Summary;
+use crate::pipeline::schedule::OpKind;
+use crate::pipeline::timeline::{Gantt, Span, Timeline, WarpPhase};
 use serde::{Deserialize, Serialize};
 
 pub const LAB: &str = "kernel-pipeline";
@@ -132,9 +137,89 @@ impl KernelPipelineConfig {
         }
         v
     }
+
+    /// The kernels whose warps the lab traces, one of each way to keep
+    /// tiles in flight: the naive kernel, double buffering (2 stages at
+    /// --tile, else the sweep's first), the first warp-specialized kernel
+    /// and the TMA kernel with the most stages.
+    pub fn diagram_variants(&self) -> Vec<Variant> {
+        let v = self.variants();
+        let sweep = v
+            .iter()
+            .find(|x| x.role == Role::Sweep && x.shape.stages == 2 && x.shape.tile == self.tile)
+            .or_else(|| v.iter().find(|x| x.role == Role::Sweep && x.shape.stages == 2))
+            .or_else(|| v.iter().find(|x| x.role == Role::Sweep));
+        let picks = [
+            v.iter().find(|x| x.role == Role::Baseline),
+            sweep,
+            v.iter().find(|x| x.kind == TileKind::WarpSpecialized),
+            v.iter().filter(|x| x.kind == TileKind::Tma).max_by_key(|x| x.shape.stages),
+        ];
+        picks.into_iter().flatten().cloned().collect()
+    }
 }
 
 crate::lab_config!(KernelPipelineConfig);
+
+/// Block 0's warps of a traced run as a timeline: a lane per warp ("warp
+/// 0: loader" where warps have different jobs), a span per phase of each
+/// of its first tiles.
+pub fn warp_timeline(kind: TileKind, shape: TileShape, trace: &WarpTrace, title: &str, device: &str) -> Timeline {
+    let spans = trace
+        .spans
+        .iter()
+        .map(|w| Span {
+            lane: match kind.warp_role(w.warp, shape.threads) {
+                Some(role) => format!("warp {}: {role}", w.warp),
+                None => format!("warp {}", w.warp),
+            },
+            kind: OpKind::Kernel,
+            label: format!("tile {}: {}", w.tile, w.phase.label()),
+            start_us: w.start_us,
+            end_us: w.end_us,
+            phase: Some(w.phase),
+        })
+        .collect();
+    Timeline { title: title.into(), device: device.into(), spans, source: "SM cycle counter, traced build".into() }
+}
+
+/// The block's tiles a warp timeline covers, first and last (its spans'
+/// labels read "tile k: phase").
+pub fn tile_range(t: &Timeline) -> Option<(u32, u32)> {
+    let tiles = t.spans.iter().filter_map(|s| s.label.strip_prefix("tile ")?.split(':').next()?.parse::<u32>().ok());
+    tiles.fold(None, |r, k| Some(r.map_or((k, k), |(a, b): (u32, u32)| (a.min(k), b.max(k)))))
+}
+
+/// How often block 0 finished a tile, µs: each warp's time from its first
+/// stamp to its last over the tiles it stamped, the median over warps. (Not
+/// the panel's whole width: a warp-specialized loader runs stages ahead of
+/// the storer, so their spans together cover more than the tiles' time.)
+pub fn tile_period_us(t: &Timeline) -> Option<f64> {
+    let (a, b) = tile_range(t)?;
+    let tiles = (b - a + 1) as f64;
+    let periods: Vec<f64> = t
+        .lanes()
+        .iter()
+        .map(|lane| {
+            let (lo, hi) =
+                t.spans.iter().filter(|s| &s.lane == lane).fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), s| (lo.min(s.start_us), hi.max(s.end_us)));
+            (hi - lo) / tiles
+        })
+        .collect();
+    Summary::of(&periods).ok().map(|s| s.median)
+}
+
+/// The share of a lane's stamped time in each phase, in [`WarpPhase::ALL`] order.
+pub fn phase_shares(t: &Timeline, lane: &str) -> [f64; 4] {
+    let mut busy = [0.0; 4];
+    for s in t.spans.iter().filter(|s| s.lane == lane) {
+        if let Some(p) = s.phase {
+            busy[WarpPhase::ALL.iter().position(|x| *x == p).unwrap_or(0)] += s.end_us - s.start_us;
+        }
+    }
+    let total: f64 = busy.iter().sum();
+    busy.map(|b| if total > 0.0 { b / total } else { 0.0 })
+}
 
 /// What a variant is in the lab's story.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +264,13 @@ pub struct KernelPipelineResults {
     /// The D2D copy of the input, ms, one per round (the ceiling).
     pub copy_ms: Summary,
     pub variants: Vec<VariantResult>,
+    /// One round on the stream: the ceiling's copy and every kernel.
+    #[serde(default)]
+    pub round: Option<Timeline>,
+    /// What block 0's warps did over their first tiles, per traced kernel
+    /// ([`KernelPipelineConfig::diagram_variants`]), titled by variant.
+    #[serde(default)]
+    pub warps: Vec<Timeline>,
 }
 
 impl KernelPipelineResults {
@@ -245,6 +337,33 @@ impl KernelPipelineResults {
         }
         out += "  (regs: registers per thread; smem: shared memory per block; occ: the share of an SM's threads that fit; bps: blocks per SM launched; lcl: spilled bytes per thread)\n";
         out += &self.summary_lines();
+        out += &self.warp_lines();
+        out
+    }
+
+    /// Per traced kernel: how long block 0 took a tile, and
+    /// how the first warp of each job split that time between phases.
+    pub fn warp_lines(&self) -> String {
+        if self.warps.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from("what block 0's warps did, tile by tile (a traced build; share of each warp's stamped time):\n");
+        for t in &self.warps {
+            let (a, b) = tile_range(t).unwrap_or((0, 0));
+            out += &format!("  {:<48} tiles {a} to {b}: a tile every {:.2} us\n", t.title, tile_period_us(t).unwrap_or(f64::NAN));
+            let mut seen = Vec::new();
+            for lane in t.lanes() {
+                let job = lane.split(": ").nth(1).unwrap_or("all alike").to_string();
+                if seen.contains(&job) {
+                    continue;
+                }
+                seen.push(job);
+                let shares = phase_shares(t, &lane);
+                let parts: Vec<String> =
+                    WarpPhase::ALL.iter().zip(shares).filter(|(_, s)| *s > 0.0).map(|(p, s)| format!("{} {:.0}%", p.label(), 100.0 * s)).collect();
+                out += &format!("    {:<22} {}\n", lane, parts.join(", "));
+            }
+        }
         out
     }
 
@@ -340,6 +459,49 @@ impl KernelPipelineResults {
     }
 }
 
+impl KernelPipelineResults {
+    /// What each warp does when, a panel per traced kernel on one time
+    /// axis: warps 0 and 1 and the last (the loader, a compute warp and the
+    /// storer in the warp-specialized kernel; in the others every warp does
+    /// the same). The Chrome traces keep every warp.
+    pub fn warp_chart(&self, origin: &str) -> Option<Gantt> {
+        if self.warps.is_empty() {
+            return None;
+        }
+        let panels = self
+            .warps
+            .iter()
+            .map(|t| {
+                let lanes = t.lanes();
+                let shown: Vec<&String> = lanes.iter().enumerate().filter(|(i, _)| *i < 2 || *i + 1 == lanes.len()).map(|(_, l)| l).collect();
+                // Each panel from its own first stamp: the kernels ran at different times.
+                let t0 = t.start_us();
+                let spans = t
+                    .spans
+                    .iter()
+                    .filter(|s| shown.contains(&&s.lane))
+                    .map(|s| Span { start_us: s.start_us - t0, end_us: s.end_us - t0, ..s.clone() })
+                    .collect();
+                Timeline { spans, ..t.clone() }
+            })
+            .collect();
+        let (a, b) = self.warps.first().and_then(tile_range).unwrap_or((0, 0));
+        Some(Gantt::new(&format!("{LAB}-warps"), &format!("Lab 7: what each warp of block 0 does, its tiles {a} to {b}"), origin, panels))
+    }
+
+    /// One round on the stream: the ceiling's copy and every kernel, back to back.
+    pub fn round_chart(&self, origin: &str) -> Option<Gantt> {
+        let t = self.round.clone()?;
+        Some(Gantt::new(&format!("{LAB}-round"), "Lab 7: one round of the ceiling's copy and every kernel on the stream", origin, vec![t]))
+    }
+
+    /// File-name slug of a traced kernel's title.
+    fn slug(title: &str) -> String {
+        let s: String = title.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+        s.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-")
+    }
+}
+
 pub type KernelPipelineRecord = crate::measure::record::Record<KernelPipelineResults>;
 
 /// Notebook entry points for lab 7.
@@ -351,6 +513,21 @@ impl crate::notebook::LabRun<KernelPipelineResults> {
     /// Share of the ceiling against stages in flight.
     pub fn chart(&self) -> crate::present::chart::Figure {
         self.record.results.chart(&self.origin())
+    }
+    /// What each warp of block 0 does when, in four kernels (from traced
+    /// builds).
+    pub fn warps(&self) -> Result<Gantt> {
+        self.record.results.warp_chart(&self.origin()).ok_or_else(|| self.predates("the warp timeline"))
+    }
+    /// One round on the stream: the ceiling's copy and every kernel.
+    pub fn round(&self) -> Result<Gantt> {
+        self.record.results.round_chart(&self.origin()).ok_or_else(|| self.predates("the round's timeline"))
+    }
+    fn predates(&self, what: &str) -> LabError {
+        LabError::config(format!(
+            "{}: this recording has no {what} (it was made before the lab traced it): run `overlap-lab kernel-pipeline` to record again",
+            self.origin()
+        ))
     }
     /// Checks the learner's double-buffered kernel in `path` (read when
     /// called, so edits to the file count): on a GPU, its outputs and its
@@ -370,10 +547,24 @@ impl crate::notebook::LabRun<KernelPipelineResults> {
     }
 }
 
-/// The report's files for a recording: the stage chart and the table.
+/// The report's files for a recording: the stage chart, the warp and
+/// round timelines (with Chrome traces), and the table.
 pub fn report(rec: &KernelPipelineRecord, dir: &std::path::Path, origin: &str) -> Result<Vec<std::path::PathBuf>> {
     use crate::present::chart::Chart;
     let mut files = rec.results.chart(origin).save(dir)?;
+    for g in [rec.results.warp_chart(origin), rec.results.round_chart(origin)].into_iter().flatten() {
+        files.extend(g.save(dir)?);
+    }
+    for t in &rec.results.warps {
+        let trace = dir.join(format!("{LAB}-warps-{}.trace.json", KernelPipelineResults::slug(&t.title)));
+        t.save_chrome_trace(&trace)?;
+        files.push(trace);
+    }
+    if let Some(t) = &rec.results.round {
+        let trace = dir.join(format!("{LAB}-round.trace.json"));
+        t.save_chrome_trace(&trace)?;
+        files.push(trace);
+    }
     files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", rec.results.table()))?);
     Ok(files)
 }
@@ -463,7 +654,31 @@ mod tests {
                 }
             })
             .collect();
-        KernelPipelineResults { config: c, copy_ms: s(1.0), variants }
+        let spans = |warp: u32, phases: &[(WarpPhase, f64)]| {
+            let mut at = 0.0;
+            let mut v = Vec::new();
+            for tile in 0..2 {
+                for &(phase, us) in phases {
+                    v.push(crate::gpu::WarpSpan { warp, phase, tile, start_us: at, end_us: at + us });
+                    at += us;
+                }
+            }
+            v
+        };
+        let naive: Vec<_> = (0..4).flat_map(|w| spans(w, &[(WarpPhase::Copy, 1.0), (WarpPhase::Wait, 0.5), (WarpPhase::Compute, 0.5)])).collect();
+        let ws: Vec<_> = spans(0, &[(WarpPhase::Wait, 0.2), (WarpPhase::Copy, 0.3)])
+            .into_iter()
+            .chain(spans(1, &[(WarpPhase::Wait, 0.25), (WarpPhase::Compute, 0.75)]))
+            .chain(spans(2, &[(WarpPhase::Wait, 0.1), (WarpPhase::Compute, 0.9)]))
+            .chain(spans(3, &[(WarpPhase::Wait, 0.5), (WarpPhase::Store, 0.5)]))
+            .collect();
+        let trace = |spans| WarpTrace { spans, ns_per_cycle: 0.5 };
+        let shape = TileShape { tile: 1024, threads: 128, stages: 2 };
+        let warps = vec![
+            warp_timeline(TileKind::Naive, shape, &trace(naive), "naive", "GPU 0 (test)"),
+            warp_timeline(TileKind::WarpSpecialized, shape, &trace(ws), "warp-specialized, 2 stages, 2 compute warps", "GPU 0 (test)"),
+        ];
+        KernelPipelineResults { config: c, copy_ms: s(1.0), variants, round: None, warps }
     }
 
     #[test]
@@ -481,6 +696,38 @@ mod tests {
         assert!(h[3].1.starts_with("97.6% (warp-specialized"), "{h:?}");
         let ceiling = r.ceiling_gbps();
         assert!((ceiling - 2.0 * 4.0 * r.config.elements() as f64 / 1e6).abs() < 1e-6, "{ceiling}");
+    }
+
+    #[test]
+    fn the_warp_timeline_names_each_job_and_splits_its_time() {
+        let r = fixture();
+        let ws = &r.warps[1];
+        assert_eq!(ws.lanes(), ["warp 0: loader", "warp 1: compute", "warp 2: compute", "warp 3: storer"]);
+        assert!(ws.spans.iter().all(|s| s.phase.is_some() && s.label.starts_with("tile ")), "{:?}", ws.spans[0]);
+        let shares = phase_shares(ws, "warp 3: storer");
+        assert_eq!(shares, [0.0, 0.5, 0.0, 0.5]);
+        let lines = r.warp_lines();
+        // One line per job (the second compute warp is left out), tiles and time per kernel.
+        assert!(lines.contains("naive") && lines.contains("tiles 0 to 1: a tile every 2.00 us"), "{lines}");
+        // Warp-specialized: loader 0.5, compute 1.0 and storer 1.0 us a tile: the median warp's 1.0, not the panel's width.
+        assert_eq!(tile_period_us(ws), Some(1.0));
+        assert!(lines.contains("warp 0: loader") && lines.contains("copy in 60%, wait 40%"), "{lines}");
+        assert!(lines.contains("warp 1: compute") && lines.contains("wait 25%, compute 75%") && !lines.contains("warp 2: compute"), "{lines}");
+        assert!(lines.contains("warp 0 ") && lines.contains("copy in 50%, wait 25%, compute 25%"), "{lines}");
+        assert!(r.table().contains("what block 0's warps did"), "the table carries the warp lines");
+        // The chart keeps warps 0, 1 and the last: the naive kernel's warp 2 is not drawn.
+        let g = r.warp_chart("test").unwrap();
+        assert_eq!(g.timelines[0].lanes(), ["warp 0", "warp 1", "warp 3"]);
+        assert_eq!(g.timelines[1].lanes(), ["warp 0: loader", "warp 1: compute", "warp 3: storer"]);
+        let svg = crate::present::chart::Chart::to_svg(&g).unwrap();
+        assert!(svg.contains("µs") && svg.contains("copy in") && svg.contains("store") && svg.contains("its tiles 0 to 1"), "legend, units, title");
+        assert!(r.round_chart("test").is_none(), "no round timeline, no chart");
+        let dir = crate::testing::temp_dir("kernel-pipeline-report");
+        let rec = crate::measure::record::Record::new(LAB, crate::testing::fingerprint(), r);
+        let files = report(&rec, &dir, "test").unwrap();
+        let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        assert!(names.contains(&"kernel-pipeline-warps.svg".to_string()), "{names:?}");
+        assert!(names.contains(&"kernel-pipeline-warps-warp-specialized-2-stages-2-compute-warps.trace.json".to_string()), "{names:?}");
     }
 
     #[test]
