@@ -25,10 +25,10 @@ tile_async(const float* __restrict__ in, float* __restrict__ out, unsigned int t
     unsigned int fetched = 0;
     TRACE_BLOCK_START();
     for (unsigned int k = 0; k < mine; ++k) {
-        TRACE_FROM(copy);
         // Slot fetched % STAGES was last read for tile fetched - STAGES,
         // which the whole block finished before the sync that ended it.
         for (; fetched < mine && fetched < k + STAGES; ++fetched) {
+            TRACE_FROM(copy);
             const float4* src = reinterpret_cast<const float4*>(in + (blockIdx.x + (size_t)fetched * gridDim.x) * TILE);
             float4* dst = smem4 + (fetched % STAGES) * (SPAN / 4);
             pipe.producer_acquire();
@@ -36,8 +36,8 @@ tile_async(const float* __restrict__ in, float* __restrict__ out, unsigned int t
                 cuda::memcpy_async(dst + v, src + v, cuda::aligned_size_t<16>(16), pipe);
             }
             pipe.producer_commit();
+            TRACE_SPAN(PHASE_COPY, fetched, copy);
         }
-        TRACE_SPAN(PHASE_COPY, k, copy);
         TRACE_FROM(wait);
         pipe.consumer_wait();
         __syncthreads();  // every thread's copies of tile k have landed

@@ -30,17 +30,18 @@ static_assert(TILE % 4 == 0, "TILE must be a multiple of 4 (16-byte copies)");
 #define PHASE_STORE 3    // the storer warp writing a tile's results to device memory
 
 // The warp timeline. Built with -DTILE_TRACE only for the diagram (never for
-// timed runs): lane 0 of each warp of block 0 stamps the SM's cycle counter
+// timed runs): lane 0 of each warp of block 0 reads the SM's cycle counter
 // around each phase of the block's tiles TRACE_FIRST .. TRACE_FIRST +
-// TRACE_TILES - 1 (after the pipelines have filled). Each warp writes its
-// spans to its own TRACE_PER_WARP slots of tile_trace, 3 words a span
-// (1 << 63 | warp << 32 | phase << 16 | tile, start, end): plain stores
-// that the warp does not wait for (an atomic counter would make every
-// stamp wait a round trip to L2, and the diagram would show the stamps).
+// TRACE_TILES - 1 (after the pipelines have filled). A span goes to the
+// warp's own slots in shared memory (phase << 16 | tile, and the low 32 bits
+// of its start and end cycles): a global store, or an atomic counter, would
+// queue behind the warp's device-memory traffic, and the diagram would show
+// the stamps. Each warp copies its slots to tile_trace when it finishes (3
+// words a span: 1 << 63 | warp << 32 | phase << 16 | tile, start, end).
 // Block 0's thread 0 pairs the cycle counter with the global nanosecond
 // timer when it starts and ends (tile_trace_clock), so the host can turn
-// cycles into time. Without TILE_TRACE the macros are empty and the
-// kernels compile to the same code as before.
+// cycles into time. Without TILE_TRACE the macros are empty and the kernels
+// compile to the same code as before.
 #ifdef TILE_TRACE
 #ifndef TRACE_FIRST
 #define TRACE_FIRST 4
@@ -48,14 +49,17 @@ static_assert(TILE % 4 == 0, "TILE must be a multiple of 4 (16-byte copies)");
 #ifndef TRACE_TILES
 #define TRACE_TILES 8
 #endif
-// At most 5 stamps a tile (the TMA kernel's thread 0), 32 warps a block.
+// At most 5 stamps a tile (the TMA kernel's thread 0).
 #define TRACE_PER_WARP (6 * TRACE_TILES)
 __device__ unsigned long long tile_trace[3 * 32 * TRACE_PER_WARP];
 __device__ unsigned long long tile_trace_clock[4];
-// The "memory" clobbers keep the compiler from moving loads and stores
-// across a stamp.
+// A stamp first waits for the thread's own loads and stores to land (a
+// block-scope fence), so a phase's memory traffic counts in that phase; the
+// "memory" clobbers keep the compiler from moving loads and stores across
+// it.
 __device__ __forceinline__ long long trace_cycles() {
     long long c;
+    __threadfence_block();
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
     return c;
 }
@@ -64,14 +68,17 @@ __device__ __forceinline__ unsigned long long trace_ns() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
     return t;
 }
-__device__ __forceinline__ void trace_span(unsigned int phase, unsigned int k, long long start, unsigned int& seq) {
+__device__ __forceinline__ bool trace_lane() {
+    return blockIdx.x == 0 && threadIdx.x % 32 == 0;
+}
+__device__ __forceinline__ void trace_span(unsigned int phase, unsigned int k, long long start, unsigned int& seq, unsigned int* slots) {
     const long long end = trace_cycles();
     if (k < TRACE_FIRST || k >= TRACE_FIRST + TRACE_TILES) return;
-    if (blockIdx.x == 0 && threadIdx.x % 32 == 0 && seq < TRACE_PER_WARP) {
-        const unsigned int i = (threadIdx.x / 32) * TRACE_PER_WARP + seq;
-        tile_trace[3 * i] = (1ull << 63) | ((unsigned long long)(threadIdx.x / 32) << 32) | (phase << 16) | k;
-        tile_trace[3 * i + 1] = (unsigned long long)start;
-        tile_trace[3 * i + 2] = (unsigned long long)end;
+    if (trace_lane() && seq < TRACE_PER_WARP) {
+        unsigned int* slot = slots + 3 * ((threadIdx.x / 32) * TRACE_PER_WARP + seq);
+        slot[0] = (phase << 16) | k;
+        slot[1] = (unsigned int)start;
+        slot[2] = (unsigned int)end;
     }
     ++seq;
 }
@@ -81,15 +88,31 @@ __device__ __forceinline__ void trace_clock(int at) {
         tile_trace_clock[2 * at + 1] = (unsigned long long)trace_cycles();
     }
 }
-// TRACE_BLOCK_START() opens the trace (each thread's span count) and pairs
-// the clocks; TRACE_FROM(t) starts a phase; TRACE_SPAN(phase, k, t) ends it
-// for the block's k-th tile; TRACE_BLOCK_END() pairs the clocks again.
-#define TRACE_BLOCK_START() \
-    unsigned int trace_seq = 0; \
+// Lane 0 copies its warp's spans out (after its last stamp).
+__device__ __forceinline__ void trace_flush(unsigned int seq, const unsigned int* slots) {
+    if (!trace_lane()) return;
+    const unsigned int warp = threadIdx.x / 32;
+    for (unsigned int j = 0; j < seq && j < TRACE_PER_WARP; ++j) {
+        const unsigned int* slot = slots + 3 * (warp * TRACE_PER_WARP + j);
+        unsigned long long* out = tile_trace + 3 * (warp * TRACE_PER_WARP + j);
+        out[0] = (1ull << 63) | ((unsigned long long)warp << 32) | slot[0];
+        out[1] = slot[1];
+        out[2] = slot[2];
+    }
+}
+// TRACE_BLOCK_START() opens the trace (the block's slots, each thread's
+// span count) and pairs the clocks; TRACE_FROM(t) starts a phase;
+// TRACE_SPAN(phase, k, t) ends it for the block's k-th tile;
+// TRACE_BLOCK_END() pairs the clocks again and writes the spans out.
+#define TRACE_BLOCK_START()                                            \
+    __shared__ unsigned int trace_slots[3 * (THREADS / 32) * TRACE_PER_WARP]; \
+    unsigned int trace_seq = 0;                                        \
     trace_clock(0)
 #define TRACE_FROM(t) const long long t = trace_cycles()
-#define TRACE_SPAN(phase, k, t) trace_span(phase, k, t, trace_seq)
-#define TRACE_BLOCK_END() trace_clock(1)
+#define TRACE_SPAN(phase, k, t) trace_span(phase, k, t, trace_seq, trace_slots)
+#define TRACE_BLOCK_END() \
+    trace_clock(1);       \
+    trace_flush(trace_seq, trace_slots)
 #else
 #define TRACE_FROM(t)
 #define TRACE_SPAN(phase, k, t)

@@ -36,9 +36,11 @@ tile_tma(const float* __restrict__ in, float* __restrict__ out, unsigned int til
         cuda::memcpy_async(slots + (k % STAGES) * SPAN, in + tile * TILE, cuda::aligned_size_t<16>(SPAN * sizeof(float)), full[k % STAGES]);
     };
     if (block.thread_rank() == 0) {
-        TRACE_FROM(copy);
-        for (unsigned int k = 0; k < mine && k < STAGES; ++k) fetch(k);
-        TRACE_SPAN(PHASE_COPY, 0, copy);
+        for (unsigned int k = 0; k < mine && k < STAGES; ++k) {
+            TRACE_FROM(copy);
+            fetch(k);
+            TRACE_SPAN(PHASE_COPY, k, copy);
+        }
     }
     for (unsigned int k = 0; k < mine; ++k) {
         const int s = k % STAGES;
@@ -58,7 +60,7 @@ tile_tma(const float* __restrict__ in, float* __restrict__ out, unsigned int til
         if (block.thread_rank() == 0 && k + STAGES < mine) {
             TRACE_FROM(copy);
             fetch(k + STAGES);
-            TRACE_SPAN(PHASE_COPY, k, copy);
+            TRACE_SPAN(PHASE_COPY, k + STAGES, copy);
         }
     }
     TRACE_BLOCK_END();

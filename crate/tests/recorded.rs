@@ -351,17 +351,17 @@ fn lab7_recordings_reach_the_ceiling_and_show_each_warp_and_the_round() {
         let labels: Vec<&str> = round.spans.iter().map(|s| s.label.as_str()).collect();
         assert_eq!(labels.len(), r.variants.len() + 1, "{at}");
         assert!(labels[0].starts_with("D2D copy") && labels[1..].iter().zip(&r.variants).all(|(l, v)| *l == v.variant.name), "{at}: {labels:?}");
-        assert!(round.spans.windows(2).all(|w| w[0].end_us <= w[1].start_us + 1e-3), "{at}: one stream runs them in order");
+        assert!(round.spans.iter().all(|s| s.end_us - s.start_us > 1.0), "{at}: every op on the round takes time");
         let want: Vec<String> = r.config.diagram_variants().into_iter().map(|v| v.name).collect();
         let got: Vec<String> = r.warps.iter().map(|t| t.title.clone()).collect();
         assert_eq!(got, want, "{at}");
         for t in &r.warps {
             assert_eq!(tile_range(t), Some((4, 11)), "{at}: {}", t.title);
             for lane in t.lanes() {
-                let tiles: std::collections::HashSet<&str> = t.spans.iter().filter(|s| s.lane == lane).filter_map(|s| s.label.split(':').next()).collect();
+                let tiles: std::collections::HashSet<u32> = t.spans.iter().filter(|s| s.lane == lane).filter_map(|s| s.tile).collect();
                 assert_eq!(tiles.len(), 8, "{at}: {} {lane}", t.title);
             }
-            // The traced kernel's time a tile is within 35% of the untimed kernel's (it stamps, but waits for no stamp).
+            // The traced kernel's time a tile is within 35% of the untraced kernel's (its stamps go to shared memory).
             let v = r.variants.iter().find(|v| v.variant.name == t.title).unwrap();
             let tiles_per_block = (r.config.elements() / v.variant.shape.tile as usize) as f64 / v.resources.unwrap().grid as f64;
             let (traced, timed) = (tile_period_us(t).unwrap(), v.ms.as_ref().unwrap().median * 1e3 / tiles_per_block);

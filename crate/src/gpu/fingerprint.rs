@@ -150,15 +150,7 @@ impl Fingerprint {
 
     /// A directory-safe name for the device, e.g. "nvidia-h100-80gb-hbm3".
     pub fn slug(&self) -> String {
-        let mut out = String::new();
-        for c in self.gpu_name.chars() {
-            if c.is_ascii_alphanumeric() {
-                out.push(c.to_ascii_lowercase());
-            } else if !out.ends_with('-') {
-                out.push('-');
-            }
-        }
-        out.trim_matches('-').to_string()
+        crate::present::units::slug(&self.gpu_name)
     }
 
     /// A short table for humans (CLI `device`, notebook banners).

@@ -360,12 +360,15 @@ pub struct TileKernel {
     traced: bool,
 }
 
-/// One phase of one warp of block 0 in a traced run, µs from block 0's start.
+/// One phase of one warp of block 0 in a traced run, µs from block 0's
+/// thread 0's start (a warp may stamp a little before it: no barrier
+/// precedes the first tiles).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WarpSpan {
     pub warp: u32,
     pub phase: WarpPhase,
-    /// The block's own tile count when it happened (0: its first tile).
+    /// The block's own tile the phase worked on (0: its first): for a copy,
+    /// the tile copied, issued while the block works on an earlier one.
     pub tile: u32,
     pub start_us: f64,
     pub end_us: f64,
@@ -375,15 +378,18 @@ pub struct WarpSpan {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WarpTrace {
     pub spans: Vec<WarpSpan>,
-    /// The SM's cycle counter against the global timer over block 0's run.
+    /// The SM's cycle counter against the global timer, over block 0's
+    /// thread 0's run (in the warp-specialized kernel, the loader's).
     pub ns_per_cycle: f64,
 }
 
 impl WarpTrace {
     /// Decodes the kernel's buffers (kernels/tile_blur.cuh): `clock` is
-    /// block 0's (ns, cycles) at its start and end; `words` holds 3 per
-    /// slot, a stamped one being (1 << 63 | warp << 32 | phase << 16 |
-    /// tile, start cycles, end cycles) and an unused one zeros.
+    /// block 0's thread 0's (ns, cycles) at its start and end; `words` holds
+    /// 3 per slot, a stamped one being (1 << 63 | warp << 32 | phase << 16
+    /// | tile, the low 32 bits of the start and end cycles) and an unused
+    /// one zeros. A kernel lasts far less than the 2 s the low 32 bits
+    /// take to wrap, so each stamp is its distance from the start cycle.
     pub fn decode(clock: &[u64], words: &[u64]) -> Result<WarpTrace> {
         let [t0, c0, t1, c1] = <[u64; 4]>::try_from(clock).map_err(|_| LabError::Kernel(format!("the warp trace's clock has {} words, not 4", clock.len())))?;
         if t1 <= t0 || c1 <= c0 {
@@ -392,11 +398,15 @@ impl WarpTrace {
             )));
         }
         let ns_per_cycle = (t1 - t0) as f64 / (c1 - c0) as f64;
+        // SM clocks run from about 0.2 to 5 GHz: anything else is a bad pairing.
+        if !(0.2..=5.0).contains(&ns_per_cycle) {
+            return Err(LabError::Kernel(format!("the warp trace's clocks give {ns_per_cycle:.3} ns a cycle (ns {t0} -> {t1}, cycles {c0} -> {c1})")));
+        }
         let mut spans = Vec::new();
         for w in words.chunks_exact(3).filter(|w| w[0] >> 63 == 1) {
             let code = ((w[0] >> 16) & 0xffff) as u32;
             let phase = WarpPhase::from_code(code).ok_or_else(|| LabError::Kernel(format!("the warp trace holds an unknown phase {code}")))?;
-            let at = |c: u64| (c as i64 - c0 as i64) as f64 * ns_per_cycle / 1e3;
+            let at = |low: u64| (low as u32).wrapping_sub(c0 as u32) as i32 as f64 * ns_per_cycle / 1e3;
             spans.push(WarpSpan { warp: ((w[0] >> 32) & 0x7fff_ffff) as u32, phase, tile: (w[0] & 0xffff) as u32, start_us: at(w[1]), end_us: at(w[2]) });
         }
         spans.sort_by(|a, b| (a.warp, a.start_us).partial_cmp(&(b.warp, b.start_us)).unwrap_or(std::cmp::Ordering::Equal));
@@ -469,7 +479,7 @@ impl TileKernel {
         }
         let mut defines = shape.defines().to_vec();
         if traced {
-            defines.push((kernels::TILE_TRACE, 1));
+            defines.extend([(kernels::TILE_TRACE, 1), ("TRACE_FIRST", kernels::TRACE_FIRST as i64), ("TRACE_TILES", kernels::TRACE_TILES as i64)]);
         }
         kernels::compile_source(file, source, arch, &defines)
     }
@@ -579,17 +589,22 @@ mod tests {
 
     #[test]
     fn a_warp_trace_decodes_warps_phases_tiles_and_time_from_cycles() {
-        // Block 0 ran 2000 ns over 1000 cycles: 2 ns a cycle.
-        let clock = [5_000, 100, 7_000, 1_100];
+        // Block 0 ran 2000 ns over 1000 cycles: 2 ns a cycle. Its start
+        // cycle's low 32 bits wrap during the run: stamps carry only those.
+        let c0 = (7u64 << 32) + u32::MAX as u64 - 99;
+        let clock = [5_000, c0, 7_000, c0 + 1000];
+        let low = |after: i64| (c0 as i64 + after) as u64 & 0xffff_ffff;
         let span = |warp: u64, phase: u64, tile: u64, a: u64, b: u64| [1 << 63 | warp << 32 | phase << 16 | tile, a, b];
         // Three stamped slots, in any order, among unused (zero) ones.
-        let words: Vec<u64> = [span(1, 2, 3, 600, 700), [0; 3], span(0, 0, 0, 100, 350), span(1, 1, 3, 350, 600), [0; 3]].concat();
+        // Warp 0 stamps 50 cycles before thread 0 read the start (no barrier comes first).
+        let words: Vec<u64> =
+            [span(1, 2, 3, low(500), low(600)), [0; 3], span(0, 0, 0, low(-50), low(250)), span(1, 1, 3, low(250), low(500)), [0; 3]].concat();
         let t = WarpTrace::decode(&clock, &words).unwrap();
         assert_eq!(t.ns_per_cycle, 2.0);
         assert_eq!(
             t.spans,
             vec![
-                WarpSpan { warp: 0, phase: WarpPhase::Copy, tile: 0, start_us: 0.0, end_us: 0.5 },
+                WarpSpan { warp: 0, phase: WarpPhase::Copy, tile: 0, start_us: -0.1, end_us: 0.5 },
                 WarpSpan { warp: 1, phase: WarpPhase::Wait, tile: 3, start_us: 0.5, end_us: 1.0 },
                 WarpSpan { warp: 1, phase: WarpPhase::Compute, tile: 3, start_us: 1.0, end_us: 1.2 },
             ]
@@ -597,8 +612,10 @@ mod tests {
         // A kernel built without TILE_TRACE leaves the clocks at zero; a bad phase is named.
         let e = WarpTrace::decode(&[0; 4], &[]).unwrap_err().to_string();
         assert!(e.contains("did not advance") && e.contains("TILE_TRACE"), "{e}");
-        let e = WarpTrace::decode(&clock, &span(0, 9, 0, 100, 200)).unwrap_err().to_string();
+        let e = WarpTrace::decode(&clock, &span(0, 9, 0, low(1), low(2))).unwrap_err().to_string();
         assert!(e.contains("unknown phase 9"), "{e}");
+        let e = WarpTrace::decode(&[0, 0, 100, 1_000_000], &[]).unwrap_err().to_string();
+        assert!(e.contains("0.000 ns a cycle"), "{e}");
         assert!(WarpTrace::decode(&clock[..3], &[]).is_err());
     }
 

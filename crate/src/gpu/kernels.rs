@@ -81,10 +81,17 @@ pub const REREAD: KernelSource = KernelSource {
 /// The `-D` setting that builds a tile kernel's warp timeline (see
 /// kernels/tile_blur.cuh): never set for timed runs.
 pub const TILE_TRACE: &str = "TILE_TRACE";
-/// Its buffers in the module: each warp's spans, and block 0's clock pairs.
+/// The block's tiles the warp timeline covers: TRACE_TILES tiles from
+/// TRACE_FIRST (after the pipelines have filled), given to the kernel as
+/// `-D` settings of the same names.
+pub const TRACE_FIRST: u32 = 4;
+pub const TRACE_TILES: u32 = 8;
+/// The warp timeline's spans in the module (3 words each, per warp).
 pub const TRACE_SPANS: &str = "tile_trace";
+/// Block 0's thread 0's (ns, cycles) at its start and end.
 pub const TRACE_CLOCK: &str = "tile_trace_clock";
 
+/// Lab 7's kernels' settings for the compile tests.
 const TILE_TEST: &[(&str, i64)] = &[("TILE", 4096), ("THREADS", 256), ("STAGES", 2)];
 
 pub const TILE_NAIVE: KernelSource = KernelSource {

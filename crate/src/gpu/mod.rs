@@ -300,12 +300,13 @@ impl Stream {
     /// caller keeps both alive until the stream has run it (a `Pipeline`
     /// holds its buffers' borrows until it synchronizes).
     pub(crate) fn enqueue_copy_on_device(&self, dst: DeviceSpan, src: DeviceSpan, bytes: usize) -> Result<()> {
-        if bytes == 0 || bytes > src.bytes || bytes > dst.bytes || src.ptr == dst.ptr {
-            return Err(LabError::config(format!("a D2D copy of {bytes} bytes does not fit {} -> {} bytes of two buffers", src.bytes, dst.bytes)));
+        let disjoint = src.ptr + bytes as u64 <= dst.ptr || dst.ptr + bytes as u64 <= src.ptr;
+        if bytes == 0 || bytes > src.bytes || bytes > dst.bytes || !disjoint {
+            return Err(LabError::config(format!("a D2D copy of {bytes} bytes does not fit {} -> {} bytes of two separate buffers", src.bytes, dst.bytes)));
         }
         // SAFETY: both ranges lie in live allocations (checked above; the
-        // caller keeps them alive until the copy has run) and are distinct
-        // allocations, so they do not overlap.
+        // caller keeps them alive until the copy has run) and do not overlap
+        // (checked above).
         unsafe { driver::memcpy_dtod_async(dst.ptr, src.ptr, bytes, self.raw) }
     }
     /// Fills `buf` with the 32-bit word `value` (to poison it) and waits.

@@ -24,6 +24,9 @@ pub struct Span {
     /// Inside a kernel: what a warp is doing (its colour instead of the kind's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<WarpPhase>,
+    /// Inside a kernel: the block's own tile the phase worked on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tile: Option<u32>,
 }
 
 /// What a warp of a tile kernel is doing (lab 7's warp timeline): the codes
@@ -143,7 +146,7 @@ impl Timeline {
             .ops
             .iter()
             .zip(times_us)
-            .map(|(op, &(start_us, end_us))| Span { lane: lane(op.lane), kind: op.kind, label: op.label.clone(), start_us, end_us, phase: None })
+            .map(|(op, &(start_us, end_us))| Span { lane: lane(op.lane), kind: op.kind, label: op.label.clone(), start_us, end_us, phase: None, tile: None })
             .collect();
         Timeline { title: title.into(), device: device.into(), spans, source: String::new() }
     }

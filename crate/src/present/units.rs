@@ -80,6 +80,20 @@ impl FromStr for Bytes {
     }
 }
 
+/// A name as a file-name part: lower-case letters and digits, anything
+/// else one '-' ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3").
+pub fn slug(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

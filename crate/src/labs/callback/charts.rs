@@ -154,6 +154,7 @@ mod tests {
                             start_us: s,
                             end_us: s + 260.0,
                             phase: None,
+                            tile: None,
                         },
                         Span {
                             lane: "CPU: worker thread".into(),
@@ -162,6 +163,7 @@ mod tests {
                             start_us: s + 270.0,
                             end_us: s + 540.0,
                             phase: None,
+                            tile: None,
                         },
                     ]
                 })

@@ -105,10 +105,23 @@ impl TileData {
     /// timeline titled `title`.
     pub fn warp_timeline(&mut self, gpu: &Gpu, kernel: &TileKernel, title: &str) -> Result<Timeline> {
         let tiles = self.tiles(kernel)?;
+        let (first, count) = (crate::gpu::kernels::TRACE_FIRST, crate::gpu::kernels::TRACE_TILES);
+        let block0 = self.block0_tiles(kernel)?;
+        if block0 < first + count {
+            return Err(LabError::config(format!(
+                "{title}: block 0 gets {block0} tiles and the warp timeline covers its tiles {first} to {}: give more --mib or a smaller --tile",
+                first + count - 1
+            )));
+        }
         self.stream.fill_u32(&self.output, pattern::POISON as u32)?;
         let trace = kernel.warp_trace(&self.stream, &self.padded, &self.output, tiles, (&self.timing.0, &self.timing.1))?;
         self.verify(title)?;
         Ok(super::warp_timeline(kernel.kind(), kernel.shape(), &trace, title, &gpu.label()))
+    }
+
+    /// Tiles block 0 of `kernel` works on (the grid strides over them).
+    pub fn block0_tiles(&self, kernel: &TileKernel) -> Result<u32> {
+        Ok(self.tiles(kernel)?.div_ceil(kernel.resources().grid.max(1)))
     }
 
     fn tiles(&self, kernel: &TileKernel) -> Result<u32> {
@@ -199,12 +212,23 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
     let round = data.round_timeline(gpu, &named)?;
     progress.step("one round on the timeline");
     let mut warps = Vec::new();
+    let mut too_few = None;
     for v in cfg.diagram_variants().into_iter().filter(|v| results.iter().any(|r| r.variant == *v && r.skipped.is_none())) {
         let _range = crate::gpu::trace::range(&format!("warp timeline {}", v.name));
         let traced = TileKernel::load_traced(gpu, v.kind, v.shape)?;
-        warps.push(data.warp_timeline(gpu, &traced, &v.name)?);
+        match data.warp_timeline(gpu, &traced, &v.name) {
+            Ok(t) => warps.push(t),
+            // A small run (the sanitizers' preset) has too few tiles a block: said, not fatal.
+            Err(LabError::Config(why)) if data.block0_tiles(&traced)? < crate::gpu::kernels::TRACE_FIRST + crate::gpu::kernels::TRACE_TILES => {
+                too_few = Some(why)
+            }
+            Err(e) => return Err(e),
+        }
     }
-    progress.step(&format!("block 0's warps traced in {} kernels (a traced build, outputs verified)", warps.len()));
+    progress.step(&match too_few {
+        Some(why) => format!("warp timelines skipped: {why}"),
+        None => format!("block 0's warps traced in {} kernels (a traced build, outputs verified)", warps.len()),
+    });
     for (r, t) in results.iter_mut().zip(&times) {
         if !t.is_empty() {
             r.ms = Some(Summary::of(t)?);

@@ -140,8 +140,9 @@ impl KernelPipelineConfig {
 
     /// The kernels whose warps the lab traces, one of each way to keep
     /// tiles in flight: the naive kernel, double buffering (2 stages at
-    /// --tile, else the sweep's first), the first warp-specialized kernel
-    /// and the TMA kernel with the most stages.
+    /// --tile, else at the sweep's first tile with 2 stages, else the
+    /// sweep's first kernel), the first warp-specialized kernel and the TMA
+    /// kernel with the most stages.
     pub fn diagram_variants(&self) -> Vec<Variant> {
         let v = self.variants();
         let sweep = v
@@ -178,34 +179,31 @@ pub fn warp_timeline(kind: TileKind, shape: TileShape, trace: &WarpTrace, title:
             start_us: w.start_us,
             end_us: w.end_us,
             phase: Some(w.phase),
+            tile: Some(w.tile),
         })
         .collect();
     Timeline { title: title.into(), device: device.into(), spans, source: "SM cycle counter, traced build".into() }
 }
 
-/// The block's tiles a warp timeline covers, first and last (its spans'
-/// labels read "tile k: phase").
+/// The block's tiles a warp timeline covers, first and last.
 pub fn tile_range(t: &Timeline) -> Option<(u32, u32)> {
-    let tiles = t.spans.iter().filter_map(|s| s.label.strip_prefix("tile ")?.split(':').next()?.parse::<u32>().ok());
-    tiles.fold(None, |r, k| Some(r.map_or((k, k), |(a, b): (u32, u32)| (a.min(k), b.max(k)))))
+    t.spans.iter().filter_map(|s| s.tile).fold(None, |r, k| Some(r.map_or((k, k), |(a, b): (u32, u32)| (a.min(k), b.max(k)))))
 }
 
-/// How often block 0 finished a tile, µs: each warp's time from its first
-/// stamp to its last over the tiles it stamped, the median over warps. (Not
-/// the panel's whole width: a warp-specialized loader runs stages ahead of
-/// the storer, so their spans together cover more than the tiles' time.)
+/// How often block 0 finished a tile, µs: for each warp, the time from
+/// the end of its work on the first traced tile to the end of its work on
+/// the last, over the tiles between; the median over warps. (Not the
+/// panel's width: copies are issued tiles ahead, and a warp-specialized
+/// loader runs stages ahead of the storer.)
 pub fn tile_period_us(t: &Timeline) -> Option<f64> {
     let (a, b) = tile_range(t)?;
-    let tiles = (b - a + 1) as f64;
-    let periods: Vec<f64> = t
-        .lanes()
-        .iter()
-        .map(|lane| {
-            let (lo, hi) =
-                t.spans.iter().filter(|s| &s.lane == lane).fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), s| (lo.min(s.start_us), hi.max(s.end_us)));
-            (hi - lo) / tiles
-        })
-        .collect();
+    if b == a {
+        return None;
+    }
+    let done = |lane: &str, tile: u32| {
+        t.spans.iter().filter(|s| s.lane == lane && s.tile == Some(tile)).map(|s| s.end_us).fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))))
+    };
+    let periods: Vec<f64> = t.lanes().iter().filter_map(|lane| Some((done(lane, b)? - done(lane, a)?) / (b - a) as f64)).collect();
     Summary::of(&periods).ok().map(|s| s.median)
 }
 
@@ -494,12 +492,6 @@ impl KernelPipelineResults {
         let t = self.round.clone()?;
         Some(Gantt::new(&format!("{LAB}-round"), "Lab 7: one round of the ceiling's copy and every kernel on the stream", origin, vec![t]))
     }
-
-    /// File-name slug of a traced kernel's title.
-    fn slug(title: &str) -> String {
-        let s: String = title.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
-        s.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-")
-    }
 }
 
 pub type KernelPipelineRecord = crate::measure::record::Record<KernelPipelineResults>;
@@ -556,7 +548,7 @@ pub fn report(rec: &KernelPipelineRecord, dir: &std::path::Path, origin: &str) -
         files.extend(g.save(dir)?);
     }
     for t in &rec.results.warps {
-        let trace = dir.join(format!("{LAB}-warps-{}.trace.json", KernelPipelineResults::slug(&t.title)));
+        let trace = dir.join(format!("{LAB}-warps-{}.trace.json", crate::present::units::slug(&t.title)));
         t.save_chrome_trace(&trace)?;
         files.push(trace);
     }
