@@ -104,7 +104,18 @@ impl TileData {
     /// input, its outputs verified, and what block 0's warps did as a
     /// timeline titled `title`.
     pub fn warp_timeline(&mut self, gpu: &Gpu, kernel: &TileKernel, title: &str) -> Result<Timeline> {
+        self.trace_window_fits(kernel, title)?;
         let tiles = self.tiles(kernel)?;
+        self.stream.fill_u32(&self.output, pattern::POISON as u32)?;
+        let trace = kernel.warp_trace(&self.stream, &self.padded, &self.output, tiles)?;
+        self.verify(title)?;
+        Ok(super::warp_timeline(kernel.kind(), kernel.shape(), &trace, title, &gpu.label()))
+    }
+
+    /// Whether block 0 of `kernel` (traced or not: one block per SM either
+    /// way) gets the tiles the warp timeline covers; if not, the error says
+    /// what to change.
+    pub fn trace_window_fits(&self, kernel: &TileKernel, title: &str) -> Result<()> {
         let (first, count) = (crate::gpu::kernels::TRACE_FIRST, crate::gpu::kernels::TRACE_TILES);
         let block0 = self.block0_tiles(kernel)?;
         if block0 < first + count {
@@ -113,10 +124,7 @@ impl TileData {
                 first + count - 1
             )));
         }
-        self.stream.fill_u32(&self.output, pattern::POISON as u32)?;
-        let trace = kernel.warp_trace(&self.stream, &self.padded, &self.output, tiles, (&self.timing.0, &self.timing.1))?;
-        self.verify(title)?;
-        Ok(super::warp_timeline(kernel.kind(), kernel.shape(), &trace, title, &gpu.label()))
+        Ok(())
     }
 
     /// Tiles block 0 of `kernel` works on (the grid strides over them).
@@ -213,17 +221,21 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
     progress.step("one round on the timeline");
     let mut warps = Vec::new();
     let mut too_few = None;
-    for v in cfg.diagram_variants().into_iter().filter(|v| results.iter().any(|r| r.variant == *v && r.skipped.is_none())) {
+    let diagram = cfg.diagram_variants();
+    for (r, k) in results.iter().zip(&kernels) {
+        let (v, Some(untraced)) = (&r.variant, k) else { continue };
+        if !diagram.contains(v) {
+            continue;
+        }
+        // A small run (the sanitizers' preset) has too few tiles a block:
+        // said, and nothing compiled for it.
+        if let Err(LabError::Config(why)) = data.trace_window_fits(untraced, &v.name) {
+            too_few = Some(why);
+            break;
+        }
         let _range = crate::gpu::trace::range(&format!("warp timeline {}", v.name));
         let traced = TileKernel::load_traced(gpu, v.kind, v.shape)?;
-        match data.warp_timeline(gpu, &traced, &v.name) {
-            Ok(t) => warps.push(t),
-            // A small run (the sanitizers' preset) has too few tiles a block: said, not fatal.
-            Err(LabError::Config(why)) if data.block0_tiles(&traced)? < crate::gpu::kernels::TRACE_FIRST + crate::gpu::kernels::TRACE_TILES => {
-                too_few = Some(why)
-            }
-            Err(e) => return Err(e),
-        }
+        warps.push(data.warp_timeline(gpu, &traced, &v.name)?);
     }
     progress.step(&match too_few {
         Some(why) => format!("warp timelines skipped: {why}"),
