@@ -43,6 +43,9 @@ pub enum LabError {
     Unsupported(String),
     #[error("chart: {0}")]
     Chart(String),
+    /// A library loaded at run time that is not there (NCCL).
+    #[error("{library} could not be loaded: {why}")]
+    MissingLibrary { library: &'static str, why: String },
 }
 
 pub type Result<T, E = LabError> = std::result::Result<T, E>;

@@ -860,6 +860,8 @@ mod kernel_pipeline {
         let round = data.round_timeline(&gpu, &refs).unwrap().expect("a timeline");
         let labels: Vec<&str> = round.spans.iter().map(|s| s.label.as_str()).collect();
         assert_eq!(labels[0], "D2D copy (the ceiling)");
+        let copy = &round.spans[0];
+        assert!(matches!(copy.kind, overlap_lab::pipeline::schedule::OpKind::D2d(l) if !l.is_peer()), "{copy:?} ({})", round.source);
         assert_eq!(&labels[1..], refs.iter().map(|(n, _)| *n).collect::<Vec<_>>().as_slice());
         // Each kernel takes real time: at least a microsecond.
         assert!(round.spans.iter().all(|s| s.end_us - s.start_us > 1.0), "{:?}", round.spans);
@@ -906,5 +908,165 @@ mod kernel_pipeline_exercise {
         println!("{rep}");
         let text = rep.to_string();
         assert!(!rep.passed && (text.contains("slower than the solution") || text.contains("not faster than the naive kernel")), "{text}");
+    }
+}
+
+mod several_gpus {
+    use overlap_lab::gpu::nccl::{Communicators, Nccl};
+    use overlap_lab::gpu::topology::Topology;
+    use overlap_lab::gpu::{Gpu, HostBuffer, PinnedBuffer, PlanRig, TimelineSource};
+    use overlap_lab::labs::multi_gpu::pipeline_parallel::{bubble, bubble_model, events_only, plan, STAGES};
+    use overlap_lab::pipeline::plan::{Plan, StreamSpec};
+    use overlap_lab::pipeline::schedule::{OpKind, StreamKind};
+    use overlap_lab::testing::gpu_or_skip;
+    use std::sync::Arc;
+
+    /// Every GPU of this machine, opened.
+    fn all_gpus() -> Vec<Gpu> {
+        let n = Topology::discover().unwrap().gpus.len();
+        (0..n).map(|i| Gpu::open(i).unwrap()).collect()
+    }
+
+    #[test]
+    fn topology_lists_every_gpu_and_every_path() {
+        let Some(_gpu) = gpu_or_skip("topology_lists_every_gpu_and_every_path") else {
+            return;
+        };
+        let t = Topology::discover().unwrap();
+        println!("{}", t.describe());
+        let n = t.gpus.len();
+        assert!(n >= 1 && t.paths.len() == n * (n - 1), "{t:?}");
+        assert!(t.gpus.iter().all(|g| !g.name.is_empty() && g.pci_bus_id.contains(':')), "{t:?}");
+        if n == 1 {
+            assert!(t.describe().contains("one GPU: no peer"));
+        }
+    }
+
+    #[test]
+    fn a_copy_within_one_gpu_runs_verified_and_cupti_names_it() {
+        let Some(gpu) = gpu_or_skip("a_copy_within_one_gpu_runs_verified_and_cupti_names_it") else {
+            return;
+        };
+        // Upload, copy to a second buffer on the GPU, compute from there, download.
+        let p = Plan::new("d2d", vec![StreamSpec::new("s", StreamKind::NonBlocking, 0)], 1 << 20, 3, |p, r| {
+            let (s, n) = (r.streams[0], r.elements);
+            p.h2d(s, r.devices[0], 0, r.input, 0, n, "up")?;
+            p.d2d(s, r.devices[1], 0, r.devices[0], 0, n, "copy on the GPU")?;
+            p.compute(s, r.devices[1], 0, r.devices[2], 0, n, "kernel")?;
+            p.d2h(s, r.output, 0, r.devices[2], 0, n, "down")
+        });
+        let mut rig = PlanRig::new(&gpu, 1 << 20, 4, 64).unwrap();
+        let run = rig.run(&p, TimelineSource::best()).unwrap();
+        let t = run.timeline.expect("a timeline");
+        println!("timeline source: {}", t.source);
+        let copy = t.spans.iter().find(|s| s.label == "copy on the GPU").unwrap();
+        assert!(matches!(copy.kind, OpKind::D2d(l) if !l.is_peer()), "{copy:?}");
+        assert!(copy.end_us > copy.start_us, "{copy:?}");
+        // A plan needing a second GPU on a rig of one is a clear error.
+        let two = plan("two", 4, 1 << 16, Arc::new(events_only));
+        let e = rig.run(&two, TimelineSource::Off).unwrap_err().to_string();
+        assert!(e.contains("this rig holds 1"), "{e}");
+    }
+
+    #[test]
+    fn nccl_sums_every_gpus_buffer() {
+        let Some(_gpu) = gpu_or_skip("nccl_sums_every_gpus_buffer") else {
+            return;
+        };
+        let nccl = match Nccl::load() {
+            Ok(n) => n,
+            Err(e) if std::env::var_os(overlap_lab::testing::REQUIRE_GPU_ENV).is_some_and(|v| v == "1") => panic!("NCCL is needed here: {e}"),
+            Err(e) => {
+                eprintln!("SKIPPED nccl_sums_every_gpus_buffer: {e}");
+                return;
+            }
+        };
+        println!("NCCL {} from {}", nccl.version().unwrap(), nccl.path);
+        let gpus = all_gpus();
+        let comms = Communicators::new(nccl, &gpus).unwrap();
+        let n = 1 << 20;
+        let bufs: Vec<_> = gpus.iter().map(|g| g.alloc(n * 4).unwrap()).collect();
+        let streams: Vec<_> = gpus.iter().map(|g| g.stream().unwrap()).collect();
+        for (i, (b, s)) in bufs.iter().zip(&streams).enumerate() {
+            s.fill_u32(b, (i as f32 + 1.0).to_bits()).unwrap();
+        }
+        comms.all_reduce_sum(&bufs.iter().collect::<Vec<_>>(), n, &streams.iter().collect::<Vec<_>>()).unwrap();
+        let want = (1..=gpus.len()).sum::<usize>() as f32;
+        for (b, s) in bufs.iter().zip(&streams) {
+            s.synchronize().unwrap();
+            let mut back = PinnedBuffer::new(b.gpu(), n * 4).unwrap();
+            s.download(&mut back, b, n * 4).unwrap();
+            let words = back.words();
+            for (k, w) in words.iter().enumerate() {
+                for half in [*w as u32, (*w >> 32) as u32] {
+                    assert_eq!(f32::from_bits(half), want, "word {k}");
+                }
+            }
+        }
+        // Mistakes are clear errors.
+        let e = comms.all_reduce_sum(&bufs.iter().collect::<Vec<_>>(), n + 1, &streams.iter().collect::<Vec<_>>()).unwrap_err().to_string();
+        assert!(e.contains("does not fit"), "{e}");
+        let e = Communicators::new(Nccl::load().unwrap(), &[gpus[0].clone(), gpus[0].clone()]).err().unwrap().to_string();
+        assert!(e.contains("distinct GPUs"), "{e}");
+    }
+
+    /// One way, both ways and staged, measured by difference and verified,
+    /// beside PyTorch's copy between the same GPUs (the pair where there
+    /// are two; copies within GPU 0 where there is one).
+    #[test]
+    fn copies_between_gpus_are_measured_three_ways_beside_pytorch() {
+        use overlap_lab::labs::multi_gpu::measure::{peer_point, Timing};
+        use overlap_lab::labs::multi_gpu::reference::torch_peer;
+        let Some(_gpu) = gpu_or_skip("copies_between_gpus_are_measured_three_ways_beside_pytorch") else {
+            return;
+        };
+        let gpus = all_gpus();
+        let pair = if gpus.len() > 1 { (0, 1) } else { (0, 0) };
+        let gpus = &gpus[..gpus.len().min(2)];
+        let bytes = 64 << 20;
+        let mut rig = PlanRig::over(gpus, bytes / 4, 2, 64).unwrap();
+        let t = Timing { copies: 6, runs: 3 };
+        let p = peer_point(&mut rig, bytes, pair, 8, t).unwrap();
+        println!(
+            "GPU {} -> GPU {}: one way {:.1} GB/s, both ways {:.1} GB/s, staged {:.1} GB/s",
+            pair.0, pair.1, p.one_way.median, p.both_ways.median, p.staged.median
+        );
+        assert!(p.one_way.median > p.staged.median, "a copy on the GPUs beats staging through the host: {p:?}");
+        assert!(p.staged.median > 1.0 && p.staged.median < 200.0, "staging runs at the host link's speed: {p:?}");
+        match torch_peer("python3", pair, bytes, t) {
+            Ok(torch) => {
+                println!("PyTorch {}: one way {:.1} GB/s, both ways {:.1} GB/s", torch.torch, torch.one_way.median, torch.both_ways.median);
+                assert!(torch.one_way.median > 0.0 && torch.both_ways.median > 0.0);
+            }
+            Err(why) => eprintln!("no PyTorch reference here: {why}"),
+        }
+    }
+
+    #[test]
+    fn two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives() {
+        let Some(_gpu) = gpu_or_skip("two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives") else {
+            return;
+        };
+        let gpus = all_gpus();
+        if gpus.len() < 2 {
+            eprintln!("SKIPPED two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives: this machine has one GPU");
+            return;
+        }
+        let gpus = &gpus[..2];
+        let (mb, n) = (8, 1 << 22);
+        let mut rig = PlanRig::over(gpus, n, 4, 4096).unwrap();
+        let p = plan("events only", mb, n, Arc::new(events_only));
+        let run = rig.run(&p, TimelineSource::best()).unwrap();
+        assert!(run.races.is_empty(), "{:?}", run.races);
+        let t = run.timeline.expect("a timeline (CUPTI)");
+        let lanes = t.lanes();
+        println!("{lanes:?}\n{}", t.source);
+        assert!(lanes.iter().any(|l| l.starts_with("GPU 0 ·")) && lanes.iter().any(|l| l.starts_with("GPU 1 ·")), "{lanes:?}");
+        assert_eq!(t.spans.iter().filter(|s| matches!(s.kind, OpKind::D2d(l) if l.is_peer())).count(), mb);
+        let spans: Vec<(f64, f64)> = t.spans.iter().map(|s| (s.start_us, s.end_us)).collect();
+        assert_eq!(spans.len(), run.schedule.ops.len(), "a span per op, in order");
+        let b = bubble(&run.schedule, &spans).unwrap();
+        println!("bubble {:.3} vs model {:.3}: {:?}", b.fraction(), bubble_model(STAGES, mb), b.per_gpu);
+        assert!(b.fraction() < 0.5, "the GPUs worked at once: {b:?}");
     }
 }

@@ -50,6 +50,13 @@ enum Tool {
         #[arg(long)]
         json: bool,
     },
+    /// List every GPU and how each pair reaches the other (peer access,
+    /// NVLink or PCIe): what lab 8 starts from.
+    Topology {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Regenerate every report figure (SVG + PNG) from recorded data; no GPU needed.
     Report {
         /// Output directory.
@@ -78,6 +85,7 @@ fn command() -> clap::Command {
     // The tools keep their places around the labs: device first, report and all last.
     let mut cmd = Cli::command()
         .mut_subcommand("device", |t| t.display_order(0))
+        .mut_subcommand("topology", |t| t.display_order(0))
         .mut_subcommand("report", |t| t.display_order(100))
         .mut_subcommand("all", |t| t.display_order(101));
     for (i, lab) in labs::ALL.iter().enumerate() {
@@ -122,6 +130,14 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&fp).expect("fingerprint serializes"));
             } else {
                 println!("{}", fp.describe());
+            }
+        }
+        Tool::Topology { json } => {
+            let t = overlap_lab::gpu::topology::Topology::discover()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&t).expect("topology serializes"));
+            } else {
+                print!("{}", t.describe());
             }
         }
         Tool::Report { out } => run_report(&data, &out)?,

@@ -94,6 +94,27 @@ pub fn bind(ctx: &CudaContext) -> Result<()> {
     ctx.bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))
 }
 
+/// The calling thread's current context, set back when dropped: around a
+/// library (NCCL) that switches devices through the CUDA runtime.
+pub struct KeepCurrent(sys::CUcontext);
+
+impl KeepCurrent {
+    pub fn save() -> Result<KeepCurrent> {
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: writes one handle (null when none is current).
+        check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
+        Ok(KeepCurrent(ctx))
+    }
+}
+
+impl Drop for KeepCurrent {
+    fn drop(&mut self) {
+        // SAFETY: the context was current (so live) when saved, and the
+        // crate's contexts are primary ones it keeps retained.
+        let _ = unsafe { sys::cuCtxSetCurrent(self.0) };
+    }
+}
+
 pub fn attribute(dev: CUdevice, attr: Attr) -> Result<i32> {
     // SAFETY: plain query on a valid device handle.
     unsafe { result::device::get_attribute(dev, attr) }.map_err(|e| driver_error("cuDeviceGetAttribute", e))
@@ -137,6 +158,62 @@ pub fn pci_bus_id(dev: CUdevice) -> Result<String> {
     check("cuDeviceGetPCIBusId", unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) })?;
     // SAFETY: the driver NUL-terminated it.
     Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+}
+
+// ---- several GPUs ----------------------------------------------------------
+
+/// The device handle of GPU `ordinal`.
+pub fn device(ordinal: usize) -> Result<CUdevice> {
+    let mut dev = 0;
+    let ordinal = i32::try_from(ordinal).map_err(|_| LabError::config(format!("GPU {ordinal} does not exist")))?;
+    // SAFETY: writes one handle.
+    check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, ordinal) })?;
+    Ok(dev)
+}
+
+/// Whether GPU `dev` can map GPU `peer`'s memory (cuDeviceCanAccessPeer).
+pub fn can_access_peer(dev: CUdevice, peer: CUdevice) -> Result<bool> {
+    let mut can = 0;
+    // SAFETY: writes one int; plain query on device handles.
+    check("cuDeviceCanAccessPeer", unsafe { sys::cuDeviceCanAccessPeer(&mut can, dev, peer) })?;
+    Ok(can != 0)
+}
+
+/// One attribute of the path from GPU `src` to GPU `dst`
+/// (cuDeviceGetP2PAttribute).
+pub fn p2p_attribute(src: CUdevice, dst: CUdevice, attr: sys::CUdevice_P2PAttribute) -> Result<i32> {
+    let mut v = 0;
+    // SAFETY: writes one int; plain query on device handles.
+    check("cuDeviceGetP2PAttribute", unsafe { sys::cuDeviceGetP2PAttribute(&mut v, attr, src, dst) })?;
+    Ok(v)
+}
+
+pub use sys::CUdevice_P2PAttribute as P2pAttr;
+
+/// Lets the current context map `peer`'s memory (cuCtxEnablePeerAccess);
+/// already enabled is not an error.
+///
+/// # Safety
+/// `peer` is a live context of another device than the current one.
+pub unsafe fn enable_peer_access(peer: sys::CUcontext) -> Result<()> {
+    // SAFETY: valid handle (the caller's promise).
+    match unsafe { sys::cuCtxEnablePeerAccess(peer, 0) } {
+        CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+        r => check("cuCtxEnablePeerAccess", r),
+    }
+}
+
+/// Copies `bytes` from `src` in context `src_ctx` to `dst` in `dst_ctx` on
+/// `s` (cuMemcpyPeerAsync): over the link between the GPUs where peer
+/// access is enabled, else staged by the driver through host memory.
+///
+/// # Safety
+/// Both ranges lie inside live allocations of their contexts that outlive
+/// the queued copy; `s` is a live stream of either context.
+pub unsafe fn memcpy_peer_async(dst: CUdeviceptr, dst_ctx: sys::CUcontext, src: CUdeviceptr, src_ctx: sys::CUcontext, bytes: usize, s: CUstream) -> Result<()> {
+    refuse_in_host_function("cuMemcpyPeerAsync")?;
+    // SAFETY: the caller's promise.
+    check("cuMemcpyPeerAsync", unsafe { sys::cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, bytes, s) })
 }
 
 // ---- streams -------------------------------------------------------------
@@ -641,26 +718,29 @@ pub mod activity {
                 }
                 break;
             }
+            // A copy's or kernel's record as `$t`: the fields read here have
+            // the same names in each record struct.
+            macro_rules! record_as {
+                ($t:ty, $copy_kind:expr) => {{
+                    // SAFETY: CUPTI returned a valid record whose kind says it is a `$t`.
+                    let r = unsafe { &*(record as *const $t) };
+                    out.push(ActivityRecord {
+                        copy_kind: $copy_kind(r),
+                        stream_id: r.streamId,
+                        correlation: r.correlationId,
+                        start_ns: r.start,
+                        end_ns: r.end,
+                    });
+                }};
+            }
             // SAFETY: CUPTI returned a valid record; its kind says which struct it is.
             // The fields read here sit at the same offsets in every version.
-            unsafe {
-                match (*record).kind {
-                    Kind::CUPTI_ACTIVITY_KIND_MEMCPY => {
-                        let m = &*(record as *const sys::CUpti_ActivityMemcpy6);
-                        out.push(ActivityRecord {
-                            copy_kind: m.copyKind,
-                            stream_id: m.streamId,
-                            correlation: m.correlationId,
-                            start_ns: m.start,
-                            end_ns: m.end,
-                        });
-                    }
-                    Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL => {
-                        let k = &*(record as *const sys::CUpti_ActivityKernel9);
-                        out.push(ActivityRecord { copy_kind: 0, stream_id: k.streamId, correlation: k.correlationId, start_ns: k.start, end_ns: k.end });
-                    }
-                    _ => {}
-                }
+            match unsafe { (*record).kind } {
+                Kind::CUPTI_ACTIVITY_KIND_MEMCPY => record_as!(sys::CUpti_ActivityMemcpy6, |m: &sys::CUpti_ActivityMemcpy6| m.copyKind),
+                // A copy between two GPUs (copy kind PTOP, 10).
+                Kind::CUPTI_ACTIVITY_KIND_MEMCPY2 => record_as!(sys::CUpti_ActivityMemcpyPtoP4, |m: &sys::CUpti_ActivityMemcpyPtoP4| m.copyKind),
+                Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL => record_as!(sys::CUpti_ActivityKernel9, |_| 0),
+                _ => {}
             }
         }
         RECORDS.lock().unwrap_or_else(|e| e.into_inner()).extend(out);
@@ -680,6 +760,7 @@ pub mod activity {
                 check("cuptiActivityRegisterCallbacks", sys::cuptiActivityRegisterCallbacks(Some(requested), Some(completed)))
                     .and_then(|()| check("cuptiActivityEnable(MEMCPY)", sys::cuptiActivityEnable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY)))
                     .and_then(|()| check("cuptiActivityEnable(CONCURRENT_KERNEL)", sys::cuptiActivityEnable(Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)))
+                    .and_then(|()| check("cuptiActivityEnable(MEMCPY2)", sys::cuptiActivityEnable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY2)))
             };
             if let Err(e) = attached {
                 // Half attached (a sanitizer or profiler holds CUPTI, say):
@@ -688,6 +769,7 @@ pub mod activity {
                 unsafe {
                     let _ = sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY);
                     let _ = sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+                    let _ = sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY2);
                 }
                 return Err(e);
             }
@@ -719,6 +801,7 @@ pub mod activity {
                 check("cuptiActivityFlushAll", sys::cuptiActivityFlushAll(1))?;
                 check("cuptiActivityDisable(MEMCPY)", sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY))?;
                 check("cuptiActivityDisable(CONCURRENT_KERNEL)", sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL))?;
+                check("cuptiActivityDisable(MEMCPY2)", sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY2))?;
                 // Detach entirely: on the lent H200, untraced runs after a
                 // CUPTI session (only disabled) varied up to +35%; after
                 // cuptiFinalize they ran as before. The next `start` attaches again.

@@ -58,18 +58,34 @@ impl Drop for Module {
     }
 }
 
-/// `kernels/compute.cu`: out[i] = FMA chain of `iterations` over in[i].
+/// `kernels/compute.cu`: out[i] = FMA chain of `iterations` over in[i],
+/// loaded on one GPU or on each of several (a pipeline over GPUs launches
+/// it on each stream's own GPU).
 pub struct ComputeKernel {
-    module: Module,
-    grid: u32,
+    /// Per GPU: its module and the grid that fills it.
+    loaded: Vec<(Module, u32)>,
     block: u32,
 }
 
 impl ComputeKernel {
     pub fn load(gpu: &Gpu) -> Result<ComputeKernel> {
-        let sms = gpu.fingerprint()?.sm_count;
-        // Enough blocks to fill every SM several times; the kernel grid-strides.
-        Ok(ComputeKernel { module: Module::load(gpu, &kernels::COMPUTE)?, grid: sms * 8, block: 256 })
+        Self::load_on(std::slice::from_ref(gpu))
+    }
+
+    /// The kernel loaded on each of `gpus`.
+    pub fn load_on(gpus: &[Gpu]) -> Result<ComputeKernel> {
+        let loaded = gpus
+            .iter()
+            .map(|gpu| {
+                let sms = gpu.fingerprint()?.sm_count;
+                // Enough blocks to fill every SM several times; the kernel grid-strides.
+                Ok((Module::load(gpu, &kernels::COMPUTE)?, sms * 8))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if loaded.is_empty() {
+            return Err(LabError::config("the compute kernel needs a GPU to load on"));
+        }
+        Ok(ComputeKernel { loaded, block: 256 })
     }
 
     /// Enqueues `out[out_at..out_at+n] = f(in[in_at..in_at+n])` (indices in
@@ -92,10 +108,20 @@ impl ComputeKernel {
             &mut count as *mut u64 as *mut c_void,
             &mut iters as *mut i32 as *mut c_void,
         ];
-        let grid = self.grid.min(n.div_ceil(self.block as usize) as u32).max(1);
+        let gpu = stream.gpu().ordinal();
+        let Some((module, grid)) = self.loaded.iter().find(|(m, _)| m.gpu.ordinal() == gpu) else {
+            return Err(LabError::config(format!(
+                "the compute kernel is not loaded on GPU {gpu} (a stream of GPU {gpu} launches it): load it with ComputeKernel::load_on for every GPU the pipeline uses"
+            )));
+        };
+        let grid = (*grid).min(n.div_ceil(self.block as usize) as u32).max(1);
+        // A launch goes to the current context's function: its GPU's.
+        if self.loaded.len() > 1 {
+            module.gpu.bind()?;
+        }
         // SAFETY: params match `compute(const float*, float*, unsigned long long, int)`;
         // the driver copies the values at launch; bounds checked above.
-        unsafe { driver::launch(self.module.func, grid, self.block, stream.raw(), &mut params) }
+        unsafe { driver::launch(module.func, grid, self.block, stream.raw(), &mut params) }
     }
 }
 

@@ -5,8 +5,11 @@
 //! copy is made of and lab 1's timer for it ([`copy`]), and [`Pipeline`],
 //! which executes the pipeline vocabulary (`crate::pipeline`) on real
 //! streams, copies included, as operations of one schedule, or captures
-//! it into a CUDA [`Graph`]; the stream-ordered memory pool ([`pool`]). Also the NVRTC kernels
-//! ([`kernels`]) and NVTX ranges ([`trace`]).
+//! it into a CUDA [`Graph`] — its streams may belong to several GPUs, and a
+//! copy may cross between them; the stream-ordered memory pool ([`pool`]).
+//! Also the machine's GPUs and the links between them ([`topology`]),
+//! NCCL loaded at run time ([`nccl`]), the NVRTC kernels ([`kernels`]) and
+//! NVTX ranges ([`trace`]).
 //!
 //! May use: `error`, `pipeline` (the vocabulary it executes), `measure`
 //! (data patterns that prove a copy happened), `present::units`.
@@ -20,9 +23,11 @@ pub mod host;
 pub mod host_fn;
 pub mod kernel;
 pub mod kernels;
+pub mod nccl;
 pub mod pipeline;
 pub mod plan;
 pub mod pool;
+pub mod topology;
 pub mod trace;
 
 pub use crate::pipeline::schedule::StreamKind;
@@ -143,6 +148,30 @@ impl Gpu {
     /// Makes this device's context current on the calling thread.
     pub fn bind(&self) -> Result<()> {
         driver::bind(&self.ctx)
+    }
+
+    /// Whether this GPU can map `peer`'s memory (cuDeviceCanAccessPeer).
+    pub fn can_access_peer(&self, peer: &Gpu) -> Result<bool> {
+        driver::can_access_peer(self.ctx.cu_device(), peer.ctx.cu_device())
+    }
+
+    /// Lets this GPU's kernels and copies reach `peer`'s memory over the
+    /// link (cuCtxEnablePeerAccess; once enabled it stays so). A GPU that
+    /// cannot is told so, naming the pair.
+    pub fn enable_peer_access(&self, peer: &Gpu) -> Result<()> {
+        if peer.ordinal() == self.ordinal() {
+            return Ok(());
+        }
+        if !self.can_access_peer(peer)? {
+            return Err(LabError::Unsupported(format!(
+                "GPU {} cannot map GPU {}'s memory (no peer access between them): copies between them are staged through host memory",
+                self.ordinal(),
+                peer.ordinal()
+            )));
+        }
+        self.bind()?;
+        // SAFETY: `peer` holds its primary context, alive while it lives; this GPU's is current.
+        unsafe { driver::enable_peer_access(peer.ctx.cu_ctx()) }
     }
 
     pub fn fingerprint(&self) -> Result<Fingerprint> {
@@ -309,6 +338,20 @@ impl Stream {
         // (checked above).
         unsafe { driver::memcpy_dtod_async(dst.ptr, src.ptr, bytes, self.raw) }
     }
+    /// Enqueues a copy of `bytes` from `src` in `src_gpu`'s memory to `dst`
+    /// in `dst_gpu`'s (cuMemcpyPeerAsync): over the link between them where
+    /// peer access is enabled ([`Gpu::enable_peer_access`]), else staged
+    /// by the driver through host memory. The caller keeps both alive until
+    /// the stream has run it.
+    pub(crate) fn enqueue_peer_copy(&self, dst: DeviceSpan, dst_gpu: &Gpu, src: DeviceSpan, src_gpu: &Gpu, bytes: usize) -> Result<()> {
+        if bytes == 0 || bytes > src.bytes || bytes > dst.bytes {
+            return Err(LabError::config(format!("a copy of {bytes} bytes between GPUs does not fit {} -> {} bytes", src.bytes, dst.bytes)));
+        }
+        // SAFETY: both ranges lie in live allocations of their GPUs (checked
+        // above; the caller keeps them alive until the copy has run), and
+        // the contexts are the primary contexts the two Gpus hold.
+        unsafe { driver::memcpy_peer_async(dst.ptr, dst_gpu.ctx.cu_ctx(), src.ptr, src_gpu.ctx.cu_ctx(), bytes, self.raw) }
+    }
     /// Fills `buf` with the 32-bit word `value` (to poison it) and waits.
     pub fn fill_u32(&self, buf: &DeviceBuffer, value: u32) -> Result<()> {
         self.fill_span_u32(buf.span(), value)
@@ -316,6 +359,8 @@ impl Stream {
     /// As [`Stream::fill_u32`], over device memory the caller keeps alive
     /// until this returns (a module's variable, a buffer's span).
     pub(crate) fn fill_span_u32(&self, span: DeviceSpan, value: u32) -> Result<()> {
+        // The memset goes to the current context: the stream's.
+        self.gpu.bind()?;
         // SAFETY: the range is exactly the span, which the caller keeps
         // alive until the synchronize below.
         unsafe { driver::memset_d32_async(span.ptr, value, span.bytes / 4, self.raw) }?;
@@ -399,6 +444,10 @@ unsafe impl Send for DeviceBuffer {}
 unsafe impl Sync for DeviceBuffer {}
 
 impl DeviceBuffer {
+    /// The GPU whose memory it is.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
     pub fn bytes(&self) -> usize {
         self.bytes
     }

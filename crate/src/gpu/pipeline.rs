@@ -19,8 +19,8 @@ use super::gate::Gate;
 use super::{driver, ComputeKernel, DeviceBuffer, DeviceSpan, Event, Gpu, Graph, HostBuffer, HostTask, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
-use crate::pipeline::issue::{check_alloc, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
-use crate::pipeline::schedule::{Access, Memory, OpId, OpKind, Race, Schedule, StreamKind};
+use crate::pipeline::issue::{check_alloc, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
+use crate::pipeline::schedule::{Access, Memory, OpId, OpKind, Race, Schedule, StreamDecl, StreamKind};
 use crate::pipeline::timeline::Timeline;
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -42,6 +42,8 @@ struct HostEntry {
 struct DeviceEntry {
     span: DeviceSpan,
     hold: Holding,
+    /// The GPU whose memory it is.
+    gpu: Gpu,
 }
 
 /// Operations issued behind a closed gate before it opens anyway, so the
@@ -101,7 +103,11 @@ impl PipelineRun {
 }
 
 pub struct Pipeline<'a> {
+    /// Its own GPU: the base event, the gate, the memory calls.
     gpu: Gpu,
+    /// Every GPU its streams belong to, its own first ([`Self::stream`]
+    /// takes a stream of any GPU).
+    gpus: Vec<Gpu>,
     device_label: String,
     schedule: Schedule,
     /// The streams by lane and the CPU thread making the calls
@@ -280,6 +286,7 @@ impl Gpu {
         // gate, so no error leaves a stream waiting on a freed word.
         let mut p = Pipeline {
             gpu: self.clone(),
+            gpus: vec![self.clone()],
             device_label: self.label(),
             schedule: Schedule::new(),
             lanes: Lanes::default(),
@@ -372,7 +379,7 @@ impl<'a> Pipeline<'a> {
     }
 
     pub fn stream(&mut self, s: &'a Stream, name: &str) -> StreamRef {
-        let r = self.lanes.add(&mut self.schedule, s.kind(), s.priority(), name);
+        let r = self.lanes.add(&mut self.schedule, StreamDecl::new(s.kind(), s.priority(), s.gpu().ordinal()), name);
         self.add_lane(r.0, s);
         r
     }
@@ -382,6 +389,10 @@ impl<'a> Pipeline<'a> {
     fn add_lane(&mut self, lane: usize, s: &'a Stream) {
         debug_assert_eq!(lane, self.streams.len());
         let owner = self.lanes.owner(lane);
+        let gpu = s.gpu().clone();
+        if !self.gpus.iter().any(|g| g.ordinal() == gpu.ordinal()) {
+            self.join_gpu(&gpu);
+        }
         if let Some(fork) = &self.capture {
             // Joins the capture: its work from here on is the graph's. A
             // stream that could not join would run its work for real: its
@@ -401,7 +412,7 @@ impl<'a> Pipeline<'a> {
             }
         }
         // A pipeline that cannot make an event fails at its first op instead.
-        if let Ok(e) = self.gpu.timing_event() {
+        if let Ok(e) = gpu.timing_event() {
             self.stream_ends.push(e);
         }
         if self.source == TimelineSource::Cupti {
@@ -410,7 +421,7 @@ impl<'a> Pipeline<'a> {
             // of its own to name: plans that use one are timed with events.
             let id = if owner == 0 {
                 // SAFETY: the stream was created in this context and is borrowed for the pipeline's life.
-                unsafe { driver::activity::stream_id(self.gpu.ctx.cu_ctx(), s.raw()) }.unwrap_or(u32::MAX)
+                unsafe { driver::activity::stream_id(gpu.ctx.cu_ctx(), s.raw()) }.unwrap_or(u32::MAX)
             } else {
                 u32::MAX
             };
@@ -418,6 +429,36 @@ impl<'a> Pipeline<'a> {
         }
         self.streams.push(s);
         self.reusable_end.push(None);
+        // Making the end event made the stream's GPU current.
+        let _ = self.gpu.bind();
+    }
+
+    /// A stream of another GPU joins the pipeline: per-op CUDA events of
+    /// two GPUs cannot be compared (cuEventElapsedTime takes one context's),
+    /// so its timeline needs CUPTI; a graph this crate captures holds one
+    /// GPU's streams.
+    fn join_gpu(&mut self, gpu: &Gpu) {
+        if self.capture.is_some() {
+            self.capture_broken.get_or_insert(format!(
+                "a stream of GPU {} joined a capture on GPU {}: a captured graph holds one GPU's streams",
+                gpu.ordinal(),
+                self.gpu.ordinal()
+            ));
+        }
+        if self.source == TimelineSource::Events {
+            eprintln!("timeline: off for this run (per-op CUDA events cannot be compared across GPUs; a pipeline over several GPUs is timed by CUPTI, which another tool holds)");
+            self.source = TimelineSource::Off;
+        }
+        self.gpus.push(gpu.clone());
+    }
+
+    /// Synchronizes every GPU the pipeline's streams belong to (cuCtxSynchronize on each).
+    fn synchronize_gpus(&self) -> Result<()> {
+        for g in &self.gpus {
+            g.bind()?;
+            driver::context_synchronize()?;
+        }
+        self.gpu.bind()
     }
 
     /// The lane `s` means on the current thread, added on first use (a
@@ -458,7 +499,7 @@ impl<'a> Pipeline<'a> {
     }
 
     pub fn device(&mut self, d: &'a DeviceBuffer, name: &str) -> DevRef {
-        self.devices.push(DeviceEntry { span: d.span(), hold: Holding::lab(name) });
+        self.devices.push(DeviceEntry { span: d.span(), hold: Holding::lab(name), gpu: d.gpu().clone() });
         DevRef(self.devices.len() - 1)
     }
     /// Borrows a host buffer exclusively for the pipeline's life.
@@ -537,7 +578,12 @@ impl<'a> Pipeline<'a> {
             TimelineSource::Off => (Mark::None, None, None),
         };
         let events = &self.pool.events;
+        // Over several GPUs, calls go to the stream's GPU's context.
+        let bind = (self.gpus.len() > 1).then(|| stream.gpu().clone());
         self.cpu.driver_call(self.lanes.thread(), || {
+            if let Some(g) = bind {
+                g.bind()?;
+            }
             if let Some(a) = start {
                 events[a].record(stream)?;
             }
@@ -551,6 +597,7 @@ impl<'a> Pipeline<'a> {
 
     /// Copies `bytes` from host buffer `src` at byte `src_at` to device `dst` at `dst_at`.
     pub fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, bytes: usize, label: &str) -> Result<()> {
+        self.on_stream_gpu(s, dst, "an H2D")?;
         let (hp, mut ha) = self.copy_host_range(src, src_at, bytes)?;
         let (dp, mut da) = self.dev_range(dst, dst_at, bytes)?;
         ha.write = false;
@@ -562,6 +609,7 @@ impl<'a> Pipeline<'a> {
 
     /// Copies `bytes` from device `src` at `src_at` to host buffer `dst` at byte `dst_at`.
     pub fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, bytes: usize, label: &str) -> Result<()> {
+        self.on_stream_gpu(s, src, "a D2H")?;
         let (hp, mut ha) = self.copy_host_range(dst, dst_at, bytes)?;
         let (dp, mut da) = self.dev_range(src, src_at, bytes)?;
         ha.write = true;
@@ -569,6 +617,38 @@ impl<'a> Pipeline<'a> {
         let copy = RawCopy { up: false, host: hp as *mut c_void, device: dp, bytes };
         // SAFETY: as for h2d.
         self.gpu_op(s, OpKind::D2h, label, vec![da, ha], move |st| unsafe { copy.enqueue(st) }).map(|_| ())
+    }
+
+    /// Copies `bytes` from device `src` at `src_at` to device `dst` at
+    /// `dst_at`: within one GPU, or from one GPU's memory to another's (a
+    /// peer copy, on a stream of either GPU).
+    pub fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, bytes: usize, label: &str) -> Result<()> {
+        let (sp, mut sa) = self.dev_range(src, src_at, bytes)?;
+        let (dp, mut da) = self.dev_range(dst, dst_at, bytes)?;
+        sa.write = false;
+        da.write = true;
+        let lane = self.lane(s)?;
+        let (src_gpu, dst_gpu) = (self.devices[src.0].gpu.clone(), self.devices[dst.0].gpu.clone());
+        let link = d2d_link(self.streams[lane].gpu().ordinal(), &self.lanes.names()[lane], (src_gpu.ordinal(), &sa.buffer), (dst_gpu.ordinal(), &da.buffer))?;
+        let (to, from) = (DeviceSpan { ptr: dp, bytes }, DeviceSpan { ptr: sp, bytes });
+        // The copy within a GPU refuses overlapping ranges (two GPUs'
+        // memories cannot overlap); the pipeline holds both buffers'
+        // borrows until it synchronizes.
+        self.gpu_op(s, OpKind::D2d(link), label, vec![sa, da], move |st| {
+            if link.is_peer() {
+                st.enqueue_peer_copy(to, &dst_gpu, from, &src_gpu, bytes)
+            } else {
+                st.enqueue_copy_on_device(to, from, bytes)
+            }
+        })
+        .map(|_| ())
+    }
+
+    /// Refuses `what` on `s` touching device buffer `d` of another GPU ([`same_gpu`]).
+    fn on_stream_gpu(&mut self, s: StreamRef, d: DevRef, what: &str) -> Result<()> {
+        let lane = self.lane(s)?;
+        let e = self.device_entry(d)?;
+        same_gpu(what, (&self.lanes.names()[lane], self.streams[lane].gpu().ordinal()), (&e.hold.name, e.gpu.ordinal()))
     }
 
     /// `output[out_at..+n] = compute(input[in_at..+n])`, indices in f32 elements.
@@ -585,6 +665,8 @@ impl<'a> Pipeline<'a> {
         iterations: i32,
         label: &str,
     ) -> Result<()> {
+        self.on_stream_gpu(s, input, "a kernel")?;
+        self.on_stream_gpu(s, output, "a kernel")?;
         let (_, mut ia) = self.dev_range(input, in_at * 4, n * 4)?;
         let (_, mut oa) = self.dev_range(output, out_at * 4, n * 4)?;
         ia.write = false;
@@ -662,7 +744,16 @@ impl<'a> Pipeline<'a> {
     /// cuEventRecord: `e` completes when `s` has done everything issued so far.
     pub fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
         let lane = self.lane(s)?;
-        let (event, stream) = (self.user_event(e)?, self.streams[lane]);
+        let (mut event, stream) = (self.user_event(e)?, self.streams[lane]);
+        if event.gpu.ordinal() != stream.gpu().ordinal() {
+            // An event is recorded on its own context's streams: a record
+            // on another GPU's stream takes a new event there (a wait
+            // takes the latest record, as CUDA's does).
+            let gpu = stream.gpu().clone();
+            event = Arc::new(self.cpu.driver_call(self.lanes.thread(), || gpu.sync_event())?);
+            self.user_events[e.0] = event.clone();
+            self.gpu.bind()?;
+        }
         self.cpu.driver_call(self.lanes.thread(), || event.record(stream))?;
         self.schedule.record_event(e.0, lane);
         Ok(())
@@ -750,7 +841,7 @@ impl<'a> Pipeline<'a> {
         let mut recs: Vec<_> = driver::activity::finish()?.into_iter().filter(|r| self.cupti_streams.contains(&r.stream_id)).collect();
         recs.sort_by_key(|r| r.correlation);
         // Only copies and kernels leave activity records (memory calls are timed on the host).
-        let kinds: Vec<OpKind> = self.schedule.ops.iter().filter(|o| OpKind::STAGES.contains(&o.kind)).map(|o| o.kind).collect();
+        let kinds: Vec<OpKind> = self.schedule.ops.iter().filter(|o| o.kind.is_device_work()).map(|o| o.kind).collect();
         if recs.len() != kinds.len() {
             return Err(LabError::Driver { call: "CUPTI", message: format!("{} activity records for {} operations", recs.len(), kinds.len()) });
         }
@@ -761,9 +852,12 @@ impl<'a> Pipeline<'a> {
             .zip(kinds)
             .enumerate()
             .map(|(i, (r, k))| {
+                // CUPTI_ACTIVITY_MEMCPY_KIND_*: HTOD 1, DTOH 2, DTOD 8, PTOP 10.
                 let want = match k {
                     OpKind::H2d => 1,
                     OpKind::D2h => 2,
+                    OpKind::D2d(link) if link.is_peer() => 10,
+                    OpKind::D2d(_) => 8,
                     _ => 0,
                 };
                 if r.copy_kind != want {
@@ -794,7 +888,14 @@ impl<'a> Pipeline<'a> {
         self.not_captured("a CPU wait (cuCtxSynchronize)")?;
         let _r = trace::range("host waits for the device");
         self.open_gate()?;
-        self.cpu.run(self.lanes.thread(), driver::context_synchronize)?;
+        let gpus = self.gpus.clone();
+        self.cpu.run(self.lanes.thread(), || {
+            for g in &gpus {
+                g.bind()?;
+                driver::context_synchronize()?;
+            }
+            gpus[0].bind()
+        })?;
         self.forget_reusable_ends();
         self.schedule.host_wait_all(self.lanes.thread());
         Ok(())
@@ -829,6 +930,10 @@ impl<'a> Pipeline<'a> {
             return Err(LabError::schedule(format!("refused to release memory the GPU may still use: {}", r.what)));
         }
         let _r = trace::range(label);
+        if self.gpus.len() > 1 {
+            // An op on another GPU's stream made that GPU current.
+            self.gpu.bind()?;
+        }
         let t0 = self.host_base.elapsed().as_secs_f64() * 1e6;
         let r = call();
         let t1 = self.host_base.elapsed().as_secs_f64() * 1e6;
@@ -858,13 +963,21 @@ impl<'a> Pipeline<'a> {
     pub fn alloc_async(&mut self, s: StreamRef, bytes: usize, name: &str) -> Result<DevRef> {
         check_alloc(name, bytes, "bytes")?;
         let name = &self.new_name(name);
-        let raw = self.stream_ref(s)?.raw();
+        let stream = self.stream_ref(s)?;
+        if stream.gpu().ordinal() != self.gpu.ordinal() {
+            return Err(LabError::config(format!(
+                "cuMemAllocAsync on a stream of GPU {}: this executor allocates on its own GPU ({}) only",
+                stream.gpu().ordinal(),
+                self.gpu.ordinal()
+            )));
+        }
+        let raw = stream.raw();
         let whole = Access::write(name, 0, bytes as u64);
         // SAFETY: the stream is borrowed for the pipeline's life.
         let ptr = self.memory_call(Some(s), OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![whole], || unsafe {
             driver::mem_alloc_async(bytes, raw)
         })?;
-        self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, hold: Holding::allocated(name, Memory::Pool) });
+        self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, hold: Holding::allocated(name, Memory::Pool), gpu: self.gpu.clone() });
         Ok(DevRef(self.devices.len() - 1))
     }
     /// cuMemAlloc (blocking).
@@ -873,7 +986,7 @@ impl<'a> Pipeline<'a> {
         let name = &self.new_name(name);
         let whole = Access::write(name, 0, bytes as u64);
         let ptr = self.memory_call(None, OpKind::Alloc(Memory::Device), &Memory::Device.label(true, name), vec![whole], || driver::device_alloc(bytes))?;
-        self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, hold: Holding::allocated(name, Memory::Device) });
+        self.devices.push(DeviceEntry { span: DeviceSpan { ptr, bytes }, hold: Holding::allocated(name, Memory::Device), gpu: self.gpu.clone() });
         Ok(DevRef(self.devices.len() - 1))
     }
     /// Releases device buffer `d` by `how`'s call (on `s` when stream-ordered).
@@ -1026,15 +1139,41 @@ impl<'a> Pipeline<'a> {
             // From the thread whose stream it is (a per-thread stream's handle means the caller's).
             self.cpu.run(self.lanes.owner(lane), || e.record(s))?;
         }
-        driver::context_synchronize()?;
+        // Another GPU's stream ends are timed on this GPU's clock: the base
+        // stream waits for them, then records when it got there.
+        let foreign: Vec<&Event> = self.stream_ends.iter().filter(|e| e.gpu.ordinal() != self.gpu.ordinal()).collect();
+        let joined = if foreign.is_empty() {
+            None
+        } else {
+            for e in &foreign {
+                self.base_stream.wait_event(e)?;
+            }
+            let joined = self.gpu.timing_event()?;
+            joined.record(&self.base_stream)?;
+            Some(joined)
+        };
+        self.synchronize_gpus()?;
         // Only now may the borrows end (an error above leaves Drop to wait).
         self.finished = true;
         let unreleased = self.release_leftovers();
         let mut total_ms = 0.0f64;
-        for e in &self.stream_ends {
+        for e in self.stream_ends.iter().filter(|e| e.gpu.ordinal() == self.gpu.ordinal()).chain(&joined) {
             total_ms = total_ms.max(self.base.elapsed_ms(e)?);
         }
-        let activity = if self.source == TimelineSource::Cupti { Some(self.activity_times()?) } else { None };
+        // An op CUPTI's records do not match leaves the run with no
+        // timeline, never a failed lab.
+        let activity = if self.source == TimelineSource::Cupti {
+            match self.activity_times() {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    eprintln!("timeline: off for this run ({e})");
+                    self.source = TimelineSource::Off;
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let timeline = if self.source != TimelineSource::Off {
             let mut times = Vec::with_capacity(self.marks.len());
             for m in &self.marks {
@@ -1088,7 +1227,7 @@ impl Drop for Pipeline<'_> {
             // Never let the borrows end while the GPU may still use the buffers.
             let _ = self.gpu.bind();
             let _ = self.open_gate();
-            let _ = driver::context_synchronize();
+            let _ = self.synchronize_gpus();
             self.release_leftovers();
             if self.source == TimelineSource::Cupti {
                 let _ = driver::activity::finish();
@@ -1134,6 +1273,9 @@ impl Issue for GpuIssuer<'_, '_> {
     }
     fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
         self.pipeline.compute(s, self.kernel, input, in_at, output, out_at, n, self.iterations, label)
+    }
+    fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.pipeline.d2d(s, dst, bytes(dst_at)?, src, bytes(src_at)?, bytes(n)?, label)
     }
     fn event(&mut self) -> Result<EventRef> {
         self.pipeline.event()

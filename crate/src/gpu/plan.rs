@@ -46,20 +46,29 @@ pub struct Replay {
     pub launch_ms: f64,
 }
 
-/// `count` ops of `kind` over `n` elements back to back on one stream.
+/// `count` ops of `kind` over `n` elements back to back on one stream (a
+/// copy between GPUs: from buffer 0 on its source GPU to buffer 1 on its
+/// destination, on a stream of the source).
 fn alone_plan(kind: OpKind, n: usize, count: usize) -> Plan {
-    Plan::new(&format!("{} of {n} elements alone", kind.label()), vec![StreamSpec::new("alone", StreamKind::NonBlocking, 0)], n.max(2), 2, move |p, r| {
+    let (from, to) = match kind {
+        OpKind::D2d(link) => (link.from as usize, link.to as usize),
+        _ => (0, 0),
+    };
+    let stream = StreamSpec::new("alone", StreamKind::NonBlocking, 0).on_gpu(from);
+    Plan::new(&format!("{} of {n} elements alone", kind.label()), vec![stream], n.max(2), 2, move |p, r| {
         let s = r.streams[0];
         for _ in 0..count {
             match kind {
                 OpKind::H2d => p.h2d(s, r.devices[0], 0, r.input, 0, n, "alone"),
                 OpKind::Kernel => p.compute(s, r.devices[0], 0, r.devices[1], 0, n, "alone"),
                 OpKind::D2h => p.d2h(s, r.output, 0, r.devices[1], 0, n, "alone"),
+                OpKind::D2d(_) => p.d2d(s, r.devices[1], 0, r.devices[0], 0, n, "alone"),
                 other => Err(LabError::config(format!("{} cannot be timed alone", other.label()))),
             }?;
         }
         Ok(())
     })
+    .placed(vec![from, to])
 }
 
 /// Each distinct op of `plans`, once.
@@ -75,17 +84,20 @@ fn distinct_ops(plans: &[&Plan]) -> Result<Vec<(OpKind, usize)>> {
 
 /// The rig's streams for `plan`, in its order: the n-th stream of a kind
 /// and priority is the n-th the rig made of them ([`PlanRig::make_streams`]).
-fn streams_of<'x>(made: &'x HashMap<(StreamKind, i32), Vec<Stream>>, plan: &Plan) -> Vec<&'x Stream> {
-    let mut used: HashMap<(StreamKind, i32), usize> = HashMap::new();
+fn streams_of<'x>(made: &'x HashMap<StreamKey, Vec<Stream>>, plan: &Plan) -> Vec<&'x Stream> {
+    let mut used: HashMap<StreamKey, usize> = HashMap::new();
     plan.streams
         .iter()
         .map(|s| {
-            let n = used.entry((s.kind, s.priority)).or_default();
+            let n = used.entry((s.gpu, s.kind, s.priority)).or_default();
             *n += 1;
-            &made[&(s.kind, s.priority)][*n - 1]
+            &made[&(s.gpu, s.kind, s.priority)][*n - 1]
         })
         .collect()
 }
+
+/// A plan stream's GPU (of the rig's), kind and priority.
+type StreamKey = (usize, StreamKind, i32);
 
 /// Issues `plan`'s loop into `p` on the rig's buffers (`hosts`: input,
 /// output): its streams, buffers and loop; the host time the loop took, ms.
@@ -94,7 +106,7 @@ fn issue<'x>(
     plan: &Plan,
     streams: &[&'x Stream],
     hosts: (&'x mut PinnedBuffer, &'x mut PinnedBuffer),
-    devices: &'x [DeviceBuffer],
+    devices: &'x [Vec<DeviceBuffer>],
     kernel: &'x ComputeKernel,
     iterations: i32,
     dataset: &'x [u64],
@@ -102,7 +114,7 @@ fn issue<'x>(
     let stream_refs = streams.iter().zip(&plan.streams).map(|(s, spec)| p.stream(s, &spec.name)).collect();
     let input = p.host(hosts.0, INPUT);
     let output = p.host(hosts.1, OUTPUT);
-    let devices = devices[..plan.devices].iter().enumerate().map(|(i, d)| p.device(d, &device_name(i))).collect();
+    let devices = (0..plan.devices).map(|i| p.device(&devices[plan.device_gpu(i)][i], &device_name(i))).collect();
     let refs = Refs { streams: stream_refs, input, output, devices, elements: plan.elements };
     p.start_clock()?;
     let dataset = (plan.batch_elements > 0).then_some(Dataset { words: dataset, batch_elements: plan.batch_elements });
@@ -121,7 +133,11 @@ pub struct PlanRig {
     /// Where graphs are launched, and the events around each launch.
     launch: Stream,
     launched: (Event, Event),
+    /// The GPU it runs plans from (a plan's GPU 0).
     gpu: Gpu,
+    /// Every GPU a plan may use, by the plan's numbers (`gpus[0]` is `gpu`).
+    gpus: Vec<Gpu>,
+    /// Loaded on every GPU of the rig.
     kernel: ComputeKernel,
     /// The kernel's work per element (a chain of dependent FMAs).
     pub iterations: i32,
@@ -131,13 +147,15 @@ pub struct PlanRig {
     /// What a plan's producer copies from (ordinary memory, the same data
     /// as `host in`; made for the first plan that has a producer).
     dataset: Vec<u64>,
-    devices: Vec<DeviceBuffer>,
-    /// Poisons the device buffers before each run.
-    setup: Stream,
-    /// The plans' streams by (kind, priority), made once and used by every
-    /// run (each run ends synchronized): the first work on a new stream
-    /// pays the driver's set-up, which a program pays once, not per loop.
-    streams: HashMap<(StreamKind, i32), Vec<Stream>>,
+    /// Per GPU of the rig, the device buffers a plan's buffers placed
+    /// there use (buffer i of the plan is buffer i of its GPU's).
+    devices: Vec<Vec<DeviceBuffer>>,
+    /// Per GPU, the stream that poisons its buffers before each run.
+    setup: Vec<Stream>,
+    /// The plans' streams by (GPU, kind, priority), made once and used by
+    /// every run (each run ends synchronized): the first work on a new
+    /// stream pays the driver's set-up, which a program pays once, not per loop.
+    streams: HashMap<StreamKey, Vec<Stream>>,
 }
 
 /// What the model needs to know of the machine, as measured.
@@ -176,12 +194,32 @@ impl MachineFacts {
 impl PlanRig {
     /// Buffers for plans of up to `elements` f32 and `devices` device buffers.
     pub fn new(gpu: &Gpu, elements: usize, devices: usize, iterations: i32) -> Result<PlanRig> {
+        Self::over(std::slice::from_ref(gpu), elements, devices, iterations)
+    }
+
+    /// [`Self::new`] for plans over several GPUs: a plan's GPU g is
+    /// `gpus[g]`, and each GPU holds `devices` buffers. Peer access is
+    /// enabled between every pair that has it (a pair without it copies
+    /// through host memory).
+    pub fn over(gpus: &[Gpu], elements: usize, devices: usize, iterations: i32) -> Result<PlanRig> {
+        let Some(gpu) = gpus.first() else { return Err(LabError::config("a rig needs a GPU")) };
         if elements < 2 || elements % 2 != 0 {
             return Err(LabError::config(format!("{elements} elements: give an even number, at least 2")));
         }
         let bytes = elements.checked_mul(4).ok_or_else(|| LabError::config(format!("{elements} elements is more than memory holds")))?;
-        gpu.ensure_free((bytes * devices.max(1)) as u64, &format!("{devices} device buffers of {}", Bytes(bytes as u64)))?;
-        let devices = (0..devices.max(1)).map(|_| gpu.alloc(bytes)).collect::<Result<Vec<_>>>()?;
+        let mut buffers = Vec::with_capacity(gpus.len());
+        for g in gpus {
+            g.ensure_free((bytes * devices.max(1)) as u64, &format!("{devices} device buffers of {}", Bytes(bytes as u64)))?;
+            buffers.push((0..devices.max(1)).map(|_| g.alloc(bytes)).collect::<Result<Vec<_>>>()?);
+        }
+        for a in gpus {
+            for b in gpus {
+                if a.ordinal() != b.ordinal() && a.can_access_peer(b)? {
+                    a.enable_peer_access(b)?;
+                }
+            }
+        }
+        gpu.bind()?;
         static RIGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Ok(PlanRig {
             graphs: Vec::new(),
@@ -189,14 +227,15 @@ impl PlanRig {
             launch: gpu.stream()?,
             launched: (gpu.timing_event()?, gpu.timing_event()?),
             gpu: gpu.clone(),
-            kernel: ComputeKernel::load(gpu)?,
+            gpus: gpus.to_vec(),
+            kernel: ComputeKernel::load_on(gpus)?,
             iterations,
             elements,
             host_in: PinnedBuffer::new(gpu, bytes)?,
             host_out: PinnedBuffer::new(gpu, bytes)?,
             dataset: Vec::new(),
-            devices,
-            setup: gpu.stream()?,
+            devices: buffers,
+            setup: gpus.iter().map(|g| g.stream()).collect::<Result<_>>()?,
             streams: HashMap::new(),
         })
     }
@@ -282,14 +321,23 @@ impl PlanRig {
     /// Refuses a plan bigger than the rig.
     fn fits(&self, plan: &Plan) -> Result<()> {
         plan.validate()?;
-        if plan.elements > self.elements || plan.devices > self.devices.len() {
+        if plan.elements > self.elements || plan.devices > self.devices[0].len() {
             return Err(LabError::config(format!(
                 "{}: {} elements and {} device buffers do not fit the rig's {} and {}",
                 plan.name,
                 plan.elements,
                 plan.devices,
                 self.elements,
-                self.devices.len()
+                self.devices[0].len()
+            )));
+        }
+        if plan.gpus().iter().any(|&g| g >= self.gpus.len()) {
+            return Err(LabError::config(format!(
+                "{}: its streams and buffers use GPUs {:?} of the plan, and this rig holds {} (GPU {})",
+                plan.name,
+                plan.gpus(),
+                self.gpus.len(),
+                self.gpus.iter().map(|g| g.ordinal().to_string()).collect::<Vec<_>>().join(", GPU ")
             )));
         }
         Ok(())
@@ -305,8 +353,9 @@ impl PlanRig {
             pattern::fill_f32(&mut self.dataset[..words], seed);
         }
         pattern::poison(&mut self.host_out.words_mut()[..words]);
-        for d in &self.devices[..plan.devices] {
-            self.setup.fill_u32(d, pattern::POISON as u32)?;
+        for i in 0..plan.devices {
+            let g = plan.device_gpu(i);
+            self.setup[g].fill_u32(&self.devices[g][i], pattern::POISON as u32)?;
         }
         Ok(seed)
     }
@@ -314,16 +363,17 @@ impl PlanRig {
     /// Makes the streams `plan` asks for (kind, priority) that the rig
     /// does not have yet.
     fn make_streams(&mut self, plan: &Plan) -> Result<()> {
-        let mut wanted: HashMap<(StreamKind, i32), usize> = HashMap::new();
+        let mut wanted: HashMap<StreamKey, usize> = HashMap::new();
         for s in &plan.streams {
-            *wanted.entry((s.kind, s.priority)).or_default() += 1;
+            *wanted.entry((s.gpu, s.kind, s.priority)).or_default() += 1;
         }
         for (key, n) in wanted {
             let have = self.streams.entry(key).or_default();
             while have.len() < n {
-                have.push(self.gpu.stream_of(key.0, key.1)?);
+                have.push(self.gpus[key.0].stream_of(key.1, key.2)?);
             }
         }
+        self.gpu.bind()?;
         Ok(())
     }
 
@@ -338,6 +388,7 @@ impl PlanRig {
         // Whether `b` carries on the run `a` is in (the next element of the same source).
         let continues = |a: Provenance, b: Provenance| match (a, b) {
             (Provenance::Output(x), Provenance::Output(y)) | (Provenance::Input(x), Provenance::Input(y)) => y == x.wrapping_add(1),
+            (Provenance::Repeated(x, k), Provenance::Repeated(y, k2)) => k == k2 && y == x.wrapping_add(1),
             (Provenance::Unset, Provenance::Unset) => true,
             _ => false,
         };
@@ -347,7 +398,8 @@ impl PlanRig {
                 Provenance::Unset => poison,
                 Provenance::Input(j) => pattern::f32_at(seed, j as usize),
                 Provenance::Output(j) if edge => compute_reference(pattern::f32_at(seed, j as usize), self.iterations),
-                Provenance::Output(_) => continue,
+                Provenance::Repeated(j, k) if edge => (0..k).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, self.iterations)),
+                Provenance::Output(_) | Provenance::Repeated(..) => continue,
                 Provenance::Garbage => {
                     return Err(LabError::schedule(format!("{plan}: host out element {i} comes from a kernel run on data that was never uploaded")))
                 }

@@ -24,12 +24,22 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
     if let Some(r) = model.schedule.races().first() {
         rep.problem(format!("race: {}", r.what));
     }
-    let cells = Plan::output_cells(&model);
-    if let Some((j, cell)) = cells.iter().enumerate().find(|(j, c)| **c != Provenance::Output(*j as u32)) {
-        rep.problem(match cell {
+    let (cells, passes) = (Plan::output_cells(&model), plan.passes);
+    if let Some((j, cell)) = cells.iter().enumerate().find(|(j, c)| **c != Provenance::after(*j as u32, passes)) {
+        let times = |k: u8| if k == 1 { "once".to_string() } else { format!("{k} times") };
+        rep.problem(match *cell {
             Provenance::Unset => format!("wrong data: output element {j} never reached the host: a D2H is missing"),
             Provenance::Input(_) => format!("wrong data: output element {j} holds an input: a D2H reads the input, not the kernel's output"),
-            Provenance::Output(i) => format!("wrong data: output element {j} holds the result for element {i}: an offset is wrong"),
+            Provenance::Output(i) | Provenance::Repeated(i, _) if i as usize != j => {
+                format!("wrong data: output element {j} holds the result for element {i}: an offset is wrong")
+            }
+            Provenance::Output(_) => {
+                format!("wrong data: output element {j} went through the kernel once, not {} times: a stage is missing, or reads its input instead of the stage before", passes)
+            }
+            Provenance::Repeated(_, k) if k > passes => {
+                format!("wrong data: output element {j} went through the kernel {}, not {}: a kernel reads another kernel's output", times(k), times(passes))
+            }
+            Provenance::Repeated(_, k) => format!("wrong data: output element {j} went through the kernel {}, not {}: a stage is missing", times(k), times(passes)),
             Provenance::Garbage => format!("wrong data: output element {j} was computed from data never uploaded: a kernel reads a range no H2D wrote"),
         });
     }
@@ -40,12 +50,12 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
     Some(model)
 }
 
-/// `recorded` with a cost for every op of `schedule`. A copy or kernel of
-/// a size not recorded (a loop that splits the work differently) costs
-/// the largest recorded op of its kind scaled by elements (they take time
-/// in proportion to their data, less a start-up the scale ignores); an
-/// allocation or release of a size not recorded costs the recorded one of
-/// its kind nearest in size (their cost hardly depends on size at a
+/// `recorded` with a cost for every op of `schedule`. A copy (device to
+/// device included) or kernel of a size not recorded (a loop that splits
+/// the work differently) costs the largest recorded op of its kind scaled
+/// by elements (they take time in proportion to their data, less a
+/// start-up the scale ignores); an allocation or release of a size not
+/// recorded costs the recorded one of its kind nearest in size (their cost hardly depends on size at a
 /// pipeline's sizes; lab 6 measures it by size).
 pub fn costs_for(mut recorded: Costs, schedule: &Schedule) -> Costs {
     for (o, key) in schedule.ops.iter().zip(cost_keys(schedule)) {
@@ -54,7 +64,7 @@ pub fn costs_for(mut recorded: Costs, schedule: &Schedule) -> Costs {
             continue;
         }
         let same_kind = recorded.iter().filter(|((k, _), _)| *k == o.kind).map(|(&(_, e), &ms)| (e, ms));
-        let cost = if OpKind::STAGES.contains(&o.kind) {
+        let cost = if o.kind.is_device_work() {
             same_kind.filter(|&(e, _)| e > 0 && e & REUSED == 0).max_by_key(|&(e, _)| e).map(|(e, ms)| ms * n as f64 / e as f64)
         } else if matches!(o.kind, OpKind::Alloc(_) | OpKind::Free(_)) {
             // Prefer a cost of the same reuse; else any of the kind.

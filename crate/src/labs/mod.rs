@@ -16,6 +16,7 @@ pub mod host_memory;
 pub mod kernel_pipeline;
 pub mod loop_check;
 pub mod memory;
+pub mod multi_gpu;
 pub mod overlap;
 pub mod streams;
 pub mod table;

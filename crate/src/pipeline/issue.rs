@@ -4,7 +4,7 @@
 //! where every element's data came from. Either way the checker can say what
 //! is wrong: wrong data, a race, no overlap, or too little of it.
 
-use super::schedule::{Memory, Schedule, StreamKind};
+use super::schedule::{Link, Memory, Schedule, StreamDecl, StreamKind};
 use crate::error::{LabError, Result};
 use std::collections::HashMap;
 
@@ -33,11 +33,25 @@ pub trait Issue {
     fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()>;
     /// Runs the lab's kernel: `output[out_at..+n] = f(input[in_at..+n])` on `s`.
     fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()>;
+    /// Copies `n` elements from `src[src_at..]` to `dst[dst_at..]`, both
+    /// device buffers, on `s`: within one GPU, or from one GPU's memory to
+    /// another's (a peer copy, cuMemcpyPeerAsync), issued on a stream of
+    /// either GPU ([`d2d_link`]).
+    fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()>;
     fn event(&mut self) -> Result<EventRef>;
     /// `e` completes when `s` has done all work issued to it so far.
     fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()>;
     /// Later work on `s` waits for `e`.
     fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()>;
+    /// Later work on `waiter` waits (on the GPU) for everything issued to
+    /// `s` so far: a new event recorded on `s` and waited on by `waiter`
+    /// (cuEventRecord, cuStreamWaitEvent; the two streams may belong to
+    /// different GPUs).
+    fn wait_for(&mut self, waiter: StreamRef, s: StreamRef) -> Result<()> {
+        let e = self.event()?;
+        self.record(e, s)?;
+        self.wait(waiter, e)
+    }
     /// The CPU waits for `e`.
     fn host_wait(&mut self, e: EventRef) -> Result<()>;
     /// The CPU waits until `s` has done everything issued to it so far.
@@ -107,8 +121,8 @@ pub const MAX_THREADS: usize = 64;
 /// executor's schedule as it is made.
 #[derive(Clone, Debug, Default)]
 pub struct Lanes {
-    /// Per lane: its kind, name and the thread whose stream it is.
-    lanes: Vec<(StreamKind, String, usize)>,
+    /// Per lane: how it was declared, its name and the thread whose stream it is.
+    lanes: Vec<(StreamDecl, String, usize)>,
     /// (stream, thread) -> lane, for per-thread streams of other threads.
     per_thread: HashMap<(usize, usize), usize>,
     /// How many streams the loop made (lanes past these were resolved).
@@ -120,13 +134,13 @@ pub struct Lanes {
 impl Lanes {
     /// A stream the loop made (before any per-thread lane is resolved),
     /// declared in `schedule`.
-    pub fn add(&mut self, schedule: &mut Schedule, kind: StreamKind, priority: i32, name: &str) -> StreamRef {
+    pub fn add(&mut self, schedule: &mut Schedule, decl: StreamDecl, name: &str) -> StreamRef {
         // A stream made after a per-thread lane was resolved would take
         // that lane's number: the executors make every stream first.
         assert_eq!(self.made, self.lanes.len(), "a pipeline's streams are all added before its loop issues");
-        self.lanes.push((kind, name.into(), 0));
+        self.lanes.push((decl, name.into(), 0));
         self.made += 1;
-        schedule.declare_stream(self.made - 1, kind, priority);
+        schedule.declare_stream(self.made - 1, decl);
         StreamRef(self.made - 1)
     }
     /// The lane `s` means for the calling thread: `s` itself, or for a
@@ -134,24 +148,26 @@ impl Lanes {
     /// (made and declared in `schedule` the first time: `Ok((lane, true))`).
     pub fn resolve(&mut self, schedule: &mut Schedule, s: StreamRef) -> Result<(usize, bool)> {
         let thread = self.thread;
-        let Some((kind, name, _)) = self.lanes.get(s.0).filter(|_| s.0 < self.made).cloned() else {
+        let Some((decl, name, _)) = self.lanes.get(s.0).filter(|_| s.0 < self.made).cloned() else {
             return Err(LabError::config(format!("stream {} was never created (the loop has {})", s.0, self.made)));
         };
-        if kind != StreamKind::PerThread || thread == 0 {
+        if decl.kind != StreamKind::PerThread || thread == 0 {
             return Ok((s.0, false));
         }
         if let Some(&lane) = self.per_thread.get(&(s.0, thread)) {
             return Ok((lane, false));
         }
-        self.lanes.push((kind, format!("{name} of CPU thread {thread}"), thread));
+        // The thread's own per-thread stream, on the same GPU.
+        let own = StreamDecl::new(StreamKind::PerThread, 0, decl.gpu);
+        self.lanes.push((own, format!("{name} of CPU thread {thread}"), thread));
         let lane = self.lanes.len() - 1;
         self.per_thread.insert((s.0, thread), lane);
-        schedule.declare_stream(lane, StreamKind::PerThread, 0);
+        schedule.declare_stream(lane, own);
         Ok((lane, true))
     }
     /// Whether [`Self::resolve`] would make a lane for `s`.
     pub fn would_add(&self, s: StreamRef) -> bool {
-        s.0 < self.made && self.thread != 0 && self.lanes[s.0].0 == StreamKind::PerThread && !self.per_thread.contains_key(&(s.0, self.thread))
+        s.0 < self.made && self.thread != 0 && self.lanes[s.0].0.kind == StreamKind::PerThread && !self.per_thread.contains_key(&(s.0, self.thread))
     }
     /// The CPU thread making the calls.
     pub fn thread(&self) -> usize {
@@ -177,7 +193,11 @@ impl Lanes {
         Ok(())
     }
     pub fn kind(&self, lane: usize) -> StreamKind {
-        self.lanes[lane].0
+        self.lanes[lane].0.kind
+    }
+    /// The GPU `lane`'s stream belongs to.
+    pub fn gpu(&self, lane: usize) -> usize {
+        self.lanes[lane].0.gpu
     }
     /// The thread whose per-thread stream `lane` is (0 for every stream
     /// the loop made: any thread may use those).
@@ -264,6 +284,33 @@ pub fn unique_name<'n>(taken: impl Iterator<Item = &'n str> + Clone, name: &str)
     (2..).map(|k| format!("{name} #{k}")).find(|c| !taken.clone().any(|t| t == c)).expect("some number is free")
 }
 
+/// Refuses `what` on stream `stream` (of GPU `stream_gpu`) touching
+/// device buffer `buffer` in GPU `buffer_gpu`'s memory, where the two
+/// differ: the copies and kernels of this vocabulary run where their data
+/// is, and a peer copy ([`Issue::d2d`]) moves it. Both executors judge so.
+pub fn same_gpu(what: &str, (stream, stream_gpu): (&str, usize), (buffer, buffer_gpu): (&str, usize)) -> Result<()> {
+    if stream_gpu == buffer_gpu {
+        return Ok(());
+    }
+    Err(LabError::config(format!(
+        "{what} on stream {stream} (GPU {stream_gpu}) touches {buffer}, which is in GPU {buffer_gpu}'s memory: issue it on a stream of GPU {buffer_gpu}, or bring the data over with a peer copy first"
+    )))
+}
+
+/// The link a device-to-device copy on a stream of GPU `stream_gpu` (named
+/// `stream`) uses from buffer `src` to `dst` (each its GPU and name), as
+/// both executors judge it: the stream must belong to one of the two GPUs
+/// (CUDA runs a peer copy on either's stream; a third GPU's stream would
+/// make a copy neither side orders against).
+pub fn d2d_link(stream_gpu: usize, stream: &str, (src_gpu, src): (usize, &str), (dst_gpu, dst): (usize, &str)) -> Result<Link> {
+    if stream_gpu != src_gpu && stream_gpu != dst_gpu {
+        return Err(LabError::config(format!(
+            "a copy from {src} (GPU {src_gpu}) to {dst} (GPU {dst_gpu}) on stream {stream} of GPU {stream_gpu}: issue it on a stream of GPU {src_gpu} or GPU {dst_gpu}"
+        )));
+    }
+    Link::between(src_gpu, dst_gpu).ok_or_else(|| LabError::config(format!("a copy between GPU {src_gpu} and GPU {dst_gpu}: GPUs are numbered up to 255")))
+}
+
 /// An allocation's size in `unit`s, refusing nothing and absurd sizes
 /// (memory that does not fit returns the driver's out-of-memory error).
 pub fn check_alloc(name: &str, n: usize, unit: &str) -> Result<()> {
@@ -288,6 +335,10 @@ impl Issue for SyncEach<'_> {
     }
     fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
         self.0.compute(s, input, in_at, output, out_at, n, label)?;
+        self.0.host_sync(s)
+    }
+    fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.0.d2d(s, dst, dst_at, src, src_at, n, label)?;
         self.0.host_sync(s)
     }
     fn event(&mut self) -> Result<EventRef> {
@@ -353,9 +404,9 @@ mod tests {
     #[test]
     fn a_per_thread_stream_is_each_calling_threads_own() {
         let (mut l, mut s) = (Lanes::default(), Schedule::new());
-        let made = l.add(&mut s, StreamKind::Blocking, 0, "s0");
-        let legacy = l.add(&mut s, StreamKind::Legacy, 0, "NULL");
-        let mine = l.add(&mut s, StreamKind::PerThread, 0, "default");
+        let made = l.add(&mut s, StreamDecl::new(StreamKind::Blocking, 0, 0), "s0");
+        let legacy = l.add(&mut s, StreamDecl::new(StreamKind::Legacy, 0, 0), "NULL");
+        let mine = l.add(&mut s, StreamDecl::new(StreamKind::PerThread, 0, 0), "default");
         l.issue_from(3).unwrap();
         assert_eq!(l.resolve(&mut s, made).unwrap(), (0, false), "a stream the loop made is the same on every thread");
         assert_eq!(l.resolve(&mut s, legacy).unwrap(), (1, false), "so is the legacy stream");

@@ -2,8 +2,8 @@
 //! where every element's value came from, so a checker can say which
 //! element is wrong and why, and the queue model can time the schedule.
 
-use super::issue::{check_alloc, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
-use super::schedule::{Access, Memory, OpId, OpKind, Schedule, StreamKind};
+use super::issue::{check_alloc, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
+use super::schedule::{Access, Memory, OpId, OpKind, Schedule, StreamDecl, StreamKind};
 use crate::error::{LabError, Result};
 
 /// Where an element's value came from.
@@ -15,19 +15,43 @@ pub enum Provenance {
     Input(u32),
     /// The kernel applied to input element i.
     Output(u32),
+    /// The kernel applied `times` times (2 or more) to input element i: a
+    /// pipeline of stages, each running the kernel on the one before's output.
+    Repeated(u32, u8),
     /// The kernel applied to something that was not an input.
     Garbage,
 }
 
-/// A buffer of a model pipeline.
+impl Provenance {
+    /// What the kernel makes of this element: one more pass over an input.
+    pub fn computed(self) -> Provenance {
+        match self {
+            Provenance::Input(i) => Provenance::Output(i),
+            Provenance::Output(i) => Provenance::Repeated(i, 2),
+            Provenance::Repeated(i, k) if k < u8::MAX => Provenance::Repeated(i, k + 1),
+            _ => Provenance::Garbage,
+        }
+    }
+    /// Input element i after `times` passes of the kernel (0: the input).
+    pub fn after(i: u32, times: u8) -> Provenance {
+        match times {
+            0 => Provenance::Input(i),
+            1 => Provenance::Output(i),
+            k => Provenance::Repeated(i, k),
+        }
+    }
+}
+
+/// A buffer of a model pipeline, and the GPU it lives on (device buffers).
 struct ModelBuffer {
     hold: Holding,
     cells: Vec<Provenance>,
+    gpu: usize,
 }
 
 impl ModelBuffer {
     fn new(hold: Holding, cells: Vec<Provenance>) -> ModelBuffer {
-        ModelBuffer { hold, cells }
+        ModelBuffer { hold, cells, gpu: 0 }
     }
     /// The whole buffer as one access (what an allocation or release touches).
     fn whole(&self) -> Access {
@@ -52,18 +76,18 @@ impl ModelPipeline {
     pub fn new() -> ModelPipeline {
         ModelPipeline { schedule: Schedule::new(), batch_elements: 0, lanes: Lanes::default(), events: 0, signals: vec![], hosts: vec![], devices: vec![] }
     }
-    /// A non-blocking stream at the default priority.
+    /// A non-blocking stream at the default priority on GPU 0.
     pub fn stream(&mut self) -> StreamRef {
         self.stream_of(StreamKind::NonBlocking, 0)
     }
-    /// A stream of `kind` at `priority` (lower runs first).
+    /// A stream of `kind` at `priority` (lower runs first) on GPU 0.
     pub fn stream_of(&mut self, kind: StreamKind, priority: i32) -> StreamRef {
         let name = format!("s{}", self.lanes.len());
-        self.stream_named(kind, priority, &name)
+        self.stream_named(StreamDecl::new(kind, priority, 0), &name)
     }
-    /// [`Self::stream_of`], named as timelines show it.
-    pub fn stream_named(&mut self, kind: StreamKind, priority: i32, name: &str) -> StreamRef {
-        self.lanes.add(&mut self.schedule, kind, priority, name)
+    /// A stream as `decl` says (kind, priority, GPU), named as timelines show it.
+    pub fn stream_named(&mut self, decl: StreamDecl, name: &str) -> StreamRef {
+        self.lanes.add(&mut self.schedule, decl, name)
     }
     /// Every stream's name by its index in the schedule, the per-thread
     /// streams of other CPU threads included.
@@ -76,8 +100,13 @@ impl ModelPipeline {
         self.hosts.push(ModelBuffer::new(Holding::lab(name), cells));
         HostRef(self.hosts.len() - 1)
     }
+    /// A device buffer of `n` elements on GPU 0.
     pub fn device(&mut self, name: &str, n: usize) -> DevRef {
-        self.devices.push(ModelBuffer::new(Holding::lab(name), vec![Provenance::Unset; n]));
+        self.device_on(name, n, 0)
+    }
+    /// A device buffer of `n` elements in GPU `gpu`'s memory.
+    pub fn device_on(&mut self, name: &str, n: usize, gpu: usize) -> DevRef {
+        self.devices.push(ModelBuffer { gpu, ..ModelBuffer::new(Holding::lab(name), vec![Provenance::Unset; n]) });
         DevRef(self.devices.len() - 1)
     }
     pub fn host_cells(&self, h: HostRef) -> &[Provenance] {
@@ -102,6 +131,12 @@ impl ModelPipeline {
             Some(end) if n > 0 && end <= b.cells.len() => Ok(at..end),
             _ => Err(LabError::config(format!("{n} elements at {at} do not fit {} ({} elements)", b.hold.name, b.cells.len()))),
         }
+    }
+    /// Refuses `what` on a stream of one GPU touching a buffer in another's
+    /// memory ([`same_gpu`]).
+    fn on_gpu(&self, lane: usize, d: DevRef, what: &str) -> Result<()> {
+        let b = &self.devices[d.0];
+        same_gpu(what, (&self.lanes.names()[lane], self.lanes.gpu(lane)), (&b.hold.name, b.gpu))
     }
     fn access(b: &ModelBuffer, r: &std::ops::Range<usize>, write: bool) -> Access {
         Access { buffer: b.hold.name.clone(), start: r.start as u64 * 4, end: r.end as u64 * 4, write }
@@ -142,6 +177,7 @@ impl Issue for ModelPipeline {
     fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()> {
         let lane = self.lane(s)?;
         let (rs, rd) = (Self::range(&self.hosts[src.0], src_at, n)?, Self::range(&self.devices[dst.0], dst_at, n)?);
+        self.on_gpu(lane, dst, "an H2D")?;
         let acc = vec![Self::access(&self.hosts[src.0], &rs, false), Self::access(&self.devices[dst.0], &rd, true)];
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::H2d, label, acc);
         let vals: Vec<Provenance> = self.hosts[src.0].cells[rs].to_vec();
@@ -151,6 +187,7 @@ impl Issue for ModelPipeline {
     fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
         let lane = self.lane(s)?;
         let (rs, rd) = (Self::range(&self.devices[src.0], src_at, n)?, Self::range(&self.hosts[dst.0], dst_at, n)?);
+        self.on_gpu(lane, src, "a D2H")?;
         let acc = vec![Self::access(&self.devices[src.0], &rs, false), Self::access(&self.hosts[dst.0], &rd, true)];
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::D2h, label, acc);
         let vals: Vec<Provenance> = self.devices[src.0].cells[rs].to_vec();
@@ -160,16 +197,29 @@ impl Issue for ModelPipeline {
     fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
         let lane = self.lane(s)?;
         let (ri, ro) = (Self::range(&self.devices[input.0], in_at, n)?, Self::range(&self.devices[output.0], out_at, n)?);
+        self.on_gpu(lane, input, "a kernel")?;
+        self.on_gpu(lane, output, "a kernel")?;
         let acc = vec![Self::access(&self.devices[input.0], &ri, false), Self::access(&self.devices[output.0], &ro, true)];
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Kernel, label, acc);
-        let vals: Vec<Provenance> = self.devices[input.0].cells[ri]
-            .iter()
-            .map(|p| match p {
-                Provenance::Input(i) => Provenance::Output(*i),
-                _ => Provenance::Garbage,
-            })
-            .collect();
+        let vals: Vec<Provenance> = self.devices[input.0].cells[ri].iter().map(|p| p.computed()).collect();
         self.devices[output.0].cells[ro].copy_from_slice(&vals);
+        Ok(())
+    }
+    fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        let lane = self.lane(s)?;
+        let (rs, rd) = (Self::range(&self.devices[src.0], src_at, n)?, Self::range(&self.devices[dst.0], dst_at, n)?);
+        let (sb, db) = (&self.devices[src.0], &self.devices[dst.0]);
+        let link = d2d_link(self.lanes.gpu(lane), &self.lanes.names()[lane], (sb.gpu, &sb.hold.name), (db.gpu, &db.hold.name))?;
+        if src == dst && rs.start < rd.end && rd.start < rs.end {
+            return Err(LabError::config(format!(
+                "a copy within {} from elements {}..{} onto {}..{}: the ranges overlap",
+                self.devices[src.0].hold.name, rs.start, rs.end, rd.start, rd.end
+            )));
+        }
+        let acc = vec![Self::access(&self.devices[src.0], &rs, false), Self::access(&self.devices[dst.0], &rd, true)];
+        self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::D2d(link), label, acc);
+        let vals: Vec<Provenance> = self.devices[src.0].cells[rs].to_vec();
+        self.devices[dst.0].cells[rd].copy_from_slice(&vals);
         Ok(())
     }
     fn event(&mut self) -> Result<EventRef> {
@@ -225,7 +275,8 @@ impl Issue for ModelPipeline {
         self.lanes.on_loop_thread("a memory call")?;
         let lane = self.lane(s)?;
         let name = &self.new_name(name);
-        let b = Self::allocation(name, n, Memory::Pool)?;
+        // From the pool of the stream's GPU.
+        let b = ModelBuffer { gpu: self.lanes.gpu(lane), ..Self::allocation(name, n, Memory::Pool)? };
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![b.whole()]);
         self.devices.push(b);
         Ok(DevRef(self.devices.len() - 1))
@@ -291,6 +342,7 @@ impl Issue for ModelPipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::schedule::Link;
 
     #[test]
     fn provenance_flows_through_copies_and_kernel() {
@@ -308,6 +360,66 @@ mod tests {
         assert!(m.schedule.races().is_empty());
         assert!(m.h2d(StreamRef(5), di, 0, hi, 0, 1, "x").is_err());
         assert!(m.h2d(s, di, 4, hi, 0, 8, "x").unwrap_err().to_string().contains("do not fit"));
+    }
+
+    #[test]
+    fn two_stages_on_two_gpus_with_a_peer_copy_between_them() {
+        let mut m = ModelPipeline::new();
+        let s0 = m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 0), "stage 1");
+        let s1 = m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 1), "stage 2");
+        let (hi, ho) = (m.host("host in", 8, true), m.host("host out", 8, false));
+        let (x, y0) = (m.device_on("x", 8, 0), m.device_on("activation", 8, 0));
+        let (y1, z) = (m.device_on("activation on GPU 1", 8, 1), m.device_on("z", 8, 1));
+        m.h2d(s0, x, 0, hi, 0, 8, "up").unwrap();
+        m.compute(s0, x, 0, y0, 0, 8, "stage 1").unwrap();
+        let e = m.event().unwrap();
+        m.record(e, s0).unwrap();
+        m.wait(s1, e).unwrap();
+        m.d2d(s1, y1, 0, y0, 0, 8, "activation to GPU 1").unwrap();
+        m.compute(s1, y1, 0, z, 0, 8, "stage 2").unwrap();
+        m.d2h(s1, ho, 0, z, 0, 8, "down").unwrap();
+        assert_eq!(m.host_cells(ho)[5], Provenance::Repeated(5, 2), "both stages ran on element 5");
+        assert_eq!(Provenance::after(5, 2), Provenance::Repeated(5, 2));
+        assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
+        let peer = m.schedule.ops.iter().find(|o| o.label == "activation to GPU 1").unwrap();
+        assert_eq!((peer.kind, peer.gpu), (OpKind::D2d(Link { from: 0, to: 1 }), 1), "issued on GPU 1's stream");
+        // Wrong GPU: a kernel of GPU 1 reading GPU 0's memory, an upload
+        // into GPU 0's buffer from GPU 1's stream.
+        let e = m.compute(s1, y0, 0, z, 0, 8, "stage 2 without the copy").unwrap_err().to_string();
+        assert!(e.contains("a kernel on stream stage 2 (GPU 1) touches activation, which is in GPU 0's memory") && e.contains("peer copy"), "{e}");
+        let e = m.h2d(s1, x, 0, hi, 0, 8, "up on the wrong stream").unwrap_err().to_string();
+        assert!(e.contains("an H2D") && e.contains("issue it on a stream of GPU 0"), "{e}");
+        // A peer copy on a third GPU's stream orders against neither side.
+        let s2 = m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 2), "bystander");
+        let e = m.d2d(s2, y1, 0, y0, 0, 8, "x").unwrap_err().to_string();
+        assert!(e.contains("on stream bystander of GPU 2: issue it on a stream of GPU 0 or GPU 1"), "{e}");
+        // Within one buffer the ranges must not overlap.
+        let e = m.d2d(s0, y0, 2, y0, 0, 4, "x").unwrap_err().to_string();
+        assert!(e.contains("the ranges overlap"), "{e}");
+        m.d2d(s0, y0, 4, y0, 0, 4, "within").unwrap();
+        assert_eq!(m.schedule.ops.last().unwrap().kind, OpKind::D2d(Link { from: 0, to: 0 }));
+    }
+
+    #[test]
+    fn without_the_wait_the_peer_copy_races_stage_one() {
+        let mut m = ModelPipeline::new();
+        let s0 = m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 0), "stage 1");
+        let s1 = m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 1), "stage 2");
+        let (x, y0, y1) = (m.device_on("x", 8, 0), m.device_on("activation", 8, 0), m.device_on("activation on GPU 1", 8, 1));
+        m.compute(s0, x, 0, y0, 0, 8, "stage 1").unwrap();
+        m.d2d(s1, y1, 0, y0, 0, 8, "activation to GPU 1").unwrap();
+        let r = &m.schedule.races()[0];
+        assert!(r.what.contains("'activation to GPU 1' reads") && r.what.contains("'stage 1' may still write"), "{}", r.what);
+    }
+
+    #[test]
+    fn the_kernel_counts_its_passes() {
+        assert_eq!(Provenance::Input(3).computed(), Provenance::Output(3));
+        assert_eq!(Provenance::Output(3).computed(), Provenance::Repeated(3, 2));
+        assert_eq!(Provenance::Repeated(3, 2).computed(), Provenance::Repeated(3, 3));
+        assert_eq!(Provenance::Repeated(3, u8::MAX).computed(), Provenance::Garbage);
+        assert_eq!(Provenance::Unset.computed(), Provenance::Garbage);
+        assert_eq!((Provenance::after(3, 0), Provenance::after(3, 1)), (Provenance::Input(3), Provenance::Output(3)));
     }
 
     /// One batch per stream through a buffer the stream allocates and frees.
@@ -331,7 +443,7 @@ mod tests {
         use crate::pipeline::schedule::Lane;
         let run = |kind: StreamKind| {
             let mut m = ModelPipeline::new();
-            let s = m.stream_named(kind, 0, "the default stream");
+            let s = m.stream_named(StreamDecl::new(kind, 0, 0), "the default stream");
             let (hi, ho) = (m.host("host in", 8, true), m.host("host out", 8, false));
             let d = m.device("device", 8);
             for t in 0..2 {

@@ -12,7 +12,7 @@
 
 use super::issue::{DevRef, HostRef, Issue, StreamRef};
 use super::model::{ModelPipeline, Provenance};
-use super::schedule::{predict, Machine, Op, OpKind, Schedule, StreamKind};
+use super::schedule::{predict, Machine, Op, OpKind, Schedule, StreamDecl, StreamKind};
 use super::timeline::Timeline;
 use crate::error::{LabError, Result};
 use std::collections::BTreeMap;
@@ -25,11 +25,22 @@ pub struct StreamSpec {
     pub kind: StreamKind,
     /// CUDA's numbers: lower runs first; 0 is the default.
     pub priority: i32,
+    /// The GPU it belongs to: 0 unless the plan spans several
+    /// ([`Self::on_gpu`]).
+    pub gpu: usize,
 }
 
 impl StreamSpec {
     pub fn new(name: &str, kind: StreamKind, priority: i32) -> StreamSpec {
-        StreamSpec { name: name.into(), kind, priority }
+        StreamSpec { name: name.into(), kind, priority, gpu: 0 }
+    }
+    /// This stream on GPU `gpu` of the plan.
+    pub fn on_gpu(self, gpu: usize) -> StreamSpec {
+        StreamSpec { gpu, ..self }
+    }
+    /// How it is declared to a schedule.
+    pub fn decl(&self) -> StreamDecl {
+        StreamDecl::new(self.kind, self.priority, self.gpu)
     }
 }
 
@@ -56,6 +67,9 @@ pub struct Plan {
     pub elements: usize,
     /// How many device buffers.
     pub devices: usize,
+    /// The GPU each device buffer lives on (empty: all on GPU 0;
+    /// [`Self::placed`]).
+    pub device_gpus: Vec<usize>,
     pub body: Body,
     /// Held behind a start gate until issued (the default), or started op
     /// by op as the CPU issues it ([`Self::issued_live`]).
@@ -64,6 +78,10 @@ pub struct Plan {
     /// batch `b` of the data, elements `b * batch_elements ..`); 0: the
     /// plan has no producer ([`Self::with_producer`]).
     pub batch_elements: usize,
+    /// How many times the kernel runs on each element on its way to `host
+    /// out`: 1, or one pass per stage of a pipeline over GPUs
+    /// ([`Self::with_passes`]).
+    pub passes: u8,
 }
 
 impl std::fmt::Debug for Plan {
@@ -134,7 +152,32 @@ impl Plan {
         devices: usize,
         body: impl Fn(&mut dyn Issue, &Refs) -> Result<()> + Send + Sync + 'static,
     ) -> Plan {
-        Plan { name: name.into(), streams, elements, devices, body: Arc::new(body), gated: true, batch_elements: 0 }
+        Plan { name: name.into(), streams, elements, devices, device_gpus: Vec::new(), body: Arc::new(body), gated: true, batch_elements: 0, passes: 1 }
+    }
+
+    /// This plan with device buffer i in GPU `gpus[i]`'s memory (one GPU
+    /// per buffer), for a plan whose streams span several GPUs.
+    pub fn placed(self, gpus: Vec<usize>) -> Plan {
+        Plan { device_gpus: gpus, ..self }
+    }
+
+    /// This plan with every output element computed by `passes` kernels
+    /// in turn (a pipeline of that many stages).
+    pub fn with_passes(self, passes: u8) -> Plan {
+        Plan { passes, ..self }
+    }
+
+    /// The GPU device buffer `i` lives on.
+    pub fn device_gpu(&self, i: usize) -> usize {
+        self.device_gpus.get(i).copied().unwrap_or(0)
+    }
+
+    /// The GPUs the plan's streams and buffers use, in order.
+    pub fn gpus(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.streams.iter().map(|s| s.gpu).chain(self.device_gpus.iter().copied()).chain([0]).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// This plan with a CPU producer writing batches of `batch_elements`
@@ -157,6 +200,12 @@ impl Plan {
         if self.streams.is_empty() {
             return Err(LabError::config(format!("{}: a plan needs at least one stream", self.name)));
         }
+        if !self.device_gpus.is_empty() && self.device_gpus.len() != self.devices {
+            return Err(LabError::config(format!(
+                "{}: {} device buffers placed on GPUs {:?} (give one GPU per buffer)",
+                self.name, self.devices, self.device_gpus
+            )));
+        }
         if self.batch_elements % 2 != 0 || self.batch_elements > self.elements {
             return Err(LabError::config(format!(
                 "{}: producer batches of {} elements (give an even number up to {})",
@@ -172,9 +221,9 @@ impl Plan {
         let mut m = ModelPipeline::new();
         m.schedule.issued_live = !self.gated;
         m.batch_elements = self.batch_elements;
-        let streams = self.streams.iter().map(|s| m.stream_named(s.kind, s.priority, &s.name)).collect();
+        let streams = self.streams.iter().map(|s| m.stream_named(s.decl(), &s.name)).collect();
         let (input, output) = (m.host(INPUT, self.elements, true), m.host(OUTPUT, self.elements, false));
-        let devices = (0..self.devices).map(|i| m.device(&device_name(i), self.elements)).collect();
+        let devices = (0..self.devices).map(|i| m.device_on(&device_name(i), self.elements, self.device_gpu(i))).collect();
         let refs = Refs { streams, input, output, devices, elements: self.elements };
         (self.body)(&mut m, &refs)?;
         Ok(m)
@@ -194,7 +243,7 @@ impl Plan {
     /// Each distinct operation of the plan, for measuring it alone.
     pub fn distinct_ops(&self) -> Result<Vec<(OpKind, usize)>> {
         let m = self.model()?;
-        let mut v: Vec<(OpKind, usize)> = m.schedule.ops.iter().filter(|o| OpKind::STAGES.contains(&o.kind)).map(|o| (o.kind, op_elements(o))).collect();
+        let mut v: Vec<(OpKind, usize)> = m.schedule.ops.iter().filter(|o| o.kind.is_device_work()).map(|o| (o.kind, op_elements(o))).collect();
         v.sort();
         v.dedup();
         Ok(v)
@@ -209,7 +258,7 @@ impl Plan {
 
     /// [`Self::predict`] on the schedule of a model already made.
     pub fn predict_schedule(&self, schedule: &Schedule, machine: Machine, costs: &Costs) -> Result<Vec<(f64, f64)>> {
-        let missing = schedule.ops.iter().find(|o| OpKind::STAGES.contains(&o.kind) && !costs.contains_key(&(o.kind, op_elements(o))));
+        let missing = schedule.ops.iter().find(|o| o.kind.is_device_work() && !costs.contains_key(&(o.kind, op_elements(o))));
         if let Some(o) = missing {
             return Err(LabError::config(format!("{}: no cost measured for {} of {} elements ('{}')", self.name, o.kind.label(), op_elements(o), o.label)));
         }

@@ -32,6 +32,38 @@ pub enum OpKind {
     /// Memory given back: stream-ordered (cuMemFreeAsync) or blocking
     /// (cuMemFree, cuMemFreeHost, cuMemHostUnregister).
     Free(Memory),
+    /// A device-to-device copy: within one GPU (`from == to`), or from one
+    /// GPU's memory to another's (a peer copy, over NVLink or PCIe).
+    D2d(Link),
+}
+
+/// The GPUs a device-to-device copy moves data between (by device index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Link {
+    pub from: u8,
+    pub to: u8,
+}
+
+impl Link {
+    /// The copy from GPU `from` to GPU `to`; `None` past GPU 255.
+    pub fn between(from: usize, to: usize) -> Option<Link> {
+        Some(Link { from: u8::try_from(from).ok()?, to: u8::try_from(to).ok()? })
+    }
+    /// Whether it crosses from one GPU to another.
+    pub fn is_peer(self) -> bool {
+        self.from != self.to
+    }
+}
+
+impl fmt::Display for Link {
+    /// "GPU 0 -> GPU 1", or "GPU 0" for a copy within one.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_peer() {
+            write!(f, "GPU {} -> GPU {}", self.from, self.to)
+        } else {
+            write!(f, "GPU {}", self.from)
+        }
+    }
 }
 
 /// Which memory an allocation or release is about: what lab 6 compares.
@@ -79,6 +111,8 @@ impl OpKind {
             OpKind::Host => "host",
             OpKind::Alloc(_) => "alloc",
             OpKind::Free(_) => "free",
+            OpKind::D2d(l) if l.is_peer() => "peer",
+            OpKind::D2d(_) => "D2D",
         }
     }
     /// Every kind as drawn (one colour and legend entry each).
@@ -86,8 +120,15 @@ impl OpKind {
         match self {
             OpKind::Alloc(_) => OpKind::Alloc(Memory::Device),
             OpKind::Free(_) => OpKind::Free(Memory::Device),
+            OpKind::D2d(l) => OpKind::D2d(if l.is_peer() { Link { from: 0, to: 1 } } else { Link { from: 0, to: 0 } }),
             k => k,
         }
+    }
+    /// Work the GPU's engines or SMs run (copies and kernels): it leaves an
+    /// activity record in CUPTI, and a plan's costs are measured op by op
+    /// for it.
+    pub fn is_device_work(self) -> bool {
+        matches!(self, OpKind::H2d | OpKind::Kernel | OpKind::D2h | OpKind::D2d(_))
     }
     /// The stage's place in H2D -> kernel -> D2H (host work counts as 0).
     pub fn stage_index(self) -> usize {
@@ -122,6 +163,22 @@ impl StreamKind {
     /// Whether work on this stream is ordered against the legacy stream.
     pub fn meets_legacy(self) -> bool {
         matches!(self, StreamKind::Blocking | StreamKind::PerThread)
+    }
+}
+
+/// A stream as declared to a schedule: how it is ordered against the
+/// legacy stream, its priority, and the GPU it belongs to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamDecl {
+    pub kind: StreamKind,
+    /// CUDA's numbers: lower runs first; 0 is the default.
+    pub priority: i32,
+    pub gpu: usize,
+}
+
+impl StreamDecl {
+    pub fn new(kind: StreamKind, priority: i32, gpu: usize) -> StreamDecl {
+        StreamDecl { kind, priority, gpu }
     }
 }
 
@@ -180,6 +237,13 @@ pub struct Op {
     /// woke up and issued it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_host_wait: Vec<OpId>,
+    /// The GPU whose stream it runs on (0 for a host thread's work).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The accesses to one buffer that a later access must be ordered after,
@@ -243,9 +307,10 @@ pub struct Schedule {
     live: HashMap<String, LiveAccesses>,
     #[serde(skip)]
     races: Vec<Race>,
-    /// Each declared stream's kind and priority (undeclared: non-blocking, 0).
+    /// Each declared stream's kind, priority and GPU (undeclared:
+    /// non-blocking, 0, GPU 0).
     #[serde(skip)]
-    streams: HashMap<usize, (StreamKind, i32)>,
+    streams: HashMap<usize, StreamDecl>,
 }
 
 impl Schedule {
@@ -253,13 +318,21 @@ impl Schedule {
         Schedule::default()
     }
 
-    /// Declares `stream`'s kind and priority (before its first op).
-    pub fn declare_stream(&mut self, stream: usize, kind: StreamKind, priority: i32) {
-        self.streams.insert(stream, (kind, priority));
+    /// Declares `stream`'s kind, priority and GPU (before its first op).
+    pub fn declare_stream(&mut self, stream: usize, decl: StreamDecl) {
+        self.streams.insert(stream, decl);
     }
 
-    fn stream_kind(&self, stream: usize) -> (StreamKind, i32) {
+    fn stream_decl(&self, stream: usize) -> StreamDecl {
         self.streams.get(&stream).copied().unwrap_or_default()
+    }
+
+    /// The GPUs the schedule's ops ran on, in order (at least GPU 0).
+    pub fn gpus(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.ops.iter().map(|o| o.gpu).chain([0]).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// A GPU operation issued by host thread `by` on `stream`.
@@ -270,20 +343,22 @@ impl Schedule {
         let host = self.host_frontier.get(&by).cloned().unwrap_or_default();
         let waited: Vec<OpId> = host.iter().copied().filter(|&d| matches!(self.ops[d].lane, Lane::Stream(_)) && self.ops[d].kind != OpKind::Host).collect();
         deps.extend(host);
-        // The legacy stream and the blocking streams wait for each other.
-        let (stream_kind, priority) = self.stream_kind(stream);
-        for (&other, &(k, _)) in &self.streams {
-            let meets = match stream_kind {
-                StreamKind::Legacy => k.meets_legacy(),
-                k2 if k2.meets_legacy() => k == StreamKind::Legacy,
+        // The legacy stream and the blocking streams of one GPU wait for
+        // each other (each GPU's context has its own legacy stream).
+        let decl = self.stream_decl(stream);
+        for (&other, o) in &self.streams {
+            let meets = match decl.kind {
+                StreamKind::Legacy => o.kind.meets_legacy(),
+                k2 if k2.meets_legacy() => o.kind == StreamKind::Legacy,
                 _ => false,
             };
-            if meets && other != stream {
+            if meets && other != stream && o.gpu == decl.gpu {
                 deps.extend(self.stream_frontier.get(&other).cloned().unwrap_or_default());
             }
         }
         let id = self.push(kind, Lane::Stream(stream), label, accesses, deps);
-        self.ops[id].priority = priority;
+        self.ops[id].priority = decl.priority;
+        self.ops[id].gpu = decl.gpu;
         self.ops[id].after_host_wait = waited;
         self.stream_frontier.insert(stream, vec![id]);
         id
@@ -350,7 +425,7 @@ impl Schedule {
         deps.sort_unstable();
         deps.dedup();
         let id = self.ops.len();
-        self.ops.push(Op { id, kind, lane, label: label.to_string(), accesses: accesses.clone(), deps, priority: 0, after_host_wait: Vec::new() });
+        self.ops.push(Op { id, kind, lane, label: label.to_string(), accesses: accesses.clone(), deps, priority: 0, after_host_wait: Vec::new(), gpu: 0 });
         for a in accesses {
             self.check_and_track(id, a);
         }
@@ -474,6 +549,10 @@ pub struct Machine {
     /// 55 GB/s each way give 91 GB/s both ways).
     #[serde(default = "full_speed")]
     pub both_ways: f64,
+    /// The same for a link between two GPUs: each direction's speed while
+    /// peer copies run both ways at once, as a share of its speed alone.
+    #[serde(default = "full_speed")]
+    pub peer_both_ways: f64,
     /// How much of a kernel's time it saves when it takes the SMs straight
     /// from another stream's kernel while already waiting for them: its
     /// first blocks start while that kernel's last ones drain (a kernel
@@ -661,6 +740,7 @@ impl Machine {
             host_fn_awake: 0.0,
             host_wake: 0.0,
             both_ways: 1.0,
+            peer_both_ways: 1.0,
             kernel_overlap: 0.0,
             issue: 0.0,
             signal_wake: 0.0,
@@ -686,9 +766,15 @@ impl Machine {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Resource {
-    CopyUp,
-    CopyDown,
-    Sms,
+    /// A GPU's copy engine for uploads (and downloads, with one engine).
+    CopyUp(usize),
+    /// A GPU's copy engine for downloads.
+    CopyDown(usize),
+    /// A GPU's SMs.
+    Sms(usize),
+    /// A device-to-device copy's path: within a GPU, or from one GPU to
+    /// another (each direction of a link is its own).
+    Link(Link),
     /// A CPU thread of the program.
     Host(usize),
     /// The driver's one callback thread: every host function on every
@@ -699,13 +785,27 @@ enum Resource {
     Stream(usize),
 }
 
+impl Resource {
+    /// Whether two running resources slow each other as the two
+    /// directions of one path ([`Machine::both_ways`] for a GPU's host
+    /// link, [`Machine::peer_both_ways`] for a link between GPUs).
+    fn opposite(self, other: Resource) -> bool {
+        match (self, other) {
+            (Resource::CopyUp(a), Resource::CopyDown(b)) | (Resource::CopyDown(a), Resource::CopyUp(b)) => a == b,
+            (Resource::Link(a), Resource::Link(b)) => a.is_peer() && a.from == b.to && a.to == b.from,
+            _ => false,
+        }
+    }
+}
+
 impl Machine {
     fn resource(&self, op: &Op) -> Resource {
         match (op.kind, op.lane) {
-            (OpKind::H2d, _) => Resource::CopyUp,
-            (OpKind::D2h, _) if self.copy_engines >= 2 => Resource::CopyDown,
-            (OpKind::D2h, _) => Resource::CopyUp,
-            (OpKind::Kernel, _) => Resource::Sms,
+            (OpKind::H2d, _) => Resource::CopyUp(op.gpu),
+            (OpKind::D2h, _) if self.copy_engines >= 2 => Resource::CopyDown(op.gpu),
+            (OpKind::D2h, _) => Resource::CopyUp(op.gpu),
+            (OpKind::Kernel, _) => Resource::Sms(op.gpu),
+            (OpKind::D2d(link), _) => Resource::Link(link),
             (OpKind::Host | OpKind::Alloc(_) | OpKind::Free(_), Lane::HostThread(t)) => Resource::Host(t),
             (OpKind::Host, Lane::Stream(_)) => Resource::CallbackThread,
             (OpKind::Alloc(_) | OpKind::Free(_), Lane::Stream(s)) => Resource::Stream(s),
@@ -813,7 +913,6 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
         }
         Some(ready)
     };
-    let is_copy = |r: Resource| matches!(r, Resource::CopyUp | Resource::CopyDown);
     // The earliest each op can start for its issuing (GPU ops are issued by
     // thread 0, in order): 0 until that thread first waits or works (the
     // gate), then [`Machine::issue`] after the previous op or its wake-up.
@@ -886,7 +985,7 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             // lab 5: a kernel ready on another stream runs before the next
             // kernel of the stream that just ran); copy engines keep serving
             // their stream.
-            let waited = if resource == Resource::Sms { ready } else { 0.0 };
+            let waited = if matches!(resource, Resource::Sms(_)) { ready } else { 0.0 };
             let better =
                 best.get(&resource).is_none_or(|&(r, w, st, _, _)| rank < r || (rank == r && (waited < w - 1e-9 || (waited <= w + 1e-9 && stays && !st))));
             if better {
@@ -903,7 +1002,7 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
                 // Straight after another stream's kernel, while waiting for
                 // the SMs: it starts during that kernel's drain.
                 let behind_other = last_lane.get(&resource).is_some_and(|&l| l != s.ops[id].lane);
-                if resource == Resource::Sms && behind_other && waited < now - 1e-12 && free.get(&resource).is_some_and(|&f| f >= now - 1e-12) {
+                if matches!(resource, Resource::Sms(_)) && behind_other && waited < now - 1e-12 && free.get(&resource).is_some_and(|&f| f >= now - 1e-12) {
                     work = (work - machine.kernel_overlap).max(work / 2.0);
                 }
                 last_lane.insert(resource, s.ops[id].lane);
@@ -912,15 +1011,14 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             continue;
         }
         // Nothing starts now: advance to the next end or the next start.
-        let both = running.iter().filter(|r| is_copy(r.1)).count() == 2;
         // A blocking call slowed by GPU work beside it runs at the slowest
         // rate that work gives it.
         let beside: Vec<OpKind> = running.iter().filter(|r| matches!(s.ops[r.0].lane, Lane::Stream(_))).map(|r| s.ops[r.0].kind).collect();
         let rates: Vec<f64> = running
             .iter()
             .map(|&(id, r, _, _)| {
-                if both && is_copy(r) {
-                    machine.both_ways.clamp(0.01, 1.0)
+                if running.iter().any(|o| o.1.opposite(r)) {
+                    if matches!(r, Resource::Link(_)) { machine.peer_both_ways } else { machine.both_ways }.clamp(0.01, 1.0)
                 } else if matches!(s.ops[id].lane, Lane::HostThread(_)) {
                     let slowed = machine.device_waits.slowed(s.ops[id].kind);
                     1.0 / beside.iter().map(|&k| slowed.beside(k)).fold(1.0, f64::max)
@@ -1157,10 +1255,10 @@ mod tests {
     #[test]
     fn the_legacy_stream_serializes_blocking_streams_but_not_non_blocking_ones() {
         let mut s = Schedule::new();
-        s.declare_stream(0, StreamKind::Blocking, 0);
-        s.declare_stream(1, StreamKind::NonBlocking, 0);
-        s.declare_stream(2, StreamKind::Legacy, 0);
-        s.declare_stream(3, StreamKind::PerThread, 0);
+        s.declare_stream(0, StreamDecl::new(StreamKind::Blocking, 0, 0));
+        s.declare_stream(1, StreamDecl::new(StreamKind::NonBlocking, 0, 0));
+        s.declare_stream(2, StreamDecl::new(StreamKind::Legacy, 0, 0));
+        s.declare_stream(3, StreamDecl::new(StreamKind::PerThread, 0, 0));
         let a = s.gpu_op(0, 0, OpKind::Kernel, "on blocking", vec![]);
         let b = s.gpu_op(0, 1, OpKind::H2d, "on non-blocking", vec![]);
         let p = s.gpu_op(0, 3, OpKind::D2h, "on per-thread", vec![]);
@@ -1186,9 +1284,9 @@ mod tests {
         // Two background streams with kernels queued from the start; the
         // urgent kernel is ready at 0.5, after its input arrives.
         let mut s = Schedule::new();
-        s.declare_stream(0, StreamKind::NonBlocking, 0);
-        s.declare_stream(1, StreamKind::NonBlocking, 0);
-        s.declare_stream(2, StreamKind::NonBlocking, -5);
+        s.declare_stream(0, StreamDecl::new(StreamKind::NonBlocking, 0, 0));
+        s.declare_stream(1, StreamDecl::new(StreamKind::NonBlocking, 0, 0));
+        s.declare_stream(2, StreamDecl::new(StreamKind::NonBlocking, -5, 0));
         let first = s.gpu_op(0, 0, OpKind::Kernel, "background a0", vec![]);
         let a1 = s.gpu_op(0, 0, OpKind::Kernel, "background a1", vec![]);
         let b0 = s.gpu_op(0, 1, OpKind::Kernel, "background b0", vec![]);
@@ -1358,5 +1456,78 @@ mod tests {
         assert!(s.races().is_empty(), "{:?}", s.races());
         assert_eq!(Memory::Pool.label(false, "x"), "cuMemFreeAsync x");
         assert_eq!(OpKind::Free(Memory::Pinned).drawn(), OpKind::Free(Memory::Device));
+    }
+
+    /// Streams 0 and 1 on GPU 0, streams 2 and 3 on GPU 1.
+    fn two_gpus() -> Schedule {
+        let mut s = Schedule::new();
+        for (st, gpu) in [(0, 0), (1, 0), (2, 1), (3, 1)] {
+            s.declare_stream(st, StreamDecl::new(StreamKind::NonBlocking, 0, gpu));
+        }
+        s
+    }
+
+    #[test]
+    fn each_gpu_has_its_own_sms_and_copy_engines() {
+        let mut s = two_gpus();
+        let k0 = s.gpu_op(0, 0, OpKind::Kernel, "k on GPU 0", vec![]);
+        let k1 = s.gpu_op(0, 2, OpKind::Kernel, "k on GPU 1", vec![]);
+        let up0 = s.gpu_op(0, 1, OpKind::H2d, "up to GPU 0", vec![]);
+        let up1 = s.gpu_op(0, 3, OpKind::H2d, "up to GPU 1", vec![]);
+        let k0b = s.gpu_op(0, 1, OpKind::Kernel, "second k on GPU 0", vec![]);
+        assert_eq!((s.ops[k0].gpu, s.ops[k1].gpu), (0, 1));
+        assert_eq!(s.gpus(), [0, 1]);
+        let t = predict(&s, Machine::engines(2), |o| if o.kind == OpKind::Kernel { 10.0 } else { 3.0 });
+        assert_eq!((t[k0], t[k1]), ((0.0, 10.0), (0.0, 10.0)), "two GPUs compute at once");
+        assert_eq!((t[up0], t[up1]), ((0.0, 3.0), (0.0, 3.0)), "and upload at once");
+        assert_eq!(t[k0b], (10.0, 20.0), "one GPU's kernels still take turns");
+    }
+
+    #[test]
+    fn a_peer_copy_takes_its_link_and_the_two_directions_slow_each_other_as_measured() {
+        let (there, back) = (Link { from: 0, to: 1 }, Link { from: 1, to: 0 });
+        let mut s = two_gpus();
+        let k = s.gpu_op(0, 0, OpKind::Kernel, "k", vec![]);
+        let up = s.gpu_op(0, 1, OpKind::H2d, "up", vec![]);
+        let p01 = s.gpu_op(0, 1, OpKind::D2d(there), "peer 0->1", vec![]);
+        let p10 = s.gpu_op(0, 3, OpKind::D2d(back), "peer 1->0", vec![]);
+        let p01b = s.gpu_op(0, 0, OpKind::D2d(there), "peer 0->1 again", vec![]);
+        let dur = |o: &Op| match o.kind {
+            OpKind::Kernel => 10.0,
+            OpKind::H2d => 2.0,
+            _ => 4.0,
+        };
+        let t = predict(&s, Machine::engines(2), dur);
+        assert_eq!(t[p10], (0.0, 4.0), "the other direction is its own path");
+        assert_eq!(t[p01], (2.0, 6.0), "after the H2D on its stream, beside the kernel");
+        assert_eq!(t[p01b], (10.0, 14.0), "after the kernel on its stream; the link was free");
+        assert_eq!(t[k], (0.0, 10.0));
+        assert_eq!(t[up], (0.0, 2.0), "a peer copy does not take the host link's engines");
+        // Each direction at half speed while both run: 1->0 runs alone
+        // until 0->1 starts at 2 (2 of its 4 done), its other 2 at half
+        // speed end at 6; 0->1 has done 2 by then, its other 2 alone end at 8.
+        let m = Machine { peer_both_ways: 0.5, ..Machine::engines(2) };
+        let half = predict(&s, m, dur);
+        assert_eq!(half[p10], (0.0, 6.0));
+        assert_eq!(half[p01], (2.0, 8.0));
+        assert_eq!(OpKind::D2d(there).label(), "peer");
+        assert_eq!(OpKind::D2d(Link { from: 1, to: 1 }).label(), "D2D");
+        assert_eq!(OpKind::D2d(back).drawn(), OpKind::D2d(there), "one colour for every peer copy");
+        assert!(OpKind::D2d(there).is_device_work() && !OpKind::Host.is_device_work());
+        assert_eq!((there.to_string(), Link { from: 1, to: 1 }.to_string()), ("GPU 0 -> GPU 1".to_string(), "GPU 1".to_string()));
+        assert_eq!(Link::between(0, 300), None);
+    }
+
+    #[test]
+    fn a_legacy_stream_orders_only_its_own_gpus_blocking_streams() {
+        let mut s = Schedule::new();
+        s.declare_stream(0, StreamDecl::new(StreamKind::Blocking, 0, 0));
+        s.declare_stream(1, StreamDecl::new(StreamKind::Blocking, 0, 1));
+        s.declare_stream(2, StreamDecl::new(StreamKind::Legacy, 0, 1));
+        let on0 = s.gpu_op(0, 0, OpKind::Kernel, "blocking, GPU 0", vec![]);
+        let on1 = s.gpu_op(0, 1, OpKind::Kernel, "blocking, GPU 1", vec![]);
+        let legacy = s.gpu_op(0, 2, OpKind::H2d, "NULL stream of GPU 1", vec![]);
+        assert!(s.happens_before(on1, legacy), "GPU 1's legacy stream waits for GPU 1's blocking stream");
+        assert!(!s.happens_before(on0, legacy), "each GPU's context has its own legacy stream");
     }
 }

@@ -114,11 +114,27 @@ pub fn overhead_line(median_pct: f64, pairs: Option<&crate::measure::stats::Summ
     format!("timeline overhead (drawn run vs untraced): {median_pct:+.2}% median{spread} ({source})")
 }
 
+/// A lane name as runs of text and numbers, so that sorting by it
+/// compares each number as a number.
+fn natural_key(l: &str) -> Vec<(String, u64)> {
+    let mut key = Vec::new();
+    let mut rest = l;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let end = rest[digits..].find(|c: char| !c.is_ascii_digit()).map_or(rest.len(), |e| digits + e);
+        key.push((rest[..digits].to_string(), rest[digits..end].parse::<u64>().unwrap_or(0)));
+        rest = &rest[end..];
+    }
+    key
+}
+
 /// The kineto-style name of an operation kind (what PyTorch traces show).
 pub fn trace_name(kind: OpKind, label: &str) -> String {
     match kind {
         OpKind::H2d => "Memcpy HtoD (Pinned -> Device)".into(),
         OpKind::D2h => "Memcpy DtoH (Device -> Pinned)".into(),
+        OpKind::D2d(l) if l.is_peer() => "Memcpy PtoP (Device -> Device)".into(),
+        OpKind::D2d(_) => "Memcpy DtoD (Device -> Device)".into(),
         OpKind::Kernel | OpKind::Host | OpKind::Alloc(_) | OpKind::Free(_) => label.into(),
     }
 }
@@ -131,22 +147,33 @@ pub fn kind_color(kind: OpKind) -> RGBColor {
         OpKind::Host => RGBColor(148, 103, 189),
         OpKind::Alloc(_) => RGBColor(140, 86, 75),
         OpKind::Free(_) => RGBColor(127, 127, 127),
+        OpKind::D2d(l) if l.is_peer() => RGBColor(214, 39, 40),
+        OpKind::D2d(_) => RGBColor(23, 190, 207),
     }
 }
 
 impl Timeline {
     /// Spans for every op of `s` at the given (start, end) µs. Stream i's
-    /// lane reads "stream i: <stream_names[i]>" when it has a name.
+    /// lane reads "stream i: <stream_names[i]>" when it has a name, after
+    /// "GPU g · " when the schedule spans several GPUs (a lane per GPU's
+    /// stream, sorted by GPU).
     pub fn from_schedule(title: &str, device: &str, s: &Schedule, times_us: &[(f64, f64)], stream_names: &[String]) -> Timeline {
-        let lane = |l: Lane| match l {
-            Lane::Stream(i) if i < stream_names.len() => format!("stream {i}: {}", stream_names[i]),
-            other => other.to_string(),
+        let several = s.gpus().len() > 1;
+        let lane = |op: &crate::pipeline::schedule::Op| {
+            let name = match op.lane {
+                Lane::Stream(i) if i < stream_names.len() => format!("stream {i}: {}", stream_names[i]),
+                other => other.to_string(),
+            };
+            match op.lane {
+                Lane::Stream(_) if several => format!("GPU {} · {name}", op.gpu),
+                _ => name,
+            }
         };
         let spans = s
             .ops
             .iter()
             .zip(times_us)
-            .map(|(op, &(start_us, end_us))| Span { lane: lane(op.lane), kind: op.kind, label: op.label.clone(), start_us, end_us, phase: None, tile: None })
+            .map(|(op, &(start_us, end_us))| Span { lane: lane(op), kind: op.kind, label: op.label.clone(), start_us, end_us, phase: None, tile: None })
             .collect();
         Timeline { title: title.into(), device: device.into(), spans, source: String::new() }
     }
@@ -159,12 +186,9 @@ impl Timeline {
                 v.push(s.lane.clone());
             }
         }
-        // Numbers compare as numbers: "warp 2" before "warp 10".
-        v.sort_by_key(|l| {
-            let digits = l.find(|c: char| c.is_ascii_digit()).unwrap_or(l.len());
-            let end = l[digits..].find(|c: char| !c.is_ascii_digit()).map_or(l.len(), |e| digits + e);
-            (l.starts_with("CPU"), l[..digits].to_string(), l[digits..end].parse::<u64>().unwrap_or(0), l[end..].to_string())
-        });
+        // Numbers compare as numbers: "warp 2" before "warp 10", "GPU 0 ·
+        // stream 2" before "GPU 0 · stream 10" before "GPU 1 · stream 0".
+        v.sort_by_key(|l| (l.starts_with("CPU"), natural_key(l)));
         v
     }
 
@@ -366,6 +390,22 @@ mod tests {
         tl.save_chrome_trace(&dir.join("t.json")).unwrap();
         let back: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).unwrap()).unwrap();
         assert_eq!(back, v);
+    }
+
+    #[test]
+    fn a_schedule_over_two_gpus_has_a_lane_per_gpus_stream_in_order() {
+        let mut s = Schedule::new();
+        let names: Vec<String> = (0..12).map(|i| format!("s{i}")).collect();
+        for st in [10usize, 2, 11] {
+            s.declare_stream(st, crate::pipeline::schedule::StreamDecl::new(Default::default(), 0, usize::from(st == 11)));
+            s.gpu_op(0, st, OpKind::Kernel, "k", vec![]);
+        }
+        s.host_op(0, "check", vec![]);
+        let t = predict(&s, Machine::engines(2), |_| 1.0);
+        let tl = Timeline::from_schedule("predicted", "two GPUs", &s, &t, &names);
+        assert_eq!(tl.lanes(), ["GPU 0 · stream 2: s2", "GPU 0 · stream 10: s10", "GPU 1 · stream 11: s11", "CPU main"]);
+        // One GPU: the lanes say nothing of GPUs.
+        assert_eq!(sample().1.lanes(), ["stream 0", "stream 1", "CPU main"]);
     }
 
     #[test]

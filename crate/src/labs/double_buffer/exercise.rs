@@ -63,6 +63,9 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
         rep.problem(match c {
             Provenance::Unset => format!("wrong data: batch {} was never computed into the results", j / n),
             Provenance::Output(i) => format!("wrong data: results for batch {} hold batch {}'s", j / n, *i as usize / n),
+            Provenance::Repeated(_, k) => {
+                format!("wrong data: batch {} went through the kernel {k} times: a kernel reads the results, not the uploaded batch", j / n)
+            }
             _ => format!("wrong data: batch {} was computed from data never uploaded", j / n),
         });
     }
@@ -75,7 +78,7 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
         OpKind::Kernel => k,
         OpKind::Host => rec.produce_ms.median,
         // Not measured by this lab.
-        OpKind::D2h | OpKind::Alloc(_) | OpKind::Free(_) => 0.0,
+        OpKind::D2h | OpKind::D2d(_) | OpKind::Alloc(_) | OpKind::Free(_) => 0.0,
     };
     let times = crate::pipeline::schedule::predict(&m.schedule, Machine::engines(2), dur);
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);

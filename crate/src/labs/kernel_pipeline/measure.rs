@@ -8,7 +8,7 @@ use crate::gpu::kernels::{blur_reference, BLUR_RADIUS};
 use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Stream, TileKernel, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
-use crate::pipeline::schedule::{Access, OpKind};
+use crate::pipeline::schedule::{Access, Link, OpKind};
 use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 
@@ -78,17 +78,16 @@ impl TileData {
         kernel.run(&self.stream, &self.padded, &self.output, self.tiles(kernel)?, (&self.timing.0, &self.timing.1))
     }
 
-    /// One round as the stream runs it: the ceiling's copy, then each of
-    /// `kernels` (named), back to back, each op timed by CUDA events.
-    /// (CUPTI's records are matched to H2D, D2H and kernels; the ceiling's
-    /// copy is device to device. Events cost ~1.3 µs each, against kernels
-    /// of 100 µs and more.)
+    /// One round as the stream runs it: the ceiling's copy (device to
+    /// device), then each of `kernels` (named), back to back, each op timed
+    /// by CUPTI (by CUDA events where CUPTI is taken, as under Nsight).
     pub fn round_timeline(&self, gpu: &Gpu, kernels: &[(&str, &TileKernel)]) -> Result<Option<Timeline>> {
-        let mut p = gpu.pipeline_timed(TimelineSource::Events, kernels.len() + 1, true)?;
+        let mut p = gpu.pipeline_timed(TimelineSource::best(), kernels.len() + 1, true)?;
         let s = p.stream(&self.stream, "copy and kernels");
         let (input, output, n) = (self.padded.span(), self.output.span(), self.n);
         let (reads, writes) = (Access::read("input", 0, n as u64), Access::write("output", 0, n as u64));
-        p.op(s, OpKind::Kernel, "D2D copy (the ceiling)", vec![reads.clone(), writes.clone()], move |st| st.enqueue_copy_on_device(output, input, n * 4))?;
+        let within = Link::between(gpu.ordinal(), gpu.ordinal()).ok_or_else(|| crate::LabError::config("GPUs past 255 are not numbered"))?;
+        p.op(s, OpKind::D2d(within), "D2D copy (the ceiling)", vec![reads.clone(), writes.clone()], move |st| st.enqueue_copy_on_device(output, input, n * 4))?;
         for &(name, k) in kernels {
             let tiles = self.tiles(k)?;
             p.op(s, OpKind::Kernel, name, vec![reads.clone(), writes.clone()], move |st| k.enqueue(st, input, output, tiles))?;

@@ -46,6 +46,11 @@ fn data_findings(cells: &[Provenance], t: &ChunkTask, rep: &mut CheckReport) {
             Provenance::Output(i) => format!("wrong data: output element {j} (chunk {c}) holds the result for element {i}: an offset is wrong"),
             Provenance::Unset => format!("wrong data: output element {j} (chunk {c}) never reached the host: a D2H is missing or covers too little"),
             Provenance::Input(_) => format!("wrong data: output element {j} (chunk {c}) holds an input, not a result: the D2H reads the wrong buffer"),
+            Provenance::Repeated(_, k) => {
+                format!(
+                    "wrong data: output element {j} (chunk {c}) went through the kernel {k} times: a kernel reads the output buffer, not the uploaded input"
+                )
+            }
             Provenance::Garbage => {
                 format!("wrong data: output element {j} (chunk {c}) was computed from data never uploaded: the kernel reads a range no H2D wrote")
             }

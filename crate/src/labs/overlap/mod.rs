@@ -358,7 +358,10 @@ impl Parts {
                 crate::pipeline::schedule::OpKind::H2d => self.h2d_ms.median,
                 crate::pipeline::schedule::OpKind::Kernel => self.kernel_ms.median,
                 crate::pipeline::schedule::OpKind::D2h => self.d2h_ms.median,
-                crate::pipeline::schedule::OpKind::Host | crate::pipeline::schedule::OpKind::Alloc(_) | crate::pipeline::schedule::OpKind::Free(_) => 0.0,
+                crate::pipeline::schedule::OpKind::Host
+                | crate::pipeline::schedule::OpKind::D2d(_)
+                | crate::pipeline::schedule::OpKind::Alloc(_)
+                | crate::pipeline::schedule::OpKind::Free(_) => 0.0,
             }
     }
 }

@@ -1,0 +1,294 @@
+//! Exercise 8: schedule the micro-batches over two GPUs with cross-GPU
+//! events. The learner is given the loop a careful first program has
+//! ([`host_synchronized`]: the CPU waits after every stage, so one GPU is
+//! always idle) and rewrites it so that both GPUs work at once, ordered by
+//! events only. The checker runs the loop on the model and names what is
+//! wrong: wrong data (a stage or a copy missing, an offset), a race (a copy
+//! or stage not ordered after what it reads), a host synchronization in the
+//! loop, work on the other GPU's stream, and a bubble larger than the
+//! pipeline's own.
+
+use super::pipeline_parallel::{bubble, bubble_model, plan, Loop, STAGES};
+use crate::labs::check::{pct, CheckReport};
+use crate::labs::loop_check::{costs_for, shape};
+use crate::pipeline::plan::Costs;
+use crate::pipeline::schedule::{Machine, OpKind, Schedule};
+
+#[cfg(doc)]
+use super::pipeline_parallel::host_synchronized;
+
+/// A pass: a bubble at most this much above the model's (S−1)/(M+S−1)
+/// (the copies between the stages add a little).
+pub const BUBBLE_SLACK: f64 = 0.05;
+
+/// Checks `learner` over `micro_batches` micro-batches of `elements` with
+/// no GPU: the model's data, races and CPU waits, then the bubble the
+/// queue model predicts from `costs` (each op alone, ms) on `machine`.
+pub fn check_on_model(micro_batches: usize, elements: usize, machine: Machine, costs: &Costs, learner: Loop) -> CheckReport {
+    let mut rep = CheckReport::new("micro-batches over two GPUs (queue model, no GPU)");
+    if micro_batches == 0 || elements < 2 * micro_batches {
+        rep.problem(format!("{micro_batches} micro-batches of {elements} elements: give at least 1 micro-batch of at least 2 elements each"));
+        return rep;
+    }
+    let mine = plan("your loop", micro_batches, elements, learner);
+    let Some(model) = shape(&mine, &mut rep) else { return rep };
+    if model.schedule.cpu_waited_for_gpu() {
+        rep.problem(
+            "host synchronization in the loop: the CPU waits for a GPU (a synchronize or a host wait on an event), so it cannot issue the next micro-batch meanwhile. Order the GPUs with p.record(event, stream) on GPU 0 and p.wait(stream, event) on GPU 1: the GPU waits, not the CPU",
+        );
+    }
+    match mine.prediction(&model, machine, &costs_for(costs.clone(), &model.schedule)) {
+        Ok(pred) => judge_bubble(&mut rep, &model.schedule, &pred.times, micro_batches, "predicted from each op's cost alone"),
+        Err(e) => rep.problem(format!("cannot predict your loop: {e}")),
+    }
+    rep
+}
+
+/// Judges the bubble of a run of `schedule` (ops at `times`) against the
+/// model for `micro_batches`; `how` says where the times came from.
+pub fn judge_bubble(rep: &mut CheckReport, schedule: &Schedule, times: &[(f64, f64)], micro_batches: usize, how: &str) {
+    let model = bubble_model(STAGES, micro_batches);
+    let Some(b) = bubble(schedule, times) else {
+        rep.problem("no stage ran: call t.stage1 and t.stage2 for every micro-batch");
+        return;
+    };
+    let per_gpu: Vec<String> = b.per_gpu.iter().map(|&(g, idle)| format!("GPU {g} {}", pct(idle))).collect();
+    rep.note(format!(
+        "{how}: the GPUs idle {} of the pipeline's time ({}); {micro_batches} micro-batches over {STAGES} stages leave (S-1)/(M+S-1) = {}",
+        pct(b.fraction()),
+        per_gpu.join(", "),
+        pct(model)
+    ));
+    if b.fraction() > model + BUBBLE_SLACK {
+        rep.problem(format!("bubble: the GPUs idle {} of the time, more than the pipeline's {}: {}", pct(b.fraction()), pct(model), why_idle(schedule, times)));
+    }
+}
+
+/// What keeps the GPUs from working at once, read off the stages' times.
+fn why_idle(schedule: &Schedule, times: &[(f64, f64)]) -> String {
+    let stage = |k: usize| -> Vec<(f64, f64)> {
+        let prefix = format!("stage {k},");
+        let mut v: Vec<(f64, f64)> =
+            schedule.ops.iter().zip(times).filter(|(o, _)| o.kind == OpKind::Kernel && o.label.starts_with(&prefix)).map(|(_, &t)| t).collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    };
+    let (one, two) = (stage(1), stage(2));
+    let eps = 1e-9;
+    let last_one_end = one.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
+    if one.len() > 1 && two.first().is_some_and(|first| first.0 >= last_one_end - eps) {
+        return "stage 2 starts only once stage 1 has finished every micro-batch. Record an event after each micro-batch's stage 1 (and its copy) and make that micro-batch's stage 2 wait for it alone".into();
+    }
+    if let Some(i) = (0..one.len().min(two.len()).saturating_sub(1)).find(|&i| one[i + 1].0 >= two[i].1 - eps) {
+        return format!(
+            "GPU 0 waits for GPU 1: stage 1 of micro-batch {} starts only after stage 2 of micro-batch {i} ended. Only GPU 1 waits (for GPU 0's events); GPU 0 runs its stage 1s back to back",
+            i + 1
+        );
+    }
+    "a stage waits for more than its own micro-batch: each stage 2 should wait for its micro-batch's copy only, and each copy for its micro-batch's stage 1 only".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Result;
+    use crate::labs::multi_gpu::pipeline_parallel::{events_only, host_synchronized, MicroBatchTask};
+    use crate::pipeline::issue::Issue;
+    use crate::pipeline::schedule::Link;
+    use std::sync::Arc;
+
+    /// Fails, saying every one of `words`.
+    fn fails_with(rep: &CheckReport, words: &[&str]) {
+        for w in words {
+            crate::testing::fails_with(rep, w);
+        }
+    }
+
+    const MB: usize = 8;
+    const N: usize = 64;
+
+    fn check(f: impl Fn(&mut dyn Issue, &MicroBatchTask) -> Result<()> + Send + Sync + 'static) -> CheckReport {
+        let n = N / MB;
+        let costs: Costs =
+            [((OpKind::Kernel, n), 1.0), ((OpKind::D2d(Link { from: 0, to: 1 }), n), 0.05), ((OpKind::H2d, N), 2.0), ((OpKind::D2h, N), 2.0)].into();
+        check_on_model(MB, N, Machine::engines(2), &costs, Arc::new(f))
+    }
+
+    #[test]
+    fn the_events_only_loop_passes_and_says_its_bubble_beside_the_model() {
+        let rep = check(events_only);
+        assert!(rep.passed, "{rep}");
+        let said = rep.to_string();
+        assert!(said.contains("(S-1)/(M+S-1) = 11.1%") && said.contains("GPU 0 11.6%, GPU 1 11.6%"), "{said}");
+        // Sending from GPU 1's stream (a pull) is as good.
+        let pull = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                p.wait_for(t.gpu1.copy, t.gpu0.compute)?;
+                t.send(p, t.gpu1.copy, i)?;
+                p.wait_for(t.gpu1.compute, t.gpu1.copy)?;
+                t.stage2(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        assert!(pull.passed, "{pull}");
+        // One event object recorded again each micro-batch: a wait takes
+        // its latest record, as CUDA's does.
+        let reused = check(|p, t| {
+            let (e, sent) = (p.event()?, p.event()?);
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                p.record(e, t.gpu0.compute)?;
+                p.wait(t.gpu1.compute, e)?;
+                t.send(p, t.gpu1.compute, i)?;
+                p.record(sent, t.gpu1.compute)?;
+                t.stage2(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        assert!(reused.passed, "{reused}");
+    }
+
+    #[test]
+    fn the_given_loop_fails_for_its_host_waits_and_its_bubble() {
+        let rep = check(host_synchronized);
+        fails_with(&rep, &["host synchronization in the loop", "p.wait(stream, event)"]);
+        fails_with(
+            &rep,
+            &[
+                "bubble: the GPUs idle 51.2% of the time, more than the pipeline's 11.1%",
+                "GPU 0 waits for GPU 1: stage 1 of micro-batch 1 starts only after stage 2 of micro-batch 0 ended",
+            ],
+        );
+        // Waiting on the CPU for an event is a host wait too.
+        let rep = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                let e = p.event()?;
+                p.record(e, t.gpu0.compute)?;
+                p.host_wait(e)?;
+                t.send(p, t.gpu1.compute, i)?;
+                t.stage2(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        fails_with(&rep, &["host synchronization in the loop"]);
+    }
+
+    #[test]
+    fn a_missing_wait_is_a_race_naming_the_copy_and_the_stage() {
+        let rep = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                t.send(p, t.gpu1.copy, i)?;
+                p.wait_for(t.gpu1.compute, t.gpu1.copy)?;
+                t.stage2(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        fails_with(&rep, &["race: 'send micro-batch 0 to GPU 1' reads", "'stage 1, micro-batch 0' may still write"]);
+        // The copy waited for, but stage 2 not for the copy.
+        let rep = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                p.wait_for(t.gpu0.copy, t.gpu0.compute)?;
+                t.send(p, t.gpu0.copy, i)?;
+                t.stage2(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        fails_with(&rep, &["race: 'stage 2, micro-batch 0' reads", "'send micro-batch 0 to GPU 1' may still write"]);
+    }
+
+    #[test]
+    fn work_on_the_other_gpus_stream_or_a_forgotten_copy_is_named() {
+        let wrong_stream = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                t.send(p, t.gpu0.compute, i)?;
+                t.stage2(p, t.gpu0.compute, i)?;
+            }
+            Ok(())
+        });
+        fails_with(
+            &wrong_stream,
+            &["your loop stopped with", "a kernel on stream compute (GPU 0) touches device 2, which is in GPU 1's memory: issue it on a stream of GPU 1"],
+        );
+        let no_copy = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                p.wait_for(t.gpu1.compute, t.gpu0.compute)?;
+                let (at, n) = t.micro_batch(i);
+                p.compute(t.gpu1.compute, t.activation0, at, t.output, at, n, "stage 2 straight from GPU 0's memory")?;
+            }
+            Ok(())
+        });
+        fails_with(&no_copy, &["touches device 1, which is in GPU 0's memory", "peer copy"]);
+    }
+
+    #[test]
+    fn a_stage_2_that_waits_for_all_of_stage_1_leaves_half_the_time_idle() {
+        let rep = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+            }
+            let all = p.event()?;
+            p.record(all, t.gpu0.compute)?;
+            p.wait(t.gpu1.compute, all)?;
+            for i in 0..t.micro_batches {
+                t.send(p, t.gpu1.compute, i)?;
+                t.stage2(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        fails_with(&rep, &["bubble", "stage 2 starts only once stage 1 has finished every micro-batch"]);
+        assert!(!rep.to_string().contains("host synchronization"), "{rep}");
+    }
+
+    #[test]
+    fn wrong_data_names_the_missing_stage_or_copy_and_a_panic_is_a_failed_check() {
+        let no_stage2 = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                p.wait_for(t.gpu1.compute, t.gpu0.compute)?;
+                t.send(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        fails_with(&no_stage2, &["wrong data: output element 0", "never reached the host"]);
+        let skipped = check(|p, t| {
+            for i in 0..t.micro_batches - 1 {
+                events_only_one(p, t, i)?;
+            }
+            Ok(())
+        });
+        fails_with(&skipped, &["wrong data: output element 56 never reached the host"]);
+        let off_by_one = check(|p, t| {
+            for i in 0..t.micro_batches {
+                let (at, n) = t.micro_batch(i);
+                t.stage1(p, t.gpu0.compute, i)?;
+                p.wait_for(t.gpu1.compute, t.gpu0.compute)?;
+                t.send(p, t.gpu1.compute, i)?;
+                p.compute(t.gpu1.compute, t.activation1, at, t.output, (at + n) % t.elements, n, "stage 2 at the next offset")?;
+            }
+            Ok(())
+        });
+        fails_with(&off_by_one, &["wrong data: output element", "holds the result for element"]);
+        let panics = check(|_, t| {
+            let v: Vec<usize> = Vec::new();
+            let _ = v[t.micro_batches];
+            Ok(())
+        });
+        fails_with(&panics, &["your loop panicked"]);
+        let bad = check_on_model(0, 64, Machine::engines(2), &Costs::new(), Arc::new(events_only));
+        fails_with(&bad, &["0 micro-batches of 64 elements"]);
+    }
+
+    /// Micro-batch `i` of the events-only loop.
+    fn events_only_one(p: &mut dyn Issue, t: &MicroBatchTask, i: usize) -> Result<()> {
+        t.stage1(p, t.gpu0.compute, i)?;
+        p.wait_for(t.gpu1.compute, t.gpu0.compute)?;
+        t.send(p, t.gpu1.compute, i)?;
+        t.stage2(p, t.gpu1.compute, i)
+    }
+}

@@ -1,0 +1,93 @@
+//! Four-way overlap on one GPU of a pair: an upload, a download, a copy to
+//! the other GPU and a kernel, each on its own stream, all at once. Each
+//! has its own engine — a copy engine for each direction of the host link,
+//! the copy over the link between the GPUs, and the SMs — so the bound is
+//! the longest of the four alone ([`bound_ms`]); the queue model's
+//! prediction adds what is measured to slow them (the host link's two
+//! directions at once, [`crate::pipeline::schedule::Machine::both_ways`]).
+//! What the GPU does beyond that is what the lab measures.
+
+use crate::pipeline::plan::{Costs, Plan, StreamSpec};
+use crate::pipeline::schedule::{Link, OpKind, StreamKind};
+
+/// The four operations, by label.
+pub const UPLOAD: &str = "H2D to GPU 0";
+pub const DOWNLOAD: &str = "D2H from GPU 0";
+pub const PEER: &str = "copy GPU 0 -> GPU 1";
+pub const KERNEL: &str = "kernel on GPU 0";
+/// Uploads the data every other op reads, before the four start.
+pub const PROLOGUE: &str = "upload the source";
+
+/// The plan: over `elements`, first the source is uploaded (ordered
+/// before the rest by events); then, on four streams of GPU 0 at once, an
+/// upload into another buffer, the download of the source, its copy to
+/// GPU 1 and the kernel over it. `host out` gets the source back, so the
+/// run checks the download and that nothing overwrote the source.
+pub fn plan(elements: usize) -> Plan {
+    let specs = ["upload", "download", "peer", "compute"].map(|n| StreamSpec::new(n, StreamKind::NonBlocking, 0).on_gpu(0)).to_vec();
+    Plan::new("four-way overlap", specs, elements, 5, |p, r| {
+        let [up, down, peer, compute] = [r.streams[0], r.streams[1], r.streams[2], r.streams[3]];
+        let (source, landing, result, on_gpu1) = (r.devices[0], r.devices[1], r.devices[2], r.devices[4]);
+        let n = r.elements;
+        p.h2d(compute, source, 0, r.input, 0, n, PROLOGUE)?;
+        for s in [up, down, peer] {
+            p.wait_for(s, compute)?;
+        }
+        p.h2d(up, landing, 0, r.input, 0, n, UPLOAD)?;
+        p.d2h(down, r.output, 0, source, 0, n, DOWNLOAD)?;
+        p.d2d(peer, on_gpu1, 0, source, 0, n, PEER)?;
+        p.compute(compute, source, 0, result, 0, n, KERNEL)
+    })
+    .placed(vec![0, 0, 0, 0, 1])
+}
+
+/// The four ops' kinds, in the order the lab reports them.
+pub fn kinds() -> [OpKind; 4] {
+    [OpKind::H2d, OpKind::D2h, OpKind::D2d(Link { from: 0, to: 1 }), OpKind::Kernel]
+}
+
+/// The longest of the four alone, ms (each costed at `elements`): what
+/// the run takes if every engine works at once at full speed. `None`
+/// when one has no cost.
+pub fn bound_ms(costs: &Costs, elements: usize) -> Option<f64> {
+    kinds().iter().map(|&k| costs.get(&(k, elements)).copied()).try_fold(0.0f64, |m, c| c.map(|c| m.max(c)))
+}
+
+/// The four alone one after another, ms: what no overlap at all takes.
+pub fn serial_ms(costs: &Costs, elements: usize) -> Option<f64> {
+    kinds().iter().map(|&k| costs.get(&(k, elements)).copied()).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::model::Provenance;
+    use crate::pipeline::schedule::Machine;
+
+    fn costs(n: usize) -> Costs {
+        [((OpKind::H2d, n), 4.0), ((OpKind::D2h, n), 4.0), ((OpKind::D2d(Link { from: 0, to: 1 }), n), 1.0), ((OpKind::Kernel, n), 3.0)].into()
+    }
+
+    #[test]
+    fn the_four_run_at_once_up_to_the_longest_and_the_host_links_directions_slow_each_other() {
+        let n = 64;
+        let p = plan(n);
+        let m = p.model().unwrap();
+        assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
+        assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| *c == Provenance::Input(i as u32)), "host out gets the source back");
+        assert_eq!(p.gpus(), [0, 1]);
+        let c = costs(n);
+        assert_eq!((bound_ms(&c, n), serial_ms(&c, n)), (Some(4.0), Some(12.0)));
+        assert_eq!(bound_ms(&Costs::new(), n), None);
+        // The prologue's upload (4) first, then the four at once: the
+        // longest (4) bounds them.
+        let (s, t) = p.predict(Machine::engines(2), &c).unwrap();
+        let end = |label: &str| s.ops.iter().zip(&t).find(|(o, _)| o.label == label).map(|(_, t)| t.1).unwrap();
+        assert_eq!(t.iter().map(|x| x.1).fold(0.0, f64::max), 8.0);
+        assert_eq!((end(PEER), end(KERNEL)), (5.0, 7.0));
+        // Uploads and downloads at 0.8 of their speed while both run: 5 ms.
+        let slowed = Machine { both_ways: 0.8, ..Machine::engines(2) };
+        let (_, t) = p.predict(slowed, &c).unwrap();
+        assert!((t.iter().map(|x| x.1).fold(0.0, f64::max) - 9.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,132 @@
+//! GPU-to-GPU copies, three ways, as plans the executors run: the peer
+//! copy one way ([`one_way`]), both ways at once ([`both_ways`]), and
+//! staged through pinned host memory ([`staged`]: what a copy between two
+//! GPUs without peer access costs, chunked so the download from one GPU
+//! overlaps the upload to the other). Each moves `elements` f32 from GPU
+//! `from`'s buffer 0 to GPU `to`'s buffer 1; `from == to` makes them copies
+//! within one GPU, which is how a machine with one GPU runs them.
+
+use crate::pipeline::plan::{chunk, Plan, StreamSpec};
+use crate::pipeline::schedule::StreamKind;
+
+/// The copy's label in each plan.
+pub const COPY: &str = "copy";
+
+/// Buffer 0 on `from` (holding the input), buffer 1 on `to`; the plans
+/// upload the input first and download buffer 1 last (both outside the
+/// copy: a plan verifies what arrived).
+fn placed(p: Plan, from: usize, to: usize) -> Plan {
+    p.placed(vec![from, to])
+}
+
+/// `repeats` peer copies of the whole buffer from GPU `from` to GPU `to`,
+/// back to back on a stream of `from`; the input uploaded before and the
+/// result downloaded after (on the same stream, so nothing races).
+pub fn one_way(elements: usize, from: usize, to: usize, repeats: usize) -> Plan {
+    let specs = vec![StreamSpec::new("copies", StreamKind::NonBlocking, 0).on_gpu(from), StreamSpec::new("download", StreamKind::NonBlocking, 0).on_gpu(to)];
+    let p = Plan::new("peer copy, one way", specs, elements, 2, move |p, r| {
+        let (s, down, n) = (r.streams[0], r.streams[1], r.elements);
+        p.h2d(s, r.devices[0], 0, r.input, 0, n, "upload")?;
+        for _ in 0..repeats.max(1) {
+            p.d2d(s, r.devices[1], 0, r.devices[0], 0, n, COPY)?;
+        }
+        p.wait_for(down, s)?;
+        p.d2h(down, r.output, 0, r.devices[1], 0, n, "download")
+    });
+    placed(p, from, to)
+}
+
+/// Both directions at once: half the buffer from `from` to `to` on a
+/// stream of `from` while the other half goes from `to` to `from` on a
+/// stream of `to`, `repeats` times each. Buffer 0 (on `from`) holds the
+/// input's first half, buffer 1 (on `to`) its second; each half crosses
+/// into the other buffer at the same offset, and both come back to host
+/// out (elements 0.. from buffer 1, the rest from buffer 0).
+pub fn both_ways(elements: usize, from: usize, to: usize, repeats: usize) -> Plan {
+    let specs = vec![StreamSpec::new("there", StreamKind::NonBlocking, 0).on_gpu(from), StreamSpec::new("back", StreamKind::NonBlocking, 0).on_gpu(to)];
+    let p = Plan::new("peer copy, both ways", specs, elements, 2, move |p, r| {
+        let (there, back) = (r.streams[0], r.streams[1]);
+        let half = chunk(r.elements, 2, 1).0;
+        let rest = r.elements - half;
+        p.h2d(there, r.devices[0], 0, r.input, 0, half, "upload first half")?;
+        p.h2d(back, r.devices[1], half, r.input, half, rest, "upload second half")?;
+        p.wait_for(there, back)?;
+        p.wait_for(back, there)?;
+        for _ in 0..repeats.max(1) {
+            p.d2d(there, r.devices[1], 0, r.devices[0], 0, half, COPY)?;
+            p.d2d(back, r.devices[0], half, r.devices[1], half, rest, COPY)?;
+        }
+        p.wait_for(back, there)?;
+        p.d2h(back, r.output, 0, r.devices[1], 0, half, "download first half")?;
+        p.wait_for(there, back)?;
+        p.d2h(there, r.output, half, r.devices[0], half, rest, "download second half")
+    });
+    placed(p, from, to)
+}
+
+/// Staged through pinned host memory, `repeats` times, in `chunks`
+/// chunks: each chunk goes down from GPU `from` into host out (pinned) on
+/// a stream of `from`, then up from there into GPU `to` on a stream of
+/// `to` once its download is done (an event), so chunk c's upload overlaps
+/// chunk c+1's download. A repeat starts once the one before has landed
+/// (its downloads would overwrite chunks still going up). Host out ends
+/// holding the data that crossed, which the run verifies.
+pub fn staged(elements: usize, from: usize, to: usize, chunks: usize, repeats: usize) -> Plan {
+    let specs = vec![StreamSpec::new("down", StreamKind::NonBlocking, 0).on_gpu(from), StreamSpec::new("up", StreamKind::NonBlocking, 0).on_gpu(to)];
+    let p = Plan::new("staged through host memory", specs, elements, 2, move |p, r| {
+        let (down, up) = (r.streams[0], r.streams[1]);
+        p.h2d(down, r.devices[0], 0, r.input, 0, r.elements, "upload")?;
+        for pass in 0..repeats.max(1) {
+            if pass > 0 {
+                p.wait_for(down, up)?;
+            }
+            for c in 0..chunks.max(1) {
+                let (at, n) = chunk(r.elements, chunks.max(1), c);
+                p.d2h(down, r.output, at, r.devices[0], at, n, &format!("{COPY}: down {c}"))?;
+                p.wait_for(up, down)?;
+                p.h2d(up, r.devices[1], at, r.output, at, n, &format!("{COPY}: up {c}"))?;
+            }
+        }
+        Ok(())
+    });
+    placed(p, from, to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::model::Provenance;
+    use crate::pipeline::schedule::{Link, Machine, OpKind};
+
+    #[test]
+    fn every_plan_moves_the_data_verified_and_race_free_over_two_gpus_or_one() {
+        for (from, to) in [(0, 1), (1, 0), (0, 0)] {
+            for p in [one_way(64, from, to, 3), both_ways(64, from, to, 3), staged(64, from, to, 4, 2)] {
+                let m = p.model().unwrap();
+                assert!(m.schedule.races().is_empty(), "{}: {:?}", p.name, m.schedule.races());
+                let out = Plan::output_cells(&m);
+                assert!(out.iter().enumerate().all(|(i, c)| *c == Provenance::Input(i as u32)), "{}: {out:?}", p.name);
+            }
+        }
+        let kinds: Vec<OpKind> = one_way(64, 0, 1, 2).model().unwrap().schedule.ops.iter().map(|o| o.kind).collect();
+        assert_eq!(kinds.iter().filter(|k| **k == OpKind::D2d(Link { from: 0, to: 1 })).count(), 2);
+        assert!(one_way(64, 0, 0, 1).model().unwrap().schedule.ops.iter().any(|o| o.kind == OpKind::D2d(Link { from: 0, to: 0 })));
+    }
+
+    #[test]
+    fn both_ways_run_at_once_and_staging_overlaps_down_and_up() {
+        let n = 64;
+        let peer = |from: u8, to: u8, e: usize| ((OpKind::D2d(Link { from, to }), e), 1.0);
+        let costs = [((OpKind::H2d, n / 2), 1.0), ((OpKind::D2h, n / 2), 1.0), peer(0, 1, n / 2), peer(1, 0, n / 2)].into();
+        let (s, t) = both_ways(n, 0, 1, 4).predict(Machine::engines(2), &costs).unwrap();
+        let copies: Vec<(f64, f64)> = s.ops.iter().zip(&t).filter(|(o, _)| o.label == COPY).map(|(_, t)| *t).collect();
+        let span = copies.iter().map(|c| c.1).fold(0.0, f64::max) - copies.iter().map(|c| c.0).fold(f64::INFINITY, f64::min);
+        assert_eq!(span, 4.0, "4 copies each way at once take 4 copies' time");
+        // Staged in 4 chunks: 4 downs of 1, each up of 1 behind its down: 5 in all.
+        let costs = [((OpKind::H2d, n), 1.0), ((OpKind::H2d, n / 4), 1.0), ((OpKind::D2h, n / 4), 1.0)].into();
+        let (s, t) = staged(n, 0, 1, 4, 1).predict(Machine::engines(2), &costs).unwrap();
+        let crossing: Vec<(f64, f64)> = s.ops.iter().zip(&t).filter(|(o, _)| o.label.starts_with(COPY)).map(|(_, t)| *t).collect();
+        let span = crossing.iter().map(|c| c.1).fold(0.0, f64::max) - crossing.iter().map(|c| c.0).fold(f64::INFINITY, f64::min);
+        assert_eq!(span, 5.0);
+    }
+}

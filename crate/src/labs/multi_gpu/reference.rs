@@ -1,0 +1,82 @@
+//! PyTorch's copy between the same two GPUs, measured in the same run as
+//! the lab's own (the reference): `crate/reference/torch_peer_copy.py`,
+//! carried inside the binary and run with the Python that has PyTorch.
+//! Its absence is a line in the results, never a failed lab.
+
+use super::measure::Timing;
+use crate::measure::stats::Summary;
+use serde::{Deserialize, Serialize};
+
+/// The script, as in `crate/reference/`.
+pub const SCRIPT: &str = include_str!("../../../reference/torch_peer_copy.py");
+
+/// PyTorch's bandwidths, GB/s.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TorchPeer {
+    pub torch: String,
+    pub bytes: u64,
+    pub one_way: Summary,
+    pub both_ways: Summary,
+}
+
+#[derive(Deserialize)]
+struct Printed {
+    torch: String,
+    bytes: u64,
+    one_way_ms: Vec<f64>,
+    both_ways_ms: Vec<f64>,
+}
+
+/// Runs the script with `python` between GPUs `from` and `to` at `bytes`,
+/// timed as `t` says. `Err` says why there is no reference (no Python, no
+/// PyTorch, a failed copy), in a line.
+pub fn torch_peer(python: &str, (from, to): (usize, usize), bytes: usize, t: Timing) -> Result<TorchPeer, String> {
+    let dir = std::env::temp_dir().join(format!("overlap-lab-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let script = dir.join("torch_peer_copy.py");
+    std::fs::write(&script, SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
+    let args = [
+        script.display().to_string(),
+        format!("--from={from}"),
+        format!("--to={to}"),
+        format!("--bytes={bytes}"),
+        format!("--copies={}", t.copies),
+        format!("--runs={}", t.runs),
+    ];
+    let out = std::process::Command::new(python).args(&args).output().map_err(|e| format!("`{python}` could not be started: {e}"))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+        return Err(format!("`{python} torch_peer_copy.py` failed: {last}"));
+    }
+    parse(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The script's JSON line as bandwidths.
+fn parse(stdout: &str) -> Result<TorchPeer, String> {
+    let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).ok_or("the script printed no result")?;
+    let p: Printed = serde_json::from_str(line).map_err(|e| format!("the script's result is unreadable: {e}"))?;
+    let to_gbps = |ms: &[f64]| -> Result<Summary, String> {
+        let s = Summary::of(ms).map_err(|e| e.to_string())?;
+        Ok(s.map_decreasing(|ms| if ms > 0.0 { p.bytes as f64 / ms / 1e6 } else { f64::NAN }))
+    };
+    Ok(TorchPeer { torch: p.torch.clone(), bytes: p.bytes, one_way: to_gbps(&p.one_way_ms)?, both_ways: to_gbps(&p.both_ways_ms)? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scripts_line_becomes_bandwidths_and_a_missing_python_is_a_reason() {
+        let p = parse("warming up\n{\"torch\": \"2.9.0\", \"bytes\": 1000000, \"one_way_ms\": [0.01, 0.02, 0.01], \"both_ways_ms\": [0.02]}\n").unwrap();
+        assert_eq!((p.torch.as_str(), p.bytes), ("2.9.0", 1_000_000));
+        assert!((p.one_way.median - 100.0).abs() < 1e-9 && (p.one_way.min - 50.0).abs() < 1e-9, "{p:?}");
+        assert!(parse("nothing").unwrap_err().contains("no result"));
+        assert!(parse("{\"torch\": 1}").unwrap_err().contains("unreadable"));
+        let e = torch_peer("/no/such/python3", (0, 1), 1 << 20, Timing { copies: 3, runs: 1 }).unwrap_err();
+        assert!(e.contains("could not be started"), "{e}");
+        assert!(SCRIPT.contains("def main()") && SCRIPT.contains("copy_"));
+    }
+}
