@@ -1042,6 +1042,31 @@ mod several_gpus {
         }
     }
 
+    /// An upload, a download, a copy to the other GPU (within GPU 0 where
+    /// there is one) and a kernel, each alone and all at once.
+    #[test]
+    fn four_ops_at_once_run_verified_and_beat_their_serial_sum() {
+        use overlap_lab::labs::multi_gpu::measure::{four_way, Timing};
+        let Some(_gpu) = gpu_or_skip("four_ops_at_once_run_verified_and_beat_their_serial_sum") else {
+            return;
+        };
+        let gpus = all_gpus();
+        let peer = usize::from(gpus.len() > 1);
+        let gpus = &gpus[..gpus.len().min(2)];
+        let bytes = 64 << 20;
+        let mut rig = PlanRig::over(gpus, bytes / 4, 5, 256).unwrap();
+        let f = four_way(&mut rig, bytes, peer, Timing { copies: 5, runs: 3 }).unwrap();
+        let alone: Vec<String> = f.alone_ms.iter().map(|s| format!("{:.3}", s.median)).collect();
+        println!(
+            "four-way to GPU {peer}: alone (H2D, D2H, copy, kernel) {} ms; together {:.3} ms; bound {:.3}, serial {:.3}",
+            alone.join(", "),
+            f.together_ms.median,
+            f.bound_ms(),
+            f.serial_ms()
+        );
+        assert!(f.together_ms.median < f.serial_ms(), "the four overlapped: {f:?}");
+    }
+
     #[test]
     fn two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives() {
         let Some(_gpu) = gpu_or_skip("two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives") else {

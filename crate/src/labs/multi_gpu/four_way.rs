@@ -19,43 +19,65 @@ pub const KERNEL: &str = "kernel on GPU 0";
 pub const PROLOGUE: &str = "upload the source";
 
 /// The plan: over `elements`, first the source is uploaded (ordered
-/// before the rest by events); then, on four streams of GPU 0 at once, an
-/// upload into another buffer, the download of the source, its copy to
-/// GPU 1 and the kernel over it. `host out` gets the source back, so the
-/// run checks the download and that nothing overwrote the source.
-pub fn plan(elements: usize) -> Plan {
+/// before the rest by events); then, on four streams of GPU 0 at once,
+/// `rounds` times each: an upload into another buffer, the download of the
+/// source, its copy to GPU `peer` (GPU 0 itself on a machine with one: a
+/// copy within it) and the kernel over it. With `only`, just the ops of that
+/// kind (how each is timed alone). `host out` gets the source back (or
+/// stays unwritten without a download), so the run checks that nothing
+/// overwrote the source.
+pub fn plan(elements: usize, peer: usize, rounds: usize, only: Option<OpKind>) -> Plan {
     let specs = ["upload", "download", "peer", "compute"].map(|n| StreamSpec::new(n, StreamKind::NonBlocking, 0).on_gpu(0)).to_vec();
-    Plan::new("four-way overlap", specs, elements, 5, |p, r| {
-        let [up, down, peer, compute] = [r.streams[0], r.streams[1], r.streams[2], r.streams[3]];
-        let (source, landing, result, on_gpu1) = (r.devices[0], r.devices[1], r.devices[2], r.devices[4]);
+    let name = match only {
+        Some(k) => format!("{} alone", k.label()),
+        None => "four-way overlap".to_string(),
+    };
+    // Of the kind asked for (a copy whichever GPUs it joins).
+    let wants = move |k: OpKind| only.is_none_or(|o| std::mem::discriminant(&o) == std::mem::discriminant(&k));
+    Plan::new(&name, specs, elements, 5, move |p, r| {
+        let [up, down, to_peer, compute] = [r.streams[0], r.streams[1], r.streams[2], r.streams[3]];
+        let (source, landing, result, on_peer) = (r.devices[0], r.devices[1], r.devices[2], r.devices[4]);
         let n = r.elements;
         p.h2d(compute, source, 0, r.input, 0, n, PROLOGUE)?;
-        for s in [up, down, peer] {
+        for s in [up, down, to_peer] {
             p.wait_for(s, compute)?;
         }
-        p.h2d(up, landing, 0, r.input, 0, n, UPLOAD)?;
-        p.d2h(down, r.output, 0, source, 0, n, DOWNLOAD)?;
-        p.d2d(peer, on_gpu1, 0, source, 0, n, PEER)?;
-        p.compute(compute, source, 0, result, 0, n, KERNEL)
+        for _ in 0..rounds.max(1) {
+            if wants(OpKind::H2d) {
+                p.h2d(up, landing, 0, r.input, 0, n, UPLOAD)?;
+            }
+            if wants(OpKind::D2h) {
+                p.d2h(down, r.output, 0, source, 0, n, DOWNLOAD)?;
+            }
+            if wants(OpKind::D2d(Link { from: 0, to: 1 })) {
+                p.d2d(to_peer, on_peer, 0, source, 0, n, PEER)?;
+            }
+            if wants(OpKind::Kernel) {
+                p.compute(compute, source, 0, result, 0, n, KERNEL)?;
+            }
+        }
+        Ok(())
     })
-    .placed(vec![0, 0, 0, 0, 1])
+    .placed(vec![0, 0, 0, 0, peer])
 }
 
-/// The four ops' kinds, in the order the lab reports them.
-pub fn kinds() -> [OpKind; 4] {
-    [OpKind::H2d, OpKind::D2h, OpKind::D2d(Link { from: 0, to: 1 }), OpKind::Kernel]
+/// The four ops' kinds, in the order the lab reports them, with the copy
+/// to GPU `peer`.
+pub fn kinds(peer: usize) -> [OpKind; 4] {
+    let link = Link::between(0, peer).unwrap_or(Link { from: 0, to: 1 });
+    [OpKind::H2d, OpKind::D2h, OpKind::D2d(link), OpKind::Kernel]
 }
 
-/// The longest of the four alone, ms (each costed at `elements`): what
-/// the run takes if every engine works at once at full speed. `None`
-/// when one has no cost.
-pub fn bound_ms(costs: &Costs, elements: usize) -> Option<f64> {
-    kinds().iter().map(|&k| costs.get(&(k, elements)).copied()).try_fold(0.0f64, |m, c| c.map(|c| m.max(c)))
+/// The longest of the four alone, ms (each costed at `elements`, the copy
+/// to GPU `peer`): what the run takes if every engine works at once at
+/// full speed. `None` when one has no cost.
+pub fn bound_ms(costs: &Costs, elements: usize, peer: usize) -> Option<f64> {
+    kinds(peer).iter().map(|&k| costs.get(&(k, elements)).copied()).try_fold(0.0f64, |m, c| c.map(|c| m.max(c)))
 }
 
 /// The four alone one after another, ms: what no overlap at all takes.
-pub fn serial_ms(costs: &Costs, elements: usize) -> Option<f64> {
-    kinds().iter().map(|&k| costs.get(&(k, elements)).copied()).sum()
+pub fn serial_ms(costs: &Costs, elements: usize, peer: usize) -> Option<f64> {
+    kinds(peer).iter().map(|&k| costs.get(&(k, elements)).copied()).sum()
 }
 
 #[cfg(test)]
@@ -71,14 +93,20 @@ mod tests {
     #[test]
     fn the_four_run_at_once_up_to_the_longest_and_the_host_links_directions_slow_each_other() {
         let n = 64;
-        let p = plan(n);
+        let p = plan(n, 1, 1, None);
         let m = p.model().unwrap();
         assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
         assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| *c == Provenance::Input(i as u32)), "host out gets the source back");
         assert_eq!(p.gpus(), [0, 1]);
         let c = costs(n);
-        assert_eq!((bound_ms(&c, n), serial_ms(&c, n)), (Some(4.0), Some(12.0)));
-        assert_eq!(bound_ms(&Costs::new(), n), None);
+        assert_eq!((bound_ms(&c, n, 1), serial_ms(&c, n, 1)), (Some(4.0), Some(12.0)));
+        assert_eq!(bound_ms(&Costs::new(), n, 1), None);
+        // Each alone, and over one GPU: the same data checks.
+        for only in kinds(0) {
+            let alone = plan(n, 0, 3, Some(only)).model().unwrap();
+            assert!(alone.schedule.races().is_empty(), "{:?}", alone.schedule.races());
+            assert_eq!(alone.schedule.ops.iter().filter(|o| o.kind == only && o.label != PROLOGUE).count(), 3, "{only:?}");
+        }
         // The prologue's upload (4) first, then the four at once: the
         // longest (4) bounds them.
         let (s, t) = p.predict(Machine::engines(2), &c).unwrap();

@@ -1,12 +1,12 @@
 //! Lab 8's measurements on the GPU, each a plan the rig runs verified.
 //!
-//! A copy's time is taken by difference: the plan with `k` copies minus the
-//! same plan with one, over k−1 (CUDA events bracket each run). The upload
-//! before and the download after — what makes the run verifiable — cancel
-//! out, and no per-op timeline is needed (under Nsight, which holds CUPTI,
-//! a pipeline over two GPUs has none).
+//! An op's time is taken by difference: the plan with `k` repeats of it
+//! minus the same plan with one, over k−1 (CUDA events bracket each run).
+//! The upload before and the download after — what makes the run
+//! verifiable — cancel out, and no per-op timeline is needed (under
+//! Nsight, which holds CUPTI, a pipeline over two GPUs has none).
 
-use super::peer;
+use super::{four_way, peer};
 use crate::error::{LabError, Result};
 use crate::gpu::{PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
@@ -25,18 +25,18 @@ pub struct PeerPoint {
     pub staged: Summary,
 }
 
-/// How a copy is timed.
+/// How a repeated op is timed.
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
-    /// Copies in the long run (the short run has one).
+    /// Repeats in the long run (the short run has one).
     pub copies: usize,
     /// Runs of each (after one of each untimed), whose differences are summarised.
     pub runs: usize,
 }
 
-/// One copy's time, ms, by difference ([`Timing`]): `make(k)` is the plan
-/// with `k` copies.
-pub fn per_copy_ms(rig: &mut PlanRig, make: impl Fn(usize) -> Plan, t: Timing) -> Result<Summary> {
+/// One repeat's time, ms, by difference ([`Timing`]): `make(k)` is the
+/// plan with `k` repeats.
+pub fn per_repeat_ms(rig: &mut PlanRig, make: impl Fn(usize) -> Plan, t: Timing) -> Result<Summary> {
     if t.copies < 2 || t.runs == 0 {
         return Err(LabError::config(format!("timing a copy by difference takes at least 2 copies and 1 run (got {} and {})", t.copies, t.runs)));
     }
@@ -86,8 +86,47 @@ pub fn peer_point(rig: &mut PlanRig, bytes: usize, (from, to): (usize, usize), c
     };
     Ok(PeerPoint {
         bytes: elements as u64 * 4,
-        one_way: to_gbps(per_copy_ms(rig, |k| peer::one_way(elements, from, to, k), t)?, b)?,
-        both_ways: to_gbps(per_copy_ms(rig, |k| peer::both_ways(elements, from, to, k), t)?, b)?,
-        staged: to_gbps(per_copy_ms(rig, |k| peer::staged(elements, from, to, chunks, k), t)?, b)?,
+        one_way: to_gbps(per_repeat_ms(rig, |k| peer::one_way(elements, from, to, k), t)?, b)?,
+        both_ways: to_gbps(per_repeat_ms(rig, |k| peer::both_ways(elements, from, to, k), t)?, b)?,
+        staged: to_gbps(per_repeat_ms(rig, |k| peer::staged(elements, from, to, chunks, k), t)?, b)?,
     })
+}
+
+/// The four-way experiment's times, ms: each op alone and the four at once
+/// (a round of each), by difference; and the bound and the serial sum of
+/// the alone times.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FourWay {
+    pub bytes: u64,
+    /// The GPU the copy goes to (0: within GPU 0).
+    pub peer: usize,
+    /// H2D, D2H, the copy to `peer`, the kernel ([`four_way::kinds`]).
+    pub alone_ms: Vec<Summary>,
+    pub together_ms: Summary,
+}
+
+impl FourWay {
+    /// The longest alone (medians): the four at once cannot beat it.
+    pub fn bound_ms(&self) -> f64 {
+        self.alone_ms.iter().map(|s| s.median).fold(0.0, f64::max)
+    }
+    /// The alone medians summed: no overlap at all.
+    pub fn serial_ms(&self) -> f64 {
+        self.alone_ms.iter().map(|s| s.median).sum()
+    }
+}
+
+/// Measures the four-way overlap at `bytes` on the rig's GPU 0, the copy
+/// going to its GPU `peer`.
+pub fn four_way(rig: &mut PlanRig, bytes: usize, peer: usize, t: Timing) -> Result<FourWay> {
+    let elements = (bytes / 4) & !1;
+    if elements < 2 {
+        return Err(LabError::config(format!("{bytes} bytes: give at least 8")));
+    }
+    let mut alone_ms = Vec::with_capacity(4);
+    for kind in four_way::kinds(peer) {
+        alone_ms.push(per_repeat_ms(rig, |k| four_way::plan(elements, peer, k, Some(kind)), t)?);
+    }
+    let together_ms = per_repeat_ms(rig, |k| four_way::plan(elements, peer, k, None), t)?;
+    Ok(FourWay { bytes: elements as u64 * 4, peer, alone_ms, together_ms })
 }
