@@ -1067,6 +1067,36 @@ mod several_gpus {
         assert!(f.together_ms.median < f.serial_ms(), "the four overlapped: {f:?}");
     }
 
+    /// The two-stage loop runs verified over the GPUs there are (both
+    /// stages on GPU 0 where there is one: the same code path, not the
+    /// lab's number) and its bubble is read off each run's timeline.
+    #[test]
+    fn the_bubble_is_measured_from_each_runs_timeline() {
+        use overlap_lab::labs::multi_gpu::measure::bubble_point;
+        let Some(_gpu) = gpu_or_skip("the_bubble_is_measured_from_each_runs_timeline") else {
+            return;
+        };
+        let gpus = all_gpus();
+        let second = usize::from(gpus.len() > 1);
+        let gpus = &gpus[..gpus.len().min(2)];
+        let n = 1 << 22;
+        let mut rig = PlanRig::over(gpus, n, 4, 4096).unwrap();
+        for mb in [1, 4] {
+            let b = bubble_point(&mut rig, n, mb, second, 2).unwrap();
+            println!(
+                "stage 2 on GPU {second}, {mb} micro-batches: bubble {:?} (model {:.3}), {:.3} ms",
+                b.measured.as_ref().map(|m| m.median),
+                b.model,
+                b.total_ms.median
+            );
+            let m = b.measured.expect("CUPTI timelines here");
+            assert!(m.median >= 0.0 && m.median < 1.0, "{m:?}");
+            if second == 1 && mb == 1 {
+                assert!(m.median > 0.4, "one micro-batch: each GPU idles while the other works: {m:?}");
+            }
+        }
+    }
+
     #[test]
     fn two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives() {
         let Some(_gpu) = gpu_or_skip("two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives") else {

@@ -6,6 +6,7 @@
 //! verifiable — cancel out, and no per-op timeline is needed (under
 //! Nsight, which holds CUPTI, a pipeline over two GPUs has none).
 
+use super::pipeline_parallel::{self as pp, bubble, bubble_model};
 use super::{four_way, peer};
 use crate::error::{LabError, Result};
 use crate::gpu::{PlanRig, TimelineSource};
@@ -129,4 +130,49 @@ pub fn four_way(rig: &mut PlanRig, bytes: usize, peer: usize, t: Timing) -> Resu
     }
     let together_ms = per_repeat_ms(rig, |k| four_way::plan(elements, peer, k, None), t)?;
     Ok(FourWay { bytes: elements as u64 * 4, peer, alone_ms, together_ms })
+}
+
+/// The two-stage pipeline at one micro-batch count: its bubble measured
+/// (from each run's timeline) beside the model's (S−1)/(M+S−1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BubblePoint {
+    pub micro_batches: usize,
+    /// (S−1)/(M+S−1).
+    pub model: f64,
+    /// The runs' bubble fractions (`None`: no run had a timeline, as under
+    /// Nsight, which holds CUPTI).
+    pub measured: Option<Summary>,
+    /// The runs' totals, ms (CUDA events).
+    pub total_ms: Summary,
+}
+
+/// Runs the events-only loop over `micro_batches` micro-batches of
+/// `elements` with stage 2 on the rig's GPU `second`, `runs` times after
+/// one untimed run, each verified.
+pub fn bubble_point(rig: &mut PlanRig, elements: usize, micro_batches: usize, second: usize, runs: usize) -> Result<BubblePoint> {
+    if micro_batches == 0 || elements < 2 * micro_batches || runs == 0 {
+        return Err(LabError::config(format!(
+            "{micro_batches} micro-batches of {elements} elements, {runs} runs: give at least 1 of each and 2 elements a micro-batch"
+        )));
+    }
+    let plan = pp::plan_on("events only", micro_batches, elements, std::sync::Arc::new(pp::events_only), second);
+    let model = plan.model()?;
+    rig.run_modelled(&plan, &model, TimelineSource::Off)?;
+    let (mut fractions, mut totals) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let run = rig.run_modelled(&plan, &model, TimelineSource::best())?;
+        totals.push(run.total_ms);
+        // A span per op, in order, when the timeline has them all.
+        let spans: Option<Vec<(f64, f64)>> =
+            run.timeline.as_ref().filter(|t| t.spans.len() == run.schedule.ops.len()).map(|t| t.spans.iter().map(|s| (s.start_us, s.end_us)).collect());
+        if let Some(b) = spans.and_then(|s| bubble(&run.schedule, &s)) {
+            fractions.push(b.fraction());
+        }
+    }
+    Ok(BubblePoint {
+        micro_batches,
+        model: bubble_model(pp::STAGES, micro_batches),
+        measured: if fractions.is_empty() { None } else { Some(Summary::of(&fractions)?) },
+        total_ms: Summary::of(&totals)?,
+    })
 }

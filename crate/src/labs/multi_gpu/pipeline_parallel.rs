@@ -120,11 +120,18 @@ pub fn events_only(p: &mut dyn Issue, t: &MicroBatchTask) -> Result<()> {
 /// it, GPU 1's copy stream waits for every stream and downloads the
 /// output. Every output element has been through the kernel twice.
 pub fn plan(name: &str, micro_batches: usize, elements: usize, learner: Loop) -> Plan {
+    plan_on(name, micro_batches, elements, learner, 1)
+}
+
+/// [`plan`] with stage 2 on GPU `second` of the plan: 1, or 0 to run both
+/// stages on one GPU (how a machine with one runs the same loop: the two
+/// stages then share its SMs, so only the code path is the same).
+pub fn plan_on(name: &str, micro_batches: usize, elements: usize, learner: Loop, second: usize) -> Plan {
     let specs = vec![
         StreamSpec::new("compute", StreamKind::NonBlocking, 0).on_gpu(0),
         StreamSpec::new("copy", StreamKind::NonBlocking, 0).on_gpu(0),
-        StreamSpec::new("compute", StreamKind::NonBlocking, 0).on_gpu(1),
-        StreamSpec::new("copy", StreamKind::NonBlocking, 0).on_gpu(1),
+        StreamSpec::new("compute", StreamKind::NonBlocking, 0).on_gpu(second),
+        StreamSpec::new("copy", StreamKind::NonBlocking, 0).on_gpu(second),
     ];
     Plan::new(name, specs, elements, 4, move |p, r| {
         let s = &r.streams;
@@ -146,7 +153,7 @@ pub fn plan(name: &str, micro_batches: usize, elements: usize, learner: Loop) ->
         }
         p.d2h(t.gpu1.copy, r.output, 0, t.output, 0, r.elements, DOWNLOAD)
     })
-    .placed(vec![0, 0, 1, 1])
+    .placed(vec![0, 0, second, second])
     .with_passes(STAGES as u8)
 }
 
@@ -235,6 +242,11 @@ mod tests {
         }
         assert!(!plan("p", 4, 64, Arc::new(events_only)).model().unwrap().schedule.cpu_waited_for_gpu());
         assert!(plan("p", 4, 64, Arc::new(host_synchronized)).model().unwrap().schedule.cpu_waited_for_gpu());
+        // Both stages on one GPU: the same loop, the same data.
+        let one = plan_on("p", 4, 64, Arc::new(events_only), 0);
+        assert_eq!(one.gpus(), [0]);
+        let m = one.model().unwrap();
+        assert!(m.schedule.races().is_empty() && Plan::output_cells(&m).iter().enumerate().all(|(i, c)| *c == Provenance::Repeated(i as u32, 2)));
         let bad = plan("p", 4, 64, Arc::new(events_only)).placed(vec![0, 1]);
         assert!(bad.validate().unwrap_err().to_string().contains("give one GPU per buffer"));
     }
