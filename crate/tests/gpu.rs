@@ -1097,6 +1097,29 @@ mod several_gpus {
         }
     }
 
+    /// The exercise's live checker: the events-only loop passes, the
+    /// host-synchronized one fails naming its waits (both stages on GPU 0
+    /// where there is one GPU: the checks that do not need two still run).
+    #[test]
+    fn the_live_checker_passes_events_and_names_host_waits() {
+        use overlap_lab::labs::multi_gpu::exercise::check_on_gpu;
+        use overlap_lab::labs::multi_gpu::pipeline_parallel::host_synchronized;
+        let Some(_gpu) = gpu_or_skip("the_live_checker_passes_events_and_names_host_waits") else {
+            return;
+        };
+        let gpus = all_gpus();
+        let second = usize::from(gpus.len() > 1);
+        let gpus = &gpus[..gpus.len().min(2)];
+        let n = 1 << 22;
+        let mut rig = PlanRig::over(gpus, n, 4, 4096).unwrap();
+        let good = check_on_gpu(&mut rig, 8, n, second, Arc::new(events_only));
+        println!("{good}");
+        assert!(good.passed, "{good}");
+        assert!(good.to_string().contains("measured (cupti timeline)"), "{good}");
+        let bad = check_on_gpu(&mut rig, 8, n, second, Arc::new(host_synchronized));
+        assert!(!bad.passed && bad.to_string().contains("host synchronization in the loop"), "{bad}");
+    }
+
     #[test]
     fn two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives() {
         let Some(_gpu) = gpu_or_skip("two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives") else {

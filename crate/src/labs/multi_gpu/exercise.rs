@@ -3,15 +3,20 @@
 //! ([`host_synchronized`]: the CPU waits after every stage, so one GPU is
 //! always idle) and rewrites it so that both GPUs work at once, ordered by
 //! events only. The checker runs the loop on the model and names what is
-//! wrong: wrong data (a stage or a copy missing, an offset), a race (a copy
+//! wrong, then times it: with the queue model from each op's cost
+//! ([`check_on_model`]), or live on the GPUs with its bubble read off the
+//! run's timeline ([`check_on_gpu`]). What it names: wrong data (a stage or a copy missing, an offset), a race (a copy
 //! or stage not ordered after what it reads), a host synchronization in the
 //! loop, work on the other GPU's stream, and a bubble larger than the
 //! pipeline's own.
 
-use super::pipeline_parallel::{bubble, bubble_model, plan, Loop, STAGES};
+use super::pipeline_parallel::{bubble, bubble_model, plan_on, Loop, STAGES};
+use crate::gpu::{PlanRig, TimelineSource};
 use crate::labs::check::{pct, CheckReport};
 use crate::labs::loop_check::{costs_for, shape};
+use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::plan::Costs;
+use crate::pipeline::plan::Plan;
 use crate::pipeline::schedule::{Machine, OpKind, Schedule};
 
 #[cfg(doc)]
@@ -26,22 +31,50 @@ pub const BUBBLE_SLACK: f64 = 0.05;
 /// queue model predicts from `costs` (each op alone, ms) on `machine`.
 pub fn check_on_model(micro_batches: usize, elements: usize, machine: Machine, costs: &Costs, learner: Loop) -> CheckReport {
     let mut rep = CheckReport::new("micro-batches over two GPUs (queue model, no GPU)");
-    if micro_batches == 0 || elements < 2 * micro_batches {
-        rep.problem(format!("{micro_batches} micro-batches of {elements} elements: give at least 1 micro-batch of at least 2 elements each"));
-        return rep;
-    }
-    let mine = plan("your loop", micro_batches, elements, learner);
-    let Some(model) = shape(&mine, &mut rep) else { return rep };
-    if model.schedule.cpu_waited_for_gpu() {
-        rep.problem(
-            "host synchronization in the loop: the CPU waits for a GPU (a synchronize or a host wait on an event), so it cannot issue the next micro-batch meanwhile. Order the GPUs with p.record(event, stream) on GPU 0 and p.wait(stream, event) on GPU 1: the GPU waits, not the CPU",
-        );
-    }
+    let Some((mine, model)) = shape_findings(micro_batches, elements, learner, 1, &mut rep) else { return rep };
     match mine.prediction(&model, machine, &costs_for(costs.clone(), &model.schedule)) {
         Ok(pred) => judge_bubble(&mut rep, &model.schedule, &pred.times, micro_batches, "predicted from each op's cost alone"),
         Err(e) => rep.problem(format!("cannot predict your loop: {e}")),
     }
     rep
+}
+
+/// Checks `learner` on the GPUs of `rig` (stage 2 on its GPU `second`): the
+/// model's findings first, then a verified run whose bubble is read off its
+/// timeline. A run that fails (wrong data on the GPU) is a failed check.
+pub fn check_on_gpu(rig: &mut PlanRig, micro_batches: usize, elements: usize, second: usize, learner: Loop) -> CheckReport {
+    let mut rep = CheckReport::new("micro-batches over two GPUs (live)");
+    let Some((mine, model)) = shape_findings(micro_batches, elements, learner, second, &mut rep) else { return rep };
+    if !rep.passed {
+        return rep;
+    }
+    let Some(run) = rep.learner("your loop on the GPU", || rig.run_modelled(&mine, &model, TimelineSource::best())) else { return rep };
+    match run.timeline.as_ref().filter(|t| t.spans.len() == run.schedule.ops.len()) {
+        Some(t) => {
+            let spans: Vec<(f64, f64)> = t.spans.iter().map(|s| (s.start_us, s.end_us)).collect();
+            judge_bubble(&mut rep, &run.schedule, &spans, micro_batches, &format!("measured ({} timeline)", t.source));
+        }
+        None => rep.note("no timeline for this run (another tool holds CUPTI): the bubble was not measured; the checks above stand"),
+    }
+    rep
+}
+
+/// The learner's plan and its model, after the findings the model makes
+/// without timing: data, races, memory, and a CPU that waits in the loop.
+/// `None` when the loop cannot be judged further.
+fn shape_findings(micro_batches: usize, elements: usize, learner: Loop, second: usize, rep: &mut CheckReport) -> Option<(Plan, ModelPipeline)> {
+    if micro_batches == 0 || elements < 2 * micro_batches {
+        rep.problem(format!("{micro_batches} micro-batches of {elements} elements: give at least 1 micro-batch of at least 2 elements each"));
+        return None;
+    }
+    let mine = plan_on("your loop", micro_batches, elements, learner, second);
+    let model = shape(&mine, rep)?;
+    if model.schedule.cpu_waited_for_gpu() {
+        rep.problem(
+            "host synchronization in the loop: the CPU waits for a GPU (a synchronize or a host wait on an event), so it cannot issue the next micro-batch meanwhile. Order the GPUs with p.record(event, stream) on GPU 0 and p.wait(stream, event) on GPU 1: the GPU waits, not the CPU",
+        );
+    }
+    Some((mine, model))
 }
 
 /// Judges the bubble of a run of `schedule` (ops at `times`) against the
