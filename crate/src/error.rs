@@ -43,6 +43,10 @@ pub enum LabError {
     Unsupported(String),
     #[error("chart: {0}")]
     Chart(String),
+    /// A figure asked of results that do not hold what it draws (a part
+    /// of the lab that was skipped, or had no timeline): says why.
+    #[error("nothing to draw: {0}")]
+    NothingToDraw(String),
     /// A library loaded at run time that is not there (NCCL).
     #[error("{library} could not be loaded: {why}")]
     MissingLibrary { library: &'static str, why: String },

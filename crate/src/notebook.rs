@@ -77,6 +77,17 @@ impl<T: Serialize + DeserializeOwned> LabRun<T> {
         Ok(LabRun { record, source: Source::Recorded { path, why_not_live } })
     }
 
+    /// The newest recording of `lab` whose results `keep` accepts (a lab
+    /// that needs a kind of machine this one is not shows one made on it),
+    /// or none; `why` says in the banner why it is shown.
+    pub fn recorded_where(lab: &str, why: &str, keep: impl Fn(&T) -> bool) -> Result<Option<LabRun<T>>> {
+        let found = find_recordings::<T>(&default_data_dir(), lab)?;
+        Ok(found
+            .into_iter()
+            .find(|(_, r)| keep(&r.results))
+            .map(|(path, record)| LabRun { record, source: Source::Recorded { path, why_not_live: why.to_string() } }))
+    }
+
     pub fn is_live(&self) -> bool {
         matches!(self.source, Source::Live)
     }

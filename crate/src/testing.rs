@@ -452,3 +452,99 @@ pub fn experiment_as_modelled(e: &Experiment, facts: MachineFacts, machine: Mach
         .collect::<crate::Result<Vec<_>>>()?;
     Ok(ExperimentResult::new(e, variants, facts, costs))
 }
+
+/// Lab 8 on two GPUs joined by NVLink (`two`), or on one: copies at 300
+/// GB/s one way, 560 both ways, 25 staged, 50 for the host link; PyTorch
+/// at 310 and 580; the four at once 1.7 ms against a host-link bound of
+/// 1.6; a bubble 2 points above its model; all-reduces of 4, 16 and 64 MiB
+/// buckets hiding 93.75%, 87.5% and 50% of their communication. Timelines
+/// are the queue model's, on plans of 64 elements.
+pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
+    use crate::gpu::topology::{GpuSummary, LinkKind, PeerPath, Topology};
+    use crate::labs::multi_gpu::measure::{AllReducePoint, BubblePoint, FourWay, PeerPoint};
+    use crate::labs::multi_gpu::pipeline_parallel::{self as pp, bubble_model, STAGES};
+    use crate::labs::multi_gpu::reference::TorchPeer;
+    use crate::labs::multi_gpu::{all_reduce, four_way, AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults};
+    use crate::pipeline::plan::Plan;
+    use crate::pipeline::schedule::{Link, OpKind};
+    let cfg = MultiGpuConfig { no_reference: !two, ..MultiGpuConfig::quick() };
+    let gpu = |ordinal: usize| GpuSummary { ordinal, name: "Test GPU".into(), pci_bus_id: format!("0000:{:02X}:00.0", 0x18 + ordinal) };
+    let path = |from, to| PeerPath { from, to, can_access: true, performance_rank: 0, native_atomics: true, link: LinkKind::NvLink { links: 18 } };
+    let topology =
+        if two { Topology { gpus: vec![gpu(0), gpu(1)], paths: vec![path(0, 1), path(1, 0)] } } else { Topology { gpus: vec![gpu(0)], paths: vec![] } };
+    let peer = cfg
+        .sizes_mib
+        .iter()
+        .map(|&mib| PeerPoint { bytes: (mib as u64) << 20, one_way: flat(300.0), both_ways: flat(560.0), staged: flat(25.0), host: flat(50.0) })
+        .collect();
+    let torch = if two {
+        Ok(TorchPeer { torch: "2.11.0".into(), bytes: 64 << 20, one_way: flat(310.0), both_ways: flat(580.0) })
+    } else {
+        Err("--no-reference".into())
+    };
+    // The queue model's timeline of a small plan, as a run would draw it.
+    let predicted = |plan: Plan, costs: Costs, title: &str| {
+        let model = plan.model().expect("the fixture's plans are valid");
+        let t = plan.prediction(&model, Machine::engines(3), &costs).expect("every op is costed").timeline;
+        Some(Timeline { title: title.into(), ..t })
+    };
+    let to: u8 = if two { 1 } else { 0 };
+    let link = Link { from: 0, to };
+    let four_costs: Costs = [((OpKind::H2d, 64), 1.2), ((OpKind::D2h, 64), 1.2), ((OpKind::D2d(link), 64), 0.2), ((OpKind::Kernel, 64), 1.2)].into();
+    let four_way_result = FourWay {
+        bytes: 64 << 20,
+        peer: to as usize,
+        alone_ms: vec![flat(1.2), flat(1.2), flat(0.2), flat(1.2)],
+        host_link_ms: flat(1.6),
+        together_ms: flat(1.7),
+    };
+    let points = cfg
+        .micro_batches
+        .iter()
+        .map(|&m| {
+            let model = bubble_model(STAGES, m);
+            BubblePoint { micro_batches: m, model, measured: Some(flat(model + 0.02)), total_ms: flat(10.0 * (m + 1) as f64 / m as f64) }
+        })
+        .collect();
+    let pipe_costs: Costs = [((OpKind::Kernel, 8), 1.25), ((OpKind::D2d(link), 8), 0.05), ((OpKind::H2d, 64), 0.5), ((OpKind::D2h, 64), 0.5)].into();
+    let pipe_plan = pp::plan_on("events only", 8, 64, std::sync::Arc::new(pp::events_only), to as usize);
+    let pipeline = PipelineResults {
+        iterations: 4096,
+        stage_ms: flat(10.0),
+        points,
+        timeline: predicted(pipe_plan, pipe_costs, &format!("8 micro-batches, stage 2 on GPU {to}")),
+    };
+    let all_reduce = if two {
+        let point = |mib: u64, buckets: usize, a: f64, k: f64, serial: f64, overlapped: f64| AllReducePoint {
+            bucket_bytes: mib << 20,
+            buckets,
+            kernel_ms: flat(k),
+            all_reduce_ms: flat(a),
+            serial_ms: flat(serial),
+            overlapped_ms: flat(overlapped),
+            predicted_ms: overlapped - 0.05,
+        };
+        let shape = all_reduce::Shape { per_gpu: 64, bucket: 16, ranks: 2, comm_priority: -1 };
+        let costs: Costs = [((OpKind::Kernel, 16), 0.24), ((OpKind::AllReduce(2), 16), 0.15), ((OpKind::H2d, 64), 0.0), ((OpKind::D2h, 64), 0.0)].into();
+        Ok(AllReduceResults {
+            nccl_version: "2.28.3".into(),
+            ranks: 2,
+            iterations: 100,
+            points: vec![point(4, 32, 0.05, 0.06, 3.6, 2.1), point(16, 8, 0.15, 0.24, 3.15, 2.1), point(64, 2, 0.55, 0.96, 3.05, 2.5)],
+            timeline: predicted(all_reduce::plan(shape, 1, all_reduce::Sync::Overlapped), costs, "one step, 4 buckets, overlapped"),
+        })
+    } else {
+        Err("one GPU here: an all-reduce sums over two or more".into())
+    };
+    MultiGpuResults {
+        topology,
+        gpus: if two { vec![0, 1] } else { vec![0] },
+        peer,
+        torch,
+        four_way_timeline: predicted(four_way::plan(64, to as usize, 1, &[]), four_costs, "one round of the four at once"),
+        four_way: four_way_result,
+        pipeline,
+        all_reduce,
+        config: cfg,
+    }
+}

@@ -22,7 +22,7 @@ fn cli(args: &[&str]) -> (i32, String, String) {
 fn help_lists_every_command() {
     let (code, out, _) = cli(&["--help"]);
     assert_eq!(code, 0);
-    for c in ["device", "bandwidth", "report", "all"] {
+    for c in ["device", "topology", "bandwidth", "report", "all"] {
         assert!(out.contains(c), "help lacks {c}: {out}");
     }
     let (code, out, _) = cli(&["bandwidth", "--help"]);
@@ -42,7 +42,7 @@ fn subcommands() -> Vec<String> {
 fn every_subcommand_has_help_that_names_its_options() {
     let subs = subcommands();
     // The tools around the labs, and one subcommand per entry of the lab table.
-    let mut want = vec!["device".to_string()];
+    let mut want = vec!["device".to_string(), "topology".to_string()];
     want.extend(overlap_lab::labs::ALL.iter().map(|l| l.name().to_string()));
     want.extend(["report".to_string(), "all".to_string()]);
     assert_eq!(subs, want, "{subs:?}");
@@ -51,7 +51,7 @@ fn every_subcommand_has_help_that_names_its_options() {
         assert_eq!(code, 0, "{sub} --help: {err}");
         assert!(out.contains(&format!("Usage: overlap-lab {sub}")), "{sub} --help: {out}");
         assert!(out.contains("--data") && out.contains("--quiet"), "{sub} --help lacks the global options: {out}");
-        if !matches!(sub.as_str(), "device" | "report") {
+        if !matches!(sub.as_str(), "device" | "topology" | "report") {
             assert!(out.contains("--device"), "{sub} --help lacks --device: {out}");
         }
     }
@@ -105,6 +105,25 @@ fn all_without_gpu_says_so_and_renders_recorded_data() {
     let (code, stdout, err) = cli(&["--data", &repo_data, "all", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(stdout.contains("no GPU") && stdout.contains("report:"), "{stdout}");
+}
+
+/// `topology` lists the GPUs (as text or JSON) or, with no driver, says so
+/// in one line.
+#[test]
+fn topology_lists_the_gpus_or_says_there_are_none() {
+    let (code, out, err) = cli(&["topology"]);
+    if overlap_lab::gpu::Availability::probe().is_ready() {
+        assert_eq!(code, 0, "{err}");
+        assert!(out.starts_with("GPU 0: "), "{out}");
+        let (code, json, err) = cli(&["topology", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let t: overlap_lab::gpu::topology::Topology = serde_json::from_str(&json).unwrap();
+        assert!(!t.gpus.is_empty());
+    } else {
+        assert_ne!(code, 0);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("no CUDA driver found"), "{err}");
+    }
 }
 
 /// On a GPU: every lab at the small preset (the sanitizer preset) runs

@@ -1120,6 +1120,88 @@ mod several_gpus {
         assert!(!bad.passed && bad.to_string().contains("host synchronization in the loop"), "{bad}");
     }
 
+    /// NCCL for a rig's plans, or None (skipped) where it is missing and not required.
+    fn nccl_rig(test: &str, gpus: &[Gpu], elements: usize, devices: usize) -> Option<PlanRig> {
+        match PlanRig::over(gpus, elements, devices, 64).unwrap().with_nccl() {
+            Ok(rig) => Some(rig),
+            Err(e) if std::env::var_os(overlap_lab::testing::REQUIRE_GPU_ENV).is_some_and(|v| v == "1") => panic!("NCCL is needed here: {e}"),
+            Err(e) => {
+                eprintln!("SKIPPED {test}: {e}");
+                None
+            }
+        }
+    }
+
+    /// The gradient all-reduce as a plan: every GPU's gradients summed by
+    /// NCCL in the vocabulary, serial and overlapped, verified element by
+    /// element against the sum over the GPUs (over one GPU the sum is the
+    /// element itself: the code path, not the lab's number).
+    #[test]
+    fn an_all_reduce_in_a_plan_sums_every_gpus_gradients_verified() {
+        use overlap_lab::labs::multi_gpu::all_reduce::{plan as grads, Shape, Sync};
+        use overlap_lab::labs::multi_gpu::measure::{all_reduce_point, Timing};
+        let test = "an_all_reduce_in_a_plan_sums_every_gpus_gradients_verified";
+        let Some(_gpu) = gpu_or_skip(test) else {
+            return;
+        };
+        let gpus = all_gpus();
+        let gpus = &gpus[..gpus.len().min(2)];
+        let ranks = gpus.len();
+        let per_gpu = 1 << 20;
+        let Some(mut rig) = nccl_rig(test, gpus, per_gpu * ranks, 2 * ranks) else {
+            return;
+        };
+        let (_, greatest) = gpus[0].stream_priority_range().unwrap();
+        let shape = Shape { per_gpu, bucket: per_gpu / 4, ranks, comm_priority: greatest };
+        for sync in Sync::ALL {
+            let p = grads(shape, 2, sync);
+            let run = rig.run(&p, TimelineSource::best()).unwrap();
+            assert!(run.races.is_empty(), "{:?}", run.races);
+            let parts = run.schedule.ops.iter().filter(|o| o.kind == OpKind::AllReduce(ranks as u8)).count();
+            assert_eq!(parts, 2 * 4 * ranks, "{sync:?}");
+            match &run.timeline {
+                Some(t) => println!("{sync:?}: {:.3} ms, timeline ({}) lanes {:?}", run.total_ms, t.source, t.lanes()),
+                None => println!("{sync:?}: {:.3} ms, no timeline", run.total_ms),
+            }
+        }
+        // A rank list that does not match the communicators is a clear error.
+        let wrong = Plan::new("wrong ranks", vec![StreamSpec::new("s", StreamKind::NonBlocking, 0)], 64, 2, |p, r| {
+            p.all_reduce(&[(r.streams[0], r.devices[0]), (r.streams[0], r.devices[1])], 0, 8, "two ranks on one stream")
+        });
+        let e = rig.run(&wrong, TimelineSource::Off).unwrap_err().to_string();
+        assert!(e.contains("two ranks on GPU 0"), "{e}");
+        // One bucket size measured as the lab does.
+        rig.iterations = 256;
+        let pt = all_reduce_point(&mut rig, shape, gpus[0].copy_engines().unwrap(), Timing { copies: 3, runs: 3 }).unwrap();
+        println!(
+            "{ranks} rank(s), buckets of {} B: one sum {:.4} ms, kernel {:.4} ms, serial step {:.3} ms, overlapped {:.3} ms, model {:.3} ms",
+            pt.bucket_bytes, pt.all_reduce_ms.median, pt.kernel_ms.median, pt.serial_ms.median, pt.overlapped_ms.median, pt.predicted_ms
+        );
+        assert!(pt.serial_ms.median > 0.0 && pt.overlapped_ms.median > 0.0 && pt.predicted_ms > 0.0, "{pt:?}");
+        // A plan that all-reduces on a rig made without NCCL says what to do.
+        let mut plain = PlanRig::over(gpus, per_gpu * ranks, 2 * ranks, 64).unwrap();
+        let e = plain.run(&grads(shape, 1, Sync::Serial), TimelineSource::Off).unwrap_err().to_string();
+        assert!(e.contains("PlanRig::with_nccl"), "{e}");
+    }
+
+    /// The notebook's live check of the exercise: events pass, host waits
+    /// fail by name, on this machine's GPUs (both stages on GPU 0 with one).
+    #[test]
+    fn the_notebooks_live_check_calibrates_the_stages_and_judges_the_loop() {
+        use overlap_lab::labs::multi_gpu::exercise::check_live;
+        use overlap_lab::labs::multi_gpu::pipeline_parallel::host_synchronized;
+        use overlap_lab::labs::multi_gpu::MultiGpuConfig;
+        let Some(gpu) = gpu_or_skip("the_notebooks_live_check_calibrates_the_stages_and_judges_the_loop") else {
+            return;
+        };
+        let cfg = MultiGpuConfig { pipeline_mib: 8, stage_ms: 4.0, ..MultiGpuConfig::quick() };
+        let good = check_live(&gpu, &cfg, Arc::new(events_only)).unwrap();
+        println!("{good}");
+        assert!(good.passed, "{good}");
+        let bad = check_live(&gpu, &cfg, Arc::new(host_synchronized)).unwrap();
+        assert!(!bad.passed && bad.to_string().contains("host synchronization in the loop"), "{bad}");
+    }
+
     #[test]
     fn two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives() {
         let Some(_gpu) = gpu_or_skip("two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives") else {

@@ -372,3 +372,39 @@ fn lab7_recordings_reach_the_ceiling_and_show_each_warp_and_the_round() {
         assert!(ws.lanes().last().unwrap().ends_with("storer") && ws.spans.iter().any(|s| s.phase == Some(WarpPhase::Store)), "{at}");
     }
 }
+
+/// Lab 8's recordings: every copy rate finite and above zero, ours within
+/// reach of PyTorch's in the same run, the four at once under their serial
+/// sum, a bubble point per micro-batch count asked for, the all-reduce
+/// skipped with its reason on one GPU, a pair shown where one was
+/// recorded, and the exercise judged on each recording's costs.
+#[test]
+fn lab8_recordings_load_and_the_exercise_is_judged_on_them() {
+    use overlap_lab::labs::multi_gpu::{exercise, pipeline_parallel, recorded_pair, MultiGpuResults, LAB};
+    use std::sync::Arc;
+    let recs: Vec<(std::path::PathBuf, Record<MultiGpuResults>)> = find_recordings(&default_data_dir(), LAB).expect("lab 8 recordings");
+    assert!(recs.len() >= 2, "H100 and H200");
+    for (path, rec) in &recs {
+        let (r, at) = (&rec.results, path.display());
+        assert_eq!(r.peer.len(), r.config.sizes_mib.len(), "{at}");
+        for p in &r.peer {
+            for s in [&p.one_way, &p.both_ways, &p.staged, &p.host] {
+                assert!(s.min > 0.0 && s.max.is_finite() && s.n == r.config.repeats, "{at}: {s:?}");
+            }
+        }
+        let (one, both) = r.against_torch().unwrap_or_else(|| panic!("{at}: no PyTorch reference"));
+        assert!(one > 0.8 && both > 0.7, "{at}: ours against PyTorch's {one:.3} one way, {both:.3} both ways");
+        let f = &r.four_way;
+        assert!(f.together_ms.median < f.serial_ms(), "{at}: the four at once took {} ms, alone one after another {}", f.together_ms.median, f.serial_ms());
+        let asked: Vec<usize> = r.pipeline.points.iter().map(|b| b.micro_batches).collect();
+        assert_eq!(asked, r.config.micro_batches, "{at}");
+        assert_eq!(r.all_reduce.is_ok(), r.two_gpus(), "{at}: {:?}", r.all_reduce.as_ref().err());
+        let solved = exercise::check_recorded(rec, Arc::new(pipeline_parallel::events_only));
+        assert!(solved.passed, "{at}: {solved}");
+        let given = exercise::check_recorded(rec, Arc::new(pipeline_parallel::host_synchronized));
+        assert!(!given.passed && given.to_string().contains("host synchronization in the loop"), "{at}: {given}");
+    }
+    let pair = recorded_pair().unwrap();
+    assert_eq!(pair.is_some(), recs.iter().any(|(_, r)| r.results.two_gpus()));
+    assert!(pair.is_none_or(|p| p.record.results.two_gpus()));
+}

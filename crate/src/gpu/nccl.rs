@@ -9,12 +9,13 @@
 //! [`raw`] holds the calls on raw handles, each an `unsafe fn`; the safe
 //! [`Communicators`] own one communicator per GPU.
 //!
-//! NVLink multicast (NCCL's NVLS) stays off: [`Nccl::load`] sets
-//! `NCCL_NVLS_ENABLE=0` when it is unset, as the lent machines require
-//! (their KINDS.md: a program that uses multicast can put the host's GPUs
-//! out of service).
+//! NVLink multicast (NCCL's NVLS) stays off: [`Nccl::load`] sets the
+//! variables of [`MULTICAST_OFF`] where they are unset, and a child
+//! process this crate starts (PyTorch's reference) gets them too, as the
+//! lent machines require (their KINDS.md: a program that uses multicast
+//! can put the host's GPUs, which others share, out of service).
 
-use super::{DeviceBuffer, Gpu, Stream};
+use super::{DeviceBuffer, DeviceSpan, Gpu, Stream};
 use crate::error::{LabError, Result};
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -67,6 +68,16 @@ pub mod raw {
     }
 }
 
+/// The variables that keep NVLink multicast off in NCCL, PyTorch and
+/// NVSHMEM, and their values.
+pub const MULTICAST_OFF: [(&str, &str); 3] = [("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")];
+
+/// [`MULTICAST_OFF`] for a child process's environment: each variable as
+/// this process has it if set, else its value there.
+pub fn multicast_off_env() -> Vec<(String, String)> {
+    MULTICAST_OFF.iter().map(|&(k, v)| (k.to_string(), std::env::var(k).unwrap_or_else(|_| v.to_string()))).collect()
+}
+
 /// NCCL, loaded.
 pub struct Nccl {
     api: &'static raw::Api,
@@ -80,9 +91,11 @@ impl Nccl {
     /// Loads NCCL once per process (see the module doc for where it looks).
     pub fn load() -> Result<Nccl> {
         let loaded = LOADED.get_or_init(|| {
-            if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
-                // Before NCCL reads its environment (at its first call).
-                std::env::set_var("NCCL_NVLS_ENABLE", "0");
+            for (k, v) in MULTICAST_OFF {
+                if std::env::var_os(k).is_none() {
+                    // Before NCCL reads its environment (at its first call).
+                    std::env::set_var(k, v);
+                }
             }
             let places = candidates(std::env::var_os("OVERLAP_LAB_NCCL"), std::env::var_os("LD_LIBRARY_PATH"), std::env::var_os("PATH"));
             let mut tried = Vec::new();
@@ -203,6 +216,11 @@ impl Communicators {
         self.comms.is_empty()
     }
 
+    /// The GPUs of the group, by rank.
+    pub fn ordinals(&self) -> &[usize] {
+        &self.ordinals
+    }
+
     /// Enqueues an in-place sum all-reduce of the first `count` f32 of
     /// `bufs[i]` on `streams[i]`, one per GPU in the group's order, as one
     /// NCCL group. The caller keeps the buffers alive until the streams
@@ -211,17 +229,42 @@ impl Communicators {
         if bufs.len() != self.len() || streams.len() != self.len() {
             return Err(LabError::config(format!("an all-reduce over {} GPUs takes one buffer and one stream each", self.len())));
         }
-        for (i, (b, s)) in bufs.iter().zip(streams).enumerate() {
-            let want = self.ordinals[i];
-            if b.gpu().ordinal() != want || s.gpu().ordinal() != want {
-                return Err(LabError::config(format!(
-                    "rank {i} of the all-reduce is GPU {want}: its buffer is on GPU {} and its stream on GPU {}",
-                    b.gpu().ordinal(),
-                    s.gpu().ordinal()
-                )));
+        for (i, b) in bufs.iter().enumerate() {
+            if b.gpu().ordinal() != self.ordinals[i] {
+                return Err(LabError::config(format!("rank {i} of the all-reduce is GPU {}: its buffer is on GPU {}", self.ordinals[i], b.gpu().ordinal())));
             }
             if count == 0 || count.checked_mul(4).is_none_or(|bytes| bytes > b.bytes()) {
-                return Err(LabError::config(format!("an all-reduce of {count} f32 does not fit GPU {want}'s buffer of {} bytes", b.bytes())));
+                return Err(LabError::config(format!("an all-reduce of {count} f32 does not fit GPU {}'s buffer of {} bytes", self.ordinals[i], b.bytes())));
+            }
+        }
+        let ranks: Vec<(DeviceSpan, &Stream)> = bufs.iter().map(|b| DeviceSpan { ptr: b.span().ptr, bytes: count * 4 }).zip(streams.iter().copied()).collect();
+        // SAFETY: each span is the start of its buffer and fits it (checked
+        // above); the caller keeps the buffers alive until the streams ran it.
+        unsafe { self.all_reduce_spans(&ranks) }
+    }
+
+    /// Enqueues an in-place sum all-reduce of each rank's span (all of one
+    /// length, a whole number of f32) on its stream, as one NCCL group:
+    /// `ranks[i]` is rank i's, on its GPU.
+    ///
+    /// # Safety
+    /// Each span lies in device memory of its rank's GPU that stays
+    /// allocated until its stream has run the call.
+    pub(crate) unsafe fn all_reduce_spans(&self, ranks: &[(DeviceSpan, &Stream)]) -> Result<()> {
+        if ranks.len() != self.len() {
+            return Err(LabError::config(format!("an all-reduce over {} GPUs takes one buffer and one stream each (got {})", self.len(), ranks.len())));
+        }
+        let bytes = ranks[0].0.bytes;
+        for (i, (span, s)) in ranks.iter().enumerate() {
+            let want = self.ordinals[i];
+            if s.gpu().ordinal() != want {
+                return Err(LabError::config(format!("rank {i} of the all-reduce is GPU {want}: its stream is on GPU {}", s.gpu().ordinal())));
+            }
+            if span.bytes != bytes || bytes == 0 || bytes % 4 != 0 {
+                return Err(LabError::config(format!(
+                    "an all-reduce's ranks each sum the same whole number of f32: rank {i} has {} bytes, rank 0 {bytes}",
+                    span.bytes
+                )));
             }
         }
         let api = self.nccl.api;
@@ -229,12 +272,11 @@ impl Communicators {
         // SAFETY: group calls take no arguments.
         self.nccl.check("ncclGroupStart", unsafe { (api.group_start)() })?;
         let mut issued = Ok(());
-        for ((comm, b), s) in self.comms.iter().zip(bufs).zip(streams) {
-            let p = b.span().ptr as *mut std::ffi::c_void;
-            // SAFETY: `count` f32 fit the buffer (checked above), which the
-            // caller keeps alive until the stream has run the call; the
-            // stream and communicator belong to the same GPU (checked).
-            issued = self.nccl.check("ncclAllReduce", unsafe { (api.all_reduce)(p, p, count, raw::FLOAT32, raw::SUM, *comm, s.raw() as *mut _) });
+        for (comm, (span, s)) in self.comms.iter().zip(ranks) {
+            let p = span.ptr as *mut std::ffi::c_void;
+            // SAFETY: the caller's promise on the span; the stream and
+            // communicator belong to the same GPU (checked).
+            issued = self.nccl.check("ncclAllReduce", unsafe { (api.all_reduce)(p, p, bytes / 4, raw::FLOAT32, raw::SUM, *comm, s.raw() as *mut _) });
             if issued.is_err() {
                 break;
             }

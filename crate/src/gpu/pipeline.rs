@@ -16,10 +16,13 @@
 
 use super::copy::RawCopy;
 use super::gate::Gate;
+use super::nccl::Communicators;
 use super::{driver, ComputeKernel, DeviceBuffer, DeviceSpan, Event, Gpu, Graph, HostBuffer, HostTask, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
-use crate::pipeline::issue::{check_alloc, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
+use crate::pipeline::issue::{
+    check_alloc, check_ranks, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef,
+};
 use crate::pipeline::schedule::{Access, Memory, OpId, OpKind, Race, Schedule, StreamDecl, StreamKind};
 use crate::pipeline::timeline::Timeline;
 use std::ffi::c_void;
@@ -151,6 +154,8 @@ pub struct Pipeline<'a> {
     /// Why the capture cannot go on (a stream failed to join it).
     capture_broken: Option<String>,
     finished: bool,
+    /// NCCL's communicators, for all-reduces ([`Self::use_communicators`]).
+    communicators: Option<&'a Communicators>,
     _borrows: PhantomData<&'a mut ()>,
 }
 
@@ -311,6 +316,7 @@ impl Gpu {
             capture: None,
             capture_broken: None,
             finished: false,
+            communicators: None,
             _borrows: PhantomData,
         };
         // With no gate (asked, or not supported), ops start as issued.
@@ -553,30 +559,8 @@ impl<'a> Pipeline<'a> {
     fn gpu_op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>, issue: impl FnOnce(&Stream) -> Result<()> + Send) -> Result<OpId> {
         let _r = trace::range(&format!("enqueue: {label}"));
         let lane = self.lane(s)?;
-        if let Some(why) = &self.capture_broken {
-            return Err(LabError::config(format!("the CUDA graph capture failed: {why}")));
-        }
-        if self.gpu_ops >= MAX_GATED_OPS {
-            self.open_gate()?;
-        }
-        self.gpu_ops += 1;
+        let (mark, start, end) = self.op_marks(lane)?;
         let stream = self.streams[lane];
-        let (mark, start, end) = match self.source {
-            TimelineSource::Cupti => (Mark::Activity(self.gpu_ops - 1), None, None),
-            TimelineSource::Events => {
-                // Each timed event after a copy costs the copy engine a flush, so
-                // events are shared: the previous op's end on this stream is this
-                // op's start, unless something (a wait, host work) came between.
-                let (a, fresh) = match self.reusable_end[lane] {
-                    Some(e) => (e, false),
-                    None => (self.pool.take(&self.gpu)?, true),
-                };
-                let b = self.pool.take(&self.gpu)?;
-                self.reusable_end[lane] = Some(b);
-                (Mark::Gpu(a, b), fresh.then_some(a), Some(b))
-            }
-            TimelineSource::Off => (Mark::None, None, None),
-        };
         let events = &self.pool.events;
         // Over several GPUs, calls go to the stream's GPU's context.
         let bind = (self.gpus.len() > 1).then(|| stream.gpu().clone());
@@ -593,6 +577,111 @@ impl<'a> Pipeline<'a> {
         let id = self.schedule.gpu_op(self.lanes.thread(), lane, kind, label, accesses);
         self.marks.push(mark);
         Ok(id)
+    }
+
+    /// One more GPU op on lane `lane`: how it is timed (its mark), and the
+    /// pool events to record before it (None: the previous op's end is its
+    /// start) and after it.
+    fn op_marks(&mut self, lane: usize) -> Result<(Mark, Option<usize>, Option<usize>)> {
+        if let Some(why) = &self.capture_broken {
+            return Err(LabError::config(format!("the CUDA graph capture failed: {why}")));
+        }
+        if self.gpu_ops >= MAX_GATED_OPS {
+            self.open_gate()?;
+        }
+        self.gpu_ops += 1;
+        Ok(match self.source {
+            TimelineSource::Cupti => (Mark::Activity(self.gpu_ops - 1), None, None),
+            TimelineSource::Events => {
+                // Each timed event after a copy costs the copy engine a flush, so
+                // events are shared: the previous op's end on this stream is this
+                // op's start, unless something (a wait, host work) came between.
+                let (a, fresh) = match self.reusable_end[lane] {
+                    Some(e) => (e, false),
+                    None => (self.pool.take(&self.gpu)?, true),
+                };
+                let b = self.pool.take(&self.gpu)?;
+                self.reusable_end[lane] = Some(b);
+                (Mark::Gpu(a, b), fresh.then_some(a), Some(b))
+            }
+            TimelineSource::Off => (Mark::None, None, None),
+        })
+    }
+
+    /// The NCCL communicators [`Self::all_reduce`] uses: one per GPU of
+    /// the all-reduces' ranks, in their order.
+    pub fn use_communicators(&mut self, c: &'a Communicators) {
+        self.communicators = Some(c);
+    }
+
+    /// Sums `bytes` at byte `at` of each rank's device buffer in place
+    /// across the ranks (an NCCL all-reduce, one grouped call): `ranks`
+    /// holds a (stream, buffer) per GPU of the pipeline's communicators,
+    /// in their order. Each rank's part is an op on its stream, timed like
+    /// any other.
+    pub fn all_reduce(&mut self, ranks: &[(StreamRef, DevRef)], at: usize, bytes: usize, label: &str) -> Result<()> {
+        let _r = trace::range(&format!("enqueue: {label}"));
+        self.not_captured("an all-reduce")?;
+        // NCCL's communicators are used by one thread: the loop's.
+        self.lanes.on_loop_thread("an all-reduce")?;
+        let Some(comms) = self.communicators else {
+            return Err(LabError::config(
+                "an all-reduce needs NCCL: this pipeline has no communicators (run the plan on a rig made with NCCL, PlanRig::with_nccl)",
+            ));
+        };
+        if bytes % 4 != 0 {
+            return Err(LabError::config(format!("an all-reduce of {bytes} bytes: give whole f32 elements")));
+        }
+        let mut parts = Vec::with_capacity(ranks.len());
+        for &(s, d) in ranks {
+            let lane = self.lane(s)?;
+            let (ptr, access) = self.dev_range(d, at, bytes)?;
+            parts.push((lane, d, ptr, access));
+        }
+        let names = self.lanes.names();
+        let sides: Vec<(&str, usize, &str, usize)> = parts
+            .iter()
+            .map(|(lane, d, _, a)| (names[*lane].as_str(), self.streams[*lane].gpu().ordinal(), a.buffer.as_str(), self.devices[d.0].gpu.ordinal()))
+            .collect();
+        let kind = OpKind::AllReduce(check_ranks(&sides)?);
+        let gpus: Vec<usize> = sides.iter().map(|s| s.1).collect();
+        if gpus != comms.ordinals() {
+            return Err(LabError::config(format!(
+                "an all-reduce over GPUs {gpus:?}, and NCCL's communicators are for GPUs {:?}: give one (stream, buffer) per GPU, in that order",
+                comms.ordinals()
+            )));
+        }
+        let mut marks = Vec::with_capacity(parts.len());
+        for &(lane, ..) in &parts {
+            marks.push(self.op_marks(lane)?);
+        }
+        let events = &self.pool.events;
+        let spans: Vec<(DeviceSpan, &Stream)> = parts.iter().map(|&(lane, _, ptr, _)| (DeviceSpan { ptr, bytes }, self.streams[lane])).collect();
+        let called = Instant::now();
+        let issued = (|| {
+            for ((_, start, _), (_, s)) in marks.iter().zip(&spans) {
+                if let Some(a) = start {
+                    s.gpu().bind()?;
+                    events[*a].record(s)?;
+                }
+            }
+            // SAFETY: each span lies in its buffer (dev_range), which the
+            // pipeline borrows until it has synchronized every GPU.
+            unsafe { comms.all_reduce_spans(&spans) }?;
+            for ((_, _, end), (_, s)) in marks.iter().zip(&spans) {
+                if let Some(b) = end {
+                    s.gpu().bind()?;
+                    events[*b].record(s)?;
+                }
+            }
+            self.gpu.bind()
+        })();
+        self.cpu.in_driver += called.elapsed();
+        issued?;
+        let accesses: Vec<(usize, Vec<Access>)> = parts.into_iter().map(|(lane, _, _, a)| (lane, vec![a.clone(), Access { write: true, ..a }])).collect();
+        self.schedule.collective(self.lanes.thread(), &accesses, kind, label);
+        self.marks.extend(marks.into_iter().map(|m| m.0));
+        Ok(())
     }
 
     /// Copies `bytes` from host buffer `src` at byte `src_at` to device `dst` at `dst_at`.
@@ -1276,6 +1365,9 @@ impl Issue for GpuIssuer<'_, '_> {
     }
     fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
         self.pipeline.d2d(s, dst, bytes(dst_at)?, src, bytes(src_at)?, bytes(n)?, label)
+    }
+    fn all_reduce(&mut self, ranks: &[(StreamRef, DevRef)], at: usize, n: usize, label: &str) -> Result<()> {
+        self.pipeline.all_reduce(ranks, bytes(at)?, bytes(n)?, label)
     }
     fn event(&mut self) -> Result<EventRef> {
         self.pipeline.event()

@@ -6,6 +6,7 @@
 //! each operation alone, and the machine (copy engines, the bidirectional
 //! ceiling, how long a CPU thread takes to resume after GPU work).
 
+use super::nccl::{Communicators, Nccl};
 use super::{ComputeKernel, Dataset, DeviceBuffer, Event, Gpu, GpuIssuer, Graph, HostBuffer, PinnedBuffer, Pipeline, PipelineRun, Stream, TimelineSource};
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::compute_reference;
@@ -50,6 +51,16 @@ pub struct Replay {
 /// copy between GPUs: from buffer 0 on its source GPU to buffer 1 on its
 /// destination, on a stream of the source).
 fn alone_plan(kind: OpKind, n: usize, count: usize) -> Plan {
+    if let OpKind::AllReduce(ranks) = kind {
+        // One stream and one buffer on each of the first `ranks` GPUs.
+        let ranks = ranks.max(1) as usize;
+        let streams = (0..ranks).map(|g| StreamSpec::new("alone", StreamKind::NonBlocking, 0).on_gpu(g)).collect();
+        return Plan::new(&format!("all-reduce of {n} elements over {ranks} GPUs alone"), streams, n.max(2), ranks, move |p, r| {
+            let pairs: Vec<_> = r.streams.iter().copied().zip(r.devices.iter().copied()).collect();
+            (0..count).try_for_each(|_| p.all_reduce(&pairs, 0, n, "alone"))
+        })
+        .placed((0..ranks).collect());
+    }
     let (from, to) = match kind {
         OpKind::D2d(link) => (link.from as usize, link.to as usize),
         _ => (0, 0),
@@ -152,6 +163,9 @@ pub struct PlanRig {
     devices: Vec<Vec<DeviceBuffer>>,
     /// Per GPU, the stream that poisons its buffers before each run.
     setup: Vec<Stream>,
+    /// NCCL's communicators, one per GPU of the rig, for plans that
+    /// all-reduce ([`Self::with_nccl`]).
+    nccl: Option<Communicators>,
     /// The plans' streams by (GPU, kind, priority), made once and used by
     /// every run (each run ends synchronized): the first work on a new
     /// stream pays the driver's set-up, which a program pays once, not per loop.
@@ -236,8 +250,30 @@ impl PlanRig {
             dataset: Vec::new(),
             devices: buffers,
             setup: gpus.iter().map(|g| g.stream()).collect::<Result<_>>()?,
+            nccl: None,
             streams: HashMap::new(),
         })
+    }
+
+    /// This rig with NCCL's communicators over all its GPUs, so its plans
+    /// may all-reduce. NCCL is loaded wherever it is (`gpu::nccl`); a
+    /// first all-reduce runs here, so that the connections NCCL makes at
+    /// its first call are made outside any timed run.
+    pub fn with_nccl(mut self) -> Result<PlanRig> {
+        let comms = Communicators::new(Nccl::load()?, &self.gpus)?;
+        let bufs: Vec<&DeviceBuffer> = self.devices.iter().map(|d| &d[0]).collect();
+        comms.all_reduce_sum(&bufs, 2, &self.setup.iter().collect::<Vec<_>>())?;
+        for s in &self.setup {
+            s.synchronize()?;
+        }
+        self.gpu.bind()?;
+        self.nccl = Some(comms);
+        Ok(self)
+    }
+
+    /// The GPUs of the rig, by the plans' numbers.
+    pub fn gpus(&self) -> &[Gpu] {
+        &self.gpus
     }
 
     /// Runs `plan` once on fresh data and verifies every output element
@@ -250,19 +286,22 @@ impl PlanRig {
     /// element of every buffer: for repeated runs of a big plan).
     pub fn run_modelled(&mut self, plan: &Plan, model: &ModelPipeline, source: TimelineSource) -> Result<PipelineRun> {
         self.fits(plan)?;
-        let expected = Plan::output_cells(model).to_vec();
+        let expected = Plan::output_cells(model);
         let seed = self.fresh_data(plan)?;
         self.make_streams(plan)?;
         let streams = streams_of(&self.streams, plan);
         let run = {
             let mut p = self.gpu.pipeline_timed(source, model.schedule.ops.len(), plan.gated)?;
+            if let Some(c) = &self.nccl {
+                p.use_communicators(c);
+            }
             let issue_ms = issue(&mut p, plan, &streams, (&mut self.host_in, &mut self.host_out), &self.devices, &self.kernel, self.iterations, &self.dataset)?;
             PipelineRun { issue_ms, ..p.finish()? }
         };
         if let Some(r) = run.races.first() {
             return Err(LabError::schedule(format!("{}: {}", plan.name, r.what)));
         }
-        self.verify(&plan.name, &expected, seed)?;
+        self.verify(&plan.name, expected, seed)?;
         Ok(run)
     }
 
@@ -389,22 +428,41 @@ impl PlanRig {
         let continues = |a: Provenance, b: Provenance| match (a, b) {
             (Provenance::Output(x), Provenance::Output(y)) | (Provenance::Input(x), Provenance::Input(y)) => y == x.wrapping_add(1),
             (Provenance::Repeated(x, k), Provenance::Repeated(y, k2)) => k == k2 && y == x.wrapping_add(1),
+            (Provenance::Summed { first: x, stride, ranks, passes }, Provenance::Summed { first: y, stride: s2, ranks: r2, passes: p2 }) => {
+                (stride, ranks, passes) == (s2, r2, p2) && y == x.wrapping_add(1)
+            }
             (Provenance::Unset, Provenance::Unset) => true,
             _ => false,
         };
         for (i, want) in expected.iter().enumerate() {
+            // The sum of a Summed element's terms' sizes (how far a rounding can move it).
+            let mut scale = 0.0f32;
             let edge = i == 0 || i + 1 == expected.len() || !continues(expected[i - 1], *want) || !continues(*want, expected[i + 1]) || i % step == 0;
             let value = match *want {
                 Provenance::Unset => poison,
                 Provenance::Input(j) => pattern::f32_at(seed, j as usize),
                 Provenance::Output(j) if edge => compute_reference(pattern::f32_at(seed, j as usize), self.iterations),
                 Provenance::Repeated(j, k) if edge => (0..k).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, self.iterations)),
-                Provenance::Output(_) | Provenance::Repeated(..) => continue,
+                Provenance::Summed { first, stride, ranks, passes } if edge => {
+                    let pass = |j: u32| (0..passes).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, self.iterations));
+                    let terms: Vec<f32> = (0..ranks as u32).map(|r| pass(first + r * stride)).collect();
+                    scale = terms.iter().map(|t| t.abs()).sum();
+                    terms.into_iter().reduce(|sum, x| sum + x).unwrap_or(0.0)
+                }
+                Provenance::Output(_) | Provenance::Repeated(..) | Provenance::Summed { .. } => continue,
                 Provenance::Garbage => {
-                    return Err(LabError::schedule(format!("{plan}: host out element {i} comes from a kernel run on data that was never uploaded")))
+                    return Err(LabError::schedule(format!(
+                        "{plan}: host out element {i} comes from a kernel run on data that was never uploaded, or from a sum of elements no input holds"
+                    )))
                 }
             };
-            if got[i].to_bits() != value.to_bits() {
+            // Two ranks' sum is the same whichever adds first; more ranks
+            // are summed in an order NCCL chooses (a rounding apart).
+            let close = match *want {
+                Provenance::Summed { ranks, .. } if ranks > 2 => (got[i] - value).abs() <= 2.0 * f32::EPSILON * ranks as f32 * scale,
+                _ => false,
+            };
+            if got[i].to_bits() != value.to_bits() && !close {
                 let what = if got[i].to_bits() == poison.to_bits() { " (never written: still poison)".to_string() } else { String::new() };
                 return Err(LabError::wrong_data(format!("{plan}: host out"), i, format!("got {}{what}, expected {value} ({want:?})", got[i])));
             }

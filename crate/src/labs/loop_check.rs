@@ -40,6 +40,7 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
                 format!("wrong data: output element {j} went through the kernel {}, not {}: a kernel reads another kernel's output", times(k), times(passes))
             }
             Provenance::Repeated(_, k) => format!("wrong data: output element {j} went through the kernel {}, not {}: a stage is missing", times(k), times(passes)),
+            Provenance::Summed { ranks, .. } => format!("wrong data: output element {j} holds a sum over {ranks} GPUs: an all-reduce summed data this loop's output should not hold"),
             Provenance::Garbage => format!("wrong data: output element {j} was computed from data never uploaded: a kernel reads a range no H2D wrote"),
         });
     }

@@ -24,8 +24,8 @@ pub mod table;
 pub use table::{Entry, Lab, LabConfig, Preset, RunContext};
 
 /// Every lab, in course order.
-pub static ALL: [&dyn Lab; 7] =
-    [&bandwidth::ENTRY, &overlap::ENTRY, &double_buffer::ENTRY, &callback::ENTRY, &streams::ENTRY, &memory::ENTRY, &kernel_pipeline::ENTRY];
+pub static ALL: [&dyn Lab; 8] =
+    [&bandwidth::ENTRY, &overlap::ENTRY, &double_buffer::ENTRY, &callback::ENTRY, &streams::ENTRY, &memory::ENTRY, &kernel_pipeline::ENTRY, &multi_gpu::ENTRY];
 
 /// The lab called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Lab> {

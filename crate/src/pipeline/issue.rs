@@ -38,6 +38,14 @@ pub trait Issue {
     /// another's (a peer copy, cuMemcpyPeerAsync), issued on a stream of
     /// either GPU ([`d2d_link`]).
     fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()>;
+    /// Sums `n` elements at `at` of every rank's device buffer, in place
+    /// (an NCCL all-reduce): `ranks` holds one (stream, buffer) per GPU,
+    /// the stream of the buffer's GPU, no GPU twice. Afterwards each rank's
+    /// elements hold the sum over all ranks. Each rank's part runs in order
+    /// with its stream's other work, and no rank gets past it before every
+    /// rank has reached it (so it waits for what each rank's stream did
+    /// before; what later work needs, it orders by each stream).
+    fn all_reduce(&mut self, ranks: &[(StreamRef, DevRef)], at: usize, n: usize, label: &str) -> Result<()>;
     fn event(&mut self) -> Result<EventRef>;
     /// `e` completes when `s` has done all work issued to it so far.
     fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()>;
@@ -311,6 +319,25 @@ pub fn d2d_link(stream_gpu: usize, stream: &str, (src_gpu, src): (usize, &str), 
     Link::between(src_gpu, dst_gpu).ok_or_else(|| LabError::config(format!("a copy between GPU {src_gpu} and GPU {dst_gpu}: GPUs are numbered up to 255")))
 }
 
+/// The rank count of an all-reduce whose ranks are `ranks` (each: its
+/// stream's name and GPU, its buffer's name and GPU), as both executors
+/// judge it: at least one, each stream of its buffer's GPU, no GPU twice.
+pub fn check_ranks(ranks: &[(&str, usize, &str, usize)]) -> Result<u8> {
+    if ranks.is_empty() {
+        return Err(LabError::config("an all-reduce needs at least one rank: a (stream, buffer) per GPU"));
+    }
+    for (i, &(stream, stream_gpu, buffer, buffer_gpu)) in ranks.iter().enumerate() {
+        same_gpu("an all-reduce", (stream, stream_gpu), (buffer, buffer_gpu))?;
+        if let Some(j) = ranks[..i].iter().position(|r| r.1 == stream_gpu) {
+            return Err(LabError::config(format!(
+                "an all-reduce with two ranks on GPU {stream_gpu} ({} and {stream}): give one (stream, buffer) per GPU",
+                ranks[j].0
+            )));
+        }
+    }
+    u8::try_from(ranks.len()).map_err(|_| LabError::config(format!("an all-reduce over {} GPUs: at most 255", ranks.len())))
+}
+
 /// An allocation's size in `unit`s, refusing nothing and absurd sizes
 /// (memory that does not fit returns the driver's out-of-memory error).
 pub fn check_alloc(name: &str, n: usize, unit: &str) -> Result<()> {
@@ -340,6 +367,10 @@ impl Issue for SyncEach<'_> {
     fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
         self.0.d2d(s, dst, dst_at, src, src_at, n, label)?;
         self.0.host_sync(s)
+    }
+    fn all_reduce(&mut self, ranks: &[(StreamRef, DevRef)], at: usize, n: usize, label: &str) -> Result<()> {
+        self.0.all_reduce(ranks, at, n, label)?;
+        ranks.iter().try_for_each(|&(s, _)| self.0.host_sync(s))
     }
     fn event(&mut self) -> Result<EventRef> {
         self.0.event()

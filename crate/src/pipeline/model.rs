@@ -2,9 +2,10 @@
 //! where every element's value came from, so a checker can say which
 //! element is wrong and why, and the queue model can time the schedule.
 
-use super::issue::{check_alloc, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
+use super::issue::{check_alloc, check_ranks, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
 use super::schedule::{Access, Memory, OpId, OpKind, Schedule, StreamDecl, StreamKind};
 use crate::error::{LabError, Result};
+use std::ops::Range;
 
 /// Where an element's value came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,7 +19,14 @@ pub enum Provenance {
     /// The kernel applied `times` times (2 or more) to input element i: a
     /// pipeline of stages, each running the kernel on the one before's output.
     Repeated(u32, u8),
-    /// The kernel applied to something that was not an input.
+    /// The sum over `ranks` GPUs (2 or more) of input elements `first`,
+    /// `first + stride`, ... each after `passes` kernels: what an
+    /// all-reduce leaves in every rank's buffer when rank r held element
+    /// `first + r * stride` ([`Issue::all_reduce`]).
+    Summed { first: u32, stride: u32, ranks: u8, passes: u8 },
+    /// The kernel applied to something that was not an input, or a sum of
+    /// elements that are not one input's run of ranks (what no run can be
+    /// checked against).
     Garbage,
 }
 
@@ -29,6 +37,38 @@ impl Provenance {
             Provenance::Input(i) => Provenance::Output(i),
             Provenance::Output(i) => Provenance::Repeated(i, 2),
             Provenance::Repeated(i, k) if k < u8::MAX => Provenance::Repeated(i, k + 1),
+            // A kernel over a sum is not a pass over one input.
+            _ => Provenance::Garbage,
+        }
+    }
+    /// The input element and kernel passes this element is, if it is one
+    /// (not a sum, nothing unset).
+    pub fn passes_of(self) -> Option<(u32, u8)> {
+        match self {
+            Provenance::Input(i) => Some((i, 0)),
+            Provenance::Output(i) => Some((i, 1)),
+            Provenance::Repeated(i, k) => Some((i, k)),
+            _ => None,
+        }
+    }
+    /// What an all-reduce makes of one element held by each rank, in rank
+    /// order: their sum when they are one run of inputs after the same
+    /// passes ([`Provenance::Summed`]), the element itself over one rank.
+    pub fn sum_of(ranks: &[Provenance]) -> Provenance {
+        let terms: Option<Vec<(u32, u8)>> = ranks.iter().map(|p| p.passes_of()).collect();
+        match (ranks, terms) {
+            ([], _) => Provenance::Garbage,
+            ([one], _) => *one,
+            (_, Some(t)) if t.len() <= u8::MAX as usize => {
+                let (first, passes) = t[0];
+                let Some(stride) = t[1].0.checked_sub(first) else { return Provenance::Garbage };
+                let at = |r: usize| (r as u32).checked_mul(stride).and_then(|x| x.checked_add(first));
+                if t.iter().enumerate().all(|(r, &(i, k))| k == passes && at(r) == Some(i)) {
+                    Provenance::Summed { first, stride, ranks: t.len() as u8, passes }
+                } else {
+                    Provenance::Garbage
+                }
+            }
             _ => Provenance::Garbage,
         }
     }
@@ -161,6 +201,37 @@ impl ModelPipeline {
         let n = self.hosts.len();
         self.hosts.get_mut(h.0).ok_or_else(|| LabError::config(format!("host buffer {} was never made ({n} exist)", h.0)))
     }
+    /// Writes `f` of each cell of `src`'s range `rs` into `dst`'s range `rd`
+    /// (the same length), in place, with no copy of the cells between:
+    /// a big plan's buffers hold tens of millions of cells, and a fresh
+    /// vector per op cost the model most of its time in page faults.
+    fn device_cells_moved(&mut self, src: DevRef, rs: Range<usize>, dst: DevRef, rd: Range<usize>, f: impl Fn(Provenance) -> Provenance) {
+        if src == dst {
+            let cells = &mut self.devices[src.0].cells;
+            // Overlapping ranges read before written, whichever way they lie.
+            if rd.start <= rs.start {
+                for k in 0..rs.len() {
+                    cells[rd.start + k] = f(cells[rs.start + k]);
+                }
+            } else {
+                for k in (0..rs.len()).rev() {
+                    cells[rd.start + k] = f(cells[rs.start + k]);
+                }
+            }
+        } else {
+            // Two distinct buffers of one vector: split it between them.
+            let (s, d) = if src.0 < dst.0 {
+                let (low, high) = self.devices.split_at_mut(dst.0);
+                (&low[src.0], &mut high[0])
+            } else {
+                let (low, high) = self.devices.split_at_mut(src.0);
+                (&high[0], &mut low[dst.0])
+            };
+            for (out, &c) in d.cells[rd].iter_mut().zip(&s.cells[rs]) {
+                *out = f(c);
+            }
+        }
+    }
     fn device_buffer(&mut self, d: DevRef) -> Result<&mut ModelBuffer> {
         let n = self.devices.len();
         self.devices.get_mut(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made ({n} exist)", d.0)))
@@ -180,8 +251,7 @@ impl Issue for ModelPipeline {
         self.on_gpu(lane, dst, "an H2D")?;
         let acc = vec![Self::access(&self.hosts[src.0], &rs, false), Self::access(&self.devices[dst.0], &rd, true)];
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::H2d, label, acc);
-        let vals: Vec<Provenance> = self.hosts[src.0].cells[rs].to_vec();
-        self.devices[dst.0].cells[rd].copy_from_slice(&vals);
+        self.devices[dst.0].cells[rd].copy_from_slice(&self.hosts[src.0].cells[rs]);
         Ok(())
     }
     fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
@@ -190,8 +260,7 @@ impl Issue for ModelPipeline {
         self.on_gpu(lane, src, "a D2H")?;
         let acc = vec![Self::access(&self.devices[src.0], &rs, false), Self::access(&self.hosts[dst.0], &rd, true)];
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::D2h, label, acc);
-        let vals: Vec<Provenance> = self.devices[src.0].cells[rs].to_vec();
-        self.hosts[dst.0].cells[rd].copy_from_slice(&vals);
+        self.hosts[dst.0].cells[rd].copy_from_slice(&self.devices[src.0].cells[rs]);
         Ok(())
     }
     fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
@@ -201,8 +270,7 @@ impl Issue for ModelPipeline {
         self.on_gpu(lane, output, "a kernel")?;
         let acc = vec![Self::access(&self.devices[input.0], &ri, false), Self::access(&self.devices[output.0], &ro, true)];
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Kernel, label, acc);
-        let vals: Vec<Provenance> = self.devices[input.0].cells[ri].iter().map(|p| p.computed()).collect();
-        self.devices[output.0].cells[ro].copy_from_slice(&vals);
+        self.device_cells_moved(input, ri, output, ro, Provenance::computed);
         Ok(())
     }
     fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
@@ -218,8 +286,38 @@ impl Issue for ModelPipeline {
         }
         let acc = vec![Self::access(&self.devices[src.0], &rs, false), Self::access(&self.devices[dst.0], &rd, true)];
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::D2d(link), label, acc);
-        let vals: Vec<Provenance> = self.devices[src.0].cells[rs].to_vec();
-        self.devices[dst.0].cells[rd].copy_from_slice(&vals);
+        self.device_cells_moved(src, rs, dst, rd, |p| p);
+        Ok(())
+    }
+    fn all_reduce(&mut self, ranks: &[(StreamRef, DevRef)], at: usize, n: usize, label: &str) -> Result<()> {
+        let mut lanes = Vec::with_capacity(ranks.len());
+        for &(s, d) in ranks {
+            let lane = self.lane(s)?;
+            let b = self.devices.get(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made ({} exist)", d.0, self.devices.len())))?;
+            lanes.push((lane, d, Self::range(b, at, n)?));
+        }
+        let names = self.lanes.names();
+        let sides: Vec<(&str, usize, &str, usize)> = lanes
+            .iter()
+            .map(|(lane, d, _)| (names[*lane].as_str(), self.lanes.gpu(*lane), self.devices[d.0].hold.name.as_str(), self.devices[d.0].gpu))
+            .collect();
+        let kind = OpKind::AllReduce(check_ranks(&sides)?);
+        let accesses = lanes
+            .iter()
+            .map(|(lane, d, r)| (*lane, vec![Self::access(&self.devices[d.0], r, false), Self::access(&self.devices[d.0], r, true)]))
+            .collect::<Vec<_>>();
+        self.schedule.collective(self.lanes.thread(), &accesses, kind, label);
+        let mut terms = Vec::with_capacity(lanes.len());
+        let sums: Vec<Provenance> = (0..n)
+            .map(|j| {
+                terms.clear();
+                terms.extend(lanes.iter().map(|(_, d, r)| self.devices[d.0].cells[r.start + j]));
+                Provenance::sum_of(&terms)
+            })
+            .collect();
+        for (_, d, r) in &lanes {
+            self.devices[d.0].cells[r.clone()].copy_from_slice(&sums);
+        }
         Ok(())
     }
     fn event(&mut self) -> Result<EventRef> {
@@ -412,6 +510,28 @@ mod tests {
         assert!(r.what.contains("'activation to GPU 1' reads") && r.what.contains("'stage 1' may still write"), "{}", r.what);
     }
 
+    /// A kernel reads every input cell before it writes any, whichever way
+    /// its input and output overlap within one buffer, and a copy from a
+    /// buffer later in the model's list to one earlier carries its cells.
+    #[test]
+    fn kernels_over_one_buffer_read_before_they_write() {
+        let mut m = ModelPipeline::new();
+        let s = m.stream();
+        let hi = m.host("host in", 8, true);
+        let (a, b) = (m.device("a", 8), m.device("b", 8));
+        m.h2d(s, b, 0, hi, 0, 8, "up").unwrap();
+        m.d2d(s, a, 0, b, 0, 8, "back to the first buffer").unwrap();
+        assert_eq!(m.device_cells(a)[7], Provenance::Input(7));
+        m.compute(s, a, 0, a, 2, 4, "shifted up").unwrap();
+        use Provenance::{Input, Output};
+        assert_eq!(m.device_cells(a)[..6], [Input(0), Input(1), Output(0), Output(1), Output(2), Output(3)]);
+        m.compute(s, b, 2, b, 0, 4, "shifted down").unwrap();
+        assert_eq!(m.device_cells(b)[..4], [2, 3, 4, 5].map(Provenance::Output));
+        assert_eq!(m.device_cells(b)[4..], [4, 5, 6, 7].map(Provenance::Input), "the kernel covered only its 4 outputs");
+        m.compute(s, b, 4, b, 4, 4, "in place").unwrap();
+        assert_eq!(m.device_cells(b)[7], Provenance::Output(7));
+    }
+
     #[test]
     fn the_kernel_counts_its_passes() {
         assert_eq!(Provenance::Input(3).computed(), Provenance::Output(3));
@@ -420,6 +540,72 @@ mod tests {
         assert_eq!(Provenance::Repeated(3, u8::MAX).computed(), Provenance::Garbage);
         assert_eq!(Provenance::Unset.computed(), Provenance::Garbage);
         assert_eq!((Provenance::after(3, 0), Provenance::after(3, 1)), (Provenance::Input(3), Provenance::Output(3)));
+    }
+
+    /// Two GPUs, each with a compute and a communication stream: GPU g
+    /// uploads input elements g*4.. into its `x`, computes its gradients
+    /// into `grad`, and the all-reduce sums them on the comm streams.
+    fn two_ranks(wait_for_compute: bool) -> (ModelPipeline, [StreamRef; 4], [DevRef; 2], HostRef) {
+        let mut m = ModelPipeline::new();
+        let streams =
+            [(0, "compute"), (0, "comm"), (1, "compute"), (1, "comm")].map(|(g, n)| m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, g), n));
+        let hi = m.host("host in", 8, true);
+        let grads = [0, 1].map(|g| {
+            let x = m.device_on(&format!("x {g}"), 4, g);
+            let grad = m.device_on(&format!("grad {g}"), 4, g);
+            let s = streams[2 * g];
+            m.h2d(s, x, 0, hi, 4 * g, 4, "up").unwrap();
+            m.compute(s, x, 0, grad, 0, 4, "gradients").unwrap();
+            if wait_for_compute {
+                m.wait_for(streams[2 * g + 1], s).unwrap();
+            }
+            grad
+        });
+        (m, streams, grads, hi)
+    }
+
+    #[test]
+    fn an_all_reduce_sums_every_ranks_elements_and_waits_for_every_rank() {
+        let (mut m, s, grads, _) = two_ranks(true);
+        m.all_reduce(&[(s[1], grads[0]), (s[3], grads[1])], 0, 4, "all-reduce").unwrap();
+        let want = Provenance::Summed { first: 0, stride: 4, ranks: 2, passes: 1 };
+        assert_eq!(m.device_cells(grads[0])[0], want);
+        assert_eq!(m.device_cells(grads[1])[0], want, "every rank holds the sum");
+        assert_eq!(m.device_cells(grads[1])[3], Provenance::Summed { first: 3, stride: 4, ranks: 2, passes: 1 });
+        assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
+        let ops: Vec<&crate::pipeline::schedule::Op> = m.schedule.ops.iter().filter(|o| o.kind == OpKind::AllReduce(2)).collect();
+        assert_eq!(ops.len(), 2, "one op per rank");
+        assert_eq!((ops[0].gpu, ops[1].gpu), (0, 1));
+        // Each rank's part waits for both GPUs' gradients, not for the other part.
+        let kernels: Vec<OpId> = m.schedule.ops.iter().filter(|o| o.kind == OpKind::Kernel).map(|o| o.id).collect();
+        for o in &ops {
+            assert!(kernels.iter().all(|&k| m.schedule.happens_before(k, o.id)), "{o:?}");
+        }
+        assert!(!m.schedule.happens_before(ops[0].id, ops[1].id));
+        // The sum of one rank is the element itself.
+        assert_eq!(Provenance::sum_of(&[Provenance::Output(3)]), Provenance::Output(3));
+        assert_eq!(Provenance::sum_of(&[]), Provenance::Garbage);
+        assert_eq!(Provenance::sum_of(&[Provenance::Output(3), Provenance::Input(7)]), Provenance::Garbage, "passes differ");
+        assert_eq!(Provenance::sum_of(&[Provenance::Output(3), Provenance::Unset]), Provenance::Garbage, "a rank never computed");
+        assert_eq!(Provenance::sum_of(&[Provenance::Output(7), Provenance::Output(3)]), Provenance::Garbage, "ranks out of order");
+        assert_eq!(Provenance::sum_of(&[want, want]), Provenance::Garbage, "summed twice");
+        assert_eq!(want.computed(), Provenance::Garbage);
+    }
+
+    #[test]
+    fn an_all_reduce_before_the_gradients_are_ready_races_and_a_bad_rank_list_is_an_error() {
+        // The comm streams do not wait for the compute streams.
+        let (mut m, s, grads, _) = two_ranks(false);
+        m.all_reduce(&[(s[1], grads[0]), (s[3], grads[1])], 0, 4, "all-reduce").unwrap();
+        let r = &m.schedule.races()[0];
+        assert!(r.what.contains("'all-reduce' reads") && r.what.contains("'gradients' may still write"), "{}", r.what);
+        let (mut m, s, grads, _) = two_ranks(true);
+        let e = m.all_reduce(&[(s[1], grads[1]), (s[3], grads[0])], 0, 4, "x").unwrap_err().to_string();
+        assert!(e.contains("an all-reduce on stream comm (GPU 0) touches grad 1, which is in GPU 1's memory"), "{e}");
+        let e = m.all_reduce(&[(s[0], grads[0]), (s[1], grads[0])], 0, 4, "x").unwrap_err().to_string();
+        assert!(e.contains("two ranks on GPU 0 (compute and comm)"), "{e}");
+        assert!(m.all_reduce(&[], 0, 4, "x").unwrap_err().to_string().contains("at least one rank"));
+        assert!(m.all_reduce(&[(s[1], grads[0])], 2, 4, "x").unwrap_err().to_string().contains("do not fit"));
     }
 
     /// One batch per stream through a buffer the stream allocates and frees.

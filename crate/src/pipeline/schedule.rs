@@ -35,6 +35,10 @@ pub enum OpKind {
     /// A device-to-device copy: within one GPU (`from == to`), or from one
     /// GPU's memory to another's (a peer copy, over NVLink or PCIe).
     D2d(Link),
+    /// One rank's part of a collective sum over this many GPUs (an NCCL
+    /// all-reduce): an op on one stream of each GPU, none of which can end
+    /// before every rank has reached its own ([`Schedule::collective`]).
+    AllReduce(u8),
 }
 
 /// The GPUs a device-to-device copy moves data between (by device index).
@@ -113,6 +117,7 @@ impl OpKind {
             OpKind::Free(_) => "free",
             OpKind::D2d(l) if l.is_peer() => "peer",
             OpKind::D2d(_) => "D2D",
+            OpKind::AllReduce(_) => "all-reduce",
         }
     }
     /// Every kind as drawn (one colour and legend entry each).
@@ -121,6 +126,7 @@ impl OpKind {
             OpKind::Alloc(_) => OpKind::Alloc(Memory::Device),
             OpKind::Free(_) => OpKind::Free(Memory::Device),
             OpKind::D2d(l) => OpKind::D2d(if l.is_peer() { Link { from: 0, to: 1 } } else { Link { from: 0, to: 0 } }),
+            OpKind::AllReduce(_) => OpKind::AllReduce(2),
             k => k,
         }
     }
@@ -128,7 +134,7 @@ impl OpKind {
     /// activity record in CUPTI, and a plan's costs are measured op by op
     /// for it.
     pub fn is_device_work(self) -> bool {
-        matches!(self, OpKind::H2d | OpKind::Kernel | OpKind::D2h | OpKind::D2d(_))
+        matches!(self, OpKind::H2d | OpKind::Kernel | OpKind::D2h | OpKind::D2d(_) | OpKind::AllReduce(_))
     }
     /// The stage's place in H2D -> kernel -> D2H (host work counts as 0).
     pub fn stage_index(self) -> usize {
@@ -362,6 +368,21 @@ impl Schedule {
         self.ops[id].after_host_wait = waited;
         self.stream_frontier.insert(stream, vec![id]);
         id
+    }
+
+    /// A collective issued by host thread `by`: one op of `kind` per
+    /// stream of `ranks` (each with its own accesses), as NCCL's grouped
+    /// call enqueues one kernel on each rank's stream. No rank's op can get
+    /// past the collective before every rank has reached it, so each
+    /// depends on what every rank's stream did before (a rank's sum reads
+    /// the others' buffers through the collective, ordered this way);
+    /// the ranks' ops do not depend on each other: they run at once.
+    pub fn collective(&mut self, by: usize, ranks: &[(usize, Vec<Access>)], kind: OpKind, label: &str) -> Vec<OpId> {
+        let before: Vec<OpId> = ranks.iter().flat_map(|(s, _)| self.stream_frontier.get(s).cloned().unwrap_or_default()).collect();
+        for (s, _) in ranks {
+            self.stream_frontier.entry(*s).or_default().extend(before.iter().copied());
+        }
+        ranks.iter().map(|(s, accesses)| self.gpu_op(by, *s, kind, label, accesses.clone())).collect()
     }
 
     /// CPU work on host thread `thread`.
@@ -783,6 +804,10 @@ enum Resource {
     /// A stream-ordered allocation or release: it takes its turn in its
     /// stream and no engine.
     Stream(usize),
+    /// A GPU's part of collectives (NCCL's kernels and the links they
+    /// drive): one at a time per GPU, beside its copy engines and the
+    /// kernels of other streams.
+    Collective(usize),
 }
 
 impl Resource {
@@ -806,6 +831,7 @@ impl Machine {
             (OpKind::D2h, _) => Resource::CopyUp(op.gpu),
             (OpKind::Kernel, _) => Resource::Sms(op.gpu),
             (OpKind::D2d(link), _) => Resource::Link(link),
+            (OpKind::AllReduce(_), _) => Resource::Collective(op.gpu),
             (OpKind::Host | OpKind::Alloc(_) | OpKind::Free(_), Lane::HostThread(t)) => Resource::Host(t),
             (OpKind::Host, Lane::Stream(_)) => Resource::CallbackThread,
             (OpKind::Alloc(_) | OpKind::Free(_), Lane::Stream(s)) => Resource::Stream(s),
@@ -1516,6 +1542,36 @@ mod tests {
         assert!(OpKind::D2d(there).is_device_work() && !OpKind::Host.is_device_work());
         assert_eq!((there.to_string(), Link { from: 1, to: 1 }.to_string()), ("GPU 0 -> GPU 1".to_string(), "GPU 1".to_string()));
         assert_eq!(Link::between(0, 300), None);
+    }
+
+    #[test]
+    fn a_collectives_ranks_start_together_beside_the_kernels_of_other_streams() {
+        // GPU 0's gradients take 10, GPU 1's 4: the all-reduce's ranks
+        // both start once both are done, at 10, on the comm streams (1, 3),
+        // while the next kernels run on the compute streams (0, 2).
+        let mut s = two_gpus();
+        let g0 = s.gpu_op(0, 0, OpKind::Kernel, "grad 0", vec![Access::write("g0", 0, 16)]);
+        let g1 = s.gpu_op(0, 2, OpKind::Kernel, "grad 1", vec![Access::write("g1", 0, 16)]);
+        s.record_event(0, 0);
+        s.stream_wait_event(1, 0);
+        s.record_event(1, 2);
+        s.stream_wait_event(3, 1);
+        let rank = |b: &str| vec![Access::read(b, 0, 16), Access::write(b, 0, 16)];
+        let ar = s.collective(0, &[(1, rank("g0")), (3, rank("g1"))], OpKind::AllReduce(2), "all-reduce");
+        let next0 = s.gpu_op(0, 0, OpKind::Kernel, "next layer 0", vec![]);
+        let next1 = s.gpu_op(0, 2, OpKind::Kernel, "next layer 1", vec![]);
+        assert!(s.races().is_empty(), "{:?}", s.races());
+        assert!(s.happens_before(g1, ar[0]) && s.happens_before(g0, ar[1]), "each rank's part waits for every rank's stream");
+        let dur = |o: &Op| match (o.kind, o.gpu) {
+            (OpKind::Kernel, 0) => 10.0,
+            (OpKind::Kernel, _) => 4.0,
+            _ => 6.0,
+        };
+        let t = predict(&s, Machine::engines(2), dur);
+        assert_eq!((t[ar[0]], t[ar[1]]), ((10.0, 16.0), (10.0, 16.0)));
+        assert_eq!((t[next0], t[next1]), ((10.0, 20.0), (4.0, 8.0)), "compute runs beside the collective");
+        assert_eq!((OpKind::AllReduce(8).label(), OpKind::AllReduce(8).drawn()), ("all-reduce", OpKind::AllReduce(2)));
+        assert!(OpKind::AllReduce(2).is_device_work());
     }
 
     #[test]

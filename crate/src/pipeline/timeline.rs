@@ -6,7 +6,7 @@
 //! schedule model.
 
 use crate::error::{LabError, Result};
-use crate::pipeline::schedule::{Lane, Memory, OpKind, Schedule};
+use crate::pipeline::schedule::{Lane, Link, Memory, OpKind, Schedule};
 use crate::present::chart::{draw_header, Chart};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -135,6 +135,7 @@ pub fn trace_name(kind: OpKind, label: &str) -> String {
         OpKind::D2h => "Memcpy DtoH (Device -> Pinned)".into(),
         OpKind::D2d(l) if l.is_peer() => "Memcpy PtoP (Device -> Device)".into(),
         OpKind::D2d(_) => "Memcpy DtoD (Device -> Device)".into(),
+        OpKind::AllReduce(_) => format!("ncclAllReduce: {label}"),
         OpKind::Kernel | OpKind::Host | OpKind::Alloc(_) | OpKind::Free(_) => label.into(),
     }
 }
@@ -149,6 +150,7 @@ pub fn kind_color(kind: OpKind) -> RGBColor {
         OpKind::Free(_) => RGBColor(127, 127, 127),
         OpKind::D2d(l) if l.is_peer() => RGBColor(214, 39, 40),
         OpKind::D2d(_) => RGBColor(23, 190, 207),
+        OpKind::AllReduce(_) => RGBColor(227, 119, 194),
     }
 }
 
@@ -332,7 +334,17 @@ impl Chart for Gantt {
                 chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], WHITE.stroke_width(1)))).map_err(|e| e.to_string())?;
             }
             // A legend entry per colour drawn: warp phases, else op kinds.
-            let drawn = [OpKind::H2d, OpKind::Kernel, OpKind::D2h, OpKind::Host, OpKind::Alloc(Memory::Device), OpKind::Free(Memory::Device)];
+            let drawn = [
+                OpKind::H2d,
+                OpKind::Kernel,
+                OpKind::D2h,
+                OpKind::D2d(Link { from: 0, to: 0 }),
+                OpKind::D2d(Link { from: 0, to: 1 }),
+                OpKind::AllReduce(2),
+                OpKind::Host,
+                OpKind::Alloc(Memory::Device),
+                OpKind::Free(Memory::Device),
+            ];
             let mut legend: Vec<(&str, RGBColor)> =
                 WarpPhase::ALL.iter().filter(|p| t.spans.iter().any(|s| s.phase == Some(**p))).map(|p| (p.label(), p.color())).collect();
             legend.extend(drawn.iter().filter(|k| t.spans.iter().any(|s| s.phase.is_none() && s.kind.drawn() == **k)).map(|k| (k.label(), kind_color(*k))));

@@ -10,14 +10,17 @@
 //! loop, work on the other GPU's stream, and a bubble larger than the
 //! pipeline's own.
 
+use super::measure::{open_gpus, pipeline_rig};
 use super::pipeline_parallel::{bubble, bubble_model, plan_on, Loop, STAGES};
-use crate::gpu::{PlanRig, TimelineSource};
+use super::{MultiGpuConfig, MultiGpuResults};
+use crate::gpu::topology::Topology;
+use crate::gpu::{Gpu, PlanRig, TimelineSource};
 use crate::labs::check::{pct, CheckReport};
 use crate::labs::loop_check::{costs_for, shape};
 use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::plan::Costs;
 use crate::pipeline::plan::Plan;
-use crate::pipeline::schedule::{Machine, OpKind, Schedule};
+use crate::pipeline::schedule::{Link, Machine, OpKind, Schedule};
 
 #[cfg(doc)]
 use super::pipeline_parallel::host_synchronized;
@@ -26,11 +29,67 @@ use super::pipeline_parallel::host_synchronized;
 /// (the copies between the stages add a little).
 pub const BUBBLE_SLACK: f64 = 0.05;
 
+/// The exercise's name in its reports.
+pub const EXERCISE: &str = "lab 8: micro-batches over two GPUs";
+
+/// Micro-batches the notebook's check runs.
+pub const MICRO_BATCHES: usize = 8;
+
+/// Each op's cost for the model's check, from a recording of the lab: the
+/// stage kernel's share of its time over all the data, and the copies at
+/// the rates measured nearest their size (the copy between GPUs, the host
+/// link's upload for uploads and downloads).
+pub fn recorded_costs(r: &MultiGpuResults, micro_batches: usize) -> Costs {
+    let n = r.config.pipeline_mib << 18;
+    let per = (n / micro_batches.max(1)).max(1);
+    let nearest = |bytes: u64| r.peer.iter().min_by_key(|p| p.bytes.abs_diff(bytes));
+    let ms = |bytes: u64, gbps: Option<f64>| gbps.filter(|g| *g > 0.0).map_or(0.0, |g| bytes as f64 / g / 1e6);
+    let (per_bytes, all_bytes) = (per as u64 * 4, n as u64 * 4);
+    [
+        ((OpKind::Kernel, per), r.pipeline.stage_ms.median / micro_batches.max(1) as f64),
+        ((OpKind::D2d(Link { from: 0, to: 1 }), per), ms(per_bytes, nearest(per_bytes).map(|p| p.one_way.median))),
+        ((OpKind::H2d, n), ms(all_bytes, nearest(all_bytes).map(|p| p.host.median))),
+        ((OpKind::D2h, n), ms(all_bytes, nearest(all_bytes).map(|p| p.host.median))),
+    ]
+    .into()
+}
+
+/// The notebook's check with no GPU here: on the model, timed with the
+/// costs of `rec` (a recording of the lab) on its GPU's copy engines.
+pub fn check_recorded(rec: &crate::measure::record::Record<MultiGpuResults>, learner: Loop) -> CheckReport {
+    let r = &rec.results;
+    let mut rep = check_on_model(
+        MICRO_BATCHES,
+        r.config.pipeline_mib << 18,
+        Machine::engines(rec.fingerprint.async_engine_count.max(1)),
+        &recorded_costs(r, MICRO_BATCHES),
+        learner,
+    );
+    if !r.two_gpus() {
+        rep.note("the recording is of one GPU: its copy within GPU 0 stands in for the copy between GPUs in the model's costs");
+    }
+    rep
+}
+
+/// The notebook's check where notebooks run live: the lab's GPUs from
+/// `gpu` (stage 2 on the second where there is one, else on `gpu` too),
+/// the stage kernel calibrated as the lab does.
+pub fn check_live(gpu: &Gpu, cfg: &MultiGpuConfig, learner: Loop) -> crate::error::Result<CheckReport> {
+    let topology = Topology::discover()?;
+    let gpus = open_gpus(gpu, cfg, &topology)?;
+    let (mut rig, _) = pipeline_rig(&gpus, cfg)?;
+    let mut rep = check_on_gpu(&mut rig, MICRO_BATCHES, cfg.pipeline_mib << 18, usize::from(gpus.len() > 1), learner);
+    if gpus.len() < 2 {
+        rep.note("one GPU here: both stages ran on it, so the bubble shows how the stages shared its SMs, not two GPUs taking turns");
+    }
+    Ok(rep)
+}
+
 /// Checks `learner` over `micro_batches` micro-batches of `elements` with
 /// no GPU: the model's data, races and CPU waits, then the bubble the
 /// queue model predicts from `costs` (each op alone, ms) on `machine`.
 pub fn check_on_model(micro_batches: usize, elements: usize, machine: Machine, costs: &Costs, learner: Loop) -> CheckReport {
-    let mut rep = CheckReport::new("micro-batches over two GPUs (queue model, no GPU)");
+    let mut rep = CheckReport::new(&format!("{EXERCISE} (queue model, no GPU)"));
     let Some((mine, model)) = shape_findings(micro_batches, elements, learner, 1, &mut rep) else { return rep };
     match mine.prediction(&model, machine, &costs_for(costs.clone(), &model.schedule)) {
         Ok(pred) => judge_bubble(&mut rep, &model.schedule, &pred.times, micro_batches, "predicted from each op's cost alone"),
@@ -43,7 +102,7 @@ pub fn check_on_model(micro_batches: usize, elements: usize, machine: Machine, c
 /// model's findings first, then a verified run whose bubble is read off its
 /// timeline. A run that fails (wrong data on the GPU) is a failed check.
 pub fn check_on_gpu(rig: &mut PlanRig, micro_batches: usize, elements: usize, second: usize, learner: Loop) -> CheckReport {
-    let mut rep = CheckReport::new("micro-batches over two GPUs (live)");
+    let mut rep = CheckReport::new(&format!("{EXERCISE} (live)"));
     let Some((mine, model)) = shape_findings(micro_batches, elements, learner, second, &mut rep) else { return rep };
     if !rep.passed {
         return rep;
@@ -114,7 +173,7 @@ fn why_idle(schedule: &Schedule, times: &[(f64, f64)]) -> String {
     }
     if let Some(i) = (0..one.len().min(two.len()).saturating_sub(1)).find(|&i| one[i + 1].0 >= two[i].1 - eps) {
         return format!(
-            "GPU 0 waits for GPU 1: stage 1 of micro-batch {} starts only after stage 2 of micro-batch {i} ended. Only GPU 1 waits (for GPU 0's events); GPU 0 runs its stage 1s back to back",
+            "GPU 0 waits for GPU 1: stage 1 of micro-batch {} starts only after stage 2 of micro-batch {i} ended. Let only GPU 1 wait (for GPU 0's events), so that GPU 0 runs its stage 1s back to back",
             i + 1
         );
     }

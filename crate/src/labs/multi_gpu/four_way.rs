@@ -22,18 +22,20 @@ pub const PROLOGUE: &str = "upload the source";
 /// before the rest by events); then, on four streams of GPU 0 at once,
 /// `rounds` times each: an upload into another buffer, the download of the
 /// source, its copy to GPU `peer` (GPU 0 itself on a machine with one: a
-/// copy within it) and the kernel over it. With `only`, just the ops of that
-/// kind (how each is timed alone). `host out` gets the source back (or
+/// copy within it) and the kernel over it. With `only` not empty, just the
+/// ops of those kinds (how each is timed alone, and the host link's two
+/// directions together). `host out` gets the source back (or
 /// stays unwritten without a download), so the run checks that nothing
 /// overwrote the source.
-pub fn plan(elements: usize, peer: usize, rounds: usize, only: Option<OpKind>) -> Plan {
+pub fn plan(elements: usize, peer: usize, rounds: usize, only: &[OpKind]) -> Plan {
     let specs = ["upload", "download", "peer", "compute"].map(|n| StreamSpec::new(n, StreamKind::NonBlocking, 0).on_gpu(0)).to_vec();
     let name = match only {
-        Some(k) => format!("{} alone", k.label()),
-        None => "four-way overlap".to_string(),
+        [] => "four-way overlap".to_string(),
+        kinds => format!("{} alone", kinds.iter().map(|k| k.label()).collect::<Vec<_>>().join(" + ")),
     };
-    // Of the kind asked for (a copy whichever GPUs it joins).
-    let wants = move |k: OpKind| only.is_none_or(|o| std::mem::discriminant(&o) == std::mem::discriminant(&k));
+    // Of a kind asked for (a copy whichever GPUs it joins).
+    let only = only.to_vec();
+    let wants = move |k: OpKind| only.is_empty() || only.iter().any(|o| std::mem::discriminant(o) == std::mem::discriminant(&k));
     Plan::new(&name, specs, elements, 5, move |p, r| {
         let [up, down, to_peer, compute] = [r.streams[0], r.streams[1], r.streams[2], r.streams[3]];
         let (source, landing, result, on_peer) = (r.devices[0], r.devices[1], r.devices[2], r.devices[4]);
@@ -93,7 +95,7 @@ mod tests {
     #[test]
     fn the_four_run_at_once_up_to_the_longest_and_the_host_links_directions_slow_each_other() {
         let n = 64;
-        let p = plan(n, 1, 1, None);
+        let p = plan(n, 1, 1, &[]);
         let m = p.model().unwrap();
         assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
         assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| *c == Provenance::Input(i as u32)), "host out gets the source back");
@@ -103,7 +105,7 @@ mod tests {
         assert_eq!(bound_ms(&Costs::new(), n, 1), None);
         // Each alone, and over one GPU: the same data checks.
         for only in kinds(0) {
-            let alone = plan(n, 0, 3, Some(only)).model().unwrap();
+            let alone = plan(n, 0, 3, &[only]).model().unwrap();
             assert!(alone.schedule.races().is_empty(), "{:?}", alone.schedule.races());
             assert_eq!(alone.schedule.ops.iter().filter(|o| o.kind == only && o.label != PROLOGUE).count(), 3, "{only:?}");
         }
@@ -117,5 +119,10 @@ mod tests {
         let slowed = Machine { both_ways: 0.8, ..Machine::engines(2) };
         let (_, t) = p.predict(slowed, &c).unwrap();
         assert!((t.iter().map(|x| x.1).fold(0.0, f64::max) - 9.0).abs() < 1e-9);
+        // The host link's two directions together, nothing else.
+        let pair = plan(n, 1, 2, &[OpKind::H2d, OpKind::D2h]).model().unwrap();
+        let kinds: Vec<OpKind> = pair.schedule.ops.iter().filter(|o| o.label != PROLOGUE).map(|o| o.kind).collect();
+        assert_eq!(kinds, [OpKind::H2d, OpKind::D2h, OpKind::H2d, OpKind::D2h]);
+        assert_eq!(plan(n, 1, 1, &[OpKind::H2d, OpKind::D2h]).name, "H2D + D2H alone");
     }
 }

@@ -7,11 +7,16 @@
 //! Nsight, which holds CUPTI, a pipeline over two GPUs has none).
 
 use super::pipeline_parallel::{self as pp, bubble, bubble_model};
-use super::{four_way, peer};
+use super::{all_reduce, four_way, peer};
+use super::{AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults, LAB};
 use crate::error::{LabError, Result};
-use crate::gpu::{PlanRig, TimelineSource};
+use crate::gpu::topology::Topology;
+use crate::gpu::{Gpu, PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
-use crate::pipeline::plan::Plan;
+use crate::pipeline::plan::{Costs, Plan};
+use crate::pipeline::schedule::{Machine, OpKind};
+use crate::pipeline::timeline::Timeline;
+use crate::present::progress::{Progress, ProgressMode};
 use serde::{Deserialize, Serialize};
 
 /// GPU-to-GPU bandwidth at one size, GB/s (10^9 bytes a second).
@@ -24,6 +29,9 @@ pub struct PeerPoint {
     pub both_ways: Summary,
     /// One way, staged through pinned host memory.
     pub staged: Summary,
+    /// The host link for comparison: uploads from pinned host memory to
+    /// the second GPU, timed the same way.
+    pub host: Summary,
 }
 
 /// How a repeated op is timed.
@@ -36,7 +44,10 @@ pub struct Timing {
 }
 
 /// One repeat's time, ms, by difference ([`Timing`]): `make(k)` is the
-/// plan with `k` repeats.
+/// plan with `k` repeats. A pair of runs whose difference is at or below
+/// zero measured the runs' noise, not the repeats (seen on an H100: one of
+/// 7 pairs of within-GPU copies of 16 MiB, 8 µs each): it is taken again,
+/// up to `runs` times in all, then the calibration error.
 pub fn per_repeat_ms(rig: &mut PlanRig, make: impl Fn(usize) -> Plan, t: Timing) -> Result<Summary> {
     if t.copies < 2 || t.runs == 0 {
         return Err(LabError::config(format!("timing a copy by difference takes at least 2 copies and 1 run (got {} and {})", t.copies, t.runs)));
@@ -47,22 +58,28 @@ pub fn per_repeat_ms(rig: &mut PlanRig, make: impl Fn(usize) -> Plan, t: Timing)
     run(&one, &one_model)?;
     run(&many, &many_model)?;
     let mut per_copy = Vec::with_capacity(t.runs);
-    for _ in 0..t.runs {
+    let mut retakes = 0;
+    while per_copy.len() < t.runs {
         let a = run(&one, &one_model)?;
         let b = run(&many, &many_model)?;
-        per_copy.push((b - a) / (t.copies - 1) as f64);
+        let ms = (b - a) / (t.copies - 1) as f64;
+        if ms > 0.0 {
+            per_copy.push(ms);
+        } else if retakes < t.runs {
+            retakes += 1;
+        } else {
+            return Err(not_measurable(&many.name, t));
+        }
     }
     Summary::of(&per_copy)
 }
 
-/// GB/s from bytes and ms (a time at or below zero is none: the runs were
-/// too noisy to tell the copies apart).
-fn gbps(bytes: f64, ms: f64) -> f64 {
-    if ms > 0.0 {
-        bytes / ms / 1e6
-    } else {
-        f64::NAN
-    }
+/// The calibration error of a repeat the runs' noise drowns.
+fn not_measurable(plan: &str, t: Timing) -> LabError {
+    LabError::calibration(
+        format!("{plan}: {} repeats did not take measurably longer than one, in {} pairs of runs", t.copies, 2 * t.runs),
+        "Something else sets the run's time: give a larger size, or more copies",
+    )
 }
 
 /// The three ways at `bytes` between the rig's GPUs `from` and `to` (the
@@ -74,22 +91,15 @@ pub fn peer_point(rig: &mut PlanRig, bytes: usize, (from, to): (usize, usize), c
         return Err(LabError::config(format!("{bytes} bytes in {chunks} chunks: give at least 8 bytes a chunk")));
     }
     let b = (elements * 4) as f64;
-    let to_gbps = |s: Summary, moved: f64| {
-        let v = s.map_decreasing(|ms| gbps(moved, ms));
-        if v.median.is_finite() {
-            Ok(v)
-        } else {
-            Err(LabError::calibration(
-                format!("copies of {} did not take measurably longer than one", crate::Bytes(bytes as u64)),
-                "Something else sets the run's time: give a larger size, or more copies",
-            ))
-        }
-    };
+    // GB/s (10^9 bytes a second); every per-copy time is above zero
+    // (per_repeat_ms), so every rate is finite.
+    let to_gbps = |s: Summary, moved: f64| s.map_decreasing(|ms| moved / ms / 1e6);
     Ok(PeerPoint {
         bytes: elements as u64 * 4,
-        one_way: to_gbps(per_repeat_ms(rig, |k| peer::one_way(elements, from, to, k), t)?, b)?,
-        both_ways: to_gbps(per_repeat_ms(rig, |k| peer::both_ways(elements, from, to, k), t)?, b)?,
-        staged: to_gbps(per_repeat_ms(rig, |k| peer::staged(elements, from, to, chunks, k), t)?, b)?,
+        one_way: to_gbps(per_repeat_ms(rig, |k| peer::one_way(elements, from, to, k), t)?, b),
+        both_ways: to_gbps(per_repeat_ms(rig, |k| peer::both_ways(elements, from, to, k), t)?, b),
+        staged: to_gbps(per_repeat_ms(rig, |k| peer::staged(elements, from, to, chunks, k), t)?, b),
+        host: to_gbps(per_repeat_ms(rig, |k| peer::upload(elements, to, k), t)?, b),
     })
 }
 
@@ -103,6 +113,9 @@ pub struct FourWay {
     pub peer: usize,
     /// H2D, D2H, the copy to `peer`, the kernel ([`four_way::kinds`]).
     pub alone_ms: Vec<Summary>,
+    /// The H2D and the D2H at once (one round of both): the host link's
+    /// two directions share it.
+    pub host_link_ms: Summary,
     pub together_ms: Summary,
 }
 
@@ -110,6 +123,11 @@ impl FourWay {
     /// The longest alone (medians): the four at once cannot beat it.
     pub fn bound_ms(&self) -> f64 {
         self.alone_ms.iter().map(|s| s.median).fold(0.0, f64::max)
+    }
+    /// The bound with the host link's two directions as measured together:
+    /// the longest of (H2D and D2H at once, the copy, the kernel).
+    pub fn link_bound_ms(&self) -> f64 {
+        self.alone_ms[2..].iter().map(|s| s.median).fold(self.host_link_ms.median, f64::max)
     }
     /// The alone medians summed: no overlap at all.
     pub fn serial_ms(&self) -> f64 {
@@ -126,10 +144,11 @@ pub fn four_way(rig: &mut PlanRig, bytes: usize, peer: usize, t: Timing) -> Resu
     }
     let mut alone_ms = Vec::with_capacity(4);
     for kind in four_way::kinds(peer) {
-        alone_ms.push(per_repeat_ms(rig, |k| four_way::plan(elements, peer, k, Some(kind)), t)?);
+        alone_ms.push(per_repeat_ms(rig, |k| four_way::plan(elements, peer, k, &[kind]), t)?);
     }
-    let together_ms = per_repeat_ms(rig, |k| four_way::plan(elements, peer, k, None), t)?;
-    Ok(FourWay { bytes: elements as u64 * 4, peer, alone_ms, together_ms })
+    let host_link_ms = per_repeat_ms(rig, |k| four_way::plan(elements, peer, k, &[OpKind::H2d, OpKind::D2h]), t)?;
+    let together_ms = per_repeat_ms(rig, |k| four_way::plan(elements, peer, k, &[]), t)?;
+    Ok(FourWay { bytes: elements as u64 * 4, peer, alone_ms, host_link_ms, together_ms })
 }
 
 /// The two-stage pipeline at one micro-batch count: its bubble measured
@@ -175,4 +194,228 @@ pub fn bubble_point(rig: &mut PlanRig, elements: usize, micro_batches: usize, se
         measured: if fractions.is_empty() { None } else { Some(Summary::of(&fractions)?) },
         total_ms: Summary::of(&totals)?,
     })
+}
+
+/// The run's timeline, if it has one with a span per op.
+pub fn spans_of(run: &crate::gpu::PipelineRun) -> Option<Vec<(f64, f64)>> {
+    run.timeline.as_ref().filter(|t| t.spans.len() == run.schedule.ops.len()).map(|t| t.spans.iter().map(|s| (s.start_us, s.end_us)).collect())
+}
+
+/// One run of `plan` with the best timeline there is (CUPTI, else none
+/// over several GPUs), verified: what the lab draws. `None` when no
+/// timeline could be had (another tool holds CUPTI).
+pub fn timeline_of(rig: &mut PlanRig, plan: &Plan, title: &str) -> Result<Option<Timeline>> {
+    let run = rig.run(plan, TimelineSource::best())?;
+    Ok(run.timeline.filter(|t| t.spans.len() == run.schedule.ops.len()).map(|t| Timeline { title: title.into(), ..t }))
+}
+
+/// One bucket size of the gradient all-reduce, ms unless said.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AllReducePoint {
+    pub bucket_bytes: u64,
+    pub buckets: usize,
+    /// One bucket's kernel alone and its all-reduce alone (lower
+    /// quartiles, as the queue model's costs).
+    pub kernel_ms: Summary,
+    pub all_reduce_ms: Summary,
+    /// A training step by difference ([`Timing`]): summed after the
+    /// backward pass, and bucket by bucket beside it.
+    pub serial_ms: Summary,
+    pub overlapped_ms: Summary,
+    /// The queue model's overlapped step from the costs alone.
+    pub predicted_ms: f64,
+}
+
+impl AllReducePoint {
+    /// The backward pass's kernels alone: every bucket's kernel.
+    pub fn compute_ms(&self) -> f64 {
+        self.buckets as f64 * self.kernel_ms.median
+    }
+    /// Every bucket's all-reduce alone.
+    pub fn comm_ms(&self) -> f64 {
+        self.buckets as f64 * self.all_reduce_ms.median
+    }
+    /// The share of the communication the overlapped step hid: what it
+    /// saved against the serial one, over the communication alone.
+    pub fn hidden(&self) -> f64 {
+        (self.serial_ms.median - self.overlapped_ms.median) / self.comm_ms()
+    }
+    /// The most an overlapped step can hide: all but the last bucket's
+    /// sum where compute is the longer, else the compute's length (minus
+    /// the first bucket's kernel, which nothing runs beside).
+    pub fn hidden_bound(&self) -> f64 {
+        let (compute, comm) = (self.compute_ms(), self.comm_ms());
+        let exposed = if compute >= comm { self.all_reduce_ms.median } else { comm - compute + self.kernel_ms.median };
+        ((comm - exposed) / comm).clamp(0.0, 1.0)
+    }
+    /// NCCL's bus bandwidth of one bucket's all-reduce over `ranks` GPUs, GB/s.
+    pub fn bus_gbps(&self, ranks: usize) -> f64 {
+        all_reduce::bus_gbps(self.bucket_bytes as f64, self.all_reduce_ms.median, ranks)
+    }
+}
+
+/// The gradient all-reduce at one bucket size on the rig (made
+/// [`PlanRig::with_nccl`], its kernel's iterations set): each op alone,
+/// the serial and overlapped steps by difference, and the model's step.
+pub fn all_reduce_point(rig: &mut PlanRig, shape: all_reduce::Shape, copy_engines: u32, t: Timing) -> Result<AllReducePoint> {
+    shape.validate()?;
+    let (_, n) = shape.bucket_range(0);
+    let [kernel, collective] = all_reduce::kinds(shape.ranks);
+    let kernel_ms = rig.alone(kernel, n, t.runs.max(3))?;
+    let all_reduce_ms = rig.alone(collective, n, t.runs.max(3))?;
+    let serial_ms = per_repeat_ms(rig, |k| all_reduce::plan(shape, k, all_reduce::Sync::Serial), t)?;
+    let overlapped_ms = per_repeat_ms(rig, |k| all_reduce::plan(shape, k, all_reduce::Sync::Overlapped), t)?;
+    // The model's step by difference too: uploads and downloads cancel.
+    let costs: Costs = [
+        ((kernel, n), kernel_ms.middle_range().0),
+        ((collective, n), all_reduce_ms.middle_range().0),
+        ((OpKind::H2d, shape.per_gpu), 0.0),
+        ((OpKind::D2h, shape.per_gpu), 0.0),
+    ]
+    .into();
+    let machine = Machine::engines(copy_engines);
+    let step = |k| all_reduce::plan(shape, k, all_reduce::Sync::Overlapped).predicted_ms(machine, &costs);
+    let predicted_ms = (step(2)? - step(1)?).max(0.0);
+    Ok(AllReducePoint { bucket_bytes: n as u64 * 4, buckets: shape.buckets(), kernel_ms, all_reduce_ms, serial_ms, overlapped_ms, predicted_ms })
+}
+
+/// The lab's GPUs: `gpu` (the command line's --device), then the second
+/// GPU where the machine has one ([`MultiGpuConfig::second_gpu`]).
+pub fn open_gpus(gpu: &Gpu, cfg: &MultiGpuConfig, topology: &Topology) -> Result<Vec<Gpu>> {
+    let mut gpus = vec![gpu.clone()];
+    if let Some(second) = cfg.second_gpu(topology.gpus.len())? {
+        gpus.push(Gpu::open(second)?);
+        gpu.bind()?;
+    }
+    Ok(gpus)
+}
+
+/// A rig over `gpus` for the two-stage pipeline of `cfg`, its kernel
+/// calibrated so that one stage over all the data takes `--stage-ms`: the
+/// rig and that stage's time alone.
+pub fn pipeline_rig(gpus: &[Gpu], cfg: &MultiGpuConfig) -> Result<(PlanRig, Summary)> {
+    let n = cfg.pipeline_mib << 18;
+    let mut rig = PlanRig::over(gpus, n, 4, 1)?;
+    rig.iterations = crate::labs::calibrate_iterations(cfg.stage_ms, |i| {
+        rig.iterations = i;
+        Ok(rig.alone(OpKind::Kernel, n, 3)?.median)
+    })?;
+    let stage_ms = rig.alone(OpKind::Kernel, n, cfg.repeats.max(3))?;
+    Ok((rig, stage_ms))
+}
+
+/// Lab 8 on this machine's GPUs: the copies by size and PyTorch's, the
+/// four-way overlap, the pipeline's bubble by micro-batches, the gradient
+/// all-reduce by bucket size. Every run is verified.
+pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiGpuResults> {
+    cfg.validate()?;
+    let topology = Topology::discover()?;
+    let gpus = open_gpus(gpu, cfg, &topology)?;
+    let ordinals: Vec<usize> = gpus.iter().map(|g| g.ordinal()).collect();
+    let second = usize::from(gpus.len() > 1);
+    let t = Timing { copies: cfg.copies, runs: cfg.repeats };
+    let steps = cfg.sizes_mib.len() + 1 + 1 + cfg.micro_batches.len() + 1 + cfg.buckets_mib.len();
+    let mut progress = Progress::new(mode, steps as u64, LAB);
+    let _r = crate::gpu::trace::range("lab 8: several GPUs");
+
+    // Copies between the GPUs (within GPU 0 with one), by size.
+    let largest = cfg.sizes_mib.iter().copied().max().unwrap_or(1) << 20;
+    let mut peer = Vec::with_capacity(cfg.sizes_mib.len());
+    {
+        let mut rig = PlanRig::over(&gpus, largest / 4, 2, 1)?;
+        for &mib in &cfg.sizes_mib {
+            let _r = crate::gpu::trace::range(&format!("copies of {mib} MiB"));
+            peer.push(peer_point(&mut rig, mib << 20, (0, second), cfg.staging_chunks, t)?);
+            progress.step(&format!("copies of {mib} MiB"));
+        }
+    }
+    let torch = if cfg.no_reference {
+        Err("--no-reference".to_string())
+    } else {
+        progress.step_note("PyTorch's copy between the same GPUs");
+        super::reference::torch_peer(&cfg.python, (ordinals[0], ordinals[second]), largest, t)
+    };
+    progress.step("PyTorch's reference");
+
+    // Four at once on GPU 0, the kernel as long as an upload.
+    let (four_way_result, four_way_timeline) = {
+        let _r = crate::gpu::trace::range("four-way overlap");
+        let n = cfg.four_way_mib << 18;
+        let mut rig = PlanRig::over(&gpus, n, 5, 1)?;
+        let upload_ms = rig.alone(OpKind::H2d, n, 3)?.median;
+        rig.iterations = crate::labs::calibrate_iterations(upload_ms, |i| {
+            rig.iterations = i;
+            Ok(rig.alone(OpKind::Kernel, n, 3)?.median)
+        })?;
+        let f = four_way(&mut rig, n * 4, second, t)?;
+        let timeline = timeline_of(&mut rig, &four_way::plan(n, second, 1, &[]), "one round of the four at once")?;
+        (f, timeline)
+    };
+    progress.step("four-way overlap");
+
+    // The two-stage pipeline by micro-batches.
+    let pipeline = {
+        let _r = crate::gpu::trace::range("two-stage pipeline");
+        let (mut rig, stage_ms) = pipeline_rig(&gpus, cfg)?;
+        let n = cfg.pipeline_mib << 18;
+        let mut points = Vec::with_capacity(cfg.micro_batches.len());
+        for &m in &cfg.micro_batches {
+            points.push(bubble_point(&mut rig, n, m, second, cfg.repeats)?);
+            progress.step(&format!("pipeline, {m} micro-batches"));
+        }
+        let m = PipelineResults::drawn(&cfg.micro_batches);
+        let plan = pp::plan_on("events only", m, n, std::sync::Arc::new(pp::events_only), second);
+        let timeline = timeline_of(&mut rig, &plan, &format!("{m} micro-batches, stage 2 on GPU {}", ordinals[second]))?;
+        PipelineResults { iterations: rig.iterations, stage_ms, points, timeline }
+    };
+
+    // The gradient all-reduce, with two GPUs and NCCL.
+    let all_reduce = if gpus.len() < 2 {
+        Err("one GPU here: an all-reduce sums over two or more".to_string())
+    } else {
+        let _r = crate::gpu::trace::range("gradient all-reduce");
+        match all_reduce_sweep(&gpus, cfg, t, &mut progress) {
+            Ok(a) => Ok(a),
+            // No NCCL on this machine: a line in the results, not a failed lab.
+            Err(LabError::MissingLibrary { library, why }) => Err(format!("{library} could not be loaded: {}", why.lines().last().unwrap_or(""))),
+            Err(e) => return Err(e),
+        }
+    };
+    progress.finish();
+    gpu.bind()?;
+    Ok(MultiGpuResults { config: cfg.clone(), topology, gpus: ordinals, peer, torch, four_way: four_way_result, four_way_timeline, pipeline, all_reduce })
+}
+
+/// The all-reduce sweep over the lab's GPUs: the layer kernel calibrated
+/// to `--compute-ratio` times one all-reduce at the largest bucket, then
+/// each bucket size; one overlapped step drawn at the middle size.
+fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mut Progress) -> Result<AllReduceResults> {
+    let ranks = gpus.len();
+    let per_gpu = cfg.grad_mib << 18;
+    let nccl_version = crate::gpu::nccl::Nccl::load()?.version()?;
+    let mut rig = PlanRig::over(gpus, per_gpu * ranks, 2 * ranks, 1)?.with_nccl()?;
+    let (_, greatest) = gpus[0].stream_priority_range()?;
+    let shape = |mib: usize| all_reduce::Shape { per_gpu, bucket: mib << 18, ranks, comm_priority: greatest };
+    let biggest = shape(cfg.buckets_mib.iter().copied().max().unwrap_or(1));
+    let (_, n) = biggest.bucket_range(0);
+    let one_sum = rig.alone(OpKind::AllReduce(ranks as u8), n, 3)?.median;
+    rig.iterations = crate::labs::calibrate_iterations(cfg.compute_ratio * one_sum, |i| {
+        rig.iterations = i;
+        Ok(rig.alone(OpKind::Kernel, n, 3)?.median)
+    })?;
+    let copy_engines = gpus[0].copy_engines()?;
+    let mut points = Vec::with_capacity(cfg.buckets_mib.len());
+    for &mib in &cfg.buckets_mib {
+        points.push(all_reduce_point(&mut rig, shape(mib), copy_engines, t)?);
+        progress.step(&format!("all-reduce, buckets of {mib} MiB"));
+    }
+    let mut sorted = cfg.buckets_mib.clone();
+    sorted.sort_unstable();
+    let middle = shape(sorted[sorted.len() / 2]);
+    let timeline = timeline_of(
+        &mut rig,
+        &all_reduce::plan(middle, 1, all_reduce::Sync::Overlapped),
+        &format!("one step, {} buckets of {} MiB, overlapped", middle.buckets(), sorted[sorted.len() / 2]),
+    )?;
+    Ok(AllReduceResults { nccl_version, ranks, iterations: rig.iterations, points, timeline })
 }

@@ -1,24 +1,731 @@
 //! Lab 8: several GPUs — peer copies, cross-GPU events, communication
 //! overlapping compute.
 //!
-//! Built so far, in the pipeline vocabulary and run by its executors (the
-//! GPU's over several GPUs, `gpu::PlanRig::over`):
+//! Every part is a plan of the pipeline vocabulary, run verified by the
+//! GPU's executor over the lab's GPUs (`gpu::PlanRig::over`) and by the
+//! queue model, which knows each GPU's engines and the link between them:
 //!
-//! * [`pipeline_parallel`]: the two-stage pipeline over two GPUs, its
-//!   plan, the bubble a run leaves and the model of that bubble;
-//! * [`exercise`]: the exercise's checker on the queue model;
+//! * [`peer`]: a copy from one GPU to another, one way and both ways at
+//!   once, and staged through pinned host memory (what it costs without
+//!   peer access), by size, beside the host link and PyTorch's own copy
+//!   between the same GPUs ([`reference`]);
 //! * [`four_way`]: an upload, a download, a copy to the other GPU and a
-//!   kernel at once on one GPU, and their bound.
+//!   kernel on one GPU at once, against the longest of them alone;
+//! * [`pipeline_parallel`]: two stages on two GPUs over micro-batches,
+//!   ordered by events across the GPUs only, its bubble against
+//!   (S−1)/(M+S−1); the exercise ([`exercise`]) has the learner schedule it;
+//! * [`all_reduce`]: data-parallel gradients summed by NCCL, after the
+//!   backward pass or bucket by bucket beside it, by bucket size.
 //!
-//! Still to come, with the two-GPU machine to measure on: peer bandwidth
-//! by size against PyTorch's, NCCL's all-reduce beside compute
-//! (`gpu::nccl`), the lab table's entry, its recording and notebook 08.
+//! With one GPU the lab runs what one GPU can (copies within it, the four
+//! operations with a copy within it, both stages on it), says so, and skips
+//! the all-reduce; the notebook shows a two-GPU recording where there is one.
+//! [`measure::run`] runs it all; [`charts`] draws it.
 //!
 //! May use: what every lab may (see `labs`).
 
+pub mod all_reduce;
+pub mod charts;
 pub mod exercise;
 pub mod four_way;
 pub mod measure;
 pub mod peer;
 pub mod pipeline_parallel;
 pub mod reference;
+
+use crate::error::{LabError, Result};
+use crate::gpu::topology::Topology;
+use crate::labs::check::pct;
+use crate::measure::stats::Summary;
+#[cfg(test)]
+use crate::pipeline::schedule::{Link, OpKind};
+use crate::pipeline::timeline::Timeline;
+use crate::present::units::{fmt_ms, Bytes};
+use measure::{AllReducePoint, BubblePoint, FourWay, PeerPoint};
+use reference::TorchPeer;
+use serde::{Deserialize, Serialize};
+
+pub const LAB: &str = "multi-gpu";
+
+/// The lab's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct MultiGpuConfig {
+    #[arg(skip)]
+    pub device: usize,
+    /// The second GPU (its ordinal): where copies go, stage 2 runs and the
+    /// all-reduce's other rank is. Default: the GPU after --device, if this
+    /// machine has one.
+    #[arg(long)]
+    pub peer: Option<usize>,
+    /// Sizes of the copies between GPUs, MiB (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = MultiGpuConfig::default().sizes_mib)]
+    pub sizes_mib: Vec<usize>,
+    /// Copies (rounds, training steps) in a long run: each is timed as the
+    /// long run minus a run of one, over one fewer.
+    #[arg(long, default_value_t = MultiGpuConfig::default().copies)]
+    pub copies: usize,
+    /// Timed runs of each measurement, after one untimed run.
+    #[arg(long, default_value_t = MultiGpuConfig::default().repeats)]
+    pub repeats: usize,
+    /// Chunks of the copy staged through pinned host memory.
+    #[arg(long, default_value_t = MultiGpuConfig::default().staging_chunks)]
+    pub staging_chunks: usize,
+    /// MiB each of the four operations of the four-way overlap moves or computes.
+    #[arg(long, default_value_t = MultiGpuConfig::default().four_way_mib)]
+    pub four_way_mib: usize,
+    /// MiB of the two-stage pipeline's data.
+    #[arg(long, default_value_t = MultiGpuConfig::default().pipeline_mib)]
+    pub pipeline_mib: usize,
+    /// How long one stage takes over all of the pipeline's data, ms (its
+    /// kernel is calibrated to it; each micro-batch takes its share).
+    #[arg(long, default_value_t = MultiGpuConfig::default().stage_ms)]
+    pub stage_ms: f64,
+    /// Micro-batch counts of the bubble sweep (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = MultiGpuConfig::default().micro_batches)]
+    pub micro_batches: Vec<usize>,
+    /// MiB of gradients on each GPU.
+    #[arg(long, default_value_t = MultiGpuConfig::default().grad_mib)]
+    pub grad_mib: usize,
+    /// Bucket sizes of the all-reduce sweep, MiB (comma-separated; each divides --grad-mib).
+    #[arg(long, value_delimiter = ',', default_values_t = MultiGpuConfig::default().buckets_mib)]
+    pub buckets_mib: Vec<usize>,
+    /// The backward pass's compute against its all-reduces at the largest
+    /// bucket: 1.25 makes the kernels 25% longer than the communication.
+    #[arg(long, default_value_t = MultiGpuConfig::default().compute_ratio)]
+    pub compute_ratio: f64,
+    /// The Python that has PyTorch, for the reference copy between the same GPUs.
+    #[arg(long, default_value_t = MultiGpuConfig::default().python)]
+    pub python: String,
+    /// Skip PyTorch's reference copy.
+    #[arg(long)]
+    pub no_reference: bool,
+}
+
+impl Default for MultiGpuConfig {
+    fn default() -> Self {
+        MultiGpuConfig {
+            device: 0,
+            peer: None,
+            sizes_mib: vec![1, 4, 16, 64],
+            copies: 8,
+            repeats: 7,
+            staging_chunks: 8,
+            four_way_mib: 64,
+            pipeline_mib: 64,
+            stage_ms: 20.0,
+            micro_batches: vec![1, 2, 4, 8, 16, 32],
+            grad_mib: 128,
+            buckets_mib: vec![4, 8, 16, 32, 64],
+            compute_ratio: 1.25,
+            python: "python3".into(),
+            no_reference: false,
+        }
+    }
+}
+
+impl MultiGpuConfig {
+    /// The notebook's run.
+    pub fn quick() -> Self {
+        MultiGpuConfig {
+            sizes_mib: vec![4, 64],
+            copies: 6,
+            repeats: 5,
+            four_way_mib: 32,
+            pipeline_mib: 32,
+            stage_ms: 10.0,
+            micro_batches: vec![1, 2, 4, 8, 16],
+            grad_mib: 64,
+            buckets_mib: vec![4, 16, 64],
+            ..Self::default()
+        }
+    }
+    /// Every code path, small (for compute-sanitizer and smoke tests). The
+    /// copies stay at 32 MiB: under compute-sanitizer, copies of 1 MiB
+    /// within an H100 did not take measurably longer than one (each API
+    /// call is slowed, so the runs' gaps drown a copy of a microsecond).
+    pub fn small() -> Self {
+        MultiGpuConfig {
+            sizes_mib: vec![32],
+            copies: 4,
+            repeats: 2,
+            staging_chunks: 2,
+            four_way_mib: 2,
+            pipeline_mib: 2,
+            stage_ms: 2.0,
+            micro_batches: vec![1, 4],
+            grad_mib: 4,
+            buckets_mib: vec![1, 2],
+            no_reference: true,
+            ..Self::default()
+        }
+    }
+    pub fn validate(&self) -> Result<()> {
+        let mib = |what: &str, v: usize| {
+            if v == 0 || v > 16384 {
+                Err(LabError::config(format!("{what} must be 1-16384 MiB (got {v})")))
+            } else {
+                Ok(())
+            }
+        };
+        if self.sizes_mib.is_empty() {
+            return Err(LabError::config("--sizes-mib must list at least one size"));
+        }
+        for &s in &self.sizes_mib {
+            mib("--sizes-mib", s)?;
+        }
+        mib("--four-way-mib", self.four_way_mib)?;
+        mib("--pipeline-mib", self.pipeline_mib)?;
+        mib("--grad-mib", self.grad_mib)?;
+        if self.copies < 2 || self.copies > 1000 {
+            return Err(LabError::config(format!("--copies must be 2-1000: a copy is timed as a run of that many minus a run of one (got {})", self.copies)));
+        }
+        if self.repeats == 0 || self.repeats > 1000 {
+            return Err(LabError::config(format!("--repeats must be 1-1000 (got {})", self.repeats)));
+        }
+        let smallest = self.sizes_mib.iter().min().copied().unwrap_or(1) << 18;
+        if self.staging_chunks == 0 || self.staging_chunks > 1024 || smallest < 2 * self.staging_chunks {
+            return Err(LabError::config(format!("--staging-chunks must be 1-1024 (got {})", self.staging_chunks)));
+        }
+        if !(self.stage_ms > 0.0 && self.stage_ms <= 10_000.0) {
+            return Err(LabError::config(format!("--stage-ms must be more than 0 and at most 10000 ms (got {})", self.stage_ms)));
+        }
+        let elements = self.pipeline_mib << 18;
+        if self.micro_batches.is_empty() || self.micro_batches.iter().any(|&m| m == 0 || m > 4096 || 2 * m > elements) {
+            return Err(LabError::config(format!("--micro-batches must list counts of 1-4096 (got {:?})", self.micro_batches)));
+        }
+        if self.buckets_mib.is_empty() || self.buckets_mib.iter().any(|&b| b == 0 || b > self.grad_mib || self.grad_mib % b != 0) {
+            return Err(LabError::config(format!(
+                "--buckets-mib must list bucket sizes that divide --grad-mib {} evenly (got {:?})",
+                self.grad_mib, self.buckets_mib
+            )));
+        }
+        if !(0.05..=20.0).contains(&self.compute_ratio) {
+            return Err(LabError::config(format!("--compute-ratio must be 0.05-20 (got {})", self.compute_ratio)));
+        }
+        if self.peer == Some(self.device) {
+            return Err(LabError::config(format!("--peer {} is --device itself: give another GPU", self.device)));
+        }
+        Ok(())
+    }
+
+    /// The second GPU on a machine of `gpus` GPUs: --peer, else the GPU
+    /// after --device (wrapping), else none (one GPU).
+    pub fn second_gpu(&self, gpus: usize) -> Result<Option<usize>> {
+        match self.peer {
+            Some(p) if p >= gpus => Err(LabError::config(format!("--peer {p}: this machine has {gpus} GPU(s), numbered from 0"))),
+            Some(p) => Ok(Some(p)),
+            None if gpus < 2 => Ok(None),
+            None => Ok(Some((self.device + 1) % gpus)),
+        }
+    }
+}
+
+crate::lab_config!(MultiGpuConfig);
+
+/// The two-stage pipeline's sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PipelineResults {
+    /// FMAs per element of the stage kernel.
+    pub iterations: i32,
+    /// One stage's kernel over all the data alone, ms.
+    pub stage_ms: Summary,
+    pub points: Vec<BubblePoint>,
+    /// One run at [`PipelineResults::drawn`] micro-batches.
+    pub timeline: Option<Timeline>,
+}
+
+impl PipelineResults {
+    /// The micro-batch count whose run is drawn: the largest up to 8.
+    pub fn drawn(micro_batches: &[usize]) -> usize {
+        micro_batches.iter().copied().filter(|&m| m <= 8).max().or_else(|| micro_batches.iter().copied().min()).unwrap_or(1)
+    }
+}
+
+/// The gradient all-reduce's sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AllReduceResults {
+    pub nccl_version: String,
+    pub ranks: usize,
+    /// The layer kernel's FMAs per element.
+    pub iterations: i32,
+    pub points: Vec<AllReducePoint>,
+    /// One overlapped step at the middle bucket size.
+    pub timeline: Option<Timeline>,
+}
+
+impl AllReduceResults {
+    /// The point that hid the most communication among those whose
+    /// compute is at least as long as their communication.
+    pub fn best(&self) -> Option<&AllReducePoint> {
+        self.points.iter().filter(|p| p.compute_ms() >= p.comm_ms()).max_by(|a, b| a.hidden().total_cmp(&b.hidden()))
+    }
+}
+
+/// The lab's results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MultiGpuResults {
+    pub config: MultiGpuConfig,
+    /// Every GPU of the machine and the path between each pair.
+    pub topology: Topology,
+    /// The GPUs the lab ran on (ordinals): --device, then the second GPU
+    /// where the machine has one.
+    pub gpus: Vec<usize>,
+    /// Copies to the second GPU (within GPU 0 with one), by size.
+    pub peer: Vec<PeerPoint>,
+    /// PyTorch's copy between the same GPUs at the largest size, or why there is none.
+    pub torch: std::result::Result<TorchPeer, String>,
+    pub four_way: FourWay,
+    /// One round of the four at once.
+    pub four_way_timeline: Option<Timeline>,
+    pub pipeline: PipelineResults,
+    /// The gradient all-reduce, or why it was skipped (one GPU, no NCCL).
+    pub all_reduce: std::result::Result<AllReduceResults, String>,
+}
+
+impl MultiGpuResults {
+    /// Whether the lab ran on two GPUs (else copies within one GPU).
+    pub fn two_gpus(&self) -> bool {
+        self.gpus.len() > 1
+    }
+    /// "GPU 0 -> GPU 1", or "within GPU 0" with one GPU.
+    pub fn pair(&self) -> String {
+        match self.gpus[..] {
+            [a, b, ..] => format!("GPU {a} -> GPU {b}"),
+            [a] => format!("within GPU {a}"),
+            [] => "no GPU".into(),
+        }
+    }
+    /// The link between the lab's two GPUs, as the driver and NVML tell it.
+    pub fn link(&self) -> String {
+        match self.gpus[..] {
+            [a, b, ..] => self.topology.path(a, b).map_or("unknown".into(), |p| {
+                format!("{}, {}", p.link, if p.can_access { "peer access" } else { "no peer access: copies go through host memory" })
+            }),
+            _ => "one GPU".into(),
+        }
+    }
+    /// The largest size's point.
+    pub fn largest(&self) -> Option<&PeerPoint> {
+        self.peer.iter().max_by_key(|p| p.bytes)
+    }
+    /// Ours over PyTorch's at the largest size: (one way, both ways).
+    pub fn against_torch(&self) -> Option<(f64, f64)> {
+        let (ours, torch) = (self.largest()?, self.torch.as_ref().ok()?);
+        Some((ours.one_way.median / torch.one_way.median, ours.both_ways.median / torch.both_ways.median))
+    }
+    /// The bubble point at `m` micro-batches.
+    pub fn bubble(&self, m: usize) -> Option<&BubblePoint> {
+        self.pipeline.points.iter().find(|p| p.micro_batches == m)
+    }
+
+    /// The table the command line prints.
+    pub fn table(&self) -> String {
+        let mut out = self.topology.describe();
+        out += &format!("the lab's GPUs: {} ({})\n", self.pair(), self.link());
+        if !self.two_gpus() {
+            out += "ONE GPU: the copies below are within GPU 0, the pipeline's two stages share it, and the all-reduce needs two GPUs; the notebook shows a two-GPU recording where there is one\n";
+        }
+        out += &self.peer_lines();
+        out += &self.four_way_lines();
+        out += &self.pipeline_lines();
+        out += &self.all_reduce_lines();
+        out
+    }
+
+    fn peer_lines(&self) -> String {
+        let c = &self.config;
+        let mut out = format!(
+            "\ncopies {} (GB/s, median and 25%..75% of {} runs; each copy timed as {} copies minus one, over {}):\n",
+            self.pair(),
+            c.repeats,
+            c.copies,
+            c.copies - 1
+        );
+        out += &format!("  {:>9} {:>22} {:>22} {:>22} {:>22}\n", "size", "one way", "both ways", "staged via host", "host link (H2D)");
+        let cell = |s: &Summary| {
+            let (lo, hi) = s.middle_range();
+            format!("{:.1} ({:.1}..{:.1})", s.median, lo, hi)
+        };
+        for p in &self.peer {
+            out += &format!(
+                "  {:>9} {:>22} {:>22} {:>22} {:>22}\n",
+                Bytes(p.bytes).to_string(),
+                cell(&p.one_way),
+                cell(&p.both_ways),
+                cell(&p.staged),
+                cell(&p.host)
+            );
+        }
+        out += "  (both ways: the bytes that crossed in both directions per second; staged: down to pinned host memory and up again, in chunks that overlap)\n";
+        match (&self.torch, self.against_torch()) {
+            (Ok(t), Some((one, both))) => {
+                out += &format!(
+                    "PyTorch {} at {}, same GPUs, same run: one way {:.1} GB/s (ours {}), both ways {:.1} GB/s (ours {})\n",
+                    t.torch,
+                    Bytes(t.bytes),
+                    t.one_way.median,
+                    pct(one),
+                    t.both_ways.median,
+                    pct(both)
+                );
+            }
+            (Err(why), _) => out += &format!("no PyTorch reference: {why}\n"),
+            _ => {}
+        }
+        out
+    }
+
+    fn four_way_lines(&self) -> String {
+        let f = &self.four_way;
+        let names = ["H2D", "D2H", if self.two_gpus() { "copy to GPU 1" } else { "copy within GPU 0" }, "kernel"];
+        let alone: Vec<String> = names.iter().zip(&f.alone_ms).map(|(n, s)| format!("{n} {}", fmt_ms(s.median))).collect();
+        let (bound, link_bound, serial, m) = (f.bound_ms(), f.link_bound_ms(), f.serial_ms(), f.together_ms.median);
+        format!(
+            "\nfour-way overlap on GPU 0, {} each (a round by difference):\n  alone: {}; H2D and D2H together {}\n  all four at once {} (25%..75% {}..{}); serial sum {}; bound (the longest alone) {}; with the host link's two directions as measured together {}\n  at once took {} of the bound with the link measured, and saved {} of what overlap could save (serial - bound)\n",
+            Bytes(f.bytes),
+            alone.join(", "),
+            fmt_ms(f.host_link_ms.median),
+            fmt_ms(m),
+            fmt_ms(f.together_ms.middle_range().0),
+            fmt_ms(f.together_ms.middle_range().1),
+            fmt_ms(serial),
+            fmt_ms(bound),
+            fmt_ms(link_bound),
+            pct(m / link_bound),
+            pct((serial - m) / (serial - bound))
+        )
+    }
+
+    fn pipeline_lines(&self) -> String {
+        let p = &self.pipeline;
+        let mut out = format!(
+            "\ntwo-stage pipeline, {} MiB, stage {} on {} ({} per stage over all the data, {} FMAs per element):\n",
+            self.config.pipeline_mib,
+            if self.two_gpus() { "1 on GPU 0 and stage 2 on GPU 1" } else { "1 and stage 2 both" },
+            if self.two_gpus() { "two GPUs" } else { "GPU 0" },
+            fmt_ms(p.stage_ms.median),
+            p.iterations
+        );
+        out += &format!("  {:>13} {:>24} {:>20} {:>8} {:>12}\n", "micro-batches", "bubble (25%..75%)", "model (S-1)/(M+S-1)", "diff", "total");
+        for b in &p.points {
+            let measured = b.measured.as_ref().map_or("no timeline".to_string(), |m| {
+                let (lo, hi) = m.middle_range();
+                format!("{} ({}..{})", pct(m.median), pct(lo), pct(hi))
+            });
+            let diff = b.measured.as_ref().map_or("-".to_string(), |m| format!("{:+.1}", 100.0 * (m.median - b.model)));
+            out += &format!("  {:>13} {:>24} {:>20} {:>8} {:>12}\n", b.micro_batches, measured, pct(b.model), diff, fmt_ms(b.total_ms.median));
+        }
+        out += if self.two_gpus() {
+            "  (bubble: the share of the window from the first kernel's start to the last one's end that each GPU ran no kernel, averaged over the GPUs; diff in points)\n"
+        } else {
+            "  (one GPU: both stages' kernels share its SMs, so the bubble model, for one GPU a stage, does not apply: this checks the code path)\n"
+        };
+        out
+    }
+
+    fn all_reduce_lines(&self) -> String {
+        let a = match &self.all_reduce {
+            Err(why) => return format!("\ngradient all-reduce: skipped: {why}\n"),
+            Ok(a) => a,
+        };
+        let mut out = format!(
+            "\ngradient all-reduce, NCCL {} over {} GPUs, {} MiB of gradients each, layer kernel {} FMAs per element (compute {}x the communication at the largest bucket):\n",
+            a.nccl_version, a.ranks, self.config.grad_mib, a.iterations, self.config.compute_ratio
+        );
+        out += &format!(
+            "  {:>9} {:>7} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}\n",
+            "bucket", "buckets", "one sum", "bus GB/s", "compute", "comm", "serial", "overlapped", "model", "hidden", "at most"
+        );
+        for p in &a.points {
+            out += &format!(
+                "  {:>9} {:>7} {:>10} {:>9.1} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}\n",
+                Bytes(p.bucket_bytes).to_string(),
+                p.buckets,
+                fmt_ms(p.all_reduce_ms.median),
+                p.bus_gbps(a.ranks),
+                fmt_ms(p.compute_ms()),
+                fmt_ms(p.comm_ms()),
+                fmt_ms(p.serial_ms.median),
+                fmt_ms(p.overlapped_ms.median),
+                fmt_ms(p.predicted_ms),
+                pct(p.hidden()),
+                pct(p.hidden_bound())
+            );
+        }
+        out += "  (a training step, by difference; hidden: (serial - overlapped) / comm; at most: all but the last bucket's sum where compute is the longer; bus GB/s: NCCL's bus bandwidth of one bucket's sum)\n";
+        if let Some(b) = a.best() {
+            out += &format!(
+                "best where compute is at least as long as the communication: buckets of {} hid {} of the communication ({} at most), NCCL's bus bandwidth {:.1} GB/s\n",
+                Bytes(b.bucket_bytes),
+                pct(b.hidden()),
+                pct(b.hidden_bound()),
+                b.bus_gbps(a.ranks)
+            );
+        }
+        out
+    }
+
+    /// The headline rows.
+    pub fn headline(&self) -> Vec<(String, String)> {
+        let mut rows = vec![(
+            "GPUs the lab ran on".to_string(),
+            if self.two_gpus() { format!("2: {}", self.link()) } else { "1: copies within GPU 0, no all-reduce".into() },
+        )];
+        if let Some(p) = self.largest() {
+            let vs = |ours: f64, t: Option<f64>| t.map_or(format!("{ours:.0} GB/s"), |r| format!("{ours:.0} GB/s ({} of PyTorch)", pct(r)));
+            let t = self.against_torch();
+            let what = if self.two_gpus() { "peer copy" } else { "copy within GPU 0" };
+            rows.push((format!("{what} one way, {}", Bytes(p.bytes)), vs(p.one_way.median, t.map(|t| t.0))));
+            rows.push((format!("{what} both ways, {}", Bytes(p.bytes)), vs(p.both_ways.median, t.map(|t| t.1))));
+            rows.push((format!("staged through host memory, {}", Bytes(p.bytes)), format!("{:.0} GB/s", p.staged.median)));
+        }
+        let f = &self.four_way;
+        rows.push((
+            "four-way overlap (H2D, D2H, copy, kernel at once)".into(),
+            format!("{} vs bound {} (serial {})", fmt_ms(f.together_ms.median), fmt_ms(f.link_bound_ms()), fmt_ms(f.serial_ms())),
+        ));
+        let m = PipelineResults::drawn(&self.config.micro_batches);
+        if let Some(b) = self.bubble(m).filter(|_| self.two_gpus()) {
+            let measured = b.measured.as_ref().map_or("no timeline".into(), |s| pct(s.median));
+            rows.push((format!("pipeline bubble, {m} micro-batches"), format!("{measured} (model {})", pct(b.model))));
+        }
+        rows.push((
+            "all-reduce hidden behind compute (best bucket)".into(),
+            match &self.all_reduce {
+                Ok(a) => a.best().map_or("compute shorter than the communication at every bucket".into(), |b| {
+                    format!("{} at {} buckets, bus {:.0} GB/s", pct(b.hidden()), Bytes(b.bucket_bytes), b.bus_gbps(a.ranks))
+                }),
+                Err(why) => format!("skipped: {why}"),
+            },
+        ));
+        rows
+    }
+}
+
+pub type MultiGpuRecord = crate::measure::record::Record<MultiGpuResults>;
+
+/// Notebook entry points for lab 8.
+impl crate::notebook::LabRun<MultiGpuResults> {
+    /// Every measurement, as the command line prints it.
+    pub fn table(&self) -> String {
+        self.record.results.table()
+    }
+    /// The GPUs of the recording's machine and the path between each pair.
+    pub fn topology(&self) -> String {
+        self.record.results.topology.describe()
+    }
+    /// GB/s against size: one way, both ways, staged, the host link, PyTorch.
+    pub fn peer_chart(&self) -> crate::present::chart::Figure {
+        self.record.results.peer_chart(&self.origin())
+    }
+    /// One round of the four operations at once.
+    pub fn four_way_timeline(&self) -> Result<crate::pipeline::timeline::Gantt> {
+        self.record.results.four_way_gantt(&self.origin()).ok_or_else(|| self.no_timeline("the four-way round"))
+    }
+    /// The bubble against micro-batches, measured and modelled.
+    pub fn bubble_chart(&self) -> crate::present::chart::Figure {
+        self.record.results.bubble_chart(&self.origin())
+    }
+    /// One run of the two-stage pipeline, a lane per GPU's stream.
+    pub fn pipeline_timeline(&self) -> Result<crate::pipeline::timeline::Gantt> {
+        self.record.results.pipeline_gantt(&self.origin()).ok_or_else(|| self.no_timeline("the pipeline's run"))
+    }
+    /// Hidden share and bus bandwidth against bucket size.
+    pub fn all_reduce_chart(&self) -> Result<crate::present::chart::Figure> {
+        self.record.results.all_reduce_chart(&self.origin()).ok_or_else(|| self.skipped_all_reduce())
+    }
+    /// One overlapped training step, a lane per GPU's compute and comm streams.
+    pub fn all_reduce_timeline(&self) -> Result<crate::pipeline::timeline::Gantt> {
+        match &self.record.results.all_reduce {
+            Ok(_) => self.record.results.all_reduce_gantt(&self.origin()).ok_or_else(|| self.no_timeline("the training step")),
+            Err(_) => Err(self.skipped_all_reduce()),
+        }
+    }
+    fn no_timeline(&self, what: &str) -> LabError {
+        LabError::NothingToDraw(format!("{}: no timeline of {what} (a tool that holds CUPTI, such as Nsight or compute-sanitizer, ran it)", self.origin()))
+    }
+    fn skipped_all_reduce(&self) -> LabError {
+        let why = self.record.results.all_reduce.as_ref().err().cloned().unwrap_or_default();
+        LabError::NothingToDraw(format!("{}: the all-reduce was skipped ({why})", self.origin()))
+    }
+    /// Checks the learner's micro-batch loop: on the model (races, host
+    /// waits, wrong GPU, the bubble predicted from the recording's stage
+    /// times), and where notebooks run live, on this machine's GPUs with
+    /// the bubble read off the run's timeline.
+    pub fn check_micro_batches(
+        &self,
+        learner: impl Fn(&mut dyn crate::pipeline::issue::Issue, &pipeline_parallel::MicroBatchTask) -> Result<()> + Send + Sync + 'static,
+    ) -> crate::labs::check::CheckReport {
+        let learner: pipeline_parallel::Loop = std::sync::Arc::new(learner);
+        let r = &self.record.results;
+        let cfg = r.config.clone();
+        self.check(
+            exercise::EXERCISE,
+            cfg.device,
+            |gpu| exercise::check_live(gpu, &cfg, learner.clone()),
+            || exercise::check_recorded(&self.record, learner.clone()),
+        )
+    }
+}
+
+/// The newest recording in `data/` made on two GPUs or more: what a
+/// machine with one GPU shows of a pair (`None` while there is none).
+pub fn recorded_pair() -> Result<Option<crate::notebook::LabRun<MultiGpuResults>>> {
+    crate::notebook::LabRun::recorded_where(LAB, "it is the newest recording made on two GPUs, shown on any machine", MultiGpuResults::two_gpus)
+}
+
+/// The report's files for a recording: the charts, the timelines (with
+/// Chrome traces) and the table.
+pub fn report(rec: &MultiGpuRecord, dir: &std::path::Path, origin: &str) -> Result<Vec<std::path::PathBuf>> {
+    charts::report(&rec.results, dir, origin)
+}
+
+/// Lab 8's entry in the lab table.
+pub static ENTRY: crate::labs::Entry<MultiGpuConfig, MultiGpuResults> = crate::labs::Entry {
+    number: 8,
+    name: LAB,
+    module: module_path!(),
+    teaches: "Several GPUs: peer copies, cross-GPU events in a pipeline, an all-reduce overlapping compute",
+    about: "Lab 8: copies between GPUs, four-way overlap, a two-stage pipeline over GPUs, NCCL's all-reduce beside compute",
+    measure: measure::run,
+    tables: |rec| rec.results.table(),
+    figures: report,
+    headline: MultiGpuResults::headline,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::issue::Issue;
+    use crate::testing::{fails_with, multi_gpu_results};
+    use pipeline_parallel::{events_only, host_synchronized, MicroBatchTask};
+
+    #[test]
+    fn presets_are_valid_and_bad_settings_name_the_setting() {
+        for c in [MultiGpuConfig::default(), MultiGpuConfig::quick(), MultiGpuConfig::small()] {
+            c.validate().unwrap();
+        }
+        let bad = |f: &dyn Fn(&mut MultiGpuConfig), want: &str| {
+            let mut c = MultiGpuConfig::default();
+            f(&mut c);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        };
+        bad(&|c| c.sizes_mib = vec![], "--sizes-mib");
+        bad(&|c| c.sizes_mib = vec![0], "--sizes-mib must be 1-16384");
+        bad(&|c| c.copies = 1, "--copies must be 2-1000");
+        bad(&|c| c.repeats = 0, "--repeats");
+        bad(&|c| c.staging_chunks = 0, "--staging-chunks");
+        bad(&|c| c.stage_ms = f64::NAN, "--stage-ms");
+        bad(&|c| c.micro_batches = vec![0], "--micro-batches");
+        bad(&|c| c.buckets_mib = vec![3], "divide --grad-mib 128");
+        bad(&|c| c.buckets_mib = vec![512], "divide --grad-mib");
+        bad(&|c| c.compute_ratio = 0.0, "--compute-ratio");
+        bad(&|c| c.peer = Some(0), "--peer 0 is --device itself");
+        bad(&|c| c.four_way_mib = 1 << 20, "--four-way-mib");
+    }
+
+    #[test]
+    fn the_second_gpu_is_the_next_one_or_peer_or_none() {
+        let c = MultiGpuConfig::default();
+        assert_eq!(c.second_gpu(1).unwrap(), None);
+        assert_eq!(c.second_gpu(2).unwrap(), Some(1));
+        assert_eq!(MultiGpuConfig { device: 3, ..c.clone() }.second_gpu(4).unwrap(), Some(0), "wraps");
+        assert_eq!(MultiGpuConfig { peer: Some(2), ..c.clone() }.second_gpu(4).unwrap(), Some(2));
+        let e = MultiGpuConfig { peer: Some(2), ..c }.second_gpu(2).unwrap_err().to_string();
+        assert!(e.contains("--peer 2: this machine has 2 GPU(s)"), "{e}");
+    }
+
+    #[test]
+    fn the_table_and_headline_give_each_part_beside_its_reference() {
+        let r = multi_gpu_results(true);
+        let t = r.table();
+        assert!(t.contains("the lab's GPUs: GPU 0 -> GPU 1 (NVLink x18, peer access)"), "{t}");
+        assert!(t.contains("300.0 (300.0..300.0)") && t.contains("560.0") && t.contains("25.0") && t.contains("50.0"), "{t}");
+        // 300 of 310 one way, 560 of 580 both ways.
+        assert!(t.contains("one way 310.0 GB/s (ours 96.8%), both ways 580.0 GB/s (ours 96.6%)"), "{t}");
+        // Four-way: 1.7 ms against a bound of 1.6 (H2D and D2H together),
+        // serial 3.8, alone bound 1.2: it saved 2.1 of 2.6.
+        assert!(t.contains("took 106.2% of the bound with the link measured, and saved 80.8% of what overlap could save"), "{t}");
+        assert!(t.contains("diff") && t.contains("+2.0"), "{t}");
+        assert!(t.contains("NCCL 2.28.3 over 2 GPUs"), "{t}");
+        assert!(t.contains("buckets of 4 MiB hid 93.8% of the communication (96.9% at most), NCCL's bus bandwidth 83.9 GB/s"), "{t}");
+        let h = r.headline();
+        let row = |what: &str| h.iter().find(|(k, _)| k.starts_with(what)).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("{what}: {h:?}"));
+        assert_eq!(row("GPUs the lab ran on"), "2: NVLink x18, peer access");
+        assert_eq!(row("peer copy one way"), "300 GB/s (96.8% of PyTorch)");
+        assert_eq!(row("pipeline bubble, 8 micro-batches"), "13.1% (model 11.1%)");
+        assert!(row("all-reduce hidden").starts_with("93.8% at 4 MiB buckets, bus 84 GB/s"), "{h:?}");
+        assert!(row("four-way").contains("1.70 ms vs bound 1.60 ms (serial 3.80 ms)"), "{h:?}");
+    }
+
+    #[test]
+    fn with_one_gpu_the_lab_says_what_it_could_not_run() {
+        let r = multi_gpu_results(false);
+        let t = r.table();
+        assert!(t.contains("ONE GPU") && t.contains("within GPU 0") && t.contains("one GPU: no peer"), "{t}");
+        assert!(t.contains("no PyTorch reference: --no-reference"), "{t}");
+        assert!(t.contains("gradient all-reduce: skipped: one GPU here"), "{t}");
+        assert!(t.contains("does not apply"), "{t}");
+        let h = r.headline();
+        assert!(h.iter().any(|(k, v)| k == "GPUs the lab ran on" && v.starts_with("1:")), "{h:?}");
+        assert!(h.iter().any(|(k, _)| k.starts_with("copy within GPU 0 one way")), "{h:?}");
+        assert!(!h.iter().any(|(k, _)| k.starts_with("pipeline bubble")), "no bubble row for one GPU: {h:?}");
+        assert!(h.iter().any(|(k, v)| k.starts_with("all-reduce") && v.starts_with("skipped: one GPU")), "{h:?}");
+        assert!(r.all_reduce_chart("test").is_none() && r.all_reduce_gantt("test").is_none());
+    }
+
+    #[test]
+    fn the_report_draws_every_chart_and_timeline_with_chrome_traces() {
+        for two in [true, false] {
+            let r = multi_gpu_results(two);
+            let dir = crate::testing::temp_dir("multi-gpu-report");
+            let files = charts::report(&r, &dir, "test").unwrap();
+            let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
+            for want in ["multi-gpu-peer.svg", "multi-gpu-bubble.png", "multi-gpu-four-way.svg", "multi-gpu-pipeline.trace.json", "multi-gpu-summary.txt"] {
+                assert!(names.contains(&want.to_string()), "{want}: {names:?}");
+            }
+            assert_eq!(names.contains(&"multi-gpu-all-reduce.svg".to_string()), two, "{names:?}");
+            assert_eq!(names.contains(&"multi-gpu-all-reduce-step.trace.json".to_string()), two, "{names:?}");
+            assert!(names.iter().all(|n| n.starts_with("multi-gpu-")), "{names:?}");
+        }
+        let r = multi_gpu_results(true);
+        let svg = crate::present::chart::render_svg(&r.peer_chart("test")).unwrap();
+        assert!(svg.contains("PyTorch 2.11.0: one way") && svg.contains("staged through pinned host memory"), "the legend names each line");
+        let g = r.all_reduce_gantt("test").unwrap();
+        let lanes = g.timelines[0].lanes();
+        assert!(lanes.iter().any(|l| l.starts_with("GPU 0 ·") && l.ends_with("comm")) && lanes.iter().any(|l| l.starts_with("GPU 1 ·")), "{lanes:?}");
+        let svg = crate::present::chart::Chart::to_svg(&g).unwrap();
+        assert!(svg.contains("all-reduce") && svg.contains("kernel"), "the legend names the all-reduce");
+    }
+
+    #[test]
+    fn the_notebook_check_on_recorded_costs_passes_events_and_names_host_waits() {
+        let mut rec = crate::measure::record::Record::new(LAB, crate::testing::fingerprint(), multi_gpu_results(true));
+        let r = &rec.results;
+        let costs = exercise::recorded_costs(r, exercise::MICRO_BATCHES);
+        // 10 ms a stage over all the data: 1.25 ms a micro-batch of 8; a
+        // 4 MiB activation at 300 GB/s: 0.014 ms; the 32 MiB upload at 50 GB/s.
+        let n = (r.config.pipeline_mib << 18) / 8;
+        assert!((costs[&(OpKind::Kernel, n)] - 1.25).abs() < 1e-9, "{costs:?}");
+        assert!((costs[&(OpKind::D2d(Link { from: 0, to: 1 }), n)] - 4.0 * 1048576.0 / 300e6).abs() < 1e-9, "{costs:?}");
+        assert!((costs[&(OpKind::H2d, 8 * n)] - 32.0 * 1048576.0 / 50e6).abs() < 1e-9, "{costs:?}");
+        let good = exercise::check_recorded(&rec, std::sync::Arc::new(events_only));
+        assert!(good.passed, "{good}");
+        let bad = exercise::check_recorded(&rec, std::sync::Arc::new(host_synchronized));
+        fails_with(&bad, "host synchronization in the loop");
+        fails_with(&bad, "bubble");
+        let panics = exercise::check_recorded(
+            &rec,
+            std::sync::Arc::new(|_: &mut dyn Issue, t: &MicroBatchTask| {
+                let v: Vec<usize> = vec![];
+                let _ = v[t.micro_batches];
+                Ok(())
+            }),
+        );
+        fails_with(&panics, "your loop panicked");
+        rec.results = multi_gpu_results(false);
+        let one = exercise::check_recorded(&rec, std::sync::Arc::new(events_only));
+        assert!(one.passed && one.to_string().contains("the recording is of one GPU"), "{one}");
+    }
+}

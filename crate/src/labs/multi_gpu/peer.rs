@@ -36,6 +36,21 @@ pub fn one_way(elements: usize, from: usize, to: usize, repeats: usize) -> Plan 
     placed(p, from, to)
 }
 
+/// `repeats` uploads of the whole buffer from pinned host memory to GPU
+/// `to`'s buffer 1, back to back on a stream of `to`, then its download:
+/// the host link, for comparison with the copies between GPUs.
+pub fn upload(elements: usize, to: usize, repeats: usize) -> Plan {
+    let specs = vec![StreamSpec::new("uploads", StreamKind::NonBlocking, 0).on_gpu(to)];
+    let p = Plan::new("upload from pinned host memory", specs, elements, 2, move |p, r| {
+        let (s, n) = (r.streams[0], r.elements);
+        for _ in 0..repeats.max(1) {
+            p.h2d(s, r.devices[1], 0, r.input, 0, n, COPY)?;
+        }
+        p.d2h(s, r.output, 0, r.devices[1], 0, n, "download")
+    });
+    placed(p, to, to)
+}
+
 /// Both directions at once: half the buffer from `from` to `to` on a
 /// stream of `from` while the other half goes from `to` to `from` on a
 /// stream of `to`, `repeats` times each. Buffer 0 (on `from`) holds the
@@ -101,7 +116,7 @@ mod tests {
     #[test]
     fn every_plan_moves_the_data_verified_and_race_free_over_two_gpus_or_one() {
         for (from, to) in [(0, 1), (1, 0), (0, 0)] {
-            for p in [one_way(64, from, to, 3), both_ways(64, from, to, 3), staged(64, from, to, 4, 2)] {
+            for p in [one_way(64, from, to, 3), both_ways(64, from, to, 3), staged(64, from, to, 4, 2), upload(64, to, 3)] {
                 let m = p.model().unwrap();
                 assert!(m.schedule.races().is_empty(), "{}: {:?}", p.name, m.schedule.races());
                 let out = Plan::output_cells(&m);

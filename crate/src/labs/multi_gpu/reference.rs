@@ -43,7 +43,12 @@ pub fn torch_peer(python: &str, (from, to): (usize, usize), bytes: usize, t: Tim
         format!("--copies={}", t.copies),
         format!("--runs={}", t.runs),
     ];
-    let out = std::process::Command::new(python).args(&args).output().map_err(|e| format!("`{python}` could not be started: {e}"))?;
+    // NVLink multicast stays off in the child too (gpu::nccl::MULTICAST_OFF).
+    let out = std::process::Command::new(python)
+        .args(&args)
+        .envs(crate::gpu::nccl::multicast_off_env())
+        .output()
+        .map_err(|e| format!("`{python}` could not be started: {e}"))?;
     let _ = std::fs::remove_dir_all(&dir);
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);

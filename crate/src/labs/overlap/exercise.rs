@@ -51,7 +51,7 @@ fn data_findings(cells: &[Provenance], t: &ChunkTask, rep: &mut CheckReport) {
                     "wrong data: output element {j} (chunk {c}) went through the kernel {k} times: a kernel reads the output buffer, not the uploaded input"
                 )
             }
-            Provenance::Garbage => {
+            Provenance::Garbage | Provenance::Summed { .. } => {
                 format!("wrong data: output element {j} (chunk {c}) was computed from data never uploaded: the kernel reads a range no H2D wrote")
             }
         };

@@ -360,6 +360,7 @@ impl Parts {
                 crate::pipeline::schedule::OpKind::D2h => self.d2h_ms.median,
                 crate::pipeline::schedule::OpKind::Host
                 | crate::pipeline::schedule::OpKind::D2d(_)
+                | crate::pipeline::schedule::OpKind::AllReduce(_)
                 | crate::pipeline::schedule::OpKind::Alloc(_)
                 | crate::pipeline::schedule::OpKind::Free(_) => 0.0,
             }

@@ -1,0 +1,165 @@
+//! Lab 8's figures: bandwidth against size, the bubble against
+//! micro-batches, the all-reduce against bucket size, and three timelines
+//! (a lane per GPU's stream); and the report files made from them.
+
+use super::{MultiGpuResults, PipelineResults, LAB};
+use crate::error::Result;
+use crate::pipeline::schedule::{Link, OpKind};
+use crate::pipeline::timeline::{kind_color, Gantt, Timeline};
+use crate::present::chart::{Chart, Figure, Panel, RGBColor, Series, XAxis};
+use std::path::{Path, PathBuf};
+
+const GREY: RGBColor = RGBColor(120, 120, 120);
+const BLACK: RGBColor = RGBColor(30, 30, 30);
+
+impl MultiGpuResults {
+    /// GB/s against size: one way, both ways, staged through host memory,
+    /// the host link's upload, and PyTorch's copies at the largest size.
+    pub fn peer_chart(&self, origin: &str) -> Figure {
+        let line = |label: &str, color, dashed, f: &dyn Fn(&super::PeerPoint) -> f64| Series {
+            label: label.into(),
+            color,
+            dashed,
+            points: self.peer.iter().map(|p| (p.bytes as f64, f(p))).collect(),
+        };
+        let peer = kind_color(OpKind::D2d(Link { from: 0, to: 1 }));
+        let mut series = vec![
+            line("one way", peer, false, &|p| p.one_way.median),
+            line("both ways (total)", kind_color(OpKind::AllReduce(2)), false, &|p| p.both_ways.median),
+            line("staged through pinned host memory", kind_color(OpKind::D2h), false, &|p| p.staged.median),
+            line("host link: H2D from pinned memory", GREY, true, &|p| p.host.median),
+        ];
+        if let Ok(t) = &self.torch {
+            series.push(Series {
+                label: format!("PyTorch {}: one way", t.torch),
+                color: BLACK,
+                dashed: false,
+                points: vec![(t.bytes as f64, t.one_way.median)],
+            });
+            series.push(Series {
+                label: format!("PyTorch {}: both ways", t.torch),
+                color: BLACK,
+                dashed: true,
+                points: vec![(t.bytes as f64, t.both_ways.median)],
+            });
+        }
+        Figure {
+            stem: format!("{LAB}-peer"),
+            title: format!("Lab 8: copies {} ({})", self.pair(), self.link()),
+            subtitle: origin.into(),
+            panels: vec![Panel {
+                title: "each copy timed by difference (a run of many minus a run of one), median of the runs".into(),
+                x_axis: XAxis::LogBytes,
+                x_label: "bytes per copy".into(),
+                y_label: "GB/s".into(),
+                log_y: true,
+                series,
+            }],
+            panel_size: (760, 460),
+        }
+    }
+
+    /// The bubble against micro-batches: measured and (S−1)/(M+S−1).
+    pub fn bubble_chart(&self, origin: &str) -> Figure {
+        let pts = &self.pipeline.points;
+        let measured = pts.iter().filter_map(|b| b.measured.as_ref().map(|m| (b.micro_batches as f64, 100.0 * m.median))).collect();
+        let model = pts.iter().map(|b| (b.micro_batches as f64, 100.0 * b.model)).collect();
+        let where_ = if self.two_gpus() { "stage 1 on GPU 0, stage 2 on GPU 1" } else { "ONE GPU: both stages on GPU 0 (the model is for one GPU a stage)" };
+        Figure {
+            stem: format!("{LAB}-bubble"),
+            title: "Lab 8: the two-stage pipeline's bubble".into(),
+            subtitle: origin.into(),
+            panels: vec![Panel {
+                title: format!("{} MiB, {where_}; events only, the CPU never waits", self.config.pipeline_mib),
+                x_axis: XAxis::LogCount,
+                x_label: "micro-batches".into(),
+                y_label: "% of the time each GPU idles".into(),
+                log_y: false,
+                series: vec![
+                    Series { label: "measured (CUPTI timeline)".into(), color: kind_color(OpKind::Kernel), dashed: false, points: measured },
+                    Series { label: "model (S-1)/(M+S-1)".into(), color: GREY, dashed: true, points: model },
+                ],
+            }],
+            panel_size: (760, 420),
+        }
+    }
+
+    /// Hidden share and bus bandwidth against bucket size; `None` when the
+    /// all-reduce was skipped.
+    pub fn all_reduce_chart(&self, origin: &str) -> Option<Figure> {
+        let a = self.all_reduce.as_ref().ok()?;
+        let by = |f: &dyn Fn(&super::AllReducePoint) -> f64| a.points.iter().map(|p| (p.bucket_bytes as f64, f(p))).collect::<Vec<_>>();
+        let color = kind_color(OpKind::AllReduce(2));
+        Some(Figure {
+            stem: format!("{LAB}-all-reduce"),
+            title: format!("Lab 8: gradient all-reduce beside compute (NCCL {}, {} GPUs)", a.nccl_version, a.ranks),
+            subtitle: origin.into(),
+            panels: vec![
+                Panel {
+                    title: format!("{} MiB of gradients per GPU: the communication hidden by overlap", self.config.grad_mib),
+                    x_axis: XAxis::LogBytes,
+                    x_label: "bucket size".into(),
+                    y_label: "% of the communication hidden".into(),
+                    log_y: false,
+                    series: vec![
+                        Series { label: "measured: (serial - overlapped) / comm".into(), color, dashed: false, points: by(&|p| 100.0 * p.hidden()) },
+                        Series { label: "at most (the last bucket exposed)".into(), color: GREY, dashed: true, points: by(&|p| 100.0 * p.hidden_bound()) },
+                    ],
+                },
+                Panel {
+                    title: "one bucket's all-reduce alone".into(),
+                    x_axis: XAxis::LogBytes,
+                    x_label: "bucket size".into(),
+                    y_label: "NCCL bus bandwidth, GB/s".into(),
+                    log_y: false,
+                    series: vec![Series { label: "bus bandwidth".into(), color, dashed: false, points: by(&|p| p.bus_gbps(a.ranks)) }],
+                },
+            ],
+            panel_size: (760, 380),
+        })
+    }
+
+    fn gantt(&self, stem: &str, title: &str, origin: &str, t: &Timeline) -> Gantt {
+        Gantt::new(&format!("{LAB}-{stem}"), title, origin, vec![t.clone()])
+    }
+
+    /// One round of the four at once (None: no timeline was recorded).
+    pub fn four_way_gantt(&self, origin: &str) -> Option<Gantt> {
+        Some(self.gantt(
+            "four-way",
+            &format!("Lab 8: an upload, a download, a copy {} and a kernel at once", self.pair()),
+            origin,
+            self.four_way_timeline.as_ref()?,
+        ))
+    }
+
+    /// One run of the two-stage pipeline.
+    pub fn pipeline_gantt(&self, origin: &str) -> Option<Gantt> {
+        let m = PipelineResults::drawn(&self.config.micro_batches);
+        Some(self.gantt("pipeline", &format!("Lab 8: two stages over {m} micro-batches, ordered by events"), origin, self.pipeline.timeline.as_ref()?))
+    }
+
+    /// One overlapped training step.
+    pub fn all_reduce_gantt(&self, origin: &str) -> Option<Gantt> {
+        let t = self.all_reduce.as_ref().ok()?.timeline.as_ref()?;
+        Some(self.gantt("all-reduce-step", "Lab 8: one training step, each bucket summed beside the next layers", origin, t))
+    }
+}
+
+/// The report's files: every chart and timeline (timelines with their
+/// Chrome traces) and the table.
+pub fn report(r: &MultiGpuResults, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
+    let mut files = r.peer_chart(origin).save(dir)?;
+    files.extend(r.bubble_chart(origin).save(dir)?);
+    if let Some(f) = r.all_reduce_chart(origin) {
+        files.extend(f.save(dir)?);
+    }
+    for g in [r.four_way_gantt(origin), r.pipeline_gantt(origin), r.all_reduce_gantt(origin)].into_iter().flatten() {
+        files.extend(g.save(dir)?);
+        let trace = dir.join(format!("{}.trace.json", g.stem));
+        g.timelines[0].save_chrome_trace(&trace)?;
+        files.push(trace);
+    }
+    files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", r.table()))?);
+    Ok(files)
+}
