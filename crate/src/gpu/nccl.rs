@@ -103,7 +103,11 @@ impl Nccl {
                 // SAFETY: loading a shared library runs its initializers; NCCL's are benign.
                 match unsafe { libloading::Library::new(place) } {
                     // SAFETY: a library named libnccl is NCCL.
-                    Ok(lib) => return unsafe { raw::Api::resolve(lib) }.map(|api| (api, place.display().to_string())),
+                    Ok(lib) => match unsafe { raw::Api::resolve(lib) } {
+                        Ok(api) => return Ok((api, place.display().to_string())),
+                        // Another file of that name (an old or partial NCCL): try the next.
+                        Err(e) => tried.push(format!("  {}: {}", place.display(), first_line(&e))),
+                    },
                     Err(e) => tried.push(format!("  {}: {}", place.display(), first_line(&e.to_string()))),
                 }
             }

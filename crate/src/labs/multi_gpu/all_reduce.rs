@@ -47,7 +47,8 @@ impl Sync {
 pub struct Shape {
     /// f32 gradients on each GPU.
     pub per_gpu: usize,
-    /// f32 gradients per bucket (the last bucket takes what is left).
+    /// f32 gradients per bucket: it divides `per_gpu`, so every bucket
+    /// is the same size and one cost times them all.
     pub bucket: usize,
     /// GPUs (ranks).
     pub ranks: usize,
@@ -58,16 +59,16 @@ pub struct Shape {
 impl Shape {
     /// How many buckets the gradients split into.
     pub fn buckets(&self) -> usize {
-        self.per_gpu.div_ceil(self.bucket.max(1)).max(1)
+        (self.per_gpu / self.bucket.max(1)).max(1)
     }
     /// Refuses a shape no run can have.
     pub fn validate(&self) -> Result<()> {
         if self.ranks == 0 || self.ranks > 255 {
             return Err(LabError::config(format!("an all-reduce over {} GPUs: give 1 to 255", self.ranks)));
         }
-        if self.per_gpu < 2 || self.per_gpu % 2 != 0 || self.bucket < 2 || self.bucket > self.per_gpu {
+        if self.per_gpu < 2 || self.per_gpu % 2 != 0 || self.bucket < 2 || self.bucket > self.per_gpu || self.per_gpu % self.bucket != 0 {
             return Err(LabError::config(format!(
-                "{} gradients per GPU in buckets of {}: give an even number of gradients and buckets of 2 to that many",
+                "{} gradients per GPU in buckets of {}: give an even number of gradients and buckets of 2 to that many that divide it",
                 self.per_gpu, self.bucket
             )));
         }
@@ -191,7 +192,7 @@ mod tests {
             }
         }
         assert_eq!(shape(4).buckets(), 4);
-        assert_eq!(Shape { bucket: 30, ..shape(1) }.buckets(), 3, "the last bucket takes the rest");
+        assert!(Shape { bucket: 30, ..shape(1) }.validate().unwrap_err().to_string().contains("that divide it"), "buckets of one size");
         assert!(Shape { bucket: 0, ..shape(1) }.validate().is_err());
         assert!(Shape { ranks: 0, ..shape(1) }.validate().unwrap_err().to_string().contains("0 GPUs"));
         shape(4).validate().unwrap();

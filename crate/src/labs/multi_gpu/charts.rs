@@ -64,7 +64,7 @@ impl MultiGpuResults {
         let pts = &self.pipeline.points;
         let measured = pts.iter().filter_map(|b| b.measured.as_ref().map(|m| (b.micro_batches as f64, 100.0 * m.median))).collect();
         let model = pts.iter().map(|b| (b.micro_batches as f64, 100.0 * b.model)).collect();
-        let where_ = if self.two_gpus() { "stage 1 on GPU 0, stage 2 on GPU 1" } else { "ONE GPU: both stages on GPU 0 (the model is for one GPU a stage)" };
+        let where_ = if self.two_gpus() { self.stages_placed() } else { format!("ONE GPU: {} (the model is for one GPU a stage)", self.stages_placed()) };
         Figure {
             stem: format!("{LAB}-bubble"),
             title: "Lab 8: the two-stage pipeline's bubble".into(),

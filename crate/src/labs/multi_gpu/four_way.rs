@@ -13,7 +13,14 @@ use crate::pipeline::schedule::{Link, OpKind, StreamKind};
 /// The four operations, by label.
 pub const UPLOAD: &str = "H2D to GPU 0";
 pub const DOWNLOAD: &str = "D2H from GPU 0";
-pub const PEER: &str = "copy GPU 0 -> GPU 1";
+/// The copy's label: to GPU `peer` of the plan, or within GPU 0.
+pub fn peer_label(peer: usize) -> String {
+    if peer == 0 {
+        "copy within GPU 0".into()
+    } else {
+        format!("copy GPU 0 -> GPU {peer}")
+    }
+}
 pub const KERNEL: &str = "kernel on GPU 0";
 /// Uploads the data every other op reads, before the four start.
 pub const PROLOGUE: &str = "upload the source";
@@ -52,7 +59,7 @@ pub fn plan(elements: usize, peer: usize, rounds: usize, only: &[OpKind]) -> Pla
                 p.d2h(down, r.output, 0, source, 0, n, DOWNLOAD)?;
             }
             if wants(OpKind::D2d(Link { from: 0, to: 1 })) {
-                p.d2d(to_peer, on_peer, 0, source, 0, n, PEER)?;
+                p.d2d(to_peer, on_peer, 0, source, 0, n, &peer_label(peer))?;
             }
             if wants(OpKind::Kernel) {
                 p.compute(compute, source, 0, result, 0, n, KERNEL)?;
@@ -114,7 +121,9 @@ mod tests {
         let (s, t) = p.predict(Machine::engines(2), &c).unwrap();
         let end = |label: &str| s.ops.iter().zip(&t).find(|(o, _)| o.label == label).map(|(_, t)| t.1).unwrap();
         assert_eq!(t.iter().map(|x| x.1).fold(0.0, f64::max), 8.0);
-        assert_eq!((end(PEER), end(KERNEL)), (5.0, 7.0));
+        assert_eq!((end(&peer_label(1)), end(KERNEL)), (5.0, 7.0));
+        let one_gpu = plan(n, 0, 1, &[]).model().unwrap();
+        assert!(one_gpu.schedule.ops.iter().any(|o| o.label == "copy within GPU 0"), "the copy on one GPU is labelled as within it");
         // Uploads and downloads at 0.8 of their speed while both run: 5 ms.
         let slowed = Machine { both_ways: 0.8, ..Machine::engines(2) };
         let (_, t) = p.predict(slowed, &c).unwrap();

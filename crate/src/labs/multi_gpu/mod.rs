@@ -184,7 +184,10 @@ impl MultiGpuConfig {
         }
         let smallest = self.sizes_mib.iter().min().copied().unwrap_or(1) << 18;
         if self.staging_chunks == 0 || self.staging_chunks > 1024 || smallest < 2 * self.staging_chunks {
-            return Err(LabError::config(format!("--staging-chunks must be 1-1024 (got {})", self.staging_chunks)));
+            return Err(LabError::config(format!(
+                "--staging-chunks must be 1-1024 and leave at least 8 bytes a chunk of the smallest --sizes-mib (got {})",
+                self.staging_chunks
+            )));
         }
         if !(self.stage_ms > 0.0 && self.stage_ms <= 10_000.0) {
             return Err(LabError::config(format!("--stage-ms must be more than 0 and at most 10000 ms (got {})", self.stage_ms)));
@@ -287,6 +290,15 @@ impl MultiGpuResults {
     pub fn two_gpus(&self) -> bool {
         self.gpus.len() > 1
     }
+    /// "stage 1 on GPU 0, stage 2 on GPU 1", or "both stages on GPU 0"
+    /// with one GPU (the machine's numbers).
+    pub fn stages_placed(&self) -> String {
+        match self.gpus[..] {
+            [a, b, ..] => format!("stage 1 on GPU {a}, stage 2 on GPU {b}"),
+            [a] => format!("both stages on GPU {a}"),
+            [] => "no GPU".into(),
+        }
+    }
     /// "GPU 0 -> GPU 1", or "within GPU 0" with one GPU.
     pub fn pair(&self) -> String {
         match self.gpus[..] {
@@ -377,11 +389,16 @@ impl MultiGpuResults {
 
     fn four_way_lines(&self) -> String {
         let f = &self.four_way;
-        let names = ["H2D", "D2H", if self.two_gpus() { "copy to GPU 1" } else { "copy within GPU 0" }, "kernel"];
+        let (first, copy) = match self.gpus[..] {
+            [a, b, ..] => (a, format!("copy to GPU {b}")),
+            [a] => (a, format!("copy within GPU {a}")),
+            [] => (0, "copy".to_string()),
+        };
+        let names = ["H2D", "D2H", copy.as_str(), "kernel"];
         let alone: Vec<String> = names.iter().zip(&f.alone_ms).map(|(n, s)| format!("{n} {}", fmt_ms(s.median))).collect();
         let (bound, link_bound, serial, m) = (f.bound_ms(), f.link_bound_ms(), f.serial_ms(), f.together_ms.median);
         format!(
-            "\nfour-way overlap on GPU 0, {} each (a round by difference):\n  alone: {}; H2D and D2H together {}\n  all four at once {} (25%..75% {}..{}); serial sum {}; bound (the longest alone) {}; with the host link's two directions as measured together {}\n  at once took {} of the bound with the link measured, and saved {} of what overlap could save (serial - bound)\n",
+            "\nfour-way overlap on GPU {first}, {} each (a round by difference):\n  alone: {}; H2D and D2H together {}\n  all four at once {} (25%..75% {}..{}); serial sum {}; bound (the longest alone) {}; with the host link's two directions as measured together {}\n  at once took {} of the bound with the link measured, and saved {} of what overlap could save (serial - bound)\n",
             Bytes(f.bytes),
             alone.join(", "),
             fmt_ms(f.host_link_ms.median),
@@ -399,10 +416,9 @@ impl MultiGpuResults {
     fn pipeline_lines(&self) -> String {
         let p = &self.pipeline;
         let mut out = format!(
-            "\ntwo-stage pipeline, {} MiB, stage {} on {} ({} per stage over all the data, {} FMAs per element):\n",
+            "\ntwo-stage pipeline, {} MiB, {} ({} per stage over all the data, {} FMAs per element):\n",
             self.config.pipeline_mib,
-            if self.two_gpus() { "1 on GPU 0 and stage 2 on GPU 1" } else { "1 and stage 2 both" },
-            if self.two_gpus() { "two GPUs" } else { "GPU 0" },
+            self.stages_placed(),
             fmt_ms(p.stage_ms.median),
             p.iterations
         );
