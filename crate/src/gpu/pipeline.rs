@@ -638,10 +638,9 @@ impl<'a> Pipeline<'a> {
             let (ptr, access) = self.dev_range(d, at, bytes)?;
             parts.push((lane, d, ptr, access));
         }
-        let names = self.lanes.names();
         let sides: Vec<(&str, usize, &str, usize)> = parts
             .iter()
-            .map(|(lane, d, _, a)| (names[*lane].as_str(), self.streams[*lane].gpu().ordinal(), a.buffer.as_str(), self.devices[d.0].gpu.ordinal()))
+            .map(|(lane, d, _, a)| (self.lanes.name(*lane), self.streams[*lane].gpu().ordinal(), a.buffer.as_str(), self.devices[d.0].gpu.ordinal()))
             .collect();
         let kind = OpKind::AllReduce(check_ranks(&sides)?);
         let gpus: Vec<usize> = sides.iter().map(|s| s.1).collect();
@@ -718,7 +717,7 @@ impl<'a> Pipeline<'a> {
         da.write = true;
         let lane = self.lane(s)?;
         let (src_gpu, dst_gpu) = (self.devices[src.0].gpu.clone(), self.devices[dst.0].gpu.clone());
-        let link = d2d_link(self.streams[lane].gpu().ordinal(), &self.lanes.names()[lane], (src_gpu.ordinal(), &sa.buffer), (dst_gpu.ordinal(), &da.buffer))?;
+        let link = d2d_link(self.streams[lane].gpu().ordinal(), self.lanes.name(lane), (src_gpu.ordinal(), &sa.buffer), (dst_gpu.ordinal(), &da.buffer))?;
         let (to, from) = (DeviceSpan { ptr: dp, bytes }, DeviceSpan { ptr: sp, bytes });
         // The copy within a GPU refuses overlapping ranges (two GPUs'
         // memories cannot overlap); the pipeline holds both buffers'
@@ -737,7 +736,7 @@ impl<'a> Pipeline<'a> {
     fn on_stream_gpu(&mut self, s: StreamRef, d: DevRef, what: &str) -> Result<()> {
         let lane = self.lane(s)?;
         let e = self.device_entry(d)?;
-        same_gpu(what, (&self.lanes.names()[lane], self.streams[lane].gpu().ordinal()), (&e.hold.name, e.gpu.ordinal()))
+        same_gpu(what, (self.lanes.name(lane), self.streams[lane].gpu().ordinal()), (&e.hold.name, e.gpu.ordinal()))
     }
 
     /// `output[out_at..+n] = compute(input[in_at..+n])`, indices in f32 elements.

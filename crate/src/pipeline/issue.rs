@@ -156,7 +156,7 @@ impl Lanes {
     /// (made and declared in `schedule` the first time: `Ok((lane, true))`).
     pub fn resolve(&mut self, schedule: &mut Schedule, s: StreamRef) -> Result<(usize, bool)> {
         let thread = self.thread;
-        let Some((decl, name, _)) = self.lanes.get(s.0).filter(|_| s.0 < self.made).cloned() else {
+        let Some(decl) = self.lanes.get(s.0).filter(|_| s.0 < self.made).map(|l| l.0) else {
             return Err(LabError::config(format!("stream {} was never created (the loop has {})", s.0, self.made)));
         };
         if decl.kind != StreamKind::PerThread || thread == 0 {
@@ -167,7 +167,8 @@ impl Lanes {
         }
         // The thread's own per-thread stream, on the same GPU.
         let own = StreamDecl::new(StreamKind::PerThread, 0, decl.gpu);
-        self.lanes.push((own, format!("{name} of CPU thread {thread}"), thread));
+        let name = format!("{} of CPU thread {thread}", self.lanes[s.0].1);
+        self.lanes.push((own, name, thread));
         let lane = self.lanes.len() - 1;
         self.per_thread.insert((s.0, thread), lane);
         schedule.declare_stream(lane, own);
@@ -211,6 +212,10 @@ impl Lanes {
     /// the loop made: any thread may use those).
     pub fn owner(&self, lane: usize) -> usize {
         self.lanes[lane].2
+    }
+    /// `lane`'s name (what errors and timelines call it).
+    pub fn name(&self, lane: usize) -> &str {
+        &self.lanes[lane].1
     }
     /// Every lane's name, by lane (what timelines label them with).
     pub fn names(&self) -> Vec<String> {

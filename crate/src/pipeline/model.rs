@@ -176,7 +176,7 @@ impl ModelPipeline {
     /// memory ([`same_gpu`]).
     fn on_gpu(&self, lane: usize, d: DevRef, what: &str) -> Result<()> {
         let b = &self.devices[d.0];
-        same_gpu(what, (&self.lanes.names()[lane], self.lanes.gpu(lane)), (&b.hold.name, b.gpu))
+        same_gpu(what, (self.lanes.name(lane), self.lanes.gpu(lane)), (&b.hold.name, b.gpu))
     }
     fn access(b: &ModelBuffer, r: &std::ops::Range<usize>, write: bool) -> Access {
         Access { buffer: b.hold.name.clone(), start: r.start as u64 * 4, end: r.end as u64 * 4, write }
@@ -277,7 +277,7 @@ impl Issue for ModelPipeline {
         let lane = self.lane(s)?;
         let (rs, rd) = (Self::range(&self.devices[src.0], src_at, n)?, Self::range(&self.devices[dst.0], dst_at, n)?);
         let (sb, db) = (&self.devices[src.0], &self.devices[dst.0]);
-        let link = d2d_link(self.lanes.gpu(lane), &self.lanes.names()[lane], (sb.gpu, &sb.hold.name), (db.gpu, &db.hold.name))?;
+        let link = d2d_link(self.lanes.gpu(lane), self.lanes.name(lane), (sb.gpu, &sb.hold.name), (db.gpu, &db.hold.name))?;
         if src == dst && rs.start < rd.end && rd.start < rs.end {
             return Err(LabError::config(format!(
                 "a copy within {} from elements {}..{} onto {}..{}: the ranges overlap",
@@ -296,10 +296,9 @@ impl Issue for ModelPipeline {
             let b = self.devices.get(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made ({} exist)", d.0, self.devices.len())))?;
             lanes.push((lane, d, Self::range(b, at, n)?));
         }
-        let names = self.lanes.names();
         let sides: Vec<(&str, usize, &str, usize)> = lanes
             .iter()
-            .map(|(lane, d, _)| (names[*lane].as_str(), self.lanes.gpu(*lane), self.devices[d.0].hold.name.as_str(), self.devices[d.0].gpu))
+            .map(|(lane, d, _)| (self.lanes.name(*lane), self.lanes.gpu(*lane), self.devices[d.0].hold.name.as_str(), self.devices[d.0].gpu))
             .collect();
         let kind = OpKind::AllReduce(check_ranks(&sides)?);
         let accesses = lanes
