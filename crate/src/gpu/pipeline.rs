@@ -96,6 +96,11 @@ pub struct PipelineRun {
 }
 
 impl PipelineRun {
+    /// The run's timeline when it has a span for every op: none, or only
+    /// some, where another tool held CUPTI or a source missed records.
+    pub fn full_timeline(&self) -> Option<&Timeline> {
+        self.timeline.as_ref().filter(|t| t.spans.len() == self.schedule.ops.len())
+    }
     /// The queue model's timeline for this run's schedule, each op lasting
     /// `duration_us(op)`.
     pub fn predicted(&self, machine: crate::pipeline::schedule::Machine, duration_us: impl Fn(&crate::pipeline::schedule::Op) -> f64) -> Timeline {

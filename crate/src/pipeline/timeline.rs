@@ -180,6 +180,12 @@ impl Timeline {
         Timeline { title: title.into(), device: device.into(), spans, source: String::new() }
     }
 
+    /// Each span's (start, end) µs, in the order of the spans (a run's
+    /// ops, for a timeline made from its schedule).
+    pub fn span_times(&self) -> Vec<(f64, f64)> {
+        self.spans.iter().map(|s| (s.start_us, s.end_us)).collect()
+    }
+
     /// Every lane once, in order: streams (or warps) by number, then CPU threads.
     pub fn lanes(&self) -> Vec<String> {
         let mut v: Vec<String> = Vec::new();

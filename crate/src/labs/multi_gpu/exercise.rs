@@ -108,11 +108,8 @@ pub fn check_on_gpu(rig: &mut PlanRig, micro_batches: usize, elements: usize, se
         return rep;
     }
     let Some(run) = rep.learner("your loop on the GPU", || rig.run_modelled(&mine, &model, TimelineSource::best())) else { return rep };
-    match run.timeline.as_ref().filter(|t| t.spans.len() == run.schedule.ops.len()) {
-        Some(t) => {
-            let spans: Vec<(f64, f64)> = t.spans.iter().map(|s| (s.start_us, s.end_us)).collect();
-            judge_bubble(&mut rep, &run.schedule, &spans, micro_batches, &format!("measured ({} timeline)", t.source));
-        }
+    match run.full_timeline() {
+        Some(t) => judge_bubble(&mut rep, &run.schedule, &t.span_times(), micro_batches, &format!("measured ({} timeline)", t.source)),
         None => rep.note("no timeline for this run (another tool holds CUPTI): the bubble was not measured; the checks above stand"),
     }
     rep

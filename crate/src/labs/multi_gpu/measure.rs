@@ -150,7 +150,7 @@ pub fn bubble_point(rig: &mut PlanRig, elements: usize, micro_batches: usize, se
         // records); the bubble from a traced run beside it.
         totals.push(rig.run_modelled(&plan, &model, TimelineSource::Off)?.total_ms);
         let traced = rig.run_modelled(&plan, &model, TimelineSource::best())?;
-        if let Some(b) = spans_of(&traced).and_then(|s| bubble(&traced.schedule, &s)) {
+        if let Some(b) = traced.full_timeline().and_then(|t| bubble(&traced.schedule, &t.span_times())) {
             fractions.push(b.fraction());
         }
     }
@@ -162,17 +162,12 @@ pub fn bubble_point(rig: &mut PlanRig, elements: usize, micro_batches: usize, se
     })
 }
 
-/// The run's timeline, if it has one with a span per op.
-pub fn spans_of(run: &crate::gpu::PipelineRun) -> Option<Vec<(f64, f64)>> {
-    run.timeline.as_ref().filter(|t| t.spans.len() == run.schedule.ops.len()).map(|t| t.spans.iter().map(|s| (s.start_us, s.end_us)).collect())
-}
-
 /// One run of `plan` with the best timeline there is (CUPTI, else none
 /// over several GPUs), verified: what the lab draws. `None` when no
 /// timeline could be had (another tool holds CUPTI).
 pub fn timeline_of(rig: &mut PlanRig, plan: &Plan, title: &str) -> Result<Option<Timeline>> {
     let run = rig.run(plan, TimelineSource::best())?;
-    Ok(run.timeline.filter(|t| t.spans.len() == run.schedule.ops.len()).map(|t| Timeline { title: title.into(), ..t }))
+    Ok(run.full_timeline().map(|t| Timeline { title: title.into(), ..t.clone() }))
 }
 
 /// One bucket size of the gradient all-reduce, ms unless said.
@@ -245,6 +240,16 @@ pub fn all_reduce_point(rig: &mut PlanRig, shape: all_reduce::Shape, copy_engine
     Ok(AllReducePoint { bucket_bytes: n as u64 * 4, buckets: shape.buckets(), kernel_ms, all_reduce_ms, serial_ms, overlapped_ms, predicted_ms })
 }
 
+/// Sets the rig's kernel so that one kernel over `n` elements alone takes
+/// about `target_ms` (`labs::calibrate_iterations`).
+fn calibrate_kernel(rig: &mut PlanRig, target_ms: f64, n: usize) -> Result<()> {
+    rig.iterations = crate::labs::calibrate_iterations(target_ms, |i| {
+        rig.iterations = i;
+        Ok(rig.alone(OpKind::Kernel, n, 3)?.median)
+    })?;
+    Ok(())
+}
+
 /// The lab's GPUs: `gpu` (the command line's --device), then the second
 /// GPU where the machine has one ([`MultiGpuConfig::second_gpu`]).
 pub fn open_gpus(gpu: &Gpu, cfg: &MultiGpuConfig, topology: &Topology) -> Result<Vec<Gpu>> {
@@ -262,10 +267,7 @@ pub fn open_gpus(gpu: &Gpu, cfg: &MultiGpuConfig, topology: &Topology) -> Result
 pub fn pipeline_rig(gpus: &[Gpu], cfg: &MultiGpuConfig) -> Result<(PlanRig, Summary)> {
     let n = cfg.pipeline_mib << 18;
     let mut rig = PlanRig::over(gpus, n, 4, 1)?;
-    rig.iterations = crate::labs::calibrate_iterations(cfg.stage_ms, |i| {
-        rig.iterations = i;
-        Ok(rig.alone(OpKind::Kernel, n, 3)?.median)
-    })?;
+    calibrate_kernel(&mut rig, cfg.stage_ms, n)?;
     let stage_ms = rig.alone(OpKind::Kernel, n, cfg.repeats.max(3))?;
     Ok((rig, stage_ms))
 }
@@ -312,10 +314,7 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
         let n = cfg.four_way_mib << 18;
         let mut rig = PlanRig::over(&gpus, n, 5, 1)?;
         let upload_ms = rig.alone(OpKind::H2d, n, 3)?.median;
-        rig.iterations = crate::labs::calibrate_iterations(upload_ms, |i| {
-            rig.iterations = i;
-            Ok(rig.alone(OpKind::Kernel, n, 3)?.median)
-        })?;
+        calibrate_kernel(&mut rig, upload_ms, n)?;
         let f = four_way(&mut rig, n * 4, second, t)?;
         let timeline = timeline_of(&mut rig, &four_way::plan(n, second, 1, &[]), "one round of the four at once")?;
         (f, timeline)
@@ -371,10 +370,7 @@ fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mu
     let biggest = shape(cfg.buckets_mib.iter().copied().max().unwrap_or(1));
     let (_, n) = biggest.bucket_range(0);
     let one_sum = rig.alone(OpKind::AllReduce(ranks as u8), n, 3)?.median;
-    rig.iterations = crate::labs::calibrate_iterations(cfg.compute_ratio * one_sum, |i| {
-        rig.iterations = i;
-        Ok(rig.alone(OpKind::Kernel, n, 3)?.median)
-    })?;
+    calibrate_kernel(&mut rig, cfg.compute_ratio * one_sum, n)?;
     let copy_engines = gpus[0].copy_engines()?;
     let mut points = Vec::with_capacity(cfg.buckets_mib.len());
     for &mib in &cfg.buckets_mib {
