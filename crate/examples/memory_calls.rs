@@ -23,7 +23,7 @@ fn main() -> overlap_lab::Result<()> {
         for _ in 0..5 {
             for beside_kernel in [false, true] {
                 let mut host = PageableBuffer::new(size)?;
-                let mut p = gpu.pipeline_timed(TimelineSource::Events, 8, false)?;
+                let mut p = gpu.runner(TimelineSource::Events, 8, false)?;
                 let (k, c) = (p.stream(&busy, "busy"), p.stream(&calls, "calls"));
                 let (i, o) = (p.device(&din, "in"), p.device(&dout, "out"));
                 let h = p.host(&mut host, "host");

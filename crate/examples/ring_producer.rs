@@ -62,20 +62,18 @@ fn main() -> overlap_lab::Result<()> {
     let models: Vec<_> = variants.iter().map(|p| p.model()).collect::<overlap_lab::Result<_>>()?;
     let mut total = vec![Vec::new(); variants.len()];
     let mut host = vec![Vec::new(); variants.len()];
-    let mut driver = vec![Vec::new(); variants.len()];
     for rep in 0..=REPS {
         for (i, (p, m)) in variants.iter().zip(&models).enumerate() {
             let run = rig.run_modelled(p, m, TimelineSource::Off)?;
             if rep > 0 {
                 total[i].push(1e3 * run.total_ms / BATCHES as f64);
                 host[i].push(1e3 * run.issue_ms / BATCHES as f64);
-                driver[i].push(1e3 * run.driver_ms / BATCHES as f64);
             }
         }
     }
-    println!("\nper batch, timeline off: total | loop's host time | of it in the driver's issuing calls");
+    println!("\nper batch, timeline off: total | the loop's host time (its recorded calls replayed)");
     for (i, p) in variants.iter().enumerate() {
-        println!("  {:<28} {} | {} | {}", p.name, med(&total[i]), med(&host[i]), med(&driver[i]));
+        println!("  {:<28} {} | {}", p.name, med(&total[i]), med(&host[i]));
     }
     println!("\nwith events: the producer's spans | produce end to next produce start");
     for p in &variants {

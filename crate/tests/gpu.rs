@@ -223,8 +223,9 @@ mod pipelines {
         let (din, dout) = (gpu.alloc(1 << 20).unwrap(), gpu.alloc(1 << 20).unwrap());
         let mut host = PinnedBuffer::new(&gpu, 1 << 20).unwrap();
         pattern::fill_f32(host.words_mut(), 1);
-        for with_event in [false, true] {
-            let mut p = gpu.pipeline(false, 4).unwrap();
+        for (with_event, deferred) in [(false, false), (true, false), (false, true), (true, true)] {
+            let p = gpu.runner(overlap_lab::gpu::TimelineSource::Off, 4, true).unwrap();
+            let mut p = if deferred { p.deferring().unwrap() } else { p };
             let (a, b) = (p.stream(&s0, "copy"), p.stream(&s1, "compute"));
             let h = p.host(&mut host, "host");
             let (i, o) = (p.device(&din, "in"), p.device(&dout, "out"));
@@ -234,9 +235,9 @@ mod pipelines {
                 p.record(e, a).unwrap();
                 p.wait(b, e).unwrap();
             }
-            p.compute(b, &kernel, i, 0, o, 0, 1 << 18, 10, "compute").unwrap();
+            p.compute(b, &kernel, i, 0, o, 0, 1 << 20, 10, "compute").unwrap();
             let run = p.finish().unwrap();
-            assert_eq!(run.races.is_empty(), with_event, "{:?}", run.races);
+            assert_eq!(run.races.is_empty(), with_event, "deferred {deferred}: {:?}", run.races);
             assert_eq!(run.schedule.ops.iter().filter(|o| o.kind == OpKind::Kernel).count(), 1);
         }
     }
@@ -266,11 +267,11 @@ mod pipelines {
         for kind in [StreamKind::Blocking, StreamKind::NonBlocking] {
             let s = gpu.stream_of(kind, 0).unwrap();
             // Events time it: CUPTI names no legacy stream.
-            let mut p = gpu.pipeline_timed(overlap_lab::gpu::TimelineSource::Events, 4, true).unwrap();
+            let mut p = gpu.runner(overlap_lab::gpu::TimelineSource::Events, 4, true).unwrap().deferring().unwrap();
             let (a, l) = (p.stream(&s, "work"), p.stream(&legacy, "NULL stream"));
             let h = p.host(&mut host, "host");
             let (i, o, x) = (p.device(&din, "in"), p.device(&dout, "out"), p.device(&scratch, "scratch"));
-            p.compute(a, &kernel, i, 0, o, 0, n, 20000, "long kernel").unwrap();
+            p.compute(a, &kernel, i, 0, o, 0, 4 * n, 20000, "long kernel").unwrap();
             p.h2d(l, x, 0, h, 0, 1 << 14, "tiny copy").unwrap();
             let run = p.finish().unwrap();
             let ordered = run.schedule.happens_before(0, 1);
@@ -337,11 +338,11 @@ mod pipelines {
         let seed = pattern::fresh_seed();
         pattern::fill_f32(host.words_mut(), seed);
         let mut got = vec![0u64; n];
-        let mut p = gpu.pipeline_timed(TimelineSource::Events, 16, true).unwrap();
+        let mut p = gpu.runner(TimelineSource::Events, 16, true).unwrap();
         let streams = [p.stream(&s0, "batch 0"), p.stream(&s1, "batch 1")];
         let (h, o) = (p.host(&mut host, "host in"), p.device(&dout, "device out"));
         let out = {
-            let mut g = GpuIssuer { pipeline: &mut p, kernel: &kernel, iterations: 10, dataset: None };
+            let mut g = GpuIssuer { runner: &mut p, kernel: &kernel, iterations: 10, dataset: None };
             memory_loop(&mut g, streams, h, o, n).unwrap()
         };
         p.host_read("read host out", out, 0, 8 * n, |w| got.copy_from_slice(w)).unwrap();
@@ -362,6 +363,23 @@ mod pipelines {
         for (g, w) in gpu_ops.iter().zip(&m.schedule.ops) {
             assert_eq!((&g.label, g.kind, g.lane, &g.deps), (&w.label, w.kind, w.lane, &w.deps), "the GPU's schedule and the model's differ");
         }
+        // A deferring runner records the same loop before any of it runs,
+        // then runs it: the same schedule, the same leftover released.
+        let mut p = gpu.runner(TimelineSource::Events, 16, true).unwrap().deferring().unwrap();
+        let streams = [p.stream(&s0, "batch 0"), p.stream(&s1, "batch 1")];
+        let (h, o) = (p.host(&mut host, "host in"), p.device(&dout, "device out"));
+        {
+            let mut g = GpuIssuer { runner: &mut p, kernel: &kernel, iterations: 10, dataset: None };
+            memory_loop(&mut g, streams, h, o, n).unwrap();
+        }
+        let e = p.host_read("read host out", out, 0, 8, |_| ()).unwrap_err().to_string();
+        assert!(e.contains("use a runner that does not defer"), "{e}");
+        let deferred = p.finish().unwrap();
+        assert_eq!(deferred.unreleased, ["host out"]);
+        for (d, w) in deferred.schedule.ops.iter().zip(&run.schedule.ops) {
+            assert_eq!((&d.label, d.kind, d.lane, &d.deps), (&w.label, w.kind, w.lane, &w.deps), "the deferred schedule and the immediate one differ");
+        }
+        assert!(deferred.timeline.as_ref().is_some_and(|t| t.spans.iter().any(|s| s.label.starts_with("cuMemAllocAsync") && s.end_us > s.start_us)));
         let tl = run.timeline.unwrap();
         for call in ["cuMemHostRegister", "cuMemHostAlloc", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAlloc ", "cuMemFree ", "cuMemHostUnregister"] {
             let spans: Vec<_> = tl.spans.iter().filter(|s| s.label.starts_with(call)).collect();
@@ -374,12 +392,13 @@ mod pipelines {
 
         // A release on the other stream with nothing ordering it is refused
         // before it is made; ordered by an event, it is made.
-        for ordered in [false, true] {
-            let mut p = gpu.pipeline_timed(TimelineSource::Off, 4, true).unwrap();
+        for (ordered, deferred) in [(false, false), (true, false), (false, true), (true, true)] {
+            let p = gpu.runner(TimelineSource::Off, 4, true).unwrap();
+            let mut p = if deferred { p.deferring().unwrap() } else { p };
             let (a, b) = (p.stream(&s0, "a"), p.stream(&s1, "b"));
             let o = p.device(&dout, "device out");
             let x = p.alloc_async(a, 4 * n, "scratch").unwrap();
-            p.compute(a, &kernel, x, 0, o, 0, n, 1000, "long kernel").unwrap();
+            p.compute(a, &kernel, x, 0, o, 0, 4 * n, 1000, "long kernel").unwrap();
             if ordered {
                 let e = p.event().unwrap();
                 p.record(e, a).unwrap();
@@ -394,7 +413,7 @@ mod pipelines {
             assert_eq!(run.races.iter().any(|r| r.what.contains("'long kernel' may still read")), !ordered, "{:?}", run.races);
         }
         // Absurd and impossible sizes are errors, not crashes.
-        let mut p = gpu.pipeline_timed(TimelineSource::Off, 4, true).unwrap();
+        let mut p = gpu.runner(TimelineSource::Off, 4, true).unwrap();
         let a = p.stream(&s0, "a");
         assert!(p.alloc_async(a, 0, "nothing").unwrap_err().to_string().contains("allocating 0 bytes"));
         let e = p.alloc_async(a, 1 << 47, "too much").unwrap_err();
@@ -611,7 +630,7 @@ mod streams {
         assert_eq!((lanes(0), lanes(1)), (1, StreamsConfig::small().streams), "{:?}", threads.variants[1].timeline.lanes());
         let ic = r.issue_cost.as_ref().unwrap();
         assert_eq!(ic.points.len(), StreamsConfig::small().issue_chunks.len());
-        assert!(ic.points.iter().all(|p| p.nodes >= p.ops && p.graph.median > 0.0 && p.live.median > 0.0 && p.driver_us_per_op.median > 0.0));
+        assert!(ic.points.iter().all(|p| p.nodes >= p.ops && p.graph.median > 0.0 && p.live.median > 0.0 && p.plain.is_some() && p.issue_ratio().is_some_and(|r| r > 0.0)));
     }
 
     /// A plan captured as a CUDA graph replays on fresh data and verifies;
@@ -638,7 +657,10 @@ mod streams {
             assert!(r.total_ms > 0.0 && r.launch_ms > 0.0, "{r:?}");
         }
         let run = rig.run(&live, TimelineSource::Events).unwrap();
-        assert!(run.driver_ms > 0.0, "the driver's calls were timed: issue {} ms, driver {} ms", run.issue_ms, run.driver_ms);
+        assert!(run.issue_ms > 0.0 && run.full_timeline().is_some(), "the replay was timed and traced: issue {} ms", run.issue_ms);
+        // The same loop issued by bare driver calls verifies against the same model.
+        let plain = rig.plain_stage_loop(&overlap_lab::gpu::plan::plain::PlainLoop::new(n, 16).unwrap()).unwrap();
+        assert!(plain.total_ms > 0.0 && plain.issue_ms > 0.0, "{plain:?}");
         let waits = Plan::new("waits", vec![StreamSpec::new("s", StreamKind::NonBlocking, 0)], n, 2, |p, r| {
             p.h2d(r.streams[0], r.devices[0], 0, r.input, 0, 1024, "up")?;
             p.host_sync(r.streams[0])

@@ -69,16 +69,20 @@ impl CopyOp<'_> {
         Ok(())
     }
 
-    pub(super) fn enqueue(&mut self, stream: &Stream) -> Result<()> {
+    /// Enqueues the copy (its sizes validated first by [`Self::validate`]).
+    ///
+    /// # Safety
+    /// The caller waits for `stream` to run the copy before the borrows
+    /// of its buffers end (as `CopyTimer::run` and `Stream::upload` do).
+    pub(super) unsafe fn enqueue(&mut self, stream: &Stream) -> Result<()> {
         let raw = match self {
             CopyOp::HostToDevice { src, dst, bytes } => RawCopy { up: true, host: src.words().as_ptr() as *mut c_void, device: dst.ptr(), bytes: *bytes },
             CopyOp::DeviceToHost { src, dst, bytes } => {
                 RawCopy { up: false, host: dst.words_mut().as_mut_ptr() as *mut c_void, device: src.ptr(), bytes: *bytes }
             }
         };
-        // SAFETY: sizes validated; whoever enqueues (CopyTimer::run, or the
-        // stream's upload/download) waits for the stream before the borrows
-        // of src and dst end.
+        // SAFETY: sizes validated; the caller waits for the stream before
+        // the borrows of src and dst end.
         unsafe { raw.enqueue(stream) }
     }
 }
@@ -197,7 +201,8 @@ fn issue(gpu: &Gpu, op: &mut CopyOp<'_>, lane: &Lane, reps: usize) -> Result<Dur
     gpu.bind()?;
     let t = Instant::now();
     for _ in 0..reps {
-        op.enqueue(&lane.stream)?;
+        // SAFETY: `run` synchronizes every lane's stream before the ops' borrows end.
+        unsafe { op.enqueue(&lane.stream) }?;
     }
     let spent = t.elapsed();
     lane.end.record(&lane.stream)?;

@@ -89,9 +89,12 @@ impl ComputeKernel {
     }
 
     /// Enqueues `out[out_at..out_at+n] = f(in[in_at..in_at+n])` (indices in
-    /// f32 elements). The caller keeps both buffers alive until the stream
-    /// has run it (a `Pipeline` holds its buffers' borrows until it synchronizes).
-    pub(crate) fn enqueue(&self, stream: &Stream, input: DeviceSpan, in_at: usize, output: DeviceSpan, out_at: usize, n: usize, iterations: i32) -> Result<()> {
+    /// f32 elements; refused where they do not fit the spans).
+    ///
+    /// # Safety
+    /// Both spans' memory stays allocated until the stream has run the
+    /// kernel (a [`super::Runner`] holds its buffers' borrows until it synchronizes).
+    pub unsafe fn enqueue(&self, stream: &Stream, input: DeviceSpan, in_at: usize, output: DeviceSpan, out_at: usize, n: usize, iterations: i32) -> Result<()> {
         if n == 0 || (in_at + n) * 4 > input.bytes || (out_at + n) * 4 > output.bytes || iterations < 0 {
             return Err(LabError::config(format!(
                 "compute of {n} elements at {in_at}->{out_at} does not fit buffers of {} and {} bytes (iterations {iterations})",
@@ -154,9 +157,12 @@ impl RowDotKernel {
         Ok(RowDotKernel { module: Module::load(gpu, &kernels::ROW_DOT)?, grid: sms * 16, block: 256 })
     }
 
-    /// Enqueues the scores of query `a.query` against every key row. The
-    /// caller keeps the buffers alive until the stream has run it.
-    pub(crate) fn enqueue(&self, stream: &Stream, a: &RowDotArgs<'_>) -> Result<()> {
+    /// Enqueues the scores of query `a.query` against every key row
+    /// (refused where they do not fit the buffers).
+    ///
+    /// # Safety
+    /// The buffers stay allocated until the stream has run the kernel.
+    pub unsafe fn enqueue(&self, stream: &Stream, a: &RowDotArgs<'_>) -> Result<()> {
         let fits = a.dim % 4 == 0
             && a.dim > 0
             && a.rows > 0
@@ -219,7 +225,9 @@ impl RereadKernel {
         Ok(RereadKernel { module: Module::load(gpu, &kernels::REREAD)?, grid: sms * 8, block: 256 })
     }
 
-    fn enqueue(&self, stream: &Stream, input: DeviceSpan, output: &DeviceBuffer, n: usize, passes: i32, iterations: i32) -> Result<()> {
+    /// # Safety
+    /// `input`'s memory stays allocated until the stream has run the kernel.
+    unsafe fn enqueue(&self, stream: &Stream, input: DeviceSpan, output: &DeviceBuffer, n: usize, passes: i32, iterations: i32) -> Result<()> {
         if !(0..=Self::MAX_ITERATIONS).contains(&iterations) {
             return Err(LabError::config(format!("reread with {iterations} FMAs per element per pass: give 0 to {}", Self::MAX_ITERATIONS)));
         }
@@ -273,9 +281,11 @@ impl RereadKernel {
                 };
                 let mut op = super::CopyOp::HostToDevice { src: host, dst, bytes: n * 4 };
                 op.validate()?;
-                op.enqueue(stream)?;
+                // SAFETY: the stream is synchronized below, while the borrows last.
+                unsafe { op.enqueue(stream) }?;
             }
-            self.enqueue(stream, span, output, n, passes, iterations)?;
+            // SAFETY: as above.
+            unsafe { self.enqueue(stream, span, output, n, passes, iterations) }?;
             timing.1.record(stream)
         })();
         // Whatever failed, nothing queued may outlive the borrows.
@@ -561,17 +571,21 @@ impl TileKernel {
     /// the stream has finished it.
     pub fn run(&self, stream: &Stream, padded: &DeviceBuffer, output: &DeviceBuffer, tiles: u32, timing: (&super::Event, &super::Event)) -> Result<f64> {
         timing.0.record(stream)?;
-        let queued = self.enqueue(stream, padded.span(), output.span(), tiles).and_then(|_| timing.1.record(stream));
+        // SAFETY: both buffers are borrowed until the synchronize below.
+        let queued = unsafe { self.enqueue(stream, padded.span(), output.span(), tiles) }.and_then(|_| timing.1.record(stream));
         // Whatever failed, nothing queued may outlive the borrows.
         stream.synchronize()?;
         queued?;
         timing.0.elapsed_ms(timing.1)
     }
 
-    /// Enqueues one run over `tiles` tiles. The caller keeps both buffers
-    /// alive until the stream has run it (a `Pipeline` holds its buffers'
-    /// borrows until it synchronizes).
-    pub(crate) fn enqueue(&self, stream: &Stream, padded: DeviceSpan, output: DeviceSpan, tiles: u32) -> Result<()> {
+    /// Enqueues one run over `tiles` tiles (refused where they do not fit
+    /// the spans).
+    ///
+    /// # Safety
+    /// Both spans' memory stays allocated until the stream has run the
+    /// kernel (a [`super::Runner`] holds its buffers' borrows until it synchronizes).
+    pub unsafe fn enqueue(&self, stream: &Stream, padded: DeviceSpan, output: DeviceSpan, tiles: u32) -> Result<()> {
         let n = tiles as usize * self.shape.tile as usize;
         if tiles == 0 || (n + 2 * kernels::BLUR_RADIUS) * 4 > padded.bytes || n * 4 > output.bytes {
             return Err(LabError::config(format!(
@@ -598,7 +612,8 @@ impl TileKernel {
         stream.fill_span_u32(spans, 0)?;
         stream.fill_span_u32(clock, 0)?;
         // Untimed: the stamps are the measurement.
-        let queued = self.enqueue(stream, padded.span(), output.span(), tiles);
+        // SAFETY: both buffers are borrowed until the synchronize below.
+        let queued = unsafe { self.enqueue(stream, padded.span(), output.span(), tiles) };
         stream.synchronize()?;
         queued?;
         WarpTrace::decode(&stream.read_words(clock, 4)?, &stream.read_words(spans, spans.bytes / 8)?)

@@ -24,9 +24,9 @@ pub mod host_fn;
 pub mod kernel;
 pub mod kernels;
 pub mod nccl;
-pub mod pipeline;
 pub mod plan;
 pub mod pool;
+pub mod runner;
 pub mod topology;
 pub mod trace;
 
@@ -41,7 +41,7 @@ pub use host_fn::HostTask;
 pub use kernel::{
     ComputeKernel, KernelResources, Module, ReadFrom, RereadKernel, RowDotArgs, RowDotKernel, TileKernel, TileKind, TileShape, WarpSpan, WarpTrace,
 };
-pub use pipeline::{Dataset, GpuIssuer, Pipeline, PipelineRun, TimelineSource};
+pub use runner::{Dataset, GpuIssuer, Run, Runner, TimelineSource};
 pub use plan::{CapturedPlan, MachineFacts, PlanRig, Replay};
 pub use pool::{MemPool, PoolBuffer, PoolUsage, ThresholdGuard};
 
@@ -284,15 +284,19 @@ impl Stream {
     pub fn upload(&self, dst: &DeviceBuffer, src: &dyn HostBuffer, bytes: usize) -> Result<()> {
         let mut op = CopyOp::HostToDevice { src, dst, bytes };
         op.validate()?;
-        op.enqueue(self)?;
-        self.synchronize()
+        // SAFETY: waited for below, while both borrows last.
+        let queued = unsafe { op.enqueue(self) };
+        self.synchronize()?;
+        queued
     }
     /// Copies the first `bytes` of `src` into `dst` and waits (untimed setup).
     pub fn download(&self, dst: &mut dyn HostBuffer, src: &DeviceBuffer, bytes: usize) -> Result<()> {
         let mut op = CopyOp::DeviceToHost { src, dst, bytes };
         op.validate()?;
-        op.enqueue(self)?;
-        self.synchronize()
+        // SAFETY: waited for below, while both borrows last.
+        let queued = unsafe { op.enqueue(self) };
+        self.synchronize()?;
+        queued
     }
     /// Enqueues a copy of `bytes` from `src` into pinned `dst` and returns
     /// at once.
@@ -319,16 +323,20 @@ impl Stream {
     /// once the stream has finished it, ms: lab 7's device-memory ceiling.
     pub fn copy_on_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize, timing: (&Event, &Event)) -> Result<f64> {
         timing.0.record(self)?;
-        let queued = self.enqueue_copy_on_device(dst.span(), src.span(), bytes).and_then(|_| timing.1.record(self));
+        // SAFETY: both buffers are borrowed until the synchronize below.
+        let queued = unsafe { self.enqueue_copy_on_device(dst.span(), src.span(), bytes) }.and_then(|_| timing.1.record(self));
         // Whatever failed, nothing queued may outlive the borrows.
         self.synchronize()?;
         queued?;
         timing.0.elapsed_ms(timing.1)
     }
-    /// Enqueues a device-to-device copy of `bytes` from `src` to `dst`. The
-    /// caller keeps both alive until the stream has run it (a `Pipeline`
-    /// holds its buffers' borrows until it synchronizes).
-    pub(crate) fn enqueue_copy_on_device(&self, dst: DeviceSpan, src: DeviceSpan, bytes: usize) -> Result<()> {
+    /// Enqueues a device-to-device copy of `bytes` from `src` to `dst`
+    /// (refused where the ranges overlap or do not fit).
+    ///
+    /// # Safety
+    /// Both spans' memory stays allocated until the stream has run the
+    /// copy (a [`Runner`] holds its buffers' borrows until it synchronizes).
+    pub unsafe fn enqueue_copy_on_device(&self, dst: DeviceSpan, src: DeviceSpan, bytes: usize) -> Result<()> {
         let disjoint = src.ptr + bytes as u64 <= dst.ptr || dst.ptr + bytes as u64 <= src.ptr;
         if bytes == 0 || bytes > src.bytes || bytes > dst.bytes || !disjoint {
             return Err(LabError::config(format!("a D2D copy of {bytes} bytes does not fit {} -> {} bytes of two separate buffers", src.bytes, dst.bytes)));
@@ -341,9 +349,12 @@ impl Stream {
     /// Enqueues a copy of `bytes` from `src` in `src_gpu`'s memory to `dst`
     /// in `dst_gpu`'s (cuMemcpyPeerAsync): over the link between them where
     /// peer access is enabled ([`Gpu::enable_peer_access`]), else staged
-    /// by the driver through host memory. The caller keeps both alive until
-    /// the stream has run it.
-    pub(crate) fn enqueue_peer_copy(&self, dst: DeviceSpan, dst_gpu: &Gpu, src: DeviceSpan, src_gpu: &Gpu, bytes: usize) -> Result<()> {
+    /// by the driver through host memory.
+    ///
+    /// # Safety
+    /// `dst` lies in `dst_gpu`'s memory and `src` in `src_gpu`'s, and both
+    /// stay allocated until the stream has run the copy.
+    pub unsafe fn enqueue_peer_copy(&self, dst: DeviceSpan, dst_gpu: &Gpu, src: DeviceSpan, src_gpu: &Gpu, bytes: usize) -> Result<()> {
         if bytes == 0 || bytes > src.bytes || bytes > dst.bytes {
             return Err(LabError::config(format!("a copy of {bytes} bytes between GPUs does not fit {} -> {} bytes", src.bytes, dst.bytes)));
         }
@@ -460,11 +471,23 @@ impl DeviceBuffer {
 }
 
 /// Where a device allocation is and how big, whoever owns it (a
-/// [`DeviceBuffer`], or an allocation a pipeline made and will free).
+/// [`DeviceBuffer`], a module's variable, or an allocation a runner made
+/// and will free). Made only inside `gpu/`: a span names memory the GPU
+/// may write, so nothing outside can point one elsewhere.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct DeviceSpan {
-    pub ptr: driver::CUdeviceptr,
-    pub bytes: usize,
+pub struct DeviceSpan {
+    ptr: driver::CUdeviceptr,
+    bytes: usize,
+}
+
+impl DeviceSpan {
+    pub(in crate::gpu) fn new(ptr: driver::CUdeviceptr, bytes: usize) -> DeviceSpan {
+        DeviceSpan { ptr, bytes }
+    }
+    /// Its size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
 }
 
 impl Drop for DeviceBuffer {

@@ -8,7 +8,7 @@ use super::{CallbackConfig, CallbackIssue, CallbackResults, CostPoint, Iteration
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::row_dot_argmin_reference;
 use crate::gpu::trace;
-use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Pipeline, PipelineRun, RowDotArgs, RowDotKernel, Stream, TimelineSource};
+use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Runner, Run, RowDotArgs, RowDotKernel, Stream, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::pipeline::issue::{EventRef, StreamRef};
@@ -126,7 +126,8 @@ impl CallbackRig {
         let (mut k, mut d) = (Vec::new(), Vec::new());
         for r in 0..reps {
             ev[0].record(&self.compute)?;
-            self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0))?;
+            // SAFETY: the rig's buffers outlive it; this function waits for the stream before it returns.
+            unsafe { self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0)) }?;
             ev[1].record(&self.compute)?;
             self.d2h(&self.compute, 0)?;
             ev[2].record(&self.compute)?;
@@ -140,7 +141,8 @@ impl CallbackRig {
         for r in 0..reps {
             ev[0].record(&self.compute)?;
             for i in 0..batch {
-                self.kernel.enqueue(&self.compute, &self.row_dot_args((r * batch + i) % self.iterations, 0))?;
+                // SAFETY: the rig's buffers outlive it; this function waits for the stream before it returns.
+                unsafe { self.kernel.enqueue(&self.compute, &self.row_dot_args((r * batch + i) % self.iterations, 0)) }?;
                 self.d2h(&self.compute, 0)?;
             }
             ev[1].record(&self.compute)?;
@@ -163,7 +165,8 @@ impl CallbackRig {
         Summary::of_runs(reps, || {
             let q = r % self.iterations;
             r += 1;
-            self.kernel.enqueue(&self.compute, &self.row_dot_args(q, 0))?;
+            // SAFETY: the rig's buffers outlive it; this function waits for the stream before it returns.
+            unsafe { self.kernel.enqueue(&self.compute, &self.row_dot_args(q, 0)) }?;
             self.d2h(&self.compute, 0)?;
             self.compute.synchronize()?;
             let t = Instant::now();
@@ -227,7 +230,8 @@ impl CallbackRig {
         let ev: Vec<Event> = (0..2).map(|_| self.gpu.timing_event()).collect::<Result<_>>()?;
         let mut r = 0;
         Summary::of_runs(reps, || {
-            self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0))?;
+            // SAFETY: the rig's buffers outlive it; this function waits for the stream before it returns.
+            unsafe { self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0)) }?;
             r += 1;
             ev[0].record(&self.compute)?;
             self.compute.launch_host_task(CallbackTask::Nothing)?;
@@ -252,7 +256,7 @@ impl CallbackRig {
         let book = Arc::new(SlotBook::new(self.slots.len(), SLOT_TIMEOUT));
         let source = if timeline { TimelineSource::for_host_pipeline() } else { TimelineSource::Off };
         // Not gated: the CPU takes part from the first iteration (it waits for slots).
-        let mut p = self.gpu.pipeline_timed(source, if timeline { 3 * n } else { 0 }, false)?;
+        let mut p = self.gpu.runner(source, if timeline { 3 * n } else { 0 }, false)?;
         let streams = [p.stream(&self.compute, On::Compute.name()), p.stream(&self.callback, On::Callback.name())];
         let ready = (0..self.slots.len()).map(|_| p.event()).collect::<Result<Vec<_>>>()?;
         let state = Arc::new(RunState::new(book.clone(), self.views(), n, passes, p.host_base(), timeline));
@@ -320,7 +324,7 @@ pub struct RunOutcome {
 struct GpuIssuer<'r> {
     rig: &'r CallbackRig,
     /// Taken by `finish`; on an error, dropping it waits for the GPU.
-    p: Option<Pipeline<'r>>,
+    p: Option<Runner<'r>>,
     streams: [StreamRef; 2],
     /// Per slot: "scores ready", recorded after its D2H.
     ready: Vec<EventRef>,
@@ -348,7 +352,7 @@ const WORKER_THREAD: usize = 1;
 const WAITER_THREAD: usize = 2;
 
 impl<'r> GpuIssuer<'r> {
-    fn p(&mut self) -> &mut Pipeline<'r> {
+    fn p(&mut self) -> &mut Runner<'r> {
         self.p.as_mut().expect("the pipeline lives until finish")
     }
     fn stream(&self, on: On) -> StreamRef {
@@ -375,7 +379,7 @@ impl<'r> GpuIssuer<'r> {
     }
     /// Waits for the GPU (every host function has run: a hand-off may still
     /// be on its way to the worker), then for the threads.
-    fn finish(mut self) -> Result<PipelineRun> {
+    fn finish(mut self) -> Result<Run> {
         let run = self.p.take().expect("finished once").finish()?;
         for w in [self.worker.take(), self.waiter.take()].into_iter().flatten() {
             w.join()?;
@@ -426,19 +430,25 @@ impl CallbackIssue for GpuIssuer<'_> {
     fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
         let (rig, s) = (self.rig, self.stream(on));
         let args = rig.row_dot_args(t, slot.0);
-        self.p().op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)], |st| rig.kernel.enqueue(st, &args))?;
+        // SAFETY: the kernel touches only the rig's buffers, which outlive
+        // the runner; the access names the slot it writes.
+        unsafe { self.p().op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)], move |st| rig.kernel.enqueue(st, &args)) }?;
         Ok(())
     }
     fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
         let (rig, s) = (self.rig, self.stream(on));
         let t = self.slots[slot.0].lease.as_ref().map_or(self.t, |l| l.iteration);
-        self.p().op(
-            s,
-            OpKind::D2h,
-            &format!("D2H scores {t}"),
-            vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)],
-            |st| rig.d2h(st, slot.0),
-        )?;
+        // SAFETY: the copy touches only the rig's slot buffers, which outlive
+        // the runner; the accesses name both sides.
+        unsafe {
+            self.p().op(
+                s,
+                OpKind::D2h,
+                &format!("D2H scores {t}"),
+                vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)],
+                move |st| rig.d2h(st, slot.0),
+            )
+        }?;
         self.slots[slot.0].order = SlotOrder::d2h(on);
         Ok(())
     }
@@ -476,7 +486,7 @@ impl CallbackIssue for GpuIssuer<'_> {
         self.check_ordered(slot, Reader::WaitingThread)?;
         if self.waiter.is_none() {
             let gpu = self.rig.gpu.clone();
-            let ready: Vec<Arc<Event>> = self.ready.iter().map(|&e| self.p.as_ref().expect("live").shared_event(e)).collect();
+            let ready: Vec<Arc<Event>> = self.ready.iter().map(|&e| self.p.as_ref().expect("live").shared_event(e)).collect::<Result<_>>()?;
             let wait: WaitForScores = Box::new(move |lease: &Lease| {
                 gpu.bind()?;
                 ready[lease.slot].synchronize()

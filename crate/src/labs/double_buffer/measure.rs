@@ -4,7 +4,7 @@ use super::{no_overlap, pipelined, BufferTask, DoubleBufferConfig, DoubleBufferR
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::compute_reference;
 use crate::gpu::trace;
-use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, PipelineRun, Stream};
+use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, Run, Stream};
 use crate::gpu::{Dataset, GpuIssuer};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
@@ -61,10 +61,10 @@ impl DbRig {
     }
 
     /// Poisons the results, runs `schedule`, returns the run.
-    pub fn run(&mut self, schedule: Schedule<'_>, iterations: i32, timeline: bool) -> Result<PipelineRun> {
+    pub fn run(&mut self, schedule: Schedule<'_>, iterations: i32, timeline: bool) -> Result<Run> {
         self.compute.fill_u32(&self.results, 0xDEAD_BEEF)?;
         let source = if timeline { crate::gpu::TimelineSource::for_host_pipeline() } else { crate::gpu::TimelineSource::Off };
-        let mut p = self.gpu.pipeline_timed(source, self.batches * 3, true)?;
+        let mut p = self.gpu.runner(source, self.batches * 3, true)?;
         let (copy, compute) = (p.stream(&self.copy, "copy"), p.stream(&self.compute, "compute"));
         let [h0, h1] = &mut self.host;
         let task = BufferTask {
@@ -77,7 +77,7 @@ impl DbRig {
             results: p.device(&self.results, "device results"),
         };
         let dataset = Dataset { words: &self.dataset, batch_elements: self.batch_elements };
-        let mut issuer = GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations, dataset: Some(dataset) };
+        let mut issuer = GpuIssuer { runner: &mut p, kernel: &self.kernel, iterations, dataset: Some(dataset) };
         schedule(&mut issuer, &task)?;
         p.finish()
     }
@@ -121,12 +121,12 @@ impl DbRig {
     }
 
     fn one_batch(&mut self, kernel: bool, iterations: i32) -> Result<f64> {
-        let mut p = self.gpu.pipeline(false, 1)?;
+        let mut p = self.gpu.runner(crate::gpu::TimelineSource::Off, 1, true)?;
         let s = p.stream(&self.copy, "copy");
         let h = p.host(&mut self.host[0], "host buffer 0");
         let (d, r) = (p.device(&self.dev[0], "device buffer 0"), p.device(&self.results, "device results"));
         if kernel {
-            p.compute(s, &self.kernel, d, 0, r, 0, self.batch_elements, iterations, "compute one batch")?;
+            p.compute(s, &self.kernel, d, 0, r, 0, self.batch_elements * 4, iterations, "compute one batch")?;
         } else {
             p.h2d(s, d, 0, h, 0, self.batch_elements * 4, "H2D one batch")?;
         }

@@ -82,15 +82,21 @@ impl TileData {
     /// device), then each of `kernels` (named), back to back, each op timed
     /// by CUPTI (by CUDA events where CUPTI is taken, as under Nsight).
     pub fn round_timeline(&self, gpu: &Gpu, kernels: &[(&str, &TileKernel)]) -> Result<Option<Timeline>> {
-        let mut p = gpu.pipeline_timed(TimelineSource::best(), kernels.len() + 1, true)?;
+        let mut p = gpu.runner(TimelineSource::best(), kernels.len() + 1, true)?;
         let s = p.stream(&self.stream, "copy and kernels");
         let (input, output, n) = (self.padded.span(), self.output.span(), self.n);
         let (reads, writes) = (Access::read("input", 0, n as u64), Access::write("output", 0, n as u64));
         let within = Link::between(gpu.ordinal(), gpu.ordinal()).ok_or_else(|| crate::LabError::config("GPUs past 255 are not numbered"))?;
-        p.op(s, OpKind::D2d(within), "D2D copy (the ceiling)", vec![reads.clone(), writes.clone()], move |st| st.enqueue_copy_on_device(output, input, n * 4))?;
+        // SAFETY: the copy and the kernels touch only `padded` and `output`,
+        // which outlive the runner (it synchronizes in `finish`), and the
+        // accesses name both.
+        unsafe {
+            p.op(s, OpKind::D2d(within), "D2D copy (the ceiling)", vec![reads.clone(), writes.clone()], move |st| st.enqueue_copy_on_device(output, input, n * 4))?;
+        }
         for &(name, k) in kernels {
             let tiles = self.tiles(k)?;
-            p.op(s, OpKind::Kernel, name, vec![reads.clone(), writes.clone()], move |st| k.enqueue(st, input, output, tiles))?;
+            // SAFETY: as for the copy.
+            unsafe { p.op(s, OpKind::Kernel, name, vec![reads.clone(), writes.clone()], move |st| k.enqueue(st, input, output, tiles)) }?;
         }
         let mut timeline = p.finish()?.timeline;
         if let Some(t) = &mut timeline {

@@ -6,7 +6,7 @@ use super::{ChunkTask, Intensity, IntensityResults, IssueOrder, OverlapConfig, O
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::compute_reference;
 use crate::gpu::trace;
-use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, PipelineRun, Stream};
+use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, Run, Stream};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::pipeline::schedule::OpKind;
@@ -66,7 +66,7 @@ impl Rig {
 
     /// Issues the chunked pipeline; `sync` adds a host synchronize after
     /// every operation (the synchronous baseline).
-    pub fn run(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, timeline: bool, sync: bool) -> Result<PipelineRun> {
+    pub fn run(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, timeline: bool, sync: bool) -> Result<Run> {
         self.run_stages(chunks, streams, order, &OpKind::STAGES, iterations, timeline, sync)
     }
 
@@ -78,7 +78,7 @@ impl Rig {
         order: IssueOrder,
         iterations: i32,
         source: crate::gpu::TimelineSource,
-    ) -> Result<PipelineRun> {
+    ) -> Result<Run> {
         let before = std::mem::replace(&mut self.timeline_source, source);
         let r = self.run(chunks, streams, order, iterations, true, false);
         self.timeline_source = before;
@@ -96,7 +96,7 @@ impl Rig {
         iterations: i32,
         timeline: bool,
         sync: bool,
-    ) -> Result<PipelineRun> {
+    ) -> Result<Run> {
         let source = if timeline { self.timeline_source } else { crate::gpu::TimelineSource::Off };
         let names: Vec<String> = match order {
             IssueOrder::StageStreams => ["uploads", "kernels", "downloads"].map(String::from).to_vec(),
@@ -120,11 +120,11 @@ impl Rig {
         source: crate::gpu::TimelineSource,
         iterations: i32,
         issue: &dyn Fn(&mut dyn crate::pipeline::issue::Issue, &ChunkTask) -> Result<()>,
-    ) -> Result<PipelineRun> {
+    ) -> Result<Run> {
         if streams.len() > self.streams.len() {
             return Err(LabError::config(format!("{} streams asked for; this rig has {}", streams.len(), self.streams.len())));
         }
-        let mut p = self.gpu.pipeline_timed(source, chunks * 3, self.gated)?;
+        let mut p = self.gpu.runner(source, chunks * 3, self.gated)?;
         let ss: Vec<_> = self.streams.iter().zip(streams).map(|(s, name)| p.stream(s, name)).collect();
         let task = ChunkTask {
             elements: self.elements,
@@ -135,7 +135,7 @@ impl Rig {
             dev_in: p.device(&self.dev_in, "device in"),
             dev_out: p.device(&self.dev_out, "device out"),
         };
-        let mut issuer = crate::gpu::GpuIssuer { pipeline: &mut p, kernel: &self.kernel, iterations, dataset: None };
+        let mut issuer = crate::gpu::GpuIssuer { runner: &mut p, kernel: &self.kernel, iterations, dataset: None };
         issue(&mut issuer, &task)?;
         p.finish()
     }
@@ -220,7 +220,7 @@ impl Rig {
     /// With one stream there is nothing to overlap: H then D.
     pub fn both_copies(&mut self, chunks: usize) -> Result<f64> {
         let ranges = OverlapConfig::chunk_ranges(self.elements, chunks);
-        let mut p = self.gpu.pipeline_timed(crate::gpu::TimelineSource::Off, 2 * chunks, self.gated)?;
+        let mut p = self.gpu.runner(crate::gpu::TimelineSource::Off, 2 * chunks, self.gated)?;
         let (up, down) = (p.stream(&self.streams[0], "up"), p.stream(&self.streams[self.streams.len().min(2) - 1], "down"));
         let (hi, ho) = (p.host(&mut self.host_in, "host in"), p.host(&mut self.host_out, "host out"));
         let (di, dout) = (p.device(&self.dev_in, "device in"), p.device(&self.dev_out, "device out"));
@@ -238,7 +238,7 @@ impl Rig {
         chunks: usize,
         iterations: i32,
         issue: &dyn Fn(&mut dyn crate::pipeline::issue::Issue, &ChunkTask) -> Result<()>,
-    ) -> Result<PipelineRun> {
+    ) -> Result<Run> {
         let names: Vec<String> = (0..streams.min(self.streams.len())).map(|i| format!("s{i}")).collect();
         self.run_loop(chunks, &names, crate::gpu::TimelineSource::Off, iterations, issue)
     }
@@ -246,7 +246,7 @@ impl Rig {
 
 /// The queue model's prediction for a run, each op lasting its share of the
 /// part measured alone.
-pub fn predict(run: &PipelineRun, parts: &Parts, elements: usize, copy_engines: u32) -> Timeline {
+pub fn predict(run: &Run, parts: &Parts, elements: usize, copy_engines: u32) -> Timeline {
     // The timeline is in µs.
     run.predicted(parts.machine(copy_engines), |op| 1e3 * parts.op_ms(op, elements))
 }

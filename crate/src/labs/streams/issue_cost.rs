@@ -7,7 +7,11 @@
 //!   the time;
 //! * **graph**: the same loop captured once as a CUDA graph (stream
 //!   capture), then replayed with one `cuGraphLaunch`: all of it queued at
-//!   once, the GPU's own time plus one launch.
+//!   once, the GPU's own time plus one launch;
+//! * **plain driver loop**: the same calls issued live by a loop of bare
+//!   driver calls (`gpu::plan::plain`), in the same run: what issuing costs
+//!   in CUDA itself, which the lab's own live runs are held against (they
+//!   replay recorded driver calls, with nothing of this crate between them).
 //!
 //! As chunks shrink, the GPU's work per chunk shrinks and the CPU's cost
 //! per chunk does not: below some chunk size issuing is the bottleneck and
@@ -24,6 +28,7 @@
 use super::{effect_line, StreamsConfig};
 use crate::error::{LabError, Result};
 use crate::gpu::{MachineFacts, PlanRig, TimelineSource};
+use crate::gpu::plan::plain::{PlainLoop, PlainRun};
 use crate::measure::stats::Summary;
 use crate::pipeline::plan::{chunk, stage_streams, Plan, WaitBy};
 use crate::pipeline::schedule::Machine;
@@ -67,10 +72,18 @@ pub struct IssuePoint {
     /// graph replay (from the launch call), each to the last op's end.
     pub live: Summary,
     pub graph: Summary,
-    /// Per GPU op of a live run, the CPU's time to issue the loop, and of
-    /// that the time inside the driver's calls, µs.
+    /// Per GPU op of a live run, the CPU's time to issue the loop, µs.
     pub issue_us_per_op: Summary,
-    pub driver_us_per_op: Summary,
+    /// The plain driver loop's time per run, ms, and its CPU time per GPU
+    /// op, µs (None in recordings made before it was measured).
+    #[serde(default)]
+    pub plain: Option<Summary>,
+    #[serde(default)]
+    pub plain_issue_us_per_op: Option<Summary>,
+    /// Of the live run's issuing, the time inside the driver's calls, µs
+    /// (recordings made before live runs replayed recorded calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_us_per_op: Option<Summary>,
     /// How long cuGraphLaunch held the CPU, µs.
     pub launch_us: Summary,
     /// One-time costs of the graph: capturing the loop, instantiating, ms.
@@ -90,6 +103,16 @@ impl IssuePoint {
     /// Live over graph: how much the graph saves (> 1: it wins).
     pub fn graph_gain(&self) -> f64 {
         self.live.median / self.graph.median
+    }
+    /// The plain driver loop over the graph: what a graph saves a program
+    /// that issues with bare driver calls.
+    pub fn plain_graph_gain(&self) -> Option<f64> {
+        self.plain.map(|p| p.median / self.graph.median)
+    }
+    /// The lab's issuing per op over the plain loop's (1: as cheap as bare
+    /// driver calls).
+    pub fn issue_ratio(&self) -> Option<f64> {
+        self.plain_issue_us_per_op.map(|p| self.issue_us_per_op.median / p.median)
     }
     /// Whether the graph is faster than live issuing by more than either
     /// one's spread (Some(true)), slower by more (Some(false)), or neither.
@@ -132,15 +155,20 @@ pub fn measure(rig: &mut PlanRig, cfg: &StreamsConfig, progress: &mut Progress) 
         let (gm, lm) = (gated.model()?, live.model()?);
         let ops = gm.schedule.ops.len();
         let captured = rig.capture(&gated, &gm)?;
-        // A warm-up of each, then the two in turn, so drift hits them alike.
+        // A warm-up of each, then the three in turn, so drift hits them
+        // alike. The plain loop makes the live plan's driver calls.
+        let plain = PlainLoop::new(n, chunks)?;
         rig.run_modelled(&live, &lm, TimelineSource::Off)?;
+        rig.plain_stage_loop(&plain)?;
         rig.replay(&gated, &captured)?;
-        let (mut l, mut r, mut issue, mut driver, mut launch) = (vec![], vec![], vec![], vec![], vec![]);
+        let (mut l, mut p, mut r, mut issue, mut plain_issue, mut launch) = (vec![], vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..reps {
             let run = rig.run_modelled(&live, &lm, TimelineSource::Off)?;
             l.push(run.total_ms);
             issue.push(run.issue_ms * 1e3 / ops as f64);
-            driver.push(run.driver_ms * 1e3 / ops as f64);
+            let PlainRun { total_ms, issue_ms } = rig.plain_stage_loop(&plain)?;
+            p.push(total_ms);
+            plain_issue.push(issue_ms * 1e3 / ops as f64);
             let replay = rig.replay(&gated, &captured)?;
             r.push(replay.total_ms);
             launch.push(replay.launch_ms * 1e3);
@@ -163,7 +191,9 @@ pub fn measure(rig: &mut PlanRig, cfg: &StreamsConfig, progress: &mut Progress) 
             live: Summary::of(&l)?,
             graph: Summary::of(&r)?,
             issue_us_per_op: issue,
-            driver_us_per_op: Summary::of(&driver)?,
+            plain: Some(Summary::of(&p)?),
+            plain_issue_us_per_op: Some(Summary::of(&plain_issue)?),
+            driver_us_per_op: None,
             launch_us: launch,
             capture_ms: captured.capture_ms,
             instantiate_ms: captured.instantiate_ms,
@@ -211,36 +241,51 @@ impl IssueCost {
             .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
     }
 
-    /// The sweep's table: each chunk count three ways, the CPU's costs,
-    /// the model, and where the graph wins.
+    /// The sweep's table: each chunk count three ways (the lab's live
+    /// runs, the plain driver loop, the graph), the CPU's cost per op each
+    /// way, the model, and where the graph wins.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "\nissue-cost: the same three-stream pipeline over {} in ever smaller chunks, issued live (the CPU's issuing in the time) and captured once as a CUDA graph, replayed with one launch\n",
+            "\nissue-cost: the same three-stream pipeline over {} in ever smaller chunks, issued live (the CPU's issuing in the time), issued by a plain loop of driver calls, and captured once as a CUDA graph, replayed with one launch\n",
             Bytes(4 * self.elements as u64)
         );
         out += &format!(
-            "  {:>6} {:>9} {:>18} {:>18} {:>8} {:>17} {:>9} {:>28}\n",
-            "chunks", "chunk", "issued live ms", "graph ms", "gain", "issue µs/op (drv)", "launch µs", "model ms: live/graph (GPU)"
+            "  {:>6} {:>9} {:>18} {:>18} {:>18} {:>14} {:>23} {:>9} {:>28}\n",
+            "chunks", "chunk", "issued live ms", "plain loop ms", "graph ms", "graph gain", "issue µs/op: lab/plain", "launch µs", "model ms: live/graph (GPU)"
         );
+        let opt = |v: Option<f64>, width: usize, digits: usize| v.map_or(format!("{:>width$}", "-"), |v| format!("{v:>width$.digits$}"));
         for p in &self.points {
             out += &format!(
-                "  {:>6} {:>9} {:>8.3} ({:>7.3}) {:>8.3} ({:>7.3}) {:>7.2}x {:>9.1} ({:>5.1}) {:>9.1} {:>11.3}/{:.3} ({:.3})\n",
+                "  {:>6} {:>9} {:>8.3} ({:>7.3}) {} ({}) {:>8.3} ({:>7.3}) {:>6.2}x/{}x {:>7.2}/{} ({}x) {:>9.1} {:>11.3}/{:.3} ({:.3})\n",
                 p.chunks,
                 Bytes(p.chunk_bytes).to_string(),
                 p.live.median,
                 p.live.middle_spread(),
+                opt(p.plain.map(|s| s.median), 8, 3),
+                opt(p.plain.map(|s| s.middle_spread()), 7, 3),
                 p.graph.median,
                 p.graph.middle_spread(),
                 p.graph_gain(),
+                opt(p.plain_graph_gain(), 5, 2),
                 p.issue_us_per_op.median,
-                p.driver_us_per_op.median,
+                opt(p.plain_issue_us_per_op.map(|s| s.median), 5, 2),
+                opt(p.issue_ratio(), 4, 2),
                 p.launch_us.median,
                 p.model_live,
                 p.model_graph,
                 p.model_gated
             );
         }
-        out += "  (spreads in brackets: the middle half of the runs; gain: issued live / graph; GPU: the model's time for the GPU's work alone)\n";
+        out += "  (spreads in brackets: the middle half of the runs; graph gain: issued live / graph, then plain loop / graph; issue µs/op: the CPU's time per GPU op issuing the loop, the lab's live run against the plain loop of driver calls; GPU: the model's time for the GPU's work alone)\n";
+        if let Some(worst) = self.points.iter().filter_map(|p| p.issue_ratio().map(|r| (p, r))).max_by(|a, b| a.1.total_cmp(&b.1)) {
+            out += &format!(
+                "  the lab issues within {:.2}x of the plain driver loop at every chunk count (worst at {} chunks: {:.2} against {:.2} µs per op): what the graph gains here, it gains over CUDA's own issuing\n",
+                worst.1,
+                worst.0.chunks,
+                worst.0.issue_us_per_op.median,
+                worst.0.plain_issue_us_per_op.map_or(f64::NAN, |s| s.median)
+            );
+        }
         if let (Some(small), Some(big)) = (self.points.iter().max_by_key(|p| p.chunks), self.points.iter().min_by_key(|p| p.chunks)) {
             out += &effect_line(
                 &format!("a graph instead of issuing live, {} chunks of {}", small.chunks, Bytes(small.chunk_bytes)),
@@ -268,13 +313,12 @@ impl IssueCost {
         }
         out += &match self.crossover() {
             Some(p) => format!(
-                "  the graph gains more than {:.0}% (beyond the runs' spread) from {} per chunk down ({} chunks, {:.2}x); issuing costs the CPU {:.1} µs per op there, {:.1} µs of it in the driver\n",
+                "  the graph gains more than {:.0}% (beyond the runs' spread) from {} per chunk down ({} chunks, {:.2}x); issuing costs the CPU {:.1} µs per op there\n",
                 100.0 * CLEAR_GAIN,
                 Bytes(p.chunk_bytes),
                 p.chunks,
                 p.graph_gain(),
-                p.issue_us_per_op.median,
-                p.driver_us_per_op.median
+                p.issue_us_per_op.median
             ),
             None => format!("  the graph never gained more than {:.0}% over live issuing (beyond the runs' spread) on this GPU\n", 100.0 * CLEAR_GAIN),
         };
@@ -290,6 +334,7 @@ impl IssueCost {
         const GATED: RGBColor = RGBColor(120, 120, 120);
         const LIVE: RGBColor = RGBColor(214, 39, 40);
         const GRAPH: RGBColor = RGBColor(31, 119, 180);
+        const PLAIN: RGBColor = RGBColor(44, 160, 44);
         let line = |label: &str, color, dashed, f: &dyn Fn(&IssuePoint) -> f64| Series {
             label: label.into(),
             color,
@@ -304,6 +349,7 @@ impl IssueCost {
             log_y: true,
             series: vec![
                 line("issued live", LIVE, false, &|p| p.live.median),
+                line("plain driver loop", PLAIN, false, &|p| p.plain.map_or(f64::NAN, |s| s.median)),
                 line("CUDA graph replay", GRAPH, false, &|p| p.graph.median),
                 line("model: issued live", LIVE, true, &|p| p.model_live),
                 line("model: graph", GRAPH, true, &|p| p.model_graph),
@@ -317,8 +363,8 @@ impl IssueCost {
             y_label: "µs".into(),
             log_y: true,
             series: vec![
-                line("issuing, per GPU op", LIVE, false, &|p| p.issue_us_per_op.median),
-                line("of which in the driver", LIVE, true, &|p| p.driver_us_per_op.median),
+                line("issuing, per GPU op (the lab's live run)", LIVE, false, &|p| p.issue_us_per_op.median),
+                line("issuing, per GPU op (plain driver loop)", PLAIN, true, &|p| p.plain_issue_us_per_op.map_or(f64::NAN, |s| s.median)),
                 line("cuGraphLaunch, the whole run", GRAPH, false, &|p| p.launch_us.median),
             ],
         };

@@ -394,7 +394,7 @@ mod tests {
         let ic = r.timelines(ISSUE_COST, true, "test").unwrap();
         assert_eq!(ic.timelines.len(), 2, "the live run measured and modelled");
         let chart = r.issue_cost_chart("test").unwrap();
-        assert_eq!(chart.panels[0].series.len(), 5);
+        assert_eq!(chart.panels[0].series.len(), 6, "live, plain loop, graph, and the model of each and of the GPU alone");
         assert!(chart.panels[0].series.iter().all(|s| s.points.len() == r.config.issue_chunks.len()));
         let old = StreamsResults { issue_cost: None, ..r.clone() };
         assert!(old.issue_cost_chart("test").unwrap_err().to_string().contains("run `overlap-lab streams` again"));

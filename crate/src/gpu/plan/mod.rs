@@ -1,0 +1,341 @@
+//! Running a [`Plan`] on the GPU: fresh random input, poisoned output and
+//! device buffers, the plan's streams made as it asks (kind, priority), its
+//! loop recorded by a deferring [`Runner`] and run with nothing between its
+//! driver calls, and every output element checked against what the model
+//! says it must hold ([`verify`]). What the model needs measured (each
+//! operation alone, the machine) is in [`calibrate`]; the same loop issued
+//! with bare driver calls, which the runner's issuing is held against, in
+//! [`plain`].
+
+mod calibrate;
+pub mod plain;
+mod verify;
+
+pub use calibrate::{MachineFacts, BACK_TO_BACK, ISSUE_CHUNKS};
+
+use super::nccl::{Communicators, Nccl};
+use super::{ComputeKernel, Dataset, DeviceBuffer, Event, Gpu, GpuIssuer, Graph, HostBuffer, PinnedBuffer, Run, Runner, Stream, TimelineSource};
+use crate::error::{LabError, Result};
+use crate::measure::pattern;
+use crate::pipeline::model::{ModelPipeline, Provenance};
+use crate::pipeline::plan::{device_name, Plan, Refs, INPUT, OUTPUT};
+use crate::pipeline::schedule::StreamKind;
+use crate::present::units::Bytes;
+use std::collections::HashMap;
+
+/// A plan captured as a CUDA graph on a rig's buffers ([`PlanRig::capture`]).
+#[derive(Debug)]
+pub struct CapturedPlan {
+    rig: u64,
+    index: usize,
+    /// Host time to record the loop into a graph, and to make it executable, ms.
+    pub capture_ms: f64,
+    pub instantiate_ms: f64,
+    /// The graph's nodes.
+    pub nodes: usize,
+    expected: Vec<Provenance>,
+}
+
+/// One launch of a captured plan ([`PlanRig::replay`]), ms.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Replay {
+    /// From the launch call to the graph's last op's end (CUDA events).
+    pub total_ms: f64,
+    /// How long the cuGraphLaunch call held the CPU.
+    pub launch_ms: f64,
+}
+
+/// The rig's streams for `plan`, in its order: the n-th stream of a kind
+/// and priority is the n-th the rig made of them ([`PlanRig::make_streams`]).
+fn streams_of<'x>(made: &'x HashMap<StreamKey, Vec<Stream>>, plan: &Plan) -> Vec<&'x Stream> {
+    let mut used: HashMap<StreamKey, usize> = HashMap::new();
+    plan.streams
+        .iter()
+        .map(|s| {
+            let n = used.entry((s.gpu, s.kind, s.priority)).or_default();
+            *n += 1;
+            &made[&(s.gpu, s.kind, s.priority)][*n - 1]
+        })
+        .collect()
+}
+
+/// A plan stream's GPU (of the rig's), kind and priority.
+type StreamKey = (usize, StreamKind, i32);
+
+/// Gives `plan`'s loop to `p` on the rig's buffers (`hosts`: input,
+/// output): its streams, buffers and loop.
+#[allow(clippy::too_many_arguments)]
+fn issue<'x>(
+    p: &mut Runner<'x>,
+    plan: &Plan,
+    streams: &[&'x Stream],
+    hosts: (&'x mut PinnedBuffer, &'x mut PinnedBuffer),
+    devices: &'x [Vec<DeviceBuffer>],
+    kernel: &'x ComputeKernel,
+    iterations: i32,
+    dataset: &'x [u64],
+) -> Result<()> {
+    let stream_refs = streams.iter().zip(&plan.streams).map(|(s, spec)| p.stream(s, &spec.name)).collect();
+    let input = p.host(hosts.0, INPUT);
+    let output = p.host(hosts.1, OUTPUT);
+    let devices = (0..plan.devices).map(|i| p.device(&devices[plan.device_gpu(i)][i], &device_name(i))).collect();
+    let refs = Refs { streams: stream_refs, input, output, devices, elements: plan.elements };
+    let dataset = (plan.batch_elements > 0).then_some(Dataset { words: dataset, batch_elements: plan.batch_elements });
+    let mut issuer = GpuIssuer { runner: p, kernel, iterations, dataset };
+    (plan.body)(&mut issuer, &refs)
+}
+
+/// Buffers, kernel and settings that plans run on, made once.
+pub struct PlanRig {
+    /// Graphs captured on this rig's buffers (dropped first: they name them).
+    graphs: Vec<Graph>,
+    /// Tells this rig's captured plans from another's.
+    id: u64,
+    /// Where graphs are launched, and the events around each launch.
+    launch: Stream,
+    launched: (Event, Event),
+    /// The GPU it runs plans from (a plan's GPU 0).
+    gpu: Gpu,
+    /// Every GPU a plan may use, by the plan's numbers (`gpus[0]` is `gpu`).
+    gpus: Vec<Gpu>,
+    /// Loaded on every GPU of the rig.
+    kernel: ComputeKernel,
+    /// The kernel's work per element (a chain of dependent FMAs).
+    pub iterations: i32,
+    elements: usize,
+    host_in: PinnedBuffer,
+    host_out: PinnedBuffer,
+    /// What a plan's producer copies from (ordinary memory, the same data
+    /// as `host in`; made for the first plan that has a producer).
+    dataset: Vec<u64>,
+    /// Per GPU of the rig, the device buffers a plan's buffers placed
+    /// there use (buffer i of the plan is buffer i of its GPU's).
+    devices: Vec<Vec<DeviceBuffer>>,
+    /// Per GPU, the stream that poisons its buffers before each run.
+    setup: Vec<Stream>,
+    /// NCCL's communicators, one per GPU of the rig, for plans that
+    /// all-reduce ([`Self::with_nccl`]).
+    nccl: Option<Communicators>,
+    /// The plans' streams by (GPU, kind, priority), made once and used by
+    /// every run (each run ends synchronized): the first work on a new
+    /// stream pays the driver's set-up, which a program pays once, not per loop.
+    streams: HashMap<StreamKey, Vec<Stream>>,
+}
+
+impl PlanRig {
+    /// Buffers for plans of up to `elements` f32 and `devices` device buffers.
+    pub fn new(gpu: &Gpu, elements: usize, devices: usize, iterations: i32) -> Result<PlanRig> {
+        Self::over(std::slice::from_ref(gpu), elements, devices, iterations)
+    }
+
+    /// [`Self::new`] for plans over several GPUs: a plan's GPU g is
+    /// `gpus[g]`, and each GPU holds `devices` buffers. Peer access is
+    /// enabled between every pair that has it (a pair without it copies
+    /// through host memory).
+    pub fn over(gpus: &[Gpu], elements: usize, devices: usize, iterations: i32) -> Result<PlanRig> {
+        let Some(gpu) = gpus.first() else { return Err(LabError::config("a rig needs a GPU")) };
+        if elements < 2 || elements % 2 != 0 {
+            return Err(LabError::config(format!("{elements} elements: give an even number, at least 2")));
+        }
+        let bytes = elements.checked_mul(4).ok_or_else(|| LabError::config(format!("{elements} elements is more than memory holds")))?;
+        let mut buffers = Vec::with_capacity(gpus.len());
+        for g in gpus {
+            g.ensure_free((bytes * devices.max(1)) as u64, &format!("{devices} device buffers of {}", Bytes(bytes as u64)))?;
+            buffers.push((0..devices.max(1)).map(|_| g.alloc(bytes)).collect::<Result<Vec<_>>>()?);
+        }
+        for a in gpus {
+            for b in gpus {
+                if a.ordinal() != b.ordinal() && a.can_access_peer(b)? {
+                    a.enable_peer_access(b)?;
+                }
+            }
+        }
+        gpu.bind()?;
+        static RIGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Ok(PlanRig {
+            graphs: Vec::new(),
+            id: RIGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            launch: gpu.stream()?,
+            launched: (gpu.timing_event()?, gpu.timing_event()?),
+            gpu: gpu.clone(),
+            gpus: gpus.to_vec(),
+            kernel: ComputeKernel::load_on(gpus)?,
+            iterations,
+            elements,
+            host_in: PinnedBuffer::new(gpu, bytes)?,
+            host_out: PinnedBuffer::new(gpu, bytes)?,
+            dataset: Vec::new(),
+            devices: buffers,
+            setup: gpus.iter().map(|g| g.stream()).collect::<Result<_>>()?,
+            nccl: None,
+            streams: HashMap::new(),
+        })
+    }
+
+    /// This rig with NCCL's communicators over all its GPUs, so its plans
+    /// may all-reduce. NCCL is loaded wherever it is (`gpu::nccl`); a
+    /// first all-reduce runs here, so that the connections NCCL makes at
+    /// its first call are made outside any timed run.
+    pub fn with_nccl(mut self) -> Result<PlanRig> {
+        let comms = Communicators::new(Nccl::load()?, &self.gpus)?;
+        let bufs: Vec<&DeviceBuffer> = self.devices.iter().map(|d| &d[0]).collect();
+        comms.all_reduce_sum(&bufs, 2, &self.setup.iter().collect::<Vec<_>>())?;
+        for s in &self.setup {
+            s.synchronize()?;
+        }
+        self.gpu.bind()?;
+        self.nccl = Some(comms);
+        Ok(self)
+    }
+
+    /// The GPUs of the rig, by the plans' numbers.
+    pub fn gpus(&self) -> &[Gpu] {
+        &self.gpus
+    }
+
+    /// Runs `plan` once on fresh data and verifies every output element
+    /// the model says it writes; `source` times its timeline.
+    pub fn run(&mut self, plan: &Plan, source: TimelineSource) -> Result<Run> {
+        self.run_modelled(plan, &plan.model()?, source)
+    }
+
+    /// [`Self::run`] with the plan's model made once (it holds a cell per
+    /// element of every buffer: for repeated runs of a big plan).
+    pub fn run_modelled(&mut self, plan: &Plan, model: &ModelPipeline, source: TimelineSource) -> Result<Run> {
+        self.fits(plan)?;
+        // The model ran the same loop: a plan that races is refused before
+        // the GPU runs any of it.
+        if let Some(r) = model.schedule.races().first() {
+            return Err(LabError::schedule(format!("{}: {}", plan.name, r.what)));
+        }
+        let expected = Plan::output_cells(model);
+        let seed = self.fresh_data(plan)?;
+        self.make_streams(plan)?;
+        let streams = streams_of(&self.streams, plan);
+        let run = {
+            let mut p = self.gpu.runner(source, model.schedule.ops.len(), plan.gated)?.deferring()?;
+            if let Some(c) = &self.nccl {
+                p.use_communicators(c);
+            }
+            issue(&mut p, plan, &streams, (&mut self.host_in, &mut self.host_out), &self.devices, &self.kernel, self.iterations, &self.dataset)?;
+            p.finish()?
+        };
+        if let Some(r) = run.races.first() {
+            return Err(LabError::schedule(format!("{}: {}", plan.name, r.what)));
+        }
+        self.verify(&plan.name, expected, seed)?;
+        Ok(run)
+    }
+
+    /// Captures `plan`'s loop as a CUDA graph on this rig's buffers (it runs
+    /// nothing); [`Self::replay`] launches it. `model` is the plan's.
+    pub fn capture(&mut self, plan: &Plan, model: &ModelPipeline) -> Result<CapturedPlan> {
+        self.fits(plan)?;
+        self.make_streams(plan)?;
+        let streams = streams_of(&self.streams, plan);
+        let started = std::time::Instant::now();
+        let (graph, run) = {
+            let mut p = self.gpu.capture_runner()?;
+            issue(&mut p, plan, &streams, (&mut self.host_in, &mut self.host_out), &self.devices, &self.kernel, self.iterations, &self.dataset)?;
+            p.finish_capture()?
+        };
+        let made_ms = started.elapsed().as_secs_f64() * 1e3;
+        if let Some(r) = run.races.first() {
+            return Err(LabError::schedule(format!("{}: {}", plan.name, r.what)));
+        }
+        let captured = CapturedPlan {
+            rig: self.id,
+            index: self.graphs.len(),
+            capture_ms: made_ms - graph.instantiate_ms(),
+            instantiate_ms: graph.instantiate_ms(),
+            nodes: graph.nodes(),
+            expected: Plan::output_cells(model).to_vec(),
+        };
+        self.graphs.push(graph);
+        Ok(captured)
+    }
+
+    /// Launches a captured plan once on fresh data and verifies its output:
+    /// its time from the launch call to its last op's end (CUDA events).
+    pub fn replay(&mut self, plan: &Plan, c: &CapturedPlan) -> Result<Replay> {
+        if c.rig != self.id || c.index >= self.graphs.len() {
+            return Err(LabError::config(format!("{}: replayed on another rig than the one that captured it", plan.name)));
+        }
+        let seed = self.fresh_data(plan)?;
+        let (start, end) = &self.launched;
+        start.record(&self.launch)?;
+        let called = std::time::Instant::now();
+        // SAFETY: the graph touches only this rig's buffers, which live as
+        // long as the rig; nothing else uses them before the synchronize below.
+        unsafe { self.graphs[c.index].launch(&self.launch) }?;
+        let launch_ms = called.elapsed().as_secs_f64() * 1e3;
+        // Launched: wait for it whatever fails, so no buffer is touched
+        // again while the graph may still use it.
+        let recorded = end.record(&self.launch);
+        self.launch.synchronize()?;
+        recorded?;
+        let total_ms = start.elapsed_ms(end)?;
+        self.verify(&plan.name, &c.expected, seed)?;
+        Ok(Replay { total_ms, launch_ms })
+    }
+
+    /// Refuses a plan bigger than the rig.
+    fn fits(&self, plan: &Plan) -> Result<()> {
+        plan.validate()?;
+        if plan.elements > self.elements || plan.devices > self.devices[0].len() {
+            return Err(LabError::config(format!(
+                "{}: {} elements and {} device buffers do not fit the rig's {} and {}",
+                plan.name,
+                plan.elements,
+                plan.devices,
+                self.elements,
+                self.devices[0].len()
+            )));
+        }
+        if plan.gpus().iter().any(|&g| g >= self.gpus.len()) {
+            return Err(LabError::config(format!(
+                "{}: its streams and buffers use GPUs {:?} of the plan, and this rig holds {} (GPU {})",
+                plan.name,
+                plan.gpus(),
+                self.gpus.len(),
+                self.gpus.iter().map(|g| g.ordinal().to_string()).collect::<Vec<_>>().join(", GPU ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// Fresh random input, poisoned output and device buffers; the seed.
+    fn fresh_data(&mut self, plan: &Plan) -> Result<u64> {
+        let seed = pattern::fresh_seed();
+        let words = plan.elements / 2;
+        pattern::fill_f32(&mut self.host_in.words_mut()[..words], seed);
+        if plan.batch_elements > 0 {
+            self.dataset.resize(self.elements / 2, 0);
+            pattern::fill_f32(&mut self.dataset[..words], seed);
+        }
+        pattern::poison(&mut self.host_out.words_mut()[..words]);
+        for i in 0..plan.devices {
+            let g = plan.device_gpu(i);
+            self.setup[g].fill_u32(&self.devices[g][i], pattern::POISON as u32)?;
+        }
+        Ok(seed)
+    }
+
+    /// Makes the streams `plan` asks for (kind, priority) that the rig
+    /// does not have yet.
+    fn make_streams(&mut self, plan: &Plan) -> Result<()> {
+        let mut wanted: HashMap<StreamKey, usize> = HashMap::new();
+        for s in &plan.streams {
+            *wanted.entry((s.gpu, s.kind, s.priority)).or_default() += 1;
+        }
+        for (key, n) in wanted {
+            let have = self.streams.entry(key).or_default();
+            while have.len() < n {
+                have.push(self.gpus[key.0].stream_of(key.1, key.2)?);
+            }
+        }
+        self.gpu.bind()?;
+        Ok(())
+    }
+
+}

@@ -1,0 +1,66 @@
+//! Checking a run's output: every element of `host out` against what the
+//! plan's model says it must hold.
+
+use super::PlanRig;
+use crate::error::{LabError, Result};
+use crate::gpu::HostBuffer;
+use crate::gpu::kernels::compute_reference;
+use crate::measure::pattern;
+use crate::pipeline::model::Provenance;
+
+impl PlanRig {
+    /// Checks `host out` against `expected`: inputs and untouched poison in
+    /// full, kernel outputs at the first and last element of every run of
+    /// them and about 4096 places between (the CPU reference costs the
+    /// kernel's whole FMA chain per element).
+    pub(super) fn verify(&self, plan: &str, expected: &[Provenance], seed: u64) -> Result<()> {
+        let got = pattern::as_f32(self.host_out.words());
+        let poison = f32::from_bits(pattern::POISON as u32);
+        let step = (expected.len() / 4096).max(1);
+        // Whether `b` carries on the run `a` is in (the next element of the same source).
+        let continues = |a: Provenance, b: Provenance| match (a, b) {
+            (Provenance::Output(x), Provenance::Output(y)) | (Provenance::Input(x), Provenance::Input(y)) => y == x.wrapping_add(1),
+            (Provenance::Repeated(x, k), Provenance::Repeated(y, k2)) => k == k2 && y == x.wrapping_add(1),
+            (Provenance::Summed { first: x, stride, ranks, passes }, Provenance::Summed { first: y, stride: s2, ranks: r2, passes: p2 }) => {
+                (stride, ranks, passes) == (s2, r2, p2) && y == x.wrapping_add(1)
+            }
+            (Provenance::Unset, Provenance::Unset) => true,
+            _ => false,
+        };
+        for (i, want) in expected.iter().enumerate() {
+            // The sum of a Summed element's terms' sizes (how far a rounding can move it).
+            let mut scale = 0.0f32;
+            let edge = i == 0 || i + 1 == expected.len() || !continues(expected[i - 1], *want) || !continues(*want, expected[i + 1]) || i % step == 0;
+            let value = match *want {
+                Provenance::Unset => poison,
+                Provenance::Input(j) => pattern::f32_at(seed, j as usize),
+                Provenance::Output(j) if edge => compute_reference(pattern::f32_at(seed, j as usize), self.iterations),
+                Provenance::Repeated(j, k) if edge => (0..k).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, self.iterations)),
+                Provenance::Summed { first, stride, ranks, passes } if edge => {
+                    let pass = |j: u32| (0..passes).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, self.iterations));
+                    let terms: Vec<f32> = (0..ranks as u32).map(|r| pass(first + r * stride)).collect();
+                    scale = terms.iter().map(|t| t.abs()).sum();
+                    terms.into_iter().reduce(|sum, x| sum + x).unwrap_or(0.0)
+                }
+                Provenance::Output(_) | Provenance::Repeated(..) | Provenance::Summed { .. } => continue,
+                Provenance::Garbage => {
+                    return Err(LabError::schedule(format!(
+                        "{plan}: host out element {i} comes from a kernel run on data that was never uploaded, or from a sum of elements no input holds"
+                    )))
+                }
+            };
+            // Two ranks' sum is the same whichever adds first; more ranks
+            // are summed in an order NCCL chooses (a rounding apart).
+            let close = match *want {
+                Provenance::Summed { ranks, .. } if ranks > 2 => (got[i] - value).abs() <= 2.0 * f32::EPSILON * ranks as f32 * scale,
+                _ => false,
+            };
+            if got[i].to_bits() != value.to_bits() && !close {
+                let what = if got[i].to_bits() == poison.to_bits() { " (never written: still poison)".to_string() } else { String::new() };
+                return Err(LabError::wrong_data(format!("{plan}: host out"), i, format!("got {}{what}, expected {value} ({want:?})", got[i])));
+            }
+        }
+        Ok(())
+    }
+
+}

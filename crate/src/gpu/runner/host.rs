@@ -1,0 +1,210 @@
+//! Where the CPU takes part in a loop: it waits (for an event, a stream,
+//! the device, a host function's signal), it works on host memory, a host
+//! function runs on the driver's thread, or another thread of the lab
+//! acts. Each opens the start gate first: a GPU held behind it would never
+//! get to what the CPU waits for.
+
+use super::command::Command;
+use super::timing::Mark;
+use super::Runner;
+use crate::error::{LabError, Result};
+use crate::gpu::host_fn::{Flag, Raise};
+use crate::gpu::{driver, trace, Event, HostTask};
+use crate::pipeline::issue::{EventRef, HostRef, SignalRef, StreamRef};
+use crate::pipeline::schedule::{Access, OpId, OpKind};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// How long the CPU waits for a host function before calling it lost (a
+/// stream that never reaches it would otherwise hang the lab).
+const SIGNAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl<'a> Runner<'a> {
+    /// A call of CPU thread `thread` that waits (the CPU takes part).
+    fn host_wait_call(&mut self, call: impl FnOnce() -> Result<()> + Send + 'a) -> Result<()> {
+        let thread = self.lanes.thread();
+        self.dispatch(Command::Host { thread, timed: None, call: Box::new(call) })?;
+        self.forget_reusable_ends();
+        Ok(())
+    }
+
+    /// cuEventSynchronize: the CPU waits for `e`.
+    pub fn host_wait(&mut self, e: EventRef) -> Result<()> {
+        self.not_captured("a CPU wait (cuEventSynchronize)")?;
+        let event = self.user_event(e)?;
+        self.host_wait_call(move || {
+            let _r = trace::range("host waits on event");
+            event.synchronize()
+        })?;
+        self.schedule.host_wait_event(self.lanes.thread(), e.0);
+        Ok(())
+    }
+    /// cuStreamSynchronize: the CPU waits for everything issued to `s`.
+    pub fn host_sync(&mut self, s: StreamRef) -> Result<()> {
+        self.not_captured("a CPU wait (cuStreamSynchronize)")?;
+        let lane = self.lane(s)?;
+        let stream = self.streams[lane];
+        self.host_wait_call(move || stream.synchronize())?;
+        self.schedule.host_wait_stream(self.lanes.thread(), lane);
+        Ok(())
+    }
+    /// cuCtxSynchronize: the CPU waits for every stream.
+    pub fn sync_device(&mut self) -> Result<()> {
+        self.not_captured("a CPU wait (cuCtxSynchronize)")?;
+        let gpus = self.gpus.clone();
+        self.host_wait_call(move || {
+            let _r = trace::range("host waits for the device");
+            for g in &gpus {
+                g.bind()?;
+                driver::context_synchronize()?;
+            }
+            gpus[0].bind()
+        })?;
+        self.schedule.host_wait_all(self.lanes.thread());
+        Ok(())
+    }
+
+    /// A host function on `s` (cuLaunchHostFunc): `task` runs on the
+    /// driver's callback thread once `s` reaches it, and `s` waits for it.
+    /// Timed by the task itself, not on this run's timeline.
+    pub fn host_fn<T: HostTask>(&mut self, s: StreamRef, label: &str, accesses: Vec<Access>, task: T) -> Result<OpId> {
+        self.not_captured("a host function")?;
+        self.lanes.on_loop_thread("a host function")?;
+        let lane = self.lane(s)?;
+        let stream = self.streams[lane];
+        // The CPU takes part from here: the GPU must be running.
+        self.dispatch(Command::Host { thread: 0, timed: None, call: Box::new(move || stream.launch_host_task(task)) })?;
+        // The stream waits for the CPU: its next op does not start where this one was issued.
+        self.reusable_end[lane] = None;
+        let id = self.schedule.gpu_op(0, lane, OpKind::Host, label, accesses);
+        self.marks.push(Mark::Elsewhere);
+        Ok(id)
+    }
+
+    /// [`crate::pipeline::issue::Issue::signal`]: a host function on `s` that raises a flag.
+    pub fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
+        let flag = Arc::new(Flag::default());
+        let id = self.host_fn(s, label, Vec::new(), Raise(flag.clone()))?;
+        self.signals.push((flag, id));
+        Ok(SignalRef(self.signals.len() - 1))
+    }
+    /// [`crate::pipeline::issue::Issue::host_wait_signal`]: the CPU sleeps until the flag is raised.
+    pub fn host_wait_signal(&mut self, g: SignalRef) -> Result<()> {
+        self.lanes.on_loop_thread("a wait for a host function")?;
+        let (flag, id) =
+            self.signals.get(g.0).cloned().ok_or_else(|| LabError::config(format!("signal {} was never made ({} exist)", g.0, self.signals.len())))?;
+        self.host_wait_call(move || {
+            let _r = trace::range("host waits for a host function");
+            if !flag.wait(SIGNAL_TIMEOUT) {
+                return Err(LabError::config(format!(
+                    "a host function did not run within {} s of the CPU waiting for it: its stream never reached it (is it waiting for an event recorded later?)",
+                    SIGNAL_TIMEOUT.as_secs()
+                )));
+            }
+            Ok(())
+        })?;
+        self.learns(0, id);
+        Ok(())
+    }
+
+    /// CPU work that another thread of the lab runs (thread 1, 2, ...: a
+    /// worker, a thread waiting on an event), after all that thread has
+    /// learned so far ([`Self::learns`], [`Self::thread_waits`]). Recorded
+    /// for the race check and the model; timed by that thread.
+    pub fn on_thread(&mut self, thread: usize, label: &str, accesses: Vec<Access>) -> OpId {
+        let id = self.schedule.host_op(thread, label, accesses);
+        self.marks.push(Mark::Elsewhere);
+        id
+    }
+
+    /// Host thread `thread` learns that op `op` is done (it was handed the
+    /// job `op` sent, or the slot `op` gave back). Thread 0 is the one
+    /// issuing: it blocked until then, so its later work comes after `op`.
+    pub fn learns(&mut self, thread: usize, op: OpId) {
+        if thread == 0 {
+            self.forget_reusable_ends();
+        }
+        self.schedule.host_learns(thread, op);
+    }
+
+    /// Host thread `thread` receives work from the issuing thread: what
+    /// thread 0 did so far happens before its later work.
+    pub fn hands_to(&mut self, thread: usize) {
+        self.schedule.host_joins(thread, 0);
+    }
+
+    /// Host thread `thread` waits on `e` itself (cuEventSynchronize there,
+    /// on [`Self::shared_event`]).
+    pub fn thread_waits(&mut self, thread: usize, e: EventRef) {
+        self.schedule.host_wait_event(thread, e.0);
+    }
+
+    /// Event `e`, for another thread to wait on while the loop runs (a
+    /// runner that does not defer: in a deferring one, the event is
+    /// recorded only at `finish`).
+    pub fn shared_event(&self, e: EventRef) -> Result<Arc<Event>> {
+        self.not_deferred("an event another thread waits on")?;
+        self.user_event(e)
+    }
+
+    /// The host clock this runner's timeline counts from.
+    pub fn host_base(&self) -> Instant {
+        self.exec.host_base
+    }
+
+    /// CPU work that writes `bytes` of host buffer `h` at byte `at`
+    /// (`write`), timed on the host clock.
+    pub fn host_write(&mut self, label: &str, h: HostRef, at: usize, bytes: usize, write: impl FnOnce(&mut [u64]) + Send + 'a) -> Result<()> {
+        self.not_captured("CPU work")?;
+        self.lanes.on_loop_thread("CPU work")?;
+        let (place, mut access) = self.host_range(h, at, bytes)?;
+        access.write = true;
+        self.forget_reusable_ends();
+        self.schedule.host_op(0, label, vec![access]);
+        let slot = self.host_slot();
+        self.marks.push(Mark::Host(slot));
+        let label = label.to_string();
+        self.dispatch(Command::Host {
+            thread: 0,
+            timed: Some(slot),
+            call: Box::new(move || {
+                let _r = trace::range(&label);
+                // SAFETY: in bounds (host_range); the runner holds the
+                // buffer's exclusive borrow. Whether the GPU may still be
+                // using it is what the schedule checks.
+                write(unsafe { std::slice::from_raw_parts_mut(place.addr() as *mut u64, bytes / 8) });
+                Ok(())
+            }),
+        })
+    }
+
+    /// CPU work that reads `bytes` of host buffer `h` at byte `at` and
+    /// hands `read`'s result back (a runner that does not defer: the loop
+    /// has it at once).
+    pub fn host_read<R>(&mut self, label: &str, h: HostRef, at: usize, bytes: usize, read: impl FnOnce(&[u64]) -> R) -> Result<R> {
+        self.not_captured("CPU work")?;
+        self.not_deferred("reading host memory into the loop")?;
+        self.lanes.on_loop_thread("CPU work")?;
+        let (place, access) = self.host_range(h, at, bytes)?;
+        self.exec.open_gate()?;
+        self.gate_closed = false;
+        self.forget_reusable_ends();
+        self.schedule.host_op(0, label, vec![access]);
+        let slot = self.host_slot();
+        self.marks.push(Mark::Host(slot));
+        let _r = trace::range(label);
+        let t0 = self.exec.now_us();
+        // SAFETY: in bounds (host_range); the runner holds the buffer's
+        // exclusive borrow. Whether the GPU may still write it is what the
+        // schedule checks.
+        let r = read(unsafe { std::slice::from_raw_parts(place.addr() as *const u64, bytes / 8) });
+        self.exec.host_times[slot] = (t0, self.exec.now_us());
+        Ok(r)
+    }
+
+    /// After host work or a host wait, streams may sit idle until the next
+    /// op is issued: a shared end event would date its start too early.
+    pub(super) fn forget_reusable_ends(&mut self) {
+        self.reusable_end.iter_mut().for_each(|e| *e = None);
+    }
+}
