@@ -21,8 +21,8 @@
 use overlap_lab::gpu::{Gpu, PlanRig, TimelineSource};
 use overlap_lab::measure::stats::Summary;
 use overlap_lab::pipeline::issue::Issue;
+use overlap_lab::pipeline::op::StreamKind;
 use overlap_lab::pipeline::plan::{chunk, Plan, Refs, StreamSpec};
-use overlap_lab::pipeline::schedule::StreamKind;
 
 const ELEMENTS: usize = 32 << 20;
 const BATCHES: usize = 4;

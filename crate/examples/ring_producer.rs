@@ -11,8 +11,8 @@ use overlap_lab::gpu::{Gpu, PlanRig, TimelineSource};
 use overlap_lab::labs::experiment::balance;
 use overlap_lab::labs::memory::ring::{plan, Staging};
 use overlap_lab::measure::stats::Summary;
+use overlap_lab::pipeline::op::StreamKind;
 use overlap_lab::pipeline::plan::{Plan, StreamSpec};
-use overlap_lab::pipeline::schedule::StreamKind;
 use std::time::Instant;
 
 const ELEMENTS: usize = 32 << 20;

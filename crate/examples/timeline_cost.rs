@@ -7,7 +7,7 @@
 use overlap_lab::gpu::{driver, Gpu, TimelineSource};
 use overlap_lab::labs::overlap::{measure::Rig, IssueOrder};
 use overlap_lab::measure::stats::Summary;
-use overlap_lab::pipeline::schedule::OpKind;
+use overlap_lab::pipeline::op::OpKind;
 
 const ELEMENTS: usize = 32 << 20;
 

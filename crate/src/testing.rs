@@ -14,8 +14,8 @@ use crate::labs::streams::experiments as streams_experiments;
 use crate::labs::streams::issue_cost::{self as streams_issue, IssueCost, IssuePoint};
 use crate::labs::streams::{StreamsConfig, StreamsResults};
 use crate::measure::stats::Summary;
+use crate::pipeline::machine::Machine;
 use crate::pipeline::plan::{chunk, Costs};
-use crate::pipeline::schedule::Machine;
 use crate::pipeline::timeline::Timeline;
 use crate::Bytes;
 use std::path::PathBuf;
@@ -290,8 +290,8 @@ pub fn fails_with(rep: &crate::labs::check::CheckReport, words: &str) {
 /// read and losing beyond, as with a kernel half as long as the upload.
 pub fn memory_results() -> MemoryResults {
     use crate::gpu::PoolUsage;
+    use crate::pipeline::op::{Memory, OpKind};
     use crate::pipeline::plan::{cost_keys, REUSED};
-    use crate::pipeline::schedule::{Memory, OpKind};
     use memory::pool::{trace_sizes, Allocator, BatchPoint, BatchTrace, PairPoint};
     use memory::probes::{Beside, BusyWith, CallProbe, PROBED_MEMORY};
     use memory::zero_copy::{ZeroCopy, ZeroCopyPoint};
@@ -467,8 +467,8 @@ pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
     use crate::labs::multi_gpu::pipeline_parallel::{self as pp, bubble_model, STAGES};
     use crate::labs::multi_gpu::reference::TorchPeer;
     use crate::labs::multi_gpu::{all_reduce, four_way, AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults};
+    use crate::pipeline::op::{Link, OpKind};
     use crate::pipeline::plan::Plan;
-    use crate::pipeline::schedule::{Link, OpKind};
     let cfg = MultiGpuConfig { no_reference: !two, ..MultiGpuConfig::quick() };
     let gpu = |ordinal: usize| GpuSummary { ordinal, name: "Test GPU".into(), pci_bus_id: format!("0000:{:02X}:00.0", 0x18 + ordinal) };
     let path = |from, to| PeerPath { from, to, can_access: true, performance_rank: 0, native_atomics: true, link: LinkKind::NvLink { links: 18 } };

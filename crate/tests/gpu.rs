@@ -152,7 +152,7 @@ mod pipelines {
     use overlap_lab::labs::overlap::measure::Rig;
     use overlap_lab::labs::overlap::{measure, Intensity, IssueOrder, OverlapConfig};
     use overlap_lab::measure::pattern;
-    use overlap_lab::pipeline::schedule::OpKind;
+    use overlap_lab::pipeline::op::OpKind;
     use overlap_lab::present::progress::ProgressMode;
     use overlap_lab::testing::gpu_or_skip;
 
@@ -630,7 +630,11 @@ mod streams {
         assert_eq!((lanes(0), lanes(1)), (1, StreamsConfig::small().streams), "{:?}", threads.variants[1].timeline.lanes());
         let ic = r.issue_cost.as_ref().unwrap();
         assert_eq!(ic.points.len(), StreamsConfig::small().issue_chunks.len());
-        assert!(ic.points.iter().all(|p| p.nodes >= p.ops && p.graph.median > 0.0 && p.live.median > 0.0 && p.plain.is_some() && p.issue_ratio().is_some_and(|r| r > 0.0)));
+        assert!(ic.points.iter().all(|p| p.nodes >= p.ops
+            && p.graph.median > 0.0
+            && p.live.median > 0.0
+            && p.plain.is_some()
+            && p.issue_ratio().is_some_and(|r| r > 0.0)));
     }
 
     /// A plan captured as a CUDA graph replays on fresh data and verifies;
@@ -640,8 +644,8 @@ mod streams {
     fn a_captured_plan_replays_verified_and_refuses_what_a_graph_cannot_hold() {
         use overlap_lab::gpu::{PlanRig, TimelineSource};
         use overlap_lab::labs::streams::issue_cost;
+        use overlap_lab::pipeline::op::StreamKind;
         use overlap_lab::pipeline::plan::{Plan, StreamSpec};
-        use overlap_lab::pipeline::schedule::StreamKind;
         let Some(gpu) = gpu_or_skip("a_captured_plan_replays_verified_and_refuses_what_a_graph_cannot_hold") else {
             return;
         };
@@ -745,8 +749,8 @@ mod memory {
         use overlap_lab::gpu::{PlanRig, TimelineSource};
         use overlap_lab::labs::memory::ring::{plan, Staging};
         use overlap_lab::pipeline::issue::SignalRef;
+        use overlap_lab::pipeline::op::StreamKind;
         use overlap_lab::pipeline::plan::{Plan, StreamSpec};
-        use overlap_lab::pipeline::schedule::StreamKind;
         let Some(gpu) = gpu_or_skip("memory::a_signal_hands_a_slot_back_to_the_cpu") else {
             return;
         };
@@ -883,7 +887,7 @@ mod kernel_pipeline {
         let labels: Vec<&str> = round.spans.iter().map(|s| s.label.as_str()).collect();
         assert_eq!(labels[0], "D2D copy (the ceiling)");
         let copy = &round.spans[0];
-        assert!(matches!(copy.kind, overlap_lab::pipeline::schedule::OpKind::D2d(l) if !l.is_peer()), "{copy:?} ({})", round.source);
+        assert!(matches!(copy.kind, overlap_lab::pipeline::op::OpKind::D2d(l) if !l.is_peer()), "{copy:?} ({})", round.source);
         assert_eq!(&labels[1..], refs.iter().map(|(n, _)| *n).collect::<Vec<_>>().as_slice());
         // Each kernel takes real time: at least a microsecond.
         assert!(round.spans.iter().all(|s| s.end_us - s.start_us > 1.0), "{:?}", round.spans);
@@ -938,8 +942,8 @@ mod several_gpus {
     use overlap_lab::gpu::topology::Topology;
     use overlap_lab::gpu::{Gpu, HostBuffer, PinnedBuffer, PlanRig, TimelineSource};
     use overlap_lab::labs::multi_gpu::pipeline_parallel::{bubble, bubble_model, events_only, plan, STAGES};
+    use overlap_lab::pipeline::op::{OpKind, StreamKind};
     use overlap_lab::pipeline::plan::{Plan, StreamSpec};
-    use overlap_lab::pipeline::schedule::{OpKind, StreamKind};
     use overlap_lab::testing::gpu_or_skip;
     use std::sync::Arc;
 

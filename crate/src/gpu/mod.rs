@@ -30,7 +30,7 @@ pub mod runner;
 pub mod topology;
 pub mod trace;
 
-pub use crate::pipeline::schedule::StreamKind;
+pub use crate::pipeline::op::StreamKind;
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
 pub use fingerprint::{Fingerprint, PcieLink};
 pub use graph::Graph;
@@ -41,9 +41,9 @@ pub use host_fn::HostTask;
 pub use kernel::{
     ComputeKernel, KernelResources, Module, ReadFrom, RereadKernel, RowDotArgs, RowDotKernel, TileKernel, TileKind, TileShape, WarpSpan, WarpTrace,
 };
-pub use runner::{Dataset, GpuIssuer, Run, Runner, TimelineSource};
 pub use plan::{CapturedPlan, MachineFacts, PlanRig, Replay};
 pub use pool::{MemPool, PoolBuffer, PoolUsage, ThresholdGuard};
+pub use runner::{Dataset, GpuIssuer, Run, Runner, TimelineSource};
 
 use crate::error::{LabError, Result};
 use crate::present::units::Bytes;

@@ -12,9 +12,10 @@
 use crate::error::{LabError, Result};
 use crate::gpu::{MachineFacts, PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
+use crate::pipeline::machine::Machine;
 use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::op::{Lane, OpKind};
 use crate::pipeline::plan::{Costs, Plan};
-use crate::pipeline::schedule::{Lane, Machine, OpKind};
 use crate::pipeline::timeline::{Gantt, Timeline};
 use serde::{Deserialize, Serialize};
 
@@ -100,7 +101,7 @@ pub struct ExperimentResult {
     #[serde(default)]
     pub ceiling: Option<f64>,
     #[serde(default)]
-    pub costs: Vec<(crate::pipeline::schedule::OpKind, usize, f64)>,
+    pub costs: Vec<(crate::pipeline::op::OpKind, usize, f64)>,
 }
 
 impl ExperimentResult {

@@ -11,9 +11,11 @@ use crate::error::Result;
 use crate::gpu::{PlanRig, TimelineSource};
 use crate::labs::check::CheckReport;
 use crate::measure::stats::Summary;
+use crate::pipeline::machine::Machine;
 use crate::pipeline::model::{ModelPipeline, Provenance};
+use crate::pipeline::op::OpKind;
 use crate::pipeline::plan::{cost_keys, Costs, Plan, REUSED};
-use crate::pipeline::schedule::{Machine, OpKind, Schedule};
+use crate::pipeline::schedule::Schedule;
 
 /// The learner's loop run on the model: `None` (a failed check) if it
 /// panicked or stopped with an error; else its model, with a problem

@@ -4,7 +4,8 @@
 //! where every element's data came from. Either way the checker can say what
 //! is wrong: wrong data, a race, no overlap, or too little of it.
 
-use super::schedule::{Link, Memory, Schedule, StreamDecl, StreamKind};
+use super::op::{Link, Memory, StreamDecl, StreamKind};
+use super::schedule::Schedule;
 use crate::error::{LabError, Result};
 use std::collections::HashMap;
 

@@ -1,20 +1,26 @@
-//! The pipeline vocabulary: one way for every lab to describe GPU work.
+//! The pipeline vocabulary: one way for every lab to describe GPU work,
+//! and everything that can be known of it with no GPU.
 //!
 //! A learner's loop calls the operations of [`issue::Issue`] (copies,
 //! kernels, events, waits, CPU work, and allocating, freeing and pinning
-//! memory as operations). The same loop runs on the GPU
-//! (`gpu::Pipeline`, the executor) or on [`model::ModelPipeline`] (no GPU),
-//! and both record a [`schedule::Schedule`]: what happens before what, the
-//! races it allows, and the queue model's prediction ([`schedule::predict`]).
-//! [`timeline`] turns a measured or predicted schedule into lanes for charts
-//! and Chrome traces. [`plan`] packs a loop with its streams and buffers, so
-//! the GPU and the model run one description (labs 5 and 6).
+//! memory as operations). The same loop runs on the GPU (`gpu::Runner`)
+//! or on the dry run ([`model::ModelPipeline`]: no GPU, it tracks where
+//! every element's data came from). Both record the loop's operations
+//! ([`op`]) in a [`schedule::Schedule`]: what happens before what, and the
+//! races it allows. The queue model ([`predict`]), told the machine
+//! ([`machine`]) and each op's cost, predicts the schedule's timeline;
+//! [`timeline`] turns a measured or predicted schedule into lanes for
+//! charts and Chrome traces. [`plan`] packs a loop with its streams and
+//! buffers, so the GPU and the dry run run one description.
 //!
 //! May use: `error`, `measure` (statistics), `present::units`. Never `gpu`:
 //! this part runs, and is tested, with no GPU.
 
 pub mod issue;
+pub mod machine;
 pub mod model;
+pub mod op;
 pub mod plan;
+pub mod predict;
 pub mod schedule;
 pub mod timeline;

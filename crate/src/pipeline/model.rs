@@ -3,7 +3,8 @@
 //! element is wrong and why, and the queue model can time the schedule.
 
 use super::issue::{check_alloc, check_ranks, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
-use super::schedule::{Access, Memory, OpId, OpKind, Schedule, StreamDecl, StreamKind};
+use super::op::{Access, Memory, OpId, OpKind, StreamDecl, StreamKind};
+use super::schedule::Schedule;
 use crate::error::{LabError, Result};
 use std::ops::Range;
 
@@ -439,7 +440,7 @@ impl Issue for ModelPipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::schedule::Link;
+    use crate::pipeline::op::Link;
 
     #[test]
     fn provenance_flows_through_copies_and_kernel() {
@@ -572,7 +573,7 @@ mod tests {
         assert_eq!(m.device_cells(grads[1])[0], want, "every rank holds the sum");
         assert_eq!(m.device_cells(grads[1])[3], Provenance::Summed { first: 3, stride: 4, ranks: 2, passes: 1 });
         assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
-        let ops: Vec<&crate::pipeline::schedule::Op> = m.schedule.ops.iter().filter(|o| o.kind == OpKind::AllReduce(2)).collect();
+        let ops: Vec<&crate::pipeline::op::Op> = m.schedule.ops.iter().filter(|o| o.kind == OpKind::AllReduce(2)).collect();
         assert_eq!(ops.len(), 2, "one op per rank");
         assert_eq!((ops[0].gpu, ops[1].gpu), (0, 1));
         // Each rank's part waits for both GPUs' gradients, not for the other part.
@@ -625,7 +626,7 @@ mod tests {
 
     #[test]
     fn each_thread_has_its_own_per_thread_stream_but_shares_the_legacy_one() {
-        use crate::pipeline::schedule::Lane;
+        use crate::pipeline::op::Lane;
         let run = |kind: StreamKind| {
             let mut m = ModelPipeline::new();
             let s = m.stream_named(StreamDecl::new(kind, 0, 0), "the default stream");
@@ -672,8 +673,8 @@ mod tests {
         let labels: Vec<&str> = m.schedule.ops.iter().map(|o| o.label.as_str()).collect();
         assert_eq!(labels[..3], ["cuMemHostAlloc host out", "cuMemAllocAsync scratch 0", "up"]);
         assert_eq!(m.schedule.ops[1].kind, OpKind::Alloc(Memory::Pool));
-        assert_eq!(m.schedule.ops[1].lane, crate::pipeline::schedule::Lane::Stream(0), "stream-ordered: on its stream");
-        assert_eq!(m.schedule.ops[0].lane, crate::pipeline::schedule::Lane::HostThread(0), "blocking: on the CPU");
+        assert_eq!(m.schedule.ops[1].lane, crate::pipeline::op::Lane::Stream(0), "stream-ordered: on its stream");
+        assert_eq!(m.schedule.ops[0].lane, crate::pipeline::op::Lane::HostThread(0), "blocking: on the CPU");
         // Synchronizing the device orders the pinned buffer's release after every copy.
         let last = m.schedule.ops.len() - 1;
         assert!((0..last).filter(|&i| m.schedule.ops[i].label == "down").all(|i| m.schedule.happens_before(i, last)));

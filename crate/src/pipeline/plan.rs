@@ -11,8 +11,11 @@
 //! buffers of the same length; lab 5's and lab 6's experiments are plans.
 
 use super::issue::{DevRef, HostRef, Issue, StreamRef};
+use super::machine::Machine;
 use super::model::{ModelPipeline, Provenance};
-use super::schedule::{predict, Machine, Op, OpKind, Schedule, StreamDecl, StreamKind};
+use super::op::{Op, OpKind, StreamDecl, StreamKind};
+use super::predict::predict;
+use super::schedule::Schedule;
 use super::timeline::Timeline;
 use crate::error::{LabError, Result};
 use std::collections::BTreeMap;
@@ -111,7 +114,7 @@ pub const REUSED: usize = 1 << 62;
 /// Per op (by id): whether it is an allocation that can take a block of
 /// its memory kind and size released before it and not yet taken again.
 pub fn reuses(schedule: &Schedule) -> Vec<bool> {
-    let mut released: std::collections::HashMap<(super::schedule::Memory, usize), usize> = std::collections::HashMap::new();
+    let mut released: std::collections::HashMap<(super::op::Memory, usize), usize> = std::collections::HashMap::new();
     schedule
         .ops
         .iter()

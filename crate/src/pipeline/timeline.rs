@@ -6,7 +6,8 @@
 //! schedule model.
 
 use crate::error::{LabError, Result};
-use crate::pipeline::schedule::{Lane, Link, Memory, OpKind, Schedule};
+use crate::pipeline::op::{Lane, Link, Memory, OpKind};
+use crate::pipeline::schedule::Schedule;
 use crate::present::chart::{draw_header, Chart};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -161,7 +162,7 @@ impl Timeline {
     /// stream, sorted by GPU).
     pub fn from_schedule(title: &str, device: &str, s: &Schedule, times_us: &[(f64, f64)], stream_names: &[String]) -> Timeline {
         let several = s.gpus().len() > 1;
-        let lane = |op: &crate::pipeline::schedule::Op| {
+        let lane = |op: &crate::pipeline::op::Op| {
             let name = match op.lane {
                 Lane::Stream(i) if i < stream_names.len() => format!("stream {i}: {}", stream_names[i]),
                 other => other.to_string(),
@@ -377,7 +378,9 @@ impl Chart for Gantt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::schedule::{predict, Access, Machine};
+    use crate::pipeline::machine::Machine;
+    use crate::pipeline::op::Access;
+    use crate::pipeline::predict::predict;
 
     fn sample() -> (Schedule, Timeline) {
         let mut s = Schedule::new();
@@ -415,7 +418,7 @@ mod tests {
         let mut s = Schedule::new();
         let names: Vec<String> = (0..12).map(|i| format!("s{i}")).collect();
         for st in [10usize, 2, 11] {
-            s.declare_stream(st, crate::pipeline::schedule::StreamDecl::new(Default::default(), 0, usize::from(st == 11)));
+            s.declare_stream(st, crate::pipeline::op::StreamDecl::new(Default::default(), 0, usize::from(st == 11)));
             s.gpu_op(0, st, OpKind::Kernel, "k", vec![]);
         }
         s.host_op(0, "check", vec![]);

@@ -7,8 +7,9 @@ use super::PlanRig;
 use crate::error::{LabError, Result};
 use crate::gpu::TimelineSource;
 use crate::measure::stats::Summary;
+use crate::pipeline::machine::Machine;
+use crate::pipeline::op::{OpKind, StreamKind};
 use crate::pipeline::plan::{stage_streams, Costs, Plan, StreamSpec, WaitBy};
-use crate::pipeline::schedule::{Machine, OpKind, StreamKind};
 
 /// How many of one op [`PlanRig::alone`] issues back to back to time one.
 pub const BACK_TO_BACK: usize = 8;
@@ -260,4 +261,3 @@ impl PlanRig {
         Ok(MachineFacts { copy_engines, h2d_ms, d2h_ms, both_ms, wake_ms, kernel_ms, kernels_alternating_ms, issue_ms })
     }
 }
-

@@ -18,8 +18,8 @@ use super::{ComputeKernel, Dataset, DeviceBuffer, Event, Gpu, GpuIssuer, Graph, 
 use crate::error::{LabError, Result};
 use crate::measure::pattern;
 use crate::pipeline::model::{ModelPipeline, Provenance};
+use crate::pipeline::op::StreamKind;
 use crate::pipeline::plan::{device_name, Plan, Refs, INPUT, OUTPUT};
-use crate::pipeline::schedule::StreamKind;
 use crate::present::units::Bytes;
 use std::collections::HashMap;
 
@@ -337,5 +337,4 @@ impl PlanRig {
         self.gpu.bind()?;
         Ok(())
     }
-
 }

@@ -3,8 +3,8 @@
 
 use super::PlanRig;
 use crate::error::{LabError, Result};
-use crate::gpu::HostBuffer;
 use crate::gpu::kernels::compute_reference;
+use crate::gpu::HostBuffer;
 use crate::measure::pattern;
 use crate::pipeline::model::Provenance;
 
@@ -62,5 +62,4 @@ impl PlanRig {
         }
         Ok(())
     }
-
 }

@@ -11,7 +11,7 @@ use crate::error::{LabError, Result};
 use crate::gpu::host_fn::{Flag, Raise};
 use crate::gpu::{driver, trace, Event, HostTask};
 use crate::pipeline::issue::{EventRef, HostRef, SignalRef, StreamRef};
-use crate::pipeline::schedule::{Access, OpId, OpKind};
+use crate::pipeline::op::{Access, OpId, OpKind};
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -107,4 +107,3 @@ impl<'a> Issue for GpuIssuer<'_, 'a> {
         self.runner.issue_from(thread)
     }
 }
-

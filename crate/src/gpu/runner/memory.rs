@@ -11,7 +11,7 @@ use super::{DeviceEntry, HostEntry, Runner};
 use crate::error::{LabError, Result};
 use crate::gpu::{driver, trace, Stream};
 use crate::pipeline::issue::{check_alloc, unique_name, DevRef, Holding, HostRef, StreamRef};
-use crate::pipeline::schedule::{Access, Memory, OpKind};
+use crate::pipeline::op::{Access, Memory, OpKind};
 use std::ffi::c_void;
 
 impl<'a> Runner<'a> {
@@ -19,7 +19,14 @@ impl<'a> Runner<'a> {
     /// or on the CPU (blocking), and makes it: `call`. A release that
     /// races with earlier use of its buffer is refused before the call:
     /// freeing memory the GPU may still touch is never made.
-    fn memory_call(&mut self, s: Option<StreamRef>, kind: OpKind, label: &str, accesses: Vec<Access>, call: impl FnOnce() -> Result<()> + Send + 'a) -> Result<()> {
+    fn memory_call(
+        &mut self,
+        s: Option<StreamRef>,
+        kind: OpKind,
+        label: &str,
+        accesses: Vec<Access>,
+        call: impl FnOnce() -> Result<()> + Send + 'a,
+    ) -> Result<()> {
         self.not_captured("a memory call")?;
         self.lanes.on_loop_thread("a memory call")?;
         let id = match s {

@@ -48,7 +48,8 @@ use super::{driver, Event, Gpu, Graph, Stream};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
 use crate::pipeline::issue::{Holding, Lanes, StreamRef};
-use crate::pipeline::schedule::{Memory, OpId, Race, Schedule, StreamDecl, StreamKind};
+use crate::pipeline::op::{Memory, OpId, StreamDecl, StreamKind};
+use crate::pipeline::schedule::{Race, Schedule};
 use crate::pipeline::timeline::Timeline;
 use command::{Base, Command};
 use std::marker::PhantomData;
@@ -113,8 +114,8 @@ impl Run {
     }
     /// The queue model's timeline for this run's schedule, each op lasting
     /// `duration_us(op)`.
-    pub fn predicted(&self, machine: crate::pipeline::schedule::Machine, duration_us: impl Fn(&crate::pipeline::schedule::Op) -> f64) -> Timeline {
-        let times = crate::pipeline::schedule::predict(&self.schedule, machine, duration_us);
+    pub fn predicted(&self, machine: crate::pipeline::machine::Machine, duration_us: impl Fn(&crate::pipeline::op::Op) -> f64) -> Timeline {
+        let times = crate::pipeline::predict::predict(&self.schedule, machine, duration_us);
         let device = self.timeline.as_ref().map(|t| t.device.clone()).unwrap_or_default();
         Timeline::from_schedule("predicted", &device, &self.schedule, &times, &self.stream_names)
     }

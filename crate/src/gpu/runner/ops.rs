@@ -12,7 +12,7 @@ use crate::gpu::copy::RawCopy;
 use crate::gpu::nccl::Communicators;
 use crate::gpu::{ComputeKernel, DeviceBuffer, DeviceSpan, HostBuffer, Stream};
 use crate::pipeline::issue::{check_ranks, d2d_link, same_gpu, DevRef, EventRef, Holding, HostRef, StreamRef};
-use crate::pipeline::schedule::{Access, OpId, OpKind};
+use crate::pipeline::op::{Access, OpId, OpKind};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -191,7 +191,10 @@ impl<'a> Runner<'a> {
         let (src_gpu, dst_gpu) = (self.devices[src.0].gpu.clone(), self.devices[dst.0].gpu.clone());
         let link = d2d_link(self.streams[lane].gpu().ordinal(), self.lanes.name(lane), (src_gpu.ordinal(), &sa.buffer), (dst_gpu.ordinal(), &da.buffer))?;
         if !link.is_peer() && sa.buffer == da.buffer && sa.start < da.end && da.start < sa.end {
-            return Err(LabError::config(format!("a copy within {} from bytes {}..{} onto {}..{}: the ranges overlap", sa.buffer, sa.start, sa.end, da.start, da.end)));
+            return Err(LabError::config(format!(
+                "a copy within {} from bytes {}..{} onto {}..{}: the ranges overlap",
+                sa.buffer, sa.start, sa.end, da.start, da.end
+            )));
         }
         self.gpu_op(s, OpKind::D2d(link), label, vec![sa, da], false, move |st| {
             let (to, from) = (DeviceSpan::new(dp.addr(), bytes), DeviceSpan::new(sp.addr(), bytes));

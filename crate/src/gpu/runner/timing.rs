@@ -5,7 +5,8 @@
 
 use super::super::{driver, Event, Gpu};
 use crate::error::{LabError, Result};
-use crate::pipeline::schedule::{OpKind, Schedule};
+use crate::pipeline::op::OpKind;
+use crate::pipeline::schedule::Schedule;
 use crate::pipeline::timeline::Timeline;
 use std::sync::Arc;
 

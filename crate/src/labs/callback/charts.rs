@@ -4,7 +4,7 @@
 
 use super::{CallbackRecord, CallbackResults, Variant};
 use crate::error::Result;
-use crate::pipeline::schedule::OpKind;
+use crate::pipeline::op::OpKind;
 use crate::pipeline::timeline::{Gantt, Timeline};
 use crate::present::chart::write_text;
 use crate::present::chart::Chart;

@@ -8,12 +8,12 @@ use super::{CallbackConfig, CallbackIssue, CallbackResults, CostPoint, Iteration
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::row_dot_argmin_reference;
 use crate::gpu::trace;
-use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Runner, Run, RowDotArgs, RowDotKernel, Stream, TimelineSource};
+use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, RowDotArgs, RowDotKernel, Run, Runner, Stream, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::pipeline::issue::{EventRef, StreamRef};
-use crate::pipeline::schedule::OpKind;
-use crate::pipeline::schedule::{Access, OpId};
+use crate::pipeline::op::OpKind;
+use crate::pipeline::op::{Access, OpId};
 use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 use rayon::prelude::*;
@@ -432,7 +432,9 @@ impl CallbackIssue for GpuIssuer<'_> {
         let args = rig.row_dot_args(t, slot.0);
         // SAFETY: the kernel touches only the rig's buffers, which outlive
         // the runner; the access names the slot it writes.
-        unsafe { self.p().op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)], move |st| rig.kernel.enqueue(st, &args)) }?;
+        unsafe {
+            self.p().op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)], move |st| rig.kernel.enqueue(st, &args))
+        }?;
         Ok(())
     }
     fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {

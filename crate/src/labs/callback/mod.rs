@@ -370,7 +370,7 @@ impl CallbackResults {
     }
     /// What the queue model predicts for `v` at `p`: the variant's own
     /// iteration code recorded as a pipeline schedule and timed by
-    /// [`crate::pipeline::schedule::predict`] with the recorded costs (the
+    /// [`crate::pipeline::predict::predict`] with the recorded costs (the
     /// GPU's parts, the variant's own C, the host function's round trip).
     pub fn model_ms(&self, p: &CostPoint, v: Variant) -> f64 {
         let mut m = model::ModelIssuer::new(self.model_costs(self.cpu_of(p, v)), self.config.slots);

@@ -21,7 +21,10 @@ use super::order::{Reader, SlotOrder};
 use super::work::{CALLBACK_LANE, MAIN_LANE, WAITER_LANE, WORKER_LANE};
 use super::{CallbackIssue, Iteration, On, Slot};
 use crate::error::{LabError, Result};
-use crate::pipeline::schedule::{predict, Access, Lane, Machine, Op, OpId, OpKind, Race, Schedule};
+use crate::pipeline::machine::Machine;
+use crate::pipeline::op::{Access, Lane, Op, OpId, OpKind};
+use crate::pipeline::predict::predict;
+use crate::pipeline::schedule::{Race, Schedule};
 use crate::pipeline::timeline::{Span, Timeline};
 use std::collections::HashMap;
 

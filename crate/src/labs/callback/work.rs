@@ -7,7 +7,7 @@
 use super::slots::{Lease, SlotBook};
 use crate::error::{LabError, Result};
 use crate::gpu::host_fn::{panic_message, sealed, HostTask};
-use crate::pipeline::schedule::OpKind;
+use crate::pipeline::op::OpKind;
 use crate::pipeline::timeline::Span;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};

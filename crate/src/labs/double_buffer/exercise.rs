@@ -7,8 +7,9 @@ use super::{bound_with_producer_ms, BufferTask, DoubleBufferResults};
 use crate::error::Result;
 use crate::labs::check::CheckReport;
 use crate::pipeline::issue::Issue;
+use crate::pipeline::machine::Machine;
 use crate::pipeline::model::{ModelPipeline, Provenance};
-use crate::pipeline::schedule::{Machine, OpKind};
+use crate::pipeline::op::OpKind;
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
 
@@ -73,14 +74,14 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
         rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, m.schedule.races().len()));
     }
     let (c, k) = (rec.copy_ms.median, rec.kernel_ms.median);
-    let dur = |op: &crate::pipeline::schedule::Op| match op.kind {
+    let dur = |op: &crate::pipeline::op::Op| match op.kind {
         OpKind::H2d => c,
         OpKind::Kernel => k,
         OpKind::Host => rec.produce_ms.median,
         // Not measured by this lab.
         OpKind::D2h | OpKind::D2d(_) | OpKind::AllReduce(_) | OpKind::Alloc(_) | OpKind::Free(_) => 0.0,
     };
-    let times = crate::pipeline::schedule::predict(&m.schedule, Machine::engines(2), dur);
+    let times = crate::pipeline::predict::predict(&m.schedule, Machine::engines(2), dur);
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let streams_used = m.schedule.streams_used();
     report(&mut rep, total, batches as f64 * (c + k), bound_with_producer_ms(batches, rec.produce_ms.median, c, k), streams_used, "predicted");

@@ -8,7 +8,7 @@ use crate::gpu::kernels::{blur_reference, BLUR_RADIUS};
 use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Stream, TileKernel, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
-use crate::pipeline::schedule::{Access, Link, OpKind};
+use crate::pipeline::op::{Access, Link, OpKind};
 use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 
@@ -91,7 +91,9 @@ impl TileData {
         // which outlive the runner (it synchronizes in `finish`), and the
         // accesses name both.
         unsafe {
-            p.op(s, OpKind::D2d(within), "D2D copy (the ceiling)", vec![reads.clone(), writes.clone()], move |st| st.enqueue_copy_on_device(output, input, n * 4))?;
+            p.op(s, OpKind::D2d(within), "D2D copy (the ceiling)", vec![reads.clone(), writes.clone()], move |st| {
+                st.enqueue_copy_on_device(output, input, n * 4)
+            })?;
         }
         for &(name, k) in kernels {
             let tiles = self.tiles(k)?;

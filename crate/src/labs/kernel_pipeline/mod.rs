@@ -16,7 +16,7 @@ use crate::error::{LabError, Result};
 use crate::gpu::WarpTrace;
 use crate::gpu::{KernelResources, TileKind, TileShape};
 use crate::measure::stats::Summary;
-use crate::pipeline::schedule::OpKind;
+use crate::pipeline::op::OpKind;
 use crate::pipeline::timeline::{Gantt, Span, Timeline, WarpPhase};
 use serde::{Deserialize, Serialize};
 

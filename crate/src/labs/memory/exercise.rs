@@ -18,8 +18,8 @@ use crate::labs::check::CheckReport;
 use crate::labs::loop_check;
 use crate::pipeline::issue::{HostRef, Issue, StreamRef};
 use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::op::{Lane, Memory, OpKind, StreamKind};
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
-use crate::pipeline::schedule::{Lane, Memory, OpKind, StreamKind};
 use std::sync::Arc;
 
 /// A pass: no slower than the fix by more than this share.
@@ -192,7 +192,7 @@ pub fn check_on_model(rec: &MemoryResults, learner: Loop) -> CheckReport {
         rep.problem("this recording has no machine facts to predict with: record lab 6 again (overlap-lab memory)");
         return rep;
     };
-    let machine = crate::pipeline::schedule::Machine { device_waits: rec.device_waits, ..facts.machine() };
+    let machine = crate::pipeline::machine::Machine { device_waits: rec.device_waits, ..facts.machine() };
     judge.on_model(&mut rep, &mine, &model, machine, &rec.stall.costs_map());
     rep
 }

@@ -5,8 +5,8 @@
 use super::MemoryConfig;
 use crate::labs::experiment::{Effect, Experiment};
 use crate::pipeline::issue::DevRef;
+use crate::pipeline::op::StreamKind;
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
-use crate::pipeline::schedule::StreamKind;
 
 /// How the pipeline gets each batch's scratch memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,8 +99,9 @@ pub fn stall(cfg: &MemoryConfig) -> Experiment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::machine::{DeviceWaits, Machine, WaitsFor};
+    use crate::pipeline::op::OpKind;
     use crate::pipeline::plan::Costs;
-    use crate::pipeline::schedule::{DeviceWaits, Machine, OpKind, WaitsFor};
 
     fn costs(plans: &[&Plan], per_chunk: f64, chunk: usize) -> Costs {
         let mut c = Costs::new();

@@ -9,8 +9,8 @@ use crate::error::Result;
 use crate::gpu::{Gpu, MemPool, PlanRig};
 use crate::labs::experiment::{self, balance};
 use crate::labs::host_memory;
+use crate::pipeline::machine::Machine;
 use crate::pipeline::plan::chunk;
-use crate::pipeline::schedule::Machine;
 use crate::present::progress::{Progress, ProgressMode};
 use crate::Bytes;
 

@@ -26,7 +26,7 @@ use crate::error::Result;
 use crate::labs::experiment::ExperimentResult;
 use crate::labs::host_memory::PinCostPoint;
 use crate::measure::record::Record;
-use crate::pipeline::schedule::DeviceWaits;
+use crate::pipeline::machine::DeviceWaits;
 use crate::pipeline::timeline::Gantt;
 use crate::present::chart::{Chart, Figure, Panel, Series, XAxis};
 use crate::Bytes;

@@ -13,8 +13,9 @@ use crate::gpu::{MachineFacts, PlanRig, TimelineSource};
 use crate::labs::experiment::{self, Effect, Experiment, ExperimentResult};
 use crate::measure::stats::Summary;
 use crate::pipeline::issue::{HostRef, SignalRef};
+use crate::pipeline::machine::{DeviceWaits, Machine};
+use crate::pipeline::op::{Lane, Memory, OpKind, StreamKind};
 use crate::pipeline::plan::{Plan, StreamSpec};
-use crate::pipeline::schedule::{DeviceWaits, Lane, Machine, Memory, OpKind, StreamKind};
 use crate::present::progress::Progress;
 use serde::{Deserialize, Serialize};
 
@@ -425,8 +426,8 @@ pub fn host_fn_costs(rig: &mut PlanRig, n: usize, reps: usize) -> Result<(Summar
 mod tests {
     use super::*;
     use crate::pipeline::model::Provenance;
+    use crate::pipeline::op::Lane;
     use crate::pipeline::plan::Costs;
-    use crate::pipeline::schedule::Lane;
 
     fn cfg() -> MemoryConfig {
         MemoryConfig { elements: 1 << 12, ring_batches: 8, ring_slots: vec![1, 2, 3, 4], ..MemoryConfig::small() }

@@ -19,8 +19,8 @@
 //! [`Provenance::Summed`]: crate::pipeline::model::Provenance::Summed
 
 use crate::error::{LabError, Result};
+use crate::pipeline::op::{OpKind, StreamKind};
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
-use crate::pipeline::schedule::{OpKind, StreamKind};
 
 /// Where the buckets are summed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -159,9 +159,9 @@ pub fn bus_gbps(bytes: f64, ms: f64, ranks: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::machine::Machine;
     use crate::pipeline::model::Provenance;
     use crate::pipeline::plan::Costs;
-    use crate::pipeline::schedule::Machine;
 
     fn shape(buckets: usize) -> Shape {
         Shape { per_gpu: 64, bucket: 64 / buckets, ranks: 2, comm_priority: -1 }

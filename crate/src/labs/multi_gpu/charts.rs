@@ -4,7 +4,7 @@
 
 use super::{MultiGpuResults, PipelineResults, LAB};
 use crate::error::Result;
-use crate::pipeline::schedule::{Link, OpKind};
+use crate::pipeline::op::{Link, OpKind};
 use crate::pipeline::timeline::{kind_color, Gantt, Timeline};
 use crate::present::chart::{Chart, Figure, Panel, RGBColor, Series, XAxis};
 use std::path::{Path, PathBuf};

@@ -17,10 +17,12 @@ use crate::gpu::topology::Topology;
 use crate::gpu::{Gpu, PlanRig, TimelineSource};
 use crate::labs::check::{pct, CheckReport};
 use crate::labs::loop_check::{costs_for, shape};
+use crate::pipeline::machine::Machine;
 use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::op::{Link, OpKind};
 use crate::pipeline::plan::Costs;
 use crate::pipeline::plan::Plan;
-use crate::pipeline::schedule::{Link, Machine, OpKind, Schedule};
+use crate::pipeline::schedule::Schedule;
 
 #[cfg(doc)]
 use super::pipeline_parallel::host_synchronized;
@@ -183,7 +185,7 @@ mod tests {
     use crate::error::Result;
     use crate::labs::multi_gpu::pipeline_parallel::{events_only, host_synchronized, MicroBatchTask};
     use crate::pipeline::issue::Issue;
-    use crate::pipeline::schedule::Link;
+    use crate::pipeline::op::Link;
     use std::sync::Arc;
 
     /// Fails, saying every one of `words`.

@@ -4,11 +4,11 @@
 //! the copy over the link between the GPUs, and the SMs — so the bound is
 //! the longest of the four alone ([`bound_ms`]); the queue model's
 //! prediction adds what is measured to slow them (the host link's two
-//! directions at once, [`crate::pipeline::schedule::Machine::both_ways`]).
+//! directions at once, [`crate::pipeline::machine::Machine::both_ways`]).
 //! What the GPU does beyond that is what the lab measures.
 
+use crate::pipeline::op::{Link, OpKind, StreamKind};
 use crate::pipeline::plan::{Costs, Plan, StreamSpec};
-use crate::pipeline::schedule::{Link, OpKind, StreamKind};
 
 /// The four operations, by label.
 pub const UPLOAD: &str = "H2D to GPU 0";
@@ -92,8 +92,8 @@ pub fn serial_ms(costs: &Costs, elements: usize, peer: usize) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::machine::Machine;
     use crate::pipeline::model::Provenance;
-    use crate::pipeline::schedule::Machine;
 
     fn costs(n: usize) -> Costs {
         [((OpKind::H2d, n), 4.0), ((OpKind::D2h, n), 4.0), ((OpKind::D2d(Link { from: 0, to: 1 }), n), 1.0), ((OpKind::Kernel, n), 3.0)].into()

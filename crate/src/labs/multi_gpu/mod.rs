@@ -38,7 +38,7 @@ use crate::gpu::topology::Topology;
 use crate::labs::check::pct;
 use crate::measure::stats::Summary;
 #[cfg(test)]
-use crate::pipeline::schedule::{Link, OpKind};
+use crate::pipeline::op::{Link, OpKind};
 use crate::pipeline::timeline::Timeline;
 use crate::present::units::{fmt_ms, Bytes};
 use measure::{AllReducePoint, BubblePoint, FourWay, PeerPoint};

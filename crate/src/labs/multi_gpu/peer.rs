@@ -6,8 +6,8 @@
 //! `from`'s buffer 0 to GPU `to`'s buffer 1; `from == to` makes them copies
 //! within one GPU, which is how a machine with one GPU runs them.
 
+use crate::pipeline::op::StreamKind;
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
-use crate::pipeline::schedule::StreamKind;
 
 /// The copy's label in each plan.
 pub const COPY: &str = "copy";
@@ -110,8 +110,9 @@ pub fn staged(elements: usize, from: usize, to: usize, chunks: usize, repeats: u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::machine::Machine;
     use crate::pipeline::model::Provenance;
-    use crate::pipeline::schedule::{Link, Machine, OpKind};
+    use crate::pipeline::op::{Link, OpKind};
 
     #[test]
     fn every_plan_moves_the_data_verified_and_race_free_over_two_gpus_or_one() {

@@ -11,8 +11,9 @@
 
 use crate::error::Result;
 use crate::pipeline::issue::{DevRef, Issue, StreamRef};
+use crate::pipeline::op::{Lane, OpKind, StreamKind};
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
-use crate::pipeline::schedule::{Lane, OpKind, Schedule, StreamKind};
+use crate::pipeline::schedule::Schedule;
 use std::sync::Arc;
 
 /// The pipeline's stages: one per GPU.
@@ -218,9 +219,10 @@ pub fn bubble(schedule: &Schedule, times: &[(f64, f64)]) -> Option<Bubble> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::machine::Machine;
     use crate::pipeline::model::Provenance;
+    use crate::pipeline::op::Link;
     use crate::pipeline::plan::Costs;
-    use crate::pipeline::schedule::{Link, Machine};
 
     /// Stage kernels of 1 ms per micro-batch, copies GPU to GPU of 0.05 ms,
     /// the upload and download 2 ms each.

@@ -12,7 +12,7 @@ use crate::labs::check::CheckReport;
 use crate::measure::stats::Summary;
 use crate::pipeline::issue::Issue;
 use crate::pipeline::model::{ModelPipeline, Provenance};
-use crate::pipeline::schedule::OpKind;
+use crate::pipeline::op::OpKind;
 
 /// A pass needs this share of the bound (the bound from the stages alone).
 pub const TARGET_EFFICIENCY: f64 = 0.85;
@@ -138,7 +138,7 @@ pub fn check_on_model(
     // Each op lasts its share of the recorded whole-data part.
     let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
     let machine = parts.machine(rec.copy_engines);
-    let times = crate::pipeline::schedule::predict(&m.schedule, machine, |op| parts.op_ms(op, elements));
+    let times = crate::pipeline::predict::predict(&m.schedule, machine, |op| parts.op_ms(op, elements));
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);
     let (h, k, d) = (parts.h2d_ms.median, parts.kernel_ms.median, parts.d2h_ms.median);
     // The model slows each direction while both run, as measured, so its bound does too.

@@ -9,7 +9,7 @@ use crate::gpu::trace;
 use crate::gpu::{ComputeKernel, DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, Run, Stream};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
-use crate::pipeline::schedule::OpKind;
+use crate::pipeline::op::OpKind;
 use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 use rayon::prelude::*;
@@ -71,14 +71,7 @@ impl Rig {
     }
 
     /// Like `run` (all stages, no syncs) with the timeline from `source`.
-    pub fn run_with_source(
-        &mut self,
-        chunks: usize,
-        streams: usize,
-        order: IssueOrder,
-        iterations: i32,
-        source: crate::gpu::TimelineSource,
-    ) -> Result<Run> {
+    pub fn run_with_source(&mut self, chunks: usize, streams: usize, order: IssueOrder, iterations: i32, source: crate::gpu::TimelineSource) -> Result<Run> {
         let before = std::mem::replace(&mut self.timeline_source, source);
         let r = self.run(chunks, streams, order, iterations, true, false);
         self.timeline_source = before;

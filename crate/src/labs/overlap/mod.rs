@@ -15,7 +15,7 @@ use crate::error::{LabError, Result};
 use crate::measure::stats::Summary;
 use crate::pipeline::issue::Issue;
 use crate::pipeline::issue::{DevRef, HostRef, StreamRef};
-use crate::pipeline::schedule::OpKind;
+use crate::pipeline::op::OpKind;
 use crate::pipeline::timeline::Timeline;
 use serde::{Deserialize, Serialize};
 
@@ -345,24 +345,24 @@ impl Parts {
     }
     /// The queue model's machine: `copy_engines` engines, each direction
     /// slowed while both run by what the parts measured (max(H, D) over H|D).
-    pub fn machine(&self, copy_engines: u32) -> crate::pipeline::schedule::Machine {
-        crate::pipeline::schedule::Machine::copies_measured(copy_engines, self.h2d_ms.median, self.d2h_ms.median, self.both_copies_ms.median)
+    pub fn machine(&self, copy_engines: u32) -> crate::pipeline::machine::Machine {
+        crate::pipeline::machine::Machine::copies_measured(copy_engines, self.h2d_ms.median, self.d2h_ms.median, self.both_copies_ms.median)
     }
     /// How long `op` takes in the queue model: its byte share of the whole
     /// data times its stage measured alone (ms). Host work and memory calls
     /// cost nothing here (this lab measures neither).
-    pub fn op_ms(&self, op: &crate::pipeline::schedule::Op, elements: usize) -> f64 {
+    pub fn op_ms(&self, op: &crate::pipeline::op::Op, elements: usize) -> f64 {
         let share = op.accesses.first().map_or(0.0, |a| (a.end - a.start) as f64 / (elements * 4) as f64);
         share
             * match op.kind {
-                crate::pipeline::schedule::OpKind::H2d => self.h2d_ms.median,
-                crate::pipeline::schedule::OpKind::Kernel => self.kernel_ms.median,
-                crate::pipeline::schedule::OpKind::D2h => self.d2h_ms.median,
-                crate::pipeline::schedule::OpKind::Host
-                | crate::pipeline::schedule::OpKind::D2d(_)
-                | crate::pipeline::schedule::OpKind::AllReduce(_)
-                | crate::pipeline::schedule::OpKind::Alloc(_)
-                | crate::pipeline::schedule::OpKind::Free(_) => 0.0,
+                crate::pipeline::op::OpKind::H2d => self.h2d_ms.median,
+                crate::pipeline::op::OpKind::Kernel => self.kernel_ms.median,
+                crate::pipeline::op::OpKind::D2h => self.d2h_ms.median,
+                crate::pipeline::op::OpKind::Host
+                | crate::pipeline::op::OpKind::D2d(_)
+                | crate::pipeline::op::OpKind::AllReduce(_)
+                | crate::pipeline::op::OpKind::Alloc(_)
+                | crate::pipeline::op::OpKind::Free(_) => 0.0,
             }
     }
 }

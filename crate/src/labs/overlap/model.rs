@@ -5,7 +5,7 @@ use super::{ChunkTask, IntensityResults, OverlapPoint, Parts};
 use crate::error::Result;
 use crate::measure::stats::Efficiency;
 use crate::pipeline::model::ModelPipeline;
-use crate::pipeline::schedule::OpKind;
+use crate::pipeline::op::OpKind;
 
 /// Per point, efficiency against its own bound (best first).
 pub fn efficiency_table(r: &IntensityResults, copy_engines: u32) -> String {
@@ -106,7 +106,7 @@ pub fn predicted_ms(p: &OverlapPoint, copy_engines: u32) -> Result<f64> {
         dev_out: m.device("device out", elements),
     };
     p.order.issue(&mut m, &task, &OpKind::STAGES)?;
-    let times = crate::pipeline::schedule::predict(&m.schedule, p.parts.machine(copy_engines), |op| p.parts.op_ms(op, elements));
+    let times = crate::pipeline::predict::predict(&m.schedule, p.parts.machine(copy_engines), |op| p.parts.op_ms(op, elements));
     Ok(times.iter().map(|t| t.1).fold(0.0, f64::max))
 }
 

@@ -15,8 +15,8 @@ use crate::labs::check::CheckReport;
 use crate::labs::loop_check;
 use crate::pipeline::issue::{DevRef, HostRef, Issue, StreamRef};
 use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::op::{Lane, StreamKind};
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
-use crate::pipeline::schedule::{Lane, StreamKind};
 use std::sync::Arc;
 
 /// The label of the parameters' upload: the loop must keep it.

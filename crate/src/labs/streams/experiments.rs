@@ -4,9 +4,9 @@
 use super::StreamsConfig;
 use crate::error::Result;
 use crate::pipeline::issue::{Issue, StreamRef};
+use crate::pipeline::op::StreamKind;
 pub use crate::pipeline::plan::WaitBy;
 use crate::pipeline::plan::{chunk, stage_streams, Plan, Refs, StreamSpec};
-use crate::pipeline::schedule::StreamKind;
 
 pub use crate::labs::experiment::{Effect, Experiment};
 
@@ -207,9 +207,10 @@ pub fn all(cfg: &StreamsConfig, greatest: i32) -> Vec<Experiment> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::machine::Machine;
     use crate::pipeline::model::Provenance;
+    use crate::pipeline::op::OpKind;
     use crate::pipeline::plan::Costs;
-    use crate::pipeline::schedule::{Machine, OpKind};
 
     fn costs(cfg: &StreamsConfig, plans: &[&Plan]) -> Costs {
         let mut c = Costs::new();

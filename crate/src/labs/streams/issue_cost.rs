@@ -27,11 +27,11 @@
 
 use super::{effect_line, StreamsConfig};
 use crate::error::{LabError, Result};
-use crate::gpu::{MachineFacts, PlanRig, TimelineSource};
 use crate::gpu::plan::plain::{PlainLoop, PlainRun};
+use crate::gpu::{MachineFacts, PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
+use crate::pipeline::machine::Machine;
 use crate::pipeline::plan::{chunk, stage_streams, Plan, WaitBy};
-use crate::pipeline::schedule::Machine;
 use crate::pipeline::timeline::Timeline;
 use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
 use crate::present::progress::Progress;

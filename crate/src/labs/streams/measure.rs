@@ -9,8 +9,9 @@ use crate::error::{LabError, Result};
 use crate::gpu::{Gpu, PlanRig};
 use crate::labs::experiment::{balance, interleaved, machine_line, variant};
 use crate::measure::stats::Summary;
+use crate::pipeline::machine::Machine;
+use crate::pipeline::op::OpKind;
 use crate::pipeline::plan::{chunk, Costs, Plan};
-use crate::pipeline::schedule::{Machine, OpKind};
 use crate::present::progress::{Progress, ProgressMode};
 
 /// The three-way overlap's best on this machine: every copy at the rate

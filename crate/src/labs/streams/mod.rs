@@ -120,7 +120,7 @@ pub struct StreamsResults {
     /// (priority least, greatest) of this GPU.
     pub priority_range: (i32, i32),
     /// Every distinct op alone: (kind, elements, ms).
-    pub costs: Vec<(crate::pipeline::schedule::OpKind, usize, f64)>,
+    pub costs: Vec<(crate::pipeline::op::OpKind, usize, f64)>,
     pub experiments: Vec<ExperimentResult>,
     /// Issue cost and CUDA graphs, swept over chunk sizes.
     #[serde(default)]
