@@ -4,7 +4,7 @@
 //! acts. Each opens the start gate first: a GPU held behind it would never
 //! get to what the CPU waits for.
 
-use super::command::Command;
+use super::command::{Command, What};
 use super::timing::Mark;
 use super::Runner;
 use crate::error::{LabError, Result};
@@ -23,7 +23,7 @@ impl<'a> Runner<'a> {
     /// A call of CPU thread `thread` that waits (the CPU takes part).
     fn host_wait_call(&mut self, call: impl FnOnce() -> Result<()> + Send + 'a) -> Result<()> {
         let thread = self.lanes.thread();
-        self.dispatch(Command::Host { thread, timed: None, call: Box::new(call) })?;
+        self.dispatch(Command { thread, what: What::Host { timed: None, call: Box::new(call) } })?;
         self.forget_reusable_ends();
         Ok(())
     }
@@ -73,7 +73,7 @@ impl<'a> Runner<'a> {
         let lane = self.lane(s)?;
         let stream = self.streams[lane];
         // The CPU takes part from here: the GPU must be running.
-        self.dispatch(Command::Host { thread: 0, timed: None, call: Box::new(move || stream.launch_host_task(task)) })?;
+        self.dispatch(Command { thread: 0, what: What::Host { timed: None, call: Box::new(move || stream.launch_host_task(task)) } })?;
         // The stream waits for the CPU: its next op does not start where this one was issued.
         self.reusable_end[lane] = None;
         let id = self.schedule.gpu_op(0, lane, OpKind::Host, label, accesses);
@@ -164,17 +164,19 @@ impl<'a> Runner<'a> {
         let slot = self.host_slot();
         self.marks.push(Mark::Host(slot));
         let label = label.to_string();
-        self.dispatch(Command::Host {
+        self.dispatch(Command {
             thread: 0,
-            timed: Some(slot),
-            call: Box::new(move || {
-                let _r = trace::range(&label);
-                // SAFETY: in bounds (host_range); the runner holds the
-                // buffer's exclusive borrow. Whether the GPU may still be
-                // using it is what the schedule checks.
-                write(unsafe { std::slice::from_raw_parts_mut(place.addr() as *mut u64, bytes / 8) });
-                Ok(())
-            }),
+            what: What::Host {
+                timed: Some(slot),
+                call: Box::new(move || {
+                    let _r = trace::range(&label);
+                    // SAFETY: in bounds (host_range); the runner holds the
+                    // buffer's exclusive borrow. Whether the GPU may still be
+                    // using it is what the schedule checks.
+                    write(unsafe { std::slice::from_raw_parts_mut(place.addr() as *mut u64, bytes / 8) });
+                    Ok(())
+                }),
+            },
         })
     }
 

@@ -5,7 +5,7 @@
 //! loop allocates gets its address when the call runs, so a deferring
 //! runner records the ops that use it before it exists.
 
-use super::command::{Base, Command};
+use super::command::{Base, Command, What};
 use super::timing::Mark;
 use super::{DeviceEntry, HostEntry, Runner};
 use crate::error::{LabError, Result};
@@ -50,16 +50,18 @@ impl<'a> Runner<'a> {
         // An op on another GPU's stream made that GPU current.
         let own = (self.gpus.len() > 1).then(|| self.exec.gpu.clone());
         let label = label.to_string();
-        self.dispatch(Command::Host {
+        self.dispatch(Command {
             thread: 0,
-            timed: Some(slot),
-            call: Box::new(move || {
-                let _r = trace::range(&label);
-                if let Some(g) = own {
-                    g.bind()?;
-                }
-                call()
-            }),
+            what: What::Host {
+                timed: Some(slot),
+                call: Box::new(move || {
+                    let _r = trace::range(&label);
+                    if let Some(g) = own {
+                        g.bind()?;
+                    }
+                    call()
+                }),
+            },
         })
     }
 

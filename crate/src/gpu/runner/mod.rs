@@ -51,7 +51,7 @@ use crate::pipeline::issue::{Holding, Lanes, StreamRef};
 use crate::pipeline::op::{Memory, OpId, StreamDecl, StreamKind};
 use crate::pipeline::schedule::{Race, Schedule};
 use crate::pipeline::timeline::Timeline;
-use command::{Base, Command};
+use command::{Base, Command, What};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
@@ -177,19 +177,23 @@ impl Exec {
     }
     /// Makes one command's calls.
     fn run(&mut self, c: Command<'_>) -> Result<()> {
-        match c {
-            Command::Issue { thread: 0, call } => call(),
-            Command::Issue { thread, call } => self.cpu.run(thread, call),
-            Command::Host { thread, timed, call } => {
+        match c.what {
+            What::OpenGate => self.open_gate(),
+            What::Host { timed, call } => {
                 self.open_gate()?;
                 let t0 = self.now_us();
-                self.cpu.run(thread, call)?;
+                self.cpu.run(c.thread, call)?;
                 if let Some(slot) = timed {
                     self.host_times[slot] = (t0, self.now_us());
                 }
                 Ok(())
             }
-            Command::OpenGate => self.open_gate(),
+            // SAFETY: the runner holds every buffer and handle its commands
+            // name until it has synchronized (it borrows the lab's for its
+            // life, keeps its events, and frees the loop's own only after).
+            what if c.thread == 0 => unsafe { what.issue() },
+            // SAFETY: as above.
+            what => self.cpu.run(c.thread, move || unsafe { what.issue() }),
         }
     }
 }
@@ -213,6 +217,9 @@ pub struct Runner<'a> {
     hosts: Vec<HostEntry>,
     /// Shared, so a thread of the lab can wait on one ([`Runner::shared_event`]).
     user_events: Vec<Arc<Event>>,
+    /// Events a record on another GPU replaced, kept while recorded
+    /// commands may still name them.
+    replaced_events: Vec<Arc<Event>>,
     /// Each signal's flag and host function op ([`Self::signal`]).
     signals: Vec<(Arc<super::host_fn::Flag>, OpId)>,
     pool: EventPool,
@@ -287,6 +294,7 @@ impl Gpu {
             devices: Vec::new(),
             hosts: Vec::new(),
             user_events: Vec::new(),
+            replaced_events: Vec::new(),
             signals: Vec::new(),
             pool,
             pool_used: 0,
@@ -355,7 +363,7 @@ impl<'a> Runner<'a> {
 
     /// Makes `c`'s calls now, or keeps them for `finish` in a deferring runner.
     fn dispatch(&mut self, c: Command<'a>) -> Result<()> {
-        if matches!(c, Command::Host { .. } | Command::OpenGate) {
+        if matches!(c.what, What::Host { .. } | What::OpenGate) {
             self.gate_closed = false;
         }
         match self.deferred.as_mut() {

@@ -4,16 +4,14 @@
 //! order them. Each is checked and recorded here; its driver calls go into
 //! a command (`super::command`).
 
-use super::command::{Base, Command, Place};
+use super::command::{Base, Bracket, Command, EventHandle, Place, Span, What};
 use super::timing::{Mark, TimelineSource};
 use super::{DeviceEntry, HostEntry, Runner, MAX_GATED_OPS};
 use crate::error::{LabError, Result};
-use crate::gpu::copy::RawCopy;
 use crate::gpu::nccl::Communicators;
 use crate::gpu::{ComputeKernel, DeviceBuffer, DeviceSpan, HostBuffer, Stream};
 use crate::pipeline::issue::{check_ranks, d2d_link, same_gpu, DevRef, EventRef, Holding, HostRef, StreamRef};
 use crate::pipeline::op::{Access, OpId, OpKind};
-use std::ffi::c_void;
 use std::sync::Arc;
 
 /// NCCL's communicators, carried by a command that runs on the loop's
@@ -78,13 +76,14 @@ impl<'a> Runner<'a> {
         Ok((Place { base: e.base.clone(), at: at as u64 }, Access { buffer: e.hold.name.clone(), start: at as u64, end: (at + bytes) as u64, write: false }))
     }
     /// Device buffer `d` whole, wherever its memory turns out to be.
-    fn whole(&self, d: DevRef) -> (Base, usize) {
+    fn whole(&self, d: DevRef) -> Span {
         let e = &self.devices[d.0];
-        (e.base.clone(), e.bytes)
+        Span { base: e.base.clone(), bytes: e.bytes }
     }
 
-    /// Records a GPU op of `kind` on `s` whose work `enqueue` puts on the
-    /// stream, bracketed by its timing events; `host_blocks`: the call
+    /// Records a GPU op of `kind` on `s` and makes (or keeps) the command
+    /// `what` builds from its stream, its timing events and whether its
+    /// GPU's context must be made current first; `host_blocks`: the call
     /// blocks the CPU until the GPU ran it (a copy from pageable memory),
     /// so the gate opens first.
     fn gpu_op(
@@ -94,29 +93,51 @@ impl<'a> Runner<'a> {
         label: &str,
         accesses: Vec<Access>,
         host_blocks: bool,
-        enqueue: impl FnOnce(&Stream) -> Result<()> + Send + 'a,
+        what: impl FnOnce(&'a Stream, Bracket, bool) -> What<'a>,
     ) -> Result<OpId> {
         let lane = self.lane(s)?;
         let (mark, start, end) = self.op_marks(lane)?;
         let stream = self.streams[lane];
-        let (start, end) = (start.map(|i| self.pool.get(i).clone()), end.map(|i| self.pool.get(i).clone()));
+        let bracket = Bracket { start: start.map(|i| EventHandle(self.pool.get(i).raw)), end: end.map(|i| EventHandle(self.pool.get(i).raw)) };
         // Over several GPUs, calls go to the stream's GPU's context.
-        let bind = (self.gpus.len() > 1).then(|| stream.gpu().clone());
-        let call = Box::new(move || {
-            if let Some(g) = bind {
-                g.bind()?;
-            }
-            if let Some(a) = start {
-                a.record(stream)?;
-            }
-            enqueue(stream)?;
-            end.map_or(Ok(()), |b| b.record(stream))
-        });
+        let what = what(stream, bracket, self.gpus.len() > 1);
+        let what = if host_blocks {
+            // SAFETY: as for every command the runner makes (see `Exec::run`).
+            What::Host { timed: None, call: Box::new(move || unsafe { what.issue() }) }
+        } else {
+            what
+        };
         let thread = self.lanes.thread();
-        self.dispatch(if host_blocks { Command::Host { thread, timed: None, call } } else { Command::Issue { thread, call } })?;
+        self.dispatch(Command { thread, what })?;
         let id = self.schedule.gpu_op(thread, lane, kind, label, accesses);
         self.marks.push(mark);
         Ok(id)
+    }
+
+    /// A GPU op whose driver calls `enqueue` makes on its stream, between
+    /// its timing events.
+    fn gpu_call(
+        &mut self,
+        s: StreamRef,
+        kind: OpKind,
+        label: &str,
+        accesses: Vec<Access>,
+        enqueue: impl FnOnce(&Stream) -> Result<()> + Send + 'a,
+    ) -> Result<OpId> {
+        self.gpu_op(s, kind, label, accesses, false, move |stream, bracket, bind| {
+            What::Issue(Box::new(move || {
+                if bind {
+                    stream.gpu().bind()?;
+                }
+                if let Some(a) = bracket.start {
+                    // SAFETY: a pool event of the runner, alive for its life.
+                    unsafe { crate::gpu::driver::event_record(a.0, stream.raw()) }?;
+                }
+                enqueue(stream)?;
+                // SAFETY: as above.
+                bracket.end.map_or(Ok(()), |b| unsafe { crate::gpu::driver::event_record(b.0, stream.raw()) })
+            }))
+        })
     }
 
     /// One more GPU op on lane `lane`: how it is timed (its mark), and the
@@ -127,7 +148,7 @@ impl<'a> Runner<'a> {
             return Err(LabError::config(format!("the CUDA graph capture failed: {why}")));
         }
         if self.gpu_ops >= MAX_GATED_OPS && self.gate_closed {
-            self.dispatch(Command::OpenGate)?;
+            self.dispatch(Command { thread: 0, what: What::OpenGate })?;
         }
         self.gpu_ops += 1;
         Ok(match self.source {
@@ -170,13 +191,10 @@ impl<'a> Runner<'a> {
         // A copy from pageable memory blocks inside its call until its DMA ran.
         let blocks = !self.hosts[host.0].page_locked;
         let (kind, accesses) = if up { (OpKind::H2d, vec![ha, da]) } else { (OpKind::D2h, vec![da, ha]) };
-        self.gpu_op(s, kind, label, accesses, blocks, move |st| {
-            let copy = RawCopy { up, host: hp.addr() as *mut c_void, device: dp.addr(), bytes };
-            // SAFETY: both ranges lie in their buffers (checked above); the
-            // runner holds the buffers' borrows until it synchronizes.
-            unsafe { copy.enqueue(st) }
-        })
-        .map(|_| ())
+        // Both ranges lie in their buffers (checked above); the runner holds
+        // the buffers' borrows until it synchronizes.
+        self.gpu_op(s, kind, label, accesses, blocks, move |stream, bracket, bind| What::Copy { stream, up, host: hp, device: dp, bytes, bracket, bind })
+            .map(|_| ())
     }
 
     /// Copies `bytes` from device `src` at `src_at` to device `dst` at
@@ -196,7 +214,7 @@ impl<'a> Runner<'a> {
                 sa.buffer, sa.start, sa.end, da.start, da.end
             )));
         }
-        self.gpu_op(s, OpKind::D2d(link), label, vec![sa, da], false, move |st| {
+        self.gpu_call(s, OpKind::D2d(link), label, vec![sa, da], move |st| {
             let (to, from) = (DeviceSpan::new(dp.addr(), bytes), DeviceSpan::new(sp.addr(), bytes));
             // SAFETY: both ranges lie in their buffers (checked above) and
             // do not overlap (two buffers, or two GPUs' memories, or
@@ -244,12 +262,21 @@ impl<'a> Runner<'a> {
         let (_, mut oa) = self.dev_range(output, out_at, bytes)?;
         ia.write = false;
         oa.write = true;
-        let ((ib, in_bytes), (ob, out_bytes)) = (self.whole(input), self.whole(output));
+        let (input, output) = (self.whole(input), self.whole(output));
         let (in_at, out_at, n) = (in_at / 4, out_at / 4, bytes / 4);
-        self.gpu_op(s, OpKind::Kernel, label, vec![ia, oa], false, move |st| {
-            // SAFETY: both ranges lie in their buffers (checked above); the
-            // runner holds the buffers' borrows until it synchronizes.
-            unsafe { k.enqueue(st, DeviceSpan::new(ib.get(), in_bytes), in_at, DeviceSpan::new(ob.get(), out_bytes), out_at, n, iterations) }
+        // Both ranges lie in their buffers (checked above); the runner
+        // holds the buffers' borrows until it synchronizes.
+        self.gpu_op(s, OpKind::Kernel, label, vec![ia, oa], false, move |stream, bracket, bind| What::Kernel {
+            stream,
+            kernel: k,
+            input,
+            output,
+            in_at,
+            out_at,
+            n,
+            iterations,
+            bracket,
+            bind,
         })
         .map(|_| ())
     }
@@ -270,7 +297,7 @@ impl<'a> Runner<'a> {
         accesses: Vec<Access>,
         enqueue: impl FnOnce(&Stream) -> Result<()> + Send + 'a,
     ) -> Result<OpId> {
-        self.gpu_op(s, kind, label, accesses, false, enqueue)
+        self.gpu_call(s, kind, label, accesses, enqueue)
     }
 
     /// The NCCL communicators [`Self::all_reduce`] uses: one per GPU of
@@ -323,9 +350,9 @@ impl<'a> Runner<'a> {
         }
         let own = self.exec.gpu.clone();
         let comms = LoopThreadOnly(comms);
-        self.dispatch(Command::Issue {
+        self.dispatch(Command {
             thread: 0,
-            call: Box::new(move || {
+            what: What::Issue(Box::new(move || {
                 let comms = comms.get();
                 for (s, _, start, _) in &sides {
                     if let Some(a) = start {
@@ -344,7 +371,7 @@ impl<'a> Runner<'a> {
                     }
                 }
                 own.bind()
-            }),
+            })),
         })?;
         let accesses: Vec<(usize, Vec<Access>)> = parts.into_iter().map(|(lane, _, _, a)| (lane, vec![a.clone(), Access { write: true, ..a }])).collect();
         self.schedule.collective(self.lanes.thread(), &accesses, kind, label);
@@ -361,11 +388,12 @@ impl<'a> Runner<'a> {
             // on another GPU's stream takes a new event there (a wait
             // takes the latest record, as CUDA's does).
             event = Arc::new(stream.gpu().sync_event()?);
-            self.user_events[e.0] = event.clone();
+            // Commands recorded before may name the old one: it lives on.
+            self.replaced_events.push(std::mem::replace(&mut self.user_events[e.0], event.clone()));
             self.exec.gpu.bind()?;
         }
         let thread = self.lanes.thread();
-        self.dispatch(Command::Issue { thread, call: Box::new(move || event.record(stream)) })?;
+        self.dispatch(Command { thread, what: What::Record { stream, event: EventHandle(event.raw) } })?;
         self.schedule.record_event(e.0, lane);
         Ok(())
     }
@@ -374,7 +402,7 @@ impl<'a> Runner<'a> {
         let lane = self.lane(s)?;
         let (event, stream) = (self.user_event(e)?, self.streams[lane]);
         let thread = self.lanes.thread();
-        self.dispatch(Command::Issue { thread, call: Box::new(move || stream.wait_event(&event)) })?;
+        self.dispatch(Command { thread, what: What::Wait { stream, event: EventHandle(event.raw) } })?;
         self.reusable_end[lane] = None;
         self.schedule.stream_wait_event(lane, e.0);
         Ok(())
