@@ -80,6 +80,11 @@ pub trait Issue {
     /// The CPU waits until every stream has done everything issued so far
     /// (cuCtxSynchronize).
     fn sync_device(&mut self) -> Result<()>;
+    /// Everything issued so far is set-up (data put in place before what
+    /// is measured): the CPU waits for all of it, as [`Self::sync_device`],
+    /// and the run's time counts from here. What a measurement by
+    /// difference uses to keep set-up and its noise out of both runs.
+    fn timed_from_here(&mut self) -> Result<()>;
 
     // ---- memory as operations: what allocating costs and blocks ----------
 
@@ -404,6 +409,9 @@ impl Issue for SyncEach<'_> {
     }
     fn sync_device(&mut self) -> Result<()> {
         self.0.sync_device()
+    }
+    fn timed_from_here(&mut self) -> Result<()> {
+        self.0.timed_from_here()
     }
     fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
         self.0.alloc_async(s, n, name)

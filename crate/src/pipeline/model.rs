@@ -369,6 +369,10 @@ impl Issue for ModelPipeline {
         self.schedule.host_wait_all(self.lanes.thread());
         Ok(())
     }
+    fn timed_from_here(&mut self) -> Result<()> {
+        self.lanes.on_loop_thread("timed_from_here")?;
+        self.sync_device()
+    }
     fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
         self.lanes.on_loop_thread("a memory call")?;
         let lane = self.lane(s)?;

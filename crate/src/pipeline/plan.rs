@@ -85,6 +85,18 @@ pub struct Plan {
     /// out`: 1, or one pass per stage of a pipeline over GPUs
     /// ([`Self::with_passes`]).
     pub passes: u8,
+    /// The buffers a run is checked on afterwards: `host out` (the
+    /// default), or device buffers the rig reads back after the run,
+    /// untimed ([`Self::checked_on_devices`]).
+    pub checked: Vec<Checked>,
+}
+
+/// Which buffer of a plan holds its result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checked {
+    HostOut,
+    /// Device buffer i.
+    Device(usize),
 }
 
 impl std::fmt::Debug for Plan {
@@ -155,13 +167,32 @@ impl Plan {
         devices: usize,
         body: impl Fn(&mut dyn Issue, &Refs) -> Result<()> + Send + Sync + 'static,
     ) -> Plan {
-        Plan { name: name.into(), streams, elements, devices, device_gpus: Vec::new(), body: Arc::new(body), gated: true, batch_elements: 0, passes: 1 }
+        Plan {
+            name: name.into(),
+            streams,
+            elements,
+            devices,
+            device_gpus: Vec::new(),
+            body: Arc::new(body),
+            gated: true,
+            batch_elements: 0,
+            passes: 1,
+            checked: vec![Checked::HostOut],
+        }
     }
 
     /// This plan with device buffer i in GPU `gpus[i]`'s memory (one GPU
     /// per buffer), for a plan whose streams span several GPUs.
     pub fn placed(self, gpus: Vec<usize>) -> Plan {
         Plan { device_gpus: gpus, ..self }
+    }
+
+    /// This plan with its result in device buffers `buffers`, which the
+    /// rig reads back after each run (untimed) and checks: a loop whose
+    /// download would only add the host link's time and noise to what it
+    /// measures.
+    pub fn checked_on_devices(self, buffers: &[usize]) -> Plan {
+        Plan { checked: buffers.iter().map(|&i| Checked::Device(i)).collect(), ..self }
     }
 
     /// This plan with every output element computed by `passes` kernels
@@ -209,6 +240,12 @@ impl Plan {
                 self.name, self.devices, self.device_gpus
             )));
         }
+        if let Some(Checked::Device(i)) = self.checked.iter().find(|c| matches!(c, Checked::Device(i) if *i >= self.devices)) {
+            return Err(LabError::config(format!("{}: checked on device buffer {i} of {}", self.name, self.devices)));
+        }
+        if self.checked.is_empty() {
+            return Err(LabError::config(format!("{}: a plan is checked on at least one buffer", self.name)));
+        }
         if self.batch_elements % 2 != 0 || self.batch_elements > self.elements {
             return Err(LabError::config(format!(
                 "{}: producer batches of {} elements (give an even number up to {})",
@@ -241,6 +278,18 @@ impl Plan {
     /// [`Self::model`] makes).
     pub fn output_cells(model: &ModelPipeline) -> &[Provenance] {
         model.host_cells(HostRef(1))
+    }
+
+    /// The cells of each buffer a run of this plan is checked on
+    /// ([`Self::checked`]) in its model, in that order.
+    pub fn checked_cells<'m>(&self, model: &'m ModelPipeline) -> Vec<&'m [Provenance]> {
+        self.checked
+            .iter()
+            .map(|c| match *c {
+                Checked::HostOut => Self::output_cells(model),
+                Checked::Device(i) => model.device_cells(DevRef(i)),
+            })
+            .collect()
     }
 
     /// Each distinct operation of the plan, for measuring it alone.

@@ -33,7 +33,8 @@ pub struct CapturedPlan {
     pub instantiate_ms: f64,
     /// The graph's nodes.
     pub nodes: usize,
-    expected: Vec<Provenance>,
+    /// Each checked buffer's cells in the plan's model.
+    expected: Vec<Vec<Provenance>>,
 }
 
 /// One launch of a captured plan ([`PlanRig::replay`]), ms.
@@ -208,7 +209,7 @@ impl PlanRig {
         if let Some(r) = model.schedule.races().first() {
             return Err(LabError::schedule(format!("{}: {}", plan.name, r.what)));
         }
-        let expected = Plan::output_cells(model);
+        let expected = plan.checked_cells(model);
         let seed = self.fresh_data(plan)?;
         self.make_streams(plan)?;
         let streams = streams_of(&self.streams, plan);
@@ -223,7 +224,7 @@ impl PlanRig {
         if let Some(r) = run.races.first() {
             return Err(LabError::schedule(format!("{}: {}", plan.name, r.what)));
         }
-        self.verify(&plan.name, expected, seed)?;
+        self.check(plan, &expected, seed)?;
         Ok(run)
     }
 
@@ -249,7 +250,7 @@ impl PlanRig {
             capture_ms: made_ms - graph.instantiate_ms(),
             instantiate_ms: graph.instantiate_ms(),
             nodes: graph.nodes(),
-            expected: Plan::output_cells(model).to_vec(),
+            expected: plan.checked_cells(model).into_iter().map(|c| c.to_vec()).collect(),
         };
         self.graphs.push(graph);
         Ok(captured)
@@ -275,7 +276,8 @@ impl PlanRig {
         self.launch.synchronize()?;
         recorded?;
         let total_ms = start.elapsed_ms(end)?;
-        self.verify(&plan.name, &c.expected, seed)?;
+        let expected: Vec<&[Provenance]> = c.expected.iter().map(|c| c.as_slice()).collect();
+        self.check(plan, &expected, seed)?;
         Ok(Replay { total_ms, launch_ms })
     }
 

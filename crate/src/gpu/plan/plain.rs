@@ -99,7 +99,7 @@ impl PlanRig {
         for e in &ends {
             total_ms = total_ms.max(base.elapsed_ms(e)?);
         }
-        self.verify(&plan.name, Plan::output_cells(&plain.model), seed)?;
+        self.check(plan, &plan.checked_cells(&plain.model), seed)?;
         Ok(PlainRun { total_ms, issue_ms })
     }
 }

@@ -1,5 +1,6 @@
-//! Checking a run's output: every element of `host out` against what the
-//! plan's model says it must hold.
+//! Checking a run's result: every element of the buffer that holds it
+//! (`host out`, or a device buffer read back) against what the plan's
+//! model says it must hold.
 
 use super::PlanRig;
 use crate::error::{LabError, Result};
@@ -7,9 +8,30 @@ use crate::gpu::kernels::compute_reference;
 use crate::gpu::HostBuffer;
 use crate::measure::pattern;
 use crate::pipeline::model::Provenance;
+use crate::pipeline::plan::{device_name, Checked, Plan, OUTPUT};
 
 impl PlanRig {
-    /// Checks `host out` against `expected`: inputs and untouched poison in
+    /// Checks each buffer `plan` says holds its result against `expected`
+    /// (their cells in the plan's model, in the same order): `host out`,
+    /// or a device buffer read back into `host out` first.
+    pub(super) fn check(&mut self, plan: &Plan, expected: &[&[Provenance]], seed: u64) -> Result<()> {
+        for (c, cells) in plan.checked.iter().zip(expected) {
+            let name = match *c {
+                Checked::HostOut => OUTPUT.to_string(),
+                Checked::Device(i) => {
+                    let g = plan.device_gpu(i);
+                    self.setup[g].download(&mut self.host_out, &self.devices[g][i], 4 * plan.elements)?;
+                    self.gpu.bind()?;
+                    device_name(i)
+                }
+            };
+            self.verify(&format!("{}: {name}", plan.name), cells, seed)?;
+        }
+        Ok(())
+    }
+
+    /// Checks `host out` (as read, or as a device buffer was read back into
+    /// it) against `expected`, naming it `plan` in errors: inputs and untouched poison in
     /// full, kernel outputs at the first and last element of every run of
     /// them and about 4096 places between (the CPU reference costs the
     /// kernel's whole FMA chain per element).
@@ -45,7 +67,7 @@ impl PlanRig {
                 Provenance::Output(_) | Provenance::Repeated(..) | Provenance::Summed { .. } => continue,
                 Provenance::Garbage => {
                     return Err(LabError::schedule(format!(
-                        "{plan}: host out element {i} comes from a kernel run on data that was never uploaded, or from a sum of elements no input holds"
+                        "{plan} element {i} comes from a kernel run on data that was never uploaded, or from a sum of elements no input holds"
                     )))
                 }
             };
@@ -57,7 +79,7 @@ impl PlanRig {
             };
             if got[i].to_bits() != value.to_bits() && !close {
                 let what = if got[i].to_bits() == poison.to_bits() { " (never written: still poison)".to_string() } else { String::new() };
-                return Err(LabError::wrong_data(format!("{plan}: host out"), i, format!("got {}{what}, expected {value} ({want:?})", got[i])));
+                return Err(LabError::wrong_data(plan.to_string(), i, format!("got {}{what}, expected {value} ({want:?})", got[i])));
             }
         }
         Ok(())

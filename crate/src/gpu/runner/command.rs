@@ -72,6 +72,10 @@ pub(super) enum What<'a> {
     Host { timed: Option<usize>, call: Call<'a> },
     /// Opens the start gate: a gated loop past the ops a closed gate may hold.
     OpenGate,
+    /// What came before was set-up: wait for all of it, then start the
+    /// run's clock again, behind a closed gate again where the run was
+    /// gated (the streams `hold` wait for the new base).
+    Restart { gpus: Vec<super::super::Gpu>, hold: Vec<&'a Stream> },
 }
 
 /// One call of the loop, made from CPU thread `thread`.
@@ -114,7 +118,7 @@ impl<'a> What<'a> {
             // SAFETY: as above.
             What::Wait { stream, event } => unsafe { driver::stream_wait_event(stream.raw(), event.0) },
             What::Issue(call) | What::Host { call, .. } => call(),
-            What::OpenGate => Ok(()),
+            What::OpenGate | What::Restart { .. } => Ok(()),
         }
     }
 }

@@ -64,6 +64,24 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
+    /// [`crate::pipeline::issue::Issue::timed_from_here`]: what came before
+    /// is set-up; the CPU waits for it, and the run's clock starts again
+    /// (behind the gate again, where the run was gated). Set-up ops leave
+    /// the timeline: the run's times count from here. Streams join the
+    /// runner before its loop (a per-thread stream of another CPU thread
+    /// resolved after this point is not held behind the new gate).
+    pub fn timed_from_here(&mut self) -> Result<()> {
+        self.not_captured("timed_from_here")?;
+        self.lanes.on_loop_thread("timed_from_here")?;
+        let (gpus, hold) = (self.gpus.clone(), if self.exec.gated { self.streams.clone() } else { Vec::new() });
+        self.dispatch(Command { thread: 0, what: What::Restart { gpus, hold } })?;
+        self.marks.iter_mut().for_each(|m| *m = Mark::Elsewhere);
+        self.forget_reusable_ends();
+        self.schedule.host_wait_all(0);
+        (self.gate_closed, self.behind_gate) = (self.exec.gated, 0);
+        Ok(())
+    }
+
     /// A host function on `s` (cuLaunchHostFunc): `task` runs on the
     /// driver's callback thread once `s` reaches it, and `s` waits for it.
     /// Timed by the task itself, not on this run's timeline.

@@ -79,6 +79,9 @@ impl<'a> Issue for GpuIssuer<'_, 'a> {
     fn sync_device(&mut self) -> Result<()> {
         self.runner.sync_device()
     }
+    fn timed_from_here(&mut self) -> Result<()> {
+        self.runner.timed_from_here()
+    }
     fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
         self.runner.alloc_async(s, bytes(n)?, name)
     }

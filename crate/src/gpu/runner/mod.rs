@@ -139,6 +139,9 @@ struct Exec {
     cpu: CpuThreads,
     /// When the loop's first call was made.
     loop_start: Option<Instant>,
+    /// Whether the run started behind a gate (and starts behind one again
+    /// after its set-up, [`Runner::timed_from_here`]).
+    gated: bool,
 }
 
 impl Exec {
@@ -172,6 +175,34 @@ impl Exec {
         self.loop_start = Some(Instant::now());
         Ok(())
     }
+    /// What came before was set-up: it runs to its end, then the clock
+    /// starts again: behind the gate again where the run was gated, every
+    /// stream in `hold` waiting for the new base.
+    fn restart_after_setup(&mut self, gpus: &[Gpu], hold: &[&Stream]) -> Result<()> {
+        self.open_gate()?;
+        for g in gpus {
+            g.bind()?;
+            driver::context_synchronize()?;
+        }
+        self.gpu.bind()?;
+        if self.gated {
+            if let Some(g) = Gate::take(&self.gpu) {
+                let held = g.hold(&self.base_stream);
+                self.gate = Some(g);
+                held?;
+            }
+        }
+        self.base.record(&self.base_stream)?;
+        if self.gate.is_some() {
+            for s in hold {
+                s.wait_event(&self.base)?;
+            }
+            self.gpu.bind()?;
+        } else {
+            self.align_clocks()?;
+        }
+        Ok(())
+    }
     fn now_us(&self) -> f64 {
         self.host_base.elapsed().as_secs_f64() * 1e6
     }
@@ -179,6 +210,7 @@ impl Exec {
     fn run(&mut self, c: Command<'_>) -> Result<()> {
         match c.what {
             What::OpenGate => self.open_gate(),
+            What::Restart { gpus, hold } => self.restart_after_setup(&gpus, &hold),
             What::Host { timed, call } => {
                 self.open_gate()?;
                 let t0 = self.now_us();
@@ -231,6 +263,8 @@ pub struct Runner<'a> {
     cupti_streams: Vec<u32>,
     /// GPU ops issued so far.
     gpu_ops: usize,
+    /// GPU ops issued behind the current gate.
+    behind_gate: usize,
     /// Whether the gate is still closed at this point of the loop (no
     /// command so far opens it).
     gate_closed: bool,
@@ -302,6 +336,7 @@ impl Gpu {
             source,
             cupti_streams: Vec::new(),
             gpu_ops: 0,
+            behind_gate: 0,
             gate_closed,
             reusable_end: Vec::new(),
             deferred: None,
@@ -316,6 +351,7 @@ impl Gpu {
                 host_times: Vec::new(),
                 cpu: CpuThreads::default(),
                 loop_start: None,
+                gated: gate_closed,
             },
             capture: None,
             capture_broken: None,

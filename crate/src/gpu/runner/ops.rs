@@ -147,10 +147,11 @@ impl<'a> Runner<'a> {
         if let Some(why) = &self.capture_broken {
             return Err(LabError::config(format!("the CUDA graph capture failed: {why}")));
         }
-        if self.gpu_ops >= MAX_GATED_OPS && self.gate_closed {
+        if self.behind_gate >= MAX_GATED_OPS && self.gate_closed {
             self.dispatch(Command { thread: 0, what: What::OpenGate })?;
         }
         self.gpu_ops += 1;
+        self.behind_gate += 1;
         Ok(match self.source {
             TimelineSource::Cupti => (Mark::Activity(self.gpu_ops - 1), None, None),
             TimelineSource::Events => {
