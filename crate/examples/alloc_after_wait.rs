@@ -6,7 +6,7 @@
 //! it prints each cuMemAlloc's time and what ran on the GPU meanwhile.
 //! Run on a GPU: `cargo run --release --example alloc_after_wait`.
 //!
-//! On the lent H100 (2026-11-24): after a CPU wait for kernel b, the next
+//! On the H100 (2026-11-24): after a CPU wait for kernel b, the next
 //! cuMemAlloc took 628 µs and ended 16 µs after download b, which had
 //! started as it began (the same with the download on the compute stream);
 //! with no download running it took 110-200 µs. With 8 downloads queued

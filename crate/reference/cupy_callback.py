@@ -11,7 +11,7 @@ timed inside the call). At every CPU cost point of the record it runs
 twice: with the same passes (the same work: the comparison the verdict is
 on), then with the passes adjusted until CuPy's worker spends the same CPU
 time per iteration as overlap-lab's did (in CuPy's process the same passes
-took 1.1-1.6x longer on the lent H200), which compares the pattern alone.
+took 1.1-1.6x longer on the H200), which compares the pattern alone.
 
 Usage: cupy_callback.py RECORD.json [--out cupy.json]
 Every argmin is checked against a CPU reference (float32 BLAS of small

@@ -8,7 +8,8 @@
 //!   races), the queue model that predicts it, and timelines. No CUDA.
 //! * [`gpu`]: the only place with raw CUDA ([`gpu::driver`], every call on a
 //!   raw handle an `unsafe fn`); safe types own the handles, and
-//!   [`gpu::Pipeline`] executes the vocabulary on real streams.
+//!   [`gpu::Runner`] executes the vocabulary on real streams, and
+//!   [`gpu::PlanRig`] runs plans on fresh, verified data.
 //! * [`measure`]: what keeps a number honest: statistics, verified data
 //!   patterns, records with the device's fingerprint.
 //! * [`labs`]: the lab table and one module per lab, speaking only in the

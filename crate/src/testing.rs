@@ -406,7 +406,7 @@ pub fn memory_results() -> MemoryResults {
     };
     let pin_cost = config.sizes_mib.iter().map(|&m| PinCostPoint { bytes: Bytes(mib(m)), ..pin_cost_point() }).collect();
     // Pinned staging: producing a batch takes twice its upload; a host
-    // function's round trip 0.07 ms (0.016 awake), as on the lent H200; the
+    // function's round trip 0.07 ms (0.016 awake), as on the H200; the
     // CPU resumes 0.06 ms after the one it waited on.
     let staging = memory::ring::staging(&config);
     let rn = config.elements / config.ring_batches;

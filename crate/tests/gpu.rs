@@ -1,5 +1,5 @@
 //! Tests that need a GPU. With no driver each one says it skipped and passes;
-//! on the lent GPU they run for real (see README: "Testing").
+//! on the GPU they run for real (see README: "Testing").
 
 use overlap_lab::gpu::{alloc_host, Availability, CopyOp, CopyTimer, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer};
 use overlap_lab::labs::bandwidth::{measure, BandwidthConfig, Direction};
@@ -122,7 +122,7 @@ fn small_sweep_verifies_every_point() {
         assert!(p.gbps.median > 0.0 && p.gbps.min <= p.gbps.median && p.gbps.median <= p.gbps.max);
         assert_eq!(p.device_ms.n, 3);
     }
-    // At 8 MiB, not 1 MiB: on the lent H100, 1 MiB both ways once moved less than one way.
+    // At 8 MiB, not 1 MiB: on the H100, 1 MiB both ways once moved less than one way.
     let bidir = r.point(HostMemoryKind::Pinned, Direction::Bidirectional, Bytes(8 << 20)).unwrap();
     let h2d = r.point(HostMemoryKind::Pinned, Direction::H2d, Bytes(8 << 20)).unwrap();
     assert!(bidir.gbps.median > h2d.gbps.median, "both directions at once should move more: {bidir:?} vs {h2d:?}");

@@ -1,7 +1,7 @@
 //! The copy primitive every host<->device copy of the labs is made of
-//! ([`RawCopy`]: one cuMemcpyHtoDAsync or cuMemcpyDtoHAsync on a stream):
+//! (`RawCopy`: one cuMemcpyHtoDAsync or cuMemcpyDtoHAsync on a stream):
 //! lab 1 times batches of it here ([`CopyTimer`]); a
-//! [`Pipeline`](super::Pipeline) issues it as one operation of a pipeline.
+//! [`Runner`](super::Runner) issues the same calls as one operation of a loop.
 //!
 //! Timing host<->device copies the way nvbandwidth does: CUDA events on the
 //! streams for device time, the host clock around the API calls for how long
@@ -38,7 +38,7 @@ impl RawCopy {
     /// # Safety
     /// Both ranges are inside live allocations that outlive the copy, and
     /// nothing else touches them until it completes on `stream` (the
-    /// callers: `CopyTimer::run` waits for it; a `Pipeline` holds its
+    /// callers: `CopyTimer::run` waits for it; a `Runner` holds its
     /// buffers until it synchronizes and checks the order of their uses).
     pub(super) unsafe fn enqueue(&self, stream: &Stream) -> Result<()> {
         if self.up {

@@ -1,4 +1,4 @@
-//! A CUDA graph: a pipeline's GPU work captured once ([`super::Pipeline`]
+//! A CUDA graph: a loop's GPU work captured once ([`super::Runner`]
 //! in capture mode records its loop instead of running it) and made
 //! executable, so one call launches all of it. What lab 5 weighs against
 //! issuing the same loop op by op.

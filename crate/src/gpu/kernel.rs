@@ -58,7 +58,7 @@ impl Drop for Module {
     }
 }
 
-/// `kernels/compute.cu`: out[i] = FMA chain of `iterations` over in[i],
+/// `kernels/compute.cu`: `out[i]` = FMA chain of `iterations` over `in[i]`,
 /// loaded on one GPU or on each of several (a pipeline over GPUs launches
 /// it on each stream's own GPU).
 pub struct ComputeKernel {

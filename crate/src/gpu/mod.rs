@@ -2,11 +2,14 @@
 //! in [`driver`] only, each call on a raw handle an `unsafe fn`; the safe
 //! types here own the handles: a device handle, streams, timing events,
 //! device buffers, the four kinds of host memory, the copy primitive every
-//! copy is made of and lab 1's timer for it ([`copy`]), and [`Pipeline`],
-//! which executes the pipeline vocabulary (`crate::pipeline`) on real
-//! streams, copies included, as operations of one schedule, or captures
-//! it into a CUDA [`Graph`] — its streams may belong to several GPUs, and a
-//! copy may cross between them; the stream-ordered memory pool ([`pool`]).
+//! copy is made of and lab 1's timer for it ([`copy`]), and the
+//! [`Runner`] ([`runner`]), which executes the pipeline vocabulary
+//! (`crate::pipeline`) on real streams as operations of one schedule —
+//! recorded first and replayed with nothing between its driver calls, or
+//! made as it comes, or captured into a CUDA [`Graph`]; its streams may
+//! belong to several GPUs, and a copy may cross between them. [`plan`]
+//! runs the vocabulary's plans on fresh, verified data ([`PlanRig`]);
+//! the stream-ordered memory pool ([`pool`]).
 //! Also the machine's GPUs and the links between them ([`topology`]),
 //! NCCL loaded at run time ([`nccl`]), the NVRTC kernels ([`kernels`]) and
 //! NVTX ranges ([`trace`]).

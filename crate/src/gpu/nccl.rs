@@ -11,9 +11,9 @@
 //!
 //! NVLink multicast (NCCL's NVLS) stays off: [`Nccl::load`] sets the
 //! variables of [`MULTICAST_OFF`] where they are unset, and a child
-//! process this crate starts (PyTorch's reference) gets them too, as the
-//! lent machines require (their KINDS.md: a program that uses multicast
-//! can put the host's GPUs, which others share, out of service).
+//! process this crate starts (PyTorch's reference) gets them too: a
+//! program that uses multicast can put a host's GPUs, which others may
+//! share, out of service.
 
 use super::{DeviceBuffer, DeviceSpan, Gpu, Stream};
 use crate::error::{LabError, Result};
@@ -225,10 +225,11 @@ impl Communicators {
         &self.ordinals
     }
 
-    /// Enqueues an in-place sum all-reduce of the first `count` f32 of
-    /// `bufs[i]` on `streams[i]`, one per GPU in the group's order, as one
-    /// NCCL group. The caller keeps the buffers alive until the streams
-    /// have run it (as a `Pipeline` holds its borrows).
+    /// An in-place sum all-reduce of the first `count` f32 of `bufs[i]` on
+    /// `streams[i]`, one per GPU in the group's order, as one NCCL group;
+    /// returns once every stream has run it (the buffers are borrowed
+    /// until then). A runner's all-reduce is issued with the others of its
+    /// loop instead (`Runner::all_reduce`).
     pub fn all_reduce_sum(&self, bufs: &[&DeviceBuffer], count: usize, streams: &[&Stream]) -> Result<()> {
         if bufs.len() != self.len() || streams.len() != self.len() {
             return Err(LabError::config(format!("an all-reduce over {} GPUs takes one buffer and one stream each", self.len())));
@@ -243,8 +244,14 @@ impl Communicators {
         }
         let ranks: Vec<(DeviceSpan, &Stream)> = bufs.iter().map(|b| DeviceSpan { ptr: b.span().ptr, bytes: count * 4 }).zip(streams.iter().copied()).collect();
         // SAFETY: each span is the start of its buffer and fits it (checked
-        // above); the caller keeps the buffers alive until the streams ran it.
-        unsafe { self.all_reduce_spans(&ranks) }
+        // above); the streams are synchronized below, while the borrows last.
+        let queued = unsafe { self.all_reduce_spans(&ranks) };
+        let _keep = super::driver::KeepCurrent::save()?;
+        for s in streams {
+            s.gpu().bind()?;
+            s.synchronize()?;
+        }
+        queued
     }
 
     /// Enqueues an in-place sum all-reduce of each rank's span (all of one

@@ -97,7 +97,7 @@ pub struct ExperimentResult {
     pub machine: Option<MachineFacts>,
     /// Each direction's share of its speed alone while both run, as this
     /// experiment measured it (the model and the bound of its later
-    /// variants use it; see [`experiments::Experiment::ceiling_from`]).
+    /// variants use it; see [`crate::labs::streams::experiments::Experiment::ceiling_from`]).
     #[serde(default)]
     pub ceiling: Option<f64>,
     #[serde(default)]

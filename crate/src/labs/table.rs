@@ -68,7 +68,7 @@ pub trait Lab: Sync {
     fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>>;
 }
 
-/// A lab's settings, as the table handles them ([`lab_config!`] implements
+/// A lab's settings, as the table handles them ([`crate::lab_config!`] implements
 /// it from the settings' own `default`, `quick`, `small` and `validate`).
 pub trait LabConfig: clap::Args + clap::FromArgMatches + Default + Clone + Sync + 'static {
     fn quick() -> Self;

@@ -29,7 +29,7 @@ pub struct Machine {
     pub host_wake: f64,
     /// Each direction's speed while H2D and D2H run at once, as a share of
     /// its speed alone (the measured bidirectional ceiling: 1 = the two
-    /// engines never slow each other; about 0.82 on the lent H100, whose
+    /// engines never slow each other; about 0.82 on the H100, whose
     /// 55 GB/s each way give 91 GB/s both ways).
     #[serde(default = "full_speed")]
     pub both_ways: f64,
@@ -49,7 +49,7 @@ pub struct Machine {
     /// pipeline's bookkeeping, its events and waits included), ms. A loop
     /// issued behind a gate has all the issuing thread issued before it
     /// first waits or works there when the GPU starts; after that (or from
-    /// the start, for a schedule [`Schedule::issued_live`]), each op
+    /// the start, for a schedule [`Schedule::issued_live`](super::schedule::Schedule::issued_live)), each op
     /// reaches the GPU this long after the one before it.
     #[serde(default)]
     pub issue: f64,
@@ -117,7 +117,7 @@ impl WaitsFor {
 /// How much slower a blocking call runs while GPU work of each kind runs
 /// at once (a multiple of its time on an idle GPU; 1: not slowed): not a
 /// wait, but a call that shares something with that work. Measured by lab
-/// 6's probes: on the lent H100 a 32 MiB cuMemAlloc took 0.30 ms idle and
+/// 6's probes: on the H100 a 32 MiB cuMemAlloc took 0.30 ms idle and
 /// 0.97 ms while downloads ran, and the same beside uploads or kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SlowedBy {

@@ -28,7 +28,7 @@ pub enum OpKind {
     D2d(Link),
     /// One rank's part of a collective sum over this many GPUs (an NCCL
     /// all-reduce): an op on one stream of each GPU, none of which can end
-    /// before every rank has reached its own ([`Schedule::collective`]).
+    /// before every rank has reached its own ([`Schedule::collective`](super::schedule::Schedule::collective)).
     AllReduce(u8),
 }
 

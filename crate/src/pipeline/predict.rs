@@ -94,7 +94,7 @@ fn is_host_fn(op: &Op) -> bool {
 /// no engine; a blocking one takes its host thread, and those that
 /// [`Machine::device_waits`] names first wait for every stream's work of
 /// the kinds it names so far, and one it says is slowed beside GPU work
-/// ([`DeviceWaits::slowed`]) runs that much slower while such work runs.
+/// ([`DeviceWaits::slowed`](super::machine::DeviceWaits::slowed)) runs that much slower while such work runs.
 /// Once the issuing thread has waited or worked (or from the start, when
 /// the schedule was [`Schedule::issued_live`]), each GPU op it issues
 /// starts at the earliest [`Machine::issue`] after the one before; the

@@ -93,7 +93,7 @@ pub struct Timeline {
 /// `pairs` untraced and traced runs alternate (`run(traced)` returns a
 /// run's total ms), and each pair gives traced / untraced - 1. A ratio per
 /// pair cancels what drifts between pairs (the host's speed moved whole
-/// runs by -30% to +45% on the lent GPUs), which a difference of two
+/// runs by -30% to +45% on the H100 and the H200), which a difference of two
 /// medians would not. Timed results never come from traced runs: this is
 /// only how far the drawn timeline is from them.
 pub fn overhead_pct(warmup: usize, pairs: usize, mut run: impl FnMut(bool) -> Result<f64>) -> Result<crate::measure::stats::Summary> {
@@ -157,7 +157,7 @@ pub fn kind_color(kind: OpKind) -> RGBColor {
 
 impl Timeline {
     /// Spans for every op of `s` at the given (start, end) µs. Stream i's
-    /// lane reads "stream i: <stream_names[i]>" when it has a name, after
+    /// lane reads "stream i: `<stream_names[i]>`" when it has a name, after
     /// "GPU g · " when the schedule spans several GPUs (a lane per GPU's
     /// stream, sorted by GPU).
     pub fn from_schedule(title: &str, device: &str, s: &Schedule, times_us: &[(f64, f64)], stream_names: &[String]) -> Timeline {

@@ -231,7 +231,7 @@ impl PlanRig {
         let kernels_alternating_ms = self.span_ms(&alternating, reps)?.middle_range().0;
         // Issuing: a loop of uploads, kernels and downloads on three streams
         // ordered by events, issued behind the gate (no waits), per GPU op.
-        // Long enough for the steady pace: measured on the lent H100, a loop
+        // Long enough for the steady pace: measured on the H100, a loop
         // of 8 chunks took 12 µs an op, of 256 and more 8 to 9 µs.
         let issued = stage_streams("issue a three-stream loop", n.max(2 * ISSUE_CHUNKS), ISSUE_CHUNKS, WaitBy::StreamWaitEvent);
         let model = issued.model()?;

@@ -2,8 +2,8 @@
 //! device buffers, the plan's streams made as it asks (kind, priority), its
 //! loop recorded by a deferring [`Runner`] and run with nothing between its
 //! driver calls, and every output element checked against what the model
-//! says it must hold ([`verify`]). What the model needs measured (each
-//! operation alone, the machine) is in [`calibrate`]; the same loop issued
+//! says it must hold (`verify`). What the model needs measured (each
+//! operation alone, the machine) is in `calibrate`; the same loop issued
 //! with bare driver calls, which the runner's issuing is held against, in
 //! [`plain`].
 

@@ -1,4 +1,4 @@
-//! What the runner hands the driver: one [`Command`] per call of the loop,
+//! What the runner hands the driver: one `Command` per call of the loop,
 //! already checked and recorded, holding nothing but what its driver calls
 //! need (stream and event handles, addresses, sizes). A runner that defers
 //! keeps them in one vector and runs them one after another at `finish`

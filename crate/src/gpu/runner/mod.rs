@@ -8,7 +8,7 @@
 //! ([`Runner::deferring`], what [`super::PlanRig`] uses) takes the loop's
 //! calls first: it checks each, records it in the schedule, decides which
 //! events time it, and keeps the driver calls it will make as a
-//! [`command::Command`]. At [`Runner::finish`] those commands run one after
+//! `command::Command`. At [`Runner::finish`] those commands run one after
 //! another with nothing of ours between them, so what issuing the loop
 //! costs the CPU is what the same driver calls cost in a plain program
 //! (`PlanRig::plain_stage_loop` holds it to that). A runner that does not
@@ -16,10 +16,10 @@
 //! threads act while the loop runs (lab 4's worker waits on the loop's
 //! events), and for capturing a CUDA graph.
 //!
-//! Streams start behind a gate ([`super::gate`]): the GPU starts the loop
+//! Streams start behind a gate (`gpu::gate`): the GPU starts the loop
 //! when it is fully issued, or as soon as the CPU takes part (host work, a
 //! host wait), so its time is device time, not the time the CPU took to
-//! issue it. A plan issued live ([`Runner::new`] with `gated` false) has no
+//! issue it. A plan issued live ([`Gpu::runner`] with `gated` false) has no
 //! gate: its time counts from the loop's first call.
 //!
 //! The runner borrows every buffer it uses for its whole life and

@@ -74,7 +74,7 @@ impl TimelineSource {
         }
     }
 
-    /// The line [`Self::fall_back_to_events`] prints.
+    /// The line `fall_back_to_events` prints once per process.
     pub fn fallback_line(why: &str) -> String {
         let who = if why.contains("MULTIPLE_SUBSCRIBERS") { " (another tool holds CUPTI: compute-sanitizer, Nsight Systems or Nsight Compute)" } else { "" };
         format!("overlap-lab: CUPTI cannot record here{who}: {why}; timelines are timed with CUDA events instead, and records say \"cuda events\"")

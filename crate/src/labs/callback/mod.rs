@@ -334,7 +334,7 @@ fn not_recorded() -> f64 {
 impl CostPoint {
     /// CPU per iteration for the model: the median over every variant's
     /// runs of the argmin's duration where it really ran. (Measured alone
-    /// right after a sync, the same argmin took ~15% longer on the lent
+    /// right after a sync, the same argmin took ~15% longer on the
     /// H200's host: the model must use what the pipeline's threads see.)
     pub fn cpu_ms(&self) -> f64 {
         let v: Vec<f64> = self.variants.iter().map(|r| r.cpu_ms.median).collect();

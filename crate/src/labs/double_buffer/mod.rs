@@ -50,8 +50,8 @@ pub struct DoubleBufferConfig {
 impl Default for DoubleBufferConfig {
     fn default() -> Self {
         // A kernel 2.5x the copy keeps the GPU, not the CPU producer (which
-        // measured ~2x a copy on the lent H200), the slowest stage: the case
-        // the bound n*max(C, K) + min(C, K) describes. On the lent H100's
+        // measured ~2x a copy on the H200), the slowest stage: the case
+        // the bound n*max(C, K) + min(C, K) describes. On the H100's
         // host the producer took 0.36-0.55 ms, more than such a kernel
         // (0.40 ms), and the pipeline read 56% of a bound it could not
         // reach: hence also twice the producer's time alone (in the

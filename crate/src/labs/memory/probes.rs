@@ -23,7 +23,7 @@ pub const MAX_BUSY_OPS: usize = 1024;
 
 /// The busy work lasts this many times the probed calls' time on an idle
 /// GPU: a call slowed beside it (cuMemAlloc runs 2.7 to 3.2x beside
-/// downloads on the lent GPUs) still ends before the work does, so the
+/// downloads on the H100 and the H200) still ends before the work does, so the
 /// release after it is tested too, and a slowdown is never read as a wait
 /// (a call that waited takes most of the time left; one slowed, a few
 /// times its idle time, which is then a small part of it).

@@ -188,7 +188,7 @@ impl RingResults {
     }
     /// Issuing one GPU op of a batch in the ring, as the model was told
     /// it: the CPU's time per batch in the ring that never waits, less
-    /// producing the batch, over the batch's GPU ops ([`issue_in_ring`]), ms.
+    /// producing the batch, over the batch's GPU ops (`issue_in_ring`), ms.
     pub fn issue_per_op_ms(&self) -> f64 {
         gpu_ops_per_batch(self.batches).map_or(f64::NAN, |ops| issue_in_ring(ops, self.cpu_per_batch_ms.median, self.produce_in_pipeline_ms.median))
     }
@@ -240,7 +240,7 @@ impl RingResults {
 /// variant, taking turns run by run, and after each round what the model
 /// is told of the CPU (its time per batch in a ring that never waits, and
 /// the pinned calls of a batch's size on an idle GPU), so that those are
-/// measured in the same conditions as the runs they predict: on a lent
+/// measured in the same conditions as the runs they predict: on an
 /// H100, ring runs made between per-batch allocations ran 0.46 to 0.71 ms
 /// a batch where the ring alone had run 0.46. Then each variant beside
 /// its prediction.
@@ -349,7 +349,7 @@ fn median_produce(rig: &mut PlanRig, plan: &Plan, model: &crate::pipeline::model
 /// for that upload).
 ///
 /// Timed alone, batch after batch, the producer is faster or slower than
-/// inside a pipeline (on one lent H100: 0.17 ms per 8 MiB back to back,
+/// inside a pipeline (on one H100: 0.17 ms per 8 MiB back to back,
 /// 0.24 with 150 µs of other work between batches, as in the ring; on
 /// another 0.49 alone and 0.43 in the ring): its threads sleep between
 /// batches and the copy engines share the host's memory. The ring's pace

@@ -8,7 +8,7 @@
 //! * [`peer`]: a copy from one GPU to another, one way and both ways at
 //!   once, and staged through pinned host memory (what it costs without
 //!   peer access), by size, beside the host link and PyTorch's own copy
-//!   between the same GPUs ([`reference`]);
+//!   between the same GPUs ([`mod@reference`]);
 //! * [`four_way`]: an upload, a download, a copy to the other GPU and a
 //!   kernel on one GPU at once, against the longest of them alone;
 //! * [`pipeline_parallel`]: two stages on two GPUs over micro-batches,
