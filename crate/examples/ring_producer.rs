@@ -8,7 +8,7 @@
 //! Run on a GPU: `cargo run --release --example ring_producer`.
 
 use overlap_lab::gpu::{Gpu, PlanRig, TimelineSource};
-use overlap_lab::labs::experiment::balance;
+use overlap_lab::lab_kit::experiment::balance;
 use overlap_lab::labs::memory::ring::{plan, Staging};
 use overlap_lab::measure::stats::Summary;
 use overlap_lab::pipeline::op::StreamKind;

@@ -11,7 +11,7 @@ pub enum LabError {
     #[error("CUDA call {call} failed: {message}")]
     Driver { call: &'static str, message: String },
     #[error("out of {what} memory: {call} could not allocate {bytes}")]
-    OutOfMemory { what: &'static str, call: &'static str, bytes: crate::present::units::Bytes },
+    OutOfMemory { what: &'static str, call: &'static str, bytes: crate::units::Bytes },
     #[error("invalid configuration: {0}")]
     Config(String),
     /// Wrong bytes: a buffer holds something other than what the CPU

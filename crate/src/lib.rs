@@ -1,31 +1,36 @@
 //! overlap-lab: measure on your own GPU how CUDA host<->device transfers work
 //! and how to hide them behind compute.
 //!
-//! The parts, each in its own folder, from the ground up:
+//! The parts, from the ground up (each may use only those below it):
 //!
+//! * [`error`], [`units`]: one error type; sizes, times and their formats.
+//! * [`measure`]: what keeps a number honest: statistics, verified data
+//!   patterns, the machine's fingerprint, records.
 //! * [`pipeline`]: the vocabulary of a copy/compute pipeline (what a
 //!   learner's issue loop may call), the schedule it makes (happens-before,
-//!   races), the queue model that predicts it, and timelines. No CUDA.
+//!   races), the dry run that runs it with no GPU, the queue model that
+//!   predicts it, and timelines. No CUDA.
 //! * [`gpu`]: the only place with raw CUDA ([`gpu::driver`], every call on a
-//!   raw handle an `unsafe fn`); safe types own the handles, and
+//!   raw handle an `unsafe fn`); safe types own the handles, the
 //!   [`gpu::Runner`] executes the vocabulary on real streams, and
 //!   [`gpu::PlanRig`] runs plans on fresh, verified data.
-//! * [`measure`]: what keeps a number honest: statistics, verified data
-//!   patterns, records with the device's fingerprint.
-//! * [`labs`]: the lab table and one module per lab, speaking only in the
-//!   parts above; exercise checking ([`labs::check`]).
-//! * [`present`]: charts, units, progress and the report.
-//! * [`notebook`]: live-or-recorded runs for the Jupyter notebooks.
+//! * [`present`]: charts, Gantt timelines, progress.
+//! * [`lab_kit`]: what every lab is made of: the lab table's entry,
+//!   exercise verdicts, experiments, live-or-recorded runs for the notebooks.
+//! * [`labs`]: one folder per lab and the lab table ([`labs::ALL`]).
+//! * [`report`]: every lab's figures and headline from the recordings.
 
 pub mod error;
 pub mod gpu;
+pub mod lab_kit;
 pub mod labs;
 pub mod measure;
-pub mod notebook;
 pub mod pipeline;
 pub mod present;
+pub mod report;
 #[doc(hidden)]
 pub mod testing;
+pub mod units;
 
 pub use error::{LabError, Result};
-pub use present::units::Bytes;
+pub use units::Bytes;

@@ -1,18 +1,19 @@
 //! Fixtures for tests (unit, integration, and the GPU-skipping ones): one
 //! set, shared by every test that needs a recording or a GPU.
 
+use crate::gpu::HostMemoryKind;
 use crate::gpu::MachineFacts;
-use crate::gpu::{Fingerprint, HostMemoryKind, PcieLink};
+use crate::lab_kit::experiment::{Experiment, ExperimentResult, VariantResult as ExperimentVariant};
+use crate::lab_kit::host_memory::{AcquireCost, PinCostPoint};
 use crate::labs::bandwidth::{BandwidthConfig, BandwidthResults, Direction, TransferPoint};
 use crate::labs::callback::{CallbackConfig, CallbackResults, CostPoint, Variant, VariantResult};
 use crate::labs::double_buffer::{DoubleBufferConfig, DoubleBufferResults};
-use crate::labs::experiment::{Experiment, ExperimentResult, VariantResult as ExperimentVariant};
-use crate::labs::host_memory::{AcquireCost, PinCostPoint};
 use crate::labs::memory::{self as memory, MemoryConfig, MemoryResults};
 use crate::labs::overlap::{Intensity, IntensityResults, IssueOrder, OverlapConfig, OverlapPoint, OverlapResults, Parts};
 use crate::labs::streams::experiments as streams_experiments;
 use crate::labs::streams::issue_cost::{self as streams_issue, IssueCost, IssuePoint};
 use crate::labs::streams::{StreamsConfig, StreamsResults};
+use crate::measure::fingerprint::{Fingerprint, PcieLink};
 use crate::measure::stats::Summary;
 use crate::pipeline::machine::Machine;
 use crate::pipeline::plan::{chunk, Costs};
@@ -276,7 +277,7 @@ fn streams_issue_cost(config: &StreamsConfig, machine: MachineFacts) -> IssueCos
 }
 
 /// Asserts that a checker's report failed and says `words`.
-pub fn fails_with(rep: &crate::labs::check::CheckReport, words: &str) {
+pub fn fails_with(rep: &crate::lab_kit::check::CheckReport, words: &str) {
     assert!(!rep.passed, "should fail: {rep}");
     assert!(rep.to_string().contains(words), "should say '{words}': {rep}");
 }
@@ -331,7 +332,7 @@ pub fn memory_results() -> MemoryResults {
     let device_waits = memory::probes::device_waits(&probes);
     // Every op of an experiment's plans: memory calls as above, GPU work 1
     // ms per batch of the stall pipeline, CPU work (the producer) twice that.
-    let costs_of = |e: &crate::labs::experiment::Experiment| {
+    let costs_of = |e: &crate::lab_kit::experiment::Experiment| {
         let mut costs = Costs::new();
         for plan in &e.variants {
             let model = plan.model().expect("the lab's plans model");

@@ -4,7 +4,7 @@
 //! names a folder of the machine that made them.
 
 use overlap_lab::measure::record::{default_data_dir, repo_root};
-use overlap_lab::present::report::Headlines;
+use overlap_lab::report::Headlines;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
@@ -191,7 +191,7 @@ fn committed_notebooks_and_the_report_name_no_machine_folders() {
         }
     }
     let out = overlap_lab::testing::temp_dir("docs-report");
-    overlap_lab::present::report::generate(&default_data_dir(), &out).unwrap();
+    overlap_lab::report::generate(&default_data_dir(), &out).unwrap();
     let mut stack = vec![out];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(dir).unwrap().flatten() {

@@ -1059,7 +1059,7 @@ mod several_gpus {
         );
         assert!(p.one_way.median > p.staged.median, "a copy on the GPUs beats staging through the host: {p:?}");
         assert!(p.staged.median > 1.0 && p.staged.median < 200.0, "staging runs at the host link's speed: {p:?}");
-        match torch_peer("python3", pair, bytes, t) {
+        match torch_peer("python3", pair, bytes, (t.copies, t.runs)) {
             Ok(torch) => {
                 println!("PyTorch {}: one way {:.1} GB/s, both ways {:.1} GB/s", torch.torch, torch.one_way.median, torch.both_ways.median);
                 assert!(torch.one_way.median > 0.0 && torch.both_ways.median > 0.0);

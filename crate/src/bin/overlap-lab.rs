@@ -5,10 +5,11 @@
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use overlap_lab::gpu::{Availability, Gpu};
-use overlap_lab::labs::{self, Preset, RunContext};
+use overlap_lab::lab_kit::{Preset, RunContext};
+use overlap_lab::labs;
 use overlap_lab::measure::record::default_data_dir;
 use overlap_lab::present::progress::ProgressMode;
-use overlap_lab::present::report;
+use overlap_lab::report;
 use overlap_lab::{LabError, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -12,7 +12,7 @@
 
 use super::{driver, Gpu};
 use crate::error::{LabError, Result};
-use crate::present::units::Bytes;
+use crate::units::Bytes;
 use serde::{Deserialize, Serialize};
 use std::alloc::Layout;
 use std::ffi::c_void;

@@ -509,8 +509,8 @@ impl TileKernel {
                 k.file,
                 shape.tile,
                 shape.stages,
-                crate::present::units::Bytes(smem as u64),
-                crate::present::units::Bytes(most as u64)
+                crate::units::Bytes(smem as u64),
+                crate::units::Bytes(most as u64)
             )));
         }
         let mut defines = shape.defines().to_vec();
@@ -537,7 +537,7 @@ impl TileKernel {
                 "{}: a block of {} threads with {} of shared memory does not fit on an SM of this GPU: take a smaller tile or fewer stages",
                 k.file,
                 shape.threads,
-                crate::present::units::Bytes((smem + res.static_smem as u32) as u64)
+                crate::units::Bytes((smem + res.static_smem as u32) as u64)
             )));
         }
         let per_sm = blocks_per_sm.clamp(1, fits);

@@ -15,11 +15,11 @@
 //! NVTX ranges ([`trace`]).
 //!
 //! May use: `error`, `pipeline` (the vocabulary it executes), `measure`
-//! (data patterns that prove a copy happened), `present::units`.
+//! (data patterns that prove a copy happened), `units`.
 
 pub mod copy;
 pub mod driver;
-pub mod fingerprint;
+mod fingerprint;
 mod gate;
 pub mod graph;
 pub mod host;
@@ -35,7 +35,6 @@ pub mod trace;
 
 pub use crate::pipeline::op::StreamKind;
 pub use copy::{CopyOp, CopyTimer, CopyTiming};
-pub use fingerprint::{Fingerprint, PcieLink};
 pub use graph::Graph;
 pub use host::{
     alloc_host, HostBuffer, HostMemoryKind, MappedBuffer, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer,
@@ -49,7 +48,8 @@ pub use pool::{MemPool, PoolBuffer, PoolUsage, ThresholdGuard};
 pub use runner::{Dataset, GpuIssuer, Run, Runner, TimelineSource};
 
 use crate::error::{LabError, Result};
-use crate::present::units::Bytes;
+use crate::measure::fingerprint::Fingerprint;
+use crate::units::Bytes;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! line and date, so notebooks and figures work with no GPU and say so.
 
 use crate::error::{LabError, Result};
-use crate::gpu::Fingerprint;
+use crate::measure::fingerprint::Fingerprint;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

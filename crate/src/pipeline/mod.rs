@@ -13,7 +13,7 @@
 //! charts and Chrome traces. [`plan`] packs a loop with its streams and
 //! buffers, so the GPU and the dry run run one description.
 //!
-//! May use: `error`, `measure` (statistics), `present::units`. Never `gpu`:
+//! May use: `error`, `measure` (statistics), `units`. Never `gpu`:
 //! this part runs, and is tested, with no GPU.
 
 pub mod issue;

@@ -6,11 +6,8 @@
 //! schedule model.
 
 use crate::error::{LabError, Result};
-use crate::pipeline::op::{Lane, Link, Memory, OpKind};
+use crate::pipeline::op::{Lane, OpKind};
 use crate::pipeline::schedule::Schedule;
-use crate::present::chart::{draw_header, Chart};
-use plotters::coord::Shift;
-use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -58,23 +55,6 @@ impl WarpPhase {
             WarpPhase::Compute => "compute",
             WarpPhase::Store => "store",
         }
-    }
-    /// Copies in the H2D colour, compute in the kernel's, stores in the
-    /// D2H's, waiting in grey: the same meaning as on the stream timelines.
-    pub fn color(self) -> RGBColor {
-        match self {
-            WarpPhase::Copy => kind_color(OpKind::H2d),
-            WarpPhase::Wait => RGBColor(200, 200, 200),
-            WarpPhase::Compute => kind_color(OpKind::Kernel),
-            WarpPhase::Store => kind_color(OpKind::D2h),
-        }
-    }
-}
-
-impl Span {
-    /// The span's fill: its warp phase's colour, else its kind's.
-    pub fn color(&self) -> RGBColor {
-        self.phase.map_or_else(|| kind_color(self.kind), WarpPhase::color)
     }
 }
 
@@ -138,20 +118,6 @@ pub fn trace_name(kind: OpKind, label: &str) -> String {
         OpKind::D2d(_) => "Memcpy DtoD (Device -> Device)".into(),
         OpKind::AllReduce(_) => format!("ncclAllReduce: {label}"),
         OpKind::Kernel | OpKind::Host | OpKind::Alloc(_) | OpKind::Free(_) => label.into(),
-    }
-}
-
-pub fn kind_color(kind: OpKind) -> RGBColor {
-    match kind {
-        OpKind::H2d => RGBColor(31, 119, 180),
-        OpKind::Kernel => RGBColor(44, 160, 44),
-        OpKind::D2h => RGBColor(255, 127, 14),
-        OpKind::Host => RGBColor(148, 103, 189),
-        OpKind::Alloc(_) => RGBColor(140, 86, 75),
-        OpKind::Free(_) => RGBColor(127, 127, 127),
-        OpKind::D2d(l) if l.is_peer() => RGBColor(214, 39, 40),
-        OpKind::D2d(_) => RGBColor(23, 190, 207),
-        OpKind::AllReduce(_) => RGBColor(227, 119, 194),
     }
 }
 
@@ -257,124 +223,6 @@ impl Timeline {
     }
 }
 
-/// One or more timelines stacked on a shared time axis (e.g. measured above
-/// predicted, or no-overlap above overlapped).
-#[derive(Clone, Debug)]
-pub struct Gantt {
-    pub stem: String,
-    pub title: String,
-    pub subtitle: String,
-    pub timelines: Vec<Timeline>,
-    pub width: u32,
-}
-
-const LANE_PX: u32 = 34;
-
-impl Gantt {
-    pub fn new(stem: &str, title: &str, subtitle: &str, timelines: Vec<Timeline>) -> Gantt {
-        Gantt { stem: stem.into(), title: title.into(), subtitle: subtitle.into(), timelines, width: 1100 }
-    }
-    fn panel_height(t: &Timeline) -> u32 {
-        t.lanes().len().max(1) as u32 * LANE_PX + 90
-    }
-    pub fn evcxr_display(&self) {
-        crate::present::chart::display_inline(self)
-    }
-}
-
-impl Chart for Gantt {
-    fn stem(&self) -> &str {
-        &self.stem
-    }
-    fn size(&self) -> (u32, u32) {
-        (self.width, self.timelines.iter().map(Gantt::panel_height).sum::<u32>() + 70)
-    }
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String> {
-        let body = draw_header(root, &self.title, &self.subtitle, self.width)?;
-        // One time axis for all panels, starting at the earliest span.
-        let t0 = self.timelines.iter().map(|t| t.start_us()).fold(f64::INFINITY, f64::min);
-        let t0 = if t0.is_finite() { t0 } else { 0.0 };
-        let t1 = self.timelines.iter().map(|t| t.end_us()).fold(0.0, f64::max).max(t0 + 1.0);
-        // Spans inside a kernel last microseconds: below 2 ms the axis reads µs.
-        let (per_unit, unit) = if t1 - t0 < 2000.0 { (1.0, "µs") } else { (1e3, "ms") };
-        let heights: Vec<u32> = self.timelines.iter().map(Gantt::panel_height).collect();
-        let mut rest = body;
-        for (t, h) in self.timelines.iter().zip(heights) {
-            let (area, below) = rest.split_vertically(h);
-            rest = below;
-            let lanes = t.lanes();
-            let n = lanes.len().max(1);
-            let clock = if t.source.is_empty() { String::new() } else { format!(", {}", t.source) };
-            let caption = format!("{} (makespan {:.1} {unit}{clock})", t.title, t.makespan_us() / per_unit);
-            let mut chart = ChartBuilder::on(&area)
-                .caption(caption, ("sans-serif", 15))
-                .margin(8)
-                .x_label_area_size(30)
-                .y_label_area_size(170)
-                // 15% headroom on the right keeps the legend off the last spans.
-                .build_cartesian_2d(0.0..(t1 - t0) / per_unit * 1.15, 0.0..n as f64)
-                .map_err(|e| e.to_string())?;
-            let names = lanes.clone();
-            chart
-                .configure_mesh()
-                .disable_y_mesh()
-                .y_labels(n * 2 + 1)
-                .y_label_formatter(&move |y: &f64| {
-                    let i = (*y - 0.5).round();
-                    if (*y - 0.5 - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
-                        names[names.len() - 1 - i as usize].clone()
-                    } else {
-                        String::new()
-                    }
-                })
-                .x_desc(unit)
-                .label_style(("sans-serif", 12))
-                .light_line_style(RGBColor(238, 238, 238))
-                .draw()
-                .map_err(|e| e.to_string())?;
-            for s in &t.spans {
-                let row = lanes.iter().position(|l| l == &s.lane).unwrap_or(0);
-                let y = (n - 1 - row) as f64;
-                let (a, b) = ((s.start_us - t0) / per_unit, (s.end_us - t0) / per_unit);
-                chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], s.color().filled()))).map_err(|e| e.to_string())?;
-                // A hairline edge keeps back-to-back spans apart.
-                chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], WHITE.stroke_width(1)))).map_err(|e| e.to_string())?;
-            }
-            // A legend entry per colour drawn: warp phases, else op kinds.
-            let drawn = [
-                OpKind::H2d,
-                OpKind::Kernel,
-                OpKind::D2h,
-                OpKind::D2d(Link { from: 0, to: 0 }),
-                OpKind::D2d(Link { from: 0, to: 1 }),
-                OpKind::AllReduce(2),
-                OpKind::Host,
-                OpKind::Alloc(Memory::Device),
-                OpKind::Free(Memory::Device),
-            ];
-            let mut legend: Vec<(&str, RGBColor)> =
-                WarpPhase::ALL.iter().filter(|p| t.spans.iter().any(|s| s.phase == Some(**p))).map(|p| (p.label(), p.color())).collect();
-            legend.extend(drawn.iter().filter(|k| t.spans.iter().any(|s| s.phase.is_none() && s.kind.drawn() == **k)).map(|k| (k.label(), kind_color(*k))));
-            for (label, c) in legend {
-                chart
-                    .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
-                    .map_err(|e| e.to_string())?
-                    .label(label)
-                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
-            }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(180, 180, 180))
-                .label_font(("sans-serif", 12))
-                .draw()
-                .map_err(|e| e.to_string())?;
-        }
-        root.present().map_err(|e| e.to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,22 +275,5 @@ mod tests {
         assert_eq!(tl.lanes(), ["GPU 0 · stream 2: s2", "GPU 0 · stream 10: s10", "GPU 1 · stream 11: s11", "CPU main"]);
         // One GPU: the lanes say nothing of GPUs.
         assert_eq!(sample().1.lanes(), ["stream 0", "stream 1", "CPU main"]);
-    }
-
-    #[test]
-    fn gantt_renders_every_span() {
-        let (_, tl) = sample();
-        let mut other = tl.clone();
-        other.title = "measured".into();
-        let g = Gantt::new("test-gantt", "A pipeline", "test", vec![other, tl.clone()]);
-        let svg = g.to_svg().unwrap();
-        // 10 spans per timeline, plus legend swatches.
-        assert!(svg.matches("<rect").count() >= 20, "{}", svg.matches("<rect").count());
-        assert!(svg.contains("stream 1") && svg.contains("CPU main") && svg.contains("makespan"));
-        // Chunk 2 waits behind chunk 0 on stream 0: H2D 300-400, kernel, D2H ends at 600.
-        assert!((tl.makespan_us() - 600.0).abs() < 1e-9, "{}", tl.makespan_us());
-        assert_eq!(tl.busy_us(OpKind::H2d), 300.0);
-        let dir = crate::testing::temp_dir("gantt");
-        assert_eq!(g.save(&dir).unwrap().len(), 2);
     }
 }

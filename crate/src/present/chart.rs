@@ -4,7 +4,7 @@
 //! system fonts are needed.
 
 use crate::error::{LabError, Result};
-use crate::present::units::Bytes;
+use crate::units::Bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};

@@ -1,11 +1,9 @@
-//! How results are shown: plotters charts ([`chart`]), units and number
-//! formats ([`units`]), progress on long sweeps ([`progress`]) and the report
-//! every figure comes from ([`report`], `overlap-lab report`).
+//! How results are shown: plotters charts ([`chart`]), timelines drawn as
+//! Gantt charts ([`gantt`]) and progress on long sweeps ([`progress`]).
 //!
-//! May use: `error`, `measure`, `pipeline::timeline`; the report also walks
-//! the lab table (`labs`).
+//! May use: `error`, `units`, `measure`, `pipeline` (the timelines it
+//! draws). Never `gpu` or the labs: a chart is drawn from data alone.
 
 pub mod chart;
+pub mod gantt;
 pub mod progress;
-pub mod report;
-pub mod units;

@@ -5,7 +5,7 @@
 //! shared/notes/pitfalls.md on cudarc's event tracking).
 
 use crate::error::{LabError, Result};
-use crate::present::units::Bytes;
+use crate::units::Bytes;
 use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUresult};
 use cudarc::driver::{CudaContext, DriverError};

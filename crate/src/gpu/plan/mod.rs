@@ -20,7 +20,7 @@ use crate::measure::pattern;
 use crate::pipeline::model::{ModelPipeline, Provenance};
 use crate::pipeline::op::StreamKind;
 use crate::pipeline::plan::{device_name, Plan, Refs, INPUT, OUTPUT};
-use crate::present::units::Bytes;
+use crate::units::Bytes;
 use std::collections::HashMap;
 
 /// A plan captured as a CUDA graph on a rig's buffers ([`PlanRig::capture`]).

@@ -177,7 +177,7 @@ pub fn report(rec: &BandwidthRecord, dir: &Path, origin: &str) -> Result<Vec<Pat
         "{origin}\n\n{}\n{}\n{}\n{}",
         rec.fingerprint.describe(),
         model::summary_table(rec),
-        crate::labs::host_memory::cost_table(&rec.results.pin_cost),
+        crate::lab_kit::host_memory::cost_table(&rec.results.pin_cost),
         model::break_even_table(&rec.results)
     );
     files.push(write_text(dir.join("bandwidth-summary.txt"), text)?);

@@ -11,8 +11,8 @@
 use super::model::{self, Acquisition};
 use super::{BandwidthResults, Direction};
 use crate::gpu::HostMemoryKind;
-use crate::labs::check::{close, short, unit_slip, CheckReport};
-use crate::present::units::{fmt_ms, Bytes};
+use crate::lab_kit::check::{close, short, unit_slip, CheckReport};
+use crate::units::{fmt_ms, Bytes};
 
 /// A prediction passes if it is within this fraction of every measured median.
 pub const MODEL_TOLERANCE: f64 = 0.15;

@@ -5,11 +5,11 @@ use super::{BandwidthConfig, BandwidthResults, Direction, TransferPoint};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
 use crate::gpu::{alloc_host, CopyOp, CopyTimer, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer, Stream};
-use crate::labs::host_memory;
+use crate::lab_kit::host_memory;
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::present::progress::{Progress, ProgressMode};
-use crate::present::units::Bytes;
+use crate::units::Bytes;
 
 /// Device buffers, a pinned check buffer and streams shared by every point.
 struct Bench {

@@ -13,10 +13,10 @@ pub mod model;
 
 use crate::error::{LabError, Result};
 use crate::gpu::HostMemoryKind;
-use crate::labs::host_memory;
-pub use crate::labs::host_memory::{AcquireCost, PinCostPoint};
+use crate::lab_kit::host_memory;
+pub use crate::lab_kit::host_memory::{AcquireCost, PinCostPoint};
 use crate::measure::stats::Summary;
-use crate::present::units::{Bytes, GIB, KIB};
+use crate::units::{Bytes, GIB, KIB};
 use serde::{Deserialize, Serialize};
 
 pub const LAB: &str = "bandwidth";
@@ -240,7 +240,7 @@ impl BandwidthResults {
 }
 
 /// Notebook entry points for lab 1.
-impl crate::notebook::LabRun<BandwidthResults> {
+impl crate::lab_kit::LabRun<BandwidthResults> {
     pub fn summary(&self) -> String {
         model::summary_table(&self.record)
     }
@@ -273,7 +273,7 @@ impl crate::notebook::LabRun<BandwidthResults> {
 }
 
 /// Lab 1's entry in the lab table.
-pub static ENTRY: crate::labs::Entry<BandwidthConfig, BandwidthResults> = crate::labs::Entry {
+pub static ENTRY: crate::lab_kit::Entry<BandwidthConfig, BandwidthResults> = crate::lab_kit::Entry {
     number: 1,
     name: LAB,
     module: module_path!(),

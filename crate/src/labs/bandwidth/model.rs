@@ -2,9 +2,10 @@
 //! two clocks, and when pinning pays for itself.
 
 use super::{BandwidthRecord, BandwidthResults, Direction, TransferPoint};
-use crate::gpu::{Fingerprint, HostMemoryKind};
-pub use crate::labs::host_memory::Acquisition;
-use crate::present::units::{fmt_ms, Bytes};
+use crate::gpu::HostMemoryKind;
+pub use crate::lab_kit::host_memory::Acquisition;
+use crate::measure::fingerprint::Fingerprint;
+use crate::units::{fmt_ms, Bytes};
 use std::fmt::Write;
 
 /// Theoretical GB/s for a direction: the link rate, twice it both ways.
@@ -275,7 +276,7 @@ mod tests {
             (b.extra_cost_ms, b.copies) = (extra, copies);
             assert_eq!(b.verdict(), shown);
         }
-        let c = crate::labs::host_memory::cost_table(&r.pin_cost);
+        let c = crate::lab_kit::host_memory::cost_table(&r.pin_cost);
         assert!(c.contains("344.36 ms") && c.contains("310.00 ms") && c.contains("60.00 ms"), "{c}");
     }
 

@@ -5,10 +5,11 @@
 use super::{CallbackRecord, CallbackResults, Variant};
 use crate::error::Result;
 use crate::pipeline::op::OpKind;
-use crate::pipeline::timeline::{Gantt, Timeline};
+use crate::pipeline::timeline::Timeline;
 use crate::present::chart::write_text;
 use crate::present::chart::Chart;
 use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
+use crate::present::gantt::Gantt;
 use std::path::{Path, PathBuf};
 
 fn color(v: Variant) -> RGBColor {

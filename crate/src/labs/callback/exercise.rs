@@ -11,7 +11,7 @@ use super::model::{ArgminOn, ModelCosts, ModelIssuer};
 use super::{bound_ms, serial_ms, CallbackConfig, CallbackIssue, CallbackResults, On, Slot};
 use crate::error::{LabError, Result};
 use crate::gpu::Gpu;
-use crate::labs::check::CheckReport;
+use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
 use std::cell::RefCell;
 

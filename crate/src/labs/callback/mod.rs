@@ -179,7 +179,7 @@ pub fn serial_ms(iterations: usize, gpu_ms: f64, cpu_ms: f64) -> f64 {
 }
 
 /// The overlapped bound: n·max(G, C) + min(G, C).
-pub use super::two_stage_bound_ms as bound_ms;
+pub use crate::lab_kit::two_stage_bound_ms as bound_ms;
 
 // ---- configuration and results ---------------------------------------------
 
@@ -480,7 +480,7 @@ impl CallbackResults {
 }
 
 /// Notebook entry points for lab 4.
-impl crate::notebook::LabRun<CallbackResults> {
+impl crate::lab_kit::LabRun<CallbackResults> {
     /// The model next to the measurement.
     pub fn summary(&self) -> String {
         self.record.results.table()
@@ -489,11 +489,11 @@ impl crate::notebook::LabRun<CallbackResults> {
         charts::throughput_and_efficiency(&self.record, &self.origin())
     }
     /// Variant 1 above variant 3, `iterations` from the middle of the run.
-    pub fn timeline_chart(&self, iterations: usize) -> Result<crate::pipeline::timeline::Gantt> {
+    pub fn timeline_chart(&self, iterations: usize) -> Result<crate::present::gantt::Gantt> {
         charts::timelines(&self.record, &self.origin(), iterations).ok_or_else(|| LabError::config("this recording has no timelines of variants 1 and 3"))
     }
     /// Checks a learner's iteration: live on a GPU, else on the queue model.
-    pub fn check_iteration(&self, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> crate::labs::check::CheckReport {
+    pub fn check_iteration(&self, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> crate::lab_kit::check::CheckReport {
         let r = &self.record.results;
         self.check(
             "callback-stream wiring",
@@ -505,7 +505,7 @@ impl crate::notebook::LabRun<CallbackResults> {
 }
 
 /// Lab 4's entry in the lab table.
-pub static ENTRY: crate::labs::Entry<CallbackConfig, CallbackResults> = crate::labs::Entry {
+pub static ENTRY: crate::lab_kit::Entry<CallbackConfig, CallbackResults> = crate::lab_kit::Entry {
     number: 4,
     name: LAB,
     module: module_path!(),

@@ -5,7 +5,7 @@
 
 use super::{bound_with_producer_ms, BufferTask, DoubleBufferResults};
 use crate::error::Result;
-use crate::labs::check::CheckReport;
+use crate::lab_kit::check::CheckReport;
 use crate::pipeline::issue::Issue;
 use crate::pipeline::machine::Machine;
 use crate::pipeline::model::{ModelPipeline, Provenance};

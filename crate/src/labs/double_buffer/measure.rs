@@ -143,7 +143,7 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
     let copy = Summary::of_runs(reps, || rig.one_batch(false, 0))?;
     let produce = Summary::of_runs(reps, || Ok(rig.produce_once()))?;
     let target = (cfg.kernel_over_copy * copy.median).max(cfg.kernel_over_produce * produce.median);
-    let iterations = crate::labs::calibrate_iterations(target, |it| Ok(Summary::of_runs(3, || rig.one_batch(true, it))?.median))?;
+    let iterations = crate::lab_kit::calibrate_iterations(target, |it| Ok(Summary::of_runs(3, || rig.one_batch(true, it))?.median))?;
     let kernel = Summary::of_runs(reps, || rig.one_batch(true, iterations))?;
     progress.step(&format!("one batch: copy {:.3} ms, kernel {:.3} ms ({iterations} FMAs), produce {:.3} ms", copy.median, kernel.median, produce.median));
     let mut totals = [Vec::new(), Vec::new()];

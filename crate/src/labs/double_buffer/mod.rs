@@ -168,7 +168,7 @@ pub fn no_overlap(p: &mut dyn Issue, t: &BufferTask) -> Result<()> {
 }
 
 /// The pipeline's bound: n·max(C, K) + min(C, K).
-pub use super::two_stage_bound_ms as bound_ms;
+pub use crate::lab_kit::two_stage_bound_ms as bound_ms;
 
 /// The bound when the CPU producer may be the slowest stage: the GPU's
 /// n·max(C, K) + min(C, K), or the producer's pace n·P + C + K (the last
@@ -225,7 +225,7 @@ impl DoubleBufferResults {
                     self.no_overlap_ms.median,
                     self.pipelined_ms.median,
                     self.config.batches,
-                    crate::present::units::Bytes(self.config.batch_elements as u64 * 4)
+                    crate::units::Bytes(self.config.batch_elements as u64 * 4)
                 ),
             ),
             ("speed-up; against the bound".into(), format!("{:.2}x; {:.1}%", self.speedup(), 100.0 * self.efficiency().ratio)),
@@ -268,8 +268,8 @@ impl DoubleBufferResults {
 }
 
 /// The no-overlap and double-buffered timelines, one above the other.
-pub fn timeline_chart(rec: &DoubleBufferRecord, origin: &str) -> crate::pipeline::timeline::Gantt {
-    crate::pipeline::timeline::Gantt::new(
+pub fn timeline_chart(rec: &DoubleBufferRecord, origin: &str) -> crate::present::gantt::Gantt {
+    crate::present::gantt::Gantt::new(
         "double-buffer-timelines",
         "Double buffering: one buffer and stream vs two of each",
         origin,
@@ -278,15 +278,15 @@ pub fn timeline_chart(rec: &DoubleBufferRecord, origin: &str) -> crate::pipeline
 }
 
 /// Notebook entry points for lab 3.
-impl crate::notebook::LabRun<DoubleBufferResults> {
+impl crate::lab_kit::LabRun<DoubleBufferResults> {
     pub fn summary(&self) -> String {
         self.record.results.summary()
     }
-    pub fn timeline_chart(&self) -> crate::pipeline::timeline::Gantt {
+    pub fn timeline_chart(&self) -> crate::present::gantt::Gantt {
         timeline_chart(&self.record, &self.origin())
     }
     /// Checks a learner's schedule: live on a GPU, else on the queue model.
-    pub fn check_schedule(&self, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()>) -> crate::labs::check::CheckReport {
+    pub fn check_schedule(&self, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()>) -> crate::lab_kit::check::CheckReport {
         let r = &self.record.results;
         self.check(
             "double-buffer schedule",
@@ -310,7 +310,7 @@ pub fn report(rec: &DoubleBufferRecord, dir: &Path, origin: &str) -> Result<Vec<
 }
 
 /// Lab 3's entry in the lab table.
-pub static ENTRY: crate::labs::Entry<DoubleBufferConfig, DoubleBufferResults> = crate::labs::Entry {
+pub static ENTRY: crate::lab_kit::Entry<DoubleBufferConfig, DoubleBufferResults> = crate::lab_kit::Entry {
     number: 3,
     name: LAB,
     module: module_path!(),

@@ -12,7 +12,7 @@ use super::KernelPipelineConfig;
 use crate::error::Result;
 use crate::gpu::kernels;
 use crate::gpu::{Gpu, TileKernel, TileKind, TileShape};
-use crate::labs::check::CheckReport;
+use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
 
 /// The exercise as the notebook names it.
@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn a_file_that_cannot_be_read_is_a_failed_check_naming_it() {
-        let run = crate::notebook::LabRun::<super::super::KernelPipelineResults>::recorded(super::super::LAB, "test".into()).unwrap();
+        let run = crate::lab_kit::LabRun::<super::super::KernelPipelineResults>::recorded(super::super::LAB, "test".into()).unwrap();
         let rep = run.check_double_buffered("exercises/no-such-file.cu");
         assert!(!rep.passed && rep.to_string().contains("could not read exercises/no-such-file.cu"), "{rep}");
     }

@@ -17,7 +17,8 @@ use crate::gpu::WarpTrace;
 use crate::gpu::{KernelResources, TileKind, TileShape};
 use crate::measure::stats::Summary;
 use crate::pipeline::op::OpKind;
-use crate::pipeline::timeline::{Gantt, Span, Timeline, WarpPhase};
+use crate::pipeline::timeline::{Span, Timeline, WarpPhase};
+use crate::present::gantt::Gantt;
 use serde::{Deserialize, Serialize};
 
 pub const LAB: &str = "kernel-pipeline";
@@ -317,7 +318,7 @@ impl KernelPipelineResults {
                         "  {:<48} {:>4} {:>6} {:>4.0}% {:>4} {:>7} {:>5} {:>9.4} {:>8.4}..{:<8.4} {:>7.0} {:>6.1}%\n",
                         r.variant.name,
                         res.registers,
-                        crate::present::units::Bytes((res.static_smem + res.dynamic_smem) as u64).to_string(),
+                        crate::units::Bytes((res.static_smem + res.dynamic_smem) as u64).to_string(),
                         100.0 * res.occupancy,
                         res.blocks_per_sm,
                         res.grid,
@@ -497,7 +498,7 @@ impl KernelPipelineResults {
 pub type KernelPipelineRecord = crate::measure::record::Record<KernelPipelineResults>;
 
 /// Notebook entry points for lab 7.
-impl crate::notebook::LabRun<KernelPipelineResults> {
+impl crate::lab_kit::LabRun<KernelPipelineResults> {
     /// Every kernel: resources, time, GB/s, share of the ceiling.
     pub fn table(&self) -> String {
         self.record.results.table()
@@ -524,12 +525,12 @@ impl crate::notebook::LabRun<KernelPipelineResults> {
     /// Checks the learner's double-buffered kernel in `path` (read when
     /// called, so edits to the file count): on a GPU, its outputs and its
     /// speed against the naive kernel; with none, its compile and copies.
-    pub fn check_double_buffered(&self, path: &str) -> crate::labs::check::CheckReport {
+    pub fn check_double_buffered(&self, path: &str) -> crate::lab_kit::check::CheckReport {
         let cfg = KernelPipelineConfig { repeats: 9, ..self.record.results.config.clone() };
         let source = match std::fs::read_to_string(path) {
             Ok(s) => s,
             Err(e) => {
-                let mut rep = crate::labs::check::CheckReport::new(exercise::EXERCISE);
+                let mut rep = crate::lab_kit::check::CheckReport::new(exercise::EXERCISE);
                 rep.problem(format!("could not read {path}: {e}"));
                 return rep;
             }
@@ -548,7 +549,7 @@ pub fn report(rec: &KernelPipelineRecord, dir: &std::path::Path, origin: &str) -
         files.extend(g.save(dir)?);
     }
     for t in &rec.results.warps {
-        let trace = dir.join(format!("{LAB}-warps-{}.trace.json", crate::present::units::slug(&t.title)));
+        let trace = dir.join(format!("{LAB}-warps-{}.trace.json", crate::units::slug(&t.title)));
         t.save_chrome_trace(&trace)?;
         files.push(trace);
     }
@@ -562,7 +563,7 @@ pub fn report(rec: &KernelPipelineRecord, dir: &std::path::Path, origin: &str) -
 }
 
 /// Lab 7's entry in the lab table.
-pub static ENTRY: crate::labs::Entry<KernelPipelineConfig, KernelPipelineResults> = crate::labs::Entry {
+pub static ENTRY: crate::lab_kit::Entry<KernelPipelineConfig, KernelPipelineResults> = crate::lab_kit::Entry {
     number: 7,
     name: LAB,
     module: module_path!(),

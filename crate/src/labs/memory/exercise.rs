@@ -14,8 +14,8 @@
 use super::{MemoryConfig, MemoryResults};
 use crate::error::Result;
 use crate::gpu::{Gpu, MemPool, PlanRig};
-use crate::labs::check::CheckReport;
-use crate::labs::loop_check;
+use crate::lab_kit::check::CheckReport;
+use crate::lab_kit::loop_check;
 use crate::pipeline::issue::{HostRef, Issue, StreamRef};
 use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::op::{Lane, Memory, OpKind, StreamKind};

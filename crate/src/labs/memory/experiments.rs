@@ -3,7 +3,7 @@
 //! batch in four ways.
 
 use super::MemoryConfig;
-use crate::labs::experiment::{Effect, Experiment};
+use crate::lab_kit::experiment::{Effect, Experiment};
 use crate::pipeline::issue::DevRef;
 use crate::pipeline::op::StreamKind;
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};

@@ -7,8 +7,8 @@ use super::experiments;
 use super::{pin_line, pool, probes, ring, zero_copy, MemoryConfig, MemoryResults};
 use crate::error::Result;
 use crate::gpu::{Gpu, MemPool, PlanRig};
-use crate::labs::experiment::{self, balance};
-use crate::labs::host_memory;
+use crate::lab_kit::experiment::{self, balance};
+use crate::lab_kit::host_memory;
 use crate::pipeline::machine::Machine;
 use crate::pipeline::plan::chunk;
 use crate::present::progress::{Progress, ProgressMode};
@@ -40,7 +40,7 @@ pub fn run(gpu: &Gpu, cfg: &MemoryConfig, mode: ProgressMode) -> Result<MemoryRe
     let (mut costs, _) = rig.costs_and_fastest(&e.variants.iter().collect::<Vec<_>>(), reps)?;
     costs.extend(memory_costs);
     let machine = Machine { device_waits: waits, ..facts.machine() };
-    progress.step(&format!("machine: {}; {} ops measured alone", crate::labs::experiment::machine_line(&facts), costs.len()));
+    progress.step(&format!("machine: {}; {} ops measured alone", crate::lab_kit::experiment::machine_line(&facts), costs.len()));
     let stall = experiment::measure(&mut rig, &e, facts, machine, &costs, reps)?;
     progress.step(&format!(
         "{}: {}",

@@ -23,12 +23,12 @@ pub mod ring;
 pub mod zero_copy;
 
 use crate::error::Result;
-use crate::labs::experiment::ExperimentResult;
-use crate::labs::host_memory::PinCostPoint;
+use crate::lab_kit::experiment::ExperimentResult;
+use crate::lab_kit::host_memory::PinCostPoint;
 use crate::measure::record::Record;
 use crate::pipeline::machine::DeviceWaits;
-use crate::pipeline::timeline::Gantt;
 use crate::present::chart::{Chart, Figure, Panel, Series, XAxis};
+use crate::present::gantt::Gantt;
 use crate::Bytes;
 use plotters::style::RGBColor;
 use pool::{Allocator, BatchTrace, PairPoint};
@@ -297,7 +297,7 @@ impl MemoryResults {
         let e = &self.stall;
         out += &format!("\n{}: {}\n", e.name, e.shows);
         if let Some(f) = &e.machine {
-            out += &format!("  measured just before: {}\n", crate::labs::experiment::machine_line(f));
+            out += &format!("  measured just before: {}\n", crate::lab_kit::experiment::machine_line(f));
         }
         out += &format!("  {:<58} {:>10} {:>16} {:>10} {:>8}\n", "variant", "median ms", "25%..75% ms", "model ms", "error");
         for v in &e.variants {
@@ -573,7 +573,7 @@ impl MemoryResults {
 pub type MemoryRecord = Record<MemoryResults>;
 
 /// Notebook entry points for lab 6.
-impl crate::notebook::LabRun<MemoryResults> {
+impl crate::lab_kit::LabRun<MemoryResults> {
     /// Every part's table: measured, spread, model.
     pub fn table(&self) -> String {
         self.record.results.table()
@@ -603,7 +603,7 @@ impl crate::notebook::LabRun<MemoryResults> {
     pub fn check_scratch(
         &self,
         learner: impl Fn(&mut dyn crate::pipeline::issue::Issue, &exercise::ScratchTask) -> Result<()> + Send + Sync + 'static,
-    ) -> crate::labs::check::CheckReport {
+    ) -> crate::lab_kit::check::CheckReport {
         let r = &self.record.results;
         let learner: exercise::Loop = std::sync::Arc::new(learner);
         self.check(
@@ -628,7 +628,7 @@ pub fn report(rec: &MemoryRecord, dir: &Path, origin: &str) -> Result<Vec<PathBu
 }
 
 /// Lab 6's entry in the lab table.
-pub static ENTRY: crate::labs::Entry<MemoryConfig, MemoryResults> = crate::labs::Entry {
+pub static ENTRY: crate::lab_kit::Entry<MemoryConfig, MemoryResults> = crate::lab_kit::Entry {
     number: 6,
     name: LAB,
     module: module_path!(),

@@ -10,7 +10,7 @@ use super::MemoryConfig;
 use crate::error::{LabError, Result};
 use crate::gpu::plan::BACK_TO_BACK;
 use crate::gpu::{MachineFacts, PlanRig, TimelineSource};
-use crate::labs::experiment::{self, Effect, Experiment, ExperimentResult};
+use crate::lab_kit::experiment::{self, Effect, Experiment, ExperimentResult};
 use crate::measure::stats::Summary;
 use crate::pipeline::issue::{HostRef, SignalRef};
 use crate::pipeline::machine::{DeviceWaits, Machine};
@@ -160,7 +160,7 @@ pub struct RingResults {
 
 impl RingResults {
     /// Each ring variant's slot count and result, in the sweep's order.
-    pub fn rings(&self) -> Vec<(usize, &crate::labs::experiment::VariantResult)> {
+    pub fn rings(&self) -> Vec<(usize, &crate::lab_kit::experiment::VariantResult)> {
         self.slots.iter().copied().zip(self.staging.variants.iter().skip(1)).collect()
     }
     /// The fewest slots whose median is within the spread of the fastest
@@ -170,7 +170,7 @@ impl RingResults {
         self.fewest().map(|(k, _)| k)
     }
     /// [`Self::fewest_slots`] with that ring's result.
-    pub fn fewest(&self) -> Option<(usize, &crate::labs::experiment::VariantResult)> {
+    pub fn fewest(&self) -> Option<(usize, &crate::lab_kit::experiment::VariantResult)> {
         let rings = self.rings();
         let best = rings.iter().map(|(_, v)| v).min_by(|a, b| a.total_ms.median.total_cmp(&b.total_ms.median))?;
         let enough = best.total_ms.middle_range().1.max(1.02 * best.total_ms.median);
@@ -183,7 +183,7 @@ impl RingResults {
         rings.iter().filter(|(_, v)| v.model_ms <= 1.02 * best).map(|&(k, _)| k).min()
     }
     /// Per-batch allocation's variant.
-    pub fn per_batch(&self) -> Option<&crate::labs::experiment::VariantResult> {
+    pub fn per_batch(&self) -> Option<&crate::lab_kit::experiment::VariantResult> {
         self.staging.variant(&Staging::PerBatch.label())
     }
     /// Issuing one GPU op of a batch in the ring, as the model was told
@@ -533,7 +533,7 @@ mod tests {
                 .variants
                 .iter()
                 .zip(ms)
-                .map(|(p, t)| crate::labs::experiment::VariantResult {
+                .map(|(p, t)| crate::lab_kit::experiment::VariantResult {
                     name: p.name.clone(),
                     total_ms: flat(t),
                     model_ms: t,

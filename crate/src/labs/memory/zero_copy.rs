@@ -155,7 +155,7 @@ pub fn measure(gpu: &Gpu, cfg: &MemoryConfig, progress: &mut Progress) -> Result
     let iterations = if cfg.zero_copy_compute > 0.0 {
         let once = |it: i32| kernel.run(&stream, None, ReadFrom::Device(&device_in), &device_out, n, 1, it, timing);
         // The calibration stays within the kernel's limit (both are MAX_FMA_CHAIN).
-        crate::labs::calibrate_iterations(cfg.zero_copy_compute * upload_alone_ms.median, |it| Ok(Summary::of_runs(3, || once(it))?.median))?
+        crate::lab_kit::calibrate_iterations(cfg.zero_copy_compute * upload_alone_ms.median, |it| Ok(Summary::of_runs(3, || once(it))?.median))?
     } else {
         0
     };

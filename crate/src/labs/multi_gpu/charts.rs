@@ -5,8 +5,9 @@
 use super::{MultiGpuResults, PipelineResults, LAB};
 use crate::error::Result;
 use crate::pipeline::op::{Link, OpKind};
-use crate::pipeline::timeline::{kind_color, Gantt, Timeline};
+use crate::pipeline::timeline::Timeline;
 use crate::present::chart::{Chart, Figure, Panel, RGBColor, Series, XAxis};
+use crate::present::gantt::{kind_color, Gantt};
 use std::path::{Path, PathBuf};
 
 const GREY: RGBColor = RGBColor(120, 120, 120);

@@ -244,7 +244,7 @@ pub fn all_reduce_point(rig: &mut PlanRig, shape: all_reduce::Shape, copy_engine
 /// Sets the rig's kernel so that one kernel over `n` elements alone takes
 /// about `target_ms` (`labs::calibrate_iterations`).
 fn calibrate_kernel(rig: &mut PlanRig, target_ms: f64, n: usize) -> Result<()> {
-    rig.iterations = crate::labs::calibrate_iterations(target_ms, |i| {
+    rig.iterations = crate::lab_kit::calibrate_iterations(target_ms, |i| {
         rig.iterations = i;
         Ok(rig.alone(OpKind::Kernel, n, 3)?.median)
     })?;
@@ -305,7 +305,7 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
         Err("--no-reference".to_string())
     } else {
         progress.step_note("PyTorch's copy between the same GPUs");
-        super::reference::torch_peer(&cfg.python, (ordinals[0], ordinals[second]), largest, t)
+        super::reference::torch_peer(&cfg.python, (ordinals[0], ordinals[second]), largest, (t.copies, t.runs))
     };
     progress.step("PyTorch's reference");
 

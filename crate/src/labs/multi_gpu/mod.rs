@@ -35,12 +35,12 @@ pub mod reference;
 
 use crate::error::{LabError, Result};
 use crate::gpu::topology::Topology;
-use crate::labs::check::pct;
+use crate::lab_kit::check::pct;
 use crate::measure::stats::Summary;
 #[cfg(test)]
 use crate::pipeline::op::{Link, OpKind};
 use crate::pipeline::timeline::Timeline;
-use crate::present::units::{fmt_ms, Bytes};
+use crate::units::{fmt_ms, Bytes};
 use measure::{AllReducePoint, BubblePoint, FourWay, PeerPoint};
 use reference::TorchPeer;
 use serde::{Deserialize, Serialize};
@@ -521,7 +521,7 @@ impl MultiGpuResults {
 pub type MultiGpuRecord = crate::measure::record::Record<MultiGpuResults>;
 
 /// Notebook entry points for lab 8.
-impl crate::notebook::LabRun<MultiGpuResults> {
+impl crate::lab_kit::LabRun<MultiGpuResults> {
     /// Every measurement, as the command line prints it.
     pub fn table(&self) -> String {
         self.record.results.table()
@@ -535,7 +535,7 @@ impl crate::notebook::LabRun<MultiGpuResults> {
         self.record.results.peer_chart(&self.origin())
     }
     /// One round of the four operations at once.
-    pub fn four_way_timeline(&self) -> Result<crate::pipeline::timeline::Gantt> {
+    pub fn four_way_timeline(&self) -> Result<crate::present::gantt::Gantt> {
         self.record.results.four_way_gantt(&self.origin()).ok_or_else(|| self.no_timeline("the four-way round"))
     }
     /// The bubble against micro-batches, measured and modelled.
@@ -543,7 +543,7 @@ impl crate::notebook::LabRun<MultiGpuResults> {
         self.record.results.bubble_chart(&self.origin())
     }
     /// One run of the two-stage pipeline, a lane per GPU's stream.
-    pub fn pipeline_timeline(&self) -> Result<crate::pipeline::timeline::Gantt> {
+    pub fn pipeline_timeline(&self) -> Result<crate::present::gantt::Gantt> {
         self.record.results.pipeline_gantt(&self.origin()).ok_or_else(|| self.no_timeline("the pipeline's run"))
     }
     /// Hidden share and bus bandwidth against bucket size.
@@ -551,7 +551,7 @@ impl crate::notebook::LabRun<MultiGpuResults> {
         self.record.results.all_reduce_chart(&self.origin()).ok_or_else(|| self.skipped_all_reduce())
     }
     /// One overlapped training step, a lane per GPU's compute and comm streams.
-    pub fn all_reduce_timeline(&self) -> Result<crate::pipeline::timeline::Gantt> {
+    pub fn all_reduce_timeline(&self) -> Result<crate::present::gantt::Gantt> {
         match &self.record.results.all_reduce {
             Ok(_) => self.record.results.all_reduce_gantt(&self.origin()).ok_or_else(|| self.no_timeline("the training step")),
             Err(_) => Err(self.skipped_all_reduce()),
@@ -571,7 +571,7 @@ impl crate::notebook::LabRun<MultiGpuResults> {
     pub fn check_micro_batches(
         &self,
         learner: impl Fn(&mut dyn crate::pipeline::issue::Issue, &pipeline_parallel::MicroBatchTask) -> Result<()> + Send + Sync + 'static,
-    ) -> crate::labs::check::CheckReport {
+    ) -> crate::lab_kit::check::CheckReport {
         let learner: pipeline_parallel::Loop = std::sync::Arc::new(learner);
         let r = &self.record.results;
         let cfg = r.config.clone();
@@ -586,8 +586,8 @@ impl crate::notebook::LabRun<MultiGpuResults> {
 
 /// The newest recording in `data/` made on two GPUs or more: what a
 /// machine with one GPU shows of a pair (`None` while there is none).
-pub fn recorded_pair() -> Result<Option<crate::notebook::LabRun<MultiGpuResults>>> {
-    crate::notebook::LabRun::recorded_where(LAB, "it is the newest recording made on two GPUs, shown on any machine", MultiGpuResults::two_gpus)
+pub fn recorded_pair() -> Result<Option<crate::lab_kit::LabRun<MultiGpuResults>>> {
+    crate::lab_kit::LabRun::recorded_where(LAB, "it is the newest recording made on two GPUs, shown on any machine", MultiGpuResults::two_gpus)
 }
 
 /// The report's files for a recording: the charts, the timelines (with
@@ -597,7 +597,7 @@ pub fn report(rec: &MultiGpuRecord, dir: &std::path::Path, origin: &str) -> Resu
 }
 
 /// Lab 8's entry in the lab table.
-pub static ENTRY: crate::labs::Entry<MultiGpuConfig, MultiGpuResults> = crate::labs::Entry {
+pub static ENTRY: crate::lab_kit::Entry<MultiGpuConfig, MultiGpuResults> = crate::lab_kit::Entry {
     number: 8,
     name: LAB,
     module: module_path!(),

@@ -3,7 +3,6 @@
 //! carried inside the binary and run with the Python that has PyTorch.
 //! Its absence is a line in the results, never a failed lab.
 
-use super::measure::Timing;
 use crate::measure::stats::Summary;
 use serde::{Deserialize, Serialize};
 
@@ -28,9 +27,10 @@ struct Printed {
 }
 
 /// Runs the script with `python` between GPUs `from` and `to` at `bytes`,
-/// timed as `t` says. `Err` says why there is no reference (no Python, no
+/// each copy timed as `copies` copies minus one, `runs` times (as the lab
+/// times its own). `Err` says why there is no reference (no Python, no
 /// PyTorch, a failed copy), in a line.
-pub fn torch_peer(python: &str, (from, to): (usize, usize), bytes: usize, t: Timing) -> Result<TorchPeer, String> {
+pub fn torch_peer(python: &str, (from, to): (usize, usize), bytes: usize, (copies, runs): (usize, usize)) -> Result<TorchPeer, String> {
     let dir = std::env::temp_dir().join(format!("overlap-lab-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let script = dir.join("torch_peer_copy.py");
@@ -40,8 +40,8 @@ pub fn torch_peer(python: &str, (from, to): (usize, usize), bytes: usize, t: Tim
         format!("--from={from}"),
         format!("--to={to}"),
         format!("--bytes={bytes}"),
-        format!("--copies={}", t.copies),
-        format!("--runs={}", t.runs),
+        format!("--copies={copies}"),
+        format!("--runs={runs}"),
     ];
     // NVLink multicast stays off in the child too (gpu::nccl::MULTICAST_OFF).
     let out = std::process::Command::new(python)
@@ -80,7 +80,7 @@ mod tests {
         assert!((p.one_way.median - 100.0).abs() < 1e-9 && (p.one_way.min - 50.0).abs() < 1e-9, "{p:?}");
         assert!(parse("nothing").unwrap_err().contains("no result"));
         assert!(parse("{\"torch\": 1}").unwrap_err().contains("unreadable"));
-        let e = torch_peer("/no/such/python3", (0, 1), 1 << 20, Timing { copies: 3, runs: 1 }).unwrap_err();
+        let e = torch_peer("/no/such/python3", (0, 1), 1 << 20, (3, 1)).unwrap_err();
         assert!(e.contains("could not be started"), "{e}");
         assert!(SCRIPT.contains("def main()") && SCRIPT.contains("copy_"));
     }

@@ -3,10 +3,10 @@
 
 use super::{model, IssueOrder, OverlapRecord};
 use crate::error::Result;
-use crate::pipeline::timeline::Gantt;
 use crate::present::chart::write_text;
 use crate::present::chart::Chart;
 use crate::present::chart::{Figure, HeatPanel, Heatmap, Panel, RGBColor, Series, XAxis};
+use crate::present::gantt::Gantt;
 use std::path::{Path, PathBuf};
 
 /// Speed-up over one chunk on one stream, by chunks x streams, per intensity.

@@ -8,7 +8,7 @@ pub use super::ChunkTask;
 use super::{measure, model, Intensity, IssueOrder, OverlapConfig, OverlapResults, Parts};
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::labs::check::CheckReport;
+use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
 use crate::pipeline::issue::Issue;
 use crate::pipeline::model::{ModelPipeline, Provenance};

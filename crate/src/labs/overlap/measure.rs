@@ -165,7 +165,7 @@ impl Rig {
 
     /// FMAs per element so the kernel takes `ratio` x the H2D time.
     pub fn calibrate(&mut self, h2d_ms: f64, ratio: f64) -> Result<i32> {
-        crate::labs::calibrate_iterations(ratio * h2d_ms, |it| Ok(Summary::of_runs(3, || self.timed_alone(OpKind::Kernel, it))?.median))
+        crate::lab_kit::calibrate_iterations(ratio * h2d_ms, |it| Ok(Summary::of_runs(3, || self.timed_alone(OpKind::Kernel, it))?.median))
     }
 
     /// One sample of a point's parts (ms): each stage alone with its

@@ -441,7 +441,7 @@ impl OverlapResults {
 }
 
 /// Notebook entry points for lab 2.
-impl crate::notebook::LabRun<OverlapResults> {
+impl crate::lab_kit::LabRun<OverlapResults> {
     pub fn summary(&self) -> String {
         self.record.results.summary()
     }
@@ -463,7 +463,7 @@ impl crate::notebook::LabRun<OverlapResults> {
         charts::measured_vs_bound(&self.record, &self.origin())
     }
     /// Serial vs best pipeline, measured and predicted, for one intensity.
-    pub fn timeline_chart(&self, intensity: Intensity) -> Option<crate::pipeline::timeline::Gantt> {
+    pub fn timeline_chart(&self, intensity: Intensity) -> Option<crate::present::gantt::Gantt> {
         let i = self.record.results.intensities.iter().position(|r| r.intensity == intensity)?;
         charts::timelines(&self.record, i, &self.origin())
     }
@@ -475,7 +475,7 @@ impl crate::notebook::LabRun<OverlapResults> {
         chunks: usize,
         streams: usize,
         issue: impl Fn(&mut dyn crate::pipeline::issue::Issue, &exercise::ChunkTask) -> Result<()>,
-    ) -> crate::labs::check::CheckReport {
+    ) -> crate::lab_kit::check::CheckReport {
         let r = &self.record.results;
         self.check(
             "chunked issue loop",
@@ -487,7 +487,7 @@ impl crate::notebook::LabRun<OverlapResults> {
 }
 
 /// Lab 2's entry in the lab table.
-pub static ENTRY: crate::labs::Entry<OverlapConfig, OverlapResults> = crate::labs::Entry {
+pub static ENTRY: crate::lab_kit::Entry<OverlapConfig, OverlapResults> = crate::lab_kit::Entry {
     number: 2,
     name: LAB,
     module: module_path!(),

@@ -8,7 +8,7 @@ use crate::pipeline::op::StreamKind;
 pub use crate::pipeline::plan::WaitBy;
 use crate::pipeline::plan::{chunk, stage_streams, Plan, Refs, StreamSpec};
 
-pub use crate::labs::experiment::{Effect, Experiment};
+pub use crate::lab_kit::experiment::{Effect, Experiment};
 
 /// Elements of the tiny op on a default stream, and of the urgent job.
 pub const TINY: usize = 512;

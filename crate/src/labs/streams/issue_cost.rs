@@ -35,7 +35,7 @@ use crate::pipeline::plan::{chunk, stage_streams, Plan, WaitBy};
 use crate::pipeline::timeline::Timeline;
 use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
 use crate::present::progress::Progress;
-use crate::present::units::Bytes;
+use crate::units::Bytes;
 use serde::{Deserialize, Serialize};
 
 /// The sweep's size: a quarter of the lab's, so its many small chunks

@@ -7,7 +7,7 @@ use super::issue_cost;
 use super::{ExperimentResult, StreamsConfig, StreamsResults};
 use crate::error::{LabError, Result};
 use crate::gpu::{Gpu, PlanRig};
-use crate::labs::experiment::{balance, interleaved, machine_line, variant};
+use crate::lab_kit::experiment::{balance, interleaved, machine_line, variant};
 use crate::measure::stats::Summary;
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::OpKind;

@@ -16,13 +16,14 @@ pub mod measure;
 
 use crate::error::{LabError, Result};
 use crate::gpu::MachineFacts;
-use crate::labs::check::CheckReport;
-pub use crate::labs::experiment::{effect_line, EffectSize, ExperimentResult, VariantResult};
+use crate::lab_kit::check::CheckReport;
+pub use crate::lab_kit::experiment::{effect_line, EffectSize, ExperimentResult, VariantResult};
 use crate::measure::record::Record;
 use crate::pipeline::issue::Issue;
 use crate::pipeline::plan::Costs;
-use crate::pipeline::timeline::{Gantt, Timeline};
+use crate::pipeline::timeline::Timeline;
 use crate::present::chart::{Chart, Figure};
+use crate::present::gantt::Gantt;
 use exercise::StreamsTask;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -252,7 +253,7 @@ impl StreamsResults {
         for e in &self.experiments {
             out += &format!("\n{}: {}\n", e.name, e.shows);
             if let Some(f) = &e.machine {
-                out += &format!("  measured just before: {}\n", crate::labs::experiment::machine_line(f));
+                out += &format!("  measured just before: {}\n", crate::lab_kit::experiment::machine_line(f));
             }
             out += &format!("  {:<52} {:>10} {:>16} {:>10} {:>8}\n", "variant", "median ms", "25%..75% ms", "model ms", "error");
             for v in &e.variants {
@@ -304,7 +305,7 @@ impl StreamsResults {
 pub type StreamsRecord = Record<StreamsResults>;
 
 /// Notebook entry points for lab 5.
-impl crate::notebook::LabRun<StreamsResults> {
+impl crate::lab_kit::LabRun<StreamsResults> {
     /// The table of every experiment: measured, spread, model.
     pub fn table(&self) -> String {
         self.record.results.table()
@@ -352,7 +353,7 @@ pub fn report(rec: &StreamsRecord, dir: &Path, origin: &str) -> Result<Vec<PathB
 }
 
 /// Lab 5's entry in the lab table.
-pub static ENTRY: crate::labs::Entry<StreamsConfig, StreamsResults> = crate::labs::Entry {
+pub static ENTRY: crate::lab_kit::Entry<StreamsConfig, StreamsResults> = crate::lab_kit::Entry {
     number: 5,
     name: LAB,
     module: module_path!(),

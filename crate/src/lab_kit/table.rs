@@ -1,13 +1,13 @@
 //! The lab table: every lab's one name and its entry points, in one list
-//! ([`super::ALL`]). The command line's lab subcommands, `overlap-lab all`, the
+//! ([`crate::labs::ALL`]). The command line's lab subcommands, `overlap-lab all`, the
 //! report, the recorded-data tests and the README's lab table are derived
 //! from it, so adding a lab is its module, its notebook, its recording and
 //! one entry here.
 
 use crate::error::Result;
 use crate::gpu::Gpu;
+use crate::lab_kit::LabRun;
 use crate::measure::record::Record;
-use crate::notebook::LabRun;
 use crate::present::progress::ProgressMode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -91,7 +91,7 @@ pub trait LabConfig: clap::Args + clap::FromArgMatches + Default + Clone + Sync 
 #[macro_export]
 macro_rules! lab_config {
     ($t:ty) => {
-        impl $crate::labs::LabConfig for $t {
+        impl $crate::lab_kit::LabConfig for $t {
             fn quick() -> Self {
                 <$t>::quick()
             }

@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::gpu::{Availability, Gpu};
-use crate::labs::check::CheckReport;
+use crate::lab_kit::check::CheckReport;
 use crate::measure::record::{default_data_dir, find_recordings, Record};
 use serde::de::DeserializeOwned;
 use serde::Serialize;

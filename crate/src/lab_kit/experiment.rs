@@ -16,7 +16,8 @@ use crate::pipeline::machine::Machine;
 use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::op::{Lane, OpKind};
 use crate::pipeline::plan::{Costs, Plan};
-use crate::pipeline::timeline::{Gantt, Timeline};
+use crate::pipeline::timeline::Timeline;
+use crate::present::gantt::Gantt;
 use serde::{Deserialize, Serialize};
 
 /// One experiment: what it shows and its variants.

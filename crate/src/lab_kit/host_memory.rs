@@ -8,13 +8,13 @@
 //! lab 6 its own.
 //!
 //! May use: `gpu` (the host buffers it times, `trace`), `measure`,
-//! `present::units`.
+//! `units`.
 
 use crate::error::Result;
 use crate::gpu::trace;
 use crate::gpu::{Gpu, HostMemoryKind, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages};
 use crate::measure::stats::Summary;
-use crate::present::units::{fmt_ms, Bytes};
+use crate::units::{fmt_ms, Bytes};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::time::Instant;

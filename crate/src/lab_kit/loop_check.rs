@@ -5,11 +5,11 @@
 //! recording's costs with no GPU or measured on the GPU, and judged.
 //!
 //! May use: `pipeline` (plans and the model), `gpu` (to run them), `measure`,
-//! `labs::check`.
+//! `lab_kit::check`.
 
 use crate::error::Result;
 use crate::gpu::{PlanRig, TimelineSource};
-use crate::labs::check::CheckReport;
+use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
 use crate::pipeline::machine::Machine;
 use crate::pipeline::model::{ModelPipeline, Provenance};

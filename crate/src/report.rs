@@ -1,7 +1,7 @@
 //! `overlap-lab report`: every figure from the recorded data, no GPU needed.
 
 use crate::error::{LabError, Result};
-use crate::labs::table::Visited;
+use crate::lab_kit::table::Visited;
 use crate::measure::record::display_path;
 use crate::present::chart::write_text;
 use std::path::{Path, PathBuf};
