@@ -27,9 +27,10 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
         rep.problem(format!("race: {}", r.what));
     }
     let (cells, passes) = (Plan::output_cells(&model), plan.passes);
-    if let Some((j, cell)) = cells.iter().enumerate().find(|(j, c)| **c != Provenance::after(*j as u32, passes)) {
+    // A run of elements is right when its first is: both step by one.
+    if let Some((j, cell)) = cells.runs().map(|(r, p)| (r.start, p)).find(|&(j, c)| c != Provenance::after(j as u32, passes)) {
         let times = |k: u8| if k == 1 { "once".to_string() } else { format!("{k} times") };
-        rep.problem(match *cell {
+        rep.problem(match cell {
             Provenance::Unset => format!("wrong data: output element {j} never reached the host: a D2H is missing"),
             Provenance::Input(_) => format!("wrong data: output element {j} holds an input: a D2H reads the input, not the kernel's output"),
             Provenance::Output(i) | Provenance::Repeated(i, _) if i as usize != j => {

@@ -16,6 +16,7 @@
 //! May use: `error`, `measure` (statistics), `units`. Never `gpu`:
 //! this part runs, and is tested, with no GPU.
 
+pub mod cells;
 pub mod issue;
 pub mod machine;
 pub mod model;

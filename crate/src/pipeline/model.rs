@@ -1,7 +1,9 @@
-//! The pipeline with no GPU: records the schedule a loop issues and tracks
-//! where every element's value came from, so a checker can say which
-//! element is wrong and why, and the queue model can time the schedule.
+//! The dry run: a loop run with no GPU. It records the schedule the loop
+//! issues and tracks where every element's value came from (as runs of
+//! elements, [`Cells`]), so a checker can say which element is wrong and
+//! why, and the queue model can time the schedule.
 
+use super::cells::{summed, Cells};
 use super::issue::{check_alloc, check_ranks, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
 use super::op::{Access, Memory, OpId, OpKind, StreamDecl, StreamKind};
 use super::schedule::Schedule;
@@ -86,12 +88,12 @@ impl Provenance {
 /// A buffer of a model pipeline, and the GPU it lives on (device buffers).
 struct ModelBuffer {
     hold: Holding,
-    cells: Vec<Provenance>,
+    cells: Cells,
     gpu: usize,
 }
 
 impl ModelBuffer {
-    fn new(hold: Holding, cells: Vec<Provenance>) -> ModelBuffer {
+    fn new(hold: Holding, cells: Cells) -> ModelBuffer {
         ModelBuffer { hold, cells, gpu: 0 }
     }
     /// The whole buffer as one access (what an allocation or release touches).
@@ -137,7 +139,7 @@ impl ModelPipeline {
     }
     /// A host buffer of `n` elements holding inputs 0..n (`input`) or nothing.
     pub fn host(&mut self, name: &str, n: usize, input: bool) -> HostRef {
-        let cells = (0..n).map(|i| if input { Provenance::Input(i as u32) } else { Provenance::Unset }).collect();
+        let cells = Cells::run(n, if input { Provenance::Input(0) } else { Provenance::Unset });
         self.hosts.push(ModelBuffer::new(Holding::lab(name), cells));
         HostRef(self.hosts.len() - 1)
     }
@@ -147,13 +149,13 @@ impl ModelPipeline {
     }
     /// A device buffer of `n` elements in GPU `gpu`'s memory.
     pub fn device_on(&mut self, name: &str, n: usize, gpu: usize) -> DevRef {
-        self.devices.push(ModelBuffer { gpu, ..ModelBuffer::new(Holding::lab(name), vec![Provenance::Unset; n]) });
+        self.devices.push(ModelBuffer { gpu, ..ModelBuffer::new(Holding::lab(name), Cells::run(n, Provenance::Unset)) });
         DevRef(self.devices.len() - 1)
     }
-    pub fn host_cells(&self, h: HostRef) -> &[Provenance] {
+    pub fn host_cells(&self, h: HostRef) -> &Cells {
         &self.hosts[h.0].cells
     }
-    pub fn device_cells(&self, d: DevRef) -> &[Provenance] {
+    pub fn device_cells(&self, d: DevRef) -> &Cells {
         &self.devices[d.0].cells
     }
     /// What the loop allocated and never released.
@@ -196,42 +198,18 @@ impl ModelPipeline {
     /// A new buffer of `n` elements, not yet written, held by `memory`'s calls.
     fn allocation(name: &str, n: usize, memory: Memory) -> Result<ModelBuffer> {
         check_alloc(name, n, "elements")?;
-        Ok(ModelBuffer::new(Holding::allocated(name, memory), vec![Provenance::Unset; n]))
+        Ok(ModelBuffer::new(Holding::allocated(name, memory), Cells::run(n, Provenance::Unset)))
     }
     fn host_buffer(&mut self, h: HostRef) -> Result<&mut ModelBuffer> {
         let n = self.hosts.len();
         self.hosts.get_mut(h.0).ok_or_else(|| LabError::config(format!("host buffer {} was never made ({n} exist)", h.0)))
     }
-    /// Writes `f` of each cell of `src`'s range `rs` into `dst`'s range `rd`
-    /// (the same length), in place, with no copy of the cells between:
-    /// a big plan's buffers hold tens of millions of cells, and a fresh
-    /// vector per op cost the model most of its time in page faults.
+    /// Writes `f` of each element of `src`'s range `rs` into `dst`'s range
+    /// `rd` (the same length): the pieces are taken before any is written,
+    /// so a range copied onto itself reads what was there.
     fn device_cells_moved(&mut self, src: DevRef, rs: Range<usize>, dst: DevRef, rd: Range<usize>, f: impl Fn(Provenance) -> Provenance) {
-        if src == dst {
-            let cells = &mut self.devices[src.0].cells;
-            // Overlapping ranges read before written, whichever way they lie.
-            if rd.start <= rs.start {
-                for k in 0..rs.len() {
-                    cells[rd.start + k] = f(cells[rs.start + k]);
-                }
-            } else {
-                for k in (0..rs.len()).rev() {
-                    cells[rd.start + k] = f(cells[rs.start + k]);
-                }
-            }
-        } else {
-            // Two distinct buffers of one vector: split it between them.
-            let (s, d) = if src.0 < dst.0 {
-                let (low, high) = self.devices.split_at_mut(dst.0);
-                (&low[src.0], &mut high[0])
-            } else {
-                let (low, high) = self.devices.split_at_mut(src.0);
-                (&high[0], &mut low[dst.0])
-            };
-            for (out, &c) in d.cells[rd].iter_mut().zip(&s.cells[rs]) {
-                *out = f(c);
-            }
-        }
+        let pieces = self.devices[src.0].cells.mapped(rs, f);
+        self.devices[dst.0].cells.write(rd.start, &pieces);
     }
     fn device_buffer(&mut self, d: DevRef) -> Result<&mut ModelBuffer> {
         let n = self.devices.len();
@@ -252,7 +230,8 @@ impl Issue for ModelPipeline {
         self.on_gpu(lane, dst, "an H2D")?;
         let acc = vec![Self::access(&self.hosts[src.0], &rs, false), Self::access(&self.devices[dst.0], &rd, true)];
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::H2d, label, acc);
-        self.devices[dst.0].cells[rd].copy_from_slice(&self.hosts[src.0].cells[rs]);
+        let pieces = self.hosts[src.0].cells.pieces(rs);
+        self.devices[dst.0].cells.write(rd.start, &pieces);
         Ok(())
     }
     fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
@@ -261,7 +240,8 @@ impl Issue for ModelPipeline {
         self.on_gpu(lane, src, "a D2H")?;
         let acc = vec![Self::access(&self.devices[src.0], &rs, false), Self::access(&self.hosts[dst.0], &rd, true)];
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::D2h, label, acc);
-        self.hosts[dst.0].cells[rd].copy_from_slice(&self.devices[src.0].cells[rs]);
+        let pieces = self.devices[src.0].cells.pieces(rs);
+        self.hosts[dst.0].cells.write(rd.start, &pieces);
         Ok(())
     }
     fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
@@ -307,16 +287,10 @@ impl Issue for ModelPipeline {
             .map(|(lane, d, r)| (*lane, vec![Self::access(&self.devices[d.0], r, false), Self::access(&self.devices[d.0], r, true)]))
             .collect::<Vec<_>>();
         self.schedule.collective(self.lanes.thread(), &accesses, kind, label);
-        let mut terms = Vec::with_capacity(lanes.len());
-        let sums: Vec<Provenance> = (0..n)
-            .map(|j| {
-                terms.clear();
-                terms.extend(lanes.iter().map(|(_, d, r)| self.devices[d.0].cells[r.start + j]));
-                Provenance::sum_of(&terms)
-            })
-            .collect();
+        let terms: Vec<_> = lanes.iter().map(|(_, d, r)| self.devices[d.0].cells.pieces(r.clone())).collect();
+        let sums = summed(&terms);
         for (_, d, r) in &lanes {
-            self.devices[d.0].cells[r.clone()].copy_from_slice(&sums);
+            self.devices[d.0].cells.write(r.start, &sums);
         }
         Ok(())
     }
@@ -360,9 +334,8 @@ impl Issue for ModelPipeline {
         let r = Self::range(&self.hosts[h.0], at, n)?;
         let acc = vec![Self::access(&self.hosts[h.0], &r, true)];
         self.schedule.host_op(self.lanes.thread(), label, acc);
-        for (j, cell) in self.hosts[h.0].cells[r].iter_mut().enumerate() {
-            *cell = Provenance::Input((batch * self.batch_elements.max(n) + j) as u32);
-        }
+        let first = Provenance::Input((batch * self.batch_elements.max(n)) as u32);
+        self.hosts[h.0].cells.write(r.start, &[(n, first)]);
         Ok(())
     }
     fn sync_device(&mut self) -> Result<()> {
@@ -456,9 +429,9 @@ mod tests {
         m.compute(s, di, 0, dout, 0, 4, "k").unwrap();
         m.d2h(s, ho, 0, dout, 0, 8, "down").unwrap();
         let cells = m.host_cells(ho);
-        assert_eq!(cells[0], Provenance::Output(0));
-        assert_eq!(cells[3], Provenance::Output(3));
-        assert_eq!(cells[4], Provenance::Unset, "the kernel covered only 4 elements");
+        assert_eq!(cells.get(0), Provenance::Output(0));
+        assert_eq!(cells.get(3), Provenance::Output(3));
+        assert_eq!(cells.get(4), Provenance::Unset, "the kernel covered only 4 elements");
         assert!(m.schedule.races().is_empty());
         assert!(m.h2d(StreamRef(5), di, 0, hi, 0, 1, "x").is_err());
         assert!(m.h2d(s, di, 4, hi, 0, 8, "x").unwrap_err().to_string().contains("do not fit"));
@@ -480,7 +453,7 @@ mod tests {
         m.d2d(s1, y1, 0, y0, 0, 8, "activation to GPU 1").unwrap();
         m.compute(s1, y1, 0, z, 0, 8, "stage 2").unwrap();
         m.d2h(s1, ho, 0, z, 0, 8, "down").unwrap();
-        assert_eq!(m.host_cells(ho)[5], Provenance::Repeated(5, 2), "both stages ran on element 5");
+        assert_eq!(m.host_cells(ho).get(5), Provenance::Repeated(5, 2), "both stages ran on element 5");
         assert_eq!(Provenance::after(5, 2), Provenance::Repeated(5, 2));
         assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
         let peer = m.schedule.ops.iter().find(|o| o.label == "activation to GPU 1").unwrap();
@@ -525,15 +498,15 @@ mod tests {
         let (a, b) = (m.device("a", 8), m.device("b", 8));
         m.h2d(s, b, 0, hi, 0, 8, "up").unwrap();
         m.d2d(s, a, 0, b, 0, 8, "back to the first buffer").unwrap();
-        assert_eq!(m.device_cells(a)[7], Provenance::Input(7));
+        assert_eq!(m.device_cells(a).get(7), Provenance::Input(7));
         m.compute(s, a, 0, a, 2, 4, "shifted up").unwrap();
         use Provenance::{Input, Output};
-        assert_eq!(m.device_cells(a)[..6], [Input(0), Input(1), Output(0), Output(1), Output(2), Output(3)]);
+        assert_eq!(m.device_cells(a).to_vec()[..6], [Input(0), Input(1), Output(0), Output(1), Output(2), Output(3)]);
         m.compute(s, b, 2, b, 0, 4, "shifted down").unwrap();
-        assert_eq!(m.device_cells(b)[..4], [2, 3, 4, 5].map(Provenance::Output));
-        assert_eq!(m.device_cells(b)[4..], [4, 5, 6, 7].map(Provenance::Input), "the kernel covered only its 4 outputs");
+        assert_eq!(m.device_cells(b).to_vec()[..4], [2, 3, 4, 5].map(Provenance::Output));
+        assert_eq!(m.device_cells(b).to_vec()[4..], [4, 5, 6, 7].map(Provenance::Input), "the kernel covered only its 4 outputs");
         m.compute(s, b, 4, b, 4, 4, "in place").unwrap();
-        assert_eq!(m.device_cells(b)[7], Provenance::Output(7));
+        assert_eq!(m.device_cells(b).get(7), Provenance::Output(7));
     }
 
     #[test]
@@ -573,9 +546,9 @@ mod tests {
         let (mut m, s, grads, _) = two_ranks(true);
         m.all_reduce(&[(s[1], grads[0]), (s[3], grads[1])], 0, 4, "all-reduce").unwrap();
         let want = Provenance::Summed { first: 0, stride: 4, ranks: 2, passes: 1 };
-        assert_eq!(m.device_cells(grads[0])[0], want);
-        assert_eq!(m.device_cells(grads[1])[0], want, "every rank holds the sum");
-        assert_eq!(m.device_cells(grads[1])[3], Provenance::Summed { first: 3, stride: 4, ranks: 2, passes: 1 });
+        assert_eq!(m.device_cells(grads[0]).get(0), want);
+        assert_eq!(m.device_cells(grads[1]).get(0), want, "every rank holds the sum");
+        assert_eq!(m.device_cells(grads[1]).get(3), Provenance::Summed { first: 3, stride: 4, ranks: 2, passes: 1 });
         assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
         let ops: Vec<&crate::pipeline::op::Op> = m.schedule.ops.iter().filter(|o| o.kind == OpKind::AllReduce(2)).collect();
         assert_eq!(ops.len(), 2, "one op per rank");
@@ -651,7 +624,7 @@ mod tests {
         let legacy = run(StreamKind::Legacy);
         assert!(legacy.schedule.ops.iter().all(|o| o.lane == Lane::Stream(0)), "the legacy stream is one stream for every thread");
         assert!(legacy.schedule.happens_before(1, 2));
-        assert_eq!(legacy.host_cells(HostRef(1))[7], Provenance::Input(7));
+        assert_eq!(legacy.host_cells(HostRef(1)).get(7), Provenance::Input(7));
         // A wait on thread 1 orders only thread 1's later calls.
         let mut m = ModelPipeline::new();
         let (a, b) = (m.stream(), m.stream());
@@ -682,7 +655,7 @@ mod tests {
         // Synchronizing the device orders the pinned buffer's release after every copy.
         let last = m.schedule.ops.len() - 1;
         assert!((0..last).filter(|&i| m.schedule.ops[i].label == "down").all(|i| m.schedule.happens_before(i, last)));
-        assert_eq!(m.host_cells(HostRef(1))[7], Provenance::Output(7));
+        assert_eq!(m.host_cells(HostRef(1)).get(7), Provenance::Output(7));
 
         // Freed on the other stream with no event: a race, named as a release.
         let mut m = ModelPipeline::new();

@@ -10,6 +10,7 @@
 //! host buffer (`host out`), both `elements` long, and `devices` device
 //! buffers of the same length; lab 5's and lab 6's experiments are plans.
 
+use super::cells::Cells;
 use super::issue::{DevRef, HostRef, Issue, StreamRef};
 use super::machine::Machine;
 use super::model::{ModelPipeline, Provenance};
@@ -276,13 +277,13 @@ impl Plan {
 
     /// `host out`'s cells in a plan's model (the second host buffer
     /// [`Self::model`] makes).
-    pub fn output_cells(model: &ModelPipeline) -> &[Provenance] {
+    pub fn output_cells(model: &ModelPipeline) -> &Cells {
         model.host_cells(HostRef(1))
     }
 
     /// The cells of each buffer a run of this plan is checked on
     /// ([`Self::checked`]) in its model, in that order.
-    pub fn checked_cells<'m>(&self, model: &'m ModelPipeline) -> Vec<&'m [Provenance]> {
+    pub fn checked_cells<'m>(&self, model: &'m ModelPipeline) -> Vec<&'m Cells> {
         self.checked
             .iter()
             .map(|c| match *c {

@@ -17,7 +17,8 @@ use super::nccl::{Communicators, Nccl};
 use super::{ComputeKernel, Dataset, DeviceBuffer, Event, Gpu, GpuIssuer, Graph, HostBuffer, PinnedBuffer, Run, Runner, Stream, TimelineSource};
 use crate::error::{LabError, Result};
 use crate::measure::pattern;
-use crate::pipeline::model::{ModelPipeline, Provenance};
+use crate::pipeline::cells::Cells;
+use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::op::StreamKind;
 use crate::pipeline::plan::{device_name, Plan, Refs, INPUT, OUTPUT};
 use crate::units::Bytes;
@@ -34,7 +35,7 @@ pub struct CapturedPlan {
     /// The graph's nodes.
     pub nodes: usize,
     /// Each checked buffer's cells in the plan's model.
-    expected: Vec<Vec<Provenance>>,
+    expected: Vec<Cells>,
 }
 
 /// One launch of a captured plan ([`PlanRig::replay`]), ms.
@@ -250,7 +251,7 @@ impl PlanRig {
             capture_ms: made_ms - graph.instantiate_ms(),
             instantiate_ms: graph.instantiate_ms(),
             nodes: graph.nodes(),
-            expected: plan.checked_cells(model).into_iter().map(|c| c.to_vec()).collect(),
+            expected: plan.checked_cells(model).into_iter().cloned().collect(),
         };
         self.graphs.push(graph);
         Ok(captured)
@@ -276,7 +277,7 @@ impl PlanRig {
         self.launch.synchronize()?;
         recorded?;
         let total_ms = start.elapsed_ms(end)?;
-        let expected: Vec<&[Provenance]> = c.expected.iter().map(|c| c.as_slice()).collect();
+        let expected: Vec<&Cells> = c.expected.iter().collect();
         self.check(plan, &expected, seed)?;
         Ok(Replay { total_ms, launch_ms })
     }

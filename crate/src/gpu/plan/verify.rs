@@ -7,6 +7,7 @@ use crate::error::{LabError, Result};
 use crate::gpu::kernels::compute_reference;
 use crate::gpu::HostBuffer;
 use crate::measure::pattern;
+use crate::pipeline::cells::Cells;
 use crate::pipeline::model::Provenance;
 use crate::pipeline::plan::{device_name, Checked, Plan, OUTPUT};
 
@@ -14,7 +15,7 @@ impl PlanRig {
     /// Checks each buffer `plan` says holds its result against `expected`
     /// (their cells in the plan's model, in the same order): `host out`,
     /// or a device buffer read back into `host out` first.
-    pub(super) fn check(&mut self, plan: &Plan, expected: &[&[Provenance]], seed: u64) -> Result<()> {
+    pub(super) fn check(&mut self, plan: &Plan, expected: &[&Cells], seed: u64) -> Result<()> {
         for (c, cells) in plan.checked.iter().zip(expected) {
             let name = match *c {
                 Checked::HostOut => OUTPUT.to_string(),
@@ -35,25 +36,19 @@ impl PlanRig {
     /// full, kernel outputs at the first and last element of every run of
     /// them and about 4096 places between (the CPU reference costs the
     /// kernel's whole FMA chain per element).
-    pub(super) fn verify(&self, plan: &str, expected: &[Provenance], seed: u64) -> Result<()> {
+    pub(super) fn verify(&self, plan: &str, expected: &Cells, seed: u64) -> Result<()> {
         let got = pattern::as_f32(self.host_out.words());
         let poison = f32::from_bits(pattern::POISON as u32);
         let step = (expected.len() / 4096).max(1);
-        // Whether `b` carries on the run `a` is in (the next element of the same source).
-        let continues = |a: Provenance, b: Provenance| match (a, b) {
-            (Provenance::Output(x), Provenance::Output(y)) | (Provenance::Input(x), Provenance::Input(y)) => y == x.wrapping_add(1),
-            (Provenance::Repeated(x, k), Provenance::Repeated(y, k2)) => k == k2 && y == x.wrapping_add(1),
-            (Provenance::Summed { first: x, stride, ranks, passes }, Provenance::Summed { first: y, stride: s2, ranks: r2, passes: p2 }) => {
-                (stride, ranks, passes) == (s2, r2, p2) && y == x.wrapping_add(1)
-            }
-            (Provenance::Unset, Provenance::Unset) => true,
-            _ => false,
-        };
-        for (i, want) in expected.iter().enumerate() {
+        let every = expected.runs().flat_map(|(r, p)| {
+            let (first, last) = (r.start, r.end - 1);
+            r.map(move |i| (i, p.stepped(i - first), i == first || i == last))
+        });
+        for (i, want, run_edge) in every {
             // The sum of a Summed element's terms' sizes (how far a rounding can move it).
             let mut scale = 0.0f32;
-            let edge = i == 0 || i + 1 == expected.len() || !continues(expected[i - 1], *want) || !continues(*want, expected[i + 1]) || i % step == 0;
-            let value = match *want {
+            let edge = run_edge || i % step == 0;
+            let value = match want {
                 Provenance::Unset => poison,
                 Provenance::Input(j) => pattern::f32_at(seed, j as usize),
                 Provenance::Output(j) if edge => compute_reference(pattern::f32_at(seed, j as usize), self.iterations),
@@ -73,7 +68,7 @@ impl PlanRig {
             };
             // Two ranks' sum is the same whichever adds first; more ranks
             // are summed in an order NCCL chooses (a rounding apart).
-            let close = match *want {
+            let close = match want {
                 Provenance::Summed { ranks, .. } if ranks > 2 => (got[i] - value).abs() <= 2.0 * f32::EPSILON * ranks as f32 * scale,
                 _ => false,
             };

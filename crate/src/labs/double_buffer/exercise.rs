@@ -60,10 +60,11 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
         return rep;
     }
     let cells = m.device_cells(task.results);
-    if let Some((j, c)) = cells.iter().enumerate().find(|(j, c)| **c != Provenance::Output(*j as u32)) {
+    // A run of elements is right when its first is: both step by one.
+    if let Some((j, c)) = cells.runs().map(|(r, p)| (r.start, p)).find(|&(j, c)| c != Provenance::Output(j as u32)) {
         rep.problem(match c {
             Provenance::Unset => format!("wrong data: batch {} was never computed into the results", j / n),
-            Provenance::Output(i) => format!("wrong data: results for batch {} hold batch {}'s", j / n, *i as usize / n),
+            Provenance::Output(i) => format!("wrong data: results for batch {} hold batch {}'s", j / n, i as usize / n),
             Provenance::Repeated(_, k) => {
                 format!("wrong data: batch {} went through the kernel {k} times: a kernel reads the results, not the uploaded batch", j / n)
             }

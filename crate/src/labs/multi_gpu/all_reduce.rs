@@ -184,7 +184,7 @@ mod tests {
                 let out = Plan::output_cells(&m);
                 for (i, c) in out.iter().enumerate() {
                     let j = (i % 64) as u32;
-                    assert_eq!(*c, Provenance::Summed { first: j, stride: 64, ranks: 2, passes: 1 }, "{sync:?} element {i}");
+                    assert_eq!(c, Provenance::Summed { first: j, stride: 64, ranks: 2, passes: 1 }, "{sync:?} element {i}");
                 }
                 let sums = m.schedule.ops.iter().filter(|o| o.kind == OpKind::AllReduce(2)).count();
                 assert_eq!(sums, 4 * 2 * steps, "a part per rank per bucket per step");

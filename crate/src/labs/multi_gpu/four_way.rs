@@ -105,7 +105,7 @@ mod tests {
         let p = plan(n, 1, 1, &[]);
         let m = p.model().unwrap();
         assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
-        assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| *c == Provenance::Input(i as u32)), "host out gets the source back");
+        assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| c == Provenance::Input(i as u32)), "host out gets the source back");
         assert_eq!(p.gpus(), [0, 1]);
         let c = costs(n);
         assert_eq!((bound_ms(&c, n, 1), serial_ms(&c, n, 1)), (Some(4.0), Some(12.0)));

@@ -122,7 +122,7 @@ mod tests {
                 let m = p.model().unwrap();
                 assert!(m.schedule.races().is_empty(), "{}: {:?}", p.name, m.schedule.races());
                 for out in p.checked_cells(&m) {
-                    assert!(out.iter().enumerate().all(|(i, c)| *c == Provenance::Input(i as u32)), "{}: {out:?}", p.name);
+                    assert!(out.iter().enumerate().all(|(i, c)| c == Provenance::Input(i as u32)), "{}: {out:?}", p.name);
                 }
             }
         }

@@ -238,7 +238,7 @@ mod tests {
             assert_eq!(plan.gpus(), [0, 1]);
             let m = plan.model().unwrap();
             assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
-            assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| *c == Provenance::Repeated(i as u32, 2)));
+            assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| c == Provenance::Repeated(i as u32, 2)));
             let sends: Vec<_> = m.schedule.ops.iter().filter(|o| matches!(o.kind, OpKind::D2d(l) if l.is_peer())).collect();
             assert_eq!(sends.len(), 4);
         }
@@ -248,7 +248,7 @@ mod tests {
         let one = plan_on("p", 4, 64, Arc::new(events_only), 0);
         assert_eq!(one.gpus(), [0]);
         let m = one.model().unwrap();
-        assert!(m.schedule.races().is_empty() && Plan::output_cells(&m).iter().enumerate().all(|(i, c)| *c == Provenance::Repeated(i as u32, 2)));
+        assert!(m.schedule.races().is_empty() && Plan::output_cells(&m).iter().enumerate().all(|(i, c)| c == Provenance::Repeated(i as u32, 2)));
         let bad = plan("p", 4, 64, Arc::new(events_only)).placed(vec![0, 1]);
         assert!(bad.validate().unwrap_err().to_string().contains("give one GPU per buffer"));
     }

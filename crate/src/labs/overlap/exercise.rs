@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
+use crate::pipeline::cells::Cells;
 use crate::pipeline::issue::Issue;
 use crate::pipeline::model::{ModelPipeline, Provenance};
 use crate::pipeline::op::OpKind;
@@ -36,12 +37,12 @@ pub fn downloads_the_input(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
     Ok(())
 }
 
-fn data_findings(cells: &[Provenance], t: &ChunkTask, rep: &mut CheckReport) {
+fn data_findings(cells: &Cells, t: &ChunkTask, rep: &mut CheckReport) {
     let ranges = OverlapConfig::chunk_ranges(t.elements, t.chunks);
-    let in_chunks = ranges.iter().enumerate().flat_map(|(c, &(a, b))| (a..b).map(move |j| (c, j)));
-    for (c, j) in in_chunks {
-        let Some(cell) = cells.get(j) else { break };
-        let msg = match *cell {
+    // A run of elements is right when its first is: both step by one.
+    for j in cells.runs().map(|(r, _)| r.start).filter(|&j| j < t.elements) {
+        let c = ranges.iter().position(|&(a, b)| (a..b).contains(&j)).unwrap_or(0);
+        let msg = match cells.get(j) {
             Provenance::Output(i) if i as usize == j => continue,
             Provenance::Output(i) => format!("wrong data: output element {j} (chunk {c}) holds the result for element {i}: an offset is wrong"),
             Provenance::Unset => format!("wrong data: output element {j} (chunk {c}) never reached the host: a D2H is missing or covers too little"),
