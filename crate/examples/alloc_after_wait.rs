@@ -134,7 +134,7 @@ fn main() -> overlap_lab::Result<()> {
     ];
     for s in scenarios {
         // Each loop checked on the model first: no race, every output from its kernel.
-        let m = plan(s).model()?;
+        let m = plan(s).dry_run()?;
         if let Some(r) = m.schedule.races().first() {
             return Err(overlap_lab::LabError::config(format!("{s:?}: {}", r.what)));
         }

@@ -40,7 +40,7 @@ fn produce_alone(n: usize, batches: usize, gap_us: u64) -> Plan {
 }
 
 fn spans_of(rig: &mut PlanRig, p: &Plan) -> overlap_lab::Result<(Vec<f64>, Vec<f64>)> {
-    let m = p.model()?;
+    let m = p.dry_run()?;
     let t = rig.run_modelled(p, &m, TimelineSource::Events)?.timeline.expect("timed");
     let mut prod: Vec<_> = t.spans.iter().filter(|s| s.label.starts_with("produce")).map(|s| (s.start_us, s.end_us)).collect();
     prod.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -59,7 +59,7 @@ fn main() -> overlap_lab::Result<()> {
 
     let variants: Vec<Plan> =
         [Staging::Ring(1), Staging::Ring(2), Staging::Ring(3), Staging::Ring(6)].into_iter().map(|s| plan(ELEMENTS, BATCHES, s)).collect();
-    let models: Vec<_> = variants.iter().map(|p| p.model()).collect::<overlap_lab::Result<_>>()?;
+    let models: Vec<_> = variants.iter().map(|p| p.dry_run()).collect::<overlap_lab::Result<_>>()?;
     let mut total = vec![Vec::new(); variants.len()];
     let mut host = vec![Vec::new(); variants.len()];
     for rep in 0..=REPS {

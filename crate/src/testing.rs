@@ -243,7 +243,7 @@ fn streams_issue_cost(config: &StreamsConfig, machine: MachineFacts) -> IssueCos
     let mut drawn = None;
     for &chunks in &config.issue_chunks {
         let (gated, live) = streams_issue::plans(n, chunks);
-        let (gm, lm) = (gated.model().expect("models"), live.model().expect("models"));
+        let (gm, lm) = (gated.dry_run().expect("models"), live.dry_run().expect("models"));
         let costs: Costs =
             gated.distinct_ops().expect("models").into_iter().map(|(k, e)| ((k, e), e as f64 * config.chunks as f64 / config.elements as f64)).collect();
         let live_model = live.prediction(&lm, machine.machine(), &costs).expect("costs");
@@ -335,7 +335,7 @@ pub fn memory_results() -> MemoryResults {
     let costs_of = |e: &crate::lab_kit::experiment::Experiment| {
         let mut costs = Costs::new();
         for plan in &e.variants {
-            let model = plan.model().expect("the lab's plans model");
+            let model = plan.dry_run().expect("the lab's plans model");
             for (o, key) in model.schedule.ops.iter().zip(cost_keys(&model.schedule)) {
                 let ms = match o.kind {
                     OpKind::Alloc(m) if key & REUSED != 0 => call_ms(m).2,
@@ -438,7 +438,7 @@ pub fn experiment_as_modelled(e: &Experiment, facts: MachineFacts, machine: Mach
         .variants
         .iter()
         .map(|plan| {
-            let model = plan.model()?;
+            let model = plan.dry_run()?;
             let p = plan.prediction(&model, machine, costs)?;
             let watched = e.watch.and_then(|l| p.end_of(&model.schedule, l));
             Ok(ExperimentVariant {
@@ -487,7 +487,7 @@ pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
     };
     // The queue model's timeline of a small plan, as a run would draw it.
     let predicted = |plan: Plan, costs: Costs, title: &str| {
-        let model = plan.model().expect("the fixture's plans are valid");
+        let model = plan.dry_run().expect("the fixture's plans are valid");
         let t = plan.prediction(&model, Machine::engines(3), &costs).expect("every op is costed").timeline;
         Some(Timeline { title: title.into(), ..t })
     };

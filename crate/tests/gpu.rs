@@ -326,7 +326,7 @@ mod pipelines {
     #[test]
     fn memory_calls_run_verified_and_record_what_the_model_records() {
         use overlap_lab::gpu::{GpuIssuer, PageableBuffer, TimelineSource};
-        use overlap_lab::pipeline::model::ModelPipeline;
+        use overlap_lab::pipeline::dry_run::DryRun;
         let Some(gpu) = gpu_or_skip("memory_calls_run_verified_and_record_what_the_model_records") else {
             return;
         };
@@ -355,7 +355,7 @@ mod pipelines {
             assert_eq!(out_f32[i].to_bits(), want.to_bits(), "element {i}: got {}, want {want}", out_f32[i]);
         }
         // The model, given the same loop, records the same operations and order.
-        let mut m = ModelPipeline::new();
+        let mut m = DryRun::new();
         let ms = [m.stream(), m.stream()];
         let (mh, mo) = (m.host("host in", 2 * n, true), m.device("device out", 2 * n));
         memory_loop(&mut m, ms, mh, mo, n).unwrap();
@@ -652,7 +652,7 @@ mod streams {
         let n = 1 << 16;
         let mut rig = PlanRig::new(&gpu, n, 3, 16).unwrap();
         let (gated, live) = issue_cost::plans(n, 16);
-        let model = gated.model().unwrap();
+        let model = gated.dry_run().unwrap();
         let captured = rig.capture(&gated, &model).unwrap();
         println!("{} nodes, capture {:.3} ms, instantiate {:.3} ms", captured.nodes, captured.capture_ms, captured.instantiate_ms);
         assert!(captured.nodes >= 3 * 16, "{captured:?}");
@@ -669,12 +669,12 @@ mod streams {
             p.h2d(r.streams[0], r.devices[0], 0, r.input, 0, 1024, "up")?;
             p.host_sync(r.streams[0])
         });
-        let e = rig.capture(&waits, &waits.model().unwrap()).unwrap_err().to_string();
+        let e = rig.capture(&waits, &waits.dry_run().unwrap()).unwrap_err().to_string();
         assert!(e.contains("a CPU wait (cuStreamSynchronize) cannot be captured into a CUDA graph"), "{e}");
         let legacy = Plan::new("legacy", vec![StreamSpec::new("NULL", StreamKind::Legacy, 0)], n, 2, |p, r| {
             p.h2d(r.streams[0], r.devices[0], 0, r.input, 0, 1024, "up")
         });
-        let e = rig.capture(&legacy, &legacy.model().unwrap()).unwrap_err().to_string();
+        let e = rig.capture(&legacy, &legacy.dry_run().unwrap()).unwrap_err().to_string();
         assert!(e.contains("legacy NULL stream cannot be captured"), "{e}");
         // The refused captures left nothing capturing.
         rig.replay(&gated, &captured).unwrap();

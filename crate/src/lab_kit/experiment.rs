@@ -12,8 +12,8 @@
 use crate::error::{LabError, Result};
 use crate::gpu::{MachineFacts, PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
+use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::machine::Machine;
-use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::op::{Lane, OpKind};
 use crate::pipeline::plan::{Costs, Plan};
 use crate::pipeline::timeline::Timeline;
@@ -190,7 +190,7 @@ impl ExperimentResult {
 pub fn variant(
     rig: &mut PlanRig,
     plan: &Plan,
-    model: &ModelPipeline,
+    model: &DryRun,
     e: &Experiment,
     totals: &[f64],
     machine: Machine,
@@ -243,7 +243,7 @@ pub fn variant(
 /// one on a freshly started H100). Untraced: an event after a copy costs
 /// its engine a flush (two streams copying both ways read up to 40% slower
 /// with events between).
-pub fn interleaved(rig: &mut PlanRig, plans: &[Plan], models: &[ModelPipeline], reps: usize) -> Result<Vec<Vec<f64>>> {
+pub fn interleaved(rig: &mut PlanRig, plans: &[Plan], models: &[DryRun], reps: usize) -> Result<Vec<Vec<f64>>> {
     interleaved_with(rig, plans, models, reps, |_, _| Ok(()))
 }
 
@@ -255,7 +255,7 @@ pub fn interleaved(rig: &mut PlanRig, plans: &[Plan], models: &[ModelPipeline], 
 pub fn interleaved_with(
     rig: &mut PlanRig,
     plans: &[Plan],
-    models: &[ModelPipeline],
+    models: &[DryRun],
     reps: usize,
     mut each_round: impl FnMut(&mut PlanRig, bool) -> Result<()>,
 ) -> Result<Vec<Vec<f64>>> {
@@ -289,7 +289,7 @@ pub fn balance(rig: &mut PlanRig, n: usize, reps: usize) -> Result<i32> {
 /// timed), then each traced once and predicted on `machine` from `costs`;
 /// `facts` is what the machine was measured to be.
 pub fn measure(rig: &mut PlanRig, e: &Experiment, facts: MachineFacts, machine: Machine, costs: &Costs, reps: usize) -> Result<ExperimentResult> {
-    let models = e.variants.iter().map(Plan::model).collect::<Result<Vec<_>>>()?;
+    let models = e.variants.iter().map(Plan::dry_run).collect::<Result<Vec<_>>>()?;
     let totals = interleaved(rig, &e.variants, &models, reps)?;
     traced_and_predicted(rig, e, &models, &totals, facts, machine, costs, reps)
 }
@@ -302,7 +302,7 @@ pub fn measure(rig: &mut PlanRig, e: &Experiment, facts: MachineFacts, machine: 
 pub fn traced_and_predicted(
     rig: &mut PlanRig,
     e: &Experiment,
-    models: &[ModelPipeline],
+    models: &[DryRun],
     totals: &[Vec<f64>],
     facts: MachineFacts,
     machine: Machine,

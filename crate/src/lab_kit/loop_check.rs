@@ -11,8 +11,8 @@ use crate::error::Result;
 use crate::gpu::{PlanRig, TimelineSource};
 use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
+use crate::pipeline::dry_run::{DryRun, Provenance};
 use crate::pipeline::machine::Machine;
-use crate::pipeline::model::{ModelPipeline, Provenance};
 use crate::pipeline::op::OpKind;
 use crate::pipeline::plan::{cost_keys, Costs, Plan, REUSED};
 use crate::pipeline::schedule::Schedule;
@@ -21,8 +21,8 @@ use crate::pipeline::schedule::Schedule;
 /// panicked or stopped with an error; else its model, with a problem
 /// for its first race, its first wrong output element and any memory it
 /// never released.
-pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
-    let model = rep.learner("your loop", || plan.model())?;
+pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
+    let model = rep.learner("your loop", || plan.dry_run())?;
     if let Some(r) = model.schedule.races().first() {
         rep.problem(format!("race: {}", r.what));
     }
@@ -103,19 +103,18 @@ pub struct Judge {
 impl Judge {
     /// The model's times of the given loop, the fix and the learner's
     /// (whose model is `model`), from `recorded` costs on `machine`, ms.
-    pub fn predict(&self, mine: &Plan, model: &ModelPipeline, machine: Machine, recorded: &Costs) -> Result<[f64; 3]> {
-        let time = |plan: &Plan, model: &ModelPipeline| -> Result<f64> {
-            Ok(plan.prediction(model, machine, &costs_for(recorded.clone(), &model.schedule))?.total_ms)
-        };
-        Ok([time(&self.given, &self.given.model()?)?, time(&self.fixed, &self.fixed.model()?)?, time(mine, model)?])
+    pub fn predict(&self, mine: &Plan, model: &DryRun, machine: Machine, recorded: &Costs) -> Result<[f64; 3]> {
+        let time =
+            |plan: &Plan, model: &DryRun| -> Result<f64> { Ok(plan.prediction(model, machine, &costs_for(recorded.clone(), &model.schedule))?.total_ms) };
+        Ok([time(&self.given, &self.given.dry_run()?)?, time(&self.fixed, &self.fixed.dry_run()?)?, time(mine, model)?])
     }
 
     /// The given loop, the fix and the learner's (whose model is `model`)
     /// run on the GPU: the learner's once first (verified: an error there
     /// is a failed check, `None`), then the three in turn, `repeats` times
     /// each; their medians, ms.
-    pub fn measure(&self, rig: &mut PlanRig, mine: &Plan, model: &ModelPipeline, repeats: usize, rep: &mut CheckReport) -> Result<Option<[f64; 3]>> {
-        let (given_model, fixed_model) = (self.given.model()?, self.fixed.model()?);
+    pub fn measure(&self, rig: &mut PlanRig, mine: &Plan, model: &DryRun, repeats: usize, rep: &mut CheckReport) -> Result<Option<[f64; 3]>> {
+        let (given_model, fixed_model) = (self.given.dry_run()?, self.fixed.dry_run()?);
         if rep.learner("your loop", || rig.run_modelled(mine, model, TimelineSource::Off)).is_none() {
             return Ok(None);
         }
@@ -143,7 +142,7 @@ impl Judge {
     }
 
     /// [`Self::predict`], then [`Self::time`] (or a problem naming why it cannot be predicted).
-    pub fn on_model(&self, rep: &mut CheckReport, mine: &Plan, model: &ModelPipeline, machine: Machine, recorded: &Costs) {
+    pub fn on_model(&self, rep: &mut CheckReport, mine: &Plan, model: &DryRun, machine: Machine, recorded: &Costs) {
         match self.predict(mine, model, machine, recorded) {
             Ok(t) => self.time(rep, "predicted from the recorded costs", t),
             Err(e) => rep.problem(format!("cannot predict your loop: {e}")),
@@ -151,7 +150,7 @@ impl Judge {
     }
 
     /// [`Self::measure`], then [`Self::time`].
-    pub fn on_gpu(&self, rep: &mut CheckReport, rig: &mut PlanRig, mine: &Plan, model: &ModelPipeline, repeats: usize) -> Result<()> {
+    pub fn on_gpu(&self, rep: &mut CheckReport, rig: &mut PlanRig, mine: &Plan, model: &DryRun, repeats: usize) -> Result<()> {
         if let Some(t) = self.measure(rig, mine, model, repeats, rep)? {
             self.time(rep, "measured, medians", t);
         }

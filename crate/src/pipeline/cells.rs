@@ -6,7 +6,7 @@
 //! plan in 4096 chunks holds a few thousand runs where it held 16 million
 //! cells.
 
-use super::model::Provenance;
+use super::dry_run::Provenance;
 use std::collections::BTreeMap;
 use std::ops::Range;
 

@@ -1,6 +1,6 @@
 //! What a learner's issue loop may call, so the same loop runs on the GPU
 //! (`gpu::Runner`) or, with no GPU, on the dry run
-//! ([`super::model::ModelPipeline`]), which records the schedule and tracks
+//! ([`super::dry_run::DryRun`]), which records the schedule and tracks
 //! where every element's data came from. Either way the checker can say what
 //! is wrong: wrong data, a race, no overlap, or too little of it.
 

@@ -4,7 +4,7 @@
 //! A learner's loop calls the operations of [`issue::Issue`] (copies,
 //! kernels, events, waits, CPU work, and allocating, freeing and pinning
 //! memory as operations). The same loop runs on the GPU (`gpu::Runner`)
-//! or on the dry run ([`model::ModelPipeline`]: no GPU, it tracks where
+//! or on the dry run ([`dry_run::DryRun`]: no GPU, it tracks where
 //! every element's data came from). Both record the loop's operations
 //! ([`op`]) in a [`schedule::Schedule`]: what happens before what, and the
 //! races it allows. The queue model ([`predict`]), told the machine
@@ -17,9 +17,9 @@
 //! this part runs, and is tested, with no GPU.
 
 pub mod cells;
+pub mod dry_run;
 pub mod issue;
 pub mod machine;
-pub mod model;
 pub mod op;
 pub mod plan;
 pub mod predict;

@@ -1,7 +1,7 @@
 //! A pipeline written once and run anywhere: its streams (kind and
 //! priority), its buffers, and its issue loop (a function of the
-//! vocabulary). The GPU runs it (`gpu::plan`); with no GPU the model runs the
-//! very same loop ([`Plan::model`]), which says what every output element
+//! vocabulary). The GPU runs it (`gpu::plan`); with no GPU a dry run runs the
+//! very same loop ([`Plan::dry_run`]), which says what every output element
 //! must hold (the GPU's results are verified against that) and, with each
 //! operation's cost measured alone, predicts its timeline
 //! ([`Plan::predict`]).
@@ -11,9 +11,9 @@
 //! buffers of the same length; lab 5's and lab 6's experiments are plans.
 
 use super::cells::Cells;
+use super::dry_run::{DryRun, Provenance};
 use super::issue::{DevRef, HostRef, Issue, StreamRef};
 use super::machine::Machine;
-use super::model::{ModelPipeline, Provenance};
 use super::op::{Op, OpKind, StreamDecl, StreamKind};
 use super::predict::predict;
 use super::schedule::Schedule;
@@ -256,10 +256,10 @@ impl Plan {
         Ok(())
     }
 
-    /// The loop run on the model: its schedule and where every element came from.
-    pub fn model(&self) -> Result<ModelPipeline> {
+    /// The loop dry run (no GPU): its schedule and where every element came from.
+    pub fn dry_run(&self) -> Result<DryRun> {
         self.validate()?;
-        let mut m = ModelPipeline::new();
+        let mut m = DryRun::new();
         m.schedule.issued_live = !self.gated;
         m.batch_elements = self.batch_elements;
         let streams = self.streams.iter().map(|s| m.stream_named(s.decl(), &s.name)).collect();
@@ -272,18 +272,18 @@ impl Plan {
 
     /// What every element of `host out` must hold after a correct run.
     pub fn expected_output(&self) -> Result<Vec<Provenance>> {
-        Ok(Self::output_cells(&self.model()?).to_vec())
+        Ok(Self::output_cells(&self.dry_run()?).to_vec())
     }
 
     /// `host out`'s cells in a plan's model (the second host buffer
-    /// [`Self::model`] makes).
-    pub fn output_cells(model: &ModelPipeline) -> &Cells {
+    /// [`Self::dry_run`] makes).
+    pub fn output_cells(model: &DryRun) -> &Cells {
         model.host_cells(HostRef(1))
     }
 
     /// The cells of each buffer a run of this plan is checked on
     /// ([`Self::checked`]) in its model, in that order.
-    pub fn checked_cells<'m>(&self, model: &'m ModelPipeline) -> Vec<&'m Cells> {
+    pub fn checked_cells<'m>(&self, model: &'m DryRun) -> Vec<&'m Cells> {
         self.checked
             .iter()
             .map(|c| match *c {
@@ -295,7 +295,7 @@ impl Plan {
 
     /// Each distinct operation of the plan, for measuring it alone.
     pub fn distinct_ops(&self) -> Result<Vec<(OpKind, usize)>> {
-        let m = self.model()?;
+        let m = self.dry_run()?;
         let mut v: Vec<(OpKind, usize)> = m.schedule.ops.iter().filter(|o| o.kind.is_device_work()).map(|o| (o.kind, op_elements(o))).collect();
         v.sort();
         v.dedup();
@@ -304,7 +304,7 @@ impl Plan {
 
     /// The model's (start, end) of every op, ms, from `costs` (each op alone).
     pub fn predict(&self, machine: Machine, costs: &Costs) -> Result<(Schedule, Vec<(f64, f64)>)> {
-        let m = self.model()?;
+        let m = self.dry_run()?;
         let times = self.predict_schedule(&m.schedule, machine, costs)?;
         Ok((m.schedule, times))
     }
@@ -323,12 +323,12 @@ impl Plan {
 
     /// The model's total: from the first op's start to the last op's end, ms.
     pub fn predicted_ms(&self, machine: Machine, costs: &Costs) -> Result<f64> {
-        Ok(self.prediction(&self.model()?, machine, costs)?.total_ms)
+        Ok(self.prediction(&self.dry_run()?, machine, costs)?.total_ms)
     }
 
     /// The model's run of this plan, whose model is `model`: each op's
     /// times, the total and the timeline drawn from them.
-    pub fn prediction(&self, model: &ModelPipeline, machine: Machine, costs: &Costs) -> Result<Prediction> {
+    pub fn prediction(&self, model: &DryRun, machine: Machine, costs: &Costs) -> Result<Prediction> {
         let times = self.predict_schedule(&model.schedule, machine, costs)?;
         let total_ms = times.iter().map(|t| t.1).fold(0.0, f64::max);
         let us: Vec<(f64, f64)> = times.iter().map(|&(a, b)| (a * 1e3, b * 1e3)).collect();

@@ -131,7 +131,7 @@ impl PlanRig {
             return Err(LabError::config(format!("timing a repeat by difference takes at least 2 repeats and 1 run (got {copies} and {runs})")));
         }
         let (one, many) = (make(1), make(copies));
-        let (one_model, many_model) = (one.model()?, many.model()?);
+        let (one_model, many_model) = (one.dry_run()?, many.dry_run()?);
         let mut run = |p: &Plan, m| self.run_modelled(p, m, TimelineSource::Off).map(|r| r.total_ms);
         run(&one, &one_model)?;
         run(&many, &many_model)?;
@@ -158,7 +158,7 @@ impl PlanRig {
     /// From the first op's start to the last op's end between CUDA events,
     /// ms (median of `reps` after a warm-up run).
     fn span_ms(&mut self, plan: &Plan, reps: usize) -> Result<Summary> {
-        let model = plan.model()?;
+        let model = plan.dry_run()?;
         let ops = model.schedule.ops.len();
         self.run_modelled(plan, &model, TimelineSource::Off)?;
         Summary::of_runs(reps, || {
@@ -212,7 +212,7 @@ impl PlanRig {
             }
             Ok(())
         });
-        let model = both.model()?;
+        let model = both.dry_run()?;
         // The fastest run: this host has slow phases (both directions at once
         // read 1.35 to 1.66 ms for the same pair within minutes), and one
         // would set the ceiling for every run made outside it.
@@ -234,7 +234,7 @@ impl PlanRig {
         // Long enough for the steady pace: measured on the H100, a loop
         // of 8 chunks took 12 µs an op, of 256 and more 8 to 9 µs.
         let issued = stage_streams("issue a three-stream loop", n.max(2 * ISSUE_CHUNKS), ISSUE_CHUNKS, WaitBy::StreamWaitEvent);
-        let model = issued.model()?;
+        let model = issued.dry_run()?;
         let ops = model.schedule.ops.len() as f64;
         self.run_modelled(&issued, &model, TimelineSource::Off)?;
         let issue_ms = Summary::of_runs(reps, || Ok(self.run_modelled(&issued, &model, TimelineSource::Off)?.issue_ms / ops))?.median;

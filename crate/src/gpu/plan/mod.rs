@@ -18,7 +18,7 @@ use super::{ComputeKernel, Dataset, DeviceBuffer, Event, Gpu, GpuIssuer, Graph, 
 use crate::error::{LabError, Result};
 use crate::measure::pattern;
 use crate::pipeline::cells::Cells;
-use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::op::StreamKind;
 use crate::pipeline::plan::{device_name, Plan, Refs, INPUT, OUTPUT};
 use crate::units::Bytes;
@@ -198,12 +198,12 @@ impl PlanRig {
     /// Runs `plan` once on fresh data and verifies every output element
     /// the model says it writes; `source` times its timeline.
     pub fn run(&mut self, plan: &Plan, source: TimelineSource) -> Result<Run> {
-        self.run_modelled(plan, &plan.model()?, source)
+        self.run_modelled(plan, &plan.dry_run()?, source)
     }
 
     /// [`Self::run`] with the plan's model made once (it holds a cell per
     /// element of every buffer: for repeated runs of a big plan).
-    pub fn run_modelled(&mut self, plan: &Plan, model: &ModelPipeline, source: TimelineSource) -> Result<Run> {
+    pub fn run_modelled(&mut self, plan: &Plan, model: &DryRun, source: TimelineSource) -> Result<Run> {
         self.fits(plan)?;
         // The model ran the same loop: a plan that races is refused before
         // the GPU runs any of it.
@@ -231,7 +231,7 @@ impl PlanRig {
 
     /// Captures `plan`'s loop as a CUDA graph on this rig's buffers (it runs
     /// nothing); [`Self::replay`] launches it. `model` is the plan's.
-    pub fn capture(&mut self, plan: &Plan, model: &ModelPipeline) -> Result<CapturedPlan> {
+    pub fn capture(&mut self, plan: &Plan, model: &DryRun) -> Result<CapturedPlan> {
         self.fits(plan)?;
         self.make_streams(plan)?;
         let streams = streams_of(&self.streams, plan);

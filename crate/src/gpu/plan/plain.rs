@@ -13,7 +13,7 @@ use super::{streams_of, PlanRig};
 use crate::error::{LabError, Result};
 use crate::gpu::HostBuffer;
 use crate::gpu::{driver, Event};
-use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::plan::{chunk, stage_streams, Plan, WaitBy};
 use std::ffi::c_void;
 use std::time::Instant;
@@ -32,7 +32,7 @@ pub struct PlainRun {
 pub struct PlainLoop {
     chunks: usize,
     plan: Plan,
-    model: ModelPipeline,
+    model: DryRun,
 }
 
 impl PlainLoop {
@@ -42,7 +42,7 @@ impl PlainLoop {
             return Err(LabError::config(format!("the plain loop over {elements} elements in {chunks} chunks: give 1 to {} chunks", elements / 2)));
         }
         let plan = stage_streams(&format!("{chunks} chunks, plain driver loop"), elements, chunks, WaitBy::StreamWaitEvent).issued_live();
-        let model = plan.model()?;
+        let model = plan.dry_run()?;
         Ok(PlainLoop { chunks, plan, model })
     }
 }

@@ -260,7 +260,7 @@ impl CallbackRig {
         let streams = [p.stream(&self.compute, On::Compute.name()), p.stream(&self.callback, On::Callback.name())];
         let ready = (0..self.slots.len()).map(|_| p.event()).collect::<Result<Vec<_>>>()?;
         let state = Arc::new(RunState::new(book.clone(), self.views(), n, passes, p.host_base(), timeline));
-        let mut issuer = GpuIssuer {
+        let mut issuer = LiveIssuer {
             rig: self,
             p: Some(p),
             streams,
@@ -321,7 +321,7 @@ pub struct RunOutcome {
 /// pipeline operations (the lab's kernel and copy, events, host functions,
 /// the worker's and the waiter's argmins), so the schedule checks their
 /// order and the pipeline times them.
-struct GpuIssuer<'r> {
+struct LiveIssuer<'r> {
     rig: &'r CallbackRig,
     /// Taken by `finish`; on an error, dropping it waits for the GPU.
     p: Option<Runner<'r>>,
@@ -351,7 +351,7 @@ struct SlotUse {
 const WORKER_THREAD: usize = 1;
 const WAITER_THREAD: usize = 2;
 
-impl<'r> GpuIssuer<'r> {
+impl<'r> LiveIssuer<'r> {
     fn p(&mut self) -> &mut Runner<'r> {
         self.p.as_mut().expect("the pipeline lives until finish")
     }
@@ -393,7 +393,7 @@ impl<'r> GpuIssuer<'r> {
     }
 }
 
-impl Drop for GpuIssuer<'_> {
+impl Drop for LiveIssuer<'_> {
     /// On an error: nothing may still use the slots when the run returns.
     fn drop(&mut self) {
         // The pipeline synchronizes as it drops; then the threads end.
@@ -403,7 +403,7 @@ impl Drop for GpuIssuer<'_> {
     }
 }
 
-impl CallbackIssue for GpuIssuer<'_> {
+impl CallbackIssue for LiveIssuer<'_> {
     fn take_slot(&mut self, t: usize) -> Result<Slot> {
         if self.slots.iter().all(|u| u.lease.is_some()) {
             return Err(LabError::schedule(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));

@@ -6,9 +6,9 @@
 use super::{bound_with_producer_ms, BufferTask, DoubleBufferResults};
 use crate::error::Result;
 use crate::lab_kit::check::CheckReport;
+use crate::pipeline::dry_run::{DryRun, Provenance};
 use crate::pipeline::issue::Issue;
 use crate::pipeline::machine::Machine;
-use crate::pipeline::model::{ModelPipeline, Provenance};
 use crate::pipeline::op::OpKind;
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
@@ -44,7 +44,7 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
         return rep;
     }
     let n = 1024;
-    let mut m = ModelPipeline::new();
+    let mut m = DryRun::new();
     m.batch_elements = n;
     let (copy, compute) = (m.stream(), m.stream());
     let task = BufferTask {
@@ -253,8 +253,8 @@ mod tests {
     /// Wrong schedules a student writes, each with the words its message must hold.
     #[test]
     fn wrong_schedules_fail_naming_the_mistake() {
-        type Schedule = Box<dyn Fn(&mut dyn Issue, &BufferTask) -> Result<()>>;
-        let cases: Vec<(&str, usize, Schedule, &[&str])> = vec![
+        type BoxedLoop = Box<dyn Fn(&mut dyn Issue, &BufferTask) -> Result<()>>;
+        let cases: Vec<(&str, usize, BoxedLoop, &[&str])> = vec![
             ("one buffer, one stream", 8, Box::new(no_overlap), &["no overlap", "take turns on one stream"]),
             (
                 "waits for the same batch's compute",

@@ -13,7 +13,8 @@ use crate::present::progress::{Progress, ProgressMode};
 use rayon::prelude::*;
 use std::time::Instant;
 
-pub type Schedule<'s> = &'s dyn Fn(&mut dyn Issue, &BufferTask) -> Result<()>;
+/// A double-buffering loop: what a learner writes, and the lab's two.
+pub type BufferLoop<'s> = &'s dyn Fn(&mut dyn Issue, &BufferTask) -> Result<()>;
 
 pub struct DbRig {
     pub gpu: Gpu,
@@ -61,7 +62,7 @@ impl DbRig {
     }
 
     /// Poisons the results, runs `schedule`, returns the run.
-    pub fn run(&mut self, schedule: Schedule<'_>, iterations: i32, timeline: bool) -> Result<Run> {
+    pub fn run(&mut self, schedule: BufferLoop<'_>, iterations: i32, timeline: bool) -> Result<Run> {
         self.compute.fill_u32(&self.results, 0xDEAD_BEEF)?;
         let source = if timeline { crate::gpu::TimelineSource::for_host_pipeline() } else { crate::gpu::TimelineSource::Off };
         let mut p = self.gpu.runner(source, self.batches * 3, true)?;
@@ -147,7 +148,7 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
     let kernel = Summary::of_runs(reps, || rig.one_batch(true, iterations))?;
     progress.step(&format!("one batch: copy {:.3} ms, kernel {:.3} ms ({iterations} FMAs), produce {:.3} ms", copy.median, kernel.median, produce.median));
     let mut totals = [Vec::new(), Vec::new()];
-    let schedules: [Schedule<'_>; 2] = [&no_overlap, &pipelined];
+    let schedules: [BufferLoop<'_>; 2] = [&no_overlap, &pipelined];
     for rep in 0..cfg.warmup + cfg.repeats {
         for (k, schedule) in schedules.iter().enumerate() {
             let run = rig.run(*schedule, iterations, false)?;

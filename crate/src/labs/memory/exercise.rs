@@ -16,8 +16,8 @@ use crate::error::Result;
 use crate::gpu::{Gpu, MemPool, PlanRig};
 use crate::lab_kit::check::CheckReport;
 use crate::lab_kit::loop_check;
+use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{HostRef, Issue, StreamRef};
-use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::op::{Lane, Memory, OpKind, StreamKind};
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
 use std::sync::Arc;
@@ -125,7 +125,7 @@ fn measured(rec: &MemoryResults) -> Option<(f64, f64, f64)> {
 /// What the model says is wrong with the loop, before timing it: data,
 /// races, memory ([`loop_check::shape`]), and the blocking calls the
 /// probes found waiting.
-fn shape_findings(plan: &Plan, rec: &MemoryResults, rep: &mut CheckReport) -> Option<ModelPipeline> {
+fn shape_findings(plan: &Plan, rec: &MemoryResults, rep: &mut CheckReport) -> Option<DryRun> {
     let model = loop_check::shape(plan, rep)?;
     let count = |kind: OpKind| model.schedule.ops.iter().filter(|o| o.kind == kind).count();
     let facts = measured(rec);

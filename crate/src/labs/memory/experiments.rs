@@ -127,9 +127,9 @@ mod tests {
         let waits = Machine { device_waits: DeviceWaits { free: WaitsFor::EVERYTHING, ..DeviceWaits::default() }, host_wake: 0.02, ..Machine::engines(2) };
         let mut t = Vec::new();
         for v in &e.variants {
-            let m = v.model().unwrap();
+            let m = v.dry_run().unwrap();
             assert!(m.schedule.races().is_empty(), "{}: {:?}", v.name, m.schedule.races());
-            assert!(v.expected_output().unwrap().iter().all(|p| matches!(p, crate::pipeline::model::Provenance::Output(_))), "{}", v.name);
+            assert!(v.expected_output().unwrap().iter().all(|p| matches!(p, crate::pipeline::dry_run::Provenance::Output(_))), "{}", v.name);
             t.push(v.predicted_ms(waits, &c).unwrap());
         }
         // Uploads and kernels on one stream, downloads on the other: about

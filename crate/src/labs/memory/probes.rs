@@ -8,8 +8,8 @@ use super::MemoryConfig;
 use crate::error::{LabError, Result};
 use crate::gpu::{PlanRig, TimelineSource};
 use crate::measure::stats::Summary;
+use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::machine::{DeviceWaits, SlowedBy, WaitsFor};
-use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::op::{Memory, OpKind, StreamKind};
 use crate::pipeline::plan::{cost_keys, Costs, Plan, StreamSpec, REUSED};
 use crate::present::progress::Progress;
@@ -282,7 +282,7 @@ pub struct ProbeRun {
     left: [f64; 3],
 }
 
-pub fn probe_run(rig: &mut PlanRig, (plan, model): &(Plan, ModelPipeline), memory: Memory) -> Result<ProbeRun> {
+pub fn probe_run(rig: &mut PlanRig, (plan, model): &(Plan, DryRun), memory: Memory) -> Result<ProbeRun> {
     let run = rig.run_modelled(plan, model, TimelineSource::Events)?;
     let t = run.timeline.ok_or_else(|| LabError::config("a probe left no timeline"))?;
     let busy_end = t.spans.iter().filter(|s| s.label.starts_with(BUSY)).map(|s| s.end_us).fold(f64::NEG_INFINITY, f64::max);
@@ -307,9 +307,9 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, n: usize, progress: &mut P
     let op_ms = BusyWith::ALL.iter().map(|b| Ok(rig.alone(b.kind(), n, SIZING_RUNS)?.median)).collect::<Result<Vec<f64>>>()?;
     for memory in PROBED_MEMORY {
         // Each plan with its model, made once (a cell per element).
-        let modelled = |busy, ops| -> Result<(Plan, ModelPipeline)> {
+        let modelled = |busy, ops| -> Result<(Plan, DryRun)> {
             let plan = probe(memory, n, n, busy, ops);
-            let model = plan.model()?;
+            let model = plan.dry_run()?;
             Ok((plan, model))
         };
         let idle = idle_probe(memory, n)?;
@@ -359,7 +359,7 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, n: usize, progress: &mut P
 /// ops are costed by: a blocking call is the CPU's work (the driver and the
 /// OS mapping pages), which varies call to call within a run as much as
 /// run to run, and a pipeline's total sums many calls.
-fn call_costs(idle_model: &ModelPipeline, p: &CallProbe, costs: &mut Costs) {
+fn call_costs(idle_model: &DryRun, p: &CallProbe, costs: &mut Costs) {
     for (o, key) in idle_model.schedule.ops.iter().zip(cost_keys(&idle_model.schedule)) {
         let ms = match o.kind {
             OpKind::Alloc(_) if key & REUSED != 0 => p.alloc_again_idle_ms,
@@ -374,14 +374,14 @@ fn call_costs(idle_model: &ModelPipeline, p: &CallProbe, costs: &mut Costs) {
 /// `memory`'s calls of `n` elements on an idle GPU: the probe plan (with
 /// its model) that [`probe_run`] runs, and what its `runs` found, with
 /// the model's costs of them.
-pub fn idle_probe(memory: Memory, n: usize) -> Result<(Plan, ModelPipeline)> {
+pub fn idle_probe(memory: Memory, n: usize) -> Result<(Plan, DryRun)> {
     let plan = probe(memory, n, n, None, 0);
-    let model = plan.model()?;
+    let model = plan.dry_run()?;
     Ok((plan, model))
 }
 
 /// [`idle_probe`]'s runs as a probe with no busy work, and the model's costs.
-pub fn idle_costs(idle: &(Plan, ModelPipeline), memory: Memory, n: usize, runs: &[ProbeRun]) -> Result<(CallProbe, Costs)> {
+pub fn idle_costs(idle: &(Plan, DryRun), memory: Memory, n: usize, runs: &[ProbeRun]) -> Result<(CallProbe, Costs)> {
     let of = |i: usize| Summary::of(&runs.iter().map(|r| r.calls[i]).collect::<Vec<_>>());
     let p = CallProbe { memory, bytes: 4 * n as u64, alloc_idle_ms: of(0)?, free_idle_ms: of(1)?, alloc_again_idle_ms: of(2)?, beside: Vec::new() };
     let mut costs = Costs::new();
@@ -460,7 +460,7 @@ mod tests {
         assert_eq!(busy_ops(1e6, 0.6), MAX_BUSY_OPS);
         assert_eq!(busy_ops(1.0, 0.0), BUSY_OPS);
         assert_eq!(busy_ops(f64::NAN, 0.6), BUSY_OPS);
-        let ops = probe(Memory::Pinned, 1 << 10, 256, Some(BusyWith::Uploads), 220).model().unwrap().schedule.ops;
+        let ops = probe(Memory::Pinned, 1 << 10, 256, Some(BusyWith::Uploads), 220).dry_run().unwrap().schedule.ops;
         assert_eq!(ops.iter().filter(|o| o.label.starts_with(BUSY)).count(), 220);
     }
 
@@ -469,7 +469,7 @@ mod tests {
         for m in PROBED_MEMORY {
             for busy in BusyWith::ALL {
                 let p = probe(m, 1 << 10, 256, Some(busy), BUSY_OPS);
-                let model = p.model().unwrap();
+                let model = p.dry_run().unwrap();
                 let labels: Vec<&str> = model.schedule.ops.iter().map(|o| o.label.as_str()).collect();
                 let first = if busy == BusyWith::Downloads { BUSY_OPS + 1 } else { BUSY_OPS };
                 assert_eq!(labels.len(), first + 4, "{labels:?}");
@@ -486,7 +486,7 @@ mod tests {
                 assert!(model.schedule.races().is_empty());
                 assert!(p.expected_output().is_ok());
             }
-            assert!(!probe(m, 1 << 10, 256, None, 0).model().unwrap().schedule.ops.iter().any(|o| o.label.starts_with(BUSY)));
+            assert!(!probe(m, 1 << 10, 256, None, 0).dry_run().unwrap().schedule.ops.iter().any(|o| o.label.starts_with(BUSY)));
         }
     }
 }

@@ -257,9 +257,9 @@ pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, facts: MachineFacts, waits
         ..facts.machine()
     };
     let mut costs = rig.costs(&e.variants.iter().collect::<Vec<_>>(), reps)?;
-    let models = e.variants.iter().map(Plan::model).collect::<Result<Vec<_>>>()?;
+    let models = e.variants.iter().map(Plan::dry_run).collect::<Result<Vec<_>>>()?;
     let wide = plan(cfg.elements, batches, Staging::Ring(batches));
-    let wide_model = wide.model()?;
+    let wide_model = wide.dry_run()?;
     let pinned_probe = super::probes::idle_probe(Memory::Pinned, n)?;
     let (mut cpu, mut producing, mut pinned_runs) = (Vec::new(), Vec::new(), Vec::new());
     let totals = experiment::interleaved_with(rig, &e.variants, &models, reps, |rig, timed| {
@@ -326,13 +326,13 @@ const PRODUCE: &str = "produce";
 /// (each run's median batch, `reps` runs after a warm-up), ms.
 fn producer_alone(rig: &mut PlanRig, n: usize, batches: usize, reps: usize) -> Result<Summary> {
     let plan = produce_alone(n, batches);
-    let model = plan.model()?;
+    let model = plan.dry_run()?;
     rig.run_modelled(&plan, &model, TimelineSource::Off)?;
     Summary::of_runs(reps, || median_produce(rig, &plan, &model))
 }
 
 /// One traced run of `plan`: its median batch of producing, ms.
-fn median_produce(rig: &mut PlanRig, plan: &Plan, model: &crate::pipeline::model::ModelPipeline) -> Result<f64> {
+fn median_produce(rig: &mut PlanRig, plan: &Plan, model: &crate::pipeline::dry_run::DryRun) -> Result<f64> {
     let t = rig.run_modelled(plan, model, TimelineSource::Events)?.timeline.ok_or_else(|| LabError::config("no timeline"))?;
     let each: Vec<f64> = t.spans.iter().filter(|s| s.label.starts_with(PRODUCE)).map(|s| (s.end_us - s.start_us) / 1e3).collect();
     Ok(Summary::of(&each)?.median)
@@ -362,7 +362,7 @@ fn issue_in_ring(ops_per_batch: f64, cpu_per_batch: f64, produce: f64) -> f64 {
 /// never waits, counted on its model at two elements a batch: the count
 /// does not depend on the batch's size, and a model keeps a cell per element.
 fn gpu_ops_per_batch(batches: usize) -> Result<f64> {
-    let small = plan(2 * batches, batches, Staging::Ring(batches)).model()?;
+    let small = plan(2 * batches, batches, Staging::Ring(batches)).dry_run()?;
     Ok(small.schedule.ops.iter().filter(|o| matches!(o.lane, Lane::Stream(_))).count() as f64 / batches as f64)
 }
 
@@ -370,7 +370,7 @@ fn gpu_ops_per_batch(batches: usize) -> Result<f64> {
 /// labelled `to` in `plan` (ms, `reps` runs after a warm-up, CUDA events
 /// on the GPU's ops, the host clock on the CPU's).
 fn gap(rig: &mut PlanRig, plan: &Plan, from: &str, to: &str, reps: usize) -> Result<Summary> {
-    let model = plan.model()?;
+    let model = plan.dry_run()?;
     rig.run_modelled(plan, &model, TimelineSource::Off)?;
     Summary::of_runs(reps, || {
         let t = rig.run_modelled(plan, &model, TimelineSource::Events)?.timeline.ok_or_else(|| LabError::config("no timeline"))?;
@@ -425,7 +425,7 @@ pub fn host_fn_costs(rig: &mut PlanRig, n: usize, reps: usize) -> Result<(Summar
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::model::Provenance;
+    use crate::pipeline::dry_run::Provenance;
     use crate::pipeline::op::Lane;
     use crate::pipeline::plan::Costs;
 
@@ -455,7 +455,7 @@ mod tests {
     #[test]
     fn every_staging_verifies_with_no_race_and_frees_what_it_allocates() {
         for plan in &staging(&cfg()).variants {
-            let m = plan.model().unwrap();
+            let m = plan.dry_run().unwrap();
             assert!(m.schedule.races().is_empty(), "{}: {:?}", plan.name, m.schedule.races());
             assert!(m.unreleased().is_empty(), "{}: {:?}", plan.name, m.unreleased());
             let out = plan.expected_output().unwrap();
@@ -477,11 +477,11 @@ mod tests {
             Ok(())
         })
         .with_producer(n);
-        let m = racy.model().unwrap();
+        let m = racy.dry_run().unwrap();
         assert!(!m.schedule.races().is_empty());
         // Waiting for the signal orders the next produce after the upload.
         let fixed = plan(4 * n, 4, Staging::Ring(1));
-        let m = fixed.model().unwrap();
+        let m = fixed.dry_run().unwrap();
         assert!(m.schedule.races().is_empty());
         let waits = m.schedule.ops.iter().filter(|o| o.label.starts_with(SLOT_FREE) && matches!(o.lane, Lane::Stream(0))).count();
         assert_eq!(waits, 4, "one host function per upload, on the upload stream");

@@ -16,7 +16,7 @@
 //! then each GPU's gradients come back to its share of `host out`, every
 //! element the sum over the GPUs ([`Provenance::Summed`]), checked.
 //!
-//! [`Provenance::Summed`]: crate::pipeline::model::Provenance::Summed
+//! [`Provenance::Summed`]: crate::pipeline::dry_run::Provenance::Summed
 
 use crate::error::{LabError, Result};
 use crate::pipeline::op::{OpKind, StreamKind};
@@ -159,8 +159,8 @@ pub fn bus_gbps(bytes: f64, ms: f64, ranks: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::dry_run::Provenance;
     use crate::pipeline::machine::Machine;
-    use crate::pipeline::model::Provenance;
     use crate::pipeline::plan::Costs;
 
     fn shape(buckets: usize) -> Shape {
@@ -179,7 +179,7 @@ mod tests {
             for steps in [1, 3] {
                 let p = plan(shape(4), steps, sync);
                 assert_eq!(p.gpus(), [0, 1]);
-                let m = p.model().unwrap();
+                let m = p.dry_run().unwrap();
                 assert!(m.schedule.races().is_empty(), "{sync:?}: {:?}", m.schedule.races());
                 let out = Plan::output_cells(&m);
                 for (i, c) in out.iter().enumerate() {

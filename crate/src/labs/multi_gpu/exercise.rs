@@ -17,8 +17,8 @@ use crate::gpu::topology::Topology;
 use crate::gpu::{Gpu, PlanRig, TimelineSource};
 use crate::lab_kit::check::{pct, CheckReport};
 use crate::lab_kit::loop_check::{costs_for, shape};
+use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::machine::Machine;
-use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::op::{Link, OpKind};
 use crate::pipeline::plan::Costs;
 use crate::pipeline::plan::Plan;
@@ -120,7 +120,7 @@ pub fn check_on_gpu(rig: &mut PlanRig, micro_batches: usize, elements: usize, se
 /// The learner's plan and its model, after the findings the model makes
 /// without timing: data, races, memory, and a CPU that waits in the loop.
 /// `None` when the loop cannot be judged further.
-fn shape_findings(micro_batches: usize, elements: usize, learner: Loop, second: usize, rep: &mut CheckReport) -> Option<(Plan, ModelPipeline)> {
+fn shape_findings(micro_batches: usize, elements: usize, learner: Loop, second: usize, rep: &mut CheckReport) -> Option<(Plan, DryRun)> {
     if micro_batches == 0 || elements < 2 * micro_batches {
         rep.problem(format!("{micro_batches} micro-batches of {elements} elements: give at least 1 micro-batch of at least 2 elements each"));
         return None;

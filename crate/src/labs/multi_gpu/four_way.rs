@@ -92,8 +92,8 @@ pub fn serial_ms(costs: &Costs, elements: usize, peer: usize) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::dry_run::Provenance;
     use crate::pipeline::machine::Machine;
-    use crate::pipeline::model::Provenance;
 
     fn costs(n: usize) -> Costs {
         [((OpKind::H2d, n), 4.0), ((OpKind::D2h, n), 4.0), ((OpKind::D2d(Link { from: 0, to: 1 }), n), 1.0), ((OpKind::Kernel, n), 3.0)].into()
@@ -103,7 +103,7 @@ mod tests {
     fn the_four_run_at_once_up_to_the_longest_and_the_host_links_directions_slow_each_other() {
         let n = 64;
         let p = plan(n, 1, 1, &[]);
-        let m = p.model().unwrap();
+        let m = p.dry_run().unwrap();
         assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
         assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| c == Provenance::Input(i as u32)), "host out gets the source back");
         assert_eq!(p.gpus(), [0, 1]);
@@ -112,7 +112,7 @@ mod tests {
         assert_eq!(bound_ms(&Costs::new(), n, 1), None);
         // Each alone, and over one GPU: the same data checks.
         for only in kinds(0) {
-            let alone = plan(n, 0, 3, &[only]).model().unwrap();
+            let alone = plan(n, 0, 3, &[only]).dry_run().unwrap();
             assert!(alone.schedule.races().is_empty(), "{:?}", alone.schedule.races());
             assert_eq!(alone.schedule.ops.iter().filter(|o| o.kind == only && o.label != PROLOGUE).count(), 3, "{only:?}");
         }
@@ -122,14 +122,14 @@ mod tests {
         let end = |label: &str| s.ops.iter().zip(&t).find(|(o, _)| o.label == label).map(|(_, t)| t.1).unwrap();
         assert_eq!(t.iter().map(|x| x.1).fold(0.0, f64::max), 8.0);
         assert_eq!((end(&peer_label(1)), end(KERNEL)), (5.0, 7.0));
-        let one_gpu = plan(n, 0, 1, &[]).model().unwrap();
+        let one_gpu = plan(n, 0, 1, &[]).dry_run().unwrap();
         assert!(one_gpu.schedule.ops.iter().any(|o| o.label == "copy within GPU 0"), "the copy on one GPU is labelled as within it");
         // Uploads and downloads at 0.8 of their speed while both run: 5 ms.
         let slowed = Machine { both_ways: 0.8, ..Machine::engines(2) };
         let (_, t) = p.predict(slowed, &c).unwrap();
         assert!((t.iter().map(|x| x.1).fold(0.0, f64::max) - 9.0).abs() < 1e-9);
         // The host link's two directions together, nothing else.
-        let pair = plan(n, 1, 2, &[OpKind::H2d, OpKind::D2h]).model().unwrap();
+        let pair = plan(n, 1, 2, &[OpKind::H2d, OpKind::D2h]).dry_run().unwrap();
         let kinds: Vec<OpKind> = pair.schedule.ops.iter().filter(|o| o.label != PROLOGUE).map(|o| o.kind).collect();
         assert_eq!(kinds, [OpKind::H2d, OpKind::D2h, OpKind::H2d, OpKind::D2h]);
         assert_eq!(plan(n, 1, 1, &[OpKind::H2d, OpKind::D2h]).name, "H2D + D2H alone");

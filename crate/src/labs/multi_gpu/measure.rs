@@ -143,7 +143,7 @@ pub fn bubble_point(rig: &mut PlanRig, elements: usize, micro_batches: usize, se
         )));
     }
     let plan = pp::plan_on("events only", micro_batches, elements, std::sync::Arc::new(pp::events_only), second);
-    let model = plan.model()?;
+    let model = plan.dry_run()?;
     rig.run_modelled(&plan, &model, TimelineSource::Off)?;
     let (mut fractions, mut totals) = (Vec::new(), Vec::new());
     for _ in 0..runs {

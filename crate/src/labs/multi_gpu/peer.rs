@@ -111,24 +111,24 @@ pub fn staged(elements: usize, from: usize, to: usize, chunks: usize, repeats: u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::dry_run::Provenance;
     use crate::pipeline::machine::Machine;
-    use crate::pipeline::model::Provenance;
     use crate::pipeline::op::{Link, OpKind};
 
     #[test]
     fn every_plan_moves_the_data_verified_and_race_free_over_two_gpus_or_one() {
         for (from, to) in [(0, 1), (1, 0), (0, 0)] {
             for p in [one_way(64, from, to, 3), both_ways(64, from, to, 3), staged(64, from, to, 4, 2), upload(64, to, 3)] {
-                let m = p.model().unwrap();
+                let m = p.dry_run().unwrap();
                 assert!(m.schedule.races().is_empty(), "{}: {:?}", p.name, m.schedule.races());
                 for out in p.checked_cells(&m) {
                     assert!(out.iter().enumerate().all(|(i, c)| c == Provenance::Input(i as u32)), "{}: {out:?}", p.name);
                 }
             }
         }
-        let kinds: Vec<OpKind> = one_way(64, 0, 1, 2).model().unwrap().schedule.ops.iter().map(|o| o.kind).collect();
+        let kinds: Vec<OpKind> = one_way(64, 0, 1, 2).dry_run().unwrap().schedule.ops.iter().map(|o| o.kind).collect();
         assert_eq!(kinds.iter().filter(|k| **k == OpKind::D2d(Link { from: 0, to: 1 })).count(), 2);
-        assert!(one_way(64, 0, 0, 1).model().unwrap().schedule.ops.iter().any(|o| o.kind == OpKind::D2d(Link { from: 0, to: 0 })));
+        assert!(one_way(64, 0, 0, 1).dry_run().unwrap().schedule.ops.iter().any(|o| o.kind == OpKind::D2d(Link { from: 0, to: 0 })));
     }
 
     #[test]

@@ -219,8 +219,8 @@ pub fn bubble(schedule: &Schedule, times: &[(f64, f64)]) -> Option<Bubble> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::dry_run::Provenance;
     use crate::pipeline::machine::Machine;
-    use crate::pipeline::model::Provenance;
     use crate::pipeline::op::Link;
     use crate::pipeline::plan::Costs;
 
@@ -236,18 +236,18 @@ mod tests {
         for f in [events_only as fn(&mut dyn Issue, &MicroBatchTask) -> Result<()>, host_synchronized] {
             let plan = plan("p", 4, 64, Arc::new(f));
             assert_eq!(plan.gpus(), [0, 1]);
-            let m = plan.model().unwrap();
+            let m = plan.dry_run().unwrap();
             assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
             assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| c == Provenance::Repeated(i as u32, 2)));
             let sends: Vec<_> = m.schedule.ops.iter().filter(|o| matches!(o.kind, OpKind::D2d(l) if l.is_peer())).collect();
             assert_eq!(sends.len(), 4);
         }
-        assert!(!plan("p", 4, 64, Arc::new(events_only)).model().unwrap().schedule.cpu_waited_for_gpu());
-        assert!(plan("p", 4, 64, Arc::new(host_synchronized)).model().unwrap().schedule.cpu_waited_for_gpu());
+        assert!(!plan("p", 4, 64, Arc::new(events_only)).dry_run().unwrap().schedule.cpu_waited_for_gpu());
+        assert!(plan("p", 4, 64, Arc::new(host_synchronized)).dry_run().unwrap().schedule.cpu_waited_for_gpu());
         // Both stages on one GPU: the same loop, the same data.
         let one = plan_on("p", 4, 64, Arc::new(events_only), 0);
         assert_eq!(one.gpus(), [0]);
-        let m = one.model().unwrap();
+        let m = one.dry_run().unwrap();
         assert!(m.schedule.races().is_empty() && Plan::output_cells(&m).iter().enumerate().all(|(i, c)| c == Provenance::Repeated(i as u32, 2)));
         let bad = plan("p", 4, 64, Arc::new(events_only)).placed(vec![0, 1]);
         assert!(bad.validate().unwrap_err().to_string().contains("give one GPU per buffer"));

@@ -11,8 +11,8 @@ use crate::gpu::Gpu;
 use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
 use crate::pipeline::cells::Cells;
+use crate::pipeline::dry_run::{DryRun, Provenance};
 use crate::pipeline::issue::Issue;
-use crate::pipeline::model::{ModelPipeline, Provenance};
 use crate::pipeline::op::OpKind;
 
 /// A pass needs this share of the bound (the bound from the stages alone).
@@ -121,7 +121,7 @@ pub fn check_on_model(
     }
     // Not a multiple of the chunks: a loop must cover the remainder too.
     let elements = uneven_elements(2048 * chunks + chunks / 2, chunks, false);
-    let mut m = ModelPipeline::new();
+    let mut m = DryRun::new();
     let task = ChunkTask {
         elements,
         chunks,

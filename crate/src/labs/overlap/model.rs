@@ -4,7 +4,7 @@
 use super::{ChunkTask, IntensityResults, OverlapPoint, Parts};
 use crate::error::Result;
 use crate::measure::stats::Efficiency;
-use crate::pipeline::model::ModelPipeline;
+use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::op::OpKind;
 
 /// Per point, efficiency against its own bound (best first).
@@ -95,7 +95,7 @@ pub fn predicted_ms(p: &OverlapPoint, copy_engines: u32) -> Result<f64> {
     // The shares, not the size, set the times: a small stand-in keeps the
     // model's per-element bookkeeping cheap.
     let elements = 4096 * p.chunks;
-    let mut m = ModelPipeline::new();
+    let mut m = DryRun::new();
     let task = ChunkTask {
         elements,
         chunks: p.chunks,

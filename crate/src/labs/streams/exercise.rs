@@ -13,8 +13,8 @@ use crate::error::Result;
 use crate::gpu::{Gpu, PlanRig};
 use crate::lab_kit::check::CheckReport;
 use crate::lab_kit::loop_check;
+use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{DevRef, HostRef, Issue, StreamRef};
-use crate::pipeline::model::ModelPipeline;
 use crate::pipeline::op::{Lane, StreamKind};
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
 use std::sync::Arc;
@@ -128,7 +128,7 @@ pub fn plan(name: &str, cfg: &StreamsConfig, learner: Loop) -> Plan {
 /// What the model says is wrong with the loop, before timing it: data,
 /// races, memory ([`loop_check::shape`]), the parameters' upload, anything
 /// left on the NULL stream.
-fn shape_findings(plan: &Plan, rep: &mut CheckReport) -> Option<ModelPipeline> {
+fn shape_findings(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
     let model = loop_check::shape(plan, rep)?;
     let uploads: Vec<_> = model.schedule.ops.iter().filter(|o| o.label == PARAMS).collect();
     if uploads.is_empty() {

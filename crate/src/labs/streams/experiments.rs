@@ -207,8 +207,8 @@ pub fn all(cfg: &StreamsConfig, greatest: i32) -> Vec<Experiment> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::dry_run::Provenance;
     use crate::pipeline::machine::Machine;
-    use crate::pipeline::model::Provenance;
     use crate::pipeline::op::OpKind;
     use crate::pipeline::plan::Costs;
 
@@ -233,7 +233,7 @@ mod tests {
             let c = costs(&cfg, &plans);
             let mut totals = Vec::new();
             for v in &e.variants {
-                let m = v.model().unwrap();
+                let m = v.dry_run().unwrap();
                 assert!(m.schedule.races().is_empty(), "{}: {:?}", v.name, m.schedule.races());
                 let out = v.expected_output().unwrap();
                 assert!(out.iter().all(|p| !matches!(p, Provenance::Garbage)), "{}", v.name);
@@ -248,7 +248,7 @@ mod tests {
                 "threads" => {
                     assert!(t(1) < t(0) * 0.7, "per-thread streams overlap the threads' chunks: {totals:?}");
                     assert!(t(2) > t(1) * 1.15, "one op on the legacy stream drains them: {totals:?}");
-                    let lanes = e.variants[1].model().unwrap().stream_names();
+                    let lanes = e.variants[1].dry_run().unwrap().stream_names();
                     assert_eq!(lanes.len(), cfg.streams, "a per-thread stream for each thread: {lanes:?}");
                 }
                 "sync-weight" => {

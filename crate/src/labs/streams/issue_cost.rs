@@ -152,7 +152,7 @@ pub fn measure(rig: &mut PlanRig, cfg: &StreamsConfig, progress: &mut Progress) 
     let (mut points, mut drawn) = (Vec::new(), None);
     for &chunks in &cfg.issue_chunks {
         let (gated, live) = plans(n, chunks);
-        let (gm, lm) = (gated.model()?, live.model()?);
+        let (gm, lm) = (gated.dry_run()?, live.dry_run()?);
         let ops = gm.schedule.ops.len();
         let captured = rig.capture(&gated, &gm)?;
         // A warm-up of each, then the three in turn, so drift hits them

@@ -49,7 +49,7 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
         let machine = facts.machine();
         let (costs, fastest) = rig.costs_and_fastest(&e.variants.iter().collect::<Vec<_>>(), reps)?;
         progress.step(&format!("{}: machine: {}; {} ops measured alone", e.name, machine_line(&facts), costs.len()));
-        let models = e.variants.iter().map(Plan::model).collect::<Result<Vec<_>>>()?;
+        let models = e.variants.iter().map(Plan::dry_run).collect::<Result<Vec<_>>>()?;
         let totals = interleaved(&mut rig, &e.variants, &models, reps)?;
         // This host's both-ways rate drifts by several percent within
         // minutes: variants after the one that runs both directions at once

@@ -85,7 +85,7 @@ impl Provenance {
     }
 }
 
-/// A buffer of a model pipeline, and the GPU it lives on (device buffers).
+/// A buffer of a dry run, and the GPU it lives on (device buffers).
 struct ModelBuffer {
     hold: Holding,
     cells: Cells,
@@ -103,7 +103,7 @@ impl ModelBuffer {
 }
 
 /// Records a schedule with no GPU and tracks every element's provenance.
-pub struct ModelPipeline {
+pub struct DryRun {
     pub schedule: Schedule,
     /// Elements per producer batch (labs with a producer).
     pub batch_elements: usize,
@@ -115,9 +115,9 @@ pub struct ModelPipeline {
     devices: Vec<ModelBuffer>,
 }
 
-impl ModelPipeline {
-    pub fn new() -> ModelPipeline {
-        ModelPipeline { schedule: Schedule::new(), batch_elements: 0, lanes: Lanes::default(), events: 0, signals: vec![], hosts: vec![], devices: vec![] }
+impl DryRun {
+    pub fn new() -> DryRun {
+        DryRun { schedule: Schedule::new(), batch_elements: 0, lanes: Lanes::default(), events: 0, signals: vec![], hosts: vec![], devices: vec![] }
     }
     /// A non-blocking stream at the default priority on GPU 0.
     pub fn stream(&mut self) -> StreamRef {
@@ -217,13 +217,13 @@ impl ModelPipeline {
     }
 }
 
-impl Default for ModelPipeline {
+impl Default for DryRun {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Issue for ModelPipeline {
+impl Issue for DryRun {
     fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()> {
         let lane = self.lane(s)?;
         let (rs, rd) = (Self::range(&self.hosts[src.0], src_at, n)?, Self::range(&self.devices[dst.0], dst_at, n)?);
@@ -421,7 +421,7 @@ mod tests {
 
     #[test]
     fn provenance_flows_through_copies_and_kernel() {
-        let mut m = ModelPipeline::new();
+        let mut m = DryRun::new();
         let s = m.stream();
         let (hi, ho) = (m.host("host in", 8, true), m.host("host out", 8, false));
         let (di, dout) = (m.device("device in", 8), m.device("device out", 8));
@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn two_stages_on_two_gpus_with_a_peer_copy_between_them() {
-        let mut m = ModelPipeline::new();
+        let mut m = DryRun::new();
         let s0 = m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 0), "stage 1");
         let s1 = m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 1), "stage 2");
         let (hi, ho) = (m.host("host in", 8, true), m.host("host out", 8, false));
@@ -477,7 +477,7 @@ mod tests {
 
     #[test]
     fn without_the_wait_the_peer_copy_races_stage_one() {
-        let mut m = ModelPipeline::new();
+        let mut m = DryRun::new();
         let s0 = m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 0), "stage 1");
         let s1 = m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 1), "stage 2");
         let (x, y0, y1) = (m.device_on("x", 8, 0), m.device_on("activation", 8, 0), m.device_on("activation on GPU 1", 8, 1));
@@ -489,10 +489,10 @@ mod tests {
 
     /// A kernel reads every input cell before it writes any, whichever way
     /// its input and output overlap within one buffer, and a copy from a
-    /// buffer later in the model's list to one earlier carries its cells.
+    /// buffer later in the dry run's list to one earlier carries its cells.
     #[test]
     fn kernels_over_one_buffer_read_before_they_write() {
-        let mut m = ModelPipeline::new();
+        let mut m = DryRun::new();
         let s = m.stream();
         let hi = m.host("host in", 8, true);
         let (a, b) = (m.device("a", 8), m.device("b", 8));
@@ -522,8 +522,8 @@ mod tests {
     /// Two GPUs, each with a compute and a communication stream: GPU g
     /// uploads input elements g*4.. into its `x`, computes its gradients
     /// into `grad`, and the all-reduce sums them on the comm streams.
-    fn two_ranks(wait_for_compute: bool) -> (ModelPipeline, [StreamRef; 4], [DevRef; 2], HostRef) {
-        let mut m = ModelPipeline::new();
+    fn two_ranks(wait_for_compute: bool) -> (DryRun, [StreamRef; 4], [DevRef; 2], HostRef) {
+        let mut m = DryRun::new();
         let streams =
             [(0, "compute"), (0, "comm"), (1, "compute"), (1, "comm")].map(|(g, n)| m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, g), n));
         let hi = m.host("host in", 8, true);
@@ -586,7 +586,7 @@ mod tests {
     }
 
     /// One batch per stream through a buffer the stream allocates and frees.
-    fn scratch_batches(m: &mut ModelPipeline, free_on_other_stream: bool) -> Result<()> {
+    fn scratch_batches(m: &mut DryRun, free_on_other_stream: bool) -> Result<()> {
         let (a, b) = (m.stream(), m.stream());
         let (hi, ho) = (m.host("host in", 8, true), m.alloc_pinned(8, "host out")?);
         let out = m.device("device out", 8);
@@ -605,7 +605,7 @@ mod tests {
     fn each_thread_has_its_own_per_thread_stream_but_shares_the_legacy_one() {
         use crate::pipeline::op::Lane;
         let run = |kind: StreamKind| {
-            let mut m = ModelPipeline::new();
+            let mut m = DryRun::new();
             let s = m.stream_named(StreamDecl::new(kind, 0, 0), "the default stream");
             let (hi, ho) = (m.host("host in", 8, true), m.host("host out", 8, false));
             let d = m.device("device", 8);
@@ -626,7 +626,7 @@ mod tests {
         assert!(legacy.schedule.happens_before(1, 2));
         assert_eq!(legacy.host_cells(HostRef(1)).get(7), Provenance::Input(7));
         // A wait on thread 1 orders only thread 1's later calls.
-        let mut m = ModelPipeline::new();
+        let mut m = DryRun::new();
         let (a, b) = (m.stream(), m.stream());
         let (hi, d) = (m.host("host in", 8, true), m.device("device", 8));
         m.h2d(a, d, 0, hi, 0, 4, "thread 0's").unwrap();
@@ -643,7 +643,7 @@ mod tests {
 
     #[test]
     fn memory_calls_are_operations_the_schedule_orders_and_checks() {
-        let mut m = ModelPipeline::new();
+        let mut m = DryRun::new();
         scratch_batches(&mut m, false).unwrap();
         assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
         assert!(m.unreleased().is_empty());
@@ -658,7 +658,7 @@ mod tests {
         assert_eq!(m.host_cells(HostRef(1)).get(7), Provenance::Output(7));
 
         // Freed on the other stream with no event: a race, named as a release.
-        let mut m = ModelPipeline::new();
+        let mut m = DryRun::new();
         scratch_batches(&mut m, true).unwrap();
         let r: Vec<&str> = m.schedule.races().iter().map(|r| r.what.as_str()).collect();
         assert!(r[0].contains("'cuMemFreeAsync scratch 0' releases bytes 0..16 of scratch 0 while 'up' may still write them"), "{r:?}");
@@ -667,7 +667,7 @@ mod tests {
 
     #[test]
     fn misused_memory_calls_are_clear_errors() {
-        let mut m = ModelPipeline::new();
+        let mut m = DryRun::new();
         let s = m.stream();
         let lab = m.device("lab buffer", 8);
         let h = m.host("host", 8, true);
