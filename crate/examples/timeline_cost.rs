@@ -5,7 +5,8 @@
 //! Run on a GPU: `cargo run --release --example timeline_cost -- OUT_DIR`.
 
 use overlap_lab::gpu::{driver, Gpu, TimelineSource};
-use overlap_lab::labs::overlap::{measure::Rig, IssueOrder};
+use overlap_lab::labs::overlap::measure::{point_plan, Sweep};
+use overlap_lab::labs::overlap::IssueOrder;
 use overlap_lab::measure::stats::Summary;
 use overlap_lab::pipeline::op::OpKind;
 
@@ -21,11 +22,13 @@ fn main() -> overlap_lab::Result<()> {
     std::fs::create_dir_all(&out).map_err(|e| overlap_lab::LabError::config(e.to_string()))?;
     let gpu = Gpu::open(0)?;
     println!("{}\n", gpu.fingerprint()?.describe());
-    let mut rig = Rig::new(&gpu, ELEMENTS, 8)?;
-    rig.prepare();
-    let h2d = Summary::of_runs(7, || rig.timed_alone(OpKind::H2d, 0))?.median;
-    let it = rig.calibrate(h2d, 1.0)?;
+    let mut sweep = Sweep::new(&gpu, ELEMENTS)?;
+    let h2d = Summary::of_runs(7, || sweep.timed_alone(OpKind::H2d))?.median;
+    let it = sweep.calibrate(h2d, 1.0)?;
     let (c, s, o) = (32, 4, IssueOrder::DepthFirst);
+    let gated = point_plan(ELEMENTS, c, s, o, &OpKind::STAGES, false);
+    let ungated = gated.clone().issued_live();
+    let (gated_model, ungated_model) = (gated.dry_run()?, ungated.dry_run()?);
 
     // 1. Gate x events, interleaved.
     let modes: [(&str, TimelineSource, bool); 4] = [
@@ -36,15 +39,14 @@ fn main() -> overlap_lab::Result<()> {
     ];
     let mut t = vec![Vec::new(); modes.len()];
     for rep in 0..28 {
-        for (k, &(_, src, gated)) in modes.iter().enumerate() {
-            rig.gated = gated;
-            let r = rig.run_with_source(c, s, o, it, src)?;
+        for (k, &(_, src, behind_gate)) in modes.iter().enumerate() {
+            let (plan, model) = if behind_gate { (&gated, &gated_model) } else { (&ungated, &ungated_model) };
+            let r = sweep.rig.run_modelled(plan, model, src)?;
             if rep >= 3 {
                 t[k].push(r.total_ms);
             }
         }
     }
-    rig.gated = true;
     println!("balanced {c} chunks / {s} streams DF ({it} FMAs), H2D alone {h2d:.3} ms");
     for (k, (name, _, _)) in modes.iter().enumerate() {
         println!("  {name:<28} {}", med(&t[k]));
@@ -64,7 +66,7 @@ fn main() -> overlap_lab::Result<()> {
         }
         let mut v = Vec::new();
         for rep in 0..15 {
-            let r = rig.run_with_source(c, s, o, it, TimelineSource::Off)?;
+            let r = sweep.point(c, s, o)?;
             if rep >= 3 {
                 v.push(r.total_ms);
             }
@@ -75,18 +77,19 @@ fn main() -> overlap_lab::Result<()> {
     }
     let mut v = Vec::new();
     for _ in 0..12 {
-        v.push(rig.run_with_source(c, s, o, it, TimelineSource::Off)?.total_ms);
+        v.push(sweep.point(c, s, o)?.total_ms);
     }
     println!("  {:<28} {}", "off, gated (after cupti)", med(&v));
 
     // 3. Per-event cost on one stream: 64 ops back to back, events off/on.
     println!("\none stream, 64 ops back to back (gated):");
-    for (name, kind, iters) in [("H2D 2 MiB", OpKind::H2d, 0), ("kernel 1/64", OpKind::Kernel, it), ("D2H 2 MiB", OpKind::D2h, 0)] {
+    for (name, kind) in [("H2D 2 MiB", OpKind::H2d), ("kernel 1/64", OpKind::Kernel), ("D2H 2 MiB", OpKind::D2h)] {
         let mut a = Vec::new();
         let mut b = Vec::new();
         for rep in 0..14 {
             for (on, dst) in [(false, &mut a), (true, &mut b)] {
-                let ms = rig.run_stages(64, 1, o, &[kind], iters, on, false)?.total_ms;
+                let source = if on { TimelineSource::Events } else { TimelineSource::Off };
+                let ms = sweep.run(64, 1, o, &[kind], false, source)?.total_ms;
                 if rep >= 2 {
                     dst.push(ms);
                 }
@@ -99,13 +102,13 @@ fn main() -> overlap_lab::Result<()> {
     // 4. Both directions at once: whole data, repeated.
     let mut both = Vec::new();
     for _ in 0..15 {
-        both.push(rig.both_copies(1)?);
+        both.push(sweep.both_copies(1)?);
     }
     println!("\nH|D whole data on 2 streams: {}", med(&both));
 
     // 5. Timelines of the balanced point: events and CUPTI.
     for (name, src) in [("events", TimelineSource::Events), ("cupti", TimelineSource::Cupti)] {
-        let r = rig.run_with_source(c, s, o, it, src)?;
+        let r = sweep.run(c, s, o, &OpKind::STAGES, false, src)?;
         let tl = r.timeline.expect("timeline");
         tl.save_chrome_trace(&out.join(format!("balanced-{name}.json")))?;
         println!(

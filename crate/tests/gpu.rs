@@ -149,7 +149,7 @@ fn absurd_sizes_are_clear_errors() {
 
 mod pipelines {
     use overlap_lab::gpu::{ComputeKernel, HostBuffer, PinnedBuffer};
-    use overlap_lab::labs::overlap::measure::Rig;
+    use overlap_lab::labs::overlap::measure::Sweep;
     use overlap_lab::labs::overlap::{measure, Intensity, IssueOrder, OverlapConfig};
     use overlap_lab::measure::pattern;
     use overlap_lab::pipeline::op::OpKind;
@@ -161,11 +161,11 @@ mod pipelines {
         let Some(gpu) = gpu_or_skip("chunked_pipeline_verifies_and_records_a_timeline") else {
             return;
         };
-        let mut rig = Rig::new(&gpu, 1 << 20, 2).unwrap();
+        let mut sweep = Sweep::new(&gpu, 1 << 20).unwrap();
+        sweep.rig.iterations = 100;
         for order in [IssueOrder::DepthFirst, IssueOrder::BreadthFirst, IssueOrder::StageStreams] {
-            let seed = rig.prepare();
-            let run = rig.run(4, 2, order, 100, true, false).unwrap();
-            rig.verify(seed, 4, 100, 64).unwrap();
+            // The rig verifies every output element against the dry run.
+            let run = sweep.run(4, 2, order, &OpKind::STAGES, false, overlap_lab::gpu::TimelineSource::best()).unwrap();
             assert!(run.races.is_empty(), "{:?}", run.races);
             let t = run.timeline.unwrap();
             println!("timeline source: {}", t.source);
@@ -179,10 +179,12 @@ mod pipelines {
             // Events bracket the ops: the timeline cannot exceed the total.
             assert!(t.end_us() <= run.total_ms * 1e3 + 1.0, "{} vs {}", t.end_us(), run.total_ms);
         }
-        // A kernel that was never run leaves poison, and the check says so.
-        let seed = rig.prepare();
-        let e = rig.verify(seed, 4, 100, 64).unwrap_err().to_string();
-        assert!(e.contains("never written"), "{e}");
+        // Each stage alone and the synchronous baseline verify too.
+        for stages in [&[OpKind::H2d][..], &[OpKind::Kernel], &[OpKind::D2h]] {
+            sweep.run(4, 2, IssueOrder::DepthFirst, stages, false, overlap_lab::gpu::TimelineSource::Off).unwrap();
+        }
+        let sync = sweep.run(1, 1, IssueOrder::DepthFirst, &OpKind::STAGES, true, overlap_lab::gpu::TimelineSource::Off).unwrap();
+        assert!(sync.issue_ms >= sync.total_ms * 0.5, "the CPU waited for each op: issue {} ms of {} ms", sync.issue_ms, sync.total_ms);
     }
 
     #[test]
@@ -195,12 +197,11 @@ mod pipelines {
             overlap_lab::testing::skip_unless_required("events_and_cupti_timelines_agree", &format!("CUPTI cannot record here ({why})"));
             return;
         }
-        let mut rig = Rig::new(&gpu, 1 << 22, 2).unwrap();
+        let mut sweep = Sweep::new(&gpu, 1 << 22).unwrap();
+        sweep.rig.iterations = 200;
         let mut spans = Vec::new();
         for source in [TimelineSource::Events, TimelineSource::Cupti] {
-            let seed = rig.prepare();
-            let run = rig.run_with_source(8, 2, IssueOrder::DepthFirst, 200, source).unwrap();
-            rig.verify(seed, 8, 200, 64).unwrap();
+            let run = sweep.run(8, 2, IssueOrder::DepthFirst, &OpKind::STAGES, false, source).unwrap();
             let t = run.timeline.unwrap();
             assert_eq!(t.source, source.label());
             spans.push(t.spans.iter().map(|s| (s.label.clone(), s.end_us - s.start_us)).collect::<Vec<_>>());
@@ -426,15 +427,7 @@ mod pipelines {
         let Some(gpu) = gpu_or_skip("small_overlap_sweep_runs_end_to_end") else {
             return;
         };
-        let cfg = OverlapConfig {
-            elements: 2 << 20,
-            chunks: vec![1, 4],
-            streams: vec![1, 2],
-            repeats: 2,
-            warmup: 1,
-            samples_per_chunk: 32,
-            ..OverlapConfig::default()
-        };
+        let cfg = OverlapConfig { elements: 2 << 20, chunks: vec![1, 4], streams: vec![1, 2], repeats: 2, warmup: 1, ..OverlapConfig::default() };
         let r = measure::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
         assert_eq!(r.intensities.len(), 3);
         for ir in &r.intensities {
@@ -460,17 +453,24 @@ mod exercises {
         let Some(gpu) = gpu_or_skip("the_live_checker_passes_the_solution_and_catches_one_stream") else {
             return;
         };
-        let good = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 16, 4, solution).unwrap();
+        let good = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 16, 4, std::sync::Arc::new(solution)).unwrap();
         println!("{good}");
         assert!(good.passed, "{good}");
-        let one = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 16, 4, |p, t| {
-            let only = ChunkTask { streams: vec![t.streams[0]], ..t.clone() };
-            solution(p, &only)
-        })
+        let one = check_on_gpu(
+            &gpu,
+            Intensity::Balanced,
+            8 << 20,
+            16,
+            4,
+            std::sync::Arc::new(|p: &mut dyn overlap_lab::pipeline::issue::Issue, t: &ChunkTask| {
+                let only = ChunkTask { streams: vec![t.streams[0]], ..t.clone() };
+                solution(p, &only)
+            }),
+        )
         .unwrap();
         println!("{one}");
         assert!(!one.passed && one.to_string().contains("no overlap: every operation is on one stream"), "{one}");
-        let wrong = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 4, 2, downloads_the_input).unwrap();
+        let wrong = check_on_gpu(&gpu, Intensity::Balanced, 8 << 20, 4, 2, std::sync::Arc::new(downloads_the_input)).unwrap();
         println!("{wrong}");
         assert!(!wrong.passed && wrong.to_string().contains("wrong data"), "{wrong}");
     }

@@ -37,46 +37,84 @@ impl PlanRig {
     /// them and about 4096 places between (the CPU reference costs the
     /// kernel's whole FMA chain per element).
     pub(super) fn verify(&self, plan: &str, expected: &Cells, seed: u64) -> Result<()> {
-        let got = pattern::as_f32(self.host_out.words());
-        let poison = f32::from_bits(pattern::POISON as u32);
-        let step = (expected.len() / 4096).max(1);
-        let every = expected.runs().flat_map(|(r, p)| {
-            let (first, last) = (r.start, r.end - 1);
-            r.map(move |i| (i, p.stepped(i - first), i == first || i == last))
-        });
-        for (i, want, run_edge) in every {
-            // The sum of a Summed element's terms' sizes (how far a rounding can move it).
-            let mut scale = 0.0f32;
-            let edge = run_edge || i % step == 0;
-            let value = match want {
-                Provenance::Unset => poison,
-                Provenance::Input(j) => pattern::f32_at(seed, j as usize),
-                Provenance::Output(j) if edge => compute_reference(pattern::f32_at(seed, j as usize), self.iterations),
-                Provenance::Repeated(j, k) if edge => (0..k).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, self.iterations)),
-                Provenance::Summed { first, stride, ranks, passes } if edge => {
-                    let pass = |j: u32| (0..passes).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, self.iterations));
-                    let terms: Vec<f32> = (0..ranks as u32).map(|r| pass(first + r * stride)).collect();
-                    scale = terms.iter().map(|t| t.abs()).sum();
-                    terms.into_iter().reduce(|sum, x| sum + x).unwrap_or(0.0)
-                }
-                Provenance::Output(_) | Provenance::Repeated(..) | Provenance::Summed { .. } => continue,
-                Provenance::Garbage => {
-                    return Err(LabError::schedule(format!(
-                        "{plan} element {i} comes from a kernel run on data that was never uploaded, or from a sum of elements no input holds"
-                    )))
-                }
-            };
-            // Two ranks' sum is the same whichever adds first; more ranks
-            // are summed in an order NCCL chooses (a rounding apart).
-            let close = match want {
-                Provenance::Summed { ranks, .. } if ranks > 2 => (got[i] - value).abs() <= 2.0 * f32::EPSILON * ranks as f32 * scale,
-                _ => false,
-            };
-            if got[i].to_bits() != value.to_bits() && !close {
-                let what = if got[i].to_bits() == poison.to_bits() { " (never written: still poison)".to_string() } else { String::new() };
-                return Err(LabError::wrong_data(plan.to_string(), i, format!("got {}{what}, expected {value} ({want:?})", got[i])));
+        compare(pattern::as_f32(self.host_out.words()), expected, seed, self.iterations, plan)
+    }
+}
+
+/// Compares `got` with what `expected` says each element holds, for data
+/// made from `seed` and a kernel of `iterations` FMAs per element; `plan`
+/// names the buffer in errors (see [`PlanRig::verify`]).
+fn compare(got: &[f32], expected: &Cells, seed: u64, iterations: i32, plan: &str) -> Result<()> {
+    let poison = f32::from_bits(pattern::POISON as u32);
+    let step = (expected.len() / 4096).max(1);
+    let every = expected.runs().flat_map(|(r, p)| {
+        let (first, last) = (r.start, r.end - 1);
+        r.map(move |i| (i, p.stepped(i - first), i == first || i == last))
+    });
+    for (i, want, run_edge) in every {
+        // The sum of a Summed element's terms' sizes (how far a rounding can move it).
+        let mut scale = 0.0f32;
+        let edge = run_edge || i % step == 0;
+        let value = match want {
+            Provenance::Unset => poison,
+            Provenance::Input(j) => pattern::f32_at(seed, j as usize),
+            Provenance::Output(j) if edge => compute_reference(pattern::f32_at(seed, j as usize), iterations),
+            Provenance::Repeated(j, k) if edge => (0..k).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, iterations)),
+            Provenance::Summed { first, stride, ranks, passes } if edge => {
+                let pass = |j: u32| (0..passes).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, iterations));
+                let terms: Vec<f32> = (0..ranks as u32).map(|r| pass(first + r * stride)).collect();
+                scale = terms.iter().map(|t| t.abs()).sum();
+                terms.into_iter().reduce(|sum, x| sum + x).unwrap_or(0.0)
             }
+            Provenance::Output(_) | Provenance::Repeated(..) | Provenance::Summed { .. } => continue,
+            Provenance::Garbage => {
+                return Err(LabError::schedule(format!(
+                    "{plan} element {i} comes from a kernel run on data that was never uploaded, or from a sum of elements no input holds"
+                )))
+            }
+        };
+        // Two ranks' sum is the same whichever adds first; more ranks
+        // are summed in an order NCCL chooses (a rounding apart).
+        let close = match want {
+            Provenance::Summed { ranks, .. } if ranks > 2 => (got[i] - value).abs() <= 2.0 * f32::EPSILON * ranks as f32 * scale,
+            _ => false,
+        };
+        if got[i].to_bits() != value.to_bits() && !close {
+            let what = if got[i].to_bits() == poison.to_bits() { " (never written: still poison)".to_string() } else { String::new() };
+            return Err(LabError::wrong_data(plan.to_string(), i, format!("got {}{what}, expected {value} ({want:?})", got[i])));
         }
-        Ok(())
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poison_a_wrong_value_and_a_sum_rounded_by_nccl_are_told_apart() {
+        let seed = 7;
+        let n = 64;
+        let expected = Cells::run(n, Provenance::Output(0));
+        let good: Vec<f32> = (0..n).map(|i| compute_reference(pattern::f32_at(seed, i), 10)).collect();
+        compare(&good, &expected, seed, 10, "plan: host out").unwrap();
+        let mut poisoned = good.clone();
+        poisoned[n - 1] = f32::from_bits(pattern::POISON as u32);
+        let e = compare(&poisoned, &expected, seed, 10, "plan: host out").unwrap_err().to_string();
+        assert!(e.contains("element 63") && e.contains("never written: still poison"), "{e}");
+        let mut off = good.clone();
+        off[0] += 1.0;
+        let e = compare(&off, &expected, seed, 10, "plan: host out").unwrap_err().to_string();
+        assert!(e.contains("element 0") && !e.contains("poison"), "{e}");
+        // The same results of another FMA count are wrong at the runs' edges.
+        assert!(compare(&good, &expected, seed, 11, "plan").is_err());
+        // Inputs are checked at every element, kernel outputs at the edges.
+        let inputs = Cells::run(n, Provenance::Input(0));
+        let mut copied: Vec<f32> = (0..n).map(|i| pattern::f32_at(seed, i)).collect();
+        compare(&copied, &inputs, seed, 10, "plan").unwrap();
+        copied[33] = 0.5;
+        assert!(compare(&copied, &inputs, seed, 10, "plan").unwrap_err().to_string().contains("element 33"));
+        let garbage = Cells::run(n, Provenance::Garbage);
+        assert!(compare(&copied, &garbage, seed, 10, "plan").unwrap_err().to_string().contains("never uploaded"));
     }
 }

@@ -6,8 +6,8 @@
 
 pub use super::ChunkTask;
 use super::{measure, model, Intensity, IssueOrder, OverlapConfig, OverlapResults, Parts};
-use crate::error::Result;
-use crate::gpu::Gpu;
+use crate::error::{LabError, Result};
+use crate::gpu::{Gpu, TimelineSource};
 use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
 use crate::pipeline::cells::Cells;
@@ -152,43 +152,43 @@ pub fn check_on_model(
 /// Timed runs of a learner's loop on the GPU (after one verified run).
 const TIMED_RUNS: usize = 5;
 
-/// Checks `issue` on the GPU: real data verified, races, and the measured
-/// time against the bound of this chunking measured now.
-pub fn check_on_gpu(
-    gpu: &Gpu,
-    intensity: Intensity,
-    elements: usize,
-    chunks: usize,
-    streams: usize,
-    issue: impl Fn(&mut dyn Issue, &ChunkTask) -> Result<()>,
-) -> Result<CheckReport> {
+/// Checks `issue` on the GPU: its dry run first (races), then real data
+/// verified, and the measured time against the bound of this chunking
+/// measured now.
+pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: usize, streams: usize, issue: measure::ChunkLoop) -> Result<CheckReport> {
     let mut rep = CheckReport::new(&format!("chunked issue loop, {chunks} chunks on {streams} streams (live on {})", gpu.name()));
     if !sizes_in_range(&mut rep, chunks, streams) {
         return Ok(rep);
     }
     let elements = uneven_elements(elements, chunks, true);
-    let mut rig = measure::Rig::new(gpu, elements, streams)?;
-    let h2d = Summary::of_runs(3, || rig.timed_alone(OpKind::H2d, 0))?;
-    let iterations = rig.calibrate(h2d.median, intensity.kernel_over_copy())?;
+    let plan = measure::learner_plan(elements, chunks, streams, issue);
+    let Some(model) = rep.learner("your issue loop", || plan.dry_run()) else {
+        return Ok(rep);
+    };
+    if !model.schedule.races().is_empty() {
+        // The rig refuses a loop that races: nothing of it runs on the GPU.
+        race_findings(model.schedule.races(), &mut rep);
+        return Ok(rep);
+    }
+    let streams_used = model.schedule.streams_used();
+    let mut sweep = measure::Sweep::new(gpu, elements)?;
+    let h2d = Summary::of_runs(3, || sweep.timed_alone(OpKind::H2d))?;
+    sweep.calibrate(h2d.median, intensity.kernel_over_copy())?;
     let (mut totals, mut samples) = (Vec::new(), Vec::new());
-    let mut streams_used = streams;
     // One verified run, then timed runs, each followed by one sample of
     // the stages alone with this chunking: the bound from the same moments.
     for attempt in 0..=TIMED_RUNS {
-        let seed = rig.prepare();
-        let Some(run) = rep.learner("your issue loop", || rig.run_custom(streams, chunks, iterations, &issue)) else {
-            return Ok(rep);
-        };
-        if attempt == 0 {
-            streams_used = run.schedule.streams_used();
-            race_findings(&run.races, &mut rep);
-            if let Err(e) = rig.verify(seed, chunks, iterations, 256) {
+        let run = match sweep.rig.run_modelled(&plan, &model, TimelineSource::Off) {
+            Ok(run) => run,
+            Err(e @ LabError::Verification { .. }) => {
                 rep.problem(format!("wrong data: {e}"));
                 return Ok(rep);
             }
-        } else {
+            Err(e) => return Err(e),
+        };
+        if attempt > 0 {
             totals.push(run.total_ms);
-            samples.push(rig.parts_once(chunks, streams, IssueOrder::DepthFirst, iterations)?);
+            samples.push(sweep.parts_once(chunks, streams, IssueOrder::DepthFirst)?);
         }
     }
     let parts = Parts::of_samples(&samples)?;

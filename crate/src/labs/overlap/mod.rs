@@ -210,10 +210,6 @@ pub struct OverlapConfig {
     /// Timed runs of each point.
     #[arg(long, default_value_t = OverlapConfig::default().repeats)]
     pub repeats: usize,
-    /// Output elements per chunk checked bit-exactly against the CPU
-    /// reference (every element is checked for having been written).
-    #[arg(skip = OverlapConfig::default().samples_per_chunk)]
-    pub samples_per_chunk: usize,
 }
 
 impl Default for OverlapConfig {
@@ -227,7 +223,6 @@ impl Default for OverlapConfig {
             orders: vec![IssueOrder::DepthFirst, IssueOrder::BreadthFirst, IssueOrder::StageStreams],
             warmup: 1,
             repeats: 5,
-            samples_per_chunk: 256,
         }
     }
 }
@@ -248,7 +243,6 @@ impl OverlapConfig {
             intensities: vec![Intensity::Balanced],
             warmup: 0,
             repeats: 1,
-            samples_per_chunk: 16,
             ..Self::default()
         }
     }
@@ -474,14 +468,15 @@ impl crate::lab_kit::LabRun<OverlapResults> {
         intensity: Intensity,
         chunks: usize,
         streams: usize,
-        issue: impl Fn(&mut dyn crate::pipeline::issue::Issue, &exercise::ChunkTask) -> Result<()>,
+        issue: impl Fn(&mut dyn crate::pipeline::issue::Issue, &exercise::ChunkTask) -> Result<()> + Send + Sync + 'static,
     ) -> crate::lab_kit::check::CheckReport {
         let r = &self.record.results;
+        let issue: measure::ChunkLoop = std::sync::Arc::new(issue);
         self.check(
             "chunked issue loop",
             r.config.device,
-            |gpu| exercise::check_on_gpu(gpu, intensity, r.config.elements, chunks, streams, &issue),
-            || exercise::check_on_model(r, intensity, chunks, streams, &issue),
+            |gpu| exercise::check_on_gpu(gpu, intensity, r.config.elements, chunks, streams, issue.clone()),
+            || exercise::check_on_model(r, intensity, chunks, streams, &*issue),
         )
     }
 }
