@@ -491,11 +491,11 @@ mod double_buffering {
         println!("{}", r.summary());
         assert!(r.speedup() > 1.0, "{}", r.summary());
         assert_eq!(r.pipelined_timeline.spans.iter().filter(|s| s.label.starts_with("H2D")).count(), 8);
-        let good = exercise::check_on_gpu(&gpu, &r, pipelined).unwrap();
+        let good = exercise::check_on_gpu(&gpu, &r, std::sync::Arc::new(pipelined)).unwrap();
         println!("{good}");
         assert!(!good.to_string().contains("race") && !good.to_string().contains("wrong data"), "{good}");
         // The deliberately wrong schedule: host buffer refilled too early.
-        let early = exercise::check_on_gpu(&gpu, &r, exercise::refills_host_buffer_too_early).unwrap();
+        let early = exercise::check_on_gpu(&gpu, &r, std::sync::Arc::new(exercise::refills_host_buffer_too_early)).unwrap();
         println!("{early}");
         assert!(!early.passed && early.to_string().contains("race"), "{early}");
     }

@@ -54,6 +54,9 @@ pub struct Refs {
     pub streams: Vec<StreamRef>,
     pub input: HostRef,
     pub output: HostRef,
+    /// The plan's own host buffers beyond `input` and `output`, in the
+    /// order it named them ([`Plan::with_host_buffers`]).
+    pub hosts: Vec<HostRef>,
     pub devices: Vec<DevRef>,
     pub elements: usize,
 }
@@ -90,6 +93,12 @@ pub struct Plan {
     /// default), or device buffers the rig reads back after the run,
     /// untimed ([`Self::checked_on_devices`]).
     pub checked: Vec<Checked>,
+    /// Page-locked host buffers of the plan's own beyond `host in` and
+    /// `host out`: (name, elements), none by default.
+    pub host_buffers: Vec<(String, usize)>,
+    /// The device buffers' names and elements: empty for `device i` of
+    /// `elements` each ([`Self::with_device_buffers`]).
+    pub device_buffers: Vec<(String, usize)>,
 }
 
 /// Which buffer of a plan holds its result.
@@ -179,6 +188,8 @@ impl Plan {
             batch_elements: 0,
             passes: 1,
             checked: vec![Checked::HostOut],
+            host_buffers: Vec::new(),
+            device_buffers: Vec::new(),
         }
     }
 
@@ -194,6 +205,24 @@ impl Plan {
     /// measures.
     pub fn checked_on_devices(self, buffers: &[usize]) -> Plan {
         Plan { checked: buffers.iter().map(|&i| Checked::Device(i)).collect(), ..self }
+    }
+
+    /// This plan with page-locked host buffers of its own beyond `host in`
+    /// and `host out` (name, elements each): a producer's staging slots.
+    pub fn with_host_buffers(self, buffers: &[(&str, usize)]) -> Plan {
+        Plan { host_buffers: buffers.iter().map(|&(n, e)| (n.to_string(), e)).collect(), ..self }
+    }
+
+    /// This plan with device buffers named and sized as `buffers` says
+    /// (name, elements each, at most the plan's `elements`), in place of
+    /// `devices` buffers named `device i` of `elements` each.
+    pub fn with_device_buffers(self, buffers: &[(&str, usize)]) -> Plan {
+        Plan { devices: buffers.len(), device_buffers: buffers.iter().map(|&(n, e)| (n.to_string(), e)).collect(), ..self }
+    }
+
+    /// Device buffer `i`'s name and elements.
+    pub fn device_buffer(&self, i: usize) -> (String, usize) {
+        self.device_buffers.get(i).cloned().unwrap_or_else(|| (device_name(i), self.elements))
     }
 
     /// This plan with every output element computed by `passes` kernels
@@ -244,6 +273,13 @@ impl Plan {
         if let Some(Checked::Device(i)) = self.checked.iter().find(|c| matches!(c, Checked::Device(i) if *i >= self.devices)) {
             return Err(LabError::config(format!("{}: checked on device buffer {i} of {}", self.name, self.devices)));
         }
+        let sizes = self.host_buffers.iter().chain(&self.device_buffers);
+        if let Some((name, n)) = sizes.clone().find(|(_, n)| *n < 2 || n % 2 != 0 || *n > self.elements) {
+            return Err(LabError::config(format!("{}: buffer {name} of {n} elements (give an even number from 2 to the plan's {})", self.name, self.elements)));
+        }
+        if !self.device_buffers.is_empty() && self.device_buffers.len() != self.devices {
+            return Err(LabError::config(format!("{}: {} device buffers named for {}", self.name, self.device_buffers.len(), self.devices)));
+        }
         if self.checked.is_empty() {
             return Err(LabError::config(format!("{}: a plan is checked on at least one buffer", self.name)));
         }
@@ -264,8 +300,14 @@ impl Plan {
         m.batch_elements = self.batch_elements;
         let streams = self.streams.iter().map(|s| m.stream_named(s.decl(), &s.name)).collect();
         let (input, output) = (m.host(INPUT, self.elements, true), m.host(OUTPUT, self.elements, false));
-        let devices = (0..self.devices).map(|i| m.device_on(&device_name(i), self.elements, self.device_gpu(i))).collect();
-        let refs = Refs { streams, input, output, devices, elements: self.elements };
+        let hosts = self.host_buffers.iter().map(|(name, n)| m.host(name, *n, false)).collect();
+        let devices = (0..self.devices)
+            .map(|i| {
+                let (name, n) = self.device_buffer(i);
+                m.device_on(&name, n, self.device_gpu(i))
+            })
+            .collect();
+        let refs = Refs { streams, input, output, hosts, devices, elements: self.elements };
         (self.body)(&mut m, &refs)?;
         Ok(m)
     }

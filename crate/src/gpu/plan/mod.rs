@@ -20,7 +20,7 @@ use crate::measure::pattern;
 use crate::pipeline::cells::Cells;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::op::StreamKind;
-use crate::pipeline::plan::{device_name, Plan, Refs, INPUT, OUTPUT};
+use crate::pipeline::plan::{Plan, Refs, INPUT, OUTPUT};
 use crate::units::Bytes;
 use std::collections::HashMap;
 
@@ -71,7 +71,7 @@ fn issue<'x>(
     p: &mut Runner<'x>,
     plan: &Plan,
     streams: &[&'x Stream],
-    hosts: (&'x mut PinnedBuffer, &'x mut PinnedBuffer),
+    hosts: (&'x mut PinnedBuffer, &'x mut PinnedBuffer, &'x mut [PinnedBuffer]),
     devices: &'x [Vec<DeviceBuffer>],
     kernel: &'x ComputeKernel,
     iterations: i32,
@@ -80,8 +80,14 @@ fn issue<'x>(
     let stream_refs = streams.iter().zip(&plan.streams).map(|(s, spec)| p.stream(s, &spec.name)).collect();
     let input = p.host(hosts.0, INPUT);
     let output = p.host(hosts.1, OUTPUT);
-    let devices = (0..plan.devices).map(|i| p.device(&devices[plan.device_gpu(i)][i], &device_name(i))).collect();
-    let refs = Refs { streams: stream_refs, input, output, devices, elements: plan.elements };
+    let own = hosts.2.iter_mut().zip(&plan.host_buffers).map(|(h, (name, _))| p.host(h, name)).collect();
+    let devices = (0..plan.devices)
+        .map(|i| {
+            let (name, elements) = plan.device_buffer(i);
+            p.device_part(&devices[plan.device_gpu(i)][i], 4 * elements, &name)
+        })
+        .collect::<Result<_>>()?;
+    let refs = Refs { streams: stream_refs, input, output, hosts: own, devices, elements: plan.elements };
     let dataset = (plan.batch_elements > 0).then_some(Dataset { words: dataset, batch_elements: plan.batch_elements });
     let mut issuer = GpuIssuer { runner: p, kernel, iterations, dataset };
     (plan.body)(&mut issuer, &refs)
@@ -107,6 +113,9 @@ pub struct PlanRig {
     elements: usize,
     host_in: PinnedBuffer,
     host_out: PinnedBuffer,
+    /// A plan's page-locked host buffers of its own, each the size it
+    /// asked for (made for the first plan that has them).
+    host_buffers: Vec<PinnedBuffer>,
     /// What a plan's producer copies from (ordinary memory, the same data
     /// as `host in`; made for the first plan that has a producer).
     dataset: Vec<u64>,
@@ -166,6 +175,7 @@ impl PlanRig {
             elements,
             host_in: PinnedBuffer::new(gpu, bytes)?,
             host_out: PinnedBuffer::new(gpu, bytes)?,
+            host_buffers: Vec::new(),
             dataset: Vec::new(),
             devices: buffers,
             setup: gpus.iter().map(|g| g.stream()).collect::<Result<_>>()?,
@@ -219,7 +229,16 @@ impl PlanRig {
             if let Some(c) = &self.nccl {
                 p.use_communicators(c);
             }
-            issue(&mut p, plan, &streams, (&mut self.host_in, &mut self.host_out), &self.devices, &self.kernel, self.iterations, &self.dataset)?;
+            issue(
+                &mut p,
+                plan,
+                &streams,
+                (&mut self.host_in, &mut self.host_out, &mut self.host_buffers[..plan.host_buffers.len()]),
+                &self.devices,
+                &self.kernel,
+                self.iterations,
+                &self.dataset,
+            )?;
             p.finish()?
         };
         if let Some(r) = run.races.first() {
@@ -234,11 +253,21 @@ impl PlanRig {
     pub fn capture(&mut self, plan: &Plan, model: &DryRun) -> Result<CapturedPlan> {
         self.fits(plan)?;
         self.make_streams(plan)?;
+        self.make_host_buffers(plan)?;
         let streams = streams_of(&self.streams, plan);
         let started = std::time::Instant::now();
         let (graph, run) = {
             let mut p = self.gpu.capture_runner()?;
-            issue(&mut p, plan, &streams, (&mut self.host_in, &mut self.host_out), &self.devices, &self.kernel, self.iterations, &self.dataset)?;
+            issue(
+                &mut p,
+                plan,
+                &streams,
+                (&mut self.host_in, &mut self.host_out, &mut self.host_buffers[..plan.host_buffers.len()]),
+                &self.devices,
+                &self.kernel,
+                self.iterations,
+                &self.dataset,
+            )?;
             p.finish_capture()?
         };
         let made_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -317,11 +346,37 @@ impl PlanRig {
             pattern::fill_f32(&mut self.dataset[..words], seed);
         }
         pattern::poison(&mut self.host_out.words_mut()[..words]);
+        self.make_host_buffers(plan)?;
+        for b in &mut self.host_buffers[..plan.host_buffers.len()] {
+            pattern::poison(b.words_mut());
+        }
         for i in 0..plan.devices {
             let g = plan.device_gpu(i);
             self.setup[g].fill_u32(&self.devices[g][i], pattern::POISON as u32)?;
         }
         Ok(seed)
+    }
+
+    /// Makes the page-locked host buffers of `plan`'s own, each of the
+    /// size it asks for, where the rig's are not that size yet.
+    fn make_host_buffers(&mut self, plan: &Plan) -> Result<()> {
+        for (i, (_, n)) in plan.host_buffers.iter().enumerate() {
+            if self.host_buffers.get(i).is_none_or(|b| b.words().len() != n / 2) {
+                if i < self.host_buffers.len() && !self.graphs.is_empty() {
+                    // A captured graph names the buffer by its address.
+                    return Err(LabError::config(format!(
+                        "{}: its host buffers differ in size from those of the plans captured on this rig as graphs: run it on a rig of its own",
+                        plan.name
+                    )));
+                }
+                let fresh = PinnedBuffer::new(&self.gpu, 4 * n)?;
+                match self.host_buffers.get_mut(i) {
+                    Some(b) => *b = fresh,
+                    None => self.host_buffers.push(fresh),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Makes the streams `plan` asks for (kind, priority) that the rig

@@ -9,7 +9,7 @@ use crate::gpu::HostBuffer;
 use crate::measure::pattern;
 use crate::pipeline::cells::Cells;
 use crate::pipeline::dry_run::Provenance;
-use crate::pipeline::plan::{device_name, Checked, Plan, OUTPUT};
+use crate::pipeline::plan::{Checked, Plan, OUTPUT};
 
 impl PlanRig {
     /// Checks each buffer `plan` says holds its result against `expected`
@@ -21,9 +21,10 @@ impl PlanRig {
                 Checked::HostOut => OUTPUT.to_string(),
                 Checked::Device(i) => {
                     let g = plan.device_gpu(i);
-                    self.setup[g].download(&mut self.host_out, &self.devices[g][i], 4 * plan.elements)?;
+                    let (name, elements) = plan.device_buffer(i);
+                    self.setup[g].download(&mut self.host_out, &self.devices[g][i], 4 * elements)?;
                     self.gpu.bind()?;
-                    device_name(i)
+                    name
                 }
             };
             self.verify(&format!("{}: {name}", plan.name), cells, seed)?;

@@ -36,6 +36,15 @@ impl<'a> Runner<'a> {
         self.devices.push(DeviceEntry { base: Base::Fixed(d.ptr()), bytes: d.bytes(), hold: Holding::lab(name), gpu: d.gpu().clone() });
         DevRef(self.devices.len() - 1)
     }
+    /// Adds the first `bytes` of the lab's device buffer `d` under `name`
+    /// (a buffer of the loop's smaller than the one it lives in).
+    pub fn device_part(&mut self, d: &'a DeviceBuffer, bytes: usize, name: &str) -> Result<DevRef> {
+        if bytes == 0 || bytes > d.bytes() {
+            return Err(LabError::config(format!("{name}: {bytes} bytes of a device buffer of {}", d.bytes())));
+        }
+        self.devices.push(DeviceEntry { base: Base::Fixed(d.ptr()), bytes, hold: Holding::lab(name), gpu: d.gpu().clone() });
+        Ok(DevRef(self.devices.len() - 1))
+    }
     /// Borrows a host buffer exclusively for the runner's life.
     pub fn host(&mut self, h: &'a mut dyn HostBuffer, name: &str) -> HostRef {
         let words = h.words().len();

@@ -90,31 +90,36 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
 }
 
 /// Checks a schedule on the GPU with real data.
-pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()>) -> Result<CheckReport> {
+pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: super::measure::BufferLoop) -> Result<CheckReport> {
     let cfg = &rec.config;
     let mut rep = CheckReport::new(&format!("double-buffer schedule, {} batches (live on {})", cfg.batches, gpu.name()));
-    let mut rig = super::measure::DbRig::new(gpu, cfg.batches, cfg.batch_elements)?;
-    let (mut totals, mut streams_used) = (Vec::new(), 0);
-    let mut stages = [Vec::new(), Vec::new(), Vec::new()];
+    let mut runs = super::measure::Runs::new(gpu, cfg.batches, cfg.batch_elements)?;
+    runs.rig.iterations = rec.iterations;
+    // The schedule's dry run first: one that races never reaches the GPU.
+    let Some(plan) = rep.learner("your schedule", || runs.plan("your schedule", schedule.clone())) else {
+        return Ok(rep);
+    };
+    if let Some(r) = plan.1.schedule.races().first() {
+        rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, plan.1.schedule.races().len()));
+        return Ok(rep);
+    }
+    let streams_used = plan.1.schedule.streams_used();
+    let (mut totals, mut stages) = (Vec::new(), [Vec::new(), Vec::new(), Vec::new()]);
     for attempt in 0..=TIMED_RUNS {
-        let Some(run) = rep.learner("your schedule", || rig.run(&schedule, rec.iterations, false)) else {
-            return Ok(rep);
-        };
-        if attempt == 0 {
-            streams_used = run.schedule.streams_used();
-            if let Some(r) = run.races.first() {
-                rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, run.races.len()));
-            }
-            if let Err(e) = rig.verify(rec.iterations) {
+        let run = match runs.run(&plan, false) {
+            Ok(run) => run,
+            Err(e @ crate::error::LabError::Verification { .. }) => {
                 rep.problem(format!("wrong data: {e}"));
                 return Ok(rep);
             }
-        } else {
+            Err(e) => return Err(e),
+        };
+        if attempt > 0 {
             totals.push(run.total_ms);
             // The stages alone, at the same moments as the runs: the bound
             // then moves with the machine (the H100's host produced a batch
             // in 0.36-0.52 ms, as long as the kernel).
-            for (v, x) in stages.iter_mut().zip(rig.stages_once(rec.iterations)?) {
+            for (v, x) in stages.iter_mut().zip(runs.stages_once()?) {
                 v.push(x);
             }
         }

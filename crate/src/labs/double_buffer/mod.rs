@@ -286,13 +286,14 @@ impl crate::lab_kit::LabRun<DoubleBufferResults> {
         timeline_chart(&self.record, &self.origin())
     }
     /// Checks a learner's schedule: live on a GPU, else on the queue model.
-    pub fn check_schedule(&self, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()>) -> crate::lab_kit::check::CheckReport {
+    pub fn check_schedule(&self, schedule: impl Fn(&mut dyn Issue, &BufferTask) -> Result<()> + Send + Sync + 'static) -> crate::lab_kit::check::CheckReport {
         let r = &self.record.results;
+        let schedule: measure::BufferLoop = std::sync::Arc::new(schedule);
         self.check(
             "double-buffer schedule",
             r.config.device,
-            |gpu| exercise::check_on_gpu(gpu, r, &schedule),
-            || exercise::check_on_model(r, r.config.batches, &schedule),
+            |gpu| exercise::check_on_gpu(gpu, r, schedule.clone()),
+            || exercise::check_on_model(r, r.config.batches, &*schedule),
         )
     }
 }
