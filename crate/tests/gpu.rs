@@ -788,9 +788,9 @@ mod memory {
 }
 
 mod kernel_pipeline {
+    use overlap_lab::gpu::kernel::WarpPhase;
     use overlap_lab::gpu::{TileKernel, TileKind, TileShape};
     use overlap_lab::labs::kernel_pipeline::measure::TileData;
-    use overlap_lab::pipeline::timeline::WarpPhase;
     use overlap_lab::testing::gpu_or_skip;
     use overlap_lab::LabError;
 
@@ -853,15 +853,15 @@ mod kernel_pipeline {
             assert_eq!(lanes.len(), 8, "{kind:?}: a lane per warp: {lanes:?}");
             for lane in &lanes {
                 let spans: Vec<_> = t.spans.iter().filter(|s| &s.lane == lane).collect();
-                let tiles: std::collections::HashSet<_> = spans.iter().filter_map(|s| s.tile).collect();
+                let tiles: std::collections::HashSet<_> = spans.iter().filter_map(|s| s.index).collect();
                 // The TMA kernel's thread 0 also stamps the copies it issues: still 8 tiles.
                 assert_eq!(tiles.len(), 8, "{kind:?} {lane}: {tiles:?}");
                 for w in spans.windows(2) {
                     assert!(w[0].start_us <= w[0].end_us && w[0].end_us <= w[1].start_us + 1e-3, "{kind:?} {lane}: phases overlap: {:?} {:?}", w[0], w[1]);
                 }
-                assert!(spans.iter().any(|s| s.phase == Some(WarpPhase::Wait)), "{kind:?} {lane}: no wait stamped");
+                assert!(spans.iter().any(|s| s.class.as_deref() == Some(WarpPhase::Wait.class())), "{kind:?} {lane}: no wait stamped");
                 // Each warp's job: the loader copies, the storer stores, every other warp computes.
-                let has = |p| spans.iter().any(|s| s.phase == Some(p));
+                let has = |p: WarpPhase| spans.iter().any(|s| s.class.as_deref() == Some(p.class()));
                 let job = lane.split(": ").nth(1);
                 assert_eq!(has(WarpPhase::Copy), job == Some("loader") || job.is_none() && (kind != TileKind::Tma || lane == "warp 0"), "{kind:?} {lane}");
                 assert_eq!(has(WarpPhase::Compute), job.is_none() || job == Some("compute"), "{kind:?} {lane}");
@@ -874,7 +874,7 @@ mod kernel_pipeline {
             assert_eq!(overlap_lab::labs::kernel_pipeline::tile_range(&t), Some((4, 11)), "{kind:?}");
             if kind == TileKind::WarpSpecialized {
                 assert!(lanes[0] == "warp 0: loader" && lanes[7] == "warp 7: storer", "{lanes:?}");
-                assert!(t.spans.iter().any(|s| s.phase == Some(WarpPhase::Store)));
+                assert!(t.spans.iter().any(|s| s.class.as_deref() == Some(WarpPhase::Store.class())));
             }
             println!("{kind:?}: 8 tiles in {makespan:.2} us over {} spans", t.spans.len());
             let untraced = TileKernel::load(&gpu, kind, shape, 1).unwrap();

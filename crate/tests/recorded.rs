@@ -336,8 +336,8 @@ fn lab5_recordings_show_each_effect_beside_the_model() {
 /// jobs are told apart.
 #[test]
 fn lab7_recordings_reach_the_ceiling_and_show_each_warp_and_the_round() {
+    use overlap_lab::gpu::kernel::WarpPhase;
     use overlap_lab::labs::kernel_pipeline::{tile_period_us, tile_range, KernelPipelineResults, Role, LAB};
-    use overlap_lab::pipeline::timeline::WarpPhase;
     let recs: Vec<(std::path::PathBuf, Record<KernelPipelineResults>)> = find_recordings(&default_data_dir(), LAB).expect("lab 7 recordings");
     assert!(recs.len() >= 2, "H100 and H200");
     for (path, rec) in &recs {
@@ -358,7 +358,7 @@ fn lab7_recordings_reach_the_ceiling_and_show_each_warp_and_the_round() {
         for t in &r.warps {
             assert_eq!(tile_range(t), Some((4, 11)), "{at}: {}", t.title);
             for lane in t.lanes() {
-                let tiles: std::collections::HashSet<u32> = t.spans.iter().filter(|s| s.lane == lane).filter_map(|s| s.tile).collect();
+                let tiles: std::collections::HashSet<u32> = t.spans.iter().filter(|s| s.lane == lane).filter_map(|s| s.index).collect();
                 assert_eq!(tiles.len(), 8, "{at}: {} {lane}", t.title);
             }
             // The traced kernel's time a tile is within 35% of the untraced kernel's (its stamps go to shared memory).
@@ -369,7 +369,7 @@ fn lab7_recordings_reach_the_ceiling_and_show_each_warp_and_the_round() {
             assert!((traced / timed - 1.0).abs() < 0.35, "{at}: {}: traced {traced:.2} vs timed {timed:.2} us a tile", t.title);
         }
         let ws = r.warps.iter().find(|t| t.lanes()[0].ends_with("loader")).unwrap_or_else(|| panic!("{at}: no warp-specialized trace"));
-        assert!(ws.lanes().last().unwrap().ends_with("storer") && ws.spans.iter().any(|s| s.phase == Some(WarpPhase::Store)), "{at}");
+        assert!(ws.lanes().last().unwrap().ends_with("storer") && ws.spans.iter().any(|s| s.class.as_deref() == Some(WarpPhase::Store.class())), "{at}");
     }
 }
 

@@ -383,8 +383,51 @@ pub struct KernelResources {
     pub grid: u32,
 }
 
-use crate::pipeline::timeline::WarpPhase;
 use serde::{Deserialize, Serialize};
+
+/// What a warp of a tile kernel is doing (lab 7's warp timeline): the codes
+/// are kernels/tile_blur.cuh's PHASE_* values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarpPhase {
+    /// Moving a tile in: loads through registers, or issuing its asynchronous copies.
+    Copy,
+    /// Waiting: for a tile's copies to land, at a block barrier, for a free slot.
+    Wait,
+    /// Blurring a tile (and storing it, but in the warp-specialized kernel).
+    Compute,
+    /// The storer warp writing results to device memory.
+    Store,
+}
+
+impl WarpPhase {
+    pub const ALL: [WarpPhase; 4] = [WarpPhase::Copy, WarpPhase::Wait, WarpPhase::Compute, WarpPhase::Store];
+    /// The phase a kernel stamped (PHASE_COPY = 0 .. PHASE_STORE = 3).
+    pub fn from_code(code: u32) -> Option<WarpPhase> {
+        WarpPhase::ALL.get(code as usize).copied()
+    }
+    /// Its class on a timeline's span (the name it is recorded by).
+    pub fn class(self) -> &'static str {
+        match self {
+            WarpPhase::Copy => "copy",
+            WarpPhase::Wait => "wait",
+            WarpPhase::Compute => "compute",
+            WarpPhase::Store => "store",
+        }
+    }
+    /// The phase a span's class names.
+    pub fn of_class(class: &str) -> Option<WarpPhase> {
+        WarpPhase::ALL.into_iter().find(|p| p.class() == class)
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            WarpPhase::Copy => "copy in",
+            WarpPhase::Wait => "wait",
+            WarpPhase::Compute => "compute",
+            WarpPhase::Store => "store",
+        }
+    }
+}
 
 /// One of lab 7's tile kernels, compiled for a shape and loaded.
 pub struct TileKernel {

@@ -19,43 +19,16 @@ pub struct Span {
     pub label: String,
     pub start_us: f64,
     pub end_us: f64,
-    /// Inside a kernel: what a warp is doing (its colour instead of the kind's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<WarpPhase>,
-    /// Inside a kernel: the block's own tile the phase worked on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tile: Option<u32>,
-}
-
-/// What a warp of a tile kernel is doing (lab 7's warp timeline): the codes
-/// are kernels/tile_blur.cuh's PHASE_* values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WarpPhase {
-    /// Moving a tile in: loads through registers, or issuing its asynchronous copies.
-    Copy,
-    /// Waiting: for a tile's copies to land, at a block barrier, for a free slot.
-    Wait,
-    /// Blurring a tile (and storing it, but in the warp-specialized kernel).
-    Compute,
-    /// The storer warp writing results to device memory.
-    Store,
-}
-
-impl WarpPhase {
-    pub const ALL: [WarpPhase; 4] = [WarpPhase::Copy, WarpPhase::Wait, WarpPhase::Compute, WarpPhase::Store];
-    /// The phase a kernel stamped (PHASE_COPY = 0 .. PHASE_STORE = 3).
-    pub fn from_code(code: u32) -> Option<WarpPhase> {
-        WarpPhase::ALL.get(code as usize).copied()
-    }
-    pub fn label(self) -> &'static str {
-        match self {
-            WarpPhase::Copy => "copy in",
-            WarpPhase::Wait => "wait",
-            WarpPhase::Compute => "compute",
-            WarpPhase::Store => "store",
-        }
-    }
+    /// A class of the lab's own where the op kind does not say enough
+    /// (inside a kernel: what a warp is doing): a chart draws it in the
+    /// colour its palette gives the class
+    /// (`present::gantt::Gantt::with_classes`).
+    #[serde(default, alias = "phase", skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// An index of the lab's own (inside a kernel: the block's own tile
+    /// the phase worked on).
+    #[serde(default, alias = "tile", skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -142,7 +115,7 @@ impl Timeline {
             .ops
             .iter()
             .zip(times_us)
-            .map(|(op, &(start_us, end_us))| Span { lane: lane(op), kind: op.kind, label: op.label.clone(), start_us, end_us, phase: None, tile: None })
+            .map(|(op, &(start_us, end_us))| Span { lane: lane(op), kind: op.kind, label: op.label.clone(), start_us, end_us, class: None, index: None })
             .collect();
         Timeline { title: title.into(), device: device.into(), spans, source: String::new() }
     }
@@ -197,8 +170,8 @@ impl Timeline {
         }
         for s in &self.spans {
             let tid = lanes.iter().position(|l| l == &s.lane).unwrap_or(0);
-            let (name, cat) = match s.phase {
-                Some(p) => (s.label.clone(), p.label()),
+            let (name, cat) = match &s.class {
+                Some(class) => (s.label.clone(), class.as_str()),
                 None => (trace_name(s.kind, &s.label), s.kind.label()),
             };
             events.push(serde_json::json!({

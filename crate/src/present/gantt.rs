@@ -1,10 +1,10 @@
 //! Timelines drawn as Gantt charts: one or more [`Timeline`]s stacked on a
 //! shared time axis, a lane per stream or thread, each span in its op
-//! kind's colour (or its warp phase's, inside a kernel), with a legend of
+//! kind's colour (or its class's, where the lab gives its spans one), with a legend of
 //! the colours drawn.
 
 use crate::pipeline::op::{Link, Memory, OpKind};
-use crate::pipeline::timeline::{Span, Timeline, WarpPhase};
+use crate::pipeline::timeline::{Span, Timeline};
 use crate::present::chart::{draw_header, Chart};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -24,20 +24,9 @@ pub fn kind_color(kind: OpKind) -> RGBColor {
     }
 }
 
-/// A warp phase's colour: copies in the H2D colour, compute in the kernel's, stores in the
-/// D2H's, waiting in grey: the same meaning as on the stream timelines.
-pub fn phase_color(phase: WarpPhase) -> RGBColor {
-    match phase {
-        WarpPhase::Copy => kind_color(OpKind::H2d),
-        WarpPhase::Wait => RGBColor(200, 200, 200),
-        WarpPhase::Compute => kind_color(OpKind::Kernel),
-        WarpPhase::Store => kind_color(OpKind::D2h),
-    }
-}
-
-/// A span's fill: its warp phase's colour, else its kind's.
-fn span_color(s: &Span) -> RGBColor {
-    s.phase.map_or_else(|| kind_color(s.kind), phase_color)
+/// A span's fill: its class's colour in `palette`, else its kind's.
+fn span_color(s: &Span, palette: &[(String, String, RGBColor)]) -> RGBColor {
+    s.class.as_ref().and_then(|c| palette.iter().find(|p| &p.0 == c)).map_or_else(|| kind_color(s.kind), |p| p.2)
 }
 
 /// One or more timelines stacked on a shared time axis (e.g. measured above
@@ -49,13 +38,21 @@ pub struct Gantt {
     pub subtitle: String,
     pub timelines: Vec<Timeline>,
     pub width: u32,
+    /// Spans of a class of the lab's own ([`Span::class`]): (class, legend
+    /// label, colour) each.
+    pub classes: Vec<(String, String, RGBColor)>,
 }
 
 const LANE_PX: u32 = 34;
 
 impl Gantt {
     pub fn new(stem: &str, title: &str, subtitle: &str, timelines: Vec<Timeline>) -> Gantt {
-        Gantt { stem: stem.into(), title: title.into(), subtitle: subtitle.into(), timelines, width: 1100 }
+        Gantt { stem: stem.into(), title: title.into(), subtitle: subtitle.into(), timelines, width: 1100, classes: Vec::new() }
+    }
+    /// This chart with spans of these classes in these colours, named so in
+    /// its legend: (class, label, colour) each.
+    pub fn with_classes(self, classes: Vec<(String, String, RGBColor)>) -> Gantt {
+        Gantt { classes, ..self }
     }
     fn panel_height(t: &Timeline) -> u32 {
         t.lanes().len().max(1) as u32 * LANE_PX + 90
@@ -119,11 +116,13 @@ impl Chart for Gantt {
                 let row = lanes.iter().position(|l| l == &s.lane).unwrap_or(0);
                 let y = (n - 1 - row) as f64;
                 let (a, b) = ((s.start_us - t0) / per_unit, (s.end_us - t0) / per_unit);
-                chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], span_color(s).filled()))).map_err(|e| e.to_string())?;
+                chart
+                    .draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], span_color(s, &self.classes).filled())))
+                    .map_err(|e| e.to_string())?;
                 // A hairline edge keeps back-to-back spans apart.
                 chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], WHITE.stroke_width(1)))).map_err(|e| e.to_string())?;
             }
-            // A legend entry per colour drawn: warp phases, else op kinds.
+            // A legend entry per colour drawn: the lab's classes, else op kinds.
             let drawn = [
                 OpKind::H2d,
                 OpKind::Kernel,
@@ -136,8 +135,9 @@ impl Chart for Gantt {
                 OpKind::Free(Memory::Device),
             ];
             let mut legend: Vec<(&str, RGBColor)> =
-                WarpPhase::ALL.iter().filter(|p| t.spans.iter().any(|s| s.phase == Some(**p))).map(|p| (p.label(), phase_color(*p))).collect();
-            legend.extend(drawn.iter().filter(|k| t.spans.iter().any(|s| s.phase.is_none() && s.kind.drawn() == **k)).map(|k| (k.label(), kind_color(*k))));
+                self.classes.iter().filter(|c| t.spans.iter().any(|s| s.class.as_ref() == Some(&c.0))).map(|c| (c.1.as_str(), c.2)).collect();
+            let unclassed = |s: &&Span| s.class.as_ref().is_none_or(|c| !self.classes.iter().any(|p| &p.0 == c));
+            legend.extend(drawn.iter().filter(|k| t.spans.iter().filter(unclassed).any(|s| s.kind.drawn() == **k)).map(|k| (k.label(), kind_color(*k))));
             for (label, c) in legend {
                 chart
                     .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())

@@ -154,8 +154,8 @@ mod tests {
                             label: format!("row_dot {t}"),
                             start_us: s,
                             end_us: s + 260.0,
-                            phase: None,
-                            tile: None,
+                            class: None,
+                            index: None,
                         },
                         Span {
                             lane: "CPU: worker thread".into(),
@@ -163,8 +163,8 @@ mod tests {
                             label: format!("argmin {t}"),
                             start_us: s + 270.0,
                             end_us: s + 540.0,
-                            phase: None,
-                            tile: None,
+                            class: None,
+                            index: None,
                         },
                     ]
                 })

@@ -207,7 +207,7 @@ impl ModelIssuer {
                     Lane::HostThread(WAITER) => WAITER_LANE,
                     Lane::HostThread(_) => MAIN_LANE,
                 };
-                Span { lane: lane.into(), kind: op.kind, label: op.label.clone(), start_us: start * 1e3, end_us: end * 1e3, phase: None, tile: None }
+                Span { lane: lane.into(), kind: op.kind, label: op.label.clone(), start_us: start * 1e3, end_us: end * 1e3, class: None, index: None }
             })
             .collect();
         Timeline { title: title.into(), device: "queue model".into(), spans, source: "model".into() }

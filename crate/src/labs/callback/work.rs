@@ -135,7 +135,7 @@ impl RunState {
 
     pub fn span(&self, lane: &str, label: String, start_us: f64, end_us: f64) {
         if let Some(s) = &self.spans {
-            s.lock().unwrap_or_else(|p| p.into_inner()).push(Span { lane: lane.into(), kind: OpKind::Host, label, start_us, end_us, phase: None, tile: None });
+            s.lock().unwrap_or_else(|p| p.into_inner()).push(Span { lane: lane.into(), kind: OpKind::Host, label, start_us, end_us, class: None, index: None });
         }
     }
 

@@ -13,11 +13,12 @@ pub mod exercise;
 pub mod measure;
 
 use crate::error::{LabError, Result};
+use crate::gpu::kernel::WarpPhase;
 use crate::gpu::WarpTrace;
 use crate::gpu::{KernelResources, TileKind, TileShape};
 use crate::measure::stats::Summary;
 use crate::pipeline::op::OpKind;
-use crate::pipeline::timeline::{Span, Timeline, WarpPhase};
+use crate::pipeline::timeline::{Span, Timeline};
 use crate::present::gantt::Gantt;
 use serde::{Deserialize, Serialize};
 
@@ -179,16 +180,35 @@ pub fn warp_timeline(kind: TileKind, shape: TileShape, trace: &WarpTrace, title:
             label: format!("tile {}: {}", w.tile, w.phase.label()),
             start_us: w.start_us,
             end_us: w.end_us,
-            phase: Some(w.phase),
-            tile: Some(w.tile),
+            class: Some(w.phase.class().into()),
+            index: Some(w.tile),
         })
         .collect();
     Timeline { title: title.into(), device: device.into(), spans, source: "SM cycle counter, traced build".into() }
 }
 
+/// Each warp phase's class, legend label and colour on the warp timelines:
+/// copies in the H2D colour, compute in the kernel's, stores in the D2H's,
+/// waiting in grey, the same meaning as on the stream timelines.
+pub fn phase_palette() -> Vec<(String, String, plotters::style::RGBColor)> {
+    use crate::present::gantt::kind_color;
+    WarpPhase::ALL
+        .into_iter()
+        .map(|p| {
+            let color = match p {
+                WarpPhase::Copy => kind_color(OpKind::H2d),
+                WarpPhase::Wait => plotters::style::RGBColor(200, 200, 200),
+                WarpPhase::Compute => kind_color(OpKind::Kernel),
+                WarpPhase::Store => kind_color(OpKind::D2h),
+            };
+            (p.class().to_string(), p.label().to_string(), color)
+        })
+        .collect()
+}
+
 /// The block's tiles a warp timeline covers, first and last.
 pub fn tile_range(t: &Timeline) -> Option<(u32, u32)> {
-    t.spans.iter().filter_map(|s| s.tile).fold(None, |r, k| Some(r.map_or((k, k), |(a, b): (u32, u32)| (a.min(k), b.max(k)))))
+    t.spans.iter().filter_map(|s| s.index).fold(None, |r, k| Some(r.map_or((k, k), |(a, b): (u32, u32)| (a.min(k), b.max(k)))))
 }
 
 /// How often block 0 finished a tile, µs: for each warp, the time from
@@ -202,7 +222,7 @@ pub fn tile_period_us(t: &Timeline) -> Option<f64> {
         return None;
     }
     let done = |lane: &str, tile: u32| {
-        t.spans.iter().filter(|s| s.lane == lane && s.tile == Some(tile)).map(|s| s.end_us).fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))))
+        t.spans.iter().filter(|s| s.lane == lane && s.index == Some(tile)).map(|s| s.end_us).fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))))
     };
     let periods: Vec<f64> = t.lanes().iter().filter_map(|lane| Some((done(lane, b)? - done(lane, a)?) / (b - a) as f64)).collect();
     Summary::of(&periods).ok().map(|s| s.median)
@@ -212,7 +232,7 @@ pub fn tile_period_us(t: &Timeline) -> Option<f64> {
 pub fn phase_shares(t: &Timeline, lane: &str) -> [f64; 4] {
     let mut busy = [0.0; 4];
     for s in t.spans.iter().filter(|s| s.lane == lane) {
-        if let Some(p) = s.phase {
+        if let Some(p) = s.class.as_deref().and_then(WarpPhase::of_class) {
             busy[WarpPhase::ALL.iter().position(|x| *x == p).unwrap_or(0)] += s.end_us - s.start_us;
         }
     }
@@ -485,7 +505,10 @@ impl KernelPipelineResults {
             })
             .collect();
         let (a, b) = self.warps.first().and_then(tile_range).unwrap_or((0, 0));
-        Some(Gantt::new(&format!("{LAB}-warps"), &format!("Lab 7: what each warp of block 0 does, its tiles {a} to {b}"), origin, panels))
+        Some(
+            Gantt::new(&format!("{LAB}-warps"), &format!("Lab 7: what each warp of block 0 does, its tiles {a} to {b}"), origin, panels)
+                .with_classes(phase_palette()),
+        )
     }
 
     /// One round on the stream: the ceiling's copy and every kernel, back to back.
@@ -696,7 +719,7 @@ mod tests {
         let r = fixture();
         let ws = &r.warps[1];
         assert_eq!(ws.lanes(), ["warp 0: loader", "warp 1: compute", "warp 2: compute", "warp 3: storer"]);
-        assert!(ws.spans.iter().all(|s| s.phase.is_some() && s.label.starts_with("tile ")), "{:?}", ws.spans[0]);
+        assert!(ws.spans.iter().all(|s| s.class.as_deref().and_then(WarpPhase::of_class).is_some() && s.label.starts_with("tile ")), "{:?}", ws.spans[0]);
         let shares = phase_shares(ws, "warp 3: storer");
         assert_eq!(shares, [0.0, 0.5, 0.0, 0.5]);
         let lines = r.warp_lines();
