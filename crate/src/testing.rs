@@ -48,6 +48,22 @@ pub fn fingerprint() -> Fingerprint {
 }
 
 /// A fresh, empty directory under the system temp dir.
+/// Three chunks (H2D, kernel, D2H each) over two streams and a host op,
+/// predicted at 100 µs an op on two copy engines: a timeline for tests.
+pub fn sample_timeline() -> crate::pipeline::timeline::Timeline {
+    use crate::pipeline::op::{Access, OpKind};
+    let mut s = crate::pipeline::schedule::Schedule::new();
+    for c in 0..3u64 {
+        let st = c as usize % 2;
+        s.gpu_op(0, st, OpKind::H2d, &format!("H2D chunk {c}"), vec![Access::write("d", c * 8, c * 8 + 8)]);
+        s.gpu_op(0, st, OpKind::Kernel, &format!("compute chunk {c}"), vec![Access::read("d", c * 8, c * 8 + 8)]);
+        s.gpu_op(0, st, OpKind::D2h, &format!("D2H chunk {c}"), vec![]);
+    }
+    s.host_op(0, "check", vec![]);
+    let t = crate::pipeline::predict::predict(&s, crate::pipeline::machine::Machine::engines(2), |_| 100.0);
+    crate::pipeline::timeline::Timeline::from_schedule("predicted", "GPU 0 (Test GPU)", &s, &t, &[])
+}
+
 pub fn temp_dir(tag: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

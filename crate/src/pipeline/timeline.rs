@@ -200,26 +200,11 @@ impl Timeline {
 mod tests {
     use super::*;
     use crate::pipeline::machine::Machine;
-    use crate::pipeline::op::Access;
     use crate::pipeline::predict::predict;
-
-    fn sample() -> (Schedule, Timeline) {
-        let mut s = Schedule::new();
-        for c in 0..3u64 {
-            let st = c as usize % 2;
-            s.gpu_op(0, st, OpKind::H2d, &format!("H2D chunk {c}"), vec![Access::write("d", c * 8, c * 8 + 8)]);
-            s.gpu_op(0, st, OpKind::Kernel, &format!("compute chunk {c}"), vec![Access::read("d", c * 8, c * 8 + 8)]);
-            s.gpu_op(0, st, OpKind::D2h, &format!("D2H chunk {c}"), vec![]);
-        }
-        s.host_op(0, "check", vec![]);
-        let t = predict(&s, Machine::engines(2), |_| 100.0);
-        let tl = Timeline::from_schedule("predicted", "GPU 0 (Test GPU)", &s, &t, &[]);
-        (s, tl)
-    }
 
     #[test]
     fn chrome_trace_has_names_lanes_and_microseconds() {
-        let (_, tl) = sample();
+        let tl = crate::testing::sample_timeline();
         let v = tl.chrome_trace();
         let ev = v["traceEvents"].as_array().unwrap();
         let x: Vec<_> = ev.iter().filter(|e| e["ph"] == "X").collect();
@@ -247,6 +232,6 @@ mod tests {
         let tl = Timeline::from_schedule("predicted", "two GPUs", &s, &t, &names);
         assert_eq!(tl.lanes(), ["GPU 0 · stream 2: s2", "GPU 0 · stream 10: s10", "GPU 1 · stream 11: s11", "CPU main"]);
         // One GPU: the lanes say nothing of GPUs.
-        assert_eq!(sample().1.lanes(), ["stream 0", "stream 1", "CPU main"]);
+        assert_eq!(crate::testing::sample_timeline().lanes(), ["stream 0", "stream 1", "CPU main"]);
     }
 }

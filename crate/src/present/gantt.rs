@@ -161,27 +161,10 @@ impl Chart for Gantt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::machine::Machine;
-    use crate::pipeline::op::Access;
-    use crate::pipeline::predict::predict;
-    use crate::pipeline::schedule::Schedule;
-
-    fn sample() -> Timeline {
-        let mut s = Schedule::new();
-        for c in 0..3u64 {
-            let st = c as usize % 2;
-            s.gpu_op(0, st, OpKind::H2d, &format!("H2D chunk {c}"), vec![Access::write("d", c * 8, c * 8 + 8)]);
-            s.gpu_op(0, st, OpKind::Kernel, &format!("compute chunk {c}"), vec![Access::read("d", c * 8, c * 8 + 8)]);
-            s.gpu_op(0, st, OpKind::D2h, &format!("D2H chunk {c}"), vec![]);
-        }
-        s.host_op(0, "check", vec![]);
-        let t = predict(&s, Machine::engines(2), |_| 100.0);
-        Timeline::from_schedule("predicted", "GPU 0 (Test GPU)", &s, &t, &[])
-    }
 
     #[test]
     fn gantt_renders_every_span() {
-        let tl = sample();
+        let tl = crate::testing::sample_timeline();
         let mut other = tl.clone();
         other.title = "measured".into();
         let g = Gantt::new("test-gantt", "A pipeline", "test", vec![other, tl.clone()]);
