@@ -75,11 +75,23 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 
 /// Set to 1 on a GPU machine: a GPU test that finds no GPU fails instead of
 /// skipping, so a run that should have used the GPU cannot pass by skipping.
+/// Set to 2 on a machine with two GPUs: the tests of several GPUs then also
+/// fail where they find only one, instead of running both sides on GPU 0.
 pub const REQUIRE_GPU_ENV: &str = "OVERLAP_LAB_REQUIRE_GPU";
 
 /// Whether [`REQUIRE_GPU_ENV`] asks for a GPU.
 pub fn gpu_required() -> bool {
-    std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+    gpus_required() > 0
+}
+
+/// How many GPUs [`REQUIRE_GPU_ENV`] asks for: 0 where unset or "0", the
+/// number it names, and 1 for any other non-empty value.
+pub fn gpus_required() -> usize {
+    match std::env::var(REQUIRE_GPU_ENV) {
+        Ok(v) if v.is_empty() => 0,
+        Ok(v) => v.trim().parse().unwrap_or(1),
+        Err(_) => 0,
+    }
 }
 
 /// For GPU tests: the opened device, or None after saying why the test
