@@ -1,7 +1,8 @@
 //! Lab 7 exploration: every tile kernel over a grid of shapes and blocks
 //! per SM, against the device-to-device copy ceiling, each verified.
 //! `cargo run --release --example tile_sweep -- [MiB] [repeats]`
-use overlap_lab::gpu::{Gpu, TileKernel, TileKind, TileShape};
+use overlap_lab::gpu::Gpu;
+use overlap_lab::labs::kernel_pipeline::kernel::{TileKernel, TileKind, TileShape};
 use overlap_lab::labs::kernel_pipeline::measure::{gbps, TileData};
 use overlap_lab::measure::stats::Summary;
 

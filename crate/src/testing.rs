@@ -500,7 +500,8 @@ pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
     use crate::pipeline::plan::Plan;
     let cfg = MultiGpuConfig { no_reference: !two, ..MultiGpuConfig::quick() };
     let gpu = |ordinal: usize| GpuSummary { ordinal, name: "Test GPU".into(), pci_bus_id: format!("0000:{:02X}:00.0", 0x18 + ordinal) };
-    let path = |from, to| PeerPath { from, to, can_access: true, performance_rank: 0, native_atomics: true, link: LinkKind::NvLink { links: 18 } };
+    let path =
+        |from, to| PeerPath { from, to, can_access: true, performance_rank: 0, native_atomics: true, link: LinkKind::NvLink { links: 18, switched: false } };
     let topology =
         if two { Topology { gpus: vec![gpu(0), gpu(1)], paths: vec![path(0, 1), path(1, 0)] } } else { Topology { gpus: vec![gpu(0)], paths: vec![] } };
     let peer = cfg

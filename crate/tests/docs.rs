@@ -74,7 +74,8 @@ fn readme_lab_table_is_the_lab_table() {
         .take_while(|l| l.starts_with('|'))
         .map(|l| l.trim_matches('|').split(" | ").map(|c| c.trim().to_string()).collect())
         .collect();
-    let done: Vec<&Vec<String>> = rows.iter().filter(|r| r.get(3).is_some_and(|s| s == "done")).collect();
+    // "done", or "done" and what is still short of its target.
+    let done: Vec<&Vec<String>> = rows.iter().filter(|r| r.get(3).is_some_and(|s| s == "done" || s.starts_with("done "))).collect();
     assert_eq!(done.len(), overlap_lab::labs::ALL.len(), "README's done labs: {rows:?}");
     for (row, lab) in done.iter().zip(overlap_lab::labs::ALL.iter()) {
         assert_eq!(row[0], lab.number().to_string(), "{row:?}");

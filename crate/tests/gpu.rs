@@ -788,8 +788,7 @@ mod memory {
 }
 
 mod kernel_pipeline {
-    use overlap_lab::gpu::kernel::WarpPhase;
-    use overlap_lab::gpu::{TileKernel, TileKind, TileShape};
+    use overlap_lab::labs::kernel_pipeline::kernel::{TileKernel, TileKind, TileShape, WarpPhase};
     use overlap_lab::labs::kernel_pipeline::measure::TileData;
     use overlap_lab::testing::gpu_or_skip;
     use overlap_lab::LabError;
@@ -1138,11 +1137,16 @@ mod several_gpus {
         let Some(_gpu) = gpu_or_skip("the_live_checker_passes_events_and_names_host_waits") else {
             return;
         };
+        use overlap_lab::labs::multi_gpu::{measure::pipeline_rig, MultiGpuConfig};
         let gpus = all_gpus();
         let second = usize::from(gpus.len() > 1);
         let gpus = &gpus[..gpus.len().min(2)];
-        let n = 1 << 22;
-        let mut rig = PlanRig::over(gpus, n, 4, 4096).unwrap();
+        // Stages calibrated as the lab's are (a few ms each): stages of a
+        // few µs would be judged on the launch and event latencies between
+        // the GPUs, which no loop can hide.
+        let cfg = MultiGpuConfig { pipeline_mib: 16, stage_ms: 4.0, ..MultiGpuConfig::quick() };
+        let n = cfg.pipeline_mib << 18;
+        let (mut rig, _) = pipeline_rig(gpus, &cfg).unwrap();
         let good = check_on_gpu(&mut rig, 8, n, second, Arc::new(events_only));
         println!("{good}");
         assert!(good.passed, "{good}");

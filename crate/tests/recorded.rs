@@ -336,7 +336,7 @@ fn lab5_recordings_show_each_effect_beside_the_model() {
 /// jobs are told apart.
 #[test]
 fn lab7_recordings_reach_the_ceiling_and_show_each_warp_and_the_round() {
-    use overlap_lab::gpu::kernel::WarpPhase;
+    use overlap_lab::labs::kernel_pipeline::kernel::WarpPhase;
     use overlap_lab::labs::kernel_pipeline::{tile_period_us, tile_range, KernelPipelineResults, Role, LAB};
     let recs: Vec<(std::path::PathBuf, Record<KernelPipelineResults>)> = find_recordings(&default_data_dir(), LAB).expect("lab 7 recordings");
     assert!(recs.len() >= 2, "H100 and H200");

@@ -58,7 +58,7 @@ pub enum CopyOp<'a> {
 }
 
 impl CopyOp<'_> {
-    pub(super) fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         let (bytes, host, dev) = match self {
             CopyOp::HostToDevice { src, dst, bytes } => (*bytes, src.bytes(), dst.bytes()),
             CopyOp::DeviceToHost { src, dst, bytes } => (*bytes, dst.bytes(), src.bytes()),
@@ -74,7 +74,7 @@ impl CopyOp<'_> {
     /// # Safety
     /// The caller waits for `stream` to run the copy before the borrows
     /// of its buffers end (as `CopyTimer::run` and `Stream::upload` do).
-    pub(super) unsafe fn enqueue(&mut self, stream: &Stream) -> Result<()> {
+    pub(crate) unsafe fn enqueue(&mut self, stream: &Stream) -> Result<()> {
         let raw = match self {
             CopyOp::HostToDevice { src, dst, bytes } => RawCopy { up: true, host: src.words().as_ptr() as *mut c_void, device: dst.ptr(), bytes: *bytes },
             CopyOp::DeviceToHost { src, dst, bytes } => {

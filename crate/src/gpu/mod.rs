@@ -11,8 +11,10 @@
 //! runs the vocabulary's plans on fresh, verified data ([`PlanRig`]);
 //! the stream-ordered memory pool ([`pool`]).
 //! Also the machine's GPUs and the links between them ([`topology`]),
-//! NCCL loaded at run time ([`nccl`]), the NVRTC kernels ([`kernels`]) and
-//! NVTX ranges ([`trace`]).
+//! NCCL loaded at run time ([`nccl`]), the NVRTC kernels' sources
+//! ([`kernels`]), a loaded kernel and its launch ([`Module`], on which each
+//! lab builds its own kernels' wrappers in its folder) with the pipelines'
+//! compute kernel ([`ComputeKernel`]), and NVTX ranges ([`trace`]).
 //!
 //! May use: `error`, `pipeline` (the vocabulary it executes), `measure`
 //! (data patterns that prove a copy happened), `units`.
@@ -40,9 +42,7 @@ pub use host::{
     alloc_host, HostBuffer, HostMemoryKind, MappedBuffer, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer,
 };
 pub use host_fn::HostTask;
-pub use kernel::{
-    ComputeKernel, KernelResources, Module, ReadFrom, RereadKernel, RowDotArgs, RowDotKernel, TileKernel, TileKind, TileShape, WarpSpan, WarpTrace,
-};
+pub use kernel::{Blocks, ComputeKernel, KernelArg, Module};
 pub use plan::{CapturedPlan, MachineFacts, PlanRig, Replay};
 pub use pool::{MemPool, PoolBuffer, PoolUsage, ThresholdGuard};
 pub use runner::{Dataset, GpuIssuer, Run, Runner, TimelineSource};

@@ -21,8 +21,15 @@ pub struct GpuSummary {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LinkKind {
-    /// `links` NVLink links join the two (NV18 in `nvidia-smi topo -m`).
-    NvLink { links: u32 },
+    /// `links` NVLink links join the two (NV18 in `nvidia-smi topo -m`):
+    /// straight from one GPU to the other, or, with `switched`, from each
+    /// GPU to the NVSwitches that join every GPU of the board (an HGX
+    /// board's GPUs reach each other that way).
+    NvLink {
+        links: u32,
+        #[serde(default)]
+        switched: bool,
+    },
     /// Through PCIe (and the host bridges between).
     Pcie,
     /// NVML could not tell (`why`).
@@ -32,7 +39,8 @@ pub enum LinkKind {
 impl std::fmt::Display for LinkKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LinkKind::NvLink { links } => write!(f, "NVLink x{links}"),
+            LinkKind::NvLink { links, switched: false } => write!(f, "NVLink x{links}"),
+            LinkKind::NvLink { links, switched: true } => write!(f, "NVLink x{links} via NVSwitch"),
             LinkKind::Pcie => write!(f, "PCIe"),
             LinkKind::Unknown { why } => write!(f, "unknown ({why})"),
         }
@@ -86,7 +94,7 @@ impl Topology {
                     can_access: driver::can_access_peer(a, b)?,
                     performance_rank: driver::p2p_attribute(a, b, P2pAttr::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK)?,
                     native_atomics: driver::p2p_attribute(a, b, P2pAttr::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED)? != 0,
-                    link: links.between(&gpus[i].pci_bus_id, &gpus[j].pci_bus_id),
+                    link: links.between(&gpus[i].pci_bus_id, &gpus[j].pci_bus_id, &gpus),
                 });
             }
         }
@@ -147,8 +155,9 @@ mod links {
             Reader(Nvml::init().map_err(|e| format!("NVML: {e}")))
         }
 
-        /// The link from the GPU at PCI bus id `a` to the one at `b`.
-        pub fn between(&self, a: &str, b: &str) -> LinkKind {
+        /// The link from the GPU at PCI bus id `a` to the one at `b`, among
+        /// this machine's `gpus`.
+        pub fn between(&self, a: &str, b: &str, gpus: &[super::GpuSummary]) -> LinkKind {
             let nvml = match &self.0 {
                 Ok(n) => n,
                 Err(why) => return LinkKind::Unknown { why: why.clone() },
@@ -158,19 +167,44 @@ mod links {
                 Ok(d) => d,
                 Err(e) => return unknown(e),
             };
-            // Count the active links whose far end is `b`.
-            let mut links = 0;
+            // Sort the active links by their far end: `b`, another GPU, or
+            // neither (an NVSwitch: its PCI id is no GPU's, or NVML does
+            // not give one).
+            let (mut direct, mut to_switch) = (0, 0);
             for l in 0..NVLINK_MAX_LINKS {
                 let link = dev.link_wrapper_for(l);
-                if link.is_active().unwrap_or(false) && link.remote_pci_info().is_ok_and(|p| same_bus(&p.bus_id, b)) {
-                    links += 1;
+                if !link.is_active().unwrap_or(false) {
+                    continue;
+                }
+                match link.remote_pci_info() {
+                    Ok(p) if same_bus(&p.bus_id, b) => direct += 1,
+                    Ok(p) if gpus.iter().any(|g| same_bus(&p.bus_id, &g.pci_bus_id)) => {}
+                    _ => to_switch += 1,
                 }
             }
-            if links > 0 {
-                LinkKind::NvLink { links }
-            } else {
-                LinkKind::Pcie
-            }
+            // Whether the driver says the pair talks over NVLink (through
+            // the switches, for a board that has them).
+            let nvlink_pair = to_switch > 0
+                && nvml.device_by_pci_bus_id(b).is_ok_and(|other| {
+                    dev.p2p_status(&other, nvml_wrapper::enum_wrappers::device::P2pCapabilitiesIndex::NvLink)
+                        .is_ok_and(|s| s == nvml_wrapper::enum_wrappers::device::P2pStatus::Ok)
+                });
+            classify(direct, to_switch, nvlink_pair)
+        }
+    }
+
+    /// The link, from what NVML says of the first GPU's active links:
+    /// `direct` of them end at the other GPU, `to_switch` at an NVSwitch,
+    /// and `nvlink_pair` says whether the driver calls the pair
+    /// NVLink-capable. Links to a switch count only for a pair the switches
+    /// join (a GPU may hang off switches its peer does not).
+    pub fn classify(direct: u32, to_switch: u32, nvlink_pair: bool) -> LinkKind {
+        if direct > 0 {
+            LinkKind::NvLink { links: direct, switched: false }
+        } else if to_switch > 0 && nvlink_pair {
+            LinkKind::NvLink { links: to_switch, switched: true }
+        } else {
+            LinkKind::Pcie
         }
     }
 
@@ -194,7 +228,14 @@ mod tests {
 
     fn two() -> Topology {
         let gpu = |ordinal: usize| GpuSummary { ordinal, name: "NVIDIA H200".into(), pci_bus_id: format!("0000:{:02X}:00.0", 0x18 + ordinal) };
-        let path = |from, to| PeerPath { from, to, can_access: true, performance_rank: 0, native_atomics: true, link: LinkKind::NvLink { links: 18 } };
+        let path = |from, to| PeerPath {
+            from,
+            to,
+            can_access: true,
+            performance_rank: 0,
+            native_atomics: true,
+            link: LinkKind::NvLink { links: 18, switched: false },
+        };
         Topology { gpus: vec![gpu(0), gpu(1)], paths: vec![path(0, 1), path(1, 0)] }
     }
 
@@ -211,6 +252,20 @@ mod tests {
         let back: Topology = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
         assert_eq!(back, t);
         assert_eq!(LinkKind::Unknown { why: "NVML: not found".into() }.to_string(), "unknown (NVML: not found)");
+    }
+
+    #[test]
+    fn links_to_nvswitches_join_a_pair_the_driver_calls_nvlink() {
+        // Two GPUs wired to each other (NVLink bridge) or to NVSwitches (an HGX board).
+        assert_eq!(links::classify(4, 0, false), LinkKind::NvLink { links: 4, switched: false });
+        assert_eq!(links::classify(0, 18, true), LinkKind::NvLink { links: 18, switched: true });
+        assert_eq!(LinkKind::NvLink { links: 18, switched: true }.to_string(), "NVLink x18 via NVSwitch");
+        // Switches the peer is not on, or no NVLink at all: PCIe.
+        assert_eq!(links::classify(0, 18, false), LinkKind::Pcie);
+        assert_eq!(links::classify(0, 0, true), LinkKind::Pcie);
+        // Recordings made before `switched` read as a direct link.
+        let old: LinkKind = serde_json::from_str(r#"{"nv-link":{"links":18}}"#).unwrap();
+        assert_eq!(old, LinkKind::NvLink { links: 18, switched: false });
     }
 
     #[test]

@@ -184,6 +184,13 @@ impl PlanRig {
         })
     }
 
+    /// This rig with its compute kernel's blocks laid out as `blocks` says
+    /// (one resident wave unless asked: see [`super::Blocks`]).
+    pub fn with_kernel_blocks(mut self, blocks: super::Blocks) -> PlanRig {
+        self.kernel.blocks = blocks;
+        self
+    }
+
     /// This rig with NCCL's communicators over all its GPUs, so its plans
     /// may all-reduce. NCCL is loaded wherever it is (`gpu::nccl`); a
     /// first all-reduce runs here, so that the connections NCCL makes at

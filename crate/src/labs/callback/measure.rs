@@ -1,6 +1,7 @@
 //! Runs lab 4 on a GPU: the rig (keys, queries, slots, streams), the issuer
 //! the variants speak to, standalone GPU and CPU costs, and the sweep.
 
+use super::kernel::{RowDotArgs, RowDotKernel};
 use super::order::{Reader, SlotOrder};
 use super::slots::{Lease, SlotBook};
 use super::work::{self, ArgminJob, CallbackTask, RunState, ScoresView, WaitForScores, Worker};
@@ -8,7 +9,7 @@ use super::{CallbackConfig, CallbackIssue, CallbackResults, CostPoint, Iteration
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::row_dot_argmin_reference;
 use crate::gpu::trace;
-use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, RowDotArgs, RowDotKernel, Run, Runner, Stream, TimelineSource};
+use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Run, Runner, Stream, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::pipeline::issue::{EventRef, StreamRef};

@@ -20,6 +20,7 @@
 
 pub mod charts;
 pub mod exercise;
+pub mod kernel;
 pub mod measure;
 pub mod model;
 pub mod order;

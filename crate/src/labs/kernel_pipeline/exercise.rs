@@ -7,11 +7,12 @@
 //! which of these failed. With no GPU it judges what it can: the compile
 //! and the copies.
 
+use super::kernel::{TileKernel, TileKind, TileShape};
 use super::measure::TileData;
 use super::KernelPipelineConfig;
 use crate::error::Result;
 use crate::gpu::kernels;
-use crate::gpu::{Gpu, TileKernel, TileKind, TileShape};
+use crate::gpu::Gpu;
 use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
 

@@ -2,10 +2,11 @@
 //! events, verified against the CPU reference, beside the device-memory
 //! ceiling (a large device-to-device copy) measured in the same run.
 
+use super::kernel::TileKernel;
 use super::{KernelPipelineConfig, KernelPipelineResults, VariantResult, LAB};
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::{blur_reference, BLUR_RADIUS};
-use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Stream, TileKernel, TimelineSource};
+use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Stream, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::pipeline::op::{Access, Link, OpKind};

@@ -10,16 +10,15 @@
 //! May use what every lab may (see `labs`).
 
 pub mod exercise;
+pub mod kernel;
 pub mod measure;
 
 use crate::error::{LabError, Result};
-use crate::gpu::kernel::WarpPhase;
-use crate::gpu::WarpTrace;
-use crate::gpu::{KernelResources, TileKind, TileShape};
 use crate::measure::stats::Summary;
 use crate::pipeline::op::OpKind;
 use crate::pipeline::timeline::{Span, Timeline};
 use crate::present::gantt::Gantt;
+use kernel::{KernelResources, TileKind, TileShape, WarpPhase, WarpTrace};
 use serde::{Deserialize, Serialize};
 
 pub const LAB: &str = "kernel-pipeline";
@@ -600,8 +599,8 @@ pub static ENTRY: crate::lab_kit::Entry<KernelPipelineConfig, KernelPipelineResu
 
 #[cfg(test)]
 mod tests {
+    use super::kernel::KernelResources;
     use super::*;
-    use crate::gpu::KernelResources;
 
     #[test]
     fn presets_are_valid_and_bad_settings_name_the_setting() {
@@ -675,7 +674,7 @@ mod tests {
             let mut v = Vec::new();
             for tile in 0..2 {
                 for &(phase, us) in phases {
-                    v.push(crate::gpu::WarpSpan { warp, phase, tile, start_us: at, end_us: at + us });
+                    v.push(kernel::WarpSpan { warp, phase, tile, start_us: at, end_us: at + us });
                     at += us;
                 }
             }

@@ -16,6 +16,7 @@
 
 pub mod exercise;
 pub mod experiments;
+pub mod kernel;
 pub mod measure;
 pub mod pool;
 pub mod probes;

@@ -15,11 +15,12 @@
 //! in 4.93):
 //! zero-copy p·max(link, kernel/p), copy-then-compute upload + kernel.
 
+use super::kernel::{ReadFrom, RereadKernel};
 use super::MemoryConfig;
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::reread_reference;
 use crate::gpu::{CopyOp, CopyTimer, DeviceBuffer, HostBuffer};
-use crate::gpu::{Gpu, MappedBuffer, PinnedBuffer, ReadFrom, RereadKernel};
+use crate::gpu::{Gpu, MappedBuffer, PinnedBuffer};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::present::progress::Progress;

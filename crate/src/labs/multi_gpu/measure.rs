@@ -88,14 +88,17 @@ pub struct FourWay {
 }
 
 impl FourWay {
-    /// The longest alone (medians): the four at once cannot beat it.
+    /// The longest alone, each at its fastest run: the four at once cannot
+    /// beat it. (A median would be beaten by a lucky run of the four: the
+    /// host link's speed varies from run to run.)
     pub fn bound_ms(&self) -> f64 {
-        self.alone_ms.iter().map(|s| s.median).fold(0.0, f64::max)
+        self.alone_ms.iter().map(|s| s.min).fold(0.0, f64::max)
     }
     /// The bound with the host link's two directions as measured together:
-    /// the longest of (H2D and D2H at once, the copy, the kernel).
+    /// the longest of (H2D and D2H at once, the copy, the kernel), each at
+    /// its fastest run.
     pub fn link_bound_ms(&self) -> f64 {
-        self.alone_ms.get(2..).unwrap_or_default().iter().map(|s| s.median).fold(self.host_link_ms.median, f64::max)
+        self.alone_ms.get(2..).unwrap_or_default().iter().map(|s| s.min).fold(self.host_link_ms.min, f64::max)
     }
     /// The alone medians summed: no overlap at all.
     pub fn serial_ms(&self) -> f64 {
@@ -365,7 +368,11 @@ fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mu
     let ranks = gpus.len();
     let per_gpu = cfg.grad_mib << 18;
     let nccl_version = crate::gpu::nccl::Nccl::load()?.version()?;
-    let mut rig = PlanRig::over(gpus, per_gpu * ranks, 2 * ranks, 1)?.with_nccl()?;
+    // The layers' kernels in many short blocks, as a network's are: NCCL's
+    // kernel, on a stream of higher priority, takes the next SMs that free
+    // up and runs beside them (one resident wave would hold every SM until
+    // it ends, and each sum would wait for a whole layer).
+    let mut rig = PlanRig::over(gpus, per_gpu * ranks, 2 * ranks, 1)?.with_kernel_blocks(crate::gpu::Blocks::Waves).with_nccl()?;
     let (_, greatest) = gpus[0].stream_priority_range()?;
     let shape = |mib: usize| all_reduce::Shape { per_gpu, bucket: mib << 18, ranks, comm_priority: greatest };
     let biggest = shape(cfg.buckets_mib.iter().copied().max().unwrap_or(1));

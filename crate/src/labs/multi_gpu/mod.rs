@@ -398,7 +398,7 @@ impl MultiGpuResults {
         let alone: Vec<String> = names.iter().zip(&f.alone_ms).map(|(n, s)| format!("{n} {}", fmt_ms(s.median))).collect();
         let (bound, link_bound, serial, m) = (f.bound_ms(), f.link_bound_ms(), f.serial_ms(), f.together_ms.median);
         format!(
-            "\nfour-way overlap on GPU {first}, {} each (a round by difference):\n  alone: {}; H2D and D2H together {}\n  all four at once {} (25%..75% {}..{}); serial sum {}; bound (the longest alone) {}; with the host link's two directions as measured together {}\n  at once took {} of the bound with the link measured, and saved {} of what overlap could save (serial - bound)\n",
+            "\nfour-way overlap on GPU {first}, {} each (a round by difference):\n  alone: {}; H2D and D2H together {}\n  all four at once {} (25%..75% {}..{}); serial sum {}; bound (the longest alone, each at its fastest run) {}; with the host link's two directions as measured together {}\n  at once took {} of the bound with the link measured, and saved {} of what overlap could save (serial - bound)\n",
             Bytes(f.bytes),
             alone.join(", "),
             fmt_ms(f.host_link_ms.median),

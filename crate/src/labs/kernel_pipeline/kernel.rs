@@ -1,0 +1,418 @@
+//! Lab 7's tile kernels (`kernels/tile_*.cu`) as the lab loads and runs
+//! them: which kernel ([`TileKind`]), its compile-time shape
+//! ([`TileShape`]), what the driver says of it ([`KernelResources`]), a
+//! launch over tiles, and block 0's warp trace ([`WarpTrace`]) from a
+//! build with `-DTILE_TRACE`. Built on `gpu::Module`'s launch; nothing
+//! else of the crate runs these kernels.
+
+use crate::error::{LabError, Result};
+use crate::gpu::kernels::{self, KernelSource};
+use crate::gpu::{DeviceBuffer, DeviceSpan, Event, Gpu, KernelArg, Module, Stream};
+use serde::{Deserialize, Serialize};
+
+/// Lab 7's tile kernels (kernels/tile_*.cu): which one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum TileKind {
+    /// Through registers, sync, compute (kernels/tile_naive.cu).
+    Naive,
+    /// cuda::memcpy_async through a cuda::pipeline of STAGES slots (kernels/tile_async.cu).
+    Async,
+    /// Loader, compute and storer warps joined by two pipelines (kernels/tile_warp_specialized.cu).
+    WarpSpecialized,
+    /// Bulk copies by the tensor memory accelerator (kernels/tile_tma.cu), sm_90 and up.
+    Tma,
+}
+
+impl TileKind {
+    pub const ALL: [TileKind; 4] = [TileKind::Naive, TileKind::Async, TileKind::WarpSpecialized, TileKind::Tma];
+
+    pub fn source(self) -> &'static KernelSource {
+        match self {
+            TileKind::Naive => &kernels::TILE_NAIVE,
+            TileKind::Async => &kernels::TILE_ASYNC,
+            TileKind::WarpSpecialized => &kernels::TILE_WARP_SPECIALIZED,
+            TileKind::Tma => &kernels::TILE_TMA,
+        }
+    }
+
+    /// The job of warp `warp` of a block of `threads` threads: only the
+    /// warp-specialized kernel gives warps different jobs.
+    pub fn warp_role(self, warp: u32, threads: u32) -> Option<&'static str> {
+        match self {
+            TileKind::WarpSpecialized if warp == 0 => Some("loader"),
+            TileKind::WarpSpecialized if warp + 1 == threads / 32 => Some("storer"),
+            TileKind::WarpSpecialized => Some("compute"),
+            _ => None,
+        }
+    }
+
+    /// Dynamic shared memory a block needs, bytes: its input slots (a
+    /// tile and its halo each) and, for the warp-specialized kernel, its
+    /// output slots.
+    pub fn smem_bytes(self, shape: TileShape) -> usize {
+        let span = shape.tile as usize + 2 * kernels::BLUR_RADIUS;
+        let stages = shape.stages as usize;
+        4 * match self {
+            TileKind::Naive => span,
+            TileKind::Async | TileKind::Tma => stages * span,
+            TileKind::WarpSpecialized => stages * (span + shape.tile as usize),
+        }
+    }
+}
+
+/// A tile kernel's compile-time settings (-DTILE, -DTHREADS, -DSTAGES).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct TileShape {
+    /// Outputs per tile (a multiple of 4).
+    pub tile: u32,
+    /// Threads per block (a multiple of 32; the warp-specialized kernel
+    /// gives one warp to loading and one to storing).
+    pub threads: u32,
+    /// Tiles in flight per block (the naive kernel has one).
+    pub stages: u32,
+}
+
+impl TileShape {
+    /// The `-D` settings a kernel is compiled with for this shape.
+    pub fn defines(self) -> [(&'static str, i64); 3] {
+        [("TILE", self.tile as i64), ("THREADS", self.threads as i64), ("STAGES", self.stages as i64)]
+    }
+}
+
+/// What the driver says of a loaded tile kernel and how it is launched.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelResources {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Shared memory per block, bytes: static (barriers, pipeline state) and dynamic (slots).
+    pub static_smem: u32,
+    pub dynamic_smem: u32,
+    /// Local memory per thread, bytes (spilled registers; 0 is good).
+    pub local_bytes: u32,
+    /// Blocks that fit on one SM at once (the occupancy calculator), and
+    /// the share of the SM's threads they bring.
+    pub max_blocks_per_sm: u32,
+    pub occupancy: f64,
+    /// The launch: blocks per SM used, and the grid (SMs x that).
+    pub blocks_per_sm: u32,
+    pub grid: u32,
+}
+
+/// What a warp of a tile kernel is doing (lab 7's warp timeline): the codes
+/// are kernels/tile_blur.cuh's PHASE_* values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarpPhase {
+    /// Moving a tile in: loads through registers, or issuing its asynchronous copies.
+    Copy,
+    /// Waiting: for a tile's copies to land, at a block barrier, for a free slot.
+    Wait,
+    /// Blurring a tile (and storing it, but in the warp-specialized kernel).
+    Compute,
+    /// The storer warp writing results to device memory.
+    Store,
+}
+
+impl WarpPhase {
+    pub const ALL: [WarpPhase; 4] = [WarpPhase::Copy, WarpPhase::Wait, WarpPhase::Compute, WarpPhase::Store];
+    /// The phase a kernel stamped (PHASE_COPY = 0 .. PHASE_STORE = 3).
+    pub fn from_code(code: u32) -> Option<WarpPhase> {
+        WarpPhase::ALL.get(code as usize).copied()
+    }
+    /// Its class on a timeline's span (the name it is recorded by).
+    pub fn class(self) -> &'static str {
+        match self {
+            WarpPhase::Copy => "copy",
+            WarpPhase::Wait => "wait",
+            WarpPhase::Compute => "compute",
+            WarpPhase::Store => "store",
+        }
+    }
+    /// The phase a span's class names.
+    pub fn of_class(class: &str) -> Option<WarpPhase> {
+        WarpPhase::ALL.into_iter().find(|p| p.class() == class)
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            WarpPhase::Copy => "copy in",
+            WarpPhase::Wait => "wait",
+            WarpPhase::Compute => "compute",
+            WarpPhase::Store => "store",
+        }
+    }
+}
+
+/// One of lab 7's tile kernels, compiled for a shape and loaded.
+pub struct TileKernel {
+    module: Module,
+    kind: TileKind,
+    shape: TileShape,
+    resources: KernelResources,
+    /// Built with -DTILE_TRACE: block 0's warps stamp their phases.
+    traced: bool,
+}
+
+/// One phase of one warp of block 0 in a traced run, µs from block 0's
+/// thread 0's start (a warp may stamp a little before it: no barrier
+/// precedes the first tiles).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WarpSpan {
+    pub warp: u32,
+    pub phase: WarpPhase,
+    /// The block's own tile the phase worked on (0: its first): for a copy,
+    /// the tile copied, issued while the block works on an earlier one.
+    pub tile: u32,
+    pub start_us: f64,
+    pub end_us: f64,
+}
+
+/// What a traced run of a tile kernel recorded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WarpTrace {
+    pub spans: Vec<WarpSpan>,
+    /// The SM's cycle counter against the global timer, over block 0's
+    /// thread 0's run (in the warp-specialized kernel, the loader's).
+    pub ns_per_cycle: f64,
+}
+
+impl WarpTrace {
+    /// Decodes the kernel's buffers (kernels/tile_blur.cuh): `clock` is
+    /// block 0's thread 0's (ns, cycles) at its start and end; `words` holds
+    /// 3 per slot, a stamped one being (1 << 63 | warp << 32 | phase << 16
+    /// | tile, the low 32 bits of the start and end cycles) and an unused
+    /// one zeros. A kernel lasts far less than the 2 s the low 32 bits
+    /// take to wrap, so each stamp is its distance from the start cycle.
+    pub fn decode(clock: &[u64], words: &[u64]) -> Result<WarpTrace> {
+        let [t0, c0, t1, c1] = <[u64; 4]>::try_from(clock).map_err(|_| LabError::Kernel(format!("the warp trace's clock has {} words, not 4", clock.len())))?;
+        if t1 <= t0 || c1 <= c0 {
+            return Err(LabError::Kernel(format!(
+                "the warp trace's clocks did not advance over block 0's run (ns {t0} -> {t1}, cycles {c0} -> {c1}): was the kernel built with TILE_TRACE?"
+            )));
+        }
+        let ns_per_cycle = (t1 - t0) as f64 / (c1 - c0) as f64;
+        // SM clocks run from about 0.2 to 5 GHz: anything else is a bad pairing.
+        if !(0.2..=5.0).contains(&ns_per_cycle) {
+            return Err(LabError::Kernel(format!("the warp trace's clocks give {ns_per_cycle:.3} ns a cycle (ns {t0} -> {t1}, cycles {c0} -> {c1})")));
+        }
+        let mut spans = Vec::new();
+        for w in words.chunks_exact(3).filter(|w| w[0] >> 63 == 1) {
+            let code = ((w[0] >> 16) & 0xffff) as u32;
+            let phase = WarpPhase::from_code(code).ok_or_else(|| LabError::Kernel(format!("the warp trace holds an unknown phase {code}")))?;
+            let at = |low: u64| (low as u32).wrapping_sub(c0 as u32) as i32 as f64 * ns_per_cycle / 1e3;
+            spans.push(WarpSpan { warp: ((w[0] >> 32) & 0x7fff_ffff) as u32, phase, tile: (w[0] & 0xffff) as u32, start_us: at(w[1]), end_us: at(w[2]) });
+        }
+        spans.sort_by(|a, b| (a.warp, a.start_us).partial_cmp(&(b.warp, b.start_us)).unwrap_or(std::cmp::Ordering::Equal));
+        Ok(WarpTrace { spans, ns_per_cycle })
+    }
+}
+
+impl TileKernel {
+    /// Compiles kernels/ source of `kind` for `shape` and loads it, with
+    /// `blocks_per_sm` blocks per SM (at most what fits).
+    pub fn load(gpu: &Gpu, kind: TileKind, shape: TileShape, blocks_per_sm: u32) -> Result<TileKernel> {
+        let k = kind.source();
+        TileKernel::load_source(gpu, kind, k.file, k.source, shape, blocks_per_sm)
+    }
+
+    /// As [`TileKernel::load`], from CUDA C text named `file` (a learner's
+    /// edit of a kernel): compile errors come back as NVRTC's log.
+    pub fn load_source(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, blocks_per_sm: u32) -> Result<TileKernel> {
+        let ptx = TileKernel::compile(gpu, kind, file, source, shape)?;
+        TileKernel::from_ptx(gpu, kind, &ptx, shape, blocks_per_sm)
+    }
+
+    /// kernels/ source of `kind` built with -DTILE_TRACE, one block per SM:
+    /// for [`TileKernel::warp_trace`] only (the stamps cost time, so timed
+    /// runs never use it).
+    pub fn load_traced(gpu: &Gpu, kind: TileKind, shape: TileShape) -> Result<TileKernel> {
+        let k = kind.source();
+        let ptx = TileKernel::compile_with(gpu, kind, k.file, k.source, shape, true)?;
+        let mut kernel = TileKernel::from_ptx(gpu, kind, &ptx, shape, 1)?;
+        kernel.traced = true;
+        Ok(kernel)
+    }
+
+    /// Compiles CUDA C text for `kind` at `shape` for this GPU, after the
+    /// checks that need no compile: the architecture (the kernel's feature
+    /// may be newer than the GPU), the shape, and its shared memory against
+    /// what this GPU allows a block. Returns the PTX.
+    pub fn compile(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape) -> Result<String> {
+        TileKernel::compile_with(gpu, kind, file, source, shape, false)
+    }
+
+    fn compile_with(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, traced: bool) -> Result<String> {
+        let k = kind.source();
+        let arch = kernels::arch_for(&gpu.fingerprint()?.compute_capability)?;
+        kernels::require_arch(k, arch)?;
+        let min_threads = if kind == TileKind::WarpSpecialized { 96 } else { 32 };
+        if shape.tile == 0
+            || shape.tile % 4 != 0
+            || shape.threads < min_threads
+            || shape.threads % 32 != 0
+            || shape.threads > 1024
+            || shape.stages == 0
+            || shape.stages > 8
+        {
+            return Err(LabError::config(format!(
+                "{}: tile {} (a multiple of 4), {} threads (a multiple of 32 from {min_threads} to 1024), {} stages (1 to 8)",
+                k.file, shape.tile, shape.threads, shape.stages
+            )));
+        }
+        let (smem, most) = (kind.smem_bytes(shape) as u32, gpu.max_smem_per_block()?);
+        if smem > most {
+            return Err(LabError::config(format!(
+                "{}: tile {} with {} stages needs {} of shared memory per block; this GPU allows {}: take a smaller tile or fewer stages",
+                k.file,
+                shape.tile,
+                shape.stages,
+                crate::units::Bytes(smem as u64),
+                crate::units::Bytes(most as u64)
+            )));
+        }
+        let mut defines = shape.defines().to_vec();
+        if traced {
+            defines.extend([(kernels::TILE_TRACE, 1), ("TRACE_FIRST", kernels::TRACE_FIRST as i64), ("TRACE_TILES", kernels::TRACE_TILES as i64)]);
+        }
+        kernels::compile_source(file, source, arch, &defines)
+    }
+
+    /// Loads PTX that [`TileKernel::compile`] made for this GPU, `kind` and
+    /// `shape`, with `blocks_per_sm` blocks per SM (at most what fits).
+    pub fn from_ptx(gpu: &Gpu, kind: TileKind, ptx: &str, shape: TileShape, blocks_per_sm: u32) -> Result<TileKernel> {
+        let k = kind.source();
+        let module = Module::from_ptx(gpu, ptx, k.entry)?;
+        let smem = kind.smem_bytes(shape) as u32;
+        let (res, fits) = (module.resources()?, module.allow_dynamic_smem(smem, shape.threads)?);
+        if fits == 0 {
+            return Err(LabError::config(format!(
+                "{}: a block of {} threads with {} of shared memory does not fit on an SM of this GPU: take a smaller tile or fewer stages",
+                k.file,
+                shape.threads,
+                crate::units::Bytes((smem + res.static_smem as u32) as u64)
+            )));
+        }
+        let per_sm = blocks_per_sm.clamp(1, fits);
+        let max_threads = gpu.max_threads_per_sm()? as f64;
+        let resources = KernelResources {
+            registers: res.registers as u32,
+            static_smem: res.static_smem as u32,
+            dynamic_smem: smem,
+            local_bytes: res.local_bytes as u32,
+            max_blocks_per_sm: fits,
+            occupancy: (fits * shape.threads) as f64 / max_threads,
+            blocks_per_sm: per_sm,
+            grid: gpu.fingerprint()?.sm_count * per_sm,
+        };
+        Ok(TileKernel { module, kind, shape, resources, traced: false })
+    }
+
+    pub fn kind(&self) -> TileKind {
+        self.kind
+    }
+    pub fn shape(&self) -> TileShape {
+        self.shape
+    }
+    pub fn resources(&self) -> KernelResources {
+        self.resources
+    }
+
+    /// Runs the kernel once over `tiles` tiles: `output[i]` for i below
+    /// tiles x tile, from `padded` (the input with the blur's zero padding
+    /// at both ends); returns its time by CUDA events `timing`, ms, after
+    /// the stream has finished it.
+    pub fn run(&self, stream: &Stream, padded: &DeviceBuffer, output: &DeviceBuffer, tiles: u32, timing: (&Event, &Event)) -> Result<f64> {
+        timing.0.record(stream)?;
+        // SAFETY: both buffers are borrowed until the synchronize below.
+        let queued = unsafe { self.enqueue(stream, padded.span(), output.span(), tiles) }.and_then(|_| timing.1.record(stream));
+        // Whatever failed, nothing queued may outlive the borrows.
+        stream.synchronize()?;
+        queued?;
+        timing.0.elapsed_ms(timing.1)
+    }
+
+    /// Enqueues one run over `tiles` tiles (refused where they do not fit
+    /// the spans).
+    ///
+    /// # Safety
+    /// Both spans' memory stays allocated until the stream has run the
+    /// kernel (a [`crate::gpu::Runner`] holds its buffers' borrows until it synchronizes).
+    pub unsafe fn enqueue(&self, stream: &Stream, padded: DeviceSpan, output: DeviceSpan, tiles: u32) -> Result<()> {
+        let n = tiles as usize * self.shape.tile as usize;
+        if tiles == 0 || (n + 2 * kernels::BLUR_RADIUS) * 4 > padded.bytes() || n * 4 > output.bytes() {
+            return Err(LabError::config(format!(
+                "{} tiles of {} do not fit an input of {} bytes and an output of {} bytes",
+                tiles,
+                self.shape.tile,
+                padded.bytes(),
+                output.bytes()
+            )));
+        }
+        let args = [KernelArg::Span(padded), KernelArg::Span(output), KernelArg::U32(tiles)];
+        // SAFETY: the arguments match `(const float*, float*, unsigned int)`;
+        // the spans hold what `tiles` tiles read and write (checked above),
+        // and the caller keeps them alive until the stream has run the launch.
+        unsafe { self.module.launch(stream, self.resources.grid, self.shape.threads, self.resources.dynamic_smem, &args) }
+    }
+
+    /// Runs a kernel from [`TileKernel::load_traced`] once over `tiles`
+    /// tiles and reads back what block 0's warps stamped.
+    pub fn warp_trace(&self, stream: &Stream, padded: &DeviceBuffer, output: &DeviceBuffer, tiles: u32) -> Result<WarpTrace> {
+        if !self.traced {
+            return Err(LabError::config(format!("{}: a warp trace needs the kernel built with TileKernel::load_traced", self.kind.source().file)));
+        }
+        let (spans, clock) = (self.module.global(kernels::TRACE_SPANS)?, self.module.global(kernels::TRACE_CLOCK)?);
+        // The module (and so its variables) lives as long as `self`.
+        stream.fill_span_u32(spans, 0)?;
+        stream.fill_span_u32(clock, 0)?;
+        // Untimed: the stamps are the measurement.
+        // SAFETY: both buffers are borrowed until the synchronize below.
+        let queued = unsafe { self.enqueue(stream, padded.span(), output.span(), tiles) };
+        stream.synchronize()?;
+        queued?;
+        WarpTrace::decode(&stream.read_words(clock, 4)?, &stream.read_words(spans, spans.bytes() / 8)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warp_trace_decodes_warps_phases_tiles_and_time_from_cycles() {
+        // Block 0 ran 2000 ns over 1000 cycles: 2 ns a cycle. Its start
+        // cycle's low 32 bits wrap during the run: stamps carry only those.
+        let c0 = (7u64 << 32) + u32::MAX as u64 - 99;
+        let clock = [5_000, c0, 7_000, c0 + 1000];
+        let low = |after: i64| (c0 as i64 + after) as u64 & 0xffff_ffff;
+        let span = |warp: u64, phase: u64, tile: u64, a: u64, b: u64| [1 << 63 | warp << 32 | phase << 16 | tile, a, b];
+        // Three stamped slots, in any order, among unused (zero) ones.
+        // Warp 0 stamps 50 cycles before thread 0 read the start (no barrier comes first).
+        let words: Vec<u64> =
+            [span(1, 2, 3, low(500), low(600)), [0; 3], span(0, 0, 0, low(-50), low(250)), span(1, 1, 3, low(250), low(500)), [0; 3]].concat();
+        let t = WarpTrace::decode(&clock, &words).unwrap();
+        assert_eq!(t.ns_per_cycle, 2.0);
+        assert_eq!(
+            t.spans,
+            vec![
+                WarpSpan { warp: 0, phase: WarpPhase::Copy, tile: 0, start_us: -0.1, end_us: 0.5 },
+                WarpSpan { warp: 1, phase: WarpPhase::Wait, tile: 3, start_us: 0.5, end_us: 1.0 },
+                WarpSpan { warp: 1, phase: WarpPhase::Compute, tile: 3, start_us: 1.0, end_us: 1.2 },
+            ]
+        );
+        // A kernel built without TILE_TRACE leaves the clocks at zero; a bad phase is named.
+        let e = WarpTrace::decode(&[0; 4], &[]).unwrap_err().to_string();
+        assert!(e.contains("did not advance") && e.contains("TILE_TRACE"), "{e}");
+        let e = WarpTrace::decode(&clock, &span(0, 9, 0, low(1), low(2))).unwrap_err().to_string();
+        assert!(e.contains("unknown phase 9"), "{e}");
+        let e = WarpTrace::decode(&[0, 0, 100, 1_000_000], &[]).unwrap_err().to_string();
+        assert!(e.contains("0.000 ns a cycle"), "{e}");
+        assert!(WarpTrace::decode(&clock[..3], &[]).is_err());
+    }
+
+    #[test]
+    fn only_the_warp_specialized_kernel_gives_warps_jobs() {
+        let roles: Vec<_> = (0..4).map(|w| TileKind::WarpSpecialized.warp_role(w, 128)).collect();
+        assert_eq!(roles, [Some("loader"), Some("compute"), Some("compute"), Some("storer")]);
+        assert!(TileKind::ALL.iter().filter(|k| **k != TileKind::WarpSpecialized).all(|k| k.warp_role(0, 128).is_none()));
+    }
+}
