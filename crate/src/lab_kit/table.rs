@@ -58,6 +58,9 @@ pub trait Lab: Sync {
     }
     /// Its module's path in the crate.
     fn module(&self) -> &'static str;
+    /// Its own kernels of `kernels/` (compiled and checked by the tests
+    /// with the pipelines' compute kernel; none for a lab that only uses that).
+    fn kernels(&self) -> &'static [&'static crate::gpu::kernels::KernelSource];
     /// The subcommand `overlap-lab <name>`: the lab's settings as options.
     fn command(&self) -> clap::Command;
     /// Runs the lab on the GPU with the settings parsed from its subcommand
@@ -118,6 +121,8 @@ pub struct Entry<C: 'static, T: 'static> {
     /// `module_path!()` of the lab's module (checked against the name).
     pub module: &'static str,
     pub teaches: &'static str,
+    /// Its own kernels of `kernels/` ([`Lab::kernels`]).
+    pub kernels: &'static [&'static crate::gpu::kernels::KernelSource],
     /// The subcommand's one-line help.
     pub about: &'static str,
     pub measure: fn(&Gpu, &C, ProgressMode) -> Result<T>,
@@ -152,6 +157,9 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
     }
     fn module(&self) -> &'static str {
         self.module
+    }
+    fn kernels(&self) -> &'static [&'static crate::gpu::kernels::KernelSource] {
+        self.kernels
     }
     fn command(&self) -> clap::Command {
         // After the settings: their struct's own doc would replace the line.

@@ -22,7 +22,29 @@ use crate::lab_kit::Lab;
 pub static ALL: [&dyn Lab; 8] =
     [&bandwidth::ENTRY, &overlap::ENTRY, &double_buffer::ENTRY, &callback::ENTRY, &streams::ENTRY, &memory::ENTRY, &kernel_pipeline::ENTRY, &multi_gpu::ENTRY];
 
+/// Every kernel of `kernels/`: the pipelines' compute kernel and each
+/// lab's own, in course order.
+pub fn kernels() -> Vec<&'static crate::gpu::kernels::KernelSource> {
+    std::iter::once(&crate::gpu::kernels::COMPUTE).chain(ALL.iter().flat_map(|l| l.kernels().iter().copied())).collect()
+}
+
 /// The lab called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Lab> {
     ALL.iter().copied().find(|l| l.name() == name)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each `.cu` file of kernels/ is the compute kernel or a lab's, once:
+    /// a kernel no lab lists is never compiled by the tests.
+    #[test]
+    fn every_kernel_file_is_the_compute_kernel_or_a_labs_own() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels");
+        let mut files: Vec<String> =
+            std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|f| f.ends_with(".cu")).collect();
+        files.sort();
+        let mut listed: Vec<String> = super::kernels().iter().map(|k| k.file.to_string()).collect();
+        listed.sort();
+        assert_eq!(files, listed, "kernels/ and the labs' kernels (labs::kernels) disagree");
+    }
 }

@@ -278,6 +278,7 @@ pub static ENTRY: crate::lab_kit::Entry<BandwidthConfig, BandwidthResults> = cra
     name: LAB,
     module: module_path!(),
     teaches: "Pinned vs pageable transfers: bandwidth, two clocks, the price of pinning",
+    kernels: &[],
     about: "Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost",
     measure: measure::run,
     tables: |rec| format!("{}\n{}\n{}", model::summary_table(rec), host_memory::cost_table(&rec.results.pin_cost), model::break_even_table(&rec.results)),

@@ -3,8 +3,34 @@
 //! iteration wrote them. Built on `gpu::Module`'s launch.
 
 use crate::error::{LabError, Result};
-use crate::gpu::kernels;
+use crate::gpu::kernels::KernelSource;
 use crate::gpu::{DeviceBuffer, Gpu, KernelArg, Module, Stream};
+
+/// `kernels/row_dot.cu`, for NVRTC.
+pub const ROW_DOT: KernelSource = KernelSource {
+    file: "row_dot.cu",
+    entry: "row_dot",
+    source: include_str!("../../../../kernels/row_dot.cu"),
+    // v4 loads through the read-only path, a warp-shuffle reduction, explicit FMAs.
+    expect_in_ptx: &["ld.global.nc.v4.f32", "shfl.sync.bfly.b32", "fma.rn.f32", ".visible .entry row_dot"],
+    purpose: "one query's dot product with every key row (a warp per row), plus a stamp word naming the iteration",
+    ..KernelSource::PLAIN
+};
+
+/// CPU reference of `row_dot` followed by an argmin: the first key row whose
+/// dot product with `query` is smallest, and that product. Integer
+/// arithmetic, so it is exact and independent of the GPU's summation order.
+pub fn row_dot_argmin_reference(keys: &[i8], query: &[i8]) -> (u32, i32) {
+    let dim = query.len();
+    let mut best = (0u32, i32::MAX);
+    for (r, row) in keys.chunks_exact(dim).enumerate() {
+        let s: i32 = row.iter().zip(query).map(|(&k, &q)| k as i32 * q as i32).sum();
+        if s < best.1 {
+            best = (r as u32, s);
+        }
+    }
+    best
+}
 
 /// `kernels/row_dot.cu`: one query's dot product with every key row, and
 /// a stamp word after the scores.
@@ -32,7 +58,7 @@ impl RowDotKernel {
     pub fn load(gpu: &Gpu) -> Result<RowDotKernel> {
         let sms = gpu.fingerprint()?.sm_count;
         // 8 warps a block (a warp per row), enough blocks to fill every SM.
-        Ok(RowDotKernel { module: Module::load(gpu, &kernels::ROW_DOT)?, grid: sms * 16, block: 256 })
+        Ok(RowDotKernel { module: Module::load(gpu, &ROW_DOT)?, grid: sms * 16, block: 256 })
     }
 
     /// Enqueues the scores of query `a.query` against every key row
@@ -74,5 +100,26 @@ impl RowDotKernel {
         // int, unsigned, int, float*, unsigned)`; bounds checked above; the
         // caller keeps the buffers alive until the stream has run it.
         unsafe { self.module.launch(stream, grid, self.block, 0, &args) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::kernels::{check_ptx, nvrtc_or_skip};
+
+    #[test]
+    fn row_dot_compiles_to_the_expected_ptx() {
+        if nvrtc_or_skip("row_dot_compiles_to_the_expected_ptx") {
+            check_ptx(&ROW_DOT);
+        }
+    }
+
+    #[test]
+    fn row_dot_reference_finds_the_first_smallest_product() {
+        // rows: [1,1] [-1,0] [0,-1] [2,2] against query [1,1]: sums 2, -1, -1, 4.
+        let keys = [1i8, 1, -1, 0, 0, -1, 2, 2];
+        assert_eq!(row_dot_argmin_reference(&keys, &[1, 1]), (1, -1), "ties go to the first row");
+        assert_eq!(row_dot_argmin_reference(&keys, &[-1, -1]), (3, -4));
     }
 }

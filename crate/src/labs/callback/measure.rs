@@ -1,13 +1,12 @@
 //! Runs lab 4 on a GPU: the rig (keys, queries, slots, streams), the issuer
 //! the variants speak to, standalone GPU and CPU costs, and the sweep.
 
-use super::kernel::{RowDotArgs, RowDotKernel};
+use super::kernel::{row_dot_argmin_reference, RowDotArgs, RowDotKernel};
 use super::order::{Reader, SlotOrder};
 use super::slots::{Lease, SlotBook};
 use super::work::{self, ArgminJob, CallbackTask, RunState, ScoresView, WaitForScores, Worker};
 use super::{CallbackConfig, CallbackIssue, CallbackResults, CostPoint, Iteration, On, Slot, Variant, VariantResult};
 use crate::error::{LabError, Result};
-use crate::gpu::kernels::row_dot_argmin_reference;
 use crate::gpu::trace;
 use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Run, Runner, Stream, TimelineSource};
 use crate::measure::pattern;

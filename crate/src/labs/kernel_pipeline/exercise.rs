@@ -34,7 +34,7 @@ pub const SOLUTION_SLACK: f64 = 0.15;
 
 /// The solution: the lab's own asynchronous-copy kernel (kernels/tile_async.cu).
 pub fn solution_source() -> &'static str {
-    kernels::TILE_ASYNC.source
+    super::kernel::TILE_ASYNC.source
 }
 
 /// What the PTX says without running it: `None` if the kernel copies
@@ -72,7 +72,7 @@ fn read_compile(rep: &mut CheckReport, compiled: Result<String>) -> Option<Strin
 /// The checks that need no GPU: compile (for sm_90) and read the PTX.
 pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
     let mut rep = CheckReport::new(EXERCISE);
-    if read_compile(&mut rep, kernels::compile_source(file, source, "compute_90", &shape(cfg).defines())).is_some() {
+    if read_compile(&mut rep, kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &shape(cfg).defines())).is_some() {
         rep.problem("whether every output is right and whether it beats the naive kernel is judged on a GPU: there is none here, so the check is not complete");
     }
     rep

@@ -6,9 +6,105 @@
 //! else of the crate runs these kernels.
 
 use crate::error::{LabError, Result};
-use crate::gpu::kernels::{self, KernelSource};
+use crate::gpu::kernels::{self, KernelHeader, KernelSource};
 use crate::gpu::{DeviceBuffer, DeviceSpan, Event, Gpu, KernelArg, Module, Stream};
 use serde::{Deserialize, Serialize};
+
+/// Lab 7's workload (a 9-tap blur over tiles), shared by its kernels.
+pub const TILE_BLUR_H: KernelHeader = KernelHeader { file: "tile_blur.cuh", text: include_str!("../../../../kernels/tile_blur.cuh") };
+
+/// The `-D` setting that builds a tile kernel's warp timeline (see
+/// kernels/tile_blur.cuh): never set for timed runs.
+pub const TILE_TRACE: &str = "TILE_TRACE";
+/// The block's tiles the warp timeline covers: TRACE_TILES tiles from
+/// TRACE_FIRST (after the pipelines have filled), given to the kernel as
+/// `-D` settings of the same names.
+pub const TRACE_FIRST: u32 = 4;
+pub const TRACE_TILES: u32 = 8;
+/// The warp timeline's spans in the module (3 words each, per warp).
+pub const TRACE_SPANS: &str = "tile_trace";
+/// Block 0's thread 0's (ns, cycles) at its start and end.
+pub const TRACE_CLOCK: &str = "tile_trace_clock";
+
+/// Lab 7's kernels' settings for the compile tests.
+const TILE_TEST: &[(&str, i64)] = &[("TILE", 4096), ("THREADS", 256), ("STAGES", 2)];
+
+pub const TILE_NAIVE: KernelSource = KernelSource {
+    file: "tile_naive.cu",
+    entry: "tile_naive",
+    source: include_str!("../../../../kernels/tile_naive.cu"),
+    // Vector loads through registers, stored to shared memory, block syncs;
+    // the blur's binomial weight 70/256 (0f3E8C0000).
+    expect_in_ptx: &["ld.global.nc.v4", "st.shared.v4", "bar.sync", "fma.rn.f32", "0f3E8C0000", ".visible .entry tile_naive"],
+    purpose: "lab 7, kernel 1: each tile loaded through registers into shared memory, the block synced, then computed (no load in flight while it computes)",
+    test_defines: TILE_TEST,
+    headers: &[&TILE_BLUR_H],
+    ..KernelSource::PLAIN
+};
+
+pub const TILE_ASYNC: KernelSource = KernelSource {
+    file: "tile_async.cu",
+    entry: "tile_async",
+    source: include_str!("../../../../kernels/tile_async.cu"),
+    // cuda::memcpy_async through a per-thread cuda::pipeline: cp.async in
+    // commit groups, waited for oldest first.
+    expect_in_ptx: &["cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group", "bar.sync", "fma.rn.f32", ".visible .entry tile_async"],
+    purpose: "lab 7, kernels 2 and 3: tiles copied to shared memory with cuda::memcpy_async through a cuda::pipeline of STAGES slots (2: double buffering)",
+    min_cc: 80,
+    test_defines: TILE_TEST,
+    headers: &[&TILE_BLUR_H],
+};
+
+pub const TILE_WARP_SPECIALIZED: KernelSource = KernelSource {
+    file: "tile_warp_specialized.cu",
+    entry: "tile_warp_specialized",
+    source: include_str!("../../../../kernels/tile_warp_specialized.cu"),
+    // The loader's cp.async arriving on the slot's barrier when its copies
+    // land; the storer's vector stores to device memory.
+    expect_in_ptx: &[
+        "cp.async.cg.shared.global",
+        "cp.async.mbarrier.arrive.noinc",
+        "mbarrier.try_wait",
+        "st.global.v4",
+        ".visible .entry tile_warp_specialized",
+    ],
+    purpose: "lab 7, kernel 4: a loader warp, compute warps and a storer warp joined by two pipelines of STAGES slots (barrier pairs)",
+    min_cc: 80,
+    test_defines: TILE_TEST,
+    headers: &[&TILE_BLUR_H],
+};
+
+pub const TILE_TMA: KernelSource = KernelSource {
+    file: "tile_tma.cu",
+    entry: "tile_tma",
+    source: include_str!("../../../../kernels/tile_tma.cu"),
+    // One bulk copy per tile, counted in bytes on the slot's mbarrier.
+    expect_in_ptx: &[
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
+        "mbarrier.expect_tx",
+        "fence.proxy.async",
+        ".visible .entry tile_tma",
+    ],
+    purpose: "lab 7, kernel 5 (Hopper and later): each tile one bulk copy by the tensor memory accelerator, completed on an mbarrier",
+    min_cc: 90,
+    test_defines: TILE_TEST,
+    headers: &[&TILE_BLUR_H],
+};
+
+/// The radius of lab 7's blur (kernels/tile_blur.cuh): inputs are padded
+/// with this many zeros at each end.
+pub const BLUR_RADIUS: usize = 4;
+
+/// CPU reference of lab 7's tile kernels: `out[i] = Σ_k W[k]·padded[i + k]`
+/// by FMAs in the kernels' order, bit-exact with them. `padded` holds
+/// [`BLUR_RADIUS`] zeros, the input, and as many zeros again.
+pub fn blur_reference(padded: &[f32], out: &mut [f32]) {
+    // (1 8 28 56 70 56 28 8 1) / 256, exact in f32: kernels/tile_blur.cuh.
+    const W: [f32; 9] = [0.003_906_25, 0.031_25, 0.109_375, 0.218_75, 0.273_437_5, 0.218_75, 0.109_375, 0.031_25, 0.003_906_25];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = W.iter().zip(&padded[i..i + 2 * BLUR_RADIUS + 1]).fold(0.0f32, |acc, (&w, &x)| w.mul_add(x, acc));
+    }
+}
 
 /// Lab 7's tile kernels (kernels/tile_*.cu): which one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -28,10 +124,10 @@ impl TileKind {
 
     pub fn source(self) -> &'static KernelSource {
         match self {
-            TileKind::Naive => &kernels::TILE_NAIVE,
-            TileKind::Async => &kernels::TILE_ASYNC,
-            TileKind::WarpSpecialized => &kernels::TILE_WARP_SPECIALIZED,
-            TileKind::Tma => &kernels::TILE_TMA,
+            TileKind::Naive => &TILE_NAIVE,
+            TileKind::Async => &TILE_ASYNC,
+            TileKind::WarpSpecialized => &TILE_WARP_SPECIALIZED,
+            TileKind::Tma => &TILE_TMA,
         }
     }
 
@@ -50,7 +146,7 @@ impl TileKind {
     /// tile and its halo each) and, for the warp-specialized kernel, its
     /// output slots.
     pub fn smem_bytes(self, shape: TileShape) -> usize {
-        let span = shape.tile as usize + 2 * kernels::BLUR_RADIUS;
+        let span = shape.tile as usize + 2 * BLUR_RADIUS;
         let stages = shape.stages as usize;
         4 * match self {
             TileKind::Naive => span,
@@ -271,9 +367,9 @@ impl TileKernel {
         }
         let mut defines = shape.defines().to_vec();
         if traced {
-            defines.extend([(kernels::TILE_TRACE, 1), ("TRACE_FIRST", kernels::TRACE_FIRST as i64), ("TRACE_TILES", kernels::TRACE_TILES as i64)]);
+            defines.extend([(TILE_TRACE, 1), ("TRACE_FIRST", TRACE_FIRST as i64), ("TRACE_TILES", TRACE_TILES as i64)]);
         }
-        kernels::compile_source(file, source, arch, &defines)
+        kernels::compile_source(file, source, k.headers, arch, &defines)
     }
 
     /// Loads PTX that [`TileKernel::compile`] made for this GPU, `kind` and
@@ -338,7 +434,7 @@ impl TileKernel {
     /// kernel (a [`crate::gpu::Runner`] holds its buffers' borrows until it synchronizes).
     pub unsafe fn enqueue(&self, stream: &Stream, padded: DeviceSpan, output: DeviceSpan, tiles: u32) -> Result<()> {
         let n = tiles as usize * self.shape.tile as usize;
-        if tiles == 0 || (n + 2 * kernels::BLUR_RADIUS) * 4 > padded.bytes() || n * 4 > output.bytes() {
+        if tiles == 0 || (n + 2 * BLUR_RADIUS) * 4 > padded.bytes() || n * 4 > output.bytes() {
             return Err(LabError::config(format!(
                 "{} tiles of {} do not fit an input of {} bytes and an output of {} bytes",
                 tiles,
@@ -360,7 +456,7 @@ impl TileKernel {
         if !self.traced {
             return Err(LabError::config(format!("{}: a warp trace needs the kernel built with TileKernel::load_traced", self.kind.source().file)));
         }
-        let (spans, clock) = (self.module.global(kernels::TRACE_SPANS)?, self.module.global(kernels::TRACE_CLOCK)?);
+        let (spans, clock) = (self.module.global(TRACE_SPANS)?, self.module.global(TRACE_CLOCK)?);
         // The module (and so its variables) lives as long as `self`.
         stream.fill_span_u32(spans, 0)?;
         stream.fill_span_u32(clock, 0)?;
@@ -376,6 +472,66 @@ impl TileKernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::kernels::{check_ptx, nvrtc_or_skip};
+
+    #[test]
+    fn the_tile_kernels_compile_to_the_expected_ptx() {
+        if nvrtc_or_skip("the_tile_kernels_compile_to_the_expected_ptx") {
+            for k in TileKind::ALL {
+                check_ptx(k.source());
+            }
+        }
+    }
+
+    #[test]
+    fn an_error_in_a_learners_kernel_names_its_own_line_after_the_blur_header() {
+        if !nvrtc_or_skip("an_error_in_a_learners_kernel_names_its_own_line_after_the_blur_header") {
+            return;
+        }
+        let src = "// line 1\n#include \"tile_blur.cuh\"\n\nextern \"C\" __global__ void k(float* o) { o[0] = blur_at(o, 0) + missing_name; }\n";
+        let e = kernels::compile_source("mine.cu", src, TILE_ASYNC.headers, "compute_90", &[]).unwrap_err().to_string();
+        assert!(e.contains("mine.cu(4)") && e.contains("missing_name"), "the error must point at mine.cu line 4:\n{e}");
+        let e = kernels::compile_ptx(&TILE_TMA, "compute_80").unwrap_err().to_string();
+        assert!(e.contains("tile_tma.cu") && e.contains("9.0") && e.contains("compute_80"), "{e}");
+    }
+
+    #[test]
+    fn traced_tile_kernels_stamp_the_warp_timeline_and_untraced_ones_do_not() {
+        if !nvrtc_or_skip("traced_tile_kernels_stamp_the_warp_timeline_and_untraced_ones_do_not") {
+            return;
+        }
+        for k in [&TILE_NAIVE, &TILE_ASYNC, &TILE_WARP_SPECIALIZED, &TILE_TMA] {
+            let plain = kernels::compile_ptx_with(k, "compute_90", k.test_defines).unwrap_or_else(|e| panic!("{e}"));
+            // (libcu++'s barrier waits read %globaltimer for their back-off, so only the buffers tell.)
+            assert!(!plain.contains("tile_trace"), "{}: untraced PTX stamps", k.file);
+            let traced_defines: Vec<_> = k.test_defines.iter().copied().chain([(TILE_TRACE, 1)]).collect();
+            let traced = kernels::compile_ptx_with(k, "compute_90", &traced_defines).unwrap_or_else(|e| panic!("{e}"));
+            for needle in [".global .align 8 .b8 tile_trace[", "tile_trace_clock", "%globaltimer", "%clock64"] {
+                assert!(traced.contains(needle), "{}: traced PTX lacks `{needle}`", k.file);
+            }
+            // Plain stores: an atomic counter would make each stamp wait on L2.
+            assert!(!traced.contains("atom.global"), "{}: the trace must not wait on atomics", k.file);
+        }
+    }
+
+    #[test]
+    fn blur_reference_weights_sum_to_one_and_see_only_their_window() {
+        let r = BLUR_RADIUS;
+        // A constant input gives itself back (the weights sum to 1, exactly).
+        let padded: Vec<f32> = (0..64 + 2 * r).map(|i| if i < r || i >= 64 + r { 0.0 } else { 3.0 }).collect();
+        let mut out = vec![f32::NAN; 64];
+        blur_reference(&padded, &mut out);
+        assert!(out[r..64 - r].iter().all(|&v| v == 3.0), "{out:?}");
+        // Edges see the zero padding.
+        assert!(out[0] < 3.0 && out[63] < 3.0);
+        // An impulse spreads to the binomial weights, centred.
+        let mut impulse = vec![0.0f32; 32 + 2 * r];
+        impulse[r + 10] = 256.0;
+        let mut out = vec![0.0; 32];
+        blur_reference(&impulse, &mut out);
+        assert_eq!(&out[6..15], &[1.0, 8.0, 28.0, 56.0, 70.0, 56.0, 28.0, 8.0, 1.0]);
+        assert!(out[..6].iter().chain(&out[15..]).all(|&v| v == 0.0));
+    }
 
     #[test]
     fn a_warp_trace_decodes_warps_phases_tiles_and_time_from_cycles() {

@@ -2,10 +2,9 @@
 //! events, verified against the CPU reference, beside the device-memory
 //! ceiling (a large device-to-device copy) measured in the same run.
 
-use super::kernel::TileKernel;
+use super::kernel::{blur_reference, TileKernel, BLUR_RADIUS};
 use super::{KernelPipelineConfig, KernelPipelineResults, VariantResult, LAB};
 use crate::error::{LabError, Result};
-use crate::gpu::kernels::{blur_reference, BLUR_RADIUS};
 use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Stream, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
@@ -124,7 +123,7 @@ impl TileData {
     /// way) gets the tiles the warp timeline covers; if not, the error says
     /// what to change.
     pub fn trace_window_fits(&self, kernel: &TileKernel, title: &str) -> Result<()> {
-        let (first, count) = (crate::gpu::kernels::TRACE_FIRST, crate::gpu::kernels::TRACE_TILES);
+        let (first, count) = (super::kernel::TRACE_FIRST, super::kernel::TRACE_TILES);
         let block0 = self.block0_tiles(kernel)?;
         if block0 < first + count {
             return Err(LabError::config(format!(

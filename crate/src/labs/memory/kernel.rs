@@ -3,8 +3,31 @@
 //! an FMA chain per value read. Built on `gpu::Module`'s launch.
 
 use crate::error::{LabError, Result};
-use crate::gpu::kernels;
+use crate::gpu::kernels::{self, compute_reference, KernelSource};
 use crate::gpu::{CopyOp, DeviceBuffer, DeviceSpan, Event, Gpu, KernelArg, MappedBuffer, Module, PinnedBuffer, Stream};
+
+/// `kernels/reread.cu`, for NVRTC.
+pub const REREAD: KernelSource = KernelSource {
+    file: "reread.cu",
+    entry: "reread",
+    source: include_str!("../../../../kernels/reread.cu"),
+    // Plain global loads (the input may be mapped host memory), explicit
+    // FMAs: the chain's constant (-(1 - 2^-10) = 0fBF7FC000) and the pass's
+    // accumulation.
+    expect_in_ptx: &["ld.global.f32", "fma.rn.f32", "0fBF7FC000", ".visible .entry reread"],
+    purpose:
+        "reads its input once per pass (device memory or mapped host memory in place), with an FMA chain of tunable length per read: lab 6's zero-copy kernel",
+    ..KernelSource::PLAIN
+};
+
+/// CPU reference of `reread` for one element: Σ over passes of w_p·f(x),
+/// w_p = 0.5 + 0.25 p, summed by FMAs in pass order, where f is the chain
+/// of `iterations` FMAs of `compute` (the kernel recomputes it every pass;
+/// it gives the same bits each time). iterations = 0: Σ w_p·x.
+pub fn reread_reference(x: f32, passes: i32, iterations: i32) -> f32 {
+    let a = compute_reference(x, iterations);
+    (0..passes).fold(0.0f32, |sum, p| a.mul_add(0.5 + 0.25 * p as f32, sum))
+}
 
 /// Where `reread` reads its input from.
 pub enum ReadFrom<'a> {
@@ -28,7 +51,7 @@ impl RereadKernel {
 
     pub fn load(gpu: &Gpu) -> Result<RereadKernel> {
         let sms = gpu.fingerprint()?.sm_count;
-        Ok(RereadKernel { module: Module::load(gpu, &kernels::REREAD)?, grid: sms * 8, block: 256 })
+        Ok(RereadKernel { module: Module::load(gpu, &REREAD)?, grid: sms * 8, block: 256 })
     }
 
     /// # Safety
@@ -93,5 +116,51 @@ impl RereadKernel {
         stream.synchronize()?;
         queued?;
         timing.0.elapsed_ms(timing.1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::kernels::{check_ptx, nvrtc_or_skip};
+
+    #[test]
+    fn reread_compiles_to_the_expected_ptx() {
+        if nvrtc_or_skip("reread_compiles_to_the_expected_ptx") {
+            check_ptx(&REREAD);
+        }
+    }
+
+    #[test]
+    fn reread_reference_without_iterations_is_the_weighted_sum_of_reads() {
+        // What reread computed before it had a chain: Σ_p x·w_p by FMAs.
+        let old = |x: f32, passes: i32| (0..passes).fold(0.0f32, |a, p| x.mul_add(0.5 + 0.25 * p as f32, a));
+        for x in [0.0f32, 1.5, -3.25, 0.123_456_79, f32::MIN_POSITIVE] {
+            for passes in [1, 2, 4, 8, 64] {
+                assert_eq!(reread_reference(x, passes, 0).to_bits(), old(x, passes).to_bits(), "x {x}, {passes} passes");
+            }
+        }
+        // 1 pass: 0.5 x; 3 passes: (0.5 + 0.75 + 1.0) x.
+        assert_eq!(reread_reference(2.0, 1, 0), 1.0);
+        assert_eq!(reread_reference(2.0, 3, 0), 4.5);
+    }
+
+    #[test]
+    fn reread_reference_runs_the_chain_on_every_read() {
+        // x = 1, c = -(1 - 2^-10): a1 = 1·c + 1 = 2^-10, a2 = 2^-10·c + 1 =
+        // 1 - 2^-10 + 2^-20 (exact in f32: 21 significant bits).
+        let a2 = 1.0 - 2f32.powi(-10) + 2f32.powi(-20);
+        assert_eq!(compute_reference(1.0, 1), 2f32.powi(-10));
+        assert_eq!(compute_reference(1.0, 2), a2);
+        // 1 pass: 0.5 a2 (exact); 2 passes: 0.5 a2 + 0.75 a2 = 1.25 a2
+        // = 1.25 - 1.25·2^-10 + 1.25·2^-20, rounded once by the FMA:
+        // exactly 1.25 - 2^-10 - 2^-12 + 2^-20 + 2^-22 needs 23 bits, fits.
+        assert_eq!(reread_reference(1.0, 1, 2), 0.5 * a2);
+        let want = 1.25 - 2f32.powi(-10) - 2f32.powi(-12) + 2f32.powi(-20) + 2f32.powi(-22);
+        assert_eq!(reread_reference(1.0, 2, 2).to_bits(), want.to_bits());
+        assert_ne!(reread_reference(1.0, 2, 2), reread_reference(1.0, 2, 0), "the chain must change the result");
+        // Long chains neither blow up nor vanish: near x / (1 - c) ≈ x / 2.
+        let long = reread_reference(1.5, 4, 100_000) / (0.5 + 0.75 + 1.0 + 1.25);
+        assert!((0.5..1.0).contains(&long), "{long}");
     }
 }

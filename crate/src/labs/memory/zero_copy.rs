@@ -15,10 +15,9 @@
 //! in 4.93):
 //! zero-copy p·max(link, kernel/p), copy-then-compute upload + kernel.
 
-use super::kernel::{ReadFrom, RereadKernel};
+use super::kernel::{reread_reference, ReadFrom, RereadKernel};
 use super::MemoryConfig;
 use crate::error::{LabError, Result};
-use crate::gpu::kernels::reread_reference;
 use crate::gpu::{CopyOp, CopyTimer, DeviceBuffer, HostBuffer};
 use crate::gpu::{Gpu, MappedBuffer, PinnedBuffer};
 use crate::measure::pattern;

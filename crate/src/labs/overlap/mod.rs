@@ -487,6 +487,7 @@ pub static ENTRY: crate::lab_kit::Entry<OverlapConfig, OverlapResults> = crate::
     name: LAB,
     module: module_path!(),
     teaches: "Chunked copy/compute overlap over N streams, against its bound and a queue model",
+    kernels: &[],
     about: "Lab 2: chunked copy/compute overlap over N streams, against the bounds and the queue model",
     measure: measure::run,
     tables: |rec| rec.results.summary(),

@@ -358,6 +358,7 @@ pub static ENTRY: crate::lab_kit::Entry<StreamsConfig, StreamsResults> = crate::
     name: LAB,
     module: module_path!(),
     teaches: "Which stream: the legacy NULL stream, per-thread streams, the weight of each wait, copy engines, priorities, issue cost and CUDA graphs",
+    kernels: &[],
     about: "Lab 5: stream semantics and costs, each pipeline measured beside the queue model",
     measure: measure::run,
     tables: |rec| rec.results.table(),
