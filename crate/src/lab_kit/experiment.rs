@@ -237,12 +237,11 @@ pub fn variant(
 }
 
 /// Each variant's untraced runs, interleaved: the variants take turns, so
-/// a slow phase of the host (this one has them: a tenth of runs or more
-/// read 20-80% slow for a while) lands on all of them alike. Two warm-up
-/// runs each first (a variant's first timed run read up to 50% slow after
-/// one on a freshly started H100). Untraced: an event after a copy costs
-/// its engine a flush (two streams copying both ways read up to 40% slower
-/// with events between).
+/// a slow phase of the host (a share of runs can read far slower for a
+/// while) lands on all of them alike. Two warm-up runs each first (a
+/// variant's first timed runs on a freshly started GPU read slow).
+/// Untraced: an event after a copy costs its engine a flush (two streams
+/// copying both ways read far slower with events between).
 pub fn interleaved(rig: &mut PlanRig, plans: &[Plan], models: &[DryRun], reps: usize) -> Result<Vec<Vec<f64>>> {
     interleaved_with(rig, plans, models, reps, |_, _| Ok(()))
 }

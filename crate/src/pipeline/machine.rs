@@ -29,8 +29,8 @@ pub struct Machine {
     pub host_wake: f64,
     /// Each direction's speed while H2D and D2H run at once, as a share of
     /// its speed alone (the measured bidirectional ceiling: 1 = the two
-    /// engines never slow each other; about 0.82 on the H100, whose
-    /// 55 GB/s each way give 91 GB/s both ways).
+    /// engines never slow each other; below 1 where the host link carries
+    /// less both ways than twice one way).
     #[serde(default = "full_speed")]
     pub both_ways: f64,
     /// The same for a link between two GPUs: each direction's speed while
@@ -116,9 +116,9 @@ impl WaitsFor {
 
 /// How much slower a blocking call runs while GPU work of each kind runs
 /// at once (a multiple of its time on an idle GPU; 1: not slowed): not a
-/// wait, but a call that shares something with that work. Measured by lab
-/// 6's probes: on the H100 a 32 MiB cuMemAlloc took 0.30 ms idle and
-/// 0.97 ms while downloads ran, and the same beside uploads or kernels.
+/// wait, but a call that shares something with that work (lab 6's probes
+/// measure it: an allocation beside a download, say, takes longer than on
+/// an idle GPU without waiting for the download).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SlowedBy {
     pub kernels: f64,

@@ -45,9 +45,8 @@ pub struct Timeline {
 /// What drawing a timeline costs a run, in %: after `warmup` pairs,
 /// `pairs` untraced and traced runs alternate (`run(traced)` returns a
 /// run's total ms), and each pair gives traced / untraced - 1. A ratio per
-/// pair cancels what drifts between pairs (the host's speed moved whole
-/// runs by -30% to +45% on the H100 and the H200), which a difference of two
-/// medians would not. Timed results never come from traced runs: this is
+/// pair cancels what drifts between pairs (the host's speed moves whole
+/// runs by tens of percent), which a difference of two medians would not. Timed results never come from traced runs: this is
 /// only how far the drawn timeline is from them.
 pub fn overhead_pct(warmup: usize, pairs: usize, mut run: impl FnMut(bool) -> Result<f64>) -> Result<crate::measure::stats::Summary> {
     let mut v = Vec::with_capacity(pairs);

@@ -136,9 +136,9 @@ pub fn stop() -> Result<()> {
             check("cuptiActivityDisable(MEMCPY)", sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY))?;
             check("cuptiActivityDisable(CONCURRENT_KERNEL)", sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL))?;
             check("cuptiActivityDisable(MEMCPY2)", sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY2))?;
-            // Detach entirely: on the H200, untraced runs after a
-            // CUPTI session (only disabled) varied up to +35%; after
-            // cuptiFinalize they ran as before. The next `start` attaches again.
+            // Detach entirely: untraced runs after a CUPTI session that
+            // was only disabled run slower and vary; after cuptiFinalize
+            // they run as before. The next `start` attaches again.
             check("cuptiFinalize", sys::cuptiFinalize())?;
         }
     }

@@ -123,8 +123,8 @@ impl PlanRig {
     /// run of each. What the plan does besides the repeats (an upload
     /// before, a download after) cancels out, and no per-op timeline is
     /// needed. A pair whose difference is at or below zero measured the
-    /// runs' noise, not the repeats (seen on an H100: one pair of 7, copies
-    /// of 16 MiB within the GPU, 8 µs each): it is taken again, up to
+    /// runs' noise, not the repeats (short copies within a GPU can leave
+    /// less than the noise between two runs): it is taken again, up to
     /// `runs` more pairs, then the calibration error.
     pub fn per_repeat_ms(&mut self, make: impl Fn(usize) -> Plan, copies: usize, runs: usize) -> Result<Summary> {
         if copies < 2 || runs == 0 {
@@ -213,8 +213,7 @@ impl PlanRig {
             Ok(())
         });
         let model = both.dry_run()?;
-        // The fastest run: this host has slow phases (both directions at once
-        // read 1.35 to 1.66 ms for the same pair within minutes), and one
+        // The fastest run: a host has slow phases of its link, and one
         // would set the ceiling for every run made outside it.
         let both_ms = Summary::of_runs(reps, || Ok(self.run_modelled(&both, &model, TimelineSource::Off)?.total_ms / BACK_TO_BACK as f64))?.min;
         // Kernels of a quarter of `n` alternating over two streams, all
@@ -231,8 +230,8 @@ impl PlanRig {
         let kernels_alternating_ms = self.span_ms(&alternating, reps)?.middle_range().0;
         // Issuing: a loop of uploads, kernels and downloads on three streams
         // ordered by events, issued behind the gate (no waits), per GPU op.
-        // Long enough for the steady pace: measured on the H100, a loop
-        // of 8 chunks took 12 µs an op, of 256 and more 8 to 9 µs.
+        // Long enough for the steady pace: a short loop pays its start
+        // over few ops.
         let issued = stage_streams("issue a three-stream loop", n.max(2 * ISSUE_CHUNKS), ISSUE_CHUNKS, WaitBy::StreamWaitEvent);
         let model = issued.dry_run()?;
         let ops = model.schedule.ops.len() as f64;

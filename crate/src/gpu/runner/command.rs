@@ -7,8 +7,8 @@
 //!
 //! The loop's common calls (copies, kernels, event records, stream waits)
 //! are plain data in the vector, so a replay walks memory in order and
-//! frees nothing per call: measured on an H100, one boxed closure per call
-//! cost a 4 KiB chunk loop 25% over a plain loop of the same driver calls.
+//! frees nothing per call: a boxed closure per call costs a loop of small
+//! chunks a visible share over a plain loop of the same driver calls.
 //! What is rarer (copies between GPUs, all-reduces, a lab's own ops, host
 //! work) is a boxed closure.
 

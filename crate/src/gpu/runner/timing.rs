@@ -12,12 +12,11 @@ use std::sync::Arc;
 
 /// What times a run's operations for its timeline.
 ///
-/// Measured on an H200 (`crate/examples/timeline_cost.rs`, balanced
-/// 32-chunk pipeline, 64 copies and 32 kernels in ~3 ms): a kernel costs
-/// nothing to trace with CUPTI (its timestamps come from the hardware's
-/// launch and completion); a copy costs ~0.7 µs per timestamp with CUPTI and
-/// ~1.3 µs per CUDA event (the copy engine drains before writing it). So
-/// CUPTI is the default: exact spans, about half the cost of events.
+/// A kernel costs nothing to trace with CUPTI (its timestamps come from
+/// the hardware's launch and completion); a copy costs a timestamp either
+/// way, CUPTI's about half a CUDA event's (the copy engine drains before
+/// writing an event; `crate/examples/timeline_cost.rs` measures both). So
+/// CUPTI is the default: exact spans, at the lower cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimelineSource {
     /// No per-op timing (only the total).
@@ -37,8 +36,7 @@ impl TimelineSource {
     }
     /// For pipelines the CPU takes part in (host work, host waits): events.
     /// CUPTI instruments every API call on the CPU, and there that cost
-    /// lands inside the timed span: +16.6% on lab 3's double buffer on an
-    /// H200.
+    /// lands inside the timed span.
     pub fn for_host_pipeline() -> TimelineSource {
         Self::preferring(TimelineSource::Events)
     }

@@ -135,7 +135,7 @@ fn judge_time(rep: &mut CheckReport, how: &str, measured: f64, serial: f64, boun
 /// The CPU cost the exercise is checked at, as a share of the GPU's. At
 /// C = G every overlapping wiring sits exactly at the bound n·max(G, C),
 /// so the jitter of either side alone costs points (an honest solution
-/// read 89.1% once on the H200); at C = G/2 overlap means hiding the CPU
+/// can read under 90%); at C = G/2 overlap means hiding the CPU
 /// entirely, a right wiring stays near 100% and a wrong one still loses a
 /// third or more.
 pub const CHECK_CPU_OVER_GPU: f64 = 0.5;

@@ -181,10 +181,10 @@ impl CallbackRig {
 
     /// Argmin passes that make one iteration's CPU work take `target_ms`
     /// where it runs: a first guess from the argmin alone, then corrected
-    /// on runs of 128 iterations of variant 3. (Alone, right after a sync, the same
-    /// passes took 0.7-1.5x what they take inside the pipeline on the
-    /// H200's host, and the first pass, over scores fresh from a DMA, costs
-    /// more than the others.)
+    /// on runs of 128 iterations of variant 3. (Alone, right after a sync,
+    /// the same passes take a different time than inside the pipeline, and
+    /// the first pass, over scores fresh from a DMA, costs more than the
+    /// others.)
     pub fn calibrate_passes(&self, target_ms: f64) -> Result<u32> {
         let one = self.cpu_cost(1, 7)?.median;
         let nine = self.cpu_cost(9, 7)?.median;
@@ -223,9 +223,9 @@ impl CallbackRig {
     /// An empty host function's round trip on the compute stream right
     /// after a row_dot (the stream hands over to the driver's callback
     /// thread, which has slept through the kernel, and waits to be
-    /// released), ms, events around it. Measured with nothing before it,
-    /// the same round trip took 16 µs on the H200; after a kernel,
-    /// as in variant 1, several times that.
+    /// released), ms, events around it. With nothing before it the round
+    /// trip is far shorter ([`super::model::HOST_FN_AWAKE_MS`]); after a
+    /// kernel, as in variant 1, several times that.
     fn host_fn_round_trip(&self, reps: usize) -> Result<Summary> {
         let ev: Vec<Event> = (0..2).map(|_| self.gpu.timing_event()).collect::<Result<_>>()?;
         let mut r = 0;
@@ -527,9 +527,9 @@ pub fn run(gpu: &Gpu, cfg: &CallbackConfig, progress: ProgressMode) -> Result<Ca
     for &ratio in &cfg.cpu_over_gpu {
         let mut passes = rig.calibrate_passes(ratio * gpu_ms.median)?;
         // The CPU cost the runs saw is what the table prints as C/G: when
-        // the host's speed drifted since calibration (seen on the H200:
-        // the same passes 0.24 ms at one point, 0.41 ms at the next), the
-        // point is calibrated again from what the runs saw and run again.
+        // the host's speed drifted since calibration (the same passes can
+        // take half again as long a moment later), the point is calibrated
+        // again from what the runs saw and run again.
         let mut best: Option<CostPoint> = None;
         for attempt in 0..3 {
             let cpu_ms = rig.cpu_cost(passes, reps)?;
@@ -592,8 +592,8 @@ pub fn run(gpu: &Gpu, cfg: &CallbackConfig, progress: ProgressMode) -> Result<Ca
     // each pair gives a ratio (whole runs drift with the host's speed, so
     // pairs cancel what a difference of medians would not). Measured where
     // the GPU is the slower side (C/G nearest 0.5): there runs repeat within
-    // ~1%, while at balance the host's own noise moved whole runs by -30%
-    // to +45% on the H200, far more than the timestamps cost.
+    // ~1%, while at balance the host's own noise moves whole runs by tens
+    // of percent, far more than the timestamps cost.
     let quiet = results.point_near(0.5);
     let passes = quiet.map_or(1, |p| p.passes);
     results.timeline_overhead_cpu_over_gpu = quiet.map_or(f64::NAN, |p| p.cpu_ms() / gpu_ms.median);

@@ -218,11 +218,10 @@ pub struct CallbackConfig {
 
 impl Default for CallbackConfig {
     fn default() -> Self {
-        // 64 Ki keys of 4096 f32 = 1 GiB read per iteration (~0.27 ms on an
-        // H200) and 256 KiB of scores back: the first argmin pass over
-        // scores fresh from a DMA is cheap enough (~0.05 ms) that the CPU
-        // cost can go well below the GPU's, and each further pass adds a
-        // little, up to several times the GPU's.
+        // 64 Ki keys of 4096 f32 = 1 GiB read per iteration and 256 KiB of
+        // scores back: the first argmin pass over scores fresh from a DMA is
+        // cheap enough that the CPU cost can go well below the GPU's, and
+        // each further pass adds a little, up to several times the GPU's.
         CallbackConfig {
             device: 0,
             rows: 64 << 10,
@@ -335,8 +334,8 @@ fn not_recorded() -> f64 {
 impl CostPoint {
     /// CPU per iteration for the model: the median over every variant's
     /// runs of the argmin's duration where it really ran. (Measured alone
-    /// right after a sync, the same argmin took ~15% longer on the
-    /// H200's host: the model must use what the pipeline's threads see.)
+    /// right after a sync, the same argmin takes longer: the model must use
+    /// what the pipeline's threads see.)
     pub fn cpu_ms(&self) -> f64 {
         let v: Vec<f64> = self.variants.iter().map(|r| r.cpu_ms.median).collect();
         Summary::of(&v).map_or(self.cpu_alone_ms.median, |s| s.median)

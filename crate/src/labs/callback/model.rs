@@ -30,8 +30,8 @@ use std::collections::HashMap;
 
 /// A host function that only sends a job down a channel.
 pub const HAND_OFF_MS: f64 = 0.005;
-/// An empty host function's round trip when the callback thread is awake:
-/// 16 µs on the H200 with nothing before it (71 µs after a kernel).
+/// An empty host function's round trip when the callback thread is awake
+/// (with nothing before it; after a kernel it takes several times that).
 pub const HOST_FN_AWAKE_MS: f64 = 0.016;
 
 /// The host threads of the schedule.

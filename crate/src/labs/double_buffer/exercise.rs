@@ -117,8 +117,8 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
         if attempt > 0 {
             totals.push(run.total_ms);
             // The stages alone, at the same moments as the runs: the bound
-            // then moves with the machine (the H100's host produced a batch
-            // in 0.36-0.52 ms, as long as the kernel).
+            // then moves with the machine (a host's producer time drifts
+            // from run to run).
             for (v, x) in stages.iter_mut().zip(runs.stages_once()?) {
                 v.push(x);
             }

@@ -49,12 +49,10 @@ pub struct DoubleBufferConfig {
 
 impl Default for DoubleBufferConfig {
     fn default() -> Self {
-        // A kernel 2.5x the copy keeps the GPU, not the CPU producer (which
-        // measured ~2x a copy on the H200), the slowest stage: the case
-        // the bound n*max(C, K) + min(C, K) describes. On the H100's
-        // host the producer took 0.36-0.55 ms, more than such a kernel
-        // (0.40 ms), and the pipeline read 56% of a bound it could not
-        // reach: hence also twice the producer's time alone (in the
+        // A kernel 2.5x the copy keeps the GPU, not the CPU producer, the
+        // slowest stage: the case the bound n*max(C, K) + min(C, K)
+        // describes. A host whose producer is slower than that needs a
+        // longer kernel: hence also twice the producer's time alone (in the
         // pipeline the DMA slows it further).
         DoubleBufferConfig {
             device: 0,

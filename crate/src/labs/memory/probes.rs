@@ -22,8 +22,8 @@ pub const BUSY_OPS: usize = 16;
 pub const MAX_BUSY_OPS: usize = 1024;
 
 /// The busy work lasts this many times the probed calls' time on an idle
-/// GPU: a call slowed beside it (cuMemAlloc runs 2.7 to 3.2x beside
-/// downloads on the H100 and the H200) still ends before the work does, so the
+/// GPU: a call slowed beside it (cuMemAlloc runs about three times as long
+/// beside downloads) still ends before the work does, so the
 /// release after it is tested too, and a slowdown is never read as a wait
 /// (a call that waited takes most of the time left; one slowed, a few
 /// times its idle time, which is then a small part of it).

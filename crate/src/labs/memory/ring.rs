@@ -240,10 +240,9 @@ impl RingResults {
 /// variant, taking turns run by run, and after each round what the model
 /// is told of the CPU (its time per batch in a ring that never waits, and
 /// the pinned calls of a batch's size on an idle GPU), so that those are
-/// measured in the same conditions as the runs they predict: on an
-/// H100, ring runs made between per-batch allocations ran 0.46 to 0.71 ms
-/// a batch where the ring alone had run 0.46. Then each variant beside
-/// its prediction.
+/// measured in the same conditions as the runs they predict (the CPU's
+/// time per batch moves with what ran before it; the data README of each
+/// GPU tells by how much). Then each variant beside its prediction.
 pub fn measure(rig: &mut PlanRig, cfg: &MemoryConfig, facts: MachineFacts, waits: DeviceWaits, progress: &mut Progress) -> Result<RingResults> {
     let (e, reps) = (staging(cfg), cfg.repeats);
     let (batches, n) = (cfg.ring_batches, cfg.elements / cfg.ring_batches);
@@ -349,10 +348,8 @@ fn median_produce(rig: &mut PlanRig, plan: &Plan, model: &crate::pipeline::dry_r
 /// for that upload).
 ///
 /// Timed alone, batch after batch, the producer is faster or slower than
-/// inside a pipeline (on one H100: 0.17 ms per 8 MiB back to back,
-/// 0.24 with 150 µs of other work between batches, as in the ring; on
-/// another 0.49 alone and 0.43 in the ring): its threads sleep between
-/// batches and the copy engines share the host's memory. The ring's pace
+/// inside a pipeline, by host: its threads sleep between batches and the
+/// copy engines share the host's memory. The ring's pace
 /// is the CPU's, so the model takes both from where they run.
 fn issue_in_ring(ops_per_batch: f64, cpu_per_batch: f64, produce: f64) -> f64 {
     ((cpu_per_batch - produce) / ops_per_batch).max(0.0)

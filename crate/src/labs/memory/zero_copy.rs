@@ -10,9 +10,8 @@
 //! again, so for data read several times copying first wins.
 //!
 //! The model, p reads (kernel = p reads' compute on device memory; link =
-//! one read in place with no compute, measured: on the H100 a kernel read
-//! 256 MiB of mapped memory in 5.76 ms where the copy engine uploaded it
-//! in 4.93):
+//! one read in place with no compute, measured, since a kernel reads
+//! mapped memory somewhat slower than the copy engine uploads it):
 //! zero-copy p·max(link, kernel/p), copy-then-compute upload + kernel.
 
 use super::kernel::{reread_reference, ReadFrom, RereadKernel};

@@ -140,9 +140,8 @@ impl MultiGpuConfig {
         }
     }
     /// Every code path, small (for compute-sanitizer and smoke tests). The
-    /// copies stay at 32 MiB: under compute-sanitizer, copies of 1 MiB
-    /// within an H100 did not take measurably longer than one (each API
-    /// call is slowed, so the runs' gaps drown a copy of a microsecond).
+    /// copies stay at 32 MiB: under compute-sanitizer each API call is
+    /// slowed, so the gaps between runs drown a copy of a microsecond.
     pub fn small() -> Self {
         MultiGpuConfig {
             sizes_mib: vec![32],

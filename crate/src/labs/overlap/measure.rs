@@ -159,8 +159,8 @@ impl Sweep {
 
     /// Runs the point `warmup + repeats` times, each run verified, and after
     /// every timed run one sample of its parts: the pipeline and the bound
-    /// come from the same moments, so a slow spell of the link (seen on the
-    /// H100: D2H alone at half speed for a second) slows both or neither.
+    /// come from the same moments, so a slow spell of the link (a direction
+    /// at a fraction of its speed for a while) slows both or neither.
     pub fn measure_point(&mut self, chunks: usize, streams: usize, order: IssueOrder, warmup: usize, repeats: usize) -> Result<(Summary, Parts)> {
         let (mut totals, mut parts) = (Vec::new(), Vec::new());
         for rep in 0..warmup + repeats {

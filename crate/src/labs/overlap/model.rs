@@ -73,8 +73,8 @@ impl Bounds {
     }
     /// The bound from each part's fastest run alone: a lower limit is
     /// built from what the hardware showed it can do (a part's slow
-    /// outlier, such as a D2H at 1.69 ms among 1.3s on the H100, would
-    /// otherwise lift the bound above a pipeline that ran at full speed).
+    /// outlier would otherwise lift the bound above a pipeline that ran at
+    /// full speed).
     pub fn of(parts: &Parts, chunks: usize) -> Bounds {
         Bounds::new(parts.h2d_ms.min, parts.kernel_ms.min, parts.d2h_ms.min, parts.both_copies_ms.min, chunks)
     }

@@ -17,10 +17,10 @@
 //! per chunk does not: below some chunk size issuing is the bottleneck and
 //! the graph wins. The model predicts each from the ops measured alone (8
 //! back to back on a stream) and the CPU's pace as the host clock measured
-//! it (the loop's time per op; the launch call's time per node). Measured
-//! on the H100: the same ops cost less as nodes of a graph on one
-//! stream, but the three-stream graph's edges give that back, so ops
-//! alone on a stream predict the graph better. (The other
+//! it (the loop's time per op; the launch call's time per node). The same
+//! ops cost less as nodes of a graph on one stream, but the three-stream
+//! graph's edges give that back, so ops alone on a stream predict the
+//! graph better. (The other
 //! experiments hold their loop behind the start gate; a gate holds at most
 //! 256 ops before it must open, fewer than this sweep's longest loops, so
 //! the GPU-only time here is the model's.)
@@ -58,7 +58,7 @@ pub fn plans(elements: usize, chunks: usize) -> (Plan, Plan) {
 
 /// A graph gain worth the name: live issuing more than 10% slower. (Even
 /// at the largest chunks a graph saves issuing the first ops before the
-/// GPU has work: 2-4% on the H100, beyond the runs' spread.)
+/// GPU has work: a few percent, beyond the runs' spread.)
 pub const CLEAR_GAIN: f64 = 0.10;
 
 /// One chunk count, measured both ways and modelled.

@@ -28,8 +28,8 @@ pub fn three_way_bound(costs: &Costs, machine: Machine, elements: usize, chunks:
 
 /// Runs every experiment. Before each, the machine and the experiment's
 /// ops alone are measured again, so the model works from parts timed at
-/// the same moments as the runs it predicts (this host's copies drift:
-/// both directions at once read 1.35 to 1.66 ms across runs of one day).
+/// the same moments as the runs it predicts (a host's copies drift: both
+/// directions at once can read a fifth apart across runs of one day).
 pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<StreamsResults> {
     cfg.validate()?;
     let priority_range = gpu.stream_priority_range()?;

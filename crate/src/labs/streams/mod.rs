@@ -46,8 +46,8 @@ pub struct StreamsConfig {
     #[arg(long, default_value_t = StreamsConfig::default().streams)]
     pub streams: usize,
     /// Timed runs per variant (after two warm-ups). Both directions at
-    /// once vary by ±9% from run to run on the H100's host, so
-    /// medians need more runs than one-way copies.
+    /// once vary more from run to run than one way, so medians need more
+    /// runs than one-way copies.
     #[arg(long, default_value_t = StreamsConfig::default().repeats)]
     pub repeats: usize,
     /// Chunk counts of the issue-cost sweep (over a quarter of
