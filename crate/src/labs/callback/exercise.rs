@@ -319,6 +319,18 @@ pub(crate) mod tests {
                 &["not ordered after its D2H"],
             ),
             ("no event at all", Box::new(hands_off_without_waiting), &["not ordered after its D2H", "no \"scores ready\" event"]),
+            (
+                "copies the scores before computing them",
+                Box::new(|l, t| {
+                    let s = l.take_slot(t)?;
+                    l.d2h_scores(On::Compute, s)?;
+                    l.row_dot(On::Compute, t, s)?;
+                    l.record_scores_ready(On::Compute, s)?;
+                    l.wait_scores_ready(On::Callback, s)?;
+                    l.host_fn_hand_off(On::Callback, s)
+                }),
+                &["iteration 0's argmin reads slot 0's scores before any row_dot wrote them", "its D2H was issued before its row_dot"],
+            ),
             ("forgets the argmin", Box::new(forgets_the_argmin), &["your iteration stopped with", "would wait for a slot forever"]),
             ("panics", Box::new(|_, t| if t == 5 { panic!("slot {t} is gone") } else { Ok(()) }), &["your iteration panicked: slot 5 is gone"]),
             ("a slot that does not exist", Box::new(|l, t| l.slot_at(99, t).map(|_| ())), &["slot 99 does not exist"]),

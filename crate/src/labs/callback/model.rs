@@ -88,6 +88,13 @@ struct ModelSlot {
     last_reader: Option<OpId>,
     /// What orders a reader after its D2H (to name a missing link).
     order: SlotOrder,
+    /// The iteration whose row_dot wrote its device scores last, in issue
+    /// order (a later-issued op never runs before an earlier one it is
+    /// ordered with, and an unordered pair is a race, named as such).
+    device_holds: Option<usize>,
+    /// What its last D2H copied to the host: the iteration of the device
+    /// scores then (`Some(None)`: scores no row_dot had written).
+    host_holds: Option<Option<usize>>,
 }
 
 /// The lab's iteration code recorded as a schedule (see the module docs).
@@ -243,6 +250,20 @@ impl ModelIssuer {
     /// The argmin op `id` of iteration `t` reads `slot`.
     fn argmin_issued(&mut self, id: OpId, slot: Slot, t: usize, on: ArgminOn) {
         self.note(id, t);
+        // Whose scores it reads: a D2H issued before the row_dot it should
+        // carry copies what the slot held before (no race: the stream
+        // orders them, the other way round).
+        let s = slot.0;
+        match self.slots[s].host_holds {
+            Some(Some(x)) if x == t => {}
+            Some(Some(x)) => self.problems.push(format!(
+                "iteration {t}'s argmin reads iteration {x}'s scores from slot {s}: its D2H was issued before its row_dot, so it copied what the slot held before"
+            )),
+            Some(None) => self.problems.push(format!(
+                "iteration {t}'s argmin reads slot {s}'s scores before any row_dot wrote them: its D2H was issued before its row_dot"
+            )),
+            None => self.problems.push(format!("iteration {t}'s argmin reads slot {s}, but no D2H copied scores to it")),
+        }
         self.slots[slot.0].last_reader = Some(id);
         self.argmin_ops.push((id, t, on));
     }
@@ -269,6 +290,7 @@ impl CallbackIssue for ModelIssuer {
         self.slot(slot)?;
         let id = self.schedule.gpu_op(MAIN, stream(on), OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)]);
         self.note(id, t);
+        self.slots[slot.0].device_holds = Some(t);
         Ok(())
     }
     fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
@@ -277,6 +299,7 @@ impl CallbackIssue for ModelIssuer {
         let id = self.schedule.gpu_op(MAIN, stream(on), OpKind::D2h, &format!("D2H scores {t}"), acc);
         self.note(id, t);
         self.slots[slot.0].order = SlotOrder::d2h(on);
+        self.slots[slot.0].host_holds = Some(self.slots[slot.0].device_holds);
         Ok(())
     }
     fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
@@ -408,6 +431,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("iteration 4 would wait for a slot forever"), "{e}");
+    }
+
+    #[test]
+    fn scores_copied_before_their_kernel_was_issued_are_the_slots_old_ones() {
+        // The D2H comes first on the compute stream: ordered, no race, and
+        // it copies what the slot held before (nothing, then iteration t-4's).
+        let mut m = ModelIssuer::new(COSTS, 4);
+        m.run(8, &|l, t| {
+            let s = l.take_slot(t)?;
+            l.d2h_scores(On::Compute, s)?;
+            l.row_dot(On::Compute, t, s)?;
+            l.record_scores_ready(On::Compute, s)?;
+            l.wait_scores_ready(On::Callback, s)?;
+            l.host_fn_hand_off(On::Callback, s)
+        })
+        .unwrap();
+        assert!(m.problems.iter().any(|p| p.contains("iteration 0's argmin reads slot 0's scores before any row_dot wrote them")), "{:?}", m.problems);
+        assert!(m.problems.iter().any(|p| p.contains("iteration 4's argmin reads iteration 0's scores from slot 0")), "{:?}", m.problems);
+        assert_eq!(m.problems.len(), 8, "every iteration reads the wrong scores: {:?}", m.problems);
+        // The same wiring with the D2H after the row_dot has no problem.
+        let mut m = ModelIssuer::new(COSTS, 4);
+        m.run(8, &|l, t| {
+            let s = l.take_slot(t)?;
+            l.row_dot(On::Compute, t, s)?;
+            l.d2h_scores(On::Compute, s)?;
+            l.record_scores_ready(On::Compute, s)?;
+            l.wait_scores_ready(On::Callback, s)?;
+            l.host_fn_hand_off(On::Callback, s)
+        })
+        .unwrap();
+        assert!(m.problems.is_empty(), "{:?}", m.problems);
     }
 
     #[test]
