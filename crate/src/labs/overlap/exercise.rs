@@ -37,7 +37,8 @@ pub fn downloads_the_input(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
     Ok(())
 }
 
-fn data_findings(cells: &Cells, t: &ChunkTask, rep: &mut CheckReport) {
+/// `copied(j)`: whether some D2H wrote output element j to the host.
+fn data_findings(cells: &Cells, t: &ChunkTask, copied: impl Fn(usize) -> bool, rep: &mut CheckReport) {
     let ranges = OverlapConfig::chunk_ranges(t.elements, t.chunks);
     // A run of elements is right when its first is: both step by one.
     for j in cells.runs().map(|(r, _)| r.start).filter(|&j| j < t.elements) {
@@ -45,6 +46,13 @@ fn data_findings(cells: &Cells, t: &ChunkTask, rep: &mut CheckReport) {
         let msg = match cells.get(j) {
             Provenance::Output(i) if i as usize == j => continue,
             Provenance::Output(i) => format!("wrong data: output element {j} (chunk {c}) holds the result for element {i}: an offset is wrong"),
+            // Copied, but before anything was written there: the D2H was
+            // issued before the kernel that writes it.
+            Provenance::Unset if copied(j) => {
+                format!(
+                    "wrong data: output element {j} (chunk {c}) was copied to the host before its kernel wrote it: the chunk's D2H is issued before its kernel"
+                )
+            }
             Provenance::Unset => format!("wrong data: output element {j} (chunk {c}) never reached the host: a D2H is missing or covers too little"),
             Provenance::Input(_) => format!("wrong data: output element {j} (chunk {c}) holds an input, not a result: the D2H reads the wrong buffer"),
             Provenance::Repeated(_, k) => {
@@ -134,7 +142,15 @@ pub fn check_on_model(
     if rep.learner("your issue loop", || issue(&mut m, &task)).is_none() {
         return rep;
     }
-    data_findings(m.host_cells(task.host_out), &task, &mut rep);
+    let copied = |j: usize| {
+        let byte = j as u64 * 4;
+        m.schedule
+            .ops
+            .iter()
+            .filter(|o| o.kind == OpKind::D2h)
+            .any(|o| o.accesses.iter().any(|a| a.write && a.buffer == "host out" && (a.start..a.end).contains(&byte)))
+    };
+    data_findings(m.host_cells(task.host_out), &task, copied, &mut rep);
     race_findings(m.schedule.races(), &mut rep);
     // Each op lasts its share of the recorded whole-data part.
     let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
@@ -344,6 +360,22 @@ mod tests {
             ("kernel on another stream, no event", 8, 2, Box::new(|p, t| each_chunk(p, t, |_| (0, 1, 1))), &["race: 'compute chunk 0' reads"]),
             ("D2H on another stream, no event", 8, 2, Box::new(|p, t| each_chunk(p, t, |_| (0, 0, 1))), &["race: 'D2H chunk 0' reads"]),
             ("D2H of the input buffer", 8, 2, Box::new(downloads_the_input), &["holds an input, not a result"]),
+            (
+                "D2H issued before the kernel",
+                8,
+                2,
+                Box::new(|p, t| {
+                    for c in 0..t.chunks {
+                        let (at, n) = t.chunk(c);
+                        let s = t.streams[c % 2];
+                        p.h2d(s, t.dev_in, at, t.host_in, at, n, "up")?;
+                        p.d2h(s, t.host_out, at, t.dev_out, at, n, "down")?;
+                        p.compute(s, t.dev_in, at, t.dev_out, at, n, "k")?;
+                    }
+                    Ok(())
+                }),
+                &["(chunk 0) was copied to the host before its kernel wrote it", "D2H is issued before its kernel"],
+            ),
             (
                 "kernel on data never uploaded",
                 8,
