@@ -675,7 +675,8 @@ mod tests {
         m.free_async(s, x).unwrap();
         let e = m.h2d(s, x, 0, h, 0, 8, "late").unwrap_err().to_string();
         assert!(e.contains("scratch is used after cuMemFreeAsync released it"), "{e}");
-        assert!(m.free_async(s, x).unwrap_err().to_string().contains("used after cuMemFreeAsync"));
+        let e = m.free_async(s, x).unwrap_err().to_string();
+        assert!(e.contains("scratch is released twice: cuMemFreeAsync already released it") && e.contains("double free"), "{e}");
         let e = m.free(lab).unwrap_err().to_string();
         assert!(e.contains("lab buffer belongs to the lab"), "{e}");
         let y = m.alloc(8, "plain").unwrap();

@@ -270,7 +270,13 @@ impl Holding {
     /// Checks that `how`'s release call may release the buffer now, and
     /// gives that operation's label.
     pub fn release_label(&self, how: Memory) -> Result<String> {
-        self.live()?;
+        if let Some(call) = self.released {
+            return Err(LabError::schedule(format!(
+                "{} is released twice: {call} already released it, and {} would release it again (a double free)",
+                self.name,
+                how.call(false)
+            )));
+        }
         match self.memory {
             Some(m) if m == how => Ok(how.label(false, &self.name)),
             Some(m) => Err(LabError::config(format!("{} came from {}: release it with {}, not {}", self.name, m.call(true), m.call(false), how.call(false)))),

@@ -325,6 +325,20 @@ mod tests {
             "your loop stopped with",
         );
         fails_with(&check(|_, _| panic!("oops")), "panicked: oops");
+        // Each scratch freed twice: named as a double free, not a use after free.
+        let rep = check(|p, t| {
+            each_batch(
+                p,
+                t,
+                |p, t, b| p.alloc_async(t.compute, 2 * t.batch(b).1, "scratch"),
+                |p, t, s| {
+                    p.free_async(t.download, s)?;
+                    p.free_async(t.download, s)
+                },
+            )
+        });
+        fails_with(&rep, "is released twice");
+        assert!(rep.to_string().contains("double free") && !rep.to_string().contains("used after"), "{rep}");
         // The last batch forgotten.
         fails_with(
             &check(|p, t| {
