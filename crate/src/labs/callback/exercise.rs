@@ -332,6 +332,19 @@ pub(crate) mod tests {
                 &["iteration 0's argmin reads slot 0's scores before any row_dot wrote them", "its D2H was issued before its row_dot"],
             ),
             ("forgets the argmin", Box::new(forgets_the_argmin), &["your iteration stopped with", "would wait for a slot forever"]),
+            (
+                "takes two slots an iteration",
+                Box::new(|l, t| {
+                    let s = l.take_slot(t)?;
+                    let _spare = l.take_slot(t)?;
+                    l.row_dot(On::Compute, t, s)?;
+                    l.d2h_scores(On::Compute, s)?;
+                    l.record_scores_ready(On::Compute, s)?;
+                    l.wait_scores_ready(On::Callback, s)?;
+                    l.host_fn_hand_off(On::Callback, s)
+                }),
+                &["taken and never copied into", "an iteration takes one slot"],
+            ),
             ("panics", Box::new(|_, t| if t == 5 { panic!("slot {t} is gone") } else { Ok(()) }), &["your iteration panicked: slot 5 is gone"]),
             ("a slot that does not exist", Box::new(|l, t| l.slot_at(99, t).map(|_| ())), &["slot 99 does not exist"]),
         ];

@@ -95,6 +95,8 @@ struct ModelSlot {
     /// What its last D2H copied to the host: the iteration of the device
     /// scores then (`Some(None)`: scores no row_dot had written).
     host_holds: Option<Option<usize>>,
+    /// Whether scores were copied into it since it was taken.
+    copied: bool,
 }
 
 /// The lab's iteration code recorded as a schedule (see the module docs).
@@ -142,8 +144,12 @@ impl ModelIssuer {
             iteration(self, t)?;
         }
         for (i, s) in self.slots.iter().enumerate() {
-            if let Some(t) = s.lease {
-                self.problems.push(format!("iteration {t}: its scores were copied into slot {i} but no argmin was ever issued"));
+            match s.lease {
+                Some(t) if !s.copied => self.problems.push(format!(
+                    "iteration {t} took slot {i} and never copied scores into it: the slot stays taken, so fewer are left for the iterations after (an iteration takes one slot)"
+                )),
+                Some(t) => self.problems.push(format!("iteration {t}: its scores were copied into slot {i} but no argmin was ever issued")),
+                None => {}
             }
         }
         let races: Vec<String> = self.schedule.races().iter().map(|r| self.explain(r)).collect();
@@ -229,6 +235,7 @@ impl ModelIssuer {
         let s = &mut self.slots[index];
         s.lease = Some(t);
         s.order = SlotOrder::default();
+        s.copied = false;
         Slot(index)
     }
 
@@ -275,6 +282,14 @@ impl CallbackIssue for ModelIssuer {
         // consumers finish in issue order): the enqueue loop waits for it.
         let free = (0..self.slots.len()).filter(|&i| self.slots[i].lease.is_none());
         let Some(i) = free.min_by_key(|&i| self.slots[i].last_reader.map_or((0, 0), |r| (1, r))) else {
+            let unused: Vec<String> =
+                self.slots.iter().enumerate().filter(|(_, s)| !s.copied).filter_map(|(i, s)| s.lease.map(|u| format!("slot {i} (iteration {u})"))).collect();
+            if !unused.is_empty() {
+                return Err(LabError::schedule(format!(
+                    "iteration {t} would wait for a slot forever: {} taken and never copied into, so no argmin frees them (an iteration takes one slot)",
+                    unused.join(", ")
+                )));
+            }
             return Err(LabError::schedule(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
         };
         if let Some(reader) = self.slots[i].last_reader {
@@ -300,6 +315,7 @@ impl CallbackIssue for ModelIssuer {
         self.note(id, t);
         self.slots[slot.0].order = SlotOrder::d2h(on);
         self.slots[slot.0].host_holds = Some(self.slots[slot.0].device_holds);
+        self.slots[slot.0].copied = true;
         Ok(())
     }
     fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
