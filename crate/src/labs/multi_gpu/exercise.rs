@@ -127,6 +127,19 @@ fn shape_findings(micro_batches: usize, elements: usize, learner: Loop, second: 
     }
     let mine = plan_on("your loop", micro_batches, elements, learner, second);
     let model = shape(&mine, rep)?;
+    // Each stage once per micro-batch: a stage run again does the same work
+    // twice (its output is the same, so the data alone cannot tell).
+    for stage in 1..=STAGES {
+        for i in 0..micro_batches {
+            let label = super::pipeline_parallel::stage_label(stage, i);
+            let runs = model.schedule.ops.iter().filter(|o| o.kind == OpKind::Kernel && o.label == label).count();
+            if runs > 1 {
+                // Timing it would blame the extra work on the ordering.
+                rep.problem(format!("{label} runs {runs} times: each stage runs once per micro-batch"));
+                return None;
+            }
+        }
+    }
     if model.schedule.cpu_waited_for_gpu() {
         rep.problem(
             "host synchronization in the loop: the CPU waits for a GPU (a synchronize or a host wait on an event), so it cannot issue the next micro-batch meanwhile. Order the GPUs with p.record(event, stream) on GPU 0 and p.wait(stream, event) on GPU 1: the GPU waits, not the CPU",
@@ -334,6 +347,20 @@ mod tests {
         });
         fails_with(&rep, &["bubble", "stage 2 starts only once stage 1 has finished every micro-batch"]);
         assert!(!rep.to_string().contains("host synchronization"), "{rep}");
+    }
+
+    #[test]
+    fn a_stage_run_twice_for_a_micro_batch_is_named_as_such() {
+        let rep = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                t.stage1(p, t.gpu0.compute, i)?;
+                events_only_one(p, t, i)?;
+            }
+            Ok(())
+        });
+        fails_with(&rep, &["stage 1, micro-batch 0 runs 3 times: each stage runs once per micro-batch"]);
+        assert!(!rep.to_string().contains("waits for more than its own"), "{rep}");
     }
 
     #[test]

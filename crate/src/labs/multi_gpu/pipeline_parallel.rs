@@ -75,7 +75,7 @@ impl MicroBatchTask {
 }
 
 /// "stage 2, micro-batch 3".
-fn stage_label(stage: usize, i: usize) -> String {
+pub fn stage_label(stage: usize, i: usize) -> String {
     format!("stage {stage}, micro-batch {i}")
 }
 
