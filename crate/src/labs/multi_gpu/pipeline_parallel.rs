@@ -155,6 +155,12 @@ pub fn plan_on(name: &str, micro_batches: usize, elements: usize, learner: Loop,
         p.d2h(t.gpu1.copy, r.output, 0, t.output, 0, r.elements, DOWNLOAD)
     })
     .placed(vec![0, 0, second, second])
+    .with_device_buffers(&[
+        ("GPU 0's input", elements),
+        ("GPU 0's activation", elements),
+        (&format!("GPU {second}'s activation"), elements),
+        (&format!("GPU {second}'s output"), elements),
+    ])
     .with_passes(STAGES as u8)
 }
 

@@ -123,6 +123,7 @@ pub fn plan(name: &str, cfg: &StreamsConfig, learner: Loop) -> Plan {
         };
         learner(p, &task)
     })
+    .with_device_buffers(&[("device in", cfg.elements), ("device out", cfg.elements), ("parameters", cfg.elements)])
 }
 
 /// What the model says is wrong with the loop, before timing it: data,
