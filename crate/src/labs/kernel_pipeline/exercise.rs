@@ -53,12 +53,85 @@ pub fn ptx_problem(ptx: &str) -> Option<String> {
     None
 }
 
-/// A compile's outcome as the learner reads it: the PTX if it compiled and
-/// copies asynchronously, else the problem recorded in `rep`.
-fn read_compile(rep: &mut CheckReport, compiled: Result<String>) -> Option<String> {
-    match compiled {
+/// Static shared memory a block may declare (48 KiB: more must be dynamic).
+pub const STATIC_SMEM_LIMIT: u64 = 48 << 10;
+/// Shared memory a block of compute capability 9.0 may have in all (227 KiB).
+pub const SMEM_LIMIT_SM90: u64 = 227 << 10;
+
+/// What the source says before it is compiled: a `STAGES` it sets itself
+/// (the lab sets it, `-DSTAGES=`, and sizes each block's shared memory by
+/// it), unless only as a default under `#ifndef STAGES`.
+pub fn source_problem(source: &str) -> Option<String> {
+    let lines: Vec<&str> = source.lines().map(str::trim).collect();
+    for (i, l) in lines.iter().enumerate() {
+        let defines =
+            l.strip_prefix('#').map(str::trim_start).and_then(|r| r.strip_prefix("define")).map(str::trim_start).is_some_and(|r| {
+                r.strip_prefix("STAGES").is_some_and(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace) || rest.starts_with('('))
+            });
+        let guarded = lines[..i].iter().rev().find(|p| !p.is_empty()).is_some_and(|p| p.replace(' ', "") == "#ifndefSTAGES");
+        if defines && !guarded {
+            return Some(format!(
+                "line {}: your file sets STAGES itself ({l}): the lab sets it (-DSTAGES=2) and gives each block shared memory for that many slots, so the kernel and its launch would disagree",
+                i + 1
+            ));
+        }
+    }
+    None
+}
+
+/// What the PTX says of how the lab would load and launch it: the entry
+/// point it launches (`entry`), and shared memory within what a block may
+/// have, with `dynamic` bytes of dynamic shared memory from the launch.
+pub fn launch_problem(ptx: &str, entry: &str, dynamic: u64) -> Option<String> {
+    let entries: Vec<&str> = ptx
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(".visible .entry "))
+        .map(|r| r.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or(""))
+        .collect();
+    if !entries.contains(&entry) {
+        return Some(format!(
+            "the PTX has no kernel named {entry} (it has: {}): the lab launches {entry} by that name. Keep the name, and extern \"C\" so the compiler does not change it",
+            if entries.is_empty() { "none".to_string() } else { entries.join(", ") }
+        ));
+    }
+    // Static arrays: `.shared .align 16 .b8 name[bytes];` (not `.extern`, the dynamic one).
+    let fixed: u64 = ptx
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(".shared") && !l.starts_with(".extern"))
+        .filter_map(|l| l.rsplit_once('[').and_then(|(_, n)| n.split(']').next()).and_then(|n| n.trim().parse::<u64>().ok()))
+        .sum();
+    let kib = |b: u64| format!("{:.1} KiB", b as f64 / 1024.0);
+    if fixed > STATIC_SMEM_LIMIT {
+        return Some(format!(
+            "your kernel declares {} of static shared memory; a block may declare at most {}: use the slots of the dynamic shared memory the lab gives it (extern __shared__)",
+            kib(fixed),
+            kib(STATIC_SMEM_LIMIT)
+        ));
+    }
+    if fixed + dynamic > SMEM_LIMIT_SM90 {
+        return Some(format!(
+            "your kernel's {} of static shared memory and the launch's {} of dynamic make {}, more than a block may have ({})",
+            kib(fixed),
+            kib(dynamic),
+            kib(fixed + dynamic),
+            kib(SMEM_LIMIT_SM90)
+        ));
+    }
+    None
+}
+
+/// A compile's outcome as the learner reads it: the PTX if the source sets
+/// nothing the lab sets, it compiled, the lab could launch it and it copies
+/// asynchronously, else the problem recorded in `rep`.
+fn read_compile(rep: &mut CheckReport, source: &str, shape: TileShape, compiled: impl FnOnce() -> Result<String>) -> Option<String> {
+    if let Some(p) = source_problem(source) {
+        rep.problem(p);
+        return None;
+    }
+    match compiled() {
         Err(e) => rep.problem(format!("your kernel does not compile. NVRTC says:\n{e}")),
-        Ok(ptx) => match ptx_problem(&ptx) {
+        Ok(ptx) => match launch_problem(&ptx, super::kernel::TILE_ASYNC.entry, TileKind::Async.smem_bytes(shape) as u64).or_else(|| ptx_problem(&ptx)) {
             Some(p) => rep.problem(p),
             None => {
                 rep.note("it compiles and copies asynchronously (cp.async in its PTX)");
@@ -72,7 +145,8 @@ fn read_compile(rep: &mut CheckReport, compiled: Result<String>) -> Option<Strin
 /// The checks that need no GPU: compile (for sm_90) and read the PTX.
 pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
     let mut rep = CheckReport::new(EXERCISE);
-    if read_compile(&mut rep, kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &shape(cfg).defines())).is_some() {
+    let s = shape(cfg);
+    if read_compile(&mut rep, source, s, || kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines())).is_some() {
         rep.problem("whether every output is right and whether it beats the naive kernel is judged on a GPU: there is none here, so the check is not complete");
     }
     rep
@@ -85,7 +159,7 @@ pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> Ch
 pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineConfig) -> Result<CheckReport> {
     let mut rep = CheckReport::new(&format!("{EXERCISE} (live)"));
     let s = shape(cfg);
-    let Some(ptx) = read_compile(&mut rep, TileKernel::compile(gpu, TileKind::Async, file, source, s)) else {
+    let Some(ptx) = read_compile(&mut rep, source, s, || TileKernel::compile(gpu, TileKind::Async, file, source, s)) else {
         return Ok(rep);
     };
     let Some(mine) = rep.learner("your kernel", || TileKernel::from_ptx(gpu, TileKind::Async, &ptx, s, 1)) else {
@@ -194,6 +268,36 @@ mod tests {
         let run = crate::lab_kit::LabRun::<super::super::KernelPipelineResults>::recorded(super::super::LAB, "test".into()).unwrap();
         let rep = run.check_double_buffered("exercises/no-such-file.cu");
         assert!(!rep.passed && rep.to_string().contains("could not read exercises/no-such-file.cu"), "{rep}");
+    }
+
+    #[test]
+    fn faults_the_compile_or_the_ptx_shows_are_named_without_a_gpu() {
+        if !nvrtc() {
+            return;
+        }
+        let cfg = KernelPipelineConfig::small();
+        let sol = solution_source();
+        let cases: Vec<(&str, String, &[&str])> = vec![
+            ("renamed", sol.replace("tile_async(", "my_tile_async("), &["no kernel named tile_async", "my_tile_async"]),
+            ("extern \"C\" dropped", sol.replace("extern \"C\" ", ""), &["no kernel named tile_async", "extern \"C\""]),
+            (
+                "static shared memory over the limit",
+                sol.replacen("{", "{\n    __shared__ float4 big[4096]; big[threadIdx.x] = make_float4(0, 0, 0, 0); __syncthreads(); out[0] += big[1].x;", 1),
+                &["64.0 KiB of static shared memory", "at most 48.0 KiB"],
+            ),
+            ("STAGES redefined", format!("#define STAGES 1\n{sol}"), &["line 1: your file sets STAGES itself", "-DSTAGES=2"]),
+        ];
+        for (what, source, words) in cases {
+            let rep = check_offline("mine.cu", &source, &cfg);
+            let text = rep.to_string();
+            assert!(!rep.passed, "{what} passed: {text}");
+            for w in words {
+                assert!(text.contains(w), "{what}: no '{w}' in {text}");
+            }
+            assert!(!text.contains("judged on a GPU"), "{what}: the fault is known without one: {text}");
+        }
+        // The given file's guarded default is not a redefinition.
+        assert!(source_problem(GIVEN).is_none());
     }
 
     #[test]

@@ -316,7 +316,10 @@ mod tests {
         });
         fails_with(
             &wrong_stream,
-            &["your loop stopped with", "a kernel on stream compute (GPU 0) touches GPU 1's activation, which is in GPU 1's memory: issue it on a stream of GPU 1"],
+            &[
+                "your loop stopped with",
+                "a kernel on stream compute (GPU 0) touches GPU 1's activation, which is in GPU 1's memory: issue it on a stream of GPU 1",
+            ],
         );
         let no_copy = check(|p, t| {
             for i in 0..t.micro_batches {
