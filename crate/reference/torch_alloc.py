@@ -239,8 +239,20 @@ def driver_version():
         return None
 
 
+def shown_path(path):
+    """A record's path as the repository names it (data/<device>/<file>),
+    never the absolute path of the machine that ran this: the part from the
+    last 'data' folder on, else the file's name."""
+    parts = os.path.normpath(path).split(os.sep)
+    if "data" in parts[:-1]:
+        i = len(parts) - 1 - parts[::-1].index("data")
+        return "/".join(parts[i:])
+    return os.path.basename(path)
+
+
 def command_line(argv):
-    """As the lab records it: the program's name, without --out (where the output went)."""
+    """As the lab records it: the program's name, without --out (where the
+    output went), files named as the repository names them."""
     out, skip = [os.path.basename(argv[0])], False
     for x in argv[1:]:
         if skip or x.startswith("--out="):
@@ -248,7 +260,7 @@ def command_line(argv):
         elif x == "--out":
             skip = True
         else:
-            out.append(x)
+            out.append(shown_path(x) if x.endswith(".json") else x)
     return out
 
 
@@ -379,7 +391,7 @@ def main():
                "fingerprint": {"gpu_name": dev["name"], "gpu_uuid": dev["uuid"], "device_index": dev["index"],
                                "compute_capability": dev["compute_capability"], "memory_bytes": dev["memory_bytes"],
                                "torch": nat["torch"], "torch_cuda": nat["torch_cuda"], "driver_version": drv},
-               "record": {"path": w["path"], **rec},
+               "record": {"path": shown_path(w["path"]), **rec},
                "config": {"sizes_mib": w["sizes_mib"], "repeats": nat["repeats"], "trace_bytes": tb, "touch_bytes": TOUCH_BYTES},
                "torch": {b: {k: runs[b][k] for k in ("backend", "alloc_conf", "touch_ms", "pairs", "trace", "pool", "memory_stats")} for b in BACKENDS},
                "lab": {"pairs": lab_pairs, "traces": lab_traces},
