@@ -65,7 +65,12 @@ impl MultiGpuResults {
         let pts = &self.pipeline.points;
         let measured = pts.iter().filter_map(|b| b.measured.as_ref().map(|m| (b.micro_batches as f64, 100.0 * m.median))).collect();
         let model = pts.iter().map(|b| (b.micro_batches as f64, 100.0 * b.model)).collect();
-        let where_ = if self.two_gpus() { self.stages_placed() } else { format!("ONE GPU: {} (the model is for one GPU a stage)", self.stages_placed()) };
+        let where_ = if self.two_gpus() { self.stages_placed() } else { format!("ONE GPU: {} (no model: it is for one GPU a stage)", self.stages_placed()) };
+        let mut series = vec![Series { label: "measured (CUPTI timeline)".into(), color: kind_color(OpKind::Kernel), dashed: false, points: measured }];
+        // The model only where it applies: a GPU a stage.
+        if self.two_gpus() {
+            series.push(Series { label: "model (S-1)/(M+S-1)".into(), color: GREY, dashed: true, points: model });
+        }
         Figure {
             stem: format!("{LAB}-bubble"),
             title: "Lab 8: the two-stage pipeline's bubble".into(),
@@ -76,10 +81,7 @@ impl MultiGpuResults {
                 x_label: "micro-batches".into(),
                 y_label: "% of the time each GPU idles".into(),
                 log_y: false,
-                series: vec![
-                    Series { label: "measured (CUPTI timeline)".into(), color: kind_color(OpKind::Kernel), dashed: false, points: measured },
-                    Series { label: "model (S-1)/(M+S-1)".into(), color: GREY, dashed: true, points: model },
-                ],
+                series,
             }],
             panel_size: (760, 420),
         }

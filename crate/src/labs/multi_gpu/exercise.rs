@@ -104,7 +104,9 @@ pub fn check_on_model(micro_batches: usize, elements: usize, machine: Machine, c
 /// model's findings first, then a verified run whose bubble is read off its
 /// timeline. A run that fails (wrong data on the GPU) is a failed check.
 pub fn check_on_gpu(rig: &mut PlanRig, micro_batches: usize, elements: usize, second: usize, learner: Loop) -> CheckReport {
-    let mut rep = CheckReport::new(&format!("{EXERCISE} (live)"));
+    // Say what runs: over one GPU both stages share it.
+    let title = if second == 0 { format!("{EXERCISE}, both stages on GPU 0 (one GPU here; live)") } else { format!("{EXERCISE} (live)") };
+    let mut rep = CheckReport::new(&title);
     let Some((mine, model)) = shape_findings(micro_batches, elements, learner, second, &mut rep) else { return rep };
     if !rep.passed {
         return rep;

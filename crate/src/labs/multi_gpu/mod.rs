@@ -421,14 +421,24 @@ impl MultiGpuResults {
             fmt_ms(p.stage_ms.median),
             p.iterations
         );
-        out += &format!("  {:>13} {:>24} {:>20} {:>8} {:>12}\n", "micro-batches", "bubble (25%..75%)", "model (S-1)/(M+S-1)", "diff", "total");
+        let two = self.two_gpus();
+        // On one GPU the model (a GPU a stage) does not apply: no column for it.
+        if two {
+            out += &format!("  {:>13} {:>24} {:>20} {:>8} {:>12}\n", "micro-batches", "bubble (25%..75%)", "model (S-1)/(M+S-1)", "diff", "total");
+        } else {
+            out += &format!("  {:>13} {:>24} {:>12}\n", "micro-batches", "SMs idle (25%..75%)", "total");
+        }
         for b in &p.points {
             let measured = b.measured.as_ref().map_or("no timeline".to_string(), |m| {
                 let (lo, hi) = m.middle_range();
                 format!("{} ({}..{})", pct(m.median), pct(lo), pct(hi))
             });
-            let diff = b.measured.as_ref().map_or("-".to_string(), |m| format!("{:+.1}", 100.0 * (m.median - b.model)));
-            out += &format!("  {:>13} {:>24} {:>20} {:>8} {:>12}\n", b.micro_batches, measured, pct(b.model), diff, fmt_ms(b.total_ms.median));
+            if two {
+                let diff = b.measured.as_ref().map_or("-".to_string(), |m| format!("{:+.1}", 100.0 * (m.median - b.model)));
+                out += &format!("  {:>13} {:>24} {:>20} {:>8} {:>12}\n", b.micro_batches, measured, pct(b.model), diff, fmt_ms(b.total_ms.median));
+            } else {
+                out += &format!("  {:>13} {:>24} {:>12}\n", b.micro_batches, measured, fmt_ms(b.total_ms.median));
+            }
         }
         out += if self.two_gpus() {
             "  (bubble: the share of the window from the first kernel's start to the last one's end that each GPU ran no kernel, averaged over the GPUs; diff in points)\n"
@@ -682,7 +692,11 @@ mod tests {
         assert!(t.contains("ONE GPU") && t.contains("within GPU 0") && t.contains("one GPU: no peer"), "{t}");
         assert!(t.contains("no PyTorch reference: --no-reference"), "{t}");
         assert!(t.contains("gradient all-reduce: skipped: one GPU here"), "{t}");
-        assert!(t.contains("does not apply"), "{t}");
+        assert!(t.contains("does not apply") && !t.contains("model (S-1)"), "no model column where the model does not apply: {t}");
+        let chart = r.bubble_chart("test");
+        assert_eq!(chart.panels[0].series.len(), 1, "no model line on one GPU");
+        let two = multi_gpu_results(true);
+        assert!(two.table().contains("model (S-1)/(M+S-1)") && two.bubble_chart("test").panels[0].series.len() == 2);
         let h = r.headline();
         assert!(h.iter().any(|(k, v)| k == "GPUs the lab ran on" && v.starts_with("1:")), "{h:?}");
         assert!(h.iter().any(|(k, _)| k.starts_with("copy within GPU 0 one way")), "{h:?}");
