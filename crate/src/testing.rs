@@ -73,6 +73,30 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
+/// For tests: whether NVRTC is here to compile with; where it is not, the
+/// test says it skips, or fails where CI asks for NVRTC
+/// (`OVERLAP_LAB_REQUIRE_NVRTC=1`: it installs NVRTC from PyPI).
+pub fn nvrtc_or_skip(test: &str) -> bool {
+    if crate::gpu::kernels::nvrtc_present() {
+        return true;
+    }
+    assert!(std::env::var_os("OVERLAP_LAB_REQUIRE_NVRTC").is_none(), "{test}: NVRTC required but not found");
+    eprintln!("SKIPPED {test}: NVRTC not found");
+    false
+}
+
+/// For tests: compiles `k` for compute_90 with its test settings and
+/// checks its PTX holds what it is meant to, and no FMA the compiler
+/// contracted on its own (fmad=false: only the explicit ones). Returns the PTX.
+pub fn check_ptx(k: &crate::gpu::kernels::KernelSource) -> String {
+    let ptx = crate::gpu::kernels::compile_ptx_with(k, "compute_90", k.test_defines).unwrap_or_else(|e| panic!("{e}"));
+    for needle in k.expect_in_ptx {
+        assert!(ptx.contains(needle), "{}: PTX lacks `{needle}`:\n{ptx}", k.file);
+    }
+    assert!(!ptx.contains("mad.f32"), "{}: unexpected contracted mad", k.file);
+    ptx
+}
+
 /// Set to 1 on a GPU machine: a GPU test that finds no GPU fails instead of
 /// skipping, so a run that should have used the GPU cannot pass by skipping.
 /// Set to 2 on a machine with two GPUs: the tests of several GPUs then also

@@ -66,32 +66,32 @@ impl Module {
 
     /// Enqueues its kernel on `stream`: `grid` blocks of `block` threads,
     /// `dynamic_smem` bytes of dynamic shared memory each, with `args`.
+    /// The launch goes to the current context's function: where a process
+    /// uses several GPUs, bind this module's GPU first ([`Gpu::bind`]); a
+    /// launch costs no driver call beyond `cuLaunchKernel` (it is on the
+    /// timed path of every loop).
     ///
     /// # Safety
     /// `args` match the kernel's parameters in number, order and type; the
     /// kernel stays within the spans it is given (the caller checks their
     /// sizes against what it reads and writes); every span stays allocated
     /// until the stream has run the launch.
-    pub unsafe fn launch(&self, stream: &Stream, grid: u32, block: u32, dynamic_smem: u32, args: &[KernelArg]) -> Result<()> {
-        // Each argument's value where the driver can read it, in the C
-        // type the kernel declares (a span is its first byte's address).
-        let mut values: Vec<KernelArg> = args.to_vec();
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| match v {
-                KernelArg::Span(span) => &mut span.ptr as *mut u64 as *mut c_void,
-                KernelArg::U32(x) => x as *mut u32 as *mut c_void,
-                KernelArg::I32(x) => x as *mut i32 as *mut c_void,
-                KernelArg::U64(x) => x as *mut u64 as *mut c_void,
-            })
-            .collect();
+    pub unsafe fn launch<const N: usize>(&self, stream: &Stream, grid: u32, block: u32, dynamic_smem: u32, args: [KernelArg; N]) -> Result<()> {
         if stream.gpu().ordinal() != self.gpu.ordinal() {
             return Err(LabError::config(format!("a kernel loaded on GPU {} launched on a stream of GPU {}", self.gpu.ordinal(), stream.gpu().ordinal())));
         }
-        self.gpu.bind()?;
+        // Each argument's value where the driver can read it, in the C
+        // type the kernel declares (a span is its first byte's address).
+        let mut values = args;
+        let mut params: [*mut c_void; N] = values.each_mut().map(|v| match v {
+            KernelArg::Span(span) => &mut span.ptr as *mut u64 as *mut c_void,
+            KernelArg::U32(x) => x as *mut u32 as *mut c_void,
+            KernelArg::I32(x) => x as *mut i32 as *mut c_void,
+            KernelArg::U64(x) => x as *mut u64 as *mut c_void,
+        });
         // SAFETY: the caller vouches for the arguments and the spans'
         // lifetime; the driver copies the values at launch.
-        unsafe { driver::launch_with_smem(self.func, grid, block, dynamic_smem, stream.raw(), &mut params) }
+        unsafe { driver::launch(self.func, grid, block, dynamic_smem, stream.raw(), &mut params) }
     }
 
     /// Where the module's `__device__` variable `name` lives (valid while
@@ -199,15 +199,12 @@ impl ComputeKernel {
                 input.bytes, output.bytes
             )));
         }
-        let mut src = input.ptr + (in_at * 4) as u64;
-        let mut dst = output.ptr + (out_at * 4) as u64;
-        let mut count = n as u64;
-        let mut iters = iterations;
-        let mut params = [
-            &mut src as *mut u64 as *mut c_void,
-            &mut dst as *mut u64 as *mut c_void,
-            &mut count as *mut u64 as *mut c_void,
-            &mut iters as *mut i32 as *mut c_void,
+        // The kernel's `(const float*, float*, unsigned long long, int)`.
+        let args = [
+            KernelArg::Span(DeviceSpan::new(input.ptr + (in_at * 4) as u64, n * 4)),
+            KernelArg::Span(DeviceSpan::new(output.ptr + (out_at * 4) as u64, n * 4)),
+            KernelArg::U64(n as u64),
+            KernelArg::I32(iterations),
         ];
         let gpu = stream.gpu().ordinal();
         let Some((module, grid)) = self.loaded.iter().find(|(m, _)| m.gpu.ordinal() == gpu) else {
@@ -220,9 +217,10 @@ impl ComputeKernel {
         if self.loaded.len() > 1 {
             module.gpu.bind()?;
         }
-        // SAFETY: params match `compute(const float*, float*, unsigned long long, int)`;
-        // the driver copies the values at launch; bounds checked above.
-        unsafe { driver::launch(module.func, grid, self.block, stream.raw(), &mut params) }
+        // SAFETY: the arguments match `compute(const float*, float*,
+        // unsigned long long, int)`; bounds checked above; the caller keeps
+        // both spans alive until the stream has run it.
+        unsafe { module.launch(stream, grid, self.block, 0, args) }
     }
 }
 

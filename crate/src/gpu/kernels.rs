@@ -258,33 +258,10 @@ pub fn compute_reference(x: f32, iterations: i32) -> f32 {
     a
 }
 
-/// For tests: whether NVRTC is here to compile with; where it is not, the
-/// test says it skips, or fails where CI asks for NVRTC
-/// (`OVERLAP_LAB_REQUIRE_NVRTC=1`: it installs NVRTC from PyPI).
-pub fn nvrtc_or_skip(test: &str) -> bool {
-    if nvrtc_present() {
-        return true;
-    }
-    assert!(std::env::var_os("OVERLAP_LAB_REQUIRE_NVRTC").is_none(), "{test}: NVRTC required but not found");
-    eprintln!("SKIPPED {test}: NVRTC not found");
-    false
-}
-
-/// For tests: compiles `k` for compute_90 with its test settings and
-/// checks its PTX holds what it is meant to, and no FMA the compiler
-/// contracted on its own (fmad=false: only the explicit ones). Returns the PTX.
-pub fn check_ptx(k: &KernelSource) -> String {
-    let ptx = compile_ptx_with(k, "compute_90", k.test_defines).unwrap_or_else(|e| panic!("{e}"));
-    for needle in k.expect_in_ptx {
-        assert!(ptx.contains(needle), "{}: PTX lacks `{needle}`:\n{ptx}", k.file);
-    }
-    assert!(!ptx.contains("mad.f32"), "{}: unexpected contracted mad", k.file);
-    ptx
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{check_ptx, nvrtc_or_skip};
 
     /// A header for the tests of inlining.
     const TWICE_H: KernelHeader = KernelHeader { file: "twice.cuh", text: "#pragma once\n__device__ float twice(float x) { return 2.0f * x; }\n" };

@@ -488,16 +488,10 @@ pub unsafe fn module_unload(m: CUmodule) -> Result<()> {
 
 /// # Safety
 /// `params` must point at values matching the kernel's signature, and the
-/// memory they reference must stay valid until the launch completes on `s`.
-pub unsafe fn launch(f: CUfunction, grid: u32, block: u32, s: CUstream, params: &mut [*mut c_void]) -> Result<()> {
-    refuse_in_host_function("cuLaunchKernel")?;
-    result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, params).map_err(|e| driver_error("cuLaunchKernel", e))
-}
-
-/// # Safety
-/// As [`launch`]; `smem` bytes of dynamic shared memory must be within what
-/// the function was allowed ([`func_set_max_dynamic_smem`]).
-pub unsafe fn launch_with_smem(f: CUfunction, grid: u32, block: u32, smem: u32, s: CUstream, params: &mut [*mut c_void]) -> Result<()> {
+/// memory they reference must stay valid until the launch completes on `s`;
+/// `smem` bytes of dynamic shared memory must be within what the function
+/// was allowed ([`func_set_max_dynamic_smem`]).
+pub unsafe fn launch(f: CUfunction, grid: u32, block: u32, smem: u32, s: CUstream, params: &mut [*mut c_void]) -> Result<()> {
     refuse_in_host_function("cuLaunchKernel")?;
     result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), smem, s, params).map_err(|e| driver_error("cuLaunchKernel", e))
 }

@@ -46,6 +46,17 @@ pub fn forgets_the_argmin(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
     l.d2h_scores(On::Compute, s)
 }
 
+/// Copies the slot's scores before the row_dot that computes them: ordered
+/// on one stream (no race), so the argmin reads what the slot held before.
+pub fn copies_before_computing(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+    let s = l.take_slot(t)?;
+    l.d2h_scores(On::Compute, s)?;
+    l.row_dot(On::Compute, t, s)?;
+    l.record_scores_ready(On::Compute, s)?;
+    l.wait_scores_ready(On::Callback, s)?;
+    l.host_fn_hand_off(On::Callback, s)
+}
+
 // ---- the checker -----------------------------------------------------------
 
 /// Where the learner sent an argmin: the model's places, plus the stream a
@@ -321,27 +332,15 @@ pub(crate) mod tests {
             ("no event at all", Box::new(hands_off_without_waiting), &["not ordered after its D2H", "no \"scores ready\" event"]),
             (
                 "copies the scores before computing them",
-                Box::new(|l, t| {
-                    let s = l.take_slot(t)?;
-                    l.d2h_scores(On::Compute, s)?;
-                    l.row_dot(On::Compute, t, s)?;
-                    l.record_scores_ready(On::Compute, s)?;
-                    l.wait_scores_ready(On::Callback, s)?;
-                    l.host_fn_hand_off(On::Callback, s)
-                }),
+                Box::new(copies_before_computing),
                 &["iteration 0's argmin reads slot 0's scores before any row_dot wrote them", "its D2H was issued before its row_dot"],
             ),
             ("forgets the argmin", Box::new(forgets_the_argmin), &["your iteration stopped with", "would wait for a slot forever"]),
             (
                 "takes two slots an iteration",
                 Box::new(|l, t| {
-                    let s = l.take_slot(t)?;
                     let _spare = l.take_slot(t)?;
-                    l.row_dot(On::Compute, t, s)?;
-                    l.d2h_scores(On::Compute, s)?;
-                    l.record_scores_ready(On::Compute, s)?;
-                    l.wait_scores_ready(On::Callback, s)?;
-                    l.host_fn_hand_off(On::Callback, s)
+                    super::super::hand_off_to_worker(l, t)
                 }),
                 &["taken and never copied into", "an iteration takes one slot"],
             ),

@@ -99,14 +99,14 @@ impl RowDotKernel {
         // SAFETY: the arguments match `row_dot(const float*, const float*,
         // int, unsigned, int, float*, unsigned)`; bounds checked above; the
         // caller keeps the buffers alive until the stream has run it.
-        unsafe { self.module.launch(stream, grid, self.block, 0, &args) }
+        unsafe { self.module.launch(stream, grid, self.block, 0, args) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::kernels::{check_ptx, nvrtc_or_skip};
+    use crate::testing::{check_ptx, nvrtc_or_skip};
 
     #[test]
     fn row_dot_compiles_to_the_expected_ptx() {

@@ -454,29 +454,13 @@ mod tests {
         // The D2H comes first on the compute stream: ordered, no race, and
         // it copies what the slot held before (nothing, then iteration t-4's).
         let mut m = ModelIssuer::new(COSTS, 4);
-        m.run(8, &|l, t| {
-            let s = l.take_slot(t)?;
-            l.d2h_scores(On::Compute, s)?;
-            l.row_dot(On::Compute, t, s)?;
-            l.record_scores_ready(On::Compute, s)?;
-            l.wait_scores_ready(On::Callback, s)?;
-            l.host_fn_hand_off(On::Callback, s)
-        })
-        .unwrap();
+        m.run(8, &super::super::exercise::copies_before_computing).unwrap();
         assert!(m.problems.iter().any(|p| p.contains("iteration 0's argmin reads slot 0's scores before any row_dot wrote them")), "{:?}", m.problems);
         assert!(m.problems.iter().any(|p| p.contains("iteration 4's argmin reads iteration 0's scores from slot 0")), "{:?}", m.problems);
         assert_eq!(m.problems.len(), 8, "every iteration reads the wrong scores: {:?}", m.problems);
         // The same wiring with the D2H after the row_dot has no problem.
         let mut m = ModelIssuer::new(COSTS, 4);
-        m.run(8, &|l, t| {
-            let s = l.take_slot(t)?;
-            l.row_dot(On::Compute, t, s)?;
-            l.d2h_scores(On::Compute, s)?;
-            l.record_scores_ready(On::Compute, s)?;
-            l.wait_scores_ready(On::Callback, s)?;
-            l.host_fn_hand_off(On::Callback, s)
-        })
-        .unwrap();
+        m.run(8, &super::super::hand_off_to_worker).unwrap();
         assert!(m.problems.is_empty(), "{:?}", m.problems);
     }
 

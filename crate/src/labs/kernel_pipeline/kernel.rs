@@ -447,7 +447,7 @@ impl TileKernel {
         // SAFETY: the arguments match `(const float*, float*, unsigned int)`;
         // the spans hold what `tiles` tiles read and write (checked above),
         // and the caller keeps them alive until the stream has run the launch.
-        unsafe { self.module.launch(stream, self.resources.grid, self.shape.threads, self.resources.dynamic_smem, &args) }
+        unsafe { self.module.launch(stream, self.resources.grid, self.shape.threads, self.resources.dynamic_smem, args) }
     }
 
     /// Runs a kernel from [`TileKernel::load_traced`] once over `tiles`
@@ -472,7 +472,7 @@ impl TileKernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::kernels::{check_ptx, nvrtc_or_skip};
+    use crate::testing::{check_ptx, nvrtc_or_skip};
 
     #[test]
     fn the_tile_kernels_compile_to_the_expected_ptx() {

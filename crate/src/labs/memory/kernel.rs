@@ -72,7 +72,7 @@ impl RereadKernel {
         // SAFETY: the arguments match `reread(const float*, float*,
         // unsigned long long, int, int)`; bounds checked above; the caller
         // keeps both alive until the stream has run it.
-        unsafe { self.module.launch(stream, grid, self.block, 0, &args) }
+        unsafe { self.module.launch(stream, grid, self.block, 0, args) }
     }
 
     /// Runs the kernel over the first `n` elements of `input` into
@@ -122,7 +122,7 @@ impl RereadKernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::kernels::{check_ptx, nvrtc_or_skip};
+    use crate::testing::{check_ptx, nvrtc_or_skip};
 
     #[test]
     fn reread_compiles_to_the_expected_ptx() {

@@ -142,26 +142,22 @@ fn shape_findings(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
     // and all issued after waits for it. Before the first of their work or
     // after the last it holds nothing up: what the exercise asks for (the
     // overlap) is there, whatever stream the upload took.
-    let kinds: Vec<StreamKind> = plan.streams.iter().map(|s| s.kind).collect();
-    let on = |o: &crate::pipeline::op::Op, legacy: bool| matches!(o.lane, Lane::Stream(s) if (kinds.get(s) == Some(&StreamKind::Legacy)) == legacy);
+    let legacy = |o: &crate::pipeline::op::Op| matches!(o.lane, Lane::Stream(s) if plan.streams.get(s).is_some_and(|x| x.kind == StreamKind::Legacy));
     let ops = &model.schedule.ops;
-    let others: Vec<usize> = (0..ops.len()).filter(|&i| on(&ops[i], false)).collect();
-    let (first, last) = (others.first().copied(), others.last().copied());
-    let mut outside = None;
-    for (i, o) in ops.iter().enumerate().filter(|(_, o)| on(o, true)) {
-        if first.is_some_and(|f| f < i) && last.is_some_and(|l| l > i) {
-            rep.problem(format!(
-                "'{}' is still on t.default_stream, the legacy NULL stream, between the chunks' work: it waits for all earlier work of every blocking stream, and their later work waits for it, so the pipeline drains there",
-                o.label
-            ));
-            outside = None;
-            break;
-        }
-        outside.get_or_insert(o.label.clone());
-    }
-    if let Some(label) = outside {
+    // Where the other streams' work starts and ends, in issue order.
+    let mut others = ops.iter().enumerate().filter(|(_, o)| matches!(o.lane, Lane::Stream(_)) && !legacy(o)).map(|(i, _)| i);
+    let (first, last) = (others.next(), others.next_back());
+    let between = |i: usize| first.is_some_and(|f| f < i) && last.is_some_and(|l| l > i);
+    let on_legacy: Vec<(usize, &crate::pipeline::op::Op)> = ops.iter().enumerate().filter(|(_, o)| legacy(o)).collect();
+    if let Some((_, o)) = on_legacy.iter().find(|(i, _)| between(*i)) {
+        rep.problem(format!(
+            "'{}' is still on t.default_stream, the legacy NULL stream, between the chunks' work: it waits for all earlier work of every blocking stream, and their later work waits for it, so the pipeline drains there",
+            o.label
+        ));
+    } else if let Some((_, o)) = on_legacy.first() {
         rep.note(format!(
-            "'{label}' is on the legacy NULL stream, but before or after all of the chunks' work, where it holds nothing up (anywhere between, it would drain the pipeline)"
+            "'{}' is on the legacy NULL stream, but before or after all of the chunks' work, where it holds nothing up (anywhere between, it would drain the pipeline)",
+            o.label
         ));
     }
     if model.schedule.cpu_waited_for_gpu() {
