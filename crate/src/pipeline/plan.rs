@@ -278,6 +278,13 @@ impl Plan {
         if !self.device_buffers.is_empty() && self.device_buffers.len() != self.devices {
             return Err(LabError::config(format!("{}: {} device buffers named for {}", self.name, self.device_buffers.len(), self.devices)));
         }
+        // A buffer is known by its name (the runner tells two buffers apart
+        // by it, and every message names it), so no two may share one.
+        let mut names: Vec<String> = [INPUT, OUTPUT].iter().map(|n| n.to_string()).chain(self.host_buffers.iter().map(|(n, _)| n.clone())).collect();
+        names.extend((0..self.devices).map(|i| self.device_buffer(i).0));
+        if let Some(n) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)).map(|(_, n)| n) {
+            return Err(LabError::config(format!("{}: two buffers named {n}: give each buffer its own name", self.name)));
+        }
         if self.checked.is_empty() {
             return Err(LabError::config(format!("{}: a plan is checked on at least one buffer", self.name)));
         }
@@ -491,5 +498,17 @@ mod tests {
         assert_eq!(chunk(10, 3, 2), (6, 4));
         let bad = Plan::new("odd", vec![], 3, 0, |_, _| Ok(()));
         assert!(bad.validate().unwrap_err().to_string().contains("even number"));
+    }
+
+    /// The runner tells buffers apart by name: two of one name would be one
+    /// buffer on the GPU and two in the model.
+    #[test]
+    fn two_buffers_of_one_name_are_refused() {
+        let twins = one_stream_chunks(2).with_device_buffers(&[("activation", 64), ("activation", 64)]);
+        let e = twins.validate().unwrap_err().to_string();
+        assert!(e.contains("chunks: two buffers named activation"), "{e}");
+        let host_twin = one_stream_chunks(2).with_host_buffers(&[(OUTPUT, 64)]);
+        assert!(host_twin.validate().unwrap_err().to_string().contains("two buffers named host out"));
+        one_stream_chunks(2).with_device_buffers(&[("in", 64), ("out", 64)]).validate().unwrap();
     }
 }

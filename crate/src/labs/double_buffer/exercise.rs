@@ -6,6 +6,7 @@
 use super::{bound_with_producer_ms, BufferTask, DoubleBufferResults};
 use crate::error::Result;
 use crate::lab_kit::check::CheckReport;
+use crate::pipeline::cells::Cells;
 use crate::pipeline::dry_run::{DryRun, Provenance};
 use crate::pipeline::issue::Issue;
 use crate::pipeline::machine::Machine;
@@ -35,6 +36,28 @@ pub fn refills_host_buffer_too_early(p: &mut dyn Issue, t: &BufferTask) -> Resul
     super::two_buffers(p, t, false)
 }
 
+/// What the schedule's dry run `m` shows wrong: the first batch whose
+/// results (`results`, batches of `n`) are not its own, then the first
+/// race. The same findings with or without a GPU: a run on the GPU is
+/// verified against this dry run, so a wrong schedule whose GPU run does
+/// just what it says is caught here.
+fn model_findings(m: &DryRun, results: &Cells, n: usize, rep: &mut CheckReport) {
+    // A run of elements is right when its first is: both step by one.
+    if let Some((j, c)) = results.runs().map(|(r, p)| (r.start, p)).find(|&(j, c)| c != Provenance::Output(j as u32)) {
+        rep.problem(match c {
+            Provenance::Unset => format!("wrong data: batch {} was never computed into the results", j / n),
+            Provenance::Output(i) => format!("wrong data: results for batch {} hold batch {}'s", j / n, i as usize / n),
+            Provenance::Repeated(_, k) => {
+                format!("wrong data: batch {} went through the kernel {k} times: a kernel reads the results, not the uploaded batch", j / n)
+            }
+            _ => format!("wrong data: batch {} was computed from data never uploaded", j / n),
+        });
+    }
+    if let Some(r) = m.schedule.races().first() {
+        rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, m.schedule.races().len()));
+    }
+}
+
 /// Checks a schedule with no GPU: provenance of every result, races (a
 /// buffer reused before the operation reading it finished), and the queue
 /// model's time with the recorded per-batch stage times.
@@ -59,21 +82,7 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
     if rep.learner("your schedule", || schedule(&mut m, &task)).is_none() {
         return rep;
     }
-    let cells = m.device_cells(task.results);
-    // A run of elements is right when its first is: both step by one.
-    if let Some((j, c)) = cells.runs().map(|(r, p)| (r.start, p)).find(|&(j, c)| c != Provenance::Output(j as u32)) {
-        rep.problem(match c {
-            Provenance::Unset => format!("wrong data: batch {} was never computed into the results", j / n),
-            Provenance::Output(i) => format!("wrong data: results for batch {} hold batch {}'s", j / n, i as usize / n),
-            Provenance::Repeated(_, k) => {
-                format!("wrong data: batch {} went through the kernel {k} times: a kernel reads the results, not the uploaded batch", j / n)
-            }
-            _ => format!("wrong data: batch {} was computed from data never uploaded", j / n),
-        });
-    }
-    if let Some(r) = m.schedule.races().first() {
-        rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, m.schedule.races().len()));
-    }
+    model_findings(&m, m.device_cells(task.results), n, &mut rep);
     let (c, k) = (rec.copy_ms.median, rec.kernel_ms.median);
     let dur = |op: &crate::pipeline::op::Op| match op.kind {
         OpKind::H2d => c,
@@ -95,12 +104,14 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
     let mut rep = CheckReport::new(&format!("double-buffer schedule, {} batches (live on {})", cfg.batches, gpu.name()));
     let mut runs = super::measure::Runs::new(gpu, cfg.batches, cfg.batch_elements)?;
     runs.rig.iterations = rec.iterations;
-    // The schedule's dry run first: one that races never reaches the GPU.
+    // The schedule's dry run first: one with wrong data or a race never
+    // reaches the GPU.
     let Some(plan) = rep.learner("your schedule", || runs.plan("your schedule", schedule.clone())) else {
         return Ok(rep);
     };
-    if let Some(r) = plan.1.schedule.races().first() {
-        rep.problem(format!("race (a buffer reused too early?): {} ({} in all)", r.what, plan.1.schedule.races().len()));
+    let (whole, model) = (&plan.0, &plan.1);
+    model_findings(model, whole.checked_cells(model)[0], cfg.batch_elements, &mut rep);
+    if !rep.passed {
         return Ok(rep);
     }
     let streams_used = plan.1.schedule.streams_used();
@@ -188,6 +199,34 @@ mod tests {
             Ok(())
         });
         assert!(r.to_string().contains("'H2D batch 2' writes") && r.to_string().contains("'compute batch 0' may still read"), "{r}");
+    }
+
+    /// The GPU check judges the data and races from the schedule's plan
+    /// before running it: the run on the GPU is verified against that
+    /// plan, so results in the wrong place run "correctly" there.
+    #[test]
+    fn the_live_check_names_wrong_data_from_the_plan_it_runs() {
+        let (batches, n) = (4, 256);
+        let judge = |schedule: super::super::measure::BufferLoop| {
+            let plan = super::super::measure::buffer_plan("yours", batches, n, schedule);
+            let model = plan.dry_run().unwrap();
+            let mut rep = CheckReport::new("t");
+            model_findings(&model, plan.checked_cells(&model)[0], n, &mut rep);
+            rep
+        };
+        let backwards = judge(std::sync::Arc::new(|p, t| {
+            let n = t.batch_elements;
+            for i in 0..t.batches {
+                p.produce(t.host[0], 0, n, i, "produce")?;
+                p.h2d(t.copy, t.dev[0], 0, t.host[0], 0, n, "up")?;
+                p.compute(t.copy, t.dev[0], 0, t.results, (t.batches - 1 - i) * n, n, "k")?;
+            }
+            Ok(())
+        }));
+        assert!(backwards.to_string().contains("wrong data: results for batch 0 hold batch 3's"), "{backwards}");
+        let early = judge(std::sync::Arc::new(refills_host_buffer_too_early));
+        assert!(early.to_string().contains("race (a buffer reused too early?)"), "{early}");
+        assert!(judge(std::sync::Arc::new(pipelined)).passed);
     }
 
     #[test]

@@ -320,7 +320,7 @@ mod tests {
             &wrong_stream,
             &[
                 "your loop stopped with",
-                "a kernel on stream compute (GPU 0) touches GPU 1's activation, which is in GPU 1's memory: issue it on a stream of GPU 1",
+                "a kernel on stream compute (GPU 0) touches activation received by GPU 1, which is in GPU 1's memory: issue it on a stream of GPU 1",
             ],
         );
         let no_copy = check(|p, t| {
@@ -332,7 +332,7 @@ mod tests {
             }
             Ok(())
         });
-        fails_with(&no_copy, &["touches GPU 0's activation, which is in GPU 0's memory", "peer copy"]);
+        fails_with(&no_copy, &["touches activation on GPU 0, which is in GPU 0's memory", "peer copy"]);
     }
 
     #[test]

@@ -90,7 +90,10 @@ pub struct MultiGpuConfig {
     #[arg(long, value_delimiter = ',', default_values_t = MultiGpuConfig::default().buckets_mib)]
     pub buckets_mib: Vec<usize>,
     /// The backward pass's compute against its all-reduces at the largest
-    /// bucket: 1.25 makes the kernels 25% longer than the communication.
+    /// bucket: 2 makes the kernels twice as long as the communication
+    /// there. NCCL moves small buckets at a fraction of its speed on large
+    /// ones, so a ratio near 1 leaves the small buckets' sums longer than
+    /// their layers, and nothing could hide them.
     #[arg(long, default_value_t = MultiGpuConfig::default().compute_ratio)]
     pub compute_ratio: f64,
     /// The Python that has PyTorch, for the reference copy between the same GPUs.
@@ -116,7 +119,7 @@ impl Default for MultiGpuConfig {
             micro_batches: vec![1, 2, 4, 8, 16, 32],
             grad_mib: 128,
             buckets_mib: vec![4, 8, 16, 32, 64],
-            compute_ratio: 1.25,
+            compute_ratio: 2.0,
             python: "python3".into(),
             no_reference: false,
         }

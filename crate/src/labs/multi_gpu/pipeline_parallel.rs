@@ -156,10 +156,12 @@ pub fn plan_on(name: &str, micro_batches: usize, elements: usize, learner: Loop,
     })
     .placed(vec![0, 0, second, second])
     .with_device_buffers(&[
-        ("GPU 0's input", elements),
-        ("GPU 0's activation", elements),
-        (&format!("GPU {second}'s activation"), elements),
-        (&format!("GPU {second}'s output"), elements),
+        // Named by role as well as GPU: with both stages on GPU 0 the
+        // names must still tell the four buffers apart.
+        ("input on GPU 0", elements),
+        ("activation on GPU 0", elements),
+        (&format!("activation received by GPU {second}"), elements),
+        (&format!("output on GPU {second}"), elements),
     ])
     .with_passes(STAGES as u8)
 }

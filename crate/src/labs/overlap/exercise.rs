@@ -14,6 +14,7 @@ use crate::pipeline::cells::Cells;
 use crate::pipeline::dry_run::{DryRun, Provenance};
 use crate::pipeline::issue::Issue;
 use crate::pipeline::op::OpKind;
+use crate::pipeline::plan::{self, Plan};
 
 /// A pass needs this share of the bound (the bound from the stages alone).
 pub const TARGET_EFFICIENCY: f64 = 0.85;
@@ -37,11 +38,29 @@ pub fn downloads_the_input(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
     Ok(())
 }
 
+/// What the loop's dry run `m` shows wrong: the first output element the
+/// host does not get right (`out`, the cells of the host buffer named
+/// `out_name`, over `elements` in `chunks` chunks), then the first race. The same findings with or
+/// without a GPU: a run on the GPU is verified against this dry run, so a
+/// wrong loop whose GPU run does just what it says is caught here.
+fn model_findings(m: &DryRun, out: &Cells, out_name: &str, elements: usize, chunks: usize, rep: &mut CheckReport) {
+    let copied = |j: usize| {
+        let byte = j as u64 * 4;
+        m.schedule
+            .ops
+            .iter()
+            .filter(|o| o.kind == OpKind::D2h)
+            .any(|o| o.accesses.iter().any(|a| a.write && a.buffer == out_name && (a.start..a.end).contains(&byte)))
+    };
+    data_findings(out, elements, chunks, copied, rep);
+    race_findings(m.schedule.races(), rep);
+}
+
 /// `copied(j)`: whether some D2H wrote output element j to the host.
-fn data_findings(cells: &Cells, t: &ChunkTask, copied: impl Fn(usize) -> bool, rep: &mut CheckReport) {
-    let ranges = OverlapConfig::chunk_ranges(t.elements, t.chunks);
+fn data_findings(cells: &Cells, elements: usize, chunks: usize, copied: impl Fn(usize) -> bool, rep: &mut CheckReport) {
+    let ranges = OverlapConfig::chunk_ranges(elements, chunks);
     // A run of elements is right when its first is: both step by one.
-    for j in cells.runs().map(|(r, _)| r.start).filter(|&j| j < t.elements) {
+    for j in cells.runs().map(|(r, _)| r.start).filter(|&j| j < elements) {
         let c = ranges.iter().position(|&(a, b)| (a..b).contains(&j)).unwrap_or(0);
         let msg = match cells.get(j) {
             Provenance::Output(i) if i as usize == j => continue,
@@ -142,16 +161,7 @@ pub fn check_on_model(
     if rep.learner("your issue loop", || issue(&mut m, &task)).is_none() {
         return rep;
     }
-    let copied = |j: usize| {
-        let byte = j as u64 * 4;
-        m.schedule
-            .ops
-            .iter()
-            .filter(|o| o.kind == OpKind::D2h)
-            .any(|o| o.accesses.iter().any(|a| a.write && a.buffer == "host out" && (a.start..a.end).contains(&byte)))
-    };
-    data_findings(m.host_cells(task.host_out), &task, copied, &mut rep);
-    race_findings(m.schedule.races(), &mut rep);
+    model_findings(&m, m.host_cells(task.host_out), "host out", elements, chunks, &mut rep);
     // Each op lasts its share of the recorded whole-data part.
     let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
     let machine = parts.machine(rec.copy_engines);
@@ -181,9 +191,10 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
     let Some(model) = rep.learner("your issue loop", || plan.dry_run()) else {
         return Ok(rep);
     };
-    if !model.schedule.races().is_empty() {
-        // The rig refuses a loop that races: nothing of it runs on the GPU.
-        race_findings(model.schedule.races(), &mut rep);
+    // Wrong data or a race shows in the dry run already, and the rig would
+    // refuse a loop that races: nothing of such a loop runs on the GPU.
+    model_findings(&model, Plan::output_cells(&model), plan::OUTPUT, elements, chunks, &mut rep);
+    if !rep.passed {
         return Ok(rep);
     }
     let streams_used = model.schedule.streams_used();
@@ -233,6 +244,25 @@ mod tests {
         let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 16, 4, solution);
         assert!(rep.passed, "{rep}");
         assert!(rep.to_string().contains("predicted"));
+    }
+
+    /// The GPU check judges the data from the loop's plan before running
+    /// it: the run on the GPU is verified against that plan, so a loop that
+    /// downloads the wrong buffer runs "correctly" there.
+    #[test]
+    fn the_live_check_names_wrong_data_from_the_plan_it_runs() {
+        let (chunks, elements) = (4, uneven_elements(4096, 4, true));
+        let judge = |issue: measure::ChunkLoop| {
+            let plan = measure::learner_plan(elements, chunks, 2, issue);
+            let model = plan.dry_run().unwrap();
+            let mut rep = CheckReport::new("t");
+            model_findings(&model, Plan::output_cells(&model), plan::OUTPUT, elements, chunks, &mut rep);
+            rep
+        };
+        let wrong = judge(std::sync::Arc::new(downloads_the_input));
+        assert!(!wrong.passed && wrong.to_string().contains("output element 0 (chunk 0) holds an input, not a result"), "{wrong}");
+        let right = judge(std::sync::Arc::new(solution));
+        assert!(right.passed, "{right}");
     }
 
     #[test]
