@@ -208,3 +208,96 @@ fn committed_notebooks_and_the_report_name_no_machine_folders() {
         }
     }
 }
+
+/// A figure a sentence states: a number followed by a unit measurements
+/// have (ms, µs, ns, GB/s, %, or x for a ratio), with its decimals as
+/// written. Sizes (MiB) and counts are settings the text may state.
+fn prose_figures(text: &str) -> Vec<(f64, usize, String)> {
+    const UNITS: [&str; 7] = ["ms", "µs", "us", "ns", "GB/s", "%", "x"];
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = chars[i].is_ascii_digit() && (i == 0 || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '.' || chars[i - 1] == '_'));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < chars.len() && (chars[j].is_ascii_digit() || (chars[j] == '.' && j + 1 < chars.len() && chars[j + 1].is_ascii_digit())) {
+            j += 1;
+        }
+        let number: String = chars[i..j].iter().collect();
+        let mut k = j;
+        if k < chars.len() && chars[k] == ' ' {
+            k += 1;
+        }
+        let rest: String = chars[k..chars.len().min(k + 5)].iter().collect();
+        if let Some(unit) = UNITS.iter().find(|u| rest.starts_with(*u)) {
+            let after = chars.get(k + unit.chars().count());
+            if !after.is_some_and(|c| c.is_alphanumeric()) {
+                let decimals = number.split('.').nth(1).map_or(0, |d| d.len());
+                out.push((number.parse().unwrap(), decimals, format!("{number} {unit}")));
+            }
+        }
+        i = j;
+    }
+    out
+}
+
+/// Every number an output of the notebook prints.
+fn printed_numbers(nb: &serde_json::Value) -> Vec<f64> {
+    let mut text = String::new();
+    for cell in nb["cells"].as_array().unwrap() {
+        for o in cell["outputs"].as_array().into_iter().flatten() {
+            text += &cell_text(o, "text");
+            text += &cell_text(&o["data"], "text/plain");
+        }
+    }
+    text.split(|c: char| !(c.is_ascii_digit() || c == '.')).filter_map(|w| w.trim_matches('.').parse().ok()).collect()
+}
+
+/// Prose holds no figure the recording holds: every figure a notebook's
+/// markdown states is printed by one of its cells (to the decimals the text
+/// gives), or its paragraph names the file under `data/` it comes from, or
+/// it is one of the constants the text may state (a lab's target, a whole).
+#[test]
+fn notebook_prose_states_only_figures_its_cells_print_or_name_the_file_of() {
+    let constants = [0.0, 100.0];
+    let mut wrong = Vec::new();
+    for (path, nb) in notebooks() {
+        let printed = printed_numbers(&nb);
+        for cell in nb["cells"].as_array().unwrap().iter().filter(|c| c["cell_type"] == "markdown") {
+            for paragraph in cell_text(cell, "source").split("\n\n") {
+                let names_a_recording = paragraph.split('`').any(|w| w.starts_with("data/") && repo_root().join(w).is_file());
+                if names_a_recording || paragraph.starts_with("```") {
+                    continue;
+                }
+                for (value, decimals, written) in prose_figures(paragraph) {
+                    let half = 0.5 * 10f64.powi(-(decimals as i32)) + 1e-9;
+                    if constants.contains(&value) || printed.iter().any(|y| (y - value).abs() <= half) {
+                        continue;
+                    }
+                    wrong.push(format!(
+                        "{}: \"{written}\" in: {}",
+                        path.file_name().unwrap().to_string_lossy(),
+                        paragraph.chars().take(160).collect::<String>()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "figures in notebook prose that no cell prints (print them from the record, or name the GPU and the data/ file):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn prose_figures_are_numbers_with_a_unit_of_measurement() {
+    let f = prose_figures("On the H100 a 1 GiB pair took 2.1 ms at threshold 0, 64 MiB at 2.49x, 93% and 54 GB/s; lab 8, sm_90, 1.5.");
+    let written: Vec<_> = f.iter().map(|x| x.2.as_str()).collect();
+    assert_eq!(written, ["2.1 ms", "2.49 x", "93 %", "54 GB/s"]);
+    assert_eq!((f[0].0, f[0].1), (2.1, 1));
+}
