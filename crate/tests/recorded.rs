@@ -408,3 +408,76 @@ fn lab8_recordings_load_and_the_exercise_is_judged_on_them() {
     assert_eq!(pair.is_some(), recs.iter().any(|(_, r)| r.results.two_gpus()));
     assert!(pair.is_none_or(|p| p.record.results.two_gpus()));
 }
+
+/// Every exercise's check with no GPU (the queue model on a recording)
+/// answers in under a second, on every GPU's recording: a learner's right
+/// answer, a wrong one, and lab 2's longest loop (800 chunks: 2,400 ops).
+/// Lab 1's checks are arithmetic on the recording; lab 7's compiles the
+/// learner's kernel (NVRTC), not a model. Timed as notebooks run them:
+/// unoptimized, as evcxr builds the crate.
+#[test]
+fn every_model_check_answers_in_under_a_second() {
+    use overlap_lab::lab_kit::check::CheckReport;
+    use overlap_lab::labs::{callback, double_buffer, memory, multi_gpu, overlap, streams};
+    use std::sync::Arc;
+    use std::time::Instant;
+    let data = default_data_dir();
+    // The fastest of three: a busy machine only ever slows a check.
+    let timed = |what: &str, check: &dyn Fn() -> CheckReport| {
+        let mut s = f64::INFINITY;
+        let mut rep = None;
+        for _ in 0..3 {
+            let t = Instant::now();
+            rep = Some(check());
+            s = s.min(t.elapsed().as_secs_f64());
+        }
+        let rep = rep.unwrap();
+        eprintln!("{what}: {s:.3} s, {}", if rep.passed { "passed" } else { "not yet" });
+        assert!(s < 1.0, "{what} took {s:.2} s (a check answers in under a second):\n{rep}");
+        rep
+    };
+    for (path, rec) in find_recordings::<overlap::OverlapResults>(&data, overlap::LAB).unwrap() {
+        let r = &rec.results;
+        let at = |what: &str| format!("lab 2 {what} ({})", path.display());
+        assert!(
+            timed(&at("solution, 16 chunks"), &|| overlap::exercise::check_on_model(r, overlap::Intensity::Balanced, 16, 4, overlap::exercise::solution))
+                .passed
+        );
+        timed(&at("solution, 800 chunks"), &|| overlap::exercise::check_on_model(r, overlap::Intensity::Balanced, 800, 4, overlap::exercise::solution));
+        assert!(
+            !timed(&at("wrong buffer"), &|| overlap::exercise::check_on_model(r, overlap::Intensity::Balanced, 16, 4, overlap::exercise::downloads_the_input))
+                .passed
+        );
+    }
+    for (path, rec) in find_recordings::<double_buffer::DoubleBufferResults>(&data, double_buffer::LAB).unwrap() {
+        let r = &rec.results;
+        let at = |what: &str| format!("lab 3 {what} ({})", path.display());
+        assert!(timed(&at("solution"), &|| double_buffer::exercise::check_on_model(r, r.config.batches, double_buffer::pipelined)).passed);
+        assert!(!timed(&at("no overlap"), &|| double_buffer::exercise::check_on_model(r, r.config.batches, double_buffer::no_overlap)).passed);
+    }
+    for (path, rec) in find_recordings::<callback::CallbackResults>(&data, callback::LAB).unwrap() {
+        let r = &rec.results;
+        let at = |what: &str| format!("lab 4 {what} ({})", path.display());
+        assert!(timed(&at("solution"), &|| callback::exercise::check_on_model(r, callback::hand_off_to_worker)).passed);
+        assert!(!timed(&at("slots by index"), &|| callback::exercise::check_on_model(r, callback::exercise::reuses_slots_by_index)).passed);
+    }
+    for (path, rec) in find_recordings::<streams::StreamsResults>(&data, streams::LAB).unwrap() {
+        let r = &rec.results;
+        let at = |what: &str| format!("lab 5 {what} ({})", path.display());
+        assert!(timed(&at("solution"), &|| streams::exercise::check_on_model(r, Arc::new(streams::exercise::solution))).passed);
+        assert!(!timed(&at("given"), &|| streams::exercise::check_on_model(r, Arc::new(streams::exercise::given))).passed);
+    }
+    for (path, rec) in find_recordings::<memory::MemoryResults>(&data, memory::LAB).unwrap() {
+        let r = &rec.results;
+        let at = |what: &str| format!("lab 6 {what} ({})", path.display());
+        assert!(timed(&at("solution"), &|| memory::exercise::check_on_model(r, Arc::new(memory::exercise::solution))).passed);
+        assert!(!timed(&at("given"), &|| memory::exercise::check_on_model(r, Arc::new(memory::exercise::given))).passed);
+    }
+    for (path, rec) in find_recordings::<multi_gpu::MultiGpuResults>(&data, multi_gpu::LAB).unwrap() {
+        let at = |what: &str| format!("lab 8 {what} ({})", path.display());
+        let pp = multi_gpu::pipeline_parallel::events_only;
+        assert!(timed(&at("solution"), &|| multi_gpu::exercise::check_recorded(&rec, Arc::new(pp))).passed);
+        let given = multi_gpu::pipeline_parallel::host_synchronized;
+        assert!(!timed(&at("given"), &|| multi_gpu::exercise::check_recorded(&rec, Arc::new(given))).passed);
+    }
+}

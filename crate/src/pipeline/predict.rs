@@ -107,7 +107,6 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
     let mut times: Vec<Option<(f64, f64)>> = vec![None; n];
     // What a host function's stream still pays after its body.
     let mut release = vec![0.0f64; n];
-    let mut started = vec![false; n];
     // Resources: when each became free, the lane it served last, what runs on it.
     let mut free: HashMap<Resource, f64> = HashMap::new();
     let mut last_lane: HashMap<Resource, Lane> = HashMap::new();
@@ -132,7 +131,19 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             }
         }
     }
-    let ready_at = |op: &Op, times: &[Option<(f64, f64)>], release: &[f64], issued: usize, floor: &[f64]| -> Option<f64> {
+    // What the CPU waited for before issuing each op, sorted to be searched
+    // (after a wait on many, the list is long and asked of every dependency).
+    let waited_for: Vec<Vec<OpId>> = s
+        .ops
+        .iter()
+        .map(|o| {
+            let mut w = o.after_host_wait.clone();
+            w.sort_unstable();
+            w
+        })
+        .collect();
+    // Err(Some(d)): dependency d has not ended; Err(None): not issued yet.
+    let ready_at = |op: &Op, times: &[Option<(f64, f64)>], release: &[f64], issued: usize, floor: &[f64]| -> std::result::Result<f64, Option<OpId>> {
         // Not issued yet (a host call on thread 0 is the one being made).
         let issuing = match op.lane {
             Lane::HostThread(0) => op.id > issued,
@@ -140,14 +151,14 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             Lane::Stream(_) => op.id >= issued,
         };
         if issuing {
-            return None;
+            return Err(None);
         }
         let mut ready = floor[op.id];
         for &d in op.deps.iter().chain(&device_wait[op.id]) {
-            let (_, end) = times[d]?;
+            let (_, end) = times[d].ok_or(Some(d))?;
             let dep = &s.ops[d];
             let woken = matches!(op.lane, Lane::HostThread(_)) && matches!(dep.lane, Lane::Stream(_)) && dep.kind != OpKind::Host;
-            let after = if woken || op.after_host_wait.contains(&d) {
+            let after = if woken || waited_for[op.id].binary_search(&d).is_ok() {
                 // A CPU thread blocked on GPU work wakes, then works or issues.
                 machine.host_wake.max(if dep.lane == op.lane { release[d] } else { 0.0 })
             } else if matches!(op.lane, Lane::HostThread(_)) && is_host_fn(dep) {
@@ -160,8 +171,17 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             };
             ready = ready.max(end + after);
         }
-        Some(ready)
+        Ok(ready)
     };
+    // The ops that may start (not started, and not known to wait on an op
+    // that has not ended), in issue order; an op found waiting on one is
+    // set aside with it until it ends (a long loop's schedule is thousands
+    // of ops, and each step looks at every candidate).
+    let mut candidates: std::collections::BTreeSet<OpId> = (0..n).collect();
+    let mut waiters: Vec<Vec<OpId>> = vec![Vec::new(); n];
+    // An op's ready time once known: its dependencies have ended and it was
+    // issued, so nothing it depends on changes again.
+    let mut ready_cache: Vec<Option<f64>> = vec![None; n];
     // The earliest each op can start for its issuing (GPU ops are issued by
     // thread 0, in order): 0 until that thread first waits or works (the
     // gate), then [`Machine::issue`] after the previous op or its wake-up.
@@ -206,12 +226,26 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
         let busy: Vec<Resource> = running.iter().map(|r| r.1).collect();
         let mut best: HashMap<Resource, Candidate> = HashMap::new();
         let mut next_ready = f64::INFINITY;
-        for op in &s.ops {
-            if started[op.id] {
+        let mut set_aside = Vec::new();
+        for &id in &candidates {
+            let op = &s.ops[id];
+            let resource = machine.resource(op);
+            if busy.contains(&resource) {
+                // Considered again when the resource frees up.
                 continue;
             }
-            let Some(ready) = ready_at(op, &times, &release, issued, &floor) else { continue };
-            let resource = machine.resource(op);
+            let ready = match ready_cache[id].map_or_else(|| ready_at(op, &times, &release, issued, &floor), Ok) {
+                Ok(ready) => {
+                    ready_cache[id] = Some(ready);
+                    ready
+                }
+                Err(waits_for) => {
+                    if let Some(d) = waits_for {
+                        set_aside.push((id, d));
+                    }
+                    continue;
+                }
+            };
             let free_at = *free.get(&resource).unwrap_or(&0.0);
             let half = if is_host_fn(op) {
                 let asleep = ready > free_at + machine.host_fn_round_trip;
@@ -220,10 +254,6 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
                 0.0
             };
             let start = (ready + half).max(free_at + half);
-            if busy.contains(&resource) {
-                // Considered again when the resource frees up.
-                continue;
-            }
             if start > now + 1e-12 {
                 next_ready = next_ready.min(start);
                 continue;
@@ -241,11 +271,15 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
                 best.insert(resource, (rank, waited, stays, op.id, half));
             }
         }
+        for (id, d) in set_aside {
+            candidates.remove(&id);
+            waiters[d].push(id);
+        }
         if !best.is_empty() {
             let mut picks: Vec<(Resource, Candidate)> = best.into_iter().collect();
             picks.sort_by_key(|p| p.1 .3);
             for (resource, (_, waited, _, id, half)) in picks {
-                started[id] = true;
+                candidates.remove(&id);
                 release[id] = half;
                 let mut work = duration(&s.ops[id]).max(0.0);
                 // Straight after another stream's kernel, while waiting for
@@ -290,6 +324,7 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             times[id] = Some((start, now));
             free.insert(resource, now);
             done += 1;
+            candidates.extend(waiters[id].drain(..));
             false
         });
     }

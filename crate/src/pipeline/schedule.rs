@@ -9,7 +9,7 @@
 
 use super::op::{Access, Lane, Op, OpId, OpKind, StreamDecl, StreamKind};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// The accesses to one buffer that a later access must be ordered after,
 /// by start offset, so finding those that overlap a range visits only
@@ -218,13 +218,16 @@ impl Schedule {
             return false;
         }
         let mut stack = vec![b];
-        let mut seen = HashSet::new();
+        // Only ops between a and b can lie on a path from a to b: a flag
+        // each (no hashing: a learner's wrong loop asks this for every
+        // pair of unordered accesses, thousands of times).
+        let mut seen = vec![false; b - a];
         while let Some(x) = stack.pop() {
             for &d in &self.ops[x].deps {
                 if d == a {
                     return true;
                 }
-                if d > a && seen.insert(d) {
+                if d > a && !std::mem::replace(&mut seen[d - a], true) {
                     stack.push(d);
                 }
             }
