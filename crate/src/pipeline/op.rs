@@ -230,8 +230,8 @@ pub struct Op {
     #[serde(default)]
     pub priority: i32,
     /// GPU work the issuing thread waited for before issuing this GPU op
-    /// (a host wait or synchronize): it cannot start before that thread
-    /// woke up and issued it.
+    /// (a host wait or synchronize), in id order (searched by the queue
+    /// model): it cannot start before that thread woke up and issued it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_host_wait: Vec<OpId>,
     /// The GPU whose stream it runs on (0 for a host thread's work).

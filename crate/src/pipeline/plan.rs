@@ -280,9 +280,9 @@ impl Plan {
         }
         // A buffer is known by its name (the runner tells two buffers apart
         // by it, and every message names it), so no two may share one.
-        let mut names: Vec<String> = [INPUT, OUTPUT].iter().map(|n| n.to_string()).chain(self.host_buffers.iter().map(|(n, _)| n.clone())).collect();
-        names.extend((0..self.devices).map(|i| self.device_buffer(i).0));
-        if let Some(n) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)).map(|(_, n)| n) {
+        let mut seen = std::collections::BTreeSet::new();
+        let hosts = [INPUT, OUTPUT].map(String::from).into_iter().chain(self.host_buffers.iter().map(|(n, _)| n.clone()));
+        if let Some(n) = hosts.chain((0..self.devices).map(|i| self.device_buffer(i).0)).find(|n| !seen.insert(n.clone())) {
             return Err(LabError::config(format!("{}: two buffers named {n}: give each buffer its own name", self.name)));
         }
         if self.checked.is_empty() {

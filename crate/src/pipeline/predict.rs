@@ -131,17 +131,6 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             }
         }
     }
-    // What the CPU waited for before issuing each op, sorted to be searched
-    // (after a wait on many, the list is long and asked of every dependency).
-    let waited_for: Vec<Vec<OpId>> = s
-        .ops
-        .iter()
-        .map(|o| {
-            let mut w = o.after_host_wait.clone();
-            w.sort_unstable();
-            w
-        })
-        .collect();
     // Err(Some(d)): dependency d has not ended; Err(None): not issued yet.
     let ready_at = |op: &Op, times: &[Option<(f64, f64)>], release: &[f64], issued: usize, floor: &[f64]| -> std::result::Result<f64, Option<OpId>> {
         // Not issued yet (a host call on thread 0 is the one being made).
@@ -158,7 +147,7 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             let (_, end) = times[d].ok_or(Some(d))?;
             let dep = &s.ops[d];
             let woken = matches!(op.lane, Lane::HostThread(_)) && matches!(dep.lane, Lane::Stream(_)) && dep.kind != OpKind::Host;
-            let after = if woken || waited_for[op.id].binary_search(&d).is_ok() {
+            let after = if woken || op.after_host_wait.binary_search(&d).is_ok() {
                 // A CPU thread blocked on GPU work wakes, then works or issues.
                 machine.host_wake.max(if dep.lane == op.lane { release[d] } else { 0.0 })
             } else if matches!(op.lane, Lane::HostThread(_)) && is_host_fn(dep) {

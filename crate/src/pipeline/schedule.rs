@@ -106,7 +106,8 @@ impl Schedule {
         // Issued after everything the issuing thread did before, and after
         // the GPU work it waited for.
         let host = self.host_frontier.get(&by).cloned().unwrap_or_default();
-        let waited: Vec<OpId> = host.iter().copied().filter(|&d| matches!(self.ops[d].lane, Lane::Stream(_)) && self.ops[d].kind != OpKind::Host).collect();
+        let mut waited: Vec<OpId> = host.iter().copied().filter(|&d| matches!(self.ops[d].lane, Lane::Stream(_)) && self.ops[d].kind != OpKind::Host).collect();
+        waited.sort_unstable();
         deps.extend(host);
         // The legacy stream and the blocking streams of one GPU wait for
         // each other (each GPU's context has its own legacy stream).

@@ -114,7 +114,7 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
     if !rep.passed {
         return Ok(rep);
     }
-    let streams_used = plan.1.schedule.streams_used();
+    let streams_used = model.schedule.streams_used();
     let (mut totals, mut stages) = (Vec::new(), [Vec::new(), Vec::new(), Vec::new()]);
     for attempt in 0..=TIMED_RUNS {
         let run = match runs.run(&plan, false) {

@@ -40,17 +40,18 @@ pub fn downloads_the_input(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
 
 /// What the loop's dry run `m` shows wrong: the first output element the
 /// host does not get right (`out`, the cells of the host buffer named
-/// `out_name`, over `elements` in `chunks` chunks), then the first race. The same findings with or
-/// without a GPU: a run on the GPU is verified against this dry run, so a
-/// wrong loop whose GPU run does just what it says is caught here.
-fn model_findings(m: &DryRun, out: &Cells, out_name: &str, elements: usize, chunks: usize, rep: &mut CheckReport) {
+/// [`plan::OUTPUT`], over `elements` in `chunks` chunks), then the first
+/// race. The same findings with or without a GPU: a run on the GPU is
+/// verified against this dry run, so a wrong loop whose GPU run does just
+/// what it says is caught here.
+fn model_findings(m: &DryRun, out: &Cells, elements: usize, chunks: usize, rep: &mut CheckReport) {
     let copied = |j: usize| {
         let byte = j as u64 * 4;
         m.schedule
             .ops
             .iter()
             .filter(|o| o.kind == OpKind::D2h)
-            .any(|o| o.accesses.iter().any(|a| a.write && a.buffer == out_name && (a.start..a.end).contains(&byte)))
+            .any(|o| o.accesses.iter().any(|a| a.write && a.buffer == plan::OUTPUT && (a.start..a.end).contains(&byte)))
     };
     data_findings(out, elements, chunks, copied, rep);
     race_findings(m.schedule.races(), rep);
@@ -153,15 +154,15 @@ pub fn check_on_model(
         elements,
         chunks,
         streams: (0..streams).map(|_| m.stream()).collect(),
-        host_in: m.host("host in", elements, true),
-        host_out: m.host("host out", elements, false),
+        host_in: m.host(plan::INPUT, elements, true),
+        host_out: m.host(plan::OUTPUT, elements, false),
         dev_in: m.device("device in", elements),
         dev_out: m.device("device out", elements),
     };
     if rep.learner("your issue loop", || issue(&mut m, &task)).is_none() {
         return rep;
     }
-    model_findings(&m, m.host_cells(task.host_out), "host out", elements, chunks, &mut rep);
+    model_findings(&m, m.host_cells(task.host_out), elements, chunks, &mut rep);
     // Each op lasts its share of the recorded whole-data part.
     let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
     let machine = parts.machine(rec.copy_engines);
@@ -193,7 +194,7 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
     };
     // Wrong data or a race shows in the dry run already, and the rig would
     // refuse a loop that races: nothing of such a loop runs on the GPU.
-    model_findings(&model, Plan::output_cells(&model), plan::OUTPUT, elements, chunks, &mut rep);
+    model_findings(&model, Plan::output_cells(&model), elements, chunks, &mut rep);
     if !rep.passed {
         return Ok(rep);
     }
@@ -256,7 +257,7 @@ mod tests {
             let plan = measure::learner_plan(elements, chunks, 2, issue);
             let model = plan.dry_run().unwrap();
             let mut rep = CheckReport::new("t");
-            model_findings(&model, Plan::output_cells(&model), plan::OUTPUT, elements, chunks, &mut rep);
+            model_findings(&model, Plan::output_cells(&model), elements, chunks, &mut rep);
             rep
         };
         let wrong = judge(std::sync::Arc::new(downloads_the_input));
