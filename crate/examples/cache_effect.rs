@@ -5,7 +5,7 @@
 //! and streaming with the start gate off.
 //! Run on a GPU: `cargo run --release --example cache_effect`.
 
-use overlap_lab::gpu::{CopyOp, CopyTimer, Gpu, HostBuffer, PinnedBuffer};
+use overlap_lab::gpu::{Gpu, HostBuffer, PinnedBuffer, TimelineSource};
 use overlap_lab::measure::pattern::{self, Store};
 use overlap_lab::measure::stats::Summary;
 use overlap_lab::Bytes;
@@ -23,7 +23,7 @@ fn main() -> overlap_lab::Result<()> {
     let max = 256usize << 20;
     let mut host = PinnedBuffer::new(&gpu, max)?;
     let dev = gpu.alloc(max)?;
-    let mut timer = CopyTimer::new(&gpu, 1)?;
+    let stream = gpu.stream()?;
     let modes = [
         ("cached refill", Refill::Every(Store::Cached), true),
         ("streaming refill", Refill::Every(Store::Streaming), true),
@@ -46,12 +46,16 @@ fn main() -> overlap_lab::Result<()> {
                     if let Refill::Every(store) = refill {
                         pattern::fill_with(&mut host.words_mut()[..n / 8], pattern::fresh_seed(), store);
                     }
-                    let t = if up {
-                        timer.run(&mut [CopyOp::HostToDevice { src: &host, dst: &dev, bytes: n }], 1, gated)?
+                    // One copy through the runner, behind the start gate or not.
+                    let mut p = gpu.runner(TimelineSource::Off, 0, gated)?.deferring()?;
+                    let (s, h, d) = (p.stream(&stream, "copy"), p.host(&mut host, "pinned"), p.device(&dev, "device"));
+                    if up {
+                        p.h2d(s, d, 0, h, 0, n, "H2D")?;
                     } else {
-                        timer.run(&mut [CopyOp::DeviceToHost { src: &dev, dst: &mut host, bytes: n }], 1, gated)?
-                    };
-                    gbps.push(n as f64 / (t.device_ms * 1e-3) / 1e9);
+                        p.d2h(s, h, 0, d, 0, n, "D2H")?;
+                    }
+                    let run = p.finish()?;
+                    gbps.push(n as f64 / (run.total_ms * 1e-3) / 1e9);
                 }
                 print!(" {:>19.1}", Summary::of(&gbps[2..])?.median);
             }

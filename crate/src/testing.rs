@@ -163,6 +163,7 @@ pub fn bandwidth_results() -> BandwidthResults {
                     gbps: flat(bytes.0 as f64 / (ms * 1e-3) / 1e9),
                     gated: kind != HostMemoryKind::Pageable,
                     verified_samples: 1,
+                    plain: None,
                 });
             }
         }

@@ -1,7 +1,7 @@
 //! Tests that need a GPU. With no driver each one says it skipped and passes;
 //! on the GPU they run for real (see README: "Testing").
 
-use overlap_lab::gpu::{alloc_host, Availability, CopyOp, CopyTimer, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer};
+use overlap_lab::gpu::{alloc_host, Availability, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer, TimelineSource};
 use overlap_lab::labs::bandwidth::{measure, BandwidthConfig, Direction};
 use overlap_lab::measure::pattern;
 use overlap_lab::present::progress::ProgressMode;
@@ -87,26 +87,78 @@ fn pageable_copies_block_the_cpu_and_pinned_ones_do_not() {
         return;
     };
     let n = 64 * MIB;
-    let dev = gpu.alloc(n).unwrap();
-    let mut timer = CopyTimer::new(&gpu, 2).unwrap();
+    let (dev, stream) = (gpu.alloc(n).unwrap(), gpu.stream().unwrap());
     for kind in [HostMemoryKind::Pageable, HostMemoryKind::Pinned] {
         let mut h = alloc_host(&gpu, kind, n).unwrap();
         pattern::fill(h.words_mut(), 1);
-        let gated = kind.is_page_locked() && timer.has_gate();
-        let mut best = None;
+        let mut last = None;
         for _ in 0..3 {
-            let t = timer.run(&mut [CopyOp::HostToDevice { src: h.as_ref(), dst: &dev, bytes: n }], 1, gated).unwrap();
-            best = Some(t);
+            let mut p = gpu.runner(TimelineSource::Off, 0, kind.is_page_locked()).unwrap().deferring().unwrap();
+            let (s, src, dst) = (p.stream(&stream, "up"), p.host(h.as_mut(), "host"), p.device(&dev, "device"));
+            p.h2d(s, dst, 0, src, 0, n, "H2D").unwrap();
+            last = Some(p.finish().unwrap());
         }
-        let t = best.unwrap();
-        println!("{kind}: device {:.3} ms, CPU blocked {:.3} ms, gated {}", t.device_ms, t.host_call_ms, t.gated);
-        assert!(t.device_ms > 0.0);
+        let r = last.unwrap();
+        println!("{kind}: device {:.3} ms, CPU blocked {:.3} ms, gated {}", r.total_ms, r.issue_ms, r.gated);
+        assert!(r.total_ms > 0.0);
         if kind == HostMemoryKind::Pageable {
-            assert!(t.host_call_ms > 0.5 * t.device_ms, "pageable copy should block: {t:?}");
+            assert!(r.issue_ms > 0.5 * r.total_ms, "pageable copy should block: {r:?}");
+            assert!(!r.gated, "a pageable copy cannot wait behind a closed gate: {r:?}");
         } else {
-            assert!(t.host_call_ms < 0.1 * t.device_ms, "pinned copy should return at once: {t:?}");
+            assert!(r.issue_ms < 0.1 * r.total_ms, "pinned copy should return at once: {r:?}");
         }
     }
+}
+
+#[test]
+fn threads_at_once_issue_in_parallel_and_refuse_what_orders_them() {
+    let Some(gpu) = gpu_or_skip("threads_at_once_issue_in_parallel_and_refuse_what_orders_them") else {
+        return;
+    };
+    let n = 64 * MIB;
+    let (up_dev, down_dev) = (gpu.alloc(n).unwrap(), gpu.alloc(n).unwrap());
+    let (up, down) = (gpu.stream().unwrap(), gpu.stream().unwrap());
+    let mut src = alloc_host(&gpu, HostMemoryKind::Pageable, n).unwrap();
+    let mut dst = alloc_host(&gpu, HostMemoryKind::Pageable, n).unwrap();
+    let seed = pattern::fresh_seed();
+    pattern::fill(src.words_mut(), seed);
+    up.upload(&down_dev, src.as_ref(), n).unwrap();
+    pattern::poison(dst.words_mut());
+    // Two pageable copies, each blocking its own thread: at once, the loop
+    // takes less than the two threads' times added.
+    let mut best: Option<overlap_lab::gpu::Run> = None;
+    for _ in 0..3 {
+        let mut p = gpu.runner(TimelineSource::Off, 0, false).unwrap().deferring().unwrap().threads_at_once().unwrap();
+        let (su, sd) = (p.stream(&up, "up"), p.stream(&down, "down"));
+        let (hs, hd) = (p.host(src.as_mut(), "source"), p.host(dst.as_mut(), "destination"));
+        let (du, dd) = (p.device(&up_dev, "up destination"), p.device(&down_dev, "down source"));
+        p.h2d(su, du, 0, hs, 0, n, "H2D").unwrap();
+        p.issue_from(1).unwrap();
+        p.d2h(sd, hd, 0, dd, 0, n, "D2H").unwrap();
+        let r = p.finish().unwrap();
+        assert!(r.races.is_empty(), "{:?}", r.races);
+        best = Some(r);
+    }
+    let r = best.unwrap();
+    println!("at once: loop {:.3} ms, threads {:?} ms, device {:.3} ms", r.issue_ms, r.issue_ms_by_thread, r.total_ms);
+    assert_eq!(r.issue_ms_by_thread.len(), 2);
+    let added: f64 = r.issue_ms_by_thread.iter().sum();
+    assert!(r.issue_ms < 0.9 * added, "the threads took turns: {r:?}");
+    pattern::verify(dst.words(), seed, "D2H made at once").unwrap();
+    // A stream shared by two threads, or an event between them, is refused.
+    let mut p = gpu.runner(TimelineSource::Off, 0, false).unwrap().deferring().unwrap().threads_at_once().unwrap();
+    let su = p.stream(&up, "up");
+    let (hs, du) = (p.host(src.as_mut(), "source"), p.device(&up_dev, "up destination"));
+    p.h2d(su, du, 0, hs, 0, MIB, "H2D").unwrap();
+    p.issue_from(1).unwrap();
+    let e = p.h2d(su, du, 0, hs, 0, MIB, "H2D again").unwrap_err().to_string();
+    assert!(e.contains("CPU threads 0 and 1 both issue to it"), "{e}");
+    let ev = p.event().unwrap();
+    let e = p.record(ev, su).unwrap_err().to_string();
+    assert!(e.contains("at once"), "{e}");
+    // Only a deferring runner makes its threads' calls at once.
+    let e = gpu.runner(TimelineSource::Off, 0, false).unwrap().threads_at_once().err().unwrap().to_string();
+    assert!(e.contains("deferring"), "{e}");
 }
 
 #[test]
@@ -121,6 +173,13 @@ fn small_sweep_verifies_every_point() {
         assert_eq!(p.verified_samples, 4, "{p:?}");
         assert!(p.gbps.median > 0.0 && p.gbps.min <= p.gbps.median && p.gbps.median <= p.gbps.max);
         assert_eq!(p.device_ms.n, 3);
+        // At 1 MiB and the largest size, the same copies by plain driver calls too.
+        assert_eq!(p.plain.is_some(), cfg.plain_sizes().contains(&p.bytes), "{p:?}");
+        if let Some(q) = &p.plain {
+            assert_eq!(q.device_ms.n, 3);
+            let ratio = p.device_ms.median / q.device_ms.median;
+            assert!((0.5..2.0).contains(&ratio), "the lab's copies and plain driver calls should take about as long: {p:?}");
+        }
     }
     // At 8 MiB, not 1 MiB: on the H100, 1 MiB both ways once moved less than one way.
     let bidir = r.point(HostMemoryKind::Pinned, Direction::Bidirectional, Bytes(8 << 20)).unwrap();

@@ -1,20 +1,25 @@
-//! The copy primitive every host<->device copy of the labs is made of
-//! (`RawCopy`: one cuMemcpyHtoDAsync or cuMemcpyDtoHAsync on a stream):
-//! lab 1 times batches of it here ([`CopyTimer`]); a
-//! [`Runner`](super::Runner) issues the same calls as one operation of a loop.
+//! The copy primitive every host<->device copy outside a loop is made of
+//! (`RawCopy`: one cuMemcpyHtoDAsync or cuMemcpyDtoHAsync on a stream, and
+//! [`CopyOp`], a copy of the first bytes of two buffers): the untimed set-up
+//! copies of [`Stream::upload`] and [`Stream::download`]. What a lab times
+//! goes through a [`Runner`](super::Runner), which makes the same driver
+//! calls.
 //!
-//! Timing host<->device copies the way nvbandwidth does: CUDA events on the
-//! streams for device time, the host clock around the API calls for how long
-//! the CPU was blocked, and (for page-locked memory) every stream held behind a
-//! gate until all copies are issued, so enqueue cost never pollutes the device
-//! time. The call waits for its copies before returning, which is what makes
-//! this API safe: no buffer can be dropped or touched while a copy is in flight.
+//! And [`plain_copies`]: copies made with the driver's calls alone, beside
+//! the runner's in the same run, what lab 1's figures are held to (so they
+//! show what CUDA's copies cost and nothing of ours). Per direction, a loop
+//! of cuMemcpyHtoDAsync or cuMemcpyDtoHAsync, the first direction's from
+//! the calling thread and the other's from a thread of its own (a copy from
+//! pageable memory blocks its caller), a CUDA event on the stream before
+//! and after the loop, and for page-locked memory the streams held behind
+//! the start gate until both loops are issued. Hand-written, not run
+//! through the runner, because it is what the runner is measured against.
 
 use super::gate::Gate;
 use super::{driver, DeviceBuffer, Event, Gpu, HostBuffer, Stream};
 use crate::error::{LabError, Result};
 use std::ffi::c_void;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// One copy between host memory and device memory, as the driver sees it.
 #[derive(Clone, Copy, Debug)]
@@ -38,8 +43,7 @@ impl RawCopy {
     /// # Safety
     /// Both ranges are inside live allocations that outlive the copy, and
     /// nothing else touches them until it completes on `stream` (the
-    /// callers: `CopyTimer::run` waits for it; a `Runner` holds its
-    /// buffers until it synchronizes and checks the order of their uses).
+    /// callers wait for the stream before their borrows end).
     pub(super) unsafe fn enqueue(&self, stream: &Stream) -> Result<()> {
         if self.up {
             // SAFETY: as the caller guarantees.
@@ -73,7 +77,7 @@ impl CopyOp<'_> {
     ///
     /// # Safety
     /// The caller waits for `stream` to run the copy before the borrows
-    /// of its buffers end (as `CopyTimer::run` and `Stream::upload` do).
+    /// of its buffers end (as `Stream::upload` does).
     pub(crate) unsafe fn enqueue(&mut self, stream: &Stream) -> Result<()> {
         let raw = match self {
             CopyOp::HostToDevice { src, dst, bytes } => RawCopy { up: true, host: src.words().as_ptr() as *mut c_void, device: dst.ptr(), bytes: *bytes },
@@ -87,124 +91,95 @@ impl CopyOp<'_> {
     }
 }
 
-/// What one timed batch of copies cost.
+/// One direction's copies: `copies` copies of `bytes` between `host` and
+/// `device` (`up`: to the device) on `stream`.
+pub struct PlainLane<'a> {
+    pub stream: &'a Stream,
+    pub up: bool,
+    pub host: &'a mut dyn HostBuffer,
+    pub device: &'a DeviceBuffer,
+}
+
+/// What one batch of plain copies cost, per copy, ms.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CopyTiming {
-    /// Device time from the first copy's start to the last copy's end (events).
+pub struct PlainTiming {
+    /// Device time from the first copy's start to the last one's end, per copy.
     pub device_ms: f64,
-    /// Host time spent inside one copy call (mean over the batch; the slowest lane).
+    /// Host time inside one copy call (the slowest thread), per copy.
     pub host_call_ms: f64,
-    /// Whether the streams were held behind the gate while copies were issued.
-    pub gated: bool,
 }
 
-struct Lane {
-    stream: Stream,
-    start: Event,
-    end: Event,
-}
-
-/// Streams, events and a gate, created once and reused for every sample.
-pub struct CopyTimer {
-    gpu: Gpu,
-    lanes: Vec<Lane>,
-    gate: Option<Gate>,
-}
-
-impl CopyTimer {
-    /// `lanes` streams (one per concurrent copy). The gate is used if the
-    /// device supports stream memory operations; else copies run ungated.
-    pub fn new(gpu: &Gpu, lanes: usize) -> Result<CopyTimer> {
-        let lanes =
-            (0..lanes.max(1)).map(|_| Ok(Lane { stream: gpu.stream()?, start: gpu.timing_event()?, end: gpu.timing_event()? })).collect::<Result<Vec<_>>>()?;
-        Ok(CopyTimer { gpu: gpu.clone(), lanes, gate: Gate::take(gpu) })
+/// Issues every lane's copies at once (each from its own thread, the first
+/// from this one), behind
+/// the start gate where `gated` and the device has one, and waits for them.
+pub fn plain_copies(gpu: &Gpu, lanes: &mut [PlainLane<'_>], bytes: usize, copies: usize, gated: bool) -> Result<PlainTiming> {
+    if lanes.is_empty() || copies == 0 {
+        return Err(LabError::config("plain copies need a direction and at least one copy"));
     }
-
-    pub fn has_gate(&self) -> bool {
-        self.gate.is_some()
-    }
-
-    /// Issues op i `reps` times back to back on lane i (each op from its own
-    /// host thread when there are several, so a blocking pageable call does
-    /// not serialize the others), waits for all, and returns the timing.
-    /// `gated` must only be asked for page-locked memory: a pageable copy
-    /// blocks inside the call until its staged DMA ran, which a held stream
-    /// never does.
-    pub fn run(&mut self, ops: &mut [CopyOp<'_>], reps: usize, gated: bool) -> Result<CopyTiming> {
-        if ops.is_empty() || ops.len() > self.lanes.len() {
-            return Err(LabError::config(format!("{} copies for {} streams", ops.len(), self.lanes.len())));
-        }
-        if reps == 0 {
-            return Err(LabError::config("copies per sample must be at least 1"));
-        }
-        for op in ops.iter() {
-            op.validate()?;
-        }
-        self.gpu.bind()?;
-        // Once a watchdog had to open a gate (a serializing tool), run ungated.
-        let gate = if gated && !super::gate::forced_open() { self.gate.as_mut() } else { None };
-        let gated = gate.is_some();
-        let lanes = &self.lanes[..ops.len()];
-        let mut held = Ok(());
-        for lane in lanes {
-            if let Some(g) = gate.as_deref() {
-                held = held.and_then(|_| g.hold(&lane.stream));
-            }
-            held = held.and_then(|_| lane.start.record(&lane.stream));
-        }
-        let issued: Vec<Result<Duration>> = if held.is_err() {
-            vec![]
-        } else if ops.len() == 1 {
-            vec![issue(&self.gpu, &mut ops[0], &lanes[0], reps)]
-        } else {
-            let gpu = &self.gpu;
-            std::thread::scope(|s| {
-                let handles: Vec<_> = ops.iter_mut().zip(lanes).map(|(op, lane)| s.spawn(move || issue(gpu, op, lane, reps))).collect();
-                handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(LabError::config("copy thread panicked")))).collect()
-            })
-        };
-        // Whatever happened, open the gate and drain the streams before the
-        // buffers' borrows end.
-        if let Some(g) = gate {
-            g.release();
-        }
-        let drained: Result<Vec<()>> = lanes.iter().map(|l| l.stream.synchronize()).collect();
-        held?;
-        let host = issued.into_iter().collect::<Result<Vec<_>>>()?;
-        drained?;
-        let base = &lanes[0].start;
-        let mut first = 0.0f64;
-        let mut last = f64::MIN;
-        for lane in lanes {
-            first = first.min(base.elapsed_ms(&lane.start)?);
-            last = last.max(base.elapsed_ms(&lane.end)?);
-        }
-        let host_max = host.iter().max().copied().unwrap_or_default();
-        Ok(CopyTiming {
-            device_ms: last - first,
-            host_call_ms: host_max.as_secs_f64() * 1e3 / reps as f64,
-            // Not gated after all if the watchdog had to open the gate.
-            gated: gated && !super::gate::forced_open(),
-        })
-    }
-}
-
-impl Drop for CopyTimer {
-    fn drop(&mut self) {
-        if let Some(g) = self.gate.take() {
-            g.put_back(&self.gpu);
+    for l in lanes.iter() {
+        if bytes == 0 || bytes > l.host.bytes() || bytes > l.device.bytes() {
+            return Err(LabError::config(format!("a copy of {bytes} bytes does not fit {} (host) and {} (device) bytes", l.host.bytes(), l.device.bytes())));
         }
     }
-}
-
-fn issue(gpu: &Gpu, op: &mut CopyOp<'_>, lane: &Lane, reps: usize) -> Result<Duration> {
     gpu.bind()?;
-    let t = Instant::now();
-    for _ in 0..reps {
-        // SAFETY: `run` synchronizes every lane's stream before the ops' borrows end.
-        unsafe { op.enqueue(&lane.stream) }?;
+    let marks: Vec<(Event, Event)> = lanes.iter().map(|_| Ok((gpu.timing_event()?, gpu.timing_event()?))).collect::<Result<_>>()?;
+    let mut gate = if gated { Gate::take(gpu) } else { None };
+    let mut held = Ok(());
+    for (l, (start, _)) in lanes.iter().zip(&marks) {
+        if let Some(g) = &gate {
+            held = held.and(g.hold(l.stream));
+        }
+        held = held.and(start.record(l.stream));
     }
-    let spent = t.elapsed();
-    lane.end.record(&lane.stream)?;
-    Ok(spent)
+    let issued: Vec<Result<f64>> = if held.is_err() {
+        Vec::new()
+    } else {
+        // The first direction from this thread, as the runner makes its
+        // thread 0's calls; the other from a thread of its own.
+        let (first, rest) = lanes.split_at_mut(1);
+        std::thread::scope(|scope| {
+            let others: Vec<_> = rest.iter_mut().zip(&marks[1..]).map(|(l, (_, end))| scope.spawn(move || issue(gpu, l, end, bytes, copies))).collect();
+            let mut times = vec![issue(gpu, &mut first[0], &marks[0].1, bytes, copies)];
+            times.extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(LabError::Thread("a copy thread panicked".into())))));
+            times
+        })
+    };
+    // Whatever happened, open the gate and drain the streams before the
+    // buffers' borrows end.
+    if let Some(mut g) = gate.take() {
+        g.release();
+        g.put_back(gpu);
+    }
+    let drained: Result<Vec<()>> = lanes.iter().map(|l| l.stream.synchronize()).collect();
+    held?;
+    let host_ms = issued.into_iter().collect::<Result<Vec<f64>>>()?;
+    drained?;
+    let base = &marks[0].0;
+    let (mut first, mut last) = (0.0f64, f64::MIN);
+    for (start, end) in &marks {
+        first = first.min(base.elapsed_ms(start)?);
+        last = last.max(base.elapsed_ms(end)?);
+    }
+    Ok(PlainTiming { device_ms: (last - first) / copies as f64, host_call_ms: host_ms.iter().copied().fold(0.0, f64::max) / copies as f64 })
+}
+
+/// One lane's loop of driver calls, then its end event; its host time, ms.
+fn issue(gpu: &Gpu, l: &mut PlainLane<'_>, end: &Event, bytes: usize, copies: usize) -> Result<f64> {
+    gpu.bind()?;
+    let (host, device, stream) = (l.host.words_mut().as_mut_ptr() as *mut c_void, l.device.ptr(), l.stream.raw());
+    let t = Instant::now();
+    for _ in 0..copies {
+        // SAFETY: both ranges hold `bytes` (checked in `copies`) and are
+        // borrowed until `copies` has synchronized the stream.
+        unsafe {
+            if l.up {
+                driver::memcpy_htod_async(device, host as *const c_void, bytes, stream)?;
+            } else {
+                driver::memcpy_dtoh_async(host, device, bytes, stream)?;
+            }
+        }
+    }
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    end.record(l.stream)?;
+    Ok(ms)
 }

@@ -36,7 +36,7 @@ pub mod topology;
 pub mod trace;
 
 pub use crate::pipeline::op::StreamKind;
-pub use copy::{CopyOp, CopyTimer, CopyTiming};
+pub use copy::{plain_copies, CopyOp, PlainLane, PlainTiming};
 pub use graph::Graph;
 pub use host::{
     alloc_host, HostBuffer, HostMemoryKind, MappedBuffer, PageableBuffer, PagesFrom, PinnedBuffer, RegisteredBuffer, TouchedPages, WriteCombinedBuffer,
@@ -320,18 +320,6 @@ impl Stream {
     pub fn wait_event(&self, e: &Event) -> Result<()> {
         // SAFETY: both handles are owned by live values.
         unsafe { driver::stream_wait_event(self.raw, e.raw) }
-    }
-    /// Copies the first `bytes` of `src` to `dst`, both on the device
-    /// (cuMemcpyDtoDAsync), and returns its time by CUDA events `timing`
-    /// once the stream has finished it, ms: lab 7's device-memory ceiling.
-    pub fn copy_on_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize, timing: (&Event, &Event)) -> Result<f64> {
-        timing.0.record(self)?;
-        // SAFETY: both buffers are borrowed until the synchronize below.
-        let queued = unsafe { self.enqueue_copy_on_device(dst.span(), src.span(), bytes) }.and_then(|_| timing.1.record(self));
-        // Whatever failed, nothing queued may outlive the borrows.
-        self.synchronize()?;
-        queued?;
-        timing.0.elapsed_ms(timing.1)
     }
     /// Enqueues a device-to-device copy of `bytes` from `src` to `dst`
     /// (refused where the ranges overlap or do not fit).

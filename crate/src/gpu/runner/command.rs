@@ -70,6 +70,9 @@ pub(super) enum What<'a> {
     /// With `timed`, its host-clock span is what the op's timeline shows
     /// (slot `timed` of the runner's host times).
     Host { timed: Option<usize>, call: Call<'a> },
+    /// A GPU call that blocks the CPU until the GPU ran it (a copy from
+    /// pageable memory): the start gate opens first, as for `Host`.
+    Blocking(Call<'a>),
     /// Opens the start gate: a gated loop past the ops a closed gate may hold.
     OpenGate,
     /// What came before was set-up: wait for all of it, then start the
@@ -86,7 +89,8 @@ pub(super) struct Command<'a> {
 
 impl<'a> What<'a> {
     /// Makes the driver calls of a command that hands work to the GPU (not
-    /// `Host` or `OpenGate`, which the runner's clock and gate handle).
+    /// `Host`, `Blocking` or `OpenGate`, which the runner's clock and gate
+    /// handle, except where the gate is already open).
     ///
     /// # Safety
     /// Every address lies in memory that stays allocated until the runner
@@ -117,7 +121,7 @@ impl<'a> What<'a> {
             What::Record { stream, event } => unsafe { driver::event_record(event.0, stream.raw()) },
             // SAFETY: as above.
             What::Wait { stream, event } => unsafe { driver::stream_wait_event(stream.raw(), event.0) },
-            What::Issue(call) | What::Host { call, .. } => call(),
+            What::Issue(call) | What::Host { call, .. } | What::Blocking(call) => call(),
             What::OpenGate | What::Restart { .. } => Ok(()),
         }
     }

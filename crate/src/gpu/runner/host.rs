@@ -75,6 +75,7 @@ impl<'a> Runner<'a> {
         self.lanes.on_loop_thread("timed_from_here")?;
         let (gpus, hold) = (self.gpus.clone(), if self.exec.gated { self.streams.clone() } else { Vec::new() });
         self.dispatch(Command { thread: 0, what: What::Restart { gpus, hold } })?;
+        self.stream_starts.clear();
         self.marks.iter_mut().for_each(|m| *m = Mark::Elsewhere);
         self.forget_reusable_ends();
         self.schedule.host_wait_all(0);

@@ -11,7 +11,10 @@
 //! `command::Command`. At [`Runner::finish`] those commands run one after
 //! another with nothing of ours between them, so what issuing the loop
 //! costs the CPU is what the same driver calls cost in a plain program
-//! (`PlanRig::plain_stage_loop` holds it to that). A runner that does not
+//! (`PlanRig::plain_stage_loop` holds it to that); with
+//! [`Runner::threads_at_once`], each CPU thread makes its own commands at
+//! the same time as the others (lab 1's two directions, each blocking its
+//! own thread where the memory is pageable). A runner that does not
 //! defer makes each call as the loop makes it: for labs whose other CPU
 //! threads act while the loop runs (lab 4's worker waits on the loop's
 //! events), and for capturing a CUDA graph.
@@ -28,17 +31,20 @@
 //! the loop, the order of GPU and CPU accesses is the learner's business:
 //! the schedule reports any access not ordered after a conflicting one.
 //!
-//! The rooms: [`command`] (what a recorded call holds), [`timing`] (what
-//! times the ops, and the timeline), `ops` (copies, kernels, events,
-//! waits), `host` (CPU work and waits, host functions), `memory` (memory
-//! calls as ops), `threads` (CPU threads past the loop's own), [`issuer`]
-//! (the vocabulary's trait on this runner).
+//! The rooms: [`command`] (what a recorded call holds), `exec` (what makes
+//! the calls: clocks, gate, threads, the replay), `run` (what a finished
+//! run leaves), [`timing`] (what times the ops, and the timeline), `ops`
+//! (copies, kernels, events, waits), `host` (CPU work and waits, host
+//! functions), `memory` (memory calls as ops), `threads` (CPU threads past
+//! the loop's own), [`issuer`] (the vocabulary's trait on this runner).
 
 pub mod command;
+mod exec;
 mod host;
 pub mod issuer;
 mod memory;
 mod ops;
+mod run;
 mod threads;
 pub mod timing;
 
@@ -46,10 +52,9 @@ use super::gate::Gate;
 use super::nccl::Communicators;
 use super::{driver, Event, Gpu, Graph, Stream};
 use crate::error::{LabError, Result};
-use crate::gpu::trace;
 use crate::pipeline::issue::{Holding, Lanes, StreamRef};
 use crate::pipeline::op::{Memory, OpId, StreamDecl, StreamKind};
-use crate::pipeline::schedule::{Race, Schedule};
+use crate::pipeline::schedule::Schedule;
 use crate::pipeline::timeline::Timeline;
 use command::{Base, Command, What};
 use std::marker::PhantomData;
@@ -58,7 +63,9 @@ use std::time::Instant;
 use threads::CpuThreads;
 use timing::{EventPool, Mark};
 
+use exec::Exec;
 pub use issuer::{Dataset, GpuIssuer};
+pub use run::Run;
 pub use timing::TimelineSource;
 
 /// A host buffer of the runner: the lab's (borrowed) or the loop's own
@@ -86,150 +93,6 @@ struct DeviceEntry {
 /// block the CPU forever).
 const MAX_GATED_OPS: usize = 256;
 
-/// What a finished run leaves behind.
-#[derive(Debug)]
-pub struct Run {
-    pub schedule: Schedule,
-    /// Accesses not ordered after a conflicting earlier access.
-    pub races: Vec<Race>,
-    /// Per-op device/host times against the base event (when recorded).
-    pub timeline: Option<Timeline>,
-    /// Base event to the last stream's end, ms (events; always measured).
-    pub total_ms: f64,
-    /// What the loop allocated and never released (the runner released
-    /// it after the run).
-    pub unreleased: Vec<String>,
-    /// Names given to the run's streams, by stream index.
-    pub stream_names: Vec<String>,
-    /// Host time from the loop's first call to its last, waits included,
-    /// ms: for a deferred run, the replay of its recorded calls.
-    pub issue_ms: f64,
-}
-
-impl Run {
-    /// The run's timeline when it has a span for every op: none, or only
-    /// some, where another tool held CUPTI or a source missed records.
-    pub fn full_timeline(&self) -> Option<&Timeline> {
-        self.timeline.as_ref().filter(|t| t.spans.len() == self.schedule.ops.len())
-    }
-    /// The queue model's timeline for this run's schedule, each op lasting
-    /// `duration_us(op)`.
-    pub fn predicted(&self, machine: crate::pipeline::machine::Machine, duration_us: impl Fn(&crate::pipeline::op::Op) -> f64) -> Timeline {
-        let times = crate::pipeline::predict::predict(&self.schedule, machine, duration_us);
-        let device = self.timeline.as_ref().map(|t| t.device.clone()).unwrap_or_default();
-        Timeline::from_schedule("predicted", &device, &self.schedule, &times, &self.stream_names)
-    }
-}
-
-/// What runs the commands: the clocks, the gate, the CPU threads.
-struct Exec {
-    /// The runner's own GPU (its base event, its gate).
-    gpu: Gpu,
-    /// Closed while Some; opened once, then given back to the device.
-    gate: Option<Gate>,
-    base: Event,
-    /// The stream the base event is recorded on (held behind the gate too).
-    base_stream: Stream,
-    host_base: Instant,
-    /// CUPTI's clock when the base completed (ns), for CUPTI-timed runs.
-    cupti: bool,
-    cupti_t0: u64,
-    /// Host-clock spans of the ops timed there, µs, by slot.
-    host_times: Vec<(f64, f64)>,
-    cpu: CpuThreads,
-    /// When the loop's first call was made.
-    loop_start: Option<Instant>,
-    /// Whether the run started behind a gate (and starts behind one again
-    /// after its set-up, [`Runner::timed_from_here`]).
-    gated: bool,
-}
-
-impl Exec {
-    /// Waits for the base event, then reads the host clock (and CUPTI's):
-    /// the base completes as soon as its stream runs, so the clocks align
-    /// within a few µs.
-    fn align_clocks(&mut self) -> Result<()> {
-        self.base.synchronize()?;
-        self.host_base = Instant::now();
-        if self.cupti {
-            self.cupti_t0 = driver::activity::now()?;
-        }
-        Ok(())
-    }
-    /// Lets the GPU start everything issued so far (once).
-    fn open_gate(&mut self) -> Result<()> {
-        if let Some(mut g) = self.gate.take() {
-            g.release();
-            g.put_back(&self.gpu);
-            self.align_clocks()?;
-        }
-        Ok(())
-    }
-    /// With no gate, restarts the clock now, so the run's time counts from
-    /// the loop's first call.
-    fn restart_clock(&mut self) -> Result<()> {
-        if self.gate.is_none() {
-            self.base.record(&self.base_stream)?;
-            self.align_clocks()?;
-        }
-        self.loop_start = Some(Instant::now());
-        Ok(())
-    }
-    /// What came before was set-up: it runs to its end, then the clock
-    /// starts again: behind the gate again where the run was gated, every
-    /// stream in `hold` waiting for the new base.
-    fn restart_after_setup(&mut self, gpus: &[Gpu], hold: &[&Stream]) -> Result<()> {
-        self.open_gate()?;
-        for g in gpus {
-            g.bind()?;
-            driver::context_synchronize()?;
-        }
-        self.gpu.bind()?;
-        if self.gated {
-            if let Some(g) = Gate::take(&self.gpu) {
-                let held = g.hold(&self.base_stream);
-                self.gate = Some(g);
-                held?;
-            }
-        }
-        self.base.record(&self.base_stream)?;
-        if self.gate.is_some() {
-            for s in hold {
-                s.wait_event(&self.base)?;
-            }
-            self.gpu.bind()?;
-        } else {
-            self.align_clocks()?;
-        }
-        Ok(())
-    }
-    fn now_us(&self) -> f64 {
-        self.host_base.elapsed().as_secs_f64() * 1e6
-    }
-    /// Makes one command's calls.
-    fn run(&mut self, c: Command<'_>) -> Result<()> {
-        match c.what {
-            What::OpenGate => self.open_gate(),
-            What::Restart { gpus, hold } => self.restart_after_setup(&gpus, &hold),
-            What::Host { timed, call } => {
-                self.open_gate()?;
-                let t0 = self.now_us();
-                self.cpu.run(c.thread, call)?;
-                if let Some(slot) = timed {
-                    self.host_times[slot] = (t0, self.now_us());
-                }
-                Ok(())
-            }
-            // SAFETY: the runner holds every buffer and handle its commands
-            // name until it has synchronized (it borrows the lab's for its
-            // life, keeps its events, and frees the loop's own only after).
-            what if c.thread == 0 => unsafe { what.issue() },
-            // SAFETY: as above.
-            what => self.cpu.run(c.thread, move || unsafe { what.issue() }),
-        }
-    }
-}
-
 /// Runs the pipeline vocabulary on real streams (see the module docs).
 pub struct Runner<'a> {
     /// Every GPU its streams belong to, its own first ([`Self::stream`]
@@ -245,6 +108,11 @@ pub struct Runner<'a> {
     /// One per lane, made when the lane is added: recorded last in
     /// `finish`, so creating them never lands after the timed work.
     stream_ends: Vec<Event>,
+    /// Behind a closed gate, one per lane: recorded as the lane is held, so
+    /// it completes when the lane may start. The run's time counts from
+    /// the first of them, not from the base, whose release reaches the
+    /// other streams some µs later (cleared by a restart of the clock).
+    stream_starts: Vec<Event>,
     devices: Vec<DeviceEntry>,
     hosts: Vec<HostEntry>,
     /// Shared, so a thread of the lab can wait on one ([`Runner::shared_event`]).
@@ -273,6 +141,9 @@ pub struct Runner<'a> {
     reusable_end: Vec<Option<usize>>,
     /// The recorded calls of a deferring runner, run at `finish`.
     deferred: Option<Vec<Command<'a>>>,
+    /// Per lane, the CPU thread that issues to it, where each thread's
+    /// calls are made at once ([`Self::threads_at_once`]); None otherwise.
+    at_once: Option<Vec<Option<usize>>>,
     exec: Exec,
     /// Capture mode ([`Gpu::capture_runner`]): the event recorded on the
     /// base stream as its capture began, which every stream waits on to
@@ -325,6 +196,7 @@ impl Gpu {
             lanes: Lanes::default(),
             streams: Vec::new(),
             stream_ends: Vec::new(),
+            stream_starts: Vec::new(),
             devices: Vec::new(),
             hosts: Vec::new(),
             user_events: Vec::new(),
@@ -340,6 +212,7 @@ impl Gpu {
             gate_closed,
             reusable_end: Vec::new(),
             deferred: None,
+            at_once: None,
             exec: Exec {
                 gpu: self.clone(),
                 gate,
@@ -397,9 +270,46 @@ impl<'a> Runner<'a> {
         Ok(self)
     }
 
+    /// This deferring runner, its CPU threads making their calls at once
+    /// at [`Self::finish`], each on its own OS thread, instead of taking
+    /// turns: so a copy that blocks one thread (from pageable memory) does
+    /// not hold up another's. What makes that safe is that nothing orders
+    /// one thread's calls after another's: each stream takes the calls of
+    /// one thread only, and events, waits, CPU work and memory calls are
+    /// refused as they are made. [`Run::issue_ms_by_thread`] tells how long
+    /// each thread's calls took.
+    pub fn threads_at_once(mut self) -> Result<Runner<'a>> {
+        if self.deferred.as_ref().is_none_or(|d| !d.is_empty()) {
+            return Err(LabError::config("threads make their calls at once only in a deferring runner, from its start"));
+        }
+        self.at_once = Some(Vec::new());
+        Ok(self)
+    }
+
+    /// Where threads make their calls at once: refuses a second thread on `lane`.
+    fn one_thread_per_lane(&mut self, lane: usize) -> Result<()> {
+        let thread = self.lanes.thread();
+        let Some(callers) = self.at_once.as_mut() else { return Ok(()) };
+        if callers.len() <= lane {
+            callers.resize(lane + 1, None);
+        }
+        match *callers[lane].get_or_insert(thread) {
+            t if t == thread => Ok(()),
+            t => Err(LabError::config(format!(
+                "{}: CPU threads {t} and {thread} both issue to it, but their calls are made at once, so nothing orders them",
+                self.lanes.name(lane)
+            ))),
+        }
+    }
+
     /// Makes `c`'s calls now, or keeps them for `finish` in a deferring runner.
     fn dispatch(&mut self, c: Command<'a>) -> Result<()> {
-        if matches!(c.what, What::Host { .. } | What::OpenGate) {
+        if self.at_once.is_some() && !matches!(c.what, What::Copy { .. } | What::Kernel { .. } | What::Issue(_) | What::Blocking(_)) {
+            return Err(LabError::config(
+                "events, waits, CPU work, memory calls and a restarted clock order one CPU thread's calls after another's, which a runner whose threads make their calls at once cannot keep",
+            ));
+        }
+        if matches!(c.what, What::Host { .. } | What::Blocking(_) | What::OpenGate) {
             self.gate_closed = false;
         }
         match self.deferred.as_mut() {
@@ -460,10 +370,20 @@ impl<'a> Runner<'a> {
             // Held behind the base event (itself behind the gate), so no op
             // can start before the base: every time is >= 0.
             let base = &self.exec.base;
-            if self.exec.cpu.run(owner, || s.wait_event(base)).is_err() {
-                // A stream that cannot be held would start early: start all.
-                let _ = self.exec.open_gate();
-                self.gate_closed = false;
+            let start = gpu.timing_event();
+            match self.exec.cpu.run(owner, || s.wait_event(base)) {
+                Ok(()) => {
+                    if let Ok(start) = start {
+                        if self.exec.cpu.run(owner, || start.record(s)).is_ok() {
+                            self.stream_starts.push(start);
+                        }
+                    }
+                }
+                Err(_) => {
+                    // A stream that cannot be held would start early: start all.
+                    let _ = self.exec.open_gate();
+                    self.gate_closed = false;
+                }
             }
         }
         // A runner that cannot make an event fails at its first op instead.
@@ -622,19 +542,6 @@ impl<'a> Runner<'a> {
         Ok((graph, self.run(None, 0.0, Vec::new(), 0.0)))
     }
 
-    /// Runs what a deferring runner recorded, from the loop's first call to
-    /// its last with nothing between them: the time it took, ms.
-    fn replay(&mut self) -> Result<Option<f64>> {
-        let Some(commands) = self.deferred.take() else { return Ok(None) };
-        let _r = trace::range("issue loop");
-        self.exec.restart_clock()?;
-        let started = Instant::now();
-        for c in commands {
-            self.exec.run(c)?;
-        }
-        Ok(Some(started.elapsed().as_secs_f64() * 1e3))
-    }
-
     /// Runs the loop (a deferring runner's recorded calls), waits for all
     /// work, then resolves the timeline and the races.
     pub fn finish(mut self) -> Result<Run> {
@@ -642,7 +549,11 @@ impl<'a> Runner<'a> {
             return Err(LabError::config("a capturing runner ends with finish_capture, which makes its graph"));
         }
         let replayed = self.replay()?;
-        let issue_ms = replayed.unwrap_or_else(|| self.exec.loop_start.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3));
+        let (issue_ms, issue_ms_by_thread) = replayed.unwrap_or_else(|| {
+            let ms = self.exec.loop_start.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+            (ms, vec![ms])
+        });
+        let gated = self.exec.gated && !super::gate::forced_open();
         self.exec.open_gate()?;
         if self.stream_ends.len() != self.streams.len() {
             return Err(LabError::Driver { call: "cuEventCreate", message: "could not make a stream's end event".into() });
@@ -673,6 +584,14 @@ impl<'a> Runner<'a> {
         for e in self.stream_ends.iter().filter(|e| e.gpu.ordinal() == own).chain(&joined) {
             total_ms = total_ms.max(self.exec.base.elapsed_ms(e)?);
         }
+        // Behind a gate on one GPU, from when the first stream could start.
+        if self.gpus.len() == 1 && !self.stream_starts.is_empty() && self.stream_starts.len() == self.streams.len() {
+            let mut first = f64::INFINITY;
+            for e in &self.stream_starts {
+                first = first.min(self.exec.base.elapsed_ms(e)?);
+            }
+            total_ms -= first.clamp(0.0, total_ms);
+        }
         // An op CUPTI's records do not match leaves the run with no
         // timeline, never a failed lab.
         let activity = if self.source == TimelineSource::Cupti {
@@ -687,13 +606,15 @@ impl<'a> Runner<'a> {
         } else {
             None
         };
-        let timeline = if self.source != TimelineSource::Off {
-            let times = timing::op_times(&self.marks, &self.exec.base, &self.pool, activity.as_deref(), &self.exec.host_times)?;
-            Some(timing::measured_timeline(&self.device_label, &self.schedule, &times, &self.lanes.names(), self.source))
-        } else {
-            None
+        let times = match self.source {
+            TimelineSource::Off => Vec::new(),
+            _ => timing::op_times(&self.marks, &self.exec.base, &self.pool, activity.as_deref(), &self.exec.host_times)?,
         };
-        Ok(self.run(timeline, total_ms, unreleased, issue_ms))
+        let timeline = (self.source != TimelineSource::Off)
+            .then(|| timing::measured_timeline(&self.device_label, &self.schedule, &times, &self.lanes.names(), self.source));
+        let mut run = self.run(timeline, total_ms, unreleased, issue_ms);
+        (run.issue_ms_by_thread, run.gated, run.op_times_us) = (issue_ms_by_thread, gated, times);
+        Ok(run)
     }
 
     /// What the runner leaves behind: its schedule (taken), races and
@@ -703,10 +624,13 @@ impl<'a> Runner<'a> {
             races: self.schedule.races().to_vec(),
             schedule: std::mem::take(&mut self.schedule),
             timeline,
+            op_times_us: Vec::new(),
             total_ms,
             stream_names: self.lanes.names(),
             unreleased,
             issue_ms,
+            issue_ms_by_thread: vec![issue_ms],
+            gated: false,
         }
     }
 }

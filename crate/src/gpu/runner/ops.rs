@@ -105,6 +105,7 @@ impl<'a> Runner<'a> {
         what: impl FnOnce(&'a Stream, Bracket, bool) -> What<'a>,
     ) -> Result<OpId> {
         let lane = self.lane(s)?;
+        self.one_thread_per_lane(lane)?;
         let (mark, start, end) = self.op_marks(lane)?;
         let stream = self.streams[lane];
         let bracket = Bracket { start: start.map(|i| EventHandle(self.pool.get(i).raw)), end: end.map(|i| EventHandle(self.pool.get(i).raw)) };
@@ -112,7 +113,7 @@ impl<'a> Runner<'a> {
         let what = what(stream, bracket, self.gpus.len() > 1);
         let what = if host_blocks {
             // SAFETY: as for every command the runner makes (see `Exec::run`).
-            What::Host { timed: None, call: Box::new(move || unsafe { what.issue() }) }
+            What::Blocking(Box::new(move || unsafe { what.issue() }))
         } else {
             what
         };

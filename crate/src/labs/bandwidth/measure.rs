@@ -1,10 +1,10 @@
 //! Runs lab 1 on a GPU. Every sample: fresh random source, poisoned
 //! destination, timed copies, then (untimed) verification of every word.
 
-use super::{BandwidthConfig, BandwidthResults, Direction, TransferPoint};
+use super::{BandwidthConfig, BandwidthResults, Direction, PlainCopies, TransferPoint};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
-use crate::gpu::{alloc_host, CopyOp, CopyTimer, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer, Stream};
+use crate::gpu::{alloc_host, plain_copies, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer, PlainLane, Run, Stream, TimelineSource};
 use crate::lab_kit::host_memory;
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
@@ -13,7 +13,11 @@ use crate::units::Bytes;
 
 /// Device buffers, a pinned check buffer and streams shared by every point.
 struct Bench {
-    timer: CopyTimer,
+    gpu: Gpu,
+    /// One stream per direction of the timed copies.
+    up: Stream,
+    down: Stream,
+    /// Fills, poisons and verification copies (untimed).
     aux: Stream,
     up_dst: DeviceBuffer,
     down_src: DeviceBuffer,
@@ -50,8 +54,15 @@ pub fn run(gpu: &Gpu, cfg: &BandwidthConfig, progress: ProgressMode) -> Result<B
     let mut progress = Progress::new(progress, steps, "bandwidth");
     let _lab = trace::range("lab 1: pinned vs pageable");
 
-    let mut bench =
-        Bench { timer: CopyTimer::new(gpu, 2)?, aux: gpu.stream()?, up_dst: gpu.alloc(max)?, down_src: gpu.alloc(max)?, check: PinnedBuffer::new(gpu, max)? };
+    let mut bench = Bench {
+        gpu: gpu.clone(),
+        up: gpu.stream()?,
+        down: gpu.stream()?,
+        aux: gpu.stream()?,
+        up_dst: gpu.alloc(max)?,
+        down_src: gpu.alloc(max)?,
+        check: PinnedBuffer::new(gpu, max)?,
+    };
     let mut transfers = Vec::new();
     for &kind in &cfg.kinds {
         let _r = trace::range(&format!("allocate {kind} buffers"));
@@ -87,8 +98,10 @@ fn measure_point(
     let n = bytes.as_usize();
     let words = n / 8;
     let copies = cfg.copies_per_sample(bytes);
-    let gated = kind.is_page_locked() && b.timer.has_gate();
+    let mut gated = kind.is_page_locked();
     let (mut device, mut host, mut gbps) = (Vec::new(), Vec::new(), Vec::new());
+    let check_plain = cfg.plain_sizes().contains(&bytes);
+    let (mut plain_device, mut plain_host) = (Vec::new(), Vec::new());
     let mut verified = 0;
     for sample in 0..cfg.warmup + cfg.repeats {
         // Fresh inputs for every sample, written before the timed region.
@@ -98,50 +111,46 @@ fn measure_point(
             let _f = trace::range("fill and poison");
             if direction.uploads() {
                 pattern::fill(&mut bufs.src.words_mut()[..words], up_seed);
-                b.aux.fill_u32(&b.up_dst, 0xDEAD_BEEF)?;
             }
             if direction.downloads() {
                 pattern::fill(&mut b.check.words_mut()[..words], down_seed);
                 b.aux.upload(&b.down_src, &b.check, n)?;
-                pattern::poison(&mut bufs.dst.words_mut()[..words]);
             }
+            poison(b, bufs, direction, n)?;
         }
-        let timing = {
+        let run = {
             let _t = trace::range("timed copies");
-            let mut ops = Vec::with_capacity(2);
-            if direction.uploads() {
-                ops.push(CopyOp::HostToDevice { src: bufs.src.as_ref(), dst: &b.up_dst, bytes: n });
-            }
-            if direction.downloads() {
-                ops.push(CopyOp::DeviceToHost { src: &b.down_src, dst: bufs.dst.as_mut(), bytes: n });
-            }
-            b.timer.run(&mut ops, copies, gated)?
+            timed_copies(b, bufs, direction, n, copies, kind.is_page_locked())?
         };
-        {
-            let _v = trace::range("verify");
-            let what = |d: &str| format!("{d} {kind} {bytes} sample {sample}");
+        gated &= run.gated;
+        verify(b, bufs, kind, direction, n, &format!("{kind} {bytes} sample {sample}"), (up_seed, down_seed))?;
+        verified += 1;
+        // The same copies with plain driver calls, on fresh poison, verified too.
+        let plain_timing = if check_plain {
+            poison(b, bufs, direction, n)?;
+            let mut lanes = Vec::with_capacity(2);
             if direction.uploads() {
-                b.aux.download(&mut b.check, &b.up_dst, n)?;
-                pattern::verify(&b.check.words()[..words], up_seed, &what("H2D"))?;
+                lanes.push(PlainLane { stream: &b.up, up: true, host: bufs.src.as_mut(), device: &b.up_dst });
             }
             if direction.downloads() {
-                if kind.cpu_readable() {
-                    pattern::verify(&bufs.dst.words()[..words], down_seed, &what("D2H"))?;
-                } else {
-                    // CPU reads of write-combined memory are uncached and very
-                    // slow: bounce it through the GPU into cached pinned memory.
-                    b.aux.upload(&b.up_dst, bufs.dst.as_ref(), n)?;
-                    b.aux.download(&mut b.check, &b.up_dst, n)?;
-                    pattern::verify(&b.check.words()[..words], down_seed, &what("D2H"))?;
-                }
+                lanes.push(PlainLane { stream: &b.down, up: false, host: bufs.dst.as_mut(), device: &b.down_src });
             }
-            verified += 1;
-        }
+            let t = plain_copies(&b.gpu, &mut lanes, n, copies, kind.is_page_locked())?;
+            verify(b, bufs, kind, direction, n, &format!("{kind} {bytes} sample {sample}, plain driver calls"), (up_seed, down_seed))?;
+            Some(t)
+        } else {
+            None
+        };
         if sample >= cfg.warmup {
-            let per_copy = timing.device_ms / copies as f64;
+            let per_copy = run.total_ms / copies as f64;
             device.push(per_copy);
-            host.push(timing.host_call_ms);
+            // The CPU thread that was blocked longest (each direction has its own).
+            host.push(run.issue_ms_by_thread.iter().copied().fold(0.0, f64::max) / copies as f64);
             gbps.push(direction.bytes_moved(bytes.0) as f64 / (per_copy * 1e-3) / 1e9);
+            if let Some(t) = plain_timing {
+                plain_device.push(t.device_ms);
+                plain_host.push(t.host_call_ms);
+            }
         }
     }
     Ok(TransferPoint {
@@ -154,5 +163,69 @@ fn measure_point(
         gbps: Summary::of(&gbps)?,
         gated,
         verified_samples: verified,
+        plain: if check_plain { Some(PlainCopies { device_ms: Summary::of(&plain_device)?, host_call_ms: Summary::of(&plain_host)? }) } else { None },
     })
+}
+
+/// Poisons what the copies write: the device destination of an upload,
+/// the host destination of a download.
+fn poison(b: &Bench, bufs: &mut KindBuffers, direction: Direction, n: usize) -> Result<()> {
+    let _f = trace::range("poison");
+    if direction.uploads() {
+        b.aux.fill_u32(&b.up_dst, 0xDEAD_BEEF)?;
+    }
+    if direction.downloads() {
+        pattern::poison(&mut bufs.dst.words_mut()[..n / 8]);
+    }
+    Ok(())
+}
+
+/// Checks every word the copies wrote against what was written before
+/// them (`seeds`: the upload's and the download's); `what` names the sample.
+fn verify(b: &mut Bench, bufs: &KindBuffers, kind: HostMemoryKind, direction: Direction, n: usize, what: &str, seeds: (u64, u64)) -> Result<()> {
+    let _v = trace::range("verify");
+    let words = n / 8;
+    if direction.uploads() {
+        b.aux.download(&mut b.check, &b.up_dst, n)?;
+        pattern::verify(&b.check.words()[..words], seeds.0, &format!("H2D {what}"))?;
+    }
+    if direction.downloads() {
+        if kind.cpu_readable() {
+            pattern::verify(&bufs.dst.words()[..words], seeds.1, &format!("D2H {what}"))?;
+        } else {
+            // CPU reads of write-combined memory are uncached and very
+            // slow: bounce it through the GPU into cached pinned memory.
+            b.aux.upload(&b.up_dst, bufs.dst.as_ref(), n)?;
+            b.aux.download(&mut b.check, &b.up_dst, n)?;
+            pattern::verify(&b.check.words()[..words], seeds.1, &format!("D2H {what}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `copies` copies of the first `n` bytes back to back in each direction
+/// `direction` moves, through the runner: each direction on its own stream,
+/// issued by its own CPU thread (so a copy from pageable memory, which
+/// blocks its caller, does not hold up the other direction's calls), the
+/// streams held behind the start gate until every copy is issued where the
+/// memory is page-locked (`gated`: a pageable copy would wait for a GPU
+/// that never starts). The run's time is device time, first copy to last.
+fn timed_copies(b: &Bench, bufs: &mut KindBuffers, direction: Direction, n: usize, copies: usize, gated: bool) -> Result<Run> {
+    let mut p = b.gpu.runner(TimelineSource::Off, 0, gated)?.deferring()?.threads_at_once()?;
+    let mut thread = 0;
+    if direction.uploads() {
+        let (s, src, dst) = (p.stream(&b.up, "H2D stream"), p.host(bufs.src.as_mut(), "host source"), p.device(&b.up_dst, "device destination"));
+        for _ in 0..copies {
+            p.h2d(s, dst, 0, src, 0, n, "H2D")?;
+        }
+        thread += 1;
+    }
+    if direction.downloads() {
+        let (s, src, dst) = (p.stream(&b.down, "D2H stream"), p.device(&b.down_src, "device source"), p.host(bufs.dst.as_mut(), "host destination"));
+        p.issue_from(thread)?;
+        for _ in 0..copies {
+            p.d2h(s, dst, 0, src, 0, n, "D2H")?;
+        }
+    }
+    p.finish()
 }

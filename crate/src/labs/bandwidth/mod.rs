@@ -179,6 +179,16 @@ impl BandwidthConfig {
         v
     }
 
+    /// Where the lab also makes its copies with plain driver calls, to
+    /// show that the runner adds nothing to them: 1 MiB (where a copy's
+    /// fixed costs still show) and the largest size, where swept.
+    pub fn plain_sizes(&self) -> Vec<Bytes> {
+        let sizes = self.sizes();
+        let mut v: Vec<Bytes> = [Bytes(1 << 20), self.max_bytes].into_iter().filter(|b| sizes.contains(b)).collect();
+        v.dedup();
+        v
+    }
+
     pub fn copies_per_sample(&self, bytes: Bytes) -> usize {
         (self.min_sample_bytes.0 / bytes.0.max(1)).clamp(1, 64) as usize
     }
@@ -201,6 +211,20 @@ pub struct TransferPoint {
     pub gated: bool,
     /// Samples whose destination was poisoned before and verified after.
     pub verified_samples: usize,
+    /// The same copies made with plain driver calls in the same samples
+    /// (at the sizes the lab checks itself at, [`BandwidthConfig::plain_sizes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain: Option<PlainCopies>,
+}
+
+/// Lab 1's copies made with the driver's calls alone, in the same samples
+/// as the runner's: what the lab's figures are held to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlainCopies {
+    /// Device time per copy (CUDA events), ms.
+    pub device_ms: Summary,
+    /// Host time inside one copy call, ms.
+    pub host_call_ms: Summary,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -300,6 +324,10 @@ mod tests {
         assert_eq!((s.len(), s[0], *s.last().unwrap()), (19, Bytes(4096), Bytes(GIB)));
         assert_eq!(c.copies_per_sample(Bytes(4096)), 64);
         assert_eq!(c.copies_per_sample(Bytes(GIB)), 1);
+        // Checked against plain driver calls at 1 MiB and the largest size, where swept.
+        assert_eq!(c.plain_sizes(), vec![Bytes(1 << 20), Bytes(GIB)]);
+        assert_eq!(BandwidthConfig { max_bytes: Bytes(1 << 20), ..c.clone() }.plain_sizes(), vec![Bytes(1 << 20)]);
+        assert_eq!(BandwidthConfig { min_bytes: Bytes(4 << 20), ..c.clone() }.plain_sizes(), vec![Bytes(GIB)]);
         let p = c.pin_cost_sizes();
         assert_eq!((p[0], p[1], *p.last().unwrap()), (Bytes(4096), Bytes(16384), Bytes(GIB)));
     }

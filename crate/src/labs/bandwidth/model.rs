@@ -129,6 +129,70 @@ pub fn summary_table(rec: &BandwidthRecord) -> String {
     if let Some(l) = &rec.fingerprint.pcie {
         let _ = writeln!(s, "Link: PCIe Gen{} x{} = {:.1} GB/s per direction in theory.", l.max_generation, l.max_width, l.theoretical_gbps);
     }
+    s + &plain_table(r)
+}
+
+/// How much above plain driver calls the lab's copies may cost (device
+/// time, or the CPU's time in the call) before the lab says so.
+pub const PLAIN_TOLERANCE: f64 = 0.15;
+
+/// The lab's copies (made through the runner) against the same copies made
+/// with plain driver calls in the same samples, where the lab checked it
+/// (empty for a recording that did not).
+pub fn plain_table(r: &BandwidthResults) -> String {
+    let checked: Vec<(&TransferPoint, &super::PlainCopies)> = r.transfers.iter().filter_map(|p| p.plain.as_ref().map(|q| (p, q))).collect();
+    if checked.is_empty() {
+        return String::new();
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "The lab's copies against the same copies made with plain driver calls, same samples (medians; lab / plain):");
+    let _ = writeln!(s, "  {:>9} {:<14} {:<15} {:>23} {:>27}", "size", "direction", "memory", "device time", "CPU blocked");
+    // The worst of each clock over the points, by the ratio of medians.
+    let (mut worst_device, mut worst_host) = ((0.0f64, String::new()), (0.0f64, String::new()));
+    for (p, q) in &checked {
+        let (d, h) = (p.device_ms.median / q.device_ms.median, p.host_call_ms.median / q.host_call_ms.median);
+        let at = format!("{} {} {}", p.bytes, p.direction.label(), p.kind.label());
+        if d > worst_device.0 {
+            worst_device = (d, at.clone());
+        }
+        if h > worst_host.0 {
+            worst_host = (h, at);
+        }
+        let _ = writeln!(
+            s,
+            "  {:>9} {:<14} {:<15} {:>23} {:>27}",
+            p.bytes.to_string(),
+            p.direction.label(),
+            p.kind.label(),
+            format!("{d:.3}x ({} / {})", fmt_ms(p.device_ms.median), fmt_ms(q.device_ms.median)),
+            format!("{h:.2}x ({} / {})", fmt_ms(p.host_call_ms.median), fmt_ms(q.host_call_ms.median)),
+        );
+    }
+    // A point costs more than plain calls where even the lab's faster
+    // quarter of samples is more than the tolerance above plain calls'
+    // slower quarter: beyond what the samples themselves vary.
+    let beyond =
+        |lab: &crate::measure::stats::Summary, plain: &crate::measure::stats::Summary| lab.middle_range().0 > (1.0 + PLAIN_TOLERANCE) * plain.middle_range().1;
+    let over: Vec<String> = checked
+        .iter()
+        .flat_map(|(p, q)| {
+            let at = format!("{} {} {}", p.bytes, p.direction.label(), p.kind.label());
+            let device = beyond(&p.device_ms, &q.device_ms).then(|| format!("device time at {at}"));
+            let host = beyond(&p.host_call_ms, &q.host_call_ms).then(|| format!("CPU blocked at {at}"));
+            device.into_iter().chain(host)
+        })
+        .collect();
+    let _ = writeln!(s, "  highest ratio: device time {:.3}x at {}; CPU blocked {:.2}x at {}", worst_device.0, worst_device.1, worst_host.0, worst_host.1);
+    let _ = if over.is_empty() {
+        writeln!(s, "  the lab's copies cost at most {:.0}% more than plain driver calls beyond the samples' spread, at every point", 100.0 * PLAIN_TOLERANCE)
+    } else {
+        writeln!(
+            s,
+            "  the lab's copies cost more than {:.0}% over plain driver calls, beyond the samples' spread: {}",
+            100.0 * PLAIN_TOLERANCE,
+            over.join(", ")
+        )
+    };
     s
 }
 
@@ -220,6 +284,31 @@ pub fn break_even_table(r: &BandwidthResults) -> String {
 mod tests {
     use super::*;
     use crate::testing::fingerprint;
+
+    #[test]
+    fn the_plain_driver_calls_line_names_the_worst_point_and_whether_it_is_within_the_tolerance() {
+        let mut r = crate::testing::bandwidth_results();
+        assert_eq!(plain_table(&r), "", "a recording without plain copies prints nothing");
+        let mib = Bytes(1 << 20);
+        let at = |r: &mut BandwidthResults, k, d| r.transfers.iter().position(|p| p.kind == k && p.direction == d && p.bytes == mib).unwrap();
+        // The lab's copies as fast as plain calls, then one whose CPU call costs 1.3x.
+        let i = at(&mut r, HostMemoryKind::Pinned, Direction::H2d);
+        let p = r.transfers[i].clone();
+        r.transfers[i].plain = Some(super::super::PlainCopies { device_ms: p.device_ms, host_call_ms: p.host_call_ms });
+        let t = plain_table(&r);
+        assert!(t.contains("1.000x") && t.contains("device time 1.000x at 1 MiB H2D pinned") && t.contains("at most 15% more"), "{t}");
+        let j = at(&mut r, HostMemoryKind::Pageable, Direction::D2h);
+        let q = r.transfers[j].clone();
+        let slower = crate::testing::flat(q.host_call_ms.median / 1.3);
+        r.transfers[j].plain = Some(super::super::PlainCopies { device_ms: q.device_ms, host_call_ms: slower });
+        let t = plain_table(&r);
+        assert!(t.contains("CPU blocked 1.30x at 1 MiB D2H pageable") && t.contains("beyond the samples' spread: CPU blocked at 1 MiB D2H pageable"), "{t}");
+        assert!(summary_table(&crate::measure::record::Record::new(super::super::LAB, fingerprint(), r.clone())).contains("more than 15% over plain"));
+        // Within 15% where the samples spread that far: not a cost of the lab's.
+        let noisy = crate::measure::stats::Summary { middle: Some((q.host_call_ms.median / 1.3, q.host_call_ms.median)), ..slower };
+        r.transfers[j].plain.as_mut().unwrap().host_call_ms = noisy;
+        assert!(plain_table(&r).contains("at most 15% more"), "{}", plain_table(&r));
+    }
 
     #[test]
     fn link_share_and_ratio() {

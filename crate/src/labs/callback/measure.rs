@@ -120,34 +120,49 @@ impl CallbackRig {
         unsafe { stream.download_async(&s.host, &s.dev, (self.rows + 1) * 4) }
     }
 
-    /// One iteration's GPU work alone, and its parts, ms (events).
+    /// Query `t`'s row_dot into `slot`'s device scores, as an op of `p` on `s`.
+    fn row_dot_op<'r>(&'r self, p: &mut Runner<'r>, s: StreamRef, t: usize, slot: Slot) -> Result<OpId> {
+        let args = self.row_dot_args(t, slot.0);
+        // SAFETY: the kernel touches only the rig's buffers, which outlive
+        // the runner; the access names the slot it writes.
+        unsafe { p.op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)], move |st| self.kernel.enqueue(st, &args)) }
+    }
+
+    /// The D2H of `slot`'s scores (iteration `t`'s) into its pinned memory, as an op of `p` on `s`.
+    fn d2h_op<'r>(&'r self, p: &mut Runner<'r>, s: StreamRef, t: usize, slot: Slot) -> Result<OpId> {
+        let accesses = vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)];
+        // SAFETY: the copy touches only the rig's slot buffers, which outlive
+        // the runner; the accesses name both sides.
+        unsafe { p.op(s, OpKind::D2h, &format!("D2H scores {t}"), accesses, move |st| self.d2h(st, slot.0)) }
+    }
+
+    /// One iteration's GPU work alone, and its parts, ms: each part timed
+    /// by the runner's CUDA events around it; then the steady GPU time of
+    /// 16 iterations back to back, as the pipeline runs them.
     fn gpu_parts(&self, reps: usize) -> Result<(Summary, Summary, Summary)> {
-        let ev: Vec<Event> = (0..3).map(|_| self.gpu.timing_event()).collect::<Result<_>>()?;
         let (mut k, mut d) = (Vec::new(), Vec::new());
         for r in 0..reps {
-            ev[0].record(&self.compute)?;
-            // SAFETY: the rig's buffers outlive it; this function waits for the stream before it returns.
-            unsafe { self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0)) }?;
-            ev[1].record(&self.compute)?;
-            self.d2h(&self.compute, 0)?;
-            ev[2].record(&self.compute)?;
-            ev[2].synchronize()?;
-            k.push(ev[0].elapsed_ms(&ev[1])?);
-            d.push(ev[1].elapsed_ms(&ev[2])?);
+            let mut p = self.gpu.runner(TimelineSource::Events, 2, false)?;
+            let s = p.stream(&self.compute, On::Compute.name());
+            let t = r % self.iterations;
+            let (kernel, copy) = (self.row_dot_op(&mut p, s, t, Slot(0))?, self.d2h_op(&mut p, s, t, Slot(0))?);
+            let run = p.finish()?;
+            let ms = |id: OpId| run.op_times_us.get(id).map(|(a, b)| (b - a) / 1e3).ok_or_else(|| LabError::schedule("a part of the GPU work was not timed"));
+            k.push(ms(kernel)?);
+            d.push(ms(copy)?);
         }
-        // Back to back, as the pipeline runs them: the steady GPU time.
         let batch = 16;
         let mut g = Vec::new();
         for r in 0..reps {
-            ev[0].record(&self.compute)?;
+            let mut p = self.gpu.runner(TimelineSource::Off, 0, false)?;
+            let s = p.stream(&self.compute, On::Compute.name());
+            p.start_clock()?;
             for i in 0..batch {
-                // SAFETY: the rig's buffers outlive it; this function waits for the stream before it returns.
-                unsafe { self.kernel.enqueue(&self.compute, &self.row_dot_args((r * batch + i) % self.iterations, 0)) }?;
-                self.d2h(&self.compute, 0)?;
+                let t = (r * batch + i) % self.iterations;
+                self.row_dot_op(&mut p, s, t, Slot(0))?;
+                self.d2h_op(&mut p, s, t, Slot(0))?;
             }
-            ev[1].record(&self.compute)?;
-            ev[1].synchronize()?;
-            g.push(ev[0].elapsed_ms(&ev[1])? / batch as f64);
+            g.push(p.finish()?.total_ms / batch as f64);
         }
         Ok((Summary::of(&g)?, Summary::of(&k)?, Summary::of(&d)?))
     }
@@ -223,21 +238,26 @@ impl CallbackRig {
     /// An empty host function's round trip on the compute stream right
     /// after a row_dot (the stream hands over to the driver's callback
     /// thread, which has slept through the kernel, and waits to be
-    /// released), ms, events around it. With nothing before it the round
+    /// released), ms, by the runner's CUDA events: from the row_dot's end
+    /// to the start of the op after the host function. With nothing before it the round
     /// trip is far shorter ([`super::model::HOST_FN_AWAKE_MS`]); after a
     /// kernel, as in variant 1, several times that.
     fn host_fn_round_trip(&self, reps: usize) -> Result<Summary> {
-        let ev: Vec<Event> = (0..2).map(|_| self.gpu.timing_event()).collect::<Result<_>>()?;
         let mut r = 0;
         Summary::of_runs(reps, || {
-            // SAFETY: the rig's buffers outlive it; this function waits for the stream before it returns.
-            unsafe { self.kernel.enqueue(&self.compute, &self.row_dot_args(r % self.iterations, 0)) }?;
+            let mut p = self.gpu.runner(TimelineSource::Events, 2, false)?;
+            let s = p.stream(&self.compute, On::Compute.name());
+            let t = r % self.iterations;
             r += 1;
-            ev[0].record(&self.compute)?;
-            self.compute.launch_host_task(CallbackTask::Nothing)?;
-            ev[1].record(&self.compute)?;
-            ev[1].synchronize()?;
-            ev[0].elapsed_ms(&ev[1])
+            let kernel = self.row_dot_op(&mut p, s, t, Slot(0))?;
+            p.host_fn(s, "empty host function", vec![], CallbackTask::Nothing)?;
+            // The next op's start event marks when the stream was released.
+            let after = self.d2h_op(&mut p, s, t, Slot(0))?;
+            let run = p.finish()?;
+            match (run.op_times_us.get(kernel), run.op_times_us.get(after)) {
+                (Some(k), Some(a)) => Ok((a.0 - k.1) / 1e3),
+                _ => Err(LabError::schedule("the host function's round trip was not timed")),
+            }
         })
     }
 
@@ -429,28 +449,12 @@ impl CallbackIssue for LiveIssuer<'_> {
     }
     fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
         let (rig, s) = (self.rig, self.stream(on));
-        let args = rig.row_dot_args(t, slot.0);
-        // SAFETY: the kernel touches only the rig's buffers, which outlive
-        // the runner; the access names the slot it writes.
-        unsafe {
-            self.p().op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)], move |st| rig.kernel.enqueue(st, &args))
-        }?;
-        Ok(())
+        rig.row_dot_op(self.p(), s, t, slot).map(|_| ())
     }
     fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
         let (rig, s) = (self.rig, self.stream(on));
         let t = self.slots[slot.0].lease.as_ref().map_or(self.t, |l| l.iteration);
-        // SAFETY: the copy touches only the rig's slot buffers, which outlive
-        // the runner; the accesses name both sides.
-        unsafe {
-            self.p().op(
-                s,
-                OpKind::D2h,
-                &format!("D2H scores {t}"),
-                vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)],
-                move |st| rig.d2h(st, slot.0),
-            )
-        }?;
+        rig.d2h_op(self.p(), s, t, slot)?;
         self.slots[slot.0].order = SlotOrder::d2h(on);
         Ok(())
     }

@@ -7,7 +7,7 @@
 
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::{self, KernelHeader, KernelSource};
-use crate::gpu::{DeviceBuffer, DeviceSpan, Event, Gpu, KernelArg, Module, Stream};
+use crate::gpu::{DeviceBuffer, DeviceSpan, Gpu, KernelArg, Module, Stream};
 use serde::{Deserialize, Serialize};
 
 /// Lab 7's workload (a 9-tap blur over tiles), shared by its kernels.
@@ -410,20 +410,6 @@ impl TileKernel {
     }
     pub fn resources(&self) -> KernelResources {
         self.resources
-    }
-
-    /// Runs the kernel once over `tiles` tiles: `output[i]` for i below
-    /// tiles x tile, from `padded` (the input with the blur's zero padding
-    /// at both ends); returns its time by CUDA events `timing`, ms, after
-    /// the stream has finished it.
-    pub fn run(&self, stream: &Stream, padded: &DeviceBuffer, output: &DeviceBuffer, tiles: u32, timing: (&Event, &Event)) -> Result<f64> {
-        timing.0.record(stream)?;
-        // SAFETY: both buffers are borrowed until the synchronize below.
-        let queued = unsafe { self.enqueue(stream, padded.span(), output.span(), tiles) }.and_then(|_| timing.1.record(stream));
-        // Whatever failed, nothing queued may outlive the borrows.
-        stream.synchronize()?;
-        queued?;
-        timing.0.elapsed_ms(timing.1)
     }
 
     /// Enqueues one run over `tiles` tiles (refused where they do not fit

@@ -1,14 +1,16 @@
-//! Lab 7 on the GPU: each tile kernel run over the same data, timed by CUDA
-//! events, verified against the CPU reference, beside the device-memory
-//! ceiling (a large device-to-device copy) measured in the same run.
+//! Lab 7 on the GPU: each tile kernel run over the same data through the
+//! runner, timed by CUDA events around it, verified against the CPU
+//! reference, beside the device-memory ceiling (a large device-to-device
+//! copy) measured in the same run.
 
 use super::kernel::{blur_reference, TileKernel, BLUR_RADIUS};
 use super::{KernelPipelineConfig, KernelPipelineResults, VariantResult, LAB};
 use crate::error::{LabError, Result};
-use crate::gpu::{DeviceBuffer, Event, Gpu, HostBuffer, PinnedBuffer, Stream, TimelineSource};
+use crate::gpu::{DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, Runner, Stream, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
-use crate::pipeline::op::{Access, Link, OpKind};
+use crate::pipeline::issue::StreamRef;
+use crate::pipeline::op::{Access, Link, OpId, OpKind};
 use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 
@@ -23,7 +25,7 @@ pub struct TileData {
     /// The CPU reference of the current input.
     reference: Vec<f32>,
     stream: Stream,
-    timing: (Event, Event),
+    gpu: Gpu,
 }
 
 impl TileData {
@@ -42,7 +44,7 @@ impl TileData {
             output: gpu.alloc(n * 4)?,
             reference: vec![0.0; n],
             stream: gpu.stream()?,
-            timing: (gpu.timing_event()?, gpu.timing_event()?),
+            gpu: gpu.clone(),
         })
     }
 
@@ -61,21 +63,52 @@ impl TileData {
     /// The device-to-device copy of the n inputs into the output buffer
     /// (read n, write n: the same bytes as a kernel's useful traffic), ms.
     pub fn copy_ms(&self) -> Result<f64> {
-        self.stream.copy_on_device(&self.output, &self.padded, self.n * 4, (&self.timing.0, &self.timing.1))
+        self.timed_alone("D2D copy (the ceiling)", |p, s| self.copy_op(p, s))
     }
 
     /// Poisons the output, runs `kernel` once and checks every output
     /// against the CPU reference of the current input.
     pub fn verified(&mut self, kernel: &TileKernel, what: &str) -> Result<()> {
-        let tiles = self.tiles(kernel)?;
         self.stream.fill_u32(&self.output, pattern::POISON as u32)?;
-        kernel.run(&self.stream, &self.padded, &self.output, tiles, (&self.timing.0, &self.timing.1))?;
+        self.timed(kernel)?;
         self.verify(what)
     }
 
     /// One timed run of `kernel`, ms (CUDA events).
     pub fn timed(&self, kernel: &TileKernel) -> Result<f64> {
-        kernel.run(&self.stream, &self.padded, &self.output, self.tiles(kernel)?, (&self.timing.0, &self.timing.1))
+        self.timed_alone("kernel", |p, s| self.kernel_op(p, s, "kernel", kernel))
+    }
+
+    /// The ops `add` puts on the data's stream, run alone through the
+    /// runner: their device time by CUDA events around each, first start
+    /// to last end, ms.
+    fn timed_alone<'a>(&'a self, lane: &str, add: impl FnOnce(&mut Runner<'a>, StreamRef) -> Result<OpId>) -> Result<f64> {
+        let mut p = self.gpu.runner(TimelineSource::Events, 1, false)?;
+        let s = p.stream(&self.stream, lane);
+        add(&mut p, s)?;
+        p.finish()?.ops_ms()
+    }
+
+    /// The ceiling's copy (input to output, device to device) as an op of `p` on `s`.
+    fn copy_op<'a>(&'a self, p: &mut Runner<'a>, s: StreamRef) -> Result<OpId> {
+        let (input, output, n) = (self.padded.span(), self.output.span(), self.n);
+        let within = Link::between(self.gpu.ordinal(), self.gpu.ordinal()).ok_or_else(|| crate::LabError::config("GPUs past 255 are not numbered"))?;
+        // SAFETY: the copy touches only `padded` and `output`, borrowed for
+        // the runner's life (it synchronizes before it ends), and the
+        // accesses name both.
+        unsafe { p.op(s, OpKind::D2d(within), "D2D copy (the ceiling)", self.accesses(), move |st| st.enqueue_copy_on_device(output, input, n * 4)) }
+    }
+
+    /// `kernel` over the data as an op of `p` on `s`, labelled `name`.
+    fn kernel_op<'a>(&'a self, p: &mut Runner<'a>, s: StreamRef, name: &str, kernel: &'a TileKernel) -> Result<OpId> {
+        let (input, output, tiles) = (self.padded.span(), self.output.span(), self.tiles(kernel)?);
+        // SAFETY: as for the copy.
+        unsafe { p.op(s, OpKind::Kernel, name, self.accesses(), move |st| kernel.enqueue(st, input, output, tiles)) }
+    }
+
+    /// What the copy and every kernel read and write.
+    fn accesses(&self) -> Vec<Access> {
+        vec![Access::read("input", 0, self.n as u64), Access::write("output", 0, self.n as u64)]
     }
 
     /// One round as the stream runs it: the ceiling's copy (device to
@@ -84,21 +117,9 @@ impl TileData {
     pub fn round_timeline(&self, gpu: &Gpu, kernels: &[(&str, &TileKernel)]) -> Result<Option<Timeline>> {
         let mut p = gpu.runner(TimelineSource::best(), kernels.len() + 1, true)?;
         let s = p.stream(&self.stream, "copy and kernels");
-        let (input, output, n) = (self.padded.span(), self.output.span(), self.n);
-        let (reads, writes) = (Access::read("input", 0, n as u64), Access::write("output", 0, n as u64));
-        let within = Link::between(gpu.ordinal(), gpu.ordinal()).ok_or_else(|| crate::LabError::config("GPUs past 255 are not numbered"))?;
-        // SAFETY: the copy and the kernels touch only `padded` and `output`,
-        // which outlive the runner (it synchronizes in `finish`), and the
-        // accesses name both.
-        unsafe {
-            p.op(s, OpKind::D2d(within), "D2D copy (the ceiling)", vec![reads.clone(), writes.clone()], move |st| {
-                st.enqueue_copy_on_device(output, input, n * 4)
-            })?;
-        }
+        self.copy_op(&mut p, s)?;
         for &(name, k) in kernels {
-            let tiles = self.tiles(k)?;
-            // SAFETY: as for the copy.
-            unsafe { p.op(s, OpKind::Kernel, name, vec![reads.clone(), writes.clone()], move |st| k.enqueue(st, input, output, tiles)) }?;
+            self.kernel_op(&mut p, s, name, k)?;
         }
         let mut timeline = p.finish()?.timeline;
         if let Some(t) = &mut timeline {

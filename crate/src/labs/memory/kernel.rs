@@ -4,7 +4,8 @@
 
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::{self, compute_reference, KernelSource};
-use crate::gpu::{CopyOp, DeviceBuffer, DeviceSpan, Event, Gpu, KernelArg, MappedBuffer, Module, PinnedBuffer, Stream};
+use crate::gpu::{DeviceBuffer, DeviceSpan, Gpu, KernelArg, MappedBuffer, Module, PinnedBuffer, Stream, TimelineSource};
+use crate::pipeline::op::{Access, OpKind};
 
 /// `kernels/reread.cu`, for NVRTC.
 pub const REREAD: KernelSource = KernelSource {
@@ -78,44 +79,40 @@ impl RereadKernel {
     /// Runs the kernel over the first `n` elements of `input` into
     /// `output` (`passes` reads, each with a chain of `iterations` FMAs
     /// per element, 0 to `MAX_ITERATIONS`), after uploading `upload`
-    /// (pinned host -> the device input) when given, and waits: the device
-    /// time from the first op's start to the kernel's end (CUDA events
-    /// `timing`), ms.
+    /// (pinned host -> the device input) when given, through the runner,
+    /// and waits: the device time from the first op's start to the
+    /// kernel's end (CUDA events around each op), ms.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
+        gpu: &Gpu,
         stream: &Stream,
-        upload: Option<&PinnedBuffer>,
+        upload: Option<&mut PinnedBuffer>,
         input: ReadFrom<'_>,
         output: &DeviceBuffer,
         n: usize,
         passes: i32,
         iterations: i32,
-        timing: (&Event, &Event),
     ) -> Result<f64> {
-        let span = match &input {
-            ReadFrom::Device(d) => d.span(),
-            ReadFrom::Mapped(m) => m.device_span()?,
+        let (span, read) = match &input {
+            ReadFrom::Device(d) => (d.span(), "device input"),
+            ReadFrom::Mapped(m) => (m.device_span()?, "mapped input"),
         };
-        timing.0.record(stream)?;
-        let queued = (|| {
-            if let Some(host) = upload {
-                let ReadFrom::Device(dst) = input else {
-                    return Err(LabError::config("an upload goes to a device input, not to mapped host memory"));
-                };
-                let mut op = CopyOp::HostToDevice { src: host, dst, bytes: n * 4 };
-                op.validate()?;
-                // SAFETY: the stream is synchronized below, while the borrows last.
-                unsafe { op.enqueue(stream) }?;
-            }
-            // SAFETY: as above.
-            unsafe { self.enqueue(stream, span, output, n, passes, iterations) }?;
-            timing.1.record(stream)
-        })();
-        // Whatever failed, nothing queued may outlive the borrows.
-        stream.synchronize()?;
-        queued?;
-        timing.0.elapsed_ms(timing.1)
+        let mut p = gpu.runner(TimelineSource::Events, 2, false)?;
+        let s = p.stream(stream, "zero-copy");
+        if let Some(host) = upload {
+            let ReadFrom::Device(dst) = input else {
+                return Err(LabError::config("an upload goes to a device input, not to mapped host memory"));
+            };
+            let (h, d) = (p.host(host, "pinned input"), p.device(dst, "device input"));
+            p.h2d(s, d, 0, h, 0, n * 4, "upload")?;
+        }
+        let accesses = vec![Access::read(read, 0, n as u64 * 4), Access::write("output", 0, n as u64 * 4)];
+        // SAFETY: the kernel reads `input` and writes `output`, both
+        // borrowed for this call, which the runner does not outlive (it
+        // synchronizes before it ends); the accesses name both.
+        unsafe { p.op(s, OpKind::Kernel, "reread", accesses, move |st| self.enqueue(st, span, output, n, passes, iterations)) }?;
+        p.finish()?.ops_ms()
     }
 }
 

@@ -17,8 +17,8 @@
 use super::kernel::{reread_reference, ReadFrom, RereadKernel};
 use super::MemoryConfig;
 use crate::error::{LabError, Result};
-use crate::gpu::{CopyOp, CopyTimer, DeviceBuffer, HostBuffer};
-use crate::gpu::{Gpu, MappedBuffer, PinnedBuffer};
+use crate::gpu::{DeviceBuffer, HostBuffer};
+use crate::gpu::{Gpu, MappedBuffer, PinnedBuffer, TimelineSource};
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
 use crate::present::progress::Progress;
@@ -129,8 +129,6 @@ pub fn measure(gpu: &Gpu, cfg: &MemoryConfig, progress: &mut Progress) -> Result
     gpu.ensure_free(2 * bytes as u64, "zero-copy's device input and output")?;
     let kernel = RereadKernel::load(gpu)?;
     let stream = gpu.stream()?;
-    let timing = (gpu.timing_event()?, gpu.timing_event()?);
-    let timing = (&timing.0, &timing.1);
     let (mut mapped, mut pinned, mut result) = (MappedBuffer::new(gpu, bytes)?, PinnedBuffer::new(gpu, bytes)?, PinnedBuffer::new(gpu, bytes)?);
     let (device_in, device_out) = (gpu.alloc(bytes)?, gpu.alloc(bytes)?);
     // Fresh random input in both host buffers, the output poisoned before each run.
@@ -145,14 +143,20 @@ pub fn measure(gpu: &Gpu, cfg: &MemoryConfig, progress: &mut Progress) -> Result
     // device memory take the asked share of it.
     pattern::fill_f32(pinned.words_mut(), pattern::fresh_seed());
     let upload_alone_ms = {
-        let mut copies = CopyTimer::new(gpu, 1)?;
-        let mut up =
-            |reps| Summary::of_runs(reps, || Ok(copies.run(&mut [CopyOp::HostToDevice { src: &pinned, dst: &device_in, bytes }], 1, false)?.device_ms));
+        // One H2D through the runner, timed from its call (no gate).
+        let mut up = |reps| {
+            Summary::of_runs(reps, || {
+                let mut p = gpu.runner(TimelineSource::Off, 0, false)?.deferring()?;
+                let (s, src, dst) = (p.stream(&stream, "upload"), p.host(&mut pinned, "pinned input"), p.device(&device_in, "device input"));
+                p.h2d(s, dst, 0, src, 0, bytes, "H2D")?;
+                Ok(p.finish()?.total_ms)
+            })
+        };
         up(1)?;
         up(5)?
     };
     let iterations = if cfg.zero_copy_compute > 0.0 {
-        let once = |it: i32| kernel.run(&stream, None, ReadFrom::Device(&device_in), &device_out, n, 1, it, timing);
+        let once = |it: i32| kernel.run(gpu, &stream, None, ReadFrom::Device(&device_in), &device_out, n, 1, it);
         // The calibration stays within the kernel's limit (both are MAX_FMA_CHAIN).
         crate::lab_kit::calibrate_iterations(cfg.zero_copy_compute * upload_alone_ms.median, |it| Ok(Summary::of_runs(3, || once(it))?.median))?
     } else {
@@ -161,7 +165,7 @@ pub fn measure(gpu: &Gpu, cfg: &MemoryConfig, progress: &mut Progress) -> Result
     // The link as the kernel reads it: one read in place, no compute.
     pattern::fill_f32(mapped.words_mut(), pattern::fresh_seed());
     let link_in_place_ms = {
-        let read = || kernel.run(&stream, None, ReadFrom::Mapped(&mapped), &device_out, n, 1, 0, timing);
+        let read = || kernel.run(gpu, &stream, None, ReadFrom::Mapped(&mapped), &device_out, n, 1, 0);
         read()?;
         Summary::of_runs(5, read)?
     };
@@ -179,10 +183,10 @@ pub fn measure(gpu: &Gpu, cfg: &MemoryConfig, progress: &mut Progress) -> Result
             for (way, times) in t.iter_mut().enumerate() {
                 let seed = fresh(&mut mapped, &mut pinned, &device_out)?;
                 let ms = match way {
-                    0 => kernel.run(&stream, None, ReadFrom::Mapped(&mapped), &device_out, n, passes, iterations, timing)?,
-                    1 => kernel.run(&stream, Some(&pinned), ReadFrom::Device(&device_in), &device_out, n, passes, iterations, timing)?,
+                    0 => kernel.run(gpu, &stream, None, ReadFrom::Mapped(&mapped), &device_out, n, passes, iterations)?,
+                    1 => kernel.run(gpu, &stream, Some(&mut pinned), ReadFrom::Device(&device_in), &device_out, n, passes, iterations)?,
                     // The input is already on the device from the run before.
-                    _ => kernel.run(&stream, None, ReadFrom::Device(&device_in), &device_out, n, passes, iterations, timing)?,
+                    _ => kernel.run(gpu, &stream, None, ReadFrom::Device(&device_in), &device_out, n, passes, iterations)?,
                 };
                 if way < 2 {
                     stream.download(&mut result, &device_out, bytes)?;
