@@ -611,6 +611,13 @@ mod callback {
         assert!(e.contains("reused too early") || e.contains("overwritten"), "{e}");
         let e = rig.run(&exercise::forgets_the_argmin, 1, false).unwrap_err().to_string();
         assert!(e.contains("argmin was never issued"), "{e}");
+        // Two slots taken an iteration: said as the model says it, not as a missing argmin.
+        let two_slots = |l: &mut dyn overlap_lab::labs::callback::CallbackIssue, t: usize| {
+            let _spare = l.take_slot(t)?;
+            callback::hand_off_to_worker(l, t)
+        };
+        let e = rig.run(&two_slots, 1, false).unwrap_err().to_string();
+        assert!(e.contains("taken and never copied into") && e.contains("an iteration takes one slot") && !e.contains("never issued"), "{e}");
         // The rig is still usable after every failure: nothing was left in flight.
         rig.run(&callback::hand_off_to_worker, 1, false).unwrap();
     }

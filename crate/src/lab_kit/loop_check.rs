@@ -13,8 +13,8 @@ use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
 use crate::pipeline::dry_run::{DryRun, Provenance};
 use crate::pipeline::machine::Machine;
-use crate::pipeline::op::OpKind;
-use crate::pipeline::plan::{cost_keys, Costs, Plan, REUSED};
+use crate::pipeline::op::{Op, OpKind};
+use crate::pipeline::plan::{cost_keys, Costs, Plan, OUTPUT, REUSED};
 use crate::pipeline::schedule::Schedule;
 
 /// The learner's loop run on the model: `None` (a failed check) if it
@@ -31,7 +31,8 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
     if let Some((j, cell)) = cells.runs().map(|(r, p)| (r.start, p)).find(|&(j, c)| c != Provenance::after(j as u32, passes)) {
         let times = |k: u8| if k == 1 { "once".to_string() } else { format!("{k} times") };
         rep.problem(match cell {
-            Provenance::Unset => format!("wrong data: output element {j} never reached the host: a D2H is missing"),
+            Provenance::Unset => copied_unwritten(&model.schedule, j)
+                .unwrap_or_else(|| format!("wrong data: output element {j} never reached the host: a D2H is missing")),
             Provenance::Input(_) => format!("wrong data: output element {j} holds an input: a D2H reads the input, not the kernel's output"),
             Provenance::Output(i) | Provenance::Repeated(i, _) if i as usize != j => {
                 format!("wrong data: output element {j} holds the result for element {i}: an offset is wrong")
@@ -52,6 +53,30 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
         rep.problem(format!("memory never released: {} (each allocation needs its release, or the program's memory grows every batch)", leaked.join(", ")));
     }
     Some(model)
+}
+
+/// Why output element `j` holds nothing although a D2H copied it there
+/// (None where no D2H did): the last such D2H was issued before the op
+/// that writes what it copies, or nothing ever writes that.
+fn copied_unwritten(schedule: &Schedule, j: usize) -> Option<String> {
+    let byte = j as u64 * 4;
+    // The last D2H into element j, and the device buffer and byte it copies from.
+    let (d2h, (buffer, at)) = schedule.ops.iter().rev().filter(|o| o.kind == OpKind::D2h).find_map(|o| {
+        let to = o.accesses.iter().find(|a| a.write && a.buffer == OUTPUT && (a.start..a.end).contains(&byte))?;
+        let from = o.accesses.iter().find(|a| !a.write)?;
+        Some((o, (from.buffer.clone(), from.start + (byte - to.start))))
+    })?;
+    let writes = |o: &&Op| o.kind.is_device_work() && o.accesses.iter().any(|a| a.write && a.buffer == buffer && (a.start..a.end).contains(&at));
+    Some(match schedule.ops[d2h.id + 1..].iter().find(writes) {
+        Some(later) => format!(
+            "wrong data: output element {j} was copied to the host ('{}') before '{}' wrote it: the D2H is issued before the op that computes what it copies",
+            d2h.label, later.label
+        ),
+        None => format!(
+            "wrong data: output element {j} was copied to the host ('{}') from {buffer}, which nothing ever wrote there: the step that computes it (a stage, a kernel or a copy) is missing",
+            d2h.label
+        ),
+    })
 }
 
 /// `recorded` with a cost for every op of `schedule`. A copy (device to

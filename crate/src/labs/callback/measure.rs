@@ -365,6 +365,8 @@ struct SlotUse {
     order: SlotOrder,
     /// The op that read its scores last (the slot is free once it is done).
     last_reader: Option<OpId>,
+    /// Whether scores were copied into it since it was taken.
+    copied: bool,
 }
 
 /// The host threads of a run's schedule.
@@ -405,8 +407,14 @@ impl<'r> LiveIssuer<'r> {
             w.join()?;
         }
         // Jobs never handed out keep their slots: the loop is incomplete.
-        for lease in self.slots.iter_mut().filter_map(|u| u.lease.take()) {
-            self.state.drop_job(ArgminJob { lease }, "its scores were copied but no argmin was ever issued".into());
+        for u in self.slots.iter_mut() {
+            let Some(lease) = u.lease.take() else { continue };
+            let why = if u.copied {
+                "its scores were copied but no argmin was ever issued".to_string()
+            } else {
+                format!("it took slot {} and never copied scores into it (an iteration takes one slot)", lease.slot)
+            };
+            self.state.drop_job(ArgminJob { lease }, why);
         }
         self.state.book.wait_all_back()?;
         Ok(run)
@@ -426,6 +434,20 @@ impl Drop for LiveIssuer<'_> {
 impl CallbackIssue for LiveIssuer<'_> {
     fn take_slot(&mut self, t: usize) -> Result<Slot> {
         if self.slots.iter().all(|u| u.lease.is_some()) {
+            // As the model says it (`model::ModelIssuer::take_slot`).
+            let unused: Vec<String> = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| !u.copied)
+                .filter_map(|(i, u)| u.lease.as_ref().map(|l| format!("slot {i} (iteration {})", l.iteration)))
+                .collect();
+            if !unused.is_empty() {
+                return Err(LabError::schedule(format!(
+                    "iteration {t} would wait for a slot forever: {} taken and never copied into, so no argmin frees them (an iteration takes one slot)",
+                    unused.join(", ")
+                )));
+            }
             return Err(LabError::schedule(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
         }
         let start = self.state.now_us();
@@ -439,12 +461,12 @@ impl CallbackIssue for LiveIssuer<'_> {
         if let Some(reader) = self.slots[slot].last_reader {
             self.p().learns(0, reader);
         }
-        self.slots[slot] = SlotUse { lease: Some(lease), order: SlotOrder::default(), last_reader: self.slots[slot].last_reader };
+        self.slots[slot] = SlotUse { lease: Some(lease), order: SlotOrder::default(), last_reader: self.slots[slot].last_reader, copied: false };
         Ok(Slot(slot))
     }
     fn slot_at(&mut self, index: usize, t: usize) -> Result<Slot> {
         let lease = self.state.book.take_at(index, t)?;
-        self.slots[index] = SlotUse { lease: Some(lease), order: SlotOrder::default(), last_reader: self.slots[index].last_reader };
+        self.slots[index] = SlotUse { lease: Some(lease), order: SlotOrder::default(), last_reader: self.slots[index].last_reader, copied: false };
         Ok(Slot(index))
     }
     fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
@@ -456,6 +478,7 @@ impl CallbackIssue for LiveIssuer<'_> {
         let t = self.slots[slot.0].lease.as_ref().map_or(self.t, |l| l.iteration);
         rig.d2h_op(self.p(), s, t, slot)?;
         self.slots[slot.0].order = SlotOrder::d2h(on);
+        self.slots[slot.0].copied = true;
         Ok(())
     }
     fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {

@@ -338,7 +338,8 @@ mod tests {
             )
         });
         fails_with(&rep, "is released twice");
-        assert!(rep.to_string().contains("double free") && !rep.to_string().contains("used after"), "{rep}");
+        let said = rep.to_string();
+        assert!(said.contains("double free") && !said.contains("used after") && !said.contains("use after free"), "{rep}");
         // The last batch forgotten.
         fails_with(
             &check(|p, t| {

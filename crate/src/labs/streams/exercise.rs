@@ -277,6 +277,19 @@ mod tests {
             "holds an input",
         );
         fails_with(&check(|p, t| issue_chunks(p, t, |_, _| panic!("oops"))), "panicked: oops");
+        // Each chunk's D2H issued before its kernel: the copy is there, too early.
+        let early = check(|p, t| {
+            for c in 0..t.chunks {
+                let (at, n) = t.chunk(c);
+                let s = t.streams[c % t.streams.len()];
+                p.h2d(s, t.dev_in, at, t.host_in, at, n, "H2D")?;
+                p.d2h(s, t.host_out, at, t.dev_out, at, n, "D2H")?;
+                p.compute(s, t.dev_in, at, t.dev_out, at, n, "kernel")?;
+            }
+            t.upload_params(p, t.streams[0])
+        });
+        fails_with(&early, "output element 0 was copied to the host ('D2H') before 'kernel' wrote it: the D2H is issued before");
+        assert!(!early.to_string().contains("a D2H is missing"), "{early}");
         // The last chunk forgotten.
         fails_with(
             &check(|p, t| {
