@@ -166,18 +166,12 @@ pub fn plain_copies(gpu: &Gpu, lanes: &mut [PlainLane<'_>], bytes: usize, copies
 /// One lane's loop of driver calls, then its end event; its host time, ms.
 fn issue(gpu: &Gpu, l: &mut PlainLane<'_>, end: &Event, bytes: usize, copies: usize) -> Result<f64> {
     gpu.bind()?;
-    let (host, device, stream) = (l.host.words_mut().as_mut_ptr() as *mut c_void, l.device.ptr(), l.stream.raw());
+    let copy = RawCopy { up: l.up, host: l.host.words_mut().as_mut_ptr() as *mut c_void, device: l.device.ptr(), bytes };
     let t = Instant::now();
     for _ in 0..copies {
-        // SAFETY: both ranges hold `bytes` (checked in `copies`) and are
-        // borrowed until `copies` has synchronized the stream.
-        unsafe {
-            if l.up {
-                driver::memcpy_htod_async(device, host as *const c_void, bytes, stream)?;
-            } else {
-                driver::memcpy_dtoh_async(host, device, bytes, stream)?;
-            }
-        }
+        // SAFETY: both ranges hold `bytes` (checked in `plain_copies`) and
+        // are borrowed until it has synchronized the stream.
+        unsafe { copy.enqueue(l.stream) }?;
     }
     let ms = t.elapsed().as_secs_f64() * 1e3;
     end.record(l.stream)?;

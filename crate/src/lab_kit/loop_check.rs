@@ -1,4 +1,5 @@
-//! Judging a learner's issue loop (the exercises of labs 5 and 6): the
+//! Judging a learner's issue loop (the exercises of labs 5, 6 and 8; lab
+//! 2 looks up its D2Hs with [`last_d2h_into_output`]): the
 //! model runs it first and says what is wrong with its shape — a race,
 //! wrong data, memory never released ([`shape`]); then its time is put
 //! beside the given loop and the fix ([`Judge`]), predicted from a
@@ -55,17 +56,28 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
     Some(model)
 }
 
+/// The last D2H that wrote output element `j` into the plan's host output
+/// buffer ([`OUTPUT`]), if any did.
+pub fn last_d2h_into_output(schedule: &Schedule, j: usize) -> Option<&Op> {
+    let byte = j as u64 * 4;
+    schedule
+        .ops
+        .iter()
+        .rev()
+        .filter(|o| o.kind == OpKind::D2h)
+        .find(|o| o.accesses.iter().any(|a| a.write && a.buffer == OUTPUT && (a.start..a.end).contains(&byte)))
+}
+
 /// Why output element `j` holds nothing although a D2H copied it there
 /// (None where no D2H did): the last such D2H was issued before the op
 /// that writes what it copies, or nothing ever writes that.
 fn copied_unwritten(schedule: &Schedule, j: usize) -> Option<String> {
     let byte = j as u64 * 4;
     // The last D2H into element j, and the device buffer and byte it copies from.
-    let (d2h, (buffer, at)) = schedule.ops.iter().rev().filter(|o| o.kind == OpKind::D2h).find_map(|o| {
-        let to = o.accesses.iter().find(|a| a.write && a.buffer == OUTPUT && (a.start..a.end).contains(&byte))?;
-        let from = o.accesses.iter().find(|a| !a.write)?;
-        Some((o, (from.buffer.clone(), from.start + (byte - to.start))))
-    })?;
+    let d2h = last_d2h_into_output(schedule, j)?;
+    let to = d2h.accesses.iter().find(|a| a.write && a.buffer == OUTPUT && (a.start..a.end).contains(&byte))?;
+    let from = d2h.accesses.iter().find(|a| !a.write)?;
+    let (buffer, at) = (from.buffer.clone(), from.start + (byte - to.start));
     let writes = |o: &&Op| o.kind.is_device_work() && o.accesses.iter().any(|a| a.write && a.buffer == buffer && (a.start..a.end).contains(&at));
     Some(match schedule.ops[d2h.id + 1..].iter().find(writes) {
         Some(later) => format!(

@@ -584,14 +584,6 @@ impl<'a> Runner<'a> {
         for e in self.stream_ends.iter().filter(|e| e.gpu.ordinal() == own).chain(&joined) {
             total_ms = total_ms.max(self.exec.base.elapsed_ms(e)?);
         }
-        // Behind a gate on one GPU, from when the first stream could start.
-        if self.gpus.len() == 1 && !self.stream_starts.is_empty() && self.stream_starts.len() == self.streams.len() {
-            let mut first = f64::INFINITY;
-            for e in &self.stream_starts {
-                first = first.min(self.exec.base.elapsed_ms(e)?);
-            }
-            total_ms -= first.clamp(0.0, total_ms);
-        }
         // An op CUPTI's records do not match leaves the run with no
         // timeline, never a failed lab.
         let activity = if self.source == TimelineSource::Cupti {
@@ -606,10 +598,25 @@ impl<'a> Runner<'a> {
         } else {
             None
         };
-        let times = match self.source {
+        let mut times = match self.source {
             TimelineSource::Off => Vec::new(),
             _ => timing::op_times(&self.marks, &self.exec.base, &self.pool, activity.as_deref(), &self.exec.host_times)?,
         };
+        // Behind a gate on one GPU, the run counts from when the first
+        // stream could start, and so do its ops' times (never past the
+        // first op's start, which another clock may put a little earlier).
+        if self.gpus.len() == 1 && !self.stream_starts.is_empty() && self.stream_starts.len() == self.streams.len() {
+            let mut first = f64::INFINITY;
+            for e in &self.stream_starts {
+                first = first.min(self.exec.base.elapsed_ms(e)? * 1e3);
+            }
+            let earliest = times.iter().map(|t| t.0).filter(|t| t.is_finite()).fold(first, f64::min);
+            let shift_us = earliest.clamp(0.0, total_ms * 1e3);
+            total_ms -= shift_us / 1e3;
+            for t in &mut times {
+                *t = (t.0 - shift_us, t.1 - shift_us);
+            }
+        }
         let timeline = (self.source != TimelineSource::Off)
             .then(|| timing::measured_timeline(&self.device_label, &self.schedule, &times, &self.lanes.names(), self.source));
         let mut run = self.run(timeline, total_ms, unreleased, issue_ms);

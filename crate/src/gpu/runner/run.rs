@@ -3,6 +3,7 @@
 //! whether it ran behind the start gate.
 
 use crate::error::{LabError, Result};
+use crate::pipeline::op::OpId;
 use crate::pipeline::schedule::{Race, Schedule};
 use crate::pipeline::timeline::Timeline;
 
@@ -41,6 +42,16 @@ pub struct Run {
 }
 
 impl Run {
+    /// Op `id`'s (start, end) against the base event, µs, as the run's
+    /// timeline timed it (an error where the run was not timed per op, or
+    /// timed that op elsewhere, as a host function).
+    pub fn op_time_us(&self, id: OpId) -> Result<(f64, f64)> {
+        self.op_times_us
+            .get(id)
+            .copied()
+            .filter(|(a, b)| a.is_finite() && b.is_finite())
+            .ok_or_else(|| LabError::config(format!("op {id} of this run was not timed on the GPU (give the runner a timeline source)")))
+    }
     /// From the first op's start to the last op's end, ms, as the run's
     /// timeline timed them (CUDA events or CUPTI around each op): the
     /// device time of a few ops run alone, without the start of the

@@ -147,7 +147,7 @@ impl CallbackRig {
             let t = r % self.iterations;
             let (kernel, copy) = (self.row_dot_op(&mut p, s, t, Slot(0))?, self.d2h_op(&mut p, s, t, Slot(0))?);
             let run = p.finish()?;
-            let ms = |id: OpId| run.op_times_us.get(id).map(|(a, b)| (b - a) / 1e3).ok_or_else(|| LabError::schedule("a part of the GPU work was not timed"));
+            let ms = |id: OpId| run.op_time_us(id).map(|(a, b)| (b - a) / 1e3);
             k.push(ms(kernel)?);
             d.push(ms(copy)?);
         }
@@ -254,10 +254,7 @@ impl CallbackRig {
             // The next op's start event marks when the stream was released.
             let after = self.d2h_op(&mut p, s, t, Slot(0))?;
             let run = p.finish()?;
-            match (run.op_times_us.get(kernel), run.op_times_us.get(after)) {
-                (Some(k), Some(a)) => Ok((a.0 - k.1) / 1e3),
-                _ => Err(LabError::schedule("the host function's round trip was not timed")),
-            }
+            Ok((run.op_time_us(after)?.0 - run.op_time_us(kernel)?.1) / 1e3)
         })
     }
 
@@ -434,21 +431,9 @@ impl Drop for LiveIssuer<'_> {
 impl CallbackIssue for LiveIssuer<'_> {
     fn take_slot(&mut self, t: usize) -> Result<Slot> {
         if self.slots.iter().all(|u| u.lease.is_some()) {
-            // As the model says it (`model::ModelIssuer::take_slot`).
-            let unused: Vec<String> = self
-                .slots
-                .iter()
-                .enumerate()
-                .filter(|(_, u)| !u.copied)
-                .filter_map(|(i, u)| u.lease.as_ref().map(|l| format!("slot {i} (iteration {})", l.iteration)))
-                .collect();
-            if !unused.is_empty() {
-                return Err(LabError::schedule(format!(
-                    "iteration {t} would wait for a slot forever: {} taken and never copied into, so no argmin frees them (an iteration takes one slot)",
-                    unused.join(", ")
-                )));
-            }
-            return Err(LabError::schedule(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
+            let uncopied: Vec<(usize, usize)> =
+                self.slots.iter().enumerate().filter(|(_, u)| !u.copied).filter_map(|(i, u)| u.lease.as_ref().map(|l| (i, l.iteration))).collect();
+            return Err(super::slots::no_slot_ever(t, &uncopied));
         }
         let start = self.state.now_us();
         let lease = self.state.book.take(t)?;

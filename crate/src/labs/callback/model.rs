@@ -282,15 +282,8 @@ impl CallbackIssue for ModelIssuer {
         // consumers finish in issue order): the enqueue loop waits for it.
         let free = (0..self.slots.len()).filter(|&i| self.slots[i].lease.is_none());
         let Some(i) = free.min_by_key(|&i| self.slots[i].last_reader.map_or((0, 0), |r| (1, r))) else {
-            let unused: Vec<String> =
-                self.slots.iter().enumerate().filter(|(_, s)| !s.copied).filter_map(|(i, s)| s.lease.map(|u| format!("slot {i} (iteration {u})"))).collect();
-            if !unused.is_empty() {
-                return Err(LabError::schedule(format!(
-                    "iteration {t} would wait for a slot forever: {} taken and never copied into, so no argmin frees them (an iteration takes one slot)",
-                    unused.join(", ")
-                )));
-            }
-            return Err(LabError::schedule(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued")));
+            let uncopied: Vec<(usize, usize)> = self.slots.iter().enumerate().filter(|(_, s)| !s.copied).filter_map(|(i, s)| s.lease.map(|u| (i, u))).collect();
+            return Err(super::slots::no_slot_ever(t, &uncopied));
         };
         if let Some(reader) = self.slots[i].last_reader {
             self.schedule.host_learns(MAIN, reader);

@@ -12,6 +12,21 @@ use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// Why iteration `t` can never get a slot when every slot is held, as
+/// both the GPU issuer and the model say it: `uncopied` lists the held
+/// slots nothing was copied into, as (slot, iteration) (an iteration that
+/// took more than one); with none, no argmin was ever issued to free them.
+pub fn no_slot_ever(t: usize, uncopied: &[(usize, usize)]) -> LabError {
+    if uncopied.is_empty() {
+        return LabError::schedule(format!("iteration {t} would wait for a slot forever: every slot holds scores whose argmin was never issued"));
+    }
+    let held: Vec<String> = uncopied.iter().map(|(slot, it)| format!("slot {slot} (iteration {it})")).collect();
+    LabError::schedule(format!(
+        "iteration {t} would wait for a slot forever: {} taken and never copied into, so no argmin frees them (an iteration takes one slot)",
+        held.join(", ")
+    ))
+}
+
 /// The right to use one slot for one iteration. Not `Clone`: given back once.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Lease {

@@ -45,14 +45,7 @@ pub fn downloads_the_input(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
 /// verified against this dry run, so a wrong loop whose GPU run does just
 /// what it says is caught here.
 fn model_findings(m: &DryRun, out: &Cells, elements: usize, chunks: usize, rep: &mut CheckReport) {
-    let copied = |j: usize| {
-        let byte = j as u64 * 4;
-        m.schedule
-            .ops
-            .iter()
-            .filter(|o| o.kind == OpKind::D2h)
-            .any(|o| o.accesses.iter().any(|a| a.write && a.buffer == plan::OUTPUT && (a.start..a.end).contains(&byte)))
-    };
+    let copied = |j: usize| crate::lab_kit::loop_check::last_d2h_into_output(&m.schedule, j).is_some();
     data_findings(out, elements, chunks, copied, rep);
     race_findings(m.schedule.races(), rep);
 }

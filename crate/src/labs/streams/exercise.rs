@@ -211,6 +211,16 @@ mod tests {
         check_on_model(&streams_results(), Arc::new(f))
     }
 
+    /// `body` for every chunk (its stream, offset and length) in turn, the
+    /// chunks' streams taken round, then the parameters' upload.
+    fn each_chunk(p: &mut dyn Issue, t: &StreamsTask, body: impl Fn(&mut dyn Issue, StreamRef, usize, usize) -> Result<()>) -> Result<()> {
+        for c in 0..t.chunks {
+            let (at, n) = t.chunk(c);
+            body(p, t.streams[c % t.streams.len()], at, n)?;
+        }
+        t.upload_params(p, t.streams[0])
+    }
+
     #[test]
     fn the_fix_passes_and_the_given_loop_fails_naming_the_null_stream() {
         let rep = check(solution);
@@ -265,28 +275,22 @@ mod tests {
     fn wrong_data_and_panics_are_failed_checks() {
         fails_with(
             &check(|p, t| {
-                for c in 0..t.chunks {
-                    let (at, n) = t.chunk(c);
-                    let s = t.streams[c % t.streams.len()];
+                each_chunk(p, t, |p, s, at, n| {
                     p.h2d(s, t.dev_in, at, t.host_in, at, n, "H2D")?;
                     p.compute(s, t.dev_in, at, t.dev_out, at, n, "kernel")?;
-                    p.d2h(s, t.host_out, at, t.dev_in, at, n, "D2H")?;
-                }
-                t.upload_params(p, t.streams[0])
+                    p.d2h(s, t.host_out, at, t.dev_in, at, n, "D2H")
+                })
             }),
             "holds an input",
         );
         fails_with(&check(|p, t| issue_chunks(p, t, |_, _| panic!("oops"))), "panicked: oops");
         // Each chunk's D2H issued before its kernel: the copy is there, too early.
         let early = check(|p, t| {
-            for c in 0..t.chunks {
-                let (at, n) = t.chunk(c);
-                let s = t.streams[c % t.streams.len()];
+            each_chunk(p, t, |p, s, at, n| {
                 p.h2d(s, t.dev_in, at, t.host_in, at, n, "H2D")?;
                 p.d2h(s, t.host_out, at, t.dev_out, at, n, "D2H")?;
-                p.compute(s, t.dev_in, at, t.dev_out, at, n, "kernel")?;
-            }
-            t.upload_params(p, t.streams[0])
+                p.compute(s, t.dev_in, at, t.dev_out, at, n, "kernel")
+            })
         });
         fails_with(&early, "output element 0 was copied to the host ('D2H') before 'kernel' wrote it: the D2H is issued before");
         assert!(!early.to_string().contains("a D2H is missing"), "{early}");
