@@ -89,7 +89,7 @@ pub fn check_on_model(rec: &DoubleBufferResults, batches: usize, schedule: impl 
         OpKind::Kernel => k,
         OpKind::Host => rec.produce_ms.median,
         // Not measured by this lab.
-        OpKind::D2h | OpKind::D2d(_) | OpKind::AllReduce(_) | OpKind::Alloc(_) | OpKind::Free(_) => 0.0,
+        _ => 0.0,
     };
     let times = crate::pipeline::predict::predict(&m.schedule, Machine::engines(2), dur);
     let total = times.iter().map(|t| t.1).fold(0.0, f64::max);

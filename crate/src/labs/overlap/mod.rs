@@ -352,11 +352,7 @@ impl Parts {
                 crate::pipeline::op::OpKind::H2d => self.h2d_ms.median,
                 crate::pipeline::op::OpKind::Kernel => self.kernel_ms.median,
                 crate::pipeline::op::OpKind::D2h => self.d2h_ms.median,
-                crate::pipeline::op::OpKind::Host
-                | crate::pipeline::op::OpKind::D2d(_)
-                | crate::pipeline::op::OpKind::AllReduce(_)
-                | crate::pipeline::op::OpKind::Alloc(_)
-                | crate::pipeline::op::OpKind::Free(_) => 0.0,
+                _ => 0.0,
             }
     }
 }
