@@ -20,8 +20,9 @@ use crate::pipeline::schedule::Schedule;
 
 /// The learner's loop run on the model: `None` (a failed check) if it
 /// panicked or stopped with an error; else its model, with a problem
-/// for its first race, its first wrong output element and any memory it
-/// never released.
+/// for its first race, its first wrong output element (for data nothing
+/// computed, the op that reads what nothing wrote: [`first_unwritten_read`])
+/// and any memory it never released.
 pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
     let model = rep.learner("your loop", || plan.dry_run())?;
     if let Some(r) = model.schedule.races().first() {
@@ -46,7 +47,10 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
             }
             Provenance::Repeated(_, k) => format!("wrong data: output element {j} went through the kernel {}, not {}: a stage is missing", times(k), times(passes)),
             Provenance::Summed { ranks, .. } => format!("wrong data: output element {j} holds a sum over {ranks} GPUs: an all-reduce summed data this loop's output should not hold"),
-            Provenance::Garbage => format!("wrong data: output element {j} was computed from data never uploaded: a kernel reads a range no H2D wrote"),
+            Provenance::Garbage => match first_unwritten_read(&model.schedule) {
+                Some(u) => format!("wrong data: output element {j} was computed from data nothing wrote: {}", u.describe(&model.schedule)),
+                None => format!("wrong data: output element {j} was computed from data never uploaded: a kernel reads a range no H2D wrote"),
+            },
         });
     }
     let leaked = model.unreleased();
@@ -54,6 +58,72 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
         rep.problem(format!("memory never released: {} (each allocation needs its release, or the program's memory grows every batch)", leaked.join(", ")));
     }
     Some(model)
+}
+
+/// A read of device memory nothing had written ([`first_unwritten_read`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnwrittenRead {
+    /// The op that reads it.
+    pub op: usize,
+    pub buffer: String,
+    /// The elements it reads that nothing wrote before it (the first run of them).
+    pub elements: std::ops::Range<u64>,
+}
+
+impl UnwrittenRead {
+    /// "'stage 2, micro-batch 0' on GPU 1 reads elements 0..8 of activation
+    /// received by GPU 1, and no copy or kernel issued before it writes
+    /// there (...)": the GPU named where the schedule has several.
+    pub fn describe(&self, schedule: &Schedule) -> String {
+        let op = &schedule.ops[self.op];
+        let on = if schedule.gpus().len() > 1 { format!(" on GPU {}", op.gpu) } else { String::new() };
+        format!(
+            "'{}'{on} reads elements {}..{} of {}, and no copy or kernel issued before it writes there (the step that fills them is missing, or issued after it)",
+            op.label, self.elements.start, self.elements.end, self.buffer
+        )
+    }
+}
+
+/// The first op, in issue order, that reads device memory no op issued
+/// before it wrote (a kernel, a device-to-device copy or an all-reduce
+/// reading a range no upload, copy or kernel filled): where data nothing
+/// computed enters a pipeline. Host buffers the lab fills before the loop
+/// are not ops, so uploads' reads are not judged; an allocation writes
+/// nothing. Offsets in f32 elements.
+pub fn first_unwritten_read(schedule: &Schedule) -> Option<UnwrittenRead> {
+    // Per buffer, the byte ranges written so far: sorted, disjoint, merged.
+    let mut written: std::collections::HashMap<&str, Vec<(u64, u64)>> = std::collections::HashMap::new();
+    for o in &schedule.ops {
+        let reads_device = matches!(o.kind, OpKind::Kernel | OpKind::D2d(_) | OpKind::AllReduce(_));
+        for a in o.accesses.iter().filter(|a| reads_device && !a.write && a.start < a.end) {
+            // The first byte from a.start that no written range covers.
+            let mut at = a.start;
+            let ranges = written.get(a.buffer.as_str()).map_or(&[][..], |v| v.as_slice());
+            for &(s, e) in ranges {
+                if s > at {
+                    break;
+                }
+                at = at.max(e);
+            }
+            if at < a.end {
+                let next = ranges.iter().map(|r| r.0).find(|&s| s > at).unwrap_or(a.end).min(a.end);
+                return Some(UnwrittenRead { op: o.id, buffer: a.buffer.clone(), elements: at / 4..next.div_ceil(4) });
+            }
+        }
+        let fills = matches!(o.kind, OpKind::H2d | OpKind::Kernel | OpKind::D2d(_) | OpKind::AllReduce(_) | OpKind::Host);
+        for a in o.accesses.iter().filter(|a| fills && a.write && a.start < a.end) {
+            let v = written.entry(a.buffer.as_str()).or_default();
+            let i = v.partition_point(|r| r.1 < a.start);
+            let mut merged = (a.start, a.end);
+            let mut k = i;
+            while k < v.len() && v[k].0 <= merged.1 {
+                merged = (merged.0.min(v[k].0), merged.1.max(v[k].1));
+                k += 1;
+            }
+            v.splice(i..k, [merged]);
+        }
+    }
+    None
 }
 
 /// The last D2H that wrote output element `j` into the plan's host output
@@ -192,5 +262,38 @@ impl Judge {
             self.time(rep, "measured, medians", t);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::issue::Issue;
+
+    #[test]
+    fn a_read_of_device_memory_nothing_wrote_is_found_where_it_starts() {
+        let mut m = DryRun::new();
+        let s = m.stream();
+        let h = m.host("input", 64, true);
+        let (a, b) = (m.device("a", 64), m.device("b", 64));
+        // Written in two pieces by two uploads, read whole: nothing unwritten.
+        m.h2d(s, a, 0, h, 0, 16, "up 0").unwrap();
+        m.h2d(s, a, 16, h, 16, 16, "up 1").unwrap();
+        m.compute(s, a, 0, b, 0, 32, "k 0").unwrap();
+        assert_eq!(first_unwritten_read(&m.schedule), None);
+        // Read past what was uploaded: from element 32 to where the next upload starts.
+        m.h2d(s, a, 48, h, 48, 16, "up 3").unwrap();
+        m.compute(s, a, 24, b, 0, 40, "k 1").unwrap();
+        let u = first_unwritten_read(&m.schedule).unwrap();
+        assert_eq!((m.schedule.ops[u.op].label.as_str(), u.buffer.as_str(), u.elements.clone()), ("k 1", "a", 32..48));
+        let said = u.describe(&m.schedule);
+        assert!(said.starts_with("'k 1' reads elements 32..48 of a, and no copy or kernel issued before it writes there"), "{said}");
+        // An allocation fills nothing.
+        let mut m = DryRun::new();
+        let s = m.stream();
+        let scratch = m.alloc_async(s, 8, "scratch").unwrap();
+        let out = m.device("out", 8);
+        m.compute(s, scratch, 0, out, 0, 8, "k").unwrap();
+        assert_eq!(first_unwritten_read(&m.schedule).map(|u| (u.buffer, u.elements)), Some(("scratch".to_string(), 0..8)));
     }
 }

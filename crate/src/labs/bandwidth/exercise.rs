@@ -361,6 +361,67 @@ pub(crate) mod tests {
         assert!(!missing.passed && missing.to_string().contains("not measured"));
     }
 
+    /// Exercise 2 as the notebook asks it (memory allocated per use, D2H
+    /// copies of 16 MiB), on every recording a learner with no GPU meets:
+    /// the notebook's own solution cell passes, its starting value and the
+    /// usual wrong formulas fail naming the mistake. A wrong formula whose
+    /// number lands within the tolerance of the truth on a recording (the
+    /// whole cost where the pageable memory is nearly free) is right there.
+    #[test]
+    fn break_even_answers_at_the_notebooks_case_are_judged_on_every_recording() {
+        let (how, d, size) = (Acquisition::EveryUse, Direction::D2h, Bytes(16 << 20));
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data");
+        let found = crate::measure::record::find_recordings::<BandwidthResults>(&data, super::super::LAB).unwrap();
+        assert!(found.len() >= 2, "the H100's and the H200's recordings");
+        for (path, rec) in found {
+            let r = &rec.results;
+            let at = path.display();
+            let c = r.pin_cost.iter().find(|c| c.bytes == size).unwrap_or_else(|| panic!("{at}: no pinning cost at {size}"));
+            let copy = |k| r.point(k, d, size).unwrap().device_ms.median;
+            // The notebook's solution cell, as written there.
+            let extra = c.pinned_reused.total_ms() - c.pageable_reused.total_ms();
+            let saved_us = (copy(HostMemoryKind::Pageable) - copy(HostMemoryKind::Pinned)) * 1e3;
+            let solution = (extra * 1e3 / saved_us).max(0.0);
+            let rep = check_break_even(r, how, d, size, solution);
+            assert!(rep.passed && rep.to_string().contains("right:"), "{at}: the notebook's solution {solution}: {rep}");
+            let other = |a: Acquisition, dir: Direction| {
+                model::break_even(r).into_iter().find(|b| b.acquisition == a && b.direction == dir && b.bytes == size).and_then(|b| b.copies).unwrap()
+            };
+            let n = other(how, d);
+            assert!(n >= 1.0, "{at}: the notebook's case pays after {n} copies, not at once");
+            let cases: Vec<(&str, f64, &str)> = vec![
+                ("the notebook's starting value", 1.0, "from the measured break-even"),
+                ("the extra cost, a time", extra, "that is the extra cost in ms, not a number of copies"),
+                ("the extra cost in µs", extra * 1e3, "that is the extra cost in µs"),
+                ("the whole page-locked cost", c.pinned_reused.total_ms() / (saved_us / 1e3), "you charged page-locked memory its whole cost"),
+                ("divided by the page-locked copy", extra / copy(HostMemoryKind::Pinned), "you divided by the page-locked copy's time"),
+                ("divided by the pageable copy", extra / copy(HostMemoryKind::Pageable), "you divided by the pageable copy's time"),
+                (
+                    "the costs of memory allocated once",
+                    other(Acquisition::Once, d),
+                    "that is the break-even of memory allocated once; here it is allocated per use",
+                ),
+                ("the costs of registering", other(Acquisition::Register, d), "that is the break-even of memory registered"),
+                ("the H2D copy times", other(how, Direction::H2d), "you used the H2D copy times; this buffer is copied D2H"),
+                ("the saving in µs against the cost in ms", extra / (saved_us * 1e-6), "factor 1000 too large"),
+                ("never", f64::INFINITY, "it does pay off"),
+            ];
+            let mut judged = 0;
+            for (what, answer, words) in cases {
+                let rep = check_break_even(r, how, d, size, answer);
+                let text = rep.to_string();
+                if answer.is_finite() && close(answer, n, BREAK_EVEN_TOLERANCE, BREAK_EVEN_ABS) {
+                    assert!(rep.passed, "{at}: {what} ({answer}) is the truth ({n}) within the tolerance here: {text}");
+                    continue;
+                }
+                judged += 1;
+                assert!(!rep.passed, "{at}: {what} ({answer}) passed: {text}");
+                assert!(text.contains(words), "{at}: {what} ({answer}): no '{words}' in {text}");
+            }
+            assert!(judged >= 9, "{at}: only {judged} wrong answers told apart from the truth ({n})");
+        }
+    }
+
     #[test]
     fn absurd_answers_are_judged_not_crashed() {
         let r = crate::testing::bandwidth_results();

@@ -1,11 +1,12 @@
 //! Lab 7's exercise: the learner makes the naive kernel double-buffered in
 //! `notebooks/exercises/07-double-buffered.cu`. The checker compiles their
 //! file with NVRTC (a compile error is a failed check quoting NVRTC's log),
-//! reads the PTX for asynchronous copies, and on a GPU checks every output
+//! reads the PTX for the kernel's name and parameters as the lab launches
+//! it and for asynchronous copies, and on a GPU checks every output
 //! against the CPU reference on fresh random input and times the kernel
 //! against the naive one (one block per SM), rounds interleaved, saying
-//! which of these failed. With no GPU it judges what it can: the compile
-//! and the copies.
+//! which of these failed. With no GPU it judges what it can: the compile,
+//! the signature and the copies.
 
 use super::kernel::{TileKernel, TileKind, TileShape};
 use super::measure::TileData;
@@ -60,29 +61,119 @@ pub const SMEM_LIMIT_SM90: u64 = 227 << 10;
 
 /// What the source says before it is compiled: a `STAGES` it sets itself
 /// (the lab sets it, `-DSTAGES=`, and sizes each block's shared memory by
-/// it), unless only as a default under `#ifndef STAGES`.
+/// it), unless only as a default: inside `#ifndef STAGES`, `#if
+/// !defined(STAGES)` or `#if !defined STAGES` (before any `#else`).
 pub fn source_problem(source: &str) -> Option<String> {
-    let lines: Vec<&str> = source.lines().map(str::trim).collect();
-    for (i, l) in lines.iter().enumerate() {
-        let defines =
-            l.strip_prefix('#').map(str::trim_start).and_then(|r| r.strip_prefix("define")).map(str::trim_start).is_some_and(|r| {
-                r.strip_prefix("STAGES").is_some_and(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace) || rest.starts_with('('))
-            });
-        let guarded = lines[..i].iter().rev().find(|p| !p.is_empty()).is_some_and(|p| p.replace(' ', "") == "#ifndefSTAGES");
-        if defines && !guarded {
-            return Some(format!(
-                "line {}: your file sets STAGES itself ({l}): the lab sets it (-DSTAGES=2) and gives each block shared memory for that many slots, so the kernel and its launch would disagree",
-                i + 1
-            ));
+    // Per open conditional: whether this branch has STAGES undefined.
+    let mut open: Vec<bool> = Vec::new();
+    for (i, l) in source.lines().map(str::trim).enumerate() {
+        let Some(directive) = l.strip_prefix('#').map(|r| r.split("//").next().unwrap_or("").trim()) else { continue };
+        let word = directive.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').next().unwrap_or("");
+        let rest = directive[word.len()..].trim();
+        match word {
+            "if" | "ifdef" | "ifndef" => {
+                let squeezed: String = rest.chars().filter(|c| !c.is_whitespace() && *c != '(' && *c != ')').collect();
+                open.push((word == "ifndef" && rest == "STAGES") || (word == "if" && squeezed == "!definedSTAGES"));
+            }
+            "elif" | "else" => {
+                if let Some(top) = open.last_mut() {
+                    *top = false;
+                }
+            }
+            "endif" => {
+                open.pop();
+            }
+            "define" => {
+                let sets = rest.strip_prefix("STAGES").is_some_and(|r| r.is_empty() || r.starts_with(char::is_whitespace) || r.starts_with('('));
+                if sets && !open.contains(&true) {
+                    return Some(format!(
+                        "line {}: your file sets STAGES itself ({l}): the lab sets it (-DSTAGES=2) and gives each block shared memory for that many slots, so the kernel and its launch would disagree",
+                        i + 1
+                    ));
+                }
+            }
+            _ => {}
         }
     }
     None
 }
 
+/// The parameters the lab launches the kernel with, as the given file and
+/// the solution declare them: each one's PTX type and its declaration.
+pub const LAUNCH_PARAMS: &[(&str, &str)] = &[(".u64", "const float* in"), (".u64", "float* out"), (".u32", "unsigned int tiles")];
+
+/// The PTX types of `entry`'s parameters (`.u64`, `.u32`, `.b8[16]` for a
+/// struct passed by value), in order; `None` where the PTX has no such entry.
+pub fn entry_params(ptx: &str, entry: &str) -> Option<Vec<String>> {
+    let mut lines = ptx.lines().map(str::trim);
+    let head = lines.by_ref().find(|l| {
+        l.strip_prefix(".visible")
+            .map(str::trim_start)
+            .and_then(|r| r.strip_prefix(".entry"))
+            .map(str::trim_start)
+            .and_then(|r| r.strip_prefix(entry))
+            .is_some_and(|r| r.trim_start().starts_with('(') || r.is_empty())
+    })?;
+    // The list runs to the closing parenthesis, on the head's line or a later one.
+    let mut text = head.split_once('(').map_or(String::new(), |(_, r)| r.to_string());
+    while !text.contains(')') {
+        let Some(l) = lines.next() else { break };
+        text.push(' ');
+        text.push_str(l);
+    }
+    let list = text.split(')').next().unwrap_or("");
+    let params = list
+        .split(',')
+        .filter_map(|p| {
+            let mut tokens = p.split_whitespace().skip_while(|t| *t != ".param").skip(1).peekable();
+            let mut ty = None;
+            while let Some(t) = tokens.next() {
+                match t {
+                    ".align" => {
+                        tokens.next();
+                    }
+                    ".ptr" | ".global" | ".shared" | ".const" | ".local" => {}
+                    t if t.starts_with('.') && ty.is_none() => ty = Some(t.to_string()),
+                    name => {
+                        let bytes = name.split_once('[').map_or(String::new(), |(_, n)| format!("[{n}"));
+                        return ty.map(|t| t + &bytes);
+                    }
+                }
+            }
+            ty
+        })
+        .collect();
+    Some(params)
+}
+
+/// What the PTX says of `entry`'s parameters against those the lab
+/// launches it with (`params`: each one's PTX type and declaration):
+/// `None` where they agree in number and type, else the difference.
+pub fn signature_problem(ptx: &str, entry: &str, params: &[(&str, &str)]) -> Option<String> {
+    let mine = entry_params(ptx, entry)?;
+    let declared = params.iter().map(|p| p.1).collect::<Vec<_>>().join(", ");
+    if mine.len() != params.len() {
+        return Some(format!(
+            "your kernel {entry} takes {} parameter{} in its PTX ({}); the lab launches it with {}, as the given file declares them ({declared}): the launch and the kernel would disagree on every argument",
+            mine.len(),
+            if mine.len() == 1 { "" } else { "s" },
+            if mine.is_empty() { "none".to_string() } else { mine.join(", ") },
+            params.len()
+        ));
+    }
+    let (k, (ty, (want, decl))) = mine.iter().zip(params).enumerate().find(|(_, (ty, (want, _)))| ty.as_str() != *want)?;
+    Some(format!(
+        "parameter {} of your kernel {entry} is {ty} in its PTX where the lab passes {decl} ({want}): the lab launches it with ({declared}), in that order, as the given file declares them",
+        k + 1
+    ))
+}
+
 /// What the PTX says of how the lab would load and launch it: the entry
-/// point it launches (`entry`), and shared memory within what a block may
-/// have, with `dynamic` bytes of dynamic shared memory from the launch.
-pub fn launch_problem(ptx: &str, entry: &str, dynamic: u64) -> Option<String> {
+/// point it launches (`entry`), its parameters as the lab passes them
+/// (`params`, [`signature_problem`]), and shared memory within what a
+/// block may have, with `dynamic` bytes of dynamic shared memory from the
+/// launch.
+pub fn launch_problem(ptx: &str, entry: &str, params: &[(&str, &str)], dynamic: u64) -> Option<String> {
     let entries: Vec<&str> = ptx
         .lines()
         .filter_map(|l| l.trim().strip_prefix(".visible .entry "))
@@ -93,6 +184,9 @@ pub fn launch_problem(ptx: &str, entry: &str, dynamic: u64) -> Option<String> {
             "the PTX has no kernel named {entry} (it has: {}): the lab launches {entry} by that name. Keep the name, and extern \"C\" so the compiler does not change it",
             if entries.is_empty() { "none".to_string() } else { entries.join(", ") }
         ));
+    }
+    if let Some(p) = signature_problem(ptx, entry, params) {
+        return Some(p);
     }
     // Static arrays: `.shared .align 16 .b8 name[bytes];` (not `.extern`, the dynamic one).
     let fixed: u64 = ptx
@@ -131,13 +225,15 @@ fn read_compile(rep: &mut CheckReport, source: &str, shape: TileShape, compiled:
     }
     match compiled() {
         Err(e) => rep.problem(format!("your kernel does not compile. NVRTC says:\n{e}")),
-        Ok(ptx) => match launch_problem(&ptx, super::kernel::TILE_ASYNC.entry, TileKind::Async.smem_bytes(shape) as u64).or_else(|| ptx_problem(&ptx)) {
-            Some(p) => rep.problem(p),
-            None => {
-                rep.note("it compiles and copies asynchronously (cp.async in its PTX)");
-                return Some(ptx);
+        Ok(ptx) => {
+            match launch_problem(&ptx, super::kernel::TILE_ASYNC.entry, LAUNCH_PARAMS, TileKind::Async.smem_bytes(shape) as u64).or_else(|| ptx_problem(&ptx)) {
+                Some(p) => rep.problem(p),
+                None => {
+                    rep.note("it compiles and copies asynchronously (cp.async in its PTX)");
+                    return Some(ptx);
+                }
             }
-        },
+        }
     }
     None
 }
@@ -298,6 +394,98 @@ mod tests {
         }
         // The given file's guarded default is not a redefinition.
         assert!(source_problem(GIVEN).is_none());
+    }
+
+    #[test]
+    fn a_stages_default_under_any_guard_is_honest_and_a_bare_one_is_named_by_line() {
+        let sol = solution_source();
+        let guarded = "#ifndef STAGES\n#define STAGES 2\n#endif";
+        assert!(sol.contains(guarded) && GIVEN.contains(guarded));
+        for guard in [
+            "#if !defined(STAGES)\n#define STAGES 2\n#endif",
+            "#if !defined STAGES\n#define STAGES 2\n#endif",
+            "#  if  !defined( STAGES )  // the lab's -DSTAGES wins\n#  define STAGES 2\n#  endif",
+            "#ifndef STAGES\n// two slots unless the lab says otherwise\n#define STAGES 2\n#endif",
+            "#ifndef STAGES\n#if 1\n#define STAGES 2\n#endif\n#endif",
+        ] {
+            assert_eq!(source_problem(&sol.replace(guarded, guard)), None, "{guard}");
+        }
+        // Each with the line (from the guard's) of the definition named.
+        let at = sol.lines().position(|l| l == "#ifndef STAGES").unwrap() + 1;
+        for (bare, offset) in [
+            ("#define STAGES 2", 0),
+            ("#if defined(STAGES)\n#undef STAGES\n#endif\n#define STAGES 2", 3),
+            ("#ifndef STAGES\n#define STAGES 2\n#else\n#undef STAGES\n#define STAGES 3\n#endif", 4),
+            ("#ifdef STAGES\n#undef STAGES\n#define STAGES 1\n#endif", 2),
+            ("#if !defined(TILE)\n#define STAGES 2\n#endif", 1),
+        ] {
+            let p = source_problem(&sol.replace(guarded, bare)).unwrap_or_else(|| panic!("{bare} passed"));
+            assert!(p.contains(&format!("line {}: your file sets STAGES itself (#define STAGES", at + offset)), "{bare}: {p}");
+        }
+    }
+
+    #[test]
+    fn the_kernels_parameters_are_read_from_the_ptx() {
+        let ptx = ".visible .entry tile_async(\n\t.param .u64 .ptr .global .align 4 tile_async_param_0,\n\t.param .u64 .ptr .global .align 4 tile_async_param_1,\n\t.param .u32 tile_async_param_2\n)\n{\n}";
+        assert_eq!(entry_params(ptx, "tile_async").unwrap(), [".u64", ".u64", ".u32"]);
+        assert_eq!(signature_problem(ptx, "tile_async", LAUNCH_PARAMS), None);
+        assert_eq!(entry_params(ptx, "tile"), None);
+        assert_eq!(entry_params(".visible .entry k()\n{\n}", "k").unwrap(), Vec::<String>::new());
+        assert_eq!(entry_params(".visible .entry k(\n\t.param .align 4 .b8 k_param_0[12]\n)", "k").unwrap(), [".b8[12]"]);
+        let extra = ptx.replace("tile_async_param_2\n", "tile_async_param_2,\n\t.param .u32 tile_async_param_3\n");
+        let p = signature_problem(&extra, "tile_async", LAUNCH_PARAMS).unwrap();
+        assert!(p.contains("your kernel tile_async takes 4 parameters in its PTX (.u64, .u64, .u32, .u32); the lab launches it with 3"), "{p}");
+        assert!(p.contains("(const float* in, float* out, unsigned int tiles)"), "{p}");
+    }
+
+    /// A learner who changes the kernel's signature is told so from the PTX
+    /// (its parameters against the given file's), with no GPU.
+    #[test]
+    fn a_changed_signature_is_named_from_the_ptx_without_a_gpu() {
+        if !nvrtc() {
+            return;
+        }
+        let cfg = KernelPipelineConfig::small();
+        let sig = "tile_async(const float* __restrict__ in, float* __restrict__ out, unsigned int tiles)";
+        let sol = solution_source();
+        assert!(sol.contains(sig) && GIVEN.contains(sig), "the case below edits the signature both declare");
+        let cases: Vec<(&str, String, &[&str])> = vec![
+            (
+                "a parameter added",
+                sol.replace(sig, "tile_async(const float* __restrict__ in, float* __restrict__ out, unsigned int tiles, unsigned int stages)"),
+                &[
+                    "your kernel tile_async takes 4 parameters in its PTX (.u64, .u64, .u32, .u32)",
+                    "the lab launches it with 3",
+                    "(const float* in, float* out, unsigned int tiles)",
+                ],
+            ),
+            (
+                "a parameter removed",
+                sol.replace(sig, "tile_async(const float* __restrict__ in, float* __restrict__ out)").replace(
+                    "cuda::pipeline<cuda::thread_scope_thread> pipe",
+                    "const unsigned int tiles = 64;\n    cuda::pipeline<cuda::thread_scope_thread> pipe",
+                ),
+                &["your kernel tile_async takes 2 parameters in its PTX (.u64, .u64)", "the lab launches it with 3"],
+            ),
+            (
+                "parameters reordered",
+                sol.replace(sig, "tile_async(unsigned int tiles, const float* __restrict__ in, float* __restrict__ out)"),
+                &["parameter 1 of your kernel tile_async is .u32 in its PTX where the lab passes const float* in (.u64)", "in that order"],
+            ),
+        ];
+        for (what, source, words) in cases {
+            let rep = check_offline("mine.cu", &source, &cfg);
+            let text = rep.to_string();
+            assert!(!rep.passed, "{what} passed: {text}");
+            for w in words {
+                assert!(text.contains(w), "{what}: no '{w}' in {text}");
+            }
+            assert!(!text.contains("judged on a GPU") && !text.contains("no asynchronous copy"), "{what}: the signature is the fault: {text}");
+        }
+        // The given file and the solution declare what the lab launches
+        // (LAUNCH_PARAMS): their offline checks, tested above, get past the signature to the
+        // copies (the given file's "no asynchronous copy", the solution's
+        // "compiles and copies asynchronously").
     }
 
     #[test]

@@ -413,6 +413,52 @@ mod tests {
         fails_with(&bad, &["0 micro-batches of 64 elements"]);
     }
 
+    /// The send from GPU 0 to GPU 1 forgotten (or issued after the stage
+    /// that needs it): GPU 1's stage reads an activation nothing copied
+    /// there, named by its micro-batch and the buffer's role.
+    #[test]
+    fn a_forgotten_send_names_the_stage_that_reads_an_activation_nothing_copied() {
+        let no_send = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                p.wait_for(t.gpu1.compute, t.gpu0.compute)?;
+                t.stage2(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        fails_with(
+            &no_send,
+            &[
+                "wrong data: output element 0 was computed from data nothing wrote",
+                "'stage 2, micro-batch 0' on GPU 1 reads elements 0..8 of activation received by GPU 1, and no copy or kernel issued before it writes there",
+            ],
+        );
+        assert!(!no_send.to_string().contains("never uploaded") && !no_send.to_string().contains("race"), "{no_send}");
+        let late = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                p.wait_for(t.gpu1.compute, t.gpu0.compute)?;
+                t.stage2(p, t.gpu1.compute, i)?;
+                t.send(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        fails_with(&late, &["'stage 2, micro-batch 0' on GPU 1 reads elements 0..8 of activation received by GPU 1", "or issued after it"]);
+        // Only the last micro-batch's send forgotten: named there.
+        let last = check(|p, t| {
+            for i in 0..t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                p.wait_for(t.gpu1.compute, t.gpu0.compute)?;
+                if i + 1 < t.micro_batches {
+                    t.send(p, t.gpu1.compute, i)?;
+                }
+                t.stage2(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        fails_with(&last, &["output element 56 was computed from data nothing wrote: 'stage 2, micro-batch 7' on GPU 1 reads elements 56..64 of activation received by GPU 1"]);
+    }
+
     /// Micro-batch `i` of the events-only loop.
     fn events_only_one(p: &mut dyn Issue, t: &MicroBatchTask, i: usize) -> Result<()> {
         t.stage1(p, t.gpu0.compute, i)?;

@@ -2,7 +2,8 @@
 //! the streams and the chunk ranges, and issues H2D, kernel and D2H for every
 //! chunk. The checker runs the loop on the GPU when there is one, else on the
 //! model, and says what is wrong: wrong data (with the element and chunk),
-//! a race, no overlap, or efficiency under the target.
+//! a race, a CPU that waits for the GPU between chunks (the call and the
+//! chunk), no overlap, or efficiency under the target.
 
 pub use super::ChunkTask;
 use super::{measure, model, Intensity, IssueOrder, OverlapConfig, OverlapResults, Parts};
@@ -12,9 +13,11 @@ use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
 use crate::pipeline::cells::Cells;
 use crate::pipeline::dry_run::{DryRun, Provenance};
-use crate::pipeline::issue::Issue;
+use crate::pipeline::issue::{DevRef, EventRef, HostRef, Issue, SignalRef, StreamRef};
 use crate::pipeline::op::OpKind;
 use crate::pipeline::plan::{self, Plan};
+use crate::pipeline::schedule::Schedule;
+use std::sync::{Arc, Mutex};
 
 /// A pass needs this share of the bound (the bound from the stages alone).
 pub const TARGET_EFFICIENCY: f64 = 0.85;
@@ -45,13 +48,14 @@ pub fn downloads_the_input(p: &mut dyn Issue, t: &ChunkTask) -> Result<()> {
 /// verified against this dry run, so a wrong loop whose GPU run does just
 /// what it says is caught here.
 fn model_findings(m: &DryRun, out: &Cells, elements: usize, chunks: usize, rep: &mut CheckReport) {
-    let copied = |j: usize| crate::lab_kit::loop_check::last_d2h_into_output(&m.schedule, j).is_some();
-    data_findings(out, elements, chunks, copied, rep);
+    data_findings(out, elements, chunks, &m.schedule, rep);
     race_findings(m.schedule.races(), rep);
 }
 
-/// `copied(j)`: whether some D2H wrote output element j to the host.
-fn data_findings(cells: &Cells, elements: usize, chunks: usize, copied: impl Fn(usize) -> bool, rep: &mut CheckReport) {
+/// `schedule`: the loop's, for which D2H wrote an output element to the
+/// host and which kernel read what no H2D wrote.
+fn data_findings(cells: &Cells, elements: usize, chunks: usize, schedule: &Schedule, rep: &mut CheckReport) {
+    let copied = |j: usize| crate::lab_kit::loop_check::last_d2h_into_output(schedule, j).is_some();
     let ranges = OverlapConfig::chunk_ranges(elements, chunks);
     // A run of elements is right when its first is: both step by one.
     for j in cells.runs().map(|(r, _)| r.start).filter(|&j| j < elements) {
@@ -74,9 +78,10 @@ fn data_findings(cells: &Cells, elements: usize, chunks: usize, copied: impl Fn(
                 )
             }
             // Anything else (a sum, garbage) was not computed from an upload.
-            _ => {
-                format!("wrong data: output element {j} (chunk {c}) was computed from data never uploaded: the kernel reads a range no H2D wrote")
-            }
+            _ => match crate::lab_kit::loop_check::first_unwritten_read(schedule) {
+                Some(u) => format!("wrong data: output element {j} (chunk {c}) was computed from data never uploaded: {}", u.describe(schedule)),
+                None => format!("wrong data: output element {j} (chunk {c}) was computed from data never uploaded: the kernel reads a range no H2D wrote"),
+            },
         };
         rep.problem(msg);
         return;
@@ -89,15 +94,196 @@ fn race_findings(races: &[crate::pipeline::schedule::Race], rep: &mut CheckRepor
     }
 }
 
-/// What to do when the loop overlaps nothing, from its shape.
-fn no_overlap_advice(chunks: usize, streams_used: usize) -> &'static str {
-    if chunks <= 1 {
+/// What to do when the loop overlaps nothing, from its shape (`cpu_waits`:
+/// it makes the CPU wait for the GPU between chunks, named above).
+fn no_overlap_advice(chunks: usize, streams_used: usize, cpu_waits: bool) -> &'static str {
+    if cpu_waits {
+        "the CPU waits for the GPU between chunks (the host synchronization above), so what it issues after a wait never runs beside what it waited for"
+    } else if chunks <= 1 {
         "with one chunk each stage needs all of the previous one's data, so nothing can run at once; split the data into several chunks"
     } else if streams_used <= 1 {
         "every operation is on one stream, so each waits for the one before; spread the chunks over the streams"
     } else {
         "the pipeline takes as long as running everything in order; are the streams waiting on each other?"
     }
+}
+
+/// A wait of the CPU's for the GPU between two GPU operations of a
+/// learner's loop.
+#[derive(Clone, Debug, PartialEq)]
+struct HostWait {
+    /// The call as the loop makes it: "p.host_sync(t.streams[1])".
+    call: String,
+    /// The GPU operation issued last before it: its label and chunk.
+    after: (String, usize),
+    /// The first GPU operation issued after it: its label and chunk.
+    before: (String, usize),
+}
+
+/// Passes every call of a learner's loop on to `inner`, noting each wait
+/// of the CPU's for the GPU that comes between GPU operations
+/// ([`HostWait`]): which call, after which chunk's operation.
+struct WaitWatch<'i> {
+    inner: &'i mut dyn Issue,
+    streams: Vec<StreamRef>,
+    /// Each chunk's first element.
+    starts: Vec<usize>,
+    /// The last GPU operation issued: its label and chunk.
+    last: Option<(String, usize)>,
+    /// Waits since then.
+    pending: Vec<String>,
+    waits: Vec<HostWait>,
+}
+
+impl<'i> WaitWatch<'i> {
+    fn new(inner: &'i mut dyn Issue, t: &ChunkTask) -> WaitWatch<'i> {
+        let starts = (0..t.chunks).map(|c| t.chunk(c).0).collect();
+        WaitWatch { inner, streams: t.streams.clone(), starts, last: None, pending: vec![], waits: vec![] }
+    }
+    /// A GPU operation was issued, labelled `label`, over the chunk holding element `at`.
+    fn gpu(&mut self, label: &str, at: usize) {
+        let now = (label.to_string(), self.starts.partition_point(|&s| s <= at).saturating_sub(1));
+        if let Some(after) = &self.last {
+            let waits: Vec<HostWait> = self.pending.drain(..).map(|call| HostWait { call, after: after.clone(), before: now.clone() }).collect();
+            self.waits.extend(waits);
+        }
+        self.pending.clear();
+        self.last = Some(now);
+    }
+    fn stream(&self, s: StreamRef) -> String {
+        self.streams.iter().position(|&x| x == s).map_or(format!("stream {}", s.0), |k| format!("t.streams[{k}]"))
+    }
+    /// A wait of the CPU's, made by `call`, went through.
+    fn waited(&mut self, call: String, r: Result<()>) -> Result<()> {
+        r?;
+        self.pending.push(call);
+        Ok(())
+    }
+}
+
+impl Issue for WaitWatch<'_> {
+    fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.inner.h2d(s, dst, dst_at, src, src_at, n, label)?;
+        self.gpu(label, src_at);
+        Ok(())
+    }
+    fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.inner.d2h(s, dst, dst_at, src, src_at, n, label)?;
+        self.gpu(label, dst_at);
+        Ok(())
+    }
+    fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
+        self.inner.compute(s, input, in_at, output, out_at, n, label)?;
+        self.gpu(label, in_at);
+        Ok(())
+    }
+    fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
+        self.inner.d2d(s, dst, dst_at, src, src_at, n, label)?;
+        self.gpu(label, src_at);
+        Ok(())
+    }
+    fn all_reduce(&mut self, ranks: &[(StreamRef, DevRef)], at: usize, n: usize, label: &str) -> Result<()> {
+        self.inner.all_reduce(ranks, at, n, label)?;
+        self.gpu(label, at);
+        Ok(())
+    }
+    fn event(&mut self) -> Result<EventRef> {
+        self.inner.event()
+    }
+    fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
+        self.inner.record(e, s)
+    }
+    fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
+        self.inner.wait(s, e)
+    }
+    fn host_wait(&mut self, e: EventRef) -> Result<()> {
+        let r = self.inner.host_wait(e);
+        self.waited("p.host_wait(event)".into(), r)
+    }
+    fn host_sync(&mut self, s: StreamRef) -> Result<()> {
+        let r = self.inner.host_sync(s);
+        self.waited(format!("p.host_sync({})", self.stream(s)), r)
+    }
+    fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
+        self.inner.signal(s, label)
+    }
+    fn host_wait_signal(&mut self, g: SignalRef) -> Result<()> {
+        let r = self.inner.host_wait_signal(g);
+        self.waited("p.host_wait_signal(signal)".into(), r)
+    }
+    fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
+        self.inner.produce(h, at, n, batch, label)
+    }
+    fn sync_device(&mut self) -> Result<()> {
+        let r = self.inner.sync_device();
+        self.waited("p.sync_device()".into(), r)
+    }
+    fn timed_from_here(&mut self) -> Result<()> {
+        let r = self.inner.timed_from_here();
+        self.waited("p.timed_from_here()".into(), r)
+    }
+    fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
+        self.inner.alloc_async(s, n, name)
+    }
+    fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
+        self.inner.free_async(s, d)
+    }
+    fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef> {
+        self.inner.alloc(n, name)
+    }
+    fn free(&mut self, d: DevRef) -> Result<()> {
+        self.inner.free(d)
+    }
+    fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef> {
+        self.inner.alloc_pinned(n, name)
+    }
+    fn free_pinned(&mut self, h: HostRef) -> Result<()> {
+        self.inner.free_pinned(h)
+    }
+    fn pin(&mut self, h: HostRef) -> Result<()> {
+        self.inner.pin(h)
+    }
+    fn unpin(&mut self, h: HostRef) -> Result<()> {
+        self.inner.unpin(h)
+    }
+    fn issue_from(&mut self, thread: usize) -> Result<()> {
+        self.inner.issue_from(thread)
+    }
+}
+
+/// `issue` run through a [`WaitWatch`]: the waits of its latest run land in the second.
+fn watched(issue: measure::ChunkLoop) -> (measure::ChunkLoop, Arc<Mutex<Vec<HostWait>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let into = seen.clone();
+    let body: measure::ChunkLoop = Arc::new(move |p, t| {
+        let mut w = WaitWatch::new(p, t);
+        let r = issue(&mut w, t);
+        if let Ok(mut waits) = into.lock() {
+            *waits = w.waits;
+        }
+        r
+    });
+    (body, seen)
+}
+
+/// A problem naming the first of `waits` (the CPU waiting for the GPU
+/// between chunks' work) and how often the loop waits; whether there was one.
+fn host_wait_findings(waits: &[HostWait], chunks: usize, rep: &mut CheckReport) -> bool {
+    let Some(w) = waits.first() else { return false };
+    let mut after: Vec<usize> = waits.iter().map(|w| w.after.1).collect();
+    after.dedup();
+    let often = if chunks > 1 && after.len() + 1 >= chunks {
+        format!(", and so after every chunk ({} waits)", waits.len())
+    } else if waits.len() > 1 {
+        format!(" ({} such waits in the loop)", waits.len())
+    } else {
+        String::new()
+    };
+    rep.problem(format!(
+        "host synchronization in the loop: {} after chunk {} ('{}') makes the CPU wait for the GPU before it issues chunk {} ('{}'){often}: nothing issued after a wait can run beside what it waited for",
+        w.call, w.after.1, w.after.0, w.before.1, w.before.0
+    ));
+    true
 }
 
 /// Streams a learner may ask for (the GPU rig makes each one).
@@ -153,10 +339,18 @@ pub fn check_on_model(
         dev_in: m.device("device in", elements),
         dev_out: m.device("device out", elements),
     };
-    if rep.learner("your issue loop", || issue(&mut m, &task)).is_none() {
+    let mut waits = Vec::new();
+    let ran = rep.learner("your issue loop", || {
+        let mut w = WaitWatch::new(&mut m, &task);
+        let r = issue(&mut w, &task);
+        waits = w.waits;
+        r
+    });
+    if ran.is_none() {
         return rep;
     }
     model_findings(&m, m.host_cells(task.host_out), elements, chunks, &mut rep);
+    let cpu_waits = host_wait_findings(&waits, chunks, &mut rep);
     // Each op lasts its share of the recorded whole-data part.
     let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
     let machine = parts.machine(rec.copy_engines);
@@ -166,7 +360,7 @@ pub fn check_on_model(
     // The model slows each direction while both run, as measured, so its bound does too.
     let bound = model::Bounds::new(h, k, d, parts.both_copies_ms.median, chunks).for_engines(rec.copy_engines);
     let used = m.schedule.streams_used();
-    rep.judge_overlap("predicted", total, ("one stream", h + k + d), bound, TARGET_EFFICIENCY, no_overlap_advice(chunks, used));
+    rep.judge_overlap("predicted", total, ("one stream", h + k + d), bound, TARGET_EFFICIENCY, no_overlap_advice(chunks, used, cpu_waits));
     rep
 }
 
@@ -182,13 +376,17 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
         return Ok(rep);
     }
     let elements = uneven_elements(elements, chunks, true);
+    let (issue, waits) = watched(issue);
     let plan = measure::learner_plan(elements, chunks, streams, issue);
     let Some(model) = rep.learner("your issue loop", || plan.dry_run()) else {
         return Ok(rep);
     };
     // Wrong data or a race shows in the dry run already, and the rig would
     // refuse a loop that races: nothing of such a loop runs on the GPU.
+    // Nor does one that makes the CPU wait between chunks: it cannot overlap.
     model_findings(&model, Plan::output_cells(&model), elements, chunks, &mut rep);
+    let waits = waits.lock().map(|w| w.clone()).unwrap_or_default();
+    host_wait_findings(&waits, chunks, &mut rep);
     if !rep.passed {
         return Ok(rep);
     }
@@ -225,7 +423,7 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
         ("one stream", serial),
         bound,
         TARGET_EFFICIENCY,
-        no_overlap_advice(chunks, streams_used),
+        no_overlap_advice(chunks, streams_used, false),
     );
     Ok(rep)
 }
@@ -415,7 +613,7 @@ mod tests {
                     }
                     Ok(())
                 }),
-                &["computed from data never uploaded"],
+                &["(chunk 1) was computed from data never uploaded: 'k' reads elements", "of device in, and no copy or kernel issued before it writes there"],
             ),
             (
                 "an offset past the end",
@@ -442,6 +640,93 @@ mod tests {
                 assert!(!text.contains("a D2H is missing"), "{what}: {text}");
             }
         }
+    }
+
+    /// The "make it safe" reflex: a wait of the CPU's after every chunk.
+    /// The verdict names the call and the chunk, not the streams.
+    #[test]
+    fn a_host_wait_after_every_chunk_is_named_with_its_call_and_chunk() {
+        let r = crate::testing::overlap_results();
+        type Wait = fn(&mut dyn Issue, &ChunkTask, usize) -> Result<()>;
+        let cases: [(&str, Wait, &str); 3] = [
+            ("sync_device", |p, _, _| p.sync_device(), "p.sync_device() after chunk 0 ('D2H chunk 0')"),
+            (
+                "host_sync of the chunk's stream",
+                |p, t, c| p.host_sync(t.streams[c % t.streams.len()]),
+                "p.host_sync(t.streams[0]) after chunk 0 ('D2H chunk 0')",
+            ),
+            (
+                "host_wait on an event",
+                |p, t, c| {
+                    let e = p.event()?;
+                    p.record(e, t.streams[c % t.streams.len()])?;
+                    p.host_wait(e)
+                },
+                "p.host_wait(event) after chunk 0 ('D2H chunk 0')",
+            ),
+        ];
+        for (what, wait, call) in cases {
+            let rep = check_on_model(&r, Intensity::Balanced, 16, 4, move |p, t| {
+                for c in 0..t.chunks {
+                    each_one(p, t, c, c % t.streams.len())?;
+                    wait(p, t, c)?;
+                }
+                Ok(())
+            });
+            let text = rep.to_string();
+            assert!(!rep.passed, "{what} passed: {text}");
+            for w in [
+                &format!("host synchronization in the loop: {call} makes the CPU wait for the GPU before it issues chunk 1 ('H2D chunk 1'), and so after every chunk (15 waits)"),
+                "no overlap: the CPU waits for the GPU between chunks",
+            ] {
+                assert!(text.contains(w), "{what}: no '{w}' in {text}");
+            }
+            assert!(!text.contains("are the streams waiting") && !text.contains("every operation is on one stream"), "{what}: {text}");
+        }
+        // One wait in the middle is named where it is.
+        let once = check_on_model(&r, Intensity::Balanced, 8, 2, |p, t| {
+            for c in 0..t.chunks {
+                each_one(p, t, c, c % 2)?;
+                if c == 3 {
+                    p.host_sync(t.streams[1])?;
+                }
+            }
+            Ok(())
+        });
+        crate::testing::fails_with(
+            &once,
+            "p.host_sync(t.streams[1]) after chunk 3 ('D2H chunk 3') makes the CPU wait for the GPU before it issues chunk 4 ('H2D chunk 4'):",
+        );
+        // The live check reads the waits off the same loop, through its plan.
+        let (issue, waits) = watched(std::sync::Arc::new(|p, t| {
+            for c in 0..t.chunks {
+                each_one(p, t, c, c % t.streams.len())?;
+                p.sync_device()?;
+            }
+            Ok(())
+        }));
+        measure::learner_plan(uneven_elements(4096, 4, true), 4, 2, issue).dry_run().unwrap();
+        let waits = waits.lock().unwrap().clone();
+        assert_eq!(waits.len(), 3, "{waits:?}");
+        assert_eq!(waits[2], HostWait { call: "p.sync_device()".into(), after: ("D2H chunk 2".into(), 2), before: ("H2D chunk 3".into(), 3) });
+    }
+
+    #[test]
+    fn a_wait_after_the_last_chunk_holds_nothing_up_and_passes() {
+        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 16, 4, |p, t| {
+            p.sync_device()?;
+            solution(p, t)?;
+            p.sync_device()
+        });
+        assert!(rep.passed, "{rep}");
+    }
+
+    /// Chunk `c`'s H2D, kernel and D2H on stream `s`.
+    fn each_one(p: &mut dyn Issue, t: &ChunkTask, c: usize, s: usize) -> Result<()> {
+        let (at, n) = t.chunk(c);
+        p.h2d(t.streams[s], t.dev_in, at, t.host_in, at, n, &format!("H2D chunk {c}"))?;
+        p.compute(t.streams[s], t.dev_in, at, t.dev_out, at, n, &format!("compute chunk {c}"))?;
+        p.d2h(t.streams[s], t.host_out, at, t.dev_out, at, n, &format!("D2H chunk {c}"))
     }
 
     #[test]

@@ -127,15 +127,23 @@ pub fn plan(name: &str, cfg: &StreamsConfig, learner: Loop) -> Plan {
 }
 
 /// What the model says is wrong with the loop, before timing it: data,
-/// races, memory ([`loop_check::shape`]), the parameters' upload, anything
-/// left on the NULL stream.
-fn shape_findings(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
+/// races, memory ([`loop_check::shape`]), the parameters' upload (gone, or
+/// issued more than once over `chunks` chunks: named first), anything left
+/// on the NULL stream.
+fn shape_findings(plan: &Plan, chunks: usize, rep: &mut CheckReport) -> Option<DryRun> {
+    let before = rep.findings.len();
     let model = loop_check::shape(plan, rep)?;
     let uploads: Vec<_> = model.schedule.ops.iter().filter(|o| o.label == PARAMS).collect();
     if uploads.is_empty() {
         rep.problem(format!(
             "the parameters' upload ('{PARAMS}') is gone: the kernels need it, so keep t.upload_params(p, ...) and give it a stream that does not serialize"
         ));
+    }
+    if uploads.len() > 1 {
+        // Named first: the races between the uploads (each writes the same
+        // parameters) follow from it.
+        rep.findings.insert(before, repeated_upload(&model, chunks));
+        rep.passed = false;
     }
     // An op on the legacy NULL stream drains the pipeline only between
     // work of the blocking streams: it waits for all of it issued before,
@@ -166,13 +174,48 @@ fn shape_findings(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
     Some(model)
 }
 
-/// What the learner's loop is judged against.
-fn judge(cfg: &StreamsConfig) -> loop_check::Judge {
-    loop_check::Judge { given: plan("given", cfg, Arc::new(given)), fixed: plan("fix", cfg, Arc::new(solution)), slack: SLACK, slow_means: SLOW }
+/// The parameters' upload issued more than once over `chunks` chunks, in
+/// words: how often, after which operations the first two come, and
+/// whether they race.
+fn repeated_upload(model: &DryRun, chunks: usize) -> String {
+    let ops = &model.schedule.ops;
+    let uploads: Vec<_> = ops.iter().filter(|o| o.label == PARAMS).collect();
+    // Where an upload comes: after the last other work issued before it.
+    let place = |id: usize| {
+        ops[..id]
+            .iter()
+            .rev()
+            .find(|o| o.label != PARAMS && matches!(o.lane, Lane::Stream(_)))
+            .map_or("before any other work".to_string(), |o| format!("after '{}'", o.label))
+    };
+    let more = if uploads.len() > 2 { ", ..." } else { "" };
+    let places = format!("'{PARAMS}' {}, again {}{more}", place(uploads[0].id), place(uploads[1].id));
+    let how = if uploads.len() >= chunks { format!(", once per chunk: t.upload_params is inside the chunk loop ({places})") } else { format!(" ({places})") };
+    let unordered = if uploads.iter().any(|o| o.lane != uploads[0].lane) { ", and uploads on different streams write them unordered" } else { "" };
+    format!(
+        "the parameters are uploaded {} times{how}. The exercise uploads them once, as the given loop does: each upload after the first copies the same parameters again{unordered}",
+        uploads.len()
+    )
+}
+
+/// What the learner's loop is judged against; `repeated`: the loop
+/// uploads the parameters more than once (named above), which its time
+/// then includes.
+fn judge(cfg: &StreamsConfig, repeated: bool) -> loop_check::Judge {
+    let slow_means = if repeated { SLOW_REPEATED } else { SLOW };
+    loop_check::Judge { given: plan("given", cfg, Arc::new(given)), fixed: plan("fix", cfg, Arc::new(solution)), slack: SLACK, slow_means }
 }
 
 /// What a loop slower than the fix usually still does.
 const SLOW: &str = "something still serializes it (a wait on the CPU, one stream for everything, or the NULL stream)";
+/// The same, for a loop that uploads the parameters more than once.
+const SLOW_REPEATED: &str =
+    "the parameters' extra uploads (above) take their time on the streams, and something else may still serialize it (a wait on the CPU, one stream for everything, or the NULL stream)";
+
+/// Whether the loop of `model` uploads the parameters more than once.
+fn uploads_repeated(model: &DryRun) -> bool {
+    model.schedule.ops.iter().filter(|o| o.label == PARAMS).nth(1).is_some()
+}
 
 /// Checks `learner` with no GPU: the model's data and races, and its
 /// time from the costs recorded in `rec`.
@@ -180,8 +223,8 @@ pub fn check_on_model(rec: &StreamsResults, learner: Loop) -> CheckReport {
     let mut rep = CheckReport::new("the hidden legacy-stream operation (queue model, no GPU)");
     let cfg = &rec.config;
     let mine = plan("your loop", cfg, learner);
-    let Some(model) = shape_findings(&mine, &mut rep) else { return rep };
-    let judge = judge(cfg);
+    let Some(model) = shape_findings(&mine, cfg.chunks, &mut rep) else { return rep };
+    let judge = judge(cfg, uploads_repeated(&model));
     judge.on_model(&mut rep, &mine, &model, rec.machine.machine(), &rec.costs_map());
     rep
 }
@@ -192,12 +235,12 @@ pub fn check_on_gpu(gpu: &Gpu, rec: &StreamsResults, learner: Loop) -> Result<Ch
     let mut rep = CheckReport::new(&format!("the hidden legacy-stream operation (live on {})", gpu.name()));
     let cfg = &rec.config;
     let mine = plan("your loop", cfg, learner);
-    let Some(model) = shape_findings(&mine, &mut rep) else { return Ok(rep) };
+    let Some(model) = shape_findings(&mine, cfg.chunks, &mut rep) else { return Ok(rep) };
     if !rep.passed {
         return Ok(rep);
     }
     let mut rig = PlanRig::new(gpu, cfg.elements, 3, rec.iterations)?;
-    let judge = judge(cfg);
+    let judge = judge(cfg, uploads_repeated(&model));
     judge.on_gpu(&mut rep, &mut rig, &mine, &model, cfg.repeats)?;
     Ok(rep)
 }
@@ -261,6 +304,58 @@ mod tests {
         let rep = check(syncs_every_chunk);
         fails_with(&rep, "more than the fix");
         assert!(rep.to_string().contains("the CPU wait"), "{rep}");
+    }
+
+    /// The exercise uploads the parameters once; a learner who moves the
+    /// upload into the chunk loop is told that, before the races it makes.
+    #[test]
+    fn the_parameters_uploaded_inside_the_chunk_loop_are_named() {
+        let chunks = streams_results().config.chunks;
+        type Upload = fn(&mut dyn Issue, &StreamsTask, StreamRef) -> Result<()>;
+        let cases: [(&str, Upload, &[&str]); 3] = [
+            (
+                "on each chunk's stream",
+                |p, t, s| t.upload_params(p, s),
+                &[
+                    ", once per chunk: t.upload_params is inside the chunk loop ('params H2D' after 'D2H 0', again after 'D2H 1', ...)",
+                    "uploads on different streams write them unordered",
+                ],
+            ),
+            (
+                "on one stream",
+                |p, t, _| t.upload_params(p, t.streams[0]),
+                &[", once per chunk: t.upload_params is inside the chunk loop ('params H2D' after 'D2H 0', again after 'D2H 1', ...)"],
+            ),
+            ("on the default stream", |p, t, _| t.upload_params(p, t.default_stream), &["once per chunk", "still on t.default_stream"]),
+        ];
+        for (what, upload, words) in cases {
+            let rep = check(move |p, t| {
+                for c in 0..t.chunks {
+                    let (at, n) = t.chunk(c);
+                    let s = t.streams[c % t.streams.len()];
+                    p.h2d(s, t.dev_in, at, t.host_in, at, n, &format!("H2D {c}"))?;
+                    p.compute(s, t.dev_in, at, t.dev_out, at, n, &format!("kernel {c}"))?;
+                    p.d2h(s, t.host_out, at, t.dev_out, at, n, &format!("D2H {c}"))?;
+                    upload(p, t, s)?;
+                }
+                Ok(())
+            });
+            fails_with(&rep, &format!("the parameters are uploaded {chunks} times, once per chunk"));
+            for w in words {
+                fails_with(&rep, w);
+            }
+            // Named first: a race between two uploads follows from it.
+            assert!(rep.findings[0].starts_with("the parameters are uploaded"), "{what}: {rep}");
+            let said = rep.to_string();
+            assert!(!said.contains("more than the fix") || said.contains("the parameters' extra uploads (above) take their time"), "{what}: {rep}");
+        }
+        // Twice, outside the loop: said how often, not "inside the chunk loop".
+        let twice = check(|p, t| {
+            t.upload_params(p, t.streams[0])?;
+            solution(p, t)
+        });
+        fails_with(&twice, "the parameters are uploaded 2 times ('params H2D' before any other work, again after 'D2H 3'). The exercise uploads them once");
+        assert!(!twice.to_string().contains("inside the chunk loop"), "{twice}");
     }
 
     #[test]
