@@ -36,6 +36,53 @@ fn every_lab_of_the_table_is_recorded_on_every_gpu() {
     }
 }
 
+/// A number right after `key` in `text` ("makespan 1.234 ms" -> 1.234 ms).
+fn ms_after(text: &str, key: &str) -> Option<f64> {
+    let rest = &text[text.find(key)? + key.len()..];
+    let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+    let v: f64 = rest[..end].parse().ok()?;
+    Some(if rest[end..].trim_start().starts_with("µs") { v / 1e3 } else { v })
+}
+
+/// Every timeline a lab draws from a run is a measurement: each measured
+/// panel of every chart in the report is drawn beside the untraced runs'
+/// time, and where the two differ by more than 10% its caption says so.
+/// Prints every panel (the closing notes' list).
+#[test]
+fn every_drawn_timeline_agrees_with_its_table_or_says_by_how_much() {
+    let data = default_data_dir();
+    let mut devices: Vec<_> = std::fs::read_dir(&data).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    devices.sort();
+    let mut panels = 0;
+    for dev in &devices {
+        let out = overlap_lab::testing::temp_dir("timelines-vs-tables");
+        for lab in overlap_lab::labs::ALL {
+            let Some(v) = lab.visit(dev, Some(&out)).unwrap() else { continue };
+            for f in v.files.iter().filter(|f| f.extension().is_some_and(|e| e == "svg")) {
+                let svg = std::fs::read_to_string(f).unwrap();
+                for caption in svg.split("<text").filter_map(|t| t.split_once('>').map(|(_, rest)| rest.split("</text>").next().unwrap_or(""))) {
+                    // Measured panels: timed by the GPU's clocks. A kernel's
+                    // warps come from a traced build and say so.
+                    if !caption.contains("makespan") || !(caption.contains(", cupti") || caption.contains(", cuda events")) {
+                        continue;
+                    }
+                    let at = format!("{} {}: {caption}", dev.file_name().unwrap().to_string_lossy(), f.file_name().unwrap().to_string_lossy());
+                    let drawn = ms_after(caption, "makespan ").unwrap_or_else(|| panic!("{at}: no makespan"));
+                    let untraced = ms_after(caption, "untraced ").unwrap_or_else(|| panic!("{at}: drawn with no untraced time beside it"));
+                    let off = drawn / untraced - 1.0;
+                    let says = (caption.contains("tracing") && caption.contains("slowed this run")) || caption.contains("faster (runs vary)");
+                    println!("{:+7.1}%  {}", 100.0 * off, at);
+                    // The caption's figures are rounded: a margin either side of 10%.
+                    assert!(off.abs() < 0.11 || says, "{at}: {:.1}% off and says nothing", 100.0 * off);
+                    assert!(off.abs() > 0.09 || !says, "{at}: within 10% but excuses itself");
+                    panels += 1;
+                }
+            }
+        }
+    }
+    assert!(panels >= 20, "only {panels} measured panels found in the reports");
+}
+
 #[test]
 fn recordings_are_complete_and_verified() {
     for (path, rec) in recordings() {

@@ -168,7 +168,8 @@ impl ExperimentResult {
     pub fn gantt(&self, lab: &str, stem: &str, with_model: bool, origin: &str) -> Gantt {
         let mut panels = Vec::new();
         for v in &self.variants {
-            panels.push(Timeline { title: format!("{}: measured, {:.3} ms", v.name, v.total_ms.median), ..v.timeline.clone() });
+            let measured = v.timeline.clone().illustrating(v.total_ms.median);
+            panels.push(Timeline { title: format!("{}: measured, {:.3} ms", v.name, v.total_ms.median), ..measured });
             if with_model {
                 panels.push(Timeline { title: format!("{}: model, {:.3} ms", v.name, v.model_ms), ..v.predicted.clone() });
             }

@@ -40,7 +40,17 @@ pub struct Timeline {
     /// What timed the spans: "cupti", "cuda events" or "model".
     #[serde(default)]
     pub source: String,
+    /// For a measured timeline: the time, ms, of the untraced runs it
+    /// illustrates (the figure its table prints). A traced run pays for
+    /// its timestamps, so its makespan can be longer; a chart says by how
+    /// much wherever the two differ by more than [`AGREES_WITHIN`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untraced_ms: Option<f64>,
 }
+
+/// How far a drawn run's makespan may be from the untraced runs' time
+/// before its chart says so (a fraction of the untraced time).
+pub const AGREES_WITHIN: f64 = 0.10;
 
 /// What drawing a timeline costs a run, in %: after `warmup` pairs,
 /// `pairs` untraced and traced runs alternate (`run(traced)` returns a
@@ -116,7 +126,7 @@ impl Timeline {
             .zip(times_us)
             .map(|(op, &(start_us, end_us))| Span { lane: lane(op), kind: op.kind, label: op.label.clone(), start_us, end_us, class: None, index: None })
             .collect();
-        Timeline { title: title.into(), device: device.into(), spans, source: String::new() }
+        Timeline { title: title.into(), device: device.into(), spans, source: String::new(), untraced_ms: None }
     }
 
     /// Each span's (start, end) µs, in the order of the spans (a run's
@@ -145,6 +155,38 @@ impl Timeline {
     pub fn end_us(&self) -> f64 {
         self.spans.iter().map(|s| s.end_us).fold(f64::NEG_INFINITY, f64::max)
     }
+    /// This timeline drawn for untraced runs that took `ms` (see
+    /// [`Timeline::untraced_ms`]).
+    pub fn illustrating(self, ms: f64) -> Timeline {
+        Timeline { untraced_ms: Some(ms), ..self }
+    }
+
+    /// How the drawn run compares with the untraced runs it illustrates,
+    /// when it is off by more than [`AGREES_WITHIN`]: "tracing slowed this
+    /// run by 12%". `None` when they agree or there is nothing to compare
+    /// with.
+    pub fn disagreement(&self) -> Option<String> {
+        let untraced = self.untraced_ms.filter(|&u| u > 0.0)?;
+        let drawn = self.makespan_us() / 1e3;
+        let off = drawn / untraced - 1.0;
+        if off.abs() <= AGREES_WITHIN {
+            return None;
+        }
+        Some(if off > 0.0 {
+            let how = if off >= 0.95 { format!("{:.1}x", drawn / untraced) } else { format!("by {:.0}%", 100.0 * off) };
+            // What the stamps cost: CUPTI records every op as it runs;
+            // events are two more commands around every op.
+            let stamps = match self.source.as_str() {
+                "cupti" => " (CUPTI records every op)",
+                "cuda events" => " (two events around every op)",
+                _ => "",
+            };
+            format!("tracing{stamps} slowed this run {how}")
+        } else {
+            format!("this run was {:.0}% faster (runs vary)", -100.0 * off)
+        })
+    }
+
     /// First start to last end.
     pub fn makespan_us(&self) -> f64 {
         if self.spans.is_empty() {

@@ -85,7 +85,13 @@ impl Chart for Gantt {
             let lanes = t.lanes();
             let n = lanes.len().max(1);
             let clock = if t.source.is_empty() { String::new() } else { format!(", {}", t.source) };
-            let caption = format!("{} (makespan {:.1} {unit}{clock})", t.title, t.makespan_us() / per_unit);
+            // A measured run is drawn beside the untraced runs' time its
+            // table prints, and says how far it is from it where that is
+            // more than the charts allow (a traced run pays for its stamps).
+            let untraced =
+                t.untraced_ms.map_or(String::new(), |u| format!("; untraced {u:.3} ms{}", t.disagreement().map_or(String::new(), |why| format!(": {why}"))));
+            let makespan = if unit == "ms" { format!("{:.3} ms", t.makespan_us() / 1e3) } else { format!("{:.1} µs", t.makespan_us()) };
+            let caption = format!("{} (makespan {makespan}{clock}{untraced})", t.title);
             let mut chart = ChartBuilder::on(&area)
                 .caption(caption, ("sans-serif", 15))
                 .margin(8)
@@ -177,5 +183,21 @@ mod tests {
         assert_eq!(tl.busy_us(OpKind::H2d), 300.0);
         let dir = crate::testing::temp_dir("gantt");
         assert_eq!(g.save(&dir).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_measured_panel_says_how_far_it_is_from_the_untraced_runs() {
+        // The sample's makespan is 600 µs.
+        let tl = crate::testing::sample_timeline();
+        let svg = |t: Timeline| Gantt::new("g", "A pipeline", "test", vec![t]).to_svg().unwrap();
+        let close = svg(tl.clone().illustrating(0.57));
+        assert!(close.contains("untraced 0.570 ms") && !close.contains("slowed"), "within 10%: no excuse needed");
+        let slow = svg(tl.clone().illustrating(0.4));
+        assert!(slow.contains("untraced 0.400 ms: tracing slowed this run by 50%"), "{slow}");
+        let very = svg(tl.clone().illustrating(0.1));
+        assert!(very.contains("tracing slowed this run 6.0x"), "{very}");
+        let fast = svg(tl.clone().illustrating(0.8));
+        assert!(fast.contains("this run was 25% faster"), "{fast}");
+        assert!(!svg(tl).contains("untraced"), "a panel with nothing to compare with claims nothing");
     }
 }

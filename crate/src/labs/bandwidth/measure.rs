@@ -4,7 +4,7 @@
 use super::{BandwidthConfig, BandwidthResults, Direction, PlainCopies, TransferPoint};
 use crate::error::{LabError, Result};
 use crate::gpu::trace;
-use crate::gpu::{alloc_host, plain_copies, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer, PlainLane, Run, Stream, TimelineSource};
+use crate::gpu::{alloc_host, plain_copies, DeviceBuffer, Gpu, HostBuffer, HostMemoryKind, PinnedBuffer, PlainLane, PlainTiming, Run, Stream, TimelineSource};
 use crate::lab_kit::host_memory;
 use crate::measure::pattern;
 use crate::measure::stats::Summary;
@@ -118,6 +118,16 @@ fn measure_point(
             }
             poison(b, bufs, direction, n)?;
         }
+        // The lab's copies and the plain calls run on the same fresh input,
+        // each on fresh poison and verified. Whichever goes first finds the
+        // input just written (warm in the CPU's caches, which speeds a
+        // pageable copy's staging), so they take turns going first.
+        let plain_first = check_plain && sample % 2 == 1;
+        let mut plain_timing = None;
+        if plain_first {
+            plain_timing = Some(plain_sample(b, bufs, kind, direction, n, copies, (sample, up_seed, down_seed))?);
+            poison(b, bufs, direction, n)?;
+        }
         let run = {
             let _t = trace::range("timed copies");
             timed_copies(b, bufs, direction, n, copies, kind.is_page_locked())?
@@ -125,22 +135,10 @@ fn measure_point(
         gated &= run.gated;
         verify(b, bufs, kind, direction, n, &format!("{kind} {bytes} sample {sample}"), (up_seed, down_seed))?;
         verified += 1;
-        // The same copies with plain driver calls, on fresh poison, verified too.
-        let plain_timing = if check_plain {
+        if check_plain && !plain_first {
             poison(b, bufs, direction, n)?;
-            let mut lanes = Vec::with_capacity(2);
-            if direction.uploads() {
-                lanes.push(PlainLane { stream: &b.up, up: true, host: bufs.src.as_mut(), device: &b.up_dst });
-            }
-            if direction.downloads() {
-                lanes.push(PlainLane { stream: &b.down, up: false, host: bufs.dst.as_mut(), device: &b.down_src });
-            }
-            let t = plain_copies(&b.gpu, &mut lanes, n, copies, kind.is_page_locked())?;
-            verify(b, bufs, kind, direction, n, &format!("{kind} {bytes} sample {sample}, plain driver calls"), (up_seed, down_seed))?;
-            Some(t)
-        } else {
-            None
-        };
+            plain_timing = Some(plain_sample(b, bufs, kind, direction, n, copies, (sample, up_seed, down_seed))?);
+        }
         if sample >= cfg.warmup {
             let per_copy = run.total_ms / copies as f64;
             device.push(per_copy);
@@ -165,6 +163,30 @@ fn measure_point(
         verified_samples: verified,
         plain: if check_plain { Some(PlainCopies { device_ms: Summary::of(&plain_device)?, host_call_ms: Summary::of(&plain_host)? }) } else { None },
     })
+}
+
+/// One sample of the same copies made with plain driver calls (on the
+/// lab's streams and buffers, whose destinations the caller poisoned),
+/// verified like the lab's own.
+fn plain_sample(
+    b: &mut Bench,
+    bufs: &mut KindBuffers,
+    kind: HostMemoryKind,
+    direction: Direction,
+    n: usize,
+    copies: usize,
+    (sample, up_seed, down_seed): (usize, u64, u64),
+) -> Result<PlainTiming> {
+    let mut lanes = Vec::with_capacity(2);
+    if direction.uploads() {
+        lanes.push(PlainLane { stream: &b.up, up: true, host: bufs.src.as_mut(), device: &b.up_dst });
+    }
+    if direction.downloads() {
+        lanes.push(PlainLane { stream: &b.down, up: false, host: bufs.dst.as_mut(), device: &b.down_src });
+    }
+    let t = plain_copies(&b.gpu, &mut lanes, n, copies, kind.is_page_locked())?;
+    verify(b, bufs, kind, direction, n, &format!("{kind} {} sample {sample}, plain driver calls", Bytes(n as u64)), (up_seed, down_seed))?;
+    Ok(t)
 }
 
 /// Poisons what the copies write: the device destination of an upload,

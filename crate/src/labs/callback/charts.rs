@@ -109,8 +109,21 @@ pub fn timelines(rec: &CallbackRecord, origin: &str, iterations: usize) -> Optio
     let r = &rec.results;
     let from = r.config.iterations.saturating_sub(iterations) / 2;
     let to = (from + iterations).min(r.config.iterations);
-    let panels: Vec<Timeline> =
-        [Variant::HostFnOnCompute, Variant::HandOffToWorker].iter().filter_map(|&v| timeline_of(r, v)).map(|t| iterations_window(t, from, to)).collect();
+    // Untraced, the window takes its share of the variant's runs at the
+    // balanced point (where the timelines were drawn).
+    let untraced = |v: Variant| {
+        r.balanced().and_then(|p| p.variants.iter().find(|x| x.variant == v)).map(|x| x.total_ms.median * (to - from) as f64 / r.config.iterations as f64)
+    };
+    let panels: Vec<Timeline> = [Variant::HostFnOnCompute, Variant::HandOffToWorker]
+        .iter()
+        .filter_map(|&v| {
+            let t = iterations_window(timeline_of(r, v)?, from, to);
+            Some(match untraced(v) {
+                Some(ms) => t.illustrating(ms),
+                None => t,
+            })
+        })
+        .collect();
     (!panels.is_empty()).then(|| {
         let c = r.balanced().map_or(f64::NAN, |p| p.cpu_ms() / r.gpu_ms.median);
         Gantt::new("callback-timelines", &format!("Host function on the compute stream vs hand-off to a worker (C/G {c:.2})"), origin, panels)
@@ -174,6 +187,7 @@ mod tests {
                 device: "GPU 0 (Test)".into(),
                 spans,
                 source: "cuda events".into(),
+                untraced_ms: None,
             });
         }
         crate::measure::record::Record::new(super::super::LAB, crate::testing::fingerprint(), r)

@@ -224,7 +224,7 @@ impl ModelIssuer {
                 Span { lane: lane.into(), kind: op.kind, label: op.label.clone(), start_us: start * 1e3, end_us: end * 1e3, class: None, index: None }
             })
             .collect();
-        Timeline { title: title.into(), device: "queue model".into(), spans, source: "model".into() }
+        Timeline { title: title.into(), device: "queue model".into(), spans, source: "model".into(), untraced_ms: None }
     }
 
     fn slot(&mut self, slot: Slot) -> Result<&mut ModelSlot> {

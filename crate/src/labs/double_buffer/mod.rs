@@ -271,7 +271,10 @@ pub fn timeline_chart(rec: &DoubleBufferRecord, origin: &str) -> crate::present:
         "double-buffer-timelines",
         "Double buffering: one buffer and stream vs two of each",
         origin,
-        vec![rec.results.no_overlap_timeline.clone(), rec.results.pipelined_timeline.clone()],
+        vec![
+            rec.results.no_overlap_timeline.clone().illustrating(rec.results.no_overlap_ms.median),
+            rec.results.pipelined_timeline.clone().illustrating(rec.results.pipelined_ms.median),
+        ],
     )
 }
 

@@ -183,7 +183,7 @@ pub fn warp_timeline(kind: TileKind, shape: TileShape, trace: &WarpTrace, title:
             index: Some(w.tile),
         })
         .collect();
-    Timeline { title: title.into(), device: device.into(), spans, source: "SM cycle counter, traced build".into() }
+    Timeline { title: title.into(), device: device.into(), spans, source: "SM cycle counter, traced build".into(), untraced_ms: None }
 }
 
 /// Each warp phase's class, legend label and colour on the warp timelines:
@@ -512,7 +512,12 @@ impl KernelPipelineResults {
 
     /// One round on the stream: the ceiling's copy and every kernel, back to back.
     pub fn round_chart(&self, origin: &str) -> Option<Gantt> {
-        let t = self.round.clone()?;
+        let mut t = self.round.clone()?;
+        // Untraced, a round is the copy and every kernel timed alone.
+        let kernels: Option<f64> = self.variants.iter().filter(|v| v.skipped.is_none()).map(|v| v.ms.as_ref().map(|s| s.median)).sum();
+        if let Some(k) = kernels {
+            t = t.illustrating(self.copy_ms.median + k);
+        }
         Some(Gantt::new(&format!("{LAB}-round"), "Lab 7: one round of the ceiling's copy and every kernel on the stream", origin, vec![t]))
     }
 }

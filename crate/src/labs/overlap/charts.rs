@@ -95,6 +95,14 @@ pub fn measured_vs_bound(rec: &OverlapRecord, origin: &str) -> Figure {
     }
 }
 
+/// A measured timeline beside the untraced runs of the point it shows.
+fn illustrating(t: &crate::pipeline::timeline::Timeline, point: Option<&super::OverlapPoint>) -> crate::pipeline::timeline::Timeline {
+    match point {
+        Some(p) => t.clone().illustrating(p.total_ms.median),
+        None => t.clone(),
+    }
+}
+
 /// Serial, best measured and best predicted timelines for one intensity.
 pub fn timelines(rec: &OverlapRecord, which: usize, origin: &str) -> Option<Gantt> {
     let ir = rec.results.intensities.get(which)?;
@@ -102,7 +110,7 @@ pub fn timelines(rec: &OverlapRecord, which: usize, origin: &str) -> Option<Gant
         &format!("overlap-timeline-{}", ir.intensity.label()),
         &format!("{} kernel: one stream vs the best chunked pipeline", ir.intensity.label()),
         origin,
-        vec![ir.serial_timeline.clone(), ir.best_timeline.clone(), ir.best_predicted.clone()],
+        vec![illustrating(&ir.serial_timeline, ir.serial()), illustrating(&ir.best_timeline, ir.best()), ir.best_predicted.clone()],
     ))
 }
 

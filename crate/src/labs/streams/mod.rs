@@ -219,7 +219,11 @@ impl StreamsResults {
     pub fn timelines(&self, name: &str, with_model: bool, origin: &str) -> Result<Gantt> {
         if let (ISSUE_COST, Some(ic)) = (name, &self.issue_cost) {
             let what = format!("{} chunks, issued live", ic.timeline_chunks);
-            let mut panels = vec![Timeline { title: format!("{what}: measured"), ..ic.timeline.clone() }];
+            let mut measured = ic.timeline.clone();
+            if let Some(p) = ic.points.iter().find(|p| p.chunks == ic.timeline_chunks) {
+                measured = measured.illustrating(p.live.median);
+            }
+            let mut panels = vec![Timeline { title: format!("{what}: measured"), ..measured }];
             if with_model {
                 panels.push(Timeline { title: format!("{what}: model"), ..ic.predicted.clone() });
             }
