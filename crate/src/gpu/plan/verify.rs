@@ -46,44 +46,71 @@ impl PlanRig {
 /// made from `seed` and a kernel of `iterations` FMAs per element; `plan`
 /// names the buffer in errors (see [`PlanRig::verify`]).
 fn compare(got: &[f32], expected: &Cells, seed: u64, iterations: i32, plan: &str) -> Result<()> {
-    let poison = f32::from_bits(pattern::POISON as u32);
     let step = (expected.len() / 4096).max(1);
-    let every = expected.runs().flat_map(|(r, p)| {
+    for (r, p) in expected.runs() {
         let (first, last) = (r.start, r.end - 1);
-        r.map(move |i| (i, p.stepped(i - first), i == first || i == last))
-    });
-    for (i, want, run_edge) in every {
-        // The sum of a Summed element's terms' sizes (how far a rounding can move it).
-        let mut scale = 0.0f32;
-        let edge = run_edge || i % step == 0;
-        let value = match want {
-            Provenance::Unset => poison,
-            Provenance::Input(j) => pattern::f32_at(seed, j as usize),
-            Provenance::Output(j) if edge => compute_reference(pattern::f32_at(seed, j as usize), iterations),
-            Provenance::Repeated(j, k) if edge => (0..k).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, iterations)),
-            Provenance::Summed { first, stride, ranks, passes } if edge => {
-                let pass = |j: u32| (0..passes).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, iterations));
-                let terms: Vec<f32> = (0..ranks as u32).map(|r| pass(first + r * stride)).collect();
-                scale = terms.iter().map(|t| t.abs()).sum();
-                terms.into_iter().reduce(|sum, x| sum + x).unwrap_or(0.0)
+        match p {
+            // Kernel results: each run's edges and about 4096 places
+            // between (the CPU reference is the kernel's whole FMA chain).
+            Provenance::Output(_) | Provenance::Repeated(..) | Provenance::Summed { .. } => {
+                let sampled = (first.div_ceil(step) * step..r.end).step_by(step);
+                for i in std::iter::once(first).chain(sampled).chain(std::iter::once(last)) {
+                    check_one(got, i, p.stepped(i - first), seed, iterations, plan)?;
+                }
             }
-            Provenance::Output(_) | Provenance::Repeated(..) | Provenance::Summed { .. } => continue,
             Provenance::Garbage => {
                 return Err(LabError::schedule(format!(
-                    "{plan} element {i} comes from a kernel run on data that was never uploaded, or from a sum of elements no input holds"
+                    "{plan} element {first} comes from a kernel run on data that was never uploaded, or from a sum of elements no input holds"
                 )))
             }
-        };
-        // Two ranks' sum is the same whichever adds first; more ranks
-        // are summed in an order NCCL chooses (a rounding apart).
-        let close = match want {
-            Provenance::Summed { ranks, .. } if ranks > 2 => (got[i] - value).abs() <= 2.0 * f32::EPSILON * ranks as f32 * scale,
-            _ => false,
-        };
-        if got[i].to_bits() != value.to_bits() && !close {
-            let what = if got[i].to_bits() == poison.to_bits() { " (never written: still poison)".to_string() } else { String::new() };
-            return Err(LabError::wrong_data(plan.to_string(), i, format!("got {}{what}, expected {value} ({want:?})", got[i])));
+            // Copies and poison: every element, over the host's cores.
+            Provenance::Input(_) | Provenance::Unset => {
+                use rayon::prelude::*;
+                let expect = |i: usize| match p.stepped(i - first) {
+                    Provenance::Input(j) => pattern::f32_at(seed, j as usize),
+                    _ => f32::from_bits(pattern::POISON as u32),
+                };
+                if let Some(i) = r.into_par_iter().find_first(|&i| got[i].to_bits() != expect(i).to_bits()) {
+                    check_one(got, i, p.stepped(i - first), seed, iterations, plan)?;
+                }
+            }
         }
+    }
+    Ok(())
+}
+
+/// Checks element `i` of `got` against what `want` says it holds (see
+/// [`compare`]).
+fn check_one(got: &[f32], i: usize, want: Provenance, seed: u64, iterations: i32, plan: &str) -> Result<()> {
+    let poison = f32::from_bits(pattern::POISON as u32);
+    // The sum of a Summed element's terms' sizes (how far a rounding can move it).
+    let mut scale = 0.0f32;
+    let value = match want {
+        Provenance::Unset => poison,
+        Provenance::Input(j) => pattern::f32_at(seed, j as usize),
+        Provenance::Output(j) => compute_reference(pattern::f32_at(seed, j as usize), iterations),
+        Provenance::Repeated(j, k) => (0..k).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, iterations)),
+        Provenance::Summed { first, stride, ranks, passes } => {
+            let pass = |j: u32| (0..passes).fold(pattern::f32_at(seed, j as usize), |x, _| compute_reference(x, iterations));
+            let terms: Vec<f32> = (0..ranks as u32).map(|r| pass(first + r * stride)).collect();
+            scale = terms.iter().map(|t| t.abs()).sum();
+            terms.into_iter().reduce(|sum, x| sum + x).unwrap_or(0.0)
+        }
+        Provenance::Garbage => {
+            return Err(LabError::schedule(format!(
+                "{plan} element {i} comes from a kernel run on data that was never uploaded, or from a sum of elements no input holds"
+            )))
+        }
+    };
+    // Two ranks' sum is the same whichever adds first; more ranks
+    // are summed in an order NCCL chooses (a rounding apart).
+    let close = match want {
+        Provenance::Summed { ranks, .. } if ranks > 2 => (got[i] - value).abs() <= 2.0 * f32::EPSILON * ranks as f32 * scale,
+        _ => false,
+    };
+    if got[i].to_bits() != value.to_bits() && !close {
+        let what = if got[i].to_bits() == poison.to_bits() { " (never written: still poison)".to_string() } else { String::new() };
+        return Err(LabError::wrong_data(plan.to_string(), i, format!("got {}{what}, expected {value} ({want:?})", got[i])));
     }
     Ok(())
 }
@@ -91,6 +118,22 @@ fn compare(got: &[f32], expected: &Cells, seed: u64, iterations: i32, plan: &str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What checking a lab-sized result costs (16 Mi elements): printed,
+    /// run with --ignored --nocapture.
+    #[test]
+    #[ignore]
+    fn checking_a_large_result_is_quick() {
+        let (seed, n) = (3, 1 << 24);
+        let out: Vec<f32> = (0..n).map(|i| compute_reference(pattern::f32_at(seed, i), 100)).collect();
+        let copied: Vec<f32> = (0..n).map(|i| pattern::f32_at(seed, i)).collect();
+        let t = std::time::Instant::now();
+        compare(&out, &Cells::run(n, Provenance::Output(0)), seed, 100, "plan").unwrap();
+        let outputs = t.elapsed();
+        let t = std::time::Instant::now();
+        compare(&copied, &Cells::run(n, Provenance::Input(0)), seed, 100, "plan").unwrap();
+        println!("outputs {outputs:?}, inputs {:?}", t.elapsed());
+    }
 
     #[test]
     fn poison_a_wrong_value_and_a_sum_rounded_by_nccl_are_told_apart() {
