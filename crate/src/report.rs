@@ -1,4 +1,6 @@
-//! `overlap-lab report`: every figure from the recorded data, no GPU needed.
+//! `overlap-lab report`: every figure from the recorded data, no GPU needed,
+//! and one page that holds them all (`report.html`, hand-written: a page of
+//! tables, inline SVG and text needs no template engine).
 
 use crate::error::{LabError, Result};
 use crate::lab_kit::table::Visited;
@@ -9,41 +11,115 @@ use std::path::{Path, PathBuf};
 /// Renders every figure of every recording under `data_dir` into
 /// `out_dir/<device>/` (SVG + PNG, Chrome traces, a text summary per lab),
 /// then each lab's headline numbers with the GPUs side by side
-/// (`out_dir/headline.md` and `.csv`), returning the files.
+/// (`out_dir/headline.md` and `.csv`) and the one page of it all
+/// (`out_dir/report.html`), returning the files.
 pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
-    let (mut files, table) = visit(data_dir, Some(out_dir))?;
+    let (visited, table) = visit(data_dir, Some(out_dir))?;
+    let mut files: Vec<PathBuf> = visited.iter().flat_map(|v| v.files.iter().cloned()).collect();
     if files.is_empty() {
         return Err(LabError::MissingData { path: display_path(&data_dir.join("<device>").join("bandwidth.json")) });
     }
+    let page = html(&visited, &table)?;
     files.push(write_text(out_dir.join("headline.md"), table.markdown(None))?);
     files.push(write_text(out_dir.join("headline.csv"), table.csv())?);
+    files.push(write_text(out_dir.join("report.html"), page)?);
     Ok(files)
+}
+
+/// Text made safe inside HTML.
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// The report as one self-contained page: per lab (in course order) its
+/// question, its headline table with the GPUs side by side, then each
+/// GPU's figures (inline SVG) and summary in columns, each under the
+/// recording's origin.
+fn html(visited: &[Visited], table: &Headlines) -> Result<String> {
+    let mut s = String::from(concat!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>overlap-lab: the course's recordings</title>\n",
+        "<style>body{font-family:sans-serif;margin:1.5em;max-width:2400px}table{border-collapse:collapse;margin:.5em 0}",
+        "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#f4f4f4}",
+        ".gpus{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:1.5em}",
+        ".gpu svg{width:100%;height:auto;border:1px solid #eee;margin:.4em 0}.origin{color:#555;font-size:.9em}",
+        "pre{font-size:.8em;overflow-x:auto;background:#fafafa;padding:.5em}</style></head><body>\n",
+        "<h1>overlap-lab: the course's recordings</h1>\n",
+        "<p>Every lab's headline figures, charts and summary, from the recordings in <code>data/</code> ",
+        "(<code>overlap-lab report</code> writes this page), each GPU side by side.</p>\n",
+    ));
+    let mut gpus: Vec<&str> = Vec::new();
+    for v in visited {
+        if !gpus.contains(&v.gpu.as_str()) {
+            gpus.push(&v.gpu);
+        }
+    }
+    s += "<ul>";
+    for lab in crate::labs::ALL {
+        s += &format!("<li><a href=\"#{0}\">Lab {1}: {0}</a>: {2}</li>", lab.name(), lab.number(), escape(lab.teaches()));
+    }
+    s += "</ul>\n";
+    for lab in crate::labs::ALL {
+        s += &format!("<section class=\"lab\" id=\"{0}\"><h2>Lab {1}: {0}</h2>\n<p>{2}</p>\n", lab.name(), lab.number(), escape(lab.teaches()));
+        s += "<table><tr><th>what</th>";
+        for gpu in &gpus {
+            s += &format!("<th>{}</th>", escape(gpu));
+        }
+        s += "</tr>\n";
+        for (_, what, values) in table.rows.iter().filter(|r| r.0 == lab.name()) {
+            s += &format!("<tr><td>{}</td>", escape(what));
+            for v in values {
+                s += &format!("<td>{}</td>", escape(v.as_deref().unwrap_or("-")));
+            }
+            s += "</tr>\n";
+        }
+        s += "</table>\n<div class=\"gpus\">\n";
+        for v in visited.iter().filter(|v| v.lab == lab.name()) {
+            // The origin's `command` in code type.
+            let origin: String =
+                escape(&v.origin).split('`').enumerate().map(|(i, part)| if i % 2 == 1 { format!("<code>{part}</code>") } else { part.to_string() }).collect();
+            s += &format!("<div class=\"gpu\"><h3>{}</h3><p class=\"origin\">{origin}</p>\n", escape(&v.gpu));
+            for f in &v.files {
+                let read = |f: &Path| std::fs::read_to_string(f).map_err(|e| LabError::io(format!("reading {}", f.display()), e));
+                match f.extension().and_then(|e| e.to_str()) {
+                    Some("svg") => {
+                        let svg = read(f)?;
+                        // The markup itself, without an XML prolog if any.
+                        s += svg.find("<svg").map_or("", |i| &svg[i..]);
+                        s += "\n";
+                    }
+                    Some("txt") => s += &format!("<details><summary>summary</summary><pre>{}</pre></details>\n", escape(&read(f)?)),
+                    _ => {}
+                }
+            }
+            s += "</div>\n";
+        }
+        s += "</div></section>\n";
+    }
+    s += "</body></html>\n";
+    Ok(s)
 }
 
 /// Loads every recording under `data_dir` once: renders its figures into
 /// `out_dir` when given, and gathers every lab's headline numbers.
-fn visit(data_dir: &Path, out_dir: Option<&Path>) -> Result<(Vec<PathBuf>, Headlines)> {
+fn visit(data_dir: &Path, out_dir: Option<&Path>) -> Result<(Vec<Visited>, Headlines)> {
     let entries = std::fs::read_dir(data_dir).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(data_dir) },
         _ => LabError::io(format!("listing {}", data_dir.display()), e),
     })?;
     let mut devices: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
     devices.sort();
-    let (mut files, mut table) = (Vec::new(), Headlines::default());
+    let (mut visited, mut table) = (Vec::new(), Headlines::default());
     for dev in &devices {
         let labs = crate::labs::ALL.iter().map(|lab| lab.visit(dev, out_dir)).collect::<Result<Vec<_>>>()?;
         let labs: Vec<Visited> = labs.into_iter().flatten().collect();
         if let Some(first) = labs.first() {
             let gpu = first.gpu.clone();
-            let mut rows = Vec::new();
-            for v in labs {
-                files.extend(v.files);
-                rows.extend(v.headline.into_iter().map(|(what, value)| (v.lab.to_string(), what, value)));
-            }
+            let rows = labs.iter().flat_map(|v| v.headline.iter().map(|(what, value)| (v.lab.to_string(), what.clone(), value.clone()))).collect();
             table.add_gpu(&gpu, rows);
+            visited.extend(labs);
         }
     }
-    Ok((files, table))
+    Ok((visited, table))
 }
 
 /// Each lab's headline numbers with the GPUs side by side.

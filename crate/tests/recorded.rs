@@ -33,6 +33,12 @@ fn every_lab_of_the_table_is_recorded_on_every_gpu() {
             let file = f.file_name().unwrap().to_string_lossy();
             assert!(file.starts_with(&format!("{}-", lab.name())), "{} wrote {file}", lab.name());
         }
+        // No figure is written over another's file.
+        let mut names: Vec<_> = v.files.iter().map(|f| f.file_name().unwrap().to_owned()).collect();
+        names.sort();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n, "{} writes a file name twice: {:?}", lab.name(), v.files);
     }
 }
 
@@ -50,37 +56,41 @@ fn ms_after(text: &str, key: &str) -> Option<f64> {
 /// Prints every panel (the closing notes' list).
 #[test]
 fn every_drawn_timeline_agrees_with_its_table_or_says_by_how_much() {
-    let data = default_data_dir();
-    let mut devices: Vec<_> = std::fs::read_dir(&data).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
-    devices.sort();
+    let out = overlap_lab::testing::temp_dir("timelines-vs-tables");
+    let files = overlap_lab::report::generate(&default_data_dir(), &out).unwrap();
     let mut panels = 0;
-    for dev in &devices {
-        let out = overlap_lab::testing::temp_dir("timelines-vs-tables");
-        for lab in overlap_lab::labs::ALL {
-            let Some(v) = lab.visit(dev, Some(&out)).unwrap() else { continue };
-            for f in v.files.iter().filter(|f| f.extension().is_some_and(|e| e == "svg")) {
-                let svg = std::fs::read_to_string(f).unwrap();
-                for caption in svg.split("<text").filter_map(|t| t.split_once('>').map(|(_, rest)| rest.split("</text>").next().unwrap_or(""))) {
-                    // Measured panels: timed by the GPU's clocks. A kernel's
-                    // warps come from a traced build and say so.
-                    if !caption.contains("makespan") || !(caption.contains(", cupti") || caption.contains(", cuda events")) {
-                        continue;
-                    }
-                    let at = format!("{} {}: {caption}", dev.file_name().unwrap().to_string_lossy(), f.file_name().unwrap().to_string_lossy());
-                    let drawn = ms_after(caption, "makespan ").unwrap_or_else(|| panic!("{at}: no makespan"));
-                    let untraced = ms_after(caption, "untraced ").unwrap_or_else(|| panic!("{at}: drawn with no untraced time beside it"));
-                    let off = drawn / untraced - 1.0;
-                    let says = (caption.contains("tracing") && caption.contains("slowed this run")) || caption.contains("faster (runs vary)");
-                    println!("{:+7.1}%  {}", 100.0 * off, at);
-                    // The caption's figures are rounded: a margin either side of 10%.
-                    assert!(off.abs() < 0.11 || says, "{at}: {:.1}% off and says nothing", 100.0 * off);
-                    assert!(off.abs() > 0.09 || !says, "{at}: within 10% but excuses itself");
-                    panels += 1;
-                }
+    for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "svg")) {
+        let dev = f.parent().unwrap();
+        let svg = std::fs::read_to_string(f).unwrap();
+        for caption in svg.split("<text").filter_map(|t| t.split_once('>').map(|(_, rest)| rest.split("</text>").next().unwrap_or(""))) {
+            // Measured panels: timed by the GPU's clocks. A kernel's
+            // warps come from a traced build and say so.
+            if !caption.contains("makespan") || !(caption.contains(", cupti") || caption.contains(", cuda events")) {
+                continue;
             }
+            let at = format!("{} {}: {caption}", dev.file_name().unwrap().to_string_lossy(), f.file_name().unwrap().to_string_lossy());
+            let drawn = ms_after(caption, "makespan ").unwrap_or_else(|| panic!("{at}: no makespan"));
+            let untraced = ms_after(caption, "untraced ").unwrap_or_else(|| panic!("{at}: drawn with no untraced time beside it"));
+            let off = drawn / untraced - 1.0;
+            let says = (caption.contains("tracing") && caption.contains("slowed this run")) || caption.contains("faster (runs vary)");
+            println!("{:+7.1}%  {}", 100.0 * off, at);
+            // The caption's figures are rounded: a margin either side of 10%.
+            assert!(off.abs() < 0.11 || says, "{at}: {:.1}% off and says nothing", 100.0 * off);
+            assert!(off.abs() > 0.09 || !says, "{at}: within 10% but excuses itself");
+            panels += 1;
         }
     }
     assert!(panels >= 20, "only {panels} measured panels found in the reports");
+    // The one page holds every lab, every GPU and every figure.
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for lab in overlap_lab::labs::ALL {
+        assert!(page.contains(&format!("<section class=\"lab\" id=\"{}\">", lab.name())), "report.html lacks lab {}", lab.name());
+    }
+    for (_, r) in recordings() {
+        assert!(page.contains(&format!("<h3>{}</h3>", r.fingerprint.gpu_name)), "report.html lacks {}", r.fingerprint.gpu_name);
+    }
+    let svgs = files.iter().filter(|f| f.extension().is_some_and(|e| e == "svg")).count();
+    assert_eq!(page.matches("<svg").count(), svgs, "every figure drawn is on the page once");
 }
 
 #[test]

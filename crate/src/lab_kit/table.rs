@@ -36,6 +36,8 @@ pub struct RunContext<'a> {
 /// One lab's recording on one device, as the report sees it.
 pub struct Visited {
     pub gpu: String,
+    /// Where the recording comes from: its GPU, date and command.
+    pub origin: String,
     pub lab: &'static str,
     /// (what, value) rows of the headline table.
     pub headline: Vec<(String, String)>,
@@ -189,14 +191,12 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
             return Ok(None);
         }
         let rec = Record::<T>::load(&path)?;
+        let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command_line());
         let files = match out {
-            Some(out) => {
-                let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command_line());
-                (self.figures)(&rec, &out.join(rec.fingerprint.slug()), &origin)?
-            }
+            Some(out) => (self.figures)(&rec, &out.join(rec.fingerprint.slug()), &origin)?,
             None => Vec::new(),
         };
-        Ok(Some(Visited { gpu: rec.fingerprint.gpu_name.clone(), lab: self.name, headline: (self.headline)(&rec.results), files }))
+        Ok(Some(Visited { gpu: rec.fingerprint.gpu_name.clone(), origin, lab: self.name, headline: (self.headline)(&rec.results), files }))
     }
 }
 

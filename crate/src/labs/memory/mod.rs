@@ -409,7 +409,8 @@ impl MemoryResults {
 
     /// The pinned-staging run's timelines (with the model's beside them).
     pub fn ring_timelines(&self, with_model: bool, origin: &str) -> Gantt {
-        self.ring.staging.gantt("Lab 6", &format!("{LAB}-{}", self.ring.staging.name), with_model, origin)
+        // Not "memory-pinned-staging": that is the ring chart's name.
+        self.ring.staging.gantt("Lab 6", &format!("{LAB}-{}-timelines", self.ring.staging.name), with_model, origin)
     }
 
     /// Pinned staging: time per batch by ring slots, per-batch allocation
@@ -670,7 +671,7 @@ mod tests {
         let dir = crate::testing::temp_dir("memory-report");
         let rec = crate::measure::record::Record::new(LAB, crate::testing::fingerprint(), r);
         let files = report(&rec, &dir, "recorded on a test fixture").unwrap();
-        for stem in ["memory-release-threshold.png", "memory-pinned-staging.png", "memory-pinned-staging.svg"] {
+        for stem in ["memory-release-threshold.png", "memory-pinned-staging.png", "memory-pinned-staging.svg", "memory-pinned-staging-timelines.svg"] {
             assert!(files.iter().any(|f| f.to_string_lossy().ends_with(stem)), "{stem}: {files:?}");
         }
         assert!(h.iter().any(|(k, v)| k.starts_with("pinned staging, 16 batches") && v.ends_with("x)")), "{h:?}");
