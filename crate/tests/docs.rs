@@ -294,6 +294,28 @@ fn notebook_prose_states_only_figures_its_cells_print_or_name_the_file_of() {
     );
 }
 
+/// Every lab's notebook ends with what to take away and a link to the
+/// next lab's notebook (the last one to the report).
+#[test]
+fn every_notebook_ends_with_what_to_take_away_and_the_next_lab() {
+    let labs = overlap_lab::labs::ALL;
+    for (i, lab) in labs.iter().enumerate() {
+        let path = repo_root().join(lab.notebook());
+        let nb: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let last = nb["cells"].as_array().unwrap().last().unwrap();
+        let text = cell_text(last, "source");
+        assert!(last["cell_type"] == "markdown" && text.starts_with("## What to take away"), "{}: the last cell is not what to take away", lab.notebook());
+        assert!(text.matches("\n* ").count() >= 2, "{}: what to take away lists fewer than two points", lab.notebook());
+        match labs.get(i + 1) {
+            Some(next) => {
+                let file = next.notebook().trim_start_matches("notebooks/").to_string();
+                assert!(text.contains("**Next:**") && text.contains(&format!("]({file})")), "{}: no link to the next lab, {file}", lab.notebook());
+            }
+            None => assert!(text.contains("**Next:**") && text.contains("report.html"), "{}: the last lab points to the report", lab.notebook()),
+        }
+    }
+}
+
 #[test]
 fn prose_figures_are_numbers_with_a_unit_of_measurement() {
     let f = prose_figures("On the H100 a 1 GiB pair took 2.1 ms at threshold 0, 64 MiB at 2.49x, 93% and 54 GB/s; lab 8, sm_90, 1.5.");
