@@ -179,7 +179,7 @@ fn notebook_text_names_only_functions_that_exist() {
 }
 
 #[test]
-fn committed_notebooks_and_the_report_name_no_machine_folders() {
+fn committed_notebooks_recordings_and_the_report_name_no_machine_folders() {
     let machine = ["/root/", "/work/", "/home/", "/tmp/", ".gpu/", "$OUT"];
     for (path, nb) in notebooks() {
         for cell in nb["cells"].as_array().unwrap() {
@@ -193,13 +193,15 @@ fn committed_notebooks_and_the_report_name_no_machine_folders() {
     }
     let out = overlap_lab::testing::temp_dir("docs-report");
     overlap_lab::report::generate(&default_data_dir(), &out).unwrap();
-    let mut stack = vec![out];
+    // The recordings and their READMEs too: a record names files as the
+    // repository does.
+    let mut stack = vec![out, default_data_dir()];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(dir).unwrap().flatten() {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "txt" || x == "md" || x == "svg") {
+            } else if p.extension().is_some_and(|x| x == "txt" || x == "md" || x == "svg" || x == "json") {
                 let text = std::fs::read_to_string(&p).unwrap();
                 for m in machine {
                     assert!(!text.contains(m), "{}: names {m}", p.display());

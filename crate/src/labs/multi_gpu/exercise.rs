@@ -416,6 +416,23 @@ mod tests {
     /// The send from GPU 0 to GPU 1 forgotten (or issued after the stage
     /// that needs it): GPU 1's stage reads an activation nothing copied
     /// there, named by its micro-batch and the buffer's role.
+    /// A loop one past the last micro-batch is told which micro-batch does
+    /// not exist, not which element offsets do not fit a buffer.
+    #[test]
+    fn a_micro_batch_past_the_last_is_named_as_such() {
+        let one_too_many = check(|p, t| {
+            for i in 0..=t.micro_batches {
+                t.stage1(p, t.gpu0.compute, i)?;
+                p.wait_for(t.gpu1.compute, t.gpu0.compute)?;
+                t.send(p, t.gpu1.compute, i)?;
+                t.stage2(p, t.gpu1.compute, i)?;
+            }
+            Ok(())
+        });
+        fails_with(&one_too_many, &["stage 1 of micro-batch", "there is no micro-batch", "the loop has"]);
+        assert!(!one_too_many.to_string().contains("do not fit"), "{one_too_many}");
+    }
+
     #[test]
     fn a_forgotten_send_names_the_stage_that_reads_an_activation_nothing_copied() {
         let no_send = check(|p, t| {

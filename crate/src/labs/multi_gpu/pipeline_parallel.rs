@@ -56,20 +56,32 @@ impl MicroBatchTask {
     pub fn micro_batch(&self, i: usize) -> (usize, usize) {
         chunk(self.elements, self.micro_batches, i)
     }
+    /// Micro-batch `i` for `what` (a stage or the send), or an error naming
+    /// the micro-batch a loop asked for past its last.
+    fn existing(&self, i: usize, what: &str) -> Result<(usize, usize)> {
+        if i >= self.micro_batches {
+            return Err(crate::error::LabError::config(format!(
+                "{what} of micro-batch {i}: there is no micro-batch {i}, the loop has {} (0 to {})",
+                self.micro_batches,
+                self.micro_batches.saturating_sub(1)
+            )));
+        }
+        Ok(self.micro_batch(i))
+    }
     /// Stage 1 of micro-batch `i` on `s` (a stream of GPU 0): input to activation.
     pub fn stage1(&self, p: &mut dyn Issue, s: StreamRef, i: usize) -> Result<()> {
-        let (at, n) = self.micro_batch(i);
+        let (at, n) = self.existing(i, "stage 1")?;
         p.compute(s, self.input, at, self.activation0, at, n, &stage_label(1, i))
     }
     /// Copies micro-batch `i`'s activation from GPU 0 to GPU 1 on `s` (a
     /// stream of either GPU).
     pub fn send(&self, p: &mut dyn Issue, s: StreamRef, i: usize) -> Result<()> {
-        let (at, n) = self.micro_batch(i);
+        let (at, n) = self.existing(i, "the send")?;
         p.d2d(s, self.activation1, at, self.activation0, at, n, &format!("send micro-batch {i} to GPU 1"))
     }
     /// Stage 2 of micro-batch `i` on `s` (a stream of GPU 1): activation to output.
     pub fn stage2(&self, p: &mut dyn Issue, s: StreamRef, i: usize) -> Result<()> {
-        let (at, n) = self.micro_batch(i);
+        let (at, n) = self.existing(i, "stage 2")?;
         p.compute(s, self.activation1, at, self.output, at, n, &stage_label(2, i))
     }
 }
