@@ -155,6 +155,12 @@ impl Timeline {
     pub fn end_us(&self) -> f64 {
         self.spans.iter().map(|s| s.end_us).fold(f64::NEG_INFINITY, f64::max)
     }
+    /// The spans `keep` says belong to what is drawn (the rest, set-up
+    /// outside the timed region, left out).
+    pub fn keeping(&self, keep: impl Fn(&Span) -> bool) -> Timeline {
+        Timeline { spans: self.spans.iter().filter(|s| keep(s)).cloned().collect(), ..self.clone() }
+    }
+
     /// This timeline drawn for untraced runs that took `ms` (see
     /// [`Timeline::untraced_ms`]).
     pub fn illustrating(self, ms: f64) -> Timeline {

@@ -58,11 +58,7 @@ fn compare(got: &[f32], expected: &Cells, seed: u64, iterations: i32, plan: &str
                     check_one(got, i, p.stepped(i - first), seed, iterations, plan)?;
                 }
             }
-            Provenance::Garbage => {
-                return Err(LabError::schedule(format!(
-                    "{plan} element {first} comes from a kernel run on data that was never uploaded, or from a sum of elements no input holds"
-                )))
-            }
+            Provenance::Garbage => check_one(got, first, p, seed, iterations, plan)?,
             // Copies and poison: every element, over the host's cores.
             Provenance::Input(_) | Provenance::Unset => {
                 use rayon::prelude::*;

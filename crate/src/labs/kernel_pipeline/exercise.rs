@@ -366,6 +366,23 @@ mod tests {
         assert!(!rep.passed && rep.to_string().contains("could not read exercises/no-such-file.cu"), "{rep}");
     }
 
+    /// Each (what, source, words) fails the check without a GPU, saying
+    /// every one of `words` and none of `not`: the fault is known from the
+    /// compile and the PTX.
+    fn fails_offline_with(cases: &[(&str, String, &[&str])], cfg: &KernelPipelineConfig, not: &[&str]) {
+        for (what, source, words) in cases {
+            let rep = check_offline("mine.cu", source, cfg);
+            let text = rep.to_string();
+            assert!(!rep.passed, "{what} passed: {text}");
+            for w in *words {
+                assert!(text.contains(w), "{what}: no '{w}' in {text}");
+            }
+            for n in not {
+                assert!(!text.contains(n), "{what}: the fault is known without a GPU, yet the check says '{n}': {text}");
+            }
+        }
+    }
+
     #[test]
     fn faults_the_compile_or_the_ptx_shows_are_named_without_a_gpu() {
         if !nvrtc() {
@@ -383,15 +400,7 @@ mod tests {
             ),
             ("STAGES redefined", format!("#define STAGES 1\n{sol}"), &["line 1: your file sets STAGES itself", "-DSTAGES=2"]),
         ];
-        for (what, source, words) in cases {
-            let rep = check_offline("mine.cu", &source, &cfg);
-            let text = rep.to_string();
-            assert!(!rep.passed, "{what} passed: {text}");
-            for w in words {
-                assert!(text.contains(w), "{what}: no '{w}' in {text}");
-            }
-            assert!(!text.contains("judged on a GPU"), "{what}: the fault is known without one: {text}");
-        }
+        fails_offline_with(&cases, &cfg, &["judged on a GPU"]);
         // The given file's guarded default is not a redefinition.
         assert!(source_problem(GIVEN).is_none());
     }
@@ -473,15 +482,7 @@ mod tests {
                 &["parameter 1 of your kernel tile_async is .u32 in its PTX where the lab passes const float* in (.u64)", "in that order"],
             ),
         ];
-        for (what, source, words) in cases {
-            let rep = check_offline("mine.cu", &source, &cfg);
-            let text = rep.to_string();
-            assert!(!rep.passed, "{what} passed: {text}");
-            for w in words {
-                assert!(text.contains(w), "{what}: no '{w}' in {text}");
-            }
-            assert!(!text.contains("judged on a GPU") && !text.contains("no asynchronous copy"), "{what}: the signature is the fault: {text}");
-        }
+        fails_offline_with(&cases, &cfg, &["judged on a GPU", "no asynchronous copy"]);
         // The given file and the solution declare what the lab launches
         // (LAUNCH_PARAMS): their offline checks, tested above, get past the signature to the
         // copies (the given file's "no asynchronous copy", the solution's

@@ -122,25 +122,19 @@ impl MultiGpuResults {
         })
     }
 
-    fn gantt(&self, stem: &str, title: &str, origin: &str, t: &Timeline) -> Gantt {
-        Gantt::new(&format!("{LAB}-{stem}"), title, origin, vec![t.clone()])
+    fn gantt(&self, stem: &str, title: &str, origin: &str, t: Timeline) -> Gantt {
+        Gantt::new(&format!("{LAB}-{stem}"), title, origin, vec![t])
     }
 
     /// One round of the four at once (None: no timeline was recorded).
     pub fn four_way_gantt(&self, origin: &str) -> Option<Gantt> {
-        Some(
-            self.gantt(
-                "four-way",
-                &format!("Lab 8: an upload, a download, a copy {} and a kernel at once", self.pair()),
-                origin,
-                // The source's upload is set-up, outside the timed round.
-                &Timeline {
-                    spans: self.four_way_timeline.as_ref()?.spans.iter().filter(|s| s.label != super::four_way::PROLOGUE).cloned().collect(),
-                    ..self.four_way_timeline.clone()?
-                }
-                .illustrating(self.four_way.together_ms.median),
-            ),
-        )
+        Some(self.gantt(
+            "four-way",
+            &format!("Lab 8: an upload, a download, a copy {} and a kernel at once", self.pair()),
+            origin,
+            // The source's upload is set-up, outside the timed round.
+            self.four_way_timeline.as_ref()?.keeping(|s| s.label != super::four_way::PROLOGUE).illustrating(self.four_way.together_ms.median),
+        ))
     }
 
     /// One run of the two-stage pipeline.
@@ -150,7 +144,7 @@ impl MultiGpuResults {
         if let Some(p) = self.pipeline.points.iter().find(|p| p.micro_batches == m) {
             t = t.illustrating(p.total_ms.median);
         }
-        Some(self.gantt("pipeline", &format!("Lab 8: two stages over {m} micro-batches, ordered by events"), origin, &t))
+        Some(self.gantt("pipeline", &format!("Lab 8: two stages over {m} micro-batches, ordered by events"), origin, t))
     }
 
     /// One overlapped training step.
@@ -158,15 +152,14 @@ impl MultiGpuResults {
         let a = self.all_reduce.as_ref().ok()?;
         // The step is its layers and sums: the batch's upload and the
         // gradients' download around it are set-up and check, not timed.
-        let t = a.timeline.as_ref()?;
-        let mut t = Timeline { spans: t.spans.iter().filter(|s| !matches!(s.kind, OpKind::H2d | OpKind::D2h)).cloned().collect(), ..t.clone() };
+        let mut t = a.timeline.as_ref()?.keeping(|s| !matches!(s.kind, OpKind::H2d | OpKind::D2h));
         // The step drawn is the one at the middle bucket size.
         let mut sizes: Vec<u64> = a.points.iter().map(|p| p.bucket_bytes).collect();
         sizes.sort_unstable();
         if let Some(p) = sizes.get(sizes.len() / 2).and_then(|&b| a.points.iter().find(|p| p.bucket_bytes == b)) {
             t = t.illustrating(p.overlapped_ms.median);
         }
-        Some(self.gantt("all-reduce-step", "Lab 8: one training step, each bucket summed beside the next layers", origin, &t))
+        Some(self.gantt("all-reduce-step", "Lab 8: one training step, each bucket summed beside the next layers", origin, t))
     }
 }
 
