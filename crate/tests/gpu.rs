@@ -561,7 +561,8 @@ mod double_buffering {
 }
 
 mod callback {
-    use overlap_lab::labs::callback::measure::{self, CallbackRig};
+    use overlap_lab::labs::callback::measure;
+    use overlap_lab::labs::callback::rig::CallbackRig;
     use overlap_lab::labs::callback::{self, exercise, CallbackConfig, Variant};
     use overlap_lab::present::progress::ProgressMode;
     use overlap_lab::testing::gpu_or_skip;
@@ -612,7 +613,7 @@ mod callback {
         let e = rig.run(&exercise::forgets_the_argmin, 1, false).unwrap_err().to_string();
         assert!(e.contains("argmin was never issued"), "{e}");
         // Two slots taken an iteration: said as the model says it, not as a missing argmin.
-        let two_slots = |l: &mut dyn overlap_lab::labs::callback::CallbackIssue, t: usize| {
+        let two_slots = |l: &mut overlap_lab::labs::callback::ScoreLoop, t: usize| {
             let _spare = l.take_slot(t)?;
             callback::hand_off_to_worker(l, t)
         };

@@ -6,9 +6,83 @@
 //! plan in 4096 chunks holds a few thousand runs where it held 16 million
 //! cells.
 
-use super::dry_run::Provenance;
 use std::collections::BTreeMap;
 use std::ops::Range;
+
+/// Where an element's value came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provenance {
+    /// Never written.
+    Unset,
+    /// Input element i.
+    Input(u32),
+    /// The kernel applied to input element i.
+    Output(u32),
+    /// The kernel applied `times` times (2 or more) to input element i: a
+    /// pipeline of stages, each running the kernel on the one before's output.
+    Repeated(u32, u8),
+    /// The sum over `ranks` GPUs (2 or more) of input elements `first`,
+    /// `first + stride`, ... each after `passes` kernels: what an
+    /// all-reduce leaves in every rank's buffer when rank r held element
+    /// `first + r * stride` ([`super::issue::Issue::all_reduce`]).
+    Summed { first: u32, stride: u32, ranks: u8, passes: u8 },
+    /// The kernel applied to something that was not an input, or a sum of
+    /// elements that are not one input's run of ranks (what no run can be
+    /// checked against).
+    Garbage,
+}
+
+impl Provenance {
+    /// What the kernel makes of this element: one more pass over an input.
+    pub fn computed(self) -> Provenance {
+        match self {
+            Provenance::Input(i) => Provenance::Output(i),
+            Provenance::Output(i) => Provenance::Repeated(i, 2),
+            Provenance::Repeated(i, k) if k < u8::MAX => Provenance::Repeated(i, k + 1),
+            // A kernel over a sum is not a pass over one input.
+            _ => Provenance::Garbage,
+        }
+    }
+    /// The input element and kernel passes this element is, if it is one
+    /// (not a sum, nothing unset).
+    pub fn passes_of(self) -> Option<(u32, u8)> {
+        match self {
+            Provenance::Input(i) => Some((i, 0)),
+            Provenance::Output(i) => Some((i, 1)),
+            Provenance::Repeated(i, k) => Some((i, k)),
+            _ => None,
+        }
+    }
+    /// What an all-reduce makes of one element held by each rank, in rank
+    /// order: their sum when they are one run of inputs after the same
+    /// passes ([`Provenance::Summed`]), the element itself over one rank.
+    pub fn sum_of(ranks: &[Provenance]) -> Provenance {
+        let terms: Option<Vec<(u32, u8)>> = ranks.iter().map(|p| p.passes_of()).collect();
+        match (ranks, terms) {
+            ([], _) => Provenance::Garbage,
+            ([one], _) => *one,
+            (_, Some(t)) if t.len() <= u8::MAX as usize => {
+                let (first, passes) = t[0];
+                let Some(stride) = t[1].0.checked_sub(first) else { return Provenance::Garbage };
+                let at = |r: usize| (r as u32).checked_mul(stride).and_then(|x| x.checked_add(first));
+                if t.iter().enumerate().all(|(r, &(i, k))| k == passes && at(r) == Some(i)) {
+                    Provenance::Summed { first, stride, ranks: t.len() as u8, passes }
+                } else {
+                    Provenance::Garbage
+                }
+            }
+            _ => Provenance::Garbage,
+        }
+    }
+    /// Input element i after `times` passes of the kernel (0: the input).
+    pub fn after(i: u32, times: u8) -> Provenance {
+        match times {
+            0 => Provenance::Input(i),
+            1 => Provenance::Output(i),
+            k => Provenance::Repeated(i, k),
+        }
+    }
+}
 
 impl Provenance {
     /// The provenance `k` elements further along a run that starts with

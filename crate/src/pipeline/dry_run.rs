@@ -3,87 +3,12 @@
 //! elements, [`Cells`]), so a checker can say which element is wrong and
 //! why, and the queue model can time the schedule.
 
-use super::cells::{summed, Cells};
+use super::cells::{summed, Cells, Provenance};
 use super::issue::{check_alloc, check_ranks, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
 use super::op::{Access, Memory, OpId, OpKind, StreamDecl, StreamKind};
 use super::schedule::Schedule;
 use crate::error::{LabError, Result};
 use std::ops::Range;
-
-/// Where an element's value came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Provenance {
-    /// Never written.
-    Unset,
-    /// Input element i.
-    Input(u32),
-    /// The kernel applied to input element i.
-    Output(u32),
-    /// The kernel applied `times` times (2 or more) to input element i: a
-    /// pipeline of stages, each running the kernel on the one before's output.
-    Repeated(u32, u8),
-    /// The sum over `ranks` GPUs (2 or more) of input elements `first`,
-    /// `first + stride`, ... each after `passes` kernels: what an
-    /// all-reduce leaves in every rank's buffer when rank r held element
-    /// `first + r * stride` ([`Issue::all_reduce`]).
-    Summed { first: u32, stride: u32, ranks: u8, passes: u8 },
-    /// The kernel applied to something that was not an input, or a sum of
-    /// elements that are not one input's run of ranks (what no run can be
-    /// checked against).
-    Garbage,
-}
-
-impl Provenance {
-    /// What the kernel makes of this element: one more pass over an input.
-    pub fn computed(self) -> Provenance {
-        match self {
-            Provenance::Input(i) => Provenance::Output(i),
-            Provenance::Output(i) => Provenance::Repeated(i, 2),
-            Provenance::Repeated(i, k) if k < u8::MAX => Provenance::Repeated(i, k + 1),
-            // A kernel over a sum is not a pass over one input.
-            _ => Provenance::Garbage,
-        }
-    }
-    /// The input element and kernel passes this element is, if it is one
-    /// (not a sum, nothing unset).
-    pub fn passes_of(self) -> Option<(u32, u8)> {
-        match self {
-            Provenance::Input(i) => Some((i, 0)),
-            Provenance::Output(i) => Some((i, 1)),
-            Provenance::Repeated(i, k) => Some((i, k)),
-            _ => None,
-        }
-    }
-    /// What an all-reduce makes of one element held by each rank, in rank
-    /// order: their sum when they are one run of inputs after the same
-    /// passes ([`Provenance::Summed`]), the element itself over one rank.
-    pub fn sum_of(ranks: &[Provenance]) -> Provenance {
-        let terms: Option<Vec<(u32, u8)>> = ranks.iter().map(|p| p.passes_of()).collect();
-        match (ranks, terms) {
-            ([], _) => Provenance::Garbage,
-            ([one], _) => *one,
-            (_, Some(t)) if t.len() <= u8::MAX as usize => {
-                let (first, passes) = t[0];
-                let Some(stride) = t[1].0.checked_sub(first) else { return Provenance::Garbage };
-                let at = |r: usize| (r as u32).checked_mul(stride).and_then(|x| x.checked_add(first));
-                if t.iter().enumerate().all(|(r, &(i, k))| k == passes && at(r) == Some(i)) {
-                    Provenance::Summed { first, stride, ranks: t.len() as u8, passes }
-                } else {
-                    Provenance::Garbage
-                }
-            }
-            _ => Provenance::Garbage,
-        }
-    }
-    /// Input element i after `times` passes of the kernel (0: the input).
-    pub fn after(i: u32, times: u8) -> Provenance {
-        match times {
-            0 => Provenance::Input(i),
-            1 => Provenance::Output(i),
-            k => Provenance::Repeated(i, k),
-        }
-    }
-}
 
 /// A buffer of a dry run, and the GPU it lives on (device buffers).
 struct ModelBuffer {
@@ -161,6 +86,46 @@ impl DryRun {
     /// What the loop allocated and never released.
     pub fn unreleased(&self) -> Vec<String> {
         self.devices.iter().chain(&self.hosts).filter(|b| b.hold.leaked()).map(|b| b.hold.name.clone()).collect()
+    }
+
+    // ---- a lab's own operations: what the GPU runner's `op`, `host_fn`,
+    // `on_thread`, `learns`, `hands_to` and `thread_waits` record, recorded
+    // here with nothing to run, so a lab whose loop speaks its own
+    // vocabulary (lab 4's slots and threads) is checked and timed offline
+    // by the same calls it makes on the GPU.
+
+    /// A lab's own GPU operation on `s` (a kernel or copy of its own
+    /// buffers): `accesses` name what it reads and writes. Its data is the
+    /// lab's to follow; the schedule orders it and checks it for races.
+    pub fn op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>) -> Result<OpId> {
+        let lane = self.lane(s)?;
+        Ok(self.schedule.gpu_op(self.lanes.thread(), lane, kind, label, accesses))
+    }
+    /// A host function on `s` that does CPU work reading or writing
+    /// `accesses` (cuLaunchHostFunc): `s` waits for it.
+    pub fn host_fn(&mut self, s: StreamRef, label: &str, accesses: Vec<Access>) -> Result<OpId> {
+        self.lanes.on_loop_thread("a host function")?;
+        let lane = self.lane(s)?;
+        Ok(self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Host, label, accesses))
+    }
+    /// CPU work that another thread of the lab runs (thread 1, 2, ...),
+    /// after all that thread has learned so far.
+    pub fn on_thread(&mut self, thread: usize, label: &str, accesses: Vec<Access>) -> OpId {
+        self.schedule.host_op(thread, label, accesses)
+    }
+    /// Host thread `thread` learns that op `op` is done (a job it was
+    /// handed, a slot given back).
+    pub fn learns(&mut self, thread: usize, op: OpId) {
+        self.schedule.host_learns(thread, op);
+    }
+    /// Host thread `thread` receives work from the loop's thread: what
+    /// thread 0 did so far happens before its later work.
+    pub fn hands_to(&mut self, thread: usize) {
+        self.schedule.host_joins(thread, 0);
+    }
+    /// Host thread `thread` waits on `e` itself (cuEventSynchronize there).
+    pub fn thread_waits(&mut self, thread: usize, e: EventRef) {
+        self.schedule.host_wait_event(thread, e.0);
     }
 
     /// The schedule's stream for `s` called from the current thread (a

@@ -11,7 +11,8 @@
 //! buffers of the same length; lab 5's and lab 6's experiments are plans.
 
 use super::cells::Cells;
-use super::dry_run::{DryRun, Provenance};
+use super::cells::Provenance;
+use super::dry_run::DryRun;
 use super::issue::{DevRef, HostRef, Issue, StreamRef};
 use super::machine::Machine;
 use super::op::{Op, OpKind, StreamDecl, StreamKind};

@@ -8,7 +8,7 @@ use crate::gpu::kernels::compute_reference;
 use crate::gpu::HostBuffer;
 use crate::measure::pattern;
 use crate::pipeline::cells::Cells;
-use crate::pipeline::dry_run::Provenance;
+use crate::pipeline::cells::Provenance;
 use crate::pipeline::plan::{Checked, Plan, OUTPUT};
 
 impl PlanRig {

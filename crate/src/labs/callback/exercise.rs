@@ -6,9 +6,10 @@
 //! no overlap; on the callback stream: heavy work on the driver's thread),
 //! or too little overlap.
 
-use super::measure::CallbackRig;
-use super::model::{ArgminOn, ModelCosts, ModelIssuer};
-use super::{bound_ms, serial_ms, CallbackConfig, CallbackIssue, CallbackResults, On, Slot};
+use super::model::{ModelCosts, ModelRun};
+use super::rig::CallbackRig;
+use super::score_loop::{ArgminOn, Sent};
+use super::{bound_ms, serial_ms, CallbackConfig, CallbackResults, On, ScoreLoop};
 use crate::error::{LabError, Result};
 use crate::gpu::Gpu;
 use crate::lab_kit::check::CheckReport;
@@ -22,7 +23,7 @@ pub const GPU_CHECK_ITERATIONS: usize = 128;
 // ---- deliberately wrong iterations (tests, demonstrations) ----------------
 
 /// The argmin reads scores the D2H may not have written yet: no event.
-pub fn hands_off_without_waiting(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+pub fn hands_off_without_waiting(l: &mut ScoreLoop, t: usize) -> Result<()> {
     let s = l.take_slot(t)?;
     l.row_dot(On::Compute, t, s)?;
     l.d2h_scores(On::Compute, s)?;
@@ -30,7 +31,7 @@ pub fn hands_off_without_waiting(l: &mut dyn CallbackIssue, t: usize) -> Result<
 }
 
 /// `buffers[t % 3]`: the slot may still be read by the worker.
-pub fn reuses_slots_by_index(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+pub fn reuses_slots_by_index(l: &mut ScoreLoop, t: usize) -> Result<()> {
     let s = l.slot_at(t % 3, t)?;
     l.row_dot(On::Compute, t, s)?;
     l.d2h_scores(On::Compute, s)?;
@@ -40,7 +41,7 @@ pub fn reuses_slots_by_index(l: &mut dyn CallbackIssue, t: usize) -> Result<()> 
 }
 
 /// Copies the scores and never finds their argmin.
-pub fn forgets_the_argmin(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+pub fn forgets_the_argmin(l: &mut ScoreLoop, t: usize) -> Result<()> {
     let s = l.take_slot(t)?;
     l.row_dot(On::Compute, t, s)?;
     l.d2h_scores(On::Compute, s)
@@ -48,7 +49,7 @@ pub fn forgets_the_argmin(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
 
 /// Copies the slot's scores before the row_dot that computes them: ordered
 /// on one stream (no race), so the argmin reads what the slot held before.
-pub fn copies_before_computing(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+pub fn copies_before_computing(l: &mut ScoreLoop, t: usize) -> Result<()> {
     let s = l.take_slot(t)?;
     l.d2h_scores(On::Compute, s)?;
     l.row_dot(On::Compute, t, s)?;
@@ -59,50 +60,14 @@ pub fn copies_before_computing(l: &mut dyn CallbackIssue, t: usize) -> Result<()
 
 // ---- the checker -----------------------------------------------------------
 
-/// Where the learner sent an argmin: the model's places, plus the stream a
-/// hand-off went on (a hand-off on the compute stream still stops it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sent {
-    To(ArgminOn),
-    HandOffOn(On),
-}
-
-/// Passes every call through and notes where each argmin was sent.
-struct Audit<'a> {
-    inner: &'a mut dyn CallbackIssue,
-    places: &'a RefCell<Vec<Sent>>,
-}
-
-impl CallbackIssue for Audit<'_> {
-    fn take_slot(&mut self, t: usize) -> Result<Slot> {
-        self.inner.take_slot(t)
-    }
-    fn slot_at(&mut self, index: usize, t: usize) -> Result<Slot> {
-        self.inner.slot_at(index, t)
-    }
-    fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
-        self.inner.row_dot(on, t, slot)
-    }
-    fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
-        self.inner.d2h_scores(on, slot)
-    }
-    fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
-        self.inner.record_scores_ready(on, slot)
-    }
-    fn wait_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
-        self.inner.wait_scores_ready(on, slot)
-    }
-    fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()> {
-        self.places.borrow_mut().push(Sent::To(ArgminOn::HostFn(on)));
-        self.inner.host_fn_argmin(on, slot)
-    }
-    fn host_fn_hand_off(&mut self, on: On, slot: Slot) -> Result<()> {
-        self.places.borrow_mut().push(Sent::HandOffOn(on));
-        self.inner.host_fn_hand_off(on, slot)
-    }
-    fn hand_to_waiting_thread(&mut self, slot: Slot) -> Result<()> {
-        self.places.borrow_mut().push(Sent::To(ArgminOn::WaitingThread));
-        self.inner.hand_to_waiting_thread(slot)
+/// The learner's iteration, noting into `places` where each argmin was
+/// sent as it goes (so a loop that stops early is still judged by them).
+fn noting<'p>(iteration: &'p dyn Fn(&mut ScoreLoop, usize) -> Result<()>, places: &'p RefCell<Vec<Sent>>) -> impl Fn(&mut ScoreLoop, usize) -> Result<()> + 'p {
+    move |l: &mut ScoreLoop, t: usize| {
+        let before = l.sent().len();
+        let r = iteration(l, t);
+        places.borrow_mut().extend_from_slice(&l.sent()[before..]);
+        r
     }
 }
 
@@ -160,7 +125,7 @@ pub fn check_costs(rec: &CallbackResults) -> Result<ModelCosts> {
 
 /// Checks an iteration with no GPU, on the queue model at the recording's
 /// balanced point, its iterations and slots.
-pub fn check_on_model(rec: &CallbackResults, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> CheckReport {
+pub fn check_on_model(rec: &CallbackResults, iteration: impl Fn(&mut ScoreLoop, usize) -> Result<()>) -> CheckReport {
     let (n, slots) = (rec.config.iterations, rec.config.slots);
     let mut rep = CheckReport::new(&format!("callback-stream wiring, {n} iterations, {slots} slots (queue model, no GPU)"));
     let costs = match check_costs(rec) {
@@ -171,11 +136,16 @@ pub fn check_on_model(rec: &CallbackResults, iteration: impl Fn(&mut dyn Callbac
         }
     };
     let places = RefCell::new(Vec::new());
-    let mut m = ModelIssuer::new(costs, slots);
-    if rep.learner("your iteration", || m.run(n, &|l, t| iteration(&mut Audit { inner: l, places: &places }, t))).is_none() {
+    let mut l = ScoreLoop::on_model(slots);
+    let recorded = rep.learner("your iteration", || {
+        l.run(n, &noting(&iteration, &places))?;
+        l.finish_on_model()
+    });
+    let Some(recorded) = recorded else {
         judge_places(&mut rep, &places.borrow());
         return rep;
-    }
+    };
+    let m = ModelRun::timed(recorded, costs);
     if let Some(p) = m.problems.first() {
         rep.problem(format!("{p} ({} problem(s) in all)", m.problems.len()));
     }
@@ -192,7 +162,7 @@ pub fn check_on_model(rec: &CallbackResults, iteration: impl Fn(&mut dyn Callbac
 
 /// Checks an iteration on the GPU with real scores, at a CPU cost
 /// calibrated to the GPU's (balanced), every argmin verified.
-pub fn check_on_gpu(gpu: &Gpu, cfg: &CallbackConfig, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> Result<CheckReport> {
+pub fn check_on_gpu(gpu: &Gpu, cfg: &CallbackConfig, iteration: impl Fn(&mut ScoreLoop, usize) -> Result<()>) -> Result<CheckReport> {
     let cfg = CallbackConfig { iterations: cfg.iterations.min(GPU_CHECK_ITERATIONS), ..cfg.clone() };
     let n = cfg.iterations;
     let mut rep = CheckReport::new(&format!("callback-stream wiring, {n} iterations, {} slots (live on {})", cfg.slots, gpu.name()));
@@ -200,8 +170,7 @@ pub fn check_on_gpu(gpu: &Gpu, cfg: &CallbackConfig, iteration: impl Fn(&mut dyn
     let g = rig.gpu_ms(5)?;
     let passes = rig.calibrate_passes(CHECK_CPU_OVER_GPU * g)?;
     let places = RefCell::new(Vec::new());
-    let audited = |l: &mut dyn CallbackIssue, t: usize| iteration(&mut Audit { inner: l, places: &places }, t);
-    if rep.learner("your iteration", || rig.run(&audited, passes, false)).is_none() {
+    if rep.learner("your iteration", || rig.run(&noting(&iteration, &places), passes, false)).is_none() {
         judge_places(&mut rep, &places.borrow());
         return Ok(rep);
     }
@@ -291,7 +260,7 @@ pub(crate) mod tests {
     /// Wrong wirings a student writes, each with the words its message must hold.
     #[test]
     fn wrong_wirings_fail_naming_the_mistake() {
-        type Wiring = Box<dyn Fn(&mut dyn CallbackIssue, usize) -> Result<()>>;
+        type Wiring = Box<dyn Fn(&mut ScoreLoop, usize) -> Result<()>>;
         let cases: Vec<(&str, Wiring, &[&str])> = vec![
             ("the seed: argmin on the compute stream", Box::new(Variant::HostFnOnCompute.iteration()), &["host function on the compute stream", "no overlap"]),
             ("heavy work on the callback stream", Box::new(Variant::HostFnOnCallbackStream.iteration()), &["inside a host function on the callback stream"]),

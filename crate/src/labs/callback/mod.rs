@@ -24,6 +24,8 @@ pub mod kernel;
 pub mod measure;
 pub mod model;
 pub mod order;
+pub mod rig;
+pub mod score_loop;
 pub mod slots;
 pub mod work;
 
@@ -31,6 +33,8 @@ use crate::error::{LabError, Result};
 use crate::measure::stats::{Efficiency, Summary};
 use crate::pipeline::timeline::Timeline;
 use serde::{Deserialize, Serialize};
+
+pub use score_loop::ScoreLoop;
 
 pub const LAB: &str = "callback";
 
@@ -107,36 +111,13 @@ impl Slot {
     }
 }
 
-/// What one iteration's code may do. The lab's variants and the learner's
-/// exercise are written against it; it runs on a GPU or on the model.
-pub trait CallbackIssue {
-    /// Waits until a slot is free (the worker gave it back) and leases it to `t`.
-    fn take_slot(&mut self, t: usize) -> Result<Slot>;
-    /// Slot `index` at once, free or not: what `buffers[t % n]` does.
-    fn slot_at(&mut self, index: usize, t: usize) -> Result<Slot>;
-    /// Enqueues `row_dot` of query `t` into the slot's device scores.
-    fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()>;
-    /// Enqueues the D2H of the slot's scores into its pinned memory.
-    fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()>;
-    /// Records the slot's "scores ready" event on `on`.
-    fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()>;
-    /// Makes `on` wait for the slot's "scores ready" event.
-    fn wait_scores_ready(&mut self, on: On, slot: Slot) -> Result<()>;
-    /// A host function on `on` that does the argmin itself.
-    fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()>;
-    /// A host function on `on` that only hands the argmin to the worker.
-    fn host_fn_hand_off(&mut self, on: On, slot: Slot) -> Result<()>;
-    /// Gives the job to a thread that waits on the "scores ready" event itself.
-    fn hand_to_waiting_thread(&mut self, slot: Slot) -> Result<()>;
-}
-
 /// One iteration of a variant (or of the learner's exercise).
-pub type IterationFn = fn(&mut dyn CallbackIssue, usize) -> Result<()>;
+pub type IterationFn = fn(&mut ScoreLoop, usize) -> Result<()>;
 /// Any iteration code, a closure included (what runs and checkers take).
-pub type Iteration<'a> = &'a dyn Fn(&mut dyn CallbackIssue, usize) -> Result<()>;
+pub type Iteration<'a> = &'a dyn Fn(&mut ScoreLoop, usize) -> Result<()>;
 
 /// GPU work of iteration `t` into a fresh slot.
-fn scores_into_slot(l: &mut dyn CallbackIssue, t: usize) -> Result<Slot> {
+fn scores_into_slot(l: &mut ScoreLoop, t: usize) -> Result<Slot> {
     let s = l.take_slot(t)?;
     l.row_dot(On::Compute, t, s)?;
     l.d2h_scores(On::Compute, s)?;
@@ -144,13 +125,13 @@ fn scores_into_slot(l: &mut dyn CallbackIssue, t: usize) -> Result<Slot> {
 }
 
 /// Variant 1: the compute stream runs the argmin, so it waits for the CPU.
-pub fn host_fn_on_compute(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+pub fn host_fn_on_compute(l: &mut ScoreLoop, t: usize) -> Result<()> {
     let s = scores_into_slot(l, t)?;
     l.host_fn_argmin(On::Compute, s)
 }
 
 /// Variant 2: the callback stream waits for the scores and runs the argmin.
-pub fn host_fn_on_callback_stream(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+pub fn host_fn_on_callback_stream(l: &mut ScoreLoop, t: usize) -> Result<()> {
     let s = scores_into_slot(l, t)?;
     l.record_scores_ready(On::Compute, s)?;
     l.wait_scores_ready(On::Callback, s)?;
@@ -158,7 +139,7 @@ pub fn host_fn_on_callback_stream(l: &mut dyn CallbackIssue, t: usize) -> Result
 }
 
 /// Variant 3 (the exercise's answer): the callback only hands the job over.
-pub fn hand_off_to_worker(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+pub fn hand_off_to_worker(l: &mut ScoreLoop, t: usize) -> Result<()> {
     let s = scores_into_slot(l, t)?;
     l.record_scores_ready(On::Compute, s)?;
     l.wait_scores_ready(On::Callback, s)?;
@@ -166,7 +147,7 @@ pub fn hand_off_to_worker(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
 }
 
 /// Variant 4: no host function; a thread waits on the event itself.
-pub fn event_waiting_thread(l: &mut dyn CallbackIssue, t: usize) -> Result<()> {
+pub fn event_waiting_thread(l: &mut ScoreLoop, t: usize) -> Result<()> {
     let s = scores_into_slot(l, t)?;
     l.record_scores_ready(On::Compute, s)?;
     l.hand_to_waiting_thread(s)
@@ -373,11 +354,7 @@ impl CallbackResults {
     /// [`crate::pipeline::predict::predict`] with the recorded costs (the
     /// GPU's parts, the variant's own C, the host function's round trip).
     pub fn model_ms(&self, p: &CostPoint, v: Variant) -> f64 {
-        let mut m = model::ModelIssuer::new(self.model_costs(self.cpu_of(p, v)), self.config.slots);
-        match m.run(self.config.iterations, &v.iteration()) {
-            Ok(()) => m.total_ms(),
-            Err(_) => f64::NAN,
-        }
+        model::ModelRun::run(self.model_costs(self.cpu_of(p, v)), self.config.slots, self.config.iterations, &v.iteration()).map_or(f64::NAN, |m| m.total_ms())
     }
     /// Bound over measured (the bound from G and the variant's own C).
     pub fn efficiency(&self, p: &CostPoint, v: Variant) -> Option<Efficiency> {
@@ -493,7 +470,7 @@ impl crate::lab_kit::LabRun<CallbackResults> {
         charts::timelines(&self.record, &self.origin(), iterations).ok_or_else(|| LabError::config("this recording has no timelines of variants 1 and 3"))
     }
     /// Checks a learner's iteration: live on a GPU, else on the queue model.
-    pub fn check_iteration(&self, iteration: impl Fn(&mut dyn CallbackIssue, usize) -> Result<()>) -> crate::lab_kit::check::CheckReport {
+    pub fn check_iteration(&self, iteration: impl Fn(&mut ScoreLoop, usize) -> Result<()>) -> crate::lab_kit::check::CheckReport {
         let r = &self.record.results;
         self.check(
             "callback-stream wiring",

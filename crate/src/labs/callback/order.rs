@@ -1,7 +1,7 @@
 //! How a slot's reader is ordered after the D2H that filled it, in the
 //! lab's words. The schedule finds such a race for any wiring; this record
 //! names the missing link (no event, an event on the wrong stream, a stream
-//! that never waited). The GPU issuer also refuses an unordered reader with
+//! that never waited). On a GPU the loop also refuses an unordered reader with
 //! it before launching one, since on the GPU the race would be real.
 
 use super::{On, Slot};

@@ -13,7 +13,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Why iteration `t` can never get a slot when every slot is held, as
-/// both the GPU issuer and the model say it: `uncopied` lists the held
+/// the loop says it on a GPU and on the model: `uncopied` lists the held
 /// slots nothing was copied into, as (slot, iteration) (an iteration that
 /// took more than one); with none, no argmin was ever issued to free them.
 pub fn no_slot_ever(t: usize, uncopied: &[(usize, usize)]) -> LabError {

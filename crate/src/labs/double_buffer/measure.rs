@@ -178,7 +178,7 @@ pub fn run(gpu: &Gpu, cfg: &DoubleBufferConfig, progress: ProgressMode) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::dry_run::Provenance;
+    use crate::pipeline::cells::Provenance;
 
     #[test]
     fn the_lab_loops_and_each_stage_alone_are_plans_whose_results_are_what_the_lab_expects() {

@@ -129,7 +129,7 @@ mod tests {
         for v in &e.variants {
             let m = v.dry_run().unwrap();
             assert!(m.schedule.races().is_empty(), "{}: {:?}", v.name, m.schedule.races());
-            assert!(v.expected_output().unwrap().iter().all(|p| matches!(p, crate::pipeline::dry_run::Provenance::Output(_))), "{}", v.name);
+            assert!(v.expected_output().unwrap().iter().all(|p| matches!(p, crate::pipeline::cells::Provenance::Output(_))), "{}", v.name);
             t.push(v.predicted_ms(waits, &c).unwrap());
         }
         // Uploads and kernels on one stream, downloads on the other: about

@@ -422,7 +422,7 @@ pub fn host_fn_costs(rig: &mut PlanRig, n: usize, reps: usize) -> Result<(Summar
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::dry_run::Provenance;
+    use crate::pipeline::cells::Provenance;
     use crate::pipeline::op::Lane;
     use crate::pipeline::plan::Costs;
 

@@ -16,7 +16,7 @@
 //! then each GPU's gradients come back to its share of `host out`, every
 //! element the sum over the GPUs ([`Provenance::Summed`]), checked.
 //!
-//! [`Provenance::Summed`]: crate::pipeline::dry_run::Provenance::Summed
+//! [`Provenance::Summed`]: crate::pipeline::cells::Provenance::Summed
 
 use crate::error::{LabError, Result};
 use crate::pipeline::op::{OpKind, StreamKind};
@@ -159,7 +159,7 @@ pub fn bus_gbps(bytes: f64, ms: f64, ranks: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::dry_run::Provenance;
+    use crate::pipeline::cells::Provenance;
     use crate::pipeline::machine::Machine;
     use crate::pipeline::plan::Costs;
 

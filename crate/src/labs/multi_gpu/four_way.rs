@@ -92,7 +92,7 @@ pub fn serial_ms(costs: &Costs, elements: usize, peer: usize) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::dry_run::Provenance;
+    use crate::pipeline::cells::Provenance;
     use crate::pipeline::machine::Machine;
 
     fn costs(n: usize) -> Costs {

@@ -111,7 +111,7 @@ pub fn staged(elements: usize, from: usize, to: usize, chunks: usize, repeats: u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::dry_run::Provenance;
+    use crate::pipeline::cells::Provenance;
     use crate::pipeline::machine::Machine;
     use crate::pipeline::op::{Link, OpKind};
 

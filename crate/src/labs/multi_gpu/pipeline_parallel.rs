@@ -239,7 +239,7 @@ pub fn bubble(schedule: &Schedule, times: &[(f64, f64)]) -> Option<Bubble> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::dry_run::Provenance;
+    use crate::pipeline::cells::Provenance;
     use crate::pipeline::machine::Machine;
     use crate::pipeline::op::Link;
     use crate::pipeline::plan::Costs;

@@ -288,7 +288,7 @@ mod tests {
                 }
             }
             let m = point_plan(64, 4, 2, order, &OpKind::STAGES, false).dry_run().unwrap();
-            assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| c == crate::pipeline::dry_run::Provenance::Output(i as u32)));
+            assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| c == crate::pipeline::cells::Provenance::Output(i as u32)));
         }
         let m = both_copies_plan(64, 4).dry_run().unwrap();
         assert!(m.schedule.races().is_empty());

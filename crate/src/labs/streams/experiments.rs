@@ -207,7 +207,7 @@ pub fn all(cfg: &StreamsConfig, greatest: i32) -> Vec<Experiment> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::dry_run::Provenance;
+    use crate::pipeline::cells::Provenance;
     use crate::pipeline::machine::Machine;
     use crate::pipeline::op::OpKind;
     use crate::pipeline::plan::Costs;

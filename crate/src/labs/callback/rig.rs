@@ -1,0 +1,141 @@
+//! Lab 4's rig on a GPU: the keys and queries (small integers, so every
+//! dot product is exact in f32), the score slots (device scores and their
+//! pinned twins), the two streams, the CPU's reference argmins, and the
+//! lab's two GPU ops (row_dot into a slot, the D2H of its scores) as ops of
+//! a runner.
+
+use super::kernel::{row_dot_argmin_reference, RowDotArgs, RowDotKernel};
+use super::work::ScoresView;
+use super::{CallbackConfig, On, Slot};
+use crate::error::Result;
+use crate::gpu::trace;
+use crate::gpu::{DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, Runner, Stream};
+use crate::measure::pattern;
+use crate::pipeline::issue::StreamRef;
+use crate::pipeline::op::{Access, OpId, OpKind};
+use rayon::prelude::*;
+
+/// One slot: device scores and their pinned twin (rows f32 + a stamp).
+pub(super) struct ScoreSlot {
+    pub(super) dev: DeviceBuffer,
+    pub(super) host: PinnedBuffer,
+}
+
+pub struct CallbackRig {
+    pub gpu: Gpu,
+    pub(super) kernel: RowDotKernel,
+    pub(super) keys: DeviceBuffer,
+    pub(super) queries: DeviceBuffer,
+    pub(super) slots: Vec<ScoreSlot>,
+    pub(super) compute: Stream,
+    pub(super) callback: Stream,
+    /// The argmin of every query, from the CPU.
+    pub(super) reference: Vec<u32>,
+    pub rows: usize,
+    pub dim: usize,
+    pub iterations: usize,
+}
+
+/// Small integers, so every dot product is exact in f32 (see row_dot.cu).
+fn small_ints(seed: u64, n: usize) -> Vec<i8> {
+    let mut v = vec![0i8; n];
+    v.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
+        for (j, x) in chunk.iter_mut().enumerate() {
+            let i = (c << 16) + j;
+            *x = ((pattern::word(seed, (i / 8) as u64) >> (8 * (i % 8))) & 15) as i8 - 8;
+        }
+    });
+    v
+}
+
+/// Uploads i8 values as f32 into a fresh device buffer.
+fn upload_as_f32(gpu: &Gpu, stream: &Stream, values: &[i8]) -> Result<DeviceBuffer> {
+    let bytes = values.len() * 4;
+    let mut staging = PinnedBuffer::new(gpu, bytes.next_multiple_of(8))?;
+    pattern::as_f32_mut(staging.words_mut())[..values.len()].par_iter_mut().zip(values.par_iter()).for_each(|(d, &v)| *d = v as f32);
+    let dev = gpu.alloc(bytes)?;
+    stream.upload(&dev, &staging, bytes)?;
+    Ok(dev)
+}
+
+impl CallbackRig {
+    pub fn new(gpu: &Gpu, cfg: &CallbackConfig) -> Result<CallbackRig> {
+        cfg.validate()?;
+        let (rows, dim, n) = (cfg.rows, cfg.dim, cfg.iterations);
+        let slot_bytes = ((rows + 1) * 4).next_multiple_of(8);
+        gpu.ensure_free((rows * dim * 4 + n * dim * 4 + cfg.slots * slot_bytes) as u64 + (64 << 20), &format!("{rows} keys of {dim} f32"))?;
+        let _r = trace::range("lab 4: set-up (keys, queries, reference)");
+        let seed = pattern::fresh_seed();
+        let keys = small_ints(seed, rows * dim);
+        let queries = small_ints(seed ^ 0x5eed, n * dim);
+        let compute = gpu.stream()?;
+        let keys_dev = upload_as_f32(gpu, &compute, &keys)?;
+        let queries_dev = upload_as_f32(gpu, &compute, &queries)?;
+        // The CPU reference, independent of the GPU: integer dot products.
+        let reference = queries.par_chunks(dim).map(|q| row_dot_argmin_reference(&keys, q).0).collect();
+        let mut slots = Vec::with_capacity(cfg.slots);
+        for _ in 0..cfg.slots {
+            slots.push(ScoreSlot { dev: gpu.alloc(slot_bytes)?, host: PinnedBuffer::new(gpu, slot_bytes)? });
+        }
+        Ok(CallbackRig {
+            gpu: gpu.clone(),
+            kernel: RowDotKernel::load(gpu)?,
+            keys: keys_dev,
+            queries: queries_dev,
+            slots,
+            compute,
+            callback: gpu.stream()?,
+            reference,
+            rows,
+            dim,
+            iterations: n,
+        })
+    }
+
+    /// The rig's stream for `on`.
+    pub(super) fn stream(&self, on: On) -> &Stream {
+        match on {
+            On::Compute => &self.compute,
+            On::Callback => &self.callback,
+        }
+    }
+    /// How many score slots the rig has.
+    pub(super) fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub(super) fn views(&self) -> Vec<ScoresView> {
+        // SAFETY: each slot holds rows + 1 u32 and lives as long as the rig,
+        // which joins every thread and syncs every stream before a run returns.
+        self.slots.iter().map(|s| unsafe { ScoresView::new(s.host.words().as_ptr() as *const u32, self.rows) }).collect()
+    }
+
+    pub(super) fn row_dot_args(&self, t: usize, slot: usize) -> RowDotArgs<'_> {
+        RowDotArgs { keys: &self.keys, queries: &self.queries, query: t, rows: self.rows, dim: self.dim, scores: &self.slots[slot].dev, stamp: t as u32 }
+    }
+
+    /// Enqueues the copy of `slot`'s scores (and stamp) into its pinned memory on `stream`.
+    pub(super) fn d2h(&self, stream: &Stream, slot: usize) -> Result<()> {
+        let s = &self.slots[slot];
+        // SAFETY: the slot is leased to this iteration; its reader starts only
+        // after this copy (stream order or the "scores ready" event), which the
+        // schedule and the stamp check in the argmin verify.
+        unsafe { stream.download_async(&s.host, &s.dev, (self.rows + 1) * 4) }
+    }
+
+    /// Query `t`'s row_dot into `slot`'s device scores, as an op of `p` on `s`.
+    pub(super) fn row_dot_op<'r>(&'r self, p: &mut Runner<'r>, s: StreamRef, t: usize, slot: Slot) -> Result<OpId> {
+        let args = self.row_dot_args(t, slot.0);
+        // SAFETY: the kernel touches only the rig's buffers, which outlive
+        // the runner; the access names the slot it writes.
+        unsafe { p.op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)], move |st| self.kernel.enqueue(st, &args)) }
+    }
+
+    /// The D2H of `slot`'s scores (iteration `t`'s) into its pinned memory, as an op of `p` on `s`.
+    pub(super) fn d2h_op<'r>(&'r self, p: &mut Runner<'r>, s: StreamRef, t: usize, slot: Slot) -> Result<OpId> {
+        let accesses = vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)];
+        // SAFETY: the copy touches only the rig's slot buffers, which outlive
+        // the runner; the accesses name both sides.
+        unsafe { p.op(s, OpKind::D2h, &format!("D2H scores {t}"), accesses, move |st| self.d2h(st, slot.0)) }
+    }
+}
