@@ -702,6 +702,27 @@ mod streams {
             && p.live.median > 0.0
             && p.plain.is_some()
             && p.issue_ratio().is_some_and(|r| r > 0.0)));
+        // The live run's timeline draws the CPU's calls beside the GPU's
+        // ops: one span per copy and kernel issued, each made before the
+        // GPU started that op (a few µs for the two clocks' alignment).
+        let t = &ic.timeline;
+        let gpu_ops: Vec<_> = t.spans.iter().filter(|s| !s.lane.starts_with("CPU")).collect();
+        let calls: Vec<_> = t.spans.iter().filter(|s| s.lane == "CPU main" && s.label.starts_with("issue")).collect();
+        println!("issue-cost timeline: {} GPU ops, {} CPU calls, lanes {:?}", gpu_ops.len(), calls.len(), t.lanes());
+        // No call carries a tool's own start-up (CUPTI attaching, paid before the run).
+        let longest = calls.iter().map(|s| s.end_us - s.start_us).fold(0.0, f64::max);
+        assert!(longest < 300.0, "a call of {longest} µs in a {} µs timeline", t.end_us());
+        for (kind, label) in [("H2D", "issue H2D"), ("kernel", "issue kernel"), ("D2H", "issue D2H")] {
+            let mut ops: Vec<_> = gpu_ops.iter().filter(|s| s.label.starts_with(kind)).collect();
+            let mut issued: Vec<_> = calls.iter().filter(|s| s.label == label).collect();
+            assert_eq!(ops.len(), issued.len(), "{kind}: every op has its call");
+            assert!(!ops.is_empty(), "{kind}");
+            ops.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+            issued.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+            for (op, call) in ops.iter().zip(&issued) {
+                assert!(call.end_us >= call.start_us && call.start_us <= op.start_us + 5.0, "{kind}: call at {} µs, op at {} µs", call.start_us, op.start_us);
+            }
+        }
     }
 
     /// A plan captured as a CUDA graph replays on fresh data and verifies;

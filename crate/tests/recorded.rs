@@ -364,7 +364,10 @@ fn lab5_recordings_show_each_effect_beside_the_model() {
         assert!((0.9..=1.0).contains(&of_bound), "{at}: three-way at {:.1}% of its bound", 100.0 * of_bound);
         let ic = r.issue_cost.as_ref().expect("the issue-cost sweep");
         let small = ic.points.iter().max_by_key(|p| p.chunks).unwrap();
-        assert!(small.winner() == Some(true) && small.graph_gain() > 2.0, "{at}: {:?}", small);
+        // The graph wins at the smallest chunks beyond the runs' spread; by
+        // how much depends on how fast the host issues (on H100 hosts:
+        // 1.54x at 2.5 µs per op, 2.1x at 3.4 µs; see data/*/README.md).
+        assert!(small.winner() == Some(true) && small.graph_gain() > 1.3, "{at}: {:?}", small);
         assert!(ic.crossover().is_some(), "{at}");
         for p in &ic.points {
             assert!(p.capture_ms > 0.0 && p.instantiate_ms > 0.0 && p.nodes >= p.ops, "{at}: {p:?}");

@@ -88,6 +88,18 @@ pub(super) struct Command<'a> {
 }
 
 impl<'a> What<'a> {
+    /// The driver call a command that hands work to the GPU makes, as a
+    /// timeline names the CPU's span of issuing it.
+    pub fn call_name(&self) -> &'static str {
+        match self {
+            What::Copy { up: true, .. } => "issue H2D",
+            What::Copy { up: false, .. } => "issue D2H",
+            What::Kernel { .. } => "issue kernel",
+            What::Record { .. } => "issue event record",
+            What::Wait { .. } => "issue stream wait",
+            _ => "issue",
+        }
+    }
     /// Makes the driver calls of a command that hands work to the GPU (not
     /// `Host`, `Blocking` or `OpenGate`, which the runner's clock and gate
     /// handle, except where the gate is already open).

@@ -25,6 +25,11 @@ pub(super) struct Exec {
     pub(super) cupti_t0: u64,
     /// Host-clock spans of the ops timed there, µs, by slot.
     pub(super) host_times: Vec<(f64, f64)>,
+    /// In a traced run issued live: when the issuing thread made each
+    /// call that hands work to the GPU (host clock, µs) and what it was,
+    /// so a timeline shows what the CPU was doing beside the GPU. Two
+    /// clock reads a call, and only in a traced run.
+    pub(super) issue_spans: Option<Vec<(f64, f64, &'static str)>>,
     pub(super) cpu: CpuThreads,
     /// When the loop's first call was made.
     pub(super) loop_start: Option<Instant>,
@@ -113,10 +118,17 @@ impl Exec {
                 }
                 Ok(())
             }
-            // SAFETY: the runner holds every buffer and handle its commands
-            // name until it has synchronized (it borrows the lab's for its
-            // life, keeps its events, and frees the loop's own only after).
-            what if c.thread == 0 => unsafe { what.issue() },
+            what if c.thread == 0 => {
+                let traced = self.issue_spans.is_some().then(|| (self.now_us(), what.call_name()));
+                // SAFETY: the runner holds every buffer and handle its commands
+                // name until it has synchronized (it borrows the lab's for its
+                // life, keeps its events, and frees the loop's own only after).
+                unsafe { what.issue() }?;
+                if let (Some((t0, name)), Some(spans)) = (traced, self.issue_spans.as_mut()) {
+                    spans.push((t0, self.host_base.elapsed().as_secs_f64() * 1e6, name));
+                }
+                Ok(())
+            }
             // SAFETY: as above.
             what => self.cpu.run(c.thread, move || unsafe { what.issue() }),
         }

@@ -178,6 +178,9 @@ impl Gpu {
         };
         let pool = if source == TimelineSource::Events { EventPool::made(self, expected_ops * 2)? } else { EventPool::default() };
         let base_stream = self.stream()?;
+        if source == TimelineSource::Cupti {
+            wake_cupti(self, &base_stream)?;
+        }
         let base = self.timing_event()?;
         let mut gate = if gated { Gate::take(self) } else { None };
         if let Some(g) = gate.as_mut() {
@@ -222,6 +225,7 @@ impl Gpu {
                 cupti: source == TimelineSource::Cupti,
                 cupti_t0: 0,
                 host_times: Vec::new(),
+                issue_spans: None,
                 cpu: CpuThreads::default(),
                 loop_start: None,
                 gated: gate_closed,
@@ -232,8 +236,12 @@ impl Gpu {
             communicators: None,
             _borrows: PhantomData,
         };
-        // With no gate (asked, or not supported), ops start as issued.
+        // With no gate (asked, or not supported), ops start as issued, and
+        // a traced run shows when the CPU issued them.
         r.schedule.issued_live = r.exec.gate.is_none();
+        if r.schedule.issued_live && source != TimelineSource::Off {
+            r.exec.issue_spans = Some(Vec::with_capacity(expected_ops * 2));
+        }
         r.exec.base.record(&r.exec.base_stream)?;
         if r.exec.gate.is_none() {
             r.exec.align_clocks()?;
@@ -605,22 +613,28 @@ impl<'a> Runner<'a> {
         // Behind a gate on one GPU, the run counts from when the first
         // stream could start, and so do its ops' times (never past the
         // first op's start, which another clock may put a little earlier).
+        let mut shift_us = 0.0;
         if self.gpus.len() == 1 && !self.stream_starts.is_empty() && self.stream_starts.len() == self.streams.len() {
             let mut first = f64::INFINITY;
             for e in &self.stream_starts {
                 first = first.min(self.exec.base.elapsed_ms(e)? * 1e3);
             }
             let earliest = times.iter().map(|t| t.0).filter(|t| t.is_finite()).fold(first, f64::min);
-            let shift_us = earliest.clamp(0.0, total_ms * 1e3);
+            shift_us = earliest.clamp(0.0, total_ms * 1e3);
             total_ms -= shift_us / 1e3;
             for t in &mut times {
                 *t = (t.0 - shift_us, t.1 - shift_us);
             }
         }
-        let timeline = (self.source != TimelineSource::Off)
-            .then(|| timing::measured_timeline(&self.device_label, &self.schedule, &times, &self.lanes.names(), self.source));
+        let issue_spans = self.exec.issue_spans.take().unwrap_or_default();
+        let calls_drawn = if self.source != TimelineSource::Off { issue_spans.len() } else { 0 };
+        let timeline = (self.source != TimelineSource::Off).then(|| {
+            let mut t = timing::measured_timeline(&self.device_label, &self.schedule, &times, &self.lanes.names(), self.source);
+            t.spans.extend(timing::issue_spans(&issue_spans, shift_us));
+            t
+        });
         let mut run = self.run(timeline, total_ms, unreleased, issue_ms);
-        (run.issue_ms_by_thread, run.gated, run.op_times_us) = (issue_ms_by_thread, gated, times);
+        (run.issue_ms_by_thread, run.gated, run.op_times_us, run.calls_drawn) = (issue_ms_by_thread, gated, times, calls_drawn);
         Ok(run)
     }
 
@@ -632,6 +646,7 @@ impl<'a> Runner<'a> {
             schedule: std::mem::take(&mut self.schedule),
             timeline,
             op_times_us: Vec::new(),
+            calls_drawn: 0,
             total_ms,
             stream_names: self.lanes.names(),
             unreleased,
@@ -667,4 +682,16 @@ impl Drop for Runner<'_> {
             }
         }
     }
+}
+
+/// One tiny copy on `s` (not a stream of the run, so no record of it
+/// counts) and a wait for it: CUPTI attaches to the context at the
+/// first call it instruments after it was enabled, which takes the
+/// issuing thread a millisecond or more; paid here, it stays out of
+/// the run and out of the CPU's lane of its timeline.
+fn wake_cupti(gpu: &Gpu, s: &Stream) -> Result<()> {
+    let (a, b) = (gpu.alloc(4)?, gpu.alloc(4)?);
+    // SAFETY: both buffers live until the stream has run the copy (waited for below).
+    unsafe { s.enqueue_copy_on_device(b.span(), a.span(), 4) }?;
+    s.synchronize()
 }

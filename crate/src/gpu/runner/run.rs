@@ -13,8 +13,12 @@ pub struct Run {
     pub schedule: Schedule,
     /// Accesses not ordered after a conflicting earlier access.
     pub races: Vec<Race>,
-    /// Per-op device/host times against the base event (when recorded).
+    /// Per-op device/host times against the base event (when recorded),
+    /// in op order, then the issuing thread's calls where it drew them.
     pub timeline: Option<Timeline>,
+    /// How many of the timeline's spans are the issuing thread's calls
+    /// (drawn after the ops' spans, in a run issued live).
+    pub calls_drawn: usize,
     /// Each op's (start, end) against the base event, µs, by op id, where
     /// the run was timed (empty otherwise; NaN for an op timed elsewhere).
     pub op_times_us: Vec<(f64, f64)>,
@@ -67,7 +71,7 @@ impl Run {
     /// The run's timeline when it has a span for every op: none, or only
     /// some, where another tool held CUPTI or a source missed records.
     pub fn full_timeline(&self) -> Option<&Timeline> {
-        self.timeline.as_ref().filter(|t| t.spans.len() == self.schedule.ops.len())
+        self.timeline.as_ref().filter(|t| t.spans.len() == self.schedule.ops.len() + self.calls_drawn)
     }
     /// The queue model's timeline for this run's schedule, each op lasting
     /// `duration_us(op)`.

@@ -5,9 +5,9 @@
 
 use super::super::{driver, Event, Gpu};
 use crate::error::{LabError, Result};
-use crate::pipeline::op::OpKind;
+use crate::pipeline::op::{Lane, OpKind};
 use crate::pipeline::schedule::Schedule;
-use crate::pipeline::timeline::Timeline;
+use crate::pipeline::timeline::{Span, Timeline};
 use std::sync::Arc;
 
 /// What times a run's operations for its timeline.
@@ -183,6 +183,22 @@ pub(super) fn measured_timeline(device: &str, schedule: &Schedule, times: &[(f64
     t.spans.retain(|s| s.start_us.is_finite());
     t.source = source.label().into();
     t
+}
+
+/// The issuing thread's calls as timeline spans on its lane (the loop's
+/// own CPU thread's, host clock, moved back by `shift_us` as the ops'
+/// times were): what the CPU was doing while the GPU ran what it had issued.
+pub(super) fn issue_spans<'c>(calls: &'c [(f64, f64, &'static str)], shift_us: f64) -> impl Iterator<Item = Span> + 'c {
+    let lane = Lane::HostThread(0).to_string();
+    calls.iter().map(move |&(start, end, name)| Span {
+        lane: lane.clone(),
+        kind: OpKind::Host,
+        label: name.into(),
+        start_us: start - shift_us,
+        end_us: end - shift_us,
+        class: None,
+        index: None,
+    })
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-pub const MAIN_LANE: &str = "CPU: main thread (enqueue)";
+/// The enqueue loop's thread: the lane where the runner draws its calls too.
+pub const MAIN_LANE: &str = "CPU main";
 pub const CALLBACK_LANE: &str = "CPU: CUDA callback thread";
 pub const WORKER_LANE: &str = "CPU: worker thread";
 pub const WAITER_LANE: &str = "CPU: event-waiting thread";
