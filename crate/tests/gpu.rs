@@ -972,7 +972,7 @@ mod kernel_pipeline {
         let refs: Vec<(&str, &TileKernel)> = named.iter().map(|(n, k)| (n.as_str(), k)).collect();
         let round = data.round_timeline(&gpu, &refs).unwrap().expect("a timeline");
         let labels: Vec<&str> = round.spans.iter().map(|s| s.label.as_str()).collect();
-        assert_eq!(labels[0], "D2D copy (the ceiling)");
+        assert_eq!(labels[0], "D2D copy of the input");
         let copy = &round.spans[0];
         assert!(matches!(copy.kind, overlap_lab::pipeline::op::OpKind::D2d(l) if !l.is_peer()), "{copy:?} ({})", round.source);
         assert_eq!(&labels[1..], refs.iter().map(|(n, _)| *n).collect::<Vec<_>>().as_slice());

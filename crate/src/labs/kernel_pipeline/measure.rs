@@ -1,10 +1,11 @@
 //! Lab 7 on the GPU: each tile kernel run over the same data through the
 //! runner, timed by CUDA events around it, verified against the CPU
-//! reference, beside the device-memory ceiling (a large device-to-device
-//! copy) measured in the same run.
+//! reference, beside the device-memory ceiling (the fastest of
+//! device-to-device copies of the input's size and larger) measured in the
+//! same run.
 
 use super::kernel::{blur_reference, TileKernel, BLUR_RADIUS};
-use super::{KernelPipelineConfig, KernelPipelineResults, VariantResult, LAB};
+use super::{CopyPoint, KernelPipelineConfig, KernelPipelineResults, VariantResult, LAB};
 use crate::error::{LabError, Result};
 use crate::gpu::{DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, Runner, Stream, TimelineSource};
 use crate::measure::pattern;
@@ -63,7 +64,7 @@ impl TileData {
     /// The device-to-device copy of the n inputs into the output buffer
     /// (read n, write n: the same bytes as a kernel's useful traffic), ms.
     pub fn copy_ms(&self) -> Result<f64> {
-        self.timed_alone("D2D copy (the ceiling)", |p, s| self.copy_op(p, s))
+        self.timed_alone("D2D copy of the input", |p, s| self.copy_op(p, s))
     }
 
     /// Poisons the output, runs `kernel` once and checks every output
@@ -89,14 +90,9 @@ impl TileData {
         p.finish()?.ops_ms()
     }
 
-    /// The ceiling's copy (input to output, device to device) as an op of `p` on `s`.
+    /// The D2D copy of the input into the output as an op of `p` on `s`.
     fn copy_op<'a>(&'a self, p: &mut Runner<'a>, s: StreamRef) -> Result<OpId> {
-        let (input, output, n) = (self.padded.span(), self.output.span(), self.n);
-        let within = Link::between(self.gpu.ordinal(), self.gpu.ordinal()).ok_or_else(|| crate::LabError::config("GPUs past 255 are not numbered"))?;
-        // SAFETY: the copy touches only `padded` and `output`, borrowed for
-        // the runner's life (it synchronizes before it ends), and the
-        // accesses name both.
-        unsafe { p.op(s, OpKind::D2d(within), "D2D copy (the ceiling)", self.accesses(), move |st| st.enqueue_copy_on_device(output, input, n * 4)) }
+        d2d_op(p, s, &self.gpu, (&self.padded, &self.output), self.n * 4, "D2D copy of the input", self.accesses())
     }
 
     /// `kernel` over the data as an op of `p` on `s`, labelled `name`.
@@ -111,7 +107,7 @@ impl TileData {
         vec![Access::read("input", 0, self.n as u64), Access::write("output", 0, self.n as u64)]
     }
 
-    /// One round as the stream runs it: the ceiling's copy (device to
+    /// One round as the stream runs it: the D2D copy of the input (device to
     /// device), then each of `kernels` (named), back to back, each op timed
     /// by CUPTI (by CUDA events where CUPTI is taken, as under Nsight).
     pub fn round_timeline(&self, gpu: &Gpu, kernels: &[(&str, &TileKernel)]) -> Result<Option<Timeline>> {
@@ -123,7 +119,7 @@ impl TileData {
         }
         let mut timeline = p.finish()?.timeline;
         if let Some(t) = &mut timeline {
-            t.title = "one round: the ceiling's copy, then every kernel".into();
+            t.title = "one round: the D2D copy of the input, then every kernel".into();
         }
         Ok(timeline)
     }
@@ -179,6 +175,62 @@ impl TileData {
     }
 }
 
+/// A D2D copy of `bytes` from `src` to `dst` (`(src, dst)`) as an op of
+/// `p` on `s`, labelled `label`; `accesses` name what it reads and writes.
+fn d2d_op<'a>(
+    p: &mut Runner<'a>,
+    s: StreamRef,
+    gpu: &Gpu,
+    (src, dst): (&'a DeviceBuffer, &'a DeviceBuffer),
+    bytes: usize,
+    label: &str,
+    accesses: Vec<Access>,
+) -> Result<OpId> {
+    let (input, output) = (src.span(), dst.span());
+    let within = Link::between(gpu.ordinal(), gpu.ordinal()).ok_or_else(|| crate::LabError::config("GPUs past 255 are not numbered"))?;
+    // SAFETY: the copy touches only `src` and `dst`, borrowed for the
+    // runner's life (it synchronizes before it ends), and `accesses` name both.
+    unsafe { p.op(s, OpKind::D2d(within), label, accesses, move |st| st.enqueue_copy_on_device(output, input, bytes)) }
+}
+
+/// The largest copy the ceiling sweep tries, MiB.
+pub const CEILING_SWEEP_MAX_MIB: usize = 4096;
+
+/// D2D copies of twice the lab's size, then twice that, up to
+/// [`CEILING_SWEEP_MAX_MIB`] or the largest pair of buffers the free memory
+/// holds, each timed `repeats` times after one untimed: a bigger copy
+/// amortizes its start and end over more bytes, so the lab's own size may
+/// not reach what the memory does. (No early stop: successive sizes differ
+/// by about as much as one size's runs, so a stop rule would end on noise.)
+fn ceiling_sweep(gpu: &Gpu, lab_mib: usize, repeats: usize) -> Result<Vec<CopyPoint>> {
+    let stream = gpu.stream()?;
+    let mut points = Vec::new();
+    let mut mib = lab_mib * 2;
+    while mib <= CEILING_SWEEP_MAX_MIB {
+        let bytes = mib << 20;
+        let (free, _) = gpu.memory_info()?;
+        if 2 * bytes as u64 + (256 << 20) > free {
+            break;
+        }
+        let (src, dst) = (gpu.alloc(bytes)?, gpu.alloc(bytes)?);
+        let label = format!("D2D copy of {mib} MiB");
+        let accesses = || vec![Access::read("copy source", 0, bytes as u64), Access::write("copy destination", 0, bytes as u64)];
+        let mut ms = Vec::with_capacity(repeats);
+        for rep in 0..=repeats {
+            let mut p = gpu.runner(TimelineSource::Events, 1, false)?;
+            let s = p.stream(&stream, "ceiling sweep");
+            d2d_op(&mut p, s, gpu, (&src, &dst), bytes, &label, accesses())?;
+            let t = p.finish()?.ops_ms()?;
+            if rep > 0 {
+                ms.push(t);
+            }
+        }
+        points.push(CopyPoint { mib, ms: Summary::of(&ms)? });
+        mib *= 2;
+    }
+    Ok(points)
+}
+
 /// GB/s of useful traffic (n floats read, n written) in `ms`.
 pub fn gbps(n: usize, ms: f64) -> f64 {
     2.0 * n as f64 * 4.0 / (ms * 1e6)
@@ -186,13 +238,14 @@ pub fn gbps(n: usize, ms: f64) -> f64 {
 
 /// Runs the lab: every variant compiled and loaded (those this GPU cannot
 /// run are kept with the reason), verified on fresh random input, then
-/// timed in rounds, each round the ceiling's copy and then every kernel
-/// once (so drift of the host or the GPU's clocks hits them alike), then
-/// verified again on new input.
+/// timed in rounds, each round a D2D copy of the input and then every
+/// kernel once (so drift of the host or the GPU's clocks hits them alike),
+/// then verified again on new input; then larger copies until the
+/// device-memory ceiling is reached (`ceiling_sweep`).
 pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Result<KernelPipelineResults> {
     cfg.validate()?;
     let variants = cfg.variants();
-    let mut progress = Progress::new(progress, variants.len() as u64 + 5, LAB);
+    let mut progress = Progress::new(progress, variants.len() as u64 + 6, LAB);
     let mut data = TileData::new(gpu, cfg.elements())?;
     let mut kernels = Vec::new();
     let mut results = Vec::new();
@@ -241,7 +294,13 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
             copy.push(c);
         }
     }
-    progress.step(&format!("{} rounds of the ceiling's copy and every kernel", cfg.repeats));
+    progress.step(&format!("{} rounds of the lab's copy and every kernel", cfg.repeats));
+    let copy_ms = Summary::of(&copy)?;
+    let ceiling_sweep = ceiling_sweep(gpu, cfg.mib, cfg.repeats)?;
+    progress.step(&format!(
+        "larger copies for the ceiling: {}",
+        ceiling_sweep.iter().map(|p| format!("{} MiB {:.0} GB/s", p.mib, p.gbps())).collect::<Vec<_>>().join(", ")
+    ));
     verify_all(&mut data, &results, &kernels)?;
     progress.step("every kernel verified again on new input");
     let named: Vec<(&str, &TileKernel)> = results.iter().zip(&kernels).filter_map(|(r, k)| k.as_ref().map(|k| (r.variant.name.as_str(), k))).collect();
@@ -275,5 +334,5 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
         }
     }
     progress.finish();
-    Ok(KernelPipelineResults { config: cfg.clone(), copy_ms: Summary::of(&copy)?, variants: results, round, warps })
+    Ok(KernelPipelineResults { config: cfg.clone(), copy_ms, ceiling_sweep, variants: results, round, warps })
 }

@@ -2,8 +2,9 @@
 //! kernel, loading tile N+1 from device memory while computing tile N keeps
 //! each SM busy. The kernels of `kernels/tile_*.cu` (naive tiled,
 //! asynchronous copies with 1 to 4 stages, warp-specialized, the TMA) run
-//! over one workload, each against the device-memory ceiling (a large
-//! device-to-device copy) measured in the same rounds. Two timelines show
+//! over one workload, each against the device-memory ceiling (the fastest
+//! device-to-device copy of the input's size or larger, measured in the
+//! same run). Two timelines show
 //! it: one round of every kernel on the stream, and, from traced builds of
 //! four kernels, what each warp of one block does when.
 //!
@@ -44,7 +45,7 @@ pub struct KernelPipelineConfig {
     /// Threads per block of every kernel but the warp-specialized one.
     #[arg(long, default_value_t = KernelPipelineConfig::default().threads)]
     pub threads: u32,
-    /// Timed runs of each kernel (and of the ceiling's copy), interleaved round by round.
+    /// Timed runs of each kernel (and of a D2D copy of the input), interleaved round by round.
     #[arg(long, default_value_t = KernelPipelineConfig::default().repeats)]
     pub repeats: usize,
 }
@@ -275,14 +276,34 @@ pub struct VariantResult {
     pub ms: Option<Summary>,
 }
 
+/// One D2D copy size of the ceiling sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyPoint {
+    pub mib: usize,
+    /// Each timed copy, ms (CUDA events).
+    pub ms: Summary,
+}
+
+impl CopyPoint {
+    /// Read + write GB/s at the median.
+    pub fn gbps(&self) -> f64 {
+        2.0 * (self.mib as f64 * 1048576.0) / (self.ms.median * 1e6)
+    }
+}
+
 /// The lab's results.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KernelPipelineResults {
     pub config: KernelPipelineConfig,
-    /// The D2D copy of the input, ms, one per round (the ceiling).
+    /// The D2D copy of the input (the lab's size), ms, one per round.
     pub copy_ms: Summary,
+    /// Larger D2D copies, each size twice the one before, up to
+    /// [`measure::CEILING_SWEEP_MAX_MIB`] (or what the memory holds): the
+    /// device-memory ceiling is the fastest of these and the lab's own.
+    #[serde(default)]
+    pub ceiling_sweep: Vec<CopyPoint>,
     pub variants: Vec<VariantResult>,
-    /// One round on the stream: the ceiling's copy and every kernel.
+    /// One round on the stream: a D2D copy of the input and every kernel.
     #[serde(default)]
     pub round: Option<Timeline>,
     /// What block 0's warps did over their first tiles, per traced kernel
@@ -296,13 +317,23 @@ impl KernelPipelineResults {
     pub fn gbps(&self, ms: f64) -> f64 {
         measure::gbps(self.config.elements(), ms)
     }
-    /// The device-memory ceiling, GB/s: the D2D copy's median.
+    /// The lab's own copy as a point of the sweep.
+    pub fn own_copy(&self) -> CopyPoint {
+        CopyPoint { mib: self.config.mib, ms: self.copy_ms }
+    }
+    /// The copy that reaches the ceiling: the fastest (GB/s, median) of
+    /// the lab's own size and the sweep's larger ones.
+    pub fn ceiling_copy(&self) -> CopyPoint {
+        let own = self.own_copy();
+        self.ceiling_sweep.iter().filter(|p| p.gbps() > own.gbps()).max_by(|a, b| a.gbps().total_cmp(&b.gbps())).cloned().unwrap_or(own)
+    }
+    /// The device-memory ceiling, GB/s read + write: the fastest copy's median.
     pub fn ceiling_gbps(&self) -> f64 {
-        self.gbps(self.copy_ms.median)
+        self.ceiling_copy().gbps()
     }
     /// A result's share of the ceiling (median run).
     pub fn share(&self, r: &VariantResult) -> Option<f64> {
-        r.ms.as_ref().map(|m| self.copy_ms.median / m.median)
+        r.ms.as_ref().map(|m| self.gbps(m.median) / self.ceiling_gbps())
     }
     fn ran(&self) -> impl Iterator<Item = &VariantResult> {
         self.variants.iter().filter(|r| r.ms.is_some())
@@ -317,14 +348,7 @@ impl KernelPipelineResults {
 
     /// The table the command line prints.
     pub fn table(&self) -> String {
-        let mut out = format!(
-            "device-memory ceiling: a D2D copy of {} MiB takes {:.4} ms (25%..75% {:.4}..{:.4}): {:.0} GB/s, read + write\n",
-            self.config.mib,
-            self.copy_ms.median,
-            self.copy_ms.middle_range().0,
-            self.copy_ms.middle_range().1,
-            self.ceiling_gbps()
-        );
+        let mut out = self.ceiling_lines();
         out += &format!(
             "  {:<48} {:>4} {:>6} {:>5} {:>4} {:>7} {:>5} {:>9} {:>17} {:>7} {:>7}\n",
             "kernel", "regs", "smem", "occ", "bps", "grid", "lcl", "ms", "25%..75%", "GB/s", "of ceil"
@@ -356,6 +380,40 @@ impl KernelPipelineResults {
         out += "  (regs: registers per thread; smem: shared memory per block; occ: the share of an SM's threads that fit; bps: blocks per SM launched; lcl: spilled bytes per thread)\n";
         out += &self.summary_lines();
         out += &self.warp_lines();
+        out
+    }
+
+    /// The device-memory ceiling and the copies it was taken from: the lab's
+    /// own size and each larger one, with which reaches the ceiling.
+    pub fn ceiling_lines(&self) -> String {
+        let c = self.ceiling_copy();
+        let mut out = format!(
+            "device-memory ceiling: {:.0} GB/s read + write, a D2D copy of {} MiB ({:.4} ms, 25%..75% {:.4}..{:.4})\n",
+            c.gbps(),
+            c.mib,
+            c.ms.median,
+            c.ms.middle_range().0,
+            c.ms.middle_range().1
+        );
+        let own = self.own_copy();
+        if c.mib != own.mib {
+            out += &format!(
+                "  the same copy of the lab's {} MiB: {:.0} GB/s ({:.4} ms, 25%..75% {:.4}..{:.4}), {:.1}% of the ceiling: a copy this size does not reach it\n",
+                own.mib,
+                own.gbps(),
+                own.ms.median,
+                own.ms.middle_range().0,
+                own.ms.middle_range().1,
+                100.0 * own.gbps() / c.gbps()
+            );
+        }
+        if self.ceiling_sweep.is_empty() {
+            out +=
+                "  (this recording has no larger copies: made before the lab swept them, its ceiling is the lab's own size's, which a larger copy may beat)\n";
+        } else {
+            let sizes: Vec<String> = std::iter::once(&own).chain(&self.ceiling_sweep).map(|p| format!("{} MiB {:.0}", p.mib, p.gbps())).collect();
+            out += &format!("  copies swept (GB/s, median): {}\n", sizes.join(", "));
+        }
         out
     }
 
@@ -417,7 +475,11 @@ impl KernelPipelineResults {
 
     /// The headline rows.
     pub fn headline(&self) -> Vec<(String, String)> {
-        let mut rows = vec![("device-memory ceiling (D2D copy, read + write)".to_string(), format!("{:.0} GB/s", self.ceiling_gbps()))];
+        let c = self.ceiling_copy();
+        let mut rows = vec![(
+            "device-memory ceiling (D2D copy, read + write)".to_string(),
+            format!("{:.0} GB/s ({} MiB copy{})", c.gbps(), c.mib, if self.ceiling_sweep.is_empty() { "; no larger copy swept" } else { "" }),
+        )];
         let pct = |r: Option<&VariantResult>| r.and_then(|r| self.share(r)).map_or("-".to_string(), |s| format!("{:.1}%", 100.0 * s));
         rows.push(("naive kernel, one block per SM, of the ceiling".into(), pct(self.by_role(Role::Baseline))));
         rows.push(("naive kernel, as many blocks as fit, of the ceiling".into(), pct(self.by_role(Role::Occupancy))));
@@ -465,7 +527,12 @@ impl KernelPipelineResults {
             title: "Lab 7: tiles in flight per block against the device-memory ceiling".into(),
             subtitle: origin.into(),
             panels: vec![Panel {
-                title: format!("{} MiB blurred, one block per SM unless said; ceiling {:.0} GB/s (D2D copy)", self.config.mib, self.ceiling_gbps()),
+                title: format!(
+                    "{} MiB blurred, one block per SM unless said; ceiling {:.0} GB/s (D2D copy of {} MiB)",
+                    self.config.mib,
+                    self.ceiling_gbps(),
+                    self.ceiling_copy().mib
+                ),
                 x_axis: XAxis::Linear,
                 x_label: "stages (tiles in flight per block)".into(),
                 y_label: "% of the device-memory ceiling".into(),
@@ -510,7 +577,7 @@ impl KernelPipelineResults {
         )
     }
 
-    /// One round on the stream: the ceiling's copy and every kernel, back to back.
+    /// One round on the stream: a D2D copy of the input and every kernel, back to back.
     pub fn round_chart(&self, origin: &str) -> Option<Gantt> {
         let mut t = self.round.clone()?;
         // Untraced, a round is the copy and every kernel timed alone.
@@ -518,7 +585,7 @@ impl KernelPipelineResults {
         if let Some(k) = kernels {
             t = t.illustrating(self.copy_ms.median + k);
         }
-        Some(Gantt::new(&format!("{LAB}-round"), "Lab 7: one round of the ceiling's copy and every kernel on the stream", origin, vec![t]))
+        Some(Gantt::new(&format!("{LAB}-round"), "Lab 7: one round of a D2D copy of the input and every kernel on the stream", origin, vec![t]))
     }
 }
 
@@ -539,7 +606,7 @@ impl crate::lab_kit::LabRun<KernelPipelineResults> {
     pub fn warps(&self) -> Result<Gantt> {
         self.record.results.warp_chart(&self.origin()).ok_or_else(|| self.predates("the warp timeline"))
     }
-    /// One round on the stream: the ceiling's copy and every kernel.
+    /// One round on the stream: a D2D copy of the input and every kernel.
     pub fn round(&self) -> Result<Gantt> {
         self.record.results.round_chart(&self.origin()).ok_or_else(|| self.predates("the round's timeline"))
     }
@@ -699,7 +766,7 @@ mod tests {
             warp_timeline(TileKind::Naive, shape, &trace(naive), "naive", "GPU 0 (test)"),
             warp_timeline(TileKind::WarpSpecialized, shape, &trace(ws), "warp-specialized, 2 stages, 2 compute warps", "GPU 0 (test)"),
         ];
-        KernelPipelineResults { config: c, copy_ms: s(1.0), variants, round: None, warps }
+        KernelPipelineResults { config: c, copy_ms: s(1.0), ceiling_sweep: Vec::new(), variants, round: None, warps }
     }
 
     #[test]
@@ -717,6 +784,34 @@ mod tests {
         assert!(h[3].1.starts_with("97.6% (warp-specialized"), "{h:?}");
         let ceiling = r.ceiling_gbps();
         assert!((ceiling - 2.0 * 4.0 * r.config.elements() as f64 / 1e6).abs() < 1e-6, "{ceiling}");
+    }
+
+    #[test]
+    fn the_ceiling_is_the_fastest_copy_of_the_sweep_with_the_labs_own_beside_it() {
+        let mut r = fixture();
+        let own = r.ceiling_gbps();
+        let best_share = r.share(r.best_pipelined().unwrap()).unwrap();
+        // A copy twice the size runs at 1.25x the GB/s (2x the bytes in 1.6x
+        // the time), four times the size only 0.5% more.
+        let at = |mib: usize, ms: f64| CopyPoint { mib, ms: crate::testing::flat(ms) };
+        r.ceiling_sweep = vec![at(2 * r.config.mib, 1.6), at(4 * r.config.mib, 3.184)];
+        let c = r.ceiling_copy();
+        assert_eq!(c.mib, 4 * r.config.mib);
+        assert!((r.ceiling_gbps() / own - 4.0 / 3.184).abs() < 1e-9, "{} vs {own}", r.ceiling_gbps());
+        // Every share is against the ceiling, not the lab's own copy.
+        let share = r.share(r.best_pipelined().unwrap()).unwrap();
+        assert!((share / best_share - 3.184 / 4.0).abs() < 1e-9, "{share} vs {best_share}");
+        let t = r.ceiling_lines();
+        assert!(t.contains(&format!("a D2D copy of {} MiB", 4 * r.config.mib)), "{t}");
+        assert!(t.contains(&format!("the same copy of the lab's {} MiB", r.config.mib)) && t.contains("does not reach it"), "{t}");
+        assert!(r.headline()[0].1.ends_with(&format!("({} MiB copy)", 4 * r.config.mib)), "{:?}", r.headline());
+        // A sweep slower than the lab's own copy leaves the ceiling where it was.
+        r.ceiling_sweep = vec![at(2 * r.config.mib, 2.5)];
+        assert_eq!(r.ceiling_copy().mib, r.config.mib);
+        assert!(!r.ceiling_lines().contains("does not reach it"));
+        // A recording from before the sweep says its ceiling may be beaten.
+        r.ceiling_sweep.clear();
+        assert!(r.ceiling_lines().contains("no larger copies"), "{}", r.ceiling_lines());
     }
 
     #[test]
