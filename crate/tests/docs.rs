@@ -1,4 +1,5 @@
-//! The README and the notebooks agree with the code: headline tables match the
+//! The documents (README.md, LABS.md, MAINTAINERS.md) and the notebooks
+//! agree with the code: headline tables match the
 //! recordings, every command line they show parses with the options it
 //! names, every method a notebook's text names exists, and nothing they hold
 //! names a folder of the machine that made them.
@@ -14,8 +15,17 @@ fn bin() -> String {
 }
 
 fn readme() -> String {
-    std::fs::read_to_string(repo_root().join("README.md")).expect("README.md")
+    doc("README.md")
 }
+
+/// A document at the repository's top (README.md for learners, LABS.md
+/// for each lab, MAINTAINERS.md for the rest).
+fn doc(name: &str) -> String {
+    std::fs::read_to_string(repo_root().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The three documents, by name.
+const DOCS: [&str; 3] = ["README.md", "LABS.md", "MAINTAINERS.md"];
 
 fn notebooks() -> Vec<(PathBuf, serde_json::Value)> {
     let mut v: Vec<_> = std::fs::read_dir(repo_root().join("notebooks"))
@@ -47,17 +57,17 @@ fn readme_headline_tables_are_the_recordings() {
         return;
     }
     let table = Headlines::from_data(&default_data_dir()).unwrap();
-    let text = readme();
+    let text = doc("LABS.md");
     assert!(table.gpus.len() >= 2, "data/ holds recordings of two GPUs: {:?}", table.gpus);
     for lab in overlap_lab::labs::ALL.iter().map(|l| l.name()) {
         let open = format!("<!-- headline:{lab} -->\n");
-        let at = text.find(&open).unwrap_or_else(|| panic!("README has no {open:?} section"));
+        let at = text.find(&open).unwrap_or_else(|| panic!("LABS.md has no {open:?} section"));
         let rest = &text[at + open.len()..];
         let shown = &rest[..rest.find("<!-- /headline -->").expect("closing marker")];
         assert_eq!(
             shown,
             table.markdown(Some(lab)),
-            "README's {lab} table differs from data/: run `overlap-lab report` and copy that lab's rows of target/report/headline.md"
+            "LABS.md's {lab} table differs from data/: run `overlap-lab report` and copy that lab's rows of target/report/headline.md"
         );
     }
 }
@@ -86,31 +96,41 @@ fn readme_lab_table_is_the_lab_table() {
 }
 
 #[test]
-fn readme_names_every_notebook_and_only_files_that_exist() {
+fn readme_names_every_notebook_and_the_docs_only_files_that_exist() {
     let text = readme();
     for (path, _) in notebooks() {
         let rel = format!("notebooks/{}", path.file_name().unwrap().to_string_lossy());
         assert!(text.contains(&rel), "README does not name {rel}");
     }
-    for word in text.split(['`', ' ', '(', ')', ',']) {
-        let w = word.trim_end_matches(['.', ':', ';']);
-        let looks_like_path = ["notebooks/", "kernels/", "crate/reference/", ".ci/"].iter().any(|p| w.starts_with(p)) && !w.contains('*') && !w.ends_with('/');
-        if looks_like_path {
-            assert!(repo_root().join(w).exists(), "README names {w}, which does not exist");
+    for name in DOCS {
+        let text = doc(name);
+        for word in text.split(['`', ' ', '(', ')', ',', '\n']) {
+            let w = word.trim_end_matches(['.', ':', ';']);
+            let looks_like_path = ["notebooks/", "kernels/", "crate/reference/", ".ci/"].iter().any(|p| w.starts_with(p)) && !w.contains('*') && !w.ends_with('/');
+            if looks_like_path {
+                assert!(repo_root().join(w).exists(), "{name} names {w}, which does not exist");
+            }
         }
-    }
-    for outside in ["../", "/root/", "/work/", "$OUT", ".gpu/", "shared/"] {
-        assert!(!text.contains(outside), "README points outside the repository: {outside}");
+        for outside in ["../", "/root/", "/work/", "$OUT", ".gpu/", "shared/"] {
+            assert!(!text.contains(outside), "{name} points outside the repository: {outside}");
+        }
     }
 }
 
-/// Every `overlap-lab SUB --flag …` line of the README's shell blocks: SUB
-/// exists and its `--help` (or the global one) lists each flag.
+/// README is for learners: at most 1,500 words, the rest in LABS.md and MAINTAINERS.md.
+#[test]
+fn readme_is_short_enough_to_read_first() {
+    let words = readme().split_whitespace().count();
+    assert!(words <= 1500, "README.md has {words} words: move what learners do not need first to LABS.md or MAINTAINERS.md");
+}
+
+/// Every `overlap-lab SUB --flag …` line of the documents' shell blocks:
+/// SUB exists and its `--help` (or the global one) lists each flag.
 #[test]
 fn readme_command_lines_use_real_subcommands_and_options() {
     let help = |args: &[&str]| String::from_utf8(Command::new(bin()).args(args).output().unwrap().stdout).unwrap();
     let global = help(&["--help"]);
-    let text = readme();
+    let text: String = DOCS.iter().map(|n| doc(n)).collect::<Vec<_>>().join("\n");
     let mut checked = 0;
     for block in text.split("```sh").skip(1) {
         let block = &block[..block.find("```").unwrap()];
@@ -120,10 +140,10 @@ fn readme_command_lines_use_real_subcommands_and_options() {
             let words: Vec<&str> = line[at..].split_whitespace().skip(1).collect();
             let Some(sub) = words.iter().find(|w| !w.starts_with('-')) else { continue };
             let sub_help = help(&[sub, "--help"]);
-            assert!(sub_help.contains(&format!("Usage: overlap-lab {sub}")), "README runs `overlap-lab {sub}`, which is no subcommand");
+            assert!(sub_help.contains(&format!("Usage: overlap-lab {sub}")), "the docs run `overlap-lab {sub}`, which is no subcommand");
             for flag in words.iter().filter(|w| w.starts_with("--")) {
                 let flag = flag.split('=').next().unwrap();
-                assert!(sub_help.contains(flag) || global.contains(flag), "README passes {flag} to `overlap-lab {sub}`, which has no such option");
+                assert!(sub_help.contains(flag) || global.contains(flag), "the docs pass {flag} to `overlap-lab {sub}`, which has no such option");
             }
             checked += 1;
         }
