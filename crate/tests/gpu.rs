@@ -956,9 +956,9 @@ mod kernel_pipeline {
             }
             // (No bound on time: under compute-sanitizer a kernel runs a thousand times slower.)
             let makespan = t.makespan_us();
-            let period = overlap_lab::labs::kernel_pipeline::tile_period_us(&t).unwrap();
+            let period = overlap_lab::labs::kernel_pipeline::warps::tile_period_us(&t).unwrap();
             assert!(period > 0.0 && period * 7.0 < makespan, "{kind:?}: a tile every {period} us, 8 tiles in {makespan} us");
-            assert_eq!(overlap_lab::labs::kernel_pipeline::tile_range(&t), Some((4, 11)), "{kind:?}");
+            assert_eq!(overlap_lab::labs::kernel_pipeline::warps::tile_range(&t), Some((4, 11)), "{kind:?}");
             if kind == TileKind::WarpSpecialized {
                 assert!(lanes[0] == "warp 0: loader" && lanes[7] == "warp 7: storer", "{lanes:?}");
                 assert!(t.spans.iter().any(|s| s.class.as_deref() == Some(WarpPhase::Store.class())));

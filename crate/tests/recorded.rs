@@ -397,7 +397,8 @@ fn lab5_recordings_show_each_effect_beside_the_model() {
 #[test]
 fn lab7_recordings_reach_the_ceiling_and_show_each_warp_and_the_round() {
     use overlap_lab::labs::kernel_pipeline::kernel::WarpPhase;
-    use overlap_lab::labs::kernel_pipeline::{tile_period_us, tile_range, KernelPipelineResults, Role, LAB};
+    use overlap_lab::labs::kernel_pipeline::warps::{tile_period_us, tile_range};
+    use overlap_lab::labs::kernel_pipeline::{KernelPipelineResults, Role, LAB};
     let recs: Vec<(std::path::PathBuf, Record<KernelPipelineResults>)> = find_recordings(&default_data_dir(), LAB).expect("lab 7 recordings");
     assert!(recs.len() >= 2, "H100 and H200");
     for (path, rec) in &recs {

@@ -133,7 +133,7 @@ impl TileData {
         self.stream.fill_u32(&self.output, pattern::POISON as u32)?;
         let trace = kernel.warp_trace(&self.stream, &self.padded, &self.output, tiles)?;
         self.verify(title)?;
-        Ok(super::warp_timeline(kernel.kind(), kernel.shape(), &trace, title, &gpu.label()))
+        Ok(super::warps::warp_timeline(kernel.kind(), kernel.shape(), &trace, title, &gpu.label()))
     }
 
     /// Whether block 0 of `kernel` (traced or not: one block per SM either

@@ -10,16 +10,18 @@
 //!
 //! May use what every lab may (see `labs`).
 
+pub mod charts;
 pub mod exercise;
 pub mod kernel;
 pub mod measure;
+pub mod warps;
 
 use crate::error::{LabError, Result};
 use crate::measure::stats::Summary;
-use crate::pipeline::op::OpKind;
-use crate::pipeline::timeline::{Span, Timeline};
+use crate::pipeline::timeline::Timeline;
 use crate::present::gantt::Gantt;
-use kernel::{KernelResources, TileKind, TileShape, WarpPhase, WarpTrace};
+use kernel::{KernelResources, TileKind, TileShape, WarpPhase};
+use warps::{phase_shares, tile_period_us, tile_range};
 use serde::{Deserialize, Serialize};
 
 pub const LAB: &str = "kernel-pipeline";
@@ -163,82 +165,6 @@ impl KernelPipelineConfig {
 }
 
 crate::lab_config!(KernelPipelineConfig);
-
-/// Block 0's warps of a traced run as a timeline: a lane per warp ("warp
-/// 0: loader" where warps have different jobs), a span per phase of each
-/// of its first tiles.
-pub fn warp_timeline(kind: TileKind, shape: TileShape, trace: &WarpTrace, title: &str, device: &str) -> Timeline {
-    let spans = trace
-        .spans
-        .iter()
-        .map(|w| Span {
-            lane: match kind.warp_role(w.warp, shape.threads) {
-                Some(role) => format!("warp {}: {role}", w.warp),
-                None => format!("warp {}", w.warp),
-            },
-            kind: OpKind::Kernel,
-            label: format!("tile {}: {}", w.tile, w.phase.label()),
-            start_us: w.start_us,
-            end_us: w.end_us,
-            class: Some(w.phase.class().into()),
-            index: Some(w.tile),
-        })
-        .collect();
-    Timeline { title: title.into(), device: device.into(), spans, source: "SM cycle counter, traced build".into(), untraced_ms: None }
-}
-
-/// Each warp phase's class, legend label and colour on the warp timelines:
-/// copies in the H2D colour, compute in the kernel's, stores in the D2H's,
-/// waiting in grey, the same meaning as on the stream timelines.
-pub fn phase_palette() -> Vec<(String, String, plotters::style::RGBColor)> {
-    use crate::present::gantt::kind_color;
-    WarpPhase::ALL
-        .into_iter()
-        .map(|p| {
-            let color = match p {
-                WarpPhase::Copy => kind_color(OpKind::H2d),
-                WarpPhase::Wait => plotters::style::RGBColor(200, 200, 200),
-                WarpPhase::Compute => kind_color(OpKind::Kernel),
-                WarpPhase::Store => kind_color(OpKind::D2h),
-            };
-            (p.class().to_string(), p.label().to_string(), color)
-        })
-        .collect()
-}
-
-/// The block's tiles a warp timeline covers, first and last.
-pub fn tile_range(t: &Timeline) -> Option<(u32, u32)> {
-    t.spans.iter().filter_map(|s| s.index).fold(None, |r, k| Some(r.map_or((k, k), |(a, b): (u32, u32)| (a.min(k), b.max(k)))))
-}
-
-/// How often block 0 finished a tile, µs: for each warp, the time from
-/// the end of its work on the first traced tile to the end of its work on
-/// the last, over the tiles between; the median over warps. (Not the
-/// panel's width: copies are issued tiles ahead, and a warp-specialized
-/// loader runs stages ahead of the storer.)
-pub fn tile_period_us(t: &Timeline) -> Option<f64> {
-    let (a, b) = tile_range(t)?;
-    if b == a {
-        return None;
-    }
-    let done = |lane: &str, tile: u32| {
-        t.spans.iter().filter(|s| s.lane == lane && s.index == Some(tile)).map(|s| s.end_us).fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))))
-    };
-    let periods: Vec<f64> = t.lanes().iter().filter_map(|lane| Some((done(lane, b)? - done(lane, a)?) / (b - a) as f64)).collect();
-    Summary::of(&periods).ok().map(|s| s.median)
-}
-
-/// The share of a lane's stamped time in each phase, in [`WarpPhase::ALL`] order.
-pub fn phase_shares(t: &Timeline, lane: &str) -> [f64; 4] {
-    let mut busy = [0.0; 4];
-    for s in t.spans.iter().filter(|s| s.lane == lane) {
-        if let Some(p) = s.class.as_deref().and_then(WarpPhase::of_class) {
-            busy[WarpPhase::ALL.iter().position(|x| *x == p).unwrap_or(0)] += s.end_us - s.start_us;
-        }
-    }
-    let total: f64 = busy.iter().sum();
-    busy.map(|b| if total > 0.0 { b / total } else { 0.0 })
-}
 
 /// What a variant is in the lab's story.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -490,105 +416,6 @@ impl KernelPipelineResults {
     }
 }
 
-impl KernelPipelineResults {
-    /// Share of the ceiling against stages in flight per block: the stage
-    /// sweep (a line per tile size), the warp-specialized and TMA kernels,
-    /// and the naive kernel at one block per SM and at as many as fit
-    /// (dashed, flat: it has one tile in flight per block).
-    pub fn chart(&self, origin: &str) -> crate::present::chart::Figure {
-        use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
-        const PALETTE: [RGBColor; 4] = [RGBColor(31, 119, 180), RGBColor(44, 160, 44), RGBColor(148, 103, 189), RGBColor(140, 86, 75)];
-        let pct = |r: &VariantResult| 100.0 * self.share(r).unwrap_or(f64::NAN);
-        let ran: Vec<&VariantResult> = self.ran().collect();
-        let stages_max = ran.iter().map(|r| r.variant.shape.stages).max().unwrap_or(1).max(2) as f64;
-        let mut series = Vec::new();
-        for (i, &tile) in self.config.sweep_tiles.iter().enumerate() {
-            let points =
-                ran.iter().filter(|r| r.variant.role == Role::Sweep && r.variant.shape.tile == tile).map(|r| (r.variant.shape.stages as f64, pct(r))).collect();
-            series.push(Series { label: format!("async copies, tile {tile}"), color: PALETTE[i % PALETTE.len()], dashed: false, points });
-        }
-        for (kind, label, color) in
-            [(TileKind::WarpSpecialized, "warp-specialized", RGBColor(255, 127, 14)), (TileKind::Tma, "TMA bulk copies", RGBColor(23, 190, 207))]
-        {
-            let points: Vec<(f64, f64)> = ran.iter().filter(|r| r.variant.kind == kind).map(|r| (r.variant.shape.stages as f64, pct(r))).collect();
-            if !points.is_empty() {
-                series.push(Series { label: format!("{label}, tile {}", self.config.tile), color, dashed: false, points });
-            }
-        }
-        for (role, label, color) in
-            [(Role::Baseline, "naive, one block per SM", RGBColor(214, 39, 40)), (Role::Occupancy, "naive, as many blocks as fit", RGBColor(120, 120, 120))]
-        {
-            if let Some(r) = self.by_role(role) {
-                series.push(Series { label: label.into(), color, dashed: true, points: vec![(1.0, pct(r)), (stages_max, pct(r))] });
-            }
-        }
-        Figure {
-            stem: format!("{LAB}-stages"),
-            title: "Lab 7: tiles in flight per block against the device-memory ceiling".into(),
-            subtitle: origin.into(),
-            panels: vec![Panel {
-                title: format!(
-                    "{} MiB blurred, one block per SM unless said; ceiling {:.0} GB/s (D2D copy of {} MiB)",
-                    self.config.mib,
-                    self.ceiling_gbps(),
-                    self.ceiling_copy().mib
-                ),
-                x_axis: XAxis::Linear,
-                x_label: "stages (tiles in flight per block)".into(),
-                y_label: "% of the device-memory ceiling".into(),
-                log_y: false,
-                series,
-            }],
-            panel_size: (760, 460),
-        }
-    }
-}
-
-impl KernelPipelineResults {
-    /// What each warp does when, a panel per traced kernel on one time
-    /// axis: warps 0 and 1 and the last (the loader, a compute warp and the
-    /// storer in the warp-specialized kernel; in the others every warp does
-    /// the same). The Chrome traces keep every warp.
-    pub fn warp_chart(&self, origin: &str) -> Option<Gantt> {
-        if self.warps.is_empty() {
-            return None;
-        }
-        let panels = self
-            .warps
-            .iter()
-            .map(|t| {
-                let lanes = t.lanes();
-                let shown: Vec<&String> = lanes.iter().enumerate().filter(|(i, _)| *i < 2 || *i + 1 == lanes.len()).map(|(_, l)| l).collect();
-                // Each panel from its own first stamp: the kernels ran at different times.
-                let t0 = t.start_us();
-                let spans = t
-                    .spans
-                    .iter()
-                    .filter(|s| shown.contains(&&s.lane))
-                    .map(|s| Span { start_us: s.start_us - t0, end_us: s.end_us - t0, ..s.clone() })
-                    .collect();
-                Timeline { spans, ..t.clone() }
-            })
-            .collect();
-        let (a, b) = self.warps.first().and_then(tile_range).unwrap_or((0, 0));
-        Some(
-            Gantt::new(&format!("{LAB}-warps"), &format!("Lab 7: what each warp of block 0 does, its tiles {a} to {b}"), origin, panels)
-                .with_classes(phase_palette()),
-        )
-    }
-
-    /// One round on the stream: a D2D copy of the input and every kernel, back to back.
-    pub fn round_chart(&self, origin: &str) -> Option<Gantt> {
-        let mut t = self.round.clone()?;
-        // Untraced, a round is the copy and every kernel timed alone.
-        let kernels: Option<f64> = self.variants.iter().filter(|v| v.skipped.is_none()).map(|v| v.ms.as_ref().map(|s| s.median)).sum();
-        if let Some(k) = kernels {
-            t = t.illustrating(self.copy_ms.median + k);
-        }
-        Some(Gantt::new(&format!("{LAB}-round"), "Lab 7: one round of a D2D copy of the input and every kernel on the stream", origin, vec![t]))
-    }
-}
-
 pub type KernelPipelineRecord = crate::measure::record::Record<KernelPipelineResults>;
 
 /// Notebook entry points for lab 7.
@@ -634,28 +461,6 @@ impl crate::lab_kit::LabRun<KernelPipelineResults> {
     }
 }
 
-/// The report's files for a recording: the stage chart, the warp and
-/// round timelines (with Chrome traces), and the table.
-pub fn report(rec: &KernelPipelineRecord, dir: &std::path::Path, origin: &str) -> Result<Vec<std::path::PathBuf>> {
-    use crate::present::chart::Chart;
-    let mut files = rec.results.chart(origin).save(dir)?;
-    for g in [rec.results.warp_chart(origin), rec.results.round_chart(origin)].into_iter().flatten() {
-        files.extend(g.save(dir)?);
-    }
-    for t in &rec.results.warps {
-        let trace = dir.join(format!("{LAB}-warps-{}.trace.json", crate::units::slug(&t.title)));
-        t.save_chrome_trace(&trace)?;
-        files.push(trace);
-    }
-    if let Some(t) = &rec.results.round {
-        let trace = dir.join(format!("{LAB}-round.trace.json"));
-        t.save_chrome_trace(&trace)?;
-        files.push(trace);
-    }
-    files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", rec.results.table()))?);
-    Ok(files)
-}
-
 /// Lab 7's entry in the lab table.
 pub static ENTRY: crate::lab_kit::Entry<KernelPipelineConfig, KernelPipelineResults> = crate::lab_kit::Entry {
     number: 7,
@@ -666,13 +471,15 @@ pub static ENTRY: crate::lab_kit::Entry<KernelPipelineConfig, KernelPipelineResu
     about: "Lab 7: tile kernels (naive, async copies with 1-4 stages, warp-specialized, TMA) against the device-memory ceiling",
     measure: measure::run,
     tables: |rec| rec.results.table(),
-    figures: report,
+    figures: charts::report,
     headline: KernelPipelineResults::headline,
 };
 
 #[cfg(test)]
 mod tests {
-    use super::kernel::KernelResources;
+    use super::charts::report;
+    use super::kernel::{KernelResources, WarpTrace};
+    use super::warps::warp_timeline;
     use super::*;
 
     #[test]
