@@ -19,7 +19,10 @@
 //!   exercise verdicts, experiments, live-or-recorded runs for the notebooks.
 //! * [`labs`]: one folder per lab and the lab table ([`labs::ALL`]).
 //! * [`report`]: every lab's figures and headline from the recordings.
+//! * [`course`]: the course around the labs: the set-up check, the course
+//!   map, the glossary, the primer's picture (the start-here notebook).
 
+pub mod course;
 pub mod error;
 pub mod gpu;
 pub mod lab_kit;

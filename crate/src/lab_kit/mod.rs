@@ -18,7 +18,7 @@ pub mod loop_check;
 mod notebook;
 pub mod table;
 
-pub use notebook::{LabRun, Source};
+pub use notebook::{live_here, LabRun, Source};
 pub use table::{Entry, Lab, LabConfig, Preset, RunContext};
 
 use crate::error::{LabError, Result};

@@ -52,8 +52,11 @@ pub trait Lab: Sync {
     /// The one name: the CLI subcommand, the data file `<name>.json`, the
     /// headline table's section; the module is the same with `_` for `-`.
     fn name(&self) -> &'static str;
-    /// What it teaches, in a line (the README's lab table).
+    /// What it teaches, in a line (the README's course map).
     fn teaches(&self) -> &'static str;
+    /// What it needs from the labs before it: (lab number, what of it),
+    /// for the course map.
+    fn builds_on(&self) -> &'static [(u8, &'static str)];
     /// Its notebook, repository-relative: `notebooks/NN-<name>.ipynb`.
     fn notebook(&self) -> String {
         format!("notebooks/{:02}-{}.ipynb", self.number(), self.name())
@@ -123,6 +126,8 @@ pub struct Entry<C: 'static, T: 'static> {
     /// `module_path!()` of the lab's module (checked against the name).
     pub module: &'static str,
     pub teaches: &'static str,
+    /// What it needs from the labs before it ([`Lab::builds_on`]).
+    pub builds_on: &'static [(u8, &'static str)],
     /// Its own kernels of `kernels/` ([`Lab::kernels`]).
     pub kernels: &'static [&'static crate::gpu::kernels::KernelSource],
     /// The subcommand's one-line help.
@@ -156,6 +161,9 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
     }
     fn teaches(&self) -> &'static str {
         self.teaches
+    }
+    fn builds_on(&self) -> &'static [(u8, &'static str)] {
+        self.builds_on
     }
     fn module(&self) -> &'static str {
         self.module

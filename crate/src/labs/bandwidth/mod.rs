@@ -302,6 +302,7 @@ pub static ENTRY: crate::lab_kit::Entry<BandwidthConfig, BandwidthResults> = cra
     name: LAB,
     module: module_path!(),
     teaches: "Pinned vs pageable transfers: bandwidth, two clocks, the price of pinning",
+    builds_on: &[],
     kernels: &[],
     about: "Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost",
     measure: measure::run,

@@ -487,6 +487,7 @@ pub static ENTRY: crate::lab_kit::Entry<CallbackConfig, CallbackResults> = crate
     name: LAB,
     module: module_path!(),
     teaches: "A callback stream and a CPU worker: where host-side work runs",
+    builds_on: &[(3, "events between streams and the two-stage bound")],
     kernels: &[&kernel::ROW_DOT],
     about: "Lab 4: where a CPU argmin runs (host function, callback stream, worker thread, event wait) and what it costs the GPU",
     measure: measure::run,

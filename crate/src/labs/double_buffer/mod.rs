@@ -317,6 +317,7 @@ pub static ENTRY: crate::lab_kit::Entry<DoubleBufferConfig, DoubleBufferResults>
     name: LAB,
     module: module_path!(),
     teaches: "Double buffering: CPU producer, copy and compute streams, events only",
+    builds_on: &[(2, "chunks on streams and the overlap bound")],
     kernels: &[],
     about: "Lab 3: double buffering (CPU producer, copy and compute streams) against no overlap",
     measure: measure::run,

@@ -467,6 +467,7 @@ pub static ENTRY: crate::lab_kit::Entry<KernelPipelineConfig, KernelPipelineResu
     name: LAB,
     module: module_path!(),
     teaches: "Pipelining inside a kernel: async copies to shared memory, stages, warp specialization, the TMA",
+    builds_on: &[(2, "overlap: work in flight while other work runs")],
     kernels: &[&kernel::TILE_NAIVE, &kernel::TILE_ASYNC, &kernel::TILE_WARP_SPECIALIZED, &kernel::TILE_TMA],
     about: "Lab 7: tile kernels (naive, async copies with 1-4 stages, warp-specialized, TMA) against the device-memory ceiling",
     measure: measure::run,

@@ -635,6 +635,7 @@ pub static ENTRY: crate::lab_kit::Entry<MemoryConfig, MemoryResults> = crate::la
     name: LAB,
     module: module_path!(),
     teaches: "Memory that does not stall the pipeline: which calls wait, cuMemFree against the stream-ordered pair, the pool's release threshold, pinned staging slots, zero-copy",
+    builds_on: &[(1, "pinned memory"), (3, "a ring of slots reused behind events")],
     kernels: &[&kernel::REREAD],
     about: "Lab 6: memory calls and the pipeline, each measured beside the model",
     measure: measure::run,

@@ -614,6 +614,7 @@ pub static ENTRY: crate::lab_kit::Entry<MultiGpuConfig, MultiGpuResults> = crate
     name: LAB,
     module: module_path!(),
     teaches: "Several GPUs: peer copies, cross-GPU events in a pipeline, an all-reduce overlapping compute",
+    builds_on: &[(2, "a pipeline over streams"), (5, "which waits stop whom")],
     kernels: &[],
     about: "Lab 8: copies between GPUs, four-way overlap, a two-stage pipeline over GPUs, NCCL's all-reduce beside compute",
     measure: measure::run,

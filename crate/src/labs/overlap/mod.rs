@@ -483,6 +483,7 @@ pub static ENTRY: crate::lab_kit::Entry<OverlapConfig, OverlapResults> = crate::
     name: LAB,
     module: module_path!(),
     teaches: "Chunked copy/compute overlap over N streams, against its bound and a queue model",
+    builds_on: &[(1, "pinned memory: only page-locked copies run asynchronously")],
     kernels: &[],
     about: "Lab 2: chunked copy/compute overlap over N streams, against the bounds and the queue model",
     measure: measure::run,

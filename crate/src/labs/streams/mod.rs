@@ -362,6 +362,7 @@ pub static ENTRY: crate::lab_kit::Entry<StreamsConfig, StreamsResults> = crate::
     name: LAB,
     module: module_path!(),
     teaches: "Which stream: the legacy NULL stream, per-thread streams, the weight of each wait, copy engines, priorities, issue cost and CUDA graphs",
+    builds_on: &[(2, "a pipeline over several streams"), (3, "events between streams")],
     kernels: &[],
     about: "Lab 5: stream semantics and costs, each pipeline measured beside the queue model",
     measure: measure::run,

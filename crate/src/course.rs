@@ -1,0 +1,192 @@
+//! The course around the labs, for `notebooks/00-start-here.ipynb`: what
+//! this machine can do (a GPU or the recordings, the driver, NVRTC,
+//! CUPTI), the course map from the lab table, a glossary of what the labs
+//! print, and the primer's picture (one stream against three, from the
+//! queue model).
+//!
+//! May use everything below it: `labs` (the lab table), `lab_kit`, `gpu`,
+//! `pipeline`, `present`, `measure`.
+
+use crate::error::Result;
+use crate::gpu::{driver, kernels, Availability, Gpu};
+use crate::measure::record::default_data_dir;
+use crate::pipeline::machine::Machine;
+use crate::pipeline::op::{OpKind, StreamKind};
+use crate::pipeline::plan::{chunk, stage_streams, Plan, StreamSpec, WaitBy};
+use crate::pipeline::predict::predict;
+use crate::pipeline::timeline::Timeline;
+use crate::present::gantt::Gantt;
+
+/// One line of the set-up check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SetupLine {
+    pub what: &'static str,
+    /// Whether it works here (a missing GPU is not a fault: the notebooks
+    /// show the recordings).
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// What this machine can do for the course, a line each.
+pub fn setup() -> Vec<SetupLine> {
+    let mut lines = Vec::new();
+    let avail = Availability::probe();
+    let gpu = match &avail {
+        Availability::Ready { devices } => match Gpu::open(0) {
+            Ok(g) => SetupLine { what: "GPU", ok: true, detail: format!("{} GPU(s); GPU 0: {}", devices, g.label()) },
+            Err(e) => SetupLine { what: "GPU", ok: false, detail: format!("the driver sees {devices} GPU(s) but GPU 0 does not open: {e}") },
+        },
+        _ => SetupLine { what: "GPU", ok: false, detail: format!("none here ({}): the notebooks show the recordings", avail.reason()) },
+    };
+    lines.push(gpu);
+    let mode = match crate::lab_kit::live_here() {
+        Ok(()) => SetupLine { what: "notebooks", ok: true, detail: "LIVE: each lab runs on this GPU".into() },
+        Err(why) => SetupLine { what: "notebooks", ok: true, detail: format!("RECORDED: each lab shows its newest recording ({why})") },
+    };
+    lines.push(mode);
+    let nvrtc = if !kernels::nvrtc_present() {
+        SetupLine { what: "NVRTC", ok: false, detail: "not found: the labs' kernels cannot be compiled (install the CUDA toolkit, or `pip install nvidia-cuda-nvrtc`)".into() }
+    } else {
+        match kernels::compile_ptx(&kernels::COMPUTE, "sm_90") {
+            Ok(ptx) => SetupLine { what: "NVRTC", ok: true, detail: format!("compiles the labs' kernels ({}: {} lines of PTX)", kernels::COMPUTE.file, ptx.lines().count()) },
+            Err(e) => SetupLine { what: "NVRTC", ok: false, detail: format!("present, but a kernel does not compile: {e}") },
+        }
+    };
+    lines.push(nvrtc);
+    let cupti = if driver::activity::available() {
+        SetupLine { what: "CUPTI", ok: true, detail: "found: pure-GPU timelines use the hardware's own timestamps".into() }
+    } else {
+        SetupLine { what: "CUPTI", ok: true, detail: "not found: timelines are timed by CUDA events instead (each chart says which)".into() }
+    };
+    lines.push(cupti);
+    let recorded = match crate::report::Headlines::from_data(&default_data_dir()) {
+        Ok(h) if !h.gpus.is_empty() => SetupLine { what: "recordings", ok: true, detail: format!("data/ holds runs of: {}", h.gpus.join(", ")) },
+        Ok(_) => SetupLine { what: "recordings", ok: false, detail: "data/ holds no recording: with no GPU the notebooks have nothing to show".into() },
+        Err(e) => SetupLine { what: "recordings", ok: false, detail: format!("data/ could not be read: {e}") },
+    };
+    lines.push(recorded);
+    lines
+}
+
+/// [`setup`] as the notebook prints it.
+pub fn setup_report() -> String {
+    setup().iter().map(|l| format!("[{}] {:<11} {}\n", if l.ok { " ok " } else { "MISS" }, l.what, l.detail)).collect()
+}
+
+/// Every lab in order: its notebook, its question and what it builds on.
+pub fn course_map() -> String {
+    let mut out = String::new();
+    for lab in crate::labs::ALL.iter() {
+        out += &format!("{}. {}\n   {}\n", lab.number(), lab.teaches(), lab.notebook());
+        let needs: Vec<String> = lab.builds_on().iter().map(|(n, what)| format!("lab {n} ({what})")).collect();
+        out += &format!("   builds on: {}\n", if needs.is_empty() { "nothing: start here".to_string() } else { needs.join("; ") });
+    }
+    out
+}
+
+/// The course's own words and abbreviations, as the labs print them.
+pub const GLOSSARY: &[(&str, &str)] = &[
+    ("H2D, D2H, D2D", "a copy host to device, device to host, device to device (within one GPU or between two)"),
+    ("H, K, D, H|D", "lab 2's parts: the whole data's H2D, kernel, D2H alone, and both copies at once"),
+    ("pinned / pageable", "page-locked host memory the copy engines read directly / ordinary memory the driver stages through a pinned buffer"),
+    ("stream", "a queue of GPU work that runs in order; work on different streams may overlap"),
+    ("event", "a marker recorded on a stream; another stream (or the CPU) can wait until the GPU passes it"),
+    ("host function", "a CPU function the driver runs when a stream reaches it (cuLaunchHostFunc); the stream waits for it"),
+    ("legacy / per-thread default stream", "the NULL stream every blocking stream synchronizes with / a default stream of each CPU thread's own"),
+    ("chunks/streams DF, BF, SS", "lab 2's issue orders: depth-first (a chunk's three ops, then the next), breadth-first (every H2D, then every kernel...), a stream per stage"),
+    ("serial", "one chunk on one stream: nothing overlaps"),
+    ("bound", "the fastest a pipeline could be from its parts timed alone (the slowest stage every item, the rest once)"),
+    ("ceiling", "the fastest the hardware does it: lab 2's best bound, lab 7's fastest device copy"),
+    ("eff.", "efficiency: the bound over the measured time (100% = as fast as the parts allow)"),
+    ("G, C, C/G", "lab 4's GPU time and CPU (argmin) time per iteration, and their ratio"),
+    ("it/s", "iterations per second"),
+    ("queue model, model", "the dry run's schedule timed on modelled streams, copy engines and CPU threads with the parts' measured times"),
+    ("dry run", "a loop run with no GPU: it records the schedule and where every element's data came from"),
+    ("plan, rig", "a loop with its streams and buffers / what runs plans on a GPU on fresh, verified data"),
+    ("start gate", "a wait that holds every stream until the loop is issued, so device time excludes issuing"),
+    ("makespan", "from a timeline's first op's start to its last op's end"),
+    ("spread", "the middle half of the runs (25% to 75%): a difference smaller than it is not shown"),
+    ("graph", "a CUDA graph: a captured loop replayed with one launch"),
+    ("regs, smem, occ, bps, lcl", "lab 7: registers per thread, shared memory per block, resident share of an SM's threads, blocks per SM launched, spilled bytes per thread"),
+    ("stage, tile, TMA", "lab 7: tiles in flight per block, the block's unit of work, the tensor memory accelerator's bulk copies"),
+    ("micro-batch, bubble", "lab 8: a slice of a batch that moves through the pipeline's stages; the time a stage sits idle"),
+    ("all-reduce, bucket", "lab 8: every GPU's buffers summed in place (NCCL); the gradients handed to it at a time"),
+];
+
+/// [`GLOSSARY`] as the notebook prints it.
+pub fn glossary() -> String {
+    GLOSSARY.iter().map(|(term, meaning)| format!("{term:<36} {meaning}\n")).collect()
+}
+
+/// The primer's picture: four chunks (an H2D, a kernel and a D2H each, 1 ms
+/// apiece) on one stream, then on a stream per stage, as the queue model
+/// runs them with two copy engines. A model, not a measurement: the labs
+/// measure it on your GPU.
+pub fn primer_timelines() -> Result<Gantt> {
+    const CHUNKS: usize = 4;
+    const ELEMENTS: usize = 1 << 20;
+    let one = Plan::new("one stream", vec![StreamSpec::new("s0", StreamKind::NonBlocking, 0)], ELEMENTS, 2, |p, r| {
+        for c in 0..CHUNKS {
+            let (at, n) = chunk(r.elements, CHUNKS, c);
+            p.h2d(r.streams[0], r.devices[0], at, r.input, at, n, &format!("H2D {c}"))?;
+            p.compute(r.streams[0], r.devices[0], at, r.devices[1], at, n, &format!("kernel {c}"))?;
+            p.d2h(r.streams[0], r.output, at, r.devices[1], at, n, &format!("D2H {c}"))?;
+        }
+        Ok(())
+    });
+    let three = stage_streams("a stream per stage", ELEMENTS, CHUNKS, WaitBy::StreamWaitEvent);
+    let mut panels = Vec::new();
+    for (plan, title) in [(&one, "one stream: each op waits for the one before"), (&three, "a stream per stage, ordered by events: copies overlap kernels")] {
+        let m = plan.dry_run()?;
+        let times = predict(&m.schedule, Machine::engines(2), |op| if op.kind.is_device_work() { 1000.0 } else { 0.0 });
+        let mut t = Timeline::from_schedule(title, "queue model", &m.schedule, &times, &m.stream_names());
+        t.spans.retain(|s| matches!(s.kind, OpKind::H2d | OpKind::Kernel | OpKind::D2h));
+        t.source = "model".into();
+        panels.push(t);
+    }
+    Ok(Gantt::new("start-here-primer", "Why streams: four chunks, each op 1 ms (the queue model, not a measurement)", "a model of two copy engines and the SMs", panels))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_setup_check_answers_every_line_with_no_gpu_too() {
+        let lines = setup();
+        let whats: Vec<&str> = lines.iter().map(|l| l.what).collect();
+        assert_eq!(whats, ["GPU", "notebooks", "NVRTC", "CUPTI", "recordings"]);
+        let report = setup_report();
+        assert!(report.lines().count() == 5 && report.contains("recordings"), "{report}");
+        // The repository's data/ holds the recordings the notebooks show.
+        assert!(lines[4].ok && lines[4].detail.contains("H100"), "{:?}", lines[4]);
+    }
+
+    #[test]
+    fn the_course_map_has_every_lab_and_what_it_builds_on() {
+        let map = course_map();
+        for lab in crate::labs::ALL.iter() {
+            assert!(map.contains(&lab.notebook()) && map.contains(lab.teaches()), "{map}");
+            for (n, _) in lab.builds_on() {
+                assert!(*n < lab.number(), "lab {} builds on lab {n}, which comes after it", lab.number());
+            }
+        }
+        assert!(map.contains("builds on: nothing: start here"), "{map}");
+    }
+
+    #[test]
+    fn the_glossary_explains_what_the_tables_abbreviate() {
+        let terms: String = GLOSSARY.iter().map(|(t, _)| *t).collect::<Vec<_>>().join(" ");
+        for abbr in ["H|D", "DF", "BF", "SS", "C/G", "eff.", "it/s", "regs", "smem", "occ", "bps", "lcl", "TMA", "makespan", "spread", "start gate", "queue model"] {
+            assert!(terms.contains(abbr), "the glossary lacks {abbr}");
+        }
+    }
+
+    #[test]
+    fn the_primer_overlaps_on_three_streams_and_not_on_one() {
+        let g = primer_timelines().unwrap();
+        let ends: Vec<f64> = g.timelines.iter().map(|t| t.end_us()).collect();
+        // One stream: 4 chunks x 3 ops x 1 ms back to back; three streams: the pipeline fills, 6 ms.
+        assert!((ends[0] - 12_000.0).abs() < 1.0 && (ends[1] - 6_000.0).abs() < 1.0, "{ends:?}");
+    }
+}
