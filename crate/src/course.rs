@@ -45,10 +45,18 @@ pub fn setup() -> Vec<SetupLine> {
     };
     lines.push(mode);
     let nvrtc = if !kernels::nvrtc_present() {
-        SetupLine { what: "NVRTC", ok: false, detail: "not found: the labs' kernels cannot be compiled (install the CUDA toolkit, or `pip install nvidia-cuda-nvrtc`)".into() }
+        SetupLine {
+            what: "NVRTC",
+            ok: false,
+            detail: "not found: the labs' kernels cannot be compiled (install the CUDA toolkit, or `pip install nvidia-cuda-nvrtc`)".into(),
+        }
     } else {
         match kernels::compile_ptx(&kernels::COMPUTE, "sm_90") {
-            Ok(ptx) => SetupLine { what: "NVRTC", ok: true, detail: format!("compiles the labs' kernels ({}: {} lines of PTX)", kernels::COMPUTE.file, ptx.lines().count()) },
+            Ok(ptx) => SetupLine {
+                what: "NVRTC",
+                ok: true,
+                detail: format!("compiles the labs' kernels ({}: {} lines of PTX)", kernels::COMPUTE.file, ptx.lines().count()),
+            },
             Err(e) => SetupLine { what: "NVRTC", ok: false, detail: format!("present, but a kernel does not compile: {e}") },
         }
     };
@@ -93,7 +101,10 @@ pub const GLOSSARY: &[(&str, &str)] = &[
     ("event", "a marker recorded on a stream; another stream (or the CPU) can wait until the GPU passes it"),
     ("host function", "a CPU function the driver runs when a stream reaches it (cuLaunchHostFunc); the stream waits for it"),
     ("legacy / per-thread default stream", "the NULL stream every blocking stream synchronizes with / a default stream of each CPU thread's own"),
-    ("chunks/streams DF, BF, SS", "lab 2's issue orders: depth-first (a chunk's three ops, then the next), breadth-first (every H2D, then every kernel...), a stream per stage"),
+    (
+        "chunks/streams DF, BF, SS",
+        "lab 2's issue orders: depth-first (a chunk's three ops, then the next), breadth-first (every H2D, then every kernel...), a stream per stage",
+    ),
     ("serial", "one chunk on one stream: nothing overlaps"),
     ("bound", "the fastest a pipeline could be from its parts timed alone (the slowest stage every item, the rest once)"),
     ("ceiling", "the fastest the hardware does it: lab 2's best bound, lab 7's fastest device copy"),
@@ -107,7 +118,10 @@ pub const GLOSSARY: &[(&str, &str)] = &[
     ("makespan", "from a timeline's first op's start to its last op's end"),
     ("spread", "the middle half of the runs (25% to 75%): a difference smaller than it is not shown"),
     ("graph", "a CUDA graph: a captured loop replayed with one launch"),
-    ("regs, smem, occ, bps, lcl", "lab 7: registers per thread, shared memory per block, resident share of an SM's threads, blocks per SM launched, spilled bytes per thread"),
+    (
+        "regs, smem, occ, bps, lcl",
+        "lab 7: registers per thread, shared memory per block, resident share of an SM's threads, blocks per SM launched, spilled bytes per thread",
+    ),
     ("stage, tile, TMA", "lab 7: tiles in flight per block, the block's unit of work, the tensor memory accelerator's bulk copies"),
     ("micro-batch, bubble", "lab 8: a slice of a batch that moves through the pipeline's stages; the time a stage sits idle"),
     ("all-reduce, bucket", "lab 8: every GPU's buffers summed in place (NCCL); the gradients handed to it at a time"),
@@ -144,7 +158,12 @@ pub fn primer_timelines() -> Result<Gantt> {
         t.source = "model".into();
         panels.push(t);
     }
-    Ok(Gantt::new("start-here-primer", "Why streams: four chunks, each op 1 ms (the queue model, not a measurement)", "a model of two copy engines and the SMs", panels))
+    Ok(Gantt::new(
+        "start-here-primer",
+        "Why streams: four chunks, each op 1 ms (the queue model, not a measurement)",
+        "a model of two copy engines and the SMs",
+        panels,
+    ))
 }
 
 #[cfg(test)]
@@ -177,7 +196,9 @@ mod tests {
     #[test]
     fn the_glossary_explains_what_the_tables_abbreviate() {
         let terms: String = GLOSSARY.iter().map(|(t, _)| *t).collect::<Vec<_>>().join(" ");
-        for abbr in ["H|D", "DF", "BF", "SS", "C/G", "eff.", "it/s", "regs", "smem", "occ", "bps", "lcl", "TMA", "makespan", "spread", "start gate", "queue model"] {
+        for abbr in
+            ["H|D", "DF", "BF", "SS", "C/G", "eff.", "it/s", "regs", "smem", "occ", "bps", "lcl", "TMA", "makespan", "spread", "start gate", "queue model"]
+        {
             assert!(terms.contains(abbr), "the glossary lacks {abbr}");
         }
     }

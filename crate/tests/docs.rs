@@ -106,7 +106,8 @@ fn readme_names_every_notebook_and_the_docs_only_files_that_exist() {
         let text = doc(name);
         for word in text.split(['`', ' ', '(', ')', ',', '\n']) {
             let w = word.trim_end_matches(['.', ':', ';']);
-            let looks_like_path = ["notebooks/", "kernels/", "crate/reference/", ".ci/"].iter().any(|p| w.starts_with(p)) && !w.contains('*') && !w.ends_with('/');
+            let looks_like_path =
+                ["notebooks/", "kernels/", "crate/reference/", ".ci/"].iter().any(|p| w.starts_with(p)) && !w.contains('*') && !w.ends_with('/');
             if looks_like_path {
                 assert!(repo_root().join(w).exists(), "{name} names {w}, which does not exist");
             }

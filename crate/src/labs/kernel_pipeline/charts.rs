@@ -3,9 +3,9 @@
 
 use super::kernel::TileKind;
 use super::warps::{phase_palette, tile_range};
-use crate::pipeline::timeline::{Span, Timeline};
 use super::{KernelPipelineRecord, KernelPipelineResults, Role, VariantResult, LAB};
 use crate::error::Result;
+use crate::pipeline::timeline::{Span, Timeline};
 use crate::present::gantt::Gantt;
 
 impl KernelPipelineResults {
@@ -128,4 +128,3 @@ pub fn report(rec: &KernelPipelineRecord, dir: &std::path::Path, origin: &str) -
     files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", rec.results.table()))?);
     Ok(files)
 }
-

@@ -21,8 +21,8 @@ use crate::measure::stats::Summary;
 use crate::pipeline::timeline::Timeline;
 use crate::present::gantt::Gantt;
 use kernel::{KernelResources, TileKind, TileShape, WarpPhase};
-use warps::{phase_shares, tile_period_us, tile_range};
 use serde::{Deserialize, Serialize};
+use warps::{phase_shares, tile_period_us, tile_range};
 
 pub const LAB: &str = "kernel-pipeline";
 

@@ -82,4 +82,3 @@ pub fn phase_shares(t: &Timeline, lane: &str) -> [f64; 4] {
     let total: f64 = busy.iter().sum();
     busy.map(|b| if total > 0.0 { b / total } else { 0.0 })
 }
-
