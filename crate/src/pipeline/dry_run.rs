@@ -283,9 +283,8 @@ impl Issue for DryRun {
         Ok(())
     }
     fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
-        self.lanes.on_loop_thread("a host function")?;
-        let lane = self.lane(s)?;
-        self.signals.push(self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Host, label, vec![]));
+        let op = self.host_fn(s, label, vec![])?;
+        self.signals.push(op);
         Ok(SignalRef(self.signals.len() - 1))
     }
     fn host_wait_signal(&mut self, g: SignalRef) -> Result<()> {

@@ -124,8 +124,11 @@ impl Exec {
                 // name until it has synchronized (it borrows the lab's for its
                 // life, keeps its events, and frees the loop's own only after).
                 unsafe { what.issue() }?;
-                if let (Some((t0, name)), Some(spans)) = (traced, self.issue_spans.as_mut()) {
-                    spans.push((t0, self.host_base.elapsed().as_secs_f64() * 1e6, name));
+                if let Some((t0, name)) = traced {
+                    let t1 = self.now_us();
+                    if let Some(spans) = self.issue_spans.as_mut() {
+                        spans.push((t0, t1, name));
+                    }
                 }
                 Ok(())
             }

@@ -626,8 +626,9 @@ impl<'a> Runner<'a> {
                 *t = (t.0 - shift_us, t.1 - shift_us);
             }
         }
+        // Recorded only in a traced run, so every call recorded is drawn.
         let issue_spans = self.exec.issue_spans.take().unwrap_or_default();
-        let calls_drawn = if self.source != TimelineSource::Off { issue_spans.len() } else { 0 };
+        let calls_drawn = issue_spans.len();
         let timeline = (self.source != TimelineSource::Off).then(|| {
             let mut t = timing::measured_timeline(&self.device_label, &self.schedule, &times, &self.lanes.names(), self.source);
             t.spans.extend(timing::issue_spans(&issue_spans, shift_us));

@@ -51,6 +51,11 @@ pub enum Sent {
     HandOffOn(On),
 }
 
+/// A second reader asked for a slot whose job was handed out already.
+fn handed_out(slot: Slot) -> LabError {
+    LabError::config(format!("slot {} holds no iteration's scores (its job was already handed out)", slot.0))
+}
+
 /// One slot as the loop sees it.
 #[derive(Clone, Debug, Default)]
 struct SlotUse {
@@ -89,9 +94,7 @@ impl<'r> Live<'r> {
     }
     fn job(&mut self, slot: Slot) -> Result<ArgminJob> {
         let lease = self.leases[slot.0].take();
-        lease
-            .map(|lease| ArgminJob { lease })
-            .ok_or_else(|| LabError::config(format!("slot {} holds no iteration's scores (its job was already handed out)", slot.0)))
+        lease.map(|lease| ArgminJob { lease }).ok_or_else(|| handed_out(slot))
     }
     fn worker_sender(&mut self) -> Result<Sender<ArgminJob>> {
         if self.worker.is_none() {
@@ -217,7 +220,7 @@ impl<'r> ScoreLoop<'r> {
     /// real) and named on the model, where the schedule finds its race.
     fn hand_out(&mut self, slot: Slot, reader: Reader) -> Result<usize> {
         let s = self.slot(slot)?;
-        let t = s.lease.ok_or_else(|| LabError::config(format!("slot {} holds no iteration's scores (its job was already handed out)", slot.0)))?;
+        let t = s.lease.ok_or_else(|| handed_out(slot))?;
         if let Some(why) = s.order.missing(reader, slot, t) {
             match self.exec {
                 Exec::Gpu(_) => return Err(LabError::schedule(why)),

@@ -84,10 +84,7 @@ impl TileData {
     /// runner: their device time by CUDA events around each, first start
     /// to last end, ms.
     fn timed_alone<'a>(&'a self, lane: &str, add: impl FnOnce(&mut Runner<'a>, StreamRef) -> Result<OpId>) -> Result<f64> {
-        let mut p = self.gpu.runner(TimelineSource::Events, 1, false)?;
-        let s = p.stream(&self.stream, lane);
-        add(&mut p, s)?;
-        p.finish()?.ops_ms()
+        timed_alone(&self.gpu, &self.stream, lane, add)
     }
 
     /// The D2D copy of the input into the output as an op of `p` on `s`.
@@ -193,6 +190,15 @@ fn d2d_op<'a>(
     unsafe { p.op(s, OpKind::D2d(within), label, accesses, move |st| st.enqueue_copy_on_device(output, input, bytes)) }
 }
 
+/// The ops `add` puts on `stream`, run alone through a runner on `gpu`:
+/// their device time by CUDA events around each, first start to last end, ms.
+fn timed_alone<'a>(gpu: &Gpu, stream: &'a Stream, lane: &str, add: impl FnOnce(&mut Runner<'a>, StreamRef) -> Result<OpId>) -> Result<f64> {
+    let mut p = gpu.runner(TimelineSource::Events, 1, false)?;
+    let s = p.stream(stream, lane);
+    add(&mut p, s)?;
+    p.finish()?.ops_ms()
+}
+
 /// The largest copy the ceiling sweep tries, MiB.
 pub const CEILING_SWEEP_MAX_MIB: usize = 4096;
 
@@ -217,10 +223,7 @@ fn ceiling_sweep(gpu: &Gpu, lab_mib: usize, repeats: usize) -> Result<Vec<CopyPo
         let accesses = || vec![Access::read("copy source", 0, bytes as u64), Access::write("copy destination", 0, bytes as u64)];
         let mut ms = Vec::with_capacity(repeats);
         for rep in 0..=repeats {
-            let mut p = gpu.runner(TimelineSource::Events, 1, false)?;
-            let s = p.stream(&stream, "ceiling sweep");
-            d2d_op(&mut p, s, gpu, (&src, &dst), bytes, &label, accesses())?;
-            let t = p.finish()?.ops_ms()?;
+            let t = timed_alone(gpu, &stream, "ceiling sweep", |p, s| d2d_op(p, s, gpu, (&src, &dst), bytes, &label, accesses()))?;
             if rep > 0 {
                 ms.push(t);
             }

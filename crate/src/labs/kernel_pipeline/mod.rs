@@ -213,7 +213,7 @@ pub struct CopyPoint {
 impl CopyPoint {
     /// Read + write GB/s at the median.
     pub fn gbps(&self) -> f64 {
-        2.0 * (self.mib as f64 * 1048576.0) / (self.ms.median * 1e6)
+        measure::gbps((self.mib << 20) / 4, self.ms.median)
     }
 }
 
