@@ -174,15 +174,20 @@ fn unit_f32(bits: u32) -> f32 {
 /// `i` is [`f32_at`]`(seed, i)`.
 pub fn fill_f32(words: &mut [u64], seed: u64) {
     write_words(words, Store::Streaming, |i| {
-        let w = word(seed, i);
-        (unit_f32(w as u32).to_bits() as u64) | ((unit_f32((w >> 32) as u32).to_bits() as u64) << 32)
+        let [lo, hi] = f32_pair_at(seed, i as usize);
+        (lo.to_bits() as u64) | ((hi.to_bits() as u64) << 32)
     })
+}
+
+/// Elements `2w` and `2w + 1` of [`fill_f32`]'s output (one word's hash).
+pub fn f32_pair_at(seed: u64, w: usize) -> [f32; 2] {
+    let w = word(seed, w as u64);
+    [unit_f32(w as u32), unit_f32((w >> 32) as u32)]
 }
 
 /// Element `i` of [`fill_f32`]'s output, computed alone.
 pub fn f32_at(seed: u64, i: usize) -> f32 {
-    let w = word(seed, (i / 2) as u64);
-    unit_f32(if i % 2 == 0 { w as u32 } else { (w >> 32) as u32 })
+    f32_pair_at(seed, i / 2)[i % 2]
 }
 
 #[cfg(test)]

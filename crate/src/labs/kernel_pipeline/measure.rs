@@ -199,26 +199,30 @@ fn timed_alone<'a>(gpu: &Gpu, stream: &'a Stream, lane: &str, add: impl FnOnce(&
     p.finish()?.ops_ms()
 }
 
-/// The largest copy the ceiling sweep tries, MiB.
+/// The largest copy the ceiling sweep tries by default, MiB.
 pub const CEILING_SWEEP_MAX_MIB: usize = 4096;
 
-/// D2D copies of twice the lab's size, then twice that, up to
-/// [`CEILING_SWEEP_MAX_MIB`] or the largest pair of buffers the free memory
-/// holds, each timed `repeats` times after one untimed: a bigger copy
-/// amortizes its start and end over more bytes, so the lab's own size may
-/// not reach what the memory does. (No early stop: successive sizes differ
-/// by about as much as one size's runs, so a stop rule would end on noise.)
-fn ceiling_sweep(gpu: &Gpu, lab_mib: usize, repeats: usize) -> Result<Vec<CopyPoint>> {
+/// D2D copies of twice the lab's size, then twice that, up to `max_mib`
+/// or the largest pair of buffers the free memory holds, each timed
+/// `repeats` times after one untimed: a bigger copy amortizes its start
+/// and end over more bytes, so the lab's own size may not reach what the
+/// memory does. (No early stop: successive sizes differ by about as much
+/// as one size's runs, so a stop rule would end on noise.)
+fn ceiling_sweep(gpu: &Gpu, lab_mib: usize, max_mib: usize, repeats: usize) -> Result<Vec<CopyPoint>> {
     let stream = gpu.stream()?;
     let mut points = Vec::new();
     let mut mib = lab_mib * 2;
-    while mib <= CEILING_SWEEP_MAX_MIB {
+    while mib <= max_mib {
         let bytes = mib << 20;
         let (free, _) = gpu.memory_info()?;
         if 2 * bytes as u64 + (256 << 20) > free {
             break;
         }
         let (src, dst) = (gpu.alloc(bytes)?, gpu.alloc(bytes)?);
+        // Copied memory is written first (what it holds does not matter to
+        // the copy's speed, but a copy of memory never written is a read of
+        // uninitialized memory to compute-sanitizer's initcheck).
+        stream.fill_u32(&src, 0)?;
         let label = format!("D2D copy of {mib} MiB");
         let accesses = || vec![Access::read("copy source", 0, bytes as u64), Access::write("copy destination", 0, bytes as u64)];
         let mut ms = Vec::with_capacity(repeats);
@@ -299,7 +303,7 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
     }
     progress.step(&format!("{} rounds of the lab's copy and every kernel", cfg.repeats));
     let copy_ms = Summary::of(&copy)?;
-    let ceiling_sweep = ceiling_sweep(gpu, cfg.mib, cfg.repeats)?;
+    let ceiling_sweep = ceiling_sweep(gpu, cfg.mib, cfg.ceiling_max_mib, cfg.repeats)?;
     progress.step(&format!(
         "larger copies for the ceiling: {}",
         ceiling_sweep.iter().map(|p| format!("{} MiB {:.0} GB/s", p.mib, p.gbps())).collect::<Vec<_>>().join(", ")

@@ -50,11 +50,30 @@ pub struct KernelPipelineConfig {
     /// Timed runs of each kernel (and of a D2D copy of the input), interleaved round by round.
     #[arg(long, default_value_t = KernelPipelineConfig::default().repeats)]
     pub repeats: usize,
+    /// The largest D2D copy the device-memory ceiling is looked for with,
+    /// MiB (the sweep doubles from twice `--mib`; below that, no sweep).
+    #[arg(long, default_value_t = KernelPipelineConfig::default().ceiling_max_mib)]
+    #[serde(default = "ceiling_max_mib_of_recordings")]
+    pub ceiling_max_mib: usize,
+}
+
+/// What recordings made before the setting existed swept up to.
+fn ceiling_max_mib_of_recordings() -> usize {
+    measure::CEILING_SWEEP_MAX_MIB
 }
 
 impl Default for KernelPipelineConfig {
     fn default() -> Self {
-        KernelPipelineConfig { device: 0, mib: 256, tile: 4096, sweep_tiles: vec![2048, 4096, 8192], stages: vec![1, 2, 3, 4], threads: 256, repeats: 15 }
+        KernelPipelineConfig {
+            device: 0,
+            mib: 256,
+            tile: 4096,
+            sweep_tiles: vec![2048, 4096, 8192],
+            stages: vec![1, 2, 3, 4],
+            threads: 256,
+            repeats: 15,
+            ceiling_max_mib: measure::CEILING_SWEEP_MAX_MIB,
+        }
     }
 }
 
@@ -63,7 +82,16 @@ impl KernelPipelineConfig {
         KernelPipelineConfig { mib: 128, repeats: 7, ..Self::default() }
     }
     pub fn small() -> Self {
-        KernelPipelineConfig { mib: 1, tile: 1024, sweep_tiles: vec![1024, 2048], stages: vec![1, 2], threads: 128, repeats: 2, ..Self::default() }
+        KernelPipelineConfig {
+            mib: 1,
+            tile: 1024,
+            sweep_tiles: vec![1024, 2048],
+            stages: vec![1, 2],
+            threads: 128,
+            repeats: 2,
+            ceiling_max_mib: 2,
+            ..Self::default()
+        }
     }
     /// Outputs of the run: the input's MiB in floats.
     pub fn elements(&self) -> usize {
@@ -90,6 +118,9 @@ impl KernelPipelineConfig {
                     self.mib
                 )));
             }
+        }
+        if self.ceiling_max_mib > 65536 {
+            return Err(LabError::config(format!("--ceiling-max-mib must be at most 65536 (got {})", self.ceiling_max_mib)));
         }
         if self.sweep_tiles.is_empty() {
             return Err(LabError::config("--sweep-tiles must list at least one tile size"));
