@@ -6,7 +6,7 @@
 use super::cells::{summed, Cells, Provenance};
 use super::issue::{check_alloc, check_ranks, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
 use super::op::{Access, Memory, OpId, OpKind, StreamDecl, StreamKind};
-use super::schedule::Schedule;
+use super::schedule::{Schedule, WaitFor};
 use crate::error::{LabError, Result};
 use std::ops::Range;
 
@@ -275,11 +275,13 @@ impl Issue for DryRun {
     }
     fn host_wait(&mut self, e: EventRef) -> Result<()> {
         self.schedule.host_wait_event(self.lanes.thread(), e.0);
+        self.schedule.note_wait(self.lanes.thread(), WaitFor::Event(e.0));
         Ok(())
     }
     fn host_sync(&mut self, s: StreamRef) -> Result<()> {
         let lane = self.lane(s)?;
         self.schedule.host_wait_stream(self.lanes.thread(), lane);
+        self.schedule.note_wait(self.lanes.thread(), WaitFor::Stream(s.0));
         Ok(())
     }
     fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
@@ -291,6 +293,7 @@ impl Issue for DryRun {
         self.lanes.on_loop_thread("a wait for a host function")?;
         let op = *self.signals.get(g.0).ok_or_else(|| LabError::config(format!("signal {} was never made ({} exist)", g.0, self.signals.len())))?;
         self.schedule.host_learns(self.lanes.thread(), op);
+        self.schedule.note_wait(self.lanes.thread(), WaitFor::Signal(g.0));
         Ok(())
     }
     fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
@@ -304,11 +307,14 @@ impl Issue for DryRun {
     }
     fn sync_device(&mut self) -> Result<()> {
         self.schedule.host_wait_all(self.lanes.thread());
+        self.schedule.note_wait(self.lanes.thread(), WaitFor::Device);
         Ok(())
     }
     fn timed_from_here(&mut self) -> Result<()> {
         self.lanes.on_loop_thread("timed_from_here")?;
-        self.sync_device()
+        self.schedule.host_wait_all(0);
+        self.schedule.note_wait(0, WaitFor::Restart);
+        Ok(())
     }
     fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
         self.lanes.on_loop_thread("a memory call")?;

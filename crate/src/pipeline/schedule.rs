@@ -53,6 +53,28 @@ pub struct Race {
     pub what: String,
 }
 
+/// What a CPU thread waited for, as the loop asked: an event
+/// (cuEventSynchronize), a stream by the loop's own number for it
+/// (cuStreamSynchronize), every stream (cuCtxSynchronize), a host
+/// function's signal, or the end of set-up (the run's clock restarted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitFor {
+    Event(usize),
+    Stream(usize),
+    Device,
+    Signal(usize),
+    Restart,
+}
+
+/// One wait of a CPU thread's for the GPU: what for, and how many ops had
+/// been issued before it (those it can order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuWait {
+    pub thread: usize,
+    pub on: WaitFor,
+    pub after_ops: usize,
+}
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Schedule {
     pub ops: Vec<Op>,
@@ -76,6 +98,10 @@ pub struct Schedule {
     /// non-blocking, 0, GPU 0).
     #[serde(skip)]
     streams: HashMap<usize, StreamDecl>,
+    /// Every wait of a CPU thread's for the GPU, in issue order, as the
+    /// loop asked for it ([`Self::note_wait`]): a checker names the call.
+    #[serde(skip)]
+    pub cpu_waits: Vec<CpuWait>,
 }
 
 impl Schedule {
@@ -187,6 +213,13 @@ impl Schedule {
     pub fn host_wait_all(&mut self, thread: usize) {
         let captured: Vec<OpId> = self.stream_frontier.values().flatten().copied().collect();
         self.host_frontier.entry(thread).or_default().extend(captured);
+    }
+
+    /// Notes that host thread `thread` waited for the GPU as `on` says
+    /// (its ordering is recorded by the wait itself: [`Self::host_wait_event`]
+    /// and the others).
+    pub fn note_wait(&mut self, thread: usize, on: WaitFor) {
+        self.cpu_waits.push(CpuWait { thread, on, after_ops: self.ops.len() });
     }
 
     /// Host thread `thread` learns that op `op` is done (it received the

@@ -12,6 +12,7 @@ use crate::gpu::host_fn::{Flag, Raise};
 use crate::gpu::{driver, trace, Event, HostTask};
 use crate::pipeline::issue::{EventRef, HostRef, SignalRef, StreamRef};
 use crate::pipeline::op::{Access, OpId, OpKind};
+use crate::pipeline::schedule::WaitFor;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -37,6 +38,7 @@ impl<'a> Runner<'a> {
             event.synchronize()
         })?;
         self.schedule.host_wait_event(self.lanes.thread(), e.0);
+        self.schedule.note_wait(self.lanes.thread(), WaitFor::Event(e.0));
         Ok(())
     }
     /// cuStreamSynchronize: the CPU waits for everything issued to `s`.
@@ -46,6 +48,7 @@ impl<'a> Runner<'a> {
         let stream = self.streams[lane];
         self.host_wait_call(move || stream.synchronize())?;
         self.schedule.host_wait_stream(self.lanes.thread(), lane);
+        self.schedule.note_wait(self.lanes.thread(), WaitFor::Stream(s.0));
         Ok(())
     }
     /// cuCtxSynchronize: the CPU waits for every stream.
@@ -61,6 +64,7 @@ impl<'a> Runner<'a> {
             gpus[0].bind()
         })?;
         self.schedule.host_wait_all(self.lanes.thread());
+        self.schedule.note_wait(self.lanes.thread(), WaitFor::Device);
         Ok(())
     }
 
@@ -79,6 +83,7 @@ impl<'a> Runner<'a> {
         self.marks.iter_mut().for_each(|m| *m = Mark::Elsewhere);
         self.forget_reusable_ends();
         self.schedule.host_wait_all(0);
+        self.schedule.note_wait(0, WaitFor::Restart);
         (self.gate_closed, self.behind_gate) = (self.exec.gated, 0);
         Ok(())
     }
@@ -123,6 +128,7 @@ impl<'a> Runner<'a> {
             Ok(())
         })?;
         self.learns(0, id);
+        self.schedule.note_wait(0, WaitFor::Signal(g.0));
         Ok(())
     }
 

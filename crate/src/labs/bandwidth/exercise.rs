@@ -3,10 +3,12 @@
 //! 1. Predict transfer times: write `predict_us(bytes)` for pinned copies as a
 //!    fixed cost plus bytes over a bandwidth. The checker compares it with
 //!    every measured size and says which term is off, and by what unit slip.
-//! 2. When does pinning pay off? Give the number of copies after which a
-//!    page-locked buffer, got one way ([`Acquisition`]), has repaid its
-//!    extra cost at one size and direction. The checker recognises the usual
-//!    wrong formulas and names them.
+//! 2. When does pinning pay off? Write the rule for the number of copies
+//!    after which a page-locked buffer, got one way ([`Acquisition`]), has
+//!    repaid its extra cost, for any size and direction. The checker asks it
+//!    at every size and direction priced, recognises the usual wrong
+//!    formulas and names them ([`check_break_even_rule`]; one answer at one
+//!    size: [`check_break_even`]).
 
 use super::model::{self, Acquisition};
 use super::{BandwidthResults, Direction};
@@ -167,45 +169,11 @@ pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direc
         return rep;
     }
     // The usual wrong formulas, each with what it mixes up.
-    let copy_ms = |k, d| r.point(k, d, bytes).map_or(f64::NAN, |p| p.device_ms.median);
-    let (pinned_copy, pageable_copy) = (copy_ms(how.kind(), direction), copy_ms(HostMemoryKind::Pageable, direction));
-    let mut wrong: Vec<(f64, String)> = vec![
-        (b.extra_cost_ms, "that is the extra cost in ms, not a number of copies: divide it by the time each copy saves".into()),
-        (b.extra_cost_ms * 1e3, "that is the extra cost in µs, not a number of copies: divide it by the time each copy saves".into()),
-        (
-            b.page_locked_ms / b.saving_per_copy_ms,
-            format!(
-                "you charged page-locked memory its whole cost; the pageable memory it replaces is not free either ({}): divide the difference",
-                fmt_ms(b.pageable_ms)
-            ),
-        ),
-        (
-            b.extra_cost_ms / pinned_copy,
-            "you divided by the page-locked copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into(),
-        ),
-        (
-            b.extra_cost_ms / pageable_copy,
-            "you divided by the pageable copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into(),
-        ),
-    ];
-    for other in Acquisition::ALL.into_iter().filter(|&a| a != how) {
-        if let Some(c) = find(other, direction).and_then(|o| o.copies) {
-            wrong.push((
-                c,
-                format!("that is the break-even of memory {}; here it is {}: use the costs of that way ({})", other.label(), how.label(), how.describe()),
-            ));
-        }
-    }
-    for other in [Direction::H2d, Direction::D2h].into_iter().filter(|&d| d != direction) {
-        if let Some(c) = find(how, other).and_then(|o| o.copies) {
-            wrong.push((c, format!("you used the {other} copy times; this buffer is copied {direction}")));
-        }
-    }
+    let wrong = mistakes(r, how, direction, bytes, b);
     // A slip that is also the truth (two costs that happen to agree) is no slip.
-    if let Some((_, msg)) =
-        wrong.iter().find(|(v, _)| v.is_finite() && close(answer, *v, 0.03, 0.05) && !close(*v, truth, BREAK_EVEN_TOLERANCE, BREAK_EVEN_ABS))
-    {
-        rep.problem(format!("{answer} copies: {msg}"));
+    if let Some(m) = wrong.iter().find(|m| m.matches(answer, truth)) {
+        let msg = &m.what;
+        rep.problem(format!("{} copies: {msg}", short(answer)));
     } else {
         let slip = unit_slip(answer, truth).map_or(String::new(), |s| format!("; {s}"));
         rep.problem(format!(
@@ -213,6 +181,137 @@ pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direc
             short(answer),
             100.0 * (answer / truth - 1.0)
         ));
+    }
+    rep
+}
+
+/// A wrong formula for a break-even: `key` names it the same at every
+/// size, `copies` is what it gives there, `what` says what it mixes up.
+struct Mistake {
+    key: String,
+    copies: f64,
+    what: String,
+}
+
+impl Mistake {
+    /// `answer` is this mistake's number and not also the truth's (two
+    /// costs that happen to agree make no slip).
+    fn matches(&self, answer: f64, truth: f64) -> bool {
+        self.copies.is_finite() && close(answer, self.copies, 0.03, 0.05) && !close(self.copies, truth, BREAK_EVEN_TOLERANCE, BREAK_EVEN_ABS)
+    }
+}
+
+/// The usual wrong formulas for the break-even `b` (memory got `how`,
+/// copies of `bytes` in `direction`).
+fn mistakes(r: &BandwidthResults, how: Acquisition, direction: Direction, bytes: Bytes, b: &model::BreakEven) -> Vec<Mistake> {
+    let all = model::break_even(r);
+    let find = |how: Acquisition, direction: Direction| all.iter().find(|b| b.acquisition == how && b.direction == direction && b.bytes == bytes);
+    let m = |key: &str, copies: f64, what: String| Mistake { key: key.into(), copies, what };
+    let copy_ms = |k, d| r.point(k, d, bytes).map_or(f64::NAN, |p| p.device_ms.median);
+    let (pinned_copy, pageable_copy) = (copy_ms(how.kind(), direction), copy_ms(HostMemoryKind::Pageable, direction));
+    let mut wrong = vec![
+        m("extra ms", b.extra_cost_ms, "that is the extra cost in ms, not a number of copies: divide it by the time each copy saves".into()),
+        m("extra µs", b.extra_cost_ms * 1e3, "that is the extra cost in µs, not a number of copies: divide it by the time each copy saves".into()),
+        m(
+            "whole cost",
+            b.page_locked_ms / b.saving_per_copy_ms,
+            format!(
+                "you charged page-locked memory its whole cost; the pageable memory it replaces is not free either ({}): divide the difference",
+                fmt_ms(b.pageable_ms)
+            ),
+        ),
+        m(
+            "by page-locked copy",
+            b.extra_cost_ms / pinned_copy,
+            "you divided by the page-locked copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into(),
+        ),
+        m(
+            "by pageable copy",
+            b.extra_cost_ms / pageable_copy,
+            "you divided by the pageable copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into(),
+        ),
+    ];
+    for other in Acquisition::ALL.into_iter().filter(|&a| a != how) {
+        if let Some(c) = find(other, direction).and_then(|o| o.copies) {
+            wrong.push(m(
+                other.label(),
+                c,
+                format!("that is the break-even of memory {}; here it is {}: use the costs of that way ({})", other.label(), how.label(), how.describe()),
+            ));
+        }
+    }
+    for other in [Direction::H2d, Direction::D2h].into_iter().filter(|&d| d != direction) {
+        if let Some(c) = find(how, other).and_then(|o| o.copies) {
+            wrong.push(m("other direction", c, format!("you used the {other} copy times; this buffer is copied {direction}")));
+        }
+    }
+    wrong
+}
+
+/// Checks a rule for exercise 2: `rule(direction, bytes)` is the learner's
+/// number of copies after which page-locked memory got `how` has repaid
+/// its extra cost (`f64::INFINITY`: never), asked at every size and
+/// direction the run priced. One number at one size cannot tell a right
+/// formula from a wrong one that lands near it there (on an H100 two do at
+/// 16 MiB D2H); across the sizes they part. The verdict names the sizes
+/// that are wrong and, at one of them, the mistake.
+pub fn check_break_even_rule(r: &BandwidthResults, how: Acquisition, rule: impl Fn(Direction, Bytes) -> f64) -> CheckReport {
+    let mut rep = CheckReport::new(&format!("break-even of page-locked memory {} at every size and direction", how.label()));
+    let cases: Vec<(Direction, Bytes)> = model::break_even(r).iter().filter(|b| b.acquisition == how).map(|b| (b.direction, b.bytes)).collect();
+    if cases.is_empty() {
+        rep.problem(format!("this run priced no page-locked memory {}: nothing to check the rule against", how.label()));
+        return rep;
+    }
+    let Some(answers) = rep.learner("your break-even rule", || Ok(cases.iter().map(|&(d, b)| rule(d, b)).collect::<Vec<f64>>())) else {
+        return rep;
+    };
+    let all = model::break_even(r);
+    let verdicts: Vec<(Direction, Bytes, CheckReport)> =
+        cases.iter().zip(&answers).map(|(&(d, b), &answer)| (d, b, check_break_even(r, how, d, b, answer))).collect();
+    let wrong: Vec<usize> = (0..verdicts.len()).filter(|&k| !verdicts[k].2.passed).collect();
+    if wrong.is_empty() {
+        rep.note(format!("right at all {} sizes and directions priced", cases.len()));
+        // The case the notebook discusses, or the largest one.
+        let shown = verdicts.iter().find(|v| v.0 == Direction::D2h && v.1 == Bytes(16 << 20)).unwrap_or(&verdicts[verdicts.len() - 1]);
+        rep.note(format!("at {} {}: {}", shown.1, shown.0, shown.2.findings.join("; ")));
+        return rep;
+    }
+    let mut sizes: Vec<String> = wrong.iter().take(4).map(|&k| format!("{} {}", verdicts[k].1, verdicts[k].0)).collect();
+    if wrong.len() > 4 {
+        sizes.push(format!("and {} more", wrong.len() - 4));
+    }
+    rep.problem(format!("wrong at {} of {} sizes and directions: {}", wrong.len(), cases.len(), sizes.join(", ")));
+    // A mistake is named where it explains the rule: it is the rule's number
+    // at most of the wrong sizes (at one size a wrong number can land on any
+    // formula's by chance).
+    let mut explained: Vec<(String, Vec<usize>, String)> = Vec::new();
+    for &k in &wrong {
+        let (d, b) = cases[k];
+        let Some(truth) = all.iter().find(|x| x.acquisition == how && x.direction == d && x.bytes == b).and_then(|x| x.copies) else { continue };
+        let found = all.iter().find(|x| x.acquisition == how && x.direction == d && x.bytes == b).expect("a case of the run");
+        for m in mistakes(r, how, d, b, found).into_iter().filter(|m| m.matches(answers[k], truth)) {
+            match explained.iter_mut().find(|e| e.0 == m.key) {
+                Some(e) => e.1.push(k),
+                None => explained.push((m.key, vec![k], m.what)),
+            }
+        }
+    }
+    let best = explained.into_iter().max_by_key(|e| e.1.len()).filter(|e| e.1.len() >= 2 && 2 * e.1.len() >= wrong.len());
+    // Else the first wrong size where a finite number of copies was due
+    // (a slip of units shows there), or the first wrong size.
+    let regular = |k: &usize| {
+        let (d, b) = cases[*k];
+        all.iter().any(|x| x.acquisition == how && x.direction == d && x.bytes == b && x.copies.is_some_and(|c| c > 0.0))
+    };
+    match best {
+        Some((_, at, what)) => {
+            let k = at[0];
+            rep.problem(format!("at {} {}: {} copies: {what} (the same mistake at {} of the wrong sizes)", cases[k].1, cases[k].0, short(answers[k]), at.len()))
+        }
+        None => {
+            let k = wrong.iter().copied().find(regular).unwrap_or(wrong[0]);
+            rep.problem(format!("at {} {}: {}", cases[k].1, cases[k].0, verdicts[k].2.findings.join("; ")));
+        }
     }
     rep
 }
@@ -361,64 +460,73 @@ pub(crate) mod tests {
         assert!(!missing.passed && missing.to_string().contains("not measured"));
     }
 
-    /// Exercise 2 as the notebook asks it (memory allocated per use, D2H
-    /// copies of 16 MiB), on every recording a learner with no GPU meets:
-    /// the notebook's own solution cell passes, its starting value and the
-    /// usual wrong formulas fail naming the mistake. A wrong formula whose
-    /// number lands within the tolerance of the truth on a recording (the
-    /// whole cost where the pageable memory is nearly free) is right there.
+    /// Exercise 2 as the notebook asks it (a rule for memory allocated per
+    /// use, asked at every size and direction priced), on every recording a
+    /// learner with no GPU meets: the notebook's solution passes; its
+    /// starting rule and every usual wrong formula fail on every recording,
+    /// each naming its mistake, including the two that land within the
+    /// tolerance of the truth at 16 MiB D2H on the H100.
     #[test]
-    fn break_even_answers_at_the_notebooks_case_are_judged_on_every_recording() {
-        let (how, d, size) = (Acquisition::EveryUse, Direction::D2h, Bytes(16 << 20));
+    fn break_even_rules_are_judged_at_every_size_on_every_recording() {
+        let how = Acquisition::EveryUse;
         let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data");
         let found = crate::measure::record::find_recordings::<BandwidthResults>(&data, super::super::LAB).unwrap();
         assert!(found.len() >= 2, "the H100's and the H200's recordings");
         for (path, rec) in found {
             let r = &rec.results;
             let at = path.display();
-            let c = r.pin_cost.iter().find(|c| c.bytes == size).unwrap_or_else(|| panic!("{at}: no pinning cost at {size}"));
-            let copy = |k| r.point(k, d, size).unwrap().device_ms.median;
-            // The notebook's solution cell, as written there.
-            let extra = c.pinned_reused.total_ms() - c.pageable_reused.total_ms();
-            let saved_us = (copy(HostMemoryKind::Pageable) - copy(HostMemoryKind::Pinned)) * 1e3;
-            let solution = (extra * 1e3 / saved_us).max(0.0);
-            let rep = check_break_even(r, how, d, size, solution);
-            assert!(rep.passed && rep.to_string().contains("right:"), "{at}: the notebook's solution {solution}: {rep}");
-            let other = |a: Acquisition, dir: Direction| {
-                model::break_even(r).into_iter().find(|b| b.acquisition == a && b.direction == dir && b.bytes == size).and_then(|b| b.copies).unwrap()
+            let cost = |b: Bytes| r.pin_cost.iter().find(|c| c.bytes == b).unwrap();
+            let copy = |k, d, b| r.point(k, d, b).unwrap().device_ms.median;
+            let extra = |b: Bytes| cost(b).pinned_reused.total_ms() - cost(b).pageable_reused.total_ms();
+            let saved = |d, b| copy(HostMemoryKind::Pageable, d, b) - copy(HostMemoryKind::Pinned, d, b);
+            let flip = |d| if d == Direction::H2d { Direction::D2h } else { Direction::H2d };
+            // The notebook's solution, as written there.
+            let solution = |d: Direction, b: Bytes| {
+                let saved_us = saved(d, b) * 1e3;
+                if saved_us <= 0.0 {
+                    f64::INFINITY
+                } else {
+                    (extra(b) * 1e3 / saved_us).max(0.0)
+                }
             };
-            let n = other(how, d);
-            assert!(n >= 1.0, "{at}: the notebook's case pays after {n} copies, not at once");
-            let cases: Vec<(&str, f64, &str)> = vec![
-                ("the notebook's starting value", 1.0, "from the measured break-even"),
-                ("the extra cost, a time", extra, "that is the extra cost in ms, not a number of copies"),
-                ("the extra cost in µs", extra * 1e3, "that is the extra cost in µs"),
-                ("the whole page-locked cost", c.pinned_reused.total_ms() / (saved_us / 1e3), "you charged page-locked memory its whole cost"),
-                ("divided by the page-locked copy", extra / copy(HostMemoryKind::Pinned), "you divided by the page-locked copy's time"),
-                ("divided by the pageable copy", extra / copy(HostMemoryKind::Pageable), "you divided by the pageable copy's time"),
+            let rep = check_break_even_rule(r, how, solution);
+            assert!(rep.passed && rep.to_string().contains("right at all"), "{at}: the notebook's solution: {rep}");
+            // Whole copies, rounded up, pass too.
+            let rep = check_break_even_rule(r, how, |d, b| solution(d, b).ceil());
+            assert!(rep.passed, "{at}: whole copies: {rep}");
+            type Rule<'a> = Box<dyn Fn(Direction, Bytes) -> f64 + 'a>;
+            let cases: Vec<(&str, Rule, &str)> = vec![
+                ("the notebook's starting rule", Box::new(|_, _| 1.0), "from the measured break-even"),
+                ("the extra cost, a time", Box::new(|_, b| extra(b)), "that is the extra cost in ms, not a number of copies"),
+                ("the extra cost in µs", Box::new(|_, b| extra(b) * 1e3), "that is the extra cost in µs"),
+                (
+                    "the whole page-locked cost",
+                    Box::new(|d, b| cost(b).pinned_reused.total_ms() / saved(d, b)),
+                    "you charged page-locked memory its whole cost",
+                ),
+                (
+                    "divided by the page-locked copy",
+                    Box::new(|d, b| extra(b) / copy(HostMemoryKind::Pinned, d, b)),
+                    "you divided by the page-locked copy's time",
+                ),
+                ("divided by the pageable copy", Box::new(|d, b| extra(b) / copy(HostMemoryKind::Pageable, d, b)), "you divided by the pageable copy's time"),
                 (
                     "the costs of memory allocated once",
-                    other(Acquisition::Once, d),
-                    "that is the break-even of memory allocated once; here it is allocated per use",
+                    Box::new(|d, b| (cost(b).pinned_first.total_ms() - cost(b).pageable_first.total_ms()) / saved(d, b)),
+                    "that is the break-even of memory allocated once",
                 ),
-                ("the costs of registering", other(Acquisition::Register, d), "that is the break-even of memory registered"),
-                ("the H2D copy times", other(how, Direction::H2d), "you used the H2D copy times; this buffer is copied D2H"),
-                ("the saving in µs against the cost in ms", extra / (saved_us * 1e-6), "factor 1000 too large"),
-                ("never", f64::INFINITY, "it does pay off"),
+                ("the other direction's copy times", Box::new(|d, b| extra(b) / saved(flip(d), b)), "copy times; this buffer is copied"),
+                ("the saving in µs against the cost in ms", Box::new(|d, b| extra(b) / (saved(d, b) * 1e-3)), "factor 1000 too large"),
+                ("never", Box::new(|_, _| f64::INFINITY), "it does pay off"),
+                ("the saving the wrong way round", Box::new(|d, b| extra(b) / -saved(d, b)), "out of range"),
+                ("a panic", Box::new(|_, b| if b > Bytes(1 << 20) { panic!("no cost at {b}") } else { 1.0 }), "your break-even rule panicked: no cost at"),
             ];
-            let mut judged = 0;
-            for (what, answer, words) in cases {
-                let rep = check_break_even(r, how, d, size, answer);
+            for (what, rule, words) in cases {
+                let rep = check_break_even_rule(r, how, rule);
                 let text = rep.to_string();
-                if answer.is_finite() && close(answer, n, BREAK_EVEN_TOLERANCE, BREAK_EVEN_ABS) {
-                    assert!(rep.passed, "{at}: {what} ({answer}) is the truth ({n}) within the tolerance here: {text}");
-                    continue;
-                }
-                judged += 1;
-                assert!(!rep.passed, "{at}: {what} ({answer}) passed: {text}");
-                assert!(text.contains(words), "{at}: {what} ({answer}): no '{words}' in {text}");
+                assert!(!rep.passed, "{at}: {what} passed: {text}");
+                assert!(text.contains(words), "{at}: {what}: no '{words}' in {text}");
             }
-            assert!(judged >= 9, "{at}: only {judged} wrong answers told apart from the truth ({n})");
         }
     }
 

@@ -6,7 +6,8 @@
 //! against the CPU reference on fresh random input and times the kernel
 //! against the naive one (one block per SM), rounds interleaved, saying
 //! which of these failed. With no GPU it judges what it can: the compile,
-//! the signature and the copies.
+//! the signature, the copies and which parameter is read and which
+//! written.
 
 use super::kernel::{TileKernel, TileKind, TileShape};
 use super::measure::TileData;
@@ -215,6 +216,116 @@ pub fn launch_problem(ptx: &str, entry: &str, params: &[(&str, &str)], dynamic: 
     None
 }
 
+/// What the PTX says of where `entry`'s two pointer parameters go, the lab
+/// passing the input first and the output second: `None` where the kernel
+/// reads global memory through the first and stores through the second
+/// only, else the difference. Each register is followed from the
+/// `ld.param` of a parameter through every instruction that computes from
+/// it (to a fixed point, for loops); a global read is an `ld.global`, an
+/// `ld` in generic space, or the source of a `cp.async`, a global store an
+/// `st.global` or a generic `st`.
+pub fn pointer_problem(ptx: &str, entry: &str) -> Option<String> {
+    // Operands split at commas outside braces (`{%f1, %f2}` is one: a vector).
+    fn operands(text: &str) -> Vec<&str> {
+        let (mut out, mut depth, mut from) = (Vec::new(), 0i32, 0);
+        for (i, c) in text.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    out.push(text[from..i].trim());
+                    from = i + 1;
+                }
+                _ => {}
+            }
+        }
+        out.push(text[from..].trim());
+        out
+    }
+    let start = ptx.find(&format!(".entry {entry}"))?;
+    let body = &ptx[start..];
+    let body = body[1..].find(".entry").map_or(body, |end| &body[..end + 1]);
+    // Each instruction: its opcode and its operands (predicate guard and
+    // the final ';' dropped); directives, labels and braces skipped.
+    let instructions: Vec<(&str, Vec<&str>)> = body
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or("").trim().trim_end_matches(';'))
+        .filter(|l| !l.is_empty() && !l.starts_with(['.', '{', '}', ')', '$']) && !l.ends_with(':'))
+        .map(|l| if l.starts_with('@') { l.split_once(char::is_whitespace).map_or("", |(_, r)| r.trim()) } else { l })
+        .filter_map(|l| {
+            let (op, rest) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
+            (!op.is_empty()).then(|| (op, operands(rest)))
+        })
+        .collect();
+    let registers = |operand: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = operand;
+        while let Some(at) = rest.find('%') {
+            let name: String = rest[at + 1..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            rest = &rest[at + 1 + name.len()..];
+            out.push(name);
+        }
+        out
+    };
+    let param = |operand: &str| (0..2).find(|k| operand.trim_matches(['[', ']']) == format!("{entry}_param_{k}"));
+    let mut from: std::collections::HashMap<String, u8> = std::collections::HashMap::new();
+    let stores = |op: &str| op.starts_with("st.") && !op.starts_with("st.shared") && !op.starts_with("st.local") && !op.starts_with("st.param");
+    let writes_nothing =
+        |op: &str| stores(op) || op.starts_with("st.") || op.starts_with("cp.") || op.starts_with("bar") || op.starts_with("bra") || op.starts_with("ret");
+    loop {
+        let mut changed = false;
+        for (op, operands) in &instructions {
+            let Some(dst) = operands.first() else { continue };
+            if writes_nothing(op) {
+                continue;
+            }
+            let taint = if op.starts_with("ld.param") {
+                operands.get(1).and_then(|o| param(o)).map_or(0, |k| 1u8 << k)
+            } else {
+                operands[1..].iter().flat_map(|o| registers(o)).map(|r| from.get(&r).copied().unwrap_or(0)).fold(0, |a, b| a | b)
+            };
+            for r in registers(dst) {
+                let t = from.entry(r).or_default();
+                if *t | taint != *t {
+                    *t |= taint;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let reaches = |operand: Option<&&str>| operand.map_or(0, |o| registers(o).iter().map(|r| from.get(r).copied().unwrap_or(0)).fold(0, |a, b| a | b));
+    // A read of global memory: a cp.async's source, or a load outside the
+    // parameter, shared, local and constant spaces.
+    let global_read = |op: &str| {
+        (op.starts_with("cp.async") && op.contains(".global"))
+            || (op.starts_with("ld.") && !["ld.param", "ld.shared", "ld.local", "ld.const"].iter().any(|p| op.starts_with(p)))
+    };
+    let (mut read, mut written) = (0u8, 0u8);
+    for (op, operands) in &instructions {
+        if stores(op) {
+            written |= reaches(operands.first());
+        } else if global_read(op) {
+            read |= reaches(operands.get(1));
+        }
+    }
+    let (input, output) = (LAUNCH_PARAMS[0].1, LAUNCH_PARAMS[1].1);
+    if written & 1 != 0 {
+        return Some(format!(
+            "your kernel stores into global memory through its first parameter, where the lab passes the input ({input}): it would overwrite the data it reads"
+        ));
+    }
+    if written & 2 == 0 {
+        return Some(format!("your kernel never stores through its second parameter, where the lab passes the output ({output}): no result would reach it"));
+    }
+    if read & 1 == 0 {
+        return Some(format!("your kernel never reads global memory through its first parameter, where the lab passes the input ({input}): the tiles it computes would not be the input's"));
+    }
+    None
+}
+
 /// A compile's outcome as the learner reads it: the PTX if the source sets
 /// nothing the lab sets, it compiled, the lab could launch it and it copies
 /// asynchronously, else the problem recorded in `rep`.
@@ -226,7 +337,11 @@ fn read_compile(rep: &mut CheckReport, source: &str, shape: TileShape, compiled:
     match compiled() {
         Err(e) => rep.problem(format!("your kernel does not compile. NVRTC says:\n{e}")),
         Ok(ptx) => {
-            match launch_problem(&ptx, super::kernel::TILE_ASYNC.entry, LAUNCH_PARAMS, TileKind::Async.smem_bytes(shape) as u64).or_else(|| ptx_problem(&ptx)) {
+            let entry = super::kernel::TILE_ASYNC.entry;
+            match launch_problem(&ptx, entry, LAUNCH_PARAMS, TileKind::Async.smem_bytes(shape) as u64)
+                .or_else(|| ptx_problem(&ptx))
+                .or_else(|| pointer_problem(&ptx, entry))
+            {
                 Some(p) => rep.problem(p),
                 None => {
                     rep.note("it compiles and copies asynchronously (cp.async in its PTX)");
@@ -403,6 +518,64 @@ mod tests {
         fails_offline_with(&cases, &cfg, &["judged on a GPU"]);
         // The given file's guarded default is not a redefinition.
         assert!(source_problem(GIVEN).is_none());
+    }
+
+    /// Pointers a learner mixes up, named from the PTX without a GPU; the
+    /// solution, the given file and the lab's other kernels use theirs as
+    /// the lab passes them.
+    #[test]
+    fn swapped_or_misused_pointers_are_named_from_the_ptx_without_a_gpu() {
+        if !nvrtc() {
+            return;
+        }
+        let cfg = KernelPipelineConfig::small();
+        let sol = solution_source();
+        let signature = "tile_async(const float* __restrict__ in, float* __restrict__ out, unsigned int tiles)";
+        assert!(sol.contains(signature));
+        let cases: Vec<(&str, String, &[&str])> = vec![
+            (
+                "parameters declared in the other order",
+                sol.replace(signature, "tile_async(float* __restrict__ out, const float* __restrict__ in, unsigned int tiles)"),
+                &["stores into global memory through its first parameter", "const float* in"],
+            ),
+            (
+                "tiles fetched from the output",
+                sol.replace("reinterpret_cast<const float4*>(in + ", "reinterpret_cast<const float4*>(out + "),
+                &["never reads global memory through its first parameter"],
+            ),
+            (
+                "results written back into the input",
+                sol.replace(signature, "tile_async(float* __restrict__ in, float* __restrict__ out, unsigned int tiles)")
+                    .replace("float* dst = out + ", "float* dst = in + "),
+                &["stores into global memory through its first parameter"],
+            ),
+        ];
+        fails_offline_with(&cases, &cfg, &["judged on a GPU"]);
+        let s = shape(&cfg);
+        for (name, source) in [("solution", sol), ("given file", GIVEN)] {
+            let ptx = kernels::compile_source("k.cu", source, super::super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines()).unwrap();
+            assert_eq!(pointer_problem(&ptx, "tile_async"), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn pointer_uses_are_followed_through_vectors_predicates_and_loops() {
+        let ptx = ".visible .entry k(\n.param .u64 k_param_0,\n.param .u64 k_param_1,\n.param .u32 k_param_2\n)\n{\n\
+            ld.param.u64 %rd1, [k_param_0];\n\
+            ld.param.u64 %rd2, [k_param_1];\n\
+            $L__BB0_1:\n\
+            add.s64 %rd5, %rd4, %rd7;\n\
+            @%p1 ld.global.nc.v4.f32 {%f1, %f2, %f3, %f4}, [%rd5];\n\
+            st.global.v4.f32 [%rd6], {%f1, %f2, %f3, %f4};\n\
+            cvta.to.global.u64 %rd4, %rd1;\n\
+            cvta.to.global.u64 %rd6, %rd2;\n\
+            @%p1 bra $L__BB0_1;\n\
+            ret;\n}";
+        // %rd4 is defined after its use in the loop body: found on the second pass.
+        assert_eq!(pointer_problem(ptx, "k"), None);
+        let swapped = ptx.replace("[%rd5]", "[%rd6]").replace("[%rd6], {", "[%rd5], {");
+        assert!(pointer_problem(&swapped, "k").unwrap().contains("through its first parameter"));
+        assert_eq!(pointer_problem(ptx, "other"), None);
     }
 
     #[test]

@@ -14,11 +14,10 @@ use crate::measure::stats::Summary;
 use crate::pipeline::cells::Cells;
 use crate::pipeline::cells::Provenance;
 use crate::pipeline::dry_run::DryRun;
-use crate::pipeline::issue::{DevRef, EventRef, HostRef, Issue, SignalRef, StreamRef};
-use crate::pipeline::op::OpKind;
+use crate::pipeline::issue::{Issue, StreamRef};
+use crate::pipeline::op::{Lane, Op, OpKind};
 use crate::pipeline::plan::{self, Plan};
-use crate::pipeline::schedule::Schedule;
-use std::sync::{Arc, Mutex};
+use crate::pipeline::schedule::{Schedule, WaitFor};
 
 /// A pass needs this share of the bound (the bound from the stages alone).
 pub const TARGET_EFFICIENCY: f64 = 0.85;
@@ -121,150 +120,37 @@ struct HostWait {
     before: (String, usize),
 }
 
-/// Passes every call of a learner's loop on to `inner`, noting each wait
-/// of the CPU's for the GPU that comes between GPU operations
-/// ([`HostWait`]): which call, after which chunk's operation.
-struct WaitWatch<'i> {
-    inner: &'i mut dyn Issue,
-    streams: Vec<StreamRef>,
-    /// Each chunk's first element.
-    starts: Vec<usize>,
-    /// The last GPU operation issued: its label and chunk.
-    last: Option<(String, usize)>,
-    /// Waits since then.
-    pending: Vec<String>,
-    waits: Vec<HostWait>,
-}
-
-impl<'i> WaitWatch<'i> {
-    fn new(inner: &'i mut dyn Issue, t: &ChunkTask) -> WaitWatch<'i> {
-        let starts = (0..t.chunks).map(|c| t.chunk(c).0).collect();
-        WaitWatch { inner, streams: t.streams.clone(), starts, last: None, pending: vec![], waits: vec![] }
-    }
-    /// A GPU operation was issued, labelled `label`, over the chunk holding element `at`.
-    fn gpu(&mut self, label: &str, at: usize) {
-        let now = (label.to_string(), self.starts.partition_point(|&s| s <= at).saturating_sub(1));
-        if let Some(after) = &self.last {
-            let waits: Vec<HostWait> = self.pending.drain(..).map(|call| HostWait { call, after: after.clone(), before: now.clone() }).collect();
-            self.waits.extend(waits);
-        }
-        self.pending.clear();
-        self.last = Some(now);
-    }
-    fn stream(&self, s: StreamRef) -> String {
-        self.streams.iter().position(|&x| x == s).map_or(format!("stream {}", s.0), |k| format!("t.streams[{k}]"))
-    }
-    /// A wait of the CPU's, made by `call`, went through.
-    fn waited(&mut self, call: String, r: Result<()>) -> Result<()> {
-        r?;
-        self.pending.push(call);
-        Ok(())
-    }
-}
-
-impl Issue for WaitWatch<'_> {
-    fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()> {
-        self.inner.h2d(s, dst, dst_at, src, src_at, n, label)?;
-        self.gpu(label, src_at);
-        Ok(())
-    }
-    fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
-        self.inner.d2h(s, dst, dst_at, src, src_at, n, label)?;
-        self.gpu(label, dst_at);
-        Ok(())
-    }
-    fn compute(&mut self, s: StreamRef, input: DevRef, in_at: usize, output: DevRef, out_at: usize, n: usize, label: &str) -> Result<()> {
-        self.inner.compute(s, input, in_at, output, out_at, n, label)?;
-        self.gpu(label, in_at);
-        Ok(())
-    }
-    fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
-        self.inner.d2d(s, dst, dst_at, src, src_at, n, label)?;
-        self.gpu(label, src_at);
-        Ok(())
-    }
-    fn all_reduce(&mut self, ranks: &[(StreamRef, DevRef)], at: usize, n: usize, label: &str) -> Result<()> {
-        self.inner.all_reduce(ranks, at, n, label)?;
-        self.gpu(label, at);
-        Ok(())
-    }
-    fn event(&mut self) -> Result<EventRef> {
-        self.inner.event()
-    }
-    fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
-        self.inner.record(e, s)
-    }
-    fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
-        self.inner.wait(s, e)
-    }
-    fn host_wait(&mut self, e: EventRef) -> Result<()> {
-        let r = self.inner.host_wait(e);
-        self.waited("p.host_wait(event)".into(), r)
-    }
-    fn host_sync(&mut self, s: StreamRef) -> Result<()> {
-        let r = self.inner.host_sync(s);
-        self.waited(format!("p.host_sync({})", self.stream(s)), r)
-    }
-    fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
-        self.inner.signal(s, label)
-    }
-    fn host_wait_signal(&mut self, g: SignalRef) -> Result<()> {
-        let r = self.inner.host_wait_signal(g);
-        self.waited("p.host_wait_signal(signal)".into(), r)
-    }
-    fn produce(&mut self, h: HostRef, at: usize, n: usize, batch: usize, label: &str) -> Result<()> {
-        self.inner.produce(h, at, n, batch, label)
-    }
-    fn sync_device(&mut self) -> Result<()> {
-        let r = self.inner.sync_device();
-        self.waited("p.sync_device()".into(), r)
-    }
-    fn timed_from_here(&mut self) -> Result<()> {
-        let r = self.inner.timed_from_here();
-        self.waited("p.timed_from_here()".into(), r)
-    }
-    fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
-        self.inner.alloc_async(s, n, name)
-    }
-    fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
-        self.inner.free_async(s, d)
-    }
-    fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef> {
-        self.inner.alloc(n, name)
-    }
-    fn free(&mut self, d: DevRef) -> Result<()> {
-        self.inner.free(d)
-    }
-    fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef> {
-        self.inner.alloc_pinned(n, name)
-    }
-    fn free_pinned(&mut self, h: HostRef) -> Result<()> {
-        self.inner.free_pinned(h)
-    }
-    fn pin(&mut self, h: HostRef) -> Result<()> {
-        self.inner.pin(h)
-    }
-    fn unpin(&mut self, h: HostRef) -> Result<()> {
-        self.inner.unpin(h)
-    }
-    fn issue_from(&mut self, thread: usize) -> Result<()> {
-        self.inner.issue_from(thread)
-    }
-}
-
-/// `issue` run through a [`WaitWatch`]: the waits of its latest run land in the second.
-fn watched(issue: measure::ChunkLoop) -> (measure::ChunkLoop, Arc<Mutex<Vec<HostWait>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let into = seen.clone();
-    let body: measure::ChunkLoop = Arc::new(move |p, t| {
-        let mut w = WaitWatch::new(p, t);
-        let r = issue(&mut w, t);
-        if let Ok(mut waits) = into.lock() {
-            *waits = w.waits;
-        }
-        r
-    });
-    (body, seen)
+/// The CPU's waits for the GPU between GPU operations of a loop, read
+/// from its schedule: which call, after which chunk's operation and before
+/// which, for a loop over `elements` in `chunks` on `streams` (named
+/// `t.streams[k]`). A wait before the first GPU operation or after the
+/// last orders nothing of the loop.
+fn host_waits(schedule: &Schedule, elements: usize, chunks: usize, streams: &[StreamRef]) -> Vec<HostWait> {
+    let starts: Vec<usize> = (0..chunks).map(|c| OverlapConfig::chunk_range(elements, chunks, c).0).collect();
+    let gpu = |o: &&Op| matches!(o.lane, Lane::Stream(_)) && o.kind != OpKind::Host;
+    let named = |o: &Op| {
+        // Accesses are in bytes; chunks in f32 elements.
+        let at = o.accesses.first().map_or(0, |a| a.start as usize / 4);
+        (o.label.clone(), starts.partition_point(|&s| s <= at).saturating_sub(1))
+    };
+    let stream = |k: usize| streams.iter().position(|s| s.0 == k).map_or(format!("stream {k}"), |i| format!("t.streams[{i}]"));
+    schedule
+        .cpu_waits
+        .iter()
+        .filter(|w| w.thread == 0)
+        .filter_map(|w| {
+            let after = schedule.ops[..w.after_ops].iter().rev().find(gpu)?;
+            let before = schedule.ops[w.after_ops..].iter().find(gpu)?;
+            let call = match w.on {
+                WaitFor::Event(_) => "p.host_wait(event)".to_string(),
+                WaitFor::Stream(k) => format!("p.host_sync({})", stream(k)),
+                WaitFor::Device => "p.sync_device()".into(),
+                WaitFor::Signal(_) => "p.host_wait_signal(signal)".into(),
+                WaitFor::Restart => "p.timed_from_here()".into(),
+            };
+            Some(HostWait { call, after: named(after), before: named(before) })
+        })
+        .collect()
 }
 
 /// A problem naming the first of `waits` (the CPU waiting for the GPU
@@ -340,18 +226,11 @@ pub fn check_on_model(
         dev_in: m.device("device in", elements),
         dev_out: m.device("device out", elements),
     };
-    let mut waits = Vec::new();
-    let ran = rep.learner("your issue loop", || {
-        let mut w = WaitWatch::new(&mut m, &task);
-        let r = issue(&mut w, &task);
-        waits = w.waits;
-        r
-    });
-    if ran.is_none() {
+    if rep.learner("your issue loop", || issue(&mut m, &task)).is_none() {
         return rep;
     }
     model_findings(&m, m.host_cells(task.host_out), elements, chunks, &mut rep);
-    let cpu_waits = host_wait_findings(&waits, chunks, &mut rep);
+    let cpu_waits = host_wait_findings(&host_waits(&m.schedule, elements, chunks, &task.streams), chunks, &mut rep);
     // Each op lasts its share of the recorded whole-data part.
     let parts = ir.point(chunks, streams, IssueOrder::DepthFirst).map_or(&ir.parts, |p| &p.parts);
     let machine = parts.machine(rec.copy_engines);
@@ -377,7 +256,6 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
         return Ok(rep);
     }
     let elements = uneven_elements(elements, chunks, true);
-    let (issue, waits) = watched(issue);
     let plan = measure::learner_plan(elements, chunks, streams, issue);
     let Some(model) = rep.learner("your issue loop", || plan.dry_run()) else {
         return Ok(rep);
@@ -386,8 +264,9 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
     // refuse a loop that races: nothing of such a loop runs on the GPU.
     // Nor does one that makes the CPU wait between chunks: it cannot overlap.
     model_findings(&model, Plan::output_cells(&model), elements, chunks, &mut rep);
-    let waits = waits.lock().map(|w| w.clone()).unwrap_or_default();
-    host_wait_findings(&waits, chunks, &mut rep);
+    // The plan hands its loop its streams in order.
+    let refs: Vec<StreamRef> = (0..streams).map(StreamRef).collect();
+    host_wait_findings(&host_waits(&model.schedule, elements, chunks, &refs), chunks, &mut rep);
     if !rep.passed {
         return Ok(rep);
     }
@@ -698,17 +577,28 @@ mod tests {
             &once,
             "p.host_sync(t.streams[1]) after chunk 3 ('D2H chunk 3') makes the CPU wait for the GPU before it issues chunk 4 ('H2D chunk 4'):",
         );
-        // The live check reads the waits off the same loop, through its plan.
-        let (issue, waits) = watched(std::sync::Arc::new(|p, t| {
-            for c in 0..t.chunks {
-                each_one(p, t, c, c % t.streams.len())?;
-                p.sync_device()?;
-            }
-            Ok(())
-        }));
-        measure::learner_plan(uneven_elements(4096, 4, true), 4, 2, issue).dry_run().unwrap();
-        let waits = waits.lock().unwrap().clone();
+        // The live check reads the waits off the same loop, through its
+        // plan's dry run, with the stream the loop named.
+        let elements = uneven_elements(4096, 4, true);
+        let plan = measure::learner_plan(
+            elements,
+            4,
+            2,
+            std::sync::Arc::new(|p, t| {
+                for c in 0..t.chunks {
+                    each_one(p, t, c, c % t.streams.len())?;
+                    if c == 1 {
+                        p.host_sync(t.streams[1])?;
+                    } else {
+                        p.sync_device()?;
+                    }
+                }
+                Ok(())
+            }),
+        );
+        let waits = host_waits(&plan.dry_run().unwrap().schedule, elements, 4, &[StreamRef(0), StreamRef(1)]);
         assert_eq!(waits.len(), 3, "{waits:?}");
+        assert_eq!(waits[1], HostWait { call: "p.host_sync(t.streams[1])".into(), after: ("D2H chunk 1".into(), 1), before: ("H2D chunk 2".into(), 2) });
         assert_eq!(waits[2], HostWait { call: "p.sync_device()".into(), after: ("D2H chunk 2".into(), 2), before: ("H2D chunk 3".into(), 3) });
     }
 
