@@ -1,13 +1,14 @@
 //! The course around the labs, for `notebooks/00-start-here.ipynb`: what
 //! this machine can do (a GPU or the recordings, the driver, NVRTC,
-//! CUPTI), the course map from the lab table, a glossary of what the labs
+//! CUPTI), the course map from the lab table with each notebook's measured
+//! time (`data/notebook-times.json`), a glossary of what the labs
 //! print, and the primer's picture (one stream against three, from the
 //! queue model).
 //!
 //! May use everything below it: `labs` (the lab table), `lab_kit`, `gpu`,
 //! `pipeline`, `present`, `measure`.
 
-use crate::error::Result;
+use crate::error::{LabError, Result};
 use crate::gpu::{driver, kernels, Availability, Gpu};
 use crate::measure::record::default_data_dir;
 use crate::pipeline::machine::Machine;
@@ -16,6 +17,8 @@ use crate::pipeline::plan::{chunk, stage_streams, Plan, StreamSpec, WaitBy};
 use crate::pipeline::predict::predict;
 use crate::pipeline::timeline::Timeline;
 use crate::present::gantt::Gantt;
+use serde::Deserialize;
+use std::collections::BTreeMap;
 
 /// One line of the set-up check.
 #[derive(Clone, Debug, PartialEq)]
@@ -81,13 +84,58 @@ pub fn setup_report() -> String {
     setup().iter().map(|l| format!("[{}] {:<11} {}\n", if l.ok { " ok " } else { "MISS" }, l.what, l.detail)).collect()
 }
 
-/// Every lab in order: its notebook, its question and what it builds on.
+/// How long each notebook takes, measured (`data/notebook-times.json`).
+#[derive(Clone, Debug, Deserialize)]
+pub struct NotebookTimes {
+    pub about: String,
+    pub runs: Vec<NotebookRun>,
+}
+
+/// One measured run of every notebook: live on a GPU, or with the recordings.
+#[derive(Clone, Debug, Deserialize)]
+pub struct NotebookRun {
+    /// "live" or "recorded".
+    pub mode: String,
+    /// The GPU and host, or "no GPU" and the host.
+    pub machine: String,
+    pub date: String,
+    /// The commit the notebooks were run at.
+    pub code: String,
+    pub command: String,
+    /// Seconds per notebook, by its file name without `.ipynb`.
+    pub seconds: BTreeMap<String, f64>,
+}
+
+/// The file that holds them.
+pub const NOTEBOOK_TIMES: &str = "notebook-times.json";
+
+/// The measured notebook times from the data directory.
+pub fn notebook_times() -> Result<NotebookTimes> {
+    let path = default_data_dir().join(NOTEBOOK_TIMES);
+    let text = std::fs::read_to_string(&path).map_err(|e| LabError::config(format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| LabError::config(format!("{}: {e}", path.display())))
+}
+
+/// Every lab in order: its notebook, its question, what it builds on and
+/// how long its notebook took, live and with the recordings (when the
+/// times are there).
 pub fn course_map() -> String {
+    let times = notebook_times().ok();
     let mut out = String::new();
     for lab in crate::labs::ALL.iter() {
         out += &format!("{}. {}\n   {}\n", lab.number(), lab.teaches(), lab.notebook());
         let needs: Vec<String> = lab.builds_on().iter().map(|(n, what)| format!("lab {n} ({what})")).collect();
         out += &format!("   builds on: {}\n", if needs.is_empty() { "nothing: start here".to_string() } else { needs.join("; ") });
+        let stem = format!("{:02}-{}", lab.number(), lab.name());
+        let took: Vec<String> =
+            times.iter().flat_map(|t| &t.runs).filter_map(|r| r.seconds.get(&stem).map(|s| format!("{s:.0} s {} ({})", r.mode, r.machine))).collect();
+        if !took.is_empty() {
+            out += &format!("   took: {}\n", took.join("; "));
+        }
+    }
+    if let Some(t) = &times {
+        let whence: Vec<String> = t.runs.iter().map(|r| format!("{}: {}, {} at {}", r.mode, r.command, r.date, r.code)).collect();
+        out += &format!("\nTimes: {} ({}; {})\n", t.about, NOTEBOOK_TIMES, whence.join("; "));
     }
     out
 }
@@ -191,6 +239,24 @@ mod tests {
             }
         }
         assert!(map.contains("builds on: nothing: start here"), "{map}");
+        // Every notebook's time, live and with the recordings, measured.
+        let times = notebook_times().unwrap();
+        let modes: Vec<&str> = times.runs.iter().map(|r| r.mode.as_str()).collect();
+        assert_eq!(modes, ["live", "recorded"]);
+        for run in &times.runs {
+            let stems: Vec<String> =
+                std::iter::once("00-start-here".to_string()).chain(crate::labs::ALL.iter().map(|l| format!("{:02}-{}", l.number(), l.name()))).collect();
+            for stem in &stems {
+                let s = run.seconds.get(stem).unwrap_or_else(|| panic!("{}: no time for {stem}", run.mode));
+                assert!(*s > 0.0 && *s < 600.0, "{}: {stem} took {s} s", run.mode);
+                let nb = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../notebooks").join(format!("{stem}.ipynb"));
+                assert!(nb.is_file(), "{}", nb.display());
+            }
+            assert_eq!(run.seconds.len(), stems.len(), "{}: a time for a notebook that is not there", run.mode);
+            assert!(!run.machine.is_empty() && !run.command.is_empty() && run.code.len() >= 7);
+        }
+        assert_eq!(map.matches("   took: ").count(), crate::labs::ALL.len(), "{map}");
+        assert!(map.contains("live (NVIDIA H100 80GB HBM3") && map.contains("recorded (no GPU"), "{map}");
     }
 
     #[test]
