@@ -346,3 +346,67 @@ fn prose_figures_are_numbers_with_a_unit_of_measurement() {
     assert_eq!(written, ["2.1 ms", "2.49 x", "93 %", "54 GB/s"]);
     assert_eq!((f[0].0, f[0].1), (2.1, 1));
 }
+
+/// Solutions are kept back: each solution's explanation and its code are
+/// collapsed (JupyterLab and Notebook 7 read `jupyter.source_hidden` and
+/// `outputs_hidden`; the classic notebook `collapsed`), tagged `solution`,
+/// and a visible cell before them says where they are.
+#[test]
+fn every_solution_is_kept_back_behind_a_collapsed_cell() {
+    let mut solutions = 0;
+    for (path, nb) in notebooks() {
+        let cells = nb["cells"].as_array().expect("cells");
+        let tags = |c: &serde_json::Value| {
+            c["metadata"]["tags"].as_array().map(|t| t.iter().filter_map(|x| x.as_str().map(str::to_string)).collect::<Vec<_>>()).unwrap_or_default()
+        };
+        let hidden = |c: &serde_json::Value| c["metadata"]["jupyter"]["source_hidden"] == true;
+        for (i, c) in cells.iter().enumerate() {
+            let text = cell_text(c, "source");
+            let at = format!("{} cell {i}", path.display());
+            if c["cell_type"] == "markdown" && (text.starts_with("**Solution.**") || text.starts_with("## Solution")) {
+                solutions += 1;
+                assert!(hidden(c) && tags(c).contains(&"solution".to_string()), "{at}: a solution's explanation in plain sight");
+                let code = &cells[i + 1];
+                assert!(code["cell_type"] == "code" && hidden(code), "{at}: the solution's code is not collapsed");
+                assert!(
+                    code["metadata"]["jupyter"]["outputs_hidden"] == true && code["metadata"]["collapsed"] == true,
+                    "{at}: the solution's output (its PASSED) shows"
+                );
+                let before = &cells[i - 1];
+                assert!(
+                    tags(before).contains(&"solution-kept-back".to_string()) && !hidden(before) && cell_text(before, "source").contains("kept back"),
+                    "{at}: no visible cell before the solution says where it is"
+                );
+            }
+            if tags(c).contains(&"solution".to_string()) {
+                assert!(hidden(c), "{at}: tagged a solution but shown");
+            }
+        }
+    }
+    // Labs 1 (two exercises) to 8.
+    assert!(solutions >= 9, "{solutions} solutions found");
+}
+
+/// Each exercise offers hints one at a time, right after it, through a
+/// function that exists and has at least two.
+#[test]
+fn every_exercise_offers_hints_one_at_a_time() {
+    use overlap_lab::labs;
+    let counts: &[(&str, &[&str])] = &[
+        ("lab1::exercise::hint_model", labs::bandwidth::exercise::MODEL_HINTS),
+        ("lab1::exercise::hint_break_even", labs::bandwidth::exercise::BREAK_EVEN_HINTS),
+        ("lab2::exercise::hint", labs::overlap::exercise::HINTS),
+        ("lab3::exercise::hint", labs::double_buffer::exercise::HINTS),
+        ("lab4::exercise::hint", labs::callback::exercise::HINTS),
+        ("lab5::exercise::hint", labs::streams::exercise::HINTS),
+        ("lab6::exercise::hint", labs::memory::exercise::HINTS),
+        ("lab7::exercise::hint", labs::kernel_pipeline::exercise::HINTS),
+        ("lab8::exercise::hint", labs::multi_gpu::exercise::HINTS),
+    ];
+    let all: String = notebooks().iter().flat_map(|(_, nb)| nb["cells"].as_array().unwrap().iter().map(|c| cell_text(c, "source"))).collect();
+    for (call, hints) in counts {
+        assert!(hints.len() >= 2, "{call}: {} hints", hints.len());
+        assert!(all.contains(&format!("{call}(1)")), "no notebook offers {call}(1)");
+    }
+    assert!(labs::overlap::exercise::hint(1).starts_with("Hint 1 of 3"));
+}

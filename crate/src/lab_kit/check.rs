@@ -6,6 +6,7 @@
 //! compare with a tolerance that also works near zero ([`close`]); and name
 //! the classic unit slips ([`unit_slip`]). Printing a report never looks
 //! like an error to a notebook runner (no "Error:" or "panicked at").
+//! An exercise's hints are shown one at a time, on request ([`hint`]).
 //!
 //! May use: `error`, `units`. Used by every lab's `exercise`.
 
@@ -281,5 +282,31 @@ mod tests {
         assert!(unit_slip(8.0, 1.0).unwrap().contains("bits"));
         assert_eq!(unit_slip(1.3, 1.0), None);
         assert_eq!(unit_slip(-1000.0, 1.0), None);
+    }
+}
+
+/// Hint `k` (from 1) of an exercise's `hints`, saying how many there are:
+/// a learner asks for the next only when stuck, so each hint gives a little
+/// more than the one before, and the last falls short of the solution.
+pub fn hint(hints: &[&str], k: usize) -> String {
+    match hints.get(k.wrapping_sub(1)) {
+        Some(h) if k < hints.len() => format!("Hint {k} of {}: {h}\n(hint({}) gives the next.)", hints.len(), k + 1),
+        Some(h) => format!("Hint {k} of {}: {h}\n(That is the last hint; the solution is kept back below the exercise.)", hints.len()),
+        None => format!("There are hints 1 to {} for this exercise.", hints.len()),
+    }
+}
+
+#[cfg(test)]
+mod hint_tests {
+    use super::hint;
+
+    #[test]
+    fn hints_come_one_at_a_time_and_say_how_many_there_are() {
+        let h = ["first", "second"];
+        assert!(hint(&h, 1).starts_with("Hint 1 of 2: first") && hint(&h, 1).contains("hint(2)"));
+        assert!(hint(&h, 2).contains("second") && hint(&h, 2).contains("last hint"));
+        for k in [0, 3, usize::MAX] {
+            assert_eq!(hint(&h, k), "There are hints 1 to 2 for this exercise.");
+        }
     }
 }

@@ -86,7 +86,7 @@ pub fn check_transfer_model(r: &BandwidthResults, kind: HostMemoryKind, directio
     if !close(t0_yours, t0, 0.5, 1.0) {
         named = true;
         rep.problem(if t0_yours.abs() < 1e-9 {
-            format!("your model has no fixed cost: a copy costs about {} µs however small (launch, DMA setup); add t0", short(t0))
+            format!("your model has no fixed cost: a copy costs about {} µs however small (launch, DMA setup)", short(t0))
         } else {
             let slip = unit_slip(t0_yours, t0).map_or(String::new(), |s| format!(": {s}"));
             format!("your fixed cost t0 = {} µs, the smallest copies say about {} µs{slip}", short(t0_yours), short(t0))
@@ -124,7 +124,7 @@ pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direc
             ));
         } else {
             rep.problem(format!(
-                "page-locked {direction} copies of {bytes} save nothing here ({} per copy), so it never pays off: answer f64::INFINITY",
+                "page-locked {direction} copies of {bytes} save nothing here ({} per copy), so it never pays off, and your answer says it does",
                 fmt_ms(b.saving_per_copy_ms)
             ));
         }
@@ -176,11 +176,7 @@ pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direc
         rep.problem(format!("{} copies: {msg}", short(answer)));
     } else {
         let slip = unit_slip(answer, truth).map_or(String::new(), |s| format!("; {s}"));
-        rep.problem(format!(
-            "{} copies is {:+.0}% from the measured break-even{slip}. Break-even = (page-locked alloc + free - the pageable memory's) / (pageable copy - page-locked copy), all at {bytes}",
-            short(answer),
-            100.0 * (answer / truth - 1.0)
-        ));
+        rep.problem(format!("{} copies is {:+.0}% from the measured break-even at {bytes}{slip}", short(answer), 100.0 * (answer / truth - 1.0)));
     }
     rep
 }
@@ -210,34 +206,19 @@ fn mistakes(r: &BandwidthResults, how: Acquisition, direction: Direction, bytes:
     let copy_ms = |k, d| r.point(k, d, bytes).map_or(f64::NAN, |p| p.device_ms.median);
     let (pinned_copy, pageable_copy) = (copy_ms(how.kind(), direction), copy_ms(HostMemoryKind::Pageable, direction));
     let mut wrong = vec![
-        m("extra ms", b.extra_cost_ms, "that is the extra cost in ms, not a number of copies: divide it by the time each copy saves".into()),
-        m("extra µs", b.extra_cost_ms * 1e3, "that is the extra cost in µs, not a number of copies: divide it by the time each copy saves".into()),
+        m("extra ms", b.extra_cost_ms, "that is the extra cost in ms, not a number of copies".into()),
+        m("extra µs", b.extra_cost_ms * 1e3, "that is the extra cost in µs, not a number of copies".into()),
         m(
             "whole cost",
             b.page_locked_ms / b.saving_per_copy_ms,
-            format!(
-                "you charged page-locked memory its whole cost; the pageable memory it replaces is not free either ({}): divide the difference",
-                fmt_ms(b.pageable_ms)
-            ),
+            format!("you charged page-locked memory its whole cost; the pageable memory it replaces is not free either ({})", fmt_ms(b.pageable_ms)),
         ),
-        m(
-            "by page-locked copy",
-            b.extra_cost_ms / pinned_copy,
-            "you divided by the page-locked copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into(),
-        ),
-        m(
-            "by pageable copy",
-            b.extra_cost_ms / pageable_copy,
-            "you divided by the pageable copy's time; divide by the time each copy saves (pageable copy - page-locked copy)".into(),
-        ),
+        m("by page-locked copy", b.extra_cost_ms / pinned_copy, "you divided by the page-locked copy's time, which is not what each copy saves".into()),
+        m("by pageable copy", b.extra_cost_ms / pageable_copy, "you divided by the pageable copy's time, which is not what each copy saves".into()),
     ];
     for other in Acquisition::ALL.into_iter().filter(|&a| a != how) {
         if let Some(c) = find(other, direction).and_then(|o| o.copies) {
-            wrong.push(m(
-                other.label(),
-                c,
-                format!("that is the break-even of memory {}; here it is {}: use the costs of that way ({})", other.label(), how.label(), how.describe()),
-            ));
+            wrong.push(m(other.label(), c, format!("that is the break-even of memory {}; here it is {}", other.label(), how.label())));
         }
     }
     for other in [Direction::H2d, Direction::D2h].into_iter().filter(|&d| d != direction) {
@@ -316,6 +297,30 @@ pub fn check_break_even_rule(r: &BandwidthResults, how: Acquisition, rule: impl 
     rep
 }
 
+/// Hints for exercise 1 (predict_us), one at a time ([`hint_model`]).
+pub const MODEL_HINTS: &[&str] = &[
+    "A copy's time has two parts: a fixed cost that every copy pays however small it is, and a part that grows with its bytes.",
+    "Read the fixed cost off the smallest copies and the rate off the plateau of the bandwidth chart: `run.record.results.point(kind, direction, size)` gives a size's measured median.",
+    "Mind the units: the check hands your function bytes and wants microseconds back, and 1 GB/s is 1000 bytes per microsecond.",
+];
+
+/// Hint `k` (from 1) for exercise 1 (predict_us): `hint_model(1)`, then `hint_model(2)` if still stuck.
+pub fn hint_model(k: usize) -> String {
+    crate::lab_kit::check::hint(MODEL_HINTS, k)
+}
+
+/// Hints for exercise 2 (the break-even rule), one at a time ([`hint_break_even`]).
+pub const BREAK_EVEN_HINTS: &[&str] = &[
+    "Pinning pays off once what it saves over the copies outweighs what it costs extra to get the buffer.",
+    "Two quantities at each size: the extra cost per batch, from the pinning-cost table (`pin_cost`: `pinned_reused` and `pageable_reused`, each with `total_ms()`), and what each copy saves, from the copy times (`run.copy_time_us`).",
+    "Compare like with like: a pinned allocation in the loop against the pageable buffer's cost in the same loop, one unit for both times, and decide what to return where a pinned copy saves nothing.",
+];
+
+/// Hint `k` (from 1) for exercise 2 (the break-even rule): `hint_break_even(1)`, then `hint_break_even(2)` if still stuck.
+pub fn hint_break_even(k: usize) -> String {
+    crate::lab_kit::check::hint(BREAK_EVEN_HINTS, k)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -351,7 +356,7 @@ pub(crate) mod tests {
         let gib_per_s = 50e9 / (1u64 << 30) as f64;
         type Model = Box<dyn Fn(u64) -> f64>;
         let cases: Vec<(&str, Model, &[&str])> = vec![
-            ("no fixed cost", Box::new(model(0.0, 50.0)), &["no fixed cost", "add t0"]),
+            ("no fixed cost", Box::new(model(0.0, 50.0)), &["no fixed cost", "however small"]),
             ("t0 in ms", Box::new(model(0.005, 50.0)), &["fixed cost t0 = 0.00500 µs", "factor 1000 too small"]),
             ("t0 in ns", Box::new(model(5000.0, 50.0)), &["fixed cost t0 = 5000 µs", "factor 1000 too large"]),
             ("B in bytes per s", Box::new(|b| 5.0 + b as f64 / 50e9), &["bandwidth term", "a million"]),
@@ -417,7 +422,7 @@ pub(crate) mod tests {
         }
         assert!(check_break_even(&slow, Acquisition::Once, Direction::D2h, gib, f64::INFINITY).passed);
         let never = check_break_even(&slow, Acquisition::Once, Direction::D2h, gib, 12.0);
-        assert!(!never.passed && never.to_string().contains("never pays off: answer f64::INFINITY"), "{never}");
+        assert!(!never.passed && never.to_string().contains("never pays off, and your answer says it does"), "{never}");
     }
 
     #[test]
@@ -436,14 +441,14 @@ pub(crate) mod tests {
             (
                 "per-use costs for a buffer allocated once",
                 truth(&r, Acquisition::EveryUse, Direction::D2h).copies.unwrap(),
-                &["allocated per use", "pinned_first against pageable_first"],
+                &["break-even of memory allocated per use; here it is allocated once"],
             ),
             ("H2D times for a D2H buffer", truth(&r, Acquisition::Once, Direction::H2d).copies.unwrap(), &["used the H2D copy times"]),
             ("ms over µs", n * 1000.0, &["factor 1000 too large"]),
             ("negative", -n, &["out of range"]),
             ("NaN", f64::NAN, &["finite number of copies"]),
             ("never", f64::INFINITY, &["it does pay off"]),
-            ("a guess", n * 3.0 + 5.0, &["from the measured break-even", "Break-even ="]),
+            ("a guess", n * 3.0 + 5.0, &["from the measured break-even at 1 GiB"]),
         ];
         for (what, answer, words) in cases {
             let (ok, text) = verdict(&check_break_even(&r, Acquisition::Once, Direction::D2h, gib, answer));
@@ -526,6 +531,10 @@ pub(crate) mod tests {
                 let text = rep.to_string();
                 assert!(!rep.passed, "{at}: {what} passed: {text}");
                 assert!(text.contains(words), "{at}: {what}: no '{words}' in {text}");
+                // The message names the mistake; the fix is the hints' to give.
+                for fix in ["divide it", "divide by", "divide the", "Break-even =", "answer f64::INFINITY", "use the costs"] {
+                    assert!(!text.contains(fix), "{at}: {what}: the message dictates the fix ('{fix}'): {text}");
+                }
             }
         }
     }

@@ -198,6 +198,18 @@ pub fn check_on_gpu(gpu: &Gpu, cfg: &CallbackConfig, iteration: impl Fn(&mut Sco
     Ok(rep)
 }
 
+/// Hints, one at a time ([`hint`]).
+pub const HINTS: &[&str] = &[
+    "The argmin must read the scores of its own iteration: whatever reads a slot must come after the D2H that fills it.",
+    "An event recorded behind the D2H on the compute stream says when the scores are ready; the callback stream or the worker can wait for that instead of the compute stream.",
+    "A host function runs on the driver's thread and holds up its stream: keep heavy CPU work out of it and hand it to a worker, and give a slot back only once its argmin is done.",
+];
+
+/// Hint `k` (from 1): `hint(1)`, then `hint(2)` if still stuck.
+pub fn hint(k: usize) -> String {
+    crate::lab_kit::check::hint(HINTS, k)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::super::Variant;

@@ -155,6 +155,18 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, rec: &DoubleBufferResults, schedule: 
 /// Timed runs of a learner's schedule on the GPU (after one verified run).
 const TIMED_RUNS: usize = 5;
 
+/// Hints, one at a time ([`hint`]).
+pub const HINTS: &[&str] = &[
+    "Two buffers let the CPU fill one while the GPU copies the other: the whole question is when a buffer may be written again.",
+    "A host buffer may be refilled only after the copy that read it has finished; an event recorded after that copy says when.",
+    "The kernel must wait for its batch's copy (a stream waiting on an event, not the CPU), and the CPU should wait only for what it is about to overwrite.",
+];
+
+/// Hint `k` (from 1): `hint(1)`, then `hint(2)` if still stuck.
+pub fn hint(k: usize) -> String {
+    crate::lab_kit::check::hint(HINTS, k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{no_overlap, pipelined};

@@ -427,6 +427,18 @@ pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineCon
     Ok(rep)
 }
 
+/// Hints, one at a time ([`hint`]).
+pub const HINTS: &[&str] = &[
+    "While a block computes one tile, the next tile can already be on its way into shared memory: two slots, one being filled and one being read.",
+    "Asynchronous copies (`cuda::memcpy_async` through a `cuda::pipeline`) do not pass through registers; commit each tile's copies as one batch and wait only for the oldest.",
+    "A slot may be refilled only after every thread has finished reading it, and the kernel's name and parameters must stay as the lab launches them.",
+];
+
+/// Hint `k` (from 1): `hint(1)`, then `hint(2)` if still stuck.
+pub fn hint(k: usize) -> String {
+    crate::lab_kit::check::hint(HINTS, k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -217,6 +217,18 @@ pub fn check_on_gpu(gpu: &Gpu, rec: &MemoryResults, learner: Loop) -> Result<Che
     Ok(rep)
 }
 
+/// Hints, one at a time ([`hint`]).
+pub const HINTS: &[&str] = &[
+    "cuMemFree waits for the whole device, and the CPU must first know the download has finished: both hold the other stream up.",
+    "The stream-ordered pair allocates and frees in stream order, so neither the CPU nor the other stream has to wait.",
+    "Free each batch's scratch on the stream that reads it last, after that read, and give back every scratch you allocate.",
+];
+
+/// Hint `k` (from 1): `hint(1)`, then `hint(2)` if still stuck.
+pub fn hint(k: usize) -> String {
+    crate::lab_kit::check::hint(HINTS, k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

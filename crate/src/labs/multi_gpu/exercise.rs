@@ -194,6 +194,18 @@ fn why_idle(schedule: &Schedule, times: &[(f64, f64)]) -> String {
     "a stage waits for more than its own micro-batch: each stage 2 should wait for its micro-batch's copy only, and each copy for its micro-batch's stage 1 only".into()
 }
 
+/// Hints, one at a time ([`hint`]).
+pub const HINTS: &[&str] = &[
+    "With the CPU waiting after every stage, one GPU is always idle: the GPUs must be ordered by events, not by the CPU.",
+    "Each micro-batch's stage 2 needs its activations to have arrived on the other GPU: record an event after the copy and make the other GPU's stream wait on it.",
+    "Issue every micro-batch's work without waiting in between, each op on the stream of the GPU it runs on, and make sure a buffer is not overwritten before the copy that reads it is done.",
+];
+
+/// Hint `k` (from 1): `hint(1)`, then `hint(2)` if still stuck.
+pub fn hint(k: usize) -> String {
+    crate::lab_kit::check::hint(HINTS, k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

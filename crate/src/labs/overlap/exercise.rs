@@ -308,6 +308,18 @@ pub fn check_on_gpu(gpu: &Gpu, intensity: Intensity, elements: usize, chunks: us
     Ok(rep)
 }
 
+/// Hints, one at a time ([`hint`]).
+pub const HINTS: &[&str] = &[
+    "Work on one stream runs in order, one op after another: only work on different streams can overlap.",
+    "Keep each chunk's H2D, kernel and D2H together on one stream (they depend on each other) and give different chunks different streams.",
+    "Nothing in the loop should make the CPU wait for the GPU, and every element must be in some chunk: `t.chunk(c)` gives each chunk's range, remainder included.",
+];
+
+/// Hint `k` (from 1): `hint(1)`, then `hint(2)` if still stuck.
+pub fn hint(k: usize) -> String {
+    crate::lab_kit::check::hint(HINTS, k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

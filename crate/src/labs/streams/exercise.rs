@@ -245,6 +245,18 @@ pub fn check_on_gpu(gpu: &Gpu, rec: &StreamsResults, learner: Loop) -> Result<Ch
     Ok(rep)
 }
 
+/// Hints, one at a time ([`hint`]).
+pub const HINTS: &[&str] = &[
+    "In a program built the usual way, \"the default stream\" is the legacy NULL stream, and blocking streams synchronize with it.",
+    "An op on the legacy stream waits for all earlier work on every blocking stream, and their later work waits for it: find the op that sits between the chunks.",
+    "Move that op onto one of the pipeline's own streams, or to where it holds nothing up, keeping what the kernels read in place before they read it.",
+];
+
+/// Hint `k` (from 1): `hint(1)`, then `hint(2)` if still stuck.
+pub fn hint(k: usize) -> String {
+    crate::lab_kit::check::hint(HINTS, k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
