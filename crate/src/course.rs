@@ -8,9 +8,9 @@
 //! May use everything below it: `labs` (the lab table), `lab_kit`, `gpu`,
 //! `pipeline`, `present`, `measure`.
 
-use crate::error::{LabError, Result};
+use crate::error::Result;
 use crate::gpu::{driver, kernels, Availability, Gpu};
-use crate::measure::record::default_data_dir;
+use crate::measure::record::{default_data_dir, read_json};
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::{OpKind, StreamKind};
 use crate::pipeline::plan::{chunk, stage_streams, Plan, StreamSpec, WaitBy};
@@ -111,9 +111,7 @@ pub const NOTEBOOK_TIMES: &str = "notebook-times.json";
 
 /// The measured notebook times from the data directory.
 pub fn notebook_times() -> Result<NotebookTimes> {
-    let path = default_data_dir().join(NOTEBOOK_TIMES);
-    let text = std::fs::read_to_string(&path).map_err(|e| LabError::config(format!("{}: {e}", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| LabError::config(format!("{}: {e}", path.display())))
+    read_json(&default_data_dir().join(NOTEBOOK_TIMES))
 }
 
 /// Every lab in order: its notebook, its question, what it builds on and
@@ -249,7 +247,7 @@ mod tests {
             for stem in &stems {
                 let s = run.seconds.get(stem).unwrap_or_else(|| panic!("{}: no time for {stem}", run.mode));
                 assert!(*s > 0.0 && *s < 600.0, "{}: {stem} took {s} s", run.mode);
-                let nb = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../notebooks").join(format!("{stem}.ipynb"));
+                let nb = crate::measure::record::repo_root().join("notebooks").join(format!("{stem}.ipynb"));
                 assert!(nb.is_file(), "{}", nb.display());
             }
             assert_eq!(run.seconds.len(), stems.len(), "{}: a time for a notebook that is not there", run.mode);

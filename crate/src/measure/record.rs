@@ -53,11 +53,7 @@ impl<T: Serialize + DeserializeOwned> Record<T> {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(path) },
-            _ => LabError::io(format!("reading {}", path.display()), e),
-        })?;
-        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError::BadData { path: display_path(path), reason: e.to_string() })?;
+        let value: serde_json::Value = read_json(path)?;
         let version = value.get("schema_version").and_then(|v| v.as_u64());
         if version != Some(SCHEMA_VERSION as u64) {
             return Err(LabError::BadData { path: display_path(path), reason: format!("schema version {version:?}, this tool reads {SCHEMA_VERSION}") });
@@ -100,6 +96,16 @@ pub fn user_command(args: &[String]) -> Vec<String> {
         }
     }
     out
+}
+
+/// A JSON file of the data directory as `T`; errors name it as
+/// [`display_path`] does (missing, unreadable, or not a `T`).
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(path) },
+        _ => LabError::io(format!("reading {}", path.display()), e),
+    })?;
+    serde_json::from_str(&text).map_err(|e| LabError::BadData { path: display_path(path), reason: e.to_string() })
 }
 
 /// The repository's root (the folder holding `crate/` and `data/`).

@@ -239,6 +239,14 @@ pub struct Op {
     pub gpu: usize,
 }
 
+impl Op {
+    /// Work a GPU runs: an op on a stream other than a host function (which
+    /// runs on the CPU, in stream order).
+    pub fn is_gpu_work(&self) -> bool {
+        matches!(self.lane, Lane::Stream(_)) && self.kind != OpKind::Host
+    }
+}
+
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }

@@ -146,7 +146,7 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
         for &d in op.deps.iter().chain(&device_wait[op.id]) {
             let (_, end) = times[d].ok_or(Some(d))?;
             let dep = &s.ops[d];
-            let woken = matches!(op.lane, Lane::HostThread(_)) && matches!(dep.lane, Lane::Stream(_)) && dep.kind != OpKind::Host;
+            let woken = matches!(op.lane, Lane::HostThread(_)) && dep.is_gpu_work();
             let after = if woken || op.after_host_wait.binary_search(&d).is_ok() {
                 // A CPU thread blocked on GPU work wakes, then works or issues.
                 machine.host_wake.max(if dep.lane == op.lane { release[d] } else { 0.0 })

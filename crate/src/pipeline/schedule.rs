@@ -132,7 +132,7 @@ impl Schedule {
         // Issued after everything the issuing thread did before, and after
         // the GPU work it waited for.
         let host = self.host_frontier.get(&by).cloned().unwrap_or_default();
-        let mut waited: Vec<OpId> = host.iter().copied().filter(|&d| matches!(self.ops[d].lane, Lane::Stream(_)) && self.ops[d].kind != OpKind::Host).collect();
+        let mut waited: Vec<OpId> = host.iter().copied().filter(|&d| self.ops[d].is_gpu_work()).collect();
         waited.sort_unstable();
         deps.extend(host);
         // The legacy stream and the blocking streams of one GPU wait for
@@ -318,8 +318,7 @@ impl Schedule {
     /// made after one (it depends on that GPU work; a wait followed by a
     /// blocking call, such as a cuMemFree, leaves no GPU op marked).
     pub fn cpu_waited_for_gpu(&self) -> bool {
-        let gpu_work = |d: &OpId| matches!(self.ops[*d].lane, Lane::Stream(_)) && self.ops[*d].kind != OpKind::Host;
-        self.ops.iter().any(|o| !o.after_host_wait.is_empty() || (o.lane == Lane::HostThread(0) && o.deps.iter().any(gpu_work)))
+        self.ops.iter().any(|o| !o.after_host_wait.is_empty() || (o.lane == Lane::HostThread(0) && o.deps.iter().any(|&d| self.ops[d].is_gpu_work())))
     }
 
     pub fn races(&self) -> &[Race] {

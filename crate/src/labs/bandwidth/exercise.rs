@@ -108,8 +108,12 @@ pub fn check_transfer_model(r: &BandwidthResults, kind: HostMemoryKind, directio
 /// has a page-locked buffer got by `how` repaid its extra cost?".
 /// `f64::INFINITY` answers "never".
 pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direction, bytes: Bytes, answer: f64) -> CheckReport {
+    judge_break_even(r, &model::break_even(r), how, direction, bytes, answer)
+}
+
+/// [`check_break_even`] with the run's break-evens (`all`) worked out once.
+fn judge_break_even(r: &BandwidthResults, all: &[model::BreakEven], how: Acquisition, direction: Direction, bytes: Bytes, answer: f64) -> CheckReport {
     let mut rep = CheckReport::new(&format!("break-even of page-locked memory {} for {direction} copies of {bytes}", how.label()));
-    let all = model::break_even(r);
     let find = |how: Acquisition, direction: Direction| all.iter().find(|b| b.acquisition == how && b.direction == direction && b.bytes == bytes);
     let Some(b) = find(how, direction) else {
         let sizes: Vec<String> = r.pin_cost.iter().map(|c| c.bytes.to_string()).collect();
@@ -169,7 +173,7 @@ pub fn check_break_even(r: &BandwidthResults, how: Acquisition, direction: Direc
         return rep;
     }
     // The usual wrong formulas, each with what it mixes up.
-    let wrong = mistakes(r, how, direction, bytes, b);
+    let wrong = mistakes(r, all, how, b);
     // A slip that is also the truth (two costs that happen to agree) is no slip.
     if let Some(m) = wrong.iter().find(|m| m.matches(answer, truth)) {
         let msg = &m.what;
@@ -197,10 +201,10 @@ impl Mistake {
     }
 }
 
-/// The usual wrong formulas for the break-even `b` (memory got `how`,
-/// copies of `bytes` in `direction`).
-fn mistakes(r: &BandwidthResults, how: Acquisition, direction: Direction, bytes: Bytes, b: &model::BreakEven) -> Vec<Mistake> {
-    let all = model::break_even(r);
+/// The usual wrong formulas for the break-even `b` (memory got `how`),
+/// one of the run's break-evens `all`.
+fn mistakes(r: &BandwidthResults, all: &[model::BreakEven], how: Acquisition, b: &model::BreakEven) -> Vec<Mistake> {
+    let (direction, bytes) = (b.direction, b.bytes);
     let find = |how: Acquisition, direction: Direction| all.iter().find(|b| b.acquisition == how && b.direction == direction && b.bytes == bytes);
     let m = |key: &str, copies: f64, what: String| Mistake { key: key.into(), copies, what };
     let copy_ms = |k, d| r.point(k, d, bytes).map_or(f64::NAN, |p| p.device_ms.median);
@@ -238,26 +242,25 @@ fn mistakes(r: &BandwidthResults, how: Acquisition, direction: Direction, bytes:
 /// that are wrong and, at one of them, the mistake.
 pub fn check_break_even_rule(r: &BandwidthResults, how: Acquisition, rule: impl Fn(Direction, Bytes) -> f64) -> CheckReport {
     let mut rep = CheckReport::new(&format!("break-even of page-locked memory {} at every size and direction", how.label()));
-    let cases: Vec<(Direction, Bytes)> = model::break_even(r).iter().filter(|b| b.acquisition == how).map(|b| (b.direction, b.bytes)).collect();
+    let all = model::break_even(r);
+    let cases: Vec<&model::BreakEven> = all.iter().filter(|b| b.acquisition == how).collect();
     if cases.is_empty() {
         rep.problem(format!("this run priced no page-locked memory {}: nothing to check the rule against", how.label()));
         return rep;
     }
-    let Some(answers) = rep.learner("your break-even rule", || Ok(cases.iter().map(|&(d, b)| rule(d, b)).collect::<Vec<f64>>())) else {
+    let Some(answers) = rep.learner("your break-even rule", || Ok(cases.iter().map(|b| rule(b.direction, b.bytes)).collect::<Vec<f64>>())) else {
         return rep;
     };
-    let all = model::break_even(r);
-    let verdicts: Vec<(Direction, Bytes, CheckReport)> =
-        cases.iter().zip(&answers).map(|(&(d, b), &answer)| (d, b, check_break_even(r, how, d, b, answer))).collect();
-    let wrong: Vec<usize> = (0..verdicts.len()).filter(|&k| !verdicts[k].2.passed).collect();
+    let verdicts: Vec<CheckReport> = cases.iter().zip(&answers).map(|(b, &answer)| judge_break_even(r, &all, how, b.direction, b.bytes, answer)).collect();
+    let wrong: Vec<usize> = (0..verdicts.len()).filter(|&k| !verdicts[k].passed).collect();
     if wrong.is_empty() {
         rep.note(format!("right at all {} sizes and directions priced", cases.len()));
         // The case the notebook discusses, or the largest one.
-        let shown = verdicts.iter().find(|v| v.0 == Direction::D2h && v.1 == Bytes(16 << 20)).unwrap_or(&verdicts[verdicts.len() - 1]);
-        rep.note(format!("at {} {}: {}", shown.1, shown.0, shown.2.findings.join("; ")));
+        let k = cases.iter().position(|b| b.direction == Direction::D2h && b.bytes == Bytes(16 << 20)).unwrap_or(cases.len() - 1);
+        rep.note(format!("at {} {}: {}", cases[k].bytes, cases[k].direction, verdicts[k].findings.join("; ")));
         return rep;
     }
-    let mut sizes: Vec<String> = wrong.iter().take(4).map(|&k| format!("{} {}", verdicts[k].1, verdicts[k].0)).collect();
+    let mut sizes: Vec<String> = wrong.iter().take(4).map(|&k| format!("{} {}", cases[k].bytes, cases[k].direction)).collect();
     if wrong.len() > 4 {
         sizes.push(format!("and {} more", wrong.len() - 4));
     }
@@ -267,10 +270,8 @@ pub fn check_break_even_rule(r: &BandwidthResults, how: Acquisition, rule: impl 
     // formula's by chance).
     let mut explained: Vec<(String, Vec<usize>, String)> = Vec::new();
     for &k in &wrong {
-        let (d, b) = cases[k];
-        let Some(truth) = all.iter().find(|x| x.acquisition == how && x.direction == d && x.bytes == b).and_then(|x| x.copies) else { continue };
-        let found = all.iter().find(|x| x.acquisition == how && x.direction == d && x.bytes == b).expect("a case of the run");
-        for m in mistakes(r, how, d, b, found).into_iter().filter(|m| m.matches(answers[k], truth)) {
+        let Some(truth) = cases[k].copies else { continue };
+        for m in mistakes(r, &all, how, cases[k]).into_iter().filter(|m| m.matches(answers[k], truth)) {
             match explained.iter_mut().find(|e| e.0 == m.key) {
                 Some(e) => e.1.push(k),
                 None => explained.push((m.key, vec![k], m.what)),
@@ -280,18 +281,21 @@ pub fn check_break_even_rule(r: &BandwidthResults, how: Acquisition, rule: impl 
     let best = explained.into_iter().max_by_key(|e| e.1.len()).filter(|e| e.1.len() >= 2 && 2 * e.1.len() >= wrong.len());
     // Else the first wrong size where a finite number of copies was due
     // (a slip of units shows there), or the first wrong size.
-    let regular = |k: &usize| {
-        let (d, b) = cases[*k];
-        all.iter().any(|x| x.acquisition == how && x.direction == d && x.bytes == b && x.copies.is_some_and(|c| c > 0.0))
-    };
+    let regular = |k: &usize| cases[*k].copies.is_some_and(|c| c > 0.0);
     match best {
         Some((_, at, what)) => {
             let k = at[0];
-            rep.problem(format!("at {} {}: {} copies: {what} (the same mistake at {} of the wrong sizes)", cases[k].1, cases[k].0, short(answers[k]), at.len()))
+            rep.problem(format!(
+                "at {} {}: {} copies: {what} (the same mistake at {} of the wrong sizes)",
+                cases[k].bytes,
+                cases[k].direction,
+                short(answers[k]),
+                at.len()
+            ))
         }
         None => {
             let k = wrong.iter().copied().find(regular).unwrap_or(wrong[0]);
-            rep.problem(format!("at {} {}: {}", cases[k].1, cases[k].0, verdicts[k].2.findings.join("; ")));
+            rep.problem(format!("at {} {}: {}", cases[k].bytes, cases[k].direction, verdicts[k].findings.join("; ")));
         }
     }
     rep

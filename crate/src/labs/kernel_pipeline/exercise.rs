@@ -242,12 +242,14 @@ pub fn pointer_problem(ptx: &str, entry: &str) -> Option<String> {
         out.push(text[from..].trim());
         out
     }
-    let start = ptx.find(&format!(".entry {entry}"))?;
+    // The entry by its exact name (not one it is the start of).
+    let head = format!(".entry {entry}");
+    let start = ptx.match_indices(&head).map(|(i, _)| i).find(|&i| ptx[i + head.len()..].starts_with(|c: char| c == '(' || c.is_whitespace()))?;
     let body = &ptx[start..];
     let body = body[1..].find(".entry").map_or(body, |end| &body[..end + 1]);
     // Each instruction: its opcode and its operands (predicate guard and
     // the final ';' dropped); directives, labels and braces skipped.
-    let instructions: Vec<(&str, Vec<&str>)> = body
+    let parsed: Vec<(&str, Vec<&str>)> = body
         .lines()
         .map(|l| l.split("//").next().unwrap_or("").trim().trim_end_matches(';'))
         .filter(|l| !l.is_empty() && !l.starts_with(['.', '{', '}', ')', '$']) && !l.ends_with(':'))
@@ -257,34 +259,51 @@ pub fn pointer_problem(ptx: &str, entry: &str) -> Option<String> {
             (!op.is_empty()).then(|| (op, operands(rest)))
         })
         .collect();
-    let registers = |operand: &str| -> Vec<String> {
+    // The registers an operand names (`%rd4`, each of `{%f1, %f2}`, the
+    // base of `[%rd5+16]`).
+    fn registers(operand: &str) -> Vec<&str> {
         let mut out = Vec::new();
         let mut rest = operand;
         while let Some(at) = rest.find('%') {
-            let name: String = rest[at + 1..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            rest = &rest[at + 1 + name.len()..];
-            out.push(name);
+            let len = rest[at + 1..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len() - at - 1);
+            out.push(&rest[at + 1..at + 1 + len]);
+            rest = &rest[at + 1 + len..];
         }
         out
-    };
+    }
+    // Which pointer parameter an `ld.param` reads (0 or 1), if either.
     let param = |operand: &str| (0..2).find(|k| operand.trim_matches(['[', ']']) == format!("{entry}_param_{k}"));
-    let mut from: std::collections::HashMap<String, u8> = std::collections::HashMap::new();
+    // Each instruction: its opcode, the taint an `ld.param` starts, and
+    // its operands' registers, read once.
+    struct Instruction<'p> {
+        op: &'p str,
+        loads_param: u8,
+        regs: Vec<Vec<&'p str>>,
+    }
+    let instructions: Vec<Instruction> = parsed
+        .iter()
+        .map(|(op, operands)| Instruction {
+            op,
+            loads_param: if op.starts_with("ld.param") { operands.get(1).and_then(|o| param(o)).map_or(0, |k| 1u8 << k) } else { 0 },
+            regs: operands.iter().map(|o| registers(o)).collect(),
+        })
+        .collect();
+    let mut from: std::collections::HashMap<&str, u8> = std::collections::HashMap::new();
     let stores = |op: &str| op.starts_with("st.") && !op.starts_with("st.shared") && !op.starts_with("st.local") && !op.starts_with("st.param");
-    let writes_nothing =
-        |op: &str| stores(op) || op.starts_with("st.") || op.starts_with("cp.") || op.starts_with("bar") || op.starts_with("bra") || op.starts_with("ret");
+    let writes_nothing = |op: &str| ["st.", "cp.", "bar", "bra", "ret"].iter().any(|p| op.starts_with(p));
     loop {
         let mut changed = false;
-        for (op, operands) in &instructions {
-            let Some(dst) = operands.first() else { continue };
+        for Instruction { op, loads_param, regs } in &instructions {
+            let Some(dst) = regs.first() else { continue };
             if writes_nothing(op) {
                 continue;
             }
             let taint = if op.starts_with("ld.param") {
-                operands.get(1).and_then(|o| param(o)).map_or(0, |k| 1u8 << k)
+                *loads_param
             } else {
-                operands[1..].iter().flat_map(|o| registers(o)).map(|r| from.get(&r).copied().unwrap_or(0)).fold(0, |a, b| a | b)
+                regs[1..].iter().flatten().map(|r| from.get(r).copied().unwrap_or(0)).fold(0, |a, b| a | b)
             };
-            for r in registers(dst) {
+            for &r in dst {
                 let t = from.entry(r).or_default();
                 if *t | taint != *t {
                     *t |= taint;
@@ -296,7 +315,7 @@ pub fn pointer_problem(ptx: &str, entry: &str) -> Option<String> {
             break;
         }
     }
-    let reaches = |operand: Option<&&str>| operand.map_or(0, |o| registers(o).iter().map(|r| from.get(r).copied().unwrap_or(0)).fold(0, |a, b| a | b));
+    let reaches = |regs: Option<&Vec<&str>>| regs.map_or(0, |rs| rs.iter().map(|r| from.get(r).copied().unwrap_or(0)).fold(0, |a, b| a | b));
     // A read of global memory: a cp.async's source, or a load outside the
     // parameter, shared, local and constant spaces.
     let global_read = |op: &str| {
@@ -304,11 +323,11 @@ pub fn pointer_problem(ptx: &str, entry: &str) -> Option<String> {
             || (op.starts_with("ld.") && !["ld.param", "ld.shared", "ld.local", "ld.const"].iter().any(|p| op.starts_with(p)))
     };
     let (mut read, mut written) = (0u8, 0u8);
-    for (op, operands) in &instructions {
+    for Instruction { op, regs, .. } in &instructions {
         if stores(op) {
-            written |= reaches(operands.first());
+            written |= reaches(regs.first());
         } else if global_read(op) {
-            read |= reaches(operands.get(1));
+            read |= reaches(regs.get(1));
         }
     }
     let (input, output) = (LAUNCH_PARAMS[0].1, LAUNCH_PARAMS[1].1);

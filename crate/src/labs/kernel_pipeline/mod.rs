@@ -255,7 +255,7 @@ pub struct KernelPipelineResults {
     /// The D2D copy of the input (the lab's size), ms, one per round.
     pub copy_ms: Summary,
     /// Larger D2D copies, each size twice the one before, up to
-    /// [`measure::CEILING_SWEEP_MAX_MIB`] (or what the memory holds): the
+    /// `config.ceiling_max_mib` (or what the memory holds): the
     /// device-memory ceiling is the fastest of these and the lab's own.
     #[serde(default)]
     pub ceiling_sweep: Vec<CopyPoint>,

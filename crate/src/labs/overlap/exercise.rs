@@ -15,7 +15,7 @@ use crate::pipeline::cells::Cells;
 use crate::pipeline::cells::Provenance;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{Issue, StreamRef};
-use crate::pipeline::op::{Lane, Op, OpKind};
+use crate::pipeline::op::{Op, OpKind};
 use crate::pipeline::plan::{self, Plan};
 use crate::pipeline::schedule::{Schedule, WaitFor};
 
@@ -59,7 +59,7 @@ fn data_findings(cells: &Cells, elements: usize, chunks: usize, schedule: &Sched
     let ranges = OverlapConfig::chunk_ranges(elements, chunks);
     // A run of elements is right when its first is: both step by one.
     for j in cells.runs().map(|(r, _)| r.start).filter(|&j| j < elements) {
-        let c = ranges.iter().position(|&(a, b)| (a..b).contains(&j)).unwrap_or(0);
+        let c = chunk_holding(&ranges, j);
         let msg = match cells.get(j) {
             Provenance::Output(i) if i as usize == j => continue,
             Provenance::Output(i) => format!("wrong data: output element {j} (chunk {c}) holds the result for element {i}: an offset is wrong"),
@@ -120,18 +120,23 @@ struct HostWait {
     before: (String, usize),
 }
 
+/// The chunk of `ranges` ([`OverlapConfig::chunk_ranges`]) that holds
+/// element `j` (chunk 0 for an element past them).
+fn chunk_holding(ranges: &[(usize, usize)], j: usize) -> usize {
+    ranges.iter().position(|&(a, b)| (a..b).contains(&j)).unwrap_or(0)
+}
+
 /// The CPU's waits for the GPU between GPU operations of a loop, read
 /// from its schedule: which call, after which chunk's operation and before
 /// which, for a loop over `elements` in `chunks` on `streams` (named
 /// `t.streams[k]`). A wait before the first GPU operation or after the
 /// last orders nothing of the loop.
 fn host_waits(schedule: &Schedule, elements: usize, chunks: usize, streams: &[StreamRef]) -> Vec<HostWait> {
-    let starts: Vec<usize> = (0..chunks).map(|c| OverlapConfig::chunk_range(elements, chunks, c).0).collect();
-    let gpu = |o: &&Op| matches!(o.lane, Lane::Stream(_)) && o.kind != OpKind::Host;
+    let ranges = OverlapConfig::chunk_ranges(elements, chunks);
     let named = |o: &Op| {
         // Accesses are in bytes; chunks in f32 elements.
         let at = o.accesses.first().map_or(0, |a| a.start as usize / 4);
-        (o.label.clone(), starts.partition_point(|&s| s <= at).saturating_sub(1))
+        (o.label.clone(), chunk_holding(&ranges, at))
     };
     let stream = |k: usize| streams.iter().position(|s| s.0 == k).map_or(format!("stream {k}"), |i| format!("t.streams[{i}]"));
     schedule
@@ -139,8 +144,8 @@ fn host_waits(schedule: &Schedule, elements: usize, chunks: usize, streams: &[St
         .iter()
         .filter(|w| w.thread == 0)
         .filter_map(|w| {
-            let after = schedule.ops[..w.after_ops].iter().rev().find(gpu)?;
-            let before = schedule.ops[w.after_ops..].iter().find(gpu)?;
+            let after = schedule.ops[..w.after_ops].iter().rev().find(|o| o.is_gpu_work())?;
+            let before = schedule.ops[w.after_ops..].iter().find(|o| o.is_gpu_work())?;
             let call = match w.on {
                 WaitFor::Event(_) => "p.host_wait(event)".to_string(),
                 WaitFor::Stream(k) => format!("p.host_sync({})", stream(k)),
