@@ -3,13 +3,14 @@
 //! CUPTI), the course map from the lab table with each notebook's measured
 //! time (`data/notebook-times.json`), a glossary of what the labs
 //! print, and the primer's picture (one stream against three, from the
-//! queue model).
+//! queue model), and the learner's progress through the exercises.
 //!
 //! May use everything below it: `labs` (the lab table), `lab_kit`, `gpu`,
 //! `pipeline`, `present`, `measure`.
 
 use crate::error::Result;
 use crate::gpu::{driver, kernels, Availability, Gpu};
+use crate::lab_kit::progress::{self, Exercise, Progress};
 use crate::measure::record::{default_data_dir, read_json};
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::{OpKind, StreamKind};
@@ -19,6 +20,19 @@ use crate::pipeline::timeline::Timeline;
 use crate::present::gantt::Gantt;
 use serde::Deserialize;
 use std::collections::BTreeMap;
+
+/// Every exercise of the course and where the learner stands on it (one
+/// line each: passed, not yet with the first problem, not started), read
+/// from the notebooks in `dir` and the verdicts their cells saved there.
+pub fn progress_in(dir: &std::path::Path) -> Result<Progress> {
+    let labs: Vec<(u8, &'static [Exercise])> = crate::labs::ALL.iter().map(|l| (l.number(), l.exercises())).collect();
+    progress::read(dir, &labs)
+}
+
+/// [`progress_in`] the course's notebooks (what `overlap-lab progress` prints).
+pub fn progress() -> Result<Progress> {
+    progress_in(&progress::default_notebooks_dir())
+}
 
 /// One line of the set-up check.
 #[derive(Clone, Debug, PartialEq)]

@@ -14,6 +14,12 @@ use std::path::{Path, PathBuf};
 /// (`out_dir/headline.md` and `.csv`) and the one page of it all
 /// (`out_dir/report.html`), returning the files.
 pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    generate_by_lab(data_dir, out_dir).map(|(_, files)| files)
+}
+
+/// [`generate`], also telling which lab's recording on which GPU wrote
+/// which figures (each [`Visited`]'s `files`).
+pub fn generate_by_lab(data_dir: &Path, out_dir: &Path) -> Result<(Vec<Visited>, Vec<PathBuf>)> {
     let (visited, table) = visit(data_dir, Some(out_dir))?;
     let mut files: Vec<PathBuf> = visited.iter().flat_map(|v| v.files.iter().cloned()).collect();
     if files.is_empty() {
@@ -23,7 +29,7 @@ pub fn generate(data_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
     files.push(write_text(out_dir.join("headline.md"), table.markdown(None))?);
     files.push(write_text(out_dir.join("headline.csv"), table.csv())?);
     files.push(write_text(out_dir.join("report.html"), page)?);
-    Ok(files)
+    Ok((visited, files))
 }
 
 /// Text made safe inside HTML.

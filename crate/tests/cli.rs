@@ -44,22 +44,22 @@ fn every_subcommand_has_help_that_names_its_options() {
     // The tools around the labs, and one subcommand per entry of the lab table.
     let mut want = vec!["device".to_string(), "topology".to_string()];
     want.extend(overlap_lab::labs::ALL.iter().map(|l| l.name().to_string()));
-    want.extend(["report".to_string(), "all".to_string()]);
+    want.extend(["progress".to_string(), "report".to_string(), "all".to_string()]);
     assert_eq!(subs, want, "{subs:?}");
     for sub in &subs {
         let (code, out, err) = cli(&[sub, "--help"]);
         assert_eq!(code, 0, "{sub} --help: {err}");
         assert!(out.contains(&format!("Usage: overlap-lab {sub}")), "{sub} --help: {out}");
         assert!(out.contains("--data") && out.contains("--quiet"), "{sub} --help lacks the global options: {out}");
-        if !matches!(sub.as_str(), "device" | "topology" | "report") {
+        if !matches!(sub.as_str(), "device" | "topology" | "report" | "progress") {
             assert!(out.contains("--device"), "{sub} --help lacks --device: {out}");
         }
     }
     let (_, out, _) = cli(&["all", "--help"]);
-    assert!(out.contains("--preset") && out.contains("small") && out.contains("compute-sanitizer"), "{out}");
+    assert!(out.contains("--preset") && out.contains("small") && out.contains("compute-sanitizer") && out.contains("[default: headline]"), "{out}");
     let (code, _, err) = cli(&["all", "--preset", "tiny"]);
     assert_eq!(code, 2);
-    assert!(err.contains("invalid value 'tiny'") && err.contains("full, quick, small"), "{err}");
+    assert!(err.contains("invalid value 'tiny'") && err.contains("headline, full, quick, small"), "{err}");
 }
 
 #[test]
@@ -82,13 +82,27 @@ fn bad_input_is_one_clear_line_and_nothing_written() {
     assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "a failed run wrote something");
 }
 
+/// A data folder with two of the H100's recordings: what the command
+/// line's own tests render (the recorded-data tests and the test
+/// command's report stage render all of data/).
+fn two_recordings(tag: &str) -> String {
+    let from = std::path::Path::new(&repo_data()).join("nvidia-h100-80gb-hbm3");
+    let data = overlap_lab::testing::temp_dir(tag);
+    let dev = data.join("nvidia-h100-80gb-hbm3");
+    std::fs::create_dir_all(&dev).unwrap();
+    for lab in ["bandwidth", "double-buffer"] {
+        std::fs::copy(from.join(format!("{lab}.json")), dev.join(format!("{lab}.json"))).unwrap();
+    }
+    data.to_string_lossy().into_owned()
+}
+
 #[test]
 fn report_renders_recorded_data_and_missing_data_is_an_error() {
     let out = overlap_lab::testing::temp_dir("cli-report");
-    let repo_data = repo_data();
-    let (code, stdout, err) = cli(&["--data", &repo_data, "report", "--out", out.to_str().unwrap()]);
+    let data = two_recordings("cli-report-data");
+    let (code, stdout, err) = cli(&["--data", &data, "report", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert!(stdout.contains("bandwidth-by-size.png"), "{stdout}");
+    assert!(stdout.contains("bandwidth-by-size.png") && stdout.contains("double-buffer-") && stdout.contains("report.html"), "{stdout}");
     let (code, _, err) = cli(&["--data", "/nonexistent/data", "report", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(err.contains("no recorded data"), "{err}");
@@ -101,8 +115,8 @@ fn all_without_gpu_says_so_and_renders_recorded_data() {
         return;
     }
     let out = overlap_lab::testing::temp_dir("cli-all");
-    let repo_data = repo_data();
-    let (code, stdout, err) = cli(&["--data", &repo_data, "all", "--out", out.to_str().unwrap()]);
+    let data = two_recordings("cli-all-data");
+    let (code, stdout, err) = cli(&["--data", &data, "all", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(stdout.contains("no GPU") && stdout.contains("report:"), "{stdout}");
 }
@@ -143,5 +157,165 @@ fn all_small_runs_every_lab_and_records_nothing() {
     for table in ["Break-even", "speed-up", "double-buffered", "hands off to worker"] {
         assert!(stdout.contains(table), "no {table} in {stdout}");
     }
-    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "a small run wrote a record");
+    // Each lab's time, and nothing else.
+    let written: Vec<_> = std::fs::read_dir(&data).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(written, ["run-times.json"], "a small run wrote a record");
+    let times = overlap_lab::lab_kit::headline::RunTimes::load(&data).unwrap();
+    let names: Vec<&str> = overlap_lab::labs::ALL.iter().map(|l| l.name()).collect();
+    let (_, each) = times.estimate("", "small", &names).expect("every lab's time noted");
+    assert!(each.iter().all(|t| t.is_some_and(|s| s > 0.0)), "{each:?}");
+    assert!(stdout.contains("within spread of this GPU's recordings") && stdout.contains("took"), "{stdout}");
+}
+
+/// A copy of the course's notebooks (and lab 7's exercise file) in a
+/// fresh folder, where a learner's answers can be made up.
+fn notebooks_copy(tag: &str) -> std::path::PathBuf {
+    let from = overlap_lab::lab_kit::progress::default_notebooks_dir();
+    let to = overlap_lab::testing::temp_dir(tag);
+    std::fs::create_dir_all(to.join("exercises")).unwrap();
+    for e in std::fs::read_dir(&from).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "ipynb") {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+    for e in std::fs::read_dir(from.join("exercises")).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join("exercises").join(e.file_name())).unwrap();
+    }
+    to
+}
+
+/// Writes `answer` into the cell of exercise `id` in the notebooks at `dir`.
+fn answer_cell(dir: &std::path::Path, id: &str, answer: &str) {
+    let ex = overlap_lab::labs::ALL.iter().flat_map(|l| l.exercises()).find(|e| e.id == id).unwrap();
+    let path = dir.join(ex.notebook());
+    let mut nb: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let cell = nb["cells"].as_array_mut().unwrap().iter_mut().find(|c| c["metadata"]["overlap_lab"]["exercise"].as_str() == Some(id)).unwrap();
+    cell["source"] = serde_json::json!(answer);
+    std::fs::write(&path, nb.to_string()).unwrap();
+}
+
+/// Each exercise's verdict on a right answer (`right`) or a usual wrong
+/// one, made by its lab's checker on the H100 recording as its cell makes
+/// it with no GPU. Lab 7's answer is a file: the right one is the lab's
+/// own kernel, with the verdict a check on a GPU saves; the wrong one
+/// still copies through registers, which the command sees in the file.
+fn answer_everything(dir: &std::path::Path, right: bool) {
+    use overlap_lab::lab_kit::check::CheckReport;
+    use overlap_lab::lab_kit::progress::save;
+    use overlap_lab::labs::*;
+    use overlap_lab::measure::record::{find_recordings, Record};
+    use std::sync::Arc;
+    let data = overlap_lab::measure::record::default_data_dir();
+    fn h100<T: serde::Serialize + serde::de::DeserializeOwned>(data: &std::path::Path, lab: &str) -> Record<T> {
+        find_recordings::<T>(data, lab).unwrap().into_iter().find(|(p, _)| p.to_string_lossy().contains("h100")).unwrap().1
+    }
+    let mut verdicts: Vec<(&str, CheckReport)> = Vec::new();
+    let bw = h100::<bandwidth::BandwidthResults>(&data, bandwidth::LAB).results;
+    let (kind, d) = (overlap_lab::gpu::HostMemoryKind::Pinned, bandwidth::Direction::H2d);
+    let (big, small) = (bw.largest_size().unwrap(), bw.config.min_bytes);
+    let gbps = bw.point(kind, d, big).unwrap().gbps.median;
+    let t0 = bw.point(kind, d, small).unwrap().device_ms.median * 1e3 - small.0 as f64 / (gbps * 1e3);
+    let (lat, rate) = if right { (t0, gbps) } else { (0.0, gbps * 1e3) };
+    verdicts.push(("01-bandwidth/model", bandwidth::exercise::check_transfer_model(&bw, kind, d, |b| lat + b as f64 / (rate * 1e3))));
+    let how = bandwidth::model::Acquisition::EveryUse;
+    let rule = |d, at| {
+        let c = bw.pin_cost.iter().find(|c| c.bytes == at).unwrap();
+        let copy = |k| bw.point(k, d, at).unwrap().device_ms.median;
+        let saved = copy(overlap_lab::gpu::HostMemoryKind::Pageable) - copy(kind);
+        let r = if saved <= 0.0 { f64::INFINITY } else { ((c.pinned_reused.total_ms() - c.pageable_reused.total_ms()) / saved).max(0.0) };
+        if right {
+            r
+        } else {
+            r * 3.0 + 5.0
+        }
+    };
+    verdicts.push(("01-bandwidth/break-even", bandwidth::exercise::check_break_even_rule(&bw, how, rule)));
+    let r = h100::<overlap::OverlapResults>(&data, overlap::LAB).results;
+    let issue = if right { overlap::exercise::solution } else { overlap::exercise::downloads_the_input };
+    verdicts.push(("02-overlap", overlap::exercise::check_on_model(&r, overlap::Intensity::Balanced, 16, 4, issue)));
+    let r = h100::<double_buffer::DoubleBufferResults>(&data, double_buffer::LAB).results;
+    let schedule = if right { double_buffer::pipelined } else { double_buffer::exercise::refills_host_buffer_too_early };
+    verdicts.push(("03-double-buffer", double_buffer::exercise::check_on_model(&r, r.config.batches, schedule)));
+    let r = h100::<callback::CallbackResults>(&data, callback::LAB).results;
+    let iteration = if right { callback::hand_off_to_worker } else { callback::host_fn_on_compute };
+    verdicts.push(("04-callback", callback::exercise::check_on_model(&r, iteration)));
+    let r = h100::<streams::StreamsResults>(&data, streams::LAB).results;
+    verdicts.push(("05-streams", streams::exercise::check_on_model(&r, Arc::new(if right { streams::exercise::solution } else { streams::exercise::given }))));
+    let r = h100::<memory::MemoryResults>(&data, memory::LAB).results;
+    verdicts.push(("06-memory", memory::exercise::check_on_model(&r, Arc::new(if right { memory::exercise::solution } else { memory::exercise::given }))));
+    let rec = h100::<multi_gpu::MultiGpuResults>(&data, multi_gpu::LAB);
+    let pp = if right { multi_gpu::pipeline_parallel::events_only } else { multi_gpu::pipeline_parallel::host_synchronized };
+    verdicts.push(("08-multi-gpu", multi_gpu::exercise::check_recorded(&rec, Arc::new(pp))));
+    for (id, rep) in verdicts {
+        assert_eq!(rep.passed, right, "{id}: {rep}");
+        answer_cell(dir, id, &format!("// my answer to {id}\n"));
+        save(&rep.answering(id), dir).unwrap();
+    }
+    let kernel = dir.join("exercises/07-double-buffered.cu");
+    if right {
+        std::fs::write(&kernel, kernel_pipeline::exercise::solution_source()).unwrap();
+        let mut live = CheckReport::new(&format!("{} (live)", kernel_pipeline::exercise::EXERCISE));
+        live.note("every output matches the CPU reference, on two fresh random inputs");
+        save(&live.answering(kernel_pipeline::exercise::EXERCISES[0].id), dir).unwrap();
+    } else {
+        let given = std::fs::read_to_string(&kernel).unwrap();
+        std::fs::write(&kernel, format!("// my answer: not yet\n{given}")).unwrap();
+    }
+}
+
+/// `overlap-lab progress` on answers made up for every exercise of every
+/// lab: none answered, all wrong, all right.
+#[test]
+fn progress_says_for_every_exercise_not_started_not_yet_or_passed() {
+    if !overlap_lab::testing::nvrtc_or_skip("progress_says_for_every_exercise_not_started_not_yet_or_passed") {
+        return;
+    }
+    let ids: Vec<&str> = overlap_lab::labs::ALL.iter().flat_map(|l| l.exercises()).map(|e| e.id).collect();
+    assert!(ids.len() >= overlap_lab::labs::ALL.len(), "every lab has an exercise: {ids:?}");
+    let progress = |dir: &std::path::Path| {
+        let (code, out, err) = cli(&["progress", "--notebooks", dir.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let line =
+        |out: &str, id: &str| out.lines().find(|l| l.split_whitespace().nth(2) == Some(id)).unwrap_or_else(|| panic!("no line for {id}:\n{out}")).to_string();
+    let fresh = notebooks_copy("progress-fresh");
+    let out = progress(&fresh);
+    for id in &ids {
+        assert!(line(&out, id).ends_with(": not started"), "{}", line(&out, id));
+    }
+    assert!(out.contains(&format!("0 of {} exercises passed", ids.len())), "{out}");
+    let wrong = notebooks_copy("progress-wrong");
+    answer_everything(&wrong, false);
+    let out = progress(&wrong);
+    for id in &ids {
+        assert!(line(&out, id).contains(": not yet: "), "{}", line(&out, id));
+    }
+    let reasons = [
+        ("01-bandwidth/model", "bandwidth"),
+        ("02-overlap", "wrong data"),
+        ("03-double-buffer", "race"),
+        ("04-callback", "host function on the compute stream"),
+        ("05-streams", "NULL stream"),
+        ("06-memory", "cuMemFree"),
+        ("07-kernel-pipeline", "no asynchronous copy"),
+        ("08-multi-gpu", "host synchronization"),
+    ];
+    for (id, why) in reasons {
+        assert!(line(&out, id).contains(why), "{id}: the reason should name {why:?}: {}", line(&out, id));
+    }
+    let right = notebooks_copy("progress-right");
+    answer_everything(&right, true);
+    let out = progress(&right);
+    for id in &ids {
+        assert!(line(&out, id).contains(": passed ("), "{}", line(&out, id));
+    }
+    assert!(out.contains(&format!("{n} of {n} exercises passed", n = ids.len())), "{out}");
+    // An answer changed after its check, with no verdict saved since: the
+    // command says so rather than trusting an old verdict of another cell.
+    std::fs::remove_file(right.join("progress.json")).unwrap();
+    let out = progress(&right);
+    assert!(line(&out, "02-overlap").ends_with("answered, not checked yet: run the exercise's cell"), "{out}");
+    let (code, _, err) = cli(&["progress", "--notebooks", "/nonexistent/notebooks"]);
+    assert!(code != 0 && err.lines().count() == 1 && err.contains("/nonexistent/notebooks"), "{err}");
 }

@@ -410,3 +410,42 @@ fn every_exercise_offers_hints_one_at_a_time() {
     }
     assert!(labs::overlap::exercise::hint(1).starts_with("Hint 1 of 3"));
 }
+
+/// Every exercise of the lab table has one cell in its notebook that names
+/// it in its metadata, holds the code it was given (or, for a file answer,
+/// the file as given), and saves its verdict; on the committed notebooks
+/// the progress says every exercise is not started.
+#[test]
+fn every_exercise_cell_is_named_given_and_saves_its_verdict() {
+    use overlap_lab::lab_kit::progress::{default_notebooks_dir, Standing};
+    let nbs = notebooks();
+    let dir = default_notebooks_dir();
+    let mut ids = Vec::new();
+    for lab in overlap_lab::labs::ALL {
+        for ex in lab.exercises() {
+            ids.push(ex.id);
+            let (path, nb) = nbs
+                .iter()
+                .find(|(p, _)| p.file_name().unwrap().to_str() == Some(ex.notebook().as_str()))
+                .unwrap_or_else(|| panic!("{}: no {}", ex.id, ex.notebook()));
+            let cells: Vec<&serde_json::Value> =
+                nb["cells"].as_array().unwrap().iter().filter(|c| c["metadata"]["overlap_lab"]["exercise"].as_str() == Some(ex.id)).collect();
+            assert_eq!(cells.len(), 1, "{}: cells naming {} in {}", lab.name(), ex.id, path.display());
+            let (src, given) = (cell_text(cells[0], "source"), cells[0]["metadata"]["overlap_lab"]["given"].as_str().unwrap().to_string());
+            assert!(src.contains(".save_progress()"), "{}: the cell does not save its verdict:\n{src}", ex.id);
+            let committed = match &ex.file {
+                Some(f) => std::fs::read_to_string(dir.join(f.path)).unwrap(),
+                None => src.clone(),
+            };
+            assert_eq!(committed, given, "{}: the given code in the metadata is not what the notebook hands out", ex.id);
+        }
+    }
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(unique, ids, "one id per exercise");
+    let p = overlap_lab::course::progress_in(&dir).unwrap();
+    assert_eq!(p.lines.len(), ids.len());
+    for l in &p.lines {
+        assert_eq!(l.standing, Standing::NotStarted, "{}", l.exercise.id);
+    }
+}

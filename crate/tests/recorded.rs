@@ -10,6 +10,31 @@ fn recordings() -> Vec<(std::path::PathBuf, Record<BandwidthResults>)> {
     find_recordings(&default_data_dir(), LAB).expect("data/ holds a lab 1 recording")
 }
 
+/// The whole report from data/, rendered once for every test that reads
+/// it: where it went, each lab's recording on each GPU with the figures it
+/// wrote, and every file. It goes to $OVERLAP_LAB_REPORT_DIR where that is
+/// set (the test command's `target/report`, which its browser test opens:
+/// the report is rendered once in all), else to a folder of its own.
+fn rendered() -> &'static (std::path::PathBuf, Vec<overlap_lab::lab_kit::table::Visited>, Vec<std::path::PathBuf>) {
+    static REPORT: std::sync::OnceLock<(std::path::PathBuf, Vec<overlap_lab::lab_kit::table::Visited>, Vec<std::path::PathBuf>)> = std::sync::OnceLock::new();
+    REPORT.get_or_init(|| {
+        let out = match std::env::var_os("OVERLAP_LAB_REPORT_DIR") {
+            Some(d) => std::path::PathBuf::from(d),
+            None => overlap_lab::testing::temp_dir("recorded-report"),
+        };
+        let (visited, files) = overlap_lab::report::generate_by_lab(&default_data_dir(), &out).unwrap();
+        (out, visited, files)
+    })
+}
+
+/// Held by the tests that time something, and by those that keep both
+/// cores busy rendering, so that the times are not the other tests'.
+static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn timing_lock() -> std::sync::MutexGuard<'static, ()> {
+    TIMING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Every device directory in data/ holds a recording of every lab in the
 /// lab table, and each one loads and yields its headline rows.
 #[test]
@@ -25,9 +50,14 @@ fn every_lab_of_the_table_is_recorded_on_every_gpu() {
         }
     }
     // Every figure and file a lab renders carries the lab's one name.
-    let out = overlap_lab::testing::temp_dir("lab-names");
-    for lab in overlap_lab::labs::ALL {
-        let v = lab.visit(&devices[0], Some(&out)).unwrap().unwrap();
+    let (_, visited) = {
+        let _alone = timing_lock();
+        let (out, visited, _) = rendered();
+        (out, visited)
+    };
+    assert_eq!(visited.len(), devices.len() * overlap_lab::labs::ALL.len());
+    for v in visited {
+        let lab = overlap_lab::labs::find(v.lab).unwrap();
         assert!(!v.files.is_empty(), "{} renders files", lab.name());
         for f in &v.files {
             let file = f.file_name().unwrap().to_string_lossy();
@@ -56,8 +86,10 @@ fn ms_after(text: &str, key: &str) -> Option<f64> {
 /// Prints every panel (the closing notes' list).
 #[test]
 fn every_drawn_timeline_agrees_with_its_table_or_says_by_how_much() {
-    let out = overlap_lab::testing::temp_dir("timelines-vs-tables");
-    let files = overlap_lab::report::generate(&default_data_dir(), &out).unwrap();
+    let (out, _, files) = {
+        let _alone = timing_lock();
+        rendered()
+    };
     let mut panels = 0;
     for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "svg")) {
         let dev = f.parent().unwrap();
@@ -489,6 +521,7 @@ fn every_model_check_answers_in_under_a_second() {
     use overlap_lab::labs::{callback, double_buffer, memory, multi_gpu, overlap, streams};
     use std::sync::Arc;
     use std::time::Instant;
+    let _alone = timing_lock();
     let data = default_data_dir();
     // The fastest of three: a busy machine only ever slows a check.
     let timed = |what: &str, check: &dyn Fn() -> CheckReport| {

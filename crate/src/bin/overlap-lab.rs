@@ -3,11 +3,12 @@
 //! from the lab table (`labs::ALL`): each takes its lab's settings as
 //! options, plus the options every lab shares (defined once, below).
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use overlap_lab::gpu::{Availability, Gpu};
+use overlap_lab::lab_kit::headline::run_times_path;
 use overlap_lab::lab_kit::{Preset, RunContext};
 use overlap_lab::labs;
-use overlap_lab::measure::record::default_data_dir;
+use overlap_lab::measure::record::{default_data_dir, display_path};
 use overlap_lab::present::progress::ProgressMode;
 use overlap_lab::report;
 use overlap_lab::{LabError, Result};
@@ -58,6 +59,15 @@ enum Tool {
         #[arg(long)]
         json: bool,
     },
+    /// Where you stand on every exercise: passed, not yet (and why), or not
+    /// started. Reads the notebooks and the verdicts their exercise cells
+    /// saved; lab 7's kernel file is checked again (as far as it can be
+    /// without a GPU).
+    Progress {
+        /// The notebooks' folder (default: the repository's notebooks/, or $OVERLAP_LAB_NOTEBOOKS).
+        #[arg(long, value_name = "DIR")]
+        notebooks: Option<PathBuf>,
+    },
     /// Regenerate every report figure (SVG + PNG) from recorded data; no GPU needed.
     Report {
         /// Output directory.
@@ -71,8 +81,10 @@ enum Tool {
         device: usize,
         #[arg(long, default_value = "target/report", value_name = "DIR")]
         out: PathBuf,
-        /// How big each lab's run is. Only `full` is recorded and reported.
-        #[arg(long, value_enum, default_value_t = Preset::Full)]
+        /// How big each lab's run is. Only `full` is recorded and reported;
+        /// each run says up front how long it should take here, and sets
+        /// every lab's headline figures beside this GPU's recording.
+        #[arg(long, value_enum, default_value_t = Preset::Headline)]
         preset: Preset,
         /// Do not write the records to the data directory.
         #[arg(long)]
@@ -87,6 +99,7 @@ fn command() -> clap::Command {
     let mut cmd = Cli::command()
         .mut_subcommand("device", |t| t.display_order(0))
         .mut_subcommand("topology", |t| t.display_order(0))
+        .mut_subcommand("progress", |t| t.display_order(99))
         .mut_subcommand("report", |t| t.display_order(100))
         .mut_subcommand("all", |t| t.display_order(101));
     for (i, lab) in labs::ALL.iter().enumerate() {
@@ -112,6 +125,71 @@ fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Every lab at `preset`: before, how long it should take (from the
+/// times of earlier runs, `data/run-times.json`); before each lab, the time
+/// spent and what is left; after each, its headline figures beside this
+/// GPU's recording (read before the run, so a full run that records is
+/// set beside the one it replaces). `note_times`: keep each lab's time.
+fn run_all(data: &std::path::Path, preset: Preset, cx: &RunContext, note_times: bool, quiet: bool) -> Result<()> {
+    use overlap_lab::lab_kit::headline::{beside, fmt_duration, RunTimes};
+    let fp = Gpu::open(cx.device)?.fingerprint()?;
+    let dev_dir = data.join(fp.slug());
+    let preset_name = preset.to_possible_value().map_or("?".to_string(), |v| v.get_name().to_string());
+    let names: Vec<&str> = labs::ALL.iter().map(|l| l.name()).collect();
+    let estimate = RunTimes::load(data)?.estimate(&fp.gpu_name, &preset_name, &names);
+    let say = |s: String| {
+        if !quiet {
+            eprintln!("{s}");
+        }
+    };
+    match &estimate {
+        Some((from, t)) if t.iter().all(Option::is_some) => {
+            let total: f64 = t.iter().flatten().sum();
+            say(format!("all --preset {preset_name}: {} labs, about {} (as timed on {from})", names.len(), fmt_duration(total)))
+        }
+        Some((from, _)) => say(format!("all --preset {preset_name}: some labs not yet timed on {from}; the others' times below")),
+        None => say(format!("all --preset {preset_name}: not yet timed on any GPU; each lab's time is noted as it ends")),
+    }
+    let started = std::time::Instant::now();
+    let (mut agree, mut compared) = (0, 0);
+    for (i, lab) in labs::ALL.iter().enumerate() {
+        let ahead = |from: usize| estimate.as_ref().map(|(_, t)| t[from..].iter().flatten().sum::<f64>());
+        say(format!(
+            "[{}/{}] {}: elapsed {}{}",
+            i + 1,
+            names.len(),
+            lab.name(),
+            fmt_duration(started.elapsed().as_secs_f64()),
+            match (estimate.as_ref().and_then(|(_, t)| t[i]), ahead(i)) {
+                (Some(this), Some(left)) => format!("; this lab about {}, all left about {}", fmt_duration(this), fmt_duration(left)),
+                _ => String::new(),
+            }
+        ));
+        let recorded = lab.visit(&dev_dir, None)?;
+        let t = std::time::Instant::now();
+        let (gpu, figures) = lab.run(None, preset, cx)?;
+        let took = t.elapsed().as_secs_f64();
+        if note_times {
+            RunTimes::note(data, &gpu, &preset_name, lab.name(), took)?;
+        }
+        println!("{} took {}", lab.name(), fmt_duration(took));
+        match recorded {
+            Some(r) => {
+                let (a, c, text) = beside(&figures, &r.figures, &format!("the recording ({})", r.origin));
+                agree += a;
+                compared += c;
+                println!("{text}");
+            }
+            None => println!("  no recording of {} on this GPU to set this run beside", lab.name()),
+        }
+    }
+    println!(
+        "all --preset {preset_name} took {}; {agree} of {compared} headline figures within spread of this GPU's recordings",
+        fmt_duration(started.elapsed().as_secs_f64())
+    );
+    Ok(())
+}
+
 fn run(matches: clap::ArgMatches) -> Result<()> {
     let data_arg = matches.get_one::<PathBuf>("data").cloned();
     let quiet = matches.get_flag("quiet");
@@ -120,7 +198,7 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
         if let Some(lab) = labs::find(name) {
             let opts = LabOptions::from_arg_matches(sub).map_err(|e| LabError::config(e.to_string()))?;
             let cx = RunContext { device: opts.device, record_to: (!opts.no_record).then_some(data.as_path()), progress: progress(quiet) };
-            return lab.run(Some(sub), Preset::Full, &cx);
+            return lab.run(Some(sub), Preset::Full, &cx).map(|_| ());
         }
     }
     let cli = Cli::from_arg_matches(&matches).map_err(|e| LabError::config(e.to_string()))?;
@@ -141,6 +219,10 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
                 print!("{}", t.describe());
             }
         }
+        Tool::Progress { notebooks } => {
+            let dir = notebooks.unwrap_or_else(overlap_lab::lab_kit::progress::default_notebooks_dir);
+            println!("{}", overlap_lab::course::progress_in(&dir)?);
+        }
         Tool::Report { out } => run_report(&data, &out)?,
         Tool::All { device, out, preset, no_record } => {
             let avail = Availability::probe();
@@ -150,13 +232,15 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
                 if keep.is_none() {
                     println!(
                         "not recording: {}; no report either (`overlap-lab report` draws data/)",
-                        if no_record { "--no-record" } else { "only --preset full is recorded" }
+                        if no_record {
+                            "--no-record".to_string()
+                        } else {
+                            format!("only --preset full is recorded (each lab's time is: {})", display_path(&run_times_path(&data)))
+                        }
                     );
                 }
                 let cx = RunContext { device, record_to: keep, progress: progress(quiet) };
-                for lab in labs::ALL {
-                    lab.run(None, preset, &cx)?;
-                }
+                run_all(&data, preset, &cx, !no_record, quiet)?;
                 if keep.is_some() {
                     run_report(&data, &out)?;
                 }

@@ -106,6 +106,19 @@ pub struct ExperimentResult {
 }
 
 impl ExperimentResult {
+    /// Each variant's time (and the watched job's end, where there is one),
+    /// as figures named by the experiment and the variant.
+    pub fn headline_figures(&self) -> Vec<crate::lab_kit::headline::HeadlineFigure> {
+        let mut v = Vec::new();
+        for r in &self.variants {
+            v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("{}: {}", self.name, r.name), "ms", r.total_ms));
+            if let Some(w) = r.watched_ms {
+                v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("{}: {}, watched job done", self.name, r.name), "ms", w));
+            }
+        }
+        v
+    }
+
     /// The costs its model used, by (kind, elements).
     pub fn costs_map(&self) -> Costs {
         self.costs.iter().map(|&(k, n, ms)| ((k, n), ms)).collect()

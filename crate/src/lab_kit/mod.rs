@@ -3,7 +3,9 @@
 //! recording and report, from which the command line and the report are
 //! derived), exercise verdicts ([`check`]) and the checker of a learner's
 //! loop ([`loop_check`]), experiments of variants measured beside the queue
-//! model ([`experiment`]), host memory as labs 1 and 6 acquire it
+//! model ([`experiment`]), the figures behind a lab's headline and how
+//! long each lab runs ([`headline`]), a learner's progress through the exercises
+//! ([`progress`]), host memory as labs 1 and 6 acquire it
 //! ([`host_memory`]), live-or-recorded runs for the notebooks
 //! ([`LabRun`]), and the calibration every lab's kernel goes through
 //! ([`calibrate_iterations`]).
@@ -13,9 +15,11 @@
 
 pub mod check;
 pub mod experiment;
+pub mod headline;
 pub mod host_memory;
 pub mod loop_check;
 mod notebook;
+pub mod progress;
 pub mod table;
 
 pub use notebook::{live_here, LabRun, Source};

@@ -59,15 +59,24 @@ impl<T: Serialize + DeserializeOwned> LabRun<T> {
     /// An exercise check: live on the recording's GPU when notebooks run
     /// live here, else `model` (no GPU). A live run that fails is a failed
     /// check titled `what`, never an error out of the cell.
-    pub fn check(&self, what: &str, device: usize, live: impl FnOnce(&Gpu) -> Result<CheckReport>, model: impl FnOnce() -> CheckReport) -> CheckReport {
-        if live_here().is_err() {
-            return model();
-        }
-        Gpu::open(device).and_then(|gpu| live(&gpu)).unwrap_or_else(|e| {
-            let mut rep = CheckReport::new(&format!("{what} (live)"));
-            rep.problem(format!("the run failed: {e}"));
-            rep
-        })
+    pub fn check(
+        &self,
+        what: &str,
+        exercise: &crate::lab_kit::progress::Exercise,
+        device: usize,
+        live: impl FnOnce(&Gpu) -> Result<CheckReport>,
+        model: impl FnOnce() -> CheckReport,
+    ) -> CheckReport {
+        let rep = if live_here().is_err() {
+            model()
+        } else {
+            Gpu::open(device).and_then(|gpu| live(&gpu)).unwrap_or_else(|e| {
+                let mut rep = CheckReport::new(&format!("{what} (live)"));
+                rep.problem(format!("the run failed: {e}"));
+                rep
+            })
+        };
+        rep.answering(exercise.id)
     }
 
     /// The newest recording of `lab`.

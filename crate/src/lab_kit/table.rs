@@ -6,6 +6,7 @@
 
 use crate::error::Result;
 use crate::gpu::Gpu;
+use crate::lab_kit::headline::HeadlineFigure;
 use crate::lab_kit::LabRun;
 use crate::measure::record::Record;
 use crate::present::progress::ProgressMode;
@@ -16,7 +17,11 @@ use std::path::{Path, PathBuf};
 /// How big a run of a lab is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Preset {
-    /// Each lab's full sweep, as recorded in data/ (a few minutes).
+    /// Every headline figure at the full sweep's sizes, with fewer points
+    /// between them and fewer repeats: the default of `all`.
+    Headline,
+    /// Each lab's full sweep, as recorded in data/ (`all` says up front how
+    /// long it takes on this GPU).
     Full,
     /// The notebooks' shorter runs.
     Quick,
@@ -41,6 +46,8 @@ pub struct Visited {
     pub lab: &'static str,
     /// (what, value) rows of the headline table.
     pub headline: Vec<(String, String)>,
+    /// The measured numbers behind the headline rows.
+    pub figures: Vec<HeadlineFigure>,
     /// The files rendered (none when only the headline was asked for).
     pub files: Vec<PathBuf>,
 }
@@ -66,11 +73,14 @@ pub trait Lab: Sync {
     /// Its own kernels of `kernels/` (compiled and checked by the tests
     /// with the pipelines' compute kernel; none for a lab that only uses that).
     fn kernels(&self) -> &'static [&'static crate::gpu::kernels::KernelSource];
+    /// Its exercises, in the order of its notebook.
+    fn exercises(&self) -> &'static [crate::lab_kit::progress::Exercise];
     /// The subcommand `overlap-lab <name>`: the lab's settings as options.
     fn command(&self) -> clap::Command;
     /// Runs the lab on the GPU with the settings parsed from its subcommand
-    /// (`None`: the preset's), prints its tables and records it if asked.
-    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<()>;
+    /// (`None`: the preset's), prints its tables and records it if asked;
+    /// returns the GPU it ran on and its headline figures.
+    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<(String, Vec<HeadlineFigure>)>;
     /// Loads `dev/<name>.json` if there is one: its headline rows, and its
     /// figures rendered into `out/<device>/` when `out` is given.
     fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>>;
@@ -79,6 +89,7 @@ pub trait Lab: Sync {
 /// A lab's settings, as the table handles them ([`crate::lab_config!`] implements
 /// it from the settings' own `default`, `quick`, `small` and `validate`).
 pub trait LabConfig: clap::Args + clap::FromArgMatches + Default + Clone + Sync + 'static {
+    fn headline() -> Self;
     fn quick() -> Self;
     fn small() -> Self;
     fn validate(&self) -> Result<()>;
@@ -87,6 +98,7 @@ pub trait LabConfig: clap::Args + clap::FromArgMatches + Default + Clone + Sync 
     /// The settings of a preset.
     fn preset(p: Preset) -> Self {
         match p {
+            Preset::Headline => Self::headline(),
             Preset::Full => Self::default(),
             Preset::Quick => Self::quick(),
             Preset::Small => Self::small(),
@@ -100,6 +112,9 @@ pub trait LabConfig: clap::Args + clap::FromArgMatches + Default + Clone + Sync 
 macro_rules! lab_config {
     ($t:ty) => {
         impl $crate::lab_kit::LabConfig for $t {
+            fn headline() -> Self {
+                <$t>::headline()
+            }
             fn quick() -> Self {
                 <$t>::quick()
             }
@@ -130,6 +145,8 @@ pub struct Entry<C: 'static, T: 'static> {
     pub builds_on: &'static [(u8, &'static str)],
     /// Its own kernels of `kernels/` ([`Lab::kernels`]).
     pub kernels: &'static [&'static crate::gpu::kernels::KernelSource],
+    /// Its exercises ([`Lab::exercises`]).
+    pub exercises: &'static [crate::lab_kit::progress::Exercise],
     /// The subcommand's one-line help.
     pub about: &'static str,
     pub measure: fn(&Gpu, &C, ProgressMode) -> Result<T>,
@@ -139,6 +156,9 @@ pub struct Entry<C: 'static, T: 'static> {
     /// (where the numbers come from) under its title.
     pub figures: fn(&Record<T>, &Path, &str) -> Result<Vec<PathBuf>>,
     pub headline: fn(&T) -> Vec<(String, String)>,
+    /// The measured numbers behind the headline rows, each with its
+    /// spread: how `all` sets a run beside the recording.
+    pub headline_figures: fn(&T) -> Vec<HeadlineFigure>,
 }
 
 impl<C: LabConfig, T: Serialize + DeserializeOwned> Entry<C, T> {
@@ -171,11 +191,14 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
     fn kernels(&self) -> &'static [&'static crate::gpu::kernels::KernelSource] {
         self.kernels
     }
+    fn exercises(&self) -> &'static [crate::lab_kit::progress::Exercise] {
+        self.exercises
+    }
     fn command(&self) -> clap::Command {
         // After the settings: their struct's own doc would replace the line.
         C::augment_args(clap::Command::new(self.name)).about(self.about)
     }
-    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<()> {
+    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<(String, Vec<HeadlineFigure>)> {
         let mut cfg = match matches {
             Some(m) => C::from_arg_matches(m).map_err(|e| crate::LabError::config(e.to_string()))?,
             None => C::preset(preset),
@@ -191,7 +214,7 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
         if let Some(dir) = cx.record_to {
             println!("recorded: {}", crate::measure::record::display_path(&rec.save(dir)?));
         }
-        Ok(())
+        Ok((rec.fingerprint.gpu_name.clone(), (self.headline_figures)(&rec.results)))
     }
     fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>> {
         let path = dev.join(format!("{}.json", self.name));
@@ -204,7 +227,14 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
             Some(out) => (self.figures)(&rec, &out.join(rec.fingerprint.slug()), &origin)?,
             None => Vec::new(),
         };
-        Ok(Some(Visited { gpu: rec.fingerprint.gpu_name.clone(), origin, lab: self.name, headline: (self.headline)(&rec.results), files }))
+        Ok(Some(Visited {
+            gpu: rec.fingerprint.gpu_name.clone(),
+            origin,
+            lab: self.name,
+            headline: (self.headline)(&rec.results),
+            figures: (self.headline_figures)(&rec.results),
+            files,
+        }))
     }
 }
 

@@ -125,14 +125,20 @@ pub fn display_path(path: &Path) -> String {
 /// Where recorded data lives: `$OVERLAP_LAB_DATA`, else the repository's
 /// `data/` next to this crate (works from the CLI and from notebooks).
 pub fn default_data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("OVERLAP_LAB_DATA") {
+    repo_folder("OVERLAP_LAB_DATA", "data")
+}
+
+/// A folder of the repository: `$<env>` where set, else `<folder>` next to
+/// this crate, else `<folder>` here.
+pub fn repo_folder(env: &str, folder: &str) -> PathBuf {
+    if let Some(d) = std::env::var_os(env) {
         return PathBuf::from(d);
     }
-    let beside_crate = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("data");
+    let beside_crate = repo_root().join(folder);
     if beside_crate.is_dir() {
-        return beside_crate.canonicalize().unwrap_or(beside_crate);
+        return beside_crate;
     }
-    PathBuf::from("data")
+    PathBuf::from(folder)
 }
 
 /// Every recording of `lab` under `data_dir`, newest first.

@@ -56,6 +56,15 @@ impl Summary {
         }
     }
 
+    /// The ratio of two summaries, each end from the ends that make it
+    /// widest (min over max, max over min): a ratio of two medians with the
+    /// range the two runs' spreads allow it.
+    pub fn over(&self, d: &Summary) -> Summary {
+        let (lo, hi) = self.middle_range();
+        let (dlo, dhi) = d.middle_range();
+        Summary { median: self.median / d.median, min: self.min / d.max, max: self.max / d.min, n: self.n.min(d.n), middle: Some((lo / dhi, hi / dlo)) }
+    }
+
     /// max - min: the spread of the runs, in their unit.
     pub fn spread(&self) -> f64 {
         self.max - self.min
@@ -132,6 +141,15 @@ impl Efficiency {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ratio_spans_what_the_two_spreads_allow() {
+        let a = Summary::of(&[10.0, 11.0, 12.0]).unwrap();
+        let b = Summary::of(&[4.0, 5.0]).unwrap();
+        let r = a.over(&b);
+        assert_eq!((r.median, r.min, r.max, r.n), (11.0 / 4.5, 10.0 / 5.0, 12.0 / 4.0, 2));
+        assert!(r.min <= r.median && r.median <= r.max);
+    }
 
     #[test]
     fn the_middle_half_ignores_a_few_stray_runs() {

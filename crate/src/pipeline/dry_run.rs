@@ -433,11 +433,11 @@ mod tests {
         let e = m.compute(s1, y0, 0, z, 0, 8, "stage 2 without the copy").unwrap_err().to_string();
         assert!(e.contains("a kernel on stream stage 2 (GPU 1) touches activation, which is in GPU 0's memory") && e.contains("peer copy"), "{e}");
         let e = m.h2d(s1, x, 0, hi, 0, 8, "up on the wrong stream").unwrap_err().to_string();
-        assert!(e.contains("an H2D") && e.contains("issue it on a stream of GPU 0"), "{e}");
+        assert!(e.contains("an H2D") && e.contains("which is in GPU 0's memory: an operation on a stream reaches only its own GPU's memory"), "{e}");
         // A peer copy on a third GPU's stream orders against neither side.
         let s2 = m.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 2), "bystander");
         let e = m.d2d(s2, y1, 0, y0, 0, 8, "x").unwrap_err().to_string();
-        assert!(e.contains("on stream bystander of GPU 2: issue it on a stream of GPU 0 or GPU 1"), "{e}");
+        assert!(e.contains("on stream bystander of GPU 2: a copy runs on a stream of one of the two GPUs it joins, here GPU 0 or GPU 1"), "{e}");
         // Within one buffer the ranges must not overlap.
         let e = m.d2d(s0, y0, 2, y0, 0, 4, "x").unwrap_err().to_string();
         assert!(e.contains("the ranges overlap"), "{e}");

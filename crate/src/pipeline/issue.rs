@@ -318,7 +318,7 @@ pub fn same_gpu(what: &str, (stream, stream_gpu): (&str, usize), (buffer, buffer
         return Ok(());
     }
     Err(LabError::config(format!(
-        "{what} on stream {stream} (GPU {stream_gpu}) touches {buffer}, which is in GPU {buffer_gpu}'s memory: issue it on a stream of GPU {buffer_gpu}, or bring the data over with a peer copy first"
+        "{what} on stream {stream} (GPU {stream_gpu}) touches {buffer}, which is in GPU {buffer_gpu}'s memory: an operation on a stream reaches only its own GPU's memory, and only a peer copy moves data between GPUs"
     )))
 }
 
@@ -330,7 +330,7 @@ pub fn same_gpu(what: &str, (stream, stream_gpu): (&str, usize), (buffer, buffer
 pub fn d2d_link(stream_gpu: usize, stream: &str, (src_gpu, src): (usize, &str), (dst_gpu, dst): (usize, &str)) -> Result<Link> {
     if stream_gpu != src_gpu && stream_gpu != dst_gpu {
         return Err(LabError::config(format!(
-            "a copy from {src} (GPU {src_gpu}) to {dst} (GPU {dst_gpu}) on stream {stream} of GPU {stream_gpu}: issue it on a stream of GPU {src_gpu} or GPU {dst_gpu}"
+            "a copy from {src} (GPU {src_gpu}) to {dst} (GPU {dst_gpu}) on stream {stream} of GPU {stream_gpu}: a copy runs on a stream of one of the two GPUs it joins, here GPU {src_gpu} or GPU {dst_gpu}"
         )));
     }
     Link::between(src_gpu, dst_gpu).ok_or_else(|| LabError::config(format!("a copy between GPU {src_gpu} and GPU {dst_gpu}: GPUs are numbered up to 255")))

@@ -14,7 +14,14 @@ use super::model::{self, Acquisition};
 use super::{BandwidthResults, Direction};
 use crate::gpu::HostMemoryKind;
 use crate::lab_kit::check::{close, short, unit_slip, CheckReport};
+use crate::lab_kit::progress::Exercise;
 use crate::units::{fmt_ms, Bytes};
+
+/// The two exercises, as the course lists them (`overlap-lab progress`).
+pub const EXERCISES: &[Exercise] = &[
+    Exercise { id: "01-bandwidth/model", asks: "a copy's time from latency and bandwidth", file: None },
+    Exercise { id: "01-bandwidth/break-even", asks: "when pinning pays off, as a rule", file: None },
+];
 
 /// A prediction passes if it is within this fraction of every measured median.
 pub const MODEL_TOLERANCE: f64 = 0.15;
@@ -37,7 +44,7 @@ fn measured_terms(series: &[&super::TransferPoint]) -> (f64, f64) {
 /// against every measured size. `predict_us` maps a copy's size in bytes
 /// to microseconds (for bidirectional, each direction moves that size).
 pub fn check_transfer_model(r: &BandwidthResults, kind: HostMemoryKind, direction: Direction, predict_us: impl Fn(u64) -> f64) -> CheckReport {
-    let mut rep = CheckReport::new(&format!("predict {kind} {direction} copy times"));
+    let mut rep = CheckReport::new(&format!("predict {kind} {direction} copy times")).answering(EXERCISES[0].id);
     let series = r.series(kind, direction);
     if series.len() < 2 {
         rep.problem(format!("{kind} {direction} was not measured at two sizes or more in this run: pick a series that was"));
@@ -241,7 +248,7 @@ fn mistakes(r: &BandwidthResults, all: &[model::BreakEven], how: Acquisition, b:
 /// 16 MiB D2H); across the sizes they part. The verdict names the sizes
 /// that are wrong and, at one of them, the mistake.
 pub fn check_break_even_rule(r: &BandwidthResults, how: Acquisition, rule: impl Fn(Direction, Bytes) -> f64) -> CheckReport {
-    let mut rep = CheckReport::new(&format!("break-even of page-locked memory {} at every size and direction", how.label()));
+    let mut rep = CheckReport::new(&format!("break-even of page-locked memory {} at every size and direction", how.label())).answering(EXERCISES[1].id);
     let all = model::break_even(r);
     let cases: Vec<&model::BreakEven> = all.iter().filter(|b| b.acquisition == how).collect();
     if cases.is_empty() {

@@ -73,12 +73,17 @@ pub struct BandwidthConfig {
     /// GPU ordinal (the command line's `--device`).
     #[arg(skip)]
     pub device: usize,
-    /// Smallest copy (powers of two from here), e.g. 4KiB.
+    /// Smallest copy (each next one --size-factor times larger), e.g. 4KiB.
     #[arg(long = "min", default_value_t = BandwidthConfig::default().min_bytes)]
     pub min_bytes: Bytes,
     /// Largest copy, e.g. 1GiB.
     #[arg(long = "max", default_value_t = BandwidthConfig::default().max_bytes)]
     pub max_bytes: Bytes,
+    /// Each size this many times the one before (2: every power of two; 4
+    /// keeps 4 KiB, 1 MiB and 1 GiB with half the points).
+    #[arg(long, default_value_t = BandwidthConfig::default().size_factor)]
+    #[serde(default = "every_power_of_two")]
+    pub size_factor: u64,
     /// Host memory kinds, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = BandwidthConfig::default().kinds)]
     pub kinds: Vec<HostMemoryKind>,
@@ -107,6 +112,7 @@ impl Default for BandwidthConfig {
             device: 0,
             min_bytes: Bytes(4 * KIB),
             max_bytes: Bytes(GIB),
+            size_factor: every_power_of_two(),
             kinds: HostMemoryKind::ALL.to_vec(),
             directions: Direction::ALL.to_vec(),
             warmup: 2,
@@ -117,7 +123,17 @@ impl Default for BandwidthConfig {
     }
 }
 
+/// The sweep's step before it was a setting: every power of two.
+fn every_power_of_two() -> u64 {
+    2
+}
+
 impl BandwidthConfig {
+    /// The headline's points (the largest copy, 1 MiB's break-even) at
+    /// their full sizes, every fourth power of two between, fewer repeats.
+    pub fn headline() -> Self {
+        BandwidthConfig { size_factor: 4, repeats: 6, pin_cost_repeats: 3, ..Self::default() }
+    }
     /// A shorter sweep for notebooks (4 KiB - 256 MiB, fewer repeats).
     pub fn quick() -> Self {
         BandwidthConfig { max_bytes: Bytes(256 << 20), repeats: 5, pin_cost_repeats: 3, ..Self::default() }
@@ -129,6 +145,9 @@ impl BandwidthConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
+        if !(2..=16).contains(&self.size_factor) {
+            return Err(LabError::config(format!("--size-factor {} is out of range: the sweep takes 2 to 16", self.size_factor)));
+        }
         let (lo, hi) = (self.min_bytes.0, self.max_bytes.0);
         for (name, b) in [("minimum", lo), ("maximum", hi)] {
             if b < 8 || b % 8 != 0 {
@@ -159,7 +178,7 @@ impl BandwidthConfig {
         let mut s = self.min_bytes.0;
         while s <= self.max_bytes.0 {
             v.push(Bytes(s));
-            s = match s.checked_mul(2) {
+            s = match s.checked_mul(self.size_factor.max(2)) {
                 Some(n) => n,
                 None => break,
             };
@@ -304,11 +323,13 @@ pub static ENTRY: crate::lab_kit::Entry<BandwidthConfig, BandwidthResults> = cra
     teaches: "Pinned vs pageable transfers: bandwidth, two clocks, the price of pinning",
     builds_on: &[],
     kernels: &[],
+    exercises: exercise::EXERCISES,
     about: "Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost",
     measure: measure::run,
     tables: |rec| format!("{}\n{}\n{}", model::summary_table(rec), host_memory::cost_table(&rec.results.pin_cost), model::break_even_table(&rec.results)),
     figures: charts::report,
     headline: model::headline,
+    headline_figures: model::headline_figures,
 };
 
 crate::lab_config!(BandwidthConfig);

@@ -219,6 +219,26 @@ pub fn headline(r: &BandwidthResults) -> Vec<(String, String)> {
     rows
 }
 
+/// The measured numbers behind [`headline`]: at the largest copy, each
+/// kind's rate each way and the CPU's blocked time of one H2D.
+pub fn headline_figures(r: &BandwidthResults) -> Vec<crate::lab_kit::headline::HeadlineFigure> {
+    let mut v = Vec::new();
+    let Some(big) = r.largest_size() else {
+        return v;
+    };
+    for k in r.kinds() {
+        for d in Direction::ALL {
+            if let Some(p) = r.point(k, d, big) {
+                v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("{k} {d} {big}"), "GB/s", p.gbps));
+            }
+        }
+        if let Some(p) = r.point(k, Direction::H2d, big) {
+            v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("{k} H2D {big}: CPU blocked"), "ms", p.host_call_ms));
+        }
+    }
+    v
+}
+
 /// The two clocks at one size: how long the copy call held the CPU against
 /// how long the device worked, for each kind and direction measured there.
 pub fn two_clocks_table(r: &BandwidthResults, bytes: Bytes) -> String {

@@ -13,8 +13,12 @@ use super::{bound_ms, serial_ms, CallbackConfig, CallbackResults, On, ScoreLoop}
 use crate::error::{LabError, Result};
 use crate::gpu::Gpu;
 use crate::lab_kit::check::CheckReport;
+use crate::lab_kit::progress::Exercise;
 use crate::measure::stats::Summary;
 use std::cell::RefCell;
+
+/// The exercise, as the course lists it (`overlap-lab progress`).
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "04-callback", asks: "the argmin off the compute stream, on the callback stream", file: None }];
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
 /// Iterations of a check on the GPU (a notebook waits for it).
@@ -78,17 +82,17 @@ fn judge_places(rep: &mut CheckReport, places: &[Sent]) {
     let handed_on_compute = count(Sent::HandOffOn(On::Compute));
     if handed_on_compute > 0 {
         rep.problem(format!(
-            "{handed_on_compute} hand-off(s) are host functions on the compute stream: the worker does the argmin, but the compute stream still stops for every host function's round trip (the driver's callback thread has to wake up and release it). Put the hand-off on the callback stream, after a wait on the \"scores ready\" event"
+            "{handed_on_compute} hand-off(s) are host functions on the compute stream: the worker does the argmin, but the compute stream still stops for every host function's round trip (the driver's callback thread has to wake up and release it)"
         ));
     }
     if on_compute > 0 {
         rep.problem(format!(
-            "{on_compute} argmin(s) run in a host function on the compute stream: the stream waits for each, so the next row_dot cannot start until the CPU is done (no overlap). Record the \"scores ready\" event on the compute stream and put the host function on the callback stream after a wait on it"
+            "{on_compute} argmin(s) run in a host function on the compute stream: the stream waits for each, so the next row_dot cannot start until the CPU is done (no overlap)"
         ));
     }
     if on_callback > 0 {
         rep.problem(format!(
-            "{on_callback} argmin(s) run inside a host function on the callback stream: heavy work on the driver's one callback thread, which every host function of the context (and every stream waiting on one) queues behind. Let the host function only hand the job to the worker thread"
+            "{on_callback} argmin(s) run inside a host function on the callback stream: heavy work on the driver's one callback thread, which every host function of the context (and every stream waiting on one) queues behind"
         ));
     }
     if count(Sent::To(ArgminOn::WaitingThread)) > 0 {
@@ -239,7 +243,7 @@ pub(crate) mod tests {
     fn heavy_work_in_the_callback_is_named_even_when_it_overlaps() {
         let r = check_on_model(&crate::testing::callback_results(), Variant::HostFnOnCallbackStream.iteration());
         let t = r.to_string();
-        assert!(!r.passed && t.contains("inside a host function on the callback stream") && t.contains("hand the job to the worker thread"), "{r}");
+        assert!(!r.passed && t.contains("inside a host function on the callback stream") && t.contains("the driver's one callback thread"), "{r}");
         assert!(!t.contains("host_fn_hand_off"), "the verdict does not hand out the call: {r}");
         assert!(!t.contains("no overlap"), "{r}");
     }

@@ -218,6 +218,10 @@ impl Default for CallbackConfig {
 }
 
 impl CallbackConfig {
+    /// The headline's point (CPU = GPU) and one either side, fewer repeats.
+    pub fn headline() -> Self {
+        CallbackConfig { cpu_over_gpu: vec![0.5, 1.0, 2.0], repeats: 5, ..Self::default() }
+    }
     /// A smaller run for notebooks.
     pub fn quick() -> Self {
         CallbackConfig { iterations: 128, cpu_over_gpu: vec![0.5, 1.0, 2.0], repeats: 3, ..Self::default() }
@@ -374,6 +378,17 @@ impl CallbackResults {
         self.points.iter().min_by(|a, b| off(a).total_cmp(&off(b)))
     }
 
+    /// The measured numbers behind [`Self::headline`]: every variant's time
+    /// at the CPU cost closest to the GPU's.
+    pub fn headline_figures(&self) -> Vec<crate::lab_kit::headline::HeadlineFigure> {
+        let Some(b) = self.balanced() else {
+            return Vec::new();
+        };
+        b.variants
+            .iter()
+            .map(|r| crate::lab_kit::headline::HeadlineFigure::new(format!("at CPU = GPU: variant {}", r.variant.label()), "ms", r.total_ms))
+            .collect()
+    }
     /// The lab's headline numbers, as (what, value) rows for the report's
     /// table of GPUs side by side.
     pub fn headline(&self) -> Vec<(String, String)> {
@@ -474,6 +489,7 @@ impl crate::lab_kit::LabRun<CallbackResults> {
         let r = &self.record.results;
         self.check(
             "callback-stream wiring",
+            &exercise::EXERCISES[0],
             r.config.device,
             |gpu| exercise::check_on_gpu(gpu, &r.config, &iteration),
             || exercise::check_on_model(r, &iteration),
@@ -489,11 +505,13 @@ pub static ENTRY: crate::lab_kit::Entry<CallbackConfig, CallbackResults> = crate
     teaches: "A callback stream and a CPU worker: where host-side work runs",
     builds_on: &[(3, "events between streams and the two-stage bound")],
     kernels: &[&kernel::ROW_DOT],
+    exercises: exercise::EXERCISES,
     about: "Lab 4: where a CPU argmin runs (host function, callback stream, worker thread, event wait) and what it costs the GPU",
     measure: measure::run,
     tables: |rec| rec.results.table(),
     figures: charts::report,
     headline: CallbackResults::headline,
+    headline_figures: CallbackResults::headline_figures,
 };
 
 crate::lab_config!(CallbackConfig);

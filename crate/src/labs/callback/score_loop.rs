@@ -460,7 +460,7 @@ impl<'r> ScoreLoop<'r> {
         match (e.kind, l.kind) {
             // The argmin of t is issued before a later iteration's D2H into its slot.
             (OpKind::Host, OpKind::D2h) => format!(
-                "slot {slot} was reused too early: iteration {}'s D2H may overwrite it while iteration {}'s argmin reads it (take a slot that is free: take_slot, not slot_at)",
+                "slot {slot} was reused too early: iteration {}'s D2H may overwrite it while iteration {}'s argmin reads it",
                 t(r.later),
                 t(r.earlier)
             ),

@@ -6,12 +6,16 @@
 use super::{bound_with_producer_ms, BufferTask, DoubleBufferResults};
 use crate::error::Result;
 use crate::lab_kit::check::CheckReport;
+use crate::lab_kit::progress::Exercise;
 use crate::pipeline::cells::Cells;
 use crate::pipeline::cells::Provenance;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::Issue;
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::OpKind;
+
+/// The exercise, as the course lists it (`overlap-lab progress`).
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "03-double-buffer", asks: "the double buffer's missing rule", file: None }];
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
 
@@ -22,9 +26,9 @@ pub const MAX_BATCHES: usize = 4096;
 /// how many streams the schedule used.
 fn report(rep: &mut CheckReport, measured: f64, serial: f64, bound: f64, streams_used: usize, how: &str) {
     let advice = if streams_used <= 1 {
-        "copies and kernels take turns on one stream; put copies on the copy stream and kernels on the compute stream, linked by events"
+        "copies and kernels take turns on one stream"
     } else {
-        "copies and kernels are on different streams but still take turns: something makes each wait for the other (a wait on the event of the same batch's compute before its copy, or a host wait after every batch); each should wait only for what uses the same buffer, two batches back"
+        "copies and kernels are on different streams but still take turns: something makes each wait for the other (a wait on the event of the same batch's compute before its copy, or a host wait after every batch)"
     };
     // Not "no overlap": the lab's summary uses that name for its measured
     // one-buffer run, which also includes the producer.

@@ -16,11 +16,15 @@ use crate::error::Result;
 use crate::gpu::{Gpu, MemPool, PlanRig};
 use crate::lab_kit::check::CheckReport;
 use crate::lab_kit::loop_check;
+use crate::lab_kit::progress::Exercise;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{HostRef, Issue, StreamRef};
 use crate::pipeline::op::{Lane, Memory, OpKind, StreamKind};
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
 use std::sync::Arc;
+
+/// The exercise, as the course lists it (`overlap-lab progress`).
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "06-memory", asks: "memory calls that do not stall the pipeline", file: None }];
 
 /// A pass: no slower than the fix by more than this share.
 pub const SLACK: f64 = 0.10;
@@ -156,13 +160,13 @@ fn shape_findings(plan: &Plan, rec: &MemoryResults, rep: &mut CheckReport) -> Op
             );
         }
         rep.problem(format!(
-            "your loop still calls cuMemFree between batches ({frees} calls): {why}. The CPU cannot issue the next batch until the download stream is done: take the scratch from the stream-ordered pool (cuMemAllocAsync) and give it back with cuMemFreeAsync on the stream that used it last"
+            "your loop still calls cuMemFree between batches ({frees} calls): {why}. The CPU cannot issue the next batch until the download stream is done"
         ));
     }
     let allocs = count(OpKind::Alloc(Memory::Device));
     if allocs > 0 {
         rep.note(format!(
-            "your loop calls cuMemAlloc {allocs} times{}: the stream-ordered pool hands out a block it already holds in microseconds",
+            "your loop calls cuMemAlloc {allocs} times{}: each one costs its own time, every batch",
             facts.map_or(String::new(), |(_, _, alloc)| format!(" ({alloc:.3} ms each on an idle GPU, measured)"))
         ));
     }
@@ -178,7 +182,7 @@ fn judge(cfg: &MemoryConfig) -> loop_check::Judge {
 }
 
 /// What a loop slower than the fix usually still does.
-const SLOW: &str = "something still waits: a memory call that waits for the GPU or costs its own time each batch (cuMemFree, cuMemAlloc), a CPU wait before a release, or a stream made to wait for the other one's download before its next batch (give the memory back on the stream that used it last)";
+const SLOW: &str = "something still waits: a memory call that waits for the GPU or costs its own time each batch (cuMemFree, cuMemAlloc), a CPU wait before a release, or a stream made to wait for the other one's download before its next batch";
 
 /// Checks `learner` with no GPU: the model's data, races and releases, and
 /// its time from the costs and waits recorded in `rec`.
@@ -189,7 +193,7 @@ pub fn check_on_model(rec: &MemoryResults, learner: Loop) -> CheckReport {
     let Some(model) = shape_findings(&mine, rec, &mut rep) else { return rep };
     let judge = judge(cfg);
     let Some(facts) = &rec.stall.machine else {
-        rep.problem("this recording has no machine facts to predict with: record lab 6 again (overlap-lab memory)");
+        rep.problem("this recording has no machine facts to predict with: it was made before lab 6 kept them (a new `overlap-lab memory` run has them)");
         return rep;
     };
     let machine = crate::pipeline::machine::Machine { device_waits: rec.device_waits, ..facts.machine() };
@@ -272,7 +276,7 @@ mod tests {
         assert!(rep.passed, "{rep}");
         let rep = check(frees_on_the_compute_stream);
         fails_with(&rep, "more than the fix");
-        fails_with(&rep, "give the memory back on the stream that used it last");
+        fails_with(&rep, "a stream made to wait for the other one's download");
     }
 
     #[test]

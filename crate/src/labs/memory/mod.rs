@@ -106,6 +106,10 @@ impl Default for MemoryConfig {
 }
 
 impl MemoryConfig {
+    /// The headline's sizes (the largest pair) with fewer between, fewer repeats.
+    pub fn headline() -> Self {
+        MemoryConfig { sizes_mib: vec![1, 16, 1024], repeats: 9, ..Self::default() }
+    }
     /// The notebook's run.
     pub fn quick() -> Self {
         MemoryConfig {
@@ -226,6 +230,22 @@ impl MemoryResults {
         self.traces.iter().find(|t| t.allocator == a)
     }
 
+    /// The measured numbers behind [`Self::headline`]: the stall pipeline's
+    /// variants, each allocator's pair at the largest size and its
+    /// varying-size batches.
+    pub fn headline_figures(&self) -> Vec<crate::lab_kit::headline::HeadlineFigure> {
+        let mut v = self.stall.headline_figures();
+        let big = self.config.sizes_mib.iter().max().map(|&m| (m as u64) << 20);
+        for a in [Allocator::CuMemAlloc, Allocator::PoolThresholdZero, Allocator::PoolThresholdMax] {
+            if let Some(p) = big.and_then(|b| self.pair(a, b)) {
+                v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("allocate + free {}: {a:?}", Bytes(p.bytes)), "ms", p.ms));
+            }
+            if let Some(s) = self.trace(a).and_then(|t| t.steady_ms().ok()) {
+                v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("varying-size batches: {a:?}"), "ms", s));
+            }
+        }
+        v
+    }
     /// The headline table's rows.
     pub fn headline(&self) -> Vec<(String, String)> {
         let mut rows = Vec::new();
@@ -610,6 +630,7 @@ impl crate::lab_kit::LabRun<MemoryResults> {
         let learner: exercise::Loop = std::sync::Arc::new(learner);
         self.check(
             "memory that does not stall the pipeline",
+            &exercise::EXERCISES[0],
             r.config.device,
             |gpu| exercise::check_on_gpu(gpu, r, learner.clone()),
             || exercise::check_on_model(r, learner.clone()),
@@ -637,11 +658,13 @@ pub static ENTRY: crate::lab_kit::Entry<MemoryConfig, MemoryResults> = crate::la
     teaches: "Memory that does not stall the pipeline: which calls wait, cuMemFree against the stream-ordered pair, the pool's release threshold, pinned staging slots, zero-copy",
     builds_on: &[(1, "pinned memory"), (3, "a ring of slots reused behind events")],
     kernels: &[&kernel::REREAD],
+    exercises: exercise::EXERCISES,
     about: "Lab 6: memory calls and the pipeline, each measured beside the model",
     measure: measure::run,
     tables: |rec| rec.results.table(),
     figures: report,
     headline: MemoryResults::headline,
+    headline_figures: MemoryResults::headline_figures,
 };
 
 #[cfg(test)]

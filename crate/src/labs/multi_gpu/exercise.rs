@@ -26,6 +26,10 @@ use crate::pipeline::schedule::Schedule;
 
 #[cfg(doc)]
 use super::pipeline_parallel::host_synchronized;
+use crate::lab_kit::progress::Exercise;
+
+/// The exercise, as the course lists it (`overlap-lab progress`).
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "08-multi-gpu", asks: "two GPUs ordered by events only", file: None }];
 
 /// A pass: a bubble at most this much above the model's (S−1)/(M+S−1)
 /// (the copies between the stages add a little).
@@ -124,7 +128,7 @@ pub fn check_on_gpu(rig: &mut PlanRig, micro_batches: usize, elements: usize, se
 /// `None` when the loop cannot be judged further.
 fn shape_findings(micro_batches: usize, elements: usize, learner: Loop, second: usize, rep: &mut CheckReport) -> Option<(Plan, DryRun)> {
     if micro_batches == 0 || elements < 2 * micro_batches {
-        rep.problem(format!("{micro_batches} micro-batches of {elements} elements: give at least 1 micro-batch of at least 2 elements each"));
+        rep.problem(format!("{micro_batches} micro-batches of {elements} elements: the exercise takes at least 1 micro-batch of at least 2 elements each"));
         return None;
     }
     let mine = plan_on("your loop", micro_batches, elements, learner, second);
@@ -144,7 +148,7 @@ fn shape_findings(micro_batches: usize, elements: usize, learner: Loop, second: 
     }
     if model.schedule.cpu_waited_for_gpu() {
         rep.problem(
-            "host synchronization in the loop: the CPU waits for a GPU (a synchronize or a host wait on an event), so it cannot issue the next micro-batch meanwhile. Order the GPUs with p.record(event, stream) on GPU 0 and p.wait(stream, event) on GPU 1: the GPU waits, not the CPU",
+            "host synchronization in the loop: the CPU waits for a GPU (a synchronize or a host wait on an event), so it cannot issue the next micro-batch meanwhile",
         );
     }
     Some((mine, model))
@@ -155,7 +159,7 @@ fn shape_findings(micro_batches: usize, elements: usize, learner: Loop, second: 
 pub fn judge_bubble(rep: &mut CheckReport, schedule: &Schedule, times: &[(f64, f64)], micro_batches: usize, how: &str) {
     let model = bubble_model(STAGES, micro_batches);
     let Some(b) = bubble(schedule, times) else {
-        rep.problem("no stage ran: call t.stage1 and t.stage2 for every micro-batch");
+        rep.problem("no stage ran: the loop issued no t.stage1 or t.stage2");
         return;
     };
     let per_gpu: Vec<String> = b.per_gpu.iter().map(|&(g, idle)| format!("GPU {g} {}", pct(idle))).collect();
@@ -183,15 +187,12 @@ fn why_idle(schedule: &Schedule, times: &[(f64, f64)]) -> String {
     let eps = 1e-9;
     let last_one_end = one.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
     if one.len() > 1 && two.first().is_some_and(|first| first.0 >= last_one_end - eps) {
-        return "stage 2 starts only once stage 1 has finished every micro-batch. Record an event after each micro-batch's stage 1 (and its copy) and make that micro-batch's stage 2 wait for it alone".into();
+        return "stage 2 starts only once stage 1 has finished every micro-batch: each stage 2 waits for all of stage 1, not for its own micro-batch".into();
     }
     if let Some(i) = (0..one.len().min(two.len()).saturating_sub(1)).find(|&i| one[i + 1].0 >= two[i].1 - eps) {
-        return format!(
-            "GPU 0 waits for GPU 1: stage 1 of micro-batch {} starts only after stage 2 of micro-batch {i} ended. Let only GPU 1 wait (for GPU 0's events), so that GPU 0 runs its stage 1s back to back",
-            i + 1
-        );
+        return format!("GPU 0 waits for GPU 1: stage 1 of micro-batch {} starts only after stage 2 of micro-batch {i} ended", i + 1);
     }
-    "a stage waits for more than its own micro-batch: each stage 2 should wait for its micro-batch's copy only, and each copy for its micro-batch's stage 1 only".into()
+    "a stage waits for more than its own micro-batch's data".into()
 }
 
 /// Hints, one at a time ([`hint`]).
@@ -270,7 +271,7 @@ mod tests {
     #[test]
     fn the_given_loop_fails_for_its_host_waits_and_its_bubble() {
         let rep = check(host_synchronized);
-        fails_with(&rep, &["host synchronization in the loop", "p.wait(stream, event)"]);
+        fails_with(&rep, &["host synchronization in the loop", "cannot issue the next micro-batch meanwhile"]);
         fails_with(
             &rep,
             &[
@@ -332,7 +333,7 @@ mod tests {
             &wrong_stream,
             &[
                 "your loop stopped with",
-                "a kernel on stream compute (GPU 0) touches activation received by GPU 1, which is in GPU 1's memory: issue it on a stream of GPU 1",
+                "a kernel on stream compute (GPU 0) touches activation received by GPU 1, which is in GPU 1's memory: an operation on a stream reaches only its own GPU's memory",
             ],
         );
         let no_copy = check(|p, t| {

@@ -127,6 +127,10 @@ impl Default for MultiGpuConfig {
 }
 
 impl MultiGpuConfig {
+    /// The headline's sizes (the largest copy) with one below, fewer repeats.
+    pub fn headline() -> Self {
+        MultiGpuConfig { sizes_mib: vec![4, 64], repeats: 5, ..Self::default() }
+    }
     /// The notebook's run.
     pub fn quick() -> Self {
         MultiGpuConfig {
@@ -493,6 +497,19 @@ impl MultiGpuResults {
         out
     }
 
+    /// The measured numbers behind [`Self::headline`]: the largest copy's
+    /// rates and the four-way overlap.
+    pub fn headline_figures(&self) -> Vec<crate::lab_kit::headline::HeadlineFigure> {
+        let mut v = Vec::new();
+        if let Some(p) = self.largest() {
+            let what = if self.two_gpus() { "peer copy" } else { "copy within GPU 0" };
+            v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("{what} one way, {}", Bytes(p.bytes)), "GB/s", p.one_way));
+            v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("{what} both ways, {}", Bytes(p.bytes)), "GB/s", p.both_ways));
+            v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("staged through host memory, {}", Bytes(p.bytes)), "GB/s", p.staged));
+        }
+        v.push(crate::lab_kit::headline::HeadlineFigure::new("four-way overlap", "ms", self.four_way.together_ms));
+        v
+    }
     /// The headline rows.
     pub fn headline(&self) -> Vec<(String, String)> {
         let mut rows = vec![(
@@ -589,6 +606,7 @@ impl crate::lab_kit::LabRun<MultiGpuResults> {
         let cfg = r.config.clone();
         self.check(
             exercise::EXERCISE,
+            &exercise::EXERCISES[0],
             cfg.device,
             |gpu| exercise::check_live(gpu, &cfg, learner.clone()),
             || exercise::check_recorded(&self.record, learner.clone()),
@@ -616,11 +634,13 @@ pub static ENTRY: crate::lab_kit::Entry<MultiGpuConfig, MultiGpuResults> = crate
     teaches: "Several GPUs: peer copies, cross-GPU events in a pipeline, an all-reduce overlapping compute",
     builds_on: &[(2, "a pipeline over streams"), (5, "which waits stop whom")],
     kernels: &[],
+    exercises: exercise::EXERCISES,
     about: "Lab 8: copies between GPUs, four-way overlap, a two-stage pipeline over GPUs, NCCL's all-reduce beside compute",
     measure: measure::run,
     tables: |rec| rec.results.table(),
     figures: report,
     headline: MultiGpuResults::headline,
+    headline_figures: MultiGpuResults::headline_figures,
 };
 
 #[cfg(test)]

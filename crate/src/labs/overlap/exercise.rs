@@ -10,6 +10,7 @@ use super::{measure, model, Intensity, IssueOrder, OverlapConfig, OverlapResults
 use crate::error::{LabError, Result};
 use crate::gpu::{Gpu, TimelineSource};
 use crate::lab_kit::check::CheckReport;
+use crate::lab_kit::progress::Exercise;
 use crate::measure::stats::Summary;
 use crate::pipeline::cells::Cells;
 use crate::pipeline::cells::Provenance;
@@ -18,6 +19,9 @@ use crate::pipeline::issue::{Issue, StreamRef};
 use crate::pipeline::op::{Op, OpKind};
 use crate::pipeline::plan::{self, Plan};
 use crate::pipeline::schedule::{Schedule, WaitFor};
+
+/// The exercise, as the course lists it (`overlap-lab progress`).
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "02-overlap", asks: "make the chunks overlap", file: None }];
 
 /// A pass needs this share of the bound (the bound from the stages alone).
 pub const TARGET_EFFICIENCY: f64 = 0.85;
@@ -100,11 +104,11 @@ fn no_overlap_advice(chunks: usize, streams_used: usize, cpu_waits: bool) -> &'s
     if cpu_waits {
         "the CPU waits for the GPU between chunks (the host synchronization above), so what it issues after a wait never runs beside what it waited for"
     } else if chunks <= 1 {
-        "with one chunk each stage needs all of the previous one's data, so nothing can run at once; split the data into several chunks"
+        "with one chunk each stage needs all of the previous one's data, so nothing can run at once"
     } else if streams_used <= 1 {
-        "every operation is on one stream, so each waits for the one before; spread the chunks over the streams"
+        "every operation is on one stream, so each waits for the one before"
     } else {
-        "the pipeline takes as long as running everything in order; are the streams waiting on each other?"
+        "the pipeline takes as long as running everything in order: something makes each stream's work wait for the others'"
     }
 }
 
@@ -476,7 +480,7 @@ mod tests {
                 &["wrong data", "never reached the host"],
             ),
             ("everything on stream 0", 16, 4, Box::new(|p, t| each_chunk(p, t, |_| (0, 0, 0))), &["no overlap: every operation is on one stream"]),
-            ("one chunk", 1, 4, Box::new(solution), &["no overlap: with one chunk", "split the data"]),
+            ("one chunk", 1, 4, Box::new(solution), &["no overlap: with one chunk", "nothing can run at once"]),
             ("kernel on another stream, no event", 8, 2, Box::new(|p, t| each_chunk(p, t, |_| (0, 1, 1))), &["race: 'compute chunk 0' reads"]),
             ("D2H on another stream, no event", 8, 2, Box::new(|p, t| each_chunk(p, t, |_| (0, 0, 1))), &["race: 'D2H chunk 0' reads"]),
             ("D2H of the input buffer", 8, 2, Box::new(downloads_the_input), &["holds an input, not a result"]),

@@ -228,6 +228,11 @@ impl Default for OverlapConfig {
 }
 
 impl OverlapConfig {
+    /// The headline's points (every intensity's one-chunk run and its best
+    /// point) with fewer chunk counts around them and fewer repeats.
+    pub fn headline() -> Self {
+        OverlapConfig { chunks: vec![1, 4, 16, 32, 64], repeats: 3, ..Self::default() }
+    }
     /// A short sweep for notebooks.
     pub fn quick() -> Self {
         OverlapConfig { elements: 16 << 20, chunks: vec![1, 2, 4, 8, 16, 32], streams: vec![1, 2, 4], repeats: 3, ..Self::default() }
@@ -470,6 +475,7 @@ impl crate::lab_kit::LabRun<OverlapResults> {
         let issue: measure::ChunkLoop = std::sync::Arc::new(issue);
         self.check(
             "chunked issue loop",
+            &exercise::EXERCISES[0],
             r.config.device,
             |gpu| exercise::check_on_gpu(gpu, intensity, r.config.elements, chunks, streams, issue.clone()),
             || exercise::check_on_model(r, intensity, chunks, streams, &*issue),
@@ -485,11 +491,13 @@ pub static ENTRY: crate::lab_kit::Entry<OverlapConfig, OverlapResults> = crate::
     teaches: "Chunked copy/compute overlap over N streams, against its bound and a queue model",
     builds_on: &[(1, "pinned memory: only page-locked copies run asynchronously")],
     kernels: &[],
+    exercises: exercise::EXERCISES,
     about: "Lab 2: chunked copy/compute overlap over N streams, against the bounds and the queue model",
     measure: measure::run,
     tables: |rec| rec.results.summary(),
     figures: charts::report,
     headline: model::headline,
+    headline_figures: model::headline_figures,
 };
 
 crate::lab_config!(OverlapConfig);

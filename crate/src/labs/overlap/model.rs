@@ -192,6 +192,21 @@ pub fn headline(r: &super::OverlapResults) -> Vec<(String, String)> {
     rows
 }
 
+/// The measured numbers behind [`headline`]: per intensity, one chunk on
+/// one stream and the best point of the sweep (whichever it is).
+pub fn headline_figures(r: &super::OverlapResults) -> Vec<crate::lab_kit::headline::HeadlineFigure> {
+    let mut v = Vec::new();
+    for ir in &r.intensities {
+        if let Some(s) = ir.serial() {
+            v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("{}: one chunk, one stream", ir.intensity.label()), "ms", s.total_ms));
+        }
+        if let Some(b) = ir.best() {
+            v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("{}: best point", ir.intensity.label()), "ms", b.total_ms));
+        }
+    }
+    v
+}
+
 /// One line per intensity: parts, the best point, its speed-up and its
 /// efficiency against the bound, next to the best speed-up possible.
 pub fn summary_table(rs: &[IntensityResults], copy_engines: u32) -> String {

@@ -13,11 +13,15 @@ use crate::error::Result;
 use crate::gpu::{Gpu, PlanRig};
 use crate::lab_kit::check::CheckReport;
 use crate::lab_kit::loop_check;
+use crate::lab_kit::progress::Exercise;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{DevRef, HostRef, Issue, StreamRef};
 use crate::pipeline::op::{Lane, StreamKind};
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
 use std::sync::Arc;
+
+/// The exercise, as the course lists it (`overlap-lab progress`).
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "05-streams", asks: "the operation that drains the pipeline", file: None }];
 
 /// The label of the parameters' upload: the loop must keep it.
 pub const PARAMS: &str = "params H2D";
@@ -135,15 +139,12 @@ fn shape_findings(plan: &Plan, chunks: usize, rep: &mut CheckReport) -> Option<D
     let model = loop_check::shape(plan, rep)?;
     let uploads: Vec<_> = model.schedule.ops.iter().filter(|o| o.label == PARAMS).collect();
     if uploads.is_empty() {
-        rep.problem(format!(
-            "the parameters' upload ('{PARAMS}') is gone: the kernels need it, so keep t.upload_params(p, ...) and give it a stream that does not serialize"
-        ));
+        rep.problem(format!("the parameters' upload ('{PARAMS}') is gone: the kernels read the parameters it uploads"));
     }
     if uploads.len() > 1 {
         // Named first: the races between the uploads (each writes the same
         // parameters) follow from it.
-        rep.findings.insert(before, repeated_upload(&model, chunks));
-        rep.passed = false;
+        rep.problem_at(before, repeated_upload(&model, chunks));
     }
     // An op on the legacy NULL stream drains the pipeline only between
     // work of the blocking streams: it waits for all of it issued before,

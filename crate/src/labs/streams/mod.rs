@@ -71,6 +71,10 @@ fn default_issue_chunks() -> Vec<usize> {
 }
 
 impl StreamsConfig {
+    /// Its full run: it is short.
+    pub fn headline() -> Self {
+        Self::default()
+    }
     /// The notebook's run.
     pub fn quick() -> Self {
         StreamsConfig { elements: 8 << 20, repeats: 7, issue_chunks: vec![4, 16, 64, 256, 1024], ..Self::default() }
@@ -152,6 +156,11 @@ impl StreamsResults {
             .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
     }
 
+    /// The measured numbers behind [`Self::headline`]: every variant of
+    /// every experiment.
+    pub fn headline_figures(&self) -> Vec<crate::lab_kit::headline::HeadlineFigure> {
+        self.experiments.iter().flat_map(|e| e.headline_figures()).collect()
+    }
     /// The headline table's rows.
     pub fn headline(&self) -> Vec<(String, String)> {
         let mut rows = Vec::new();
@@ -330,6 +339,7 @@ impl crate::lab_kit::LabRun<StreamsResults> {
         let learner: exercise::Loop = std::sync::Arc::new(learner);
         self.check(
             "the hidden legacy-stream operation",
+            &exercise::EXERCISES[0],
             r.config.device,
             |gpu| exercise::check_on_gpu(gpu, r, learner.clone()),
             || exercise::check_on_model(r, learner.clone()),
@@ -364,11 +374,13 @@ pub static ENTRY: crate::lab_kit::Entry<StreamsConfig, StreamsResults> = crate::
     teaches: "Which stream: the legacy NULL stream, per-thread streams, the weight of each wait, copy engines, priorities, issue cost and CUDA graphs",
     builds_on: &[(2, "a pipeline over several streams"), (3, "events between streams")],
     kernels: &[],
+    exercises: exercise::EXERCISES,
     about: "Lab 5: stream semantics and costs, each pipeline measured beside the queue model",
     measure: measure::run,
     tables: |rec| rec.results.table(),
     figures: report,
     headline: StreamsResults::headline,
+    headline_figures: StreamsResults::headline_figures,
 };
 
 #[cfg(test)]

@@ -1,0 +1,342 @@
+//! A learner's progress through the exercises. Each exercise's cell ends
+//! with `report.save_progress()`, which keeps the verdict in
+//! `notebooks/progress.json`; `overlap-lab progress` and notebook 00 read
+//! it back together with the notebooks themselves and print one line per
+//! exercise of the lab table: passed, not yet (with the first problem), or
+//! not started (the cell still holds the code it was given). An exercise
+//! whose answer is a file (lab 7's kernel) is checked again from the file,
+//! as far as it can be without a GPU.
+//!
+//! The answers live in the notebooks (the exercise's cell, or the file it
+//! names) and the verdicts beside them, so the notebook and the command
+//! read the same place. Each exercise's cell carries, in its metadata
+//! (`overlap_lab`), its id and the code it was given, which is how the
+//! command tells an answer from the starter.
+//!
+//! May use: `error`, `lab_kit::check`, `measure::record` (reading JSON).
+
+use crate::error::{LabError, Result};
+use crate::lab_kit::check::CheckReport;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One exercise of a lab, as its lab's table entry lists it.
+#[derive(Debug)]
+pub struct Exercise {
+    /// Its notebook's name ("02-overlap"), then `/` and which where a
+    /// notebook has several ("01-bandwidth/model"). The cell's metadata
+    /// and the saved verdict carry it.
+    pub id: &'static str,
+    /// What it asks, in a few words.
+    pub asks: &'static str,
+    /// Where the answer is a file the learner edits (lab 7's kernel).
+    pub file: Option<FileAnswer>,
+}
+
+/// An answer that is a file, which the command checks again itself.
+#[derive(Debug)]
+pub struct FileAnswer {
+    /// Its path, relative to the notebooks.
+    pub path: &'static str,
+    /// The problems found in its text with no GPU (none: nothing wrong
+    /// that can be seen here).
+    pub problems: fn(&str) -> Vec<String>,
+}
+
+impl Exercise {
+    /// The notebook it lives in: `notebooks/<id before any '/'>.ipynb`.
+    pub fn notebook(&self) -> String {
+        format!("{}.ipynb", self.id.split('/').next().unwrap_or(self.id))
+    }
+}
+
+/// The notebooks' folder: `$OVERLAP_LAB_NOTEBOOKS`, else the repository's
+/// `notebooks/`, else `notebooks` here.
+pub fn default_notebooks_dir() -> PathBuf {
+    crate::measure::record::repo_folder("OVERLAP_LAB_NOTEBOOKS", "notebooks")
+}
+
+/// The file of saved verdicts in a notebooks folder.
+pub const PROGRESS_FILE: &str = "progress.json";
+
+/// An exercise's latest verdict, as its cell saved it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub passed: bool,
+    /// The check's title (what it judged, and where: queue model or live).
+    pub check: String,
+    /// Its problems and notes, in order.
+    pub findings: Vec<String>,
+    /// The problems alone (the findings that failed it).
+    #[serde(default)]
+    pub problems: Vec<String>,
+    pub saved: chrono::DateTime<chrono::Utc>,
+}
+
+/// Every saved verdict, by exercise id.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Saved {
+    pub verdicts: BTreeMap<String, Verdict>,
+}
+
+impl Saved {
+    /// The verdicts saved in `dir` (none yet is no error).
+    pub fn load(dir: &Path) -> Result<Saved> {
+        let path = dir.join(PROGRESS_FILE);
+        if !path.is_file() {
+            return Ok(Saved::default());
+        }
+        crate::measure::record::read_json(&path)
+    }
+
+    /// Writes them to `dir`, whole, through a temporary file (a reader
+    /// never sees half of it).
+    pub fn store(&self, dir: &Path) -> Result<PathBuf> {
+        let path = dir.join(PROGRESS_FILE);
+        // A name of this process's own: two kernels saving at once do not
+        // write into one temporary file.
+        let tmp = dir.join(format!("{PROGRESS_FILE}.{}.tmp", std::process::id()));
+        let text = serde_json::to_string_pretty(self).map_err(|e| LabError::config(format!("progress does not serialize: {e}")))?;
+        std::fs::write(&tmp, text + "\n").map_err(|e| LabError::io(format!("writing {}", tmp.display()), e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| LabError::io(format!("writing {}", path.display()), e))?;
+        Ok(path)
+    }
+}
+
+/// Saves `rep` as the verdict of its exercise in the notebooks folder `dir`.
+pub fn save(rep: &CheckReport, dir: &Path) -> Result<PathBuf> {
+    let id = rep.exercise_id.ok_or_else(|| LabError::config(format!("'{}' answers no exercise of the course: nothing to save", rep.exercise)))?;
+    let mut saved = Saved::load(dir)?;
+    saved.verdicts.insert(
+        id.to_string(),
+        Verdict { passed: rep.passed, check: rep.exercise.clone(), findings: rep.findings.clone(), problems: rep.problems.clone(), saved: chrono::Utc::now() },
+    );
+    saved.store(dir)
+}
+
+/// Where an exercise stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Standing {
+    Passed {
+        check: String,
+    },
+    /// Not yet, and the first problem.
+    NotYet {
+        problem: String,
+    },
+    /// The cell (or file) still holds what it was given.
+    NotStarted,
+    /// Changed from what was given, but no verdict saved since.
+    NotChecked,
+}
+
+/// One exercise's line.
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub lab: u8,
+    pub exercise: &'static Exercise,
+    pub standing: Standing,
+}
+
+/// The progress of every exercise of the course.
+#[derive(Debug)]
+pub struct Progress {
+    pub lines: Vec<Line>,
+    /// Where it was read from.
+    pub dir: PathBuf,
+}
+
+impl Progress {
+    pub fn passed(&self) -> usize {
+        self.lines.iter().filter(|l| matches!(l.standing, Standing::Passed { .. })).count()
+    }
+}
+
+impl fmt::Display for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let width = self.lines.iter().map(|l| l.exercise.id.len()).max().unwrap_or(0);
+        for l in &self.lines {
+            let standing = match &l.standing {
+                Standing::Passed { check } => format!("passed ({check})"),
+                // One line each: a compiler's log folds into it.
+                Standing::NotYet { problem } => format!("not yet: {}", problem.split_whitespace().collect::<Vec<_>>().join(" ")),
+                Standing::NotStarted => "not started".into(),
+                Standing::NotChecked => "answered, not checked yet: run the exercise's cell".into(),
+            };
+            writeln!(f, "lab {}  {:<width$}  {}: {standing}", l.lab, l.exercise.id, l.exercise.asks)?;
+        }
+        write!(f, "{} of {} exercises passed (answers in {})", self.passed(), self.lines.len(), crate::measure::record::display_path(&self.dir))
+    }
+}
+
+/// The text of an exercise's answer and what it was given, read from its
+/// notebook in `dir` (and its file, for a file answer).
+struct Answer {
+    now: String,
+    given: String,
+}
+
+/// Whitespace aside, the same text: a re-indented starter is still the starter.
+fn same_code(a: &str, b: &str) -> bool {
+    a.split_whitespace().eq(b.split_whitespace())
+}
+
+/// The cell of `ex` in its notebook: its source and the code it was given
+/// (its metadata's `overlap_lab.given`).
+fn exercise_cell(dir: &Path, ex: &Exercise) -> Result<Answer> {
+    let path = dir.join(ex.notebook());
+    let nb: serde_json::Value = crate::measure::record::read_json(&path)?;
+    let cells = nb.get("cells").and_then(|c| c.as_array()).map(Vec::as_slice).unwrap_or_default();
+    for c in cells {
+        let meta = &c["metadata"]["overlap_lab"];
+        if meta["exercise"].as_str() != Some(ex.id) {
+            continue;
+        }
+        let text = |v: &serde_json::Value| match v {
+            serde_json::Value::Array(lines) => lines.iter().filter_map(|l| l.as_str()).collect::<String>(),
+            v => v.as_str().unwrap_or("").to_string(),
+        };
+        let given =
+            meta["given"].as_str().ok_or_else(|| LabError::config(format!("{}: the cell of {} does not say what it was given", path.display(), ex.id)))?;
+        return Ok(Answer { now: text(&c["source"]), given: given.to_string() });
+    }
+    Err(LabError::config(format!("{} has no cell of exercise {} (its metadata names it: overlap_lab.exercise)", path.display(), ex.id)))
+}
+
+/// Where `ex` stands, from the notebooks in `dir` and the verdicts saved
+/// there; a file answer is checked again as far as it can be here.
+fn standing(dir: &Path, ex: &Exercise, saved: &Saved) -> Result<Standing> {
+    let verdict = saved.verdicts.get(ex.id);
+    let cell = exercise_cell(dir, ex)?;
+    let (answer, given) = match &ex.file {
+        Some(file) => {
+            let path = dir.join(file.path);
+            let now = std::fs::read_to_string(&path).map_err(|e| LabError::io(format!("reading {}", path.display()), e))?;
+            (now, cell.given)
+        }
+        None => (cell.now, cell.given),
+    };
+    if same_code(&answer, &given) {
+        return Ok(Standing::NotStarted);
+    }
+    if let Some(file) = &ex.file {
+        // What can be judged here is judged now, from the file as it is.
+        if let Some(first) = (file.problems)(&answer).into_iter().next() {
+            return Ok(Standing::NotYet { problem: first });
+        }
+    }
+    Ok(match verdict {
+        Some(v) if v.passed => Standing::Passed { check: v.check.clone() },
+        Some(v) => Standing::NotYet { problem: v.problems.first().or(v.findings.first()).cloned().unwrap_or_else(|| "no finding saved".into()) },
+        None => Standing::NotChecked,
+    })
+}
+
+/// The progress of the exercises of `labs` ((number, exercises) each), read
+/// from the notebooks folder `dir`.
+pub fn read(dir: &Path, labs: &[(u8, &'static [Exercise])]) -> Result<Progress> {
+    let saved = Saved::load(dir)?;
+    let mut lines = Vec::new();
+    for &(lab, exercises) in labs {
+        for ex in exercises {
+            lines.push(Line { lab, exercise: ex, standing: standing(dir, ex, &saved)? });
+        }
+    }
+    Ok(Progress { lines, dir: dir.to_path_buf() })
+}
+
+impl CheckReport {
+    /// Saves the verdict for `overlap-lab progress` and notebook 00 (in the
+    /// notebooks' `progress.json`); prints as the report followed by
+    /// whether it was saved.
+    pub fn save_progress(&self) -> SavedReport<'_> {
+        SavedReport { report: self, saved: save(self, &default_notebooks_dir()) }
+    }
+}
+
+/// A report and whether it was saved, for the exercise's cell to print.
+pub struct SavedReport<'a> {
+    pub report: &'a CheckReport,
+    pub saved: Result<PathBuf>,
+}
+
+impl fmt::Display for SavedReport<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.report)?;
+        match &self.saved {
+            Ok(_) => write!(f, "(saved: `overlap-lab progress` and notebook 00 list it)"),
+            Err(e) => write!(f, "(not saved for `overlap-lab progress`: {e})"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static MODEL: Exercise = Exercise { id: "01-x/model", asks: "a model", file: None };
+    static KERNEL: Exercise = Exercise { id: "02-y", asks: "a kernel", file: Some(FileAnswer { path: "exercises/k.cu", problems: compiles }) };
+
+    /// A stand-in compiler: "oops" does not compile.
+    fn compiles(src: &str) -> Vec<String> {
+        if src.contains("oops") {
+            vec!["line 1: does not compile".to_string()]
+        } else {
+            vec![]
+        }
+    }
+
+    fn notebook(dir: &Path, name: &str, cells: serde_json::Value) {
+        std::fs::write(dir.join(name), serde_json::json!({ "cells": cells }).to_string()).unwrap();
+    }
+
+    fn cell(id: &str, given: &str, now: &str) -> serde_json::Value {
+        serde_json::json!({ "cell_type": "code", "metadata": { "overlap_lab": { "exercise": id, "given": given } }, "source": now.split_inclusive('\n').collect::<Vec<_>>() })
+    }
+
+    #[test]
+    fn an_exercise_is_not_started_answered_not_yet_or_passed() {
+        let dir = crate::testing::temp_dir("progress-unit");
+        let labs: &[(u8, &'static [Exercise])] = &[(1, std::slice::from_ref(&MODEL)), (2, std::slice::from_ref(&KERNEL))];
+        notebook(&dir, "01-x.ipynb", serde_json::json!([cell("01-x/model", "let a = 1;\nlet b = 2;", "let a = 1;\n    let b = 2;\n")]));
+        notebook(&dir, "02-y.ipynb", serde_json::json!([cell("02-y", "__global__ void k() {}", "check(\"exercises/k.cu\")")]));
+        std::fs::create_dir_all(dir.join("exercises")).unwrap();
+        std::fs::write(dir.join("exercises/k.cu"), "__global__ void k() {}\n").unwrap();
+        // The starters, re-indented: not started; no progress file is no error.
+        let p = read(&dir, labs).unwrap();
+        assert_eq!(p.lines.iter().map(|l| l.standing.clone()).collect::<Vec<_>>(), [Standing::NotStarted, Standing::NotStarted]);
+        // Answered, no verdict yet.
+        notebook(&dir, "01-x.ipynb", serde_json::json!([cell("01-x/model", "let a = 1;\nlet b = 2;", "let a = 3;\nlet b = 2;\n")]));
+        assert_eq!(read(&dir, labs).unwrap().lines[0].standing, Standing::NotChecked);
+        // A saved verdict: the first problem, then passed.
+        let mut rep = CheckReport::new("a model (queue model)");
+        rep.exercise_id = Some(MODEL.id);
+        rep.note("a note first");
+        rep.problem("the latency is 1000x too large");
+        save(&rep, &dir).unwrap();
+        assert_eq!(read(&dir, labs).unwrap().lines[0].standing, Standing::NotYet { problem: "the latency is 1000x too large".into() });
+        let mut rep = CheckReport::new("a model (queue model)");
+        rep.exercise_id = Some(MODEL.id);
+        save(&rep, &dir).unwrap();
+        let p = read(&dir, labs).unwrap();
+        assert_eq!(p.lines[0].standing, Standing::Passed { check: "a model (queue model)".into() });
+        let text = p.to_string();
+        assert!(text.contains("lab 1  01-x/model  a model: passed") && text.contains("1 of 2 exercises passed"), "{text}");
+        // A file answer is checked again from the file: its problem wins
+        // over a verdict saved before it changed.
+        std::fs::write(dir.join("exercises/k.cu"), "__global__ void k() { oops }\n").unwrap();
+        let mut rep = CheckReport::new("a kernel (live)");
+        rep.exercise_id = Some(KERNEL.id);
+        save(&rep, &dir).unwrap();
+        assert_eq!(read(&dir, labs).unwrap().lines[1].standing, Standing::NotYet { problem: "line 1: does not compile".into() });
+        std::fs::write(dir.join("exercises/k.cu"), "__global__ void k() { fine(); }\n").unwrap();
+        assert_eq!(read(&dir, labs).unwrap().lines[1].standing, Standing::Passed { check: "a kernel (live)".into() });
+        // A report of no exercise is not saved; a notebook without the cell is named.
+        assert!(save(&CheckReport::new("t"), &dir).unwrap_err().to_string().contains("answers no exercise"));
+        notebook(&dir, "01-x.ipynb", serde_json::json!([]));
+        let e = read(&dir, labs).unwrap_err().to_string();
+        assert!(e.contains("01-x.ipynb has no cell of exercise 01-x/model"), "{e}");
+    }
+}
