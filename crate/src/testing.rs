@@ -73,6 +73,24 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
+/// For tests: a copy of the course's notebooks and lab 7's exercise file
+/// in a fresh folder, with no saved verdicts: where a learner's answers
+/// can be made up, and the committed notebooks read as a new learner's.
+pub fn notebooks_copy(tag: &str) -> PathBuf {
+    let from = crate::lab_kit::progress::default_notebooks_dir();
+    let to = temp_dir(tag);
+    std::fs::create_dir_all(to.join("exercises")).unwrap();
+    for e in std::fs::read_dir(&from).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "ipynb") {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+    for e in std::fs::read_dir(from.join("exercises")).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join("exercises").join(e.file_name())).unwrap();
+    }
+    to
+}
+
 /// For tests: whether NVRTC is here to compile with; where it is not, the
 /// test says it skips, or fails where CI asks for NVRTC
 /// (`OVERLAP_LAB_REQUIRE_NVRTC=1`: it installs NVRTC from PyPI).

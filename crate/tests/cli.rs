@@ -167,22 +167,7 @@ fn all_small_runs_every_lab_and_records_nothing() {
     assert!(stdout.contains("within spread of this GPU's recordings") && stdout.contains("took"), "{stdout}");
 }
 
-/// A copy of the course's notebooks (and lab 7's exercise file) in a
-/// fresh folder, where a learner's answers can be made up.
-fn notebooks_copy(tag: &str) -> std::path::PathBuf {
-    let from = overlap_lab::lab_kit::progress::default_notebooks_dir();
-    let to = overlap_lab::testing::temp_dir(tag);
-    std::fs::create_dir_all(to.join("exercises")).unwrap();
-    for e in std::fs::read_dir(&from).unwrap().flatten() {
-        if e.path().extension().is_some_and(|x| x == "ipynb") {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
-    for e in std::fs::read_dir(from.join("exercises")).unwrap().flatten() {
-        std::fs::copy(e.path(), to.join("exercises").join(e.file_name())).unwrap();
-    }
-    to
-}
+use overlap_lab::testing::notebooks_copy;
 
 /// Writes `answer` into the cell of exercise `id` in the notebooks at `dir`.
 fn answer_cell(dir: &std::path::Path, id: &str, answer: &str) {
@@ -248,6 +233,9 @@ fn answer_everything(dir: &std::path::Path, right: bool) {
     verdicts.push(("08-multi-gpu", multi_gpu::exercise::check_recorded(&rec, Arc::new(pp))));
     for (id, rep) in verdicts {
         assert_eq!(rep.passed, right, "{id}: {rep}");
+        for p in rep.problems() {
+            assert_eq!(overlap_lab::lab_kit::check::dictated_fix(p), None, "{id}: a problem tells the fix: {p}");
+        }
         answer_cell(dir, id, &format!("// my answer to {id}\n"));
         save(&rep.answering(id), dir).unwrap();
     }

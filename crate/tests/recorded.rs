@@ -27,8 +27,9 @@ fn rendered() -> &'static (std::path::PathBuf, Vec<overlap_lab::lab_kit::table::
     })
 }
 
-/// Held by the tests that time something, and by those that keep both
-/// cores busy rendering, so that the times are not the other tests'.
+/// Held by the test that times the checks, and by those that keep the
+/// cores busy (rendering, the queue model over whole recordings), so that
+/// its times are not the other tests'.
 static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn timing_lock() -> std::sync::MutexGuard<'static, ()> {
@@ -143,6 +144,7 @@ fn recordings_are_complete_and_verified() {
 
 #[test]
 fn solutions_pass_on_recorded_data() {
+    let _alone = timing_lock();
     for (_, rec) in recordings() {
         let r = &rec.results;
         for d in [Direction::H2d, Direction::D2h] {
@@ -276,6 +278,7 @@ fn lab4_recording_is_complete_and_verified() {
 /// predicted 1.3-1.9x the measured time there).
 #[test]
 fn lab2_queue_model_agrees_with_recordings() {
+    let _alone = timing_lock();
     use overlap_lab::labs::overlap::{self, model, IssueOrder, OverlapResults};
     for (path, rec) in find_recordings::<OverlapResults>(&default_data_dir(), overlap::LAB).unwrap() {
         let r = &rec.results;
@@ -311,6 +314,7 @@ fn lab2_queue_model_agrees_with_recordings() {
 /// variant 1 the serial sum plus a host function's round trip per iteration).
 #[test]
 fn lab4_queue_model_agrees_with_recordings() {
+    let _alone = timing_lock();
     use overlap_lab::labs::callback::{self, serial_ms, CallbackResults, Variant};
     for (path, rec) in find_recordings::<CallbackResults>(&default_data_dir(), callback::LAB).unwrap() {
         let r = &rec.results;
@@ -377,6 +381,7 @@ fn lab4_queue_model_agrees_with_recordings() {
 /// gain; and the exercise judged on the recorded costs.
 #[test]
 fn lab5_recordings_show_each_effect_beside_the_model() {
+    let _alone = timing_lock();
     use overlap_lab::labs::streams::{exercise, experiments, StreamsResults, LAB};
     use std::sync::Arc;
     let recs: Vec<(std::path::PathBuf, Record<StreamsResults>)> = find_recordings(&default_data_dir(), LAB).expect("lab 5 recordings");
@@ -480,6 +485,7 @@ fn lab7_recordings_reach_the_ceiling_and_show_each_warp_and_the_round() {
 /// recorded, and the exercise judged on each recording's costs.
 #[test]
 fn lab8_recordings_load_and_the_exercise_is_judged_on_them() {
+    let _alone = timing_lock();
     use overlap_lab::labs::multi_gpu::{exercise, pipeline_parallel, recorded_pair, MultiGpuResults, LAB};
     use std::sync::Arc;
     let recs: Vec<(std::path::PathBuf, Record<MultiGpuResults>)> = find_recordings(&default_data_dir(), LAB).expect("lab 8 recordings");

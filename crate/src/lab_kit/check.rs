@@ -25,13 +25,13 @@ pub struct CheckReport {
     pub passed: bool,
     /// Problems and notes, in the order a learner reads them.
     pub findings: Vec<String>,
-    /// The problems alone, in the same order.
-    pub problems: Vec<String>,
+    /// Which of the findings are problems (the rest are notes).
+    is_problem: Vec<bool>,
 }
 
 impl CheckReport {
     pub fn new(exercise: &str) -> Self {
-        CheckReport { exercise: exercise.to_string(), exercise_id: None, passed: true, findings: vec![], problems: vec![] }
+        CheckReport { exercise: exercise.to_string(), exercise_id: None, passed: true, findings: vec![], is_problem: vec![] }
     }
     /// The same report, as the verdict on exercise `id`.
     pub fn answering(mut self, id: &'static str) -> Self {
@@ -52,14 +52,19 @@ impl CheckReport {
             assert!(dictated_fix(&msg).is_none(), "a problem dictates the fix ({:?}): {msg}", dictated_fix(&msg));
         }
         self.passed = false;
-        let before = self.findings[..at.min(self.findings.len())].iter().filter(|f| self.problems.contains(f)).count();
-        self.problems.insert(before, msg.clone());
-        self.findings.insert(at.min(self.findings.len()), msg);
+        let at = at.min(self.findings.len());
+        self.findings.insert(at, msg);
+        self.is_problem.insert(at, true);
+    }
+    /// The problems alone, in the order a learner reads them.
+    pub fn problems(&self) -> impl Iterator<Item = &str> {
+        self.findings.iter().zip(&self.is_problem).filter(|(_, &p)| p).map(|(f, _)| f.as_str())
     }
 
     /// Records an observation that does not fail the check.
     pub fn note(&mut self, msg: impl Into<String>) {
         self.findings.push(msg.into());
+        self.is_problem.push(false);
     }
 
     /// Runs the learner's code (`what` names it: "your issue loop"). A
@@ -111,7 +116,7 @@ impl CheckReport {
 
     /// A pipeline's time against its bound and its time without overlap
     /// (`serial`, named `serial_label` in the note): noted, and a problem if
-    /// it is within 5% of no overlap (`no_overlap` says what to do) or under
+    /// it is within 5% of no overlap (`no_overlap` says why it does not overlap) or under
     /// `target` efficiency.
     pub fn judge_overlap(&mut self, how: &str, measured: f64, (serial_label, serial): (&str, f64), bound: f64, target: f64, no_overlap: &str) {
         let eff = bound / measured;
@@ -142,16 +147,21 @@ impl fmt::Display for CheckReport {
 /// Verbs that open an instruction: a problem that starts a clause with
 /// one tells the learner what to do instead of what is wrong.
 pub const FIX_VERBS: &[&str] = &[
-    "add", "allocate", "answer", "call", "copy", "divide", "free", "give", "issue", "keep", "let", "make", "move", "order", "put", "record", "remove",
-    "replace", "split", "spread", "take", "use", "wait",
+    "add", "allocate", "answer", "call", "check", "compare", "copy", "divide", "free", "give", "issue", "keep", "let", "make", "move", "order", "pick", "put",
+    "record", "remove", "replace", "set", "split", "spread", "take", "use", "wait",
 ];
 
 /// The instruction a checker's message gives, if it gives one: a clause
-/// (after a full stop, colon or semicolon) that opens with a verb of
+/// (the message's first, or one after a full stop, colon or semicolon
+/// and a space: `p.record(e, s)` is not split) that opens with a verb of
 /// [`FIX_VERBS`]. Problems name the fault and where; the fix is the hints'
 /// to give (an exercise's `hint(k)`), one at a time.
 pub fn dictated_fix(msg: &str) -> Option<&'static str> {
-    msg.split(['.', ':', ';']).skip(1).find_map(|clause| {
+    let mut clauses = vec![msg];
+    for sep in [". ", ": ", "; ", ".\n", ":\n"] {
+        clauses = clauses.iter().flat_map(|c| c.split(sep)).collect();
+    }
+    clauses.into_iter().find_map(|clause| {
         let first = clause.trim_start().split(|c: char| !c.is_ascii_alphabetic()).next()?.to_ascii_lowercase();
         FIX_VERBS.iter().copied().find(|&v| v == first)
     })
@@ -203,7 +213,7 @@ pub fn unit_slip(got: f64, want: f64) -> Option<String> {
         let p = 1000f64.powi(k);
         if near(p, 0.3) || near(1.0 / p, 0.3) {
             return Some(format!(
-                "that is a factor {name} {}: check units (1 GB/s = 1000 bytes per µs; 1 ms = 1000 µs)",
+                "that is a factor {name} {}: a unit slip (1 GB/s = 1000 bytes per µs; 1 ms = 1000 µs)",
                 if f > 1.0 { "too large" } else { "too small" }
             ));
         }
@@ -269,6 +279,7 @@ mod tests {
             "no stage ran: call t.stage1 and t.stage2 for every micro-batch",
             "the block waits for each copy. Issue the copies of the next tiles first",
             "cuMemFree waits: take the scratch from the pool",
+            "Put the hand-off on the callback stream",
         ] {
             assert!(dictated_fix(fix).is_some(), "{fix}");
         }
@@ -277,6 +288,7 @@ mod tests {
             "your loop takes 7.285 ms, 63% more than the fix (4.477 ms): something still waits",
             "host synchronization in the loop: p.host_sync(t.streams[0]) after chunk 0 makes the CPU wait",
             "slot 0 was reused too early: iteration 3's D2H may overwrite it",
+            "p.record(done, t.copy) comes after the wait on it: l.take_slot(t) reused",
         ] {
             assert_eq!(dictated_fix(fault), None, "{fault}");
         }

@@ -122,7 +122,7 @@ impl RunTimes {
         let path = run_times_path(data_dir);
         std::fs::create_dir_all(data_dir).map_err(|e| LabError::io(format!("creating {}", data_dir.display()), e))?;
         let text = serde_json::to_string_pretty(&t).map_err(|e| LabError::config(format!("run times do not serialize: {e}")))? + "\n";
-        std::fs::write(&path, text).map_err(|e| LabError::io(format!("writing {}", path.display()), e))
+        crate::measure::record::write_atomic(&path, &text)
     }
 
     /// Each of `labs`' time for `preset`, from `gpu`'s runs if there are

@@ -56,7 +56,7 @@ pub fn shape(plan: &Plan, rep: &mut CheckReport) -> Option<DryRun> {
     }
     let leaked = model.unreleased();
     if !leaked.is_empty() {
-        rep.problem(format!("memory never released: {} (each allocation needs its release, or the program's memory grows every batch)", leaked.join(", ")));
+        rep.problem(format!("memory never released: {} (the program's memory grows every batch)", leaked.join(", ")));
     }
     Some(model)
 }

@@ -46,7 +46,7 @@ pub struct FileAnswer {
 }
 
 impl Exercise {
-    /// The notebook it lives in: `notebooks/<id before any '/'>.ipynb`.
+    /// Its notebook's file name in the notebooks folder: `<id before any '/'>.ipynb`.
     pub fn notebook(&self) -> String {
         format!("{}.ipynb", self.id.split('/').next().unwrap_or(self.id))
     }
@@ -95,12 +95,8 @@ impl Saved {
     /// never sees half of it).
     pub fn store(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join(PROGRESS_FILE);
-        // A name of this process's own: two kernels saving at once do not
-        // write into one temporary file.
-        let tmp = dir.join(format!("{PROGRESS_FILE}.{}.tmp", std::process::id()));
         let text = serde_json::to_string_pretty(self).map_err(|e| LabError::config(format!("progress does not serialize: {e}")))?;
-        std::fs::write(&tmp, text + "\n").map_err(|e| LabError::io(format!("writing {}", tmp.display()), e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| LabError::io(format!("writing {}", path.display()), e))?;
+        crate::measure::record::write_atomic(&path, &(text + "\n"))?;
         Ok(path)
     }
 }
@@ -111,7 +107,13 @@ pub fn save(rep: &CheckReport, dir: &Path) -> Result<PathBuf> {
     let mut saved = Saved::load(dir)?;
     saved.verdicts.insert(
         id.to_string(),
-        Verdict { passed: rep.passed, check: rep.exercise.clone(), findings: rep.findings.clone(), problems: rep.problems.clone(), saved: chrono::Utc::now() },
+        Verdict {
+            passed: rep.passed,
+            check: rep.exercise.clone(),
+            findings: rep.findings.clone(),
+            problems: rep.problems().map(String::from).collect(),
+            saved: chrono::Utc::now(),
+        },
     );
     saved.store(dir)
 }
@@ -128,7 +130,8 @@ pub enum Standing {
     },
     /// The cell (or file) still holds what it was given.
     NotStarted,
-    /// Changed from what was given, but no verdict saved since.
+    /// Changed from what was given, with no verdict saved (for a file
+    /// answer: none saved since the file last changed).
     NotChecked,
 }
 
@@ -176,6 +179,12 @@ impl fmt::Display for Progress {
 struct Answer {
     now: String,
     given: String,
+    /// When the file holding it was last written.
+    written: Option<std::time::SystemTime>,
+}
+
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 /// Whitespace aside, the same text: a re-indented starter is still the starter.
@@ -189,18 +198,25 @@ fn exercise_cell(dir: &Path, ex: &Exercise) -> Result<Answer> {
     let path = dir.join(ex.notebook());
     let nb: serde_json::Value = crate::measure::record::read_json(&path)?;
     let cells = nb.get("cells").and_then(|c| c.as_array()).map(Vec::as_slice).unwrap_or_default();
-    for c in cells {
+    let mine: Vec<&serde_json::Value> = cells.iter().filter(|c| c["metadata"]["overlap_lab"]["exercise"].as_str() == Some(ex.id)).collect();
+    if mine.len() > 1 {
+        // A copied cell keeps its metadata: which one is the answer is unclear.
+        return Err(LabError::config(format!(
+            "{}: {} cells carry exercise {} in their metadata (a copied cell?): one is its answer",
+            path.display(),
+            mine.len(),
+            ex.id
+        )));
+    }
+    if let Some(c) = mine.into_iter().next() {
         let meta = &c["metadata"]["overlap_lab"];
-        if meta["exercise"].as_str() != Some(ex.id) {
-            continue;
-        }
         let text = |v: &serde_json::Value| match v {
             serde_json::Value::Array(lines) => lines.iter().filter_map(|l| l.as_str()).collect::<String>(),
             v => v.as_str().unwrap_or("").to_string(),
         };
         let given =
             meta["given"].as_str().ok_or_else(|| LabError::config(format!("{}: the cell of {} does not say what it was given", path.display(), ex.id)))?;
-        return Ok(Answer { now: text(&c["source"]), given: given.to_string() });
+        return Ok(Answer { now: text(&c["source"]), given: given.to_string(), written: modified(&path) });
     }
     Err(LabError::config(format!("{} has no cell of exercise {} (its metadata names it: overlap_lab.exercise)", path.display(), ex.id)))
 }
@@ -208,17 +224,23 @@ fn exercise_cell(dir: &Path, ex: &Exercise) -> Result<Answer> {
 /// Where `ex` stands, from the notebooks in `dir` and the verdicts saved
 /// there; a file answer is checked again as far as it can be here.
 fn standing(dir: &Path, ex: &Exercise, saved: &Saved) -> Result<Standing> {
-    let verdict = saved.verdicts.get(ex.id);
+    let mut verdict = saved.verdicts.get(ex.id);
     let cell = exercise_cell(dir, ex)?;
-    let (answer, given) = match &ex.file {
+    let (answer, given, written) = match &ex.file {
         Some(file) => {
             let path = dir.join(file.path);
             let now = std::fs::read_to_string(&path).map_err(|e| LabError::io(format!("reading {}", path.display()), e))?;
-            (now, cell.given)
+            (now, cell.given, modified(&path))
         }
-        None => (cell.now, cell.given),
+        None => (cell.now, cell.given, cell.written),
     };
-    if same_code(&answer, &given) {
+    let saved_after = |v: &Verdict| written.is_some_and(|w| chrono::DateTime::<chrono::Utc>::from(w) < v.saved);
+    // A cell's verdict saved after its notebook was: the cell was checked
+    // as edited, before the edit reached the disk (Jupyter saves every few
+    // minutes), so the starter on disk is not the answer. (A file answer
+    // is checked as it is on disk.)
+    let checked_unsaved = ex.file.is_none() && verdict.is_some_and(saved_after);
+    if same_code(&answer, &given) && !checked_unsaved {
         return Ok(Standing::NotStarted);
     }
     if let Some(file) = &ex.file {
@@ -226,6 +248,8 @@ fn standing(dir: &Path, ex: &Exercise, saved: &Saved) -> Result<Standing> {
         if let Some(first) = (file.problems)(&answer).into_iter().next() {
             return Ok(Standing::NotYet { problem: first });
         }
+        // A verdict on the file before it last changed is not this file's.
+        verdict = verdict.filter(|v| saved_after(v));
     }
     Ok(match verdict {
         Some(v) if v.passed => Standing::Passed { check: v.check.clone() },
@@ -331,8 +355,23 @@ mod tests {
         rep.exercise_id = Some(KERNEL.id);
         save(&rep, &dir).unwrap();
         assert_eq!(read(&dir, labs).unwrap().lines[1].standing, Standing::NotYet { problem: "line 1: does not compile".into() });
+        // Fixed: the verdict saved before the fix is not the fixed file's;
+        // checked again, it is.
         std::fs::write(dir.join("exercises/k.cu"), "__global__ void k() { fine(); }\n").unwrap();
+        assert_eq!(read(&dir, labs).unwrap().lines[1].standing, Standing::NotChecked);
+        save(&rep, &dir).unwrap();
         assert_eq!(read(&dir, labs).unwrap().lines[1].standing, Standing::Passed { check: "a kernel (live)".into() });
+        // The starter on disk but a verdict saved after the notebook was
+        // written: the cell was checked before Jupyter saved it.
+        notebook(&dir, "01-x.ipynb", serde_json::json!([cell("01-x/model", "let a = 1;", "let a = 1;")]));
+        let mut rep = CheckReport::new("a model (queue model)");
+        rep.exercise_id = Some(MODEL.id);
+        save(&rep, &dir).unwrap();
+        assert_eq!(read(&dir, labs).unwrap().lines[0].standing, Standing::Passed { check: "a model (queue model)".into() });
+        // Two cells naming one exercise (a copied cell): which is the answer is unclear.
+        notebook(&dir, "01-x.ipynb", serde_json::json!([cell("01-x/model", "a", "b"), cell("01-x/model", "a", "c")]));
+        let e = read(&dir, labs).unwrap_err().to_string();
+        assert!(e.contains("2 cells carry exercise 01-x/model"), "{e}");
         // A report of no exercise is not saved; a notebook without the cell is named.
         assert!(save(&CheckReport::new("t"), &dir).unwrap_err().to_string().contains("answers no exercise"));
         notebook(&dir, "01-x.ipynb", serde_json::json!([]));

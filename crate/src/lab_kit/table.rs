@@ -81,6 +81,9 @@ pub trait Lab: Sync {
     /// (`None`: the preset's), prints its tables and records it if asked;
     /// returns the GPU it ran on and its headline figures.
     fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<(String, Vec<HeadlineFigure>)>;
+    /// Checks the settings of every preset (what `all --preset` runs),
+    /// without a GPU.
+    fn check_presets(&self) -> Result<()>;
     /// Loads `dev/<name>.json` if there is one: its headline rows, and its
     /// figures rendered into `out/<device>/` when `out` is given.
     fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>>;
@@ -216,6 +219,12 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
         }
         Ok((rec.fingerprint.gpu_name.clone(), (self.headline_figures)(&rec.results)))
     }
+    fn check_presets(&self) -> Result<()> {
+        for p in [Preset::Headline, Preset::Full, Preset::Quick, Preset::Small] {
+            C::preset(p).validate().map_err(|e| crate::LabError::config(format!("{} --preset {p:?}: {e}", self.name)))?;
+        }
+        Ok(())
+    }
     fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>> {
         let path = dev.join(format!("{}.json", self.name));
         if !path.is_file() {
@@ -252,6 +261,7 @@ mod tests {
             let cmd = lab.command();
             assert_eq!(cmd.get_name(), lab.name());
             assert!(cmd.get_arguments().any(|a| a.get_id() == "repeats"), "{} takes --repeats", lab.name());
+            lab.check_presets().unwrap();
         }
         assert!(find("no-such-lab").is_none());
     }

@@ -45,10 +45,7 @@ impl<T: Serialize + DeserializeOwned> Record<T> {
         let path = self.path_in(data_dir);
         let dir = path.parent().expect("path has a parent");
         std::fs::create_dir_all(dir).map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
-        let tmp = path.with_extension("json.tmp");
-        let text = serde_json::to_string_pretty(self).expect("records serialize");
-        std::fs::write(&tmp, text + "\n").map_err(|e| LabError::io(format!("writing {}", tmp.display()), e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| LabError::io(format!("renaming to {}", path.display()), e))?;
+        write_atomic(&path, &(serde_json::to_string_pretty(self).expect("records serialize") + "\n"))?;
         Ok(path)
     }
 
@@ -120,6 +117,16 @@ pub fn repo_root() -> PathBuf {
 pub fn display_path(path: &Path) -> String {
     let abs = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     abs.strip_prefix(repo_root()).map_or_else(|_| path.display().to_string(), |rel| rel.display().to_string())
+}
+
+/// Writes `text` to `path` whole or not at all: into a temporary file of
+/// this process's own beside it, then renamed over it, so a reader (or a
+/// crash) never meets half a file.
+pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    let name = path.file_name().map_or("file".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!("{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| LabError::io(format!("writing {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, path).map_err(|e| LabError::io(format!("writing {}", path.display()), e))
 }
 
 /// Where recorded data lives: `$OVERLAP_LAB_DATA`, else the repository's

@@ -608,7 +608,7 @@ mod tests {
         assert!(m.schedule.happens_before(0, 1), "thread 1 waited for stream a");
         assert_eq!(m.schedule.ops[1].after_host_wait, [0]);
         assert!(m.schedule.ops[2].after_host_wait.is_empty(), "thread 0 never waited");
-        assert!(m.issue_from(64).unwrap_err().to_string().contains("give a CPU thread from 0 to 63"));
+        assert!(m.issue_from(64).unwrap_err().to_string().contains("CPU threads are numbered 0 to 63"));
     }
 
     #[test]

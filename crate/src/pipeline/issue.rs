@@ -191,7 +191,7 @@ impl Lanes {
     /// [`Issue::issue_from`]: refuses a thread number no loop needs.
     pub fn issue_from(&mut self, thread: usize) -> Result<()> {
         if thread >= MAX_THREADS {
-            return Err(LabError::config(format!("issue_from({thread}): give a CPU thread from 0 to {}", MAX_THREADS - 1)));
+            return Err(LabError::config(format!("issue_from({thread}): CPU threads are numbered 0 to {}", MAX_THREADS - 1)));
         }
         self.thread = thread;
         Ok(())
@@ -260,10 +260,7 @@ impl Holding {
     /// Refuses a use after the buffer was released.
     pub fn live(&self) -> Result<()> {
         match self.released {
-            Some(call) => Err(LabError::schedule(format!(
-                "{} is used after {call} released it: use a buffer before you free it, and allocate it again for later work",
-                self.name
-            ))),
+            Some(call) => Err(LabError::schedule(format!("{} is used after {call} released it: released memory is no longer the buffer's", self.name))),
             None => Ok(()),
         }
     }
@@ -476,6 +473,6 @@ mod tests {
         let e = l.resolve(&mut s, StreamRef(3)).unwrap_err().to_string();
         assert!(e.contains("stream 3 was never created (the loop has 3)"), "{e}");
         assert!(l.on_loop_thread("CPU work").unwrap_err().to_string().contains("CPU work from CPU thread 1"));
-        assert!(l.issue_from(MAX_THREADS).unwrap_err().to_string().contains("give a CPU thread from 0 to 63"));
+        assert!(l.issue_from(MAX_THREADS).unwrap_err().to_string().contains("CPU threads are numbered 0 to 63"));
     }
 }

@@ -284,7 +284,7 @@ impl Plan {
         let mut seen = std::collections::BTreeSet::new();
         let hosts = [INPUT, OUTPUT].map(String::from).into_iter().chain(self.host_buffers.iter().map(|(n, _)| n.clone()));
         if let Some(n) = hosts.chain((0..self.devices).map(|i| self.device_buffer(i).0)).find(|n| !seen.insert(n.clone())) {
-            return Err(LabError::config(format!("{}: two buffers named {n}: give each buffer its own name", self.name)));
+            return Err(LabError::config(format!("{}: two buffers named {n}: a buffer is known by its name, so each needs its own", self.name)));
         }
         if self.checked.is_empty() {
             return Err(LabError::config(format!("{}: a plan is checked on at least one buffer", self.name)));

@@ -5,7 +5,7 @@
 //! inside a kernel, from the SM's cycle counter); predicted ones from the
 //! schedule model.
 
-use crate::error::{LabError, Result};
+use crate::error::Result;
 use crate::pipeline::op::{Lane, OpKind};
 use crate::pipeline::schedule::Schedule;
 use serde::{Deserialize, Serialize};
@@ -236,10 +236,7 @@ impl Timeline {
     }
 
     pub fn save_chrome_trace(&self, path: &Path) -> Result<()> {
-        let text = serde_json::to_string(&self.chrome_trace()).expect("trace serializes");
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text).map_err(|e| LabError::io(format!("writing {}", tmp.display()), e))?;
-        std::fs::rename(&tmp, path).map_err(|e| LabError::io(format!("writing {}", path.display()), e))
+        crate::measure::record::write_atomic(path, &serde_json::to_string(&self.chrome_trace()).expect("trace serializes"))
     }
 }
 

@@ -47,7 +47,7 @@ pub fn check_transfer_model(r: &BandwidthResults, kind: HostMemoryKind, directio
     let mut rep = CheckReport::new(&format!("predict {kind} {direction} copy times")).answering(EXERCISES[0].id);
     let series = r.series(kind, direction);
     if series.len() < 2 {
-        rep.problem(format!("{kind} {direction} was not measured at two sizes or more in this run: pick a series that was"));
+        rep.problem(format!("{kind} {direction} was not measured at two sizes or more in this run, so there is nothing to fit"));
         return rep;
     }
     let Some((pred, t0_yours)) = rep.learner("your predict_us", || Ok((series.iter().map(|p| predict_us(p.bytes.0)).collect::<Vec<f64>>(), predict_us(0))))
@@ -172,7 +172,7 @@ fn judge_break_even(r: &BandwidthResults, all: &[model::BreakEven], how: Acquisi
     }
     if truth == 0.0 {
         rep.problem(format!(
-            "here it pays from the first copy: page-locked memory took {}, the pageable memory it replaces {}: it was {} cheaper before any copy; compare both costs before dividing",
+            "here it pays from the first copy: page-locked memory took {}, the pageable memory it replaces {}: it was {} cheaper before any copy, so no number of copies is needed to repay it",
             fmt_ms(b.page_locked_ms),
             fmt_ms(b.pageable_ms),
             fmt_ms(-b.extra_cost_ms)

@@ -30,7 +30,8 @@ pub const EXERCISES: &[Exercise] = &[Exercise {
 const NEEDS_A_GPU: &str =
     "whether every output is right and whether it beats the naive kernel is judged on a GPU: there is none here, so the check is not complete";
 
-/// What [`check_offline`] finds wrong in `source` at the lab's settings,
+/// What [`check_offline`] finds wrong in `source` at the lab's default
+/// settings (the recordings' too; the notebook's check uses its recording's),
 /// beyond needing a GPU for the rest (nothing, where NVRTC is not here to
 /// compile it: the verdict saved by the notebook stands then).
 fn offline_problems(source: &str) -> Vec<String> {
@@ -38,7 +39,7 @@ fn offline_problems(source: &str) -> Vec<String> {
         return Vec::new();
     }
     let rep = check_offline("07-double-buffered.cu", source, &KernelPipelineConfig::default());
-    rep.problems.into_iter().filter(|p| p != NEEDS_A_GPU).collect()
+    rep.problems().filter(|p| *p != NEEDS_A_GPU).map(String::from).collect()
 }
 
 /// The exercise as the notebook names it.

@@ -98,7 +98,7 @@ fn race_findings(races: &[crate::pipeline::schedule::Race], rep: &mut CheckRepor
     }
 }
 
-/// What to do when the loop overlaps nothing, from its shape (`cpu_waits`:
+/// Why the loop overlaps nothing, from its shape (`cpu_waits`:
 /// it makes the CPU wait for the GPU between chunks, named above).
 fn no_overlap_advice(chunks: usize, streams_used: usize, cpu_waits: bool) -> &'static str {
     if cpu_waits {

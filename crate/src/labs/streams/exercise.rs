@@ -194,7 +194,7 @@ fn repeated_upload(model: &DryRun, chunks: usize) -> String {
     let how = if uploads.len() >= chunks { format!(", once per chunk: t.upload_params is inside the chunk loop ({places})") } else { format!(" ({places})") };
     let unordered = if uploads.iter().any(|o| o.lane != uploads[0].lane) { ", and uploads on different streams write them unordered" } else { "" };
     format!(
-        "the parameters are uploaded {} times{how}. The exercise uploads them once, as the given loop does: each upload after the first copies the same parameters again{unordered}",
+        "the parameters are uploaded {} times{how}, where the given loop uploads them once: each upload after the first copies the same parameters again{unordered}",
         uploads.len()
     )
 }
@@ -367,7 +367,10 @@ mod tests {
             t.upload_params(p, t.streams[0])?;
             solution(p, t)
         });
-        fails_with(&twice, "the parameters are uploaded 2 times ('params H2D' before any other work, again after 'D2H 3'). The exercise uploads them once");
+        fails_with(
+            &twice,
+            "the parameters are uploaded 2 times ('params H2D' before any other work, again after 'D2H 3'), where the given loop uploads them once",
+        );
         assert!(!twice.to_string().contains("inside the chunk loop"), "{twice}");
     }
 
