@@ -114,10 +114,18 @@ fn visit(data_dir: &Path, out_dir: Option<&Path>) -> Result<(Vec<Visited>, Headl
     })?;
     let mut devices: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
     devices.sort();
+    // Every lab's recording on every GPU, rendered over the host's cores
+    // (each lab draws on its own; the order of the results is kept).
+    use rayon::prelude::*;
+    let n = crate::labs::ALL.len();
+    let mut each = (0..devices.len() * n)
+        .into_par_iter()
+        .map(|i| crate::labs::ALL[i % n].visit(&devices[i / n], out_dir))
+        .collect::<Result<Vec<Option<Visited>>>>()?
+        .into_iter();
     let (mut visited, mut table) = (Vec::new(), Headlines::default());
-    for dev in &devices {
-        let labs = crate::labs::ALL.iter().map(|lab| lab.visit(dev, out_dir)).collect::<Result<Vec<_>>>()?;
-        let labs: Vec<Visited> = labs.into_iter().flatten().collect();
+    for _ in &devices {
+        let labs: Vec<Visited> = each.by_ref().take(n).flatten().collect();
         if let Some(first) = labs.first() {
             let gpu = first.gpu.clone();
             let rows = labs.iter().flat_map(|v| v.headline.iter().map(|(what, value)| (v.lab.to_string(), what.clone(), value.clone()))).collect();

@@ -73,6 +73,11 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
+/// For tests: what names a folder of the machine that ran something,
+/// which nothing committed or rendered may hold (outputs name files as the
+/// repository does).
+pub const MACHINE_FOLDERS: &[&str] = &["/root/", "/work/", "/home/", "/tmp/", ".gpu/", "$OUT"];
+
 /// For tests: a copy of the course's notebooks and lab 7's exercise file
 /// in a fresh folder, with no saved verdicts: where a learner's answers
 /// can be made up, and the committed notebooks read as a new learner's.

@@ -27,13 +27,45 @@ fn rendered() -> &'static (std::path::PathBuf, Vec<overlap_lab::lab_kit::table::
     })
 }
 
-/// Held by the test that times the checks, and by those that keep the
-/// cores busy (rendering, the queue model over whole recordings), so that
-/// its times are not the other tests'.
-static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Held alone by the test that times the checks, and shared by those that
+/// keep the cores busy (rendering, the queue model over whole recordings),
+/// so that its times are not the other tests' while those still run beside
+/// each other.
+static TIMING: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
-fn timing_lock() -> std::sync::MutexGuard<'static, ()> {
-    TIMING.lock().unwrap_or_else(|e| e.into_inner())
+/// For a test that keeps the cores busy.
+fn busy() -> std::sync::RwLockReadGuard<'static, ()> {
+    TIMING.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// For the test that times: nothing busy beside it.
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    TIMING.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The report rendered from data/ and the recordings with their READMEs
+/// name no folder of the machine that made them: a record names files as
+/// the repository does.
+#[test]
+fn the_report_and_the_recordings_name_no_machine_folders() {
+    let out = {
+        let _busy = busy();
+        rendered().0.clone()
+    };
+    let mut stack = vec![out, default_data_dir()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "txt" || x == "md" || x == "svg" || x == "json" || x == "html" || x == "csv") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for m in overlap_lab::testing::MACHINE_FOLDERS {
+                    assert!(!text.contains(m), "{}: names {m}", p.display());
+                }
+            }
+        }
+    }
 }
 
 /// Every device directory in data/ holds a recording of every lab in the
@@ -52,7 +84,7 @@ fn every_lab_of_the_table_is_recorded_on_every_gpu() {
     }
     // Every figure and file a lab renders carries the lab's one name.
     let (_, visited) = {
-        let _alone = timing_lock();
+        let _busy = busy();
         let (out, visited, _) = rendered();
         (out, visited)
     };
@@ -88,7 +120,7 @@ fn ms_after(text: &str, key: &str) -> Option<f64> {
 #[test]
 fn every_drawn_timeline_agrees_with_its_table_or_says_by_how_much() {
     let (out, _, files) = {
-        let _alone = timing_lock();
+        let _busy = busy();
         rendered()
     };
     let mut panels = 0;
@@ -144,7 +176,7 @@ fn recordings_are_complete_and_verified() {
 
 #[test]
 fn solutions_pass_on_recorded_data() {
-    let _alone = timing_lock();
+    let _busy = busy();
     for (_, rec) in recordings() {
         let r = &rec.results;
         for d in [Direction::H2d, Direction::D2h] {
@@ -278,7 +310,7 @@ fn lab4_recording_is_complete_and_verified() {
 /// predicted 1.3-1.9x the measured time there).
 #[test]
 fn lab2_queue_model_agrees_with_recordings() {
-    let _alone = timing_lock();
+    let _busy = busy();
     use overlap_lab::labs::overlap::{self, model, IssueOrder, OverlapResults};
     for (path, rec) in find_recordings::<OverlapResults>(&default_data_dir(), overlap::LAB).unwrap() {
         let r = &rec.results;
@@ -314,7 +346,7 @@ fn lab2_queue_model_agrees_with_recordings() {
 /// variant 1 the serial sum plus a host function's round trip per iteration).
 #[test]
 fn lab4_queue_model_agrees_with_recordings() {
-    let _alone = timing_lock();
+    let _busy = busy();
     use overlap_lab::labs::callback::{self, serial_ms, CallbackResults, Variant};
     for (path, rec) in find_recordings::<CallbackResults>(&default_data_dir(), callback::LAB).unwrap() {
         let r = &rec.results;
@@ -381,7 +413,7 @@ fn lab4_queue_model_agrees_with_recordings() {
 /// gain; and the exercise judged on the recorded costs.
 #[test]
 fn lab5_recordings_show_each_effect_beside_the_model() {
-    let _alone = timing_lock();
+    let _busy = busy();
     use overlap_lab::labs::streams::{exercise, experiments, StreamsResults, LAB};
     use std::sync::Arc;
     let recs: Vec<(std::path::PathBuf, Record<StreamsResults>)> = find_recordings(&default_data_dir(), LAB).expect("lab 5 recordings");
@@ -485,7 +517,7 @@ fn lab7_recordings_reach_the_ceiling_and_show_each_warp_and_the_round() {
 /// recorded, and the exercise judged on each recording's costs.
 #[test]
 fn lab8_recordings_load_and_the_exercise_is_judged_on_them() {
-    let _alone = timing_lock();
+    let _busy = busy();
     use overlap_lab::labs::multi_gpu::{exercise, pipeline_parallel, recorded_pair, MultiGpuResults, LAB};
     use std::sync::Arc;
     let recs: Vec<(std::path::PathBuf, Record<MultiGpuResults>)> = find_recordings(&default_data_dir(), LAB).expect("lab 8 recordings");
@@ -527,7 +559,7 @@ fn every_model_check_answers_in_under_a_second() {
     use overlap_lab::labs::{callback, double_buffer, memory, multi_gpu, overlap, streams};
     use std::sync::Arc;
     use std::time::Instant;
-    let _alone = timing_lock();
+    let _alone = alone();
     let data = default_data_dir();
     // The fastest of three: a busy machine only ever slows a check.
     let timed = |what: &str, check: &dyn Fn() -> CheckReport| {

@@ -74,8 +74,9 @@ enum Tool {
         #[arg(long, default_value = "target/report", value_name = "DIR")]
         out: PathBuf,
     },
-    /// Run every lab on the GPU, record the results, then the report. With no
-    /// GPU, say so and render the recorded data.
+    /// Run every lab on the GPU: by default its headline figures, beside this
+    /// GPU's recording; with --preset full the full sweep, recorded, then the
+    /// report. With no GPU, say so and render the recorded data.
     All {
         #[arg(long, default_value_t = 0)]
         device: usize,
@@ -86,7 +87,7 @@ enum Tool {
         /// every lab's headline figures beside this GPU's recording.
         #[arg(long, value_enum, default_value_t = Preset::Headline)]
         preset: Preset,
-        /// Do not write the records to the data directory.
+        /// Do not write the records, or each lab's time, to the data directory.
         #[arg(long)]
         no_record: bool,
     },
