@@ -137,7 +137,8 @@ fn run_all(data: &std::path::Path, preset: Preset, cx: &RunContext, note_times: 
     let dev_dir = data.join(fp.slug());
     let preset_name = preset.to_possible_value().map_or("?".to_string(), |v| v.get_name().to_string());
     let names: Vec<&str> = labs::ALL.iter().map(|l| l.name()).collect();
-    let estimate = RunTimes::load(data)?.estimate(&fp.gpu_name, &preset_name, &names);
+    let mut times = RunTimes::load(data)?;
+    let estimate = times.estimate(&fp.gpu_name, &preset_name, &names);
     let say = |s: String| {
         if !quiet {
             eprintln!("{s}");
@@ -178,10 +179,12 @@ fn run_all(data: &std::path::Path, preset: Preset, cx: &RunContext, note_times: 
             None
         });
         let t = std::time::Instant::now();
-        let (gpu, figures) = lab.run(None, preset, cx)?;
+        let figures = lab.run(None, preset, cx)?;
         let took = t.elapsed().as_secs_f64();
         if note_times {
-            RunTimes::note(data, &gpu, &preset_name, lab.name(), took)?;
+            // Written after each lab: a run stopped halfway keeps what it timed.
+            times.note(&fp.gpu_name, &preset_name, lab.name(), took);
+            times.store(data)?;
         }
         println!("{} took {}", lab.name(), fmt_duration(took));
         match recorded {

@@ -186,16 +186,23 @@ pub fn pct(ratio: f64) -> String {
 
 /// A number with 3 significant digits, never a 17-digit float.
 pub fn short(x: f64) -> String {
+    significant(x, 3)
+}
+
+/// A number with `digits` significant digits (at least 1), in exponent
+/// form outside 0.001 to a million.
+pub fn significant(x: f64, digits: usize) -> String {
     if !x.is_finite() {
         return format!("{x}");
     }
     let a = x.abs();
+    let digits = digits.max(1);
     if a == 0.0 {
         "0".into()
     } else if !(1e-3..1e6).contains(&a) {
-        format!("{x:.2e}")
+        format!("{x:.*e}", digits - 1)
     } else {
-        let decimals = (2 - a.log10().floor() as i32).max(0) as usize;
+        let decimals = (digits as i32 - 1 - a.log10().floor() as i32).max(0) as usize;
         format!("{x:.decimals$}")
     }
 }

@@ -5,9 +5,11 @@
 //! so that `all` can say up front how long a preset takes and, as it
 //! goes, what is left.
 //!
-//! May use: `error`, `measure` (summaries, recordings' files).
+//! May use: `error`, `measure` (summaries, recordings' files),
+//! `lab_kit::check` (numbers for a learner).
 
 use crate::error::{LabError, Result};
+use crate::lab_kit::check::significant;
 use crate::measure::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -44,7 +46,7 @@ pub fn beside(run: &[HeadlineFigure], recorded: &[HeadlineFigure], recording: &s
     let width = run.iter().map(|f| f.what.len()).max().unwrap_or(0).min(64);
     let _ = writeln!(s, "  {:<width$}  {:>22}  {:>22}  {:>8}", "headline figure", "this run (spread)", "recording (spread)", "");
     let (mut agree, mut compared) = (0, 0);
-    let num = |v: &Summary, unit: &str| format!("{} {unit} ({})", short(v.median), short(v.spread()));
+    let num = |v: &Summary, unit: &str| format!("{} {unit} ({})", significant(v.median, 4), significant(v.spread(), 4));
     for f in run {
         match recorded.iter().find(|r| r.what == f.what) {
             Some(r) => {
@@ -69,15 +71,6 @@ pub fn beside(run: &[HeadlineFigure], recorded: &[HeadlineFigure], recording: &s
     }
     let _ = write!(s, "  {agree} of {compared} figures within spread of {recording}");
     (agree, compared, s)
-}
-
-/// A number with 4 significant digits.
-fn short(x: f64) -> String {
-    if x == 0.0 || !x.is_finite() {
-        return format!("{x}");
-    }
-    let digits = (3 - x.abs().log10().floor() as i32).max(0) as usize;
-    format!("{x:.digits$}")
 }
 
 /// How long each lab took in `all`, per GPU and preset, as measured:
@@ -110,19 +103,21 @@ impl RunTimes {
         crate::measure::record::read_json(&path)
     }
 
-    /// Notes one lab's time and writes the file.
-    pub fn note(data_dir: &Path, gpu: &str, preset: &str, lab: &str, seconds: f64) -> Result<()> {
-        let mut t = RunTimes::load(data_dir)?;
-        t.gpus
+    /// Notes one lab's time.
+    pub fn note(&mut self, gpu: &str, preset: &str, lab: &str, seconds: f64) {
+        self.gpus
             .entry(gpu.to_string())
             .or_default()
             .entry(preset.to_string())
             .or_default()
             .insert(lab.to_string(), LabTime { seconds: (seconds * 10.0).round() / 10.0, when: chrono::Utc::now() });
-        let path = run_times_path(data_dir);
+    }
+
+    /// Writes them to `data_dir`, whole.
+    pub fn store(&self, data_dir: &Path) -> Result<()> {
         std::fs::create_dir_all(data_dir).map_err(|e| LabError::io(format!("creating {}", data_dir.display()), e))?;
-        let text = serde_json::to_string_pretty(&t).map_err(|e| LabError::config(format!("run times do not serialize: {e}")))? + "\n";
-        crate::measure::record::write_atomic(&path, &text)
+        let text = serde_json::to_string_pretty(self).map_err(|e| LabError::config(format!("run times do not serialize: {e}")))? + "\n";
+        crate::measure::record::write_atomic(&run_times_path(data_dir), &text)
     }
 
     /// Each of `labs`' time for `preset`, from `gpu`'s runs if there are
@@ -179,11 +174,15 @@ mod tests {
     fn run_times_are_kept_per_gpu_and_preset_and_estimated_from_another_gpu_when_none() {
         let dir = crate::testing::temp_dir("run-times");
         assert!(RunTimes::load(&dir).unwrap().estimate("H100", "full", &["a"]).is_none());
-        RunTimes::note(&dir, "H200", "full", "a", 12.34).unwrap();
-        RunTimes::note(&dir, "H200", "full", "b", 30.0).unwrap();
+        let mut t = RunTimes::load(&dir).unwrap();
+        t.note("H200", "full", "a", 12.34);
+        t.note("H200", "full", "b", 30.0);
+        t.store(&dir).unwrap();
         let t = RunTimes::load(&dir).unwrap();
         assert_eq!(t.estimate("H100", "full", &["a", "b", "c"]), Some(("H200".to_string(), vec![Some(12.3), Some(30.0), None])));
-        RunTimes::note(&dir, "H100", "full", "a", 10.0).unwrap();
+        let mut t = RunTimes::load(&dir).unwrap();
+        t.note("H100", "full", "a", 10.0);
+        t.store(&dir).unwrap();
         let t = RunTimes::load(&dir).unwrap();
         assert_eq!(t.estimate("H100", "full", &["a"]), Some(("H100".to_string(), vec![Some(10.0)])));
         assert!(t.estimate("H100", "headline", &["a"]).is_none());

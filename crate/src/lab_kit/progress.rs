@@ -192,12 +192,26 @@ fn same_code(a: &str, b: &str) -> bool {
     a.split_whitespace().eq(b.split_whitespace())
 }
 
-/// The cell of `ex` in its notebook: its source and the code it was given
-/// (its metadata's `overlap_lab.given`).
-fn exercise_cell(dir: &Path, ex: &Exercise) -> Result<Answer> {
-    let path = dir.join(ex.notebook());
-    let nb: serde_json::Value = crate::measure::record::read_json(&path)?;
-    let cells = nb.get("cells").and_then(|c| c.as_array()).map(Vec::as_slice).unwrap_or_default();
+/// A notebook as read once for all its exercises: its JSON, where it is
+/// and when it was last written.
+struct Notebook {
+    json: serde_json::Value,
+    path: std::path::PathBuf,
+    written: Option<std::time::SystemTime>,
+}
+
+impl Notebook {
+    fn read(dir: &Path, name: &str) -> Result<Notebook> {
+        let path = dir.join(name);
+        Ok(Notebook { json: crate::measure::record::read_json(&path)?, written: modified(&path), path })
+    }
+}
+
+/// The cell of `ex` in its notebook `nb`: its source and the code it was
+/// given (its metadata's `overlap_lab.given`).
+fn exercise_cell(nb: &Notebook, ex: &Exercise) -> Result<Answer> {
+    let path = &nb.path;
+    let cells = nb.json.get("cells").and_then(|c| c.as_array()).map(Vec::as_slice).unwrap_or_default();
     let mine: Vec<&serde_json::Value> = cells.iter().filter(|c| c["metadata"]["overlap_lab"]["exercise"].as_str() == Some(ex.id)).collect();
     if mine.len() > 1 {
         // A copied cell keeps its metadata: which one is the answer is unclear.
@@ -216,16 +230,16 @@ fn exercise_cell(dir: &Path, ex: &Exercise) -> Result<Answer> {
         };
         let given =
             meta["given"].as_str().ok_or_else(|| LabError::config(format!("{}: the cell of {} does not say what it was given", path.display(), ex.id)))?;
-        return Ok(Answer { now: text(&c["source"]), given: given.to_string(), written: modified(&path) });
+        return Ok(Answer { now: text(&c["source"]), given: given.to_string(), written: nb.written });
     }
     Err(LabError::config(format!("{} has no cell of exercise {} (its metadata names it: overlap_lab.exercise)", path.display(), ex.id)))
 }
 
 /// Where `ex` stands, from the notebooks in `dir` and the verdicts saved
 /// there; a file answer is checked again as far as it can be here.
-fn standing(dir: &Path, ex: &Exercise, saved: &Saved) -> Result<Standing> {
+fn standing(dir: &Path, nb: &Notebook, ex: &Exercise, saved: &Saved) -> Result<Standing> {
     let mut verdict = saved.verdicts.get(ex.id);
-    let cell = exercise_cell(dir, ex)?;
+    let cell = exercise_cell(nb, ex)?;
     let (answer, given, written) = match &ex.file {
         Some(file) => {
             let path = dir.join(file.path);
@@ -263,9 +277,15 @@ fn standing(dir: &Path, ex: &Exercise, saved: &Saved) -> Result<Standing> {
 pub fn read(dir: &Path, labs: &[(u8, &'static [Exercise])]) -> Result<Progress> {
     let saved = Saved::load(dir)?;
     let mut lines = Vec::new();
+    // Each notebook read once, however many exercises it holds.
+    let mut notebooks: BTreeMap<String, Notebook> = BTreeMap::new();
     for &(lab, exercises) in labs {
         for ex in exercises {
-            lines.push(Line { lab, exercise: ex, standing: standing(dir, ex, &saved)? });
+            let name = ex.notebook();
+            if !notebooks.contains_key(&name) {
+                notebooks.insert(name.clone(), Notebook::read(dir, &name)?);
+            }
+            lines.push(Line { lab, exercise: ex, standing: standing(dir, &notebooks[&name], ex, &saved)? });
         }
     }
     Ok(Progress { lines, dir: dir.to_path_buf() })

@@ -79,8 +79,8 @@ pub trait Lab: Sync {
     fn command(&self) -> clap::Command;
     /// Runs the lab on the GPU with the settings parsed from its subcommand
     /// (`None`: the preset's), prints its tables and records it if asked;
-    /// returns the GPU it ran on and its headline figures.
-    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<(String, Vec<HeadlineFigure>)>;
+    /// returns its headline figures.
+    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<Vec<HeadlineFigure>>;
     /// Checks the settings of every preset (what `all --preset` runs),
     /// without a GPU.
     fn check_presets(&self) -> Result<()>;
@@ -201,7 +201,7 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
         // After the settings: their struct's own doc would replace the line.
         C::augment_args(clap::Command::new(self.name)).about(self.about)
     }
-    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<(String, Vec<HeadlineFigure>)> {
+    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<Vec<HeadlineFigure>> {
         let mut cfg = match matches {
             Some(m) => C::from_arg_matches(m).map_err(|e| crate::LabError::config(e.to_string()))?,
             None => C::preset(preset),
@@ -217,7 +217,7 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
         if let Some(dir) = cx.record_to {
             println!("recorded: {}", crate::measure::record::display_path(&rec.save(dir)?));
         }
-        Ok((rec.fingerprint.gpu_name.clone(), (self.headline_figures)(&rec.results)))
+        Ok((self.headline_figures)(&rec.results))
     }
     fn check_presets(&self) -> Result<()> {
         for p in [Preset::Headline, Preset::Full, Preset::Quick, Preset::Small] {
