@@ -628,3 +628,48 @@ pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
         config: cfg,
     }
 }
+
+/// Lab 9's results as a recording of the full preset might hold them: a
+/// link-bound and a compute-bound batch (upload 1.2 ms; GEMMs 0.6 and 2.4 ms).
+pub fn offload_results() -> crate::labs::offload::OffloadResults {
+    use crate::labs::offload::{BatchPoint, OffloadConfig, OffloadResults, Shape, Variant, VariantPoint};
+    let cfg = OffloadConfig::default();
+    let shape = Shape { layers: cfg.layers, d: cfg.d_model };
+    let point = |batch: usize, layer: f64| {
+        let bound = crate::lab_kit::two_stage_bound_ms(shape.layers, 1.2, layer);
+        BatchPoint {
+            batch,
+            h2d_ms: flat(1.2),
+            h2d_pageable_ms: flat(3.0),
+            layer_ms: flat(layer),
+            variants: Variant::ALL
+                .iter()
+                .map(|&variant| {
+                    let ms = match variant {
+                        Variant::Pageable => shape.layers as f64 * (3.0 + layer),
+                        Variant::Pinned => shape.layers as f64 * (1.2 + layer),
+                        _ => bound * 1.03,
+                    };
+                    VariantPoint { variant, ms: flat(ms), predicted_ms: ms * 0.98 }
+                })
+                .collect(),
+            torch_to_ms: Some(flat(shape.layers as f64 * (3.2 + layer))),
+            torch_ring_ms: Some(flat(bound * 1.05)),
+        }
+    };
+    OffloadResults {
+        config: cfg,
+        shape,
+        chose: "96 layers as asked".into(),
+        gpu_bytes: 800 << 20,
+        cublas: "13.0.0".into(),
+        copy_engines: 2,
+        points: vec![point(4096, 0.6), point(16384, 2.4)],
+        timeline: Timeline::default(),
+        timeline_batch: 4096,
+        timeline_untraced_ms: 120.0,
+        max_error: 1e-3,
+        verified_passes: 10,
+        torch: Ok("2.9.0".into()),
+    }
+}

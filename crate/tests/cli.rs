@@ -231,6 +231,9 @@ fn answer_everything(dir: &std::path::Path, right: bool) {
     let rec = h100::<multi_gpu::MultiGpuResults>(&data, multi_gpu::LAB);
     let pp = if right { multi_gpu::pipeline_parallel::events_only } else { multi_gpu::pipeline_parallel::host_synchronized };
     verdicts.push(("08-multi-gpu", multi_gpu::exercise::check_recorded(&rec, Arc::new(pp))));
+    let r = h100::<offload::OffloadResults>(&data, offload::LAB).results;
+    let pass = if right { offload::forward::ring } else { offload::exercise::given };
+    verdicts.push(("09-offload", offload::exercise::check_on_model(&r, &pass)));
     for (id, rep) in verdicts {
         assert_eq!(rep.passed, right, "{id}: {rep}");
         for p in rep.problems() {
@@ -288,6 +291,7 @@ fn progress_says_for_every_exercise_not_started_not_yet_or_passed() {
         ("06-memory", "cuMemFree"),
         ("07-kernel-pipeline", "no asynchronous copy"),
         ("08-multi-gpu", "host synchronization"),
+        ("09-offload", "may overwrite ring slot"),
     ];
     for (id, why) in reasons {
         assert!(line(&out, id).contains(why), "{id}: the reason should name {why:?}: {}", line(&out, id));

@@ -1353,3 +1353,45 @@ mod several_gpus {
         assert!(b.fraction() < 0.5, "the GPUs worked at once: {b:?}");
     }
 }
+
+/// Lab 9 on a small model: every variant's passes verified against the
+/// CPU, the ring near its bound, and the live checker passing the ring and
+/// naming one slot doing all the work.
+#[test]
+fn offload_passes_are_verified_and_the_live_checker_judges_a_schedule() {
+    use overlap_lab::labs::offload::forward::{copy_then_compute, ring, Weights};
+    use overlap_lab::labs::offload::{exercise, measure as offload, OffloadConfig, Variant};
+    let Some(gpu) = gpu_or_skip("offload_passes_are_verified_and_the_live_checker_judges_a_schedule") else {
+        return;
+    };
+    let cfg = OffloadConfig {
+        layers: 16,
+        d_model: 1024,
+        gpu_budget: 256,
+        batches: vec![512, 4096],
+        warmup: 1,
+        repeats: 3,
+        python: String::new(),
+        ..OffloadConfig::default()
+    };
+    let r = offload::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
+    println!("{}", r.summary());
+    assert!(r.verified_passes >= 2 * 6 * 4 && r.max_error < offload::TOLERANCE, "{} passes, {:.1e}", r.verified_passes, r.max_error);
+    for p in &r.points {
+        assert_eq!(p.variants.len(), Variant::ALL.len());
+        let ring = p.variant(Variant::RingK).unwrap();
+        let serial = p.variant(Variant::Pinned).unwrap();
+        assert!(ring.ms.median < serial.ms.median, "{} tokens: the ring {:.3} ms, copy then compute {:.3} ms", p.batch, ring.ms.median, serial.ms.median);
+    }
+    assert!(!r.timeline.spans.is_empty());
+    let rep = exercise::check_on_gpu(&gpu, &r, std::sync::Arc::new(ring)).unwrap();
+    println!("{rep}");
+    assert!(rep.passed, "{rep}");
+    let rep = exercise::check_on_gpu(
+        &gpu,
+        &r,
+        std::sync::Arc::new(|f: &mut dyn overlap_lab::labs::offload::forward::Forward, t: &_| copy_then_compute(f, t, Weights::Pinned)),
+    )
+    .unwrap();
+    assert!(!rep.passed && rep.to_string().contains("one slot of the 3 does all the work"), "{rep}");
+}

@@ -11,7 +11,8 @@
 //! runs the vocabulary's plans on fresh, verified data ([`PlanRig`]);
 //! the stream-ordered memory pool ([`pool`]).
 //! Also the machine's GPUs and the links between them ([`topology`]),
-//! NCCL loaded at run time ([`nccl`]), the NVRTC kernels' sources
+//! NCCL loaded at run time ([`nccl`]), cuBLAS's half-precision GEMM on a
+//! stream ([`blas`]), the NVRTC kernels' sources
 //! ([`kernels`]), a loaded kernel and its launch ([`Module`], on which each
 //! lab builds its own kernels' wrappers in its folder) with the pipelines'
 //! compute kernel ([`ComputeKernel`]), and NVTX ranges ([`trace`]).
@@ -19,6 +20,7 @@
 //! May use: `error`, `pipeline` (the vocabulary it executes), `measure`
 //! (data patterns that prove a copy happened), `units`.
 
+pub mod blas;
 pub mod copy;
 pub mod driver;
 mod fingerprint;
@@ -36,6 +38,7 @@ pub mod topology;
 pub mod trace;
 
 pub use crate::pipeline::op::StreamKind;
+pub use blas::{Blas, MatrixF16};
 pub use copy::{plain_copies, CopyOp, PlainLane, PlainTiming};
 pub use graph::Graph;
 pub use host::{

@@ -123,6 +123,10 @@ impl PoolBuffer<'_> {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+    /// The allocation, for a kernel or library call on its stream.
+    pub(crate) fn span(&self) -> super::DeviceSpan {
+        super::DeviceSpan::new(self.ptr, self.bytes)
+    }
     /// Enqueues a fill of every 32-bit word with `value` on its stream
     /// (the batch's use of its scratch memory).
     pub fn fill_u32(&self, value: u32) -> Result<()> {

@@ -5,7 +5,8 @@
 //! loop ([`loop_check`]), experiments of variants measured beside the queue
 //! model ([`experiment`]), the figures behind a lab's headline and how
 //! long each lab runs ([`headline`]), a learner's progress through the exercises
-//! ([`progress`]), host memory as labs 1 and 6 acquire it
+//! ([`progress`]), the PyTorch references run beside a lab ([`mod@reference`]),
+//! host memory as labs 1 and 6 acquire it
 //! ([`host_memory`]), live-or-recorded runs for the notebooks
 //! ([`LabRun`]), and the calibration every lab's kernel goes through
 //! ([`calibrate_iterations`]).
@@ -20,6 +21,7 @@ pub mod host_memory;
 pub mod loop_check;
 mod notebook;
 pub mod progress;
+pub mod reference;
 pub mod table;
 
 pub use notebook::{live_here, LabRun, Source};

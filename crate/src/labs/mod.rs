@@ -13,14 +13,24 @@ pub mod double_buffer;
 pub mod kernel_pipeline;
 pub mod memory;
 pub mod multi_gpu;
+pub mod offload;
 pub mod overlap;
 pub mod streams;
 
 use crate::lab_kit::Lab;
 
 /// Every lab, in course order.
-pub static ALL: [&dyn Lab; 8] =
-    [&bandwidth::ENTRY, &overlap::ENTRY, &double_buffer::ENTRY, &callback::ENTRY, &streams::ENTRY, &memory::ENTRY, &kernel_pipeline::ENTRY, &multi_gpu::ENTRY];
+pub static ALL: [&dyn Lab; 9] = [
+    &bandwidth::ENTRY,
+    &overlap::ENTRY,
+    &double_buffer::ENTRY,
+    &callback::ENTRY,
+    &streams::ENTRY,
+    &memory::ENTRY,
+    &kernel_pipeline::ENTRY,
+    &multi_gpu::ENTRY,
+    &offload::ENTRY,
+];
 
 /// Every kernel of `kernels/`: the pipelines' compute kernel and each
 /// lab's own, in course order.

@@ -1,7 +1,8 @@
 //! The one module that makes raw CUDA driver calls (cudarc's `sys`/`result`
-//! layers). Everything else in the crate speaks in the safe types of
-//! [`crate::gpu`]. Keeping the calls here means a reader can see exactly which
-//! driver calls a lab issues: no hidden event records, no implicit syncs (see
+//! layers), and the few cuBLAS calls lab 9's GEMMs need (`blas`).
+//! Everything else in the crate speaks in the safe types of [`crate::gpu`].
+//! Keeping the calls here means a reader can see exactly which driver calls
+//! a lab issues: no hidden event records, no implicit syncs (see
 //! shared/notes/pitfalls.md on cudarc's event tracking).
 
 use crate::error::{LabError, Result};
@@ -650,4 +651,7 @@ pub fn context_synchronize() -> Result<()> {
 }
 
 pub mod activity;
+// cuBLAS's raw calls, in the same thin layer (`blas_*`).
+mod blas;
 pub use activity::ActivityRecord;
+pub use blas::*;

@@ -31,37 +31,14 @@ struct Printed {
 /// times its own). `Err` says why there is no reference (no Python, no
 /// PyTorch, a failed copy), in a line.
 pub fn torch_peer(python: &str, (from, to): (usize, usize), bytes: usize, (copies, runs): (usize, usize)) -> Result<TorchPeer, String> {
-    let dir = std::env::temp_dir().join(format!("overlap-lab-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let script = dir.join("torch_peer_copy.py");
-    std::fs::write(&script, SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
-    let args = [
-        script.display().to_string(),
-        format!("--from={from}"),
-        format!("--to={to}"),
-        format!("--bytes={bytes}"),
-        format!("--copies={copies}"),
-        format!("--runs={runs}"),
-    ];
-    // NVLink multicast stays off in the child too (gpu::nccl::MULTICAST_OFF).
-    let out = std::process::Command::new(python)
-        .args(&args)
-        .envs(crate::gpu::nccl::multicast_off_env())
-        .output()
-        .map_err(|e| format!("`{python}` could not be started: {e}"))?;
-    let _ = std::fs::remove_dir_all(&dir);
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-        return Err(format!("`{python} torch_peer_copy.py` failed: {last}"));
-    }
-    parse(&String::from_utf8_lossy(&out.stdout))
+    let args = [format!("--from={from}"), format!("--to={to}"), format!("--bytes={bytes}"), format!("--copies={copies}"), format!("--runs={runs}")];
+    parse(&crate::lab_kit::reference::run_script(python, "torch_peer_copy.py", SCRIPT, &args)?)
 }
 
 /// The script's JSON line as bandwidths.
 fn parse(stdout: &str) -> Result<TorchPeer, String> {
-    let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).ok_or("the script printed no result")?;
-    let p: Printed = serde_json::from_str(line).map_err(|e| format!("the script's result is unreadable: {e}"))?;
+    let line = crate::lab_kit::reference::last_json_line(stdout)?;
+    let p: Printed = serde_json::from_str(&line).map_err(|e| format!("the script's result is unreadable: {e}"))?;
     let to_gbps = |ms: &[f64]| -> Result<Summary, String> {
         let s = Summary::of(ms).map_err(|e| e.to_string())?;
         Ok(s.map_decreasing(|ms| if ms > 0.0 { p.bytes as f64 / ms / 1e6 } else { f64::NAN }))

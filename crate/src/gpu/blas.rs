@@ -1,0 +1,135 @@
+//! cuBLAS on a stream: a handle with its own workspace ([`Blas`]) and the
+//! one call the labs make of it, a half-precision matrix product of
+//! row-major matrices ([`Blas::matmul_f16`]). cuBLAS is loaded at run time
+//! like the driver (cudarc's `cublas` feature); a machine without it gets
+//! an error that says so, never a panic.
+
+use super::{driver, DeviceBuffer, DeviceSpan, Gpu, Stream};
+use crate::error::{LabError, Result};
+use std::sync::Mutex;
+
+/// What cuBLAS keeps as scratch for its GEMMs: given to it up front, so a
+/// GEMM captured into a CUDA graph never asks for memory.
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// A cuBLAS handle on one GPU, with its workspace.
+pub struct Blas {
+    /// The handle; the lock makes its "set the stream, then call" one step
+    /// (a cuBLAS handle is not meant for two threads at once).
+    handle: Mutex<driver::cublasHandle_t>,
+    _workspace: DeviceBuffer,
+    gpu: Gpu,
+    version: i32,
+}
+
+// SAFETY: the handle is used only under its lock, one call at a time.
+unsafe impl Send for Blas {}
+unsafe impl Sync for Blas {}
+
+/// A row-major FP16 matrix in device memory: `rows` x `cols` from byte `at`
+/// of `span`, rows `cols` apart.
+#[derive(Clone, Copy, Debug)]
+pub struct MatrixF16 {
+    pub span: DeviceSpan,
+    pub at: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl MatrixF16 {
+    fn check(&self, what: &str) -> Result<()> {
+        let fits =
+            self.rows.checked_mul(self.cols).and_then(|n| n.checked_mul(2)).and_then(|b| b.checked_add(self.at)).is_some_and(|end| {
+                end <= self.span.bytes() && self.rows > 0 && self.cols > 0 && self.rows <= i32::MAX as usize && self.cols <= i32::MAX as usize
+            });
+        if !fits {
+            return Err(LabError::config(format!(
+                "{what}: a {} x {} FP16 matrix at byte {} does not fit its buffer of {} bytes",
+                self.rows,
+                self.cols,
+                self.at,
+                self.span.bytes()
+            )));
+        }
+        Ok(())
+    }
+    fn addr(&self) -> u64 {
+        self.span.ptr + self.at as u64
+    }
+}
+
+impl Blas {
+    /// A handle on `gpu` with its workspace.
+    pub fn new(gpu: &Gpu) -> Result<Blas> {
+        if !driver::blas_present() {
+            return Err(LabError::config(
+                "cuBLAS (libcublas.so) could not be loaded: install the CUDA toolkit's cuBLAS or put its lib directory on LD_LIBRARY_PATH",
+            ));
+        }
+        gpu.bind()?;
+        let workspace = gpu.alloc(WORKSPACE_BYTES)?;
+        let handle = driver::blas_create()?;
+        // SAFETY: the handle was just made; the workspace lives as long as `Blas`.
+        let set = unsafe { driver::blas_set_workspace(handle, workspace.ptr(), WORKSPACE_BYTES) }.and_then(|()| {
+            // SAFETY: as above.
+            unsafe { driver::blas_version(handle) }
+        });
+        match set {
+            Ok(version) => Ok(Blas { handle: Mutex::new(handle), _workspace: workspace, gpu: gpu.clone(), version }),
+            Err(e) => {
+                // SAFETY: made above and used by nothing else.
+                let _ = unsafe { driver::blas_destroy(handle) };
+                Err(e)
+            }
+        }
+    }
+
+    /// cuBLAS's version as "13.0.1".
+    pub fn version(&self) -> String {
+        let v = self.version;
+        format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
+    }
+
+    /// Enqueues `out = x · w` on `stream`: `x` is n x k, `w` k x m, `out`
+    /// n x m, all row-major FP16, summed in FP32 (cublasGemmEx). Shapes
+    /// that disagree or do not fit their buffers are refused.
+    ///
+    /// # Safety
+    /// The three buffers stay allocated until the stream has run the
+    /// product, and nothing writes `x` or `w`, or touches `out`, meanwhile.
+    pub unsafe fn matmul_f16(&self, stream: &Stream, out: MatrixF16, x: MatrixF16, w: MatrixF16) -> Result<()> {
+        x.check("the left operand")?;
+        w.check("the right operand")?;
+        out.check("the product")?;
+        if x.cols != w.rows || out.rows != x.rows || out.cols != w.cols {
+            return Err(LabError::config(format!(
+                "a product of {} x {} by {} x {} into {} x {}: the shapes disagree",
+                x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
+            )));
+        }
+        if stream.gpu().ordinal() != self.gpu.ordinal() {
+            return Err(LabError::config(format!("cuBLAS of GPU {} called on a stream of GPU {}", self.gpu.ordinal(), stream.gpu().ordinal())));
+        }
+        let handle = self.handle.lock().map_err(|_| LabError::config("cuBLAS's handle was poisoned by a panic"))?;
+        // Row-major out (n x m) is column-major outᵀ (m x n) = wᵀ (m x k) · xᵀ (k x n).
+        let (n, k, m) = (x.rows as i32, x.cols as i32, w.cols as i32);
+        // SAFETY: the handle is live (owned, under its lock) and the stream
+        // is; every matrix fits its buffer (checked above), and the caller
+        // keeps them allocated until the stream ran the product.
+        unsafe {
+            driver::blas_set_stream(*handle, stream.raw())?;
+            driver::blas_gemm_f16(*handle, (m, n, k), w.addr(), m, x.addr(), k, out.addr(), m)
+        }
+    }
+}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        if let Ok(h) = self.handle.get_mut() {
+            // SAFETY: owned by `self` and destroyed only here; the streams
+            // that ran its calls were synchronized by their owners.
+            let _ = unsafe { driver::blas_destroy(*h) };
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The CPU's reference for lab 9: the same forward pass for a few sampled
+//! rows of the batch, FP16 values summed in FP32 and rounded to FP16 where
+//! the GPU rounds them (after each GEMM), with the same ReLU. The GPU's
+//! output is judged row by row against it: summation order differs, so
+//! the rows agree to a relative error, not bit for bit.
+
+use super::kernel::relu_bits;
+use super::Shape;
+use rayon::prelude::*;
+
+/// Every FP16 bit pattern's value (a table is faster than converting).
+fn f16_table() -> Vec<f32> {
+    (0..=u16::MAX).map(|b| half::f16::from_bits(b).to_f32()).collect()
+}
+
+/// The FP16 weights of layer `layer`: (W1, W2) as bit patterns, W1 d x 4d
+/// and W2 4d x d row-major, from the weights' words.
+fn layer_weights(words: &[u64], shape: Shape, layer: usize) -> &[u64] {
+    let lw = shape.layer_bytes() / 8;
+    &words[layer * lw..(layer + 1) * lw]
+}
+
+/// The `k`-th half of `words`.
+fn half_at(words: &[u64], k: usize) -> u16 {
+    (words[k / 4] >> (16 * (k % 4))) as u16
+}
+
+/// `out[r][j] = round16(sum_k x[r][k] * w[k][j])` for rows of `x` (values),
+/// `w` a `rows_w` x `cols` FP16 matrix starting at half `at` of `words`.
+fn product(x: &[Vec<f32>], words: &[u64], at: usize, rows_w: usize, cols: usize, table: &[f32]) -> Vec<Vec<u16>> {
+    // Columns in parallel, each block of columns over every row of w once.
+    const BLOCK: usize = 256;
+    let blocks: Vec<Vec<Vec<f32>>> = (0..cols.div_ceil(BLOCK))
+        .into_par_iter()
+        .map(|b| {
+            let (j0, j1) = (b * BLOCK, ((b + 1) * BLOCK).min(cols));
+            let mut acc = vec![vec![0f32; j1 - j0]; x.len()];
+            for k in 0..rows_w {
+                let row = at + k * cols;
+                for (r, xr) in x.iter().enumerate() {
+                    let v = xr[k];
+                    if v == 0.0 {
+                        continue;
+                    }
+                    for (j, a) in (j0..j1).zip(acc[r].iter_mut()) {
+                        *a += v * table[half_at(words, row + j) as usize];
+                    }
+                }
+            }
+            acc
+        })
+        .collect();
+    (0..x.len()).map(|r| blocks.iter().flat_map(|b| b[r].iter().map(|&v| half::f16::from_f32(v).to_bits())).collect()).collect()
+}
+
+/// The pass's output for `rows` (each d FP16 values as bits), through every layer.
+pub fn forward_rows(words: &[u64], shape: Shape, rows: &[Vec<u16>]) -> Vec<Vec<u16>> {
+    let table = f16_table();
+    let d = shape.d;
+    let mut x: Vec<Vec<u16>> = rows.to_vec();
+    for layer in 0..shape.layers {
+        let w = layer_weights(words, shape, layer);
+        let xv: Vec<Vec<f32>> = x.iter().map(|r| r.iter().map(|&b| table[b as usize]).collect()).collect();
+        let h = product(&xv, w, 0, d, 4 * d, &table);
+        let hv: Vec<Vec<f32>> = h.iter().map(|r| r.iter().map(|&b| table[relu_bits(b) as usize]).collect()).collect();
+        x = product(&hv, w, 4 * d * d, 4 * d, d, &table);
+    }
+    x
+}
+
+/// How far `got` is from `want`, relative: |got - want| / |want| over the
+/// row (root mean squares); infinite where `got` holds a NaN.
+pub fn relative_error(got: &[u16], want: &[u16]) -> f64 {
+    let (mut diff, mut norm) = (0f64, 0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        let (g, w) = (half::f16::from_bits(g).to_f64(), half::f16::from_bits(w).to_f64());
+        if !g.is_finite() {
+            return f64::INFINITY;
+        }
+        diff += (g - w) * (g - w);
+        norm += w * w;
+    }
+    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// The rows of a batch the reference checks: the first, the middle, the last.
+pub fn sampled_rows(batch: usize) -> Vec<usize> {
+    let mut r = vec![0, batch / 2, batch - 1];
+    r.dedup();
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-layer model of d = 4 with hand-picked weights: the reference
+    /// rounds, applies ReLU between the products, and sums as written.
+    #[test]
+    fn the_reference_is_two_products_with_relu_between() {
+        let shape = Shape { layers: 1, d: 4 };
+        let h = |v: f32| half::f16::from_f32(v).to_bits();
+        // W1 (4 x 16): column j of row k is 1 where j == k, -1 where j == k + 4.
+        let mut halves = vec![0u16; 8 * 16];
+        for k in 0..4 {
+            halves[k * 16 + k] = h(1.0);
+            halves[k * 16 + k + 4] = h(-1.0);
+        }
+        // W2 (16 x 4): rows 0..4 the identity, rows 4..8 minus it.
+        for k in 0..4 {
+            halves[64 + k * 4 + k] = h(1.0);
+            halves[64 + (k + 4) * 4 + k] = h(-1.0);
+        }
+        let words: Vec<u64> = halves.chunks(4).map(|c| c.iter().enumerate().map(|(q, &b)| (b as u64) << (16 * q)).sum()).collect();
+        // hidden = [x, -x, 0...]; relu -> [max(x,0), max(-x,0)]; out = max(x,0) - max(-x,0) = x.
+        let x = vec![vec![h(1.5), h(-2.0), h(0.25), h(0.0)]];
+        let out = forward_rows(&words, shape, &x);
+        assert_eq!(out, x);
+        assert!(relative_error(&out[0], &x[0]) < 1e-12);
+        let nan = vec![0x7E00u16; 4];
+        assert!(relative_error(&nan, &x[0]).is_infinite());
+        assert_eq!(sampled_rows(1), vec![0]);
+        assert_eq!(sampled_rows(8), vec![0, 4, 7]);
+    }
+}

@@ -1,0 +1,83 @@
+//! Lab 9's one kernel of its own (`kernels/relu_f16.cu`): the activation
+//! between a layer's two GEMMs, ReLU in place on FP16 values.
+
+use crate::error::{LabError, Result};
+use crate::gpu::kernels::KernelSource;
+use crate::gpu::{DeviceSpan, Gpu, KernelArg, Module, Stream};
+
+/// `kernels/relu_f16.cu`, for NVRTC.
+pub const RELU_F16: KernelSource = KernelSource {
+    file: "relu_f16.cu",
+    entry: "relu_f16",
+    source: include_str!("../../../../kernels/relu_f16.cu"),
+    // One 64-bit load and store per four halves, a grid-stride loop.
+    expect_in_ptx: &["ld.global.u64", "st.global.u64", ".visible .entry relu_f16"],
+    purpose: "ReLU in place on FP16 values held as bits, four to a 64-bit word (lab 9's activation)",
+    ..KernelSource::PLAIN
+};
+
+/// The loaded kernel and its launch shape.
+pub struct Relu {
+    module: Module,
+    grid: u32,
+}
+
+impl Relu {
+    pub fn load(gpu: &Gpu) -> Result<Relu> {
+        let sms = gpu.fingerprint()?.sm_count;
+        Ok(Relu { module: Module::load(gpu, &RELU_F16)?, grid: sms * 8 })
+    }
+
+    /// Enqueues ReLU over the first `halves` FP16 values of `span`.
+    ///
+    /// # Safety
+    /// The span stays allocated until the stream has run the kernel.
+    pub unsafe fn enqueue(&self, stream: &Stream, span: DeviceSpan, halves: usize) -> Result<()> {
+        if halves == 0 || halves % 4 != 0 || halves * 2 > span.bytes() {
+            return Err(LabError::config(format!("ReLU over {halves} halves of a buffer of {} bytes (give a multiple of 4 that fits)", span.bytes())));
+        }
+        let words = (halves / 4) as u64;
+        let grid = self.grid.min(words.div_ceil(256) as u32).max(1);
+        // SAFETY: the arguments match `relu_f16(unsigned long long*,
+        // unsigned long long)`; the range fits the span (checked above).
+        unsafe { self.module.launch(stream, grid, 256, 0, [KernelArg::Span(span), KernelArg::U64(words)]) }
+    }
+}
+
+/// What the kernel does to one half's bits, for the CPU reference.
+pub fn relu_bits(h: u16) -> u16 {
+    if h & 0x8000 != 0 {
+        0
+    } else {
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{check_ptx, nvrtc_or_skip};
+
+    #[test]
+    fn relu_compiles_to_the_expected_ptx() {
+        if nvrtc_or_skip("relu_compiles_to_the_expected_ptx") {
+            check_ptx(&RELU_F16);
+        }
+    }
+
+    #[test]
+    fn relu_clears_negative_halves_only() {
+        let one = half::f16::from_f32(1.5).to_bits();
+        let minus = half::f16::from_f32(-2.0).to_bits();
+        assert_eq!(relu_bits(one), one);
+        assert_eq!(relu_bits(minus), 0);
+        assert_eq!(relu_bits(0x8000), 0, "-0 becomes +0");
+        // The kernel's mask, word-wise, agrees with the per-half rule.
+        let v: u64 = (one as u64) | (minus as u64) << 16 | (0x8000u64) << 32 | (0x3c00u64) << 48;
+        let negative = (v >> 15) & 0x0001_0001_0001_0001;
+        let kept = v & !(negative * 0xFFFF);
+        for i in 0..4 {
+            assert_eq!((kept >> (16 * i)) as u16, relu_bits((v >> (16 * i)) as u16), "half {i}");
+        }
+    }
+}
