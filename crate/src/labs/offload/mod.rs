@@ -219,6 +219,25 @@ impl Variant {
             Variant::Pool => "ring of K, activations from the pool",
         }
     }
+    /// Each step of the lesson: (the pass before, the pass that improves on it).
+    pub const STEPS: [(Variant, Variant); 5] = [
+        (Variant::Pageable, Variant::Pinned),
+        (Variant::Pinned, Variant::Ring2),
+        (Variant::Ring2, Variant::RingK),
+        (Variant::RingK, Variant::Graph),
+        (Variant::RingK, Variant::Pool),
+    ];
+    /// Its name in a few words (the gains line).
+    pub fn short(self) -> &'static str {
+        match self {
+            Variant::Pageable => "pageable",
+            Variant::Pinned => "pinned",
+            Variant::Ring2 => "ring of 2",
+            Variant::RingK => "ring of K",
+            Variant::Graph => "graph",
+            Variant::Pool => "pool",
+        }
+    }
     /// Slots of the ring it uses (`k`: the ring's size).
     pub fn slots(self, k: usize) -> usize {
         match self {
@@ -449,6 +468,14 @@ impl OffloadResults {
                     );
                 }
             }
+            let gains: Vec<String> = Variant::STEPS
+                .iter()
+                .filter_map(|&(from, to)| {
+                    let g = p.variant(from)?.ms.over(&p.variant(to)?.ms);
+                    Some(format!("{} over {} {:.2}x ({:.2}-{:.2})", to.short(), from.short(), g.median, g.min, g.max))
+                })
+                .collect();
+            s += &format!("  each step's gain, median (range of the passes): {}\n", gains.join("; "));
             if let (Some(best), Some(to), Some(ring)) = (p.best(), &p.torch_to_ms, &p.torch_ring_ms) {
                 s += &format!(
                     "  best pass: {:.2}x PyTorch's .to() offload, {:.2}x its hand-written ring\n",
