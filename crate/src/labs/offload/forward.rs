@@ -168,6 +168,8 @@ impl<'r> Pass<'r> {
     /// check and the queue model.
     pub fn model(shape: Shape, batch: usize, slots: usize, streams: Streams, hidden: Hidden) -> Pass<'static> {
         let mut m = DryRun::new();
+        // The queue model only orders priorities against each other: any
+        // number below the compute stream's 0 is the copy stream's "higher".
         let copy = m.stream_of(StreamKind::NonBlocking, if streams.copy_high { -5 } else { 0 });
         let compute = m.stream();
         let task = Task { layers: shape.layers, slots, copy, compute };
