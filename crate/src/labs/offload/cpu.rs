@@ -25,6 +25,11 @@ fn half_at(words: &[u64], k: usize) -> u16 {
     (words[k / 4] >> (16 * (k % 4))) as u16
 }
 
+/// Rows `rows` of a row-major matrix of `d` halves a row held in `words`.
+pub fn rows_of(words: &[u64], rows: &[usize], d: usize) -> Vec<Vec<u16>> {
+    rows.iter().map(|&r| (r * d..(r + 1) * d).map(|k| half_at(words, k)).collect()).collect()
+}
+
 /// `out[r][j] = round16(sum_k x[r][k] * w[k][j])` for rows of `x` (values),
 /// `w` a `rows_w` x `cols` FP16 matrix starting at half `at` of `words`.
 fn product(x: &[Vec<f32>], words: &[u64], at: usize, rows_w: usize, cols: usize, table: &[f32]) -> Vec<Vec<u16>> {

@@ -44,7 +44,7 @@ pub fn given(f: &mut dyn Forward, t: &Task) -> Result<()> {
 }
 
 /// What a pass's books and schedule show wrong (the same with or without a GPU).
-fn findings(rep: &mut CheckReport, books: &Books, schedule: &Schedule, t: &Task) {
+fn findings(rep: &mut CheckReport, books: &Books, schedule: &Schedule, (layers, slots): (usize, usize)) {
     if books.pageable_uploads > 0 {
         rep.problem(format!(
             "pageable weights: {} of the {} uploads read Weights::Pageable, so each one blocks the CPU until the driver has staged it",
@@ -52,16 +52,16 @@ fn findings(rep: &mut CheckReport, books: &Books, schedule: &Schedule, t: &Task)
         ));
     }
     // Layers: each once, in order.
-    let mut seen = vec![0usize; t.layers];
+    let mut seen = vec![0usize; layers];
     for &l in &books.ran {
         seen[l] += 1;
     }
     if let Some(l) = seen.iter().position(|&n| n > 1) {
         rep.problem(format!("layer {l} runs {} times in one pass", seen[l]));
     }
-    let missing: Vec<usize> = (0..t.layers).filter(|&l| seen[l] == 0).collect();
+    let missing: Vec<usize> = (0..layers).filter(|&l| seen[l] == 0).collect();
     if let Some(&first) = missing.first() {
-        rep.problem(format!("{} of the {} layers never run (the first: layer {first})", missing.len(), t.layers));
+        rep.problem(format!("{} of the {} layers never run (the first: layer {first})", missing.len(), layers));
     } else if let Some(w) = books.ran.windows(2).find(|w| w[1] < w[0]) {
         rep.problem(format!("layer {} runs after layer {}: each layer reads the activations the one before it wrote", w[1], w[0]));
     }
@@ -96,14 +96,14 @@ fn findings(rep: &mut CheckReport, books: &Books, schedule: &Schedule, t: &Task)
         rep.problem(format!("race: {what}"));
     }
     let used = books.slots_used.iter().filter(|&&u| u).count();
-    if used == 1 && t.slots > 1 {
+    if used == 1 && slots > 1 {
         rep.problem(format!(
             "one slot of the {} does all the work: an upload into it must wait for the layer reading it, so copies and layers take turns",
-            t.slots
+            slots
         ));
     }
-    if books.host_waits * 2 >= t.layers {
-        rep.problem(format!("the CPU waits on the GPU {} times in a pass of {} layers: the GPU's queues run dry at every wait", books.host_waits, t.layers));
+    if books.host_waits * 2 >= layers {
+        rep.problem(format!("the CPU waits on the GPU {} times in a pass of {} layers: the GPU's queues run dry at every wait", books.host_waits, layers));
     }
 }
 
@@ -143,7 +143,7 @@ pub fn check_on_model(r: &OffloadResults, schedule: &dyn Fn(&mut dyn Forward, &T
         return rep;
     }
     let s = f.schedule().expect("a pass on the model");
-    findings(&mut rep, &f.books, s, &task);
+    findings(&mut rep, &f.books, s, (task.layers, task.slots));
     if !rep.passed {
         return rep;
     }
@@ -171,13 +171,8 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, r: &OffloadResults, schedule: PassFn)
     let batch = costs_at(r).map_or(1024, |c| c.0);
     let mut rep = CheckReport::new(&format!("prefetch schedule, {} layers, a ring of {k}, {batch} tokens (live on {})", shape.layers, gpu.name()));
     let mut rig = OffloadRig::new(gpu, shape, batch, k)?;
-    let input = rig.fresh_input(batch);
-    let rows = super::cpu::sampled_rows(batch);
-    let picked: Vec<Vec<u16>> = rows.iter().map(|&i| input[i * shape.d..(i + 1) * shape.d].to_vec()).collect();
-    let want = super::cpu::forward_rows(rig.weights(), shape, &picked);
-    rig.warm(batch)?;
     let cfg = super::OffloadConfig { warmup: 1, repeats: TIMED_PASSES, ..r.config.clone() };
-    let mut sweep = Sweep { rig: &mut rig, cfg: &cfg, rows, want, verified: 0, worst: 0.0 };
+    let mut sweep = Sweep::new(&mut rig, &cfg, batch)?;
     let (h2d, layer) = sweep.costs(batch)?;
     // No pageable upload reaches the GPU: the dry run refused them above.
     let costs = Costs { h2d: h2d.median, h2d_pageable: f64::NAN, layer: layer.median };
@@ -185,12 +180,7 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, r: &OffloadResults, schedule: PassFn)
     for attempt in 0..=TIMED_PASSES {
         let (run, books) = pass_with(sweep.rig, batch, (k, Streams { copy_high: true }, Hidden::Fixed), &*schedule, crate::gpu::TimelineSource::Off)?;
         if attempt == 0 {
-            findings(
-                &mut rep,
-                &books,
-                &run.schedule,
-                &Task { layers: shape.layers, slots: k, copy: crate::pipeline::issue::StreamRef(0), compute: crate::pipeline::issue::StreamRef(1) },
-            );
+            findings(&mut rep, &books, &run.schedule, (shape.layers, k));
             if !rep.passed {
                 return Ok(rep);
             }

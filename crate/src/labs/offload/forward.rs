@@ -89,6 +89,13 @@ pub struct Books {
     pub uploads: usize,
 }
 
+impl Books {
+    /// Books of a pass over `slots` slots, before its first call.
+    fn new(slots: usize) -> Books {
+        Books { holds: vec![None; slots], slots_used: vec![false; slots], ..Books::default() }
+    }
+}
+
 /// Which executor the calls become.
 enum Exec<'r> {
     Gpu(Box<Live<'r>>),
@@ -160,7 +167,7 @@ impl<'r> Pass<'r> {
             shape,
             batch,
             hidden,
-            books: Books { holds: vec![None; slots], slots_used: vec![false; slots], ..Books::default() },
+            books: Books::new(slots),
         })
     }
 
@@ -173,14 +180,7 @@ impl<'r> Pass<'r> {
         let copy = m.stream_of(StreamKind::NonBlocking, if streams.copy_high { -5 } else { 0 });
         let compute = m.stream();
         let task = Task { layers: shape.layers, slots, copy, compute };
-        Pass {
-            exec: Exec::Model(Box::new(m)),
-            task,
-            shape,
-            batch,
-            hidden,
-            books: Books { holds: vec![None; slots], slots_used: vec![false; slots], ..Books::default() },
-        }
+        Pass { exec: Exec::Model(Box::new(m)), task, shape, batch, hidden, books: Books::new(slots) }
     }
 
     /// The schedule so far.

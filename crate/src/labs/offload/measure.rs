@@ -73,12 +73,12 @@ pub fn choose_shape(cfg: &OffloadConfig, available: Option<u64>) -> Result<(Shap
 }
 
 /// Checks a pass's output on the sampled rows; returns the worst error.
-pub(super) fn verify(rig: &mut OffloadRig, batch: usize, rows: &[usize], want: &[Vec<u16>], what: &str) -> Result<f64> {
-    let out = rig.output(batch)?;
+fn verify(rig: &mut OffloadRig, batch: usize, rows: &[usize], want: &[Vec<u16>], what: &str) -> Result<f64> {
+    let out = rig.output_rows(batch, rows)?;
     let d = rig.shape.d;
     let mut worst = 0f64;
-    for (&r, w) in rows.iter().zip(want) {
-        let e = relative_error(&out[r * d..(r + 1) * d], w);
+    for ((&r, w), got) in rows.iter().zip(want).zip(&out) {
+        let e = relative_error(got, w);
         // A NaN (a row no layer wrote) fails too.
         if e.is_nan() || e > TOLERANCE {
             return Err(LabError::Verification {
@@ -139,7 +139,17 @@ pub(super) struct Sweep<'a> {
     pub worst: f64,
 }
 
-impl Sweep<'_> {
+impl<'a> Sweep<'a> {
+    /// A batch size's measurements on `rig`: a fresh input, the CPU's
+    /// reference for its sampled rows, cuBLAS warmed at its shapes.
+    pub fn new(rig: &'a mut OffloadRig, cfg: &'a OffloadConfig, batch: usize) -> Result<Sweep<'a>> {
+        let rows = sampled_rows(batch);
+        let picked = rig.fresh_input(batch, &rows);
+        let want = forward_rows(rig.weights(), rig.shape, &picked);
+        rig.warm(batch)?;
+        Ok(Sweep { rig, cfg, rows, want, verified: 0, worst: 0.0 })
+    }
+
     pub fn check(&mut self, batch: usize, what: &str) -> Result<()> {
         self.worst = self.worst.max(verify(self.rig, batch, &self.rows, &self.want, what)?);
         self.verified += 1;
@@ -232,8 +242,8 @@ impl Sweep<'_> {
         }
         // The pool keeps what it reserved between passes (as lab 6
         // shows, a threshold of 0 gives it all back at every synchronize).
-        let pool = crate::gpu::MemPool::default_of(&self.rig.gpu)?;
-        let _keep = if v == Variant::Pool { Some(pool.threshold_for_now(u64::MAX)?) } else { None };
+        let pool = if v == Variant::Pool { Some(crate::gpu::MemPool::default_of(&self.rig.gpu)?) } else { None };
+        let _keep = pool.as_ref().map(|p| p.threshold_for_now(u64::MAX)).transpose()?;
         // Copies from pageable memory vary most from pass to pass: twice the passes.
         let repeats = if v == Variant::Pageable { 2 * self.cfg.repeats } else { self.cfg.repeats };
         for rep in 0..self.cfg.warmup + repeats {
@@ -276,13 +286,8 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
     let (mut verified, mut worst) = (0, 0f64);
     for &batch in &cfg.batches {
         let _r = trace::range(&format!("lab 9: {batch} tokens"));
-        let input = rig.fresh_input(batch);
-        let rows = sampled_rows(batch);
         bar.step_note(&format!("{batch} tokens: the CPU reference"));
-        let picked: Vec<Vec<u16>> = rows.iter().map(|&r| input[r * shape.d..(r + 1) * shape.d].to_vec()).collect();
-        let want = forward_rows(rig.weights(), shape, &picked);
-        rig.warm(batch)?;
-        let mut sweep = Sweep { rig: &mut rig, cfg, rows, want, verified: 0, worst: 0.0 };
+        let mut sweep = Sweep::new(&mut rig, cfg, batch)?;
         if points.is_empty() {
             // The driver's staging of pageable copies and the host pages
             // they read warm up over the first passes: one, untimed.
@@ -313,10 +318,9 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
         .min_by(|a, b| (a.layer_ms.median / a.h2d_ms.median).ln().abs().total_cmp(&(b.layer_ms.median / b.h2d_ms.median).ln().abs()))
         .expect("at least one batch");
     let (timeline_batch, timeline_untraced_ms) = (near.batch, near.variant(Variant::RingK).map_or(0.0, |v| v.ms.median));
-    rig.fresh_input(timeline_batch);
     // Events, not CUPTI: a layer is three GPU activities (two GEMMs and
-    // the ReLU), and events around the op time it whole.
-    rig.warm(timeline_batch)?;
+    // the ReLU), and events around the op time it whole. (cuBLAS was
+    // warmed at this batch's shapes by its sweep.)
     let run = pass(&mut rig, Variant::RingK, timeline_batch, TimelineSource::Events)?;
     let timeline = run.timeline.clone().ok_or_else(|| LabError::config("the traced pass drew no timeline"))?;
     bar.step("the timeline");

@@ -266,6 +266,9 @@ impl Variant {
     }
 }
 
+/// One of PyTorch's passes at a batch size, where it ran.
+type TorchPass = fn(&BatchPoint) -> Option<&Summary>;
+
 /// One variant at one batch size.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct VariantPoint {
@@ -367,7 +370,7 @@ impl OffloadResults {
     }
     /// The best variant's share of the bound at every batch size, lowest first.
     pub fn worst_efficiency(&self) -> Option<(usize, f64)> {
-        self.points.iter().filter_map(|p| p.best().map(|b| (p.batch, p.bound_ms(self.shape.layers) / b.ms.median))).min_by(|a, b| a.1.total_cmp(&b.1))
+        self.points.iter().filter_map(|p| p.best().map(|b| (p.batch, p.efficiency(self.shape.layers, &b.ms).ratio))).min_by(|a, b| a.1.total_cmp(&b.1))
     }
     /// The queue model's worst miss over every variant and batch: (variant,
     /// batch, predicted / measured - 1).
@@ -402,11 +405,12 @@ impl OffloadResults {
         if let Some((v, batch, off)) = self.worst_prediction() {
             rows.push(("queue model's worst miss".into(), format!("{:+.1}% ({}, {batch} tokens)", 100.0 * off, v.label())));
         }
-        for (what, of) in [("PyTorch's .to() offload / best pass, worst batch", 0), ("PyTorch's hand-written ring / best pass, worst batch", 1)] {
-            let ratios = self.points.iter().filter_map(|p| {
-                let t = if of == 0 { p.torch_to_ms.as_ref() } else { p.torch_ring_ms.as_ref() };
-                Some((p.batch, t?.median / p.best()?.ms.median))
-            });
+        let torch: [(&str, TorchPass); 2] = [
+            ("PyTorch's .to() offload / best pass, worst batch", |p| p.torch_to_ms.as_ref()),
+            ("PyTorch's hand-written ring / best pass, worst batch", |p| p.torch_ring_ms.as_ref()),
+        ];
+        for (what, of) in torch {
+            let ratios = self.points.iter().filter_map(|p| Some((p.batch, of(p)?.median / p.best()?.ms.median)));
             if let Some((batch, r)) = ratios.min_by(|a, b| a.1.total_cmp(&b.1)) {
                 rows.push((what.into(), format!("{r:.2}x at {batch} tokens")));
             }

@@ -4,6 +4,7 @@
 //! the streams; and one layer's GPU work (GEMM, ReLU, GEMM) as the driver
 //! and library calls of one op.
 
+use super::cpu::rows_of;
 use super::kernel::Relu;
 use super::Shape;
 use crate::error::Result;
@@ -108,11 +109,12 @@ impl OffloadRig {
         })
     }
 
-    /// A fresh input for `batch` tokens (uniform in [-1, 1]); returns it as FP16 bits.
-    pub fn fresh_input(&mut self, batch: usize) -> Vec<u16> {
+    /// A fresh input for `batch` tokens (uniform in [-1, 1]); returns its
+    /// rows `rows` as FP16 bits.
+    pub fn fresh_input(&mut self, batch: usize, rows: &[usize]) -> Vec<Vec<u16>> {
         let words = self.shape.act_bytes(batch) / 8;
         fill_uniform(&mut self.input.words_mut()[..words], pattern::fresh_seed(), 0, 1.0);
-        self.input.words()[..words].iter().flat_map(|w| (0..4).map(move |q| (w >> (16 * q)) as u16)).collect()
+        rows_of(self.input.words(), rows, self.shape.d)
     }
 
     /// Set-up before a run (untimed): every buffer the pass writes
@@ -148,12 +150,12 @@ impl OffloadRig {
         self.setup.synchronize()
     }
 
-    /// The output of a pass over `batch` tokens, as FP16 bits (read back untimed).
-    pub fn output(&mut self, batch: usize) -> Result<Vec<u16>> {
-        let bytes = self.shape.act_bytes(batch);
+    /// Rows `rows` of a pass's output over `batch` tokens, as FP16 bits
+    /// (read back untimed).
+    pub fn output_rows(&mut self, batch: usize, rows: &[usize]) -> Result<Vec<Vec<u16>>> {
         let last = &self.act[self.shape.layers % 2];
-        self.setup.download(&mut self.output, last, bytes)?;
-        Ok(self.output.words()[..bytes / 8].iter().flat_map(|w| (0..4).map(move |q| (w >> (16 * q)) as u16)).collect())
+        self.setup.download(&mut self.output, last, self.shape.act_bytes(batch))?;
+        Ok(rows_of(self.output.words(), rows, self.shape.d))
     }
 
     /// The weights' bytes as FP16 bits (for the CPU reference).
