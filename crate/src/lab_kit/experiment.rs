@@ -181,7 +181,7 @@ impl ExperimentResult {
     pub fn gantt(&self, lab: &str, stem: &str, with_model: bool, origin: &str) -> Gantt {
         let mut panels = Vec::new();
         for v in &self.variants {
-            let measured = v.timeline.clone().illustrating(v.total_ms.median);
+            let measured = v.timeline.clone().illustrating(v.total_ms);
             panels.push(Timeline { title: format!("{}: measured, {:.3} ms", v.name, v.total_ms.median), ..measured });
             if with_model {
                 panels.push(Timeline { title: format!("{}: model, {:.3} ms", v.name, v.model_ms), ..v.predicted.clone() });
@@ -197,8 +197,58 @@ impl ExperimentResult {
     }
 }
 
+/// What a variant's loop needs of the clock that draws it, least first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ClockNeed {
+    /// Pure GPU work: the best clock, CUPTI where it can record (it draws
+    /// what each engine really ran; an event only says when its stream
+    /// reached it).
+    Gpu,
+    /// The CPU takes part (host work, host waits, memory calls timed on
+    /// the host): CUPTI's cost per API call lands inside the loop, so
+    /// events, unless `OVERLAP_LAB_TIMELINE` says otherwise.
+    HostPipeline,
+    /// Another CPU thread's per-thread stream: CUPTI cannot name it.
+    EventsOnly,
+}
+
+/// What `plan` (dry-run as `model`) needs of the clock that draws it.
+pub fn clock_need(plan: &Plan, model: &DryRun) -> ClockNeed {
+    let host_takes_part = model.schedule.ops.iter().any(|o| !o.after_host_wait.is_empty() || matches!(o.lane, Lane::HostThread(_)));
+    if model.stream_names().len() > plan.streams.len() {
+        ClockNeed::EventsOnly
+    } else if host_takes_part {
+        ClockNeed::HostPipeline
+    } else {
+        ClockNeed::Gpu
+    }
+}
+
+impl Experiment {
+    /// What its variants need of the clock, together: the most any needs.
+    pub fn clock_need(&self) -> Result<ClockNeed> {
+        let needs = self.variants.iter().map(|p| Ok(clock_need(p, &p.dry_run()?))).collect::<Result<Vec<_>>>()?;
+        Ok(needs.into_iter().max().unwrap_or(ClockNeed::Gpu))
+    }
+
+    /// The one clock that draws every variant's timeline. Variants of one
+    /// chart are compared by eye, so they come from one clock: the
+    /// variant that needs the most decides for all (a pure-GPU variant
+    /// drawn by CUPTI beside variants drawn by events is drawn on another
+    /// clock's cost, and can look slower than variants its table ranks
+    /// slower).
+    pub fn clock(&self) -> Result<TimelineSource> {
+        Ok(match self.clock_need()? {
+            ClockNeed::Gpu => TimelineSource::best(),
+            ClockNeed::HostPipeline => TimelineSource::for_host_pipeline(),
+            ClockNeed::EventsOnly => TimelineSource::Events,
+        })
+    }
+}
+
 /// A variant's traced runs (the drawn timeline, and the watched op's end
-/// on every run when the experiment watches one) and its prediction;
+/// on every run when the experiment watches one), timed by the
+/// experiment's one clock ([`Experiment::clock`]), and its prediction;
 /// `totals` are its untraced runs' times.
 #[allow(clippy::too_many_arguments)]
 pub fn variant(
@@ -211,18 +261,7 @@ pub fn variant(
     costs: &Costs,
     reps: usize,
 ) -> Result<VariantResult> {
-    // CUPTI draws what each engine really ran (an event only says when its
-    // stream reached it), but its cost per API call lands inside loops the
-    // CPU takes part in: events there. Another thread's per-thread stream
-    // has no handle CUPTI can name: events there too.
-    let host_takes_part = model.schedule.ops.iter().any(|o| !o.after_host_wait.is_empty() || matches!(o.lane, Lane::HostThread(_)));
-    let source = if model.stream_names().len() > plan.streams.len() {
-        TimelineSource::Events
-    } else if host_takes_part {
-        TimelineSource::for_host_pipeline()
-    } else {
-        TimelineSource::best()
-    };
+    let source = e.clock()?;
     let mut watched = Vec::new();
     let mut last = None;
     for _ in 0..if e.watch.is_some() { reps } else { 1 } {
@@ -343,4 +382,41 @@ pub fn machine_line(facts: &MachineFacts) -> String {
         machine.kernel_overlap * 1e3,
         facts.issue_ms * 1e3
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each variant's need, and the experiment's.
+    fn needs(e: &Experiment) -> (Vec<ClockNeed>, ClockNeed) {
+        (e.variants.iter().map(|p| clock_need(p, &p.dry_run().unwrap())).collect(), e.clock_need().unwrap())
+    }
+
+    #[test]
+    fn one_clock_draws_every_variant_the_most_demanding_one_needs() {
+        use ClockNeed::{EventsOnly, Gpu, HostPipeline};
+        // Lab 6's alloc-stall: the stream-ordered pair is pure GPU work,
+        // the others make memory calls on the CPU. It was drawn by CUPTI
+        // beside the others' events, slower than variants it beats; now
+        // every variant is drawn as the CPU-side ones must be.
+        let stall = crate::labs::memory::experiments::stall(&crate::labs::memory::MemoryConfig::small());
+        assert_eq!(needs(&stall), (vec![Gpu, HostPipeline, HostPipeline, HostPipeline], HostPipeline));
+        // Lab 5: threads on their own per-thread streams need events (CUPTI
+        // cannot name them), so the shared-stream variant takes them too;
+        // the CPU waits of sync-weight decide for its GPU-waits variant;
+        // pure-GPU experiments keep CUPTI.
+        let cfg = crate::labs::streams::StreamsConfig::small();
+        let lab5 = crate::labs::streams::experiments::all(&cfg, -5);
+        let of = |name: &str| needs(lab5.iter().find(|e| e.name == name).unwrap());
+        assert_eq!(of("threads"), (vec![Gpu, EventsOnly, EventsOnly], EventsOnly));
+        assert_eq!(of("sync-weight"), (vec![Gpu, HostPipeline, HostPipeline, HostPipeline], HostPipeline));
+        assert_eq!(of("copy-engines").1, Gpu);
+        assert_eq!(of("legacy-stream").1, Gpu);
+        // The clock each need gets, where no OVERLAP_LAB_TIMELINE overrides it.
+        if std::env::var_os("OVERLAP_LAB_TIMELINE").is_none() {
+            assert_eq!(lab5.iter().find(|e| e.name == "threads").unwrap().clock().unwrap(), TimelineSource::Events);
+            assert_eq!(stall.clock().unwrap(), TimelineSource::Events, "the CPU takes part: events, never CUPTI");
+        }
+    }
 }

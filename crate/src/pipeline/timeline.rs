@@ -6,6 +6,7 @@
 //! schedule model.
 
 use crate::error::Result;
+use crate::measure::stats::Summary;
 use crate::pipeline::op::{Lane, OpKind};
 use crate::pipeline::schedule::Schedule;
 use serde::{Deserialize, Serialize};
@@ -40,12 +41,120 @@ pub struct Timeline {
     /// What timed the spans: "cupti", "cuda events" or "model".
     #[serde(default)]
     pub source: String,
-    /// For a measured timeline: the time, ms, of the untraced runs it
-    /// illustrates (the figure its table prints). A traced run pays for
-    /// its timestamps, so its makespan can be longer; a chart says by how
-    /// much wherever the two differ by more than [`AGREES_WITHIN`].
+    /// For a measured timeline: the untraced runs it illustrates, ms (the
+    /// figure its table prints, and where the chart was given the runs,
+    /// their spread). A traced run pays for its timestamps, so its
+    /// makespan can be longer; a chart says by how much wherever the two
+    /// differ by more than [`AGREES_WITHIN`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub untraced_ms: Option<f64>,
+    pub untraced_ms: Option<Untraced>,
+}
+
+/// The untraced runs a drawn timeline stands for, ms: the figure its table
+/// prints beside it and, where the chart has the runs themselves, the
+/// middle half of them, which ranks the panels of one chart (see
+/// [`order_faults`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Untraced {
+    /// The figure the table prints (the runs' median), ms.
+    pub ms: f64,
+    /// The 25th and 75th percentiles of the runs, ms; `None` where the
+    /// figure is not a set of runs (a sum of parts timed alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub middle_ms: Option<(f64, f64)>,
+}
+
+impl From<f64> for Untraced {
+    /// A figure with no runs behind it to rank by.
+    fn from(ms: f64) -> Untraced {
+        Untraced { ms, middle_ms: None }
+    }
+}
+
+impl From<Summary> for Untraced {
+    /// The runs: their median, and the middle half (min to max in records
+    /// made before the middle half was kept).
+    fn from(runs: Summary) -> Untraced {
+        Untraced { ms: runs.median, middle_ms: Some(runs.middle_range()) }
+    }
+}
+
+/// A drawn panel as one chart ranks it: its title, its drawn makespan and
+/// the middle half of its untraced runs, ms.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ranked {
+    pub title: String,
+    pub drawn_ms: f64,
+    pub runs_ms: (f64, f64),
+}
+
+impl Ranked {
+    /// The middle half's width: how far the runs spread, ms.
+    pub fn spread_ms(&self) -> f64 {
+        self.runs_ms.1 - self.runs_ms.0
+    }
+}
+
+/// Two panels of one chart drawn in another order than their untraced
+/// runs rank them: `faster`'s runs are faster than `slower`'s beyond both
+/// spreads, yet `faster` is drawn slower, beyond both spreads too. A
+/// learner remembers the picture, so the picture then teaches the wrong
+/// order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OrderFault {
+    pub faster: Ranked,
+    pub slower: Ranked,
+}
+
+impl std::fmt::Display for OrderFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (a, b) = (&self.faster, &self.slower);
+        write!(
+            f,
+            "\"{}\" is drawn slower than \"{}\" ({:.3} against {:.3} ms), though its untraced runs are faster beyond both spreads (middle half {:.3}-{:.3} against {:.3}-{:.3} ms)",
+            a.title, b.title, a.drawn_ms, b.drawn_ms, a.runs_ms.0, a.runs_ms.1, b.runs_ms.0, b.runs_ms.1
+        )
+    }
+}
+
+/// Every pair of `panels` (one chart's) drawn against the order their
+/// untraced runs rank them. Only panels drawn beside their runs take part
+/// (a model's panel, or a figure with no runs behind it, ranks nothing).
+/// Panel A's runs rank it faster than B's when their middle halves stand
+/// apart (A's 75th percentile below B's 25th; A's slowest run below B's
+/// fastest implies it); A is drawn out of order when its drawn makespan
+/// exceeds B's by more than either one's spread of runs.
+pub fn order_faults(panels: &[Timeline]) -> Vec<OrderFault> {
+    let ranked: Vec<Ranked> = panels
+        .iter()
+        .filter(|t| !t.spans.is_empty())
+        .filter_map(|t| Some(Ranked { title: t.title.clone(), drawn_ms: t.makespan_us() / 1e3, runs_ms: t.untraced_ms?.middle_ms? }))
+        .collect();
+    let mut faults = Vec::new();
+    for a in &ranked {
+        for b in &ranked {
+            let ranked_faster = a.runs_ms.1 < b.runs_ms.0;
+            let drawn_slower = a.drawn_ms - b.drawn_ms > a.spread_ms().max(b.spread_ms());
+            if ranked_faster && drawn_slower {
+                faults.push(OrderFault { faster: a.clone(), slower: b.clone() });
+            }
+        }
+    }
+    faults
+}
+
+/// The clocks that timed `panels` (one chart's) where they are drawn
+/// beside untraced runs: "cupti", "cuda events", each once, in order. One
+/// chart's variants compare only when this holds one: CUPTI's cost lands
+/// on a run differently from an event's.
+pub fn clocks(panels: &[Timeline]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for t in panels.iter().filter(|t| t.untraced_ms.is_some() && !t.source.is_empty()) {
+        if !v.contains(&t.source) {
+            v.push(t.source.clone());
+        }
+    }
+    v
 }
 
 /// How far a drawn run's makespan may be from the untraced runs' time
@@ -58,7 +167,7 @@ pub const AGREES_WITHIN: f64 = 0.10;
 /// pair cancels what drifts between pairs (the host's speed moves whole
 /// runs by tens of percent), which a difference of two medians would not. Timed results never come from traced runs: this is
 /// only how far the drawn timeline is from them.
-pub fn overhead_pct(warmup: usize, pairs: usize, mut run: impl FnMut(bool) -> Result<f64>) -> Result<crate::measure::stats::Summary> {
+pub fn overhead_pct(warmup: usize, pairs: usize, mut run: impl FnMut(bool) -> Result<f64>) -> Result<Summary> {
     let mut v = Vec::with_capacity(pairs);
     for i in 0..warmup + pairs {
         let untraced = run(false)?;
@@ -67,12 +176,12 @@ pub fn overhead_pct(warmup: usize, pairs: usize, mut run: impl FnMut(bool) -> Re
             v.push(100.0 * (traced / untraced - 1.0));
         }
     }
-    crate::measure::stats::Summary::of(&v)
+    Summary::of(&v)
 }
 
 /// One line for a lab's summary: "timeline overhead: +1.20% median, pairs
 /// -0.80% to +3.10% over 15 (cupti)".
-pub fn overhead_line(median_pct: f64, pairs: Option<&crate::measure::stats::Summary>, source: &str) -> String {
+pub fn overhead_line(median_pct: f64, pairs: Option<&Summary>, source: &str) -> String {
     let spread = pairs.map_or(String::new(), |p| format!(", pairs {:+.2}% to {:+.2}% over {}", p.min, p.max, p.n));
     format!("timeline overhead (drawn run vs untraced): {median_pct:+.2}% median{spread} ({source})")
 }
@@ -161,10 +270,12 @@ impl Timeline {
         Timeline { spans: self.spans.iter().filter(|s| keep(s)).cloned().collect(), ..self.clone() }
     }
 
-    /// This timeline drawn for untraced runs that took `ms` (see
-    /// [`Timeline::untraced_ms`]).
-    pub fn illustrating(self, ms: f64) -> Timeline {
-        Timeline { untraced_ms: Some(ms), ..self }
+    /// This timeline drawn for the untraced runs it stands for (see
+    /// [`Timeline::untraced_ms`]): their [`Summary`] where the chart has
+    /// them (its panels are then ranked by them, [`order_faults`]), else
+    /// the figure its table prints, ms.
+    pub fn illustrating(self, untraced: impl Into<Untraced>) -> Timeline {
+        Timeline { untraced_ms: Some(untraced.into()), ..self }
     }
 
     /// How the drawn run compares with the untraced runs it illustrates,
@@ -172,7 +283,7 @@ impl Timeline {
     /// run by 12%". `None` when they agree or there is nothing to compare
     /// with.
     pub fn disagreement(&self) -> Option<String> {
-        let untraced = self.untraced_ms.filter(|&u| u > 0.0)?;
+        let untraced = self.untraced_ms.map(|u| u.ms).filter(|&u| u > 0.0)?;
         let drawn = self.makespan_us() / 1e3;
         let off = drawn / untraced - 1.0;
         if off.abs() <= AGREES_WITHIN {
@@ -261,6 +372,74 @@ mod tests {
         tl.save_chrome_trace(&dir.join("t.json")).unwrap();
         let back: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).unwrap()).unwrap();
         assert_eq!(back, v);
+    }
+
+    /// A measured panel drawn `drawn_ms` long beside untraced runs `runs`, timed by `clock`.
+    fn panel(title: &str, drawn_ms: f64, runs: &[f64], clock: &str) -> Timeline {
+        let span =
+            Span { lane: "stream 0".into(), kind: OpKind::Kernel, label: "k".into(), start_us: 50.0, end_us: 50.0 + 1e3 * drawn_ms, class: None, index: None };
+        Timeline { title: title.into(), device: "GPU 0 (Test GPU)".into(), spans: vec![span], source: clock.into(), untraced_ms: None }
+            .illustrating(Summary::of(runs).unwrap())
+    }
+
+    /// Fifteen runs around `median`: the middle half `median ± half`
+    /// (nearest rank: the 4th and the 12th).
+    fn runs(median: f64, half: f64) -> Vec<f64> {
+        (0..15).map(|i| median + half * (i as f64 - 7.0) / 4.0).collect()
+    }
+
+    #[test]
+    fn a_chart_drawn_in_its_tables_order_passes() {
+        // Lab 6's alloc-stall as it should be drawn: each panel close to its runs.
+        let panels = [
+            panel("stream-ordered", 4.80, &runs(4.75, 0.12), "cuda events"),
+            panel("cuMemAlloc, free after the loop", 5.20, &runs(5.53, 0.2), "cuda events"),
+            panel("the CPU waits", 6.95, &runs(7.10, 0.15), "cuda events"),
+        ];
+        assert_eq!(order_faults(&panels), vec![]);
+        assert_eq!(clocks(&panels), ["cuda events"]);
+        // Drawn slower than a slower variant, but by less than the spreads: runs vary.
+        let close = [panel("a", 5.60, &runs(4.75, 0.3), "cupti"), panel("b", 5.30, &runs(5.53, 0.3), "cupti")];
+        assert!(close[0].untraced_ms.unwrap().middle_ms.unwrap().1 < close[1].untraced_ms.unwrap().middle_ms.unwrap().0, "ranked apart");
+        assert_eq!(order_faults(&close), vec![], "drawn 0.3 ms apart, within a spread of 0.6");
+        // Runs that do not stand apart rank nothing, however they are drawn.
+        let tied = [panel("a", 9.0, &runs(5.0, 0.4), "cupti"), panel("b", 5.0, &runs(5.2, 0.4), "cupti")];
+        assert_eq!(order_faults(&tied), vec![]);
+        // A model's panel, or a figure with no runs behind it, ranks nothing.
+        let mut model = panel("model", 9.0, &runs(4.0, 0.1), "model");
+        model.untraced_ms = None;
+        let figure = Timeline { untraced_ms: Some(Untraced::from(4.0)), ..panel("a sum of parts", 9.0, &runs(4.0, 0.1), "cupti") };
+        let slower = panel("slower", 5.0, &runs(5.5, 0.1), "cupti");
+        assert_eq!(order_faults(&[model.clone(), figure.clone(), slower]), vec![]);
+        assert_eq!(clocks(&[model, figure]), ["cupti"], "a model's panel has no clock");
+    }
+
+    #[test]
+    fn a_chart_that_draws_the_faster_variant_slower_fails_naming_both() {
+        // Lab 6's alloc-stall as recorded on the H100 at c7db9c4: the
+        // stream-ordered pair (runs 4.66-4.90 ms) drawn at 7.25 ms by CUPTI,
+        // slower than the next two, drawn by events.
+        let panels = [
+            panel("stream-ordered", 7.251, &runs(4.753, 0.124), "cupti"),
+            panel("cuMemAlloc, free after the loop", 5.126, &runs(5.531, 0.2), "cuda events"),
+            panel("the CPU waits", 6.925, &runs(7.103, 0.152), "cuda events"),
+            panel("cuMemAlloc + cuMemFree", 7.321, &runs(7.72, 0.29), "cuda events"),
+        ];
+        let faults = order_faults(&panels);
+        let pairs: Vec<(&str, &str)> = faults.iter().map(|f| (f.faster.title.as_str(), f.slower.title.as_str())).collect();
+        assert_eq!(pairs, [("stream-ordered", "cuMemAlloc, free after the loop"), ("stream-ordered", "the CPU waits")]);
+        let line = faults[0].to_string();
+        assert!(
+            line.starts_with("\"stream-ordered\" is drawn slower than \"cuMemAlloc, free after the loop\" (7.251 against 5.126 ms)")
+                && line.contains("faster beyond both spreads (middle half 4.629-4.877 against 5.331-5.731 ms)"),
+            "{line}"
+        );
+        assert_eq!(clocks(&panels), ["cupti", "cuda events"], "two clocks on one chart");
+        // The order holds either way round: the slower variant drawn faster
+        // than the faster one beyond the spreads is the same fault.
+        let swapped = [panel("slow", 4.0, &runs(8.0, 0.1), "cupti"), panel("fast", 6.0, &runs(5.0, 0.1), "cupti")];
+        assert_eq!(order_faults(&swapped).len(), 1);
+        assert_eq!(order_faults(&swapped)[0].faster.title, "fast");
     }
 
     #[test]

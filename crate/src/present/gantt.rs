@@ -4,7 +4,7 @@
 //! the colours drawn.
 
 use crate::pipeline::op::{Link, Memory, OpKind};
-use crate::pipeline::timeline::{Span, Timeline};
+use crate::pipeline::timeline::{self, OrderFault, Span, Timeline};
 use crate::present::chart::{draw_header, Chart};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -44,6 +44,8 @@ pub struct Gantt {
 }
 
 const LANE_PX: u32 = 34;
+/// The height of a warning line under a chart's header.
+const WARNING_PX: u32 = 18;
 
 impl Gantt {
     pub fn new(stem: &str, title: &str, subtitle: &str, timelines: Vec<Timeline>) -> Gantt {
@@ -57,9 +59,57 @@ impl Gantt {
     fn panel_height(t: &Timeline) -> u32 {
         t.lanes().len().max(1) as u32 * LANE_PX + 90
     }
+
+    /// The pairs of its measured panels drawn against the order their
+    /// untraced runs rank them ([`timeline::order_faults`]).
+    pub fn order_faults(&self) -> Vec<OrderFault> {
+        timeline::order_faults(&self.timelines)
+    }
+
+    /// The clocks that timed its measured panels ([`timeline::clocks`]):
+    /// one, for a chart whose variants compare.
+    pub fn clocks(&self) -> Vec<String> {
+        timeline::clocks(&self.timelines)
+    }
+
+    /// Its title as drawn: where several panels are drawn beside their
+    /// runs, the clock that timed them, or that they were timed by
+    /// several, which do not compare.
+    pub fn drawn_title(&self) -> String {
+        let measured = self.timelines.iter().filter(|t| t.untraced_ms.is_some()).count();
+        match self.clocks().as_slice() {
+            [] => self.title.clone(),
+            _ if measured < 2 => self.title.clone(),
+            [one] => format!("{}, timed by {one}", self.title),
+            several => format!("{}, timed by {}: clocks that do not compare", self.title, several.join(" and ")),
+        }
+    }
+
     pub fn evcxr_display(&self) {
         super::chart::display_inline(self)
     }
+
+    /// The lines drawn in red under the header: each pair of panels drawn
+    /// out of their table's order, wrapped to the chart's width.
+    fn warning_lines(&self) -> Vec<String> {
+        let per_line = (self.width / 7) as usize;
+        self.order_faults().iter().flat_map(|f| wrap(&format!("Drawn out of its table's order: {f}."), per_line)).collect()
+    }
+}
+
+/// `text` in lines of at most `width` characters, broken between words.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(if lines.is_empty() { word.to_string() } else { format!("  {word}") }),
+        }
+    }
+    lines
 }
 
 impl Chart for Gantt {
@@ -67,10 +117,22 @@ impl Chart for Gantt {
         &self.stem
     }
     fn size(&self) -> (u32, u32) {
-        (self.width, self.timelines.iter().map(Gantt::panel_height).sum::<u32>() + 70)
+        (self.width, self.timelines.iter().map(Gantt::panel_height).sum::<u32>() + 70 + WARNING_PX * self.warning_lines().len() as u32)
     }
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String> {
-        let body = draw_header(root, &self.title, &self.subtitle, self.width)?;
+        let mut body = draw_header(root, &self.drawn_title(), &self.subtitle, self.width)?;
+        // A chart that draws its variants against their table's order says
+        // so above its panels: the picture is what a learner remembers.
+        let warnings = self.warning_lines();
+        if !warnings.is_empty() {
+            let (notes, below) = body.split_vertically(WARNING_PX * warnings.len() as u32);
+            body = below;
+            for (i, line) in warnings.iter().enumerate() {
+                notes
+                    .draw(&Text::new(line.clone(), (12, (i as u32 * WARNING_PX) as i32), ("sans-serif", 13).into_font().color(&RGBColor(200, 0, 0))))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         // One time axis for all panels, starting at the earliest span.
         let t0 = self.timelines.iter().map(|t| t.start_us()).fold(f64::INFINITY, f64::min);
         let t0 = if t0.is_finite() { t0 } else { 0.0 };
@@ -88,8 +150,9 @@ impl Chart for Gantt {
             // A measured run is drawn beside the untraced runs' time its
             // table prints, and says how far it is from it where that is
             // more than the charts allow (a traced run pays for its stamps).
-            let untraced =
-                t.untraced_ms.map_or(String::new(), |u| format!("; untraced {u:.3} ms{}", t.disagreement().map_or(String::new(), |why| format!(": {why}"))));
+            let untraced = t
+                .untraced_ms
+                .map_or(String::new(), |u| format!("; untraced {:.3} ms{}", u.ms, t.disagreement().map_or(String::new(), |why| format!(": {why}"))));
             let makespan = if unit == "ms" { format!("{:.3} ms", t.makespan_us() / 1e3) } else { format!("{:.1} µs", t.makespan_us()) };
             let caption = format!("{} (makespan {makespan}{clock}{untraced})", t.title);
             let mut chart = ChartBuilder::on(&area)
@@ -199,5 +262,48 @@ mod tests {
         let fast = svg(tl.clone().illustrating(0.8));
         assert!(fast.contains("this run was 25% faster"), "{fast}");
         assert!(!svg(tl).contains("untraced"), "a panel with nothing to compare with claims nothing");
+    }
+
+    /// A measured panel drawn `ms` long beside untraced runs around
+    /// `median` (middle half ± 0.1 ms), timed by `clock`.
+    fn measured(title: &str, ms: f64, median: f64, clock: &str) -> Timeline {
+        let tl = crate::testing::sample_timeline();
+        let stretch = 1e3 * ms / tl.makespan_us();
+        let spans = tl.spans.iter().map(|s| Span { start_us: s.start_us * stretch, end_us: s.end_us * stretch, ..s.clone() }).collect();
+        let runs: Vec<f64> = (0..15).map(|i| median + 0.1 * (i as f64 - 7.0) / 4.0).collect();
+        Timeline { title: title.into(), spans, source: clock.into(), ..tl }.illustrating(crate::measure::stats::Summary::of(&runs).unwrap())
+    }
+
+    #[test]
+    fn a_chart_names_its_clock_and_says_where_it_is_drawn_out_of_order() {
+        let model = crate::testing::sample_timeline();
+        let ordered = Gantt::new("g", "A pipeline", "test", vec![measured("fast", 4.8, 4.75, "cuda events"), measured("slow", 5.2, 5.5, "cuda events"), model]);
+        assert!(ordered.order_faults().is_empty());
+        let svg = ordered.to_svg().unwrap();
+        assert!(svg.contains("A pipeline, timed by cuda events") && !svg.contains("out of its table"), "{svg}");
+        // Lab 6's alloc-stall as recorded at c7db9c4: the fastest variant
+        // drawn by CUPTI slower than the next, drawn by events.
+        let wrong =
+            Gantt::new("g", "A pipeline", "test", vec![measured("stream-ordered", 7.25, 4.75, "cupti"), measured("cuMemAlloc", 5.13, 5.53, "cuda events")]);
+        assert_eq!(wrong.order_faults().len(), 1);
+        let svg = wrong.to_svg().unwrap();
+        assert!(svg.contains("A pipeline, timed by cupti and cuda events: clocks that do not compare"), "{svg}");
+        let warning = svg.split("<text").find(|t| t.contains("Drawn out of its table")).unwrap_or_else(|| panic!("no warning: {svg}"));
+        assert!(warning.contains("stream-ordered") && warning.contains("is drawn slower than") && warning.contains("cuMemAlloc"), "{warning}");
+        let right = Gantt::new(
+            "g",
+            "A pipeline",
+            "test",
+            vec![measured("stream-ordered", 4.8, 4.75, "cuda events"), measured("cuMemAlloc", 5.13, 5.53, "cuda events")],
+        );
+        assert!(right.order_faults().is_empty() && wrong.size().1 > right.size().1, "room for the warning");
+        // One measured panel: its caption names its clock; the title does not repeat it.
+        assert_eq!(Gantt::new("g", "One run", "test", vec![measured("run", 5.0, 5.0, "cupti")]).drawn_title(), "One run");
+    }
+
+    #[test]
+    fn long_lines_wrap_between_words() {
+        assert_eq!(wrap("aa bb cc dd", 7), ["aa bb", "  cc dd"]);
+        assert_eq!(wrap("short", 80), ["short"]);
     }
 }

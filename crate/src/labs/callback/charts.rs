@@ -112,14 +112,14 @@ pub fn timelines(rec: &CallbackRecord, origin: &str, iterations: usize) -> Optio
     // Untraced, the window takes its share of the variant's runs at the
     // balanced point (where the timelines were drawn).
     let untraced = |v: Variant| {
-        r.balanced().and_then(|p| p.variants.iter().find(|x| x.variant == v)).map(|x| x.total_ms.median * (to - from) as f64 / r.config.iterations as f64)
+        r.balanced().and_then(|p| p.variants.iter().find(|x| x.variant == v)).map(|x| x.total_ms.scaled((to - from) as f64 / r.config.iterations as f64))
     };
     let panels: Vec<Timeline> = [Variant::HostFnOnCompute, Variant::HandOffToWorker]
         .iter()
         .filter_map(|&v| {
             let t = iterations_window(timeline_of(r, v)?, from, to);
             Some(match untraced(v) {
-                Some(ms) => t.illustrating(ms),
+                Some(runs) => t.illustrating(runs),
                 None => t,
             })
         })

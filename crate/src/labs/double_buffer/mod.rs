@@ -283,8 +283,8 @@ pub fn timeline_chart(rec: &DoubleBufferRecord, origin: &str) -> crate::present:
         "Double buffering: one buffer and stream vs two of each",
         origin,
         vec![
-            rec.results.no_overlap_timeline.clone().illustrating(rec.results.no_overlap_ms.median),
-            rec.results.pipelined_timeline.clone().illustrating(rec.results.pipelined_ms.median),
+            rec.results.no_overlap_timeline.clone().illustrating(rec.results.no_overlap_ms),
+            rec.results.pipelined_timeline.clone().illustrating(rec.results.pipelined_ms),
         ],
     )
 }

@@ -98,7 +98,7 @@ pub fn measured_vs_bound(rec: &OverlapRecord, origin: &str) -> Figure {
 /// A measured timeline beside the untraced runs of the point it shows.
 fn illustrating(t: &crate::pipeline::timeline::Timeline, point: Option<&super::OverlapPoint>) -> crate::pipeline::timeline::Timeline {
     match point {
-        Some(p) => t.clone().illustrating(p.total_ms.median),
+        Some(p) => t.clone().illustrating(p.total_ms),
         None => t.clone(),
     }
 }
