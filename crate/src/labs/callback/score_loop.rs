@@ -6,13 +6,13 @@
 //! keeps the lab's own bookkeeping (which iteration holds a slot, what
 //! orders its reader after its D2H, whose scores it holds) and then
 //! becomes calls of the vocabulary's hook for a lab's own operations
-//! ([`LabIssue`]): the lab's operations ([`ScoreOp`]: row_dot, the D2H of a
-//! slot's scores, an argmin, a hand-off), its slot calls ([`SlotCall`]),
+//! ([`LabIssue`]): the lab's operations (`ScoreOp`: row_dot, the D2H of a
+//! slot's scores, an argmin, a hand-off), its slot calls (`SlotCall`),
 //! the "scores ready" events, and what its CPU threads learn. The loop
 //! holds one executor through that trait and never asks which it is: with
 //! no GPU, the dry run ([`DryRun`], [`ScoreLoop::dry_run`]), whose
 //! schedule the queue model times ([`super::model`]); on a GPU, the runner
-//! with the lab's GPU side ([`LabRunner`], [`ScoreLoop::on_gpu`]), which
+//! with the lab's GPU side ([`LabRunner`], `ScoreLoop::on_gpu`), which
 //! enqueues the rig's kernel and copy, launches the host functions and
 //! feeds the worker and the event-waiting thread. Either way the
 //! schedule's race check sees the same ops, and a problem reads the same

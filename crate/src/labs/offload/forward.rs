@@ -234,19 +234,20 @@ impl Pass<DryRun> {
     /// The same pass with no GPU: recorded on the dry run, for the race
     /// check and the queue model.
     pub fn dry_run(shape: Shape, batch: usize, slots: usize, streams: Streams, hidden: Hidden) -> Pass<DryRun> {
-        let mut m = DryRun::new();
+        let mut dry = DryRun::new();
         // The queue model only orders priorities against each other: any
         // number below the compute stream's 0 is the copy stream's "higher".
-        let copy = m.stream_of(StreamKind::NonBlocking, if streams.copy_high { -5 } else { 0 });
-        let compute = m.stream();
-        // The buffers an upload copies between, by size: the dry run follows
-        // no values here (the weights are not the vocabulary's inputs; the
-        // lab checks a pass's output on the GPU).
-        let layer = shape.layer_bytes() / 4;
-        let weights = [Weights::Pinned, Weights::Pageable].map(|w| m.host(w.buffer(), shape.layers * layer, false));
-        let ring = (0..slots).map(|i| m.device(&slot_name(i), layer)).collect();
+        let copy = dry.stream_of(StreamKind::NonBlocking, if streams.copy_high { -5 } else { 0 });
+        let compute = dry.stream();
+        // The buffers an upload copies between, in f32 elements as the
+        // vocabulary counts. The dry run follows no values here (the weights
+        // are not the vocabulary's inputs, and may be more elements than it
+        // numbers inputs by; the lab checks a pass's output on the GPU).
+        let layer_elements = shape.layer_bytes() / 4;
+        let weights = [Weights::Pinned, Weights::Pageable].map(|w| dry.host(w.buffer(), shape.layers * layer_elements, false));
+        let ring = (0..slots).map(|i| dry.device(&slot_name(i), layer_elements)).collect();
         let task = Task { layers: shape.layers, slots, copy, compute };
-        Pass { x: m, task, shape, batch, hidden, ring, weights, books: Books::new(slots) }
+        Pass { x: dry, task, shape, batch, hidden, ring, weights, books: Books::new(slots) }
     }
 
     /// The schedule the dry run recorded so far (always there: the Option
@@ -422,5 +423,43 @@ impl Pass<DryRun> {
             _ => 0.0,
         });
         Ok(times.iter().map(|t| t.1).fold(0.0, f64::max))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_on_the_dry_run_records_what_each_upload_and_layer_touches() {
+        let shape = Shape { layers: 3, d: 64 };
+        let mut f = Pass::dry_run(shape, 8, 2, Streams { copy_high: true }, Hidden::Fixed);
+        let task = f.task;
+        ring(&mut f, &task).unwrap();
+        let lb = shape.layer_bytes() as u64;
+        let s = f.schedule().expect("a dry run records");
+        let up = s.ops.iter().find(|o| o.label == "H2D layer 2").unwrap();
+        assert_eq!(up.kind, OpKind::H2d);
+        assert_eq!(up.accesses, [Access::read("weights (pinned)", 2 * lb, 3 * lb), Access::write("ring slot 0", 0, lb)]);
+        let layer = s.ops.iter().find(|o| o.label == "layer 1").unwrap();
+        assert_eq!(layer.kind, OpKind::Kernel);
+        assert_eq!(layer.accesses[..3], [Access::read("ring slot 1", 0, lb), Access::read(ACT[1], 0, 2 * 64 * 8), Access::write(ACT[0], 0, 2 * 64 * 8)]);
+        assert!(s.races().is_empty(), "{:?}", s.races());
+        assert_eq!((f.books.ran.as_slice(), f.books.uploads), ([0, 1, 2].as_slice(), 3));
+    }
+
+    #[test]
+    fn the_dry_run_uploads_a_network_of_more_elements_than_it_numbers_inputs_by() {
+        // 96 layers of d = 8192: 96 GiB of weights, 25.8 billion f32 elements.
+        let shape = Shape { layers: 96, d: 8192 };
+        let mut f = Pass::dry_run(shape, 64, 2, Streams { copy_high: false }, Hidden::Pool);
+        let (copy, compute) = (f.task.copy, f.task.compute);
+        f.upload(copy, Weights::Pageable, 95, 1).unwrap();
+        f.layer(compute, 95, 1).unwrap();
+        let s = f.schedule().expect("a dry run records");
+        let lb = shape.layer_bytes() as u64;
+        assert_eq!(s.ops[0].accesses[0], Access::read("weights (pageable)", 95 * lb, 96 * lb));
+        assert_eq!(s.ops[1].accesses.len(), 3, "no hidden buffer: the pool's is the layer's own");
+        assert!(!s.races().is_empty(), "the layer did not wait for its upload");
     }
 }
