@@ -1,25 +1,29 @@
-//! The dry run: a loop run with no GPU. It records the schedule the loop
-//! issues and tracks where every element's value came from (as runs of
-//! elements, [`Cells`]), so a checker can say which element is wrong and
-//! why, and the queue model can time the schedule.
+//! The dry run: the vocabulary's executor with no GPU. It takes the same
+//! calls as the GPU's runner (`gpu::Runner`), the vocabulary's
+//! ([`Issue`]) and a lab's own operations ([`LabIssue`]), runs nothing,
+//! records the schedule the loop issues, and tracks where every element of
+//! the vocabulary's copies and kernels came from (as runs of elements,
+//! [`Cells`]): so a checker can say which element is wrong and why, and the
+//! queue model can time the schedule.
 
 use super::cells::{summed, Cells, Provenance};
 use super::issue::{check_alloc, check_ranks, d2d_link, same_gpu, unique_name, DevRef, EventRef, Holding, HostRef, Issue, Lanes, SignalRef, StreamRef};
+use super::lab_op::{LabIssue, LabOp};
 use super::op::{Access, Memory, OpId, OpKind, StreamDecl, StreamKind};
 use super::schedule::{Schedule, WaitFor};
 use crate::error::{LabError, Result};
 use std::ops::Range;
 
 /// A buffer of a dry run, and the GPU it lives on (device buffers).
-struct ModelBuffer {
+struct TrackedBuffer {
     hold: Holding,
     cells: Cells,
     gpu: usize,
 }
 
-impl ModelBuffer {
-    fn new(hold: Holding, cells: Cells) -> ModelBuffer {
-        ModelBuffer { hold, cells, gpu: 0 }
+impl TrackedBuffer {
+    fn new(hold: Holding, cells: Cells) -> TrackedBuffer {
+        TrackedBuffer { hold, cells, gpu: 0 }
     }
     /// The whole buffer as one access (what an allocation or release touches).
     fn whole(&self) -> Access {
@@ -27,7 +31,8 @@ impl ModelBuffer {
     }
 }
 
-/// Records a schedule with no GPU and tracks every element's provenance.
+/// The vocabulary's executor with no GPU: records a schedule and tracks
+/// every element's provenance (see the module docs).
 pub struct DryRun {
     pub schedule: Schedule,
     /// Elements per producer batch (labs with a producer).
@@ -36,8 +41,8 @@ pub struct DryRun {
     events: usize,
     /// Each signal's host function op.
     signals: Vec<OpId>,
-    hosts: Vec<ModelBuffer>,
-    devices: Vec<ModelBuffer>,
+    hosts: Vec<TrackedBuffer>,
+    devices: Vec<TrackedBuffer>,
 }
 
 impl DryRun {
@@ -65,7 +70,7 @@ impl DryRun {
     /// A host buffer of `n` elements holding inputs 0..n (`input`) or nothing.
     pub fn host(&mut self, name: &str, n: usize, input: bool) -> HostRef {
         let cells = Cells::run(n, if input { Provenance::Input(0) } else { Provenance::Unset });
-        self.hosts.push(ModelBuffer::new(Holding::lab(name), cells));
+        self.hosts.push(TrackedBuffer::new(Holding::lab(name), cells));
         HostRef(self.hosts.len() - 1)
     }
     /// A device buffer of `n` elements on GPU 0.
@@ -74,7 +79,7 @@ impl DryRun {
     }
     /// A device buffer of `n` elements in GPU `gpu`'s memory.
     pub fn device_on(&mut self, name: &str, n: usize, gpu: usize) -> DevRef {
-        self.devices.push(ModelBuffer { gpu, ..ModelBuffer::new(Holding::lab(name), Cells::run(n, Provenance::Unset)) });
+        self.devices.push(TrackedBuffer { gpu, ..TrackedBuffer::new(Holding::lab(name), Cells::run(n, Provenance::Unset)) });
         DevRef(self.devices.len() - 1)
     }
     pub fn host_cells(&self, h: HostRef) -> &Cells {
@@ -88,44 +93,13 @@ impl DryRun {
         self.devices.iter().chain(&self.hosts).filter(|b| b.hold.leaked()).map(|b| b.hold.name.clone()).collect()
     }
 
-    // ---- a lab's own operations: what the GPU runner's `op`, `host_fn`,
-    // `on_thread`, `learns`, `hands_to` and `thread_waits` record, recorded
-    // here with nothing to run, so a lab whose loop speaks its own
-    // vocabulary (lab 4's slots and threads) is checked and timed offline
-    // by the same calls it makes on the GPU.
-
-    /// A lab's own GPU operation on `s` (a kernel or copy of its own
-    /// buffers): `accesses` name what it reads and writes. Its data is the
-    /// lab's to follow; the schedule orders it and checks it for races.
-    pub fn op(&mut self, s: StreamRef, kind: OpKind, label: &str, accesses: Vec<Access>) -> Result<OpId> {
-        let lane = self.lane(s)?;
-        Ok(self.schedule.gpu_op(self.lanes.thread(), lane, kind, label, accesses))
-    }
-    /// A host function on `s` that does CPU work reading or writing
-    /// `accesses` (cuLaunchHostFunc): `s` waits for it.
-    pub fn host_fn(&mut self, s: StreamRef, label: &str, accesses: Vec<Access>) -> Result<OpId> {
+    /// A host function on `s` reading and writing `accesses`
+    /// (cuLaunchHostFunc): `s` waits for it. What [`Issue::signal`] and a
+    /// lab's own host functions record.
+    fn host_fn_op(&mut self, s: StreamRef, label: &str, accesses: Vec<Access>) -> Result<OpId> {
         self.lanes.on_loop_thread("a host function")?;
         let lane = self.lane(s)?;
         Ok(self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Host, label, accesses))
-    }
-    /// CPU work that another thread of the lab runs (thread 1, 2, ...),
-    /// after all that thread has learned so far.
-    pub fn on_thread(&mut self, thread: usize, label: &str, accesses: Vec<Access>) -> OpId {
-        self.schedule.host_op(thread, label, accesses)
-    }
-    /// Host thread `thread` learns that op `op` is done (a job it was
-    /// handed, a slot given back).
-    pub fn learns(&mut self, thread: usize, op: OpId) {
-        self.schedule.host_learns(thread, op);
-    }
-    /// Host thread `thread` receives work from the loop's thread: what
-    /// thread 0 did so far happens before its later work.
-    pub fn hands_to(&mut self, thread: usize) {
-        self.schedule.host_joins(thread, 0);
-    }
-    /// Host thread `thread` waits on `e` itself (cuEventSynchronize there).
-    pub fn thread_waits(&mut self, thread: usize, e: EventRef) {
-        self.schedule.host_wait_event(thread, e.0);
     }
 
     /// The schedule's stream for `s` called from the current thread (a
@@ -133,7 +107,7 @@ impl DryRun {
     fn lane(&mut self, s: StreamRef) -> Result<usize> {
         Ok(self.lanes.resolve(&mut self.schedule, s)?.0)
     }
-    fn range(b: &ModelBuffer, at: usize, n: usize) -> Result<std::ops::Range<usize>> {
+    fn range(b: &TrackedBuffer, at: usize, n: usize) -> Result<std::ops::Range<usize>> {
         b.hold.live()?;
         match at.checked_add(n) {
             Some(end) if n > 0 && end <= b.cells.len() => Ok(at..end),
@@ -146,11 +120,11 @@ impl DryRun {
         let b = &self.devices[d.0];
         same_gpu(what, (self.lanes.name(lane), self.lanes.gpu(lane)), (&b.hold.name, b.gpu))
     }
-    fn access(b: &ModelBuffer, r: &std::ops::Range<usize>, write: bool) -> Access {
+    fn access(b: &TrackedBuffer, r: &std::ops::Range<usize>, write: bool) -> Access {
         Access { buffer: b.hold.name.clone(), start: r.start as u64 * 4, end: r.end as u64 * 4, write }
     }
     /// Releases `b` by `how`'s call: the op's label and the access it makes.
-    fn release(b: &mut ModelBuffer, how: Memory) -> Result<(String, Access)> {
+    fn release(b: &mut TrackedBuffer, how: Memory) -> Result<(String, Access)> {
         let label = b.hold.release_label(how)?;
         b.hold.released_by(how);
         Ok((label, b.whole()))
@@ -161,11 +135,11 @@ impl DryRun {
         unique_name(self.devices.iter().chain(&self.hosts).map(|b| b.hold.name.as_str()), name)
     }
     /// A new buffer of `n` elements, not yet written, held by `memory`'s calls.
-    fn allocation(name: &str, n: usize, memory: Memory) -> Result<ModelBuffer> {
+    fn allocation(name: &str, n: usize, memory: Memory) -> Result<TrackedBuffer> {
         check_alloc(name, n, "elements")?;
-        Ok(ModelBuffer::new(Holding::allocated(name, memory), Cells::run(n, Provenance::Unset)))
+        Ok(TrackedBuffer::new(Holding::allocated(name, memory), Cells::run(n, Provenance::Unset)))
     }
-    fn host_buffer(&mut self, h: HostRef) -> Result<&mut ModelBuffer> {
+    fn host_buffer(&mut self, h: HostRef) -> Result<&mut TrackedBuffer> {
         let n = self.hosts.len();
         self.hosts.get_mut(h.0).ok_or_else(|| LabError::config(format!("host buffer {} was never made ({n} exist)", h.0)))
     }
@@ -176,7 +150,7 @@ impl DryRun {
         let pieces = self.devices[src.0].cells.mapped(rs, f);
         self.devices[dst.0].cells.write(rd.start, &pieces);
     }
-    fn device_buffer(&mut self, d: DevRef) -> Result<&mut ModelBuffer> {
+    fn device_buffer(&mut self, d: DevRef) -> Result<&mut TrackedBuffer> {
         let n = self.devices.len();
         self.devices.get_mut(d.0).ok_or_else(|| LabError::config(format!("device buffer {} was never made ({n} exist)", d.0)))
     }
@@ -285,7 +259,7 @@ impl Issue for DryRun {
         Ok(())
     }
     fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
-        let op = self.host_fn(s, label, vec![])?;
+        let op = self.host_fn_op(s, label, vec![])?;
         self.signals.push(op);
         Ok(SignalRef(self.signals.len() - 1))
     }
@@ -321,7 +295,7 @@ impl Issue for DryRun {
         let lane = self.lane(s)?;
         let name = &self.new_name(name);
         // From the pool of the stream's GPU.
-        let b = ModelBuffer { gpu: self.lanes.gpu(lane), ..Self::allocation(name, n, Memory::Pool)? };
+        let b = TrackedBuffer { gpu: self.lanes.gpu(lane), ..Self::allocation(name, n, Memory::Pool)? };
         self.schedule.gpu_op(self.lanes.thread(), lane, OpKind::Alloc(Memory::Pool), &Memory::Pool.label(true, name), vec![b.whole()]);
         self.devices.push(b);
         Ok(DevRef(self.devices.len() - 1))
@@ -381,6 +355,36 @@ impl Issue for DryRun {
     }
     fn issue_from(&mut self, thread: usize) -> Result<()> {
         self.lanes.issue_from(thread)
+    }
+}
+
+/// A lab's own operations with no GPU: each is recorded as it describes
+/// itself (its accesses enter the schedule, for the race check and the
+/// queue model) and nothing runs. Its data is the lab's to follow: the
+/// dry run tracks the elements of the vocabulary's own copies and kernels
+/// only.
+impl<O: LabOp, C> LabIssue<O, C> for DryRun {
+    fn lab_op(&mut self, s: StreamRef, op: O) -> Result<OpId> {
+        let lane = self.lane(s)?;
+        Ok(self.schedule.gpu_op(self.lanes.thread(), lane, op.kind(), &op.label(), op.accesses()))
+    }
+    fn host_fn(&mut self, s: StreamRef, op: O) -> Result<OpId> {
+        self.host_fn_op(s, &op.label(), op.accesses())
+    }
+    fn on_thread(&mut self, thread: usize, op: O) -> Result<OpId> {
+        Ok(self.schedule.host_op(thread, &op.label(), op.accesses()))
+    }
+    fn learns(&mut self, thread: usize, op: OpId) {
+        self.schedule.host_learns(thread, op);
+    }
+    fn hands_to(&mut self, thread: usize) {
+        self.schedule.host_joins(thread, 0);
+    }
+    fn thread_waits(&mut self, thread: usize, e: EventRef) {
+        self.schedule.host_wait_event(thread, e.0);
+    }
+    fn lab_call(&mut self, _call: C, offline: usize) -> Result<usize> {
+        Ok(offline)
     }
 }
 

@@ -2,7 +2,9 @@
 //! (`gpu::Runner`) or, with no GPU, on the dry run
 //! ([`super::dry_run::DryRun`]), which records the schedule and tracks
 //! where every element's data came from. Either way the checker can say what
-//! is wrong: wrong data, a race, no overlap, or too little of it.
+//! is wrong: wrong data, a race, no overlap, or too little of it. A lab
+//! with operations of its own adds them through one hook,
+//! [`super::lab_op::LabIssue`].
 
 use super::op::{Link, Memory, StreamDecl, StreamKind};
 use super::schedule::Schedule;

@@ -36,12 +36,17 @@
 //! run leaves), [`timing`] (what times the ops, and the timeline), `ops`
 //! (copies, kernels, events, waits), `host` (CPU work and waits, host
 //! functions), `memory` (memory calls as ops), `threads` (CPU threads past
-//! the loop's own), [`issuer`] (the vocabulary's trait on this runner).
+//! the loop's own), [`issuer`] (the vocabulary's trait on this runner),
+//! [`lab_op`] (the GPU half of a lab's own operations: [`LabOnGpu`], whose
+//! safety contract is the one a lab's enqueued calls rest on, and
+//! [`LabRunner`], the runner with a lab's GPU side, which takes a loop
+//! written once for it and the dry run).
 
 pub mod command;
 mod exec;
 mod host;
 pub mod issuer;
+pub mod lab_op;
 mod memory;
 mod ops;
 mod run;
@@ -65,6 +70,7 @@ use timing::{EventPool, Mark};
 
 use exec::Exec;
 pub use issuer::{Dataset, GpuIssuer};
+pub use lab_op::{Enqueue, LabOnGpu, LabRunner, NoHostTask};
 pub use run::Run;
 pub use timing::TimelineSource;
 

@@ -295,6 +295,8 @@ impl<'a> Runner<'a> {
     /// A lab's own GPU operation (a kernel or copy of its own buffers):
     /// `enqueue` puts it on the stream; `accesses` name what it reads and
     /// writes, for the race check. Timed and ordered like every other op.
+    /// A lab whose loop also runs on the dry run writes its operations once
+    /// for both and issues them through [`super::LabRunner`], which calls this.
     ///
     /// # Safety
     /// What `enqueue` puts on the stream touches only memory that stays

@@ -140,11 +140,7 @@ pub fn check_on_model(rec: &CallbackResults, iteration: impl Fn(&mut ScoreLoop, 
         }
     };
     let places = RefCell::new(Vec::new());
-    let mut l = ScoreLoop::on_model(slots);
-    let recorded = rep.learner("your iteration", || {
-        l.run(n, &noting(&iteration, &places))?;
-        l.finish_on_model()
-    });
+    let recorded = rep.learner("your iteration", || ScoreLoop::dry_run(slots, n, &noting(&iteration, &places)));
     let Some(recorded) = recorded else {
         judge_places(&mut rep, &places.borrow());
         return rep;
@@ -316,6 +312,16 @@ pub(crate) mod tests {
             ),
             ("no event at all", Box::new(hands_off_without_waiting), &["not ordered after its D2H", "no \"scores ready\" event"]),
             (
+                "copies on the callback stream without waiting for the row_dot",
+                Box::new(|l, t| {
+                    let s = l.take_slot(t)?;
+                    l.row_dot(On::Compute, t, s)?;
+                    l.d2h_scores(On::Callback, s)?;
+                    l.host_fn_hand_off(On::Callback, s)
+                }),
+                &["iteration 0 read slot 0 before its scores arrived", "its D2H on the callback stream is not ordered after its row_dot on the compute stream"],
+            ),
+            (
                 "copies the scores before computing them",
                 Box::new(copies_before_computing),
                 &["iteration 0's argmin reads slot 0's scores before any row_dot wrote them", "its D2H was issued before its row_dot"],
@@ -338,6 +344,9 @@ pub(crate) mod tests {
             assert!(!r.passed, "{what} passed: {text}");
             for w in words {
                 assert!(text.contains(w), "{what}: no '{w}' in {text}");
+            }
+            for p in r.problems() {
+                assert_eq!(crate::lab_kit::check::dictated_fix(p), None, "{what}: a problem tells the fix: {p}");
             }
             assert!(!text.contains("failed: data verification failed") && !text.contains("inf%"), "{what}: {text}");
         }

@@ -158,9 +158,7 @@ impl CallbackRig {
         // Not gated: the CPU takes part from the first iteration (it waits for slots).
         let p = self.gpu.runner(source, if timeline { 3 * n } else { 0 }, false)?;
         let state = Arc::new(RunState::new(book.clone(), self.views(), n, passes, p.host_base(), timeline));
-        let mut l = ScoreLoop::on_gpu(self, p, state.clone())?;
-        l.run(n, iteration)?;
-        let (run, issue_problems) = l.finish_on_gpu()?;
+        let (run, issue_problems) = ScoreLoop::on_gpu(self, p, state.clone(), n, iteration)?;
         if state.done() != n {
             return Err(LabError::schedule(format!("{} of {n} iterations ran their argmin: the others were never handed to anything", state.done())));
         }

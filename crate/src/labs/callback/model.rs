@@ -1,12 +1,13 @@
-//! Lab 4 with no GPU: the lab's iteration code, recorded on the runner's
-//! dry run by a [`ScoreLoop`] (kernels and copies on the two streams, host
-//! functions on them, argmins on the worker and the event-waiting thread,
-//! the enqueue loop waiting for slots), is timed by the pipeline's queue
-//! model ([`predict`]) from the recorded costs, on the resources that
-//! really serialize them: the streams, the driver's one callback thread,
-//! each CPU thread. The schedule's own checks find what a wrong wiring does
-//! to the data (an argmin not ordered after its D2H, a slot reused under
-//! its reader); the loop names them in the lab's words.
+//! Lab 4 with no GPU: the lab's iteration code, recorded on the dry run
+//! (the vocabulary's executor with no GPU) by a [`ScoreLoop`] (kernels and
+//! copies on the two streams, host functions on them, argmins on the
+//! worker and the event-waiting thread, the enqueue loop waiting for
+//! slots), is timed by the pipeline's queue model ([`predict`]) from the
+//! recorded costs, on the resources that really serialize them: the
+//! streams, the driver's one callback thread, each CPU thread. The
+//! schedule's own checks find what a wrong wiring does to the data (an
+//! argmin not ordered after its D2H, a slot reused under its reader); the
+//! loop names them in the lab's words.
 //!
 //! Assumptions (stated, not measured here), as the machine model takes
 //! them: a host function's stream pays half its round trip to reach the
@@ -55,7 +56,7 @@ impl ModelCosts {
     }
 }
 
-/// One argmin as it ran in the model.
+/// One argmin as the queue model times it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelArgmin {
     pub iteration: usize,
@@ -64,7 +65,8 @@ pub struct ModelArgmin {
     pub end_ms: f64,
 }
 
-/// A loop recorded on the model ([`ScoreLoop::on_model`]) and timed.
+/// A loop recorded on the dry run ([`ScoreLoop::dry_run`]) and timed by
+/// the queue model.
 pub struct ModelRun {
     pub schedule: Schedule,
     /// Every argmin with its predicted times.
@@ -75,13 +77,11 @@ pub struct ModelRun {
 }
 
 impl ModelRun {
-    /// Runs `iteration` for `n` iterations over `slots` slots on the model
-    /// and times it with `costs`; Err is what the loop itself returned (a
+    /// Runs `iteration` for `n` iterations over `slots` slots on the dry
+    /// run and times it with `costs`; Err is what the loop itself returned (a
     /// slot that can never come back, a job handed out twice).
     pub fn run(costs: ModelCosts, slots: usize, n: usize, iteration: Iteration) -> Result<ModelRun> {
-        let mut l = ScoreLoop::on_model(slots);
-        l.run(n, iteration)?;
-        Ok(ModelRun::timed(l.finish_on_model()?, costs))
+        Ok(ModelRun::timed(ScoreLoop::dry_run(slots, n, iteration)?, costs))
     }
 
     /// Times a recorded loop on the resources that serialize its ops.
@@ -118,7 +118,7 @@ impl ModelRun {
     }
 }
 
-/// How long an op of the loop takes on the model, ms.
+/// How long an op of the loop takes in the queue model, ms.
 fn duration(c: &ModelCosts, op: &Op) -> f64 {
     match op.kind {
         OpKind::Kernel => c.kernel_ms,

@@ -1,28 +1,35 @@
-//! Lab 4's vocabulary, written once over the runner's two executors.
+//! Lab 4's vocabulary, written once for both executors.
 //!
 //! The variants and the learner's exercise speak of what this lab is about
 //! (take a score slot, run `row_dot`, copy the scores back, the "scores
 //! ready" event, where the argmin runs) to a [`ScoreLoop`]. Each call
 //! keeps the lab's own bookkeeping (which iteration holds a slot, what
 //! orders its reader after its D2H, whose scores it holds) and then
-//! becomes the runner's operations: on a GPU, ops of a
-//! [`crate::gpu::Runner`] (the lab's kernel and copy, events, host
-//! functions, argmins on the worker and the event-waiting thread); with no
-//! GPU, the same calls recorded on the runner's dry run
-//! ([`crate::pipeline::dry_run::DryRun`]), whose schedule the queue model
-//! times ([`super::model`]). Either way the schedule's race check sees the
-//! same ops, and a problem reads the same on both.
+//! becomes calls of the vocabulary's hook for a lab's own operations
+//! ([`LabIssue`]): the lab's operations (`ScoreOp`: row_dot, the D2H of a
+//! slot's scores, an argmin, a hand-off), its slot calls (`SlotCall`),
+//! the "scores ready" events, and what its CPU threads learn. The loop
+//! holds one executor through that trait and never asks which it is: with
+//! no GPU, the dry run ([`DryRun`], [`ScoreLoop::dry_run`]), whose
+//! schedule the queue model times ([`super::model`]); on a GPU, the runner
+//! with the lab's GPU side ([`LabRunner`], `ScoreLoop::on_gpu`), which
+//! enqueues the rig's kernel and copy, launches the host functions and
+//! feeds the worker and the event-waiting thread. Either way the
+//! schedule's race check sees the same ops, and a problem reads the same
+//! on both.
 
 use super::order::{Reader, SlotOrder};
 use super::rig::CallbackRig;
 use super::slots::Lease;
 use super::work::{self, ArgminJob, CallbackTask, RunState, WaitForScores, Worker};
-use super::{On, Slot};
+use super::{Iteration, On, Slot};
 use crate::error::{LabError, Result};
+use crate::gpu::runner::{Enqueue, LabOnGpu, LabRunner};
 use crate::gpu::{Event, Run, Runner};
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{EventRef, Issue, StreamRef};
-use crate::pipeline::op::{Access, OpId, OpKind, StreamDecl, StreamKind};
+use crate::pipeline::lab_op::{LabIssue, LabOp};
+use crate::pipeline::op::{Access, Lane, Op, OpId, OpKind, StreamDecl, StreamKind};
 use crate::pipeline::schedule::{Race, Schedule};
 use std::collections::HashMap;
 use std::sync::mpsc::Sender;
@@ -56,6 +63,61 @@ fn handed_out(slot: Slot) -> LabError {
     LabError::config(format!("slot {} holds no iteration's scores (its job was already handed out)", slot.0))
 }
 
+/// Lab 4's own operations, each written once: what it is to the schedule
+/// here ([`LabOp`]), what it does on a GPU in [`Live`]'s [`LabOnGpu`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ScoreOp {
+    /// Query `t`'s row_dot into the slot's device scores (a kernel).
+    RowDot { t: usize, slot: Slot },
+    /// The copy of the slot's scores (iteration `t`'s) into its pinned twin.
+    D2h { t: usize, slot: Slot },
+    /// Iteration `t`'s argmin over the slot's pinned scores, where `on`
+    /// says. `unordered`: why the reader is not ordered after its D2H, if
+    /// it is not (the dry run's race check finds that race; a GPU refuses
+    /// to start a reader whose race would be real).
+    Argmin { t: usize, slot: Slot, on: ArgminOn, unordered: Option<String> },
+    /// A host function that hands iteration `t`'s argmin to the worker.
+    HandOff { t: usize, slot: Slot, unordered: Option<String> },
+}
+
+impl LabOp for ScoreOp {
+    fn kind(&self) -> OpKind {
+        match self {
+            ScoreOp::RowDot { .. } => OpKind::Kernel,
+            ScoreOp::D2h { .. } => OpKind::D2h,
+            ScoreOp::Argmin { .. } | ScoreOp::HandOff { .. } => OpKind::Host,
+        }
+    }
+    fn label(&self) -> String {
+        match self {
+            ScoreOp::RowDot { t, .. } => format!("row_dot {t}"),
+            ScoreOp::D2h { t, .. } => format!("D2H scores {t}"),
+            ScoreOp::Argmin { t, .. } => format!("argmin {t}"),
+            ScoreOp::HandOff { t, .. } => format!("hand-off {t}"),
+        }
+    }
+    /// A slot's scores as one byte each side: what the race check needs
+    /// (the keys and queries row_dot reads are never written).
+    fn accesses(&self) -> Vec<Access> {
+        match self {
+            ScoreOp::RowDot { slot, .. } => vec![Access::write(&slot.scores(false), 0, 1)],
+            ScoreOp::D2h { slot, .. } => vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)],
+            ScoreOp::Argmin { slot, .. } => vec![Access::read(&slot.scores(true), 0, 1)],
+            ScoreOp::HandOff { .. } => vec![],
+        }
+    }
+}
+
+/// Lab 4's calls of its own on the loop's thread: taking a score slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotCall {
+    /// Waits until a slot is free (its last reader gave it back) and
+    /// leases it to iteration `t`.
+    Free { t: usize },
+    /// Slot `index` at once, free or not, leased to iteration `t`.
+    At { index: usize, t: usize },
+}
+
 /// One slot as the loop sees it.
 #[derive(Clone, Debug, Default)]
 struct SlotUse {
@@ -76,22 +138,22 @@ struct SlotUse {
     host_holds: Option<Option<usize>>,
 }
 
-/// The GPU side of a run: the runner, the rig's buffers, the threads.
+/// Lab 4's GPU side: the rig, the run's shared state (its slot book, its
+/// score views), each slot's lease while the loop holds it, and the
+/// threads the argmins are handed to.
 struct Live<'r> {
     rig: &'r CallbackRig,
-    /// Taken by `finish`; on an error, dropping it waits for the GPU.
-    p: Option<Runner<'r>>,
     state: Arc<RunState>,
     /// Per slot: its lease from the slot book until the job is handed out.
     leases: Vec<Option<Lease>>,
+    /// Per slot, its "scores ready" event, for the event-waiting thread.
+    ready: Vec<Arc<Event>>,
+    /// Dropped (joined) before the waiter, as the runner has synchronized.
     worker: Option<Worker>,
     waiter: Option<Worker>,
 }
 
-impl<'r> Live<'r> {
-    fn p(&mut self) -> &mut Runner<'r> {
-        self.p.as_mut().expect("the runner lives until finish")
-    }
+impl Live<'_> {
     fn job(&mut self, slot: Slot) -> Result<ArgminJob> {
         let lease = self.leases[slot.0].take();
         lease.map(|lease| ArgminJob { lease }).ok_or_else(|| handed_out(slot))
@@ -102,29 +164,108 @@ impl<'r> Live<'r> {
         }
         Ok(self.worker.as_ref().expect("just made").sender())
     }
-}
-
-impl Drop for Live<'_> {
-    /// On an error: nothing may still use the slots when the run returns.
-    fn drop(&mut self) {
-        // The runner synchronizes as it drops; then the threads end.
-        self.p.take();
-        self.worker.take();
-        self.waiter.take();
+    /// The event-waiting thread's sender, started on first use.
+    fn waiter_sender(&mut self) -> Result<Sender<ArgminJob>> {
+        if self.waiter.is_none() {
+            let (gpu, ready) = (self.rig.gpu.clone(), self.ready.clone());
+            let wait: WaitForScores = Box::new(move |lease: &Lease| {
+                gpu.bind()?;
+                ready[lease.slot].synchronize()
+            });
+            self.waiter = Some(Worker::spawn("event-waiter", work::WAITER_LANE, self.state.clone(), Some(wait))?);
+        }
+        Ok(self.waiter.as_ref().expect("just made").sender())
     }
 }
 
-/// Which executor the loop's calls become.
-enum Exec<'r> {
-    Gpu(Box<Live<'r>>),
-    Model(Box<DryRun>),
+/// Refuses a reader that is not ordered after its D2H: on a GPU it could
+/// read scores that have not arrived.
+fn ordered(unordered: &Option<String>) -> Result<()> {
+    unordered.as_ref().map_or(Ok(()), |why| Err(LabError::schedule(why.clone())))
+}
+
+// SAFETY: row_dot writes only its slot's device scores and reads the keys
+// and queries, which nothing in the loop writes; the D2H reads the slot's
+// device scores and writes its pinned twin. All are the rig's buffers,
+// borrowed for 'r, so they outlive the runner, and `ScoreOp::accesses`
+// names both sides of every slot's scores.
+unsafe impl<'r> LabOnGpu<'r> for Live<'r> {
+    type Op = ScoreOp;
+    type Call = SlotCall;
+    type Task = CallbackTask;
+
+    fn enqueue(&mut self, op: &ScoreOp) -> Result<Enqueue<'r>> {
+        let rig = self.rig;
+        match *op {
+            ScoreOp::RowDot { t, slot } => {
+                let args = rig.row_dot_args(t, slot.0);
+                // SAFETY: the rig's buffers stay allocated until the runner
+                // has synchronized (this impl's contract, above).
+                Ok(Box::new(move |st| unsafe { rig.kernel.enqueue(st, &args) }))
+            }
+            ScoreOp::D2h { slot, .. } => Ok(Box::new(move |st| rig.d2h(st, slot.0))),
+            _ => Err(LabError::config(format!("{}: not an operation on a stream", op.label()))),
+        }
+    }
+
+    fn host_task(&mut self, op: &ScoreOp) -> Result<CallbackTask> {
+        match op {
+            ScoreOp::Argmin { slot, on: ArgminOn::HostFn(_), unordered, .. } => {
+                ordered(unordered)?;
+                let job = self.job(*slot)?;
+                Ok(CallbackTask::Argmin { state: self.state.clone(), job })
+            }
+            ScoreOp::HandOff { slot, unordered, .. } => {
+                ordered(unordered)?;
+                let to = self.worker_sender()?;
+                let job = self.job(*slot)?;
+                Ok(CallbackTask::HandOff { state: self.state.clone(), job, to })
+            }
+            _ => Err(LabError::config(format!("{}: not a host function", op.label()))),
+        }
+    }
+
+    fn on_thread(&mut self, thread: usize, op: &ScoreOp) -> Result<()> {
+        match op {
+            // The hand-off's host function carries the job to the worker.
+            ScoreOp::Argmin { on: ArgminOn::Worker, .. } if thread == WORKER_THREAD => Ok(()),
+            ScoreOp::Argmin { slot, on: ArgminOn::WaitingThread, unordered, .. } if thread == WAITER_THREAD => {
+                ordered(unordered)?;
+                let to = self.waiter_sender()?;
+                let job = self.job(*slot)?;
+                to.send(job).map_err(|_| LabError::Thread("the event-waiting thread is gone".into()))
+            }
+            _ => Err(LabError::config(format!("{} on CPU thread {thread}: not that thread's work", op.label()))),
+        }
+    }
+
+    fn call(&mut self, call: SlotCall) -> Result<usize> {
+        match call {
+            SlotCall::Free { t } => {
+                let start = self.state.now_us();
+                let lease = self.state.book.take(t)?;
+                let end = self.state.now_us();
+                if end - start > 2.0 {
+                    self.state.span(work::MAIN_LANE, format!("wait for a slot ({t})"), start, end);
+                }
+                let i = lease.slot;
+                self.leases[i] = Some(lease);
+                Ok(i)
+            }
+            SlotCall::At { index, t } => {
+                self.leases[index] = Some(self.state.book.take_at(index, t)?);
+                Ok(index)
+            }
+        }
+    }
 }
 
 /// What one iteration's code may call (see the module docs). The lab's
 /// variants and the learner's exercise are written against it; it runs on
-/// a GPU or on the queue model.
-pub struct ScoreLoop<'r> {
-    exec: Exec<'r>,
+/// a GPU or on the dry run.
+pub struct ScoreLoop<'x> {
+    /// The executor: the dry run, or the runner with the lab's GPU side.
+    x: &'x mut dyn LabIssue<ScoreOp, SlotCall>,
     streams: [StreamRef; 2],
     /// Per slot: "scores ready", recorded after its D2H.
     ready: Vec<EventRef>,
@@ -143,7 +284,7 @@ pub struct ScoreLoop<'r> {
     t: usize,
 }
 
-/// A loop run on the queue model, judged and ready to time.
+/// A loop run on the dry run, judged and ready to time.
 pub struct Recorded {
     pub schedule: Schedule,
     /// Each argmin op: its iteration and where it runs.
@@ -152,24 +293,76 @@ pub struct Recorded {
     pub problems: Vec<String>,
 }
 
-impl ScoreLoop<'static> {
-    /// A loop recorded on the dry run, with `slots` score slots.
-    pub fn on_model(slots: usize) -> ScoreLoop<'static> {
+/// The loop's own books once it ended (its executor is free again).
+struct Ended {
+    streams: [StreamRef; 2],
+    argmins: Vec<(OpId, usize, ArgminOn)>,
+    iteration_of: HashMap<OpId, usize>,
+    unordered: HashMap<usize, String>,
+    problems: Vec<String>,
+    /// The slots still held: (slot, iteration, whether scores were copied into it).
+    unfinished: Vec<(usize, usize, bool)>,
+}
+
+impl ScoreLoop<'_> {
+    /// Runs `iteration` for iterations `0..n` over `slots` score slots on
+    /// the dry run: every problem found, and the schedule for the queue
+    /// model to time. Err is what the loop itself returned (a slot that
+    /// can never come back, a job handed out twice).
+    pub fn dry_run(slots: usize, n: usize, iteration: Iteration) -> Result<Recorded> {
         let mut dry = DryRun::new();
-        let mut stream = |on: On| dry.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 0), on.name());
-        let streams = [stream(On::Compute), stream(On::Callback)];
-        let ready = (0..slots).map(|_| dry.event().expect("the dry run makes events")).collect();
-        ScoreLoop::new(Exec::Model(Box::new(dry)), streams, ready, slots)
+        let streams = [On::Compute, On::Callback].map(|on| dry.stream_named(StreamDecl::new(StreamKind::NonBlocking, 0, 0), on.name()));
+        let ready = (0..slots).map(|_| dry.event()).collect::<Result<Vec<_>>>()?;
+        let mut l = ScoreLoop::new(&mut dry, streams, ready);
+        l.run(n, iteration)?;
+        let end = l.end();
+        let races: Vec<String> = dry.schedule.races().iter().map(|r| end.explain(&dry.schedule, r)).collect();
+        let mut problems = end.problems;
+        problems.extend(end.unfinished.iter().map(|&u| format!("iteration {}: {}", u.1, unfinished_why(u))));
+        problems.extend(races);
+        Ok(Recorded { schedule: dry.schedule, argmins: end.argmins, problems })
+    }
+
+    /// Runs `iteration` for iterations `0..n` through `p` on the rig's
+    /// streams; the argmins run with `state` (its slot book, its score
+    /// views). At the end it waits for the GPU (every host function has
+    /// run: a hand-off may still be on its way to the worker), then for the
+    /// threads; jobs never handed out give their slots back with the
+    /// reason. The problems found in issue order and the run's races come
+    /// back beside the run.
+    pub(super) fn on_gpu<'r>(rig: &'r CallbackRig, mut p: Runner<'r>, state: Arc<RunState>, n: usize, iteration: Iteration) -> Result<(Run, Vec<String>)> {
+        let streams = [On::Compute, On::Callback].map(|on| p.stream(rig.stream(on), on.name()));
+        let ready = (0..rig.slots()).map(|_| p.event()).collect::<Result<Vec<_>>>()?;
+        let shared = ready.iter().map(|&e| p.shared_event(e)).collect::<Result<Vec<_>>>()?;
+        let leases = (0..rig.slots()).map(|_| None).collect();
+        let mut exec = LabRunner::new(p, Live { rig, state, leases, ready: shared, worker: None, waiter: None });
+        let mut l = ScoreLoop::new(&mut exec, streams, ready);
+        l.run(n, iteration)?;
+        let end = l.end();
+        let LabRunner { runner, lab: mut live } = exec;
+        let run = runner.finish()?;
+        for w in [live.worker.take(), live.waiter.take()].into_iter().flatten() {
+            w.join()?;
+        }
+        for &u in &end.unfinished {
+            if let Some(lease) = live.leases[u.0].take() {
+                live.state.drop_job(ArgminJob { lease }, unfinished_why(u));
+            }
+        }
+        live.state.book.wait_all_back()?;
+        let mut problems = end.problems;
+        problems.extend(run.races.iter().map(|r| format!("race: {}", r.what)));
+        Ok((run, problems))
     }
 }
 
-impl<'r> ScoreLoop<'r> {
-    fn new(exec: Exec<'r>, streams: [StreamRef; 2], ready: Vec<EventRef>, slots: usize) -> ScoreLoop<'r> {
+impl<'x> ScoreLoop<'x> {
+    fn new(x: &'x mut dyn LabIssue<ScoreOp, SlotCall>, streams: [StreamRef; 2], ready: Vec<EventRef>) -> ScoreLoop<'x> {
         ScoreLoop {
-            exec,
+            x,
             streams,
+            slots: vec![SlotUse::default(); ready.len()],
             ready,
-            slots: vec![SlotUse::default(); slots],
             sent: Vec::new(),
             argmins: Vec::new(),
             iteration_of: HashMap::new(),
@@ -179,18 +372,8 @@ impl<'r> ScoreLoop<'r> {
         }
     }
 
-    /// A loop issued through `p` on the rig's streams; the argmins run
-    /// with `state` (its slot book, its score views).
-    pub(super) fn on_gpu(rig: &'r CallbackRig, mut p: Runner<'r>, state: Arc<RunState>) -> Result<ScoreLoop<'r>> {
-        let streams = [p.stream(rig.stream(On::Compute), On::Compute.name()), p.stream(rig.stream(On::Callback), On::Callback.name())];
-        let slots = rig.slots();
-        let ready = (0..slots).map(|_| p.event()).collect::<Result<Vec<_>>>()?;
-        let live = Live { rig, p: Some(p), state, leases: (0..slots).map(|_| None).collect(), worker: None, waiter: None };
-        Ok(ScoreLoop::new(Exec::Gpu(Box::new(live)), streams, ready, slots))
-    }
-
     /// Runs `iteration` for iterations `0..n`.
-    pub fn run(&mut self, n: usize, iteration: &dyn Fn(&mut ScoreLoop<'r>, usize) -> Result<()>) -> Result<()> {
+    fn run(&mut self, n: usize, iteration: Iteration) -> Result<()> {
         for t in 0..n {
             self.t = t;
             iteration(self, t)?;
@@ -215,22 +398,18 @@ impl<'r> ScoreLoop<'r> {
         *s = SlotUse { lease: Some(t), last_reader: s.last_reader, device_holds: s.device_holds, host_holds: s.host_holds, ..SlotUse::default() };
         Slot(index)
     }
-    /// The iteration whose scores `slot` holds, now handed to `reader`. An
-    /// unordered reader is refused on the GPU (there the race would be
-    /// real) and named on the model, where the schedule finds its race.
-    fn hand_out(&mut self, slot: Slot, reader: Reader) -> Result<usize> {
+    /// The iteration whose scores `slot` holds, now handed to `reader`,
+    /// and why that reader is not ordered after the slot's D2H, if it is
+    /// not (kept to name the race the dry run's schedule finds).
+    fn hand_out(&mut self, slot: Slot, reader: Reader) -> Result<(usize, Option<String>)> {
         let s = self.slot(slot)?;
         let t = s.lease.ok_or_else(|| handed_out(slot))?;
-        if let Some(why) = s.order.missing(reader, slot, t) {
-            match self.exec {
-                Exec::Gpu(_) => return Err(LabError::schedule(why)),
-                Exec::Model(_) => {
-                    self.unordered.insert(t, why);
-                }
-            }
+        let unordered = s.order.missing(reader, slot, t);
+        if let Some(why) = &unordered {
+            self.unordered.insert(t, why.clone());
         }
         self.slots[slot.0].lease = None;
-        Ok(t)
+        Ok((t, unordered))
     }
     fn note(&mut self, id: OpId, t: usize) -> OpId {
         self.iteration_of.insert(id, t);
@@ -255,10 +434,6 @@ impl<'r> ScoreLoop<'r> {
         self.slots[s].last_reader = Some(id);
         self.argmins.push((id, t, on));
     }
-    /// The slot's pinned scores, as the argmin reads them.
-    fn read_of(slot: Slot) -> Vec<Access> {
-        vec![Access::read(&slot.scores(true), 0, 1)]
-    }
 
     // ---- the vocabulary --------------------------------------------------
 
@@ -268,53 +443,29 @@ impl<'r> ScoreLoop<'r> {
             let uncopied: Vec<(usize, usize)> = self.slots.iter().enumerate().filter(|(_, s)| !s.copied).filter_map(|(i, s)| s.lease.map(|u| (i, u))).collect();
             return Err(super::slots::no_slot_ever(t, &uncopied));
         }
-        let i = match &mut self.exec {
-            Exec::Gpu(live) => {
-                let start = live.state.now_us();
-                let lease = live.state.book.take(t)?;
-                let end = live.state.now_us();
-                if end - start > 2.0 {
-                    live.state.span(work::MAIN_LANE, format!("wait for a slot ({t})"), start, end);
-                }
-                let i = lease.slot;
-                live.leases[i] = Some(lease);
-                i
-            }
-            // A never-used slot, else the one whose argmin was issued first
-            // (the readers finish in issue order).
-            Exec::Model(_) => {
-                let free = (0..self.slots.len()).filter(|&i| self.slots[i].lease.is_none());
-                free.min_by_key(|&i| self.slots[i].last_reader.map_or((0, 0), |r| (1, r))).expect("a slot is free")
-            }
-        };
+        // With nothing run, the slot that comes back first: a never-used
+        // one, else the one whose argmin was issued first (the readers
+        // finish in issue order). On a GPU the slot book says which.
+        let free = (0..self.slots.len()).filter(|&i| self.slots[i].lease.is_none());
+        let first_back = free.min_by_key(|&i| self.slots[i].last_reader.map_or((0, 0), |r| (1, r))).expect("a slot is free");
+        let i = self.x.lab_call(SlotCall::Free { t }, first_back)?;
+        self.slot(Slot(i))?;
         // The loop got the slot back from its last reader.
         if let Some(reader) = self.slots[i].last_reader {
-            match &mut self.exec {
-                Exec::Gpu(live) => live.p().learns(MAIN_THREAD, reader),
-                Exec::Model(dry) => dry.learns(MAIN_THREAD, reader),
-            }
+            self.x.learns(MAIN_THREAD, reader);
         }
         Ok(self.lease(i, t))
     }
     /// Slot `index` at once, free or not: what `buffers[t % n]` does.
     pub fn slot_at(&mut self, index: usize, t: usize) -> Result<Slot> {
         self.slot(Slot(index))?;
-        if let Exec::Gpu(live) = &mut self.exec {
-            live.leases[index] = Some(live.state.book.take_at(index, t)?);
-        }
-        Ok(self.lease(index, t))
+        let i = self.x.lab_call(SlotCall::At { index, t }, index)?;
+        Ok(self.lease(i, t))
     }
     /// Enqueues `row_dot` of query `t` into the slot's device scores.
     pub fn row_dot(&mut self, on: On, t: usize, slot: Slot) -> Result<()> {
         self.slot(slot)?;
-        let s = self.stream(on);
-        let id = match &mut self.exec {
-            Exec::Gpu(live) => {
-                let rig = live.rig;
-                rig.row_dot_op(live.p(), s, t, slot)?
-            }
-            Exec::Model(dry) => dry.op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)])?,
-        };
+        let id = self.x.lab_op(self.stream(on), ScoreOp::RowDot { t, slot })?;
         self.note(id, t);
         self.slots[slot.0].device_holds = Some(t);
         Ok(())
@@ -322,17 +473,7 @@ impl<'r> ScoreLoop<'r> {
     /// Enqueues the D2H of the slot's scores into its pinned memory.
     pub fn d2h_scores(&mut self, on: On, slot: Slot) -> Result<()> {
         let t = self.slot(slot)?.lease.unwrap_or(self.t);
-        let s = self.stream(on);
-        let id = match &mut self.exec {
-            Exec::Gpu(live) => {
-                let rig = live.rig;
-                rig.d2h_op(live.p(), s, t, slot)?
-            }
-            Exec::Model(dry) => {
-                let acc = vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)];
-                dry.op(s, OpKind::D2h, &format!("D2H scores {t}"), acc)?
-            }
-        };
+        let id = self.x.lab_op(self.stream(on), ScoreOp::D2h { t, slot })?;
         self.note(id, t);
         let u = &mut self.slots[slot.0];
         (u.order, u.host_holds, u.copied) = (SlotOrder::d2h(on), Some(u.device_holds), true);
@@ -342,59 +483,30 @@ impl<'r> ScoreLoop<'r> {
     pub fn record_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
         self.slot(slot)?;
         self.slots[slot.0].order.record(on);
-        let (e, s) = (self.ready[slot.0], self.stream(on));
-        match &mut self.exec {
-            Exec::Gpu(live) => live.p().record(e, s),
-            Exec::Model(dry) => dry.record(e, s),
-        }
+        self.x.record(self.ready[slot.0], self.stream(on))
     }
     /// Makes `on` wait for the slot's "scores ready" event.
     pub fn wait_scores_ready(&mut self, on: On, slot: Slot) -> Result<()> {
         self.slot(slot)?;
         self.slots[slot.0].order.wait(on);
-        let (e, s) = (self.ready[slot.0], self.stream(on));
-        match &mut self.exec {
-            Exec::Gpu(live) => live.p().wait(s, e),
-            Exec::Model(dry) => dry.wait(s, e),
-        }
+        self.x.wait(self.stream(on), self.ready[slot.0])
     }
     /// A host function on `on` that does the argmin itself.
     pub fn host_fn_argmin(&mut self, on: On, slot: Slot) -> Result<()> {
         self.sent.push(Sent::To(ArgminOn::HostFn(on)));
-        let t = self.hand_out(slot, Reader::HostFn(on))?;
-        let (s, label) = (self.stream(on), format!("argmin {t}"));
-        let id = match &mut self.exec {
-            Exec::Gpu(live) => {
-                let job = live.job(slot)?;
-                let state = live.state.clone();
-                live.p().host_fn(s, &label, Self::read_of(slot), CallbackTask::Argmin { state, job })?
-            }
-            Exec::Model(dry) => dry.host_fn(s, &label, Self::read_of(slot))?,
-        };
+        let (t, unordered) = self.hand_out(slot, Reader::HostFn(on))?;
+        let id = self.x.host_fn(self.stream(on), ScoreOp::Argmin { t, slot, on: ArgminOn::HostFn(on), unordered })?;
         self.argmin_issued(id, slot, t, ArgminOn::HostFn(on));
         Ok(())
     }
     /// A host function on `on` that only hands the argmin to the worker.
     pub fn host_fn_hand_off(&mut self, on: On, slot: Slot) -> Result<()> {
         self.sent.push(Sent::HandOffOn(on));
-        let t = self.hand_out(slot, Reader::HostFn(on))?;
-        let (s, label, argmin) = (self.stream(on), format!("hand-off {t}"), format!("argmin {t}"));
-        let (hand_off, id) = match &mut self.exec {
-            Exec::Gpu(live) => {
-                let to = live.worker_sender()?;
-                let job = live.job(slot)?;
-                let state = live.state.clone();
-                let p = live.p();
-                let hand_off = p.host_fn(s, &label, vec![], CallbackTask::HandOff { state, job, to })?;
-                p.learns(WORKER_THREAD, hand_off);
-                (hand_off, p.on_thread(WORKER_THREAD, &argmin, Self::read_of(slot)))
-            }
-            Exec::Model(dry) => {
-                let hand_off = dry.host_fn(s, &label, vec![])?;
-                dry.learns(WORKER_THREAD, hand_off);
-                (hand_off, dry.on_thread(WORKER_THREAD, &argmin, Self::read_of(slot)))
-            }
-        };
+        let (t, unordered) = self.hand_out(slot, Reader::HostFn(on))?;
+        let hand_off = self.x.host_fn(self.stream(on), ScoreOp::HandOff { t, slot, unordered })?;
+        // The worker gets the job from the hand-off, and reads the slot after it.
+        self.x.learns(WORKER_THREAD, hand_off);
+        let id = self.x.on_thread(WORKER_THREAD, ScoreOp::Argmin { t, slot, on: ArgminOn::Worker, unordered: None })?;
         self.note(hand_off, t);
         self.argmin_issued(id, slot, t, ArgminOn::Worker);
         Ok(())
@@ -402,57 +514,47 @@ impl<'r> ScoreLoop<'r> {
     /// Gives the job to a thread that waits on the "scores ready" event itself.
     pub fn hand_to_waiting_thread(&mut self, slot: Slot) -> Result<()> {
         self.sent.push(Sent::To(ArgminOn::WaitingThread));
-        let t = self.hand_out(slot, Reader::WaitingThread)?;
-        let (e, label) = (self.ready[slot.0], format!("argmin {t}"));
-        let id = match &mut self.exec {
-            Exec::Gpu(live) => {
-                if live.waiter.is_none() {
-                    let gpu = live.rig.gpu.clone();
-                    let p = live.p.as_ref().expect("live");
-                    let ready: Vec<Arc<Event>> = self.ready.iter().map(|&e| p.shared_event(e)).collect::<Result<_>>()?;
-                    let wait: WaitForScores = Box::new(move |lease: &Lease| {
-                        gpu.bind()?;
-                        ready[lease.slot].synchronize()
-                    });
-                    live.waiter = Some(Worker::spawn("event-waiter", work::WAITER_LANE, live.state.clone(), Some(wait))?);
-                }
-                let job = live.job(slot)?;
-                let p = live.p();
-                // The job arrives from the enqueue loop; the thread then waits on the event.
-                p.hands_to(WAITER_THREAD);
-                p.thread_waits(WAITER_THREAD, e);
-                let id = p.on_thread(WAITER_THREAD, &label, Self::read_of(slot));
-                live.waiter.as_ref().expect("just made").sender().send(job).map_err(|_| LabError::Thread("the event-waiting thread is gone".into()))?;
-                id
-            }
-            Exec::Model(dry) => {
-                dry.hands_to(WAITER_THREAD);
-                dry.thread_waits(WAITER_THREAD, e);
-                dry.on_thread(WAITER_THREAD, &label, Self::read_of(slot))
-            }
-        };
+        let (t, unordered) = self.hand_out(slot, Reader::WaitingThread)?;
+        // The job arrives from the enqueue loop; the thread then waits on the event.
+        self.x.hands_to(WAITER_THREAD);
+        self.x.thread_waits(WAITER_THREAD, self.ready[slot.0]);
+        let id = self.x.on_thread(WAITER_THREAD, ScoreOp::Argmin { t, slot, on: ArgminOn::WaitingThread, unordered })?;
         self.argmin_issued(id, slot, t, ArgminOn::WaitingThread);
         Ok(())
     }
 
     // ---- after the loop ----------------------------------------------------
 
-    /// The slots still held after the loop: (slot, iteration, whether
-    /// scores were copied into it). An iteration that took a slot and never
-    /// copied into it, or scores whose argmin never came.
-    fn unfinished(&self) -> Vec<(usize, usize, bool)> {
-        self.slots.iter().enumerate().filter_map(|(i, s)| s.lease.map(|t| (i, t, s.copied))).collect()
+    /// The loop's books; its executor is free again.
+    fn end(self) -> Ended {
+        // The slots still held after the loop: an iteration that took a slot
+        // and never copied into it, or scores whose argmin never came.
+        let unfinished = self.slots.iter().enumerate().filter_map(|(i, s)| s.lease.map(|t| (i, t, s.copied))).collect();
+        Ended { streams: self.streams, argmins: self.argmins, iteration_of: self.iteration_of, unordered: self.unordered, problems: self.problems, unfinished }
     }
-    /// Why a slot was still held, without the iteration (the caller names it).
-    fn unfinished_why((slot, _, copied): (usize, usize, bool)) -> String {
-        if copied {
-            format!("its scores were copied into slot {slot} but no argmin was ever issued")
-        } else {
-            format!("it took slot {slot} and never copied scores into it: the slot stays taken, so fewer are left for the iterations after (an iteration takes one slot)")
+}
+
+/// Why a slot was still held after the loop, without the iteration (the
+/// caller names it): (slot, iteration, whether scores were copied into it).
+fn unfinished_why((slot, _, copied): (usize, usize, bool)) -> String {
+    if copied {
+        format!("its scores were copied into slot {slot} but no argmin was ever issued")
+    } else {
+        format!("it took slot {slot} and never copied scores into it: the slot stays taken, so fewer are left for the iterations after (an iteration takes one slot)")
+    }
+}
+
+impl Ended {
+    /// The lab's name for the stream `op` ran on.
+    fn stream_of(&self, op: &Op) -> &'static str {
+        match op.lane {
+            Lane::Stream(i) if i == self.streams[On::Compute as usize].0 => On::Compute.name(),
+            Lane::Stream(i) if i == self.streams[On::Callback as usize].0 => On::Callback.name(),
+            _ => "another",
         }
     }
 
-    /// A race of the schedule in the lab's words.
+    /// A race of the schedule in the lab's words: the fault and where.
     fn explain(&self, schedule: &Schedule, r: &Race) -> String {
         let (e, l) = (&schedule.ops[r.earlier], &schedule.ops[r.later]);
         let t = |id: OpId| self.iteration_of.get(&id).copied().unwrap_or(0);
@@ -466,57 +568,19 @@ impl<'r> ScoreLoop<'r> {
             ),
             (OpKind::D2h, OpKind::Host) if t(r.earlier) == t(r.later) => self.unordered.get(&t(r.later)).cloned().unwrap_or_else(|| {
                 format!(
-                    "iteration {} read slot {slot} before its scores arrived: its argmin is not ordered after its D2H (record \"scores ready\" on the D2H's stream after it, and wait for it where the argmin runs)",
-                    t(r.later)
+                    "iteration {} read slot {slot} before its scores arrived: its argmin is not ordered after its D2H on the {} stream",
+                    t(r.later),
+                    self.stream_of(e)
                 )
             }),
             (OpKind::D2h, OpKind::Host) => format!("slot {slot} held iteration {}'s scores when iteration {} read it: the slot was reused too early", t(r.earlier), t(r.later)),
             (OpKind::Kernel, OpKind::D2h) => format!(
-                "iteration {} read slot {slot} before its scores arrived: its D2H is not ordered after its row_dot (copy on the stream that computed them, or wait for them)",
-                t(r.later)
+                "iteration {} read slot {slot} before its scores arrived: its D2H on the {} stream is not ordered after its row_dot on the {} stream, so it may copy the slot before the row_dot has written it",
+                t(r.later),
+                self.stream_of(l),
+                self.stream_of(e)
             ),
             _ => r.what.clone(),
         }
-    }
-
-    /// Ends a loop recorded on the model: every problem found, the schedule to time.
-    pub fn finish_on_model(self) -> Result<Recorded> {
-        let Exec::Model(dry) = &self.exec else {
-            return Err(LabError::config("this loop ran on a GPU, not on the model"));
-        };
-        let races: Vec<String> = dry.schedule.races().iter().map(|r| self.explain(&dry.schedule, r)).collect();
-        let unfinished = self.unfinished().into_iter().map(|u| format!("iteration {}: {}", u.1, Self::unfinished_why(u)));
-        let mut problems = self.problems.clone();
-        problems.extend(unfinished);
-        problems.extend(races);
-        match self.exec {
-            Exec::Model(dry) => Ok(Recorded { schedule: dry.schedule, argmins: self.argmins, problems }),
-            Exec::Gpu(_) => Err(LabError::config("this loop ran on a GPU, not on the model")),
-        }
-    }
-
-    /// Ends a loop issued on the GPU: waits for the GPU (every host
-    /// function has run: a hand-off may still be on its way to the
-    /// worker), then for the threads; jobs never handed out give their
-    /// slots back with the reason. The problems found in issue order and
-    /// the run's races come back beside the run.
-    pub(super) fn finish_on_gpu(mut self) -> Result<(Run, Vec<String>)> {
-        let unfinished = self.unfinished();
-        let Exec::Gpu(live) = &mut self.exec else {
-            return Err(LabError::config("this loop ran on the model, not on a GPU"));
-        };
-        let run = live.p.take().expect("finished once").finish()?;
-        for w in [live.worker.take(), live.waiter.take()].into_iter().flatten() {
-            w.join()?;
-        }
-        for u in unfinished {
-            if let Some(lease) = live.leases[u.0].take() {
-                live.state.drop_job(ArgminJob { lease }, Self::unfinished_why(u));
-            }
-        }
-        live.state.book.wait_all_back()?;
-        let mut problems = self.problems.clone();
-        problems.extend(run.races.iter().map(|r| format!("race: {}", r.what)));
-        Ok((run, problems))
     }
 }

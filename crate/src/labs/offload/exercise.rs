@@ -137,7 +137,7 @@ pub fn check_on_model(r: &OffloadResults, schedule: &dyn Fn(&mut dyn Forward, &T
         rep.problem("the recording holds no batch to judge the schedule at");
         return rep;
     };
-    let mut f = Pass::model(shape, batch, k, Streams { copy_high: true }, Hidden::Fixed);
+    let mut f = Pass::dry_run(shape, batch, k, Streams { copy_high: true }, Hidden::Fixed);
     let task = f.task;
     if rep.learner("your schedule", || schedule(&mut f, &task)).is_none() {
         return rep;

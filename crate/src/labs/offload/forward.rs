@@ -1,20 +1,25 @@
-//! Lab 9's vocabulary, written once over the runner's two executors: a
-//! forward pass speaks of uploading a layer's weights into a slot of the
-//! GPU's ring and running a layer from a slot, ordered by events
-//! ([`Forward`]). On a GPU each call becomes an op of a
-//! [`crate::gpu::Runner`] (the upload a copy of the runner's, the layer the
-//! lab's own op: two cuBLAS GEMMs and the ReLU); with no GPU the same calls
-//! are recorded on the runner's dry run, whose schedule the queue model
-//! times. Either way the schedule's race check sees the same ops, and the
-//! pass keeps the lab's own books: which layer each slot holds, which
-//! layers ran in which order, what the CPU waited for.
+//! Lab 9's vocabulary, written once for both executors: a forward pass
+//! speaks of uploading a layer's weights into a slot of the GPU's ring and
+//! running a layer from a slot, ordered by events ([`Forward`]). A [`Pass`]
+//! holds one executor of the vocabulary ([`LabIssue`]) and never asks
+//! which: an upload is the vocabulary's own copy
+//! ([`crate::pipeline::issue::Issue::h2d`]), a layer the lab's own
+//! operation ([`LayerOp`]: two cuBLAS GEMMs and the ReLU, written once).
+//! With no GPU the dry run records them ([`Pass::dry_run`]), and the queue
+//! model times its schedule; on a GPU the runner with the rig's layers
+//! ([`Layers`], [`Pass::live`]) records and runs them. Either way the
+//! schedule's race check sees the same ops, and the pass keeps the lab's
+//! own books: which layer each slot holds, which layers ran in which
+//! order, what the CPU waited for.
 
 use super::rig::{Hidden, LayerWork, OffloadRig};
 use super::Shape;
 use crate::error::{LabError, Result};
-use crate::gpu::{Run, Runner};
+use crate::gpu::runner::{Enqueue, LabOnGpu, LabRunner, NoHostTask};
+use crate::gpu::{Blas, DeviceBuffer, Graph, Run, Runner};
 use crate::pipeline::dry_run::DryRun;
-use crate::pipeline::issue::{DevRef, EventRef, HostRef, Issue, StreamRef};
+use crate::pipeline::issue::{DevRef, EventRef, HostRef, StreamRef};
+use crate::pipeline::lab_op::{LabIssue, LabOp, NoCall};
 use crate::pipeline::op::{Access, OpKind, StreamKind};
 use crate::pipeline::schedule::Schedule;
 use std::sync::Arc;
@@ -96,36 +101,84 @@ impl Books {
     }
 }
 
-/// Which executor the calls become.
-enum Exec<'r> {
-    Gpu(Box<Live<'r>>),
-    Model(Box<DryRun>),
+/// One layer's GEMMs and ReLU, the lab's own operation, written once:
+/// what it is to the schedule here ([`LabOp`]), what a GPU runs for it in
+/// [`Layers`]'s [`LabOnGpu`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerOp {
+    layer: usize,
+    /// The ring slot holding its weights.
+    slot: usize,
+    accesses: Vec<Access>,
 }
 
-/// The GPU side of a pass.
-struct Live<'r> {
-    p: Runner<'r>,
-    rig: RigRefs<'r>,
-    ring: Vec<DevRef>,
-    weights: [HostRef; 2],
+impl LabOp for LayerOp {
+    fn kind(&self) -> OpKind {
+        OpKind::Kernel
+    }
+    fn label(&self) -> String {
+        format!("layer {}", self.layer)
+    }
+    fn accesses(&self) -> Vec<Access> {
+        self.accesses.clone()
+    }
 }
 
-/// The rig's parts a live pass borrows, apart (the host weights are the runner's).
-struct RigRefs<'r> {
-    blas: &'r crate::gpu::Blas,
+/// Lab 9's GPU side: the rig's parts a layer uses (the host weights are
+/// the runner's, for the uploads) and the pass's sizes.
+pub struct Layers<'r> {
+    blas: &'r Blas,
     relu: &'r super::kernel::Relu,
-    ring: &'r [crate::gpu::DeviceBuffer],
-    act: &'r [crate::gpu::DeviceBuffer; 2],
-    hidden: &'r crate::gpu::DeviceBuffer,
+    ring: &'r [DeviceBuffer],
+    act: &'r [DeviceBuffer; 2],
+    /// The hidden activations' buffer; None: each layer takes them from the pool.
+    hidden: Option<&'r DeviceBuffer>,
+    shape: Shape,
+    batch: usize,
 }
 
-/// A forward pass being issued (see the module docs).
-pub struct Pass<'r> {
-    exec: Exec<'r>,
+// SAFETY: a layer's calls touch only the rig's buffers, borrowed for 'r so
+// they outlive the runner, and, with no hidden buffer, one it takes from
+// the pool and frees on its own stream after the calls that use it; its
+// accesses name its slot, both activation buffers and the hidden one
+// (`Pass::layer_accesses`).
+unsafe impl<'r> LabOnGpu<'r> for Layers<'r> {
+    type Op = LayerOp;
+    type Call = NoCall;
+    type Task = NoHostTask;
+
+    fn enqueue(&mut self, op: &LayerOp) -> Result<Enqueue<'r>> {
+        let (ring, act) = (self.ring, self.act);
+        let slot = ring.get(op.slot).ok_or_else(|| LabError::config(format!("layer {}: slot {} is not in the ring", op.layer, op.slot)))?;
+        let work = LayerWork {
+            blas: self.blas,
+            relu: self.relu,
+            shape: self.shape,
+            batch: self.batch,
+            slot,
+            input: &act[op.layer % 2],
+            output: &act[(op.layer + 1) % 2],
+            hidden: self.hidden,
+        };
+        // SAFETY: every buffer stays allocated until the runner has
+        // synchronized (this impl's contract, above).
+        Ok(Box::new(move |st| unsafe { work.enqueue(st) }))
+    }
+}
+
+/// A forward pass being issued (see the module docs), on the executor `X`:
+/// the dry run ([`Pass::dry_run`]) or the runner with the rig's layers
+/// ([`Pass::live`]).
+pub struct Pass<X> {
+    x: X,
     pub task: Task,
     shape: Shape,
     batch: usize,
     hidden: Hidden,
+    /// The ring's slots, as the executor knows them.
+    ring: Vec<DevRef>,
+    /// The weights' two host copies, as the executor knows them (by [`Weights`]).
+    weights: [HostRef; 2],
     pub books: Books,
 }
 
@@ -143,10 +196,10 @@ pub struct Streams {
     pub copy_high: bool,
 }
 
-impl<'r> Pass<'r> {
+impl<'r> Pass<LabRunner<'r, Layers<'r>>> {
     /// A pass on the GPU: the runner `p` (made by the caller: deferring,
     /// capturing), the rig's buffers, `slots` of its ring.
-    pub fn live(mut p: Runner<'r>, rig: &'r mut OffloadRig, batch: usize, slots: usize, streams: Streams, hidden: Hidden) -> Result<Pass<'r>> {
+    pub fn live(mut p: Runner<'r>, rig: &'r mut OffloadRig, batch: usize, slots: usize, streams: Streams, hidden: Hidden) -> Result<Self> {
         if slots == 0 || slots > rig.ring.len() || batch == 0 || batch > rig.max_batch {
             return Err(LabError::config(format!(
                 "a pass of {batch} tokens over {slots} slots: the rig has {} slots and room for {} tokens",
@@ -160,56 +213,51 @@ impl<'r> Pass<'r> {
         let weights = [p.host(pinned, Weights::Pinned.buffer()), p.host(pageable, Weights::Pageable.buffer())];
         let ring_refs = ring[..slots].iter().enumerate().map(|(i, d)| p.device(d, &slot_name(i))).collect();
         let task = Task { layers: shape.layers, slots, copy: copy_ref, compute: compute_ref };
-        let shape = *shape;
-        Ok(Pass {
-            exec: Exec::Gpu(Box::new(Live { p, rig: RigRefs { blas, relu, ring, act, hidden: hid }, ring: ring_refs, weights })),
-            task,
-            shape,
-            batch,
-            hidden,
-            books: Books::new(slots),
-        })
+        let (shape, hid): (Shape, &'r DeviceBuffer) = (*shape, hid);
+        let layers = Layers { blas, relu, ring, act, hidden: (hidden == Hidden::Fixed).then_some(hid), shape, batch };
+        Ok(Pass { x: LabRunner::new(p, layers), task, shape, batch, hidden, ring: ring_refs, weights, books: Books::new(slots) })
     }
 
+    /// Runs the pass's recorded calls and waits for them.
+    pub fn finish(self) -> Result<(Run, Books)> {
+        Ok((self.x.runner.finish()?, self.books))
+    }
+
+    /// Ends a capturing pass: its graph and schedule.
+    pub fn finish_capture(self) -> Result<(Graph, Run, Books)> {
+        let (g, run) = self.x.runner.finish_capture()?;
+        Ok((g, run, self.books))
+    }
+}
+
+impl Pass<DryRun> {
     /// The same pass with no GPU: recorded on the dry run, for the race
     /// check and the queue model.
-    pub fn model(shape: Shape, batch: usize, slots: usize, streams: Streams, hidden: Hidden) -> Pass<'static> {
-        let mut m = DryRun::new();
+    pub fn dry_run(shape: Shape, batch: usize, slots: usize, streams: Streams, hidden: Hidden) -> Pass<DryRun> {
+        let mut dry = DryRun::new();
         // The queue model only orders priorities against each other: any
         // number below the compute stream's 0 is the copy stream's "higher".
-        let copy = m.stream_of(StreamKind::NonBlocking, if streams.copy_high { -5 } else { 0 });
-        let compute = m.stream();
+        let copy = dry.stream_of(StreamKind::NonBlocking, if streams.copy_high { -5 } else { 0 });
+        let compute = dry.stream();
+        // The buffers an upload copies between, in f32 elements as the
+        // vocabulary counts. The dry run follows no values here (the weights
+        // are not the vocabulary's inputs, and may be more elements than it
+        // numbers inputs by; the lab checks a pass's output on the GPU).
+        let layer_elements = shape.layer_bytes() / 4;
+        let weights = [Weights::Pinned, Weights::Pageable].map(|w| dry.host(w.buffer(), shape.layers * layer_elements, false));
+        let ring = (0..slots).map(|i| dry.device(&slot_name(i), layer_elements)).collect();
         let task = Task { layers: shape.layers, slots, copy, compute };
-        Pass { exec: Exec::Model(Box::new(m)), task, shape, batch, hidden, books: Books::new(slots) }
+        Pass { x: dry, task, shape, batch, hidden, ring, weights, books: Books::new(slots) }
     }
 
-    /// The schedule so far.
+    /// The schedule the dry run recorded so far (always there: the Option
+    /// is the shape its callers take).
     pub fn schedule(&self) -> Option<&Schedule> {
-        match &self.exec {
-            Exec::Model(m) => Some(&m.schedule),
-            Exec::Gpu(_) => None,
-        }
+        Some(&self.x.schedule)
     }
+}
 
-    /// Runs a live pass's recorded calls and waits for them.
-    pub fn finish(self) -> Result<(Run, Books)> {
-        match self.exec {
-            Exec::Gpu(live) => Ok((live.p.finish()?, self.books)),
-            Exec::Model(_) => Err(LabError::config("a pass on the model has nothing to run")),
-        }
-    }
-
-    /// Ends a live capturing pass: its graph and schedule.
-    pub fn finish_capture(self) -> Result<(crate::gpu::Graph, Run, Books)> {
-        match self.exec {
-            Exec::Gpu(live) => {
-                let (g, run) = live.p.finish_capture()?;
-                Ok((g, run, self.books))
-            }
-            Exec::Model(_) => Err(LabError::config("a pass on the model has nothing to capture")),
-        }
-    }
-
+impl<X> Pass<X> {
     fn check_slot(&mut self, slot: usize, what: &str) -> Result<()> {
         if slot >= self.task.slots {
             return Err(LabError::config(format!("{what}: slot {slot} is not in the ring (slots 0 to {})", self.task.slots - 1)));
@@ -219,7 +267,7 @@ impl<'r> Pass<'r> {
     }
     fn check_layer(&self, layer: usize, what: &str) -> Result<()> {
         if layer >= self.task.layers {
-            return Err(LabError::config(format!("{what}: the model has layers 0 to {}", self.task.layers - 1)));
+            return Err(LabError::config(format!("{what}: the network has layers 0 to {}", self.task.layers - 1)));
         }
         Ok(())
     }
@@ -234,26 +282,18 @@ impl<'r> Pass<'r> {
     }
 }
 
-impl Forward for Pass<'_> {
+impl<X: LabIssue<LayerOp>> Forward for Pass<X> {
     fn upload(&mut self, s: StreamRef, from: Weights, layer: usize, slot: usize) -> Result<()> {
         let what = format!("upload of layer {layer}");
         self.check_slot(slot, &what)?;
         self.check_layer(layer, &what)?;
-        let lb = self.shape.layer_bytes();
         let label = match from {
             Weights::Pinned => format!("H2D layer {layer}"),
             Weights::Pageable => format!("H2D layer {layer} (pageable)"),
         };
-        match &mut self.exec {
-            Exec::Gpu(live) => {
-                let w = live.weights[from as usize];
-                live.p.h2d(s, live.ring[slot], 0, w, layer * lb, lb, &label)?;
-            }
-            Exec::Model(m) => {
-                let acc = vec![Access::read(from.buffer(), (layer * lb) as u64, ((layer + 1) * lb) as u64), Access::write(&slot_name(slot), 0, lb as u64)];
-                m.op(s, OpKind::H2d, &label, acc)?;
-            }
-        }
+        // In f32 elements, as the vocabulary counts: a layer is 16 d² bytes.
+        let n = self.shape.layer_bytes() / 4;
+        self.x.h2d(s, self.ring[slot], 0, self.weights[from as usize], layer * n, n, &label)?;
         self.books.holds[slot] = Some(layer);
         self.books.uploads += 1;
         if from == Weights::Pageable {
@@ -271,64 +311,26 @@ impl Forward for Pass<'_> {
         }
         self.books.ran.push(layer);
         let accesses = self.layer_accesses(layer, slot);
-        let label = format!("layer {layer}");
-        let (shape, batch, hidden) = (self.shape, self.batch, self.hidden);
-        match &mut self.exec {
-            Exec::Gpu(live) => {
-                let r = &live.rig;
-                let work = LayerWork {
-                    blas: r.blas,
-                    relu: r.relu,
-                    shape,
-                    batch,
-                    slot: &r.ring[slot],
-                    input: &r.act[layer % 2],
-                    output: &r.act[(layer + 1) % 2],
-                    hidden: (hidden == Hidden::Fixed).then_some(r.hidden),
-                };
-                // SAFETY: the layer touches only the rig's buffers (and a
-                // pooled buffer it frees on its own stream), which outlive
-                // the runner; `accesses` names all of them but the pooled one.
-                unsafe { live.p.op(s, OpKind::Kernel, &label, accesses, move |st| work.enqueue(st)) }?;
-            }
-            Exec::Model(m) => {
-                m.op(s, OpKind::Kernel, &label, accesses)?;
-            }
-        }
+        self.x.lab_op(s, LayerOp { layer, slot, accesses })?;
         Ok(())
     }
 
     fn event(&mut self) -> Result<EventRef> {
-        match &mut self.exec {
-            Exec::Gpu(live) => live.p.event(),
-            Exec::Model(m) => m.event(),
-        }
+        self.x.event()
     }
     fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
-        match &mut self.exec {
-            Exec::Gpu(live) => live.p.record(e, s),
-            Exec::Model(m) => m.record(e, s),
-        }
+        self.x.record(e, s)
     }
     fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
-        match &mut self.exec {
-            Exec::Gpu(live) => live.p.wait(s, e),
-            Exec::Model(m) => m.wait(s, e),
-        }
+        self.x.wait(s, e)
     }
     fn host_wait(&mut self, e: EventRef) -> Result<()> {
         self.books.host_waits += 1;
-        match &mut self.exec {
-            Exec::Gpu(live) => live.p.host_wait(e),
-            Exec::Model(m) => m.host_wait(e),
-        }
+        self.x.host_wait(e)
     }
     fn host_sync(&mut self, s: StreamRef) -> Result<()> {
         self.books.host_waits += 1;
-        match &mut self.exec {
-            Exec::Gpu(live) => live.p.host_sync(s),
-            Exec::Model(m) => m.host_sync(s),
-        }
+        self.x.host_sync(s)
     }
 }
 
@@ -411,16 +413,53 @@ pub struct Costs {
     pub layer: f64,
 }
 
-impl Pass<'_> {
-    /// The queue model's time for this pass (recorded on the model), ms.
+impl Pass<DryRun> {
+    /// The queue model's time for this pass (recorded on the dry run), ms.
     pub fn predicted_ms(&self, costs: Costs, machine: crate::pipeline::machine::Machine) -> Result<f64> {
-        let s = self.schedule().ok_or_else(|| LabError::config("only a pass on the model is predicted"))?;
-        let times = crate::pipeline::predict::predict(s, machine, |op| match op.kind {
+        let times = crate::pipeline::predict::predict(&self.x.schedule, machine, |op| match op.kind {
             OpKind::H2d if op.label.ends_with("(pageable)") => costs.h2d_pageable,
             OpKind::H2d => costs.h2d,
             OpKind::Kernel => costs.layer,
             _ => 0.0,
         });
         Ok(times.iter().map(|t| t.1).fold(0.0, f64::max))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_on_the_dry_run_records_what_each_upload_and_layer_touches() {
+        let shape = Shape { layers: 3, d: 64 };
+        let mut f = Pass::dry_run(shape, 8, 2, Streams { copy_high: true }, Hidden::Fixed);
+        let task = f.task;
+        ring(&mut f, &task).unwrap();
+        let lb = shape.layer_bytes() as u64;
+        let s = f.schedule().expect("a dry run records");
+        let up = s.ops.iter().find(|o| o.label == "H2D layer 2").unwrap();
+        assert_eq!(up.kind, OpKind::H2d);
+        assert_eq!(up.accesses, [Access::read("weights (pinned)", 2 * lb, 3 * lb), Access::write("ring slot 0", 0, lb)]);
+        let layer = s.ops.iter().find(|o| o.label == "layer 1").unwrap();
+        assert_eq!(layer.kind, OpKind::Kernel);
+        assert_eq!(layer.accesses[..3], [Access::read("ring slot 1", 0, lb), Access::read(ACT[1], 0, 2 * 64 * 8), Access::write(ACT[0], 0, 2 * 64 * 8)]);
+        assert!(s.races().is_empty(), "{:?}", s.races());
+        assert_eq!((f.books.ran.as_slice(), f.books.uploads), ([0, 1, 2].as_slice(), 3));
+    }
+
+    #[test]
+    fn the_dry_run_uploads_a_network_of_more_elements_than_it_numbers_inputs_by() {
+        // 96 layers of d = 8192: 96 GiB of weights, 25.8 billion f32 elements.
+        let shape = Shape { layers: 96, d: 8192 };
+        let mut f = Pass::dry_run(shape, 64, 2, Streams { copy_high: false }, Hidden::Pool);
+        let (copy, compute) = (f.task.copy, f.task.compute);
+        f.upload(copy, Weights::Pageable, 95, 1).unwrap();
+        f.layer(compute, 95, 1).unwrap();
+        let s = f.schedule().expect("a dry run records");
+        let lb = shape.layer_bytes() as u64;
+        assert_eq!(s.ops[0].accesses[0], Access::read("weights (pageable)", 95 * lb, 96 * lb));
+        assert_eq!(s.ops[1].accesses.len(), 3, "no hidden buffer: the pool's is the layer's own");
+        assert!(!s.races().is_empty(), "the layer did not wait for its upload");
     }
 }

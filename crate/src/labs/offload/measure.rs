@@ -265,7 +265,7 @@ impl<'a> Sweep<'a> {
 
 /// The queue model's time for `v` over `batch` tokens, ms.
 pub fn predicted_ms(shape: Shape, batch: usize, ring: usize, v: Variant, costs: Costs, machine: Machine) -> Result<f64> {
-    let mut f = Pass::model(shape, batch, v.slots(ring), v.streams(), v.hidden());
+    let mut f = Pass::dry_run(shape, batch, v.slots(ring), v.streams(), v.hidden());
     let task = f.task;
     v.pass(&mut f as &mut dyn Forward, &task)?;
     f.predicted_ms(costs, machine)
