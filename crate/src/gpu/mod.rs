@@ -263,8 +263,12 @@ pub struct Stream {
     priority: i32,
 }
 
-// SAFETY: CUDA stream handles may be used from any thread of the process.
+// SAFETY: a CUDA stream handle may be used from any thread of the process,
+// by several at once (the driver serializes calls on one stream); the
+// handle is only destroyed by `Drop`, when no borrow is left.
 unsafe impl Send for Stream {}
+// SAFETY: as for Send: `&Stream` only enqueues to the handle or waits on
+// it, which the driver allows from any thread at once.
 unsafe impl Sync for Stream {}
 
 impl Stream {
@@ -359,29 +363,38 @@ impl Stream {
     }
     /// Fills `buf` with the 32-bit word `value` (to poison it) and waits.
     pub fn fill_u32(&self, buf: &DeviceBuffer, value: u32) -> Result<()> {
-        self.fill_span_u32(buf.span(), value)
+        // SAFETY: the span is all of `buf`, borrowed until this returns.
+        unsafe { self.fill_span_u32(buf.span(), value) }
     }
-    /// As [`Stream::fill_u32`], over device memory the caller keeps alive
-    /// until this returns (a module's variable, a buffer's span).
-    pub(crate) fn fill_span_u32(&self, span: DeviceSpan, value: u32) -> Result<()> {
+    /// As [`Stream::fill_u32`], over any span of device memory.
+    ///
+    /// # Safety
+    /// The span's memory stays allocated until this returns (it waits for
+    /// the fill).
+    pub(in crate::gpu) unsafe fn fill_span_u32(&self, span: DeviceSpan, value: u32) -> Result<()> {
         // The memset goes to the current context: the stream's.
         self.gpu.bind()?;
-        // SAFETY: the range is exactly the span, which the caller keeps
-        // alive until the synchronize below.
-        unsafe { driver::memset_d32_async(span.ptr, value, span.bytes / 4, self.raw) }?;
-        self.synchronize()
+        // SAFETY: the range is exactly the span, allocated until the
+        // synchronize below (# Safety); the stream is `self`'s, live.
+        let queued = unsafe { driver::memset_d32_async(span.ptr, value, span.bytes / 4, self.raw) };
+        self.synchronize()?;
+        queued
     }
-    /// The first `words` 64-bit words of device memory the caller keeps
-    /// alive until this returns, read back and waited for (small untimed
-    /// reads: a module's variables).
-    pub(crate) fn read_words(&self, span: DeviceSpan, words: usize) -> Result<Vec<u64>> {
+    /// The first `words` 64-bit words of a span of device memory, read back
+    /// and waited for (small untimed reads: a module's variables).
+    ///
+    /// # Safety
+    /// The span's memory stays allocated until this returns (it waits for
+    /// the copy).
+    pub(in crate::gpu) unsafe fn read_words(&self, span: DeviceSpan, words: usize) -> Result<Vec<u64>> {
         if words * 8 > span.bytes {
             return Err(LabError::config(format!("reading {words} words from {} bytes of device memory", span.bytes)));
         }
         let mut v = vec![0u64; words];
         if words > 0 {
-            // SAFETY: `v` holds `words` words and lives past the synchronize;
-            // the span is live (caller) and at least that long (checked).
+            // SAFETY: `v` holds `words` words and lives past the synchronize,
+            // and nothing reads it before; the span is allocated until this
+            // returns (# Safety) and at least that long (checked).
             let queued = unsafe { driver::memcpy_dtoh_async(v.as_mut_ptr() as *mut std::ffi::c_void, span.ptr, words * 8, self.raw) };
             self.synchronize()?;
             queued?;
@@ -408,8 +421,11 @@ pub struct Event {
     gpu: Gpu,
 }
 
-// SAFETY: event handles may be used from any thread of the process.
+// SAFETY: a CUDA event handle may be used from any thread of the process
+// (records, waits and queries are thread-safe in the driver); it is only
+// destroyed by `Drop`.
 unsafe impl Send for Event {}
+// SAFETY: as for Send: `&Event` only records, waits on or queries it.
 unsafe impl Sync for Event {}
 
 impl Event {
@@ -444,8 +460,11 @@ pub struct DeviceBuffer {
     gpu: Gpu,
 }
 
-// SAFETY: a device address is a plain number; access is ordered by streams.
+// SAFETY: a device address is a plain number the host never dereferences;
+// the memory is reached only through enqueued GPU work (ordered by streams)
+// and freed only by `Drop`.
 unsafe impl Send for DeviceBuffer {}
+// SAFETY: as for Send: `&DeviceBuffer` gives out only its address and size.
 unsafe impl Sync for DeviceBuffer {}
 
 impl DeviceBuffer {
@@ -459,7 +478,10 @@ impl DeviceBuffer {
     pub(crate) fn ptr(&self) -> driver::CUdeviceptr {
         self.ptr
     }
-    pub(crate) fn span(&self) -> DeviceSpan {
+    /// Where it is and how big, for the enqueues that take spans (each an
+    /// `unsafe fn` whose caller keeps the buffer allocated until the GPU
+    /// ran it).
+    pub fn span(&self) -> DeviceSpan {
         DeviceSpan { ptr: self.ptr, bytes: self.bytes }
     }
 }

@@ -29,6 +29,7 @@ pub(super) struct EventHandle(pub driver::CUevent);
 // SAFETY: event handles may be used from any thread of the process (as
 // `Event`'s own Send and Sync say); the runner keeps the event alive.
 unsafe impl Send for EventHandle {}
+// SAFETY: as for Send: a copy of the handle is all `&EventHandle` gives.
 unsafe impl Sync for EventHandle {}
 
 /// The timing events recorded around an op (a timeline timed by CUDA
