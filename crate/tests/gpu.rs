@@ -1485,7 +1485,12 @@ fn a_captured_gemm_keeps_cublas_on_the_labs_workspace_and_allocates_nothing() {
     // which outlive the runner and the graph.
     unsafe { p.op(lane, OpKind::Kernel, "x · w", accesses, gemm) }.unwrap();
     let (graph, _) = p.finish_capture().unwrap();
-    assert_eq!(graph.memory_nodes(), 0, "the captured product allocates or frees memory in the graph ({} nodes): cuBLAS is not on the lab's workspace", graph.nodes());
+    assert_eq!(
+        graph.memory_nodes(),
+        0,
+        "the captured product allocates or frees memory in the graph ({} nodes): cuBLAS is not on the lab's workspace",
+        graph.nodes()
+    );
     let (free_before, _) = gpu.memory_info().unwrap();
     for replay in 0..3 {
         s3.fill_u32(&dout, 0x7E00_7E00).unwrap();

@@ -25,7 +25,8 @@ impl Graph {
         let started = std::time::Instant::now();
         // SAFETY: `graph` is live (the caller's promise).
         let made = unsafe { driver::graph_node_types(graph) }.and_then(|node_types| {
-            // SAFETY: as above.
+            // SAFETY: `graph` is still live and owned here; the executable
+            // graph made from it is owned by the `Graph` returned.
             unsafe { driver::graph_instantiate(graph) }.map(|exec| (node_types, exec))
         });
         match made {

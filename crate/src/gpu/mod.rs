@@ -1,6 +1,11 @@
-//! The GPU: the only part of the crate with raw CUDA. Raw driver calls live
-//! in [`driver`] only, each call on a raw handle an `unsafe fn`; the safe
-//! types here own the handles: a device handle, streams, timing events,
+//! The GPU: the only part of the crate with raw CUDA. Raw calls live in
+//! [`driver`] only — the driver's, CUPTI's, cuBLAS's and NCCL's — each call
+//! on a raw handle an `unsafe fn`; the safe types here own the handles. A
+//! function whose soundness rests on its caller (memory the GPU may still
+//! be using when it returns) is an `unsafe fn` whose `# Safety` says what
+//! the caller keeps, and every `unsafe` block says why it is sound where
+//! it is (the crate denies `unsafe_op_in_unsafe_fn` and
+//! `clippy::undocumented_unsafe_blocks`). The types: a device handle, streams, timing events,
 //! device buffers, the four kinds of host memory, the copy primitive every
 //! copy is made of and lab 1's timer for it ([`copy`]), and the
 //! [`Runner`] ([`runner`]), which executes the pipeline vocabulary
@@ -11,8 +16,9 @@
 //! runs the vocabulary's plans on fresh, verified data ([`PlanRig`]);
 //! the stream-ordered memory pool ([`pool`]).
 //! Also the machine's GPUs and the links between them ([`topology`]),
-//! NCCL loaded at run time ([`nccl`]), cuBLAS's half-precision GEMM on a
-//! stream ([`blas`]), the NVRTC kernels' sources
+//! NCCL's communicators and all-reduce ([`nccl`]), cuBLAS's
+//! half-precision GEMM on a stream with the workspace it keeps ([`blas`]),
+//! the NVRTC kernels' sources
 //! ([`kernels`]), a loaded kernel and its launch ([`Module`], on which each
 //! lab builds its own kernels' wrappers in its folder) with the pipelines'
 //! compute kernel ([`ComputeKernel`]), and NVTX ranges ([`trace`]).

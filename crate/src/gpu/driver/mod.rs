@@ -1,9 +1,14 @@
-//! The one module that makes raw CUDA driver calls (cudarc's `sys`/`result`
-//! layers), and the few cuBLAS calls lab 9's GEMMs need (`blas`).
+//! The one module that makes raw calls: the CUDA driver's (cudarc's
+//! `sys`/`result` layers), CUPTI's activity records ([`activity`]), the few
+//! cuBLAS calls lab 9's GEMMs need (`blas_*`) and NCCL's, with the loading
+//! of its library (`nccl_*`, lab 8's all-reduce). Each call on a raw handle
+//! is an `unsafe fn` whose `# Safety` says what its caller keeps (handles
+//! live, memory allocated until the GPU ran the work); a call that is sound
+//! whatever its arguments (a query, a creation) is a plain `fn`.
 //! Everything else in the crate speaks in the safe types of [`crate::gpu`].
 //! Keeping the calls here means a reader can see exactly which driver calls
-//! a lab issues: no hidden event records, no implicit syncs (see
-//! shared/notes/pitfalls.md on cudarc's event tracking).
+//! a lab issues: no hidden event records, no implicit syncs (cudarc's event
+//! tracking is off: see [`open_context`]).
 
 use crate::error::{LabError, Result};
 use crate::units::Bytes;

@@ -132,7 +132,7 @@ impl<'a> What<'a> {
             }
             // SAFETY: both handles are alive (the caller's contract).
             What::Record { stream, event } => unsafe { driver::event_record(event.0, stream.raw()) },
-            // SAFETY: as above.
+            // SAFETY: both handles are alive, as for a record (the caller's contract).
             What::Wait { stream, event } => unsafe { driver::stream_wait_event(stream.raw(), event.0) },
             What::Issue(call) | What::Host { call, .. } | What::Blocking(call) => call(),
             What::OpenGate | What::Restart { .. } => Ok(()),

@@ -132,7 +132,8 @@ impl Exec {
                 }
                 Ok(())
             }
-            // SAFETY: as above.
+            // SAFETY: as above (the runner holds what the command names until
+            // it has synchronized), made from the thread whose stream it is.
             what => self.cpu.run(c.thread, move || unsafe { what.issue() }),
         }
     }

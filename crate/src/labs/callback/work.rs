@@ -86,9 +86,8 @@ impl ScoresView {
             #[cfg(target_arch = "x86_64")]
             let four = std::mem::transmute::<std::arch::x86_64::__m128, Four>(std::ptr::read_volatile(at.add(j) as *const std::arch::x86_64::__m128));
             #[cfg(target_arch = "aarch64")]
-            let four = std::mem::transmute::<std::arch::aarch64::float32x4_t, Four>(std::ptr::read_volatile(
-                at.add(j) as *const std::arch::aarch64::float32x4_t
-            ));
+            let four =
+                std::mem::transmute::<std::arch::aarch64::float32x4_t, Four>(std::ptr::read_volatile(at.add(j) as *const std::arch::aarch64::float32x4_t));
             #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
             let four = std::ptr::read_volatile(at.add(j));
             four
