@@ -5,23 +5,24 @@
 //! be using when it returns) is an `unsafe fn` whose `# Safety` says what
 //! the caller keeps, and every `unsafe` block says why it is sound where
 //! it is (the crate denies `unsafe_op_in_unsafe_fn` and
-//! `clippy::undocumented_unsafe_blocks`). The types: a device handle, streams, timing events,
-//! device buffers, the four kinds of host memory, the copy primitive every
-//! copy is made of and lab 1's timer for it ([`copy`]), and the
-//! [`Runner`] ([`runner`]), which executes the pipeline vocabulary
-//! (`crate::pipeline`) on real streams as operations of one schedule —
-//! recorded first and replayed with nothing between its driver calls, or
-//! made as it comes, or captured into a CUDA [`Graph`]; its streams may
-//! belong to several GPUs, and a copy may cross between them. [`plan`]
-//! runs the vocabulary's plans on fresh, verified data ([`PlanRig`]);
-//! the stream-ordered memory pool ([`pool`]).
-//! Also the machine's GPUs and the links between them ([`topology`]),
-//! NCCL's communicators and all-reduce ([`nccl`]), cuBLAS's
-//! half-precision GEMM on a stream with the workspace it keeps ([`blas`]),
-//! the NVRTC kernels' sources
-//! ([`kernels`]), a loaded kernel and its launch ([`Module`], on which each
-//! lab builds its own kernels' wrappers in its folder) with the pipelines'
-//! compute kernel ([`ComputeKernel`]), and NVTX ranges ([`trace`]).
+//! `clippy::undocumented_unsafe_blocks`).
+//!
+//! The types: a device handle, streams, timing events, device buffers, the
+//! four kinds of host memory, the copy primitive every copy is made of and
+//! lab 1's timer for it ([`copy`]), and the [`Runner`] ([`runner`]), which
+//! executes the pipeline vocabulary (`crate::pipeline`) on real streams as
+//! operations of one schedule — recorded first and replayed with nothing
+//! between its driver calls, or made as it comes, or captured into a CUDA
+//! [`Graph`]; its streams may belong to several GPUs, and a copy may cross
+//! between them. [`plan`] runs the vocabulary's plans on fresh, verified
+//! data ([`PlanRig`]); the stream-ordered memory pool ([`pool`]). Also the
+//! machine's GPUs and the links between them ([`topology`]), NCCL's
+//! communicators and all-reduce ([`nccl`]), cuBLAS's half-precision GEMM
+//! on a stream with the workspace it keeps ([`blas`]), the NVRTC kernels'
+//! sources ([`kernels`]), a loaded kernel and its launch ([`Module`], on
+//! which each lab builds its own kernels' wrappers in its folder) with the
+//! pipelines' compute kernel ([`ComputeKernel`]), and NVTX ranges
+//! ([`trace`]).
 //!
 //! May use: `error`, `pipeline` (the vocabulary it executes), `measure`
 //! (data patterns that prove a copy happened), `units`.
