@@ -55,15 +55,7 @@ fn main() -> overlap_lab::Result<()> {
     // 2. CUPTI kinds (gated, timeline off, tracing enabled around the runs).
     for (name, memcpy, kernel) in [("cupti memcpy+kernel", true, true), ("cupti memcpy only", true, false), ("cupti kernel only", false, true)] {
         driver::activity::start()?;
-        unsafe {
-            use cudarc::cupti::sys::{cuptiActivityDisable, CUpti_ActivityKind as K};
-            if !memcpy {
-                cuptiActivityDisable(K::CUPTI_ACTIVITY_KIND_MEMCPY);
-            }
-            if !kernel {
-                cuptiActivityDisable(K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-            }
-        }
+        driver::activity::record_only(memcpy, kernel)?;
         let mut v = Vec::new();
         for rep in 0..15 {
             let r = sweep.point(c, s, o)?;

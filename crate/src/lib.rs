@@ -11,7 +11,10 @@
 //!   races), the dry run that runs it with no GPU, the queue model that
 //!   predicts it, and timelines. No CUDA.
 //! * [`gpu`]: the only place with raw CUDA ([`gpu::driver`], every call on a
-//!   raw handle an `unsafe fn`); safe types own the handles, the
+//!   raw handle an `unsafe fn`; a function whose soundness rests on its
+//!   caller is an `unsafe fn` with `# Safety`, and every `unsafe` block says
+//!   why it is sound, as `[lints]` in crate/Cargo.toml enforces); safe
+//!   types own the handles, the
 //!   [`gpu::Runner`] executes the vocabulary on real streams, and
 //!   [`gpu::PlanRig`] runs plans on fresh, verified data.
 //! * [`present`]: charts, Gantt timelines, progress.

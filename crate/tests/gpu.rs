@@ -1395,3 +1395,129 @@ fn offload_passes_are_verified_and_the_live_checker_judges_a_schedule() {
     .unwrap();
     assert!(!rep.passed && rep.to_string().contains("one slot of the 3 does all the work"), "{rep}");
 }
+
+/// cuBLAS keeps the lab's workspace: a product captured into a CUDA graph
+/// holds no node that allocates or frees memory, and neither products on
+/// changing streams nor the graph's replays draw anything from the
+/// device's default pool (where cuBLAS takes its default workspace when a
+/// stream change drops ours); every replay's output equals the CPU's. The
+/// pool is the process's, shared by tests that run at once, so the check
+/// runs alone, in a child process of this test binary.
+#[test]
+fn a_captured_gemm_keeps_cublas_on_the_labs_workspace_and_allocates_nothing() {
+    use overlap_lab::gpu::{Blas, MatrixF16, MemPool};
+    use overlap_lab::pipeline::op::{Access, OpKind};
+    const NAME: &str = "a_captured_gemm_keeps_cublas_on_the_labs_workspace_and_allocates_nothing";
+    const ALONE: &str = "OVERLAP_LAB_TEST_ALONE";
+    let Some(gpu) = gpu_or_skip(NAME) else {
+        return;
+    };
+    if std::env::var_os(ALONE).is_none() {
+        drop(gpu);
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(ALONE, "1")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        println!("{text}");
+        assert!(out.status.success() && text.contains("1 passed"), "the check alone in a child process failed:\n{text}");
+        return;
+    }
+    // A long inner dimension and few outputs: the shape cuBLAS splits
+    // along k, summing partial products in its workspace. Entries -1, 0 or
+    // 1: each sum is an integer the FP32 accumulation holds exactly, so the
+    // FP16 output is that sum rounded once, as the CPU rounds it.
+    let (n, k, m) = (64usize, 16384usize, 64usize);
+    let seed = pattern::fresh_seed();
+    let int = |i: usize| (pattern::word(seed, i as u64) % 3) as f32 - 1.0;
+    let x: Vec<f32> = (0..n * k).map(int).collect();
+    let w: Vec<f32> = (0..k * m).map(|i| int(n * k + i)).collect();
+    let want: Vec<f32> = (0..n * m).map(|i| half::f16::from_f32((0..k).map(|j| x[i / m * k + j] * w[j * m + i % m]).sum()).to_f32()).collect();
+    let halves = |v: &[f32], words: &mut [u64]| {
+        for (i, &f) in v.iter().enumerate() {
+            words[i / 4] |= (half::f16::from_f32(f).to_bits() as u64) << (16 * (i % 4));
+        }
+    };
+    let (xb, wb, ob) = (n * k * 2, k * m * 2, n * m * 2);
+    let (mut hx, mut hw, mut ho) = (PinnedBuffer::new(&gpu, xb).unwrap(), PinnedBuffer::new(&gpu, wb).unwrap(), PinnedBuffer::new(&gpu, ob).unwrap());
+    hx.words_mut().fill(0);
+    hw.words_mut().fill(0);
+    halves(&x, hx.words_mut());
+    halves(&w, hw.words_mut());
+    let (dx, dw, dout) = (gpu.alloc(xb).unwrap(), gpu.alloc(wb).unwrap(), gpu.alloc(ob).unwrap());
+    let (s1, s2, s3) = (gpu.stream().unwrap(), gpu.stream().unwrap(), gpu.stream().unwrap());
+    s1.upload(&dx, &hx, xb).unwrap();
+    s1.upload(&dw, &hw, wb).unwrap();
+    let xm = MatrixF16 { span: dx.span(), at: 0, rows: n, cols: k };
+    let wm = MatrixF16 { span: dw.span(), at: 0, rows: k, cols: m };
+    let om = MatrixF16 { span: dout.span(), at: 0, rows: n, cols: m };
+    let mut check = |what: &str, s: &overlap_lab::gpu::Stream| {
+        s.download(&mut ho, &dout, ob).unwrap();
+        for (i, &want) in want.iter().enumerate() {
+            let got = half::f16::from_bits((ho.words()[i / 4] >> (16 * (i % 4))) as u16).to_f32();
+            assert_eq!(got, want, "{what}: element ({}, {}) of x · w", i / m, i % m);
+        }
+    };
+
+    let blas = Blas::new(&gpu).unwrap();
+    let pool = MemPool::default_of(&gpu).unwrap();
+    pool.reset_high_water().unwrap();
+    let before = pool.usage().unwrap();
+    // Products on two streams, one after the other: each sets its stream,
+    // which would drop the workspace were it not given back.
+    for (what, s) in [("a product on stream 1", &s1), ("a product on stream 2", &s2)] {
+        s.fill_u32(&dout, 0x7E00_7E00).unwrap();
+        // SAFETY: the buffers outlive the product, waited for by the download in `check`.
+        unsafe { blas.matmul_f16(s, om, xm, wm) }.unwrap();
+        check(what, s);
+    }
+    // The same product captured into a graph on stream 3.
+    let mut p = gpu.capture_runner().unwrap();
+    let lane = p.stream(&s3, "gemm");
+    let gemm = |st: &overlap_lab::gpu::Stream| {
+        // SAFETY: the buffers outlive the graph, whose launches are each
+        // waited for before the next use of the output.
+        unsafe { blas.matmul_f16(st, om, xm, wm) }
+    };
+    let accesses = vec![Access::read("x", 0, xb as u64), Access::read("w", 0, wb as u64), Access::write("out", 0, ob as u64)];
+    // SAFETY: the product touches only x, w and out, named in the accesses,
+    // which outlive the runner and the graph.
+    unsafe { p.op(lane, OpKind::Kernel, "x · w", accesses, gemm) }.unwrap();
+    let (graph, _) = p.finish_capture().unwrap();
+    assert_eq!(
+        graph.memory_nodes(),
+        0,
+        "the captured product allocates or frees memory in the graph ({} nodes): cuBLAS is not on the lab's workspace",
+        graph.nodes()
+    );
+    let (free_before, _) = gpu.memory_info().unwrap();
+    for replay in 0..3 {
+        s3.fill_u32(&dout, 0x7E00_7E00).unwrap();
+        // SAFETY: the graph touches x, w and out, which outlive it; the
+        // download in `check` waits for the launch before the next use.
+        unsafe { graph.launch(&s3) }.unwrap();
+        check(&format!("replay {replay}"), &s3);
+        // A product on another stream between replays changes the handle's stream again.
+        s1.fill_u32(&dout, 0x7E00_7E00).unwrap();
+        // SAFETY: as for the products above.
+        unsafe { blas.matmul_f16(&s1, om, xm, wm) }.unwrap();
+        check(&format!("the product on stream 1 after replay {replay}"), &s1);
+    }
+    let (free_after, _) = gpu.memory_info().unwrap();
+    let high = pool.high_water().unwrap();
+    println!(
+        "graph of {} nodes, none allocating; default pool: used {} B before, at most {} B since; free device memory {} B before the replays, {} B after",
+        graph.nodes(),
+        before.used,
+        high.used,
+        free_before,
+        free_after
+    );
+    assert!(
+        high.used <= before.used,
+        "cuBLAS drew {} B from the default pool (used {} B before the first product): it is not on the lab's workspace",
+        high.used - before.used,
+        before.used
+    );
+}

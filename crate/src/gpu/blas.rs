@@ -3,27 +3,40 @@
 //! row-major matrices ([`Blas::matmul_f16`]). cuBLAS is loaded at run time
 //! like the driver (cudarc's `cublas` feature); a machine without it gets
 //! an error that says so, never a panic.
+//!
+//! The workspace is the lab's, and stays so: `cublasSetStream` puts a
+//! handle back on cuBLAS's default workspace pool (memory cuBLAS takes
+//! from the stream-ordered pool as it goes, which a CUDA graph would then
+//! hold as allocations), so every product sets the stream and then the
+//! workspace again, as PyTorch does per handle and stream.
 
 use super::{driver, DeviceBuffer, DeviceSpan, Gpu, Stream};
 use crate::error::{LabError, Result};
 use std::sync::Mutex;
 
-/// What cuBLAS keeps as scratch for its GEMMs: given to it up front, so a
-/// GEMM captured into a CUDA graph never asks for memory.
-const WORKSPACE_BYTES: usize = 32 << 20;
+/// What cuBLAS keeps as scratch for its GEMMs (cuBLAS's recommended size on
+/// Hopper): given to it up front and kept, so a product never asks for
+/// memory (nor does a graph that captured one), and a GPU budget can count
+/// it.
+pub const WORKSPACE_BYTES: usize = 32 << 20;
 
 /// A cuBLAS handle on one GPU, with its workspace.
 pub struct Blas {
-    /// The handle; the lock makes its "set the stream, then call" one step
-    /// (a cuBLAS handle is not meant for two threads at once).
+    /// The handle; the lock makes its "set the stream, give it back its
+    /// workspace, then call" one step (a cuBLAS handle is not meant for two
+    /// threads at once).
     handle: Mutex<driver::cublasHandle_t>,
-    _workspace: DeviceBuffer,
+    /// The scratch every product uses ([`WORKSPACE_BYTES`]).
+    workspace: DeviceBuffer,
     gpu: Gpu,
     version: i32,
 }
 
-// SAFETY: the handle is used only under its lock, one call at a time.
+// SAFETY: cuBLAS lets a handle move between threads; every call on it is
+// made under its lock, so one thread at a time uses it (what makes sharing
+// `&Blas` across threads sound too).
 unsafe impl Send for Blas {}
+// SAFETY: as for Send: `&Blas` reaches the handle only through its lock.
 unsafe impl Sync for Blas {}
 
 /// A row-major FP16 matrix in device memory: `rows` x `cols` from byte `at`
@@ -69,19 +82,21 @@ impl Blas {
         gpu.bind()?;
         let workspace = gpu.alloc(WORKSPACE_BYTES)?;
         let handle = driver::blas_create()?;
-        // SAFETY: the handle was just made; the workspace lives as long as `Blas`.
-        let set = unsafe { driver::blas_set_workspace(handle, workspace.ptr(), WORKSPACE_BYTES) }.and_then(|()| {
-            // SAFETY: as above.
-            unsafe { driver::blas_version(handle) }
-        });
-        match set {
-            Ok(version) => Ok(Blas { handle: Mutex::new(handle), _workspace: workspace, gpu: gpu.clone(), version }),
+        // SAFETY: the handle was just made and nothing else has it.
+        match unsafe { driver::blas_version(handle) } {
+            Ok(version) => Ok(Blas { handle: Mutex::new(handle), workspace, gpu: gpu.clone(), version }),
             Err(e) => {
-                // SAFETY: made above and used by nothing else.
+                // SAFETY: made above, used by nothing else, destroyed once.
                 let _ = unsafe { driver::blas_destroy(handle) };
                 Err(e)
             }
         }
+    }
+
+    /// The bytes of device memory cuBLAS uses as scratch: the workspace
+    /// it is given, and keeps ([`WORKSPACE_BYTES`]).
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace.bytes()
     }
 
     /// cuBLAS's version as "13.0.1".
@@ -92,7 +107,9 @@ impl Blas {
 
     /// Enqueues `out = x · w` on `stream`: `x` is n x k, `w` k x m, `out`
     /// n x m, all row-major FP16, summed in FP32 (cublasGemmEx). Shapes
-    /// that disagree or do not fit their buffers are refused.
+    /// that disagree or do not fit their buffers are refused. Its scratch
+    /// is the handle's one workspace: products on two streams must not run
+    /// at once (order them with an event), or their scratch collides.
     ///
     /// # Safety
     /// The three buffers stay allocated until the stream has run the
@@ -113,23 +130,31 @@ impl Blas {
         let handle = self.handle.lock().map_err(|_| LabError::config("cuBLAS's handle was poisoned by a panic"))?;
         // Row-major out (n x m) is column-major outᵀ (m x n) = wᵀ (m x k) · xᵀ (k x n).
         let (n, k, m) = (x.rows as i32, x.cols as i32, w.cols as i32);
-        // SAFETY: the handle is live (owned, under its lock) and the stream
-        // is; every matrix fits its buffer (checked above), and the caller
-        // keeps them allocated until the stream ran the product.
-        unsafe {
-            driver::blas_set_stream(*handle, stream.raw())?;
-            driver::blas_gemm_f16(*handle, (m, n, k), w.addr(), m, x.addr(), k, out.addr(), m)
-        }
+        // SAFETY: the handle is live (owned by `self`, used under its lock)
+        // and so is the stream (borrowed).
+        unsafe { driver::blas_set_stream(*handle, stream.raw()) }?;
+        // Setting the stream put the handle back on cuBLAS's default
+        // workspace pool: ours again, before the product.
+        // SAFETY: the handle is live and locked; the workspace is owned by
+        // `self`, which outlives every product (its drop waits for the GPU
+        // before freeing it).
+        unsafe { driver::blas_set_workspace(*handle, self.workspace.ptr(), self.workspace.bytes()) }?;
+        // SAFETY: the handle is live and locked, on a live stream; every
+        // matrix fits its buffer (checked above), and the caller keeps them
+        // allocated until the stream ran the product (# Safety).
+        unsafe { driver::blas_gemm_f16(*handle, (m, n, k), w.addr(), m, x.addr(), k, out.addr(), m) }
     }
 }
 
 impl Drop for Blas {
     fn drop(&mut self) {
         let _ = self.gpu.bind();
-        if let Ok(h) = self.handle.get_mut() {
-            // SAFETY: owned by `self` and destroyed only here; the streams
-            // that ran its calls were synchronized by their owners.
-            let _ = unsafe { driver::blas_destroy(*h) };
-        }
+        // A product still running uses the workspace, freed right after
+        // this: wait for every stream of the GPU first.
+        let _ = driver::context_synchronize();
+        let h = self.handle.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // SAFETY: owned by `self` and destroyed only here, once; nothing
+        // else can be calling it (`self` is being dropped).
+        let _ = unsafe { driver::blas_destroy(*h) };
     }
 }

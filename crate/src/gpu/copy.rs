@@ -46,10 +46,12 @@ impl RawCopy {
     /// callers wait for the stream before their borrows end).
     pub(super) unsafe fn enqueue(&self, stream: &Stream) -> Result<()> {
         if self.up {
-            // SAFETY: as the caller guarantees.
+            // SAFETY: both ranges live until the copy completed (# Safety);
+            // the stream is live (borrowed).
             unsafe { driver::memcpy_htod_async(self.device, self.host as *const c_void, self.bytes, stream.raw()) }
         } else {
-            // SAFETY: as the caller guarantees.
+            // SAFETY: both ranges live, and the host side untouched, until the
+            // copy completed (# Safety); the stream is live (borrowed).
             unsafe { driver::memcpy_dtoh_async(self.host, self.device, self.bytes, stream.raw()) }
         }
     }
@@ -138,8 +140,17 @@ pub fn plain_copies(gpu: &Gpu, lanes: &mut [PlainLane<'_>], bytes: usize, copies
         // thread 0's calls; the other from a thread of its own.
         let (first, rest) = lanes.split_at_mut(1);
         std::thread::scope(|scope| {
-            let others: Vec<_> = rest.iter_mut().zip(&marks[1..]).map(|(l, (_, end))| scope.spawn(move || issue(gpu, l, end, bytes, copies))).collect();
-            let mut times = vec![issue(gpu, &mut first[0], &marks[0].1, bytes, copies)];
+            let others: Vec<_> = rest
+                .iter_mut()
+                .zip(&marks[1..])
+                .map(|(l, (_, end))| {
+                    // SAFETY: every lane's sizes were checked above, and its
+                    // stream is drained below, before the lanes' borrows end.
+                    scope.spawn(move || unsafe { issue(gpu, l, end, bytes, copies) })
+                })
+                .collect();
+            // SAFETY: as for the others.
+            let mut times = vec![unsafe { issue(gpu, &mut first[0], &marks[0].1, bytes, copies) }];
             times.extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(LabError::Thread("a copy thread panicked".into())))));
             times
         })
@@ -164,13 +175,17 @@ pub fn plain_copies(gpu: &Gpu, lanes: &mut [PlainLane<'_>], bytes: usize, copies
 }
 
 /// One lane's loop of driver calls, then its end event; its host time, ms.
-fn issue(gpu: &Gpu, l: &mut PlainLane<'_>, end: &Event, bytes: usize, copies: usize) -> Result<f64> {
+///
+/// # Safety
+/// The lane's host and device buffers hold at least `bytes`, and its stream
+/// is synchronized before their borrows end.
+unsafe fn issue(gpu: &Gpu, l: &mut PlainLane<'_>, end: &Event, bytes: usize, copies: usize) -> Result<f64> {
     gpu.bind()?;
     let copy = RawCopy { up: l.up, host: l.host.words_mut().as_mut_ptr() as *mut c_void, device: l.device.ptr(), bytes };
     let t = Instant::now();
     for _ in 0..copies {
-        // SAFETY: both ranges hold `bytes` (checked in `plain_copies`) and
-        // are borrowed until it has synchronized the stream.
+        // SAFETY: both ranges hold `bytes` and stay borrowed until the
+        // stream is synchronized (# Safety).
         unsafe { copy.enqueue(l.stream) }?;
     }
     let ms = t.elapsed().as_secs_f64() * 1e3;

@@ -37,7 +37,9 @@ pub fn forced_open() -> bool {
 
 /// The mapped word, as the watchdog thread sees it.
 struct Word(*mut u32);
-// SAFETY: a live mapped word until the watchdog thread is joined (Drop).
+// SAFETY: the pointer is only written (volatile) by the watchdog thread,
+// and the word it points at stays allocated until that thread is joined
+// (`Drop for Gate` joins it before freeing the word).
 unsafe impl Send for Word {}
 
 #[derive(Default)]
@@ -67,7 +69,9 @@ impl Watchdog {
                     s = match s.armed {
                         None => cv.wait(s).unwrap_or_else(|e| e.into_inner()),
                         Some((value, deadline)) if Instant::now() >= deadline => {
-                            // SAFETY: live mapped word (see Word); volatile store.
+                            // SAFETY: the word is allocated until this thread is
+                            // joined (see Word); a volatile store of the value
+                            // `release` would write, which the GPU reads.
                             unsafe { word.0.write_volatile(value) };
                             std::sync::atomic::fence(Ordering::SeqCst);
                             s.armed = None;
@@ -114,7 +118,8 @@ pub(crate) struct Gate {
 }
 
 // SAFETY: the word is written only through &mut self (and by the watchdog
-// with the same value release would write); the GPU only reads it.
+// with the same value release would write); the GPU only reads it; and the
+// context handle is an Arc of cudarc's thread-safe context.
 unsafe impl Send for Gate {}
 
 /// A device's spare gate, so pipelines do not allocate pinned memory each
@@ -135,16 +140,17 @@ impl Gate {
     fn alloc(gpu: &Gpu) -> Result<Gate> {
         gpu.bind()?;
         let host = driver::host_alloc(4096, driver::HOST_ALLOC_MAPPED)? as *mut u32;
-        // SAFETY: mapped pinned memory from host_alloc.
+        // SAFETY: mapped pinned memory from host_alloc, just made.
         let dev = match unsafe { driver::host_device_pointer(host as *mut c_void) } {
             Ok(d) => d,
             Err(e) => {
-                // SAFETY: allocated just above, never used.
+                // SAFETY: allocated just above, freed once, never used by the GPU.
                 let _ = unsafe { driver::host_free(host as *mut c_void) };
                 return Err(e);
             }
         };
-        // SAFETY: live allocation.
+        // SAFETY: a live allocation of 4096 bytes, page-aligned, that nothing
+        // else can reach yet.
         unsafe { host.write_volatile(0) };
         let watchdog = Watchdog::start(Word(host));
         Ok(Gate { host, dev, next: 1, ctx: gpu.ctx.clone(), watchdog })
@@ -169,7 +175,9 @@ impl Gate {
     }
 
     /// Later work on `stream` waits until the next `release` (or, if that
-    /// never comes in time, the watchdog).
+    /// never comes in time, the watchdog). The word the stream waits on
+    /// outlives the wait: the gate opens, and waits for the GPU, before it
+    /// frees it (`Drop`).
     pub(crate) fn hold(&self, stream: &Stream) -> Result<()> {
         if let Some(w) = &self.watchdog {
             let next = self.next;
@@ -179,14 +187,16 @@ impl Gate {
                 }
             });
         }
-        // SAFETY: `self.dev` aliases the gate's mapped word, which the gate
-        // keeps allocated until it is released and put back.
+        // SAFETY: `self.dev` aliases the gate's mapped word, which stays
+        // allocated until every wait on it completed (`Drop` opens the gate
+        // and waits for the GPU first); the stream is live (borrowed).
         unsafe { driver::stream_wait_value_geq(stream.raw(), self.dev, self.next) }
     }
 
     /// Opens the gate for everything held so far.
     pub(crate) fn release(&mut self) {
-        // SAFETY: live mapped word; volatile so the store is not elided.
+        // SAFETY: the gate's live mapped word (freed only by `Drop`);
+        // volatile so the store is not elided: the GPU reads it.
         unsafe { self.host.write_volatile(self.next) };
         std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(w) = &self.watchdog {
@@ -200,9 +210,13 @@ impl Drop for Gate {
     fn drop(&mut self) {
         // The watchdog thread must be gone before the word it writes is freed.
         drop(self.watchdog.take());
+        // Open it for any stream still held (the value only grows), and let
+        // every wait on the word complete before it goes.
+        self.release();
         let _ = driver::bind(&self.ctx);
-        // SAFETY: every stream that waited on it was released (the value only
-        // grows) before any user let go of it.
+        let _ = driver::context_synchronize();
+        // SAFETY: allocated by `alloc`, freed once, here; no wait on it is
+        // left (opened and waited for above) and the watchdog is joined.
         let _ = unsafe { driver::host_free(self.host as *mut c_void) };
     }
 }

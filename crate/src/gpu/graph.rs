@@ -10,7 +10,8 @@ use crate::error::Result;
 pub struct Graph {
     graph: driver::CUgraph,
     exec: driver::CUgraphExec,
-    nodes: usize,
+    /// Each node's type, as the driver numbers it.
+    node_types: Vec<driver::GraphNodeType>,
     instantiate_ms: f64,
     gpu: Gpu,
 }
@@ -23,12 +24,13 @@ impl Graph {
     pub(crate) unsafe fn instantiate(gpu: &Gpu, graph: driver::CUgraph) -> Result<Graph> {
         let started = std::time::Instant::now();
         // SAFETY: `graph` is live (the caller's promise).
-        let made = unsafe { driver::graph_node_count(graph) }.and_then(|nodes| {
-            // SAFETY: as above.
-            unsafe { driver::graph_instantiate(graph) }.map(|exec| (nodes, exec))
+        let made = unsafe { driver::graph_node_types(graph) }.and_then(|node_types| {
+            // SAFETY: `graph` is still live and owned here; the executable
+            // graph made from it is owned by the `Graph` returned.
+            unsafe { driver::graph_instantiate(graph) }.map(|exec| (node_types, exec))
         });
         match made {
-            Ok((nodes, exec)) => Ok(Graph { graph, exec, nodes, instantiate_ms: started.elapsed().as_secs_f64() * 1e3, gpu: gpu.clone() }),
+            Ok((node_types, exec)) => Ok(Graph { graph, exec, node_types, instantiate_ms: started.elapsed().as_secs_f64() * 1e3, gpu: gpu.clone() }),
             Err(e) => {
                 // SAFETY: owned here and never instantiated.
                 let _ = unsafe { driver::graph_destroy(graph) };
@@ -39,7 +41,15 @@ impl Graph {
 
     /// How many nodes it holds (copies, kernels and the event edges' joins).
     pub fn nodes(&self) -> usize {
-        self.nodes
+        self.node_types.len()
+    }
+
+    /// How many of its nodes allocate or free memory when the graph runs
+    /// (a stream-ordered allocation captured into it, cuBLAS's among
+    /// them when it is not given a workspace): 0 for a graph whose every
+    /// launch uses only memory made before it.
+    pub fn memory_nodes(&self) -> usize {
+        self.node_types.iter().filter(|&&t| t == driver::GRAPH_NODE_MEM_ALLOC || t == driver::GRAPH_NODE_MEM_FREE).count()
     }
 
     /// Host time cuGraphInstantiate took, ms.
@@ -52,8 +62,9 @@ impl Graph {
     /// # Safety
     /// Every buffer the captured work touches is alive until the launch has
     /// completed on `s`, and nothing else uses them meanwhile.
-    pub(crate) unsafe fn launch(&self, s: &Stream) -> Result<()> {
-        // SAFETY: both handles are live; the buffers are the caller's promise.
+    pub unsafe fn launch(&self, s: &Stream) -> Result<()> {
+        // SAFETY: both handles are live (owned by `self` and `s`); the
+        // buffers are the caller's promise (# Safety).
         unsafe { driver::graph_launch(self.exec, s.raw()) }
     }
 }
@@ -61,10 +72,11 @@ impl Graph {
 impl Drop for Graph {
     fn drop(&mut self) {
         let _ = self.gpu.bind();
-        // SAFETY: owned by `self` and destroyed only here; its launches were
-        // synchronized by their caller (PlanRig waits for each replay).
+        // SAFETY: owned by `self` and destroyed only here (a launch still
+        // running completes first: the driver frees the graph after it).
         let _ = unsafe { driver::graph_exec_destroy(self.exec) };
-        // SAFETY: as above.
+        // SAFETY: owned by `self`, destroyed only here; the executable graph
+        // made from it keeps its own copy.
         let _ = unsafe { driver::graph_destroy(self.graph) };
     }
 }

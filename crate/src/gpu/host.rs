@@ -113,8 +113,10 @@ struct DriverHostAlloc {
     gpu: Gpu,
 }
 
-// SAFETY: plain memory; CUDA allows any thread to use it.
+// SAFETY: plain page-locked memory that any thread of the process may use
+// (CUDA allows it), owned by this value alone and freed only by `Drop`.
 unsafe impl Send for DriverHostAlloc {}
+// SAFETY: `&DriverHostAlloc` only reads the words; writing needs `&mut`.
 unsafe impl Sync for DriverHostAlloc {}
 
 impl DriverHostAlloc {
@@ -216,8 +218,10 @@ pub struct RegisteredBuffer {
     gpu: Gpu,
 }
 
-// SAFETY: plain memory; CUDA allows any thread to use it.
+// SAFETY: plain heap memory, pinned, that any thread of the process may use
+// (CUDA allows it), owned by this value alone and freed only by `Drop`.
 unsafe impl Send for RegisteredBuffer {}
+// SAFETY: `&RegisteredBuffer` only reads the words; writing needs `&mut`.
 unsafe impl Sync for RegisteredBuffer {}
 
 pub(crate) const PAGE: usize = 4096;

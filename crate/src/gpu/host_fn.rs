@@ -120,6 +120,8 @@ mod tests {
             let flag = flag.clone();
             std::thread::spawn(move || flag.wait(std::time::Duration::from_secs(30)))
         };
+        // SAFETY: `arg` is a boxed `Raise` made above, handed to the
+        // trampoline once, as the driver would.
         std::thread::spawn(move || unsafe { trampoline::<Raise>(arg as *mut c_void) }).join().unwrap();
         assert!(waiter.join().unwrap());
         assert!(flag.wait(std::time::Duration::ZERO), "stays raised");
@@ -131,6 +133,8 @@ mod tests {
         let arg = Box::into_raw(Box::new(Probe(tx))) as *mut c_void;
         // What the driver's callback thread does, on another thread.
         let arg = arg as usize;
+        // SAFETY: `arg` is a boxed `Probe` made above, handed to the
+        // trampoline once, as the driver would.
         std::thread::spawn(move || unsafe { trampoline::<Probe>(arg as *mut c_void) }).join().unwrap();
         assert_eq!(rx.recv().unwrap(), (true, true));
         assert!(!driver::in_host_function(), "the mark is per thread and ends with the task");
@@ -140,6 +144,8 @@ mod tests {
     fn a_panicking_task_does_not_unwind_into_the_driver() {
         let arg = Box::into_raw(Box::new(Panics)) as usize;
         let t = std::thread::spawn(move || {
+            // SAFETY: `arg` is a boxed `Panics` made above, handed to the
+            // trampoline once, as the driver would.
             unsafe { trampoline::<Panics>(arg as *mut c_void) };
             driver::in_host_function()
         });

@@ -12,8 +12,11 @@ pub struct Module {
     gpu: Gpu,
 }
 
-// SAFETY: module and function handles may be used from any thread.
+// SAFETY: module and function handles may be used from any thread of the
+// process (launches from several threads at once included); the module is
+// only unloaded by `Drop`.
 unsafe impl Send for Module {}
+// SAFETY: as for Send: `&Module` only launches its function or queries it.
 unsafe impl Sync for Module {}
 
 impl Module {
@@ -28,11 +31,13 @@ impl Module {
     pub fn from_ptx(gpu: &Gpu, ptx: &str, entry: &str) -> Result<Module> {
         gpu.bind()?;
         let raw = driver::module_load_ptx(ptx)?;
-        // SAFETY: `raw` was just loaded and is unloaded only on the error path.
+        // SAFETY: `raw` was just loaded in the current context (bound above)
+        // and is unloaded only on the error path, after this call.
         let func = match unsafe { driver::module_function(raw, entry) } {
             Ok(f) => f,
             Err(e) => {
-                // SAFETY: nothing of the module was launched.
+                // SAFETY: loaded above, owned here alone, unloaded once;
+                // nothing of it was ever launched.
                 let _ = unsafe { driver::module_unload(raw) };
                 return Err(e);
             }
@@ -96,11 +101,30 @@ impl Module {
 
     /// Where the module's `__device__` variable `name` lives (valid while
     /// the module is loaded).
-    pub(crate) fn global(&self, name: &str) -> Result<DeviceSpan> {
+    fn global(&self, name: &str) -> Result<DeviceSpan> {
         self.gpu.bind()?;
         // SAFETY: `self.raw` is loaded until `self` drops.
         let (ptr, bytes) = unsafe { driver::module_global(self.raw, name) }?;
         Ok(DeviceSpan { ptr, bytes })
+    }
+
+    /// Fills the module's `__device__` variable `name` with the 32-bit word
+    /// `value` on `stream`, and waits (untimed set-up: a kernel's trace
+    /// buffers cleared before it runs).
+    pub fn fill_global(&self, stream: &Stream, name: &str, value: u32) -> Result<()> {
+        let span = self.global(name)?;
+        // SAFETY: the variable lives as long as the module, borrowed until
+        // the fill has been waited for.
+        unsafe { stream.fill_span_u32(span, value) }
+    }
+
+    /// The module's `__device__` variable `name`, all of it, as 64-bit
+    /// words read back on `stream` and waited for (what a kernel left there).
+    pub fn read_global(&self, stream: &Stream, name: &str) -> Result<Vec<u64>> {
+        let span = self.global(name)?;
+        // SAFETY: the variable lives as long as the module, borrowed until
+        // the copy has been waited for.
+        unsafe { stream.read_words(span, span.bytes / 8) }
     }
 }
 
@@ -120,7 +144,12 @@ pub enum KernelArg {
 impl Drop for Module {
     fn drop(&mut self) {
         let _ = self.gpu.bind();
-        // SAFETY: owned by `self`, unloaded only here; launches were synchronized by their pipelines.
+        // A launch of its function may still be queued (a launch's caller
+        // keeps the memory it touches alive, not the module): wait for the
+        // GPU before unloading the code it would run.
+        let _ = driver::context_synchronize();
+        // SAFETY: owned by `self`, unloaded only here, once, and no launch of
+        // it is left (waited for above).
         let _ = unsafe { driver::module_unload(self.raw) };
     }
 }

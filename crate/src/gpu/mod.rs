@@ -1,21 +1,28 @@
-//! The GPU: the only part of the crate with raw CUDA. Raw driver calls live
-//! in [`driver`] only, each call on a raw handle an `unsafe fn`; the safe
-//! types here own the handles: a device handle, streams, timing events,
-//! device buffers, the four kinds of host memory, the copy primitive every
-//! copy is made of and lab 1's timer for it ([`copy`]), and the
-//! [`Runner`] ([`runner`]), which executes the pipeline vocabulary
-//! (`crate::pipeline`) on real streams as operations of one schedule —
-//! recorded first and replayed with nothing between its driver calls, or
-//! made as it comes, or captured into a CUDA [`Graph`]; its streams may
-//! belong to several GPUs, and a copy may cross between them. [`plan`]
-//! runs the vocabulary's plans on fresh, verified data ([`PlanRig`]);
-//! the stream-ordered memory pool ([`pool`]).
-//! Also the machine's GPUs and the links between them ([`topology`]),
-//! NCCL loaded at run time ([`nccl`]), cuBLAS's half-precision GEMM on a
-//! stream ([`blas`]), the NVRTC kernels' sources
-//! ([`kernels`]), a loaded kernel and its launch ([`Module`], on which each
-//! lab builds its own kernels' wrappers in its folder) with the pipelines'
-//! compute kernel ([`ComputeKernel`]), and NVTX ranges ([`trace`]).
+//! The GPU: the only part of the crate with raw CUDA. Raw calls live in
+//! [`driver`] only — the driver's, CUPTI's, cuBLAS's and NCCL's — each call
+//! on a raw handle an `unsafe fn`; the safe types here own the handles. A
+//! function whose soundness rests on its caller (memory the GPU may still
+//! be using when it returns) is an `unsafe fn` whose `# Safety` says what
+//! the caller keeps, and every `unsafe` block says why it is sound where
+//! it is (the crate denies `unsafe_op_in_unsafe_fn` and
+//! `clippy::undocumented_unsafe_blocks`).
+//!
+//! The types: a device handle, streams, timing events, device buffers, the
+//! four kinds of host memory, the copy primitive every copy is made of and
+//! lab 1's timer for it ([`copy`]), and the [`Runner`] ([`runner`]), which
+//! executes the pipeline vocabulary (`crate::pipeline`) on real streams as
+//! operations of one schedule — recorded first and replayed with nothing
+//! between its driver calls, or made as it comes, or captured into a CUDA
+//! [`Graph`]; its streams may belong to several GPUs, and a copy may cross
+//! between them. [`plan`] runs the vocabulary's plans on fresh, verified
+//! data ([`PlanRig`]); the stream-ordered memory pool ([`pool`]). Also the
+//! machine's GPUs and the links between them ([`topology`]), NCCL's
+//! communicators and all-reduce ([`nccl`]), cuBLAS's half-precision GEMM
+//! on a stream with the workspace it keeps ([`blas`]), the NVRTC kernels'
+//! sources ([`kernels`]), a loaded kernel and its launch ([`Module`], on
+//! which each lab builds its own kernels' wrappers in its folder) with the
+//! pipelines' compute kernel ([`ComputeKernel`]), and NVTX ranges
+//! ([`trace`]).
 //!
 //! May use: `error`, `pipeline` (the vocabulary it executes), `measure`
 //! (data patterns that prove a copy happened), `units`.
@@ -263,8 +270,12 @@ pub struct Stream {
     priority: i32,
 }
 
-// SAFETY: CUDA stream handles may be used from any thread of the process.
+// SAFETY: a CUDA stream handle may be used from any thread of the process,
+// by several at once (the driver serializes calls on one stream); the
+// handle is only destroyed by `Drop`, when no borrow is left.
 unsafe impl Send for Stream {}
+// SAFETY: as for Send: `&Stream` only enqueues to the handle or waits on
+// it, which the driver allows from any thread at once.
 unsafe impl Sync for Stream {}
 
 impl Stream {
@@ -359,29 +370,38 @@ impl Stream {
     }
     /// Fills `buf` with the 32-bit word `value` (to poison it) and waits.
     pub fn fill_u32(&self, buf: &DeviceBuffer, value: u32) -> Result<()> {
-        self.fill_span_u32(buf.span(), value)
+        // SAFETY: the span is all of `buf`, borrowed until this returns.
+        unsafe { self.fill_span_u32(buf.span(), value) }
     }
-    /// As [`Stream::fill_u32`], over device memory the caller keeps alive
-    /// until this returns (a module's variable, a buffer's span).
-    pub(crate) fn fill_span_u32(&self, span: DeviceSpan, value: u32) -> Result<()> {
+    /// As [`Stream::fill_u32`], over any span of device memory.
+    ///
+    /// # Safety
+    /// The span's memory stays allocated until this returns (it waits for
+    /// the fill).
+    pub(in crate::gpu) unsafe fn fill_span_u32(&self, span: DeviceSpan, value: u32) -> Result<()> {
         // The memset goes to the current context: the stream's.
         self.gpu.bind()?;
-        // SAFETY: the range is exactly the span, which the caller keeps
-        // alive until the synchronize below.
-        unsafe { driver::memset_d32_async(span.ptr, value, span.bytes / 4, self.raw) }?;
-        self.synchronize()
+        // SAFETY: the range is exactly the span, allocated until the
+        // synchronize below (# Safety); the stream is `self`'s, live.
+        let queued = unsafe { driver::memset_d32_async(span.ptr, value, span.bytes / 4, self.raw) };
+        self.synchronize()?;
+        queued
     }
-    /// The first `words` 64-bit words of device memory the caller keeps
-    /// alive until this returns, read back and waited for (small untimed
-    /// reads: a module's variables).
-    pub(crate) fn read_words(&self, span: DeviceSpan, words: usize) -> Result<Vec<u64>> {
+    /// The first `words` 64-bit words of a span of device memory, read back
+    /// and waited for (small untimed reads: a module's variables).
+    ///
+    /// # Safety
+    /// The span's memory stays allocated until this returns (it waits for
+    /// the copy).
+    pub(in crate::gpu) unsafe fn read_words(&self, span: DeviceSpan, words: usize) -> Result<Vec<u64>> {
         if words * 8 > span.bytes {
             return Err(LabError::config(format!("reading {words} words from {} bytes of device memory", span.bytes)));
         }
         let mut v = vec![0u64; words];
         if words > 0 {
-            // SAFETY: `v` holds `words` words and lives past the synchronize;
-            // the span is live (caller) and at least that long (checked).
+            // SAFETY: `v` holds `words` words and lives past the synchronize,
+            // and nothing reads it before; the span is allocated until this
+            // returns (# Safety) and at least that long (checked).
             let queued = unsafe { driver::memcpy_dtoh_async(v.as_mut_ptr() as *mut std::ffi::c_void, span.ptr, words * 8, self.raw) };
             self.synchronize()?;
             queued?;
@@ -408,8 +428,11 @@ pub struct Event {
     gpu: Gpu,
 }
 
-// SAFETY: event handles may be used from any thread of the process.
+// SAFETY: a CUDA event handle may be used from any thread of the process
+// (records, waits and queries are thread-safe in the driver); it is only
+// destroyed by `Drop`.
 unsafe impl Send for Event {}
+// SAFETY: as for Send: `&Event` only records, waits on or queries it.
 unsafe impl Sync for Event {}
 
 impl Event {
@@ -444,8 +467,11 @@ pub struct DeviceBuffer {
     gpu: Gpu,
 }
 
-// SAFETY: a device address is a plain number; access is ordered by streams.
+// SAFETY: a device address is a plain number the host never dereferences;
+// the memory is reached only through enqueued GPU work (ordered by streams)
+// and freed only by `Drop`.
 unsafe impl Send for DeviceBuffer {}
+// SAFETY: as for Send: `&DeviceBuffer` gives out only its address and size.
 unsafe impl Sync for DeviceBuffer {}
 
 impl DeviceBuffer {
@@ -459,7 +485,10 @@ impl DeviceBuffer {
     pub(crate) fn ptr(&self) -> driver::CUdeviceptr {
         self.ptr
     }
-    pub(crate) fn span(&self) -> DeviceSpan {
+    /// Where it is and how big, for the enqueues that take spans (each an
+    /// `unsafe fn` whose caller keeps the buffer allocated until the GPU
+    /// ran it).
+    pub fn span(&self) -> DeviceSpan {
         DeviceSpan { ptr: self.ptr, bytes: self.bytes }
     }
 }

@@ -1,13 +1,9 @@
 //! NCCL, loaded at run time: collective communication between GPUs (lab
-//! 8's all-reduce of "gradients" beside compute). The library is found
-//! wherever it is — `$OVERLAP_LAB_NCCL`, the loader's search path, or the
-//! PyPI wheel `nvidia-nccl-cu13` (what PyTorch installs) — and its absence
-//! is a clear error naming every place searched, never a panic. (cudarc's
-//! own NCCL bindings look only for `libnccl.so` and `libnccl.so.<CUDA
-//! major>`, and the wheels ship `libnccl.so.2`.)
-//!
-//! [`raw`] holds the calls on raw handles, each an `unsafe fn`; the safe
-//! [`Communicators`] own one communicator per GPU.
+//! 8's all-reduce of "gradients" beside compute). Where the library is
+//! looked for, how it is loaded and its raw calls are in the thin raw
+//! layer (`driver::nccl_*`, each call on a raw communicator an
+//! `unsafe fn`); here are the safe types: [`Nccl`], the library loaded,
+//! and [`Communicators`], which own one communicator per GPU.
 //!
 //! NVLink multicast (NCCL's NVLS) stays off: [`Nccl::load`] sets the
 //! variables of [`MULTICAST_OFF`] where they are unset, and a child
@@ -15,62 +11,10 @@
 //! program that uses multicast can put a host's GPUs, which others may
 //! share, out of service.
 
-use super::{DeviceBuffer, DeviceSpan, Gpu, Stream};
+use super::{driver, DeviceBuffer, DeviceSpan, Gpu, Stream};
 use crate::error::{LabError, Result};
-use std::path::PathBuf;
-use std::sync::OnceLock;
 
-/// The raw NCCL calls (the C API of nccl.h), resolved once from the loaded
-/// library.
-pub mod raw {
-    use std::ffi::{c_char, c_int, c_void};
-
-    pub type Comm = *mut c_void;
-    pub type NcclResult = c_int;
-    /// ncclFloat32 in ncclDataType_t.
-    pub const FLOAT32: c_int = 7;
-    /// ncclSum in ncclRedOp_t.
-    pub const SUM: c_int = 0;
-
-    /// The entry points lab 8 uses.
-    pub struct Api {
-        pub(super) _lib: libloading::Library,
-        pub get_version: unsafe extern "C" fn(*mut c_int) -> NcclResult,
-        pub comm_init_all: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> NcclResult,
-        pub comm_destroy: unsafe extern "C" fn(Comm) -> NcclResult,
-        pub all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> NcclResult,
-        pub group_start: unsafe extern "C" fn() -> NcclResult,
-        pub group_end: unsafe extern "C" fn() -> NcclResult,
-        pub error_string: unsafe extern "C" fn(NcclResult) -> *const c_char,
-    }
-
-    impl Api {
-        /// # Safety
-        /// `lib` is a build of NCCL 2.x (the symbols have nccl.h's types).
-        pub(super) unsafe fn resolve(lib: libloading::Library) -> Result<Api, String> {
-            macro_rules! sym {
-                ($name:literal) => {
-                    // SAFETY: the caller's promise that these are nccl.h's functions.
-                    *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| format!("{}: {e}", $name))?
-                };
-            }
-            Ok(Api {
-                get_version: sym!("ncclGetVersion"),
-                comm_init_all: sym!("ncclCommInitAll"),
-                comm_destroy: sym!("ncclCommDestroy"),
-                all_reduce: sym!("ncclAllReduce"),
-                group_start: sym!("ncclGroupStart"),
-                group_end: sym!("ncclGroupEnd"),
-                error_string: sym!("ncclGetErrorString"),
-                _lib: lib,
-            })
-        }
-    }
-}
-
-/// The variables that keep NVLink multicast off in NCCL, PyTorch and
-/// NVSHMEM, and their values.
-pub const MULTICAST_OFF: [(&str, &str); 3] = [("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")];
+pub use driver::MULTICAST_OFF;
 
 /// [`MULTICAST_OFF`] for a child process's environment: each variable as
 /// this process has it if set, else its value there.
@@ -80,121 +24,35 @@ pub fn multicast_off_env() -> Vec<(String, String)> {
 
 /// NCCL, loaded.
 pub struct Nccl {
-    api: &'static raw::Api,
     /// Where it was loaded from.
     pub path: String,
 }
 
-static LOADED: OnceLock<std::result::Result<(raw::Api, String), String>> = OnceLock::new();
-
 impl Nccl {
-    /// Loads NCCL once per process (see the module doc for where it looks).
+    /// Loads NCCL once per process (`driver::nccl_load` says where it looks).
     pub fn load() -> Result<Nccl> {
-        let loaded = LOADED.get_or_init(|| {
-            for (k, v) in MULTICAST_OFF {
-                if std::env::var_os(k).is_none() {
-                    // Before NCCL reads its environment (at its first call).
-                    std::env::set_var(k, v);
-                }
-            }
-            let places = candidates(std::env::var_os("OVERLAP_LAB_NCCL"), std::env::var_os("LD_LIBRARY_PATH"), std::env::var_os("PATH"));
-            let mut tried = Vec::new();
-            for place in &places {
-                // SAFETY: loading a shared library runs its initializers; NCCL's are benign.
-                match unsafe { libloading::Library::new(place) } {
-                    // SAFETY: a library named libnccl is NCCL.
-                    Ok(lib) => match unsafe { raw::Api::resolve(lib) } {
-                        Ok(api) => return Ok((api, place.display().to_string())),
-                        // Another file of that name (an old or partial NCCL): try the next.
-                        Err(e) => tried.push(format!("  {}: {}", place.display(), first_line(&e))),
-                    },
-                    Err(e) => tried.push(format!("  {}: {}", place.display(), first_line(&e.to_string()))),
-                }
-            }
-            Err(format!(
-                "searched:\n{}\nInstall it (`pip install nvidia-nccl-cu13`, as PyTorch does, or the distribution's libnccl2), or point OVERLAP_LAB_NCCL at libnccl.so.2",
-                tried.join("\n")
-            ))
-        });
-        match loaded {
-            Ok((api, path)) => Ok(Nccl { api, path: path.clone() }),
-            Err(why) => Err(LabError::MissingLibrary { library: "NCCL (libnccl.so.2)", why: why.clone() }),
-        }
+        Ok(Nccl { path: driver::nccl_load()?.to_string() })
     }
 
     /// "2.27.7".
     pub fn version(&self) -> Result<String> {
-        let mut v = 0;
-        // SAFETY: writes one int.
-        self.check("ncclGetVersion", unsafe { (self.api.get_version)(&mut v) })?;
+        let v = driver::nccl_version()?;
         // NCCL_VERSION_CODE: major*10000 + minor*100 + patch since 2.9.
         Ok(format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100))
     }
-
-    fn check(&self, call: &'static str, r: raw::NcclResult) -> Result<()> {
-        if r == 0 {
-            return Ok(());
-        }
-        // SAFETY: returns a static string for any result code.
-        let text = unsafe { std::ffi::CStr::from_ptr((self.api.error_string)(r)) }.to_string_lossy().into_owned();
-        Err(LabError::Driver { call, message: format!("NCCL error {r}: {text}") })
-    }
-}
-
-/// The first line of a loader's message (dlopen's can run long).
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or(s)
-}
-
-/// Where [`Nccl::load`] looks, in order: `$OVERLAP_LAB_NCCL`; the names
-/// the loader resolves itself (its cache, `LD_LIBRARY_PATH`); then the
-/// PyPI wheel's `nvidia/nccl/lib/libnccl.so.2` beside any NVIDIA wheel
-/// library directory on `LD_LIBRARY_PATH` (`nvidia/cu13/lib`) and in the
-/// site-packages of each `python3` on `PATH` and of the system Pythons.
-fn candidates(env: Option<std::ffi::OsString>, ld_path: Option<std::ffi::OsString>, path: Option<std::ffi::OsString>) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = env.into_iter().filter(|e| !e.is_empty()).map(PathBuf::from).collect();
-    v.push("libnccl.so.2".into());
-    v.push("libnccl.so".into());
-    let wheel = |site: PathBuf| site.join("nvidia/nccl/lib/libnccl.so.2");
-    for dir in ld_path.iter().flat_map(std::env::split_paths) {
-        // .../site-packages/nvidia/<pkg>/lib -> .../site-packages
-        if let Some(site) =
-            dir.ancestors().nth(3).filter(|_| dir.ends_with("lib") && dir.parent().and_then(|p| p.parent()).is_some_and(|n| n.ends_with("nvidia")))
-        {
-            v.push(wheel(site.to_path_buf()));
-        }
-    }
-    let mut prefixes: Vec<PathBuf> =
-        path.iter().flat_map(std::env::split_paths).filter(|d| d.join("python3").is_file()).filter_map(|d| d.parent().map(PathBuf::from)).collect();
-    prefixes.extend(["/usr/local", "/usr", "/opt/conda"].map(PathBuf::from));
-    for prefix in prefixes {
-        let Ok(entries) = std::fs::read_dir(prefix.join("lib")) else { continue };
-        let mut pythons: Vec<PathBuf> =
-            entries.flatten().map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python3"))).collect();
-        pythons.sort();
-        for py in pythons {
-            v.extend(["site-packages", "dist-packages"].map(|s| wheel(py.join(s))));
-        }
-    }
-    let mut unique = Vec::new();
-    for p in v {
-        if !unique.contains(&p) {
-            unique.push(p);
-        }
-    }
-    unique
 }
 
 /// One NCCL communicator per GPU of a group (ncclCommInitAll: one process
 /// driving every GPU).
 pub struct Communicators {
-    nccl: Nccl,
-    comms: Vec<raw::Comm>,
+    /// The library its calls go to, loaded.
+    _loaded: Nccl,
+    comms: Vec<driver::NcclComm>,
     ordinals: Vec<usize>,
 }
 
-// SAFETY: an NCCL communicator may move to another thread; it is used by
-// one thread at a time (Communicators is not Sync).
+// SAFETY: NCCL lets a communicator be used from any thread, one thread at
+// a time; Communicators is not Sync, so only its owner's thread calls it.
 unsafe impl Send for Communicators {}
 
 impl Communicators {
@@ -205,12 +63,8 @@ impl Communicators {
             return Err(LabError::config(format!("NCCL communicators need distinct GPUs, one each: got {ordinals:?}")));
         }
         let devs: Vec<i32> = ordinals.iter().map(|&o| o as i32).collect();
-        let mut comms: Vec<raw::Comm> = vec![std::ptr::null_mut(); devs.len()];
-        // NCCL sets each device current through the CUDA runtime.
-        let _keep = super::driver::KeepCurrent::save()?;
-        // SAFETY: `comms` has room for one handle per device listed.
-        nccl.check("ncclCommInitAll", unsafe { (nccl.api.comm_init_all)(comms.as_mut_ptr(), devs.len() as i32, devs.as_ptr()) })?;
-        Ok(Communicators { nccl, comms, ordinals })
+        let comms = driver::nccl_comm_init_all(&devs)?;
+        Ok(Communicators { _loaded: nccl, comms, ordinals })
     }
 
     pub fn len(&self) -> usize {
@@ -246,7 +100,7 @@ impl Communicators {
         // SAFETY: each span is the start of its buffer and fits it (checked
         // above); the streams are synchronized below, while the borrows last.
         let queued = unsafe { self.all_reduce_spans(&ranks) };
-        let _keep = super::driver::KeepCurrent::save()?;
+        let _keep = driver::KeepCurrent::save()?;
         for s in streams {
             s.gpu().bind()?;
             s.synchronize()?;
@@ -278,22 +132,20 @@ impl Communicators {
                 )));
             }
         }
-        let api = self.nccl.api;
-        let _keep = super::driver::KeepCurrent::save()?;
-        // SAFETY: group calls take no arguments.
-        self.nccl.check("ncclGroupStart", unsafe { (api.group_start)() })?;
+        let _keep = driver::KeepCurrent::save()?;
+        driver::nccl_group_start()?;
         let mut issued = Ok(());
-        for (comm, (span, s)) in self.comms.iter().zip(ranks) {
-            let p = span.ptr as *mut std::ffi::c_void;
-            // SAFETY: the caller's promise on the span; the stream and
-            // communicator belong to the same GPU (checked).
-            issued = self.nccl.check("ncclAllReduce", unsafe { (api.all_reduce)(p, p, bytes / 4, raw::FLOAT32, raw::SUM, *comm, s.raw() as *mut _) });
+        for (&comm, (span, s)) in self.comms.iter().zip(ranks) {
+            // SAFETY: the communicator is this rank's, owned by `self` until
+            // it drops; the stream belongs to the same GPU (checked above);
+            // the span is the caller's promise (this function's # Safety).
+            issued = unsafe { driver::nccl_all_reduce_sum_f32(comm, span.ptr, bytes / 4, s.raw()) };
             if issued.is_err() {
                 break;
             }
         }
-        // SAFETY: closes the group opened above, also after a failed call.
-        let ended = self.nccl.check("ncclGroupEnd", unsafe { (api.group_end)() });
+        // Closes the group opened above, also after a failed call.
+        let ended = driver::nccl_group_end();
         issued.and(ended)
     }
 }
@@ -301,8 +153,9 @@ impl Communicators {
 impl Drop for Communicators {
     fn drop(&mut self) {
         for &c in &self.comms {
-            // SAFETY: each communicator is destroyed once, here.
-            let _ = unsafe { (self.nccl.api.comm_destroy)(c) };
+            // SAFETY: made by `new` and owned by `self`, destroyed once, here;
+            // no call on it is being issued (`self` is being dropped).
+            let _ = unsafe { driver::nccl_comm_destroy(c) };
         }
     }
 }
@@ -310,23 +163,6 @@ impl Drop for Communicators {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nccl_is_looked_for_where_pytorch_and_the_loader_put_it() {
-        let dir = crate::testing::temp_dir("nccl-search");
-        let site = dir.join("venv/lib/python3.11/site-packages");
-        std::fs::create_dir_all(dir.join("venv/bin")).unwrap();
-        std::fs::write(dir.join("venv/bin/python3"), "").unwrap();
-        std::fs::create_dir_all(site.join("nvidia/cu13/lib")).unwrap();
-        let ld = std::env::join_paths([site.join("nvidia/cu13/lib")]).unwrap();
-        let path = std::env::join_paths([dir.join("venv/bin")]).unwrap();
-        let c = candidates(Some("/opt/my/libnccl.so.2".into()), Some(ld), Some(path));
-        assert_eq!(c[0], PathBuf::from("/opt/my/libnccl.so.2"), "the variable comes first");
-        assert_eq!(c[1..3], [PathBuf::from("libnccl.so.2"), PathBuf::from("libnccl.so")]);
-        let wheel = site.join("nvidia/nccl/lib/libnccl.so.2");
-        assert_eq!(c.iter().filter(|p| **p == wheel).count(), 1, "beside the NVRTC wheel and under the venv's python3, once: {c:?}");
-        assert_eq!(candidates(Some("".into()), None, None)[0], std::path::Path::new("libnccl.so.2"), "an empty variable is no place");
-    }
 
     #[test]
     fn with_no_nccl_the_error_names_what_to_install() {

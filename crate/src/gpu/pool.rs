@@ -80,7 +80,8 @@ impl MemPool {
     /// Gives every reserved byte not in use back to the driver (cuMemPoolTrimTo 0).
     pub fn trim(&self) -> Result<()> {
         self.gpu.bind()?;
-        // SAFETY: a live pool.
+        // SAFETY: the device's default pool, which the driver keeps for the
+        // process's life; trimming gives back only memory no allocation holds.
         unsafe { driver::mem_pool_trim_to(self.raw, 0) }
     }
 }

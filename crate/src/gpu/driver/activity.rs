@@ -36,9 +36,15 @@ pub fn available() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-extern "C" fn requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
+/// CUPTI asks for a buffer to fill with records.
+///
+/// # Safety
+/// Called by CUPTI only (registered in [`start`]), with three valid
+/// out-pointers.
+unsafe extern "C" fn requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
     let layout = Layout::from_size_align(BUFFER, 8).expect("static layout");
-    // SAFETY: CUPTI hands us valid out-pointers; the buffer is freed in `completed`.
+    // SAFETY: the out-pointers are valid (# Safety); the buffer allocated
+    // here is freed in `completed`, when CUPTI hands it back.
     unsafe {
         *buffer = alloc(layout);
         *size = if (*buffer).is_null() { 0 } else { BUFFER };
@@ -46,11 +52,18 @@ extern "C" fn requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mu
     }
 }
 
-extern "C" fn completed(_ctx: cudarc::driver::sys::CUcontext, _stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
+/// CUPTI hands back a buffer `requested` gave it, holding `valid` bytes of
+/// records: they are kept, and the buffer freed.
+///
+/// # Safety
+/// Called by CUPTI only (registered in [`start`]), with a buffer from
+/// `requested`, once.
+unsafe extern "C" fn completed(_ctx: cudarc::driver::sys::CUcontext, _stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
     let mut record: *mut sys::CUpti_Activity = std::ptr::null_mut();
     let mut out = Vec::new();
     loop {
-        // SAFETY: buffer/valid come from CUPTI; record is written by it.
+        // SAFETY: `buffer` holds `valid` bytes of records (# Safety); CUPTI
+        // writes the next record's address into `record`.
         let r = unsafe { sys::cuptiActivityGetNextRecord(buffer, valid, &mut record) };
         if r != CUptiResult::CUPTI_SUCCESS {
             if r != CUptiResult::CUPTI_ERROR_MAX_LIMIT_REACHED {
@@ -78,7 +91,8 @@ extern "C" fn completed(_ctx: cudarc::driver::sys::CUcontext, _stream: u32, buff
         }
     }
     RECORDS.lock().unwrap_or_else(|e| e.into_inner()).extend(out);
-    // SAFETY: allocated in `requested` with this layout.
+    // SAFETY: allocated in `requested` with this layout, handed back once
+    // (# Safety), and no record of it is read after this.
     unsafe { dealloc(buffer, Layout::from_size_align(BUFFER, 8).expect("static layout")) };
 }
 
@@ -89,7 +103,8 @@ pub fn start() -> Result<()> {
         return Err(LabError::Driver { call: "CUPTI", message: "libcupti not found".into() });
     }
     if !ENABLED.load(std::sync::atomic::Ordering::SeqCst) {
-        // SAFETY: plain CUPTI calls with valid callbacks.
+        // SAFETY: CUPTI calls that take no pointers of ours but the two
+        // callbacks, which keep their contract (CUPTI's buffers only).
         let attached = unsafe {
             check("cuptiActivityRegisterCallbacks", sys::cuptiActivityRegisterCallbacks(Some(requested), Some(completed)))
                 .and_then(|()| check("cuptiActivityEnable(MEMCPY)", sys::cuptiActivityEnable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY)))
@@ -99,7 +114,8 @@ pub fn start() -> Result<()> {
         if let Err(e) = attached {
             // Half attached (a sanitizer or profiler holds CUPTI, say):
             // let go of whatever did attach, so events time the run.
-            // SAFETY: plain CUPTI calls; errors here change nothing.
+            // SAFETY: CUPTI calls with no pointer arguments; an error here
+            // changes nothing.
             unsafe {
                 let _ = sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY);
                 let _ = sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
@@ -109,7 +125,8 @@ pub fn start() -> Result<()> {
         }
         ENABLED.store(true, std::sync::atomic::Ordering::SeqCst);
     } else {
-        // SAFETY: plain CUPTI call; drops records of earlier work.
+        // SAFETY: a CUPTI call with no pointer argument; it hands the
+        // buffers to `completed`, whose records of earlier work are cleared below.
         check("cuptiActivityFlushAll", unsafe { sys::cuptiActivityFlushAll(1) })?;
     }
     RECORDS.lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -127,10 +144,25 @@ pub fn probe() -> std::result::Result<(), String> {
     })
 }
 
+/// Records only the kinds asked for from here until the next [`start`]:
+/// copies (`memcpy`), kernels (`kernel`), or both. What a kind costs in
+/// instrumentation, by itself (the `timeline_cost` example).
+pub fn record_only(memcpy: bool, kernel: bool) -> Result<()> {
+    if !memcpy {
+        // SAFETY: a CUPTI call with no pointer argument.
+        check("cuptiActivityDisable(MEMCPY)", unsafe { sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY) })?;
+    }
+    if !kernel {
+        // SAFETY: a CUPTI call with no pointer argument.
+        check("cuptiActivityDisable(CONCURRENT_KERNEL)", unsafe { sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) })?;
+    }
+    Ok(())
+}
+
 /// Turns CUPTI off (work issued afterwards is not instrumented).
 pub fn stop() -> Result<()> {
     if ENABLED.swap(false, std::sync::atomic::Ordering::SeqCst) {
-        // SAFETY: plain CUPTI calls.
+        // SAFETY: CUPTI calls with no pointer arguments.
         unsafe {
             check("cuptiActivityFlushAll", sys::cuptiActivityFlushAll(1))?;
             check("cuptiActivityDisable(MEMCPY)", sys::cuptiActivityDisable(Kind::CUPTI_ACTIVITY_KIND_MEMCPY))?;
@@ -148,7 +180,7 @@ pub fn stop() -> Result<()> {
 /// CUPTI's clock (ns), the one its records use.
 pub fn now() -> Result<u64> {
     let mut t = 0u64;
-    // SAFETY: writes one u64.
+    // SAFETY: writes one u64 into `t`, which outlives the call.
     check("cuptiGetTimestamp", unsafe { sys::cuptiGetTimestamp(&mut t) })?;
     Ok(t)
 }
@@ -159,7 +191,8 @@ pub fn now() -> Result<u64> {
 /// `ctx` and `stream` are live handles, the stream created in that context.
 pub unsafe fn stream_id(ctx: cudarc::driver::sys::CUcontext, stream: super::CUstream) -> Result<u32> {
     let mut id = 0u32;
-    // SAFETY: valid context and stream handles.
+    // SAFETY: live context and stream handles (# Safety); writes one u32
+    // into `id`.
     check("cuptiGetStreamId", unsafe { sys::cuptiGetStreamId(ctx, stream, &mut id) })?;
     Ok(id)
 }

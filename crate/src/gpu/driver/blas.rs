@@ -37,26 +37,32 @@ pub fn blas_create() -> Result<cublasHandle_t> {
 /// # Safety
 /// `handle` is live and used by nothing after this.
 pub unsafe fn blas_destroy(handle: cublasHandle_t) -> Result<()> {
-    // SAFETY: the caller's promise.
+    // SAFETY: a live handle, destroyed once and used by nothing after (# Safety).
     check("cublasDestroy", unsafe { sys::cublasDestroy_v2(handle) })
 }
 
-/// cublasSetStream: later calls on `handle` go to `stream`.
+/// cublasSetStream: later calls on `handle` go to `stream`. It also puts
+/// the handle back on cuBLAS's default workspace pool (cuBLAS's docs):
+/// give it its workspace again after ([`blas_set_workspace`]).
 ///
 /// # Safety
 /// Both handles are live.
 pub unsafe fn blas_set_stream(handle: cublasHandle_t, stream: super::CUstream) -> Result<()> {
-    // SAFETY: the caller's promise; cuBLAS's stream type is the driver's.
+    // SAFETY: both handles are live (# Safety); cuBLAS's stream type is the
+    // driver's, so the handle value passes as it is.
     check("cublasSetStream", unsafe { sys::cublasSetStream_v2(handle, stream as sys::cudaStream_t) })
 }
 
 /// cublasSetWorkspace: `handle` uses `bytes` at `ptr` as its scratch
-/// instead of allocating its own (which a CUDA graph capture cannot hold).
+/// instead of memory from cuBLAS's default workspace pool (allocations a
+/// CUDA graph that captures a product would hold as nodes of its own),
+/// until the next [`blas_set_stream`].
 ///
 /// # Safety
-/// `handle` is live; the memory stays allocated while `handle` may use it.
+/// `handle` is live; `ptr .. ptr + bytes` is device memory of the handle's
+/// GPU, 256-byte aligned, that stays allocated while `handle` may use it.
 pub unsafe fn blas_set_workspace(handle: cublasHandle_t, ptr: super::CUdeviceptr, bytes: usize) -> Result<()> {
-    // SAFETY: the caller's promise.
+    // SAFETY: the caller's promise on the handle and the memory (# Safety).
     check("cublasSetWorkspace", unsafe { sys::cublasSetWorkspace_v2(handle, ptr as *mut c_void, bytes) })
 }
 
@@ -79,8 +85,9 @@ pub unsafe fn blas_gemm_f16(
     ldc: i32,
 ) -> Result<()> {
     let (alpha, beta) = (1.0f32, 0.0f32);
-    // SAFETY: the caller's promise; alpha and beta are host f32 (the
-    // compute type's), read during the call.
+    // SAFETY: the handle and the matrices are the caller's promise
+    // (# Safety); alpha and beta are host f32 (the compute type's), read
+    // during the call.
     check("cublasGemmEx", unsafe {
         sys::cublasGemmEx(
             handle,
@@ -112,7 +119,7 @@ pub unsafe fn blas_gemm_f16(
 /// `handle` is live.
 pub unsafe fn blas_version(handle: cublasHandle_t) -> Result<i32> {
     let mut v = 0;
-    // SAFETY: the caller's promise; writes one int.
+    // SAFETY: a live handle (# Safety); writes one int into `v`.
     check("cublasGetVersion", unsafe { sys::cublasGetVersion_v2(handle, &mut v) })?;
     Ok(v)
 }

@@ -1,9 +1,14 @@
-//! The one module that makes raw CUDA driver calls (cudarc's `sys`/`result`
-//! layers), and the few cuBLAS calls lab 9's GEMMs need (`blas`).
+//! The one module that makes raw calls: the CUDA driver's (cudarc's
+//! `sys`/`result` layers), CUPTI's activity records ([`activity`]), the few
+//! cuBLAS calls lab 9's GEMMs need (`blas_*`) and NCCL's, with the loading
+//! of its library (`nccl_*`, lab 8's all-reduce). Each call on a raw handle
+//! is an `unsafe fn` whose `# Safety` says what its caller keeps (handles
+//! live, memory allocated until the GPU ran the work); a call that is sound
+//! whatever its arguments (a query, a creation) is a plain `fn`.
 //! Everything else in the crate speaks in the safe types of [`crate::gpu`].
 //! Keeping the calls here means a reader can see exactly which driver calls
-//! a lab issues: no hidden event records, no implicit syncs (see
-//! shared/notes/pitfalls.md on cudarc's event tracking).
+//! a lab issues: no hidden event records, no implicit syncs (cudarc's event
+//! tracking is off: see [`open_context`]).
 
 use crate::error::{LabError, Result};
 use crate::units::Bytes;
@@ -117,7 +122,8 @@ impl Drop for KeepCurrent {
 }
 
 pub fn attribute(dev: CUdevice, attr: Attr) -> Result<i32> {
-    // SAFETY: plain query on a valid device handle.
+    // SAFETY: a query that writes one int cudarc owns; a handle that is not
+    // a device is an error (CUDA_ERROR_INVALID_DEVICE), not undefined behaviour.
     unsafe { result::device::get_attribute(dev, attr) }.map_err(|e| driver_error("cuDeviceGetAttribute", e))
 }
 
@@ -136,7 +142,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 pub fn total_memory(dev: CUdevice) -> Result<u64> {
-    // SAFETY: plain query.
+    // SAFETY: as for `attribute`: a query on a device handle, into cudarc's own int.
     unsafe { result::device::total_mem(dev) }.map(|b| b as u64).map_err(|e| driver_error("cuDeviceTotalMem", e))
 }
 
@@ -167,7 +173,8 @@ pub fn pci_bus_id(dev: CUdevice) -> Result<String> {
 pub fn device(ordinal: usize) -> Result<CUdevice> {
     let mut dev = 0;
     let ordinal = i32::try_from(ordinal).map_err(|_| LabError::config(format!("GPU {ordinal} does not exist")))?;
-    // SAFETY: writes one handle.
+    // SAFETY: writes one handle into `dev`, which outlives the call; a bad
+    // ordinal is an error.
     check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, ordinal) })?;
     Ok(dev)
 }
@@ -197,7 +204,8 @@ pub use sys::CUdevice_P2PAttribute as P2pAttr;
 /// # Safety
 /// `peer` is a live context of another device than the current one.
 pub unsafe fn enable_peer_access(peer: sys::CUcontext) -> Result<()> {
-    // SAFETY: valid handle (the caller's promise).
+    // SAFETY: `peer` is a live context of another device (# Safety); the
+    // call reads nothing else of ours.
     match unsafe { sys::cuCtxEnablePeerAccess(peer, 0) } {
         CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
         r => check("cuCtxEnablePeerAccess", r),
@@ -213,7 +221,8 @@ pub unsafe fn enable_peer_access(peer: sys::CUcontext) -> Result<()> {
 /// the queued copy; `s` is a live stream of either context.
 pub unsafe fn memcpy_peer_async(dst: CUdeviceptr, dst_ctx: sys::CUcontext, src: CUdeviceptr, src_ctx: sys::CUcontext, bytes: usize, s: CUstream) -> Result<()> {
     refuse_in_host_function("cuMemcpyPeerAsync")?;
-    // SAFETY: the caller's promise.
+    // SAFETY: the caller's promise on both ranges, both contexts and the
+    // stream (# Safety).
     check("cuMemcpyPeerAsync", unsafe { sys::cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, bytes, s) })
 }
 
@@ -254,7 +263,7 @@ pub const STREAM_PER_THREAD: CUstream = 0x2 as CUstream;
 /// `s` is a live stream of the current context, destroyed once (work
 /// already queued on it still completes: the driver defers the release).
 pub unsafe fn stream_destroy(s: CUstream) -> Result<()> {
-    // SAFETY: caller owns the handle and destroys it once.
+    // SAFETY: the caller owns the live handle and destroys it once (# Safety).
     unsafe { result::stream::destroy(s) }.map_err(|e| driver_error("cuStreamDestroy", e))
 }
 
@@ -262,7 +271,7 @@ pub unsafe fn stream_destroy(s: CUstream) -> Result<()> {
 /// `s` is a live stream of the current context.
 pub unsafe fn stream_synchronize(s: CUstream) -> Result<()> {
     refuse_in_host_function("cuStreamSynchronize")?;
-    // SAFETY: valid stream handle.
+    // SAFETY: `s` is a live stream of the current context (# Safety).
     unsafe { result::stream::synchronize(s) }.map_err(|e| driver_error("cuStreamSynchronize", e))
 }
 
@@ -272,7 +281,8 @@ pub unsafe fn stream_synchronize(s: CUstream) -> Result<()> {
 /// `s` is a live stream and `addr` the device alias of a mapped page-locked word that stays allocated until the wait has completed.
 pub unsafe fn stream_wait_value_geq(s: CUstream, addr: CUdeviceptr, value: u32) -> Result<()> {
     let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
-    // SAFETY: addr is the device alias of a live mapped pinned word.
+    // SAFETY: `addr` is the device alias of a mapped word that stays
+    // allocated until the wait completed, and `s` is live (# Safety).
     check("cuStreamWaitValue32", unsafe { sys::cuStreamWaitValue32_v2(s, addr, value, flags) })
 }
 
@@ -291,7 +301,7 @@ pub fn event_create_sync_only() -> Result<CUevent> {
 /// # Safety
 /// `e` is a live event of the current context, destroyed once.
 pub unsafe fn event_destroy(e: CUevent) -> Result<()> {
-    // SAFETY: caller owns the handle.
+    // SAFETY: the caller owns the live event and destroys it once (# Safety).
     unsafe { result::event::destroy(e) }.map_err(|e| driver_error("cuEventDestroy", e))
 }
 
@@ -299,7 +309,7 @@ pub unsafe fn event_destroy(e: CUevent) -> Result<()> {
 /// `e` and `s` are live handles of the current context.
 pub unsafe fn event_record(e: CUevent, s: CUstream) -> Result<()> {
     refuse_in_host_function("cuEventRecord")?;
-    // SAFETY: valid handles.
+    // SAFETY: both handles are live in the current context (# Safety).
     unsafe { result::event::record(e, s) }.map_err(|e| driver_error("cuEventRecord", e))
 }
 
@@ -307,7 +317,7 @@ pub unsafe fn event_record(e: CUevent, s: CUstream) -> Result<()> {
 /// `e` is a live event of the current context.
 pub unsafe fn event_synchronize(e: CUevent) -> Result<()> {
     refuse_in_host_function("cuEventSynchronize")?;
-    // SAFETY: valid handle.
+    // SAFETY: `e` is a live event of the current context (# Safety).
     unsafe { result::event::synchronize(e) }.map_err(|e| driver_error("cuEventSynchronize", e))
 }
 
@@ -323,7 +333,8 @@ pub unsafe fn event_elapsed_ms(start: CUevent, end: CUevent) -> Result<f32> {
 // ---- device memory -------------------------------------------------------
 
 pub fn device_alloc(bytes: usize) -> Result<CUdeviceptr> {
-    // SAFETY: returns a fresh allocation or an error.
+    // SAFETY: cuMemAlloc returns a fresh allocation or an error; it touches
+    // no memory of ours.
     unsafe { result::malloc_sync(bytes) }.map_err(|e| alloc_error("cuMemAlloc", "device", bytes, e))
 }
 
@@ -331,7 +342,8 @@ pub fn device_alloc(bytes: usize) -> Result<CUdeviceptr> {
 /// `p` came from [`device_alloc`] and is freed once, and no queued work
 /// still uses it (cuMemFree does not wait for other streams' work).
 pub unsafe fn device_free(p: CUdeviceptr) -> Result<()> {
-    // SAFETY: p came from device_alloc and is freed once.
+    // SAFETY: `p` came from device_alloc, is freed once, and no queued
+    // work still uses it (# Safety).
     unsafe { result::free_sync(p) }.map_err(|e| driver_error("cuMemFree", e))
 }
 
@@ -342,7 +354,8 @@ pub unsafe fn device_free(p: CUdeviceptr) -> Result<()> {
 /// `s` is a live stream of the current context.
 pub unsafe fn mem_alloc_async(bytes: usize, s: CUstream) -> Result<CUdeviceptr> {
     refuse_in_host_function("cuMemAllocAsync")?;
-    // SAFETY: the caller guarantees the stream.
+    // SAFETY: `s` is a live stream of the current context (# Safety); the
+    // allocation is new.
     unsafe { result::malloc_async(s, bytes) }.map_err(|e| alloc_error("cuMemAllocAsync", "device", bytes, e))
 }
 
@@ -353,7 +366,8 @@ pub unsafe fn mem_alloc_async(bytes: usize, s: CUstream) -> Result<CUdeviceptr> 
 /// streams that uses it is ordered before this point of `s`.
 pub unsafe fn mem_free_async(p: CUdeviceptr, s: CUstream) -> Result<()> {
     refuse_in_host_function("cuMemFreeAsync")?;
-    // SAFETY: the caller guarantees the pointer and the ordering.
+    // SAFETY: `p` came from mem_alloc_async and is freed once, after the
+    // work that uses it in stream order (# Safety).
     unsafe { result::free_async(p, s) }.map_err(|e| driver_error("cuMemFreeAsync", e))
 }
 
@@ -365,7 +379,8 @@ pub use sys::CUmemoryPool;
 /// The device's default pool: the one cuMemAllocAsync draws from. The
 /// driver owns it (never destroyed).
 pub fn default_mem_pool(dev: CUdevice) -> Result<CUmemoryPool> {
-    // SAFETY: a device handle from the driver.
+    // SAFETY: a query on a device handle; a handle that is not a device is
+    // an error, not undefined behaviour.
     unsafe { result::device::get_default_mem_pool(dev) }.map_err(|e| driver_error("cuDeviceGetDefaultMemPool", e))
 }
 
@@ -389,14 +404,16 @@ pub unsafe fn mem_pool_set_u64(pool: CUmemoryPool, attr: PoolAttr, mut v: u64) -
 /// # Safety
 /// `pool` is a live pool.
 pub unsafe fn mem_pool_trim_to(pool: CUmemoryPool, keep: usize) -> Result<()> {
-    // SAFETY: the caller's promise.
+    // SAFETY: `pool` is live (# Safety); trimming frees only memory no
+    // allocation holds.
     unsafe { result::mem_pool::trim_to(pool, keep) }.map_err(|e| driver_error("cuMemPoolTrimTo", e))
 }
 
 /// # Safety
 /// `s` is a live stream and `p .. p + 4·words` lies inside one device allocation that outlives the queued write.
 pub unsafe fn memset_d32_async(p: CUdeviceptr, value: u32, words: usize, s: CUstream) -> Result<()> {
-    // SAFETY: caller guarantees p..p+4*words is inside one allocation.
+    // SAFETY: `p .. p + 4·words` lies inside one allocation that outlives
+    // the queued write, and `s` is live (# Safety).
     check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(p, value, words, s) })
 }
 
@@ -405,14 +422,16 @@ pub unsafe fn memset_d32_async(p: CUdeviceptr, value: u32, words: usize, s: CUst
 /// (for pageable memory the driver has staged it when this returns).
 pub unsafe fn memcpy_htod_async(dst: CUdeviceptr, src: *const c_void, bytes: usize, s: CUstream) -> Result<()> {
     refuse_in_host_function("cuMemcpyHtoDAsync")?;
-    check("cuMemcpyHtoDAsync", sys::cuMemcpyHtoDAsync_v2(dst, src, bytes, s))
+    // SAFETY: the caller's promise (# Safety) on both ranges and the stream.
+    check("cuMemcpyHtoDAsync", unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src, bytes, s) })
 }
 
 /// # Safety
 /// `dst` must stay valid and must not be read until the copy completes on `s`.
 pub unsafe fn memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, bytes: usize, s: CUstream) -> Result<()> {
     refuse_in_host_function("cuMemcpyDtoHAsync")?;
-    check("cuMemcpyDtoHAsync", sys::cuMemcpyDtoHAsync_v2(dst, src, bytes, s))
+    // SAFETY: the caller's promise (# Safety) on both ranges and the stream.
+    check("cuMemcpyDtoHAsync", unsafe { sys::cuMemcpyDtoHAsync_v2(dst, src, bytes, s) })
 }
 
 // ---- host memory ---------------------------------------------------------
@@ -429,26 +448,32 @@ pub fn host_alloc(bytes: usize, flags: u32) -> Result<*mut c_void> {
 /// # Safety
 /// `p` came from [`host_alloc`] and no copy still uses it.
 pub unsafe fn host_free(p: *mut c_void) -> Result<()> {
-    result::free_host(p).map_err(|e| driver_error("cuMemFreeHost", e))
+    // SAFETY: the caller's promise: `p` came from cuMemHostAlloc, is freed
+    // once, and no copy still uses it.
+    unsafe { result::free_host(p) }.map_err(|e| driver_error("cuMemFreeHost", e))
 }
 
 /// # Safety
 /// `p..p+bytes` is a live, page-aligned allocation that outlives the registration.
 pub unsafe fn host_register(p: *mut c_void, bytes: usize) -> Result<()> {
-    sys::cuMemHostRegister_v2(p, bytes, 0).result().map_err(|e| alloc_error("cuMemHostRegister", "pinned host", bytes, e))
+    // SAFETY: the caller's promise on the range (# Safety).
+    unsafe { sys::cuMemHostRegister_v2(p, bytes, 0) }.result().map_err(|e| alloc_error("cuMemHostRegister", "pinned host", bytes, e))
 }
 
 /// # Safety
 /// `p` was registered with [`host_register`] and no copy still uses it.
 pub unsafe fn host_unregister(p: *mut c_void) -> Result<()> {
-    check("cuMemHostUnregister", sys::cuMemHostUnregister(p))
+    // SAFETY: the caller's promise: registered, and no copy still uses it.
+    check("cuMemHostUnregister", unsafe { sys::cuMemHostUnregister(p) })
 }
 
 /// # Safety
 /// `p` is mapped pinned memory (allocated with [`HOST_ALLOC_MAPPED`]).
 pub unsafe fn host_device_pointer(p: *mut c_void) -> Result<CUdeviceptr> {
     let mut d: CUdeviceptr = 0;
-    check("cuMemHostGetDevicePointer", sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0))?;
+    // SAFETY: `p` is mapped pinned memory (the caller's promise); writes one
+    // address into `d`.
+    check("cuMemHostGetDevicePointer", unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0) })?;
     Ok(d)
 }
 
@@ -466,7 +491,8 @@ pub fn module_load_ptx(ptx: &str) -> Result<CUmodule> {
 /// `m` is a live module of the current context.
 pub unsafe fn module_function(m: CUmodule, name: &str) -> Result<CUfunction> {
     let c = std::ffi::CString::new(name).map_err(|_| LabError::Kernel(format!("bad kernel name {name:?}")))?;
-    // SAFETY: m is a loaded module.
+    // SAFETY: `m` is a live module (# Safety); `c` is NUL-terminated and
+    // outlives the call.
     unsafe { result::module::get_function(m, c) }.map_err(|e| driver_error("cuModuleGetFunction", e))
 }
 
@@ -476,14 +502,16 @@ pub unsafe fn module_function(m: CUmodule, name: &str) -> Result<CUfunction> {
 /// `m` is a live module of the current context.
 pub unsafe fn module_global(m: CUmodule, name: &str) -> Result<(CUdeviceptr, usize)> {
     let c = std::ffi::CString::new(name).map_err(|_| LabError::Kernel(format!("bad variable name {name:?}")))?;
-    // SAFETY: m is a loaded module.
+    // SAFETY: `m` is a live module (# Safety); `c` is NUL-terminated and
+    // outlives the call.
     unsafe { result::module::get_global(m, c) }.map_err(|e| driver_error("cuModuleGetGlobal", e))
 }
 
 /// # Safety
 /// `m` is a live module, unloaded once, with no launch of its functions still queued.
 pub unsafe fn module_unload(m: CUmodule) -> Result<()> {
-    // SAFETY: caller owns the module and no launch of it is pending.
+    // SAFETY: the caller owns the module, unloads it once, and no launch of
+    // it is pending (# Safety).
     unsafe { result::module::unload(m) }.map_err(|e| driver_error("cuModuleUnload", e))
 }
 
@@ -494,7 +522,9 @@ pub unsafe fn module_unload(m: CUmodule) -> Result<()> {
 /// was allowed ([`func_set_max_dynamic_smem`]).
 pub unsafe fn launch(f: CUfunction, grid: u32, block: u32, smem: u32, s: CUstream, params: &mut [*mut c_void]) -> Result<()> {
     refuse_in_host_function("cuLaunchKernel")?;
-    result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), smem, s, params).map_err(|e| driver_error("cuLaunchKernel", e))
+    // SAFETY: the caller's promise on the arguments, the memory they name
+    // and the shared memory asked for (# Safety).
+    unsafe { result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), smem, s, params) }.map_err(|e| driver_error("cuLaunchKernel", e))
 }
 
 /// What the driver says of a loaded kernel: registers per thread, static
@@ -551,6 +581,7 @@ pub unsafe fn occupancy_blocks_per_sm(f: CUfunction, block: u32, smem: u32) -> R
 /// allocations that outlive the queued copy on `s`, and do not overlap.
 pub unsafe fn memcpy_dtod_async(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, s: CUstream) -> Result<()> {
     refuse_in_host_function("cuMemcpyDtoDAsync")?;
+    // SAFETY: the caller's promise on both ranges and the stream (# Safety).
     check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, s) })
 }
 
@@ -558,7 +589,7 @@ pub unsafe fn memcpy_dtod_async(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize
 /// `s` and `e` are live handles of the current context.
 pub unsafe fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
     refuse_in_host_function("cuStreamWaitEvent")?;
-    // SAFETY: valid handles.
+    // SAFETY: `s` and `e` are live handles of the current context (# Safety).
     unsafe { result::stream::wait_event(s, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }.map_err(|e| driver_error("cuStreamWaitEvent", e))
 }
 
@@ -570,7 +601,9 @@ pub unsafe fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
 /// make no CUDA call.
 pub unsafe fn launch_host_function(s: CUstream, f: unsafe extern "C" fn(*mut c_void), arg: *mut c_void) -> Result<()> {
     refuse_in_host_function("cuLaunchHostFunc")?;
-    result::stream::launch_host_function(s, f, arg).map_err(|e| driver_error("cuLaunchHostFunc", e))
+    // SAFETY: the caller's promise that `f(arg)` may run once on the
+    // driver's thread and makes no CUDA call (# Safety).
+    unsafe { result::stream::launch_host_function(s, f, arg) }.map_err(|e| driver_error("cuLaunchHostFunc", e))
 }
 
 // ---- CUDA graphs (stream capture) ------------------------------------------
@@ -586,7 +619,8 @@ pub use sys::{CUgraph, CUgraphExec};
 /// # Safety
 /// `s` is a live stream created by this context (not a default stream).
 pub unsafe fn stream_begin_capture(s: CUstream) -> Result<()> {
-    // SAFETY: as the caller guarantees.
+    // SAFETY: `s` is a live stream this context created (# Safety): the
+    // default streams, which cannot be captured, are refused by the driver.
     unsafe { result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
         .map_err(|e| driver_error("cuStreamBeginCapture", e))
 }
@@ -596,19 +630,43 @@ pub unsafe fn stream_begin_capture(s: CUstream) -> Result<()> {
 /// # Safety
 /// `s` is capturing, begun by [`stream_begin_capture`] on this thread.
 pub unsafe fn stream_end_capture(s: CUstream) -> Result<CUgraph> {
-    // SAFETY: as the caller guarantees.
+    // SAFETY: `s` is capturing, begun on this thread (# Safety).
     unsafe { result::stream::end_capture(s) }.map_err(|e| driver_error("cuStreamEndCapture", e))
 }
 
-/// cuGraphGetNodes: how many nodes graph `g` has.
+/// A graph node's type as the driver numbers it (`CUgraphNodeType`), kept
+/// as a number: a newer driver may report a type this binding does not name.
+pub type GraphNodeType = u32;
+/// A node that allocates memory from a pool when the graph runs (a
+/// cuMemAllocAsync captured into the graph).
+pub const GRAPH_NODE_MEM_ALLOC: GraphNodeType = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC as u32;
+/// A node that gives memory back to its pool when the graph runs.
+pub const GRAPH_NODE_MEM_FREE: GraphNodeType = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE as u32;
+
+/// cuGraphGetNodes, then cuGraphNodeGetType on each: the type of every
+/// node of graph `g`.
 ///
 /// # Safety
 /// `g` is a live graph.
-pub unsafe fn graph_node_count(g: CUgraph) -> Result<usize> {
+pub unsafe fn graph_node_types(g: CUgraph) -> Result<Vec<GraphNodeType>> {
     let mut n = 0usize;
-    // SAFETY: a null node array asks for the count only.
+    // SAFETY: `g` is live (# Safety); a null node array asks for the count only.
     check("cuGraphGetNodes", unsafe { sys::cuGraphGetNodes(g, std::ptr::null_mut(), &mut n) })?;
-    Ok(n)
+    let mut nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); n];
+    // SAFETY: `nodes` has room for the `n` handles asked for; the driver
+    // writes at most `n` and says how many.
+    check("cuGraphGetNodes", unsafe { sys::cuGraphGetNodes(g, nodes.as_mut_ptr(), &mut n) })?;
+    nodes.truncate(n);
+    nodes
+        .iter()
+        .map(|&node| {
+            let mut t: u32 = u32::MAX;
+            // SAFETY: `node` is a node of the live graph `g`; the driver
+            // writes one 32-bit enum value into `t`, read back as a number
+            // (so a type the binding does not name is no invalid enum).
+            check("cuGraphNodeGetType", unsafe { sys::cuGraphNodeGetType(node, &mut t as *mut u32 as *mut sys::CUgraphNodeType) }).map(|()| t)
+        })
+        .collect()
 }
 
 /// cuGraphInstantiate: an executable graph of `g` (the caller destroys it).
@@ -616,7 +674,7 @@ pub unsafe fn graph_node_count(g: CUgraph) -> Result<usize> {
 /// # Safety
 /// `g` is a live graph.
 pub unsafe fn graph_instantiate(g: CUgraph) -> Result<CUgraphExec> {
-    // SAFETY: as the caller guarantees.
+    // SAFETY: `g` is a live graph (# Safety); the executable graph is new.
     unsafe { result::graph::instantiate(g, sys::CUgraphInstantiate_flags(0)) }.map_err(|e| driver_error("cuGraphInstantiate", e))
 }
 
@@ -627,21 +685,26 @@ pub unsafe fn graph_instantiate(g: CUgraph) -> Result<CUgraphExec> {
 /// launch, and nothing else uses them until it completes on `s`.
 pub unsafe fn graph_launch(g: CUgraphExec, s: CUstream) -> Result<()> {
     refuse_in_host_function("cuGraphLaunch")?;
-    // SAFETY: as the caller guarantees.
+    // SAFETY: `g` and `s` are live, and the memory the graph's nodes touch
+    // outlives the launch (# Safety).
     unsafe { result::graph::launch(g, s) }.map_err(|e| driver_error("cuGraphLaunch", e))
 }
 
+/// cuGraphExecDestroy (a launch still running is not cut short: the driver
+/// frees the graph once it completes).
+///
 /// # Safety
-/// `g` is a live executable graph, no launch of it still running, destroyed once.
+/// `g` is a live executable graph, destroyed once.
 pub unsafe fn graph_exec_destroy(g: CUgraphExec) -> Result<()> {
-    // SAFETY: as the caller guarantees.
+    // SAFETY: the caller owns the live executable graph and destroys it
+    // once (# Safety).
     unsafe { result::graph::exec_destroy(g) }.map_err(|e| driver_error("cuGraphExecDestroy", e))
 }
 
 /// # Safety
 /// `g` is a live graph, destroyed once.
 pub unsafe fn graph_destroy(g: CUgraph) -> Result<()> {
-    // SAFETY: as the caller guarantees.
+    // SAFETY: the caller owns the live graph and destroys it once (# Safety).
     unsafe { result::graph::destroy(g) }.map_err(|e| driver_error("cuGraphDestroy", e))
 }
 
@@ -653,5 +716,8 @@ pub fn context_synchronize() -> Result<()> {
 pub mod activity;
 // cuBLAS's raw calls, in the same thin layer (`blas_*`).
 mod blas;
+// NCCL's raw calls and its loading, in the same thin layer (`nccl_*`).
+mod nccl;
 pub use activity::ActivityRecord;
 pub use blas::*;
+pub use nccl::*;

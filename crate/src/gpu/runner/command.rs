@@ -29,6 +29,7 @@ pub(super) struct EventHandle(pub driver::CUevent);
 // SAFETY: event handles may be used from any thread of the process (as
 // `Event`'s own Send and Sync say); the runner keeps the event alive.
 unsafe impl Send for EventHandle {}
+// SAFETY: as for Send: a copy of the handle is all `&EventHandle` gives.
 unsafe impl Sync for EventHandle {}
 
 /// The timing events recorded around an op (a timeline timed by CUDA
@@ -131,7 +132,7 @@ impl<'a> What<'a> {
             }
             // SAFETY: both handles are alive (the caller's contract).
             What::Record { stream, event } => unsafe { driver::event_record(event.0, stream.raw()) },
-            // SAFETY: as above.
+            // SAFETY: both handles are alive, as for a record (the caller's contract).
             What::Wait { stream, event } => unsafe { driver::stream_wait_event(stream.raw(), event.0) },
             What::Issue(call) | What::Host { call, .. } | What::Blocking(call) => call(),
             What::OpenGate | What::Restart { .. } => Ok(()),

@@ -132,7 +132,8 @@ impl Exec {
                 }
                 Ok(())
             }
-            // SAFETY: as above.
+            // SAFETY: as above (the runner holds what the command names until
+            // it has synchronized), made from the thread whose stream it is.
             what => self.cpu.run(c.thread, move || unsafe { what.issue() }),
         }
     }
@@ -171,12 +172,12 @@ impl<'a> Runner<'a> {
         for c in commands {
             by_thread[c.thread].push(c.what);
         }
-        // SAFETY: as for every command (see `Exec::run`); the gate is open
-        // wherever a call blocks, and the dispatch refused anything that
-        // orders one thread after another.
         let issue_all = |whats: Vec<What<'a>>| -> Result<f64> {
             let t = Instant::now();
             for w in whats {
+                // SAFETY: as for every command (see `Exec::run`); the gate is
+                // open wherever a call blocks, and the dispatch refused
+                // anything that orders one thread after another.
                 unsafe { w.issue() }?;
             }
             Ok(t.elapsed().as_secs_f64() * 1e3)

@@ -12,7 +12,7 @@ use crate::gpu::host_fn::{Flag, Raise};
 use crate::gpu::{driver, trace, Event, HostTask};
 use crate::pipeline::issue::{EventRef, HostRef, SignalRef, StreamRef};
 use crate::pipeline::op::{Access, OpId, OpKind};
-use crate::pipeline::schedule::WaitFor;
+use crate::pipeline::schedule::{Race, Schedule, WaitFor};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -185,7 +185,8 @@ impl<'a> Runner<'a> {
         let (place, mut access) = self.host_range(h, at, bytes)?;
         access.write = true;
         self.forget_reusable_ends();
-        self.schedule.host_op(0, label, vec![access]);
+        let id = self.schedule.host_op(0, label, vec![access.clone()]);
+        self.refuse_unordered_writer(id, &access)?;
         let slot = self.host_slot();
         self.marks.push(Mark::Host(slot));
         let label = label.to_string();
@@ -196,8 +197,10 @@ impl<'a> Runner<'a> {
                 call: Box::new(move || {
                     let _r = trace::range(&label);
                     // SAFETY: in bounds (host_range); the runner holds the
-                    // buffer's exclusive borrow. Whether the GPU may still be
-                    // using it is what the schedule checks.
+                    // buffer's exclusive borrow, and nothing may still be
+                    // writing the range (refused above). A copy that may
+                    // still read it is a race the schedule reports; it
+                    // only reads what the CPU wrote.
                     write(unsafe { std::slice::from_raw_parts_mut(place.addr() as *mut u64, bytes / 8) });
                     Ok(())
                 }),
@@ -216,22 +219,76 @@ impl<'a> Runner<'a> {
         self.exec.open_gate()?;
         self.gate_closed = false;
         self.forget_reusable_ends();
-        self.schedule.host_op(0, label, vec![access]);
+        let id = self.schedule.host_op(0, label, vec![access.clone()]);
+        self.refuse_unordered_writer(id, &access)?;
         let slot = self.host_slot();
         self.marks.push(Mark::Host(slot));
         let _r = trace::range(label);
         let t0 = self.exec.now_us();
         // SAFETY: in bounds (host_range); the runner holds the buffer's
-        // exclusive borrow. Whether the GPU may still write it is what the
-        // schedule checks.
+        // exclusive borrow, and every write to the range happens before this
+        // read (refused above otherwise): a runner that does not defer has
+        // made the waits that order them, so nothing writes it meanwhile.
         let r = read(unsafe { std::slice::from_raw_parts(place.addr() as *const u64, bytes / 8) });
         self.exec.host_times[slot] = (t0, self.exec.now_us());
         Ok(r)
+    }
+
+    /// Refuses CPU work `id` on host memory (`access`) while anything may
+    /// still write that memory ([`unordered_writer`]).
+    fn refuse_unordered_writer(&self, id: OpId, access: &Access) -> Result<()> {
+        match unordered_writer(&self.schedule, id, access) {
+            Some(race) => Err(LabError::schedule(format!("CPU work refused: {}", race.what))),
+            None => Ok(()),
+        }
     }
 
     /// After host work or a host wait, streams may sit idle until the next
     /// op is issued: a shared end event would date its start too early.
     pub(super) fn forget_reusable_ends(&mut self) {
         self.reusable_end.iter_mut().for_each(|e| *e = None);
+    }
+}
+
+/// The race, if any, that leaves CPU work `id` on host memory (`access`)
+/// unordered after an op that writes that memory (a copy into it, its
+/// release): the CPU would read or write memory a copy may be changing
+/// under it, which no Rust reference may see. (Unordered after an op that
+/// only reads it, the CPU's writes are a race the schedule reports, not
+/// memory changing under the CPU.)
+fn unordered_writer<'s>(schedule: &'s Schedule, id: OpId, access: &Access) -> Option<&'s Race> {
+    let overlaps = |a: &Access| a.write && a.buffer == access.buffer && a.start < access.end && access.start < a.end;
+    schedule.races().iter().filter(|r| r.later == id).find(|r| schedule.ops[r.earlier].accesses.iter().any(overlaps))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::op::OpKind;
+
+    #[test]
+    fn cpu_work_is_refused_only_where_a_copy_may_still_write_its_memory() {
+        let mut s = Schedule::new();
+        // A D2H into "out" on stream 0, then the CPU reads "out" with no wait.
+        s.gpu_op(0, 0, OpKind::D2h, "D2H 0", vec![Access::write("out", 0, 64)]);
+        let read = Access::read("out", 0, 64);
+        let id = s.host_op(0, "CPU reads out", vec![read.clone()]);
+        let race = unordered_writer(&s, id, &read).expect("the copy may still be writing");
+        assert!(race.what.contains("D2H 0") && race.what.contains("out"), "{}", race.what);
+        // Other bytes of the buffer: nothing writes them.
+        let elsewhere = Access::read("out", 64, 128);
+        let id = s.host_op(0, "CPU reads the rest", vec![elsewhere.clone()]);
+        assert!(unordered_writer(&s, id, &elsewhere).is_none());
+        // After the CPU waited for the stream, the same read is ordered.
+        s.host_wait_stream(0, 0);
+        let id = s.host_op(0, "CPU reads out after the wait", vec![read.clone()]);
+        assert!(unordered_writer(&s, id, &read).is_none());
+        // An H2D that may still read "in" while the CPU writes it: a race the
+        // schedule reports, but nothing writes under the CPU.
+        s.gpu_op(0, 1, OpKind::H2d, "H2D 1", vec![Access::read("in", 0, 64)]);
+        let write = Access::write("in", 0, 64);
+        let id = s.host_op(0, "CPU writes in", vec![write.clone()]);
+        assert!(s.races().iter().any(|r| r.later == id), "the race is still reported");
+        assert!(unordered_writer(&s, id, &write).is_none());
     }
 }

@@ -504,9 +504,13 @@ impl<'a> Runner<'a> {
         for e in self.devices.iter_mut().filter(|e| e.hold.leaked()) {
             let (Some(m), ptr) = (e.hold.memory, e.base.get()) else { continue };
             if ptr != 0 {
-                // SAFETY: the loop's own allocation, released once; the device is idle.
                 let _ = match m {
+                    // SAFETY: the loop's own pool allocation, released once,
+                    // on the runner's live base stream; the device is idle
+                    // (called after a synchronize), so no work still uses it.
                     Memory::Pool => unsafe { driver::mem_free_async(ptr, base_stream) }.and_then(|_| self.exec.base_stream.synchronize()),
+                    // SAFETY: the loop's own cuMemAlloc allocation, released
+                    // once; the device is idle, so no work still uses it.
                     _ => unsafe { driver::device_free(ptr) },
                 };
                 names.push(e.hold.name.clone());
@@ -516,9 +520,12 @@ impl<'a> Runner<'a> {
         for e in self.hosts.iter_mut().filter(|e| e.hold.leaked()) {
             let (Some(m), ptr) = (e.hold.memory, e.base.get() as *mut std::ffi::c_void) else { continue };
             if !ptr.is_null() {
-                // SAFETY: the loop's own allocation or registration, released once; the device is idle.
                 let _ = match m {
+                    // SAFETY: the loop's own registration, released once; the
+                    // device is idle, so no copy still uses it.
                     Memory::Registered => unsafe { driver::host_unregister(ptr) },
+                    // SAFETY: the loop's own cuMemHostAlloc allocation,
+                    // released once; the device is idle, so no copy uses it.
                     _ => unsafe { driver::host_free(ptr) },
                 };
                 names.push(e.hold.name.clone());

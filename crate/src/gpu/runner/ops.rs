@@ -144,7 +144,8 @@ impl<'a> Runner<'a> {
                     unsafe { crate::gpu::driver::event_record(a.0, stream.raw()) }?;
                 }
                 enqueue(stream)?;
-                // SAFETY: as above.
+                // SAFETY: a pool event of the runner too, alive for its life;
+                // the stream is borrowed for it.
                 bracket.end.map_or(Ok(()), |b| unsafe { crate::gpu::driver::event_record(b.0, stream.raw()) })
             }))
         })

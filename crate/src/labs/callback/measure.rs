@@ -65,10 +65,12 @@ impl CallbackRig {
             r += 1;
             // SAFETY: the rig's buffers outlive it; this function waits for the stream before it returns.
             unsafe { self.kernel.enqueue(&self.compute, &self.row_dot_args(q, 0)) }?;
-            self.d2h(&self.compute, 0)?;
+            // SAFETY: the rig outlives the copy, waited for on the next line
+            // before anything reads the slot.
+            unsafe { self.d2h(&self.compute, 0) }?;
             self.compute.synchronize()?;
             let t = Instant::now();
-            let i = work::heavy_argmin(view.scores(), passes).map_err(|why| LabError::wrong_data("pinned scores of slot 0", 0, why))?;
+            let i = view.heavy_argmin(passes).map_err(|why| LabError::wrong_data("pinned scores of slot 0", 0, why))?;
             let ms = t.elapsed().as_secs_f64() * 1e3;
             if i != self.reference[q] {
                 return Err(LabError::wrong_data("argmin results", q, format!("argmin is row {i}, the CPU reference says row {}", self.reference[q])));

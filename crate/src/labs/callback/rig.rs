@@ -105,8 +105,9 @@ impl CallbackRig {
     }
 
     pub(super) fn views(&self) -> Vec<ScoresView> {
-        // SAFETY: each slot holds rows + 1 u32 and lives as long as the rig,
-        // which joins every thread and syncs every stream before a run returns.
+        // SAFETY: each slot holds rows + 1 u32 (slot_bytes in `new`), starts
+        // page-aligned (cuMemHostAlloc), and lives as long as the rig, which
+        // joins every thread and syncs every stream before a run returns.
         self.slots.iter().map(|s| unsafe { ScoresView::new(s.host.words().as_ptr() as *const u32, self.rows) }).collect()
     }
 
@@ -115,11 +116,16 @@ impl CallbackRig {
     }
 
     /// Enqueues the copy of `slot`'s scores (and stamp) into its pinned memory on `stream`.
-    pub(super) fn d2h(&self, stream: &Stream, slot: usize) -> Result<()> {
+    ///
+    /// # Safety
+    /// Nothing reads the slot's pinned memory as Rust data until the copy
+    /// has completed on `stream` (the argmins read it through
+    /// [`ScoresView`], whose volatile loads may race the copy), and the rig
+    /// lives until then.
+    pub(super) unsafe fn d2h(&self, stream: &Stream, slot: usize) -> Result<()> {
         let s = &self.slots[slot];
-        // SAFETY: the slot is leased to this iteration; its reader starts only
-        // after this copy (stream order or the "scores ready" event), which the
-        // schedule and the stamp check in the argmin verify.
+        // SAFETY: the caller keeps the rig, and so both buffers, alive until
+        // the copy ran, and reads the pinned side only through views (# Safety).
         unsafe { stream.download_async(&s.host, &s.dev, (self.rows + 1) * 4) }
     }
 
@@ -134,8 +140,13 @@ impl CallbackRig {
     /// The D2H of `slot`'s scores (iteration `t`'s) into its pinned memory, as an op of `p` on `s`.
     pub(super) fn d2h_op<'r>(&'r self, p: &mut Runner<'r>, s: StreamRef, t: usize, slot: Slot) -> Result<OpId> {
         let accesses = vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)];
+        let copy = move |st: &Stream| {
+            // SAFETY: the rig outlives the runner, which waits for the copy
+            // before it ends; the argmins read the slot only through its views.
+            unsafe { self.d2h(st, slot.0) }
+        };
         // SAFETY: the copy touches only the rig's slot buffers, which outlive
         // the runner; the accesses name both sides.
-        unsafe { p.op(s, OpKind::D2h, &format!("D2H scores {t}"), accesses, move |st| self.d2h(st, slot.0)) }
+        unsafe { p.op(s, OpKind::D2h, &format!("D2H scores {t}"), accesses, copy) }
     }
 }

@@ -23,69 +23,110 @@ pub const WAITER_LANE: &str = "CPU: event-waiting thread";
 /// What a result holds before its argmin wrote it.
 pub const NO_RESULT: u32 = u32::MAX;
 
-/// The first index of the smallest score. Blocks of 16 lanes keep the
-/// running minimum in vector registers; the index is found in a second scan.
-pub fn argmin(scores: &[f32]) -> u32 {
-    if scores.is_empty() {
-        return NO_RESULT;
-    }
-    let mut lanes = [f32::INFINITY; 16];
-    let blocks = scores.chunks_exact(16);
-    let tail = blocks.remainder();
-    for b in blocks {
-        for (m, &x) in lanes.iter_mut().zip(b) {
-            *m = if x < *m { x } else { *m };
-        }
-    }
-    let min = tail.iter().chain(&lanes).fold(f32::INFINITY, |m, &x| if x < m { x } else { m });
-    scores.iter().position(|&x| x == min).map_or(0, |i| i as u32)
-}
-
-/// The lab's CPU work: the argmin `passes` times over the same scores (its
-/// cost is the knob). Every pass must agree, so none can be skipped; a
-/// disagreement means the scores changed under the reader.
-pub fn heavy_argmin(scores: &[f32], passes: u32) -> std::result::Result<u32, String> {
-    let first = argmin(std::hint::black_box(scores));
-    for p in 1..passes {
-        let again = argmin(std::hint::black_box(scores));
-        if again != first {
-            return Err(format!("argmin pass {p} found {again}, pass 0 found {first}: the scores changed while being read"));
-        }
-    }
-    Ok(first)
-}
-
 /// One slot's pinned scores as the CPU sees them: `rows` f32 then a u32
 /// stamp the kernel wrote (the iteration). The memory belongs to the rig,
 /// which outlives every run (it joins the threads and syncs the streams).
+///
+/// A copy may land in the slot while the CPU reads it: a loop that hands
+/// an argmin out before its D2H has finished, or reuses a slot too early,
+/// is a mistake this lab must catch, not undefined behaviour. So the view
+/// never lends the scores out as a slice (which would promise that nothing
+/// changes them meanwhile): it reads them itself with volatile loads, the
+/// way to read memory that a device may write, 16 bytes at a time.
 #[derive(Clone, Copy, Debug)]
 pub struct ScoresView {
     ptr: *const u32,
     rows: usize,
 }
 
-// SAFETY: a view of pinned memory that outlives every thread using it;
-// who may read it when is what the slot book decides.
+// SAFETY: a view of pinned memory that outlives every thread using it
+// (`new`'s contract), read only with volatile loads, which are sound while
+// a copy writes it; who may read it when is what the slot book decides.
 unsafe impl Send for ScoresView {}
+// SAFETY: as for Send: `&ScoresView` only reads, with volatile loads.
 unsafe impl Sync for ScoresView {}
+
+/// Four scores, read with one volatile 16-byte load.
+type Four = [f32; 4];
 
 impl ScoresView {
     /// # Safety
-    /// `ptr` points at `rows + 1` u32 that stay allocated while views exist.
+    /// `ptr` is 16-byte aligned and points at `rows + 1` u32 that stay
+    /// allocated while views exist.
     pub unsafe fn new(ptr: *const u32, rows: usize) -> ScoresView {
+        debug_assert_eq!(ptr as usize % 16, 0, "a score slot starts 16-byte aligned");
         ScoresView { ptr, rows }
+    }
+    /// How many scores it holds.
+    pub fn rows(&self) -> usize {
+        self.rows
     }
     /// The stamp word, read as memory a DMA may write at any time.
     pub fn stamp(&self) -> u32 {
-        // SAFETY: in bounds (rows + 1 words).
+        // SAFETY: in bounds (rows + 1 words, `new`'s contract), aligned, and
+        // read with a volatile load (a copy may be writing it).
         unsafe { std::ptr::read_volatile(self.ptr.add(self.rows)) }
     }
-    /// The scores. Whoever reads them holds the slot's lease, or (a
-    /// standalone measurement) has synced the copy.
-    pub fn scores(&self) -> &[f32] {
-        // SAFETY: in bounds; if a copy lands meanwhile (a misused slot), the
-        // stamp and generation checks around the read report it.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const f32, self.rows) }
+    /// Score `i` (< rows), read as memory a DMA may write.
+    fn score(&self, i: usize) -> f32 {
+        debug_assert!(i < self.rows);
+        // SAFETY: in bounds (i < rows), aligned (u32 and f32 alike), and a
+        // volatile load.
+        f32::from_bits(unsafe { std::ptr::read_volatile(self.ptr.add(i)) })
+    }
+    /// Scores `4·j .. 4·j + 4` (4·j + 4 <= rows), in one 16-byte load.
+    fn four(&self, j: usize) -> Four {
+        debug_assert!(4 * j + 4 <= self.rows);
+        let at = self.ptr as *const Four;
+        // SAFETY: in bounds (4·j + 4 <= rows) and 16-byte aligned (the
+        // slot starts so, `new`'s contract); a volatile load. On x86_64 and
+        // aarch64 it is one vector load, so the scan costs what a slice's
+        // would; elsewhere four scalar ones.
+        unsafe {
+            #[cfg(target_arch = "x86_64")]
+            let four = std::mem::transmute::<std::arch::x86_64::__m128, Four>(std::ptr::read_volatile(at.add(j) as *const std::arch::x86_64::__m128));
+            #[cfg(target_arch = "aarch64")]
+            let four =
+                std::mem::transmute::<std::arch::aarch64::float32x4_t, Four>(std::ptr::read_volatile(at.add(j) as *const std::arch::aarch64::float32x4_t));
+            #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+            let four = std::ptr::read_volatile(at.add(j));
+            four
+        }
+    }
+
+    /// The first index of the smallest score. Four blocks of four lanes
+    /// keep the running minimum in vector registers; the index is found in
+    /// a second scan ([`NO_RESULT`] for no rows).
+    pub fn argmin(&self) -> u32 {
+        if self.rows == 0 {
+            return NO_RESULT;
+        }
+        let mut lanes = [[f32::INFINITY; 4]; 4];
+        let blocks = self.rows / 16;
+        for b in 0..blocks {
+            for (q, lane) in lanes.iter_mut().enumerate() {
+                for (m, x) in lane.iter_mut().zip(self.four(4 * b + q)) {
+                    *m = if x < *m { x } else { *m };
+                }
+            }
+        }
+        let tail = (16 * blocks..self.rows).map(|i| self.score(i));
+        let min = tail.chain(lanes.into_iter().flatten()).fold(f32::INFINITY, |m, x| if x < m { x } else { m });
+        (0..self.rows).find(|&i| self.score(i) == min).map_or(0, |i| i as u32)
+    }
+
+    /// The lab's CPU work: the argmin `passes` times over the same scores
+    /// (its cost is the knob). Every pass must agree, so none can be
+    /// skipped; a disagreement means the scores changed under the reader.
+    pub fn heavy_argmin(&self, passes: u32) -> std::result::Result<u32, String> {
+        let first = std::hint::black_box(self).argmin();
+        for p in 1..passes {
+            let again = std::hint::black_box(self).argmin();
+            if again != first {
+                return Err(format!("argmin pass {p} found {again}, pass 0 found {first}: the scores changed while being read"));
+            }
+        }
+        Ok(first)
     }
 }
 
@@ -159,7 +200,7 @@ impl RunState {
             if self.panic_at == Some(t) {
                 panic!("injected failure in the argmin of iteration {t}");
             }
-            heavy_argmin(view.scores(), self.passes)
+            view.heavy_argmin(self.passes)
         }));
         self.argmin_ns[t].store(work_start.elapsed().as_nanos() as u64, Ordering::Release);
         let (after, current) = (view.stamp(), self.book.is_current(&lease));
@@ -338,37 +379,81 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Four words, 16-byte aligned, as the rig's pinned slots are.
+    #[derive(Clone, Copy, Debug, Default)]
+    #[repr(C, align(16))]
+    struct Words4([u32; 4]);
+
+    /// A slot's memory for a test: `rows` scores and the stamp, reached
+    /// only through its raw pointer (as the views and a DMA reach the
+    /// rig's), so a write here never invalidates a view.
+    struct SlotMem {
+        ptr: *mut Words4,
+        len: usize,
+    }
+
+    impl SlotMem {
+        fn new(rows: usize) -> SlotMem {
+            let words = vec![Words4::default(); (rows + 1).div_ceil(4)].into_boxed_slice();
+            let len = words.len();
+            SlotMem { ptr: Box::into_raw(words) as *mut Words4, len }
+        }
+        fn set(&self, i: usize, word: u32) {
+            assert!(i < 4 * self.len);
+            // SAFETY: in bounds (asserted) of the live allocation `self` owns.
+            unsafe { std::ptr::write_volatile((self.ptr as *mut u32).add(i), word) }
+        }
+        /// A view of its first `rows` scores (and the stamp after them).
+        fn view(&self, rows: usize) -> ScoresView {
+            assert!(rows < 4 * self.len);
+            // SAFETY: 16-byte aligned (Words4), rows + 1 words long
+            // (asserted); every test keeps `self` alive while its views are used.
+            unsafe { ScoresView::new(self.ptr as *const u32, rows) }
+        }
+        /// Writes iteration t's `rows` scores (its argmin at t % rows) and stamp.
+        fn land(&self, rows: usize, t: usize) {
+            for i in 0..rows {
+                self.set(i, ((i as f32) + 1.0).to_bits());
+            }
+            self.set(t % rows, (-1.0f32).to_bits());
+            self.set(rows, t as u32);
+        }
+    }
+
+    impl Drop for SlotMem {
+        fn drop(&mut self) {
+            // SAFETY: made by `Box::into_raw` of a slice of `len` in `new`,
+            // freed once, here.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+        }
+    }
+
     /// One run's CPU side over `slots` slots of `rows` scores + stamp in
     /// plain memory (as a rig would pin them): the memory, the book, the state.
-    fn fixture(slots: usize, rows: usize, iterations: usize, passes: u32, timeout_s: f64, spans: bool) -> (Vec<Vec<u32>>, Arc<SlotBook>, RunState) {
-        let mem: Vec<Vec<u32>> = (0..slots).map(|_| vec![0u32; rows + 1]).collect();
-        let views = mem.iter().map(|m| unsafe { ScoresView::new(m.as_ptr(), rows) }).collect();
+    fn fixture(slots: usize, rows: usize, iterations: usize, passes: u32, timeout_s: f64, spans: bool) -> (Vec<SlotMem>, Arc<SlotBook>, RunState) {
+        let mem: Vec<SlotMem> = (0..slots).map(|_| SlotMem::new(rows)).collect();
+        let views = mem.iter().map(|m| m.view(rows)).collect();
         let book = Arc::new(SlotBook::new(slots, Duration::from_secs_f64(timeout_s)));
         let state = RunState::new(book.clone(), views, iterations, passes, Instant::now(), spans);
         (mem, book, state)
     }
-    /// Writes iteration t's scores (its argmin at t % rows) and stamp.
-    fn land(mem: &mut [u32], t: usize) {
-        let rows = mem.len() - 1;
-        for (i, w) in mem[..rows].iter_mut().enumerate() {
-            *w = ((i as f32) + 1.0).to_bits();
-        }
-        mem[t % rows] = (-1.0f32).to_bits();
-        mem[rows] = t as u32;
-    }
 
     #[test]
     fn argmin_is_the_first_smallest_at_any_length() {
-        assert_eq!(argmin(&[]), NO_RESULT);
-        for n in [1usize, 15, 16, 17, 100, 1000] {
+        assert_eq!(SlotMem::new(0).view(0).argmin(), NO_RESULT);
+        for n in [1usize, 3, 15, 16, 17, 31, 100, 1000] {
             for at in [0, n / 2, n - 1] {
-                let mut v: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-                v[at] = -5.0;
-                if at + 1 < n {
-                    v[n - 1] = -5.0; // a tie later on: the first wins
+                let mem = SlotMem::new(n);
+                for i in 0..n {
+                    mem.set(i, ((i % 7) as f32).to_bits());
                 }
-                assert_eq!(argmin(&v), at as u32, "n {n} at {at}");
-                assert_eq!(heavy_argmin(&v, 3), Ok(at as u32));
+                mem.set(at, (-5.0f32).to_bits());
+                if at + 1 < n {
+                    mem.set(n - 1, (-5.0f32).to_bits()); // a tie later on: the first wins
+                }
+                let v = mem.view(n);
+                assert_eq!(v.argmin(), at as u32, "n {n} at {at}");
+                assert_eq!(v.heavy_argmin(3), Ok(at as u32));
             }
         }
     }
@@ -376,13 +461,13 @@ mod tests {
     #[test]
     fn the_worker_runs_every_job_gives_every_slot_back_and_joins() {
         let rows = 64;
-        let (mut mem, book, state) = fixture(3, rows, 200, 2, 10.0, true);
+        let (mem, book, state) = fixture(3, rows, 200, 2, 10.0, true);
         let state = Arc::new(state);
         let worker = Worker::spawn("test-worker", WORKER_LANE, state.clone(), None).unwrap();
         let tx = worker.sender();
         for t in 0..200 {
             let lease = book.take(t).unwrap();
-            land(&mut mem[lease.slot], t);
+            mem[lease.slot].land(rows, t);
             tx.send(ArgminJob { lease }).unwrap();
         }
         drop(tx);
@@ -398,8 +483,8 @@ mod tests {
     #[test]
     fn scores_that_have_not_arrived_are_reported_not_used() {
         let rows = 16;
-        let (mut mem, book, state) = fixture(1, rows, 4, 1, 1.0, false);
-        land(&mut mem[0], 0);
+        let (mem, book, state) = fixture(1, rows, 4, 1, 1.0, false);
+        mem[0].land(rows, 0);
         let lease = book.take(1).unwrap(); // iteration 1 reads what iteration 0 left
         state.argmin(ArgminJob { lease }, WORKER_LANE, "test");
         assert!(state.errors()[0].contains("iteration 1 read slot 0 before its scores arrived"), "{:?}", state.errors());
@@ -410,14 +495,14 @@ mod tests {
     #[test]
     fn a_panicking_argmin_becomes_an_error_and_frees_its_slot() {
         let rows = 16;
-        let (mut mem, book, mut state) = fixture(1, rows, 2, 1, 1.0, false);
+        let (mem, book, mut state) = fixture(1, rows, 2, 1, 1.0, false);
         state.panic_at = Some(0);
         let state = Arc::new(state);
         let worker = Worker::spawn("test-worker", WORKER_LANE, state.clone(), None).unwrap();
-        land(&mut mem[0], 0);
+        mem[0].land(rows, 0);
         worker.sender().send(ArgminJob { lease: book.take(0).unwrap() }).unwrap();
         let lease = book.take(1).expect("the slot came back despite the panic");
-        land(&mut mem[0], 1);
+        mem[0].land(rows, 1);
         worker.sender().send(ArgminJob { lease }).unwrap();
         worker.join().unwrap();
         assert!(state.errors()[0].contains("argmin of iteration 0 panicked: injected failure"), "{:?}", state.errors());
@@ -442,10 +527,10 @@ mod tests {
     #[test]
     fn a_host_task_can_hand_off_to_the_worker() {
         let rows = 16;
-        let (mut mem, book, state) = fixture(1, rows, 1, 1, 1.0, true);
+        let (mem, book, state) = fixture(1, rows, 1, 1, 1.0, true);
         let state = Arc::new(state);
         let worker = Worker::spawn("test-worker", WORKER_LANE, state.clone(), None).unwrap();
-        land(&mut mem[0], 0);
+        mem[0].land(rows, 0);
         let task = Box::new(CallbackTask::HandOff { state: state.clone(), job: ArgminJob { lease: book.take(0).unwrap() }, to: worker.sender() });
         std::thread::spawn(move || task.run()).join().unwrap();
         worker.join().unwrap();

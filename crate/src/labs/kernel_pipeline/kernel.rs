@@ -442,16 +442,14 @@ impl TileKernel {
         if !self.traced {
             return Err(LabError::config(format!("{}: a warp trace needs the kernel built with TileKernel::load_traced", self.kind.source().file)));
         }
-        let (spans, clock) = (self.module.global(TRACE_SPANS)?, self.module.global(TRACE_CLOCK)?);
-        // The module (and so its variables) lives as long as `self`.
-        stream.fill_span_u32(spans, 0)?;
-        stream.fill_span_u32(clock, 0)?;
+        self.module.fill_global(stream, TRACE_SPANS, 0)?;
+        self.module.fill_global(stream, TRACE_CLOCK, 0)?;
         // Untimed: the stamps are the measurement.
         // SAFETY: both buffers are borrowed until the synchronize below.
         let queued = unsafe { self.enqueue(stream, padded.span(), output.span(), tiles) };
         stream.synchronize()?;
         queued?;
-        WarpTrace::decode(&stream.read_words(clock, 4)?, &stream.read_words(spans, spans.bytes() / 8)?)
+        WarpTrace::decode(&self.module.read_global(stream, TRACE_CLOCK)?, &self.module.read_global(stream, TRACE_SPANS)?)
     }
 }
 

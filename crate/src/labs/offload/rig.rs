@@ -89,7 +89,7 @@ impl OffloadRig {
         pageable.words_mut().par_chunks_mut(1 << 20).zip(pinned.words().par_chunks(1 << 20)).for_each(|(a, b)| a.copy_from_slice(b));
         // (least, greatest): the greatest priority is the lowest number.
         let (_, highest) = gpu.stream_priority_range()?;
-        Ok(OffloadRig {
+        let rig = OffloadRig {
             gpu: gpu.clone(),
             shape,
             blas: Blas::new(gpu)?,
@@ -106,7 +106,25 @@ impl OffloadRig {
             copy_high: gpu.stream_of(StreamKind::NonBlocking, highest)?,
             setup: gpu.stream()?,
             max_batch,
-        })
+        };
+        // What --gpu-budget was checked against must be what the rig holds.
+        let counted = shape.gpu_bytes(max_batch, slots);
+        if rig.gpu_bytes() > counted {
+            return Err(crate::error::LabError::config(format!(
+                "the rig holds {} of GPU memory, but --gpu-budget counted {} for it",
+                crate::units::Bytes(rig.gpu_bytes() as u64),
+                crate::units::Bytes(counted as u64)
+            )));
+        }
+        Ok(rig)
+    }
+
+    /// The GPU memory the rig holds for a pass: the ring, both activation
+    /// buffers, the hidden activations made up front, and the workspace
+    /// cuBLAS uses (the one it is given, and keeps).
+    pub fn gpu_bytes(&self) -> usize {
+        let buffers = self.ring.iter().chain(&self.act).chain([&self.hidden]);
+        buffers.map(DeviceBuffer::bytes).sum::<usize>() + self.blas.workspace_bytes()
     }
 
     /// A fresh input for `batch` tokens (uniform in [-1, 1]); returns its
@@ -212,5 +230,18 @@ impl LayerWork<'_> {
             Some(p) => p.free(),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_counts_the_workspace_cublas_uses() {
+        // With no layers and no tokens, all a pass holds on the GPU is
+        // cuBLAS's workspace: the one the rig's Blas gives it, and keeps.
+        let shape = Shape { layers: 4, d: 256 };
+        assert_eq!(shape.gpu_bytes(0, 0), crate::gpu::blas::WORKSPACE_BYTES);
     }
 }
