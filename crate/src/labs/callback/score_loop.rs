@@ -203,7 +203,13 @@ unsafe impl<'r> LabOnGpu<'r> for Live<'r> {
                 // has synchronized (this impl's contract, above).
                 Ok(Box::new(move |st| unsafe { rig.kernel.enqueue(st, &args) }))
             }
-            ScoreOp::D2h { slot, .. } => Ok(Box::new(move |st| rig.d2h(st, slot.0))),
+            ScoreOp::D2h { slot, .. } => {
+                // SAFETY: the copy's two sides are the rig's slot buffers,
+                // which stay allocated until the runner has synchronized
+                // (this impl's contract, above); the argmins read the slot
+                // only through its views.
+                Ok(Box::new(move |st| unsafe { rig.d2h(st, slot.0) }))
+            }
             _ => Err(LabError::config(format!("{}: not an operation on a stream", op.label()))),
         }
     }
