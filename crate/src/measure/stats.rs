@@ -147,13 +147,7 @@ impl Efficiency {
         if !self.ratio.is_finite() || !self.range.0.is_finite() || !self.range.1.is_finite() {
             return "n/a".into();
         }
-        format!(
-            "{:.1}%{} ({:.1}..{:.1})",
-            100.0 * self.ratio,
-            if self.above_bound() { "*" } else { "" },
-            100.0 * self.range.0,
-            100.0 * self.range.1
-        )
+        format!("{:.1}%{} ({:.1}..{:.1})", 100.0 * self.ratio, if self.above_bound() { "*" } else { "" }, 100.0 * self.range.0, 100.0 * self.range.1)
     }
     /// Why the highest of `effs` reads above 100%, or `None` when none does.
     pub fn note<'a>(effs: impl IntoIterator<Item = &'a Efficiency>) -> Option<String> {

@@ -52,6 +52,71 @@ pub fn given(f: &mut dyn Forward, t: &Task) -> Result<()> {
     ring_with(f, t, RingOrders { upload_waits_for_layer: false, ..RingOrders::ALL })
 }
 
+/// A CPU wait a learner adds to the ring (the answers the tests judge).
+#[derive(Clone, Copy, Debug)]
+pub enum CpuWaitAt {
+    /// `host_sync` on the task's copy stream.
+    SyncCopy,
+    /// `host_sync` on the task's compute stream.
+    SyncCompute,
+    /// `host_wait` on the slot's 'copied' event.
+    WaitCopied,
+}
+
+/// The lab's ring with CPU waits added: `after_upload` right after each
+/// upload of the loop (and its record), `after_layer` right after each
+/// layer, `before_layer` right before each layer (after its stream wait).
+pub fn ring_waiting(
+    f: &mut dyn Forward,
+    t: &Task,
+    after_upload: Option<CpuWaitAt>,
+    after_layer: Option<CpuWaitAt>,
+    before_layer: Option<CpuWaitAt>,
+) -> Result<()> {
+    let k = t.slots;
+    let copied = (0..k).map(|_| f.event()).collect::<Result<Vec<_>>>()?;
+    let freed = (0..k).map(|_| f.event()).collect::<Result<Vec<_>>>()?;
+    let cpu_wait = |f: &mut dyn Forward, at: Option<CpuWaitAt>, s: usize| match at {
+        Some(CpuWaitAt::SyncCopy) => f.host_sync(t.copy),
+        Some(CpuWaitAt::SyncCompute) => f.host_sync(t.compute),
+        Some(CpuWaitAt::WaitCopied) => f.host_wait(copied[s]),
+        None => Ok(()),
+    };
+    for (j, &e) in copied.iter().enumerate().take(t.layers) {
+        f.upload(t.copy, Weights::Pinned, j, j)?;
+        f.record(e, t.copy)?;
+    }
+    for i in 0..t.layers {
+        let s = i % k;
+        f.wait(t.compute, copied[s])?;
+        cpu_wait(f, before_layer, s)?;
+        f.layer(t.compute, i, s)?;
+        cpu_wait(f, after_layer, s)?;
+        f.record(freed[s], t.compute)?;
+        if i + k < t.layers {
+            f.wait(t.copy, freed[s])?;
+            f.upload(t.copy, Weights::Pinned, i + k, s)?;
+            f.record(copied[s], t.copy)?;
+            cpu_wait(f, after_upload, s)?;
+        }
+    }
+    Ok(())
+}
+
+/// A right schedule with a CPU wait per layer: the ring, the CPU
+/// synchronizing the compute stream after each layer (each costs a
+/// wake-up and the issue of the next layer).
+pub fn syncs_after_each_layer(f: &mut dyn Forward, t: &Task) -> Result<()> {
+    ring_waiting(f, t, None, Some(CpuWaitAt::SyncCompute), None)
+}
+
+/// A wrong one: the ring, the CPU synchronizing the copy stream right
+/// after each upload, so each layer is issued only once the upload after
+/// it is done and copies and layers take turns.
+pub fn syncs_after_each_upload(f: &mut dyn Forward, t: &Task) -> Result<()> {
+    ring_waiting(f, t, Some(CpuWaitAt::SyncCopy), None, None)
+}
+
 /// What a pass's books and its recorded ops (their happens-before order,
 /// in which races are found) show wrong: the same with or without a GPU.
 fn findings(rep: &mut CheckReport, books: &Books, ops: &Schedule, (layers, slots): (usize, usize)) {
@@ -340,12 +405,7 @@ fn dry_run(rep: &mut CheckReport, r: &OffloadResults, batch: usize, schedule: &d
 /// costs the queue model's pass of `ms`, named as a problem where the pass
 /// misses the target and the kind costs [`COSTLY_WAITS`] of it or more,
 /// else as a note where it costs anything.
-fn judge_waits(
-    rep: &mut CheckReport,
-    first: &DryPass,
-    ms: f64,
-    predict_without: impl Fn(Leave) -> Option<f64>,
-) {
+fn judge_waits(rep: &mut CheckReport, first: &DryPass, ms: f64, predict_without: impl Fn(Leave) -> Option<f64>) {
     let mut kinds: Vec<String> = Vec::new();
     for w in &first.waits {
         if !kinds.contains(&w.kind()) {
@@ -422,9 +482,9 @@ const TIMED_PASSES: usize = 3;
 /// batch, timed against the bound from costs measured alone beside them
 /// (each at its fastest quarter).
 pub fn check_on_gpu(gpu: &crate::gpu::Gpu, r: &OffloadResults, schedule: PassFn) -> Result<CheckReport> {
-    let on_model = check_on_model(r, &*schedule);
-    if !on_model.passed {
-        return Ok(on_model);
+    let on_queue_model = check_on_model(r, &*schedule);
+    if !on_queue_model.passed {
+        return Ok(on_queue_model);
     }
     let k = r.config.ring;
     let shape = Shape { layers: 24, d: r.shape.d };
@@ -485,50 +545,6 @@ mod tests {
         line[at..].split('%').next().unwrap().parse::<f64>().unwrap() / 100.0
     }
 
-    /// A CPU wait a learner adds to the ring.
-    #[derive(Clone, Copy)]
-    enum Extra {
-        /// `host_sync` on a stream.
-        Sync(fn(&Task) -> StreamRef),
-        /// `host_wait` on the slot's 'copied' event.
-        WaitCopied,
-    }
-
-    /// The lab's ring with CPU waits added: `after_upload` right after each
-    /// upload of the loop (and its record), `after_layer` right after each
-    /// layer, `before_layer` right before each layer.
-    fn ring_and(f: &mut dyn Forward, t: &Task, after_upload: Option<Extra>, after_layer: Option<Extra>, before_layer: Option<Extra>) -> Result<()> {
-        let k = t.slots;
-        let copied = (0..k).map(|_| f.event()).collect::<Result<Vec<_>>>()?;
-        let freed = (0..k).map(|_| f.event()).collect::<Result<Vec<_>>>()?;
-        let extra = |f: &mut dyn Forward, x: Option<Extra>, s: usize| match x {
-            Some(Extra::Sync(on)) => f.host_sync(on(t)),
-            Some(Extra::WaitCopied) => f.host_wait(copied[s]),
-            None => Ok(()),
-        };
-        for (j, &e) in copied.iter().enumerate().take(t.layers) {
-            f.upload(t.copy, Weights::Pinned, j, j)?;
-            f.record(e, t.copy)?;
-        }
-        for i in 0..t.layers {
-            let s = i % k;
-            f.wait(t.compute, copied[s])?;
-            extra(f, before_layer, s)?;
-            f.layer(t.compute, i, s)?;
-            extra(f, after_layer, s)?;
-            f.record(freed[s], t.compute)?;
-            if i + k < t.layers {
-                f.wait(t.copy, freed[s])?;
-                f.upload(t.copy, Weights::Pinned, i + k, s)?;
-                f.record(copied[s], t.copy)?;
-                extra(f, after_upload, s)?;
-            }
-        }
-        Ok(())
-    }
-    const SYNC_COPY: Extra = Extra::Sync(|t| t.copy);
-    const SYNC_COMPUTE: Extra = Extra::Sync(|t| t.compute);
-
     #[test]
     fn the_ring_passes_and_the_first_programs_do_not() {
         let r = check(ring);
@@ -572,7 +588,7 @@ mod tests {
             let before = check_at(at, |f, t| ring_with(f, t, RingOrders { cpu_waits_for_upload: true, ..RingOrders::ALL }));
             assert!(before.passed, "{before}");
             assert!(efficiency(&before) > 0.99, "{before}");
-            let after = check_at(at, |f, t| ring_and(f, t, None, Some(SYNC_COMPUTE), None));
+            let after = check_at(at, syncs_after_each_layer);
             assert!(after.passed, "{after}");
             assert!(efficiency(&after) > 0.98, "{after}");
             assert_eq!(after.problems().count(), 0, "{after}");
@@ -580,7 +596,7 @@ mod tests {
         // At the compute-bound batch, each sync after a layer costs its
         // wake-up and the issue of the next layer: 6 + 3 µs of each 1.8 ms
         // layer, about half a percent of the pass, and says so.
-        let after = check(|f, t| ring_and(f, t, None, Some(SYNC_COMPUTE), None));
+        let after = check(syncs_after_each_layer);
         let e = efficiency(&after);
         assert!((0.99..0.999).contains(&e), "about 99.5% of the bound: {after}");
         let note = after.findings.iter().find(|f| f.contains("host_sync(t.compute)")).unwrap_or_else(|| panic!("no note on the waits:\n{after}"));
@@ -595,7 +611,7 @@ mod tests {
     /// layers take turns.
     #[test]
     fn a_wait_that_drains_the_pipeline_fails_naming_the_wait_where_and_its_cost() {
-        let r = check(|f, t| ring_and(f, t, Some(SYNC_COPY), None, None));
+        let r = check(syncs_after_each_upload);
         fails_with(&r, "no overlap");
         let named = r.problems().find(|p| p.starts_with("a CPU wait holds the GPU back")).unwrap_or_else(|| panic!("the wait is not named:\n{r}"));
         assert!(
@@ -610,18 +626,21 @@ mod tests {
         let cost: f64 = named.split(" cost ").nth(1).unwrap().split(" ms").next().unwrap().parse().unwrap();
         assert!((0.9 * 93.0 * 1.2..1.1 * 93.0 * 1.2).contains(&cost), "{named}");
 
-        let r = check(|f, t| ring_and(f, t, Some(Extra::WaitCopied), None, None));
-        fails_with(&r, "a CPU wait holds the GPU back: 93 CPU waits, host_wait on an event recorded on t.copy, waiting for an upload (the first is call number 19");
+        let r = check(|f, t| ring_waiting(f, t, Some(CpuWaitAt::WaitCopied), None, None));
+        fails_with(
+            &r,
+            "a CPU wait holds the GPU back: 93 CPU waits, host_wait on an event recorded on t.copy, waiting for an upload (the first is call number 19",
+        );
         // Link-bound, the same waits leave the copy engine idle between uploads.
-        fails_with(&check_at(LINK_BOUND, |f, t| ring_and(f, t, Some(SYNC_COPY), None, None)), "93 CPU waits, host_sync(t.copy), waiting for an upload");
+        fails_with(&check_at(LINK_BOUND, syncs_after_each_upload), "93 CPU waits, host_sync(t.copy), waiting for an upload");
         // Beside a harmless wait, the costly one is named as the problem.
-        let r = check(|f, t| ring_and(f, t, Some(SYNC_COPY), Some(SYNC_COMPUTE), None));
+        let r = check(|f, t| ring_waiting(f, t, Some(CpuWaitAt::SyncCopy), Some(CpuWaitAt::SyncCompute), None));
         assert!(!r.passed, "{r}");
         assert!(r.problems().any(|p| p.contains("host_sync(t.copy), waiting for an upload")), "{r}");
         assert!(!r.problems().any(|p| p.contains("host_sync(t.compute)")), "the harmless wait is not the problem:\n{r}");
         // Every layer waited for on the CPU before the next is issued, and
         // each upload too: the CPU walks the GPU through the pass.
-        let r = check(|f, t| ring_and(f, t, Some(SYNC_COPY), None, Some(SYNC_COMPUTE)));
+        let r = check(|f, t| ring_waiting(f, t, Some(CpuWaitAt::SyncCopy), None, Some(CpuWaitAt::SyncCompute)));
         fails_with(&r, "host_sync(t.copy), waiting for an upload");
     }
 
@@ -651,7 +670,7 @@ mod tests {
         let old = OffloadResults { machine: None, ..crate::testing::offload_results() };
         let r = check_on_model(&old, &ring);
         assert!(r.passed && r.to_string().contains("no measured host costs"), "{r}");
-        let r = check_on_model(&old, &|f: &mut dyn Forward, t: &Task| ring_and(f, t, Some(SYNC_COPY), None, None));
+        let r = check_on_model(&old, &syncs_after_each_upload);
         fails_with(&r, "host_sync(t.copy), waiting for an upload");
     }
 

@@ -19,7 +19,7 @@ use crate::units::Bytes;
 
 /// The largest relative error a sampled row may have against the CPU's:
 /// FP16 rounding after each GEMM, summed in another order, drifts by far
-/// less over the model's layers; a wrong or stale layer is off by ~1.
+/// less over the network's layers; a wrong or stale layer is off by ~1.
 pub const TOLERANCE: f64 = 3e-2;
 
 /// Host memory a run may take for the weights' two copies (pinned and
@@ -210,7 +210,7 @@ impl<'a> Sweep<'a> {
     /// pageable pass comes after a traced pass of pageable uploads alone
     /// each time, pushed to `pageable_alone`: the rate of copies from
     /// pageable memory drifts from minute to minute (the CPU stages them),
-    /// so the model takes it from the same moments.
+    /// so the queue model takes it from the same moments.
     fn variant(&mut self, v: Variant, batch: usize, pageable_alone: &mut Vec<f64>) -> Result<Summary> {
         let mut ms = Vec::new();
         if v == Variant::Graph {
@@ -397,7 +397,7 @@ mod tests {
     }
 
     #[test]
-    fn the_model_predicts_each_variant_from_its_schedule() {
+    fn the_queue_model_predicts_each_variant_from_its_pass() {
         let shape = Shape { layers: 10, d: 64 };
         let c = Costs { h2d: 1.0, h2d_pageable: 3.0, layer: 0.5 };
         let m = Machine::engines(2);

@@ -60,9 +60,8 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
         // every bound's are.
         let ceiling = match e.ceiling_from {
             Some(i) => {
-                let alone = |kind| {
-                    costs.get(&(kind, cfg.elements)).copied().ok_or_else(|| LabError::config(format!("{}: no whole-size copy measured alone", e.name)))
-                };
+                let alone =
+                    |kind| costs.get(&(kind, cfg.elements)).copied().ok_or_else(|| LabError::config(format!("{}: no whole-size copy measured alone", e.name)));
                 let both = Summary::of(&totals[i])?;
                 Some((i, Machine::copies_measured(facts.copy_engines, alone(OpKind::H2d)?, alone(OpKind::D2h)?, both.fast_end()).both_ways))
             }
