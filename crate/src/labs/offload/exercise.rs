@@ -279,6 +279,13 @@ enum Leave {
     Kind(String),
 }
 
+/// The streams a pass issued its uploads and its layers on.
+#[derive(Clone, Debug, Default)]
+struct StreamsUsed {
+    uploads: Vec<StreamRef>,
+    layers: Vec<StreamRef>,
+}
+
 /// The learner's calls on their way to the pass: counted, each CPU wait
 /// noted where it was made, and those `leave` names not passed on (the
 /// same pass without them: what they cost).
@@ -291,12 +298,14 @@ struct Watch<'a> {
     /// Per event, its stream and the work before it when it was last recorded.
     recorded: Vec<(EventRef, StreamRef, Option<Work>)>,
     waits: Vec<CpuWait>,
+    /// The streams uploads and layers were issued on.
+    streams: StreamsUsed,
     leave: Leave,
 }
 
 impl<'a> Watch<'a> {
     fn new(inner: &'a mut dyn Forward, task: Task, leave: Leave) -> Watch<'a> {
-        Watch { inner, task, calls: 0, last_on: Vec::new(), recorded: Vec::new(), waits: Vec::new(), leave }
+        Watch { inner, task, calls: 0, last_on: Vec::new(), recorded: Vec::new(), waits: Vec::new(), streams: StreamsUsed::default(), leave }
     }
     fn stream_name(&self, s: StreamRef) -> String {
         if s == self.task.copy {
@@ -311,6 +320,13 @@ impl<'a> Watch<'a> {
         self.last_on.iter().rev().find(|(on, _)| *on == s).map(|&(_, w)| w)
     }
     fn issued(&mut self, s: StreamRef, w: Work) {
+        let on = match w {
+            Work::Upload { .. } => &mut self.streams.uploads,
+            Work::Layer { .. } => &mut self.streams.layers,
+        };
+        if !on.contains(&s) {
+            on.push(s);
+        }
         self.last_on.retain(|(on, _)| *on != s);
         self.last_on.push((s, w));
         if let Work::Layer { layer } = w {
@@ -387,6 +403,9 @@ impl Forward for Watch<'_> {
 struct DryPass {
     pass: Pass<'static>,
     waits: Vec<CpuWait>,
+    /// Where every upload and every layer ran on one stream: its name in
+    /// the learner's code.
+    one_stream: Option<String>,
 }
 
 /// Records `schedule` on the dry run over `r`'s network at `batch`,
@@ -398,7 +417,12 @@ fn dry_run(rep: &mut CheckReport, r: &OffloadResults, batch: usize, schedule: &d
     let mut watch = Watch::new(&mut pass, task, leave);
     rep.learner("your schedule", || schedule(&mut watch, &task))?;
     let waits = std::mem::take(&mut watch.waits);
-    Some(DryPass { pass, waits })
+    let streams = std::mem::take(&mut watch.streams);
+    let one_stream = match (&streams.uploads[..], &streams.layers[..]) {
+        ([u], [l]) if u == l => Some(watch.stream_name(*u)),
+        _ => None,
+    };
+    Some(DryPass { pass, waits, one_stream })
 }
 
 /// Each kind of CPU wait `first` made, in the order first made: what it
@@ -453,6 +477,11 @@ pub fn check_on_model(r: &OffloadResults, schedule: &dyn Fn(&mut dyn Forward, &T
     let task = first.pass.task;
     let ops = first.pass.schedule().expect("a pass on the dry run");
     findings(&mut rep, &first.pass.books, ops, (task.layers, task.slots));
+    if let Some(one) = &first.one_stream {
+        rep.problem(format!(
+            "one stream, {one}, carries every upload and every layer: a stream runs its work in the order it was issued, so copies and layers take turns"
+        ));
+    }
     if !rep.passed {
         return rep;
     }
@@ -663,6 +692,18 @@ mod tests {
         fails_with(&check(|f, t| ring(f, &Task { layers: t.layers - 1, ..*t })), "1 of the 96 layers never run (the first: layer 95)");
         fails_with(&check(|_, _| Err(crate::LabError::config("a bad slot"))), "a bad slot");
         fails_with(&check(|f, t| ring(f, &Task { slots: 1, ..*t })), "one slot of the 3 does all the work");
+        // Every slot of the ring, but uploads and layers in one stream.
+        let one_stream = check(|f, t| {
+            for i in 0..t.layers {
+                f.upload(t.compute, Weights::Pinned, i, i % t.slots)?;
+                f.layer(t.compute, i, i % t.slots)?;
+            }
+            Ok(())
+        });
+        fails_with(&one_stream, "one stream, t.compute, carries every upload and every layer: a stream runs its work in the order it was issued");
+        assert!(!one_stream.to_string().contains("one slot"), "{one_stream}");
+        // The first program: one slot and one stream, both named.
+        fails_with(&check(|f, t| copy_then_compute(f, t, Weights::Pinned)), "one stream, t.compute, carries every upload");
     }
 
     #[test]

@@ -617,6 +617,48 @@ crate::lab_config!(OffloadConfig);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab_kit::two_stage_bound_ms;
+
+    #[test]
+    fn the_bound_takes_the_runs_one_upload_at_its_best_and_each_batchs_gemms() {
+        let r = crate::testing::offload_results();
+        let (slow, fast) = (&r.points[0], &r.points[1]);
+        // The link-bound batch's uploads ran slow (1.25 ms at their fastest
+        // quarter): its bound still takes the run's 1.2 ms.
+        assert_eq!((slow.h2d_ms.fast_end(), r.upload_ms().unwrap().fast_end()), (1.25, 1.2));
+        assert_eq!(r.bound_parts(slow), (1.2, 0.6));
+        assert_eq!(r.bound_ms(slow), two_stage_bound_ms(96, 1.2, 0.6));
+        assert_eq!(r.bound_ms(fast), two_stage_bound_ms(96, 1.2, 1.8));
+        assert!(r.link_bound(slow) && !r.link_bound(fast));
+        let ring = &slow.variant(Variant::RingK).unwrap().ms;
+        let e = r.efficiency(slow, ring);
+        assert!((e.ratio - 1.0 / 1.03).abs() < 1e-12 && !e.above_bound(), "{e:?}");
+        // GEMMs as long as an upload halfway between the two batches.
+        assert_eq!(r.crossover_batch(), Some(4096.0 + 0.5 * 12288.0));
+        let s = r.summary();
+        assert!(s.contains("the upload the run's one, 1.200 ms (55.9 GB/s at 16384 tokens)"), "{s}");
+        assert!(s.contains("4096 tokens: upload 1.300 ms") && s.contains("-> bound 115.80 ms (link-bound)"), "{s}");
+        assert!(s.contains("97.1% (97.1..97.1)"), "the share with its passes' spread: {s}");
+        assert!(s.contains("the host, for the checker's queue model: a CPU thread resumes 6.0 µs"), "{s}");
+        assert!(!s.contains("above 100%"), "{s}");
+    }
+
+    #[test]
+    fn a_recording_made_before_quartiles_and_host_costs_still_renders() {
+        let mut r = crate::testing::offload_results();
+        r.machine = None;
+        for p in &mut r.points {
+            for s in [&mut p.h2d_ms, &mut p.layer_ms].into_iter().chain(p.variants.iter_mut().map(|v| &mut v.ms)) {
+                s.middle = None;
+            }
+        }
+        // Each part at its fastest run instead of its fastest quarter.
+        assert_eq!(r.upload_ms().unwrap().fast_end(), 0.99 * 1.2);
+        let s = r.summary();
+        assert!(s.contains("4096 tokens") && s.contains("of bound") && !s.contains("the host, for the checker"), "{s}");
+        let back: OffloadResults = serde_json::from_str(&serde_json::to_string(&r).unwrap().replace(",\"machine\":null", "")).unwrap();
+        assert_eq!(back.machine, None);
+    }
 
     #[test]
     fn every_preset_fits_its_budget_and_bad_settings_are_named() {

@@ -446,6 +446,31 @@ mod tests {
     }
 
     #[test]
+    fn three_way_is_judged_against_its_bound_from_the_parts_fast_ends() {
+        let mut r = streams_results();
+        // The fixture keeps no costs: the bound it recorded.
+        let (v, e) = r.three_way().unwrap();
+        assert_eq!((e.bound_ms, e.ratio), (v.bound_ms.unwrap(), v.bound_ms.unwrap() / v.total_ms.median));
+        let t = r.table();
+        assert!(t.contains(&format!("{}: {} of the bound that knows the bidirectional ceiling", experiments::THREE_WAY, e.cell())), "{t}");
+        // With the experiment's ops alone (their fast ends, as measured) and
+        // its both-ways ceiling kept, the bound is built from them.
+        let costs: Vec<_> = r.costs.clone();
+        let e3 = r.experiments.iter_mut().find(|e| e.name == "copy-engines").unwrap();
+        e3.costs = costs;
+        e3.ceiling = Some(0.5);
+        let want = measure::three_way_bound(
+            &e3.costs_map(),
+            Machine { both_ways: 0.5, ..Machine::engines(3) },
+            r.config.elements,
+            experiments::three_way_chunks(&r.config),
+        );
+        let (v, e) = r.three_way().unwrap();
+        assert_eq!(e.bound_ms, want);
+        assert!(want > v.bound_ms.unwrap(), "a slower both-ways ceiling lifts the bound above the recorded one");
+    }
+
+    #[test]
     fn headline_and_figures_come_from_the_results() {
         let r = streams_results();
         let rows = r.headline();
