@@ -454,7 +454,7 @@ fn judge_waits(rep: &mut CheckReport, first: &DryPass, ms: f64, predict_without:
                 "a CPU wait holds the GPU back: {what} cost {cost_line}; while the CPU waits it issues nothing behind the wait, so the GPU's queues run dry"
             ));
         } else {
-            rep.note(format!("{what} cost {cost_line}: the CPU's wake-up after each, and its issue of what follows"));
+            rep.note(format!("{what} cost {cost_line}: the pass ends that much later than without them"));
         }
     }
 }
@@ -630,7 +630,10 @@ mod tests {
         assert!((0.99..0.999).contains(&e), "about 99.5% of the bound: {after}");
         let note = after.findings.iter().find(|f| f.contains("host_sync(t.compute)")).unwrap_or_else(|| panic!("no note on the waits:\n{after}"));
         assert!(note.starts_with("96 CPU waits, host_sync(t.compute), waiting for a layer (the first is call number 15 of your pass, waiting for layer 0, before layer 1 is issued) cost 8"), "{note}");
-        assert!(note.contains("µs, 0.5% of the queue model's pass (8.8 µs a wait)") && note.contains("the CPU's wake-up after each"), "{note}");
+        assert!(
+            note.contains("µs, 0.5% of the queue model's pass (8.8 µs a wait)") && note.contains("the pass ends that much later than without them"),
+            "{note}"
+        );
     }
 
     /// A CPU wait that drains the pipeline fails, named with where it is
