@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lab 9's references in PyTorch: the same model (layers of two FP16 GEMMs,
+"""Lab 9's references in PyTorch: the same network (layers of two FP16 GEMMs,
 d x 4d and 4d x d, with a ReLU between) whose weights live in host memory,
 run two ways, at each batch size, timed per forward pass with CUDA events:
 
@@ -57,8 +57,8 @@ def main():
     def back_to_cpu(m, args, out):
         m.w1.data, m.w2.data = m.cpu
 
-    model = torch.nn.Sequential(*[Layer(w1[i], w2[i]) for i in range(L)])
-    for m in model:
+    network = torch.nn.Sequential(*[Layer(w1[i], w2[i]) for i in range(L)])
+    for m in network:
         m.register_forward_pre_hook(to_gpu)
         m.register_forward_hook(back_to_cpu)
 
@@ -108,9 +108,9 @@ def main():
     with torch.no_grad():
         for b in batches:
             x = (torch.rand(b, d, generator=gen) * 2 - 1).half().to(dev)
-            hooks_ms, y1 = timed(model, x)
+            hooks_ms, y1 = timed(network, x)
             ring_ms, y2 = timed(ring_forward, x)
-            # Both ways compute the same model: a wrong ring would differ.
+            # Both ways compute the same network: a wrong ring would differ.
             err = ((y1.float() - y2.float()).norm() / y1.float().norm()).item()
             if not err < 1e-2:
                 print(f"the two PyTorch passes disagree at batch {b}: {err:.2e}", file=sys.stderr)

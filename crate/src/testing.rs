@@ -630,16 +630,22 @@ pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
 }
 
 /// Lab 9's results as a recording of the full preset might hold them: a
-/// link-bound and a compute-bound batch (upload 1.2 ms; GEMMs 0.6 and 2.4 ms).
+/// link-bound and a compute-bound batch (GEMMs 0.6 and 1.8 ms); one
+/// layer's upload 1.2 ms at its best, though the link-bound batch's
+/// uploads ran slow (1.25 to 1.4 ms: a slow phase of the host); the ring
+/// passes at 97% of the bound; the host's wake-up and issue costs as lab 5
+/// measured them on the H100 (6 and 3 µs). The exercise is judged at the
+/// compute-bound batch, nearest the crossover, as on the recorded GPUs.
 pub fn offload_results() -> crate::labs::offload::OffloadResults {
     use crate::labs::offload::{BatchPoint, OffloadConfig, OffloadResults, Shape, Variant, VariantPoint};
     let cfg = OffloadConfig::default();
     let shape = Shape { layers: cfg.layers, d: cfg.d_model };
-    let point = |batch: usize, layer: f64| {
+    let uploads = |q25: f64, median: f64, q75: f64| Summary { median, min: 0.99 * q25, max: 1.02 * q75, n: 5, middle: Some((q25, q75)) };
+    let point = |batch: usize, h2d_ms: Summary, layer: f64| {
         let bound = crate::lab_kit::two_stage_bound_ms(shape.layers, 1.2, layer);
         BatchPoint {
             batch,
-            h2d_ms: flat(1.2),
+            h2d_ms,
             h2d_pageable_ms: flat(3.0),
             layer_ms: flat(layer),
             variants: Variant::ALL
@@ -657,16 +663,27 @@ pub fn offload_results() -> crate::labs::offload::OffloadResults {
             torch_ring_ms: Some(flat(bound * 1.05)),
         }
     };
+    let host = MachineFacts {
+        copy_engines: 3,
+        h2d_ms: 1.217,
+        d2h_ms: 1.218,
+        both_ms: 1.326,
+        wake_ms: 0.006,
+        kernel_ms: 0.141,
+        kernels_alternating_ms: 1.015,
+        issue_ms: 0.003,
+    };
     OffloadResults {
         config: cfg,
         shape,
         chose: "96 layers as asked".into(),
         gpu_bytes: 800 << 20,
         cublas: "13.0.0".into(),
-        copy_engines: 2,
-        points: vec![point(4096, 0.6), point(16384, 2.4)],
+        copy_engines: 3,
+        machine: Some(host),
+        points: vec![point(4096, uploads(1.25, 1.3, 1.4), 0.6), point(16384, uploads(1.2, 1.21, 1.22), 1.8)],
         timeline: Timeline::default(),
-        timeline_batch: 4096,
+        timeline_batch: 16384,
         timeline_untraced_ms: 120.0,
         max_error: 1e-3,
         verified_passes: 10,

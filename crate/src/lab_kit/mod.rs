@@ -28,13 +28,25 @@ pub use notebook::{live_here, LabRun, Source};
 pub use table::{Entry, Lab, LabConfig, Preset, RunContext};
 
 use crate::error::{LabError, Result};
+use crate::measure::stats::{Efficiency, Summary};
 
 /// The bound of a two-stage pipeline over `n` items whose stages take `a`
 /// and `b` each: n·max(a, b) + min(a, b) (the slower stage every item, the
-/// faster one once to fill the pipeline). Lab 3 (copy, kernel) and lab 4
-/// (GPU, CPU) are judged against it.
+/// faster one once to fill the pipeline). Lab 3 (copy, kernel), lab 4
+/// (GPU, CPU) and lab 9 (upload, layer) are judged against it.
 pub fn two_stage_bound_ms(n: usize, a: f64, b: f64) -> f64 {
     n as f64 * a.max(b) + a.min(b)
+}
+
+/// [`two_stage_bound_ms`] from each stage timed alone, at its fast end
+/// (the rule of every bound: see [`Efficiency`]).
+pub fn two_stage_bound(n: usize, a: &Summary, b: &Summary) -> f64 {
+    two_stage_bound_ms(n, a.fast_end(), b.fast_end())
+}
+
+/// A run of a two-stage pipeline against [`two_stage_bound`].
+pub fn two_stage_efficiency(n: usize, a: &Summary, b: &Summary, measured: &Summary) -> Efficiency {
+    Efficiency::new(two_stage_bound(n, a, b), measured)
 }
 
 /// FMAs per element that make a kernel take `target_ms`, from its time at
@@ -106,6 +118,19 @@ mod tests {
         })
         .unwrap();
         assert_eq!(it, 2000);
+    }
+
+    #[test]
+    fn a_two_stage_bound_takes_each_stage_at_its_fast_end() {
+        // Stage a's median is 2.0 but its fastest quarter reads 1.5: a few
+        // slow runs of a part do not lift the bound.
+        let a = Summary::of(&[1.4, 1.5, 2.0, 2.1, 2.2]).unwrap();
+        let b = Summary::of(&[1.0, 1.0, 1.0, 1.0, 1.0]).unwrap();
+        assert_eq!(a.fast_end(), 1.5);
+        assert_eq!(two_stage_bound(10, &a, &b), 10.0 * 1.5 + 1.0);
+        let run = Summary::of(&[16.0, 16.0, 17.0, 18.0, 18.0]).unwrap();
+        let e = two_stage_efficiency(10, &a, &b, &run);
+        assert_eq!((e.bound_ms, e.ratio, e.range), (16.0, 16.0 / 17.0, (16.0 / 18.0, 1.0)));
     }
 
     #[test]

@@ -335,9 +335,11 @@ impl CallbackResults {
     fn cpu_of(&self, p: &CostPoint, v: Variant) -> f64 {
         p.result(v).map_or(p.cpu_ms(), |r| r.cpu_ms.median)
     }
-    /// n·max(G, C) + min(G, C), with the variant's own C.
+    /// n·max(G, C) + min(G, C), with the variant's own C, each at its
+    /// fast end (the point's C where the variant did not run).
     pub fn bound_ms(&self, p: &CostPoint, v: Variant) -> f64 {
-        bound_ms(self.config.iterations, self.gpu_ms.median, self.cpu_of(p, v))
+        let n = self.config.iterations;
+        p.result(v).map_or_else(|| bound_ms(n, self.gpu_ms.fast_end(), p.cpu_ms()), |r| crate::lab_kit::two_stage_bound(n, &self.gpu_ms, &r.cpu_ms))
     }
     /// n·(G + C), with the variant's own C.
     pub fn serial_ms(&self, p: &CostPoint, v: Variant) -> f64 {
@@ -362,7 +364,7 @@ impl CallbackResults {
     }
     /// Bound over measured (the bound from G and the variant's own C).
     pub fn efficiency(&self, p: &CostPoint, v: Variant) -> Option<Efficiency> {
-        p.result(v).map(|r| Efficiency::new(self.bound_ms(p, v), r.total_ms.median, &[&self.gpu_ms, &r.cpu_ms]))
+        p.result(v).map(|r| crate::lab_kit::two_stage_efficiency(self.config.iterations, &self.gpu_ms, &r.cpu_ms, &r.total_ms))
     }
     /// Iterations per second.
     pub fn throughput(&self, p: &CostPoint, v: Variant) -> Option<f64> {
@@ -415,7 +417,8 @@ impl CallbackResults {
         let mut s = format!(
             "{} iterations; GPU per iteration {:.3} ms (row_dot {:.3} + D2H {:.3}); {} slots; empty host function round trip {:.3} ms\n\
              C = median argmin time in the runs (alone: calibration, host clock after a sync); asked: the C/G the sweep asked for\n\
-             {:>5} {:>6} {:>7} {:>8} {:>8}  {:<34} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}\n",
+             bound: from G and the variant's own C, each at its fastest quarter; eff.: bound / measured (the middle half of the runs)\n\
+             {:>5} {:>6} {:>7} {:>8} {:>8}  {:<34} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>21}\n",
             self.config.iterations,
             self.gpu_ms.median,
             self.kernel_ms.median,
@@ -442,7 +445,7 @@ impl CallbackResults {
                 let e = self.efficiency(p, r.variant);
                 effs.extend(e);
                 s += &format!(
-                    "{:>5.2} {:>6.2} {:>7} {:>8.3} {:>8.3}  {:<34} {:>8.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>8}\n",
+                    "{:>5.2} {:>6.2} {:>7} {:>8.3} {:>8.3}  {:<34} {:>8.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>21}\n",
                     p.cpu_over_gpu,
                     p.cpu_ms() / self.gpu_ms.median,
                     p.passes,

@@ -207,11 +207,13 @@ pub struct DoubleBufferResults {
 pub type DoubleBufferRecord = crate::measure::record::Record<DoubleBufferResults>;
 
 impl DoubleBufferResults {
+    /// The bound n·max(C, K) + min(C, K), each stage at its fast end.
     pub fn bound_ms(&self) -> f64 {
-        bound_ms(self.config.batches, self.copy_ms.median, self.kernel_ms.median)
+        crate::lab_kit::two_stage_bound(self.config.batches, &self.copy_ms, &self.kernel_ms)
     }
+    /// The double-buffered loop against the bound, with its runs' spread.
     pub fn efficiency(&self) -> Efficiency {
-        Efficiency::new(self.bound_ms(), self.pipelined_ms.median, &[&self.copy_ms, &self.kernel_ms])
+        crate::lab_kit::two_stage_efficiency(self.config.batches, &self.copy_ms, &self.kernel_ms, &self.pipelined_ms)
     }
     pub fn speedup(&self) -> f64 {
         self.no_overlap_ms.median / self.pipelined_ms.median
@@ -250,7 +252,7 @@ impl DoubleBufferResults {
              per batch alone: produce {:.3} ms, copy {:.3} ms, kernel {:.3} ms\n\
              no overlap (1 buffer, 1 stream): {:.2} ms\n\
              double-buffered (2+2 buffers, copy + compute streams): {:.2} ms\n\
-             bound n*max(C,K) + min(C,K): {:.2} ms -> efficiency {}, speed-up {:.2}x{}{}\n",
+             bound n*max(C,K) + min(C,K), each stage at its fastest quarter: {:.2} ms -> efficiency {} (its runs' middle half), speed-up {:.2}x{}{}\n",
             self.config.batches,
             self.config.batch_elements,
             self.config.batch_elements as f64 * 4.0 / (1 << 20) as f64,

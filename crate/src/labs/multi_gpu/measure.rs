@@ -12,7 +12,7 @@ use super::{AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults, 
 use crate::error::{LabError, Result};
 use crate::gpu::topology::Topology;
 use crate::gpu::{Gpu, PlanRig, TimelineSource};
-use crate::measure::stats::Summary;
+use crate::measure::stats::{Efficiency, Summary};
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::OpKind;
 use crate::pipeline::plan::{Costs, Plan};
@@ -88,17 +88,22 @@ pub struct FourWay {
 }
 
 impl FourWay {
-    /// The longest alone, each at its fastest run: the four at once cannot
+    /// The longest alone, each at its fast end (its fastest quarter, the
+    /// rule of every bound: see [`Efficiency`]): the four at once cannot
     /// beat it. (A median would be beaten by a lucky run of the four: the
     /// host link's speed varies from run to run.)
     pub fn bound_ms(&self) -> f64 {
-        self.alone_ms.iter().map(|s| s.min).fold(0.0, f64::max)
+        self.alone_ms.iter().map(Summary::fast_end).fold(0.0, f64::max)
     }
     /// The bound with the host link's two directions as measured together:
     /// the longest of (H2D and D2H at once, the copy, the kernel), each at
-    /// its fastest run.
+    /// its fast end.
     pub fn link_bound_ms(&self) -> f64 {
-        self.alone_ms.get(2..).unwrap_or_default().iter().map(|s| s.min).fold(self.host_link_ms.min, f64::max)
+        self.alone_ms.get(2..).unwrap_or_default().iter().map(Summary::fast_end).fold(self.host_link_ms.fast_end(), f64::max)
+    }
+    /// The four at once against [`Self::link_bound_ms`].
+    pub fn efficiency(&self) -> Efficiency {
+        Efficiency::new(self.link_bound_ms(), &self.together_ms)
     }
     /// The alone medians summed: no overlap at all.
     pub fn serial_ms(&self) -> f64 {

@@ -403,8 +403,9 @@ impl MultiGpuResults {
         let names = ["H2D", "D2H", copy.as_str(), "kernel"];
         let alone: Vec<String> = names.iter().zip(&f.alone_ms).map(|(n, s)| format!("{n} {}", fmt_ms(s.median))).collect();
         let (bound, link_bound, serial, m) = (f.bound_ms(), f.link_bound_ms(), f.serial_ms(), f.together_ms.median);
+        let eff = f.efficiency();
         format!(
-            "\nfour-way overlap on GPU {first}, {} each (a round by difference):\n  alone: {}; H2D and D2H together {}\n  all four at once {} (25%..75% {}..{}); serial sum {}; bound (the longest alone, each at its fastest run) {}; with the host link's two directions as measured together {}\n  at once took {} of the bound with the link measured, and saved {} of what overlap could save (serial - bound)\n",
+            "\nfour-way overlap on GPU {first}, {} each (a round by difference):\n  alone: {}; H2D and D2H together {}\n  all four at once {} (25%..75% {}..{}); serial sum {}; bound (the longest alone, each at its fastest quarter) {}; with the host link's two directions as measured together {}\n  at once reached {} of the bound with the link measured (bound / time; its runs' middle half beside it), and saved {} of what overlap could save (serial - bound)\n{}",
             Bytes(f.bytes),
             alone.join(", "),
             fmt_ms(f.host_link_ms.median),
@@ -414,8 +415,9 @@ impl MultiGpuResults {
             fmt_ms(serial),
             fmt_ms(bound),
             fmt_ms(link_bound),
-            pct(m / link_bound),
-            pct((serial - m) / (serial - bound))
+            eff.cell(),
+            pct((serial - m) / (serial - bound)),
+            crate::measure::stats::Efficiency::note([&eff]).map_or(String::new(), |why| format!("  {why}\n"))
         )
     }
 
@@ -696,7 +698,8 @@ mod tests {
         assert!(t.contains("one way 310.0 GB/s (ours 96.8%), both ways 580.0 GB/s (ours 96.6%)"), "{t}");
         // Four-way: 1.7 ms against a bound of 1.6 (H2D and D2H together),
         // serial 3.8, alone bound 1.2: it saved 2.1 of 2.6.
-        assert!(t.contains("took 106.2% of the bound with the link measured, and saved 80.8% of what overlap could save"), "{t}");
+        assert!(t.contains("reached 94.1% (94.1..94.1) of the bound with the link measured"), "{t}");
+        assert!(t.contains("and saved 80.8% of what overlap could save"), "{t}");
         assert!(t.contains("diff") && t.contains("+2.0"), "{t}");
         assert!(t.contains("NCCL 2.28.3 over 2 GPUs"), "{t}");
         assert!(t.contains("buckets of 4 MiB hid 93.8% of the communication (96.9% at most), NCCL's bus bandwidth 83.9 GB/s"), "{t}");

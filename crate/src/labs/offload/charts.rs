@@ -24,7 +24,6 @@ impl OffloadResults {
     /// Tokens per second against tokens per pass: each variant, the bound
     /// (dashed) and PyTorch's two passes.
     pub fn throughput_chart(&self, origin: &str) -> Figure {
-        let l = self.shape.layers;
         let tps = |batch: usize, ms: f64| Self::tokens_per_s(batch, ms);
         let mut series: Vec<Series> = Variant::ALL
             .iter()
@@ -36,10 +35,10 @@ impl OffloadResults {
             })
             .collect();
         series.push(Series {
-            label: "bound: L·max(upload, GEMMs) + min".into(),
+            label: "bound: L·max(upload, GEMMs) + min, each at its fastest quarter".into(),
             color: BLACK,
             dashed: true,
-            points: self.points.iter().map(|p| (p.batch as f64, tps(p.batch, p.bound_ms(l)))).collect(),
+            points: self.points.iter().map(|p| (p.batch as f64, tps(p.batch, self.bound_ms(p)))).collect(),
         });
         let torch = |label: &str, color, dashed, f: &dyn Fn(&super::BatchPoint) -> Option<f64>| Series {
             label: label.into(),
@@ -54,8 +53,8 @@ impl OffloadResults {
         Figure {
             stem: format!("{LAB}-throughput"),
             title: format!(
-                "Lab 9: a {} model streamed through {} of GPU memory",
-                crate::units::Bytes(self.shape.model_bytes() as u64),
+                "Lab 9: a {} network streamed through {} of GPU memory",
+                crate::units::Bytes(self.shape.network_bytes() as u64),
                 crate::units::Bytes(self.gpu_bytes)
             ),
             subtitle: origin.into(),

@@ -99,7 +99,7 @@ pub fn sampled_rows(batch: usize) -> Vec<usize> {
 mod tests {
     use super::*;
 
-    /// A one-layer model of d = 4 with hand-picked weights: the reference
+    /// A one-layer network of d = 4 with hand-picked weights: the reference
     /// rounds, applies ReLU between the products, and sums as written.
     #[test]
     fn the_reference_is_two_products_with_relu_between() {

@@ -250,10 +250,9 @@ impl Pass<DryRun> {
         Pass { x: dry, task, shape, batch, hidden, ring, weights, books: Books::new(slots) }
     }
 
-    /// The schedule the dry run recorded so far (always there: the Option
-    /// is the shape its callers take).
-    pub fn schedule(&self) -> Option<&Schedule> {
-        Some(&self.x.schedule)
+    /// The ops the dry run recorded so far, with what orders them.
+    pub fn ops(&self) -> &Schedule {
+        &self.x.schedule
     }
 }
 
@@ -415,14 +414,14 @@ pub struct Costs {
 
 impl Pass<DryRun> {
     /// The queue model's time for this pass (recorded on the dry run), ms.
-    pub fn predicted_ms(&self, costs: Costs, machine: crate::pipeline::machine::Machine) -> Result<f64> {
+    pub fn predicted_ms(&self, costs: Costs, machine: crate::pipeline::machine::Machine) -> f64 {
         let times = crate::pipeline::predict::predict(&self.x.schedule, machine, |op| match op.kind {
             OpKind::H2d if op.label.ends_with("(pageable)") => costs.h2d_pageable,
             OpKind::H2d => costs.h2d,
             OpKind::Kernel => costs.layer,
             _ => 0.0,
         });
-        Ok(times.iter().map(|t| t.1).fold(0.0, f64::max))
+        times.iter().map(|t| t.1).fold(0.0, f64::max)
     }
 }
 
@@ -437,7 +436,7 @@ mod tests {
         let task = f.task;
         ring(&mut f, &task).unwrap();
         let lb = shape.layer_bytes() as u64;
-        let s = f.schedule().expect("a dry run records");
+        let s = f.ops();
         let up = s.ops.iter().find(|o| o.label == "H2D layer 2").unwrap();
         assert_eq!(up.kind, OpKind::H2d);
         assert_eq!(up.accesses, [Access::read("weights (pinned)", 2 * lb, 3 * lb), Access::write("ring slot 0", 0, lb)]);
@@ -456,7 +455,7 @@ mod tests {
         let (copy, compute) = (f.task.copy, f.task.compute);
         f.upload(copy, Weights::Pageable, 95, 1).unwrap();
         f.layer(compute, 95, 1).unwrap();
-        let s = f.schedule().expect("a dry run records");
+        let s = f.ops();
         let lb = shape.layer_bytes() as u64;
         assert_eq!(s.ops[0].accesses[0], Access::read("weights (pageable)", 95 * lb, 96 * lb));
         assert_eq!(s.ops[1].accesses.len(), 3, "no hidden buffer: the pool's is the layer's own");

@@ -1,4 +1,5 @@
-//! Lab 9's runs: the model's shape chosen for this host, and per batch
+//! Lab 9's runs: the network's shape chosen for this host, the host's
+//! wake-up and issue costs (for the checker's queue model), and per batch
 //! size the costs alone (untraced passes of uploads only and of layers
 //! only, each divided by its layers), each variant's passes
 //! (untraced, behind the start gate, every one verified against the CPU on
@@ -10,7 +11,7 @@ use super::forward::{Costs, Forward, Pass, Weights};
 use super::rig::OffloadRig;
 use super::{BatchPoint, OffloadConfig, OffloadResults, Shape, Variant, VariantPoint};
 use crate::error::{LabError, Result};
-use crate::gpu::{trace, Gpu, Run, TimelineSource};
+use crate::gpu::{trace, Gpu, PlanRig, Run, TimelineSource};
 use crate::measure::stats::Summary;
 use crate::pipeline::machine::Machine;
 use crate::present::progress::{Progress, ProgressMode};
@@ -18,7 +19,7 @@ use crate::units::Bytes;
 
 /// The largest relative error a sampled row may have against the CPU's:
 /// FP16 rounding after each GEMM, summed in another order, drifts by far
-/// less over the model's layers; a wrong or stale layer is off by ~1.
+/// less over the network's layers; a wrong or stale layer is off by ~1.
 pub const TOLERANCE: f64 = 3e-2;
 
 /// Host memory a run may take for the weights' two copies (pinned and
@@ -32,7 +33,7 @@ fn host_available() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
-/// The model as this host can hold it: the layers asked for, or fewer
+/// The network as this host can hold it: the layers asked for, or fewer
 /// where two copies of the weights would not fit [`HOST_SHARE`] of the
 /// available memory; and a line saying which and why.
 pub fn choose_shape(cfg: &OffloadConfig, available: Option<u64>) -> Result<(Shape, String)> {
@@ -47,7 +48,7 @@ pub fn choose_shape(cfg: &OffloadConfig, available: Option<u64>) -> Result<(Shap
             format!(
                 "{} layers as asked: two copies of the weights take {} of the host's {} available",
                 cfg.layers,
-                Bytes(2 * asked.model_bytes() as u64),
+                Bytes(2 * asked.network_bytes() as u64),
                 Bytes(avail)
             ),
         ));
@@ -209,7 +210,7 @@ impl<'a> Sweep<'a> {
     /// pageable pass comes after a traced pass of pageable uploads alone
     /// each time, pushed to `pageable_alone`: the rate of copies from
     /// pageable memory drifts from minute to minute (the CPU stages them),
-    /// so the model takes it from the same moments.
+    /// so the queue model takes it from the same moments.
     fn variant(&mut self, v: Variant, batch: usize, pageable_alone: &mut Vec<f64>) -> Result<Summary> {
         let mut ms = Vec::new();
         if v == Variant::Graph {
@@ -263,12 +264,26 @@ impl<'a> Sweep<'a> {
     }
 }
 
-/// The queue model's time for `v` over `batch` tokens, ms.
+/// Elements (f32) of each buffer of the rig the host's costs are measured
+/// on: 16 MiB, as lab 5's issue-cost sweep moves.
+const MACHINE_ELEMENTS: usize = 1 << 22;
+
+/// The host as the queue model knows it (a CPU thread's wake-up after the
+/// GPU work it waited for, the time to issue one op), measured as lab 5
+/// measures it, on a rig of its own that is given back before the
+/// network's.
+fn host_costs(gpu: &Gpu, repeats: usize) -> Result<crate::gpu::MachineFacts> {
+    let mut rig = PlanRig::new(gpu, MACHINE_ELEMENTS, 2, 1)?;
+    rig.machine(MACHINE_ELEMENTS, repeats.max(3))
+}
+
+/// The queue model's time for `v` over `batch` tokens, ms (the pass
+/// recorded on the dry run).
 pub fn predicted_ms(shape: Shape, batch: usize, ring: usize, v: Variant, costs: Costs, machine: Machine) -> Result<f64> {
     let mut f = Pass::dry_run(shape, batch, v.slots(ring), v.streams(), v.hidden());
     let task = f.task;
     v.pass(&mut f as &mut dyn Forward, &task)?;
-    f.predicted_ms(costs, machine)
+    Ok(f.predicted_ms(costs, machine))
 }
 
 /// Runs lab 9 (see the module docs).
@@ -277,11 +292,13 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
     let (shape, chose) = choose_shape(cfg, host_available())?;
     eprintln!("lab 9: {chose}");
     let largest = *cfg.batches.iter().max().expect("validated");
+    let mut bar = Progress::new(progress, (cfg.batches.len() * (Variant::ALL.len() + 2) + 2) as u64, "offload");
+    let facts = host_costs(gpu, cfg.repeats)?;
+    bar.step(&format!("the host: a CPU thread resumes {:.1} µs after the GPU, issues an op in {:.1} µs", facts.wake_ms * 1e3, facts.issue_ms * 1e3));
     let mut rig = OffloadRig::new(gpu, shape, largest, cfg.ring)?;
     let copy_engines = gpu.copy_engines()?;
-    let machine = Machine::engines(copy_engines);
+    let machine = facts.machine();
     let cublas = rig.blas.version();
-    let mut bar = Progress::new(progress, (cfg.batches.len() * (Variant::ALL.len() + 2) + 1) as u64, "offload");
     let mut points = Vec::new();
     let (mut verified, mut worst) = (0, 0f64);
     for &batch in &cfg.batches {
@@ -351,6 +368,7 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
         gpu_bytes,
         cublas,
         copy_engines,
+        machine: Some(facts),
         points,
         timeline,
         timeline_batch,
@@ -379,7 +397,7 @@ mod tests {
     }
 
     #[test]
-    fn the_model_predicts_each_variant_from_its_schedule() {
+    fn the_queue_model_predicts_each_variant_from_its_pass() {
         let shape = Shape { layers: 10, d: 64 };
         let c = Costs { h2d: 1.0, h2d_pageable: 3.0, layer: 0.5 };
         let m = Machine::engines(2);

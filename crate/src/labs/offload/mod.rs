@@ -1,25 +1,27 @@
-//! Lab 9, the capstone: run a model whose weights do not fit the GPU
-//! memory the lab lets itself use, at the speed of the host link.
+//! Lab 9, the capstone: run a neural network whose weights do not fit the
+//! GPU memory the lab lets itself use, at the speed of the host link.
 //!
-//! The model is a stack of layers, each two FP16 GEMMs (d x 4d, then 4d x
-//! d, by cuBLAS) with a ReLU between ([`rig`], [`kernel`]). Its weights live
-//! in host memory; the GPU holds a ring of a few layer buffers and the
+//! The network is a stack of layers, each two FP16 GEMMs (d x 4d, then 4d
+//! x d, by cuBLAS) with a ReLU between ([`rig`], [`kernel`]). Its weights
+//! live in host memory; the GPU holds a ring of a few layer buffers and the
 //! activations, under `--gpu-budget`. A forward pass ([`forward`]) uploads
 //! each layer's weights into a slot of the ring and runs the layer from
 //! it. Per layer the bound is the slower of the two, the upload at the
-//! measured H2D rate and the GEMMs alone: over a sweep of batch sizes it
-//! moves from the link to the GPU's arithmetic, and the crossover batch is
-//! where compute hides the stream.
+//! link's rate and the GEMMs alone, each at its best (its fastest quarter;
+//! the upload the run's one, since it moves the same weights at every
+//! batch): over a sweep of batch sizes it moves from the link to the GPU's
+//! arithmetic, and the crossover batch is where compute hides the stream.
 //!
 //! Six variants, each a pass on the one runner ([`Variant`]): pageable
 //! weights copied then computed, pinned copied then computed, a ring of 2
 //! on a copy stream ordered by events, a ring of K with the copy stream at
 //! high priority, that pass captured as a CUDA graph, and that pass with
 //! its hidden activations from the stream-ordered pool. Each is predicted
-//! by the queue model from the costs measured alone, verified against the
-//! CPU on sampled rows ([`cpu`]), and set beside PyTorch in the same run
-//! ([`mod@reference`]). The exercise ([`exercise`]) has the learner write the
-//! ring's prefetch schedule. [`measure::run`] runs it all; [`charts`] draws it.
+//! by the queue model from the costs measured alone (the pass recorded on
+//! the dry run, no GPU), verified against the CPU on sampled rows
+//! ([`cpu`]), and set beside PyTorch in the same run ([`mod@reference`]).
+//! The exercise ([`exercise`]) has the learner write the ring's prefetch
+//! schedule. [`measure::run`] runs it all; [`charts`] draws it.
 //!
 //! May use: what every lab may (see `labs`).
 
@@ -33,6 +35,7 @@ pub mod reference;
 pub mod rig;
 
 use crate::error::{LabError, Result};
+use crate::gpu::MachineFacts;
 use crate::lab_kit::check::pct;
 use crate::lab_kit::headline::HeadlineFigure;
 use crate::measure::stats::{Efficiency, Summary};
@@ -43,7 +46,7 @@ use std::path::{Path, PathBuf};
 
 pub const LAB: &str = "offload";
 
-/// The model's shape: how many layers, and the model width d (a layer's
+/// The network's shape: how many layers, and its width d (a layer's
 /// weights are W1, d x 4d, and W2, 4d x d, in FP16).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shape {
@@ -56,7 +59,8 @@ impl Shape {
     pub fn layer_bytes(&self) -> usize {
         16 * self.d * self.d
     }
-    pub fn model_bytes(&self) -> usize {
+    /// The whole network's weights.
+    pub fn network_bytes(&self) -> usize {
         self.layers * self.layer_bytes()
     }
     /// One activation buffer (batch x d halves).
@@ -70,7 +74,7 @@ impl Shape {
     /// The GPU memory a pass uses: the ring, both activation buffers, the
     /// hidden activations and cuBLAS's workspace.
     pub fn gpu_bytes(&self, batch: usize, slots: usize) -> usize {
-        slots * self.layer_bytes() + 2 * self.act_bytes(batch) + self.hidden_bytes(batch) + (32 << 20)
+        slots * self.layer_bytes() + 2 * self.act_bytes(batch) + self.hidden_bytes(batch) + crate::gpu::blas::WORKSPACE_BYTES
     }
     /// FLOPs of one layer over `batch` tokens (two GEMMs of 2·batch·d·4d).
     pub fn layer_flops(&self, batch: usize) -> f64 {
@@ -83,11 +87,11 @@ impl Shape {
 pub struct OffloadConfig {
     #[arg(skip)]
     pub device: usize,
-    /// Layers of the model (fewer where host memory cannot hold two copies
-    /// of the weights: the run says what it chose).
+    /// Layers of the network (fewer where host memory cannot hold two
+    /// copies of the weights: the run says what it chose).
     #[arg(long, default_value_t = OffloadConfig::default().layers)]
     pub layers: usize,
-    /// The model width d (a multiple of 64).
+    /// The network's width d (a multiple of 64).
     #[arg(long, default_value_t = OffloadConfig::default().d_model)]
     pub d_model: usize,
     /// Slots in the GPU's ring of layer buffers (the ring-of-K variants; at least 3).
@@ -136,7 +140,7 @@ impl OffloadConfig {
         let ends = vec![full.batches[0], *full.batches.last().expect("a sweep")];
         OffloadConfig { batches: ends, repeats: 3, python: String::new(), ..full }
     }
-    /// The notebook's live run: a narrower model (d = 1024) under a
+    /// The notebook's live run: a narrower network (d = 1024) under a
     /// smaller budget, still four times the budget, both sides of the crossover.
     pub fn quick() -> Self {
         OffloadConfig { d_model: 1024, gpu_budget: 384, batches: vec![2048, 8192, 24576], repeats: 3, ..Self::default() }
@@ -275,7 +279,8 @@ pub struct VariantPoint {
     pub variant: Variant,
     /// One forward pass, ms.
     pub ms: Summary,
-    /// The queue model's time from the costs measured alone, ms.
+    /// The queue model's time from this batch's costs measured alone
+    /// (their medians), ms.
     pub predicted_ms: f64,
 }
 
@@ -283,7 +288,8 @@ pub struct VariantPoint {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BatchPoint {
     pub batch: usize,
-    /// One layer's upload from pinned memory, alone, ms.
+    /// One layer's upload from pinned memory, alone, ms (this batch's
+    /// passes; the bound takes the run's one, [`OffloadResults::upload_ms`]).
     pub h2d_ms: Summary,
     /// The same from pageable memory.
     pub h2d_pageable_ms: Summary,
@@ -299,15 +305,6 @@ pub struct BatchPoint {
 }
 
 impl BatchPoint {
-    /// The bound: layers · max(upload, GEMMs) + min(upload, GEMMs) (the
-    /// slower stage every layer, the faster once to fill the ring).
-    pub fn bound_ms(&self, layers: usize) -> f64 {
-        crate::lab_kit::two_stage_bound_ms(layers, self.h2d_ms.median, self.layer_ms.median)
-    }
-    /// A pass of `ms` against the bound, with how much the bound's parts varied.
-    pub fn efficiency(&self, layers: usize, ms: &Summary) -> Efficiency {
-        Efficiency::new(self.bound_ms(layers), ms.median, &[&self.h2d_ms, &self.layer_ms])
-    }
     pub fn variant(&self, v: Variant) -> Option<&VariantPoint> {
         self.variants.iter().find(|p| p.variant == v)
     }
@@ -315,16 +312,12 @@ impl BatchPoint {
     pub fn best(&self) -> Option<&VariantPoint> {
         self.variants.iter().min_by(|a, b| a.ms.median.total_cmp(&b.ms.median))
     }
-    /// Whether the link, not the GPU's arithmetic, bounds it.
-    pub fn link_bound(&self) -> bool {
-        self.h2d_ms.median >= self.layer_ms.median
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OffloadResults {
     pub config: OffloadConfig,
-    /// The model as run (its layers may be fewer than asked: see `chose`).
+    /// The network as run (its layers may be fewer than asked: see `chose`).
     pub shape: Shape,
     /// What the run chose and why, in a line.
     pub chose: String,
@@ -333,6 +326,12 @@ pub struct OffloadResults {
     pub cublas: String,
     /// The GPU's copy engines (the queue model's machine).
     pub copy_engines: u32,
+    /// The host as the queue model knows it, measured as lab 5 measures
+    /// it: how long a CPU thread takes to resume after the GPU work it
+    /// waited for, and to issue one op (what the exercise's checker costs
+    /// a CPU wait at). None in recordings made before lab 9 kept it.
+    #[serde(default)]
+    pub machine: Option<MachineFacts>,
     pub points: Vec<BatchPoint>,
     /// The best ring pass at `timeline_batch`, traced.
     pub timeline: Timeline,
@@ -349,18 +348,50 @@ pub struct OffloadResults {
 pub type OffloadRecord = crate::measure::record::Record<OffloadResults>;
 
 impl OffloadResults {
-    pub fn model_over_budget(&self) -> f64 {
-        self.shape.model_bytes() as f64 / (self.config.gpu_budget << 20) as f64
+    pub fn network_over_budget(&self) -> f64 {
+        self.shape.network_bytes() as f64 / (self.config.gpu_budget << 20) as f64
+    }
+    /// One layer's upload from pinned memory as this run's link does it at
+    /// its best: the batch whose uploads' fast end (fastest quarter) is the
+    /// fastest. An upload moves the same weights at every batch and the
+    /// link has one rate: the bound at every batch takes this one, so a
+    /// batch whose uploads ran slow (a slow phase of the host) does not
+    /// move its bound.
+    pub fn upload_ms(&self) -> Option<&Summary> {
+        self.points.iter().map(|p| &p.h2d_ms).min_by(|a, b| a.fast_end().total_cmp(&b.fast_end()))
+    }
+    /// The bound's parts at `p`, ms, each at its fast end: (the run's
+    /// upload, `p`'s GEMMs and ReLU).
+    pub fn bound_parts(&self, p: &BatchPoint) -> (f64, f64) {
+        (self.upload_ms().unwrap_or(&p.h2d_ms).fast_end(), p.layer_ms.fast_end())
+    }
+    /// The bound at `p`: layers · max(upload, GEMMs) + min(upload, GEMMs)
+    /// (the slower stage every layer, the faster once to fill the ring).
+    pub fn bound_ms(&self, p: &BatchPoint) -> f64 {
+        crate::lab_kit::two_stage_bound(self.shape.layers, self.upload_ms().unwrap_or(&p.h2d_ms), &p.layer_ms)
+    }
+    /// A pass of `ms` at `p` against the bound, with its passes' spread.
+    pub fn efficiency(&self, p: &BatchPoint, ms: &Summary) -> Efficiency {
+        crate::lab_kit::two_stage_efficiency(self.shape.layers, self.upload_ms().unwrap_or(&p.h2d_ms), &p.layer_ms, ms)
+    }
+    /// Whether the link, not the GPU's arithmetic, bounds `p`.
+    pub fn link_bound(&self, p: &BatchPoint) -> bool {
+        let (upload, layer) = self.bound_parts(p);
+        upload >= layer
     }
     /// Tokens per second of a pass of `ms` over `batch` tokens.
     pub fn tokens_per_s(batch: usize, ms: f64) -> f64 {
         batch as f64 / ms * 1e3
     }
-    /// The batch where the GEMMs take as long as the upload (interpolated
-    /// between the sweep's points; None outside the sweep).
+    /// The batch where the GEMMs take as long as the upload, each as the
+    /// bound takes it (interpolated between the sweep's points; None
+    /// outside the sweep).
     pub fn crossover_batch(&self) -> Option<f64> {
         self.points.windows(2).find_map(|w| {
-            let f = |p: &BatchPoint| p.layer_ms.median / p.h2d_ms.median;
+            let f = |p: &BatchPoint| {
+                let (upload, layer) = self.bound_parts(p);
+                layer / upload
+            };
             let (a, b) = (f(&w[0]), f(&w[1]));
             (a <= 1.0 && b >= 1.0).then(|| {
                 let t = if b > a { (1.0 - a) / (b - a) } else { 0.0 };
@@ -370,7 +401,7 @@ impl OffloadResults {
     }
     /// The best variant's share of the bound at every batch size, lowest first.
     pub fn worst_efficiency(&self) -> Option<(usize, f64)> {
-        self.points.iter().filter_map(|p| p.best().map(|b| (p.batch, p.efficiency(self.shape.layers, &b.ms).ratio))).min_by(|a, b| a.1.total_cmp(&b.1))
+        self.points.iter().filter_map(|p| p.best().map(|b| (p.batch, self.efficiency(p, &b.ms).ratio))).min_by(|a, b| a.1.total_cmp(&b.1))
     }
     /// The queue model's worst miss over every variant and batch: (variant,
     /// batch, predicted / measured - 1).
@@ -396,8 +427,8 @@ impl OffloadResults {
 
     pub fn headline(&self) -> Vec<(String, String)> {
         let mut rows = vec![(
-            "model / GPU budget".into(),
-            format!("{} / {} ({:.1}x)", Bytes(self.shape.model_bytes() as u64), Bytes((self.config.gpu_budget << 20) as u64), self.model_over_budget()),
+            "network / GPU budget".into(),
+            format!("{} / {} ({:.1}x)", Bytes(self.shape.network_bytes() as u64), Bytes((self.config.gpu_budget << 20) as u64), self.network_over_budget()),
         )];
         if let Some((batch, eff)) = self.worst_efficiency() {
             rows.push(("best pass against the bound, worst batch".into(), format!("{} at {batch} tokens", pct(eff))));
@@ -424,18 +455,37 @@ impl OffloadResults {
     pub fn summary(&self) -> String {
         let l = self.shape.layers;
         let mut s = format!(
-            "model: {l} layers of d = {} ({} each, {} in all) in host memory; GPU: a ring of {} layers + activations = {} of a {} MiB budget (model {:.1}x the budget); cuBLAS {}\n{}\n",
+            "network: {l} layers of d = {} ({} each, {} in all) in host memory; GPU: a ring of {} layers + activations = {} of a {} MiB budget (the network {:.1}x the budget); cuBLAS {}\n{}\n",
             self.shape.d,
             Bytes(self.shape.layer_bytes() as u64),
-            Bytes(self.shape.model_bytes() as u64),
+            Bytes(self.shape.network_bytes() as u64),
             self.config.ring,
             Bytes(self.gpu_bytes),
             self.config.gpu_budget,
-            self.model_over_budget(),
+            self.network_over_budget(),
             self.cublas,
             self.chose
         );
-        s += "per layer alone: upload from pinned / pageable memory, GEMMs + ReLU; bound = L*max(upload, GEMMs) + min\n";
+        s += "per layer alone (medians of its passes): upload from pinned / pageable memory, GEMMs + ReLU\n";
+        s += "bound = L*max(upload, GEMMs) + min, each part at its fastest quarter (25th percentile of its passes)";
+        if let Some(up) = self.upload_ms() {
+            let at = self.points.iter().find(|p| std::ptr::eq(&p.h2d_ms, up)).map_or(String::new(), |p| format!(" at {} tokens", p.batch));
+            s += &format!(
+                "; the upload the run's one, {:.3} ms ({:.1} GB/s{at}): it moves the same {} at every batch",
+                up.fast_end(),
+                self.shape.layer_bytes() as f64 / up.fast_end() / 1e6,
+                Bytes(self.shape.layer_bytes() as u64)
+            );
+        }
+        s += "\nof bound: bound / the pass's median, and beside it what the middle half of its passes read\n";
+        if let Some(m) = &self.machine {
+            s += &format!(
+                "the host, for the checker's queue model: a CPU thread resumes {:.1} µs after the GPU work it waited for; issuing one op takes {:.1} µs\n",
+                m.wake_ms * 1e3,
+                m.issue_ms * 1e3
+            );
+        }
+        let mut effs = Vec::new();
         for p in &self.points {
             s += &format!(
                 "\n{} tokens: upload {:.3} ms ({:.1} GB/s), pageable {:.3} ms, GEMMs {:.3} ms ({:.1} TFLOP/s) -> bound {:.2} ms ({}-bound)\n",
@@ -445,30 +495,34 @@ impl OffloadResults {
                 p.h2d_pageable_ms.median,
                 p.layer_ms.median,
                 self.shape.layer_flops(p.batch) / p.layer_ms.median / 1e9,
-                p.bound_ms(l),
-                if p.link_bound() { "link" } else { "compute" }
+                self.bound_ms(p),
+                if self.link_bound(p) { "link" } else { "compute" }
             );
-            s += &format!("  {:<40} {:>10} {:>9} {:>12} {:>10} {:>9}\n", "variant", "ms", "spread", "tokens/s", "of bound", "model");
+            s += &format!("  {:<40} {:>10} {:>9} {:>12} {:>21} {:>12}\n", "variant", "ms", "spread", "tokens/s", "of bound", "queue model");
             for v in &p.variants {
+                let e = self.efficiency(p, &v.ms);
+                effs.push(e);
                 s += &format!(
-                    "  {:<40} {:>10.2} {:>8.1}% {:>12.0} {:>10} {:>+8.1}%\n",
+                    "  {:<40} {:>10.2} {:>8.1}% {:>12.0} {:>21} {:>+11.1}%\n",
                     v.variant.label(),
                     v.ms.median,
                     100.0 * v.ms.relative_spread(),
                     Self::tokens_per_s(p.batch, v.ms.median),
-                    p.efficiency(l, &v.ms).cell(),
+                    e.cell(),
                     100.0 * (v.predicted_ms / v.ms.median - 1.0)
                 );
             }
             for (label, t) in [("PyTorch: .to(\"cuda\") per layer in hooks", &p.torch_to_ms), ("PyTorch: hand-written pinned ring", &p.torch_ring_ms)] {
                 if let Some(t) = t {
+                    let e = self.efficiency(p, t);
+                    effs.push(e);
                     s += &format!(
-                        "  {:<40} {:>10.2} {:>8.1}% {:>12.0} {:>10}\n",
+                        "  {:<40} {:>10.2} {:>8.1}% {:>12.0} {:>21}\n",
                         label,
                         t.median,
                         100.0 * t.relative_spread(),
                         Self::tokens_per_s(p.batch, t.median),
-                        p.efficiency(l, t).cell()
+                        e.cell()
                     );
                 }
             }
@@ -488,7 +542,6 @@ impl OffloadResults {
                 );
             }
         }
-        let effs: Vec<Efficiency> = self.points.iter().flat_map(|p| p.variants.iter().map(move |v| p.efficiency(l, &v.ms))).collect();
         if let Some(why) = Efficiency::note(&effs) {
             s += &format!("\n{why}\n");
         }
@@ -525,7 +578,7 @@ impl crate::lab_kit::LabRun<OffloadResults> {
         charts::timeline_chart(&self.record.results, &self.origin())
     }
     /// Checks a learner's prefetch schedule: live on a GPU, else on the
-    /// queue model with this recording's costs.
+    /// dry run and the queue model with this recording's costs.
     pub fn check_prefetch(
         &self,
         schedule: impl Fn(&mut dyn forward::Forward, &forward::Task) -> Result<()> + Send + Sync + 'static,
@@ -551,7 +604,7 @@ pub static ENTRY: crate::lab_kit::Entry<OffloadConfig, OffloadResults> = crate::
     builds_on: &[(1, "pinned vs pageable"), (3, "double buffering with events"), (5, "stream priorities and graphs"), (6, "the stream-ordered pool")],
     kernels: &[&kernel::RELU_F16],
     exercises: exercise::EXERCISES,
-    about: "Lab 9: stream a model's weights over the link through a ring of GPU buffers, against the bound and PyTorch",
+    about: "Lab 9: stream a network's weights over the link through a ring of GPU buffers, against the bound and PyTorch",
     measure: measure::run,
     tables: |rec| rec.results.summary(),
     figures: report,
@@ -564,6 +617,48 @@ crate::lab_config!(OffloadConfig);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab_kit::two_stage_bound_ms;
+
+    #[test]
+    fn the_bound_takes_the_runs_one_upload_at_its_best_and_each_batchs_gemms() {
+        let r = crate::testing::offload_results();
+        let (slow, fast) = (&r.points[0], &r.points[1]);
+        // The link-bound batch's uploads ran slow (1.25 ms at their fastest
+        // quarter): its bound still takes the run's 1.2 ms.
+        assert_eq!((slow.h2d_ms.fast_end(), r.upload_ms().unwrap().fast_end()), (1.25, 1.2));
+        assert_eq!(r.bound_parts(slow), (1.2, 0.6));
+        assert_eq!(r.bound_ms(slow), two_stage_bound_ms(96, 1.2, 0.6));
+        assert_eq!(r.bound_ms(fast), two_stage_bound_ms(96, 1.2, 1.8));
+        assert!(r.link_bound(slow) && !r.link_bound(fast));
+        let ring = &slow.variant(Variant::RingK).unwrap().ms;
+        let e = r.efficiency(slow, ring);
+        assert!((e.ratio - 1.0 / 1.03).abs() < 1e-12 && !e.above_bound(), "{e:?}");
+        // GEMMs as long as an upload halfway between the two batches.
+        assert_eq!(r.crossover_batch(), Some(4096.0 + 0.5 * 12288.0));
+        let s = r.summary();
+        assert!(s.contains("the upload the run's one, 1.200 ms (55.9 GB/s at 16384 tokens)"), "{s}");
+        assert!(s.contains("4096 tokens: upload 1.300 ms") && s.contains("-> bound 115.80 ms (link-bound)"), "{s}");
+        assert!(s.contains("97.1% (97.1..97.1)"), "the share with its passes' spread: {s}");
+        assert!(s.contains("the host, for the checker's queue model: a CPU thread resumes 6.0 µs"), "{s}");
+        assert!(!s.contains("above 100%"), "{s}");
+    }
+
+    #[test]
+    fn a_recording_made_before_quartiles_and_host_costs_still_renders() {
+        let mut r = crate::testing::offload_results();
+        r.machine = None;
+        for p in &mut r.points {
+            for s in [&mut p.h2d_ms, &mut p.layer_ms].into_iter().chain(p.variants.iter_mut().map(|v| &mut v.ms)) {
+                s.middle = None;
+            }
+        }
+        // Each part at its fastest run instead of its fastest quarter.
+        assert_eq!(r.upload_ms().unwrap().fast_end(), 0.99 * 1.2);
+        let s = r.summary();
+        assert!(s.contains("4096 tokens") && s.contains("of bound") && !s.contains("the host, for the checker"), "{s}");
+        let back: OffloadResults = serde_json::from_str(&serde_json::to_string(&r).unwrap().replace(",\"machine\":null", "")).unwrap();
+        assert_eq!(back.machine, None);
+    }
 
     #[test]
     fn every_preset_fits_its_budget_and_bad_settings_are_named() {
@@ -572,11 +667,11 @@ mod tests {
         }
         for c in [OffloadConfig::default(), OffloadConfig::quick()] {
             let shape = Shape { layers: c.layers, d: c.d_model };
-            assert!(shape.model_bytes() >= 4 * (c.gpu_budget << 20), "{c:?}: the model is four times the budget");
+            assert!(shape.network_bytes() >= 4 * (c.gpu_budget << 20), "{c:?}: the network is four times the budget");
         }
         let full = OffloadConfig::default();
         let shape = Shape { layers: full.layers, d: full.d_model };
-        assert!(shape.model_bytes() as f64 >= 3.0 * (full.gpu_budget << 20) as f64, "the model is several times the budget");
+        assert!(shape.network_bytes() as f64 >= 3.0 * (full.gpu_budget << 20) as f64, "the network is several times the budget");
         let bad = |f: &dyn Fn(&mut OffloadConfig), what: &str| {
             let mut c = OffloadConfig::default();
             f(&mut c);

@@ -1,4 +1,4 @@
-//! PyTorch's two ways of running the same model, measured in the same run
+//! PyTorch's two ways of running the same network, measured in the same run
 //! as the lab's own passes: `crate/reference/torch_offload.py` (weights
 //! moved per layer by `.to("cuda")` in forward hooks, and the best
 //! hand-written pinned ring), carried inside the binary and run with the
@@ -37,7 +37,7 @@ struct Printed {
     batches: Vec<PrintedBatch>,
 }
 
-/// Runs the script with `python` on GPU `device` for the model `shape` and
+/// Runs the script with `python` on GPU `device` for the network `shape` and
 /// the batches, ring, warm-up and repeats of `cfg`. `Err` says why there
 /// is no reference, in a line.
 pub fn torch_offload(python: &str, device: usize, shape: Shape, cfg: &OffloadConfig) -> Result<TorchOffload, String> {

@@ -74,7 +74,7 @@ impl OffloadRig {
         let _r = trace::range("lab 9: set-up (weights, ring, activations)");
         let (d, lb) = (shape.d, shape.layer_bytes());
         gpu.ensure_free(shape.gpu_bytes(max_batch, slots) as u64 + (64 << 20), &format!("a ring of {slots} layers and the activations of {max_batch} tokens"))?;
-        let mut pinned = PinnedBuffer::new(gpu, shape.model_bytes())?;
+        let mut pinned = PinnedBuffer::new(gpu, shape.network_bytes())?;
         // He-style scales keep the activations' size from layer to layer:
         // W1 (d x 4d) in ±sqrt(3/d), W2 (4d x d) in ±sqrt(1.5/d) (ReLU halves the second moment).
         let seed = pattern::fresh_seed();
@@ -85,7 +85,7 @@ impl OffloadRig {
             fill_uniform(w1, seed, (l * layer_words) as u64, s1);
             fill_uniform(w2, seed, (l * layer_words + layer_words / 2) as u64, s2);
         });
-        let mut pageable = PageableBuffer::new(shape.model_bytes())?;
+        let mut pageable = PageableBuffer::new(shape.network_bytes())?;
         pageable.words_mut().par_chunks_mut(1 << 20).zip(pinned.words().par_chunks(1 << 20)).for_each(|(a, b)| a.copy_from_slice(b));
         // (least, greatest): the greatest priority is the lowest number.
         let (_, highest) = gpu.stream_priority_range()?;

@@ -14,17 +14,16 @@ pub fn efficiency_table(r: &IntensityResults, copy_engines: u32) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:>6} {:>7} {:<16} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9} {:>7}",
+        "{:>6} {:>7} {:<16} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9} {:>20}",
         "chunks", "streams", "order", "measured", "model", "H", "K", "D", "H|D", "bound", "eff."
     );
     let mut effs = Vec::new();
     for p in pts {
-        let b = Bounds::of(&p.parts, p.chunks).for_engines(copy_engines);
         let e = efficiency(p, copy_engines);
         effs.push(e);
         let _ = writeln!(
             s,
-            "{:>6} {:>7} {:<16} {:>9.3} {:>9.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>9.3} {:>7}",
+            "{:>6} {:>7} {:<16} {:>9.3} {:>9.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>9.3} {:>20}",
             p.chunks,
             p.streams,
             p.order.label(),
@@ -34,13 +33,13 @@ pub fn efficiency_table(r: &IntensityResults, copy_engines: u32) -> String {
             p.parts.kernel_ms.median,
             p.parts.d2h_ms.median,
             p.parts.both_copies_ms.median,
-            b,
+            e.bound_ms,
             e.cell()
         );
     }
     let _ = writeln!(
         s,
-        "model: the queue model's time for the same issue order, each operation its share of the parts (H, K, D timed alone with the point's chunks)"
+        "model: the queue model's time for the same issue order, each operation its share of the parts (H, K, D timed alone with the point's chunks); bound: from each part at its fastest quarter; eff.: bound / measured (the middle half of the runs)"
     );
     if let Some(why) = Efficiency::note(&effs) {
         let _ = writeln!(s, "{why}");
@@ -71,12 +70,13 @@ impl Bounds {
         let link = (h + d) / c + (c - 1.0) / c * both.max(h.max(d));
         Bounds { serial: h + k + d, one_engine: (h + d).max(k) + (h + d).min(k) / c, two_engines: stages.max(link).min(h + k + d) }
     }
-    /// The bound from each part's fastest run alone: a lower limit is
-    /// built from what the hardware showed it can do (a part's slow
-    /// outlier would otherwise lift the bound above a pipeline that ran at
+    /// The bound from each part alone at its fast end (its fastest
+    /// quarter, the rule of every bound: see [`Efficiency`]): a lower limit
+    /// is built from what the hardware showed it can do (a part's slow
+    /// runs would otherwise lift the bound above a pipeline that ran at
     /// full speed).
     pub fn of(parts: &Parts, chunks: usize) -> Bounds {
-        Bounds::new(parts.h2d_ms.min, parts.kernel_ms.min, parts.d2h_ms.min, parts.both_copies_ms.min, chunks)
+        Bounds::new(parts.h2d_ms.fast_end(), parts.kernel_ms.fast_end(), parts.d2h_ms.fast_end(), parts.both_copies_ms.fast_end(), chunks)
     }
     /// The bound that applies to a device with `copy_engines` engines.
     pub fn for_engines(&self, copy_engines: u32) -> f64 {
@@ -113,8 +113,7 @@ pub fn predicted_ms(p: &OverlapPoint, copy_engines: u32) -> Result<f64> {
 /// bound / measured, the bound from the stages measured alone with the same
 /// chunks and streams: 1.0 means the stages overlap perfectly.
 pub fn efficiency(p: &OverlapPoint, copy_engines: u32) -> Efficiency {
-    let q = &p.parts;
-    Efficiency::new(Bounds::of(q, p.chunks).for_engines(copy_engines), p.total_ms.median, &[&q.h2d_ms, &q.kernel_ms, &q.d2h_ms, &q.both_copies_ms])
+    Efficiency::new(Bounds::of(&p.parts, p.chunks).for_engines(copy_engines), &p.total_ms)
 }
 
 /// The best any overlap can do: (H + K + D) / max(H, K, D, both copies at once).
@@ -213,7 +212,7 @@ pub fn summary_table(rs: &[IntensityResults], copy_engines: u32) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<14} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>22} {:>9} {:>9} {:>9}",
+        "{:<14} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>22} {:>9} {:>9} {:>20}",
         "intensity", "FMAs", "H ms", "K ms", "D ms", "H|D ms", "serial", "best (chunks/streams)", "speed-up", "ceiling", "eff."
     );
     let mut effs = Vec::new();
@@ -224,7 +223,7 @@ pub fn summary_table(rs: &[IntensityResults], copy_engines: u32) -> String {
         effs.push(e);
         let _ = writeln!(
             s,
-            "{:<14} {:>6} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>9.2} {:>8.2} ms ({:>2}/{} {:<2}) {:>8.2}x {:>8.2}x {:>9}",
+            "{:<14} {:>6} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>9.2} {:>8.2} ms ({:>2}/{} {:<2}) {:>8.2}x {:>8.2}x {:>20}",
             r.intensity.label(),
             r.iterations,
             r.parts.h2d_ms.median,
@@ -244,7 +243,7 @@ pub fn summary_table(rs: &[IntensityResults], copy_engines: u32) -> String {
     let _ = writeln!(s, "H, K, D, H|D: the whole data in one copy or launch. serial: one chunk on one stream. ceiling: serial over the smallest bound of any point (its parts timed with its own chunks)");
     let _ = writeln!(
         s,
-        "bound with {copy_engines} copy engine(s): {}",
+        "bound with {copy_engines} copy engine(s), each part at its fastest quarter: {}",
         if copy_engines >= 2 {
             "max of max(H, K, D) + one chunk's other stages, and (H + D)/C + (C-1)/C x H|D (H|D: both copies at once, in the point's chunks)"
         } else {

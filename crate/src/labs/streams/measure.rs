@@ -47,37 +47,35 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
     for e in &exps {
         let facts = rig.machine(cfg.elements, reps)?;
         let machine = facts.machine();
-        let (costs, fastest) = rig.costs_and_fastest(&e.variants.iter().collect::<Vec<_>>(), reps)?;
+        let costs = rig.costs(&e.variants.iter().collect::<Vec<_>>(), reps)?;
         progress.step(&format!("{}: machine: {}; {} ops measured alone", e.name, machine_line(&facts), costs.len()));
         let models = e.variants.iter().map(Plan::dry_run).collect::<Result<Vec<_>>>()?;
         let totals = interleaved(&mut rig, &e.variants, &models, reps)?;
         // This host's both-ways rate drifts by several percent within
         // minutes: variants after the one that runs both directions at once
-        // take the ceiling from its runs, interleaved with theirs (the
-        // model from its lower quartile, as each op alone is costed, since
-        // those runs are bimodal when the host has slow phases; the bound
-        // from its fastest).
+        // take the ceiling from its runs, interleaved with theirs, at their
+        // fast end (the lower quartile, as each op alone is costed, since
+        // those runs are bimodal when the host has slow phases): the model
+        // and the bound alike, the bound's parts at their fast ends as
+        // every bound's are.
         let ceiling = match e.ceiling_from {
             Some(i) => {
-                let alone = |c: &Costs, kind| {
-                    c.get(&(kind, cfg.elements)).copied().ok_or_else(|| LabError::config(format!("{}: no whole-size copy measured alone", e.name)))
-                };
+                let alone =
+                    |kind| costs.get(&(kind, cfg.elements)).copied().ok_or_else(|| LabError::config(format!("{}: no whole-size copy measured alone", e.name)));
                 let both = Summary::of(&totals[i])?;
-                let share = |c: &Costs, ms| Ok(Machine::copies_measured(facts.copy_engines, alone(c, OpKind::H2d)?, alone(c, OpKind::D2h)?, ms).both_ways);
-                Some((i, share(&costs, both.middle_range().0)?, share(&fastest, both.min)?))
+                Some((i, Machine::copies_measured(facts.copy_engines, alone(OpKind::H2d)?, alone(OpKind::D2h)?, both.fast_end()).both_ways))
             }
             None => None,
         };
         let mut variants = Vec::new();
         for (i, (plan, model)) in e.variants.iter().zip(&models).enumerate() {
             let at = match ceiling {
-                Some((from, median, _)) if i > from => Machine { both_ways: median, ..machine },
+                Some((from, share)) if i > from => Machine { both_ways: share, ..machine },
                 _ => machine,
             };
             let mut v = variant(&mut rig, plan, model, e, &totals[i], at, &costs, reps)?;
             if plan.name == experiments::THREE_WAY {
-                let best = Machine { both_ways: ceiling.map_or(machine.both_ways, |c| c.2), ..machine };
-                v.bound_ms = Some(three_way_bound(&fastest, best, cfg.elements, experiments::three_way_chunks(cfg)));
+                v.bound_ms = Some(three_way_bound(&costs, at, cfg.elements, experiments::three_way_chunks(cfg)));
             }
             progress.step(&format!("{}: {}: {:.3} ms (model {:.3} ms)", e.name, v.name, v.total_ms.median, v.model_ms));
             variants.push(v);
