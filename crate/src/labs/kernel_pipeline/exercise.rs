@@ -35,7 +35,7 @@ const NEEDS_A_GPU: &str =
 /// beyond needing a GPU for the rest (nothing, where NVRTC is not here to
 /// compile it: the verdict saved by the notebook stands then).
 fn offline_problems(source: &str) -> Vec<String> {
-    if !kernels::nvrtc_present() {
+    if Toolchain::here().problem(source).is_some() {
         return Vec::new();
     }
     let rep = check_offline("07-double-buffered.cu", source, &KernelPipelineConfig::default());
@@ -50,6 +50,11 @@ pub const EXERCISE: &str = "lab 7: a double-buffered tile kernel";
 pub fn shape(cfg: &KernelPipelineConfig) -> TileShape {
     TileShape { tile: cfg.tile, threads: 256, stages: 2 }
 }
+
+/// The blur's vector width of the given file (one output at a time, by
+/// `blur_at`), at which the checker times the naive kernel and the
+/// solution beside the learner's.
+pub const GIVEN_VECTOR_WIDTH: u32 = 1;
 
 /// How much slower than the solution (its median time) a kernel may be and
 /// still count as double-buffered. One stage of asynchronous copies, which
@@ -361,15 +366,56 @@ pub fn pointer_problem(ptx: &str, entry: &str) -> Option<String> {
     None
 }
 
+/// What this machine has to compile a learner's kernel with: NVRTC, and
+/// CUDA's C++ headers for a file that includes them (`#include <...>`).
+/// Without them the kernel cannot be compiled, which is no fault of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Toolchain {
+    /// libnvrtc loads.
+    pub nvrtc: bool,
+    /// CUDA's C++ headers were found (else what the search says).
+    pub headers: std::result::Result<(), String>,
+}
+
+impl Toolchain {
+    /// This machine's.
+    pub fn here() -> Toolchain {
+        Toolchain { nvrtc: kernels::nvrtc_present(), headers: kernels::cuda_include_dirs().map(|_| ()).map_err(|e| e.to_string()) }
+    }
+
+    /// Why `source` cannot be compiled here, if it cannot: a finding that
+    /// says the kernel was not judged (not that it fails to compile).
+    pub fn problem(&self, source: &str) -> Option<String> {
+        const NOT_JUDGED: &str = "so your kernel could not be compiled and was not judged: nothing here says it is wrong";
+        if !self.nvrtc {
+            return Some(format!("NVRTC (libnvrtc.so, CUDA's run-time compiler) was not found on this machine, {NOT_JUDGED}"));
+        }
+        let includes = source.lines().any(|l| l.trim_start().starts_with("#include <"));
+        match &self.headers {
+            Err(_) if includes => {
+                Some(format!("CUDA's C++ headers, which your file includes (#include <...>), were not found on this machine for NVRTC, {NOT_JUDGED}"))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A compile's outcome as the learner reads it: the PTX if the source sets
-/// nothing the lab sets, it compiled, the lab could launch it and it copies
-/// asynchronously, else the problem recorded in `rep`.
-fn read_compile(rep: &mut CheckReport, source: &str, shape: TileShape, compiled: impl FnOnce() -> Result<String>) -> Option<String> {
+/// nothing the lab sets, this machine can compile it (`toolchain`), it
+/// compiled, the lab could launch it and it copies asynchronously, else
+/// the problem recorded in `rep`.
+fn read_compile(rep: &mut CheckReport, toolchain: &Toolchain, source: &str, shape: TileShape, compiled: impl FnOnce() -> Result<String>) -> Option<String> {
     if let Some(p) = source_problem(source) {
         rep.problem(p);
         return None;
     }
+    if let Some(p) = toolchain.problem(source) {
+        rep.problem(p);
+        return None;
+    }
     match compiled() {
+        // A GPU older than the kernel's copies: no fault of the kernel either.
+        Err(crate::error::LabError::Unsupported(why)) => rep.problem(format!("this GPU cannot run asynchronous copies ({why}), so your kernel was not judged")),
         Err(e) => rep.problem(format!("your kernel does not compile. NVRTC says:\n{e}")),
         Ok(ptx) => {
             let entry = super::kernel::TILE_ASYNC.entry;
@@ -390,9 +436,16 @@ fn read_compile(rep: &mut CheckReport, source: &str, shape: TileShape, compiled:
 
 /// The checks that need no GPU: compile (for sm_90) and read the PTX.
 pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
+    check_offline_with(&Toolchain::here(), file, source, cfg)
+}
+
+/// [`check_offline`] with `toolchain` for this machine's.
+pub fn check_offline_with(toolchain: &Toolchain, file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
     let mut rep = CheckReport::new(EXERCISE);
     let s = shape(cfg);
-    if read_compile(&mut rep, source, s, || kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines())).is_some() {
+    if read_compile(&mut rep, toolchain, source, s, || kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines()))
+        .is_some()
+    {
         rep.problem(NEEDS_A_GPU);
     }
     rep
@@ -405,14 +458,16 @@ pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> Ch
 pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineConfig) -> Result<CheckReport> {
     let mut rep = CheckReport::new(&format!("{EXERCISE} (live)"));
     let s = shape(cfg);
-    let Some(ptx) = read_compile(&mut rep, source, s, || TileKernel::compile(gpu, TileKind::Async, file, source, s)) else {
+    let Some(ptx) = read_compile(&mut rep, &Toolchain::here(), source, s, || TileKernel::compile(gpu, TileKind::Async, file, source, s)) else {
         return Ok(rep);
     };
     let Some(mine) = rep.learner("your kernel", || TileKernel::from_ptx(gpu, TileKind::Async, &ptx, s, 1)) else {
         return Ok(rep);
     };
-    let naive = TileKernel::load(gpu, TileKind::Naive, TileShape { stages: 1, ..s }, 1)?;
-    let solution = TileKernel::load(gpu, TileKind::Async, s, 1)?;
+    // Both blur one output at a time, as the given file does: the learner's
+    // kernel is timed against pipelines, not against a wider blur.
+    let naive = TileKernel::load_with(gpu, TileKind::Naive, TileShape { stages: 1, ..s }, GIVEN_VECTOR_WIDTH, 1)?;
+    let solution = TileKernel::load_with(gpu, TileKind::Async, s, GIVEN_VECTOR_WIDTH, 1)?;
     let mut data = TileData::new(gpu, cfg.elements())?;
     for _ in 0..2 {
         data.refresh()?;
@@ -519,6 +574,30 @@ mod tests {
         assert!(!text.lines().any(|l| l.starts_with("error:") || l.starts_with("Error:")), "a notebook runner would read it as a crash: {text}");
     }
 
+    /// With no NVRTC (or no CUDA headers for a file that includes them) a
+    /// right kernel is not told it does not compile: the check says what
+    /// this machine lacks and that the kernel was not judged. Runs with or
+    /// without NVRTC here (the compile is never reached).
+    #[test]
+    fn a_missing_compiler_or_headers_is_said_and_the_kernel_not_judged() {
+        let cfg = KernelPipelineConfig::small();
+        let none = Toolchain { nvrtc: false, headers: Ok(()) };
+        let headless = Toolchain { nvrtc: true, headers: Err("searched /usr/local/cuda".into()) };
+        for (toolchain, names) in [(&none, "NVRTC (libnvrtc.so, CUDA's run-time compiler) was not found"), (&headless, "CUDA's C++ headers")] {
+            for (what, source) in [("the solution", solution_source()), ("the given file", GIVEN)] {
+                let rep = check_offline_with(toolchain, "mine.cu", source, &cfg);
+                let text = rep.to_string();
+                assert!(!rep.passed && text.contains(names) && text.contains("was not judged"), "{what}: {text}");
+                for judged in ["does not compile", "no asynchronous copy", "compiles and copies"] {
+                    assert!(!text.contains(judged), "{what}: judged the kernel ('{judged}') with no compiler: {text}");
+                }
+            }
+        }
+        // Headers matter only to a file that includes them.
+        assert_eq!(headless.problem("extern \"C\" __global__ void k() {}"), None);
+        assert!(Toolchain { nvrtc: true, headers: Ok(()) }.problem(GIVEN).is_none());
+    }
+
     #[test]
     fn a_file_that_cannot_be_read_is_a_failed_check_naming_it() {
         let run = crate::lab_kit::LabRun::<super::super::KernelPipelineResults>::recorded(super::super::LAB, "test".into()).unwrap();
@@ -591,7 +670,7 @@ mod tests {
             (
                 "results written back into the input",
                 sol.replace(signature, "tile_async(float* __restrict__ in, float* __restrict__ out, unsigned int tiles)")
-                    .replace("float* dst = out + ", "float* dst = in + "),
+                    .replace("blur_tile(s, out + ", "blur_tile(s, in + "),
                 &["stores into global memory through its first parameter"],
             ),
         ];

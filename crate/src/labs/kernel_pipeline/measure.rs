@@ -1,6 +1,7 @@
-//! Lab 7 on the GPU: each tile kernel run over the same data through the
-//! runner, timed by CUDA events around it, verified against the CPU
-//! reference, beside the device-memory ceiling (the fastest of
+//! Lab 7 on the GPU: each tile kernel (the plain CUDA reference among
+//! them) run over the same data through the runner, timed by CUDA events
+//! around it, verified against the CPU reference, beside the device-memory
+//! ceiling (the fastest of
 //! device-to-device copies of the input's size and larger) measured in the
 //! same run.
 
@@ -258,7 +259,7 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
     let mut results = Vec::new();
     for v in variants {
         let _range = crate::gpu::trace::range(&format!("compile {}", v.name));
-        match TileKernel::load(gpu, v.kind, v.shape, v.blocks_per_sm) {
+        match TileKernel::load_with(gpu, v.kind, v.shape, v.vector_width, v.blocks_per_sm) {
             Ok(k) => {
                 progress.step(&format!("{}: compiled, {} registers, {} blocks per SM", v.name, k.resources().registers, k.resources().blocks_per_sm));
                 results.push(VariantResult { variant: v, skipped: None, resources: Some(k.resources()), ms: None });
@@ -328,7 +329,7 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
             break;
         }
         let _range = crate::gpu::trace::range(&format!("warp timeline {}", v.name));
-        let traced = TileKernel::load_traced(gpu, v.kind, v.shape)?;
+        let traced = TileKernel::load_traced_with(gpu, v.kind, v.shape, v.vector_width)?;
         warps.push(data.warp_timeline(gpu, &traced, &v.name)?);
     }
     progress.step(&match too_few {
