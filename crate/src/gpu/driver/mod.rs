@@ -2,8 +2,10 @@
 //! layers), and the few cuBLAS calls lab 9's GEMMs need (`blas`).
 //! Everything else in the crate speaks in the safe types of [`crate::gpu`].
 //! Keeping the calls here means a reader can see exactly which driver calls
-//! a lab issues: no hidden event records, no implicit syncs (see
-//! shared/notes/pitfalls.md on cudarc's event tracking).
+//! a lab issues: no hidden event records, no implicit syncs (cudarc's
+//! event tracking, on by default, would add an event record and a wait
+//! around every buffer a call uses once a second stream exists:
+//! [`open_context`] turns it off).
 
 use crate::error::{LabError, Result};
 use crate::units::Bytes;
