@@ -472,9 +472,8 @@ pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineCon
     for _ in 0..2 {
         data.refresh()?;
         if let Err(e) = data.verified(&mine, "your kernel's output") {
-            rep.problem(format!(
-                "{e}: a tile was read before its copies landed, a slot was refilled while another thread still read it, or a tile went to the wrong slot"
-            ));
+            let what = data.wrong_tile(s.tile as usize, mine.resources().grid as usize).map_or(String::new(), |w| format!(": {}", wrong_tile_words(w, s.tile)));
+            rep.problem(format!("{e}{what}"));
             return Ok(rep);
         }
     }
@@ -513,6 +512,25 @@ pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineCon
         rep.note(format!("{line}: double-buffered"));
     }
     Ok(rep)
+}
+
+/// What a wrong tile of the learner's outputs holds, in words: where it is
+/// (which block computed it, its how-manyth tile) and what went wrong there.
+pub fn wrong_tile_words(w: super::measure::WrongTile, tile: u32) -> String {
+    use super::measure::TileHolds;
+    let at = format!("output tile {} (block {}'s tile {})", w.tile, w.block, w.k);
+    match w.holds {
+        TileHolds::Unwritten { outputs } => {
+            format!("{at} was never fully written: {outputs} of its {tile} outputs still hold the poison the check filled them with")
+        }
+        TileHolds::Another { other } => format!(
+            "{at} holds exactly the results of tile {other}: the block blurred the data of another tile in its place (a slot, or the tile a slot was filled with, is not the one it computes)"
+        ),
+        TileHolds::Part { wrong } => format!(
+            "{wrong} of the {tile} outputs of {at} are wrong and the rest right: the block read that tile while some of its copies had not yet landed, or while the next tile's copies were already refilling its slot"
+        ),
+        TileHolds::Whole => format!("every output of {at} is wrong, and it is no other tile's result either"),
+    }
 }
 
 /// Hints, one at a time ([`hint`]).
@@ -784,6 +802,25 @@ mod tests {
         // (LAUNCH_PARAMS): their offline checks, tested above, get past the signature to the
         // copies (the given file's "no asynchronous copy", the solution's
         // "compiles and copies asynchronously").
+    }
+
+    /// Wrong outputs on the GPU are told by where they are (the tile, its
+    /// block and place) and what the tile holds, never by a fix.
+    #[test]
+    fn a_wrong_tile_is_named_by_its_block_and_what_it_holds() {
+        use super::super::measure::{TileHolds, WrongTile};
+        let at = |holds| WrongTile { tile: 137, block: 5, k: 1, holds };
+        let cases = [
+            (TileHolds::Unwritten { outputs: 12 }, "12 of its 4096 outputs still hold the poison"),
+            (TileHolds::Another { other: 5 }, "holds exactly the results of tile 5: the block blurred the data of another tile"),
+            (TileHolds::Part { wrong: 300 }, "300 of the 4096 outputs of output tile 137 (block 5's tile 1) are wrong and the rest right"),
+            (TileHolds::Whole, "every output of output tile 137 (block 5's tile 1) is wrong"),
+        ];
+        for (holds, words) in cases {
+            let text = wrong_tile_words(at(holds), 4096);
+            assert!(text.contains(words) && text.contains("output tile 137 (block 5's tile 1)"), "{holds:?}: {text}");
+            assert_eq!(crate::lab_kit::check::dictated_fix(&text), None, "{text}");
+        }
     }
 
     #[test]
