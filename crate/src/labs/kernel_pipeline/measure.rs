@@ -298,41 +298,6 @@ pub fn gbps(n: usize, ms: f64) -> f64 {
     2.0 * n as f64 * 4.0 / (ms * 1e6)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Twelve tiles of four outputs over a grid of three blocks: the first
-    /// wrong tile, its block and place, and what it holds.
-    #[test]
-    fn a_wrong_tile_is_found_and_what_it_holds_is_told_apart() {
-        let want: Vec<f32> = (0..48).map(|i| i as f32).collect();
-        let with = |f: &dyn Fn(&mut [f32])| {
-            let mut got = want.clone();
-            f(&mut got);
-            wrong_tile(&got, &want, 4, 3)
-        };
-        assert_eq!(with(&|_| ()), None);
-        let poison = f32::from_bits(pattern::POISON as u32);
-        // Tile 7 (block 1's tile 2) partly never written, partly wrong, all another's.
-        let at = |tile, holds| Some(WrongTile { tile, block: tile % 3, k: tile / 3, holds });
-        assert_eq!(with(&|g| g[29..31].fill(poison)), at(7, TileHolds::Unwritten { outputs: 2 }));
-        assert_eq!(with(&|g| g[29] = 0.5), at(7, TileHolds::Part { wrong: 1 }));
-        // Tile 7 holds tile 4's results (the same block's tile before), or tile 8's (its neighbour).
-        assert_eq!(with(&|g| g.copy_within(16..20, 28)), at(7, TileHolds::Another { other: 4 }));
-        assert_eq!(with(&|g| g.copy_within(32..36, 28)), at(7, TileHolds::Another { other: 8 }));
-        assert_eq!(with(&|g| g[28..32].fill(-1.0)), at(7, TileHolds::Whole));
-        // Only the first wrong tile is told.
-        assert_eq!(
-            with(&|g| {
-                g[5] = 0.25;
-                g[40] = 0.25;
-            }),
-            at(1, TileHolds::Part { wrong: 1 })
-        );
-    }
-}
-
 /// Runs the lab: every variant compiled and loaded (those this GPU cannot
 /// run are kept with the reason), verified on fresh random input, then
 /// timed in rounds, each round a D2D copy of the input and then every
@@ -432,4 +397,39 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
     }
     progress.finish();
     Ok(KernelPipelineResults { config: cfg.clone(), copy_ms, ceiling_sweep, variants: results, round, warps })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Twelve tiles of four outputs over a grid of three blocks: the first
+    /// wrong tile, its block and place, and what it holds.
+    #[test]
+    fn a_wrong_tile_is_found_and_what_it_holds_is_told_apart() {
+        let want: Vec<f32> = (0..48).map(|i| i as f32).collect();
+        let with = |f: &dyn Fn(&mut [f32])| {
+            let mut got = want.clone();
+            f(&mut got);
+            wrong_tile(&got, &want, 4, 3)
+        };
+        assert_eq!(with(&|_| ()), None);
+        let poison = f32::from_bits(pattern::POISON as u32);
+        // Tile 7 (block 1's tile 2) partly never written, partly wrong, all another's.
+        let at = |tile, holds| Some(WrongTile { tile, block: tile % 3, k: tile / 3, holds });
+        assert_eq!(with(&|g| g[29..31].fill(poison)), at(7, TileHolds::Unwritten { outputs: 2 }));
+        assert_eq!(with(&|g| g[29] = 0.5), at(7, TileHolds::Part { wrong: 1 }));
+        // Tile 7 holds tile 4's results (the same block's tile before), or tile 8's (its neighbour).
+        assert_eq!(with(&|g| g.copy_within(16..20, 28)), at(7, TileHolds::Another { other: 4 }));
+        assert_eq!(with(&|g| g.copy_within(32..36, 28)), at(7, TileHolds::Another { other: 8 }));
+        assert_eq!(with(&|g| g[28..32].fill(-1.0)), at(7, TileHolds::Whole));
+        // Only the first wrong tile is told.
+        assert_eq!(
+            with(&|g| {
+                g[5] = 0.25;
+                g[40] = 0.25;
+            }),
+            at(1, TileHolds::Part { wrong: 1 })
+        );
+    }
 }
