@@ -38,7 +38,7 @@ pub struct KernelPipelineConfig {
     /// kernel reads device memory.
     #[arg(long, default_value_t = KernelPipelineConfig::default().mib)]
     pub mib: usize,
-    /// Outputs per tile for the naive, warp-specialized and TMA kernels.
+    /// Outputs per tile for the naive, warp-specialized and TMA kernels and the plain CUDA reference.
     #[arg(long, default_value_t = KernelPipelineConfig::default().tile)]
     pub tile: u32,
     /// Tile sizes of the stage sweep (comma-separated).
@@ -272,14 +272,15 @@ impl KernelPipelineConfig {
 
     /// The kernels whose warps the lab traces, one of each way to keep
     /// tiles in flight: the naive kernel, double buffering (2 stages at
-    /// --tile, else at the sweep's first tile with 2 stages, else the
-    /// sweep's first kernel), the first warp-specialized kernel and the TMA
-    /// kernel with the most stages.
+    /// --tile, one block per SM where the sweep has it, else at the sweep's
+    /// first tile with 2 stages, else the sweep's first kernel), the first
+    /// warp-specialized kernel and the TMA kernel with the most stages.
     pub fn diagram_variants(&self) -> Vec<Variant> {
         let v = self.variants();
         let sweep = v
             .iter()
-            .find(|x| x.role == Role::Sweep && x.shape.stages == 2 && x.shape.tile == self.tile)
+            .find(|x| x.role == Role::Sweep && x.shape.stages == 2 && x.shape.tile == self.tile && x.blocks_per_sm == 1)
+            .or_else(|| v.iter().find(|x| x.role == Role::Sweep && x.shape.stages == 2 && x.shape.tile == self.tile))
             .or_else(|| v.iter().find(|x| x.role == Role::Sweep && x.shape.stages == 2))
             .or_else(|| v.iter().find(|x| x.role == Role::Sweep));
         let picks = [
