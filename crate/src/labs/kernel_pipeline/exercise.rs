@@ -52,8 +52,9 @@ pub fn shape(cfg: &KernelPipelineConfig) -> TileShape {
 }
 
 /// The blur's vector width of the given file (one output at a time, by
-/// `blur_at`), at which the checker times the naive kernel and the
-/// solution beside the learner's.
+/// `blur_at`): the checker compiles the learner's file, the naive kernel
+/// and the solution at it, so a kernel that calls the header's `blur_tile`
+/// is timed on its pipeline, not on a wider blur.
 pub const GIVEN_VECTOR_WIDTH: u32 = 1;
 
 /// How much slower than the solution (its median time) a kernel may be and
@@ -443,7 +444,8 @@ pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> Ch
 pub fn check_offline_with(toolchain: &Toolchain, file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
     let mut rep = CheckReport::new(EXERCISE);
     let s = shape(cfg);
-    if read_compile(&mut rep, toolchain, source, s, || kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines()))
+    let defines = [&s.defines()[..], &[("VEC", GIVEN_VECTOR_WIDTH as i64)]].concat();
+    if read_compile(&mut rep, toolchain, source, s, || kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &defines))
         .is_some()
     {
         rep.problem(NEEDS_A_GPU);
@@ -458,7 +460,8 @@ pub fn check_offline_with(toolchain: &Toolchain, file: &str, source: &str, cfg: 
 pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineConfig) -> Result<CheckReport> {
     let mut rep = CheckReport::new(&format!("{EXERCISE} (live)"));
     let s = shape(cfg);
-    let Some(ptx) = read_compile(&mut rep, &Toolchain::here(), source, s, || TileKernel::compile(gpu, TileKind::Async, file, source, s)) else {
+    let Some(ptx) = read_compile(&mut rep, &Toolchain::here(), source, s, || TileKernel::compile(gpu, TileKind::Async, file, source, s, GIVEN_VECTOR_WIDTH))
+    else {
         return Ok(rep);
     };
     let Some(mine) = rep.learner("your kernel", || TileKernel::from_ptx(gpu, TileKind::Async, &ptx, s, 1)) else {

@@ -394,12 +394,13 @@ impl TileKernel {
         Ok(kernel)
     }
 
-    /// Compiles CUDA C text for `kind` at `shape` for this GPU, after the
-    /// checks that need no compile: the architecture (the kernel's feature
-    /// may be newer than the GPU), the shape, and its shared memory against
-    /// what this GPU allows a block. Returns the PTX.
-    pub fn compile(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape) -> Result<String> {
-        TileKernel::compile_with(gpu, kind, file, source, shape, VEC_DEFAULT, false)
+    /// Compiles CUDA C text for `kind` at `shape` (the blur `vec` outputs
+    /// wide where it uses `blur_tile`) for this GPU, after the checks that
+    /// need no compile: the architecture (the kernel's feature may be newer
+    /// than the GPU), the shape, and its shared memory against what this
+    /// GPU allows a block. Returns the PTX.
+    pub fn compile(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, vec: u32) -> Result<String> {
+        TileKernel::compile_with(gpu, kind, file, source, shape, vec, false)
     }
 
     fn compile_with(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, vec: u32, traced: bool) -> Result<String> {
