@@ -44,10 +44,7 @@ tile_async(const float* __restrict__ in, float* __restrict__ out, unsigned int t
         TRACE_SPAN(PHASE_WAIT, k, wait);
         TRACE_FROM(compute);
         const float* s = smem + (k % STAGES) * SPAN;
-        float* dst = out + (blockIdx.x + (size_t)k * gridDim.x) * TILE;
-        for (int j = threadIdx.x; j < TILE; j += THREADS) {
-            dst[j] = blur_at(s, j);
-        }
+        blur_tile(s, out + (blockIdx.x + (size_t)k * gridDim.x) * TILE, threadIdx.x, THREADS);
         TRACE_SPAN(PHASE_COMPUTE, k, compute);
         TRACE_FROM(done);
         pipe.consumer_release();

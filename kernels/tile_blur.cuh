@@ -6,8 +6,9 @@
 // --fmad=false), so the CPU reference gives the same bits.
 //
 // The host compiles each kernel with -DTILE=... (outputs per tile, a
-// multiple of 4) and -DTHREADS=... (threads per block); the stage kernels
-// also take -DSTAGES=....
+// multiple of 4), -DTHREADS=... (threads per block) and -DVEC=... (1 or 4:
+// outputs a thread computes and stores at once, see blur_tile); the stage
+// kernels also take -DSTAGES=....
 #pragma once
 
 #ifndef TILE
@@ -16,12 +17,16 @@
 #ifndef THREADS
 #define THREADS 256
 #endif
+#ifndef VEC
+#define VEC 4
+#endif
 #define RADIUS 4
 // Inputs per tile: the tile and a halo of RADIUS on each side. SPAN * 4
 // bytes is a multiple of 16, so every tile starts 16-byte aligned.
 #define SPAN (TILE + 2 * RADIUS)
 
 static_assert(TILE % 4 == 0, "TILE must be a multiple of 4 (16-byte copies)");
+static_assert(VEC == 1 || VEC == 4, "VEC must be 1 (one output at a time) or 4 (a float4 at a time)");
 
 // What a warp is doing, for lab 7's warp timeline.
 #define PHASE_COPY 0     // moving a tile in: loads through registers, or issuing its copies
@@ -134,4 +139,29 @@ __device__ __forceinline__ float blur_at(const float* s, int j) {
     acc = fmaf(0.03125f, s[j + 7], acc);
     acc = fmaf(0.00390625f, s[j + 8], acc);
     return acc;
+}
+
+// The whole tile: outputs 0 .. TILE-1 from the tile's inputs in shared
+// memory `s` (SPAN floats, 16-byte aligned) into `dst` (TILE floats,
+// 16-byte aligned: device memory, or the warp-specialized kernel's output
+// slot), by `count` threads of which this is number `first`.
+//   VEC 1: a thread takes one output at a time: 9 four-byte shared loads
+//          and one four-byte store per output.
+//   VEC 4: a thread takes four neighbouring outputs at a time: their 12
+//          inputs in three 16-byte shared loads, one 16-byte store. The
+//          same FMAs in the same order, so the same bits; a quarter of the
+//          stores and a third of the shared-memory traffic, which the
+//          asynchronous copies into shared memory share with it.
+__device__ __forceinline__ void blur_tile(const float* s, float* dst, int first, int count) {
+#if VEC == 4
+    const float4* s4 = reinterpret_cast<const float4*>(s);
+    float4* d4 = reinterpret_cast<float4*>(dst);
+    for (int q = first; q < TILE / 4; q += count) {
+        const float4 a = s4[q], b = s4[q + 1], c = s4[q + 2];
+        const float w[12] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
+        d4[q] = make_float4(blur_at(w, 0), blur_at(w, 1), blur_at(w, 2), blur_at(w, 3));
+    }
+#else
+    for (int j = first; j < TILE; j += count) dst[j] = blur_at(s, j);
+#endif
 }

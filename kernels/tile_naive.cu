@@ -23,10 +23,7 @@ tile_naive(const float* __restrict__ in, float* __restrict__ out, unsigned int t
         __syncthreads();
         TRACE_SPAN(PHASE_WAIT, (t - blockIdx.x) / gridDim.x, loaded);
         TRACE_FROM(compute);
-        float* dst = out + (size_t)t * TILE;
-        for (int j = threadIdx.x; j < TILE; j += THREADS) {
-            dst[j] = blur_at(s, j);
-        }
+        blur_tile(s, out + (size_t)t * TILE, threadIdx.x, THREADS);
         TRACE_SPAN(PHASE_COMPUTE, (t - blockIdx.x) / gridDim.x, compute);
         TRACE_FROM(done);
         __syncthreads();

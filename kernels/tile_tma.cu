@@ -49,9 +49,7 @@ tile_tma(const float* __restrict__ in, float* __restrict__ out, unsigned int til
         full[s].wait(std::move(token));
         TRACE_SPAN(PHASE_WAIT, k, wait);
         TRACE_FROM(compute);
-        const float* src = slots + s * SPAN;
-        float* dst = out + (blockIdx.x + (size_t)k * gridDim.x) * TILE;
-        for (int j = threadIdx.x; j < TILE; j += THREADS) dst[j] = blur_at(src, j);
+        blur_tile(slots + s * SPAN, out + (blockIdx.x + (size_t)k * gridDim.x) * TILE, threadIdx.x, THREADS);
         TRACE_SPAN(PHASE_COMPUTE, k, compute);
         // Every thread is done reading slot s before the TMA refills it.
         TRACE_FROM(done);

@@ -92,9 +92,7 @@ tile_warp_specialized(const float* __restrict__ in, float* __restrict__ out, uns
             out_empty[s].arrive_and_wait();
             TRACE_SPAN(PHASE_WAIT, k, wait);
             TRACE_FROM(compute);
-            const float* src = in_slots + s * SPAN;
-            float* dst = out_slots + s * TILE;
-            for (int j = c; j < TILE; j += COMPUTE_THREADS) dst[j] = blur_at(src, j);
+            blur_tile(in_slots + s * SPAN, out_slots + s * TILE, c, COMPUTE_THREADS);
             (void)in_empty[s].arrive();
             (void)out_full[s].arrive();
             TRACE_SPAN(PHASE_COMPUTE, k, compute);

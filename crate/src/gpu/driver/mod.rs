@@ -7,8 +7,10 @@
 //! whatever its arguments (a query, a creation) is a plain `fn`.
 //! Everything else in the crate speaks in the safe types of [`crate::gpu`].
 //! Keeping the calls here means a reader can see exactly which driver calls
-//! a lab issues: no hidden event records, no implicit syncs (cudarc's event
-//! tracking is off: see [`open_context`]).
+//! a lab issues: no hidden event records, no implicit syncs (cudarc's
+//! event tracking, on by default, would add an event record and a wait
+//! around every buffer a call uses once a second stream exists:
+//! [`open_context`] turns it off).
 
 use crate::error::{LabError, Result};
 use crate::units::Bytes;

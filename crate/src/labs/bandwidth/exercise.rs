@@ -14,6 +14,7 @@ use super::model::{self, Acquisition};
 use super::{BandwidthResults, Direction};
 use crate::gpu::HostMemoryKind;
 use crate::lab_kit::check::{close, short, unit_slip, CheckReport};
+use crate::lab_kit::host_memory::{AcquireCost, PinCostPoint};
 use crate::lab_kit::progress::Exercise;
 use crate::units::{fmt_ms, Bytes};
 
@@ -208,6 +209,26 @@ impl Mistake {
     }
 }
 
+/// The two costs `how` weighs at one size (as [`Acquisition::costs_ms`]
+/// adds them up), each as getting and giving back: the page-locked
+/// memory's, and the pageable memory's it replaces (none for memory
+/// registered in place).
+fn cost_parts(how: Acquisition, c: &PinCostPoint) -> (&AcquireCost, Option<&AcquireCost>) {
+    match how {
+        Acquisition::Once => (&c.pinned_first, Some(&c.pageable_first)),
+        Acquisition::EveryUse => (&c.pinned_reused, Some(&c.pageable_reused)),
+        Acquisition::Register => (&c.registered, None),
+    }
+}
+
+/// The calls that get and give back page-locked memory got `how`.
+fn page_locked_calls(how: Acquisition) -> (&'static str, &'static str) {
+    match how {
+        Acquisition::Register => ("cuMemHostRegister", "cuMemHostUnregister"),
+        _ => ("cuMemHostAlloc", "cuMemFreeHost"),
+    }
+}
+
 /// The usual wrong formulas for the break-even `b` (memory got `how`),
 /// one of the run's break-evens `all`.
 fn mistakes(r: &BandwidthResults, all: &[model::BreakEven], how: Acquisition, b: &model::BreakEven) -> Vec<Mistake> {
@@ -227,6 +248,35 @@ fn mistakes(r: &BandwidthResults, all: &[model::BreakEven], how: Acquisition, b:
         m("by page-locked copy", b.extra_cost_ms / pinned_copy, "you divided by the page-locked copy's time, which is not what each copy saves".into()),
         m("by pageable copy", b.extra_cost_ms / pageable_copy, "you divided by the pageable copy's time, which is not what each copy saves".into()),
     ];
+    // The costs without giving the memory back: both frees, or one of them, left out.
+    if let Some(c) = r.pin_cost.iter().find(|c| c.bytes == bytes) {
+        let (locked, pageable) = cost_parts(how, c);
+        let (get, give_back) = page_locked_calls(how);
+        let (p_get, p_free) = pageable.map_or((0.0, 0.0), |p| (p.acquire_ms.median, p.release_ms.median));
+        let per_copy = |extra: f64| extra / b.saving_per_copy_ms;
+        let (l_get, l_free) = (locked.acquire_ms.median, locked.release_ms.median);
+        if pageable.is_some() {
+            wrong.push(m(
+                "no frees",
+                per_copy(l_get - p_get),
+                format!(
+                    "you counted only getting the memory ({get} against malloc and the first writes); giving it back ({give_back} against free, {} against {}) is part of each buffer's cost too",
+                    fmt_ms(l_free),
+                    fmt_ms(p_free)
+                ),
+            ));
+            wrong.push(m(
+                "no pageable free",
+                per_copy(l_get + l_free - p_get),
+                format!("you counted {give_back} ({}) but not the free of the pageable memory it replaces ({})", fmt_ms(l_free), fmt_ms(p_free)),
+            ));
+        }
+        wrong.push(m(
+            "no page-locked free",
+            per_copy(l_get - p_get - p_free),
+            format!("you left out what {give_back} costs ({}): giving the page-locked memory back is part of its cost", fmt_ms(l_free)),
+        ));
+    }
     for other in Acquisition::ALL.into_iter().filter(|&a| a != how) {
         if let Some(c) = find(other, direction).and_then(|o| o.copies) {
             wrong.push(m(other.label(), c, format!("that is the break-even of memory {}; here it is {}", other.label(), how.label())));
@@ -476,6 +526,27 @@ pub(crate) mod tests {
         assert!(!missing.passed && missing.to_string().contains("not measured"));
     }
 
+    /// Where giving memory back costs something, an answer that leaves
+    /// out the frees (both, or either) fails naming what it left out.
+    #[test]
+    fn a_break_even_without_the_frees_is_named() {
+        let mut r = crate::testing::bandwidth_results();
+        r.pin_cost[0].pinned_first.release_ms = crate::testing::flat(150.0);
+        r.pin_cost[0].pageable_first.release_ms = crate::testing::flat(80.0);
+        let c = &r.pin_cost[0];
+        let saving = truth(&r, Acquisition::Once, Direction::D2h).saving_per_copy_ms;
+        let (l_get, p_get) = (c.pinned_first.acquire_ms.median, c.pageable_first.acquire_ms.median);
+        let cases: [(&str, f64, &str); 3] = [
+            ("both frees", (l_get - p_get) / saving, "you counted only getting the memory (cuMemHostAlloc against malloc and the first writes); giving it back (cuMemFreeHost against free, 150.00 ms against 80.00 ms)"),
+            ("cuMemFreeHost", (l_get - c.pageable_first.total_ms()) / saving, "you left out what cuMemFreeHost costs (150.00 ms)"),
+            ("the pageable free", (c.pinned_first.total_ms() - p_get) / saving, "you counted cuMemFreeHost (150.00 ms) but not the free of the pageable memory it replaces (80.00 ms)"),
+        ];
+        for (left_out, answer, words) in cases {
+            let (ok, text) = verdict(&check_break_even(&r, Acquisition::Once, Direction::D2h, Bytes(1 << 30), answer));
+            assert!(!ok && text.contains(words), "{left_out} left out ({answer}): {text}");
+        }
+    }
+
     /// Exercise 2 as the notebook asks it (a rule for memory allocated per
     /// use, asked at every size and direction priced), on every recording a
     /// learner with no GPU meets: the notebook's solution passes; its
@@ -532,6 +603,21 @@ pub(crate) mod tests {
                     "that is the break-even of memory allocated once",
                 ),
                 ("the other direction's copy times", Box::new(|d, b| extra(b) / saved(flip(d), b)), "copy times; this buffer is copied"),
+                (
+                    "the frees left out",
+                    Box::new(|d, b| (cost(b).pinned_reused.acquire_ms.median - cost(b).pageable_reused.acquire_ms.median) / saved(d, b)),
+                    "you counted only getting the memory (cuMemHostAlloc against malloc and the first writes); giving it back (cuMemFreeHost against free",
+                ),
+                (
+                    "cuMemFreeHost left out",
+                    Box::new(|d, b| (cost(b).pinned_reused.acquire_ms.median - cost(b).pageable_reused.total_ms()) / saved(d, b)),
+                    "you left out what cuMemFreeHost costs",
+                ),
+                (
+                    "the pageable free left out",
+                    Box::new(|d, b| (cost(b).pinned_reused.total_ms() - cost(b).pageable_reused.acquire_ms.median) / saved(d, b)),
+                    "but not the free of the pageable memory it replaces",
+                ),
                 ("the saving in µs against the cost in ms", Box::new(|d, b| extra(b) / (saved(d, b) * 1e-3)), "factor 1000 too large"),
                 ("never", Box::new(|_, _| f64::INFINITY), "it does pay off"),
                 ("the saving the wrong way round", Box::new(|d, b| extra(b) / -saved(d, b)), "out of range"),

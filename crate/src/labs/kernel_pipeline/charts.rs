@@ -10,9 +10,10 @@ use crate::present::gantt::Gantt;
 
 impl KernelPipelineResults {
     /// Share of the ceiling against stages in flight per block: the stage
-    /// sweep (a line per tile size), the warp-specialized and TMA kernels,
-    /// and the naive kernel at one block per SM and at as many as fit
-    /// (dashed, flat: it has one tile in flight per block).
+    /// sweep (a line per tile size and blocks per SM), the warp-specialized
+    /// and TMA kernels, and, dashed and flat, the naive kernel at one block
+    /// per SM and at as many as fit (one tile in flight per block) and the
+    /// plain CUDA reference at each of its launches (two stages).
     pub fn chart(&self, origin: &str) -> crate::present::chart::Figure {
         use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
         const PALETTE: [RGBColor; 4] = [RGBColor(31, 119, 180), RGBColor(44, 160, 44), RGBColor(148, 103, 189), RGBColor(140, 86, 75)];
@@ -20,10 +21,14 @@ impl KernelPipelineResults {
         let ran: Vec<&VariantResult> = self.ran().collect();
         let stages_max = ran.iter().map(|r| r.variant.shape.stages).max().unwrap_or(1).max(2) as f64;
         let mut series = Vec::new();
-        for (i, &tile) in self.config.sweep_tiles.iter().enumerate() {
-            let points =
-                ran.iter().filter(|r| r.variant.role == Role::Sweep && r.variant.shape.tile == tile).map(|r| (r.variant.shape.stages as f64, pct(r))).collect();
-            series.push(Series { label: format!("async copies, tile {tile}"), color: PALETTE[i % PALETTE.len()], dashed: false, points });
+        let sweep_lines = self.config.sweep_blocks_per_sm.iter().flat_map(|&b| self.config.sweep_tiles.iter().map(move |&t| (b, t)));
+        for (i, (blocks, tile)) in sweep_lines.enumerate() {
+            let points = ran
+                .iter()
+                .filter(|r| r.variant.role == Role::Sweep && r.variant.shape.tile == tile && r.variant.blocks_per_sm == blocks.0)
+                .map(|r| (r.variant.shape.stages as f64, pct(r)))
+                .collect();
+            series.push(Series { label: format!("async copies, tile {tile}{}", blocks.in_name()), color: PALETTE[i % PALETTE.len()], dashed: false, points });
         }
         for (kind, label, color) in
             [(TileKind::WarpSpecialized, "warp-specialized", RGBColor(255, 127, 14)), (TileKind::Tma, "TMA bulk copies", RGBColor(23, 190, 207))]
@@ -39,6 +44,13 @@ impl KernelPipelineResults {
             if let Some(r) = self.by_role(role) {
                 series.push(Series { label: label.into(), color, dashed: true, points: vec![(1.0, pct(r)), (stages_max, pct(r))] });
             }
+        }
+        const REFERENCE: [RGBColor; 2] = [RGBColor(0, 0, 0), RGBColor(188, 189, 34)];
+        for (i, r) in ran.iter().filter(|r| r.variant.role == Role::PlainReference).enumerate() {
+            let blocks = super::BlocksPerSm(r.variant.blocks_per_sm);
+            let label =
+                format!("plain CUDA reference, 2 stages{}", if blocks == super::BlocksPerSm::ONE { ", one block per SM".into() } else { blocks.in_name() });
+            series.push(Series { label, color: REFERENCE[i % REFERENCE.len()], dashed: true, points: vec![(1.0, pct(r)), (stages_max, pct(r))] });
         }
         Figure {
             stem: format!("{LAB}-stages"),

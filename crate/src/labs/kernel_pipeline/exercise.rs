@@ -35,7 +35,7 @@ const NEEDS_A_GPU: &str =
 /// beyond needing a GPU for the rest (nothing, where NVRTC is not here to
 /// compile it: the verdict saved by the notebook stands then).
 fn offline_problems(source: &str) -> Vec<String> {
-    if !kernels::nvrtc_present() {
+    if Toolchain::here().problem(source).is_some() {
         return Vec::new();
     }
     let rep = check_offline("07-double-buffered.cu", source, &KernelPipelineConfig::default());
@@ -50,6 +50,12 @@ pub const EXERCISE: &str = "lab 7: a double-buffered tile kernel";
 pub fn shape(cfg: &KernelPipelineConfig) -> TileShape {
     TileShape { tile: cfg.tile, threads: 256, stages: 2 }
 }
+
+/// The blur's vector width of the given file (one output at a time, by
+/// `blur_at`): the checker compiles the learner's file, the naive kernel
+/// and the solution at it, so a kernel that calls the header's `blur_tile`
+/// is timed on its pipeline, not on a wider blur.
+pub const GIVEN_VECTOR_WIDTH: u32 = 1;
 
 /// How much slower than the solution (its median time) a kernel may be and
 /// still count as double-buffered. One stage of asynchronous copies, which
@@ -361,15 +367,56 @@ pub fn pointer_problem(ptx: &str, entry: &str) -> Option<String> {
     None
 }
 
+/// What this machine has to compile a learner's kernel with: NVRTC, and
+/// CUDA's C++ headers for a file that includes them (`#include <...>`).
+/// Without them the kernel cannot be compiled, which is no fault of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Toolchain {
+    /// libnvrtc loads.
+    pub nvrtc: bool,
+    /// CUDA's C++ headers were found (else what the search says).
+    pub headers: std::result::Result<(), String>,
+}
+
+impl Toolchain {
+    /// This machine's.
+    pub fn here() -> Toolchain {
+        Toolchain { nvrtc: kernels::nvrtc_present(), headers: kernels::cuda_include_dirs().map(|_| ()).map_err(|e| e.to_string()) }
+    }
+
+    /// Why `source` cannot be compiled here, if it cannot: a finding that
+    /// says the kernel was not judged (not that it fails to compile).
+    pub fn problem(&self, source: &str) -> Option<String> {
+        const NOT_JUDGED: &str = "so your kernel could not be compiled and was not judged: nothing here says it is wrong";
+        if !self.nvrtc {
+            return Some(format!("NVRTC (libnvrtc.so, CUDA's run-time compiler) was not found on this machine, {NOT_JUDGED}"));
+        }
+        let includes = source.lines().any(|l| l.trim_start().starts_with("#include <"));
+        match &self.headers {
+            Err(_) if includes => {
+                Some(format!("CUDA's C++ headers, which your file includes (#include <...>), were not found on this machine for NVRTC, {NOT_JUDGED}"))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A compile's outcome as the learner reads it: the PTX if the source sets
-/// nothing the lab sets, it compiled, the lab could launch it and it copies
-/// asynchronously, else the problem recorded in `rep`.
-fn read_compile(rep: &mut CheckReport, source: &str, shape: TileShape, compiled: impl FnOnce() -> Result<String>) -> Option<String> {
+/// nothing the lab sets, this machine can compile it (`toolchain`), it
+/// compiled, the lab could launch it and it copies asynchronously, else
+/// the problem recorded in `rep`.
+fn read_compile(rep: &mut CheckReport, toolchain: &Toolchain, source: &str, shape: TileShape, compiled: impl FnOnce() -> Result<String>) -> Option<String> {
     if let Some(p) = source_problem(source) {
         rep.problem(p);
         return None;
     }
+    if let Some(p) = toolchain.problem(source) {
+        rep.problem(p);
+        return None;
+    }
     match compiled() {
+        // A GPU older than the kernel's copies: no fault of the kernel either.
+        Err(crate::error::LabError::Unsupported(why)) => rep.problem(format!("this GPU cannot run asynchronous copies ({why}), so your kernel was not judged")),
         Err(e) => rep.problem(format!("your kernel does not compile. NVRTC says:\n{e}")),
         Ok(ptx) => {
             let entry = super::kernel::TILE_ASYNC.entry;
@@ -390,9 +437,17 @@ fn read_compile(rep: &mut CheckReport, source: &str, shape: TileShape, compiled:
 
 /// The checks that need no GPU: compile (for sm_90) and read the PTX.
 pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
+    check_offline_with(&Toolchain::here(), file, source, cfg)
+}
+
+/// [`check_offline`] with `toolchain` for this machine's.
+pub fn check_offline_with(toolchain: &Toolchain, file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
     let mut rep = CheckReport::new(EXERCISE);
     let s = shape(cfg);
-    if read_compile(&mut rep, source, s, || kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines())).is_some() {
+    let defines = [&s.defines()[..], &[("VEC", GIVEN_VECTOR_WIDTH as i64)]].concat();
+    if read_compile(&mut rep, toolchain, source, s, || kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &defines))
+        .is_some()
+    {
         rep.problem(NEEDS_A_GPU);
     }
     rep
@@ -405,21 +460,23 @@ pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> Ch
 pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineConfig) -> Result<CheckReport> {
     let mut rep = CheckReport::new(&format!("{EXERCISE} (live)"));
     let s = shape(cfg);
-    let Some(ptx) = read_compile(&mut rep, source, s, || TileKernel::compile(gpu, TileKind::Async, file, source, s)) else {
+    let Some(ptx) = read_compile(&mut rep, &Toolchain::here(), source, s, || TileKernel::compile(gpu, TileKind::Async, file, source, s, GIVEN_VECTOR_WIDTH))
+    else {
         return Ok(rep);
     };
     let Some(mine) = rep.learner("your kernel", || TileKernel::from_ptx(gpu, TileKind::Async, &ptx, s, 1)) else {
         return Ok(rep);
     };
-    let naive = TileKernel::load(gpu, TileKind::Naive, TileShape { stages: 1, ..s }, 1)?;
-    let solution = TileKernel::load(gpu, TileKind::Async, s, 1)?;
+    // Both blur one output at a time, as the given file does: the learner's
+    // kernel is timed against pipelines, not against a wider blur.
+    let naive = TileKernel::load_with(gpu, TileKind::Naive, TileShape { stages: 1, ..s }, GIVEN_VECTOR_WIDTH, 1)?;
+    let solution = TileKernel::load_with(gpu, TileKind::Async, s, GIVEN_VECTOR_WIDTH, 1)?;
     let mut data = TileData::new(gpu, cfg.elements())?;
     for _ in 0..2 {
         data.refresh()?;
         if let Err(e) = data.verified(&mine, "your kernel's output") {
-            rep.problem(format!(
-                "{e}: a tile was read before its copies landed, a slot was refilled while another thread still read it, or a tile went to the wrong slot"
-            ));
+            let what = data.wrong_tile(s.tile as usize, mine.resources().grid as usize).map_or(String::new(), |w| format!(": {}", wrong_tile_words(w, s.tile)));
+            rep.problem(format!("{e}{what}"));
             return Ok(rep);
         }
     }
@@ -458,6 +515,25 @@ pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineCon
         rep.note(format!("{line}: double-buffered"));
     }
     Ok(rep)
+}
+
+/// What a wrong tile of the learner's outputs holds, in words: where it is
+/// (which block computed it, its how-manyth tile) and what went wrong there.
+pub fn wrong_tile_words(w: super::measure::WrongTile, tile: u32) -> String {
+    use super::measure::TileHolds;
+    let at = format!("output tile {} (block {}'s tile {})", w.tile, w.block, w.k);
+    match w.holds {
+        TileHolds::Unwritten { outputs } => {
+            format!("{at} was never fully written: {outputs} of its {tile} outputs still hold the poison the check filled them with")
+        }
+        TileHolds::Another { other } => format!(
+            "{at} holds exactly the results of tile {other}: the block blurred the data of another tile in its place (a slot, or the tile a slot was filled with, is not the one it computes)"
+        ),
+        TileHolds::Part { wrong } => format!(
+            "{wrong} of the {tile} outputs of {at} are wrong and the rest right: the block read that tile while some of its copies had not yet landed, or while the next tile's copies were already refilling its slot"
+        ),
+        TileHolds::Whole => format!("every output of {at} is wrong, and it is no other tile's result either"),
+    }
 }
 
 /// Hints, one at a time ([`hint`]).
@@ -517,6 +593,30 @@ mod tests {
         let text = rep.to_string();
         assert!(!rep.passed && text.contains("does not compile") && text.contains("07-double-buffered.cu("), "{text}");
         assert!(!text.lines().any(|l| l.starts_with("error:") || l.starts_with("Error:")), "a notebook runner would read it as a crash: {text}");
+    }
+
+    /// With no NVRTC (or no CUDA headers for a file that includes them) a
+    /// right kernel is not told it does not compile: the check says what
+    /// this machine lacks and that the kernel was not judged. Runs with or
+    /// without NVRTC here (the compile is never reached).
+    #[test]
+    fn a_missing_compiler_or_headers_is_said_and_the_kernel_not_judged() {
+        let cfg = KernelPipelineConfig::small();
+        let none = Toolchain { nvrtc: false, headers: Ok(()) };
+        let headless = Toolchain { nvrtc: true, headers: Err("searched /usr/local/cuda".into()) };
+        for (toolchain, names) in [(&none, "NVRTC (libnvrtc.so, CUDA's run-time compiler) was not found"), (&headless, "CUDA's C++ headers")] {
+            for (what, source) in [("the solution", solution_source()), ("the given file", GIVEN)] {
+                let rep = check_offline_with(toolchain, "mine.cu", source, &cfg);
+                let text = rep.to_string();
+                assert!(!rep.passed && text.contains(names) && text.contains("was not judged"), "{what}: {text}");
+                for judged in ["does not compile", "no asynchronous copy", "compiles and copies"] {
+                    assert!(!text.contains(judged), "{what}: judged the kernel ('{judged}') with no compiler: {text}");
+                }
+            }
+        }
+        // Headers matter only to a file that includes them.
+        assert_eq!(headless.problem("extern \"C\" __global__ void k() {}"), None);
+        assert!(Toolchain { nvrtc: true, headers: Ok(()) }.problem(GIVEN).is_none());
     }
 
     #[test]
@@ -591,7 +691,7 @@ mod tests {
             (
                 "results written back into the input",
                 sol.replace(signature, "tile_async(float* __restrict__ in, float* __restrict__ out, unsigned int tiles)")
-                    .replace("float* dst = out + ", "float* dst = in + "),
+                    .replace("blur_tile(s, out + ", "blur_tile(s, in + "),
                 &["stores into global memory through its first parameter"],
             ),
         ];
@@ -705,6 +805,25 @@ mod tests {
         // (LAUNCH_PARAMS): their offline checks, tested above, get past the signature to the
         // copies (the given file's "no asynchronous copy", the solution's
         // "compiles and copies asynchronously").
+    }
+
+    /// Wrong outputs on the GPU are told by where they are (the tile, its
+    /// block and place) and what the tile holds, never by a fix.
+    #[test]
+    fn a_wrong_tile_is_named_by_its_block_and_what_it_holds() {
+        use super::super::measure::{TileHolds, WrongTile};
+        let at = |holds| WrongTile { tile: 137, block: 5, k: 1, holds };
+        let cases = [
+            (TileHolds::Unwritten { outputs: 12 }, "12 of its 4096 outputs still hold the poison"),
+            (TileHolds::Another { other: 5 }, "holds exactly the results of tile 5: the block blurred the data of another tile"),
+            (TileHolds::Part { wrong: 300 }, "300 of the 4096 outputs of output tile 137 (block 5's tile 1) are wrong and the rest right"),
+            (TileHolds::Whole, "every output of output tile 137 (block 5's tile 1) is wrong"),
+        ];
+        for (holds, words) in cases {
+            let text = wrong_tile_words(at(holds), 4096);
+            assert!(text.contains(words) && text.contains("output tile 137 (block 5's tile 1)"), "{holds:?}: {text}");
+            assert_eq!(crate::lab_kit::check::dictated_fix(&text), None, "{text}");
+        }
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Lab 7's tile kernels (`kernels/tile_*.cu`) as the lab loads and runs
-//! them: which kernel ([`TileKind`]), its compile-time shape
-//! ([`TileShape`]), what the driver says of it ([`KernelResources`]), a
-//! launch over tiles, and block 0's warp trace ([`WarpTrace`]) from a
-//! build with `-DTILE_TRACE`. Built on `gpu::Module`'s launch; nothing
-//! else of the crate runs these kernels.
+//! them: which kernel ([`TileKind`]: the lab's own and the plain CUDA
+//! reference they are held to), its compile-time shape ([`TileShape`], and
+//! the blur's vector width, [`VEC_DEFAULT`]), what the driver says of it
+//! ([`KernelResources`]), a launch over tiles, and block 0's warp trace
+//! ([`WarpTrace`]) from a build with `-DTILE_TRACE`. Built on
+//! `gpu::Module`'s launch; nothing else of the crate runs these kernels.
 
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::{self, KernelHeader, KernelSource};
@@ -26,16 +27,36 @@ pub const TRACE_SPANS: &str = "tile_trace";
 /// Block 0's thread 0's (ns, cycles) at its start and end.
 pub const TRACE_CLOCK: &str = "tile_trace_clock";
 
-/// Lab 7's kernels' settings for the compile tests.
+/// Lab 7's kernels' settings for the compile tests (VEC: the header's
+/// default, [`VEC_DEFAULT`]).
 const TILE_TEST: &[(&str, i64)] = &[("TILE", 4096), ("THREADS", 256), ("STAGES", 2)];
+
+/// Outputs a thread of a tile kernel computes and stores at once
+/// (kernels/tile_blur.cuh's VEC, its default): 4, a float4, three 16-byte
+/// shared loads and one 16-byte store for four outputs. 1 is the scalar
+/// blur (nine 4-byte shared loads and a 4-byte store an output) that the
+/// recordings before the setting ran, and the exercise's given file writes.
+pub const VEC_DEFAULT: u32 = 4;
+/// The vector widths kernels/tile_blur.cuh takes.
+pub const VEC_WIDTHS: [u32; 2] = [1, 4];
 
 pub const TILE_NAIVE: KernelSource = KernelSource {
     file: "tile_naive.cu",
     entry: "tile_naive",
     source: include_str!("../../../../kernels/tile_naive.cu"),
     // Vector loads through registers, stored to shared memory, block syncs;
-    // the blur's binomial weight 70/256 (0f3E8C0000).
-    expect_in_ptx: &["ld.global.nc.v4", "st.shared.v4", "bar.sync", "fma.rn.f32", "0f3E8C0000", ".visible .entry tile_naive"],
+    // the blur's binomial weight 70/256 (0f3E8C0000), four outputs at a
+    // time (16-byte shared loads and global stores).
+    expect_in_ptx: &[
+        "ld.global.nc.v4",
+        "st.shared.v4",
+        "bar.sync",
+        "fma.rn.f32",
+        "0f3E8C0000",
+        "ld.shared.v4.f32",
+        "st.global.v4.f32",
+        ".visible .entry tile_naive",
+    ],
     purpose: "lab 7, kernel 1: each tile loaded through registers into shared memory, the block synced, then computed (no load in flight while it computes)",
     test_defines: TILE_TEST,
     headers: &[&TILE_BLUR_H],
@@ -46,9 +67,19 @@ pub const TILE_ASYNC: KernelSource = KernelSource {
     file: "tile_async.cu",
     entry: "tile_async",
     source: include_str!("../../../../kernels/tile_async.cu"),
-    // cuda::memcpy_async through a per-thread cuda::pipeline: cp.async in
-    // commit groups, waited for oldest first.
-    expect_in_ptx: &["cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group", "bar.sync", "fma.rn.f32", ".visible .entry tile_async"],
+    // cuda::memcpy_async through a per-thread cuda::pipeline: 16-byte
+    // cp.async in commit groups, waited for oldest first; the blur four
+    // outputs at a time.
+    expect_in_ptx: &[
+        "cp.async.cg.shared.global",
+        "cp.async.commit_group",
+        "cp.async.wait_group",
+        "bar.sync",
+        "fma.rn.f32",
+        "ld.shared.v4.f32",
+        "st.global.v4.f32",
+        ".visible .entry tile_async",
+    ],
     purpose: "lab 7, kernels 2 and 3: tiles copied to shared memory with cuda::memcpy_async through a cuda::pipeline of STAGES slots (2: double buffering)",
     min_cc: 80,
     test_defines: TILE_TEST,
@@ -60,11 +91,13 @@ pub const TILE_WARP_SPECIALIZED: KernelSource = KernelSource {
     entry: "tile_warp_specialized",
     source: include_str!("../../../../kernels/tile_warp_specialized.cu"),
     // The loader's cp.async arriving on the slot's barrier when its copies
-    // land; the storer's vector stores to device memory.
+    // land; the compute warps' blur four outputs at a time into the output
+    // slot; the storer's vector stores to device memory.
     expect_in_ptx: &[
         "cp.async.cg.shared.global",
         "cp.async.mbarrier.arrive.noinc",
         "mbarrier.try_wait",
+        "st.shared.v4.f32",
         "st.global.v4",
         ".visible .entry tile_warp_specialized",
     ],
@@ -78,15 +111,37 @@ pub const TILE_TMA: KernelSource = KernelSource {
     file: "tile_tma.cu",
     entry: "tile_tma",
     source: include_str!("../../../../kernels/tile_tma.cu"),
-    // One bulk copy per tile, counted in bytes on the slot's mbarrier.
+    // One bulk copy per tile, counted in bytes on the slot's mbarrier; the
+    // blur four outputs at a time.
     expect_in_ptx: &[
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
         "mbarrier.expect_tx",
         "fence.proxy.async",
+        "st.global.v4.f32",
         ".visible .entry tile_tma",
     ],
     purpose: "lab 7, kernel 5 (Hopper and later): each tile one bulk copy by the tensor memory accelerator, completed on an mbarrier",
     min_cc: 90,
+    test_defines: TILE_TEST,
+    headers: &[&TILE_BLUR_H],
+};
+
+pub const TILE_PLAIN: KernelSource = KernelSource {
+    file: "tile_plain.cu",
+    entry: "tile_plain",
+    source: include_str!("../../../../kernels/tile_plain.cu"),
+    // A block-wide cuda::pipeline (its shared state's mbarriers) fed by
+    // cuda::memcpy_async(block, ...): 16-byte cp.async arriving on the
+    // stage's barrier, waited for by parity; the blur four outputs at a time.
+    expect_in_ptx: &[
+        "cp.async.cg.shared.global",
+        "cp.async.mbarrier.arrive",
+        "mbarrier.try_wait.parity",
+        "st.global.v4.f32",
+        ".visible .entry tile_plain",
+    ],
+    purpose: "lab 7's plain reference: the tile blur as the CUDA programming guide writes a two-stage pipeline (a block-wide cuda::pipeline, cuda::memcpy_async of the whole block), the yardstick of the lab's own kernels",
+    min_cc: 80,
     test_defines: TILE_TEST,
     headers: &[&TILE_BLUR_H],
 };
@@ -117,10 +172,14 @@ pub enum TileKind {
     WarpSpecialized,
     /// Bulk copies by the tensor memory accelerator (kernels/tile_tma.cu), sm_90 and up.
     Tma,
+    /// The plain CUDA reference: a two-stage block-wide cuda::pipeline as
+    /// the CUDA programming guide writes it (kernels/tile_plain.cu); not
+    /// one of the lab's lessons, the yardstick of its kernels.
+    Plain,
 }
 
 impl TileKind {
-    pub const ALL: [TileKind; 4] = [TileKind::Naive, TileKind::Async, TileKind::WarpSpecialized, TileKind::Tma];
+    pub const ALL: [TileKind; 5] = [TileKind::Naive, TileKind::Async, TileKind::WarpSpecialized, TileKind::Tma, TileKind::Plain];
 
     pub fn source(self) -> &'static KernelSource {
         match self {
@@ -128,6 +187,7 @@ impl TileKind {
             TileKind::Async => &TILE_ASYNC,
             TileKind::WarpSpecialized => &TILE_WARP_SPECIALIZED,
             TileKind::Tma => &TILE_TMA,
+            TileKind::Plain => &TILE_PLAIN,
         }
     }
 
@@ -150,13 +210,14 @@ impl TileKind {
         let stages = shape.stages as usize;
         4 * match self {
             TileKind::Naive => span,
-            TileKind::Async | TileKind::Tma => stages * span,
+            TileKind::Async | TileKind::Tma | TileKind::Plain => stages * span,
             TileKind::WarpSpecialized => stages * (span + shape.tile as usize),
         }
     }
 }
 
-/// A tile kernel's compile-time settings (-DTILE, -DTHREADS, -DSTAGES).
+/// A tile kernel's compile-time settings (-DTILE, -DTHREADS, -DSTAGES;
+/// the blur's vector width, -DVEC, is given beside it: [`TileKernel::load_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct TileShape {
     /// Outputs per tile (a multiple of 4).
@@ -303,17 +364,17 @@ impl WarpTrace {
 }
 
 impl TileKernel {
-    /// Compiles kernels/ source of `kind` for `shape` and loads it, with
-    /// `blocks_per_sm` blocks per SM (at most what fits).
+    /// Compiles kernels/ source of `kind` for `shape` (the blur
+    /// [`VEC_DEFAULT`] outputs wide) and loads it, with `blocks_per_sm`
+    /// blocks per SM (at most what fits).
     pub fn load(gpu: &Gpu, kind: TileKind, shape: TileShape, blocks_per_sm: u32) -> Result<TileKernel> {
-        let k = kind.source();
-        TileKernel::load_source(gpu, kind, k.file, k.source, shape, blocks_per_sm)
+        TileKernel::load_with(gpu, kind, shape, VEC_DEFAULT, blocks_per_sm)
     }
 
-    /// As [`TileKernel::load`], from CUDA C text named `file` (a learner's
-    /// edit of a kernel): compile errors come back as NVRTC's log.
-    pub fn load_source(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, blocks_per_sm: u32) -> Result<TileKernel> {
-        let ptx = TileKernel::compile(gpu, kind, file, source, shape)?;
+    /// As [`TileKernel::load`], the blur `vec` outputs wide (one of [`VEC_WIDTHS`]).
+    pub fn load_with(gpu: &Gpu, kind: TileKind, shape: TileShape, vec: u32, blocks_per_sm: u32) -> Result<TileKernel> {
+        let k = kind.source();
+        let ptx = TileKernel::compile_with(gpu, kind, k.file, k.source, shape, vec, false)?;
         TileKernel::from_ptx(gpu, kind, &ptx, shape, blocks_per_sm)
     }
 
@@ -321,22 +382,28 @@ impl TileKernel {
     /// for [`TileKernel::warp_trace`] only (the stamps cost time, so timed
     /// runs never use it).
     pub fn load_traced(gpu: &Gpu, kind: TileKind, shape: TileShape) -> Result<TileKernel> {
+        TileKernel::load_traced_with(gpu, kind, shape, VEC_DEFAULT)
+    }
+
+    /// As [`TileKernel::load_traced`], the blur `vec` outputs wide.
+    pub fn load_traced_with(gpu: &Gpu, kind: TileKind, shape: TileShape, vec: u32) -> Result<TileKernel> {
         let k = kind.source();
-        let ptx = TileKernel::compile_with(gpu, kind, k.file, k.source, shape, true)?;
+        let ptx = TileKernel::compile_with(gpu, kind, k.file, k.source, shape, vec, true)?;
         let mut kernel = TileKernel::from_ptx(gpu, kind, &ptx, shape, 1)?;
         kernel.traced = true;
         Ok(kernel)
     }
 
-    /// Compiles CUDA C text for `kind` at `shape` for this GPU, after the
-    /// checks that need no compile: the architecture (the kernel's feature
-    /// may be newer than the GPU), the shape, and its shared memory against
-    /// what this GPU allows a block. Returns the PTX.
-    pub fn compile(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape) -> Result<String> {
-        TileKernel::compile_with(gpu, kind, file, source, shape, false)
+    /// Compiles CUDA C text for `kind` at `shape` (the blur `vec` outputs
+    /// wide where it uses `blur_tile`) for this GPU, after the checks that
+    /// need no compile: the architecture (the kernel's feature may be newer
+    /// than the GPU), the shape, and its shared memory against what this
+    /// GPU allows a block. Returns the PTX.
+    pub fn compile(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, vec: u32) -> Result<String> {
+        TileKernel::compile_with(gpu, kind, file, source, shape, vec, false)
     }
 
-    fn compile_with(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, traced: bool) -> Result<String> {
+    fn compile_with(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, vec: u32, traced: bool) -> Result<String> {
         let k = kind.source();
         let arch = kernels::arch_for(&gpu.fingerprint()?.compute_capability)?;
         kernels::require_arch(k, arch)?;
@@ -348,9 +415,10 @@ impl TileKernel {
             || shape.threads > 1024
             || shape.stages == 0
             || shape.stages > 8
+            || !VEC_WIDTHS.contains(&vec)
         {
             return Err(LabError::config(format!(
-                "{}: tile {} (a multiple of 4), {} threads (a multiple of 32 from {min_threads} to 1024), {} stages (1 to 8)",
+                "{}: tile {} (a multiple of 4), {} threads (a multiple of 32 from {min_threads} to 1024), {} stages (1 to 8), vector width {vec} (1 or 4)",
                 k.file, shape.tile, shape.threads, shape.stages
             )));
         }
@@ -366,6 +434,7 @@ impl TileKernel {
             )));
         }
         let mut defines = shape.defines().to_vec();
+        defines.push(("VEC", vec as i64));
         if traced {
             defines.extend([(TILE_TRACE, 1), ("TRACE_FIRST", TRACE_FIRST as i64), ("TRACE_TILES", TRACE_TILES as i64)]);
         }
@@ -467,6 +536,27 @@ mod tests {
         }
     }
 
+    /// Every tile kernel compiles at each vector width: four outputs at a
+    /// time load the tile from shared memory 16 bytes at a time, one at a
+    /// time 4 bytes; any other width is refused by the header, by name.
+    #[test]
+    fn every_tile_kernel_compiles_at_each_vector_width_and_no_other() {
+        if !nvrtc_or_skip("every_tile_kernel_compiles_at_each_vector_width_and_no_other") {
+            return;
+        }
+        for k in TileKind::ALL.map(TileKind::source) {
+            for vec in VEC_WIDTHS {
+                let defines: Vec<_> = k.test_defines.iter().copied().chain([("VEC", vec as i64)]).collect();
+                let ptx = kernels::compile_ptx_with(k, "compute_90", &defines).unwrap_or_else(|e| panic!("{} VEC={vec}: {e}", k.file));
+                let (scalar, vector) = (ptx.contains("ld.shared.f32"), ptx.contains("ld.shared.v4.f32"));
+                assert_eq!((scalar, vector), (vec == 1, vec == 4), "{} VEC={vec}: 4-byte shared loads {scalar}, 16-byte {vector}", k.file);
+            }
+            let defines: Vec<_> = k.test_defines.iter().copied().chain([("VEC", 2)]).collect();
+            let e = kernels::compile_ptx_with(k, "compute_90", &defines).unwrap_err().to_string();
+            assert!(e.contains("VEC must be 1"), "{}: {e}", k.file);
+        }
+    }
+
     #[test]
     fn an_error_in_a_learners_kernel_names_its_own_line_after_the_blur_header() {
         if !nvrtc_or_skip("an_error_in_a_learners_kernel_names_its_own_line_after_the_blur_header") {
@@ -484,7 +574,7 @@ mod tests {
         if !nvrtc_or_skip("traced_tile_kernels_stamp_the_warp_timeline_and_untraced_ones_do_not") {
             return;
         }
-        for k in [&TILE_NAIVE, &TILE_ASYNC, &TILE_WARP_SPECIALIZED, &TILE_TMA] {
+        for k in TileKind::ALL.map(TileKind::source) {
             let plain = kernels::compile_ptx_with(k, "compute_90", k.test_defines).unwrap_or_else(|e| panic!("{e}"));
             // (libcu++'s barrier waits read %globaltimer for their back-off, so only the buffers tell.)
             assert!(!plain.contains("tile_trace"), "{}: untraced PTX stamps", k.file);

@@ -1,6 +1,7 @@
-//! Lab 7 on the GPU: each tile kernel run over the same data through the
-//! runner, timed by CUDA events around it, verified against the CPU
-//! reference, beside the device-memory ceiling (the fastest of
+//! Lab 7 on the GPU: each tile kernel (the plain CUDA reference among
+//! them) run over the same data through the runner, timed by CUDA events
+//! around it, verified against the CPU reference, beside the device-memory
+//! ceiling (the fastest of
 //! device-to-device copies of the input's size and larger) measured in the
 //! same run.
 
@@ -161,6 +162,13 @@ impl TileData {
         Ok((self.n / tile) as u32)
     }
 
+    /// After a failed [`TileData::verified`]: what the first wrong tile of
+    /// `tile` outputs holds (from the outputs that check read back), for a
+    /// grid of `grid` blocks.
+    pub fn wrong_tile(&self, tile: usize, grid: usize) -> Option<WrongTile> {
+        wrong_tile(pattern::as_f32(self.result_host.words()), &self.reference, tile, grid)
+    }
+
     /// Every output against the reference, bit for bit.
     fn verify(&mut self, what: &str) -> Result<()> {
         self.stream.download(&mut self.result_host, &self.output, self.n * 4)?;
@@ -170,6 +178,53 @@ impl TileData {
             Some(i) => Err(LabError::wrong_data(what.to_string(), i, format!("got {}, expected {} (the CPU reference)", got[i], self.reference[i]))),
         }
     }
+}
+
+/// What the first wrong tile of a kernel's outputs holds: tile `tile` is
+/// the `k`-th tile of block `block` (the grid strides over the tiles).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WrongTile {
+    pub tile: usize,
+    pub block: usize,
+    pub k: usize,
+    pub holds: TileHolds,
+}
+
+/// What a wrong tile holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileHolds {
+    /// `outputs` of them never written (still the poison), the rest right.
+    Unwritten { outputs: usize },
+    /// Exactly tile `other`'s results: the block blurred that tile's data.
+    Another { other: usize },
+    /// `wrong` of its outputs wrong, the rest right.
+    Part { wrong: usize },
+    /// Every output wrong, and not another tile's results.
+    Whole,
+}
+
+/// The first tile (of `tile` outputs) of `got` that differs from `want`,
+/// bit for bit, and what it holds; `grid`: the blocks the kernel ran.
+/// Another tile's results are looked for among the tiles its block worked
+/// on near it (8 either side) and its neighbours.
+pub fn wrong_tile(got: &[f32], want: &[f32], tile: usize, grid: usize) -> Option<WrongTile> {
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let tiles = got.len().min(want.len()) / tile.max(1);
+    let at = |t: usize| t * tile..(t + 1) * tile;
+    let t = (0..tiles).find(|&t| !same(&got[at(t)], &want[at(t)]))?;
+    let (mine, grid) = (&got[at(t)], grid.max(1));
+    let wrong = mine.iter().zip(&want[at(t)]).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+    let poison = pattern::POISON as u32;
+    let unwritten = mine.iter().filter(|x| x.to_bits() == poison).count();
+    let nearby = (1..=8).flat_map(|j| [t.checked_sub(j * grid), Some(t + j * grid)]).chain([t.checked_sub(1), Some(t + 1)]);
+    let other = nearby.flatten().filter(|&u| u < tiles && u != t).find(|&u| same(mine, &want[at(u)]));
+    let holds = match other {
+        _ if unwritten == wrong => TileHolds::Unwritten { outputs: unwritten },
+        Some(other) => TileHolds::Another { other },
+        None if wrong == tile => TileHolds::Whole,
+        None => TileHolds::Part { wrong },
+    };
+    Some(WrongTile { tile: t, block: t % grid, k: t / grid, holds })
 }
 
 /// A D2D copy of `bytes` from `src` to `dst` (`(src, dst)`) as an op of
@@ -258,7 +313,7 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
     let mut results = Vec::new();
     for v in variants {
         let _range = crate::gpu::trace::range(&format!("compile {}", v.name));
-        match TileKernel::load(gpu, v.kind, v.shape, v.blocks_per_sm) {
+        match TileKernel::load_with(gpu, v.kind, v.shape, v.vector_width, v.blocks_per_sm) {
             Ok(k) => {
                 progress.step(&format!("{}: compiled, {} registers, {} blocks per SM", v.name, k.resources().registers, k.resources().blocks_per_sm));
                 results.push(VariantResult { variant: v, skipped: None, resources: Some(k.resources()), ms: None });
@@ -328,7 +383,7 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
             break;
         }
         let _range = crate::gpu::trace::range(&format!("warp timeline {}", v.name));
-        let traced = TileKernel::load_traced(gpu, v.kind, v.shape)?;
+        let traced = TileKernel::load_traced_with(gpu, v.kind, v.shape, v.vector_width)?;
         warps.push(data.warp_timeline(gpu, &traced, &v.name)?);
     }
     progress.step(&match too_few {
@@ -342,4 +397,39 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
     }
     progress.finish();
     Ok(KernelPipelineResults { config: cfg.clone(), copy_ms, ceiling_sweep, variants: results, round, warps })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Twelve tiles of four outputs over a grid of three blocks: the first
+    /// wrong tile, its block and place, and what it holds.
+    #[test]
+    fn a_wrong_tile_is_found_and_what_it_holds_is_told_apart() {
+        let want: Vec<f32> = (0..48).map(|i| i as f32).collect();
+        let with = |f: &dyn Fn(&mut [f32])| {
+            let mut got = want.clone();
+            f(&mut got);
+            wrong_tile(&got, &want, 4, 3)
+        };
+        assert_eq!(with(&|_| ()), None);
+        let poison = f32::from_bits(pattern::POISON as u32);
+        // Tile 7 (block 1's tile 2) partly never written, partly wrong, all another's.
+        let at = |tile, holds| Some(WrongTile { tile, block: tile % 3, k: tile / 3, holds });
+        assert_eq!(with(&|g| g[29..31].fill(poison)), at(7, TileHolds::Unwritten { outputs: 2 }));
+        assert_eq!(with(&|g| g[29] = 0.5), at(7, TileHolds::Part { wrong: 1 }));
+        // Tile 7 holds tile 4's results (the same block's tile before), or tile 8's (its neighbour).
+        assert_eq!(with(&|g| g.copy_within(16..20, 28)), at(7, TileHolds::Another { other: 4 }));
+        assert_eq!(with(&|g| g.copy_within(32..36, 28)), at(7, TileHolds::Another { other: 8 }));
+        assert_eq!(with(&|g| g[28..32].fill(-1.0)), at(7, TileHolds::Whole));
+        // Only the first wrong tile is told.
+        assert_eq!(
+            with(&|g| {
+                g[5] = 0.25;
+                g[40] = 0.25;
+            }),
+            at(1, TileHolds::Part { wrong: 1 })
+        );
+    }
 }

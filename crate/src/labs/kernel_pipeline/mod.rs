@@ -4,9 +4,12 @@
 //! asynchronous copies with 1 to 4 stages, warp-specialized, the TMA) run
 //! over one workload, each against the device-memory ceiling (the fastest
 //! device-to-device copy of the input's size or larger, measured in the
-//! same run). Two timelines show
-//! it: one round of every kernel on the stream, and, from traced builds of
-//! four kernels, what each warp of one block does when.
+//! same run), beside a plain CUDA kernel of the same workload written as
+//! the CUDA programming guide writes a two-stage pipeline
+//! (`kernels/tile_plain.cu`): the yardstick the lab's own are held to.
+//! Two timelines show it: one round of every kernel on the stream, and,
+//! from traced builds of four kernels, what each warp of one block does
+//! when.
 //!
 //! May use what every lab may (see `labs`).
 
@@ -35,7 +38,7 @@ pub struct KernelPipelineConfig {
     /// kernel reads device memory.
     #[arg(long, default_value_t = KernelPipelineConfig::default().mib)]
     pub mib: usize,
-    /// Outputs per tile for the naive, warp-specialized and TMA kernels.
+    /// Outputs per tile for the naive, warp-specialized and TMA kernels and the plain CUDA reference.
     #[arg(long, default_value_t = KernelPipelineConfig::default().tile)]
     pub tile: u32,
     /// Tile sizes of the stage sweep (comma-separated).
@@ -55,11 +58,82 @@ pub struct KernelPipelineConfig {
     #[arg(long, default_value_t = KernelPipelineConfig::default().ceiling_max_mib)]
     #[serde(default = "ceiling_max_mib_of_recordings")]
     pub ceiling_max_mib: usize,
+    /// Outputs each thread of every kernel blurs and stores at once: 4 (a
+    /// float4: 16-byte shared loads and stores) or 1 (one float at a time).
+    #[arg(long, default_value_t = KernelPipelineConfig::default().vector_width)]
+    #[serde(default = "vector_width_of_recordings")]
+    pub vector_width: u32,
+    /// Blocks per SM of the stage sweep's kernels (comma-separated; `max`:
+    /// as many as fit): 1 keeps every tile in flight in one block's stages.
+    #[arg(long, value_delimiter = ',', default_values_t = KernelPipelineConfig::default().sweep_blocks_per_sm)]
+    #[serde(default = "one_block_per_sm")]
+    pub sweep_blocks_per_sm: Vec<BlocksPerSm>,
+    /// Blocks per SM of the plain CUDA reference (comma-separated; `max`:
+    /// as many as fit, as a CUDA program sizes its grid by the occupancy
+    /// calculator), at `--tile`, `--threads` and 2 stages.
+    #[arg(long, value_delimiter = ',', default_values_t = KernelPipelineConfig::default().plain_blocks_per_sm)]
+    #[serde(default)]
+    pub plain_blocks_per_sm: Vec<BlocksPerSm>,
 }
 
 /// What recordings made before the setting existed swept up to.
 fn ceiling_max_mib_of_recordings() -> usize {
     measure::CEILING_SWEEP_MAX_MIB
+}
+
+/// What recordings made before the setting existed ran: one float at a time.
+fn vector_width_of_recordings() -> u32 {
+    1
+}
+
+/// What recordings made before the setting existed ran the sweep at.
+fn one_block_per_sm() -> Vec<BlocksPerSm> {
+    vec![BlocksPerSm::ONE]
+}
+
+/// Blocks a kernel is launched with per SM: a number, or as many as fit
+/// (`max` on the command line; the occupancy calculator's count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BlocksPerSm(pub u32);
+
+impl BlocksPerSm {
+    pub const ONE: BlocksPerSm = BlocksPerSm(1);
+    /// As many as fit on an SM.
+    pub const MAX: BlocksPerSm = BlocksPerSm(u32::MAX);
+    /// The most a number may ask (an SM holds at most 32 blocks).
+    pub const LIMIT: u32 = 32;
+    /// How a kernel's name says it ("" for one block per SM, the lab's usual launch).
+    pub fn in_name(self) -> String {
+        match self {
+            BlocksPerSm::ONE => String::new(),
+            BlocksPerSm::MAX => ", as many blocks as fit".into(),
+            BlocksPerSm(n) => format!(", {n} blocks per SM"),
+        }
+    }
+}
+
+impl std::fmt::Display for BlocksPerSm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if *self == BlocksPerSm::MAX {
+            write!(f, "max")
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+impl std::str::FromStr for BlocksPerSm {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "max" => Ok(BlocksPerSm::MAX),
+            n => match n.parse::<u32>() {
+                Ok(k) if (1..=BlocksPerSm::LIMIT).contains(&k) => Ok(BlocksPerSm(k)),
+                _ => Err(format!("`{n}` is not a number of blocks per SM: 1 to {} or `max` (as many as fit)", BlocksPerSm::LIMIT)),
+            },
+        }
+    }
 }
 
 impl Default for KernelPipelineConfig {
@@ -73,6 +147,9 @@ impl Default for KernelPipelineConfig {
             threads: 256,
             repeats: 15,
             ceiling_max_mib: measure::CEILING_SWEEP_MAX_MIB,
+            vector_width: kernel::VEC_DEFAULT,
+            sweep_blocks_per_sm: vec![BlocksPerSm::ONE],
+            plain_blocks_per_sm: vec![BlocksPerSm::ONE, BlocksPerSm::MAX],
         }
     }
 }
@@ -129,64 +206,81 @@ impl KernelPipelineConfig {
         if self.sweep_tiles.is_empty() {
             return Err(LabError::config("--sweep-tiles must list at least one tile size"));
         }
+        if !kernel::VEC_WIDTHS.contains(&self.vector_width) {
+            return Err(LabError::config(format!("--vector-width must be 1 or 4 (got {})", self.vector_width)));
+        }
+        for (option, list) in [("--sweep-blocks-per-sm", &self.sweep_blocks_per_sm), ("--plain-blocks-per-sm", &self.plain_blocks_per_sm)] {
+            if list.is_empty() || list.iter().any(|b| b.0 == 0 || (b.0 > BlocksPerSm::LIMIT && *b != BlocksPerSm::MAX)) {
+                return Err(LabError::config(format!(
+                    "{option} must list blocks per SM, each 1 to {} or max (got {})",
+                    BlocksPerSm::LIMIT,
+                    list.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",")
+                )));
+            }
+        }
         Ok(())
     }
 
-    /// Every kernel the lab runs, in the order its table prints them.
+    /// Every kernel the lab runs, in the order its table prints them: the
+    /// lab's own, then the plain CUDA reference.
     pub fn variants(&self) -> Vec<Variant> {
         let shape = |tile, threads, stages| TileShape { tile, threads, stages };
+        let variant = |name: String, kind, shape, blocks: BlocksPerSm, role| Variant {
+            name,
+            kind,
+            shape,
+            blocks_per_sm: blocks.0,
+            role,
+            vector_width: self.vector_width,
+        };
         let mut v = vec![
-            Variant { name: "naive".into(), kind: TileKind::Naive, shape: shape(self.tile, self.threads, 1), blocks_per_sm: 1, role: Role::Baseline },
-            Variant {
-                name: "naive, as many blocks as fit".into(),
-                kind: TileKind::Naive,
-                shape: shape(self.tile, self.threads, 1),
-                blocks_per_sm: u32::MAX,
-                role: Role::Occupancy,
-            },
+            variant("naive".into(), TileKind::Naive, shape(self.tile, self.threads, 1), BlocksPerSm::ONE, Role::Baseline),
+            variant("naive, as many blocks as fit".into(), TileKind::Naive, shape(self.tile, self.threads, 1), BlocksPerSm::MAX, Role::Occupancy),
         ];
-        for &tile in &self.sweep_tiles {
-            for &stages in &self.stages {
-                let name = match stages {
-                    1 => format!("async copies, 1 stage, tile {tile}"),
-                    2 => format!("double-buffered (2 stages), tile {tile}"),
-                    s => format!("async copies, {s} stages, tile {tile}"),
-                };
-                v.push(Variant { name, kind: TileKind::Async, shape: shape(tile, self.threads, stages), blocks_per_sm: 1, role: Role::Sweep });
+        for &blocks in &self.sweep_blocks_per_sm {
+            for &tile in &self.sweep_tiles {
+                for &stages in &self.stages {
+                    let name = match stages {
+                        1 => format!("async copies, 1 stage, tile {tile}"),
+                        2 => format!("double-buffered (2 stages), tile {tile}"),
+                        s => format!("async copies, {s} stages, tile {tile}"),
+                    };
+                    v.push(variant(name + &blocks.in_name(), TileKind::Async, shape(tile, self.threads, stages), blocks, Role::Sweep));
+                }
             }
         }
         // One loader and one storer warp beside 6 or 10 compute warps.
         for (stages, threads) in [(3u32, 256u32), (4, 384)] {
-            v.push(Variant {
-                name: format!("warp-specialized, {stages} stages, {} compute warps", threads / 32 - 2),
-                kind: TileKind::WarpSpecialized,
-                shape: shape(self.tile, threads, stages),
-                blocks_per_sm: 1,
-                role: Role::Pipelined,
-            });
+            let name = format!("warp-specialized, {stages} stages, {} compute warps", threads / 32 - 2);
+            v.push(variant(name, TileKind::WarpSpecialized, shape(self.tile, threads, stages), BlocksPerSm::ONE, Role::Pipelined));
         }
         for stages in [2, 3] {
-            v.push(Variant {
-                name: format!("TMA bulk copies, {stages} stages"),
-                kind: TileKind::Tma,
-                shape: shape(self.tile, self.threads, stages),
-                blocks_per_sm: 1,
-                role: Role::Pipelined,
-            });
+            v.push(variant(
+                format!("TMA bulk copies, {stages} stages"),
+                TileKind::Tma,
+                shape(self.tile, self.threads, stages),
+                BlocksPerSm::ONE,
+                Role::Pipelined,
+            ));
+        }
+        for &blocks in &self.plain_blocks_per_sm {
+            let name = format!("plain CUDA reference (2 stages), tile {}{}", self.tile, blocks.in_name());
+            v.push(variant(name, TileKind::Plain, shape(self.tile, self.threads, 2), blocks, Role::PlainReference));
         }
         v
     }
 
     /// The kernels whose warps the lab traces, one of each way to keep
     /// tiles in flight: the naive kernel, double buffering (2 stages at
-    /// --tile, else at the sweep's first tile with 2 stages, else the
-    /// sweep's first kernel), the first warp-specialized kernel and the TMA
-    /// kernel with the most stages.
+    /// --tile, one block per SM where the sweep has it, else at the sweep's
+    /// first tile with 2 stages, else the sweep's first kernel), the first
+    /// warp-specialized kernel and the TMA kernel with the most stages.
     pub fn diagram_variants(&self) -> Vec<Variant> {
         let v = self.variants();
         let sweep = v
             .iter()
-            .find(|x| x.role == Role::Sweep && x.shape.stages == 2 && x.shape.tile == self.tile)
+            .find(|x| x.role == Role::Sweep && x.shape.stages == 2 && x.shape.tile == self.tile && x.blocks_per_sm == 1)
+            .or_else(|| v.iter().find(|x| x.role == Role::Sweep && x.shape.stages == 2 && x.shape.tile == self.tile))
             .or_else(|| v.iter().find(|x| x.role == Role::Sweep && x.shape.stages == 2))
             .or_else(|| v.iter().find(|x| x.role == Role::Sweep));
         let picks = [
@@ -213,6 +307,9 @@ pub enum Role {
     Sweep,
     /// Warp-specialized and TMA kernels.
     Pipelined,
+    /// The plain CUDA two-stage kernel (kernels/tile_plain.cu): not the
+    /// lab's own, the yardstick its kernels are held to.
+    PlainReference,
 }
 
 /// One kernel the lab runs.
@@ -224,6 +321,9 @@ pub struct Variant {
     /// Blocks per SM asked (u32::MAX: as many as fit).
     pub blocks_per_sm: u32,
     pub role: Role,
+    /// Outputs each thread blurs and stores at once (kernels/tile_blur.cuh's VEC).
+    #[serde(default = "vector_width_of_recordings")]
+    pub vector_width: u32,
 }
 
 /// One variant's result.
@@ -299,9 +399,17 @@ impl KernelPipelineResults {
     fn ran(&self) -> impl Iterator<Item = &VariantResult> {
         self.variants.iter().filter(|r| r.ms.is_some())
     }
-    /// The fastest kernel that pipelines (async copies, warp-specialized or TMA).
+    /// The fastest of `results` (median).
+    fn fastest<'a>(results: impl Iterator<Item = &'a VariantResult>) -> Option<&'a VariantResult> {
+        results.filter(|r| r.ms.is_some()).min_by(|a, b| a.ms.as_ref().unwrap().median.total_cmp(&b.ms.as_ref().unwrap().median))
+    }
+    /// The lab's fastest kernel that pipelines (async copies, warp-specialized or TMA).
     pub fn best_pipelined(&self) -> Option<&VariantResult> {
-        self.ran().filter(|r| r.variant.kind != TileKind::Naive).min_by(|a, b| a.ms.as_ref().unwrap().median.total_cmp(&b.ms.as_ref().unwrap().median))
+        Self::fastest(self.ran().filter(|r| r.variant.kind != TileKind::Naive && r.variant.role != Role::PlainReference))
+    }
+    /// The fastest run of the plain CUDA reference (kernels/tile_plain.cu).
+    pub fn plain_reference(&self) -> Option<&VariantResult> {
+        Self::fastest(self.ran().filter(|r| r.variant.role == Role::PlainReference))
     }
     pub fn by_role(&self, role: Role) -> Option<&VariantResult> {
         self.ran().find(|r| r.variant.role == role)
@@ -310,16 +418,18 @@ impl KernelPipelineResults {
     /// The table the command line prints.
     pub fn table(&self) -> String {
         let mut out = self.ceiling_lines();
+        // The kernel column as wide as the longest name.
+        let w = self.variants.iter().map(|r| r.variant.name.chars().count()).max().unwrap_or(0).max(48);
         out += &format!(
-            "  {:<48} {:>4} {:>6} {:>5} {:>4} {:>7} {:>5} {:>9} {:>17} {:>7} {:>7}\n",
-            "kernel", "regs", "smem", "occ", "bps", "grid", "lcl", "ms", "25%..75%", "GB/s", "of ceil"
+            "  {:<w$} {:>4} {:>6} {:>5} {:>4} {:>7} {:>5} {:>3} {:>9} {:>17} {:>7} {:>7}\n",
+            "kernel", "regs", "smem", "occ", "bps", "grid", "lcl", "vec", "ms", "25%..75%", "GB/s", "of ceil"
         );
         for r in &self.variants {
             match (&r.ms, &r.resources, &r.skipped) {
                 (Some(m), Some(res), _) => {
                     let (lo, hi) = m.middle_range();
                     out += &format!(
-                        "  {:<48} {:>4} {:>6} {:>4.0}% {:>4} {:>7} {:>5} {:>9.4} {:>8.4}..{:<8.4} {:>7.0} {:>6.1}%\n",
+                        "  {:<w$} {:>4} {:>6} {:>4.0}% {:>4} {:>7} {:>5} {:>3} {:>9.4} {:>8.4}..{:<8.4} {:>7.0} {:>6.1}%\n",
                         r.variant.name,
                         res.registers,
                         crate::units::Bytes((res.static_smem + res.dynamic_smem) as u64).to_string(),
@@ -327,6 +437,7 @@ impl KernelPipelineResults {
                         res.blocks_per_sm,
                         res.grid,
                         res.local_bytes,
+                        r.variant.vector_width,
                         m.median,
                         lo,
                         hi,
@@ -334,11 +445,11 @@ impl KernelPipelineResults {
                         100.0 * self.share(r).unwrap_or(0.0)
                     )
                 }
-                (_, _, Some(why)) => out += &format!("  {:<48} skipped: {why}\n", r.variant.name),
+                (_, _, Some(why)) => out += &format!("  {:<w$} skipped: {why}\n", r.variant.name),
                 _ => {}
             }
         }
-        out += "  (regs: registers per thread; smem: shared memory per block; occ: the share of an SM's threads that fit; bps: blocks per SM launched; lcl: spilled bytes per thread)\n";
+        out += "  (regs: registers per thread; smem: shared memory per block; occ: the share of an SM's threads that fit; bps: blocks per SM launched; lcl: spilled bytes per thread; vec: outputs a thread blurs and stores at once; the plain CUDA reference is not the lab's own: the yardstick it is held to)\n";
         out += &self.summary_lines();
         out += &self.warp_lines();
         out
@@ -421,6 +532,23 @@ impl KernelPipelineResults {
                 if n.median - b.median > b.middle_spread().max(n.middle_spread()) { "beyond the spreads" } else { "NOT beyond the spreads" }
             );
         }
+        if let (Some(best), Some(plain)) = (self.best_pipelined(), self.plain_reference()) {
+            let (b, p) = (best.ms.as_ref().unwrap(), plain.ms.as_ref().unwrap());
+            let points = 100.0 * (self.share(best).unwrap() - self.share(plain).unwrap());
+            let beyond = (p.median - b.median).abs() > b.middle_spread().max(p.middle_spread());
+            out += &format!(
+                "the plain CUDA reference (the CUDA guide's two-stage cuda::pipeline), at its best ({}), reaches {:.1}% of the ceiling: the lab's best pipelined kernel is {:.1} points {} it ({:.4} vs {:.4} ms, spreads {:.4} / {:.4}: {})\n",
+                plain.variant.name,
+                100.0 * self.share(plain).unwrap(),
+                points.abs(),
+                if points >= 0.0 { "above" } else { "BELOW" },
+                b.median,
+                p.median,
+                b.middle_spread(),
+                p.middle_spread(),
+                if beyond { "beyond the spreads" } else { "within the spreads" }
+            );
+        }
         if let (Some(best), Some(occ)) = (self.best_pipelined(), self.by_role(Role::Occupancy)) {
             let (b, o) = (best.ms.as_ref().unwrap(), occ.ms.as_ref().unwrap());
             let res = occ.resources.unwrap();
@@ -456,6 +584,9 @@ impl KernelPipelineResults {
         rows.push(("naive kernel, as many blocks as fit, of the ceiling".into(), pct(self.by_role(Role::Occupancy))));
         if let Some(best) = self.best_pipelined() {
             rows.push(("best pipelined kernel, of the ceiling".into(), format!("{} ({})", pct(Some(best)), best.variant.name)));
+        }
+        if let Some(plain) = self.plain_reference() {
+            rows.push(("plain CUDA two-stage reference, of the ceiling".into(), format!("{} ({})", pct(Some(plain)), plain.variant.name)));
         }
         rows
     }
@@ -519,9 +650,9 @@ pub static ENTRY: crate::lab_kit::Entry<KernelPipelineConfig, KernelPipelineResu
     module: module_path!(),
     teaches: "Pipelining inside a kernel: async copies to shared memory, stages, warp specialization, the TMA",
     builds_on: &[(2, "overlap: work in flight while other work runs")],
-    kernels: &[&kernel::TILE_NAIVE, &kernel::TILE_ASYNC, &kernel::TILE_WARP_SPECIALIZED, &kernel::TILE_TMA],
+    kernels: &[&kernel::TILE_NAIVE, &kernel::TILE_ASYNC, &kernel::TILE_WARP_SPECIALIZED, &kernel::TILE_TMA, &kernel::TILE_PLAIN],
     exercises: exercise::EXERCISES,
-    about: "Lab 7: tile kernels (naive, async copies with 1-4 stages, warp-specialized, TMA) against the device-memory ceiling",
+    about: "Lab 7: tile kernels (naive, async copies with 1-4 stages, warp-specialized, TMA) against the device-memory ceiling, beside a plain CUDA two-stage kernel",
     measure: measure::run,
     tables: |rec| rec.results.table(),
     figures: charts::report,
@@ -556,6 +687,71 @@ mod tests {
         bad(&|c| c.tile = 4098, "tile 4098");
         bad(&|c| c.sweep_tiles = vec![3 << 20], "dividing");
         bad(&|c| c.sweep_tiles = vec![], "--sweep-tiles");
+        bad(&|c| c.vector_width = 2, "--vector-width must be 1 or 4");
+        bad(&|c| c.sweep_blocks_per_sm = vec![BlocksPerSm(0)], "--sweep-blocks-per-sm");
+        bad(&|c| c.plain_blocks_per_sm = vec![], "--plain-blocks-per-sm");
+        bad(&|c| c.plain_blocks_per_sm = vec![BlocksPerSm(40)], "--plain-blocks-per-sm must list blocks per SM, each 1 to 32 or max (got 40)");
+    }
+
+    #[test]
+    fn blocks_per_sm_read_a_number_or_max_and_name_what_they_refuse() {
+        assert_eq!("max".parse::<BlocksPerSm>(), Ok(BlocksPerSm::MAX));
+        assert_eq!(" 3".parse::<BlocksPerSm>(), Ok(BlocksPerSm(3)));
+        for bad in ["0", "33", "all", "-1", ""] {
+            let e = bad.parse::<BlocksPerSm>().unwrap_err();
+            assert!(e.contains(&format!("`{}` is not a number of blocks per SM", bad.trim())) && e.contains("max"), "{bad}: {e}");
+        }
+        for b in [BlocksPerSm::ONE, BlocksPerSm(6), BlocksPerSm::MAX] {
+            assert_eq!(b.to_string().parse::<BlocksPerSm>(), Ok(b));
+        }
+        // In a kernel's name: nothing for the lab's one block per SM.
+        assert_eq!((BlocksPerSm::ONE.in_name(), BlocksPerSm(2).in_name()), (String::new(), ", 2 blocks per SM".to_string()));
+        assert_eq!(BlocksPerSm::MAX.in_name(), ", as many blocks as fit");
+    }
+
+    /// The plain CUDA reference runs in every preset, at two stages, once
+    /// per launch asked; the stage sweep repeats at each blocks-per-SM
+    /// count asked, one name per kernel; every kernel blurs at the run's
+    /// vector width.
+    #[test]
+    fn every_preset_runs_the_plain_reference_beside_the_sweep_at_each_launch() {
+        for c in [KernelPipelineConfig::default(), KernelPipelineConfig::headline(), KernelPipelineConfig::quick(), KernelPipelineConfig::small()] {
+            let plain: Vec<_> = c.variants().into_iter().filter(|v| v.role == Role::PlainReference).collect();
+            assert_eq!(plain.len(), c.plain_blocks_per_sm.len());
+            assert!(!plain.is_empty() && plain.iter().all(|v| v.kind == TileKind::Plain && v.shape.stages == 2 && v.shape.tile == c.tile), "{plain:?}");
+        }
+        let c = KernelPipelineConfig { sweep_blocks_per_sm: vec![BlocksPerSm::ONE, BlocksPerSm(2), BlocksPerSm::MAX], vector_width: 1, ..Default::default() };
+        let v = c.variants();
+        let sweep: Vec<_> = v.iter().filter(|x| x.role == Role::Sweep).collect();
+        assert_eq!(sweep.len(), 3 * c.sweep_tiles.len() * c.stages.len());
+        assert_eq!(sweep.iter().filter(|x| x.blocks_per_sm == u32::MAX).count(), c.sweep_tiles.len() * c.stages.len());
+        assert!(v.iter().any(|x| x.name == "double-buffered (2 stages), tile 4096, 2 blocks per SM"), "{:?}", v.iter().map(|x| &x.name).collect::<Vec<_>>());
+        assert!(v.iter().any(|x| x.name == "plain CUDA reference (2 stages), tile 4096, as many blocks as fit"));
+        let names: std::collections::HashSet<_> = v.iter().map(|x| &x.name).collect();
+        assert_eq!(names.len(), v.len(), "one name per kernel");
+        assert!(v.iter().all(|x| x.vector_width == 1));
+        assert!(KernelPipelineConfig::default().variants().iter().all(|x| x.vector_width == kernel::VEC_DEFAULT));
+    }
+
+    /// Recordings made before the plain reference and the vector width
+    /// load as what they ran (one float at a time, one block per SM, no
+    /// reference) and still render.
+    #[test]
+    fn recordings_from_before_the_plain_reference_load_as_what_they_ran() {
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data");
+        let found = crate::measure::record::find_recordings::<KernelPipelineResults>(&data, LAB).unwrap();
+        assert!(!found.is_empty());
+        for (path, rec) in found {
+            let r = &rec.results;
+            if r.variants.iter().any(|x| x.variant.role == Role::PlainReference) {
+                continue;
+            }
+            let at = path.display();
+            assert_eq!((r.config.vector_width, &r.config.sweep_blocks_per_sm), (1, &vec![BlocksPerSm::ONE]), "{at}");
+            assert!(r.config.plain_blocks_per_sm.is_empty() && r.variants.iter().all(|x| x.variant.vector_width == 1), "{at}");
+            assert!(r.plain_reference().is_none() && !r.table().contains("plain CUDA reference ("), "{at}");
+            assert!(!r.headline().iter().any(|(k, _)| k.contains("plain")), "{at}");
+        }
     }
 
     #[test]
@@ -593,6 +789,8 @@ mod tests {
                     (Role::Baseline, _) => Some(2.0),
                     (Role::Occupancy, _) => Some(1.2),
                     (_, TileKind::Tma) => None,
+                    // The reference: 1.06 ms at one block per SM, 1.04 at as many as fit.
+                    (Role::PlainReference, _) => Some(if v.blocks_per_sm == 1 { 1.06 } else { 1.04 }),
                     _ => Some(1.0 + 0.1 / v.shape.stages as f64),
                 };
                 VariantResult {
@@ -643,6 +841,24 @@ mod tests {
         assert_eq!(h[1].1, "50.0%");
         assert_eq!(h[2].1, "83.3%");
         assert!(h[3].1.starts_with("97.6% (warp-specialized"), "{h:?}");
+        // The reference at its best (as many blocks as fit, 1.04 ms): 96.2%, 1.4 points under the best.
+        assert_eq!(
+            h[4],
+            (
+                "plain CUDA two-stage reference, of the ceiling".into(),
+                format!("96.2% (plain CUDA reference (2 stages), tile {}, as many blocks as fit)", r.config.tile)
+            )
+        );
+        assert!(t.contains("reaches 96.2% of the ceiling: the lab's best pipelined kernel is 1.4 points above it") && t.contains("within the spreads"), "{t}");
+        assert!(t.contains("\n  plain CUDA reference (2 stages), tile 1024 "), "its own row: {t}");
+        // A reference faster than every kernel of the lab is said so, and is never the lab's best.
+        let mut fast = r.clone();
+        for v in fast.variants.iter_mut().filter(|v| v.variant.role == Role::PlainReference) {
+            v.ms = Some(Summary::of(&[0.9, 0.9, 0.9]).unwrap());
+        }
+        assert_ne!(fast.best_pipelined().unwrap().variant.role, Role::PlainReference);
+        let t = fast.table();
+        assert!(t.contains("the lab's best pipelined kernel is 13.6 points BELOW it") && t.contains("beyond the spreads"), "{t}");
         let ceiling = r.ceiling_gbps();
         assert!((ceiling - 2.0 * 4.0 * r.config.elements() as f64 / 1e6).abs() < 1e-6, "{ceiling}");
     }

@@ -6,7 +6,7 @@
 //! chunk), no overlap, or efficiency under the target.
 
 pub use super::ChunkTask;
-use super::{measure, model, Intensity, IssueOrder, OverlapConfig, OverlapResults, Parts};
+use super::{measure, model, Intensity, IssueOrder, OverlapResults, Parts};
 use crate::error::{LabError, Result};
 use crate::gpu::{Gpu, TimelineSource};
 use crate::lab_kit::check::CheckReport;
@@ -60,10 +60,9 @@ fn model_findings(m: &DryRun, out: &Cells, elements: usize, chunks: usize, rep: 
 /// host and which kernel read what no H2D wrote.
 fn data_findings(cells: &Cells, elements: usize, chunks: usize, schedule: &Schedule, rep: &mut CheckReport) {
     let copied = |j: usize| crate::lab_kit::loop_check::last_d2h_into_output(schedule, j).is_some();
-    let ranges = OverlapConfig::chunk_ranges(elements, chunks);
     // A run of elements is right when its first is: both step by one.
     for j in cells.runs().map(|(r, _)| r.start).filter(|&j| j < elements) {
-        let c = chunk_holding(&ranges, j);
+        let c = chunk_holding(elements, chunks, j);
         let msg = match cells.get(j) {
             Provenance::Output(i) if i as usize == j => continue,
             Provenance::Output(i) => format!("wrong data: output element {j} (chunk {c}) holds the result for element {i}: an offset is wrong"),
@@ -124,10 +123,15 @@ struct HostWait {
     before: (String, usize),
 }
 
-/// The chunk of `ranges` ([`OverlapConfig::chunk_ranges`]) that holds
-/// element `j` (chunk 0 for an element past them).
-fn chunk_holding(ranges: &[(usize, usize)], j: usize) -> usize {
-    ranges.iter().position(|&(a, b)| (a..b).contains(&j)).unwrap_or(0)
+/// The chunk of `elements` cut in `chunks` ([`ChunkTask::chunk`]) that
+/// holds element `j` (chunk 0 for an element past them).
+fn chunk_holding(elements: usize, chunks: usize, j: usize) -> usize {
+    (0..chunks)
+        .position(|c| {
+            let (first, n) = crate::pipeline::plan::chunk(elements, chunks, c);
+            (first..first + n).contains(&j)
+        })
+        .unwrap_or(0)
 }
 
 /// The CPU's waits for the GPU between GPU operations of a loop, read
@@ -136,11 +140,10 @@ fn chunk_holding(ranges: &[(usize, usize)], j: usize) -> usize {
 /// `t.streams[k]`). A wait before the first GPU operation or after the
 /// last orders nothing of the loop.
 fn host_waits(schedule: &Schedule, elements: usize, chunks: usize, streams: &[StreamRef]) -> Vec<HostWait> {
-    let ranges = OverlapConfig::chunk_ranges(elements, chunks);
     let named = |o: &Op| {
         // Accesses are in bytes; chunks in f32 elements.
         let at = o.accesses.first().map_or(0, |a| a.start as usize / 4);
-        (o.label.clone(), chunk_holding(&ranges, at))
+        (o.label.clone(), chunk_holding(elements, chunks, at))
     };
     let stream = |k: usize| streams.iter().position(|s| s.0 == k).map_or(format!("stream {k}"), |i| format!("t.streams[{i}]"));
     schedule

@@ -11,27 +11,11 @@ use crate::measure::stats::Summary;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{Issue, SyncEach};
 use crate::pipeline::op::{OpKind, StreamKind};
-use crate::pipeline::plan::{Plan, Refs, StreamSpec};
+use crate::pipeline::plan::{Plan, StreamSpec};
 use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-impl ChunkTask {
-    /// The task a plan's loop is handed: its streams, `host in` and `host
-    /// out`, device buffers 0 (in) and 1 (out), cut in `chunks` chunks.
-    pub fn of(r: &Refs, chunks: usize) -> ChunkTask {
-        ChunkTask {
-            elements: r.elements,
-            chunks,
-            streams: r.streams.clone(),
-            host_in: r.input,
-            host_out: r.output,
-            dev_in: r.devices[0],
-            dev_out: r.devices[1],
-        }
-    }
-}
 
 /// A learner's (or the lab's) issue loop over a [`ChunkTask`].
 pub type ChunkLoop = Arc<dyn Fn(&mut dyn Issue, &ChunkTask) -> Result<()> + Send + Sync>;

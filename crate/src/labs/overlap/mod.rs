@@ -171,10 +171,25 @@ pub struct ChunkTask {
 }
 
 impl ChunkTask {
-    /// (first element, element count) of chunk `c`.
+    /// The task a plan's loop is handed: its streams, `host in` and `host
+    /// out`, device buffers 0 (in) and 1 (out), cut in `chunks` chunks.
+    pub fn of(r: &crate::pipeline::plan::Refs, chunks: usize) -> ChunkTask {
+        ChunkTask {
+            elements: r.elements,
+            chunks,
+            streams: r.streams.clone(),
+            host_in: r.input,
+            host_out: r.output,
+            dev_in: r.devices[0],
+            dev_out: r.devices[1],
+        }
+    }
+
+    /// (first element, element count) of chunk `c`: `chunks` near-equal
+    /// chunks, boundaries on even elements (host copies move whole 8-byte
+    /// words), the last taking what is left.
     pub fn chunk(&self, c: usize) -> (usize, usize) {
-        let (a, b) = OverlapConfig::chunk_range(self.elements, self.chunks, c);
-        (a, b - a)
+        crate::pipeline::plan::chunk(self.elements, self.chunks, c)
     }
 }
 
@@ -273,17 +288,6 @@ impl OverlapConfig {
             return Err(LabError::config("repeats must be 1-1000 and warm-up 0-100"));
         }
         Ok(())
-    }
-
-    /// Element ranges of `chunks` near-equal chunks, boundaries on even
-    /// elements (host copies move whole 8-byte words).
-    pub fn chunk_ranges(elements: usize, chunks: usize) -> Vec<(usize, usize)> {
-        (0..chunks).map(|c| Self::chunk_range(elements, chunks, c)).collect()
-    }
-    /// Chunk `c` of [`Self::chunk_ranges`] alone.
-    pub fn chunk_range(elements: usize, chunks: usize, c: usize) -> (usize, usize) {
-        let (a, n) = crate::pipeline::plan::chunk(elements, chunks, c);
-        (a, a + n)
     }
 
     /// Every point to run, as (chunks, streams, order): the grid for the
@@ -509,15 +513,25 @@ mod tests {
     #[test]
     fn chunks_cover_the_data_on_even_boundaries() {
         for (n, c) in [(1000usize, 7usize), (32 << 20, 64), (128, 64), (10, 1)] {
-            let r = OverlapConfig::chunk_ranges(n, c);
-            assert_eq!(r.len(), c);
+            let mut dry = crate::pipeline::dry_run::DryRun::new();
+            let t = ChunkTask {
+                elements: n,
+                chunks: c,
+                streams: vec![dry.stream()],
+                host_in: dry.host("in", 1, true),
+                host_out: dry.host("out", 1, false),
+                dev_in: dry.device("in", 1),
+                dev_out: dry.device("out", 1),
+            };
+            // (first element, count), each chunk starting where the one before ends, on an even element.
+            let r: Vec<(usize, usize)> = (0..c).map(|k| t.chunk(k)).collect();
             assert_eq!(r[0].0, 0);
-            assert_eq!(r.last().unwrap().1, n);
+            assert_eq!(r[c - 1].0 + r[c - 1].1, n);
             for w in r.windows(2) {
-                assert_eq!(w[0].1, w[1].0);
-                assert_eq!(w[0].1 % 2, 0);
+                assert_eq!(w[0].0 + w[0].1, w[1].0);
+                assert_eq!(w[1].0 % 2, 0);
             }
-            assert!(r.iter().all(|(a, b)| b > a), "{r:?}");
+            assert!(r.iter().all(|&(_, len)| len > 0), "{r:?}");
         }
     }
 

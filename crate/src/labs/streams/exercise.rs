@@ -169,10 +169,37 @@ fn shape_findings(plan: &Plan, chunks: usize, rep: &mut CheckReport) -> Option<D
             o.label
         ));
     }
-    if model.schedule.cpu_waited_for_gpu() {
+    if let Some(waits) = cpu_waits(&model) {
+        rep.note(format!("your loop makes the CPU wait for the GPU {waits}: each wait stops it issuing the next chunk until the GPU catches up"));
+    } else if model.schedule.cpu_waited_for_gpu() {
         rep.note("your loop makes the CPU wait (a synchronize): each wait stops it issuing the next chunk until the GPU catches up");
     }
     Some(model)
+}
+
+/// The CPU's waits for the GPU between the loop's GPU operations, in
+/// words: how many, and the first (its call, after which operation and
+/// before which); `None` where there is none.
+fn cpu_waits(model: &DryRun) -> Option<String> {
+    use crate::pipeline::schedule::WaitFor;
+    let ops = &model.schedule.ops;
+    let gpu = |o: &&crate::pipeline::op::Op| o.is_gpu_work();
+    let between: Vec<_> = model
+        .schedule
+        .cpu_waits
+        .iter()
+        .filter(|w| w.thread == 0 && ops[..w.after_ops].iter().any(|o| gpu(&o)) && ops[w.after_ops..].iter().any(|o| gpu(&o)))
+        .collect();
+    let w = between.first()?;
+    let (after, before) = (ops[..w.after_ops].iter().rev().find(gpu)?, ops[w.after_ops..].iter().find(gpu)?);
+    let call = match w.on {
+        WaitFor::Device => "p.sync_device()",
+        WaitFor::Stream(_) => "p.host_sync(stream)",
+        WaitFor::Event(_) => "p.host_wait(event)",
+        _ => "a wait",
+    };
+    let times = if between.len() == 1 { "once".to_string() } else { format!("{} times", between.len()) };
+    Some(format!("{times} between its operations (the first, {call}, after '{}' and before '{}')", after.label, before.label))
 }
 
 /// The parameters' upload issued more than once over `chunks` chunks, in
@@ -199,12 +226,26 @@ fn repeated_upload(model: &DryRun, chunks: usize) -> String {
     )
 }
 
-/// What the learner's loop is judged against; `repeated`: the loop
-/// uploads the parameters more than once (named above), which its time
-/// then includes.
-fn judge(cfg: &StreamsConfig, repeated: bool) -> loop_check::Judge {
-    let slow_means = if repeated { SLOW_REPEATED } else { SLOW };
-    loop_check::Judge { given: plan("given", cfg, Arc::new(given)), fixed: plan("fix", cfg, Arc::new(solution)), slack: SLACK, slow_means }
+/// What the learner's loop is judged against; what a loop slower than the
+/// fix is said to do comes from its model ([`slow_means`]).
+fn judge(cfg: &StreamsConfig, model: &DryRun) -> loop_check::Judge {
+    loop_check::Judge { given: plan("given", cfg, Arc::new(given)), fixed: plan("fix", cfg, Arc::new(solution)), slack: SLACK, slow_means: slow_means(model) }
+}
+
+/// What a loop slower than the fix does, read from its model where the
+/// model shows it: the parameters uploaded more than once (named above),
+/// the CPU waiting for the GPU inside the loop (named above), every
+/// chunk's work on one stream; else what usually still serializes a loop.
+fn slow_means(model: &DryRun) -> &'static str {
+    if uploads_repeated(model) {
+        SLOW_REPEATED
+    } else if cpu_waits(model).is_some() {
+        SLOW_CPU_WAITS
+    } else if chunk_streams(model) == 1 {
+        SLOW_ONE_STREAM
+    } else {
+        SLOW
+    }
 }
 
 /// What a loop slower than the fix usually still does.
@@ -212,10 +253,23 @@ const SLOW: &str = "something still serializes it (a wait on the CPU, one stream
 /// The same, for a loop that uploads the parameters more than once.
 const SLOW_REPEATED: &str =
     "the parameters' extra uploads (above) take their time on the streams, and something else may still serialize it (a wait on the CPU, one stream for everything, or the NULL stream)";
+/// The same, for a loop whose CPU waits for the GPU between chunks.
+const SLOW_CPU_WAITS: &str =
+    "the CPU waits for the GPU inside the loop (the waits noted above), so it issues each chunk only once the work before it has run, and nothing overlaps";
+/// The same, for a loop with every chunk's work on one stream.
+const SLOW_ONE_STREAM: &str = "every chunk's work is on one stream, so each chunk's copies and kernel wait for the chunk before";
 
 /// Whether the loop of `model` uploads the parameters more than once.
 fn uploads_repeated(model: &DryRun) -> bool {
     model.schedule.ops.iter().filter(|o| o.label == PARAMS).nth(1).is_some()
+}
+
+/// How many streams the chunks' work (all but the parameters' upload) is on.
+fn chunk_streams(model: &DryRun) -> usize {
+    let mut lanes: Vec<Lane> = model.schedule.ops.iter().filter(|o| o.is_gpu_work() && o.label != PARAMS).map(|o| o.lane).collect();
+    lanes.sort();
+    lanes.dedup();
+    lanes.len()
 }
 
 /// Checks `learner` with no GPU: the model's data and races, and its
@@ -225,7 +279,7 @@ pub fn check_on_model(rec: &StreamsResults, learner: Loop) -> CheckReport {
     let cfg = &rec.config;
     let mine = plan("your loop", cfg, learner);
     let Some(model) = shape_findings(&mine, cfg.chunks, &mut rep) else { return rep };
-    let judge = judge(cfg, uploads_repeated(&model));
+    let judge = judge(cfg, &model);
     judge.on_model(&mut rep, &mine, &model, rec.machine.machine(), &rec.costs_map());
     rep
 }
@@ -241,7 +295,7 @@ pub fn check_on_gpu(gpu: &Gpu, rec: &StreamsResults, learner: Loop) -> Result<Ch
         return Ok(rep);
     }
     let mut rig = PlanRig::new(gpu, cfg.elements, 3, rec.iterations)?;
-    let judge = judge(cfg, uploads_repeated(&model));
+    let judge = judge(cfg, &model);
     judge.on_gpu(&mut rep, &mut rig, &mine, &model, cfg.repeats)?;
     Ok(rep)
 }
@@ -316,7 +370,20 @@ mod tests {
     fn a_cpu_wait_instead_is_too_slow_and_says_why() {
         let rep = check(syncs_every_chunk);
         fails_with(&rep, "more than the fix");
-        assert!(rep.to_string().contains("the CPU wait"), "{rep}");
+        fails_with(&rep, "the CPU waits for the GPU inside the loop");
+        let chunks = streams_results().config.chunks;
+        // After every chunk: the last wait comes before the parameters' upload.
+        let where_ =
+            format!("makes the CPU wait for the GPU {chunks} times between its operations (the first, p.sync_device(), after 'D2H 0' and before 'H2D 1')");
+        assert!(rep.to_string().contains(&where_), "{rep}");
+        // One wait, on a stream, is said once, with its call.
+        let once = check(|p, t| {
+            issue_chunks(p, t, |p, t| {
+                p.host_sync(t.streams[1])?;
+                t.upload_params(p, t.streams[0])
+            })
+        });
+        assert!(once.to_string().contains("wait for the GPU once between its operations (the first, p.host_sync(stream), after 'D2H"), "{once}");
     }
 
     /// The exercise uploads the parameters once; a learner who moves the
@@ -375,11 +442,13 @@ mod tests {
     }
 
     #[test]
-    fn everything_on_one_stream_is_too_slow() {
-        fails_with(
-            &check(|p, t| issue_chunks(p, &StreamsTask { streams: vec![t.streams[0]], ..t.clone() }, |p, t| t.upload_params(p, t.streams[0]))),
-            "more than the fix",
-        );
+    fn everything_on_one_stream_is_too_slow_and_says_so() {
+        let rep = check(|p, t| issue_chunks(p, &StreamsTask { streams: vec![t.streams[0]], ..t.clone() }, |p, t| t.upload_params(p, t.streams[0])));
+        fails_with(&rep, "more than the fix");
+        fails_with(&rep, "every chunk's work is on one stream, so each chunk's copies and kernel wait for the chunk before");
+        // The parameters on another stream do not make it two.
+        let rep = check(|p, t| issue_chunks(p, &StreamsTask { streams: vec![t.streams[0]], ..t.clone() }, |p, t| t.upload_params(p, t.per_thread_stream)));
+        fails_with(&rep, "every chunk's work is on one stream");
     }
 
     #[test]
