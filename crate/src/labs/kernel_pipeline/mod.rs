@@ -148,7 +148,7 @@ impl Default for KernelPipelineConfig {
             repeats: 15,
             ceiling_max_mib: measure::CEILING_SWEEP_MAX_MIB,
             vector_width: kernel::VEC_DEFAULT,
-            sweep_blocks_per_sm: vec![BlocksPerSm::ONE],
+            sweep_blocks_per_sm: vec![BlocksPerSm::ONE, BlocksPerSm::MAX],
             plain_blocks_per_sm: vec![BlocksPerSm::ONE, BlocksPerSm::MAX],
         }
     }
