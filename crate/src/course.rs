@@ -241,13 +241,17 @@ pub const GLOSSARY: &[Word] = &[
     of("offload", "GPU budget", "the GPU memory the lab lets itself use (--gpu-budget): the model's weights do not fit in it"),
     of("offload", "ring, slot, prefetch", "K layer buffers on the GPU reused in turn / one of them / a layer's upload issued while earlier layers compute"),
     of("offload", "tokens/s", "tokens (rows of a batch) through every layer per second"),
-    of("offload", "link-bound, compute-bound, crossover", "uploads slower than the GEMMs / the other way round / the batch size where the two take as long"),
+    of("offload", "link- / compute-bound, crossover", "uploads slower than the GEMMs / the other way round; the batch size where the two take as long"),
 ];
+
+/// The width of the glossary's column of terms (each term is shorter).
+const TERM_COLUMN: usize = 36;
 
 /// [`GLOSSARY`] as the notebook prints it: the course's words, then each
 /// lab's under its number and name, in the lab table's order.
 pub fn glossary() -> String {
-    let words = |lab: Option<&str>| -> String { GLOSSARY.iter().filter(|w| w.lab == lab).map(|w| format!("{:<36} {}\n", w.term, w.meaning)).collect() };
+    let words =
+        |lab: Option<&str>| -> String { GLOSSARY.iter().filter(|w| w.lab == lab).map(|w| format!("{:<TERM_COLUMN$} {}\n", w.term, w.meaning)).collect() };
     let mut out = words(None);
     for lab in crate::labs::ALL.iter() {
         out += &format!("\nlab {} ({}):\n{}", lab.number(), lab.name(), words(Some(lab.name())));
@@ -350,6 +354,9 @@ mod tests {
     #[test]
     fn the_glossary_explains_what_the_tables_abbreviate() {
         let terms: String = GLOSSARY.iter().map(|w| w.term).collect::<Vec<_>>().join(" ");
+        for w in GLOSSARY {
+            assert!(w.term.chars().count() < TERM_COLUMN, "{:?} does not fit the glossary's column of terms", w.term);
+        }
         for abbr in [
             "H|D",
             "DF",

@@ -454,3 +454,40 @@ fn every_exercise_cell_is_named_given_and_saves_its_verdict() {
         assert_eq!(l.standing, Standing::NotStarted, "{}", l.exercise.id);
     }
 }
+
+/// Notebook 00 is the lab table's: its text counts no labs (the course
+/// map's cell does), and its saved outputs hold every lab of the table
+/// in the map, every lab under the glossary and every exercise in the
+/// progress, each not started (the notebooks run headless save no verdict
+/// where it reads them).
+#[test]
+fn notebook_00_shows_every_lab_of_the_table() {
+    let (_, nb) = notebooks().into_iter().find(|(p, _)| p.ends_with("00-start-here.ipynb")).expect("notebook 00");
+    let cells = nb["cells"].as_array().unwrap();
+    let counts = ["two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"];
+    for c in cells.iter().filter(|c| c["cell_type"] == "markdown") {
+        let text = cell_text(c, "source").to_lowercase();
+        for word in text.split(|ch: char| !ch.is_alphanumeric()).collect::<Vec<_>>().windows(2) {
+            let counted = counts.contains(&word[0]) || word[0].parse::<u32>().is_ok();
+            assert!(!(counted && word[1] == "labs"), "notebook 00 counts the labs in its text: \"{} {}\"", word[0], word[1]);
+        }
+    }
+    let output = |call: &str| -> String {
+        let cell = cells.iter().find(|c| c["cell_type"] == "code" && cell_text(c, "source").contains(call)).unwrap_or_else(|| panic!("no cell calls {call}"));
+        cell["outputs"].as_array().into_iter().flatten().map(|o| cell_text(o, "text")).collect()
+    };
+    let map = output("course::course_map()");
+    let glossary = output("course::glossary()");
+    let progress = output("course::progress()");
+    assert!(map.starts_with(&format!("{} labs, in order:", overlap_lab::labs::ALL.len())), "{map}");
+    for lab in overlap_lab::labs::ALL {
+        assert!(map.contains(&lab.notebook()), "notebook 00's saved map lacks {}: run it again", lab.notebook());
+        assert!(glossary.contains(&format!("lab {} ({}):", lab.number(), lab.name())), "notebook 00's saved glossary lacks lab {}", lab.number());
+        for ex in lab.exercises() {
+            let line = progress.lines().find(|l| l.split_whitespace().nth(2) == Some(ex.id));
+            assert!(line.is_some_and(|l| l.ends_with(": not started")), "notebook 00's saved progress on {}: {line:?}", ex.id);
+        }
+    }
+    let setup = output("course::setup_report()");
+    assert!(!setup.lines().any(|l| l.starts_with("[ ok ]") && l.contains("not found")), "{setup}");
+}
