@@ -2,7 +2,7 @@
 //! this machine can do (a GPU or the recordings, the driver, NVRTC,
 //! CUPTI), the course map from the lab table with each notebook's measured
 //! time (`data/notebook-times.json`), a glossary of what the labs
-//! print, and the primer's picture (one stream against three, from the
+//! print (the course's words, then each lab's of the table), and the primer's picture (one stream against three, from the
 //! queue model), and the learner's progress through the exercises.
 //!
 //! May use everything below it: `labs` (the lab table), `lab_kit`, `gpu`,
@@ -25,77 +25,93 @@ use std::collections::BTreeMap;
 /// line each: passed, not yet with the first problem, not started), read
 /// from the notebooks in `dir` and the verdicts their cells saved there.
 pub fn progress_in(dir: &std::path::Path) -> Result<Progress> {
-    let labs: Vec<(u8, &'static [Exercise])> = crate::labs::ALL.iter().map(|l| (l.number(), l.exercises())).collect();
-    progress::read(dir, &labs)
+    read_progress(dir, &progress::verdicts_in(dir))
 }
 
-/// [`progress_in`] the course's notebooks (what `overlap-lab progress` prints).
+/// The course's notebooks and the verdicts their cells saved (in
+/// `notebooks/progress.json`, or where `$OVERLAP_LAB_PROGRESS` points):
+/// what notebook 00 and `overlap-lab progress` print.
 pub fn progress() -> Result<Progress> {
-    progress_in(&progress::default_notebooks_dir())
+    read_progress(&progress::default_notebooks_dir(), &progress::default_verdicts())
+}
+
+fn read_progress(dir: &std::path::Path, verdicts: &std::path::Path) -> Result<Progress> {
+    let labs: Vec<(u8, &'static [Exercise])> = crate::labs::ALL.iter().map(|l| (l.number(), l.exercises())).collect();
+    progress::read(dir, verdicts, &labs)
+}
+
+/// Where one thing the course uses stands on this machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Here and working.
+    Ready,
+    /// Not here, and the course does without it: no GPU (the notebooks
+    /// show the recordings), no CUPTI (CUDA events time the timelines).
+    DoesWithout,
+    /// Missing or broken, and part of the course cannot work without it.
+    Missing,
+}
+
+impl Readiness {
+    /// Its tag in the set-up check: `[ ok ]`, `[ -- ]`, `[MISS]`.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Readiness::Ready => "[ ok ]",
+            Readiness::DoesWithout => "[ -- ]",
+            Readiness::Missing => "[MISS]",
+        }
+    }
 }
 
 /// One line of the set-up check.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SetupLine {
     pub what: &'static str,
-    /// Whether it works here (a missing GPU is not a fault: the notebooks
-    /// show the recordings).
-    pub ok: bool,
+    pub readiness: Readiness,
     pub detail: String,
 }
 
 /// What this machine can do for the course, a line each.
 pub fn setup() -> Vec<SetupLine> {
+    use Readiness::*;
+    let line = |what, readiness, detail: String| SetupLine { what, readiness, detail };
     let mut lines = Vec::new();
     let avail = Availability::probe();
-    let gpu = match &avail {
+    lines.push(match &avail {
         Availability::Ready { devices } => match Gpu::open(0) {
-            Ok(g) => SetupLine { what: "GPU", ok: true, detail: format!("{} GPU(s); GPU 0: {}", devices, g.label()) },
-            Err(e) => SetupLine { what: "GPU", ok: false, detail: format!("the driver sees {devices} GPU(s) but GPU 0 does not open: {e}") },
+            Ok(g) => line("GPU", Ready, format!("{} GPU(s); GPU 0: {}", devices, g.label())),
+            Err(e) => line("GPU", Missing, format!("the driver sees {devices} GPU(s) but GPU 0 does not open: {e}")),
         },
-        _ => SetupLine { what: "GPU", ok: false, detail: format!("none here ({}): the notebooks show the recordings", avail.reason()) },
-    };
-    lines.push(gpu);
-    let mode = match crate::lab_kit::live_here() {
-        Ok(()) => SetupLine { what: "notebooks", ok: true, detail: "LIVE: each lab runs on this GPU".into() },
-        Err(why) => SetupLine { what: "notebooks", ok: true, detail: format!("RECORDED: each lab shows its newest recording ({why})") },
-    };
-    lines.push(mode);
-    let nvrtc = if !kernels::nvrtc_present() {
-        SetupLine {
-            what: "NVRTC",
-            ok: false,
-            detail: "not found: the labs' kernels cannot be compiled (install the CUDA toolkit, or `pip install nvidia-cuda-nvrtc`)".into(),
-        }
+        _ => line("GPU", DoesWithout, format!("none here ({}): the notebooks show the recordings", avail.reason())),
+    });
+    lines.push(match crate::lab_kit::live_here() {
+        Ok(()) => line("notebooks", Ready, "LIVE: each lab runs on this GPU".into()),
+        Err(why) => line("notebooks", Ready, format!("RECORDED: each lab shows its newest recording ({why})")),
+    });
+    lines.push(if !kernels::nvrtc_present() {
+        line("NVRTC", Missing, "not found: the labs' kernels cannot be compiled (install the CUDA toolkit, or `pip install nvidia-cuda-nvrtc`)".into())
     } else {
         match kernels::compile_ptx(&kernels::COMPUTE, "sm_90") {
-            Ok(ptx) => SetupLine {
-                what: "NVRTC",
-                ok: true,
-                detail: format!("compiles the labs' kernels ({}: {} lines of PTX)", kernels::COMPUTE.file, ptx.lines().count()),
-            },
-            Err(e) => SetupLine { what: "NVRTC", ok: false, detail: format!("present, but a kernel does not compile: {e}") },
+            Ok(ptx) => line("NVRTC", Ready, format!("compiles the labs' kernels ({}: {} lines of PTX)", kernels::COMPUTE.file, ptx.lines().count())),
+            Err(e) => line("NVRTC", Missing, format!("present, but a kernel does not compile: {e}")),
         }
-    };
-    lines.push(nvrtc);
-    let cupti = if driver::activity::available() {
-        SetupLine { what: "CUPTI", ok: true, detail: "found: pure-GPU timelines use the hardware's own timestamps".into() }
+    });
+    lines.push(if driver::activity::available() {
+        line("CUPTI", Ready, "found: pure-GPU timelines use the hardware's own timestamps".into())
     } else {
-        SetupLine { what: "CUPTI", ok: true, detail: "not found: timelines are timed by CUDA events instead (each chart says which)".into() }
-    };
-    lines.push(cupti);
-    let recorded = match crate::report::Headlines::from_data(&default_data_dir()) {
-        Ok(h) if !h.gpus.is_empty() => SetupLine { what: "recordings", ok: true, detail: format!("data/ holds runs of: {}", h.gpus.join(", ")) },
-        Ok(_) => SetupLine { what: "recordings", ok: false, detail: "data/ holds no recording: with no GPU the notebooks have nothing to show".into() },
-        Err(e) => SetupLine { what: "recordings", ok: false, detail: format!("data/ could not be read: {e}") },
-    };
-    lines.push(recorded);
+        line("CUPTI", DoesWithout, "not found: timelines use CUDA events (each chart says which)".into())
+    });
+    lines.push(match crate::report::Headlines::from_data(&default_data_dir()) {
+        Ok(h) if !h.gpus.is_empty() => line("recordings", Ready, format!("data/ holds runs of: {}", h.gpus.join(", "))),
+        Ok(_) => line("recordings", Missing, "data/ holds no recording: with no GPU the notebooks have nothing to show".into()),
+        Err(e) => line("recordings", Missing, format!("data/ could not be read: {e}")),
+    });
     lines
 }
 
 /// [`setup`] as the notebook prints it.
 pub fn setup_report() -> String {
-    setup().iter().map(|l| format!("[{}] {:<11} {}\n", if l.ok { " ok " } else { "MISS" }, l.what, l.detail)).collect()
+    setup().iter().map(|l| format!("{} {:<11} {}\n", l.readiness.tag(), l.what, l.detail)).collect()
 }
 
 /// How long each notebook takes, measured (`data/notebook-times.json`).
@@ -133,7 +149,7 @@ pub fn notebook_times() -> Result<NotebookTimes> {
 /// times are there).
 pub fn course_map() -> String {
     let times = notebook_times().ok();
-    let mut out = String::new();
+    let mut out = format!("{} labs, in order:\n\n", crate::labs::ALL.len());
     for lab in crate::labs::ALL.iter() {
         out += &format!("{}. {}\n   {}\n", lab.number(), lab.teaches(), lab.notebook());
         let needs: Vec<String> = lab.builds_on().iter().map(|(n, what)| format!("lab {n} ({what})")).collect();
@@ -152,44 +168,95 @@ pub fn course_map() -> String {
     out
 }
 
-/// The course's own words and abbreviations, as the labs print them.
-pub const GLOSSARY: &[(&str, &str)] = &[
-    ("H2D, D2H, D2D", "a copy host to device, device to host, device to device (within one GPU or between two)"),
-    ("H, K, D, H|D", "lab 2's parts: the whole data's H2D, kernel, D2H alone, and both copies at once"),
-    ("pinned / pageable", "page-locked host memory the copy engines read directly / ordinary memory the driver stages through a pinned buffer"),
-    ("stream", "a queue of GPU work that runs in order; work on different streams may overlap"),
-    ("event", "a marker recorded on a stream; another stream (or the CPU) can wait until the GPU passes it"),
-    ("host function", "a CPU function the driver runs when a stream reaches it (cuLaunchHostFunc); the stream waits for it"),
-    ("legacy / per-thread default stream", "the NULL stream every blocking stream synchronizes with / a default stream of each CPU thread's own"),
-    (
+/// A word or abbreviation the labs print, and what it means.
+#[derive(Clone, Copy, Debug)]
+pub struct Word {
+    /// The lab that brings it in (its name in the lab table), or `None`
+    /// for a word of the whole course.
+    pub lab: Option<&'static str>,
+    pub term: &'static str,
+    pub meaning: &'static str,
+}
+
+const fn course(term: &'static str, meaning: &'static str) -> Word {
+    Word { lab: None, term, meaning }
+}
+
+const fn of(lab: &'static str, term: &'static str, meaning: &'static str) -> Word {
+    Word { lab: Some(lab), term, meaning }
+}
+
+/// The course's own words and abbreviations, as the labs print them: the
+/// whole course's first, then each lab's (every lab of the table brings
+/// some: a test holds the two lists together).
+pub const GLOSSARY: &[Word] = &[
+    course("H2D, D2H, D2D", "a copy host to device, device to host, device to device (within one GPU or between two)"),
+    course("stream", "a queue of GPU work that runs in order; work on different streams may overlap"),
+    course("event", "a marker recorded on a stream; another stream (or the CPU) can wait until the GPU passes it"),
+    course("bound", "the fastest a pipeline could be from its parts timed alone (the slowest stage every item, the rest once)"),
+    course("ceiling", "the fastest the hardware does it: lab 2's best bound, lab 7's fastest device copy"),
+    course("eff.", "efficiency: the bound over the measured time (100% = as fast as the parts allow)"),
+    course("it/s", "iterations per second"),
+    course("queue model, model", "the dry run's schedule timed on modelled streams, copy engines and CPU threads with the parts' measured times"),
+    course("dry run", "a loop run with no GPU: it records the schedule and where every element's data came from"),
+    course("plan, rig", "a loop with its streams and buffers / what runs plans on a GPU on fresh, verified data"),
+    course("start gate", "a wait that holds every stream until the loop is issued, so device time excludes issuing"),
+    course("makespan", "from a timeline's first op's start to its last op's end"),
+    course("spread", "the middle half of the runs (25% to 75%): a difference smaller than it is not shown"),
+    of("bandwidth", "pinned / pageable", "page-locked host memory the copy engines read directly / ordinary memory the driver stages through a pinned buffer"),
+    of(
+        "bandwidth",
+        "write-combined, registered",
+        "pinned memory the CPU writes fast but reads slowly / ordinary memory pinned where it is (cuMemHostRegister)",
+    ),
+    of("bandwidth", "break-even", "how many copies of a buffer it takes for pinning it to pay for itself"),
+    of("overlap", "H, K, D, H|D", "the whole data's H2D, kernel, D2H alone, and both copies at once"),
+    of(
+        "overlap",
         "chunks/streams DF, BF, SS",
-        "lab 2's issue orders: depth-first (a chunk's three ops, then the next), breadth-first (every H2D, then every kernel...), a stream per stage",
+        "issue orders: depth-first (a chunk's three ops, then the next), breadth-first (every H2D, then every kernel...), a stream per stage",
     ),
-    ("serial", "one chunk on one stream: nothing overlaps"),
-    ("bound", "the fastest a pipeline could be from its parts timed alone (the slowest stage every item, the rest once)"),
-    ("ceiling", "the fastest the hardware does it: lab 2's best bound, lab 7's fastest device copy"),
-    ("eff.", "efficiency: the bound over the measured time (100% = as fast as the parts allow)"),
-    ("G, C, C/G", "lab 4's GPU time and CPU (argmin) time per iteration, and their ratio"),
-    ("it/s", "iterations per second"),
-    ("queue model, model", "the dry run's schedule timed on modelled streams, copy engines and CPU threads with the parts' measured times"),
-    ("dry run", "a loop run with no GPU: it records the schedule and where every element's data came from"),
-    ("plan, rig", "a loop with its streams and buffers / what runs plans on a GPU on fresh, verified data"),
-    ("start gate", "a wait that holds every stream until the loop is issued, so device time excludes issuing"),
-    ("makespan", "from a timeline's first op's start to its last op's end"),
-    ("spread", "the middle half of the runs (25% to 75%): a difference smaller than it is not shown"),
-    ("graph", "a CUDA graph: a captured loop replayed with one launch"),
-    (
+    of("overlap", "serial", "one chunk on one stream: nothing overlaps"),
+    of("double-buffer", "double buffering", "two buffers used in turn: the CPU fills one while the GPU copies or computes the other"),
+    of("callback", "host function", "a CPU function the driver runs when a stream reaches it (cuLaunchHostFunc); the stream waits for it"),
+    of("callback", "G, C, C/G", "the GPU time and CPU (argmin) time per iteration, and their ratio"),
+    of("streams", "legacy / per-thread default stream", "the NULL stream every blocking stream synchronizes with / a default stream of each CPU thread's own"),
+    of("streams", "graph", "a CUDA graph: a captured loop replayed with one launch"),
+    of(
+        "memory",
+        "stream-ordered pair",
+        "cuMemAllocAsync / cuMemFreeAsync: memory from the pool, allocated and freed in stream order, so neither waits for the GPU",
+    ),
+    of("memory", "release threshold", "how much memory the pool keeps at a synchronization instead of giving it back to the driver"),
+    of("memory", "staging slots, zero-copy", "a ring of pinned buffers reused as each batch's copy ends / a kernel reading mapped pinned host memory in place"),
+    of(
+        "kernel-pipeline",
         "regs, smem, occ, bps, lcl",
-        "lab 7: registers per thread, shared memory per block, resident share of an SM's threads, blocks per SM launched, spilled bytes per thread",
+        "registers per thread, shared memory per block, resident share of an SM's threads, blocks per SM launched, spilled bytes per thread",
     ),
-    ("stage, tile, TMA", "lab 7: tiles in flight per block, the block's unit of work, the tensor memory accelerator's bulk copies"),
-    ("micro-batch, bubble", "lab 8: a slice of a batch that moves through the pipeline's stages; the time a stage sits idle"),
-    ("all-reduce, bucket", "lab 8: every GPU's buffers summed in place (NCCL); the gradients handed to it at a time"),
+    of("kernel-pipeline", "stage, tile, TMA", "tiles in flight per block, the block's unit of work, the tensor memory accelerator's bulk copies"),
+    of("multi-gpu", "micro-batch, bubble", "a slice of a batch that moves through the pipeline's stages; the time a stage sits idle"),
+    of("multi-gpu", "all-reduce, bucket", "every GPU's buffers summed in place (NCCL); the gradients handed to it at a time"),
+    of("offload", "layer, d, GEMM", "two FP16 matrix multiplications by cuBLAS (d x 4d, then 4d x d) with a ReLU between; d is the model's width"),
+    of("offload", "GPU budget", "the GPU memory the lab lets itself use (--gpu-budget): the model's weights do not fit in it"),
+    of("offload", "ring, slot, prefetch", "K layer buffers on the GPU reused in turn / one of them / a layer's upload issued while earlier layers compute"),
+    of("offload", "tokens/s", "tokens (rows of a batch) through every layer per second"),
+    of("offload", "link- / compute-bound, crossover", "uploads slower than the GEMMs / the other way round; the batch size where the two take as long"),
 ];
 
-/// [`GLOSSARY`] as the notebook prints it.
+/// The width of the glossary's column of terms (each term is shorter).
+const TERM_COLUMN: usize = 36;
+
+/// [`GLOSSARY`] as the notebook prints it: the course's words, then each
+/// lab's under its number and name, in the lab table's order.
 pub fn glossary() -> String {
-    GLOSSARY.iter().map(|(term, meaning)| format!("{term:<36} {meaning}\n")).collect()
+    let words =
+        |lab: Option<&str>| -> String { GLOSSARY.iter().filter(|w| w.lab == lab).map(|w| format!("{:<TERM_COLUMN$} {}\n", w.term, w.meaning)).collect() };
+    let mut out = words(None);
+    for lab in crate::labs::ALL.iter() {
+        out += &format!("\nlab {} ({}):\n{}", lab.number(), lab.name(), words(Some(lab.name())));
+    }
+    out
 }
 
 /// The primer's picture: four chunks (an H2D, a kernel and a D2H each, 1 ms
@@ -238,7 +305,18 @@ mod tests {
         let report = setup_report();
         assert!(report.lines().count() == 5 && report.contains("recordings"), "{report}");
         // The repository's data/ holds the recordings the notebooks show.
-        assert!(lines[4].ok && lines[4].detail.contains("H100"), "{:?}", lines[4]);
+        assert!(lines[4].readiness == Readiness::Ready && lines[4].detail.contains("H100"), "{:?}", lines[4]);
+        // What is not here says so, never "ok": no GPU and no CUPTI are
+        // done without, not faults.
+        for l in report.lines() {
+            assert!(!(l.starts_with("[ ok ]") && (l.contains("not found") || l.contains("none here"))), "{l}");
+        }
+        if !Availability::probe().is_ready() {
+            assert!(report.lines().next().is_some_and(|l| l.starts_with("[ -- ] GPU         none here")), "{report}");
+        }
+        if !driver::activity::available() {
+            assert!(report.contains("[ -- ] CUPTI       not found: timelines use CUDA events"), "{report}");
+        }
     }
 
     #[test]
@@ -251,6 +329,8 @@ mod tests {
             }
         }
         assert!(map.contains("builds on: nothing: start here"), "{map}");
+        // The count comes from the lab table, as every line does.
+        assert!(map.starts_with(&format!("{} labs, in order:\n", crate::labs::ALL.len())), "{map}");
         // Every notebook's time, live and with the recordings, measured.
         let times = notebook_times().unwrap();
         let modes: Vec<&str> = times.runs.iter().map(|r| r.mode.as_str()).collect();
@@ -273,11 +353,52 @@ mod tests {
 
     #[test]
     fn the_glossary_explains_what_the_tables_abbreviate() {
-        let terms: String = GLOSSARY.iter().map(|(t, _)| *t).collect::<Vec<_>>().join(" ");
-        for abbr in
-            ["H|D", "DF", "BF", "SS", "C/G", "eff.", "it/s", "regs", "smem", "occ", "bps", "lcl", "TMA", "makespan", "spread", "start gate", "queue model"]
-        {
+        let terms: String = GLOSSARY.iter().map(|w| w.term).collect::<Vec<_>>().join(" ");
+        for w in GLOSSARY {
+            assert!(w.term.chars().count() < TERM_COLUMN, "{:?} does not fit the glossary's column of terms", w.term);
+        }
+        for abbr in [
+            "H|D",
+            "DF",
+            "BF",
+            "SS",
+            "C/G",
+            "eff.",
+            "it/s",
+            "regs",
+            "smem",
+            "occ",
+            "bps",
+            "lcl",
+            "TMA",
+            "makespan",
+            "spread",
+            "start gate",
+            "queue model",
+            "tokens/s",
+            "ring",
+            "GEMM",
+        ] {
             assert!(terms.contains(abbr), "the glossary lacks {abbr}");
+        }
+    }
+
+    /// Every lab of the table brings its own words, and every word's lab
+    /// is a lab of the table: a new lab's words print under it.
+    #[test]
+    fn every_lab_brings_its_words_to_the_glossary() {
+        for w in GLOSSARY {
+            if let Some(lab) = w.lab {
+                assert!(crate::labs::find(lab).is_some(), "the glossary's {:?} belongs to {lab}, which is no lab of the table", w.term);
+            }
+        }
+        let text = glossary();
+        for lab in crate::labs::ALL.iter() {
+            assert!(GLOSSARY.iter().any(|w| w.lab == Some(lab.name())), "lab {} ({}) brings no word to the glossary", lab.number(), lab.name());
+            let heading = format!("lab {} ({}):\n", lab.number(), lab.name());
+            let at = text.find(&heading).unwrap_or_else(|| panic!("no {heading:?} in {text}"));
+            let first = GLOSSARY.iter().find(|w| w.lab == Some(lab.name())).unwrap();
+            assert!(text[at + heading.len()..].starts_with(first.term), "{text}");
         }
     }
 

@@ -23,7 +23,8 @@ pub fn generate_by_lab(data_dir: &Path, out_dir: &Path) -> Result<(Vec<Visited>,
     let (visited, table) = visit(data_dir, Some(out_dir))?;
     let mut files: Vec<PathBuf> = visited.iter().flat_map(|v| v.files.iter().cloned()).collect();
     if files.is_empty() {
-        return Err(LabError::MissingData { path: display_path(&data_dir.join("<device>").join("bandwidth.json")) });
+        // A recording is DIR/<its GPU's folder>/<lab>.json (`data/nvidia-h200/bandwidth.json`).
+        return Err(LabError::MissingData { path: format!("{}/<gpu folder>/<lab>.json", display_path(data_dir)) });
     }
     let page = html(&visited, &table)?;
     files.push(write_text(out_dir.join("headline.md"), table.markdown(None))?);

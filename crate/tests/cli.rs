@@ -1,6 +1,7 @@
 //! The command line as a user meets it: help, clear one-line errors with
 //! non-zero exits, and the report from recorded data with no GPU.
 
+use overlap_lab::lab_kit::progress::verdicts_in;
 use std::process::Command;
 
 /// The binary under test: $OVERLAP_LAB_BIN (for test binaries carried to
@@ -22,7 +23,8 @@ fn cli(args: &[&str]) -> (i32, String, String) {
 fn help_lists_every_command() {
     let (code, out, _) = cli(&["--help"]);
     assert_eq!(code, 0);
-    for c in ["device", "topology", "bandwidth", "report", "all"] {
+    let tools = ["device", "topology", "progress", "report", "all"];
+    for c in tools.into_iter().chain(overlap_lab::labs::ALL.iter().map(|l| l.name())) {
         assert!(out.contains(c), "help lacks {c}: {out}");
     }
     let (code, out, _) = cli(&["bandwidth", "--help"]);
@@ -62,24 +64,161 @@ fn every_subcommand_has_help_that_names_its_options() {
     assert!(err.contains("invalid value 'tiny'") && err.contains("headline, full, quick, small"), "{err}");
 }
 
+/// The bad command lines a new user types: negative numbers, sizes with
+/// units the option does not take or a unit wrong, zero sizes, empty and
+/// missing folders, a file that is no notebook, unknown labs, kinds and
+/// presets. Each exits non-zero with one line on stderr that names the
+/// option or file (each `needles`) and what it expects, with no panic, and
+/// writes nothing. Every lab of the table gets the lines every lab takes.
 #[test]
-fn bad_input_is_one_clear_line_and_nothing_written() {
+fn every_bad_command_line_is_one_line_naming_the_option_or_file() {
     let data = overlap_lab::testing::temp_dir("cli-bad");
-    let d = data.to_str().unwrap();
-    for (args, needle) in [
-        (vec!["--data", d, "bandwidth", "--min", "0"], "minimum size 0 B"),
-        (vec!["--data", d, "bandwidth", "--max", "100GiB"], "over the 64 GiB limit"),
-        (vec!["--data", d, "bandwidth", "--min", "1MiB", "--max", "4KiB"], "exceeds maximum"),
-        (vec!["--data", d, "bandwidth", "--repeats", "0"], "repeats"),
-        (vec!["--data", d, "bandwidth", "--kinds", "cached"], "invalid value 'cached'"),
-        (vec!["--data", d, "bandwidth", "--min", "4XB"], "unknown size unit"),
-    ] {
-        let (code, _, err) = cli(&args);
-        assert_ne!(code, 0, "{args:?} should fail");
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{err}");
+    let d = data.to_str().unwrap().to_string();
+    let empty = overlap_lab::testing::temp_dir("cli-bad-empty");
+    let empty = empty.to_str().unwrap().to_string();
+    // The course's notebooks, the last lab's replaced by text that is no
+    // notebook; and a copy whose saved verdicts are cut short.
+    let last = overlap_lab::labs::ALL.last().unwrap().notebook().trim_start_matches("notebooks/").to_string();
+    let not_json = overlap_lab::testing::notebooks_copy("cli-bad-not-json");
+    std::fs::write(not_json.join(&last), "print('a Python script, saved as .ipynb')\n").unwrap();
+    let not_json = not_json.to_str().unwrap().to_string();
+    let cut = overlap_lab::testing::notebooks_copy("cli-bad-verdicts");
+    std::fs::write(verdicts_in(&cut), "{\"verdicts\": {").unwrap();
+    let cut = cut.to_str().unwrap().to_string();
+    let first = overlap_lab::labs::ALL[0].exercises()[0].notebook();
+    let negative = "not a negative one";
+    let mut lines: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut add = |args: &[&str], needles: &[&str]| {
+        lines.push((args.iter().map(|a| a.to_string()).collect(), needles.iter().map(|n| n.to_string()).collect()));
+    };
+    // Sizes: negative, zero, a unit wrong, part of a byte or a MiB.
+    add(&["bandwidth", "--min", "-1"], &["'--min <SIZE>'", "is negative: expected a size"]);
+    add(&["bandwidth", "--min", "-4KiB"], &["'--min <SIZE>'", "is negative"]);
+    add(&["bandwidth", "--min", "0"], &["'--min <SIZE>'", "expected more than 0 bytes"]);
+    add(&["bandwidth", "--max", "0GiB"], &["'--max <SIZE>'", "expected more than 0 bytes"]);
+    add(&["bandwidth", "--min", "4XB"], &["'--min <SIZE>'", "unknown size unit 'xb'", "KiB"]);
+    add(&["bandwidth", "--max", "1,5GiB"], &["'--max <SIZE>'", "unknown size unit ',5gib'"]);
+    add(&["bandwidth", "--min", "0.1KiB"], &["'--min <SIZE>'", "not a whole number of bytes"]);
+    add(&["bandwidth", "--max", "lots"], &["'--max <SIZE>'", "is not a size", "e.g. 4096, 4KiB"]);
+    add(&["bandwidth", "--min", "1MiB", "--max", "4KiB"], &["minimum size 1 MiB exceeds maximum 4 KiB"]);
+    add(&["bandwidth", "--size-factor", "1"], &["--size-factor 1", "2 to 16"]);
+    add(&["offload", "--gpu-budget", "-1"], &["'--gpu-budget <MIB>'", "is negative"]);
+    add(&["offload", "--gpu-budget", "100KiB"], &["'--gpu-budget <MIB>'", "expected a whole number of MiB"]);
+    add(&["offload", "--gpu-budget", "1.5XB"], &["'--gpu-budget <MIB>'", "unknown size unit"]);
+    add(&["offload", "--gpu-budget", "0"], &["--gpu-budget 0 MiB"]);
+    add(&["offload", "--gpu-budget", "64MiB"], &["--gpu-budget 64 MiB"]);
+    add(&["memory", "--sizes-mib", "1,-4"], &["'--sizes-mib <MIB>'", "is negative"]);
+    add(&["memory", "--sizes-mib", "0"], &["--sizes-mib [0]", "1 to 16384 MiB"]);
+    add(&["memory", "--trace-base-mib", "0.5"], &["'--trace-base-mib <MIB>'", "512 KiB: expected a whole number of MiB"]);
+    add(&["multi-gpu", "--grad-mib", "1.5MiB"], &["'--grad-mib <MIB>'", "expected a whole number of MiB"]);
+    add(&["multi-gpu", "--buckets-mib", "3"], &["--buckets-mib", "divide --grad-mib"]);
+    add(&["kernel-pipeline", "--mib", "0"], &["--mib must be 1-16384 (got 0)"]);
+    // Counts and ratios.
+    add(&["kernel-pipeline", "--threads", "-32"], &["'--threads <THREADS>'", negative]);
+    add(&["kernel-pipeline", "--stages", "1,two"], &["'--stages <STAGES>'", "expected a whole number"]);
+    add(&["overlap", "--chunks", "1,-4"], &["'--chunks <CHUNKS>'", negative]);
+    add(&["streams", "--issue-chunks", "1"], &["--issue-chunks 1", "give counts from 2"]);
+    add(&["double-buffer", "--kernel-over-copy", "fast"], &["'--kernel-over-copy <KERNEL_OVER_COPY>'", "expected a number"]);
+    add(&["callback", "--cpu-over-gpu", "1/4"], &["'--cpu-over-gpu <CPU_OVER_GPU>'", "expected a number"]);
+    add(&["offload", "--layers", "1"], &["--layers must be 2-10000"]);
+    add(&["offload", "--d-model", "100"], &["--d-model must be a multiple of 64"]);
+    add(&["memory", "--elements", "3"], &["--elements 3", "an even number"]);
+    add(&["callback", "--repeats", "99999999999999999999999"], &["'--repeats <REPEATS>'", "a smaller whole number"]);
+    // Kinds, presets, commands and options that do not exist.
+    add(&["bandwidth", "--kinds", "cached"], &["'--kinds <KINDS>'", "possible values: pageable, pinned"]);
+    add(&["bandwidth", "--directions", "up"], &["'--directions <DIRECTIONS>'", "possible values: h2d"]);
+    add(&["overlap", "--intensities", "extreme"], &["'--intensities <INTENSITIES>'", "possible values"]);
+    add(&["all", "--preset", "tiny"], &["'--preset <PRESET>'", "possible values: headline, full, quick, small"]);
+    add(&["all", "--device", "-1"], &["'--device <DEVICE>'", negative]);
+    add(&["device", "--device", "-1"], &["'--device <DEVICE>'", negative]);
+    add(&["bandwidth", "--sizes", "4KiB"], &["unexpected argument '--sizes'"]);
+    add(&["report", "--out"], &["'--out <DIR>'", "a value is required"]);
+    add(&["reports"], &["unrecognized subcommand 'reports'", "'report'"]);
+    // Folders and files.
+    add(&["--data", &empty, "report", "--out", &empty], &[&format!("{empty}/<gpu folder>/<lab>.json")]);
+    add(&["--data", "/nonexistent/data", "report"], &["/nonexistent/data does not exist"]);
+    add(&["progress", "--notebooks", "/nonexistent/notebooks"], &["the notebooks folder /nonexistent/notebooks", "No such file"]);
+    add(&["progress", "--notebooks", &empty], &[&format!("{empty} holds no notebook {first}"), "NN-name.ipynb"]);
+    add(&["progress", "--notebooks", &not_json], &[&format!("{not_json}/{last} is not a Jupyter notebook")]);
+    add(&["progress", "--notebooks", &cut], &[&format!("{cut}/progress.json are not the verdicts the exercises save")]);
+    // What every lab of the table takes: a misspelt name, --device and --repeats.
+    for lab in overlap_lab::labs::ALL.iter() {
+        let typo = &lab.name()[..lab.name().len() - 1];
+        add(&[typo], &[&format!("unrecognized subcommand '{typo}'"), &format!("'{}'", lab.name())]);
+        add(&[lab.name(), "--device", "-1"], &["'--device <DEVICE>'", negative]);
+        add(&[lab.name(), "--repeats", "-3"], &["'--repeats <REPEATS>'", negative]);
+    }
+    assert!(lines.len() >= 40, "{} bad command lines", lines.len());
+    for (args, needles) in &lines {
+        // Into the scratch data folder, unless the line names its own.
+        let mut full = if args.contains(&"--data".to_string()) { vec![] } else { vec!["--data", d.as_str()] };
+        full.extend(args.iter().map(String::as_str));
+        let (code, out, err) = cli(&full);
+        let said = format!("overlap-lab {}: exit {code}, stdout {out:?}, stderr {err:?}", args.join(" "));
+        assert!(code != 0 && code != -1, "{said}: should fail");
+        assert!(!err.contains("panicked"), "{said}");
+        assert_eq!(err.lines().count(), 1, "{said}: one line");
+        assert!(err.starts_with("overlap-lab: error: "), "{said}");
+        for n in needles {
+            assert!(err.contains(n.as_str()), "{said}: should name {n:?}");
+        }
+        for fix in ["run `overlap-lab all`", "recorded data"] {
+            assert!(!(args.contains(&"progress".to_string()) && err.contains(fix)), "{said}: a notebook is no recording");
+        }
     }
     assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "a failed run wrote something");
+}
+
+/// Sizes take units wherever a size is asked for, and each size option's
+/// help says what a bare number is. The lines fail on another option's
+/// value, after the sizes parsed (so no GPU runs).
+#[test]
+fn every_size_option_takes_units_and_says_what_a_bare_number_is() {
+    for (args, fails_on) in [
+        (&["offload", "--gpu-budget", "1.5GB", "--layers", "1"][..], "--layers"),
+        (&["offload", "--gpu-budget", "1536MiB", "--layers", "1"], "--layers"),
+        (&["offload", "--gpu-budget", "1536", "--layers", "1"], "--layers"),
+        (&["bandwidth", "--min", "4KiB", "--max", "1.5GiB", "--size-factor", "1"], "--size-factor"),
+        (&["bandwidth", "--min", "4096", "--max", "1 GiB", "--size-factor", "1"], "--size-factor"),
+        (&["memory", "--sizes-mib", "1,1GiB", "--trace-base-mib", "16MiB", "--elements", "3"], "--elements"),
+        (&["multi-gpu", "--sizes-mib", "4,0.25GiB", "--grad-mib", "0.5GiB", "--buckets-mib", "4MiB,256MiB", "--copies", "1"], "--copies"),
+        (&["kernel-pipeline", "--mib", "64MiB", "--ceiling-max-mib", "2GiB", "--threads", "1"], "--threads"),
+    ] {
+        let (code, _, err) = cli(args);
+        assert!(code != 0 && err.lines().count() == 1 && err.contains(fails_on), "{args:?}: {err}");
+    }
+    // Every option of a size in MiB (named -mib or a budget) shows <MIB>
+    // and says a bare number is MiB; every size in bytes shows <SIZE>.
+    let mut sizes = Vec::new();
+    for lab in overlap_lab::labs::ALL.iter() {
+        let (code, help, _) = cli(&[lab.name(), "--help"]);
+        assert_eq!(code, 0);
+        // Each option: its line ("  --name <VALUE>  help...") and the
+        // indented lines after it, as one line.
+        let mut options: Vec<String> = Vec::new();
+        for line in help.lines() {
+            let indent = line.len() - line.trim_start().len();
+            if line.trim_start().starts_with('-') && indent <= 6 {
+                options.push(line.trim().to_string());
+            } else if let (Some(o), true) = (options.last_mut(), indent > 6) {
+                *o = format!("{o} {}", line.trim());
+            }
+        }
+        for option in &options {
+            let name = option.split([' ', ',']).find(|w| w.starts_with("--")).unwrap_or("").trim_start_matches("--");
+            if name.ends_with("-mib") || name.contains("budget") || option.contains("<MIB>") {
+                assert!(option.contains("<MIB>") && option.contains("MiB if no unit is given"), "{}: {option}", lab.name());
+                sizes.push(name.to_string());
+            }
+            if option.contains("<SIZE>") {
+                assert!(option.contains("bytes, or with a unit"), "{}: {option}", lab.name());
+                sizes.push(name.to_string());
+            }
+        }
+    }
+    for seen in ["min", "max", "gpu-budget", "sizes-mib", "buckets-mib", "mib"] {
+        assert!(sizes.iter().any(|s| s == seen), "--{seen} not read from the help: {sizes:?}");
+    }
 }
 
 /// A data folder with two of the H100's recordings: what the command
@@ -154,8 +293,8 @@ fn all_small_runs_every_lab_and_records_nothing() {
     let (code, stdout, err) = cli(&["--data", data.to_str().unwrap(), "-q", "all", "--preset", "small", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{stdout}\n{err}");
     assert!(stdout.contains("not recording: only --preset full is recorded"), "{stdout}");
-    for table in ["Break-even", "speed-up", "double-buffered", "hands off to worker"] {
-        assert!(stdout.contains(table), "no {table} in {stdout}");
+    for lab in overlap_lab::labs::ALL.iter() {
+        assert!(stdout.contains(&format!("{} took ", lab.name())), "no run of {} in {stdout}", lab.name());
     }
     // Each lab's time, and nothing else.
     let written: Vec<_> = std::fs::read_dir(&data).unwrap().flatten().map(|e| e.file_name()).collect();
@@ -187,6 +326,7 @@ fn answer_cell(dir: &std::path::Path, id: &str, answer: &str) {
 fn answer_everything(dir: &std::path::Path, right: bool) {
     use overlap_lab::lab_kit::check::CheckReport;
     use overlap_lab::lab_kit::progress::save;
+    let dir_verdicts = verdicts_in(dir);
     use overlap_lab::labs::*;
     use overlap_lab::measure::record::{find_recordings, Record};
     use std::sync::Arc;
@@ -240,14 +380,14 @@ fn answer_everything(dir: &std::path::Path, right: bool) {
             assert_eq!(overlap_lab::lab_kit::check::dictated_fix(p), None, "{id}: a problem tells the fix: {p}");
         }
         answer_cell(dir, id, &format!("// my answer to {id}\n"));
-        save(&rep.answering(id), dir).unwrap();
+        save(&rep.answering(id), &dir_verdicts).unwrap();
     }
     let kernel = dir.join("exercises/07-double-buffered.cu");
     if right {
         std::fs::write(&kernel, kernel_pipeline::exercise::solution_source()).unwrap();
         let mut live = CheckReport::new(&format!("{} (live)", kernel_pipeline::exercise::EXERCISE));
         live.note("every output matches the CPU reference, on two fresh random inputs");
-        save(&live.answering(kernel_pipeline::exercise::EXERCISES[0].id), dir).unwrap();
+        save(&live.answering(kernel_pipeline::exercise::EXERCISES[0].id), &dir_verdicts).unwrap();
     } else {
         let given = std::fs::read_to_string(&kernel).unwrap();
         std::fs::write(&kernel, format!("// my answer: not yet\n{given}")).unwrap();

@@ -367,15 +367,35 @@ fn every_solution_is_kept_back_behind_a_collapsed_cell() {
             }
         }
     }
-    // Labs 1 (two exercises) to 8.
-    assert!(solutions >= 9, "{solutions} solutions found");
+    // One solution per exercise of the lab table.
+    let exercises = overlap_lab::labs::ALL.iter().map(|l| l.exercises().len()).sum::<usize>();
+    assert_eq!(solutions, exercises, "{solutions} solutions kept back for the lab table's {exercises} exercises");
 }
 
-/// Each exercise offers hints one at a time, right after it, through a
-/// function that exists and has at least two.
+/// Each exercise of the lab table offers hints one at a time in its
+/// notebook, right after its cell, through its own lab's `hint` function
+/// (`labN::exercise::hint…(1)`, then `(2)`); and each hint function has
+/// at least two hints.
 #[test]
 fn every_exercise_offers_hints_one_at_a_time() {
     use overlap_lab::labs;
+    let nbs = notebooks();
+    for lab in labs::ALL {
+        for ex in lab.exercises() {
+            let (_, nb) = nbs.iter().find(|(p, _)| p.file_name().unwrap().to_str() == Some(ex.notebook().as_str())).unwrap();
+            let cells = nb["cells"].as_array().unwrap();
+            let at = cells.iter().position(|c| c["metadata"]["overlap_lab"]["exercise"].as_str() == Some(ex.id)).unwrap();
+            // The first mention of a hint after the exercise's cell is this lab's.
+            let call = format!("lab{}::exercise::hint", lab.number());
+            let offer = cells[at + 1..].iter().map(|c| cell_text(c, "source")).find(|t| t.contains("::exercise::hint")).unwrap_or_default();
+            let name: String =
+                offer.split(&call).nth(1).map(|rest| rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()).unwrap_or_default();
+            assert!(offer.contains(&format!("{call}{name}(1)")), "{}: no offer of {call}…(1) after its cell", ex.id);
+            assert!(offer.contains(&format!("hint{name}(2)")), "{}: the offer does not say hint{name}(2) comes next", ex.id);
+        }
+    }
+    // The hints themselves: no function from the lab table leads to them,
+    // so each hint function's list is named here.
     let counts: &[(&str, &[&str])] = &[
         ("lab1::exercise::hint_model", labs::bandwidth::exercise::MODEL_HINTS),
         ("lab1::exercise::hint_break_even", labs::bandwidth::exercise::BREAK_EVEN_HINTS),
@@ -386,11 +406,12 @@ fn every_exercise_offers_hints_one_at_a_time() {
         ("lab6::exercise::hint", labs::memory::exercise::HINTS),
         ("lab7::exercise::hint", labs::kernel_pipeline::exercise::HINTS),
         ("lab8::exercise::hint", labs::multi_gpu::exercise::HINTS),
+        ("lab9::exercise::hint", labs::offload::exercise::HINTS),
     ];
-    let all: String = notebooks().iter().flat_map(|(_, nb)| nb["cells"].as_array().unwrap().iter().map(|c| cell_text(c, "source"))).collect();
+    let exercises = labs::ALL.iter().map(|l| l.exercises().len()).sum::<usize>();
+    assert_eq!(counts.len(), exercises, "a hint list per exercise of the lab table");
     for (call, hints) in counts {
         assert!(hints.len() >= 2, "{call}: {} hints", hints.len());
-        assert!(all.contains(&format!("{call}(1)")), "no notebook offers {call}(1)");
     }
     assert!(labs::overlap::exercise::hint(1).starts_with("Hint 1 of 3"));
 }
@@ -432,4 +453,41 @@ fn every_exercise_cell_is_named_given_and_saves_its_verdict() {
     for l in &p.lines {
         assert_eq!(l.standing, Standing::NotStarted, "{}", l.exercise.id);
     }
+}
+
+/// Notebook 00 is the lab table's: its text counts no labs (the course
+/// map's cell does), and its saved outputs hold every lab of the table
+/// in the map, every lab under the glossary and every exercise in the
+/// progress, each not started (the notebooks run headless save no verdict
+/// where it reads them).
+#[test]
+fn notebook_00_shows_every_lab_of_the_table() {
+    let (_, nb) = notebooks().into_iter().find(|(p, _)| p.ends_with("00-start-here.ipynb")).expect("notebook 00");
+    let cells = nb["cells"].as_array().unwrap();
+    let counts = ["two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"];
+    for c in cells.iter().filter(|c| c["cell_type"] == "markdown") {
+        let text = cell_text(c, "source").to_lowercase();
+        for word in text.split(|ch: char| !ch.is_alphanumeric()).collect::<Vec<_>>().windows(2) {
+            let counted = counts.contains(&word[0]) || word[0].parse::<u32>().is_ok();
+            assert!(!(counted && word[1] == "labs"), "notebook 00 counts the labs in its text: \"{} {}\"", word[0], word[1]);
+        }
+    }
+    let output = |call: &str| -> String {
+        let cell = cells.iter().find(|c| c["cell_type"] == "code" && cell_text(c, "source").contains(call)).unwrap_or_else(|| panic!("no cell calls {call}"));
+        cell["outputs"].as_array().into_iter().flatten().map(|o| cell_text(o, "text")).collect()
+    };
+    let map = output("course::course_map()");
+    let glossary = output("course::glossary()");
+    let progress = output("course::progress()");
+    assert!(map.starts_with(&format!("{} labs, in order:", overlap_lab::labs::ALL.len())), "{map}");
+    for lab in overlap_lab::labs::ALL {
+        assert!(map.contains(&lab.notebook()), "notebook 00's saved map lacks {}: run it again", lab.notebook());
+        assert!(glossary.contains(&format!("lab {} ({}):", lab.number(), lab.name())), "notebook 00's saved glossary lacks lab {}", lab.number());
+        for ex in lab.exercises() {
+            let line = progress.lines().find(|l| l.split_whitespace().nth(2) == Some(ex.id));
+            assert!(line.is_some_and(|l| l.ends_with(": not started")), "notebook 00's saved progress on {}: {line:?}", ex.id);
+        }
+    }
+    let setup = output("course::setup_report()");
+    assert!(!setup.lines().any(|l| l.starts_with("[ ok ]") && l.contains("not found")), "{setup}");
 }

@@ -6,6 +6,7 @@
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use overlap_lab::gpu::{Availability, Gpu};
 use overlap_lab::lab_kit::headline::run_times_path;
+use overlap_lab::lab_kit::table::command_line_error;
 use overlap_lab::lab_kit::{Preset, RunContext};
 use overlap_lab::labs;
 use overlap_lab::measure::record::{default_data_dir, display_path};
@@ -19,7 +20,8 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(name = "overlap-lab", version, about = "Measure how CUDA host<->device transfers work and how to hide them behind compute.", long_about = None)]
 struct Cli {
-    /// Directory of recorded results (default: the repository's data/, or $OVERLAP_LAB_DATA).
+    /// Directory of recorded results, one folder per GPU holding a <lab>.json
+    /// each (default: the repository's data/, or $OVERLAP_LAB_DATA).
     #[arg(long, global = true, value_name = "DIR")]
     data: Option<PathBuf>,
     /// No progress output.
@@ -64,7 +66,9 @@ enum Tool {
     /// saved; lab 7's kernel file is checked again (as far as it can be
     /// without a GPU).
     Progress {
-        /// The notebooks' folder (default: the repository's notebooks/, or $OVERLAP_LAB_NOTEBOOKS).
+        /// The notebooks' folder, with the verdicts their cells saved in its
+        /// progress.json (default: the repository's notebooks/, or
+        /// $OVERLAP_LAB_NOTEBOOKS; the verdicts where $OVERLAP_LAB_PROGRESS points, if set).
         #[arg(long, value_name = "DIR")]
         notebooks: Option<PathBuf>,
     },
@@ -106,7 +110,22 @@ fn command() -> clap::Command {
     for (i, lab) in labs::ALL.iter().enumerate() {
         cmd = cmd.subcommand(LabOptions::augment_args(lab.command()).display_order(1 + i));
     }
-    cmd
+    cmd.mut_subcommands(|sub| sub.mut_args(numbers_may_start_with_minus))
+}
+
+/// An option that takes a number or a size takes `-1` or `-4KiB` as its
+/// value, so its parser can say it is negative, naming the option (clap
+/// would read it as an unknown flag). Paths and text keep clap's rule: a
+/// value after `--out` that starts with `-` is another option.
+fn numbers_may_start_with_minus(arg: clap::Arg) -> clap::Arg {
+    use std::any::TypeId;
+    let parser = arg.get_value_parser().type_id();
+    let text = [TypeId::of::<String>(), TypeId::of::<std::ffi::OsString>(), TypeId::of::<PathBuf>()].iter().any(|t| parser == *t);
+    if arg.get_action().takes_values() && !text {
+        arg.allow_hyphen_values(true)
+    } else {
+        arg
+    }
 }
 
 fn progress(quiet: bool) -> ProgressMode {
@@ -210,12 +229,12 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
     let data = data_arg.unwrap_or_else(default_data_dir);
     if let Some((name, sub)) = matches.subcommand() {
         if let Some(lab) = labs::find(name) {
-            let opts = LabOptions::from_arg_matches(sub).map_err(|e| LabError::config(e.to_string()))?;
+            let opts = LabOptions::from_arg_matches(sub).map_err(|e| LabError::config(command_line_error(&e)))?;
             let cx = RunContext { device: opts.device, record_to: (!opts.no_record).then_some(data.as_path()), progress: progress(quiet) };
             return lab.run(Some(sub), Preset::Full, &cx).map(|_| ());
         }
     }
-    let cli = Cli::from_arg_matches(&matches).map_err(|e| LabError::config(e.to_string()))?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| LabError::config(command_line_error(&e)))?;
     match cli.command {
         Tool::Device { device, json } => {
             let fp = Gpu::open(device)?.fingerprint()?;
@@ -233,10 +252,10 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
                 print!("{}", t.describe());
             }
         }
-        Tool::Progress { notebooks } => {
-            let dir = notebooks.unwrap_or_else(overlap_lab::lab_kit::progress::default_notebooks_dir);
-            println!("{}", overlap_lab::course::progress_in(&dir)?);
-        }
+        Tool::Progress { notebooks } => match notebooks {
+            Some(dir) => println!("{}", overlap_lab::course::progress_in(&dir)?),
+            None => println!("{}", overlap_lab::course::progress()?),
+        },
         Tool::Report { out } => run_report(&data, &out)?,
         Tool::All { device, out, preset, no_record } => {
             let avail = Availability::probe();
@@ -272,7 +291,17 @@ fn main() -> ExitCode {
     // other command-line tools do, not panic on the closed pipe.
     // SAFETY: restores the default action of one signal before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    match run(command().get_matches()) {
+    let matches = match command().try_get_matches() {
+        Ok(m) => m,
+        // Help and the version are printed as clap prints them, and so is
+        // the help that a bare `overlap-lab` gets.
+        Err(e) if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        Err(e) => {
+            eprintln!("overlap-lab: error: {}", command_line_error(&e));
+            return ExitCode::from(2);
+        }
+    };
+    match run(matches) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("overlap-lab: error: {e}");

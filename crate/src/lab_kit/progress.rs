@@ -1,6 +1,8 @@
 //! A learner's progress through the exercises. Each exercise's cell ends
 //! with `report.save_progress()`, which keeps the verdict in
-//! `notebooks/progress.json`; `overlap-lab progress` and notebook 00 read
+//! `notebooks/progress.json` (or the file `$OVERLAP_LAB_PROGRESS` names:
+//! the headless notebook runs of the tests save there, so they never
+//! write a learner's verdicts); `overlap-lab progress` and notebook 00 read
 //! it back together with the notebooks themselves and print one line per
 //! exercise of the lab table: passed, not yet (with the first problem), or
 //! not started (the cell still holds the code it was given). An exercise
@@ -61,6 +63,28 @@ pub fn default_notebooks_dir() -> PathBuf {
 /// The file of saved verdicts in a notebooks folder.
 pub const PROGRESS_FILE: &str = "progress.json";
 
+/// The variable that puts the saved verdicts elsewhere than beside the
+/// notebooks: the test command's headless notebook runs point it at a
+/// scratch file, so a test run leaves a learner's verdicts as they were.
+pub const PROGRESS_ENV: &str = "OVERLAP_LAB_PROGRESS";
+
+/// The verdicts file of the notebooks folder `dir`: `dir/progress.json`.
+pub fn verdicts_in(dir: &Path) -> PathBuf {
+    dir.join(PROGRESS_FILE)
+}
+
+/// The verdicts file the exercises' cells save to and notebook 00 and
+/// `overlap-lab progress` read: `$OVERLAP_LAB_PROGRESS` where set, else
+/// `progress.json` in the notebooks' folder.
+pub fn default_verdicts() -> PathBuf {
+    verdicts_file(std::env::var_os(PROGRESS_ENV), &default_notebooks_dir())
+}
+
+/// [`default_verdicts`], given the variable's value.
+fn verdicts_file(env: Option<std::ffi::OsString>, notebooks: &Path) -> PathBuf {
+    env.filter(|v| !v.is_empty()).map_or_else(|| verdicts_in(notebooks), PathBuf::from)
+}
+
 /// An exercise's latest verdict, as its cell saved it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
@@ -82,29 +106,29 @@ pub struct Saved {
 }
 
 impl Saved {
-    /// The verdicts saved in `dir` (none yet is no error).
-    pub fn load(dir: &Path) -> Result<Saved> {
-        let path = dir.join(PROGRESS_FILE);
+    /// The verdicts saved in the file `path` (none yet is no error).
+    pub fn load(path: &Path) -> Result<Saved> {
         if !path.is_file() {
             return Ok(Saved::default());
         }
-        crate::measure::record::read_json(&path)
+        let text = std::fs::read_to_string(path).map_err(|e| LabError::io(format!("reading the saved verdicts {}", path.display()), e))?;
+        serde_json::from_str(&text)
+            .map_err(|e| LabError::io(format!("the saved verdicts {} are not the verdicts the exercises save", path.display()), std::io::Error::from(e)))
     }
 
-    /// Writes them to `dir`, whole, through a temporary file (a reader
-    /// never sees half of it).
-    pub fn store(&self, dir: &Path) -> Result<PathBuf> {
-        let path = dir.join(PROGRESS_FILE);
+    /// Writes them to the file `path`, whole, through a temporary file (a
+    /// reader never sees half of it).
+    pub fn store(&self, path: &Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(|e| LabError::config(format!("progress does not serialize: {e}")))?;
-        crate::measure::record::write_atomic(&path, &(text + "\n"))?;
-        Ok(path)
+        crate::measure::record::write_atomic(path, &(text + "\n"))
     }
 }
 
-/// Saves `rep` as the verdict of its exercise in the notebooks folder `dir`.
-pub fn save(rep: &CheckReport, dir: &Path) -> Result<PathBuf> {
+/// Saves `rep` as the verdict of its exercise in the verdicts file
+/// `verdicts` (of a notebooks folder: [`verdicts_in`]).
+pub fn save(rep: &CheckReport, verdicts: &Path) -> Result<PathBuf> {
     let id = rep.exercise_id.ok_or_else(|| LabError::config(format!("'{}' answers no exercise of the course: nothing to save", rep.exercise)))?;
-    let mut saved = Saved::load(dir)?;
+    let mut saved = Saved::load(verdicts)?;
     saved.verdicts.insert(
         id.to_string(),
         Verdict {
@@ -115,7 +139,8 @@ pub fn save(rep: &CheckReport, dir: &Path) -> Result<PathBuf> {
             saved: chrono::Utc::now(),
         },
     );
-    saved.store(dir)
+    saved.store(verdicts)?;
+    Ok(verdicts.to_path_buf())
 }
 
 /// Where an exercise stands.
@@ -147,7 +172,7 @@ pub struct Line {
 #[derive(Debug)]
 pub struct Progress {
     pub lines: Vec<Line>,
-    /// Where it was read from.
+    /// The notebooks it was read from.
     pub dir: PathBuf,
 }
 
@@ -201,9 +226,15 @@ struct Notebook {
 }
 
 impl Notebook {
+    /// The notebook `name` of the folder `dir`: a missing one and one that
+    /// is no notebook (not JSON) are each named in one line.
     fn read(dir: &Path, name: &str) -> Result<Notebook> {
         let path = dir.join(name);
-        Ok(Notebook { json: crate::measure::record::read_json(&path)?, written: modified(&path), path })
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| LabError::io(format!("{} holds no notebook {name} (expected the course's notebooks in it, named NN-name.ipynb)", dir.display()), e))?;
+        let json = serde_json::from_str(&text)
+            .map_err(|e| LabError::io(format!("{} is not a Jupyter notebook (a notebook is JSON)", path.display()), std::io::Error::from(e)))?;
+        Ok(Notebook { json, written: modified(&path), path })
     }
 }
 
@@ -273,9 +304,13 @@ fn standing(dir: &Path, nb: &Notebook, ex: &Exercise, saved: &Saved) -> Result<S
 }
 
 /// The progress of the exercises of `labs` ((number, exercises) each), read
-/// from the notebooks folder `dir`.
-pub fn read(dir: &Path, labs: &[(u8, &'static [Exercise])]) -> Result<Progress> {
-    let saved = Saved::load(dir)?;
+/// from the notebooks folder `dir` and the verdicts file `verdicts` (of
+/// that folder: [`verdicts_in`]).
+pub fn read(dir: &Path, verdicts: &Path, labs: &[(u8, &'static [Exercise])]) -> Result<Progress> {
+    if let Err(e) = std::fs::read_dir(dir) {
+        return Err(LabError::io(format!("reading the notebooks folder {}", dir.display()), e));
+    }
+    let saved = Saved::load(verdicts)?;
     let mut lines = Vec::new();
     // Each notebook read once, however many exercises it holds.
     let mut notebooks: BTreeMap<String, Notebook> = BTreeMap::new();
@@ -293,10 +328,11 @@ pub fn read(dir: &Path, labs: &[(u8, &'static [Exercise])]) -> Result<Progress> 
 
 impl CheckReport {
     /// Saves the verdict for `overlap-lab progress` and notebook 00 (in the
-    /// notebooks' `progress.json`); prints as the report followed by
-    /// whether it was saved.
+    /// notebooks' `progress.json`, or `$OVERLAP_LAB_PROGRESS`: see
+    /// [`default_verdicts`]); prints as the report followed by whether it
+    /// was saved.
     pub fn save_progress(&self) -> SavedReport<'_> {
-        SavedReport { report: self, saved: save(self, &default_notebooks_dir()) }
+        SavedReport { report: self, saved: save(self, &default_verdicts()) }
     }
 }
 
@@ -349,22 +385,22 @@ mod tests {
         std::fs::create_dir_all(dir.join("exercises")).unwrap();
         std::fs::write(dir.join("exercises/k.cu"), "__global__ void k() {}\n").unwrap();
         // The starters, re-indented: not started; no progress file is no error.
-        let p = read(&dir, labs).unwrap();
+        let p = read(&dir, &verdicts_in(&dir), labs).unwrap();
         assert_eq!(p.lines.iter().map(|l| l.standing.clone()).collect::<Vec<_>>(), [Standing::NotStarted, Standing::NotStarted]);
         // Answered, no verdict yet.
         notebook(&dir, "01-x.ipynb", serde_json::json!([cell("01-x/model", "let a = 1;\nlet b = 2;", "let a = 3;\nlet b = 2;\n")]));
-        assert_eq!(read(&dir, labs).unwrap().lines[0].standing, Standing::NotChecked);
+        assert_eq!(read(&dir, &verdicts_in(&dir), labs).unwrap().lines[0].standing, Standing::NotChecked);
         // A saved verdict: the first problem, then passed.
         let mut rep = CheckReport::new("a model (queue model)");
         rep.exercise_id = Some(MODEL.id);
         rep.note("a note first");
         rep.problem("the latency is 1000x too large");
-        save(&rep, &dir).unwrap();
-        assert_eq!(read(&dir, labs).unwrap().lines[0].standing, Standing::NotYet { problem: "the latency is 1000x too large".into() });
+        save(&rep, &verdicts_in(&dir)).unwrap();
+        assert_eq!(read(&dir, &verdicts_in(&dir), labs).unwrap().lines[0].standing, Standing::NotYet { problem: "the latency is 1000x too large".into() });
         let mut rep = CheckReport::new("a model (queue model)");
         rep.exercise_id = Some(MODEL.id);
-        save(&rep, &dir).unwrap();
-        let p = read(&dir, labs).unwrap();
+        save(&rep, &verdicts_in(&dir)).unwrap();
+        let p = read(&dir, &verdicts_in(&dir), labs).unwrap();
         assert_eq!(p.lines[0].standing, Standing::Passed { check: "a model (queue model)".into() });
         let text = p.to_string();
         assert!(text.contains("lab 1  01-x/model  a model: passed") && text.contains("1 of 2 exercises passed"), "{text}");
@@ -373,29 +409,95 @@ mod tests {
         std::fs::write(dir.join("exercises/k.cu"), "__global__ void k() { oops }\n").unwrap();
         let mut rep = CheckReport::new("a kernel (live)");
         rep.exercise_id = Some(KERNEL.id);
-        save(&rep, &dir).unwrap();
-        assert_eq!(read(&dir, labs).unwrap().lines[1].standing, Standing::NotYet { problem: "line 1: does not compile".into() });
+        save(&rep, &verdicts_in(&dir)).unwrap();
+        assert_eq!(read(&dir, &verdicts_in(&dir), labs).unwrap().lines[1].standing, Standing::NotYet { problem: "line 1: does not compile".into() });
         // Fixed: the verdict saved before the fix is not the fixed file's;
         // checked again, it is.
         std::fs::write(dir.join("exercises/k.cu"), "__global__ void k() { fine(); }\n").unwrap();
-        assert_eq!(read(&dir, labs).unwrap().lines[1].standing, Standing::NotChecked);
-        save(&rep, &dir).unwrap();
-        assert_eq!(read(&dir, labs).unwrap().lines[1].standing, Standing::Passed { check: "a kernel (live)".into() });
+        assert_eq!(read(&dir, &verdicts_in(&dir), labs).unwrap().lines[1].standing, Standing::NotChecked);
+        save(&rep, &verdicts_in(&dir)).unwrap();
+        assert_eq!(read(&dir, &verdicts_in(&dir), labs).unwrap().lines[1].standing, Standing::Passed { check: "a kernel (live)".into() });
         // The starter on disk but a verdict saved after the notebook was
         // written: the cell was checked before Jupyter saved it.
         notebook(&dir, "01-x.ipynb", serde_json::json!([cell("01-x/model", "let a = 1;", "let a = 1;")]));
         let mut rep = CheckReport::new("a model (queue model)");
         rep.exercise_id = Some(MODEL.id);
-        save(&rep, &dir).unwrap();
-        assert_eq!(read(&dir, labs).unwrap().lines[0].standing, Standing::Passed { check: "a model (queue model)".into() });
+        save(&rep, &verdicts_in(&dir)).unwrap();
+        assert_eq!(read(&dir, &verdicts_in(&dir), labs).unwrap().lines[0].standing, Standing::Passed { check: "a model (queue model)".into() });
         // Two cells naming one exercise (a copied cell): which is the answer is unclear.
         notebook(&dir, "01-x.ipynb", serde_json::json!([cell("01-x/model", "a", "b"), cell("01-x/model", "a", "c")]));
-        let e = read(&dir, labs).unwrap_err().to_string();
+        let e = read(&dir, &verdicts_in(&dir), labs).unwrap_err().to_string();
         assert!(e.contains("2 cells carry exercise 01-x/model"), "{e}");
         // A report of no exercise is not saved; a notebook without the cell is named.
-        assert!(save(&CheckReport::new("t"), &dir).unwrap_err().to_string().contains("answers no exercise"));
+        assert!(save(&CheckReport::new("t"), &verdicts_in(&dir)).unwrap_err().to_string().contains("answers no exercise"));
         notebook(&dir, "01-x.ipynb", serde_json::json!([]));
-        let e = read(&dir, labs).unwrap_err().to_string();
+        let e = read(&dir, &verdicts_in(&dir), labs).unwrap_err().to_string();
         assert!(e.contains("01-x.ipynb has no cell of exercise 01-x/model"), "{e}");
+    }
+
+    #[test]
+    fn a_wrong_folder_or_file_is_named_in_one_line() {
+        let labs: &[(u8, &'static [Exercise])] = &[(1, std::slice::from_ref(&MODEL))];
+        let one_line = |dir: &Path| {
+            let e = read(dir, &verdicts_in(dir), labs).unwrap_err().to_string();
+            assert_eq!(e.lines().count(), 1, "{e}");
+            assert!(!e.contains("recorded data") && !e.contains("overlap-lab all"), "a notebook is no recording: {e}");
+            e
+        };
+        let missing = Path::new("/nonexistent/notebooks");
+        let e = one_line(missing);
+        assert!(e.starts_with("reading the notebooks folder /nonexistent/notebooks: "), "{e}");
+        let empty = crate::testing::temp_dir("progress-empty");
+        let e = one_line(&empty);
+        assert!(e.contains(&format!("{} holds no notebook 01-x.ipynb", empty.display())) && e.contains("NN-name.ipynb"), "{e}");
+        std::fs::write(empty.join("01-x.ipynb"), "not JSON\n").unwrap();
+        let e = one_line(&empty);
+        assert!(e.contains(&format!("{} is not a Jupyter notebook", empty.join("01-x.ipynb").display())), "{e}");
+        notebook(&empty, "01-x.ipynb", serde_json::json!([cell("01-x/model", "a", "a")]));
+        std::fs::write(verdicts_in(&empty), "{ half").unwrap();
+        let e = one_line(&empty);
+        assert!(e.contains("progress.json are not the verdicts the exercises save"), "{e}");
+    }
+
+    #[test]
+    fn the_variable_puts_the_verdicts_elsewhere() {
+        let dir = Path::new("/course/notebooks");
+        assert_eq!(verdicts_file(None, dir), dir.join("progress.json"));
+        assert_eq!(verdicts_file(Some("".into()), dir), dir.join("progress.json"));
+        assert_eq!(verdicts_file(Some("/scratch/v.json".into()), dir), Path::new("/scratch/v.json"));
+    }
+
+    /// An exercise's cell run under `OVERLAP_LAB_PROGRESS` (as the test
+    /// command's headless notebook runs are) saves its verdict there and
+    /// leaves the course's `notebooks/progress.json` as it was. The cell's
+    /// call runs in a child process of this test binary, which sets the
+    /// variable for it alone.
+    #[test]
+    fn a_cell_saves_where_the_variable_points_and_nowhere_else() {
+        const CHILD: &str = "OVERLAP_LAB_TEST_SAVING_CHILD";
+        const ID: &str = "00-test/saved-where-told";
+        if std::env::var_os(CHILD).is_some() {
+            let mut rep = CheckReport::new("a check (queue model)");
+            rep.exercise_id = Some(ID);
+            let shown = rep.save_progress();
+            assert!(shown.saved.is_ok(), "{shown}");
+            return;
+        }
+        let scratch = crate::testing::temp_dir("progress-variable").join("verdicts.json");
+        let course = verdicts_in(&default_notebooks_dir());
+        let before = (std::fs::read(&course).ok(), modified(&course));
+        let name = format!("{}::a_cell_saves_where_the_variable_points_and_nowhere_else", module_path!().trim_start_matches("overlap_lab::"));
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name.as_str(), "--exact", "--test-threads=1"])
+            .env(CHILD, "1")
+            .env(PROGRESS_ENV, &scratch)
+            .env_remove("OVERLAP_LAB_NOTEBOOKS")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && said.contains("1 passed"), "the child did not run the save: {said}");
+        let saved = Saved::load(&scratch).unwrap();
+        assert!(saved.verdicts.get(ID).is_some_and(|v| v.passed), "{saved:?}");
+        assert_eq!((std::fs::read(&course).ok(), modified(&course)), before, "{} changed", course.display());
     }
 }

@@ -203,7 +203,7 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
     }
     fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<Vec<HeadlineFigure>> {
         let mut cfg = match matches {
-            Some(m) => C::from_arg_matches(m).map_err(|e| crate::LabError::config(e.to_string()))?,
+            Some(m) => C::from_arg_matches(m).map_err(|e| crate::LabError::config(command_line_error(&e)))?,
             None => C::preset(preset),
         };
         cfg.set_device(cx.device);
@@ -245,6 +245,38 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
             files,
         }))
     }
+}
+
+/// A command-line error as one line: clap's own words without its usage
+/// and help lines, its tips folded in, and what a number option expects
+/// where clap's parser only says why the text is no number.
+pub fn command_line_error(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() == ErrorKind::ValueValidation {
+        let text = |k| match e.get(k) {
+            Some(ContextValue::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        if let (Some(arg), Some(value), Some(why)) = (text(ContextKind::InvalidArg), text(ContextKind::InvalidValue), std::error::Error::source(e)) {
+            let why = crate::units::number_expected(why, &value).unwrap_or_else(|| why.to_string());
+            return format!("invalid value '{value}' for '{arg}': {why}");
+        }
+    }
+    let rendered = e.render().to_string();
+    let mut line = String::new();
+    for l in rendered.lines().map(str::trim) {
+        if l.is_empty() || l.starts_with("Usage:") || l.starts_with("For more information") {
+            continue;
+        }
+        let l = l.strip_prefix("error: ").unwrap_or(l);
+        // "[possible values: a, b]" reads as a clause of the line.
+        let l = l.strip_prefix('[').and_then(|l| l.strip_suffix(']')).unwrap_or(l);
+        if !line.is_empty() {
+            line += if line.ends_with(':') { " " } else { "; " };
+        }
+        line += l.strip_prefix("tip: ").unwrap_or(l);
+    }
+    line
 }
 
 #[cfg(test)]

@@ -73,11 +73,12 @@ pub struct BandwidthConfig {
     /// GPU ordinal (the command line's `--device`).
     #[arg(skip)]
     pub device: usize,
-    /// Smallest copy (each next one --size-factor times larger), e.g. 4KiB.
-    #[arg(long = "min", default_value_t = BandwidthConfig::default().min_bytes)]
+    /// Smallest copy (each next one --size-factor times larger): bytes, or
+    /// with a unit (4KiB, 1.5MiB; K, M, G are powers of 1024).
+    #[arg(long = "min", value_name = "SIZE", value_parser = crate::units::size_option, default_value_t = BandwidthConfig::default().min_bytes)]
     pub min_bytes: Bytes,
-    /// Largest copy, e.g. 1GiB.
-    #[arg(long = "max", default_value_t = BandwidthConfig::default().max_bytes)]
+    /// Largest copy: bytes, or with a unit (1GiB).
+    #[arg(long = "max", value_name = "SIZE", value_parser = crate::units::size_option, default_value_t = BandwidthConfig::default().max_bytes)]
     pub max_bytes: Bytes,
     /// Each size this many times the one before (2: every power of two; 4
     /// keeps 4 KiB, 1 MiB and 1 GiB with half the points).

@@ -34,9 +34,9 @@ pub const LAB: &str = "kernel-pipeline";
 pub struct KernelPipelineConfig {
     #[arg(skip)]
     pub device: usize,
-    /// MiB of input (and as much output): well past the L2 cache, so every
-    /// kernel reads device memory.
-    #[arg(long, default_value_t = KernelPipelineConfig::default().mib)]
+    /// Input size (and as much output), MiB if no unit is given (64,
+    /// 1GiB): well past the L2 cache, so every kernel reads device memory.
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, default_value_t = KernelPipelineConfig::default().mib)]
     pub mib: usize,
     /// Outputs per tile for the naive, warp-specialized and TMA kernels and the plain CUDA reference.
     #[arg(long, default_value_t = KernelPipelineConfig::default().tile)]
@@ -54,8 +54,9 @@ pub struct KernelPipelineConfig {
     #[arg(long, default_value_t = KernelPipelineConfig::default().repeats)]
     pub repeats: usize,
     /// The largest D2D copy the device-memory ceiling is looked for with,
-    /// MiB (the sweep doubles from twice `--mib`; below that, no sweep).
-    #[arg(long, default_value_t = KernelPipelineConfig::default().ceiling_max_mib)]
+    /// MiB if no unit is given (the sweep doubles from twice `--mib`;
+    /// below that, no sweep).
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, default_value_t = KernelPipelineConfig::default().ceiling_max_mib)]
     #[serde(default = "ceiling_max_mib_of_recordings")]
     pub ceiling_max_mib: usize,
     /// Outputs each thread of every kernel blurs and stores at once: 4 (a

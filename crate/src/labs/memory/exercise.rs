@@ -128,8 +128,9 @@ fn measured(rec: &MemoryResults) -> Option<(f64, f64, f64)> {
 
 /// What the model says is wrong with the loop, before timing it: data,
 /// races, memory ([`loop_check::shape`]), and the blocking calls the
-/// probes found waiting.
-fn shape_findings(plan: &Plan, rec: &MemoryResults, rep: &mut CheckReport) -> Option<DryRun> {
+/// probes found waiting on `probed`, the GPU they ran on ("this GPU" for
+/// a live check, "the recorded GPU" on a recording with no GPU here).
+fn shape_findings(plan: &Plan, rec: &MemoryResults, probed: &str, rep: &mut CheckReport) -> Option<DryRun> {
     let model = loop_check::shape(plan, rep)?;
     let count = |kind: OpKind| model.schedule.ops.iter().filter(|o| o.kind == kind).count();
     let facts = measured(rec);
@@ -153,8 +154,8 @@ fn shape_findings(plan: &Plan, rec: &MemoryResults, rep: &mut CheckReport) -> Op
         }
         if waits.any() {
             why += &format!(
-                "{} cuMemFree itself waits for {} already issued (lab 6's probes{})",
-                if cpu_waits { "; and on this GPU" } else { ", and on this GPU" },
+                "{}{probed} cuMemFree itself waits for {} already issued (lab 6's probes{})",
+                if cpu_waits { "; and on " } else { ", and on " },
                 waits.describe(),
                 facts.map_or(String::new(), |(busy, idle, _)| format!(": {busy:.3} ms beside busy work, {idle:.3} ms on an idle GPU"))
             );
@@ -190,7 +191,7 @@ pub fn check_on_model(rec: &MemoryResults, learner: Loop) -> CheckReport {
     let mut rep = CheckReport::new("memory that does not stall the pipeline (queue model, no GPU)");
     let cfg = &rec.config;
     let mine = plan("your loop", cfg, learner);
-    let Some(model) = shape_findings(&mine, rec, &mut rep) else { return rep };
+    let Some(model) = shape_findings(&mine, rec, "the recorded GPU", &mut rep) else { return rep };
     let judge = judge(cfg);
     let Some(facts) = &rec.stall.machine else {
         rep.problem("this recording has no machine facts to predict with: it was made before lab 6 kept them (a new `overlap-lab memory` run has them)");
@@ -208,7 +209,7 @@ pub fn check_on_gpu(gpu: &Gpu, rec: &MemoryResults, learner: Loop) -> Result<Che
     let mut rep = CheckReport::new(&format!("memory that does not stall the pipeline (live on {})", gpu.name()));
     let cfg = &rec.config;
     let mine = plan("your loop", cfg, learner);
-    let Some(model) = shape_findings(&mine, rec, &mut rep) else { return Ok(rep) };
+    let Some(model) = shape_findings(&mine, rec, "this GPU", &mut rep) else { return Ok(rep) };
     if !rep.passed {
         rep.note("judged by its shape (the model of your loop, and what lab 6's probes found), before timing it: the checker times your loop on the GPU once nothing above is wrong");
         return Ok(rep);
@@ -266,7 +267,7 @@ mod tests {
         let rep = check(given);
         fails_with(&rep, "still calls cuMemFree between batches");
         // The CPU's wait before each release is named first, the call's own wait after it.
-        fails_with(&rep, "makes the CPU wait for each batch's download before it; and on this GPU cuMemFree itself waits for all GPU work");
+        fails_with(&rep, "makes the CPU wait for each batch's download before it; and on the recorded GPU cuMemFree itself waits for all GPU work");
         fails_with(&rep, "more than the fix");
     }
 

@@ -50,14 +50,16 @@ pub struct MemoryConfig {
     /// Batches of the two-stream pipeline (each allocates its scratch memory).
     #[arg(long, default_value_t = MemoryConfig::default().batches)]
     pub batches: usize,
-    /// Sizes of the allocate + free sweep, MiB.
-    #[arg(long, value_delimiter = ',', default_values_t = MemoryConfig::default().sizes_mib)]
+    /// Sizes of the allocate + free sweep, comma-separated, MiB if no unit
+    /// is given (1,16,1GiB).
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, value_delimiter = ',', default_values_t = MemoryConfig::default().sizes_mib)]
     pub sizes_mib: Vec<usize>,
     /// Batches of the varying-size run.
     #[arg(long, default_value_t = MemoryConfig::default().trace_batches)]
     pub trace_batches: usize,
-    /// The varying-size run's first scratch size, MiB (it grows to about 16x).
-    #[arg(long, default_value_t = MemoryConfig::default().trace_base_mib)]
+    /// The varying-size run's first scratch size, MiB if no unit is given
+    /// (it grows to about 16x).
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, default_value_t = MemoryConfig::default().trace_base_mib)]
     pub trace_base_mib: usize,
     /// How many times the zero-copy kernel reads its input.
     #[arg(long, value_delimiter = ',', default_values_t = MemoryConfig::default().passes)]

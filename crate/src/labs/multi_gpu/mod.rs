@@ -57,8 +57,9 @@ pub struct MultiGpuConfig {
     /// machine has one.
     #[arg(long)]
     pub peer: Option<usize>,
-    /// Sizes of the copies between GPUs, MiB (comma-separated).
-    #[arg(long, value_delimiter = ',', default_values_t = MultiGpuConfig::default().sizes_mib)]
+    /// Sizes of the copies between GPUs, comma-separated, MiB if no unit
+    /// is given (1,16,1GiB).
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, value_delimiter = ',', default_values_t = MultiGpuConfig::default().sizes_mib)]
     pub sizes_mib: Vec<usize>,
     /// Copies (rounds, training steps) in a long run: each is timed as the
     /// long run minus a run of one, over one fewer.
@@ -70,11 +71,12 @@ pub struct MultiGpuConfig {
     /// Chunks of the copy staged through pinned host memory.
     #[arg(long, default_value_t = MultiGpuConfig::default().staging_chunks)]
     pub staging_chunks: usize,
-    /// MiB each of the four operations of the four-way overlap moves or computes.
-    #[arg(long, default_value_t = MultiGpuConfig::default().four_way_mib)]
+    /// What each of the four operations of the four-way overlap moves or
+    /// computes, MiB if no unit is given.
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, default_value_t = MultiGpuConfig::default().four_way_mib)]
     pub four_way_mib: usize,
-    /// MiB of the two-stage pipeline's data.
-    #[arg(long, default_value_t = MultiGpuConfig::default().pipeline_mib)]
+    /// The two-stage pipeline's data, MiB if no unit is given.
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, default_value_t = MultiGpuConfig::default().pipeline_mib)]
     pub pipeline_mib: usize,
     /// How long one stage takes over all of the pipeline's data, ms (its
     /// kernel is calibrated to it; each micro-batch takes its share).
@@ -83,11 +85,12 @@ pub struct MultiGpuConfig {
     /// Micro-batch counts of the bubble sweep (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = MultiGpuConfig::default().micro_batches)]
     pub micro_batches: Vec<usize>,
-    /// MiB of gradients on each GPU.
-    #[arg(long, default_value_t = MultiGpuConfig::default().grad_mib)]
+    /// Gradients on each GPU, MiB if no unit is given.
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, default_value_t = MultiGpuConfig::default().grad_mib)]
     pub grad_mib: usize,
-    /// Bucket sizes of the all-reduce sweep, MiB (comma-separated; each divides --grad-mib).
-    #[arg(long, value_delimiter = ',', default_values_t = MultiGpuConfig::default().buckets_mib)]
+    /// Bucket sizes of the all-reduce sweep, comma-separated, MiB if no
+    /// unit is given (each divides --grad-mib).
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, value_delimiter = ',', default_values_t = MultiGpuConfig::default().buckets_mib)]
     pub buckets_mib: Vec<usize>,
     /// The backward pass's compute against its all-reduces at the largest
     /// bucket: 2 makes the kernels twice as long as the communication

@@ -97,9 +97,10 @@ pub struct OffloadConfig {
     /// Slots in the GPU's ring of layer buffers (the ring-of-K variants; at least 3).
     #[arg(long, default_value_t = OffloadConfig::default().ring)]
     pub ring: usize,
-    /// GPU memory the lab lets itself use, MiB: the ring and the
-    /// activations of the largest batch must fit in it.
-    #[arg(long, default_value_t = OffloadConfig::default().gpu_budget)]
+    /// GPU memory the lab lets itself use, MiB if no unit is given (1536,
+    /// 1.5GiB): the ring and the activations of the largest batch must fit
+    /// in it.
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, default_value_t = OffloadConfig::default().gpu_budget)]
     pub gpu_budget: usize,
     /// Batch sizes (tokens per forward pass), comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = OffloadConfig::default().batches)]
