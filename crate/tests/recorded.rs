@@ -484,7 +484,13 @@ fn lab7_recordings_reach_the_ceiling_and_show_each_warp_and_the_round() {
         assert!(r.variants.iter().all(|v| v.skipped.is_none() && v.ms.as_ref().is_some_and(|m| m.n == r.config.repeats)), "{at}");
         let (best, naive) = (r.best_pipelined().unwrap(), r.by_role(Role::Baseline).unwrap());
         let (b, n) = (best.ms.as_ref().unwrap(), naive.ms.as_ref().unwrap());
-        assert!(r.share(best).unwrap() >= 0.90, "{at}: best {:.3} of the ceiling", r.share(best).unwrap());
+        // The ceiling is the fastest device copy of any size the run swept
+        // (on the H200 a 4 GiB copy, 5% above the lab's own 256 MiB).
+        assert!(r.share(best).unwrap() >= 0.85, "{at}: best {:.3} of the ceiling", r.share(best).unwrap());
+        // At least as close to it as the plain CUDA two-stage kernel, in the same run.
+        if let Some(plain) = r.plain_reference() {
+            assert!(r.share(best).unwrap() >= r.share(plain).unwrap(), "{at}: {} beats the lab's best", plain.variant.name);
+        }
         assert!(n.median - b.median > b.middle_spread().max(n.middle_spread()), "{at}: not beyond the spreads");
         let round = r.round.as_ref().unwrap_or_else(|| panic!("{at}: no round timeline"));
         let labels: Vec<&str> = round.spans.iter().map(|s| s.label.as_str()).collect();
@@ -632,47 +638,24 @@ enum DrawnWrong {
     Clocks,
 }
 
-/// Charts recorded before a chart's variants were drawn on one clock
-/// (issue 50), each excused for what it gets wrong until the lead
-/// re-records it on a GPU: (recording, chart, what is wrong, why). The
-/// only place such a chart is excused; an entry whose chart is no longer
-/// wrong so fails the test below: take it off.
+/// Charts of a recording made before its lab drew every variant on one
+/// clock, each excused for what it gets wrong until it is recorded again:
+/// (recording, chart, what is wrong, why). The only place such a chart is
+/// excused; an entry whose chart is no longer wrong fails the test
+/// below: take it off.
 const STALE_CHARTS: &[(&str, &str, &[DrawnWrong], &str)] = &[
     (
-        "nvidia-h100-80gb-hbm3/memory.json",
-        "memory-alloc-stall",
-        &[DrawnWrong::Order, DrawnWrong::Clocks],
-        "recorded at c7db9c4: the stream-ordered pair (runs 4.75 ms, the fastest) drawn by CUPTI at 7.25 ms, the others by events, slower than two it beats",
-    ),
-    (
-        "nvidia-h200/memory.json",
-        "memory-alloc-stall",
-        &[DrawnWrong::Order, DrawnWrong::Clocks],
-        "recorded at c7db9c4: the stream-ordered pair (runs 4.56 ms, the fastest) drawn by CUPTI at 7.12 ms, the others by events, slower than one it beats",
-    ),
-    (
         "nvidia-h100-80gb-hbm3/streams.json",
         "streams-threads",
         &[DrawnWrong::Clocks],
-        "recorded with the legacy-stream variant drawn by CUPTI, the per-thread ones by events",
+        "recorded 2026-11-26 with the legacy-stream variant drawn by CUPTI, the per-thread ones by events; the run of 2026-11-27 (one clock) kept 15 repeats, \
+         too few to show the NULL stream's effect beyond its spread, so this one stays until a run with --repeats 25",
     ),
     (
         "nvidia-h100-80gb-hbm3/streams.json",
         "streams-sync-weight",
         &[DrawnWrong::Clocks],
-        "recorded with the GPU-waits variant drawn by CUPTI, the CPU-waits ones by events",
-    ),
-    (
-        "nvidia-h200/streams.json",
-        "streams-threads",
-        &[DrawnWrong::Clocks],
-        "recorded with the legacy-stream variant drawn by CUPTI, the per-thread ones by events",
-    ),
-    (
-        "nvidia-h200/streams.json",
-        "streams-sync-weight",
-        &[DrawnWrong::Clocks],
-        "recorded with the GPU-waits variant drawn by CUPTI, the CPU-waits ones by events",
+        "recorded 2026-11-26 with the GPU-waits variant drawn by CUPTI, the CPU-waits ones by events (see streams-threads)",
     ),
 ];
 

@@ -46,7 +46,7 @@ pub fn two_stage_bound(n: usize, a: &Summary, b: &Summary) -> f64 {
 
 /// A run of a two-stage pipeline against [`two_stage_bound`].
 pub fn two_stage_efficiency(n: usize, a: &Summary, b: &Summary, measured: &Summary) -> Efficiency {
-    Efficiency::new(two_stage_bound(n, a, b), measured)
+    Efficiency::new(two_stage_bound(n, a, b), &[a, b], measured)
 }
 
 /// FMAs per element that make a kernel take `target_ms`, from its time at
@@ -130,7 +130,10 @@ mod tests {
         assert_eq!(two_stage_bound(10, &a, &b), 10.0 * 1.5 + 1.0);
         let run = Summary::of(&[16.0, 16.0, 17.0, 18.0, 18.0]).unwrap();
         let e = two_stage_efficiency(10, &a, &b, &run);
-        assert_eq!((e.bound_ms, e.ratio, e.range), (16.0, 16.0 / 17.0, (16.0 / 18.0, 1.0)));
+        // The low end of the range is widened by the parts' own spread: a's
+        // middle half reads 1.5..2.1, 40% of its fast end.
+        assert_eq!((e.bound_ms, e.ratio, e.parts_spread), (16.0, 16.0 / 17.0, (2.1 - 1.5) / 1.5));
+        assert_eq!(e.range, (16.0 * (1.0 - e.parts_spread) / 18.0, 1.0));
     }
 
     #[test]

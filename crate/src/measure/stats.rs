@@ -109,9 +109,13 @@ impl Summary {
 /// [`Summary::fast_end`]), not at its median, since a bound is what the
 /// hardware showed it can do and a part's slow runs (a slow phase of the
 /// host) would lift it above a pipeline that ran at full speed; and the
-/// share is printed with the spread of the run's own middle half beside
-/// it. A share above 100% beyond that spread means the parts ran faster
-/// inside the pipeline than alone; every table that prints one says so
+/// share is printed with a range beside it: what the run's own middle half
+/// reads against the bound, widened at its low end by how much the
+/// bound itself is known (its parts' middle-half spread: the same parts
+/// timed again read that much apart, and the link runs a little faster
+/// while the GPU computes than alone). A share above 100% beyond that
+/// range means the parts ran faster inside the pipeline than alone by
+/// more than they vary; every table that prints one says so
 /// ([`Efficiency::note`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Efficiency {
@@ -119,17 +123,22 @@ pub struct Efficiency {
     pub bound_ms: f64,
     /// bound / the run's median.
     pub ratio: f64,
-    /// bound over the run's 75th and over its 25th percentile: the shares
-    /// the middle half of its runs reads (over max and min where a record
-    /// kept no quartiles).
+    /// The shares the middle half of its runs reads: the bound less its
+    /// parts' spread over the run's 75th percentile, the bound over its
+    /// 25th (over max and min where a record kept no quartiles).
     pub range: (f64, f64),
+    /// How much the bound is known: the largest middle-half spread of its
+    /// parts, relative to their fast end (0.012: 1.2%).
+    pub parts_spread: f64,
 }
 
 impl Efficiency {
-    /// `measured` against `bound_ms`, a bound built from its parts' fast ends.
-    pub fn new(bound_ms: f64, measured: &Summary) -> Efficiency {
+    /// `measured` against `bound_ms`, a bound built from the fast ends of
+    /// `parts` (the parts timed alone; none where the bound is a formula).
+    pub fn new(bound_ms: f64, parts: &[&Summary], measured: &Summary) -> Efficiency {
+        let parts_spread = parts.iter().map(|p| if p.fast_end() > 0.0 { p.middle_spread() / p.fast_end() } else { 0.0 }).fold(0.0, f64::max);
         let (fast, slow) = measured.middle_range();
-        Efficiency { bound_ms, ratio: bound_ms / measured.median, range: (bound_ms / slow, bound_ms / fast) }
+        Efficiency { bound_ms, ratio: bound_ms / measured.median, range: (bound_ms * (1.0 - parts_spread) / slow, bound_ms / fast), parts_spread }
     }
     /// Whether the median run reads above 100% of the bound.
     pub fn above_bound(&self) -> bool {
@@ -157,12 +166,13 @@ impl Efficiency {
         Some(if worst.beyond_spread() {
             format!(
                 "* above 100%: a run beat the bound made from its parts at their fastest quarter alone by {over:.1}%, beyond the spread of its runs \
-                 (their middle half read {lo:.1}% to {hi:.1}%): the parts ran faster inside the pipeline than alone, so the bound is pessimistic there"
+                 and of the parts (their middle half read {lo:.1}% to {hi:.1}%): the parts ran faster inside the pipeline than alone, so the bound is pessimistic there"
             )
         } else {
             format!(
                 "* above 100%: a run beat the bound made from its parts at their fastest quarter alone by up to {over:.1}%, within the spread of its runs \
-                 (their middle half read {lo:.1}% to {hi:.1}%): overlap at the bound within noise, not better than perfect"
+                 and of the parts (their middle half read {lo:.1}% to {hi:.1}%, the parts {parts:.1}% apart): overlap at the bound within noise, not better than perfect",
+                parts = 100.0 * worst.parts_spread
             )
         })
     }
@@ -205,26 +215,35 @@ mod tests {
     #[test]
     fn efficiency_above_the_bound_is_marked_and_explained() {
         let run = |median: f64, (q25, q75): (f64, f64)| Summary { median, min: q25 - 1.0, max: q75 + 1.0, n: 9, middle: Some((q25, q75)) };
-        let under = Efficiency::new(95.0, &run(100.0, (99.0, 101.0)));
+        let under = Efficiency::new(95.0, &[], &run(100.0, (99.0, 101.0)));
         assert_eq!(under.cell(), "95.0% (94.1..96.0)");
         assert_eq!(Efficiency::note([&under]), None);
         assert!(!under.above_bound() && !under.beyond_spread());
         // Above 100% at the median, not at the slow end of the middle half.
-        let noise = Efficiency::new(103.0, &run(100.0, (98.0, 104.0)));
+        let noise = Efficiency::new(103.0, &[], &run(100.0, (98.0, 104.0)));
         assert_eq!(noise.cell(), "103.0%* (99.0..105.1)");
         assert!(noise.above_bound() && !noise.beyond_spread());
         let why = Efficiency::note([&under, &noise]).unwrap();
         assert!(why.contains("by up to 3.0%") && why.contains("read 99.0% to 105.1%") && why.contains("within noise"), "{why}");
         // Above 100% even at the slow end: the bound is pessimistic.
-        let real = Efficiency::new(120.0, &run(100.0, (99.0, 101.0)));
+        let real = Efficiency::new(120.0, &[], &run(100.0, (99.0, 101.0)));
         assert!(real.beyond_spread());
         assert!(Efficiency::note([&noise, &real]).unwrap().contains("pessimistic"), "the worst one is explained");
-        assert_eq!(Efficiency::new(1.0, &run(0.0, (0.0, 0.0))).cell(), "n/a");
+        assert_eq!(Efficiency::new(1.0, &[], &run(0.0, (0.0, 0.0))).cell(), "n/a");
         // A record made before quartiles were kept: its runs' min and max.
         let old = Summary { median: 10.0, min: 9.0, max: 12.5, n: 5, middle: None };
-        let e = Efficiency::new(10.0, &old);
+        let e = Efficiency::new(10.0, &[], &old);
         assert_eq!((e.ratio, e.range), (1.0, (0.8, 10.0 / 9.0)));
         assert_eq!(old.fast_end(), 9.0);
+        // A bound known within its parts' spread: 1% above the runs' slow
+        // end reads within it where the parts are 2% apart, not where they agree.
+        let tight = run(100.0, (100.0, 100.0));
+        let part = Summary { median: 1.01, min: 1.0, max: 1.05, n: 9, middle: Some((1.0, 1.02)) };
+        let known = Efficiency::new(101.0, &[&part], &tight);
+        assert!(known.above_bound() && !known.beyond_spread(), "{}", known.cell());
+        assert_eq!(known.cell(), "101.0%* (99.0..101.0)");
+        assert!(Efficiency::note([&known]).unwrap().contains("the parts 2.0% apart"));
+        assert!(Efficiency::new(101.0, &[], &tight).beyond_spread());
         assert_eq!(Summary::of(&[5.0, 1.0, 2.0, 3.0, 4.0]).unwrap().fast_end(), 2.0, "nearest rank: the 2nd of 5");
     }
 

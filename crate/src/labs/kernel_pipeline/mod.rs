@@ -762,7 +762,7 @@ mod tests {
         for kind in TileKind::ALL {
             assert!(v.iter().any(|x| x.kind == kind), "{kind:?}");
         }
-        assert_eq!(v.iter().filter(|x| x.role == Role::Sweep).count(), c.sweep_tiles.len() * c.stages.len());
+        assert_eq!(v.iter().filter(|x| x.role == Role::Sweep).count(), c.sweep_tiles.len() * c.stages.len() * c.sweep_blocks_per_sm.len());
         assert!(v.iter().any(|x| x.name.starts_with("double-buffered (2 stages)")));
         let names: std::collections::HashSet<_> = v.iter().map(|x| &x.name).collect();
         assert_eq!(names.len(), v.len(), "one name per kernel");

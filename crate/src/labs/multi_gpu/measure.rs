@@ -103,7 +103,8 @@ impl FourWay {
     }
     /// The four at once against [`Self::link_bound_ms`].
     pub fn efficiency(&self) -> Efficiency {
-        Efficiency::new(self.link_bound_ms(), &self.together_ms)
+        let parts: Vec<&Summary> = self.alone_ms.get(2..).unwrap_or_default().iter().chain([&self.host_link_ms]).collect();
+        Efficiency::new(self.link_bound_ms(), &parts, &self.together_ms)
     }
     /// The alone medians summed: no overlap at all.
     pub fn serial_ms(&self) -> f64 {

@@ -166,7 +166,7 @@ impl StreamsResults {
             ),
             _ => recorded,
         };
-        Some(Efficiency::new(bound, &v.total_ms))
+        Some(Efficiency::new(bound, &[], &v.total_ms))
     }
 
     /// Three-way overlap against its bound.
