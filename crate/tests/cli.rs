@@ -100,7 +100,7 @@ fn every_bad_command_line_is_one_line_naming_the_option_or_file() {
     add(&["bandwidth", "--max", "1,5GiB"], &["'--max <SIZE>'", "unknown size unit ',5gib'"]);
     add(&["bandwidth", "--min", "0.1KiB"], &["'--min <SIZE>'", "not a whole number of bytes"]);
     add(&["bandwidth", "--max", "lots"], &["'--max <SIZE>'", "is not a size", "e.g. 4096, 4KiB"]);
-    add(&["bandwidth", "--min", "1MiB", "--max", "4KiB"], &["minimum size 1 MiB exceeds maximum 4 KiB"]);
+    add(&["bandwidth", "--min", "1MiB", "--max", "4KiB"], &["--min 1 MiB exceeds --max 4 KiB"]);
     add(&["bandwidth", "--size-factor", "1"], &["--size-factor 1", "2 to 16"]);
     add(&["offload", "--gpu-budget", "-1"], &["'--gpu-budget <MIB>'", "is negative"]);
     add(&["offload", "--gpu-budget", "100KiB"], &["'--gpu-budget <MIB>'", "expected a whole number of MiB"]);

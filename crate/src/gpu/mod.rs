@@ -55,7 +55,7 @@ pub use host_fn::HostTask;
 pub use kernel::{Blocks, ComputeKernel, KernelArg, Module};
 pub use plan::{CapturedPlan, MachineFacts, PlanRig, Replay};
 pub use pool::{MemPool, PoolBuffer, PoolUsage, ThresholdGuard};
-pub use runner::{Dataset, GpuIssuer, Run, Runner, TimelineSource};
+pub use runner::{Dataset, GpuIssuer, LabOnGpu, LabRunner, Run, Runner, TimelineSource};
 
 use crate::error::{LabError, Result};
 use crate::measure::fingerprint::Fingerprint;

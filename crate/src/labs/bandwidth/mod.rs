@@ -150,25 +150,28 @@ impl BandwidthConfig {
             return Err(LabError::config(format!("--size-factor {} is out of range: the sweep takes 2 to 16", self.size_factor)));
         }
         let (lo, hi) = (self.min_bytes.0, self.max_bytes.0);
-        for (name, b) in [("minimum", lo), ("maximum", hi)] {
+        for (option, b) in [("--min", lo), ("--max", hi)] {
             if b < 8 || b % 8 != 0 {
-                return Err(LabError::config(format!("{name} size {} must be a multiple of 8 bytes and at least 8 B", Bytes(b))));
+                return Err(LabError::config(format!("{option} {} must be a multiple of 8 bytes and at least 8 B", Bytes(b))));
             }
         }
         if lo > hi {
-            return Err(LabError::config(format!("minimum size {} exceeds maximum {}", Bytes(lo), Bytes(hi))));
+            return Err(LabError::config(format!("--min {} exceeds --max {}", Bytes(lo), Bytes(hi))));
         }
         if hi > MAX_BYTES {
-            return Err(LabError::config(format!("maximum size {} is over the {} limit", Bytes(hi), Bytes(MAX_BYTES))));
+            return Err(LabError::config(format!("--max {} is over the {} limit", Bytes(hi), Bytes(MAX_BYTES))));
         }
         if self.kinds.is_empty() || self.directions.is_empty() {
-            return Err(LabError::config("at least one memory kind and one direction are needed"));
+            return Err(LabError::config("--kinds and --directions each need at least one value"));
         }
-        if self.repeats == 0 || self.repeats > 10_000 || self.warmup > 1_000 {
-            return Err(LabError::config(format!("repeats must be 1-10000 and warm-up 0-1000 (got {} and {})", self.repeats, self.warmup)));
+        if self.repeats == 0 || self.repeats > 10_000 {
+            return Err(LabError::config(format!("--repeats must be 1-10000 (got {})", self.repeats)));
+        }
+        if self.warmup > 1_000 {
+            return Err(LabError::config(format!("--warmup must be 0-1000 (got {})", self.warmup)));
         }
         if self.pin_cost_repeats > 1_000 {
-            return Err(LabError::config("pin-cost repeats must be at most 1000"));
+            return Err(LabError::config(format!("--pin-cost-repeats must be at most 1000 (got {})", self.pin_cost_repeats)));
         }
         Ok(())
     }
@@ -362,11 +365,11 @@ mod tests {
             f(&mut c);
             c.validate().unwrap_err().to_string()
         };
-        assert!(bad(&|c| c.min_bytes = Bytes(0)).contains("minimum size 0 B"));
+        assert!(bad(&|c| c.min_bytes = Bytes(0)).contains("--min 0 B"));
         assert!(bad(&|c| c.max_bytes = Bytes(1000 * GIB)).contains("over the 64 GiB limit"));
         assert!(bad(&|c| c.min_bytes = Bytes(12)).contains("multiple of 8"));
-        assert!(bad(&|c| c.min_bytes = Bytes(2 * GIB)).contains("exceeds maximum"));
-        assert!(bad(&|c| c.kinds.clear()).contains("memory kind"));
-        assert!(bad(&|c| c.repeats = 0).contains("repeats"));
+        assert!(bad(&|c| c.min_bytes = Bytes(2 * GIB)).contains("--min 2 GiB exceeds --max"));
+        assert!(bad(&|c| c.kinds.clear()).contains("--kinds"));
+        assert!(bad(&|c| c.repeats = 0).contains("--repeats"));
     }
 }

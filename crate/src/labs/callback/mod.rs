@@ -235,28 +235,28 @@ impl CallbackConfig {
 
     pub fn validate(&self) -> Result<()> {
         if self.rows == 0 || self.rows > 1 << 26 {
-            return Err(LabError::config(format!("rows must be 1-2^26 (got {})", self.rows)));
+            return Err(LabError::config(format!("--rows must be 1-2^26 (got {})", self.rows)));
         }
         if self.dim == 0 || self.dim % 4 != 0 || self.dim > 4096 {
-            return Err(LabError::config(format!("dim must be a multiple of 4, 4-4096 (got {})", self.dim)));
+            return Err(LabError::config(format!("--dim must be a multiple of 4, 4-4096 (got {})", self.dim)));
         }
         if (self.rows as u64) * (self.dim as u64) > 1 << 31 {
-            return Err(LabError::config("rows x dim must stay under 2^31 (8 GiB of keys)"));
+            return Err(LabError::config(format!("--rows {} x --dim {} must stay under 2^31 (8 GiB of keys)", self.rows, self.dim)));
         }
         if self.iterations == 0 || self.iterations > 100_000 {
-            return Err(LabError::config(format!("iterations must be 1-100000 (got {})", self.iterations)));
+            return Err(LabError::config(format!("--iterations must be 1-100000 (got {})", self.iterations)));
         }
         if self.slots < 2 || self.slots > 64 {
-            return Err(LabError::config(format!("slots must be 2-64 (got {}): one slot cannot overlap anything", self.slots)));
+            return Err(LabError::config(format!("--slots must be 2-64 (got {}): one slot cannot overlap anything", self.slots)));
         }
         if self.cpu_over_gpu.is_empty() || self.cpu_over_gpu.iter().any(|r| !(*r > 0.0 && *r <= 1000.0)) {
-            return Err(LabError::config(format!("CPU/GPU cost ratios must be in (0, 1000] (got {:?})", self.cpu_over_gpu)));
+            return Err(LabError::config(format!("--cpu-over-gpu ratios must be in (0, 1000] (got {:?})", self.cpu_over_gpu)));
         }
         if self.variants.is_empty() {
-            return Err(LabError::config("no variant to run"));
+            return Err(LabError::config("--variants needs at least one variant"));
         }
         if self.repeats == 0 || self.repeats > 1000 || self.warmup > 100 {
-            return Err(LabError::config("repeats must be 1-1000 and warm-up 0-100"));
+            return Err(LabError::config(format!("--repeats must be 1-1000 and --warmup 0-100 (got {} and {})", self.repeats, self.warmup)));
         }
         Ok(())
     }

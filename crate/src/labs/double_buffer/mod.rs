@@ -85,22 +85,25 @@ impl DoubleBufferConfig {
     }
     pub fn validate(&self) -> Result<()> {
         if self.batches < 2 || self.batches > 100_000 {
-            return Err(LabError::config(format!("batches must be 2-100000 (got {})", self.batches)));
+            return Err(LabError::config(format!("--batches must be 2-100000 (got {})", self.batches)));
         }
         if self.batch_elements < 2 || self.batch_elements % 2 != 0 || self.batch_elements > 1 << 28 {
-            return Err(LabError::config(format!("batch elements must be even, 2-2^28 (got {})", self.batch_elements)));
+            return Err(LabError::config(format!("--batch-elements must be even, 2-2^28 (got {})", self.batch_elements)));
         }
         if (self.batches as u64) * (self.batch_elements as u64) > 1 << 31 {
-            return Err(LabError::config("batches x batch elements must stay under 2^31 elements (8 GiB)"));
+            return Err(LabError::config(format!(
+                "--batches {} x --batch-elements {} must stay under 2^31 elements (8 GiB)",
+                self.batches, self.batch_elements
+            )));
         }
         if !(self.kernel_over_copy > 0.0 && self.kernel_over_copy <= 100.0) {
-            return Err(LabError::config(format!("kernel/copy ratio must be in (0, 100] (got {})", self.kernel_over_copy)));
+            return Err(LabError::config(format!("--kernel-over-copy must be in (0, 100] (got {})", self.kernel_over_copy)));
         }
         if !(0.0..=100.0).contains(&self.kernel_over_produce) {
-            return Err(LabError::config(format!("kernel/producer ratio must be in [0, 100] (got {})", self.kernel_over_produce)));
+            return Err(LabError::config(format!("--kernel-over-produce must be in [0, 100] (got {})", self.kernel_over_produce)));
         }
         if self.repeats == 0 || self.repeats > 1000 || self.warmup > 100 {
-            return Err(LabError::config("repeats must be 1-1000 and warm-up 0-100"));
+            return Err(LabError::config(format!("--repeats must be 1-1000 and --warmup 0-100 (got {} and {})", self.repeats, self.warmup)));
         }
         Ok(())
     }

@@ -18,10 +18,10 @@ use super::{OffloadResults, Shape};
 use crate::error::Result;
 use crate::lab_kit::check::{pct, CheckReport};
 use crate::lab_kit::progress::Exercise;
+use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{EventRef, StreamRef};
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::OpKind;
-use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::schedule::Schedule;
 use crate::units::fmt_ms;
 

@@ -270,22 +270,22 @@ impl OverlapConfig {
     pub fn validate(&self) -> Result<()> {
         let max_chunks = self.chunks.iter().copied().max().unwrap_or(0);
         if self.chunks.is_empty() || self.chunks.contains(&0) || max_chunks > MAX_CHUNKS {
-            return Err(LabError::config(format!("chunk counts must be 1-{MAX_CHUNKS} (got {:?})", self.chunks)));
+            return Err(LabError::config(format!("--chunks must be 1-{MAX_CHUNKS} (got {:?})", self.chunks)));
         }
         if self.streams.is_empty() || self.streams.contains(&0) || self.streams.iter().any(|&s| s > 64) {
-            return Err(LabError::config(format!("stream counts must be 1-64 (got {:?})", self.streams)));
+            return Err(LabError::config(format!("--streams must be 1-64 (got {:?})", self.streams)));
         }
         if self.elements < 2 * max_chunks || self.elements > (1 << 32) {
             return Err(LabError::config(format!(
-                "{} elements cannot be split into {max_chunks} chunks of at least 2 (and at most 2^32 elements)",
+                "--elements {} cannot be split into {max_chunks} chunks of at least 2 (and at most 2^32 elements)",
                 self.elements
             )));
         }
         if self.intensities.is_empty() || self.orders.is_empty() {
-            return Err(LabError::config("at least one intensity and one issue order are needed"));
+            return Err(LabError::config("--intensities and --orders each need at least one value"));
         }
         if self.repeats == 0 || self.repeats > 1000 || self.warmup > 100 {
-            return Err(LabError::config("repeats must be 1-1000 and warm-up 0-100"));
+            return Err(LabError::config(format!("--repeats must be 1-1000 and --warmup 0-100 (got {} and {})", self.repeats, self.warmup)));
         }
         Ok(())
     }
@@ -543,11 +543,11 @@ mod tests {
             c.validate().unwrap_err().to_string()
         };
         OverlapConfig::default().validate().unwrap();
-        assert!(bad(&|c| c.chunks = vec![0]).contains("chunk counts"));
-        assert!(bad(&|c| c.chunks = vec![5000]).contains("chunk counts"));
-        assert!(bad(&|c| c.streams = vec![]).contains("stream counts"));
-        assert!(bad(&|c| c.elements = 10).contains("cannot be split"));
-        assert!(bad(&|c| c.repeats = 0).contains("repeats"));
+        assert!(bad(&|c| c.chunks = vec![0]).contains("--chunks"));
+        assert!(bad(&|c| c.chunks = vec![5000]).contains("--chunks"));
+        assert!(bad(&|c| c.streams = vec![]).contains("--streams"));
+        assert!(bad(&|c| c.elements = 10).contains("--elements 10 cannot be split"));
+        assert!(bad(&|c| c.repeats = 0).contains("--repeats"));
         let g = OverlapConfig::default().grid();
         assert!(g.contains(&(1, 1)) && g.contains(&(64, 8)) && !g.contains(&(2, 4)));
     }

@@ -114,7 +114,11 @@ pub fn predicted_ms(p: &OverlapPoint, copy_engines: u32) -> Result<f64> {
 /// chunks and streams: 1.0 means the stages overlap perfectly.
 pub fn efficiency(p: &OverlapPoint, copy_engines: u32) -> Efficiency {
     let parts = &p.parts;
-    Efficiency::new(Bounds::of(parts, p.chunks).for_engines(copy_engines), &[&parts.h2d_ms, &parts.kernel_ms, &parts.d2h_ms, &parts.both_copies_ms], &p.total_ms)
+    Efficiency::new(
+        Bounds::of(parts, p.chunks).for_engines(copy_engines),
+        &[&parts.h2d_ms, &parts.kernel_ms, &parts.d2h_ms, &parts.both_copies_ms],
+        &p.total_ms,
+    )
 }
 
 /// The best any overlap can do: (H + K + D) / max(H, K, D, both copies at once).
