@@ -121,85 +121,15 @@ impl<'a, L: LabOnGpu<'a>> LabIssue<L::Op, L::Call> for LabRunner<'a, L> {
     }
 }
 
-/// Elements to bytes, refusing a count no buffer could hold.
-fn bytes(elements: usize) -> Result<usize> {
-    elements.checked_mul(4).ok_or_else(|| LabError::config(format!("{elements} elements is more bytes than memory has")))
-}
-
 /// The vocabulary on the runner, for a lab whose kernels are its own
 /// operations: the pipelines' compute kernel and a producer's dataset are
 /// not loaded (`super::GpuIssuer` runs loops that use them).
 impl<'a, L: LabOnGpu<'a>> Issue for LabRunner<'a, L> {
-    fn h2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: HostRef, src_at: usize, n: usize, label: &str) -> Result<()> {
-        self.runner.h2d(s, dst, bytes(dst_at)?, src, bytes(src_at)?, bytes(n)?, label)
-    }
-    fn d2h(&mut self, s: StreamRef, dst: HostRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
-        self.runner.d2h(s, dst, bytes(dst_at)?, src, bytes(src_at)?, bytes(n)?, label)
-    }
+    super::issuer::issue_on_the_runner!();
     fn compute(&mut self, _s: StreamRef, _input: DevRef, _in_at: usize, _output: DevRef, _out_at: usize, _n: usize, label: &str) -> Result<()> {
         Err(LabError::config(format!("{label}: this lab's kernels are its own operations (lab_op); the pipelines' compute kernel is not loaded for it")))
     }
-    fn d2d(&mut self, s: StreamRef, dst: DevRef, dst_at: usize, src: DevRef, src_at: usize, n: usize, label: &str) -> Result<()> {
-        self.runner.d2d(s, dst, bytes(dst_at)?, src, bytes(src_at)?, bytes(n)?, label)
-    }
-    fn all_reduce(&mut self, ranks: &[(StreamRef, DevRef)], at: usize, n: usize, label: &str) -> Result<()> {
-        self.runner.all_reduce(ranks, bytes(at)?, bytes(n)?, label)
-    }
-    fn event(&mut self) -> Result<EventRef> {
-        self.runner.event()
-    }
-    fn record(&mut self, e: EventRef, s: StreamRef) -> Result<()> {
-        self.runner.record(e, s)
-    }
-    fn wait(&mut self, s: StreamRef, e: EventRef) -> Result<()> {
-        self.runner.wait(s, e)
-    }
-    fn host_wait(&mut self, e: EventRef) -> Result<()> {
-        self.runner.host_wait(e)
-    }
-    fn host_sync(&mut self, s: StreamRef) -> Result<()> {
-        self.runner.host_sync(s)
-    }
-    fn signal(&mut self, s: StreamRef, label: &str) -> Result<SignalRef> {
-        self.runner.signal(s, label)
-    }
-    fn host_wait_signal(&mut self, g: SignalRef) -> Result<()> {
-        self.runner.host_wait_signal(g)
-    }
     fn produce(&mut self, _h: HostRef, _at: usize, _n: usize, _batch: usize, label: &str) -> Result<()> {
         Err(LabError::config(format!("{label}: this lab has no producer")))
-    }
-    fn sync_device(&mut self) -> Result<()> {
-        self.runner.sync_device()
-    }
-    fn timed_from_here(&mut self) -> Result<()> {
-        self.runner.timed_from_here()
-    }
-    fn alloc_async(&mut self, s: StreamRef, n: usize, name: &str) -> Result<DevRef> {
-        self.runner.alloc_async(s, bytes(n)?, name)
-    }
-    fn free_async(&mut self, s: StreamRef, d: DevRef) -> Result<()> {
-        self.runner.free_async(s, d)
-    }
-    fn alloc(&mut self, n: usize, name: &str) -> Result<DevRef> {
-        self.runner.alloc(bytes(n)?, name)
-    }
-    fn free(&mut self, d: DevRef) -> Result<()> {
-        self.runner.free(d)
-    }
-    fn alloc_pinned(&mut self, n: usize, name: &str) -> Result<HostRef> {
-        self.runner.alloc_pinned(bytes(n)?, name)
-    }
-    fn free_pinned(&mut self, h: HostRef) -> Result<()> {
-        self.runner.free_pinned(h)
-    }
-    fn pin(&mut self, h: HostRef) -> Result<()> {
-        self.runner.pin(h)
-    }
-    fn unpin(&mut self, h: HostRef) -> Result<()> {
-        self.runner.unpin(h)
-    }
-    fn issue_from(&mut self, thread: usize) -> Result<()> {
-        self.runner.issue_from(thread)
     }
 }

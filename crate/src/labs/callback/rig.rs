@@ -5,6 +5,7 @@
 //! a runner.
 
 use super::kernel::{row_dot_argmin_reference, RowDotArgs, RowDotKernel};
+use super::score_loop::ScoreOp;
 use super::work::ScoresView;
 use super::{CallbackConfig, On, Slot};
 use crate::error::Result;
@@ -12,7 +13,8 @@ use crate::gpu::trace;
 use crate::gpu::{DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, Runner, Stream};
 use crate::measure::pattern;
 use crate::pipeline::issue::StreamRef;
-use crate::pipeline::op::{Access, OpId, OpKind};
+use crate::pipeline::lab_op::LabOp;
+use crate::pipeline::op::OpId;
 use rayon::prelude::*;
 
 /// One slot: device scores and their pinned twin (rows f32 + a stamp).
@@ -131,22 +133,24 @@ impl CallbackRig {
 
     /// Query `t`'s row_dot into `slot`'s device scores, as an op of `p` on `s`.
     pub(super) fn row_dot_op<'r>(&'r self, p: &mut Runner<'r>, s: StreamRef, t: usize, slot: Slot) -> Result<OpId> {
+        // The op as the loop defines it (its kind, label and accesses: one definition).
+        let op = ScoreOp::RowDot { t, slot };
         let args = self.row_dot_args(t, slot.0);
         // SAFETY: the kernel touches only the rig's buffers, which outlive
-        // the runner; the access names the slot it writes.
-        unsafe { p.op(s, OpKind::Kernel, &format!("row_dot {t}"), vec![Access::write(&slot.scores(false), 0, 1)], move |st| self.kernel.enqueue(st, &args)) }
+        // the runner; the op's accesses name the slot it writes.
+        unsafe { p.op(s, op.kind(), &op.label(), op.accesses(), move |st| self.kernel.enqueue(st, &args)) }
     }
 
     /// The D2H of `slot`'s scores (iteration `t`'s) into its pinned memory, as an op of `p` on `s`.
     pub(super) fn d2h_op<'r>(&'r self, p: &mut Runner<'r>, s: StreamRef, t: usize, slot: Slot) -> Result<OpId> {
-        let accesses = vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)];
+        let op = ScoreOp::D2h { t, slot };
         let copy = move |st: &Stream| {
             // SAFETY: the rig outlives the runner, which waits for the copy
             // before it ends; the argmins read the slot only through its views.
             unsafe { self.d2h(st, slot.0) }
         };
         // SAFETY: the copy touches only the rig's slot buffers, which outlive
-        // the runner; the accesses name both sides.
-        unsafe { p.op(s, OpKind::D2h, &format!("D2H scores {t}"), accesses, copy) }
+        // the runner; the op's accesses name both sides.
+        unsafe { p.op(s, op.kind(), &op.label(), op.accesses(), copy) }
     }
 }

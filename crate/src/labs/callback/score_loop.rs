@@ -66,7 +66,7 @@ fn handed_out(slot: Slot) -> LabError {
 /// Lab 4's own operations, each written once: what it is to the schedule
 /// here ([`LabOp`]), what it does on a GPU in [`Live`]'s [`LabOnGpu`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum ScoreOp {
+pub(super) enum ScoreOp {
     /// Query `t`'s row_dot into the slot's device scores (a kernel).
     RowDot { t: usize, slot: Slot },
     /// The copy of the slot's scores (iteration `t`'s) into its pinned twin.
