@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+"""Lab 10's one command: runs, times and traces the real programs of
+`lab10_programs.py` (beside this file; its docstring says what each is) on
+one GPU, for `overlap-lab diagnose` to read.
+
+    python3 crate/reference/lab10_trace.py --out DIR
+        [--programs a,b] [--iterations N] [--repeats N] [--device cuda|cpu]
+
+For each program: set up (its data, weights, streams, graph), two warm-up
+runs, then its untraced time over --repeats runs (CUDA events from before
+the first call to after the last of its work, and the host clock around the
+run and the synchronize after it; median, 25-75% range, min, max and every
+sample), then one run traced by torch.profiler (CPU and CUDA activities, no
+shapes, no stacks; the window is the user annotation `lab10.<program>`),
+exported with `export_chrome_trace` and gzipped to DIR/<program>.json.gz.
+The copy programs' MLP width is set first so that one step's compute takes as
+long as one pinned batch copy on this GPU (`calibrate_hidden`).
+
+Then it checks: every fix against the program it fixes (same inputs, same
+outputs within a tolerance: a fix never gains by doing less; a partner not
+asked for in --programs is run once, untimed, for this), each traced run's
+outputs against its untraced ones, and each trace against what its program
+must show (its host-to-device copies pageable or pinned, all its batches'
+bytes, the copies on a stream of their own or not, its device-to-host reads,
+its graph launches, its kernels), each trace under 8 MiB gzipped.
+
+DIR/programs.json holds, per program: what it is, its sizes and iterations,
+its untraced times, the traced run's host time, its trace file and sizes,
+what the trace holds (event counts by category, copies, streams), which
+program it fixes and by what fix (`fix_of`), and which programs its outputs
+were checked against; and for the run: the command, the date, torch and CUDA
+versions, the GPU's name and its data folder, the calibration, and the
+problems found (none when it exits 0).
+
+Time on an H100 (estimated from the sizes and the rates measured there:
+8 MiB batches at about 50 GB/s pinned (0.17 ms) and 8 GB/s pageable (1 ms),
+a step sized to a pinned copy, eager PyTorch launching a tiny kernel in 5 to
+10 us): a copy program's run is 40 iterations of 0.2 to 1.3 ms, so its
+2 + 15 + 1 runs take under 1 s and its trace export a second or two; a
+tiny-op run is 8 x 2048 kernels, 0.1 to 0.2 s eager (a few times that
+traced, and its trace export about 5 s), under 0.05 s as a graph. With
+PyTorch's start, the calibration (about 1 s), 128 MiB of host batches made
+per copy program and the checks' runs, the whole set takes 1 to 2 minutes;
+it must stay under 5.
+
+The traces and programs.json are meant to be committed as they are, under
+data/<gpu folder>/lab10/ (programs.json's `gpu_folder`, e.g.
+nvidia-h100-80gb-hbm3), by the session that runs this on each GPU: the
+untraced times are what a prediction made from a trace is compared with.
+`--device cpu` is a smoke run for a machine with no GPU: small sizes, no
+CUDA activity in the traces, nothing to commit.
+
+Exit status: 0 when everything ran and every check passed; 1 when a check
+failed (programs.json is still written, with the problems); 2 on bad options,
+no PyTorch or no GPU (one line on stderr). Progress lines go to stderr, a
+table of the times to stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import gzip
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+WARMUP_RUNS = 2
+DEFAULT_REPEATS = 15
+MAX_TRACE_BYTES = 8 << 20  # gzipped; a trace larger than this asks for fewer --iterations
+WINDOW_PREFIX = "lab10."  # the user annotation around each traced run
+SCRIPT = "crate/reference/lab10_trace.py"
+BUDGET_SECONDS = 300  # the whole set, with the default sizes, on one GPU
+
+
+def say(line: str) -> None:
+    """A progress line, on stderr."""
+    print(f"lab10: {line}", file=sys.stderr, flush=True)
+
+
+def fail(line: str) -> None:
+    """Bad options, no PyTorch or no GPU: one line, exit status 2."""
+    print(f"lab10_trace: {line}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        fail(f"{message} (see --help)")
+
+
+def _whole_number(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, not '{text}'")
+    return n
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = _Parser(prog="lab10_trace.py", description=__doc__.split("\n\n")[0],
+                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                 epilog="\n\n".join(__doc__.split("\n\n")[2:]))
+    ap.add_argument("--out", required=True, metavar="DIR", help="folder for the traces and programs.json (made if missing)")
+    ap.add_argument("--programs", metavar="A,B", help="programs to run, comma-separated (default: all)")
+    ap.add_argument("--iterations", type=_whole_number, metavar="N",
+                    help="iterations of every program's run (default: 40 for the copy programs, 8 for the tiny-op ones; 3 with --device cpu)")
+    ap.add_argument("--repeats", type=_whole_number, default=DEFAULT_REPEATS, metavar="N",
+                    help=f"untraced timed runs per program (default {DEFAULT_REPEATS})")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cuda (default): GPU 0; cpu: a smoke run with no CUDA activity")
+    return ap.parse_args(argv)
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted samples, interpolated between neighbours."""
+    pos = q * (len(ordered) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summary(samples: list[float]) -> dict:
+    """Median, 25-75% range, min, max and the samples, in ms."""
+    s = sorted(samples)
+    return {"median": statistics.median(s), "p25": _quantile(s, 0.25), "p75": _quantile(s, 0.75),
+            "min": s[0], "max": s[-1], "samples": samples}
+
+
+def gpu_folder(name: str) -> str:
+    """The GPU's data folder, as the crate names it ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3")."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def trace_facts(trace: dict) -> dict:
+    """What a Kineto trace holds that its program's checks ask about."""
+    events = [e for e in trace.get("traceEvents", []) if isinstance(e, dict)]
+    copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    h2d = [e for e in copies if " HtoD " in e.get("name", "")]
+    d2h = [e for e in copies if " DtoH " in e.get("name", "")]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    runtime = [e.get("name", "") for e in events if e.get("cat") == "cuda_runtime"]
+
+    def source(e: dict) -> str:  # "Memcpy HtoD (Pinned -> Device)" -> "Pinned"
+        m = re.search(r"\((.+) -> ", e.get("name", ""))
+        return m.group(1) if m else "unnamed"
+
+    def streams(es: list) -> list:
+        return sorted({e.get("args", {}).get("stream") for e in es}, key=str)
+
+    return {
+        "events": dict(collections.Counter(str(e.get("cat")) for e in events)),
+        "kernels": len(kernels), "kernel_streams": streams(kernels),
+        "h2d_copies": len(h2d), "h2d_bytes": sum(int(e.get("args", {}).get("bytes", 0)) for e in h2d),
+        "h2d_sources": sorted({source(e) for e in h2d}), "h2d_streams": streams(h2d),
+        "d2h_copies": len(d2h),
+        "graph_launches": sum(n.startswith("cudaGraphLaunch") for n in runtime),
+        "stream_synchronizes": sum(n.startswith("cudaStreamSynchronize") for n in runtime),
+        "window_annotations": sum(e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(WINDOW_PREFIX)
+                                  for e in events),
+    }
+
+
+def trace_problems(program, sizes, facts: dict, cuda: bool) -> list[str]:
+    """How a trace differs from what its program must show."""
+    out = []
+    if facts["window_annotations"] != 1:
+        out.append(f"{facts['window_annotations']} window annotations ({WINDOW_PREFIX}{program.name}), not 1")
+    if not cuda:
+        return out
+    if facts["kernels"] < sizes.iterations:
+        out.append(f"{facts['kernels']} kernels for {sizes.iterations} iterations")
+    if program.family == "tiny" and facts["kernels"] < 4 * sizes.tiny_tensors * sizes.iterations:
+        out.append(f"{facts['kernels']} kernels, not the {4 * sizes.tiny_tensors * sizes.iterations} its steps launch")
+    if program.h2d_from:
+        if facts["h2d_sources"] != [program.h2d_from]:
+            out.append(f"its host-to-device copies come from {facts['h2d_sources']} memory, not {program.h2d_from} only")
+        want = sizes.iterations * sizes.batch_bytes()
+        if facts["h2d_bytes"] != want:
+            out.append(f"its host-to-device copies move {facts['h2d_bytes']} bytes, not the {want} of its batches")
+    elif facts["h2d_copies"]:
+        out.append(f"{facts['h2d_copies']} host-to-device copies, where it makes none")
+    shared = set(facts["h2d_streams"]) & set(facts["kernel_streams"])
+    if program.copy_stream is True and shared:
+        out.append(f"its copies share stream(s) {sorted(shared, key=str)} with kernels, not a copy stream of their own")
+    if program.copy_stream is False and not set(facts["h2d_streams"]) <= set(facts["kernel_streams"]):
+        out.append(f"its copies run on stream(s) {facts['h2d_streams']}, not its kernels' {facts['kernel_streams']}")
+    reads = program.device_to_host_reads(sizes)
+    if facts["d2h_copies"] != reads:
+        out.append(f"{facts['d2h_copies']} device-to-host copies, not the {reads} it reads")
+    launches = sizes.iterations if program.graph else 0
+    if facts["graph_launches"] != launches:
+        out.append(f"{facts['graph_launches']} graph launches, not {launches}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    started = time.perf_counter()
+    args = parse(argv)
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        fail(f"--out {args.out}: not a folder")
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, record_function
+    except ImportError as e:
+        fail(f"PyTorch is needed and could not be imported ({e})")
+    import lab10_programs as lab
+
+    names = list(lab.PROGRAMS)
+    if args.programs is not None:
+        asked = [n.strip() for n in args.programs.split(",") if n.strip()]
+        unknown = [n for n in asked if n not in lab.PROGRAMS]
+        if unknown or not asked:
+            fail(f"--programs: unknown program(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(lab.PROGRAMS)}")
+        names = list(dict.fromkeys(asked))
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        fail("--device cuda: PyTorch sees no CUDA GPU (torch.cuda.is_available() is False); --device cpu runs a smoke run")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        fail(f"--out {args.out}: cannot make the folder ({e.strerror})")
+
+    if cuda:
+        torch.cuda.set_device(0)
+        device = torch.device("cuda", 0)
+    else:
+        device = torch.device("cpu")
+    say(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+        + (f"GPU 0: {torch.cuda.get_device_name(0)}" if cuda else "CPU smoke run"))
+
+    relations = lab.related(names)
+    needed = list(dict.fromkeys(names + [n for r in relations for n in r[:2]]))
+    base = lab.Sizes() if cuda else lab.SMOKE_SIZES
+    calibration = None
+    if cuda and any(lab.PROGRAMS[n].family == "copy" for n in needed):
+        base, calibration = lab.calibrate_hidden(device, base)
+        say(f"calibrated: a pinned {base.batch_bytes() >> 20} MiB batch copies in {calibration['pinned_copy_ms']:.3f} ms; "
+            f"hidden width {base.hidden}: the step takes {calibration['step_over_copy']:.2f}x that")
+
+    def sizes_of(program):
+        default = lab.ITERATIONS[program.family] if cuda else base.iterations
+        return replace(base, iterations=args.iterations or default)
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        # Start the profiler's CUDA side (CUPTI) once before any program is set
+        # up: graphs are captured after it, and the first program's trace pays
+        # no start-up cost the others do not.
+        with profile(activities=activities):
+            torch.ones(1, device=device).add_(1)
+            torch.cuda.synchronize()
+
+    def synchronize() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    def timed_run(loop) -> tuple[float | None, float]:
+        """One untraced run: (GPU ms by CUDA events or None on a CPU, host ms)."""
+        loop.reset()
+        synchronize()
+        start = torch.cuda.Event(enable_timing=True) if cuda else None
+        end = torch.cuda.Event(enable_timing=True) if cuda else None
+        t0 = time.perf_counter()
+        if cuda:
+            start.record()
+        loop.run()
+        if cuda:
+            end.record()  # the current stream: every program's work joins it
+        synchronize()
+        host_ms = (time.perf_counter() - t0) * 1e3
+        return (start.elapsed_time(end) if cuda else None), host_ms
+
+    results, outputs, problems = {}, {}, []
+    for k, name in enumerate(names, 1):
+        program = lab.PROGRAMS[name]
+        sizes = sizes_of(program)
+        say(f"[{k}/{len(names)}] {name}: {program.what}")
+        loop = program.build(device, sizes)
+        for _ in range(WARMUP_RUNS):
+            loop.reset()
+            loop.run()
+        synchronize()
+        device_ms, host_ms = [], []
+        for _ in range(args.repeats):
+            d, h = timed_run(loop)
+            device_ms.append(d)
+            host_ms.append(h)
+        outputs[name] = loop.outputs()
+        untraced = {"device_ms": summary(device_ms) if cuda else None, "host_ms": summary(host_ms)}
+        shown = untraced["device_ms"] or untraced["host_ms"]
+        say(f"  untraced, {args.repeats} runs of {sizes.iterations} iterations: median {shown['median']:.3f} ms "
+            f"(25-75%: {shown['p25']:.3f}-{shown['p75']:.3f})" + ("" if cuda else " on the host clock"))
+
+        loop.reset()
+        synchronize()
+        t0 = time.perf_counter()
+        with profile(activities=activities, record_shapes=False, with_stack=False) as prof:
+            with record_function(WINDOW_PREFIX + name):
+                loop.run()
+            synchronize()
+        traced_host_ms = (time.perf_counter() - t0) * 1e3
+        for d in lab.differences(outputs[name], loop.outputs()):
+            problems.append(f"{name}: the traced run's {d}")
+        raw_path, gz_path = out_dir / f"{name}.json", out_dir / f"{name}.json.gz"
+        prof.export_chrome_trace(str(raw_path))
+        raw = raw_path.read_bytes()
+        with open(gz_path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename=raw_path.name) as z:
+            z.write(raw)
+        raw_path.unlink()
+        gz_bytes = gz_path.stat().st_size
+        try:
+            facts = trace_facts(json.loads(raw))
+            for p in trace_problems(program, sizes, facts, cuda):
+                problems.append(f"{name}: its trace: {p}")
+        except ValueError as e:
+            facts = None
+            problems.append(f"{name}: its trace is not JSON ({e})")
+        if gz_bytes > MAX_TRACE_BYTES:
+            problems.append(f"{name}: its trace is {gz_bytes / 2**20:.1f} MiB gzipped, over {MAX_TRACE_BYTES >> 20} MiB: "
+                            "run it with fewer --iterations")
+        say(f"  traced: {traced_host_ms:.1f} ms on the host clock -> {gz_path.name} "
+            f"({gz_bytes / 2**20:.2f} MiB, {len(raw) / 2**20:.1f} MiB unpacked)")
+        results[name] = {
+            "what": program.what, "family": program.family, "iterations": sizes.iterations,
+            "sizes": sizes.of_family(program.family), "untraced": untraced,
+            "traced_host_ms": traced_host_ms, "window": WINDOW_PREFIX + name,
+            "trace": gz_path.name, "trace_bytes": gz_bytes, "trace_json_bytes": len(raw), "trace_facts": facts,
+            "fix_of": [{"program": before, "fix": how} for before, how in program.fix_of],
+            "checked_against": [],
+        }
+        del loop, prof, raw
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+
+    for fix, before, how in relations:
+        for name in (before, fix):
+            if name not in outputs:  # a partner not asked for: run once, for the check only
+                say(f"checking against {name}: one untimed run")
+                loop = lab.PROGRAMS[name].build(device, sizes_of(lab.PROGRAMS[name]))
+                loop.reset()
+                loop.run()
+                synchronize()
+                outputs[name] = loop.outputs()
+                del loop
+        found = lab.differences(outputs[before], outputs[fix])
+        problems.extend(f"{fix} ({how}, the fix of {before}): its {d}" for d in found)
+        say(f"  {fix} against {before} ({how}): " + ("same outputs" if not found else f"{len(found)} difference(s)"))
+        for name, other in ((fix, before), (before, fix)):
+            if name in results:
+                results[name]["checked_against"].append(other)
+
+    seconds = time.perf_counter() - started
+    if cuda and names == list(lab.PROGRAMS) and seconds > BUDGET_SECONDS:
+        problems.append(f"the whole set took {seconds:.0f} s, over its budget of {BUDGET_SECONDS} s")
+    gpu = torch.cuda.get_device_name(0) if cuda else None
+    record = {
+        "what": "lab 10's real programs: untraced times and torch.profiler traces (crate/reference/lab10_programs.py)",
+        "command": " ".join(["python3", SCRIPT] + argv),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
+        "device": args.device, "gpu": gpu, "gpu_folder": gpu_folder(gpu) if gpu else None,
+        "timing": {"warmup_runs": WARMUP_RUNS, "repeats": args.repeats,
+                   "device_ms": "CUDA events on the current stream, recorded before the run's first call and after its last "
+                                "(every program's work joins that stream)",
+                   "host_ms": "the host clock from before the run's first call to after torch.cuda.synchronize()"},
+        "calibration": calibration,
+        "programs": results,
+        "problems": problems,
+        "seconds": seconds,
+    }
+    (out_dir / "programs.json").write_text(json.dumps(record, indent=1) + "\n")
+
+    clock = "device_ms" if cuda else "host_ms"
+    print(f"{'program':<24} {'median ms':>10} {'25-75% ms':>18} {'traced host ms':>15}  trace")
+    for name, r in results.items():
+        t = r["untraced"][clock]
+        print(f"{name:<24} {t['median']:>10.3f} {t['p25']:>8.3f}-{t['p75']:<9.3f} {r['traced_host_ms']:>15.1f}  {r['trace']}")
+    say(f"done in {record['seconds']:.0f} s: {out_dir / 'programs.json'}")
+    for p in problems:
+        say(f"PROBLEM: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main(sys.argv[1:]))
