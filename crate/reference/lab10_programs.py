@@ -43,10 +43,14 @@ against the program it fixes: same outputs within a tolerance, never faster by
 doing less. On `--device cpu` (a smoke run) pinning, streams, events and the
 graph are left out; everything else runs.
 
-Why the compute matches the pinned copy: with a step as long as a pinned
-copy, hiding the copy halves the loop (the largest gain overlap can give),
-so every fix has a clear effect. `calibrate_hidden` sets `hidden` so on the
-GPU at hand.
+Why these sizes: with a step as long as a pinned copy, hiding the copy
+halves the loop (the largest gain overlap can give), so every fix has a
+clear effect; `calibrate_hidden` sets `hidden` so on the GPU at hand. A
+16 MiB batch keeps each iteration's GPU time (about 0.3 ms of copy and as
+much of compute on an H100) two to three times the CPU's time to issue it
+(about 20 PyTorch calls), so the copy programs are bound by the GPU, not by
+launches, and a sync in the loop costs what it does in real code: the GPU
+idles from the end of each step until the CPU has issued the next one.
 """
 from __future__ import annotations
 
@@ -66,11 +70,11 @@ class Sizes:
     `host_batches`, the tiny-op programs `tiny_tensors` and `tiny_elements`."""
 
     iterations: int = 40  # loop iterations in one run: the timed and traced window
-    batch_rows: int = 4096  # rows (tokens) in one batch
+    batch_rows: int = 8192  # rows (tokens) in one batch: 16 MiB
     width: int = 1024  # a row's length, the model's width
     hidden: int = 4096  # the MLP's hidden width (calibrate_hidden sets it on a GPU)
     blocks: int = 2  # MLP blocks in one step
-    host_batches: int = 16  # distinct host batches the loop cycles through
+    host_batches: int = 8  # distinct host batches the loop cycles through
     tiny_tensors: int = 512  # small tensors the tiny-op step updates one by one
     tiny_elements: int = 4096  # float32 elements in each
     seed: int = 10  # every input comes from this seed, the same in every program
@@ -172,8 +176,9 @@ class _TrainingStep:
         self.reads = []
 
     def outputs(self) -> Dict[str, torch.Tensor]:
-        out = {"losses": self.losses.cpu(),
-               "last_output": self.last.float().cpu() if self.last is not None else torch.full((1,), float("nan"))}
+        # No step ran: its last output is one NaN (never written).
+        last = self.last.float().cpu() if self.last is not None else torch.full((1,), float("nan"))
+        out = {"losses": self.losses.cpu(), "last_output": last}
         if self.reads_losses:
             out["loss_reads"] = torch.tensor(self.reads, dtype=torch.float64)
         return out
@@ -379,7 +384,7 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in (
     Program(tiny_ops_graph, "tiny", fix_of=(("tiny_ops", "CUDA graph"),), graph=True),
 )}
 
-# Iterations of one run by family: about 40 ms of copies and steps, and 8
+# Iterations of one run by family: 40 of copies and steps (15 to 100 ms), and 8
 # tiny-op steps (16k kernels: a trace of a few MiB gzipped).
 ITERATIONS = {"copy": 40, "tiny": 8}
 
@@ -402,6 +407,16 @@ def related(names: List[str]) -> List[Tuple[str, str, str]]:
 # moves a loss by tens of percent.
 TOLERANCES = {"losses": (1e-3, 1e-6), "loss_reads": (1e-3, 1e-6), "last_output": (2e-2, 2e-2),
               "params": (1e-5, 1e-6), "momenta": (1e-5, 1e-6)}
+
+
+def never_written(outputs: Dict[str, torch.Tensor]) -> List[str]:
+    """The outputs a run left as reset() poisoned them (NaN): iterations that never ran."""
+    out = []
+    for k, v in outputs.items():
+        nans = int((v != v).sum())  # NaN is the one value not equal to itself
+        if nans:
+            out.append(f"{k}: {nans} of {v.numel()} never written")
+    return out
 
 
 def differences(expected: Dict[str, torch.Tensor], got: Dict[str, torch.Tensor]) -> List[str]:

@@ -11,7 +11,8 @@ runs, then its untraced time over --repeats runs (CUDA events from before
 the first call to after the last of its work, and the host clock around the
 run and the synchronize after it; median, 25-75% range, min, max and every
 sample), then one run traced by torch.profiler (CPU and CUDA activities, no
-shapes, no stacks; the window is the user annotation `lab10.<program>`),
+shapes, no stacks; the window is the user annotation `lab10.<program>`,
+from the run's first call to the end of its GPU work),
 exported with `export_chrome_trace` and gzipped to DIR/<program>.json.gz.
 The copy programs' MLP width is set first so that one step's compute takes as
 long as one pinned batch copy on this GPU (`calibrate_hidden`).
@@ -33,15 +34,15 @@ versions, the GPU's name and its data folder, the calibration, and the
 problems found (none when it exits 0).
 
 Time on an H100 (estimated from the sizes and the rates measured there:
-8 MiB batches at about 50 GB/s pinned (0.17 ms) and 8 GB/s pageable (1 ms),
+16 MiB batches at about 52 GB/s pinned (0.32 ms) and 8 GB/s pageable (2 ms),
 a step sized to a pinned copy, eager PyTorch launching a tiny kernel in 5 to
-10 us): a copy program's run is 40 iterations of 0.2 to 1.3 ms, so its
-2 + 15 + 1 runs take under 1 s and its trace export a second or two; a
+10 us): a copy program's run is 40 iterations of 0.35 to 2.5 ms, so its
+2 + 15 + 1 runs take 0.3 to 2 s and its trace export a second or two; a
 tiny-op run is 8 x 2048 kernels, 0.1 to 0.2 s eager (a few times that
 traced, and its trace export about 5 s), under 0.05 s as a graph. With
 PyTorch's start, the calibration (about 1 s), 128 MiB of host batches made
 per copy program and the checks' runs, the whole set takes 1 to 2 minutes;
-it must stay under 5.
+it must stay under 5 (a longer run is reported as a problem).
 
 The traces and programs.json are meant to be committed as they are, under
 data/<gpu folder>/lab10/ (programs.json's `gpu_folder`, e.g.
@@ -68,6 +69,7 @@ import re
 import statistics
 import sys
 import time
+import traceback
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -140,6 +142,14 @@ def gpu_folder(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
+def driver_version() -> str | None:
+    """The NVIDIA kernel driver's version, where Linux says it (as the crate's fingerprint reads it)."""
+    try:
+        return Path("/sys/module/nvidia/version").read_text().strip()
+    except OSError:
+        return None
+
+
 def trace_facts(trace: dict) -> dict:
     """What a Kineto trace holds that its program's checks ask about."""
     events = [e for e in trace.get("traceEvents", []) if isinstance(e, dict)]
@@ -202,6 +212,168 @@ def trace_problems(program, sizes, facts: dict, cuda: bool) -> list[str]:
     return out
 
 
+class Session:
+    """One run of the command: the device, the options, and what it found."""
+
+    def __init__(self, torch, lab, args, out_dir: Path):
+        from torch.profiler import ProfilerActivity
+
+        self.torch, self.lab, self.args, self.out_dir = torch, lab, args, out_dir
+        self.cuda = args.device == "cuda"
+        if self.cuda:
+            torch.cuda.set_device(0)
+            self.device = torch.device("cuda", 0)
+        else:
+            self.device = torch.device("cpu")
+        self.activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        self.base = lab.Sizes() if self.cuda else lab.SMOKE_SIZES
+        self.calibration = None
+        self.results: dict = {}
+        self.outputs: dict = {}
+        self.problems: list[str] = []
+
+    def calibrate(self) -> None:
+        """The copy programs' hidden width, so one step takes as long as one pinned copy here."""
+        self.base, self.calibration = self.lab.calibrate_hidden(self.device, self.base)
+        c = self.calibration
+        say(f"calibrated: a pinned {self.base.batch_bytes() >> 20} MiB batch copies in {c['pinned_copy_ms']:.3f} ms; "
+            f"hidden width {c['hidden']}: the step takes {c['step_over_copy']:.2f}x that")
+
+    def sizes_of(self, program):
+        default = self.lab.ITERATIONS[program.family] if self.cuda else self.base.iterations
+        return replace(self.base, iterations=self.args.iterations or default)
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def timed_run(self, loop) -> tuple[float | None, float]:
+        """One untraced run: (GPU ms by CUDA events, None on a CPU; host ms)."""
+        torch = self.torch
+        loop.reset()
+        self.synchronize()
+        start = torch.cuda.Event(enable_timing=True) if self.cuda else None
+        end = torch.cuda.Event(enable_timing=True) if self.cuda else None
+        t0 = time.perf_counter()
+        if self.cuda:
+            start.record()
+        loop.run()
+        if self.cuda:
+            end.record()  # on the current stream: every program's work joins it
+        self.synchronize()
+        host_ms = (time.perf_counter() - t0) * 1e3
+        return (start.elapsed_time(end) if self.cuda else None), host_ms
+
+    def traced_run(self, loop, name: str):
+        """One run under torch.profiler: (the profiler, host ms of the window)."""
+        from torch.profiler import profile, record_function
+
+        loop.reset()
+        self.synchronize()
+        with profile(activities=self.activities, record_shapes=False, with_stack=False) as prof:
+            t0 = time.perf_counter()
+            with record_function(WINDOW_PREFIX + name):  # the window: the run and the wait for its GPU work
+                loop.run()
+                self.synchronize()
+            host_ms = (time.perf_counter() - t0) * 1e3
+        return prof, host_ms
+
+    def export(self, prof, name: str) -> tuple[Path, bytes]:
+        """The trace, gzipped to <out>/<name>.json.gz; returns its path and the JSON."""
+        raw_path, gz_path = self.out_dir / f"{name}.json", self.out_dir / f"{name}.json.gz"
+        prof.export_chrome_trace(str(raw_path))
+        raw = raw_path.read_bytes()
+        raw_path.unlink()
+        with open(gz_path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename=raw_path.name) as z:
+            z.write(raw)
+        return gz_path, raw
+
+    def measure(self, k: int, count: int, name: str) -> None:
+        """Sets one program up, times it untraced, traces one run, checks what it can alone."""
+        program = self.lab.PROGRAMS[name]
+        sizes = self.sizes_of(program)
+        say(f"[{k}/{count}] {name}: {program.what}")
+        loop = program.build(self.device, sizes)
+        for _ in range(WARMUP_RUNS):
+            loop.reset()
+            loop.run()
+        self.synchronize()
+        device_ms, host_ms = [], []
+        for _ in range(self.args.repeats):
+            d, h = self.timed_run(loop)
+            device_ms.append(d)
+            host_ms.append(h)
+        self.outputs[name] = loop.outputs()
+        self.problems.extend(f"{name}: its run's {d}" for d in self.lab.never_written(self.outputs[name]))
+        untraced = {"device_ms": summary(device_ms) if self.cuda else None, "host_ms": summary(host_ms)}
+        shown = untraced["device_ms"] or untraced["host_ms"]
+        say(f"  untraced, {self.args.repeats} runs of {sizes.iterations} iterations: median {shown['median']:.3f} ms "
+            f"(25-75%: {shown['p25']:.3f}-{shown['p75']:.3f}) " + ("by CUDA events" if self.cuda else "on the host clock"))
+
+        prof, traced_host_ms = self.traced_run(loop, name)
+        self.problems.extend(f"{name}: the traced run's {d}" for d in self.lab.differences(self.outputs[name], loop.outputs()))
+        del loop
+        gz_path, raw = self.export(prof, name)
+        del prof
+        gz_bytes = gz_path.stat().st_size
+        try:
+            facts = trace_facts(json.loads(raw))
+            self.problems.extend(f"{name}: its trace: {p}" for p in trace_problems(program, sizes, facts, self.cuda))
+        except ValueError as e:
+            facts = None
+            self.problems.append(f"{name}: its trace is not JSON ({e})")
+        if gz_bytes > MAX_TRACE_BYTES:
+            self.problems.append(f"{name}: its trace is {gz_bytes / 2**20:.1f} MiB gzipped, over {MAX_TRACE_BYTES >> 20} MiB: "
+                                 "run it with fewer --iterations")
+        say(f"  traced: {traced_host_ms:.1f} ms on the host clock -> {gz_path.name} "
+            f"({gz_bytes / 2**20:.2f} MiB, {len(raw) / 2**20:.1f} MiB unpacked)")
+        self.results[name] = {
+            "what": program.what, "family": program.family, "iterations": sizes.iterations,
+            "sizes": sizes.of_family(program.family), "untraced": untraced,
+            "traced_host_ms": traced_host_ms, "window": WINDOW_PREFIX + name,
+            "trace": gz_path.name, "trace_bytes": gz_bytes, "trace_json_bytes": len(raw), "trace_facts": facts,
+            "fix_of": [{"program": before, "fix": how} for before, how in program.fix_of],
+            "checked_against": [],
+        }
+
+    def outputs_of(self, name: str):
+        """A program's outputs: from its measured run, or from one untimed run
+        made here (a partner not asked for in --programs)."""
+        if name not in self.outputs:
+            say(f"checking against {name}: one untimed run")
+            loop = self.lab.PROGRAMS[name].build(self.device, self.sizes_of(self.lab.PROGRAMS[name]))
+            loop.reset()
+            loop.run()
+            self.synchronize()
+            self.outputs[name] = loop.outputs()
+        return self.outputs[name]
+
+    def check_fix(self, fix: str, before: str, how: str) -> None:
+        """A fix against the program it fixes: the same outputs from the same inputs."""
+        found = self.lab.differences(self.outputs_of(before), self.outputs_of(fix))
+        self.problems.extend(f"{fix} ({how}, the fix of {before}): its {d}" for d in found)
+        say(f"  {fix} against {before} ({how}): " + ("same outputs" if not found else f"{len(found)} difference(s)"))
+        for name, other in ((fix, before), (before, fix)):
+            if name in self.results:
+                self.results[name]["checked_against"].append(other)
+
+    def free(self) -> None:
+        gc.collect()
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+
+
+def guarded(session: Session, what: str, step) -> None:
+    """Runs one step; a failure is a problem of the run (with its traceback on
+    stderr), and the other programs still run and are recorded."""
+    try:
+        step()
+    except Exception as e:  # noqa: BLE001 - any failure of one program is reported, not fatal
+        traceback.print_exc()
+        session.problems.append(f"{what}: failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    session.free()
+
+
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
     args = parse(argv)
@@ -210,7 +382,6 @@ def main(argv: list[str]) -> int:
         fail(f"--out {args.out}: not a folder")
     try:
         import torch
-        from torch.profiler import ProfilerActivity, profile, record_function
     except ImportError as e:
         fail(f"PyTorch is needed and could not be imported ({e})")
     import lab10_programs as lab
@@ -220,176 +391,69 @@ def main(argv: list[str]) -> int:
         asked = [n.strip() for n in args.programs.split(",") if n.strip()]
         unknown = [n for n in asked if n not in lab.PROGRAMS]
         if unknown or not asked:
-            fail(f"--programs: unknown program(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(lab.PROGRAMS)}")
+            what = f"unknown program(s) {', '.join(unknown)}" if unknown else "no program named"
+            fail(f"--programs: {what}; known: {', '.join(lab.PROGRAMS)}")
         names = list(dict.fromkeys(asked))
-    cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: PyTorch sees no CUDA GPU (torch.cuda.is_available() is False); --device cpu runs a smoke run")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         fail(f"--out {args.out}: cannot make the folder ({e.strerror})")
 
-    if cuda:
-        torch.cuda.set_device(0)
-        device = torch.device("cuda", 0)
-    else:
-        device = torch.device("cpu")
-    say(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
-        + (f"GPU 0: {torch.cuda.get_device_name(0)}" if cuda else "CPU smoke run"))
-
+    session = Session(torch, lab, args, out_dir)
+    cuda = session.cuda
+    gpu = torch.cuda.get_device_name(0) if cuda else None
+    say(f"torch {torch.__version__}, CUDA {torch.version.cuda}, " + (f"GPU 0: {gpu}" if cuda else "CPU smoke run"))
     relations = lab.related(names)
     needed = list(dict.fromkeys(names + [n for r in relations for n in r[:2]]))
-    base = lab.Sizes() if cuda else lab.SMOKE_SIZES
-    calibration = None
     if cuda and any(lab.PROGRAMS[n].family == "copy" for n in needed):
-        base, calibration = lab.calibrate_hidden(device, base)
-        say(f"calibrated: a pinned {base.batch_bytes() >> 20} MiB batch copies in {calibration['pinned_copy_ms']:.3f} ms; "
-            f"hidden width {base.hidden}: the step takes {calibration['step_over_copy']:.2f}x that")
-
-    def sizes_of(program):
-        default = lab.ITERATIONS[program.family] if cuda else base.iterations
-        return replace(base, iterations=args.iterations or default)
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        guarded(session, "the calibration (the copy programs keep the default hidden width)", session.calibrate)
     if cuda:
         # Start the profiler's CUDA side (CUPTI) once before any program is set
         # up: graphs are captured after it, and the first program's trace pays
         # no start-up cost the others do not.
-        with profile(activities=activities):
-            torch.ones(1, device=device).add_(1)
+        from torch.profiler import profile
+
+        with profile(activities=session.activities):
+            torch.ones(1, device=session.device).add_(1)
             torch.cuda.synchronize()
 
-    def synchronize() -> None:
-        if cuda:
-            torch.cuda.synchronize()
-
-    def timed_run(loop) -> tuple[float | None, float]:
-        """One untraced run: (GPU ms by CUDA events or None on a CPU, host ms)."""
-        loop.reset()
-        synchronize()
-        start = torch.cuda.Event(enable_timing=True) if cuda else None
-        end = torch.cuda.Event(enable_timing=True) if cuda else None
-        t0 = time.perf_counter()
-        if cuda:
-            start.record()
-        loop.run()
-        if cuda:
-            end.record()  # the current stream: every program's work joins it
-        synchronize()
-        host_ms = (time.perf_counter() - t0) * 1e3
-        return (start.elapsed_time(end) if cuda else None), host_ms
-
-    results, outputs, problems = {}, {}, []
     for k, name in enumerate(names, 1):
-        program = lab.PROGRAMS[name]
-        sizes = sizes_of(program)
-        say(f"[{k}/{len(names)}] {name}: {program.what}")
-        loop = program.build(device, sizes)
-        for _ in range(WARMUP_RUNS):
-            loop.reset()
-            loop.run()
-        synchronize()
-        device_ms, host_ms = [], []
-        for _ in range(args.repeats):
-            d, h = timed_run(loop)
-            device_ms.append(d)
-            host_ms.append(h)
-        outputs[name] = loop.outputs()
-        untraced = {"device_ms": summary(device_ms) if cuda else None, "host_ms": summary(host_ms)}
-        shown = untraced["device_ms"] or untraced["host_ms"]
-        say(f"  untraced, {args.repeats} runs of {sizes.iterations} iterations: median {shown['median']:.3f} ms "
-            f"(25-75%: {shown['p25']:.3f}-{shown['p75']:.3f})" + ("" if cuda else " on the host clock"))
-
-        loop.reset()
-        synchronize()
-        t0 = time.perf_counter()
-        with profile(activities=activities, record_shapes=False, with_stack=False) as prof:
-            with record_function(WINDOW_PREFIX + name):
-                loop.run()
-            synchronize()
-        traced_host_ms = (time.perf_counter() - t0) * 1e3
-        for d in lab.differences(outputs[name], loop.outputs()):
-            problems.append(f"{name}: the traced run's {d}")
-        raw_path, gz_path = out_dir / f"{name}.json", out_dir / f"{name}.json.gz"
-        prof.export_chrome_trace(str(raw_path))
-        raw = raw_path.read_bytes()
-        with open(gz_path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename=raw_path.name) as z:
-            z.write(raw)
-        raw_path.unlink()
-        gz_bytes = gz_path.stat().st_size
-        try:
-            facts = trace_facts(json.loads(raw))
-            for p in trace_problems(program, sizes, facts, cuda):
-                problems.append(f"{name}: its trace: {p}")
-        except ValueError as e:
-            facts = None
-            problems.append(f"{name}: its trace is not JSON ({e})")
-        if gz_bytes > MAX_TRACE_BYTES:
-            problems.append(f"{name}: its trace is {gz_bytes / 2**20:.1f} MiB gzipped, over {MAX_TRACE_BYTES >> 20} MiB: "
-                            "run it with fewer --iterations")
-        say(f"  traced: {traced_host_ms:.1f} ms on the host clock -> {gz_path.name} "
-            f"({gz_bytes / 2**20:.2f} MiB, {len(raw) / 2**20:.1f} MiB unpacked)")
-        results[name] = {
-            "what": program.what, "family": program.family, "iterations": sizes.iterations,
-            "sizes": sizes.of_family(program.family), "untraced": untraced,
-            "traced_host_ms": traced_host_ms, "window": WINDOW_PREFIX + name,
-            "trace": gz_path.name, "trace_bytes": gz_bytes, "trace_json_bytes": len(raw), "trace_facts": facts,
-            "fix_of": [{"program": before, "fix": how} for before, how in program.fix_of],
-            "checked_against": [],
-        }
-        del loop, prof, raw
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-
+        guarded(session, name, lambda: session.measure(k, len(names), name))
     for fix, before, how in relations:
-        for name in (before, fix):
-            if name not in outputs:  # a partner not asked for: run once, for the check only
-                say(f"checking against {name}: one untimed run")
-                loop = lab.PROGRAMS[name].build(device, sizes_of(lab.PROGRAMS[name]))
-                loop.reset()
-                loop.run()
-                synchronize()
-                outputs[name] = loop.outputs()
-                del loop
-        found = lab.differences(outputs[before], outputs[fix])
-        problems.extend(f"{fix} ({how}, the fix of {before}): its {d}" for d in found)
-        say(f"  {fix} against {before} ({how}): " + ("same outputs" if not found else f"{len(found)} difference(s)"))
-        for name, other in ((fix, before), (before, fix)):
-            if name in results:
-                results[name]["checked_against"].append(other)
+        guarded(session, f"{fix} against {before}", lambda: session.check_fix(fix, before, how))
 
     seconds = time.perf_counter() - started
     if cuda and names == list(lab.PROGRAMS) and seconds > BUDGET_SECONDS:
-        problems.append(f"the whole set took {seconds:.0f} s, over its budget of {BUDGET_SECONDS} s")
-    gpu = torch.cuda.get_device_name(0) if cuda else None
+        session.problems.append(f"the whole set took {seconds:.0f} s, over its budget of {BUDGET_SECONDS} s")
     record = {
         "what": "lab 10's real programs: untraced times and torch.profiler traces (crate/reference/lab10_programs.py)",
         "command": " ".join(["python3", SCRIPT] + argv),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
         "device": args.device, "gpu": gpu, "gpu_folder": gpu_folder(gpu) if gpu else None,
+        "driver": driver_version() if cuda else None,
         "timing": {"warmup_runs": WARMUP_RUNS, "repeats": args.repeats,
                    "device_ms": "CUDA events on the current stream, recorded before the run's first call and after its last "
                                 "(every program's work joins that stream)",
                    "host_ms": "the host clock from before the run's first call to after torch.cuda.synchronize()"},
-        "calibration": calibration,
-        "programs": results,
-        "problems": problems,
+        "calibration": session.calibration,
+        "programs": session.results,
+        "problems": session.problems,
         "seconds": seconds,
     }
     (out_dir / "programs.json").write_text(json.dumps(record, indent=1) + "\n")
 
     clock = "device_ms" if cuda else "host_ms"
     print(f"{'program':<24} {'median ms':>10} {'25-75% ms':>18} {'traced host ms':>15}  trace")
-    for name, r in results.items():
+    for name, r in session.results.items():
         t = r["untraced"][clock]
         print(f"{name:<24} {t['median']:>10.3f} {t['p25']:>8.3f}-{t['p75']:<9.3f} {r['traced_host_ms']:>15.1f}  {r['trace']}")
-    say(f"done in {record['seconds']:.0f} s: {out_dir / 'programs.json'}")
-    for p in problems:
+    say(f"done in {seconds:.0f} s: {out_dir / 'programs.json'}")
+    for p in session.problems:
         say(f"PROBLEM: {p}")
-    return 1 if problems else 0
+    return 1 if session.problems else 0
 
 
 if __name__ == "__main__":
