@@ -142,6 +142,25 @@ def gpu_folder(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
+def command_as_recorded(argv: list[str], out: str, destination: str | None) -> str:
+    """The command as typed, its output folder named as the repository names
+    it: the folder the record is committed to (data/<gpu folder>/lab10) where
+    --out is a path of this machine (absolute, or outside the repository)."""
+    outside = os.path.isabs(out) or os.path.normpath(out).startswith("..")
+    words, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--out" and i + 1 < len(argv):
+            words += ["--out", destination if outside and destination else argv[i + 1]]
+            i += 2
+            continue
+        if argv[i].startswith("--out=") and outside and destination:
+            words.append(f"--out={destination}")
+        else:
+            words.append(argv[i])
+        i += 1
+    return " ".join(["python3", SCRIPT] + words)
+
+
 def driver_version() -> str | None:
     """The NVIDIA kernel driver's version, where Linux says it (as the crate's fingerprint reads it)."""
     try:
@@ -281,7 +300,15 @@ class Session:
     def export(self, prof, name: str) -> tuple[Path, bytes]:
         """The trace, gzipped to <out>/<name>.json.gz; returns its path and the JSON."""
         raw_path, gz_path = self.out_dir / f"{name}.json", self.out_dir / f"{name}.json.gz"
-        prof.export_chrome_trace(str(raw_path))
+        # Exported from inside the folder, so the trace names its file as
+        # "<name>.json" (Kineto writes the path it is given into it), not by
+        # where this machine keeps it.
+        here = os.getcwd()
+        os.chdir(self.out_dir)
+        try:
+            prof.export_chrome_trace(raw_path.name)
+        finally:
+            os.chdir(here)
         raw = raw_path.read_bytes()
         raw_path.unlink()
         with open(gz_path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename=raw_path.name) as z:
@@ -429,7 +456,7 @@ def main(argv: list[str]) -> int:
         session.problems.append(f"the whole set took {seconds:.0f} s, over its budget of {BUDGET_SECONDS} s")
     record = {
         "what": "lab 10's real programs: untraced times and torch.profiler traces (crate/reference/lab10_programs.py)",
-        "command": " ".join(["python3", SCRIPT] + argv),
+        "command": command_as_recorded(argv, args.out, f"data/{gpu_folder(gpu)}/lab10" if gpu else None),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
         "device": args.device, "gpu": gpu, "gpu_folder": gpu_folder(gpu) if gpu else None,
