@@ -366,13 +366,11 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         // Findings about copies.
         for g in copies.iter().filter(|g| g.host == Some(HostMemory::Pageable)) {
             let v = &by_kind[&(g.direction, g.host)];
-            let rate = |r: Option<RecordedRate>, what: &str| {
-                r.map_or(String::new(), |r| format!("; {what} {:.1} GB/s at {}", r.gbps, crate::units::Bytes(r.at_bytes)))
-            };
-            let recorded = match (g.recorded, g.recorded_pinned) {
-                (None, None) => String::new(),
-                (a, b) => format!(" (this machine's lab 1 recording{}{})", rate(a, ": pageable"), rate(b, ", pinned")).replace("recording;", "recording:"),
-            };
+            let rates: Vec<String> = [(g.recorded, "pageable"), (g.recorded_pinned, "pinned")]
+                .iter()
+                .filter_map(|(r, what)| r.map(|r| format!("{what} {:.1} GB/s at {}", r.gbps, crate::units::Bytes(r.at_bytes))))
+                .collect();
+            let recorded = if rates.is_empty() { String::new() } else { format!(" (this machine's lab 1 recording: {})", rates.join(", ")) };
             findings.push(Finding {
                 cause: Cause::PageableCopies,
                 gpu,
@@ -380,11 +378,10 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
                 count: g.count,
                 cost_us: g.exposed_us,
                 text: format!(
-                    "{} {} copies from pageable memory{}{}{}: the driver stages pageable memory through a pinned buffer while the CPU waits, and the copy cannot start early; {} of their {} ran with no kernel beside it",
-                    g.count,
-                    g.direction,
+                    "{} from pageable memory{}{}{}: the driver stages pageable memory through a pinned buffer while the CPU waits, and the copy cannot start early; {} of their {} ran with no kernel beside them",
+                    counted(g.count, &format!("{} copy", g.direction), &format!("{} copies", g.direction)),
                     g.bytes.map_or(String::new(), |b| format!(", {}", crate::units::Bytes(b))),
-                    g.gbps.map_or(String::new(), |r| format!(", at {r:.1} GB/s")),
+                    g.gbps.map_or(String::new(), |r| format!(", at {} GB/s", gbps(r))),
                     recorded,
                     us(g.exposed_us),
                     us(g.time_us),
@@ -397,11 +394,20 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             if page_locked.is_empty() {
                 continue;
             }
-            let exposed: f64 = page_locked.iter().map(|&i| trace.gpu_ops[i].duration_us() - hidden(i)).sum();
+            // Each copy's time with no kernel beside it; a copy counts as
+            // exposed from half a µs on (timestamps are whole ns, and a copy
+            // issued with its kernel starts a little before it).
+            let exposed_each: Vec<(usize, f64)> =
+                page_locked.iter().map(|&i| (i, trace.gpu_ops[i].duration_us() - hidden(i))).filter(|&(_, e)| e >= 0.5).collect();
+            let Some(&(first, _)) = exposed_each.first() else { continue };
+            let exposed: f64 = exposed_each.iter().map(|(_, e)| e).sum();
             let has_kernels = v.iter().any(|&i| trace.gpu_ops[i].kind == GpuOpKind::Kernel);
             let legacy_note = if legacy == Some(stream) { " (the legacy default stream)" } else { "" };
+            let before_any_kernel = kernels.first().is_none_or(|k| trace.gpu_ops[first].end_us <= k.0);
             let (cause, why) = if has_kernels {
                 (Cause::CopiesShareStreamWithKernels, "they share the stream with kernels, so each copy waits for the kernel before it and holds back the one after: put them on a stream of their own")
+            } else if exposed_each.len() == 1 && before_any_kernel {
+                (Cause::ExposedCopies, "it is the first, before any kernel had work: the pipeline's fill, which no schedule hides")
             } else {
                 (
                     Cause::ExposedCopies,
@@ -411,10 +417,16 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             findings.push(Finding {
                 cause,
                 gpu,
-                call: op_ref(page_locked[0]),
-                count: page_locked.len(),
+                call: op_ref(first),
+                count: exposed_each.len(),
                 cost_us: exposed,
-                text: format!("{} copies on stream {stream}{legacy_note} ran {} with no kernel beside them: {why}", page_locked.len(), us(exposed)),
+                text: format!(
+                    "{} of {} on stream {stream}{legacy_note} ran {} with no kernel beside {}: {why}",
+                    exposed_each.len(),
+                    counted(page_locked.len(), "copy", "copies"),
+                    us(exposed),
+                    if exposed_each.len() == 1 { "it" } else { "them" }
+                ),
             });
         }
 
@@ -534,7 +546,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             format!(
                 "a read to the host ({}-style: {} copied back, then a wait): ",
                 if trace.cpu_ops[*outer.expect("read implies an op")].name.contains("item") { ".item()" } else { ".cpu()" },
-                crate::units::Bytes(*b / ks.len().max(1) as u64)
+                crate::units::Bytes(*b)
             )
         });
         let gpu = sync_gpu[worst];
@@ -545,9 +557,9 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             count: ks.len(),
             cost_us: cost,
             text: format!(
-                "{}{costly} of {} calls of {name} left the GPU idle, {} in all (the costliest {}): the CPU waited for the GPU to drain, and the GPU then waited for the CPU to issue more",
+                "{}{costly} of {} of {name} left the GPU idle, {} in all (the costliest {}): the CPU waited for the GPU to drain, and the GPU then waited for the CPU to issue more",
                 read.unwrap_or_default(),
-                ks.len(),
+                counted(ks.len(), "call", "calls"),
                 us(cost),
                 us(sync_cost[worst])
             ),
@@ -557,6 +569,21 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
     findings.retain(|f| f.cost_us >= FINDING_MIN_US);
     findings.sort_by(|a, b| b.cost_us.total_cmp(&a.cost_us));
     Diagnosis { file: file.to_string(), format: trace.format.unwrap_or(TraceFormat::Kineto), window, gpus, syncs, findings }
+}
+
+/// A rate in GB/s with the digits it needs: "53.0", "0.0021".
+pub fn gbps(r: f64) -> String {
+    if r >= 1.0 || r <= 0.0 {
+        format!("{r:.1}")
+    } else {
+        let digits = 1 + (-r.log10().floor()) as usize;
+        format!("{r:.digits$}")
+    }
+}
+
+/// "1 copy", "3 copies".
+fn counted(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// A time in µs as the report prints it (`3.36 ms`, `12.0 µs`).
@@ -633,6 +660,8 @@ mod tests {
         assert!((c.gbps.unwrap() - 100.0).abs() < 1e-9, "3 MB in 30 µs is 100 GB/s");
         let f = &d.findings[0];
         assert_eq!((f.cause, f.cost_us, f.count), (Cause::ExposedCopies, 10.0, 1));
+        assert!(f.text.contains("1 of 1 copy on stream 13 ran 10.0 µs with no kernel beside it"), "{}", f.text);
+        assert_eq!((gbps(53.04), gbps(0.0021), gbps(0.25)), ("53.0".to_string(), "0.0021".to_string(), "0.25".to_string()));
         assert_eq!(f.call.name, "cudaMemcpyAsync");
         assert_eq!(f.call.correlation, Some(1));
     }
@@ -688,7 +717,7 @@ mod tests {
         let f = &d.findings[0];
         assert_eq!((f.cause, f.cost_us), (Cause::PageableCopies, 95.0));
         assert_eq!(f.call.name, "aten::to > cudaMemcpyAsync");
-        assert!(f.text.contains("1 H2D copies from pageable memory, 1 MiB"), "{}", f.text);
+        assert!(f.text.contains("1 H2D copy from pageable memory, 1 MiB"), "{}", f.text);
     }
 
     #[test]

@@ -96,7 +96,9 @@ impl Read for Counted<'_> {
 fn not_json(head: &[u8], gzipped: bool) -> Option<String> {
     let start = head.iter().position(|b| !b.is_ascii_whitespace())?;
     let head = &head[start..];
-    if head.starts_with(b"{") || head.starts_with(b"[") {
+    // An object or a list may be a trace; a number or a string is JSON
+    // too, and the parser says it is not a trace.
+    if head.starts_with(b"{") || head.starts_with(b"[") || head.starts_with(b"\"") || head[0].is_ascii_digit() || head[0] == b'-' {
         return None;
     }
     let inside = if gzipped { "the gzip file holds " } else { "" };
@@ -272,6 +274,7 @@ struct RawArgs {
 
 /// One entry of `traceEvents`, as far as reading needs it.
 #[derive(Deserialize, Default)]
+#[serde(expecting = "an event object")]
 struct RawEvent {
     ph: Option<Text>,
     cat: Option<Text>,
@@ -418,7 +421,15 @@ impl Builder {
             return Ok(());
         }
         let event_no = self.events;
-        let what = || format!("event #{event_no} ({cat_text} {})", quoted(&name));
+        let what = || {
+            let about: Vec<String> =
+                [(!cat_text.is_empty()).then(|| cat_text.clone()), (!name.is_empty()).then(|| quoted(&name))].into_iter().flatten().collect();
+            if about.is_empty() {
+                format!("event #{event_no}")
+            } else {
+                format!("event #{event_no} ({})", about.join(" "))
+            }
+        };
         let ts = match ev.ts.as_ref().map(|n| (n, n.value())) {
             None => return Err(format!("{} has no ts (start time)", what())),
             Some((_, Some(v))) if v.is_finite() => v,

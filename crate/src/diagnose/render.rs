@@ -11,7 +11,7 @@ impl Cause {
     pub fn label(self) -> &'static str {
         match self {
             Cause::PageableCopies => "pageable copies",
-            Cause::CopiesShareStreamWithKernels => "copies on a kernels' stream",
+            Cause::CopiesShareStreamWithKernels => "copies on the kernels' stream",
             Cause::ExposedCopies => "exposed copies",
             Cause::Sync => "synchronizing call",
             Cause::IssueBound => "issue-bound stretch",
@@ -22,7 +22,7 @@ impl Cause {
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.call;
-        writeln!(f, "{} on GPU {}: {}", self.cause.label(), self.gpu, self.text)?;
+        writeln!(f, "{} (GPU {}): {}", self.cause.label(), self.gpu, self.text)?;
         write!(f, "call: {} at ts {:.3} µs", c.name, c.ts_us)?;
         if let Some(k) = c.correlation {
             write!(f, ", correlation {k}")?;
@@ -75,7 +75,7 @@ impl fmt::Display for Diagnosis {
                         c.count,
                         c.bytes.map_or("-".into(), |b| Bytes(b).to_string()),
                         us(c.time_us),
-                        c.gbps.map_or("-".into(), |r| format!("{r:.1}")),
+                        c.gbps.map_or("-".into(), super::analyze::gbps),
                         recorded,
                         us(c.hidden_us),
                         us(c.exposed_us)
