@@ -341,7 +341,7 @@ fn every_malformed_trace_is_one_line_naming_the_file_and_the_fault() {
     }
 }
 
-/// A torch.profiler trace of some 200 MB (170,000 tiny ops) read through
+/// A torch.profiler trace of some 200 MB (200,000 tiny ops) read through
 /// the command line: how long it takes is printed, and what was read is
 /// checked. `cargo test --release --test diagnose -- --ignored --nocapture`.
 #[test]
@@ -349,7 +349,7 @@ fn every_malformed_trace_is_one_line_naming_the_file_and_the_fault() {
 fn a_200_mb_trace_reads_in_seconds_with_progress() {
     let dir = overlap_lab::testing::temp_dir("diagnose-big");
     let path = dir.join("synthetic-tiny-ops-200mb.json");
-    let ops = 170_000;
+    let ops = 200_000;
     synthetic_traces::write_tiny_ops(&path, ops).unwrap();
     let size = std::fs::metadata(&path).unwrap().len();
     let started = std::time::Instant::now();

@@ -14,9 +14,8 @@ use std::process::Command;
 
 /// The project's Python: the venv `.ci/setup` makes, else `python3`.
 fn python() -> String {
-    let venv = std::env::var_os("OVERLAP_LAB_VENV")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/overlap-lab/venv")));
+    let venv =
+        std::env::var_os("OVERLAP_LAB_VENV").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/overlap-lab/venv")));
     venv.map(|v| v.join("bin/python")).filter(|p| p.is_file()).map_or("python3".into(), |p| p.to_string_lossy().into_owned())
 }
 
@@ -54,7 +53,9 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_trace() {
         let g = &d.gpus[0];
         let mut widest: f64 = 0.0;
         let figure = |k: &str| hta[k].as_f64().unwrap_or_else(|| panic!("{}: HTA gave no {k}", s.file));
-        for (what, ours, theirs) in [("window", d.window.duration_us(), figure("window_us")), ("busy", g.busy_us, figure("busy_us")), ("idle", g.idle_us, figure("idle_us"))] {
+        for (what, ours, theirs) in
+            [("window", d.window.duration_us(), figure("window_us")), ("busy", g.busy_us, figure("busy_us")), ("idle", g.idle_us, figure("idle_us"))]
+        {
             assert!(agrees(ours, theirs), "{}: {what} {ours} µs, HTA {theirs} µs", s.file);
             widest = widest.max(apart(ours, theirs));
         }

@@ -220,8 +220,10 @@ fn run_diagnose(trace: &std::path::Path, json: bool, data: &std::path::Path, qui
     let shown = display_path(trace);
     let mut bar = overlap_lab::present::progress::Progress::new(mode, size.div_ceil(MIB), &format!("reading {shown} (MiB)"));
     let mut steps = 0;
-    let read = overlap_lab::diagnose::read_trace(trace, &mut |read, _| {
-        while steps < read / MIB {
+    let read = overlap_lab::diagnose::read_trace(trace, &mut |read, total| {
+        // A MiB a step; the last, part of one, when the whole file is read.
+        let done = if read >= total { total.div_ceil(MIB) } else { read / MIB };
+        while steps < done {
             steps += 1;
             bar.step(&format!("{steps} MiB"));
         }
