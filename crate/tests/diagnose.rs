@@ -372,3 +372,53 @@ fn a_200_mb_trace_reads_in_seconds_with_progress() {
     assert_eq!(t.gpu_ops.len(), ops);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn synthetic_traces_replay_on_the_queue_model_as_traced() {
+    use overlap_lab::diagnose::replay::{predict, schedule, Fix, Waited};
+    let dir = overlap_lab::testing::temp_dir("diagnose-replay");
+    for s in synthetic_traces::all() {
+        let t = read_trace(&write(&s, &dir), &mut |_, _| {}).unwrap();
+        let traced = t.window_us().1 - t.window_us().0;
+        let ts = schedule(&t, &Fix::AsTraced).unwrap_or_else(|e| panic!("{}: {e}", s.file));
+        let replayed = predict(&ts);
+        assert!((replayed / traced - 1.0).abs() < 0.01, "{}: replayed {replayed} µs against {traced} traced", s.file);
+        println!("{}: replayed {replayed:.1} µs, traced {traced:.1} µs ({:+.3}%)", s.file, 100.0 * (replayed / traced - 1.0));
+        assert_eq!(ts.traced_op.iter().flatten().count(), t.gpu_ops.len(), "{}: every GPU op is in the schedule once", s.file);
+        if s.file == "synthetic-pinned-double-buffered.json" {
+            // The first kernel waited for its batch's copy on the copy stream;
+            // each later copy, for the kernel that last read its slot.
+            let first_kernel = t.gpu_ops.iter().position(|o| o.stream == synthetic_traces::DEFAULT_STREAM).unwrap();
+            assert_eq!(ts.waited[first_kernel], Waited::OtherStream { op: 0 }, "{:?}", &ts.waited[..6]);
+            let across = ts.waited.iter().filter(|w| matches!(w, Waited::OtherStream { .. })).count();
+            assert_eq!(across, 1 + 18, "{:?}", ts.waited);
+        }
+    }
+}
+
+#[test]
+fn synthetic_pageable_program_with_pinned_copies_is_predicted() {
+    use overlap_lab::diagnose::events::{Direction, HostMemory};
+    use overlap_lab::diagnose::replay::{predict, schedule, Fix};
+    use overlap_lab::diagnose::{LinkPoint, LinkRates};
+    let s = synthetic_traces::pageable_to_then_compute(20);
+    let dir = overlap_lab::testing::temp_dir("diagnose-pinned");
+    let t = read_trace(&write(&s, &dir), &mut |_, _| {}).unwrap();
+    let rates = LinkRates {
+        gpu_name: synthetic_traces::GPU_NAME.into(),
+        source: "(the synthetic pinned rate)".into(),
+        points: vec![LinkPoint {
+            host: HostMemory::Pinned,
+            direction: Direction::H2d,
+            bytes: synthetic_traces::BATCH_BYTES,
+            gbps: synthetic_traces::PINNED_GBPS,
+        }],
+    };
+    let predicted = predict(&schedule(&t, &Fix::Pinned(Some(rates))).unwrap());
+    // Each step: the copy at the pinned rate; the sync still returns 6 µs
+    // after it and the kernel is launched 6 µs later; the kernel; the next
+    // copy, issued while the kernel runs, waits for it on the stream.
+    let copy = synthetic_traces::BATCH_BYTES as f64 / (synthetic_traces::PINNED_GBPS * 1e3);
+    let want = 20.0 * (copy + 12.0 + synthetic_traces::KERNEL_US);
+    assert!((predicted / want - 1.0).abs() < 1e-3, "predicted {predicted} µs, expected {want}");
+}

@@ -11,9 +11,13 @@
 //! set beside this machine's lab 1 rates ([`link`]); the synchronizing
 //! calls and the GPU idle each one caused; work on the legacy default
 //! stream; issue-bound stretches. Its [`analyze::Diagnosis`] serializes for
-//! `--json` and prints as text ([`render`]).
+//! `--json` and prints as text ([`render`]). [`replay`] turns the trace
+//! into a schedule of the pipeline vocabulary (each GPU op on its stream
+//! with its measured duration and what it waited for) that the queue model
+//! replays, and prices a first fix on it (pinned instead of pageable).
 //!
-//! May use: `error`, `units`, `measure`. Never `gpu`, `present` or the
+//! May use: `error`, `units`, `measure`, `pipeline` (the schedule and the
+//! queue model the replay runs on). Never `gpu`, `present` or the
 //! labs: reading a trace needs no GPU and no CUDA, so this runs and is
 //! tested anywhere. Progress is reported through a callback, and the link
 //! rates are handed in, by whoever sits above (the command line).
@@ -24,6 +28,7 @@ pub mod intervals;
 pub mod link;
 pub mod read;
 pub mod render;
+pub mod replay;
 
 pub use analyze::{diagnose, Diagnosis, Finding};
 pub use events::Trace;
