@@ -286,7 +286,7 @@ fn malformed(dir: &Path) -> Vec<(String, PathBuf, Vec<&'static str>)> {
         }),
         vec!["has no dur"],
     );
-    add("text-ts.json", &events_where("kernel", &|e| e["ts"] = serde_json::json!("soon")), vec!["ts that is not a number"]);
+    add("text-ts.json", &events_where("kernel", &|e| e["ts"] = serde_json::json!("soon")), vec!["ts that is not a number (\"soon\")"]);
     add("text-stream.json", &events_where("kernel", &|e| e["args"]["stream"] = serde_json::json!("x7")), vec!["not a stream number"]);
     add("negative-bytes.json", &events_where("gpu_memcpy", &|e| e["args"]["bytes"] = serde_json::json!(-1)), vec!["bytes that are not a size"]);
     add(
@@ -338,6 +338,7 @@ fn every_malformed_trace_is_one_line_naming_the_file_and_the_fault() {
         for n in needles {
             assert!(line.contains(n), "{name}: lacks {n:?}: {line}");
         }
+        println!("{line}");
     }
 }
 

@@ -37,7 +37,9 @@ pub const PROGRESS_EVERY_BYTES: u64 = 1 << 20;
 /// the end. Errors name the file and what is wrong with it, in one line.
 pub fn read_trace(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Trace> {
     let shown = display_path(path);
-    let bad = |reason: String| LabError::BadData { path: shown.clone(), reason };
+    // "reading trace t.json: the JSON is cut short ...": what is wrong with
+    // the file's content, as the error of reading it.
+    let bad = |reason: String| LabError::io(format!("reading trace {shown}"), std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
     let file = std::fs::File::open(path).map_err(|e| LabError::io(format!("reading trace {shown}"), e))?;
     let total = file.metadata().map_err(|e| LabError::io(format!("reading trace {shown}"), e))?.len();
     if total == 0 {
@@ -64,10 +66,11 @@ pub fn read_trace(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Tra
 /// Reads a trace from text held in memory (tests, and notebooks that
 /// build one): as [`read_trace`], errors naming `name`.
 pub fn read_trace_text(name: &str, text: &str) -> Result<Trace> {
+    let bad = |reason: String| LabError::io(format!("reading trace {name}"), std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
     if text.is_empty() {
-        return Err(LabError::BadData { path: name.into(), reason: "the file is empty".into() });
+        return Err(bad("the file is empty".into()));
     }
-    parse(&mut BufReader::new(text.as_bytes()), false).map_err(|reason| LabError::BadData { path: name.into(), reason })
+    parse(&mut BufReader::new(text.as_bytes()), false).map_err(bad)
 }
 
 /// The file as it is read, counting its bytes for progress.
@@ -147,8 +150,15 @@ fn json_error(e: &serde_json::Error, b: &Builder, gzipped: bool) -> String {
         serde_json::error::Category::Eof => {
             format!("the JSON is cut short at {at}{inside}: the trace is truncated (the profiler may not have finished writing it)")
         }
-        serde_json::error::Category::Io if gzipped => format!("the gzip data is corrupt or cut short{inside} ({e})"),
-        serde_json::error::Category::Io => format!("cannot be read{inside} ({e})"),
+        serde_json::error::Category::Io => {
+            let msg = e.to_string();
+            let what = msg.split(" at line ").next().unwrap_or(&msg);
+            if gzipped {
+                format!("the gzip data is corrupt or cut short{inside} ({what})")
+            } else {
+                format!("cannot be read{inside} ({what})")
+            }
+        }
         serde_json::error::Category::Syntax => {
             let msg = e.to_string();
             let what = msg.split(" at line ").next().unwrap_or(&msg);
@@ -170,6 +180,17 @@ enum Num {
     Text(String),
     /// A list, an object or a boolean.
     Other,
+}
+
+impl fmt::Display for Num {
+    /// As the trace wrote it: `12.5`, `"soon"`, or what it was instead.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Num::Value(v) => write!(f, "{v}"),
+            Num::Text(t) => write!(f, "\"{t}\""),
+            Num::Other => f.write_str("a list, an object or a boolean"),
+        }
+    }
 }
 
 impl Num {
@@ -433,12 +454,12 @@ impl Builder {
         let ts = match ev.ts.as_ref().map(|n| (n, n.value())) {
             None => return Err(format!("{} has no ts (start time)", what())),
             Some((_, Some(v))) if v.is_finite() => v,
-            Some((n, _)) => return Err(format!("{} has a ts that is not a number ({n:?})", what())),
+            Some((n, _)) => return Err(format!("{} has a ts that is not a number ({n})", what())),
         };
         let dur = match ev.dur.as_ref().map(|n| (n, n.value())) {
             None => return Err(format!("{} at ts {ts} has no dur (duration)", what())),
             Some((_, Some(v))) if v.is_finite() => v,
-            Some((n, _)) => return Err(format!("{} at ts {ts} has a dur that is not a number ({n:?})", what())),
+            Some((n, _)) => return Err(format!("{} at ts {ts} has a dur that is not a number ({n})", what())),
         };
         if dur < 0.0 {
             return Err(format!("{} at ts {ts} has a negative duration ({dur} µs)", what()));
@@ -569,11 +590,11 @@ impl Builder {
         let missing: Vec<&Call> = launches().filter(|c| !with_work.contains(&c.correlation.unwrap_or(0)) && c.start_us < last_seen).collect();
         if let Some(c) = missing.iter().min_by(|a, b| a.start_us.total_cmp(&b.start_us)) {
             return Err(format!(
-                "GPU work is missing: {} at ts {} (correlation {}) issued no GPU event, though later calls' work is there ({} such calls; the profiler lost events: a full CUPTI buffer?)",
+                "GPU work is missing: {} at ts {} (correlation {}) issued no GPU event, though later calls' work is there ({} like it; the profiler lost events: a full CUPTI buffer?)",
                 c.name,
                 c.start_us,
                 c.correlation.unwrap_or(0),
-                missing.len()
+                if missing.len() == 1 { "the only call".to_string() } else { format!("{} calls", missing.len()) }
             ));
         }
         for (id, name) in self.device_names.drain(..) {
@@ -720,9 +741,9 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> std::result::Result<(), A::Error> {
         self.builder.in_events = true;
         self.builder.keys.push("traceEvents".into());
-        let r = Events { builder: &mut *self.builder }.visit_seq(seq);
+        Events { builder: &mut *self.builder }.visit_seq(seq)?;
         self.builder.in_events = false;
-        r
+        Ok(())
     }
 }
 
