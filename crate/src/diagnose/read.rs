@@ -516,7 +516,9 @@ impl Builder {
             Category::CpuOp | Category::Annotation => {
                 self.kineto_events += 1;
                 let thread = self.thread(&pid, &tid);
-                self.trace.cpu_ops.push(CpuOp { name, thread, start_us: ts, end_us: ts + dur, annotation: cat == Category::Annotation });
+                // Older traces file the profiler's steps as CPU ops.
+                let annotation = cat == Category::Annotation || name.starts_with("ProfilerStep#");
+                self.trace.cpu_ops.push(CpuOp { name, thread, start_us: ts, end_us: ts + dur, annotation });
             }
             Category::KinetoOther => {}
             Category::Unknown => {
@@ -814,6 +816,9 @@ mod tests {
         assert_eq!(t.gpu_ops[1].kind, GpuOpKind::Memset);
         assert_eq!(t.calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["cudaMemcpyAsync", "cudaMemsetAsync"]);
         assert_eq!(t.cpu_ops[0].name, "aten::to");
+        assert!(!t.cpu_ops[0].annotation);
+        let old_step = KINETO.replace("\"cat\": \"cpu_op\", \"name\": \"aten::to\"", "\"cat\": \"cpu_op\", \"name\": \"ProfilerStep#3\"");
+        assert!(read_trace_text("t.json", &old_step).unwrap().cpu_ops[0].annotation, "a step filed as a CPU op is still the profiler's step");
         assert_eq!(t.threads[t.calls[0].thread], Thread { pid: "4242".into(), tid: "4242".into() });
     }
 
