@@ -10,6 +10,9 @@
 //!   learner's issue loop may call), the schedule it makes (happens-before,
 //!   races), the dry run that runs it with no GPU, the queue model that
 //!   predicts it, and timelines. No CUDA.
+//! * [`diagnose`]: reading a profiler trace (`torch.profiler`'s, or a
+//!   lab's timeline) and saying where the overlap is lost: busy and idle
+//!   time, copies hidden and exposed, the syncs and what each costs. No CUDA.
 //! * [`gpu`]: the only place with raw CUDA ([`gpu::driver`], every call on a
 //!   raw handle an `unsafe fn`; a function whose soundness rests on its
 //!   caller is an `unsafe fn` with `# Safety`, and every `unsafe` block says
@@ -26,6 +29,7 @@
 //!   map, the glossary, the primer's picture (the start-here notebook).
 
 pub mod course;
+pub mod diagnose;
 pub mod error;
 pub mod gpu;
 pub mod lab_kit;

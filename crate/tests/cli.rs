@@ -23,7 +23,7 @@ fn cli(args: &[&str]) -> (i32, String, String) {
 fn help_lists_every_command() {
     let (code, out, _) = cli(&["--help"]);
     assert_eq!(code, 0);
-    let tools = ["device", "topology", "progress", "report", "all"];
+    let tools = ["device", "topology", "diagnose", "progress", "report", "all"];
     for c in tools.into_iter().chain(overlap_lab::labs::ALL.iter().map(|l| l.name())) {
         assert!(out.contains(c), "help lacks {c}: {out}");
     }
@@ -46,14 +46,14 @@ fn every_subcommand_has_help_that_names_its_options() {
     // The tools around the labs, and one subcommand per entry of the lab table.
     let mut want = vec!["device".to_string(), "topology".to_string()];
     want.extend(overlap_lab::labs::ALL.iter().map(|l| l.name().to_string()));
-    want.extend(["progress".to_string(), "report".to_string(), "all".to_string()]);
+    want.extend(["diagnose".to_string(), "progress".to_string(), "report".to_string(), "all".to_string()]);
     assert_eq!(subs, want, "{subs:?}");
     for sub in &subs {
         let (code, out, err) = cli(&[sub, "--help"]);
         assert_eq!(code, 0, "{sub} --help: {err}");
         assert!(out.contains(&format!("Usage: overlap-lab {sub}")), "{sub} --help: {out}");
         assert!(out.contains("--data") && out.contains("--quiet"), "{sub} --help lacks the global options: {out}");
-        if !matches!(sub.as_str(), "device" | "topology" | "report" | "progress") {
+        if !matches!(sub.as_str(), "device" | "topology" | "diagnose" | "report" | "progress") {
             assert!(out.contains("--device"), "{sub} --help lacks --device: {out}");
         }
     }

@@ -72,6 +72,26 @@ enum Tool {
         #[arg(long, value_name = "DIR")]
         notebooks: Option<PathBuf>,
     },
+    /// Say where a traced program loses its overlap, from a profiler trace;
+    /// no GPU needed.
+    ///
+    /// Reads a Chrome trace that torch.profiler exported (`prof.export_chrome_trace(...)`, Kineto's
+    /// format, .json or .json.gz) or that a lab saved (`overlap-lab report`
+    /// writes them), and reports for the traced window each GPU's and each
+    /// stream's busy and idle time; each kind of copy (direction, pageable or
+    /// pinned, bytes, GB/s beside this GPU's lab 1 recording in the data
+    /// directory, time hidden under kernels and exposed); the CPU's
+    /// synchronizing calls and the GPU idle each one caused; work on the
+    /// legacy default stream; stretches where the GPU waited for launches.
+    /// Each finding names the call behind it and its cost, largest first.
+    Diagnose {
+        /// The trace: a .json or .json.gz Chrome trace.
+        #[arg(value_name = "TRACE")]
+        trace: PathBuf,
+        /// Print the diagnosis as JSON (for scripts).
+        #[arg(long)]
+        json: bool,
+    },
     /// Regenerate every report figure (SVG + PNG) from recorded data; no GPU needed.
     Report {
         /// Output directory.
@@ -105,6 +125,7 @@ fn command() -> clap::Command {
         .mut_subcommand("device", |t| t.display_order(0))
         .mut_subcommand("topology", |t| t.display_order(0))
         .mut_subcommand("progress", |t| t.display_order(99))
+        .mut_subcommand("diagnose", |t| t.display_order(99))
         .mut_subcommand("report", |t| t.display_order(100))
         .mut_subcommand("all", |t| t.display_order(101));
     for (i, lab) in labs::ALL.iter().enumerate() {
@@ -141,6 +162,78 @@ fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
     println!("report: {} files in {}", files.len(), overlap_lab::measure::record::display_path(out));
     for f in files {
         println!("  {}", overlap_lab::measure::record::display_path(&f));
+    }
+    Ok(())
+}
+
+/// Every lab 1 recording in `data` as the host link's rates for
+/// `diagnose` (pageable and pinned copies, each way). A recording that
+/// cannot be read costs the comparison, not the diagnosis: a warning says so.
+fn recorded_link_rates(data: &std::path::Path) -> Vec<overlap_lab::diagnose::LinkRates> {
+    use overlap_lab::diagnose::events::{Direction, HostMemory};
+    use overlap_lab::diagnose::{LinkPoint, LinkRates};
+    use overlap_lab::gpu::HostMemoryKind;
+    use overlap_lab::labs::bandwidth::{self, BandwidthResults};
+    let recordings = match overlap_lab::measure::record::find_recordings::<BandwidthResults>(data, bandwidth::LAB) {
+        Ok(r) => r,
+        Err(LabError::MissingData { .. }) => return Vec::new(),
+        Err(e) => {
+            eprintln!("overlap-lab: warning: copies are not set beside lab 1's rates: {e}");
+            return Vec::new();
+        }
+    };
+    recordings
+        .into_iter()
+        .map(|(path, rec)| LinkRates {
+            gpu_name: rec.fingerprint.gpu_name.clone(),
+            source: display_path(&path),
+            points: rec
+                .results
+                .transfers
+                .iter()
+                .filter_map(|p| {
+                    let host = match p.kind {
+                        HostMemoryKind::Pageable => HostMemory::Pageable,
+                        HostMemoryKind::Pinned => HostMemory::Pinned,
+                        _ => return None,
+                    };
+                    let direction = match p.direction {
+                        bandwidth::Direction::H2d => Direction::H2d,
+                        bandwidth::Direction::D2h => Direction::D2h,
+                        bandwidth::Direction::Bidirectional => return None,
+                    };
+                    Some(LinkPoint { host, direction, bytes: p.bytes.get(), gbps: p.gbps.median })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// `overlap-lab diagnose`: reads the trace (a bar on a terminal's stderr
+/// for files of 8 MiB and more; lines on stdout where there is no
+/// terminal, unless the output is JSON), then prints the diagnosis.
+fn run_diagnose(trace: &std::path::Path, json: bool, data: &std::path::Path, quiet: bool) -> Result<()> {
+    use overlap_lab::units::MIB;
+    use std::io::IsTerminal;
+    let size = std::fs::metadata(trace).map_or(0, |m| m.len());
+    let mode = if quiet || size < 8 * MIB || (json && !std::io::stderr().is_terminal()) { ProgressMode::Quiet } else { ProgressMode::Auto };
+    let shown = display_path(trace);
+    let mut bar = overlap_lab::present::progress::Progress::new(mode, size.div_ceil(MIB), &format!("reading {shown} (MiB)"));
+    let mut steps = 0;
+    let read = overlap_lab::diagnose::read_trace(trace, &mut |read, total| {
+        // A MiB a step; the last, part of one, when the whole file is read.
+        let done = if read >= total { total.div_ceil(MIB) } else { read / MIB };
+        while steps < done {
+            steps += 1;
+            bar.step(&format!("{steps} MiB"));
+        }
+    });
+    bar.finish();
+    let diagnosis = overlap_lab::diagnose::diagnose(&read?, &shown, &recorded_link_rates(data));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&diagnosis).expect("a diagnosis serializes"));
+    } else {
+        println!("{diagnosis}");
     }
     Ok(())
 }
@@ -256,6 +349,7 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
             Some(dir) => println!("{}", overlap_lab::course::progress_in(&dir)?),
             None => println!("{}", overlap_lab::course::progress()?),
         },
+        Tool::Diagnose { trace, json } => run_diagnose(&trace, json, &data, quiet)?,
         Tool::Report { out } => run_report(&data, &out)?,
         Tool::All { device, out, preset, no_record } => {
             let avail = Availability::probe();

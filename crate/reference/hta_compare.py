@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The figures of one torch.profiler trace as Meta's HolisticTraceAnalysis
+(HTA, PyPI `HolisticTraceAnalysis`) computes them, printed as JSON, for
+`overlap-lab diagnose` to be held to (crate/tests/hta.rs):
+
+- the traced window, GPU idle and busy time: HTA's temporal breakdown
+  (`TraceAnalysis.get_temporal_breakdown`): the window from the first GPU
+  op's start to the last one's end, idle the window less the union of
+  every GPU op (kernels, copies and memsets alike);
+- each copy kind's count, time and bytes: the GPU events HTA's parser keeps,
+  classed by HTA's own `get_kernel_type` (memory ops), summed per name
+  ("Memcpy HtoD (Pageable -> Device)").
+
+Usage: hta_compare.py TRACE.json[.gz]
+
+Two settings, so that HTA reads the trace as written and whole:
+- HTA_DISABLE_NS_ROUNDING=1: by default HTA rounds a trace's ns timestamps to
+  whole µs (starts up, ends down; a workaround for overlapping events in old
+  PyTorch traces, pytorch/pytorch#122425), which moves every short op by up
+  to 2 µs;
+- include_last_profiler_step=True: by default HTA drops the GPU work of the
+  last ProfilerStep, while the diagnosis covers the whole traced window.
+"""
+
+import json
+import logging
+import os
+import sys
+
+os.environ.setdefault("HTA_DISABLE_NS_ROUNDING", "1")
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print("usage: hta_compare.py TRACE.json[.gz]", file=sys.stderr)
+        return 2
+    path = os.path.abspath(sys.argv[1])
+    if not os.path.isfile(path):
+        print(f"hta_compare.py: no such trace: {sys.argv[1]}", file=sys.stderr)
+        return 2
+    logging.disable(logging.WARNING)
+    from importlib.metadata import version
+
+    from hta.trace_analysis import TraceAnalysis
+    from hta.utils.utils import KernelType, get_kernel_type
+
+    analysis = TraceAnalysis(trace_files={0: path}, trace_dir=os.path.dirname(path), include_last_profiler_step=True)
+    breakdown = analysis.get_temporal_breakdown(visualize=False).iloc[0]
+    window = float(breakdown["kernel_time(us)"])
+    idle = float(breakdown["idle_time(us)"])
+
+    trace = analysis.t.get_trace(0)
+    names = analysis.t.symbol_table.get_sym_table()
+    gpu = trace[trace["stream"].ne(-1)]
+    copies = {}
+    for name_id, dur, nbytes in zip(gpu["name"], gpu["dur"], gpu["bytes"]):
+        name = names[name_id]
+        if get_kernel_type(name) != KernelType.MEMORY.name or not name.startswith("Memcpy"):
+            continue
+        c = copies.setdefault(name, {"count": 0, "time_us": 0.0, "bytes": 0})
+        c["count"] += 1
+        c["time_us"] += float(dur)
+        c["bytes"] += int(nbytes)
+    print(
+        json.dumps(
+            {
+                "library": "HolisticTraceAnalysis",
+                "version": version("HolisticTraceAnalysis"),
+                "window_us": window,
+                "idle_us": idle,
+                "busy_us": window - idle,
+                "copies": copies,
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+//! The diagnosis as text: the window, each GPU's busy and idle time, its
+//! streams and copies, the synchronizing calls, then the findings, largest
+//! first, each with the call behind it.
+
+use super::analyze::{us, Cause, Diagnosis, Finding};
+use crate::units::Bytes;
+use std::fmt;
+
+impl Cause {
+    /// What a finding is about, as a heading says it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Cause::PageableCopies => "pageable copies",
+            Cause::CopiesShareStreamWithKernels => "copies on the kernels' stream",
+            Cause::ExposedCopies => "exposed copies",
+            Cause::Sync => "synchronizing call",
+            Cause::IssueBound => "issue-bound stretch",
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.call;
+        writeln!(f, "{} (GPU {}): {}", self.cause.label(), self.gpu, self.text)?;
+        write!(f, "call: {} at ts {:.3} µs", c.name, c.ts_us)?;
+        if let Some(k) = c.correlation {
+            write!(f, ", correlation {k}")?;
+        }
+        if !c.thread.is_empty() {
+            write!(f, " ({})", c.thread)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Diagnosis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let w = self.window;
+        writeln!(f, "{}: {}", self.file, self.format.label())?;
+        writeln!(f, "traced window: {}, from the first GPU op (ts {:.3} µs) to the last one's end (ts {:.3} µs)", us(w.duration_us()), w.start_us, w.end_us)?;
+        for g in &self.gpus {
+            let share = if w.duration_us() > 0.0 { 100.0 * g.busy_us / w.duration_us() } else { 100.0 };
+            writeln!(f)?;
+            writeln!(
+                f,
+                "GPU {}{}: busy {} ({share:.1}% of the window), idle {}",
+                g.gpu,
+                g.name.as_ref().map_or(String::new(), |n| format!(" ({n})")),
+                us(g.busy_us),
+                us(g.idle_us)
+            )?;
+            writeln!(f, "  {:<22} {:>8} {:>7} {:>8} {:>11} {:>11}", "stream", "kernels", "copies", "memsets", "busy", "idle")?;
+            for s in &g.streams {
+                let name = if s.legacy_default { format!("{} (legacy default)", s.stream) } else { s.stream.to_string() };
+                writeln!(f, "  {:<22} {:>8} {:>7} {:>8} {:>11} {:>11}", name, s.kernels, s.copies, s.memsets, us(s.busy_us), us(s.idle_us))?;
+            }
+            if !g.copies.is_empty() {
+                writeln!(
+                    f,
+                    "  {:<14} {:>6} {:>11} {:>11} {:>7} {:>24} {:>11} {:>11}",
+                    "copies", "count", "bytes", "time", "GB/s", "recorded here, GB/s", "hidden", "exposed"
+                )?;
+                for c in &g.copies {
+                    let recorded = match (c.recorded, c.recorded_pinned) {
+                        (Some(r), Some(p)) => format!("{:.1} ({:.1} pinned)", r.gbps, p.gbps),
+                        (Some(r), None) => format!("{:.1}", r.gbps),
+                        (None, Some(p)) => format!("({:.1} pinned)", p.gbps),
+                        (None, None) => "-".into(),
+                    };
+                    writeln!(
+                        f,
+                        "  {:<14} {:>6} {:>11} {:>11} {:>7} {:>24} {:>11} {:>11}",
+                        c.label(),
+                        c.count,
+                        c.bytes.map_or("-".into(), |b| Bytes(b).to_string()),
+                        us(c.time_us),
+                        c.gbps.map_or("-".into(), super::analyze::gbps),
+                        recorded,
+                        us(c.hidden_us),
+                        us(c.exposed_us)
+                    )?;
+                }
+                match &g.link_source {
+                    Some(s) => writeln!(f, "  (recorded rates from {s}, at the recorded size nearest the copies' median)")?,
+                    None => writeln!(f, "  (no lab 1 recording of this GPU to set the rates beside)")?,
+                }
+            }
+        }
+        writeln!(f)?;
+        let s = &self.syncs;
+        if s.calls == 0 {
+            writeln!(f, "synchronizing calls: none in the trace")?;
+        } else {
+            writeln!(
+                f,
+                "synchronizing calls: {}; {} left a GPU idle, {} in all; {} cost nothing (the GPU had work queued, or none followed)",
+                s.calls,
+                s.costly,
+                us(s.cost_us),
+                s.calls - s.costly
+            )?;
+        }
+        if self.findings.is_empty() {
+            write!(f, "findings: none; nothing in this trace lost overlap by more than a µs")?;
+            return Ok(());
+        }
+        writeln!(f, "findings, largest first (costs may overlap: one idle gap can have more than one cause):")?;
+        for (i, finding) in self.findings.iter().enumerate() {
+            let text = finding.to_string().replace('\n', "\n              ");
+            writeln!(f, "{:>3}. {:>9}  {text}", i + 1, us(finding.cost_us))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,370 @@
+//! A trace as a schedule of the pipeline vocabulary, for the queue model
+//! to replay: the ground of the what-if (lab 10's next part).
+//!
+//! Each GPU op becomes an op of a [`Schedule`] on its stream, issued where
+//! its launching call (found by correlation id) sits among the issuing
+//! thread's calls, with its measured duration; the CPU's time between
+//! calls, and inside calls that do not wait for the GPU, becomes host work
+//! of the duration measured; a call that waited for the GPU (a sync, a
+//! copy from pageable memory that holds the CPU until it is done) becomes
+//! a host wait for the op it waited on. What each GPU op waited for is
+//! kept ([`Waited`]): the op before it on its stream, its own launch, or an
+//! op of another stream (a `cudaStreamWaitEvent`, which the trace does not
+//! tie to its event: inferred as the op of another stream that ended just
+//! before it started, when neither of the others explains its start).
+//! [`predict`] replays it on the queue model. The first fix it can price:
+//! [`Fix::Pinned`], the pageable copies made from pinned memory.
+
+use super::analyze::synchronizes;
+use super::events::{Direction, GpuOpKind, HostMemory, Trace};
+use super::link::LinkRates;
+use crate::pipeline::machine::Machine;
+use crate::pipeline::op::{Link, OpKind, StreamDecl, StreamKind};
+use crate::pipeline::schedule::Schedule;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// How close (µs) an op's start must follow what it waited for to be taken
+/// as waiting for it: timestamps are ns, and a GPU starts an op whose wait
+/// is over within a few µs.
+pub const WAIT_SLACK_US: f64 = 5.0;
+
+/// What a traced GPU op waited for before it started.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "for")]
+pub enum Waited {
+    /// Nothing: it started as soon as it was issued on an idle stream.
+    Nothing,
+    /// The op before it on its stream (the trace's `gpu_ops` index).
+    StreamOrder { op: usize },
+    /// Its launching call: the CPU issued it after the GPU could have run it.
+    Launch { call: usize },
+    /// An op of another stream (an event wait, inferred from the times).
+    OtherStream { op: usize },
+}
+
+/// A trace as a schedule, with every op's measured duration.
+#[derive(Clone, Debug)]
+pub struct TracedSchedule {
+    pub schedule: Schedule,
+    /// Each schedule op's duration as traced (or as a fix makes it), µs.
+    pub durations_us: Vec<f64>,
+    /// For each schedule op on a stream: the trace's `gpu_ops` index.
+    pub traced_op: Vec<Option<usize>>,
+    /// Schedule stream index -> (GPU, the trace's stream number).
+    pub streams: Vec<(u32, u64)>,
+    /// For each of the trace's GPU ops, what it waited for.
+    pub waited: Vec<Waited>,
+}
+
+/// A change to the traced program whose effect the queue model predicts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fix {
+    /// The program as traced.
+    AsTraced,
+    /// Every copy from pageable memory made from pinned memory instead: at
+    /// the recorded pinned rate of the link (lab 1's, at the nearest size;
+    /// else the rate the trace's own pinned copies that way achieved), its
+    /// launch no longer holding the CPU (it takes as long as the trace's
+    /// median kernel launch).
+    Pinned(Option<LinkRates>),
+}
+
+/// The op each GPU op waited for, from the trace's times alone.
+fn waits(trace: &Trace, launch_of: &HashMap<u64, usize>) -> Vec<Waited> {
+    let mut last_on_stream: HashMap<(u32, u64), usize> = HashMap::new();
+    let mut waited = vec![Waited::Nothing; trace.gpu_ops.len()];
+    // Ops in the order they started (`gpu_ops` is sorted so).
+    for (i, o) in trace.gpu_ops.iter().enumerate() {
+        let call = o.correlation.and_then(|k| launch_of.get(&k)).copied();
+        let pred = last_on_stream.insert((o.gpu, o.stream), i);
+        let pred_end = pred.map_or(f64::NEG_INFINITY, |p| trace.gpu_ops[p].end_us);
+        let issued = call.map_or(f64::NEG_INFINITY, |c| trace.calls[c].start_us);
+        // The later of the two it must wait for explains its start...
+        let by_order = match (pred, call) {
+            (Some(p), _) if pred_end >= issued => Waited::StreamOrder { op: p },
+            (_, Some(c)) => Waited::Launch { call: c },
+            _ => Waited::Nothing,
+        };
+        let own = pred_end.max(issued);
+        // ...unless it started later still, just after an op of another
+        // stream of its GPU, issued before it, that ended after both.
+        let other = (o.start_us > own + WAIT_SLACK_US)
+            .then(|| {
+                trace.gpu_ops[..i]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, y)| {
+                        y.gpu == o.gpu && y.stream != o.stream && y.end_us > own && y.end_us <= o.start_us + 1e-9 && o.start_us - y.end_us <= WAIT_SLACK_US
+                    })
+                    .filter(|(_, y)| match (y.correlation.and_then(|k| launch_of.get(&k)), call) {
+                        (Some(&yc), Some(c)) => trace.calls[yc].start_us <= trace.calls[c].start_us,
+                        _ => true,
+                    })
+                    .max_by(|a, b| a.1.end_us.total_cmp(&b.1.end_us))
+                    .map(|(y, _)| y)
+            })
+            .flatten();
+        waited[i] = other.map_or(by_order, |op| Waited::OtherStream { op });
+    }
+    waited
+}
+
+/// The pipeline vocabulary's kind of a traced op.
+fn op_kind(kind: GpuOpKind, gpu: u32) -> OpKind {
+    match kind {
+        GpuOpKind::Kernel | GpuOpKind::Memset => OpKind::Kernel,
+        GpuOpKind::Copy { direction: Direction::H2d, .. } => OpKind::H2d,
+        GpuOpKind::Copy { direction: Direction::D2h, .. } => OpKind::D2h,
+        GpuOpKind::Copy { .. } => OpKind::D2d(Link::between(gpu as usize, gpu as usize).unwrap_or(Link { from: 0, to: 0 })),
+    }
+}
+
+/// The median of `v` (`None` when empty).
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// Builds the schedule of `trace` with `fix` applied. Needs the CUDA calls
+/// that issued the GPU work, from one CPU thread (a torch.profiler trace;
+/// the course's own traces have no calls); says why not, where not.
+pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
+    let mut launch_of: HashMap<u64, usize> = HashMap::new();
+    for (i, c) in trace.calls.iter().enumerate() {
+        if let Some(k) = c.correlation {
+            launch_of.entry(k).or_insert(i);
+        }
+    }
+    let mut ops_of_call: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, o) in trace.gpu_ops.iter().enumerate() {
+        match o.correlation.and_then(|k| launch_of.get(&k)) {
+            Some(&c) => ops_of_call.entry(c).or_default().push(i),
+            None => return Err(format!("GPU op '{}' at ts {} has no launching call in the trace: its issue cannot be replayed", o.name, o.start_us)),
+        }
+    }
+    let mut threads: Vec<usize> = ops_of_call.keys().map(|&c| trace.calls[c].thread).collect();
+    threads.sort_unstable();
+    threads.dedup();
+    let &[thread] = threads.as_slice() else {
+        return Err(format!("GPU work is launched from {} CPU threads; the replay follows one", threads.len()));
+    };
+    let waited = waits(trace, &launch_of);
+
+    // What a fix changes: each traced op's duration, and which launches hold the CPU.
+    let pinned_rate = |direction: Direction, bytes: u64, rates: &Option<LinkRates>| -> Option<f64> {
+        rates.as_ref().and_then(|r| r.rate(HostMemory::Pinned, direction, bytes)).map(|r| r.gbps).or_else(|| {
+            let (b, t) = trace
+                .gpu_ops
+                .iter()
+                .filter(|o| o.kind == GpuOpKind::Copy { direction, host: Some(HostMemory::Pinned) })
+                .fold((0u64, 0.0), |(b, t), o| (b + o.bytes.unwrap_or(0), t + o.duration_us()));
+            (b > 0 && t > 0.0).then(|| b as f64 / t / 1e3)
+        })
+    };
+    let mut duration: Vec<f64> = trace.gpu_ops.iter().map(|o| o.duration_us()).collect();
+    let mut made_pinned = vec![false; trace.gpu_ops.len()];
+    if let Fix::Pinned(rates) = fix {
+        for (i, o) in trace.gpu_ops.iter().enumerate() {
+            if let GpuOpKind::Copy { direction, host: Some(HostMemory::Pageable) } = o.kind {
+                let bytes = o.bytes.ok_or_else(|| format!("copy '{}' at ts {} gives no bytes: its pinned time cannot be priced", o.name, o.start_us))?;
+                let rate = pinned_rate(direction, bytes, rates).ok_or_else(|| {
+                    format!("no pinned {direction} rate to price '{}' by: no lab 1 recording of this GPU, and no pinned {direction} copy in the trace", o.name)
+                })?;
+                duration[i] = bytes as f64 / rate / 1e3;
+                made_pinned[i] = true;
+            }
+        }
+    }
+    let launch_cost = median(
+        trace
+            .calls
+            .iter()
+            .filter(|c| c.thread == thread && (c.name.starts_with("cudaLaunchKernel") || c.name.starts_with("cuLaunchKernel")))
+            .map(|c| c.end_us - c.start_us)
+            .collect(),
+    )
+    .unwrap_or(5.0);
+
+    let mut s = Schedule::new();
+    s.issued_live = true;
+    let mut durations_us = Vec::new();
+    let mut traced_op = Vec::new();
+    let mut streams: Vec<(u32, u64)> = Vec::new();
+    let mut sched_id = vec![usize::MAX; trace.gpu_ops.len()];
+    let legacy = super::analyze::legacy_default_stream(trace);
+    let awaited: std::collections::HashSet<usize> = waited.iter().filter_map(|w| if let Waited::OtherStream { op } = w { Some(*op) } else { None }).collect();
+    let host = |s: &mut Schedule, durations_us: &mut Vec<f64>, traced_op: &mut Vec<Option<usize>>, label: &str, us: f64| {
+        if us > 0.0 {
+            s.host_op(0, label, vec![]);
+            durations_us.push(us);
+            traced_op.push(None);
+        }
+    };
+    let calls: Vec<usize> = (0..trace.calls.len()).filter(|&i| trace.calls[i].thread == thread).collect();
+    let mut cpu = calls.first().map_or(0.0, |&c| trace.calls[c].start_us);
+    for &ci in &calls {
+        let c = &trace.calls[ci];
+        host(&mut s, &mut durations_us, &mut traced_op, "CPU work", c.start_us - cpu);
+        cpu = cpu.max(c.start_us);
+        let issued: &[usize] = ops_of_call.get(&ci).map_or(&[], |v| v.as_slice());
+        let mut held_until: Option<(usize, f64)> = None;
+        for &oi in issued {
+            let o = &trace.gpu_ops[oi];
+            let key = (o.gpu, o.stream);
+            let index = streams.iter().position(|&k| k == key).unwrap_or_else(|| {
+                streams.push(key);
+                let kind = if legacy == Some(o.stream) { StreamKind::Legacy } else { StreamKind::NonBlocking };
+                s.declare_stream(streams.len() - 1, StreamDecl::new(kind, 0, o.gpu as usize));
+                streams.len() - 1
+            });
+            if let Waited::OtherStream { op } = waited[oi] {
+                s.stream_wait_event(index, op);
+            }
+            let id = s.gpu_op(0, index, op_kind(o.kind, o.gpu), &o.name, vec![]);
+            durations_us.push(duration[oi]);
+            traced_op.push(Some(oi));
+            sched_id[oi] = id;
+            if awaited.contains(&oi) {
+                s.record_event(oi, index);
+            }
+            // A launch whose op started before it returned and ended about
+            // when it returned held the CPU for it (a copy from pageable
+            // memory, a synchronous copy).
+            if o.start_us < c.end_us && o.end_us <= c.end_us + WAIT_SLACK_US && !made_pinned[oi] {
+                held_until = Some((id, o.end_us));
+            }
+        }
+        let call_time = c.end_us - c.start_us;
+        if let Some((id, end)) = held_until {
+            s.host_learns(0, id);
+            host(&mut s, &mut durations_us, &mut traced_op, &c.name, c.end_us - end);
+        } else if synchronizes(&c.name) {
+            // The op it waited for: the one issued before it that ended
+            // last before it returned (a device sync waits for all).
+            let before: Vec<usize> = (0..trace.gpu_ops.len()).filter(|&i| sched_id[i] != usize::MAX).collect();
+            let waited_on = before
+                .iter()
+                .copied()
+                .filter(|&i| trace.gpu_ops[i].end_us <= c.end_us + 1e-9)
+                .max_by(|&a, &b| trace.gpu_ops[a].end_us.total_cmp(&trace.gpu_ops[b].end_us));
+            if c.name.starts_with("cudaDeviceSynchronize") || c.name.starts_with("cuCtxSynchronize") {
+                s.host_wait_all(0);
+            } else if let Some(w) = waited_on {
+                s.host_learns(0, sched_id[w]);
+            }
+            let woke = waited_on.map_or(0.0, |w| (c.end_us - trace.gpu_ops[w].end_us).clamp(0.0, call_time));
+            host(&mut s, &mut durations_us, &mut traced_op, &c.name, woke);
+        } else if issued.iter().any(|&oi| made_pinned[oi]) {
+            host(&mut s, &mut durations_us, &mut traced_op, &c.name, launch_cost.min(call_time));
+        } else {
+            host(&mut s, &mut durations_us, &mut traced_op, &c.name, call_time);
+        }
+        cpu = cpu.max(c.end_us);
+    }
+    Ok(TracedSchedule { schedule: s, durations_us, traced_op, streams, waited })
+}
+
+/// The queue model's replay of a traced schedule: the window from the
+/// first GPU op's start to the last one's end, µs.
+pub fn predict(ts: &TracedSchedule) -> f64 {
+    // Copy engines each way, kernels one at a time: what the model assumes
+    // of a GPU whose engines the trace does not name. Every CPU cost is in
+    // the schedule's host work already.
+    let times = crate::pipeline::predict::predict(&ts.schedule, Machine::engines(2), |op| ts.durations_us[op.id]);
+    let gpu: Vec<(f64, f64)> = ts.traced_op.iter().zip(&times).filter(|(t, _)| t.is_some()).map(|(_, &t)| t).collect();
+    let start = gpu.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
+    let end = gpu.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
+    end - start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::events::{Call, CpuOp, GpuOp, Thread, TraceFormat};
+
+    /// `iters` steps of PyTorch's blocking `.to()` from pageable memory
+    /// (`cudaMemcpyAsync` holding the CPU for the copy, then
+    /// `cudaStreamSynchronize`), then a 2000 µs kernel, on stream 7: the
+    /// pageable program of lab 10 in small.
+    fn pageable(iters: usize, copy_us: f64, bytes: u64) -> Trace {
+        let mut t = Trace { format: Some(TraceFormat::Kineto), threads: vec![Thread { pid: "1".into(), tid: "1".into() }], ..Trace::default() };
+        let (mut cpu, mut kernel_end, mut k) = (0.0f64, 0.0f64, 0u64);
+        let mut call = |t: &mut Trace, name: &str, s: f64, e: f64| {
+            k += 1;
+            t.calls.push(Call { name: name.into(), thread: 0, start_us: s, end_us: e, correlation: Some(k) });
+            k
+        };
+        for _ in 0..iters {
+            let copy_start = (cpu + 12.0).max(kernel_end + 2.0);
+            let copy_end = copy_start + copy_us;
+            t.cpu_ops.push(CpuOp { name: "aten::to".into(), thread: 0, start_us: cpu, end_us: copy_end + 8.0, annotation: false });
+            let c = call(&mut t, "cudaMemcpyAsync", cpu + 10.0, copy_end - 5.0);
+            let kind = GpuOpKind::Copy { direction: Direction::H2d, host: Some(HostMemory::Pageable) };
+            t.gpu_ops.push(GpuOp {
+                gpu: 0,
+                stream: 7,
+                kind,
+                name: "Memcpy HtoD (Pageable -> Device)".into(),
+                start_us: copy_start,
+                end_us: copy_end,
+                correlation: Some(c),
+                bytes: Some(bytes),
+            });
+            call(&mut t, "cudaStreamSynchronize", copy_end - 4.0, copy_end + 6.0);
+            let c = call(&mut t, "cudaLaunchKernel", copy_end + 12.0, copy_end + 16.0);
+            t.gpu_ops.push(GpuOp {
+                gpu: 0,
+                stream: 7,
+                kind: GpuOpKind::Kernel,
+                name: "gemm".into(),
+                start_us: copy_end + 18.0,
+                end_us: copy_end + 2018.0,
+                correlation: Some(c),
+                bytes: None,
+            });
+            kernel_end = copy_end + 2018.0;
+            cpu = copy_end + 30.0;
+        }
+        t.sort();
+        t
+    }
+
+    #[test]
+    fn the_replay_of_a_trace_as_traced_gives_back_its_window() {
+        let t = pageable(5, 3000.0, 60_000_000);
+        let traced = t.window_us().1 - t.window_us().0;
+        let ts = schedule(&t, &Fix::AsTraced).unwrap();
+        let predicted = predict(&ts);
+        assert!((predicted / traced - 1.0).abs() < 0.01, "replayed {predicted} µs against {traced} traced");
+        // Each kernel waited for its launch (after the sync); each copy after
+        // the first, for the kernel before it on the stream.
+        assert!(matches!(ts.waited[1], Waited::Launch { .. }), "{:?}", ts.waited);
+        assert_eq!(ts.waited[2], Waited::StreamOrder { op: 1 });
+        assert_eq!(ts.streams, [(0, 7)]);
+    }
+
+    #[test]
+    fn pinned_instead_of_pageable_is_priced_at_the_links_pinned_rate() {
+        let t = pageable(5, 3000.0, 60_000_000);
+        let rates = LinkRates {
+            gpu_name: "Test GPU".into(),
+            source: "data/test/bandwidth.json".into(),
+            points: vec![crate::diagnose::link::LinkPoint { host: HostMemory::Pinned, direction: Direction::H2d, bytes: 64 << 20, gbps: 50.0 }],
+        };
+        let ts = schedule(&t, &Fix::Pinned(Some(rates))).unwrap();
+        // 60 MB at 50 GB/s: 1200 µs a copy, issued in a 4 µs launch (the
+        // median kernel launch) that no longer holds the CPU. The sync after
+        // it still waits for the copy and returns 6 µs after its end, as
+        // traced; 6 µs later the kernel is launched and starts, and runs
+        // 2000 µs; the next step's copy, issued meanwhile, waits for it on
+        // the stream. So each step is 1200 + 12 + 2000 µs.
+        let predicted = predict(&ts);
+        let want = 5.0 * (1200.0 + 12.0 + 2000.0);
+        assert!((predicted - want).abs() < 1e-6 * want, "predicted {predicted} µs, expected {want}");
+        assert!(predicted < 0.75 * (t.window_us().1 - t.window_us().0), "pinned copies are faster");
+        // With no recording, the trace must have pinned copies to price by.
+        let e = schedule(&t, &Fix::Pinned(None)).unwrap_err();
+        assert!(e.contains("no pinned H2D rate"), "{e}");
+    }
+}

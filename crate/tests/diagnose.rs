@@ -1,0 +1,425 @@
+//! `overlap-lab diagnose` on SYNTHETIC torch.profiler traces of the five
+//! programs of lab 10 (built by `synthetic_traces`, with known answers; no
+//! GPU ran them), on a lab's own timeline, and on malformed traces: every
+//! figure and finding the diagnosis reports, and one line for each bad file.
+
+mod synthetic_traces;
+
+use overlap_lab::diagnose::analyze::{Cause, Diagnosis};
+use overlap_lab::diagnose::{diagnose, read_trace};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use synthetic_traces::Synthetic;
+
+fn bin() -> String {
+    std::env::var("OVERLAP_LAB_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_overlap-lab").to_string())
+}
+
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin()).args(args).output().expect("binary runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// Writes a synthetic trace into `dir` under its (synthetic-...) name.
+fn write(s: &Synthetic, dir: &Path) -> PathBuf {
+    let path = dir.join(s.file);
+    std::fs::write(&path, serde_json::to_string(&s.trace).unwrap()).unwrap();
+    path
+}
+
+fn diagnosed(s: &Synthetic) -> Diagnosis {
+    let dir = overlap_lab::testing::temp_dir("diagnose-synthetic");
+    let path = write(s, &dir);
+    let trace = read_trace(&path, &mut |_, _| {}).unwrap_or_else(|e| panic!("{}: {e}", s.file));
+    diagnose(&trace, s.file, &[])
+}
+
+/// Equal up to the ns the trace's times are written in, over a sum of many.
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * b.abs().max(1.0) + 1e-3
+}
+
+/// The figures every synthetic trace knows: window, busy and idle, each
+/// copy kind, the sync calls and what they cost.
+fn assert_known_figures(s: &Synthetic, d: &Diagnosis) {
+    let k = &s.known;
+    assert!(close(d.window.start_us, k.window.0) && close(d.window.end_us, k.window.1), "{}: window {:?} against {:?}", s.file, d.window, k.window);
+    assert_eq!(d.gpus.len(), 1, "{}", s.file);
+    let g = &d.gpus[0];
+    assert_eq!(g.name.as_deref(), Some(synthetic_traces::GPU_NAME));
+    assert!(close(g.busy_us, k.busy_us), "{}: busy {} against {}", s.file, g.busy_us, k.busy_us);
+    assert!(close(g.idle_us, k.window.1 - k.window.0 - k.busy_us), "{}: idle {}", s.file, g.idle_us);
+    let mut copies: Vec<(String, usize, u64, f64, f64)> =
+        g.copies.iter().map(|c| (c.label(), c.count, c.bytes.unwrap_or(0), c.time_us, c.exposed_us)).collect();
+    copies.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(copies.len(), k.copies.len(), "{}: {copies:?} against {:?}", s.file, k.copies);
+    for (got, want) in copies.iter().zip(&k.copies) {
+        assert_eq!((&got.0, got.1, got.2), (&want.0, want.1, want.2), "{}", s.file);
+        assert!(close(got.3, want.3) && close(got.4, want.4), "{}: {got:?} against {want:?}", s.file);
+    }
+    assert_eq!(d.syncs.calls, k.sync_calls, "{}", s.file);
+    assert!(close(d.syncs.cost_us, k.sync_idle_us), "{}: syncs cost {} against {}", s.file, d.syncs.cost_us, k.sync_idle_us);
+    let issue: f64 = d.findings.iter().filter(|f| f.cause == Cause::IssueBound).map(|f| f.cost_us).sum();
+    assert!(close(issue, k.issue_idle_us), "{}: issue-bound {issue} against {}", s.file, k.issue_idle_us);
+    for f in &d.findings {
+        assert!(f.cost_us > 0.0 && !f.text.is_empty(), "{}: {f:?}", s.file);
+    }
+    assert!(d.findings.windows(2).all(|w| w[0].cost_us >= w[1].cost_us), "{}: findings largest first", s.file);
+    assert!(!d.findings.iter().any(|f| f.call.name.ends_with("cudaDeviceSynchronize")), "{}: the final sync costs nothing", s.file);
+}
+
+#[test]
+fn synthetic_pageable_to_names_the_pageable_copies_and_the_sync_inside_to() {
+    let s = synthetic_traces::pageable_to_then_compute(20);
+    let d = diagnosed(&s);
+    assert_known_figures(&s, &d);
+    let first = &d.findings[0];
+    assert_eq!(first.cause, Cause::PageableCopies);
+    assert_eq!(first.call.name, "aten::to > aten::_to_copy > aten::copy_ > cudaMemcpyAsync");
+    assert!(first.call.correlation.is_some() && first.count == 20);
+    assert!(close(first.cost_us, s.known.copies[0].4), "every pageable copy is exposed: {}", first.cost_us);
+    assert!(first.text.contains("20 H2D copies from pageable memory, 1.2 GiB, at 20.0 GB/s"), "{}", first.text);
+    let sync = d.findings.iter().find(|f| f.cause == Cause::Sync).expect("the sync inside .to() is named");
+    assert_eq!(sync.call.name, "aten::to > aten::_to_copy > aten::copy_ > cudaStreamSynchronize");
+    // 18 µs a step, to the ns each op's time is written in.
+    assert!(close(sync.cost_us, s.known.sync_idle_us) && (sync.cost_us - 18.0 * 20.0).abs() < 20.0 * 1e-3, "{}", sync.cost_us);
+    let stream = &d.gpus[0].streams[0];
+    assert!(stream.stream == 7 && stream.legacy_default, "{stream:?}");
+    assert!(d.findings.iter().all(|f| f.cause != Cause::IssueBound));
+}
+
+#[test]
+fn synthetic_pinned_one_stream_blames_the_shared_stream_and_no_sync() {
+    let s = synthetic_traces::pinned_one_stream(20);
+    let d = diagnosed(&s);
+    assert_known_figures(&s, &d);
+    let f = &d.findings[0];
+    assert_eq!(f.cause, Cause::CopiesShareStreamWithKernels);
+    assert!(f.text.contains("20 of 20 copies on stream 7 (the legacy default stream)"), "{}", f.text);
+    assert!(close(f.cost_us, s.known.copies[0].3), "a copy on the kernels' stream hides nothing: {}", f.cost_us);
+    assert_eq!((d.syncs.calls, d.syncs.costly), (1, 0));
+    assert!(d.findings.iter().all(|f| !matches!(f.cause, Cause::Sync | Cause::PageableCopies)), "{:?}", d.findings);
+}
+
+#[test]
+fn synthetic_double_buffered_copies_hide_and_its_waits_cost_nothing() {
+    let s = synthetic_traces::double_buffered(20, false);
+    let d = diagnosed(&s);
+    assert_known_figures(&s, &d);
+    let c = &d.gpus[0].copies[0];
+    // Only the first batch's copy, with no kernel yet to hide under, shows.
+    assert!(close(c.hidden_us, c.time_us * 19.0 / 20.0), "{c:?}");
+    assert_eq!((d.syncs.calls, d.syncs.costly), (20, 0), "the event waits run while the compute stream is busy");
+    assert!(d.findings.iter().all(|f| f.cause != Cause::Sync), "{:?}", d.findings);
+    let f = &d.findings[0];
+    assert!(f.cause == Cause::ExposedCopies && f.count == 1 && close(f.cost_us, c.time_us / 20.0), "{f:?}");
+    assert!(f.text.contains("1 of 20 copies on stream 13") && f.text.contains("the pipeline's fill"), "{}", f.text);
+    let streams: Vec<(u64, bool)> = d.gpus[0].streams.iter().map(|s| (s.stream, s.legacy_default)).collect();
+    assert_eq!(streams, [(7, true), (13, false)]);
+}
+
+#[test]
+fn synthetic_sync_read_in_the_loop_is_named_with_what_it_costs() {
+    let s = synthetic_traces::double_buffered(20, true);
+    let d = diagnosed(&s);
+    assert_known_figures(&s, &d);
+    let f = &d.findings[0];
+    assert_eq!(f.cause, Cause::Sync, "{:?}", d.findings);
+    assert_eq!(f.call.name, "aten::item > aten::_local_scalar_dense > cudaStreamSynchronize");
+    assert!(close(f.cost_us, s.known.sync_idle_us) && s.known.sync_idle_us > 19.0 * 150.0, "{} against {}", f.cost_us, s.known.sync_idle_us);
+    assert_eq!(f.count, 20);
+    assert!(f.text.contains(".item()-style") && f.text.contains("4 B copied back") && f.text.contains("19 of 20 calls"), "{}", f.text);
+    // The event waits, with the GPU already drained, are not blamed.
+    assert!(!d.findings.iter().any(|f| f.call.name.contains("cudaEventSynchronize")), "{:?}", d.findings);
+}
+
+#[test]
+fn synthetic_tiny_ops_are_one_issue_bound_stretch() {
+    let s = synthetic_traces::tiny_ops(5000);
+    let d = diagnosed(&s);
+    assert_known_figures(&s, &d);
+    let f = &d.findings[0];
+    assert_eq!((f.cause, f.count), (Cause::IssueBound, 5000));
+    assert_eq!(f.call.name, "aten::add > cudaLaunchKernel");
+    assert!(f.text.contains("5000 ops of 2.0 µs on average, launched every 10.0 µs"), "{}", f.text);
+    assert_eq!(d.findings.len(), 1, "{:?}", d.findings);
+}
+
+#[test]
+fn synthetic_traces_read_the_same_gzipped_and_print_as_text_and_json() {
+    use std::io::Write;
+    let dir = overlap_lab::testing::temp_dir("diagnose-cli");
+    let s = synthetic_traces::pageable_to_then_compute(4);
+    let path = dir.join("synthetic-pageable-to-then-compute.json.gz");
+    let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::default());
+    gz.write_all(serde_json::to_string(&s.trace).unwrap().as_bytes()).unwrap();
+    gz.finish().unwrap();
+    let data = overlap_lab::measure::record::default_data_dir();
+    let (code, out, err) = cli(&["--data", data.to_str().unwrap(), "diagnose", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    for needle in [
+        "torch.profiler (Kineto) trace",
+        "GPU 0 (NVIDIA H100 80GB HBM3)",
+        "7 (legacy default)",
+        "H2D pageable",
+        "recorded rates from data/nvidia-h100-80gb-hbm3/bandwidth.json",
+        "pageable copies (GPU 0)",
+        "call: aten::to > aten::_to_copy > aten::copy_ > cudaMemcpyAsync at ts",
+        "synchronizing calls: 5; 4 left a GPU idle",
+    ] {
+        assert!(out.contains(needle), "lacks {needle:?}:\n{out}");
+    }
+    let (code, out, err) = cli(&["--data", data.to_str().unwrap(), "diagnose", "--json", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON alone");
+    assert_eq!(v["findings"][0]["cause"], "pageable-copies");
+    assert_eq!(v["gpus"][0]["copies"][0]["recorded_pinned"]["host"], "pinned");
+    assert!(v["gpus"][0]["copies"][0]["recorded"]["gbps"].as_f64().unwrap() > 1.0);
+}
+
+#[test]
+fn a_labs_own_timeline_reads_and_is_diagnosed() {
+    use overlap_lab::pipeline::op::OpKind;
+    use overlap_lab::pipeline::timeline::{Span, Timeline};
+    let span =
+        |lane: &str, kind, label: &str, start_us, end_us| Span { lane: lane.into(), kind, label: label.into(), start_us, end_us, class: None, index: None };
+    // Two chunks: chunk 1's copy hides under chunk 0's kernel.
+    let tl = Timeline {
+        title: "lab 2, two streams".into(),
+        device: "GPU 0 (NVIDIA H200)".into(),
+        spans: vec![
+            span("stream 0", OpKind::H2d, "H2D chunk 0", 0.0, 100.0),
+            span("stream 0", OpKind::Kernel, "compute chunk 0", 100.0, 300.0),
+            span("stream 1", OpKind::H2d, "H2D chunk 1", 100.0, 200.0),
+            span("stream 1", OpKind::Kernel, "compute chunk 1", 300.0, 500.0),
+            span("CPU main", OpKind::Host, "check", 500.0, 510.0),
+        ],
+        ..Timeline::default()
+    };
+    let dir = overlap_lab::testing::temp_dir("diagnose-course");
+    let path = dir.join("overlap-two-streams.trace.json");
+    tl.save_chrome_trace(&path).unwrap();
+    let (code, out, err) = cli(&["diagnose", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("overlap-lab timeline") && out.contains("GPU 0 (NVIDIA H200): busy 500.0 µs (100.0% of the window)"), "{out}");
+    let d = diagnose(&read_trace(&path, &mut |_, _| {}).unwrap(), "t", &[]);
+    let c = &d.gpus[0].copies[0];
+    assert_eq!((c.count, c.hidden_us, c.exposed_us), (2, 100.0, 100.0));
+}
+
+/// Bad trace files, each with words its one-line error must hold.
+fn malformed(dir: &Path) -> Vec<(String, PathBuf, Vec<&'static str>)> {
+    let good = serde_json::to_string(&synthetic_traces::pinned_one_stream(3).trace).unwrap();
+    let mut v: Vec<(String, PathBuf, Vec<&'static str>)> = Vec::new();
+    let mut add = |name: &str, bytes: &[u8], needles: Vec<&'static str>| {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        v.push((name.to_string(), p, needles));
+    };
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut t = synthetic_traces::pinned_one_stream(3).trace;
+        f(&mut t);
+        serde_json::to_vec(&t).unwrap()
+    };
+    let events_where = |cat: &'static str, f: &'static dyn Fn(&mut serde_json::Value)| {
+        edit(&|t| {
+            for e in t["traceEvents"].as_array_mut().unwrap().iter_mut().filter(|e| e["cat"] == cat) {
+                f(e);
+            }
+        })
+    };
+    let gz = |bytes: &[u8]| {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    };
+    add("empty.json", b"", vec!["the file is empty"]);
+    add("blank.json", b"  \n\t\n", vec!["only whitespace"]);
+    add("truncated.json", &good.as_bytes()[..good.len() / 2], vec!["cut short", "truncated"]);
+    add("text.json", b"Traceback (most recent call last):\n", vec!["not JSON", "Traceback"]);
+    add("binary.json", &[0x0a, 0x8c, 0x01, 0x12, 0x05, 0x00, 0x00, 0xff, 0x10], vec!["binary data, not JSON"]);
+    add("nsys.json", b"SQLite format 3\0\x10\x00\x01\x01", vec!["SQLite database"]);
+    add("no-events.json", br#"{"schema": 2, "samples": []}"#, vec!["no traceEvents", "schema, samples"]);
+    add("numbers.json", b"[1, 2, 3]", vec!["expected an event object"]);
+    add("number.json", b"42", vec!["expected a trace object with traceEvents"]);
+    add("events-not-a-list.json", br#"{"traceEvents": {"ph": "X"}}"#, vec!["expected traceEvents to be a list of events"]);
+    add("no-events-at-all.json", br#"{"traceEvents": []}"#, vec!["traceEvents is empty"]);
+    add(
+        "tensorflow.json",
+        br#"{"displayTimeUnit": "ns", "traceEvents": [{"ph": "X", "cat": "Op", "name": "MatMul", "pid": 1, "tid": 2, "ts": 1.0, "dur": 2.0}]}"#,
+        vec!["not a torch.profiler or overlap-lab trace", "another profiler", "Op"],
+    );
+    add(
+        "cpu-only.json",
+        &edit(&|t| t["traceEvents"].as_array_mut().unwrap().retain(|e| !matches!(e["cat"].as_str(), Some("kernel" | "gpu_memcpy")))),
+        vec!["no GPU activity", "ProfilerActivity.CUDA"],
+    );
+    add(
+        "no-correlation.json",
+        &events_where("kernel", &|e| {
+            e["args"].as_object_mut().unwrap().remove("correlation");
+        }),
+        vec!["have no correlation id", "GPU events"],
+    );
+    add(
+        "lost-kernel.json",
+        &edit(&|t| {
+            let ev = t["traceEvents"].as_array_mut().unwrap();
+            let first = ev.iter().position(|e| e["cat"] == "kernel").unwrap();
+            ev.remove(first);
+        }),
+        vec!["GPU work is missing", "cudaLaunchKernel", "correlation"],
+    );
+    add("negative.json", &events_where("kernel", &|e| e["dur"] = serde_json::json!(-3.5)), vec!["negative duration", "-3.5"]);
+    add(
+        "no-ts.json",
+        &events_where("gpu_memcpy", &|e| {
+            e.as_object_mut().unwrap().remove("ts");
+        }),
+        vec!["has no ts", "Memcpy HtoD"],
+    );
+    add(
+        "no-dur.json",
+        &events_where("cuda_runtime", &|e| {
+            e.as_object_mut().unwrap().remove("dur");
+        }),
+        vec!["has no dur"],
+    );
+    add("text-ts.json", &events_where("kernel", &|e| e["ts"] = serde_json::json!("soon")), vec!["ts that is not a number (\"soon\")"]);
+    add("text-stream.json", &events_where("kernel", &|e| e["args"]["stream"] = serde_json::json!("x7")), vec!["not a stream number"]);
+    add("negative-bytes.json", &events_where("gpu_memcpy", &|e| e["args"]["bytes"] = serde_json::json!(-1)), vec!["bytes that are not a size"]);
+    add(
+        "bare-kernels.json",
+        &events_where("kernel", &|e| {
+            e.as_object_mut().unwrap().remove("args");
+        }),
+        vec!["kernel events have no args"],
+    );
+    add("trailing.json", format!("{good} and then some").as_bytes(), vec!["trailing characters"]);
+    add("huge-number.json", good.replacen("\"ts\":2000000.0", "\"ts\":1e400", 1).as_bytes(), vec!["malformed JSON", "number out of range"]);
+    // Nesting deeper than the parser follows, where it reads the value
+    // (nesting inside args it skips is read without recursion).
+    let deep = format!("{{\"deviceProperties\": {}{}, \"traceEvents\": []}}", "[".repeat(400), "]".repeat(400));
+    add("deep.json", deep.as_bytes(), vec!["malformed JSON", "recursion limit"]);
+    add("cut.json.gz", &gz(good.as_bytes())[..200], vec!["gzip data is corrupt or cut short"]);
+    add("text.json.gz", &gz(b"hello, world"), vec!["the gzip file holds text that is not JSON"]);
+    add(
+        "kernel-timeline.json",
+        br#"{"traceEvents": [{"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "warp 0"}}, {"name": "copy", "cat": "copy", "ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 1.0}], "otherData": {"title": "lab 7"}}"#,
+        vec!["no GPU activity on streams", "warp 0"],
+    );
+    v
+}
+
+#[test]
+fn every_malformed_trace_is_one_line_naming_the_file_and_the_fault() {
+    let dir = overlap_lab::testing::temp_dir("diagnose-bad");
+    let cases = malformed(&dir);
+    assert!(cases.len() >= 20, "{}", cases.len());
+    // The same faults through the library: an error, never a panic.
+    for (name, path, _) in &cases {
+        let got = std::panic::catch_unwind(|| read_trace(path, &mut |_, _| {}));
+        assert!(matches!(got, Ok(Err(_))), "{name}: {:?}", got.map(|r| r.map(|t| t.gpu_ops.len())));
+    }
+    for (name, path, needles) in cases
+        .iter()
+        .map(|(n, p, w)| (n.as_str(), p.clone(), w.clone()))
+        .chain([("absent.json", dir.join("absent.json"), vec!["reading trace", "No such file"]), ("a folder", dir.clone(), vec!["reading trace", "directory"])])
+    {
+        let (code, out, err) = cli(&["diagnose", path.to_str().unwrap()]);
+        assert!(code != 0 && out.is_empty(), "{name}: exit {code}, stdout {out}");
+        let lines: Vec<&str> = err.trim_end().lines().collect();
+        assert_eq!(lines.len(), 1, "{name}: {err}");
+        let line = lines[0];
+        assert!(line.starts_with("overlap-lab: error: ") && !line.contains("panicked"), "{name}: {line}");
+        let shown = path.file_name().unwrap().to_str().unwrap();
+        assert!(line.contains(shown), "{name}: the error names the file: {line}");
+        for n in needles {
+            assert!(line.contains(n), "{name}: lacks {n:?}: {line}");
+        }
+        println!("{line}");
+    }
+}
+
+/// A torch.profiler trace of some 200 MB (200,000 tiny ops) read through
+/// the command line: how long it takes is printed, and what was read is
+/// checked. `cargo test --release --test diagnose -- --ignored --nocapture`.
+#[test]
+#[ignore = "writes a 200 MB trace; run by hand to time reading it"]
+fn a_200_mb_trace_reads_in_seconds_with_progress() {
+    let dir = overlap_lab::testing::temp_dir("diagnose-big");
+    let path = dir.join("synthetic-tiny-ops-200mb.json");
+    let ops = 200_000;
+    synthetic_traces::write_tiny_ops(&path, ops).unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    let started = std::time::Instant::now();
+    let (code, out, err) = cli(&["diagnose", "--json", path.to_str().unwrap()]);
+    let took = started.elapsed().as_secs_f64();
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["findings"][0]["cause"], "issue-bound");
+    assert_eq!(v["findings"][0]["count"], ops);
+    println!("read and diagnosed {:.0} MB in {took:.1} s ({:.0} MB/s)", size as f64 / 1e6, size as f64 / 1e6 / took);
+    let started = std::time::Instant::now();
+    let mut reports = 0;
+    let t = read_trace(&path, &mut |read, total| {
+        reports += 1;
+        assert!(read <= total);
+    })
+    .unwrap();
+    println!("read alone: {:.1} s, {} progress reports, {} GPU ops", started.elapsed().as_secs_f64(), reports, t.gpu_ops.len());
+    assert!(reports as u64 >= size >> 20, "progress every MiB");
+    assert_eq!(t.gpu_ops.len(), ops);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn synthetic_traces_replay_on_the_queue_model_as_traced() {
+    use overlap_lab::diagnose::replay::{predict, schedule, Fix, Waited};
+    let dir = overlap_lab::testing::temp_dir("diagnose-replay");
+    for s in synthetic_traces::all() {
+        let t = read_trace(&write(&s, &dir), &mut |_, _| {}).unwrap();
+        let traced = t.window_us().1 - t.window_us().0;
+        let ts = schedule(&t, &Fix::AsTraced).unwrap_or_else(|e| panic!("{}: {e}", s.file));
+        let replayed = predict(&ts);
+        assert!((replayed / traced - 1.0).abs() < 0.01, "{}: replayed {replayed} µs against {traced} traced", s.file);
+        println!("{}: replayed {replayed:.1} µs, traced {traced:.1} µs ({:+.3}%)", s.file, 100.0 * (replayed / traced - 1.0));
+        assert_eq!(ts.traced_op.iter().flatten().count(), t.gpu_ops.len(), "{}: every GPU op is in the schedule once", s.file);
+        if s.file == "synthetic-pinned-double-buffered.json" {
+            // The first kernel waited for its batch's copy on the copy stream;
+            // each later copy, for the kernel that last read its slot.
+            let first_kernel = t.gpu_ops.iter().position(|o| o.stream == synthetic_traces::DEFAULT_STREAM).unwrap();
+            assert_eq!(ts.waited[first_kernel], Waited::OtherStream { op: 0 }, "{:?}", &ts.waited[..6]);
+            let across = ts.waited.iter().filter(|w| matches!(w, Waited::OtherStream { .. })).count();
+            assert_eq!(across, 1 + 18, "{:?}", ts.waited);
+        }
+    }
+}
+
+#[test]
+fn synthetic_pageable_program_with_pinned_copies_is_predicted() {
+    use overlap_lab::diagnose::events::{Direction, HostMemory};
+    use overlap_lab::diagnose::replay::{predict, schedule, Fix};
+    use overlap_lab::diagnose::{LinkPoint, LinkRates};
+    let s = synthetic_traces::pageable_to_then_compute(20);
+    let dir = overlap_lab::testing::temp_dir("diagnose-pinned");
+    let t = read_trace(&write(&s, &dir), &mut |_, _| {}).unwrap();
+    let rates = LinkRates {
+        gpu_name: synthetic_traces::GPU_NAME.into(),
+        source: "(the synthetic pinned rate)".into(),
+        points: vec![LinkPoint {
+            host: HostMemory::Pinned,
+            direction: Direction::H2d,
+            bytes: synthetic_traces::BATCH_BYTES,
+            gbps: synthetic_traces::PINNED_GBPS,
+        }],
+    };
+    let predicted = predict(&schedule(&t, &Fix::Pinned(Some(rates))).unwrap());
+    // Each step: the copy at the pinned rate; the sync still returns 6 µs
+    // after it and the kernel is launched 6 µs later; the kernel; the next
+    // copy, issued while the kernel runs, waits for it on the stream.
+    let copy = synthetic_traces::BATCH_BYTES as f64 / (synthetic_traces::PINNED_GBPS * 1e3);
+    let want = 20.0 * (copy + 12.0 + synthetic_traces::KERNEL_US);
+    assert!((predicted / want - 1.0).abs() < 1e-3, "predicted {predicted} µs, expected {want}");
+}
