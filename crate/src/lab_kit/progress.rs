@@ -35,6 +35,8 @@ pub struct Exercise {
     pub asks: &'static str,
     /// Where the answer is a file the learner edits (lab 7's kernel).
     pub file: Option<FileAnswer>,
+    /// Its hints, in the order its notebook offers them one at a time.
+    pub hints: &'static [&'static str],
 }
 
 /// An answer that is a file, which the command checks again itself.
@@ -356,8 +358,8 @@ impl fmt::Display for SavedReport<'_> {
 mod tests {
     use super::*;
 
-    static MODEL: Exercise = Exercise { id: "01-x/model", asks: "a model", file: None };
-    static KERNEL: Exercise = Exercise { id: "02-y", asks: "a kernel", file: Some(FileAnswer { path: "exercises/k.cu", problems: compiles }) };
+    static MODEL: Exercise = Exercise { id: "01-x/model", asks: "a model", file: None, hints: &[] };
+    static KERNEL: Exercise = Exercise { id: "02-y", asks: "a kernel", file: Some(FileAnswer { path: "exercises/k.cu", problems: compiles }), hints: &[] };
 
     /// A stand-in compiler: "oops" does not compile.
     fn compiles(src: &str) -> Vec<String> {

@@ -20,8 +20,8 @@ use crate::units::{fmt_ms, Bytes};
 
 /// The two exercises, as the course lists them (`overlap-lab progress`).
 pub const EXERCISES: &[Exercise] = &[
-    Exercise { id: "01-bandwidth/model", asks: "a copy's time from latency and bandwidth", file: None },
-    Exercise { id: "01-bandwidth/break-even", asks: "when pinning pays off, as a rule", file: None },
+    Exercise { id: "01-bandwidth/model", asks: "a copy's time from latency and bandwidth", file: None, hints: MODEL_HINTS },
+    Exercise { id: "01-bandwidth/break-even", asks: "when pinning pays off, as a rule", file: None, hints: BREAK_EVEN_HINTS },
 ];
 
 /// A prediction passes if it is within this fraction of every measured median.

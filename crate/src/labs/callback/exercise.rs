@@ -18,7 +18,8 @@ use crate::measure::stats::Summary;
 use std::cell::RefCell;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "04-callback", asks: "the argmin off the compute stream, on the callback stream", file: None }];
+pub const EXERCISES: &[Exercise] =
+    &[Exercise { id: "04-callback", asks: "the argmin off the compute stream, on the callback stream", file: None, hints: HINTS }];
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
 /// Iterations of a check on the GPU (a notebook waits for it).

@@ -15,7 +15,7 @@ use crate::pipeline::machine::Machine;
 use crate::pipeline::op::OpKind;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "03-double-buffer", asks: "the double buffer's missing rule", file: None }];
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "03-double-buffer", asks: "the double buffer's missing rule", file: None, hints: HINTS }];
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
 

@@ -24,6 +24,7 @@ pub const EXERCISES: &[Exercise] = &[Exercise {
     id: "07-kernel-pipeline",
     asks: "a double-buffered tile kernel",
     file: Some(FileAnswer { path: "exercises/07-double-buffered.cu", problems: offline_problems }),
+    hints: HINTS,
 }];
 
 /// The problem of a check with no GPU that only says so.

@@ -29,7 +29,7 @@ use super::pipeline_parallel::host_synchronized;
 use crate::lab_kit::progress::Exercise;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "08-multi-gpu", asks: "two GPUs ordered by events only", file: None }];
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "08-multi-gpu", asks: "two GPUs ordered by events only", file: None, hints: HINTS }];
 
 /// A pass: a bubble at most this much above the model's (S−1)/(M+S−1)
 /// (the copies between the stages add a little).

@@ -26,7 +26,7 @@ use crate::pipeline::schedule::Schedule;
 use crate::units::fmt_ms;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "09-offload", asks: "the ring's prefetch schedule", file: None }];
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "09-offload", asks: "the ring's prefetch schedule", file: None, hints: HINTS }];
 
 /// The share of the bound a right schedule reaches.
 pub const TARGET_EFFICIENCY: f64 = 0.90;

@@ -21,7 +21,7 @@ use crate::pipeline::plan::{chunk, Plan, StreamSpec};
 use std::sync::Arc;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "05-streams", asks: "the operation that drains the pipeline", file: None }];
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "05-streams", asks: "the operation that drains the pipeline", file: None, hints: HINTS }];
 
 /// The label of the parameters' upload: the loop must keep it.
 pub const PARAMS: &str = "params H2D";
