@@ -124,7 +124,7 @@ impl Module {
         let span = self.global(name)?;
         // SAFETY: the variable lives as long as the module, borrowed until
         // the copy has been waited for.
-        unsafe { stream.read_words(span, span.bytes / 8) }
+        unsafe { stream.read_words(span) }
     }
 }
 

@@ -387,21 +387,20 @@ impl Stream {
         self.synchronize()?;
         queued
     }
-    /// The first `words` 64-bit words of a span of device memory, read back
-    /// and waited for (small untimed reads: a module's variables).
+    /// A span of device memory as whole 64-bit words (a trailing partial
+    /// word is left out), read back and waited for (small untimed reads: a
+    /// module's variables).
     ///
     /// # Safety
     /// The span's memory stays allocated until this returns (it waits for
     /// the copy).
-    pub(in crate::gpu) unsafe fn read_words(&self, span: DeviceSpan, words: usize) -> Result<Vec<u64>> {
-        if words * 8 > span.bytes {
-            return Err(LabError::config(format!("reading {words} words from {} bytes of device memory", span.bytes)));
-        }
+    pub(in crate::gpu) unsafe fn read_words(&self, span: DeviceSpan) -> Result<Vec<u64>> {
+        let words = span.bytes / 8;
         let mut v = vec![0u64; words];
         if words > 0 {
             // SAFETY: `v` holds `words` words and lives past the synchronize,
             // and nothing reads it before; the span is allocated until this
-            // returns (# Safety) and at least that long (checked).
+            // returns (# Safety) and holds at least `words * 8` bytes.
             let queued = unsafe { driver::memcpy_dtoh_async(v.as_mut_ptr() as *mut std::ffi::c_void, span.ptr, words * 8, self.raw) };
             self.synchronize()?;
             queued?;

@@ -69,10 +69,10 @@ impl Api {
 /// The library once loaded (and where from), or why it could not be.
 static LOADED: OnceLock<std::result::Result<(Api, String), String>> = OnceLock::new();
 
-/// Loads NCCL once per process (see the module doc for where it looks) and
-/// says where it was found.
-pub fn nccl_load() -> Result<&'static str> {
-    let loaded = LOADED.get_or_init(|| {
+/// The library once loaded, and where from (see the module doc for where
+/// it looks); loads it on the first call.
+fn loaded() -> Result<&'static (Api, String)> {
+    let found = LOADED.get_or_init(|| {
         for (k, v) in MULTICAST_OFF {
             if std::env::var_os(k).is_none() {
                 // Before NCCL reads its environment (at its first call).
@@ -101,19 +101,18 @@ pub fn nccl_load() -> Result<&'static str> {
             tried.join("\n")
         ))
     });
-    match loaded {
-        Ok((_, path)) => Ok(path),
-        Err(why) => Err(LabError::MissingLibrary { library: "NCCL (libnccl.so.2)", why: why.clone() }),
-    }
+    found.as_ref().map_err(|why| LabError::MissingLibrary { library: "NCCL (libnccl.so.2)", why: why.clone() })
 }
 
-/// The loaded library's entry points ([`nccl_load`] first).
+/// Loads NCCL once per process (see the module doc for where it looks) and
+/// says where it was found.
+pub fn nccl_load() -> Result<&'static str> {
+    Ok(&loaded()?.1)
+}
+
+/// The loaded library's entry points (loading it first if need be).
 fn api() -> Result<&'static Api> {
-    nccl_load()?;
-    match LOADED.get() {
-        Some(Ok((api, _))) => Ok(api),
-        _ => Err(LabError::config("NCCL is not loaded")),
-    }
+    Ok(&loaded()?.0)
 }
 
 fn check(api: &Api, call: &'static str, r: NcclResult) -> Result<()> {

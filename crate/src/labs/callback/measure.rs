@@ -2,6 +2,7 @@
 //! [`ScoreLoop`]), the GPU's and the CPU's costs alone, and the sweep.
 
 use super::rig::CallbackRig;
+use super::score_loop::ScoreOp;
 use super::slots::SlotBook;
 use super::work::{self, CallbackTask, RunState};
 use super::{CallbackConfig, CallbackResults, CostPoint, Iteration, On, ScoreLoop, Slot, Variant, VariantResult};
@@ -28,7 +29,7 @@ impl CallbackRig {
             let mut p = self.gpu.runner(TimelineSource::Events, 2, false)?;
             let s = p.stream(&self.compute, On::Compute.name());
             let t = r % self.iterations;
-            let (kernel, copy) = (self.row_dot_op(&mut p, s, t, Slot(0))?, self.d2h_op(&mut p, s, t, Slot(0))?);
+            let (kernel, copy) = (self.op(&mut p, s, ScoreOp::RowDot { t, slot: Slot(0) })?, self.op(&mut p, s, ScoreOp::D2h { t, slot: Slot(0) })?);
             let run = p.finish()?;
             let ms = |id: OpId| run.op_time_us(id).map(|(a, b)| (b - a) / 1e3);
             k.push(ms(kernel)?);
@@ -42,8 +43,8 @@ impl CallbackRig {
             p.start_clock()?;
             for i in 0..batch {
                 let t = (r * batch + i) % self.iterations;
-                self.row_dot_op(&mut p, s, t, Slot(0))?;
-                self.d2h_op(&mut p, s, t, Slot(0))?;
+                self.op(&mut p, s, ScoreOp::RowDot { t, slot: Slot(0) })?;
+                self.op(&mut p, s, ScoreOp::D2h { t, slot: Slot(0) })?;
             }
             g.push(p.finish()?.total_ms / batch as f64);
         }
@@ -134,10 +135,10 @@ impl CallbackRig {
             let s = p.stream(&self.compute, On::Compute.name());
             let t = r % self.iterations;
             r += 1;
-            let kernel = self.row_dot_op(&mut p, s, t, Slot(0))?;
+            let kernel = self.op(&mut p, s, ScoreOp::RowDot { t, slot: Slot(0) })?;
             p.host_fn(s, "empty host function", vec![], CallbackTask::Nothing)?;
             // The next op's start event marks when the stream was released.
-            let after = self.d2h_op(&mut p, s, t, Slot(0))?;
+            let after = self.op(&mut p, s, ScoreOp::D2h { t, slot: Slot(0) })?;
             let run = p.finish()?;
             Ok((run.op_time_us(after)?.0 - run.op_time_us(kernel)?.1) / 1e3)
         })

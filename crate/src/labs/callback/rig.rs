@@ -7,8 +7,9 @@
 use super::kernel::{row_dot_argmin_reference, RowDotArgs, RowDotKernel};
 use super::score_loop::ScoreOp;
 use super::work::ScoresView;
-use super::{CallbackConfig, On, Slot};
-use crate::error::Result;
+use super::{CallbackConfig, On};
+use crate::error::{LabError, Result};
+use crate::gpu::runner::Enqueue;
 use crate::gpu::trace;
 use crate::gpu::{DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, Runner, Stream};
 use crate::measure::pattern;
@@ -131,26 +132,42 @@ impl CallbackRig {
         unsafe { stream.download_async(&s.host, &s.dev, (self.rows + 1) * 4) }
     }
 
-    /// Query `t`'s row_dot into `slot`'s device scores, as an op of `p` on `s`.
-    pub(super) fn row_dot_op<'r>(&'r self, p: &mut Runner<'r>, s: StreamRef, t: usize, slot: Slot) -> Result<OpId> {
-        // The op as the loop defines it (its kind, label and accesses: one definition).
-        let op = ScoreOp::RowDot { t, slot };
-        let args = self.row_dot_args(t, slot.0);
-        // SAFETY: the kernel touches only the rig's buffers, which outlive
-        // the runner; the op's accesses name the slot it writes.
-        unsafe { p.op(s, op.kind(), &op.label(), op.accesses(), move |st| self.kernel.enqueue(st, &args)) }
+    /// The calls that put `op` on a stream: query `t`'s row_dot into its
+    /// slot's device scores, or the D2H of the slot's scores into its
+    /// pinned twin (an argmin or a hand-off is no operation on a stream).
+    /// What both executors of the loop's operations enqueue: a runner on
+    /// its own ([`CallbackRig::op`]) and the loop's GPU side.
+    ///
+    /// # Safety
+    /// The rig lives until every stream the returned calls go to has run
+    /// them, and nothing reads a slot's pinned memory as Rust data until its
+    /// copy has completed (the argmins read it through [`ScoresView`]).
+    pub(super) unsafe fn enqueue(&self, op: &ScoreOp) -> Result<Enqueue<'_>> {
+        match *op {
+            ScoreOp::RowDot { t, slot } => {
+                let args = self.row_dot_args(t, slot.0);
+                // SAFETY: the kernel touches only the rig's buffers, alive
+                // until the stream ran it (# Safety).
+                Ok(Box::new(move |st| unsafe { self.kernel.enqueue(st, &args) }))
+            }
+            ScoreOp::D2h { slot, .. } => {
+                // SAFETY: the copy's two sides are the rig's slot buffers,
+                // alive until the stream ran it, and the pinned side is read
+                // only through views (# Safety).
+                Ok(Box::new(move |st| unsafe { self.d2h(st, slot.0) }))
+            }
+            _ => Err(LabError::config(format!("{}: not an operation on a stream", op.label()))),
+        }
     }
 
-    /// The D2H of `slot`'s scores (iteration `t`'s) into its pinned memory, as an op of `p` on `s`.
-    pub(super) fn d2h_op<'r>(&'r self, p: &mut Runner<'r>, s: StreamRef, t: usize, slot: Slot) -> Result<OpId> {
-        let op = ScoreOp::D2h { t, slot };
-        let copy = move |st: &Stream| {
-            // SAFETY: the rig outlives the runner, which waits for the copy
-            // before it ends; the argmins read the slot only through its views.
-            unsafe { self.d2h(st, slot.0) }
-        };
-        // SAFETY: the copy touches only the rig's slot buffers, which outlive
-        // the runner; the op's accesses name both sides.
-        unsafe { p.op(s, op.kind(), &op.label(), op.accesses(), copy) }
+    /// `op` (a row_dot or a D2H of a slot's scores) as an op of `p` on `s`,
+    /// with the kind, label and accesses the loop gives it.
+    pub(super) fn op<'r>(&'r self, p: &mut Runner<'r>, s: StreamRef, op: ScoreOp) -> Result<OpId> {
+        // SAFETY: the rig outlives the runner, which waits for its streams
+        // before it ends; only the argmins read the slots, through views.
+        let enqueue = unsafe { self.enqueue(&op) }?;
+        // SAFETY: the calls touch only the rig's buffers, which outlive the
+        // runner; the op's accesses name both sides of the slot's scores.
+        unsafe { p.op(s, op.kind(), &op.label(), op.accesses(), enqueue) }
     }
 }

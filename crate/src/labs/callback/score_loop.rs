@@ -64,7 +64,8 @@ fn handed_out(slot: Slot) -> LabError {
 }
 
 /// Lab 4's own operations, each written once: what it is to the schedule
-/// here ([`LabOp`]), what it does on a GPU in [`Live`]'s [`LabOnGpu`].
+/// here ([`LabOp`]), what it does on a GPU in [`CallbackRig::enqueue`] (for
+/// [`Live`]'s [`LabOnGpu`], and for the rig's own runs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum ScoreOp {
     /// Query `t`'s row_dot into the slot's device scores (a kernel).
@@ -195,23 +196,10 @@ unsafe impl<'r> LabOnGpu<'r> for Live<'r> {
     type Task = CallbackTask;
 
     fn enqueue(&mut self, op: &ScoreOp) -> Result<Enqueue<'r>> {
-        let rig = self.rig;
-        match *op {
-            ScoreOp::RowDot { t, slot } => {
-                let args = rig.row_dot_args(t, slot.0);
-                // SAFETY: the rig's buffers stay allocated until the runner
-                // has synchronized (this impl's contract, above).
-                Ok(Box::new(move |st| unsafe { rig.kernel.enqueue(st, &args) }))
-            }
-            ScoreOp::D2h { slot, .. } => {
-                // SAFETY: the copy's two sides are the rig's slot buffers,
-                // which stay allocated until the runner has synchronized
-                // (this impl's contract, above); the argmins read the slot
-                // only through its views.
-                Ok(Box::new(move |st| unsafe { rig.d2h(st, slot.0) }))
-            }
-            _ => Err(LabError::config(format!("{}: not an operation on a stream", op.label()))),
-        }
+        // SAFETY: the rig's buffers stay allocated until the runner has
+        // synchronized (this impl's contract, above); the argmins read the
+        // slots only through their views.
+        unsafe { self.rig.enqueue(op) }
     }
 
     fn host_task(&mut self, op: &ScoreOp) -> Result<CallbackTask> {

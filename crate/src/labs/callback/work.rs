@@ -57,10 +57,6 @@ impl ScoresView {
         debug_assert_eq!(ptr as usize % 16, 0, "a score slot starts 16-byte aligned");
         ScoresView { ptr, rows }
     }
-    /// How many scores it holds.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
     /// The stamp word, read as memory a DMA may write at any time.
     pub fn stamp(&self) -> u32 {
         // SAFETY: in bounds (rows + 1 words, `new`'s contract), aligned, and
