@@ -33,13 +33,15 @@ const NEEDS_A_GPU: &str =
 
 /// What [`check_offline`] finds wrong in `source` at the lab's default
 /// settings (the recordings' too; the notebook's check uses its recording's),
-/// beyond needing a GPU for the rest (nothing, where NVRTC is not here to
-/// compile it: the verdict saved by the notebook stands then).
+/// beyond needing a GPU for the rest (nothing, where this machine cannot
+/// compile it, [`Toolchain::problem`]: the verdict saved by the notebook
+/// stands then).
 fn offline_problems(source: &str) -> Vec<String> {
-    if Toolchain::here().problem(source).is_some() {
+    let toolchain = Toolchain::here();
+    if toolchain.problem(source).is_some() {
         return Vec::new();
     }
-    let rep = check_offline("07-double-buffered.cu", source, &KernelPipelineConfig::default());
+    let rep = check_offline_with(&toolchain, "07-double-buffered.cu", source, &KernelPipelineConfig::default());
     rep.problems().filter(|p| *p != NEEDS_A_GPU).map(String::from).collect()
 }
 
