@@ -447,9 +447,10 @@ pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> Ch
 pub fn check_offline_with(toolchain: &Toolchain, file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
     let mut rep = CheckReport::new(EXERCISE);
     let s = shape(cfg);
-    let defines = [&s.defines()[..], &[("VEC", GIVEN_VECTOR_WIDTH as i64)]].concat();
-    if read_compile(&mut rep, toolchain, source, s, || kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &defines))
-        .is_some()
+    if read_compile(&mut rep, toolchain, source, s, || {
+        kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines(GIVEN_VECTOR_WIDTH))
+    })
+    .is_some()
     {
         rep.problem(NEEDS_A_GPU);
     }
@@ -701,7 +702,9 @@ mod tests {
         fails_offline_with(&cases, &cfg, &["judged on a GPU"]);
         let s = shape(&cfg);
         for (name, source) in [("solution", sol), ("given file", GIVEN)] {
-            let ptx = kernels::compile_source("k.cu", source, super::super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines()).unwrap();
+            let ptx =
+                kernels::compile_source("k.cu", source, super::super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines(super::super::kernel::VEC_DEFAULT))
+                    .unwrap();
             assert_eq!(pointer_problem(&ptx, "tile_async"), None, "{name}");
         }
     }
