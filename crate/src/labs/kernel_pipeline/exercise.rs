@@ -444,7 +444,7 @@ pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> Ch
 }
 
 /// [`check_offline`] with `toolchain` for this machine's.
-pub fn check_offline_with(toolchain: &Toolchain, file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
+fn check_offline_with(toolchain: &Toolchain, file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
     let mut rep = CheckReport::new(EXERCISE);
     let s = shape(cfg);
     if read_compile(&mut rep, toolchain, source, s, || {
@@ -523,7 +523,7 @@ pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineCon
 
 /// What a wrong tile of the learner's outputs holds, in words: where it is
 /// (which block computed it, its how-manyth tile) and what went wrong there.
-pub fn wrong_tile_words(w: super::measure::WrongTile, tile: u32) -> String {
+fn wrong_tile_words(w: super::measure::WrongTile, tile: u32) -> String {
     use super::measure::TileHolds;
     let at = format!("output tile {} (block {}'s tile {})", w.tile, w.block, w.k);
     match w.holds {
