@@ -5,11 +5,8 @@
 //! alone; one the crate writes at run time and git ignores
 //! (`notebooks/progress.json`) is no repository file and needs none.
 
+use overlap_lab::measure::record::repo_root;
 use std::path::{Path, PathBuf};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// Every `.rs` file under `dir`.
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

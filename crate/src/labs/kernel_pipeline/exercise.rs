@@ -33,13 +33,15 @@ const NEEDS_A_GPU: &str =
 
 /// What [`check_offline`] finds wrong in `source` at the lab's default
 /// settings (the recordings' too; the notebook's check uses its recording's),
-/// beyond needing a GPU for the rest (nothing, where NVRTC is not here to
-/// compile it: the verdict saved by the notebook stands then).
+/// beyond needing a GPU for the rest (nothing, where this machine cannot
+/// compile it, [`Toolchain::problem`]: the verdict saved by the notebook
+/// stands then).
 fn offline_problems(source: &str) -> Vec<String> {
-    if Toolchain::here().problem(source).is_some() {
+    let toolchain = Toolchain::here();
+    if toolchain.problem(source).is_some() {
         return Vec::new();
     }
-    let rep = check_offline("07-double-buffered.cu", source, &KernelPipelineConfig::default());
+    let rep = check_offline_with(&toolchain, "07-double-buffered.cu", source, &KernelPipelineConfig::default());
     rep.problems().filter(|p| *p != NEEDS_A_GPU).map(String::from).collect()
 }
 
@@ -442,12 +444,13 @@ pub fn check_offline(file: &str, source: &str, cfg: &KernelPipelineConfig) -> Ch
 }
 
 /// [`check_offline`] with `toolchain` for this machine's.
-pub fn check_offline_with(toolchain: &Toolchain, file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
+fn check_offline_with(toolchain: &Toolchain, file: &str, source: &str, cfg: &KernelPipelineConfig) -> CheckReport {
     let mut rep = CheckReport::new(EXERCISE);
     let s = shape(cfg);
-    let defines = [&s.defines()[..], &[("VEC", GIVEN_VECTOR_WIDTH as i64)]].concat();
-    if read_compile(&mut rep, toolchain, source, s, || kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &defines))
-        .is_some()
+    if read_compile(&mut rep, toolchain, source, s, || {
+        kernels::compile_source(file, source, super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines(GIVEN_VECTOR_WIDTH))
+    })
+    .is_some()
     {
         rep.problem(NEEDS_A_GPU);
     }
@@ -520,7 +523,7 @@ pub fn check_on_gpu(gpu: &Gpu, file: &str, source: &str, cfg: &KernelPipelineCon
 
 /// What a wrong tile of the learner's outputs holds, in words: where it is
 /// (which block computed it, its how-manyth tile) and what went wrong there.
-pub fn wrong_tile_words(w: super::measure::WrongTile, tile: u32) -> String {
+fn wrong_tile_words(w: super::measure::WrongTile, tile: u32) -> String {
     use super::measure::TileHolds;
     let at = format!("output tile {} (block {}'s tile {})", w.tile, w.block, w.k);
     match w.holds {
@@ -699,7 +702,9 @@ mod tests {
         fails_offline_with(&cases, &cfg, &["judged on a GPU"]);
         let s = shape(&cfg);
         for (name, source) in [("solution", sol), ("given file", GIVEN)] {
-            let ptx = kernels::compile_source("k.cu", source, super::super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines()).unwrap();
+            let ptx =
+                kernels::compile_source("k.cu", source, super::super::kernel::TILE_ASYNC.headers, "compute_90", &s.defines(super::super::kernel::VEC_DEFAULT))
+                    .unwrap();
             assert_eq!(pointer_problem(&ptx, "tile_async"), None, "{name}");
         }
     }

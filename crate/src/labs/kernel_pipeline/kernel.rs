@@ -230,9 +230,10 @@ pub struct TileShape {
 }
 
 impl TileShape {
-    /// The `-D` settings a kernel is compiled with for this shape.
-    pub fn defines(self) -> [(&'static str, i64); 3] {
-        [("TILE", self.tile as i64), ("THREADS", self.threads as i64), ("STAGES", self.stages as i64)]
+    /// The `-D` settings a kernel is compiled with for this shape, the blur
+    /// `vec` outputs wide (-DVEC).
+    pub fn defines(self, vec: u32) -> [(&'static str, i64); 4] {
+        [("TILE", self.tile as i64), ("THREADS", self.threads as i64), ("STAGES", self.stages as i64), ("VEC", vec as i64)]
     }
 }
 
@@ -433,8 +434,7 @@ impl TileKernel {
                 crate::units::Bytes(most as u64)
             )));
         }
-        let mut defines = shape.defines().to_vec();
-        defines.push(("VEC", vec as i64));
+        let mut defines = shape.defines(vec).to_vec();
         if traced {
             defines.extend([(TILE_TRACE, 1), ("TRACE_FIRST", TRACE_FIRST as i64), ("TRACE_TILES", TRACE_TILES as i64)]);
         }

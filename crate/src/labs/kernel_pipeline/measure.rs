@@ -207,7 +207,7 @@ pub enum TileHolds {
 /// bit for bit, and what it holds; `grid`: the blocks the kernel ran.
 /// Another tile's results are looked for among the tiles its block worked
 /// on near it (8 either side) and its neighbours.
-pub fn wrong_tile(got: &[f32], want: &[f32], tile: usize, grid: usize) -> Option<WrongTile> {
+fn wrong_tile(got: &[f32], want: &[f32], tile: usize, grid: usize) -> Option<WrongTile> {
     let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
     let tiles = got.len().min(want.len()) / tile.max(1);
     let at = |t: usize| t * tile..(t + 1) * tile;

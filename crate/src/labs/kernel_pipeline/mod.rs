@@ -400,17 +400,17 @@ impl KernelPipelineResults {
     fn ran(&self) -> impl Iterator<Item = &VariantResult> {
         self.variants.iter().filter(|r| r.ms.is_some())
     }
-    /// The fastest of `results` (median).
-    fn fastest<'a>(results: impl Iterator<Item = &'a VariantResult>) -> Option<&'a VariantResult> {
-        results.filter(|r| r.ms.is_some()).min_by(|a, b| a.ms.as_ref().unwrap().median.total_cmp(&b.ms.as_ref().unwrap().median))
+    /// The fastest (median) of the kernels that ran and are `which`.
+    fn fastest(&self, which: impl Fn(&Variant) -> bool) -> Option<&VariantResult> {
+        self.ran().filter(|r| which(&r.variant)).min_by(|a, b| a.ms.as_ref().unwrap().median.total_cmp(&b.ms.as_ref().unwrap().median))
     }
     /// The lab's fastest kernel that pipelines (async copies, warp-specialized or TMA).
     pub fn best_pipelined(&self) -> Option<&VariantResult> {
-        Self::fastest(self.ran().filter(|r| r.variant.kind != TileKind::Naive && r.variant.role != Role::PlainReference))
+        self.fastest(|v| v.kind != TileKind::Naive && v.role != Role::PlainReference)
     }
     /// The fastest run of the plain CUDA reference (kernels/tile_plain.cu).
     pub fn plain_reference(&self) -> Option<&VariantResult> {
-        Self::fastest(self.ran().filter(|r| r.variant.role == Role::PlainReference))
+        self.fastest(|v| v.role == Role::PlainReference)
     }
     pub fn by_role(&self, role: Role) -> Option<&VariantResult> {
         self.ran().find(|r| r.variant.role == role)
