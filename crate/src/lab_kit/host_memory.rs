@@ -100,13 +100,20 @@ impl Acquisition {
             HostMemoryKind::Pinned
         }
     }
+    /// The two costs it weighs at one size, each as getting and giving
+    /// back: the page-locked memory's, and the pageable memory's it
+    /// replaces (none for memory registered in place).
+    pub fn costs(self, c: &PinCostPoint) -> (&AcquireCost, Option<&AcquireCost>) {
+        match self {
+            Acquisition::Once => (&c.pinned_first, Some(&c.pageable_first)),
+            Acquisition::EveryUse => (&c.pinned_reused, Some(&c.pageable_reused)),
+            Acquisition::Register => (&c.registered, None),
+        }
+    }
     /// (page-locked cost, pageable cost it replaces) at one size, ms.
     pub fn costs_ms(self, c: &PinCostPoint) -> (f64, f64) {
-        match self {
-            Acquisition::Once => (c.pinned_first.total_ms(), c.pageable_first.total_ms()),
-            Acquisition::EveryUse => (c.pinned_reused.total_ms(), c.pageable_reused.total_ms()),
-            Acquisition::Register => (c.registered.total_ms(), 0.0),
-        }
+        let (locked, pageable) = self.costs(c);
+        (locked.total_ms(), pageable.map_or(0.0, AcquireCost::total_ms))
     }
 }
 

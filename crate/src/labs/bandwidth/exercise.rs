@@ -14,7 +14,6 @@ use super::model::{self, Acquisition};
 use super::{BandwidthResults, Direction};
 use crate::gpu::HostMemoryKind;
 use crate::lab_kit::check::{close, short, unit_slip, CheckReport};
-use crate::lab_kit::host_memory::{AcquireCost, PinCostPoint};
 use crate::lab_kit::progress::Exercise;
 use crate::units::{fmt_ms, Bytes};
 
@@ -209,18 +208,6 @@ impl Mistake {
     }
 }
 
-/// The two costs `how` weighs at one size (as [`Acquisition::costs_ms`]
-/// adds them up), each as getting and giving back: the page-locked
-/// memory's, and the pageable memory's it replaces (none for memory
-/// registered in place).
-fn cost_parts(how: Acquisition, c: &PinCostPoint) -> (&AcquireCost, Option<&AcquireCost>) {
-    match how {
-        Acquisition::Once => (&c.pinned_first, Some(&c.pageable_first)),
-        Acquisition::EveryUse => (&c.pinned_reused, Some(&c.pageable_reused)),
-        Acquisition::Register => (&c.registered, None),
-    }
-}
-
 /// The calls that get and give back page-locked memory got `how`.
 fn page_locked_calls(how: Acquisition) -> (&'static str, &'static str) {
     match how {
@@ -250,7 +237,7 @@ fn mistakes(r: &BandwidthResults, all: &[model::BreakEven], how: Acquisition, b:
     ];
     // The costs without giving the memory back: both frees, or one of them, left out.
     if let Some(c) = r.pin_cost.iter().find(|c| c.bytes == bytes) {
-        let (locked, pageable) = cost_parts(how, c);
+        let (locked, pageable) = how.costs(c);
         let (get, give_back) = page_locked_calls(how);
         let (p_get, p_free) = pageable.map_or((0.0, 0.0), |p| (p.acquire_ms.median, p.release_ms.median));
         let per_copy = |extra: f64| extra / b.saving_per_copy_ms;
