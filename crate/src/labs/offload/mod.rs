@@ -359,21 +359,29 @@ impl OffloadResults {
     /// batch whose uploads ran slow (a slow phase of the host) does not
     /// move its bound.
     pub fn upload_ms(&self) -> Option<&Summary> {
-        self.points.iter().map(|p| &p.h2d_ms).min_by(|a, b| a.fast_end().total_cmp(&b.fast_end()))
+        self.upload_point().map(|p| &p.h2d_ms)
+    }
+    /// The batch whose upload is the run's one ([`Self::upload_ms`]).
+    fn upload_point(&self) -> Option<&BatchPoint> {
+        self.points.iter().min_by(|a, b| a.h2d_ms.fast_end().total_cmp(&b.h2d_ms.fast_end()))
+    }
+    /// The run's upload, for `p`, one of the run's points (so there is one).
+    fn run_upload<'a>(&'a self, p: &'a BatchPoint) -> &'a Summary {
+        self.upload_ms().unwrap_or(&p.h2d_ms)
     }
     /// The bound's parts at `p`, ms, each at its fast end: (the run's
     /// upload, `p`'s GEMMs and ReLU).
     pub fn bound_parts(&self, p: &BatchPoint) -> (f64, f64) {
-        (self.upload_ms().unwrap_or(&p.h2d_ms).fast_end(), p.layer_ms.fast_end())
+        (self.run_upload(p).fast_end(), p.layer_ms.fast_end())
     }
     /// The bound at `p`: layers · max(upload, GEMMs) + min(upload, GEMMs)
     /// (the slower stage every layer, the faster once to fill the ring).
     pub fn bound_ms(&self, p: &BatchPoint) -> f64 {
-        crate::lab_kit::two_stage_bound(self.shape.layers, self.upload_ms().unwrap_or(&p.h2d_ms), &p.layer_ms)
+        crate::lab_kit::two_stage_bound(self.shape.layers, self.run_upload(p), &p.layer_ms)
     }
     /// A pass of `ms` at `p` against the bound, with its passes' spread.
     pub fn efficiency(&self, p: &BatchPoint, ms: &Summary) -> Efficiency {
-        crate::lab_kit::two_stage_efficiency(self.shape.layers, self.upload_ms().unwrap_or(&p.h2d_ms), &p.layer_ms, ms)
+        crate::lab_kit::two_stage_efficiency(self.shape.layers, self.run_upload(p), &p.layer_ms, ms)
     }
     /// Whether the link, not the GPU's arithmetic, bounds `p`.
     pub fn link_bound(&self, p: &BatchPoint) -> bool {
@@ -469,8 +477,8 @@ impl OffloadResults {
         );
         s += "per layer alone (medians of its passes): upload from pinned / pageable memory, GEMMs + ReLU\n";
         s += "bound = L*max(upload, GEMMs) + min, each part at its fastest quarter (25th percentile of its passes)";
-        if let Some(up) = self.upload_ms() {
-            let at = self.points.iter().find(|p| std::ptr::eq(&p.h2d_ms, up)).map_or(String::new(), |p| format!(" at {} tokens", p.batch));
+        if let Some(point) = self.upload_point() {
+            let (up, at) = (&point.h2d_ms, format!(" at {} tokens", point.batch));
             s += &format!(
                 "; the upload the run's one, {:.3} ms ({:.1} GB/s{at}): it moves the same {} at every batch",
                 up.fast_end(),
