@@ -67,13 +67,14 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
             }
             None => None,
         };
+        let source = e.clock(&models);
         let mut variants = Vec::new();
         for (i, (plan, model)) in e.variants.iter().zip(&models).enumerate() {
             let at = match ceiling {
                 Some((from, share)) if i > from => Machine { both_ways: share, ..machine },
                 _ => machine,
             };
-            let mut v = variant(&mut rig, plan, model, e, &totals[i], at, &costs, reps)?;
+            let mut v = variant(&mut rig, plan, model, e, source, &totals[i], at, &costs, reps)?;
             if plan.name == experiments::THREE_WAY {
                 v.bound_ms = Some(three_way_bound(&costs, at, cfg.elements, experiments::three_way_chunks(cfg)));
             }
