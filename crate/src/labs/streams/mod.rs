@@ -314,8 +314,8 @@ impl StreamsResults {
                 );
             }
             out += &e.effect_lines();
-            let effs: Vec<Efficiency> = e.variants.iter().filter_map(|v| self.efficiency(e, v)).collect();
-            for (v, eff) in e.variants.iter().filter_map(|v| Some((v, self.efficiency(e, v)?))) {
+            let effs: Vec<(&VariantResult, Efficiency)> = e.variants.iter().filter_map(|v| Some((v, self.efficiency(e, v)?))).collect();
+            for (v, eff) in &effs {
                 out += &format!(
                     "  {}: {} of the bound that knows the bidirectional ceiling ({:.3} ms, each part at its fastest quarter; beside it, the shares its runs' middle half read)\n",
                     v.name,
@@ -323,7 +323,7 @@ impl StreamsResults {
                     eff.bound_ms
                 );
             }
-            if let Some(why) = Efficiency::note(&effs) {
+            if let Some(why) = Efficiency::note(effs.iter().map(|(_, eff)| eff)) {
                 out += &format!("  {why}\n");
             }
         }
