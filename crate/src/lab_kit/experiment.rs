@@ -225,10 +225,10 @@ pub fn clock_need(plan: &Plan, model: &DryRun) -> ClockNeed {
 }
 
 impl Experiment {
-    /// What its variants need of the clock, together: the most any needs.
-    pub fn clock_need(&self) -> Result<ClockNeed> {
-        let needs = self.variants.iter().map(|p| Ok(clock_need(p, &p.dry_run()?))).collect::<Result<Vec<_>>>()?;
-        Ok(needs.into_iter().max().unwrap_or(ClockNeed::Gpu))
+    /// What its variants (dry-run as `models`, in order) need of the
+    /// clock, together: the most any needs.
+    pub fn clock_need(&self, models: &[DryRun]) -> ClockNeed {
+        self.variants.iter().zip(models).map(|(p, m)| clock_need(p, m)).max().unwrap_or(ClockNeed::Gpu)
     }
 
     /// The one clock that draws every variant's timeline. Variants of one
@@ -236,18 +236,18 @@ impl Experiment {
     /// variant that needs the most decides for all (a pure-GPU variant
     /// drawn by CUPTI beside variants drawn by events is drawn on another
     /// clock's cost, and can look slower than variants its table ranks
-    /// slower).
-    pub fn clock(&self) -> Result<TimelineSource> {
-        Ok(match self.clock_need()? {
+    /// slower). `models`: the variants' dry runs, in order.
+    pub fn clock(&self, models: &[DryRun]) -> TimelineSource {
+        match self.clock_need(models) {
             ClockNeed::Gpu => TimelineSource::best(),
             ClockNeed::HostPipeline => TimelineSource::for_host_pipeline(),
             ClockNeed::EventsOnly => TimelineSource::Events,
-        })
+        }
     }
 }
 
 /// A variant's traced runs (the drawn timeline, and the watched op's end
-/// on every run when the experiment watches one), timed by the
+/// on every run when the experiment watches one), timed by `source`, the
 /// experiment's one clock ([`Experiment::clock`]), and its prediction;
 /// `totals` are its untraced runs' times.
 #[allow(clippy::too_many_arguments)]
@@ -256,12 +256,12 @@ pub fn variant(
     plan: &Plan,
     model: &DryRun,
     e: &Experiment,
+    source: TimelineSource,
     totals: &[f64],
     machine: Machine,
     costs: &Costs,
     reps: usize,
 ) -> Result<VariantResult> {
-    let source = e.clock()?;
     let mut watched = Vec::new();
     let mut last = None;
     for _ in 0..if e.watch.is_some() { reps } else { 1 } {
@@ -361,12 +361,13 @@ pub fn traced_and_predicted(
     costs: &Costs,
     reps: usize,
 ) -> Result<ExperimentResult> {
+    let source = e.clock(models);
     let variants = e
         .variants
         .iter()
         .zip(models)
         .zip(totals)
-        .map(|((plan, model), t)| variant(rig, plan, model, e, t, machine, costs, reps))
+        .map(|((plan, model), t)| variant(rig, plan, model, e, source, t, machine, costs, reps))
         .collect::<Result<Vec<_>>>()?;
     Ok(ExperimentResult::new(e, variants, facts, costs))
 }
@@ -388,9 +389,15 @@ pub fn machine_line(facts: &MachineFacts) -> String {
 mod tests {
     use super::*;
 
+    /// The experiment's variants' dry runs.
+    fn models(e: &Experiment) -> Vec<DryRun> {
+        e.variants.iter().map(|p| p.dry_run().unwrap()).collect()
+    }
+
     /// Each variant's need, and the experiment's.
     fn needs(e: &Experiment) -> (Vec<ClockNeed>, ClockNeed) {
-        (e.variants.iter().map(|p| clock_need(p, &p.dry_run().unwrap())).collect(), e.clock_need().unwrap())
+        let models = models(e);
+        (e.variants.iter().zip(&models).map(|(p, m)| clock_need(p, m)).collect(), e.clock_need(&models))
     }
 
     #[test]
@@ -415,8 +422,9 @@ mod tests {
         assert_eq!(of("legacy-stream").1, Gpu);
         // The clock each need gets, where no OVERLAP_LAB_TIMELINE overrides it.
         if std::env::var_os("OVERLAP_LAB_TIMELINE").is_none() {
-            assert_eq!(lab5.iter().find(|e| e.name == "threads").unwrap().clock().unwrap(), TimelineSource::Events);
-            assert_eq!(stall.clock().unwrap(), TimelineSource::Events, "the CPU takes part: events, never CUPTI");
+            let threads = lab5.iter().find(|e| e.name == "threads").unwrap();
+            assert_eq!(threads.clock(&models(threads)), TimelineSource::Events);
+            assert_eq!(stall.clock(&models(&stall)), TimelineSource::Events, "the CPU takes part: events, never CUPTI");
         }
     }
 }

@@ -250,6 +250,7 @@ impl DoubleBufferResults {
         rows
     }
     pub fn summary(&self) -> String {
+        let eff = self.efficiency();
         format!(
             "{} batches of {} f32 ({:.1} MiB), kernel {} FMAs/element\n\
              per batch alone: produce {:.3} ms, copy {:.3} ms, kernel {:.3} ms\n\
@@ -265,10 +266,10 @@ impl DoubleBufferResults {
             self.kernel_ms.median,
             self.no_overlap_ms.median,
             self.pipelined_ms.median,
-            self.bound_ms(),
-            self.efficiency().cell(),
+            eff.bound_ms,
+            eff.cell(),
             self.speedup(),
-            Efficiency::note([&self.efficiency()]).map_or(String::new(), |why| format!("\n{why}")),
+            Efficiency::note([&eff]).map_or(String::new(), |why| format!("\n{why}")),
             if self.produce_ms.median > self.copy_ms.median.max(self.kernel_ms.median) {
                 "\nnote: the CPU producer is the slowest stage, so the pipeline is bound by the CPU, not by this bound"
             } else {

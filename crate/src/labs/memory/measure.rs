@@ -37,7 +37,7 @@ pub fn run(gpu: &Gpu, cfg: &MemoryConfig, mode: ProgressMode) -> Result<MemoryRe
     let (probes, memory_costs) = probes::measure(&mut rig, cfg, n, &mut progress)?;
     let waits = probes::device_waits(&probes);
     let facts = rig.machine(n, reps)?;
-    let (mut costs, _) = rig.costs_and_fastest(&e.variants.iter().collect::<Vec<_>>(), reps)?;
+    let mut costs = rig.costs(&e.variants.iter().collect::<Vec<_>>(), reps)?;
     costs.extend(memory_costs);
     let machine = Machine { device_waits: waits, ..facts.machine() };
     progress.step(&format!("machine: {}; {} ops measured alone", crate::lab_kit::experiment::machine_line(&facts), costs.len()));

@@ -17,11 +17,13 @@ use crate::present::progress::{Progress, ProgressMode};
 /// The three-way overlap's best on this machine: every copy at the rate
 /// both directions get at once while both have work, the kernels back to
 /// back, and the first H2D and last D2H that nothing can hide.
-pub fn three_way_bound(costs: &Costs, machine: Machine, elements: usize, chunks: usize) -> f64 {
+/// `both_ways`: that rate, as a share of each direction's alone
+/// ([`Machine::both_ways`]), all the bound takes of the machine.
+pub fn three_way_bound(costs: &Costs, both_ways: f64, elements: usize, chunks: usize) -> f64 {
     let of = |kind: OpKind, c: usize| costs.get(&(kind, chunk(elements, chunks, c).1)).copied().unwrap_or(0.0);
     let sum = |kind: OpKind| (0..chunks).map(|c| of(kind, c)).sum::<f64>();
     let (h, k, d) = (sum(OpKind::H2d), sum(OpKind::Kernel), sum(OpKind::D2h));
-    let r = machine.both_ways;
+    let r = both_ways;
     let copies = if h >= d { d / r + (h - d) } else { h / r + (d - h) };
     copies.max(of(OpKind::H2d, 0) + k + of(OpKind::D2h, chunks - 1))
 }
@@ -67,15 +69,16 @@ pub fn run(gpu: &Gpu, cfg: &StreamsConfig, progress: ProgressMode) -> Result<Str
             }
             None => None,
         };
+        let source = e.clock(&models);
         let mut variants = Vec::new();
         for (i, (plan, model)) in e.variants.iter().zip(&models).enumerate() {
             let at = match ceiling {
                 Some((from, share)) if i > from => Machine { both_ways: share, ..machine },
                 _ => machine,
             };
-            let mut v = variant(&mut rig, plan, model, e, &totals[i], at, &costs, reps)?;
+            let mut v = variant(&mut rig, plan, model, e, source, &totals[i], at, &costs, reps)?;
             if plan.name == experiments::THREE_WAY {
-                v.bound_ms = Some(three_way_bound(&costs, at, cfg.elements, experiments::three_way_chunks(cfg)));
+                v.bound_ms = Some(three_way_bound(&costs, at.both_ways, cfg.elements, experiments::three_way_chunks(cfg)));
             }
             progress.step(&format!("{}: {}: {:.3} ms (model {:.3} ms)", e.name, v.name, v.total_ms.median, v.model_ms));
             variants.push(v);

@@ -21,7 +21,6 @@ pub use crate::lab_kit::experiment::{effect_line, EffectSize, ExperimentResult, 
 use crate::measure::record::Record;
 use crate::measure::stats::Efficiency;
 use crate::pipeline::issue::Issue;
-use crate::pipeline::machine::Machine;
 use crate::pipeline::plan::Costs;
 use crate::pipeline::timeline::Timeline;
 use crate::present::chart::{Chart, Figure};
@@ -158,12 +157,9 @@ impl StreamsResults {
     pub fn efficiency(&self, e: &ExperimentResult, v: &VariantResult) -> Option<Efficiency> {
         let recorded = v.bound_ms?;
         let bound = match e.ceiling {
-            Some(share) if v.name == experiments::THREE_WAY && !e.costs.is_empty() => measure::three_way_bound(
-                &e.costs_map(),
-                Machine { both_ways: share, ..Machine::engines(self.machine.copy_engines) },
-                self.config.elements,
-                experiments::three_way_chunks(&self.config),
-            ),
+            Some(share) if v.name == experiments::THREE_WAY && !e.costs.is_empty() => {
+                measure::three_way_bound(&e.costs_map(), share, self.config.elements, experiments::three_way_chunks(&self.config))
+            }
             _ => recorded,
         };
         Some(Efficiency::new(bound, &[], &v.total_ms))
@@ -318,8 +314,8 @@ impl StreamsResults {
                 );
             }
             out += &e.effect_lines();
-            let effs: Vec<Efficiency> = e.variants.iter().filter_map(|v| self.efficiency(e, v)).collect();
-            for (v, eff) in e.variants.iter().filter_map(|v| Some((v, self.efficiency(e, v)?))) {
+            let effs: Vec<(&VariantResult, Efficiency)> = e.variants.iter().filter_map(|v| Some((v, self.efficiency(e, v)?))).collect();
+            for (v, eff) in &effs {
                 out += &format!(
                     "  {}: {} of the bound that knows the bidirectional ceiling ({:.3} ms, each part at its fastest quarter; beside it, the shares its runs' middle half read)\n",
                     v.name,
@@ -327,7 +323,7 @@ impl StreamsResults {
                     eff.bound_ms
                 );
             }
-            if let Some(why) = Efficiency::note(&effs) {
+            if let Some(why) = Efficiency::note(effs.iter().map(|(_, eff)| eff)) {
                 out += &format!("  {why}\n");
             }
         }
@@ -459,12 +455,7 @@ mod tests {
         let e3 = r.experiments.iter_mut().find(|e| e.name == "copy-engines").unwrap();
         e3.costs = costs;
         e3.ceiling = Some(0.5);
-        let want = measure::three_way_bound(
-            &e3.costs_map(),
-            Machine { both_ways: 0.5, ..Machine::engines(3) },
-            r.config.elements,
-            experiments::three_way_chunks(&r.config),
-        );
+        let want = measure::three_way_bound(&e3.costs_map(), 0.5, r.config.elements, experiments::three_way_chunks(&r.config));
         let (v, e) = r.three_way().unwrap();
         assert_eq!(e.bound_ms, want);
         assert!(want > v.bound_ms.unwrap(), "a slower both-ways ceiling lifts the bound above the recorded one");
