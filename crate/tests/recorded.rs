@@ -659,51 +659,21 @@ const STALE_CHARTS: &[(&str, &str, &[DrawnWrong], &str)] = &[
     ),
 ];
 
-/// Every timeline chart lab `lab` draws from each of its recordings in
-/// data/ (`draw` says which, as its report draws them): (the recording as
-/// "device/lab.json", the GPU's folder in the report, the chart).
-fn timeline_charts_of<T: serde::Serialize + serde::de::DeserializeOwned>(
-    lab: &str,
-    draw: impl Fn(&Record<T>) -> Vec<Option<overlap_lab::present::gantt::Gantt>>,
-) -> Vec<(String, String, overlap_lab::present::gantt::Gantt)> {
+/// Every timeline chart every lab of the table draws from every recording
+/// in data/ (`Lab::timeline_charts`): (the recording as "device/lab.json",
+/// the GPU's folder in the report, the chart).
+fn timeline_charts() -> Vec<(String, String, overlap_lab::present::gantt::Gantt)> {
+    let mut devs: Vec<_> = std::fs::read_dir(default_data_dir()).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    devs.sort();
     let mut out = Vec::new();
-    for (path, rec) in find_recordings::<T>(&default_data_dir(), lab).unwrap() {
-        let dev = path.parent().and_then(|d| d.file_name()).unwrap().to_string_lossy().to_string();
-        let at = format!("{dev}/{}", path.file_name().unwrap().to_string_lossy());
-        out.extend(draw(&rec).into_iter().flatten().map(|g| (at.clone(), rec.fingerprint.slug(), g)));
+    for dev in &devs {
+        let slug = dev.file_name().unwrap().to_string_lossy().to_string();
+        for lab in overlap_lab::labs::ALL {
+            let at = format!("{slug}/{}.json", lab.name());
+            out.extend(lab.timeline_charts(dev).unwrap_or_else(|e| panic!("{at}: {e}")).into_iter().map(|g| (at.clone(), slug.clone(), g)));
+        }
     }
     out
-}
-
-/// Every timeline chart every lab draws from every recording in data/.
-fn timeline_charts() -> Vec<(String, String, overlap_lab::present::gantt::Gantt)> {
-    use overlap_lab::labs::{callback, double_buffer, kernel_pipeline, memory, multi_gpu, offload, overlap, streams};
-    let o = "recorded";
-    let mut v = timeline_charts_of(overlap::LAB, |rec: &overlap::OverlapRecord| {
-        (0..rec.results.intensities.len()).map(|i| overlap::charts::timelines(rec, i, o)).collect()
-    });
-    v.extend(timeline_charts_of(double_buffer::LAB, |rec: &double_buffer::DoubleBufferRecord| vec![Some(double_buffer::timeline_chart(rec, o))]));
-    // 12 iterations: as lab 4's report draws them.
-    v.extend(timeline_charts_of(callback::LAB, |rec: &callback::CallbackRecord| vec![callback::charts::timelines(rec, o, 12)]));
-    v.extend(timeline_charts_of(streams::LAB, |rec: &streams::StreamsRecord| {
-        let r = &rec.results;
-        let mut g: Vec<_> = r.experiments.iter().map(|e| r.timelines(&e.name, false, o).ok()).collect();
-        if r.issue_cost.is_some() {
-            g.push(r.timelines(streams::ISSUE_COST, true, o).ok());
-        }
-        g
-    }));
-    v.extend(timeline_charts_of(memory::LAB, |rec: &memory::MemoryRecord| {
-        vec![Some(rec.results.timelines(true, o)), Some(rec.results.ring_timelines(true, o))]
-    }));
-    v.extend(timeline_charts_of(kernel_pipeline::LAB, |rec: &kernel_pipeline::KernelPipelineRecord| {
-        vec![rec.results.warp_chart(o), rec.results.round_chart(o)]
-    }));
-    v.extend(timeline_charts_of(multi_gpu::LAB, |rec: &multi_gpu::MultiGpuRecord| {
-        vec![rec.results.four_way_gantt(o), rec.results.pipeline_gantt(o), rec.results.all_reduce_gantt(o)]
-    }));
-    v.extend(timeline_charts_of(offload::LAB, |rec: &offload::OffloadRecord| vec![Some(offload::charts::timeline_chart(&rec.results, o))]));
-    v
 }
 
 /// A drawn timeline is a measurement (issue 50): every chart that draws
@@ -764,7 +734,7 @@ fn every_chart_draws_its_variants_on_one_clock_in_their_tables_order() {
         let stem = f.file_stem().unwrap().to_string_lossy().to_string();
         assert!(
             !from_runs || charts.iter().any(|(_, slug, g)| *slug == dev && g.stem == stem),
-            "{}: the report draws it from runs, but timeline_charts() does not check it: add it there",
+            "{}: the report draws it from runs, but its lab's entry does not list it among its timelines: add it there",
             f.display()
         );
     }

@@ -87,6 +87,10 @@ pub trait Lab: Sync {
     /// Loads `dev/<name>.json` if there is one: its headline rows, and its
     /// figures rendered into `out/<device>/` when `out` is given.
     fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>>;
+    /// The timeline charts its report draws from the runs of
+    /// `dev/<name>.json` (none where there is no such recording): what
+    /// the recorded-data tests hold to one clock and their tables' order.
+    fn timeline_charts(&self, dev: &Path) -> Result<Vec<crate::present::gantt::Gantt>>;
 }
 
 /// A lab's settings, as the table handles them ([`crate::lab_config!`] implements
@@ -162,6 +166,23 @@ pub struct Entry<C: 'static, T: 'static> {
     /// The measured numbers behind the headline rows, each with its
     /// spread: how `all` sets a run beside the recording.
     pub headline_figures: fn(&T) -> Vec<HeadlineFigure>,
+    /// The timeline charts its `figures` draw from runs, each with
+    /// `origin` ([`Lab::timeline_charts`]).
+    pub timelines: fn(&Record<T>, &str) -> Vec<crate::present::gantt::Gantt>,
+}
+
+impl<C, T: Serialize + DeserializeOwned> Entry<C, T> {
+    /// `dev/<name>.json` if there is one, with where its numbers come from
+    /// (the line under each figure's title).
+    fn recording(&self, dev: &Path) -> Result<Option<(Record<T>, String)>> {
+        let path = dev.join(format!("{}.json", self.name));
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let rec = Record::<T>::load(&path)?;
+        let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command_line());
+        Ok(Some((rec, origin)))
+    }
 }
 
 impl<C: LabConfig, T: Serialize + DeserializeOwned> Entry<C, T> {
@@ -226,12 +247,9 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
         Ok(())
     }
     fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>> {
-        let path = dev.join(format!("{}.json", self.name));
-        if !path.is_file() {
+        let Some((rec, origin)) = self.recording(dev)? else {
             return Ok(None);
-        }
-        let rec = Record::<T>::load(&path)?;
-        let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command_line());
+        };
         let files = match out {
             Some(out) => (self.figures)(&rec, &out.join(rec.fingerprint.slug()), &origin)?,
             None => Vec::new(),
@@ -244,6 +262,9 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
             figures: (self.headline_figures)(&rec.results),
             files,
         }))
+    }
+    fn timeline_charts(&self, dev: &Path) -> Result<Vec<crate::present::gantt::Gantt>> {
+        Ok(self.recording(dev)?.map(|(rec, origin)| (self.timelines)(&rec, &origin)).unwrap_or_default())
     }
 }
 

@@ -334,6 +334,8 @@ pub static ENTRY: crate::lab_kit::Entry<BandwidthConfig, BandwidthResults> = cra
     figures: charts::report,
     headline: model::headline,
     headline_figures: model::headline_figures,
+    // Lab 1 draws no timeline.
+    timelines: |_, _| Vec::new(),
 };
 
 crate::lab_config!(BandwidthConfig);

@@ -515,6 +515,8 @@ pub static ENTRY: crate::lab_kit::Entry<CallbackConfig, CallbackResults> = crate
     figures: charts::report,
     headline: CallbackResults::headline,
     headline_figures: CallbackResults::headline_figures,
+    // 12 iterations: as the report draws them.
+    timelines: |rec, o| charts::timelines(rec, o, 12).into_iter().collect(),
 };
 
 crate::lab_config!(CallbackConfig);

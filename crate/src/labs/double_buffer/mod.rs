@@ -344,6 +344,7 @@ pub static ENTRY: crate::lab_kit::Entry<DoubleBufferConfig, DoubleBufferResults>
     figures: report,
     headline: DoubleBufferResults::headline,
     headline_figures: DoubleBufferResults::headline_figures,
+    timelines: |rec, o| vec![timeline_chart(rec, o)],
 };
 
 crate::lab_config!(DoubleBufferConfig);

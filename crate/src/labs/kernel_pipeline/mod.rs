@@ -659,6 +659,7 @@ pub static ENTRY: crate::lab_kit::Entry<KernelPipelineConfig, KernelPipelineResu
     figures: charts::report,
     headline: KernelPipelineResults::headline,
     headline_figures: KernelPipelineResults::headline_figures,
+    timelines: |rec, o| [rec.results.warp_chart(o), rec.results.round_chart(o)].into_iter().flatten().collect(),
 };
 
 #[cfg(test)]

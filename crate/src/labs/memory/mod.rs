@@ -667,6 +667,7 @@ pub static ENTRY: crate::lab_kit::Entry<MemoryConfig, MemoryResults> = crate::la
     figures: report,
     headline: MemoryResults::headline,
     headline_figures: MemoryResults::headline_figures,
+    timelines: |rec, o| vec![rec.results.timelines(true, o), rec.results.ring_timelines(true, o)],
 };
 
 #[cfg(test)]

@@ -646,6 +646,7 @@ pub static ENTRY: crate::lab_kit::Entry<MultiGpuConfig, MultiGpuResults> = crate
     figures: report,
     headline: MultiGpuResults::headline,
     headline_figures: MultiGpuResults::headline_figures,
+    timelines: |rec, o| [rec.results.four_way_gantt(o), rec.results.pipeline_gantt(o), rec.results.all_reduce_gantt(o)].into_iter().flatten().collect(),
 };
 
 #[cfg(test)]

@@ -619,6 +619,7 @@ pub static ENTRY: crate::lab_kit::Entry<OffloadConfig, OffloadResults> = crate::
     figures: report,
     headline: OffloadResults::headline,
     headline_figures: OffloadResults::headline_figures,
+    timelines: |rec, o| vec![charts::timeline_chart(&rec.results, o)],
 };
 
 crate::lab_config!(OffloadConfig);

@@ -502,6 +502,7 @@ pub static ENTRY: crate::lab_kit::Entry<OverlapConfig, OverlapResults> = crate::
     figures: charts::report,
     headline: model::headline,
     headline_figures: model::headline_figures,
+    timelines: |rec, o| (0..rec.results.intensities.len()).filter_map(|i| charts::timelines(rec, i, o)).collect(),
 };
 
 crate::lab_config!(OverlapConfig);

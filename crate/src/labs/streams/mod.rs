@@ -411,6 +411,16 @@ pub static ENTRY: crate::lab_kit::Entry<StreamsConfig, StreamsResults> = crate::
     figures: report,
     headline: StreamsResults::headline,
     headline_figures: StreamsResults::headline_figures,
+    timelines: |rec, o| {
+        let r = &rec.results;
+        let issue_cost = r.issue_cost.as_ref().map(|_| ISSUE_COST);
+        r.experiments
+            .iter()
+            .map(|e| (e.name.as_str(), false))
+            .chain(issue_cost.map(|n| (n, true)))
+            .filter_map(|(name, issue)| r.timelines(name, issue, o).ok())
+            .collect()
+    },
 };
 
 #[cfg(test)]
