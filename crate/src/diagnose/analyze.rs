@@ -341,14 +341,13 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             let mut sizes: Vec<u64> = v.iter().filter_map(|&i| trace.gpu_ops[i].bytes).collect();
             sizes.sort_unstable();
             let median = sizes.get(sizes.len() / 2).copied();
-            let recorded = match (link, host, median) {
-                (Some(l), Some(h), Some(m)) if direction.crosses_host_link() => l.rate(*h, *direction, m),
+            // The recording's rate of copies from `h` memory the same way, at their median size.
+            let rate_of = |h: HostMemory| match (link, median) {
+                (Some(l), Some(m)) if direction.crosses_host_link() => l.rate(h, *direction, m),
                 _ => None,
             };
-            let recorded_pinned = match (link, host, median) {
-                (Some(l), Some(HostMemory::Pageable), Some(m)) if direction.crosses_host_link() => l.rate(HostMemory::Pinned, *direction, m),
-                _ => None,
-            };
+            let recorded = host.and_then(rate_of);
+            let recorded_pinned = if *host == Some(HostMemory::Pageable) { rate_of(HostMemory::Pinned) } else { None };
             copies.push(CopyGroup {
                 direction: *direction,
                 host: *host,
