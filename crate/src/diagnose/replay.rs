@@ -152,23 +152,23 @@ pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
     let waited = waits(trace, &launch_of);
 
     // What a fix changes: each traced op's duration, and which launches hold the CPU.
-    let pinned_rate = |direction: Direction, bytes: u64, rates: &Option<LinkRates>| -> Option<f64> {
-        rates.as_ref().and_then(|r| r.rate(HostMemory::Pinned, direction, bytes)).map(|r| r.gbps).or_else(|| {
-            let (b, t) = trace
-                .gpu_ops
-                .iter()
-                .filter(|o| o.kind == GpuOpKind::Copy { direction, host: Some(HostMemory::Pinned) })
-                .fold((0u64, 0.0), |(b, t), o| (b + o.bytes.unwrap_or(0), t + o.duration_us()));
-            (b > 0 && t > 0.0).then(|| b as f64 / t / 1e3)
-        })
-    };
     let mut duration: Vec<f64> = trace.gpu_ops.iter().map(|o| o.duration_us()).collect();
     let mut made_pinned = vec![false; trace.gpu_ops.len()];
     if let Fix::Pinned(rates) = fix {
+        let pinned_rate = |direction: Direction, bytes: u64| -> Option<f64> {
+            rates.as_ref().and_then(|r| r.rate(HostMemory::Pinned, direction, bytes)).map(|r| r.gbps).or_else(|| {
+                let (b, t) = trace
+                    .gpu_ops
+                    .iter()
+                    .filter(|o| o.kind == GpuOpKind::Copy { direction, host: Some(HostMemory::Pinned) })
+                    .fold((0u64, 0.0), |(b, t), o| (b + o.bytes.unwrap_or(0), t + o.duration_us()));
+                (b > 0 && t > 0.0).then(|| b as f64 / t / 1e3)
+            })
+        };
         for (i, o) in trace.gpu_ops.iter().enumerate() {
             if let GpuOpKind::Copy { direction, host: Some(HostMemory::Pageable) } = o.kind {
                 let bytes = o.bytes.ok_or_else(|| format!("copy '{}' at ts {} gives no bytes: its pinned time cannot be priced", o.name, o.start_us))?;
-                let rate = pinned_rate(direction, bytes, rates).ok_or_else(|| {
+                let rate = pinned_rate(direction, bytes).ok_or_else(|| {
                     format!("no pinned {direction} rate to price '{}' by: no lab 1 recording of this GPU, and no pinned {direction} copy in the trace", o.name)
                 })?;
                 duration[i] = bytes as f64 / rate / 1e3;
