@@ -232,11 +232,8 @@ pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
         } else if synchronizes(&c.name) {
             // The op it waited for: the one issued before it that ended
             // last before it returned (a device sync waits for all).
-            let before: Vec<usize> = (0..trace.gpu_ops.len()).filter(|&i| sched_id[i] != usize::MAX).collect();
-            let waited_on = before
-                .iter()
-                .copied()
-                .filter(|&i| trace.gpu_ops[i].end_us <= c.end_us + 1e-9)
+            let waited_on = (0..trace.gpu_ops.len())
+                .filter(|&i| sched_id[i] != usize::MAX && trace.gpu_ops[i].end_us <= c.end_us + 1e-9)
                 .max_by(|&a, &b| trace.gpu_ops[a].end_us.total_cmp(&trace.gpu_ops[b].end_us));
             if c.name.starts_with("cudaDeviceSynchronize") || c.name.starts_with("cuCtxSynchronize") {
                 ts.schedule.host_wait_all(0);
