@@ -37,40 +37,44 @@ pub const PROGRESS_EVERY_BYTES: u64 = 1 << 20;
 /// the end. Errors name the file and what is wrong with it, in one line.
 pub fn read_trace(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Trace> {
     let shown = display_path(path);
-    // "reading trace t.json: the JSON is cut short ...": what is wrong with
-    // the file's content, as the error of reading it.
-    let bad = |reason: String| LabError::io(format!("reading trace {shown}"), std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
-    let file = std::fs::File::open(path).map_err(|e| LabError::io(format!("reading trace {shown}"), e))?;
-    let total = file.metadata().map_err(|e| LabError::io(format!("reading trace {shown}"), e))?.len();
+    let file = std::fs::File::open(path).map_err(|e| reading(&shown, e))?;
+    let total = file.metadata().map_err(|e| reading(&shown, e))?.len();
     if total == 0 {
-        return Err(bad("the file is empty (the profiler wrote nothing: did the program end before the trace was exported?)".into()));
+        return Err(bad_content(&shown, "the file is empty (the profiler wrote nothing: did the program end before the trace was exported?)".into()));
     }
     let counted = Counted { inner: file, read: 0, total, next_report: PROGRESS_EVERY_BYTES, progress };
     let mut raw = BufReader::with_capacity(1 << 20, counted);
-    let gzipped = raw.fill_buf().map_err(|e| LabError::io(format!("reading trace {shown}"), e))?.starts_with(&[0x1f, 0x8b]);
-    let trace = if gzipped {
+    let gzipped = raw.fill_buf().map_err(|e| reading(&shown, e))?.starts_with(&[0x1f, 0x8b]);
+    let (trace, counted) = if gzipped {
         let mut unzipped = BufReader::with_capacity(1 << 20, flate2::bufread::MultiGzDecoder::new(raw));
-        let trace = parse(&mut unzipped, true).map_err(bad)?;
-        let counted = unzipped.into_inner().into_inner().into_inner();
-        (counted.progress)(total, total);
-        trace
+        let trace = parse(&mut unzipped, true).map_err(|why| bad_content(&shown, why))?;
+        (trace, unzipped.into_inner().into_inner().into_inner())
     } else {
-        let trace = parse(&mut raw, false).map_err(bad)?;
-        let counted = raw.into_inner();
-        (counted.progress)(total, total);
-        trace
+        let trace = parse(&mut raw, false).map_err(|why| bad_content(&shown, why))?;
+        (trace, raw.into_inner())
     };
+    (counted.progress)(total, total);
     Ok(trace)
 }
 
 /// Reads a trace from text held in memory (tests, and notebooks that
 /// build one): as [`read_trace`], errors naming `name`.
 pub fn read_trace_text(name: &str, text: &str) -> Result<Trace> {
-    let bad = |reason: String| LabError::io(format!("reading trace {name}"), std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
     if text.is_empty() {
-        return Err(bad("the file is empty".into()));
+        return Err(bad_content(name, "the file is empty".into()));
     }
-    parse(&mut BufReader::new(text.as_bytes()), false).map_err(bad)
+    parse(&mut BufReader::new(text.as_bytes()), false).map_err(|why| bad_content(name, why))
+}
+
+/// The error of reading the trace `shown`: "reading trace t.json: ...".
+fn reading(shown: &str, e: std::io::Error) -> LabError {
+    LabError::io(format!("reading trace {shown}"), e)
+}
+
+/// What is wrong with the content of the trace `shown` ("the JSON is cut
+/// short ..."), as the error of reading it.
+fn bad_content(shown: &str, why: String) -> LabError {
+    reading(shown, std::io::Error::new(std::io::ErrorKind::InvalidData, why))
 }
 
 /// The file as it is read, counting its bytes for progress.
