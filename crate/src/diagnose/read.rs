@@ -150,29 +150,17 @@ fn parse(input: &mut dyn BufRead, gzipped: bool) -> std::result::Result<Trace, S
 fn json_error(e: &serde_json::Error, b: &Builder, gzipped: bool) -> String {
     let at = format!("line {} column {}", e.line(), e.column());
     let inside = if b.in_events { format!(", in traceEvents after {} events", b.events) } else { String::new() };
+    // serde's message without the position it appends (`at` says it).
+    let msg = e.to_string();
+    let what = msg.split(" at line ").next().unwrap_or(&msg);
     match e.classify() {
         serde_json::error::Category::Eof => {
             format!("the JSON is cut short at {at}{inside}: the trace is truncated (the profiler may not have finished writing it)")
         }
-        serde_json::error::Category::Io => {
-            let msg = e.to_string();
-            let what = msg.split(" at line ").next().unwrap_or(&msg);
-            if gzipped {
-                format!("the gzip data is corrupt or cut short{inside} ({what})")
-            } else {
-                format!("cannot be read{inside} ({what})")
-            }
-        }
-        serde_json::error::Category::Syntax => {
-            let msg = e.to_string();
-            let what = msg.split(" at line ").next().unwrap_or(&msg);
-            format!("malformed JSON at {at}{inside}: {what}")
-        }
-        serde_json::error::Category::Data => {
-            let msg = e.to_string();
-            let what = msg.split(" at line ").next().unwrap_or(&msg);
-            format!("not a trace at {at}{inside}: {what}")
-        }
+        serde_json::error::Category::Io if gzipped => format!("the gzip data is corrupt or cut short{inside} ({what})"),
+        serde_json::error::Category::Io => format!("cannot be read{inside} ({what})"),
+        serde_json::error::Category::Syntax => format!("malformed JSON at {at}{inside}: {what}"),
+        serde_json::error::Category::Data => format!("not a trace at {at}{inside}: {what}"),
     }
 }
 
