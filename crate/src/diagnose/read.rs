@@ -19,7 +19,7 @@
 //! name the categories `Kernel`, `Memcpy`, `Memset`, `Runtime` and
 //! `Operator`; they read the same.
 
-use super::events::{copy_kind_from_name, Call, CpuOp, GpuOp, GpuOpKind, Thread, Trace, TraceFormat};
+use super::events::{copy_kind_from_name, Call, CpuOp, Direction, GpuOp, GpuOpKind, Thread, Trace, TraceFormat};
 use crate::error::{LabError, Result};
 use crate::measure::record::display_path;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -468,7 +468,7 @@ impl Builder {
                 let kind = match cat {
                     Category::Kernel => GpuOpKind::Kernel,
                     Category::Memset => GpuOpKind::Memset,
-                    _ => copy_kind_from_name(&name).unwrap_or(GpuOpKind::Copy { direction: super::events::Direction::Other, host: None }),
+                    _ => copy_kind_from_name(&name).unwrap_or(GpuOpKind::Copy { direction: Direction::Other, host: None }),
                 };
                 let pid_number = Id(pid.clone()).number();
                 let gpu = match args.device.as_ref().or(args.in_device.as_ref()).map(|n| n.value()) {
@@ -609,10 +609,10 @@ impl Builder {
                 Some(k) => k,
                 None => match s.cat.as_str() {
                     "kernel" | "all-reduce" => GpuOpKind::Kernel,
-                    "H2D" => GpuOpKind::Copy { direction: super::events::Direction::H2d, host: None },
-                    "D2H" => GpuOpKind::Copy { direction: super::events::Direction::D2h, host: None },
-                    "D2D" => GpuOpKind::Copy { direction: super::events::Direction::D2d, host: None },
-                    "peer" => GpuOpKind::Copy { direction: super::events::Direction::Peer, host: None },
+                    "H2D" => GpuOpKind::Copy { direction: Direction::H2d, host: None },
+                    "D2H" => GpuOpKind::Copy { direction: Direction::D2h, host: None },
+                    "D2D" => GpuOpKind::Copy { direction: Direction::D2d, host: None },
+                    "peer" => GpuOpKind::Copy { direction: Direction::Peer, host: None },
                     // Host functions, stream-ordered allocations: on a
                     // stream, but not work of the GPU's engines.
                     _ => continue,
@@ -772,7 +772,7 @@ impl<'de> Visitor<'de> for Events<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::events::Thread;
+    use crate::diagnose::events::{HostMemory, Thread};
 
     /// A small trace as torch.profiler writes one: metadata, a CPU op, a
     /// launch, its kernel and the flow between them, Kineto's closing
@@ -803,7 +803,7 @@ mod tests {
         assert_eq!(t.gpu_name(0), Some("NVIDIA H100 80GB HBM3"));
         assert_eq!(t.gpu_ops.len(), 2);
         let copy = &t.gpu_ops[0];
-        assert_eq!(copy.kind, GpuOpKind::Copy { direction: super::super::events::Direction::H2d, host: Some(super::super::events::HostMemory::Pageable) });
+        assert_eq!(copy.kind, GpuOpKind::Copy { direction: Direction::H2d, host: Some(HostMemory::Pageable) });
         assert_eq!((copy.stream, copy.correlation, copy.bytes, copy.start_us, copy.end_us), (7, Some(77), Some(1 << 20), 110.0, 140.0));
         assert_eq!(t.gpu_ops[1].kind, GpuOpKind::Memset);
         assert_eq!(t.calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["cudaMemcpyAsync", "cudaMemsetAsync"]);
