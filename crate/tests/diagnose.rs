@@ -20,16 +20,9 @@ fn cli(args: &[&str]) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
-/// Writes a synthetic trace into `dir` under its (synthetic-...) name.
-fn write(s: &Synthetic, dir: &Path) -> PathBuf {
-    let path = dir.join(s.file);
-    std::fs::write(&path, serde_json::to_string(&s.trace).unwrap()).unwrap();
-    path
-}
-
 fn diagnosed(s: &Synthetic) -> Diagnosis {
     let dir = overlap_lab::testing::temp_dir("diagnose-synthetic");
-    let path = write(s, &dir);
+    let path = s.write(&dir);
     let trace = read_trace(&path, &mut |_, _| {}).unwrap_or_else(|e| panic!("{}: {e}", s.file));
     diagnose(&trace, s.file, &[])
 }
@@ -379,7 +372,7 @@ fn synthetic_traces_replay_on_the_queue_model_as_traced() {
     use overlap_lab::diagnose::replay::{predict, schedule, Fix, Waited};
     let dir = overlap_lab::testing::temp_dir("diagnose-replay");
     for s in synthetic_traces::all() {
-        let t = read_trace(&write(&s, &dir), &mut |_, _| {}).unwrap();
+        let t = read_trace(&s.write(&dir), &mut |_, _| {}).unwrap();
         let traced = t.window_us().1 - t.window_us().0;
         let ts = schedule(&t, &Fix::AsTraced).unwrap_or_else(|e| panic!("{}: {e}", s.file));
         let replayed = predict(&ts);
@@ -404,7 +397,7 @@ fn synthetic_pageable_program_with_pinned_copies_is_predicted() {
     use overlap_lab::diagnose::{LinkPoint, LinkRates};
     let s = synthetic_traces::pageable_to_then_compute(20);
     let dir = overlap_lab::testing::temp_dir("diagnose-pinned");
-    let t = read_trace(&write(&s, &dir), &mut |_, _| {}).unwrap();
+    let t = read_trace(&s.write(&dir), &mut |_, _| {}).unwrap();
     let rates = LinkRates {
         gpu_name: synthetic_traces::GPU_NAME.into(),
         source: "(the synthetic pinned rate)".into(),

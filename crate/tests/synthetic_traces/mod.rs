@@ -258,6 +258,15 @@ pub struct Synthetic {
     pub known: Known,
 }
 
+impl Synthetic {
+    /// Writes the trace into `dir` under its (synthetic-...) name; returns its path.
+    pub fn write(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join(self.file);
+        std::fs::write(&path, serde_json::to_string(&self.trace).unwrap()).unwrap();
+        path
+    }
+}
+
 /// `x.to("cuda")` from pageable memory, then compute, `iters` times, all on
 /// the default stream. PyTorch's blocking copy is a `cudaMemcpyAsync` that
 /// holds the CPU while the driver stages the pageable memory, then a
