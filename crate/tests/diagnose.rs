@@ -20,11 +20,15 @@ fn cli(args: &[&str]) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
+/// The diagnosis of a synthetic trace, its known figures checked
+/// (`assert_known_figures`).
 fn diagnosed(s: &Synthetic) -> Diagnosis {
     let dir = overlap_lab::testing::temp_dir("diagnose-synthetic");
     let path = s.write(&dir);
     let trace = read_trace(&path, &mut |_, _| {}).unwrap_or_else(|e| panic!("{}: {e}", s.file));
-    diagnose(&trace, s.file, &[])
+    let d = diagnose(&trace, s.file, &[]);
+    assert_known_figures(s, &d);
+    d
 }
 
 /// Equal up to the ns the trace's times are written in, over a sum of many.
@@ -65,7 +69,6 @@ fn assert_known_figures(s: &Synthetic, d: &Diagnosis) {
 fn synthetic_pageable_to_names_the_pageable_copies_and_the_sync_inside_to() {
     let s = synthetic_traces::pageable_to_then_compute(20);
     let d = diagnosed(&s);
-    assert_known_figures(&s, &d);
     let first = &d.findings[0];
     assert_eq!(first.cause, Cause::PageableCopies);
     assert_eq!(first.call.name, "aten::to > aten::_to_copy > aten::copy_ > cudaMemcpyAsync");
@@ -85,7 +88,6 @@ fn synthetic_pageable_to_names_the_pageable_copies_and_the_sync_inside_to() {
 fn synthetic_pinned_one_stream_blames_the_shared_stream_and_no_sync() {
     let s = synthetic_traces::pinned_one_stream(20);
     let d = diagnosed(&s);
-    assert_known_figures(&s, &d);
     let f = &d.findings[0];
     assert_eq!(f.cause, Cause::CopiesShareStreamWithKernels);
     assert!(f.text.contains("20 of 20 copies on stream 7 (the legacy default stream)"), "{}", f.text);
@@ -98,7 +100,6 @@ fn synthetic_pinned_one_stream_blames_the_shared_stream_and_no_sync() {
 fn synthetic_double_buffered_copies_hide_and_its_waits_cost_nothing() {
     let s = synthetic_traces::double_buffered(20, false);
     let d = diagnosed(&s);
-    assert_known_figures(&s, &d);
     let c = &d.gpus[0].copies[0];
     // Only the first batch's copy, with no kernel yet to hide under, shows.
     assert!(close(c.hidden_us, c.time_us * 19.0 / 20.0), "{c:?}");
@@ -115,7 +116,6 @@ fn synthetic_double_buffered_copies_hide_and_its_waits_cost_nothing() {
 fn synthetic_sync_read_in_the_loop_is_named_with_what_it_costs() {
     let s = synthetic_traces::double_buffered(20, true);
     let d = diagnosed(&s);
-    assert_known_figures(&s, &d);
     let f = &d.findings[0];
     assert_eq!(f.cause, Cause::Sync, "{:?}", d.findings);
     assert_eq!(f.call.name, "aten::item > aten::_local_scalar_dense > cudaStreamSynchronize");
@@ -130,7 +130,6 @@ fn synthetic_sync_read_in_the_loop_is_named_with_what_it_costs() {
 fn synthetic_tiny_ops_are_one_issue_bound_stretch() {
     let s = synthetic_traces::tiny_ops(5000);
     let d = diagnosed(&s);
-    assert_known_figures(&s, &d);
     let f = &d.findings[0];
     assert_eq!((f.cause, f.count), (Cause::IssueBound, 5000));
     assert_eq!(f.call.name, "aten::add > cudaLaunchKernel");
