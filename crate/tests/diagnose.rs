@@ -137,15 +137,20 @@ fn synthetic_tiny_ops_are_one_issue_bound_stretch() {
     assert_eq!(d.findings.len(), 1, "{:?}", d.findings);
 }
 
+/// `bytes` gzipped.
+fn gz(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
 #[test]
 fn synthetic_traces_read_the_same_gzipped_and_print_as_text_and_json() {
-    use std::io::Write;
     let dir = overlap_lab::testing::temp_dir("diagnose-cli");
     let s = synthetic_traces::pageable_to_then_compute(4);
     let path = dir.join("synthetic-pageable-to-then-compute.json.gz");
-    let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::default());
-    gz.write_all(serde_json::to_string(&s.trace).unwrap().as_bytes()).unwrap();
-    gz.finish().unwrap();
+    std::fs::write(&path, gz(serde_json::to_string(&s.trace).unwrap().as_bytes())).unwrap();
     let data = overlap_lab::measure::record::default_data_dir();
     let (code, out, err) = cli(&["--data", data.to_str().unwrap(), "diagnose", path.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
@@ -219,12 +224,6 @@ fn malformed(dir: &Path) -> Vec<(String, PathBuf, Vec<&'static str>)> {
                 f(e);
             }
         })
-    };
-    let gz = |bytes: &[u8]| {
-        use std::io::Write;
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        e.write_all(bytes).unwrap();
-        e.finish().unwrap()
     };
     add("empty.json", b"", vec!["the file is empty"]);
     add("blank.json", b"  \n\t\n", vec!["only whitespace"]);
