@@ -267,6 +267,8 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         }
         m
     };
+    // The call that launched GPU op `oi`, where the trace has it.
+    let launch = |oi: usize| trace.gpu_ops[oi].correlation.and_then(|k| launch_of.get(&k)).copied();
     let enclosing = enclosing_ops(trace);
     let call_ref = |ci: usize| {
         let c = &trace.calls[ci];
@@ -283,8 +285,8 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
     // traces) the op itself.
     let op_ref = |oi: usize| {
         let o = &trace.gpu_ops[oi];
-        match o.correlation.and_then(|k| launch_of.get(&k)) {
-            Some(&ci) => call_ref(ci),
+        match launch(oi) {
+            Some(ci) => call_ref(ci),
             None => CallRef { name: o.name.clone(), ts_us: o.start_us, correlation: o.correlation, thread: format!("GPU {} stream {}", o.gpu, o.stream) },
         }
     };
@@ -439,7 +441,6 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             }
             busy_end = busy_end.max(o.end_us);
         }
-        let launch = |oi: usize| trace.gpu_ops[oi].correlation.and_then(|k| launch_of.get(&k)).copied();
         let longest_sync = sync_calls.iter().map(|&s| trace.calls[s].end_us - trace.calls[s].start_us).fold(0.0, f64::max);
         let mut blamed = vec![false; gaps.len()];
         for (g, &(a, b, next)) in gaps.iter().enumerate() {
@@ -519,8 +520,8 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
     let reads_to_host: HashMap<usize, u64> = {
         // The outermost CPU op of every call whose copy went to the host.
         let mut m = HashMap::new();
-        for o in &trace.gpu_ops {
-            if let (GpuOpKind::Copy { direction: Direction::D2h, .. }, Some(&ci)) = (o.kind, o.correlation.and_then(|k| launch_of.get(&k))) {
+        for (oi, o) in trace.gpu_ops.iter().enumerate() {
+            if let (GpuOpKind::Copy { direction: Direction::D2h, .. }, Some(ci)) = (o.kind, launch(oi)) {
                 if let Some(&outer) = enclosing[ci].iter().find(|&&x| !trace.cpu_ops[x].annotation) {
                     *m.entry(outer).or_insert(0) += o.bytes.unwrap_or(0);
                 }
