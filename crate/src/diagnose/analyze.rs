@@ -517,12 +517,14 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
     }
 
     // Syncs, grouped by where they were called.
+    // The outermost CPU op (not an annotation) around call `ci`.
+    let outermost_op = |ci: usize| enclosing[ci].iter().copied().find(|&x| !trace.cpu_ops[x].annotation);
     let reads_to_host: HashMap<usize, u64> = {
         // The outermost CPU op of every call whose copy went to the host.
         let mut m = HashMap::new();
         for (oi, o) in trace.gpu_ops.iter().enumerate() {
             if let (GpuOpKind::Copy { direction: Direction::D2h, .. }, Some(ci)) = (o.kind, launch(oi)) {
-                if let Some(&outer) = enclosing[ci].iter().find(|&&x| !trace.cpu_ops[x].annotation) {
+                if let Some(outer) = outermost_op(ci) {
                     *m.entry(outer).or_insert(0) += o.bytes.unwrap_or(0);
                 }
             }
@@ -541,11 +543,10 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         let costly = ks.iter().filter(|&&k| sync_cost[k] > 0.0).count();
         let worst = *ks.iter().max_by(|&&a, &&b| sync_cost[a].total_cmp(&sync_cost[b])).expect("a group has a call");
         let ci = sync_calls[worst];
-        let outer = enclosing[ci].iter().find(|&&x| !trace.cpu_ops[x].annotation);
-        let read = outer.and_then(|o| reads_to_host.get(o)).map(|b| {
+        let read = outermost_op(ci).and_then(|o| reads_to_host.get(&o).map(|b| (o, b))).map(|(o, b)| {
             format!(
                 "a read to the host ({}-style: {} copied back, then a wait): ",
-                if trace.cpu_ops[*outer.expect("read implies an op")].name.contains("item") { ".item()" } else { ".cpu()" },
+                if trace.cpu_ops[o].name.contains("item") { ".item()" } else { ".cpu()" },
                 crate::units::Bytes(*b)
             )
         });
