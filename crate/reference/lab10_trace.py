@@ -46,7 +46,7 @@ it must stay under 5 (a longer run is reported as a problem).
 
 The traces and programs.json are meant to be committed as they are, under
 data/<gpu folder>/lab10/ (programs.json's `gpu_folder`, e.g.
-nvidia-h100-80gb-hbm3), by the session that runs this on each GPU: the
+nvidia-h100-80gb-hbm3), by whoever runs this on each GPU: the
 untraced times are what a prediction made from a trace is compared with.
 `--device cpu` is a smoke run for a machine with no GPU: small sizes, no
 CUDA activity in the traces, nothing to commit.

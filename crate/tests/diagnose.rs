@@ -20,18 +20,15 @@ fn cli(args: &[&str]) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
-/// Writes a synthetic trace into `dir` under its (synthetic-...) name.
-fn write(s: &Synthetic, dir: &Path) -> PathBuf {
-    let path = dir.join(s.file);
-    std::fs::write(&path, serde_json::to_string(&s.trace).unwrap()).unwrap();
-    path
-}
-
+/// The diagnosis of a synthetic trace, its known figures checked
+/// (`assert_known_figures`).
 fn diagnosed(s: &Synthetic) -> Diagnosis {
     let dir = overlap_lab::testing::temp_dir("diagnose-synthetic");
-    let path = write(s, &dir);
+    let path = s.write(&dir);
     let trace = read_trace(&path, &mut |_, _| {}).unwrap_or_else(|e| panic!("{}: {e}", s.file));
-    diagnose(&trace, s.file, &[])
+    let d = diagnose(&trace, s.file, &[]);
+    assert_known_figures(s, &d);
+    d
 }
 
 /// Equal up to the ns the trace's times are written in, over a sum of many.
@@ -72,7 +69,6 @@ fn assert_known_figures(s: &Synthetic, d: &Diagnosis) {
 fn synthetic_pageable_to_names_the_pageable_copies_and_the_sync_inside_to() {
     let s = synthetic_traces::pageable_to_then_compute(20);
     let d = diagnosed(&s);
-    assert_known_figures(&s, &d);
     let first = &d.findings[0];
     assert_eq!(first.cause, Cause::PageableCopies);
     assert_eq!(first.call.name, "aten::to > aten::_to_copy > aten::copy_ > cudaMemcpyAsync");
@@ -92,7 +88,6 @@ fn synthetic_pageable_to_names_the_pageable_copies_and_the_sync_inside_to() {
 fn synthetic_pinned_one_stream_blames_the_shared_stream_and_no_sync() {
     let s = synthetic_traces::pinned_one_stream(20);
     let d = diagnosed(&s);
-    assert_known_figures(&s, &d);
     let f = &d.findings[0];
     assert_eq!(f.cause, Cause::CopiesShareStreamWithKernels);
     assert!(f.text.contains("20 of 20 copies on stream 7 (the legacy default stream)"), "{}", f.text);
@@ -105,7 +100,6 @@ fn synthetic_pinned_one_stream_blames_the_shared_stream_and_no_sync() {
 fn synthetic_double_buffered_copies_hide_and_its_waits_cost_nothing() {
     let s = synthetic_traces::double_buffered(20, false);
     let d = diagnosed(&s);
-    assert_known_figures(&s, &d);
     let c = &d.gpus[0].copies[0];
     // Only the first batch's copy, with no kernel yet to hide under, shows.
     assert!(close(c.hidden_us, c.time_us * 19.0 / 20.0), "{c:?}");
@@ -122,7 +116,6 @@ fn synthetic_double_buffered_copies_hide_and_its_waits_cost_nothing() {
 fn synthetic_sync_read_in_the_loop_is_named_with_what_it_costs() {
     let s = synthetic_traces::double_buffered(20, true);
     let d = diagnosed(&s);
-    assert_known_figures(&s, &d);
     let f = &d.findings[0];
     assert_eq!(f.cause, Cause::Sync, "{:?}", d.findings);
     assert_eq!(f.call.name, "aten::item > aten::_local_scalar_dense > cudaStreamSynchronize");
@@ -137,7 +130,6 @@ fn synthetic_sync_read_in_the_loop_is_named_with_what_it_costs() {
 fn synthetic_tiny_ops_are_one_issue_bound_stretch() {
     let s = synthetic_traces::tiny_ops(5000);
     let d = diagnosed(&s);
-    assert_known_figures(&s, &d);
     let f = &d.findings[0];
     assert_eq!((f.cause, f.count), (Cause::IssueBound, 5000));
     assert_eq!(f.call.name, "aten::add > cudaLaunchKernel");
@@ -145,15 +137,20 @@ fn synthetic_tiny_ops_are_one_issue_bound_stretch() {
     assert_eq!(d.findings.len(), 1, "{:?}", d.findings);
 }
 
+/// `bytes` gzipped.
+fn gz(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
 #[test]
 fn synthetic_traces_read_the_same_gzipped_and_print_as_text_and_json() {
-    use std::io::Write;
     let dir = overlap_lab::testing::temp_dir("diagnose-cli");
     let s = synthetic_traces::pageable_to_then_compute(4);
     let path = dir.join("synthetic-pageable-to-then-compute.json.gz");
-    let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::default());
-    gz.write_all(serde_json::to_string(&s.trace).unwrap().as_bytes()).unwrap();
-    gz.finish().unwrap();
+    std::fs::write(&path, gz(serde_json::to_string(&s.trace).unwrap().as_bytes())).unwrap();
     let data = overlap_lab::measure::record::default_data_dir();
     let (code, out, err) = cli(&["--data", data.to_str().unwrap(), "diagnose", path.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
@@ -227,12 +224,6 @@ fn malformed(dir: &Path) -> Vec<(String, PathBuf, Vec<&'static str>)> {
                 f(e);
             }
         })
-    };
-    let gz = |bytes: &[u8]| {
-        use std::io::Write;
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        e.write_all(bytes).unwrap();
-        e.finish().unwrap()
     };
     add("empty.json", b"", vec!["the file is empty"]);
     add("blank.json", b"  \n\t\n", vec!["only whitespace"]);
@@ -379,7 +370,7 @@ fn synthetic_traces_replay_on_the_queue_model_as_traced() {
     use overlap_lab::diagnose::replay::{predict, schedule, Fix, Waited};
     let dir = overlap_lab::testing::temp_dir("diagnose-replay");
     for s in synthetic_traces::all() {
-        let t = read_trace(&write(&s, &dir), &mut |_, _| {}).unwrap();
+        let t = read_trace(&s.write(&dir), &mut |_, _| {}).unwrap();
         let traced = t.window_us().1 - t.window_us().0;
         let ts = schedule(&t, &Fix::AsTraced).unwrap_or_else(|e| panic!("{}: {e}", s.file));
         let replayed = predict(&ts);
@@ -404,7 +395,7 @@ fn synthetic_pageable_program_with_pinned_copies_is_predicted() {
     use overlap_lab::diagnose::{LinkPoint, LinkRates};
     let s = synthetic_traces::pageable_to_then_compute(20);
     let dir = overlap_lab::testing::temp_dir("diagnose-pinned");
-    let t = read_trace(&write(&s, &dir), &mut |_, _| {}).unwrap();
+    let t = read_trace(&s.write(&dir), &mut |_, _| {}).unwrap();
     let rates = LinkRates {
         gpu_name: synthetic_traces::GPU_NAME.into(),
         source: "(the synthetic pinned rate)".into(),

@@ -44,8 +44,7 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_trace() {
     let script = overlap_lab::measure::record::repo_root().join("crate/reference/hta_compare.py");
     let dir = overlap_lab::testing::temp_dir("diagnose-hta");
     for s in synthetic_traces::all() {
-        let path = dir.join(s.file);
-        std::fs::write(&path, serde_json::to_string(&s.trace).unwrap()).unwrap();
+        let path = s.write(&dir);
         let out = Command::new(&python).arg(&script).arg(&path).output().expect("python runs");
         assert!(out.status.success(), "{}: hta_compare.py failed: {}", s.file, String::from_utf8_lossy(&out.stderr));
         let hta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{}: {e}", s.file));

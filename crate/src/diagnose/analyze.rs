@@ -267,6 +267,8 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         }
         m
     };
+    // The call that launched GPU op `oi`, where the trace has it.
+    let launch = |oi: usize| trace.gpu_ops[oi].correlation.and_then(|k| launch_of.get(&k)).copied();
     let enclosing = enclosing_ops(trace);
     let call_ref = |ci: usize| {
         let c = &trace.calls[ci];
@@ -283,8 +285,8 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
     // traces) the op itself.
     let op_ref = |oi: usize| {
         let o = &trace.gpu_ops[oi];
-        match o.correlation.and_then(|k| launch_of.get(&k)) {
-            Some(&ci) => call_ref(ci),
+        match launch(oi) {
+            Some(ci) => call_ref(ci),
             None => CallRef { name: o.name.clone(), ts_us: o.start_us, correlation: o.correlation, thread: format!("GPU {} stream {}", o.gpu, o.stream) },
         }
     };
@@ -341,14 +343,13 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             let mut sizes: Vec<u64> = v.iter().filter_map(|&i| trace.gpu_ops[i].bytes).collect();
             sizes.sort_unstable();
             let median = sizes.get(sizes.len() / 2).copied();
-            let recorded = match (link, host, median) {
-                (Some(l), Some(h), Some(m)) if direction.crosses_host_link() => l.rate(*h, *direction, m),
+            // The recording's rate of copies from `h` memory the same way, at their median size.
+            let rate_of = |h: HostMemory| match (link, median) {
+                (Some(l), Some(m)) if direction.crosses_host_link() => l.rate(h, *direction, m),
                 _ => None,
             };
-            let recorded_pinned = match (link, host, median) {
-                (Some(l), Some(HostMemory::Pageable), Some(m)) if direction.crosses_host_link() => l.rate(HostMemory::Pinned, *direction, m),
-                _ => None,
-            };
+            let recorded = host.and_then(rate_of);
+            let recorded_pinned = if *host == Some(HostMemory::Pageable) { rate_of(HostMemory::Pinned) } else { None };
             copies.push(CopyGroup {
                 direction: *direction,
                 host: *host,
@@ -440,7 +441,6 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             }
             busy_end = busy_end.max(o.end_us);
         }
-        let launch = |oi: usize| trace.gpu_ops[oi].correlation.and_then(|k| launch_of.get(&k)).copied();
         let longest_sync = sync_calls.iter().map(|&s| trace.calls[s].end_us - trace.calls[s].start_us).fold(0.0, f64::max);
         let mut blamed = vec![false; gaps.len()];
         for (g, &(a, b, next)) in gaps.iter().enumerate() {
@@ -517,12 +517,14 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
     }
 
     // Syncs, grouped by where they were called.
+    // The outermost CPU op (not an annotation) around call `ci`.
+    let outermost_op = |ci: usize| enclosing[ci].iter().copied().find(|&x| !trace.cpu_ops[x].annotation);
     let reads_to_host: HashMap<usize, u64> = {
         // The outermost CPU op of every call whose copy went to the host.
         let mut m = HashMap::new();
-        for o in &trace.gpu_ops {
-            if let (GpuOpKind::Copy { direction: Direction::D2h, .. }, Some(&ci)) = (o.kind, o.correlation.and_then(|k| launch_of.get(&k))) {
-                if let Some(&outer) = enclosing[ci].iter().find(|&&x| !trace.cpu_ops[x].annotation) {
+        for (oi, o) in trace.gpu_ops.iter().enumerate() {
+            if let (GpuOpKind::Copy { direction: Direction::D2h, .. }, Some(ci)) = (o.kind, launch(oi)) {
+                if let Some(outer) = outermost_op(ci) {
                     *m.entry(outer).or_insert(0) += o.bytes.unwrap_or(0);
                 }
             }
@@ -541,11 +543,10 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         let costly = ks.iter().filter(|&&k| sync_cost[k] > 0.0).count();
         let worst = *ks.iter().max_by(|&&a, &&b| sync_cost[a].total_cmp(&sync_cost[b])).expect("a group has a call");
         let ci = sync_calls[worst];
-        let outer = enclosing[ci].iter().find(|&&x| !trace.cpu_ops[x].annotation);
-        let read = outer.and_then(|o| reads_to_host.get(o)).map(|b| {
+        let read = outermost_op(ci).and_then(|o| reads_to_host.get(&o).map(|b| (o, b))).map(|(o, b)| {
             format!(
                 "a read to the host ({}-style: {} copied back, then a wait): ",
-                if trace.cpu_ops[*outer.expect("read implies an op")].name.contains("item") { ".item()" } else { ".cpu()" },
+                if trace.cpu_ops[o].name.contains("item") { ".item()" } else { ".cpu()" },
                 crate::units::Bytes(*b)
             )
         });

@@ -229,7 +229,7 @@ impl Trace {
 
 /// What CUPTI's copy-kind word in a copy's name means ("HtoD" in
 /// "Memcpy HtoD (Pageable -> Device)").
-pub fn direction_from_cupti(word: &str) -> Direction {
+fn direction_from_cupti(word: &str) -> Direction {
     match word {
         "HtoD" => Direction::H2d,
         "DtoH" => Direction::D2h,

@@ -19,7 +19,7 @@
 //! name the categories `Kernel`, `Memcpy`, `Memset`, `Runtime` and
 //! `Operator`; they read the same.
 
-use super::events::{copy_kind_from_name, Call, CpuOp, GpuOp, GpuOpKind, Thread, Trace, TraceFormat};
+use super::events::{copy_kind_from_name, Call, CpuOp, Direction, GpuOp, GpuOpKind, Thread, Trace, TraceFormat};
 use crate::error::{LabError, Result};
 use crate::measure::record::display_path;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -37,40 +37,44 @@ pub const PROGRESS_EVERY_BYTES: u64 = 1 << 20;
 /// the end. Errors name the file and what is wrong with it, in one line.
 pub fn read_trace(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Trace> {
     let shown = display_path(path);
-    // "reading trace t.json: the JSON is cut short ...": what is wrong with
-    // the file's content, as the error of reading it.
-    let bad = |reason: String| LabError::io(format!("reading trace {shown}"), std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
-    let file = std::fs::File::open(path).map_err(|e| LabError::io(format!("reading trace {shown}"), e))?;
-    let total = file.metadata().map_err(|e| LabError::io(format!("reading trace {shown}"), e))?.len();
+    let file = std::fs::File::open(path).map_err(|e| reading(&shown, e))?;
+    let total = file.metadata().map_err(|e| reading(&shown, e))?.len();
     if total == 0 {
-        return Err(bad("the file is empty (the profiler wrote nothing: did the program end before the trace was exported?)".into()));
+        return Err(bad_content(&shown, "the file is empty (the profiler wrote nothing: did the program end before the trace was exported?)".into()));
     }
     let counted = Counted { inner: file, read: 0, total, next_report: PROGRESS_EVERY_BYTES, progress };
     let mut raw = BufReader::with_capacity(1 << 20, counted);
-    let gzipped = raw.fill_buf().map_err(|e| LabError::io(format!("reading trace {shown}"), e))?.starts_with(&[0x1f, 0x8b]);
-    let trace = if gzipped {
+    let gzipped = raw.fill_buf().map_err(|e| reading(&shown, e))?.starts_with(&[0x1f, 0x8b]);
+    let (trace, counted) = if gzipped {
         let mut unzipped = BufReader::with_capacity(1 << 20, flate2::bufread::MultiGzDecoder::new(raw));
-        let trace = parse(&mut unzipped, true).map_err(bad)?;
-        let counted = unzipped.into_inner().into_inner().into_inner();
-        (counted.progress)(total, total);
-        trace
+        let trace = parse(&mut unzipped, true).map_err(|why| bad_content(&shown, why))?;
+        (trace, unzipped.into_inner().into_inner().into_inner())
     } else {
-        let trace = parse(&mut raw, false).map_err(bad)?;
-        let counted = raw.into_inner();
-        (counted.progress)(total, total);
-        trace
+        let trace = parse(&mut raw, false).map_err(|why| bad_content(&shown, why))?;
+        (trace, raw.into_inner())
     };
+    (counted.progress)(total, total);
     Ok(trace)
 }
 
 /// Reads a trace from text held in memory (tests, and notebooks that
 /// build one): as [`read_trace`], errors naming `name`.
 pub fn read_trace_text(name: &str, text: &str) -> Result<Trace> {
-    let bad = |reason: String| LabError::io(format!("reading trace {name}"), std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
     if text.is_empty() {
-        return Err(bad("the file is empty".into()));
+        return Err(bad_content(name, "the file is empty".into()));
     }
-    parse(&mut BufReader::new(text.as_bytes()), false).map_err(bad)
+    parse(&mut BufReader::new(text.as_bytes()), false).map_err(|why| bad_content(name, why))
+}
+
+/// The error of reading the trace `shown`: "reading trace t.json: ...".
+fn reading(shown: &str, e: std::io::Error) -> LabError {
+    LabError::io(format!("reading trace {shown}"), e)
+}
+
+/// What is wrong with the content of the trace `shown` ("the JSON is cut
+/// short ..."), as the error of reading it.
+fn bad_content(shown: &str, why: String) -> LabError {
+    reading(shown, std::io::Error::new(std::io::ErrorKind::InvalidData, why))
 }
 
 /// The file as it is read, counting its bytes for progress.
@@ -146,29 +150,17 @@ fn parse(input: &mut dyn BufRead, gzipped: bool) -> std::result::Result<Trace, S
 fn json_error(e: &serde_json::Error, b: &Builder, gzipped: bool) -> String {
     let at = format!("line {} column {}", e.line(), e.column());
     let inside = if b.in_events { format!(", in traceEvents after {} events", b.events) } else { String::new() };
+    // serde's message without the position it appends (`at` says it).
+    let msg = e.to_string();
+    let what = msg.split(" at line ").next().unwrap_or(&msg);
     match e.classify() {
         serde_json::error::Category::Eof => {
             format!("the JSON is cut short at {at}{inside}: the trace is truncated (the profiler may not have finished writing it)")
         }
-        serde_json::error::Category::Io => {
-            let msg = e.to_string();
-            let what = msg.split(" at line ").next().unwrap_or(&msg);
-            if gzipped {
-                format!("the gzip data is corrupt or cut short{inside} ({what})")
-            } else {
-                format!("cannot be read{inside} ({what})")
-            }
-        }
-        serde_json::error::Category::Syntax => {
-            let msg = e.to_string();
-            let what = msg.split(" at line ").next().unwrap_or(&msg);
-            format!("malformed JSON at {at}{inside}: {what}")
-        }
-        serde_json::error::Category::Data => {
-            let msg = e.to_string();
-            let what = msg.split(" at line ").next().unwrap_or(&msg);
-            format!("not a trace at {at}{inside}: {what}")
-        }
+        serde_json::error::Category::Io if gzipped => format!("the gzip data is corrupt or cut short{inside} ({what})"),
+        serde_json::error::Category::Io => format!("cannot be read{inside} ({what})"),
+        serde_json::error::Category::Syntax => format!("malformed JSON at {at}{inside}: {what}"),
+        serde_json::error::Category::Data => format!("not a trace at {at}{inside}: {what}"),
     }
 }
 
@@ -476,7 +468,7 @@ impl Builder {
                 let kind = match cat {
                     Category::Kernel => GpuOpKind::Kernel,
                     Category::Memset => GpuOpKind::Memset,
-                    _ => copy_kind_from_name(&name).unwrap_or(GpuOpKind::Copy { direction: super::events::Direction::Other, host: None }),
+                    _ => copy_kind_from_name(&name).unwrap_or(GpuOpKind::Copy { direction: Direction::Other, host: None }),
                 };
                 let pid_number = Id(pid.clone()).number();
                 let gpu = match args.device.as_ref().or(args.in_device.as_ref()).map(|n| n.value()) {
@@ -617,10 +609,10 @@ impl Builder {
                 Some(k) => k,
                 None => match s.cat.as_str() {
                     "kernel" | "all-reduce" => GpuOpKind::Kernel,
-                    "H2D" => GpuOpKind::Copy { direction: super::events::Direction::H2d, host: None },
-                    "D2H" => GpuOpKind::Copy { direction: super::events::Direction::D2h, host: None },
-                    "D2D" => GpuOpKind::Copy { direction: super::events::Direction::D2d, host: None },
-                    "peer" => GpuOpKind::Copy { direction: super::events::Direction::Peer, host: None },
+                    "H2D" => GpuOpKind::Copy { direction: Direction::H2d, host: None },
+                    "D2H" => GpuOpKind::Copy { direction: Direction::D2h, host: None },
+                    "D2D" => GpuOpKind::Copy { direction: Direction::D2d, host: None },
+                    "peer" => GpuOpKind::Copy { direction: Direction::Peer, host: None },
                     // Host functions, stream-ordered allocations: on a
                     // stream, but not work of the GPU's engines.
                     _ => continue,
@@ -780,7 +772,7 @@ impl<'de> Visitor<'de> for Events<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::events::Thread;
+    use crate::diagnose::events::{HostMemory, Thread};
 
     /// A small trace as torch.profiler writes one: metadata, a CPU op, a
     /// launch, its kernel and the flow between them, Kineto's closing
@@ -811,7 +803,7 @@ mod tests {
         assert_eq!(t.gpu_name(0), Some("NVIDIA H100 80GB HBM3"));
         assert_eq!(t.gpu_ops.len(), 2);
         let copy = &t.gpu_ops[0];
-        assert_eq!(copy.kind, GpuOpKind::Copy { direction: super::super::events::Direction::H2d, host: Some(super::super::events::HostMemory::Pageable) });
+        assert_eq!(copy.kind, GpuOpKind::Copy { direction: Direction::H2d, host: Some(HostMemory::Pageable) });
         assert_eq!((copy.stream, copy.correlation, copy.bytes, copy.start_us, copy.end_us), (7, Some(77), Some(1 << 20), 110.0, 140.0));
         assert_eq!(t.gpu_ops[1].kind, GpuOpKind::Memset);
         assert_eq!(t.calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["cudaMemcpyAsync", "cudaMemsetAsync"]);

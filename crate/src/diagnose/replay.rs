@@ -152,23 +152,23 @@ pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
     let waited = waits(trace, &launch_of);
 
     // What a fix changes: each traced op's duration, and which launches hold the CPU.
-    let pinned_rate = |direction: Direction, bytes: u64, rates: &Option<LinkRates>| -> Option<f64> {
-        rates.as_ref().and_then(|r| r.rate(HostMemory::Pinned, direction, bytes)).map(|r| r.gbps).or_else(|| {
-            let (b, t) = trace
-                .gpu_ops
-                .iter()
-                .filter(|o| o.kind == GpuOpKind::Copy { direction, host: Some(HostMemory::Pinned) })
-                .fold((0u64, 0.0), |(b, t), o| (b + o.bytes.unwrap_or(0), t + o.duration_us()));
-            (b > 0 && t > 0.0).then(|| b as f64 / t / 1e3)
-        })
-    };
     let mut duration: Vec<f64> = trace.gpu_ops.iter().map(|o| o.duration_us()).collect();
     let mut made_pinned = vec![false; trace.gpu_ops.len()];
     if let Fix::Pinned(rates) = fix {
+        let pinned_rate = |direction: Direction, bytes: u64| -> Option<f64> {
+            rates.as_ref().and_then(|r| r.rate(HostMemory::Pinned, direction, bytes)).map(|r| r.gbps).or_else(|| {
+                let (b, t) = trace
+                    .gpu_ops
+                    .iter()
+                    .filter(|o| o.kind == GpuOpKind::Copy { direction, host: Some(HostMemory::Pinned) })
+                    .fold((0u64, 0.0), |(b, t), o| (b + o.bytes.unwrap_or(0), t + o.duration_us()));
+                (b > 0 && t > 0.0).then(|| b as f64 / t / 1e3)
+            })
+        };
         for (i, o) in trace.gpu_ops.iter().enumerate() {
             if let GpuOpKind::Copy { direction, host: Some(HostMemory::Pageable) } = o.kind {
                 let bytes = o.bytes.ok_or_else(|| format!("copy '{}' at ts {} gives no bytes: its pinned time cannot be priced", o.name, o.start_us))?;
-                let rate = pinned_rate(direction, bytes, rates).ok_or_else(|| {
+                let rate = pinned_rate(direction, bytes).ok_or_else(|| {
                     format!("no pinned {direction} rate to price '{}' by: no lab 1 recording of this GPU, and no pinned {direction} copy in the trace", o.name)
                 })?;
                 duration[i] = bytes as f64 / rate / 1e3;
@@ -186,47 +186,37 @@ pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
     )
     .unwrap_or(5.0);
 
-    let mut s = Schedule::new();
-    s.issued_live = true;
-    let mut durations_us = Vec::new();
-    let mut traced_op = Vec::new();
-    let mut streams: Vec<(u32, u64)> = Vec::new();
     let mut sched_id = vec![usize::MAX; trace.gpu_ops.len()];
     let legacy = super::analyze::legacy_default_stream(trace);
     let awaited: std::collections::HashSet<usize> = waited.iter().filter_map(|w| if let Waited::OtherStream { op } = w { Some(*op) } else { None }).collect();
-    let host = |s: &mut Schedule, durations_us: &mut Vec<f64>, traced_op: &mut Vec<Option<usize>>, label: &str, us: f64| {
-        if us > 0.0 {
-            s.host_op(0, label, vec![]);
-            durations_us.push(us);
-            traced_op.push(None);
-        }
-    };
+    let mut ts = TracedSchedule { schedule: Schedule::new(), durations_us: Vec::new(), traced_op: Vec::new(), streams: Vec::new(), waited };
+    ts.schedule.issued_live = true;
     let calls: Vec<usize> = (0..trace.calls.len()).filter(|&i| trace.calls[i].thread == thread).collect();
     let mut cpu = calls.first().map_or(0.0, |&c| trace.calls[c].start_us);
     for &ci in &calls {
         let c = &trace.calls[ci];
-        host(&mut s, &mut durations_us, &mut traced_op, "CPU work", c.start_us - cpu);
+        ts.host("CPU work", c.start_us - cpu);
         cpu = cpu.max(c.start_us);
         let issued: &[usize] = ops_of_call.get(&ci).map_or(&[], |v| v.as_slice());
         let mut held_until: Option<(usize, f64)> = None;
         for &oi in issued {
             let o = &trace.gpu_ops[oi];
             let key = (o.gpu, o.stream);
-            let index = streams.iter().position(|&k| k == key).unwrap_or_else(|| {
-                streams.push(key);
+            let index = ts.streams.iter().position(|&k| k == key).unwrap_or_else(|| {
+                ts.streams.push(key);
                 let kind = if legacy == Some(o.stream) { StreamKind::Legacy } else { StreamKind::NonBlocking };
-                s.declare_stream(streams.len() - 1, StreamDecl::new(kind, 0, o.gpu as usize));
-                streams.len() - 1
+                ts.schedule.declare_stream(ts.streams.len() - 1, StreamDecl::new(kind, 0, o.gpu as usize));
+                ts.streams.len() - 1
             });
-            if let Waited::OtherStream { op } = waited[oi] {
-                s.stream_wait_event(index, op);
+            if let Waited::OtherStream { op } = ts.waited[oi] {
+                ts.schedule.stream_wait_event(index, op);
             }
-            let id = s.gpu_op(0, index, op_kind(o.kind, o.gpu), &o.name, vec![]);
-            durations_us.push(duration[oi]);
-            traced_op.push(Some(oi));
+            let id = ts.schedule.gpu_op(0, index, op_kind(o.kind, o.gpu), &o.name, vec![]);
+            ts.durations_us.push(duration[oi]);
+            ts.traced_op.push(Some(oi));
             sched_id[oi] = id;
             if awaited.contains(&oi) {
-                s.record_event(oi, index);
+                ts.schedule.record_event(oi, index);
             }
             // A launch whose op started before it returned and ended about
             // when it returned held the CPU for it (a copy from pageable
@@ -237,32 +227,40 @@ pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
         }
         let call_time = c.end_us - c.start_us;
         if let Some((id, end)) = held_until {
-            s.host_learns(0, id);
-            host(&mut s, &mut durations_us, &mut traced_op, &c.name, c.end_us - end);
+            ts.schedule.host_learns(0, id);
+            ts.host(&c.name, c.end_us - end);
         } else if synchronizes(&c.name) {
             // The op it waited for: the one issued before it that ended
             // last before it returned (a device sync waits for all).
-            let before: Vec<usize> = (0..trace.gpu_ops.len()).filter(|&i| sched_id[i] != usize::MAX).collect();
-            let waited_on = before
-                .iter()
-                .copied()
-                .filter(|&i| trace.gpu_ops[i].end_us <= c.end_us + 1e-9)
+            let waited_on = (0..trace.gpu_ops.len())
+                .filter(|&i| sched_id[i] != usize::MAX && trace.gpu_ops[i].end_us <= c.end_us + 1e-9)
                 .max_by(|&a, &b| trace.gpu_ops[a].end_us.total_cmp(&trace.gpu_ops[b].end_us));
             if c.name.starts_with("cudaDeviceSynchronize") || c.name.starts_with("cuCtxSynchronize") {
-                s.host_wait_all(0);
+                ts.schedule.host_wait_all(0);
             } else if let Some(w) = waited_on {
-                s.host_learns(0, sched_id[w]);
+                ts.schedule.host_learns(0, sched_id[w]);
             }
             let woke = waited_on.map_or(0.0, |w| (c.end_us - trace.gpu_ops[w].end_us).clamp(0.0, call_time));
-            host(&mut s, &mut durations_us, &mut traced_op, &c.name, woke);
+            ts.host(&c.name, woke);
         } else if issued.iter().any(|&oi| made_pinned[oi]) {
-            host(&mut s, &mut durations_us, &mut traced_op, &c.name, launch_cost.min(call_time));
+            ts.host(&c.name, launch_cost.min(call_time));
         } else {
-            host(&mut s, &mut durations_us, &mut traced_op, &c.name, call_time);
+            ts.host(&c.name, call_time);
         }
         cpu = cpu.max(c.end_us);
     }
-    Ok(TracedSchedule { schedule: s, durations_us, traced_op, streams, waited })
+    Ok(ts)
+}
+
+impl TracedSchedule {
+    /// Host work of `us` on the issuing thread (none when it took no time).
+    fn host(&mut self, label: &str, us: f64) {
+        if us > 0.0 {
+            self.schedule.host_op(0, label, vec![]);
+            self.durations_us.push(us);
+            self.traced_op.push(None);
+        }
+    }
 }
 
 /// The queue model's replay of a traced schedule: the window from the

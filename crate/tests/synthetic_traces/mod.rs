@@ -33,6 +33,10 @@ pub const PAGEABLE_GBPS: f64 = 20.0;
 pub const PINNED_GBPS: f64 = 53.0;
 /// One batch's compute kernel, µs.
 pub const KERNEL_US: f64 = 2000.0;
+/// That kernel, as cuBLAS names its GEMM on an H100.
+const GEMM: &str = "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1";
+/// The kernel of one tiny `x + 1`, as PyTorch names it.
+const ADD: &str = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)";
 
 /// CUPTI's callback ids of the runtime calls used (`cupti_runtime_cbid.h`).
 fn cbid(call: &str) -> u64 {
@@ -166,6 +170,13 @@ impl Builder {
         self.ops.push((ns(gpu.0), ns(gpu.0) + ns(dur), label.into(), bytes));
     }
 
+    /// One tiny `x + 1` issued at `c`: `aten::add` and its launch, then its
+    /// 2 µs kernel on the default stream, ending at `c + 10.5`.
+    pub fn tiny_add(&mut self, c: f64) {
+        self.cpu_op("aten::add", c, 9.0);
+        self.kernel(ADD, (c + 3.0, c + 7.0), DEFAULT_STREAM, (c + 8.5, c + 10.5));
+    }
+
     /// The `back`-th GPU op from the last (0: the last) as the trace writes
     /// it: (start, end).
     pub fn op(&self, back: usize) -> (f64, f64) {
@@ -258,6 +269,15 @@ pub struct Synthetic {
     pub known: Known,
 }
 
+impl Synthetic {
+    /// Writes the trace into `dir` under its (synthetic-...) name; returns its path.
+    pub fn write(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join(self.file);
+        std::fs::write(&path, serde_json::to_string(&self.trace).unwrap()).unwrap();
+        path
+    }
+}
+
 /// `x.to("cuda")` from pageable memory, then compute, `iters` times, all on
 /// the default stream. PyTorch's blocking copy is a `cudaMemcpyAsync` that
 /// holds the CPU while the driver stages the pageable memory, then a
@@ -279,12 +299,7 @@ pub fn pageable_to_then_compute(iters: usize) -> Synthetic {
         b.runtime("cudaStreamSynchronize", copy_end - 4.0, 10.0);
         let mm = copy_end + 10.0;
         b.cpu_op("aten::mm", mm, 8.0);
-        b.kernel(
-            "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1",
-            (mm + 2.0, mm + 6.0),
-            DEFAULT_STREAM,
-            (copy_end + 18.0, copy_end + 18.0 + KERNEL_US),
-        );
+        b.kernel(GEMM, (mm + 2.0, mm + 6.0), DEFAULT_STREAM, (copy_end + 18.0, copy_end + 18.0 + KERNEL_US));
         // 18 µs, as the trace writes the two ops.
         sync_idle += b.op(0).0 - b.op(1).1;
         kernel_end = copy_end + 18.0 + KERNEL_US;
@@ -316,12 +331,7 @@ pub fn pinned_one_stream(iters: usize) -> Synthetic {
         b.copy("HtoD (Pinned -> Device)", BATCH_BYTES, (cpu + 8.0, cpu + 14.0), DEFAULT_STREAM, (copy_start, copy_start + copy));
         let k_start = (cpu + 36.0).max(copy_start + copy + 1.0);
         b.cpu_op("aten::mm", cpu + 25.0, 14.0);
-        b.kernel(
-            "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1",
-            (cpu + 28.0, cpu + 33.0),
-            DEFAULT_STREAM,
-            (k_start, k_start + KERNEL_US),
-        );
+        b.kernel(GEMM, (cpu + 28.0, cpu + 33.0), DEFAULT_STREAM, (k_start, k_start + KERNEL_US));
         gpu_free = k_start + KERNEL_US;
         cpu += 60.0;
         b.annotation(&format!("ProfilerStep#{i}"), step_start, 59.0);
@@ -343,7 +353,6 @@ pub fn pinned_one_stream(iters: usize) -> Synthetic {
 pub fn double_buffered(iters: usize, item_each_step: bool) -> Synthetic {
     let mut b = Builder::new();
     let copy = copy_us(BATCH_BYTES, PINNED_GBPS);
-    let gemm = "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1";
     // GPU times of each batch's copy and kernel.
     let mut copies: Vec<(f64, f64)> = Vec::new();
     let mut kernels: Vec<(f64, f64)> = Vec::new();
@@ -384,7 +393,7 @@ pub fn double_buffered(iters: usize, item_each_step: bool) -> Synthetic {
         b.runtime("cudaStreamWaitEvent", cpu, 3.0);
         b.cpu_op("aten::mm", cpu + 4.0, 10.0);
         let k_start = (cpu + 12.0).max(copies[i].1 + 1.0).max(kernels.last().map_or(f64::NEG_INFINITY, |k| k.1 + 1.0));
-        b.kernel(gemm, (cpu + 6.0, cpu + 11.0), DEFAULT_STREAM, (k_start, k_start + KERNEL_US));
+        b.kernel(GEMM, (cpu + 6.0, cpu + 11.0), DEFAULT_STREAM, (k_start, k_start + KERNEL_US));
         kernels.push((k_start, k_start + KERNEL_US));
         b.runtime("cudaEventRecord", cpu + 15.0, 3.0);
         cpu += 20.0;
@@ -434,13 +443,7 @@ pub fn tiny_ops(ops: usize) -> Synthetic {
             let steps = (ops - i).min(1000) as f64;
             b.annotation(&format!("ProfilerStep#{}", i / 1000), c - 0.5, 10.0 * steps);
         }
-        b.cpu_op("aten::add", c, 9.0);
-        b.kernel(
-            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
-            (c + 3.0, c + 7.0),
-            DEFAULT_STREAM,
-            (c + 8.5, c + 10.5),
-        );
+        b.tiny_add(c);
         end = c + 10.5;
     }
     let c = T0 + 10.0 * ops as f64;
@@ -483,8 +486,7 @@ pub fn write_tiny_ops(path: &std::path::Path, ops: usize) -> std::io::Result<()>
     b.events.clear();
     for i in 0..ops {
         let c = T0 + 10.0 * i as f64;
-        b.cpu_op("aten::add", c, 9.0);
-        b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)", (c + 3.0, c + 7.0), DEFAULT_STREAM, (c + 8.5, c + 10.5));
+        b.tiny_add(c);
         for e in b.events.drain(..) {
             put(&mut w, &e)?;
         }
