@@ -1,6 +1,7 @@
 //! The dry run: the vocabulary's executor with no GPU. It takes the same
-//! calls as the GPU's runner (`gpu::Runner`), the vocabulary's
-//! ([`Issue`]) and a lab's own operations ([`LabIssue`]), runs nothing,
+//! calls as the GPU's executors (`gpu::GpuIssuer` and `gpu::LabRunner`,
+//! over `gpu::Runner`), the vocabulary's ([`Issue`]) and a lab's own
+//! operations ([`LabIssue`]), runs nothing,
 //! records the schedule the loop issues, and tracks where every element of
 //! the vocabulary's copies and kernels came from (as runs of elements,
 //! [`Cells`]): so a checker can say which element is wrong and why, and the

@@ -180,18 +180,11 @@ impl PlanRig {
     /// typical time, which a slow phase over up to three quarters of the
     /// runs leaves alone.
     pub fn costs(&mut self, plans: &[&Plan], reps: usize) -> Result<Costs> {
-        Ok(self.costs_and_fastest(plans, reps)?.0)
-    }
-
-    /// [`Self::costs`], and each op's fastest run (what a bound is built from).
-    pub fn costs_and_fastest(&mut self, plans: &[&Plan], reps: usize) -> Result<(Costs, Costs)> {
-        let (mut typical, mut fastest) = (Costs::new(), Costs::new());
+        let mut typical = Costs::new();
         for (kind, n) in distinct_ops(plans)? {
-            let s = self.alone(kind, n, reps)?;
-            typical.insert((kind, n), s.middle_range().0);
-            fastest.insert((kind, n), s.min);
+            typical.insert((kind, n), self.alone(kind, n, reps)?.middle_range().0);
         }
-        Ok((typical, fastest))
+        Ok(typical)
     }
 
     /// The machine as the model needs it: copy engines, an H2D and a D2H of

@@ -15,8 +15,8 @@
 //! with the lab's GPU side ([`LabRunner`], `ScoreLoop::on_gpu`), which
 //! enqueues the rig's kernel and copy, launches the host functions and
 //! feeds the worker and the event-waiting thread. Either way the
-//! schedule's race check sees the same ops, and a problem reads the same
-//! on both.
+//! schedule's race check sees the same ops (the dry run words a race in
+//! the lab's terms, the GPU's run as the runner reports it).
 
 use super::order::{Reader, SlotOrder};
 use super::rig::CallbackRig;
