@@ -33,16 +33,11 @@ were checked against; and for the run: the command, the date, torch and CUDA
 versions, the GPU's name and its data folder, the calibration, and the
 problems found (none when it exits 0).
 
-Time on an H100 (estimated from the sizes and the rates measured there:
-16 MiB batches at about 52 GB/s pinned (0.32 ms) and 8 GB/s pageable (2 ms),
-a step sized to a pinned copy, eager PyTorch launching a tiny kernel in 5 to
-10 us): a copy program's run is 40 iterations of 0.35 to 2.5 ms, so its
-2 + 15 + 1 runs take 0.3 to 2 s and its trace export a second or two; a
-tiny-op run is 8 x 2048 kernels, 0.1 to 0.2 s eager (a few times that
-traced, and its trace export about 5 s), under 0.05 s as a graph. With
-PyTorch's start, the calibration (about 1 s), 128 MiB of host batches made
-per copy program and the checks' runs, the whole set takes 1 to 2 minutes;
-it must stay under 5 (a longer run is reported as a problem).
+Time on an H100 (2026-11-27): 57 s for the whole set, with PyTorch's
+start, the calibration, 512 MiB of host batches made per copy program and
+the checks' runs (a copy program's run is 40 iterations of 1.5 to 11 ms; a
+tiny-op run is 8 x 2048 kernels, about 0.22 s eager and 0.02 s as a graph).
+It must stay under 5 minutes (a longer run is reported as a problem).
 
 The traces and programs.json are meant to be committed as they are, under
 data/<gpu folder>/lab10/ (programs.json's `gpu_folder`, e.g.

@@ -643,21 +643,7 @@ enum DrawnWrong {
 /// (recording, chart, what is wrong, why). The only place such a chart is
 /// excused; an entry whose chart is no longer wrong fails the test
 /// below: take it off.
-const STALE_CHARTS: &[(&str, &str, &[DrawnWrong], &str)] = &[
-    (
-        "nvidia-h100-80gb-hbm3/streams.json",
-        "streams-threads",
-        &[DrawnWrong::Clocks],
-        "recorded 2026-11-26 with the legacy-stream variant drawn by CUPTI, the per-thread ones by events; the run of 2026-11-27 (one clock) kept 15 repeats, \
-         too few to show the NULL stream's effect beyond its spread, so this one stays until a run with --repeats 25",
-    ),
-    (
-        "nvidia-h100-80gb-hbm3/streams.json",
-        "streams-sync-weight",
-        &[DrawnWrong::Clocks],
-        "recorded 2026-11-26 with the GPU-waits variant drawn by CUPTI, the CPU-waits ones by events (see streams-threads)",
-    ),
-];
+const STALE_CHARTS: &[(&str, &str, &[DrawnWrong], &str)] = &[];
 
 /// Every timeline chart every lab of the table draws from every recording
 /// in data/ (`Lab::timeline_charts`): (the recording as "device/lab.json",
