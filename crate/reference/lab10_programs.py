@@ -484,3 +484,57 @@ def calibrate_hidden(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:
     return replace(sizes, hidden=hidden), {
         "pinned_copy_ms": copy_ms, "batch_bytes": sizes.batch_bytes(), "tried": tried,
         "hidden": hidden, "step_over_copy": tried[-1]["step_ms"] / copy_ms}
+
+
+# --- the GPU's gap between a graph's kernels -----------------------------------
+
+GRAPH_GAP_KERNELS, GRAPH_GAP_REPLAYS = 1024, 5
+
+
+def calibrate_graph_gap(device: torch.device) -> dict:
+    """The GPU's gap between two kernels of one CUDA graph, in µs: what
+    `overlap-lab diagnose` adds after each kernel when it prices a CUDA
+    graph (the trace of an eager program cannot show it). A graph of
+    GRAPH_GAP_KERNELS tiny in-place adds, replayed GRAPH_GAP_REPLAYS times
+    under torch.profiler; the median of each kernel's start less the end of
+    the kernel before it. Checked: the tensor counted every add."""
+    import json
+    import os
+    import tempfile
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.zeros(4096, device=device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            x.add_(1)
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(GRAPH_GAP_KERNELS):
+            x.add_(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(GRAPH_GAP_REPLAYS):
+            graph.replay()
+        torch.cuda.synchronize()
+    want = 3 + GRAPH_GAP_KERNELS * (1 + GRAPH_GAP_REPLAYS)
+    got = float(x[0])
+    if got != want:
+        raise RuntimeError(f"the graph's adds counted {got}, not {want}")
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    kernels = sorted((float(e["ts"]), float(e["dur"])) for e in events if isinstance(e, dict) and e.get("cat") == "kernel")
+    if len(kernels) < GRAPH_GAP_KERNELS * GRAPH_GAP_REPLAYS:
+        raise RuntimeError(f"{len(kernels)} kernels traced, not {GRAPH_GAP_KERNELS * GRAPH_GAP_REPLAYS}")
+    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(kernels, kernels[1:])]
+    return {"graph_gap_us": statistics.median(gaps), "graph_gap_kernels": len(kernels),
+            "graph_gap_kernel_us": statistics.median(d for _, d in kernels)}

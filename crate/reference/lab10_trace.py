@@ -15,7 +15,9 @@ shapes, no stacks; the window is the user annotation `lab10.<program>`,
 from the run's first call to the end of its GPU work),
 exported with `export_chrome_trace` and gzipped to DIR/<program>.json.gz.
 The copy programs' MLP width is set first so that one step's compute takes as
-long as one pinned batch copy on this GPU (`calibrate_hidden`).
+long as one pinned batch copy on this GPU (`calibrate_hidden`); then the GPU's gap
+between two kernels of one CUDA graph is measured (`calibrate_graph_gap`),
+which `overlap-lab diagnose` prices a CUDA graph by.
 
 Then it checks: every fix against the program it fixes (same inputs, same
 outputs within a tolerance: a fix never gains by doing less; a partner not
@@ -246,9 +248,17 @@ class Session:
         self.outputs: dict = {}
         self.problems: list[str] = []
 
+    def calibrate_graph(self) -> None:
+        """The GPU's gap between a graph's kernels, for `diagnose`'s CUDA-graph what-if."""
+        measured = self.lab.calibrate_graph_gap(self.device)
+        self.calibration = {**(self.calibration or {}), **measured}
+        say(f"calibrated: {measured['graph_gap_us']:.3f} µs between two kernels of one CUDA graph "
+            f"(median over {measured['graph_gap_kernels']} kernels of {measured['graph_gap_kernel_us']:.2f} µs)")
+
     def calibrate(self) -> None:
         """The copy programs' hidden width, so one step takes as long as one pinned copy here."""
-        self.base, self.calibration = self.lab.calibrate_hidden(self.device, self.base)
+        self.base, hidden = self.lab.calibrate_hidden(self.device, self.base)
+        self.calibration = {**(self.calibration or {}), **hidden}
         c = self.calibration
         say(f"calibrated: a pinned {self.base.batch_bytes() >> 20} MiB batch copies in {c['pinned_copy_ms']:.3f} ms; "
             f"hidden width {c['hidden']}: the step takes {c['step_over_copy']:.2f}x that")
@@ -431,6 +441,8 @@ def main(argv: list[str]) -> int:
     needed = list(dict.fromkeys(names + [n for r in relations for n in r[:2]]))
     if cuda and any(lab.PROGRAMS[n].family == "copy" for n in needed):
         guarded(session, "the calibration (the copy programs keep the default hidden width)", session.calibrate)
+    if cuda:
+        guarded(session, "the graph gap's calibration (diagnose prices a CUDA graph as a lower bound)", session.calibrate_graph)
     if cuda:
         # Start the profiler's CUDA side (CUPTI) once before any program is set
         # up: graphs are captured after it, and the first program's trace pays

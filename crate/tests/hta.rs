@@ -1,6 +1,7 @@
 //! `overlap-lab diagnose` held to a well-known trace-analysis library:
 //! Meta's HolisticTraceAnalysis (HTA), run by `crate/reference/hta_compare.py`
-//! on every SYNTHETIC trace of lab 10's five programs (`synthetic_traces`),
+//! on every synthetic trace of lab 10's five programs (`synthetic_traces`) and
+//! every committed trace of its real programs (`data/*/lab10/`),
 //! must agree within 1% on the traced window, GPU busy and idle time, and
 //! each copy kind's count, bytes and time. Skips, saying so, where HTA is
 //! not importable (`.ci/setup --notebooks` installs it into the venv).
@@ -34,7 +35,11 @@ fn apart(ours: f64, theirs: f64) -> f64 {
 }
 
 #[test]
-fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_trace() {
+fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed_trace() {
+    /// What the messages name a trace by.
+    struct Named<'a> {
+        file: &'a str,
+    }
     let python = python();
     let importable = Command::new(&python).args(["-c", "import hta"]).output().is_ok_and(|o| o.status.success());
     if !importable {
@@ -43,8 +48,30 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_trace() {
     }
     let script = overlap_lab::measure::record::repo_root().join("crate/reference/hta_compare.py");
     let dir = overlap_lab::testing::temp_dir("diagnose-hta");
-    for s in synthetic_traces::all() {
-        let path = s.write(&dir);
+    // The synthetic traces, then every committed trace of lab 10's real
+    // programs (unpacked: the comparison reads plain JSON).
+    let mut traces: Vec<(String, std::path::PathBuf)> = synthetic_traces::all().iter().map(|s| (s.file.to_string(), s.write(&dir))).collect();
+    let data = overlap_lab::measure::record::repo_root().join("data");
+    let mut committed: Vec<std::path::PathBuf> = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_dir(e.path().join("lab10")).ok())
+        .flat_map(|d| d.flatten().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
+        .collect();
+    committed.sort();
+    assert!(!committed.is_empty(), "no committed lab 10 trace in {}", data.display());
+    for gz in committed {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(std::fs::File::open(&gz).unwrap()), &mut text).unwrap();
+        let name = gz.strip_prefix(&data).unwrap().to_string_lossy().trim_end_matches(".gz").replace('/', "-");
+        let path = dir.join(&name);
+        std::fs::write(&path, text).unwrap();
+        traces.push((format!("data/{}", gz.strip_prefix(&data).unwrap().display()), path));
+    }
+    for (file, path) in &traces {
+        let s = Named { file: file.as_str() };
+        let path = path.clone();
         let out = Command::new(&python).arg(&script).arg(&path).output().expect("python runs");
         assert!(out.status.success(), "{}: hta_compare.py failed: {}", s.file, String::from_utf8_lossy(&out.stderr));
         let hta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{}: {e}", s.file));

@@ -209,6 +209,19 @@ fn recorded_link_rates(data: &std::path::Path) -> Vec<overlap_lab::diagnose::Lin
         .collect()
 }
 
+/// The gap between two kernels of one CUDA graph on the GPU named `gpu`,
+/// µs, from lab 10's recording of it (`data/<gpu>/lab10/programs.json`,
+/// its calibration's `graph_gap_us`), and that file as outputs name it.
+fn recorded_graph_gap(data: &std::path::Path, gpu: &str) -> Option<(f64, String)> {
+    let folders = std::fs::read_dir(data).ok()?;
+    folders.flatten().find_map(|entry| {
+        let path = entry.path().join("lab10").join("programs.json");
+        let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
+        (record["gpu"].as_str() == Some(gpu)).then_some(())?;
+        Some((record["calibration"]["graph_gap_us"].as_f64()?, display_path(&path)))
+    })
+}
+
 /// `overlap-lab diagnose`: reads the trace (a bar on a terminal's stderr
 /// for files of 8 MiB and more; lines on stdout where there is no
 /// terminal, unless the output is JSON), then prints the diagnosis.
@@ -229,7 +242,20 @@ fn run_diagnose(trace: &std::path::Path, json: bool, data: &std::path::Path, qui
         }
     });
     bar.finish();
-    let diagnosis = overlap_lab::diagnose::diagnose(&read?, &shown, &recorded_link_rates(data));
+    let trace = read?;
+    let links = recorded_link_rates(data);
+    let mut diagnosis = overlap_lab::diagnose::diagnose(&trace, &shown, &links);
+    // The what-if's prices: the traced GPU's link rates and its gap between
+    // a graph's kernels, where this machine's recordings have them.
+    let gpu_name = trace.gpus().first().and_then(|&g| trace.gpu_name(g)).map(str::to_string);
+    let pricing = overlap_lab::diagnose::replay::Pricing {
+        rates: gpu_name.as_ref().and_then(|n| links.iter().find(|l| &l.gpu_name == n).cloned()),
+        graph_gap_us: gpu_name.as_ref().and_then(|n| recorded_graph_gap(data, n)),
+    };
+    match overlap_lab::diagnose::whatif::what_if(&trace, &diagnosis, &pricing) {
+        Ok(w) => diagnosis.what_if = Some(w),
+        Err(e) => diagnosis.what_if_error = Some(e),
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&diagnosis).expect("a diagnosis serializes"));
     } else {

@@ -212,10 +212,17 @@ pub struct Diagnosis {
     /// Largest cost first. Costs may overlap: one idle gap can have more
     /// than one cause.
     pub findings: Vec<Finding>,
+    /// The fixes the findings suggest, predicted on the queue model
+    /// ([`super::whatif`]); set by whoever holds the machine's figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<super::whatif::WhatIf>,
+    /// Why the trace could not be replayed for the what-if, where it was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_if_error: Option<String>,
 }
 
 /// Where each CUDA call sits: the CPU ops around it, outermost first.
-fn enclosing_ops(trace: &Trace) -> Vec<Vec<usize>> {
+pub(crate) fn enclosing_ops(trace: &Trace) -> Vec<Vec<usize>> {
     let mut out = vec![Vec::new(); trace.calls.len()];
     let mut per_thread: BTreeMap<usize, (Vec<usize>, Vec<usize>)> = BTreeMap::new();
     for (i, op) in trace.cpu_ops.iter().enumerate() {
@@ -391,7 +398,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         }
         for (&stream, v) in &by_stream {
             let page_locked: Vec<usize> =
-                v.iter().copied().filter(|&i| matches!(trace.gpu_ops[i].kind, GpuOpKind::Copy { host, .. } if host != Some(HostMemory::Pageable))).collect();
+                v.iter().copied().filter(|&i| matches!(trace.gpu_ops[i].kind, GpuOpKind::Copy { host, direction } if host != Some(HostMemory::Pageable) && direction.crosses_host_link())).collect();
             if page_locked.is_empty() {
                 continue;
             }
@@ -569,7 +576,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
     let syncs = SyncSummary { calls: sync_calls.len(), costly: sync_cost.iter().filter(|&&c| c > 0.0).count(), cost_us: sync_cost.iter().sum() };
     findings.retain(|f| f.cost_us >= FINDING_MIN_US);
     findings.sort_by(|a, b| b.cost_us.total_cmp(&a.cost_us));
-    Diagnosis { file: file.to_string(), format: trace.format.unwrap_or(TraceFormat::Kineto), window, gpus, syncs, findings }
+    Diagnosis { file: file.to_string(), format: trace.format.unwrap_or(TraceFormat::Kineto), window, gpus, syncs, findings, what_if: None, what_if_error: None }
 }
 
 /// A rate in GB/s with the digits it needs: "53.0", "0.0021".

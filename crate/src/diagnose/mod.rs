@@ -14,7 +14,8 @@
 //! `--json` and prints as text ([`render`]). [`replay`] turns the trace
 //! into a schedule of the pipeline vocabulary (each GPU op on its stream
 //! with its measured duration and what it waited for) that the queue model
-//! replays, and prices a first fix on it (pinned instead of pageable).
+//! replays, with the changes a fix makes priced by the machine's recordings;
+//! [`whatif`] picks the fixes the findings suggest and predicts each.
 //!
 //! May use: `error`, `units`, `measure`, `pipeline` (the schedule and the
 //! queue model the replay runs on). Never `gpu`, `present` or the
@@ -29,6 +30,7 @@ pub mod link;
 pub mod read;
 pub mod render;
 pub mod replay;
+pub mod whatif;
 
 pub use analyze::{diagnose, Diagnosis, Finding};
 pub use events::Trace;

@@ -103,13 +103,20 @@ impl fmt::Display for Diagnosis {
         }
         if self.findings.is_empty() {
             write!(f, "findings: none; nothing in this trace lost overlap by more than a µs")?;
-            return Ok(());
+        } else {
+            writeln!(f, "findings, largest first (costs may overlap: one idle gap can have more than one cause):")?;
+            for (i, finding) in self.findings.iter().enumerate() {
+                let text = finding.to_string().replace('\n', "\n              ");
+                write!(f, "{:>3}. {:>9}  {text}", i + 1, us(finding.cost_us))?;
+                if i + 1 < self.findings.len() {
+                    writeln!(f)?;
+                }
+            }
         }
-        writeln!(f, "findings, largest first (costs may overlap: one idle gap can have more than one cause):")?;
-        for (i, finding) in self.findings.iter().enumerate() {
-            let text = finding.to_string().replace('\n', "\n              ");
-            writeln!(f, "{:>3}. {:>9}  {text}", i + 1, us(finding.cost_us))?;
+        match (&self.what_if, &self.what_if_error) {
+            (Some(w), _) => write!(f, "\n\n{w}"),
+            (None, Some(why)) => write!(f, "\n\nwhat-if: not predicted: {why}"),
+            (None, None) => Ok(()),
         }
-        Ok(())
     }
 }

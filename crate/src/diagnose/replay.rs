@@ -12,8 +12,10 @@
 //! op of another stream (a `cudaStreamWaitEvent`, which the trace does not
 //! tie to its event: inferred as the op of another stream that ended just
 //! before it started, when neither of the others explains its start).
-//! [`predict`] replays it on the queue model. The first fix it can price:
-//! [`Fix::Pinned`], the pageable copies made from pinned memory.
+//! [`predict`] replays it on the queue model, as traced or with the
+//! [`Change`]s a diagnosis suggests (pinned copies, a copy stream, the
+//! syncs removed, CUDA graphs), priced by what the machine's recordings
+//! say ([`Pricing`]).
 
 use super::analyze::synchronizes;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
@@ -57,17 +59,55 @@ pub struct TracedSchedule {
     pub waited: Vec<Waited>,
 }
 
-/// A change to the traced program whose effect the queue model predicts.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Fix {
-    /// The program as traced.
-    AsTraced,
-    /// Every copy from pageable memory made from pinned memory instead: at
-    /// the recorded pinned rate of the link (lab 1's, at the nearest size;
-    /// else the rate the trace's own pinned copies that way achieved), its
-    /// launch no longer holding the CPU (it takes as long as the trace's
-    /// median kernel launch).
-    Pinned(Option<LinkRates>),
+/// One change to the traced program whose effect the queue model predicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Change {
+    /// Every copy from pageable memory made from pinned memory, without
+    /// waiting (`pin_memory()` and `non_blocking=True`): at the link's
+    /// pinned rate (lab 1's recording at the nearest size; else the rate
+    /// the trace's own pinned copies that way achieved); its launch no
+    /// longer holds the CPU (it takes as long as the trace's median kernel
+    /// launch), and the wait for the copy inside the same CPU op (PyTorch's
+    /// `cudaStreamSynchronize` after a blocking `.to()`) goes.
+    Pinned,
+    /// Host-to-device copies that share a stream with kernels moved to a
+    /// stream of their own, double-buffered: each copy waits for the kernels
+    /// that read the buffer two copies back (the ops before the previous
+    /// copy, in the stream's order), and the ops after it on its old stream
+    /// wait for it (an event each way).
+    CopyStream,
+    /// The CPU's waits for the GPU removed, but for the last ones, after
+    /// which the CPU issues no more GPU work (they wait for the end).
+    SyncRemoved,
+    /// The window's GPU work issued as CUDA graphs: the CPU's time between
+    /// launches goes (the waits stay), and each GPU op is followed by the
+    /// GPU's gap between two nodes of a graph (`Pricing::graph_gap_us`).
+    CudaGraph,
+}
+
+impl Change {
+    /// The change as a what-if table names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Change::Pinned => "pinned",
+            Change::CopyStream => "copy stream",
+            Change::SyncRemoved => "sync removed",
+            Change::CudaGraph => "CUDA graph",
+        }
+    }
+}
+
+/// What the changes are priced by: the machine's figures a trace does not hold.
+#[derive(Clone, Debug, Default)]
+pub struct Pricing {
+    /// The link's recorded rates (lab 1), for [`Change::Pinned`].
+    pub rates: Option<LinkRates>,
+    /// The GPU's gap between two kernels of one CUDA graph, µs, and where
+    /// it comes from (lab 10's recording of this GPU), for
+    /// [`Change::CudaGraph`]. Without it, a graph is priced with no gap:
+    /// a lower bound on its time.
+    pub graph_gap_us: Option<(f64, String)>,
 }
 
 /// The op each GPU op waited for, from the trace's times alone.
@@ -126,10 +166,60 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     v.get(v.len() / 2).copied()
 }
 
-/// Builds the schedule of `trace` with `fix` applied. Needs the CUDA calls
-/// that issued the GPU work, from one CPU thread (a torch.profiler trace;
-/// the course's own traces have no calls); says why not, where not.
-pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
+/// The stream a copy moved by [`Change::CopyStream`] goes to: one per
+/// stream it left, numbered where no traced stream is.
+fn copy_stream_of(stream: u64) -> u64 {
+    u64::MAX - stream
+}
+
+/// What [`Change::CopyStream`] does to a trace: for each host-to-device copy
+/// on a stream that runs kernels, the op on its old stream whose end frees
+/// its buffer (the last op before the previous such copy: the one before
+/// last's readers are done), and the first op after it there (which reads it).
+struct MovedCopies {
+    moved: Vec<bool>,
+    frees_buffer: Vec<Option<usize>>,
+    first_reader: Vec<Option<usize>>,
+}
+
+fn moved_copies(trace: &Trace) -> MovedCopies {
+    let n = trace.gpu_ops.len();
+    let mut on_stream: HashMap<(u32, u64), Vec<usize>> = HashMap::new();
+    for (i, o) in trace.gpu_ops.iter().enumerate() {
+        on_stream.entry((o.gpu, o.stream)).or_default().push(i);
+    }
+    let mut m = MovedCopies { moved: vec![false; n], frees_buffer: vec![None; n], first_reader: vec![None; n] };
+    for ops in on_stream.values() {
+        if !ops.iter().any(|&i| trace.gpu_ops[i].kind == GpuOpKind::Kernel) {
+            continue;
+        }
+        let is_upload = |i: usize| matches!(trace.gpu_ops[i].kind, GpuOpKind::Copy { direction: Direction::H2d, .. });
+        // Position in `ops` of each upload, in stream order.
+        let uploads: Vec<usize> = (0..ops.len()).filter(|&p| is_upload(ops[p])).collect();
+        for (k, &p) in uploads.iter().enumerate() {
+            let op = ops[p];
+            m.moved[op] = true;
+            m.first_reader[op] = ops[p + 1..].iter().copied().find(|&i| !is_upload(i));
+            if k >= 1 {
+                m.frees_buffer[op] = ops[..uploads[k - 1]].iter().rev().copied().find(|&i| !is_upload(i));
+            }
+        }
+    }
+    m
+}
+
+/// How many host-to-device copies share a stream with kernels: what
+/// [`Change::CopyStream`] moves.
+pub fn uploads_on_kernel_streams(trace: &Trace) -> usize {
+    moved_copies(trace).moved.iter().filter(|&&m| m).count()
+}
+
+/// Builds the schedule of `trace` with `changes` applied (none: the program
+/// as traced), priced by `pricing`. Needs the CUDA calls that issued the GPU
+/// work, from one CPU thread (a torch.profiler trace; the course's own
+/// traces have no calls); says why not, where not.
+pub fn schedule(trace: &Trace, changes: &[Change], pricing: &Pricing) -> Result<TracedSchedule, String> {
+    let has = |c: Change| changes.contains(&c);
     let mut launch_of: HashMap<u64, usize> = HashMap::new();
     for (i, c) in trace.calls.iter().enumerate() {
         if let Some(k) = c.correlation {
@@ -151,12 +241,12 @@ pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
     };
     let waited = waits(trace, &launch_of);
 
-    // What a fix changes: each traced op's duration, and which launches hold the CPU.
+    // What a change does to each traced op's duration, and which launches hold the CPU.
     let mut duration: Vec<f64> = trace.gpu_ops.iter().map(|o| o.duration_us()).collect();
     let mut made_pinned = vec![false; trace.gpu_ops.len()];
-    if let Fix::Pinned(rates) = fix {
+    if has(Change::Pinned) {
         let pinned_rate = |direction: Direction, bytes: u64| -> Option<f64> {
-            rates.as_ref().and_then(|r| r.rate(HostMemory::Pinned, direction, bytes)).map(|r| r.gbps).or_else(|| {
+            pricing.rates.as_ref().and_then(|r| r.rate(HostMemory::Pinned, direction, bytes)).map(|r| r.gbps).or_else(|| {
                 let (b, t) = trace
                     .gpu_ops
                     .iter()
@@ -176,6 +266,13 @@ pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
             }
         }
     }
+    if has(Change::CudaGraph) {
+        let gap = pricing.graph_gap_us.as_ref().map_or(0.0, |g| g.0);
+        for d in &mut duration {
+            *d += gap;
+        }
+    }
+    let moved = if has(Change::CopyStream) { Some(moved_copies(trace)) } else { None };
     let launch_cost = median(
         trace
             .calls
@@ -186,30 +283,82 @@ pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
     )
     .unwrap_or(5.0);
 
+    let calls: Vec<usize> = (0..trace.calls.len()).filter(|&i| trace.calls[i].thread == thread).collect();
+    // The calls a change takes out: PyTorch's wait after a copy made
+    // pinned (in the same CPU op as the copy), and, with the syncs removed,
+    // every wait but those after which the CPU issues no more GPU work.
+    let mut dropped = vec![false; trace.calls.len()];
+    let last_issue = calls.iter().rposition(|c| ops_of_call.contains_key(c));
+    if has(Change::Pinned) {
+        let inside = super::analyze::enclosing_ops(trace);
+        for w in calls.windows(2) {
+            let (copy, wait) = (w[0], w[1]);
+            let pinned_copy = ops_of_call.get(&copy).is_some_and(|ops| ops.iter().any(|&o| made_pinned[o]));
+            if pinned_copy && synchronizes(&trace.calls[wait].name) && inside[wait].last().is_some() && inside[wait].last() == inside[copy].last() {
+                dropped[wait] = true;
+            }
+        }
+    }
+    if has(Change::SyncRemoved) {
+        for (p, &ci) in calls.iter().enumerate() {
+            if synchronizes(&trace.calls[ci].name) && !ops_of_call.contains_key(&ci) && last_issue.is_some_and(|l| p < l) {
+                dropped[ci] = true;
+            }
+        }
+    }
+    let graph = has(Change::CudaGraph);
+
     let mut sched_id = vec![usize::MAX; trace.gpu_ops.len()];
     let legacy = super::analyze::legacy_default_stream(trace);
     let awaited: std::collections::HashSet<usize> = waited.iter().filter_map(|w| if let Waited::OtherStream { op } = w { Some(*op) } else { None }).collect();
+    // Events: an awaited op's own index; a moved copy's and a buffer's
+    // release, offset past every op index.
+    let n = trace.gpu_ops.len();
+    let (copied_event, freed_event) = (|op: usize| n + op, |op: usize| 2 * n + op);
+    let frees: std::collections::HashSet<usize> = moved.as_ref().map_or_else(Default::default, |m| m.frees_buffer.iter().flatten().copied().collect());
+    let mut reader_of: HashMap<usize, usize> = HashMap::new();
+    if let Some(m) = &moved {
+        for (copy, r) in m.first_reader.iter().enumerate() {
+            if let Some(r) = r {
+                reader_of.insert(*r, copy);
+            }
+        }
+    }
     let mut ts = TracedSchedule { schedule: Schedule::new(), durations_us: Vec::new(), traced_op: Vec::new(), streams: Vec::new(), waited };
     ts.schedule.issued_live = true;
-    let calls: Vec<usize> = (0..trace.calls.len()).filter(|&i| trace.calls[i].thread == thread).collect();
     let mut cpu = calls.first().map_or(0.0, |&c| trace.calls[c].start_us);
     for &ci in &calls {
         let c = &trace.calls[ci];
-        ts.host("CPU work", c.start_us - cpu);
+        if !graph {
+            ts.host("CPU work", c.start_us - cpu);
+        }
         cpu = cpu.max(c.start_us);
+        if dropped[ci] {
+            cpu = cpu.max(c.end_us);
+            continue;
+        }
         let issued: &[usize] = ops_of_call.get(&ci).map_or(&[], |v| v.as_slice());
         let mut held_until: Option<(usize, f64)> = None;
         for &oi in issued {
             let o = &trace.gpu_ops[oi];
-            let key = (o.gpu, o.stream);
+            let is_moved = moved.as_ref().is_some_and(|m| m.moved[oi]);
+            let key = (o.gpu, if is_moved { copy_stream_of(o.stream) } else { o.stream });
             let index = ts.streams.iter().position(|&k| k == key).unwrap_or_else(|| {
                 ts.streams.push(key);
-                let kind = if legacy == Some(o.stream) { StreamKind::Legacy } else { StreamKind::NonBlocking };
+                let kind = if legacy == Some(key.1) { StreamKind::Legacy } else { StreamKind::NonBlocking };
                 ts.schedule.declare_stream(ts.streams.len() - 1, StreamDecl::new(kind, 0, o.gpu as usize));
                 ts.streams.len() - 1
             });
             if let Waited::OtherStream { op } = ts.waited[oi] {
                 ts.schedule.stream_wait_event(index, op);
+            }
+            if let Some(m) = moved.as_ref().filter(|_| is_moved) {
+                if let Some(f) = m.frees_buffer[oi].filter(|&f| sched_id[f] != usize::MAX) {
+                    ts.schedule.stream_wait_event(index, freed_event(f));
+                }
+            }
+            if let Some(&copy) = reader_of.get(&oi).filter(|&&c| sched_id[c] != usize::MAX) {
+                ts.schedule.stream_wait_event(index, copied_event(copy));
             }
             let id = ts.schedule.gpu_op(0, index, op_kind(o.kind, o.gpu), &o.name, vec![]);
             ts.durations_us.push(duration[oi]);
@@ -217,6 +366,12 @@ pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
             sched_id[oi] = id;
             if awaited.contains(&oi) {
                 ts.schedule.record_event(oi, index);
+            }
+            if is_moved {
+                ts.schedule.record_event(copied_event(oi), index);
+            }
+            if frees.contains(&oi) {
+                ts.schedule.record_event(freed_event(oi), index);
             }
             // A launch whose op started before it returned and ended about
             // when it returned held the CPU for it (a copy from pageable
@@ -242,6 +397,8 @@ pub fn schedule(trace: &Trace, fix: &Fix) -> Result<TracedSchedule, String> {
             }
             let woke = waited_on.map_or(0.0, |w| (c.end_us - trace.gpu_ops[w].end_us).clamp(0.0, call_time));
             ts.host(&c.name, woke);
+        } else if graph {
+            // Launched by the graph: no CPU time of its own.
         } else if issued.iter().any(|&oi| made_pinned[oi]) {
             ts.host(&c.name, launch_cost.min(call_time));
         } else {
@@ -332,7 +489,7 @@ mod tests {
     fn the_replay_of_a_trace_as_traced_gives_back_its_window() {
         let t = pageable(5, 3000.0, 60_000_000);
         let traced = t.window_us().1 - t.window_us().0;
-        let ts = schedule(&t, &Fix::AsTraced).unwrap();
+        let ts = schedule(&t, &[], &Pricing::default()).unwrap();
         let predicted = predict(&ts);
         assert!((predicted / traced - 1.0).abs() < 0.01, "replayed {predicted} µs against {traced} traced");
         // Each kernel waited for its launch (after the sync); each copy after
@@ -350,19 +507,19 @@ mod tests {
             source: "data/test/bandwidth.json".into(),
             points: vec![crate::diagnose::link::LinkPoint { host: HostMemory::Pinned, direction: Direction::H2d, bytes: 64 << 20, gbps: 50.0 }],
         };
-        let ts = schedule(&t, &Fix::Pinned(Some(rates))).unwrap();
+        let ts = schedule(&t, &[Change::Pinned], &Pricing { rates: Some(rates), graph_gap_us: None }).unwrap();
         // 60 MB at 50 GB/s: 1200 µs a copy, issued in a 4 µs launch (the
-        // median kernel launch) that no longer holds the CPU. The sync after
-        // it still waits for the copy and returns 6 µs after its end, as
-        // traced; 6 µs later the kernel is launched and starts, and runs
-        // 2000 µs; the next step's copy, issued meanwhile, waits for it on
-        // the stream. So each step is 1200 + 12 + 2000 µs.
+        // median kernel launch) that no longer holds the CPU, and PyTorch's
+        // wait after it (in the same `aten::to`) gone: the CPU runs ahead,
+        // each kernel waits for its copy on the stream and each copy for
+        // the kernel before it. So the GPU runs 1200 + 2000 µs a step,
+        // back to back.
         let predicted = predict(&ts);
-        let want = 5.0 * (1200.0 + 12.0 + 2000.0);
+        let want = 5.0 * (1200.0 + 2000.0);
         assert!((predicted - want).abs() < 1e-6 * want, "predicted {predicted} µs, expected {want}");
         assert!(predicted < 0.75 * (t.window_us().1 - t.window_us().0), "pinned copies are faster");
         // With no recording, the trace must have pinned copies to price by.
-        let e = schedule(&t, &Fix::Pinned(None)).unwrap_err();
+        let e = schedule(&t, &[Change::Pinned], &Pricing::default()).unwrap_err();
         assert!(e.contains("no pinned H2D rate"), "{e}");
     }
 }
