@@ -443,7 +443,6 @@ def main(argv: list[str]) -> int:
         guarded(session, "the calibration (the copy programs keep the default hidden width)", session.calibrate)
     if cuda:
         guarded(session, "the graph gap's calibration (diagnose prices a CUDA graph as a lower bound)", session.calibrate_graph)
-    if cuda:
         # Start the profiler's CUDA side (CUPTI) once before any program is set
         # up: graphs are captured after it, and the first program's trace pays
         # no start-up cost the others do not.

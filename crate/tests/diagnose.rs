@@ -450,7 +450,7 @@ fn each_fix_on_a_synthetic_program_predicts_the_program_that_makes_it() {
 
 /// Every lab 10 recording in `data/`: (its folder, its programs.json).
 fn lab10_recordings() -> Vec<(PathBuf, serde_json::Value)> {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data");
+    let data = overlap_lab::measure::record::repo_root().join("data");
     let mut out = Vec::new();
     for entry in std::fs::read_dir(&data).unwrap().flatten() {
         let dir = entry.path().join("lab10");
@@ -465,7 +465,7 @@ fn lab10_recordings() -> Vec<(PathBuf, serde_json::Value)> {
 /// `overlap-lab diagnose --json` of a committed trace, against the
 /// repository's recordings (its link rates, its graph gap).
 fn diagnosed_committed(trace: &Path) -> serde_json::Value {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data");
+    let data = overlap_lab::measure::record::repo_root().join("data");
     let (code, out, err) = cli(&["--data", data.to_str().unwrap(), "diagnose", "--json", trace.to_str().unwrap()]);
     assert_eq!(code, 0, "{}: {err}", trace.display());
     serde_json::from_str(&out).expect("--json prints JSON")

@@ -36,10 +36,6 @@ fn apart(ours: f64, theirs: f64) -> f64 {
 
 #[test]
 fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed_trace() {
-    /// What the messages name a trace by.
-    struct Named<'a> {
-        file: &'a str,
-    }
     let python = python();
     let importable = Command::new(&python).args(["-c", "import hta"]).output().is_ok_and(|o| o.status.success());
     if !importable {
@@ -70,35 +66,33 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed
         traces.push((format!("data/{}", gz.strip_prefix(&data).unwrap().display()), path));
     }
     for (file, path) in &traces {
-        let s = Named { file: file.as_str() };
-        let path = path.clone();
-        let out = Command::new(&python).arg(&script).arg(&path).output().expect("python runs");
-        assert!(out.status.success(), "{}: hta_compare.py failed: {}", s.file, String::from_utf8_lossy(&out.stderr));
-        let hta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{}: {e}", s.file));
-        let d = diagnose(&read_trace(&path, &mut |_, _| {}).unwrap(), s.file, &[]);
+        let out = Command::new(&python).arg(&script).arg(path).output().expect("python runs");
+        assert!(out.status.success(), "{}: hta_compare.py failed: {}", file, String::from_utf8_lossy(&out.stderr));
+        let hta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{}: {e}", file));
+        let d = diagnose(&read_trace(path, &mut |_, _| {}).unwrap(), file, &[]);
         let g = &d.gpus[0];
         let mut widest: f64 = 0.0;
-        let figure = |k: &str| hta[k].as_f64().unwrap_or_else(|| panic!("{}: HTA gave no {k}", s.file));
+        let figure = |k: &str| hta[k].as_f64().unwrap_or_else(|| panic!("{}: HTA gave no {k}", file));
         for (what, ours, theirs) in
             [("window", d.window.duration_us(), figure("window_us")), ("busy", g.busy_us, figure("busy_us")), ("idle", g.idle_us, figure("idle_us"))]
         {
-            assert!(agrees(ours, theirs), "{}: {what} {ours} µs, HTA {theirs} µs", s.file);
+            assert!(agrees(ours, theirs), "{}: {what} {ours} µs, HTA {theirs} µs", file);
             widest = widest.max(apart(ours, theirs));
         }
         let theirs = hta["copies"].as_object().unwrap();
-        assert_eq!(theirs.len(), g.copies.len(), "{}: copy kinds {theirs:?}", s.file);
+        assert_eq!(theirs.len(), g.copies.len(), "{}: copy kinds {theirs:?}", file);
         for (name, c) in theirs {
             let label = copy_kind_from_name(name).unwrap_or_else(|| panic!("{name}")).label();
-            let ours = g.copies.iter().find(|o| o.label() == label).unwrap_or_else(|| panic!("{}: no {label} copies", s.file));
-            assert_eq!(ours.count as u64, c["count"].as_u64().unwrap(), "{}: {label} count", s.file);
-            assert_eq!(ours.bytes, c["bytes"].as_u64(), "{}: {label} bytes", s.file);
+            let ours = g.copies.iter().find(|o| o.label() == label).unwrap_or_else(|| panic!("{}: no {label} copies", file));
+            assert_eq!(ours.count as u64, c["count"].as_u64().unwrap(), "{}: {label} count", file);
+            assert_eq!(ours.bytes, c["bytes"].as_u64(), "{}: {label} bytes", file);
             let t = c["time_us"].as_f64().unwrap();
-            assert!(agrees(ours.time_us, t), "{}: {label} time {} µs, HTA {t} µs", s.file, ours.time_us);
+            assert!(agrees(ours.time_us, t), "{}: {label} time {} µs, HTA {t} µs", file, ours.time_us);
             widest = widest.max(apart(ours.time_us, t));
         }
         println!(
             "{}: window, busy, idle and {} copy kinds agree with HTA {} (the widest apart by {:.1e} of HTA's figure)",
-            s.file,
+            file,
             g.copies.len(),
             hta["version"],
             widest

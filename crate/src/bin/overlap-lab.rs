@@ -249,7 +249,7 @@ fn run_diagnose(trace: &std::path::Path, json: bool, data: &std::path::Path, qui
     // a graph's kernels, where this machine's recordings have them.
     let gpu_name = trace.gpus().first().and_then(|&g| trace.gpu_name(g)).map(str::to_string);
     let pricing = overlap_lab::diagnose::replay::Pricing {
-        rates: gpu_name.as_ref().and_then(|n| links.iter().find(|l| &l.gpu_name == n).cloned()),
+        rates: gpu_name.as_ref().and_then(|n| links.iter().find(|l| l.matches(n)).cloned()),
         graph_gap_us: gpu_name.as_ref().and_then(|n| recorded_graph_gap(data, n)),
     };
     match overlap_lab::diagnose::whatif::what_if(&trace, &diagnosis, &pricing) {

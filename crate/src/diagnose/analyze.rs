@@ -49,6 +49,21 @@ pub fn legacy_default_stream(trace: &Trace) -> Option<u64> {
     Some(trace.gpu_ops.iter().find(|o| o.correlation.is_some_and(|c| sync_copies.contains(&c))).map_or(LEGACY_DEFAULT_STREAM, |o| o.stream))
 }
 
+/// The call that launched the GPU work of each correlation id: the
+/// runtime call that issues GPU work, where a driver call shares its id,
+/// else the first call with it. Indices into `trace.calls`.
+pub fn launch_calls(trace: &Trace) -> HashMap<u64, usize> {
+    let mut m = HashMap::new();
+    for (i, c) in trace.calls.iter().enumerate() {
+        if let Some(k) = c.correlation {
+            if issues_gpu_work(&c.name) || !m.contains_key(&k) {
+                m.insert(k, i);
+            }
+        }
+    }
+    m
+}
+
 /// Whether a CUDA call makes the CPU wait for the GPU: the explicit
 /// synchronizations, the synchronous copies, and the frees that
 /// synchronize the device.
@@ -262,18 +277,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
     let (start_us, end_us) = trace.window_us();
     let window = Window { start_us, end_us };
     let legacy = legacy_default_stream(trace);
-    let launch_of: HashMap<u64, usize> = {
-        let mut m = HashMap::new();
-        for (i, c) in trace.calls.iter().enumerate() {
-            if let Some(k) = c.correlation {
-                // The runtime call, where a driver call shares its id.
-                if issues_gpu_work(&c.name) || !m.contains_key(&k) {
-                    m.insert(k, i);
-                }
-            }
-        }
-        m
-    };
+    let launch_of = launch_calls(trace);
     // The call that launched GPU op `oi`, where the trace has it.
     let launch = |oi: usize| trace.gpu_ops[oi].correlation.and_then(|k| launch_of.get(&k)).copied();
     let enclosing = enclosing_ops(trace);

@@ -214,199 +214,232 @@ pub fn uploads_on_kernel_streams(trace: &Trace) -> usize {
     moved_copies(trace).moved.iter().filter(|&&m| m).count()
 }
 
-/// Builds the schedule of `trace` with `changes` applied (none: the program
-/// as traced), priced by `pricing`. Needs the CUDA calls that issued the GPU
-/// work, from one CPU thread (a torch.profiler trace; the course's own
-/// traces have no calls); says why not, where not.
-pub fn schedule(trace: &Trace, changes: &[Change], pricing: &Pricing) -> Result<TracedSchedule, String> {
-    let has = |c: Change| changes.contains(&c);
-    let mut launch_of: HashMap<u64, usize> = HashMap::new();
-    for (i, c) in trace.calls.iter().enumerate() {
-        if let Some(k) = c.correlation {
-            launch_of.entry(k).or_insert(i);
-        }
-    }
-    let mut ops_of_call: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (i, o) in trace.gpu_ops.iter().enumerate() {
-        match o.correlation.and_then(|k| launch_of.get(&k)) {
-            Some(&c) => ops_of_call.entry(c).or_default().push(i),
-            None => return Err(format!("GPU op '{}' at ts {} has no launching call in the trace: its issue cannot be replayed", o.name, o.start_us)),
-        }
-    }
-    let mut threads: Vec<usize> = ops_of_call.keys().map(|&c| trace.calls[c].thread).collect();
-    threads.sort_unstable();
-    threads.dedup();
-    let &[thread] = threads.as_slice() else {
-        return Err(format!("GPU work is launched from {} CPU threads; the replay follows one", threads.len()));
-    };
-    let waited = waits(trace, &launch_of);
+/// A trace made ready to replay: which call launched each GPU op, from
+/// which CPU thread, and what each op waited for. Built once a trace; each
+/// set of changes is scheduled from it ([`Replay::schedule`]).
+pub struct Replay<'t> {
+    trace: &'t Trace,
+    /// The GPU ops each launching call issued (indices into the trace).
+    ops_of_call: HashMap<usize, Vec<usize>>,
+    /// The issuing thread's calls, in order.
+    calls: Vec<usize>,
+    waited: Vec<Waited>,
+    /// The thread's median kernel launch, µs: what a launch that no longer
+    /// holds the CPU costs it.
+    launch_cost: f64,
+}
 
-    // What a change does to each traced op's duration, and which launches hold the CPU.
-    let mut duration: Vec<f64> = trace.gpu_ops.iter().map(|o| o.duration_us()).collect();
-    let mut made_pinned = vec![false; trace.gpu_ops.len()];
-    if has(Change::Pinned) {
-        let pinned_rate = |direction: Direction, bytes: u64| -> Option<f64> {
-            pricing.rates.as_ref().and_then(|r| r.rate(HostMemory::Pinned, direction, bytes)).map(|r| r.gbps).or_else(|| {
-                let (b, t) = trace
-                    .gpu_ops
-                    .iter()
-                    .filter(|o| o.kind == GpuOpKind::Copy { direction, host: Some(HostMemory::Pinned) })
-                    .fold((0u64, 0.0), |(b, t), o| (b + o.bytes.unwrap_or(0), t + o.duration_us()));
-                (b > 0 && t > 0.0).then(|| b as f64 / t / 1e3)
-            })
-        };
+impl<'t> Replay<'t> {
+    /// Needs the CUDA calls that issued the GPU work, from one CPU thread
+    /// (a torch.profiler trace; the course's own traces have no calls);
+    /// says why not, where not.
+    pub fn new(trace: &'t Trace) -> Result<Replay<'t>, String> {
+        let launch_of = super::analyze::launch_calls(trace);
+        let mut ops_of_call: HashMap<usize, Vec<usize>> = HashMap::new();
         for (i, o) in trace.gpu_ops.iter().enumerate() {
-            if let GpuOpKind::Copy { direction, host: Some(HostMemory::Pageable) } = o.kind {
-                let bytes = o.bytes.ok_or_else(|| format!("copy '{}' at ts {} gives no bytes: its pinned time cannot be priced", o.name, o.start_us))?;
-                let rate = pinned_rate(direction, bytes).ok_or_else(|| {
-                    format!("no pinned {direction} rate to price '{}' by: no lab 1 recording of this GPU, and no pinned {direction} copy in the trace", o.name)
-                })?;
-                duration[i] = bytes as f64 / rate / 1e3;
-                made_pinned[i] = true;
+            match o.correlation.and_then(|k| launch_of.get(&k)) {
+                Some(&c) => ops_of_call.entry(c).or_default().push(i),
+                None => return Err(format!("GPU op '{}' at ts {} has no launching call in the trace: its issue cannot be replayed", o.name, o.start_us)),
             }
         }
+        let mut threads: Vec<usize> = ops_of_call.keys().map(|&c| trace.calls[c].thread).collect();
+        threads.sort_unstable();
+        threads.dedup();
+        let &[thread] = threads.as_slice() else {
+            return Err(format!("GPU work is launched from {} CPU threads; the replay follows one", threads.len()));
+        };
+        let launch_cost = median(
+            trace
+                .calls
+                .iter()
+                .filter(|c| c.thread == thread && (c.name.starts_with("cudaLaunchKernel") || c.name.starts_with("cuLaunchKernel")))
+                .map(|c| c.end_us - c.start_us)
+                .collect(),
+        )
+        .unwrap_or(5.0);
+        Ok(Replay {
+            trace,
+            calls: (0..trace.calls.len()).filter(|&i| trace.calls[i].thread == thread).collect(),
+            waited: waits(trace, &launch_of),
+            ops_of_call,
+            launch_cost,
+        })
     }
-    if has(Change::CudaGraph) {
-        let gap = pricing.graph_gap_us.as_ref().map_or(0.0, |g| g.0);
-        for d in &mut duration {
-            *d += gap;
-        }
-    }
-    let moved = if has(Change::CopyStream) { Some(moved_copies(trace)) } else { None };
-    let launch_cost = median(
-        trace
-            .calls
-            .iter()
-            .filter(|c| c.thread == thread && (c.name.starts_with("cudaLaunchKernel") || c.name.starts_with("cuLaunchKernel")))
-            .map(|c| c.end_us - c.start_us)
-            .collect(),
-    )
-    .unwrap_or(5.0);
 
-    let calls: Vec<usize> = (0..trace.calls.len()).filter(|&i| trace.calls[i].thread == thread).collect();
-    // The calls a change takes out: PyTorch's wait after a copy made
-    // pinned (in the same CPU op as the copy), and, with the syncs removed,
-    // every wait but those after which the CPU issues no more GPU work.
-    let mut dropped = vec![false; trace.calls.len()];
-    let last_issue = calls.iter().rposition(|c| ops_of_call.contains_key(c));
-    if has(Change::Pinned) {
-        let inside = super::analyze::enclosing_ops(trace);
-        for w in calls.windows(2) {
-            let (copy, wait) = (w[0], w[1]);
-            let pinned_copy = ops_of_call.get(&copy).is_some_and(|ops| ops.iter().any(|&o| made_pinned[o]));
-            if pinned_copy && synchronizes(&trace.calls[wait].name) && inside[wait].last().is_some() && inside[wait].last() == inside[copy].last() {
-                dropped[wait] = true;
-            }
-        }
-    }
-    if has(Change::SyncRemoved) {
-        for (p, &ci) in calls.iter().enumerate() {
-            if synchronizes(&trace.calls[ci].name) && !ops_of_call.contains_key(&ci) && last_issue.is_some_and(|l| p < l) {
-                dropped[ci] = true;
-            }
-        }
-    }
-    let graph = has(Change::CudaGraph);
+    /// The schedule of the trace with `changes` applied (none: the program
+    /// as traced), priced by `pricing`.
+    pub fn schedule(&self, changes: &[Change], pricing: &Pricing) -> Result<TracedSchedule, String> {
+        let Replay { trace, ops_of_call, calls, waited, launch_cost } = self;
+        let (trace, launch_cost) = (*trace, *launch_cost);
+        let has = |c: Change| changes.contains(&c);
 
-    let mut sched_id = vec![usize::MAX; trace.gpu_ops.len()];
-    let legacy = super::analyze::legacy_default_stream(trace);
-    let awaited: std::collections::HashSet<usize> = waited.iter().filter_map(|w| if let Waited::OtherStream { op } = w { Some(*op) } else { None }).collect();
-    // Events: an awaited op's own index; a moved copy's and a buffer's
-    // release, offset past every op index.
-    let n = trace.gpu_ops.len();
-    let (copied_event, freed_event) = (|op: usize| n + op, |op: usize| 2 * n + op);
-    let frees: std::collections::HashSet<usize> = moved.as_ref().map_or_else(Default::default, |m| m.frees_buffer.iter().flatten().copied().collect());
-    let mut reader_of: HashMap<usize, usize> = HashMap::new();
-    if let Some(m) = &moved {
-        for (copy, r) in m.first_reader.iter().enumerate() {
-            if let Some(r) = r {
-                reader_of.insert(*r, copy);
-            }
-        }
-    }
-    let mut ts = TracedSchedule { schedule: Schedule::new(), durations_us: Vec::new(), traced_op: Vec::new(), streams: Vec::new(), waited };
-    ts.schedule.issued_live = true;
-    let mut cpu = calls.first().map_or(0.0, |&c| trace.calls[c].start_us);
-    for &ci in &calls {
-        let c = &trace.calls[ci];
-        if !graph {
-            ts.host("CPU work", c.start_us - cpu);
-        }
-        cpu = cpu.max(c.start_us);
-        if dropped[ci] {
-            cpu = cpu.max(c.end_us);
-            continue;
-        }
-        let issued: &[usize] = ops_of_call.get(&ci).map_or(&[], |v| v.as_slice());
-        let mut held_until: Option<(usize, f64)> = None;
-        for &oi in issued {
-            let o = &trace.gpu_ops[oi];
-            let is_moved = moved.as_ref().is_some_and(|m| m.moved[oi]);
-            let key = (o.gpu, if is_moved { copy_stream_of(o.stream) } else { o.stream });
-            let index = ts.streams.iter().position(|&k| k == key).unwrap_or_else(|| {
-                ts.streams.push(key);
-                let kind = if legacy == Some(key.1) { StreamKind::Legacy } else { StreamKind::NonBlocking };
-                ts.schedule.declare_stream(ts.streams.len() - 1, StreamDecl::new(kind, 0, o.gpu as usize));
-                ts.streams.len() - 1
-            });
-            if let Waited::OtherStream { op } = ts.waited[oi] {
-                ts.schedule.stream_wait_event(index, op);
-            }
-            if let Some(m) = moved.as_ref().filter(|_| is_moved) {
-                if let Some(f) = m.frees_buffer[oi].filter(|&f| sched_id[f] != usize::MAX) {
-                    ts.schedule.stream_wait_event(index, freed_event(f));
+        // What a change does to each traced op's duration, and which launches hold the CPU.
+        let mut duration: Vec<f64> = trace.gpu_ops.iter().map(|o| o.duration_us()).collect();
+        let mut made_pinned = vec![false; trace.gpu_ops.len()];
+        if has(Change::Pinned) {
+            let pinned_rate = |direction: Direction, bytes: u64| -> Option<f64> {
+                pricing.rates.as_ref().and_then(|r| r.rate(HostMemory::Pinned, direction, bytes)).map(|r| r.gbps).or_else(|| {
+                    let (b, t) = trace
+                        .gpu_ops
+                        .iter()
+                        .filter(|o| o.kind == GpuOpKind::Copy { direction, host: Some(HostMemory::Pinned) })
+                        .fold((0u64, 0.0), |(b, t), o| (b + o.bytes.unwrap_or(0), t + o.duration_us()));
+                    (b > 0 && t > 0.0).then(|| b as f64 / t / 1e3)
+                })
+            };
+            for (i, o) in trace.gpu_ops.iter().enumerate() {
+                if let GpuOpKind::Copy { direction, host: Some(HostMemory::Pageable) } = o.kind {
+                    let bytes = o.bytes.ok_or_else(|| format!("copy '{}' at ts {} gives no bytes: its pinned time cannot be priced", o.name, o.start_us))?;
+                    let rate = pinned_rate(direction, bytes).ok_or_else(|| {
+                        format!(
+                            "no pinned {direction} rate to price '{}' by: no lab 1 recording of this GPU, and no pinned {direction} copy in the trace",
+                            o.name
+                        )
+                    })?;
+                    duration[i] = bytes as f64 / rate / 1e3;
+                    made_pinned[i] = true;
                 }
             }
-            if let Some(&copy) = reader_of.get(&oi).filter(|&&c| sched_id[c] != usize::MAX) {
-                ts.schedule.stream_wait_event(index, copied_event(copy));
-            }
-            let id = ts.schedule.gpu_op(0, index, op_kind(o.kind, o.gpu), &o.name, vec![]);
-            ts.durations_us.push(duration[oi]);
-            ts.traced_op.push(Some(oi));
-            sched_id[oi] = id;
-            if awaited.contains(&oi) {
-                ts.schedule.record_event(oi, index);
-            }
-            if is_moved {
-                ts.schedule.record_event(copied_event(oi), index);
-            }
-            if frees.contains(&oi) {
-                ts.schedule.record_event(freed_event(oi), index);
-            }
-            // A launch whose op started before it returned and ended about
-            // when it returned held the CPU for it (a copy from pageable
-            // memory, a synchronous copy).
-            if o.start_us < c.end_us && o.end_us <= c.end_us + WAIT_SLACK_US && !made_pinned[oi] {
-                held_until = Some((id, o.end_us));
+        }
+        if has(Change::CudaGraph) {
+            let gap = pricing.graph_gap_us.as_ref().map_or(0.0, |g| g.0);
+            for d in &mut duration {
+                *d += gap;
             }
         }
-        let call_time = c.end_us - c.start_us;
-        if let Some((id, end)) = held_until {
-            ts.schedule.host_learns(0, id);
-            ts.host(&c.name, c.end_us - end);
-        } else if synchronizes(&c.name) {
-            // The op it waited for: the one issued before it that ended
-            // last before it returned (a device sync waits for all).
-            let waited_on = (0..trace.gpu_ops.len())
-                .filter(|&i| sched_id[i] != usize::MAX && trace.gpu_ops[i].end_us <= c.end_us + 1e-9)
-                .max_by(|&a, &b| trace.gpu_ops[a].end_us.total_cmp(&trace.gpu_ops[b].end_us));
-            if c.name.starts_with("cudaDeviceSynchronize") || c.name.starts_with("cuCtxSynchronize") {
-                ts.schedule.host_wait_all(0);
-            } else if let Some(w) = waited_on {
-                ts.schedule.host_learns(0, sched_id[w]);
+        let moved = if has(Change::CopyStream) { Some(moved_copies(trace)) } else { None };
+
+        // The calls a change takes out: PyTorch's wait after a copy made
+        // pinned (in the same CPU op as the copy), and, with the syncs removed,
+        // every wait but those after which the CPU issues no more GPU work.
+        let mut dropped = vec![false; trace.calls.len()];
+        let last_issue = calls.iter().rposition(|c| ops_of_call.contains_key(c));
+        if has(Change::Pinned) {
+            let inside = super::analyze::enclosing_ops(trace);
+            for w in calls.windows(2) {
+                let (copy, wait) = (w[0], w[1]);
+                let pinned_copy = ops_of_call.get(&copy).is_some_and(|ops| ops.iter().any(|&o| made_pinned[o]));
+                if pinned_copy && synchronizes(&trace.calls[wait].name) && inside[wait].last().is_some() && inside[wait].last() == inside[copy].last() {
+                    dropped[wait] = true;
+                }
             }
-            let woke = waited_on.map_or(0.0, |w| (c.end_us - trace.gpu_ops[w].end_us).clamp(0.0, call_time));
-            ts.host(&c.name, woke);
-        } else if graph {
-            // Launched by the graph: no CPU time of its own.
-        } else if issued.iter().any(|&oi| made_pinned[oi]) {
-            ts.host(&c.name, launch_cost.min(call_time));
-        } else {
-            ts.host(&c.name, call_time);
         }
-        cpu = cpu.max(c.end_us);
+        if has(Change::SyncRemoved) {
+            for (p, &ci) in calls.iter().enumerate() {
+                if synchronizes(&trace.calls[ci].name) && !ops_of_call.contains_key(&ci) && last_issue.is_some_and(|l| p < l) {
+                    dropped[ci] = true;
+                }
+            }
+        }
+        let graph = has(Change::CudaGraph);
+
+        let mut sched_id = vec![usize::MAX; trace.gpu_ops.len()];
+        let legacy = super::analyze::legacy_default_stream(trace);
+        let awaited: std::collections::HashSet<usize> =
+            waited.iter().filter_map(|w| if let Waited::OtherStream { op } = w { Some(*op) } else { None }).collect();
+        // Events: an awaited op's own index; a moved copy's and a buffer's
+        // release, offset past every op index.
+        let n = trace.gpu_ops.len();
+        let (copied_event, freed_event) = (|op: usize| n + op, |op: usize| 2 * n + op);
+        let frees: std::collections::HashSet<usize> = moved.as_ref().map_or_else(Default::default, |m| m.frees_buffer.iter().flatten().copied().collect());
+        let mut reader_of: HashMap<usize, usize> = HashMap::new();
+        if let Some(m) = &moved {
+            for (copy, r) in m.first_reader.iter().enumerate() {
+                if let Some(r) = r {
+                    reader_of.insert(*r, copy);
+                }
+            }
+        }
+        let mut ts = TracedSchedule { schedule: Schedule::new(), durations_us: Vec::new(), traced_op: Vec::new(), streams: Vec::new(), waited: waited.clone() };
+        ts.schedule.issued_live = true;
+        let mut cpu = calls.first().map_or(0.0, |&c| trace.calls[c].start_us);
+        for &ci in calls {
+            let c = &trace.calls[ci];
+            if !graph {
+                ts.host("CPU work", c.start_us - cpu);
+            }
+            cpu = cpu.max(c.start_us);
+            if dropped[ci] {
+                cpu = cpu.max(c.end_us);
+                continue;
+            }
+            let issued: &[usize] = ops_of_call.get(&ci).map_or(&[], |v| v.as_slice());
+            let mut held_until: Option<(usize, f64)> = None;
+            for &oi in issued {
+                let o = &trace.gpu_ops[oi];
+                let is_moved = moved.as_ref().is_some_and(|m| m.moved[oi]);
+                let key = (o.gpu, if is_moved { copy_stream_of(o.stream) } else { o.stream });
+                let index = ts.streams.iter().position(|&k| k == key).unwrap_or_else(|| {
+                    ts.streams.push(key);
+                    let kind = if legacy == Some(key.1) { StreamKind::Legacy } else { StreamKind::NonBlocking };
+                    ts.schedule.declare_stream(ts.streams.len() - 1, StreamDecl::new(kind, 0, o.gpu as usize));
+                    ts.streams.len() - 1
+                });
+                if let Waited::OtherStream { op } = ts.waited[oi] {
+                    ts.schedule.stream_wait_event(index, op);
+                }
+                if let Some(m) = moved.as_ref().filter(|_| is_moved) {
+                    if let Some(f) = m.frees_buffer[oi].filter(|&f| sched_id[f] != usize::MAX) {
+                        ts.schedule.stream_wait_event(index, freed_event(f));
+                    }
+                }
+                if let Some(&copy) = reader_of.get(&oi).filter(|&&c| sched_id[c] != usize::MAX) {
+                    ts.schedule.stream_wait_event(index, copied_event(copy));
+                }
+                let id = ts.schedule.gpu_op(0, index, op_kind(o.kind, o.gpu), &o.name, vec![]);
+                ts.durations_us.push(duration[oi]);
+                ts.traced_op.push(Some(oi));
+                sched_id[oi] = id;
+                if awaited.contains(&oi) {
+                    ts.schedule.record_event(oi, index);
+                }
+                if is_moved {
+                    ts.schedule.record_event(copied_event(oi), index);
+                }
+                if frees.contains(&oi) {
+                    ts.schedule.record_event(freed_event(oi), index);
+                }
+                // A launch whose op started before it returned and ended about
+                // when it returned held the CPU for it (a copy from pageable
+                // memory, a synchronous copy).
+                if o.start_us < c.end_us && o.end_us <= c.end_us + WAIT_SLACK_US && !made_pinned[oi] {
+                    held_until = Some((id, o.end_us));
+                }
+            }
+            let call_time = c.end_us - c.start_us;
+            if let Some((id, end)) = held_until {
+                ts.schedule.host_learns(0, id);
+                ts.host(&c.name, c.end_us - end);
+            } else if synchronizes(&c.name) {
+                // The op it waited for: the one issued before it that ended
+                // last before it returned (a device sync waits for all).
+                let waited_on = (0..trace.gpu_ops.len())
+                    .filter(|&i| sched_id[i] != usize::MAX && trace.gpu_ops[i].end_us <= c.end_us + 1e-9)
+                    .max_by(|&a, &b| trace.gpu_ops[a].end_us.total_cmp(&trace.gpu_ops[b].end_us));
+                if c.name.starts_with("cudaDeviceSynchronize") || c.name.starts_with("cuCtxSynchronize") {
+                    ts.schedule.host_wait_all(0);
+                } else if let Some(w) = waited_on {
+                    ts.schedule.host_learns(0, sched_id[w]);
+                }
+                let woke = waited_on.map_or(0.0, |w| (c.end_us - trace.gpu_ops[w].end_us).clamp(0.0, call_time));
+                ts.host(&c.name, woke);
+            } else if graph {
+                // Launched by the graph: no CPU time of its own.
+            } else if issued.iter().any(|&oi| made_pinned[oi]) {
+                ts.host(&c.name, launch_cost.min(call_time));
+            } else {
+                ts.host(&c.name, call_time);
+            }
+            cpu = cpu.max(c.end_us);
+        }
+        Ok(ts)
     }
-    Ok(ts)
+}
+
+/// The schedule of `trace` with `changes` applied, priced by `pricing`
+/// ([`Replay::new`], then [`Replay::schedule`]).
+pub fn schedule(trace: &Trace, changes: &[Change], pricing: &Pricing) -> Result<TracedSchedule, String> {
+    Replay::new(trace)?.schedule(changes, pricing)
 }
 
 impl TracedSchedule {

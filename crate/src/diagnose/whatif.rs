@@ -11,7 +11,7 @@
 
 use super::analyze::{Cause, Diagnosis};
 use super::events::Trace;
-use super::replay::{self, predict, schedule, Change, Pricing};
+use super::replay::{self, predict, Change, Pricing, Replay};
 use serde::Serialize;
 use std::fmt;
 
@@ -76,10 +76,11 @@ pub fn fix_label(changes: &[Change]) -> String {
 /// issuing threads: the course's own traces).
 pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) -> Result<WhatIf, String> {
     let (start, end) = trace.window_us();
-    let replayed_us = predict(&schedule(trace, &[], pricing)?);
+    let replay = Replay::new(trace)?;
+    let replayed_us = predict(&replay.schedule(&[], pricing)?);
     let mut w = WhatIf { traced_us: end - start, replayed_us, predictions: Vec::new(), not_priced: Vec::new() };
     for changes in fixes {
-        match schedule(trace, changes, pricing) {
+        match replay.schedule(changes, pricing) {
             Ok(ts) => {
                 let predicted_us = predict(&ts);
                 let priced_by = changes.iter().find_map(|c| match c {
