@@ -4,7 +4,10 @@
 one GPU, for `overlap-lab diagnose` to read.
 
     python3 crate/reference/lab10_trace.py --out DIR
-        [--programs a,b] [--iterations N] [--repeats N] [--device cuda|cpu]
+        [--programs a,b] [--iterations N] [--repeats N] [--command TEXT] [--device cuda|cpu]
+
+(`overlap-lab pytorch-trace` runs it, carried inside the binary, on the
+GPU it is given, into data/<gpu folder>/pytorch-trace/.)
 
 For each program: set up (its data, weights, streams, graph), two warm-up
 runs, then its untraced time over --repeats runs (CUDA events from before
@@ -35,14 +38,14 @@ were checked against; and for the run: the command, the date, torch and CUDA
 versions, the GPU's name and its data folder, the calibration, and the
 problems found (none when it exits 0).
 
-Time on an H100 (2026-11-27): 57 s for the whole set, with PyTorch's
+Time on an H100 (2026-11-27): 60 s for the whole set (43 s on an H200), with PyTorch's
 start, the calibration, 512 MiB of host batches made per copy program and
 the checks' runs (a copy program's run is 40 iterations of 1.5 to 11 ms; a
 tiny-op run is 8 x 2048 kernels, about 0.22 s eager and 0.02 s as a graph).
 It must stay under 5 minutes (a longer run is reported as a problem).
 
 The traces and programs.json are meant to be committed as they are, under
-data/<gpu folder>/lab10/ (programs.json's `gpu_folder`, e.g.
+data/<gpu folder>/pytorch-trace/ (programs.json's `gpu_folder`, e.g.
 nvidia-h100-80gb-hbm3), by whoever runs this on each GPU: the
 untraced times are what a prediction made from a trace is compared with.
 `--device cpu` is a smoke run for a machine with no GPU: small sizes, no
@@ -115,6 +118,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help="iterations of every program's run (default: 40 for the copy programs, 8 for the tiny-op ones; 3 with --device cpu)")
     ap.add_argument("--repeats", type=_whole_number, default=DEFAULT_REPEATS, metavar="N",
                     help=f"untraced timed runs per program (default {DEFAULT_REPEATS})")
+    ap.add_argument("--command", metavar="TEXT",
+                    help="the command the record says made it (default: this script's command line; `overlap-lab pytorch-trace` passes its own)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cuda (default): GPU 0; cpu: a smoke run with no CUDA activity")
     return ap.parse_args(argv)
@@ -141,7 +146,7 @@ def gpu_folder(name: str) -> str:
 
 def command_as_recorded(argv: list[str], out: str, destination: str | None) -> str:
     """The command as typed, its output folder named as the repository names
-    it: the folder the record is committed to (data/<gpu folder>/lab10) where
+    it: the folder the record is committed to (data/<gpu folder>/pytorch-trace) where
     --out is a path of this machine (absolute, or outside the repository)."""
     outside = os.path.isabs(out) or os.path.normpath(out).startswith("..")
     words, i = [], 0
@@ -252,8 +257,9 @@ class Session:
         """The GPU's gap between a graph's kernels, for `diagnose`'s CUDA-graph what-if."""
         measured = self.lab.calibrate_graph_gap(self.device)
         self.calibration = {**(self.calibration or {}), **measured}
-        say(f"calibrated: {measured['graph_gap_us']:.3f} µs between two kernels of one CUDA graph "
-            f"(median over {measured['graph_gap_kernels']} kernels of {measured['graph_gap_kernel_us']:.2f} µs)")
+        say(f"calibrated: {measured['graph_gap_us']:.3f} µs between two kernels of one CUDA graph (the median over "
+            f"{len(measured['graph_gap_per_replay_us'])} replays of each one's mean gap; {measured['graph_gap_kernels']} kernels "
+            f"of {measured['graph_gap_kernel_us']:.2f} µs)")
 
     def calibrate(self) -> None:
         """The copy programs' hidden width, so one step takes as long as one pinned copy here."""
@@ -462,7 +468,7 @@ def main(argv: list[str]) -> int:
         session.problems.append(f"the whole set took {seconds:.0f} s, over its budget of {BUDGET_SECONDS} s")
     record = {
         "what": "lab 10's real programs: untraced times and torch.profiler traces (crate/reference/lab10_programs.py)",
-        "command": command_as_recorded(argv, args.out, f"data/{gpu_folder(gpu)}/lab10" if gpu else None),
+        "command": args.command or command_as_recorded(argv, args.out, f"data/{gpu_folder(gpu)}/pytorch-trace" if gpu else None),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
         "device": args.device, "gpu": gpu, "gpu_folder": gpu_folder(gpu) if gpu else None,

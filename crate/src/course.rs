@@ -242,6 +242,11 @@ pub const GLOSSARY: &[Word] = &[
     of("offload", "ring, slot, prefetch", "K layer buffers on the GPU reused in turn / one of them / a layer's upload issued while earlier layers compute"),
     of("offload", "tokens/s", "tokens (rows of a batch) through every layer per second"),
     of("offload", "link- / compute-bound, crossover", "uploads slower than the GEMMs / the other way round; the batch size where the two take as long"),
+    of("pytorch-trace", "trace, CUPTI", "torch.profiler's record of a run (a Chrome trace file) / the CUDA library that times its GPU ops"),
+    of("pytorch-trace", "finding", "where a traced program loses time, with the call behind it and what it costs"),
+    of("pytorch-trace", "what-if, fix", "the trace replayed on the queue model with a change (pinned, copy stream, sync removed, CUDA graph) / such a change"),
+    of("pytorch-trace", "issue-bound", "the GPU idle between ops while the CPU launches the next: the launches, not the work, set the pace"),
+    of("pytorch-trace", "graph gap", "the GPU's time between two kernels of one CUDA graph, measured; a graph's price in the what-if"),
 ];
 
 /// The width of the glossary's column of terms (each term is shorter).

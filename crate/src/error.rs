@@ -47,6 +47,10 @@ pub enum LabError {
     /// of the lab that was skipped, or had no timeline): says why.
     #[error("nothing to draw: {0}")]
     NothingToDraw(String),
+    /// A script the lab runs (lab 10's PyTorch programs) that could not
+    /// start or failed, in its own last words.
+    #[error("{0}")]
+    Script(String),
     /// A library loaded at run time that is not there (NCCL).
     #[error("{library} could not be loaded: {why}")]
     MissingLibrary { library: &'static str, why: String },

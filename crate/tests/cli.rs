@@ -374,6 +374,11 @@ fn answer_everything(dir: &std::path::Path, right: bool) {
     let r = h100::<offload::OffloadResults>(&data, offload::LAB).results;
     let pass = if right { offload::forward::ring } else { offload::exercise::given };
     verdicts.push(("09-offload", offload::exercise::check_on_model(&r, &pass)));
+    let rec = pytorch_trace::Recording::find(&data).unwrap().into_iter().find(|r| r.dir.to_string_lossy().contains("h100")).unwrap();
+    let what_if = rec.diagnosis(pytorch_trace::exercise::PROGRAM, &data).unwrap().what_if.unwrap();
+    let answer = if right { &what_if.predictions[0] } else { what_if.predictions.iter().find(|p| p.fix == "pinned").unwrap() };
+    let checks = rec.fix_checks(&data).unwrap();
+    verdicts.push(("10-pytorch-trace", pytorch_trace::exercise::check_best_fix(&what_if, &checks, false, &answer.fix, answer.predicted_us / 1e3)));
     for (id, rep) in verdicts {
         assert_eq!(rep.passed, right, "{id}: {rep}");
         for p in rep.problems() {
@@ -432,6 +437,7 @@ fn progress_says_for_every_exercise_not_started_not_yet_or_passed() {
         ("07-kernel-pipeline", "no asynchronous copy"),
         ("08-multi-gpu", "host synchronization"),
         ("09-offload", "may overwrite ring slot"),
+        ("10-pytorch-trace", "another fix the diagnosis suggests gains more"),
     ];
     for (id, why) in reasons {
         assert!(line(&out, id).contains(why), "{id}: the reason should name {why:?}: {}", line(&out, id));

@@ -448,12 +448,12 @@ fn each_fix_on_a_synthetic_program_predicts_the_program_that_makes_it() {
     }
 }
 
-/// Every lab 10 recording in `data/`: (its folder, its programs.json).
+/// Every lab 10 recording in `data/` (`<gpu>/pytorch-trace/`): (its folder, its programs.json).
 fn lab10_recordings() -> Vec<(PathBuf, serde_json::Value)> {
     let data = overlap_lab::measure::record::repo_root().join("data");
     let mut out = Vec::new();
     for entry in std::fs::read_dir(&data).unwrap().flatten() {
-        let dir = entry.path().join("lab10");
+        let dir = entry.path().join(overlap_lab::labs::pytorch_trace::LAB);
         if let Ok(text) = std::fs::read_to_string(dir.join("programs.json")) {
             out.push((dir, serde_json::from_str(&text).expect("programs.json is JSON")));
         }
@@ -491,7 +491,7 @@ fn causes(d: &serde_json::Value) -> Vec<(String, f64, String)> {
 #[test]
 fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
     let recordings = lab10_recordings();
-    assert!(!recordings.is_empty(), "no data/*/lab10/programs.json");
+    assert!(!recordings.is_empty(), "no data/*/pytorch-trace/programs.json");
     for (dir, rec) in &recordings {
         let batch = rec["programs"]["pageable_then_compute"]["sizes"]["batch_bytes"].as_f64().unwrap();
         for (name, p) in rec["programs"].as_object().unwrap() {
@@ -541,45 +541,53 @@ fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
     }
 }
 
-/// The lab 10 fix each program applies, as the what-if names it.
-fn what_if_of(d: &serde_json::Value, fix: &str) -> Option<serde_json::Value> {
-    d["what_if"]["predictions"].as_array()?.iter().find(|p| p["fix"].as_str() == Some(fix)).cloned()
-}
-
 /// For each fix on the committed programs, the time the queue model
 /// predicts from the "before" trace against the measured (untraced) time
-/// of the program that applies the fix: within 10%. A CUDA graph is priced
-/// with the GPU's gap between a graph's kernels from the recording; where
-/// the recording has none, the prediction is a lower bound, and must hold.
+/// of the program that applies the fix: within 10%
+/// (`pytorch_trace::Recording::fix_checks`, what the lab prints). A CUDA
+/// graph is priced with the GPU's gap between a graph's kernels from the
+/// recording; where the recording has none, the prediction is a lower
+/// bound, and must hold.
 #[test]
 fn every_fix_predicted_from_a_committed_trace_is_within_ten_percent_of_the_fixed_programs_run() {
-    let recordings = lab10_recordings();
-    assert!(!recordings.is_empty(), "no data/*/lab10/programs.json");
+    use overlap_lab::labs::pytorch_trace::Recording;
+    let data = overlap_lab::measure::record::repo_root().join("data");
+    let recordings = Recording::find(&data).unwrap();
+    assert!(!recordings.is_empty(), "no data/*/pytorch-trace/programs.json");
     let mut compared = 0;
-    for (dir, rec) in &recordings {
-        let programs = rec["programs"].as_object().unwrap();
-        for (name, p) in programs {
-            let measured_ms = p["untraced"]["device_ms"]["median"].as_f64().unwrap();
-            for f in p["fix_of"].as_array().unwrap() {
-                let (before, fix) = (f["program"].as_str().unwrap(), f["fix"].as_str().unwrap());
-                let d = diagnosed_committed(&dir.join(programs[before]["trace"].as_str().unwrap()));
-                let predicted =
-                    what_if_of(&d, fix).unwrap_or_else(|| panic!("{}: {before}'s diagnosis does not suggest '{fix}': {}", dir.display(), d["what_if"]));
-                let predicted_ms = predicted["predicted_us"].as_f64().unwrap() / 1e3;
-                let off = predicted_ms / measured_ms - 1.0;
-                let lower_bound = rec["calibration"]["graph_gap_us"].is_null() && fix == "CUDA graph";
-                println!(
-                    "{}: {before} + {fix}: predicted {predicted_ms:.2} ms, {name} ran {measured_ms:.2} ms ({:+.1}%){}",
-                    dir.display(),
-                    100.0 * off,
-                    if lower_bound { " (no graph gap recorded: a lower bound)" } else { "" }
+    for rec in &recordings {
+        let checks = rec.fix_checks(&data).unwrap();
+        let fixes: Vec<&str> = checks.iter().map(|c| c.fix.as_str()).collect();
+        for want in ["pinned", "pinned + copy stream", "copy stream", "sync removed", "CUDA graph"] {
+            assert!(fixes.contains(&want), "{}: no '{want}' among {fixes:?}", rec.dir.display());
+        }
+        for c in &checks {
+            let lower_bound = rec.programs.calibration.graph_gap_us.is_none() && c.fix == "CUDA graph";
+            println!(
+                "{}: {} + {}: predicted {:.2} ms, {} ran {:.2} ms ({:+.1}%){}",
+                rec.dir.display(),
+                c.before,
+                c.fix,
+                c.predicted_ms(),
+                c.after,
+                c.measured.median,
+                100.0 * c.off(),
+                if lower_bound { " (no graph gap recorded: a lower bound)" } else { "" }
+            );
+            if lower_bound {
+                assert!(c.off() <= 0.0, "{} + {}: a lower bound above the run", c.before, c.fix);
+            } else {
+                assert!(
+                    c.off().abs() < 0.10,
+                    "{}: {} + {}: predicted {:.2} ms, {} ran {:.2} ms",
+                    rec.dir.display(),
+                    c.before,
+                    c.fix,
+                    c.predicted_ms(),
+                    c.after,
+                    c.measured.median
                 );
-                if lower_bound {
-                    assert!(predicted_ms <= measured_ms, "{before} + {fix}: a lower bound above the run");
-                } else {
-                    assert!(off.abs() < 0.10, "{}: {before} + {fix}: predicted {predicted_ms:.2} ms, {name} ran {measured_ms:.2} ms", dir.display());
-                    compared += 1;
-                }
+                compared += 1;
             }
         }
     }

@@ -1,7 +1,7 @@
 //! `overlap-lab diagnose` held to a well-known trace-analysis library:
 //! Meta's HolisticTraceAnalysis (HTA), run by `crate/reference/hta_compare.py`
 //! on every synthetic trace of lab 10's five programs (`synthetic_traces`) and
-//! every committed trace of its real programs (`data/*/lab10/`),
+//! every committed trace of its real programs (`data/*/pytorch-trace/`),
 //! must agree within 1% on the traced window, GPU busy and idle time, and
 //! each copy kind's count, bytes and time. Skips, saying so, where HTA is
 //! not importable (`.ci/setup --notebooks` installs it into the venv).
@@ -51,7 +51,7 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed
     let mut committed: Vec<std::path::PathBuf> = std::fs::read_dir(&data)
         .unwrap()
         .flatten()
-        .filter_map(|e| std::fs::read_dir(e.path().join("lab10")).ok())
+        .filter_map(|e| std::fs::read_dir(e.path().join(overlap_lab::labs::pytorch_trace::LAB)).ok())
         .flat_map(|d| d.flatten().map(|e| e.path()))
         .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
         .collect();

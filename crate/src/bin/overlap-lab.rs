@@ -166,62 +166,6 @@ fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// Every lab 1 recording in `data` as the host link's rates for
-/// `diagnose` (pageable and pinned copies, each way). A recording that
-/// cannot be read costs the comparison, not the diagnosis: a warning says so.
-fn recorded_link_rates(data: &std::path::Path) -> Vec<overlap_lab::diagnose::LinkRates> {
-    use overlap_lab::diagnose::events::{Direction, HostMemory};
-    use overlap_lab::diagnose::{LinkPoint, LinkRates};
-    use overlap_lab::gpu::HostMemoryKind;
-    use overlap_lab::labs::bandwidth::{self, BandwidthResults};
-    let recordings = match overlap_lab::measure::record::find_recordings::<BandwidthResults>(data, bandwidth::LAB) {
-        Ok(r) => r,
-        Err(LabError::MissingData { .. }) => return Vec::new(),
-        Err(e) => {
-            eprintln!("overlap-lab: warning: copies are not set beside lab 1's rates: {e}");
-            return Vec::new();
-        }
-    };
-    recordings
-        .into_iter()
-        .map(|(path, rec)| LinkRates {
-            gpu_name: rec.fingerprint.gpu_name.clone(),
-            source: display_path(&path),
-            points: rec
-                .results
-                .transfers
-                .iter()
-                .filter_map(|p| {
-                    let host = match p.kind {
-                        HostMemoryKind::Pageable => HostMemory::Pageable,
-                        HostMemoryKind::Pinned => HostMemory::Pinned,
-                        _ => return None,
-                    };
-                    let direction = match p.direction {
-                        bandwidth::Direction::H2d => Direction::H2d,
-                        bandwidth::Direction::D2h => Direction::D2h,
-                        bandwidth::Direction::Bidirectional => return None,
-                    };
-                    Some(LinkPoint { host, direction, bytes: p.bytes.get(), gbps: p.gbps.median })
-                })
-                .collect(),
-        })
-        .collect()
-}
-
-/// The gap between two kernels of one CUDA graph on the GPU named `gpu`,
-/// µs, from lab 10's recording of it (`data/<gpu>/lab10/programs.json`,
-/// its calibration's `graph_gap_us`), and that file as outputs name it.
-fn recorded_graph_gap(data: &std::path::Path, gpu: &str) -> Option<(f64, String)> {
-    let folders = std::fs::read_dir(data).ok()?;
-    folders.flatten().find_map(|entry| {
-        let path = entry.path().join("lab10").join("programs.json");
-        let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
-        (record["gpu"].as_str() == Some(gpu)).then_some(())?;
-        Some((record["calibration"]["graph_gap_us"].as_f64()?, display_path(&path)))
-    })
-}
-
 /// `overlap-lab diagnose`: reads the trace (a bar on a terminal's stderr
 /// for files of 8 MiB and more; lines on stdout where there is no
 /// terminal, unless the output is JSON), then prints the diagnosis.
@@ -243,19 +187,8 @@ fn run_diagnose(trace: &std::path::Path, json: bool, data: &std::path::Path, qui
     });
     bar.finish();
     let trace = read?;
-    let links = recorded_link_rates(data);
-    let mut diagnosis = overlap_lab::diagnose::diagnose(&trace, &shown, &links);
-    // The what-if's prices: the traced GPU's link rates and its gap between
-    // a graph's kernels, where this machine's recordings have them.
-    let gpu_name = trace.gpus().first().and_then(|&g| trace.gpu_name(g)).map(str::to_string);
-    let pricing = overlap_lab::diagnose::replay::Pricing {
-        rates: gpu_name.as_ref().and_then(|n| links.iter().find(|l| l.matches(n)).cloned()),
-        graph_gap_us: gpu_name.as_ref().and_then(|n| recorded_graph_gap(data, n)),
-    };
-    match overlap_lab::diagnose::whatif::what_if(&trace, &diagnosis, &pricing) {
-        Ok(w) => diagnosis.what_if = Some(w),
-        Err(e) => diagnosis.what_if_error = Some(e),
-    }
+    // Priced by this machine's recordings: lab 1's link rates, lab 10's graph gap.
+    let diagnosis = overlap_lab::labs::pytorch_trace::recording::diagnosis(&trace, &shown, data);
     if json {
         println!("{}", serde_json::to_string_pretty(&diagnosis).expect("a diagnosis serializes"));
     } else {
@@ -349,7 +282,7 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
     if let Some((name, sub)) = matches.subcommand() {
         if let Some(lab) = labs::find(name) {
             let opts = LabOptions::from_arg_matches(sub).map_err(|e| LabError::config(command_line_error(&e)))?;
-            let cx = RunContext { device: opts.device, record_to: (!opts.no_record).then_some(data.as_path()), progress: progress(quiet) };
+            let cx = RunContext { device: opts.device, data: &data, record_to: (!opts.no_record).then_some(data.as_path()), progress: progress(quiet) };
             return lab.run(Some(sub), Preset::Full, &cx).map(|_| ());
         }
     }
@@ -392,7 +325,7 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
                         }
                     );
                 }
-                let cx = RunContext { device, record_to: keep, progress: progress(quiet) };
+                let cx = RunContext { device, data: &data, record_to: keep, progress: progress(quiet) };
                 run_all(&data, preset, &cx, !no_record, quiet)?;
                 if keep.is_some() {
                     run_report(&data, &out)?;

@@ -489,6 +489,10 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             let (a, b, next) = gaps[g];
             !blamed[g] && b - a <= ISSUE_GAP_MAX_US && launch(next).is_some_and(|li| trace.calls[li].end_us >= a)
         };
+        // Every stretch of one GPU becomes one finding: a loop of tiny ops
+        // is one cause, however often a longer op breaks its run.
+        // (idle µs, ops, their GPU time, launches and their first and last times, the first op)
+        let mut stretches: Vec<(f64, usize, f64, usize, f64, f64, usize)> = Vec::new();
         let mut g = 0;
         while g < gaps.len() {
             if !starved(g) {
@@ -503,24 +507,36 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             if run.len() >= ISSUE_BOUND_MIN_GAPS {
                 let idle: f64 = run.iter().map(|(a, b, _)| b - a).sum();
                 let launches: Vec<f64> = run.iter().filter_map(|&(_, _, n)| launch(n)).map(|li| trace.calls[li].start_us).collect();
-                let every = (launches.len() > 1).then(|| (launches[launches.len() - 1] - launches[0]) / (launches.len() - 1) as f64);
-                let ran: Vec<f64> = run.iter().map(|&(_, _, n)| trace.gpu_ops[n].duration_us()).collect();
-                let mean_op = ran.iter().sum::<f64>() / ran.len() as f64;
-                findings.push(Finding {
-                    cause: Cause::IssueBound,
-                    gpu,
-                    call: op_ref(run[0].2),
-                    count: run.len() + 1,
-                    cost_us: idle,
-                    text: format!(
-                        "{} ops of {:.1} µs on average{}: the GPU waited {} in all for the CPU to launch the next (fewer, larger ops or a CUDA graph would cut it)",
-                        run.len() + 1,
-                        mean_op,
-                        every.map_or(String::new(), |e| format!(", launched every {e:.1} µs")),
-                        us(idle)
-                    ),
-                });
+                let ran: f64 = run.iter().map(|&(_, _, n)| trace.gpu_ops[n].duration_us()).sum();
+                let (l0, l1) = (launches.first().copied().unwrap_or(0.0), launches.last().copied().unwrap_or(0.0));
+                stretches.push((idle, run.len(), ran, launches.len(), l0, l1, run[0].2));
             }
+        }
+        if let Some(longest) = stretches.iter().max_by(|a, b| a.0.total_cmp(&b.0)).copied() {
+            let idle: f64 = stretches.iter().map(|s| s.0).sum();
+            let ops: usize = stretches.iter().map(|s| s.1).sum();
+            let mean_op = stretches.iter().map(|s| s.2).sum::<f64>() / ops as f64;
+            // The launch interval within stretches (the time between them is not the CPU's launching).
+            let (spans, steps) = stretches.iter().filter(|s| s.3 > 1).fold((0.0, 0usize), |(t, n), s| (t + s.5 - s.4, n + s.3 - 1));
+            let every = (steps > 0).then(|| spans / steps as f64);
+            let stretched = if stretches.len() == 1 {
+                String::new()
+            } else {
+                format!(" in {} stretches (the longest {} ops, {} idle)", stretches.len(), longest.1 + 1, us(longest.0))
+            };
+            findings.push(Finding {
+                cause: Cause::IssueBound,
+                gpu,
+                call: op_ref(longest.6),
+                count: ops + stretches.len(),
+                cost_us: idle,
+                text: format!(
+                    "{} ops of {mean_op:.1} µs on average{stretched}{}: the GPU waited {} in all for the CPU to launch the next (fewer, larger ops or a CUDA graph would cut it)",
+                    ops + stretches.len(),
+                    every.map_or(String::new(), |e| format!(", launched every {e:.1} µs")),
+                    us(idle)
+                ),
+            });
         }
 
         let busy_us = total(&busy);

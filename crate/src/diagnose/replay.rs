@@ -453,17 +453,33 @@ impl TracedSchedule {
     }
 }
 
-/// The queue model's replay of a traced schedule: the window from the
-/// first GPU op's start to the last one's end, µs.
-pub fn predict(ts: &TracedSchedule) -> f64 {
+/// The queue model's replay of a traced schedule: each schedule op's
+/// (start, end), µs.
+pub fn predicted_times(ts: &TracedSchedule) -> Vec<(f64, f64)> {
     // Copy engines each way, kernels one at a time: what the model assumes
     // of a GPU whose engines the trace does not name. Every CPU cost is in
     // the schedule's host work already.
-    let times = crate::pipeline::predict::predict(&ts.schedule, Machine::engines(2), |op| ts.durations_us[op.id]);
+    crate::pipeline::predict::predict(&ts.schedule, Machine::engines(2), |op| ts.durations_us[op.id])
+}
+
+/// The queue model's replay of a traced schedule: the window from the
+/// first GPU op's start to the last one's end, µs.
+pub fn predict(ts: &TracedSchedule) -> f64 {
+    let times = predicted_times(ts);
     let gpu: Vec<(f64, f64)> = ts.traced_op.iter().zip(&times).filter(|(t, _)| t.is_some()).map(|(_, &t)| t).collect();
     let start = gpu.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
     let end = gpu.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
     end - start
+}
+
+/// A replayed stream as a timeline names it: "stream 7" as traced, "copy
+/// stream for stream 7" where [`Change::CopyStream`] made it.
+pub fn stream_label(stream: u64) -> String {
+    if stream > u64::MAX / 2 {
+        format!("copy stream for stream {}", copy_stream_of(stream))
+    } else {
+        format!("stream {stream}")
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ pub enum Preset {
 /// What a lab's run is told besides its settings.
 pub struct RunContext<'a> {
     pub device: usize,
+    /// The data directory: the recordings a run reads (lab 10 prices its
+    /// fixes by lab 1's link rates).
+    pub data: &'a Path,
     /// Where to record the results (`None`: do not record).
     pub record_to: Option<&'a Path>,
     pub progress: ProgressMode,

@@ -5,7 +5,8 @@
 //! table entry. What every lab is made of is in `lab_kit`.
 //!
 //! May use: the safe types of `gpu` (never `gpu::driver`), `pipeline`,
-//! `measure`, `present`, `units` and `lab_kit`.
+//! `measure`, `present`, `units` and `lab_kit`; lab 10 (`pytorch_trace`)
+//! also `diagnose`, the trace reader it teaches with.
 
 pub mod bandwidth;
 pub mod callback;
@@ -15,12 +16,13 @@ pub mod memory;
 pub mod multi_gpu;
 pub mod offload;
 pub mod overlap;
+pub mod pytorch_trace;
 pub mod streams;
 
 use crate::lab_kit::Lab;
 
 /// Every lab, in course order.
-pub static ALL: [&dyn Lab; 9] = [
+pub static ALL: [&dyn Lab; 10] = [
     &bandwidth::ENTRY,
     &overlap::ENTRY,
     &double_buffer::ENTRY,
@@ -30,6 +32,7 @@ pub static ALL: [&dyn Lab; 9] = [
     &kernel_pipeline::ENTRY,
     &multi_gpu::ENTRY,
     &offload::ENTRY,
+    &pytorch_trace::ENTRY,
 ];
 
 /// Every kernel of `kernels/`: the pipelines' compute kernel and each

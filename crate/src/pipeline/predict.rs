@@ -176,6 +176,8 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
     // gate), then [`Machine::issue`] after the previous op or its wake-up.
     let mut floor: Vec<f64> = vec![0.0; n];
     let (mut issued, mut clock, mut live) = (0usize, 0.0f64, s.issued_live);
+    // Whether CPU threads besides the issuing one (thread 0) have work: theirs is never waiting to be issued.
+    let other_threads = s.ops.iter().any(|o| matches!(o.lane, Lane::HostThread(t) if t != 0));
     while done < n {
         while issued < n {
             let op = &s.ops[issued];
@@ -216,7 +218,11 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
         let mut best: HashMap<Resource, Candidate> = HashMap::new();
         let mut next_ready = f64::INFINITY;
         let mut set_aside = Vec::new();
-        for &id in &candidates {
+        // Ops past the issuing point wait to be issued: with one CPU thread
+        // they are all of them, and a replayed trace's tens of thousands
+        // are left unlooked-at (what ready_at would say of each).
+        let looked_at = if other_threads { candidates.range(..) } else { candidates.range(..=issued) };
+        for &id in looked_at {
             let op = &s.ops[id];
             let resource = machine.resource(op);
             if busy.contains(&resource) {

@@ -29,6 +29,52 @@ fn span_color(s: &Span, palette: &[(String, String, RGBColor)]) -> RGBColor {
     s.class.as_ref().and_then(|c| palette.iter().find(|p| &p.0 == c)).map_or_else(|| kind_color(s.kind), |p| p.2)
 }
 
+/// A span narrower than this many pixels is drawn without its edge, and
+/// joined to its neighbour of the same colour less than half a pixel away.
+const NARROW_PX: f64 = 3.0;
+
+/// The boxes drawn for `t`'s spans, (lane's row, start, end, colour) in
+/// axis units: each span, but narrow spans of one colour on one lane that
+/// nearly touch drawn as one box, as a screen shows them anyway (a
+/// profiler trace's thousands of tiny kernels would otherwise be thousands
+/// of sub-pixel boxes, megabytes of SVG). Such a box is as opaque as its
+/// spans fill it: a lane busy a tenth of the time reads pale, not solid.
+fn drawn_boxes(
+    t: &Timeline,
+    lanes: &[String],
+    t0: f64,
+    per_unit: f64,
+    px_per_unit: f64,
+    classes: &[(String, String, RGBColor)],
+) -> Vec<(usize, f64, f64, RGBAColor)> {
+    let mut spans: Vec<(usize, f64, f64, RGBColor)> = t
+        .spans
+        .iter()
+        .map(|s| (lanes.iter().position(|l| l == &s.lane).unwrap_or(0), (s.start_us - t0) / per_unit, (s.end_us - t0) / per_unit, span_color(s, classes)))
+        .collect();
+    spans.sort_by(|x, y| x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)));
+    let narrow = |a: f64, b: f64| (b - a) * px_per_unit < NARROW_PX;
+    // (row, start, end, colour, the spans' own length inside it, spans)
+    let mut boxes: Vec<(usize, f64, f64, RGBColor, f64, usize)> = Vec::with_capacity(spans.len());
+    for (row, a, b, colour) in spans {
+        match boxes.last_mut() {
+            Some(last) if last.0 == row && last.3 == colour && (a - last.2) * px_per_unit < 0.5 && (narrow(last.1, last.2) || narrow(a, b)) => {
+                last.4 += b - a.max(last.2).min(b);
+                last.2 = last.2.max(b);
+                last.5 += 1;
+            }
+            _ => boxes.push((row, a, b, colour, b - a, 1)),
+        }
+    }
+    boxes
+        .into_iter()
+        .map(|(row, a, b, colour, filled, n)| {
+            let opacity = if n > 1 && b > a { (filled / (b - a)).clamp(0.15, 1.0) } else { 1.0 };
+            (row, a, b, colour.mix(opacity))
+        })
+        .collect()
+}
+
 /// One or more timelines stacked on a shared time axis (e.g. measured above
 /// predicted, or no-overlap above overlapped).
 #[derive(Clone, Debug)]
@@ -163,6 +209,8 @@ impl Chart for Gantt {
                 // 15% headroom on the right keeps the legend off the last spans.
                 .build_cartesian_2d(0.0..(t1 - t0) / per_unit * 1.15, 0.0..n as f64)
                 .map_err(|e| e.to_string())?;
+            // How many pixels one unit of the axis takes.
+            let px_per_unit = chart.plotting_area().dim_in_pixel().0 as f64 / ((t1 - t0) / per_unit * 1.15);
             let names = lanes.clone();
             chart
                 .configure_mesh()
@@ -181,15 +229,15 @@ impl Chart for Gantt {
                 .light_line_style(RGBColor(238, 238, 238))
                 .draw()
                 .map_err(|e| e.to_string())?;
-            for s in &t.spans {
-                let row = lanes.iter().position(|l| l == &s.lane).unwrap_or(0);
+            for (row, a, b, colour) in drawn_boxes(t, &lanes, t0, per_unit, px_per_unit, &self.classes) {
                 let y = (n - 1 - row) as f64;
-                let (a, b) = ((s.start_us - t0) / per_unit, (s.end_us - t0) / per_unit);
-                chart
-                    .draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], span_color(s, &self.classes).filled())))
-                    .map_err(|e| e.to_string())?;
-                // A hairline edge keeps back-to-back spans apart.
-                chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], WHITE.stroke_width(1)))).map_err(|e| e.to_string())?;
+                chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], colour.filled()))).map_err(|e| e.to_string())?;
+                // A hairline edge keeps back-to-back spans apart, where a
+                // span is wide enough to keep its colour inside it (a
+                // traced program's kernels can be a pixel wide).
+                if (b - a) * px_per_unit >= NARROW_PX {
+                    chart.draw_series(std::iter::once(Rectangle::new([(a, y + 0.15), (b, y + 0.85)], WHITE.stroke_width(1)))).map_err(|e| e.to_string())?;
+                }
             }
             // A legend entry per colour drawn: the lab's classes, else op kinds.
             let drawn = [

@@ -340,6 +340,45 @@ pub static ENTRY: crate::lab_kit::Entry<BandwidthConfig, BandwidthResults> = cra
 
 crate::lab_config!(BandwidthConfig);
 
+/// Every lab 1 recording in `data` as the host link's rates, for the
+/// trace diagnosis (`overlap-lab diagnose`, lab 10): pageable and pinned
+/// copies each way, at every size measured. No recording is no rates;
+/// `Err` where one cannot be read.
+pub fn recorded_link_rates(data: &std::path::Path) -> Result<Vec<crate::diagnose::LinkRates>> {
+    use crate::diagnose::events::{Direction as TracedDirection, HostMemory};
+    use crate::diagnose::{LinkPoint, LinkRates};
+    let recordings = match crate::measure::record::find_recordings::<BandwidthResults>(data, LAB) {
+        Ok(r) => r,
+        Err(LabError::MissingData { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(recordings
+        .into_iter()
+        .map(|(path, rec)| LinkRates {
+            gpu_name: rec.fingerprint.gpu_name.clone(),
+            source: crate::measure::record::display_path(&path),
+            points: rec
+                .results
+                .transfers
+                .iter()
+                .filter_map(|p| {
+                    let host = match p.kind {
+                        HostMemoryKind::Pageable => HostMemory::Pageable,
+                        HostMemoryKind::Pinned => HostMemory::Pinned,
+                        _ => return None,
+                    };
+                    let direction = match p.direction {
+                        Direction::H2d => TracedDirection::H2d,
+                        Direction::D2h => TracedDirection::D2h,
+                        Direction::Bidirectional => return None,
+                    };
+                    Some(LinkPoint { host, direction, bytes: p.bytes.get(), gbps: p.gbps.median })
+                })
+                .collect(),
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

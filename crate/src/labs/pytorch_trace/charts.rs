@@ -1,0 +1,127 @@
+//! Lab 10's timelines: a traced program's GPU work as torch.profiler saw it
+//! (CUPTI's clock), beside the queue model's replay of it with a fix, and,
+//! where the course has it, the traced run of the program that applies
+//! the fix. Each panel starts at its window's first GPU op.
+
+use crate::diagnose::events::{Direction, GpuOpKind};
+use crate::diagnose::replay::{self, Change, Pricing, Replay};
+use crate::diagnose::Trace;
+use crate::error::{LabError, Result};
+use crate::measure::stats::Summary;
+use crate::pipeline::op::{Lane, Link, OpKind};
+use crate::pipeline::timeline::{Span, Timeline};
+use crate::present::gantt::Gantt;
+
+/// A GPU op's kind as the charts colour it (a memset as a kernel: it is
+/// the SMs' or the copy engine's few µs, drawn so they show).
+fn drawn_kind(kind: GpuOpKind, gpu: u32) -> OpKind {
+    match kind {
+        GpuOpKind::Copy { direction: Direction::H2d, .. } => OpKind::H2d,
+        GpuOpKind::Copy { direction: Direction::D2h, .. } => OpKind::D2h,
+        GpuOpKind::Copy { .. } => OpKind::D2d(Link { from: gpu as u8, to: gpu as u8 }),
+        GpuOpKind::Kernel | GpuOpKind::Memset => OpKind::Kernel,
+    }
+}
+
+/// The lane of a stream: "stream 7", after "GPU g · " where the trace has several GPUs.
+fn lane(several_gpus: bool, gpu: u32, stream: String) -> String {
+    if several_gpus {
+        format!("GPU {gpu} · {stream}")
+    } else {
+        stream
+    }
+}
+
+/// Spans shifted so the first starts at 0.
+fn from_zero(mut spans: Vec<Span>) -> Vec<Span> {
+    let t0 = spans.iter().map(|s| s.start_us).fold(f64::INFINITY, f64::min);
+    for s in &mut spans {
+        s.start_us -= t0;
+        s.end_us -= t0;
+    }
+    spans
+}
+
+/// The trace's GPU work, one lane per stream, timed by CUPTI, drawn for
+/// the untraced runs it stands for (`untraced`: the chart then says by
+/// how much tracing slowed it, where it did).
+pub fn traced_timeline(trace: &Trace, title: &str, untraced: Option<&Summary>) -> Timeline {
+    let several = trace.gpus().len() > 1;
+    let spans = trace
+        .gpu_ops
+        .iter()
+        .map(|o| Span {
+            lane: lane(several, o.gpu, format!("stream {}", o.stream)),
+            kind: drawn_kind(o.kind, o.gpu),
+            label: o.name.clone(),
+            start_us: o.start_us,
+            end_us: o.end_us,
+            class: None,
+            index: None,
+        })
+        .collect();
+    let device = trace.gpus().first().and_then(|&g| trace.gpu_name(g)).unwrap_or("GPU").to_string();
+    let t = Timeline { title: title.into(), device, spans: from_zero(spans), source: "cupti".into(), untraced_ms: None };
+    match untraced {
+        Some(runs) => t.illustrating(*runs),
+        None => t,
+    }
+}
+
+/// The queue model's replay of `trace` with `changes`, priced by
+/// `pricing`: the GPU's ops on their streams (a copy stream the fix makes
+/// is a lane of its own).
+pub fn predicted_timeline(trace: &Trace, changes: &[Change], pricing: &Pricing, title: &str) -> Result<Timeline> {
+    let ts = Replay::new(trace).and_then(|r| r.schedule(changes, pricing)).map_err(LabError::schedule)?;
+    let times = replay::predicted_times(&ts);
+    let several = trace.gpus().len() > 1;
+    let spans = ts
+        .schedule
+        .ops
+        .iter()
+        .zip(&times)
+        .filter_map(|(op, &(start_us, end_us))| {
+            let Lane::Stream(i) = op.lane else { return None };
+            let (gpu, stream) = ts.streams[i];
+            Some(Span {
+                lane: lane(several, gpu, replay::stream_label(stream)),
+                kind: op.kind,
+                label: op.label.clone(),
+                start_us,
+                end_us,
+                class: None,
+                index: None,
+            })
+        })
+        .collect();
+    let device = trace.gpus().first().and_then(|&g| trace.gpu_name(g)).unwrap_or("GPU").to_string();
+    Ok(Timeline { title: title.into(), device, spans: from_zero(spans), source: "model".into(), untraced_ms: None })
+}
+
+/// What one chart of the lab shows: a traced program and a fix.
+pub struct FixChart<'a> {
+    /// The chart's file name, without extension.
+    pub stem: String,
+    pub title: String,
+    pub origin: String,
+    /// The traced program, its name and its untraced runs.
+    pub before: (&'a Trace, &'a str, Option<&'a Summary>),
+    /// The fix, as the what-if names it, and its changes.
+    pub fix: (&'a str, &'a [Change]),
+    pub pricing: &'a Pricing,
+    /// The traced program that applies the fix, its name and its untraced
+    /// runs, where there is one.
+    pub after: Option<(&'a Trace, &'a str, &'a Summary)>,
+}
+
+/// The traced program above, its predicted fix below it, and the fixed
+/// program's own trace at the bottom, on one time axis.
+pub fn fix_chart(c: FixChart) -> Result<Gantt> {
+    let (trace, name, runs) = c.before;
+    let mut panels = vec![traced_timeline(trace, &format!("{name}, traced"), runs)];
+    panels.push(predicted_timeline(trace, c.fix.1, c.pricing, &format!("{name} with {}, predicted by the queue model", c.fix.0))?);
+    if let Some((t, after, runs)) = c.after {
+        panels.push(traced_timeline(t, &format!("{after} (the program that applies it), traced"), Some(runs)));
+    }
+    Ok(Gantt::new(&c.stem, &c.title, &c.origin, panels))
+}

@@ -1,0 +1,163 @@
+//! Exercise 10: on a given trace, which fix gains most, and what time does
+//! the program take with it? The learner reads the diagnosis and its
+//! what-if and answers with a fix (as the what-if names it) and a time in
+//! ms. The checker judges the fix against the queue model's fastest, and
+//! the time against the model's prediction for it or the measured run of
+//! the program that applies it (this GPU's, when the traces were recorded
+//! live).
+
+use super::recording::FixCheck;
+use crate::diagnose::replay::Change;
+use crate::diagnose::whatif::{fix_label, WhatIf};
+use crate::lab_kit::check::{short, unit_slip, CheckReport};
+use crate::lab_kit::progress::Exercise;
+
+/// The exercise, as the course lists it (`overlap-lab progress`).
+pub const EXERCISES: &[Exercise] = &[Exercise { id: "10-pytorch-trace", asks: "the fix that gains most on a trace, and its time", file: None, hints: HINTS }];
+
+/// The program whose trace the exercise gives.
+pub const PROGRAM: &str = "pageable_then_compute";
+
+/// A time passes within this fraction of the model's prediction (or of
+/// the fixed program's measured median): the model's own error on the
+/// course's programs stays inside it.
+pub const TOLERANCE: f64 = 0.10;
+
+const HINTS: &[&str] = &[
+    "The diagnosis ends with the what-if table: every fix its findings suggest, each with the time the queue model predicts for the traced window and the gain over the trace replayed as traced.",
+    "A fix can combine changes (joined by +). Compare the predicted times of all the rows, not only the one that answers the largest finding.",
+    "Answer the predicted time of the window in ms (the table prints it), not the gain, and not the traced window's own time.",
+];
+
+/// The changes a learner's fix names, or the part no change is called.
+/// Spelling is free: case, spaces, `_`, `-` and the order of the parts do
+/// not matter, and the usual other names are understood ("pin_memory",
+/// "separate stream", "no sync", "graphs").
+pub fn parse_fix(answer: &str) -> Result<Vec<Change>, String> {
+    let mut changes = Vec::new();
+    for part in answer.split(['+', ',', '&']).map(str::trim).filter(|p| !p.is_empty()) {
+        let key: String = part.to_lowercase().chars().filter(|c| c.is_alphanumeric()).collect();
+        let key = key.strip_suffix("and").unwrap_or(&key).to_string();
+        let change = match key.as_str() {
+            "pinned" | "pin" | "pinmemory" | "pinnedmemory" | "pagelocked" | "pinnedhostmemory" => Change::Pinned,
+            "copystream" | "separatestream" | "streamforcopies" | "copiesonastream" | "ownstream" | "doublebuffered" | "doublebuffering" => Change::CopyStream,
+            "syncremoved" | "removesync" | "nosync" | "syncsremoved" | "removethesync" | "removesyncs" => Change::SyncRemoved,
+            "cudagraph" | "cudagraphs" | "graph" | "graphs" => Change::CudaGraph,
+            _ => return Err(format!("'{part}' is none of the what-if's changes")),
+        };
+        if !changes.contains(&change) {
+            changes.push(change);
+        }
+    }
+    if changes.is_empty() {
+        return Err("no fix named".into());
+    }
+    Ok(changes)
+}
+
+/// Judges `fix` and `ms` on the what-if of the exercise's trace (`w`) and
+/// the recorded fixes (`checks`: each prediction beside the fixed program's
+/// untraced runs; `live` where they ran on this GPU just now).
+pub fn check_best_fix(w: &WhatIf, checks: &[FixCheck], live: bool, fix: &str, ms: f64) -> CheckReport {
+    let mut rep = CheckReport::new(&format!("the fix that gains most on {PROGRAM}'s trace")).answering(EXERCISES[0].id);
+    let Some(best) = w.predictions.first() else {
+        rep.problem(format!("the what-if of {PROGRAM}'s trace priced no fix, so there is nothing to judge"));
+        return rep;
+    };
+    let same = |a: &[Change], b: &[Change]| a.len() == b.len() && a.iter().all(|c| b.contains(c));
+    let changes = match parse_fix(fix) {
+        Ok(c) => c,
+        Err(why) => {
+            rep.problem(format!("your fix \"{fix}\": {why}"));
+            return rep;
+        }
+    };
+    match w.predictions.iter().find(|p| same(&p.changes, &changes)) {
+        None => rep.problem(format!("your fix \"{}\" is not one the diagnosis of this trace suggests, so the model has no time for it", fix_label(&changes))),
+        Some(p) if !same(&p.changes, &best.changes) => {
+            rep.problem(format!("your fix \"{}\" gains {:.2}x on the model, but another fix the diagnosis suggests gains more", p.fix, p.gain))
+        }
+        Some(p) => rep.note(format!("right fix: \"{}\" gains most ({:.2}x on the model)", p.fix, p.gain)),
+    }
+    // The time: against the model's prediction for the best fix, or the
+    // measured run of the program that applies it.
+    let want = best.predicted_us / 1e3;
+    let measured = checks.iter().find(|c| c.before == PROGRAM && same(&c.prediction.changes, &best.changes));
+    if !ms.is_finite() || ms <= 0.0 {
+        rep.problem(format!("your time is {}: a time must be a positive number of ms", short(ms)));
+        return rep;
+    }
+    let near = |x: f64| (ms / x - 1.0).abs() <= TOLERANCE;
+    if near(want) {
+        rep.note(format!("your {} ms is within {:.0}% of the model's {want:.2} ms", short(ms), 100.0 * TOLERANCE));
+    } else if let Some(c) = measured.filter(|c| near(c.measured.median)) {
+        rep.note(format!("your {} ms is within {:.0}% of {}'s measured {:.2} ms", short(ms), 100.0 * TOLERANCE, c.after, c.measured.median));
+    } else if near(w.traced_us / 1e3) || near(w.replayed_us / 1e3) {
+        rep.problem(format!("your {} ms is the traced program's own time, before any fix", short(ms)));
+    } else if w.predictions.iter().any(|p| (ms / p.gain - 1.0).abs() <= 0.02) {
+        rep.problem(format!("your {} is a gain (a ratio of times), not the time in ms the program takes with the fix", short(ms)));
+    } else if let Some(p) = w.predictions.iter().find(|p| near(p.predicted_us / 1e3)) {
+        rep.problem(format!("your {} ms is the time of \"{}\", not of the fix that gains most", short(ms), p.fix));
+    } else if let Some(slip) = unit_slip(ms, want) {
+        rep.problem(format!("your time {} ms: {slip}", short(ms)));
+    } else {
+        rep.problem(format!("your time {} ms is {:+.0}% off the model's prediction for that fix", short(ms), 100.0 * (ms / want - 1.0)));
+    }
+    if let Some(c) = measured {
+        rep.note(format!(
+            "{}{} ran {:.2} ms untraced; the model predicted {:.2} ms from {PROGRAM}'s trace ({:+.1}%)",
+            c.after,
+            if live { " (live, on this GPU)" } else { "" },
+            c.measured.median,
+            c.predicted_ms(),
+            100.0 * c.off()
+        ));
+    }
+    rep
+}
+
+/// Hint `k` (from 1) of the exercise.
+pub fn hint(k: usize) -> String {
+    crate::lab_kit::check::hint(HINTS, k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::labs::pytorch_trace::Recording;
+
+    /// Each learner's answer on the committed H100 trace: the right ones
+    /// pass however they are spelt, each wrong one fails naming its mistake.
+    #[test]
+    fn every_wrong_answer_is_named_and_every_right_one_passes() {
+        let data = crate::measure::record::repo_root().join("data");
+        let rec = Recording::find(&data).unwrap().into_iter().find(|r| r.dir.to_string_lossy().contains("h100")).expect("an H100 recording");
+        let w = rec.diagnosis(PROGRAM, &data).unwrap().what_if.unwrap();
+        let checks = rec.fix_checks(&data).unwrap();
+        let best = &w.predictions[0];
+        let best_ms = best.predicted_us / 1e3;
+        let pinned = w.predictions.iter().find(|p| p.fix == "pinned").unwrap();
+        let after = checks.iter().find(|c| c.before == PROGRAM && c.fix == best.fix).unwrap().measured.median;
+        let started = std::time::Instant::now();
+        let judge = |fix: &str, ms: f64| check_best_fix(&w, &checks, false, fix, ms);
+        for (fix, ms) in [(best.fix.as_str(), best_ms), ("Copy_Stream + PINNED", best_ms * 1.05), ("pin memory, separate stream", after)] {
+            let r = judge(fix, ms);
+            assert!(r.passed, "{fix} {ms}: {r}");
+        }
+        let wrong: [(&str, f64, &str); 8] = [
+            ("pinned", pinned.predicted_us / 1e3, "another fix the diagnosis suggests gains more"),
+            ("prefetch", best_ms, "none of the what-if's changes"),
+            ("CUDA graph", best_ms, "not one the diagnosis of this trace suggests"),
+            (&best.fix, w.traced_us / 1e3, "the traced program's own time"),
+            (&best.fix, best.gain, "is a gain"),
+            (&best.fix, best_ms * 1e3, "unit slip"),
+            (&best.fix, pinned.predicted_us / 1e3, "the time of \"pinned\""),
+            (&best.fix, f64::NAN, "a positive number of ms"),
+        ];
+        for (fix, ms, why) in wrong {
+            let r = judge(fix, ms);
+            assert!(!r.passed && r.problems().any(|p| p.contains(why)), "{fix} {ms}: should say {why:?}: {r}");
+        }
+        assert!(started.elapsed().as_secs_f64() < 1.0, "the checks took {:?}", started.elapsed());
+    }
+}

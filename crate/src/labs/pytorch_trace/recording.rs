@@ -1,0 +1,279 @@
+//! Lab 10's recording: a folder per GPU, `data/<gpu>/pytorch-trace/`,
+//! holding `programs.json` (what `crate/reference/lab10_trace.py` wrote:
+//! each program's untraced runs, its trace file, which program it fixes and
+//! by what fix, the GPU's calibration) and the traces themselves
+//! (`<program>.json.gz`). A recording is a folder, not a lab's one JSON
+//! file, because its traces are the torch.profiler files a learner's own
+//! would be, read by the same reader.
+//!
+//! Here too: what the diagnosis of any trace is priced by on this machine
+//! ([`pricing`]: lab 1's link rates, the graph gap of this folder), and the
+//! fixes each recording's programs make, predicted from the "before" trace
+//! and set beside the fixed program's untraced runs ([`Recording::fix_checks`]).
+
+use super::{LAB, PROGRAMS};
+use crate::diagnose::replay::Pricing;
+use crate::diagnose::whatif::Prediction;
+use crate::diagnose::{Diagnosis, LinkRates, Trace};
+use crate::error::{LabError, Result};
+use crate::measure::record::display_path;
+use crate::measure::stats::Summary;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The file of a recording's folder that says what is in it.
+pub const PROGRAMS_FILE: &str = "programs.json";
+
+/// `programs.json`, as far as the lab reads it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Programs {
+    /// The command that made it.
+    pub command: String,
+    /// "2026-11-27 05:46 UTC".
+    pub date: String,
+    pub torch: String,
+    /// The GPU's name as CUDA gives it (none in a CPU smoke run).
+    pub gpu: Option<String>,
+    #[serde(default)]
+    pub driver: Option<String>,
+    #[serde(default)]
+    pub calibration: Calibration,
+    pub programs: BTreeMap<String, Program>,
+    #[serde(default)]
+    pub problems: Vec<String>,
+}
+
+/// What the script measured of the GPU before the programs.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Calibration {
+    /// The GPU's gap between two kernels of one CUDA graph, µs.
+    #[serde(default)]
+    pub graph_gap_us: Option<f64>,
+}
+
+/// One program of `crate/reference/lab10_programs.py`, as it ran.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Program {
+    /// What it does, in a line.
+    pub what: String,
+    pub iterations: u32,
+    pub untraced: Untraced,
+    /// Its trace, beside `programs.json`.
+    pub trace: String,
+    /// The programs it fixes, and by what fix (as the what-if names it).
+    #[serde(default)]
+    pub fix_of: Vec<FixOf>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct Untraced {
+    /// By CUDA events (absent in a CPU smoke run).
+    pub device_ms: Option<Runs>,
+}
+
+/// The untraced runs, ms.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Runs {
+    pub samples: Vec<f64>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct FixOf {
+    /// The program it fixes.
+    pub program: String,
+    /// The fix, as the what-if names it ("pinned + copy stream").
+    pub fix: String,
+}
+
+/// One GPU's recording: its folder and what `programs.json` says.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    pub dir: PathBuf,
+    pub programs: Programs,
+}
+
+/// One fix of the recorded programs: predicted from the "before" trace,
+/// set beside the untraced runs of the program that applies it.
+#[derive(Clone, Debug)]
+pub struct FixCheck {
+    pub before: String,
+    /// "pinned + copy stream".
+    pub fix: String,
+    /// The program that applies it.
+    pub after: String,
+    pub prediction: Prediction,
+    /// The fixed program's untraced runs, ms.
+    pub measured: Summary,
+}
+
+impl FixCheck {
+    pub fn predicted_ms(&self) -> f64 {
+        self.prediction.predicted_us / 1e3
+    }
+    /// The prediction's error against the fixed program's median: -0.05 is 5% low.
+    pub fn off(&self) -> f64 {
+        self.predicted_ms() / self.measured.median - 1.0
+    }
+}
+
+impl Recording {
+    /// The recording in `dir` (a folder holding `programs.json`); a
+    /// one-line error naming the file when it cannot be read.
+    pub fn load(dir: &Path) -> Result<Recording> {
+        let path = dir.join(PROGRAMS_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(&path) },
+            _ => LabError::io(format!("reading {}", display_path(&path)), e),
+        })?;
+        let programs: Programs =
+            serde_json::from_str(&text).map_err(|e| LabError::BadData { path: display_path(&path), reason: format!("not lab 10's programs.json: {e}") })?;
+        if let Some(name) = programs.programs.keys().find(|n| !PROGRAMS.contains(&n.as_str())) {
+            return Err(LabError::BadData { path: display_path(&path), reason: format!("a program this lab does not know: {name}") });
+        }
+        Ok(Recording { dir: dir.to_path_buf(), programs })
+    }
+
+    /// Every GPU's recording under `data` (`<gpu>/pytorch-trace/`), newest first.
+    pub fn find(data: &Path) -> Result<Vec<Recording>> {
+        let folders = std::fs::read_dir(data).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(data) },
+            _ => LabError::io(format!("listing {}", display_path(data)), e),
+        })?;
+        let mut found = Vec::new();
+        for dir in folders.flatten().map(|e| e.path().join(LAB)) {
+            if dir.join(PROGRAMS_FILE).is_file() {
+                found.push(Recording::load(&dir)?);
+            }
+        }
+        found.sort_by(|a, b| b.programs.date.cmp(&a.programs.date).then_with(|| a.dir.cmp(&b.dir)));
+        Ok(found)
+    }
+
+    /// "NVIDIA H100 80GB HBM3" (or "no GPU" for a smoke run).
+    pub fn gpu(&self) -> &str {
+        self.programs.gpu.as_deref().unwrap_or("no GPU")
+    }
+
+    /// Where its numbers come from: the GPU, the date, the command.
+    pub fn origin(&self) -> String {
+        format!("recorded on {} {} by `{}`", self.gpu(), self.programs.date, self.programs.command)
+    }
+
+    /// Its programs in course order.
+    pub fn names(&self) -> Vec<&'static str> {
+        PROGRAMS.iter().copied().filter(|n| self.programs.programs.contains_key(*n)).collect()
+    }
+
+    /// The program called `name`; an error naming the known ones.
+    pub fn program(&self, name: &str) -> Result<&Program> {
+        self.programs
+            .programs
+            .get(name)
+            .ok_or_else(|| LabError::config(format!("no program '{name}' in {}; it has {}", display_path(&self.dir), self.names().join(", "))))
+    }
+
+    /// The untraced runs of `name`, ms.
+    pub fn untraced(&self, name: &str) -> Result<Summary> {
+        let runs = self.program(name)?.untraced.device_ms.as_ref().ok_or_else(|| LabError::BadData {
+            path: display_path(&self.dir.join(PROGRAMS_FILE)),
+            reason: format!("{name} has no CUDA-event times (a CPU smoke run)"),
+        })?;
+        Summary::of(&runs.samples)
+    }
+
+    /// The trace file of `name`.
+    pub fn trace_path(&self, name: &str) -> Result<PathBuf> {
+        Ok(self.dir.join(&self.program(name)?.trace))
+    }
+
+    /// The trace of `name`, read.
+    pub fn trace(&self, name: &str) -> Result<Trace> {
+        crate::diagnose::read_trace(&self.trace_path(name)?, &mut |_, _| {})
+    }
+
+    /// The what-if's prices for this recording's traces: `data`'s link
+    /// rates for its GPU, and the graph gap it measured itself (a live
+    /// run's, not the committed one's).
+    pub fn pricing(&self, data: &Path) -> (Vec<LinkRates>, Pricing) {
+        let (links, mut pricing) = pricing(data, self.programs.gpu.as_deref());
+        if let Some(gap) = self.programs.calibration.graph_gap_us {
+            pricing.graph_gap_us = Some((gap, display_path(&self.dir.join(PROGRAMS_FILE))));
+        }
+        (links, pricing)
+    }
+
+    /// The diagnosis of `name`'s trace with its what-if ([`Recording::pricing`]).
+    pub fn diagnosis(&self, name: &str, data: &Path) -> Result<Diagnosis> {
+        let trace = self.trace(name)?;
+        let (links, pricing) = self.pricing(data);
+        Ok(diagnosis_priced(&trace, &display_path(&self.trace_path(name)?), &links, &pricing))
+    }
+
+    /// Each fix the programs make, in course order of the fixed program:
+    /// its prediction from the "before" program's trace (diagnosed once
+    /// each, priced by `data`'s recordings) beside its own untraced runs.
+    /// A fix the "before" trace's diagnosis does not suggest is an error:
+    /// the finding that should have suggested it is missing.
+    pub fn fix_checks(&self, data: &Path) -> Result<Vec<FixCheck>> {
+        let mut diagnosed: BTreeMap<String, Diagnosis> = BTreeMap::new();
+        let mut checks = Vec::new();
+        for after in self.names() {
+            for f in &self.program(after)?.fix_of {
+                if !diagnosed.contains_key(&f.program) {
+                    diagnosed.insert(f.program.clone(), self.diagnosis(&f.program, data)?);
+                }
+                let d = &diagnosed[&f.program];
+                let prediction = d.what_if.as_ref().and_then(|w| w.predictions.iter().find(|p| p.fix == f.fix)).cloned().ok_or_else(|| LabError::BadData {
+                    path: display_path(&self.trace_path(&f.program).unwrap_or_default()),
+                    reason: format!("its diagnosis does not suggest '{}', the fix {after} applies", f.fix),
+                })?;
+                checks.push(FixCheck { before: f.program.clone(), fix: f.fix.clone(), after: after.to_string(), prediction, measured: self.untraced(after)? });
+            }
+        }
+        Ok(checks)
+    }
+}
+
+/// The GPU's gap between a graph's kernels for the GPU named `gpu`, µs,
+/// from its lab 10 recording under `data`, and that file as outputs name it.
+pub fn recorded_graph_gap(data: &Path, gpu: &str) -> Option<(f64, String)> {
+    let recordings = Recording::find(data).ok()?;
+    recordings.iter().filter(|r| r.programs.gpu.as_deref() == Some(gpu)).find_map(|r| {
+        let gap = r.programs.calibration.graph_gap_us?;
+        Some((gap, display_path(&r.dir.join(PROGRAMS_FILE))))
+    })
+}
+
+/// The link rates of every lab 1 recording under `data`, and the what-if's
+/// prices for a trace of the GPU named `gpu`: its link's rates and its
+/// graph gap, where this machine's recordings have them. A recording that
+/// cannot be read costs the comparison, not the diagnosis: a warning says so.
+pub fn pricing(data: &Path, gpu: Option<&str>) -> (Vec<LinkRates>, Pricing) {
+    let links = crate::labs::bandwidth::recorded_link_rates(data).unwrap_or_else(|e| {
+        eprintln!("overlap-lab: warning: copies are not set beside lab 1's rates: {e}");
+        Vec::new()
+    });
+    let pricing =
+        Pricing { rates: gpu.and_then(|n| links.iter().find(|l| l.matches(n)).cloned()), graph_gap_us: gpu.and_then(|n| recorded_graph_gap(data, n)) };
+    (links, pricing)
+}
+
+/// The diagnosis of `trace` (named `shown` in outputs) with its what-if,
+/// priced by the recordings under `data` ([`pricing`]): what `overlap-lab
+/// diagnose` prints and lab 10 draws.
+pub fn diagnosis(trace: &Trace, shown: &str, data: &Path) -> Diagnosis {
+    let gpu = trace.gpus().first().and_then(|&g| trace.gpu_name(g)).map(str::to_string);
+    let (links, pricing) = pricing(data, gpu.as_deref());
+    diagnosis_priced(trace, shown, &links, &pricing)
+}
+
+/// The diagnosis of `trace` beside `links`, its what-if priced by `pricing`.
+pub fn diagnosis_priced(trace: &Trace, shown: &str, links: &[LinkRates], pricing: &Pricing) -> Diagnosis {
+    let mut d = crate::diagnose::diagnose(trace, shown, links);
+    match crate::diagnose::whatif::what_if(trace, &d, pricing) {
+        Ok(w) => d.what_if = Some(w),
+        Err(e) => d.what_if_error = Some(e),
+    }
+    d
+}
