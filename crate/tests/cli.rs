@@ -377,7 +377,7 @@ fn answer_everything(dir: &std::path::Path, right: bool) {
     let rec = pytorch_trace::Recording::find(&data).unwrap().into_iter().find(|r| r.dir.to_string_lossy().contains("h100")).unwrap();
     let what_if = rec.diagnosis(pytorch_trace::exercise::PROGRAM, &data).unwrap().what_if.unwrap();
     let answer = if right { &what_if.predictions[0] } else { what_if.predictions.iter().find(|p| p.fix == "pinned").unwrap() };
-    let checks = rec.fix_checks(&data).unwrap();
+    let checks = rec.fix_checks(&data).unwrap().checks;
     verdicts.push(("10-pytorch-trace", pytorch_trace::exercise::check_best_fix(&what_if, &checks, false, &answer.fix, answer.predicted_us / 1e3)));
     for (id, rep) in verdicts {
         assert_eq!(rep.passed, right, "{id}: {rep}");

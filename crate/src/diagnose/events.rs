@@ -204,6 +204,10 @@ impl Trace {
     pub fn gpu_name(&self, gpu: u32) -> Option<&str> {
         self.gpu_names.iter().find(|(g, _)| *g == gpu).map(|(_, n)| n.as_str())
     }
+    /// The name of the first GPU with work in the trace, where the trace names it.
+    pub fn first_gpu_name(&self) -> Option<&str> {
+        self.gpus().first().and_then(|&g| self.gpu_name(g))
+    }
     /// Every GPU with work in the trace, in order.
     pub fn gpus(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self.gpu_ops.iter().map(|o| o.gpu).collect();

@@ -21,7 +21,9 @@
 //! queue model the replay runs on). Never `gpu`, `present` or the
 //! labs: reading a trace needs no GPU and no CUDA, so this runs and is
 //! tested anywhere. Progress is reported through a callback, and the link
-//! rates are handed in, by whoever sits above (the command line).
+//! rates and the graph gap are handed in by whoever sits above (lab 10's
+//! `labs::pytorch_trace::recording`, from this machine's recordings, for
+//! the command line's `diagnose` too).
 
 pub mod analyze;
 pub mod events;

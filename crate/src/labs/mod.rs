@@ -6,7 +6,8 @@
 //!
 //! May use: the safe types of `gpu` (never `gpu::driver`), `pipeline`,
 //! `measure`, `present`, `units` and `lab_kit`; lab 10 (`pytorch_trace`)
-//! also `diagnose`, the trace reader it teaches with.
+//! also `diagnose`, the trace reader it teaches with, and lab 1's recorded
+//! link rates (`bandwidth::recorded_link_rates`), which price its fixes.
 
 pub mod bandwidth;
 pub mod callback;

@@ -54,21 +54,23 @@ fn drawn_boxes(
         .collect();
     spans.sort_by(|x, y| x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)));
     let narrow = |a: f64, b: f64| (b - a) * px_per_unit < NARROW_PX;
-    // (row, start, end, colour, the spans' own length inside it, spans)
-    let mut boxes: Vec<(usize, f64, f64, RGBColor, f64, usize)> = Vec::with_capacity(spans.len());
+    // (row, start, end, colour, the spans' own length inside it, spans,
+    // whether its last span is narrow): only narrow spans join, so a wide
+    // span keeps a box of its own, drawn solid.
+    let mut boxes: Vec<(usize, f64, f64, RGBColor, f64, usize, bool)> = Vec::with_capacity(spans.len());
     for (row, a, b, colour) in spans {
         match boxes.last_mut() {
-            Some(last) if last.0 == row && last.3 == colour && (a - last.2) * px_per_unit < 0.5 && (narrow(last.1, last.2) || narrow(a, b)) => {
+            Some(last) if last.0 == row && last.3 == colour && (a - last.2) * px_per_unit < 0.5 && last.6 && narrow(a, b) => {
                 last.4 += b - a.max(last.2).min(b);
                 last.2 = last.2.max(b);
                 last.5 += 1;
             }
-            _ => boxes.push((row, a, b, colour, b - a, 1)),
+            _ => boxes.push((row, a, b, colour, b - a, 1, narrow(a, b))),
         }
     }
     boxes
         .into_iter()
-        .map(|(row, a, b, colour, filled, n)| {
+        .map(|(row, a, b, colour, filled, n, _)| {
             let opacity = if n > 1 && b > a { (filled / (b - a)).clamp(0.15, 1.0) } else { 1.0 };
             (row, a, b, colour.mix(opacity))
         })
@@ -278,6 +280,31 @@ impl Chart for Gantt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Narrow spans that nearly touch are one box, as opaque as they fill
+    /// it; a wide span is its own box, solid, and a box never joins lanes
+    /// or colours.
+    #[test]
+    fn narrow_spans_are_one_box_as_opaque_as_they_fill_it_and_wide_ones_stay_solid() {
+        let span =
+            |lane: &str, kind, start_us: f64, end_us: f64| Span { lane: lane.into(), kind, label: String::new(), start_us, end_us, class: None, index: None };
+        // 1 px = 100 µs: 1000 kernels of 10 µs every 20 µs (half filled),
+        // then one 5000 µs kernel, then a copy of 5 µs.
+        let mut spans: Vec<Span> = (0..1000).map(|i| span("stream 7", OpKind::Kernel, 20.0 * i as f64, 20.0 * i as f64 + 10.0)).collect();
+        spans.push(span("stream 7", OpKind::Kernel, 20000.0, 25000.0));
+        spans.push(span("stream 7", OpKind::H2d, 25000.0, 25005.0));
+        spans.push(span("stream 9", OpKind::Kernel, 0.0, 10.0));
+        let t = Timeline { spans, ..Timeline::default() };
+        let lanes = t.lanes();
+        let boxes = drawn_boxes(&t, &lanes, 0.0, 1.0, 0.01, &[]);
+        assert_eq!(boxes.len(), 4, "{boxes:?}");
+        let (row, a, b, c) = boxes[0];
+        assert_eq!((row, a, b), (0, 0.0, 19990.0));
+        assert!((c.3 - 10000.0 / 19990.0).abs() < 1e-9, "opacity {}", c.3);
+        assert_eq!((boxes[1].1, boxes[1].2, boxes[1].3 .3), (20000.0, 25000.0, 1.0), "the wide kernel alone and solid");
+        assert_eq!((boxes[2].1, boxes[2].2), (25000.0, 25005.0), "another colour, another box");
+        assert_eq!(boxes[3].0, 1, "another lane, another box");
+    }
 
     #[test]
     fn gantt_renders_every_span() {

@@ -60,7 +60,7 @@ pub fn traced_timeline(trace: &Trace, title: &str, untraced: Option<&Summary>) -
             index: None,
         })
         .collect();
-    let device = trace.gpus().first().and_then(|&g| trace.gpu_name(g)).unwrap_or("GPU").to_string();
+    let device = trace.first_gpu_name().unwrap_or("GPU").to_string();
     let t = Timeline { title: title.into(), device, spans: from_zero(spans), source: "cupti".into(), untraced_ms: None };
     match untraced {
         Some(runs) => t.illustrating(*runs),
@@ -94,7 +94,7 @@ pub fn predicted_timeline(trace: &Trace, changes: &[Change], pricing: &Pricing, 
             })
         })
         .collect();
-    let device = trace.gpus().first().and_then(|&g| trace.gpu_name(g)).unwrap_or("GPU").to_string();
+    let device = trace.first_gpu_name().unwrap_or("GPU").to_string();
     Ok(Timeline { title: title.into(), device, spans: from_zero(spans), source: "model".into(), untraced_ms: None })
 }
 

@@ -30,21 +30,33 @@ const HINTS: &[&str] = &[
 ];
 
 /// The changes a learner's fix names, or the part no change is called.
-/// Spelling is free: case, spaces, `_`, `-` and the order of the parts do
-/// not matter, and the usual other names are understood ("pin_memory",
+/// Spelling is free: case, spaces, `_`, `-`, articles, plurals and the
+/// order of the parts do not matter, parts may be joined by `+`, `,`, `&`
+/// or "and", and the usual other names are understood ("pin_memory",
 /// "separate stream", "no sync", "graphs").
 pub fn parse_fix(answer: &str) -> Result<Vec<Change>, String> {
+    let lower = answer.to_lowercase();
+    let words: Vec<&str> = lower.split_whitespace().collect();
+    // "and" between words joins two parts, as `+` does.
+    let joined: String = words.iter().map(|w| if *w == "and" { "+" } else { w }).collect::<Vec<_>>().join(" ");
+    let named = |key: &str| -> Option<Change> {
+        Some(match key {
+            "pinned" | "pin" | "pinmemory" | "pinnedmemory" | "pagelocked" | "pagelockedmemory" | "pinnedhostmemory" => Change::Pinned,
+            "copystream" | "separatestream" | "streamforcopies" | "streamforthecopies" | "copiesonastream" | "ownstream" | "doublebuffered"
+            | "doublebuffering" => Change::CopyStream,
+            "syncremoved" | "removesync" | "nosync" | "removethesync" | "syncsremoved" | "removethesyncs" => Change::SyncRemoved,
+            "cudagraph" | "graph" => Change::CudaGraph,
+            _ => return None,
+        })
+    };
     let mut changes = Vec::new();
-    for part in answer.split(['+', ',', '&']).map(str::trim).filter(|p| !p.is_empty()) {
-        let key: String = part.to_lowercase().chars().filter(|c| c.is_alphanumeric()).collect();
-        let key = key.strip_suffix("and").unwrap_or(&key).to_string();
-        let change = match key.as_str() {
-            "pinned" | "pin" | "pinmemory" | "pinnedmemory" | "pagelocked" | "pinnedhostmemory" => Change::Pinned,
-            "copystream" | "separatestream" | "streamforcopies" | "copiesonastream" | "ownstream" | "doublebuffered" | "doublebuffering" => Change::CopyStream,
-            "syncremoved" | "removesync" | "nosync" | "syncsremoved" | "removethesync" | "removesyncs" => Change::SyncRemoved,
-            "cudagraph" | "cudagraphs" | "graph" | "graphs" => Change::CudaGraph,
-            _ => return Err(format!("'{part}' is none of the what-if's changes")),
-        };
+    for part in joined.split(['+', ',', '&']).map(str::trim).filter(|p| !p.is_empty()) {
+        let kept: Vec<&str> = part.split_whitespace().filter(|w| !["a", "an", "the"].contains(w)).collect();
+        let key: String = kept.concat().chars().filter(|c| c.is_alphanumeric()).collect();
+        let change = named(&key)
+            .or_else(|| key.strip_suffix('s').and_then(named))
+            .or_else(|| named(&key.replace("streams", "stream").replace("syncs", "sync").replace("graphs", "graph")))
+            .ok_or_else(|| format!("'{part}' is none of the what-if's changes"))?;
         if !changes.contains(&change) {
             changes.push(change);
         }
@@ -72,7 +84,12 @@ pub fn check_best_fix(w: &WhatIf, checks: &[FixCheck], live: bool, fix: &str, ms
             return rep;
         }
     };
+    let suggested = |c: &Change| w.predictions.iter().any(|p| p.changes.contains(c));
     match w.predictions.iter().find(|p| same(&p.changes, &changes)) {
+        None if changes.iter().all(suggested) => rep.problem(format!(
+            "your fix \"{}\" combines changes the what-if prices only in other combinations, so the model has no time for it",
+            fix_label(&changes)
+        )),
         None => rep.problem(format!("your fix \"{}\" is not one the diagnosis of this trace suggests, so the model has no time for it", fix_label(&changes))),
         Some(p) if !same(&p.changes, &best.changes) => {
             rep.problem(format!("your fix \"{}\" gains {:.2}x on the model, but another fix the diagnosis suggests gains more", p.fix, p.gain))
@@ -133,19 +150,28 @@ mod tests {
         let data = crate::measure::record::repo_root().join("data");
         let rec = Recording::find(&data).unwrap().into_iter().find(|r| r.dir.to_string_lossy().contains("h100")).expect("an H100 recording");
         let w = rec.diagnosis(PROGRAM, &data).unwrap().what_if.unwrap();
-        let checks = rec.fix_checks(&data).unwrap();
+        let checks = rec.fix_checks(&data).unwrap().checks;
         let best = &w.predictions[0];
         let best_ms = best.predicted_us / 1e3;
         let pinned = w.predictions.iter().find(|p| p.fix == "pinned").unwrap();
         let after = checks.iter().find(|c| c.before == PROGRAM && c.fix == best.fix).unwrap().measured.median;
         let started = std::time::Instant::now();
         let judge = |fix: &str, ms: f64| check_best_fix(&w, &checks, false, fix, ms);
-        for (fix, ms) in [(best.fix.as_str(), best_ms), ("Copy_Stream + PINNED", best_ms * 1.05), ("pin memory, separate stream", after)] {
+        for (fix, ms) in [
+            (best.fix.as_str(), best_ms),
+            ("Copy_Stream + PINNED", best_ms * 1.05),
+            ("pin memory, separate stream", after),
+            ("pinned and copy stream", best_ms),
+            ("pinned memory and a copy stream", best_ms),
+            ("pinned, and copy stream", best_ms),
+            ("pinned + copy streams", best_ms),
+        ] {
             let r = judge(fix, ms);
             assert!(r.passed, "{fix} {ms}: {r}");
         }
-        let wrong: [(&str, f64, &str); 8] = [
+        let wrong: [(&str, f64, &str); 9] = [
             ("pinned", pinned.predicted_us / 1e3, "another fix the diagnosis suggests gains more"),
+            ("pinned + copy stream + sync removed", best_ms, "only in other combinations"),
             ("prefetch", best_ms, "none of the what-if's changes"),
             ("CUDA graph", best_ms, "not one the diagnosis of this trace suggests"),
             (&best.fix, w.traced_us / 1e3, "the traced program's own time"),

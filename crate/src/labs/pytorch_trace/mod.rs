@@ -29,7 +29,6 @@ pub mod charts;
 pub mod exercise;
 pub mod recording;
 
-use crate::diagnose::whatif::WhatIf;
 use crate::diagnose::{Diagnosis, Trace};
 use crate::error::{LabError, Result};
 use crate::lab_kit::check::CheckReport;
@@ -40,7 +39,7 @@ use crate::measure::record::{default_data_dir, display_path};
 use crate::measure::stats::Summary;
 use crate::present::gantt::Gantt;
 use crate::present::progress::ProgressMode;
-pub use recording::{FixCheck, Recording};
+pub use recording::{FixCheck, FixChecks, Recording};
 use std::path::{Path, PathBuf};
 
 pub const LAB: &str = "pytorch-trace";
@@ -148,10 +147,11 @@ pub fn programs_table(r: &Recording) -> String {
     s
 }
 
-/// The fixes' table: each prediction beside the fixed program's runs.
-pub fn fixes_table(checks: &[FixCheck]) -> String {
+/// The fixes' table: each prediction beside the fixed program's runs,
+/// then each fix that is not, and why.
+pub fn fixes_table(f: &FixChecks) -> String {
     let mut s = format!("{:<24} {:<22} {:>12}   {:<24} {:>10} {:>7}\n", "traced program", "fix", "predicted", "program with the fix", "ran", "off");
-    for c in checks {
+    for c in &f.checks {
         s += &format!(
             "{:<24} {:<22} {:>9.2} ms   {:<24} {:>7.2} ms {:>+6.1}%\n",
             c.before,
@@ -162,6 +162,9 @@ pub fn fixes_table(checks: &[FixCheck]) -> String {
             100.0 * c.off()
         );
     }
+    for n in &f.not_compared {
+        s += &format!("not compared: {n}\n");
+    }
     s
 }
 
@@ -170,7 +173,9 @@ pub fn fixes_table(checks: &[FixCheck]) -> String {
 fn headline_figures(checks: &[FixCheck]) -> Vec<HeadlineFigure> {
     let mut v = Vec::new();
     for c in checks {
-        v.push(HeadlineFigure::new(format!("{} + {}: predicted", c.before, c.fix), "ms", Summary::of(&[c.predicted_ms()]).expect("a finite prediction")));
+        if let Ok(predicted) = Summary::of(&[c.predicted_ms()]) {
+            v.push(HeadlineFigure::new(format!("{} + {}: predicted", c.before, c.fix), "ms", predicted));
+        }
         if !v.iter().any(|f| f.what == format!("{}: untraced", c.after)) {
             v.push(HeadlineFigure::new(format!("{}: untraced", c.after), "ms", c.measured));
         }
@@ -181,7 +186,7 @@ fn headline_figures(checks: &[FixCheck]) -> Vec<HeadlineFigure> {
 /// The chart of each traced program with a fix: it, its fastest predicted
 /// fix, and the traced program that applies that fix where there is one.
 pub fn fix_charts(r: &Recording, data: &Path) -> Result<Vec<Gantt>> {
-    let checks = r.fix_checks(data)?;
+    let checks = r.fix_checks(data)?.checks;
     let mut charts = Vec::new();
     let befores: Vec<&str> = r.names().into_iter().filter(|n| checks.iter().any(|c| c.before == *n)).collect();
     for before in befores {
@@ -194,8 +199,7 @@ pub fn fix_charts(r: &Recording, data: &Path) -> Result<Vec<Gantt>> {
 fn program_chart(r: &Recording, before: &str, data: &Path, checks: &[FixCheck]) -> Result<Gantt> {
     let trace = r.trace(before)?;
     let (links, pricing) = r.pricing(data);
-    let d = recording::diagnosis_priced(&trace, &display_path(&r.trace_path(before)?), &links, &pricing);
-    let best = best_fix(&d)?;
+    let best = best_fix(&recording::diagnosis_priced(&trace, &display_path(&r.trace_path(before)?), &links, &pricing))?;
     let after_name = checks.iter().find(|c| c.before == before && c.fix == best.fix).map(|c| c.after.clone());
     let after = match &after_name {
         Some(a) => Some((r.trace(a)?, r.untraced(a)?)),
@@ -277,26 +281,32 @@ impl Lab for PytorchTrace {
         if !s.programs.is_empty() {
             command.extend(["--programs".to_string(), s.programs.join(",")]);
         }
-        // Into a folder of its own first: a run that fails leaves the recording as it was.
+        // Into a folder of its own first: a run that fails leaves the
+        // recording as it was. A run of some programs only is not recorded:
+        // it would replace the whole set's traces with a few.
         let scratch = std::env::temp_dir().join(format!("overlap-lab-{LAB}-{}", std::process::id()));
-        let ran = trace_programs(&s, cx.device, &scratch, &command.join(" "), cx.progress == ProgressMode::Quiet);
-        let rec = ran.and_then(|r| match cx.record_to {
-            Some(data) => {
-                let dir = data.join(fp.slug()).join(LAB);
-                replace_folder(&r.dir, &dir)?;
-                println!("recorded: {}", display_path(&dir));
-                Recording::load(&dir)
-            }
-            None => Ok(r),
-        });
-        let rec = rec.inspect_err(|_| {
-            let _ = std::fs::remove_dir_all(&scratch);
-        })?;
-        println!("{}", programs_table(&rec));
-        let checks = rec.fix_checks(cx.data)?;
-        println!("{}", fixes_table(&checks));
+        let record_to = cx.record_to.filter(|_| s.programs.is_empty());
+        if cx.record_to.is_some() && record_to.is_none() {
+            println!("not recorded: --programs runs part of the set, and the recording holds the whole of it");
+        }
+        let ran = (|| {
+            let r = trace_programs(&s, cx.device, &scratch, &command.join(" "), cx.progress == ProgressMode::Quiet)?;
+            let rec = match record_to {
+                Some(data) => {
+                    let dir = data.join(fp.slug()).join(LAB);
+                    replace_folder(&r.dir, &dir)?;
+                    println!("recorded: {}", display_path(&dir));
+                    Recording::load(&dir)?
+                }
+                None => r,
+            };
+            println!("{}", programs_table(&rec));
+            let checks = rec.fix_checks(cx.data)?;
+            println!("{}", fixes_table(&checks));
+            Ok(headline_figures(&checks.checks))
+        })();
         let _ = std::fs::remove_dir_all(&scratch);
-        Ok(headline_figures(&checks))
+        ran
     }
     fn check_presets(&self) -> Result<()> {
         for p in [Preset::Headline, Preset::Full, Preset::Quick, Preset::Small] {
@@ -311,7 +321,7 @@ impl Lab for PytorchTrace {
         }
         let rec = Recording::load(&dir)?;
         let data = dev.parent().unwrap_or(dev);
-        let checks = rec.fix_checks(data)?;
+        let checks = rec.fix_checks(data)?.checks;
         let mut headline: Vec<(String, String)> = checks
             .iter()
             .map(|c| {
@@ -321,7 +331,7 @@ impl Lab for PytorchTrace {
                 )
             })
             .collect();
-        if let Some(gap) = rec.programs.calibration.graph_gap_us {
+        if let Some(gap) = rec.graph_gap_us() {
             headline.push(("gap between a CUDA graph's kernels".into(), format!("{gap:.3} µs")));
         }
         let mut files = Vec::new();
@@ -365,7 +375,7 @@ pub struct TraceRun {
     data: PathBuf,
     /// The exercise's trace, diagnosed.
     exercise: Diagnosis,
-    checks: Vec<FixCheck>,
+    checks: FixChecks,
 }
 
 impl TraceRun {
@@ -374,8 +384,8 @@ impl TraceRun {
         let why_not = match crate::lab_kit::live_here() {
             Ok(()) => {
                 let out = std::env::temp_dir().join(format!("overlap-lab-notebook-{LAB}-{}", std::process::id()));
-                match trace_programs(&s, 0, &out, &format!("notebook {LAB}"), false) {
-                    Ok(rec) => return TraceRun::new(rec, Source::Live),
+                match trace_programs(&s, 0, &out, &format!("notebook {LAB}"), false).and_then(|rec| TraceRun::new(rec, Source::Live)) {
+                    Ok(run) => return Ok(run),
                     Err(e) => format!("the live run failed: {e}"),
                 }
             }
@@ -443,7 +453,7 @@ impl TraceRun {
     /// `program`'s trace, the fix that gains most on the model, and the
     /// traced program that applies it.
     pub fn timeline_chart(&self, program: &str) -> Result<Gantt> {
-        let mut g = program_chart(&self.recording, program, &self.data, &self.checks)?;
+        let mut g = program_chart(&self.recording, program, &self.data, &self.checks.checks)?;
         g.subtitle = self.origin();
         Ok(g)
     }
@@ -459,8 +469,17 @@ impl TraceRun {
     /// The exercise's check: on the trace of [`exercise::PROGRAM`], `fix`
     /// is the fix that gains most and `ms` the time the program takes with it.
     pub fn check_best_fix(&self, fix: &str, ms: f64) -> CheckReport {
-        let empty = WhatIf { traced_us: 0.0, replayed_us: 0.0, predictions: Vec::new(), not_priced: Vec::new() };
-        exercise::check_best_fix(self.exercise.what_if.as_ref().unwrap_or(&empty), &self.checks, self.is_live(), fix, ms)
+        match &self.exercise.what_if {
+            Some(w) => exercise::check_best_fix(w, &self.checks.checks, self.is_live(), fix, ms),
+            None => {
+                let mut rep = CheckReport::new(&format!("the fix that gains most on {}'s trace", exercise::PROGRAM)).answering(exercise::EXERCISES[0].id);
+                rep.problem(format!(
+                    "the trace could not be replayed, so there is nothing to judge: {}",
+                    self.exercise.what_if_error.as_deref().unwrap_or("no what-if")
+                ));
+                rep
+            }
+        }
     }
 }
 
@@ -483,20 +502,27 @@ impl YourTrace {
         Ok(YourTrace { trace, diagnosis, data })
     }
 
-    /// The trace above the fix that gains most on the model.
+    /// The trace above the fix that gains most on the model (the trace
+    /// alone, its title saying why, where no fix is predicted).
     pub fn timeline_chart(&self) -> Result<Gantt> {
-        let best = best_fix(&self.diagnosis)?;
-        let gpu = self.trace.gpus().first().and_then(|&g| self.trace.gpu_name(g)).map(str::to_string);
-        let (_, pricing) = recording::pricing(&self.data, gpu.as_deref());
-        charts::fix_chart(charts::FixChart {
-            stem: format!("{LAB}-yours"),
-            title: format!("Your trace, and with {} (the fix that gains most)", best.fix),
-            origin: self.diagnosis.file.clone(),
-            before: (&self.trace, "your program", None),
-            fix: (&best.fix, &best.changes),
-            pricing: &pricing,
-            after: None,
-        })
+        let (_, pricing) = recording::pricing(&self.data, self.trace.first_gpu_name());
+        match best_fix(&self.diagnosis) {
+            Ok(best) => charts::fix_chart(charts::FixChart {
+                stem: format!("{LAB}-yours"),
+                title: format!("Your trace, and with {} (the fix that gains most)", best.fix),
+                origin: self.diagnosis.file.clone(),
+                before: (&self.trace, "your program", None),
+                fix: (&best.fix, &best.changes),
+                pricing: &pricing,
+                after: None,
+            }),
+            Err(_) => Ok(Gantt::new(
+                &format!("{LAB}-yours"),
+                &format!("Your trace: no fix predicted ({})", self.diagnosis.what_if_error.as_deref().unwrap_or("the findings suggest none")),
+                &self.diagnosis.file,
+                vec![charts::traced_timeline(&self.trace, "your program, traced", None)],
+            )),
+        }
     }
 }
 

@@ -37,8 +37,9 @@ pub struct Programs {
     pub gpu: Option<String>,
     #[serde(default)]
     pub driver: Option<String>,
+    /// None in a CPU smoke run.
     #[serde(default)]
-    pub calibration: Calibration,
+    pub calibration: Option<Calibration>,
     pub programs: BTreeMap<String, Program>,
     #[serde(default)]
     pub problems: Vec<String>,
@@ -150,6 +151,11 @@ impl Recording {
         Ok(found)
     }
 
+    /// The GPU's gap between a graph's kernels, µs, as this run measured it.
+    pub fn graph_gap_us(&self) -> Option<f64> {
+        self.programs.calibration.as_ref().and_then(|c| c.graph_gap_us)
+    }
+
     /// "NVIDIA H100 80GB HBM3" (or "no GPU" for a smoke run).
     pub fn gpu(&self) -> &str {
         self.programs.gpu.as_deref().unwrap_or("no GPU")
@@ -197,7 +203,7 @@ impl Recording {
     /// run's, not the committed one's).
     pub fn pricing(&self, data: &Path) -> (Vec<LinkRates>, Pricing) {
         let (links, mut pricing) = pricing(data, self.programs.gpu.as_deref());
-        if let Some(gap) = self.programs.calibration.graph_gap_us {
+        if let Some(gap) = self.graph_gap_us() {
             pricing.graph_gap_us = Some((gap, display_path(&self.dir.join(PROGRAMS_FILE))));
         }
         (links, pricing)
@@ -212,36 +218,60 @@ impl Recording {
 
     /// Each fix the programs make, in course order of the fixed program:
     /// its prediction from the "before" program's trace (diagnosed once
-    /// each, priced by `data`'s recordings) beside its own untraced runs.
-    /// A fix the "before" trace's diagnosis does not suggest is an error:
-    /// the finding that should have suggested it is missing.
-    pub fn fix_checks(&self, data: &Path) -> Result<Vec<FixCheck>> {
+    /// each, priced by [`Recording::pricing`]) beside its own untraced
+    /// runs; and, a line each, the fixes that could not be set beside
+    /// their program: one whose programs this run did not time (a partial
+    /// or CPU smoke run), or one the what-if could not price (no pinned
+    /// rate for this GPU: no lab 1 recording of it). A fix the "before"
+    /// trace's diagnosis does not suggest at all is an error: the finding
+    /// that should have suggested it is missing.
+    pub fn fix_checks(&self, data: &Path) -> Result<FixChecks> {
         let mut diagnosed: BTreeMap<String, Diagnosis> = BTreeMap::new();
-        let mut checks = Vec::new();
+        let mut out = FixChecks::default();
         for after in self.names() {
             for f in &self.program(after)?.fix_of {
+                let (Ok(measured), Ok(_)) = (self.untraced(after), self.program(&f.program)) else {
+                    out.not_compared.push(format!("{} + {}: {after} or {} has no untraced runs in this recording", f.program, f.fix, f.program));
+                    continue;
+                };
                 if !diagnosed.contains_key(&f.program) {
                     diagnosed.insert(f.program.clone(), self.diagnosis(&f.program, data)?);
                 }
                 let d = &diagnosed[&f.program];
-                let prediction = d.what_if.as_ref().and_then(|w| w.predictions.iter().find(|p| p.fix == f.fix)).cloned().ok_or_else(|| LabError::BadData {
-                    path: display_path(&self.trace_path(&f.program).unwrap_or_default()),
-                    reason: format!("its diagnosis does not suggest '{}', the fix {after} applies", f.fix),
-                })?;
-                checks.push(FixCheck { before: f.program.clone(), fix: f.fix.clone(), after: after.to_string(), prediction, measured: self.untraced(after)? });
+                let bad = |reason: String| LabError::BadData { path: display_path(&self.dir.join(&self.programs.programs[&f.program].trace)), reason };
+                let w = d.what_if.as_ref().ok_or_else(|| bad(format!("no what-if: {}", d.what_if_error.as_deref().unwrap_or("?"))))?;
+                match w.predictions.iter().find(|p| p.fix == f.fix) {
+                    Some(p) => {
+                        out.checks.push(FixCheck { before: f.program.clone(), fix: f.fix.clone(), after: after.to_string(), prediction: p.clone(), measured })
+                    }
+                    None => match w.not_priced.iter().find(|n| n.starts_with(&format!("{}:", f.fix))) {
+                        Some(why) => out.not_compared.push(format!("{} + {why}", f.program)),
+                        None => return Err(bad(format!("its diagnosis does not suggest '{}', the fix {after} applies", f.fix))),
+                    },
+                }
             }
         }
-        Ok(checks)
+        Ok(out)
     }
+}
+
+/// The fixes of a recording set beside their programs ([`Recording::fix_checks`]).
+#[derive(Clone, Debug, Default)]
+pub struct FixChecks {
+    pub checks: Vec<FixCheck>,
+    /// Why a fix is not among them, a line each.
+    pub not_compared: Vec<String>,
 }
 
 /// The GPU's gap between a graph's kernels for the GPU named `gpu`, µs,
 /// from its lab 10 recording under `data`, and that file as outputs name it.
 pub fn recorded_graph_gap(data: &Path, gpu: &str) -> Option<(f64, String)> {
-    let recordings = Recording::find(data).ok()?;
-    recordings.iter().filter(|r| r.programs.gpu.as_deref() == Some(gpu)).find_map(|r| {
-        let gap = r.programs.calibration.graph_gap_us?;
-        Some((gap, display_path(&r.dir.join(PROGRAMS_FILE))))
+    // Folder by folder: one that cannot be read costs its own gap only.
+    let folders = std::fs::read_dir(data).ok()?;
+    folders.flatten().map(|e| e.path().join(LAB)).filter(|d| d.join(PROGRAMS_FILE).is_file()).find_map(|dir| {
+        let r = Recording::load(&dir).ok()?;
+        (r.programs.gpu.as_deref() == Some(gpu)).then_some(())?;
+        Some((r.graph_gap_us()?, display_path(&dir.join(PROGRAMS_FILE))))
     })
 }
 
@@ -263,8 +293,7 @@ pub fn pricing(data: &Path, gpu: Option<&str>) -> (Vec<LinkRates>, Pricing) {
 /// priced by the recordings under `data` ([`pricing`]): what `overlap-lab
 /// diagnose` prints and lab 10 draws.
 pub fn diagnosis(trace: &Trace, shown: &str, data: &Path) -> Diagnosis {
-    let gpu = trace.gpus().first().and_then(|&g| trace.gpu_name(g)).map(str::to_string);
-    let (links, pricing) = pricing(data, gpu.as_deref());
+    let (links, pricing) = pricing(data, trace.first_gpu_name());
     diagnosis_priced(trace, shown, &links, &pricing)
 }
 
@@ -276,4 +305,31 @@ pub fn diagnosis_priced(trace: &Trace, shown: &str, links: &[LinkRates], pricing
         Err(e) => d.what_if_error = Some(e),
     }
     d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CPU smoke run's programs.json (no GPU, no calibration, host times
+    /// only) loads, and its fixes are listed as not compared, not an error;
+    /// a file that is not lab 10's is a one-line error naming it.
+    #[test]
+    fn a_smoke_run_loads_and_a_foreign_file_is_named() {
+        let dir = crate::testing::temp_dir("pytorch-trace-smoke");
+        let smoke = r#"{"command": "python3 crate/reference/lab10_trace.py --out x --device cpu", "date": "2026-11-27 07:00 UTC",
+            "torch": "2.11.0", "gpu": null, "calibration": null, "problems": [],
+            "programs": {"pageable_then_compute": {"what": "w", "iterations": 3, "untraced": {"host_ms": {"samples": [1.0]}}, "trace": "p.json.gz", "fix_of": []},
+                         "pinned_one_stream": {"what": "w", "iterations": 3, "untraced": {"host_ms": {"samples": [1.0]}}, "trace": "q.json.gz",
+                                               "fix_of": [{"program": "pageable_then_compute", "fix": "pinned"}]}}}"#;
+        std::fs::write(dir.join(PROGRAMS_FILE), smoke).unwrap();
+        let r = Recording::load(&dir).unwrap();
+        assert_eq!((r.gpu(), r.graph_gap_us()), ("no GPU", None));
+        let f = r.fix_checks(&dir).unwrap();
+        assert!(f.checks.is_empty() && f.not_compared.len() == 1, "{f:?}");
+        assert!(r.untraced("pinned_one_stream").unwrap_err().to_string().contains("a CPU smoke run"));
+        std::fs::write(dir.join(PROGRAMS_FILE), "{\"traceEvents\": []}").unwrap();
+        let e = Recording::load(&dir).unwrap_err().to_string();
+        assert!(e.contains(PROGRAMS_FILE) && e.contains("not lab 10's programs.json") && !e.contains('\n'), "{e}");
+    }
 }
