@@ -7,7 +7,11 @@
 //! would be, read by the same reader.
 //!
 //! Here too: what the diagnosis of any trace is priced by on this machine
-//! ([`pricing`]: lab 1's link rates, the graph gap of this folder), and the
+//! ([`pricing`]: lab 1's link rates, the graph gap of this folder; for a
+//! recording of a GPU lab 1 has not recorded, such as a learner's live
+//! run, the pinned rate its own pinned program's copies ran at, which the
+//! what-if then names as its price: not an independent figure for that
+//! program's own fix), and the
 //! fixes each recording's programs make, predicted from the "before" trace
 //! and set beside the fixed program's untraced runs ([`Recording::fix_checks`]).
 
@@ -203,10 +207,41 @@ impl Recording {
     /// run's, not the committed one's).
     pub fn pricing(&self, data: &Path) -> (Vec<LinkRates>, Pricing) {
         let (links, mut pricing) = pricing(data, self.programs.gpu.as_deref());
+        // A GPU with no lab 1 recording here (a learner's, live): the pinned
+        // rate its own pinned program's copies ran at.
+        if pricing.rates.is_none() {
+            pricing.rates = self.traced_pinned_rates();
+        }
         if let Some(gap) = self.graph_gap_us() {
             pricing.graph_gap_us = Some((gap, display_path(&self.dir.join(PROGRAMS_FILE))));
         }
         (links, pricing)
+    }
+
+    /// The host link's pinned rate each way as this recording's pinned
+    /// program on one stream (`pinned_one_stream`) ran its copies: the
+    /// median rate of its largest copies (the batches), bytes over the
+    /// traced time. None where that trace is missing or has no such copies.
+    pub fn traced_pinned_rates(&self) -> Option<LinkRates> {
+        use crate::diagnose::events::{Direction, GpuOpKind, HostMemory};
+        const PROGRAM: &str = "pinned_one_stream";
+        let trace = self.trace(PROGRAM).ok()?;
+        let mut points = Vec::new();
+        for direction in [Direction::H2d, Direction::D2h] {
+            let copies: Vec<(u64, f64)> = trace
+                .gpu_ops
+                .iter()
+                .filter(|o| o.kind == GpuOpKind::Copy { direction, host: Some(HostMemory::Pinned) } && o.duration_us() > 0.0)
+                .filter_map(|o| Some((o.bytes?, o.duration_us())))
+                .collect();
+            let Some(largest) = copies.iter().map(|c| c.0).max() else { continue };
+            let rates: Vec<f64> = copies.iter().filter(|c| c.0 == largest).map(|&(b, us)| b as f64 / (us * 1e3)).collect();
+            if let Ok(gbps) = Summary::of(&rates) {
+                points.push(crate::diagnose::LinkPoint { host: HostMemory::Pinned, direction, bytes: largest, gbps: gbps.median });
+            }
+        }
+        let source = format!("{}'s traced pinned copies", display_path(&self.trace_path(PROGRAM).ok()?));
+        (!points.is_empty()).then(|| LinkRates { gpu_name: self.gpu().to_string(), source, points })
     }
 
     /// The diagnosis of `name`'s trace with its what-if ([`Recording::pricing`]).
@@ -310,6 +345,25 @@ pub fn diagnosis_priced(trace: &Trace, shown: &str, links: &[LinkRates], pricing
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a GPU this machine has no lab 1 recording of, the recording's
+    /// own pinned copies price the pinned fixes: every fix of the H100's
+    /// programs is still set beside its program, within 10%.
+    #[test]
+    fn without_lab_1_the_recordings_own_pinned_copies_price_the_pinned_fixes() {
+        let data = crate::measure::record::repo_root().join("data");
+        let rec = Recording::find(&data).unwrap().into_iter().find(|r| r.dir.to_string_lossy().contains("h100")).unwrap();
+        let empty = crate::testing::temp_dir("pytorch-trace-no-lab1");
+        let rates = rec.traced_pinned_rates().expect("pinned copies in pinned_one_stream");
+        assert!(rates.points.iter().all(|p| p.gbps > 10.0 && p.gbps < 100.0), "{rates:?}");
+        let f = rec.fix_checks(&empty).unwrap();
+        assert!(f.not_compared.is_empty(), "{:?}", f.not_compared);
+        for c in f.checks.iter().filter(|c| c.fix.contains("pinned")) {
+            println!("{} + {}: predicted {:.2} ms, {} ran {:.2} ms ({:+.1}%)", c.before, c.fix, c.predicted_ms(), c.after, c.measured.median, 100.0 * c.off());
+            assert!(c.off().abs() < 0.10, "{} + {}: {:+.1}%", c.before, c.fix, 100.0 * c.off());
+            assert!(c.prediction.priced_by.as_deref().unwrap_or("").contains("traced pinned copies"), "{:?}", c.prediction.priced_by);
+        }
+    }
 
     /// A CPU smoke run's programs.json (no GPU, no calibration, host times
     /// only) loads, and its fixes are listed as not compared, not an error;
