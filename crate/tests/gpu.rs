@@ -723,7 +723,8 @@ mod streams {
         assert!(three.bound_ms.is_some_and(|b| b > 0.0), "{:?}", three.bound_ms);
         // Each CPU thread's per-thread default stream is its own lane; the legacy stream is one.
         let threads = r.experiment("threads").unwrap();
-        let lanes = |i: usize| threads.variants[i].timeline.lanes().len();
+        // (The issuing CPU thread's lane beside them is not counted.)
+        let lanes = |i: usize| threads.variants[i].timeline.lanes().iter().filter(|l| !l.starts_with("CPU")).count();
         assert_eq!((lanes(0), lanes(1)), (1, StreamsConfig::small().streams), "{:?}", threads.variants[1].timeline.lanes());
         let ic = r.issue_cost.as_ref().unwrap();
         assert_eq!(ic.points.len(), StreamsConfig::small().issue_chunks.len());
@@ -1417,6 +1418,69 @@ fn offload_passes_are_verified_and_the_live_checker_judges_a_schedule() {
     )
     .unwrap();
     assert!(!rep.passed && rep.to_string().contains("one slot of the 3 does all the work"), "{rep}");
+}
+
+/// cuBLASLt's product with the ReLU in its epilogue writes max(0, x · w):
+/// with entries -1, 0 or 1 every sum is an integer FP32 holds exactly, so
+/// each output is the CPU's sum rounded once to FP16 and clamped at zero,
+/// bit for bit; about half the outputs are negative sums, so the ReLU is
+/// seen to act. A shape of the lab's layers' kind (multiples of 16) and
+/// a small one (multiples of 8).
+#[test]
+fn a_gemm_with_the_relu_in_its_epilogue_writes_the_cpus_clamped_product() {
+    use overlap_lab::gpu::{Blas, MatrixF16};
+    let Some(gpu) = gpu_or_skip("a_gemm_with_the_relu_in_its_epilogue_writes_the_cpus_clamped_product") else {
+        return;
+    };
+    let blas = Blas::new(&gpu).unwrap();
+    assert!(blas.has_fused_relu(), "libcublasLt is not loaded beside libcublas");
+    let s = gpu.stream().unwrap();
+    for (n, k, m) in [(256usize, 1024usize, 512usize), (96, 200, 40)] {
+        let seed = pattern::fresh_seed();
+        let int = |i: usize| (pattern::word(seed, i as u64) % 3) as f32 - 1.0;
+        let x: Vec<f32> = (0..n * k).map(int).collect();
+        let w: Vec<f32> = (0..k * m).map(|i| int(n * k + i)).collect();
+        let sums: Vec<f32> = (0..n * m).map(|i| (0..k).map(|j| x[i / m * k + j] * w[j * m + i % m]).sum()).collect();
+        let want: Vec<f32> = sums.iter().map(|&v| half::f16::from_f32(v.max(0.0)).to_f32()).collect();
+        let negative = sums.iter().filter(|&&v| v < 0.0).count();
+        assert!(negative > n * m / 4, "{negative} negative sums of {}", n * m);
+        let halves = |v: &[f32], words: &mut [u64]| {
+            for (i, &f) in v.iter().enumerate() {
+                words[i / 4] |= (half::f16::from_f32(f).to_bits() as u64) << (16 * (i % 4));
+            }
+        };
+        let (xb, wb, ob) = (n * k * 2, k * m * 2, n * m * 2);
+        let words = |b: usize| b.div_ceil(8) * 8;
+        let (mut hx, mut hw, mut ho) =
+            (PinnedBuffer::new(&gpu, words(xb)).unwrap(), PinnedBuffer::new(&gpu, words(wb)).unwrap(), PinnedBuffer::new(&gpu, words(ob)).unwrap());
+        hx.words_mut().fill(0);
+        hw.words_mut().fill(0);
+        halves(&x, hx.words_mut());
+        halves(&w, hw.words_mut());
+        let (dx, dw, dout) = (gpu.alloc(words(xb)).unwrap(), gpu.alloc(words(wb)).unwrap(), gpu.alloc(words(ob)).unwrap());
+        s.upload(&dx, &hx, words(xb)).unwrap();
+        s.upload(&dw, &hw, words(wb)).unwrap();
+        // Poisoned: a NaN in every output before the product.
+        s.fill_u32(&dout, 0x7E00_7E00).unwrap();
+        let xm = MatrixF16 { span: dx.span(), at: 0, rows: n, cols: k };
+        let wm = MatrixF16 { span: dw.span(), at: 0, rows: k, cols: m };
+        let om = MatrixF16 { span: dout.span(), at: 0, rows: n, cols: m };
+        // SAFETY: the buffers outlive the product, waited for by the download.
+        unsafe { blas.matmul_f16_relu(&s, om, xm, wm) }.unwrap();
+        s.download(&mut ho, &dout, words(ob)).unwrap();
+        for (i, &want) in want.iter().enumerate() {
+            let got = half::f16::from_bits((ho.words()[i / 4] >> (16 * (i % 4))) as u16).to_f32();
+            assert_eq!(got, want, "{n} x {k} by {k} x {m}: element ({}, {}) of max(0, x · w)", i / m, i % m);
+        }
+        println!("{n} x {k} by {k} x {m}: every output is the CPU's max(0, x · w), {negative} of them clamped");
+    }
+    // Shapes that disagree are refused before anything runs.
+    let d = gpu.alloc(4096).unwrap();
+    let a = MatrixF16 { span: d.span(), at: 0, rows: 8, cols: 8 };
+    let b = MatrixF16 { span: d.span(), at: 0, rows: 4, cols: 8 };
+    // SAFETY: refused before the GPU is asked anything.
+    let e = unsafe { blas.matmul_f16_relu(&s, a, a, b) }.unwrap_err().to_string();
+    assert!(e.contains("the shapes disagree"), "{e}");
 }
 
 /// cuBLAS keeps the lab's workspace: a product captured into a CUDA graph

@@ -114,6 +114,7 @@ pub struct Pricing {
 fn waits(trace: &Trace, launch_of: &HashMap<u64, usize>) -> Vec<Waited> {
     let mut last_on_stream: HashMap<(u32, u64), usize> = HashMap::new();
     let mut waited = vec![Waited::Nothing; trace.gpu_ops.len()];
+    let longest = trace.gpu_ops.iter().map(|o| o.duration_us()).fold(0.0, f64::max);
     // Ops in the order they started (`gpu_ops` is sorted so).
     for (i, o) in trace.gpu_ops.iter().enumerate() {
         let call = o.correlation.and_then(|k| launch_of.get(&k)).copied();
@@ -131,9 +132,13 @@ fn waits(trace: &Trace, launch_of: &HashMap<u64, usize>) -> Vec<Waited> {
         // stream of its GPU, issued before it, that ended after both.
         let other = (o.start_us > own + WAIT_SLACK_US)
             .then(|| {
-                trace.gpu_ops[..i]
+                // Only ops that started late enough to end in the slack before
+                // it can be what it waited for (`gpu_ops` is sorted by start).
+                let from = trace.gpu_ops[..i].partition_point(|y| y.start_us < o.start_us - WAIT_SLACK_US - longest);
+                trace.gpu_ops[from..i]
                     .iter()
                     .enumerate()
+                    .map(|(j, y)| (from + j, y))
                     .filter(|(_, y)| {
                         y.gpu == o.gpu && y.stream != o.stream && y.end_us > own && y.end_us <= o.start_us + 1e-9 && o.start_us - y.end_us <= WAIT_SLACK_US
                     })

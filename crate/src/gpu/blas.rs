@@ -1,6 +1,7 @@
 //! cuBLAS on a stream: a handle with its own workspace ([`Blas`]) and the
-//! one call the labs make of it, a half-precision matrix product of
-//! row-major matrices ([`Blas::matmul_f16`]). cuBLAS is loaded at run time
+//! calls the labs make of it, a half-precision matrix product of
+//! row-major matrices ([`Blas::matmul_f16`]) and the same with a ReLU in
+//! cuBLASLt's epilogue ([`Blas::matmul_f16_relu`]). cuBLAS is loaded at run time
 //! like the driver (cudarc's `cublas` feature); a machine without it gets
 //! an error that says so, never a panic.
 //!
@@ -26,7 +27,10 @@ pub struct Blas {
     /// workspace, then call" one step (a cuBLAS handle is not meant for two
     /// threads at once).
     handle: Mutex<driver::cublasHandle_t>,
-    /// The scratch every product uses ([`WORKSPACE_BYTES`]).
+    /// cuBLASLt's handle, for the products with an epilogue
+    /// ([`Blas::matmul_f16_relu`]); `None` where libcublasLt cannot be loaded.
+    lt: Mutex<Option<driver::cublasLtHandle_t>>,
+    /// The scratch every product uses ([`WORKSPACE_BYTES`]), cuBLASLt's too.
     workspace: DeviceBuffer,
     gpu: Gpu,
     version: i32,
@@ -84,7 +88,10 @@ impl Blas {
         let handle = driver::blas_create()?;
         // SAFETY: the handle was just made and nothing else has it.
         match unsafe { driver::blas_version(handle) } {
-            Ok(version) => Ok(Blas { handle: Mutex::new(handle), workspace, gpu: gpu.clone(), version }),
+            Ok(version) => {
+                let lt = if driver::blas_lt_present() { Some(driver::blas_lt_create()?) } else { None };
+                Ok(Blas { handle: Mutex::new(handle), lt: Mutex::new(lt), workspace, gpu: gpu.clone(), version })
+            }
             Err(e) => {
                 // SAFETY: made above, used by nothing else, destroyed once.
                 let _ = unsafe { driver::blas_destroy(handle) };
@@ -115,18 +122,7 @@ impl Blas {
     /// The three buffers stay allocated until the stream has run the
     /// product, and nothing writes `x` or `w`, or touches `out`, meanwhile.
     pub unsafe fn matmul_f16(&self, stream: &Stream, out: MatrixF16, x: MatrixF16, w: MatrixF16) -> Result<()> {
-        x.check("the left operand")?;
-        w.check("the right operand")?;
-        out.check("the product")?;
-        if x.cols != w.rows || out.rows != x.rows || out.cols != w.cols {
-            return Err(LabError::config(format!(
-                "a product of {} x {} by {} x {} into {} x {}: the shapes disagree",
-                x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
-            )));
-        }
-        if stream.gpu().ordinal() != self.gpu.ordinal() {
-            return Err(LabError::config(format!("cuBLAS of GPU {} called on a stream of GPU {}", self.gpu.ordinal(), stream.gpu().ordinal())));
-        }
+        self.check_product(stream, out, x, w)?;
         let handle = self.handle.lock().map_err(|_| LabError::config("cuBLAS's handle was poisoned by a panic"))?;
         // Row-major out (n x m) is column-major outᵀ (m x n) = wᵀ (m x k) · xᵀ (k x n).
         let (n, k, m) = (x.rows as i32, x.cols as i32, w.cols as i32);
@@ -146,6 +142,70 @@ impl Blas {
     }
 }
 
+impl Blas {
+    /// A product's operands fit their buffers and agree, on this GPU's stream.
+    fn check_product(&self, stream: &Stream, out: MatrixF16, x: MatrixF16, w: MatrixF16) -> Result<()> {
+        x.check("the left operand")?;
+        w.check("the right operand")?;
+        out.check("the product")?;
+        if x.cols != w.rows || out.rows != x.rows || out.cols != w.cols {
+            return Err(LabError::config(format!(
+                "a product of {} x {} by {} x {} into {} x {}: the shapes disagree",
+                x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
+            )));
+        }
+        if stream.gpu().ordinal() != self.gpu.ordinal() {
+            return Err(LabError::config(format!("cuBLAS of GPU {} called on a stream of GPU {}", self.gpu.ordinal(), stream.gpu().ordinal())));
+        }
+        Ok(())
+    }
+
+    /// Whether [`Blas::matmul_f16_relu`] can run here (libcublasLt loaded).
+    pub fn has_fused_relu(&self) -> bool {
+        self.lt.lock().is_ok_and(|lt| lt.is_some())
+    }
+
+    /// Enqueues `out = max(0, x · w)` on `stream`, the ReLU applied by
+    /// cuBLASLt as the product is written (its epilogue): one kernel where
+    /// [`Blas::matmul_f16`] and a ReLU kernel are two. Shapes as for
+    /// `matmul_f16`; the same workspace, so the same rule: products on two
+    /// streams must not run at once.
+    ///
+    /// # Safety
+    /// As for [`Blas::matmul_f16`].
+    pub unsafe fn matmul_f16_relu(&self, stream: &Stream, out: MatrixF16, x: MatrixF16, w: MatrixF16) -> Result<()> {
+        self.check_product(stream, out, x, w)?;
+        let lt = self.lt.lock().map_err(|_| LabError::config("cuBLASLt's handle was poisoned by a panic"))?;
+        let Some(handle) = *lt else {
+            return Err(LabError::config(
+                "cuBLASLt (libcublasLt.so) could not be loaded: install the CUDA toolkit's cuBLAS or put its lib directory on LD_LIBRARY_PATH",
+            ));
+        };
+        // Row-major out (n x m) is column-major outᵀ (m x n) = wᵀ (m x k) · xᵀ (k x n).
+        let (n, k, m) = (x.rows as u64, x.cols as u64, w.cols as u64);
+        // SAFETY: the handle is live (owned by `self`, used under its lock),
+        // the stream is borrowed, every matrix fits its buffer (checked
+        // above) and the caller keeps them allocated until the stream ran
+        // the product (# Safety); the workspace is owned by `self`, whose
+        // drop waits for the GPU before freeing it.
+        unsafe {
+            driver::blas_lt_gemm_f16_relu(
+                handle,
+                (m, n, k),
+                w.addr(),
+                m as i64,
+                x.addr(),
+                k as i64,
+                out.addr(),
+                m as i64,
+                self.workspace.ptr(),
+                self.workspace.bytes(),
+                stream.raw(),
+            )
+        }
+    }
+}
+
 impl Drop for Blas {
     fn drop(&mut self) {
         let _ = self.gpu.bind();
@@ -156,5 +216,9 @@ impl Drop for Blas {
         // SAFETY: owned by `self` and destroyed only here, once; nothing
         // else can be calling it (`self` is being dropped).
         let _ = unsafe { driver::blas_destroy(*h) };
+        if let Some(lt) = self.lt.get_mut().ok().and_then(|l| l.take()) {
+            // SAFETY: as for the cuBLAS handle: owned by `self`, destroyed once, here.
+            let _ = unsafe { driver::blas_lt_destroy(lt) };
+        }
     }
 }

@@ -123,3 +123,168 @@ pub unsafe fn blas_version(handle: cublasHandle_t) -> Result<i32> {
     check("cublasGetVersion", unsafe { sys::cublasGetVersion_v2(handle, &mut v) })?;
     Ok(v)
 }
+
+// cuBLASLt: the matrix products whose epilogue does more than store (a
+// ReLU applied as the product is written), through cudarc's `cublaslt`
+// feature, loaded at run time like cuBLAS (`libcublasLt.so`).
+
+use cudarc::cublaslt::sys as lt;
+
+pub use lt::cublasLtHandle_t;
+
+fn check_lt(call: &'static str, status: lt::cublasStatus_t) -> Result<()> {
+    match status {
+        lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
+        other => Err(LabError::Driver { call, message: format!("{other:?}") }),
+    }
+}
+
+/// Whether libcublasLt can be loaded (cudarc panics on first use where it
+/// cannot, so this is asked first).
+pub fn blas_lt_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { lt::is_culib_present() }
+}
+
+/// cublasLtCreate: a cuBLASLt handle (it holds no device or stream: each
+/// product names its own).
+pub fn blas_lt_create() -> Result<cublasLtHandle_t> {
+    let mut handle = std::ptr::null_mut();
+    // SAFETY: writes one handle into `handle`.
+    check_lt("cublasLtCreate", unsafe { lt::cublasLtCreate(&mut handle) })?;
+    Ok(handle)
+}
+
+/// cublasLtDestroy.
+///
+/// # Safety
+/// `handle` is live and used by nothing after this.
+pub unsafe fn blas_lt_destroy(handle: cublasLtHandle_t) -> Result<()> {
+    // SAFETY: a live handle, destroyed once and used by nothing after (# Safety).
+    check_lt("cublasLtDestroy", unsafe { lt::cublasLtDestroy(handle) })
+}
+
+/// The descriptors of one cuBLASLt product, destroyed together however
+/// the product ends.
+struct LtDescriptors {
+    op: lt::cublasLtMatmulDesc_t,
+    layouts: Vec<lt::cublasLtMatrixLayout_t>,
+    preference: lt::cublasLtMatmulPreference_t,
+}
+
+impl Drop for LtDescriptors {
+    fn drop(&mut self) {
+        // SAFETY: each descriptor was made by cuBLASLt for this product
+        // (or is still null) and is destroyed once, here.
+        unsafe {
+            for &l in &self.layouts {
+                let _ = lt::cublasLtMatrixLayoutDestroy(l);
+            }
+            if !self.preference.is_null() {
+                let _ = lt::cublasLtMatmulPreferenceDestroy(self.preference);
+            }
+            if !self.op.is_null() {
+                let _ = lt::cublasLtMatmulDescDestroy(self.op);
+            }
+        }
+    }
+}
+
+/// cublasLtMatmul with the ReLU epilogue, column-major, no transposes:
+/// D (m x n, ldd) = max(0, A (m x k, lda) · B (k x n, ldb)), every matrix
+/// FP16, accumulated in FP32, the ReLU applied before D is rounded and
+/// stored; the algorithm cuBLASLt's heuristic ranks first within
+/// `workspace_bytes`, run on `stream`.
+///
+/// # Safety
+/// `handle` and `stream` are live; each pointer addresses a device matrix
+/// of its shape and leading dimension, and `workspace .. + workspace_bytes`
+/// device memory (256-byte aligned), all of which stay allocated until the
+/// stream ran the product.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn blas_lt_gemm_f16_relu(
+    handle: cublasLtHandle_t,
+    (m, n, k): (u64, u64, u64),
+    a: super::CUdeviceptr,
+    lda: i64,
+    b: super::CUdeviceptr,
+    ldb: i64,
+    d: super::CUdeviceptr,
+    ldd: i64,
+    workspace: super::CUdeviceptr,
+    workspace_bytes: usize,
+    stream: super::CUstream,
+) -> Result<()> {
+    let mut descs = LtDescriptors { op: std::ptr::null_mut(), layouts: Vec::new(), preference: std::ptr::null_mut() };
+    // SAFETY: each call writes one descriptor into its out-pointer, or
+    // reads the host values it is given for the size given; the
+    // descriptors are destroyed by `descs` on every path.
+    unsafe {
+        check_lt(
+            "cublasLtMatmulDescCreate",
+            lt::cublasLtMatmulDescCreate(&mut descs.op, lt::cublasComputeType_t::CUBLAS_COMPUTE_32F, lt::cudaDataType_t::CUDA_R_32F),
+        )?;
+        let epilogue = lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU;
+        check_lt(
+            "cublasLtMatmulDescSetAttribute",
+            lt::cublasLtMatmulDescSetAttribute(
+                descs.op,
+                lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
+                &epilogue as *const lt::cublasLtEpilogue_t as *const c_void,
+                std::mem::size_of::<lt::cublasLtEpilogue_t>(),
+            ),
+        )?;
+        for (rows, cols, ld) in [(m, k, lda), (k, n, ldb), (m, n, ldd)] {
+            let mut layout = std::ptr::null_mut();
+            check_lt("cublasLtMatrixLayoutCreate", lt::cublasLtMatrixLayoutCreate(&mut layout, lt::cudaDataType_t::CUDA_R_16F, rows, cols, ld))?;
+            descs.layouts.push(layout);
+        }
+        check_lt("cublasLtMatmulPreferenceCreate", lt::cublasLtMatmulPreferenceCreate(&mut descs.preference))?;
+        let max_workspace = workspace_bytes as u64;
+        check_lt(
+            "cublasLtMatmulPreferenceSetAttribute",
+            lt::cublasLtMatmulPreferenceSetAttribute(
+                descs.preference,
+                lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &max_workspace as *const u64 as *const c_void,
+                std::mem::size_of::<u64>(),
+            ),
+        )?;
+    }
+    let (la, lb, ld) = (descs.layouts[0], descs.layouts[1], descs.layouts[2]);
+    // SAFETY: a zeroed result is what cuBLASLt's heuristic overwrites (a
+    // plain C struct of integers and floats).
+    let mut best: lt::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
+    let mut found = 0;
+    // SAFETY: live handle and descriptors; room for the one result asked for.
+    check_lt("cublasLtMatmulAlgoGetHeuristic", unsafe {
+        lt::cublasLtMatmulAlgoGetHeuristic(handle, descs.op, la, lb, ld, ld, descs.preference, 1, &mut best, &mut found)
+    })?;
+    if found == 0 {
+        return Err(LabError::Driver { call: "cublasLtMatmulAlgoGetHeuristic", message: "no algorithm for this product".into() });
+    }
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: the handle, stream, matrices and workspace are the caller's
+    // promise (# Safety); C is D with beta 0 (read as nothing); alpha and
+    // beta are host f32 (the scale type), read during the call.
+    check_lt("cublasLtMatmul", unsafe {
+        lt::cublasLtMatmul(
+            handle,
+            descs.op,
+            &alpha as *const f32 as *const c_void,
+            a as *const c_void,
+            la,
+            b as *const c_void,
+            lb,
+            &beta as *const f32 as *const c_void,
+            d as *const c_void,
+            ld,
+            d as *mut c_void,
+            ld,
+            &best.algo,
+            workspace as *mut c_void,
+            workspace_bytes,
+            stream as lt::cudaStream_t,
+        )
+    })
+}
