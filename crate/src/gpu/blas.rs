@@ -89,7 +89,8 @@ impl Blas {
         // SAFETY: the handle was just made and nothing else has it.
         match unsafe { driver::blas_version(handle) } {
             Ok(version) => {
-                let lt = if driver::blas_lt_present() { Some(driver::blas_lt_create()?) } else { None };
+                // Without cuBLASLt (not loadable, or no handle) only the fused products are refused.
+                let lt = if driver::blas_lt_present() { driver::blas_lt_create().ok() } else { None };
                 Ok(Blas { handle: Mutex::new(handle), lt: Mutex::new(lt), workspace, gpu: gpu.clone(), version })
             }
             Err(e) => {
@@ -178,7 +179,7 @@ impl Blas {
         let lt = self.lt.lock().map_err(|_| LabError::config("cuBLASLt's handle was poisoned by a panic"))?;
         let Some(handle) = *lt else {
             return Err(LabError::config(
-                "cuBLASLt (libcublasLt.so) could not be loaded: install the CUDA toolkit's cuBLAS or put its lib directory on LD_LIBRARY_PATH",
+                "cuBLASLt (libcublasLt.so) could not be loaded or give a handle: install the CUDA toolkit's cuBLAS or put its lib directory on LD_LIBRARY_PATH",
             ));
         };
         // Row-major out (n x m) is column-major outᵀ (m x n) = wᵀ (m x k) · xᵀ (k x n).
