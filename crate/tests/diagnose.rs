@@ -448,20 +448,6 @@ fn each_fix_on_a_synthetic_program_predicts_the_program_that_makes_it() {
     }
 }
 
-/// Every lab 10 recording in `data/` (`<gpu>/pytorch-trace/`): (its folder, its programs.json).
-fn lab10_recordings() -> Vec<(PathBuf, serde_json::Value)> {
-    let data = overlap_lab::measure::record::repo_root().join("data");
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(&data).unwrap().flatten() {
-        let dir = entry.path().join(overlap_lab::labs::pytorch_trace::LAB);
-        if let Ok(text) = std::fs::read_to_string(dir.join("programs.json")) {
-            out.push((dir, serde_json::from_str(&text).expect("programs.json is JSON")));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
-}
-
 /// `overlap-lab diagnose --json` of a committed trace, against the
 /// repository's recordings (its link rates, its graph gap).
 fn diagnosed_committed(trace: &Path) -> serde_json::Value {
@@ -490,12 +476,13 @@ fn causes(d: &serde_json::Value) -> Vec<(String, f64, String)> {
 /// and their graph is not (beyond its few launches).
 #[test]
 fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
-    let recordings = lab10_recordings();
+    let recordings = overlap_lab::labs::pytorch_trace::Recording::find(&overlap_lab::measure::record::repo_root().join("data")).unwrap();
     assert!(!recordings.is_empty(), "no data/*/pytorch-trace/programs.json");
-    for (dir, rec) in &recordings {
-        let batch = rec["programs"]["pageable_then_compute"]["sizes"]["batch_bytes"].as_f64().unwrap();
-        for (name, p) in rec["programs"].as_object().unwrap() {
-            let d = diagnosed_committed(&dir.join(p["trace"].as_str().unwrap()));
+    for rec in &recordings {
+        let dir = &rec.dir;
+        let batch = rec.program("pageable_then_compute").unwrap().sizes.batch_bytes.unwrap() as f64;
+        for name in rec.names() {
+            let d = diagnosed_committed(&rec.trace_path(name).unwrap());
             let found = causes(&d);
             let cost = |cause: &str| found.iter().filter(|f| f.0 == cause).map(|f| f.1).sum::<f64>();
             let window = d["window"]["end_us"].as_f64().unwrap() - d["window"]["start_us"].as_f64().unwrap();
@@ -518,7 +505,7 @@ fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
             }
             // Syncs: blamed only where the loop reads each iteration.
             let syncs: Vec<&(String, f64, String)> = found.iter().filter(|f| f.0 == "sync").collect();
-            match name.as_str() {
+            match name {
                 "sync_read_in_loop" => {
                     assert!(
                         syncs.iter().any(|f| f.2.starts_with("aten::item") && f.1 > 0.02 * window),

@@ -10,11 +10,18 @@ use std::ffi::c_void;
 
 pub use sys::cublasHandle_t;
 
-fn check(call: &'static str, status: cublasStatus_t) -> Result<()> {
-    match status {
-        cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
-        other => Err(LabError::Driver { call, message: format!("{other:?}") }),
+/// `Ok` where `status` is `success`, else the call's error naming it
+/// (cuBLAS and cuBLASLt each have their own status type, alike).
+fn check_status<S: PartialEq + std::fmt::Debug>(call: &'static str, status: S, success: S) -> Result<()> {
+    if status == success {
+        Ok(())
+    } else {
+        Err(LabError::Driver { call, message: format!("{status:?}") })
     }
+}
+
+fn check(call: &'static str, status: cublasStatus_t) -> Result<()> {
+    check_status(call, status, cublasStatus_t::CUBLAS_STATUS_SUCCESS)
 }
 
 /// Whether libcublas can be loaded (cudarc panics on first use where it
@@ -133,10 +140,7 @@ use cudarc::cublaslt::sys as lt;
 pub use lt::cublasLtHandle_t;
 
 fn check_lt(call: &'static str, status: lt::cublasStatus_t) -> Result<()> {
-    match status {
-        lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
-        other => Err(LabError::Driver { call, message: format!("{other:?}") }),
-    }
+    check_status(call, status, lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
 }
 
 /// Whether libcublasLt can be loaded (cudarc panics on first use where it

@@ -29,6 +29,7 @@ pub mod charts;
 pub mod exercise;
 pub mod recording;
 
+use crate::diagnose::replay::Pricing;
 use crate::diagnose::{Diagnosis, Trace};
 use crate::error::{LabError, Result};
 use crate::lab_kit::check::CheckReport;
@@ -183,24 +184,23 @@ fn headline_figures(checks: &[FixCheck]) -> Vec<HeadlineFigure> {
     v
 }
 
-/// The chart of each traced program with a fix: it, its fastest predicted
-/// fix, and the traced program that applies that fix where there is one.
-pub fn fix_charts(r: &Recording, data: &Path) -> Result<Vec<Gantt>> {
-    let checks = r.fix_checks(data)?.checks;
-    let mut charts = Vec::new();
-    let befores: Vec<&str> = r.names().into_iter().filter(|n| checks.iter().any(|c| c.before == *n)).collect();
-    for before in befores {
-        charts.push(program_chart(r, before, data, &checks)?);
-    }
-    Ok(charts)
+/// The chart of each traced program with a fix (`checks`, the
+/// recording's): it, its fastest predicted fix, and the traced program
+/// that applies that fix where there is one.
+pub fn fix_charts(r: &Recording, data: &Path, checks: &FixChecks) -> Result<Vec<Gantt>> {
+    let (_, pricing) = r.pricing(data);
+    r.names().into_iter().filter(|n| checks.diagnoses.contains_key(*n)).map(|before| program_chart(r, before, data, &pricing, checks)).collect()
 }
 
-/// `before`'s chart ([`fix_charts`]).
-fn program_chart(r: &Recording, before: &str, data: &Path, checks: &[FixCheck]) -> Result<Gantt> {
+/// `before`'s chart ([`fix_charts`]), from its diagnosis in `checks`
+/// (made here for a program no fix starts from).
+fn program_chart(r: &Recording, before: &str, data: &Path, pricing: &Pricing, checks: &FixChecks) -> Result<Gantt> {
+    let best = match checks.diagnoses.get(before) {
+        Some(d) => best_fix(d)?,
+        None => best_fix(&r.diagnosis(before, data)?)?,
+    };
     let trace = r.trace(before)?;
-    let (links, pricing) = r.pricing(data);
-    let best = best_fix(&recording::diagnosis_priced(&trace, &display_path(&r.trace_path(before)?), &links, &pricing))?;
-    let after_name = checks.iter().find(|c| c.before == before && c.fix == best.fix).map(|c| c.after.clone());
+    let after_name = checks.checks.iter().find(|c| c.before == before && c.fix == best.fix).map(|c| c.after.clone());
     let after = match &after_name {
         Some(a) => Some((r.trace(a)?, r.untraced(a)?)),
         None => None,
@@ -212,7 +212,7 @@ fn program_chart(r: &Recording, before: &str, data: &Path, checks: &[FixCheck]) 
         origin: r.origin(),
         before: (&trace, before, runs.as_ref()),
         fix: (&best.fix, &best.changes),
-        pricing: &pricing,
+        pricing,
         after: after.as_ref().zip(after_name.as_deref()).map(|((t, u), a)| (t, a, u)),
     })
 }
@@ -321,8 +321,9 @@ impl Lab for PytorchTrace {
         }
         let rec = Recording::load(&dir)?;
         let data = dev.parent().unwrap_or(dev);
-        let checks = rec.fix_checks(data)?.checks;
-        let mut headline: Vec<(String, String)> = checks
+        let all = rec.fix_checks(data)?;
+        let mut headline: Vec<(String, String)> = all
+            .checks
             .iter()
             .map(|c| {
                 (
@@ -337,18 +338,19 @@ impl Lab for PytorchTrace {
         let mut files = Vec::new();
         if let Some(out) = out {
             let folder = out.join(crate::units::slug(rec.gpu()));
-            for chart in fix_charts(&rec, data)? {
+            for chart in fix_charts(&rec, data, &all)? {
                 files.extend(crate::present::chart::save_chart(&chart, &folder)?);
             }
         }
-        Ok(Some(Visited { gpu: rec.gpu().to_string(), origin: rec.origin(), lab: LAB, headline, figures: headline_figures(&checks), files }))
+        Ok(Some(Visited { gpu: rec.gpu().to_string(), origin: rec.origin(), lab: LAB, headline, figures: headline_figures(&all.checks), files }))
     }
     fn timeline_charts(&self, dev: &Path) -> Result<Vec<Gantt>> {
         let dir = dev.join(LAB);
         if !dir.join(recording::PROGRAMS_FILE).is_file() {
             return Ok(Vec::new());
         }
-        fix_charts(&Recording::load(&dir)?, dev.parent().unwrap_or(dev))
+        let (rec, data) = (Recording::load(&dir)?, dev.parent().unwrap_or(dev));
+        fix_charts(&rec, data, &rec.fix_checks(data)?)
     }
 }
 
@@ -373,8 +375,8 @@ pub struct TraceRun {
     pub source: Source,
     /// Where the what-if's prices come from (the data directory).
     data: PathBuf,
-    /// The exercise's trace, diagnosed.
-    exercise: Diagnosis,
+    /// The fixes set beside their programs, with the diagnoses they came
+    /// from (the exercise's trace's among them).
     checks: FixChecks,
 }
 
@@ -404,9 +406,11 @@ impl TraceRun {
 
     fn new(recording: Recording, source: Source) -> Result<TraceRun> {
         let data = default_data_dir();
-        let checks = recording.fix_checks(&data)?;
-        let exercise = recording.diagnosis(exercise::PROGRAM, &data)?;
-        Ok(TraceRun { recording, source, data, exercise, checks })
+        let mut checks = recording.fix_checks(&data)?;
+        if !checks.diagnoses.contains_key(exercise::PROGRAM) {
+            checks.diagnoses.insert(exercise::PROGRAM.to_string(), recording.diagnosis(exercise::PROGRAM, &data)?);
+        }
+        Ok(TraceRun { recording, source, data, checks })
     }
 
     pub fn is_live(&self) -> bool {
@@ -444,16 +448,17 @@ impl TraceRun {
 
     /// The diagnosis of `program`'s trace, with its what-if.
     pub fn diagnosis(&self, program: &str) -> Result<Diagnosis> {
-        if program == exercise::PROGRAM {
-            return Ok(self.exercise.clone());
+        match self.checks.diagnoses.get(program) {
+            Some(d) => Ok(d.clone()),
+            None => self.recording.diagnosis(program, &self.data),
         }
-        self.recording.diagnosis(program, &self.data)
     }
 
     /// `program`'s trace, the fix that gains most on the model, and the
     /// traced program that applies it.
     pub fn timeline_chart(&self, program: &str) -> Result<Gantt> {
-        let mut g = program_chart(&self.recording, program, &self.data, &self.checks.checks)?;
+        let (_, pricing) = self.recording.pricing(&self.data);
+        let mut g = program_chart(&self.recording, program, &self.data, &pricing, &self.checks)?;
         g.subtitle = self.origin();
         Ok(g)
     }
@@ -469,14 +474,12 @@ impl TraceRun {
     /// The exercise's check: on the trace of [`exercise::PROGRAM`], `fix`
     /// is the fix that gains most and `ms` the time the program takes with it.
     pub fn check_best_fix(&self, fix: &str, ms: f64) -> CheckReport {
-        match &self.exercise.what_if {
+        let d = &self.checks.diagnoses[exercise::PROGRAM];
+        match &d.what_if {
             Some(w) => exercise::check_best_fix(w, &self.checks.checks, self.is_live(), fix, ms),
             None => {
                 let mut rep = CheckReport::new(&format!("the fix that gains most on {}'s trace", exercise::PROGRAM)).answering(exercise::EXERCISES[0].id);
-                rep.problem(format!(
-                    "the trace could not be replayed, so there is nothing to judge: {}",
-                    self.exercise.what_if_error.as_deref().unwrap_or("no what-if")
-                ));
+                rep.problem(format!("the trace could not be replayed, so there is nothing to judge: {}", d.what_if_error.as_deref().unwrap_or("no what-if")));
                 rep
             }
         }

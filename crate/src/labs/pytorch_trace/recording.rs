@@ -63,12 +63,22 @@ pub struct Program {
     /// What it does, in a line.
     pub what: String,
     pub iterations: u32,
+    /// Its sizes, as far as the lab reads them.
+    #[serde(default)]
+    pub sizes: Sizes,
     pub untraced: Untraced,
     /// Its trace, beside `programs.json`.
     pub trace: String,
     /// The programs it fixes, and by what fix (as the what-if names it).
     #[serde(default)]
     pub fix_of: Vec<FixOf>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Sizes {
+    /// Bytes of one batch a copy program moves to the GPU (none for the tiny-op ones).
+    #[serde(default)]
+    pub batch_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -246,9 +256,15 @@ impl Recording {
 
     /// The diagnosis of `name`'s trace with its what-if ([`Recording::pricing`]).
     pub fn diagnosis(&self, name: &str, data: &Path) -> Result<Diagnosis> {
-        let trace = self.trace(name)?;
         let (links, pricing) = self.pricing(data);
-        Ok(diagnosis_priced(&trace, &display_path(&self.trace_path(name)?), &links, &pricing))
+        self.diagnosis_priced(name, &links, &pricing)
+    }
+
+    /// The diagnosis of `name`'s trace beside `links`, priced by `pricing`
+    /// (read once for several traces: [`Recording::pricing`] reads files).
+    fn diagnosis_priced(&self, name: &str, links: &[LinkRates], pricing: &Pricing) -> Result<Diagnosis> {
+        let trace = self.trace(name)?;
+        Ok(diagnosis_priced(&trace, &display_path(&self.trace_path(name)?), links, pricing))
     }
 
     /// Each fix the programs make, in course order of the fixed program:
@@ -261,18 +277,18 @@ impl Recording {
     /// trace's diagnosis does not suggest at all is an error: the finding
     /// that should have suggested it is missing.
     pub fn fix_checks(&self, data: &Path) -> Result<FixChecks> {
-        let mut diagnosed: BTreeMap<String, Diagnosis> = BTreeMap::new();
         let mut out = FixChecks::default();
+        let (links, pricing) = self.pricing(data);
         for after in self.names() {
             for f in &self.program(after)?.fix_of {
                 let (Ok(measured), Ok(_)) = (self.untraced(after), self.program(&f.program)) else {
                     out.not_compared.push(format!("{} + {}: {after} or {} has no untraced runs in this recording", f.program, f.fix, f.program));
                     continue;
                 };
-                if !diagnosed.contains_key(&f.program) {
-                    diagnosed.insert(f.program.clone(), self.diagnosis(&f.program, data)?);
+                if !out.diagnoses.contains_key(&f.program) {
+                    out.diagnoses.insert(f.program.clone(), self.diagnosis_priced(&f.program, &links, &pricing)?);
                 }
-                let d = &diagnosed[&f.program];
+                let d = &out.diagnoses[&f.program];
                 let bad = |reason: String| LabError::BadData { path: display_path(&self.dir.join(&self.programs.programs[&f.program].trace)), reason };
                 let w = d.what_if.as_ref().ok_or_else(|| bad(format!("no what-if: {}", d.what_if_error.as_deref().unwrap_or("?"))))?;
                 match w.predictions.iter().find(|p| p.fix == f.fix) {
@@ -296,6 +312,9 @@ pub struct FixChecks {
     pub checks: Vec<FixCheck>,
     /// Why a fix is not among them, a line each.
     pub not_compared: Vec<String>,
+    /// The diagnosis of each "before" program's trace, by program: made
+    /// once here, read by the charts and the exercise.
+    pub diagnoses: BTreeMap<String, Diagnosis>,
 }
 
 /// The GPU's gap between a graph's kernels for the GPU named `gpu`, µs,
