@@ -650,17 +650,22 @@ pub fn offload_results() -> crate::labs::offload::OffloadResults {
             layer_ms: flat(layer),
             variants: Variant::ALL
                 .iter()
+                .filter(|v| v.kind() == crate::labs::offload::rig::LayerKind::Separate)
                 .map(|&variant| {
                     let ms = match variant {
                         Variant::Pageable => shape.layers as f64 * (3.0 + layer),
                         Variant::Pinned => shape.layers as f64 * (1.2 + layer),
                         _ => bound * 1.03,
                     };
-                    VariantPoint { variant, ms: flat(ms), predicted_ms: ms * 0.98 }
+                    VariantPoint { variant, ms: flat(ms), predicted_ms: ms * 0.98, plan: None }
                 })
                 .collect(),
             torch_to_ms: Some(flat(shape.layers as f64 * (3.2 + layer))),
             torch_ring_ms: Some(flat(bound * 1.05)),
+            layer_fused_ms: None,
+            h2d_fp8_ms: None,
+            layer_fp8_ms: None,
+            torch_beyond: None,
         }
     };
     let host = MachineFacts {
@@ -688,5 +693,18 @@ pub fn offload_results() -> crate::labs::offload::OffloadResults {
         max_error: 1e-3,
         verified_passes: 10,
         torch: Ok("2.9.0".into()),
+        fp8: None,
+        fp8_missing: None,
+        sweeps: Vec::new(),
+        timelines: Vec::new(),
     }
+}
+
+/// Lab 9's recording from the H100 (`data/nvidia-h100-80gb-hbm3/offload.json`,
+/// committed): every variant past the streaming bound with its plan, the
+/// placement sweep at three batches and budgets, FP8's accuracy and the
+/// traced passes, as a real run holds them.
+pub fn offload_results_beyond() -> crate::labs::offload::OffloadResults {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/nvidia-h100-80gb-hbm3/offload.json");
+    crate::labs::offload::OffloadRecord::load(&path).expect("the committed H100 recording of lab 9").results
 }

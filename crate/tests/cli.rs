@@ -374,6 +374,10 @@ fn answer_everything(dir: &std::path::Path, right: bool) {
     let r = h100::<offload::OffloadResults>(&data, offload::LAB).results;
     let pass = if right { offload::forward::ring } else { offload::exercise::given };
     verdicts.push(("09-offload", offload::exercise::check_on_model(&r, &pass)));
+    let (budget, batch) = (r.config.gpu_budget, r.points[0].batch);
+    let placed =
+        if right { offload::exercise::best_placement(&r, budget, batch).unwrap().placement } else { offload::placement::Placement { resident: 0, ring: 3 } };
+    verdicts.push(("09-offload/placement", offload::exercise::check_placement(&r, budget, batch, placed)));
     let rec = pytorch_trace::Recording::find(&data).unwrap().into_iter().find(|r| r.dir.to_string_lossy().contains("h100")).unwrap();
     let what_if = rec.diagnosis(pytorch_trace::exercise::PROGRAM, &data).unwrap().what_if.unwrap();
     let answer = if right { &what_if.predictions[0] } else { what_if.predictions.iter().find(|p| p.fix == "pinned").unwrap() };
@@ -437,6 +441,7 @@ fn progress_says_for_every_exercise_not_started_not_yet_or_passed() {
         ("07-kernel-pipeline", "no asynchronous copy"),
         ("08-multi-gpu", "host synchronization"),
         ("09-offload", "may overwrite ring slot"),
+        ("09-offload/placement", "budget left idle"),
         ("10-pytorch-trace", "another fix the diagnosis suggests gains more"),
     ];
     for (id, why) in reasons {

@@ -1397,13 +1397,27 @@ fn offload_passes_are_verified_and_the_live_checker_judges_a_schedule() {
         warmup: 1,
         repeats: 3,
         python: String::new(),
+        sweep_batches: vec![512],
+        sweep_budgets: vec![256],
         ..OffloadConfig::default()
     };
     let r = offload::run(&gpu, &cfg, ProgressMode::Quiet).unwrap();
     println!("{}", r.summary());
     assert!(r.verified_passes >= 2 * 6 * 4 && r.max_error < offload::TOLERANCE, "{} passes, {:.1e}", r.verified_passes, r.max_error);
+    // FP8 where the GPU has it: every pass within the tolerance the lab states, nothing clipped.
+    let fp8 = gpu.compute_capability().unwrap() >= (8, 9);
+    match &r.fp8 {
+        Some(a) => assert!(a.verified_passes > 0 && a.max_error <= a.tolerance && a.range_used <= 1.0, "{a:?}"),
+        None => assert!(!fp8, "no FP8 accuracy on a GPU with FP8: {:?}", r.fp8_missing),
+    }
+    // The placement sweep: a grid at 256 MiB beside the planner's choice, each placement verified.
+    let grid = r.sweeps.iter().find(|s| s.is_grid()).expect("a grid at 256 MiB");
+    assert!(grid.measured.len() >= 3 && grid.planned().is_some(), "{grid:?}");
     for p in &r.points {
-        assert_eq!(p.variants.len(), Variant::ALL.len());
+        let expected = if fp8 { Variant::ALL.len() } else { Variant::ALL.len() - 1 };
+        assert_eq!(p.variants.len(), expected);
+        let planned = p.variant(Variant::Resident).unwrap().plan.as_ref().unwrap();
+        assert!(planned.gpu_bytes <= cfg.gpu_budget << 20, "{planned:?}");
         let ring = p.variant(Variant::RingK).unwrap();
         let serial = p.variant(Variant::Pinned).unwrap();
         println!("{} tokens: the ring {:.3} ms, copy then compute {:.3} ms", p.batch, ring.ms.median, serial.ms.median);
@@ -1481,6 +1495,101 @@ fn a_gemm_with_the_relu_in_its_epilogue_writes_the_cpus_clamped_product() {
     // SAFETY: refused before the GPU is asked anything.
     let e = unsafe { blas.matmul_f16_relu(&s, a, a, b) }.unwrap_err().to_string();
     assert!(e.contains("the shapes disagree"), "{e}");
+}
+
+/// cuBLASLt's FP8 product rounds as the CPU does: inputs -1, 0 or 1 (exact
+/// in E4M3) with scales that are powers of two, so every sum is exact in
+/// FP32 and each output is the CPU's scaled sum rounded once to E4M3 (the
+/// `float8` crate, round to nearest even), bit for bit; the ReLU clamps
+/// and the amax is the largest magnitude before the output's scale. A
+/// shape of the lab's layers' kind and a small one.
+#[test]
+fn an_fp8_gemm_scales_rounds_and_finds_its_amax_as_the_cpu_does() {
+    use overlap_lab::gpu::{Blas, Fp8Scales, MatrixE4M3, ScalarF32};
+    let Some(gpu) = gpu_or_skip("an_fp8_gemm_scales_rounds_and_finds_its_amax_as_the_cpu_does") else {
+        return;
+    };
+    let blas = Blas::new(&gpu).unwrap();
+    if !blas.has_fp8() {
+        println!("skipped: {} has no FP8 tensor cores", gpu.name());
+        assert!(gpu.compute_capability().unwrap() < (8, 9), "FP8 refused on a GPU that has it");
+        return;
+    }
+    let s = gpu.stream().unwrap();
+    let e4m3 = |v: f32| float8::F8E4M3::from_f32(v).to_bits();
+    for (n, k, m, relu) in [(256usize, 1024usize, 512usize, true), (64, 32, 48, false)] {
+        let seed = pattern::fresh_seed();
+        let int = |i: usize| (pattern::word(seed, i as u64) % 3) as f32 - 1.0;
+        let x: Vec<f32> = (0..n * k).map(int).collect();
+        // w is m x k: one row per output.
+        let w: Vec<f32> = (0..m * k).map(|i| int(n * k + i)).collect();
+        // Stored values times their scales: x is 0.5 a unit, w 2; the output is multiplied by 0.25.
+        let (sx, sw, sout) = (0.5f32, 2.0f32, 0.25f32);
+        let sums: Vec<f32> = (0..n * m).map(|i| (0..k).map(|j| x[i / m * k + j] * w[i % m * k + j]).sum::<f32>() * sx * sw).collect();
+        let act: Vec<f32> = sums.iter().map(|&v| if relu { v.max(0.0) } else { v }).collect();
+        let amax = act.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let want: Vec<u8> = act.iter().map(|&v| e4m3(v * sout)).collect();
+        let bytes = |v: &[f32], words: &mut [u64]| {
+            for (i, &f) in v.iter().enumerate() {
+                words[i / 8] |= (e4m3(f) as u64) << (8 * (i % 8));
+            }
+        };
+        let words = |b: usize| b.div_ceil(8) * 8;
+        let (xb, wb, ob) = (n * k, m * k, 2 * n * m);
+        let (mut hx, mut hw, mut ho) =
+            (PinnedBuffer::new(&gpu, words(xb)).unwrap(), PinnedBuffer::new(&gpu, words(wb)).unwrap(), PinnedBuffer::new(&gpu, words(ob)).unwrap());
+        hx.words_mut().fill(0);
+        hw.words_mut().fill(0);
+        bytes(&x, hx.words_mut());
+        bytes(&w, hw.words_mut());
+        let (dx, dw, dout) = (gpu.alloc(words(xb)).unwrap(), gpu.alloc(words(wb)).unwrap(), gpu.alloc(words(ob)).unwrap());
+        s.upload(&dx, &hx, words(xb)).unwrap();
+        s.upload(&dw, &hw, words(wb)).unwrap();
+        s.fill_u32(&dout, 0x7F7F_7F7F).unwrap();
+        // The scales, each 16-byte aligned as cuBLASLt reads them, and a poisoned amax slot.
+        let dscales = gpu.alloc(64).unwrap();
+        let mut hs = PinnedBuffer::new(&gpu, 64).unwrap();
+        let v = |a: f32| a.to_bits() as u64;
+        hs.words_mut().copy_from_slice(&[v(sx), 0, v(sw), 0, v(sout), 0, v(f32::NAN), 0]);
+        s.upload(&dscales, &hs, 64).unwrap();
+        let at = |slot: usize| ScalarF32 { span: dscales.span(), index: 4 * slot };
+        let scales = Fp8Scales { x: at(0), w: at(1), out: at(2), amax: at(3) };
+        let xm = MatrixE4M3 { span: dx.span(), at: 0, rows: n, cols: k };
+        let wm = MatrixE4M3 { span: dw.span(), at: 0, rows: m, cols: k };
+        let om = MatrixE4M3 { span: dout.span(), at: 0, rows: n, cols: m };
+        // SAFETY: the buffers outlive the product, waited for by the downloads.
+        unsafe { blas.matmul_e4m3(&s, om, xm, wm, scales, relu) }.unwrap();
+        s.download(&mut ho, &dout, words(ob)).unwrap();
+        s.download(&mut hs, &dscales, 64).unwrap();
+        let got_amax = f32::from_bits(hs.words()[6] as u32);
+        assert_eq!(got_amax, amax, "{n} x {k} by ({m} x {k})ᵀ: the amax is the largest magnitude before the output's scale");
+        for (i, &want) in want.iter().enumerate() {
+            let got = (ho.words()[i / 8] >> (8 * (i % 8))) as u8;
+            assert_eq!(
+                got,
+                want,
+                "{n} x {k} by ({m} x {k})ᵀ: element ({}, {}): {:?} against the CPU's {:?}",
+                i / m,
+                i % m,
+                float8::F8E4M3::from_bits(got),
+                float8::F8E4M3::from_bits(want)
+            );
+        }
+        println!("{n} x {k} by ({m} x {k})ᵀ, relu {relu}: every output is the CPU's E4M3, amax {amax}");
+    }
+    // Rows that are not a multiple of 16 bytes, or a scale off 16 bytes, are refused before the GPU is asked.
+    let d = gpu.alloc(4096).unwrap();
+    let sc = ScalarF32 { span: d.span(), index: 0 };
+    let scales = Fp8Scales { x: sc, w: sc, out: sc, amax: sc };
+    let a = MatrixE4M3 { span: d.span(), at: 0, rows: 8, cols: 24 };
+    // SAFETY: refused before the GPU is asked anything.
+    let e = unsafe { blas.matmul_e4m3(&s, a, a, a, scales, false) }.unwrap_err().to_string();
+    assert!(e.contains("multiple of 16"), "{e}");
+    let a = MatrixE4M3 { span: d.span(), at: 0, rows: 16, cols: 16 };
+    let off = Fp8Scales { w: ScalarF32 { span: d.span(), index: 1 }, ..scales };
+    // SAFETY: as above.
+    let e = unsafe { blas.matmul_e4m3(&s, a, a, a, off, false) }.unwrap_err().to_string();
+    assert!(e.contains("16-byte aligned"), "{e}");
 }
 
 /// cuBLAS keeps the lab's workspace: a product captured into a CUDA graph

@@ -45,7 +45,7 @@ pub mod topology;
 pub mod trace;
 
 pub use crate::pipeline::op::StreamKind;
-pub use blas::{Blas, MatrixF16};
+pub use blas::{Blas, Fp8Scales, MatrixE4M3, MatrixF16, ScalarF32};
 pub use copy::{plain_copies, CopyOp, PlainLane, PlainTiming};
 pub use graph::Graph;
 pub use host::{
@@ -144,6 +144,13 @@ impl Gpu {
     /// CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT.
     pub fn copy_engines(&self) -> Result<u32> {
         driver::attribute(self.ctx.cu_device(), cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT).map(|v| v as u32)
+    }
+
+    /// The compute capability as (major, minor): (9, 0) on Hopper.
+    pub fn compute_capability(&self) -> Result<(u32, u32)> {
+        use cudarc::driver::sys::CUdevice_attribute as Attr;
+        let attr = |a| driver::attribute(self.ctx.cu_device(), a).map(|v| v as u32);
+        Ok((attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?))
     }
 
     /// CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR (2048 on Hopper).
@@ -303,6 +310,25 @@ impl Stream {
         op.validate()?;
         // SAFETY: waited for below, while both borrows last.
         let queued = unsafe { op.enqueue(self) };
+        self.synchronize()?;
+        queued
+    }
+    /// Copies `bytes` of `src` from its byte `at` into the start of `dst`
+    /// and waits (untimed setup: a resident layer's weights, say).
+    pub fn upload_range(&self, dst: &DeviceBuffer, src: &dyn HostBuffer, at: usize, bytes: usize) -> Result<()> {
+        if bytes == 0 || at.checked_add(bytes).is_none_or(|end| end > src.bytes()) || bytes > dst.bytes() {
+            return Err(LabError::config(format!(
+                "a copy of {bytes} bytes from byte {at} does not fit buffers of {} (host) and {} (device) bytes",
+                src.bytes(),
+                dst.bytes()
+            )));
+        }
+        // SAFETY: `at` is inside `src` (checked above), so the pointer stays in its allocation.
+        let host = unsafe { (src.words().as_ptr() as *const u8).add(at) } as *mut std::ffi::c_void;
+        let raw = copy::RawCopy { up: true, host, device: dst.ptr(), bytes };
+        // SAFETY: both ranges are inside live buffers borrowed until the
+        // synchronize below, and a host-to-device copy only reads the host side.
+        let queued = unsafe { raw.enqueue(self) };
         self.synchronize()?;
         queued
     }

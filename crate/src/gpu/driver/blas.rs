@@ -1,8 +1,10 @@
 //! cuBLAS's raw calls, through cudarc's `cublas` feature: the library is
 //! loaded at run time like the driver (`libcublas.so.<major>`), so the crate
 //! builds and its tests run where no CUDA is installed. Only the calls a
-//! half-precision GEMM on a stream needs: a handle, its stream, its
-//! workspace, `cublasGemmEx`.
+//! half-precision GEMM on a stream needs (a handle, its stream, its
+//! workspace, `cublasGemmEx`), and cuBLASLt's (`libcublasLt.so`, cudarc's
+//! `cublaslt` feature) for the products whose epilogue does more than
+//! store: a ReLU, or FP8's scaling, rounding and amax.
 
 use crate::error::{LabError, Result};
 use cudarc::cublas::sys::{self, cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cublasStatus_t, cudaDataType};
@@ -132,8 +134,8 @@ pub unsafe fn blas_version(handle: cublasHandle_t) -> Result<i32> {
 }
 
 // cuBLASLt: the matrix products whose epilogue does more than store (a
-// ReLU applied as the product is written), through cudarc's `cublaslt`
-// feature, loaded at run time like cuBLAS (`libcublasLt.so`).
+// ReLU applied as the product is written; FP8's scale, rounding and amax),
+// through cudarc's `cublaslt` feature, loaded at run time like cuBLAS.
 
 use cudarc::cublaslt::sys as lt;
 
@@ -194,53 +196,103 @@ impl Drop for LtDescriptors {
     }
 }
 
-/// cublasLtMatmul with the ReLU epilogue, column-major, no transposes:
-/// D (m x n, ldd) = max(0, A (m x k, lda) · B (k x n, ldb)), every matrix
-/// FP16, accumulated in FP32, the ReLU applied before D is rounded and
-/// stored; the algorithm cuBLASLt's heuristic ranks first within
-/// `workspace_bytes`, run on `stream`.
+/// What a cuBLASLt product's FP8 operands are scaled by: device pointers,
+/// each to one f32. A stored value times its scale is the value it
+/// stands for (A's and B's); the product is multiplied by `d` before it
+/// is rounded to FP8 and stored, and `amax_d` receives the largest
+/// magnitude of the product before that scaling (what the next scale is
+/// chosen from).
+#[derive(Clone, Copy, Debug)]
+pub struct LtFp8Scales {
+    pub a: super::CUdeviceptr,
+    pub b: super::CUdeviceptr,
+    pub d: super::CUdeviceptr,
+    pub amax_d: super::CUdeviceptr,
+}
+
+/// One cuBLASLt product, column-major: D (m x n, ldd) = epilogue(op(A) ·
+/// B), summed in FP32. FP16 (`fp8: None`): A is m x k (lda), B k x n
+/// (ldb), D FP16. FP8 (E4M3, as Hopper's FP8 kernels take them): A is
+/// stored k x m (lda) and read transposed, B k x n (ldb), D E4M3, each
+/// scaled by `fp8`'s scales; C, unread with beta 0, is named by its FP16
+/// layout and no memory (as PyTorch's scaled GEMM does: cuBLASLt refuses
+/// a C at D's address in another type).
+#[derive(Clone, Copy, Debug)]
+pub struct LtProduct {
+    pub dims: (u64, u64, u64),
+    pub a: super::CUdeviceptr,
+    pub lda: i64,
+    pub b: super::CUdeviceptr,
+    pub ldb: i64,
+    pub d: super::CUdeviceptr,
+    pub ldd: i64,
+    /// The ReLU applied as D is written (cuBLASLt's epilogue).
+    pub relu: bool,
+    pub fp8: Option<LtFp8Scales>,
+}
+
+/// Sets one attribute of a product's descriptor to `value`.
 ///
 /// # Safety
-/// `handle` and `stream` are live; each pointer addresses a device matrix
-/// of its shape and leading dimension, and `workspace .. + workspace_bytes`
-/// device memory (256-byte aligned), all of which stay allocated until the
-/// stream ran the product.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn blas_lt_gemm_f16_relu(
+/// `op` is a live descriptor and `T` is the attribute's type.
+unsafe fn set_op_attribute<T>(op: lt::cublasLtMatmulDesc_t, attribute: lt::cublasLtMatmulDescAttributes_t, value: &T) -> Result<()> {
+    // SAFETY: a live descriptor and the attribute's own type (# Safety);
+    // cuBLASLt copies the value during the call.
+    check_lt("cublasLtMatmulDescSetAttribute", unsafe {
+        lt::cublasLtMatmulDescSetAttribute(op, attribute, value as *const T as *const c_void, std::mem::size_of::<T>())
+    })
+}
+
+/// cublasLtMatmul of `p` (see [`LtProduct`]), the algorithm cuBLASLt's
+/// heuristic ranks first within `workspace_bytes`, run on `stream`.
+///
+/// # Safety
+/// `handle` and `stream` are live; each pointer of `p` addresses a device
+/// matrix of its shape, type and leading dimension, each scale pointer
+/// one device f32, and `workspace .. + workspace_bytes` device
+/// memory (256-byte aligned), all of which stay allocated until the stream
+/// ran the product.
+pub unsafe fn blas_lt_gemm(
     handle: cublasLtHandle_t,
-    (m, n, k): (u64, u64, u64),
-    a: super::CUdeviceptr,
-    lda: i64,
-    b: super::CUdeviceptr,
-    ldb: i64,
-    d: super::CUdeviceptr,
-    ldd: i64,
+    p: &LtProduct,
     workspace: super::CUdeviceptr,
     workspace_bytes: usize,
     stream: super::CUstream,
 ) -> Result<()> {
+    use lt::cublasLtMatmulDescAttributes_t as Attr;
+    use lt::cudaDataType_t::{CUDA_R_16F, CUDA_R_8F_E4M3};
+    let (m, n, k) = p.dims;
     let mut descs = LtDescriptors { op: std::ptr::null_mut(), layouts: Vec::new(), preference: std::ptr::null_mut() };
     // SAFETY: each call writes one descriptor into its out-pointer, or
-    // reads the host values it is given for the size given; the
+    // reads the host values it is given for the size of their type; the
     // descriptors are destroyed by `descs` on every path.
     unsafe {
         check_lt(
             "cublasLtMatmulDescCreate",
             lt::cublasLtMatmulDescCreate(&mut descs.op, lt::cublasComputeType_t::CUBLAS_COMPUTE_32F, lt::cudaDataType_t::CUDA_R_32F),
         )?;
-        let epilogue = lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU;
-        check_lt(
-            "cublasLtMatmulDescSetAttribute",
-            lt::cublasLtMatmulDescSetAttribute(
-                descs.op,
-                lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
-                &epilogue as *const lt::cublasLtEpilogue_t as *const c_void,
-                std::mem::size_of::<lt::cublasLtEpilogue_t>(),
-            ),
-        )?;
-        for (rows, cols, ld) in [(m, k, lda), (k, n, ldb), (m, n, ldd)] {
+        let epilogue = if p.relu { lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU } else { lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT };
+        set_op_attribute(descs.op, Attr::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue)?;
+        // (rows, cols, leading dimension, type) of A, B, C and D.
+        let layouts = match p.fp8 {
+            None => [(m, k, p.lda, CUDA_R_16F), (k, n, p.ldb, CUDA_R_16F), (m, n, p.ldd, CUDA_R_16F), (m, n, p.ldd, CUDA_R_16F)],
+            Some(s) => {
+                set_op_attribute(descs.op, Attr::CUBLASLT_MATMUL_DESC_TRANSA, &cublasOperation_t::CUBLAS_OP_T)?;
+                for (attribute, ptr) in [
+                    (Attr::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, s.a),
+                    (Attr::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, s.b),
+                    (Attr::CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, s.d),
+                    (Attr::CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, s.amax_d),
+                ] {
+                    set_op_attribute(descs.op, attribute, &(ptr as *const c_void))?;
+                }
+                // Hopper's FP8 kernels take C in FP16 (or BF16) beside an FP8 D.
+                [(k, m, p.lda, CUDA_R_8F_E4M3), (k, n, p.ldb, CUDA_R_8F_E4M3), (m, n, p.ldd, CUDA_R_16F), (m, n, p.ldd, CUDA_R_8F_E4M3)]
+            }
+        };
+        for (rows, cols, ld, ty) in layouts {
             let mut layout = std::ptr::null_mut();
-            check_lt("cublasLtMatrixLayoutCreate", lt::cublasLtMatrixLayoutCreate(&mut layout, lt::cudaDataType_t::CUDA_R_16F, rows, cols, ld))?;
+            check_lt("cublasLtMatrixLayoutCreate", lt::cublasLtMatrixLayoutCreate(&mut layout, ty, rows, cols, ld))?;
             descs.layouts.push(layout);
         }
         check_lt("cublasLtMatmulPreferenceCreate", lt::cublasLtMatmulPreferenceCreate(&mut descs.preference))?;
@@ -255,35 +307,38 @@ pub unsafe fn blas_lt_gemm_f16_relu(
             ),
         )?;
     }
-    let (la, lb, ld) = (descs.layouts[0], descs.layouts[1], descs.layouts[2]);
+    let (la, lb, lc, ld) = (descs.layouts[0], descs.layouts[1], descs.layouts[2], descs.layouts[3]);
     // SAFETY: a zeroed result is what cuBLASLt's heuristic overwrites (a
     // plain C struct of integers and floats).
     let mut best: lt::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
     let mut found = 0;
     // SAFETY: live handle and descriptors; room for the one result asked for.
     check_lt("cublasLtMatmulAlgoGetHeuristic", unsafe {
-        lt::cublasLtMatmulAlgoGetHeuristic(handle, descs.op, la, lb, ld, ld, descs.preference, 1, &mut best, &mut found)
+        lt::cublasLtMatmulAlgoGetHeuristic(handle, descs.op, la, lb, lc, ld, descs.preference, 1, &mut best, &mut found)
     })?;
     if found == 0 {
         return Err(LabError::Driver { call: "cublasLtMatmulAlgoGetHeuristic", message: "no algorithm for this product".into() });
     }
     let (alpha, beta) = (1.0f32, 0.0f32);
-    // SAFETY: the handle, stream, matrices and workspace are the caller's
-    // promise (# Safety); C is D with beta 0 (read as nothing); alpha and
-    // beta are host f32 (the scale type), read during the call.
+    // C: D's memory for FP16 (in place, one type), none for FP8; with
+    // beta 0 it is read as nothing either way.
+    let c = if p.fp8.is_some() { std::ptr::null() } else { p.d as *const c_void };
+    // SAFETY: the handle, stream, matrices, scales and workspace are the
+    // caller's promise (# Safety); alpha and beta are host f32 (the scale
+    // type), read during the call.
     check_lt("cublasLtMatmul", unsafe {
         lt::cublasLtMatmul(
             handle,
             descs.op,
             &alpha as *const f32 as *const c_void,
-            a as *const c_void,
+            p.a as *const c_void,
             la,
-            b as *const c_void,
+            p.b as *const c_void,
             lb,
             &beta as *const f32 as *const c_void,
-            d as *const c_void,
-            ld,
-            d as *mut c_void,
+            c,
+            lc,
+            p.d as *mut c_void,
             ld,
             &best.algo,
             workspace as *mut c_void,

@@ -1,7 +1,10 @@
 //! Lab 9's figures: tokens per second against batch size (every variant,
-//! the bound, PyTorch's two references), and the weights streaming under
-//! the GEMMs (the traced ring pass).
+//! the bound, PyTorch's references), the weights streaming under the GEMMs
+//! (the traced ring pass), the passes past the streaming bound traced at
+//! the same batch, and tokens per second against the GPU memory a
+//! placement holds (the budget sweep).
 
+use super::rig::LayerKind;
 use super::{OffloadResults, Variant, LAB};
 use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
 use crate::present::gantt::Gantt;
@@ -15,9 +18,16 @@ fn color(v: Variant) -> RGBColor {
         Variant::RingK => RGBColor(44, 160, 44),
         Variant::Graph => RGBColor(31, 119, 180),
         Variant::Pool => RGBColor(23, 190, 207),
+        Variant::Fused => RGBColor(140, 86, 75),
+        Variant::Resident => RGBColor(227, 119, 194),
+        Variant::Fp8 => RGBColor(188, 189, 34),
     }
 }
+
 const BLACK: RGBColor = RGBColor(30, 30, 30);
+
+/// One of PyTorch's passes past the bound at a batch, where it ran.
+type BeyondPass = fn(&super::reference::TorchBeyond) -> Option<&crate::measure::stats::Summary>;
 const GREY: RGBColor = RGBColor(120, 120, 120);
 
 impl OffloadResults {
@@ -50,11 +60,24 @@ impl OffloadResults {
             series.push(torch("PyTorch: .to(\"cuda\") in hooks", GREY, false, &|p| p.torch_to_ms.as_ref().map(|s| s.median)));
             series.push(torch("PyTorch: hand-written ring", GREY, true, &|p| p.torch_ring_ms.as_ref().map(|s| s.median)));
         }
+        // PyTorch past the bound, each in its lab variant's colour, dashed.
+        let beyond: [(&str, Variant, BeyondPass); 3] = [
+            ("PyTorch: ring, ReLU in the epilogue", Variant::Fused, |b| b.fused_ring.as_ref()),
+            ("PyTorch: resident + ring, fused", Variant::Resident, |b| b.resident.as_ref()),
+            ("PyTorch: FP8 _scaled_mm, resident + ring", Variant::Fp8, |b| b.fp8.as_ref()),
+        ];
+        for (label, v, of) in beyond {
+            let s = torch(label, color(v), true, &|p| p.torch_beyond.as_ref().and_then(of).map(|s| s.median));
+            if !s.points.is_empty() {
+                series.push(s);
+            }
+        }
         Figure {
             stem: format!("{LAB}-throughput"),
             title: format!(
-                "Lab 9: a {} network streamed through {} of GPU memory",
+                "Lab 9: a {} network under a {} GPU budget (the ring of K holds {})",
                 crate::units::Bytes(self.shape.network_bytes() as u64),
+                crate::units::Bytes((self.config.gpu_budget << 20) as u64),
                 crate::units::Bytes(self.gpu_bytes)
             ),
             subtitle: origin.into(),
@@ -66,9 +89,79 @@ impl OffloadResults {
                 log_y: true,
                 series,
             }],
-            panel_size: (900, 520),
+            panel_size: (900, 640),
         }
     }
+}
+
+/// Tokens/s against the GPU memory each placement holds, one panel per
+/// batch of the sweep: the planner's choice at every budget, FP16 (fused
+/// layers) and FP8, from all-streamed to all-resident. None without a sweep.
+pub fn budget_chart(r: &OffloadResults, origin: &str) -> Option<Figure> {
+    let mut batches: Vec<usize> = r.sweeps.iter().map(|s| s.batch).collect();
+    batches.dedup();
+    if batches.is_empty() {
+        return None;
+    }
+    let panels = batches
+        .iter()
+        .map(|&batch| {
+            let series = [(LayerKind::Fused, Variant::Resident, "FP16, fused layers"), (LayerKind::Fp8, Variant::Fp8, "FP8")]
+                .into_iter()
+                .filter_map(|(kind, v, label)| {
+                    let mut points: Vec<(f64, f64)> = r
+                        .sweeps
+                        .iter()
+                        .filter(|s| s.batch == batch && s.kind == kind)
+                        .filter_map(|s| {
+                            let m = s.planned()?;
+                            Some((r.shape.placement_bytes(batch, m.placement, kind.precision()) as f64, OffloadResults::tokens_per_s(batch, m.ms.median)))
+                        })
+                        .collect();
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    points.dedup_by(|a, b| a.0 == b.0);
+                    (!points.is_empty()).then(|| Series { label: format!("{label}: the planner's placement"), color: color(v), dashed: false, points })
+                })
+                .collect();
+            Panel {
+                title: format!("{batch} tokens: tokens/s against the GPU memory the pass holds (all-streamed to all-resident)"),
+                x_axis: XAxis::LogBytes,
+                x_label: "GPU memory the pass holds (layers, activations, cuBLAS's workspace)".into(),
+                y_label: "tokens/s".into(),
+                log_y: true,
+                series,
+            }
+        })
+        .collect();
+    Some(Figure {
+        stem: format!("{LAB}-budget"),
+        title: format!("Lab 9: spending the GPU budget on resident layers ({} network)", crate::units::Bytes(r.shape.network_bytes() as u64)),
+        subtitle: origin.into(),
+        panels,
+        panel_size: (900, 420),
+    })
+}
+
+/// The passes past the streaming bound at the timeline's batch, each
+/// traced by events as the ring of K is, in the table's order: the ring
+/// of K, the ReLU fused, resident layers, FP8. None in recordings made
+/// before them.
+pub fn beyond_chart(r: &OffloadResults, origin: &str) -> Option<Gantt> {
+    if r.timelines.is_empty() {
+        return None;
+    }
+    let point = r.points.iter().find(|p| p.batch == r.timeline_batch)?;
+    let runs = |v: Variant, fallback: f64| point.variant(v).map_or(crate::pipeline::timeline::Untraced::from(fallback), |x| x.ms.into());
+    let mut panels = vec![crate::pipeline::timeline::Timeline { title: Variant::RingK.label().into(), ..r.timeline.clone() }
+        .illustrating(runs(Variant::RingK, r.timeline_untraced_ms))];
+    for t in &r.timelines {
+        let title = match point.variant(t.variant).and_then(|x| x.plan.as_ref()) {
+            Some(plan) => format!("{} ({})", t.variant.label(), plan.placement.label()),
+            None => t.variant.label().to_string(),
+        };
+        panels.push(crate::pipeline::timeline::Timeline { title, ..t.timeline.clone() }.illustrating(runs(t.variant, t.untraced_ms)));
+    }
+    Some(Gantt::new(&format!("{LAB}-beyond"), &format!("Lab 9: past the streaming bound, {} tokens", r.timeline_batch), origin, panels))
 }
 
 /// The traced ring pass: uploads on the copy stream under the layers on the compute stream.
@@ -79,4 +172,25 @@ pub fn timeline_chart(r: &OffloadResults, origin: &str) -> Gantt {
         origin,
         vec![r.timeline.clone().illustrating(r.timeline_untraced_ms)],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_chart_draws_the_planners_choices_and_the_beyond_chart_keeps_the_tables_order() {
+        let r = crate::testing::offload_results_beyond();
+        let f = budget_chart(&r, "test").expect("a sweep");
+        assert_eq!(f.panels.len(), 3, "one panel a batch of the sweep");
+        let fp16 = &f.panels[0].series[0];
+        assert!(fp16.points.len() >= 2 && fp16.points.windows(2).all(|w| w[0].0 < w[1].0), "{:?}", fp16.points);
+        let g = beyond_chart(&r, "test").expect("the passes past the bound were traced");
+        let titles: Vec<&str> = g.timelines.iter().map(|t| t.title.as_str()).collect();
+        assert_eq!(titles[0], Variant::RingK.label());
+        assert!(titles[1].starts_with(Variant::Fused.label()) && titles[3].starts_with(Variant::Fp8.label()), "{titles:?}");
+        assert!(g.order_faults().is_empty());
+        assert!(budget_chart(&crate::testing::offload_results(), "old").is_none());
+        assert!(beyond_chart(&crate::testing::offload_results(), "old").is_none());
+    }
 }

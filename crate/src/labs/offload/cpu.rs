@@ -58,19 +58,36 @@ fn product(x: &[Vec<f32>], words: &[u64], at: usize, rows_w: usize, cols: usize,
     (0..x.len()).map(|r| blocks.iter().flat_map(|b| b[r].iter().map(|&v| half::f16::from_f32(v).to_bits())).collect()).collect()
 }
 
-/// The pass's output for `rows` (each d FP16 values as bits), through every layer.
-pub fn forward_rows(words: &[u64], shape: Shape, rows: &[Vec<u16>]) -> Vec<Vec<u16>> {
+/// The largest magnitudes of a pass's activations over the sampled rows:
+/// the input's, and per layer (its hidden activations after the ReLU, its
+/// output). FP8's scales are set from them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerAmax {
+    pub input: f32,
+    pub layers: Vec<(f32, f32)>,
+}
+
+/// The pass's output for `rows` (each d FP16 values as bits), through
+/// every layer, and the activations' largest magnitudes on the way.
+pub fn forward_rows(words: &[u64], shape: Shape, rows: &[Vec<u16>]) -> (Vec<Vec<u16>>, LayerAmax) {
     let table = f16_table();
     let d = shape.d;
+    let amax_of = |m: &[Vec<f32>]| m.iter().flatten().fold(0f32, |a, v| a.max(v.abs()));
     let mut x: Vec<Vec<u16>> = rows.to_vec();
+    let mut amax = LayerAmax { input: 0.0, layers: Vec::with_capacity(shape.layers) };
     for layer in 0..shape.layers {
         let w = layer_weights(words, shape, layer);
         let xv: Vec<Vec<f32>> = x.iter().map(|r| r.iter().map(|&b| table[b as usize]).collect()).collect();
+        if layer == 0 {
+            amax.input = amax_of(&xv);
+        }
         let h = product(&xv, w, 0, d, 4 * d, &table);
         let hv: Vec<Vec<f32>> = h.iter().map(|r| r.iter().map(|&b| table[relu_bits(b) as usize]).collect()).collect();
         x = product(&hv, w, 4 * d * d, 4 * d, d, &table);
+        let yv: Vec<Vec<f32>> = x.iter().map(|r| r.iter().map(|&b| table[b as usize]).collect()).collect();
+        amax.layers.push((amax_of(&hv), amax_of(&yv)));
     }
-    x
+    (x, amax)
 }
 
 /// How far `got` is from `want`, relative: |got - want| / |want| over the
@@ -119,8 +136,9 @@ mod tests {
         let words: Vec<u64> = halves.chunks(4).map(|c| c.iter().enumerate().map(|(q, &b)| (b as u64) << (16 * q)).sum()).collect();
         // hidden = [x, -x, 0...]; relu -> [max(x,0), max(-x,0)]; out = max(x,0) - max(-x,0) = x.
         let x = vec![vec![h(1.5), h(-2.0), h(0.25), h(0.0)]];
-        let out = forward_rows(&words, shape, &x);
+        let (out, amax) = forward_rows(&words, shape, &x);
         assert_eq!(out, x);
+        assert_eq!(amax, LayerAmax { input: 2.0, layers: vec![(2.0, 2.0)] });
         assert!(relative_error(&out[0], &x[0]) < 1e-12);
         let nan = vec![0x7E00u16; 4];
         assert!(relative_error(&nan, &x[0]).is_infinite());

@@ -1,6 +1,7 @@
 //! Lab 9's vocabulary, written once for both executors: a forward pass
 //! speaks of uploading a layer's weights into a slot of the GPU's ring and
-//! running a layer from a slot, ordered by events ([`Forward`]). A [`Pass`]
+//! running a layer from a slot (or from a resident layer's own buffer),
+//! ordered by events ([`Forward`]). A [`Pass`]
 //! holds one executor of the vocabulary ([`LabIssue`]) and never asks
 //! which: an upload is the vocabulary's own copy
 //! ([`crate::pipeline::issue::Issue::h2d`]), a layer the lab's own
@@ -12,7 +13,8 @@
 //! own books: which layer each slot holds, which layers ran in which
 //! order, what the CPU waited for.
 
-use super::rig::{Hidden, LayerWork, OffloadRig};
+use super::placement::Placement;
+use super::rig::{Hidden, LayerKind, LayerWork, OffloadRig, Precision};
 use super::Shape;
 use crate::error::{LabError, Result};
 use crate::gpu::runner::{Enqueue, LabOnGpu, LabRunner, NoHostTask};
@@ -32,14 +34,25 @@ pub enum Weights {
     /// Ordinary memory: the driver stages it through a buffer of its own,
     /// and the call returns only when the copy is done.
     Pageable,
+    /// The FP8 copy, page-locked (half the bytes of a layer).
+    Fp8,
 }
 
 impl Weights {
+    pub const ALL: [Weights; 3] = [Weights::Pinned, Weights::Pageable, Weights::Fp8];
     /// The host buffer's name in the schedule.
     pub fn buffer(self) -> &'static str {
         match self {
             Weights::Pinned => "weights (pinned)",
             Weights::Pageable => "weights (pageable)",
+            Weights::Fp8 => "weights (FP8, pinned)",
+        }
+    }
+    pub fn precision(self) -> Precision {
+        if self == Weights::Fp8 {
+            Precision::Fp8
+        } else {
+            Precision::Fp16
         }
     }
 }
@@ -48,9 +61,10 @@ impl Weights {
 pub trait Forward {
     /// Copies layer `layer`'s weights from `from` into ring slot `slot`, on `s`.
     fn upload(&mut self, s: StreamRef, from: Weights, layer: usize, slot: usize) -> Result<()>;
-    /// Runs layer `layer` (GEMM, ReLU, GEMM) with the weights in ring slot
+    /// Runs layer `layer` (GEMM, ReLU, GEMM) with the weights in slot
     /// `slot`, on `s`: it reads the previous layer's activations and writes
-    /// its own.
+    /// its own. Slots `0 .. slots` are the ring's; slot `slots + r` is the
+    /// r-th resident layer's own buffer ([`Task::resident_layers`]).
     fn layer(&mut self, s: StreamRef, layer: usize, slot: usize) -> Result<()>;
     fn event(&mut self) -> Result<EventRef>;
     /// `e` completes when `s` has done all work issued to it so far.
@@ -69,9 +83,21 @@ pub struct Task {
     pub layers: usize,
     /// Slots in the GPU's ring of layer buffers (0 .. slots).
     pub slots: usize,
+    /// Layers that stay on the GPU ([`Task::resident_layers`]), the r-th in slot `slots + r`.
+    pub resident: usize,
+    /// The host copy the ring uploads from.
+    pub weights: Weights,
     /// A stream for copies and one for the layers.
     pub copy: StreamRef,
     pub compute: StreamRef,
+}
+
+impl Task {
+    /// The resident layers, in order: spread evenly through the network
+    /// ([`Placement::resident_layers`]).
+    pub fn resident_layers(&self) -> Vec<usize> {
+        Placement { resident: self.resident, ring: self.slots }.resident_layers(self.layers)
+    }
 }
 
 /// A forward pass's schedule: a function of the vocabulary.
@@ -95,9 +121,30 @@ pub struct Books {
 }
 
 impl Books {
-    /// Books of a pass over `slots` slots, before its first call.
-    fn new(slots: usize) -> Books {
-        Books { holds: vec![None; slots], slots_used: vec![false; slots], ..Books::default() }
+    /// Books of a pass over a ring of `slots` and the resident layers `resident` (in their buffers' order), before its first call.
+    fn new(slots: usize, resident: &[usize]) -> Books {
+        let holds = (0..slots).map(|_| None).chain(resident.iter().map(|&l| Some(l))).collect();
+        Books { holds, slots_used: vec![false; slots + resident.len()], ..Books::default() }
+    }
+}
+
+/// How a pass runs: its layer buffers, streams, hidden activations and layers' kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassSetup {
+    pub placement: Placement,
+    pub streams: Streams,
+    pub hidden: Hidden,
+    pub kind: LayerKind,
+}
+
+impl PassSetup {
+    /// The host copy its uploads read.
+    pub fn weights(&self) -> Weights {
+        if self.kind == LayerKind::Fp8 {
+            Weights::Fp8
+        } else {
+            Weights::Pinned
+        }
     }
 }
 
@@ -129,6 +176,8 @@ impl LabOp for LayerOp {
 pub struct Layers<'r> {
     blas: &'r Blas,
     relu: &'r super::kernel::Relu,
+    kind: LayerKind,
+    scales: Option<&'r DeviceBuffer>,
     ring: &'r [DeviceBuffer],
     act: &'r [DeviceBuffer; 2],
     /// The hidden activations' buffer; None: each layer takes them from the pool.
@@ -140,7 +189,8 @@ pub struct Layers<'r> {
 // SAFETY: a layer's calls touch only the rig's buffers, borrowed for 'r so
 // they outlive the runner, and, with no hidden buffer, one it takes from
 // the pool and frees on its own stream after the calls that use it; its
-// accesses name its slot, both activation buffers and the hidden one
+// accesses name its slot, both activation buffers and the hidden one, and
+// for an FP8 layer the scales it reads and the two amax slots it writes
 // (`Pass::layer_accesses`).
 unsafe impl<'r> LabOnGpu<'r> for Layers<'r> {
     type Op = LayerOp;
@@ -155,6 +205,9 @@ unsafe impl<'r> LabOnGpu<'r> for Layers<'r> {
             relu: self.relu,
             shape: self.shape,
             batch: self.batch,
+            layer: op.layer,
+            kind: self.kind,
+            scales: self.scales,
             slot,
             input: &act[op.layer % 2],
             output: &act[(op.layer + 1) % 2],
@@ -175,19 +228,29 @@ pub struct Pass<X> {
     shape: Shape,
     batch: usize,
     hidden: Hidden,
-    /// The ring's slots, as the executor knows them.
+    kind: LayerKind,
+    /// The ring's slots, then the resident layers', as the executor knows them.
     ring: Vec<DevRef>,
-    /// The weights' two host copies, as the executor knows them (by [`Weights`]).
-    weights: [HostRef; 2],
+    /// The resident layers, in their buffers' order.
+    kept: Vec<usize>,
+    /// The weights' host copies, as the executor knows them (by
+    /// [`Weights`]; the FP8 one where there is one).
+    weights: [Option<HostRef>; 3],
     pub books: Books,
 }
 
 /// Activation buffers' names in the schedule.
 const ACT: [&str; 2] = ["activations 0", "activations 1"];
 const HIDDEN: &str = "hidden activations";
+const FP8_SCALES: &str = "FP8 scales";
 
-fn slot_name(slot: usize) -> String {
-    format!("ring slot {slot}")
+/// Buffer `slot`'s name in the schedule, with a ring of `ring` slots and
+/// the resident layers `resident` after it.
+fn slot_name(slot: usize, ring: usize, resident: &[usize]) -> String {
+    match slot.checked_sub(ring).and_then(|r| resident.get(r)) {
+        None => format!("ring slot {slot}"),
+        Some(layer) => format!("resident layer {layer}"),
+    }
 }
 
 /// How a pass's streams are made: the copy stream at the device's highest priority or not.
@@ -198,24 +261,45 @@ pub struct Streams {
 
 impl<'r> Pass<LabRunner<'r, Layers<'r>>> {
     /// A pass on the GPU: the runner `p` (made by the caller: deferring,
-    /// capturing), the rig's buffers, `slots` of its ring.
-    pub fn live(mut p: Runner<'r>, rig: &'r mut OffloadRig, batch: usize, slots: usize, streams: Streams, hidden: Hidden) -> Result<Self> {
-        if slots == 0 || slots > rig.ring.len() || batch == 0 || batch > rig.max_batch {
+    /// capturing), the rig's buffers as placed ([`OffloadRig::place`]: the
+    /// setup's placement and precision).
+    pub fn live(mut p: Runner<'r>, rig: &'r mut OffloadRig, batch: usize, setup: PassSetup) -> Result<Self> {
+        let placed = (rig.placement, rig.precision);
+        if placed != (setup.placement, setup.kind.precision()) || batch == 0 || batch > rig.max_batch {
             return Err(LabError::config(format!(
-                "a pass of {batch} tokens over {slots} slots: the rig has {} slots and room for {} tokens",
-                rig.ring.len(),
+                "a pass of {batch} tokens with {} in {:?}: the rig holds {} in {:?} and has room for {} tokens",
+                setup.placement.label(),
+                setup.kind.precision(),
+                placed.0.label(),
+                placed.1,
                 rig.max_batch
             )));
         }
-        let OffloadRig { shape, blas, relu, pinned, pageable, ring, act, hidden: hid, compute, copy, copy_high, .. } = rig;
+        let OffloadRig { shape, blas, relu, pinned, pageable, fp8, ring, act, hidden: hid, scales, compute, copy, copy_high, .. } = rig;
+        let streams = setup.streams;
         let copy_ref = p.stream(if streams.copy_high { copy_high } else { copy }, if streams.copy_high { "copy (high priority)" } else { "copy" });
         let compute_ref = p.stream(compute, "compute");
-        let weights = [p.host(pinned, Weights::Pinned.buffer()), p.host(pageable, Weights::Pageable.buffer())];
-        let ring_refs = ring[..slots].iter().enumerate().map(|(i, d)| p.device(d, &slot_name(i))).collect();
-        let task = Task { layers: shape.layers, slots, copy: copy_ref, compute: compute_ref };
+        let fp8_ref = fp8.as_mut().map(|(w, _)| p.host(w, Weights::Fp8.buffer()));
+        let weights = [Some(p.host(pinned, Weights::Pinned.buffer())), Some(p.host(pageable, Weights::Pageable.buffer())), fp8_ref];
+        let k = setup.placement.ring;
+        let kept = setup.placement.resident_layers(shape.layers);
+        let ring_refs = ring.iter().enumerate().map(|(i, d)| p.device(d, &slot_name(i, k, &kept))).collect();
+        let task = Task { layers: shape.layers, slots: k, resident: setup.placement.resident, weights: setup.weights(), copy: copy_ref, compute: compute_ref };
         let (shape, hid): (Shape, &'r DeviceBuffer) = (*shape, hid);
-        let layers = Layers { blas, relu, ring, act, hidden: (hidden == Hidden::Fixed).then_some(hid), shape, batch };
-        Ok(Pass { x: LabRunner::new(p, layers), task, shape, batch, hidden, ring: ring_refs, weights, books: Books::new(slots) })
+        let layers =
+            Layers { blas, relu, kind: setup.kind, scales: scales.as_ref(), ring, act, hidden: (setup.hidden == Hidden::Fixed).then_some(hid), shape, batch };
+        Ok(Pass {
+            x: LabRunner::new(p, layers),
+            task,
+            shape,
+            batch,
+            hidden: setup.hidden,
+            kind: setup.kind,
+            ring: ring_refs,
+            weights,
+            books: Books::new(k, &kept),
+            kept,
+        })
     }
 
     /// Runs the pass's recorded calls and waits for them.
@@ -233,21 +317,23 @@ impl<'r> Pass<LabRunner<'r, Layers<'r>>> {
 impl Pass<DryRun> {
     /// The same pass with no GPU: recorded on the dry run, for the race
     /// check and the queue model.
-    pub fn dry_run(shape: Shape, batch: usize, slots: usize, streams: Streams, hidden: Hidden) -> Pass<DryRun> {
+    pub fn dry_run(shape: Shape, batch: usize, setup: PassSetup) -> Pass<DryRun> {
         let mut dry = DryRun::new();
         // The queue model only orders priorities against each other: any
         // number below the compute stream's 0 is the copy stream's "higher".
-        let copy = dry.stream_of(StreamKind::NonBlocking, if streams.copy_high { -5 } else { 0 });
+        let copy = dry.stream_of(StreamKind::NonBlocking, if setup.streams.copy_high { -5 } else { 0 });
         let compute = dry.stream();
         // The buffers an upload copies between, in f32 elements as the
         // vocabulary counts. The dry run follows no values here (the weights
         // are not the vocabulary's inputs, and may be more elements than it
         // numbers inputs by; the lab checks a pass's output on the GPU).
-        let layer_elements = shape.layer_bytes() / 4;
-        let weights = [Weights::Pinned, Weights::Pageable].map(|w| dry.host(w.buffer(), shape.layers * layer_elements, false));
-        let ring = (0..slots).map(|i| dry.device(&slot_name(i), layer_elements)).collect();
-        let task = Task { layers: shape.layers, slots, copy, compute };
-        Pass { x: dry, task, shape, batch, hidden, ring, weights, books: Books::new(slots) }
+        let weights = Weights::ALL.map(|w| Some(dry.host(w.buffer(), shape.layers * shape.layer_bytes_in(w.precision()) / 4, false)));
+        let (k, resident) = (setup.placement.ring, setup.placement.resident);
+        let kept = setup.placement.resident_layers(shape.layers);
+        let layer_elements = shape.layer_bytes_in(setup.kind.precision()) / 4;
+        let ring = (0..k + kept.len()).map(|i| dry.device(&slot_name(i, k, &kept), layer_elements)).collect();
+        let task = Task { layers: shape.layers, slots: k, resident, weights: setup.weights(), copy, compute };
+        Pass { x: dry, task, shape, batch, hidden: setup.hidden, kind: setup.kind, ring, weights, books: Books::new(k, &kept), kept }
     }
 
     /// The ops the dry run recorded so far, with what orders them.
@@ -258,8 +344,12 @@ impl Pass<DryRun> {
 
 impl<X> Pass<X> {
     fn check_slot(&mut self, slot: usize, what: &str) -> Result<()> {
-        if slot >= self.task.slots {
-            return Err(LabError::config(format!("{what}: slot {slot} is not in the ring (slots 0 to {})", self.task.slots - 1)));
+        if slot >= self.task.slots + self.task.resident {
+            let resident = match self.task.resident {
+                0 => String::new(),
+                r => format!(", resident layers' {} to {}", self.task.slots, self.task.slots + r - 1),
+            };
+            return Err(LabError::config(format!("{what}: slot {slot} is not in the ring (slots 0 to {}{resident})", self.task.slots as i64 - 1)));
         }
         self.books.slots_used[slot] = true;
         Ok(())
@@ -272,10 +362,23 @@ impl<X> Pass<X> {
     }
     /// What layer `layer` reads and writes.
     fn layer_accesses(&self, layer: usize, slot: usize) -> Vec<Access> {
-        let (lb, ab, hb) = (self.shape.layer_bytes() as u64, self.shape.act_bytes(self.batch) as u64, self.shape.hidden_bytes(self.batch) as u64);
-        let mut a = vec![Access::read(&slot_name(slot), 0, lb), Access::read(ACT[layer % 2], 0, ab), Access::write(ACT[(layer + 1) % 2], 0, ab)];
+        let lb = self.shape.layer_bytes_in(self.kind.precision()) as u64;
+        let (ab, hb) = (self.shape.act_bytes(self.batch) as u64, self.shape.hidden_bytes(self.batch) as u64);
+        let name = slot_name(slot, self.task.slots, &self.kept);
+        let mut a = vec![Access::read(&name, 0, lb), Access::read(ACT[layer % 2], 0, ab), Access::write(ACT[(layer + 1) % 2], 0, ab)];
         if self.hidden == Hidden::Fixed {
             a.push(Access::write(HIDDEN, 0, hb));
+        }
+        if self.kind == LayerKind::Fp8 {
+            // Its scales (its input's, then its own six) and its two amax slots, 16 bytes a slot.
+            use super::rig::fp8_slot;
+            let bytes = |slot: usize| (16 * slot) as u64;
+            let own = fp8_slot::layer(layer);
+            let input = fp8_slot::input_of(layer);
+            a.push(Access::read(FP8_SCALES, bytes(input), bytes(input + 1)));
+            a.push(Access::read(FP8_SCALES, bytes(own), bytes(own + 6)));
+            let amax = fp8_slot::amax(self.shape.layers, layer);
+            a.push(Access::write(FP8_SCALES, bytes(amax), bytes(amax + 2)));
         }
         a
     }
@@ -286,13 +389,23 @@ impl<X: LabIssue<LayerOp>> Forward for Pass<X> {
         let what = format!("upload of layer {layer}");
         self.check_slot(slot, &what)?;
         self.check_layer(layer, &what)?;
+        if slot >= self.task.slots {
+            return Err(LabError::config(format!("{what}: slot {slot} is {}'s own buffer, not the ring's", slot_name(slot, self.task.slots, &self.kept))));
+        }
+        if from.precision() != self.kind.precision() {
+            return Err(LabError::config(format!("{what}: {} into a pass of {:?} layers", from.buffer(), self.kind.precision())));
+        }
+        let Some(host) = self.weights[from as usize] else {
+            return Err(LabError::Unsupported(format!("{what}: this GPU has no FP8, so the rig keeps no FP8 weights")));
+        };
         let label = match from {
             Weights::Pinned => format!("H2D layer {layer}"),
             Weights::Pageable => format!("H2D layer {layer} (pageable)"),
+            Weights::Fp8 => format!("H2D layer {layer} (FP8)"),
         };
-        // In f32 elements, as the vocabulary counts: a layer is 16 d² bytes.
-        let n = self.shape.layer_bytes() / 4;
-        self.x.h2d(s, self.ring[slot], 0, self.weights[from as usize], layer * n, n, &label)?;
+        // In f32 elements, as the vocabulary counts: a layer is 16 d² bytes (8 d² in FP8).
+        let n = self.shape.layer_bytes_in(from.precision()) / 4;
+        self.x.h2d(s, self.ring[slot], 0, host, layer * n, n, &label)?;
         self.books.holds[slot] = Some(layer);
         self.books.uploads += 1;
         if from == Weights::Pageable {
@@ -348,7 +461,9 @@ pub fn copy_then_compute(f: &mut dyn Forward, t: &Task, from: Weights) -> Result
 /// The ring: the copy stream runs `slots - 1` layers ahead of the compute
 /// stream. A layer waits for its upload ("copied"); an upload into a slot
 /// waits for the layer that last read it ("freed"). With 2 slots, double
-/// buffering.
+/// buffering. Resident layers ([`Task::resident_layers`]) run from their
+/// own buffers where they fall, while the copy stream keeps uploading the
+/// streamed layers after them.
 pub fn ring(f: &mut dyn Forward, t: &Task) -> Result<()> {
     ring_with(f, t, RingOrders::ALL)
 }
@@ -373,14 +488,25 @@ impl RingOrders {
 /// The ring pass with the orderings `o` makes.
 pub fn ring_with(f: &mut dyn Forward, t: &Task, o: RingOrders) -> Result<()> {
     let k = t.slots;
+    let kept = t.resident_layers();
+    let streamed: Vec<usize> = (0..t.layers).filter(|i| !kept.contains(i)).collect();
+    if !streamed.is_empty() && k == 0 {
+        return Err(LabError::config(format!("{} layers to stream and no ring to stream them through", streamed.len())));
+    }
     let copied = (0..k).map(|_| f.event()).collect::<Result<Vec<_>>>()?;
     let freed = (0..k).map(|_| f.event()).collect::<Result<Vec<_>>>()?;
-    for (j, &e) in copied.iter().enumerate().take(t.layers) {
-        f.upload(t.copy, Weights::Pinned, j, j)?;
+    for (j, (&e, &layer)) in copied.iter().zip(&streamed).enumerate() {
+        f.upload(t.copy, t.weights, layer, j)?;
         f.record(e, t.copy)?;
     }
+    let (mut n, mut r) = (0, 0);
     for i in 0..t.layers {
-        let s = i % k;
+        if kept.get(r) == Some(&i) {
+            f.layer(t.compute, i, k + r)?;
+            r += 1;
+            continue;
+        }
+        let s = n % k;
         if o.layer_waits_for_upload {
             f.wait(t.compute, copied[s])?;
         }
@@ -389,14 +515,14 @@ pub fn ring_with(f: &mut dyn Forward, t: &Task, o: RingOrders) -> Result<()> {
         }
         f.layer(t.compute, i, s)?;
         f.record(freed[s], t.compute)?;
-        let next = i + k;
-        if next < t.layers {
+        if let Some(&next) = streamed.get(n + k) {
             if o.upload_waits_for_layer {
                 f.wait(t.copy, freed[s])?;
             }
-            f.upload(t.copy, Weights::Pinned, next, s)?;
+            f.upload(t.copy, t.weights, next, s)?;
             f.record(copied[s], t.copy)?;
         }
+        n += 1;
     }
     Ok(())
 }
@@ -404,11 +530,11 @@ pub fn ring_with(f: &mut dyn Forward, t: &Task, o: RingOrders) -> Result<()> {
 /// What each op of a pass costs alone, ms: the queue model's input.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Costs {
-    /// One layer's upload from pinned memory.
+    /// One layer's upload from pinned memory (in the pass's precision).
     pub h2d: f64,
     /// From pageable memory.
     pub h2d_pageable: f64,
-    /// One layer's GEMMs and ReLU.
+    /// One layer's GEMMs and ReLU (of the pass's kind).
     pub layer: f64,
 }
 
@@ -432,7 +558,9 @@ mod tests {
     #[test]
     fn a_pass_on_the_dry_run_records_what_each_upload_and_layer_touches() {
         let shape = Shape { layers: 3, d: 64 };
-        let mut f = Pass::dry_run(shape, 8, 2, Streams { copy_high: true }, Hidden::Fixed);
+        let setup =
+            PassSetup { placement: Placement { resident: 0, ring: 2 }, streams: Streams { copy_high: true }, hidden: Hidden::Fixed, kind: LayerKind::Separate };
+        let mut f = Pass::dry_run(shape, 8, setup);
         let task = f.task;
         ring(&mut f, &task).unwrap();
         let lb = shape.layer_bytes() as u64;
@@ -451,7 +579,9 @@ mod tests {
     fn the_dry_run_uploads_a_network_of_more_elements_than_it_numbers_inputs_by() {
         // 96 layers of d = 8192: 96 GiB of weights, 25.8 billion f32 elements.
         let shape = Shape { layers: 96, d: 8192 };
-        let mut f = Pass::dry_run(shape, 64, 2, Streams { copy_high: false }, Hidden::Pool);
+        let setup =
+            PassSetup { placement: Placement { resident: 0, ring: 2 }, streams: Streams { copy_high: false }, hidden: Hidden::Pool, kind: LayerKind::Separate };
+        let mut f = Pass::dry_run(shape, 64, setup);
         let (copy, compute) = (f.task.copy, f.task.compute);
         f.upload(copy, Weights::Pageable, 95, 1).unwrap();
         f.layer(compute, 95, 1).unwrap();
@@ -460,5 +590,45 @@ mod tests {
         assert_eq!(s.ops[0].accesses[0], Access::read("weights (pageable)", 95 * lb, 96 * lb));
         assert_eq!(s.ops[1].accesses.len(), 3, "no hidden buffer: the pool's is the layer's own");
         assert!(!s.races().is_empty(), "the layer did not wait for its upload");
+    }
+
+    #[test]
+    fn resident_layers_run_from_their_own_buffers_while_the_ring_fills() {
+        let shape = Shape { layers: 6, d: 64 };
+        let setup =
+            PassSetup { placement: Placement { resident: 2, ring: 2 }, streams: Streams { copy_high: true }, hidden: Hidden::Fixed, kind: LayerKind::Fp8 };
+        let mut f = Pass::dry_run(shape, 16, setup);
+        let task = f.task;
+        ring(&mut f, &task).unwrap();
+        let s = f.ops();
+        assert!(s.races().is_empty(), "{:?}", s.races());
+        assert!(f.books.wrong_weights.is_empty(), "{:?}", f.books.wrong_weights);
+        // An FP8 layer writes its own two amax slots and reads its scales.
+        let l1 = s.ops.iter().find(|o| o.label == "layer 1").unwrap();
+        let amax = 16 * super::super::rig::fp8_slot::amax(6, 1) as u64;
+        assert!(l1.accesses.contains(&Access::write(FP8_SCALES, amax, amax + 32)), "{:?}", l1.accesses);
+        assert_eq!((f.books.ran.as_slice(), f.books.uploads), ([0, 1, 2, 3, 4, 5].as_slice(), 4));
+        // Layers 0 and 3 are resident (spread evenly), each in its own buffer.
+        let lb8 = shape.layer_bytes_in(Precision::Fp8) as u64;
+        for (layer, buffer) in [("layer 0", "resident layer 0"), ("layer 3", "resident layer 3"), ("layer 1", "ring slot 0")] {
+            let op = s.ops.iter().find(|o| o.label == layer).unwrap();
+            assert_eq!(op.accesses[0], Access::read(buffer, 0, lb8), "{layer}");
+        }
+        let up = s.ops.iter().find(|o| o.label == "H2D layer 5 (FP8)").unwrap();
+        assert_eq!(up.accesses[0], Access::read("weights (FP8, pinned)", 5 * lb8, 6 * lb8));
+        // The first streamed uploads are issued before the resident layers run.
+        let first_up = s.ops.iter().position(|o| o.label == "H2D layer 1 (FP8)").unwrap();
+        assert!(first_up < s.ops.iter().position(|o| o.label == "layer 0").unwrap());
+        assert!(s.ops.iter().all(|o| o.label != "H2D layer 3 (FP8)"), "a resident layer is never uploaded in a pass");
+        // An upload into a resident buffer, or of the other precision, is refused.
+        let (copy, _) = (task.copy, task.compute);
+        assert!(f.upload(copy, Weights::Fp8, 0, 2).unwrap_err().to_string().contains("resident layer 0's own buffer"));
+        assert!(f.upload(copy, Weights::Pinned, 2, 0).unwrap_err().to_string().contains("into a pass of Fp8"));
+        // Every layer resident: no ring, no uploads.
+        let all = PassSetup { placement: Placement { resident: 6, ring: 0 }, ..setup };
+        let mut f = Pass::dry_run(shape, 16, all);
+        let task = f.task;
+        ring(&mut f, &task).unwrap();
+        assert_eq!((f.books.ran.len(), f.books.uploads), (6, 0));
     }
 }

@@ -1,15 +1,17 @@
 //! Lab 9's runs: the network's shape chosen for this host, the host's
 //! wake-up and issue costs (for the checker's queue model), and per batch
 //! size the costs alone (untraced passes of uploads only and of layers
-//! only, each divided by its layers), each variant's passes
-//! (untraced, behind the start gate, every one verified against the CPU on
-//! sampled rows) beside the queue model's prediction, one traced pass for
-//! the timeline, and PyTorch's two references.
+//! only, each divided by its layers, for each kind of layer), the
+//! planner's placements, each variant's passes (untraced, behind the start
+//! gate, every one verified against the CPU on sampled rows) beside the
+//! queue model's prediction; then traced passes for the timelines, the
+//! placement sweep over budgets, and PyTorch's references.
 
 use super::cpu::{forward_rows, relative_error, sampled_rows};
-use super::forward::{Costs, Forward, Pass, Weights};
-use super::rig::OffloadRig;
-use super::{BatchPoint, OffloadConfig, OffloadResults, Shape, Variant, VariantPoint};
+use super::forward::{Costs, Forward, Pass, PassSetup, Weights};
+use super::placement::{self, Placement, Plan};
+use super::rig::{LayerKind, OffloadRig, Precision};
+use super::{BatchPoint, Fp8Accuracy, OffloadConfig, OffloadResults, PlacementPoint, PlacementSweep, Shape, Variant, VariantPoint, VariantTimeline};
 use crate::error::{LabError, Result};
 use crate::gpu::{trace, Gpu, PlanRig, Run, TimelineSource};
 use crate::measure::stats::Summary;
@@ -22,9 +24,23 @@ use crate::units::Bytes;
 /// less over the network's layers; a wrong or stale layer is off by ~1.
 pub const TOLERANCE: f64 = 3e-2;
 
-/// Host memory a run may take for the weights' two copies (pinned and
-/// pageable), as a share of what the host has available.
+/// What an FP8 pass's sampled row may be off the FP16 CPU reference,
+/// relative, over `layers` layers: E4M3 keeps 3 bits of mantissa, so each
+/// layer's rounding of its inputs, weights and outputs moves a row by
+/// about 6%, and the layers' errors add like a random walk (0.06·√L;
+/// this allows 0.08·√L, at most 0.9). A wrong or stale layer is off by
+/// about 1.4 (an unrelated row), which no depth up to 96 layers allows.
+pub fn fp8_tolerance(layers: usize) -> f64 {
+    (0.08 * (layers as f64).sqrt()).min(0.9)
+}
+
+/// Host memory a run may take for the weights' copies (pinned and
+/// pageable FP16, and FP8: 2.5 times the FP16 network), as a share of
+/// what the host has available.
 pub const HOST_SHARE: f64 = 0.4;
+
+/// The weights' host copies, in FP16 networks.
+const HOST_COPIES: f64 = 2.5;
 
 /// The host's available memory, bytes (`MemAvailable`), if it says.
 fn host_available() -> Option<u64> {
@@ -41,14 +57,14 @@ pub fn choose_shape(cfg: &OffloadConfig, available: Option<u64>) -> Result<(Shap
     let Some(avail) = available else {
         return Ok((asked, format!("{} layers as asked (the host's available memory is unknown)", cfg.layers)));
     };
-    let fits = ((HOST_SHARE * avail as f64) / (2 * asked.layer_bytes()) as f64) as usize;
+    let fits = ((HOST_SHARE * avail as f64) / (HOST_COPIES * asked.layer_bytes() as f64)) as usize;
     if fits >= cfg.layers {
         return Ok((
             asked,
             format!(
-                "{} layers as asked: two copies of the weights take {} of the host's {} available",
+                "{} layers as asked: the weights' copies (pinned and pageable FP16, FP8) take {} of the host's {} available",
                 cfg.layers,
-                Bytes(2 * asked.network_bytes() as u64),
+                Bytes((HOST_COPIES * asked.network_bytes() as f64) as u64),
                 Bytes(avail)
             ),
         ));
@@ -65,7 +81,7 @@ pub fn choose_shape(cfg: &OffloadConfig, available: Option<u64>) -> Result<(Shap
     Ok((
         shape,
         format!(
-            "{fits} layers instead of {}: two copies of the weights must fit {:.0}% of the host's {} available",
+            "{fits} layers instead of {}: the weights' copies (pinned and pageable FP16, FP8) must fit {:.0}% of the host's {} available",
             cfg.layers,
             100.0 * HOST_SHARE,
             Bytes(avail)
@@ -73,19 +89,21 @@ pub fn choose_shape(cfg: &OffloadConfig, available: Option<u64>) -> Result<(Shap
     ))
 }
 
-/// Checks a pass's output on the sampled rows; returns the worst error.
+/// Checks a pass's output on the sampled rows (FP8's against its own
+/// tolerance); returns the worst error.
 fn verify(rig: &mut OffloadRig, batch: usize, rows: &[usize], want: &[Vec<u16>], what: &str) -> Result<f64> {
     let out = rig.output_rows(batch, rows)?;
     let d = rig.shape.d;
+    let tolerance = if rig.precision == Precision::Fp8 { fp8_tolerance(rig.shape.layers) } else { TOLERANCE };
     let mut worst = 0f64;
     for ((&r, w), got) in rows.iter().zip(want).zip(&out) {
         let e = relative_error(got, w);
         // A NaN (a row no layer wrote) fails too.
-        if e.is_nan() || e > TOLERANCE {
+        if e.is_nan() || e > tolerance {
             return Err(LabError::Verification {
                 buffer: "the last layer's activations".into(),
                 element: r * d,
-                detail: format!("{what}, {batch} tokens: row {r} is {e:.2e} off the CPU reference (tolerance {TOLERANCE:.0e})"),
+                detail: format!("{what}, {batch} tokens: row {r} is {e:.2e} off the CPU reference (tolerance {tolerance:.1e})"),
             });
         }
         worst = worst.max(e);
@@ -102,28 +120,29 @@ fn no_races(run: &Run, what: &str) -> Result<()> {
 }
 
 /// One pass of `v` over `batch` tokens on the GPU (prepared first,
-/// untimed), timed by `source`: its run.
-fn pass(rig: &mut OffloadRig, v: Variant, batch: usize, source: TimelineSource) -> Result<Run> {
-    let slots = v.slots(rig.ring.len());
-    let (run, _) = pass_with(rig, batch, (slots, v.streams(), v.hidden()), &|f, t| v.pass(f, t), source)?;
+/// untimed), with the planner's placement `planned` for the planned
+/// variants, timed by `source`: its run.
+fn pass(rig: &mut OffloadRig, v: Variant, batch: usize, planned: Option<Placement>, ring: usize, source: TimelineSource) -> Result<Run> {
+    let (run, _) = pass_with(rig, batch, v.setup(ring, planned), &|f, t| v.pass(f, t), source)?;
     no_races(&run, v.label())?;
     Ok(run)
 }
 
-/// One pass of `body` over `batch` tokens with (slots, streams, hidden) on
-/// the GPU, prepared first (untimed), behind the start gate: its run and
-/// the pass's books.
+/// One pass of `body` over `batch` tokens as `setup` says on the GPU (the
+/// rig placed and prepared first, untimed), behind the start gate: its
+/// run and the pass's books.
 pub(super) fn pass_with(
     rig: &mut OffloadRig,
     batch: usize,
-    (slots, streams, hidden): (usize, super::forward::Streams, super::rig::Hidden),
+    setup: PassSetup,
     body: &dyn Fn(&mut dyn Forward, &super::forward::Task) -> Result<()>,
     source: TimelineSource,
 ) -> Result<(Run, super::forward::Books)> {
+    rig.place(setup.placement, setup.kind.precision())?;
     rig.prepare(batch)?;
     let ops = 4 * rig.shape.layers + 16;
     let p = rig.gpu.runner(source, ops, true)?.deferring()?;
-    let mut f = Pass::live(p, rig, batch, slots, streams, hidden)?;
+    let mut f = Pass::live(p, rig, batch, setup)?;
     let task = f.task;
     body(&mut f, &task)?;
     f.finish()
@@ -138,6 +157,9 @@ pub(super) struct Sweep<'a> {
     pub want: Vec<Vec<u16>>,
     pub verified: usize,
     pub worst: f64,
+    /// FP8's passes verified, their worst error and the largest share of
+    /// E4M3's range an activation took.
+    pub fp8: (usize, f64, f64),
 }
 
 impl<'a> Sweep<'a> {
@@ -146,14 +168,32 @@ impl<'a> Sweep<'a> {
     pub fn new(rig: &'a mut OffloadRig, cfg: &'a OffloadConfig, batch: usize) -> Result<Sweep<'a>> {
         let rows = sampled_rows(batch);
         let picked = rig.fresh_input(batch, &rows);
-        let want = forward_rows(rig.weights(), rig.shape, &picked);
+        let (want, amax) = forward_rows(rig.weights(), rig.shape, &picked);
+        if rig.has_fp8() {
+            rig.set_fp8_scales(batch, &amax)?;
+        }
+        // Warmed on FP16-sized slots, which every kind of layer fits.
+        rig.place(Placement { resident: 0, ring: cfg.ring }, Precision::Fp16)?;
         rig.warm(batch)?;
-        Ok(Sweep { rig, cfg, rows, want, verified: 0, worst: 0.0 })
+        Ok(Sweep { rig, cfg, rows, want, verified: 0, worst: 0.0, fp8: (0, 0.0, 0.0) })
     }
 
     pub fn check(&mut self, batch: usize, what: &str) -> Result<()> {
-        self.worst = self.worst.max(verify(self.rig, batch, &self.rows, &self.want, what)?);
-        self.verified += 1;
+        let e = verify(self.rig, batch, &self.rows, &self.want, what)?;
+        if self.rig.precision == Precision::Fp8 {
+            let used = self.rig.fp8_range_used()?;
+            if used > 1.0 {
+                return Err(LabError::Verification {
+                    buffer: "FP8 activations".into(),
+                    element: 0,
+                    detail: format!("{what}, {batch} tokens: an activation reached {:.0}% of its scale's range: values were clipped", 100.0 * used),
+                });
+            }
+            self.fp8 = (self.fp8.0 + 1, self.fp8.1.max(e), self.fp8.2.max(used));
+        } else {
+            self.worst = self.worst.max(e);
+            self.verified += 1;
+        }
         Ok(())
     }
 
@@ -165,22 +205,24 @@ impl<'a> Sweep<'a> {
     /// over the layers: (upload from pinned memory, layer), summarized over
     /// passes. No event between ops: a timed event drains the GPU between
     /// kernels, which a pass of layers does not. These passes compute with
-    /// the wrong weights on purpose and are not verified.
-    pub fn costs(&mut self, batch: usize) -> Result<(Summary, Summary)> {
+    /// the wrong weights on purpose and are not verified. `kind`: the
+    /// layers' kernels, and the weights' precision both stages move.
+    pub fn costs(&mut self, batch: usize, kind: LayerKind) -> Result<(Summary, Summary)> {
         let (mut up, mut layer) = (Vec::new(), Vec::new());
         let layers = |f: &mut dyn Forward, t: &super::forward::Task| -> Result<()> {
             for i in 0..t.slots {
-                f.upload(t.compute, Weights::Pinned, i, i)?;
+                f.upload(t.compute, t.weights, i, i)?;
             }
             for i in 0..t.layers {
                 f.layer(t.compute, i, i % t.slots)?;
             }
             Ok(())
         };
-        let (l, k) = (self.rig.shape.layers as f64, self.rig.ring.len() as f64);
+        let (l, k) = (self.rig.shape.layers as f64, self.cfg.ring as f64);
+        let setup = self.cost_setup(kind);
         for rep in 0..self.cfg.warmup + self.cfg.repeats {
-            let uploaded = self.uploads_alone(batch, Weights::Pinned)?;
-            let run = pass_with(self.rig, batch, self.cost_shape(), &layers, TimelineSource::Off)?.0;
+            let uploaded = self.uploads_alone(batch, setup.weights(), kind)?;
+            let run = pass_with(self.rig, batch, setup, &layers, TimelineSource::Off)?.0;
             if rep >= self.cfg.warmup {
                 up.push(uploaded);
                 layer.push((run.total_ms - k * uploaded) / l);
@@ -189,21 +231,60 @@ impl<'a> Sweep<'a> {
         Ok((Summary::of(&up)?, Summary::of(&layer)?))
     }
 
-    /// The slots, streams and hidden buffer of the cost passes.
-    fn cost_shape(&self) -> (usize, super::forward::Streams, super::rig::Hidden) {
-        (self.rig.ring.len(), super::forward::Streams { copy_high: false }, super::rig::Hidden::Fixed)
+    /// How the cost passes of `kind` run: the ring of K, no resident layers.
+    fn cost_setup(&self, kind: LayerKind) -> PassSetup {
+        PassSetup {
+            placement: Placement { resident: 0, ring: self.cfg.ring },
+            streams: super::forward::Streams { copy_high: false },
+            hidden: super::rig::Hidden::Fixed,
+            kind,
+        }
     }
 
-    /// One untraced pass of uploads only from `from`: one upload's time, ms.
-    fn uploads_alone(&mut self, batch: usize, from: Weights) -> Result<f64> {
+    /// One untraced pass of uploads only from `from` (into a ring for
+    /// `kind`'s layers): one upload's time, ms.
+    fn uploads_alone(&mut self, batch: usize, from: Weights, kind: LayerKind) -> Result<f64> {
         let uploads = move |f: &mut dyn Forward, t: &super::forward::Task| -> Result<()> {
             for i in 0..t.layers {
                 f.upload(t.copy, from, i, i % t.slots)?;
             }
             Ok(())
         };
-        let run = pass_with(self.rig, batch, self.cost_shape(), &uploads, TimelineSource::Off)?.0;
+        let run = pass_with(self.rig, batch, self.cost_setup(kind), &uploads, TimelineSource::Off)?.0;
         Ok(run.total_ms / self.rig.shape.layers as f64)
+    }
+
+    /// The ring passes of two setups in turn (one of each, the first's
+    /// first, warm-up and repeats), untraced and verified: each one's
+    /// pass times, ms.
+    fn in_turn(&mut self, batch: usize, setups: [PassSetup; 2], what: &str) -> Result<(Summary, Summary)> {
+        let mut ms = [Vec::new(), Vec::new()];
+        for rep in 0..self.cfg.warmup + self.cfg.repeats {
+            for (i, setup) in setups.iter().enumerate() {
+                let (run, _) = pass_with(self.rig, batch, *setup, &|f, t| super::forward::ring(f, t), TimelineSource::Off)?;
+                no_races(&run, what)?;
+                self.check(batch, what)?;
+                if rep >= self.cfg.warmup {
+                    ms[i].push(run.total_ms);
+                }
+            }
+        }
+        Ok((Summary::of(&ms[0])?, Summary::of(&ms[1])?))
+    }
+
+    /// `setup`'s ring passes, untraced and verified: one pass's time, ms,
+    /// over the repeats.
+    fn placed(&mut self, batch: usize, setup: PassSetup, what: &str) -> Result<Summary> {
+        let mut ms = Vec::new();
+        for rep in 0..self.cfg.warmup + self.cfg.repeats {
+            let (run, _) = pass_with(self.rig, batch, setup, &|f, t| super::forward::ring(f, t), TimelineSource::Off)?;
+            no_races(&run, what)?;
+            self.check(batch, what)?;
+            if rep >= self.cfg.warmup {
+                ms.push(run.total_ms);
+            }
+        }
+        Summary::of(&ms)
     }
 
     /// `v`'s passes, untraced: one pass's time, ms, over the repeats. A
@@ -211,13 +292,14 @@ impl<'a> Sweep<'a> {
     /// each time, pushed to `pageable_alone`: the rate of copies from
     /// pageable memory drifts from minute to minute (the CPU stages them),
     /// so the queue model takes it from the same moments.
-    fn variant(&mut self, v: Variant, batch: usize, pageable_alone: &mut Vec<f64>) -> Result<Summary> {
+    fn variant(&mut self, v: Variant, batch: usize, planned: Option<Placement>, pageable_alone: &mut Vec<f64>) -> Result<Summary> {
         let mut ms = Vec::new();
+        let setup = v.setup(self.cfg.ring, planned);
         if v == Variant::Graph {
             // Captured once; each launch is one cuGraphLaunch.
+            self.rig.place(setup.placement, setup.kind.precision())?;
             let p = self.rig.gpu.capture_runner()?;
-            let slots = v.slots(self.rig.ring.len());
-            let mut f = Pass::live(p, self.rig, batch, slots, v.streams(), v.hidden())?;
+            let mut f = Pass::live(p, self.rig, batch, setup)?;
             let task = f.task;
             v.pass(&mut f, &task)?;
             let (graph, run, _) = f.finish_capture()?;
@@ -249,12 +331,12 @@ impl<'a> Sweep<'a> {
         let repeats = if v == Variant::Pageable { 2 * self.cfg.repeats } else { self.cfg.repeats };
         for rep in 0..self.cfg.warmup + repeats {
             if v == Variant::Pageable {
-                let alone = self.uploads_alone(batch, Weights::Pageable)?;
+                let alone = self.uploads_alone(batch, Weights::Pageable, LayerKind::Separate)?;
                 if rep >= self.cfg.warmup {
                     pageable_alone.push(alone);
                 }
             }
-            let run = pass(self.rig, v, batch, TimelineSource::Off)?;
+            let run = pass(self.rig, v, batch, planned, self.cfg.ring, TimelineSource::Off)?;
             self.check(batch, v.label())?;
             if rep >= self.cfg.warmup {
                 ms.push(run.total_ms);
@@ -277,13 +359,14 @@ fn host_costs(gpu: &Gpu, repeats: usize) -> Result<crate::gpu::MachineFacts> {
     rig.machine(MACHINE_ELEMENTS, repeats.max(3))
 }
 
-/// The queue model's time for `v` over `batch` tokens, ms (the pass
-/// recorded on the dry run).
-pub fn predicted_ms(shape: Shape, batch: usize, ring: usize, v: Variant, costs: Costs, machine: Machine) -> Result<f64> {
-    let mut f = Pass::dry_run(shape, batch, v.slots(ring), v.streams(), v.hidden());
-    let task = f.task;
-    v.pass(&mut f as &mut dyn Forward, &task)?;
-    Ok(f.predicted_ms(costs, machine))
+/// The planner's placement for `v` at `p` under `budget` bytes (the
+/// planned variants), from `p`'s costs for its layers.
+fn plan_for(shape: Shape, p: &BatchPoint, v: Variant, budget: usize, machine: Machine) -> Result<Option<Plan>> {
+    if !v.planned() {
+        return Ok(None);
+    }
+    let costs = p.costs(v.kind()).ok_or_else(|| LabError::config(format!("{}: no costs measured for its layers", v.label())))?;
+    placement::plan(shape, p.batch, budget, v.kind(), costs, machine).map(Some)
 }
 
 /// Runs lab 9 (see the module docs).
@@ -292,15 +375,21 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
     let (shape, chose) = choose_shape(cfg, host_available())?;
     eprintln!("lab 9: {chose}");
     let largest = *cfg.batches.iter().max().expect("validated");
-    let mut bar = Progress::new(progress, (cfg.batches.len() * (Variant::ALL.len() + 2) + 2) as u64, "offload");
+    let budget = cfg.gpu_budget << 20;
+    // A step a variant and batch, one a budget of the sweep, and the rest.
+    let budgets: usize = cfg.sweep_at().iter().map(|&b| sweep_budgets(shape, b, &cfg.sweep_budgets).len()).sum();
+    let steps = cfg.batches.len() * (Variant::ALL.len() + 1) + budgets + 3;
+    let mut bar = Progress::new(progress, steps as u64, "offload");
     let facts = host_costs(gpu, cfg.repeats)?;
     bar.step(&format!("the host: a CPU thread resumes {:.1} µs after the GPU, issues an op in {:.1} µs", facts.wake_ms * 1e3, facts.issue_ms * 1e3));
     let mut rig = OffloadRig::new(gpu, shape, largest, cfg.ring)?;
     let copy_engines = gpu.copy_engines()?;
     let machine = facts.machine();
     let cublas = rig.blas.version();
-    let mut points = Vec::new();
-    let (mut verified, mut worst) = (0, 0f64);
+    let fused = rig.blas.has_fused_relu();
+    let fp8_missing = (!rig.has_fp8()).then(|| format!("{} has no FP8 tensor cores cuBLASLt can use (compute capability 8.9 and up)", gpu.name()));
+    let mut points: Vec<BatchPoint> = Vec::new();
+    let (mut verified, mut worst, mut fp8) = (0, 0f64, (0usize, 0f64, 0f64));
     for &batch in &cfg.batches {
         let _r = trace::range(&format!("lab 9: {batch} tokens"));
         bar.step_note(&format!("{batch} tokens: the CPU reference"));
@@ -308,59 +397,123 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
         if points.is_empty() {
             // The driver's staging of pageable copies and the host pages
             // they read warm up over the first passes: one, untimed.
-            sweep.uploads_alone(batch, Weights::Pageable)?;
+            sweep.uploads_alone(batch, Weights::Pageable, LayerKind::Separate)?;
         }
-        let (h2d_ms, layer_ms) = sweep.costs(batch)?;
+        let (h2d_ms, layer_ms) = sweep.costs(batch, LayerKind::Separate)?;
+        let layer_fused_ms = if fused { Some(sweep.costs(batch, LayerKind::Fused)?.1) } else { None };
+        let (h2d_fp8_ms, layer_fp8_ms) = if sweep.rig.has_fp8() {
+            let (up, layer) = sweep.costs(batch, LayerKind::Fp8)?;
+            (Some(up), Some(layer))
+        } else {
+            (None, None)
+        };
         bar.step(&format!("{batch} tokens: costs alone"));
+        let mut point = BatchPoint {
+            batch,
+            // Replaced below by the pageable uploads timed beside the pageable passes.
+            h2d_pageable_ms: h2d_ms,
+            h2d_ms,
+            layer_ms,
+            variants: Vec::new(),
+            torch_to_ms: None,
+            torch_ring_ms: None,
+            layer_fused_ms,
+            h2d_fp8_ms,
+            layer_fp8_ms,
+            torch_beyond: None,
+        };
         let mut pageable_alone = Vec::new();
         let mut measured = Vec::new();
         for v in Variant::ALL {
-            measured.push((v, sweep.variant(v, batch, &mut pageable_alone)?));
+            let runs_here = match v.kind() {
+                LayerKind::Separate => true,
+                LayerKind::Fused => fused,
+                LayerKind::Fp8 => sweep.rig.has_fp8(),
+            };
+            if !runs_here {
+                bar.step(&format!("{batch} tokens: {} (not on this GPU)", v.label()));
+                continue;
+            }
+            let plan = plan_for(shape, &point, v, budget, machine)?;
+            let ms = sweep.variant(v, batch, plan.as_ref().map(|p| p.placement), &mut pageable_alone)?;
+            measured.push((v, ms, plan));
             bar.step(&format!("{batch} tokens: {}", v.label()));
         }
-        let h2d_pageable_ms = Summary::of(&pageable_alone)?;
-        let costs = Costs { h2d: h2d_ms.median, h2d_pageable: h2d_pageable_ms.median, layer: layer_ms.median };
-        let mut variants = Vec::new();
-        for (v, ms) in measured {
-            variants.push(VariantPoint { variant: v, ms, predicted_ms: predicted_ms(shape, batch, cfg.ring, v, costs, machine)? });
+        point.h2d_pageable_ms = Summary::of(&pageable_alone)?;
+        for (v, ms, plan) in measured {
+            let costs = point.costs(v.kind()).ok_or_else(|| LabError::config(format!("{}: no costs measured for its layers", v.label())))?;
+            let predicted_ms = predicted_ms(shape, batch, cfg.ring, v, plan.as_ref().map(|p| p.placement), costs, machine)?;
+            point.variants.push(VariantPoint { variant: v, ms, predicted_ms, plan });
         }
         verified += sweep.verified;
         worst = worst.max(sweep.worst);
-        points.push(BatchPoint { batch, h2d_ms, h2d_pageable_ms, layer_ms, variants, torch_to_ms: None, torch_ring_ms: None });
+        fp8 = (fp8.0 + sweep.fp8.0, fp8.1.max(sweep.fp8.1), fp8.2.max(sweep.fp8.2));
+        points.push(point);
     }
     // The timeline: the ring of K at the batch nearest the crossover
-    // (where the GEMMs and the uploads take most nearly as long).
+    // (where the GEMMs and the uploads take most nearly as long), and the
+    // passes past the streaming bound at the same batch.
     let near = points
         .iter()
         .min_by(|a, b| (a.layer_ms.median / a.h2d_ms.median).ln().abs().total_cmp(&(b.layer_ms.median / b.h2d_ms.median).ln().abs()))
         .expect("at least one batch");
     let (timeline_batch, timeline_untraced_ms) = (near.batch, near.variant(Variant::RingK).map_or(0.0, |v| v.ms.median));
-    // Events, not CUPTI: a layer is three GPU activities (two GEMMs and
-    // the ReLU), and events around the op time it whole. (cuBLAS was
+    let beyond: Vec<(Variant, f64, Option<Placement>)> = near
+        .variants
+        .iter()
+        .filter(|v| v.variant.kind() != LayerKind::Separate)
+        .map(|v| (v.variant, v.ms.median, v.plan.as_ref().map(|p| p.placement)))
+        .collect();
+    // Events, not CUPTI: a layer is two or three GPU activities (the GEMMs
+    // and the ReLU), and events around the op time it whole. (cuBLAS was
     // warmed at this batch's shapes by its sweep.)
-    let run = pass(&mut rig, Variant::RingK, timeline_batch, TimelineSource::Events)?;
+    let run = pass(&mut rig, Variant::RingK, timeline_batch, None, cfg.ring, TimelineSource::Events)?;
     let timeline = run.timeline.clone().ok_or_else(|| LabError::config("the traced pass drew no timeline"))?;
-    bar.step("the timeline");
+    let mut timelines = Vec::new();
+    for (variant, untraced_ms, planned) in beyond {
+        let run = pass(&mut rig, variant, timeline_batch, planned, cfg.ring, TimelineSource::Events)?;
+        let timeline = run.timeline.ok_or_else(|| LabError::config("the traced pass drew no timeline"))?;
+        timelines.push(VariantTimeline { variant, timeline, untraced_ms });
+    }
+    bar.step("the timelines");
+    let mut sweeps = Vec::new();
+    for batch in cfg.sweep_at() {
+        let p = points.iter().find(|p| p.batch == batch).ok_or_else(|| LabError::config(format!("--sweep-batches: {batch} was not measured")))?;
+        let (mut s, sweep_fp8) = placement_sweep(&mut rig, cfg, p, machine, &mut bar)?;
+        sweeps.append(&mut s);
+        fp8 = (fp8.0 + sweep_fp8.0, fp8.1.max(sweep_fp8.1), fp8.2.max(sweep_fp8.2));
+    }
     let gpu_bytes = shape.gpu_bytes(largest, cfg.ring) as u64;
     let ordinal = gpu.ordinal();
     drop(rig);
-    // PyTorch in the same run, after the rig's host memory is given back.
+    // PyTorch in the same run, after the rig's host memory is given back,
+    // with the placements the lab planned.
+    let planned: Vec<super::reference::Planned> = points
+        .iter()
+        .filter_map(|p| {
+            let of = |v| p.variant(v).and_then(|x| x.plan.as_ref()).map(|plan| plan.placement);
+            Some((p.batch, of(Variant::Resident)?, of(Variant::Fp8)))
+        })
+        .collect();
     let torch = if cfg.python.is_empty() {
         Err("not asked for (--python is empty)".to_string())
     } else {
         bar.step_note("PyTorch's references");
-        super::reference::torch_offload(&cfg.python, ordinal, shape, cfg)
+        super::reference::torch_offload(&cfg.python, ordinal, shape, cfg, &planned)
     };
     let torch = torch.map(|t| {
         for p in &mut points {
             if let Some(b) = t.batches.iter().find(|b| b.batch == p.batch) {
                 p.torch_to_ms = Some(b.to_hooks);
                 p.torch_ring_ms = Some(b.ring);
+                p.torch_beyond = Some(b.beyond.clone());
             }
         }
         t.torch
     });
+    bar.step("PyTorch's references");
     bar.finish();
+    let fp8 = (fp8.0 > 0).then(|| Fp8Accuracy { max_error: fp8.1, tolerance: fp8_tolerance(shape.layers), range_used: fp8.2, verified_passes: fp8.0 });
     Ok(OffloadResults {
         config: cfg.clone(),
         shape,
@@ -376,7 +529,115 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
         max_error: worst,
         verified_passes: verified,
         torch,
+        fp8,
+        fp8_missing,
+        sweeps,
+        timelines,
     })
+}
+
+/// The queue model's time for `v` over `batch` tokens, ms (the pass
+/// recorded on the dry run), with a ring of `ring` and the planner's
+/// placement `planned` for the planned variants.
+pub fn predicted_ms(shape: Shape, batch: usize, ring: usize, v: Variant, planned: Option<Placement>, costs: Costs, machine: Machine) -> Result<f64> {
+    predict_pass(shape, batch, v.setup(ring, planned), &|f, t| v.pass(f, t), costs, machine)
+}
+
+/// The queue model's time of the ring pass as `setup` places it, ms.
+pub fn predict(shape: Shape, batch: usize, setup: PassSetup, costs: Costs, machine: Machine) -> Result<f64> {
+    predict_pass(shape, batch, setup, &|f, t| super::forward::ring(f, t), costs, machine)
+}
+
+/// The queue model's time of `body` as `setup` runs it, ms (recorded on the dry run).
+fn predict_pass(
+    shape: Shape,
+    batch: usize,
+    setup: PassSetup,
+    body: &dyn Fn(&mut dyn Forward, &super::forward::Task) -> Result<()>,
+    costs: Costs,
+    machine: Machine,
+) -> Result<f64> {
+    let mut f = Pass::dry_run(shape, batch, setup);
+    let task = f.task;
+    body(&mut f, &task)?;
+    Ok(f.predicted_ms(costs, machine))
+}
+
+/// The budgets (MiB) the sweep runs the planner's choice at for `shape` at
+/// `batch`: from the smallest that holds a ring of 2 to the one that holds
+/// every FP16 layer (steps of about 1.6x, and where every FP8 layer fits),
+/// and the grid's budgets.
+pub fn sweep_budgets(shape: Shape, batch: usize, grid: &[usize]) -> Vec<usize> {
+    let mib = |p: Placement, precision| shape.placement_bytes(batch, p, precision).div_ceil(1 << 20);
+    let least = mib(Placement { resident: 0, ring: 2 }, Precision::Fp16);
+    let all16 = mib(Placement { resident: shape.layers, ring: 0 }, Precision::Fp16);
+    let all8 = mib(Placement { resident: shape.layers, ring: 0 }, Precision::Fp8);
+    let mut budgets = vec![least, all8, all16];
+    let mut b = least as f64;
+    while (b * 1.6) < all16 as f64 {
+        b *= 1.6;
+        budgets.push(b.round() as usize);
+    }
+    budgets.extend_from_slice(grid);
+    budgets.sort_unstable();
+    budgets.dedup();
+    budgets
+}
+
+/// The placement sweep at `batch` (see the module docs): at every budget
+/// of [`sweep_budgets`], the planner's choice for fused FP16 layers and
+/// for FP8 (where there is FP8), measured and verified; at the grid's
+/// budgets every placement of [`placement::sweep_grid`] beside it.
+fn placement_sweep(
+    rig: &mut OffloadRig,
+    cfg: &OffloadConfig,
+    p: &BatchPoint,
+    machine: Machine,
+    bar: &mut Progress,
+) -> Result<(Vec<PlacementSweep>, (usize, f64, f64))> {
+    let (shape, batch) = (rig.shape, p.batch);
+    let mut kinds = vec![LayerKind::Fused];
+    if rig.has_fp8() {
+        kinds.push(LayerKind::Fp8);
+    }
+    // At most 3 timed passes a placement: the sweep measures many.
+    let few = OffloadConfig { repeats: cfg.repeats.min(3), ..cfg.clone() };
+    let mut sweep = Sweep::new(rig, &few, batch)?;
+    // A budget the GPU cannot hold (what is free, and what the rig holds now) is skipped, and said so.
+    let holds = sweep.rig.gpu_bytes();
+    let room_mib = (sweep.rig.gpu.memory_info()?.0 as usize + holds) >> 20;
+    let mut out = Vec::new();
+    for budget in sweep_budgets(shape, batch, &cfg.sweep_budgets) {
+        if budget + 64 > room_mib {
+            bar.step(&format!("{batch} tokens: {budget} MiB skipped: the GPU has about {room_mib} MiB for the lab"));
+            continue;
+        }
+        for &kind in &kinds {
+            let Some(costs) = p.costs(kind) else { continue };
+            // A budget too small for this precision's ring of 2 has no point.
+            let Ok(plan) = placement::plan(shape, batch, budget << 20, kind, costs, machine) else { continue };
+            let grid = cfg.sweep_budgets.contains(&budget);
+            let room = placement::room(shape, batch, budget << 20, kind.precision())?;
+            let placements = if grid { placement::sweep_grid(shape, room) } else { vec![plan.placement] };
+            let mut measured = Vec::new();
+            for placement in placements {
+                let setup = placement::setup(placement, kind);
+                let what = format!("{batch} tokens, {budget} MiB: {:?} {}", kind.precision(), placement.label());
+                let ms = sweep.placed(batch, setup, &what)?;
+                measured.push(PlacementPoint { placement, ms, predicted_ms: predict(shape, batch, setup, costs, machine)? });
+            }
+            let mut s = PlacementSweep { batch, budget_mib: budget, kind, plan, measured, head_to_head: None };
+            if let (true, Some(best)) = (grid, s.best().map(|b| b.placement)) {
+                if best != s.plan.placement {
+                    let what = format!("{batch} tokens, {budget} MiB: the planner's choice and the fastest in turn");
+                    s.head_to_head = Some(sweep.in_turn(batch, [placement::setup(s.plan.placement, kind), placement::setup(best, kind)], &what)?);
+                }
+            }
+            out.push(s);
+        }
+        bar.step(&format!("{batch} tokens: {budget} MiB placed"));
+    }
+    Ok((out, sweep.fp8))
 }
 
 #[cfg(test)]
@@ -401,15 +662,15 @@ mod tests {
         let shape = Shape { layers: 10, d: 64 };
         let c = Costs { h2d: 1.0, h2d_pageable: 3.0, layer: 0.5 };
         let m = Machine::engines(2);
-        let p = |v| predicted_ms(shape, 64, 3, v, c, m).unwrap();
+        let p = |v| predicted_ms(shape, 64, 3, v, None, c, m).unwrap();
         assert!((p(Variant::Pageable) - 35.0).abs() < 1e-9, "{}", p(Variant::Pageable));
         assert!((p(Variant::Pinned) - 15.0).abs() < 1e-9);
         // The ring hides the layers under the uploads: the bound, 10 x 1 + 0.5.
-        for v in [Variant::Ring2, Variant::RingK, Variant::Graph, Variant::Pool] {
+        for v in [Variant::Ring2, Variant::RingK, Variant::Graph, Variant::Pool, Variant::Fused] {
             assert!((p(v) - 10.5).abs() < 1e-9, "{v:?}: {}", p(v));
         }
         // Compute-bound: 10 x 2 + 1.
         let c = Costs { layer: 2.0, ..c };
-        assert!((predicted_ms(shape, 64, 3, Variant::RingK, c, m).unwrap() - 21.0).abs() < 1e-9);
+        assert!((predicted_ms(shape, 64, 3, Variant::RingK, None, c, m).unwrap() - 21.0).abs() < 1e-9);
     }
 }

@@ -1,13 +1,16 @@
-//! PyTorch's two ways of running the same network, measured in the same run
+//! PyTorch's ways of running the same network, measured in the same run
 //! as the lab's own passes: `crate/reference/torch_offload.py` (weights
 //! moved per layer by `.to("cuda")` in forward hooks, and the best
-//! hand-written pinned ring), carried inside the binary and run with the
-//! Python that has PyTorch. Its absence is a line in the results, never a
-//! failed lab.
+//! hand-written pinned ring; past the streaming bound, that ring with the
+//! ReLU in cuBLASLt's epilogue, the lab's resident placement, FP8 weights
+//! through `torch._scaled_mm`, and one layer alone eager and fused),
+//! carried inside the binary and run with the Python that has PyTorch.
+//! Its absence is a line in the results, never a failed lab.
 
-use super::{OffloadConfig, Shape};
+use super::placement::Placement;
+use super::{OffloadConfig, Shape, Variant};
 use crate::measure::stats::Summary;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The script, as in `crate/reference/`.
 pub const SCRIPT: &str = include_str!("../../../reference/torch_offload.py");
@@ -17,6 +20,39 @@ pub struct TorchBatch {
     pub batch: usize,
     pub to_hooks: Summary,
     pub ring: Summary,
+    pub beyond: TorchBeyond,
+}
+
+/// PyTorch past the streaming bound at one batch size, ms (None: not run).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TorchBeyond {
+    /// The ring with `torch._addmm_activation` (the ReLU in cuBLASLt's epilogue).
+    pub fused_ring: Option<Summary>,
+    /// The lab's FP16 placement, fused layers.
+    pub resident: Option<Summary>,
+    pub resident_placement: Option<Placement>,
+    /// FP8 weights through `torch._scaled_mm` in the lab's FP8 placement.
+    pub fp8: Option<Summary>,
+    pub fp8_placement: Option<Placement>,
+    /// Why there is no FP8 pass, where there is none.
+    pub fp8_note: Option<String>,
+    /// One layer alone: `relu(x @ W1) @ W2`, and the fused-epilogue form.
+    pub layer_eager: Option<Summary>,
+    pub layer_fused: Option<Summary>,
+}
+
+impl TorchBeyond {
+    /// Its forward passes: (what, the time, the lab's variant it does as
+    /// PyTorch, with its resident layers).
+    pub fn passes(&self) -> Vec<(&'static str, &Summary, Variant, usize)> {
+        let resident = |p: &Option<Placement>| p.map_or(0, |p| p.resident);
+        let named = [
+            ("PyTorch: ring, ReLU in the epilogue", &self.fused_ring, Variant::Fused, 0),
+            ("PyTorch: resident + ring, fused", &self.resident, Variant::Resident, resident(&self.resident_placement)),
+            ("PyTorch: FP8 _scaled_mm, resident + ring", &self.fp8, Variant::Fp8, resident(&self.fp8_placement)),
+        ];
+        named.into_iter().filter_map(|(what, t, v, r)| Some((what, t.as_ref()?, v, r))).collect()
+    }
 }
 
 pub struct TorchOffload {
@@ -29,6 +65,22 @@ struct PrintedBatch {
     batch: usize,
     to_hooks_ms: Vec<f64>,
     ring_ms: Vec<f64>,
+    #[serde(default)]
+    fused_ring_ms: Option<Vec<f64>>,
+    #[serde(default)]
+    resident_ms: Option<Vec<f64>>,
+    #[serde(default)]
+    resident: Option<(usize, usize)>,
+    #[serde(default)]
+    fp8_ms: Option<Vec<f64>>,
+    #[serde(default)]
+    fp8: Option<(usize, usize)>,
+    #[serde(default)]
+    fp8_note: Option<String>,
+    #[serde(default)]
+    layer_eager_ms: Option<Vec<f64>>,
+    #[serde(default)]
+    layer_fused_ms: Option<Vec<f64>>,
 }
 
 #[derive(Deserialize)]
@@ -37,10 +89,21 @@ struct Printed {
     batches: Vec<PrintedBatch>,
 }
 
+/// The lab's planned placements at one batch: (batch, FP16's, FP8's).
+pub type Planned = (usize, Placement, Option<Placement>);
+
 /// Runs the script with `python` on GPU `device` for the network `shape` and
-/// the batches, ring, warm-up and repeats of `cfg`. `Err` says why there
-/// is no reference, in a line.
-pub fn torch_offload(python: &str, device: usize, shape: Shape, cfg: &OffloadConfig) -> Result<TorchOffload, String> {
+/// the batches, ring, warm-up and repeats of `cfg`, and the lab's
+/// placements `planned`. `Err` says why there is no reference, in a line.
+pub fn torch_offload(python: &str, device: usize, shape: Shape, cfg: &OffloadConfig, planned: &[Planned]) -> Result<TorchOffload, String> {
+    let placements = planned
+        .iter()
+        .map(|(b, p, p8)| {
+            let (r8, k8) = p8.map_or((-1, 0), |q| (q.resident as i64, q.ring));
+            format!("{b}:{}:{}:{r8}:{k8}", p.resident, p.ring)
+        })
+        .collect::<Vec<_>>()
+        .join(",");
     let batches = cfg.batches.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",");
     let args = [
         format!("--layers={}", shape.layers),
@@ -50,6 +113,7 @@ pub fn torch_offload(python: &str, device: usize, shape: Shape, cfg: &OffloadCon
         format!("--warmup={}", cfg.warmup),
         format!("--repeats={}", cfg.repeats),
         format!("--device={device}"),
+        format!("--placements={placements}"),
     ];
     parse(&crate::lab_kit::reference::run_script(python, "torch_offload.py", SCRIPT, &args)?)
 }
@@ -62,10 +126,22 @@ fn parse(stdout: &str) -> Result<TorchOffload, String> {
         .batches
         .into_iter()
         .map(|b| {
+            let of = |v: &Option<Vec<f64>>| v.as_deref().map(|ms| Summary::of(ms).map_err(|e| e.to_string())).transpose();
+            let placed = |p: Option<(usize, usize)>| p.map(|(resident, ring)| Placement { resident, ring });
             Ok(TorchBatch {
                 batch: b.batch,
                 to_hooks: Summary::of(&b.to_hooks_ms).map_err(|e| e.to_string())?,
                 ring: Summary::of(&b.ring_ms).map_err(|e| e.to_string())?,
+                beyond: TorchBeyond {
+                    fused_ring: of(&b.fused_ring_ms)?,
+                    resident: of(&b.resident_ms)?,
+                    resident_placement: placed(b.resident),
+                    fp8: of(&b.fp8_ms)?,
+                    fp8_placement: placed(b.fp8),
+                    fp8_note: b.fp8_note,
+                    layer_eager: of(&b.layer_eager_ms)?,
+                    layer_fused: of(&b.layer_fused_ms)?,
+                },
             })
         })
         .collect::<Result<_, String>>()?;
@@ -81,8 +157,17 @@ mod tests {
         let t = parse("batch 8: ...\n{\"torch\": \"2.9.0\", \"batches\": [{\"batch\": 8, \"to_hooks_ms\": [3.0, 2.0, 4.0], \"ring_ms\": [1.0]}]}\n").unwrap();
         assert_eq!((t.torch.as_str(), t.batches.len(), t.batches[0].batch), ("2.9.0", 1, 8));
         assert_eq!((t.batches[0].to_hooks.median, t.batches[0].ring.median), (3.0, 1.0));
+        assert!(t.batches[0].beyond.passes().is_empty(), "a line from before the passes past the bound has none");
+        let t = parse(
+            "{\"torch\": \"2.11.0\", \"batches\": [{\"batch\": 8, \"to_hooks_ms\": [3.0], \"ring_ms\": [1.0], \"fused_ring_ms\": [0.9], \"resident_ms\": [0.5], \"resident\": [4, 3], \"fp8_ms\": null, \"fp8\": null, \"fp8_note\": \"no FP8 here\", \"layer_eager_ms\": [0.1], \"layer_fused_ms\": [0.09]}]}",
+        )
+        .unwrap();
+        let b = &t.batches[0].beyond;
+        assert_eq!(b.passes().iter().map(|p| p.1.median).collect::<Vec<_>>(), [0.9, 0.5]);
+        assert_eq!((b.resident_placement, b.fp8.is_none(), b.fp8_note.as_deref()), (Some(Placement { resident: 4, ring: 3 }), true, Some("no FP8 here")));
+        assert_eq!(b.layer_fused.as_ref().unwrap().median, 0.09);
         assert!(parse("nothing").is_err());
-        let e = torch_offload("/no/such/python", 0, Shape { layers: 2, d: 64 }, &OffloadConfig::small()).err().unwrap();
+        let e = torch_offload("/no/such/python", 0, Shape { layers: 2, d: 64 }, &OffloadConfig::small(), &[]).err().unwrap();
         assert!(e.contains("could not be started"), "{e}");
     }
 }

@@ -1,19 +1,25 @@
-//! Lab 9's rig on a GPU: the model's weights twice in host memory
-//! (page-locked, and ordinary pageable memory holding the same bytes), the
-//! GPU's ring of layer buffers, the activations, cuBLAS, the ReLU kernel and
-//! the streams; and one layer's GPU work (GEMM, ReLU, GEMM) as the driver
-//! and library calls of one op.
+//! Lab 9's rig on a GPU: the model's weights in host memory (page-locked,
+//! ordinary pageable memory holding the same bytes, and page-locked FP8
+//! where the GPU has FP8 tensor cores), the GPU's layer buffers (a ring,
+//! and the layers kept resident: [`Placement`]), the activations, cuBLAS,
+//! the ReLU kernel and the streams; and one layer's GPU work as the
+//! library calls of one op ([`LayerKind`]: GEMM, ReLU, GEMM; the ReLU in
+//! the first GEMM's epilogue; or both GEMMs in FP8, each quantizing its
+//! output in its epilogue).
 
-use super::cpu::rows_of;
+use super::cpu::{rows_of, LayerAmax};
 use super::kernel::Relu;
+use super::placement::Placement;
 use super::Shape;
-use crate::error::Result;
-use crate::gpu::{trace, Blas, DeviceBuffer, Gpu, HostBuffer, MatrixF16, PageableBuffer, PinnedBuffer, Stream, StreamKind};
+use crate::error::{LabError, Result};
+use crate::gpu::{trace, Blas, DeviceBuffer, Fp8Scales, Gpu, HostBuffer, MatrixE4M3, MatrixF16, PageableBuffer, PinnedBuffer, ScalarF32, Stream, StreamKind};
 use crate::measure::pattern;
 use rayon::prelude::*;
 
 /// Two FP16 NaNs: what every buffer the pass writes holds before a run, so
-/// a result no layer wrote cannot pass for one.
+/// a result no layer wrote cannot pass for one. (Read as FP8 its bytes are
+/// 0 and 448, not NaN: an unwritten FP8 row is off the reference by far
+/// more than FP8's tolerance, and fails on that.)
 pub const POISON: u32 = 0x7E00_7E00;
 
 /// Where a layer's hidden activations (batch x 4d) live.
@@ -26,6 +32,97 @@ pub enum Hidden {
     Pool,
 }
 
+/// A layer's GPU work: which kernels, in which precision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LayerKind {
+    /// FP16: GEMM, the ReLU kernel, GEMM (three kernels).
+    Separate,
+    /// FP16: the first GEMM applies the ReLU as it writes (cuBLASLt's
+    /// epilogue), then the second GEMM (two kernels).
+    Fused,
+    /// FP8 (E4M3) weights and activations: each GEMM scales, rounds to
+    /// FP8 and finds its output's largest magnitude in its epilogue, the
+    /// first with the ReLU too (two kernels).
+    Fp8,
+}
+
+impl LayerKind {
+    pub fn precision(self) -> Precision {
+        if self == LayerKind::Fp8 {
+            Precision::Fp8
+        } else {
+            Precision::Fp16
+        }
+    }
+}
+
+/// How the weights (and activations) are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Precision {
+    Fp16,
+    /// E4M3: one byte a value, with one FP32 scale per tensor.
+    Fp8,
+}
+
+impl Precision {
+    /// Bytes of one weight.
+    pub fn bytes(self) -> usize {
+        match self {
+            Precision::Fp16 => 2,
+            Precision::Fp8 => 1,
+        }
+    }
+}
+
+/// The largest finite E4M3 value.
+pub const E4M3_MAX: f32 = 448.0;
+
+/// How far above the CPU's sampled rows' largest activation an FP8 scale
+/// reaches: the whole batch holds larger ones than three rows do (about
+/// 1.5x for a batch of 24576), and E4M3 is a floating-point format, so
+/// room above costs range below (3 of its 18 binades), not precision.
+pub const FP8_MARGIN: f32 = 8.0;
+
+/// Where each FP8 scale lives in the rig's scale buffer: the input's, then
+/// six per layer, then two amax slots per layer, each value in a 16-byte
+/// slot of its own ([`fp8_slot::float`]: cuBLASLt reads a scale only from
+/// a 16-byte-aligned address).
+pub mod fp8_slot {
+    /// The float index in the buffer of slot `slot`.
+    pub fn float(slot: usize) -> usize {
+        4 * slot
+    }
+    /// The buffer's bytes, with `layers` in the network.
+    pub fn bytes(layers: usize) -> usize {
+        16 * count(layers)
+    }
+    /// The input's scale.
+    pub const INPUT: usize = 0;
+    /// W1's scale of `layer`; +1 W2's, +2 the hidden activations', +3 its
+    /// inverse, +4 the layer output's, +5 its inverse.
+    pub fn layer(layer: usize) -> usize {
+        1 + 6 * layer
+    }
+    /// The scale of `layer`'s input (the previous layer's output's).
+    pub fn input_of(layer: usize) -> usize {
+        if layer == 0 {
+            INPUT
+        } else {
+            self::layer(layer - 1) + 4
+        }
+    }
+    /// Where `layer`'s hidden amax is written (+1: its output's), with `layers` in the network.
+    pub fn amax(layers: usize, layer: usize) -> usize {
+        1 + 6 * layers + 2 * layer
+    }
+    /// Slots in the buffer.
+    pub fn count(layers: usize) -> usize {
+        1 + 8 * layers
+    }
+}
+
 pub struct OffloadRig {
     pub gpu: Gpu,
     pub shape: Shape,
@@ -35,8 +132,24 @@ pub struct OffloadRig {
     pub(super) pinned: PinnedBuffer,
     /// The same bytes in ordinary (pageable) memory.
     pub(super) pageable: PageableBuffer,
-    /// The GPU's ring of layer buffers, each one layer's weights.
+    /// The weights in FP8, page-locked, each matrix transposed (a row per
+    /// output, as FP8 GEMMs read them: W1ᵀ then W2ᵀ), where the GPU has
+    /// FP8; with each matrix's scale (W1's, W2's) per layer.
+    pub(super) fp8: Option<(PinnedBuffer, Vec<(f32, f32)>)>,
+    /// The GPU's layer buffers, each one layer's weights: the ring's
+    /// `placement.ring` slots first, then the resident layers', buffer
+    /// `ring + r` holding the r-th of them for good
+    /// ([`Placement::resident_layers`]).
     pub(super) ring: Vec<DeviceBuffer>,
+    /// How the layer buffers are used, and the weights' precision in them.
+    pub(super) placement: Placement,
+    pub(super) precision: Precision,
+    /// FP8's scales and amax slots ([`fp8_slot`]), where there is FP8.
+    pub(super) scales: Option<DeviceBuffer>,
+    /// The FP8 scales of the activations set last ([`OffloadRig::set_fp8_scales`]), on the host.
+    pub(super) host_scales: Vec<f32>,
+    /// The batch's input in FP8 (batch x d bytes), where there is FP8.
+    input_fp8: Option<PinnedBuffer>,
     /// The activations between layers: layer i reads `act[i % 2]` and writes `act[(i + 1) % 2]`.
     pub(super) act: [DeviceBuffer; 2],
     /// A layer's hidden activations (batch x 4d), where they are made up front.
@@ -89,14 +202,22 @@ impl OffloadRig {
         pageable.words_mut().par_chunks_mut(1 << 20).zip(pinned.words().par_chunks(1 << 20)).for_each(|(a, b)| a.copy_from_slice(b));
         // (least, greatest): the greatest priority is the lowest number.
         let (_, highest) = gpu.stream_priority_range()?;
+        let blas = Blas::new(gpu)?;
+        let fp8 = if blas.has_fp8() { Some(fp8_weights(gpu, &pinned, shape)?) } else { None };
         let rig = OffloadRig {
             gpu: gpu.clone(),
             shape,
-            blas: Blas::new(gpu)?,
             relu: Relu::load(gpu)?,
             pinned,
             pageable,
             ring: (0..slots).map(|_| gpu.alloc(lb)).collect::<Result<_>>()?,
+            placement: Placement { resident: 0, ring: slots },
+            precision: Precision::Fp16,
+            scales: if fp8.is_some() { Some(gpu.alloc(fp8_slot::bytes(shape.layers))?) } else { None },
+            host_scales: vec![1.0; fp8_slot::count(shape.layers)],
+            input_fp8: if fp8.is_some() { Some(PinnedBuffer::new(gpu, shape.act_bytes(max_batch) / 2)?) } else { None },
+            fp8,
+            blas,
             act: [gpu.alloc(shape.act_bytes(max_batch))?, gpu.alloc(shape.act_bytes(max_batch))?],
             hidden: gpu.alloc(shape.hidden_bytes(max_batch))?,
             input: PinnedBuffer::new(gpu, shape.act_bytes(max_batch))?,
@@ -107,24 +228,139 @@ impl OffloadRig {
             setup: gpu.stream()?,
             max_batch,
         };
-        // What --gpu-budget was checked against must be what the rig holds.
-        let counted = shape.gpu_bytes(max_batch, slots);
-        if rig.gpu_bytes() > counted {
-            return Err(crate::error::LabError::config(format!(
-                "the rig holds {} of GPU memory, but --gpu-budget counted {} for it",
-                crate::units::Bytes(rig.gpu_bytes() as u64),
-                crate::units::Bytes(counted as u64)
-            )));
-        }
+        rig.check_budget(max_batch)?;
         Ok(rig)
     }
 
-    /// The GPU memory the rig holds for a pass: the ring, both activation
-    /// buffers, the hidden activations made up front, and the workspace
-    /// cuBLAS uses (the one it is given, and keeps).
+    /// What --gpu-budget was checked against must be what the rig holds.
+    fn check_budget(&self, batch: usize) -> Result<()> {
+        let counted = self.shape.placement_bytes(batch, self.placement, self.precision);
+        if self.gpu_bytes() > counted {
+            return Err(LabError::config(format!(
+                "the rig holds {} of GPU memory, but --gpu-budget counted {} for it",
+                crate::units::Bytes(self.gpu_bytes() as u64),
+                crate::units::Bytes(counted as u64)
+            )));
+        }
+        Ok(())
+    }
+
+    /// The GPU memory the rig holds for a pass: the layer buffers, both
+    /// activation buffers, the hidden activations made up front, FP8's
+    /// scales where it has them, and the workspace cuBLAS uses (the one it
+    /// is given, and keeps).
     pub fn gpu_bytes(&self) -> usize {
-        let buffers = self.ring.iter().chain(&self.act).chain([&self.hidden]);
+        let buffers = self.ring.iter().chain(&self.act).chain([&self.hidden]).chain(self.scales.iter().filter(|_| self.precision == Precision::Fp8));
         buffers.map(DeviceBuffer::bytes).sum::<usize>() + self.blas.workspace_bytes()
+    }
+
+    /// Whether the rig has FP8 (the GPU's tensor cores and cuBLASLt).
+    pub fn has_fp8(&self) -> bool {
+        self.fp8.is_some()
+    }
+
+    /// Makes the layer buffers `placement`'s in `precision`: the ring's
+    /// slots, then each resident layer's buffer with its weights uploaded
+    /// (untimed). Refused where the GPU has no FP8 and FP8 is asked for.
+    pub fn place(&mut self, placement: Placement, precision: Precision) -> Result<()> {
+        if placement == self.placement && precision == self.precision {
+            return Ok(());
+        }
+        let _r = trace::range(&format!("lab 9: place {} resident + a ring of {}", placement.resident, placement.ring));
+        if precision == Precision::Fp8 && self.fp8.is_none() {
+            return Err(LabError::Unsupported(format!("{} has no FP8 tensor cores cuBLASLt can use", self.gpu.name())));
+        }
+        if placement.resident > self.shape.layers {
+            return Err(LabError::config(format!("{} resident layers: the network has {}", placement.resident, self.shape.layers)));
+        }
+        // Nothing may still use the old buffers when they are freed; until
+        // the new ones are made and filled the rig holds none (a failure
+        // below leaves it empty and consistent, never half placed).
+        for s in [&self.compute, &self.copy, &self.copy_high, &self.setup] {
+            s.synchronize()?;
+        }
+        self.ring.clear();
+        self.placement = Placement { resident: 0, ring: 0 };
+        let lb = self.shape.layer_bytes_in(precision);
+        let buffers = placement.ring + placement.resident;
+        self.gpu.ensure_free((buffers * lb) as u64 + (64 << 20), &format!("{} resident layers and a ring of {}", placement.resident, placement.ring))?;
+        self.ring = (0..buffers).map(|_| self.gpu.alloc(lb)).collect::<Result<_>>()?;
+        for (r, layer) in placement.resident_layers(self.shape.layers).into_iter().enumerate() {
+            let host: &dyn HostBuffer = match (precision, &self.fp8) {
+                (Precision::Fp8, Some((w, _))) => w,
+                _ => &self.pinned,
+            };
+            self.setup.upload_range(&self.ring[placement.ring + r], host, layer * lb, lb)?;
+        }
+        self.placement = placement;
+        self.precision = precision;
+        Ok(())
+    }
+
+    /// Sets the FP8 scales from the CPU's sampled rows (`amax`: the input's
+    /// and each layer's largest magnitudes there), each [`FP8_MARGIN`]
+    /// above them, and quantizes the input with its scale: the delayed
+    /// scaling of FP8 inference, calibrated once per batch (untimed).
+    pub fn set_fp8_scales(&mut self, batch: usize, amax: &LayerAmax) -> Result<()> {
+        let (Some((_, w_scales)), Some(buf), Some(input8)) = (&self.fp8, &self.scales, &mut self.input_fp8) else {
+            return Err(LabError::Unsupported(format!("{} has no FP8 tensor cores cuBLASLt can use", self.gpu.name())));
+        };
+        let layers = self.shape.layers;
+        let mut s = vec![0f32; fp8_slot::count(layers)];
+        // The input's largest magnitude, over the whole batch (it is on the
+        // host): known exactly, no margin. (`amax.input` is the sampled rows'.)
+        let n = batch * self.shape.d;
+        let input_amax = (0..n).map(|i| half::f16::from_bits((self.input.words()[i / 4] >> (16 * (i % 4))) as u16).to_f32().abs()).fold(amax.input, f32::max);
+        let s_x = (input_amax / E4M3_MAX).max(f32::MIN_POSITIVE);
+        s[fp8_slot::INPUT] = s_x;
+        for (l, (&(w1, w2), &(h, y))) in w_scales.iter().zip(&amax.layers).enumerate() {
+            let at = fp8_slot::layer(l);
+            let (s_h, s_y) = ((h * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE), (y * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE));
+            s[at..at + 6].copy_from_slice(&[w1, w2, s_h, 1.0 / s_h, s_y, 1.0 / s_y]);
+        }
+        // Slot i is float 4i, the low half of word 2i.
+        let mut host = PinnedBuffer::new(&self.gpu, fp8_slot::bytes(layers))?;
+        let words = host.words_mut();
+        words.fill(0);
+        for (i, v) in s.iter().enumerate() {
+            words[fp8_slot::float(i) / 2] = v.to_bits() as u64;
+        }
+        self.setup.upload(buf, &host, fp8_slot::bytes(layers))?;
+        // The input, rounded to E4M3 with its scale.
+        let src = self.input.words();
+        let dst = input8.words_mut();
+        for (k, w) in dst.iter_mut().enumerate().take(n.div_ceil(8)) {
+            let mut out = 0u64;
+            for q in 0..8 {
+                let i = 8 * k + q;
+                if i < n {
+                    let v = half::f16::from_bits((src[i / 4] >> (16 * (i % 4))) as u16).to_f32();
+                    out |= (float8::F8E4M3::from_f32(v / s_x).to_bits() as u64) << (8 * q);
+                }
+            }
+            *w = out;
+        }
+        self.host_scales = s;
+        Ok(())
+    }
+
+    /// The largest share of E4M3's range any FP8 activation of the last
+    /// pass took (its amax over what its scale reaches): above 1, values
+    /// were clipped.
+    pub fn fp8_range_used(&mut self) -> Result<f64> {
+        let Some(buf) = &self.scales else { return Ok(0.0) };
+        let layers = self.shape.layers;
+        let mut host = PinnedBuffer::new(&self.gpu, fp8_slot::bytes(layers))?;
+        self.setup.download(&mut host, buf, fp8_slot::bytes(layers))?;
+        let f = |slot: usize| f32::from_bits(host.words()[fp8_slot::float(slot) / 2] as u32);
+        let mut worst = 0f64;
+        for l in 0..layers {
+            let at = fp8_slot::layer(l);
+            for (amax, scale) in [(f(fp8_slot::amax(layers, l)), self.host_scales[at + 2]), (f(fp8_slot::amax(layers, l) + 1), self.host_scales[at + 4])] {
+                worst = worst.max(amax as f64 / (E4M3_MAX * scale) as f64);
+            }
+        }
+        Ok(worst)
     }
 
     /// A fresh input for `batch` tokens (uniform in [-1, 1]); returns its
@@ -138,10 +374,13 @@ impl OffloadRig {
     /// Set-up before a run (untimed): every buffer the pass writes
     /// poisoned, the input in `act[0]`.
     pub fn prepare(&self, batch: usize) -> Result<()> {
-        for b in self.ring.iter().chain([&self.act[1], &self.hidden]) {
+        for b in self.ring[..self.placement.ring].iter().chain([&self.act[1], &self.hidden]) {
             self.setup.fill_u32(b, POISON)?;
         }
-        self.setup.upload(&self.act[0], &self.input, self.shape.act_bytes(batch))
+        match (self.precision, &self.input_fp8) {
+            (Precision::Fp8, Some(input8)) => self.setup.upload(&self.act[0], input8, batch * self.shape.d),
+            _ => self.setup.upload(&self.act[0], &self.input, self.shape.act_bytes(batch)),
+        }
     }
 
     /// Runs one layer at `batch` tokens on the set-up stream, with its
@@ -150,13 +389,25 @@ impl OffloadRig {
     /// shape's first call, which would otherwise land inside the first
     /// timed pass (and hold its start gate shut).
     pub fn warm(&self, batch: usize) -> Result<()> {
+        if self.precision != Precision::Fp16 {
+            return Err(LabError::config("warm the rig on FP16 slots, which every kind of layer fits"));
+        }
         self.prepare(batch)?;
-        for hidden in [Some(&self.hidden), None] {
+        let kinds: &[LayerKind] =
+            if self.has_fp8() { &[LayerKind::Separate, LayerKind::Fused, LayerKind::Fp8] } else { &[LayerKind::Separate, LayerKind::Fused] };
+        let runs = kinds.iter().map(|&k| (k, Some(&self.hidden))).chain([(LayerKind::Separate, None)]);
+        for (kind, hidden) in runs {
+            if kind != LayerKind::Separate && !self.blas.has_fused_relu() {
+                continue;
+            }
             let work = LayerWork {
                 blas: &self.blas,
                 relu: &self.relu,
                 shape: self.shape,
                 batch,
+                layer: 0,
+                kind,
+                scales: self.scales.as_ref(),
                 slot: &self.ring[0],
                 input: &self.act[0],
                 output: &self.act[1],
@@ -171,9 +422,21 @@ impl OffloadRig {
     /// Rows `rows` of a pass's output over `batch` tokens, as FP16 bits
     /// (read back untimed).
     pub fn output_rows(&mut self, batch: usize, rows: &[usize]) -> Result<Vec<Vec<u16>>> {
-        let last = &self.act[self.shape.layers % 2];
-        self.setup.download(&mut self.output, last, self.shape.act_bytes(batch))?;
-        Ok(rows_of(self.output.words(), rows, self.shape.d))
+        let (layers, d) = (self.shape.layers, self.shape.d);
+        let last = &self.act[layers % 2];
+        if self.precision == Precision::Fp16 {
+            self.setup.download(&mut self.output, last, self.shape.act_bytes(batch))?;
+            return Ok(rows_of(self.output.words(), rows, d));
+        }
+        // FP8: each byte times the last layer's output scale, as FP16.
+        self.setup.download(&mut self.output, last, batch * d)?;
+        let scale = self.host_scales[fp8_slot::layer(layers - 1) + 4];
+        let bytes = self.output.words();
+        let byte = |i: usize| (bytes[i / 8] >> (8 * (i % 8))) as u8;
+        Ok(rows
+            .iter()
+            .map(|&r| (r * d..(r + 1) * d).map(|i| half::f16::from_f32(float8::F8E4M3::from_bits(byte(i)).to_f32() * scale).to_bits()).collect())
+            .collect())
     }
 
     /// The weights' bytes as FP16 bits (for the CPU reference).
@@ -183,12 +446,17 @@ impl OffloadRig {
 }
 
 /// One layer's work, as the calls of one op: hidden = act_in · W1, ReLU,
-/// act_out = hidden · W2.
+/// act_out = hidden · W2, as `kind` says.
 pub(super) struct LayerWork<'r> {
     pub blas: &'r Blas,
     pub relu: &'r Relu,
     pub shape: Shape,
     pub batch: usize,
+    /// Its place in the network (FP8's scales are per layer).
+    pub layer: usize,
+    pub kind: LayerKind,
+    /// FP8's scales and amax slots ([`fp8_slot`]).
+    pub scales: Option<&'r DeviceBuffer>,
     pub slot: &'r DeviceBuffer,
     pub input: &'r DeviceBuffer,
     pub output: &'r DeviceBuffer,
@@ -202,6 +470,10 @@ impl LayerWork<'_> {
     /// # Safety
     /// Every buffer stays allocated until the stream has run the layer.
     pub(super) unsafe fn enqueue(&self, st: &Stream) -> Result<()> {
+        if self.kind == LayerKind::Fp8 {
+            // SAFETY: the caller's promise (# Safety).
+            return unsafe { self.enqueue_fp8(st) };
+        }
         let (d, n) = (self.shape.d, self.batch);
         let w = self.slot.span();
         let w1 = MatrixF16 { span: w, at: 0, rows: d, cols: 4 * d };
@@ -222,8 +494,12 @@ impl LayerWork<'_> {
         // the layer; a pooled hidden buffer is freed on the same stream,
         // after the calls that use it.
         unsafe {
-            self.blas.matmul_f16(st, h, x, w1)?;
-            self.relu.enqueue(st, h_span, n * 4 * d)?;
+            if self.kind == LayerKind::Fused {
+                self.blas.matmul_f16_relu(st, h, x, w1)?;
+            } else {
+                self.blas.matmul_f16(st, h, x, w1)?;
+                self.relu.enqueue(st, h_span, n * 4 * d)?;
+            }
             self.blas.matmul_f16(st, y, h, w2)?;
         }
         match pooled {
@@ -231,6 +507,91 @@ impl LayerWork<'_> {
             None => Ok(()),
         }
     }
+
+    /// The FP8 layer: hidden = q(ReLU(x · W1) / s_h), out = q(hidden · W2 /
+    /// s_y), two cuBLASLt products whose epilogues round to E4M3 and write
+    /// each output's amax (weights stored transposed: W1ᵀ (4d x d) then W2ᵀ
+    /// (d x 4d)).
+    ///
+    /// # Safety
+    /// As for [`Self::enqueue`], and the scale buffer too.
+    unsafe fn enqueue_fp8(&self, st: &Stream) -> Result<()> {
+        let (d, n, l) = (self.shape.d, self.batch, self.layer);
+        let (Some(scales), Some(hidden)) = (self.scales, self.hidden) else {
+            return Err(LabError::config("an FP8 layer needs the rig's scales and its hidden buffer"));
+        };
+        let w = self.slot.span();
+        let w1t = MatrixE4M3 { span: w, at: 0, rows: 4 * d, cols: d };
+        let w2t = MatrixE4M3 { span: w, at: 4 * d * d, rows: d, cols: 4 * d };
+        let x = MatrixE4M3 { span: self.input.span(), at: 0, rows: n, cols: d };
+        let h = MatrixE4M3 { span: hidden.span(), at: 0, rows: n, cols: 4 * d };
+        let y = MatrixE4M3 { span: self.output.span(), at: 0, rows: n, cols: d };
+        let f = |slot| ScalarF32 { span: scales.span(), index: fp8_slot::float(slot) };
+        let (at, amax) = (fp8_slot::layer(l), fp8_slot::amax(self.shape.layers, l));
+        let first = Fp8Scales { x: f(fp8_slot::input_of(l)), w: f(at), out: f(at + 3), amax: f(amax) };
+        let second = Fp8Scales { x: f(at + 2), w: f(at + 1), out: f(at + 5), amax: f(amax + 1) };
+        // SAFETY: the caller keeps every buffer alive until the stream ran
+        // the layer (# Safety).
+        unsafe {
+            self.blas.matmul_e4m3(st, h, x, w1t, first, true)?;
+            self.blas.matmul_e4m3(st, y, h, w2t, second, false)
+        }
+    }
+}
+
+/// The weights in FP8 (E4M3), page-locked: per layer W1ᵀ (4d x d) then
+/// W2ᵀ (d x 4d), each matrix rounded with its own scale (its largest
+/// magnitude over E4M3's largest value); returns them with the scales.
+fn fp8_weights(gpu: &Gpu, pinned: &PinnedBuffer, shape: Shape) -> Result<(PinnedBuffer, Vec<(f32, f32)>)> {
+    let d = shape.d;
+    let lb16 = shape.layer_bytes() / 8;
+    let lb8 = shape.layer_bytes_in(Precision::Fp8) / 8;
+    let mut out = PinnedBuffer::new(gpu, shape.network_bytes() / 2)?;
+    let src = pinned.words();
+    let scales: Vec<(f32, f32)> = out
+        .words_mut()
+        .par_chunks_mut(lb8)
+        .enumerate()
+        .map(|(l, dst)| {
+            let layer = &src[l * lb16..(l + 1) * lb16];
+            let half_at = |k: usize| half::f16::from_bits((layer[k / 4] >> (16 * (k % 4))) as u16).to_f32();
+            let (dst1, dst2) = dst.split_at_mut(lb8 / 2);
+            // W1 is d x 4d at half 0; W2 is 4d x d at half 4d².
+            let s1 = transpose_e4m3(&half_at, 0, d, 4 * d, dst1);
+            let s2 = transpose_e4m3(&half_at, 4 * d * d, 4 * d, d, dst2);
+            (s1, s2)
+        })
+        .collect();
+    Ok((out, scales))
+}
+
+/// Writes the `rows` x `cols` matrix at half `at` (read through `half_at`)
+/// transposed into `dst` as E4M3 bytes, with the scale it returns.
+fn transpose_e4m3(half_at: &dyn Fn(usize) -> f32, at: usize, rows: usize, cols: usize, dst: &mut [u64]) -> f32 {
+    let amax = (0..rows * cols).map(|k| half_at(at + k).abs()).fold(0f32, f32::max);
+    let scale = (amax / E4M3_MAX).max(f32::MIN_POSITIVE);
+    // Output row j (input column j), element k (input row k), in blocks
+    // so both sides stay in cache.
+    const B: usize = 64;
+    let bytes: &mut [u8] = bytemuck_bytes(dst);
+    for j0 in (0..cols).step_by(B) {
+        for k0 in (0..rows).step_by(B) {
+            for j in j0..(j0 + B).min(cols) {
+                for k in k0..(k0 + B).min(rows) {
+                    bytes[j * rows + k] = float8::F8E4M3::from_f32(half_at(at + k * cols + j) / scale).to_bits();
+                }
+            }
+        }
+    }
+    scale
+}
+
+/// The bytes of a slice of words (little-endian, as the GPU reads them).
+fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
+    let n = words.len() * 8;
+    // SAFETY: u64 has no padding and u8 has alignment 1; the byte slice
+    // covers exactly the words' memory and borrows it mutably as they were.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, n) }
 }
 
 #[cfg(test)]
@@ -243,5 +604,24 @@ mod tests {
         // cuBLAS's workspace: the one the rig's Blas gives it, and keeps.
         let shape = Shape { layers: 4, d: 256 };
         assert_eq!(shape.gpu_bytes(0, 0), crate::gpu::blas::WORKSPACE_BYTES);
+    }
+
+    #[test]
+    fn fp8_weights_are_each_matrix_transposed_and_rounded_with_its_scale() {
+        // A 2 x 3 matrix: its largest magnitude (4) becomes E4M3's 448.
+        let m = [1.0f32, -2.0, 0.5, 4.0, 0.0, -1.0];
+        let mut dst = vec![0u64; 1];
+        let s = transpose_e4m3(&|k| m[k], 0, 2, 3, &mut dst);
+        assert_eq!(s, 4.0 / E4M3_MAX);
+        let got: Vec<f32> = (0..6).map(|i| float8::F8E4M3::from_bits((dst[0] >> (8 * i)) as u8).to_f32() * s).collect();
+        // Row j of the transpose is column j of the matrix.
+        let want = [1.0, 4.0, -2.0, 0.0, 0.5, -1.0];
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() <= w.abs() / 16.0, "{got:?}");
+        }
+        assert_eq!(fp8_slot::input_of(0), fp8_slot::INPUT);
+        assert_eq!(fp8_slot::input_of(3), fp8_slot::layer(2) + 4);
+        assert_eq!(fp8_slot::amax(4, 0), fp8_slot::layer(3) + 6);
+        assert_eq!(fp8_slot::count(4), fp8_slot::amax(4, 3) + 2);
     }
 }
