@@ -25,9 +25,6 @@ fn color(v: Variant) -> RGBColor {
 }
 
 const BLACK: RGBColor = RGBColor(30, 30, 30);
-
-/// One of PyTorch's passes past the bound at a batch, where it ran.
-type BeyondPass = fn(&super::reference::TorchBeyond) -> Option<&crate::measure::stats::Summary>;
 const GREY: RGBColor = RGBColor(120, 120, 120);
 
 impl OffloadResults {
@@ -60,18 +57,19 @@ impl OffloadResults {
             series.push(torch("PyTorch: .to(\"cuda\") in hooks", GREY, false, &|p| p.torch_to_ms.as_ref().map(|s| s.median)));
             series.push(torch("PyTorch: hand-written ring", GREY, true, &|p| p.torch_ring_ms.as_ref().map(|s| s.median)));
         }
-        // PyTorch past the bound, each in its lab variant's colour, dashed.
-        let beyond: [(&str, Variant, BeyondPass); 3] = [
-            ("PyTorch: ring, ReLU in the epilogue", Variant::Fused, |b| b.fused_ring.as_ref()),
-            ("PyTorch: resident + ring, fused", Variant::Resident, |b| b.resident.as_ref()),
-            ("PyTorch: FP8 _scaled_mm, resident + ring", Variant::Fp8, |b| b.fp8.as_ref()),
-        ];
-        for (label, v, of) in beyond {
-            let s = torch(label, color(v), true, &|p| p.torch_beyond.as_ref().and_then(of).map(|s| s.median));
-            if !s.points.is_empty() {
-                series.push(s);
+        // PyTorch past the bound, each in its lab variant's colour, dashed,
+        // in the order its passes are listed.
+        let mut beyond: Vec<Series> = Vec::new();
+        for p in &self.points {
+            for (label, ms, like, _) in p.torch_beyond.iter().flat_map(|b| b.passes()) {
+                let point = (p.batch as f64, tps(p.batch, ms.median));
+                match beyond.iter_mut().find(|s| s.label == label) {
+                    Some(s) => s.points.push(point),
+                    None => beyond.push(Series { label: label.into(), color: color(like), dashed: true, points: vec![point] }),
+                }
             }
         }
+        series.extend(beyond);
         Figure {
             stem: format!("{LAB}-throughput"),
             title: format!(
@@ -190,6 +188,10 @@ mod tests {
         assert_eq!(titles[0], Variant::RingK.label());
         assert!(titles[1].starts_with(Variant::Fused.label()) && titles[3].starts_with(Variant::Fp8.label()), "{titles:?}");
         assert!(g.order_faults().is_empty());
+        // PyTorch's passes past the bound, each a dashed line over every batch, in its variant's colour.
+        let t = r.throughput_chart("test");
+        let fp8 = t.panels[0].series.iter().find(|s| s.label == "PyTorch: FP8 _scaled_mm, resident + ring").expect("PyTorch's FP8 line");
+        assert!(fp8.dashed && fp8.color == color(Variant::Fp8) && fp8.points.len() == r.points.len(), "{fp8:?}");
         assert!(budget_chart(&crate::testing::offload_results(), "old").is_none());
         assert!(beyond_chart(&crate::testing::offload_results(), "old").is_none());
     }
