@@ -25,6 +25,11 @@ fn half_at(words: &[u64], k: usize) -> u16 {
     (words[k / 4] >> (16 * (k % 4))) as u16
 }
 
+/// The `k`-th FP16 value of `words`.
+pub(super) fn f16_at(words: &[u64], k: usize) -> f32 {
+    half::f16::from_bits(half_at(words, k)).to_f32()
+}
+
 /// Rows `rows` of a row-major matrix of `d` halves a row held in `words`.
 pub fn rows_of(words: &[u64], rows: &[usize], d: usize) -> Vec<Vec<u16>> {
     rows.iter().map(|&r| (r * d..(r + 1) * d).map(|k| half_at(words, k)).collect()).collect()

@@ -254,11 +254,11 @@ impl<'a> Sweep<'a> {
         Ok(run.total_ms / self.rig.shape.layers as f64)
     }
 
-    /// The ring passes of two setups in turn (one of each, the first's
-    /// first, warm-up and repeats), untraced and verified: each one's
-    /// pass times, ms.
-    fn in_turn(&mut self, batch: usize, setups: [PassSetup; 2], what: &str) -> Result<(Summary, Summary)> {
-        let mut ms = [Vec::new(), Vec::new()];
+    /// The ring passes of `setups` in turn (one of each, in order, each
+    /// round; the warm-up rounds, then the repeats), untraced and
+    /// verified: each setup's pass times, ms.
+    fn in_turn<const N: usize>(&mut self, batch: usize, setups: [PassSetup; N], what: &str) -> Result<[Summary; N]> {
+        let mut ms: [Vec<f64>; N] = std::array::from_fn(|_| Vec::new());
         for rep in 0..self.cfg.warmup + self.cfg.repeats {
             for (i, setup) in setups.iter().enumerate() {
                 let (run, _) = pass_with(self.rig, batch, *setup, &|f, t| super::forward::ring(f, t), TimelineSource::Off)?;
@@ -269,22 +269,11 @@ impl<'a> Sweep<'a> {
                 }
             }
         }
-        Ok((Summary::of(&ms[0])?, Summary::of(&ms[1])?))
-    }
-
-    /// `setup`'s ring passes, untraced and verified: one pass's time, ms,
-    /// over the repeats.
-    fn placed(&mut self, batch: usize, setup: PassSetup, what: &str) -> Result<Summary> {
-        let mut ms = Vec::new();
-        for rep in 0..self.cfg.warmup + self.cfg.repeats {
-            let (run, _) = pass_with(self.rig, batch, setup, &|f, t| super::forward::ring(f, t), TimelineSource::Off)?;
-            no_races(&run, what)?;
-            self.check(batch, what)?;
-            if rep >= self.cfg.warmup {
-                ms.push(run.total_ms);
-            }
+        let mut out = Vec::with_capacity(N);
+        for m in &ms {
+            out.push(Summary::of(m)?);
         }
-        Summary::of(&ms)
+        Ok(out.try_into().unwrap_or_else(|_| unreachable!("one summary a setup")))
     }
 
     /// `v`'s passes, untraced: one pass's time, ms, over the repeats. A
@@ -387,7 +376,7 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
     let machine = facts.machine();
     let cublas = rig.blas.version();
     let fused = rig.blas.has_fused_relu();
-    let fp8_missing = (!rig.has_fp8()).then(|| format!("{} has no FP8 tensor cores cuBLASLt can use (compute capability 8.9 and up)", gpu.name()));
+    let fp8_missing = (!rig.has_fp8()).then(|| super::rig::no_fp8(gpu));
     let mut points: Vec<BatchPoint> = Vec::new();
     let (mut verified, mut worst, mut fp8) = (0, 0f64, (0usize, 0f64, 0f64));
     for &batch in &cfg.batches {
@@ -623,14 +612,15 @@ fn placement_sweep(
             for placement in placements {
                 let setup = placement::setup(placement, kind);
                 let what = format!("{batch} tokens, {budget} MiB: {:?} {}", kind.precision(), placement.label());
-                let ms = sweep.placed(batch, setup, &what)?;
+                let [ms] = sweep.in_turn(batch, [setup], &what)?;
                 measured.push(PlacementPoint { placement, ms, predicted_ms: predict(shape, batch, setup, costs, machine)? });
             }
             let mut s = PlacementSweep { batch, budget_mib: budget, kind, plan, measured, head_to_head: None };
             if let (true, Some(best)) = (grid, s.best().map(|b| b.placement)) {
                 if best != s.plan.placement {
                     let what = format!("{batch} tokens, {budget} MiB: the planner's choice and the fastest in turn");
-                    s.head_to_head = Some(sweep.in_turn(batch, [placement::setup(s.plan.placement, kind), placement::setup(best, kind)], &what)?);
+                    let [planned, fastest] = sweep.in_turn(batch, [placement::setup(s.plan.placement, kind), placement::setup(best, kind)], &what)?;
+                    s.head_to_head = Some((planned, fastest));
                 }
             }
             out.push(s);

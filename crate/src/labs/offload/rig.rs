@@ -7,7 +7,7 @@
 //! the first GEMM's epilogue; or both GEMMs in FP8, each quantizing its
 //! output in its epilogue).
 
-use super::cpu::{rows_of, LayerAmax};
+use super::cpu::{f16_at, rows_of, LayerAmax};
 use super::kernel::Relu;
 use super::placement::Placement;
 use super::Shape;
@@ -117,6 +117,15 @@ pub mod fp8_slot {
     pub fn amax(layers: usize, layer: usize) -> usize {
         1 + 6 * layers + 2 * layer
     }
+    /// Writes `v` into slot `slot` of the buffer's host side: float 4·slot,
+    /// the low half of word 2·slot.
+    pub fn put(words: &mut [u64], slot: usize, v: f32) {
+        words[float(slot) / 2] = v.to_bits() as u64;
+    }
+    /// Reads slot `slot` of the buffer's host side.
+    pub fn get(words: &[u64], slot: usize) -> f32 {
+        f32::from_bits(words[float(slot) / 2] as u32)
+    }
     /// Slots in the buffer.
     pub fn count(layers: usize) -> usize {
         1 + 8 * layers
@@ -146,6 +155,9 @@ pub struct OffloadRig {
     pub(super) precision: Precision,
     /// FP8's scales and amax slots ([`fp8_slot`]), where there is FP8.
     pub(super) scales: Option<DeviceBuffer>,
+    /// Their host side, page-locked once: the scales go up through it and
+    /// the amax comes back through it.
+    scales_host: Option<PinnedBuffer>,
     /// The FP8 scales of the activations set last ([`OffloadRig::set_fp8_scales`]), on the host.
     pub(super) host_scales: Vec<f32>,
     /// The batch's input in FP8 (batch x d bytes), where there is FP8.
@@ -214,6 +226,7 @@ impl OffloadRig {
             placement: Placement { resident: 0, ring: slots },
             precision: Precision::Fp16,
             scales: if fp8.is_some() { Some(gpu.alloc(fp8_slot::bytes(shape.layers))?) } else { None },
+            scales_host: if fp8.is_some() { Some(PinnedBuffer::new(gpu, fp8_slot::bytes(shape.layers))?) } else { None },
             host_scales: vec![1.0; fp8_slot::count(shape.layers)],
             input_fp8: if fp8.is_some() { Some(PinnedBuffer::new(gpu, shape.act_bytes(max_batch) / 2)?) } else { None },
             fp8,
@@ -268,7 +281,7 @@ impl OffloadRig {
         }
         let _r = trace::range(&format!("lab 9: place {} resident + a ring of {}", placement.resident, placement.ring));
         if precision == Precision::Fp8 && self.fp8.is_none() {
-            return Err(LabError::Unsupported(format!("{} has no FP8 tensor cores cuBLASLt can use", self.gpu.name())));
+            return Err(LabError::Unsupported(no_fp8(&self.gpu)));
         }
         if placement.resident > self.shape.layers {
             return Err(LabError::config(format!("{} resident layers: the network has {}", placement.resident, self.shape.layers)));
@@ -302,15 +315,15 @@ impl OffloadRig {
     /// above them, and quantizes the input with its scale: the delayed
     /// scaling of FP8 inference, calibrated once per batch (untimed).
     pub fn set_fp8_scales(&mut self, batch: usize, amax: &LayerAmax) -> Result<()> {
-        let (Some((_, w_scales)), Some(buf), Some(input8)) = (&self.fp8, &self.scales, &mut self.input_fp8) else {
-            return Err(LabError::Unsupported(format!("{} has no FP8 tensor cores cuBLASLt can use", self.gpu.name())));
+        let (Some((_, w_scales)), Some(buf), Some(host), Some(input8)) = (&self.fp8, &self.scales, &mut self.scales_host, &mut self.input_fp8) else {
+            return Err(LabError::Unsupported(no_fp8(&self.gpu)));
         };
         let layers = self.shape.layers;
         let mut s = vec![0f32; fp8_slot::count(layers)];
         // The input's largest magnitude, over the whole batch (it is on the
         // host): known exactly, no margin. (`amax.input` is the sampled rows'.)
         let n = batch * self.shape.d;
-        let input_amax = (0..n).map(|i| half::f16::from_bits((self.input.words()[i / 4] >> (16 * (i % 4))) as u16).to_f32().abs()).fold(amax.input, f32::max);
+        let input_amax = (0..n).map(|i| f16_at(self.input.words(), i).abs()).fold(amax.input, f32::max);
         let s_x = (input_amax / E4M3_MAX).max(f32::MIN_POSITIVE);
         s[fp8_slot::INPUT] = s_x;
         for (l, (&(w1, w2), &(h, y))) in w_scales.iter().zip(&amax.layers).enumerate() {
@@ -318,14 +331,12 @@ impl OffloadRig {
             let (s_h, s_y) = ((h * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE), (y * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE));
             s[at..at + 6].copy_from_slice(&[w1, w2, s_h, 1.0 / s_h, s_y, 1.0 / s_y]);
         }
-        // Slot i is float 4i, the low half of word 2i.
-        let mut host = PinnedBuffer::new(&self.gpu, fp8_slot::bytes(layers))?;
         let words = host.words_mut();
         words.fill(0);
-        for (i, v) in s.iter().enumerate() {
-            words[fp8_slot::float(i) / 2] = v.to_bits() as u64;
+        for (slot, &v) in s.iter().enumerate() {
+            fp8_slot::put(words, slot, v);
         }
-        self.setup.upload(buf, &host, fp8_slot::bytes(layers))?;
+        self.setup.upload(buf, host, fp8_slot::bytes(layers))?;
         // The input, rounded to E4M3 with its scale.
         let src = self.input.words();
         let dst = input8.words_mut();
@@ -334,8 +345,7 @@ impl OffloadRig {
             for q in 0..8 {
                 let i = 8 * k + q;
                 if i < n {
-                    let v = half::f16::from_bits((src[i / 4] >> (16 * (i % 4))) as u16).to_f32();
-                    out |= (float8::F8E4M3::from_f32(v / s_x).to_bits() as u64) << (8 * q);
+                    out |= (float8::F8E4M3::from_f32(f16_at(src, i) / s_x).to_bits() as u64) << (8 * q);
                 }
             }
             *w = out;
@@ -348,11 +358,10 @@ impl OffloadRig {
     /// pass took (its amax over what its scale reaches): above 1, values
     /// were clipped.
     pub fn fp8_range_used(&mut self) -> Result<f64> {
-        let Some(buf) = &self.scales else { return Ok(0.0) };
+        let (Some(buf), Some(host)) = (&self.scales, &mut self.scales_host) else { return Ok(0.0) };
         let layers = self.shape.layers;
-        let mut host = PinnedBuffer::new(&self.gpu, fp8_slot::bytes(layers))?;
-        self.setup.download(&mut host, buf, fp8_slot::bytes(layers))?;
-        let f = |slot: usize| f32::from_bits(host.words()[fp8_slot::float(slot) / 2] as u32);
+        self.setup.download(host, buf, fp8_slot::bytes(layers))?;
+        let f = |slot: usize| fp8_slot::get(host.words(), slot);
         let mut worst = 0f64;
         for l in 0..layers {
             let at = fp8_slot::layer(l);
@@ -539,6 +548,11 @@ impl LayerWork<'_> {
     }
 }
 
+/// Why `gpu` runs no FP8, in a line (the error of an FP8 step asked of it).
+pub(super) fn no_fp8(gpu: &Gpu) -> String {
+    format!("{} has no FP8 tensor cores cuBLASLt can use (compute capability 8.9 and up)", gpu.name())
+}
+
 /// The weights in FP8 (E4M3), page-locked: per layer W1ᵀ (4d x d) then
 /// W2ᵀ (d x 4d), each matrix rounded with its own scale (its largest
 /// magnitude over E4M3's largest value); returns them with the scales.
@@ -554,7 +568,7 @@ fn fp8_weights(gpu: &Gpu, pinned: &PinnedBuffer, shape: Shape) -> Result<(Pinned
         .enumerate()
         .map(|(l, dst)| {
             let layer = &src[l * lb16..(l + 1) * lb16];
-            let half_at = |k: usize| half::f16::from_bits((layer[k / 4] >> (16 * (k % 4))) as u16).to_f32();
+            let half_at = |k: usize| f16_at(layer, k);
             let (dst1, dst2) = dst.split_at_mut(lb8 / 2);
             // W1 is d x 4d at half 0; W2 is 4d x d at half 4d².
             let s1 = transpose_e4m3(&half_at, 0, d, 4 * d, dst1);
@@ -623,5 +637,9 @@ mod tests {
         assert_eq!(fp8_slot::input_of(3), fp8_slot::layer(2) + 4);
         assert_eq!(fp8_slot::amax(4, 0), fp8_slot::layer(3) + 6);
         assert_eq!(fp8_slot::count(4), fp8_slot::amax(4, 3) + 2);
+        // Slot 3 is float 12: the low half of word 6, 16 bytes from its neighbours.
+        let mut words = vec![0u64; 8];
+        fp8_slot::put(&mut words, 3, 1.5);
+        assert_eq!((fp8_slot::get(&words, 3), words[6], fp8_slot::bytes(4)), (1.5, 1.5f32.to_bits() as u64, 16 * fp8_slot::count(4)));
     }
 }
