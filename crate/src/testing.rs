@@ -539,9 +539,16 @@ pub fn experiment_as_modelled(e: &Experiment, facts: MachineFacts, machine: Mach
 /// buckets hiding 93.75%, 87.5% and 50% of their communication. Timelines
 /// are the queue model's, on plans of 64 elements.
 pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
+    multi_gpu_results_on(if two { 2 } else { 1 })
+}
+
+/// [`multi_gpu_results`] over `n` GPUs (1, 2, 4, ...): every pair joined
+/// alike, a pipeline stage and an all-reduce rank on each.
+pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults {
+    let two = n > 1;
     use crate::gpu::topology::{GpuSummary, LinkKind, PeerPath, Topology};
     use crate::labs::multi_gpu::measure::{AllReducePoint, BubblePoint, FourWay, PeerPoint};
-    use crate::labs::multi_gpu::pipeline_parallel::{self as pp, bubble_model, STAGES};
+    use crate::labs::multi_gpu::pipeline_parallel::{self as pp, bubble_model};
     use crate::labs::multi_gpu::reference::TorchPeer;
     use crate::labs::multi_gpu::{all_reduce, four_way, AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults};
     use crate::pipeline::op::{Link, OpKind};
@@ -550,8 +557,8 @@ pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
     let gpu = |ordinal: usize| GpuSummary { ordinal, name: "Test GPU".into(), pci_bus_id: format!("0000:{:02X}:00.0", 0x18 + ordinal) };
     let path =
         |from, to| PeerPath { from, to, can_access: true, performance_rank: 0, native_atomics: true, link: LinkKind::NvLink { links: 18, switched: false } };
-    let topology =
-        if two { Topology { gpus: vec![gpu(0), gpu(1)], paths: vec![path(0, 1), path(1, 0)] } } else { Topology { gpus: vec![gpu(0)], paths: vec![] } };
+    let topology = Topology { gpus: (0..n).map(gpu).collect(), paths: (0..n).flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| path(a, b))).collect() };
+    let at = pp::placement(n);
     let peer = cfg
         .sizes_mib
         .iter()
@@ -582,17 +589,22 @@ pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
         .micro_batches
         .iter()
         .map(|&m| {
-            let model = bubble_model(STAGES, m);
+            let model = bubble_model(at.len(), m);
             BubblePoint { micro_batches: m, model, measured: Some(flat(model + 0.02)), total_ms: flat(10.0 * (m + 1) as f64 / m as f64) }
         })
         .collect();
-    let pipe_costs: Costs = [((OpKind::Kernel, 8), 1.25), ((OpKind::D2d(link), 8), 0.05), ((OpKind::H2d, 64), 0.5), ((OpKind::D2h, 64), 0.5)].into();
-    let pipe_plan = pp::plan_on("events only", 8, 64, std::sync::Arc::new(pp::events_only), to as usize);
+    let mut pipe_costs: Costs = [((OpKind::Kernel, 8), 1.25), ((OpKind::H2d, 64), 0.5), ((OpKind::D2h, 64), 0.5)].into();
+    for w in at.windows(2) {
+        pipe_costs.insert((OpKind::D2d(Link { from: w[0] as u8, to: w[1] as u8 }), 8), 0.05);
+    }
+    let pipe_plan = pp::plan_over("events only", 8, 64, std::sync::Arc::new(pp::events_only), &at);
+    let drawn = if two { format!("a stage on each of GPUs {:?}", (0..n).collect::<Vec<_>>()) } else { "both stages on GPU 0".into() };
     let pipeline = PipelineResults {
+        stages: at.len(),
         iterations: 4096,
         stage_ms: flat(10.0),
         points,
-        timeline: predicted(pipe_plan, pipe_costs, &format!("8 micro-batches, stage 2 on GPU {to}")),
+        timeline: predicted(pipe_plan, pipe_costs, &format!("8 micro-batches, {drawn}")),
     };
     let all_reduce = if two {
         let point = |mib: u64, buckets: usize, a: f64, k: f64, serial: f64, overlapped: f64| AllReducePoint {
@@ -604,11 +616,11 @@ pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
             overlapped_ms: flat(overlapped),
             predicted_ms: overlapped - 0.05,
         };
-        let shape = all_reduce::Shape { per_gpu: 64, bucket: 16, ranks: 2, comm_priority: -1 };
-        let costs: Costs = [((OpKind::Kernel, 16), 0.24), ((OpKind::AllReduce(2), 16), 0.15), ((OpKind::H2d, 64), 0.0), ((OpKind::D2h, 64), 0.0)].into();
+        let shape = all_reduce::Shape { per_gpu: 64, bucket: 16, ranks: n, comm_priority: -1 };
+        let costs: Costs = [((OpKind::Kernel, 16), 0.24), ((OpKind::AllReduce(n as u8), 16), 0.15), ((OpKind::H2d, 64), 0.0), ((OpKind::D2h, 64), 0.0)].into();
         Ok(AllReduceResults {
             nccl_version: "2.28.3".into(),
-            ranks: 2,
+            ranks: n,
             iterations: 100,
             points: vec![point(4, 32, 0.05, 0.06, 3.6, 2.1), point(16, 8, 0.15, 0.24, 3.15, 2.1), point(64, 2, 0.55, 0.96, 3.05, 2.5)],
             timeline: predicted(all_reduce::plan(shape, 1, all_reduce::Sync::Overlapped), costs, "one step, 4 buckets, overlapped"),
@@ -618,7 +630,7 @@ pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
     };
     MultiGpuResults {
         topology,
-        gpus: if two { vec![0, 1] } else { vec![0] },
+        gpus: (0..n).collect(),
         peer,
         torch,
         four_way_timeline: predicted(four_way::plan(64, to as usize, 1, &[]), four_costs, "one round of the four at once"),

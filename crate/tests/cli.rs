@@ -112,6 +112,8 @@ fn every_bad_command_line_is_one_line_naming_the_option_or_file() {
     add(&["memory", "--trace-base-mib", "0.5"], &["'--trace-base-mib <MIB>'", "512 KiB: expected a whole number of MiB"]);
     add(&["multi-gpu", "--grad-mib", "1.5MiB"], &["'--grad-mib <MIB>'", "expected a whole number of MiB"]);
     add(&["multi-gpu", "--buckets-mib", "3"], &["--buckets-mib", "divide --grad-mib"]);
+    add(&["multi-gpu", "--gpus", "1"], &["--gpus must be 2-64 (got 1)"]);
+    add(&["multi-gpu", "--gpus", "two"], &["'--gpus <GPUS>'", "expected a whole number"]);
     add(&["kernel-pipeline", "--mib", "0"], &["--mib must be 1-16384 (got 0)"]);
     // Counts and ratios.
     add(&["kernel-pipeline", "--threads", "-32"], &["'--threads <THREADS>'", negative]);

@@ -1055,7 +1055,7 @@ mod several_gpus {
     use overlap_lab::gpu::nccl::{Communicators, Nccl};
     use overlap_lab::gpu::topology::Topology;
     use overlap_lab::gpu::{Gpu, HostBuffer, PinnedBuffer, PlanRig, TimelineSource};
-    use overlap_lab::labs::multi_gpu::pipeline_parallel::{bubble, bubble_model, events_only, plan, STAGES};
+    use overlap_lab::labs::multi_gpu::pipeline_parallel::{bubble, bubble_model, events_only, placement, plan, plan_over};
     use overlap_lab::pipeline::op::{OpKind, StreamKind};
     use overlap_lab::pipeline::plan::{Plan, StreamSpec};
     use overlap_lab::testing::gpu_or_skip;
@@ -1068,7 +1068,7 @@ mod several_gpus {
         let n = Topology::discover().unwrap().gpus.len();
         let wanted = overlap_lab::testing::gpus_required();
         assert!(n >= wanted, "{} asks for {wanted} GPUs; this machine has {n}", overlap_lab::testing::REQUIRE_GPU_ENV);
-        println!("{n} GPU(s) here; pairs run GPU 0 with GPU {}", usize::from(n > 1));
+        println!("{n} GPU(s) here; pairs run GPU 0 with GPU {}; the pipeline has a stage on each", usize::from(n > 1));
         (0..n).map(|i| Gpu::open(i).unwrap()).collect()
     }
 
@@ -1120,7 +1120,7 @@ mod several_gpus {
         };
         let nccl = match Nccl::load() {
             Ok(n) => n,
-            Err(e) if std::env::var_os(overlap_lab::testing::REQUIRE_GPU_ENV).is_some_and(|v| v == "1") => panic!("NCCL is needed here: {e}"),
+            Err(e) if overlap_lab::testing::gpus_required() > 0 => panic!("NCCL is needed here: {e}"),
             Err(e) => {
                 eprintln!("SKIPPED nccl_sums_every_gpus_buffer: {e}");
                 return;
@@ -1212,7 +1212,7 @@ mod several_gpus {
         assert!(f.together_ms.median > 0.0 && f.alone_ms.iter().all(|s| s.median > 0.0), "{f:?}");
     }
 
-    /// The two-stage loop runs verified over the GPUs there are (both
+    /// The loop runs verified with a stage on every GPU there is (two
     /// stages on GPU 0 where there is one: the same code path, not the
     /// lab's number) and its bubble is read off each run's timeline.
     #[test]
@@ -1222,14 +1222,13 @@ mod several_gpus {
             return;
         };
         let gpus = all_gpus();
-        let second = usize::from(gpus.len() > 1);
-        let gpus = &gpus[..gpus.len().min(2)];
+        let at = placement(gpus.len());
         let n = 1 << 22;
-        let mut rig = PlanRig::over(gpus, n, 4, 4096).unwrap();
+        let mut rig = PlanRig::over(&gpus, n, 2 * at.len(), 4096).unwrap();
         for mb in [1, 4] {
-            let b = bubble_point(&mut rig, n, mb, second, 2).unwrap();
+            let b = bubble_point(&mut rig, n, mb, &at, 2).unwrap();
             println!(
-                "stage 2 on GPU {second}, {mb} micro-batches: bubble {:?} (model {:.3}), {:.3} ms",
+                "stages on GPUs {at:?}, {mb} micro-batches: bubble {:?} (model {:.3}), {:.3} ms",
                 b.measured.as_ref().map(|m| m.median),
                 b.model,
                 b.total_ms.median
@@ -1254,17 +1253,16 @@ mod several_gpus {
         };
         use overlap_lab::labs::multi_gpu::{measure::pipeline_rig, MultiGpuConfig};
         let gpus = all_gpus();
-        let second = usize::from(gpus.len() > 1);
-        let gpus = &gpus[..gpus.len().min(2)];
+        let at = placement(gpus.len());
         // Stages calibrated as the lab's are (a few ms each): stages of a
         // few µs would be judged on the launch and event latencies between
         // the GPUs, which no loop can hide.
         let cfg = MultiGpuConfig { pipeline_mib: 16, stage_ms: 4.0, ..MultiGpuConfig::quick() };
         let n = cfg.pipeline_mib << 18;
-        let (mut rig, _) = pipeline_rig(gpus, &cfg).unwrap();
-        let good = check_on_gpu(&mut rig, 8, n, second, Arc::new(events_only));
+        let (mut rig, _) = pipeline_rig(&gpus, &cfg).unwrap();
+        let good = check_on_gpu(&mut rig, 8, n, &at, Arc::new(events_only));
         super::judged_only_on_time(&good, "measured (cupti timeline)", &["bubble:"]);
-        let bad = check_on_gpu(&mut rig, 8, n, second, Arc::new(host_synchronized));
+        let bad = check_on_gpu(&mut rig, 8, n, &at, Arc::new(host_synchronized));
         assert!(!bad.passed && bad.to_string().contains("host synchronization in the loop"), "{bad}");
     }
 
@@ -1272,7 +1270,7 @@ mod several_gpus {
     fn nccl_rig(test: &str, gpus: &[Gpu], elements: usize, devices: usize) -> Option<PlanRig> {
         match PlanRig::over(gpus, elements, devices, 64).unwrap().with_nccl() {
             Ok(rig) => Some(rig),
-            Err(e) if std::env::var_os(overlap_lab::testing::REQUIRE_GPU_ENV).is_some_and(|v| v == "1") => panic!("NCCL is needed here: {e}"),
+            Err(e) if overlap_lab::testing::gpus_required() > 0 => panic!("NCCL is needed here: {e}"),
             Err(e) => {
                 eprintln!("SKIPPED {test}: {e}");
                 None
@@ -1293,7 +1291,7 @@ mod several_gpus {
             return;
         };
         let gpus = all_gpus();
-        let gpus = &gpus[..gpus.len().min(2)];
+        let gpus = &gpus[..];
         let ranks = gpus.len();
         let per_gpu = 1 << 20;
         let Some(mut rig) = nccl_rig(test, gpus, per_gpu * ranks, 2 * ranks) else {
@@ -1350,32 +1348,41 @@ mod several_gpus {
         assert!(!bad.passed && bad.to_string().contains("host synchronization in the loop"), "{bad}");
     }
 
+    /// A stage on each GPU (two at least), events only: verified, a lane
+    /// for every GPU, a copy per micro-batch and hop, the bubble printed
+    /// beside (S-1)/(M+S-1).
     #[test]
-    fn two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives() {
-        let Some(_gpu) = gpu_or_skip("two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives") else {
+    fn a_stage_on_every_gpu_runs_verified_with_the_bubble_printed_beside_the_model() {
+        let test = "a_stage_on_every_gpu_runs_verified_with_the_bubble_printed_beside_the_model";
+        let Some(_gpu) = gpu_or_skip(test) else {
             return;
         };
         let gpus = all_gpus();
         if gpus.len() < 2 {
-            eprintln!("SKIPPED two_stages_over_two_gpus_run_verified_with_the_bubble_the_model_gives: this machine has one GPU");
+            eprintln!("SKIPPED {test}: this machine has one GPU");
             return;
         }
-        let gpus = &gpus[..2];
+        let at = placement(gpus.len());
         let (mb, n) = (8, 1 << 22);
-        let mut rig = PlanRig::over(gpus, n, 4, 4096).unwrap();
-        let p = plan("events only", mb, n, Arc::new(events_only));
+        let mut rig = PlanRig::over(&gpus, n, 2 * at.len(), 4096).unwrap();
+        let p = plan_over("events only", mb, n, Arc::new(events_only), &at);
         let run = rig.run(&p, TimelineSource::best()).unwrap();
         assert!(run.races.is_empty(), "{:?}", run.races);
         let t = run.timeline.expect("a timeline (CUPTI)");
         let lanes = t.lanes();
         println!("{lanes:?}\n{}", t.source);
-        assert!(lanes.iter().any(|l| l.starts_with("GPU 0 ·")) && lanes.iter().any(|l| l.starts_with("GPU 1 ·")), "{lanes:?}");
-        assert_eq!(t.spans.iter().filter(|s| matches!(s.kind, OpKind::D2d(l) if l.is_peer())).count(), mb);
+        for g in 0..at.len() {
+            assert!(lanes.iter().any(|l| l.starts_with(&format!("GPU {g} ·"))), "GPU {g}: {lanes:?}");
+        }
+        assert_eq!(t.spans.iter().filter(|s| matches!(s.kind, OpKind::D2d(l) if l.is_peer())).count(), mb * (at.len() - 1));
         let spans: Vec<(f64, f64)> = t.spans.iter().map(|s| (s.start_us, s.end_us)).collect();
         assert_eq!(spans.len(), run.schedule.ops.len(), "a span per op, in order");
         let b = bubble(&run.schedule, &spans).unwrap();
-        println!("bubble {:.3} vs model {:.3}: {:?}", b.fraction(), bubble_model(STAGES, mb), b.per_gpu);
+        println!("{} stages: bubble {:.3} vs model {:.3}: {:?}", at.len(), b.fraction(), bubble_model(at.len(), mb), b.per_gpu);
         assert!((0.0..1.0).contains(&b.fraction()), "a share of the run's time: {b:?}");
+        // The pair's plan on a rig over every GPU runs too.
+        let two = rig.run(&plan("pair", mb, n, Arc::new(events_only)), TimelineSource::Off).unwrap();
+        assert!(two.races.is_empty());
     }
 }
 

@@ -544,15 +544,15 @@ fn lab8_recordings_load_and_the_exercise_is_judged_on_them() {
         assert!(f.together_ms.median < f.serial_ms(), "{at}: the four at once took {} ms, alone one after another {}", f.together_ms.median, f.serial_ms());
         let asked: Vec<usize> = r.pipeline.points.iter().map(|b| b.micro_batches).collect();
         assert_eq!(asked, r.config.micro_batches, "{at}");
-        assert_eq!(r.all_reduce.is_ok(), r.two_gpus(), "{at}: {:?}", r.all_reduce.as_ref().err());
+        assert_eq!(r.all_reduce.is_ok(), r.several_gpus(), "{at}: {:?}", r.all_reduce.as_ref().err());
         let solved = exercise::check_recorded(rec, Arc::new(pipeline_parallel::events_only));
         assert!(solved.passed, "{at}: {solved}");
         let given = exercise::check_recorded(rec, Arc::new(pipeline_parallel::host_synchronized));
         assert!(!given.passed && given.to_string().contains("host synchronization in the loop"), "{at}: {given}");
     }
     let pair = recorded_pair().unwrap();
-    assert_eq!(pair.is_some(), recs.iter().any(|(_, r)| r.results.two_gpus()));
-    assert!(pair.is_none_or(|p| p.record.results.two_gpus()));
+    assert_eq!(pair.is_some(), recs.iter().any(|(_, r)| r.results.several_gpus()));
+    assert!(pair.is_none_or(|p| p.record.results.several_gpus()));
 }
 
 /// Every exercise's check with no GPU (the queue model on a recording)

@@ -65,15 +65,16 @@ impl MultiGpuResults {
         let pts = &self.pipeline.points;
         let measured = pts.iter().filter_map(|b| b.measured.as_ref().map(|m| (b.micro_batches as f64, 100.0 * m.median))).collect();
         let model = pts.iter().map(|b| (b.micro_batches as f64, 100.0 * b.model)).collect();
-        let where_ = if self.two_gpus() { self.stages_placed() } else { format!("ONE GPU: {} (no model: it is for one GPU a stage)", self.stages_placed()) };
+        let where_ =
+            if self.several_gpus() { self.stages_placed() } else { format!("ONE GPU: {} (no model: it is for one GPU a stage)", self.stages_placed()) };
         let mut series = vec![Series { label: "measured (CUPTI timeline)".into(), color: kind_color(OpKind::Kernel), dashed: false, points: measured }];
         // The model only where it applies: a GPU a stage.
-        if self.two_gpus() {
+        if self.several_gpus() {
             series.push(Series { label: "model (S-1)/(M+S-1)".into(), color: GREY, dashed: true, points: model });
         }
         Figure {
             stem: format!("{LAB}-bubble"),
-            title: "Lab 8: the two-stage pipeline's bubble".into(),
+            title: format!("Lab 8: the bubble of a pipeline of {} stages", self.pipeline.stages),
             subtitle: origin.into(),
             panels: vec![Panel {
                 title: format!("{} MiB, {where_}; events only, the CPU never waits", self.config.pipeline_mib),
@@ -137,14 +138,14 @@ impl MultiGpuResults {
         ))
     }
 
-    /// One run of the two-stage pipeline.
+    /// One run of the pipeline.
     pub fn pipeline_gantt(&self, origin: &str) -> Option<Gantt> {
         let m = PipelineResults::drawn(&self.config.micro_batches);
         let mut t = self.pipeline.timeline.clone()?;
         if let Some(p) = self.pipeline.points.iter().find(|p| p.micro_batches == m) {
             t = t.illustrating(p.total_ms.median);
         }
-        Some(self.gantt("pipeline", &format!("Lab 8: two stages over {m} micro-batches, ordered by events"), origin, t))
+        Some(self.gantt("pipeline", &format!("Lab 8: {} stages over {m} micro-batches, ordered by events", self.pipeline.stages), origin, t))
     }
 
     /// One overlapped training step.

@@ -128,7 +128,7 @@ pub fn four_way(rig: &mut PlanRig, bytes: usize, peer: usize, t: Timing) -> Resu
     Ok(FourWay { bytes: elements as u64 * 4, peer, alone_ms, host_link_ms, together_ms })
 }
 
-/// The two-stage pipeline at one micro-batch count: its bubble measured
+/// The pipeline at one micro-batch count: its bubble measured
 /// (from each run's timeline) beside the model's (S−1)/(M+S−1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BubblePoint {
@@ -143,15 +143,15 @@ pub struct BubblePoint {
 }
 
 /// Runs the events-only loop over `micro_batches` micro-batches of
-/// `elements` with stage 2 on the rig's GPU `second`, `runs` times after
-/// one untimed run, each verified.
-pub fn bubble_point(rig: &mut PlanRig, elements: usize, micro_batches: usize, second: usize, runs: usize) -> Result<BubblePoint> {
+/// `elements`, stage s on the rig's GPU `placement[s]`
+/// ([`pp::placement`]), `runs` times after one untimed run, each verified.
+pub fn bubble_point(rig: &mut PlanRig, elements: usize, micro_batches: usize, placement: &[usize], runs: usize) -> Result<BubblePoint> {
     if micro_batches == 0 || elements < 2 * micro_batches || runs == 0 {
         return Err(LabError::config(format!(
             "{micro_batches} micro-batches of {elements} elements, {runs} runs: give at least 1 of each and 2 elements a micro-batch"
         )));
     }
-    let plan = pp::plan_on("events only", micro_batches, elements, std::sync::Arc::new(pp::events_only), second);
+    let plan = pp::plan_over("events only", micro_batches, elements, std::sync::Arc::new(pp::events_only), placement);
     let model = plan.dry_run()?;
     rig.run_modelled(&plan, &model, TimelineSource::Off)?;
     let (mut fractions, mut totals) = (Vec::new(), Vec::new());
@@ -166,7 +166,7 @@ pub fn bubble_point(rig: &mut PlanRig, elements: usize, micro_batches: usize, se
     }
     Ok(BubblePoint {
         micro_batches,
-        model: bubble_model(pp::STAGES, micro_batches),
+        model: bubble_model(placement.len(), micro_batches),
         measured: if fractions.is_empty() { None } else { Some(Summary::of(&fractions)?) },
         total_ms: Summary::of(&totals)?,
     })
@@ -260,23 +260,24 @@ fn calibrate_kernel(rig: &mut PlanRig, target_ms: f64, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// The lab's GPUs: `gpu` (the command line's --device), then the second
-/// GPU where the machine has one ([`MultiGpuConfig::second_gpu`]).
+/// The lab's GPUs: `gpu` (the command line's --device), then the ones
+/// after it ([`MultiGpuConfig::lab_gpus`]).
 pub fn open_gpus(gpu: &Gpu, cfg: &MultiGpuConfig, topology: &Topology) -> Result<Vec<Gpu>> {
     let mut gpus = vec![gpu.clone()];
-    if let Some(second) = cfg.second_gpu(topology.gpus.len())? {
-        gpus.push(Gpu::open(second)?);
-        gpu.bind()?;
+    for ordinal in cfg.lab_gpus(topology.gpus.len())?.into_iter().skip(1) {
+        gpus.push(Gpu::open(ordinal)?);
     }
+    gpu.bind()?;
     Ok(gpus)
 }
 
-/// A rig over `gpus` for the two-stage pipeline of `cfg`, its kernel
-/// calibrated so that one stage over all the data takes `--stage-ms`: the
-/// rig and that stage's time alone.
+/// A rig over `gpus` for the pipeline of `cfg` (a stage per GPU), its
+/// kernel calibrated so that one stage over all the data takes
+/// `--stage-ms`: the rig and that stage's time alone.
 pub fn pipeline_rig(gpus: &[Gpu], cfg: &MultiGpuConfig) -> Result<(PlanRig, Summary)> {
     let n = cfg.pipeline_mib << 18;
-    let mut rig = PlanRig::over(gpus, n, 4, 1)?;
+    // Two buffers a stage: its activation (or the input) and what it receives (or the output).
+    let mut rig = PlanRig::over(gpus, n, 2 * pp::placement(gpus.len()).len(), 1)?;
     calibrate_kernel(&mut rig, cfg.stage_ms, n)?;
     let stage_ms = rig.alone(OpKind::Kernel, n, cfg.repeats.max(3))?;
     Ok((rig, stage_ms))
@@ -290,6 +291,9 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     let topology = Topology::discover()?;
     let gpus = open_gpus(gpu, cfg, &topology)?;
     let ordinals: Vec<usize> = gpus.iter().map(|g| g.ordinal()).collect();
+    // Copies and the four-way overlap between the first two GPUs (within
+    // GPU 0 with one).
+    let pair = &gpus[..gpus.len().min(2)];
     let second = usize::from(gpus.len() > 1);
     let t = Timing { copies: cfg.copies, runs: cfg.repeats };
     // A step per size, PyTorch's reference, the four-way overlap, a step per
@@ -303,7 +307,7 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     let largest = cfg.sizes_mib.iter().copied().max().unwrap_or(1) << 20;
     let mut peer = Vec::with_capacity(cfg.sizes_mib.len());
     {
-        let mut rig = PlanRig::over(&gpus, largest / 4, 2, 1)?;
+        let mut rig = PlanRig::over(pair, largest / 4, 2, 1)?;
         for &mib in &cfg.sizes_mib {
             let _r = crate::gpu::trace::range(&format!("copies of {mib} MiB"));
             peer.push(peer_point(&mut rig, mib << 20, (0, second), cfg.staging_chunks, t)?);
@@ -322,7 +326,7 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     let (four_way_result, four_way_timeline) = {
         let _r = crate::gpu::trace::range("four-way overlap");
         let n = cfg.four_way_mib << 18;
-        let mut rig = PlanRig::over(&gpus, n, 5, 1)?;
+        let mut rig = PlanRig::over(pair, n, 5, 1)?;
         let upload_ms = rig.alone(OpKind::H2d, n, 3)?.median;
         calibrate_kernel(&mut rig, upload_ms, n)?;
         let f = four_way(&mut rig, n * 4, second, t)?;
@@ -331,20 +335,22 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     };
     progress.step("four-way overlap");
 
-    // The two-stage pipeline by micro-batches.
+    // The pipeline, a stage per GPU, by micro-batches.
     let pipeline = {
-        let _r = crate::gpu::trace::range("two-stage pipeline");
+        let _r = crate::gpu::trace::range("pipeline over the GPUs");
         let (mut rig, stage_ms) = pipeline_rig(&gpus, cfg)?;
         let n = cfg.pipeline_mib << 18;
+        let placement = pp::placement(gpus.len());
         let mut points = Vec::with_capacity(cfg.micro_batches.len());
         for &m in &cfg.micro_batches {
-            points.push(bubble_point(&mut rig, n, m, second, cfg.repeats)?);
+            points.push(bubble_point(&mut rig, n, m, &placement, cfg.repeats)?);
             progress.step(&format!("pipeline, {m} micro-batches"));
         }
         let m = PipelineResults::drawn(&cfg.micro_batches);
-        let plan = pp::plan_on("events only", m, n, std::sync::Arc::new(pp::events_only), second);
-        let timeline = timeline_of(&mut rig, &plan, &format!("{m} micro-batches, stage 2 on GPU {}", ordinals[second]))?;
-        PipelineResults { iterations: rig.iterations, stage_ms, points, timeline }
+        let plan = pp::plan_over("events only", m, n, std::sync::Arc::new(pp::events_only), &placement);
+        let on = if gpus.len() > 1 { format!("a stage on each of GPUs {ordinals:?}") } else { format!("both stages on GPU {}", ordinals[0]) };
+        let timeline = timeline_of(&mut rig, &plan, &format!("{m} micro-batches, {on}"))?;
+        PipelineResults { stages: placement.len(), iterations: rig.iterations, stage_ms, points, timeline }
     };
 
     // The gradient all-reduce, with two GPUs and NCCL.

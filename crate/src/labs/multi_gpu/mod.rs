@@ -9,16 +9,19 @@
 //!   once, and staged through pinned host memory (what it costs without
 //!   peer access), by size, beside the host link and PyTorch's own copy
 //!   between the same GPUs ([`mod@reference`]);
-//! * [`four_way`]: an upload, a download, a copy to the other GPU and a
-//!   kernel on one GPU at once, against the longest of them alone;
-//! * [`pipeline_parallel`]: two stages on two GPUs over micro-batches,
+//! * [`four_way`]: an upload, a download, a copy to the other GPU of the
+//!   first pair and a kernel on one GPU at once, against the longest of
+//!   them alone;
+//! * [`pipeline_parallel`]: a stage on each GPU over micro-batches,
 //!   ordered by events across the GPUs only, its bubble against
 //!   (S−1)/(M+S−1); the exercise ([`exercise`]) has the learner schedule it;
 //! * [`all_reduce`]: data-parallel gradients summed by NCCL, after the
 //!   backward pass or bucket by bucket beside it, by bucket size.
 //!
-//! With one GPU the lab runs what one GPU can (copies within it, the four
-//! operations with a copy within it, both stages on it), says so, and skips
+//! The lab runs on every GPU from `--device` on (`--gpus N` of them); the
+//! copies and the four-way overlap use the first two. With one GPU the lab
+//! runs what one GPU can (copies within it, the four operations with a
+//! copy within it, two stages on it), says so, and skips
 //! the all-reduce; the notebook shows a two-GPU recording where there is one.
 //! [`measure::run`] runs it all; [`charts`] draws it.
 //!
@@ -52,11 +55,13 @@ pub const LAB: &str = "multi-gpu";
 pub struct MultiGpuConfig {
     #[arg(skip)]
     pub device: usize,
-    /// The second GPU (its ordinal): where copies go, stage 2 runs and the
-    /// all-reduce's other rank is. Default: the GPU after --device, if this
-    /// machine has one.
+    /// How many GPUs the lab runs on: --device and the ones after it
+    /// (wrapping), two at least. Copies and the four-way overlap use the
+    /// first two; the pipeline has a stage on each, the all-reduce a rank
+    /// on each. Default: every GPU this machine has.
     #[arg(long)]
-    pub peer: Option<usize>,
+    #[serde(default)]
+    pub gpus: Option<usize>,
     /// Sizes of the copies between GPUs, comma-separated, MiB if no unit
     /// is given (1,16,1GiB).
     #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, value_delimiter = ',', default_values_t = MultiGpuConfig::default().sizes_mib)]
@@ -111,7 +116,7 @@ impl Default for MultiGpuConfig {
     fn default() -> Self {
         MultiGpuConfig {
             device: 0,
-            peer: None,
+            gpus: None,
             sizes_mib: vec![1, 4, 16, 64],
             copies: 8,
             repeats: 7,
@@ -214,29 +219,37 @@ impl MultiGpuConfig {
         if !(0.05..=20.0).contains(&self.compute_ratio) {
             return Err(LabError::config(format!("--compute-ratio must be 0.05-20 (got {})", self.compute_ratio)));
         }
-        if self.peer == Some(self.device) {
-            return Err(LabError::config(format!("--peer {} is --device itself: give another GPU", self.device)));
+        if let Some(n) = self.gpus.filter(|&n| !(2..=64).contains(&n)) {
+            return Err(LabError::config(format!(
+                "--gpus must be 2-64 (got {n}): the lab runs over several GPUs; on a machine with one, leave --gpus out and it runs what one GPU can"
+            )));
         }
         Ok(())
     }
 
-    /// The second GPU on a machine of `gpus` GPUs: --peer, else the GPU
-    /// after --device (wrapping), else none (one GPU).
-    pub fn second_gpu(&self, gpus: usize) -> Result<Option<usize>> {
-        match self.peer {
-            Some(p) if p >= gpus => Err(LabError::config(format!("--peer {p}: this machine has {gpus} GPU(s), numbered from 0"))),
-            Some(p) => Ok(Some(p)),
-            None if gpus < 2 => Ok(None),
-            None => Ok(Some((self.device + 1) % gpus)),
-        }
+    /// The lab's GPUs (ordinals) on a machine of `found` GPUs: --device and
+    /// the ones after it, wrapping, --gpus of them (default: all); just
+    /// --device on a machine with one.
+    pub fn lab_gpus(&self, found: usize) -> Result<Vec<usize>> {
+        let n = match self.gpus {
+            Some(n) if n > found => {
+                return Err(LabError::config(format!("--gpus {n}: this machine has {found} GPU(s)")));
+            }
+            Some(n) => n,
+            None => found.max(1),
+        };
+        Ok((0..n).map(|k| (self.device + k) % found.max(1)).collect())
     }
 }
 
 crate::lab_config!(MultiGpuConfig);
 
-/// The two-stage pipeline's sweep.
+/// The pipeline's sweep.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PipelineResults {
+    /// Its stages: one per GPU (two, sharing it, on a machine with one).
+    #[serde(default = "two_stages")]
+    pub stages: usize,
     /// FMAs per element of the stage kernel.
     pub iterations: i32,
     /// One stage's kernel over all the data alone, ms.
@@ -251,6 +264,11 @@ impl PipelineResults {
     pub fn drawn(micro_batches: &[usize]) -> usize {
         micro_batches.iter().copied().filter(|&m| m <= 8).max().or_else(|| micro_batches.iter().copied().min()).unwrap_or(1)
     }
+}
+
+/// Recordings made before the pipeline had a stage per GPU had two.
+fn two_stages() -> usize {
+    2
 }
 
 /// The gradient all-reduce's sweep.
@@ -279,8 +297,8 @@ pub struct MultiGpuResults {
     pub config: MultiGpuConfig,
     /// Every GPU of the machine and the path between each pair.
     pub topology: Topology,
-    /// The GPUs the lab ran on (ordinals): --device, then the second GPU
-    /// where the machine has one.
+    /// The GPUs the lab ran on (ordinals): --device, then the ones after
+    /// it ([`MultiGpuConfig::lab_gpus`]).
     pub gpus: Vec<usize>,
     /// Copies to the second GPU (within GPU 0 with one), by size.
     pub peer: Vec<PeerPoint>,
@@ -295,17 +313,42 @@ pub struct MultiGpuResults {
 }
 
 impl MultiGpuResults {
-    /// Whether the lab ran on two GPUs (else copies within one GPU).
-    pub fn two_gpus(&self) -> bool {
+    /// Whether the lab ran on two GPUs or more (else copies within one GPU).
+    pub fn several_gpus(&self) -> bool {
         self.gpus.len() > 1
     }
-    /// "stage 1 on GPU 0, stage 2 on GPU 1", or "both stages on GPU 0"
+    /// "stage 0 on GPU 0, stage 1 on GPU 1", or "both stages on GPU 0"
     /// with one GPU (the machine's numbers).
     pub fn stages_placed(&self) -> String {
         match self.gpus[..] {
-            [a, b, ..] => format!("stage 1 on GPU {a}, stage 2 on GPU {b}"),
             [a] => format!("both stages on GPU {a}"),
             [] => "no GPU".into(),
+            _ => self.gpus.iter().enumerate().map(|(s, g)| format!("stage {s} on GPU {g}")).collect::<Vec<_>>().join(", "),
+        }
+    }
+    /// What joins the lab's GPUs, as the driver and NVML tell it: one
+    /// line for every pair where all pairs are alike ("NVLink x18, peer
+    /// access"), else each pair's.
+    pub fn links(&self) -> String {
+        let path = |a: usize, b: usize| self.path_line(a, b);
+        let pairs: Vec<(usize, usize)> = self.gpus.iter().enumerate().flat_map(|(i, &a)| self.gpus[i + 1..].iter().map(move |&b| (a, b))).collect();
+        let each: Vec<String> = pairs.iter().map(|&(a, b)| path(a, b)).collect();
+        match &each[..] {
+            [] => "one GPU".into(),
+            [one] => one.clone(),
+            [first, ..] if each.iter().all(|e| e == first) => format!("every pair {first}"),
+            _ => pairs.iter().zip(&each).map(|((a, b), e)| format!("{a}-{b}: {e}")).collect::<Vec<_>>().join("; "),
+        }
+    }
+    /// "GPU 0 -> GPU 1 (NVLink x18, peer access)", or over more GPUs
+    /// "GPUs 0, 1, 2, 3 (every pair …); copies and the four-way overlap
+    /// GPU 0 -> GPU 1".
+    pub fn gpus_line(&self) -> String {
+        if self.gpus.len() > 2 {
+            let list: Vec<String> = self.gpus.iter().map(|g| g.to_string()).collect();
+            format!("GPUs {} ({}); copies and the four-way overlap {}", list.join(", "), self.links(), self.pair())
+        } else {
+            format!("{} ({})", self.pair(), self.link())
         }
     }
     /// "GPU 0 -> GPU 1", or "within GPU 0" with one GPU.
@@ -316,14 +359,19 @@ impl MultiGpuResults {
             [] => "no GPU".into(),
         }
     }
-    /// The link between the lab's two GPUs, as the driver and NVML tell it.
+    /// The link between the lab's first two GPUs (the copies' pair), as
+    /// the driver and NVML tell it.
     pub fn link(&self) -> String {
         match self.gpus[..] {
-            [a, b, ..] => self.topology.path(a, b).map_or("unknown".into(), |p| {
-                format!("{}, {}", p.link, if p.can_access { "peer access" } else { "no peer access: copies go through host memory" })
-            }),
+            [a, b, ..] => self.path_line(a, b),
             _ => "one GPU".into(),
         }
+    }
+    /// "NVLink x18, peer access": the path between GPUs `a` and `b`.
+    fn path_line(&self, a: usize, b: usize) -> String {
+        self.topology
+            .path(a, b)
+            .map_or("unknown".into(), |p| format!("{}, {}", p.link, if p.can_access { "peer access" } else { "no peer access: copies go through host memory" }))
     }
     /// The largest size's point.
     pub fn largest(&self) -> Option<&PeerPoint> {
@@ -342,8 +390,8 @@ impl MultiGpuResults {
     /// The table the command line prints.
     pub fn table(&self) -> String {
         let mut out = self.topology.describe();
-        out += &format!("the lab's GPUs: {} ({})\n", self.pair(), self.link());
-        if !self.two_gpus() {
+        out += &format!("the lab's GPUs: {}\n", self.gpus_line());
+        if !self.several_gpus() {
             out += "ONE GPU: the copies below are within GPU 0, the pipeline's two stages share it, and the all-reduce needs two GPUs; the notebook shows a two-GPU recording where there is one\n";
         }
         out += &self.peer_lines();
@@ -427,13 +475,14 @@ impl MultiGpuResults {
     fn pipeline_lines(&self) -> String {
         let p = &self.pipeline;
         let mut out = format!(
-            "\ntwo-stage pipeline, {} MiB, {} ({} per stage over all the data, {} FMAs per element):\n",
+            "\npipeline of {} stages, {} MiB, {} ({} per stage over all the data, {} FMAs per element):\n",
+            p.stages,
             self.config.pipeline_mib,
             self.stages_placed(),
             fmt_ms(p.stage_ms.median),
             p.iterations
         );
-        let two = self.two_gpus();
+        let two = self.several_gpus();
         // On one GPU the model (a GPU a stage) does not apply: no column for it.
         if two {
             out += &format!("  {:>13} {:>24} {:>20} {:>8} {:>12}\n", "micro-batches", "bubble (25%..75%)", "model (S-1)/(M+S-1)", "diff", "total");
@@ -452,7 +501,7 @@ impl MultiGpuResults {
                 out += &format!("  {:>13} {:>24} {:>12}\n", b.micro_batches, measured, fmt_ms(b.total_ms.median));
             }
         }
-        out += if self.two_gpus() {
+        out += if self.several_gpus() {
             "  (bubble: the share of the window from the first kernel's start to the last one's end that each GPU ran no kernel, averaged over the GPUs; diff in points)\n"
         } else {
             "  (one GPU: both stages' kernels share its SMs, so the bubble model, for one GPU a stage, does not apply: this checks the code path)\n"
@@ -507,7 +556,7 @@ impl MultiGpuResults {
     pub fn headline_figures(&self) -> Vec<crate::lab_kit::headline::HeadlineFigure> {
         let mut v = Vec::new();
         if let Some(p) = self.largest() {
-            let what = if self.two_gpus() { "peer copy" } else { "copy within GPU 0" };
+            let what = if self.several_gpus() { "peer copy" } else { "copy within GPU 0" };
             v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("{what} one way, {}", Bytes(p.bytes)), "GB/s", p.one_way));
             v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("{what} both ways, {}", Bytes(p.bytes)), "GB/s", p.both_ways));
             v.push(crate::lab_kit::headline::HeadlineFigure::new(format!("staged through host memory, {}", Bytes(p.bytes)), "GB/s", p.staged));
@@ -519,12 +568,12 @@ impl MultiGpuResults {
     pub fn headline(&self) -> Vec<(String, String)> {
         let mut rows = vec![(
             "GPUs the lab ran on".to_string(),
-            if self.two_gpus() { format!("2: {}", self.link()) } else { "1: copies within GPU 0, no all-reduce".into() },
+            if self.several_gpus() { format!("{}: {}", self.gpus.len(), self.links()) } else { "1: copies within GPU 0, no all-reduce".into() },
         )];
         if let Some(p) = self.largest() {
             let vs = |ours: f64, t: Option<f64>| t.map_or(format!("{ours:.0} GB/s"), |r| format!("{ours:.0} GB/s ({} of PyTorch)", pct(r)));
             let t = self.against_torch();
-            let what = if self.two_gpus() { "peer copy" } else { "copy within GPU 0" };
+            let what = if self.several_gpus() { "peer copy" } else { "copy within GPU 0" };
             rows.push((format!("{what} one way, {}", Bytes(p.bytes)), vs(p.one_way.median, t.map(|t| t.0))));
             rows.push((format!("{what} both ways, {}", Bytes(p.bytes)), vs(p.both_ways.median, t.map(|t| t.1))));
             rows.push((format!("staged through host memory, {}", Bytes(p.bytes)), format!("{:.0} GB/s", p.staged.median)));
@@ -535,7 +584,7 @@ impl MultiGpuResults {
             format!("{} vs bound {} (serial {})", fmt_ms(f.together_ms.median), fmt_ms(f.link_bound_ms()), fmt_ms(f.serial_ms())),
         ));
         let m = PipelineResults::drawn(&self.config.micro_batches);
-        if let Some(b) = self.bubble(m).filter(|_| self.two_gpus()) {
+        if let Some(b) = self.bubble(m).filter(|_| self.several_gpus()) {
             let measured = b.measured.as_ref().map_or("no timeline".into(), |s| pct(s.median));
             rows.push((format!("pipeline bubble, {m} micro-batches"), format!("{measured} (model {})", pct(b.model))));
         }
@@ -622,7 +671,7 @@ impl crate::lab_kit::LabRun<MultiGpuResults> {
 /// The newest recording in `data/` made on two GPUs or more: what a
 /// machine with one GPU shows of a pair (`None` while there is none).
 pub fn recorded_pair() -> Result<Option<crate::lab_kit::LabRun<MultiGpuResults>>> {
-    crate::lab_kit::LabRun::recorded_where(LAB, "it is the newest recording made on two GPUs, shown on any machine", MultiGpuResults::two_gpus)
+    crate::lab_kit::LabRun::recorded_where(LAB, "it is the newest recording made on two GPUs, shown on any machine", MultiGpuResults::several_gpus)
 }
 
 /// The report's files for a recording: the charts, the timelines (with
@@ -640,7 +689,7 @@ pub static ENTRY: crate::lab_kit::Entry<MultiGpuConfig, MultiGpuResults> = crate
     builds_on: &[(2, "a pipeline over streams"), (5, "which waits stop whom")],
     kernels: &[],
     exercises: exercise::EXERCISES,
-    about: "Lab 8: copies between GPUs, four-way overlap, a two-stage pipeline over GPUs, NCCL's all-reduce beside compute",
+    about: "Lab 8: copies between GPUs, four-way overlap, a pipeline with a stage per GPU, NCCL's all-reduce beside compute",
     measure: measure::run,
     tables: |rec| rec.results.table(),
     figures: report,
@@ -677,19 +726,31 @@ mod tests {
         bad(&|c| c.buckets_mib = vec![3], "divide --grad-mib 128");
         bad(&|c| c.buckets_mib = vec![512], "divide --grad-mib");
         bad(&|c| c.compute_ratio = 0.0, "--compute-ratio");
-        bad(&|c| c.peer = Some(0), "--peer 0 is --device itself");
+        bad(&|c| c.gpus = Some(1), "--gpus must be 2-64 (got 1)");
         bad(&|c| c.four_way_mib = 1 << 20, "--four-way-mib");
     }
 
     #[test]
-    fn the_second_gpu_is_the_next_one_or_peer_or_none() {
+    fn the_lab_runs_on_every_gpu_from_device_on_or_gpus_of_them() {
         let c = MultiGpuConfig::default();
-        assert_eq!(c.second_gpu(1).unwrap(), None);
-        assert_eq!(c.second_gpu(2).unwrap(), Some(1));
-        assert_eq!(MultiGpuConfig { device: 3, ..c.clone() }.second_gpu(4).unwrap(), Some(0), "wraps");
-        assert_eq!(MultiGpuConfig { peer: Some(2), ..c.clone() }.second_gpu(4).unwrap(), Some(2));
-        let e = MultiGpuConfig { peer: Some(2), ..c }.second_gpu(2).unwrap_err().to_string();
-        assert!(e.contains("--peer 2: this machine has 2 GPU(s)"), "{e}");
+        assert_eq!(c.lab_gpus(1).unwrap(), [0]);
+        assert_eq!(c.lab_gpus(2).unwrap(), [0, 1]);
+        assert_eq!(c.lab_gpus(4).unwrap(), [0, 1, 2, 3]);
+        assert_eq!(MultiGpuConfig { device: 3, ..c.clone() }.lab_gpus(4).unwrap(), [3, 0, 1, 2], "wraps");
+        assert_eq!(MultiGpuConfig { gpus: Some(2), device: 1, ..c.clone() }.lab_gpus(4).unwrap(), [1, 2]);
+        let e = MultiGpuConfig { gpus: Some(4), ..c }.lab_gpus(2).unwrap_err().to_string();
+        assert!(e.contains("--gpus 4: this machine has 2 GPU(s)"), "{e}");
+    }
+
+    #[test]
+    fn over_four_gpus_the_table_says_each_stage_and_the_links() {
+        let r = crate::testing::multi_gpu_results_on(4);
+        let t = r.table();
+        assert!(t.contains("the lab's GPUs: GPUs 0, 1, 2, 3 (every pair NVLink x18, peer access); copies and the four-way overlap GPU 0 -> GPU 1"), "{t}");
+        assert!(t.contains("pipeline of 4 stages") && t.contains("stage 0 on GPU 0, stage 1 on GPU 1, stage 2 on GPU 2, stage 3 on GPU 3"), "{t}");
+        assert!(t.contains("over 4 GPUs"), "{t}");
+        let h = r.headline();
+        assert!(h.iter().any(|(k, v)| k == "GPUs the lab ran on" && v == "4: every pair NVLink x18, peer access"), "{h:?}");
     }
 
     #[test]

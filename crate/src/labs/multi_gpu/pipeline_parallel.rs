@@ -1,27 +1,28 @@
-//! Two-stage pipeline parallelism: stage 1 on GPU 0, its output (the
-//! activation) copied GPU to GPU, stage 2 on GPU 1, over micro-batches so
-//! that both GPUs work at once. The loop orders the two GPUs with events
-//! only: a stream of GPU 1 waits for an event a stream of GPU 0 recorded
-//! (cuStreamWaitEvent works across devices), and the CPU never waits.
+//! Pipeline parallelism over S stages, one per GPU: stage s runs on GPU s,
+//! its output (the activation) is copied GPU to GPU to stage s+1, over
+//! micro-batches so that every GPU works at once. The loop orders the
+//! GPUs with events only: a stream of GPU s+1 waits for an event a stream
+//! of GPU s recorded (cuStreamWaitEvent works across devices), and the
+//! CPU never waits.
 //!
 //! The bubble: with S stages of equal time and M micro-batches, the run
 //! takes M+S−1 stage slots and each GPU works M of them, so each idles
 //! (S−1)/(M+S−1) of the time ([`bubble_model`]); [`bubble`] measures it
 //! from a run's (or the queue model's) timeline.
 
-use crate::error::Result;
+use crate::error::{LabError, Result};
 use crate::pipeline::issue::{DevRef, Issue, StreamRef};
 use crate::pipeline::op::{Lane, OpKind, StreamKind};
 use crate::pipeline::plan::{chunk, Plan, StreamSpec};
 use crate::pipeline::schedule::Schedule;
 use std::sync::Arc;
 
-/// The pipeline's stages: one per GPU.
-pub const STAGES: usize = 2;
-
 /// Labels of the plan's own operations around the learner's loop.
 pub const UPLOAD: &str = "upload the input to GPU 0";
-pub const DOWNLOAD: &str = "download the output from GPU 1";
+/// The download's label, from the last stage's GPU.
+pub fn download_label(last: usize) -> String {
+    format!("download the output from GPU {last}")
+}
 
 /// A GPU's two streams.
 #[derive(Clone, Copy, Debug)]
@@ -32,22 +33,28 @@ pub struct GpuStreams {
     pub copy: StreamRef,
 }
 
-/// What the loop is handed: the micro-batches, each GPU's streams and the
-/// device buffers (the input is on GPU 0 before the loop starts, and the
-/// output is downloaded from GPU 1 after it ends).
+/// What the loop is handed: the micro-batches, the stages, each stage's
+/// GPU's streams and the device buffers (the input is on GPU 0 before the
+/// loop starts, and the output is downloaded from the last stage's GPU
+/// after it ends). Stage s runs on `gpus[s]`'s streams; its steps are
+/// [`Self::stage`] and [`Self::send`].
 #[derive(Clone, Debug)]
 pub struct MicroBatchTask {
     pub micro_batches: usize,
     pub elements: usize,
-    pub gpu0: GpuStreams,
-    pub gpu1: GpuStreams,
+    /// How many stages: one per GPU (two on a machine with one GPU, which
+    /// then runs both).
+    pub stages: usize,
+    /// Stage s's streams, on stage s's GPU.
+    pub gpus: Vec<GpuStreams>,
     /// The input, in GPU 0's memory.
     pub input: DevRef,
-    /// Stage 1's output, in GPU 0's memory.
-    pub activation0: DevRef,
-    /// Where GPU 1 receives the activation, in GPU 1's memory.
-    pub activation1: DevRef,
-    /// Stage 2's output, in GPU 1's memory.
+    /// `activations[s]`: stage s's output, in its own GPU's memory (every
+    /// stage but the last).
+    pub activations: Vec<DevRef>,
+    /// `received[s]`: where stage s+1's GPU receives `activations[s]`.
+    pub received: Vec<DevRef>,
+    /// The last stage's output, in its GPU's memory.
     pub output: DevRef,
 }
 
@@ -57,10 +64,10 @@ impl MicroBatchTask {
         chunk(self.elements, self.micro_batches, i)
     }
     /// Micro-batch `i` for `what` (a stage or the send), or an error naming
-    /// the micro-batch a loop asked for past its last.
+    /// the micro-batch (or stage) a loop asked for past the last.
     fn existing(&self, i: usize, what: &str) -> Result<(usize, usize)> {
         if i >= self.micro_batches {
-            return Err(crate::error::LabError::config(format!(
+            return Err(LabError::config(format!(
                 "{what} of micro-batch {i}: there is no micro-batch {i}, the loop has {} (0 to {})",
                 self.micro_batches,
                 self.micro_batches.saturating_sub(1)
@@ -68,27 +75,44 @@ impl MicroBatchTask {
         }
         Ok(self.micro_batch(i))
     }
-    /// Stage 1 of micro-batch `i` on `s` (a stream of GPU 0): input to activation.
-    pub fn stage1(&self, p: &mut dyn Issue, s: StreamRef, i: usize) -> Result<()> {
-        let (at, n) = self.existing(i, "stage 1")?;
-        p.compute(s, self.input, at, self.activation0, at, n, &stage_label(1, i))
+    fn existing_stage(&self, s: usize, what: &str) -> Result<()> {
+        if s >= self.stages {
+            return Err(LabError::config(format!("{what}: there is no stage {s}, the pipeline has {} (0 to {})", self.stages, self.stages - 1)));
+        }
+        Ok(())
     }
-    /// Copies micro-batch `i`'s activation from GPU 0 to GPU 1 on `s` (a
-    /// stream of either GPU).
-    pub fn send(&self, p: &mut dyn Issue, s: StreamRef, i: usize) -> Result<()> {
-        let (at, n) = self.existing(i, "the send")?;
-        p.d2d(s, self.activation1, at, self.activation0, at, n, &format!("send micro-batch {i} to GPU 1"))
+    /// Stage `s` of micro-batch `i` on `stream` (a stream of stage s's
+    /// GPU): the input (stage 0) or the activation received from stage
+    /// s−1, to stage s's activation (or the output, at the last stage).
+    pub fn stage(&self, p: &mut dyn Issue, s: usize, stream: StreamRef, i: usize) -> Result<()> {
+        self.existing_stage(s, &format!("stage {s}"))?;
+        let (at, n) = self.existing(i, &format!("stage {s}"))?;
+        let from = if s == 0 { self.input } else { self.received[s - 1] };
+        let to = if s + 1 == self.stages { self.output } else { self.activations[s] };
+        p.compute(stream, from, at, to, at, n, &stage_label(s, i))
     }
-    /// Stage 2 of micro-batch `i` on `s` (a stream of GPU 1): activation to output.
-    pub fn stage2(&self, p: &mut dyn Issue, s: StreamRef, i: usize) -> Result<()> {
-        let (at, n) = self.existing(i, "stage 2")?;
-        p.compute(s, self.activation1, at, self.output, at, n, &stage_label(2, i))
+    /// Copies micro-batch `i`'s activation from stage `s`'s GPU to stage
+    /// s+1's on `stream` (a stream of either GPU).
+    pub fn send(&self, p: &mut dyn Issue, s: usize, stream: StreamRef, i: usize) -> Result<()> {
+        if s + 1 >= self.stages {
+            return Err(LabError::config(format!(
+                "the send of stage {s}: the last stage (stage {}) has no stage after it; its output stays for the download",
+                self.stages - 1
+            )));
+        }
+        let (at, n) = self.existing(i, &format!("the send of stage {s}"))?;
+        p.d2d(stream, self.received[s], at, self.activations[s], at, n, &send_label(s, i))
     }
 }
 
-/// "stage 2, micro-batch 3".
+/// "stage 1, micro-batch 3".
 pub fn stage_label(stage: usize, i: usize) -> String {
     format!("stage {stage}, micro-batch {i}")
+}
+
+/// "send micro-batch 3 to GPU 2" (from stage 1's GPU to stage 2's).
+pub fn send_label(stage: usize, i: usize) -> String {
+    format!("send micro-batch {i} to GPU {}", stage + 1)
 }
 
 /// A loop over the micro-batches.
@@ -96,86 +120,144 @@ pub type Loop = Arc<dyn Fn(&mut dyn Issue, &MicroBatchTask) -> Result<()> + Send
 
 /// The loop as a program written the safe way first is: after each stage
 /// the CPU waits for it (cuStreamSynchronize) before issuing the next, so
-/// one GPU is always idle.
+/// only one GPU works at a time.
 pub fn host_synchronized(p: &mut dyn Issue, t: &MicroBatchTask) -> Result<()> {
     for i in 0..t.micro_batches {
-        t.stage1(p, t.gpu0.compute, i)?;
-        p.host_sync(t.gpu0.compute)?;
-        t.send(p, t.gpu1.compute, i)?;
-        t.stage2(p, t.gpu1.compute, i)?;
-        p.host_sync(t.gpu1.compute)?;
+        for s in 0..t.stages {
+            if s > 0 {
+                t.send(p, s - 1, t.gpus[s].compute, i)?;
+            }
+            t.stage(p, s, t.gpus[s].compute, i)?;
+            p.host_sync(t.gpus[s].compute)?;
+        }
     }
     Ok(())
 }
 
-/// The pipeline: GPU 0 runs stage 1 of every micro-batch back to back;
-/// each micro-batch's activation is sent once its stage 1 is done (an
-/// event), on GPU 0's copy stream so the copy runs beside the next stage
-/// 1; GPU 1 runs stage 2 once the copy is done (another event).
+/// The pipeline: each GPU runs its stage of every micro-batch back to
+/// back; each micro-batch's activation is sent once its stage is done (an
+/// event), on that GPU's copy stream so the copy runs beside the next
+/// micro-batch's stage; the next GPU runs its stage once the copy is done
+/// (another event).
 pub fn events_only(p: &mut dyn Issue, t: &MicroBatchTask) -> Result<()> {
     for i in 0..t.micro_batches {
-        t.stage1(p, t.gpu0.compute, i)?;
-        let computed = p.event()?;
-        p.record(computed, t.gpu0.compute)?;
-        p.wait(t.gpu0.copy, computed)?;
-        t.send(p, t.gpu0.copy, i)?;
-        let sent = p.event()?;
-        p.record(sent, t.gpu0.copy)?;
-        p.wait(t.gpu1.compute, sent)?;
-        t.stage2(p, t.gpu1.compute, i)?;
+        for s in 0..t.stages {
+            t.stage(p, s, t.gpus[s].compute, i)?;
+            if s + 1 == t.stages {
+                break;
+            }
+            let computed = p.event()?;
+            p.record(computed, t.gpus[s].compute)?;
+            p.wait(t.gpus[s].copy, computed)?;
+            t.send(p, s, t.gpus[s].copy, i)?;
+            let sent = p.event()?;
+            p.record(sent, t.gpus[s].copy)?;
+            p.wait(t.gpus[s + 1].compute, sent)?;
+        }
     }
     Ok(())
 }
 
-/// The loop `learner` as a plan over two GPUs: two streams and two buffers
-/// on each, `elements` split into `micro_batches`. Before the loop the
-/// input is uploaded to GPU 0 (both of its streams wait for that); after
-/// it, GPU 1's copy stream waits for every stream and downloads the
-/// output. Every output element has been through the kernel twice.
+/// The loop `learner` as a plan over two GPUs ([`plan_over`] with stage s
+/// on GPU s).
 pub fn plan(name: &str, micro_batches: usize, elements: usize, learner: Loop) -> Plan {
-    plan_on(name, micro_batches, elements, learner, 1)
+    plan_over(name, micro_batches, elements, learner, &[0, 1])
 }
 
-/// [`plan`] with stage 2 on GPU `second` of the plan: 1, or 0 to run both
-/// stages on one GPU (how a machine with one runs the same loop: the two
-/// stages then share its SMs, so only the code path is the same).
-pub fn plan_on(name: &str, micro_batches: usize, elements: usize, learner: Loop, second: usize) -> Plan {
-    let specs = vec![
-        StreamSpec::new("compute", StreamKind::NonBlocking, 0).on_gpu(0),
-        StreamSpec::new("copy", StreamKind::NonBlocking, 0).on_gpu(0),
-        StreamSpec::new("compute", StreamKind::NonBlocking, 0).on_gpu(second),
-        StreamSpec::new("copy", StreamKind::NonBlocking, 0).on_gpu(second),
-    ];
-    Plan::new(name, specs, elements, 4, move |p, r| {
+/// The loop `learner` as a plan of `placement.len()` stages, stage s on
+/// the plan's GPU `placement[s]` (`[0, 1, 2, 3]` over four GPUs; `[0, 0]`
+/// runs two stages on one GPU, how a machine with one runs the same loop:
+/// the stages then share its SMs, so only the code path is the same).
+/// Each stage's GPU has a compute and a copy stream; `elements` are split
+/// into `micro_batches`. Before the loop the input is uploaded to GPU 0
+/// (both of its streams wait for that); after it, the last stage's copy
+/// stream waits for every other stream and downloads the output. Every
+/// output element has been through the kernel once per stage.
+pub fn plan_over(name: &str, micro_batches: usize, elements: usize, learner: Loop, placement: &[usize]) -> Plan {
+    let stages = placement.len().max(1);
+    let gpu = |s: usize| placement.get(s).copied().unwrap_or(0);
+    let specs: Vec<StreamSpec> = (0..stages)
+        .flat_map(|s| {
+            [StreamSpec::new("compute", StreamKind::NonBlocking, 0).on_gpu(gpu(s)), StreamSpec::new("copy", StreamKind::NonBlocking, 0).on_gpu(gpu(s))]
+        })
+        .collect();
+    // Buffers: the input, then each hop's activation and where the next
+    // GPU receives it, then the output. Named by role as well as GPU: with
+    // the stages on one GPU the names must still tell them apart.
+    let mut buffers: Vec<(String, usize)> = vec![("input on GPU 0".into(), gpu(0))];
+    for s in 0..stages - 1 {
+        buffers.push((activation_name(s, gpu(s), stages, placement), gpu(s)));
+        buffers.push((received_name(s, gpu(s + 1), stages, placement), gpu(s + 1)));
+    }
+    buffers.push((format!("output on GPU {}", gpu(stages - 1)), gpu(stages - 1)));
+    let names: Vec<(&str, usize)> = buffers.iter().map(|(n, _)| (n.as_str(), elements)).collect();
+    let last = gpu(stages - 1);
+    Plan::new(name, specs, elements, buffers.len(), move |p, r| {
         let s = &r.streams;
+        let d = &r.devices;
         let t = MicroBatchTask {
             micro_batches,
             elements: r.elements,
-            gpu0: GpuStreams { compute: s[0], copy: s[1] },
-            gpu1: GpuStreams { compute: s[2], copy: s[3] },
-            input: r.devices[0],
-            activation0: r.devices[1],
-            activation1: r.devices[2],
-            output: r.devices[3],
+            stages,
+            gpus: (0..stages).map(|g| GpuStreams { compute: s[2 * g], copy: s[2 * g + 1] }).collect(),
+            input: d[0],
+            activations: (0..stages - 1).map(|h| d[1 + 2 * h]).collect(),
+            received: (0..stages - 1).map(|h| d[2 + 2 * h]).collect(),
+            output: d[d.len() - 1],
         };
-        p.h2d(t.gpu0.copy, t.input, 0, r.input, 0, r.elements, UPLOAD)?;
-        p.wait_for(t.gpu0.compute, t.gpu0.copy)?;
+        p.h2d(t.gpus[0].copy, t.input, 0, r.input, 0, r.elements, UPLOAD)?;
+        p.wait_for(t.gpus[0].compute, t.gpus[0].copy)?;
         learner(p, &t)?;
-        for s in [t.gpu0.compute, t.gpu0.copy, t.gpu1.compute] {
-            p.wait_for(t.gpu1.copy, s)?;
+        let download = t.gpus[stages - 1].copy;
+        for g in &t.gpus {
+            for other in [g.compute, g.copy] {
+                if other != download {
+                    p.wait_for(download, other)?;
+                }
+            }
         }
-        p.d2h(t.gpu1.copy, r.output, 0, t.output, 0, r.elements, DOWNLOAD)
+        p.d2h(download, r.output, 0, t.output, 0, r.elements, &download_label(last))
     })
-    .placed(vec![0, 0, second, second])
-    .with_device_buffers(&[
-        // Named by role as well as GPU: with both stages on GPU 0 the
-        // names must still tell the four buffers apart.
-        ("input on GPU 0", elements),
-        ("activation on GPU 0", elements),
-        (&format!("activation received by GPU {second}"), elements),
-        (&format!("output on GPU {second}"), elements),
-    ])
-    .with_passes(STAGES as u8)
+    .placed(buffers.iter().map(|b| b.1).collect())
+    .with_device_buffers(&names)
+    .with_passes(stages as u8)
+}
+
+/// Where the stages run over `gpus` GPUs of a plan: stage s on GPU s, or
+/// two stages on GPU 0 where there is one.
+pub fn placement(gpus: usize) -> Vec<usize> {
+    if gpus > 1 {
+        (0..gpus).collect()
+    } else {
+        vec![0, 0]
+    }
+}
+
+/// Stage s's activation buffer: "activation on GPU 1" where each stage has
+/// its own GPU, else named by its stage too.
+fn activation_name(s: usize, g: usize, stages: usize, placement: &[usize]) -> String {
+    if own_gpus(stages, placement) {
+        format!("activation on GPU {g}")
+    } else {
+        format!("stage {s}'s activation on GPU {g}")
+    }
+}
+
+/// Where stage s+1's GPU receives stage s's activation.
+fn received_name(s: usize, g: usize, stages: usize, placement: &[usize]) -> String {
+    if own_gpus(stages, placement) {
+        format!("activation received by GPU {g}")
+    } else {
+        format!("activation received by stage {} on GPU {g}", s + 1)
+    }
+}
+
+/// Whether every stage has a GPU of its own.
+fn own_gpus(stages: usize, placement: &[usize]) -> bool {
+    let mut v = placement.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.len() == stages
 }
 
 /// The share of the time each GPU idles in a pipeline of `stages` stages
@@ -265,12 +347,64 @@ mod tests {
         assert!(!plan("p", 4, 64, Arc::new(events_only)).dry_run().unwrap().schedule.cpu_waited_for_gpu());
         assert!(plan("p", 4, 64, Arc::new(host_synchronized)).dry_run().unwrap().schedule.cpu_waited_for_gpu());
         // Both stages on one GPU: the same loop, the same data.
-        let one = plan_on("p", 4, 64, Arc::new(events_only), 0);
+        let one = plan_over("p", 4, 64, Arc::new(events_only), &[0, 0]);
         assert_eq!(one.gpus(), [0]);
         let m = one.dry_run().unwrap();
         assert!(m.schedule.races().is_empty() && Plan::output_cells(&m).iter().enumerate().all(|(i, c)| c == Provenance::Repeated(i as u32, 2)));
         let bad = plan("p", 4, 64, Arc::new(events_only)).placed(vec![0, 1]);
         assert!(bad.validate().unwrap_err().to_string().contains("give one GPU per buffer"));
+    }
+
+    #[test]
+    fn over_s_gpus_every_output_goes_through_every_stage_with_no_race() {
+        for stages in [3, 4] {
+            let placement: Vec<usize> = (0..stages).collect();
+            for m in [1, 2, 3, 8] {
+                for f in [events_only as fn(&mut dyn Issue, &MicroBatchTask) -> Result<()>, host_synchronized] {
+                    let plan = plan_over("p", m, 64, Arc::new(f), &placement);
+                    assert_eq!(plan.gpus(), placement);
+                    let model = plan.dry_run().unwrap();
+                    assert!(model.schedule.races().is_empty(), "{stages} stages, {m}: {:?}", model.schedule.races());
+                    let want = |i: usize| Provenance::Repeated(i as u32, stages as u8);
+                    assert!(Plan::output_cells(&model).iter().enumerate().all(|(i, c)| c == want(i)), "{stages} stages, {m}");
+                    let sends = model.schedule.ops.iter().filter(|o| matches!(o.kind, OpKind::D2d(l) if l.is_peer())).count();
+                    assert_eq!(sends, m * (stages - 1));
+                }
+            }
+            // With copies that cost nothing, the queue model's bubble is the
+            // formula's exactly.
+            let (m, n) = (8, 64);
+            let mut costs: Costs = [((OpKind::Kernel, n / m), 1.0), ((OpKind::H2d, n), 2.0), ((OpKind::D2h, n), 2.0)].into();
+            for s in 0..stages - 1 {
+                costs.insert((OpKind::D2d(Link { from: s as u8, to: s as u8 + 1 }), n / m), 0.0);
+            }
+            let (sched, times) = plan_over("p", m, n, Arc::new(events_only), &placement).predict(Machine::engines(2), &costs).unwrap();
+            let b = bubble(&sched, &times).unwrap();
+            assert!((b.fraction() - bubble_model(stages, m)).abs() < 1e-9, "{stages}: {b:?}");
+        }
+        // Four stages on one GPU: named apart, the same data.
+        let one = plan_over("p", 4, 64, Arc::new(events_only), &[0; 4]);
+        let m = one.dry_run().unwrap();
+        assert!(Plan::output_cells(&m).iter().enumerate().all(|(i, c)| c == Provenance::Repeated(i as u32, 4)));
+    }
+
+    #[test]
+    fn a_stage_or_send_past_the_last_is_named() {
+        let plan = plan_over(
+            "p",
+            2,
+            8,
+            Arc::new(|p: &mut dyn Issue, t: &MicroBatchTask| {
+                t.stage(p, 0, t.gpus[0].compute, 0)?;
+                t.send(p, 1, t.gpus[1].copy, 0)
+            }),
+            &[0, 1],
+        );
+        let e = plan.dry_run().err().unwrap().to_string();
+        assert!(e.contains("the send of stage 1: the last stage (stage 1) has no stage after it"), "{e}");
+        let plan = plan_over("p", 2, 8, Arc::new(|p: &mut dyn Issue, t: &MicroBatchTask| t.stage(p, 2, t.gpus[1].compute, 0)), &[0, 1]);
+        let e = plan.dry_run().err().unwrap().to_string();
+        assert!(e.contains("stage 2: there is no stage 2, the pipeline has 2 (0 to 1)"), "{e}");
     }
 
     #[test]
@@ -299,7 +433,7 @@ mod tests {
         for &(_, idle) in &piped.per_gpu {
             assert!((idle - 1.05 / 9.05).abs() < 1e-9, "{piped:?}");
         }
-        assert!((piped.fraction() - bubble_model(STAGES, mb)).abs() < 0.01);
+        assert!((piped.fraction() - bubble_model(2, mb)).abs() < 0.01);
         // The CPU waits after each stage: one GPU works at a time, and the
         // copies add to the wait (8 of 16.4 ms busy on each GPU).
         let serial = run(host_synchronized);
