@@ -550,7 +550,8 @@ pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults
     use crate::labs::multi_gpu::measure::{AllReducePoint, BubblePoint, FourWay, PeerPoint};
     use crate::labs::multi_gpu::pipeline_parallel::{self as pp, bubble_model};
     use crate::labs::multi_gpu::reference::TorchPeer;
-    use crate::labs::multi_gpu::{all_reduce, four_way, AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults};
+    use crate::labs::multi_gpu::training::{self, Schedule};
+    use crate::labs::multi_gpu::{all_reduce, four_way, AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults, TrainingSweep};
     use crate::pipeline::op::{Link, OpKind};
     use crate::pipeline::plan::Plan;
     let cfg = MultiGpuConfig { no_reference: !two, ..MultiGpuConfig::quick() };
@@ -604,7 +605,29 @@ pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults
         iterations: 4096,
         stage_ms: flat(10.0),
         points,
-        timeline: predicted(pipe_plan, pipe_costs, &format!("8 micro-batches, {drawn}")),
+        timeline: predicted(pipe_plan, pipe_costs.clone(), &format!("8 micro-batches, {drawn}")),
+        // Training 1 point above the model (fill-drain) and 2 (1F1B).
+        training: Schedule::ALL
+            .iter()
+            .zip([0.01, 0.02])
+            .map(|(&schedule, above)| {
+                let points = cfg
+                    .micro_batches
+                    .iter()
+                    .map(|&m| {
+                        let model = bubble_model(at.len(), m);
+                        BubblePoint { micro_batches: m, model, measured: Some(flat(model + above)), total_ms: flat(20.0 * (m + 1) as f64 / m as f64) }
+                    })
+                    .collect();
+                let mut costs = pipe_costs.clone();
+                costs.insert((OpKind::Kernel, 4), 0.625);
+                for w in at.windows(2) {
+                    costs.insert((OpKind::D2d(Link { from: w[1] as u8, to: w[0] as u8 }), 8), 0.05);
+                }
+                let timeline = predicted(training::plan(schedule, 8, 64, &at), costs, &format!("{}, 8 micro-batches, {drawn}", schedule.name()));
+                TrainingSweep { schedule, points, timeline }
+            })
+            .collect(),
     };
     let all_reduce = if two {
         let point = |mib: u64, buckets: usize, a: f64, k: f64, serial: f64, overlapped: f64| AllReducePoint {

@@ -67,7 +67,13 @@ impl MultiGpuResults {
         let model = pts.iter().map(|b| (b.micro_batches as f64, 100.0 * b.model)).collect();
         let where_ =
             if self.several_gpus() { self.stages_placed() } else { format!("ONE GPU: {} (no model: it is for one GPU a stage)", self.stages_placed()) };
-        let mut series = vec![Series { label: "measured (CUPTI timeline)".into(), color: kind_color(OpKind::Kernel), dashed: false, points: measured }];
+        let mut series =
+            vec![Series { label: "forward only, measured (CUPTI timeline)".into(), color: kind_color(OpKind::Kernel), dashed: false, points: measured }];
+        // Training under each schedule, measured the same way.
+        for (t, color) in self.pipeline.training.iter().zip([kind_color(OpKind::D2d(crate::pipeline::op::Link { from: 0, to: 1 })), kind_color(OpKind::H2d)]) {
+            let points = t.points.iter().filter_map(|b| b.measured.as_ref().map(|m| (b.micro_batches as f64, 100.0 * m.median))).collect();
+            series.push(Series { label: format!("training, {} (forward and backward)", t.schedule.name()), color, dashed: false, points });
+        }
         // The model only where it applies: a GPU a stage.
         if self.several_gpus() {
             series.push(Series { label: "model (S-1)/(M+S-1)".into(), color: GREY, dashed: true, points: model });
@@ -148,6 +154,17 @@ impl MultiGpuResults {
         Some(self.gantt("pipeline", &format!("Lab 8: {} stages over {m} micro-batches, ordered by events", self.pipeline.stages), origin, t))
     }
 
+    /// One training run under 1F1B (the last schedule swept).
+    pub fn training_gantt(&self, origin: &str) -> Option<Gantt> {
+        let m = PipelineResults::drawn(&self.config.micro_batches);
+        let t = self.pipeline.training.last()?;
+        let mut tl = t.timeline.clone()?;
+        if let Some(p) = t.points.iter().find(|p| p.micro_batches == m) {
+            tl = tl.illustrating(p.total_ms.median);
+        }
+        Some(self.gantt("training", &format!("Lab 8: training, {}, {} stages over {m} micro-batches", t.schedule.name(), self.pipeline.stages), origin, tl))
+    }
+
     /// One overlapped training step.
     pub fn all_reduce_gantt(&self, origin: &str) -> Option<Gantt> {
         let a = self.all_reduce.as_ref().ok()?;
@@ -172,7 +189,7 @@ pub fn report(r: &MultiGpuResults, dir: &Path, origin: &str) -> Result<Vec<PathB
     if let Some(f) = r.all_reduce_chart(origin) {
         files.extend(f.save(dir)?);
     }
-    for g in [r.four_way_gantt(origin), r.pipeline_gantt(origin), r.all_reduce_gantt(origin)].into_iter().flatten() {
+    for g in [r.four_way_gantt(origin), r.pipeline_gantt(origin), r.training_gantt(origin), r.all_reduce_gantt(origin)].into_iter().flatten() {
         files.extend(g.save(dir)?);
         let trace = dir.join(format!("{}.trace.json", g.stem));
         g.timelines[0].save_chrome_trace(&trace)?;

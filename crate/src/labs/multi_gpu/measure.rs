@@ -7,8 +7,9 @@
 //! Nsight, which holds CUPTI, a pipeline over two GPUs has none).
 
 use super::pipeline_parallel::{self as pp, bubble, bubble_model};
+use super::training::{self, Schedule};
 use super::{all_reduce, four_way, peer};
-use super::{AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults, LAB};
+use super::{AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults, TrainingSweep, LAB};
 use crate::error::{LabError, Result};
 use crate::gpu::topology::Topology;
 use crate::gpu::{Gpu, PlanRig, TimelineSource};
@@ -152,21 +153,28 @@ pub fn bubble_point(rig: &mut PlanRig, elements: usize, micro_batches: usize, pl
         )));
     }
     let plan = pp::plan_over("events only", micro_batches, elements, std::sync::Arc::new(pp::events_only), placement);
+    plan_bubble(rig, &plan, placement.len(), micro_batches, runs)
+}
+
+/// The bubble of `plan` (a pipeline of `stages` over `micro_batches`),
+/// `runs` times after one untimed run, each verified, beside
+/// (S−1)/(M+S−1).
+pub fn plan_bubble(rig: &mut PlanRig, plan: &Plan, stages: usize, micro_batches: usize, runs: usize) -> Result<BubblePoint> {
     let model = plan.dry_run()?;
-    rig.run_modelled(&plan, &model, TimelineSource::Off)?;
+    rig.run_modelled(plan, &model, TimelineSource::Off)?;
     let (mut fractions, mut totals) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         // The total from an untraced run (a traced one pays CUPTI's
         // records); the bubble from a traced run beside it.
-        totals.push(rig.run_modelled(&plan, &model, TimelineSource::Off)?.total_ms);
-        let traced = rig.run_modelled(&plan, &model, TimelineSource::best())?;
+        totals.push(rig.run_modelled(plan, &model, TimelineSource::Off)?.total_ms);
+        let traced = rig.run_modelled(plan, &model, TimelineSource::best())?;
         if let Some(b) = traced.full_timeline().and_then(|t| bubble(&traced.schedule, &t.span_times())) {
             fractions.push(b.fraction());
         }
     }
     Ok(BubblePoint {
         micro_batches,
-        model: bubble_model(placement.len(), micro_batches),
+        model: bubble_model(stages, micro_batches),
         measured: if fractions.is_empty() { None } else { Some(Summary::of(&fractions)?) },
         total_ms: Summary::of(&totals)?,
     })
@@ -299,7 +307,7 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     // A step per size, PyTorch's reference, the four-way overlap, a step per
     // micro-batch count, and with two GPUs a step per bucket size.
     let buckets = if gpus.len() > 1 { cfg.buckets_mib.len() } else { 0 };
-    let steps = cfg.sizes_mib.len() + 2 + cfg.micro_batches.len() + buckets;
+    let steps = cfg.sizes_mib.len() + 2 + (1 + Schedule::ALL.len()) * cfg.micro_batches.len() + buckets;
     let mut progress = Progress::new(mode, steps as u64, LAB);
     let _r = crate::gpu::trace::range("lab 8: several GPUs");
 
@@ -350,7 +358,26 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
         let plan = pp::plan_over("events only", m, n, std::sync::Arc::new(pp::events_only), &placement);
         let on = if gpus.len() > 1 { format!("a stage on each of GPUs {ordinals:?}") } else { format!("both stages on GPU {}", ordinals[0]) };
         let timeline = timeline_of(&mut rig, &plan, &format!("{m} micro-batches, {on}"))?;
-        PipelineResults { stages: placement.len(), iterations: rig.iterations, stage_ms, points, timeline }
+        let pipeline_iterations = rig.iterations;
+        drop(rig);
+        // Training: forward and backward of every micro-batch, under each
+        // schedule, on a rig with a buffer for each of a stage's four.
+        let mut training = Vec::with_capacity(Schedule::ALL.len());
+        {
+            let mut rig = PlanRig::over(&gpus, n, 4 * placement.len(), 1)?;
+            rig.iterations = pipeline_iterations;
+            for schedule in Schedule::ALL {
+                let mut points = Vec::with_capacity(cfg.micro_batches.len());
+                for &m in &cfg.micro_batches {
+                    points.push(plan_bubble(&mut rig, &training::plan(schedule, m, n, &placement), placement.len(), m, cfg.repeats)?);
+                    progress.step(&format!("{}, {m} micro-batches", schedule.name()));
+                }
+                let m = PipelineResults::drawn(&cfg.micro_batches);
+                let timeline = timeline_of(&mut rig, &training::plan(schedule, m, n, &placement), &format!("{}, {m} micro-batches, {on}", schedule.name()))?;
+                training.push(TrainingSweep { schedule, points, timeline });
+            }
+        }
+        PipelineResults { stages: placement.len(), iterations: pipeline_iterations, stage_ms, points, timeline, training }
     };
 
     // The gradient all-reduce, with two GPUs and NCCL.

@@ -35,6 +35,7 @@ pub mod measure;
 pub mod peer;
 pub mod pipeline_parallel;
 pub mod reference;
+pub mod training;
 
 use crate::error::{LabError, Result};
 use crate::gpu::topology::Topology;
@@ -254,6 +255,19 @@ pub struct PipelineResults {
     pub iterations: i32,
     /// One stage's kernel over all the data alone, ms.
     pub stage_ms: Summary,
+    pub points: Vec<BubblePoint>,
+    /// One run at [`PipelineResults::drawn`] micro-batches.
+    pub timeline: Option<Timeline>,
+    /// Training, forward and backward, under each schedule (none in
+    /// recordings made before the lab had them).
+    #[serde(default)]
+    pub training: Vec<TrainingSweep>,
+}
+
+/// One training schedule's bubble by micro-batches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainingSweep {
+    pub schedule: training::Schedule,
     pub points: Vec<BubblePoint>,
     /// One run at [`PipelineResults::drawn`] micro-batches.
     pub timeline: Option<Timeline>,
@@ -506,7 +520,59 @@ impl MultiGpuResults {
         } else {
             "  (one GPU: both stages' kernels share its SMs, so the bubble model, for one GPU a stage, does not apply: this checks the code path)\n"
         };
+        out += &self.training_lines();
         out
+    }
+
+    /// Training under each schedule: the bubble beside the model and the
+    /// activations each stage keeps.
+    fn training_lines(&self) -> String {
+        let p = &self.pipeline;
+        if p.training.is_empty() {
+            return String::new();
+        }
+        let mut out = format!(
+            "
+training, the forward and backward of every micro-batch ({} stages), bubble (25%..75%) and diff from the model in points:
+",
+            p.stages
+        );
+        out += &format!("  {:>13}", "micro-batches");
+        for t in &p.training {
+            out += &format!(" {:>26} {:>7}", t.schedule.name(), "diff");
+        }
+        out += &format!(
+            " {:>10}   activations kept by stage 0..{}
+",
+            "model",
+            p.stages - 1
+        );
+        for (k, &m) in self.config.micro_batches.iter().enumerate() {
+            out += &format!("  {m:>13}");
+            for t in &p.training {
+                let (cell, diff) =
+                    t.points.get(k).and_then(|b| b.measured.as_ref().map(|s| (s, b.model))).map_or(("no timeline".into(), "-".into()), |(s, model)| {
+                        let (lo, hi) = s.middle_range();
+                        (format!("{} ({}..{})", pct(s.median), pct(lo), pct(hi)), format!("{:+.1}", 100.0 * (s.median - model)))
+                    });
+                out += &format!(" {cell:>26} {diff:>7}");
+            }
+            let kept: Vec<String> = p
+                .training
+                .iter()
+                .map(|t| format!("{} {}", t.schedule.name(), self.kept(t.schedule, m).iter().map(|b| Bytes(*b).to_string()).collect::<Vec<_>>().join(", ")))
+                .collect();
+            out += &format!(" {:>10}   {}\n", pct(pipeline_parallel::bubble_model(p.stages, m)), kept.join("; "));
+        }
+        out += "  (fill-drain runs every forward, then every backward, and keeps every micro-batch's activation; 1F1B runs one forward, one backward once the pipe is full, and keeps at most S-s on stage s; both idle (S-1)/(M+S-1) where forward and backward take the same time)\n";
+        out
+    }
+
+    /// The activation bytes each stage keeps under `schedule` at `m`
+    /// micro-batches of the pipeline's data.
+    pub fn kept(&self, schedule: training::Schedule, m: usize) -> Vec<u64> {
+        let per = (((self.config.pipeline_mib << 18) / m.max(1)) & !1) as u64 * 4;
+        (0..self.pipeline.stages).map(|s| training::kept_slots(schedule, self.pipeline.stages, s, m) as u64 * per).collect()
     }
 
     fn all_reduce_lines(&self) -> String {
@@ -695,7 +761,12 @@ pub static ENTRY: crate::lab_kit::Entry<MultiGpuConfig, MultiGpuResults> = crate
     figures: report,
     headline: MultiGpuResults::headline,
     headline_figures: MultiGpuResults::headline_figures,
-    timelines: |rec, o| [rec.results.four_way_gantt(o), rec.results.pipeline_gantt(o), rec.results.all_reduce_gantt(o)].into_iter().flatten().collect(),
+    timelines: |rec, o| {
+        [rec.results.four_way_gantt(o), rec.results.pipeline_gantt(o), rec.results.training_gantt(o), rec.results.all_reduce_gantt(o)]
+            .into_iter()
+            .flatten()
+            .collect()
+    },
 };
 
 #[cfg(test)]
@@ -743,6 +814,21 @@ mod tests {
     }
 
     #[test]
+    fn training_is_tabled_by_schedule_beside_the_model_with_the_activations_kept() {
+        let r = crate::testing::multi_gpu_results_on(4);
+        let t = r.table();
+        assert!(t.contains("training, the forward and backward of every micro-batch (4 stages)"), "{t}");
+        // 32 MiB over 8 micro-batches: 4 MiB each; 1F1B keeps 4, 3, 2, 1 of them.
+        assert!(t.contains("fill-drain 32 MiB, 32 MiB, 32 MiB, 32 MiB; 1F1B 16 MiB, 12 MiB, 8 MiB, 4 MiB"), "{t}");
+        // At 8 micro-batches the model is 3/11; measured 1 and 2 points above.
+        assert!(t.contains("+1.0") && t.contains("+2.0") && t.contains("27.3%"), "{t}");
+        let g = r.training_gantt("test").unwrap();
+        assert!(g.title.contains("1F1B, 4 stages over 8 micro-batches"), "{}", g.title);
+        let lanes = g.timelines[0].lanes();
+        assert!((0..4).all(|s| lanes.iter().any(|l| l.starts_with(&format!("GPU {s} ·")))), "{lanes:?}");
+    }
+
+    #[test]
     fn over_four_gpus_the_table_says_each_stage_and_the_links() {
         let r = crate::testing::multi_gpu_results_on(4);
         let t = r.table();
@@ -786,9 +872,19 @@ mod tests {
         assert!(t.contains("gradient all-reduce: skipped: one GPU here"), "{t}");
         assert!(t.contains("does not apply") && !t.contains("model (S-1)"), "no model column where the model does not apply: {t}");
         let chart = r.bubble_chart("test");
-        assert_eq!(chart.panels[0].series.len(), 1, "no model line on one GPU");
+        let labels = |c: &crate::present::chart::Figure| c.panels[0].series.iter().map(|s| s.label.clone()).collect::<Vec<_>>();
+        assert!(!labels(&chart).iter().any(|l| l.starts_with("model")), "no model line on one GPU: {:?}", labels(&chart));
         let two = multi_gpu_results(true);
-        assert!(two.table().contains("model (S-1)/(M+S-1)") && two.bubble_chart("test").panels[0].series.len() == 2);
+        assert!(two.table().contains("model (S-1)/(M+S-1)"));
+        assert_eq!(
+            labels(&two.bubble_chart("test")),
+            [
+                "forward only, measured (CUPTI timeline)",
+                "training, fill-drain (forward and backward)",
+                "training, 1F1B (forward and backward)",
+                "model (S-1)/(M+S-1)"
+            ]
+        );
         let h = r.headline();
         assert!(h.iter().any(|(k, v)| k == "GPUs the lab ran on" && v.starts_with("1:")), "{h:?}");
         assert!(h.iter().any(|(k, _)| k.starts_with("copy within GPU 0 one way")), "{h:?}");
