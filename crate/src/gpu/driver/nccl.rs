@@ -11,9 +11,27 @@
 //! Loading sets the variables of [`MULTICAST_OFF`] where they are unset,
 //! before NCCL first reads its environment: NVLink multicast (NCCL's NVLS)
 //! stays off.
+//!
+//! A communicator's settings (`ncclConfig_t`) go in through
+//! [`nccl_comm_init_config`] as [`NcclConfig`], the struct's first 32
+//! bytes. That is sound because of how NCCL reads it (NVIDIA/nccl,
+//! `src/init.cc`, `parseCommConfig`, the same from 2.17.1 to 2.30.7): it
+//! copies `min(config->size, sizeof(ncclConfig_t))` bytes over a
+//! `NCCL_CONFIG_INITIALIZER` default, refuses a `magic` other than
+//! `0xcafebeef`, and sets back to their defaults the fields newer than
+//! `config->version` (below 2.17: `cgaClusterSize`, `minCTAs`,
+//! `maxCTAs`). The prefix's layout is `src/nccl.h.in`'s (`size_t size;
+//! unsigned magic, version; int blocking, cgaClusterSize, minCTAs,
+//! maxCTAs;` then the later fields); an unset field is `INT_MIN`
+//! (`NCCL_CONFIG_UNDEF_INT`). NCCL refuses a min or max of 0 or less, and
+//! a min above the max, whenever the min is set (an unset max counts as
+//! `INT_MIN` there, so a min needs a max); it caps both at `MAXCHANNELS`
+//! (64). `NCCL_MIN_CTAS` and `NCCL_MAX_CTAS`, where set above 0, override
+//! the config (`envConfigOverride`, read once per process).
 
 use super::{CUdeviceptr, CUstream, KeepCurrent};
 use crate::error::{LabError, Result};
+use cudarc::driver::CudaContext;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -26,6 +44,55 @@ const FLOAT32: c_int = 7;
 /// ncclSum in ncclRedOp_t.
 const SUM: c_int = 0;
 
+/// `ncclUniqueId`: the handle every rank of a new group starts from
+/// (`NCCL_UNIQUE_ID_BYTES` = 128 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NcclUniqueId(pub [c_char; 128]);
+
+/// The first fields of `ncclConfig_t` (NCCL 2.17's, which added
+/// `cgaClusterSize`, `minCTAs` and `maxCTAs`): see the module doc for why
+/// NCCL reads only these 32 bytes of it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NcclConfig {
+    /// `size_of::<NcclConfig>()`: how many bytes NCCL copies.
+    pub size: usize,
+    /// [`NcclConfig::MAGIC`].
+    pub magic: u32,
+    /// The NCCL version whose fields are set: [`NcclConfig::VERSION`].
+    pub version: u32,
+    /// 1: `ncclCommInitRankConfig` returns once the communicator is made.
+    pub blocking: c_int,
+    pub cga_cluster_size: c_int,
+    pub min_ctas: c_int,
+    pub max_ctas: c_int,
+}
+
+impl NcclConfig {
+    /// `NCCL_API_MAGIC`.
+    pub const MAGIC: u32 = 0xcafe_beef;
+    /// NCCL_VERSION(2, 17, 0): the first with the CTA fields.
+    pub const VERSION: u32 = 21700;
+    /// `NCCL_CONFIG_UNDEF_INT`: a field left to NCCL.
+    pub const UNSET: c_int = c_int::MIN;
+
+    /// A blocking communicator with at least `min` and at most `max` CTAs
+    /// per collective (`None`: NCCL's own), every other field NCCL's.
+    /// NCCL checks the values (see the module doc).
+    pub fn ctas(min: Option<c_int>, max: Option<c_int>) -> NcclConfig {
+        NcclConfig {
+            size: std::mem::size_of::<NcclConfig>(),
+            magic: Self::MAGIC,
+            version: Self::VERSION,
+            blocking: 1,
+            cga_cluster_size: Self::UNSET,
+            min_ctas: min.unwrap_or(Self::UNSET),
+            max_ctas: max.unwrap_or(Self::UNSET),
+        }
+    }
+}
+
 /// The variables that keep NVLink multicast off in NCCL, PyTorch and
 /// NVSHMEM, and their values.
 pub const MULTICAST_OFF: [(&str, &str); 3] = [("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")];
@@ -35,6 +102,9 @@ struct Api {
     _lib: libloading::Library,
     get_version: unsafe extern "C" fn(*mut c_int) -> NcclResult,
     comm_init_all: unsafe extern "C" fn(*mut NcclComm, c_int, *const c_int) -> NcclResult,
+    get_unique_id: unsafe extern "C" fn(*mut NcclUniqueId) -> NcclResult,
+    /// Since NCCL 2.14: an older NCCL still serves [`nccl_comm_init_all`].
+    comm_init_rank_config: Option<unsafe extern "C" fn(*mut NcclComm, c_int, NcclUniqueId, c_int, *mut NcclConfig) -> NcclResult>,
     comm_destroy: unsafe extern "C" fn(NcclComm) -> NcclResult,
     all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> NcclResult,
     group_start: unsafe extern "C" fn() -> NcclResult,
@@ -56,6 +126,10 @@ impl Api {
         Ok(Api {
             get_version: sym!("ncclGetVersion"),
             comm_init_all: sym!("ncclCommInitAll"),
+            get_unique_id: sym!("ncclGetUniqueId"),
+            // SAFETY: as for `sym!`: NCCL's symbol of this name, where it
+            // has one, has the field's type.
+            comm_init_rank_config: unsafe { lib.get(b"ncclCommInitRankConfig\0") }.ok().map(|f| *f),
             comm_destroy: sym!("ncclCommDestroy"),
             all_reduce: sym!("ncclAllReduce"),
             group_start: sym!("ncclGroupStart"),
@@ -149,11 +223,63 @@ pub fn nccl_comm_init_all(devices: &[i32]) -> Result<Vec<NcclComm>> {
     Ok(comms)
 }
 
+/// ncclCommInitRankConfig, rank by rank in one group from this thread (what
+/// ncclCommInitAll does inside, with a config): one communicator per
+/// context of `contexts` (primary contexts of distinct GPUs), in their
+/// order, each made with `config`; the caller destroys each
+/// ([`nccl_comm_destroy`]). NCCL takes a rank's GPU from `cudaGetDevice`,
+/// which follows the context current on the thread, so each rank's is made
+/// current before its call; the calling thread's current context is kept.
+/// A failure mid-group is returned once the group has ended (NCCL then
+/// frees what the group had begun, as in ncclCommInitAll).
+pub fn nccl_comm_init_config(contexts: &[&CudaContext], config: &NcclConfig) -> Result<Vec<NcclComm>> {
+    let api = api()?;
+    let Some(init_rank) = api.comm_init_rank_config else {
+        return Err(LabError::Unsupported(format!("NCCL {} has no ncclCommInitRankConfig (NCCL 2.14 and later have)", nccl_version()?)));
+    };
+    let n = c_int::try_from(contexts.len()).map_err(|_| LabError::config("too many GPUs for one NCCL group"))?;
+    let mut comms: Vec<NcclComm> = vec![std::ptr::null_mut(); contexts.len()];
+    let _keep = KeepCurrent::save()?;
+    let mut id = NcclUniqueId([0; 128]);
+    // SAFETY: writes one ncclUniqueId into `id`, which outlives the call.
+    check(api, "ncclGetUniqueId", unsafe { (api.get_unique_id)(&mut id) })?;
+    nccl_group_start()?;
+    let mut made = Ok(());
+    for ((rank, ctx), comm) in (0..n).zip(contexts).zip(comms.iter_mut()) {
+        made = super::bind(ctx);
+        if made.is_err() {
+            // NCCL knows nothing of this failure, and would end the group
+            // waiting for the ranks not issued. A rank it refuses marks its
+            // group failed, so that ncclGroupEnd frees those issued instead.
+            let (mut none, mut cfg) = (std::ptr::null_mut(), *config);
+            // SAFETY: as below; rank `n` is out of range, refused before
+            // NCCL makes anything.
+            let _ = unsafe { init_rank(&mut none, n, id, n, &mut cfg) };
+            break;
+        }
+        // NCCL copies the config at the call (parseCommConfig): each rank
+        // gets its own copy, as the C signature takes a mutable pointer.
+        let mut cfg = *config;
+        // SAFETY: `comm` and `cfg` are valid for writes and outlive the call
+        // (NCCL writes the handle at once and copies the config); the id
+        // is passed by value; the rank is below `n`.
+        made = check(api, "ncclCommInitRankConfig", unsafe { init_rank(comm, n, id, rank, &mut cfg) });
+        if made.is_err() {
+            break;
+        }
+    }
+    // Closes the group opened above (it makes the communicators), also
+    // after a failed call.
+    let ended = nccl_group_end();
+    made.and(ended)?;
+    Ok(comms)
+}
+
 /// ncclCommDestroy.
 ///
 /// # Safety
-/// `comm` came from [`nccl_comm_init_all`], is destroyed once, and no call
-/// on it is still being issued.
+/// `comm` came from [`nccl_comm_init_all`] or [`nccl_comm_init_config`],
+/// is destroyed once, and no call on it is still being issued.
 pub unsafe fn nccl_comm_destroy(comm: NcclComm) -> Result<()> {
     let api = api()?;
     // SAFETY: the caller's promise: a live communicator, destroyed once.
@@ -254,5 +380,30 @@ mod tests {
         let wheel = site.join("nvidia/nccl/lib/libnccl.so.2");
         assert_eq!(c.iter().filter(|p| **p == wheel).count(), 1, "beside the NVRTC wheel and under the venv's python3, once: {c:?}");
         assert_eq!(nccl_candidates(Some("".into()), None, None)[0], std::path::Path::new("libnccl.so.2"), "an empty variable is no place");
+    }
+
+    #[test]
+    fn the_config_is_the_first_32_bytes_of_ncclconfig_t() {
+        use std::mem::{align_of, offset_of, size_of};
+        // nccl.h.in: size_t size; unsigned int magic, version; int
+        // blocking, cgaClusterSize, minCTAs, maxCTAs; (then netName, ...).
+        assert_eq!((size_of::<NcclConfig>(), align_of::<NcclConfig>()), (32, 8));
+        assert_eq!(
+            [
+                offset_of!(NcclConfig, size),
+                offset_of!(NcclConfig, magic),
+                offset_of!(NcclConfig, version),
+                offset_of!(NcclConfig, blocking),
+                offset_of!(NcclConfig, cga_cluster_size),
+                offset_of!(NcclConfig, min_ctas),
+                offset_of!(NcclConfig, max_ctas)
+            ],
+            [0, 8, 12, 16, 20, 24, 28]
+        );
+        assert_eq!(size_of::<NcclUniqueId>(), 128);
+        let c = NcclConfig::ctas(None, Some(8));
+        assert_eq!((c.size, c.magic, c.version, c.blocking), (32, 0xcafebeef, 21700, 1));
+        assert_eq!((c.cga_cluster_size, c.min_ctas, c.max_ctas), (i32::MIN, i32::MIN, 8), "unset fields are NCCL_CONFIG_UNDEF_INT");
+        assert_eq!(NcclConfig::ctas(Some(2), Some(4)).min_ctas, 2);
     }
 }

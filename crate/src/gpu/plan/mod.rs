@@ -13,7 +13,7 @@ mod verify;
 
 pub use calibrate::{MachineFacts, BACK_TO_BACK, ISSUE_CHUNKS};
 
-use super::nccl::{Communicators, Nccl};
+use super::nccl::{Communicators, Nccl, NcclCtas};
 use super::{ComputeKernel, Dataset, DeviceBuffer, Event, Gpu, GpuIssuer, Graph, HostBuffer, PinnedBuffer, Run, Runner, Stream, TimelineSource};
 use crate::error::{LabError, Result};
 use crate::measure::pattern;
@@ -125,7 +125,7 @@ pub struct PlanRig {
     /// Per GPU, the stream that poisons its buffers before each run.
     setup: Vec<Stream>,
     /// NCCL's communicators, one per GPU of the rig, for plans that
-    /// all-reduce ([`Self::with_nccl`]).
+    /// all-reduce ([`Self::with_nccl`], [`Self::set_nccl_ctas`]).
     nccl: Option<Communicators>,
     /// The plans' streams by (GPU, kind, priority), made once and used by
     /// every run (each run ends synchronized): the first work on a new
@@ -192,11 +192,24 @@ impl PlanRig {
     }
 
     /// This rig with NCCL's communicators over all its GPUs, so its plans
-    /// may all-reduce. NCCL is loaded wherever it is (`gpu::nccl`); a
-    /// first all-reduce runs here, so that the connections NCCL makes at
-    /// its first call are made outside any timed run.
+    /// may all-reduce, with NCCL's own choice of CTAs
+    /// ([`Self::set_nccl_ctas`]).
     pub fn with_nccl(mut self) -> Result<PlanRig> {
-        let comms = Communicators::new(Nccl::load()?, &self.gpus)?;
+        self.set_nccl_ctas(NcclCtas::Default)?;
+        Ok(self)
+    }
+
+    /// Makes the rig's NCCL communicators over all its GPUs anew, their
+    /// collectives using as many CTAs as `ctas` says: the old ones (if
+    /// any) are destroyed first, so that two sets never hold the GPUs'
+    /// memory at once. NCCL is loaded wherever it is (`gpu::nccl`); a
+    /// first all-reduce runs here, so that the connections NCCL makes at
+    /// its first call are made outside any timed run. A setting NCCL does
+    /// not take is refused before anything changes.
+    pub fn set_nccl_ctas(&mut self, ctas: NcclCtas) -> Result<()> {
+        ctas.check()?;
+        self.nccl = None;
+        let comms = Communicators::with_ctas(Nccl::load()?, &self.gpus, ctas)?;
         let bufs: Vec<&DeviceBuffer> = self.devices.iter().map(|d| &d[0]).collect();
         comms.all_reduce_sum(&bufs, 2, &self.setup.iter().collect::<Vec<_>>())?;
         for s in &self.setup {
@@ -204,7 +217,13 @@ impl PlanRig {
         }
         self.gpu.bind()?;
         self.nccl = Some(comms);
-        Ok(self)
+        Ok(())
+    }
+
+    /// The CTA setting of the rig's NCCL communicators, `None` where it
+    /// has none.
+    pub fn nccl_ctas(&self) -> Option<NcclCtas> {
+        self.nccl.as_ref().map(Communicators::ctas)
     }
 
     /// The GPUs of the rig, by the plans' numbers.
