@@ -647,6 +647,21 @@ pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults
             iterations: 100,
             points: vec![point(4, 32, 0.05, 0.06, 3.6, 2.1), point(16, 8, 0.15, 0.24, 3.15, 2.1), point(64, 2, 0.55, 0.96, 3.05, 2.5)],
             timeline: predicted(all_reduce::plan(shape, 1, all_reduce::Sync::Overlapped), costs, "one step, 4 buckets, overlapped"),
+            // 64 MiB in 0.5 ms (bus 2(n-1)/n of 134 GB/s), PyTorch's in 0.49.
+            sizes: vec![(4 << 20, flat(0.05)), (64 << 20, flat(0.5))],
+            torch: Some(Ok(crate::labs::multi_gpu::reference::TorchAllReduce {
+                torch: "2.11.0".into(),
+                nccl: "2.28.3".into(),
+                gpus: (0..n).collect(),
+                points: vec![(4 << 20, flat(0.048)), (64 << 20, flat(0.49))],
+            })),
+            // At most 8 CTAs: the layers slow less, the sums more; the
+            // 4 MiB buckets' step 1.9 ms, hiding 99.4%.
+            capped: vec![crate::labs::multi_gpu::CtaSweep {
+                ctas: crate::gpu::nccl::NcclCtas::at_most(8),
+                points: vec![point(4, 32, 0.055, 0.06, 3.65, 1.9), point(16, 8, 0.16, 0.24, 3.2, 2.0), point(64, 2, 0.6, 0.96, 3.1, 2.45)],
+            }],
+            env_override: None,
         })
     } else {
         Err("one GPU here: an all-reduce sums over two or more".into())

@@ -9,7 +9,7 @@
 use super::pipeline_parallel::{self as pp, bubble, bubble_model};
 use super::training::{self, Schedule};
 use super::{all_reduce, four_way, peer};
-use super::{AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults, TrainingSweep, LAB};
+use super::{AllReduceResults, CtaSweep, MultiGpuConfig, MultiGpuResults, PipelineResults, TrainingSweep, LAB};
 use crate::error::{LabError, Result};
 use crate::gpu::topology::Topology;
 use crate::gpu::{Gpu, PlanRig, TimelineSource};
@@ -306,7 +306,7 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     let t = Timing { copies: cfg.copies, runs: cfg.repeats };
     // A step per size, PyTorch's reference, the four-way overlap, a step per
     // micro-batch count, and with two GPUs a step per bucket size.
-    let buckets = if gpus.len() > 1 { cfg.buckets_mib.len() } else { 0 };
+    let buckets = if gpus.len() > 1 { 1 + cfg.buckets_mib.len() * cfg.nccl_ctas.len() } else { 0 };
     let steps = cfg.sizes_mib.len() + 2 + (1 + Schedule::ALL.len()) * cfg.micro_batches.len() + buckets;
     let mut progress = Progress::new(mode, steps as u64, LAB);
     let _r = crate::gpu::trace::range("lab 8: several GPUs");
@@ -400,13 +400,35 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     Ok(MultiGpuResults { config: cfg.clone(), topology, gpus: ordinals, peer, torch, four_way: four_way_result, four_way_timeline, pipeline, all_reduce })
 }
 
-/// The all-reduce sweep over the lab's GPUs: the layer kernel calibrated
-/// to `--compute-ratio` times one all-reduce at the largest bucket, then
-/// each bucket size; one overlapped step drawn at the middle size.
+/// The all-reduce sweep over the lab's GPUs: one all-reduce alone by
+/// message size (NCCL's bus bandwidth) beside PyTorch's on the same GPUs;
+/// then the layer kernel calibrated to `--compute-ratio` times one
+/// all-reduce at the largest bucket, and each bucket size under each of
+/// `--nccl-ctas` (the layers calibrated once, so that steps compare
+/// across settings); one overlapped step drawn at the middle size.
 fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mut Progress) -> Result<AllReduceResults> {
     let ranks = gpus.len();
     let per_gpu = cfg.grad_mib << 18;
     let nccl_version = crate::gpu::nccl::Nccl::load()?.version()?;
+    let env_override = crate::gpu::nccl::nccl_ctas_env_override();
+    let ordinals: Vec<usize> = gpus.iter().map(|g| g.ordinal()).collect();
+
+    // Bus bandwidth by size: rank g's buffer is the plan's buffer g.
+    let largest = cfg.all_reduce_mib.iter().copied().max().unwrap_or(1) << 18;
+    let mut sizes = Vec::with_capacity(cfg.all_reduce_mib.len());
+    {
+        let mut rig = PlanRig::over(gpus, largest, ranks, 1)?.with_nccl()?;
+        for &mib in &cfg.all_reduce_mib {
+            sizes.push(((mib as u64) << 20, rig.alone(OpKind::AllReduce(ranks as u8), mib << 18, t.runs.max(3))?));
+        }
+    }
+    progress.step("all-reduce by size");
+    let torch = (!cfg.no_reference).then(|| {
+        progress.step_note("PyTorch's all_reduce on the same GPUs");
+        let bytes: Vec<u64> = sizes.iter().map(|s| s.0).collect();
+        super::reference::torch_all_reduce(&cfg.python, &ordinals, &bytes, (t.copies, t.runs))
+    });
+
     // The layers' kernels in many short blocks, as a network's are: NCCL's
     // kernel, on a stream of higher priority, takes the next SMs that free
     // up and runs beside them (one resident wave would hold every SM until
@@ -419,11 +441,18 @@ fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mu
     let one_sum = rig.alone(OpKind::AllReduce(ranks as u8), n, 3)?.median;
     calibrate_kernel(&mut rig, cfg.compute_ratio * one_sum, n)?;
     let copy_engines = gpus[0].copy_engines()?;
-    let mut points = Vec::with_capacity(cfg.buckets_mib.len());
-    for &mib in &cfg.buckets_mib {
-        points.push(all_reduce_point(&mut rig, shape(mib), copy_engines, t)?);
-        progress.step(&format!("all-reduce, buckets of {mib} MiB"));
+    let mut sweeps = Vec::with_capacity(cfg.nccl_ctas.len());
+    for &ctas in &cfg.nccl_ctas {
+        rig.set_nccl_ctas(ctas)?;
+        let mut points = Vec::with_capacity(cfg.buckets_mib.len());
+        for &mib in &cfg.buckets_mib {
+            points.push(all_reduce_point(&mut rig, shape(mib), copy_engines, t)?);
+            progress.step(&format!("all-reduce, {ctas}, buckets of {mib} MiB"));
+        }
+        sweeps.push(CtaSweep { ctas, points });
     }
+    // The timeline under NCCL's own choice, as the first sweep.
+    rig.set_nccl_ctas(crate::gpu::nccl::NcclCtas::Default)?;
     let mut sorted = cfg.buckets_mib.clone();
     sorted.sort_unstable();
     let middle = shape(sorted[sorted.len() / 2]);
@@ -432,5 +461,7 @@ fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mu
         &all_reduce::plan(middle, 1, all_reduce::Sync::Overlapped),
         &format!("one step, {} buckets of {} MiB, overlapped", middle.buckets(), sorted[sorted.len() / 2]),
     )?;
-    Ok(AllReduceResults { nccl_version, ranks, iterations: rig.iterations, points, timeline })
+    // validate() puts NCCL's own choice first.
+    let points = sweeps.remove(0).points;
+    Ok(AllReduceResults { nccl_version, ranks, iterations: rig.iterations, points, timeline, sizes, torch, capped: sweeps, env_override })
 }

@@ -105,6 +105,18 @@ pub struct MultiGpuConfig {
     /// their layers, and nothing could hide them.
     #[arg(long, default_value_t = MultiGpuConfig::default().compute_ratio)]
     pub compute_ratio: f64,
+    /// Message sizes of the all-reduce's bus-bandwidth sweep,
+    /// comma-separated, MiB if no unit is given (1,64,1GiB); PyTorch's
+    /// all_reduce runs the same sizes on the same GPUs.
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, value_delimiter = ',', default_values_t = MultiGpuConfig::default().all_reduce_mib)]
+    #[serde(default = "MultiGpuConfig::default_all_reduce_mib")]
+    pub all_reduce_mib: Vec<usize>,
+    /// The SMs NCCL's kernels may take beside the layers, swept: each
+    /// setting a communicator of its own ("default" for NCCL's choice, 8
+    /// for at most 8 CTAs, 2-8 for 2 to 8), comma-separated.
+    #[arg(long, value_name = "CTAS", value_delimiter = ',', default_values = ["default", "16", "8", "4", "2"])]
+    #[serde(default = "MultiGpuConfig::default_nccl_ctas")]
+    pub nccl_ctas: Vec<crate::gpu::nccl::NcclCtas>,
     /// The Python that has PyTorch, for the reference copy between the same GPUs.
     #[arg(long, default_value_t = MultiGpuConfig::default().python)]
     pub python: String,
@@ -129,6 +141,8 @@ impl Default for MultiGpuConfig {
             grad_mib: 128,
             buckets_mib: vec![4, 8, 16, 32, 64],
             compute_ratio: 2.0,
+            all_reduce_mib: Self::default_all_reduce_mib(),
+            nccl_ctas: Self::default_nccl_ctas(),
             python: "python3".into(),
             no_reference: false,
         }
@@ -136,6 +150,13 @@ impl Default for MultiGpuConfig {
 }
 
 impl MultiGpuConfig {
+    fn default_all_reduce_mib() -> Vec<usize> {
+        vec![1, 4, 16, 64, 256, 1024]
+    }
+    fn default_nccl_ctas() -> Vec<crate::gpu::nccl::NcclCtas> {
+        use crate::gpu::nccl::NcclCtas;
+        vec![NcclCtas::Default, NcclCtas::at_most(16), NcclCtas::at_most(8), NcclCtas::at_most(4), NcclCtas::at_most(2)]
+    }
     /// The headline's sizes (the largest copy) with one below, fewer repeats.
     pub fn headline() -> Self {
         MultiGpuConfig { sizes_mib: vec![4, 64], repeats: 5, ..Self::default() }
@@ -152,6 +173,8 @@ impl MultiGpuConfig {
             micro_batches: vec![1, 2, 4, 8, 16],
             grad_mib: 64,
             buckets_mib: vec![4, 16, 64],
+            all_reduce_mib: vec![4, 64],
+            nccl_ctas: vec![crate::gpu::nccl::NcclCtas::Default, crate::gpu::nccl::NcclCtas::at_most(8)],
             ..Self::default()
         }
     }
@@ -170,6 +193,8 @@ impl MultiGpuConfig {
             micro_batches: vec![1, 4],
             grad_mib: 4,
             buckets_mib: vec![1, 2],
+            all_reduce_mib: vec![1],
+            nccl_ctas: vec![crate::gpu::nccl::NcclCtas::Default, crate::gpu::nccl::NcclCtas::at_most(2)],
             no_reference: true,
             ..Self::default()
         }
@@ -216,6 +241,21 @@ impl MultiGpuConfig {
                 "--buckets-mib must list bucket sizes that divide --grad-mib {} evenly (got {:?})",
                 self.grad_mib, self.buckets_mib
             )));
+        }
+        if self.all_reduce_mib.is_empty() {
+            return Err(LabError::config("--all-reduce-mib must list at least one size"));
+        }
+        for &m in &self.all_reduce_mib {
+            mib("--all-reduce-mib", m)?;
+        }
+        if self.nccl_ctas.first() != Some(&crate::gpu::nccl::NcclCtas::Default) {
+            return Err(LabError::config(format!(
+                "--nccl-ctas must start with default (NCCL's own choice, what the other settings are compared with): got {}",
+                self.nccl_ctas.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        for c in &self.nccl_ctas {
+            c.check()?;
         }
         if !(0.05..=20.0).contains(&self.compute_ratio) {
             return Err(LabError::config(format!("--compute-ratio must be 0.05-20 (got {})", self.compute_ratio)));
@@ -292,17 +332,72 @@ pub struct AllReduceResults {
     pub ranks: usize,
     /// The layer kernel's FMAs per element.
     pub iterations: i32,
+    /// The bucket sweep with NCCL's own choice of CTAs.
     pub points: Vec<AllReducePoint>,
     /// One overlapped step at the middle bucket size.
     pub timeline: Option<Timeline>,
+    /// One all-reduce alone by message size, ms (none in recordings made
+    /// before the lab swept sizes).
+    #[serde(default)]
+    pub sizes: Vec<(u64, Summary)>,
+    /// PyTorch's all_reduce at the same sizes on the same GPUs, or why
+    /// there is none.
+    #[serde(default)]
+    pub torch: Option<std::result::Result<reference::TorchAllReduce, String>>,
+    /// The bucket sweep again under each capped CTA setting, the layers
+    /// calibrated once (so that steps compare across settings).
+    #[serde(default)]
+    pub capped: Vec<CtaSweep>,
+    /// Said when NCCL_MAX_CTAS or NCCL_MIN_CTAS is set: it overrides every
+    /// setting of the sweep.
+    #[serde(default)]
+    pub env_override: Option<String>,
+}
+
+/// The bucket sweep under one CTA setting of NCCL's communicators.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CtaSweep {
+    pub ctas: crate::gpu::nccl::NcclCtas,
+    pub points: Vec<AllReducePoint>,
 }
 
 impl AllReduceResults {
     /// The point that hid the most communication among those whose
-    /// compute is at least as long as their communication.
+    /// compute is at least as long as their communication (NCCL's own
+    /// choice of CTAs).
     pub fn best(&self) -> Option<&AllReducePoint> {
-        self.points.iter().filter(|p| p.compute_ms() >= p.comm_ms()).max_by(|a, b| a.hidden().total_cmp(&b.hidden()))
+        best_of(&self.points)
     }
+    /// Every CTA setting's sweep, NCCL's own choice first.
+    pub fn sweeps(&self) -> Vec<(crate::gpu::nccl::NcclCtas, &[AllReducePoint])> {
+        std::iter::once((crate::gpu::nccl::NcclCtas::Default, &self.points[..])).chain(self.capped.iter().map(|c| (c.ctas, &c.points[..]))).collect()
+    }
+    /// The setting chosen by measurement: the one whose best bucket's
+    /// overlapped step is the shortest, with that point.
+    pub fn chosen(&self) -> Option<(crate::gpu::nccl::NcclCtas, &AllReducePoint)> {
+        self.sweeps()
+            .into_iter()
+            .filter_map(|(c, pts)| best_of(pts).map(|p| (c, p)))
+            .min_by(|a, b| a.1.overlapped_ms.median.total_cmp(&b.1.overlapped_ms.median))
+    }
+    /// Bus bandwidth by size, GB/s: ours and PyTorch's where it ran.
+    pub fn bus_by_size(&self) -> Vec<(u64, f64, Option<f64>)> {
+        let torch = self.torch.as_ref().and_then(|t| t.as_ref().ok());
+        self.sizes
+            .iter()
+            .map(|(bytes, ms)| {
+                let theirs =
+                    torch.and_then(|t| t.points.iter().find(|(b, _)| b == bytes)).map(|(_, s)| all_reduce::bus_gbps(*bytes as f64, s.median, self.ranks));
+                (*bytes, all_reduce::bus_gbps(*bytes as f64, ms.median, self.ranks), theirs)
+            })
+            .collect()
+    }
+}
+
+/// Among `points`, the one that hid the most communication where compute
+/// is at least as long as the communication.
+fn best_of(points: &[AllReducePoint]) -> Option<&AllReducePoint> {
+    points.iter().filter(|p| p.compute_ms() >= p.comm_ms()).max_by(|a, b| a.hidden().total_cmp(&b.hidden()))
 }
 
 /// The lab's results.
@@ -605,6 +700,8 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
             );
         }
         out += "  (a training step, by difference; hidden: (serial - overlapped) / comm; at most: all but the last bucket's sum where compute is the longer; bus GB/s: NCCL's bus bandwidth of one bucket's sum)\n";
+        out += &self.all_reduce_size_lines(a);
+        out += &self.cta_lines(a);
         if let Some(b) = a.best() {
             out += &format!(
                 "best where compute is at least as long as the communication: buckets of {} hid {} of the communication ({} at most), NCCL's bus bandwidth {:.1} GB/s\n",
@@ -613,6 +710,69 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
                 pct(b.hidden_bound()),
                 b.bus_gbps(a.ranks)
             );
+        }
+        out
+    }
+
+    /// Bus bandwidth by message size, beside PyTorch's.
+    fn all_reduce_size_lines(&self, a: &AllReduceResults) -> String {
+        if a.sizes.is_empty() {
+            return String::new();
+        }
+        let mut out = format!("all-reduce alone by size over {} GPUs, NCCL's bus bandwidth (2(n-1)/n of the bytes over the time):\n", a.ranks);
+        out += &format!("  {:>9} {:>10} {:>10} {:>12} {:>8}\n", "size", "one sum", "bus GB/s", "PyTorch GB/s", "ours");
+        for ((bytes, ours, theirs), (_, ms)) in a.bus_by_size().into_iter().zip(&a.sizes) {
+            let (t, ratio) = theirs.map_or(("-".into(), "-".into()), |t| (format!("{t:.1}"), pct(ours / t)));
+            out += &format!("  {:>9} {:>10} {:>10.1} {:>12} {:>8}\n", Bytes(bytes).to_string(), fmt_ms(ms.median), ours, t, ratio);
+        }
+        match &a.torch {
+            Some(Ok(t)) => out += &format!("  (PyTorch {} with NCCL {}, torch.distributed's all_reduce on the same GPUs, after ours)\n", t.torch, t.nccl),
+            Some(Err(why)) => out += &format!("  no PyTorch reference: {why}\n"),
+            None => out += "  no PyTorch reference: --no-reference\n",
+        }
+        out
+    }
+
+    /// The bucket sweep's best point under each CTA setting, and the one
+    /// chosen by measurement.
+    fn cta_lines(&self, a: &AllReduceResults) -> String {
+        if a.capped.is_empty() {
+            return String::new();
+        }
+        let mut out = "the SMs NCCL takes (each setting its own communicators; the layers calibrated once): the best bucket of each\n".to_string();
+        out += &format!(
+            "  {:>16} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>9}\n",
+            "NCCL's CTAs", "bucket", "layer", "one sum", "overlapped", "hidden", "at most", "bus GB/s"
+        );
+        for (ctas, points) in a.sweeps() {
+            match best_of(points) {
+                Some(p) => {
+                    out += &format!(
+                        "  {:>16} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>9.1}\n",
+                        ctas.to_string(),
+                        Bytes(p.bucket_bytes).to_string(),
+                        fmt_ms(p.kernel_ms.median),
+                        fmt_ms(p.all_reduce_ms.median),
+                        fmt_ms(p.overlapped_ms.median),
+                        pct(p.hidden()),
+                        pct(p.hidden_bound()),
+                        p.bus_gbps(a.ranks)
+                    )
+                }
+                None => out += &format!("  {:>16} compute shorter than the communication at every bucket\n", ctas.to_string()),
+            }
+        }
+        if let Some((ctas, p)) = a.chosen() {
+            out += &format!(
+                "chosen by measurement (the shortest overlapped step): {ctas}, buckets of {}: hid {} of the communication ({} at most), NCCL's bus bandwidth {:.1} GB/s\n",
+                Bytes(p.bucket_bytes),
+                pct(p.hidden()),
+                pct(p.hidden_bound()),
+                p.bus_gbps(a.ranks)
+            );
+        }
+        if let Some(why) = &a.env_override {
+            out += &format!("  NOTE: {why}: the settings above all ran as it says\n");
         }
         out
     }
@@ -659,6 +819,15 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
             match &self.all_reduce {
                 Ok(a) => a.best().map_or("compute shorter than the communication at every bucket".into(), |b| {
                     format!("{} at {} buckets, bus {:.0} GB/s", pct(b.hidden()), Bytes(b.bucket_bytes), b.bus_gbps(a.ranks))
+                }),
+                Err(why) => format!("skipped: {why}"),
+            },
+        ));
+        rows.push((
+            "all-reduce hidden, CTAs chosen by measurement".into(),
+            match &self.all_reduce {
+                Ok(a) => a.chosen().map_or("compute shorter than the communication at every bucket".into(), |(ctas, b)| {
+                    format!("{} at {} buckets, {ctas}, bus {:.0} GB/s", pct(b.hidden()), Bytes(b.bucket_bytes), b.bus_gbps(a.ranks))
                 }),
                 Err(why) => format!("skipped: {why}"),
             },
@@ -798,6 +967,9 @@ mod tests {
         bad(&|c| c.buckets_mib = vec![512], "divide --grad-mib");
         bad(&|c| c.compute_ratio = 0.0, "--compute-ratio");
         bad(&|c| c.gpus = Some(1), "--gpus must be 2-64 (got 1)");
+        bad(&|c| c.nccl_ctas = vec![crate::gpu::nccl::NcclCtas::at_most(8)], "--nccl-ctas must start with default");
+        bad(&|c| c.nccl_ctas = vec![crate::gpu::nccl::NcclCtas::Default, crate::gpu::nccl::NcclCtas::at_most(0)], "NCCL's max CTAs 0");
+        bad(&|c| c.all_reduce_mib = vec![], "--all-reduce-mib");
         bad(&|c| c.four_way_mib = 1 << 20, "--four-way-mib");
     }
 
@@ -826,6 +998,19 @@ mod tests {
         assert!(g.title.contains("1F1B, 4 stages over 8 micro-batches"), "{}", g.title);
         let lanes = g.timelines[0].lanes();
         assert!((0..4).all(|s| lanes.iter().any(|l| l.starts_with(&format!("GPU {s} ·")))), "{lanes:?}");
+    }
+
+    #[test]
+    fn the_all_reduce_by_size_stands_beside_pytorch_and_the_cta_setting_is_chosen_by_measurement() {
+        let r = multi_gpu_results(true);
+        let t = r.table();
+        // 64 MiB in 0.5 ms over 2 GPUs: 134.2 GB/s of bus; PyTorch's 0.49 ms: 137.0.
+        assert!(t.contains("134.2") && t.contains("137.0") && t.contains("98.0%"), "{t}");
+        assert!(t.contains("PyTorch 2.11.0 with NCCL 2.28.3"), "{t}");
+        assert!(t.contains("at most 8 CTAs") && t.contains("NCCL's choice"), "{t}");
+        assert!(t.contains("chosen by measurement (the shortest overlapped step): at most 8 CTAs, buckets of 4 MiB"), "{t}");
+        let h = r.headline();
+        assert!(h.iter().any(|(k, v)| k == "all-reduce hidden, CTAs chosen by measurement" && v.contains("at most 8 CTAs")), "{h:?}");
     }
 
     #[test]

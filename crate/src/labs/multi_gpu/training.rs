@@ -27,7 +27,8 @@
 //! A slot written again before its backward read it gives wrong data; a
 //! backward not ordered after its gradient arrived is a race. Every stage's
 //! gradients are checked on the GPU. The steps are issued in an order
-//! where every step's inputs were issued before it ([`issue_in_order`]): a
+//! where every step's inputs were issued before it (round-robin over the
+//! stages, each step once what it needs is issued): a
 //! wait on an event not yet recorded does nothing in CUDA.
 
 use super::pipeline_parallel::UPLOAD;
@@ -143,7 +144,8 @@ fn plan_keeping(schedule: Schedule, micro_batches: usize, elements: usize, place
         let g = gpu(s);
         let input = if s == 0 { format!("input on GPU {g}") } else { format!("stage {s}'s input on GPU {g}") };
         buffers.push((input, elements, g));
-        buffers.push((format!("stage {s}'s kept activations on GPU {g}"), slots[s] * per, g));
+        let kept = slots.get(s).copied().unwrap_or(1) * per;
+        buffers.push((format!("stage {s}'s kept activations on GPU {g}"), kept, g));
         if s + 1 < stages {
             buffers.push((format!("gradient received by stage {s} on GPU {g}"), elements, g));
         }
