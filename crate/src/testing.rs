@@ -670,6 +670,8 @@ pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults
         topology,
         gpus: (0..n).collect(),
         peer,
+        // Every link at 300 GB/s alone, 290 with all of them busy.
+        ring: (n > 2).then(|| crate::labs::multi_gpu::measure::RingPoint { bytes: 64 << 20, per_link: flat(290.0), alone: vec![flat(300.0); n] }),
         torch,
         four_way_timeline: predicted(four_way::plan(64, to as usize, 1, &[]), four_costs, "one round of the four at once"),
         four_way: four_way_result,

@@ -1186,6 +1186,28 @@ mod several_gpus {
         }
     }
 
+    /// Every GPU copying to the next at once, verified, beside each copy
+    /// alone (three GPUs or more; two make both ways).
+    #[test]
+    fn a_ring_copies_every_gpus_buffer_to_the_next_verified() {
+        use overlap_lab::labs::multi_gpu::measure::{ring_point, Timing};
+        let test = "a_ring_copies_every_gpus_buffer_to_the_next_verified";
+        let Some(_gpu) = gpu_or_skip(test) else {
+            return;
+        };
+        let gpus = all_gpus();
+        if gpus.len() < 3 {
+            eprintln!("SKIPPED {test}: a ring needs three GPUs; this machine has {}", gpus.len());
+            return;
+        }
+        let bytes = 64 << 20;
+        let mut rig = PlanRig::over(&gpus, bytes / 4, 2 * gpus.len(), 64).unwrap();
+        let r = ring_point(&mut rig, bytes, gpus.len(), Timing { copies: 5, runs: 3 }).unwrap();
+        let alone: Vec<String> = r.alone.iter().map(|s| format!("{:.1}", s.median)).collect();
+        println!("ring of {}: {:.1} GB/s a link; alone {}", gpus.len(), r.per_link.median, alone.join(", "));
+        assert!(r.per_link.median > 0.0 && r.alone.iter().all(|s| s.median > 0.0), "{r:?}");
+    }
+
     /// An upload, a download, a copy to the other GPU (within GPU 0 where
     /// there is one) and a kernel, each alone and all at once, verified
     /// (how the four at once compare with their sum is printed).

@@ -100,6 +100,39 @@ impl MultiGpuResults {
         let a = self.all_reduce.as_ref().ok()?;
         let by = |f: &dyn Fn(&super::AllReducePoint) -> f64| a.points.iter().map(|p| (p.bucket_bytes as f64, f(p))).collect::<Vec<_>>();
         let color = kind_color(OpKind::AllReduce(2));
+        // Hidden by bucket under each CTA setting (NCCL's own choice first).
+        let palette = [color, kind_color(OpKind::H2d), kind_color(OpKind::D2h), kind_color(OpKind::Kernel), BLACK];
+        let mut hidden: Vec<Series> = a
+            .sweeps()
+            .into_iter()
+            .zip(palette.iter().cycle())
+            .map(|((ctas, pts), &c)| Series {
+                label: format!("measured, {ctas}: (serial - overlapped) / comm"),
+                color: c,
+                dashed: false,
+                points: pts.iter().map(|p| (p.bucket_bytes as f64, 100.0 * p.hidden())).collect(),
+            })
+            .collect();
+        hidden.push(Series {
+            label: "at most (the last bucket exposed; NCCL's choice)".into(),
+            color: GREY,
+            dashed: true,
+            points: by(&|p| 100.0 * p.hidden_bound()),
+        });
+        let mut bus = vec![Series { label: "a bucket's sum, NCCL's choice of CTAs".into(), color, dashed: false, points: by(&|p| p.bus_gbps(a.ranks)) }];
+        let by_size = a.bus_by_size();
+        if !by_size.is_empty() {
+            bus.push(Series {
+                label: "alone by size (ours)".into(),
+                color: BLACK,
+                dashed: false,
+                points: by_size.iter().map(|&(b, ours, _)| (b as f64, ours)).collect(),
+            });
+            let torch: Vec<(f64, f64)> = by_size.iter().filter_map(|&(b, _, t)| t.map(|t| (b as f64, t))).collect();
+            if !torch.is_empty() {
+                bus.push(Series { label: "PyTorch all_reduce, same GPUs, same run".into(), color: GREY, dashed: true, points: torch });
+            }
+        }
         Some(Figure {
             stem: format!("{LAB}-all-reduce"),
             title: format!("Lab 8: gradient all-reduce beside compute (NCCL {}, {} GPUs)", a.nccl_version, a.ranks),
@@ -111,18 +144,15 @@ impl MultiGpuResults {
                     x_label: "bucket size".into(),
                     y_label: "% of the communication hidden".into(),
                     log_y: false,
-                    series: vec![
-                        Series { label: "measured: (serial - overlapped) / comm".into(), color, dashed: false, points: by(&|p| 100.0 * p.hidden()) },
-                        Series { label: "at most (the last bucket exposed)".into(), color: GREY, dashed: true, points: by(&|p| 100.0 * p.hidden_bound()) },
-                    ],
+                    series: hidden,
                 },
                 Panel {
-                    title: "one bucket's all-reduce alone".into(),
+                    title: "one all-reduce alone".into(),
                     x_axis: XAxis::LogBytes,
-                    x_label: "bucket size".into(),
+                    x_label: "bytes per all-reduce".into(),
                     y_label: "NCCL bus bandwidth, GB/s".into(),
                     log_y: false,
-                    series: vec![Series { label: "bus bandwidth".into(), color, dashed: false, points: by(&|p| p.bus_gbps(a.ranks)) }],
+                    series: bus,
                 },
             ],
             panel_size: (760, 380),

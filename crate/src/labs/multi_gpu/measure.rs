@@ -36,6 +36,31 @@ pub struct PeerPoint {
     pub host: Summary,
 }
 
+/// Every GPU copying to the next at once, against each of those copies
+/// alone, GB/s a link.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RingPoint {
+    pub bytes: u64,
+    /// Each link's rate with every link busy.
+    pub per_link: Summary,
+    /// GPU g to GPU g+1 alone, by g.
+    pub alone: Vec<Summary>,
+}
+
+/// The ring over the rig's GPUs at `bytes` (three or more GPUs; two make
+/// [`PeerPoint::both_ways`]).
+pub fn ring_point(rig: &mut PlanRig, bytes: usize, gpus: usize, t: Timing) -> Result<RingPoint> {
+    let elements = (bytes / 4) & !1;
+    let b = (elements * 4) as f64;
+    let to_gbps = |s: Summary| s.map_decreasing(|ms| b / ms / 1e6);
+    let per_link = to_gbps(per_repeat_ms(rig, |k| peer::ring(elements, gpus, k), t)?);
+    let mut alone = Vec::with_capacity(gpus);
+    for g in 0..gpus {
+        alone.push(to_gbps(per_repeat_ms(rig, |k| peer::one_way(elements, g, (g + 1) % gpus, k), t)?));
+    }
+    Ok(RingPoint { bytes: elements as u64 * 4, per_link, alone })
+}
+
 /// How a repeated op is timed.
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
@@ -307,7 +332,7 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     // A step per size, PyTorch's reference, the four-way overlap, a step per
     // micro-batch count, and with two GPUs a step per bucket size.
     let buckets = if gpus.len() > 1 { 1 + cfg.buckets_mib.len() * cfg.nccl_ctas.len() } else { 0 };
-    let steps = cfg.sizes_mib.len() + 2 + (1 + Schedule::ALL.len()) * cfg.micro_batches.len() + buckets;
+    let steps = cfg.sizes_mib.len() + usize::from(gpus.len() > 2) + 2 + (1 + Schedule::ALL.len()) * cfg.micro_batches.len() + buckets;
     let mut progress = Progress::new(mode, steps as u64, LAB);
     let _r = crate::gpu::trace::range("lab 8: several GPUs");
 
@@ -322,6 +347,16 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
             progress.step(&format!("copies of {mib} MiB"));
         }
     }
+    // Every GPU to the next at once, at the largest size (three GPUs or more).
+    let ring = if gpus.len() > 2 {
+        let _r = crate::gpu::trace::range("ring of copies");
+        let mut rig = PlanRig::over(&gpus, largest / 4, 2 * gpus.len(), 1)?;
+        let r = ring_point(&mut rig, largest, gpus.len(), t)?;
+        progress.step("a ring of copies");
+        Some(r)
+    } else {
+        None
+    };
     let torch = if cfg.no_reference {
         Err("--no-reference".to_string())
     } else {
@@ -397,7 +432,7 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     };
     progress.finish();
     gpu.bind()?;
-    Ok(MultiGpuResults { config: cfg.clone(), topology, gpus: ordinals, peer, torch, four_way: four_way_result, four_way_timeline, pipeline, all_reduce })
+    Ok(MultiGpuResults { config: cfg.clone(), topology, gpus: ordinals, peer, ring, torch, four_way: four_way_result, four_way_timeline, pipeline, all_reduce })
 }
 
 /// The all-reduce sweep over the lab's GPUs: one all-reduce alone by

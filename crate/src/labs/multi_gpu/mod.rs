@@ -114,7 +114,7 @@ pub struct MultiGpuConfig {
     /// The SMs NCCL's kernels may take beside the layers, swept: each
     /// setting a communicator of its own ("default" for NCCL's choice, 8
     /// for at most 8 CTAs, 2-8 for 2 to 8), comma-separated.
-    #[arg(long, value_name = "CTAS", value_delimiter = ',', default_values = ["default", "16", "8", "4", "2"])]
+    #[arg(long, value_name = "CTAS", value_delimiter = ',', default_values = ["default", "32", "24", "16", "12"])]
     #[serde(default = "MultiGpuConfig::default_nccl_ctas")]
     pub nccl_ctas: Vec<crate::gpu::nccl::NcclCtas>,
     /// The Python that has PyTorch, for the reference copy between the same GPUs.
@@ -138,7 +138,7 @@ impl Default for MultiGpuConfig {
             pipeline_mib: 64,
             stage_ms: 20.0,
             micro_batches: vec![1, 2, 4, 8, 16, 32],
-            grad_mib: 128,
+            grad_mib: 512,
             buckets_mib: vec![4, 8, 16, 32, 64],
             compute_ratio: 2.0,
             all_reduce_mib: Self::default_all_reduce_mib(),
@@ -155,7 +155,7 @@ impl MultiGpuConfig {
     }
     fn default_nccl_ctas() -> Vec<crate::gpu::nccl::NcclCtas> {
         use crate::gpu::nccl::NcclCtas;
-        vec![NcclCtas::Default, NcclCtas::at_most(16), NcclCtas::at_most(8), NcclCtas::at_most(4), NcclCtas::at_most(2)]
+        [None, Some(32), Some(24), Some(16), Some(12)].map(|c| c.map_or(NcclCtas::Default, NcclCtas::at_most)).to_vec()
     }
     /// The headline's sizes (the largest copy) with one below, fewer repeats.
     pub fn headline() -> Self {
@@ -174,7 +174,7 @@ impl MultiGpuConfig {
             grad_mib: 64,
             buckets_mib: vec![4, 16, 64],
             all_reduce_mib: vec![4, 64],
-            nccl_ctas: vec![crate::gpu::nccl::NcclCtas::Default, crate::gpu::nccl::NcclCtas::at_most(8)],
+            nccl_ctas: vec![crate::gpu::nccl::NcclCtas::Default, crate::gpu::nccl::NcclCtas::at_most(16)],
             ..Self::default()
         }
     }
@@ -411,6 +411,10 @@ pub struct MultiGpuResults {
     pub gpus: Vec<usize>,
     /// Copies to the second GPU (within GPU 0 with one), by size.
     pub peer: Vec<PeerPoint>,
+    /// Every GPU copying to the next at once at the largest size, against
+    /// each copy alone (three GPUs or more).
+    #[serde(default)]
+    pub ring: Option<measure::RingPoint>,
     /// PyTorch's copy between the same GPUs at the largest size, or why there is none.
     pub torch: std::result::Result<TorchPeer, String>,
     pub four_way: FourWay,
@@ -535,6 +539,18 @@ impl MultiGpuResults {
             );
         }
         out += "  (both ways: the bytes that crossed in both directions per second; staged: down to pinned host memory and up again, in chunks that overlap)\n";
+        if let Some(r) = &self.ring {
+            let alone: Vec<String> =
+                r.alone.iter().enumerate().map(|(g, s)| format!("{}->{} {:.1}", self.gpus[g], self.gpus[(g + 1) % self.gpus.len()], s.median)).collect();
+            let (lo, hi) = r.per_link.middle_range();
+            out += &format!(
+                "ring of {} at {}: every GPU sends to the next at once, {:.1} GB/s a link ({lo:.1}..{hi:.1}); each alone {} GB/s\n",
+                r.alone.len(),
+                Bytes(r.bytes),
+                r.per_link.median,
+                alone.join(", ")
+            );
+        }
         match (&self.torch, self.against_torch()) {
             (Ok(t), Some((one, both))) => {
                 out += &format!(
@@ -864,7 +880,12 @@ impl crate::lab_kit::LabRun<MultiGpuResults> {
     pub fn pipeline_timeline(&self) -> Result<crate::present::gantt::Gantt> {
         self.record.results.pipeline_gantt(&self.origin()).ok_or_else(|| self.no_timeline("the pipeline's run"))
     }
-    /// Hidden share and bus bandwidth against bucket size.
+    /// One training run under 1F1B, a lane per GPU's stream.
+    pub fn training_timeline(&self) -> Result<crate::present::gantt::Gantt> {
+        self.record.results.training_gantt(&self.origin()).ok_or_else(|| self.no_timeline("training under 1F1B"))
+    }
+    /// Hidden share against bucket size under each CTA setting, and bus
+    /// bandwidth against size beside PyTorch's.
     pub fn all_reduce_chart(&self) -> Result<crate::present::chart::Figure> {
         self.record.results.all_reduce_chart(&self.origin()).ok_or_else(|| self.skipped_all_reduce())
     }
@@ -963,14 +984,31 @@ mod tests {
         bad(&|c| c.staging_chunks = 0, "--staging-chunks");
         bad(&|c| c.stage_ms = f64::NAN, "--stage-ms");
         bad(&|c| c.micro_batches = vec![0], "--micro-batches");
-        bad(&|c| c.buckets_mib = vec![3], "divide --grad-mib 128");
-        bad(&|c| c.buckets_mib = vec![512], "divide --grad-mib");
+        bad(&|c| c.buckets_mib = vec![3], "divide --grad-mib 512");
+        bad(&|c| c.buckets_mib = vec![1024], "divide --grad-mib");
         bad(&|c| c.compute_ratio = 0.0, "--compute-ratio");
         bad(&|c| c.gpus = Some(1), "--gpus must be 2-64 (got 1)");
         bad(&|c| c.nccl_ctas = vec![crate::gpu::nccl::NcclCtas::at_most(8)], "--nccl-ctas must start with default");
         bad(&|c| c.nccl_ctas = vec![crate::gpu::nccl::NcclCtas::Default, crate::gpu::nccl::NcclCtas::at_most(0)], "NCCL's max CTAs 0");
         bad(&|c| c.all_reduce_mib = vec![], "--all-reduce-mib");
         bad(&|c| c.four_way_mib = 1 << 20, "--four-way-mib");
+    }
+
+    #[test]
+    fn the_command_line_takes_gpus_sizes_and_cta_settings_and_defaults_to_the_config() {
+        use crate::gpu::nccl::NcclCtas;
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            c: MultiGpuConfig,
+        }
+        let cli = Cli::try_parse_from(["multi-gpu", "--gpus", "4", "--all-reduce-mib", "64,1GiB", "--nccl-ctas", "default,8,2-4"]).unwrap();
+        assert_eq!(cli.c.gpus, Some(4));
+        assert_eq!(cli.c.all_reduce_mib, [64, 1024]);
+        assert_eq!(cli.c.nccl_ctas, [NcclCtas::Default, NcclCtas::at_most(8), NcclCtas::AtMost { max: 4, min: Some(2) }]);
+        assert_eq!(Cli::try_parse_from(["multi-gpu"]).unwrap().c, MultiGpuConfig::default());
+        assert!(Cli::try_parse_from(["multi-gpu", "--nccl-ctas", "default,0"]).is_err());
     }
 
     #[test]
@@ -1020,6 +1058,8 @@ mod tests {
         assert!(t.contains("the lab's GPUs: GPUs 0, 1, 2, 3 (every pair NVLink x18, peer access); copies and the four-way overlap GPU 0 -> GPU 1"), "{t}");
         assert!(t.contains("pipeline of 4 stages") && t.contains("stage 0 on GPU 0, stage 1 on GPU 1, stage 2 on GPU 2, stage 3 on GPU 3"), "{t}");
         assert!(t.contains("over 4 GPUs"), "{t}");
+        assert!(t.contains("ring of 4 at 64 MiB: every GPU sends to the next at once, 290.0 GB/s a link (290.0..290.0); each alone 0->1 300.0, 1->2 300.0, 2->3 300.0, 3->0 300.0 GB/s"), "{t}");
+        assert!(!multi_gpu_results(true).table().contains("ring of"), "two GPUs: both ways is the ring");
         let h = r.headline();
         assert!(h.iter().any(|(k, v)| k == "GPUs the lab ran on" && v == "4: every pair NVLink x18, peer access"), "{h:?}");
     }

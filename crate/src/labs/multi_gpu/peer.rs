@@ -108,12 +108,62 @@ pub fn staged(elements: usize, from: usize, to: usize, chunks: usize, repeats: u
     placed(p, from, to)
 }
 
+/// A ring over `gpus` GPUs: every GPU g copies its buffer 2g to buffer
+/// 2g+1, on GPU g+1 (GPU 0 after the last), all at once, each on a stream
+/// of its own GPU, `repeats` times. Each source holds the input (uploaded
+/// as set-up); every received buffer is checked after the run. With two
+/// GPUs the ring is [`both_ways`] with whole buffers.
+pub fn ring(elements: usize, gpus: usize, repeats: usize) -> Plan {
+    let n = gpus.max(1);
+    let specs = (0..n).map(|g| StreamSpec::new("to the next", StreamKind::NonBlocking, 0).on_gpu(g)).collect();
+    let p = Plan::new(&format!("ring of {n}"), specs, elements, 2 * n, move |p, r| {
+        for g in 0..n {
+            p.h2d(r.streams[g], r.devices[2 * g], 0, r.input, 0, r.elements, "upload")?;
+        }
+        p.timed_from_here()?;
+        for _ in 0..repeats.max(1) {
+            for g in 0..n {
+                p.d2d(r.streams[g], r.devices[2 * g + 1], 0, r.devices[2 * g], 0, r.elements, COPY)?;
+            }
+        }
+        Ok(())
+    });
+    let buffers: Vec<String> = (0..n).flat_map(|g| [format!("GPU {g}'s to send"), format!("received by GPU {} from GPU {g}", (g + 1) % n)]).collect();
+    let names: Vec<(&str, usize)> = buffers.iter().map(|b| (b.as_str(), elements)).collect();
+    p.placed((0..n).flat_map(|g| [g, (g + 1) % n]).collect()).with_device_buffers(&names).checked_on_devices(&(0..n).map(|g| 2 * g + 1).collect::<Vec<_>>())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pipeline::cells::Provenance;
     use crate::pipeline::machine::Machine;
     use crate::pipeline::op::{Link, OpKind};
+
+    #[test]
+    fn the_ring_sends_every_gpus_buffer_to_the_next_at_once() {
+        for n in [3, 4] {
+            let p = ring(64, n, 3);
+            assert_eq!(p.gpus(), (0..n).collect::<Vec<_>>());
+            let m = p.dry_run().unwrap();
+            assert!(m.schedule.races().is_empty(), "{:?}", m.schedule.races());
+            for cells in p.checked_cells(&m) {
+                assert!(cells.iter().enumerate().all(|(i, c)| c == Provenance::Input(i as u32)));
+            }
+            let links: Vec<Link> = m.schedule.ops.iter().filter_map(|o| if let OpKind::D2d(l) = o.kind { Some(l) } else { None }).collect();
+            assert_eq!(links.len(), 3 * n);
+            assert!((0..n).all(|g| links.contains(&Link { from: g as u8, to: ((g + 1) % n) as u8 })), "{links:?}");
+            // The queue model runs the links at once: three rounds of one copy's time.
+            let mut costs: crate::pipeline::plan::Costs = [((OpKind::H2d, 64), 1.0)].into();
+            for l in &links {
+                costs.insert((OpKind::D2d(*l), 64), 0.5);
+            }
+            let (_, times) = p.predict(Machine::engines(2), &costs).unwrap();
+            let copies: Vec<&(f64, f64)> = m.schedule.ops.iter().zip(&times).filter(|(o, _)| matches!(o.kind, OpKind::D2d(_))).map(|(_, t)| t).collect();
+            let span = copies.iter().map(|t| t.1).fold(0.0, f64::max) - copies.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
+            assert!((span - 1.5).abs() < 1e-9, "{span}");
+        }
+    }
 
     #[test]
     fn every_plan_moves_the_data_verified_and_race_free_over_two_gpus_or_one() {
