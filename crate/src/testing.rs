@@ -661,6 +661,7 @@ pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults
                 ctas: crate::gpu::nccl::NcclCtas::at_most(8),
                 points: vec![point(4, 32, 0.055, 0.06, 3.65, 1.9), point(16, 8, 0.16, 0.24, 3.2, 2.0), point(64, 2, 0.6, 0.96, 3.1, 2.45)],
             }],
+            skipped: Vec::new(),
             env_override: None,
         })
     } else {

@@ -204,8 +204,11 @@ impl PlanRig {
     /// any) are destroyed first, so that two sets never hold the GPUs'
     /// memory at once. NCCL is loaded wherever it is (`gpu::nccl`); a
     /// first all-reduce runs here, so that the connections NCCL makes at
-    /// its first call are made outside any timed run. A setting NCCL does
-    /// not take is refused before anything changes.
+    /// its first call are made outside any timed run. A setting out of
+    /// NCCL's range is refused before anything changes; one this NCCL
+    /// cannot make (a cap, before NCCL 2.17) fails after the old
+    /// communicators are gone, and the rig then has none until a setting
+    /// is made again.
     pub fn set_nccl_ctas(&mut self, ctas: NcclCtas) -> Result<()> {
         ctas.check()?;
         self.nccl = None;

@@ -477,8 +477,18 @@ fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mu
     calibrate_kernel(&mut rig, cfg.compute_ratio * one_sum, n)?;
     let copy_engines = gpus[0].copy_engines()?;
     let mut sweeps = Vec::with_capacity(cfg.nccl_ctas.len());
+    let mut skipped = Vec::new();
     for &ctas in &cfg.nccl_ctas {
-        rig.set_nccl_ctas(ctas)?;
+        if let Err(e) = rig.set_nccl_ctas(ctas) {
+            // A cap this NCCL cannot make (before 2.17) is a line in the
+            // results; NCCL's own choice failing fails the sweep.
+            if ctas == crate::gpu::nccl::NcclCtas::Default {
+                return Err(e);
+            }
+            skipped.push(format!("{ctas}: {e}"));
+            rig.set_nccl_ctas(crate::gpu::nccl::NcclCtas::Default)?;
+            continue;
+        }
         let mut points = Vec::with_capacity(cfg.buckets_mib.len());
         for &mib in &cfg.buckets_mib {
             points.push(all_reduce_point(&mut rig, shape(mib), copy_engines, t)?);
@@ -498,5 +508,5 @@ fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mu
     )?;
     // validate() puts NCCL's own choice first.
     let points = sweeps.remove(0).points;
-    Ok(AllReduceResults { nccl_version, ranks, iterations: rig.iterations, points, timeline, sizes, torch, capped: sweeps, env_override })
+    Ok(AllReduceResults { nccl_version, ranks, iterations: rig.iterations, points, timeline, sizes, torch, capped: sweeps, skipped, env_override })
 }

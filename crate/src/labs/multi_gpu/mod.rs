@@ -81,7 +81,7 @@ pub struct MultiGpuConfig {
     /// computes, MiB if no unit is given.
     #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, default_value_t = MultiGpuConfig::default().four_way_mib)]
     pub four_way_mib: usize,
-    /// The two-stage pipeline's data, MiB if no unit is given.
+    /// The pipeline's data, MiB if no unit is given.
     #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, default_value_t = MultiGpuConfig::default().pipeline_mib)]
     pub pipeline_mib: usize,
     /// How long one stage takes over all of the pipeline's data, ms (its
@@ -348,6 +348,9 @@ pub struct AllReduceResults {
     /// calibrated once (so that steps compare across settings).
     #[serde(default)]
     pub capped: Vec<CtaSweep>,
+    /// The CTA settings this NCCL could not make, each with why.
+    #[serde(default)]
+    pub skipped: Vec<String>,
     /// Said when NCCL_MAX_CTAS or NCCL_MIN_CTAS is set: it overrides every
     /// setting of the sweep.
     #[serde(default)]
@@ -372,13 +375,14 @@ impl AllReduceResults {
     pub fn sweeps(&self) -> Vec<(crate::gpu::nccl::NcclCtas, &[AllReducePoint])> {
         std::iter::once((crate::gpu::nccl::NcclCtas::Default, &self.points[..])).chain(self.capped.iter().map(|c| (c.ctas, &c.points[..]))).collect()
     }
-    /// The setting chosen by measurement: the one whose best bucket's
-    /// overlapped step is the shortest, with that point.
+    /// The setting chosen by measurement: the one under which the overlap
+    /// hid the most of the communication, at its best bucket (where
+    /// compute is at least as long as the communication), with that point.
+    /// (Not the shortest step: a step's layers run faster in fewer, larger
+    /// kernels, so the shortest step is the largest bucket's, whatever NCCL
+    /// takes.)
     pub fn chosen(&self) -> Option<(crate::gpu::nccl::NcclCtas, &AllReducePoint)> {
-        self.sweeps()
-            .into_iter()
-            .filter_map(|(c, pts)| best_of(pts).map(|p| (c, p)))
-            .min_by(|a, b| a.1.overlapped_ms.median.total_cmp(&b.1.overlapped_ms.median))
+        self.sweeps().into_iter().filter_map(|(c, pts)| best_of(pts).map(|p| (c, p))).max_by(|a, b| a.1.hidden().total_cmp(&b.1.hidden()))
     }
     /// Bus bandwidth by size, GB/s: ours and PyTorch's where it ran.
     pub fn bus_by_size(&self) -> Vec<(u64, f64, Option<f64>)> {
@@ -386,9 +390,10 @@ impl AllReduceResults {
         self.sizes
             .iter()
             .map(|(bytes, ms)| {
-                let theirs =
-                    torch.and_then(|t| t.points.iter().find(|(b, _)| b == bytes)).map(|(_, s)| all_reduce::bus_gbps(*bytes as f64, s.median, self.ranks));
-                (*bytes, all_reduce::bus_gbps(*bytes as f64, ms.median, self.ranks), theirs)
+                // A time at or below zero (a difference lost in noise) has no rate.
+                let gbps = |ms: f64| if ms > 0.0 { all_reduce::bus_gbps(*bytes as f64, ms, self.ranks) } else { f64::NAN };
+                let theirs = torch.and_then(|t| t.points.iter().find(|(b, _)| b == bytes)).map(|(_, s)| gbps(s.median));
+                (*bytes, gbps(ms.median), theirs)
             })
             .collect()
     }
@@ -676,6 +681,9 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
             out += &format!(" {:>10}   {}\n", pct(pipeline_parallel::bubble_model(p.stages, m)), kept.join("; "));
         }
         out += "  (fill-drain runs every forward, then every backward, and keeps every micro-batch's activation; 1F1B runs one forward, one backward once the pipe is full, and keeps at most S-s on stage s; both idle (S-1)/(M+S-1) where forward and backward take the same time)\n";
+        if !self.several_gpus() {
+            out += "  (one GPU: both stages share its SMs, so the model, for one GPU a stage, does not apply: this checks the code path)\n";
+        }
         out
     }
 
@@ -752,10 +760,11 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
     /// The bucket sweep's best point under each CTA setting, and the one
     /// chosen by measurement.
     fn cta_lines(&self, a: &AllReduceResults) -> String {
+        let skipped: String = a.skipped.iter().map(|why| format!("CTA setting skipped: {why}\n")).collect();
         if a.capped.is_empty() {
-            return String::new();
+            return skipped;
         }
-        let mut out = "the SMs NCCL takes (each setting its own communicators; the layers calibrated once): the best bucket of each\n".to_string();
+        let mut out = skipped + "the SMs NCCL takes (each setting its own communicators; the layers calibrated once): the best bucket of each\n";
         out += &format!(
             "  {:>16} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>9}\n",
             "NCCL's CTAs", "bucket", "layer", "one sum", "overlapped", "hidden", "at most", "bus GB/s"
@@ -780,7 +789,7 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
         }
         if let Some((ctas, p)) = a.chosen() {
             out += &format!(
-                "chosen by measurement (the shortest overlapped step): {ctas}, buckets of {}: hid {} of the communication ({} at most), NCCL's bus bandwidth {:.1} GB/s\n",
+                "chosen by measurement (the setting that hid the most): {ctas}, buckets of {}: hid {} of the communication ({} at most), NCCL's bus bandwidth {:.1} GB/s\n",
                 Bytes(p.bucket_bytes),
                 pct(p.hidden()),
                 pct(p.hidden_bound()),
@@ -876,7 +885,7 @@ impl crate::lab_kit::LabRun<MultiGpuResults> {
     pub fn bubble_chart(&self) -> crate::present::chart::Figure {
         self.record.results.bubble_chart(&self.origin())
     }
-    /// One run of the two-stage pipeline, a lane per GPU's stream.
+    /// One run of the pipeline, a lane per GPU's stream.
     pub fn pipeline_timeline(&self) -> Result<crate::present::gantt::Gantt> {
         self.record.results.pipeline_gantt(&self.origin()).ok_or_else(|| self.no_timeline("the pipeline's run"))
     }
@@ -927,7 +936,7 @@ impl crate::lab_kit::LabRun<MultiGpuResults> {
 /// The newest recording in `data/` made on two GPUs or more: what a
 /// machine with one GPU shows of a pair (`None` while there is none).
 pub fn recorded_pair() -> Result<Option<crate::lab_kit::LabRun<MultiGpuResults>>> {
-    crate::lab_kit::LabRun::recorded_where(LAB, "it is the newest recording made on two GPUs, shown on any machine", MultiGpuResults::several_gpus)
+    crate::lab_kit::LabRun::recorded_where(LAB, "it is the newest recording made on two GPUs or more, shown on any machine", MultiGpuResults::several_gpus)
 }
 
 /// The report's files for a recording: the charts, the timelines (with
@@ -1046,7 +1055,7 @@ mod tests {
         assert!(t.contains("134.2") && t.contains("137.0") && t.contains("98.0%"), "{t}");
         assert!(t.contains("PyTorch 2.11.0 with NCCL 2.28.3"), "{t}");
         assert!(t.contains("at most 8 CTAs") && t.contains("NCCL's choice"), "{t}");
-        assert!(t.contains("chosen by measurement (the shortest overlapped step): at most 8 CTAs, buckets of 4 MiB"), "{t}");
+        assert!(t.contains("chosen by measurement (the setting that hid the most): at most 8 CTAs, buckets of 4 MiB"), "{t}");
         let h = r.headline();
         assert!(h.iter().any(|(k, v)| k == "all-reduce hidden, CTAs chosen by measurement" && v.contains("at most 8 CTAs")), "{h:?}");
     }
