@@ -204,13 +204,18 @@ impl PlanRig {
     /// any) are destroyed first, so that two sets never hold the GPUs'
     /// memory at once. NCCL is loaded wherever it is (`gpu::nccl`); a
     /// first all-reduce runs here, so that the connections NCCL makes at
-    /// its first call are made outside any timed run. A setting out of
+    /// its first call are made outside any timed run (a rig that already
+    /// holds communicators of this setting keeps them). A setting out of
     /// NCCL's range is refused before anything changes; one this NCCL
     /// cannot make (a cap, before NCCL 2.17) fails after the old
     /// communicators are gone, and the rig then has none until a setting
     /// is made again.
     pub fn set_nccl_ctas(&mut self, ctas: NcclCtas) -> Result<()> {
         ctas.check()?;
+        if self.nccl_ctas() == Some(ctas) {
+            // Already made with this setting, and warmed up.
+            return Ok(());
+        }
         self.nccl = None;
         let comms = Communicators::with_ctas(Nccl::load()?, &self.gpus, ctas)?;
         let bufs: Vec<&DeviceBuffer> = self.devices.iter().map(|d| &d[0]).collect();

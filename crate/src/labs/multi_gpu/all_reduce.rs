@@ -150,8 +150,12 @@ pub fn kinds(ranks: usize) -> [OpKind; 2] {
 /// that took `ms`, GB/s: the algorithm's bandwidth (bytes / time) times
 /// 2(R−1)/R, the share of the data each GPU's link carries in a ring, so
 /// that it compares with the link's own speed whatever the GPU count
-/// (nccl-tests' definition).
+/// (nccl-tests' definition). NaN where `ms` is 0 or less: a time by
+/// difference lost in the noise has no rate.
 pub fn bus_gbps(bytes: f64, ms: f64, ranks: usize) -> f64 {
+    if ms <= 0.0 {
+        return f64::NAN;
+    }
     let r = ranks.max(1) as f64;
     bytes / ms / 1e6 * 2.0 * (r - 1.0) / r
 }

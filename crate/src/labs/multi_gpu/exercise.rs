@@ -111,8 +111,10 @@ pub fn check_on_model(micro_batches: usize, elements: usize, at: &[usize], machi
     // The events-only loop with the same costs: slow links leave it a
     // bubble above the formula's, and no loop can do better.
     let fix = plan_over("events only", micro_batches, elements, Arc::new(events_only), at);
-    let reference =
-        fix.predict(machine, &costs_for(costs.clone(), &fix.dry_run().map(|m| m.schedule).unwrap_or_default())).ok().and_then(|(s, t)| bubble(&s, &t));
+    let reference = fix.dry_run().ok().and_then(|m| {
+        let pred = fix.prediction(&m, machine, &costs_for(costs.clone(), &m.schedule)).ok()?;
+        bubble(&m.schedule, &pred.times)
+    });
     match mine.prediction(&model, machine, &costs_for(costs.clone(), &model.schedule)) {
         Ok(pred) => {
             judge_bubble(&mut rep, &model.schedule, &pred.times, micro_batches, at, reference.map(|b| b.fraction()), "predicted from each op's cost alone")

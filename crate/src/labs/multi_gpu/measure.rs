@@ -477,7 +477,10 @@ fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mu
     calibrate_kernel(&mut rig, cfg.compute_ratio * one_sum, n)?;
     let copy_engines = gpus[0].copy_engines()?;
     let mut sweeps = Vec::with_capacity(cfg.nccl_ctas.len());
-    let mut skipped = Vec::new();
+    let mut sorted = cfg.buckets_mib.clone();
+    sorted.sort_unstable();
+    let middle = shape(sorted[sorted.len() / 2]);
+    let (mut skipped, mut timeline) = (Vec::new(), None);
     for &ctas in &cfg.nccl_ctas {
         if let Err(e) = rig.set_nccl_ctas(ctas) {
             // A cap this NCCL cannot make (before 2.17) is a line in the
@@ -495,17 +498,16 @@ fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mu
             progress.step(&format!("all-reduce, {ctas}, buckets of {mib} MiB"));
         }
         sweeps.push(CtaSweep { ctas, points });
+        // The timeline under NCCL's own choice (the first setting), while
+        // its communicators are the rig's.
+        if ctas == crate::gpu::nccl::NcclCtas::Default {
+            timeline = timeline_of(
+                &mut rig,
+                &all_reduce::plan(middle, 1, all_reduce::Sync::Overlapped),
+                &format!("one step, {} buckets of {} MiB, overlapped", middle.buckets(), sorted[sorted.len() / 2]),
+            )?;
+        }
     }
-    // The timeline under NCCL's own choice, as the first sweep.
-    rig.set_nccl_ctas(crate::gpu::nccl::NcclCtas::Default)?;
-    let mut sorted = cfg.buckets_mib.clone();
-    sorted.sort_unstable();
-    let middle = shape(sorted[sorted.len() / 2]);
-    let timeline = timeline_of(
-        &mut rig,
-        &all_reduce::plan(middle, 1, all_reduce::Sync::Overlapped),
-        &format!("one step, {} buckets of {} MiB, overlapped", middle.buckets(), sorted[sorted.len() / 2]),
-    )?;
     // validate() puts NCCL's own choice first.
     let points = sweeps.remove(0).points;
     Ok(AllReduceResults { nccl_version, ranks, iterations: rig.iterations, points, timeline, sizes, torch, capped: sweeps, skipped, env_override })

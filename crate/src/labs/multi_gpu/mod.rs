@@ -384,16 +384,14 @@ impl AllReduceResults {
     pub fn chosen(&self) -> Option<(crate::gpu::nccl::NcclCtas, &AllReducePoint)> {
         self.sweeps().into_iter().filter_map(|(c, pts)| best_of(pts).map(|p| (c, p))).max_by(|a, b| a.1.hidden().total_cmp(&b.1.hidden()))
     }
-    /// Bus bandwidth by size, GB/s: ours and PyTorch's where it ran.
+    /// Bus bandwidth by size, GB/s (medians): ours and PyTorch's where it ran.
     pub fn bus_by_size(&self) -> Vec<(u64, f64, Option<f64>)> {
-        let torch = self.torch.as_ref().and_then(|t| t.as_ref().ok());
+        let torch = self.torch.as_ref().and_then(|t| t.as_ref().ok()).map(reference::TorchAllReduce::bus_gbps).unwrap_or_default();
         self.sizes
             .iter()
-            .map(|(bytes, ms)| {
-                // A time at or below zero (a difference lost in noise) has no rate.
-                let gbps = |ms: f64| if ms > 0.0 { all_reduce::bus_gbps(*bytes as f64, ms, self.ranks) } else { f64::NAN };
-                let theirs = torch.and_then(|t| t.points.iter().find(|(b, _)| b == bytes)).map(|(_, s)| gbps(s.median));
-                (*bytes, gbps(ms.median), theirs)
+            .map(|&(bytes, ms)| {
+                let theirs = torch.iter().find(|(b, _)| *b == bytes).map(|(_, s)| s.median);
+                (bytes, all_reduce::bus_gbps(bytes as f64, ms.median, self.ranks), theirs)
             })
             .collect()
     }
@@ -448,9 +446,8 @@ impl MultiGpuResults {
     /// line for every pair where all pairs are alike ("NVLink x18, peer
     /// access"), else each pair's.
     pub fn links(&self) -> String {
-        let path = |a: usize, b: usize| self.path_line(a, b);
         let pairs: Vec<(usize, usize)> = self.gpus.iter().enumerate().flat_map(|(i, &a)| self.gpus[i + 1..].iter().map(move |&b| (a, b))).collect();
-        let each: Vec<String> = pairs.iter().map(|&(a, b)| path(a, b)).collect();
+        let each: Vec<String> = pairs.iter().map(|&(a, b)| self.path_line(a, b)).collect();
         match &each[..] {
             [] => "one GPU".into(),
             [one] => one.clone(),
@@ -690,7 +687,7 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
     /// The activation bytes each stage keeps under `schedule` at `m`
     /// micro-batches of the pipeline's data.
     pub fn kept(&self, schedule: training::Schedule, m: usize) -> Vec<u64> {
-        let per = (((self.config.pipeline_mib << 18) / m.max(1)) & !1) as u64 * 4;
+        let per = training::micro_batch_elements(self.config.pipeline_mib << 18, m) as u64 * 4;
         (0..self.pipeline.stages).map(|s| training::kept_slots(schedule, self.pipeline.stages, s, m) as u64 * per).collect()
     }
 

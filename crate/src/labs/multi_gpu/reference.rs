@@ -70,10 +70,7 @@ impl TorchAllReduce {
     /// these GPUs; NaN where a time by difference came out 0 or less).
     pub fn bus_gbps(&self) -> Vec<(u64, Summary)> {
         let ranks = self.gpus.len();
-        self.points
-            .iter()
-            .map(|&(bytes, ms)| (bytes, ms.map_decreasing(|ms| if ms > 0.0 { all_reduce::bus_gbps(bytes as f64, ms, ranks) } else { f64::NAN })))
-            .collect()
+        self.points.iter().map(|&(bytes, ms)| (bytes, ms.map_decreasing(|ms| all_reduce::bus_gbps(bytes as f64, ms, ranks)))).collect()
     }
 }
 

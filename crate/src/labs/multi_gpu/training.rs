@@ -74,6 +74,13 @@ impl Schedule {
     }
 }
 
+/// Elements of one micro-batch of `elements` split into `micro_batches`
+/// of one even size (so that any one fits any slot; the few left over
+/// are dropped).
+pub fn micro_batch_elements(elements: usize, micro_batches: usize) -> usize {
+    (elements / micro_batches.max(1)) & !1
+}
+
 /// How many micro-batches' activations stage `s` keeps at once under
 /// `schedule`: the slots it needs.
 pub fn kept_slots(schedule: Schedule, stages: usize, s: usize, micro_batches: usize) -> usize {
@@ -129,9 +136,7 @@ pub fn plan(schedule: Schedule, micro_batches: usize, elements: usize, placement
 fn plan_keeping(schedule: Schedule, micro_batches: usize, elements: usize, placement: &[usize], slots: Vec<usize>) -> Plan {
     let stages = placement.len().max(1);
     let gpu = |s: usize| placement.get(s).copied().unwrap_or(0);
-    // Micro-batches of one even size, so that any one fits any slot: the
-    // plan drops the few elements left over.
-    let per = (elements / micro_batches.max(1)) & !1;
+    let per = micro_batch_elements(elements, micro_batches);
     let elements = per * micro_batches;
     let specs: Vec<StreamSpec> = (0..stages)
         .flat_map(|s| ["compute", "forward sends", "backward sends"].map(|n| StreamSpec::new(n, StreamKind::NonBlocking, 0).on_gpu(gpu(s))))
