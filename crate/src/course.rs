@@ -11,6 +11,7 @@
 use crate::error::Result;
 use crate::gpu::{driver, kernels, Availability, Gpu};
 use crate::lab_kit::progress::{self, Exercise, Progress};
+use crate::lab_kit::Word;
 use crate::measure::record::{default_data_dir, read_json};
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::{OpKind, StreamKind};
@@ -168,27 +169,14 @@ pub fn course_map() -> String {
     out
 }
 
-/// A word or abbreviation the labs print, and what it means.
-#[derive(Clone, Copy, Debug)]
-pub struct Word {
-    /// The lab that brings it in (its name in the lab table), or `None`
-    /// for a word of the whole course.
-    pub lab: Option<&'static str>,
-    pub term: &'static str,
-    pub meaning: &'static str,
-}
-
+/// A word or abbreviation the whole course prints, and what it means
+/// (each lab's own are in its table entry: [`crate::lab_kit::Lab::glossary`]).
 const fn course(term: &'static str, meaning: &'static str) -> Word {
-    Word { lab: None, term, meaning }
+    Word::new(term, meaning)
 }
 
-const fn of(lab: &'static str, term: &'static str, meaning: &'static str) -> Word {
-    Word { lab: Some(lab), term, meaning }
-}
-
-/// The course's own words and abbreviations, as the labs print them: the
-/// whole course's first, then each lab's (every lab of the table brings
-/// some: a test holds the two lists together).
+/// The whole course's words and abbreviations, as the labs print them
+/// (every lab of the table brings its own too: a test holds it to that).
 pub const GLOSSARY: &[Word] = &[
     course("H2D, D2H, D2D", "a copy host to device, device to host, device to device (within one GPU or between two)"),
     course("stream", "a queue of GPU work that runs in order; work on different streams may overlap"),
@@ -203,66 +191,19 @@ pub const GLOSSARY: &[Word] = &[
     course("start gate", "a wait that holds every stream until the loop is issued, so device time excludes issuing"),
     course("makespan", "from a timeline's first op's start to its last op's end"),
     course("spread", "the middle half of the runs (25% to 75%): a difference smaller than it is not shown"),
-    of("bandwidth", "pinned / pageable", "page-locked host memory the copy engines read directly / ordinary memory the driver stages through a pinned buffer"),
-    of(
-        "bandwidth",
-        "write-combined, registered",
-        "pinned memory the CPU writes fast but reads slowly / ordinary memory pinned where it is (cuMemHostRegister)",
-    ),
-    of("bandwidth", "break-even", "how many copies of a buffer it takes for pinning it to pay for itself"),
-    of("overlap", "H, K, D, H|D", "the whole data's H2D, kernel, D2H alone, and both copies at once"),
-    of(
-        "overlap",
-        "chunks/streams DF, BF, SS",
-        "issue orders: depth-first (a chunk's three ops, then the next), breadth-first (every H2D, then every kernel...), a stream per stage",
-    ),
-    of("overlap", "serial", "one chunk on one stream: nothing overlaps"),
-    of("double-buffer", "double buffering", "two buffers used in turn: the CPU fills one while the GPU copies or computes the other"),
-    of("callback", "host function", "a CPU function the driver runs when a stream reaches it (cuLaunchHostFunc); the stream waits for it"),
-    of("callback", "G, C, C/G", "the GPU time and CPU (argmin) time per iteration, and their ratio"),
-    of("streams", "legacy / per-thread default stream", "the NULL stream every blocking stream synchronizes with / a default stream of each CPU thread's own"),
-    of("streams", "graph", "a CUDA graph: a captured loop replayed with one launch"),
-    of(
-        "memory",
-        "stream-ordered pair",
-        "cuMemAllocAsync / cuMemFreeAsync: memory from the pool, allocated and freed in stream order, so neither waits for the GPU",
-    ),
-    of("memory", "release threshold", "how much memory the pool keeps at a synchronization instead of giving it back to the driver"),
-    of("memory", "staging slots, zero-copy", "a ring of pinned buffers reused as each batch's copy ends / a kernel reading mapped pinned host memory in place"),
-    of(
-        "kernel-pipeline",
-        "regs, smem, occ, bps, lcl",
-        "registers per thread, shared memory per block, resident share of an SM's threads, blocks per SM launched, spilled bytes per thread",
-    ),
-    of("kernel-pipeline", "stage, tile, TMA", "tiles in flight per block, the block's unit of work, the tensor memory accelerator's bulk copies"),
-    of("multi-gpu", "micro-batch, bubble", "a slice of a batch that moves through the pipeline's stages; the time a stage sits idle"),
-    of("multi-gpu", "all-reduce, bucket", "every GPU's buffers summed in place (NCCL); the gradients handed to it at a time"),
-    of("offload", "layer, d, GEMM", "two FP16 matrix multiplications by cuBLAS (d x 4d, then 4d x d) with a ReLU between; d is the model's width"),
-    of("offload", "GPU budget", "the GPU memory the lab lets itself use (--gpu-budget): the model's weights do not fit in it"),
-    of("offload", "ring, slot, prefetch", "K layer buffers on the GPU reused in turn / one of them / a layer's upload issued while earlier layers compute"),
-    of("offload", "tokens/s", "tokens (rows of a batch) through every layer per second"),
-    of("offload", "link- / compute-bound, crossover", "uploads slower than the GEMMs / the other way round; the batch size where the two take as long"),
-    of("offload", "epilogue, fused", "what a GEMM does as it writes its output (here the ReLU, or FP8's scaling) / done there, not by a kernel of its own"),
-    of("offload", "resident, R / K", "a layer kept on the GPU for good / how many are, and the ring's slots for the rest; the planner picks both"),
-    of("offload", "FP8, E4M3, scale, amax", "8-bit floats (4 exponent bits, 3 of mantissa) / a tensor's FP32 multiplier / its largest magnitude"),
-    of("pytorch-trace", "trace, CUPTI", "torch.profiler's record of a run (a Chrome trace file) / the CUDA library that times its GPU ops"),
-    of("pytorch-trace", "finding", "where a traced program loses time, with the call behind it and what it costs"),
-    of("pytorch-trace", "what-if, fix", "the trace replayed on the queue model with a change (pinned, copy stream, sync removed, CUDA graph) / such a change"),
-    of("pytorch-trace", "issue-bound", "the GPU idle between ops while the CPU launches the next: the launches, not the work, set the pace"),
-    of("pytorch-trace", "graph gap", "the GPU's time between two kernels of one CUDA graph, measured; a graph's price in the what-if"),
 ];
 
 /// The width of the glossary's column of terms (each term is shorter).
 const TERM_COLUMN: usize = 36;
 
-/// [`GLOSSARY`] as the notebook prints it: the course's words, then each
-/// lab's under its number and name, in the lab table's order.
+/// The glossary as the notebook prints it: the course's words
+/// ([`GLOSSARY`]), then each lab's under its number and name, in the lab
+/// table's order.
 pub fn glossary() -> String {
-    let words =
-        |lab: Option<&str>| -> String { GLOSSARY.iter().filter(|w| w.lab == lab).map(|w| format!("{:<TERM_COLUMN$} {}\n", w.term, w.meaning)).collect() };
-    let mut out = words(None);
+    let words = |ws: &[Word]| -> String { ws.iter().map(|w| format!("{:<TERM_COLUMN$} {}\n", w.term, w.meaning)).collect() };
+    let mut out = words(GLOSSARY);
     for lab in crate::labs::ALL.iter() {
-        out += &format!("\nlab {} ({}):\n{}", lab.number(), lab.name(), words(Some(lab.name())));
+        out += &format!("\nlab {} ({}):\n{}", lab.number(), lab.name(), words(lab.glossary()));
     }
     out
 }
@@ -361,8 +302,9 @@ mod tests {
 
     #[test]
     fn the_glossary_explains_what_the_tables_abbreviate() {
-        let terms: String = GLOSSARY.iter().map(|w| w.term).collect::<Vec<_>>().join(" ");
-        for w in GLOSSARY {
+        let every: Vec<&Word> = GLOSSARY.iter().chain(crate::labs::ALL.iter().flat_map(|l| l.glossary())).collect();
+        let terms: String = every.iter().map(|w| w.term).collect::<Vec<_>>().join(" ");
+        for w in &every {
             assert!(w.term.chars().count() < TERM_COLUMN, "{:?} does not fit the glossary's column of terms", w.term);
         }
         for abbr in [
@@ -391,21 +333,14 @@ mod tests {
         }
     }
 
-    /// Every lab of the table brings its own words, and every word's lab
-    /// is a lab of the table: a new lab's words print under it.
+    /// Every lab of the table brings its own words, printed under it.
     #[test]
     fn every_lab_brings_its_words_to_the_glossary() {
-        for w in GLOSSARY {
-            if let Some(lab) = w.lab {
-                assert!(crate::labs::find(lab).is_some(), "the glossary's {:?} belongs to {lab}, which is no lab of the table", w.term);
-            }
-        }
         let text = glossary();
         for lab in crate::labs::ALL.iter() {
-            assert!(GLOSSARY.iter().any(|w| w.lab == Some(lab.name())), "lab {} ({}) brings no word to the glossary", lab.number(), lab.name());
+            let first = lab.glossary().first().unwrap_or_else(|| panic!("lab {} ({}) brings no word to the glossary", lab.number(), lab.name()));
             let heading = format!("lab {} ({}):\n", lab.number(), lab.name());
             let at = text.find(&heading).unwrap_or_else(|| panic!("no {heading:?} in {text}"));
-            let first = GLOSSARY.iter().find(|w| w.lab == Some(lab.name())).unwrap();
             assert!(text[at + heading.len()..].starts_with(first.term), "{text}");
         }
     }

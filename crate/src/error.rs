@@ -51,6 +51,11 @@ pub enum LabError {
     /// start or failed, in its own last words.
     #[error("{0}")]
     Script(String),
+    /// A lab that cannot run on this machine and says why (lab 10 where
+    /// Python has no PyTorch): within `overlap-lab all` a line, not the end
+    /// of the run.
+    #[error("{0}")]
+    Skipped(String),
     /// A library loaded at run time that is not there (NCCL).
     #[error("{library} could not be loaded: {why}")]
     MissingLibrary { library: &'static str, why: String },

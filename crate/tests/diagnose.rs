@@ -3,7 +3,7 @@
 //! GPU ran them), on a lab's own timeline, and on malformed traces: every
 //! figure and finding the diagnosis reports, and one line for each bad file.
 
-mod synthetic_traces;
+use overlap_lab::labs::pytorch_trace::fixture as synthetic_traces;
 
 use overlap_lab::diagnose::analyze::{Cause, Diagnosis};
 use overlap_lab::diagnose::{diagnose, read_trace};
@@ -543,14 +543,14 @@ fn every_fix_predicted_from_a_committed_trace_is_within_ten_percent_of_the_fixed
     assert!(!recordings.is_empty(), "no data/*/pytorch-trace/programs.json");
     let mut compared = 0;
     for rec in &recordings {
-        let all = rec.fix_checks(&data).unwrap();
+        let all = rec.fix_checks().unwrap();
         assert!(all.not_compared.is_empty(), "{}: {:?}", rec.dir.display(), all.not_compared);
-        let checks = all.checks;
+        let checks = &all.checks;
         let fixes: Vec<&str> = checks.iter().map(|c| c.fix.as_str()).collect();
         for want in ["pinned", "pinned + copy stream", "copy stream", "sync removed", "CUDA graph"] {
             assert!(fixes.contains(&want), "{}: no '{want}' among {fixes:?}", rec.dir.display());
         }
-        for c in &checks {
+        for c in checks {
             let lower_bound = rec.graph_gap_us().is_none() && c.fix == "CUDA graph";
             println!(
                 "{}: {} + {}: predicted {:.2} ms, {} ran {:.2} ms ({:+.1}%){}",

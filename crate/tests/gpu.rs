@@ -812,7 +812,7 @@ mod streams {
         let Some(gpu) = gpu_or_skip("the_exercise_checker_judges_live_runs") else {
             return;
         };
-        let mut rec = overlap_lab::testing::streams_results();
+        let mut rec = overlap_lab::labs::streams::fixture::results();
         rec.config = StreamsConfig::quick();
         rec.iterations = 800;
         let given = exercise::check_on_gpu(&gpu, &rec, Arc::new(exercise::given)).unwrap();
@@ -891,7 +891,7 @@ mod memory {
         let Some(gpu) = gpu_or_skip("memory::the_exercise_checker_judges_live_runs") else {
             return;
         };
-        let mut rec = overlap_lab::testing::memory_results();
+        let mut rec = overlap_lab::labs::memory::fixture::results();
         rec.config = MemoryConfig::quick();
         rec.iterations = 800;
         let given = exercise::check_on_gpu(&gpu, &rec, Arc::new(exercise::given)).unwrap();

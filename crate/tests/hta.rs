@@ -6,7 +6,7 @@
 //! each copy kind's count, bytes and time. Skips, saying so, where HTA is
 //! not importable (`.ci/setup --notebooks` installs it into the venv).
 
-mod synthetic_traces;
+use overlap_lab::labs::pytorch_trace::fixture as synthetic_traces;
 
 use overlap_lab::diagnose::events::copy_kind_from_name;
 use overlap_lab::diagnose::{diagnose, read_trace};

@@ -114,6 +114,10 @@ enum Tool {
         /// Do not write the records, or each lab's time, to the data directory.
         #[arg(long)]
         no_record: bool,
+        /// Also write every lab's headline figures of this run (median,
+        /// middle half, min, max, repeats) to FILE as JSON.
+        #[arg(long, value_name = "FILE")]
+        figures: Option<PathBuf>,
     },
 }
 
@@ -188,7 +192,7 @@ fn run_diagnose(trace: &std::path::Path, json: bool, data: &std::path::Path, qui
     bar.finish();
     let trace = read?;
     // Priced by this machine's recordings: lab 1's link rates, lab 10's graph gap.
-    let diagnosis = overlap_lab::labs::pytorch_trace::recording::diagnosis(&trace, &shown, data);
+    let diagnosis = overlap_lab::labs::pytorch_trace::prices::Prices::read(data).diagnose(&trace, &shown);
     if json {
         println!("{}", serde_json::to_string_pretty(&diagnosis).expect("a diagnosis serializes"));
     } else {
@@ -202,7 +206,7 @@ fn run_diagnose(trace: &std::path::Path, json: bool, data: &std::path::Path, qui
 /// spent and what is left; after each, its headline figures beside this
 /// GPU's recording (read before the run, so a full run that records is
 /// set beside the one it replaces). `note_times`: keep each lab's time.
-fn run_all(data: &std::path::Path, preset: Preset, cx: &RunContext, note_times: bool, quiet: bool) -> Result<()> {
+fn run_all(data: &std::path::Path, preset: Preset, cx: &RunContext, note_times: bool, quiet: bool, figures_to: Option<&std::path::Path>) -> Result<()> {
     use overlap_lab::lab_kit::headline::{beside, fmt_duration, RunTimes};
     let fp = Gpu::open(cx.device)?.fingerprint()?;
     let dev_dir = data.join(fp.slug());
@@ -231,6 +235,7 @@ fn run_all(data: &std::path::Path, preset: Preset, cx: &RunContext, note_times: 
     }
     let started = std::time::Instant::now();
     let (mut agree, mut compared) = (0, 0);
+    let mut all_figures = Vec::new();
     for (i, lab) in labs::ALL.iter().enumerate() {
         say(format!(
             "[{}/{}] {}: elapsed {}{}",
@@ -258,6 +263,12 @@ fn run_all(data: &std::path::Path, preset: Preset, cx: &RunContext, note_times: 
             times.store(data)?;
         }
         println!("{} took {}", lab.name(), fmt_duration(took));
+        all_figures
+            .extend(figures.iter().map(|f| serde_json::json!({"lab": lab.name(), "what": f.what, "unit": f.unit, "value": f.value, "model_tolerance": f.model_tolerance, "lab_seconds": took})));
+        if let Some(path) = figures_to {
+            let text = serde_json::to_string_pretty(&all_figures).expect("figures serialize") + "\n";
+            overlap_lab::measure::record::write_atomic(path, &text)?;
+        }
         match recorded {
             Some(r) => {
                 let (a, c, text) = beside(&figures, &r.figures, &format!("the recording ({})", r.origin));
@@ -269,7 +280,7 @@ fn run_all(data: &std::path::Path, preset: Preset, cx: &RunContext, note_times: 
         }
     }
     println!(
-        "all --preset {preset_name} took {}; {agree} of {compared} headline figures within spread of this GPU's recordings",
+        "all --preset {preset_name} took {}; {agree} of {compared} headline figures agree with this GPU's recordings",
         fmt_duration(started.elapsed().as_secs_f64())
     );
     Ok(())
@@ -310,7 +321,7 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
         },
         Tool::Diagnose { trace, json } => run_diagnose(&trace, json, &data, quiet)?,
         Tool::Report { out } => run_report(&data, &out)?,
-        Tool::All { device, out, preset, no_record } => {
+        Tool::All { device, out, preset, no_record, figures } => {
             let avail = Availability::probe();
             if avail.is_ready() {
                 // Only full runs are worth keeping: the others would replace real numbers.
@@ -326,7 +337,7 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
                     );
                 }
                 let cx = RunContext { device, data: &data, record_to: keep, progress: progress(quiet) };
-                run_all(&data, preset, &cx, !no_record, quiet)?;
+                run_all(&data, preset, &cx, !no_record, quiet, figures.as_deref())?;
                 if keep.is_some() {
                     run_report(&data, &out)?;
                 }

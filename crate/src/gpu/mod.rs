@@ -57,6 +57,19 @@ pub use plan::{CapturedPlan, MachineFacts, PlanRig, Replay};
 pub use pool::{MemPool, PoolBuffer, PoolUsage, ThresholdGuard};
 pub use runner::{Dataset, GpuIssuer, LabOnGpu, LabRunner, Run, Runner, TimelineSource};
 
+/// Whether CUPTI can record this process's GPU activity: `Err(why)` where
+/// libcupti is missing or another tool already holds it (compute-sanitizer,
+/// Nsight Systems and Nsight Compute each do). Probed once per process:
+/// attaching costs a few ms.
+pub fn cupti_free() -> std::result::Result<(), &'static str> {
+    static CUPTI: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    CUPTI
+        .get_or_init(|| if driver::activity::available() { driver::activity::probe() } else { Err("libcupti could not be loaded".into()) })
+        .as_ref()
+        .map(|_| ())
+        .map_err(String::as_str)
+}
+
 use crate::error::{LabError, Result};
 use crate::measure::fingerprint::Fingerprint;
 use crate::units::Bytes;

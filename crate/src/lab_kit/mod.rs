@@ -25,7 +25,7 @@ pub mod reference;
 pub mod table;
 
 pub use notebook::{live_here, LabRun, Source};
-pub use table::{Entry, Lab, LabConfig, Preset, RunContext};
+pub use table::{Entry, Kept, Lab, LabConfig, PartsMade, Preset, Recorded, RunContext, Word};
 
 use crate::error::{LabError, Result};
 use crate::measure::stats::{Efficiency, Summary};

@@ -37,6 +37,38 @@ pub struct Exercise {
     pub file: Option<FileAnswer>,
     /// Its hints, in the order its notebook offers them one at a time.
     pub hints: &'static [&'static str],
+    /// A right answer and the usual wrong one, as its checker judges them
+    /// with no GPU: what the tests answer every exercise of the course
+    /// with, and what the wrong one's verdict must name.
+    pub examples: Examples,
+}
+
+/// A right answer to an exercise and a usual wrong one.
+#[derive(Debug)]
+pub enum Examples {
+    /// An answer written in the exercise's cell, judged by its checker on
+    /// the lab's recording in a GPU folder of the data (`data/<gpu>/`).
+    Cell {
+        /// The verdict on the right answer (`true`) or the wrong one;
+        /// `Ok(None)` where that folder holds no recording the check can use.
+        verdict: fn(&Path, bool) -> Result<Option<CheckReport>>,
+        /// Words the wrong answer's verdict names ("wrong data").
+        mistake: &'static str,
+    },
+    /// An answer that is a file ([`FileAnswer`]): the right text (the
+    /// lab's solution), and a wrong one made from the file as given (edited,
+    /// still wrong); what can be seen wrong in the wrong text with no GPU
+    /// names `mistake`.
+    File { right: fn() -> String, wrong: fn(&str) -> String, mistake: &'static str },
+}
+
+impl Examples {
+    /// What the wrong answer's verdict names.
+    pub fn mistake(&self) -> &'static str {
+        match self {
+            Examples::Cell { mistake, .. } | Examples::File { mistake, .. } => mistake,
+        }
+    }
 }
 
 /// An answer that is a file, which the command checks again itself.
@@ -358,8 +390,15 @@ impl fmt::Display for SavedReport<'_> {
 mod tests {
     use super::*;
 
-    static MODEL: Exercise = Exercise { id: "01-x/model", asks: "a model", file: None, hints: &[] };
-    static KERNEL: Exercise = Exercise { id: "02-y", asks: "a kernel", file: Some(FileAnswer { path: "exercises/k.cu", problems: compiles }), hints: &[] };
+    static MODEL: Exercise =
+        Exercise { id: "01-x/model", asks: "a model", file: None, hints: &[], examples: Examples::Cell { verdict: |_, _| Ok(None), mistake: "" } };
+    static KERNEL: Exercise = Exercise {
+        id: "02-y",
+        asks: "a kernel",
+        file: Some(FileAnswer { path: "exercises/k.cu", problems: compiles }),
+        hints: &[],
+        examples: Examples::File { right: || "ok".into(), wrong: |given| format!("oops {given}"), mistake: "does not compile" },
+    };
 
     /// A stand-in compiler: "oops" does not compile.
     fn compiles(src: &str) -> Vec<String> {

@@ -1,13 +1,20 @@
 //! The lab table: every lab's one name and its entry points, in one list
-//! ([`crate::labs::ALL`]). The command line's lab subcommands, `overlap-lab all`, the
-//! report, the recorded-data tests and the README's lab table are derived
-//! from it, so adding a lab is its module, its notebook, its recording and
-//! one entry here.
+//! ([`crate::labs::ALL`]). The command line's lab subcommands, `overlap-lab
+//! all`, the report, the recorded-data tests, the README's lab table, the
+//! course's glossary and map, `overlap-lab progress` and the tests that
+//! answer every exercise are derived from it, so adding a lab is its
+//! folder, its notebook, its recording and one line in the table.
+//!
+//! A lab's recording is kept through [`Recorded`]: one JSON record
+//! ([`Record`], `data/<gpu>/<lab>.json`) for every lab whose results are
+//! numbers, or a folder of files for a lab whose results are files of
+//! their own (lab 10's traces).
 
-use crate::error::Result;
+use crate::error::{LabError, Result};
 use crate::gpu::Gpu;
 use crate::lab_kit::headline::HeadlineFigure;
 use crate::lab_kit::LabRun;
+use crate::measure::fingerprint::Fingerprint;
 use crate::measure::record::Record;
 use crate::present::progress::ProgressMode;
 use serde::de::DeserializeOwned;
@@ -30,7 +37,7 @@ pub enum Preset {
     Small,
 }
 
-/// What a lab's run is told besides its settings.
+/// What a lab's run is told besides its settings (its `measure` gets it too).
 pub struct RunContext<'a> {
     pub device: usize,
     /// The data directory: the recordings a run reads (lab 10 prices its
@@ -53,6 +60,92 @@ pub struct Visited {
     pub figures: Vec<HeadlineFigure>,
     /// The files rendered (none when only the headline was asked for).
     pub files: Vec<PathBuf>,
+}
+
+/// A word or abbreviation a lab's tables print, and what it means: the
+/// lab's part of the course's glossary (`course::glossary`).
+#[derive(Clone, Copy, Debug)]
+pub struct Word {
+    pub term: &'static str,
+    pub meaning: &'static str,
+}
+
+impl Word {
+    pub const fn new(term: &'static str, meaning: &'static str) -> Word {
+        Word { term, meaning }
+    }
+}
+
+/// What a lab's [`Lab::check_parts`] found its parts make of its fixture.
+#[derive(Debug)]
+pub struct PartsMade {
+    /// The text its command line prints after a run.
+    pub tables: String,
+    /// Its headline rows.
+    pub headline: Vec<(String, String)>,
+    /// The measured numbers behind them.
+    pub figures: Vec<HeadlineFigure>,
+    /// The report's files, rendered into the folder asked for.
+    pub files: Vec<PathBuf>,
+    /// How many timeline charts its report draws from runs.
+    pub timelines: usize,
+}
+
+/// What became of a run the table was asked to record.
+#[derive(Debug)]
+pub enum Kept {
+    /// Written there.
+    At(PathBuf),
+    /// Not written, and why (a run of part of a set, recordings shown
+    /// instead of a run).
+    Not(String),
+}
+
+/// A lab's run as the data folder keeps it. Every lab whose results are
+/// numbers is a [`Record`] (one JSON file with the fingerprint, the
+/// command and the date); a lab whose results are files of their own
+/// implements it for its own type.
+pub trait Recorded: Sized + Sync + 'static {
+    /// What the lab measured: what its tables, headline and checks read.
+    type Results;
+    /// A run just measured on the GPU with `fingerprint`.
+    fn new(lab: &str, fingerprint: Fingerprint, results: Self::Results) -> Self;
+    /// Lab `lab`'s recording in the GPU folder `dev` (`data/<gpu>/`), if
+    /// it has one.
+    fn load(dev: &Path, lab: &str) -> Result<Option<Self>>;
+    /// Keeps it in the data folder `data`, under its GPU's folder.
+    fn save(&self, data: &Path) -> Result<Kept>;
+    fn results(&self) -> &Self::Results;
+    /// The name of the GPU it ran on.
+    fn gpu(&self) -> String;
+    /// Where its numbers come from: "recorded on GPU, date by `command`".
+    fn origin(&self) -> String;
+}
+
+impl<T: Serialize + DeserializeOwned + Sync + 'static> Recorded for Record<T> {
+    type Results = T;
+    fn new(lab: &str, fingerprint: Fingerprint, results: T) -> Self {
+        Record::new(lab, fingerprint, results)
+    }
+    fn load(dev: &Path, lab: &str) -> Result<Option<Self>> {
+        let path = dev.join(format!("{lab}.json"));
+        if !path.is_file() {
+            return Ok(None);
+        }
+        Record::load(&path).map(Some)
+    }
+    fn save(&self, data: &Path) -> Result<Kept> {
+        Record::save(self, data).map(Kept::At)
+    }
+    fn results(&self) -> &T {
+        &self.results
+    }
+    fn gpu(&self) -> String {
+        self.fingerprint.gpu_name.clone()
+    }
+    fn origin(&self) -> String {
+        format!("recorded on {} by `{}`", self.provenance(), self.command_line())
+    }
 }
 
 /// A lab as the tools around it see it.
@@ -78,6 +171,12 @@ pub trait Lab: Sync {
     fn kernels(&self) -> &'static [&'static crate::gpu::kernels::KernelSource];
     /// Its exercises, in the order of its notebook.
     fn exercises(&self) -> &'static [crate::lab_kit::progress::Exercise];
+    /// The words its tables print, for the course's glossary.
+    fn glossary(&self) -> &'static [Word];
+    /// Every part of the lab made from its fixture (results made up for
+    /// tests, no GPU): its tables, headline, figures (rendered into
+    /// `out`) and timelines. A test asks it of every lab of the table.
+    fn check_parts(&self, out: &Path) -> Result<PartsMade>;
     /// The subcommand `overlap-lab <name>`: the lab's settings as options.
     fn command(&self) -> clap::Command;
     /// Runs the lab on the GPU with the settings parsed from its subcommand
@@ -145,7 +244,9 @@ macro_rules! lab_config {
 }
 
 /// One entry of the table: a lab's names and the functions that make it.
-pub struct Entry<C: 'static, T: 'static> {
+/// `C` is its settings, `T` its results, `R` how its runs are kept (one
+/// JSON [`Record`] unless the lab keeps files of its own).
+pub struct Entry<C: 'static, T: 'static, R: 'static = Record<T>> {
     pub number: u8,
     pub name: &'static str,
     /// `module_path!()` of the lab's module (checked against the name).
@@ -157,34 +258,36 @@ pub struct Entry<C: 'static, T: 'static> {
     pub kernels: &'static [&'static crate::gpu::kernels::KernelSource],
     /// Its exercises ([`Lab::exercises`]).
     pub exercises: &'static [crate::lab_kit::progress::Exercise],
+    /// The words its tables print ([`Lab::glossary`]).
+    pub glossary: &'static [Word],
     /// The subcommand's one-line help.
     pub about: &'static str,
-    pub measure: fn(&Gpu, &C, ProgressMode) -> Result<T>,
+    pub measure: fn(&Gpu, &C, &RunContext) -> Result<T>,
     /// What the command line prints after a run.
-    pub tables: fn(&Record<T>) -> String,
+    pub tables: fn(&R) -> String,
     /// Renders a recording into a directory, each figure with `origin`
     /// (where the numbers come from) under its title.
-    pub figures: fn(&Record<T>, &Path, &str) -> Result<Vec<PathBuf>>,
+    pub figures: fn(&R, &Path, &str) -> Result<Vec<PathBuf>>,
     pub headline: fn(&T) -> Vec<(String, String)>,
     /// The measured numbers behind the headline rows, each with its
     /// spread: how `all` sets a run beside the recording.
     pub headline_figures: fn(&T) -> Vec<HeadlineFigure>,
     /// The timeline charts its `figures` draw from runs, each with
     /// `origin` ([`Lab::timeline_charts`]).
-    pub timelines: fn(&Record<T>, &str) -> Vec<crate::present::gantt::Gantt>,
+    pub timelines: fn(&R, &str) -> Vec<crate::present::gantt::Gantt>,
+    /// Results made up for tests with no GPU: its checker's unit tests,
+    /// and [`Lab::check_parts`].
+    pub fixture: fn() -> T,
 }
 
-impl<C, T: Serialize + DeserializeOwned> Entry<C, T> {
-    /// `dev/<name>.json` if there is one, with where its numbers come from
-    /// (the line under each figure's title).
-    fn recording(&self, dev: &Path) -> Result<Option<(Record<T>, String)>> {
-        let path = dev.join(format!("{}.json", self.name));
-        if !path.is_file() {
-            return Ok(None);
-        }
-        let rec = Record::<T>::load(&path)?;
-        let origin = format!("recorded on {} by `{}`", rec.provenance(), rec.command_line());
-        Ok(Some((rec, origin)))
+impl<C, T, R: Recorded<Results = T>> Entry<C, T, R> {
+    /// Its recording in `dev` if there is one, with where its numbers come
+    /// from (the line under each figure's title).
+    fn recording(&self, dev: &Path) -> Result<Option<(R, String)>> {
+        Ok(R::load(dev, self.name)?.map(|rec| {
+            let origin = rec.origin();
+            (rec, origin)
+        }))
     }
 }
 
@@ -194,12 +297,13 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned> Entry<C, T> {
     pub fn live_or_recorded(&self, cfg: C) -> Result<LabRun<T>> {
         LabRun::live_or_recorded(self.name, cfg.device(), |gpu| {
             cfg.validate()?;
-            (self.measure)(gpu, &cfg, ProgressMode::Lines)
+            let data = crate::measure::record::default_data_dir();
+            (self.measure)(gpu, &cfg, &RunContext { device: cfg.device(), data: &data, record_to: None, progress: ProgressMode::Lines })
         })
     }
 }
 
-impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Entry<C, T> {
+impl<C: LabConfig, T: Sync + 'static, R: Recorded<Results = T>> Lab for Entry<C, T, R> {
     fn number(&self) -> u8 {
         self.number
     }
@@ -221,13 +325,27 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
     fn exercises(&self) -> &'static [crate::lab_kit::progress::Exercise] {
         self.exercises
     }
+    fn glossary(&self) -> &'static [Word] {
+        self.glossary
+    }
+    fn check_parts(&self, out: &Path) -> Result<PartsMade> {
+        let rec = R::new(self.name, crate::measure::fingerprint::Fingerprint::made_up(), (self.fixture)());
+        let origin = format!("{} (made-up results)", rec.origin());
+        Ok(PartsMade {
+            tables: (self.tables)(&rec),
+            headline: (self.headline)(rec.results()),
+            figures: (self.headline_figures)(rec.results()),
+            files: (self.figures)(&rec, out, &origin)?,
+            timelines: (self.timelines)(&rec, &origin).len(),
+        })
+    }
     fn command(&self) -> clap::Command {
         // After the settings: their struct's own doc would replace the line.
         C::augment_args(clap::Command::new(self.name)).about(self.about)
     }
     fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<Vec<HeadlineFigure>> {
         let mut cfg = match matches {
-            Some(m) => C::from_arg_matches(m).map_err(|e| crate::LabError::config(command_line_error(&e)))?,
+            Some(m) => C::from_arg_matches(m).map_err(|e| LabError::config(command_line_error(&e)))?,
             None => C::preset(preset),
         };
         cfg.set_device(cx.device);
@@ -236,16 +354,28 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
         let gpu = Gpu::open(cx.device)?;
         let fp = gpu.fingerprint()?;
         eprintln!("{}", fp.describe());
-        let rec = Record::new(self.name, fp, (self.measure)(&gpu, &cfg, cx.progress)?);
+        let results = match (self.measure)(&gpu, &cfg, cx) {
+            // Within `all`, a lab that cannot run here (lab 10 with no
+            // PyTorch) is a line, not the end of the run.
+            Err(LabError::Skipped(why)) if matches.is_none() => {
+                println!("{}: skipped: {why}", self.name);
+                return Ok(Vec::new());
+            }
+            r => r?,
+        };
+        let rec = R::new(self.name, fp, results);
         println!("{}", (self.tables)(&rec));
         if let Some(dir) = cx.record_to {
-            println!("recorded: {}", crate::measure::record::display_path(&rec.save(dir)?));
+            match rec.save(dir)? {
+                Kept::At(path) => println!("recorded: {}", crate::measure::record::display_path(&path)),
+                Kept::Not(why) => println!("not recorded: {why}"),
+            }
         }
-        Ok((self.headline_figures)(&rec.results))
+        Ok((self.headline_figures)(rec.results()))
     }
     fn check_presets(&self) -> Result<()> {
         for p in [Preset::Headline, Preset::Full, Preset::Quick, Preset::Small] {
-            C::preset(p).validate().map_err(|e| crate::LabError::config(format!("{} --preset {p:?}: {e}", self.name)))?;
+            C::preset(p).validate().map_err(|e| LabError::config(format!("{} --preset {p:?}: {e}", self.name)))?;
         }
         Ok(())
     }
@@ -254,15 +384,15 @@ impl<C: LabConfig, T: Serialize + DeserializeOwned + Sync + 'static> Lab for Ent
             return Ok(None);
         };
         let files = match out {
-            Some(out) => (self.figures)(&rec, &out.join(rec.fingerprint.slug()), &origin)?,
+            Some(out) => (self.figures)(&rec, &out.join(crate::units::slug(&rec.gpu())), &origin)?,
             None => Vec::new(),
         };
         Ok(Some(Visited {
-            gpu: rec.fingerprint.gpu_name.clone(),
+            gpu: rec.gpu(),
             origin,
             lab: self.name,
-            headline: (self.headline)(&rec.results),
-            figures: (self.headline_figures)(&rec.results),
+            headline: (self.headline)(rec.results()),
+            figures: (self.headline_figures)(rec.results()),
             files,
         }))
     }
@@ -320,5 +450,38 @@ mod tests {
             lab.check_presets().unwrap();
         }
         assert!(find("no-such-lab").is_none());
+    }
+
+    /// Every lab of the table has every part the tools derive from its
+    /// entry: its words for the glossary, exercises each with a right and
+    /// a wrong example, a notebook, and a fixture from which its tables,
+    /// headline, figures and timelines are all made, with no GPU.
+    #[test]
+    fn every_lab_has_every_part() {
+        let root = crate::measure::record::repo_root();
+        for lab in ALL.iter() {
+            let name = lab.name();
+            assert!(!lab.glossary().is_empty(), "{name}: no word for the glossary");
+            assert!(!lab.exercises().is_empty(), "{name}: no exercise");
+            for e in lab.exercises() {
+                assert!(e.id.starts_with(&format!("{:02}-{name}", lab.number())), "{name}: exercise {} is another notebook's", e.id);
+                assert!(!e.hints.is_empty() && !e.examples.mistake().is_empty(), "{name}: {} has no hints or no named mistake", e.id);
+            }
+            assert!(root.join(lab.notebook()).is_file(), "{name}: no {}", lab.notebook());
+            let out = crate::testing::temp_dir(&format!("parts-{name}"));
+            let made = lab.check_parts(&out).unwrap_or_else(|e| panic!("{name}: its fixture does not render: {e}"));
+            assert!(!made.tables.trim().is_empty(), "{name}: no tables");
+            assert!(!made.headline.is_empty(), "{name}: no headline row");
+            assert!(!made.figures.is_empty() && made.figures.iter().all(|f| f.value.median.is_finite()), "{name}: headline figures {:?}", made.figures);
+            let mut whats: Vec<&str> = made.figures.iter().map(|f| f.what.as_str()).collect();
+            whats.sort();
+            whats.dedup();
+            assert_eq!(whats.len(), made.figures.len(), "{name}: two headline figures share a name (a run is matched to the recording by it)");
+            assert!(!made.files.is_empty(), "{name}: its report draws nothing");
+            for f in &made.files {
+                let file = f.file_name().unwrap().to_string_lossy();
+                assert!(file.starts_with(&format!("{name}-")) && f.is_file(), "{name}: report file {}", f.display());
+            }
+        }
     }
 }

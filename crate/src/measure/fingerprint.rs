@@ -120,6 +120,34 @@ pub(crate) fn kernel_driver_version() -> Option<String> {
 }
 
 impl Fingerprint {
+    /// A GPU that does not exist ("Test GPU", an H100-like card): what
+    /// results made up for tests, with no GPU, are said to come from.
+    pub fn made_up() -> Fingerprint {
+        Fingerprint {
+            gpu_name: "Test GPU".into(),
+            gpu_uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+            ordinal: 0,
+            compute_capability: "9.0".into(),
+            sm_count: 132,
+            memory_bytes: 80 << 30,
+            async_engine_count: 3,
+            concurrent_kernels: true,
+            driver_version: Some("580.0".into()),
+            driver_cuda_version: "13.0".into(),
+            build_cuda_version: "13.0".into(),
+            pci_bus_id: "0000:3B:00.0".into(),
+            pcie: Some(PcieLink {
+                max_generation: 5,
+                max_width: 16,
+                current_generation: Some(5),
+                current_width: Some(16),
+                theoretical_gbps: PcieLink::lane_gbps(5).unwrap_or(0.0) * 16.0,
+            }),
+            host_cpu: "Test CPU".into(),
+            host_cpus: 16,
+        }
+    }
+
     /// A directory-safe name for the device, e.g. "nvidia-h100-80gb-hbm3".
     pub fn slug(&self) -> String {
         crate::units::slug(&self.gpu_name)

@@ -52,9 +52,7 @@ impl TimelineSource {
         if wanted != TimelineSource::Cupti {
             return wanted;
         }
-        // Probed once per process: attaching costs a few ms.
-        static CUPTI: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
-        match CUPTI.get_or_init(|| if driver::activity::available() { driver::activity::probe() } else { Err("libcupti could not be loaded".into()) }) {
+        match crate::gpu::cupti_free() {
             Ok(()) => TimelineSource::Cupti,
             Err(why) => {
                 Self::fall_back_to_events(why);

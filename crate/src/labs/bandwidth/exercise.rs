@@ -12,16 +12,68 @@
 
 use super::model::{self, Acquisition};
 use super::{BandwidthResults, Direction};
+use crate::error::Result;
 use crate::gpu::HostMemoryKind;
 use crate::lab_kit::check::{close, short, unit_slip, CheckReport};
-use crate::lab_kit::progress::Exercise;
+use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::Recorded;
+use crate::measure::record::Record;
 use crate::units::{fmt_ms, Bytes};
+use std::path::Path;
 
 /// The two exercises, as the course lists them (`overlap-lab progress`).
 pub const EXERCISES: &[Exercise] = &[
-    Exercise { id: "01-bandwidth/model", asks: "a copy's time from latency and bandwidth", file: None, hints: MODEL_HINTS },
-    Exercise { id: "01-bandwidth/break-even", asks: "when pinning pays off, as a rule", file: None, hints: BREAK_EVEN_HINTS },
+    Exercise {
+        id: "01-bandwidth/model",
+        asks: "a copy's time from latency and bandwidth",
+        file: None,
+        hints: MODEL_HINTS,
+        examples: Examples::Cell { verdict: model_example, mistake: "bandwidth" },
+    },
+    Exercise {
+        id: "01-bandwidth/break-even",
+        asks: "when pinning pays off, as a rule",
+        file: None,
+        hints: BREAK_EVEN_HINTS,
+        examples: Examples::Cell { verdict: break_even_example, mistake: "break-even" },
+    },
 ];
+
+/// The first exercise answered on the recording in `dev`: the right
+/// answer fits both terms from the pinned H2D series' smallest and largest
+/// copies; the usual wrong one forgets the fixed cost and slips the
+/// bandwidth's unit by a thousand.
+fn model_example(dev: &Path, right: bool) -> Result<Option<CheckReport>> {
+    let Some(rec) = <Record<BandwidthResults> as Recorded>::load(dev, super::LAB)? else { return Ok(None) };
+    let bw = &rec.results;
+    let (kind, d) = (HostMemoryKind::Pinned, Direction::H2d);
+    let (Some(big), small) = (bw.largest_size(), bw.config.min_bytes) else { return Ok(None) };
+    let (Some(big_point), Some(small_point)) = (bw.point(kind, d, big), bw.point(kind, d, small)) else { return Ok(None) };
+    let gbps = big_point.gbps.median;
+    let t0 = small_point.device_ms.median * 1e3 - small.0 as f64 / (gbps * 1e3);
+    let (lat, rate) = if right { (t0, gbps) } else { (0.0, gbps * 1e3) };
+    Ok(Some(check_transfer_model(bw, kind, d, |b| lat + b as f64 / (rate * 1e3))))
+}
+
+/// The second exercise answered on the recording in `dev`: the right rule
+/// divides pinning's extra cost by what each copy saves; the usual wrong
+/// one is off by a factor and a constant.
+fn break_even_example(dev: &Path, right: bool) -> Result<Option<CheckReport>> {
+    let Some(rec) = <Record<BandwidthResults> as Recorded>::load(dev, super::LAB)? else { return Ok(None) };
+    let bw = &rec.results;
+    let rule = |d, at| {
+        let Some(c) = bw.pin_cost.iter().find(|c| c.bytes == at) else { return f64::NAN };
+        let copy = |k| bw.point(k, d, at).map_or(f64::NAN, |p| p.device_ms.median);
+        let saved = copy(HostMemoryKind::Pageable) - copy(HostMemoryKind::Pinned);
+        let r = if saved <= 0.0 { f64::INFINITY } else { ((c.pinned_reused.total_ms() - c.pageable_reused.total_ms()) / saved).max(0.0) };
+        if right {
+            r
+        } else {
+            r * 3.0 + 5.0
+        }
+    };
+    Ok(Some(check_break_even_rule(bw, Acquisition::EveryUse, rule)))
+}
 
 /// A prediction passes if it is within this fraction of every measured median.
 pub const MODEL_TOLERANCE: f64 = 0.15;
@@ -384,7 +436,7 @@ pub(crate) mod tests {
 
     #[test]
     fn honest_transfer_models_pass() {
-        let r = crate::testing::bandwidth_results();
+        let r = crate::labs::bandwidth::fixture::results();
         for rep in [
             check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, model(5.0, 50.0)),
             // The notebook's way: t0 from the smallest copy, B from the plateau (a bit under the true rate).
@@ -400,7 +452,7 @@ pub(crate) mod tests {
     /// Wrong answers a student gives, each with the words its message must hold.
     #[test]
     fn wrong_transfer_models_fail_naming_the_mistake() {
-        let r = crate::testing::bandwidth_results();
+        let r = crate::labs::bandwidth::fixture::results();
         let gib_per_s = 50e9 / (1u64 << 30) as f64;
         type Model = Box<dyn Fn(u64) -> f64>;
         let cases: Vec<(&str, Model, &[&str])> = vec![
@@ -431,7 +483,7 @@ pub(crate) mod tests {
 
     #[test]
     fn bidirectional_models_count_the_copy_size_once() {
-        let mut r = crate::testing::bandwidth_results();
+        let mut r = crate::labs::bandwidth::fixture::results();
         // Both ways at once: each direction moves `bytes` in the time of one.
         for p in r.transfers.clone().iter().filter(|p| p.direction == Direction::H2d && p.kind == HostMemoryKind::Pinned) {
             let gbps = crate::testing::flat(2.0 * p.bytes.0 as f64 / (p.device_ms.median * 1e-3) / 1e9);
@@ -448,7 +500,7 @@ pub(crate) mod tests {
 
     #[test]
     fn honest_break_even_answers_pass_in_every_form() {
-        let r = crate::testing::bandwidth_results();
+        let r = crate::labs::bandwidth::fixture::results();
         let gib = Bytes(1 << 30);
         let b = truth(&r, Acquisition::Once, Direction::D2h);
         let n = b.copies.unwrap();
@@ -475,7 +527,7 @@ pub(crate) mod tests {
 
     #[test]
     fn wrong_break_even_answers_fail_naming_the_mistake() {
-        let r = crate::testing::bandwidth_results();
+        let r = crate::labs::bandwidth::fixture::results();
         let gib = Bytes(1 << 30);
         let b = truth(&r, Acquisition::Once, Direction::D2h);
         let (n, extra, saving) = (b.copies.unwrap(), b.extra_cost_ms, b.saving_per_copy_ms);
@@ -517,7 +569,7 @@ pub(crate) mod tests {
     /// out the frees (both, or either) fails naming what it left out.
     #[test]
     fn a_break_even_without_the_frees_is_named() {
-        let mut r = crate::testing::bandwidth_results();
+        let mut r = crate::labs::bandwidth::fixture::results();
         r.pin_cost[0].pinned_first.release_ms = crate::testing::flat(150.0);
         r.pin_cost[0].pageable_first.release_ms = crate::testing::flat(80.0);
         let c = &r.pin_cost[0];
@@ -625,7 +677,7 @@ pub(crate) mod tests {
 
     #[test]
     fn absurd_answers_are_judged_not_crashed() {
-        let r = crate::testing::bandwidth_results();
+        let r = crate::labs::bandwidth::fixture::results();
         for answer in [0.0, 1e300, -1e300, f64::NAN, f64::NEG_INFINITY, 1e-300] {
             assert!(!check_break_even(&r, Acquisition::Once, Direction::D2h, Bytes(1 << 30), answer).passed, "{answer}");
             assert!(!check_transfer_model(&r, HostMemoryKind::Pinned, Direction::H2d, |_| answer).passed, "{answer}");

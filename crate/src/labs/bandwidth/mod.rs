@@ -8,6 +8,8 @@
 
 pub mod charts;
 pub mod exercise;
+#[doc(hidden)]
+pub mod fixture;
 pub mod measure;
 pub mod model;
 
@@ -328,56 +330,29 @@ pub static ENTRY: crate::lab_kit::Entry<BandwidthConfig, BandwidthResults> = cra
     builds_on: &[],
     kernels: &[],
     exercises: exercise::EXERCISES,
+    glossary: &[
+        crate::lab_kit::Word::new(
+            "pinned / pageable",
+            "page-locked host memory the copy engines read directly / ordinary memory the driver stages through a pinned buffer",
+        ),
+        crate::lab_kit::Word::new(
+            "write-combined, registered",
+            "pinned memory the CPU writes fast but reads slowly / ordinary memory pinned where it is (cuMemHostRegister)",
+        ),
+        crate::lab_kit::Word::new("break-even", "how many copies of a buffer it takes for pinning it to pay for itself"),
+    ],
     about: "Lab 1: pinned vs pageable bandwidth sweep, two clocks, pinning cost",
-    measure: measure::run,
+    measure: |gpu, cfg, cx| measure::run(gpu, cfg, cx.progress),
     tables: |rec| format!("{}\n{}\n{}", model::summary_table(rec), host_memory::cost_table(&rec.results.pin_cost), model::break_even_table(&rec.results)),
     figures: charts::report,
     headline: model::headline,
     headline_figures: model::headline_figures,
     // Lab 1 draws no timeline.
     timelines: |_, _| Vec::new(),
+    fixture: fixture::results,
 };
 
 crate::lab_config!(BandwidthConfig);
-
-/// Every lab 1 recording in `data` as the host link's rates, for the
-/// trace diagnosis (`overlap-lab diagnose`, lab 10): pageable and pinned
-/// copies each way, at every size measured. No recording is no rates;
-/// `Err` where one cannot be read.
-pub fn recorded_link_rates(data: &std::path::Path) -> Result<Vec<crate::diagnose::LinkRates>> {
-    use crate::diagnose::events::{Direction as TracedDirection, HostMemory};
-    use crate::diagnose::{LinkPoint, LinkRates};
-    let recordings = match crate::measure::record::find_recordings::<BandwidthResults>(data, LAB) {
-        Ok(r) => r,
-        Err(LabError::MissingData { .. }) => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    Ok(recordings
-        .into_iter()
-        .map(|(path, rec)| LinkRates {
-            gpu_name: rec.fingerprint.gpu_name.clone(),
-            source: crate::measure::record::display_path(&path),
-            points: rec
-                .results
-                .transfers
-                .iter()
-                .filter_map(|p| {
-                    let host = match p.kind {
-                        HostMemoryKind::Pageable => HostMemory::Pageable,
-                        HostMemoryKind::Pinned => HostMemory::Pinned,
-                        _ => return None,
-                    };
-                    let direction = match p.direction {
-                        Direction::H2d => TracedDirection::H2d,
-                        Direction::D2h => TracedDirection::D2h,
-                        Direction::Bidirectional => return None,
-                    };
-                    Some(LinkPoint { host, direction, bytes: p.bytes.get(), gbps: p.gbps.median })
-                })
-                .collect(),
-        })
-        .collect())
-}
 
 #[cfg(test)]
 mod tests {

@@ -307,7 +307,7 @@ mod tests {
 
     #[test]
     fn the_plain_driver_calls_line_names_the_worst_point_and_whether_it_is_within_the_tolerance() {
-        let mut r = crate::testing::bandwidth_results();
+        let mut r = crate::labs::bandwidth::fixture::results();
         assert_eq!(plain_table(&r), "", "a recording without plain copies prints nothing");
         let mib = Bytes(1 << 20);
         let at = |r: &mut BandwidthResults, k, d| r.transfers.iter().position(|p| p.kind == k && p.direction == d && p.bytes == mib).unwrap();
@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn link_share_and_ratio() {
-        let r = crate::testing::bandwidth_results();
+        let r = crate::labs::bandwidth::fixture::results();
         let fp = fingerprint();
         let p = r.point(HostMemoryKind::Pinned, Direction::H2d, Bytes(1 << 30)).unwrap();
         let pct = pct_of_link(&fp, p).unwrap();
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn break_even_divides_extra_cost_by_saving() {
-        let r = crate::testing::bandwidth_results();
+        let r = crate::labs::bandwidth::fixture::results();
         let b = break_even(&r);
         let find = |a: Acquisition| b.iter().find(|b| b.acquisition == a && b.direction == Direction::H2d && b.bytes == Bytes(1 << 30)).unwrap();
         // synthetic: pinned first 300+30 ms vs new pageable 100+10 ms => 220 ms extra;
@@ -365,7 +365,7 @@ mod tests {
 
     #[test]
     fn break_even_table_scales_units_and_explains_at_once_with_its_numbers() {
-        let mut r = crate::testing::bandwidth_results();
+        let mut r = crate::labs::bandwidth::fixture::results();
         // Fresh pageable pages cost more than pinning (page faults): pays at once.
         r.pin_cost[0].pageable_first.acquire_ms.median = 334.36;
         let t = break_even_table(&r);
@@ -391,7 +391,7 @@ mod tests {
 
     #[test]
     fn tables_mention_every_series() {
-        let r = crate::testing::bandwidth_results();
+        let r = crate::labs::bandwidth::fixture::results();
         let rec = crate::measure::record::Record::new("bandwidth", fingerprint(), r);
         let t = summary_table(&rec);
         assert!(t.contains("H2D") && t.contains("pinned") && t.contains("5.00x"), "{t}");

@@ -155,7 +155,7 @@ mod tests {
     use crate::present::chart::Chart;
 
     fn rec() -> CallbackRecord {
-        let mut r = crate::testing::callback_results();
+        let mut r = crate::labs::callback::fixture::results();
         for (i, v) in Variant::ALL.iter().enumerate() {
             let spans = (0..r.config.iterations)
                 .flat_map(|t| {

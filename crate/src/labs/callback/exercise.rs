@@ -13,13 +13,27 @@ use super::{bound_ms, serial_ms, CallbackConfig, CallbackResults, On, ScoreLoop}
 use crate::error::{LabError, Result};
 use crate::gpu::Gpu;
 use crate::lab_kit::check::CheckReport;
-use crate::lab_kit::progress::Exercise;
+use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::Recorded;
 use crate::measure::stats::Summary;
 use std::cell::RefCell;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] =
-    &[Exercise { id: "04-callback", asks: "the argmin off the compute stream, on the callback stream", file: None, hints: HINTS }];
+pub const EXERCISES: &[Exercise] = &[Exercise {
+    id: "04-callback",
+    asks: "the argmin off the compute stream, on the callback stream",
+    file: None,
+    hints: HINTS,
+    examples: Examples::Cell { verdict: example, mistake: "host function on the compute stream" },
+}];
+
+/// The exercise answered on the recording in `dev`: handing the argmin to
+/// a worker, or running it in a host function on the compute stream.
+fn example(dev: &std::path::Path, right: bool) -> crate::error::Result<Option<CheckReport>> {
+    let Some(rec) = <crate::measure::record::Record<super::CallbackResults> as Recorded>::load(dev, super::LAB)? else { return Ok(None) };
+    let iteration = if right { super::hand_off_to_worker } else { super::host_fn_on_compute };
+    Ok(Some(check_on_model(&rec.results, iteration)))
+}
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
 /// Iterations of a check on the GPU (a notebook waits for it).
@@ -218,27 +232,27 @@ pub(crate) mod tests {
 
     #[test]
     fn the_hand_off_to_the_worker_passes_on_the_model() {
-        let r = check_on_model(&crate::testing::callback_results(), super::super::hand_off_to_worker);
+        let r = check_on_model(&crate::labs::callback::fixture::results(), super::super::hand_off_to_worker);
         assert!(r.passed, "{r}");
         assert!(r.to_string().contains("predicted"), "{r}");
     }
 
     #[test]
     fn an_event_waiting_thread_passes_with_a_note() {
-        let r = check_on_model(&crate::testing::callback_results(), super::super::event_waiting_thread);
+        let r = check_on_model(&crate::labs::callback::fixture::results(), super::super::event_waiting_thread);
         assert!(r.passed && r.to_string().contains("variant 4"), "{r}");
     }
 
     #[test]
     fn the_callback_left_on_the_compute_stream_is_no_overlap() {
-        let r = check_on_model(&crate::testing::callback_results(), Variant::HostFnOnCompute.iteration());
+        let r = check_on_model(&crate::labs::callback::fixture::results(), Variant::HostFnOnCompute.iteration());
         let t = r.to_string();
         assert!(!r.passed && t.contains("host function on the compute stream") && t.contains("no overlap"), "{r}");
     }
 
     #[test]
     fn heavy_work_in_the_callback_is_named_even_when_it_overlaps() {
-        let r = check_on_model(&crate::testing::callback_results(), Variant::HostFnOnCallbackStream.iteration());
+        let r = check_on_model(&crate::labs::callback::fixture::results(), Variant::HostFnOnCallbackStream.iteration());
         let t = r.to_string();
         assert!(!r.passed && t.contains("inside a host function on the callback stream") && t.contains("the driver's one callback thread"), "{r}");
         assert!(!t.contains("host_fn_hand_off"), "the verdict does not hand out the call: {r}");
@@ -248,7 +262,7 @@ pub(crate) mod tests {
     #[test]
     fn a_slot_reused_too_early_is_caught() {
         // CPU twice the GPU: the worker falls behind and buffers[t % 3] comes round.
-        let mut r = crate::testing::callback_results();
+        let mut r = crate::labs::callback::fixture::results();
         r.points[0].variants.iter_mut().for_each(|v| v.cpu_ms = crate::testing::flat(0.54));
         let rep = check_on_model(&r, reuses_slots_by_index);
         assert!(!rep.passed && rep.to_string().contains("reused too early"), "{rep}");
@@ -256,15 +270,15 @@ pub(crate) mod tests {
 
     #[test]
     fn a_missing_event_or_argmin_is_reported() {
-        let r = check_on_model(&crate::testing::callback_results(), hands_off_without_waiting);
+        let r = check_on_model(&crate::labs::callback::fixture::results(), hands_off_without_waiting);
         assert!(!r.passed && r.to_string().contains("not ordered after its D2H"), "{r}");
-        let r = check_on_model(&crate::testing::callback_results(), forgets_the_argmin);
+        let r = check_on_model(&crate::labs::callback::fixture::results(), forgets_the_argmin);
         assert!(!r.passed && r.to_string().contains("would wait for a slot forever"), "{r}");
     }
 
     #[test]
     fn a_recording_with_no_points_is_a_finding_not_a_panic() {
-        let mut r = crate::testing::callback_results();
+        let mut r = crate::labs::callback::fixture::results();
         r.points.clear();
         let rep = check_on_model(&r, super::super::hand_off_to_worker);
         assert!(!rep.passed && rep.to_string().contains("no costs to model"), "{rep}");
@@ -340,7 +354,7 @@ pub(crate) mod tests {
             ("a slot that does not exist", Box::new(|l, t| l.slot_at(99, t).map(|_| ())), &["slot 99 does not exist"]),
         ];
         for (what, f, words) in cases {
-            let r = check_on_model(&crate::testing::callback_results(), f);
+            let r = check_on_model(&crate::labs::callback::fixture::results(), f);
             let text = r.to_string();
             assert!(!r.passed, "{what} passed: {text}");
             for w in words {
@@ -352,7 +366,7 @@ pub(crate) mod tests {
             assert!(!text.contains("failed: data verification failed") && !text.contains("inf%"), "{what}: {text}");
         }
         // Slots by index: caught once the worker falls behind (CPU twice the GPU).
-        let mut slow = crate::testing::callback_results();
+        let mut slow = crate::labs::callback::fixture::results();
         slow.points[0].variants.iter_mut().for_each(|v| v.cpu_ms = crate::testing::flat(0.54));
         let r = check_on_model(&slow, reuses_slots_by_index);
         assert!(!r.passed && r.to_string().contains("reused too early"), "{r}");

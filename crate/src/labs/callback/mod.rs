@@ -20,6 +20,8 @@
 
 pub mod charts;
 pub mod exercise;
+#[doc(hidden)]
+pub mod fixture;
 pub mod kernel;
 pub mod measure;
 pub mod model;
@@ -509,14 +511,19 @@ pub static ENTRY: crate::lab_kit::Entry<CallbackConfig, CallbackResults> = crate
     builds_on: &[(3, "events between streams and the two-stage bound")],
     kernels: &[&kernel::ROW_DOT],
     exercises: exercise::EXERCISES,
+    glossary: &[
+        crate::lab_kit::Word::new("host function", "a CPU function the driver runs when a stream reaches it (cuLaunchHostFunc); the stream waits for it"),
+        crate::lab_kit::Word::new("G, C, C/G", "the GPU time and CPU (argmin) time per iteration, and their ratio"),
+    ],
     about: "Lab 4: where a CPU argmin runs (host function, callback stream, worker thread, event wait) and what it costs the GPU",
-    measure: measure::run,
+    measure: |gpu, cfg, cx| measure::run(gpu, cfg, cx.progress),
     tables: |rec| rec.results.table(),
     figures: charts::report,
     headline: CallbackResults::headline,
     headline_figures: CallbackResults::headline_figures,
     // 12 iterations: as the report draws them.
     timelines: |rec, o| charts::timelines(rec, o, 12).into_iter().collect(),
+    fixture: fixture::results,
 };
 
 crate::lab_config!(CallbackConfig);

@@ -6,7 +6,9 @@
 use super::{bound_with_producer_ms, BufferTask, DoubleBufferResults};
 use crate::error::Result;
 use crate::lab_kit::check::CheckReport;
-use crate::lab_kit::progress::Exercise;
+use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::Recorded;
+use crate::measure::record::Record;
 use crate::pipeline::cells::Cells;
 use crate::pipeline::cells::Provenance;
 use crate::pipeline::dry_run::DryRun;
@@ -15,7 +17,21 @@ use crate::pipeline::machine::Machine;
 use crate::pipeline::op::OpKind;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "03-double-buffer", asks: "the double buffer's missing rule", file: None, hints: HINTS }];
+pub const EXERCISES: &[Exercise] = &[Exercise {
+    id: "03-double-buffer",
+    asks: "the double buffer's missing rule",
+    file: None,
+    hints: HINTS,
+    examples: Examples::Cell { verdict: example, mistake: "race" },
+}];
+
+/// The exercise answered on the recording in `dev`: the lab's own
+/// schedule, or one that refills a host buffer before its copy is done.
+fn example(dev: &std::path::Path, right: bool) -> Result<Option<CheckReport>> {
+    let Some(rec) = <Record<DoubleBufferResults> as Recorded>::load(dev, super::LAB)? else { return Ok(None) };
+    let schedule = if right { super::pipelined } else { refills_host_buffer_too_early };
+    Ok(Some(check_on_model(&rec.results, rec.results.config.batches, schedule)))
+}
 
 pub const TARGET_EFFICIENCY: f64 = 0.90;
 
@@ -212,20 +228,20 @@ mod tests {
 
     #[test]
     fn the_solution_passes() {
-        let r = check_on_model(&crate::testing::double_buffer_results(), 16, pipelined);
+        let r = check_on_model(&crate::labs::double_buffer::fixture::results(), 16, pipelined);
         assert!(r.passed, "{r}");
     }
 
     #[test]
     fn one_stream_one_buffer_is_no_overlap() {
-        let r = check_on_model(&crate::testing::double_buffer_results(), 16, no_overlap);
+        let r = check_on_model(&crate::labs::double_buffer::fixture::results(), 16, no_overlap);
         assert!(!r.passed && r.to_string().contains("no overlap"), "{r}");
         assert!(!r.to_string().contains("race"), "{r}");
     }
 
     #[test]
     fn reusing_a_host_buffer_too_early_is_a_race() {
-        let r = check_on_model(&crate::testing::double_buffer_results(), 8, refills_host_buffer_too_early);
+        let r = check_on_model(&crate::labs::double_buffer::fixture::results(), 8, refills_host_buffer_too_early);
         assert!(!r.passed);
         assert!(r.to_string().contains("race (a buffer reused too early?): 'produce batch 2' writes"), "{r}");
     }
@@ -233,7 +249,7 @@ mod tests {
     #[test]
     fn reusing_a_device_buffer_too_early_is_a_race() {
         // Bug: the copy does not wait for the compute that read device buffer b.
-        let r = check_on_model(&crate::testing::double_buffer_results(), 8, |p, t| {
+        let r = check_on_model(&crate::labs::double_buffer::fixture::results(), 8, |p, t| {
             let n = t.batch_elements;
             let copied = [p.event()?, p.event()?];
             for i in 0..t.batches {
@@ -282,7 +298,7 @@ mod tests {
 
     #[test]
     fn results_in_the_wrong_place_are_wrong_data() {
-        let r = check_on_model(&crate::testing::double_buffer_results(), 4, |p, t| {
+        let r = check_on_model(&crate::labs::double_buffer::fixture::results(), 4, |p, t| {
             let n = t.batch_elements;
             let copied = [p.event()?, p.event()?];
             let computed = [p.event()?, p.event()?];
@@ -335,13 +351,14 @@ mod tests {
 
     #[test]
     fn honest_schedules_pass() {
-        assert!(check_on_model(&crate::testing::double_buffer_results(), 16, pipelined).passed);
+        assert!(check_on_model(&crate::labs::double_buffer::fixture::results(), 16, pipelined).passed);
         // The same written out by hand, and with the stream roles swapped.
         let by_hand =
-            check_on_model(&crate::testing::double_buffer_results(), 16, |p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, i, i)));
+            check_on_model(&crate::labs::double_buffer::fixture::results(), 16, |p, t| variant(p, t, t.batches, &|i| (i % 2, i % 2, true, true, true, i, i)));
         assert!(by_hand.passed, "{by_hand}");
-        let swapped =
-            check_on_model(&crate::testing::double_buffer_results(), 16, |p, t| pipelined(p, &BufferTask { copy: t.compute, compute: t.copy, ..t.clone() }));
+        let swapped = check_on_model(&crate::labs::double_buffer::fixture::results(), 16, |p, t| {
+            pipelined(p, &BufferTask { copy: t.compute, compute: t.copy, ..t.clone() })
+        });
         assert!(swapped.passed, "{swapped}");
     }
 
@@ -488,7 +505,7 @@ mod tests {
             ("100000 batches", 100_000, Box::new(pipelined), &["100000 batches is out of range"]),
         ];
         for (what, batches, f, words) in cases {
-            let r = check_on_model(&crate::testing::double_buffer_results(), batches, f);
+            let r = check_on_model(&crate::labs::double_buffer::fixture::results(), batches, f);
             let text = r.to_string();
             assert!(!r.passed, "{what} passed: {text}");
             for w in words {

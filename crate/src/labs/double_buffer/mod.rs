@@ -5,6 +5,8 @@
 //! after whatever read it finished.
 
 pub mod exercise;
+#[doc(hidden)]
+pub mod fixture;
 pub mod measure;
 
 use crate::error::{LabError, Result};
@@ -338,13 +340,15 @@ pub static ENTRY: crate::lab_kit::Entry<DoubleBufferConfig, DoubleBufferResults>
     builds_on: &[(2, "chunks on streams and the overlap bound")],
     kernels: &[],
     exercises: exercise::EXERCISES,
+    glossary: &[crate::lab_kit::Word::new("double buffering", "two buffers used in turn: the CPU fills one while the GPU copies or computes the other")],
     about: "Lab 3: double buffering (CPU producer, copy and compute streams) against no overlap",
-    measure: measure::run,
+    measure: |gpu, cfg, cx| measure::run(gpu, cfg, cx.progress),
     tables: |rec| rec.results.summary(),
     figures: report,
     headline: DoubleBufferResults::headline,
     headline_figures: DoubleBufferResults::headline_figures,
     timelines: |rec, o| vec![timeline_chart(rec, o)],
+    fixture: fixture::results,
 };
 
 crate::lab_config!(DoubleBufferConfig);

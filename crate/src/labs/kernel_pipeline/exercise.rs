@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::gpu::kernels;
 use crate::gpu::Gpu;
 use crate::lab_kit::check::CheckReport;
-use crate::lab_kit::progress::{Exercise, FileAnswer};
+use crate::lab_kit::progress::{Examples, Exercise, FileAnswer};
 use crate::measure::stats::Summary;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
@@ -25,6 +25,13 @@ pub const EXERCISES: &[Exercise] = &[Exercise {
     asks: "a double-buffered tile kernel",
     file: Some(FileAnswer { path: "exercises/07-double-buffered.cu", problems: offline_problems }),
     hints: HINTS,
+    // The wrong one: the given kernel, answered only with a comment, still
+    // copies through registers.
+    examples: Examples::File {
+        right: || solution_source().to_string(),
+        wrong: |given| format!("// my answer: not yet\n{given}"),
+        mistake: "no asynchronous copy",
+    },
 }];
 
 /// The problem of a check with no GPU that only says so.

@@ -15,6 +15,8 @@
 
 pub mod charts;
 pub mod exercise;
+#[doc(hidden)]
+pub mod fixture;
 pub mod kernel;
 pub mod measure;
 pub mod warps;
@@ -653,13 +655,18 @@ pub static ENTRY: crate::lab_kit::Entry<KernelPipelineConfig, KernelPipelineResu
     builds_on: &[(2, "overlap: work in flight while other work runs")],
     kernels: &[&kernel::TILE_NAIVE, &kernel::TILE_ASYNC, &kernel::TILE_WARP_SPECIALIZED, &kernel::TILE_TMA, &kernel::TILE_PLAIN],
     exercises: exercise::EXERCISES,
+    glossary: &[
+        crate::lab_kit::Word::new("regs, smem, occ, bps, lcl", "registers per thread, shared memory per block, resident share of an SM's threads, blocks per SM launched, spilled bytes per thread"),
+        crate::lab_kit::Word::new("stage, tile, TMA", "tiles in flight per block, the block's unit of work, the tensor memory accelerator's bulk copies"),
+    ],
     about: "Lab 7: tile kernels (naive, async copies with 1-4 stages, warp-specialized, TMA) against the device-memory ceiling, beside a plain CUDA two-stage kernel",
-    measure: measure::run,
+    measure: |gpu, cfg, cx| measure::run(gpu, cfg, cx.progress),
     tables: |rec| rec.results.table(),
     figures: charts::report,
     headline: KernelPipelineResults::headline,
     headline_figures: KernelPipelineResults::headline_figures,
     timelines: |rec, o| [rec.results.warp_chart(o), rec.results.round_chart(o)].into_iter().flatten().collect(),
+    fixture: fixture::results,
 };
 
 #[cfg(test)]

@@ -16,7 +16,9 @@ use crate::error::Result;
 use crate::gpu::{Gpu, MemPool, PlanRig};
 use crate::lab_kit::check::CheckReport;
 use crate::lab_kit::loop_check;
-use crate::lab_kit::progress::Exercise;
+use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::Recorded;
+use crate::measure::record::Record;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{HostRef, Issue, StreamRef};
 use crate::pipeline::op::{Lane, Memory, OpKind, StreamKind};
@@ -24,7 +26,20 @@ use crate::pipeline::plan::{chunk, Plan, StreamSpec};
 use std::sync::Arc;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "06-memory", asks: "memory calls that do not stall the pipeline", file: None, hints: HINTS }];
+pub const EXERCISES: &[Exercise] = &[Exercise {
+    id: "06-memory",
+    asks: "memory calls that do not stall the pipeline",
+    file: None,
+    hints: HINTS,
+    examples: Examples::Cell { verdict: example, mistake: "cuMemFree" },
+}];
+
+/// The exercise answered on the recording in `dev`: the solution, or the
+/// loop as the notebook gives it.
+fn example(dev: &std::path::Path, right: bool) -> Result<Option<CheckReport>> {
+    let Some(rec) = <Record<MemoryResults> as Recorded>::load(dev, super::LAB)? else { return Ok(None) };
+    Ok(Some(check_on_model(&rec.results, Arc::new(if right { solution } else { given }))))
+}
 
 /// A pass: no slower than the fix by more than this share.
 pub const SLACK: f64 = 0.10;
@@ -236,9 +251,10 @@ pub fn hint(k: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixture::results as memory_results;
     use super::*;
     use crate::pipeline::issue::DevRef;
-    use crate::testing::{fails_with, memory_results};
+    use crate::testing::fails_with;
 
     fn check(f: impl Fn(&mut dyn Issue, &ScratchTask) -> Result<()> + Send + Sync + 'static) -> CheckReport {
         check_on_model(&memory_results(), Arc::new(f))

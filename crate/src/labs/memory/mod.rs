@@ -16,6 +16,8 @@
 
 pub mod exercise;
 pub mod experiments;
+#[doc(hidden)]
+pub mod fixture;
 pub mod kernel;
 pub mod measure;
 pub mod pool;
@@ -661,13 +663,19 @@ pub static ENTRY: crate::lab_kit::Entry<MemoryConfig, MemoryResults> = crate::la
     builds_on: &[(1, "pinned memory"), (3, "a ring of slots reused behind events")],
     kernels: &[&kernel::REREAD],
     exercises: exercise::EXERCISES,
+    glossary: &[
+        crate::lab_kit::Word::new("stream-ordered pair", "cuMemAllocAsync / cuMemFreeAsync: memory from the pool, allocated and freed in stream order, so neither waits for the GPU"),
+        crate::lab_kit::Word::new("release threshold", "how much memory the pool keeps at a synchronization instead of giving it back to the driver"),
+        crate::lab_kit::Word::new("staging slots, zero-copy", "a ring of pinned buffers reused as each batch's copy ends / a kernel reading mapped pinned host memory in place"),
+    ],
     about: "Lab 6: memory calls and the pipeline, each measured beside the model",
-    measure: measure::run,
+    measure: |gpu, cfg, cx| measure::run(gpu, cfg, cx.progress),
     tables: |rec| rec.results.table(),
     figures: report,
     headline: MemoryResults::headline,
     headline_figures: MemoryResults::headline_figures,
     timelines: |rec, o| vec![rec.results.timelines(true, o), rec.results.ring_timelines(true, o)],
+    fixture: fixture::results,
 };
 
 #[cfg(test)]
@@ -676,7 +684,7 @@ mod tests {
 
     #[test]
     fn the_table_headline_and_report_show_every_part() {
-        let r = crate::testing::memory_results();
+        let r = crate::labs::memory::fixture::results();
         let t = r.table();
         for part in [
             "WAITS for all GPU work",

@@ -28,10 +28,25 @@ use std::sync::Arc;
 
 #[cfg(doc)]
 use super::pipeline_parallel::host_synchronized;
-use crate::lab_kit::progress::Exercise;
+use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::Recorded;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "08-multi-gpu", asks: "a stage per GPU, ordered by events only", file: None, hints: HINTS }];
+pub const EXERCISES: &[Exercise] = &[Exercise {
+    id: "08-multi-gpu",
+    asks: "a stage per GPU, ordered by events only",
+    file: None,
+    hints: HINTS,
+    examples: Examples::Cell { verdict: example, mistake: "host synchronization" },
+}];
+
+/// The exercise answered on the recording in `dev`: the stages ordered
+/// by events only, or by the host waiting for each.
+fn example(dev: &std::path::Path, right: bool) -> crate::error::Result<Option<CheckReport>> {
+    let Some(rec) = <crate::measure::record::Record<MultiGpuResults> as Recorded>::load(dev, super::LAB)? else { return Ok(None) };
+    let pp = if right { super::pipeline_parallel::events_only } else { super::pipeline_parallel::host_synchronized };
+    Ok(Some(check_recorded(&rec, Arc::new(pp))))
+}
 
 /// A pass: a bubble at most this much above the model's (S−1)/(M+S−1)
 /// (the copies between the stages add a little).

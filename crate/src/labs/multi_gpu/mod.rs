@@ -30,6 +30,8 @@
 pub mod all_reduce;
 pub mod charts;
 pub mod exercise;
+#[doc(hidden)]
+pub mod fixture;
 pub mod four_way;
 pub mod measure;
 pub mod peer;
@@ -951,8 +953,12 @@ pub static ENTRY: crate::lab_kit::Entry<MultiGpuConfig, MultiGpuResults> = crate
     builds_on: &[(2, "a pipeline over streams"), (5, "which waits stop whom")],
     kernels: &[],
     exercises: exercise::EXERCISES,
+    glossary: &[
+        crate::lab_kit::Word::new("micro-batch, bubble", "a slice of a batch that moves through the pipeline's stages; the time a stage sits idle"),
+        crate::lab_kit::Word::new("all-reduce, bucket", "every GPU's buffers summed in place (NCCL); the gradients handed to it at a time"),
+    ],
     about: "Lab 8: copies between GPUs, four-way overlap, a pipeline with a stage per GPU, NCCL's all-reduce beside compute",
-    measure: measure::run,
+    measure: |gpu, cfg, cx| measure::run(gpu, cfg, cx.progress),
     tables: |rec| rec.results.table(),
     figures: report,
     headline: MultiGpuResults::headline,
@@ -963,13 +969,15 @@ pub static ENTRY: crate::lab_kit::Entry<MultiGpuConfig, MultiGpuResults> = crate
             .flatten()
             .collect()
     },
+    fixture: fixture::results,
 };
 
 #[cfg(test)]
 mod tests {
+    use super::fixture::results_two_or_one as multi_gpu_results;
     use super::*;
     use crate::pipeline::issue::Issue;
-    use crate::testing::{fails_with, multi_gpu_results};
+    use crate::testing::fails_with;
     use pipeline_parallel::{events_only, host_synchronized, MicroBatchTask};
 
     #[test]
@@ -1031,7 +1039,7 @@ mod tests {
 
     #[test]
     fn training_is_tabled_by_schedule_beside_the_model_with_the_activations_kept() {
-        let r = crate::testing::multi_gpu_results_on(4);
+        let r = crate::labs::multi_gpu::fixture::results_on(4);
         let t = r.table();
         assert!(t.contains("training, the forward and backward of every micro-batch (4 stages)"), "{t}");
         // 32 MiB over 8 micro-batches: 4 MiB each; 1F1B keeps 4, 3, 2, 1 of them.
@@ -1059,7 +1067,7 @@ mod tests {
 
     #[test]
     fn over_four_gpus_the_table_says_each_stage_and_the_links() {
-        let r = crate::testing::multi_gpu_results_on(4);
+        let r = crate::labs::multi_gpu::fixture::results_on(4);
         let t = r.table();
         assert!(t.contains("the lab's GPUs: GPUs 0, 1, 2, 3 (every pair NVLink x18, peer access); copies and the four-way overlap GPU 0 -> GPU 1"), "{t}");
         assert!(t.contains("pipeline of 4 stages") && t.contains("stage 0 on GPU 0, stage 1 on GPU 1, stage 2 on GPU 2, stage 3 on GPU 3"), "{t}");

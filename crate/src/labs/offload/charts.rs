@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn the_budget_chart_draws_the_planners_choices_and_the_beyond_chart_keeps_the_tables_order() {
-        let r = crate::testing::offload_results_beyond();
+        let r = crate::labs::offload::fixture::results_beyond();
         let f = budget_chart(&r, "test").expect("a sweep");
         assert_eq!(f.panels.len(), 3, "one panel a batch of the sweep");
         let fp16 = &f.panels[0].series[0];
@@ -192,7 +192,7 @@ mod tests {
         let t = r.throughput_chart("test");
         let fp8 = t.panels[0].series.iter().find(|s| s.label == "PyTorch: FP8 _scaled_mm, resident + ring").expect("PyTorch's FP8 line");
         assert!(fp8.dashed && fp8.color == color(Variant::Fp8) && fp8.points.len() == r.points.len(), "{fp8:?}");
-        assert!(budget_chart(&crate::testing::offload_results(), "old").is_none());
-        assert!(beyond_chart(&crate::testing::offload_results(), "old").is_none());
+        assert!(budget_chart(&crate::labs::offload::fixture::results(), "old").is_none());
+        assert!(beyond_chart(&crate::labs::offload::fixture::results(), "old").is_none());
     }
 }

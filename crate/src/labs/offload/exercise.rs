@@ -25,7 +25,8 @@ use super::rig::{LayerKind, OffloadRig, Precision};
 use super::{OffloadResults, Shape, Variant};
 use crate::error::Result;
 use crate::lab_kit::check::{pct, CheckReport};
-use crate::lab_kit::progress::Exercise;
+use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::Recorded;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{EventRef, StreamRef};
 use crate::pipeline::machine::Machine;
@@ -35,9 +36,45 @@ use crate::units::{fmt_ms, Bytes};
 
 /// The exercises, as the course lists them (`overlap-lab progress`).
 pub const EXERCISES: &[Exercise] = &[
-    Exercise { id: "09-offload", asks: "the ring's prefetch schedule", file: None, hints: HINTS },
-    Exercise { id: "09-offload/placement", asks: "resident layers and the ring's size under a budget", file: None, hints: PLACEMENT_HINTS },
+    Exercise {
+        id: "09-offload",
+        asks: "the ring's prefetch schedule",
+        file: None,
+        hints: HINTS,
+        examples: Examples::Cell { verdict: prefetch_example, mistake: "may overwrite ring slot" },
+    },
+    Exercise {
+        id: "09-offload/placement",
+        asks: "resident layers and the ring's size under a budget",
+        file: None,
+        hints: PLACEMENT_HINTS,
+        examples: Examples::Cell { verdict: placement_example, mistake: "budget left idle" },
+    },
 ];
+
+/// The recording of lab 9 in `dev`, if there is one.
+fn recorded(dev: &std::path::Path) -> Result<Option<OffloadResults>> {
+    Ok(<crate::measure::record::Record<OffloadResults> as Recorded>::load(dev, super::LAB)?.map(|r| r.results))
+}
+
+/// The first exercise answered on the recording in `dev`: the ring's own
+/// schedule, or the given one, which refills a slot still being read.
+fn prefetch_example(dev: &std::path::Path, right: bool) -> Result<Option<CheckReport>> {
+    let Some(r) = recorded(dev)? else { return Ok(None) };
+    let pass = if right { super::forward::ring } else { given };
+    Ok(Some(check_on_model(&r, &pass)))
+}
+
+/// The second exercise answered on the recording in `dev`, at its budget
+/// and first batch: the planner's best placement, or a ring of 3 and no
+/// resident layer, which leaves the budget idle.
+fn placement_example(dev: &std::path::Path, right: bool) -> Result<Option<CheckReport>> {
+    let Some(r) = recorded(dev)? else { return Ok(None) };
+    let Some(batch) = r.points.first().map(|p| p.batch) else { return Ok(None) };
+    let budget = r.config.gpu_budget;
+    let placed = if right { best_placement(&r, budget, batch)?.placement } else { Placement { resident: 0, ring: 3 } };
+    Ok(Some(check_placement(&r, budget, batch, placed)))
+}
 
 /// How close to the planner's best a placement must come, on the queue model.
 pub const PLACEMENT_WITHIN: f64 = 0.05;
@@ -722,7 +759,7 @@ mod tests {
     /// near-best one passes; a check takes well under a second.
     #[test]
     fn a_placement_is_judged_on_its_time_and_a_slow_one_named_by_what_it_wastes() {
-        let r = crate::testing::offload_results_beyond();
+        let r = crate::labs::offload::fixture::results_beyond();
         let started = std::time::Instant::now();
         let check = |budget: usize, batch: usize, resident: usize, ring: usize| check_placement(&r, budget, batch, Placement { resident, ring });
         // The planner's own choice, and one slot more in the ring where the link bounds (within 5%).
@@ -769,7 +806,7 @@ mod tests {
 
     /// The check at batch `at` of the fixture.
     fn check_at(at: usize, f: impl Fn(&mut dyn Forward, &Task) -> Result<()>) -> CheckReport {
-        check_on_model(&OffloadResults { timeline_batch: at, ..crate::testing::offload_results() }, &f)
+        check_on_model(&OffloadResults { timeline_batch: at, ..crate::labs::offload::fixture::results() }, &f)
     }
     fn check(f: impl Fn(&mut dyn Forward, &Task) -> Result<()>) -> CheckReport {
         check_at(COMPUTE_BOUND, f)
@@ -922,7 +959,7 @@ mod tests {
 
     #[test]
     fn a_recording_without_host_costs_is_judged_with_free_waits_and_says_so() {
-        let old = OffloadResults { machine: None, ..crate::testing::offload_results() };
+        let old = OffloadResults { machine: None, ..crate::labs::offload::fixture::results() };
         let r = check_on_model(&old, &ring);
         assert!(r.passed && r.to_string().contains("no measured host costs"), "{r}");
         let r = check_on_model(&old, &syncs_after_each_upload);

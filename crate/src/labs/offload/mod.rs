@@ -35,6 +35,8 @@
 pub mod charts;
 pub mod cpu;
 pub mod exercise;
+#[doc(hidden)]
+pub mod fixture;
 pub mod forward;
 pub mod kernel;
 pub mod measure;
@@ -1028,13 +1030,24 @@ pub static ENTRY: crate::lab_kit::Entry<OffloadConfig, OffloadResults> = crate::
     builds_on: &[(1, "pinned vs pageable"), (3, "double buffering with events"), (5, "stream priorities and graphs"), (6, "the stream-ordered pool")],
     kernels: &[&kernel::RELU_F16],
     exercises: exercise::EXERCISES,
+    glossary: &[
+        crate::lab_kit::Word::new("layer, d, GEMM", "two FP16 matrix multiplications by cuBLAS (d x 4d, then 4d x d) with a ReLU between; d is the model's width"),
+        crate::lab_kit::Word::new("GPU budget", "the GPU memory the lab lets itself use (--gpu-budget): the model's weights do not fit in it"),
+        crate::lab_kit::Word::new("ring, slot, prefetch", "K layer buffers on the GPU reused in turn / one of them / a layer's upload issued while earlier layers compute"),
+        crate::lab_kit::Word::new("tokens/s", "tokens (rows of a batch) through every layer per second"),
+        crate::lab_kit::Word::new("link- / compute-bound, crossover", "uploads slower than the GEMMs / the other way round; the batch size where the two take as long"),
+        crate::lab_kit::Word::new("epilogue, fused", "what a GEMM does as it writes its output (here the ReLU, or FP8's scaling) / done there, not by a kernel of its own"),
+        crate::lab_kit::Word::new("resident, R / K", "a layer kept on the GPU for good / how many are, and the ring's slots for the rest; the planner picks both"),
+        crate::lab_kit::Word::new("FP8, E4M3, scale, amax", "8-bit floats (4 exponent bits, 3 of mantissa) / a tensor's FP32 multiplier / its largest magnitude"),
+    ],
     about: "Lab 9: stream a network's weights over the link through a ring of GPU buffers, then past that bound (resident layers, FP8 weights, fused epilogues), against PyTorch",
-    measure: measure::run,
+    measure: |gpu, cfg, cx| measure::run(gpu, cfg, cx.progress),
     tables: |rec| rec.results.summary(),
     figures: report,
     headline: OffloadResults::headline,
     headline_figures: OffloadResults::headline_figures,
     timelines: |rec, o| std::iter::once(charts::timeline_chart(&rec.results, o)).chain(charts::beyond_chart(&rec.results, o)).collect(),
+    fixture: fixture::results,
 };
 
 crate::lab_config!(OffloadConfig);
@@ -1046,7 +1059,7 @@ mod tests {
 
     #[test]
     fn the_bound_takes_the_runs_one_upload_at_its_best_and_each_batchs_gemms() {
-        let r = crate::testing::offload_results();
+        let r = crate::labs::offload::fixture::results();
         let (slow, fast) = (&r.points[0], &r.points[1]);
         // The link-bound batch's uploads ran slow (1.25 ms at their fastest
         // quarter): its bound still takes the run's 1.2 ms.
@@ -1070,7 +1083,7 @@ mod tests {
 
     #[test]
     fn a_recording_made_before_quartiles_and_host_costs_still_renders() {
-        let mut r = crate::testing::offload_results();
+        let mut r = crate::labs::offload::fixture::results();
         r.machine = None;
         for p in &mut r.points {
             for s in [&mut p.h2d_ms, &mut p.layer_ms].into_iter().chain(p.variants.iter_mut().map(|v| &mut v.ms)) {

@@ -10,7 +10,9 @@ use super::{measure, model, Intensity, IssueOrder, OverlapResults, Parts};
 use crate::error::{LabError, Result};
 use crate::gpu::{Gpu, TimelineSource};
 use crate::lab_kit::check::CheckReport;
-use crate::lab_kit::progress::Exercise;
+use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::Recorded;
+use crate::measure::record::Record;
 use crate::measure::stats::Summary;
 use crate::pipeline::cells::Cells;
 use crate::pipeline::cells::Provenance;
@@ -21,7 +23,22 @@ use crate::pipeline::plan::{self, Plan};
 use crate::pipeline::schedule::{Schedule, WaitFor};
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "02-overlap", asks: "make the chunks overlap", file: None, hints: HINTS }];
+pub const EXERCISES: &[Exercise] = &[Exercise {
+    id: "02-overlap",
+    asks: "make the chunks overlap",
+    file: None,
+    hints: HINTS,
+    examples: Examples::Cell { verdict: example, mistake: "wrong data" },
+}];
+
+/// The exercise answered on the recording in `dev` (balanced, 16 chunks
+/// over 4 streams): the solution, or a loop that copies the input back
+/// instead of the output.
+fn example(dev: &std::path::Path, right: bool) -> Result<Option<CheckReport>> {
+    let Some(rec) = <Record<OverlapResults> as Recorded>::load(dev, super::LAB)? else { return Ok(None) };
+    let issue = if right { solution } else { downloads_the_input };
+    Ok(Some(check_on_model(&rec.results, Intensity::Balanced, 16, 4, issue)))
+}
 
 /// A pass needs this share of the bound (the bound from the stages alone).
 pub const TARGET_EFFICIENCY: f64 = 0.85;
@@ -338,7 +355,7 @@ mod tests {
 
     #[test]
     fn the_solution_passes() {
-        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 16, 4, solution);
+        let rep = check_on_model(&crate::labs::overlap::fixture::results(), Intensity::Balanced, 16, 4, solution);
         assert!(rep.passed, "{rep}");
         assert!(rep.to_string().contains("predicted"));
     }
@@ -364,7 +381,7 @@ mod tests {
 
     #[test]
     fn everything_on_one_stream_is_no_overlap() {
-        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 16, 4, |p, t| {
+        let rep = check_on_model(&crate::labs::overlap::fixture::results(), Intensity::Balanced, 16, 4, |p, t| {
             let one = ChunkTask { streams: vec![t.streams[0]], ..t.clone() };
             solution(p, &one)
         });
@@ -374,7 +391,7 @@ mod tests {
 
     #[test]
     fn a_wrong_offset_is_wrong_data() {
-        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 8, 2, |p, t| {
+        let rep = check_on_model(&crate::labs::overlap::fixture::results(), Intensity::Balanced, 8, 2, |p, t| {
             for c in 0..t.chunks {
                 let (at, n) = t.chunk(c);
                 let s = t.streams[c % t.streams.len()];
@@ -392,7 +409,7 @@ mod tests {
 
     #[test]
     fn kernel_on_another_stream_without_an_event_is_a_race() {
-        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 4, 2, |p, t| {
+        let rep = check_on_model(&crate::labs::overlap::fixture::results(), Intensity::Balanced, 4, 2, |p, t| {
             for c in 0..t.chunks {
                 let (at, n) = t.chunk(c);
                 p.h2d(t.streams[0], t.dev_in, at, t.host_in, at, n, &format!("H2D chunk {c}"))?;
@@ -404,7 +421,7 @@ mod tests {
         assert!(!rep.passed);
         assert!(rep.to_string().contains("race: 'compute chunk 0' reads"), "{rep}");
         // With the event, the same split is correct.
-        let fixed = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 4, 2, |p, t| {
+        let fixed = check_on_model(&crate::labs::overlap::fixture::results(), Intensity::Balanced, 4, 2, |p, t| {
             for c in 0..t.chunks {
                 let (at, n) = t.chunk(c);
                 p.h2d(t.streams[0], t.dev_in, at, t.host_in, at, n, "up")?;
@@ -421,7 +438,7 @@ mod tests {
 
     #[test]
     fn a_missing_chunk_is_named() {
-        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 4, 2, |p, t| {
+        let rep = check_on_model(&crate::labs::overlap::fixture::results(), Intensity::Balanced, 4, 2, |p, t| {
             for c in 0..t.chunks - 1 {
                 let (at, n) = t.chunk(c);
                 let s = t.streams[c % 2];
@@ -448,7 +465,7 @@ mod tests {
 
     #[test]
     fn honest_issue_loops_pass() {
-        let r = crate::testing::overlap_results();
+        let r = crate::labs::overlap::fixture::results();
         // A stream per stage, linked by events: the lab's own third layout.
         let per_stage = |p: &mut dyn Issue, t: &ChunkTask| IssueOrder::StageStreams.issue(p, t, &OpKind::STAGES);
         let rep = check_on_model(&r, Intensity::Balanced, 16, 3, per_stage);
@@ -463,7 +480,7 @@ mod tests {
     /// Wrong answers a student gives, each with the words its message must hold.
     #[test]
     fn wrong_issue_loops_fail_naming_the_mistake() {
-        let r = crate::testing::overlap_results();
+        let r = crate::labs::overlap::fixture::results();
         type Loop = Box<dyn Fn(&mut dyn Issue, &ChunkTask) -> Result<()>>;
         let cases: Vec<(&str, usize, usize, Loop, &[&str])> = vec![
             (
@@ -550,7 +567,7 @@ mod tests {
     /// The verdict names the call and the chunk, not the streams.
     #[test]
     fn a_host_wait_after_every_chunk_is_named_with_its_call_and_chunk() {
-        let r = crate::testing::overlap_results();
+        let r = crate::labs::overlap::fixture::results();
         type Wait = fn(&mut dyn Issue, &ChunkTask, usize) -> Result<()>;
         let cases: [(&str, Wait, &str); 3] = [
             ("sync_device", |p, _, _| p.sync_device(), "p.sync_device() after chunk 0 ('D2H chunk 0')"),
@@ -628,7 +645,7 @@ mod tests {
 
     #[test]
     fn a_wait_after_the_last_chunk_holds_nothing_up_and_passes() {
-        let rep = check_on_model(&crate::testing::overlap_results(), Intensity::Balanced, 16, 4, |p, t| {
+        let rep = check_on_model(&crate::labs::overlap::fixture::results(), Intensity::Balanced, 16, 4, |p, t| {
             p.sync_device()?;
             solution(p, t)?;
             p.sync_device()

@@ -8,6 +8,8 @@
 
 pub mod charts;
 pub mod exercise;
+#[doc(hidden)]
+pub mod fixture;
 pub mod measure;
 pub mod model;
 
@@ -496,13 +498,22 @@ pub static ENTRY: crate::lab_kit::Entry<OverlapConfig, OverlapResults> = crate::
     builds_on: &[(1, "pinned memory: only page-locked copies run asynchronously")],
     kernels: &[],
     exercises: exercise::EXERCISES,
+    glossary: &[
+        crate::lab_kit::Word::new("H, K, D, H|D", "the whole data's H2D, kernel, D2H alone, and both copies at once"),
+        crate::lab_kit::Word::new(
+            "chunks/streams DF, BF, SS",
+            "issue orders: depth-first (a chunk's three ops, then the next), breadth-first (every H2D, then every kernel...), a stream per stage",
+        ),
+        crate::lab_kit::Word::new("serial", "one chunk on one stream: nothing overlaps"),
+    ],
     about: "Lab 2: chunked copy/compute overlap over N streams, against the bounds and the queue model",
-    measure: measure::run,
+    measure: |gpu, cfg, cx| measure::run(gpu, cfg, cx.progress),
     tables: |rec| rec.results.summary(),
     figures: charts::report,
     headline: model::headline,
     headline_figures: model::headline_figures,
     timelines: |rec, o| (0..rec.results.intensities.len()).filter_map(|i| charts::timelines(rec, i, o)).collect(),
+    fixture: fixture::results,
 };
 
 crate::lab_config!(OverlapConfig);

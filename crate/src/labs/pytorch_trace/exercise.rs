@@ -6,14 +6,56 @@
 //! the program that applies it (this GPU's, when the traces were recorded
 //! live).
 
-use super::recording::FixCheck;
+use super::recording::{FixCheck, Recording};
 use crate::diagnose::replay::Change;
 use crate::diagnose::whatif::{fix_label, WhatIf};
+use crate::error::Result;
 use crate::lab_kit::check::{short, unit_slip, CheckReport};
-use crate::lab_kit::progress::Exercise;
+use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::Recorded;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "10-pytorch-trace", asks: "the fix that gains most on a trace, and its time", file: None, hints: HINTS }];
+pub const EXERCISES: &[Exercise] = &[Exercise {
+    id: "10-pytorch-trace",
+    asks: "the fix that gains most on a trace, and its time",
+    file: None,
+    hints: HINTS,
+    examples: Examples::Cell { verdict: example, mistake: "another fix the diagnosis suggests gains more" },
+}];
+
+/// The exercise answered on the recording in `dev`: the fix the what-if
+/// puts first and its predicted time, or "pinned" (the finding that costs
+/// most answered alone) with its own predicted time.
+fn example(dev: &std::path::Path, right: bool) -> Result<Option<CheckReport>> {
+    let Some(rec) = <Recording as Recorded>::load(dev, super::LAB)? else { return Ok(None) };
+    let Some(w) = rec.diagnosis(PROGRAM)?.what_if else { return Ok(None) };
+    let answer = if right { w.predictions.first() } else { w.predictions.iter().find(|p| p.fix == "pinned") };
+    let Some(answer) = answer else { return Ok(None) };
+    Ok(Some(check_on_recording(&rec, false, &answer.fix, answer.predicted_us / 1e3)))
+}
+
+/// The exercise's check on `rec` (a run of this GPU's, `live`, or a
+/// recording): on the trace of [`PROGRAM`], `fix` is the fix that gains
+/// most and `ms` the time the program takes with it.
+pub fn check_on_recording(rec: &Recording, live: bool, fix: &str, ms: f64) -> CheckReport {
+    let checks = match rec.fix_checks() {
+        Ok(f) => f.checks.as_slice(),
+        Err(_) => &[],
+    };
+    match rec.diagnosis(PROGRAM) {
+        Ok(crate::diagnose::Diagnosis { what_if: Some(w), .. }) => check_best_fix(&w, checks, live, fix, ms),
+        Ok(d) => {
+            let mut rep = CheckReport::new(&format!("the fix that gains most on {PROGRAM}'s trace")).answering(EXERCISES[0].id);
+            rep.problem(format!("the trace could not be replayed, so there is nothing to judge: {}", d.what_if_error.as_deref().unwrap_or("no what-if")));
+            rep
+        }
+        Err(e) => {
+            let mut rep = CheckReport::new(&format!("the fix that gains most on {PROGRAM}'s trace")).answering(EXERCISES[0].id);
+            rep.problem(format!("the trace could not be read, so there is nothing to judge: {e}"));
+            rep
+        }
+    }
+}
 
 /// The program whose trace the exercise gives.
 pub const PROGRAM: &str = "pageable_then_compute";
@@ -149,8 +191,8 @@ mod tests {
     fn every_wrong_answer_is_named_and_every_right_one_passes() {
         let data = crate::measure::record::repo_root().join("data");
         let rec = Recording::find(&data).unwrap().into_iter().find(|r| r.dir.to_string_lossy().contains("h100")).expect("an H100 recording");
-        let w = rec.diagnosis(PROGRAM, &data).unwrap().what_if.unwrap();
-        let checks = rec.fix_checks(&data).unwrap().checks;
+        let w = rec.diagnosis(PROGRAM).unwrap().what_if.unwrap();
+        let checks = rec.fix_checks().unwrap().checks.clone();
         let best = &w.predictions[0];
         let best_ms = best.predicted_us / 1e3;
         let pinned = w.predictions.iter().find(|p| p.fix == "pinned").unwrap();

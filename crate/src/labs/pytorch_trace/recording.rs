@@ -4,27 +4,33 @@
 //! by what fix, the GPU's calibration) and the traces themselves
 //! (`<program>.json.gz`). A recording is a folder, not a lab's one JSON
 //! file, because its traces are the torch.profiler files a learner's own
-//! would be, read by the same reader.
+//! would be, read by the same reader; it is kept through the lab table's
+//! `Recorded`, as a lab's one JSON record is.
 //!
-//! Here too: what the diagnosis of any trace is priced by on this machine
-//! ([`pricing`]: lab 1's link rates, the graph gap of this folder; for a
-//! recording of a GPU lab 1 has not recorded, such as a learner's live
-//! run, the pinned rate its own pinned program's copies ran at, which the
-//! what-if then names as its price: not an independent figure for that
-//! program's own fix), and the
-//! fixes each recording's programs make, predicted from the "before" trace
-//! and set beside the fixed program's untraced runs ([`Recording::fix_checks`]).
+//! A recording carries the prices of its what-if ([`Prices`]: lab 1's link
+//! rates, the graph gaps, read once from the data folder it is priced by;
+//! for a GPU lab 1 has not recorded, such as a learner's live run, the
+//! pinned rate its own pinned program's copies ran at, which the what-if
+//! then names as its price: not an independent figure for that program's
+//! own fix), reads each trace once, and diagnoses each program once: the
+//! fixes each "before" trace predicts, set beside the fixed program's
+//! untraced runs ([`Recording::fix_checks`]), are made once and read by the
+//! tables, the headline, the charts and the exercise.
 
+use super::prices::{diagnosis_priced, Prices};
 use super::{LAB, PROGRAMS};
 use crate::diagnose::replay::Pricing;
 use crate::diagnose::whatif::Prediction;
 use crate::diagnose::{Diagnosis, LinkRates, Trace};
 use crate::error::{LabError, Result};
+use crate::lab_kit::{Kept, Recorded};
+use crate::measure::fingerprint::Fingerprint;
 use crate::measure::record::display_path;
 use crate::measure::stats::Summary;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The file of a recording's folder that says what is in it.
 pub const PROGRAMS_FILE: &str = "programs.json";
@@ -101,11 +107,42 @@ pub struct FixOf {
     pub fix: String,
 }
 
-/// One GPU's recording: its folder and what `programs.json` says.
+/// One GPU's recording: its folder and what `programs.json` says, with
+/// what it is priced by and what has been read and diagnosed of it.
 #[derive(Clone, Debug)]
 pub struct Recording {
     pub dir: PathBuf,
     pub programs: Programs,
+    prices: Arc<Prices>,
+    made: Made,
+    /// Each program's trace, read once.
+    traces: Arc<Mutex<BTreeMap<String, Arc<Trace>>>>,
+    /// The fixes set beside their programs, made once.
+    fix_checks: Arc<OnceLock<FixChecks>>,
+}
+
+/// Where a recording's folder comes from, which says whether it may be
+/// kept in the data folder.
+#[derive(Clone, Debug)]
+enum Made {
+    /// Read from a data folder: a recording already.
+    Read,
+    /// A run of the programs into a folder of the system's temporary
+    /// files (removed with the last copy of the recording); `partial`
+    /// where it ran some of them only.
+    Ran { _folder: Arc<TemporaryFolder>, partial: bool },
+    /// A recording shown in place of a run that could not be made here, and why.
+    Shown { why: String },
+}
+
+/// A folder removed when dropped.
+#[derive(Debug)]
+struct TemporaryFolder(PathBuf);
+
+impl Drop for TemporaryFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// One fix of the recorded programs: predicted from the "before" trace,
@@ -133,9 +170,9 @@ impl FixCheck {
 }
 
 impl Recording {
-    /// The recording in `dir` (a folder holding `programs.json`); a
-    /// one-line error naming the file when it cannot be read.
-    pub fn load(dir: &Path) -> Result<Recording> {
+    /// `programs.json` of the folder `dir`; a one-line error naming the
+    /// file when it cannot be read.
+    pub fn read_programs(dir: &Path) -> Result<Programs> {
         let path = dir.join(PROGRAMS_FILE);
         let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(&path) },
@@ -146,19 +183,54 @@ impl Recording {
         if let Some(name) = programs.programs.keys().find(|n| !PROGRAMS.contains(&n.as_str())) {
             return Err(LabError::BadData { path: display_path(&path), reason: format!("a program this lab does not know: {name}") });
         }
-        Ok(Recording { dir: dir.to_path_buf(), programs })
+        Ok(programs)
     }
 
-    /// Every GPU's recording under `data` (`<gpu>/pytorch-trace/`), newest first.
+    /// The recording in the folder `dir`, priced by `prices`.
+    fn open(dir: &Path, prices: Arc<Prices>, made: Made) -> Result<Recording> {
+        Ok(Recording { dir: dir.to_path_buf(), programs: Self::read_programs(dir)?, prices, made, traces: Arc::default(), fix_checks: Arc::default() })
+    }
+
+    /// The recording in `dir` (a folder holding `programs.json`), priced
+    /// by the data folder it lies in (`<data>/<gpu>/pytorch-trace/`); a
+    /// one-line error naming the file when it cannot be read.
+    pub fn load(dir: &Path) -> Result<Recording> {
+        let data = dir.parent().and_then(Path::parent).unwrap_or(dir);
+        Self::open(dir, Arc::new(Prices::read(data)), Made::Read)
+    }
+
+    /// The recording in the folder `dir` that is not a data folder's (a
+    /// made-up one, say), priced by `prices`.
+    pub fn priced(dir: &Path, prices: Prices) -> Result<Recording> {
+        Self::open(dir, Arc::new(prices), Made::Read)
+    }
+
+    /// A run of the programs into the temporary folder `dir` (removed with
+    /// the recording), priced by the data folder `data`; `partial` where
+    /// it ran some programs only.
+    pub(super) fn ran(dir: &Path, data: &Path, partial: bool) -> Result<Recording> {
+        let folder = Arc::new(TemporaryFolder(dir.to_path_buf()));
+        Self::open(dir, Arc::new(Prices::read(data)), Made::Ran { _folder: folder, partial })
+    }
+
+    /// This recording shown in place of a run that could not be made, and why.
+    pub(super) fn shown_instead(mut self, why: String) -> Recording {
+        self.made = Made::Shown { why };
+        self
+    }
+
+    /// Every GPU's recording under `data` (`<gpu>/pytorch-trace/`), newest
+    /// first, priced by `data`'s recordings (read once for all).
     pub fn find(data: &Path) -> Result<Vec<Recording>> {
         let folders = std::fs::read_dir(data).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(data) },
             _ => LabError::io(format!("listing {}", display_path(data)), e),
         })?;
+        let prices = Arc::new(Prices::read(data));
         let mut found = Vec::new();
         for dir in folders.flatten().map(|e| e.path().join(LAB)) {
             if dir.join(PROGRAMS_FILE).is_file() {
-                found.push(Recording::load(&dir)?);
+                found.push(Self::open(&dir, prices.clone(), Made::Read)?);
             }
         }
         found.sort_by(|a, b| b.programs.date.cmp(&a.programs.date).then_with(|| a.dir.cmp(&b.dir)));
@@ -207,16 +279,26 @@ impl Recording {
         Ok(self.dir.join(&self.program(name)?.trace))
     }
 
-    /// The trace of `name`, read.
-    pub fn trace(&self, name: &str) -> Result<Trace> {
-        crate::diagnose::read_trace(&self.trace_path(name)?, &mut |_, _| {})
+    /// The trace of `name`, read once.
+    pub fn trace(&self, name: &str) -> Result<Arc<Trace>> {
+        if let Some(t) = self.traces.lock().unwrap_or_else(|e| e.into_inner()).get(name) {
+            return Ok(t.clone());
+        }
+        let t = Arc::new(crate::diagnose::read_trace(&self.trace_path(name)?, &mut |_, _| {})?);
+        self.traces.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), t.clone());
+        Ok(t)
     }
 
-    /// The what-if's prices for this recording's traces: `data`'s link
-    /// rates for its GPU, and the graph gap it measured itself (a live
-    /// run's, not the committed one's).
-    pub fn pricing(&self, data: &Path) -> (Vec<LinkRates>, Pricing) {
-        let (links, mut pricing) = pricing(data, self.programs.gpu.as_deref());
+    /// Every lab 1 recording's link rates, which its copies are set beside.
+    pub fn links(&self) -> &[LinkRates] {
+        &self.prices.links
+    }
+
+    /// The what-if's prices for this recording's traces: its GPU's link
+    /// rates, and the graph gap it measured itself (a live run's, not the
+    /// committed one's).
+    pub fn pricing(&self) -> Pricing {
+        let mut pricing = self.prices.for_gpu(self.programs.gpu.as_deref());
         // A GPU with no lab 1 recording here (a learner's, live): the pinned
         // rate its own pinned program's copies ran at.
         if pricing.rates.is_none() {
@@ -225,7 +307,7 @@ impl Recording {
         if let Some(gap) = self.graph_gap_us() {
             pricing.graph_gap_us = Some((gap, display_path(&self.dir.join(PROGRAMS_FILE))));
         }
-        (links, pricing)
+        pricing
     }
 
     /// The host link's pinned rate each way as this recording's pinned
@@ -254,17 +336,20 @@ impl Recording {
         (!points.is_empty()).then(|| LinkRates { gpu_name: self.gpu().to_string(), source, points })
     }
 
-    /// The diagnosis of `name`'s trace with its what-if ([`Recording::pricing`]).
-    pub fn diagnosis(&self, name: &str, data: &Path) -> Result<Diagnosis> {
-        let (links, pricing) = self.pricing(data);
-        self.diagnosis_priced(name, &links, &pricing)
+    /// The diagnosis of `name`'s trace with its what-if
+    /// ([`Recording::pricing`]): the one [`Recording::fix_checks`] made
+    /// where it made one.
+    pub fn diagnosis(&self, name: &str) -> Result<Diagnosis> {
+        if let Some(d) = self.fix_checks.get().and_then(|f| f.diagnoses.get(name)) {
+            return Ok(d.clone());
+        }
+        self.diagnosis_priced(name, &self.pricing())
     }
 
-    /// The diagnosis of `name`'s trace beside `links`, priced by `pricing`
-    /// (read once for several traces: [`Recording::pricing`] reads files).
-    fn diagnosis_priced(&self, name: &str, links: &[LinkRates], pricing: &Pricing) -> Result<Diagnosis> {
+    /// The diagnosis of `name`'s trace, priced by `pricing`.
+    fn diagnosis_priced(&self, name: &str, pricing: &Pricing) -> Result<Diagnosis> {
         let trace = self.trace(name)?;
-        Ok(diagnosis_priced(&trace, &display_path(&self.trace_path(name)?), links, pricing))
+        Ok(diagnosis_priced(&trace, &display_path(&self.trace_path(name)?), self.links(), pricing))
     }
 
     /// Each fix the programs make, in course order of the fixed program:
@@ -276,9 +361,18 @@ impl Recording {
     /// rate for this GPU: no lab 1 recording of it). A fix the "before"
     /// trace's diagnosis does not suggest at all is an error: the finding
     /// that should have suggested it is missing.
-    pub fn fix_checks(&self, data: &Path) -> Result<FixChecks> {
+    /// Made once: later calls return the same.
+    pub fn fix_checks(&self) -> Result<&FixChecks> {
+        if let Some(f) = self.fix_checks.get() {
+            return Ok(f);
+        }
+        let made = self.make_fix_checks()?;
+        Ok(self.fix_checks.get_or_init(|| made))
+    }
+
+    fn make_fix_checks(&self) -> Result<FixChecks> {
         let mut out = FixChecks::default();
-        let (links, pricing) = self.pricing(data);
+        let pricing = self.pricing();
         for after in self.names() {
             for f in &self.program(after)?.fix_of {
                 let (Ok(measured), Ok(_)) = (self.untraced(after), self.program(&f.program)) else {
@@ -286,7 +380,7 @@ impl Recording {
                     continue;
                 };
                 if !out.diagnoses.contains_key(&f.program) {
-                    out.diagnoses.insert(f.program.clone(), self.diagnosis_priced(&f.program, &links, &pricing)?);
+                    out.diagnoses.insert(f.program.clone(), self.diagnosis_priced(&f.program, &pricing)?);
                 }
                 let d = &out.diagnoses[&f.program];
                 let bad = |reason: String| LabError::BadData { path: display_path(&self.dir.join(&self.programs.programs[&f.program].trace)), reason };
@@ -317,48 +411,56 @@ pub struct FixChecks {
     pub diagnoses: BTreeMap<String, Diagnosis>,
 }
 
-/// The GPU's gap between a graph's kernels for the GPU named `gpu`, µs,
-/// from its lab 10 recording under `data`, and that file as outputs name it.
-pub fn recorded_graph_gap(data: &Path, gpu: &str) -> Option<(f64, String)> {
-    // Folder by folder: one that cannot be read costs its own gap only.
-    let folders = std::fs::read_dir(data).ok()?;
-    folders.flatten().map(|e| e.path().join(LAB)).filter(|d| d.join(PROGRAMS_FILE).is_file()).find_map(|dir| {
-        let r = Recording::load(&dir).ok()?;
-        (r.programs.gpu.as_deref() == Some(gpu)).then_some(())?;
-        Some((r.graph_gap_us()?, display_path(&dir.join(PROGRAMS_FILE))))
-    })
-}
-
-/// The link rates of every lab 1 recording under `data`, and the what-if's
-/// prices for a trace of the GPU named `gpu`: its link's rates and its
-/// graph gap, where this machine's recordings have them. A recording that
-/// cannot be read costs the comparison, not the diagnosis: a warning says so.
-pub fn pricing(data: &Path, gpu: Option<&str>) -> (Vec<LinkRates>, Pricing) {
-    let links = crate::labs::bandwidth::recorded_link_rates(data).unwrap_or_else(|e| {
-        eprintln!("overlap-lab: warning: copies are not set beside lab 1's rates: {e}");
-        Vec::new()
-    });
-    let pricing =
-        Pricing { rates: gpu.and_then(|n| links.iter().find(|l| l.matches(n)).cloned()), graph_gap_us: gpu.and_then(|n| recorded_graph_gap(data, n)) };
-    (links, pricing)
-}
-
-/// The diagnosis of `trace` (named `shown` in outputs) with its what-if,
-/// priced by the recordings under `data` ([`pricing`]): what `overlap-lab
-/// diagnose` prints and lab 10 draws.
-pub fn diagnosis(trace: &Trace, shown: &str, data: &Path) -> Diagnosis {
-    let (links, pricing) = pricing(data, trace.first_gpu_name());
-    diagnosis_priced(trace, shown, &links, &pricing)
-}
-
-/// The diagnosis of `trace` beside `links`, its what-if priced by `pricing`.
-pub fn diagnosis_priced(trace: &Trace, shown: &str, links: &[LinkRates], pricing: &Pricing) -> Diagnosis {
-    let mut d = crate::diagnose::diagnose(trace, shown, links);
-    match crate::diagnose::whatif::what_if(trace, &d, pricing) {
-        Ok(w) => d.what_if = Some(w),
-        Err(e) => d.what_if_error = Some(e),
+impl Recorded for Recording {
+    type Results = Recording;
+    /// The run's folder already says what GPU it ran on (`programs.json`).
+    fn new(_lab: &str, _fingerprint: Fingerprint, results: Recording) -> Recording {
+        results
     }
-    d
+    fn load(dev: &Path, lab: &str) -> Result<Option<Recording>> {
+        let dir = dev.join(lab);
+        if !dir.join(PROGRAMS_FILE).is_file() {
+            return Ok(None);
+        }
+        Recording::load(&dir).map(Some)
+    }
+    /// A copy of the run's folder as `<data>/<gpu>/pytorch-trace/` (what
+    /// was there goes); a run of some programs only, or a recording shown
+    /// instead of a run, is not kept.
+    fn save(&self, data: &Path) -> Result<Kept> {
+        match &self.made {
+            Made::Read => Ok(Kept::Not("it was read from the data folder, not run".into())),
+            Made::Shown { why } => Ok(Kept::Not(format!("the recorded traces were shown, not run ({why})"))),
+            Made::Ran { partial: true, .. } => Ok(Kept::Not("--programs runs part of the set, and the recording holds the whole of it".into())),
+            Made::Ran { partial: false, .. } => {
+                let to = data.join(crate::units::slug(self.gpu())).join(LAB);
+                replace_folder(&self.dir, &to)?;
+                Ok(Kept::At(to))
+            }
+        }
+    }
+    fn results(&self) -> &Recording {
+        self
+    }
+    fn gpu(&self) -> String {
+        Recording::gpu(self).to_string()
+    }
+    fn origin(&self) -> String {
+        Recording::origin(self)
+    }
+}
+
+/// `to` made a copy of the folder `from` (what was in `to` goes).
+fn replace_folder(from: &Path, to: &Path) -> Result<()> {
+    let io = |what: &str, p: &Path, e| LabError::io(format!("{what} {}", display_path(p)), e);
+    if to.exists() {
+        std::fs::remove_dir_all(to).map_err(|e| io("emptying", to, e))?;
+    }
+    std::fs::create_dir_all(to).map_err(|e| io("making", to, e))?;
+    for entry in std::fs::read_dir(from).map_err(|e| io("listing", from, e))?.flatten() {
+        std::fs::copy(entry.path(), to.join(entry.file_name())).map_err(|e| io("copying into", to, e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -371,11 +473,11 @@ mod tests {
     #[test]
     fn without_lab_1_the_recordings_own_pinned_copies_price_the_pinned_fixes() {
         let data = crate::measure::record::repo_root().join("data");
-        let rec = Recording::find(&data).unwrap().into_iter().find(|r| r.dir.to_string_lossy().contains("h100")).unwrap();
-        let empty = crate::testing::temp_dir("pytorch-trace-no-lab1");
+        let dir = Recording::find(&data).unwrap().into_iter().find(|r| r.dir.to_string_lossy().contains("h100")).unwrap().dir;
+        let rec = Recording::priced(&dir, Prices::default()).unwrap();
         let rates = rec.traced_pinned_rates().expect("pinned copies in pinned_one_stream");
         assert!(rates.points.iter().all(|p| p.gbps > 10.0 && p.gbps < 100.0), "{rates:?}");
-        let f = rec.fix_checks(&empty).unwrap();
+        let f = rec.fix_checks().unwrap();
         assert!(f.not_compared.is_empty(), "{:?}", f.not_compared);
         for c in f.checks.iter().filter(|c| c.fix.contains("pinned")) {
             println!("{} + {}: predicted {:.2} ms, {} ran {:.2} ms ({:+.1}%)", c.before, c.fix, c.predicted_ms(), c.after, c.measured.median, 100.0 * c.off());
@@ -396,13 +498,13 @@ mod tests {
                          "pinned_one_stream": {"what": "w", "iterations": 3, "untraced": {"host_ms": {"samples": [1.0]}}, "trace": "q.json.gz",
                                                "fix_of": [{"program": "pageable_then_compute", "fix": "pinned"}]}}}"#;
         std::fs::write(dir.join(PROGRAMS_FILE), smoke).unwrap();
-        let r = Recording::load(&dir).unwrap();
+        let r = Recording::priced(&dir, Prices::default()).unwrap();
         assert_eq!((r.gpu(), r.graph_gap_us()), ("no GPU", None));
-        let f = r.fix_checks(&dir).unwrap();
+        let f = r.fix_checks().unwrap();
         assert!(f.checks.is_empty() && f.not_compared.len() == 1, "{f:?}");
         assert!(r.untraced("pinned_one_stream").unwrap_err().to_string().contains("a CPU smoke run"));
         std::fs::write(dir.join(PROGRAMS_FILE), "{\"traceEvents\": []}").unwrap();
-        let e = Recording::load(&dir).unwrap_err().to_string();
+        let e = Recording::priced(&dir, Prices::default()).unwrap_err().to_string();
         assert!(e.contains(PROGRAMS_FILE) && e.contains("not lab 10's programs.json") && !e.contains('\n'), "{e}");
     }
 }

@@ -13,7 +13,9 @@ use crate::error::Result;
 use crate::gpu::{Gpu, PlanRig};
 use crate::lab_kit::check::CheckReport;
 use crate::lab_kit::loop_check;
-use crate::lab_kit::progress::Exercise;
+use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::Recorded;
+use crate::measure::record::Record;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{DevRef, HostRef, Issue, StreamRef};
 use crate::pipeline::op::{Lane, StreamKind};
@@ -21,7 +23,20 @@ use crate::pipeline::plan::{chunk, Plan, StreamSpec};
 use std::sync::Arc;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise { id: "05-streams", asks: "the operation that drains the pipeline", file: None, hints: HINTS }];
+pub const EXERCISES: &[Exercise] = &[Exercise {
+    id: "05-streams",
+    asks: "the operation that drains the pipeline",
+    file: None,
+    hints: HINTS,
+    examples: Examples::Cell { verdict: example, mistake: "NULL stream" },
+}];
+
+/// The exercise answered on the recording in `dev`: the solution, or the
+/// loop as the notebook gives it.
+fn example(dev: &std::path::Path, right: bool) -> Result<Option<CheckReport>> {
+    let Some(rec) = <Record<StreamsResults> as Recorded>::load(dev, super::LAB)? else { return Ok(None) };
+    Ok(Some(check_on_model(&rec.results, Arc::new(if right { solution } else { given }))))
+}
 
 /// The label of the parameters' upload: the loop must keep it.
 pub const PARAMS: &str = "params H2D";
@@ -314,8 +329,9 @@ pub fn hint(k: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixture::results as streams_results;
     use super::*;
-    use crate::testing::{fails_with, streams_results};
+    use crate::testing::fails_with;
 
     fn check(f: impl Fn(&mut dyn Issue, &StreamsTask) -> Result<()> + Send + Sync + 'static) -> CheckReport {
         check_on_model(&streams_results(), Arc::new(f))

@@ -11,6 +11,8 @@
 
 pub mod exercise;
 pub mod experiments;
+#[doc(hidden)]
+pub mod fixture;
 pub mod issue_cost;
 pub mod measure;
 
@@ -405,8 +407,15 @@ pub static ENTRY: crate::lab_kit::Entry<StreamsConfig, StreamsResults> = crate::
     builds_on: &[(2, "a pipeline over several streams"), (3, "events between streams")],
     kernels: &[],
     exercises: exercise::EXERCISES,
+    glossary: &[
+        crate::lab_kit::Word::new(
+            "legacy / per-thread default stream",
+            "the NULL stream every blocking stream synchronizes with / a default stream of each CPU thread's own",
+        ),
+        crate::lab_kit::Word::new("graph", "a CUDA graph: a captured loop replayed with one launch"),
+    ],
     about: "Lab 5: stream semantics and costs, each pipeline measured beside the queue model",
-    measure: measure::run,
+    measure: |gpu, cfg, cx| measure::run(gpu, cfg, cx.progress),
     tables: |rec| rec.results.table(),
     figures: report,
     headline: StreamsResults::headline,
@@ -421,12 +430,13 @@ pub static ENTRY: crate::lab_kit::Entry<StreamsConfig, StreamsResults> = crate::
             .filter_map(|(name, issue)| r.timelines(name, issue, o).ok())
             .collect()
     },
+    fixture: fixture::results,
 };
 
 #[cfg(test)]
 mod tests {
+    use super::fixture::results as streams_results;
     use super::*;
-    use crate::testing::streams_results;
 
     #[test]
     fn the_table_prints_each_effect_against_both_spreads() {

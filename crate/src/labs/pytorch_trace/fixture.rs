@@ -1,4 +1,5 @@
-//! SYNTHETIC torch.profiler traces, for tests only: no GPU ran these. Each
+//! Lab 10's fixture: SYNTHETIC torch.profiler traces, for tests only (no
+//! GPU ran these), and a recording made of them ([`results`]). Each
 //! is the trace the five programs of lab 10 would leave (issue 51: pageable
 //! `.to()` then compute; pinned on one stream; pinned and double-buffered
 //! on a copy stream; a sync read in the loop; thousands of tiny ops), built
@@ -14,8 +15,7 @@
 //! trace was built ([`Known`]). They are fixtures, never recordings: they
 //! are written to temporary folders, and never to `data/`.
 
-#![allow(dead_code)]
-
+use super::recording::{Recording, PROGRAMS_FILE};
 use serde_json::{json, Value};
 
 /// The GPU the synthetic traces say they ran on.
@@ -494,4 +494,44 @@ pub fn write_tiny_ops(path: &std::path::Path, ops: usize) -> std::io::Result<()>
     }
     write!(w, "]{after}")?;
     w.flush()
+}
+
+/// A recording made of the synthetic programs (no GPU ran them), written
+/// to a folder of the system's temporary files and priced by nothing but
+/// its own traces: the table's fixture for lab 10. The programs the
+/// course runs as the double-buffered loop with its losses read once
+/// (`sync_read_deferred`) and the graph (`tiny_ops_graph`) have no
+/// synthetic trace of their own; the first is the double-buffered trace
+/// again, the second is left out. Each untraced run is the trace's window,
+/// a little faster (tracing costs), ±1%.
+pub fn results() -> Recording {
+    let dir = crate::testing::temp_dir("pytorch-trace-fixture");
+    let programs = [
+        ("pageable_then_compute", pageable_to_then_compute(20), vec![]),
+        ("pinned_one_stream", pinned_one_stream(20), vec![("pageable_then_compute", "pinned")]),
+        ("pinned_double_buffered", double_buffered(20, false), vec![("pageable_then_compute", "pinned + copy stream"), ("pinned_one_stream", "copy stream")]),
+        ("sync_read_in_loop", double_buffered(20, true), vec![]),
+        ("sync_read_deferred", double_buffered(20, false), vec![("sync_read_in_loop", "sync removed")]),
+        ("tiny_ops", tiny_ops(5000), vec![]),
+    ];
+    let mut listed = serde_json::Map::new();
+    for (name, s, fixes) in programs {
+        let file = format!("{name}.json");
+        std::fs::write(dir.join(&file), serde_json::to_string(&s.trace).expect("a trace serializes")).expect("the fixture's folder is writable");
+        let ms = 0.98e-3 * (s.known.window.1 - s.known.window.0);
+        let fix_of: Vec<Value> = fixes.iter().map(|(p, f)| json!({"program": p, "fix": f})).collect();
+        listed.insert(
+            name.to_string(),
+            json!({
+                "what": format!("synthetic: {}", s.file), "iterations": 20, "sizes": {"batch_bytes": BATCH_BYTES},
+                "untraced": {"device_ms": {"samples": [0.99 * ms, ms, 1.01 * ms]}}, "trace": file, "fix_of": fix_of
+            }),
+        );
+    }
+    let doc = json!({
+        "command": "made up for tests (overlap_lab::labs::pytorch_trace::fixture)", "date": "2026-11-27 00:00 UTC", "torch": "none",
+        "gpu": GPU_NAME, "driver": "580.0", "calibration": {"graph_gap_us": 0.5}, "programs": listed, "problems": []
+    });
+    std::fs::write(dir.join(PROGRAMS_FILE), serde_json::to_string_pretty(&doc).expect("serializes")).expect("the fixture's folder is writable");
+    Recording::priced(&dir, super::prices::Prices::default()).expect("the fixture's own programs.json reads")
 }

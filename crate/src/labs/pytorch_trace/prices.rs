@@ -1,0 +1,122 @@
+//! What lab 10 prices a trace's fixes by on this machine (the what-if's
+//! `Pricing`): the host link's rates lab 1 recorded for each GPU, and the
+//! gap between a CUDA graph's kernels each GPU's lab 10 recording
+//! measured. Read once from a data folder ([`Prices::read`]) and asked for
+//! one GPU at a time ([`Prices::for_gpu`]); `overlap-lab diagnose`
+//! prices a learner's own trace the same way ([`Prices::diagnose`]).
+//!
+//! This is the one place lab 1's recordings are read for another lab: the
+//! adapter from lab 1's results to the diagnosis's `LinkRates`.
+//!
+//! May use: `diagnose`, `labs::bandwidth`'s results, `measure`.
+
+use super::recording::{Recording, PROGRAMS_FILE};
+use super::LAB;
+use crate::diagnose::replay::Pricing;
+use crate::diagnose::{Diagnosis, LinkRates, Trace};
+use crate::error::{LabError, Result};
+use crate::gpu::HostMemoryKind;
+use crate::labs::bandwidth::{self, BandwidthResults};
+use crate::measure::record::display_path;
+use std::path::Path;
+
+/// A data folder's prices, read once.
+#[derive(Clone, Debug, Default)]
+pub struct Prices {
+    /// Every lab 1 recording's link rates, a GPU each.
+    pub links: Vec<LinkRates>,
+    /// Each lab 10 recording's graph gap: (its GPU, µs, its file as outputs name it).
+    graph_gaps: Vec<(String, f64, String)>,
+}
+
+impl Prices {
+    /// The prices the recordings under `data` give. A recording that
+    /// cannot be read costs its own prices, not the diagnosis: a warning
+    /// says so.
+    pub fn read(data: &Path) -> Prices {
+        let links = recorded_link_rates(data).unwrap_or_else(|e| {
+            eprintln!("overlap-lab: warning: copies are not set beside lab 1's rates: {e}");
+            Vec::new()
+        });
+        // Folder by folder: one that cannot be read costs its own gap only.
+        let graph_gaps = std::fs::read_dir(data)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join(LAB))
+            .filter(|d| d.join(PROGRAMS_FILE).is_file())
+            .filter_map(|dir| {
+                let programs = Recording::read_programs(&dir).ok()?;
+                let gap = programs.calibration.as_ref()?.graph_gap_us?;
+                Some((programs.gpu?, gap, display_path(&dir.join(PROGRAMS_FILE))))
+            })
+            .collect();
+        Prices { links, graph_gaps }
+    }
+
+    /// The what-if's prices for a trace of the GPU named `gpu`: its link's
+    /// rates and its graph gap, where these recordings have them.
+    pub fn for_gpu(&self, gpu: Option<&str>) -> Pricing {
+        Pricing {
+            rates: gpu.and_then(|n| self.links.iter().find(|l| l.matches(n)).cloned()),
+            graph_gap_us: gpu.and_then(|n| self.graph_gaps.iter().find(|g| g.0 == n).map(|g| (g.1, g.2.clone()))),
+        }
+    }
+
+    /// The diagnosis of `trace` (named `shown` in outputs) beside these
+    /// link rates, its what-if priced for the trace's GPU: what `overlap-lab
+    /// diagnose` prints.
+    pub fn diagnose(&self, trace: &Trace, shown: &str) -> Diagnosis {
+        diagnosis_priced(trace, shown, &self.links, &self.for_gpu(trace.first_gpu_name()))
+    }
+}
+
+/// The diagnosis of `trace` beside `links`, its what-if priced by `pricing`.
+pub fn diagnosis_priced(trace: &Trace, shown: &str, links: &[LinkRates], pricing: &Pricing) -> Diagnosis {
+    let mut d = crate::diagnose::diagnose(trace, shown, links);
+    match crate::diagnose::whatif::what_if(trace, &d, pricing) {
+        Ok(w) => d.what_if = Some(w),
+        Err(e) => d.what_if_error = Some(e),
+    }
+    d
+}
+
+/// Every lab 1 recording in `data` as the host link's rates, for the
+/// trace diagnosis (`overlap-lab diagnose`, lab 10): pageable and pinned
+/// copies each way, at every size measured. No recording is no rates;
+/// `Err` where one cannot be read.
+pub fn recorded_link_rates(data: &Path) -> Result<Vec<LinkRates>> {
+    use crate::diagnose::events::{Direction as TracedDirection, HostMemory};
+    use crate::diagnose::LinkPoint;
+    use bandwidth::Direction;
+    let recordings = match crate::measure::record::find_recordings::<BandwidthResults>(data, bandwidth::LAB) {
+        Ok(r) => r,
+        Err(LabError::MissingData { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(recordings
+        .into_iter()
+        .map(|(path, rec)| LinkRates {
+            gpu_name: rec.fingerprint.gpu_name.clone(),
+            source: crate::measure::record::display_path(&path),
+            points: rec
+                .results
+                .transfers
+                .iter()
+                .filter_map(|p| {
+                    let host = match p.kind {
+                        HostMemoryKind::Pageable => HostMemory::Pageable,
+                        HostMemoryKind::Pinned => HostMemory::Pinned,
+                        _ => return None,
+                    };
+                    let direction = match p.direction {
+                        Direction::H2d => TracedDirection::H2d,
+                        Direction::D2h => TracedDirection::D2h,
+                        Direction::Bidirectional => return None,
+                    };
+                    Some(LinkPoint { host, direction, bytes: p.bytes.get(), gbps: p.gbps.median })
+                })
+                .collect(),
+        })
+        .collect())
+}
