@@ -5,8 +5,8 @@
 
 use overlap_lab::labs::pytorch_trace::fixture as synthetic_traces;
 
-use overlap_lab::diagnose::analyze::{Cause, Diagnosis};
 use overlap_lab::diagnose::{diagnose, read_trace};
+use overlap_lab::diagnose::{Cause, Diagnosis};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use synthetic_traces::Synthetic;

@@ -3,6 +3,8 @@
 //! correlation id that ties it to the GPU work it issued) and the CPU ops
 //! around those calls (`aten::item`, a `record_function` range). Times are
 //! the trace's own, in µs.
+//!
+//! May use: nothing of the diagnosis: the bottom of the stack.
 
 use serde::Serialize;
 use std::fmt;

@@ -1,5 +1,7 @@
 //! Time intervals (start, end) in µs: the union of a set of them (when
 //! something was busy) and how much of one interval a union covers.
+//!
+//! May use: nothing of the diagnosis: the bottom of the stack.
 
 /// `spans` merged into sorted, disjoint intervals.
 pub fn union(mut spans: Vec<(f64, f64)>) -> Vec<(f64, f64)> {

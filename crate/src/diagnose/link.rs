@@ -3,6 +3,8 @@
 //! beside. The recording itself is the bandwidth lab's; whoever has it (the
 //! command line, a notebook) hands its points over as [`LinkRates`], so
 //! that reading a trace needs nothing of the labs.
+//!
+//! May use: `events` only.
 
 use super::events::{Direction, HostMemory};
 use serde::Serialize;

@@ -10,12 +10,36 @@
 //! ([`intervals`]), each kind of copy and how much of it hid under kernels,
 //! set beside this machine's lab 1 rates ([`link`]); the synchronizing
 //! calls and the GPU idle each one caused; work on the legacy default
-//! stream; issue-bound stretches. Its [`analyze::Diagnosis`] serializes for
-//! `--json` and prints as text ([`render`]). [`replay`] turns the trace
+//! stream; issue-bound stretches. Its [`diagnosis::Diagnosis`] serializes
+//! for `--json` and prints as text ([`render`]). [`replay`] turns the trace
 //! into a schedule of the pipeline vocabulary (each GPU op on its stream
 //! with its measured duration and what it waited for) that the queue model
-//! replays, with the changes a fix makes priced by the machine's recordings;
-//! [`whatif`] picks the fixes the findings suggest and predicts each.
+//! replays, with the changes a fix makes priced by the machine's
+//! recordings ([`prediction`]); [`whatif`] picks the fixes the findings
+//! suggest and predicts each.
+//!
+//! The rooms, from the bottom up; each uses only rooms listed before it
+//! (its own `//!` says which), so the imports run one way:
+//!
+//! - [`events`]: what a read trace holds. [`intervals`]: unions of time
+//!   spans. [`text`]: how the report writes a time, a rate, a count.
+//! - [`queries`]: what more than one room asks of a trace (launching
+//!   calls, syncs, the CPU ops around a call, the legacy default stream).
+//! - [`link`]: lab 1's rates, handed in.
+//! - Reading: `raw` (an event as the JSON writes it), `course` (the
+//!   course's own timelines), `kineto` (torch.profiler's format, as the
+//!   events stream past), then [`read`] (the file, gzip, progress, errors).
+//! - [`replay`]: the trace as a schedule the queue model replays, with a
+//!   fix's changes. [`prediction`]: fixes priced on it, the what-if table.
+//! - [`diagnosis`]: what a diagnosis says, as data (findings, summaries,
+//!   the what-if table it carries).
+//! - The analysis: `callers` (the call behind a GPU op, as a finding names
+//!   it), `busy` (busy and idle time, idle gaps), `copies` (copies by kind
+//!   and their findings), `syncs` (the idle each sync caused),
+//!   `issue_bound` (stretches the GPU waited on launches), then
+//!   [`analyze`] ([`diagnose`], which runs them).
+//! - [`render`]: the diagnosis as text. [`whatif`]: the fixes a diagnosis
+//!   suggests, predicted: the top.
 //!
 //! May use: `error`, `units`, `measure`, `pipeline` (the schedule and the
 //! queue model the replay runs on). Never `gpu`, `present` or the
@@ -25,16 +49,36 @@
 //! `labs::pytorch_trace::recording`, from this machine's recordings, for
 //! the command line's `diagnose` too).
 
-pub mod analyze;
 pub mod events;
 pub mod intervals;
+pub mod text;
+
+pub mod queries;
+
 pub mod link;
+
+mod course;
+mod kineto;
+mod raw;
 pub mod read;
-pub mod render;
+
+pub mod prediction;
 pub mod replay;
+
+pub mod diagnosis;
+
+pub mod analyze;
+mod busy;
+mod callers;
+mod copies;
+mod issue_bound;
+mod syncs;
+
+pub mod render;
 pub mod whatif;
 
-pub use analyze::{diagnose, Diagnosis, Finding};
+pub use analyze::diagnose;
+pub use diagnosis::{Cause, Diagnosis, Finding};
 pub use events::Trace;
 pub use link::{LinkPoint, LinkRates};
 pub use read::{read_trace, read_trace_text};

@@ -1,8 +1,12 @@
 //! The diagnosis as text: the window, each GPU's busy and idle time, its
 //! streams and copies, the synchronizing calls, then the findings, largest
-//! first, each with the call behind it.
+//! first, each with the call behind it, then the what-if table where one
+//! was predicted (which `prediction` prints).
+//!
+//! May use: `units` (the crate's, for bytes), `diagnosis`, `text`.
 
-use super::analyze::{us, Cause, Diagnosis, Finding};
+use super::diagnosis::{Cause, Diagnosis, Finding};
+use super::text::{gbps, us};
 use crate::units::Bytes;
 use std::fmt;
 
@@ -75,7 +79,7 @@ impl fmt::Display for Diagnosis {
                         c.count,
                         c.bytes.map_or("-".into(), |b| Bytes(b).to_string()),
                         us(c.time_us),
-                        c.gbps.map_or("-".into(), super::analyze::gbps),
+                        c.gbps.map_or("-".into(), gbps),
                         recorded,
                         us(c.hidden_us),
                         us(c.exposed_us)

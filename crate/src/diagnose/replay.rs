@@ -16,10 +16,16 @@
 //! [`Change`]s a diagnosis suggests (pinned copies, a copy stream, the
 //! syncs removed, CUDA graphs), priced by what the machine's recordings
 //! say ([`Pricing`]).
+//!
+//! May use: `measure` (a median), `pipeline` (the schedule and the queue
+//! model), `events`, `queries` (launching calls, syncs, enclosing CPU ops,
+//! the legacy default stream), `link` (the recorded rates a fix is priced
+//! by).
 
-use super::analyze::synchronizes;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
 use super::link::LinkRates;
+use super::queries::{enclosing_ops, launch_calls, legacy_default_stream, synchronizes};
+use crate::measure::stats::upper_median;
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::{Link, OpKind, StreamDecl, StreamKind};
 use crate::pipeline::schedule::Schedule;
@@ -155,20 +161,18 @@ fn waits(trace: &Trace, launch_of: &HashMap<u64, usize>) -> Vec<Waited> {
     waited
 }
 
-/// The pipeline vocabulary's kind of a traced op.
-fn op_kind(kind: GpuOpKind, gpu: u32) -> OpKind {
+/// The pipeline vocabulary's kind of a traced op: what the replay
+/// schedules it as, and what lab 10's charts colour it by. A memset is a
+/// kernel (the SMs' or the copy engine's few µs, drawn so they show);
+/// every copy but an upload or a download (D2D, peer, host to host), a
+/// copy within its GPU.
+pub fn op_kind(kind: GpuOpKind, gpu: u32) -> OpKind {
     match kind {
         GpuOpKind::Kernel | GpuOpKind::Memset => OpKind::Kernel,
         GpuOpKind::Copy { direction: Direction::H2d, .. } => OpKind::H2d,
         GpuOpKind::Copy { direction: Direction::D2h, .. } => OpKind::D2h,
         GpuOpKind::Copy { .. } => OpKind::D2d(Link::between(gpu as usize, gpu as usize).unwrap_or(Link { from: 0, to: 0 })),
     }
-}
-
-/// The median of `v` (`None` when empty).
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
 }
 
 /// The stream a copy moved by [`Change::CopyStream`] goes to: one per
@@ -239,7 +243,7 @@ impl<'t> Replay<'t> {
     /// (a torch.profiler trace; the course's own traces have no calls);
     /// says why not, where not.
     pub fn new(trace: &'t Trace) -> Result<Replay<'t>, String> {
-        let launch_of = super::analyze::launch_calls(trace);
+        let launch_of = launch_calls(trace);
         let mut ops_of_call: HashMap<usize, Vec<usize>> = HashMap::new();
         for (i, o) in trace.gpu_ops.iter().enumerate() {
             match o.correlation.and_then(|k| launch_of.get(&k)) {
@@ -253,13 +257,13 @@ impl<'t> Replay<'t> {
         let &[thread] = threads.as_slice() else {
             return Err(format!("GPU work is launched from {} CPU threads; the replay follows one", threads.len()));
         };
-        let launch_cost = median(
-            trace
+        let launch_cost = upper_median(
+            &trace
                 .calls
                 .iter()
                 .filter(|c| c.thread == thread && (c.name.starts_with("cudaLaunchKernel") || c.name.starts_with("cuLaunchKernel")))
                 .map(|c| c.end_us - c.start_us)
-                .collect(),
+                .collect::<Vec<f64>>(),
         )
         .unwrap_or(5.0);
         Ok(Replay {
@@ -320,7 +324,7 @@ impl<'t> Replay<'t> {
         let mut dropped = vec![false; trace.calls.len()];
         let last_issue = calls.iter().rposition(|c| ops_of_call.contains_key(c));
         if has(Change::Pinned) {
-            let inside = super::analyze::enclosing_ops(trace);
+            let inside = enclosing_ops(trace);
             for w in calls.windows(2) {
                 let (copy, wait) = (w[0], w[1]);
                 let pinned_copy = ops_of_call.get(&copy).is_some_and(|ops| ops.iter().any(|&o| made_pinned[o]));
@@ -339,7 +343,7 @@ impl<'t> Replay<'t> {
         let graph = has(Change::CudaGraph);
 
         let mut sched_id = vec![usize::MAX; trace.gpu_ops.len()];
-        let legacy = super::analyze::legacy_default_stream(trace);
+        let legacy = legacy_default_stream(trace);
         let awaited: std::collections::HashSet<usize> =
             waited.iter().filter_map(|w| if let Waited::OtherStream { op } = w { Some(*op) } else { None }).collect();
         // Events: an awaited op's own index; a moved copy's and a buffer's

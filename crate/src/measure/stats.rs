@@ -102,6 +102,16 @@ impl Summary {
     }
 }
 
+/// The middle of `samples` once sorted, `None` when there are none: one of
+/// the samples itself, the upper of the two middle ones for an even count
+/// (where [`Summary::median`] takes their mean). For a typical value that
+/// must be one that happened, such as a call's duration in a trace.
+pub fn upper_median(samples: &[f64]) -> Option<f64> {
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied()
+}
+
 /// How close a run came to the best its parts allow: bound / measured.
 ///
 /// One rule for every lab that prints a share of a bound: the bound is
@@ -254,6 +264,13 @@ mod tests {
         let e = Summary::of(&[4.0, 1.0, 3.0, 2.0]).unwrap();
         assert_eq!(e.median, 2.5);
         assert!((e.relative_spread() - 1.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_upper_median_is_a_sample_the_upper_middle_one_of_an_even_count() {
+        assert_eq!(upper_median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(upper_median(&[4.0, 1.0, 3.0, 2.0]), Some(3.0));
+        assert_eq!(upper_median(&[]), None);
     }
 
     #[test]

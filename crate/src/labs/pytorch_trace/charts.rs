@@ -3,25 +3,13 @@
 //! where the course has it, the traced run of the program that applies
 //! the fix. Each panel starts at its window's first GPU op.
 
-use crate::diagnose::events::{Direction, GpuOpKind};
 use crate::diagnose::replay::{self, Change, Pricing, Replay};
 use crate::diagnose::Trace;
 use crate::error::{LabError, Result};
 use crate::measure::stats::Summary;
-use crate::pipeline::op::{Lane, Link, OpKind};
+use crate::pipeline::op::Lane;
 use crate::pipeline::timeline::{Span, Timeline};
 use crate::present::gantt::Gantt;
-
-/// A GPU op's kind as the charts colour it (a memset as a kernel: it is
-/// the SMs' or the copy engine's few µs, drawn so they show).
-fn drawn_kind(kind: GpuOpKind, gpu: u32) -> OpKind {
-    match kind {
-        GpuOpKind::Copy { direction: Direction::H2d, .. } => OpKind::H2d,
-        GpuOpKind::Copy { direction: Direction::D2h, .. } => OpKind::D2h,
-        GpuOpKind::Copy { .. } => OpKind::D2d(Link { from: gpu as u8, to: gpu as u8 }),
-        GpuOpKind::Kernel | GpuOpKind::Memset => OpKind::Kernel,
-    }
-}
 
 /// The lane of a stream: "stream 7", after "GPU g · " where the trace has several GPUs.
 fn lane(several_gpus: bool, gpu: u32, stream: String) -> String {
@@ -52,7 +40,7 @@ pub fn traced_timeline(trace: &Trace, title: &str, untraced: Option<&Summary>) -
         .iter()
         .map(|o| Span {
             lane: lane(several, o.gpu, format!("stream {}", o.stream)),
-            kind: drawn_kind(o.kind, o.gpu),
+            kind: replay::op_kind(o.kind, o.gpu),
             label: o.name.clone(),
             start_us: o.start_us,
             end_us: o.end_us,

@@ -1,0 +1,105 @@
+//! Fixes priced: each set of [`Change`]s predicted by the queue model on
+//! the trace's schedule ([`super::replay`]), and the what-if table they
+//! make ([`WhatIf`]), as `--json` writes it and as text.
+//!
+//! The trace is replayed as traced (the model's own error against the
+//! window) and with each fix; the gain is the as-traced replay over the
+//! fix's, so the model's error does not count as gain. Which fixes a
+//! diagnosis suggests is `whatif`'s to say; this prices any list of them.
+//!
+//! May use: `events`, `replay` (the schedule and the queue model's
+//! replay), `text` (how a time is written).
+
+use super::events::Trace;
+use super::replay::{predict, Change, Pricing, Replay};
+use super::text::us;
+use serde::Serialize;
+use std::fmt;
+
+/// One fix, predicted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Prediction {
+    /// "pinned + copy stream".
+    pub fix: String,
+    pub changes: Vec<Change>,
+    /// The traced window's time with the fix, µs, on the queue model.
+    pub predicted_us: f64,
+    /// The as-traced replay's time over the fix's.
+    pub gain: f64,
+    /// What the price rests on, where a reader should know it.
+    pub priced_by: Option<String>,
+}
+
+/// The what-if table of one trace.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WhatIf {
+    /// The traced window, µs.
+    pub traced_us: f64,
+    /// The queue model's replay of the trace as traced, µs.
+    pub replayed_us: f64,
+    /// The fixes, fastest first.
+    pub predictions: Vec<Prediction>,
+    /// Why a fix could not be priced (one line each).
+    pub not_priced: Vec<String>,
+}
+
+/// The fix's name: its changes' labels joined.
+pub fn fix_label(changes: &[Change]) -> String {
+    changes.iter().map(|c| c.label()).collect::<Vec<_>>().join(" + ")
+}
+
+/// Predicts `fixes` on `trace` (the as-traced replay beside them). `Err`
+/// where the trace cannot be replayed at all (no launching calls, several
+/// issuing threads: the course's own traces).
+pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) -> Result<WhatIf, String> {
+    let (start, end) = trace.window_us();
+    let replay = Replay::new(trace)?;
+    let replayed_us = predict(&replay.schedule(&[], pricing)?);
+    let mut w = WhatIf { traced_us: end - start, replayed_us, predictions: Vec::new(), not_priced: Vec::new() };
+    for changes in fixes {
+        match replay.schedule(changes, pricing) {
+            Ok(ts) => {
+                let predicted_us = predict(&ts);
+                let priced_by = changes.iter().find_map(|c| match c {
+                    Change::Pinned => pricing.rates.as_ref().map(|r| format!("pinned rate from {}", r.source)),
+                    Change::CudaGraph => Some(match &pricing.graph_gap_us {
+                        Some((gap, from)) => format!("{gap:.2} µs between a graph's kernels, from {from}"),
+                        None => "no gap between a graph's kernels (none recorded for this GPU): a lower bound".into(),
+                    }),
+                    _ => None,
+                });
+                w.predictions.push(Prediction { fix: fix_label(changes), changes: changes.clone(), predicted_us, gain: replayed_us / predicted_us, priced_by });
+            }
+            Err(e) => w.not_priced.push(format!("{}: {e}", fix_label(changes))),
+        }
+    }
+    w.predictions.sort_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us));
+    Ok(w)
+}
+
+impl fmt::Display for WhatIf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "what-if, on the queue model (the trace replayed as traced: {} against the window's {}, {:+.1}%):",
+            us(self.replayed_us),
+            us(self.traced_us),
+            100.0 * (self.replayed_us / self.traced_us - 1.0)
+        )?;
+        if self.predictions.is_empty() && self.not_priced.is_empty() {
+            return write!(f, "  no fix to price: the findings suggest none of pinned memory, a copy stream, removing a sync or a CUDA graph");
+        }
+        writeln!(f, "  {:<24} {:>14} {:>8}", "fix", "predicted", "gain")?;
+        for p in &self.predictions {
+            write!(f, "  {:<24} {:>14} {:>7.2}x", p.fix, us(p.predicted_us), p.gain)?;
+            if let Some(by) = &p.priced_by {
+                write!(f, "  ({by})")?;
+            }
+            writeln!(f)?;
+        }
+        for n in &self.not_priced {
+            writeln!(f, "  not priced: {n}")?;
+        }
+        write!(f, "  (gain: the as-traced replay over the fix's, so the model's own error is not counted)")
+    }
+}

@@ -1,0 +1,151 @@
+//! Questions asked of a read trace by more than one room: which CUDA calls
+//! issue GPU work ([`issues_gpu_work`]) and which make the CPU wait for
+//! the GPU ([`synchronizes`]); which call launched each GPU op
+//! ([`launch_calls`]); which CPU ops sit around each call
+//! (`enclosing_ops`); which stream is the legacy default one
+//! ([`legacy_default_stream`]). Reading uses the first to check a trace is
+//! whole; the analysis and the replay use them all.
+//!
+//! May use: `events` only. Answers, no judgement: what a finding makes of
+//! them is the analysis's.
+
+use super::events::{Trace, TraceFormat};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// The legacy default (NULL) stream's number in a torch.profiler trace.
+/// Kineto writes CUPTI's stream id as each GPU event's `args.stream` and
+/// `tid` (`CuptiActivity.cpp`, `output_json.cpp`); CUPTI numbers the
+/// streams of a context as it meets them, and the context's NULL stream
+/// comes out as 7 in PyTorch's traces on CUDA 11 to 13 (every op PyTorch
+/// issues on its default stream, which is the NULL stream, sits on "stream
+/// 7"; HTA's critical-path analysis draws its stream syncs on "stream 7").
+/// It is a convention of CUPTI's numbering, not a promise: where the trace
+/// holds a synchronous `cudaMemcpy`, which always runs on the legacy
+/// default stream, that copy's stream is taken instead
+/// ([`legacy_default_stream`]).
+pub const LEGACY_DEFAULT_STREAM: u64 = 7;
+
+/// The legacy default stream of a torch.profiler trace: the stream of a
+/// synchronous `cudaMemcpy`'s copy where there is one, else
+/// [`LEGACY_DEFAULT_STREAM`]. `None` for the course's own traces, whose
+/// streams are the lab's.
+pub fn legacy_default_stream(trace: &Trace) -> Option<u64> {
+    if trace.format != Some(TraceFormat::Kineto) {
+        return None;
+    }
+    let sync_copies: HashSet<u64> = trace.calls.iter().filter(|c| c.name == "cudaMemcpy").filter_map(|c| c.correlation).collect();
+    Some(trace.gpu_ops.iter().find(|o| o.correlation.is_some_and(|c| sync_copies.contains(&c))).map_or(LEGACY_DEFAULT_STREAM, |o| o.stream))
+}
+
+/// Whether a CUDA call issues GPU work (a kernel, a copy or a memset) that
+/// the trace records under its correlation id.
+pub fn issues_gpu_work(call: &str) -> bool {
+    [
+        "cudaLaunchKernel",
+        "cuLaunchKernel",
+        "cudaLaunchCooperativeKernel",
+        "cudaMemcpy",
+        "cudaMemset",
+        "cuMemcpy",
+        "cuMemset",
+        "cudaGraphLaunch",
+        "cuGraphLaunch",
+    ]
+    .iter()
+    .any(|p| call.starts_with(p))
+}
+
+/// The call that launched the GPU work of each correlation id: the
+/// runtime call that issues GPU work, where a driver call shares its id,
+/// else the first call with it. Indices into `trace.calls`.
+pub fn launch_calls(trace: &Trace) -> HashMap<u64, usize> {
+    let mut m = HashMap::new();
+    for (i, c) in trace.calls.iter().enumerate() {
+        if let Some(k) = c.correlation {
+            if issues_gpu_work(&c.name) || !m.contains_key(&k) {
+                m.insert(k, i);
+            }
+        }
+    }
+    m
+}
+
+/// Whether a CUDA call makes the CPU wait for the GPU: the explicit
+/// synchronizations, the synchronous copies, and the frees that
+/// synchronize the device.
+pub fn synchronizes(call: &str) -> bool {
+    let explicit = [
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaThreadSynchronize",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cudaFree",
+        "cudaFreeHost",
+        "cuMemFree",
+        "cuMemFree_v2",
+        "cuMemFreeHost",
+    ];
+    explicit.contains(&call) || ((call.starts_with("cudaMemcpy") || call.starts_with("cuMemcpy")) && !call.contains("Async"))
+}
+
+/// Where each CUDA call sits: the CPU ops around it, outermost first.
+pub(crate) fn enclosing_ops(trace: &Trace) -> Vec<Vec<usize>> {
+    let mut out = vec![Vec::new(); trace.calls.len()];
+    let mut per_thread: BTreeMap<usize, (Vec<usize>, Vec<usize>)> = BTreeMap::new();
+    for (i, op) in trace.cpu_ops.iter().enumerate() {
+        per_thread.entry(op.thread).or_default().0.push(i);
+    }
+    for (i, c) in trace.calls.iter().enumerate() {
+        per_thread.entry(c.thread).or_default().1.push(i);
+    }
+    for (ops, calls) in per_thread.values() {
+        // Both lists are sorted by start (ops enclosing first); a stack holds
+        // the ops open at each call.
+        let mut stack: Vec<usize> = Vec::new();
+        let mut next_op = 0;
+        for &ci in calls {
+            let c = &trace.calls[ci];
+            while next_op < ops.len() && trace.cpu_ops[ops[next_op]].start_us <= c.start_us {
+                let o = ops[next_op];
+                while stack.last().is_some_and(|&t| trace.cpu_ops[t].end_us < trace.cpu_ops[o].start_us) {
+                    stack.pop();
+                }
+                stack.push(o);
+                next_op += 1;
+            }
+            while stack.last().is_some_and(|&t| trace.cpu_ops[t].end_us < c.start_us) {
+                stack.pop();
+            }
+            out[ci] = stack.iter().copied().filter(|&o| trace.cpu_ops[o].end_us >= c.end_us).collect();
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synchronizing_calls_are_known_by_name() {
+        for c in ["cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH_v2", "cudaFree"] {
+            assert!(synchronizes(c), "{c}");
+        }
+        for c in ["cudaMemcpyAsync", "cudaLaunchKernel", "cudaStreamWaitEvent", "cudaEventRecord", "cuMemcpyHtoDAsync_v2"] {
+            assert!(!synchronizes(c), "{c}");
+        }
+    }
+
+    #[test]
+    fn calls_that_issue_gpu_work_are_known_by_name() {
+        for c in ["cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemcpy", "cudaMemsetAsync", "cudaGraphLaunch"] {
+            assert!(issues_gpu_work(c), "{c}");
+        }
+        for c in ["cudaStreamSynchronize", "cudaEventRecord", "cudaStreamWaitEvent", "cudaMalloc", "cudaFree"] {
+            assert!(!issues_gpu_work(c), "{c}");
+        }
+    }
+}
