@@ -189,6 +189,18 @@ impl Reference {
 /// the CPU: the network's take a second).
 const PAGEABLE_ALONE_EVERY: usize = 3;
 
+/// How long the SMs compute before a layer's cost alone is timed, ms: a
+/// run of GEMMs slows over its first tens of ms (in the traced passes of
+/// the H100's and the H200's recordings, at 16384 tokens, the layers of a
+/// pass's first quarter ran about as fast as their cost alone, those of
+/// its second half 5-11% slower), and the passes the cost stands for run
+/// at the settled pace.
+const SETTLE_MS: f64 = 100.0;
+
+/// The most passes of layers the warm-up runs to reach [`SETTLE_MS`]
+/// (short layers at small batches run near their fastest clock anyway).
+const SETTLE_PASSES: usize = 8;
+
 /// What one batch size's measurements share: the rig, the reference, the
 /// verified count and the worst error.
 pub(super) struct Sweep<'a> {
@@ -249,16 +261,26 @@ impl<'a> Sweep<'a> {
     /// The costs alone, each stage back to back as it runs when it bounds
     /// the pass: untraced passes of uploads only (every layer into slot
     /// i % K on the copy stream), one upload's time their total over the
-    /// layers, and of layers only (each layer from slot i % K after the
-    /// first K uploads), one layer's time their total less those uploads
-    /// over the layers: (upload from pinned memory, layer), summarized over
-    /// passes. No event between ops: a timed event drains the GPU between
-    /// kernels, which a pass of layers does not. These passes compute with
-    /// the wrong weights on purpose and are not verified. `kind`: the
-    /// layers' kernels, and the weights' precision both stages move;
-    /// `uploads`: this batch's uploads alone of the same weights, where
-    /// already timed (both FP16 kinds upload the same layers: timing them
-    /// again measures the same copies).
+    /// layers; then untraced passes of layers only (each layer from slot
+    /// i % K after the first K uploads), one layer's time their total less
+    /// those uploads over the layers, each paired with an upload sample:
+    /// (upload from pinned memory, layer), summarized over passes.
+    ///
+    /// The passes of layers run one after another, the warm-up's first
+    /// (at least [`SETTLE_MS`] of them), as the variants' passes do: from
+    /// the warm-up on the GPU computes with no pause of its own, so a layer
+    /// is timed at the clock a pass's layers run at. Timed right after a pass of uploads alone, through
+    /// which the SMs idle, the same layers ran up to a tenth faster than
+    /// in every pass of the run that holds them, even one with no upload
+    /// at all (the H200's recording at 8192 tokens: FP8 layers 0.382 ms
+    /// alone, 0.419 ms in its passes of 96 resident layers). No event
+    /// between ops: a timed event drains the GPU between kernels, which a
+    /// pass of layers does not. These passes compute with the wrong
+    /// weights on purpose and are not verified. `kind`: the layers'
+    /// kernels, and the weights' precision both stages move; `uploads`:
+    /// this batch's uploads alone of the same weights, where already timed
+    /// (both FP16 kinds upload the same layers: timing them again measures
+    /// the same copies).
     pub fn costs(&mut self, batch: usize, kind: LayerKind, uploads: Option<&Alone>) -> Result<Alone> {
         let layers = |f: &mut dyn Forward, t: &Task| -> Result<()> {
             for i in 0..t.slots {
@@ -271,18 +293,25 @@ impl<'a> Sweep<'a> {
         };
         let (l, k) = (self.rig.shape.layers as f64, self.cfg.ring as f64);
         let setup = self.cost_setup(kind);
-        let warmup = self.cfg.warmup;
-        let (mut up, mut layer) = (Vec::new(), Vec::new());
-        for rep in 0..warmup + self.cfg.repeats {
-            let uploaded = match uploads {
-                Some(a) => a.uploads[rep.saturating_sub(warmup).min(a.uploads.len() - 1)],
-                None => self.uploads_alone(batch, setup.weights(), kind, 1)?,
-            };
-            let run = pass_with(self.rig, batch, setup, &layers, TimelineSource::Off)?.0;
-            if rep >= warmup {
-                up.push(uploaded);
-                layer.push((run.total_ms - k * uploaded) / l);
+        let (warmup, repeats) = (self.cfg.warmup, self.cfg.repeats);
+        let up = match uploads {
+            Some(a) => a.uploads.clone(),
+            None => {
+                let timed = (0..warmup + repeats).map(|_| self.uploads_alone(batch, setup.weights(), kind, 1)).collect::<Result<Vec<_>>>()?;
+                timed[warmup..].to_vec()
             }
+        };
+        // The warm-up: the run's warm-up passes, and where it asks for
+        // any, more (up to SETTLE_PASSES) until the SMs have computed for SETTLE_MS.
+        let (mut passes, mut warm_ms) = (0, 0.0);
+        while passes < warmup || (warmup > 0 && warm_ms < SETTLE_MS && passes < SETTLE_PASSES) {
+            warm_ms += pass_with(self.rig, batch, setup, &layers, TimelineSource::Off)?.0.total_ms;
+            passes += 1;
+        }
+        let mut layer = Vec::with_capacity(repeats);
+        for uploaded in &up {
+            let run = pass_with(self.rig, batch, setup, &layers, TimelineSource::Off)?.0;
+            layer.push((run.total_ms - k * uploaded) / l);
         }
         Ok(Alone { upload: Summary::of(&up)?, layer: Summary::of(&layer)?, uploads: up })
     }
