@@ -92,6 +92,14 @@ impl PageableBuffer {
         v.resize(words, 0);
         Ok(PageableBuffer(v))
     }
+    /// Ordinary memory holding `words`, as the caller made them (in
+    /// parallel, say: a `Vec` filled by many threads touches its pages on
+    /// all of them, where [`PageableBuffer::new`] zeroes every page on one
+    /// first).
+    pub fn from_words(words: Vec<u64>) -> Result<Self> {
+        check_size(words.len() * 8)?;
+        Ok(PageableBuffer(words))
+    }
 }
 
 impl HostBuffer for PageableBuffer {

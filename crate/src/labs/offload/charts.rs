@@ -3,9 +3,14 @@
 //! (the traced ring pass), the passes past the streaming bound traced at
 //! the same batch, and tokens per second against the GPU memory a
 //! placement holds (the budget sweep).
+//!
+//! May use: `results` and what it stands on (`network`, `variant`),
+//! `present`, and the lab's name (`LAB`, in `mod.rs`). No CUDA.
 
-use super::rig::LayerKind;
-use super::{OffloadResults, Variant, LAB};
+use super::network::LayerKind;
+use super::results::{BatchPoint, OffloadResults};
+use super::variant::Variant;
+use super::LAB;
 use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
 use crate::present::gantt::Gantt;
 
@@ -47,7 +52,7 @@ impl OffloadResults {
             dashed: true,
             points: self.points.iter().map(|p| (p.batch as f64, tps(p.batch, self.bound_ms(p)))).collect(),
         });
-        let torch = |label: &str, color, dashed, f: &dyn Fn(&super::BatchPoint) -> Option<f64>| Series {
+        let torch = |label: &str, color, dashed, f: &dyn Fn(&BatchPoint) -> Option<f64>| Series {
             label: label.into(),
             color,
             dashed,

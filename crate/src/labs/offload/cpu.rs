@@ -3,9 +3,12 @@
 //! the GPU rounds them (after each GEMM), with the same ReLU. The GPU's
 //! output is judged row by row against it: summation order differs, so
 //! the rows agree to a relative error, not bit for bit.
+//!
+//! May use: `network` and `kernel::relu_bits` (the ReLU on FP16 bits, the
+//! kernel's own rule). No CUDA.
 
 use super::kernel::relu_bits;
-use super::Shape;
+use super::network::Shape;
 use rayon::prelude::*;
 
 /// Every FP16 bit pattern's value (a table is faster than converting).
@@ -20,40 +23,44 @@ fn layer_weights(words: &[u64], shape: Shape, layer: usize) -> &[u64] {
     &words[layer * lw..(layer + 1) * lw]
 }
 
-/// The `k`-th half of `words`.
-fn half_at(words: &[u64], k: usize) -> u16 {
+/// The `k`-th half of `words`, as bits.
+pub(super) fn half_bits(words: &[u64], k: usize) -> u16 {
     (words[k / 4] >> (16 * (k % 4))) as u16
-}
-
-/// The `k`-th FP16 value of `words`.
-pub(super) fn f16_at(words: &[u64], k: usize) -> f32 {
-    half::f16::from_bits(half_at(words, k)).to_f32()
 }
 
 /// Rows `rows` of a row-major matrix of `d` halves a row held in `words`.
 pub fn rows_of(words: &[u64], rows: &[usize], d: usize) -> Vec<Vec<u16>> {
-    rows.iter().map(|&r| (r * d..(r + 1) * d).map(|k| half_at(words, k)).collect()).collect()
+    rows.iter().map(|&r| (r * d..(r + 1) * d).map(|k| half_bits(words, k)).collect()).collect()
 }
 
 /// `out[r][j] = round16(sum_k x[r][k] * w[k][j])` for rows of `x` (values),
 /// `w` a `rows_w` x `cols` FP16 matrix starting at half `at` of `words`.
 fn product(x: &[Vec<f32>], words: &[u64], at: usize, rows_w: usize, cols: usize, table: &[f32]) -> Vec<Vec<u16>> {
-    // Columns in parallel, each block of columns over every row of w once.
+    // Columns in parallel, each block of columns over every row of w once:
+    // a row's stretch of w is converted once, for every row of x (each
+    // sum still adds its terms in the order of k).
     const BLOCK: usize = 256;
     let blocks: Vec<Vec<Vec<f32>>> = (0..cols.div_ceil(BLOCK))
         .into_par_iter()
         .map(|b| {
             let (j0, j1) = (b * BLOCK, ((b + 1) * BLOCK).min(cols));
             let mut acc = vec![vec![0f32; j1 - j0]; x.len()];
+            let mut w = vec![0f32; j1 - j0];
             for k in 0..rows_w {
                 let row = at + k * cols;
-                for (r, xr) in x.iter().enumerate() {
+                if x.iter().all(|xr| xr[k] == 0.0) {
+                    continue;
+                }
+                for (j, wj) in (j0..j1).zip(w.iter_mut()) {
+                    *wj = table[half_bits(words, row + j) as usize];
+                }
+                for (xr, a) in x.iter().zip(acc.iter_mut()) {
                     let v = xr[k];
                     if v == 0.0 {
                         continue;
                     }
-                    for (j, a) in (j0..j1).zip(acc[r].iter_mut()) {
-                        *a += v * table[half_at(words, row + j) as usize];
+                    for (a, &wj) in a.iter_mut().zip(&w) {
+                        *a += v * wj;
                     }
                 }
             }

@@ -11,28 +11,32 @@
 //! schedule passes within 10% of the bound, whatever CPU waits it makes on
 //! the way: the time is judged, not the count of waits.
 //!
-//! Its second part ([`check_placement`]): given a GPU budget and a batch,
-//! choose how many layers stay resident (R) and the ring's size (K). The
-//! checker times the choice on the queue model with the recording's costs
-//! against the planner's best under that budget, and names what a slower
-//! choice wastes: budget left idle, a ring too small to hide the upload,
-//! slots the ring does not need, activations that do not fit.
+//! Its second part, the layers' placement under a budget, is checked in
+//! [`super::exercise_placement`] (its names are handed on here:
+//! [`check_placement`], [`best_placement`]).
+//!
+//! May use: `network`, `forward`, `variant`, `config`, `results`,
+//! `exercise_placement`, `rig` and `measure` (the live check's passes and
+//! costs), `lab_kit`, `pipeline`, `gpu` and `units`.
 
+use super::config::OffloadConfig;
 use super::forward::{ring_with, Books, Costs, Forward, Pass, PassFn, RingOrders, Task, Weights};
-use super::measure::{pass_with, Sweep};
-use super::placement::{self, Placement};
-use super::rig::{LayerKind, OffloadRig, Precision};
-use super::{OffloadResults, Shape, Variant};
+use super::measure::{pass_with, Reference, Sweep};
+use super::network::{LayerKind, Shape};
+use super::results::OffloadResults;
+use super::rig::{Copies, OffloadRig};
+use super::variant::Variant;
 use crate::error::Result;
 use crate::lab_kit::check::{pct, CheckReport};
 use crate::lab_kit::progress::{Examples, Exercise};
 use crate::lab_kit::Recorded;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{EventRef, StreamRef};
-use crate::pipeline::machine::Machine;
 use crate::pipeline::op::OpKind;
 use crate::pipeline::schedule::Schedule;
-use crate::units::{fmt_ms, Bytes};
+use crate::units::fmt_ms;
+
+pub use super::exercise_placement::{best_placement, check_placement, hint_placement, PLACEMENT_HINTS, PLACEMENT_WITHIN};
 
 /// The exercises, as the course lists them (`overlap-lab progress`).
 pub const EXERCISES: &[Exercise] = &[
@@ -72,168 +76,8 @@ fn placement_example(dev: &std::path::Path, right: bool) -> Result<Option<CheckR
     let Some(r) = recorded(dev)? else { return Ok(None) };
     let Some(batch) = r.points.first().map(|p| p.batch) else { return Ok(None) };
     let budget = r.config.gpu_budget;
-    let placed = if right { best_placement(&r, budget, batch)?.placement } else { Placement { resident: 0, ring: 3 } };
+    let placed = if right { best_placement(&r, budget, batch)?.placement } else { super::network::Placement { resident: 0, ring: 3 } };
     Ok(Some(check_placement(&r, budget, batch, placed)))
-}
-
-/// How close to the planner's best a placement must come, on the queue model.
-pub const PLACEMENT_WITHIN: f64 = 0.05;
-
-/// Hints for the placement, one at a time ([`hint_placement`]).
-pub const PLACEMENT_HINTS: &[&str] = &[
-    "Count what the budget must hold before any weights: two activation buffers and the hidden ones for this batch, and cuBLAS's workspace. What is left, over one layer's weights, is how many layer buffers you have to spend.",
-    "Each buffer is either a ring slot or a resident layer. A resident layer is one upload fewer every pass; a ring slot lets the copy stream run one more layer ahead of the GEMMs.",
-    "Compare one layer's upload with its GEMMs at this batch. Where the upload is slower, the ring only has to keep the link busy, and every other buffer is best spent on resident layers; where the GEMMs are slower, the ring must hold enough slots that an upload is never waited for.",
-];
-
-/// Placement hint `k` (from 1).
-pub fn hint_placement(k: usize) -> String {
-    crate::lab_kit::check::hint(PLACEMENT_HINTS, k)
-}
-
-/// The layers the placement exercise times at `p`: fused, or in a
-/// recording made before them, GEMM, ReLU, GEMM.
-fn placement_kind(p: &super::BatchPoint) -> LayerKind {
-    if p.layer_fused_ms.is_some() {
-        LayerKind::Fused
-    } else {
-        LayerKind::Separate
-    }
-}
-
-/// What the placement exercise is judged with at `batch`: the layers'
-/// kind, their costs, the queue model's machine, and the planner's best
-/// under `budget_mib` MiB.
-struct PlacementGround {
-    kind: LayerKind,
-    costs: Costs,
-    machine: Machine,
-    best: placement::Plan,
-}
-
-fn placement_ground(r: &OffloadResults, budget_mib: usize, batch: usize, rep: &mut CheckReport) -> std::result::Result<PlacementGround, String> {
-    let Some(p) = r.points.iter().find(|p| p.batch == batch) else {
-        let have: Vec<String> = r.points.iter().map(|p| p.batch.to_string()).collect();
-        return Err(format!("the recording holds no batch of {batch} tokens (it has {})", have.join(", ")));
-    };
-    let kind = placement_kind(p);
-    if kind == LayerKind::Separate {
-        rep.note("this recording has no fused layers (made before them): the layers are timed as GEMM, ReLU, GEMM");
-    }
-    let costs = p.costs(kind).ok_or("the recording has no costs for its layers")?;
-    let machine = machine_of(r, rep);
-    let best = placement::plan(r.shape, batch, budget_mib.saturating_mul(1 << 20), kind, costs, machine)
-        .map_err(|e| format!("no placement fits a budget of {budget_mib} MiB at all: {e}"))?;
-    Ok(PlacementGround { kind, costs, machine, best })
-}
-
-/// The planner's placement of `r`'s network under `budget_mib` MiB at
-/// `batch` tokens (one of the recording's batches), as [`check_placement`]
-/// judges against it.
-pub fn best_placement(r: &OffloadResults, budget_mib: usize, batch: usize) -> Result<placement::Plan> {
-    placement_ground(r, budget_mib, batch, &mut CheckReport::new("the planner")).map(|g| g.best).map_err(crate::error::LabError::config)
-}
-
-/// Checks a placement of `r`'s network under `budget_mib` MiB at `batch`
-/// tokens (one of the recording's batches), for fused FP16 layers: its
-/// pass on the queue model with the recording's costs against the
-/// planner's best (within [`PLACEMENT_WITHIN`]); a slower one is named by
-/// what it wastes.
-pub fn check_placement(r: &OffloadResults, budget_mib: usize, batch: usize, mine: Placement) -> CheckReport {
-    let shape = r.shape;
-    let mut rep = CheckReport::new(&format!(
-        "placement under {budget_mib} MiB at {batch} tokens ({} layers of {}; queue model)",
-        shape.layers,
-        Bytes(shape.layer_bytes() as u64)
-    ));
-    let ground = match placement_ground(r, budget_mib, batch, &mut rep) {
-        Ok(g) => g,
-        Err(e) => {
-            rep.problem(e);
-            return rep;
-        }
-    };
-    let PlacementGround { kind, costs, machine, best } = ground;
-    let (l, lb, budget) = (shape.layers, shape.layer_bytes(), budget_mib.saturating_mul(1 << 20));
-    if mine.resident > l {
-        rep.problem(format!("R = {}: the network has {l} layers, so at most {l} can be resident", mine.resident));
-        return rep;
-    }
-    if mine.ring > l {
-        rep.problem(format!("a ring of {}: more slots than the network has layers ({l})", mine.ring));
-        return rep;
-    }
-    let holds = shape.placement_bytes(batch, mine, Precision::Fp16);
-    if holds > budget {
-        let activations = shape.placement_bytes(batch, Placement { resident: 0, ring: 0 }, Precision::Fp16);
-        rep.problem(format!(
-            "{} does not fit: {} layer buffers ({}) beside the activations of {batch} tokens and cuBLAS's workspace ({}) take {}, {} over the {budget_mib} MiB budget",
-            mine.label(),
-            mine.buffers(),
-            Bytes((mine.buffers() * lb) as u64),
-            Bytes(activations as u64),
-            Bytes(holds as u64),
-            Bytes((holds - budget) as u64)
-        ));
-        return rep;
-    }
-    if mine.resident < l && mine.ring == 0 {
-        rep.problem(format!("no ring: the {} layers that are not resident have no slot to be uploaded into", l - mine.resident));
-        return rep;
-    }
-    let ms = match crate::labs::offload::measure::predict(shape, batch, placement::setup(mine, kind), costs, machine) {
-        Ok(ms) => ms,
-        Err(e) => {
-            rep.problem(format!("the queue model could not time {}: {e}", mine.label()));
-            return rep;
-        }
-    };
-    let off = ms / best.predicted_ms - 1.0;
-    rep.note(format!(
-        "{}: predicted {} a pass ({} of GPU memory); the best under this budget: {} ({:+.1}%)",
-        mine.label(),
-        fmt_ms(ms),
-        Bytes(holds as u64),
-        fmt_ms(best.predicted_ms),
-        100.0 * off
-    ));
-    if mine.resident == l && mine.ring > 0 {
-        rep.note(format!("every layer is resident: the ring's {} slots hold nothing ({} of the budget)", mine.ring, Bytes((mine.ring * lb) as u64)));
-    }
-    if off <= PLACEMENT_WITHIN {
-        return rep;
-    }
-    let idle = budget - holds;
-    if idle >= lb && mine.resident < l {
-        rep.problem(format!(
-            "budget left idle: {} holds {} of the {budget_mib} MiB; {} ({:.0}%) holds nothing while {} layers still cross the link every pass, at {} an upload",
-            mine.label(),
-            Bytes(holds as u64),
-            Bytes(idle as u64),
-            100.0 * idle as f64 / budget as f64,
-            l - mine.resident,
-            fmt_ms(costs.h2d)
-        ));
-    } else if mine.ring > best.placement.ring {
-        let why = if costs.h2d > costs.layer {
-            format!(
-                "uploads ({} each) are slower than a layer's GEMMs ({}), so the copy stream is never held back by a full ring",
-                fmt_ms(costs.h2d),
-                fmt_ms(costs.layer)
-            )
-        } else {
-            format!("a few slots already keep the uploads ({} each) ahead of the GEMMs ({} a layer)", fmt_ms(costs.h2d), fmt_ms(costs.layer))
-        };
-        rep.problem(format!("the ring holds more slots than the pass can use: {why}, and each slot past that could keep a layer resident instead"));
-    } else {
-        rep.problem(format!(
-            "a ring of {} is too small to hide the uploads: the GEMMs wait for weights still crossing the link ({} an upload against {} of GEMMs a layer)",
-            mine.ring,
-            fmt_ms(costs.h2d),
-            fmt_ms(costs.layer)
-        ));
-    }
-    rep
 }
 
 /// The share of the bound a right schedule reaches.
@@ -409,21 +253,6 @@ fn costs_at(r: &OffloadResults) -> Option<(usize, Costs)> {
     let p = r.points.iter().find(|p| p.batch == r.timeline_batch).or(r.points.first())?;
     let (h2d, layer) = r.bound_parts(p);
     Some((p.batch, Costs { h2d, h2d_pageable: p.h2d_pageable_ms.median, layer }))
-}
-
-/// The queue model's machine for a check on `r`: its copy engines and the
-/// host's wake-up and issue costs it measured (free, and said so, in a
-/// recording made before it kept them).
-fn machine_of(r: &OffloadResults, rep: &mut CheckReport) -> Machine {
-    match &r.machine {
-        Some(host) => Machine { copy_engines: r.copy_engines, ..host.machine() },
-        None => {
-            rep.note(
-                "this recording has no measured host costs (made before lab 9 kept them): the queue model counts a CPU wait's wake-up and each op's issue as free",
-            );
-            Machine::engines(r.copy_engines)
-        }
-    }
 }
 
 // ---- the CPU's waits, where they are and what they cost ----------------
@@ -679,7 +508,10 @@ pub fn check_on_model(r: &OffloadResults, schedule: &dyn Fn(&mut dyn Forward, &T
         rep.problem("the recording holds no batch to judge the schedule at");
         return rep;
     };
-    let machine = machine_of(r, &mut rep);
+    let (machine, note) = r.checker_machine();
+    if let Some(note) = note {
+        rep.note(note);
+    }
     let Some(first) = dry_run(&mut rep, r, batch, schedule, Leave::Nothing) else {
         return rep;
     };
@@ -722,12 +554,14 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, r: &OffloadResults, schedule: PassFn)
     let shape = Shape { layers: 24, d: r.shape.d };
     let batch = costs_at(r).map_or(1024, |c| c.0);
     let mut rep = CheckReport::new(&format!("prefetch schedule, {} layers, a ring of {k}, {batch} tokens (live on {})", shape.layers, gpu.name()));
-    let mut rig = OffloadRig::new(gpu, shape, batch, k)?;
-    let cfg = super::OffloadConfig { warmup: 1, repeats: TIMED_PASSES, ..r.config.clone() };
-    let mut sweep = Sweep::new(&mut rig, &cfg, batch)?;
-    let (h2d, layer) = sweep.costs(batch, LayerKind::Separate)?;
-    // No pageable upload reaches the GPU: the dry run refused them above.
-    let costs = Costs { h2d: h2d.fast_end(), h2d_pageable: f64::NAN, layer: layer.fast_end() };
+    // The ring's pinned FP16 weights alone: no pageable upload reaches the
+    // GPU (the dry run refused them above), and no FP8 layer runs.
+    let mut rig = OffloadRig::new(gpu, shape, batch, k, Copies::PINNED)?;
+    let cfg = OffloadConfig { warmup: 1, repeats: TIMED_PASSES, ..r.config.clone() };
+    let reference = Reference::fresh(&mut rig, batch);
+    let mut sweep = Sweep::new(&mut rig, &cfg, &reference)?;
+    let alone = sweep.costs(batch, LayerKind::Separate, None)?;
+    let costs = Costs { h2d: alone.upload.fast_end(), h2d_pageable: f64::NAN, layer: alone.layer.fast_end() };
     let mut fastest = f64::INFINITY;
     for attempt in 0..=TIMED_PASSES {
         let (run, books) = pass_with(sweep.rig, batch, Variant::RingK.setup(k, None), &*schedule, crate::gpu::TimelineSource::Off)?;
@@ -753,51 +587,6 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, r: &OffloadResults, schedule: PassFn)
 mod tests {
     use super::super::forward::{copy_then_compute, ring, Weights};
     use super::*;
-
-    /// Every wrong placement a learner would give under the H100's
-    /// recording fails naming its fault; the planner's and every honest
-    /// near-best one passes; a check takes well under a second.
-    #[test]
-    fn a_placement_is_judged_on_its_time_and_a_slow_one_named_by_what_it_wastes() {
-        let r = crate::labs::offload::fixture::results_beyond();
-        let started = std::time::Instant::now();
-        let check = |budget: usize, batch: usize, resident: usize, ring: usize| check_placement(&r, budget, batch, Placement { resident, ring });
-        // The planner's own choice, and one slot more in the ring where the link bounds (within 5%).
-        let best = r.points[0].variant(Variant::Resident).unwrap().plan.clone().unwrap().placement;
-        let rep = check(1536, 1024, best.resident, best.ring);
-        assert!(rep.passed, "{rep}");
-        assert!(rep.to_string().contains("+0.0%"), "{rep}");
-        let rep = check(1536, 1024, best.resident - 1, best.ring + 1);
-        assert!(rep.passed, "{rep}");
-        // Budget left idle: the ring of 3 of lab 9's first half, nothing resident.
-        let rep = check(1536, 1024, 0, 3);
-        assert!(!rep.passed && rep.to_string().contains("budget left idle") && rep.to_string().contains("holds nothing while 96 layers"), "{rep}");
-        // Slots the link cannot use: every spare buffer in the ring.
-        let rep = check(1536, 1024, best.buffers() - 12, 12);
-        assert!(!rep.passed && rep.to_string().contains("more slots than the pass can use"), "{rep}");
-        // Too many buffers: the activations do not fit beside them.
-        let rep = check(1536, 1024, best.resident + 3, best.ring);
-        assert!(!rep.passed && rep.to_string().contains("does not fit") && rep.to_string().contains("over the 1536 MiB budget"), "{rep}");
-        // No ring with layers to stream; a ring of one, timed like any other (slower here: named).
-        let rep = check(1536, 1024, best.buffers(), 0);
-        assert!(!rep.passed && rep.to_string().contains("no slot to be uploaded into"), "{rep}");
-        let rep = check(1536, 1024, best.buffers() - 1, 1);
-        assert!(rep.to_string().contains("predicted"), "a ring of one is timed, not refused: {rep}");
-        // Far too many slots, or a budget past any size: refused, never a panic.
-        assert!(check(1536, 1024, 0, usize::MAX).to_string().contains("more slots than the network has layers"));
-        assert!(!check(usize::MAX, 1024, 96, 0).to_string().is_empty());
-        // More resident layers than the network has; a batch the recording lacks.
-        assert!(check(8192, 1024, 97, 0).to_string().contains("the network has 96 layers"));
-        assert!(check(1536, 1000, 10, 2).to_string().contains("no batch of 1000 tokens"));
-        // Every layer resident where they fit: passes, and a ring beside it is named as held for nothing.
-        let rep = check(8192, 1024, 96, 2);
-        assert!(rep.passed && rep.to_string().contains("hold nothing"), "{rep}");
-        // The messages leave the fix to the hints: no message names the best placement.
-        for rep in [check(1536, 1024, 0, 3), check(1536, 1024, best.buffers() - 12, 12)] {
-            assert!(!rep.to_string().contains(&best.label()) && !rep.to_string().contains("more layers"), "{rep}");
-        }
-        assert!(started.elapsed().as_secs_f64() < 14.0, "fourteen checks in {:?}", started.elapsed());
-    }
 
     /// The fixture's batches: GEMMs longer than an upload (the one it is
     /// judged at, as on the recorded GPUs), and shorter.

@@ -7,21 +7,24 @@
 //! ([`crate::pipeline::issue::Issue::h2d`]), a layer the lab's own
 //! operation ([`LayerOp`]: two cuBLAS GEMMs and the ReLU, written once).
 //! With no GPU the dry run records them ([`Pass::dry_run`]), and the queue
-//! model times its schedule; on a GPU the runner with the rig's layers
-//! ([`Layers`], [`Pass::live`]) records and runs them. Either way the
+//! model times its schedule from the costs each op takes alone
+//! ([`Costs`], [`predict_pass`]); on a GPU the runner with the rig's
+//! layers records and runs them (`live`, the GPU side). Either way the
 //! schedule's race check sees the same ops, and the pass keeps the lab's
 //! own books: which layer each slot holds, which layers ran in which
-//! order, what the CPU waited for.
+//! order, what the CPU waited for. The variants' passes
+//! ([`copy_then_compute`], [`ring`]) are written here, once.
+//!
+//! May use: `network` (the lab's ground floor), `error` and `pipeline`
+//! (the vocabulary, the dry run, the queue model). No CUDA: it runs with
+//! no GPU.
 
-use super::placement::Placement;
-use super::rig::{Hidden, LayerKind, LayerWork, OffloadRig, Precision};
-use super::Shape;
+use super::network::{fp8_slot, LayerKind, Placement, Precision, Shape};
 use crate::error::{LabError, Result};
-use crate::gpu::runner::{Enqueue, LabOnGpu, LabRunner, NoHostTask};
-use crate::gpu::{Blas, DeviceBuffer, Graph, Run, Runner};
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{DevRef, EventRef, HostRef, StreamRef};
-use crate::pipeline::lab_op::{LabIssue, LabOp, NoCall};
+use crate::pipeline::lab_op::{LabIssue, LabOp};
+use crate::pipeline::machine::Machine;
 use crate::pipeline::op::{Access, OpKind, StreamKind};
 use crate::pipeline::schedule::Schedule;
 use std::sync::Arc;
@@ -118,6 +121,9 @@ pub struct Books {
     /// Slots any call used.
     pub slots_used: Vec<bool>,
     pub uploads: usize,
+    /// The host copy each upload read, in issue order (the queue model
+    /// costs each upload by it: [`Pass::predicted_ms`]).
+    pub uploaded_from: Vec<Weights>,
 }
 
 impl Books {
@@ -128,12 +134,23 @@ impl Books {
     }
 }
 
+/// Where a layer's hidden activations (batch x 4d, between its two
+/// GEMMs) live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HiddenActivations {
+    /// One buffer made up front, reused by every layer.
+    Fixed,
+    /// Taken from the stream-ordered pool for each layer and given back
+    /// after it (cuMemAllocAsync, cuMemFreeAsync on the compute stream).
+    Pool,
+}
+
 /// How a pass runs: its layer buffers, streams, hidden activations and layers' kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PassSetup {
     pub placement: Placement,
     pub streams: Streams,
-    pub hidden: Hidden,
+    pub hidden: HiddenActivations,
     pub kind: LayerKind,
 }
 
@@ -150,12 +167,12 @@ impl PassSetup {
 
 /// One layer's GEMMs and ReLU, the lab's own operation, written once:
 /// what it is to the schedule here ([`LabOp`]), what a GPU runs for it in
-/// [`Layers`]'s [`LabOnGpu`].
+/// the GPU side's `live::Layers`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LayerOp {
-    layer: usize,
-    /// The ring slot holding its weights.
-    slot: usize,
+    pub(super) layer: usize,
+    /// The buffer holding its weights (a ring slot, or a resident layer's).
+    pub(super) slot: usize,
     accesses: Vec<Access>,
 }
 
@@ -171,63 +188,15 @@ impl LabOp for LayerOp {
     }
 }
 
-/// Lab 9's GPU side: the rig's parts a layer uses (the host weights are
-/// the runner's, for the uploads) and the pass's sizes.
-pub struct Layers<'r> {
-    blas: &'r Blas,
-    relu: &'r super::kernel::Relu,
-    kind: LayerKind,
-    scales: Option<&'r DeviceBuffer>,
-    ring: &'r [DeviceBuffer],
-    act: &'r [DeviceBuffer; 2],
-    /// The hidden activations' buffer; None: each layer takes them from the pool.
-    hidden: Option<&'r DeviceBuffer>,
-    shape: Shape,
-    batch: usize,
-}
-
-// SAFETY: a layer's calls touch only the rig's buffers, borrowed for 'r so
-// they outlive the runner, and, with no hidden buffer, one it takes from
-// the pool and frees on its own stream after the calls that use it; its
-// accesses name its slot, both activation buffers and the hidden one, and
-// for an FP8 layer the scales it reads and the two amax slots it writes
-// (`Pass::layer_accesses`).
-unsafe impl<'r> LabOnGpu<'r> for Layers<'r> {
-    type Op = LayerOp;
-    type Call = NoCall;
-    type Task = NoHostTask;
-
-    fn enqueue(&mut self, op: &LayerOp) -> Result<Enqueue<'r>> {
-        let (ring, act) = (self.ring, self.act);
-        let slot = ring.get(op.slot).ok_or_else(|| LabError::config(format!("layer {}: slot {} is not in the ring", op.layer, op.slot)))?;
-        let work = LayerWork {
-            blas: self.blas,
-            relu: self.relu,
-            shape: self.shape,
-            batch: self.batch,
-            layer: op.layer,
-            kind: self.kind,
-            scales: self.scales,
-            slot,
-            input: &act[op.layer % 2],
-            output: &act[(op.layer + 1) % 2],
-            hidden: self.hidden,
-        };
-        // SAFETY: every buffer stays allocated until the runner has
-        // synchronized (this impl's contract, above).
-        Ok(Box::new(move |st| unsafe { work.enqueue(st) }))
-    }
-}
-
 /// A forward pass being issued (see the module docs), on the executor `X`:
 /// the dry run ([`Pass::dry_run`]) or the runner with the rig's layers
-/// ([`Pass::live`]).
+/// (`Pass::live`, the GPU side's).
 pub struct Pass<X> {
     x: X,
     pub task: Task,
     shape: Shape,
     batch: usize,
-    hidden: Hidden,
+    hidden: HiddenActivations,
     kind: LayerKind,
     /// The ring's slots, then the resident layers', as the executor knows them.
     ring: Vec<DevRef>,
@@ -246,7 +215,7 @@ const FP8_SCALES: &str = "FP8 scales";
 
 /// Buffer `slot`'s name in the schedule, with a ring of `ring` slots and
 /// the resident layers `resident` after it.
-fn slot_name(slot: usize, ring: usize, resident: &[usize]) -> String {
+pub(super) fn slot_name(slot: usize, ring: usize, resident: &[usize]) -> String {
     match slot.checked_sub(ring).and_then(|r| resident.get(r)) {
         None => format!("ring slot {slot}"),
         Some(layer) => format!("resident layer {layer}"),
@@ -257,61 +226,6 @@ fn slot_name(slot: usize, ring: usize, resident: &[usize]) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Streams {
     pub copy_high: bool,
-}
-
-impl<'r> Pass<LabRunner<'r, Layers<'r>>> {
-    /// A pass on the GPU: the runner `p` (made by the caller: deferring,
-    /// capturing), the rig's buffers as placed ([`OffloadRig::place`]: the
-    /// setup's placement and precision).
-    pub fn live(mut p: Runner<'r>, rig: &'r mut OffloadRig, batch: usize, setup: PassSetup) -> Result<Self> {
-        let placed = (rig.placement, rig.precision);
-        if placed != (setup.placement, setup.kind.precision()) || batch == 0 || batch > rig.max_batch {
-            return Err(LabError::config(format!(
-                "a pass of {batch} tokens with {} in {:?}: the rig holds {} in {:?} and has room for {} tokens",
-                setup.placement.label(),
-                setup.kind.precision(),
-                placed.0.label(),
-                placed.1,
-                rig.max_batch
-            )));
-        }
-        let OffloadRig { shape, blas, relu, pinned, pageable, fp8, ring, act, hidden: hid, scales, compute, copy, copy_high, .. } = rig;
-        let streams = setup.streams;
-        let copy_ref = p.stream(if streams.copy_high { copy_high } else { copy }, if streams.copy_high { "copy (high priority)" } else { "copy" });
-        let compute_ref = p.stream(compute, "compute");
-        let fp8_ref = fp8.as_mut().map(|(w, _)| p.host(w, Weights::Fp8.buffer()));
-        let weights = [Some(p.host(pinned, Weights::Pinned.buffer())), Some(p.host(pageable, Weights::Pageable.buffer())), fp8_ref];
-        let k = setup.placement.ring;
-        let kept = setup.placement.resident_layers(shape.layers);
-        let ring_refs = ring.iter().enumerate().map(|(i, d)| p.device(d, &slot_name(i, k, &kept))).collect();
-        let task = Task { layers: shape.layers, slots: k, resident: setup.placement.resident, weights: setup.weights(), copy: copy_ref, compute: compute_ref };
-        let (shape, hid): (Shape, &'r DeviceBuffer) = (*shape, hid);
-        let layers =
-            Layers { blas, relu, kind: setup.kind, scales: scales.as_ref(), ring, act, hidden: (setup.hidden == Hidden::Fixed).then_some(hid), shape, batch };
-        Ok(Pass {
-            x: LabRunner::new(p, layers),
-            task,
-            shape,
-            batch,
-            hidden: setup.hidden,
-            kind: setup.kind,
-            ring: ring_refs,
-            weights,
-            books: Books::new(k, &kept),
-            kept,
-        })
-    }
-
-    /// Runs the pass's recorded calls and waits for them.
-    pub fn finish(self) -> Result<(Run, Books)> {
-        Ok((self.x.runner.finish()?, self.books))
-    }
-
-    /// Ends a capturing pass: its graph and schedule.
-    pub fn finish_capture(self) -> Result<(Graph, Run, Books)> {
-        let (g, run) = self.x.runner.finish_capture()?;
-        Ok((g, run, self.books))
-    }
 }
 
 impl Pass<DryRun> {
@@ -333,7 +247,7 @@ impl Pass<DryRun> {
         let layer_elements = shape.layer_bytes_in(setup.kind.precision()) / 4;
         let ring = (0..k + kept.len()).map(|i| dry.device(&slot_name(i, k, &kept), layer_elements)).collect();
         let task = Task { layers: shape.layers, slots: k, resident, weights: setup.weights(), copy, compute };
-        Pass { x: dry, task, shape, batch, hidden: setup.hidden, kind: setup.kind, ring, weights, books: Books::new(k, &kept), kept }
+        Pass::new(dry, task, shape, batch, setup, ring, weights)
     }
 
     /// The ops the dry run recorded so far, with what orders them.
@@ -343,6 +257,22 @@ impl Pass<DryRun> {
 }
 
 impl<X> Pass<X> {
+    /// A pass about to be issued on `x` as `setup` says: `task` (its streams
+    /// and the host copy it uploads from, as `x` knows them), its layer
+    /// buffers `ring` (the ring's slots, then the resident layers') and
+    /// the weights' host copies `weights` (by [`Weights`]; None where `x`
+    /// has no such copy), each as `x` knows it.
+    pub(super) fn new(x: X, task: Task, shape: Shape, batch: usize, setup: PassSetup, ring: Vec<DevRef>, weights: [Option<HostRef>; 3]) -> Pass<X> {
+        let kept = setup.placement.resident_layers(shape.layers);
+        let books = Books::new(setup.placement.ring, &kept);
+        Pass { x, task, shape, batch, hidden: setup.hidden, kind: setup.kind, ring, kept, weights, books }
+    }
+
+    /// The executor, with the pass's books (what the GPU side runs).
+    pub(super) fn into_parts(self) -> (X, Books) {
+        (self.x, self.books)
+    }
+
     fn check_slot(&mut self, slot: usize, what: &str) -> Result<()> {
         if slot >= self.task.slots + self.task.resident {
             let resident = match self.task.resident {
@@ -366,12 +296,11 @@ impl<X> Pass<X> {
         let (ab, hb) = (self.shape.act_bytes(self.batch) as u64, self.shape.hidden_bytes(self.batch) as u64);
         let name = slot_name(slot, self.task.slots, &self.kept);
         let mut a = vec![Access::read(&name, 0, lb), Access::read(ACT[layer % 2], 0, ab), Access::write(ACT[(layer + 1) % 2], 0, ab)];
-        if self.hidden == Hidden::Fixed {
+        if self.hidden == HiddenActivations::Fixed {
             a.push(Access::write(HIDDEN, 0, hb));
         }
         if self.kind == LayerKind::Fp8 {
             // Its scales (its input's, then its own six) and its two amax slots, 16 bytes a slot.
-            use super::rig::fp8_slot;
             let bytes = |slot: usize| (16 * slot) as u64;
             let own = fp8_slot::layer(layer);
             let input = fp8_slot::input_of(layer);
@@ -396,7 +325,11 @@ impl<X: LabIssue<LayerOp>> Forward for Pass<X> {
             return Err(LabError::config(format!("{what}: {} into a pass of {:?} layers", from.buffer(), self.kind.precision())));
         }
         let Some(host) = self.weights[from as usize] else {
-            return Err(LabError::Unsupported(format!("{what}: this GPU has no FP8, so the rig keeps no FP8 weights")));
+            let why = match from {
+                Weights::Fp8 => "this GPU has no FP8, so the rig keeps no FP8 weights",
+                _ => "the rig was made without this copy of the weights",
+            };
+            return Err(LabError::Unsupported(format!("{what}: {why}")));
         };
         let label = match from {
             Weights::Pinned => format!("H2D layer {layer}"),
@@ -408,6 +341,7 @@ impl<X: LabIssue<LayerOp>> Forward for Pass<X> {
         self.x.h2d(s, self.ring[slot], 0, host, layer * n, n, &label)?;
         self.books.holds[slot] = Some(layer);
         self.books.uploads += 1;
+        self.books.uploaded_from.push(from);
         if from == Weights::Pageable {
             self.books.pageable_uploads += 1;
         }
@@ -538,17 +472,54 @@ pub struct Costs {
     pub layer: f64,
 }
 
+impl Costs {
+    /// One upload from the host copy `from` (the FP8 copy is pinned: its
+    /// cost is `h2d`, as the pass's precision is FP8).
+    pub fn upload(&self, from: Weights) -> f64 {
+        match from {
+            Weights::Pageable => self.h2d_pageable,
+            Weights::Pinned | Weights::Fp8 => self.h2d,
+        }
+    }
+}
+
 impl Pass<DryRun> {
-    /// The queue model's time for this pass (recorded on the dry run), ms.
-    pub fn predicted_ms(&self, costs: Costs, machine: crate::pipeline::machine::Machine) -> f64 {
+    /// The queue model's time for this pass (recorded on the dry run), ms:
+    /// each upload costs what one from its host copy costs alone (the
+    /// books say which copy each read, in issue order, as the schedule
+    /// holds the uploads), each layer one layer's GEMMs.
+    pub fn predicted_ms(&self, costs: Costs, machine: Machine) -> f64 {
+        let ops = &self.x.schedule.ops;
+        let uploads = ops.iter().filter(|op| op.kind == OpKind::H2d).map(|op| op.id);
+        let from: std::collections::HashMap<_, Weights> = uploads.zip(self.books.uploaded_from.iter().copied()).collect();
         let times = crate::pipeline::predict::predict(&self.x.schedule, machine, |op| match op.kind {
-            OpKind::H2d if op.label.ends_with("(pageable)") => costs.h2d_pageable,
-            OpKind::H2d => costs.h2d,
+            OpKind::H2d => from.get(&op.id).map_or(costs.h2d, |&w| costs.upload(w)),
             OpKind::Kernel => costs.layer,
             _ => 0.0,
         });
         times.iter().map(|t| t.1).fold(0.0, f64::max)
     }
+}
+
+/// The queue model's time of `body` as `setup` runs it over `batch`
+/// tokens of `shape`, ms (recorded on the dry run).
+pub fn predict_pass(
+    shape: Shape,
+    batch: usize,
+    setup: PassSetup,
+    body: &dyn Fn(&mut dyn Forward, &Task) -> Result<()>,
+    costs: Costs,
+    machine: Machine,
+) -> Result<f64> {
+    let mut f = Pass::dry_run(shape, batch, setup);
+    let task = f.task;
+    body(&mut f, &task)?;
+    Ok(f.predicted_ms(costs, machine))
+}
+
+/// The queue model's time of the ring pass as `setup` places it, ms.
+pub fn predict(shape: Shape, batch: usize, setup: PassSetup, costs: Costs, machine: Machine) -> Result<f64> {
+    predict_pass(shape, batch, setup, &|f, t| ring(f, t), costs, machine)
 }
 
 #[cfg(test)]
@@ -558,8 +529,12 @@ mod tests {
     #[test]
     fn a_pass_on_the_dry_run_records_what_each_upload_and_layer_touches() {
         let shape = Shape { layers: 3, d: 64 };
-        let setup =
-            PassSetup { placement: Placement { resident: 0, ring: 2 }, streams: Streams { copy_high: true }, hidden: Hidden::Fixed, kind: LayerKind::Separate };
+        let setup = PassSetup {
+            placement: Placement { resident: 0, ring: 2 },
+            streams: Streams { copy_high: true },
+            hidden: HiddenActivations::Fixed,
+            kind: LayerKind::Separate,
+        };
         let mut f = Pass::dry_run(shape, 8, setup);
         let task = f.task;
         ring(&mut f, &task).unwrap();
@@ -579,8 +554,12 @@ mod tests {
     fn the_dry_run_uploads_a_network_of_more_elements_than_it_numbers_inputs_by() {
         // 96 layers of d = 8192: 96 GiB of weights, 25.8 billion f32 elements.
         let shape = Shape { layers: 96, d: 8192 };
-        let setup =
-            PassSetup { placement: Placement { resident: 0, ring: 2 }, streams: Streams { copy_high: false }, hidden: Hidden::Pool, kind: LayerKind::Separate };
+        let setup = PassSetup {
+            placement: Placement { resident: 0, ring: 2 },
+            streams: Streams { copy_high: false },
+            hidden: HiddenActivations::Pool,
+            kind: LayerKind::Separate,
+        };
         let mut f = Pass::dry_run(shape, 64, setup);
         let (copy, compute) = (f.task.copy, f.task.compute);
         f.upload(copy, Weights::Pageable, 95, 1).unwrap();
@@ -595,8 +574,12 @@ mod tests {
     #[test]
     fn resident_layers_run_from_their_own_buffers_while_the_ring_fills() {
         let shape = Shape { layers: 6, d: 64 };
-        let setup =
-            PassSetup { placement: Placement { resident: 2, ring: 2 }, streams: Streams { copy_high: true }, hidden: Hidden::Fixed, kind: LayerKind::Fp8 };
+        let setup = PassSetup {
+            placement: Placement { resident: 2, ring: 2 },
+            streams: Streams { copy_high: true },
+            hidden: HiddenActivations::Fixed,
+            kind: LayerKind::Fp8,
+        };
         let mut f = Pass::dry_run(shape, 16, setup);
         let task = f.task;
         ring(&mut f, &task).unwrap();
@@ -605,7 +588,7 @@ mod tests {
         assert!(f.books.wrong_weights.is_empty(), "{:?}", f.books.wrong_weights);
         // An FP8 layer writes its own two amax slots and reads its scales.
         let l1 = s.ops.iter().find(|o| o.label == "layer 1").unwrap();
-        let amax = 16 * super::super::rig::fp8_slot::amax(6, 1) as u64;
+        let amax = 16 * fp8_slot::amax(6, 1) as u64;
         assert!(l1.accesses.contains(&Access::write(FP8_SCALES, amax, amax + 32)), "{:?}", l1.accesses);
         assert_eq!((f.books.ran.as_slice(), f.books.uploads), ([0, 1, 2, 3, 4, 5].as_slice(), 4));
         // Layers 0 and 3 are resident (spread evenly), each in its own buffer.

@@ -1,5 +1,8 @@
 //! Lab 9's one kernel of its own (`kernels/relu_f16.cu`): the activation
-//! between a layer's two GEMMs, ReLU in place on FP16 values.
+//! between a layer's two GEMMs, ReLU in place on FP16 values, and its
+//! rule on one value's bits for the CPU's reference.
+//!
+//! May use: `error` and `gpu` (NVRTC, the launch).
 
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::KernelSource;

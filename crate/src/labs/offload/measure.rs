@@ -1,17 +1,27 @@
 //! Lab 9's runs: the network's shape chosen for this host, the host's
 //! wake-up and issue costs (for the checker's queue model), and per batch
-//! size the costs alone (untraced passes of uploads only and of layers
-//! only, each divided by its layers, for each kind of layer), the
-//! planner's placements, each variant's passes (untraced, behind the start
-//! gate, every one verified against the CPU on sampled rows) beside the
-//! queue model's prediction; then traced passes for the timelines, the
+//! size the CPU's reference (once a batch, kept for every pass at it),
+//! the costs alone (untraced passes of uploads only and of layers only,
+//! each divided by its layers, for each kind of layer), the planner's
+//! placements, each variant's passes (untraced, behind the start gate,
+//! every one verified against the CPU on sampled rows) beside the queue
+//! model's prediction; then traced passes for the timelines, the
 //! placement sweep over budgets, and PyTorch's references.
+//!
+//! May use every file of the lab below it (`network`, `forward`,
+//! `variant`, `config`, `placement`, `reference`, `results`, `cpu`,
+//! `rig`, `live`), `error`, `gpu`, `measure`, `pipeline`, `present` and
+//! `units`.
 
-use super::cpu::{forward_rows, relative_error, sampled_rows};
-use super::forward::{Costs, Forward, Pass, PassSetup, Weights};
-use super::placement::{self, Placement, Plan};
-use super::rig::{LayerKind, OffloadRig, Precision};
-use super::{BatchPoint, Fp8Accuracy, OffloadConfig, OffloadResults, PlacementPoint, PlacementSweep, Shape, Variant, VariantPoint, VariantTimeline};
+use super::config::OffloadConfig;
+use super::cpu::{forward_rows, relative_error, sampled_rows, LayerAmax};
+use super::forward::{predict, Books, Forward, Pass, PassSetup, Streams, Task, Weights};
+use super::network::{budget_bytes, LayerKind, Placement, Precision, Shape};
+use super::placement::{self, PlacementPlan};
+use super::reference::Planned;
+use super::results::{BatchPoint, Fp8Accuracy, OffloadResults, PlacementPoint, PlacementSweep, VariantPoint, VariantTimeline};
+use super::rig::{Copies, OffloadRig};
+use super::variant::Variant;
 use crate::error::{LabError, Result};
 use crate::gpu::{trace, Gpu, PlanRig, Run, TimelineSource};
 use crate::measure::stats::Summary;
@@ -135,9 +145,9 @@ pub(super) fn pass_with(
     rig: &mut OffloadRig,
     batch: usize,
     setup: PassSetup,
-    body: &dyn Fn(&mut dyn Forward, &super::forward::Task) -> Result<()>,
+    body: &dyn Fn(&mut dyn Forward, &Task) -> Result<()>,
     source: TimelineSource,
-) -> Result<(Run, super::forward::Books)> {
+) -> Result<(Run, Books)> {
     rig.place(setup.placement, setup.kind.precision())?;
     rig.prepare(batch)?;
     let ops = 4 * rig.shape.layers + 16;
@@ -148,13 +158,55 @@ pub(super) fn pass_with(
     f.finish()
 }
 
-/// What one batch size's measurements share: the rig, the reference rows,
-/// the verified count and the worst error.
+/// A batch's input and the CPU's reference for its sampled rows, made
+/// once a batch: the placement sweep at that batch makes the same input
+/// again from its seed and is judged by the same reference.
+pub(super) struct Reference {
+    pub batch: usize,
+    /// The input's seed ([`OffloadRig::input_of`]).
+    seed: u64,
+    pub rows: Vec<usize>,
+    pub want: Vec<Vec<u16>>,
+    /// The sampled rows' largest activations (FP8's scales are set from them).
+    amax: LayerAmax,
+}
+
+impl Reference {
+    /// A fresh input of `batch` tokens in `rig`, and the CPU's reference for its sampled rows.
+    pub fn fresh(rig: &mut OffloadRig, batch: usize) -> Reference {
+        let rows = sampled_rows(batch);
+        let seed = rig.fresh_input(batch);
+        let (want, amax) = forward_rows(rig.weights(), rig.shape, &rig.input_rows(&rows));
+        Reference { batch, seed, rows, want, amax }
+    }
+}
+
+/// Uploads alone of pageable weights time every third layer: a pageable
+/// upload's time is what the queue model needs beside each pageable pass
+/// (the rate drifts, so it is taken in the same moments), and a third of
+/// the network's uploads, spread over all of its weights, gives it as all
+/// of them do at a third of the time (each pageable upload is staged by
+/// the CPU: the network's take a second).
+const PAGEABLE_ALONE_EVERY: usize = 3;
+
+/// How long the SMs compute before a layer's cost alone is timed, ms: a
+/// run of GEMMs slows over its first tens of ms (in the traced passes of
+/// the H100's and the H200's recordings, at 16384 tokens, the layers of a
+/// pass's first quarter ran about as fast as their cost alone, those of
+/// its second half 5-11% slower), and the passes the cost stands for run
+/// at the settled pace.
+const SETTLE_MS: f64 = 100.0;
+
+/// The most passes of layers the warm-up runs to reach [`SETTLE_MS`]
+/// (short layers at small batches run near their fastest clock anyway).
+const SETTLE_PASSES: usize = 8;
+
+/// What one batch size's measurements share: the rig, the reference, the
+/// verified count and the worst error.
 pub(super) struct Sweep<'a> {
     pub rig: &'a mut OffloadRig,
     pub cfg: &'a OffloadConfig,
-    pub rows: Vec<usize>,
-    pub want: Vec<Vec<u16>>,
+    pub reference: &'a Reference,
     pub verified: usize,
     pub worst: f64,
     /// FP8's passes verified, their worst error and the largest share of
@@ -162,24 +214,33 @@ pub(super) struct Sweep<'a> {
     pub fp8: (usize, f64, f64),
 }
 
+/// One kind's costs alone at a batch: (one upload, one layer), each over
+/// the repeats, with the upload's samples in the order taken (a kind of
+/// the same precision reuses them).
+pub(super) struct Alone {
+    pub upload: Summary,
+    pub layer: Summary,
+    uploads: Vec<f64>,
+}
+
 impl<'a> Sweep<'a> {
-    /// A batch size's measurements on `rig`: a fresh input, the CPU's
-    /// reference for its sampled rows, cuBLAS warmed at its shapes.
-    pub fn new(rig: &'a mut OffloadRig, cfg: &'a OffloadConfig, batch: usize) -> Result<Sweep<'a>> {
-        let rows = sampled_rows(batch);
-        let picked = rig.fresh_input(batch, &rows);
-        let (want, amax) = forward_rows(rig.weights(), rig.shape, &picked);
+    /// A batch size's measurements on `rig`: the input of `reference` in
+    /// the rig (made again from its seed), FP8's scales set from its rows,
+    /// cuBLAS warmed at the batch's shapes.
+    pub fn new(rig: &'a mut OffloadRig, cfg: &'a OffloadConfig, reference: &'a Reference) -> Result<Sweep<'a>> {
+        let batch = reference.batch;
+        rig.input_of(batch, reference.seed);
         if rig.has_fp8() {
-            rig.set_fp8_scales(batch, &amax)?;
+            rig.set_fp8_scales(batch, &reference.amax)?;
         }
         // Warmed on FP16-sized slots, which every kind of layer fits.
         rig.place(Placement { resident: 0, ring: cfg.ring }, Precision::Fp16)?;
         rig.warm(batch)?;
-        Ok(Sweep { rig, cfg, rows, want, verified: 0, worst: 0.0, fp8: (0, 0.0, 0.0) })
+        Ok(Sweep { rig, cfg, reference, verified: 0, worst: 0.0, fp8: (0, 0.0, 0.0) })
     }
 
     pub fn check(&mut self, batch: usize, what: &str) -> Result<()> {
-        let e = verify(self.rig, batch, &self.rows, &self.want, what)?;
+        let e = verify(self.rig, batch, &self.reference.rows, &self.reference.want, what)?;
         if self.rig.precision == Precision::Fp8 {
             let used = self.rig.fp8_range_used()?;
             if used > 1.0 {
@@ -200,16 +261,28 @@ impl<'a> Sweep<'a> {
     /// The costs alone, each stage back to back as it runs when it bounds
     /// the pass: untraced passes of uploads only (every layer into slot
     /// i % K on the copy stream), one upload's time their total over the
-    /// layers, and of layers only (each layer from slot i % K after the
-    /// first K uploads), one layer's time their total less those uploads
-    /// over the layers: (upload from pinned memory, layer), summarized over
-    /// passes. No event between ops: a timed event drains the GPU between
-    /// kernels, which a pass of layers does not. These passes compute with
-    /// the wrong weights on purpose and are not verified. `kind`: the
-    /// layers' kernels, and the weights' precision both stages move.
-    pub fn costs(&mut self, batch: usize, kind: LayerKind) -> Result<(Summary, Summary)> {
-        let (mut up, mut layer) = (Vec::new(), Vec::new());
-        let layers = |f: &mut dyn Forward, t: &super::forward::Task| -> Result<()> {
+    /// layers; then untraced passes of layers only (each layer from slot
+    /// i % K after the first K uploads), one layer's time their total less
+    /// those uploads over the layers, each paired with an upload sample:
+    /// (upload from pinned memory, layer), summarized over passes.
+    ///
+    /// The passes of layers run one after another, the warm-up's first
+    /// (at least [`SETTLE_MS`] of them), as the variants' passes do: from
+    /// the warm-up on the GPU computes with no pause of its own, so a layer
+    /// is timed at the clock a pass's layers run at. Timed right after a pass of uploads alone, through
+    /// which the SMs idle, the same layers ran up to a tenth faster than
+    /// in every pass of the run that holds them, even one with no upload
+    /// at all (the H200's recording at 8192 tokens: FP8 layers 0.382 ms
+    /// alone, 0.419 ms in its passes of 96 resident layers). No event
+    /// between ops: a timed event drains the GPU between kernels, which a
+    /// pass of layers does not. These passes compute with the wrong
+    /// weights on purpose and are not verified. `kind`: the layers'
+    /// kernels, and the weights' precision both stages move; `uploads`:
+    /// this batch's uploads alone of the same weights, where already timed
+    /// (both FP16 kinds upload the same layers: timing them again measures
+    /// the same copies).
+    pub fn costs(&mut self, batch: usize, kind: LayerKind, uploads: Option<&Alone>) -> Result<Alone> {
+        let layers = |f: &mut dyn Forward, t: &Task| -> Result<()> {
             for i in 0..t.slots {
                 f.upload(t.compute, t.weights, i, i)?;
             }
@@ -220,38 +293,50 @@ impl<'a> Sweep<'a> {
         };
         let (l, k) = (self.rig.shape.layers as f64, self.cfg.ring as f64);
         let setup = self.cost_setup(kind);
-        for rep in 0..self.cfg.warmup + self.cfg.repeats {
-            let uploaded = self.uploads_alone(batch, setup.weights(), kind)?;
-            let run = pass_with(self.rig, batch, setup, &layers, TimelineSource::Off)?.0;
-            if rep >= self.cfg.warmup {
-                up.push(uploaded);
-                layer.push((run.total_ms - k * uploaded) / l);
+        let (warmup, repeats) = (self.cfg.warmup, self.cfg.repeats);
+        let up = match uploads {
+            Some(a) => a.uploads.clone(),
+            None => {
+                let timed = (0..warmup + repeats).map(|_| self.uploads_alone(batch, setup.weights(), kind, 1)).collect::<Result<Vec<_>>>()?;
+                timed[warmup..].to_vec()
             }
+        };
+        // The warm-up: the run's warm-up passes, and where it asks for
+        // any, more (up to SETTLE_PASSES) until the SMs have computed for SETTLE_MS.
+        let (mut passes, mut warm_ms) = (0, 0.0);
+        while passes < warmup || (warmup > 0 && warm_ms < SETTLE_MS && passes < SETTLE_PASSES) {
+            warm_ms += pass_with(self.rig, batch, setup, &layers, TimelineSource::Off)?.0.total_ms;
+            passes += 1;
         }
-        Ok((Summary::of(&up)?, Summary::of(&layer)?))
+        let mut layer = Vec::with_capacity(repeats);
+        for uploaded in &up {
+            let run = pass_with(self.rig, batch, setup, &layers, TimelineSource::Off)?.0;
+            layer.push((run.total_ms - k * uploaded) / l);
+        }
+        Ok(Alone { upload: Summary::of(&up)?, layer: Summary::of(&layer)?, uploads: up })
     }
 
     /// How the cost passes of `kind` run: the ring of K, no resident layers.
     fn cost_setup(&self, kind: LayerKind) -> PassSetup {
         PassSetup {
             placement: Placement { resident: 0, ring: self.cfg.ring },
-            streams: super::forward::Streams { copy_high: false },
-            hidden: super::rig::Hidden::Fixed,
+            streams: Streams { copy_high: false },
+            hidden: super::forward::HiddenActivations::Fixed,
             kind,
         }
     }
 
     /// One untraced pass of uploads only from `from` (into a ring for
-    /// `kind`'s layers): one upload's time, ms.
-    fn uploads_alone(&mut self, batch: usize, from: Weights, kind: LayerKind) -> Result<f64> {
-        let uploads = move |f: &mut dyn Forward, t: &super::forward::Task| -> Result<()> {
-            for i in 0..t.layers {
-                f.upload(t.copy, from, i, i % t.slots)?;
+    /// `kind`'s layers) of every `every`-th layer: one upload's time, ms.
+    fn uploads_alone(&mut self, batch: usize, from: Weights, kind: LayerKind, every: usize) -> Result<f64> {
+        let uploads = move |f: &mut dyn Forward, t: &Task| -> Result<()> {
+            for (j, i) in (0..t.layers).step_by(every).enumerate() {
+                f.upload(t.copy, from, i, j % t.slots)?;
             }
             Ok(())
         };
         let run = pass_with(self.rig, batch, self.cost_setup(kind), &uploads, TimelineSource::Off)?.0;
-        Ok(run.total_ms / self.rig.shape.layers as f64)
+        Ok(run.total_ms / self.rig.shape.layers.div_ceil(every) as f64)
     }
 
     /// The ring passes of `setups` in turn (one of each, in order, each
@@ -277,8 +362,9 @@ impl<'a> Sweep<'a> {
     }
 
     /// `v`'s passes, untraced: one pass's time, ms, over the repeats. A
-    /// pageable pass comes after a traced pass of pageable uploads alone
-    /// each time, pushed to `pageable_alone`: the rate of copies from
+    /// pageable pass comes after an untraced pass of pageable uploads
+    /// alone (of every [`PAGEABLE_ALONE_EVERY`]-th layer) each time, one
+    /// upload's time pushed to `pageable_alone`: the rate of copies from
     /// pageable memory drifts from minute to minute (the CPU stages them),
     /// so the queue model takes it from the same moments.
     fn variant(&mut self, v: Variant, batch: usize, planned: Option<Placement>, pageable_alone: &mut Vec<f64>) -> Result<Summary> {
@@ -320,7 +406,7 @@ impl<'a> Sweep<'a> {
         let repeats = if v == Variant::Pageable { 2 * self.cfg.repeats } else { self.cfg.repeats };
         for rep in 0..self.cfg.warmup + repeats {
             if v == Variant::Pageable {
-                let alone = self.uploads_alone(batch, Weights::Pageable, LayerKind::Separate)?;
+                let alone = self.uploads_alone(batch, Weights::Pageable, LayerKind::Separate, PAGEABLE_ALONE_EVERY)?;
                 if rep >= self.cfg.warmup {
                     pageable_alone.push(alone);
                 }
@@ -348,14 +434,15 @@ fn host_costs(gpu: &Gpu, repeats: usize) -> Result<crate::gpu::MachineFacts> {
     rig.machine(MACHINE_ELEMENTS, repeats.max(3))
 }
 
-/// The planner's placement for `v` at `p` under `budget` bytes (the
+/// The planner's placement for `v` at `p` under `budget_mib` MiB (the
 /// planned variants), from `p`'s costs for its layers.
-fn plan_for(shape: Shape, p: &BatchPoint, v: Variant, budget: usize, machine: Machine) -> Result<Option<Plan>> {
+fn plan_for(shape: Shape, p: &BatchPoint, v: Variant, budget_mib: usize, machine: Machine) -> Result<Option<PlacementPlan>> {
     if !v.planned() {
         return Ok(None);
     }
     let costs = p.costs(v.kind()).ok_or_else(|| LabError::config(format!("{}: no costs measured for its layers", v.label())))?;
-    placement::plan(shape, p.batch, budget, v.kind(), costs, machine).map(Some)
+    let room = placement::room(shape, p.batch, budget_mib, v.kind().precision())?;
+    placement::plan(shape, p.batch, &room, v.kind(), costs, machine).map(Some)
 }
 
 /// Runs lab 9 (see the module docs).
@@ -364,35 +451,40 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
     let (shape, chose) = choose_shape(cfg, host_available())?;
     eprintln!("lab 9: {chose}");
     let largest = *cfg.batches.iter().max().expect("validated");
-    let budget = cfg.gpu_budget << 20;
     // A step a variant and batch, one a budget of the sweep, and the rest.
     let budgets: usize = cfg.sweep_at().iter().map(|&b| sweep_budgets(shape, b, &cfg.sweep_budgets).len()).sum();
     let steps = cfg.batches.len() * (Variant::ALL.len() + 1) + budgets + 3;
     let mut bar = Progress::new(progress, steps as u64, "offload");
     let facts = host_costs(gpu, cfg.repeats)?;
     bar.step(&format!("the host: a CPU thread resumes {:.1} µs after the GPU, issues an op in {:.1} µs", facts.wake_ms * 1e3, facts.issue_ms * 1e3));
-    let mut rig = OffloadRig::new(gpu, shape, largest, cfg.ring)?;
+    // The run's passes read every host copy of the weights: the pageable
+    // pass the pageable one, the FP8 passes the FP8 one.
+    let mut rig = OffloadRig::new(gpu, shape, largest, cfg.ring, Copies::ALL)?;
     let copy_engines = gpu.copy_engines()?;
     let machine = facts.machine();
     let cublas = rig.blas.version();
     let fused = rig.blas.has_fused_relu();
     let fp8_missing = (!rig.has_fp8()).then(|| super::rig::no_fp8(gpu));
     let mut points: Vec<BatchPoint> = Vec::new();
+    let mut references: Vec<Reference> = Vec::new();
     let (mut verified, mut worst, mut fp8) = (0, 0f64, (0usize, 0f64, 0f64));
     for &batch in &cfg.batches {
         let _r = trace::range(&format!("lab 9: {batch} tokens"));
         bar.step_note(&format!("{batch} tokens: the CPU reference"));
-        let mut sweep = Sweep::new(&mut rig, cfg, batch)?;
+        let reference = Reference::fresh(&mut rig, batch);
+        let mut sweep = Sweep::new(&mut rig, cfg, &reference)?;
         if points.is_empty() {
             // The driver's staging of pageable copies and the host pages
-            // they read warm up over the first passes: one, untimed.
-            sweep.uploads_alone(batch, Weights::Pageable, LayerKind::Separate)?;
+            // they read warm up over the first passes: one, of every layer, untimed.
+            sweep.uploads_alone(batch, Weights::Pageable, LayerKind::Separate, 1)?;
         }
-        let (h2d_ms, layer_ms) = sweep.costs(batch, LayerKind::Separate)?;
-        let layer_fused_ms = if fused { Some(sweep.costs(batch, LayerKind::Fused)?.1) } else { None };
+        let fp16 = sweep.costs(batch, LayerKind::Separate, None)?;
+        let (h2d_ms, layer_ms) = (fp16.upload, fp16.layer);
+        // The fused layers upload the same FP16 weights: their layers alone are timed against the same uploads.
+        let layer_fused_ms = if fused { Some(sweep.costs(batch, LayerKind::Fused, Some(&fp16))?.layer) } else { None };
         let (h2d_fp8_ms, layer_fp8_ms) = if sweep.rig.has_fp8() {
-            let (up, layer) = sweep.costs(batch, LayerKind::Fp8)?;
-            (Some(up), Some(layer))
+            let fp8 = sweep.costs(batch, LayerKind::Fp8, None)?;
+            (Some(fp8.upload), Some(fp8.layer))
         } else {
             (None, None)
         };
@@ -423,21 +515,29 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
                 bar.step(&format!("{batch} tokens: {} (not on this GPU)", v.label()));
                 continue;
             }
-            let plan = plan_for(shape, &point, v, budget, machine)?;
+            let plan = plan_for(shape, &point, v, cfg.gpu_budget, machine)?;
             let ms = sweep.variant(v, batch, plan.as_ref().map(|p| p.placement), &mut pageable_alone)?;
             measured.push((v, ms, plan));
             bar.step(&format!("{batch} tokens: {}", v.label()));
         }
         point.h2d_pageable_ms = Summary::of(&pageable_alone)?;
         for (v, ms, plan) in measured {
-            let costs = point.costs(v.kind()).ok_or_else(|| LabError::config(format!("{}: no costs measured for its layers", v.label())))?;
-            let predicted_ms = predicted_ms(shape, batch, cfg.ring, v, plan.as_ref().map(|p| p.placement), costs, machine)?;
+            // A planned variant's pass is the one its plan predicted (a
+            // ring pass reads no pageable weights, the one cost learnt since).
+            let predicted_ms = match &plan {
+                Some(plan) => plan.predicted_ms,
+                None => {
+                    let costs = point.costs(v.kind()).ok_or_else(|| LabError::config(format!("{}: no costs measured for its layers", v.label())))?;
+                    v.predicted_ms(shape, batch, cfg.ring, None, costs, machine)?
+                }
+            };
             point.variants.push(VariantPoint { variant: v, ms, predicted_ms, plan });
         }
         verified += sweep.verified;
         worst = worst.max(sweep.worst);
         fp8 = (fp8.0 + sweep.fp8.0, fp8.1.max(sweep.fp8.1), fp8.2.max(sweep.fp8.2));
         points.push(point);
+        references.push(reference);
     }
     // The timeline: the ring of K at the batch nearest the crossover
     // (where the GEMMs and the uploads take most nearly as long), and the
@@ -467,8 +567,9 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
     bar.step("the timelines");
     let mut sweeps = Vec::new();
     for batch in cfg.sweep_at() {
-        let p = points.iter().find(|p| p.batch == batch).ok_or_else(|| LabError::config(format!("--sweep-batches: {batch} was not measured")))?;
-        let (mut s, sweep_fp8) = placement_sweep(&mut rig, cfg, p, machine, &mut bar)?;
+        let measured = points.iter().zip(&references).find(|(p, _)| p.batch == batch);
+        let (p, reference) = measured.ok_or_else(|| LabError::config(format!("--sweep-batches: {batch} was not measured")))?;
+        let (mut s, sweep_fp8) = placement_sweep(&mut rig, cfg, p, reference, machine, &mut bar)?;
         sweeps.append(&mut s);
         fp8 = (fp8.0 + sweep_fp8.0, fp8.1.max(sweep_fp8.1), fp8.2.max(sweep_fp8.2));
     }
@@ -477,7 +578,7 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
     drop(rig);
     // PyTorch in the same run, after the rig's host memory is given back,
     // with the placements the lab planned.
-    let planned: Vec<super::reference::Planned> = points
+    let planned: Vec<Planned> = points
         .iter()
         .filter_map(|p| {
             let of = |v| p.variant(v).and_then(|x| x.plan.as_ref()).map(|plan| plan.placement);
@@ -525,33 +626,6 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
     })
 }
 
-/// The queue model's time for `v` over `batch` tokens, ms (the pass
-/// recorded on the dry run), with a ring of `ring` and the planner's
-/// placement `planned` for the planned variants.
-pub fn predicted_ms(shape: Shape, batch: usize, ring: usize, v: Variant, planned: Option<Placement>, costs: Costs, machine: Machine) -> Result<f64> {
-    predict_pass(shape, batch, v.setup(ring, planned), &|f, t| v.pass(f, t), costs, machine)
-}
-
-/// The queue model's time of the ring pass as `setup` places it, ms.
-pub fn predict(shape: Shape, batch: usize, setup: PassSetup, costs: Costs, machine: Machine) -> Result<f64> {
-    predict_pass(shape, batch, setup, &|f, t| super::forward::ring(f, t), costs, machine)
-}
-
-/// The queue model's time of `body` as `setup` runs it, ms (recorded on the dry run).
-fn predict_pass(
-    shape: Shape,
-    batch: usize,
-    setup: PassSetup,
-    body: &dyn Fn(&mut dyn Forward, &super::forward::Task) -> Result<()>,
-    costs: Costs,
-    machine: Machine,
-) -> Result<f64> {
-    let mut f = Pass::dry_run(shape, batch, setup);
-    let task = f.task;
-    body(&mut f, &task)?;
-    Ok(f.predicted_ms(costs, machine))
-}
-
 /// The budgets (MiB) the sweep runs the planner's choice at for `shape` at
 /// `batch`: from the smallest that holds a ring of 2 to the one that holds
 /// every FP16 layer (steps of about 1.6x, and where every FP8 layer fits),
@@ -573,14 +647,17 @@ pub fn sweep_budgets(shape: Shape, batch: usize, grid: &[usize]) -> Vec<usize> {
     budgets
 }
 
-/// The placement sweep at `batch` (see the module docs): at every budget
-/// of [`sweep_budgets`], the planner's choice for fused FP16 layers and
-/// for FP8 (where there is FP8), measured and verified; at the grid's
-/// budgets every placement of [`placement::sweep_grid`] beside it.
+/// The placement sweep at `p`'s batch (see the module docs), on its input
+/// and CPU reference `reference`: at every budget of [`sweep_budgets`],
+/// the planner's choice for fused FP16 layers and for FP8 (where there is
+/// FP8), measured and verified; at the grid's budgets every placement of
+/// [`placement::sweep_grid`] beside it, each set beside the queue model's
+/// time (the plan's own, for each placement it weighed).
 fn placement_sweep(
     rig: &mut OffloadRig,
     cfg: &OffloadConfig,
     p: &BatchPoint,
+    reference: &Reference,
     machine: Machine,
     bar: &mut Progress,
 ) -> Result<(Vec<PlacementSweep>, (usize, f64, f64))> {
@@ -591,29 +668,32 @@ fn placement_sweep(
     }
     // At most 3 timed passes a placement: the sweep measures many.
     let few = OffloadConfig { repeats: cfg.repeats.min(3), ..cfg.clone() };
-    let mut sweep = Sweep::new(rig, &few, batch)?;
+    let mut sweep = Sweep::new(rig, &few, reference)?;
     // A budget the GPU cannot hold (what is free, and what the rig holds now) is skipped, and said so.
-    let holds = sweep.rig.gpu_bytes();
-    let room_mib = (sweep.rig.gpu.memory_info()?.0 as usize + holds) >> 20;
+    let lab_bytes = sweep.rig.gpu.memory_info()?.0 as usize + sweep.rig.gpu_bytes();
     let mut out = Vec::new();
     for budget in sweep_budgets(shape, batch, &cfg.sweep_budgets) {
-        if budget + 64 > room_mib {
-            bar.step(&format!("{batch} tokens: {budget} MiB skipped: the GPU has about {room_mib} MiB for the lab"));
+        if budget_bytes(budget + 64) > lab_bytes {
+            bar.step(&format!("{batch} tokens: {budget} MiB skipped: the GPU has about {} MiB for the lab", lab_bytes >> 20));
             continue;
         }
         for &kind in &kinds {
             let Some(costs) = p.costs(kind) else { continue };
             // A budget too small for this precision's ring of 2 has no point.
-            let Ok(plan) = placement::plan(shape, batch, budget << 20, kind, costs, machine) else { continue };
+            let Ok(room) = placement::room(shape, batch, budget, kind.precision()) else { continue };
+            let Ok(plan) = placement::plan(shape, batch, &room, kind, costs, machine) else { continue };
             let grid = cfg.sweep_budgets.contains(&budget);
-            let room = placement::room(shape, batch, budget << 20, kind.precision())?;
-            let placements = if grid { placement::sweep_grid(shape, room) } else { vec![plan.placement] };
+            let placements = if grid { placement::sweep_grid(shape, room.buffers) } else { vec![plan.placement] };
             let mut measured = Vec::new();
             for placement in placements {
                 let setup = placement::setup(placement, kind);
                 let what = format!("{batch} tokens, {budget} MiB: {:?} {}", kind.precision(), placement.label());
                 let [ms] = sweep.in_turn(batch, [setup], &what)?;
-                measured.push(PlacementPoint { placement, ms, predicted_ms: predict(shape, batch, setup, costs, machine)? });
+                let predicted_ms = match plan.predicted(placement) {
+                    Some(ms) => ms,
+                    None => predict(shape, batch, setup, costs, machine)?,
+                };
+                measured.push(PlacementPoint { placement, ms, predicted_ms });
             }
             let mut s = PlacementSweep { batch, budget_mib: budget, kind, plan, measured, head_to_head: None };
             if let (true, Some(best)) = (grid, s.best().map(|b| b.placement)) {
@@ -645,22 +725,5 @@ mod tests {
         assert!(why.contains("instead of 96"), "{why}");
         let e = choose_shape(&cfg, Some(64 << 20)).unwrap_err().to_string();
         assert!(e.contains("too little"), "{e}");
-    }
-
-    #[test]
-    fn the_queue_model_predicts_each_variant_from_its_pass() {
-        let shape = Shape { layers: 10, d: 64 };
-        let c = Costs { h2d: 1.0, h2d_pageable: 3.0, layer: 0.5 };
-        let m = Machine::engines(2);
-        let p = |v| predicted_ms(shape, 64, 3, v, None, c, m).unwrap();
-        assert!((p(Variant::Pageable) - 35.0).abs() < 1e-9, "{}", p(Variant::Pageable));
-        assert!((p(Variant::Pinned) - 15.0).abs() < 1e-9);
-        // The ring hides the layers under the uploads: the bound, 10 x 1 + 0.5.
-        for v in [Variant::Ring2, Variant::RingK, Variant::Graph, Variant::Pool, Variant::Fused] {
-            assert!((p(v) - 10.5).abs() < 1e-9, "{v:?}: {}", p(v));
-        }
-        // Compute-bound: 10 x 2 + 1.
-        let c = Costs { layer: 2.0, ..c };
-        assert!((predicted_ms(shape, 64, 3, Variant::RingK, None, c, m).unwrap() - 21.0).abs() < 1e-9);
     }
 }

@@ -22,40 +22,13 @@
 //! and takes the fastest; on a tie (within [`TIE`]) the one with more
 //! resident layers, which moves fewer bytes over the link.
 
-use super::forward::{Costs, PassSetup, Streams};
-use super::rig::{Hidden, LayerKind, Precision};
-use super::Shape;
+use super::forward::{predict, Costs, HiddenActivations, PassSetup, Streams};
+pub use super::network::Placement;
+use super::network::{budget_bytes, LayerKind, Precision, Shape};
 use crate::error::{LabError, Result};
 use crate::pipeline::machine::Machine;
 use crate::units::Bytes;
 use serde::{Deserialize, Serialize};
-
-/// `resident` layers kept on the GPU for good, spread through the network
-/// ([`Placement::resident_layers`]); the rest streamed through a ring of
-/// `ring` slots.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Placement {
-    pub resident: usize,
-    pub ring: usize,
-}
-
-impl Placement {
-    /// The layers it keeps resident, in order, of a network of `layers`:
-    /// layer i is resident where i·R mod L < R, which spreads R layers
-    /// evenly over the L, layer 0 the first of them.
-    pub fn resident_layers(&self, layers: usize) -> Vec<usize> {
-        let r = self.resident.min(layers);
-        (0..layers).filter(|&i| (i * r) % layers < r).collect()
-    }
-    /// Layer buffers it holds on the GPU.
-    pub fn buffers(&self) -> usize {
-        self.resident + self.ring
-    }
-    /// "R = 20 resident, ring of 3".
-    pub fn label(&self) -> String {
-        format!("R = {} resident, ring of {}", self.resident, self.ring)
-    }
-}
 
 /// The largest ring the planner and the sweep consider: beyond a few slots
 /// the copy stream is already as far ahead as it can use.
@@ -64,23 +37,45 @@ pub const MAX_RING: usize = 8;
 /// Predictions closer than this share are a tie.
 pub const TIE: f64 = 0.005;
 
-/// Layer buffers of `precision` that `budget` bytes leave room for at
+/// What a budget leaves for layer buffers at a batch, computed once
+/// ([`room`]) for the planner, the sweep and the checker alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Room {
+    pub budget_mib: usize,
+    pub precision: Precision,
+    /// What a pass holds before any layer buffer: the activations of the
+    /// batch, cuBLAS's workspace and FP8's scales, bytes.
+    pub fixed: usize,
+    /// One layer buffer in `precision`, bytes.
+    pub layer: usize,
+    /// Layer buffers that fit beside `fixed` (at most the network's layers).
+    pub buffers: usize,
+}
+
+impl Room {
+    /// The budget, bytes.
+    pub fn budget(&self) -> usize {
+        budget_bytes(self.budget_mib)
+    }
+}
+
+/// Layer buffers of `precision` that `budget_mib` MiB leave room for at
 /// `batch` tokens, once the activations and cuBLAS's workspace are
 /// counted; an error saying what does not fit where that is fewer than a
 /// ring of 2 (and not every layer).
-pub fn room(shape: Shape, batch: usize, budget: usize, precision: Precision) -> Result<usize> {
-    let fixed = shape.placement_bytes(batch, Placement { resident: 0, ring: 0 }, precision);
-    let lb = shape.layer_bytes_in(precision);
-    let room = budget.saturating_sub(fixed) / lb;
-    if room < 2 && room < shape.layers {
+pub fn room(shape: Shape, batch: usize, budget_mib: usize, precision: Precision) -> Result<Room> {
+    let (fixed, layer) = (shape.fixed_bytes(batch, precision), shape.layer_bytes_in(precision));
+    let budget = budget_bytes(budget_mib);
+    let buffers = budget.saturating_sub(fixed) / layer;
+    if buffers < 2 && buffers < shape.layers {
         return Err(LabError::config(format!(
             "the activations of {batch} tokens and cuBLAS's workspace take {} of the {} budget: no room for a ring of 2 layers ({} each)",
             Bytes(fixed as u64),
             Bytes(budget as u64),
-            Bytes(lb as u64)
+            Bytes(layer as u64)
         )));
     }
-    Ok(room.min(shape.layers))
+    Ok(Room { budget_mib, precision, fixed, layer, buffers: buffers.min(shape.layers) })
 }
 
 /// The placements the planner weighs with `room` layer buffers: every ring
@@ -104,12 +99,12 @@ pub fn candidates(shape: Shape, room: usize) -> Vec<Placement> {
 /// The pass of a placement: the ring (ahead of the compute stream on a copy
 /// stream at the highest priority) after the resident layers.
 pub fn setup(placement: Placement, kind: LayerKind) -> PassSetup {
-    PassSetup { placement, streams: Streams { copy_high: true }, hidden: Hidden::Fixed, kind }
+    PassSetup { placement, streams: Streams { copy_high: true }, hidden: HiddenActivations::Fixed, kind }
 }
 
 /// The planner's choice and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Plan {
+pub struct PlacementPlan {
     pub placement: Placement,
     /// The queue model's time of a pass, ms.
     pub predicted_ms: f64,
@@ -121,15 +116,22 @@ pub struct Plan {
     pub weighed: Vec<(Placement, f64)>,
 }
 
-/// The fastest placement of `shape` at `batch` tokens under `budget` bytes
-/// for layers of `kind`, by the queue model with `costs` (this batch's,
-/// for `kind`) on `machine` (see the module docs).
-pub fn plan(shape: Shape, batch: usize, budget: usize, kind: LayerKind, costs: Costs, machine: Machine) -> Result<Plan> {
-    let room = room(shape, batch, budget, kind.precision())?;
-    let weighed = candidates(shape, room)
-        .into_iter()
-        .map(|p| Ok((p, super::measure::predict(shape, batch, setup(p, kind), costs, machine)?)))
-        .collect::<Result<Vec<_>>>()?;
+impl PlacementPlan {
+    /// The queue model's time of `p`, where the planner weighed it.
+    pub fn predicted(&self, p: Placement) -> Option<f64> {
+        self.weighed.iter().find(|w| w.0 == p).map(|w| w.1)
+    }
+}
+
+/// The fastest placement of `shape` at `batch` tokens in the budget's
+/// `room` for layers of `kind`, by the queue model with `costs` (this
+/// batch's, for `kind`) on `machine` (see the module docs).
+pub fn plan(shape: Shape, batch: usize, room: &Room, kind: LayerKind, costs: Costs, machine: Machine) -> Result<PlacementPlan> {
+    if room.precision != kind.precision() {
+        return Err(LabError::config(format!("a room for {:?} layers holds no {:?} ones", room.precision, kind.precision())));
+    }
+    let weighed =
+        candidates(shape, room.buffers).into_iter().map(|p| Ok((p, predict(shape, batch, setup(p, kind), costs, machine)?))).collect::<Result<Vec<_>>>()?;
     let fastest = weighed.iter().map(|w| w.1).fold(f64::INFINITY, f64::min);
     let &(placement, predicted_ms) = weighed
         .iter()
@@ -144,7 +146,8 @@ pub fn plan(shape: Shape, batch: usize, budget: usize, kind: LayerKind, costs: C
         format!("every layer fits: {l} resident, no uploads; {l} layers x {:.3} ms = {gpu:.1} ms of GEMMs", costs.layer)
     } else {
         format!(
-            "{room} layer buffers fit beside the activations: {} streams {streamed} layers ({streamed} x {:.3} ms = {link:.1} ms over the link, against {l} x {:.3} ms = {gpu:.1} ms of GEMMs), so {bound}; {}",
+            "{} layer buffers fit beside the activations: {} streams {streamed} layers ({streamed} x {:.3} ms = {link:.1} ms over the link, against {l} x {:.3} ms = {gpu:.1} ms of GEMMs), so {bound}; {}",
+            room.buffers,
             placement.label(),
             costs.h2d,
             costs.layer,
@@ -155,7 +158,7 @@ pub fn plan(shape: Shape, batch: usize, budget: usize, kind: LayerKind, costs: C
             }
         )
     };
-    Ok(Plan { placement, predicted_ms, gpu_bytes: shape.placement_bytes(batch, placement, kind.precision()), why, weighed })
+    Ok(PlacementPlan { placement, predicted_ms, gpu_bytes: shape.placement_bytes(batch, placement, kind.precision()), why, weighed })
 }
 
 /// The placements a sweep measures with `room` buffers: the planner's
@@ -187,12 +190,17 @@ mod tests {
         let s = shape();
         let lb = s.layer_bytes();
         let fixed = s.placement_bytes(64, Placement { resident: 0, ring: 0 }, Precision::Fp16);
-        assert_eq!(room(s, 64, fixed + 5 * lb + 7, Precision::Fp16).unwrap(), 5);
-        // FP8 layers are half the bytes: twice the buffers.
+        // The budget in MiB that holds the activations and 5 layers, with less than a sixth to spare.
+        let mib = |bytes: usize| bytes.div_ceil(1 << 20);
+        let r = room(s, 64, mib(fixed + 5 * lb + 7), Precision::Fp16).unwrap();
+        assert_eq!((r.buffers, r.fixed, r.layer), (5, fixed, lb));
+        // FP8 layers are half the bytes: twice the buffers in the same budget (and the half one the rest holds).
         let fixed8 = s.placement_bytes(64, Placement { resident: 0, ring: 0 }, Precision::Fp8);
-        assert_eq!(room(s, 64, fixed8 + 5 * lb, Precision::Fp8).unwrap(), 10);
-        assert_eq!(room(s, 64, fixed + 100 * lb, Precision::Fp16).unwrap(), 24, "never more than the network");
-        let e = room(s, 64, fixed + lb, Precision::Fp16).unwrap_err().to_string();
+        let r8 = room(s, 64, r.budget_mib, Precision::Fp8).unwrap();
+        assert_eq!((r8.buffers, r8.layer), ((r.budget() - fixed8) / (lb / 2), lb / 2));
+        assert!(r8.buffers >= 2 * r.buffers, "{r8:?} against {r:?}");
+        assert_eq!(room(s, 64, mib(fixed + 100 * lb), Precision::Fp16).unwrap().buffers, 24, "never more than the network");
+        let e = room(s, 64, mib(fixed + lb), Precision::Fp16).unwrap_err().to_string();
         assert!(e.contains("no room for a ring of 2") && e.contains("64 tokens"), "{e}");
     }
 
@@ -219,22 +227,23 @@ mod tests {
     fn the_planner_keeps_layers_resident_where_the_link_bounds_and_says_why() {
         let s = shape();
         let m = Machine::engines(2);
-        let budget = s.placement_bytes(64, Placement { resident: 0, ring: 10 }, Precision::Fp16);
+        let room_of = |bytes: usize| room(s, 64, bytes.div_ceil(1 << 20), Precision::Fp16).unwrap();
+        let budget = room_of(s.placement_bytes(64, Placement { resident: 0, ring: 10 }, Precision::Fp16));
         // Link-bound: each resident layer saves an upload.
         let c = Costs { h2d: 1.0, h2d_pageable: 3.0, layer: 0.1 };
-        let p = plan(s, 64, budget, LayerKind::Fused, c, m).unwrap();
+        let p = plan(s, 64, &budget, LayerKind::Fused, c, m).unwrap();
         assert_eq!(p.placement, Placement { resident: 8, ring: 2 });
         // 16 uploads, the first hidden under the resident layers' 0.8 ms.
         assert!((p.predicted_ms - (0.8f64.max(1.0) + 15.0 + 0.1)).abs() < 0.05, "{}", p.predicted_ms);
         assert!(p.why.contains("the link bounds it") && p.why.contains("R = 8 resident, ring of 2"), "{}", p.why);
         // Compute-bound: all placements tie at L x layer; the most resident wins the tie.
         let c = Costs { h2d: 0.1, h2d_pageable: 0.3, layer: 1.0 };
-        let p = plan(s, 64, budget, LayerKind::Fused, c, m).unwrap();
+        let p = plan(s, 64, &budget, LayerKind::Fused, c, m).unwrap();
         assert_eq!(p.placement.resident, 8, "{p:?}");
         assert!(p.why.contains("the GEMMs bound it"), "{}", p.why);
         // Everything fits: all resident.
-        let all = s.placement_bytes(64, Placement { resident: 24, ring: 0 }, Precision::Fp16);
-        let p = plan(s, 64, all, LayerKind::Fused, c, m).unwrap();
+        let all = room_of(s.placement_bytes(64, Placement { resident: 24, ring: 0 }, Precision::Fp16));
+        let p = plan(s, 64, &all, LayerKind::Fused, c, m).unwrap();
         assert_eq!(p.placement, Placement { resident: 24, ring: 0 });
         assert!((p.predicted_ms - 24.0).abs() < 0.05 && p.why.contains("every layer fits"), "{p:?}");
     }

@@ -6,9 +6,14 @@
 //! through `torch._scaled_mm`, and one layer alone eager and fused),
 //! carried inside the binary and run with the Python that has PyTorch.
 //! Its absence is a line in the results, never a failed lab.
+//!
+//! May use: `network`, `config`, `variant`, `lab_kit::reference` (runs the
+//! script) and `measure::stats`. No CUDA of its own: PyTorch runs in its
+//! own process.
 
-use super::placement::Placement;
-use super::{OffloadConfig, Shape, Variant};
+use super::config::OffloadConfig;
+use super::network::{Placement, Shape};
+use super::variant::Variant;
 use crate::measure::stats::Summary;
 use serde::{Deserialize, Serialize};
 

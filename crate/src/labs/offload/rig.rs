@@ -1,16 +1,21 @@
 //! Lab 9's rig on a GPU: the model's weights in host memory (page-locked,
 //! ordinary pageable memory holding the same bytes, and page-locked FP8
-//! where the GPU has FP8 tensor cores), the GPU's layer buffers (a ring,
-//! and the layers kept resident: [`Placement`]), the activations, cuBLAS,
-//! the ReLU kernel and the streams; and one layer's GPU work as the
-//! library calls of one op ([`LayerKind`]: GEMM, ReLU, GEMM; the ReLU in
-//! the first GEMM's epilogue; or both GEMMs in FP8, each quantizing its
-//! output in its epilogue).
+//! where the GPU has FP8 tensor cores; each copy made only where the run
+//! asks for it: [`Copies`]), the GPU's layer buffers (a ring, and the
+//! layers kept resident: [`Placement`]), the activations, cuBLAS, the ReLU
+//! kernel and the streams; and one layer's GPU work as the library calls
+//! of one op ([`LayerKind`]: GEMM, ReLU, GEMM; the ReLU in the first
+//! GEMM's epilogue; or both GEMMs in FP8, each quantizing its output in
+//! its epilogue).
+//!
+//! May use: `network`, `cpu` (the FP16 values the weights hold, the
+//! sampled rows' largest activations), `kernel` (the ReLU), `error`,
+//! `gpu` and `measure::pattern`.
 
-use super::cpu::{f16_at, rows_of, LayerAmax};
+use super::cpu::{half_bits, rows_of, LayerAmax};
 use super::kernel::Relu;
-use super::placement::Placement;
-use super::Shape;
+pub use super::network::{fp8_slot, LayerKind, Precision};
+use super::network::{Placement, Shape};
 use crate::error::{LabError, Result};
 use crate::gpu::{trace, Blas, DeviceBuffer, Fp8Scales, Gpu, HostBuffer, MatrixE4M3, MatrixF16, PageableBuffer, PinnedBuffer, ScalarF32, Stream, StreamKind};
 use crate::measure::pattern;
@@ -22,60 +27,6 @@ use rayon::prelude::*;
 /// more than FP8's tolerance, and fails on that.)
 pub const POISON: u32 = 0x7E00_7E00;
 
-/// Where a layer's hidden activations (batch x 4d) live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hidden {
-    /// One buffer made up front, reused by every layer.
-    Fixed,
-    /// Taken from the stream-ordered pool for each layer and given back
-    /// after it (cuMemAllocAsync, cuMemFreeAsync on the compute stream).
-    Pool,
-}
-
-/// A layer's GPU work: which kernels, in which precision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LayerKind {
-    /// FP16: GEMM, the ReLU kernel, GEMM (three kernels).
-    Separate,
-    /// FP16: the first GEMM applies the ReLU as it writes (cuBLASLt's
-    /// epilogue), then the second GEMM (two kernels).
-    Fused,
-    /// FP8 (E4M3) weights and activations: each GEMM scales, rounds to
-    /// FP8 and finds its output's largest magnitude in its epilogue, the
-    /// first with the ReLU too (two kernels).
-    Fp8,
-}
-
-impl LayerKind {
-    pub fn precision(self) -> Precision {
-        if self == LayerKind::Fp8 {
-            Precision::Fp8
-        } else {
-            Precision::Fp16
-        }
-    }
-}
-
-/// How the weights (and activations) are stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Precision {
-    Fp16,
-    /// E4M3: one byte a value, with one FP32 scale per tensor.
-    Fp8,
-}
-
-impl Precision {
-    /// Bytes of one weight.
-    pub fn bytes(self) -> usize {
-        match self {
-            Precision::Fp16 => 2,
-            Precision::Fp8 => 1,
-        }
-    }
-}
-
 /// The largest finite E4M3 value.
 pub const E4M3_MAX: f32 = 448.0;
 
@@ -85,51 +36,23 @@ pub const E4M3_MAX: f32 = 448.0;
 /// room above costs range below (3 of its 18 binades), not precision.
 pub const FP8_MARGIN: f32 = 8.0;
 
-/// Where each FP8 scale lives in the rig's scale buffer: the input's, then
-/// six per layer, then two amax slots per layer, each value in a 16-byte
-/// slot of its own ([`fp8_slot::float`]: cuBLASLt reads a scale only from
-/// a 16-byte-aligned address).
-pub mod fp8_slot {
-    /// The float index in the buffer of slot `slot`.
-    pub fn float(slot: usize) -> usize {
-        4 * slot
-    }
-    /// The buffer's bytes, with `layers` in the network.
-    pub fn bytes(layers: usize) -> usize {
-        16 * count(layers)
-    }
-    /// The input's scale.
-    pub const INPUT: usize = 0;
-    /// W1's scale of `layer`; +1 W2's, +2 the hidden activations', +3 its
-    /// inverse, +4 the layer output's, +5 its inverse.
-    pub fn layer(layer: usize) -> usize {
-        1 + 6 * layer
-    }
-    /// The scale of `layer`'s input (the previous layer's output's).
-    pub fn input_of(layer: usize) -> usize {
-        if layer == 0 {
-            INPUT
-        } else {
-            self::layer(layer - 1) + 4
-        }
-    }
-    /// Where `layer`'s hidden amax is written (+1: its output's), with `layers` in the network.
-    pub fn amax(layers: usize, layer: usize) -> usize {
-        1 + 6 * layers + 2 * layer
-    }
-    /// Writes `v` into slot `slot` of the buffer's host side: float 4·slot,
-    /// the low half of word 2·slot.
-    pub fn put(words: &mut [u64], slot: usize, v: f32) {
-        words[float(slot) / 2] = v.to_bits() as u64;
-    }
-    /// Reads slot `slot` of the buffer's host side.
-    pub fn get(words: &[u64], slot: usize) -> f32 {
-        f32::from_bits(words[float(slot) / 2] as u32)
-    }
-    /// Slots in the buffer.
-    pub fn count(layers: usize) -> usize {
-        1 + 8 * layers
-    }
+/// Which host copies of the weights a rig makes besides the page-locked
+/// FP16 one every pass can read: each is as large as the network (FP8's
+/// half of it) and takes seconds to make, so a run makes only those its
+/// passes read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copies {
+    /// The same FP16 bytes in ordinary memory (the pageable pass).
+    pub pageable: bool,
+    /// FP8, where the GPU has FP8 (the FP8 passes).
+    pub fp8: bool,
+}
+
+impl Copies {
+    /// Every copy (the lab's run, whose passes read them all).
+    pub const ALL: Copies = Copies { pageable: true, fp8: true };
+    /// The page-locked FP16 copy alone (a ring of FP16 layers).
+    pub const PINNED: Copies = Copies { pageable: false, fp8: false };
 }
 
 pub struct OffloadRig {
@@ -139,8 +62,8 @@ pub struct OffloadRig {
     pub(super) relu: Relu,
     /// The weights, layer after layer (W1 then W2), page-locked.
     pub(super) pinned: PinnedBuffer,
-    /// The same bytes in ordinary (pageable) memory.
-    pub(super) pageable: PageableBuffer,
+    /// The same bytes in ordinary (pageable) memory, where asked for.
+    pub(super) pageable: Option<PageableBuffer>,
     /// The weights in FP8, page-locked, each matrix transposed (a row per
     /// output, as FP8 GEMMs read them: W1ᵀ then W2ᵀ), where the GPU has
     /// FP8; with each matrix's scale (W1's, W2's) per layer.
@@ -178,44 +101,95 @@ pub struct OffloadRig {
     pub max_batch: usize,
 }
 
-/// Uniform FP16 values in [-scale, scale], four from each word of the pattern.
-fn fill_uniform(words: &mut [u64], seed: u64, first_word: u64, scale: f32) {
-    words.par_chunks_mut(1 << 14).enumerate().for_each(|(c, chunk)| {
-        for (j, w) in chunk.iter_mut().enumerate() {
-            let r = pattern::word(seed, first_word + ((c << 14) + j) as u64);
-            let mut out = 0u64;
-            for q in 0..4 {
-                let u = ((r >> (16 * q)) & 0xFFFF) as f32 / 65535.0;
-                out |= (half::f16::from_f32(scale * (2.0 * u - 1.0)).to_bits() as u64) << (16 * q);
-            }
-            *w = out;
-        }
-    });
+/// Uniform FP16 values in [-scale, scale], four from each word of the
+/// pattern: each value is picked by 16 bits of a word, so the 65536 FP16
+/// values a scale gives are rounded once, into a table, not once a value
+/// (the same bits as rounding each: the weights are 3 billion values).
+struct UniformF16 {
+    table: Vec<u16>,
 }
 
-impl OffloadRig {
-    /// The rig for `shape`, batches up to `max_batch` and a ring of `slots`.
-    pub fn new(gpu: &Gpu, shape: Shape, max_batch: usize, slots: usize) -> Result<OffloadRig> {
-        let _r = trace::range("lab 9: set-up (weights, ring, activations)");
-        let (d, lb) = (shape.d, shape.layer_bytes());
-        gpu.ensure_free(shape.gpu_bytes(max_batch, slots) as u64 + (64 << 20), &format!("a ring of {slots} layers and the activations of {max_batch} tokens"))?;
+impl UniformF16 {
+    fn new(scale: f32) -> UniformF16 {
+        let table = (0..=u16::MAX).map(|r| half::f16::from_f32(scale * (2.0 * (r as f32 / 65535.0) - 1.0)).to_bits()).collect();
+        UniformF16 { table }
+    }
+    /// Fills `words` with the pattern's words from `first_word` on (of `seed`), as values.
+    fn fill(&self, words: &mut [u64], seed: u64, first_word: u64) {
+        words.par_chunks_mut(1 << 14).enumerate().for_each(|(c, chunk)| {
+            for (j, w) in chunk.iter_mut().enumerate() {
+                let r = pattern::word(seed, first_word + ((c << 14) + j) as u64);
+                let mut out = 0u64;
+                for q in 0..4 {
+                    out |= (self.table[((r >> (16 * q)) & 0xFFFF) as usize] as u64) << (16 * q);
+                }
+                *w = out;
+            }
+        });
+    }
+}
+
+/// The weights' host copies, made at once: the page-locked FP16 weights
+/// written while the FP8 copy's page-locked memory is allocated (a driver
+/// call of a second or more, on a thread of its own), then the pageable
+/// copy and the FP8 one made from them side by side. Returns (pinned,
+/// pageable, FP8 with its scales), each as `copies` asks.
+#[allow(clippy::type_complexity)]
+fn host_weights(gpu: &Gpu, shape: Shape, copies: Copies) -> Result<(PinnedBuffer, Option<PageableBuffer>, Option<(PinnedBuffer, Vec<(f32, f32)>)>)> {
+    let (d, lb) = (shape.d, shape.layer_bytes());
+    std::thread::scope(|scope| {
+        let fp8_gpu = gpu.clone();
+        let fp8_memory = copies.fp8.then(|| scope.spawn(move || PinnedBuffer::new(&fp8_gpu, shape.network_bytes() / 2)));
         let mut pinned = PinnedBuffer::new(gpu, shape.network_bytes())?;
         // He-style scales keep the activations' size from layer to layer:
         // W1 (d x 4d) in ±sqrt(3/d), W2 (4d x d) in ±sqrt(1.5/d) (ReLU halves the second moment).
         let seed = pattern::fresh_seed();
-        let (s1, s2) = ((3.0 / d as f64).sqrt() as f32, (1.5 / d as f64).sqrt() as f32);
+        let (w1, w2) = (UniformF16::new((3.0 / d as f64).sqrt() as f32), UniformF16::new((1.5 / d as f64).sqrt() as f32));
         let layer_words = lb / 8;
         pinned.words_mut().par_chunks_mut(layer_words).enumerate().for_each(|(l, w)| {
-            let (w1, w2) = w.split_at_mut(layer_words / 2);
-            fill_uniform(w1, seed, (l * layer_words) as u64, s1);
-            fill_uniform(w2, seed, (l * layer_words + layer_words / 2) as u64, s2);
+            let (a, b) = w.split_at_mut(layer_words / 2);
+            w1.fill(a, seed, (l * layer_words) as u64);
+            w2.fill(b, seed, (l * layer_words + layer_words / 2) as u64);
         });
-        let mut pageable = PageableBuffer::new(shape.network_bytes())?;
-        pageable.words_mut().par_chunks_mut(1 << 20).zip(pinned.words().par_chunks(1 << 20)).for_each(|(a, b)| a.copy_from_slice(b));
+        let fp8_memory = match fp8_memory {
+            Some(h) => Some(h.join().map_err(|_| LabError::config("allocating the FP8 weights' page-locked memory panicked"))??),
+            None => None,
+        };
+        let src = pinned.words();
+        let (pageable, fp8) = rayon::join(
+            || copies.pageable.then(|| pageable_copy(src)).transpose(),
+            || fp8_memory.map(|mut out| fp8_weights(src, shape, &mut out).map(|scales| (out, scales))).transpose(),
+        );
+        Ok((pinned, pageable?, fp8?))
+    })
+}
+
+/// `words` in ordinary pageable memory, written (and so its pages first
+/// touched) by every thread at once.
+fn pageable_copy(words: &[u64]) -> Result<PageableBuffer> {
+    let mut v: Vec<u64> = Vec::new();
+    v.try_reserve_exact(words.len()).map_err(|_| LabError::OutOfMemory {
+        what: "host",
+        call: "malloc",
+        bytes: crate::units::Bytes((words.len() * 8) as u64),
+    })?;
+    v.par_extend(words.par_iter().copied());
+    PageableBuffer::from_words(v)
+}
+
+impl OffloadRig {
+    /// The rig for `shape`, batches up to `max_batch` and a ring of
+    /// `slots`, with the host copies of the weights `copies` asks for (FP8
+    /// only where the GPU has it).
+    pub fn new(gpu: &Gpu, shape: Shape, max_batch: usize, slots: usize, copies: Copies) -> Result<OffloadRig> {
+        let _r = trace::range("lab 9: set-up (weights, ring, activations)");
+        let lb = shape.layer_bytes();
+        gpu.ensure_free(shape.gpu_bytes(max_batch, slots) as u64 + (64 << 20), &format!("a ring of {slots} layers and the activations of {max_batch} tokens"))?;
         // (least, greatest): the greatest priority is the lowest number.
         let (_, highest) = gpu.stream_priority_range()?;
         let blas = Blas::new(gpu)?;
-        let fp8 = if blas.has_fp8() { Some(fp8_weights(gpu, &pinned, shape)?) } else { None };
+        let copies = Copies { fp8: copies.fp8 && blas.has_fp8(), ..copies };
+        let (pinned, pageable, fp8) = host_weights(gpu, shape, copies)?;
         let rig = OffloadRig {
             gpu: gpu.clone(),
             shape,
@@ -323,7 +297,8 @@ impl OffloadRig {
         // The input's largest magnitude, over the whole batch (it is on the
         // host): known exactly, no margin. (`amax.input` is the sampled rows'.)
         let n = batch * self.shape.d;
-        let input_amax = (0..n).map(|i| f16_at(self.input.words(), i).abs()).fold(amax.input, f32::max);
+        let input = self.input.words();
+        let input_amax = f32::max(amax.input, f16_amax(input, 0..n));
         let s_x = (input_amax / E4M3_MAX).max(f32::MIN_POSITIVE);
         s[fp8_slot::INPUT] = s_x;
         for (l, (&(w1, w2), &(h, y))) in w_scales.iter().zip(&amax.layers).enumerate() {
@@ -337,19 +312,18 @@ impl OffloadRig {
             fp8_slot::put(words, slot, v);
         }
         self.setup.upload(buf, host, fp8_slot::bytes(layers))?;
-        // The input, rounded to E4M3 with its scale.
-        let src = self.input.words();
-        let dst = input8.words_mut();
-        for (k, w) in dst.iter_mut().enumerate().take(n.div_ceil(8)) {
+        // The input, rounded to E4M3 with its scale, eight values a word.
+        let e4m3 = E4m3Table::new(s_x);
+        input8.words_mut()[..n.div_ceil(8)].par_iter_mut().enumerate().for_each(|(k, w)| {
             let mut out = 0u64;
             for q in 0..8 {
                 let i = 8 * k + q;
                 if i < n {
-                    out |= (float8::F8E4M3::from_f32(f16_at(src, i) / s_x).to_bits() as u64) << (8 * q);
+                    out |= (e4m3.of(half_bits(input, i)) as u64) << (8 * q);
                 }
             }
             *w = out;
-        }
+        });
         self.host_scales = s;
         Ok(())
     }
@@ -372,11 +346,22 @@ impl OffloadRig {
         Ok(worst)
     }
 
-    /// A fresh input for `batch` tokens (uniform in [-1, 1]); returns its
-    /// rows `rows` as FP16 bits.
-    pub fn fresh_input(&mut self, batch: usize, rows: &[usize]) -> Vec<Vec<u16>> {
+    /// A fresh input for `batch` tokens (uniform in [-1, 1]): its seed,
+    /// which makes the same input again ([`Self::input_of`]).
+    pub fn fresh_input(&mut self, batch: usize) -> u64 {
+        let seed = pattern::fresh_seed();
+        self.input_of(batch, seed);
+        seed
+    }
+
+    /// The input of `seed` for `batch` tokens, in the rig's input buffer.
+    pub fn input_of(&mut self, batch: usize, seed: u64) {
         let words = self.shape.act_bytes(batch) / 8;
-        fill_uniform(&mut self.input.words_mut()[..words], pattern::fresh_seed(), 0, 1.0);
+        UniformF16::new(1.0).fill(&mut self.input.words_mut()[..words], seed, 0);
+    }
+
+    /// Rows `rows` of the input, as FP16 bits.
+    pub fn input_rows(&self, rows: &[usize]) -> Vec<Vec<u16>> {
         rows_of(self.input.words(), rows, self.shape.d)
     }
 
@@ -553,47 +538,93 @@ pub(super) fn no_fp8(gpu: &Gpu) -> String {
     format!("{} has no FP8 tensor cores cuBLASLt can use (compute capability 8.9 and up)", gpu.name())
 }
 
-/// The weights in FP8 (E4M3), page-locked: per layer W1ᵀ (4d x d) then
-/// W2ᵀ (d x 4d), each matrix rounded with its own scale (its largest
-/// magnitude over E4M3's largest value); returns them with the scales.
-fn fp8_weights(gpu: &Gpu, pinned: &PinnedBuffer, shape: Shape) -> Result<(PinnedBuffer, Vec<(f32, f32)>)> {
+/// The weights in FP8 (E4M3), written into `out` (page-locked, half the
+/// FP16 network's bytes) from the FP16 weights `src`: per layer W1ᵀ
+/// (4d x d) then W2ᵀ (d x 4d), each matrix rounded with its own scale (its
+/// largest magnitude over E4M3's largest value); returns the scales.
+fn fp8_weights(src: &[u64], shape: Shape, out: &mut PinnedBuffer) -> Result<Vec<(f32, f32)>> {
     let d = shape.d;
     let lb16 = shape.layer_bytes() / 8;
     let lb8 = shape.layer_bytes_in(Precision::Fp8) / 8;
-    let mut out = PinnedBuffer::new(gpu, shape.network_bytes() / 2)?;
-    let src = pinned.words();
-    let scales: Vec<(f32, f32)> = out
+    if src.len() != shape.layers * lb16 || out.words().len() != shape.layers * lb8 {
+        return Err(LabError::config("the FP8 weights' buffer does not match the network"));
+    }
+    let scales = out
         .words_mut()
         .par_chunks_mut(lb8)
         .enumerate()
         .map(|(l, dst)| {
             let layer = &src[l * lb16..(l + 1) * lb16];
-            let half_at = |k: usize| f16_at(layer, k);
             let (dst1, dst2) = dst.split_at_mut(lb8 / 2);
             // W1 is d x 4d at half 0; W2 is 4d x d at half 4d².
-            let s1 = transpose_e4m3(&half_at, 0, d, 4 * d, dst1);
-            let s2 = transpose_e4m3(&half_at, 4 * d * d, 4 * d, d, dst2);
+            let s1 = transpose_e4m3(layer, 0, d, 4 * d, dst1);
+            let s2 = transpose_e4m3(layer, 4 * d * d, 4 * d, d, dst2);
             (s1, s2)
         })
         .collect();
-    Ok((out, scales))
+    Ok(scales)
 }
 
-/// Writes the `rows` x `cols` matrix at half `at` (read through `half_at`)
+/// The largest magnitude of the FP16 values `halves` of `words` (NaNs
+/// left out, as `f32::max` leaves them; 0 for none). A finite FP16's
+/// magnitude orders as its bits less the sign do, so the bits are
+/// compared, in parallel stretches, and only the largest converted.
+fn f16_amax(words: &[u64], halves: std::ops::Range<usize>) -> f32 {
+    const STRETCH: usize = 1 << 16;
+    let largest = (0..halves.len().div_ceil(STRETCH))
+        .into_par_iter()
+        .map(|c| {
+            let from = halves.start + c * STRETCH;
+            (from..(from + STRETCH).min(halves.end)).map(|k| half_bits(words, k) & 0x7FFF).filter(|&m| m <= 0x7C00).max().unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0);
+    half::f16::from_bits(largest).to_f32()
+}
+
+/// FP16 values rounded to E4M3 after division by one scale: the 65536
+/// FP16 bit patterns' E4M3 bytes, made once (a table, where a matrix has
+/// millions of values to round), each as `F8E4M3::from_f32(x / scale)`.
+struct E4m3Table {
+    table: Vec<u8>,
+}
+
+impl E4m3Table {
+    fn new(scale: f32) -> E4m3Table {
+        let table = (0..=u16::MAX).map(|b| float8::F8E4M3::from_f32(half::f16::from_bits(b).to_f32() / scale).to_bits()).collect();
+        E4m3Table { table }
+    }
+    /// The E4M3 byte of the FP16 value `bits`.
+    fn of(&self, bits: u16) -> u8 {
+        self.table[bits as usize]
+    }
+}
+
+/// Writes the `rows` x `cols` FP16 matrix at half `at` of `words`
 /// transposed into `dst` as E4M3 bytes, with the scale it returns.
-fn transpose_e4m3(half_at: &dyn Fn(usize) -> f32, at: usize, rows: usize, cols: usize, dst: &mut [u64]) -> f32 {
-    let amax = (0..rows * cols).map(|k| half_at(at + k).abs()).fold(0f32, f32::max);
+fn transpose_e4m3(words: &[u64], at: usize, rows: usize, cols: usize, dst: &mut [u64]) -> f32 {
+    let amax = f16_amax(words, at..at + rows * cols);
     let scale = (amax / E4M3_MAX).max(f32::MIN_POSITIVE);
-    // Output row j (input column j), element k (input row k), in blocks
-    // so both sides stay in cache.
+    let e4m3 = E4m3Table::new(scale);
+    // In tiles of B x B: each tile read row by row (input row k, along the
+    // memory), rounded into a small transposed tile, then written out a
+    // run of output row j (input column j) at a time.
     const B: usize = 64;
     let bytes: &mut [u8] = bytemuck_bytes(dst);
-    for j0 in (0..cols).step_by(B) {
-        for k0 in (0..rows).step_by(B) {
-            for j in j0..(j0 + B).min(cols) {
-                for k in k0..(k0 + B).min(rows) {
-                    bytes[j * rows + k] = float8::F8E4M3::from_f32(half_at(at + k * cols + j) / scale).to_bits();
+    let mut tile = [0u8; B * B];
+    for k0 in (0..rows).step_by(B) {
+        let kn = B.min(rows - k0);
+        for j0 in (0..cols).step_by(B) {
+            let jn = B.min(cols - j0);
+            for kk in 0..kn {
+                let from = at + (k0 + kk) * cols + j0;
+                for jj in 0..jn {
+                    tile[jj * B + kk] = e4m3.of(half_bits(words, from + jj));
                 }
+            }
+            for jj in 0..jn {
+                let to = (j0 + jj) * rows + k0;
+                bytes[to..to + kn].copy_from_slice(&tile[jj * B..jj * B + kn]);
             }
         }
     }
@@ -612,12 +643,10 @@ fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_budget_counts_the_workspace_cublas_uses() {
-        // With no layers and no tokens, all a pass holds on the GPU is
-        // cuBLAS's workspace: the one the rig's Blas gives it, and keeps.
-        let shape = Shape { layers: 4, d: 256 };
-        assert_eq!(shape.gpu_bytes(0, 0), crate::gpu::blas::WORKSPACE_BYTES);
+    /// FP16 values as the words the rig holds, four a word.
+    fn words_of(values: &[f32]) -> Vec<u64> {
+        let bits: Vec<u64> = values.iter().map(|&v| half::f16::from_f32(v).to_bits() as u64).collect();
+        bits.chunks(4).map(|c| c.iter().enumerate().map(|(q, &b)| b << (16 * q)).sum()).collect()
     }
 
     #[test]
@@ -625,7 +654,7 @@ mod tests {
         // A 2 x 3 matrix: its largest magnitude (4) becomes E4M3's 448.
         let m = [1.0f32, -2.0, 0.5, 4.0, 0.0, -1.0];
         let mut dst = vec![0u64; 1];
-        let s = transpose_e4m3(&|k| m[k], 0, 2, 3, &mut dst);
+        let s = transpose_e4m3(&words_of(&m), 0, 2, 3, &mut dst);
         assert_eq!(s, 4.0 / E4M3_MAX);
         let got: Vec<f32> = (0..6).map(|i| float8::F8E4M3::from_bits((dst[0] >> (8 * i)) as u8).to_f32() * s).collect();
         // Row j of the transpose is column j of the matrix.
@@ -633,13 +662,28 @@ mod tests {
         for (g, w) in got.iter().zip(want) {
             assert!((g - w).abs() <= w.abs() / 16.0, "{got:?}");
         }
-        assert_eq!(fp8_slot::input_of(0), fp8_slot::INPUT);
-        assert_eq!(fp8_slot::input_of(3), fp8_slot::layer(2) + 4);
-        assert_eq!(fp8_slot::amax(4, 0), fp8_slot::layer(3) + 6);
-        assert_eq!(fp8_slot::count(4), fp8_slot::amax(4, 3) + 2);
-        // Slot 3 is float 12: the low half of word 6, 16 bytes from its neighbours.
-        let mut words = vec![0u64; 8];
-        fp8_slot::put(&mut words, 3, 1.5);
-        assert_eq!((fp8_slot::get(&words, 3), words[6], fp8_slot::bytes(4)), (1.5, 1.5f32.to_bits() as u64, 16 * fp8_slot::count(4)));
+    }
+
+    /// The tables the weights are made through give the very bits that
+    /// rounding each value gives: every FP16 value through the E4M3
+    /// table, every 16 bits of a pattern word through the uniform one,
+    /// and the largest magnitude by bits as by values (NaNs left out).
+    #[test]
+    fn the_tables_round_as_each_value_would_be() {
+        let scale = 0.037f32;
+        let e4m3 = E4m3Table::new(scale);
+        let uniform = UniformF16::new(scale);
+        for b in 0..=u16::MAX {
+            let x = half::f16::from_bits(b).to_f32();
+            assert_eq!(e4m3.of(b), float8::F8E4M3::from_f32(x / scale).to_bits(), "{b:#06x}");
+            let u = b as f32 / 65535.0;
+            assert_eq!(uniform.table[b as usize], half::f16::from_f32(scale * (2.0 * u - 1.0)).to_bits());
+        }
+        let values = [0.5f32, -3.25, f32::NAN, 2.0, -0.0, f32::INFINITY, 1.0, -7.5];
+        let words = words_of(&values);
+        let by_value = |r: std::ops::Range<usize>| values[r].iter().map(|v| half::f16::from_f32(*v).to_f32().abs()).fold(0f32, f32::max);
+        for r in [0..8, 0..5, 1..4, 2..3, 3..3] {
+            assert_eq!(f16_amax(&words, r.clone()), by_value(r.clone()), "{r:?}");
+        }
     }
 }
