@@ -186,7 +186,11 @@ impl<'a> Runner<'a> {
         access.write = true;
         self.forget_reusable_ends();
         let id = self.schedule.host_op(0, label, vec![access.clone()]);
-        self.refuse_unordered_writer(id, &access)?;
+        // The CPU writes through a `&mut`: nothing else may touch the range
+        // meanwhile, a copy that reads it no more than one that writes it.
+        if let Some(race) = unordered_access(&self.schedule, id, &access) {
+            return Err(LabError::schedule(format!("CPU work refused: {}", race.what)));
+        }
         let slot = self.host_slot();
         self.marks.push(Mark::Host(slot));
         let label = label.to_string();
@@ -197,10 +201,9 @@ impl<'a> Runner<'a> {
                 call: Box::new(move || {
                     let _r = trace::range(&label);
                     // SAFETY: in bounds (host_range); the runner holds the
-                    // buffer's exclusive borrow, and nothing may still be
-                    // writing the range (refused above). A copy that may
-                    // still read it is a race the schedule reports; it
-                    // only reads what the CPU wrote.
+                    // buffer's exclusive borrow, and every op that reads or
+                    // writes the range happens before this write (refused
+                    // above otherwise): nothing else touches it meanwhile.
                     write(unsafe { std::slice::from_raw_parts_mut(place.addr() as *mut u64, bytes / 8) });
                     Ok(())
                 }),
@@ -250,6 +253,14 @@ impl<'a> Runner<'a> {
     }
 }
 
+/// The race, if any, that leaves CPU work `id` writing host memory
+/// (`access`) unordered after an op that reads or writes that memory: the
+/// CPU would write memory a copy may still be reading or changing.
+fn unordered_access<'s>(schedule: &'s Schedule, id: OpId, access: &Access) -> Option<&'s Race> {
+    let overlaps = |a: &Access| a.buffer == access.buffer && a.start < access.end && access.start < a.end;
+    schedule.races().iter().filter(|r| r.later == id).find(|r| schedule.ops[r.earlier].accesses.iter().any(overlaps))
+}
+
 /// The race, if any, that leaves CPU work `id` on host memory (`access`)
 /// unordered after an op that writes that memory (a copy into it, its
 /// release): the CPU would read or write memory a copy may be changing
@@ -283,12 +294,18 @@ mod tests {
         s.host_wait_stream(0, 0);
         let id = s.host_op(0, "CPU reads out after the wait", vec![read.clone()]);
         assert!(unordered_writer(&s, id, &read).is_none());
-        // An H2D that may still read "in" while the CPU writes it: a race the
-        // schedule reports, but nothing writes under the CPU.
+        // An H2D that may still read "in" while the CPU writes it: nothing
+        // writes under a CPU that reads, but a CPU that writes through a
+        // `&mut` is refused (host_write), the copy named.
         s.gpu_op(0, 1, OpKind::H2d, "H2D 1", vec![Access::read("in", 0, 64)]);
         let write = Access::write("in", 0, 64);
         let id = s.host_op(0, "CPU writes in", vec![write.clone()]);
-        assert!(s.races().iter().any(|r| r.later == id), "the race is still reported");
         assert!(unordered_writer(&s, id, &write).is_none());
+        let race = unordered_access(&s, id, &write).expect("the copy may still be reading");
+        assert!(race.what.contains("H2D 1"), "{}", race.what);
+        // After the CPU waited for that stream, the write is ordered.
+        s.host_wait_stream(0, 1);
+        let id = s.host_op(0, "CPU writes in after the wait", vec![write.clone()]);
+        assert!(unordered_access(&s, id, &write).is_none());
     }
 }

@@ -106,6 +106,11 @@ pub struct BandwidthConfig {
     /// Repeats of each allocation when pricing pinning (0 skips it).
     #[arg(long, default_value_t = BandwidthConfig::default().pin_cost_repeats)]
     pub pin_cost_repeats: usize,
+    /// The largest size pinning is priced at (default: --max). A pinned
+    /// GiB takes about half a second to allocate, each repeat.
+    #[arg(long, value_parser = crate::units::size_option)]
+    #[serde(default)]
+    pub pin_cost_max: Option<Bytes>,
 }
 
 impl Default for BandwidthConfig {
@@ -122,6 +127,7 @@ impl Default for BandwidthConfig {
             repeats: 10,
             min_sample_bytes: Bytes(8 << 20),
             pin_cost_repeats: 5,
+            pin_cost_max: None,
         }
     }
 }
@@ -133,9 +139,11 @@ fn every_power_of_two() -> u64 {
 
 impl BandwidthConfig {
     /// The headline's points (the largest copy, 1 MiB's break-even) at
-    /// their full sizes, every fourth power of two between, fewer repeats.
+    /// their full sizes, every fourth power of two between, fewer repeats;
+    /// pinning priced up to 16 MiB (the headline's break-even is 1 MiB's:
+    /// the full sweep prices the larger sizes).
     pub fn headline() -> Self {
-        BandwidthConfig { size_factor: 4, repeats: 6, pin_cost_repeats: 3, ..Self::default() }
+        BandwidthConfig { size_factor: 4, repeats: 6, pin_cost_repeats: 3, pin_cost_max: Some(Bytes(16 << 20)), ..Self::default() }
     }
     /// A shorter sweep for notebooks (4 KiB - 256 MiB, fewer repeats).
     pub fn quick() -> Self {
@@ -192,9 +200,11 @@ impl BandwidthConfig {
         v
     }
 
-    /// Every other size (x4 steps) plus the largest: allocations are slow.
+    /// Every other size (x4 steps) plus the largest, up to
+    /// `--pin-cost-max`: allocations are slow.
     pub fn pin_cost_sizes(&self) -> Vec<Bytes> {
-        let all = self.sizes();
+        let cap = self.pin_cost_max.unwrap_or(self.max_bytes);
+        let all: Vec<Bytes> = self.sizes().into_iter().filter(|b| *b <= cap).collect();
         let mut v: Vec<Bytes> = all.iter().step_by(2).copied().collect();
         if let Some(&last) = all.last() {
             if v.last() != Some(&last) {
@@ -372,6 +382,9 @@ mod tests {
         assert_eq!(BandwidthConfig { min_bytes: Bytes(4 << 20), ..c.clone() }.plain_sizes(), vec![Bytes(GIB)]);
         let p = c.pin_cost_sizes();
         assert_eq!((p[0], p[1], *p.last().unwrap()), (Bytes(4096), Bytes(16384), Bytes(GIB)));
+        // The headline prices pinning up to 16 MiB, 1 MiB's break-even among them.
+        let p = BandwidthConfig::headline().pin_cost_sizes();
+        assert_eq!(p, [4 << 10, 64 << 10, 1 << 20, 16 << 20].map(Bytes));
     }
 
     #[test]

@@ -20,7 +20,7 @@ const PIN_REPEATS: usize = 5;
 pub fn run(gpu: &Gpu, cfg: &MemoryConfig, mode: ProgressMode) -> Result<MemoryResults> {
     cfg.validate()?;
     let e = experiments::stall(cfg);
-    let steps = 5 + probes::PROBED_MEMORY.len() + 2 * cfg.sizes_mib.len() + 3 + cfg.passes.len();
+    let steps = 5 + probes::PROBED_MEMORY.len() + cfg.sizes_mib.len() + cfg.pinned_sizes_mib.len() + 3 + cfg.passes.len();
     let mut progress = Progress::new(mode, steps as u64, "memory");
     let reps = cfg.repeats;
     let n = chunk(cfg.elements, cfg.batches, 0).1;
@@ -55,7 +55,7 @@ pub fn run(gpu: &Gpu, cfg: &MemoryConfig, mode: ProgressMode) -> Result<MemoryRe
     // Pinned host memory by size: the first allocation of a size apart
     // from the later ones (a few samples: a pinned GiB takes a while).
     let mut pin_cost = Vec::new();
-    for &mib in &cfg.sizes_mib {
+    for &mib in &cfg.pinned_sizes_mib {
         let point = host_memory::price(gpu, Bytes((mib as u64) << 20), cfg.repeats.min(PIN_REPEATS))?;
         progress.step(&pin_line(&point));
         pin_cost.push(point);

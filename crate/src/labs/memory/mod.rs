@@ -56,6 +56,12 @@ pub struct MemoryConfig {
     /// is given (1,16,1GiB).
     #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, value_delimiter = ',', default_values_t = MemoryConfig::default().sizes_mib)]
     pub sizes_mib: Vec<usize>,
+    /// Sizes pinned host memory is priced at (cuMemHostAlloc the first
+    /// time and again, cuMemHostRegister), MiB if no unit is given; a
+    /// pinned GiB takes about half a second each repeat.
+    #[arg(long, value_name = "MIB", value_parser = crate::units::mib_option, value_delimiter = ',', default_values_t = MemoryConfig::default().pinned_sizes_mib)]
+    #[serde(default = "pinned_sizes_of_recordings")]
+    pub pinned_sizes_mib: Vec<usize>,
     /// Batches of the varying-size run.
     #[arg(long, default_value_t = MemoryConfig::default().trace_batches)]
     pub trace_batches: usize,
@@ -90,12 +96,19 @@ pub struct MemoryConfig {
     pub device: usize,
 }
 
+/// The sizes pinned memory was priced at in recordings made before
+/// `--pinned-sizes-mib` (the default sweep's).
+fn pinned_sizes_of_recordings() -> Vec<usize> {
+    vec![1, 4, 16, 64, 256, 1024]
+}
+
 impl Default for MemoryConfig {
     fn default() -> Self {
         MemoryConfig {
             elements: 32 << 20,
             batches: 4,
             sizes_mib: vec![1, 4, 16, 64, 256, 1024],
+            pinned_sizes_mib: vec![1, 4, 16, 64, 256, 1024],
             trace_batches: 48,
             trace_base_mib: 16,
             passes: vec![1, 2, 4, 8],
@@ -112,13 +125,16 @@ impl Default for MemoryConfig {
 impl MemoryConfig {
     /// The headline's sizes (the largest pair) with fewer between, fewer repeats.
     pub fn headline() -> Self {
-        MemoryConfig { sizes_mib: vec![1, 16, 1024], repeats: 9, ..Self::default() }
+        // Pinned memory priced at small sizes only: no headline row is
+        // made of it (the full sweep, and lab 1, price the GiB).
+        MemoryConfig { sizes_mib: vec![1, 16, 1024], pinned_sizes_mib: vec![1, 16], repeats: 9, ..Self::default() }
     }
     /// The notebook's run.
     pub fn quick() -> Self {
         MemoryConfig {
             elements: 16 << 20,
             sizes_mib: vec![1, 16, 256],
+            pinned_sizes_mib: vec![1, 16, 256],
             trace_batches: 24,
             zero_copy_elements: 32 << 20,
             zero_copy_compute: 0.5,
@@ -132,6 +148,7 @@ impl MemoryConfig {
             elements: 1 << 18,
             batches: 4,
             sizes_mib: vec![1, 4],
+            pinned_sizes_mib: vec![1, 4],
             trace_batches: 6,
             trace_base_mib: 1,
             passes: vec![1, 2],
@@ -153,6 +170,9 @@ impl MemoryConfig {
         }
         if self.sizes_mib.is_empty() || self.sizes_mib.iter().any(|&m| !(1..=16384).contains(&m)) {
             return bad(format!("--sizes-mib {:?}: give one or more sizes from 1 to 16384 MiB", self.sizes_mib));
+        }
+        if self.pinned_sizes_mib.iter().any(|&m| !(1..=16384).contains(&m)) {
+            return bad(format!("--pinned-sizes-mib {:?}: give sizes from 1 to 16384 MiB", self.pinned_sizes_mib));
         }
         if !(2..=10_000).contains(&self.trace_batches) {
             return bad(format!("--trace-batches {}: give 2 to 10000", self.trace_batches));

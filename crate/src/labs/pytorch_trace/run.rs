@@ -75,11 +75,13 @@ pub fn trace_programs(s: &TraceSettings, device: usize, out: &Path, data: &Path,
 }
 
 /// Why `python` cannot run the programs (no such Python, no PyTorch in
-/// it), or `None` when it can.
+/// it), or `None` when it can. PyTorch is looked for, not imported: an
+/// import takes seconds, and the script imports it anyway.
 pub fn no_pytorch(python: &str) -> Option<String> {
-    match std::process::Command::new(python).args(["-c", "import torch"]).output() {
+    let find = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 1)";
+    match std::process::Command::new(python).args(["-c", find]).output() {
         Err(e) => Some(format!("`{python}` could not be started: {e}")),
-        Ok(out) if !out.status.success() => Some(format!("`{python}` has no PyTorch (`import torch` failed)")),
+        Ok(out) if !out.status.success() => Some(format!("`{python}` has no PyTorch (no module `torch` on its path)")),
         Ok(_) => None,
     }
 }
