@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -29,6 +30,59 @@ EVCXR_TMPDIR = os.environ.get("EVCXR_TMPDIR", str(REPO / "target-evcxr"))
 # evcxr reports panics and `?` errors only as text (see pitfalls.md).
 ERROR_TEXT = re.compile(r"panicked at|\bError:|error\[E|^error:", re.M)
 DEP_CELL = ':dep overlap-lab = { path = "../crate" }'
+# evcxr_jupyter prints this on its own stdout at every kernel start where no
+# evcxr.toml is found (in the kernel's directory or $EVCXR_CONFIG_DIR). It
+# loads its configuration never quietly: with a file it would print the
+# file's path instead, so no setting prevents the line; kernel_stdout()
+# drops exactly this line and nothing else.
+EVCXR_NO_CONFIG = b"No configuration file found, use the default configuration"
+
+
+@contextlib.contextmanager
+def kernel_stdout():
+    """A file descriptor to give a kernel as its stdout (nbclient passes
+    `stdout=` on to the kernel's Popen): every line it writes is copied to
+    our stdout, except evcxr's EVCXR_NO_CONFIG line, which reads like a
+    failure in a test log and is none."""
+    read_end, write_end = os.pipe()
+
+    def relay():
+        with os.fdopen(read_end, "rb") as kernel_out:
+            for line in kernel_out:
+                if line.rstrip(b"\r\n") != EVCXR_NO_CONFIG:
+                    sys.stdout.buffer.write(line)
+                    sys.stdout.buffer.flush()
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    try:
+        yield write_end
+    finally:
+        # The kernel has stopped: its copy of the pipe is closed, so the
+        # relay sees the end once ours is (a process the kernel left behind
+        # may hold it open: then the relay is left to end with us).
+        os.close(write_end)
+        thread.join(timeout=5)
+
+
+@contextlib.contextmanager
+def ticking(prog, what, every=15):
+    """Prints "PROG: WHAT: N s so far" every `every` seconds until the block
+    ends, so a long wait (a cold build in a kernel) never looks hung."""
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def tick():
+        while not done.wait(every):
+            print(f"{prog}: {what}: {time.monotonic() - t0:.0f} s so far", flush=True)
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def in_venv():

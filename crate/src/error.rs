@@ -86,3 +86,87 @@ impl LabError {
 pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "(no message)".into())
 }
+
+thread_local! {
+    /// `Some` while [`catch_quietly`] runs code on this thread: the panic
+    /// hook puts the panic's message and place here instead of printing it.
+    static CAUGHT: std::cell::RefCell<Option<Option<String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f`; a panic comes back as `Err("message (at file:line)")` and is
+/// not printed: no "thread panicked at" and no backtrace on stderr, even
+/// with `RUST_BACKTRACE` set. For panics that are expected and reported
+/// otherwise: a learner's code in a check (which becomes a failed check,
+/// shown once, and a notebook runner does not take for a crash), a host
+/// task whose panic must not unwind into the driver.
+///
+/// The panic hook is process-wide and tests run in threads, so it is
+/// installed once and stays silent only on a thread inside this call (a
+/// thread-local flag); any other panic, on any thread, goes to the hook
+/// that was there before, as if this one were not. A panic on another
+/// thread that `f` starts is that thread's, and is printed.
+pub fn catch_quietly<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let caught = CAUGHT.with(|c| {
+                let mut c = c.borrow_mut();
+                match c.as_mut() {
+                    Some(slot) => {
+                        *slot = Some(format!(
+                            "{}{}",
+                            panic_message(info.payload()),
+                            info.location().map_or(String::new(), |l| format!(" (at {}:{})", l.file(), l.line()))
+                        ));
+                        true
+                    }
+                    None => false,
+                }
+            });
+            if !caught {
+                previous(info);
+            }
+        }));
+    });
+    // Nested calls (a check inside learner code inside a check) each keep
+    // their own message: the outer slot is set aside and put back.
+    let outer = CAUGHT.with(|c| c.borrow_mut().replace(None));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let caught = CAUGHT.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer)).flatten();
+    r.map_err(|p| caught.unwrap_or_else(|| panic_message(&*p)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic inside `catch_quietly` comes back as its message and place
+    /// and prints nothing, even with `RUST_BACKTRACE=1`; a panic outside it,
+    /// on another thread at the same time, is printed as ever. Run in a
+    /// child process of this test binary, whose stderr the test reads.
+    #[test]
+    fn a_caught_panic_prints_nothing_and_any_other_is_printed_as_ever() {
+        const CHILD: &str = "OVERLAP_LAB_TEST_QUIET_PANIC_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            let caught = catch_quietly(|| -> u32 { panic!("caught boom") });
+            assert!(caught.as_ref().is_err_and(|e| e.starts_with("caught boom (at crate/src/error.rs:")), "{caught:?}");
+            assert_eq!(catch_quietly(|| 7), Ok(7));
+            // The hook stays: a panic on another thread is that thread's.
+            let loud = std::thread::spawn(|| -> u32 { panic!("stray boom") }).join();
+            assert!(loud.is_err());
+            return;
+        }
+        let name = format!("{}::a_caught_panic_prints_nothing_and_any_other_is_printed_as_ever", module_path!().trim_start_matches("overlap_lab::"));
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name.as_str(), "--exact", "--test-threads=1", "--nocapture"])
+            .env(CHILD, "1")
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && stdout.contains("1 passed"), "the child did not pass: {stdout}{stderr}");
+        assert!(!stderr.contains("caught boom"), "a caught panic was printed:\n{stderr}");
+        assert!(stderr.contains("panicked at") && stderr.contains("stray boom"), "another panic should print as ever:\n{stderr}");
+    }
+}

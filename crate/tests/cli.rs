@@ -185,9 +185,49 @@ fn every_size_option_takes_units_and_says_what_a_bare_number_is() {
         (&["memory", "--sizes-mib", "1,1GiB", "--trace-base-mib", "16MiB", "--elements", "3"], "--elements"),
         (&["multi-gpu", "--sizes-mib", "4,0.25GiB", "--grad-mib", "0.5GiB", "--buckets-mib", "4MiB,256MiB", "--copies", "1"], "--copies"),
         (&["kernel-pipeline", "--mib", "64MiB", "--ceiling-max-mib", "2GiB", "--threads", "1"], "--threads"),
+        // The unit as a word of its own (the shell splits `12 MiB`), or after a space in one word.
+        (&["offload", "--gpu-budget", "1536", "MiB", "--layers", "1"], "--layers"),
+        (&["offload", "--gpu-budget=1.5", "GiB", "--layers", "1"], "--layers"),
+        (&["offload", "--gpu-budget", "1536 MiB", "--layers", "1"], "--layers"),
+        (&["bandwidth", "--min", "4", "KiB", "--max", "1", "GiB", "--size-factor", "1"], "--size-factor"),
+        (&["kernel-pipeline", "--mib", "64", "mib", "--threads", "1"], "--threads"),
+        // A fraction within 0.1% of a whole size is rounded to it: 0.7G is 716.8 MiB.
+        (&["offload", "--gpu-budget", "0.7G", "--layers", "1"], "--layers"),
     ] {
         let (code, _, err) = cli(args);
         assert!(code != 0 && err.lines().count() == 1 && err.contains(fails_on), "{args:?}: {err}");
+    }
+    // What a size was read as shows in the labs' own errors: GB counts
+    // 10^9 bytes (2GB is 1.9 GiB, 20GB 19073 MiB), G and GiB 2^30.
+    for (args, says) in [
+        (&["bandwidth", "--min", "2GB", "--max", "1KiB"][..], "--min 1.9 GiB exceeds --max 1 KiB"),
+        (&["bandwidth", "--min", "2", "GB", "--max", "1KiB"], "--min 1.9 GiB exceeds --max 1 KiB"),
+        (&["bandwidth", "--min", "2G", "--max", "1KiB"], "--min 2 GiB exceeds --max 1 KiB"),
+        (&["bandwidth", "--min", "0.7G"], "--min 716.8 MiB must be a multiple of 8 bytes"),
+        (&["memory", "--sizes-mib", "1,20GB"], "--sizes-mib [1, 19073]"),
+        (&["memory", "--sizes-mib", "20", "GiB"], "--sizes-mib [20480]"),
+    ] {
+        let (code, _, err) = cli(args);
+        assert!(code == 2 && err.lines().count() == 1 && err.contains(says), "{args:?}: {err}");
+    }
+    // A fraction that is no whole size, a unit after a list, a second unit:
+    // one line that names the option, and what to write instead.
+    for (args, says) in [
+        (
+            &["offload", "--gpu-budget", "1.3"][..],
+            &["'--gpu-budget <MIB>'", "'1.3' is 1.3 MiB: expected a whole number of MiB; the nearest are 1MiB and 2MiB"][..],
+        ),
+        (&["bandwidth", "--min", "100.5"], &["'--min <SIZE>'", "'100.5' is 100.5 bytes, not a whole number of bytes; the nearest are 100 and 101"]),
+        (&["bandwidth", "--max", "0.1", "KiB"], &["'--max <SIZE>'", "'0.1 KiB' is 102.4 bytes"]),
+        (&["memory", "--sizes-mib", "1,16", "GiB"], &["'--sizes-mib'", "give each size its unit"]),
+        (&["offload", "--gpu-budget", "12MiB", "MiB"], &["unexpected argument 'MiB'", "'MiB' is a unit", "12MiB or \"12 MiB\""]),
+        (&["bandwidth", "--repeats", "3", "GB"], &["unexpected argument 'GB'", "'GB' is a unit"]),
+    ] {
+        let (code, _, err) = cli(args);
+        assert!(code == 2 && err.lines().count() == 1, "{args:?}: {err}");
+        for s in says {
+            assert!(err.contains(s) && !err.contains("panicked"), "{args:?} should say {s:?}: {err}");
+        }
     }
     // Every option of a size in MiB (named -mib or a budget) shows <MIB>
     // and says a bare number is MiB; every size in bytes shows <SIZE>.
@@ -220,6 +260,15 @@ fn every_size_option_takes_units_and_says_what_a_bare_number_is() {
     }
     for seen in ["min", "max", "gpu-budget", "sizes-mib", "buckets-mib", "mib"] {
         assert!(sizes.iter().any(|s| s == seen), "--{seen} not read from the help: {sizes:?}");
+    }
+    // A lab with sizes says under its options how they read; one without says nothing of them.
+    for lab in overlap_lab::labs::ALL.iter() {
+        let (_, help, _) = cli(&[lab.name(), "--help"]);
+        let takes_sizes = help.contains("<MIB>") || help.contains("<SIZE>");
+        let says = help.contains("Sizes: KiB, MiB, GiB, TiB and the letters K, M, G, T are powers of 1024")
+            && help.contains("MB, GB, TB are powers of 1000")
+            && help.contains("12 MiB");
+        assert_eq!(says, takes_sizes, "{}: {help}", lab.name());
     }
 }
 

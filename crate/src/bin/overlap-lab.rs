@@ -133,9 +133,111 @@ fn command() -> clap::Command {
         .mut_subcommand("report", |t| t.display_order(100))
         .mut_subcommand("all", |t| t.display_order(101));
     for (i, lab) in labs::ALL.iter().enumerate() {
-        cmd = cmd.subcommand(LabOptions::augment_args(lab.command()).display_order(1 + i));
+        let sub = LabOptions::augment_args(lab.command()).display_order(1 + i);
+        // A lab that takes sizes says once, under its options, how they read.
+        let sub = if sub.get_arguments().any(is_size_option) { sub.after_help(SIZES_HELP) } else { sub };
+        cmd = cmd.subcommand(sub);
     }
     cmd.mut_subcommands(|sub| sub.mut_args(numbers_may_start_with_minus))
+}
+
+/// How a size option reads its value (`overlap_lab::units` says the same).
+const SIZES_HELP: &str = "Sizes: KiB, MiB, GiB, TiB and the letters K, M, G, T are powers of 1024 (as in dd);
+kB (or KB), MB, GB, TB are powers of 1000, so 1.5GB is 1430.5 MiB, not 1.5 GiB.
+A space may stand before the unit: 12MiB, \"12 MiB\" and 12 MiB all read the same.
+A fraction is rounded to a whole byte (or MiB) when that moves it by 0.1% or less.";
+
+/// True if `arg` takes a size: its parser reads `1GiB` and refuses
+/// `1 qq` (a number with a unit that is none), which no parser of plain
+/// numbers, names or paths does. clap keeps an option's parser private,
+/// so a one-option command asks it.
+fn is_size_option(arg: &clap::Arg) -> bool {
+    let parses = |value: &str| {
+        let probe = clap::Arg::new("v").long("v").num_args(1).value_parser(arg.get_value_parser().clone());
+        clap::Command::new("probe").arg(probe).try_get_matches_from(["probe", "--v", value]).is_ok()
+    };
+    arg.get_long().is_some() && arg.get_action().takes_values() && parses("1GiB") && !parses("1 qq")
+}
+
+/// The arguments with a size option's value joined to a unit word that
+/// follows it as a word of its own: `--gpu-budget 12 MiB` (the shell
+/// splits `12 MiB` in two) reads as `--gpu-budget "12 MiB"`, where clap
+/// would take `MiB` for an unexpected argument. Only after options whose
+/// parser reads sizes ([`is_size_option`]) and only a word that is a unit
+/// of sizes alone (`MiB`, `GB`, `K`). A unit after a list of sizes
+/// (`--sizes-mib 1,16 GiB`) is an error: it would belong to the last size
+/// only.
+fn join_size_units(root: &clap::Command, args: Vec<std::ffi::OsString>) -> std::result::Result<Vec<std::ffi::OsString>, String> {
+    use overlap_lab::units::is_size_unit;
+    let text = |i: usize| args.get(i).and_then(|a| a.to_str());
+    let mut out = Vec::with_capacity(args.len());
+    let mut cmd = root;
+    let mut i = 0;
+    // args[0] is the program.
+    if let Some(first) = args.first() {
+        out.push(first.clone());
+        i = 1;
+    }
+    while i < args.len() {
+        let Some(word) = text(i) else {
+            out.push(args[i].clone());
+            i += 1;
+            continue;
+        };
+        if word == "--" {
+            out.extend(args[i..].iter().cloned());
+            break;
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            let (name, inline) = match long.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (long, None),
+            };
+            let arg = cmd.get_arguments().chain(root.get_arguments()).find(|a| a.get_long() == Some(name));
+            if let Some(arg) = arg.filter(|a| a.get_action().takes_values()) {
+                // Where its value is, and the word after the value.
+                let (value, after) = match inline {
+                    Some(v) => (Some(v), i + 1),
+                    None => (text(i + 1), i + 2),
+                };
+                let unit = text(after).filter(|u| is_size_unit(u));
+                if let (Some(value), Some(unit)) = (value, unit) {
+                    let number_last = value.ends_with(|c: char| c.is_ascii_digit() || c == '.');
+                    if number_last && is_size_option(arg) {
+                        if value.contains(',') {
+                            return Err(format!(
+                                "invalid value '{value} {unit}' for '--{name}': a unit after a list of sizes would belong to the last one only: give each size its unit, e.g. 1{unit},16{unit}"
+                            ));
+                        }
+                        match inline {
+                            Some(_) => out.push(format!("{word} {unit}").into()),
+                            None => {
+                                out.push(args[i].clone());
+                                out.push(format!("{value} {unit}").into());
+                            }
+                        }
+                        i = after + 1;
+                        continue;
+                    }
+                }
+                // Another option's value (or none): kept as it is.
+                out.push(args[i].clone());
+                if inline.is_none() && i + 1 < args.len() {
+                    out.push(args[i + 1].clone());
+                    i += 1;
+                }
+                i += 1;
+                continue;
+            }
+        } else if !word.starts_with('-') {
+            if let Some(sub) = cmd.find_subcommand(word) {
+                cmd = sub;
+            }
+        }
+        out.push(args[i].clone());
+        i += 1;
+    }
+    Ok(out)
 }
 
 /// An option that takes a number or a size takes `-1` or `-4KiB` as its
@@ -150,6 +252,18 @@ fn numbers_may_start_with_minus(arg: clap::Arg) -> clap::Arg {
         arg.allow_hyphen_values(true)
     } else {
         arg
+    }
+}
+
+/// What a unit word that clap found on its own (`--gpu-budget 12MiB MiB`,
+/// `--repeats 3 MiB`: no size before it to join) is, after clap's words.
+fn stray_unit_hint(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    match (e.kind(), e.get(ContextKind::InvalidArg)) {
+        (ErrorKind::UnknownArgument, Some(ContextValue::String(word))) if overlap_lab::units::is_size_unit(word) => {
+            format!(" ('{word}' is a unit: it goes with the size just before it, as in 12{word} or \"12 {word}\", after a size option)")
+        }
+        _ => String::new(),
     }
 }
 
@@ -355,13 +469,21 @@ fn main() -> ExitCode {
     // other command-line tools do, not panic on the closed pipe.
     // SAFETY: restores the default action of one signal before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let matches = match command().try_get_matches() {
+    let cmd = command();
+    let args = match join_size_units(&cmd, std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("overlap-lab: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let matches = match cmd.try_get_matches_from(args) {
         Ok(m) => m,
         // Help and the version are printed as clap prints them, and so is
         // the help that a bare `overlap-lab` gets.
         Err(e) if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
         Err(e) => {
-            eprintln!("overlap-lab: error: {}", command_line_error(&e));
+            eprintln!("overlap-lab: error: {}{}", command_line_error(&e), stray_unit_hint(&e));
             return ExitCode::from(2);
         }
     };

@@ -80,9 +80,11 @@ unsafe extern "C" fn trampoline<T: HostTask>(arg: *mut c_void) {
     // SAFETY: `arg` is the box made in launch_host_task, passed here once.
     let task = unsafe { Box::from_raw(arg as *mut T) };
     let _scope = driver::host_function_scope();
-    // A panic must not unwind into the driver (that aborts the process).
-    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run())) {
-        eprintln!("overlap-lab: a host function panicked: {}", panic_message(&*p));
+    // A panic must not unwind into the driver (that aborts the process). It
+    // is said here, in one line with its place, and not by the panic hook
+    // too (no second report with a backtrace).
+    if let Err(panic) = crate::error::catch_quietly(|| task.run()) {
+        eprintln!("overlap-lab: a host function panicked: {panic}");
     }
 }
 

@@ -11,7 +11,6 @@
 //! May use: `error`, `units`. Used by every lab's `exercise`.
 
 use crate::error::Result;
-use std::cell::RefCell;
 use std::fmt;
 use std::ops::RangeInclusive;
 
@@ -71,7 +70,7 @@ impl CheckReport {
     /// panic becomes a problem quoting the panic and where it happened; an
     /// error becomes a problem quoting the error once. `None` then.
     pub fn learner<T>(&mut self, what: &str, f: impl FnOnce() -> Result<T>) -> Option<T> {
-        match quietly(f) {
+        match crate::error::catch_quietly(f) {
             Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {
                 self.problem(format!("{what} stopped with: {e}"));
@@ -233,45 +232,6 @@ pub fn unit_slip(got: f64, want: f64) -> Option<String> {
         return Some("that is a factor 8, bits against bytes".into());
     }
     None
-}
-
-thread_local! {
-    /// Set while learner code runs on this thread: its panic's message and
-    /// place, caught by the hook instead of printed.
-    static CAUGHT: RefCell<Option<Option<String>>> = const { RefCell::new(None) };
-}
-
-/// Runs `f`; a panic comes back as `Err("message (at file:line)")` and is
-/// not printed, so a learner's panic shows once, as a failed check, and a
-/// notebook runner does not see "panicked at".
-fn quietly<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let caught = CAUGHT.with(|c| {
-                let mut c = c.borrow_mut();
-                match c.as_mut() {
-                    Some(slot) => {
-                        *slot = Some(format!(
-                            "{}{}",
-                            crate::error::panic_message(info.payload()),
-                            info.location().map_or(String::new(), |l| format!(" (at {}:{})", l.file(), l.line()))
-                        ));
-                        true
-                    }
-                    None => false,
-                }
-            });
-            if !caught {
-                previous(info);
-            }
-        }));
-    });
-    let outer = CAUGHT.with(|c| c.borrow_mut().replace(None));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    let caught = CAUGHT.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer)).flatten();
-    r.map_err(|p| caught.unwrap_or_else(|| crate::error::panic_message(&*p)))
 }
 
 #[cfg(test)]

@@ -217,8 +217,22 @@ impl Progress {
 }
 
 impl fmt::Display for Progress {
+    /// One line per exercise, in columns as wide as their widest entry
+    /// (lab 10's number, `09-offload/placement`, the longest question), so
+    /// every verdict starts at the same column:
+    ///
+    /// ```text
+    /// lab  2  02-overlap        make the chunks overlap ..........: not started
+    /// lab 10  10-pytorch-trace  the fix that gains most on a trace ..: passed (...)
+    /// ```
+    ///
+    /// (aligned in the real output). The question is followed by dots up
+    /// to the verdict's column and ": ", so each line still reads "what:
+    /// verdict".
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let width = self.lines.iter().map(|l| l.exercise.id.len()).max().unwrap_or(0);
+        let lab_width = self.lines.iter().map(|l| l.lab.to_string().len()).max().unwrap_or(0);
+        let id_width = self.lines.iter().map(|l| l.exercise.id.chars().count()).max().unwrap_or(0);
+        let asks_width = self.lines.iter().map(|l| l.exercise.asks.chars().count()).max().unwrap_or(0);
         for l in &self.lines {
             let standing = match &l.standing {
                 Standing::Passed { check } => format!("passed ({check})"),
@@ -227,7 +241,10 @@ impl fmt::Display for Progress {
                 Standing::NotStarted => "not started".into(),
                 Standing::NotChecked => "answered, not checked yet: run the exercise's cell".into(),
             };
-            writeln!(f, "lab {}  {:<width$}  {}: {standing}", l.lab, l.exercise.id, l.exercise.asks)?;
+            let asks = l.exercise.asks;
+            // Two dots at least, so the longest question has its leader too.
+            let dots = ".".repeat(asks_width - asks.chars().count() + 2);
+            writeln!(f, "lab {:>lab_width$}  {:<id_width$}  {asks} {dots}: {standing}", l.lab, l.exercise.id)?;
         }
         write!(f, "{} of {} exercises passed (answers in {})", self.passed(), self.lines.len(), crate::measure::record::display_path(&self.dir))
     }
@@ -444,7 +461,7 @@ mod tests {
         let p = read(&dir, &verdicts_in(&dir), labs).unwrap();
         assert_eq!(p.lines[0].standing, Standing::Passed { check: "a model (queue model)".into() });
         let text = p.to_string();
-        assert!(text.contains("lab 1  01-x/model  a model: passed") && text.contains("1 of 2 exercises passed"), "{text}");
+        assert!(text.contains("lab 1  01-x/model  a model ...: passed") && text.contains("1 of 2 exercises passed"), "{text}");
         // A file answer is checked again from the file: its problem wins
         // over a verdict saved before it changed.
         std::fs::write(dir.join("exercises/k.cu"), "__global__ void k() { oops }\n").unwrap();
@@ -474,6 +491,34 @@ mod tests {
         notebook(&dir, "01-x.ipynb", serde_json::json!([]));
         let e = read(&dir, &verdicts_in(&dir), labs).unwrap_err().to_string();
         assert!(e.contains("01-x.ipynb has no cell of exercise 01-x/model"), "{e}");
+    }
+
+    #[test]
+    fn every_column_lines_up_whatever_the_widths() {
+        static SHORT: Exercise = Exercise { id: "02-y", asks: "a kernel", file: None, hints: &[] };
+        static LONG: Exercise = Exercise { id: "10-pytorch-trace/fix", asks: "the fix that gains most, in µs", file: None, hints: &[] };
+        let p = Progress {
+            lines: vec![
+                Line { lab: 1, exercise: &MODEL, standing: Standing::NotStarted },
+                Line { lab: 2, exercise: &SHORT, standing: Standing::Passed { check: "a kernel (live)".into() } },
+                Line { lab: 10, exercise: &LONG, standing: Standing::NotYet { problem: "too slow:\n  by 3 ms".into() } },
+                Line { lab: 9, exercise: &KERNEL, standing: Standing::NotChecked },
+            ],
+            dir: PathBuf::from("/course/notebooks"),
+        };
+        let text = p.to_string();
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("lab ")).collect();
+        assert_eq!(rows.len(), 4, "{text}");
+        // The column (in characters) where a row's id and its verdict start.
+        let column = |row: &str, part: &str| row[..row.find(part).unwrap_or_else(|| panic!("{part:?} not in {row:?}"))].chars().count();
+        let ids: Vec<usize> = rows.iter().zip(["01-x/model", "02-y", "10-pytorch-trace/fix", "02-y"]).map(|(r, id)| column(r, id)).collect();
+        let verdicts: Vec<usize> =
+            rows.iter().zip(["not started", "passed (", "not yet: too slow: by 3 ms", "answered, not checked"]).map(|(r, v)| column(r, v)).collect();
+        assert!(ids.iter().all(|&c| c == ids[0]), "ids start at columns {ids:?}:\n{text}");
+        assert!(verdicts.iter().all(|&c| c == verdicts[0]), "verdicts start at columns {verdicts:?}:\n{text}");
+        assert!(rows[0].starts_with("lab  1  ") && rows[2].starts_with("lab 10  "), "{text}");
+        // Each still reads "what: verdict", as the command line's tests look for.
+        assert!(rows[0].ends_with(": not started") && rows[1].contains(": passed (") && rows[2].contains(": not yet: "), "{text}");
     }
 
     #[test]
