@@ -1017,6 +1017,70 @@ mod kernel_pipeline {
     }
 }
 
+/// Lab 7's yardstick: the plain CUDA reference's sweep, built as the lab
+/// builds it (each tile's build compiled once, launched at each count of
+/// blocks per SM), every launch that runs verified bit for bit against the
+/// CPU reference on fresh input, at the grid it says; a launch skipped is
+/// one that does not fit or repeats another, said so.
+mod kernel_pipeline_yardstick {
+    use overlap_lab::labs::kernel_pipeline::builds::build_all;
+    use overlap_lab::labs::kernel_pipeline::measure::TileData;
+    use overlap_lab::labs::kernel_pipeline::{KernelPipelineConfig, Role, Variant};
+    use overlap_lab::testing::gpu_or_skip;
+
+    #[test]
+    fn the_yardsticks_sweep_verifies_its_output_at_every_configuration() {
+        let Some(gpu) = gpu_or_skip("the_yardsticks_sweep_verifies_its_output_at_every_configuration") else {
+            return;
+        };
+        // The lab's launches and tiles, on 64 MiB: every block gets several tiles.
+        let cfg = KernelPipelineConfig { mib: 64, ..KernelPipelineConfig::default() };
+        let plain: Vec<Variant> = cfg.variants().into_iter().filter(|v| v.role == Role::PlainReference).collect();
+        assert_eq!(plain.len(), cfg.sweep_tiles.len() * cfg.plain_blocks_per_sm.len());
+        let built = build_all(&gpu, plain, &[]).unwrap();
+        assert_eq!(built.builds, cfg.sweep_tiles.len(), "a build per tile, not per launch");
+        let sms = gpu.fingerprint().unwrap().sm_count;
+        let mut data = TileData::new(&gpu, cfg.elements()).unwrap();
+        let mut ran = Vec::new();
+        for pass in 0..2 {
+            // Fresh input each pass; each run poisons the output first.
+            data.refresh().unwrap();
+            for (r, k) in built.results.iter().zip(&built.kernels) {
+                let name = &r.variant.name;
+                match (k, &r.skipped) {
+                    (Some(k), None) => {
+                        let res = k.resources();
+                        let want = if r.variant.blocks_per_sm == u32::MAX { res.max_blocks_per_sm } else { r.variant.blocks_per_sm };
+                        assert_eq!((res.blocks_per_sm, res.grid), (want, sms * want), "{name}: {res:?}");
+                        assert_eq!(r.resources, Some(res), "{name}");
+                        data.verified(k, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+                        if pass == 0 {
+                            println!("{name}: {} blocks per SM, grid {}, every output right", res.blocks_per_sm, res.grid);
+                            ran.push((r.variant.shape.tile, r.variant.blocks_per_sm));
+                        }
+                    }
+                    (None, Some(why)) => {
+                        assert!(why.contains("do not fit") || why.contains("the same launch as"), "{name}: {why}");
+                        if pass == 0 {
+                            println!("{name}: skipped: {why}");
+                        }
+                    }
+                    other => panic!("{name}: {:?}", other.1),
+                }
+            }
+        }
+        // Every tile ran at one block per SM, and at as many as fit unless
+        // that is a count already run (a GPU with less shared memory).
+        for &t in &cfg.sweep_tiles {
+            let max_ran = ran.contains(&(t, u32::MAX))
+                || built.results.iter().any(|r| {
+                    (r.variant.shape.tile, r.variant.blocks_per_sm) == (t, u32::MAX) && r.skipped.as_ref().is_some_and(|w| w.contains("the same launch as"))
+                });
+            assert!(ran.contains(&(t, 1)) && max_ran, "tile {t}: {ran:?}");
+        }
+    }
+}
+
 mod kernel_pipeline_exercise {
     use overlap_lab::labs::kernel_pipeline::exercise::{check_on_gpu, solution_source};
     use overlap_lab::labs::kernel_pipeline::KernelPipelineConfig;

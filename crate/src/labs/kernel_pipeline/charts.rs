@@ -1,5 +1,8 @@
 //! Lab 7's pictures: the share of the ceiling against stages in flight,
 //! block 0's warps, one round on the stream, and the report's files.
+//!
+//! May use: `super::results` (what it draws), `super::warps`,
+//! `present` (charts, timelines), `pipeline::timeline`. No GPU.
 
 use super::kernel::TileKind;
 use super::warps::{phase_palette, tile_range};
@@ -13,7 +16,7 @@ impl KernelPipelineResults {
     /// sweep (a line per tile size and blocks per SM), the warp-specialized
     /// and TMA kernels, and, dashed and flat, the naive kernel at one block
     /// per SM and at as many as fit (one tile in flight per block) and the
-    /// plain CUDA reference at each of its launches (two stages).
+    /// plain CUDA reference at its best over its sweep (two stages).
     pub fn chart(&self, origin: &str) -> crate::present::chart::Figure {
         use crate::present::chart::{Figure, Panel, RGBColor, Series, XAxis};
         const PALETTE: [RGBColor; 4] = [RGBColor(31, 119, 180), RGBColor(44, 160, 44), RGBColor(148, 103, 189), RGBColor(140, 86, 75)];
@@ -45,12 +48,10 @@ impl KernelPipelineResults {
                 series.push(Series { label: label.into(), color, dashed: true, points: vec![(1.0, pct(r)), (stages_max, pct(r))] });
             }
         }
-        const REFERENCE: [RGBColor; 2] = [RGBColor(0, 0, 0), RGBColor(188, 189, 34)];
-        for (i, r) in ran.iter().filter(|r| r.variant.role == Role::PlainReference).enumerate() {
-            let blocks = super::BlocksPerSm(r.variant.blocks_per_sm);
-            let label =
-                format!("plain CUDA reference, 2 stages{}", if blocks == super::BlocksPerSm::ONE { ", one block per SM".into() } else { blocks.in_name() });
-            series.push(Series { label, color: REFERENCE[i % REFERENCE.len()], dashed: true, points: vec![(1.0, pct(r)), (stages_max, pct(r))] });
+        // The yardstick at its best over its sweep: one line, its launch named.
+        if let Some(r) = self.plain_reference() {
+            let label = format!("plain CUDA reference at its best, 2 stages, {}", r.variant.launch_words());
+            series.push(Series { label, color: RGBColor(0, 0, 0), dashed: true, points: vec![(1.0, pct(r)), (stages_max, pct(r))] });
         }
         Figure {
             stem: format!("{LAB}-stages"),
@@ -139,4 +140,22 @@ pub fn report(rec: &KernelPipelineRecord, dir: &std::path::Path, origin: &str) -
     }
     files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", rec.results.table()))?);
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::results as fixture;
+
+    #[test]
+    fn the_chart_draws_a_line_per_tile_and_the_naive_references() {
+        let r = fixture();
+        let f = r.chart("test");
+        let labels: Vec<_> = f.panels[0].series.iter().map(|s| s.label.as_str()).collect();
+        assert!(labels.contains(&"async copies, tile 1024") && labels.contains(&"naive, one block per SM"), "{labels:?}");
+        assert!(!labels.iter().any(|l| l.starts_with("TMA")), "skipped kernels draw nothing: {labels:?}");
+        // The yardstick: one line, at its best over its sweep, its launch named.
+        let plain: Vec<_> = labels.iter().filter(|l| l.starts_with("plain")).collect();
+        assert_eq!(plain, [&"plain CUDA reference at its best, 2 stages, tile 1024, as many blocks as fit"], "{labels:?}");
+        crate::present::chart::render_svg(&f).unwrap();
+    }
 }

@@ -3,13 +3,19 @@
 //! reference they are held to), its compile-time shape ([`TileShape`], and
 //! the blur's vector width, [`VEC_DEFAULT`]), what the driver says of it
 //! ([`KernelResources`]), a launch over tiles, and block 0's warp trace
-//! ([`WarpTrace`]) from a build with `-DTILE_TRACE`. Built on
-//! `gpu::Module`'s launch; nothing else of the crate runs these kernels.
+//! ([`WarpTrace`]) from a build with `-DTILE_TRACE`, and the CPU reference
+//! of their blur. A build's launches share its module
+//! ([`TileKernel::relaunched`]). Built on `gpu::Module`'s launch; nothing
+//! else of the crate runs these kernels.
+//!
+//! May use: `gpu` (modules, launches, NVRTC through `gpu::kernels`),
+//! `error`, `units`; rayon for the CPU reference.
 
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::{self, KernelHeader, KernelSource};
 use crate::gpu::{DeviceBuffer, DeviceSpan, Gpu, KernelArg, Module, Stream};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Lab 7's workload (a 9-tap blur over tiles), shared by its kernels.
 pub const TILE_BLUR_H: KernelHeader = KernelHeader { file: "tile_blur.cuh", text: include_str!("../../../../kernels/tile_blur.cuh") };
@@ -152,13 +158,19 @@ pub const BLUR_RADIUS: usize = 4;
 
 /// CPU reference of lab 7's tile kernels: `out[i] = Σ_k W[k]·padded[i + k]`
 /// by FMAs in the kernels' order, bit-exact with them. `padded` holds
-/// [`BLUR_RADIUS`] zeros, the input, and as many zeros again.
+/// [`BLUR_RADIUS`] zeros, the input, and as many zeros again. Spread over the host's cores in chunks (each output depends on its
+/// window alone, so the result is the same bits as one loop's).
 pub fn blur_reference(padded: &[f32], out: &mut [f32]) {
+    use rayon::prelude::*;
     // (1 8 28 56 70 56 28 8 1) / 256, exact in f32: kernels/tile_blur.cuh.
     const W: [f32; 9] = [0.003_906_25, 0.031_25, 0.109_375, 0.218_75, 0.273_437_5, 0.218_75, 0.109_375, 0.031_25, 0.003_906_25];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = W.iter().zip(&padded[i..i + 2 * BLUR_RADIUS + 1]).fold(0.0f32, |acc, (&w, &x)| w.mul_add(x, acc));
-    }
+    const CHUNK: usize = 1 << 16;
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
+        for (j, o) in chunk.iter_mut().enumerate() {
+            let i = c * CHUNK + j;
+            *o = W.iter().zip(&padded[i..i + 2 * BLUR_RADIUS + 1]).fold(0.0f32, |acc, (&w, &x)| w.mul_add(x, acc));
+        }
+    });
 }
 
 /// Lab 7's tile kernels (kernels/tile_*.cu): which one.
@@ -300,9 +312,11 @@ impl WarpPhase {
     }
 }
 
-/// One of lab 7's tile kernels, compiled for a shape and loaded.
+/// One of lab 7's tile kernels, compiled for a shape and loaded, with its
+/// launch (blocks per SM). Launches of one build share its module
+/// ([`TileKernel::relaunched`]).
 pub struct TileKernel {
-    module: Module,
+    module: Arc<Module>,
     kind: TileKind,
     shape: TileShape,
     resources: KernelResources,
@@ -390,9 +404,7 @@ impl TileKernel {
     pub fn load_traced_with(gpu: &Gpu, kind: TileKind, shape: TileShape, vec: u32) -> Result<TileKernel> {
         let k = kind.source();
         let ptx = TileKernel::compile_with(gpu, kind, k.file, k.source, shape, vec, true)?;
-        let mut kernel = TileKernel::from_ptx(gpu, kind, &ptx, shape, 1)?;
-        kernel.traced = true;
-        Ok(kernel)
+        Ok(TileKernel::from_ptx(gpu, kind, &ptx, shape, 1)?.into_traced())
     }
 
     /// Compiles CUDA C text for `kind` at `shape` (the blur `vec` outputs
@@ -405,6 +417,16 @@ impl TileKernel {
     }
 
     fn compile_with(gpu: &Gpu, kind: TileKind, file: &str, source: &str, shape: TileShape, vec: u32, traced: bool) -> Result<String> {
+        let arch = TileKernel::precheck(gpu, kind, shape, vec)?;
+        kernels::compile_source(file, source, kind.source().headers, arch, &TileKernel::defines(shape, vec, traced))
+    }
+
+    /// The checks of a build of `kind` at `shape` (the blur `vec` outputs
+    /// wide) that need no compile, on this GPU: the architecture (the
+    /// kernel's feature may be newer than the GPU:
+    /// [`LabError::Unsupported`]), the shape, and its shared memory against
+    /// what this GPU allows a block. Returns the architecture to compile for.
+    pub fn precheck(gpu: &Gpu, kind: TileKind, shape: TileShape, vec: u32) -> Result<&'static str> {
         let k = kind.source();
         let arch = kernels::arch_for(&gpu.fingerprint()?.compute_capability)?;
         kernels::require_arch(k, arch)?;
@@ -434,11 +456,17 @@ impl TileKernel {
                 crate::units::Bytes(most as u64)
             )));
         }
+        Ok(arch)
+    }
+
+    /// The `-D` settings of a build at `shape`, the blur `vec` outputs
+    /// wide, traced or not (the traced build's window with it).
+    pub fn defines(shape: TileShape, vec: u32, traced: bool) -> Vec<(&'static str, i64)> {
         let mut defines = shape.defines(vec).to_vec();
         if traced {
             defines.extend([(TILE_TRACE, 1), ("TRACE_FIRST", TRACE_FIRST as i64), ("TRACE_TILES", TRACE_TILES as i64)]);
         }
-        kernels::compile_source(file, source, k.headers, arch, &defines)
+        defines
     }
 
     /// Loads PTX that [`TileKernel::compile`] made for this GPU, `kind` and
@@ -456,7 +484,6 @@ impl TileKernel {
                 crate::units::Bytes((smem + res.static_smem as u32) as u64)
             )));
         }
-        let per_sm = blocks_per_sm.clamp(1, fits);
         let max_threads = gpu.max_threads_per_sm()? as f64;
         let resources = KernelResources {
             registers: res.registers as u32,
@@ -465,10 +492,32 @@ impl TileKernel {
             local_bytes: res.local_bytes as u32,
             max_blocks_per_sm: fits,
             occupancy: (fits * shape.threads) as f64 / max_threads,
-            blocks_per_sm: per_sm,
-            grid: gpu.fingerprint()?.sm_count * per_sm,
+            blocks_per_sm: 1,
+            grid: 0,
         };
-        Ok(TileKernel { module, kind, shape, resources, traced: false })
+        TileKernel { module: Arc::new(module), kind, shape, resources, traced: false }.relaunched(gpu, blocks_per_sm)
+    }
+
+    /// The same build (its module shared: no compile, no load) launched
+    /// with `blocks_per_sm` blocks per SM (at most what fits: asking
+    /// `u32::MAX` takes as many as fit), the grid the SMs times that.
+    pub fn relaunched(&self, gpu: &Gpu, blocks_per_sm: u32) -> Result<TileKernel> {
+        let per_sm = blocks_per_sm.clamp(1, self.resources.max_blocks_per_sm.max(1));
+        let resources = KernelResources { blocks_per_sm: per_sm, grid: gpu.fingerprint()?.sm_count * per_sm, ..self.resources };
+        Ok(TileKernel { module: Arc::clone(&self.module), kind: self.kind, shape: self.shape, resources, traced: self.traced })
+    }
+
+    /// Whether it was built with -DTILE_TRACE ([`TileKernel::load_traced`]).
+    pub fn traced(&self) -> bool {
+        self.traced
+    }
+
+    /// Marks a kernel loaded from PTX built with -DTILE_TRACE
+    /// ([`TileKernel::defines`] with `traced`) as traced, so that
+    /// [`TileKernel::warp_trace`] may run it.
+    pub fn into_traced(mut self) -> TileKernel {
+        self.traced = true;
+        self
     }
 
     pub fn kind(&self) -> TileKind {
@@ -605,6 +654,21 @@ mod tests {
         blur_reference(&impulse, &mut out);
         assert_eq!(&out[6..15], &[1.0, 8.0, 28.0, 56.0, 70.0, 56.0, 28.0, 8.0, 1.0]);
         assert!(out[..6].iter().chain(&out[15..]).all(|&v| v == 0.0));
+    }
+
+    /// The reference spread over the cores gives the same bits as one
+    /// loop, across the chunks' edges.
+    #[test]
+    fn the_parallel_reference_is_the_serial_one_bit_for_bit() {
+        let n = 3 * (1 << 16) + 5;
+        let padded: Vec<f32> = (0..n + 2 * BLUR_RADIUS).map(|i| crate::measure::pattern::f32_at(7, i)).collect();
+        let mut out = vec![0.0f32; n];
+        blur_reference(&padded, &mut out);
+        const W: [f32; 9] = [0.003_906_25, 0.031_25, 0.109_375, 0.218_75, 0.273_437_5, 0.218_75, 0.109_375, 0.031_25, 0.003_906_25];
+        for i in [0, 1, (1 << 16) - 1, 1 << 16, (1 << 16) + 1, 2 * (1 << 16), n - 1] {
+            let want = W.iter().zip(&padded[i..i + 9]).fold(0.0f32, |acc, (&w, &x)| w.mul_add(x, acc));
+            assert_eq!(out[i].to_bits(), want.to_bits(), "output {i}");
+        }
     }
 
     #[test]

@@ -1,12 +1,18 @@
-//! Lab 7 on the GPU: each tile kernel (the plain CUDA reference among
-//! them) run over the same data through the runner, timed by CUDA events
-//! around it, verified against the CPU reference, beside the device-memory
-//! ceiling (the fastest of
-//! device-to-device copies of the input's size and larger) measured in the
-//! same run.
+//! Lab 7 on the GPU: each tile kernel (the plain CUDA reference's sweep
+//! among them) run over the same data through the runner, timed by CUDA
+//! events around it, verified against the CPU reference, beside the
+//! device-memory ceiling (the fastest of device-to-device copies of the
+//! input's size and larger) measured in the same run. One input and one
+//! output buffer serve every kernel; the CPU reference and the check of
+//! every output are spread over the host's cores.
+//!
+//! May use: `super::builds` (the kernels, built), `super::kernel`,
+//! `super::settings`, `super::results`, `gpu`, `measure`, `pipeline`
+//! (the runner's vocabulary), `present::progress`.
 
+use super::builds;
 use super::kernel::{blur_reference, TileKernel, BLUR_RADIUS};
-use super::{CopyPoint, KernelPipelineConfig, KernelPipelineResults, VariantResult, LAB};
+use super::{CopyPoint, KernelPipelineConfig, KernelPipelineResults, Variant, VariantResult, LAB};
 use crate::error::{LabError, Result};
 use crate::gpu::{DeviceBuffer, Gpu, HostBuffer, PinnedBuffer, Runner, Stream, TimelineSource};
 use crate::measure::pattern;
@@ -169,15 +175,30 @@ impl TileData {
         wrong_tile(pattern::as_f32(self.result_host.words()), &self.reference, tile, grid)
     }
 
-    /// Every output against the reference, bit for bit.
+    /// Every output against the reference, bit for bit, over the host's cores.
     fn verify(&mut self, what: &str) -> Result<()> {
         self.stream.download(&mut self.result_host, &self.output, self.n * 4)?;
         let got = pattern::as_f32(self.result_host.words());
-        match got.iter().zip(&self.reference).position(|(g, w)| g.to_bits() != w.to_bits()) {
+        match first_difference(got, &self.reference) {
             None => Ok(()),
             Some(i) => Err(LabError::wrong_data(what.to_string(), i, format!("got {}, expected {} (the CPU reference)", got[i], self.reference[i]))),
         }
     }
+}
+
+/// The first place where `got` and `want` differ bit for bit, over the
+/// host's cores: chunks of 64 Ki floats, a plain loop each (as
+/// `gpu::plan`'s check does; per element, rayon's bookkeeping would cost
+/// more than the comparison).
+pub fn first_difference(got: &[f32], want: &[f32]) -> Option<usize> {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 16;
+    let n = got.len().min(want.len());
+    got[..n]
+        .par_chunks(CHUNK)
+        .zip(want[..n].par_chunks(CHUNK))
+        .enumerate()
+        .find_map_first(|(c, (g, w))| g.iter().zip(w).position(|(a, b)| a.to_bits() != b.to_bits()).map(|k| c * CHUNK + k))
 }
 
 /// What the first wrong tile of a kernel's outputs holds: tile `tile` is
@@ -254,8 +275,7 @@ fn timed_alone<'a>(gpu: &Gpu, stream: &'a Stream, lane: &str, add: impl FnOnce(&
     p.finish()?.ops_ms()
 }
 
-/// The largest copy the ceiling sweep tries by default, MiB.
-pub const CEILING_SWEEP_MAX_MIB: usize = 4096;
+pub use super::settings::CEILING_SWEEP_MAX_MIB;
 
 /// D2D copies of twice the lab's size, then twice that, up to `max_mib`
 /// or the largest pair of buffers the free memory holds, each timed
@@ -293,39 +313,44 @@ fn ceiling_sweep(gpu: &Gpu, lab_mib: usize, max_mib: usize, repeats: usize) -> R
     Ok(points)
 }
 
-/// GB/s of useful traffic (n floats read, n written) in `ms`.
-pub fn gbps(n: usize, ms: f64) -> f64 {
-    2.0 * n as f64 * 4.0 / (ms * 1e6)
-}
+pub use super::results::gbps;
 
-/// Runs the lab: every variant compiled and loaded (those this GPU cannot
-/// run are kept with the reason), verified on fresh random input, then
-/// timed in rounds, each round a D2D copy of the input and then every
-/// kernel once (so drift of the host or the GPU's clocks hits them alike),
-/// then verified again on new input; then larger copies until the
-/// device-memory ceiling is reached (`ceiling_sweep`).
+/// Runs the lab: every variant built (each distinct build compiled once,
+/// all at once over the host's cores, and loaded once: `builds`; those
+/// this GPU cannot run are kept with the reason, as are launches of the
+/// plain reference's sweep that would repeat another), verified on fresh
+/// random input, then timed in rounds, each round a D2D copy of the input
+/// and then every kernel once (so drift of the host or the GPU's clocks
+/// hits them alike), then verified again on new input; then larger copies
+/// until the device-memory ceiling is reached (`ceiling_sweep`). The
+/// traced builds of the warp timelines are compiled with the rest.
 pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Result<KernelPipelineResults> {
     cfg.validate()?;
     let variants = cfg.variants();
-    let mut progress = Progress::new(progress, variants.len() as u64 + 6, LAB);
+    let mut progress = Progress::new(progress, variants.len() as u64 + 7, LAB);
     let mut data = TileData::new(gpu, cfg.elements())?;
-    let mut kernels = Vec::new();
-    let mut results = Vec::new();
-    for v in variants {
-        let _range = crate::gpu::trace::range(&format!("compile {}", v.name));
-        match TileKernel::load_with(gpu, v.kind, v.shape, v.vector_width, v.blocks_per_sm) {
-            Ok(k) => {
-                progress.step(&format!("{}: compiled, {} registers, {} blocks per SM", v.name, k.resources().registers, k.resources().blocks_per_sm));
-                results.push(VariantResult { variant: v, skipped: None, resources: Some(k.resources()), ms: None });
-                kernels.push(Some(k));
-            }
-            Err(LabError::Unsupported(why)) => {
-                progress.step(&format!("{}: skipped: {why}", v.name));
-                results.push(VariantResult { variant: v, skipped: Some(why), resources: None, ms: None });
-                kernels.push(None);
-            }
-            Err(e) => return Err(e),
-        }
+    // Traced builds only where block 0 gets the window (at one block per SM).
+    let sms = gpu.fingerprint()?.sm_count;
+    let to_trace: Vec<Variant> = cfg.diagram_variants().into_iter().filter(|v| builds::trace_window_fits(data.n, v.shape.tile, sms)).collect();
+    let built = {
+        let _range = crate::gpu::trace::range("compile and load every build");
+        builds::build_all(gpu, variants, &to_trace)?
+    };
+    progress.step(&format!(
+        "{} kernels and {} traced builds from {} builds, compiled by NVRTC on {} threads and loaded in {:.1} s",
+        built.results.len(),
+        built.traced.len(),
+        built.builds,
+        built.threads,
+        built.seconds
+    ));
+    let (mut results, kernels, mut traced) = (built.results, built.kernels, built.traced);
+    for r in &results {
+        progress.step(&match (&r.resources, &r.skipped) {
+            (Some(res), _) => format!("{}: {} registers, {} blocks per SM", r.variant.name, res.registers, res.blocks_per_sm),
+            (_, Some(why)) => format!("{}: skipped: {why}", r.variant.name),
+            _ => r.variant.name.clone(),
+        });
     }
     let verify_all = |data: &mut TileData, results: &[VariantResult], kernels: &[Option<TileKernel>]| -> Result<()> {
         data.refresh()?;
@@ -383,8 +408,9 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
             break;
         }
         let _range = crate::gpu::trace::range(&format!("warp timeline {}", v.name));
-        let traced = TileKernel::load_traced_with(gpu, v.kind, v.shape, v.vector_width)?;
-        warps.push(data.warp_timeline(gpu, &traced, &v.name)?);
+        let at = traced.iter().position(|(t, _)| t == v).ok_or_else(|| LabError::Kernel(format!("{}: no traced build", v.name)))?;
+        let kernel = traced.swap_remove(at).1?;
+        warps.push(data.warp_timeline(gpu, &kernel, &v.name)?);
     }
     progress.step(&match too_few {
         Some(why) => format!("warp timelines skipped: {why}"),
@@ -402,6 +428,23 @@ pub fn run(gpu: &Gpu, cfg: &KernelPipelineConfig, progress: ProgressMode) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The check over the cores finds the first difference, bit for bit
+    /// (a -0.0 for a 0.0 too), across its chunks' edges.
+    #[test]
+    fn the_first_difference_is_found_across_chunks() {
+        let want: Vec<f32> = (0..3 * (1 << 16) + 7).map(|i| i as f32).collect();
+        assert_eq!(first_difference(&want, &want), None);
+        for at in [0, (1 << 16) - 1, 1 << 16, 2 * (1 << 16) + 3, want.len() - 1] {
+            let mut got = want.clone();
+            got[at] = -got[at] - 1.0;
+            got[want.len() - 1] = 0.5;
+            assert_eq!(first_difference(&got, &want), Some(at));
+        }
+        let mut zero = vec![0.0f32; 8];
+        zero[5] = -0.0;
+        assert_eq!(first_difference(&zero, &[0.0; 8]), Some(5));
+    }
 
     /// Twelve tiles of four outputs over a grid of three blocks: the first
     /// wrong tile, its block and place, and what it holds.

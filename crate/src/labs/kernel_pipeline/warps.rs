@@ -1,6 +1,9 @@
 //! Block 0's warps as a timeline, from the stamps of a traced build
 //! (`kernels/tile_blur.cuh`), and what it shows: which tiles, how long a
 //! tile took, how each warp split its time between phases.
+//!
+//! May use: `super::kernel` (what a trace holds), `pipeline` (timelines),
+//! `measure::stats`, `present::gantt` (the phases' colours).
 
 use super::kernel::{TileKind, TileShape, WarpPhase, WarpTrace};
 use crate::measure::stats::Summary;
