@@ -11,10 +11,29 @@
 //! replay), `text` (how a time is written).
 
 use super::events::Trace;
-use super::replay::{predict, Change, Pricing, Replay};
+use super::replay::{predict, predicted_times, window_us, Change, Pricing, Replay, TracedSchedule};
 use super::text::us;
 use serde::Serialize;
 use std::fmt;
+use std::sync::Arc;
+
+/// A fix's replay on the queue model: the trace's schedule with the fix's
+/// changes, and each op's start and end, µs. Kept with its prediction, so
+/// a chart draws the replay that priced the fix rather than replaying it
+/// again.
+#[derive(Clone, Debug)]
+pub struct Replayed {
+    pub schedule: Arc<TracedSchedule>,
+    pub times: Arc<Vec<(f64, f64)>>,
+}
+
+/// A replay follows from its fix and its trace: two predictions are equal
+/// by what they predict.
+impl PartialEq for Replayed {
+    fn eq(&self, _: &Replayed) -> bool {
+        true
+    }
+}
 
 /// One fix, predicted.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -28,6 +47,9 @@ pub struct Prediction {
     pub gain: f64,
     /// What the price rests on, where a reader should know it.
     pub priced_by: Option<String>,
+    /// The replay that priced it (not in `--json`).
+    #[serde(skip)]
+    pub replayed: Replayed,
 }
 
 /// The what-if table of one trace.
@@ -59,7 +81,8 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
     for changes in fixes {
         match replay.schedule(changes, pricing) {
             Ok(ts) => {
-                let predicted_us = predict(&ts);
+                let times = predicted_times(&ts);
+                let predicted_us = window_us(&ts, &times);
                 let priced_by = changes.iter().find_map(|c| match c {
                     Change::Pinned => pricing.rates.as_ref().map(|r| format!("pinned rate from {}", r.source)),
                     Change::CudaGraph => Some(match &pricing.graph_gap_us {
@@ -68,7 +91,15 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
                     }),
                     _ => None,
                 });
-                w.predictions.push(Prediction { fix: fix_label(changes), changes: changes.clone(), predicted_us, gain: replayed_us / predicted_us, priced_by });
+                let replayed = Replayed { schedule: Arc::new(ts), times: Arc::new(times) };
+                w.predictions.push(Prediction {
+                    fix: fix_label(changes),
+                    changes: changes.clone(),
+                    predicted_us,
+                    gain: replayed_us / predicted_us,
+                    priced_by,
+                    replayed,
+                });
             }
             Err(e) => w.not_priced.push(format!("{}: {e}", fix_label(changes))),
         }

@@ -474,8 +474,13 @@ pub fn predicted_times(ts: &TracedSchedule) -> Vec<(f64, f64)> {
 /// The queue model's replay of a traced schedule: the window from the
 /// first GPU op's start to the last one's end, µs.
 pub fn predict(ts: &TracedSchedule) -> f64 {
-    let times = predicted_times(ts);
-    let gpu: Vec<(f64, f64)> = ts.traced_op.iter().zip(&times).filter(|(t, _)| t.is_some()).map(|(_, &t)| t).collect();
+    window_us(ts, &predicted_times(ts))
+}
+
+/// The window of `ts` replayed at `times` (its ops' start and end, µs):
+/// from the first GPU op's start to the last one's end.
+pub fn window_us(ts: &TracedSchedule, times: &[(f64, f64)]) -> f64 {
+    let gpu: Vec<(f64, f64)> = ts.traced_op.iter().zip(times).filter(|(t, _)| t.is_some()).map(|(_, &t)| t).collect();
     let start = gpu.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
     let end = gpu.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
     end - start

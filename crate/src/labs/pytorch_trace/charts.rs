@@ -3,9 +3,10 @@
 //! where the course has it, the traced run of the program that applies
 //! the fix. Each panel starts at its window's first GPU op.
 
-use crate::diagnose::replay::{self, Change, Pricing, Replay};
+use crate::diagnose::prediction::{Prediction, Replayed};
+use crate::diagnose::replay;
 use crate::diagnose::Trace;
-use crate::error::{LabError, Result};
+use crate::error::Result;
 use crate::measure::stats::Summary;
 use crate::pipeline::op::Lane;
 use crate::pipeline::timeline::{Span, Timeline};
@@ -56,18 +57,17 @@ pub fn traced_timeline(trace: &Trace, title: &str, untraced: Option<&Summary>) -
     }
 }
 
-/// The queue model's replay of `trace` with `changes`, priced by
-/// `pricing`: the GPU's ops on their streams (a copy stream the fix makes
-/// is a lane of its own).
-pub fn predicted_timeline(trace: &Trace, changes: &[Change], pricing: &Pricing, title: &str) -> Result<Timeline> {
-    let ts = Replay::new(trace).and_then(|r| r.schedule(changes, pricing)).map_err(LabError::schedule)?;
-    let times = replay::predicted_times(&ts);
+/// The queue model's replay of `trace` with a fix (the replay that priced
+/// it): the GPU's ops on their streams (a copy stream the fix makes is a
+/// lane of its own).
+pub fn predicted_timeline(trace: &Trace, replayed: &Replayed, title: &str) -> Timeline {
+    let (ts, times) = (&*replayed.schedule, &*replayed.times);
     let several = trace.gpus().len() > 1;
     let spans = ts
         .schedule
         .ops
         .iter()
-        .zip(&times)
+        .zip(times.iter())
         .filter_map(|(op, &(start_us, end_us))| {
             let Lane::Stream(i) = op.lane else { return None };
             let (gpu, stream) = ts.streams[i];
@@ -83,7 +83,7 @@ pub fn predicted_timeline(trace: &Trace, changes: &[Change], pricing: &Pricing, 
         })
         .collect();
     let device = trace.first_gpu_name().unwrap_or("GPU").to_string();
-    Ok(Timeline { title: title.into(), device, spans: from_zero(spans), source: "model".into(), untraced_ms: None })
+    Timeline { title: title.into(), device, spans: from_zero(spans), source: "model".into(), untraced_ms: None }
 }
 
 /// What one chart of the lab shows: a traced program and a fix.
@@ -94,9 +94,8 @@ pub struct FixChart<'a> {
     pub origin: String,
     /// The traced program, its name and its untraced runs.
     pub before: (&'a Trace, &'a str, Option<&'a Summary>),
-    /// The fix, as the what-if names it, and its changes.
-    pub fix: (&'a str, &'a [Change]),
-    pub pricing: &'a Pricing,
+    /// The fix, as the what-if predicted it.
+    pub fix: &'a Prediction,
     /// The traced program that applies the fix, its name and its untraced
     /// runs, where there is one.
     pub after: Option<(&'a Trace, &'a str, &'a Summary)>,
@@ -107,7 +106,7 @@ pub struct FixChart<'a> {
 pub fn fix_chart(c: FixChart) -> Result<Gantt> {
     let (trace, name, runs) = c.before;
     let mut panels = vec![traced_timeline(trace, &format!("{name}, traced"), runs)];
-    panels.push(predicted_timeline(trace, c.fix.1, c.pricing, &format!("{name} with {}, predicted by the queue model", c.fix.0))?);
+    panels.push(predicted_timeline(trace, &c.fix.replayed, &format!("{name} with {}, predicted by the queue model", c.fix.fix)));
     if let Some((t, after, runs)) = c.after {
         panels.push(traced_timeline(t, &format!("{after} (the program that applies it), traced"), Some(runs)));
     }

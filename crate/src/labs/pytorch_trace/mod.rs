@@ -36,7 +36,6 @@ pub mod prices;
 pub mod recording;
 pub mod run;
 
-use crate::diagnose::replay::Pricing;
 use crate::diagnose::Diagnosis;
 use crate::error::{LabError, Result};
 use crate::lab_kit::headline::HeadlineFigure;
@@ -234,13 +233,12 @@ fn headline_figures(checks: &[FixCheck]) -> Vec<HeadlineFigure> {
 /// traced program that applies that fix where there is one.
 pub fn fix_charts(r: &Recording) -> Result<Vec<Gantt>> {
     let checks = r.fix_checks()?;
-    let pricing = r.pricing();
-    r.names().into_iter().filter(|n| checks.diagnoses.contains_key(*n)).map(|before| program_chart(r, before, &pricing, checks)).collect()
+    r.names().into_iter().filter(|n| checks.diagnoses.contains_key(*n)).map(|before| program_chart(r, before, checks)).collect()
 }
 
 /// `before`'s chart ([`fix_charts`]), from its diagnosis in `checks`
 /// (made here for a program no fix starts from).
-fn program_chart(r: &Recording, before: &str, pricing: &Pricing, checks: &FixChecks) -> Result<Gantt> {
+fn program_chart(r: &Recording, before: &str, checks: &FixChecks) -> Result<Gantt> {
     let best = match checks.diagnoses.get(before) {
         Some(d) => best_fix(d)?,
         None => best_fix(&r.diagnosis(before)?)?,
@@ -257,8 +255,7 @@ fn program_chart(r: &Recording, before: &str, pricing: &Pricing, checks: &FixChe
         title: format!("Lab 10: {before}, traced, and with {} (the fix that gains most)", best.fix),
         origin: r.origin(),
         before: (&trace, before, runs.as_ref()),
-        fix: (&best.fix, &best.changes),
-        pricing,
+        fix: &best,
         after: after.as_ref().zip(after_name.as_deref()).map(|((t, u), a)| (&**t, a, u)),
     })
 }

@@ -101,7 +101,7 @@ impl TraceRun {
     /// `program`'s trace, the fix that gains most on the model, and the
     /// traced program that applies it.
     pub fn timeline_chart(&self, program: &str) -> Result<Gantt> {
-        let mut g = program_chart(&self.recording, program, &self.recording.pricing(), self.checks())?;
+        let mut g = program_chart(&self.recording, program, self.checks())?;
         g.subtitle = self.origin();
         Ok(g)
     }
@@ -125,7 +125,6 @@ impl TraceRun {
 pub struct YourTrace {
     pub trace: Trace,
     pub diagnosis: Diagnosis,
-    prices: Prices,
 }
 
 impl YourTrace {
@@ -135,9 +134,8 @@ impl YourTrace {
     pub fn open(path: impl AsRef<Path>) -> Result<YourTrace> {
         let path = path.as_ref();
         let trace = crate::diagnose::read_trace(path, &mut |_, _| {})?;
-        let prices = Prices::read(&default_data_dir());
-        let diagnosis = prices.diagnose(&trace, &display_path(path));
-        Ok(YourTrace { trace, diagnosis, prices })
+        let diagnosis = Prices::read(&default_data_dir()).diagnose(&trace, &display_path(path));
+        Ok(YourTrace { trace, diagnosis })
     }
 
     /// The trace above the fix that gains most on the model (the trace
@@ -149,8 +147,7 @@ impl YourTrace {
                 title: format!("Your trace, and with {} (the fix that gains most)", best.fix),
                 origin: self.diagnosis.file.clone(),
                 before: (&self.trace, "your program", None),
-                fix: (&best.fix, &best.changes),
-                pricing: &self.prices.for_gpu(self.trace.first_gpu_name()),
+                fix: &best,
                 after: None,
             }),
             Err(_) => Ok(Gantt::new(
