@@ -550,7 +550,7 @@ pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults
     use crate::labs::multi_gpu::measure::{AllReducePoint, BubblePoint, FourWay, PeerPoint};
     use crate::labs::multi_gpu::pipeline_parallel::{self as pp, bubble_model};
     use crate::labs::multi_gpu::reference::TorchPeer;
-    use crate::labs::multi_gpu::training::{self, Schedule};
+    use crate::labs::multi_gpu::training::{self, TrainingOrder};
     use crate::labs::multi_gpu::{all_reduce, four_way, AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults, TrainingSweep};
     use crate::pipeline::op::{Link, OpKind};
     use crate::pipeline::plan::Plan;
@@ -607,10 +607,10 @@ pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults
         points,
         timeline: predicted(pipe_plan, pipe_costs.clone(), &format!("8 micro-batches, {drawn}")),
         // Training 1 point above the model (fill-drain) and 2 (1F1B).
-        training: Schedule::ALL
+        training: TrainingOrder::ALL
             .iter()
             .zip([0.01, 0.02])
-            .map(|(&schedule, above)| {
+            .map(|(&order, above)| {
                 let points = cfg
                     .micro_batches
                     .iter()
@@ -624,8 +624,8 @@ pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults
                 for w in at.windows(2) {
                     costs.insert((OpKind::D2d(Link { from: w[1] as u8, to: w[0] as u8 }), 8), 0.05);
                 }
-                let timeline = predicted(training::plan(schedule, 8, 64, &at), costs, &format!("{}, 8 micro-batches, {drawn}", schedule.name()));
-                TrainingSweep { schedule, points, timeline }
+                let timeline = predicted(training::plan(order, 8, 64, &at), costs, &format!("{}, 8 micro-batches, {drawn}", order.name()));
+                TrainingSweep { order, points, timeline }
             })
             .collect(),
     };

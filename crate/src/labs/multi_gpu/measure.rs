@@ -7,7 +7,7 @@
 //! Nsight, which holds CUPTI, a pipeline over two GPUs has none).
 
 use super::pipeline_parallel::{self as pp, bubble, bubble_model};
-use super::training::{self, Schedule};
+use super::training::{self, TrainingOrder};
 use super::{all_reduce, four_way, peer};
 use super::{AllReduceResults, CtaSweep, MultiGpuConfig, MultiGpuResults, PipelineResults, TrainingSweep, LAB};
 use crate::error::{LabError, Result};
@@ -332,7 +332,7 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     // A step per size, PyTorch's reference, the four-way overlap, a step per
     // micro-batch count, and with two GPUs a step per bucket size.
     let buckets = if gpus.len() > 1 { 1 + cfg.buckets_mib.len() * cfg.nccl_ctas.len() } else { 0 };
-    let steps = cfg.sizes_mib.len() + usize::from(gpus.len() > 2) + 2 + (1 + Schedule::ALL.len()) * cfg.micro_batches.len() + buckets;
+    let steps = cfg.sizes_mib.len() + usize::from(gpus.len() > 2) + 2 + (1 + TrainingOrder::ALL.len()) * cfg.micro_batches.len() + buckets;
     let mut progress = Progress::new(mode, steps as u64, LAB);
     let _r = crate::gpu::trace::range("lab 8: several GPUs");
 
@@ -395,21 +395,21 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
         let timeline = timeline_of(&mut rig, &plan, &format!("{m} micro-batches, {on}"))?;
         let pipeline_iterations = rig.iterations;
         drop(rig);
-        // Training: forward and backward of every micro-batch, under each
-        // schedule, on a rig with a buffer for each of a stage's four.
-        let mut training = Vec::with_capacity(Schedule::ALL.len());
+        // Training: forward and backward of every micro-batch, in each
+        // order, on a rig with a buffer for each of a stage's four.
+        let mut training = Vec::with_capacity(TrainingOrder::ALL.len());
         {
             let mut rig = PlanRig::over(&gpus, n, 4 * placement.len(), 1)?;
             rig.iterations = pipeline_iterations;
-            for schedule in Schedule::ALL {
+            for order in TrainingOrder::ALL {
                 let mut points = Vec::with_capacity(cfg.micro_batches.len());
                 for &m in &cfg.micro_batches {
-                    points.push(plan_bubble(&mut rig, &training::plan(schedule, m, n, &placement), placement.len(), m, cfg.repeats)?);
-                    progress.step(&format!("{}, {m} micro-batches", schedule.name()));
+                    points.push(plan_bubble(&mut rig, &training::plan(order, m, n, &placement), placement.len(), m, cfg.repeats)?);
+                    progress.step(&format!("{}, {m} micro-batches", order.name()));
                 }
                 let m = PipelineResults::drawn(&cfg.micro_batches);
-                let timeline = timeline_of(&mut rig, &training::plan(schedule, m, n, &placement), &format!("{}, {m} micro-batches, {on}", schedule.name()))?;
-                training.push(TrainingSweep { schedule, points, timeline });
+                let timeline = timeline_of(&mut rig, &training::plan(order, m, n, &placement), &format!("{}, {m} micro-batches, {on}", order.name()))?;
+                training.push(TrainingSweep { order, points, timeline });
             }
         }
         PipelineResults { stages: placement.len(), iterations: pipeline_iterations, stage_ms, points, timeline, training }

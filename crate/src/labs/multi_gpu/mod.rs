@@ -298,16 +298,18 @@ pub struct PipelineResults {
     pub points: Vec<BubblePoint>,
     /// One run at [`PipelineResults::drawn`] micro-batches.
     pub timeline: Option<Timeline>,
-    /// Training, forward and backward, under each schedule (none in
+    /// Training, forward and backward, in each order (none in
     /// recordings made before the lab had them).
     #[serde(default)]
     pub training: Vec<TrainingSweep>,
 }
 
-/// One training schedule's bubble by micro-batches.
+/// One training order's bubble by micro-batches.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainingSweep {
-    pub schedule: training::Schedule,
+    /// Recorded as `schedule`, the literature's word for it.
+    #[serde(rename = "schedule")]
+    pub order: training::TrainingOrder,
     pub points: Vec<BubblePoint>,
     /// One run at [`PipelineResults::drawn`] micro-batches.
     pub timeline: Option<Timeline>,
@@ -637,7 +639,7 @@ impl MultiGpuResults {
         out
     }
 
-    /// Training under each schedule: the bubble beside the model and the
+    /// Training in each order: the bubble beside the model and the
     /// activations each stage keeps.
     fn training_lines(&self) -> String {
         let p = &self.pipeline;
@@ -652,7 +654,7 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
         );
         out += &format!("  {:>13}", "micro-batches");
         for t in &p.training {
-            out += &format!(" {:>26} {:>7}", t.schedule.name(), "diff");
+            out += &format!(" {:>26} {:>7}", t.order.name(), "diff");
         }
         out += &format!(
             " {:>10}   activations kept by stage 0..{}
@@ -673,7 +675,7 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
             let kept: Vec<String> = p
                 .training
                 .iter()
-                .map(|t| format!("{} {}", t.schedule.name(), self.kept(t.schedule, m).iter().map(|b| Bytes(*b).to_string()).collect::<Vec<_>>().join(", ")))
+                .map(|t| format!("{} {}", t.order.name(), self.kept(t.order, m).iter().map(|b| Bytes(*b).to_string()).collect::<Vec<_>>().join(", ")))
                 .collect();
             out += &format!(" {:>10}   {}\n", pct(pipeline_parallel::bubble_model(p.stages, m)), kept.join("; "));
         }
@@ -684,11 +686,11 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
         out
     }
 
-    /// The activation bytes each stage keeps under `schedule` at `m`
+    /// The activation bytes each stage keeps under `order` at `m`
     /// micro-batches of the pipeline's data.
-    pub fn kept(&self, schedule: training::Schedule, m: usize) -> Vec<u64> {
+    pub fn kept(&self, order: training::TrainingOrder, m: usize) -> Vec<u64> {
         let per = training::micro_batch_elements(self.config.pipeline_mib << 18, m) as u64 * 4;
-        (0..self.pipeline.stages).map(|s| training::kept_slots(schedule, self.pipeline.stages, s, m) as u64 * per).collect()
+        (0..self.pipeline.stages).map(|s| training::kept_slots(order, self.pipeline.stages, s, m) as u64 * per).collect()
     }
 
     fn all_reduce_lines(&self) -> String {
