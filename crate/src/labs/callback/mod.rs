@@ -23,6 +23,7 @@ pub mod exercise;
 pub mod kernel;
 pub mod measure;
 pub mod model;
+pub mod op;
 pub mod order;
 pub mod rig;
 pub mod score_loop;
