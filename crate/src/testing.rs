@@ -547,11 +547,13 @@ pub fn multi_gpu_results(two: bool) -> crate::labs::multi_gpu::MultiGpuResults {
 pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults {
     let two = n > 1;
     use crate::gpu::topology::{GpuSummary, LinkKind, PeerPath, Topology};
-    use crate::labs::multi_gpu::measure::{AllReducePoint, BubblePoint, FourWay, PeerPoint};
     use crate::labs::multi_gpu::pipeline_parallel::{self as pp, bubble_model};
     use crate::labs::multi_gpu::reference::TorchPeer;
     use crate::labs::multi_gpu::training::{self, TrainingOrder};
-    use crate::labs::multi_gpu::{all_reduce, four_way, AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults, TrainingSweep};
+    use crate::labs::multi_gpu::{
+        all_reduce, four_way, AllReducePoint, AllReduceResults, BubblePoint, FourWay, MultiGpuConfig, MultiGpuResults, PeerPoint, PipelineResults,
+        TrainingSweep,
+    };
     use crate::pipeline::op::{Link, OpKind};
     use crate::pipeline::plan::Plan;
     let cfg = MultiGpuConfig { no_reference: !two, ..MultiGpuConfig::quick() };
@@ -672,7 +674,7 @@ pub fn multi_gpu_results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults
         gpus: (0..n).collect(),
         peer,
         // Every link at 300 GB/s alone, 290 with all of them busy.
-        ring: (n > 2).then(|| crate::labs::multi_gpu::measure::RingPoint { bytes: 64 << 20, per_link: flat(290.0), alone: vec![flat(300.0); n] }),
+        ring: (n > 2).then(|| crate::labs::multi_gpu::RingPoint { bytes: 64 << 20, per_link: flat(290.0), alone: vec![flat(300.0); n] }),
         torch,
         four_way_timeline: predicted(four_way::plan(64, to as usize, 1, &[]), four_costs, "one round of the four at once"),
         four_way: four_way_result,

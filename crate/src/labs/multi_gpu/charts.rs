@@ -2,7 +2,8 @@
 //! micro-batches, the all-reduce against bucket size, and three timelines
 //! (a lane per GPU's stream); and the report files made from them.
 
-use super::{MultiGpuResults, PipelineResults, LAB};
+use super::config::LAB;
+use super::results::{AllReducePoint, MultiGpuResults, PeerPoint, PipelineResults};
 use crate::error::Result;
 use crate::pipeline::op::{Link, OpKind};
 use crate::pipeline::timeline::Timeline;
@@ -17,7 +18,7 @@ impl MultiGpuResults {
     /// GB/s against size: one way, both ways, staged through host memory,
     /// the host link's upload, and PyTorch's copies at the largest size.
     pub fn peer_chart(&self, origin: &str) -> Figure {
-        let line = |label: &str, color, dashed, f: &dyn Fn(&super::PeerPoint) -> f64| Series {
+        let line = |label: &str, color, dashed, f: &dyn Fn(&PeerPoint) -> f64| Series {
             label: label.into(),
             color,
             dashed,
@@ -98,7 +99,7 @@ impl MultiGpuResults {
     /// all-reduce was skipped.
     pub fn all_reduce_chart(&self, origin: &str) -> Option<Figure> {
         let a = self.all_reduce.as_ref().ok()?;
-        let by = |f: &dyn Fn(&super::AllReducePoint) -> f64| a.points.iter().map(|p| (p.bucket_bytes as f64, f(p))).collect::<Vec<_>>();
+        let by = |f: &dyn Fn(&AllReducePoint) -> f64| a.points.iter().map(|p| (p.bucket_bytes as f64, f(p))).collect::<Vec<_>>();
         let color = kind_color(OpKind::AllReduce(2));
         // Hidden by bucket under each CTA setting (NCCL's own choice first).
         let palette = [color, kind_color(OpKind::H2d), kind_color(OpKind::D2h), kind_color(OpKind::Kernel), BLACK];
