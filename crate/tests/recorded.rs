@@ -563,7 +563,7 @@ fn lab8_recordings_load_and_the_exercise_is_judged_on_them() {
         // NCCL's bus bandwidth at least 95% of PyTorch's at 64 MiB and up;
         // on four GPUs or more, at least 90% hidden at the setting chosen.
         if r.several_gpus() {
-            let sweeps = std::iter::once(("forward only", &r.pipeline.points)).chain(r.pipeline.training.iter().map(|t| (t.schedule.name(), &t.points)));
+            let sweeps = std::iter::once(("forward only", &r.pipeline.points)).chain(r.pipeline.training.iter().map(|t| (t.order.name(), &t.points)));
             for (what, points) in sweeps {
                 for b in points {
                     let m = b.measured.as_ref().unwrap_or_else(|| panic!("{at}: {what} at {} has no timeline", b.micro_batches));

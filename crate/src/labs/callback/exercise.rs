@@ -7,8 +7,9 @@
 //! or too little overlap.
 
 use super::model::{ModelCosts, ModelRun};
+use super::op::ArgminOn;
 use super::rig::CallbackRig;
-use super::score_loop::{ArgminOn, Sent};
+use super::score_loop::Sent;
 use super::{bound_ms, serial_ms, CallbackConfig, CallbackResults, On, ScoreLoop};
 use crate::error::{LabError, Result};
 use crate::gpu::Gpu;

@@ -1,8 +1,8 @@
 //! Runs lab 4 on a GPU: a run of the variants' loop on the rig (through a
 //! [`ScoreLoop`]), the GPU's and the CPU's costs alone, and the sweep.
 
+use super::op::ScoreOp;
 use super::rig::CallbackRig;
-use super::score_loop::ScoreOp;
 use super::slots::SlotBook;
 use super::work::{self, CallbackTask, RunState};
 use super::{CallbackConfig, CallbackResults, CostPoint, Iteration, On, ScoreLoop, Slot, Variant, VariantResult};

@@ -25,6 +25,7 @@ pub mod fixture;
 pub mod kernel;
 pub mod measure;
 pub mod model;
+pub mod op;
 pub mod order;
 pub mod rig;
 pub mod score_loop;

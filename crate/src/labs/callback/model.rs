@@ -18,7 +18,8 @@
 //! hand-off (a channel send) costs [`HAND_OFF_MS`]; issuing costs the
 //! enqueue loop nothing.
 
-use super::score_loop::{ArgminOn, Recorded, ScoreLoop, WAITER_THREAD, WORKER_THREAD};
+use super::op::ArgminOn;
+use super::score_loop::{Recorded, ScoreLoop, WAITER_THREAD, WORKER_THREAD};
 use super::work::{CALLBACK_LANE, MAIN_LANE, WAITER_LANE, WORKER_LANE};
 use super::{Iteration, On};
 use crate::error::Result;

@@ -5,7 +5,7 @@
 //! a runner.
 
 use super::kernel::{row_dot_argmin_reference, RowDotArgs, RowDotKernel};
-use super::score_loop::ScoreOp;
+use super::op::ScoreOp;
 use super::work::ScoresView;
 use super::{CallbackConfig, On};
 use crate::error::{LabError, Result};

@@ -18,6 +18,7 @@
 //! schedule's race check sees the same ops (the dry run words a race in
 //! the lab's terms, the GPU's run as the runner reports it).
 
+use super::op::{ArgminOn, ScoreOp};
 use super::order::{Reader, SlotOrder};
 use super::rig::CallbackRig;
 use super::slots::Lease;
@@ -29,7 +30,7 @@ use crate::gpu::{Event, Run, Runner};
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{EventRef, Issue, StreamRef};
 use crate::pipeline::lab_op::{LabIssue, LabOp};
-use crate::pipeline::op::{Access, Lane, Op, OpId, OpKind, StreamDecl, StreamKind};
+use crate::pipeline::op::{Lane, Op, OpId, OpKind, StreamDecl, StreamKind};
 use crate::pipeline::schedule::{Race, Schedule};
 use std::collections::HashMap;
 use std::sync::mpsc::Sender;
@@ -39,15 +40,6 @@ use std::sync::Arc;
 pub const MAIN_THREAD: usize = 0;
 pub const WORKER_THREAD: usize = 1;
 pub const WAITER_THREAD: usize = 2;
-
-/// Where an argmin ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArgminOn {
-    /// Inside a host function, on the driver's callback thread, enqueued on a stream.
-    HostFn(On),
-    Worker,
-    WaitingThread,
-}
 
 /// Where the loop sent an argmin: a place it ran, or the stream a
 /// hand-off's host function went on (a hand-off on the compute stream
@@ -61,52 +53,6 @@ pub enum Sent {
 /// A second reader asked for a slot whose job was handed out already.
 fn handed_out(slot: Slot) -> LabError {
     LabError::config(format!("slot {} holds no iteration's scores (its job was already handed out)", slot.0))
-}
-
-/// Lab 4's own operations, each written once: what it is to the schedule
-/// here ([`LabOp`]), what it does on a GPU in [`CallbackRig::enqueue`] (for
-/// [`Live`]'s [`LabOnGpu`], and for the rig's own runs).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum ScoreOp {
-    /// Query `t`'s row_dot into the slot's device scores (a kernel).
-    RowDot { t: usize, slot: Slot },
-    /// The copy of the slot's scores (iteration `t`'s) into its pinned twin.
-    D2h { t: usize, slot: Slot },
-    /// Iteration `t`'s argmin over the slot's pinned scores, where `on`
-    /// says. `unordered`: why the reader is not ordered after its D2H, if
-    /// it is not (the dry run's race check finds that race; a GPU refuses
-    /// to start a reader whose race would be real).
-    Argmin { t: usize, slot: Slot, on: ArgminOn, unordered: Option<String> },
-    /// A host function that hands iteration `t`'s argmin to the worker.
-    HandOff { t: usize, slot: Slot, unordered: Option<String> },
-}
-
-impl LabOp for ScoreOp {
-    fn kind(&self) -> OpKind {
-        match self {
-            ScoreOp::RowDot { .. } => OpKind::Kernel,
-            ScoreOp::D2h { .. } => OpKind::D2h,
-            ScoreOp::Argmin { .. } | ScoreOp::HandOff { .. } => OpKind::Host,
-        }
-    }
-    fn label(&self) -> String {
-        match self {
-            ScoreOp::RowDot { t, .. } => format!("row_dot {t}"),
-            ScoreOp::D2h { t, .. } => format!("D2H scores {t}"),
-            ScoreOp::Argmin { t, .. } => format!("argmin {t}"),
-            ScoreOp::HandOff { t, .. } => format!("hand-off {t}"),
-        }
-    }
-    /// A slot's scores as one byte each side: what the race check needs
-    /// (the keys and queries row_dot reads are never written).
-    fn accesses(&self) -> Vec<Access> {
-        match self {
-            ScoreOp::RowDot { slot, .. } => vec![Access::write(&slot.scores(false), 0, 1)],
-            ScoreOp::D2h { slot, .. } => vec![Access::read(&slot.scores(false), 0, 1), Access::write(&slot.scores(true), 0, 1)],
-            ScoreOp::Argmin { slot, .. } => vec![Access::read(&slot.scores(true), 0, 1)],
-            ScoreOp::HandOff { .. } => vec![],
-        }
-    }
 }
 
 /// Lab 4's calls of its own on the loop's thread: taking a score slot.

@@ -2,7 +2,8 @@
 //! micro-batches, the all-reduce against bucket size, and three timelines
 //! (a lane per GPU's stream); and the report files made from them.
 
-use super::{MultiGpuResults, PipelineResults, LAB};
+use super::config::LAB;
+use super::results::{AllReducePoint, MultiGpuResults, PeerPoint, PipelineResults};
 use crate::error::Result;
 use crate::pipeline::op::{Link, OpKind};
 use crate::pipeline::timeline::Timeline;
@@ -17,7 +18,7 @@ impl MultiGpuResults {
     /// GB/s against size: one way, both ways, staged through host memory,
     /// the host link's upload, and PyTorch's copies at the largest size.
     pub fn peer_chart(&self, origin: &str) -> Figure {
-        let line = |label: &str, color, dashed, f: &dyn Fn(&super::PeerPoint) -> f64| Series {
+        let line = |label: &str, color, dashed, f: &dyn Fn(&PeerPoint) -> f64| Series {
             label: label.into(),
             color,
             dashed,
@@ -69,10 +70,10 @@ impl MultiGpuResults {
             if self.several_gpus() { self.stages_placed() } else { format!("ONE GPU: {} (no model: it is for one GPU a stage)", self.stages_placed()) };
         let mut series =
             vec![Series { label: "forward only, measured (CUPTI timeline)".into(), color: kind_color(OpKind::Kernel), dashed: false, points: measured }];
-        // Training under each schedule, measured the same way.
+        // Training in each order, measured the same way.
         for (t, color) in self.pipeline.training.iter().zip([kind_color(OpKind::D2d(crate::pipeline::op::Link { from: 0, to: 1 })), kind_color(OpKind::H2d)]) {
             let points = t.points.iter().filter_map(|b| b.measured.as_ref().map(|m| (b.micro_batches as f64, 100.0 * m.median))).collect();
-            series.push(Series { label: format!("training, {} (forward and backward)", t.schedule.name()), color, dashed: false, points });
+            series.push(Series { label: format!("training, {} (forward and backward)", t.order.name()), color, dashed: false, points });
         }
         // The model only where it applies: a GPU a stage.
         if self.several_gpus() {
@@ -98,7 +99,7 @@ impl MultiGpuResults {
     /// all-reduce was skipped.
     pub fn all_reduce_chart(&self, origin: &str) -> Option<Figure> {
         let a = self.all_reduce.as_ref().ok()?;
-        let by = |f: &dyn Fn(&super::AllReducePoint) -> f64| a.points.iter().map(|p| (p.bucket_bytes as f64, f(p))).collect::<Vec<_>>();
+        let by = |f: &dyn Fn(&AllReducePoint) -> f64| a.points.iter().map(|p| (p.bucket_bytes as f64, f(p))).collect::<Vec<_>>();
         let color = kind_color(OpKind::AllReduce(2));
         // Hidden by bucket under each CTA setting (NCCL's own choice first).
         let palette = [color, kind_color(OpKind::H2d), kind_color(OpKind::D2h), kind_color(OpKind::Kernel), BLACK];
@@ -184,7 +185,7 @@ impl MultiGpuResults {
         Some(self.gantt("pipeline", &format!("Lab 8: {} stages over {m} micro-batches, ordered by events", self.pipeline.stages), origin, t))
     }
 
-    /// One training run under 1F1B (the last schedule swept).
+    /// One training run under 1F1B (the last order swept).
     pub fn training_gantt(&self, origin: &str) -> Option<Gantt> {
         let m = PipelineResults::drawn(&self.config.micro_batches);
         let t = self.pipeline.training.last()?;
@@ -192,7 +193,7 @@ impl MultiGpuResults {
         if let Some(p) = t.points.iter().find(|p| p.micro_batches == m) {
             tl = tl.illustrating(p.total_ms.median);
         }
-        Some(self.gantt("training", &format!("Lab 8: training, {}, {} stages over {m} micro-batches", t.schedule.name(), self.pipeline.stages), origin, tl))
+        Some(self.gantt("training", &format!("Lab 8: training, {}, {} stages over {m} micro-batches", t.order.name(), self.pipeline.stages), origin, tl))
     }
 
     /// One overlapped training step.

@@ -11,9 +11,10 @@
 //! on another GPU's stream, and a bubble larger than the pipeline's own.
 //! The pipeline has a stage per GPU: two on a pair, four on four.
 
+use super::config::MultiGpuConfig;
 use super::measure::{open_gpus, pipeline_rig};
 use super::pipeline_parallel::{bubble, bubble_model, events_only, placement, plan_over, stage_label, Loop};
-use super::{MultiGpuConfig, MultiGpuResults};
+use super::results::MultiGpuResults;
 use crate::gpu::topology::Topology;
 use crate::gpu::{Gpu, PlanRig, TimelineSource};
 use crate::lab_kit::check::{pct, CheckReport};

@@ -26,11 +26,13 @@ pub fn results_two_or_one(two: bool) -> crate::labs::multi_gpu::MultiGpuResults 
 pub fn results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults {
     let two = n > 1;
     use crate::gpu::topology::{GpuSummary, LinkKind, PeerPath, Topology};
-    use crate::labs::multi_gpu::measure::{AllReducePoint, BubblePoint, FourWay, PeerPoint};
     use crate::labs::multi_gpu::pipeline_parallel::{self as pp, bubble_model};
     use crate::labs::multi_gpu::reference::TorchPeer;
-    use crate::labs::multi_gpu::training::{self, Schedule};
-    use crate::labs::multi_gpu::{all_reduce, four_way, AllReduceResults, MultiGpuConfig, MultiGpuResults, PipelineResults, TrainingSweep};
+    use crate::labs::multi_gpu::training::{self, TrainingOrder};
+    use crate::labs::multi_gpu::{
+        all_reduce, four_way, AllReducePoint, AllReduceResults, BubblePoint, FourWay, MultiGpuConfig, MultiGpuResults, PeerPoint, PipelineResults,
+        TrainingSweep,
+    };
     use crate::pipeline::op::{Link, OpKind};
     use crate::pipeline::plan::Plan;
     let cfg = MultiGpuConfig { no_reference: !two, ..MultiGpuConfig::quick() };
@@ -86,10 +88,10 @@ pub fn results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults {
         points,
         timeline: predicted(pipe_plan, pipe_costs.clone(), &format!("8 micro-batches, {drawn}")),
         // Training 1 point above the model (fill-drain) and 2 (1F1B).
-        training: Schedule::ALL
+        training: TrainingOrder::ALL
             .iter()
             .zip([0.01, 0.02])
-            .map(|(&schedule, above)| {
+            .map(|(&order, above)| {
                 let points = cfg
                     .micro_batches
                     .iter()
@@ -103,8 +105,8 @@ pub fn results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults {
                 for w in at.windows(2) {
                     costs.insert((OpKind::D2d(Link { from: w[1] as u8, to: w[0] as u8 }), 8), 0.05);
                 }
-                let timeline = predicted(training::plan(schedule, 8, 64, &at), costs, &format!("{}, 8 micro-batches, {drawn}", schedule.name()));
-                TrainingSweep { schedule, points, timeline }
+                let timeline = predicted(training::plan(order, 8, 64, &at), costs, &format!("{}, 8 micro-batches, {drawn}", order.name()));
+                TrainingSweep { order, points, timeline }
             })
             .collect(),
     };
@@ -151,7 +153,7 @@ pub fn results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults {
         gpus: (0..n).collect(),
         peer,
         // Every link at 300 GB/s alone, 290 with all of them busy.
-        ring: (n > 2).then(|| crate::labs::multi_gpu::measure::RingPoint { bytes: 64 << 20, per_link: flat(290.0), alone: vec![flat(300.0); n] }),
+        ring: (n > 2).then(|| crate::labs::multi_gpu::RingPoint { bytes: 64 << 20, per_link: flat(290.0), alone: vec![flat(300.0); n] }),
         torch,
         four_way_timeline: predicted(four_way::plan(64, to as usize, 1, &[]), four_costs, "one round of the four at once"),
         four_way: four_way_result,

@@ -6,46 +6,20 @@
 //! verifiable — cancel out, and no per-op timeline is needed (under
 //! Nsight, which holds CUPTI, a pipeline over two GPUs has none).
 
+use super::config::{MultiGpuConfig, LAB};
 use super::pipeline_parallel::{self as pp, bubble, bubble_model};
-use super::training::{self, Schedule};
+use super::results::{AllReducePoint, AllReduceResults, BubblePoint, CtaSweep, FourWay, MultiGpuResults, PeerPoint, PipelineResults, RingPoint, TrainingSweep};
+use super::training::{self, TrainingOrder};
 use super::{all_reduce, four_way, peer};
-use super::{AllReduceResults, CtaSweep, MultiGpuConfig, MultiGpuResults, PipelineResults, TrainingSweep, LAB};
 use crate::error::{LabError, Result};
 use crate::gpu::topology::Topology;
 use crate::gpu::{Gpu, PlanRig, TimelineSource};
-use crate::measure::stats::{Efficiency, Summary};
+use crate::measure::stats::Summary;
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::OpKind;
 use crate::pipeline::plan::{Costs, Plan};
 use crate::pipeline::timeline::Timeline;
 use crate::present::progress::{Progress, ProgressMode};
-use serde::{Deserialize, Serialize};
-
-/// GPU-to-GPU bandwidth at one size, GB/s (10^9 bytes a second).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PeerPoint {
-    pub bytes: u64,
-    /// One way, from the pair's first GPU to its second.
-    pub one_way: Summary,
-    /// Both ways at once: the bytes that crossed in both directions per second.
-    pub both_ways: Summary,
-    /// One way, staged through pinned host memory.
-    pub staged: Summary,
-    /// The host link for comparison: uploads from pinned host memory to
-    /// the second GPU, timed the same way.
-    pub host: Summary,
-}
-
-/// Every GPU copying to the next at once, against each of those copies
-/// alone, GB/s a link.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RingPoint {
-    pub bytes: u64,
-    /// Each link's rate with every link busy.
-    pub per_link: Summary,
-    /// GPU g to GPU g+1 alone, by g.
-    pub alone: Vec<Summary>,
-}
 
 /// The ring over the rig's GPUs at `bytes` (three or more GPUs; two make
 /// [`PeerPoint::both_ways`]).
@@ -97,47 +71,6 @@ pub fn peer_point(rig: &mut PlanRig, bytes: usize, (from, to): (usize, usize), c
     })
 }
 
-/// The four-way experiment's times, ms: each op alone and the four at once
-/// (a round of each), by difference; and the bound and the serial sum of
-/// the alone times.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FourWay {
-    pub bytes: u64,
-    /// The GPU the copy goes to (0: within GPU 0).
-    pub peer: usize,
-    /// H2D, D2H, the copy to `peer`, the kernel ([`four_way::kinds`]).
-    pub alone_ms: Vec<Summary>,
-    /// The H2D and the D2H at once (one round of both): the host link's
-    /// two directions share it.
-    pub host_link_ms: Summary,
-    pub together_ms: Summary,
-}
-
-impl FourWay {
-    /// The longest alone, each at its fast end (its fastest quarter, the
-    /// rule of every bound: see [`Efficiency`]): the four at once cannot
-    /// beat it. (A median would be beaten by a lucky run of the four: the
-    /// host link's speed varies from run to run.)
-    pub fn bound_ms(&self) -> f64 {
-        self.alone_ms.iter().map(Summary::fast_end).fold(0.0, f64::max)
-    }
-    /// The bound with the host link's two directions as measured together:
-    /// the longest of (H2D and D2H at once, the copy, the kernel), each at
-    /// its fast end.
-    pub fn link_bound_ms(&self) -> f64 {
-        self.alone_ms.get(2..).unwrap_or_default().iter().map(Summary::fast_end).fold(self.host_link_ms.fast_end(), f64::max)
-    }
-    /// The four at once against [`Self::link_bound_ms`].
-    pub fn efficiency(&self) -> Efficiency {
-        let parts: Vec<&Summary> = self.alone_ms.get(2..).unwrap_or_default().iter().chain([&self.host_link_ms]).collect();
-        Efficiency::new(self.link_bound_ms(), &parts, &self.together_ms)
-    }
-    /// The alone medians summed: no overlap at all.
-    pub fn serial_ms(&self) -> f64 {
-        self.alone_ms.iter().map(|s| s.median).sum()
-    }
-}
-
 /// Measures the four-way overlap at `bytes` on the rig's GPU 0, the copy
 /// going to its GPU `peer`.
 pub fn four_way(rig: &mut PlanRig, bytes: usize, peer: usize, t: Timing) -> Result<FourWay> {
@@ -152,20 +85,6 @@ pub fn four_way(rig: &mut PlanRig, bytes: usize, peer: usize, t: Timing) -> Resu
     let host_link_ms = per_repeat_ms(rig, |k| four_way::plan(elements, peer, k, &[OpKind::H2d, OpKind::D2h]), t)?;
     let together_ms = per_repeat_ms(rig, |k| four_way::plan(elements, peer, k, &[]), t)?;
     Ok(FourWay { bytes: elements as u64 * 4, peer, alone_ms, host_link_ms, together_ms })
-}
-
-/// The pipeline at one micro-batch count: its bubble measured
-/// (from each run's timeline) beside the model's (S−1)/(M+S−1).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BubblePoint {
-    pub micro_batches: usize,
-    /// (S−1)/(M+S−1).
-    pub model: f64,
-    /// The runs' bubble fractions (`None`: no run had a timeline, as under
-    /// Nsight, which holds CUPTI).
-    pub measured: Option<Summary>,
-    /// The runs' totals, ms (CUDA events).
-    pub total_ms: Summary,
 }
 
 /// Runs the events-only loop over `micro_batches` micro-batches of
@@ -211,51 +130,6 @@ pub fn plan_bubble(rig: &mut PlanRig, plan: &Plan, stages: usize, micro_batches:
 pub fn timeline_of(rig: &mut PlanRig, plan: &Plan, title: &str) -> Result<Option<Timeline>> {
     let run = rig.run(plan, TimelineSource::best())?;
     Ok(run.full_timeline().map(|t| Timeline { title: title.into(), ..t.clone() }))
-}
-
-/// One bucket size of the gradient all-reduce, ms unless said.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AllReducePoint {
-    pub bucket_bytes: u64,
-    pub buckets: usize,
-    /// One bucket's kernel alone and its all-reduce alone (lower
-    /// quartiles, as the queue model's costs).
-    pub kernel_ms: Summary,
-    pub all_reduce_ms: Summary,
-    /// A training step by difference ([`Timing`]): summed after the
-    /// backward pass, and bucket by bucket beside it.
-    pub serial_ms: Summary,
-    pub overlapped_ms: Summary,
-    /// The queue model's overlapped step from the costs alone.
-    pub predicted_ms: f64,
-}
-
-impl AllReducePoint {
-    /// The backward pass's kernels alone: every bucket's kernel.
-    pub fn compute_ms(&self) -> f64 {
-        self.buckets as f64 * self.kernel_ms.median
-    }
-    /// Every bucket's all-reduce alone.
-    pub fn comm_ms(&self) -> f64 {
-        self.buckets as f64 * self.all_reduce_ms.median
-    }
-    /// The share of the communication the overlapped step hid: what it
-    /// saved against the serial one, over the communication alone.
-    pub fn hidden(&self) -> f64 {
-        (self.serial_ms.median - self.overlapped_ms.median) / self.comm_ms()
-    }
-    /// The most an overlapped step can hide: all but the last bucket's
-    /// sum where compute is the longer, else the compute's length (minus
-    /// the first bucket's kernel, which nothing runs beside).
-    pub fn hidden_bound(&self) -> f64 {
-        let (compute, comm) = (self.compute_ms(), self.comm_ms());
-        let exposed = if compute >= comm { self.all_reduce_ms.median } else { comm - compute + self.kernel_ms.median };
-        ((comm - exposed) / comm).clamp(0.0, 1.0)
-    }
-    /// NCCL's bus bandwidth of one bucket's all-reduce over `ranks` GPUs, GB/s.
-    pub fn bus_gbps(&self, ranks: usize) -> f64 {
-        all_reduce::bus_gbps(self.bucket_bytes as f64, self.all_reduce_ms.median, ranks)
-    }
 }
 
 /// The gradient all-reduce at one bucket size on the rig (made
@@ -332,7 +206,7 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
     // A step per size, PyTorch's reference, the four-way overlap, a step per
     // micro-batch count, and with two GPUs a step per bucket size.
     let buckets = if gpus.len() > 1 { 1 + cfg.buckets_mib.len() * cfg.nccl_ctas.len() } else { 0 };
-    let steps = cfg.sizes_mib.len() + usize::from(gpus.len() > 2) + 2 + (1 + Schedule::ALL.len()) * cfg.micro_batches.len() + buckets;
+    let steps = cfg.sizes_mib.len() + usize::from(gpus.len() > 2) + 2 + (1 + TrainingOrder::ALL.len()) * cfg.micro_batches.len() + buckets;
     let mut progress = Progress::new(mode, steps as u64, LAB);
     let _r = crate::gpu::trace::range("lab 8: several GPUs");
 
@@ -395,21 +269,21 @@ pub fn run(gpu: &Gpu, cfg: &MultiGpuConfig, mode: ProgressMode) -> Result<MultiG
         let timeline = timeline_of(&mut rig, &plan, &format!("{m} micro-batches, {on}"))?;
         let pipeline_iterations = rig.iterations;
         drop(rig);
-        // Training: forward and backward of every micro-batch, under each
-        // schedule, on a rig with a buffer for each of a stage's four.
-        let mut training = Vec::with_capacity(Schedule::ALL.len());
+        // Training: forward and backward of every micro-batch, in each
+        // order, on a rig with a buffer for each of a stage's four.
+        let mut training = Vec::with_capacity(TrainingOrder::ALL.len());
         {
             let mut rig = PlanRig::over(&gpus, n, 4 * placement.len(), 1)?;
             rig.iterations = pipeline_iterations;
-            for schedule in Schedule::ALL {
+            for order in TrainingOrder::ALL {
                 let mut points = Vec::with_capacity(cfg.micro_batches.len());
                 for &m in &cfg.micro_batches {
-                    points.push(plan_bubble(&mut rig, &training::plan(schedule, m, n, &placement), placement.len(), m, cfg.repeats)?);
-                    progress.step(&format!("{}, {m} micro-batches", schedule.name()));
+                    points.push(plan_bubble(&mut rig, &training::plan(order, m, n, &placement), placement.len(), m, cfg.repeats)?);
+                    progress.step(&format!("{}, {m} micro-batches", order.name()));
                 }
                 let m = PipelineResults::drawn(&cfg.micro_batches);
-                let timeline = timeline_of(&mut rig, &training::plan(schedule, m, n, &placement), &format!("{}, {m} micro-batches, {on}", schedule.name()))?;
-                training.push(TrainingSweep { schedule, points, timeline });
+                let timeline = timeline_of(&mut rig, &training::plan(order, m, n, &placement), &format!("{}, {m} micro-batches, {on}", order.name()))?;
+                training.push(TrainingSweep { order, points, timeline });
             }
         }
         PipelineResults { stages: placement.len(), iterations: pipeline_iterations, stage_ms, points, timeline, training }

@@ -1,8 +1,9 @@
 //! Pipeline training over S stages, one per GPU: every micro-batch goes
 //! forward through the stages and its gradient comes back, and each
 //! stage keeps a micro-batch's activation from its forward step until its
-//! backward step has read it. Two schedules of the same steps
-//! ([`Schedule`]):
+//! backward step has read it. Two orders of the same steps, what the
+//! literature calls pipeline schedules ([`TrainingOrder`]; not the
+//! happens-before record of a run, [`crate::pipeline::schedule::Schedule`]):
 //!
 //! * **fill-drain** (GPipe): every forward, then every backward. A stage
 //!   keeps all M micro-batches' activations.
@@ -38,29 +39,30 @@ use crate::pipeline::op::StreamKind;
 use crate::pipeline::plan::{Plan, StreamSpec};
 use serde::{Deserialize, Serialize};
 
-/// A pipeline training schedule.
+/// The order in which each stage runs its forward and backward steps (a
+/// pipeline schedule, in the literature's word).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Schedule {
+pub enum TrainingOrder {
     /// Every forward, then every backward (GPipe).
     FillDrain,
     /// One forward, one backward (PipeDream-Flush).
     OneForwardOneBackward,
 }
 
-impl Schedule {
-    pub const ALL: [Schedule; 2] = [Schedule::FillDrain, Schedule::OneForwardOneBackward];
+impl TrainingOrder {
+    pub const ALL: [TrainingOrder; 2] = [TrainingOrder::FillDrain, TrainingOrder::OneForwardOneBackward];
     pub fn name(self) -> &'static str {
         match self {
-            Schedule::FillDrain => "fill-drain",
-            Schedule::OneForwardOneBackward => "1F1B",
+            TrainingOrder::FillDrain => "fill-drain",
+            TrainingOrder::OneForwardOneBackward => "1F1B",
         }
     }
     /// Stage `s`'s steps, in the order its GPU runs them.
     pub fn steps(self, stages: usize, s: usize, micro_batches: usize) -> Vec<Step> {
         let m = micro_batches;
         match self {
-            Schedule::FillDrain => (0..m).map(Step::Forward).chain((0..m).map(Step::Backward)).collect(),
-            Schedule::OneForwardOneBackward => {
+            TrainingOrder::FillDrain => (0..m).map(Step::Forward).chain((0..m).map(Step::Backward)).collect(),
+            TrainingOrder::OneForwardOneBackward => {
                 let warm = (stages - 1 - s).min(m);
                 let mut v: Vec<Step> = (0..warm).map(Step::Forward).collect();
                 for j in 0..m - warm {
@@ -82,11 +84,11 @@ pub fn micro_batch_elements(elements: usize, micro_batches: usize) -> usize {
 }
 
 /// How many micro-batches' activations stage `s` keeps at once under
-/// `schedule`: the slots it needs.
-pub fn kept_slots(schedule: Schedule, stages: usize, s: usize, micro_batches: usize) -> usize {
-    match schedule {
-        Schedule::FillDrain => micro_batches,
-        Schedule::OneForwardOneBackward => (stages - s).min(micro_batches),
+/// `order`: the slots it needs.
+pub fn kept_slots(order: TrainingOrder, stages: usize, s: usize, micro_batches: usize) -> usize {
+    match order {
+        TrainingOrder::FillDrain => micro_batches,
+        TrainingOrder::OneForwardOneBackward => (stages - s).min(micro_batches),
     }
 }
 
@@ -121,19 +123,19 @@ struct StageRefs {
     grad_out: DevRef,
 }
 
-/// The training plan: `schedule` over `micro_batches` of `elements` (as
+/// The training plan: `order` over `micro_batches` of `elements` (as
 /// many as split into micro-batches of one even size),
 /// stage s on the plan's GPU `placement[s]`, each GPU with a compute
 /// stream and a stream for each direction's sends. The input is uploaded
 /// to GPU 0 first; every stage's gradients are checked on its GPU.
-pub fn plan(schedule: Schedule, micro_batches: usize, elements: usize, placement: &[usize]) -> Plan {
-    let slots = (0..placement.len().max(1)).map(|s| kept_slots(schedule, placement.len().max(1), s, micro_batches)).collect();
-    plan_keeping(schedule, micro_batches, elements, placement, slots)
+pub fn plan(order: TrainingOrder, micro_batches: usize, elements: usize, placement: &[usize]) -> Plan {
+    let slots = (0..placement.len().max(1)).map(|s| kept_slots(order, placement.len().max(1), s, micro_batches)).collect();
+    plan_keeping(order, micro_batches, elements, placement, slots)
 }
 
-/// [`plan`] with stage s keeping `slots[s]` activations (what the schedule
+/// [`plan`] with stage s keeping `slots[s]` activations (what the order
 /// needs, or fewer to show what that breaks).
-fn plan_keeping(schedule: Schedule, micro_batches: usize, elements: usize, placement: &[usize], slots: Vec<usize>) -> Plan {
+fn plan_keeping(order: TrainingOrder, micro_batches: usize, elements: usize, placement: &[usize], slots: Vec<usize>) -> Plan {
     let stages = placement.len().max(1);
     let gpu = |s: usize| placement.get(s).copied().unwrap_or(0);
     let per = micro_batch_elements(elements, micro_batches);
@@ -159,7 +161,7 @@ fn plan_keeping(schedule: Schedule, micro_batches: usize, elements: usize, place
     }
     let names: Vec<(&str, usize)> = buffers.iter().map(|(n, e, _)| (n.as_str(), *e)).collect();
     let gpus: Vec<usize> = buffers.iter().map(|b| b.2).collect();
-    Plan::new(&format!("{} over {stages} stages", schedule.name()), specs, elements, buffers.len(), move |p, r| {
+    Plan::new(&format!("{} over {stages} stages", order.name()), specs, elements, buffers.len(), move |p, r| {
         let (st, d) = (&r.streams, &r.devices);
         let mut at = 0;
         let refs: Vec<StageRefs> = (0..stages)
@@ -174,7 +176,7 @@ fn plan_keeping(schedule: Schedule, micro_batches: usize, elements: usize, place
             .collect();
         p.h2d(refs[0].forward_copy, refs[0].input, 0, r.input, 0, r.elements, UPLOAD)?;
         p.wait_for(refs[0].compute, refs[0].forward_copy)?;
-        let steps: Vec<Vec<Step>> = (0..stages).map(|s| schedule.steps(stages, s, micro_batches)).collect();
+        let steps: Vec<Vec<Step>> = (0..stages).map(|s| order.steps(stages, s, micro_batches)).collect();
         issue_in_order(p, &refs, &steps, micro_batches, r.elements)
     })
     .placed(gpus)
@@ -184,7 +186,7 @@ fn plan_keeping(schedule: Schedule, micro_batches: usize, elements: usize, place
 
 /// Issues every stage's steps, round-robin over the stages, each step once
 /// what it needs has been issued: F(s, i) the send of F(s−1, i), B(s, i)
-/// the send of B(s+1, i). A schedule where no stage can go on is an error
+/// the send of B(s+1, i). An order where no stage can go on is an error
 /// naming the steps each waits at.
 fn issue_in_order(p: &mut dyn Issue, refs: &[StageRefs], steps: &[Vec<Step>], m: usize, elements: usize) -> Result<()> {
     let stages = refs.len();
@@ -266,14 +268,14 @@ mod tests {
     #[test]
     fn one_f_one_b_fills_alternates_and_drains_and_keeps_fewer_activations() {
         use Step::{Backward as B, Forward as F};
-        let s = Schedule::OneForwardOneBackward;
+        let s = TrainingOrder::OneForwardOneBackward;
         assert_eq!(s.steps(4, 0, 4), [F(0), F(1), F(2), F(3), B(0), B(1), B(2), B(3)]);
         assert_eq!(s.steps(4, 2, 4), [F(0), F(1), B(0), F(2), B(1), F(3), B(2), B(3)]);
         assert_eq!(s.steps(4, 3, 4), [F(0), B(0), F(1), B(1), F(2), B(2), F(3), B(3)]);
         assert_eq!(s.steps(4, 0, 2), [F(0), F(1), B(0), B(1)], "fewer micro-batches than the pipe is deep");
-        assert_eq!(Schedule::FillDrain.steps(2, 1, 3), [F(0), F(1), F(2), B(0), B(1), B(2)]);
+        assert_eq!(TrainingOrder::FillDrain.steps(2, 1, 3), [F(0), F(1), F(2), B(0), B(1), B(2)]);
         assert_eq!((0..4).map(|st| kept_slots(s, 4, st, 32)).collect::<Vec<_>>(), [4, 3, 2, 1]);
-        assert_eq!(kept_slots(Schedule::FillDrain, 4, 0, 32), 32);
+        assert_eq!(kept_slots(TrainingOrder::FillDrain, 4, 0, 32), 32);
     }
 
     #[test]
@@ -281,11 +283,11 @@ mod tests {
         for stages in [2, 3, 4] {
             let at: Vec<usize> = (0..stages).collect();
             for m in [1, 2, 3, 8] {
-                for schedule in Schedule::ALL {
-                    let p = plan(schedule, m, 64, &at);
+                for order in TrainingOrder::ALL {
+                    let p = plan(order, m, 64, &at);
                     let per = (64 / m) & !1;
-                    let model = p.dry_run().unwrap_or_else(|e| panic!("{schedule:?} {stages}x{m}: {e}"));
-                    assert!(model.schedule.races().is_empty(), "{schedule:?} {stages}x{m}: {:?}", model.schedule.races());
+                    let model = p.dry_run().unwrap_or_else(|e| panic!("{order:?} {stages}x{m}: {e}"));
+                    assert!(model.schedule.races().is_empty(), "{order:?} {stages}x{m}: {:?}", model.schedule.races());
                     // Stage s's gradient: the first half of each micro-batch
                     // after s+2 kernels (the forwards to s, its backward), the
                     // second after 2S-s (down the forwards, back up the
@@ -303,7 +305,7 @@ mod tests {
                                 } else {
                                     2 * stages - s
                                 };
-                                assert_eq!(c.get(e), Provenance::Repeated(e as u32, passes as u8), "{schedule:?} {stages}x{m}, stage {s}, element {e}");
+                                assert_eq!(c.get(e), Provenance::Repeated(e as u32, passes as u8), "{order:?} {stages}x{m}, stage {s}, element {e}");
                             }
                         }
                     }
@@ -317,8 +319,8 @@ mod tests {
         // Fill-drain with 1F1B's slots: stage 0 overwrites micro-batch 0's
         // activation before its backward reads it.
         let (m, at) = (4, [0, 1]);
-        let right = plan(Schedule::FillDrain, m, 64, &at);
-        let short = plan_keeping(Schedule::FillDrain, m, 64, &at, vec![2, 1]);
+        let right = plan(TrainingOrder::FillDrain, m, 64, &at);
+        let short = plan_keeping(TrainingOrder::FillDrain, m, 64, &at, vec![2, 1]);
         let (good, bad) = (right.dry_run().unwrap(), short.dry_run().unwrap());
         assert_eq!(right.checked_cells(&good)[0].get(0), Provenance::Repeated(0, 2));
         assert_ne!(short.checked_cells(&bad)[0].get(0), Provenance::Repeated(0, 2), "micro-batch 0's kept activation was overwritten");
@@ -335,15 +337,10 @@ mod tests {
                     costs.insert((OpKind::D2d(Link { from: s as u8, to: s as u8 + 1 }), per), 0.0);
                     costs.insert((OpKind::D2d(Link { from: s as u8 + 1, to: s as u8 }), per), 0.0);
                 }
-                for schedule in Schedule::ALL {
-                    let (sched, times) = plan(schedule, m, n, &at).predict(Machine::engines(2), &costs).unwrap();
+                for order in TrainingOrder::ALL {
+                    let (sched, times) = plan(order, m, n, &at).predict(Machine::engines(2), &costs).unwrap();
                     let b = bubble(&sched, &times).unwrap();
-                    assert!(
-                        (b.fraction() - bubble_model(stages, m)).abs() < 1e-9,
-                        "{schedule:?} {stages}x{m}: {} vs {}",
-                        b.fraction(),
-                        bubble_model(stages, m)
-                    );
+                    assert!((b.fraction() - bubble_model(stages, m)).abs() < 1e-9, "{order:?} {stages}x{m}: {} vs {}", b.fraction(), bubble_model(stages, m));
                 }
             }
         }
