@@ -68,7 +68,8 @@ pub struct VariantResult {
     /// overlap: a bound that knows the bidirectional ceiling).
     #[serde(default)]
     pub bound_ms: Option<f64>,
-    /// One run's timeline (the last).
+    /// The drawn run's timeline: of its traced runs, the one nearest the
+    /// untraced median.
     pub timeline: Timeline,
     pub predicted: Timeline,
 }
@@ -249,7 +250,10 @@ impl Experiment {
 /// A variant's traced runs (the drawn timeline, and the watched op's end
 /// on every run when the experiment watches one), timed by `source`, the
 /// experiment's one clock ([`Experiment::clock`]), and its prediction;
-/// `totals` are its untraced runs' times.
+/// `totals` are its untraced runs' times. Of its traced runs (at least
+/// [`TRACED_RUNS`]) the one drawn is the one whose makespan is nearest the
+/// untraced median: a drawn run stands for the runs its table ranks, so a
+/// slow or fast stray is not the one drawn.
 #[allow(clippy::too_many_arguments)]
 pub fn variant(
     rig: &mut PlanRig,
@@ -262,9 +266,11 @@ pub fn variant(
     costs: &Costs,
     reps: usize,
 ) -> Result<VariantResult> {
+    let total_ms = Summary::of(totals)?;
     let mut watched = Vec::new();
-    let mut last = None;
-    for _ in 0..if e.watch.is_some() { reps } else { 1 } {
+    let mut nearest: Option<Timeline> = None;
+    let off = |t: &Timeline| (t.makespan_us() / 1e3 - total_ms.median).abs();
+    for _ in 0..if e.watch.is_some() { reps.max(TRACED_RUNS) } else { TRACED_RUNS } {
         let run = rig.run_modelled(plan, model, source)?;
         let tl = run.timeline.ok_or_else(|| LabError::config("a traced run left no timeline"))?;
         if let Some(label) = e.watch {
@@ -272,14 +278,16 @@ pub fn variant(
                 watched.push(s.end_us / 1e3);
             }
         }
-        last = Some(tl);
+        if nearest.as_ref().is_none_or(|n| off(&tl) < off(n)) {
+            nearest = Some(tl);
+        }
     }
-    let timeline = last.ok_or_else(|| LabError::config("no traced run"))?;
+    let timeline = nearest.ok_or_else(|| LabError::config("no traced run"))?;
     let p = plan.prediction(model, machine, costs)?;
     let watched_model_ms = e.watch.and_then(|label| p.end_of(&model.schedule, label));
     Ok(VariantResult {
         name: plan.name.clone(),
-        total_ms: Summary::of(totals)?,
+        total_ms,
         model_ms: p.total_ms,
         watched_ms: if watched.is_empty() { None } else { Some(Summary::of(&watched)?) },
         watched_model_ms,
@@ -288,6 +296,10 @@ pub fn variant(
         predicted: p.timeline,
     })
 }
+
+/// Traced runs of each variant, of which the one nearest its untraced
+/// median is drawn.
+pub const TRACED_RUNS: usize = 3;
 
 /// Each variant's untraced runs, interleaved: the variants take turns, so
 /// a slow phase of the host (a share of runs can read far slower for a

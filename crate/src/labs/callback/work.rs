@@ -192,12 +192,13 @@ impl RunState {
         let (t, view) = (lease.iteration, self.views[lease.slot]);
         let before = view.stamp();
         let work_start = Instant::now();
-        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // A panic is recorded below as this iteration's failure, and printed nowhere else.
+        let found = crate::error::catch_quietly(|| {
             if self.panic_at == Some(t) {
                 panic!("injected failure in the argmin of iteration {t}");
             }
             view.heavy_argmin(self.passes)
-        }));
+        });
         self.argmin_ns[t].store(work_start.elapsed().as_nanos() as u64, Ordering::Release);
         let (after, current) = (view.stamp(), self.book.is_current(&lease));
         let slot = lease.slot;
@@ -215,7 +216,7 @@ impl RunState {
                 self.error(format!("slot {slot} was overwritten while iteration {t} read it (stamp {after:#x}): the slot was reused too early"))
             }
             Ok(Err(why)) => self.error(format!("iteration {t}: {why}")),
-            Err(p) => self.error(format!("the argmin of iteration {t} panicked: {}", panic_message(&*p))),
+            Err(p) => self.error(format!("the argmin of iteration {t} panicked: {p}")),
             Ok(Ok(i)) => self.results[t].store(i, Ordering::Release),
         }
         if let Err(e) = self.book.give_back(lease) {
@@ -336,8 +337,8 @@ impl Worker {
                         state.argmin(job, lane, "worker_argmin");
                     }
                 });
-                if let Err(p) = std::panic::catch_unwind(body) {
-                    let msg = format!("the {thread_name} thread panicked: {}", panic_message(&*p));
+                if let Err(p) = crate::error::catch_quietly(body) {
+                    let msg = format!("the {thread_name} thread panicked: {p}");
                     state.error(msg.clone());
                     // Wake the enqueue loop instead of letting it wait for slots forever.
                     book.fail(msg);
