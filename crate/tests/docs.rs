@@ -476,3 +476,32 @@ fn notebook_00_shows_every_lab_of_the_table() {
     let setup = output("course::setup_report()");
     assert!(!setup.lines().any(|l| l.starts_with("[ ok ]") && l.contains("not found")), "{setup}");
 }
+
+/// MAINTAINERS' "Adding a lab" names every field of the lab table's entry
+/// (what a lab gives the tools), and LABS.md has each lab's section, in
+/// course order, with its command, its notebook and its headline table:
+/// the docs are held to the table.
+#[test]
+fn adding_a_lab_and_labs_md_are_held_to_the_table() {
+    let maintainers = doc("MAINTAINERS.md");
+    let adding = maintainers.split("## Adding a lab").nth(1).and_then(|s| s.split("\n## ").next()).expect("MAINTAINERS.md has \"## Adding a lab\"");
+    let table = std::fs::read_to_string(repo_root().join("crate/src/lab_kit/table.rs")).unwrap();
+    let entry = table.split("pub struct Entry<").nth(1).and_then(|s| s.split("\n}").next()).expect("lab_kit::Entry");
+    let fields: Vec<&str> =
+        entry.lines().filter_map(|l| l.trim().strip_prefix("pub ")).filter_map(|l| l.split(':').next()).filter(|f| !f.contains(' ')).collect();
+    assert!(fields.len() >= 15, "{fields:?}");
+    for f in &fields {
+        assert!(adding.contains(&format!("`{f}`")), "MAINTAINERS' \"Adding a lab\" does not name the entry's `{f}`");
+    }
+    let labs = doc("LABS.md");
+    let mut at = 0;
+    for lab in overlap_lab::labs::ALL.iter() {
+        let heading = format!("\n## Lab {}: ", lab.number());
+        let start = labs[at..].find(&heading).map(|i| at + i).unwrap_or_else(|| panic!("LABS.md has no section {heading:?} after the lab before it"));
+        let section = labs[start + 1..].split("\n## ").next().unwrap();
+        for must in [format!("`overlap-lab {}`", lab.name()), format!("`{}`", lab.notebook()), format!("<!-- headline:{} -->", lab.name())] {
+            assert!(section.contains(&must), "LABS.md's lab {} section lacks {must}", lab.number());
+        }
+        at = start + 1;
+    }
+}

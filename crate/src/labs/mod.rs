@@ -1,40 +1,43 @@
-//! The labs: one folder per lab, each listed once in [`ALL`] through its
-//! table entry (`lab_kit::Entry`). A lab keeps what is its own: its plans
-//! and runs (`measure`), its closed forms (`model`), its exercise and
-//! checker (`exercise`), its charts, its settings, its record type and its
-//! table entry. What every lab is made of is in `lab_kit`.
+//! The labs: one folder per lab, each listed once in the lab table
+//! ([`ALL`], one line each in `lab_table!`) through its entry
+//! (`lab_kit::Entry`). A lab keeps what is its own: its plans and runs
+//! (`measure`), its closed forms (`model`), its exercise, checker and
+//! examples (`exercise`), its charts, its settings, its record type, its
+//! fixture (`fixture`: results made up for tests) and its table entry,
+//! which names its glossary words. What every lab is made of is in
+//! `lab_kit`.
 //!
 //! May use: the safe types of `gpu` (never `gpu::driver`), `pipeline`,
-//! `measure`, `present`, `units` and `lab_kit`; lab 10 (`pytorch_trace`)
-//! also `diagnose`, the trace reader it teaches with, and lab 1's recorded
-//! link rates (`bandwidth::recorded_link_rates`), which price its fixes.
+//! `measure`, `present`, `units`, `lab_kit` and `testing` (fixtures);
+//! lab 10 (`pytorch_trace`) also `diagnose`, the trace reader it teaches
+//! with, and lab 1's results, whose recorded link rates price its fixes
+//! (`pytorch_trace::prices`).
 
-pub mod bandwidth;
-pub mod callback;
-pub mod double_buffer;
-pub mod kernel_pipeline;
-pub mod memory;
-pub mod multi_gpu;
-pub mod offload;
-pub mod overlap;
-pub mod pytorch_trace;
-pub mod streams;
+/// The lab table: each lab once, in course order, by its module's name.
+/// A line here declares the lab's module and puts its entry (`<lab>::ENTRY`)
+/// in [`ALL`], from which everything the tools know of a lab is derived.
+macro_rules! lab_table {
+    ($($lab:ident),* $(,)?) => {
+        $(pub mod $lab;)*
+        /// Every lab, in course order.
+        pub static ALL: &[&dyn Lab] = &[$(&$lab::ENTRY),*];
+    };
+}
+
+lab_table! {
+    bandwidth,
+    overlap,
+    double_buffer,
+    callback,
+    streams,
+    memory,
+    kernel_pipeline,
+    multi_gpu,
+    offload,
+    pytorch_trace,
+}
 
 use crate::lab_kit::Lab;
-
-/// Every lab, in course order.
-pub static ALL: [&dyn Lab; 10] = [
-    &bandwidth::ENTRY,
-    &overlap::ENTRY,
-    &double_buffer::ENTRY,
-    &callback::ENTRY,
-    &streams::ENTRY,
-    &memory::ENTRY,
-    &kernel_pipeline::ENTRY,
-    &multi_gpu::ENTRY,
-    &offload::ENTRY,
-    &pytorch_trace::ENTRY,
-];
 
 /// Every kernel of `kernels/`: the pipelines' compute kernel and each
 /// lab's own, in course order.

@@ -3,9 +3,10 @@
 //! not: [`Build`]), and kernels that differ only in their launch (blocks
 //! per SM) share one. The distinct builds are compiled at once, spread
 //! over the host's cores (NVRTC is thread-safe, each build its own
-//! program; no CUDA call is made off the calling thread), each loaded
-//! once on the GPU as soon as it is compiled (while the others compile),
-//! and every kernel of it is a launch of that module
+//! program), and each is loaded once, on the thread that compiled it, as
+//! soon as it is compiled (loading is the driver's own compile of the PTX
+//! to the GPU's code, as long again), and every kernel of it is a launch
+//! of that module
 //! ([`TileKernel::relaunched`]). A launch of the plain CUDA
 //! reference's sweep that would repeat another is skipped, saying why
 //! ([`yardstick_skip`]).
@@ -65,18 +66,31 @@ pub fn compile_threads(jobs: usize) -> usize {
 /// hands each job's PTX or error to `done` on the calling thread as it
 /// comes (so a build can be loaded while others still compile): the
 /// compile threads make no CUDA call.
-pub fn compile_each(jobs: &[(Build, &'static str)], threads: usize, mut done: impl FnMut(usize, Result<String>)) {
+pub fn compile_each(jobs: &[(Build, &'static str)], threads: usize, done: impl FnMut(usize, Result<String>)) {
+    compile_then(jobs, threads, |_, ptx| ptx, done)
+}
+
+/// [`compile_each`] with `then` applied to each job's PTX on the thread
+/// that compiled it (loading it there: the driver compiles PTX to the
+/// GPU's code as it loads a module, a second compile worth spreading over
+/// the cores), its result handed to `done` on the calling thread.
+pub fn compile_then<T: Send>(
+    jobs: &[(Build, &'static str)],
+    threads: usize,
+    then: impl Fn(usize, Result<String>) -> T + Sync,
+    mut done: impl FnMut(usize, T),
+) {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
         for _ in 0..threads.max(1) {
-            let (tx, next) = (tx.clone(), &next);
+            let (tx, next, then) = (tx.clone(), &next, &then);
             scope.spawn(move || loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some((b, arch)) = jobs.get(i) else { break };
                 let k = b.kind.source();
                 let ptx = kernels::compile_source(k.file, k.source, k.headers, arch, &TileKernel::defines(b.shape, b.vec, b.traced));
-                if tx.send((i, ptx)).is_err() {
+                if tx.send((i, then(i, ptx))).is_err() {
                     break;
                 }
             });
@@ -154,13 +168,14 @@ pub fn build_all(gpu: &Gpu, variants: Vec<Variant>, traced: &[Variant]) -> Resul
     let jobs: Vec<(Build, &'static str)> = builds.iter().zip(&checked).filter_map(|(b, c)| c.as_ref().ok().map(|arch| (*b, *arch))).collect();
     let threads = compile_threads(jobs.len());
     // Each build loaded once (untraced at one block per SM; relaunched per
-    // variant), on this thread, as soon as it is compiled.
+    // variant), on the thread that compiled it, as soon as it is compiled.
     let mut by_job: Vec<Option<Result<TileKernel>>> = jobs.iter().map(|_| None).collect();
-    compile_each(&jobs, threads, |i, ptx| {
+    let load = |i: usize, ptx: Result<String>| {
         let b = jobs[i].0;
         let _range = crate::gpu::trace::range(&format!("load {:?} {:?}{}", b.kind, b.shape, if b.traced { " traced" } else { "" }));
-        by_job[i] = Some(ptx.and_then(|ptx| TileKernel::from_ptx(gpu, b.kind, &ptx, b.shape, 1)).map(|k| if b.traced { k.into_traced() } else { k }));
-    });
+        ptx.and_then(|ptx| TileKernel::from_ptx(gpu, b.kind, &ptx, b.shape, 1)).map(|k| if b.traced { k.into_traced() } else { k })
+    };
+    compile_then(&jobs, threads, load, |i, kernel| by_job[i] = Some(kernel));
     let mut by_job = by_job.into_iter();
     let mut loaded: Vec<(Build, Result<TileKernel>)> = Vec::with_capacity(builds.len());
     for (b, check) in builds.iter().zip(checked) {

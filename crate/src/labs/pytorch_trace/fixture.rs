@@ -84,6 +84,12 @@ pub struct Builder {
     ops: Vec<(f64, f64, String, u64)>,
 }
 
+impl Default for Builder {
+    fn default() -> Builder {
+        Builder::new()
+    }
+}
+
 impl Builder {
     pub fn new() -> Builder {
         let mut events = vec![

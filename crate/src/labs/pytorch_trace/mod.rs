@@ -132,7 +132,7 @@ pub static ENTRY: crate::lab_kit::Entry<TraceSettings, Recording, Recording> = c
     ],
     about: "Lab 10: trace the course's PyTorch programs (PyTorch needed), diagnose each trace, and set each fix predicted from a trace beside the program that applies it",
     measure: run::measure,
-    tables: tables,
+    tables,
     figures: |rec, out, _| {
         let mut files = Vec::new();
         for chart in fix_charts(rec)? {
