@@ -164,3 +164,47 @@ pub fn experiment_as_modelled(e: &Experiment, facts: MachineFacts, machine: Mach
         .collect::<crate::Result<Vec<_>>>()?;
     Ok(ExperimentResult::new(e, variants, facts, costs))
 }
+
+/// A live checker's report on an answer whose verdict rests on time:
+/// printed, saying it timed the answer (its timing note holds `timed`), and
+/// holding no problem but a timing verdict (each problem starts with one of
+/// `timing`). Tests assert no timing: whether the answer was fast enough is
+/// the checker's to say on the GPU (and its timing verdicts are tested on
+/// the queue model with recorded costs); what a test asserts is that the
+/// answer ran verified and nothing else was found wrong with it.
+pub fn judged_only_on_time(rep: &crate::lab_kit::check::CheckReport, timed: &str, timing: &[&str]) {
+    println!("{rep}");
+    let text = rep.to_string();
+    assert!(text.contains(timed), "the checker did not time the answer (no '{timed}'): {text}");
+    let other: Vec<&str> = rep.problems().filter(|p| !timing.iter().any(|t| p.starts_with(t))).collect();
+    assert!(other.is_empty(), "found wrong beyond its time: {other:?}\n{text}");
+}
+
+/// For GPU tests: every GPU of this machine, opened. Fails where the run
+/// asks for more GPUs than there are (`OVERLAP_LAB_REQUIRE_GPU=2`), so on a
+/// machine meant to have two no test passes by pairing GPU 0 with itself.
+pub fn all_gpus() -> Vec<crate::gpu::Gpu> {
+    let n = crate::gpu::topology::Topology::discover().unwrap().gpus.len();
+    let wanted = gpus_required();
+    assert!(n >= wanted, "{} asks for {wanted} GPUs; this machine has {n}", REQUIRE_GPU_ENV);
+    println!("{n} GPU(s) here; pairs run GPU 0 with GPU {}; the pipeline has a stage on each", usize::from(n > 1));
+    (0..n).map(|i| crate::gpu::Gpu::open(i).unwrap()).collect()
+}
+
+/// For recorded-data tests: held alone by a test that times checks, and
+/// shared by those that keep the cores busy (rendering, the queue model
+/// over whole recordings), so that its times are not the other tests'
+/// while those still run beside each other. One per test binary: the
+/// crate's unit tests (a lab's own) and `crate/tests/recorded.rs` (the
+/// walks over every lab) each hold their own.
+static TIMING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// For a test that keeps the cores busy.
+pub fn busy() -> std::sync::RwLockReadGuard<'static, ()> {
+    TIMING.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// For a test that times: nothing busy beside it.
+pub fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    TIMING.write().unwrap_or_else(|e| e.into_inner())
+}

@@ -22,11 +22,15 @@ pub mod charts;
 pub mod exercise;
 #[doc(hidden)]
 pub mod fixture;
+#[cfg(test)]
+mod gpu_tests;
 pub mod kernel;
 pub mod measure;
 pub mod model;
 pub mod op;
 pub mod order;
+#[cfg(test)]
+mod recorded_tests;
 pub mod rig;
 pub mod score_loop;
 pub mod slots;

@@ -7,7 +7,11 @@
 pub mod exercise;
 #[doc(hidden)]
 pub mod fixture;
+#[cfg(test)]
+mod gpu_tests;
 pub mod measure;
+#[cfg(test)]
+mod recorded_tests;
 
 use crate::error::{LabError, Result};
 use crate::measure::stats::{Efficiency, Summary};

@@ -29,10 +29,14 @@ pub mod checker;
 pub mod exercise;
 #[doc(hidden)]
 pub mod fixture;
+#[cfg(test)]
+mod gpu_tests;
 pub mod headline;
 pub mod kernel;
 pub mod measure;
 pub mod ptx_checks;
+#[cfg(test)]
+mod recorded_tests;
 pub mod results;
 pub mod settings;
 pub mod warps;

@@ -18,6 +18,8 @@ pub mod exercise;
 pub mod experiments;
 #[doc(hidden)]
 pub mod fixture;
+#[cfg(test)]
+mod gpu_tests;
 pub mod kernel;
 pub mod measure;
 pub mod pool;

@@ -39,10 +39,14 @@ pub mod exercise;
 #[doc(hidden)]
 pub mod fixture;
 pub mod four_way;
+#[cfg(test)]
+mod gpu_tests;
 pub mod headline;
 pub mod measure;
 pub mod peer;
 pub mod pipeline_parallel;
+#[cfg(test)]
+mod recorded_tests;
 pub mod reference;
 pub mod results;
 pub mod table;

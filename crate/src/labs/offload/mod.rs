@@ -52,11 +52,15 @@ pub mod exercise_placement;
 #[doc(hidden)]
 pub mod fixture;
 pub mod forward;
+#[cfg(test)]
+mod gpu_tests;
 pub mod kernel;
 pub mod live;
 pub mod measure;
 pub mod network;
 pub mod placement;
+#[cfg(test)]
+mod recorded_tests;
 pub mod reference;
 pub mod results;
 pub mod rig;

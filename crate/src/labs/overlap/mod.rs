@@ -10,8 +10,12 @@ pub mod charts;
 pub mod exercise;
 #[doc(hidden)]
 pub mod fixture;
+#[cfg(test)]
+mod gpu_tests;
 pub mod measure;
 pub mod model;
+#[cfg(test)]
+mod recorded_tests;
 
 use crate::error::{LabError, Result};
 use crate::measure::stats::Summary;

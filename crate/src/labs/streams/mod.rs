@@ -13,8 +13,12 @@ pub mod exercise;
 pub mod experiments;
 #[doc(hidden)]
 pub mod fixture;
+#[cfg(test)]
+mod gpu_tests;
 pub mod issue_cost;
 pub mod measure;
+#[cfg(test)]
+mod recorded_tests;
 
 use crate::error::{LabError, Result};
 use crate::gpu::MachineFacts;
