@@ -118,6 +118,10 @@ enum Tool {
         /// middle half, min, max, repeats) to FILE as JSON.
         #[arg(long, value_name = "FILE")]
         figures: Option<PathBuf>,
+        /// Only these labs, comma-separated, by name (default: every lab
+        /// of the table): a sanitizer or profiler run of a few.
+        #[arg(long, value_delimiter = ',', value_name = "A,B")]
+        labs: Vec<String>,
     },
 }
 
@@ -320,12 +324,31 @@ fn run_diagnose(trace: &std::path::Path, json: bool, data: &std::path::Path, qui
 /// spent and what is left; after each, its headline figures beside this
 /// GPU's recording (read before the run, so a full run that records is
 /// set beside the one it replaces). `note_times`: keep each lab's time.
-fn run_all(data: &std::path::Path, preset: Preset, cx: &RunContext, note_times: bool, quiet: bool, figures_to: Option<&std::path::Path>) -> Result<()> {
+/// The labs `--labs` names, in course order (every lab where it names none);
+/// a one-line error naming a name that is no lab's.
+fn chosen_labs(names: &[String]) -> Result<Vec<&'static dyn overlap_lab::lab_kit::Lab>> {
+    if let Some(bad) = names.iter().find(|n| labs::find(n).is_none()) {
+        let known: Vec<&str> = labs::ALL.iter().map(|l| l.name()).collect();
+        return Err(LabError::config(format!("--labs: no lab '{bad}'; the labs are {}", known.join(", "))));
+    }
+    Ok(labs::ALL.iter().copied().filter(|l| names.is_empty() || names.iter().any(|n| n == l.name())).collect())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_all(
+    data: &std::path::Path,
+    preset: Preset,
+    cx: &RunContext,
+    note_times: bool,
+    quiet: bool,
+    figures_to: Option<&std::path::Path>,
+    chosen: &[&'static dyn overlap_lab::lab_kit::Lab],
+) -> Result<()> {
     use overlap_lab::lab_kit::headline::{beside, fmt_duration, RunTimes};
     let fp = Gpu::open(cx.device)?.fingerprint()?;
     let dev_dir = data.join(fp.slug());
     let preset_name = preset.to_possible_value().map_or("?".to_string(), |v| v.get_name().to_string());
-    let names: Vec<&str> = labs::ALL.iter().map(|l| l.name()).collect();
+    let names: Vec<&str> = chosen.iter().map(|l| l.name()).collect();
     let mut times = RunTimes::load(data)?;
     let estimate = times.estimate(&fp.gpu_name, &preset_name, &names);
     let say = |s: String| {
@@ -350,7 +373,7 @@ fn run_all(data: &std::path::Path, preset: Preset, cx: &RunContext, note_times: 
     let started = std::time::Instant::now();
     let (mut agree, mut compared) = (0, 0);
     let mut all_figures = Vec::new();
-    for (i, lab) in labs::ALL.iter().enumerate() {
+    for (i, lab) in chosen.iter().enumerate() {
         say(format!(
             "[{}/{}] {}: elapsed {}{}",
             i + 1,
@@ -435,7 +458,8 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
         },
         Tool::Diagnose { trace, json } => run_diagnose(&trace, json, &data, quiet)?,
         Tool::Report { out } => run_report(&data, &out)?,
-        Tool::All { device, out, preset, no_record, figures } => {
+        Tool::All { device, out, preset, no_record, figures, labs: only } => {
+            let chosen = chosen_labs(&only)?;
             let avail = Availability::probe();
             if avail.is_ready() {
                 // Only full runs are worth keeping: the others would replace real numbers.
@@ -451,7 +475,7 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
                     );
                 }
                 let cx = RunContext { device, data: &data, record_to: keep, progress: progress(quiet) };
-                run_all(&data, preset, &cx, !no_record, quiet, figures.as_deref())?;
+                run_all(&data, preset, &cx, !no_record, quiet, figures.as_deref(), &chosen)?;
                 if keep.is_some() {
                     run_report(&data, &out)?;
                 }
