@@ -13,7 +13,6 @@
 //! lab's data and its verification), `super::settings`, `super::exercise`
 //! (the exercise's constants), `gpu`, `lab_kit::check`, `measure::stats`.
 
-use super::exercise::{shape, EXERCISE, GIVEN_VECTOR_WIDTH, SOLUTION_SLACK};
 use super::kernel::{TileKernel, TileKind, TileShape};
 use super::measure::TileData;
 use super::ptx_checks::{launch_problem, pointer_problem, ptx_problem, source_problem, LAUNCH_PARAMS};
@@ -23,6 +22,28 @@ use crate::gpu::kernels;
 use crate::gpu::Gpu;
 use crate::lab_kit::check::CheckReport;
 use crate::measure::stats::Summary;
+
+/// The exercise as the notebook names it.
+pub const EXERCISE: &str = "lab 7: a double-buffered tile kernel";
+
+/// The shape the checker compiles the learner's file for: the lab's tile,
+/// 256 threads, 2 stages.
+pub fn shape(cfg: &KernelPipelineConfig) -> TileShape {
+    TileShape { tile: cfg.tile, threads: 256, stages: 2 }
+}
+
+/// The blur's vector width of the given file (one output at a time, by
+/// `blur_at`): the checker compiles the learner's file, the naive kernel
+/// and the solution at it, so a kernel that calls the header's `blur_tile`
+/// is timed on its pipeline, not on a wider blur.
+pub const GIVEN_VECTOR_WIDTH: u32 = 1;
+
+/// How much slower than the solution (its median time) a kernel may be and
+/// still count as double-buffered. One stage of asynchronous copies, which
+/// waits for each tile right after issuing it, is far slower than two at
+/// the lab's tile size, yet can beat the naive kernel: beating naive alone
+/// would not tell them apart.
+pub const SOLUTION_SLACK: f64 = 0.15;
 
 /// The problem of a check with no GPU that only says so.
 pub(super) const NEEDS_A_GPU: &str =

@@ -10,11 +10,10 @@
 //! `super::settings`, `lab_kit::check` and `lab_kit::progress`.
 
 use super::checker::{check_offline_with, NEEDS_A_GPU};
-use super::kernel::TileShape;
 use super::settings::KernelPipelineConfig;
 use crate::lab_kit::progress::{Examples, Exercise, FileAnswer};
 
-pub use super::checker::{check_offline, check_on_gpu, Toolchain};
+pub use super::checker::{check_offline, check_on_gpu, shape, Toolchain, EXERCISE, GIVEN_VECTOR_WIDTH, SOLUTION_SLACK};
 pub use super::ptx_checks::{
     entry_params, launch_problem, pointer_problem, ptx_problem, signature_problem, source_problem, LAUNCH_PARAMS, SMEM_LIMIT_SM90, STATIC_SMEM_LIMIT,
 };
@@ -47,28 +46,6 @@ fn offline_problems(source: &str) -> Vec<String> {
     let rep = check_offline_with(&toolchain, "07-double-buffered.cu", source, &KernelPipelineConfig::default());
     rep.problems().filter(|p| *p != NEEDS_A_GPU).map(String::from).collect()
 }
-
-/// The exercise as the notebook names it.
-pub const EXERCISE: &str = "lab 7: a double-buffered tile kernel";
-
-/// The shape the checker compiles the learner's file for: the lab's tile,
-/// 256 threads, 2 stages.
-pub fn shape(cfg: &KernelPipelineConfig) -> TileShape {
-    TileShape { tile: cfg.tile, threads: 256, stages: 2 }
-}
-
-/// The blur's vector width of the given file (one output at a time, by
-/// `blur_at`): the checker compiles the learner's file, the naive kernel
-/// and the solution at it, so a kernel that calls the header's `blur_tile`
-/// is timed on its pipeline, not on a wider blur.
-pub const GIVEN_VECTOR_WIDTH: u32 = 1;
-
-/// How much slower than the solution (its median time) a kernel may be and
-/// still count as double-buffered. One stage of asynchronous copies, which
-/// waits for each tile right after issuing it, is far slower than two at
-/// the lab's tile size, yet can beat the naive kernel: beating naive alone
-/// would not tell them apart.
-pub const SOLUTION_SLACK: f64 = 0.15;
 
 /// The solution: the lab's own asynchronous-copy kernel (kernels/tile_async.cu).
 pub fn solution_source() -> &'static str {

@@ -33,6 +33,7 @@ pub mod exercise;
 pub mod fixture;
 pub mod notebook;
 pub mod prices;
+pub mod programs;
 pub mod recording;
 pub mod run;
 
@@ -298,6 +299,20 @@ mod tests {
         assert!(s.validate().unwrap_err().to_string().contains("--programs: no program 'no_such'"));
         let s = TraceSettings { python: " ".into(), ..TraceSettings::quick() };
         assert!(s.validate().unwrap_err().to_string().contains("--python"));
+    }
+
+    /// Under a sanitizer the lab shows this GPU's own recording where there
+    /// is one, else the newest of any.
+    #[test]
+    fn the_recording_shown_instead_of_a_run_is_this_gpus() {
+        let data = crate::measure::record::repo_root().join("data");
+        let all = Recording::find(&data).unwrap();
+        for r in &all {
+            assert_eq!(recorded_for(&data, r.gpu()).unwrap().gpu(), r.gpu());
+        }
+        assert_eq!(recorded_for(&data, "a GPU with no recording").unwrap().gpu(), all[0].gpu());
+        let empty = crate::testing::temp_dir("pytorch-trace-none");
+        assert!(matches!(recorded_for(&empty, "NVIDIA H200"), Err(LabError::MissingData { .. })));
     }
 
     /// The Rust list of programs is the script's, in its order.

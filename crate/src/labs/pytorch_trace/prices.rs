@@ -10,7 +10,7 @@
 //!
 //! May use: `diagnose`, `labs::bandwidth`'s results, `measure`.
 
-use super::recording::{Recording, PROGRAMS_FILE};
+use super::programs::{read_programs, PROGRAMS_FILE};
 use super::LAB;
 use crate::diagnose::replay::Pricing;
 use crate::diagnose::{Diagnosis, LinkRates, Trace};
@@ -46,7 +46,7 @@ impl Prices {
             .map(|e| e.path().join(LAB))
             .filter(|d| d.join(PROGRAMS_FILE).is_file())
             .filter_map(|dir| {
-                let programs = Recording::read_programs(&dir).ok()?;
+                let programs = read_programs(&dir).ok()?;
                 let gap = programs.calibration.as_ref()?.graph_gap_us?;
                 Some((programs.gpu?, gap, display_path(&dir.join(PROGRAMS_FILE))))
             })

@@ -18,6 +18,7 @@
 //! tables, the headline, the charts and the exercise.
 
 use super::prices::{diagnosis_priced, Prices};
+pub use super::programs::{read_programs, Calibration, FixOf, Program, Programs, Runs, Sizes, Untraced, PROGRAMS_FILE};
 use super::{LAB, PROGRAMS};
 use crate::diagnose::replay::Pricing;
 use crate::diagnose::whatif::Prediction;
@@ -27,85 +28,9 @@ use crate::lab_kit::{Kept, Recorded};
 use crate::measure::fingerprint::Fingerprint;
 use crate::measure::record::display_path;
 use crate::measure::stats::Summary;
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// The file of a recording's folder that says what is in it.
-pub const PROGRAMS_FILE: &str = "programs.json";
-
-/// `programs.json`, as far as the lab reads it.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Programs {
-    /// The command that made it.
-    pub command: String,
-    /// "2026-11-27 05:46 UTC".
-    pub date: String,
-    pub torch: String,
-    /// The GPU's name as CUDA gives it (none in a CPU smoke run).
-    pub gpu: Option<String>,
-    #[serde(default)]
-    pub driver: Option<String>,
-    /// None in a CPU smoke run.
-    #[serde(default)]
-    pub calibration: Option<Calibration>,
-    pub programs: BTreeMap<String, Program>,
-    #[serde(default)]
-    pub problems: Vec<String>,
-}
-
-/// What the script measured of the GPU before the programs.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct Calibration {
-    /// The GPU's gap between two kernels of one CUDA graph, µs.
-    #[serde(default)]
-    pub graph_gap_us: Option<f64>,
-}
-
-/// One program of `crate/reference/lab10_programs.py`, as it ran.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Program {
-    /// What it does, in a line.
-    pub what: String,
-    pub iterations: u32,
-    /// Its sizes, as far as the lab reads them.
-    #[serde(default)]
-    pub sizes: Sizes,
-    pub untraced: Untraced,
-    /// Its trace, beside `programs.json`.
-    pub trace: String,
-    /// The programs it fixes, and by what fix (as the what-if names it).
-    #[serde(default)]
-    pub fix_of: Vec<FixOf>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct Sizes {
-    /// Bytes of one batch a copy program moves to the GPU (none for the tiny-op ones).
-    #[serde(default)]
-    pub batch_bytes: Option<u64>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-pub struct Untraced {
-    /// By CUDA events (absent in a CPU smoke run).
-    pub device_ms: Option<Runs>,
-}
-
-/// The untraced runs, ms.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Runs {
-    pub samples: Vec<f64>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-pub struct FixOf {
-    /// The program it fixes.
-    pub program: String,
-    /// The fix, as the what-if names it ("pinned + copy stream").
-    pub fix: String,
-}
 
 /// One GPU's recording: its folder and what `programs.json` says, with
 /// what it is priced by and what has been read and diagnosed of it.
@@ -170,25 +95,9 @@ impl FixCheck {
 }
 
 impl Recording {
-    /// `programs.json` of the folder `dir`; a one-line error naming the
-    /// file when it cannot be read.
-    pub fn read_programs(dir: &Path) -> Result<Programs> {
-        let path = dir.join(PROGRAMS_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(&path) },
-            _ => LabError::io(format!("reading {}", display_path(&path)), e),
-        })?;
-        let programs: Programs =
-            serde_json::from_str(&text).map_err(|e| LabError::BadData { path: display_path(&path), reason: format!("not lab 10's programs.json: {e}") })?;
-        if let Some(name) = programs.programs.keys().find(|n| !PROGRAMS.contains(&n.as_str())) {
-            return Err(LabError::BadData { path: display_path(&path), reason: format!("a program this lab does not know: {name}") });
-        }
-        Ok(programs)
-    }
-
     /// The recording in the folder `dir`, priced by `prices`.
     fn open(dir: &Path, prices: Arc<Prices>, made: Made) -> Result<Recording> {
-        Ok(Recording { dir: dir.to_path_buf(), programs: Self::read_programs(dir)?, prices, made, traces: Arc::default(), fix_checks: Arc::default() })
+        Ok(Recording { dir: dir.to_path_buf(), programs: read_programs(dir)?, prices, made, traces: Arc::default(), fix_checks: Arc::default() })
     }
 
     /// The recording in `dir` (a folder holding `programs.json`), priced

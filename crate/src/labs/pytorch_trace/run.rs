@@ -30,7 +30,7 @@ pub const SCRIPTS: [(&str, &str); 2] =
 /// holds CUPTI, the recorded traces diagnosed instead.
 pub fn measure(gpu: &Gpu, s: &TraceSettings, cx: &RunContext) -> Result<Recording> {
     if let Err(why) = crate::gpu::cupti_free() {
-        let rec = recorded_for(cx.data, &gpu.label())?;
+        let rec = recorded_for(cx.data, gpu.name())?;
         let why = format!("CUPTI is held by another tool here ({why}), and the traces need it");
         println!(
             "{LAB}: the PyTorch programs are skipped: {why}; their correctness is PyTorch's. Diagnosing and pricing the recorded traces of {} instead.",
