@@ -93,8 +93,12 @@ impl Agreement {
         match self {
             Agreement::Model { tolerance, .. } => format!("a prediction: within the model's {:.0}%", 100.0 * tolerance),
             Agreement::MiddleHalvesOverlap => "middle halves overlap".into(),
-            Agreement::Medians { middle_halves: true, .. } => format!("middle halves apart; medians within {:.0}%", 100.0 * MEDIANS_WITHIN),
-            Agreement::Medians { middle_halves: false, .. } => format!("no middle half to compare; medians within {:.0}%", 100.0 * MEDIANS_WITHIN),
+            Agreement::Medians { agrees, middle_halves } => format!(
+                "{}; medians {} {:.0}% apart",
+                if middle_halves { "middle halves apart" } else { "no middle half to compare" },
+                if agrees { "under" } else { "over" },
+                100.0 * MEDIANS_WITHIN
+            ),
         }
     }
 }
@@ -219,7 +223,7 @@ mod tests {
         assert_eq!(Agreement::of(&m(10.0, 9.0, 10.5), &m(11.0, 10.4, 12.0)), Agreement::MiddleHalvesOverlap);
         // Apart, but medians 0.3% apart: agree (the old rule called this OUTSIDE).
         let a = Agreement::of(&m(10.0, 9.999, 10.001), &m(10.03, 10.029, 10.031));
-        assert!(a.agrees() && a.rule().contains("within 3%"), "{a:?}");
+        assert!(a.agrees() && a.rule().contains("medians under 3% apart"), "{a:?}");
         // Apart and 5% apart: differ.
         assert!(!Agreement::of(&m(10.0, 9.99, 10.01), &m(10.5, 10.49, 10.51)).agrees());
         // A recording with no middle half (one run): the 3% alone.
@@ -244,7 +248,7 @@ mod tests {
         let (agree, compared, text) = beside(&run, &rec, "the H100 recording");
         assert_eq!((agree, compared), (0, 1), "{text}");
         assert!(
-            text.contains("+5.8%  DIFFERS (middle halves apart; medians within 3%)")
+            text.contains("+5.8%  DIFFERS (middle halves apart; medians over 3% apart)")
                 && text.contains("not in the recording")
                 && text.ends_with("0 of 1 figures agree with the H100 recording"),
             "{text}"
