@@ -392,14 +392,20 @@ fn run_all(
             None
         });
         let t = std::time::Instant::now();
-        let figures = lab.run(None, preset, cx)?;
+        let ran = lab.run(None, preset, cx)?;
         let took = t.elapsed().as_secs_f64();
+        println!("{} took {}", lab.name(), fmt_duration(took));
+        // A lab that measured nothing here (skipped, or a recording shown
+        // instead of a run) leaves no time, no figures and no comparison.
+        let Some(figures) = ran else {
+            println!("  {}: nothing measured here, so nothing is set beside the recording or timed", lab.name());
+            continue;
+        };
         if note_times {
             // Written after each lab: a run stopped halfway keeps what it timed.
             times.note(&fp.gpu_name, &preset_name, lab.name(), took);
             times.store(data)?;
         }
-        println!("{} took {}", lab.name(), fmt_duration(took));
         all_figures
             .extend(figures.iter().map(|f| serde_json::json!({"lab": lab.name(), "what": f.what, "unit": f.unit, "value": f.value, "model_tolerance": f.model_tolerance, "lab_seconds": took})));
         if let Some(path) = figures_to {

@@ -62,6 +62,17 @@ pub use runner::{Dataset, GpuIssuer, LabOnGpu, LabRunner, Run, Runner, TimelineS
 /// Nsight Systems and Nsight Compute each do). Probed once per process:
 /// attaching costs a few ms.
 pub fn cupti_free() -> std::result::Result<(), &'static str> {
+    cupti_probe()
+}
+
+/// Why CUPTI cannot record here where another tool holds it (a sanitizer,
+/// Nsight): `None` where it can, or where only libcupti is missing (which
+/// stops this process's timelines, not a child's own CUPTI).
+pub fn cupti_held_by_another_tool() -> Option<&'static str> {
+    cupti_probe().err().filter(|why| why.contains("MULTIPLE_SUBSCRIBERS"))
+}
+
+fn cupti_probe() -> std::result::Result<(), &'static str> {
     static CUPTI: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
     CUPTI
         .get_or_init(|| if driver::activity::available() { driver::activity::probe() } else { Err("libcupti could not be loaded".into()) })

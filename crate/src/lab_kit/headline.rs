@@ -67,7 +67,8 @@ pub enum Agreement {
 impl Agreement {
     /// How `run` stands against `recorded`, the same figure of another run.
     pub fn of(run: &HeadlineFigure, recorded: &HeadlineFigure) -> Agreement {
-        let off = (run.value.median / recorded.value.median - 1.0).abs();
+        // Equal medians (zeros among them) are no difference.
+        let off = if run.value.median == recorded.value.median { 0.0 } else { (run.value.median / recorded.value.median - 1.0).abs() };
         if let Some(t) = run.model_tolerance.or(recorded.model_tolerance) {
             return Agreement::Model { tolerance: t, agrees: off <= t };
         }
@@ -236,6 +237,11 @@ mod tests {
         assert!(Agreement::of(&p(18.80), &p(18.75)).agrees() && Agreement::of(&p(10.0), &p(10.9)).agrees());
         assert!(!Agreement::of(&p(10.0), &p(11.5)).agrees());
         assert!(Agreement::of(&p(10.0), &p(10.0)).rule().contains("model's 10%"));
+        // Two zeros are the same number, whatever the rule.
+        assert!(
+            Agreement::of(&p(0.0), &p(0.0)).agrees()
+                && Agreement::of(&HeadlineFigure::new("x", "ms", flat(0.0)), &HeadlineFigure::new("x", "ms", flat(0.0))).agrees()
+        );
     }
 
     #[test]

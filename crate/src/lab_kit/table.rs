@@ -120,6 +120,11 @@ pub trait Recorded: Sized + Sync + 'static {
     fn gpu(&self) -> String;
     /// Where its numbers come from: "recorded on GPU, date by `command`".
     fn origin(&self) -> String;
+    /// Whether this run measured here (not a recording shown in place of
+    /// a run that could not be made: lab 10 under a sanitizer).
+    fn measured_here(&self) -> bool {
+        true
+    }
 }
 
 impl<T: Serialize + DeserializeOwned + Sync + 'static> Recorded for Record<T> {
@@ -152,8 +157,10 @@ impl<T: Serialize + DeserializeOwned + Sync + 'static> Recorded for Record<T> {
 pub trait Lab: Sync {
     /// 1, 2, ...: its place in the course.
     fn number(&self) -> u8;
-    /// The one name: the CLI subcommand, the data file `<name>.json`, the
-    /// headline table's section; the module is the same with `_` for `-`.
+    /// The one name: the CLI subcommand, its recording in `data/<gpu>/`
+    /// (`<name>.json`, or a folder `<name>/` for a lab that keeps files of
+    /// its own), the headline table's section; the module is the same with
+    /// `_` for `-`.
     fn name(&self) -> &'static str;
     /// What it teaches, in a line (the README's course map).
     fn teaches(&self) -> &'static str;
@@ -181,13 +188,14 @@ pub trait Lab: Sync {
     fn command(&self) -> clap::Command;
     /// Runs the lab on the GPU with the settings parsed from its subcommand
     /// (`None`: the preset's), prints its tables and records it if asked;
-    /// returns its headline figures.
-    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<Vec<HeadlineFigure>>;
+    /// returns its headline figures, or `None` where it measured nothing
+    /// here (skipped within `all`, or a recording shown instead of a run).
+    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<Option<Vec<HeadlineFigure>>>;
     /// Checks the settings of every preset (what `all --preset` runs),
     /// without a GPU.
     fn check_presets(&self) -> Result<()>;
-    /// Loads `dev/<name>.json` if there is one: its headline rows, and its
-    /// figures rendered into `out/<device>/` when `out` is given.
+    /// Loads its recording in `dev` if there is one: its headline rows, and
+    /// its figures rendered into `out/<device>/` when `out` is given.
     fn visit(&self, dev: &Path, out: Option<&Path>) -> Result<Option<Visited>>;
     /// The timeline charts its report draws from the runs of
     /// `dev/<name>.json` (none where there is no such recording): what
@@ -343,7 +351,7 @@ impl<C: LabConfig, T: Sync + 'static, R: Recorded<Results = T>> Lab for Entry<C,
         // After the settings: their struct's own doc would replace the line.
         C::augment_args(clap::Command::new(self.name)).about(self.about)
     }
-    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<Vec<HeadlineFigure>> {
+    fn run(&self, matches: Option<&clap::ArgMatches>, preset: Preset, cx: &RunContext) -> Result<Option<Vec<HeadlineFigure>>> {
         let mut cfg = match matches {
             Some(m) => C::from_arg_matches(m).map_err(|e| LabError::config(command_line_error(&e)))?,
             None => C::preset(preset),
@@ -359,7 +367,7 @@ impl<C: LabConfig, T: Sync + 'static, R: Recorded<Results = T>> Lab for Entry<C,
             // PyTorch) is a line, not the end of the run.
             Err(LabError::Skipped(why)) if matches.is_none() => {
                 println!("{}: skipped: {why}", self.name);
-                return Ok(Vec::new());
+                return Ok(None);
             }
             r => r?,
         };
@@ -371,7 +379,7 @@ impl<C: LabConfig, T: Sync + 'static, R: Recorded<Results = T>> Lab for Entry<C,
                 Kept::Not(why) => println!("not recorded: {why}"),
             }
         }
-        Ok((self.headline_figures)(rec.results()))
+        Ok(rec.measured_here().then(|| (self.headline_figures)(rec.results())))
     }
     fn check_presets(&self) -> Result<()> {
         for p in [Preset::Headline, Preset::Full, Preset::Quick, Preset::Small] {

@@ -201,9 +201,13 @@ impl<'a> Runner<'a> {
                 call: Box::new(move || {
                     let _r = trace::range(&label);
                     // SAFETY: in bounds (host_range); the runner holds the
-                    // buffer's exclusive borrow, and every op that reads or
-                    // writes the range happens before this write (refused
-                    // above otherwise): nothing else touches it meanwhile.
+                    // buffer's exclusive borrow; every op issued before this
+                    // one that reads or writes the range happens before it
+                    // (refused above otherwise), and CPU work is issued from
+                    // the loop thread alone (`on_loop_thread` above), which
+                    // orders what it issues later after it. An op another
+                    // issuing thread adds meanwhile that could touch the
+                    // range is a race the schedule reports.
                     write(unsafe { std::slice::from_raw_parts_mut(place.addr() as *mut u64, bytes / 8) });
                     Ok(())
                 }),

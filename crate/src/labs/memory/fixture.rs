@@ -132,7 +132,7 @@ pub fn results() -> MemoryResults {
         link_in_place_ms: flat(1.17 * upload),
         points,
     };
-    let pin_cost = config.sizes_mib.iter().map(|&m| PinCostPoint { bytes: Bytes(mib(m)), ..PinCostPoint::made_up() }).collect();
+    let pin_cost = config.pinned_sizes_mib.iter().map(|&m| PinCostPoint { bytes: Bytes(mib(m)), ..PinCostPoint::made_up() }).collect();
     // Pinned staging: producing a batch takes twice its upload; a host
     // function's round trip 0.07 ms (0.016 awake), as on the H200; the
     // CPU resumes 0.06 ms after the one it waited on.

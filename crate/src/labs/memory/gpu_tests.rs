@@ -24,7 +24,7 @@ fn every_part_runs_verified_beside_its_model() {
     assert_eq!(r.pairs.len(), 3 * cfg.sizes_mib.len());
     assert!(r.traces.iter().all(|t| t.batches.len() == cfg.trace_batches));
     assert_eq!(r.zero_copy.points.len(), cfg.passes.len());
-    assert_eq!(r.pin_cost.len(), cfg.sizes_mib.len());
+    assert_eq!(r.pin_cost.len(), cfg.pinned_sizes_mib.len());
     // Pinned staging: every variant ran verified (a ring's host functions
     // handed every slot back), the per-batch allocation beside a ring.
     let ring = &r.ring;

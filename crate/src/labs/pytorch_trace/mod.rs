@@ -269,14 +269,19 @@ fn best_fix(d: &Diagnosis) -> Result<crate::diagnose::whatif::Prediction> {
         .ok_or_else(|| LabError::NothingToDraw(format!("{}: no fix predicted ({})", d.file, d.what_if_error.as_deref().unwrap_or("the findings suggest none"))))
 }
 
-/// Where a notebook's own traces of the programs go: a folder of the
-/// system's temporary files (a notebook never writes the recordings).
+/// Where a run's traces of the programs go: a folder of the system's
+/// temporary files of its own (a notebook never writes the recordings),
+/// one per run, so a second run in one process never touches a first
+/// one's that is still in use.
 fn scratch_folder(what: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("overlap-lab-{what}-{LAB}-{}", std::process::id()))
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("overlap-lab-{what}-{LAB}-{}-{n}", std::process::id()))
 }
 
 /// Lab 10's recording in the data folder `data` for `gpu` (its own GPU's
-/// where there is one, else the newest of any).
+/// where there is one, else the newest of any); `MissingData` where the
+/// folder holds none.
 fn recorded_for(data: &Path, gpu: &str) -> Result<Recording> {
     let mut found = Recording::find(data)?;
     let at = found.iter().position(|r| r.gpu() == gpu).unwrap_or(0);

@@ -357,19 +357,28 @@ impl Recorded for Recording {
     fn origin(&self) -> String {
         Recording::origin(self)
     }
+    fn measured_here(&self) -> bool {
+        matches!(self.made, Made::Ran { .. })
+    }
 }
 
-/// `to` made a copy of the folder `from` (what was in `to` goes).
+/// `to` made a copy of the folder `from` (what was in `to` goes): copied
+/// beside it first and swapped in whole, so a copy that fails leaves the
+/// recording as it was.
 fn replace_folder(from: &Path, to: &Path) -> Result<()> {
     let io = |what: &str, p: &Path, e| LabError::io(format!("{what} {}", display_path(p)), e);
+    let fresh = to.with_extension("new");
+    if fresh.exists() {
+        std::fs::remove_dir_all(&fresh).map_err(|e| io("emptying", &fresh, e))?;
+    }
+    std::fs::create_dir_all(&fresh).map_err(|e| io("making", &fresh, e))?;
+    for entry in std::fs::read_dir(from).map_err(|e| io("listing", from, e))?.flatten() {
+        std::fs::copy(entry.path(), fresh.join(entry.file_name())).map_err(|e| io("copying into", &fresh, e))?;
+    }
     if to.exists() {
         std::fs::remove_dir_all(to).map_err(|e| io("emptying", to, e))?;
     }
-    std::fs::create_dir_all(to).map_err(|e| io("making", to, e))?;
-    for entry in std::fs::read_dir(from).map_err(|e| io("listing", from, e))?.flatten() {
-        std::fs::copy(entry.path(), to.join(entry.file_name())).map_err(|e| io("copying into", to, e))?;
-    }
-    Ok(())
+    std::fs::rename(&fresh, to).map_err(|e| io("moving into place", to, e))
 }
 
 #[cfg(test)]
@@ -393,6 +402,23 @@ mod tests {
             assert!(c.off().abs() < 0.10, "{} + {}: {:+.1}%", c.before, c.fix, 100.0 * c.off());
             assert!(c.prediction.priced_by.as_deref().unwrap_or("").contains("traced pinned copies"), "{:?}", c.prediction.priced_by);
         }
+    }
+
+    /// A recording kept twice replaces the first whole; each run's
+    /// temporary folder is its own and goes with its last copy.
+    #[test]
+    fn a_kept_run_replaces_the_folder_whole_and_each_run_folder_is_its_own() {
+        let (from, data) = (crate::testing::temp_dir("pytorch-trace-from"), crate::testing::temp_dir("pytorch-trace-data"));
+        let to = data.join("gpu").join(LAB);
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::write(to.join("old.json.gz"), "old").unwrap();
+        std::fs::write(from.join("new.json.gz"), "new").unwrap();
+        replace_folder(&from, &to).unwrap();
+        let names: Vec<String> = std::fs::read_dir(&to).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["new.json.gz"]);
+        assert!(!to.with_extension("new").exists());
+        let (a, b) = (super::super::scratch_folder("test"), super::super::scratch_folder("test"));
+        assert_ne!(a, b, "two runs of one process share no folder");
     }
 
     /// A CPU smoke run's programs.json (no GPU, no calibration, host times

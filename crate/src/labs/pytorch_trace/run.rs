@@ -29,9 +29,13 @@ pub const SCRIPTS: [(&str, &str); 2] =
 /// The lab's run on `gpu` with `s`: the programs traced, or, where a tool
 /// holds CUPTI, the recorded traces diagnosed instead.
 pub fn measure(gpu: &Gpu, s: &TraceSettings, cx: &RunContext) -> Result<Recording> {
-    if let Err(why) = crate::gpu::cupti_free() {
-        let rec = recorded_for(cx.data, gpu.name())?;
-        let why = format!("CUPTI is held by another tool here ({why}), and the traces need it");
+    if let Some(held) = crate::gpu::cupti_held_by_another_tool() {
+        let why = format!("CUPTI is held by another tool here ({held}), and the traces need it");
+        let rec = match recorded_for(cx.data, gpu.name()) {
+            Ok(rec) => rec,
+            Err(LabError::MissingData { path }) => return Err(LabError::Skipped(format!("{why}, and there is no recording to show instead ({path})"))),
+            Err(e) => return Err(e),
+        };
         println!(
             "{LAB}: the PyTorch programs are skipped: {why}; their correctness is PyTorch's. Diagnosing and pricing the recorded traces of {} instead.",
             rec.gpu()
@@ -53,17 +57,22 @@ pub fn measure(gpu: &Gpu, s: &TraceSettings, cx: &RunContext) -> Result<Recordin
 /// the temporary folder `out` (emptied first, removed with the recording),
 /// priced by the data folder `data`; the script's progress passed on
 /// unless `quiet`.
-pub fn trace_programs(s: &TraceSettings, device: usize, out: &Path, data: &Path, command: &str, quiet: bool) -> Result<Recording> {
+pub(super) fn trace_programs(s: &TraceSettings, device: usize, out: &Path, data: &Path, command: &str, quiet: bool) -> Result<Recording> {
     s.validate()?;
+    // A folder of its own (`scratch_folder`): one that is there already is
+    // someone else's, never emptied here.
     if out.exists() {
-        std::fs::remove_dir_all(out).map_err(|e| LabError::io(format!("emptying {}", crate::measure::record::display_path(out)), e))?;
+        return Err(LabError::config(format!("{}: the run's folder is there already", crate::measure::record::display_path(out))));
     }
     let mut args = vec!["--out".to_string(), out.display().to_string(), "--repeats".into(), s.repeats.to_string(), "--command".into(), command.into()];
     if !s.programs.is_empty() {
         args.extend(["--programs".to_string(), s.programs.join(",")]);
     }
     let env = [("CUDA_VISIBLE_DEVICES", device.to_string())];
-    let ran = crate::lab_kit::reference::run_files(&s.python, &SCRIPTS, &args, &env, !quiet).map_err(LabError::Script);
+    // A PyTorch that is installed but does not import is no PyTorch: the
+    // script says so in its one line (lab10_trace.py's `fail`).
+    let ran = crate::lab_kit::reference::run_files(&s.python, &SCRIPTS, &args, &env, !quiet)
+        .map_err(|e| if e.contains("PyTorch is needed and could not be imported") { LabError::Skipped(e) } else { LabError::Script(e) });
     // The folder goes with the recording, or now if the run failed.
     match ran.and_then(|_| Recording::ran(out, data, !s.programs.is_empty())) {
         Ok(r) => Ok(r),
