@@ -111,15 +111,42 @@ pub fn gpus_required() -> usize {
     }
 }
 
-/// For GPU tests: the opened device, or None after saying why the test
-/// skips. Panics (fails the test) instead when [`REQUIRE_GPU_ENV`] is set.
-pub fn gpu_or_skip(test: &str) -> Option<crate::gpu::Gpu> {
+/// Held by each GPU test for as long as it runs: the GPU tests of one test
+/// binary run one at a time. The test harness runs tests on several
+/// threads, and a GPU test beside another reads the other's work: CUPTI's
+/// activity records are the whole process's (a timeline then holds the
+/// other test's kernels), and a calibration that times its repeats finds
+/// them slowed by the other test's.
+static GPU_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The GPU, held by one test alone ([`gpu_or_skip`]): it derefs to the
+/// opened device, and the other GPU tests of this binary wait until it is
+/// dropped at the end of the test.
+pub struct TestGpu {
+    gpu: crate::gpu::Gpu,
+    _alone: std::sync::MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for TestGpu {
+    type Target = crate::gpu::Gpu;
+    fn deref(&self) -> &crate::gpu::Gpu {
+        &self.gpu
+    }
+}
+
+/// For GPU tests: the opened device, held by this test alone until the
+/// returned [`TestGpu`] drops, or None after saying why the test skips.
+/// Panics (fails the test) instead when [`REQUIRE_GPU_ENV`] is set.
+pub fn gpu_or_skip(test: &str) -> Option<TestGpu> {
     let avail = crate::gpu::Availability::probe();
     if !avail.is_ready() {
         skip_unless_required(test, &avail.reason());
         return None;
     }
-    Some(crate::gpu::Gpu::open(0).expect("GPU present but could not be opened"))
+    // A test that failed while holding it leaves it poisoned: the next
+    // test's GPU is as good as ever.
+    let alone = GPU_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    Some(TestGpu { gpu: crate::gpu::Gpu::open(0).expect("GPU present but could not be opened"), _alone: alone })
 }
 
 /// Says `SKIPPED test: why`, or fails the test when a GPU is required.

@@ -113,6 +113,10 @@ pub fn compile_source(file: &str, source: &str, headers: &[&KernelHeader], arch:
     };
     let mut options = vec!["-std=c++17".to_string()];
     options.extend(defines.iter().map(|(name, v)| format!("-D{name}={v}")));
+    let key = CompiledKey { file: file.to_string(), text: text.clone(), arch, options: options.clone() };
+    if let Some(ptx) = compiled().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(ptx.clone());
+    }
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
         // Only explicit fmaf() may fuse, so the CPU reference matches exactly.
@@ -123,10 +127,35 @@ pub fn compile_source(file: &str, source: &str, headers: &[&KernelHeader], arch:
         ..Default::default()
     };
     match cudarc::nvrtc::compile_ptx_with_opts(&text, opts) {
-        Ok(ptx) => Ok(ptx.to_src()),
+        Ok(ptx) => {
+            let ptx = ptx.to_src();
+            compiled().lock().unwrap_or_else(|e| e.into_inner()).insert(key, ptx.clone());
+            Ok(ptx)
+        }
         Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => Err(LabError::Kernel(format!("{file} failed to compile:\n{}", log.to_string_lossy()))),
         Err(e) => Err(LabError::Kernel(format!("{file}: NVRTC error {e:?}"))),
     }
+}
+
+/// What one compile was asked: the same text, options and architecture
+/// give the same PTX.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct CompiledKey {
+    file: String,
+    text: String,
+    arch: &'static str,
+    options: Vec<String>,
+}
+
+/// Every PTX this process compiled, by what it was asked. NVRTC compiles
+/// one program at a time in a process (two threads compiling at once took
+/// as long as two compiles in a row, and lab 7's builds on 16 threads
+/// about as long as its compiles one after another), and a kernel that includes CUDA's C++ headers takes a second or two, so
+/// a build asked again (a notebook cell run twice, a test after another)
+/// is not compiled again.
+fn compiled() -> &'static std::sync::Mutex<std::collections::HashMap<CompiledKey, String>> {
+    static COMPILED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<CompiledKey, String>>> = std::sync::OnceLock::new();
+    COMPILED.get_or_init(Default::default)
 }
 
 /// `source` with each `#include "name"` of a kernels/ header replaced by
@@ -265,6 +294,28 @@ mod tests {
 
     /// A header for the tests of inlining.
     const TWICE_H: KernelHeader = KernelHeader { file: "twice.cuh", text: "#pragma once\n__device__ float twice(float x) { return 2.0f * x; }\n" };
+
+    #[test]
+    fn a_build_asked_again_is_not_compiled_again_and_another_is() {
+        if !nvrtc_or_skip("a_build_asked_again_is_not_compiled_again_and_another_is") {
+            return;
+        }
+        // A source no other test compiles, so the count is this test's.
+        let source = "extern \"C\" __global__ void memo_probe(float* x) { x[threadIdx.x] *= SCALE; }\n";
+        let count = || compiled().lock().unwrap().keys().filter(|k| k.file == "memo_probe.cu").count();
+        let first = compile_source("memo_probe.cu", source, &[], "compute_80", &[("SCALE", 2)]).unwrap();
+        let again = compile_source("memo_probe.cu", source, &[], "compute_80", &[("SCALE", 2)]).unwrap();
+        assert_eq!((first == again, count()), (true, 1), "the same build is the same PTX, compiled once");
+        let other = compile_source("memo_probe.cu", source, &[], "compute_80", &[("SCALE", 3)]).unwrap();
+        assert_ne!(first, other, "another -D is another build");
+        assert_eq!(count(), 2);
+        // A compile error is not kept: asking again reports it again.
+        for _ in 0..2 {
+            let e = compile_source("memo_probe.cu", "this is not CUDA", &[], "compute_80", &[]).unwrap_err().to_string();
+            assert!(e.contains("memo_probe.cu failed to compile"), "{e}");
+        }
+        assert_eq!(count(), 2);
+    }
 
     #[test]
     fn the_compute_kernel_compiles_to_the_expected_ptx() {

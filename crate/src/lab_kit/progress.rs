@@ -43,6 +43,21 @@ pub struct Exercise {
     pub examples: Examples,
 }
 
+impl Exercise {
+    /// An exercise answered in its notebook's cell (no file to edit):
+    /// `verdict` judges the right answer and the usual wrong one on a
+    /// recording, and `mistake` is what the wrong one's verdict names.
+    pub const fn in_cell(
+        id: &'static str,
+        asks: &'static str,
+        hints: &'static [&'static str],
+        verdict: fn(&Path, bool) -> Result<Option<CheckReport>>,
+        mistake: &'static str,
+    ) -> Exercise {
+        Exercise { id, asks, file: None, hints, examples: Examples::Cell { verdict, mistake } }
+    }
+}
+
 /// A right answer to an exercise and a usual wrong one.
 #[derive(Debug)]
 pub enum Examples {

@@ -15,7 +15,7 @@ use super::{BandwidthResults, Direction};
 use crate::error::Result;
 use crate::gpu::HostMemoryKind;
 use crate::lab_kit::check::{close, short, unit_slip, CheckReport};
-use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::progress::Exercise;
 use crate::lab_kit::Recorded;
 use crate::measure::record::Record;
 use crate::units::{fmt_ms, Bytes};
@@ -23,20 +23,8 @@ use std::path::Path;
 
 /// The two exercises, as the course lists them (`overlap-lab progress`).
 pub const EXERCISES: &[Exercise] = &[
-    Exercise {
-        id: "01-bandwidth/model",
-        asks: "a copy's time from latency and bandwidth",
-        file: None,
-        hints: MODEL_HINTS,
-        examples: Examples::Cell { verdict: model_example, mistake: "bandwidth" },
-    },
-    Exercise {
-        id: "01-bandwidth/break-even",
-        asks: "when pinning pays off, as a rule",
-        file: None,
-        hints: BREAK_EVEN_HINTS,
-        examples: Examples::Cell { verdict: break_even_example, mistake: "break-even" },
-    },
+    Exercise::in_cell("01-bandwidth/model", "a copy's time from latency and bandwidth", MODEL_HINTS, model_example, "bandwidth"),
+    Exercise::in_cell("01-bandwidth/break-even", "when pinning pays off, as a rule", BREAK_EVEN_HINTS, break_even_example, "break-even"),
 ];
 
 /// The first exercise answered on the recording in `dev`: the right

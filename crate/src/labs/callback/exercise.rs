@@ -14,19 +14,13 @@ use super::{bound_ms, serial_ms, CallbackConfig, CallbackResults, On, ScoreLoop}
 use crate::error::{LabError, Result};
 use crate::gpu::Gpu;
 use crate::lab_kit::check::CheckReport;
-use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::progress::Exercise;
 use crate::lab_kit::Recorded;
 use crate::measure::stats::Summary;
 use std::cell::RefCell;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise {
-    id: "04-callback",
-    asks: "the argmin off the compute stream, on the callback stream",
-    file: None,
-    hints: HINTS,
-    examples: Examples::Cell { verdict: example, mistake: "host function on the compute stream" },
-}];
+pub const EXERCISES: &[Exercise] = &[Exercise::in_cell("04-callback", "the argmin off the compute stream, on the callback stream", HINTS, example, "host function on the compute stream")];
 
 /// The exercise answered on the recording in `dev`: handing the argmin to
 /// a worker, or running it in a host function on the compute stream.

@@ -6,7 +6,7 @@
 use super::{bound_with_producer_ms, BufferTask, DoubleBufferResults};
 use crate::error::Result;
 use crate::lab_kit::check::CheckReport;
-use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::progress::Exercise;
 use crate::lab_kit::Recorded;
 use crate::measure::record::Record;
 use crate::pipeline::cells::Cells;
@@ -17,13 +17,7 @@ use crate::pipeline::machine::Machine;
 use crate::pipeline::op::OpKind;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise {
-    id: "03-double-buffer",
-    asks: "the double buffer's missing rule",
-    file: None,
-    hints: HINTS,
-    examples: Examples::Cell { verdict: example, mistake: "race" },
-}];
+pub const EXERCISES: &[Exercise] = &[Exercise::in_cell("03-double-buffer", "the double buffer's missing rule", HINTS, example, "race")];
 
 /// The exercise answered on the recording in `dev`: the lab's own
 /// schedule, or one that refills a host buffer before its copy is done.

@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::gpu::{Gpu, MemPool, PlanRig};
 use crate::lab_kit::check::CheckReport;
 use crate::lab_kit::loop_check;
-use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::progress::Exercise;
 use crate::lab_kit::Recorded;
 use crate::measure::record::Record;
 use crate::pipeline::dry_run::DryRun;
@@ -26,13 +26,7 @@ use crate::pipeline::plan::{chunk, Plan, StreamSpec};
 use std::sync::Arc;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise {
-    id: "06-memory",
-    asks: "memory calls that do not stall the pipeline",
-    file: None,
-    hints: HINTS,
-    examples: Examples::Cell { verdict: example, mistake: "cuMemFree" },
-}];
+pub const EXERCISES: &[Exercise] = &[Exercise::in_cell("06-memory", "memory calls that do not stall the pipeline", HINTS, example, "cuMemFree")];
 
 /// The exercise answered on the recording in `dev`: the solution, or the
 /// loop as the notebook gives it.

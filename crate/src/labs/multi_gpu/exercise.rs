@@ -29,17 +29,11 @@ use std::sync::Arc;
 
 #[cfg(doc)]
 use super::pipeline_parallel::host_synchronized;
-use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::progress::Exercise;
 use crate::lab_kit::Recorded;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise {
-    id: "08-multi-gpu",
-    asks: "a stage per GPU, ordered by events only",
-    file: None,
-    hints: HINTS,
-    examples: Examples::Cell { verdict: example, mistake: "host synchronization" },
-}];
+pub const EXERCISES: &[Exercise] = &[Exercise::in_cell("08-multi-gpu", "a stage per GPU, ordered by events only", HINTS, example, "host synchronization")];
 
 /// The exercise answered on the recording in `dev`: the stages ordered
 /// by events only, or by the host waiting for each.

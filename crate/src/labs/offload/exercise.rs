@@ -28,7 +28,7 @@ use super::rig::{Copies, OffloadRig};
 use super::variant::Variant;
 use crate::error::Result;
 use crate::lab_kit::check::{pct, CheckReport};
-use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::progress::Exercise;
 use crate::lab_kit::Recorded;
 use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::issue::{EventRef, StreamRef};
@@ -40,20 +40,8 @@ pub use super::exercise_placement::{best_placement, check_placement, hint_placem
 
 /// The exercises, as the course lists them (`overlap-lab progress`).
 pub const EXERCISES: &[Exercise] = &[
-    Exercise {
-        id: "09-offload",
-        asks: "the ring's prefetch schedule",
-        file: None,
-        hints: HINTS,
-        examples: Examples::Cell { verdict: prefetch_example, mistake: "may overwrite ring slot" },
-    },
-    Exercise {
-        id: "09-offload/placement",
-        asks: "resident layers and the ring's size under a budget",
-        file: None,
-        hints: PLACEMENT_HINTS,
-        examples: Examples::Cell { verdict: placement_example, mistake: "budget left idle" },
-    },
+    Exercise::in_cell("09-offload", "the ring's prefetch schedule", HINTS, prefetch_example, "may overwrite ring slot"),
+    Exercise::in_cell("09-offload/placement", "resident layers and the ring's size under a budget", PLACEMENT_HINTS, placement_example, "budget left idle"),
 ];
 
 /// The recording of lab 9 in `dev`, if there is one.

@@ -10,7 +10,7 @@ use super::{measure, model, Intensity, IssueOrder, OverlapResults, Parts};
 use crate::error::{LabError, Result};
 use crate::gpu::{Gpu, TimelineSource};
 use crate::lab_kit::check::CheckReport;
-use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::progress::Exercise;
 use crate::lab_kit::Recorded;
 use crate::measure::record::Record;
 use crate::measure::stats::Summary;
@@ -23,13 +23,7 @@ use crate::pipeline::plan::{self, Plan};
 use crate::pipeline::schedule::{Schedule, WaitFor};
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise {
-    id: "02-overlap",
-    asks: "make the chunks overlap",
-    file: None,
-    hints: HINTS,
-    examples: Examples::Cell { verdict: example, mistake: "wrong data" },
-}];
+pub const EXERCISES: &[Exercise] = &[Exercise::in_cell("02-overlap", "make the chunks overlap", HINTS, example, "wrong data")];
 
 /// The exercise answered on the recording in `dev` (balanced, 16 chunks
 /// over 4 streams): the solution, or a loop that copies the input back

@@ -11,17 +11,11 @@ use crate::diagnose::replay::Change;
 use crate::diagnose::whatif::{fix_label, WhatIf};
 use crate::error::Result;
 use crate::lab_kit::check::{short, unit_slip, CheckReport};
-use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::progress::Exercise;
 use crate::lab_kit::Recorded;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise {
-    id: "10-pytorch-trace",
-    asks: "the fix that gains most on a trace, and its time",
-    file: None,
-    hints: HINTS,
-    examples: Examples::Cell { verdict: example, mistake: "another fix the diagnosis suggests gains more" },
-}];
+pub const EXERCISES: &[Exercise] = &[Exercise::in_cell("10-pytorch-trace", "the fix that gains most on a trace, and its time", HINTS, example, "another fix the diagnosis suggests gains more")];
 
 /// The exercise answered on the recording in `dev`: the fix the what-if
 /// puts first and its predicted time, or "pinned" (the finding that costs

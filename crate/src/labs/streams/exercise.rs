@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::gpu::{Gpu, PlanRig};
 use crate::lab_kit::check::CheckReport;
 use crate::lab_kit::loop_check;
-use crate::lab_kit::progress::{Examples, Exercise};
+use crate::lab_kit::progress::Exercise;
 use crate::lab_kit::Recorded;
 use crate::measure::record::Record;
 use crate::pipeline::dry_run::DryRun;
@@ -23,13 +23,7 @@ use crate::pipeline::plan::{chunk, Plan, StreamSpec};
 use std::sync::Arc;
 
 /// The exercise, as the course lists it (`overlap-lab progress`).
-pub const EXERCISES: &[Exercise] = &[Exercise {
-    id: "05-streams",
-    asks: "the operation that drains the pipeline",
-    file: None,
-    hints: HINTS,
-    examples: Examples::Cell { verdict: example, mistake: "NULL stream" },
-}];
+pub const EXERCISES: &[Exercise] = &[Exercise::in_cell("05-streams", "the operation that drains the pipeline", HINTS, example, "NULL stream")];
 
 /// The exercise answered on the recording in `dev`: the solution, or the
 /// loop as the notebook gives it.
