@@ -9,17 +9,19 @@
 //! [`diagnose`] walks each GPU through the rooms below it, in this order:
 //! `busy` (busy and idle time, the idle gaps), `copies` (copies by kind and
 //! their findings), `syncs` (the idle gaps the syncs caused),
-//! `issue_bound` (the gaps left, as issue-bound stretches); then the syncs'
-//! findings, all named by `callers`.
+//! `issue_bound` (the gaps left, as issue-bound stretches), `idle` (every
+//! gap put down to one cause); then the syncs' findings, all named by
+//! `callers`.
 //!
 //! May use: `events`, `intervals`, `queries`, `link`, `diagnosis` (what it
-//! fills in), `callers`, `busy`, `copies`, `syncs`, `issue_bound`.
+//! fills in), `callers`, `busy`, `copies`, `syncs`, `issue_bound`, `idle`.
 
 use super::busy::{idle_gaps, stream_summaries, GpuWork};
 use super::callers::Callers;
 use super::copies::Copies;
 use super::diagnosis::{Diagnosis, GpuSummary, Window, FINDING_MIN_US};
 use super::events::{Trace, TraceFormat};
+use super::idle::attribute_idle;
 use super::intervals::total;
 use super::issue_bound::issue_bound;
 use super::link::LinkRates;
@@ -43,7 +45,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         let work = GpuWork::of(trace, gpu);
         let name = trace.gpu_name(gpu).map(String::from);
         let link = name.as_deref().and_then(|n| links.iter().find(|l| l.matches(n)));
-        let streams = stream_summaries(trace, &work, legacy, window);
+        let streams = stream_summaries(trace, &callers, &work, legacy, window);
         let copies = Copies::of(trace, &work, link);
         findings.extend(copies.findings(trace, gpu, &work, legacy, &callers));
         // The idle gaps a sync caused are the sync's; issue-bound stretches
@@ -51,6 +53,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         let gaps = idle_gaps(trace, &work.ops);
         let blamed = syncs.blame(trace, &callers, gpu, &gaps);
         findings.extend(issue_bound(trace, &callers, gpu, &gaps, &blamed));
+        let idle_causes = attribute_idle(trace, &callers, &work, &gaps, &blamed);
         let busy_us = total(&work.busy);
         gpus.push(GpuSummary {
             gpu,
@@ -60,6 +63,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             streams,
             copies: copies.groups,
             link_source: link.map(|l| l.source.clone()),
+            idle_causes,
         });
     }
     // Syncs, grouped by where they were called.

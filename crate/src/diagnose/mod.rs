@@ -36,8 +36,9 @@
 //! - The analysis: `callers` (the call behind a GPU op, as a finding names
 //!   it), `busy` (busy and idle time, idle gaps), `copies` (copies by kind
 //!   and their findings), `syncs` (the idle each sync caused),
-//!   `issue_bound` (stretches the GPU waited on launches), then
-//!   [`analyze`] ([`diagnose`], which runs them).
+//!   `issue_bound` (stretches the GPU waited on launches), `idle` (every
+//!   idle stretch put down to one cause, the unattributed kept apart),
+//!   then [`analyze`] ([`diagnose`], which runs them).
 //! - [`render`]: the diagnosis as text. [`whatif`]: the fixes a diagnosis
 //!   suggests, predicted: the top.
 //!
@@ -71,6 +72,7 @@ pub mod analyze;
 mod busy;
 mod callers;
 mod copies;
+mod idle;
 mod issue_bound;
 mod syncs;
 
@@ -78,7 +80,7 @@ pub mod render;
 pub mod whatif;
 
 pub use analyze::diagnose;
-pub use diagnosis::{Cause, Diagnosis, Finding};
+pub use diagnosis::{Cause, Diagnosis, Finding, IdleCause, IdleShare, StreamIdleKinds};
 pub use events::Trace;
 pub use link::{LinkPoint, LinkRates};
 pub use read::{read_trace, read_trace_text};

@@ -1,11 +1,12 @@
 //! The diagnosis as text: the window, each GPU's busy and idle time, its
-//! streams and copies, the synchronizing calls, then the findings, largest
+//! streams and copies, its idle time by cause (the unattributed share
+//! always shown), the synchronizing calls, then the findings, largest
 //! first, each with the call behind it, then the what-if table where one
 //! was predicted (which `prediction` prints).
 //!
 //! May use: `units` (the crate's, for bytes), `diagnosis`, `text`.
 
-use super::diagnosis::{Cause, Diagnosis, Finding};
+use super::diagnosis::{Cause, Diagnosis, Finding, GpuSummary, IdleCause};
 use super::text::{gbps, us};
 use crate::units::Bytes;
 use std::fmt;
@@ -21,6 +22,35 @@ impl Cause {
             Cause::IssueBound => "issue-bound stretch",
         }
     }
+}
+
+impl IdleCause {
+    /// Why the GPU idled, as the idle table says it.
+    pub fn label(self) -> &'static str {
+        match self {
+            IdleCause::WaitingForLaunches => "waiting for launches",
+            IdleCause::Sync => "synchronizing call",
+            IdleCause::Copy => "copy call",
+            IdleCause::OtherStream => "another stream's work",
+            IdleCause::KernelGaps => "gaps between ops",
+            IdleCause::HostWork => "the host's own work",
+            IdleCause::Unattributed => "unattributed",
+        }
+    }
+}
+
+/// GPU `g`'s idle time by cause: one line each, its share of the idle
+/// time and the calls or CPU ops behind it.
+fn idle_table(f: &mut fmt::Formatter<'_>, g: &GpuSummary) -> fmt::Result {
+    writeln!(f, "  idle, each stretch put down to one cause:")?;
+    writeln!(f, "  {:<22} {:>11} {:>6}  {}", "cause", "time", "share", "behind it")?;
+    for s in &g.idle_causes {
+        let share = if g.idle_us > 0.0 { 100.0 * s.idle_us / g.idle_us } else { 0.0 };
+        let behind: Vec<String> = s.behind.iter().map(|b| format!("{} ({})", b.name, us(b.idle_us))).collect();
+        let behind = if behind.is_empty() { "-".to_string() } else { behind.join("; ") };
+        writeln!(f, "  {:<22} {:>11} {:>5.1}%  {behind}", s.cause.label(), us(s.idle_us), share)?;
+    }
+    Ok(())
 }
 
 impl fmt::Display for Finding {
@@ -90,6 +120,7 @@ impl fmt::Display for Diagnosis {
                     None => writeln!(f, "  (no lab 1 recording of this GPU to set the rates beside)")?,
                 }
             }
+            idle_table(f, g)?;
         }
         writeln!(f)?;
         let s = &self.syncs;
