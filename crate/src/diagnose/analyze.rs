@@ -77,7 +77,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::diagnosis::Cause;
+    use crate::diagnose::diagnosis::{Cause, IdleCause};
     use crate::diagnose::events::{Call, CpuOp, Direction, GpuOp, GpuOpKind, HostMemory, Thread};
     use crate::diagnose::queries::LEGACY_DEFAULT_STREAM;
     use crate::diagnose::text::gbps;
@@ -227,6 +227,81 @@ mod tests {
             b.launch("cudaLaunchKernel", (i as f64 * 0.1, i as f64 * 0.1 + 0.05), 7, K, (t + 5.0, t + 7.0), None);
         }
         assert!(b.done().findings.iter().all(|f| f.cause != Cause::IssueBound));
+    }
+
+    /// A trace with one idle stretch of each kind but sync, all on stream
+    /// 7: (A) 10-20; the CPU in `aten::randn` 20-80, then (B) launched at
+    /// 82, runs 90-100 (70 µs idle, host work); (C) launched at 86 before B
+    /// ended, runs 105-110 (5 µs, a gap between ops); an event wait at
+    /// 88.2, then (D) launched at 89, runs 200-210 (90 µs, another
+    /// stream's work); `aten::add` 300-320 launches (E) at 310, runs
+    /// 318-320 (108 µs, 90 of them in no traced op: the program's own
+    /// code); a copy call under way from 315.5 to 460, its copy 450-460
+    /// (130 µs, a copy).
+    fn one_stretch_of_each_kind() -> Diagnosis {
+        Build::new()
+            .launch("cudaLaunchKernel", (0.0, 5.0), 7, K, (10.0, 20.0), None)
+            .op("aten::randn", (20.0, 80.0))
+            .launch("cudaLaunchKernel", (82.0, 85.0), 7, K, (90.0, 100.0), None)
+            .launch("cudaLaunchKernel", (86.0, 88.0), 7, K, (105.0, 110.0), None)
+            .call("cudaStreamWaitEvent", (88.2, 88.6))
+            .launch("cudaLaunchKernel", (89.0, 91.0), 7, K, (200.0, 210.0), None)
+            .op("aten::add", (300.0, 320.0))
+            .launch("cudaLaunchKernel", (310.0, 315.0), 7, K, (318.0, 320.0), None)
+            .launch("cudaMemcpyAsync", (315.5, 460.0), 7, UP_PAGEABLE, (450.0, 460.0), Some(1 << 20))
+            .done()
+    }
+
+    #[test]
+    fn each_idle_stretch_is_put_down_to_one_cause_and_they_add_up() {
+        use crate::diagnose::diagnosis::IdleCause::*;
+        let d = one_stretch_of_each_kind();
+        let g = &d.gpus[0];
+        assert_eq!(g.idle_us, 70.0 + 5.0 + 90.0 + 108.0 + 130.0);
+        let got: Vec<(IdleCause, f64, usize)> = g.idle_causes.iter().map(|s| (s.cause, s.idle_us, s.stretches)).collect();
+        assert_eq!(got, [(HostWork, 178.0, 2), (Copy, 130.0, 1), (OtherStream, 90.0, 1), (KernelGaps, 5.0, 1), (Unattributed, 0.0, 0)]);
+        let behind = |c: IdleCause| -> Vec<(String, f64)> {
+            g.idle_causes.iter().find(|s| s.cause == c).unwrap().behind.iter().map(|b| (b.name.clone(), b.idle_us)).collect()
+        };
+        // The CPU's time in each op while the GPU idled: 90 µs of code
+        // before aten::add, 60 in aten::randn.
+        assert_eq!(behind(HostWork), [("untraced code before aten::add".to_string(), 90.0), ("aten::randn".to_string(), 60.0)]);
+        assert_eq!(behind(Copy), [("cudaMemcpyAsync".to_string(), 130.0)]);
+        assert_eq!(behind(OtherStream), [("stream 7: cudaStreamWaitEvent".to_string(), 90.0)]);
+        assert_eq!(behind(KernelGaps), [("back-to-back ops on stream 7".to_string(), 5.0)]);
+        assert!(behind(Unattributed).is_empty());
+        // The same stream split HTA's way: B and E launched after the op
+        // before them ended (host wait); C 5 µs after B (kernel wait); D
+        // and the copy queued, 90 and 130 µs after (other).
+        let k = g.streams[0].idle_kinds;
+        assert_eq!((k.host_wait_us, k.kernel_wait_us, k.other_us), (178.0, 5.0, 220.0));
+        assert_eq!(k.total_us(), g.idle_us);
+    }
+
+    #[test]
+    fn a_sync_stretch_a_launching_stretch_and_one_with_no_launch_each_have_their_cause() {
+        use crate::diagnose::diagnosis::IdleCause::*;
+        // The .item() of the sync test (30 µs, the sync's), then a kernel
+        // launched inside aten::mul 210-240 (launch 230), running 235-240:
+        // the 35 µs the CPU spent in aten::mul are waiting for a launch.
+        // Then a kernel no call launched: 10 µs unattributed.
+        let mut b = Build::new();
+        b.launch("cudaLaunchKernel", (0.0, 5.0), 7, K, (10.0, 95.0), None)
+            .op("aten::item", (40.0, 112.0))
+            .launch("cudaMemcpyAsync", (42.0, 48.0), 7, DOWN, (95.0, 100.0), Some(4))
+            .call("cudaStreamSynchronize", (50.0, 110.0))
+            .launch("cudaLaunchKernel", (120.0, 125.0), 7, K, (130.0, 200.0), None)
+            .op("aten::mul", (200.0, 240.0))
+            .launch("cudaLaunchKernel", (230.0, 233.0), 7, K, (235.0, 240.0), None);
+        b.t.gpu_ops.push(GpuOp { gpu: 0, stream: 7, kind: K, name: "kernel".into(), start_us: 250.0, end_us: 260.0, correlation: None, bytes: None });
+        let d = b.done();
+        let got: Vec<(IdleCause, f64)> = d.gpus[0].idle_causes.iter().map(|s| (s.cause, s.idle_us)).collect();
+        assert_eq!(got, [(WaitingForLaunches, 35.0), (Sync, 30.0), (Unattributed, 10.0)]);
+        let sync = &d.gpus[0].idle_causes[1].behind[0];
+        assert_eq!((sync.name.as_str(), sync.idle_us), ("aten::item > cudaStreamSynchronize", 30.0));
+        let launching = &d.gpus[0].idle_causes[0].behind[0];
+        assert_eq!((launching.name.as_str(), launching.idle_us), ("aten::mul", 30.0));
+        assert_eq!(d.gpus[0].idle_causes.iter().map(|s| s.idle_us).sum::<f64>(), d.gpus[0].idle_us);
     }
 
     #[test]

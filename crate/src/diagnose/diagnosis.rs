@@ -112,7 +112,9 @@ pub enum IdleCause {
 pub struct IdleBehind {
     /// "aten::randn", "aten::item > aten::_local_scalar_dense > cudaStreamSynchronize".
     pub name: String,
-    /// The idle time of the stretches put down to it, µs.
+    /// The CPU's time in it during the stretches put down to the cause
+    /// (for the one call that held the GPU back, a sync, a launch under
+    /// way, the whole stretch), µs.
     pub idle_us: f64,
 }
 

@@ -143,23 +143,27 @@ impl ThreadTime {
         })
     }
 
-    /// The span of `doing` that overlaps `span` most.
-    fn most_over(&self, doing: Doing, span: (f64, f64)) -> Option<Item> {
+    /// The spans of `doing` that overlap `span`, and for how long each does.
+    fn over(&self, doing: Doing, span: (f64, f64)) -> Vec<(Item, f64)> {
         let items = &self.items[doing as usize];
         let first = items.partition_point(|&(_, e, _)| e <= span.0);
-        items[first..].iter().take_while(|&&(s, _, _)| s < span.1).max_by(|a, b| overlap(a, span).total_cmp(&overlap(b, span))).map(|&(_, _, i)| i)
+        items[first..].iter().take_while(|&&(s, _, _)| s < span.1).map(|&(s, e, i)| (i, e.min(span.1) - s.max(span.0))).filter(|&(_, t)| t > 0.0).collect()
     }
 }
 
-/// How long `(s, e, _)` overlaps `span`.
-fn overlap(&(s, e, _): &(f64, f64, Item), span: (f64, f64)) -> f64 {
-    (e.min(span.1) - s.max(span.0)).max(0.0)
-}
-
-/// One idle stretch's cause and what is behind it.
+/// One idle stretch's cause and what is behind it: the calls or CPU ops,
+/// each with the CPU's time in it during the stretch (the whole stretch
+/// for the one call that held the GPU back).
 struct Blame {
     cause: IdleCause,
-    behind: String,
+    behind: Vec<(String, f64)>,
+}
+
+impl Blame {
+    /// `cause`, the whole stretch `(a, b)` put down to `behind`.
+    fn whole(cause: IdleCause, behind: String, (a, b): (f64, f64)) -> Blame {
+        Blame { cause, behind: vec![(behind, b - a)] }
+    }
 }
 
 /// The GPU ran dry at `a`, and op `next` ended the stretch at `b`, launched
@@ -180,7 +184,7 @@ fn blame_stretch(trace: &Trace, callers: &Callers, work: &GpuWork, times: &[Thre
         if untraced > time {
             let at = callers.outermost_op(launch).map_or_else(|| l.name.clone(), |o| trace.cpu_ops[o].name.clone());
             let cause = if b - a <= ISSUE_GAP_MAX_US { IdleCause::WaitingForLaunches } else { IdleCause::HostWork };
-            return Blame { cause, behind: format!("untraced code before {at}") };
+            return Blame { cause, behind: vec![(format!("untraced code before {at}"), untraced)] };
         }
         let cause = match most {
             Doing::Sync => IdleCause::Sync,
@@ -188,18 +192,17 @@ fn blame_stretch(trace: &Trace, callers: &Callers, work: &GpuWork, times: &[Thre
             Doing::Launching => IdleCause::WaitingForLaunches,
             Doing::OwnWork => IdleCause::HostWork,
         };
-        let behind = thread.most_over(most, (a, before)).map_or_else(|| l.name.clone(), name_of);
-        return Blame { cause, behind };
+        return Blame { cause, behind: thread.over(most, (a, before)).into_iter().map(|(i, t)| (name_of(i), t)).collect() };
     }
     if l.end_us > a {
         // Rule 3: the launch was under way when the GPU ran dry.
         let cause = if call_doing(&l.name) == Doing::Copy { IdleCause::Copy } else { IdleCause::WaitingForLaunches };
-        return Blame { cause, behind: callers.call_ref(launch).name };
+        return Blame::whole(cause, callers.call_ref(launch).name, (a, b));
     }
     // Rule 4: queued before the GPU ran dry.
     let stream = trace.gpu_ops[next].stream;
     if b - a < KERNEL_WAIT_MAX_US {
-        return Blame { cause: IdleCause::KernelGaps, behind: format!("back-to-back ops on stream {stream}") };
+        return Blame::whole(IdleCause::KernelGaps, format!("back-to-back ops on stream {stream}"), (a, b));
     }
     // An event wait the thread put on the stream after launching its op before this one.
     let on_stream = &work.by_stream[&stream];
@@ -208,8 +211,8 @@ fn blame_stretch(trace: &Trace, callers: &Callers, work: &GpuWork, times: &[Thre
     let wait =
         thread.event_waits.iter().rev().copied().skip_while(|&w| trace.calls[w].start_us > l.start_us).take_while(|&w| trace.calls[w].start_us >= since).next();
     match wait {
-        Some(w) => Blame { cause: IdleCause::OtherStream, behind: format!("stream {stream}: {}", callers.call_ref(w).name) },
-        None => Blame { cause: IdleCause::Unattributed, behind: format!("an op queued on stream {stream}, waiting on nothing the trace shows") },
+        Some(w) => Blame::whole(IdleCause::OtherStream, format!("stream {stream}: {}", callers.call_ref(w).name), (a, b)),
+        None => Blame::whole(IdleCause::Unattributed, format!("an op queued on stream {stream}, waiting on nothing the trace shows"), (a, b)),
     }
 }
 
@@ -225,14 +228,16 @@ pub(super) fn attribute_idle(trace: &Trace, callers: &Callers, work: &GpuWork, g
     for (&gap, sync) in gaps.iter().zip(blamed) {
         let (a, b, next) = gap;
         let blame = match (sync, callers.launch(next)) {
-            (&Some(s), _) => Blame { cause: IdleCause::Sync, behind: callers.call_ref(s).name },
+            (&Some(s), _) => Blame::whole(IdleCause::Sync, callers.call_ref(s).name, (a, b)),
             (None, Some(launch)) => blame_stretch(trace, callers, work, &times, gap, launch),
-            (None, None) => Blame { cause: IdleCause::Unattributed, behind: "an op with no launching call in the trace".into() },
+            (None, None) => Blame::whole(IdleCause::Unattributed, "an op with no launching call in the trace".into(), (a, b)),
         };
         let entry = by_cause.entry(blame.cause).or_default();
         entry.0 += b - a;
         entry.1 += 1;
-        *entry.2.entry(blame.behind).or_default() += b - a;
+        for (name, t) in blame.behind {
+            *entry.2.entry(name).or_default() += t;
+        }
     }
     let mut shares: Vec<IdleShare> = by_cause
         .into_iter()
