@@ -9,7 +9,7 @@
 //! op), `diagnosis` (the summaries it fills).
 
 use super::callers::Callers;
-use super::diagnosis::{StreamIdleKinds, StreamSummary, Window};
+use super::diagnosis::{StreamIdleKinds, StreamSummary, Window, KERNEL_WAIT_MAX_US};
 use super::events::{GpuOpKind, Trace};
 use super::intervals::{total, union};
 use std::collections::BTreeMap;
@@ -48,12 +48,6 @@ impl GpuWork {
         GpuWork { ops, busy, kernels, by_stream }
     }
 }
-
-/// A gap between two ops of one stream shorter than this, the next op
-/// launched before the first ended, is the delay between back-to-back ops
-/// (µs): HTA's `consecutive_kernel_delay`, 30 by default (its docstring
-/// says ns; it compares it with the trace's µs).
-pub const KERNEL_WAIT_MAX_US: f64 = 30.0;
 
 /// The idle time between the ops of one stream (`ops`, in the order they
 /// started), split as HTA splits it ([`StreamIdleKinds`]): each gap from

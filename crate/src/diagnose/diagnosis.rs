@@ -18,6 +18,12 @@ use serde::Serialize;
 /// Findings worth less than this are left out (µs): noise, not a cause.
 pub const FINDING_MIN_US: f64 = 1.0;
 
+/// A gap between two ops of one stream shorter than this, the next op
+/// launched before the first ended, is the delay between back-to-back ops
+/// (µs): HTA's `consecutive_kernel_delay`, 30 by default (its docstring
+/// says ns; it compares it with the trace's µs).
+pub const KERNEL_WAIT_MAX_US: f64 = 30.0;
+
 /// A call as a finding names it: its name (with the CPU ops around it), its
 /// CPU timestamp as the trace gives it, and its correlation id.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -66,8 +72,8 @@ pub struct StreamSummary {
 /// (`TraceAnalysis.get_idle_time_breakdown`), so the two can be set side
 /// by side: each gap is host wait where the next op's launching call began
 /// after the op before it ended (the CPU was late), else kernel wait where
-/// the gap is under 30 µs (HTA's default `consecutive_kernel_delay`: the
-/// delay between back-to-back ops), else other. The time before the stream's first op
+/// the gap is under [`KERNEL_WAIT_MAX_US`] (the delay between back-to-back
+/// ops), else other. The time before the stream's first op
 /// and after its last is in none of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct StreamIdleKinds {

@@ -28,12 +28,12 @@
 //!
 //! May use: `events`, `intervals`, `queries` (which calls synchronize),
 //! `diagnosis` (what it fills in), `callers` (the launch of an op, a
-//! call's name), `busy` (the GPU's work, its gaps, the kernel-wait
-//! threshold), `issue_bound` (what a launching gap is).
+//! call's name), `busy` (the GPU's work, its gaps), `issue_bound` (what a
+//! launching gap is).
 
-use super::busy::{Gap, GpuWork, KERNEL_WAIT_MAX_US};
+use super::busy::{Gap, GpuWork};
 use super::callers::Callers;
-use super::diagnosis::{IdleBehind, IdleCause, IdleShare};
+use super::diagnosis::{IdleBehind, IdleCause, IdleShare, KERNEL_WAIT_MAX_US};
 use super::events::Trace;
 use super::intervals::{covered, union};
 use super::issue_bound::ISSUE_GAP_MAX_US;

@@ -6,7 +6,7 @@
 //!
 //! May use: `units` (the crate's, for bytes), `diagnosis`, `text`.
 
-use super::diagnosis::{Cause, Diagnosis, Finding, GpuSummary, IdleCause};
+use super::diagnosis::{Cause, Diagnosis, Finding, GpuSummary, IdleCause, KERNEL_WAIT_MAX_US};
 use super::text::{gbps, us};
 use crate::units::Bytes;
 use std::fmt;
@@ -43,7 +43,7 @@ impl IdleCause {
 /// time and the calls or CPU ops behind it.
 fn idle_table(f: &mut fmt::Formatter<'_>, g: &GpuSummary) -> fmt::Result {
     writeln!(f, "  idle, each stretch put down to one cause:")?;
-    writeln!(f, "  {:<22} {:>11} {:>6}  {}", "cause", "time", "share", "behind it")?;
+    writeln!(f, "  {:<22} {:>11} {:>6}  behind it", "cause", "time", "share")?;
     for s in &g.idle_causes {
         let share = if g.idle_us > 0.0 { 100.0 * s.idle_us / g.idle_us } else { 0.0 };
         let behind: Vec<String> = s.behind.iter().map(|b| format!("{} ({})", b.name, us(b.idle_us))).collect();
@@ -84,11 +84,34 @@ impl fmt::Display for Diagnosis {
                 us(g.busy_us),
                 us(g.idle_us)
             )?;
-            writeln!(f, "  {:<22} {:>8} {:>7} {:>8} {:>11} {:>11}", "stream", "kernels", "copies", "memsets", "busy", "idle")?;
+            // The last three: the stream's idle between its ops, split as HTA splits it.
+            writeln!(
+                f,
+                "  {:<22} {:>8} {:>7} {:>8} {:>11} {:>11} {:>11} {:>11} {:>11}",
+                "stream", "kernels", "copies", "memsets", "busy", "idle", "host wait", "kernel wait", "other wait"
+            )?;
             for s in &g.streams {
                 let name = if s.legacy_default { format!("{} (legacy default)", s.stream) } else { s.stream.to_string() };
-                writeln!(f, "  {:<22} {:>8} {:>7} {:>8} {:>11} {:>11}", name, s.kernels, s.copies, s.memsets, us(s.busy_us), us(s.idle_us))?;
+                let k = s.idle_kinds;
+                writeln!(
+                    f,
+                    "  {:<22} {:>8} {:>7} {:>8} {:>11} {:>11} {:>11} {:>11} {:>11}",
+                    name,
+                    s.kernels,
+                    s.copies,
+                    s.memsets,
+                    us(s.busy_us),
+                    us(s.idle_us),
+                    us(k.host_wait_us),
+                    us(k.kernel_wait_us),
+                    us(k.other_us)
+                )?;
             }
+            writeln!(
+                f,
+                "  (host wait, kernel wait, other wait: the idle between a stream's ops as HTA splits it; kernel wait is a gap under {})",
+                us(KERNEL_WAIT_MAX_US)
+            )?;
             if !g.copies.is_empty() {
                 writeln!(
                     f,
