@@ -208,8 +208,9 @@ fn blame_stretch(trace: &Trace, callers: &Callers, work: &GpuWork, times: &[Thre
     let on_stream = &work.by_stream[&stream];
     let at = on_stream.partition_point(|&i| trace.gpu_ops[i].start_us < trace.gpu_ops[next].start_us);
     let since = at.checked_sub(1).and_then(|p| callers.launch(on_stream[p])).map_or(f64::NEG_INFINITY, |ci| trace.calls[ci].start_us);
-    let wait =
-        thread.event_waits.iter().rev().copied().skip_while(|&w| trace.calls[w].start_us > l.start_us).take_while(|&w| trace.calls[w].start_us >= since).next();
+    let waits = &thread.event_waits;
+    let upto = waits.partition_point(|&w| trace.calls[w].start_us <= l.start_us);
+    let wait = waits[..upto].last().copied().filter(|&w| trace.calls[w].start_us >= since);
     match wait {
         Some(w) => Blame::whole(IdleCause::OtherStream, format!("stream {stream}: {}", callers.call_ref(w).name), (a, b)),
         None => Blame::whole(IdleCause::Unattributed, format!("an op queued on stream {stream}, waiting on nothing the trace shows"), (a, b)),
