@@ -102,6 +102,11 @@ fn synthetic_host_prepared_batches_name_the_hosts_own_work_with_its_cpu_ops() {
     assert_eq!(behind.len(), 2, "{behind:?}");
     assert!(behind[0].0 == "aten::randn" && close(behind[0].1, 19.0 * 551.862), "{behind:?}");
     assert!(behind[1].0 == "aten::mul" && close(behind[1].1, 19.0 * 450.0), "{behind:?}");
+    // The largest finding too, named by the upload the GPU waited for.
+    let f = &d.findings[0];
+    assert_eq!((f.cause, f.count, f.call.name.as_str()), (Cause::HostWork, 19, "aten::to > cudaMemcpyAsync"));
+    assert!(close(f.cost_us, largest.idle_us), "{f:?}");
+    assert!(f.text.contains("while the CPU ran the program's own work") && f.text.contains("aten::randn 10.49 ms, aten::mul 8.55 ms"), "{}", f.text);
     // The copy-to-kernel gaps are the only others: 1 µs each.
     let rest: Vec<(IdleCause, usize)> = g.idle_causes[1..].iter().map(|c| (c.cause, c.stretches)).collect();
     assert_eq!(rest, [(IdleCause::KernelGaps, 20), (IdleCause::Unattributed, 0)]);

@@ -21,7 +21,7 @@ use super::callers::Callers;
 use super::copies::Copies;
 use super::diagnosis::{Diagnosis, GpuSummary, Window, FINDING_MIN_US};
 use super::events::{Trace, TraceFormat};
-use super::idle::attribute_idle;
+use super::idle::{attribute_idle, host_work_finding};
 use super::intervals::total;
 use super::issue_bound::issue_bound;
 use super::link::LinkRates;
@@ -54,6 +54,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         let blamed = syncs.blame(trace, &callers, gpu, &gaps);
         findings.extend(issue_bound(trace, &callers, gpu, &gaps, &blamed));
         let idle_causes = attribute_idle(trace, &callers, &work, &gaps, &blamed);
+        findings.extend(host_work_finding(gpu, &idle_causes));
         let busy_us = total(&work.busy);
         gpus.push(GpuSummary {
             gpu,
@@ -270,6 +271,13 @@ mod tests {
         assert_eq!(behind(OtherStream), [("stream 7: cudaStreamWaitEvent".to_string(), 90.0)]);
         assert_eq!(behind(KernelGaps), [("back-to-back ops on stream 7".to_string(), 5.0)]);
         assert!(behind(Unattributed).is_empty());
+        // The longest host-work stretch (E's, 108 µs) names the finding.
+        let host = &g.idle_causes[0];
+        assert_eq!((host.longest_us, host.longest_ended_by.as_ref().map(|c| c.name.as_str())), (108.0, Some("aten::add > cudaLaunchKernel")));
+        let f = d.findings.iter().find(|f| f.cause == Cause::HostWork).expect("the host's own work is a finding");
+        assert_eq!((f.cost_us, f.count, f.call.name.as_str(), f.call.ts_us), (178.0, 2, "aten::add > cudaLaunchKernel", 310.0));
+        assert!(f.text.contains("the GPU idled 178.0 µs in 2 stretches while the CPU ran the program's own work"), "{}", f.text);
+        assert!(f.text.contains("untraced code before aten::add 90.0 µs, aten::randn 60.0 µs"), "{}", f.text);
         // The same stream split HTA's way: B and E launched after the op
         // before them ended (host wait); C 5 µs after B (kernel wait); D
         // and the copy queued, 90 and 130 µs after (other).

@@ -134,6 +134,11 @@ pub struct IdleShare {
     pub stretches: usize,
     /// The calls or CPU ops behind it, most idle first (the top few).
     pub behind: Vec<IdleBehind>,
+    /// Its longest stretch, µs.
+    pub longest_us: f64,
+    /// The call that launched the op that ended its longest stretch (or
+    /// that op, where no call did); none where it has no stretch.
+    pub longest_ended_by: Option<CallRef>,
 }
 
 /// Every copy of one kind on one GPU: direction and host memory.
@@ -201,6 +206,9 @@ pub enum Cause {
     Sync,
     /// The GPU waiting, op after op, for the CPU to launch the next.
     IssueBound,
+    /// The GPU idle while the CPU ran the program's own work (CPU ops that
+    /// launch nothing, code between the CUDA calls), not launching.
+    HostWork,
 }
 
 /// One cause of lost overlap, the call behind it and what it costs.

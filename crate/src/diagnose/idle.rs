@@ -26,18 +26,22 @@
 //!    (`cudaStreamWaitEvent`) is another stream's work; else unattributed,
 //!    as is a stretch whose next op has no launching call in the trace.
 //!
+//! The host's own work is also a finding ([`host_work_finding`]): what the
+//! GPU lost while the CPU prepared its work, and the CPU ops behind it.
+//!
 //! May use: `events`, `intervals`, `queries` (which calls synchronize),
-//! `diagnosis` (what it fills in), `callers` (the launch of an op, a
+//! `text`, `diagnosis` (what it fills in), `callers` (the launch of an op, a
 //! call's name), `busy` (the GPU's work, its gaps), `issue_bound` (what a
 //! launching gap is).
 
 use super::busy::{Gap, GpuWork};
 use super::callers::Callers;
-use super::diagnosis::{IdleBehind, IdleCause, IdleShare, KERNEL_WAIT_MAX_US};
+use super::diagnosis::{Cause, Finding, IdleBehind, IdleCause, IdleShare, KERNEL_WAIT_MAX_US};
 use super::events::Trace;
 use super::intervals::{covered, union};
 use super::issue_bound::ISSUE_GAP_MAX_US;
 use super::queries::synchronizes;
+use super::text::{counted, us};
 use std::collections::{BTreeMap, HashMap};
 
 /// How many calls or ops a share names.
@@ -217,15 +221,25 @@ fn blame_stretch(trace: &Trace, callers: &Callers, work: &GpuWork, times: &[Thre
     }
 }
 
+/// A cause's idle so far, while the stretches are shared out.
+#[derive(Default)]
+struct Tally {
+    idle_us: f64,
+    stretches: usize,
+    /// The CPU's time in each call or op behind it.
+    behind: HashMap<String, f64>,
+    /// Its longest stretch: (µs, the GPU op that ended it).
+    longest: Option<(f64, usize)>,
+}
+
 /// Puts each of a GPU's idle `gaps` (`blamed`: the sync each was caused
 /// by, where one was) down to one cause (the module doc's rules) and adds
 /// them up by cause: the shares, most idle first, the unattributed one
 /// always there and last. They add up to the gaps' total.
 pub(super) fn attribute_idle(trace: &Trace, callers: &Callers, work: &GpuWork, gaps: &[Gap], blamed: &[Option<usize>]) -> Vec<IdleShare> {
     let times = thread_times(trace);
-    // cause -> (idle µs, stretches, idle by what is behind)
-    let mut by_cause: BTreeMap<IdleCause, (f64, usize, HashMap<String, f64>)> = BTreeMap::new();
-    by_cause.insert(IdleCause::Unattributed, (0.0, 0, HashMap::new()));
+    let mut by_cause: BTreeMap<IdleCause, Tally> = BTreeMap::new();
+    by_cause.insert(IdleCause::Unattributed, Tally::default());
     for (&gap, sync) in gaps.iter().zip(blamed) {
         let (a, b, next) = gap;
         let blame = match (sync, callers.launch(next)) {
@@ -233,22 +247,48 @@ pub(super) fn attribute_idle(trace: &Trace, callers: &Callers, work: &GpuWork, g
             (None, Some(launch)) => blame_stretch(trace, callers, work, &times, gap, launch),
             (None, None) => Blame::whole(IdleCause::Unattributed, "an op with no launching call in the trace".into(), (a, b)),
         };
-        let entry = by_cause.entry(blame.cause).or_default();
-        entry.0 += b - a;
-        entry.1 += 1;
+        let tally = by_cause.entry(blame.cause).or_default();
+        tally.idle_us += b - a;
+        tally.stretches += 1;
         for (name, t) in blame.behind {
-            *entry.2.entry(name).or_default() += t;
+            *tally.behind.entry(name).or_default() += t;
+        }
+        if tally.longest.is_none_or(|(l, _)| b - a > l) {
+            tally.longest = Some((b - a, next));
         }
     }
     let mut shares: Vec<IdleShare> = by_cause
         .into_iter()
-        .map(|(cause, (idle_us, stretches, behind))| {
-            let mut behind: Vec<IdleBehind> = behind.into_iter().map(|(name, idle_us)| IdleBehind { name, idle_us }).collect();
+        .map(|(cause, tally)| {
+            let mut behind: Vec<IdleBehind> = tally.behind.into_iter().map(|(name, idle_us)| IdleBehind { name, idle_us }).collect();
             behind.sort_by(|x, y| y.idle_us.total_cmp(&x.idle_us).then_with(|| x.name.cmp(&y.name)));
             behind.truncate(BEHIND_SHOWN);
-            IdleShare { cause, idle_us, stretches, behind }
+            let (longest_us, ended_by) = tally.longest.map_or((0.0, None), |(l, next)| (l, Some(callers.op_ref(next))));
+            IdleShare { cause, idle_us: tally.idle_us, stretches: tally.stretches, behind, longest_us, longest_ended_by: ended_by }
         })
         .collect();
     shares.sort_by(|x, y| (x.cause == IdleCause::Unattributed).cmp(&(y.cause == IdleCause::Unattributed)).then(y.idle_us.total_cmp(&x.idle_us)));
     shares
+}
+
+/// The finding that GPU `gpu` idled while its CPU ran the program's own
+/// work (its `shares`' host-work one), named by the call that ended the
+/// longest such stretch; `None` where it has none.
+pub(super) fn host_work_finding(gpu: u32, shares: &[IdleShare]) -> Option<Finding> {
+    let s = shares.iter().find(|s| s.cause == IdleCause::HostWork)?;
+    let call = s.longest_ended_by.clone()?;
+    let ops: Vec<String> = s.behind.iter().map(|b| format!("{} {}", b.name, us(b.idle_us))).collect();
+    Some(Finding {
+        cause: Cause::HostWork,
+        gpu,
+        call,
+        count: s.stretches,
+        cost_us: s.idle_us,
+        text: format!(
+            "the GPU idled {} in {} while the CPU ran the program's own work, not launching (the CPU's time in {} then): the GPU cannot go faster than the CPU prepares its work; preparing the next batch ahead (a DataLoader with workers and pin_memory, or a thread of its own) would overlap that work with the GPU's",
+            us(s.idle_us),
+            counted(s.stretches, "stretch", "stretches"),
+            ops.join(", ")
+        ),
+    })
 }

@@ -20,6 +20,7 @@ impl Cause {
             Cause::ExposedCopies => "exposed copies",
             Cause::Sync => "synchronizing call",
             Cause::IssueBound => "issue-bound stretch",
+            Cause::HostWork => "the host's own work",
         }
     }
 }
