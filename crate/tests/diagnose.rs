@@ -1,7 +1,9 @@
 //! `overlap-lab diagnose` on SYNTHETIC torch.profiler traces of the five
-//! programs of lab 10 (built by `synthetic_traces`, with known answers; no
-//! GPU ran them), on a lab's own timeline, and on malformed traces: every
-//! figure and finding the diagnosis reports, and one line for each bad file.
+//! programs of lab 10 and of a loop whose CPU builds each batch (built by
+//! `synthetic_traces`, with known answers; no GPU ran them), on a lab's own
+//! timeline, on the committed traces, and on malformed traces: every
+//! figure, finding and idle cause the diagnosis reports, and one line for
+//! each bad file.
 
 use overlap_lab::labs::pytorch_trace::fixture as synthetic_traces;
 

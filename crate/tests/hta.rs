@@ -1,8 +1,8 @@
 //! `overlap-lab diagnose` held to a well-known trace-analysis library:
 //! Meta's HolisticTraceAnalysis (HTA), run by `crate/reference/hta_compare.py`
-//! on every synthetic trace of lab 10's five programs (`synthetic_traces`) and
-//! every committed trace of its real programs (`data/*/pytorch-trace/`),
-//! must agree within 1% on the traced window, GPU busy and idle time, and
+//! on every synthetic trace (`synthetic_traces`: lab 10's five programs and
+//! a loop whose CPU builds each batch) and every committed trace of its
+//! real programs (`data/*/pytorch-trace/`), must agree within 1% on the traced window, GPU busy and idle time, and
 //! each copy kind's count, bytes and time; and each stream's idle time split
 //! HTA's way (host wait, kernel wait, other) within 2% of that stream's idle
 //! time. Skips, saying so, where HTA is not importable (`.ci/setup

@@ -2,8 +2,9 @@
 //! op's start to the last one's end), each GPU's and each stream's busy and
 //! idle time, each kind of copy (how many, how big, how fast, how much of
 //! it hidden under kernels), the CPU's synchronizing calls and the GPU idle
-//! each one caused, work on the legacy default stream, and stretches where
-//! the GPU waited for the CPU to launch. Every finding names the call
+//! each one caused, work on the legacy default stream, stretches where
+//! the GPU waited for the CPU to launch, and every idle stretch put down to
+//! one cause (the unattributed kept apart). Every finding names the call
 //! behind it and the time it costs, largest first.
 //!
 //! [`diagnose`] walks each GPU through the rooms below it, in this order:

@@ -10,7 +10,10 @@
 //! ([`intervals`]), each kind of copy and how much of it hid under kernels,
 //! set beside this machine's lab 1 rates ([`link`]); the synchronizing
 //! calls and the GPU idle each one caused; work on the legacy default
-//! stream; issue-bound stretches. Its [`diagnosis::Diagnosis`] serializes
+//! stream; issue-bound stretches; every idle stretch put down to one cause
+//! (launches, a sync, a copy, another stream, the gaps between ops, the
+//! host's own work, or unattributed), and each stream's idle split the way
+//! HTA splits it. Its [`diagnosis::Diagnosis`] serializes
 //! for `--json` and prints as text ([`render`]). [`replay`] turns the trace
 //! into a schedule of the pipeline vocabulary (each GPU op on its stream
 //! with its measured duration and what it waited for) that the queue model
