@@ -70,7 +70,8 @@ enum Item {
 /// One CPU thread's time, by what it was doing.
 #[derive(Default)]
 struct ThreadTime {
-    /// Each [`Doing`]'s spans, sorted and disjoint, with what each is.
+    /// Each [`Doing`]'s spans, by start, with what each is (one thread's
+    /// calls, and its outermost ops, follow one another).
     items: [Vec<(f64, f64, Item)>; 4],
     /// `layers[k]`: the union of the spans of the first `k + 1` doings
     /// (sync; sync and copy; ...), so each doing's share of a stretch is
