@@ -10,6 +10,12 @@
 - each copy kind's count, time and bytes: the GPU events HTA's parser keeps,
   classed by HTA's own `get_kernel_type` (memory ops), summed per name
   ("Memcpy HtoD (Pageable -> Device)").
+- each stream's idle time split by cause: HTA's idle-time breakdown
+  (`TraceAnalysis.get_idle_time_breakdown`, its default 30 µs
+  `consecutive_kernel_delay`): between each op of a stream and the next,
+  host wait where the next op's launching call began after the op before
+  ended, else kernel wait under the threshold, else other (HTA rounds each
+  figure to 0.01 µs).
 
 Usage: hta_compare.py TRACE.json[.gz]
 
@@ -49,6 +55,11 @@ def main() -> int:
     window = float(breakdown["kernel_time(us)"])
     idle = float(breakdown["idle_time(us)"])
 
+    kinds, _ = analysis.get_idle_time_breakdown(visualize=False)
+    idle_kinds = {}
+    for stream, category, time in zip(kinds["stream"], kinds["idle_category"], kinds["idle_time"]):
+        idle_kinds.setdefault(str(int(stream)), {"host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_us": 0.0})[f"{category}_us"] = float(time)
+
     trace = analysis.t.get_trace(0)
     names = analysis.t.symbol_table.get_sym_table()
     gpu = trace[trace["stream"].ne(-1)]
@@ -70,6 +81,7 @@ def main() -> int:
                 "idle_us": idle,
                 "busy_us": window - idle,
                 "copies": copies,
+                "idle_kinds": idle_kinds,
             },
             indent=2,
         )

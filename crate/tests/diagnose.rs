@@ -1,12 +1,14 @@
 //! `overlap-lab diagnose` on SYNTHETIC torch.profiler traces of the five
-//! programs of lab 10 (built by `synthetic_traces`, with known answers; no
-//! GPU ran them), on a lab's own timeline, and on malformed traces: every
-//! figure and finding the diagnosis reports, and one line for each bad file.
+//! programs of lab 10 and of a loop whose CPU builds each batch (built by
+//! `synthetic_traces`, with known answers; no GPU ran them), on a lab's own
+//! timeline, on the committed traces, and on malformed traces: every
+//! figure, finding and idle cause the diagnosis reports, and one line for
+//! each bad file.
 
 use overlap_lab::labs::pytorch_trace::fixture as synthetic_traces;
 
 use overlap_lab::diagnose::{diagnose, read_trace};
-use overlap_lab::diagnose::{Cause, Diagnosis};
+use overlap_lab::diagnose::{Cause, Diagnosis, IdleCause};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use synthetic_traces::Synthetic;
@@ -58,11 +60,120 @@ fn assert_known_figures(s: &Synthetic, d: &Diagnosis) {
     assert!(close(d.syncs.cost_us, k.sync_idle_us), "{}: syncs cost {} against {}", s.file, d.syncs.cost_us, k.sync_idle_us);
     let issue: f64 = d.findings.iter().filter(|f| f.cause == Cause::IssueBound).map(|f| f.cost_us).sum();
     assert!(close(issue, k.issue_idle_us), "{}: issue-bound {issue} against {}", s.file, k.issue_idle_us);
+    assert_idle_adds_up(s.file, d);
+    let host: f64 = g.idle_causes.iter().filter(|c| c.cause == IdleCause::HostWork).map(|c| c.idle_us).sum();
+    assert!(close(host, k.host_work_idle_us), "{}: host work {host} against {}", s.file, k.host_work_idle_us);
     for f in &d.findings {
         assert!(f.cost_us > 0.0 && !f.text.is_empty(), "{}: {f:?}", s.file);
     }
     assert!(d.findings.windows(2).all(|w| w[0].cost_us >= w[1].cost_us), "{}: findings largest first", s.file);
     assert!(!d.findings.iter().any(|f| f.call.name.ends_with("cudaDeviceSynchronize")), "{}: the final sync costs nothing", s.file);
+}
+
+/// Each GPU's idle time put down to causes: every share at least 0, the
+/// unattributed one there and last, and all of them adding up to the idle
+/// time (to the float rounding of a sum of many).
+fn assert_idle_adds_up(file: &str, d: &Diagnosis) {
+    for g in &d.gpus {
+        let shares = &g.idle_causes;
+        assert_eq!(shares.last().map(|s| s.cause), Some(IdleCause::Unattributed), "{file}: {shares:?}");
+        assert!(shares.iter().all(|s| s.idle_us >= 0.0), "{file}: {shares:?}");
+        let sum: f64 = shares.iter().map(|s| s.idle_us).sum();
+        assert!((sum - g.idle_us).abs() <= 1e-9 * d.window.duration_us().max(1.0), "{file}: the causes add up to {sum} µs, the idle time is {} µs", g.idle_us);
+    }
+}
+
+#[test]
+fn synthetic_host_prepared_batches_name_the_hosts_own_work_with_its_cpu_ops() {
+    let s = synthetic_traces::host_prepared_batches(20);
+    let d = diagnosed(&s);
+    let g = &d.gpus[0];
+    let largest = &g.idle_causes[0];
+    assert_eq!(largest.cause, IdleCause::HostWork, "{:?}", g.idle_causes);
+    // 19 stretches from a kernel's end (448.138 µs into a step: a 79.138 µs
+    // copy of 4 MiB at 53 GB/s from 1468, 1 µs, a 400 µs kernel, as the
+    // trace writes them) to the next copy (1468 µs into the next step):
+    // 1019.862 µs each.
+    assert_eq!(largest.stretches, 19);
+    assert!(close(largest.idle_us, 19.0 * 1019.862) && close(largest.idle_us, s.known.host_work_idle_us), "{}", largest.idle_us);
+    assert!(largest.idle_us > 0.9 * g.idle_us, "{:?}", g.idle_causes);
+    // Behind it, the CPU's time in each op of the batch while the GPU idled:
+    // aten::randn from the kernel's end to its own (1000 - 448.138 µs), all
+    // of aten::mul's 450 µs.
+    let behind: Vec<(&str, f64)> = largest.behind.iter().map(|b| (b.name.as_str(), b.idle_us)).collect();
+    assert_eq!(behind.len(), 2, "{behind:?}");
+    assert!(behind[0].0 == "aten::randn" && close(behind[0].1, 19.0 * 551.862), "{behind:?}");
+    assert!(behind[1].0 == "aten::mul" && close(behind[1].1, 19.0 * 450.0), "{behind:?}");
+    // The largest finding too, named by the upload the GPU waited for.
+    let f = &d.findings[0];
+    assert_eq!((f.cause, f.count, f.call.name.as_str()), (Cause::HostWork, 19, "aten::to > cudaMemcpyAsync"));
+    assert!(close(f.cost_us, largest.idle_us), "{f:?}");
+    assert!(f.text.contains("while the CPU ran the program's own work") && f.text.contains("aten::randn 10.49 ms, aten::mul 8.55 ms"), "{}", f.text);
+    // The copy-to-kernel gaps are the only others: 1 µs each.
+    let rest: Vec<(IdleCause, usize)> = g.idle_causes[1..].iter().map(|c| (c.cause, c.stretches)).collect();
+    assert_eq!(rest, [(IdleCause::KernelGaps, 20), (IdleCause::Unattributed, 0)]);
+}
+
+#[test]
+fn the_idle_attribution_prints_as_a_table_and_serializes() {
+    let dir = overlap_lab::testing::temp_dir("diagnose-idle-cli");
+    let path = synthetic_traces::host_prepared_batches(5).write(&dir);
+    let (code, out, err) = cli(&["diagnose", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let table: Vec<&str> = out.lines().skip_while(|l| !l.contains("idle, each stretch put down to one cause")).take(5).collect();
+    assert_eq!(table.len(), 5, "no idle table:\n{out}");
+    // 4 stretches of 1019.862 µs, of 4084.448 µs idle; 5 gaps of 1 µs.
+    assert!(table[2].starts_with("  the host's own work") && table[2].contains("4.08 ms  99.9%  aten::randn (2.21 ms); aten::mul (1.80 ms)"), "{}", table[2]);
+    assert!(table[3].starts_with("  gaps between ops") && table[3].contains("5.0 µs   0.1%  back-to-back ops on stream 7 (5.0 µs)"), "{}", table[3]);
+    assert!(table[4].starts_with("  unattributed") && table[4].ends_with("0.0%  -"), "{}", table[4]);
+    let (code, out, err) = cli(&["diagnose", "--json", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON alone");
+    let first = &v["gpus"][0]["idle_causes"][0];
+    assert_eq!((first["cause"].as_str(), first["stretches"].as_u64(), first["behind"][0]["name"].as_str()), (Some("host-work"), Some(4), Some("aten::randn")));
+    assert_eq!(v["gpus"][0]["idle_causes"][2]["cause"], "unattributed");
+    let kinds = &v["gpus"][0]["streams"][0]["idle_kinds"];
+    assert!((kinds["host_wait_us"].as_f64().unwrap() - 4.0 * 1019.862).abs() < 1e-6 && kinds["kernel_wait_us"].as_f64() == Some(5.0), "{kinds}");
+}
+
+/// Every committed trace and every synthetic one: the idle causes add up
+/// to each GPU's idle time, with at most 5% of it left unattributed on the
+/// committed programs; each program's largest cause is the one it earns.
+#[test]
+fn every_idle_stretch_of_every_trace_is_put_down_to_one_cause() {
+    for s in synthetic_traces::all() {
+        assert_idle_adds_up(s.file, &diagnosed(&s));
+    }
+    let recordings = overlap_lab::labs::pytorch_trace::Recording::find(&overlap_lab::measure::record::repo_root().join("data")).unwrap();
+    assert!(!recordings.is_empty(), "no data/*/pytorch-trace/programs.json");
+    for rec in &recordings {
+        for name in rec.names() {
+            let path = rec.trace_path(name).unwrap();
+            let file = path.display().to_string();
+            let d = diagnose(&read_trace(&path, &mut |_, _| {}).unwrap(), &file, &[]);
+            assert_idle_adds_up(&file, &d);
+            let g = &d.gpus[0];
+            let share = |c: IdleCause| g.idle_causes.iter().find(|s| s.cause == c).map_or(0.0, |s| s.idle_us) / g.idle_us;
+            println!(
+                "{file}: idle {:.1} µs: {}",
+                g.idle_us,
+                g.idle_causes.iter().map(|s| format!("{:?} {:.1}%", s.cause, 100.0 * s.idle_us / g.idle_us)).collect::<Vec<_>>().join(", ")
+            );
+            assert!(share(IdleCause::Unattributed) <= 0.05, "{file}: {:?}", g.idle_causes);
+            let largest = g.idle_causes[0].cause;
+            // After a blocking copy or a read, the GPU waits for the CPU: in
+            // the sync where it began before the GPU drained, else in the
+            // ops that launch the next step.
+            let earned: &[IdleCause] = match name {
+                "pageable_then_compute" => &[IdleCause::Sync, IdleCause::WaitingForLaunches],
+                "sync_read_in_loop" => &[IdleCause::Sync],
+                "tiny_ops" => &[IdleCause::WaitingForLaunches],
+                _ => &[IdleCause::KernelGaps],
+            };
+            assert!(earned.contains(&largest), "{file}: the largest cause is not one of {earned:?}: {:?}", g.idle_causes);
+            assert!(share(IdleCause::HostWork) < 0.01, "{file}: no program of the course waits on its host's own work: {:?}", g.idle_causes);
+        }
+    }
 }
 
 #[test]

@@ -1,15 +1,17 @@
 //! `overlap-lab diagnose` held to a well-known trace-analysis library:
 //! Meta's HolisticTraceAnalysis (HTA), run by `crate/reference/hta_compare.py`
-//! on every synthetic trace of lab 10's five programs (`synthetic_traces`) and
-//! every committed trace of its real programs (`data/*/pytorch-trace/`),
-//! must agree within 1% on the traced window, GPU busy and idle time, and
-//! each copy kind's count, bytes and time. Skips, saying so, where HTA is
-//! not importable (`.ci/setup --notebooks` installs it into the venv).
+//! on every synthetic trace (`synthetic_traces`: lab 10's five programs and
+//! a loop whose CPU builds each batch) and every committed trace of its
+//! real programs (`data/*/pytorch-trace/`), must agree within 1% on the traced window, GPU busy and idle time, and
+//! each copy kind's count, bytes and time; and each stream's idle time split
+//! HTA's way (host wait, kernel wait, other) within 2% of that stream's idle
+//! time. Skips, saying so, where HTA is not importable (`.ci/setup
+//! --notebooks` installs it into the venv).
 
 use overlap_lab::labs::pytorch_trace::fixture as synthetic_traces;
 
 use overlap_lab::diagnose::events::copy_kind_from_name;
-use overlap_lab::diagnose::{diagnose, read_trace};
+use overlap_lab::diagnose::{diagnose, read_trace, Diagnosis};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -31,6 +33,49 @@ fn apart(ours: f64, theirs: f64) -> f64 {
         (ours - theirs).abs()
     } else {
         ((ours - theirs) / theirs).abs()
+    }
+}
+
+/// How far one stream's idle split may be from HTA's: 2% of the stream's
+/// idle time as HTA counts it, and the 0.01 µs HTA rounds each figure to.
+const IDLE_KINDS_WITHIN: f64 = 0.02;
+
+/// The widest disagreement with HTA's idle split so far: (its share of the
+/// stream's idle time, where: trace, stream and kind, ours, HTA's).
+type Widest = (f64, String);
+
+/// Checks each stream's idle split (`StreamSummary::idle_kinds`) against
+/// HTA's (`hta["idle_kinds"]`, by stream); prints them side by side and
+/// keeps the widest disagreement in `widest`.
+fn assert_idle_kinds_agree(file: &str, d: &Diagnosis, hta: &serde_json::Value, widest: &mut Widest) {
+    let theirs = hta["idle_kinds"].as_object().unwrap_or_else(|| panic!("{file}: HTA gave no idle_kinds"));
+    let streams = &d.gpus[0].streams;
+    assert_eq!(theirs.len(), streams.len(), "{file}: HTA's streams {:?}", theirs.keys().collect::<Vec<_>>());
+    for s in streams {
+        let t = &theirs.get(&s.stream.to_string()).unwrap_or_else(|| panic!("{file}: HTA has no stream {}", s.stream));
+        let kinds = [
+            ("host wait", s.idle_kinds.host_wait_us, "host_wait_us"),
+            ("kernel wait", s.idle_kinds.kernel_wait_us, "kernel_wait_us"),
+            ("other", s.idle_kinds.other_us, "other_us"),
+        ];
+        let theirs_of = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{file}: stream {}: no {k}", s.stream));
+        let total: f64 = kinds.iter().map(|k| theirs_of(k.2)).sum();
+        let mut line = Vec::new();
+        for (what, ours, key) in kinds {
+            let theirs = theirs_of(key);
+            let off = (ours - theirs).abs();
+            assert!(
+                off <= IDLE_KINDS_WITHIN * total + 0.01,
+                "{file}: stream {}: {what} {ours:.2} µs, HTA {theirs:.2} µs: apart by more than 2% of its idle {total:.2} µs",
+                s.stream
+            );
+            let share = if total > 0.0 { off / total } else { 0.0 };
+            if share >= widest.0 {
+                *widest = (share, format!("{file} stream {} {what}: ours {ours:.2} µs, HTA {theirs:.2} µs", s.stream));
+            }
+            line.push(format!("{what} {ours:.2}/{theirs:.2}"));
+        }
+        println!("{file}: stream {} idle (ours/HTA, µs): {}", s.stream, line.join(", "));
     }
 }
 
@@ -65,6 +110,7 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed
         std::fs::write(&path, text).unwrap();
         traces.push((format!("data/{}", gz.strip_prefix(&data).unwrap().display()), path));
     }
+    let mut widest_idle: Widest = (0.0, "no stream".into());
     for (file, path) in &traces {
         let out = Command::new(&python).arg(&script).arg(path).output().expect("python runs");
         assert!(out.status.success(), "{}: hta_compare.py failed: {}", file, String::from_utf8_lossy(&out.stderr));
@@ -79,6 +125,7 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed
             assert!(agrees(ours, theirs), "{}: {what} {ours} µs, HTA {theirs} µs", file);
             widest = widest.max(apart(ours, theirs));
         }
+        assert_idle_kinds_agree(file, &d, &hta, &mut widest_idle);
         let theirs = hta["copies"].as_object().unwrap();
         assert_eq!(theirs.len(), g.copies.len(), "{}: copy kinds {theirs:?}", file);
         for (name, c) in theirs {
@@ -98,4 +145,5 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed
             widest
         );
     }
+    println!("idle split per stream, the widest apart from HTA's: {:.2e} of the stream's idle time ({})", widest_idle.0, widest_idle.1);
 }

@@ -2,24 +2,27 @@
 //! op's start to the last one's end), each GPU's and each stream's busy and
 //! idle time, each kind of copy (how many, how big, how fast, how much of
 //! it hidden under kernels), the CPU's synchronizing calls and the GPU idle
-//! each one caused, work on the legacy default stream, and stretches where
-//! the GPU waited for the CPU to launch. Every finding names the call
+//! each one caused, work on the legacy default stream, stretches where
+//! the GPU waited for the CPU to launch, and every idle stretch put down to
+//! one cause (the unattributed kept apart). Every finding names the call
 //! behind it and the time it costs, largest first.
 //!
 //! [`diagnose`] walks each GPU through the rooms below it, in this order:
 //! `busy` (busy and idle time, the idle gaps), `copies` (copies by kind and
 //! their findings), `syncs` (the idle gaps the syncs caused),
-//! `issue_bound` (the gaps left, as issue-bound stretches); then the syncs'
-//! findings, all named by `callers`.
+//! `issue_bound` (the gaps left, as issue-bound stretches), `idle` (every
+//! gap put down to one cause); then the syncs' findings, all named by
+//! `callers`.
 //!
 //! May use: `events`, `intervals`, `queries`, `link`, `diagnosis` (what it
-//! fills in), `callers`, `busy`, `copies`, `syncs`, `issue_bound`.
+//! fills in), `callers`, `busy`, `copies`, `syncs`, `issue_bound`, `idle`.
 
 use super::busy::{idle_gaps, stream_summaries, GpuWork};
 use super::callers::Callers;
 use super::copies::Copies;
 use super::diagnosis::{Diagnosis, GpuSummary, Window, FINDING_MIN_US};
 use super::events::{Trace, TraceFormat};
+use super::idle::{attribute_idle, host_work_finding};
 use super::intervals::total;
 use super::issue_bound::issue_bound;
 use super::link::LinkRates;
@@ -43,7 +46,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         let work = GpuWork::of(trace, gpu);
         let name = trace.gpu_name(gpu).map(String::from);
         let link = name.as_deref().and_then(|n| links.iter().find(|l| l.matches(n)));
-        let streams = stream_summaries(trace, &work, legacy, window);
+        let streams = stream_summaries(trace, &callers, &work, legacy, window);
         let copies = Copies::of(trace, &work, link);
         findings.extend(copies.findings(trace, gpu, &work, legacy, &callers));
         // The idle gaps a sync caused are the sync's; issue-bound stretches
@@ -51,6 +54,8 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         let gaps = idle_gaps(trace, &work.ops);
         let blamed = syncs.blame(trace, &callers, gpu, &gaps);
         findings.extend(issue_bound(trace, &callers, gpu, &gaps, &blamed));
+        let idle_causes = attribute_idle(trace, &callers, &work, &gaps, &blamed);
+        findings.extend(host_work_finding(gpu, &idle_causes));
         let busy_us = total(&work.busy);
         gpus.push(GpuSummary {
             gpu,
@@ -60,6 +65,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
             streams,
             copies: copies.groups,
             link_source: link.map(|l| l.source.clone()),
+            idle_causes,
         });
     }
     // Syncs, grouped by where they were called.
@@ -73,7 +79,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::diagnosis::Cause;
+    use crate::diagnose::diagnosis::{Cause, IdleCause};
     use crate::diagnose::events::{Call, CpuOp, Direction, GpuOp, GpuOpKind, HostMemory, Thread};
     use crate::diagnose::queries::LEGACY_DEFAULT_STREAM;
     use crate::diagnose::text::gbps;
@@ -223,6 +229,88 @@ mod tests {
             b.launch("cudaLaunchKernel", (i as f64 * 0.1, i as f64 * 0.1 + 0.05), 7, K, (t + 5.0, t + 7.0), None);
         }
         assert!(b.done().findings.iter().all(|f| f.cause != Cause::IssueBound));
+    }
+
+    /// A trace with one idle stretch of each kind but sync, all on stream
+    /// 7: (A) 10-20; the CPU in `aten::randn` 20-80, then (B) launched at
+    /// 82, runs 90-100 (70 µs idle, host work); (C) launched at 86 before B
+    /// ended, runs 105-110 (5 µs, a gap between ops); an event wait at
+    /// 88.2, then (D) launched at 89, runs 200-210 (90 µs, another
+    /// stream's work); `aten::add` 300-320 launches (E) at 310, runs
+    /// 318-320 (108 µs, 90 of them in no traced op: the program's own
+    /// code); a copy call under way from 315.5 to 460, its copy 450-460
+    /// (130 µs, a copy).
+    fn one_stretch_of_each_kind() -> Diagnosis {
+        Build::new()
+            .launch("cudaLaunchKernel", (0.0, 5.0), 7, K, (10.0, 20.0), None)
+            .op("aten::randn", (20.0, 80.0))
+            .launch("cudaLaunchKernel", (82.0, 85.0), 7, K, (90.0, 100.0), None)
+            .launch("cudaLaunchKernel", (86.0, 88.0), 7, K, (105.0, 110.0), None)
+            .call("cudaStreamWaitEvent", (88.2, 88.6))
+            .launch("cudaLaunchKernel", (89.0, 91.0), 7, K, (200.0, 210.0), None)
+            .op("aten::add", (300.0, 320.0))
+            .launch("cudaLaunchKernel", (310.0, 315.0), 7, K, (318.0, 320.0), None)
+            .launch("cudaMemcpyAsync", (315.5, 460.0), 7, UP_PAGEABLE, (450.0, 460.0), Some(1 << 20))
+            .done()
+    }
+
+    #[test]
+    fn each_idle_stretch_is_put_down_to_one_cause_and_they_add_up() {
+        use crate::diagnose::diagnosis::IdleCause::*;
+        let d = one_stretch_of_each_kind();
+        let g = &d.gpus[0];
+        assert_eq!(g.idle_us, 70.0 + 5.0 + 90.0 + 108.0 + 130.0);
+        let got: Vec<(IdleCause, f64, usize)> = g.idle_causes.iter().map(|s| (s.cause, s.idle_us, s.stretches)).collect();
+        assert_eq!(got, [(HostWork, 178.0, 2), (Copy, 130.0, 1), (OtherStream, 90.0, 1), (KernelGaps, 5.0, 1), (Unattributed, 0.0, 0)]);
+        let behind = |c: IdleCause| -> Vec<(String, f64)> {
+            g.idle_causes.iter().find(|s| s.cause == c).unwrap().behind.iter().map(|b| (b.name.clone(), b.idle_us)).collect()
+        };
+        // The CPU's time in each op while the GPU idled: 90 µs of code
+        // before aten::add, 60 in aten::randn.
+        assert_eq!(behind(HostWork), [("untraced code before aten::add".to_string(), 90.0), ("aten::randn".to_string(), 60.0)]);
+        assert_eq!(behind(Copy), [("cudaMemcpyAsync".to_string(), 130.0)]);
+        assert_eq!(behind(OtherStream), [("stream 7: cudaStreamWaitEvent".to_string(), 90.0)]);
+        assert_eq!(behind(KernelGaps), [("back-to-back ops on stream 7".to_string(), 5.0)]);
+        assert!(behind(Unattributed).is_empty());
+        // The longest host-work stretch (E's, 108 µs) names the finding.
+        let host = &g.idle_causes[0];
+        assert_eq!((host.longest_us, host.longest_ended_by.as_ref().map(|c| c.name.as_str())), (108.0, Some("aten::add > cudaLaunchKernel")));
+        let f = d.findings.iter().find(|f| f.cause == Cause::HostWork).expect("the host's own work is a finding");
+        assert_eq!((f.cost_us, f.count, f.call.name.as_str(), f.call.ts_us), (178.0, 2, "aten::add > cudaLaunchKernel", 310.0));
+        assert!(f.text.contains("the GPU idled 178.0 µs in 2 stretches while the CPU ran the program's own work"), "{}", f.text);
+        assert!(f.text.contains("untraced code before aten::add 90.0 µs, aten::randn 60.0 µs"), "{}", f.text);
+        // The same stream split HTA's way: B and E launched after the op
+        // before them ended (host wait); C 5 µs after B (kernel wait); D
+        // and the copy queued, 90 and 130 µs after (other).
+        let k = g.streams[0].idle_kinds;
+        assert_eq!((k.host_wait_us, k.kernel_wait_us, k.other_us), (178.0, 5.0, 220.0));
+        assert_eq!(k.total_us(), g.idle_us);
+    }
+
+    #[test]
+    fn a_sync_stretch_a_launching_stretch_and_one_with_no_launch_each_have_their_cause() {
+        use crate::diagnose::diagnosis::IdleCause::*;
+        // The .item() of the sync test (30 µs, the sync's), then a kernel
+        // launched inside aten::mul 210-240 (launch 230), running 235-240:
+        // the 35 µs the CPU spent in aten::mul are waiting for a launch.
+        // Then a kernel no call launched: 10 µs unattributed.
+        let mut b = Build::new();
+        b.launch("cudaLaunchKernel", (0.0, 5.0), 7, K, (10.0, 95.0), None)
+            .op("aten::item", (40.0, 112.0))
+            .launch("cudaMemcpyAsync", (42.0, 48.0), 7, DOWN, (95.0, 100.0), Some(4))
+            .call("cudaStreamSynchronize", (50.0, 110.0))
+            .launch("cudaLaunchKernel", (120.0, 125.0), 7, K, (130.0, 200.0), None)
+            .op("aten::mul", (200.0, 240.0))
+            .launch("cudaLaunchKernel", (230.0, 233.0), 7, K, (235.0, 240.0), None);
+        b.t.gpu_ops.push(GpuOp { gpu: 0, stream: 7, kind: K, name: "kernel".into(), start_us: 250.0, end_us: 260.0, correlation: None, bytes: None });
+        let d = b.done();
+        let got: Vec<(IdleCause, f64)> = d.gpus[0].idle_causes.iter().map(|s| (s.cause, s.idle_us)).collect();
+        assert_eq!(got, [(WaitingForLaunches, 35.0), (Sync, 30.0), (Unattributed, 10.0)]);
+        let sync = &d.gpus[0].idle_causes[1].behind[0];
+        assert_eq!((sync.name.as_str(), sync.idle_us), ("aten::item > cudaStreamSynchronize", 30.0));
+        let launching = &d.gpus[0].idle_causes[0].behind[0];
+        assert_eq!((launching.name.as_str(), launching.idle_us), ("aten::mul", 30.0));
+        assert_eq!(d.gpus[0].idle_causes.iter().map(|s| s.idle_us).sum::<f64>(), d.gpus[0].idle_us);
     }
 
     #[test]

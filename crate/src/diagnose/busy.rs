@@ -1,12 +1,15 @@
 //! When each GPU was busy and when it sat idle: one GPU's ops, the union
 //! of their times ([`GpuWork`]), each stream's busy and idle time in the
-//! window ([`stream_summaries`]), and the idle gaps between one busy
-//! stretch and the next op ([`idle_gaps`]), which the syncs and the
-//! issue-bound stretches are blamed for.
+//! window and its idle split HTA's way ([`stream_summaries`],
+//! [`stream_idle_kinds`]), and the idle gaps between one busy stretch and
+//! the next op ([`idle_gaps`]), which the syncs, the issue-bound
+//! stretches and the idle attribution (`idle`) share out.
 //!
-//! May use: `events`, `intervals`, `diagnosis` (the summaries it fills).
+//! May use: `events`, `intervals`, `callers` (the call that launched an
+//! op), `diagnosis` (the summaries it fills).
 
-use super::diagnosis::{StreamSummary, Window};
+use super::callers::Callers;
+use super::diagnosis::{StreamIdleKinds, StreamSummary, Window, KERNEL_WAIT_MAX_US};
 use super::events::{GpuOpKind, Trace};
 use super::intervals::{total, union};
 use std::collections::BTreeMap;
@@ -46,9 +49,33 @@ impl GpuWork {
     }
 }
 
+/// The idle time between the ops of one stream (`ops`, in the order they
+/// started), split as HTA splits it ([`StreamIdleKinds`]): each gap from
+/// one op's end to the next op's start is host wait where the next op's
+/// launching call started after that end, else kernel wait where it is
+/// under [`KERNEL_WAIT_MAX_US`], else other. As in HTA, a gap is measured
+/// from the op just before (not the latest end so far), and an op with no
+/// launching call in the trace is never host wait.
+pub(super) fn stream_idle_kinds(trace: &Trace, callers: &Callers, ops: &[usize]) -> StreamIdleKinds {
+    let mut kinds = StreamIdleKinds::default();
+    for pair in ops.windows(2) {
+        let (prev_end, next) = (trace.gpu_ops[pair[0]].end_us, pair[1]);
+        let gap = trace.gpu_ops[next].start_us - prev_end;
+        let launched_late = callers.launch(next).is_some_and(|ci| trace.calls[ci].start_us > prev_end);
+        if launched_late {
+            kinds.host_wait_us += gap;
+        } else if gap < KERNEL_WAIT_MAX_US {
+            kinds.kernel_wait_us += gap;
+        } else {
+            kinds.other_us += gap;
+        }
+    }
+    kinds
+}
+
 /// Each stream's ops and busy and idle time in `window`; `legacy` is the
 /// legacy default stream, where the trace has one.
-pub(super) fn stream_summaries(trace: &Trace, work: &GpuWork, legacy: Option<u64>, window: Window) -> Vec<StreamSummary> {
+pub(super) fn stream_summaries(trace: &Trace, callers: &Callers, work: &GpuWork, legacy: Option<u64>, window: Window) -> Vec<StreamSummary> {
     work.by_stream
         .iter()
         .map(|(&stream, v)| {
@@ -62,6 +89,7 @@ pub(super) fn stream_summaries(trace: &Trace, work: &GpuWork, legacy: Option<u64
                 memsets: count(|k| k == GpuOpKind::Memset),
                 busy_us,
                 idle_us: window.duration_us() - busy_us,
+                idle_kinds: stream_idle_kinds(trace, callers, v),
             }
         })
         .collect()

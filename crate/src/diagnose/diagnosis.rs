@@ -18,6 +18,12 @@ use serde::Serialize;
 /// Findings worth less than this are left out (µs): noise, not a cause.
 pub const FINDING_MIN_US: f64 = 1.0;
 
+/// A gap between two ops of one stream shorter than this, the next op
+/// launched before the first ended, is the delay between back-to-back ops
+/// (µs): HTA's `consecutive_kernel_delay`, 30 by default (its docstring
+/// says ns; it compares it with the trace's µs).
+pub const KERNEL_WAIT_MAX_US: f64 = 30.0;
+
 /// A call as a finding names it: its name (with the CPU ops around it), its
 /// CPU timestamp as the trace gives it, and its correlation id.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -57,6 +63,82 @@ pub struct StreamSummary {
     pub busy_us: f64,
     /// The window less its busy time, µs.
     pub idle_us: f64,
+    /// Its idle time between its ops, split the way HTA splits it.
+    pub idle_kinds: StreamIdleKinds,
+}
+
+/// One stream's idle time between one op's end and its next op's start,
+/// split the way Meta's HolisticTraceAnalysis does
+/// (`TraceAnalysis.get_idle_time_breakdown`), so the two can be set side
+/// by side: each gap is host wait where the next op's launching call began
+/// after the op before it ended (the CPU was late), else kernel wait where
+/// the gap is under [`KERNEL_WAIT_MAX_US`] (the delay between back-to-back
+/// ops), else other. The time before the stream's first op
+/// and after its last is in none of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct StreamIdleKinds {
+    pub host_wait_us: f64,
+    pub kernel_wait_us: f64,
+    pub other_us: f64,
+}
+
+impl StreamIdleKinds {
+    /// The three added up: the stream's idle time between its first op and its last.
+    pub fn total_us(&self) -> f64 {
+        self.host_wait_us + self.kernel_wait_us + self.other_us
+    }
+}
+
+/// Why a GPU had nothing to run in one idle stretch: each stretch is put
+/// down to exactly one of these (`idle`'s rules, in its module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdleCause {
+    /// The CPU was launching GPU work (in CUDA calls, or in the ops that
+    /// make them) and had not yet launched the op that ended the stretch.
+    WaitingForLaunches,
+    /// The CPU was blocked in a synchronizing call while the GPU drained.
+    Sync,
+    /// The CPU was in a copy call (staging pageable memory) while the GPU idled.
+    Copy,
+    /// The next op was queued but waited on an event of another stream.
+    OtherStream,
+    /// The next op was queued, and the gap is the short delay between
+    /// back-to-back ops.
+    KernelGaps,
+    /// The CPU was busy with the program's own work (CPU ops that launch
+    /// nothing, or code between CUDA calls), not launching.
+    HostWork,
+    /// None of the above could be shown from the trace.
+    Unattributed,
+}
+
+/// A call or CPU op behind some of a cause's idle time.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct IdleBehind {
+    /// "aten::randn", "aten::item > aten::_local_scalar_dense > cudaStreamSynchronize".
+    pub name: String,
+    /// The CPU's time in it during the stretches put down to the cause
+    /// (for the one call that held the GPU back, a sync, a launch under
+    /// way, the whole stretch), µs.
+    pub idle_us: f64,
+}
+
+/// The idle time of one GPU put down to one cause.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct IdleShare {
+    pub cause: IdleCause,
+    /// µs.
+    pub idle_us: f64,
+    /// How many idle stretches.
+    pub stretches: usize,
+    /// The calls or CPU ops behind it, most idle first (the top few).
+    pub behind: Vec<IdleBehind>,
+    /// Its longest stretch, µs.
+    pub longest_us: f64,
+    /// The call that launched the op that ended its longest stretch (or
+    /// that op, where no call did); none where it has no stretch.
+    pub longest_ended_by: Option<CallRef>,
 }
 
 /// Every copy of one kind on one GPU: direction and host memory.
@@ -102,6 +184,10 @@ pub struct GpuSummary {
     pub copies: Vec<CopyGroup>,
     /// The recording its copies are set beside, if one matched its name.
     pub link_source: Option<String>,
+    /// Its idle time, every stretch put down to one cause, most idle
+    /// first; the unattributed share always there, last. The shares add
+    /// up to `idle_us`.
+    pub idle_causes: Vec<IdleShare>,
 }
 
 /// What a finding is about.
@@ -120,6 +206,9 @@ pub enum Cause {
     Sync,
     /// The GPU waiting, op after op, for the CPU to launch the next.
     IssueBound,
+    /// The GPU idle while the CPU ran the program's own work (CPU ops that
+    /// launch nothing, code between the CUDA calls), not launching.
+    HostWork,
 }
 
 /// One cause of lost overlap, the call behind it and what it costs.

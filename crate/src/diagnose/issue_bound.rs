@@ -21,14 +21,14 @@ pub const ISSUE_GAP_MAX_US: f64 = 50.0;
 pub const ISSUE_BOUND_MIN_GAPS: usize = 16;
 
 /// The issue-bound finding of GPU `gpu`, whose idle gaps are `gaps`
-/// (`blamed`: those a sync already caused); `None` where it has no
-/// stretch.
-pub(super) fn issue_bound(trace: &Trace, callers: &Callers, gpu: u32, gaps: &[Gap], blamed: &[bool]) -> Option<Finding> {
+/// (`blamed`: the sync each gap was caused by, where one was); `None`
+/// where it has no stretch.
+pub(super) fn issue_bound(trace: &Trace, callers: &Callers, gpu: u32, gaps: &[Gap], blamed: &[Option<usize>]) -> Option<Finding> {
     // Issue-bound stretches: runs of short gaps, each ended by an op
     // the CPU had not finished launching when the GPU ran dry.
     let starved = |g: usize| {
         let (a, b, next) = gaps[g];
-        !blamed[g] && b - a <= ISSUE_GAP_MAX_US && callers.launch(next).is_some_and(|li| trace.calls[li].end_us >= a)
+        blamed[g].is_none() && b - a <= ISSUE_GAP_MAX_US && callers.launch(next).is_some_and(|li| trace.calls[li].end_us >= a)
     };
     // Every stretch of one GPU becomes one finding: a loop of tiny ops
     // is one cause, however often a longer op breaks its run.

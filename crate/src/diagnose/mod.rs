@@ -10,7 +10,10 @@
 //! ([`intervals`]), each kind of copy and how much of it hid under kernels,
 //! set beside this machine's lab 1 rates ([`link`]); the synchronizing
 //! calls and the GPU idle each one caused; work on the legacy default
-//! stream; issue-bound stretches. Its [`diagnosis::Diagnosis`] serializes
+//! stream; issue-bound stretches; every idle stretch put down to one cause
+//! (launches, a sync, a copy, another stream, the gaps between ops, the
+//! host's own work, or unattributed), and each stream's idle split the way
+//! HTA splits it. Its [`diagnosis::Diagnosis`] serializes
 //! for `--json` and prints as text ([`render`]). [`replay`] turns the trace
 //! into a schedule of the pipeline vocabulary (each GPU op on its stream
 //! with its measured duration and what it waited for) that the queue model
@@ -36,8 +39,9 @@
 //! - The analysis: `callers` (the call behind a GPU op, as a finding names
 //!   it), `busy` (busy and idle time, idle gaps), `copies` (copies by kind
 //!   and their findings), `syncs` (the idle each sync caused),
-//!   `issue_bound` (stretches the GPU waited on launches), then
-//!   [`analyze`] ([`diagnose`], which runs them).
+//!   `issue_bound` (stretches the GPU waited on launches), `idle` (every
+//!   idle stretch put down to one cause, the unattributed kept apart),
+//!   then [`analyze`] ([`diagnose`], which runs them).
 //! - [`render`]: the diagnosis as text. [`whatif`]: the fixes a diagnosis
 //!   suggests, predicted: the top.
 //!
@@ -71,6 +75,7 @@ pub mod analyze;
 mod busy;
 mod callers;
 mod copies;
+mod idle;
 mod issue_bound;
 mod syncs;
 
@@ -78,7 +83,7 @@ pub mod render;
 pub mod whatif;
 
 pub use analyze::diagnose;
-pub use diagnosis::{Cause, Diagnosis, Finding};
+pub use diagnosis::{Cause, Diagnosis, Finding, IdleCause, IdleShare, StreamIdleKinds};
 pub use events::Trace;
 pub use link::{LinkPoint, LinkRates};
 pub use read::{read_trace, read_trace_text};

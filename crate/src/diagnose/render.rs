@@ -1,11 +1,12 @@
 //! The diagnosis as text: the window, each GPU's busy and idle time, its
-//! streams and copies, the synchronizing calls, then the findings, largest
+//! streams and copies, its idle time by cause (the unattributed share
+//! always shown), the synchronizing calls, then the findings, largest
 //! first, each with the call behind it, then the what-if table where one
 //! was predicted (which `prediction` prints).
 //!
 //! May use: `units` (the crate's, for bytes), `diagnosis`, `text`.
 
-use super::diagnosis::{Cause, Diagnosis, Finding};
+use super::diagnosis::{Cause, Diagnosis, Finding, GpuSummary, IdleCause, KERNEL_WAIT_MAX_US};
 use super::text::{gbps, us};
 use crate::units::Bytes;
 use std::fmt;
@@ -19,8 +20,38 @@ impl Cause {
             Cause::ExposedCopies => "exposed copies",
             Cause::Sync => "synchronizing call",
             Cause::IssueBound => "issue-bound stretch",
+            Cause::HostWork => "the host's own work",
         }
     }
+}
+
+impl IdleCause {
+    /// Why the GPU idled, as the idle table says it.
+    pub fn label(self) -> &'static str {
+        match self {
+            IdleCause::WaitingForLaunches => "waiting for launches",
+            IdleCause::Sync => "synchronizing call",
+            IdleCause::Copy => "copy call",
+            IdleCause::OtherStream => "another stream's work",
+            IdleCause::KernelGaps => "gaps between ops",
+            IdleCause::HostWork => "the host's own work",
+            IdleCause::Unattributed => "unattributed",
+        }
+    }
+}
+
+/// GPU `g`'s idle time by cause: one line each, its share of the idle
+/// time and the calls or CPU ops behind it.
+fn idle_table(f: &mut fmt::Formatter<'_>, g: &GpuSummary) -> fmt::Result {
+    writeln!(f, "  idle, each stretch put down to one cause:")?;
+    writeln!(f, "  {:<22} {:>11} {:>6}  behind it", "cause", "time", "share")?;
+    for s in &g.idle_causes {
+        let share = if g.idle_us > 0.0 { 100.0 * s.idle_us / g.idle_us } else { 0.0 };
+        let behind: Vec<String> = s.behind.iter().map(|b| format!("{} ({})", b.name, us(b.idle_us))).collect();
+        let behind = if behind.is_empty() { "-".to_string() } else { behind.join("; ") };
+        writeln!(f, "  {:<22} {:>11} {:>5.1}%  {behind}", s.cause.label(), us(s.idle_us), share)?;
+    }
+    Ok(())
 }
 
 impl fmt::Display for Finding {
@@ -54,11 +85,34 @@ impl fmt::Display for Diagnosis {
                 us(g.busy_us),
                 us(g.idle_us)
             )?;
-            writeln!(f, "  {:<22} {:>8} {:>7} {:>8} {:>11} {:>11}", "stream", "kernels", "copies", "memsets", "busy", "idle")?;
+            // The last three: the stream's idle between its ops, split as HTA splits it.
+            writeln!(
+                f,
+                "  {:<22} {:>8} {:>7} {:>8} {:>11} {:>11} {:>11} {:>11} {:>11}",
+                "stream", "kernels", "copies", "memsets", "busy", "idle", "host wait", "kernel wait", "other wait"
+            )?;
             for s in &g.streams {
                 let name = if s.legacy_default { format!("{} (legacy default)", s.stream) } else { s.stream.to_string() };
-                writeln!(f, "  {:<22} {:>8} {:>7} {:>8} {:>11} {:>11}", name, s.kernels, s.copies, s.memsets, us(s.busy_us), us(s.idle_us))?;
+                let k = s.idle_kinds;
+                writeln!(
+                    f,
+                    "  {:<22} {:>8} {:>7} {:>8} {:>11} {:>11} {:>11} {:>11} {:>11}",
+                    name,
+                    s.kernels,
+                    s.copies,
+                    s.memsets,
+                    us(s.busy_us),
+                    us(s.idle_us),
+                    us(k.host_wait_us),
+                    us(k.kernel_wait_us),
+                    us(k.other_us)
+                )?;
             }
+            writeln!(
+                f,
+                "  (host wait, kernel wait, other wait: the idle between a stream's ops as HTA splits it; kernel wait is a gap under {})",
+                us(KERNEL_WAIT_MAX_US)
+            )?;
             if !g.copies.is_empty() {
                 writeln!(
                     f,
@@ -90,6 +144,7 @@ impl fmt::Display for Diagnosis {
                     None => writeln!(f, "  (no lab 1 recording of this GPU to set the rates beside)")?,
                 }
             }
+            idle_table(f, g)?;
         }
         writeln!(f)?;
         let s = &self.syncs;

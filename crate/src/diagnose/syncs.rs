@@ -39,10 +39,10 @@ impl Syncs {
     }
 
     /// Blames GPU `gpu`'s idle `gaps` on the syncs that caused them; says
-    /// which gaps were blamed.
-    pub(super) fn blame(&mut self, trace: &Trace, callers: &Callers, gpu: u32, gaps: &[Gap]) -> Vec<bool> {
+    /// which sync (an index into `trace.calls`) each gap was blamed on.
+    pub(super) fn blame(&mut self, trace: &Trace, callers: &Callers, gpu: u32, gaps: &[Gap]) -> Vec<Option<usize>> {
         let sync_calls = &self.calls;
-        let mut blamed = vec![false; gaps.len()];
+        let mut blamed = vec![None; gaps.len()];
         for (g, &(a, b, next)) in gaps.iter().enumerate() {
             let Some(li) = callers.launch(next) else { continue };
             let l: &Call = &trace.calls[li];
@@ -68,7 +68,7 @@ impl Syncs {
             if let Some(k) = best {
                 self.cost[k] += b - a;
                 self.gpu[k] = gpu;
-                blamed[g] = true;
+                blamed[g] = Some(sync_calls[k]);
             }
         }
         blamed

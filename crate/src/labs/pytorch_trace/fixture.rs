@@ -2,7 +2,8 @@
 //! GPU ran these), and a recording made of them ([`results`]). Each
 //! is the trace the five programs of lab 10 would leave (issue 51: pageable
 //! `.to()` then compute; pinned on one stream; pinned and double-buffered
-//! on a copy stream; a sync read in the loop; thousands of tiny ops), built
+//! on a copy stream; a sync read in the loop; thousands of tiny ops), or a
+//! loop whose CPU builds each batch before uploading it (issue 61), built
 //! event by event in Kineto's format with the field names and layout
 //! `torch.profiler`'s `export_chrome_trace` writes (`libkineto`'s
 //! `output_json.cpp` and `CuptiActivity.cpp`: `schemaVersion`,
@@ -72,6 +73,9 @@ pub struct Known {
     pub sync_idle_us: f64,
     /// Idle while the GPU waited for launches, µs (0: none).
     pub issue_idle_us: f64,
+    /// Idle stretches in which the CPU did the program's own work (CPU ops
+    /// that launch nothing) more than anything else, µs (0: none).
+    pub host_work_idle_us: f64,
 }
 
 /// A trace as it is built: its events, and ids handed out as torch.profiler does.
@@ -460,9 +464,56 @@ pub fn tiny_ops(ops: usize) -> Synthetic {
     Synthetic { file: "synthetic-tiny-ops.json", trace: b.finish(end + 20.0), known }
 }
 
-/// The five programs at the sizes the tests use.
+/// One batch of the host-prepared loop: 4 MiB.
+pub const HOST_BATCH_BYTES: u64 = 4 << 20;
+
+/// The CPU's work on each batch of the host-prepared loop, before its
+/// upload: (op, start after the step's start, µs it runs), on CPU tensors,
+/// so no op launches anything.
+pub const HOST_PREP_OPS: [(&str, f64, f64); 2] = [("aten::randn", 0.0, 1000.0), ("aten::mul", 1002.0, 450.0)];
+
+/// A loop whose CPU builds each batch (`torch.randn(...) * 2` on CPU
+/// tensors, as a data loader that cannot keep up does) before uploading it
+/// from pinned memory and computing on it, all on the default stream, one
+/// step every 1.5 ms: the GPU's 79 µs copy and 400 µs kernel leave it idle
+/// some 1020 µs of each step, while the CPU builds the next batch.
+pub fn host_prepared_batches(iters: usize) -> Synthetic {
+    let mut b = Builder::new();
+    let copy = copy_us(HOST_BATCH_BYTES, PINNED_GBPS);
+    let (mut cpu, mut gpu_free) = (T0, T0);
+    // The idle from each kernel's end to the next step's copy.
+    let (mut host_idle, mut last_kernel_end) = (0.0, None::<f64>);
+    for i in 0..iters {
+        let step_start = cpu;
+        for (op, at, dur) in HOST_PREP_OPS {
+            b.cpu_op(op, cpu + at, dur);
+        }
+        b.cpu_op("aten::to", cpu + 1455.0, 25.0);
+        let copy_start = (cpu + 1468.0).max(gpu_free + 1.0);
+        b.copy("HtoD (Pinned -> Device)", HOST_BATCH_BYTES, (cpu + 1460.0, cpu + 1466.0), DEFAULT_STREAM, (copy_start, copy_start + copy));
+        if let Some(end) = last_kernel_end {
+            // The GPU idles from the last kernel's end to this copy, as written.
+            host_idle += b.op(0).0 - end;
+        }
+        b.cpu_op("aten::mm", cpu + 1482.0, 10.0);
+        let k_start = (cpu + 1491.0).max(b.op(0).1 + 1.0);
+        b.kernel(GEMM, (cpu + 1484.0, cpu + 1489.0), DEFAULT_STREAM, (k_start, k_start + 400.0));
+        gpu_free = b.op(0).1;
+        last_kernel_end = Some(gpu_free);
+        cpu += 1500.0;
+        b.annotation(&format!("ProfilerStep#{i}"), step_start, 1499.0);
+    }
+    b.runtime("cudaDeviceSynchronize", cpu, (gpu_free + 5.0).max(cpu + 3.0) - cpu);
+    let mut known = b.known();
+    known.sync_calls = 1;
+    known.host_work_idle_us = host_idle;
+    Synthetic { file: "synthetic-host-prepared-batches.json", trace: b.finish(gpu_free + 20.0), known }
+}
+
+/// The programs at the sizes the tests use: lab 10's five, then the
+/// host-prepared loop.
 pub fn all() -> Vec<Synthetic> {
-    vec![pageable_to_then_compute(20), pinned_one_stream(20), double_buffered(20, false), double_buffered(20, true), tiny_ops(5000)]
+    vec![pageable_to_then_compute(20), pinned_one_stream(20), double_buffered(20, false), double_buffered(20, true), tiny_ops(5000), host_prepared_batches(20)]
 }
 
 /// Writes the tiny-ops program's trace for `ops` ops to `path` event by
