@@ -134,14 +134,15 @@ impl fmt::Display for WhatIf {
                 "  no fix to price: the findings suggest none of pinned memory, a copy stream, results read a step late, removing a sync or a CUDA graph"
             );
         }
-        writeln!(f, "  {:<24} {:>14} {:>8}", "fix", "predicted", "gain")?;
+        let width = self.predictions.iter().map(|p| p.fix.chars().count()).fold(24, usize::max);
+        writeln!(f, "  {:<width$} {:>14} {:>8}", "fix", "predicted", "gain")?;
         for p in &self.predictions {
-            write!(f, "  {:<24} {:>14} {:>7.2}x", p.fix, us(p.predicted_us), p.gain)?;
+            write!(f, "  {:<width$} {:>14} {:>7.2}x", p.fix, us(p.predicted_us), p.gain)?;
             if let Some(by) = &p.priced_by {
                 write!(f, "  ({by})")?;
             }
             writeln!(f)?;
-            writeln!(f, "  {:<24} in PyTorch: {}", "", p.in_pytorch)?;
+            writeln!(f, "    in PyTorch: {}", p.in_pytorch)?;
         }
         for n in &self.not_priced {
             writeln!(f, "  not priced: {n}")?;
