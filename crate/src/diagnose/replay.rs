@@ -646,4 +646,52 @@ mod tests {
         let e = schedule(&t, &[Change::Pinned], &Pricing::default()).unwrap_err();
         assert!(e.contains("no pinned H2D rate"), "{e}");
     }
+
+    /// `iters` steps of a 100 µs kernel, then its result copied into pinned
+    /// memory with a blocking `copy_` (`cudaMemcpyAsync`, then
+    /// `cudaStreamSynchronize` in the same `aten::copy_`): a 50 µs download
+    /// on stream 7 that the CPU waits for before the next step; the GPU
+    /// idles 11 µs between a download and the next kernel.
+    fn pinned_downloads(iters: usize) -> Trace {
+        let mut t = Trace { format: Some(TraceFormat::Kineto), threads: vec![Thread { pid: "1".into(), tid: "1".into() }], ..Trace::default() };
+        let (mut c, mut gpu_free, mut k) = (0.0f64, 0.0f64, 0u64);
+        let down = GpuOpKind::Copy { direction: Direction::D2h, host: Some(HostMemory::Pinned) };
+        for _ in 0..iters {
+            let s = (c + 5.0).max(gpu_free);
+            for (name, call, kind, (from, to), (gpu_from, gpu_to)) in [
+                ("k", "cudaLaunchKernel", GpuOpKind::Kernel, (c, c + 4.0), (s, s + 100.0)),
+                ("d", "cudaMemcpyAsync", down, (c + 7.0, c + 11.0), (s + 100.0, s + 150.0)),
+            ] {
+                k += 1;
+                t.calls.push(Call { name: call.into(), thread: 0, start_us: from, end_us: to, correlation: Some(k) });
+                let op = GpuOp { gpu: 0, stream: 7, kind, name: name.into(), start_us: gpu_from, end_us: gpu_to, correlation: Some(k), bytes: Some(1 << 20) };
+                t.gpu_ops.push(op);
+            }
+            t.calls.push(Call { name: "cudaStreamSynchronize".into(), thread: 0, start_us: c + 12.0, end_us: s + 153.0, correlation: None });
+            t.cpu_ops.push(CpuOp { name: "aten::copy_".into(), thread: 0, start_us: c + 6.0, end_us: s + 155.0, annotation: false });
+            gpu_free = s + 150.0;
+            c = s + 156.0;
+        }
+        t.sort();
+        t
+    }
+
+    #[test]
+    fn downloads_read_a_step_late_and_on_a_stream_of_their_own_let_the_kernels_run_on() {
+        let t = pinned_downloads(3);
+        let at = |changes: &[Change]| predict(&schedule(&t, changes, &Pricing::default()).unwrap());
+        let traced = at(&[]);
+        // As traced: 150 µs a step and the 11 µs gaps less the kernel's
+        // launch latency (the replay starts a kernel as it is issued).
+        assert!((traced - (3.0 * 150.0 + 2.0 * 6.0)).abs() < 1e-6, "{traced}");
+        // Read a step late: the CPU runs on, and the stream runs kernel,
+        // download, kernel, ... back to back.
+        assert!((at(&[Change::ReadLate]) - 3.0 * 150.0).abs() < 1e-6);
+        // Also on a stream of their own: each download under the next
+        // kernel, the last one after the last kernel.
+        assert!((at(&[Change::DownloadStream, Change::ReadLate]) - (3.0 * 100.0 + 50.0)).abs() < 1e-6);
+        // A stream of their own while the CPU waits for each: nothing gained.
+        assert!((at(&[Change::DownloadStream]) - traced).abs() < 1e-6);
+        assert_eq!(results_waited_at_once(&t), 3);
+    }
 }
