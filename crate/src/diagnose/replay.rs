@@ -535,9 +535,10 @@ impl TracedSchedule {
 /// The queue model's replay of a traced schedule: each schedule op's
 /// (start, end), µs.
 pub fn predicted_times(ts: &TracedSchedule) -> Vec<(f64, f64)> {
-    // Copy engines each way, kernels one at a time: what the model assumes
-    // of a GPU whose engines the trace does not name. Every CPU cost is in
-    // the schedule's host work already.
+    // Copy engines each way, kernels one at a time (but for a graph's
+    // branches, side by side): what the model assumes of a GPU whose
+    // engines the trace does not name. Every CPU cost is in the schedule's
+    // host work already.
     let machine = Machine { kernels_side_by_side: ts.kernels_side_by_side, ..Machine::engines(2) };
     crate::pipeline::predict::predict(&ts.schedule, machine, |op| ts.durations_us[op.id])
 }
