@@ -700,4 +700,13 @@ fn results_brought_back_each_step_get_every_fix_uploads_get() {
     let json = serde_json::to_value(w).unwrap();
     assert_eq!(json["predictions"][0]["changes"], serde_json::json!(["pinned", "download-stream", "read-late"]));
     assert_eq!(json["predictions"][0]["in_pytorch"].as_str(), Some(best.in_pytorch.as_str()));
+    // A scalar read each step (`.item()`: 4 bytes and a sync, on the
+    // committed traces of the loop that reads each step) is priced by
+    // removing the sync, not offered the results' fixes.
+    let recordings = overlap_lab::labs::pytorch_trace::Recording::find(&overlap_lab::measure::record::repo_root().join("data")).unwrap();
+    for rec in &recordings {
+        let d = diagnosed_committed(&rec.trace_path("sync_read_in_loop").unwrap());
+        let fixes: Vec<&str> = d["what_if"]["predictions"].as_array().unwrap().iter().map(|p| p["fix"].as_str().unwrap()).collect();
+        assert!(fixes.contains(&"sync removed") && !fixes.iter().any(|f| f.contains("download stream") || f.contains("read a step late")), "{fixes:?}");
+    }
 }
