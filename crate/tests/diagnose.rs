@@ -693,3 +693,131 @@ fn every_fix_predicted_from_a_committed_trace_is_within_ten_percent_of_the_fixed
     }
     assert!(compared >= 4, "only {compared} fixes compared");
 }
+
+/// A synthetic trace read and diagnosed, its what-if priced by `pricing`
+/// (its window checked against how it was built).
+fn what_if_of(s: &Synthetic, pricing: &overlap_lab::diagnose::replay::Pricing) -> (overlap_lab::diagnose::Trace, Diagnosis) {
+    let dir = overlap_lab::testing::temp_dir("diagnose-whatif");
+    let trace = read_trace(&s.write(&dir), &mut |_, _| {}).unwrap_or_else(|e| panic!("{}: {e}", s.file));
+    let d = overlap_lab::labs::pytorch_trace::prices::diagnosis_priced(&trace, s.file, &[], pricing);
+    assert!(close(d.window.start_us, s.known.window.0) && close(d.window.end_us, s.known.window.1), "{}: window {:?}", s.file, d.window);
+    assert!(close(d.gpus[0].busy_us, s.known.busy_us), "{}: busy {} against {}", s.file, d.gpus[0].busy_us, s.known.busy_us);
+    (trace, d)
+}
+
+/// A launch-bound step over four streams, forked and joined by events
+/// (issue 61's 2048 tiny kernels in small): as a CUDA graph, each stream
+/// keeps its lane and the four run side by side, so a step takes its
+/// longest branch plus the fork's and the join's kernels, each kernel
+/// followed by the graph's gap; not the sum of the branches.
+#[test]
+fn a_cuda_graph_of_a_multi_stream_step_keeps_its_branches() {
+    use overlap_lab::diagnose::event_joins::event_joins;
+    use overlap_lab::diagnose::replay::{predict, schedule, Change, Pricing};
+    let (steps, per_stream) = (2, 128);
+    let s = synthetic_traces::multi_stream_tiny_ops(steps, per_stream);
+    let pricing = Pricing { rates: None, graph_gap_us: Some((0.5, "(a synthetic gap)".into())) };
+    let (t, d) = what_if_of(&s, &pricing);
+    let traced = d.window.duration_us();
+    // Launch-bound: each kernel issued 10 µs after the one before, plus the events' calls.
+    assert!(d.findings.iter().any(|f| f.cause == Cause::IssueBound && f.cost_us > 0.5 * traced), "{:?}", d.findings);
+    let w = d.what_if.as_ref().expect("a what-if");
+    let graph = w.predictions.iter().find(|p| p.changes == [Change::CudaGraph]).unwrap_or_else(|| panic!("no graph offered: {w}"));
+    // Each step: the fork's kernel, 128 kernels on each side stream at once,
+    // the join's kernel: (1 + 128 + 1) kernels of 2 µs and the 0.5 µs gap.
+    let kernel = 2.0 + 0.5;
+    let want = steps as f64 * (1.0 + per_stream as f64 + 1.0) * kernel;
+    let sum = steps as f64 * (2.0 + 4.0 * per_stream as f64) * kernel;
+    println!("graph: predicted {:.1} µs; longest branch per step {want:.1} µs; all end to end {sum:.1} µs; traced {traced:.1} µs", graph.predicted_us);
+    assert!((graph.predicted_us / want - 1.0).abs() < 1e-3, "predicted {} µs, want {want}", graph.predicted_us);
+    assert!(graph.predicted_us < 0.3 * sum);
+    assert!(graph.priced_by.as_deref().is_some_and(|b| b.contains("5 captured streams run side by side")), "{:?}", graph.priced_by);
+    assert!(graph.in_pytorch.contains("torch.cuda.graphs"), "{}", graph.in_pytorch);
+    // The as-traced replay is the window; the joins come from the calls.
+    assert!((w.replayed_us / traced - 1.0).abs() < 0.01, "replayed {} against {traced}", w.replayed_us);
+    let calls: Vec<usize> = (0..t.calls.len()).collect();
+    let mut ops_of_call: std::collections::HashMap<usize, Vec<usize>> = std::collections::HashMap::new();
+    let by_correlation: std::collections::HashMap<u64, usize> = t.calls.iter().enumerate().filter_map(|(i, c)| c.correlation.map(|k| (k, i))).collect();
+    for (i, o) in t.gpu_ops.iter().enumerate() {
+        ops_of_call.entry(by_correlation[&o.correlation.unwrap()]).or_default().push(i);
+    }
+    let joins = event_joins(&t, &calls, &ops_of_call);
+    assert_eq!(joins.len(), steps * (4 + 4), "a fork to each side stream and a join back from each, per step: {joins:?}");
+    // The same graph with one kernel at a time (what the what-if did before
+    // the branches ran side by side): every kernel end to end.
+    let mut one_at_a_time = schedule(&t, &[Change::CudaGraph], &pricing).unwrap();
+    assert!(one_at_a_time.kernels_side_by_side);
+    one_at_a_time.kernels_side_by_side = false;
+    let serial = predict(&one_at_a_time);
+    assert!((serial / sum - 1.0).abs() < 1e-3, "one at a time: {serial} µs, want {sum}");
+}
+
+/// Results brought back each step with `y.cpu()` into pageable memory:
+/// the what-if offers what uploads get, pinned memory, a stream of their
+/// own, reading them a step late, and the combinations, fastest first.
+#[test]
+fn results_brought_back_each_step_get_every_fix_uploads_get() {
+    use overlap_lab::diagnose::events::{Direction, HostMemory};
+    use overlap_lab::diagnose::replay::{Change, Pricing};
+    use overlap_lab::diagnose::{LinkPoint, LinkRates};
+    let iters = 20;
+    let s = synthetic_traces::cpu_results_each_step(iters);
+    let rates = LinkRates {
+        gpu_name: synthetic_traces::GPU_NAME.into(),
+        source: "(the synthetic pinned rate)".into(),
+        points: vec![LinkPoint {
+            host: HostMemory::Pinned,
+            direction: Direction::D2h,
+            bytes: synthetic_traces::RESULT_BYTES,
+            gbps: synthetic_traces::PINNED_GBPS,
+        }],
+    };
+    let (_, d) = what_if_of(&s, &Pricing { rates: Some(rates), graph_gap_us: None });
+    assert!(d.findings.iter().any(|f| f.cause == Cause::PageableCopies), "{:?}", d.findings);
+    let w = d.what_if.as_ref().expect("a what-if");
+    println!("{w}");
+    let traced = d.window.duration_us();
+    assert!((w.replayed_us / traced - 1.0).abs() < 0.01, "replayed {} against {traced}", w.replayed_us);
+    let fixes: Vec<&str> = w.predictions.iter().map(|p| p.fix.as_str()).collect();
+    for want in ["pinned", "pinned + read a step late", "pinned + download stream", "pinned + download stream + read a step late"] {
+        assert!(fixes.contains(&want), "no '{want}' among {fixes:?}");
+    }
+    assert_eq!(fixes[..2], ["pinned + download stream + read a step late", "pinned + read a step late"], "{w}");
+    let predicted = |fix: &str| w.predictions.iter().find(|p| p.fix == fix).unwrap().predicted_us;
+    // Hand-checked: 8 MiB at 53 GB/s is 158.3 µs a download. On a stream of
+    // their own and read a step late, the kernels run back to back and
+    // each download under the next kernel: 20 kernels of 2000 µs and the
+    // last download after them.
+    let download = synthetic_traces::RESULT_BYTES as f64 / (synthetic_traces::PINNED_GBPS * 1e3);
+    let all_three = iters as f64 * synthetic_traces::KERNEL_US + download;
+    assert!((predicted("pinned + download stream + read a step late") / all_three - 1.0).abs() < 1e-4, "{w}");
+    // Read late on the one stream: kernel then download, back to back.
+    let one_stream = iters as f64 * (synthetic_traces::KERNEL_US + download);
+    assert!((predicted("pinned + read a step late") / one_stream - 1.0).abs() < 1e-4, "{w}");
+    // Pinned alone: the CPU still waits for each download before it
+    // launches the next kernel (the wait in `.cpu()` stays: it reads the
+    // result), so each step adds the CPU's round trip (9 µs as traced);
+    // a stream of their own gains nothing while the CPU waits so.
+    assert!((predicted("pinned") - one_stream - (iters - 1) as f64 * 9.0).abs() < 1.0, "{w}");
+    assert!(predicted("pinned + download stream") >= predicted("pinned") - 1.0, "{w}");
+    assert!(predicted("pinned") < 0.35 * traced, "pinned downloads are 35x faster than pageable ones: {w}");
+    // In the program's own words, in the text and in --json.
+    let best = &w.predictions[0];
+    assert_eq!(best.changes, [Change::Pinned, Change::DownloadStream, Change::ReadLate]);
+    for words in ["pin_memory()", "non_blocking=True", "torch.cuda.Stream", "a step late"] {
+        assert!(best.in_pytorch.contains(words), "{words}: {}", best.in_pytorch);
+    }
+    assert!(w.to_string().contains(&format!("in PyTorch: {}", best.in_pytorch)), "{w}");
+    let json = serde_json::to_value(w).unwrap();
+    assert_eq!(json["predictions"][0]["changes"], serde_json::json!(["pinned", "download-stream", "read-late"]));
+    assert_eq!(json["predictions"][0]["in_pytorch"].as_str(), Some(best.in_pytorch.as_str()));
+    // A scalar read each step (`.item()`: 4 bytes and a sync, on the
+    // committed traces of the loop that reads each step) is priced by
+    // removing the sync, not offered the results' fixes.
+    let recordings = overlap_lab::labs::pytorch_trace::Recording::find(&overlap_lab::measure::record::repo_root().join("data")).unwrap();
+    for rec in &recordings {
+        let d = diagnosed_committed(&rec.trace_path("sync_read_in_loop").unwrap());
+        let fixes: Vec<&str> = d["what_if"]["predictions"].as_array().unwrap().iter().map(|p| p["fix"].as_str().unwrap()).collect();
+        assert!(fixes.contains(&"sync removed") && !fixes.iter().any(|f| f.contains("download stream") || f.contains("read a step late")), "{fixes:?}");
+    }
+}

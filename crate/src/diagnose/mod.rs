@@ -32,6 +32,9 @@
 //! - Reading: `raw` (an event as the JSON writes it), `course` (the
 //!   course's own timelines), `kineto` (torch.profiler's format, as the
 //!   events stream past), then [`read`] (the file, gzip, progress, errors).
+//! - [`side_streams`]: what a copy stream moves, uploads' and downloads',
+//!   and the orders each copy keeps. [`event_joins`]: where the program's
+//!   events joined its streams (a graph's fork and join).
 //! - [`replay`]: the trace as a schedule the queue model replays, with a
 //!   fix's changes. [`prediction`]: fixes priced on it, the what-if table.
 //! - [`diagnosis`]: what a diagnosis says, as data (findings, summaries,
@@ -65,6 +68,9 @@ mod course;
 mod kineto;
 mod raw;
 pub mod read;
+
+pub mod event_joins;
+pub mod side_streams;
 
 pub mod prediction;
 pub mod replay;

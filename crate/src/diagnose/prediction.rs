@@ -41,6 +41,9 @@ pub struct Prediction {
     /// "pinned + copy stream".
     pub fix: String,
     pub changes: Vec<Change>,
+    /// The fix as the program makes it, in PyTorch's words (each change's
+    /// [`Change::in_pytorch`], joined by "; ").
+    pub in_pytorch: String,
     /// The traced window's time with the fix, µs, on the queue model.
     pub predicted_us: f64,
     /// The as-traced replay's time over the fix's.
@@ -85,16 +88,24 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
                 let predicted_us = window_us(&ts, &times);
                 let priced_by = changes.iter().find_map(|c| match c {
                     Change::Pinned => pricing.rates.as_ref().map(|r| format!("pinned rate from {}", r.source)),
-                    Change::CudaGraph => Some(match &pricing.graph_gap_us {
-                        Some((gap, from)) => format!("{gap:.2} µs between a graph's kernels, from {from}"),
-                        None => "no gap between a graph's kernels (none recorded for this GPU): a lower bound".into(),
-                    }),
+                    Change::CudaGraph => Some(format!(
+                        "{}{}",
+                        match &pricing.graph_gap_us {
+                            Some((gap, from)) => format!("{gap:.2} µs between a graph's kernels, from {from}"),
+                            None => "no gap between a graph's kernels (none recorded for this GPU): a lower bound".into(),
+                        },
+                        match ts.streams.len() {
+                            0 | 1 => String::new(),
+                            k => format!("; its {k} captured streams run side by side, joined where their events joined them"),
+                        }
+                    )),
                     _ => None,
                 });
                 let replayed = Replayed { schedule: Arc::new(ts), times: Arc::new(times) };
                 w.predictions.push(Prediction {
                     fix: fix_label(changes),
                     changes: changes.clone(),
+                    in_pytorch: changes.iter().map(|c| c.in_pytorch()).collect::<Vec<_>>().join("; "),
                     predicted_us,
                     gain: replayed_us / predicted_us,
                     priced_by,
@@ -118,15 +129,20 @@ impl fmt::Display for WhatIf {
             100.0 * (self.replayed_us / self.traced_us - 1.0)
         )?;
         if self.predictions.is_empty() && self.not_priced.is_empty() {
-            return write!(f, "  no fix to price: the findings suggest none of pinned memory, a copy stream, removing a sync or a CUDA graph");
+            return write!(
+                f,
+                "  no fix to price: the findings suggest none of pinned memory, a copy stream, results read a step late, removing a sync or a CUDA graph"
+            );
         }
-        writeln!(f, "  {:<24} {:>14} {:>8}", "fix", "predicted", "gain")?;
+        let width = self.predictions.iter().map(|p| p.fix.chars().count()).fold(24, usize::max);
+        writeln!(f, "  {:<width$} {:>14} {:>8}", "fix", "predicted", "gain")?;
         for p in &self.predictions {
-            write!(f, "  {:<24} {:>14} {:>7.2}x", p.fix, us(p.predicted_us), p.gain)?;
+            write!(f, "  {:<width$} {:>14} {:>7.2}x", p.fix, us(p.predicted_us), p.gain)?;
             if let Some(by) = &p.priced_by {
                 write!(f, "  ({by})")?;
             }
             writeln!(f)?;
+            writeln!(f, "    in PyTorch: {}", p.in_pytorch)?;
         }
         for n in &self.not_priced {
             writeln!(f, "  not priced: {n}")?;

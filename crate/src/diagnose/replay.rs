@@ -13,18 +13,22 @@
 //! tie to its event: inferred as the op of another stream that ended just
 //! before it started, when neither of the others explains its start).
 //! [`predict`] replays it on the queue model, as traced or with the
-//! [`Change`]s a diagnosis suggests (pinned copies, a copy stream, the
-//! syncs removed, CUDA graphs), priced by what the machine's recordings
-//! say ([`Pricing`]).
+//! [`Change`]s a diagnosis suggests (pinned copies, a copy stream each
+//! way, results read a step late, the syncs removed, CUDA graphs), priced
+//! by what the machine's recordings say ([`Pricing`]).
 //!
 //! May use: `measure` (a median), `pipeline` (the schedule and the queue
 //! model), `events`, `queries` (launching calls, syncs, enclosing CPU ops,
 //! the legacy default stream), `link` (the recorded rates a fix is priced
-//! by).
+//! by), `side_streams` (what a copy stream moves), `event_joins` (a
+//! graph's fork and join).
 
+use super::event_joins::event_joins;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
 use super::link::LinkRates;
 use super::queries::{enclosing_ops, launch_calls, legacy_default_stream, synchronizes};
+pub use super::side_streams::stream_label;
+use super::side_streams::{side_stream_of, MovedCopies};
 use crate::measure::stats::upper_median;
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::{Link, OpKind, StreamDecl, StreamKind};
@@ -63,6 +67,9 @@ pub struct TracedSchedule {
     pub streams: Vec<(u32, u64)>,
     /// For each of the trace's GPU ops, what it waited for.
     pub waited: Vec<Waited>,
+    /// Whether kernels of different streams run side by side (a CUDA
+    /// graph's branches), not one at a time.
+    pub kernels_side_by_side: bool,
 }
 
 /// One change to the traced program whose effect the queue model predicts.
@@ -74,21 +81,40 @@ pub enum Change {
     /// pinned rate (lab 1's recording at the nearest size; else the rate
     /// the trace's own pinned copies that way achieved); its launch no
     /// longer holds the CPU (it takes as long as the trace's median kernel
-    /// launch), and the wait for the copy inside the same CPU op (PyTorch's
-    /// `cudaStreamSynchronize` after a blocking `.to()`) goes.
+    /// launch). After an upload, the wait for it inside the same CPU op
+    /// (PyTorch's `cudaStreamSynchronize` after a blocking `.to()`) goes;
+    /// after a download it stays: the program reads what came back (into
+    /// pinned memory, it must wait for the copy before it does), unless the
+    /// results are read a step late ([`Change::ReadLate`]).
     Pinned,
     /// Host-to-device copies that share a stream with kernels moved to a
     /// stream of their own, double-buffered: each copy waits for the kernels
     /// that read the buffer two copies back (the ops before the previous
     /// copy, in the stream's order), and the ops after it on its old stream
-    /// wait for it (an event each way).
+    /// wait for it (an event each way; [`super::side_streams`]).
     CopyStream,
+    /// The same for device-to-host copies: each waits for the op that made
+    /// what it reads (the op before it on its old stream), and the first op
+    /// after the next download there waits for it (its buffer is written
+    /// again), so the next step's kernels run while results come back.
+    DownloadStream,
+    /// Each step's results read a step late: the CPU's wait for a download
+    /// from pinned memory (PyTorch's wait in the same CPU op as the copy)
+    /// moves to just after the next download is issued, so the CPU issues
+    /// the next step before it reads this one's results; the last
+    /// download's wait stays where it was.
+    ReadLate,
     /// The CPU's waits for the GPU removed, but for the last ones, after
     /// which the CPU issues no more GPU work (they wait for the end).
     SyncRemoved,
     /// The window's GPU work issued as CUDA graphs: the CPU's time between
     /// launches goes (the waits stay), and each GPU op is followed by the
     /// GPU's gap between two nodes of a graph (`Pricing::graph_gap_us`).
+    /// The captured streams keep their concurrency: each stream's ops run
+    /// in its order, joined where the program's events joined them
+    /// ([`super::event_joins`]) or where the trace's times show a wait for
+    /// another stream, and kernels of different streams run side by side
+    /// (a graph's branches of small kernels share the SMs).
     CudaGraph,
 }
 
@@ -98,8 +124,22 @@ impl Change {
         match self {
             Change::Pinned => "pinned",
             Change::CopyStream => "copy stream",
+            Change::DownloadStream => "download stream",
+            Change::ReadLate => "read a step late",
             Change::SyncRemoved => "sync removed",
             Change::CudaGraph => "CUDA graph",
+        }
+    }
+
+    /// The change as the program makes it, in PyTorch's words.
+    pub fn in_pytorch(self) -> &'static str {
+        match self {
+            Change::Pinned => "host tensors in pinned memory (`pin_memory()`, or a `torch.empty(..., pin_memory=True)` destination) copied with `non_blocking=True`",
+            Change::CopyStream => "uploads on a side `torch.cuda.Stream`, joined to the compute stream by events (`event.record()`, `stream.wait_event()`), two buffers used in turn",
+            Change::DownloadStream => "downloads on a side `torch.cuda.Stream` that waits for the compute stream's event, two pinned buffers used in turn",
+            Change::ReadLate => "each step's results read a step late (`event.synchronize()` on the previous step's download, not on this one's)",
+            Change::SyncRemoved => "no `.item()`, `.cpu()` or `torch.cuda.synchronize()` inside the loop (read results once, after it)",
+            Change::CudaGraph => "the step captured once and replayed with `torch.cuda.graphs` (`torch.cuda.CUDAGraph`, `torch.cuda.graph(g)`, `g.replay()`)",
         }
     }
 }
@@ -175,52 +215,32 @@ pub fn op_kind(kind: GpuOpKind, gpu: u32) -> OpKind {
     }
 }
 
-/// The stream a copy moved by [`Change::CopyStream`] goes to: one per
-/// stream it left, numbered where no traced stream is.
-fn copy_stream_of(stream: u64) -> u64 {
-    u64::MAX - stream
-}
-
-/// What [`Change::CopyStream`] does to a trace: for each host-to-device copy
-/// on a stream that runs kernels, the op on its old stream whose end frees
-/// its buffer (the last op before the previous such copy: the one before
-/// last's readers are done), and the first op after it there (which reads it).
-struct MovedCopies {
-    moved: Vec<bool>,
-    frees_buffer: Vec<Option<usize>>,
-    first_reader: Vec<Option<usize>>,
-}
-
-fn moved_copies(trace: &Trace) -> MovedCopies {
-    let n = trace.gpu_ops.len();
-    let mut on_stream: HashMap<(u32, u64), Vec<usize>> = HashMap::new();
-    for (i, o) in trace.gpu_ops.iter().enumerate() {
-        on_stream.entry((o.gpu, o.stream)).or_default().push(i);
-    }
-    let mut m = MovedCopies { moved: vec![false; n], frees_buffer: vec![None; n], first_reader: vec![None; n] };
-    for ops in on_stream.values() {
-        if !ops.iter().any(|&i| trace.gpu_ops[i].kind == GpuOpKind::Kernel) {
-            continue;
-        }
-        let is_upload = |i: usize| matches!(trace.gpu_ops[i].kind, GpuOpKind::Copy { direction: Direction::H2d, .. });
-        // Position in `ops` of each upload, in stream order.
-        let uploads: Vec<usize> = (0..ops.len()).filter(|&p| is_upload(ops[p])).collect();
-        for (k, &p) in uploads.iter().enumerate() {
-            let op = ops[p];
-            m.moved[op] = true;
-            m.first_reader[op] = ops[p + 1..].iter().copied().find(|&i| !is_upload(i));
-            if k >= 1 {
-                m.frees_buffer[op] = ops[..uploads[k - 1]].iter().rev().copied().find(|&i| !is_upload(i));
-            }
-        }
-    }
-    m
-}
-
 /// How many host-to-device copies share a stream with kernels: what
 /// [`Change::CopyStream`] moves.
 pub fn uploads_on_kernel_streams(trace: &Trace) -> usize {
-    moved_copies(trace).moved.iter().filter(|&&m| m).count()
+    MovedCopies::of(trace, Direction::H2d).count()
+}
+
+/// The least a download must move to count as results brought back
+/// (`.cpu()` of a tensor): a scalar read (`.item()`, 4 bytes) costs its
+/// sync, not its copy, and removing the sync is its fix.
+pub const RESULTS_MIN_BYTES: u64 = 64 << 10;
+
+/// How many downloads of results (at least [`RESULTS_MIN_BYTES`]) the CPU
+/// waits for at once (PyTorch's wait in the same CPU op as the copy,
+/// `.cpu()`): what [`Change::ReadLate`] defers. None where the trace
+/// cannot be replayed.
+pub fn results_waited_at_once(trace: &Trace) -> usize {
+    let is_results = |op: usize| {
+        let o = &trace.gpu_ops[op];
+        matches!(o.kind, GpuOpKind::Copy { direction: Direction::D2h, .. }) && o.bytes.is_some_and(|b| b >= RESULTS_MIN_BYTES)
+    };
+    // Most traces bring no results back: no replay to build for them.
+    if !(0..trace.gpu_ops.len()).any(is_results) {
+        return 0;
+    }
+    let Ok(replay) = Replay::new(trace) else { return 0 };
+    replay.waits_after_copies().iter().filter(|&&(_, op, _)| is_results(op)).count()
 }
 
 /// A trace made ready to replay: which call launched each GPU op, from
@@ -310,27 +330,47 @@ impl<'t> Replay<'t> {
                 }
             }
         }
-        if has(Change::CudaGraph) {
+        let graph = has(Change::CudaGraph);
+        if graph {
             let gap = pricing.graph_gap_us.as_ref().map_or(0.0, |g| g.0);
             for d in &mut duration {
                 *d += gap;
             }
         }
-        let moved = if has(Change::CopyStream) { Some(moved_copies(trace)) } else { None };
+        // The copies a copy stream moves, each way.
+        let moved_way = |change: Change, direction: Direction| {
+            if has(change) {
+                MovedCopies::of(trace, direction)
+            } else {
+                MovedCopies::none(trace.gpu_ops.len())
+            }
+        };
+        let moved = moved_way(Change::CopyStream, Direction::H2d).merged(moved_way(Change::DownloadStream, Direction::D2h));
+        let is_download = |op: usize| matches!(trace.gpu_ops[op].kind, GpuOpKind::Copy { direction: Direction::D2h, .. });
 
-        // The calls a change takes out: PyTorch's wait after a copy made
-        // pinned (in the same CPU op as the copy), and, with the syncs removed,
-        // every wait but those after which the CPU issues no more GPU work.
+        // The calls a change takes out: PyTorch's wait after an upload made
+        // pinned (in the same CPU op as the copy); the wait after a download
+        // from pinned memory, read a step late (the CPU waits for it after
+        // issuing the next download instead: `read_late_after`); and, with
+        // the syncs removed, every wait but those after which the CPU
+        // issues no more GPU work.
         let mut dropped = vec![false; trace.calls.len()];
+        let mut read_late_after: HashMap<usize, usize> = HashMap::new();
         let last_issue = calls.iter().rposition(|c| ops_of_call.contains_key(c));
-        if has(Change::Pinned) {
-            let inside = enclosing_ops(trace);
-            for w in calls.windows(2) {
-                let (copy, wait) = (w[0], w[1]);
-                let pinned_copy = ops_of_call.get(&copy).is_some_and(|ops| ops.iter().any(|&o| made_pinned[o]));
-                if pinned_copy && synchronizes(&trace.calls[wait].name) && inside[wait].last().is_some() && inside[wait].last() == inside[copy].last() {
+        if has(Change::Pinned) || has(Change::ReadLate) {
+            let pinned_now = |op: usize| made_pinned[op] || matches!(trace.gpu_ops[op].kind, GpuOpKind::Copy { host: Some(HostMemory::Pinned), .. });
+            let mut late_downloads: Vec<(usize, usize, usize)> = Vec::new();
+            for (copy_call, op, wait) in self.waits_after_copies() {
+                if made_pinned[op] && !is_download(op) {
                     dropped[wait] = true;
+                } else if has(Change::ReadLate) && is_download(op) && pinned_now(op) {
+                    late_downloads.push((copy_call, op, wait));
                 }
+            }
+            for w in late_downloads.windows(2) {
+                let ((_, op, wait), (next_copy_call, _, _)) = (w[0], w[1]);
+                dropped[wait] = true;
+                read_late_after.insert(next_copy_call, op);
             }
         }
         if has(Change::SyncRemoved) {
@@ -340,26 +380,43 @@ impl<'t> Replay<'t> {
                 }
             }
         }
-        let graph = has(Change::CudaGraph);
+        // Cross-stream waits: those the trace's times show, and in a graph
+        // (which has no launches to order it) those the program's events made.
+        let mut joins: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (op, w) in waited.iter().enumerate() {
+            if let Waited::OtherStream { op: after } = w {
+                joins.entry(op).or_default().push(*after);
+            }
+        }
+        if graph {
+            for j in event_joins(trace, calls, ops_of_call) {
+                joins.entry(j.op).or_default().push(j.after);
+            }
+        }
 
         let mut sched_id = vec![usize::MAX; trace.gpu_ops.len()];
         let legacy = legacy_default_stream(trace);
-        let awaited: std::collections::HashSet<usize> =
-            waited.iter().filter_map(|w| if let Waited::OtherStream { op } = w { Some(*op) } else { None }).collect();
-        // Events: an awaited op's own index; a moved copy's and a buffer's
-        // release, offset past every op index.
+        // Events, by number: the event recorded right after op i is i (what
+        // another stream waits for); after a moved copy i, n + i.
         let n = trace.gpu_ops.len();
-        let (copied_event, freed_event) = (|op: usize| n + op, |op: usize| 2 * n + op);
-        let frees: std::collections::HashSet<usize> = moved.as_ref().map_or_else(Default::default, |m| m.frees_buffer.iter().flatten().copied().collect());
-        let mut reader_of: HashMap<usize, usize> = HashMap::new();
-        if let Some(m) = &moved {
-            for (copy, r) in m.first_reader.iter().enumerate() {
-                if let Some(r) = r {
-                    reader_of.insert(*r, copy);
-                }
+        let copied_event = |op: usize| n + op;
+        let mut awaited: std::collections::HashSet<usize> = joins.values().flatten().copied().collect();
+        awaited.extend(moved.after.iter().flatten().copied());
+        // For an op that stays: the moved copies it must follow.
+        let mut follows_copies: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (copy, b) in moved.before.iter().enumerate() {
+            if let Some(b) = b {
+                follows_copies.entry(*b).or_default().push(copy);
             }
         }
-        let mut ts = TracedSchedule { schedule: Schedule::new(), durations_us: Vec::new(), traced_op: Vec::new(), streams: Vec::new(), waited: waited.clone() };
+        let mut ts = TracedSchedule {
+            schedule: Schedule::new(),
+            durations_us: Vec::new(),
+            traced_op: Vec::new(),
+            streams: Vec::new(),
+            waited: waited.clone(),
+            kernels_side_by_side: graph,
+        };
         ts.schedule.issued_live = true;
         let mut cpu = calls.first().map_or(0.0, |&c| trace.calls[c].start_us);
         for &ci in calls {
@@ -376,24 +433,20 @@ impl<'t> Replay<'t> {
             let mut held_until: Option<(usize, f64)> = None;
             for &oi in issued {
                 let o = &trace.gpu_ops[oi];
-                let is_moved = moved.as_ref().is_some_and(|m| m.moved[oi]);
-                let key = (o.gpu, if is_moved { copy_stream_of(o.stream) } else { o.stream });
+                let stream = if moved.moved[oi] { side_stream_of(o.stream, if is_download(oi) { Direction::D2h } else { Direction::H2d }) } else { o.stream };
+                let key = (o.gpu, stream);
                 let index = ts.streams.iter().position(|&k| k == key).unwrap_or_else(|| {
                     ts.streams.push(key);
                     let kind = if legacy == Some(key.1) { StreamKind::Legacy } else { StreamKind::NonBlocking };
                     ts.schedule.declare_stream(ts.streams.len() - 1, StreamDecl::new(kind, 0, o.gpu as usize));
                     ts.streams.len() - 1
                 });
-                if let Waited::OtherStream { op } = ts.waited[oi] {
-                    ts.schedule.stream_wait_event(index, op);
-                }
-                if let Some(m) = moved.as_ref().filter(|_| is_moved) {
-                    if let Some(f) = m.frees_buffer[oi].filter(|&f| sched_id[f] != usize::MAX) {
-                        ts.schedule.stream_wait_event(index, freed_event(f));
-                    }
-                }
-                if let Some(&copy) = reader_of.get(&oi).filter(|&&c| sched_id[c] != usize::MAX) {
-                    ts.schedule.stream_wait_event(index, copied_event(copy));
+                // What it waits for on other streams, where already issued
+                // (an event recorded later is never waited for).
+                let events = joins.get(&oi).into_iter().flatten().copied().chain(moved.after[oi]).filter(|&e| sched_id[e] != usize::MAX);
+                let copies = follows_copies.get(&oi).into_iter().flatten().copied().filter(|&c| sched_id[c] != usize::MAX).map(copied_event);
+                for event in events.chain(copies).collect::<Vec<_>>() {
+                    ts.schedule.stream_wait_event(index, event);
                 }
                 let id = ts.schedule.gpu_op(0, index, op_kind(o.kind, o.gpu), &o.name, vec![]);
                 ts.durations_us.push(duration[oi]);
@@ -402,11 +455,8 @@ impl<'t> Replay<'t> {
                 if awaited.contains(&oi) {
                     ts.schedule.record_event(oi, index);
                 }
-                if is_moved {
+                if moved.moved[oi] {
                     ts.schedule.record_event(copied_event(oi), index);
-                }
-                if frees.contains(&oi) {
-                    ts.schedule.record_event(freed_event(oi), index);
                 }
                 // A launch whose op started before it returned and ended about
                 // when it returned held the CPU for it (a copy from pageable
@@ -439,9 +489,33 @@ impl<'t> Replay<'t> {
             } else {
                 ts.host(&c.name, call_time);
             }
+            if let Some(&previous) = read_late_after.get(&ci) {
+                // Read a step late: the CPU waits for the previous download now.
+                ts.schedule.host_learns(0, sched_id[previous]);
+            }
             cpu = cpu.max(c.end_us);
         }
         Ok(ts)
+    }
+
+    /// PyTorch's wait after a copy: for each call that issued a copy, the
+    /// synchronizing call right after it on the thread, inside the same CPU
+    /// op (the `cudaStreamSynchronize` of a blocking `.to()` or `.cpu()`):
+    /// (the copy's call, the copy, the wait), in the thread's order.
+    fn waits_after_copies(&self) -> Vec<(usize, usize, usize)> {
+        let trace = self.trace;
+        let inside = enclosing_ops(trace);
+        let mut found = Vec::new();
+        for w in self.calls.windows(2) {
+            let (copy_call, wait) = (w[0], w[1]);
+            let copy = self.ops_of_call.get(&copy_call).and_then(|ops| ops.iter().copied().find(|&o| trace.gpu_ops[o].kind.is_copy()));
+            if let Some(copy) = copy {
+                if synchronizes(&trace.calls[wait].name) && inside[wait].last().is_some() && inside[wait].last() == inside[copy_call].last() {
+                    found.push((copy_call, copy, wait));
+                }
+            }
+        }
+        found
     }
 }
 
@@ -465,10 +539,12 @@ impl TracedSchedule {
 /// The queue model's replay of a traced schedule: each schedule op's
 /// (start, end), µs.
 pub fn predicted_times(ts: &TracedSchedule) -> Vec<(f64, f64)> {
-    // Copy engines each way, kernels one at a time: what the model assumes
-    // of a GPU whose engines the trace does not name. Every CPU cost is in
-    // the schedule's host work already.
-    crate::pipeline::predict::predict(&ts.schedule, Machine::engines(2), |op| ts.durations_us[op.id])
+    // Copy engines each way, kernels one at a time (but for a graph's
+    // branches, side by side): what the model assumes of a GPU whose
+    // engines the trace does not name. Every CPU cost is in the schedule's
+    // host work already.
+    let machine = Machine { kernels_side_by_side: ts.kernels_side_by_side, ..Machine::engines(2) };
+    crate::pipeline::predict::predict(&ts.schedule, machine, |op| ts.durations_us[op.id])
 }
 
 /// The queue model's replay of a traced schedule: the window from the
@@ -484,16 +560,6 @@ pub fn window_us(ts: &TracedSchedule, times: &[(f64, f64)]) -> f64 {
     let start = gpu.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
     let end = gpu.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
     end - start
-}
-
-/// A replayed stream as a timeline names it: "stream 7" as traced, "copy
-/// stream for stream 7" where [`Change::CopyStream`] made it.
-pub fn stream_label(stream: u64) -> String {
-    if stream > u64::MAX / 2 {
-        format!("copy stream for stream {}", copy_stream_of(stream))
-    } else {
-        format!("stream {stream}")
-    }
 }
 
 #[cfg(test)]
@@ -584,5 +650,53 @@ mod tests {
         // With no recording, the trace must have pinned copies to price by.
         let e = schedule(&t, &[Change::Pinned], &Pricing::default()).unwrap_err();
         assert!(e.contains("no pinned H2D rate"), "{e}");
+    }
+
+    /// `iters` steps of a 100 µs kernel, then its result copied into pinned
+    /// memory with a blocking `copy_` (`cudaMemcpyAsync`, then
+    /// `cudaStreamSynchronize` in the same `aten::copy_`): a 50 µs download
+    /// on stream 7 that the CPU waits for before the next step; the GPU
+    /// idles 11 µs between a download and the next kernel.
+    fn pinned_downloads(iters: usize) -> Trace {
+        let mut t = Trace { format: Some(TraceFormat::Kineto), threads: vec![Thread { pid: "1".into(), tid: "1".into() }], ..Trace::default() };
+        let (mut c, mut gpu_free, mut k) = (0.0f64, 0.0f64, 0u64);
+        let down = GpuOpKind::Copy { direction: Direction::D2h, host: Some(HostMemory::Pinned) };
+        for _ in 0..iters {
+            let s = (c + 5.0).max(gpu_free);
+            for (name, call, kind, (from, to), (gpu_from, gpu_to)) in [
+                ("k", "cudaLaunchKernel", GpuOpKind::Kernel, (c, c + 4.0), (s, s + 100.0)),
+                ("d", "cudaMemcpyAsync", down, (c + 7.0, c + 11.0), (s + 100.0, s + 150.0)),
+            ] {
+                k += 1;
+                t.calls.push(Call { name: call.into(), thread: 0, start_us: from, end_us: to, correlation: Some(k) });
+                let op = GpuOp { gpu: 0, stream: 7, kind, name: name.into(), start_us: gpu_from, end_us: gpu_to, correlation: Some(k), bytes: Some(1 << 20) };
+                t.gpu_ops.push(op);
+            }
+            t.calls.push(Call { name: "cudaStreamSynchronize".into(), thread: 0, start_us: c + 12.0, end_us: s + 153.0, correlation: None });
+            t.cpu_ops.push(CpuOp { name: "aten::copy_".into(), thread: 0, start_us: c + 6.0, end_us: s + 155.0, annotation: false });
+            gpu_free = s + 150.0;
+            c = s + 156.0;
+        }
+        t.sort();
+        t
+    }
+
+    #[test]
+    fn downloads_read_a_step_late_and_on_a_stream_of_their_own_let_the_kernels_run_on() {
+        let t = pinned_downloads(3);
+        let at = |changes: &[Change]| predict(&schedule(&t, changes, &Pricing::default()).unwrap());
+        let traced = at(&[]);
+        // As traced: 150 µs a step and the 11 µs gaps less the kernel's
+        // launch latency (the replay starts a kernel as it is issued).
+        assert!((traced - (3.0 * 150.0 + 2.0 * 6.0)).abs() < 1e-6, "{traced}");
+        // Read a step late: the CPU runs on, and the stream runs kernel,
+        // download, kernel, ... back to back.
+        assert!((at(&[Change::ReadLate]) - 3.0 * 150.0).abs() < 1e-6);
+        // Also on a stream of their own: each download under the next
+        // kernel, the last one after the last kernel.
+        assert!((at(&[Change::DownloadStream, Change::ReadLate]) - (3.0 * 100.0 + 50.0)).abs() < 1e-6);
+        // A stream of their own while the CPU waits for each: nothing gained.
+        assert!((at(&[Change::DownloadStream]) - traced).abs() < 1e-6);
+        assert_eq!(results_waited_at_once(&t), 3);
     }
 }

@@ -45,6 +45,12 @@ pub struct Machine {
     /// to back on one.
     #[serde(default)]
     pub kernel_overlap: f64,
+    /// Whether kernels of different streams run side by side, each stream
+    /// with a share of the SMs of its own (a CUDA graph's branches of
+    /// kernels too small to fill the GPU); false: each kernel fills the
+    /// GPU, and they run one at a time.
+    #[serde(default)]
+    pub kernels_side_by_side: bool,
     /// The CPU time to issue one GPU op (the driver call and the
     /// pipeline's bookkeeping, its events and waits included), ms. A loop
     /// issued behind a gate has all the issuing thread issued before it
@@ -226,6 +232,7 @@ impl Machine {
             both_ways: 1.0,
             peer_both_ways: 1.0,
             kernel_overlap: 0.0,
+            kernels_side_by_side: false,
             issue: 0.0,
             signal_wake: 0.0,
             device_waits: DeviceWaits::default(),

@@ -16,6 +16,9 @@ enum Resource {
     CopyDown(usize),
     /// A GPU's SMs.
     Sms(usize),
+    /// One stream's share of its GPU's SMs, where kernels of different
+    /// streams run side by side ([`Machine::kernels_side_by_side`]).
+    StreamSms(usize),
     /// A device-to-device copy's path: within a GPU, or from one GPU to
     /// another (each direction of a link is its own).
     Link(Link),
@@ -52,6 +55,7 @@ impl Machine {
             (OpKind::H2d, _) => Resource::CopyUp(op.gpu),
             (OpKind::D2h, _) if self.copy_engines >= 2 => Resource::CopyDown(op.gpu),
             (OpKind::D2h, _) => Resource::CopyUp(op.gpu),
+            (OpKind::Kernel, Lane::Stream(s)) if self.kernels_side_by_side => Resource::StreamSms(s),
             (OpKind::Kernel, _) => Resource::Sms(op.gpu),
             (OpKind::D2d(link), _) => Resource::Link(link),
             (OpKind::AllReduce(_), _) => Resource::Collective(op.gpu),
@@ -82,7 +86,8 @@ fn is_host_fn(op: &Op) -> bool {
 /// one chunk per stream), else it takes the earliest-issued ready op; among
 /// kernels ready at once, the higher-priority stream's goes first (no kernel
 /// is preempted). Kernels are assumed to fill the GPU, so one runs at a
-/// time; one that takes the SMs straight from another stream's kernel it
+/// time (unless [`Machine::kernels_side_by_side`]: each stream's run at
+/// once with other streams'); one that takes the SMs straight from another stream's kernel it
 /// waited behind is [`Machine::kernel_overlap`] shorter. While an H2D and a D2H run at once, each moves at
 /// [`Machine::both_ways`] of its speed alone. A host function waits for the
 /// callback thread and pays half its round trip before its body and half
@@ -576,6 +581,29 @@ mod tests {
         assert_eq!(t[c], (1.75, 2.75), "issued an issue time after b");
         let none = predict(&s, Machine { issue: 0.0, ..m }, |_| 1.0);
         assert_eq!(none[c], (1.5, 2.5), "with no issue cost it starts as the thread wakes");
+    }
+
+    #[test]
+    fn kernels_side_by_side_run_each_stream_at_once_with_the_others() {
+        // Three kernels of 1 on each of two streams, the second stream's
+        // last waiting (an event) for the first's last: one at a time they
+        // take 6; side by side, each stream takes 3, and the join 1 more.
+        let mut s = Schedule::new();
+        let mut last = Vec::new();
+        for st in 0..2 {
+            if st == 1 {
+                s.record_event(0, 0);
+            }
+            for i in 0..3 {
+                if st == 1 && i == 2 {
+                    s.stream_wait_event(1, 0);
+                }
+                last.push(s.gpu_op(0, st, OpKind::Kernel, &format!("k{st}.{i}"), vec![]));
+            }
+        }
+        assert_eq!(makespan(&predict(&s, Machine::engines(2), |_| 1.0)), 6.0);
+        let t = predict(&s, Machine { kernels_side_by_side: true, ..Machine::engines(2) }, |_| 1.0);
+        assert_eq!((t[last[2]], t[last[5]]), ((2.0, 3.0), (3.0, 4.0)), "{t:?}");
     }
 
     #[test]

@@ -510,6 +510,104 @@ pub fn host_prepared_batches(iters: usize) -> Synthetic {
     Synthetic { file: "synthetic-host-prepared-batches.json", trace: b.finish(gpu_free + 20.0), known }
 }
 
+/// The side streams of the multi-stream step ([`multi_stream_tiny_ops`]):
+/// four `torch.cuda.Stream()`s.
+pub const SIDE_STREAMS: [u64; 4] = [21, 25, 29, 33];
+
+/// A step of tiny ops over four streams, `steps` times: one `x + 1` on the
+/// default stream, an event recorded there and waited for by each side
+/// stream (the fork); on each side stream in turn, `per_stream` tiny ops
+/// and an event recorded after them (`with torch.cuda.stream(s): ...;
+/// e.record()`); the default stream waits for the four (the join) and
+/// runs one more `x + 1`. Every kernel is issued 10 µs after the one
+/// before and runs 2 µs: launch-bound, so the kernels never wait for each
+/// other's streams on the GPU and the joins leave no mark on its times
+/// (only the calls say where they are). Each event call takes the CPU 2 µs.
+pub fn multi_stream_tiny_ops(steps: usize, per_stream: usize) -> Synthetic {
+    let mut b = Builder::new();
+    for s in SIDE_STREAMS {
+        b.events.push(json!({"name": "thread_name", "ph": "M", "ts": 0.0, "pid": 0, "tid": s, "args": {"name": format!("stream {s}")}}));
+    }
+    let mut c = T0;
+    let tiny = |b: &mut Builder, c: &mut f64, stream: u64| {
+        b.cpu_op("aten::add", *c, 9.0);
+        b.kernel(ADD, (*c + 3.0, *c + 7.0), stream, (*c + 8.5, *c + 10.5));
+        *c += 10.0;
+    };
+    let event = |b: &mut Builder, c: &mut f64, call: &str| {
+        b.runtime(call, *c, 2.0);
+        *c += 3.0;
+    };
+    for step in 0..steps {
+        let step_start = c;
+        tiny(&mut b, &mut c, DEFAULT_STREAM);
+        event(&mut b, &mut c, "cudaEventRecord");
+        for _ in SIDE_STREAMS {
+            event(&mut b, &mut c, "cudaStreamWaitEvent");
+        }
+        for s in SIDE_STREAMS {
+            for _ in 0..per_stream {
+                tiny(&mut b, &mut c, s);
+            }
+            event(&mut b, &mut c, "cudaEventRecord");
+        }
+        for _ in SIDE_STREAMS {
+            event(&mut b, &mut c, "cudaStreamWaitEvent");
+        }
+        tiny(&mut b, &mut c, DEFAULT_STREAM);
+        b.annotation(&format!("ProfilerStep#{step}"), step_start - 0.5, c - step_start);
+    }
+    let end = b.op(0).1;
+    b.runtime("cudaDeviceSynchronize", c, (end + 5.0).max(c + 3.0) - c);
+    let mut known = b.known();
+    known.sync_calls = 1;
+    Synthetic { file: "synthetic-multi-stream-tiny-ops.json", trace: b.finish(end + 20.0), known }
+}
+
+/// One step's result brought back: 8 MiB.
+pub const RESULT_BYTES: u64 = 8 << 20;
+/// The rate the trace's pageable downloads move at, GB/s (a pageable
+/// `.cpu()` of a large tensor on a busy host).
+pub const PAGEABLE_D2H_GBPS: f64 = 1.5;
+
+/// A kernel, then its result brought back with `y.cpu()`, `iters` times,
+/// all on the default stream. PyTorch's `.cpu()` into pageable memory is a
+/// `cudaMemcpyAsync` that holds the CPU until the copy is done (it waits
+/// for the kernel first), then a `cudaStreamSynchronize`, all inside
+/// `aten::to`; the CPU then launches the next step, and the GPU idles
+/// from the download's end to the next kernel's start (20 µs each step).
+pub fn cpu_results_each_step(iters: usize) -> Synthetic {
+    let mut b = Builder::new();
+    let download = copy_us(RESULT_BYTES, PAGEABLE_D2H_GBPS);
+    let (mut cpu, mut gpu_free) = (T0, T0);
+    let mut sync_idle = 0.0;
+    for i in 0..iters {
+        let step_start = cpu;
+        b.cpu_op("aten::mm", cpu, 8.0);
+        let k_start = (cpu + 8.0).max(gpu_free + 1.0);
+        b.kernel(GEMM, (cpu + 2.0, cpu + 6.0), DEFAULT_STREAM, (k_start, k_start + KERNEL_US));
+        if i > 0 {
+            sync_idle += b.op(0).0 - b.op(1).1;
+        }
+        let to = cpu + 10.0;
+        let copy_start = k_start + KERNEL_US + 2.0;
+        let copy_end = copy_start + download;
+        b.cpu_op("aten::to", to, copy_end + 12.0 - to);
+        b.cpu_op("aten::_to_copy", to + 2.0, copy_end + 11.0 - to - 2.0);
+        b.cpu_op("aten::copy_", to + 5.0, copy_end + 10.0 - to - 5.0);
+        b.copy("DtoH (Device -> Pageable)", RESULT_BYTES, (to + 10.0, copy_end + 4.0), DEFAULT_STREAM, (copy_start, copy_end));
+        b.runtime("cudaStreamSynchronize", copy_end + 5.0, 4.0);
+        gpu_free = copy_end;
+        cpu = copy_end + 12.0;
+        b.annotation(&format!("ProfilerStep#{i}"), step_start, cpu - 1.0 - step_start);
+    }
+    b.runtime("cudaDeviceSynchronize", cpu, 3.0);
+    let mut known = b.known();
+    known.sync_calls = iters + 1;
+    known.sync_idle_us = sync_idle;
+    Synthetic { file: "synthetic-cpu-results-each-step.json", trace: b.finish(gpu_free + 20.0), known }
+}
+
 /// The programs at the sizes the tests use: lab 10's five, then the
 /// host-prepared loop.
 pub fn all() -> Vec<Synthetic> {
