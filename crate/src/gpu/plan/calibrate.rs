@@ -14,6 +14,10 @@ use crate::pipeline::plan::{stage_streams, Costs, Plan, StreamSpec, WaitBy};
 /// How many of one op [`PlanRig::alone`] issues back to back to time one.
 pub const BACK_TO_BACK: usize = 8;
 
+/// The most repeats [`PlanRig::per_repeat_ms`] doubles its repeats to
+/// before it says the repeats cannot be told from the runs' noise.
+pub const MAX_REPEATS_BY_DIFFERENCE: usize = 64;
+
 /// Chunks of the loop [`PlanRig::machine`] times the CPU's issuing on (3
 /// GPU ops and 4 event calls each; 192 ops stay behind one gate).
 pub const ISSUE_CHUNKS: usize = 64;
@@ -125,34 +129,44 @@ impl PlanRig {
     /// needed. A pair whose difference is at or below zero measured the
     /// runs' noise, not the repeats (short copies within a GPU can leave
     /// less than the noise between two runs): it is taken again, up to
-    /// `runs` more pairs, then the calibration error.
+    /// `runs` more pairs; then the repeats are doubled and the pairs begun
+    /// again, up to [`MAX_REPEATS_BY_DIFFERENCE`], and only then the
+    /// calibration error.
     pub fn per_repeat_ms(&mut self, make: impl Fn(usize) -> Plan, copies: usize, runs: usize) -> Result<Summary> {
         if copies < 2 || runs == 0 {
             return Err(LabError::config(format!("timing a repeat by difference takes at least 2 repeats and 1 run (got {copies} and {runs})")));
         }
-        let (one, many) = (make(1), make(copies));
-        let (one_model, many_model) = (one.dry_run()?, many.dry_run()?);
-        let mut run = |p: &Plan, m| self.run_modelled(p, m, TimelineSource::Off).map(|r| r.total_ms);
-        run(&one, &one_model)?;
-        run(&many, &many_model)?;
-        let mut per_copy = Vec::with_capacity(runs);
-        let mut pairs = 0;
-        while per_copy.len() < runs {
-            if pairs == 2 * runs {
+        let one = make(1);
+        let one_model = one.dry_run()?;
+        let mut copies = copies;
+        loop {
+            let many = make(copies);
+            let many_model = many.dry_run()?;
+            let mut run = |p: &Plan, m| self.run_modelled(p, m, TimelineSource::Off).map(|r| r.total_ms);
+            run(&one, &one_model)?;
+            run(&many, &many_model)?;
+            let mut per_copy = Vec::with_capacity(runs);
+            let mut pairs = 0;
+            while per_copy.len() < runs && pairs < 2 * runs {
+                pairs += 1;
+                let a = run(&one, &one_model)?;
+                let b = run(&many, &many_model)?;
+                let ms = (b - a) / (copies - 1) as f64;
+                if ms > 0.0 {
+                    per_copy.push(ms);
+                }
+            }
+            if per_copy.len() == runs {
+                return Summary::of(&per_copy);
+            }
+            if 2 * copies > MAX_REPEATS_BY_DIFFERENCE {
                 return Err(LabError::calibration(
                     format!("{}: {copies} repeats did not take measurably longer than one in {pairs} pairs of runs", many.name),
                     "Something else sets the run's time: give a larger size, or more copies",
                 ));
             }
-            pairs += 1;
-            let a = run(&one, &one_model)?;
-            let b = run(&many, &many_model)?;
-            let ms = (b - a) / (copies - 1) as f64;
-            if ms > 0.0 {
-                per_copy.push(ms);
-            }
+            copies *= 2;
         }
-        Summary::of(&per_copy)
     }
 
     /// From the first op's start to the last op's end between CUDA events,
