@@ -85,7 +85,11 @@ impl Copies {
                 .iter()
                 .filter_map(|(r, what)| r.map(|r| format!("{what} {:.1} GB/s at {}", r.gbps, crate::units::Bytes(r.at_bytes))))
                 .collect();
-            let recorded = if rates.is_empty() { String::new() } else { format!(" (this machine's lab 1 recording: {})", rates.join(", ")) };
+            let recorded = if rates.is_empty() {
+                String::new()
+            } else {
+                format!(" (as measured on this machine by `overlap-lab bandwidth`, lab 1: {})", rates.join(", "))
+            };
             findings.push(Finding {
                 cause: Cause::PageableCopies,
                 gpu,

@@ -123,7 +123,7 @@ impl fmt::Display for WhatIf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "what-if, on the queue model (the trace replayed as traced: {} against the window's {}, {:+.1}%):",
+            "what-if: the trace's GPU ops and CPU calls replayed in their order and with their measured times, each fix applied (lab 10's queue model; as traced it replays in {} against the window's {}, {:+.1}%):",
             us(self.replayed_us),
             us(self.traced_us),
             100.0 * (self.replayed_us / self.traced_us - 1.0)

@@ -4,9 +4,12 @@
 //! first, each with the call behind it, then the what-if table where one
 //! was predicted (which `prediction` prints).
 //!
-//! May use: `units` (the crate's, for bytes), `diagnosis`, `text`.
+//! May use: `units` (the crate's, for bytes), `diagnosis`, `text`, `link`
+//! (the command that measures a link), `replay` (a fix in PyTorch's words).
 
 use super::diagnosis::{Cause, Diagnosis, Finding, GpuSummary, IdleCause, KERNEL_WAIT_MAX_US};
+use super::link::MEASURE_LINK;
+use super::replay::Change;
 use super::text::{gbps, us};
 use crate::units::Bytes;
 use std::fmt;
@@ -21,6 +24,23 @@ impl Cause {
             Cause::Sync => "synchronizing call",
             Cause::IssueBound => "issue-bound stretch",
             Cause::HostWork => "the host's own work",
+        }
+    }
+
+    /// The fix a finding of this cause points to, in PyTorch's words: a
+    /// what-if change's own ([`Change::in_pytorch`]) where one prices it.
+    pub fn in_pytorch(self) -> &'static str {
+        match self {
+            Cause::PageableCopies => Change::Pinned.in_pytorch(),
+            Cause::CopiesShareStreamWithKernels => Change::CopyStream.in_pytorch(),
+            Cause::ExposedCopies => {
+                "the next batch's copy issued earlier, on its side `torch.cuda.Stream`, while this batch's kernels run (prefetch one step ahead)"
+            }
+            Cause::Sync => Change::SyncRemoved.in_pytorch(),
+            Cause::IssueBound => Change::CudaGraph.in_pytorch(),
+            Cause::HostWork => {
+                "the next batch prepared ahead: a `torch.utils.data.DataLoader` with `num_workers` > 0 and `pin_memory=True`, or a thread of your own"
+            }
         }
     }
 }
@@ -58,6 +78,7 @@ impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.call;
         writeln!(f, "{} (GPU {}): {}", self.cause.label(), self.gpu, self.text)?;
+        writeln!(f, "fix in PyTorch: {}", self.cause.in_pytorch())?;
         write!(f, "call: {} at ts {:.3} µs", c.name, c.ts_us)?;
         if let Some(k) = c.correlation {
             write!(f, ", correlation {k}")?;
@@ -141,7 +162,7 @@ impl fmt::Display for Diagnosis {
                 }
                 match &g.link_source {
                     Some(s) => writeln!(f, "  (recorded rates from {s}, at the recorded size nearest the copies' median)")?,
-                    None => writeln!(f, "  (no lab 1 recording of this GPU to set the rates beside)")?,
+                    None => writeln!(f, "  (no link rates measured on this GPU here to set the copies beside: `{MEASURE_LINK}` on its machine records them)")?,
                 }
             }
             idle_table(f, g)?;

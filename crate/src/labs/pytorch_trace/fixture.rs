@@ -608,6 +608,31 @@ pub fn cpu_results_each_step(iters: usize) -> Synthetic {
     Synthetic { file: "synthetic-cpu-results-each-step.json", trace: b.finish(gpu_free + 20.0), known }
 }
 
+/// A GPU no recording here describes (issue 61: a stranger's trace).
+pub const STRANGER_GPU: &str = "NVIDIA A100-SXM4-80GB";
+/// The rate the stranger's pinned copies run at, GB/s: not the typical
+/// Gen4 figure, so a price taken from them can be told from one assumed.
+pub const STRANGER_PINNED_GBPS: f64 = 22.0;
+
+/// The pageable loop ([`pageable_to_then_compute`]) as an A100 would
+/// leave it ([`STRANGER_GPU`] in `deviceProperties`, compute capability
+/// 8.0), with its first `pinned` copies made from pinned memory at
+/// [`STRANGER_PINNED_GBPS`] (each keeps its start and ends sooner; the
+/// CPU's calls stay as they were). Its [`Known`] figures are not kept:
+/// the trace for pricing's tests.
+pub fn on_stranger_gpu(iters: usize, pinned: usize) -> Value {
+    let mut trace = pageable_to_then_compute(iters).trace;
+    let props = &mut trace["deviceProperties"][0];
+    (props["name"], props["computeMajor"]) = (json!(STRANGER_GPU), json!(8));
+    let copies = trace["traceEvents"].as_array_mut().into_iter().flatten().filter(|e| e["cat"] == "gpu_memcpy");
+    for e in copies.take(pinned) {
+        let dur = ns(copy_us(BATCH_BYTES, STRANGER_PINNED_GBPS));
+        (e["name"], e["dur"]) = (json!("Memcpy HtoD (Pinned -> Device)"), json!(dur));
+        e["args"]["memory bandwidth (GB/s)"] = json!(BATCH_BYTES as f64 / (dur * 1e3));
+    }
+    trace
+}
+
 /// The programs at the sizes the tests use: lab 10's five, then the
 /// host-prepared loop.
 pub fn all() -> Vec<Synthetic> {

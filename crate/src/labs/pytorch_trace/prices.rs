@@ -12,6 +12,7 @@
 
 use super::programs::{read_programs, PROGRAMS_FILE};
 use super::LAB;
+use crate::diagnose::link::assumed_rates;
 use crate::diagnose::replay::Pricing;
 use crate::diagnose::{Diagnosis, LinkRates, Trace};
 use crate::error::{LabError, Result};
@@ -63,11 +64,21 @@ impl Prices {
         }
     }
 
+    /// The what-if's prices for `trace`: its GPU's, where these recordings
+    /// have its link; else the rates assumed from the trace's own pinned
+    /// copies or its GPU's typical link, said to be assumed
+    /// ([`crate::diagnose::link::assumed_rates`]): every fix is priced.
+    pub fn for_trace(&self, trace: &Trace) -> Pricing {
+        let mut pricing = self.for_gpu(trace.first_gpu_name());
+        pricing.rates = pricing.rates.or_else(|| Some(assumed_rates(trace)));
+        pricing
+    }
+
     /// The diagnosis of `trace` (named `shown` in outputs) beside these
-    /// link rates, its what-if priced for the trace's GPU: what `overlap-lab
-    /// diagnose` prints.
+    /// link rates, its what-if priced for the trace's GPU ([`Prices::for_trace`]):
+    /// what `overlap-lab diagnose` prints.
     pub fn diagnose(&self, trace: &Trace, shown: &str) -> Diagnosis {
-        diagnosis_priced(trace, shown, &self.links, &self.for_gpu(trace.first_gpu_name()))
+        diagnosis_priced(trace, shown, &self.links, &self.for_trace(trace))
     }
 }
 
@@ -119,4 +130,65 @@ pub fn recorded_link_rates(data: &Path) -> Result<Vec<LinkRates>> {
                 .collect(),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::events::HostMemory;
+    use crate::diagnose::link::{TypicalLink, MEASURE_LINK};
+    use crate::diagnose::replay::{schedule, Change};
+    use crate::labs::pytorch_trace::fixture::{on_stranger_gpu, BATCH_BYTES, STRANGER_GPU, STRANGER_PINNED_GBPS};
+
+    /// The stranger's loop with `pinned` pinned copies, diagnosed with no
+    /// recording of its GPU here.
+    fn stranger(pinned: usize) -> (Trace, Diagnosis, Pricing) {
+        let text = serde_json::to_string(&on_stranger_gpu(10, pinned)).unwrap();
+        let trace = crate::diagnose::read_trace_text("stranger.json", &text).unwrap();
+        assert_eq!(trace.first_gpu_name(), Some(STRANGER_GPU));
+        let prices = Prices::default();
+        (trace.clone(), prices.diagnose(&trace, "stranger.json"), prices.for_trace(&trace))
+    }
+
+    /// The pinned fix's time for the loop's first pageable copy, µs.
+    fn pinned_copy_us(trace: &Trace, pricing: &Pricing) -> f64 {
+        let first = trace.gpu_ops.iter().position(|o| o.kind.label() == "H2D pageable").unwrap();
+        let ts = schedule(trace, &[Change::Pinned], pricing).unwrap();
+        let at = ts.traced_op.iter().position(|&o| o == Some(first)).unwrap();
+        ts.durations_us[at]
+    }
+
+    #[test]
+    fn a_strangers_pageable_loop_is_priced_by_its_links_typical_rate_said_to_be_assumed() {
+        let (trace, d, pricing) = stranger(0);
+        let w = d.what_if.as_ref().expect("predicted");
+        assert!(w.not_priced.is_empty(), "{:?}", w.not_priced);
+        let pinned = w.predictions.iter().find(|p| p.changes == [Change::Pinned]).expect("the pinned fix is priced");
+        assert!(pinned.gain > 1.0, "{pinned:?}");
+        let by = pinned.priced_by.as_deref().unwrap();
+        assert!(by.contains("PCIe Gen4 x16") && by.contains("~25 GB/s") && by.contains("an assumption") && by.contains(MEASURE_LINK), "{by}");
+        // By hand: 64 MiB after a 2.5 µs fixed cost at 25 GB/s: 2.5 + 67108864 / 25e3 = 2686.85 µs.
+        assert!((pinned_copy_us(&trace, &pricing) - 2686.85).abs() < 0.01);
+        let text = d.to_string();
+        assert!(text.contains(MEASURE_LINK) && text.contains("pin_memory()") && !text.contains("lab 1 recording"), "{text}");
+        let link = TypicalLink::of(Some(STRANGER_GPU));
+        assert_eq!((link.generation, link.gbps, link.from_name), (4, 25.0, true));
+        assert!((link.rate(crate::diagnose::events::Direction::H2d, 4 << 20) - 24.633).abs() < 1e-3);
+        assert_eq!(TypicalLink::of(Some("NVIDIA H200")).generation, 5);
+        assert!(!TypicalLink::of(Some("Some Future GPU")).from_name);
+    }
+
+    #[test]
+    fn a_strangers_own_pinned_copies_price_its_pageable_ones() {
+        let (trace, d, pricing) = stranger(3);
+        let pinned = d.what_if.as_ref().unwrap().predictions.iter().find(|p| p.changes == [Change::Pinned]).expect("priced").clone();
+        let by = pinned.priced_by.unwrap();
+        assert!(by.contains("this trace's own pinned copies (H2D 64 MiB at 22.0 GB/s)"), "{by}");
+        let rates = pricing.rates.as_ref().unwrap();
+        assert!((rates.rate(HostMemory::Pinned, crate::diagnose::events::Direction::H2d, BATCH_BYTES).unwrap().gbps - STRANGER_PINNED_GBPS).abs() < 1e-3);
+        // By hand: 67108864 bytes at 22 GB/s: 3050.4 µs.
+        assert!((pinned_copy_us(&trace, &pricing) - 3050.40).abs() < 0.01);
+        // A copy 16x smaller is far from the trace's: the typical link prices it.
+        assert!((rates.rate(HostMemory::Pinned, crate::diagnose::events::Direction::H2d, 4 << 20).unwrap().gbps - 24.633).abs() < 1e-3);
+    }
 }
