@@ -505,3 +505,77 @@ fn adding_a_lab_and_labs_md_are_held_to_the_table() {
         at = start + 1;
     }
 }
+
+/// Every key path of `v`, arrays written `[]` ("gpus[].streams[].busy_us").
+fn key_paths(v: &serde_json::Value, at: &str, out: &mut BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, child) in m {
+                let path = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+                key_paths(child, &path, out);
+                out.insert(path);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|child| key_paths(child, &format!("{at}[]"), out)),
+        _ => {}
+    }
+}
+
+/// The fields MAINTAINERS.md documents for `diagnose --json`: each list
+/// item between the schema's markers opens with one or more paths in
+/// backticks, then a colon ("- `a`, `b`: what they are").
+fn documented_diagnosis_fields() -> BTreeSet<String> {
+    let text = doc("MAINTAINERS.md");
+    let (_, rest) = text.split_once("<!-- diagnosis-schema -->").expect("MAINTAINERS.md marks the diagnosis schema");
+    let (list, _) = rest.split_once("<!-- /diagnosis-schema -->").expect("the schema's list is closed");
+    list.lines()
+        .filter_map(|l| l.trim_start().strip_prefix("- ")?.split_once("`:").map(|(paths, _)| paths.to_string()))
+        .flat_map(|paths| paths.split('`').skip(1).step_by(2).map(str::to_string).collect::<Vec<_>>())
+        .collect()
+}
+
+/// `diagnose --json`'s schema as MAINTAINERS.md documents it is the one
+/// the code writes: on synthetic traces (pageable copies set beside a
+/// recording of their GPU, a stranger's GPU priced by assumption, and a
+/// diagnosis whose what-if failed), every key written is documented, and
+/// every documented key is written by one of them.
+#[test]
+fn diagnose_json_writes_its_schema_version_and_exactly_the_documented_fields() {
+    use overlap_lab::diagnose::events::{Direction, HostMemory};
+    use overlap_lab::diagnose::{read_trace_text, LinkPoint, LinkRates, DIAGNOSIS_SCHEMA};
+    use overlap_lab::labs::pytorch_trace::{fixture, prices::Prices};
+    let point = |host, direction, gbps| LinkPoint { host, direction, bytes: fixture::BATCH_BYTES, gbps };
+    let mut recorded = Prices::default();
+    recorded.links = vec![LinkRates {
+        gpu_name: fixture::GPU_NAME.into(),
+        source: "data/x/bandwidth.json".into(),
+        points: vec![point(HostMemory::Pageable, Direction::H2d, 20.0), point(HostMemory::Pinned, Direction::H2d, 53.0)],
+    }];
+    let diagnosed = |prices: &Prices, trace: serde_json::Value| {
+        let trace = read_trace_text("synthetic.json", &trace.to_string()).unwrap();
+        prices.diagnose(&trace, "synthetic.json")
+    };
+    let course = diagnosed(&recorded, fixture::pageable_to_then_compute(6).trace);
+    let stranger = diagnosed(&Prices::default(), fixture::on_stranger_gpu(6, 2));
+    let mut failed = diagnosed(&Prices::default(), fixture::host_prepared_batches(6).trace);
+    (failed.what_if, failed.what_if_error) = (None, Some("the reason it failed".into()));
+
+    let mut written = BTreeSet::new();
+    for d in [&course, &stranger, &failed] {
+        let json = serde_json::to_value(d).unwrap();
+        assert_eq!(json["schema"], DIAGNOSIS_SCHEMA);
+        key_paths(&json, "", &mut written);
+    }
+    assert_eq!(DIAGNOSIS_SCHEMA, "overlap-lab.diagnosis/1");
+    // By hand: the pageable loop's 6 copies of 64 MiB, H2D pageable, one group.
+    let json = serde_json::to_value(&course).unwrap();
+    assert_eq!(json["gpus"][0]["copies"][0]["bytes"], 6 * (64u64 << 20));
+    assert_eq!(json["gpus"][0]["copies"][0]["recorded_pinned"]["gbps"], 53.0);
+    let documented = documented_diagnosis_fields();
+    let undocumented: Vec<_> = written.difference(&documented).collect();
+    let never_written: Vec<_> = documented.difference(&written).collect();
+    assert!(undocumented.is_empty(), "fields --json writes that MAINTAINERS.md does not document: {undocumented:?}");
+    assert!(never_written.is_empty(), "fields MAINTAINERS.md documents that --json never writes: {never_written:?}");
+    assert!(documented.contains("gpus[].idle_causes[].cause") && documented.contains("what_if.predictions[].in_pytorch"));
+    assert!(doc("MAINTAINERS.md").contains(&format!("`{DIAGNOSIS_SCHEMA}`")));
+}

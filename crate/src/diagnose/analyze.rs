@@ -20,7 +20,7 @@
 use super::busy::{idle_gaps, stream_summaries, GpuWork};
 use super::callers::Callers;
 use super::copies::Copies;
-use super::diagnosis::{Diagnosis, GpuSummary, Window, FINDING_MIN_US};
+use super::diagnosis::{Diagnosis, GpuSummary, Window, DIAGNOSIS_SCHEMA, FINDING_MIN_US};
 use super::events::{Trace, TraceFormat};
 use super::idle::{attribute_idle, host_work_finding};
 use super::intervals::total;
@@ -73,7 +73,17 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
     let syncs = syncs.summary();
     findings.retain(|f| f.cost_us >= FINDING_MIN_US);
     findings.sort_by(|a, b| b.cost_us.total_cmp(&a.cost_us));
-    Diagnosis { file: file.to_string(), format: trace.format.unwrap_or(TraceFormat::Kineto), window, gpus, syncs, findings, what_if: None, what_if_error: None }
+    Diagnosis {
+        schema: DIAGNOSIS_SCHEMA,
+        file: file.to_string(),
+        format: trace.format.unwrap_or(TraceFormat::Kineto),
+        window,
+        gpus,
+        syncs,
+        findings,
+        what_if: None,
+        what_if_error: None,
+    }
 }
 
 #[cfg(test)]

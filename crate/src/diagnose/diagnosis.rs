@@ -237,9 +237,18 @@ pub struct SyncSummary {
     pub cost_us: f64,
 }
 
+/// The version of `--json`'s layout, its first field: a script checks it
+/// before it reads the rest. Every field is listed in MAINTAINERS.md
+/// ("`diagnose --json`"), which a test holds to this struct; a field
+/// renamed, removed or changed in meaning bumps the number (a field added
+/// does not).
+pub const DIAGNOSIS_SCHEMA: &str = "overlap-lab.diagnosis/1";
+
 /// Everything `overlap-lab diagnose` reports about one trace.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Diagnosis {
+    /// [`DIAGNOSIS_SCHEMA`].
+    pub schema: &'static str,
     /// The file, as outputs name files.
     pub file: String,
     pub format: TraceFormat,

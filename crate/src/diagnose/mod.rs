@@ -89,7 +89,7 @@ pub mod render;
 pub mod whatif;
 
 pub use analyze::diagnose;
-pub use diagnosis::{Cause, Diagnosis, Finding, IdleCause, IdleShare, StreamIdleKinds};
+pub use diagnosis::{Cause, Diagnosis, Finding, IdleCause, IdleShare, StreamIdleKinds, DIAGNOSIS_SCHEMA};
 pub use events::Trace;
 pub use link::{LinkPoint, LinkRates};
 pub use read::{read_trace, read_trace_text};
