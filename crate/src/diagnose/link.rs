@@ -77,7 +77,7 @@ pub struct TypicalLink {
     pub generation: u8,
     /// Large pinned copies' rate one way, GB/s.
     pub gbps: f64,
-    /// Whether the GPU's name placed it ([`GPU_LINKS`]), not the default.
+    /// Whether the GPU's name placed it (the table of GPU families), not the default.
     pub from_name: bool,
 }
 

@@ -28,7 +28,8 @@
 //!   spans. [`text`]: how the report writes a time, a rate, a count.
 //! - [`queries`]: what more than one room asks of a trace (launching
 //!   calls, syncs, the CPU ops around a call, the legacy default stream).
-//! - [`link`]: lab 1's rates, handed in.
+//! - [`link`]: lab 1's rates, handed in; where none is of the trace's GPU,
+//!   rates assumed from its own pinned copies or its link's typical rate.
 //! - Reading: `raw` (an event as the JSON writes it), `course` (the
 //!   course's own timelines), `kineto` (torch.profiler's format, as the
 //!   events stream past), then [`read`] (the file, gzip, progress, errors).
