@@ -130,7 +130,7 @@ impl PlanRig {
     /// runs' noise, not the repeats (short copies within a GPU can leave
     /// less than the noise between two runs): it is taken again, up to
     /// `runs` more pairs; then the repeats are doubled and the pairs begun
-    /// again, up to [`MAX_REPEATS_BY_DIFFERENCE`], and only then the
+    /// again, up to `MAX_REPEATS_BY_DIFFERENCE`, and only then the
     /// calibration error.
     pub fn per_repeat_ms(&mut self, make: impl Fn(usize) -> Plan, copies: usize, runs: usize) -> Result<Summary> {
         if copies < 2 || runs == 0 {
