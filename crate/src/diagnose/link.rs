@@ -38,7 +38,9 @@ const DEFAULT_GENERATION: u8 = 4;
 /// GPU families and the PCIe generation of their host link, by a piece of
 /// the name a trace gives (lower case; the first that matches answers).
 /// Coarse on purpose: a family's parts share a generation.
-const GPU_LINKS: [(&str, u8); 20] = [
+const GPU_LINKS: [(&str, u8); 21] = [
+    // Before "rtx 50": the RTX 5000 Ada is a Gen4 card.
+    ("ada generation", 4),
     ("h100", 5),
     ("h200", 5),
     ("b200", 5),

@@ -175,6 +175,8 @@ mod tests {
         assert_eq!((link.generation, link.gbps, link.from_name), (4, 25.0, true));
         assert!((link.rate(crate::diagnose::events::Direction::H2d, 4 << 20) - 24.633).abs() < 1e-3);
         assert_eq!(TypicalLink::of(Some("NVIDIA H200")).generation, 5);
+        assert_eq!(TypicalLink::of(Some("NVIDIA RTX 5000 Ada Generation")).generation, 4);
+        assert_eq!(TypicalLink::of(Some("Tesla V100-SXM2-16GB")).gbps, 12.0);
         assert!(!TypicalLink::of(Some("Some Future GPU")).from_name);
     }
 
