@@ -18,13 +18,15 @@
 //! by what the machine's recordings say ([`Pricing`]).
 //!
 //! May use: `measure` (a median), `pipeline` (the schedule and the queue
-//! model), `events`, `queries` (launching calls, syncs, enclosing CPU ops,
+//! model), `events`, `host_work` (the host's own work a batch prepared
+//! ahead moves), `queries` (launching calls, syncs, enclosing CPU ops,
 //! the legacy default stream), `link` (the recorded rates a fix is priced
 //! by), `side_streams` (what a copy stream moves), `event_joins` (a
 //! graph's fork and join).
 
 use super::event_joins::event_joins;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
+use super::host_work::own_work_before_calls;
 use super::link::LinkRates;
 use super::queries::{enclosing_ops, launch_calls, legacy_default_stream, synchronizes};
 pub use super::side_streams::stream_label;
@@ -116,7 +118,19 @@ pub enum Change {
     /// another stream, and kernels of different streams run side by side
     /// (a graph's branches of small kernels share the SMs).
     CudaGraph,
+    /// The next batch prepared ahead: the host's own work on the issuing
+    /// thread (CPU ops that launch nothing, [`super::host_work`]), with the
+    /// profiler's cost per recorded op taken out where handed in
+    /// ([`Pricing::profiler_us_per_cpu_op`]), runs on workers of its own
+    /// (`Pricing::workers`, the batches dealt out in turn, each worker's
+    /// back to back from the start), and the issuing thread, where it did
+    /// that work, waits for the batch's worker instead.
+    PrepareAhead,
 }
+
+/// How many workers prepare the batches ahead where none is said: a
+/// DataLoader's `num_workers=4`.
+pub const DEFAULT_WORKERS: usize = 4;
 
 impl Change {
     /// The change as a what-if table names it.
@@ -128,6 +142,7 @@ impl Change {
             Change::ReadLate => "read a step late",
             Change::SyncRemoved => "sync removed",
             Change::CudaGraph => "CUDA graph",
+            Change::PrepareAhead => "prepare the next batch ahead",
         }
     }
 
@@ -140,6 +155,7 @@ impl Change {
             Change::ReadLate => "each step's results read a step late (`event.synchronize()` on the previous step's download, not on this one's)",
             Change::SyncRemoved => "no `.item()`, `.cpu()` or `torch.cuda.synchronize()` inside the loop (read results once, after it)",
             Change::CudaGraph => "the step captured once and replayed with `torch.cuda.graphs` (`torch.cuda.CUDAGraph`, `torch.cuda.graph(g)`, `g.replay()`)",
+            Change::PrepareAhead => "the batches built by a `torch.utils.data.DataLoader(..., num_workers=N, pin_memory=True)` (or a thread of its own), the loop only uploading and launching",
         }
     }
 }
@@ -154,6 +170,21 @@ pub struct Pricing {
     /// [`Change::CudaGraph`]. Without it, a graph is priced with no gap:
     /// a lower bound on its time.
     pub graph_gap_us: Option<(f64, String)>,
+    /// How many workers prepare the batches ahead, for
+    /// [`Change::PrepareAhead`]; none: [`DEFAULT_WORKERS`].
+    pub workers: Option<usize>,
+    /// What the profiler adds to each CPU op it records, µs, and where that
+    /// comes from (lab 10's programs timed traced and untraced), taken out
+    /// of the host's own work a [`Change::PrepareAhead`] moves. Without it
+    /// the prediction keeps the profiler's slowdown.
+    pub profiler_us_per_cpu_op: Option<(f64, String)>,
+}
+
+impl Pricing {
+    /// The workers that prepare the batches ahead.
+    pub fn workers(&self) -> usize {
+        self.workers.unwrap_or(DEFAULT_WORKERS).max(1)
+    }
 }
 
 /// The op each GPU op waited for, from the trace's times alone.
@@ -419,10 +450,24 @@ impl<'t> Replay<'t> {
         };
         ts.schedule.issued_live = true;
         let mut cpu = calls.first().map_or(0.0, |&c| trace.calls[c].start_us);
+        let ahead = has(Change::PrepareAhead).then(|| own_work_before_calls(trace, calls, pricing.profiler_us_per_cpu_op.as_ref().map_or(0.0, |p| p.0)));
+        let mut batches = 0;
         for &ci in calls {
             let c = &trace.calls[ci];
+            let own = ahead.as_ref().and_then(|a| a.get(&ci)).copied().unwrap_or_default();
             if !graph {
-                ts.host("CPU work", c.start_us - cpu);
+                ts.host("CPU work", c.start_us - cpu - own.traced_us);
+            }
+            if own.traced_us > 0.0 {
+                // The batch's worker prepares it; the thread waits for it here.
+                let worker = ts.schedule.host_op(1 + batches % pricing.workers(), "batch prepared ahead", vec![]);
+                ts.durations_us.push(own.untraced_us);
+                ts.traced_op.push(None);
+                ts.schedule.host_learns(0, worker);
+                ts.schedule.host_op(0, "batch ready", vec![]);
+                ts.durations_us.push(0.0);
+                ts.traced_op.push(None);
+                batches += 1;
             }
             cpu = cpu.max(c.start_us);
             if dropped[ci] {
@@ -636,7 +681,7 @@ mod tests {
             source: "data/test/bandwidth.json".into(),
             points: vec![crate::diagnose::link::LinkPoint { host: HostMemory::Pinned, direction: Direction::H2d, bytes: 64 << 20, gbps: 50.0 }],
         };
-        let ts = schedule(&t, &[Change::Pinned], &Pricing { rates: Some(rates), graph_gap_us: None }).unwrap();
+        let ts = schedule(&t, &[Change::Pinned], &Pricing { rates: Some(rates), ..Pricing::default() }).unwrap();
         // 60 MB at 50 GB/s: 1200 µs a copy, issued in a 4 µs launch (the
         // median kernel launch) that no longer holds the CPU, and PyTorch's
         // wait after it (in the same `aten::to`) gone: the CPU runs ahead,
