@@ -149,3 +149,36 @@ pub fn recorded_link_rates(data: &Path) -> Result<Vec<LinkRates>> {
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_profilers_cost_per_cpu_op_is_the_median_programs_traced_less_untraced_time_over_its_ops() {
+        let program = |traced: Option<f64>, untraced: &[f64], ops: Option<u64>| {
+            serde_json::json!({"what": "w", "iterations": 3, "trace": "t.json.gz",
+                "untraced": {"host_ms": {"samples": untraced}}, "traced_host_ms": traced,
+                "trace_facts": {"events": ops.map_or(serde_json::json!({}), |n| serde_json::json!({"cpu_op": n}))}})
+        };
+        let programs = |list: serde_json::Value| -> Programs {
+            serde_json::from_value(serde_json::json!({"command": "c", "date": "d", "torch": "t", "programs": list})).unwrap()
+        };
+        // (12 - 10) ms over 1000 ops: 2 µs; (33 - 30) over 500: 6 µs; (9.5 -
+        // 10) over 1000: -0.5 µs; the upper median of the three, 2 µs. One
+        // with no count of ops and one never traced do not count.
+        let p = programs(serde_json::json!({
+            "pageable_then_compute": program(Some(12.0), &[9.0, 10.0, 11.0], Some(1000)),
+            "pinned_one_stream": program(Some(33.0), &[30.0], Some(500)),
+            "pinned_double_buffered": program(Some(9.5), &[10.0], Some(1000)),
+            "tiny_ops_graph": program(Some(50.0), &[10.0], None),
+            "tiny_ops": program(None, &[10.0], Some(10)),
+        }));
+        assert!((profiler_cost_us(&p).unwrap() - 2.0).abs() < 1e-9, "{:?}", profiler_cost_us(&p));
+        // A recording where the profiler seems to cost nothing: none, not less.
+        let p = programs(serde_json::json!({"pinned_double_buffered": program(Some(9.5), &[10.0], Some(1000))}));
+        assert_eq!(profiler_cost_us(&p), Some(0.0));
+        let p = programs(serde_json::json!({"tiny_ops": program(None, &[10.0], Some(10))}));
+        assert_eq!(profiler_cost_us(&p), None);
+    }
+}
