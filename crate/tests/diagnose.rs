@@ -891,3 +891,43 @@ fn the_diagnose_command_takes_its_workers_and_refuses_a_bad_count_in_a_line() {
     assert_eq!(code, 0);
     assert!(out.contains("--workers <N>") && out.contains("[default: 4]"), "{out}");
 }
+
+#[test]
+fn a_training_step_with_its_backward_launched_from_autograds_thread_is_predicted() {
+    use overlap_lab::diagnose::events::{Direction, HostMemory};
+    use overlap_lab::diagnose::replay::{Change, Pricing};
+    use overlap_lab::diagnose::{LinkPoint, LinkRates};
+    let s = synthetic_traces::training_step(10);
+    let rates = LinkRates {
+        gpu_name: synthetic_traces::GPU_NAME.into(),
+        source: "(the synthetic pinned rate)".into(),
+        points: vec![LinkPoint {
+            host: HostMemory::Pinned,
+            direction: Direction::H2d,
+            bytes: synthetic_traces::BATCH_BYTES,
+            gbps: synthetic_traces::PINNED_GBPS,
+        }],
+    };
+    let (trace, d) = what_if_of(&s, &Pricing { rates: Some(rates), ..Pricing::default() });
+    let threads: std::collections::BTreeSet<usize> = trace.calls.iter().filter(|c| c.name == "cudaLaunchKernel").map(|c| c.thread).collect();
+    assert_eq!(threads.len(), 2, "the backward's launches are on a thread of their own");
+    assert_eq!(d.what_if_error, None);
+    let w = d.what_if.as_ref().expect("predicted, not refused");
+    // As traced, replayed: each step's upload waits for the step before
+    // (stream order) and holds the CPU, so the window is the GPU's work back
+    // to back, give or take a µs between an upload and the kernels.
+    assert!((w.replayed_us / w.traced_us - 1.0).abs() < 0.005, "{w}");
+    // Pinned: each 64 MiB upload at 53 GB/s (1266.205 µs) no longer holds
+    // the CPU, which runs ahead on both threads; the GPU runs each step's
+    // upload and its 2200 µs of kernels back to back: 10 x 3466.205 µs.
+    let p = w.predictions.iter().find(|p| p.changes == [Change::Pinned]).unwrap_or_else(|| panic!("{w}"));
+    let want = 10.0 * (67108864.0 / 53e3 + 2200.0);
+    assert!((p.predicted_us - want).abs() < 1e-3 * want, "predicted {} µs, expected {want}", p.predicted_us);
+    let by = p.priced_by.as_deref().unwrap();
+    assert!(
+        by.contains("pinned rate from (the synthetic pinned rate)")
+            && by.contains("launched from 2 CPU threads")
+            && by.contains("inferred from the calls' order"),
+        "{by}"
+    );
+}

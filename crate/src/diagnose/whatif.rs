@@ -86,6 +86,13 @@ pub fn what_if(trace: &Trace, d: &Diagnosis, pricing: &Pricing) -> Result<WhatIf
         let bound = HostBound::of(&p.replayed.schedule, workers);
         p.priced_by = Some(format!("{}; {bound}", profiler_note(pricing)));
     }
+    let threads = replay::issuing_threads(trace);
+    if threads > 1 {
+        let note = format!("GPU work launched from {threads} CPU threads, each replayed in its own order, joined where the calls pass from one thread to another (inferred from the calls' order: the trace names no handover)");
+        for p in &mut w.predictions {
+            p.priced_by = Some(p.priced_by.take().map_or_else(|| note.clone(), |by| format!("{by}; {note}")));
+        }
+    }
     Ok(w)
 }
 
