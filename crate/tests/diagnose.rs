@@ -892,12 +892,12 @@ fn the_diagnose_command_takes_its_workers_and_refuses_a_bad_count_in_a_line() {
     assert!(out.contains("--workers <N>") && out.contains("[default: 4]"), "{out}");
 }
 
-#[test]
-fn a_training_step_with_its_backward_launched_from_autograds_thread_is_predicted() {
+/// The training step of `op_us` a kernel's op (10 steps), diagnosed and
+/// priced with the synthetic pinned rate.
+fn training_what_if(op_us: f64) -> (overlap_lab::diagnose::Trace, Diagnosis) {
     use overlap_lab::diagnose::events::{Direction, HostMemory};
-    use overlap_lab::diagnose::replay::{Change, Pricing};
+    use overlap_lab::diagnose::replay::Pricing;
     use overlap_lab::diagnose::{LinkPoint, LinkRates};
-    let s = synthetic_traces::training_step(10);
     let rates = LinkRates {
         gpu_name: synthetic_traces::GPU_NAME.into(),
         source: "(the synthetic pinned rate)".into(),
@@ -908,7 +908,13 @@ fn a_training_step_with_its_backward_launched_from_autograds_thread_is_predicted
             gbps: synthetic_traces::PINNED_GBPS,
         }],
     };
-    let (trace, d) = what_if_of(&s, &Pricing { rates: Some(rates), ..Pricing::default() });
+    what_if_of(&synthetic_traces::training_step(10, op_us), &Pricing { rates: Some(rates), ..Pricing::default() })
+}
+
+#[test]
+fn a_training_step_with_its_backward_launched_from_autograds_thread_is_predicted() {
+    use overlap_lab::diagnose::replay::Change;
+    let (trace, d) = training_what_if(10.0);
     let threads: std::collections::BTreeSet<usize> = trace.calls.iter().filter(|c| c.name == "cudaLaunchKernel").map(|c| c.thread).collect();
     assert_eq!(threads.len(), 2, "the backward's launches are on a thread of their own");
     assert_eq!(d.what_if_error, None);
@@ -930,4 +936,22 @@ fn a_training_step_with_its_backward_launched_from_autograds_thread_is_predicted
             && by.contains("inferred from the calls' order"),
         "{by}"
     );
+}
+
+#[test]
+fn the_threads_of_a_training_step_hand_over_to_each_other_rather_than_run_at_once() {
+    use overlap_lab::diagnose::replay::Change;
+    // Each op costs the CPU 1 ms: with pinned uploads the CPU is the bound,
+    // its two threads taking turns (the main thread waits while autograd's
+    // runs the backward). A step's CPU, from one upload's call to the next:
+    // the call (4 µs, the median launch, as it no longer holds the CPU),
+    // 998 µs to the first launch's start, four more ops of 1000 µs, and 8
+    // µs from the last op's end to the next step's call: 5 x 1000 + 10 µs.
+    // The last step's sgd_step is launched 5002 µs after its upload's call
+    // and runs 200 µs: 9 x 5010 + 5002 + 200 = 50292 µs. Threads that ran
+    // at once would give the GPU's 10 x 3466.2 µs instead.
+    let (_, d) = training_what_if(1000.0);
+    let w = d.what_if.as_ref().expect("predicted");
+    let p = w.predictions.iter().find(|p| p.changes == [Change::Pinned]).unwrap_or_else(|| panic!("{w}"));
+    assert!((p.predicted_us - 50292.0).abs() < 5.0, "predicted {} µs, expected 50292", p.predicted_us);
 }

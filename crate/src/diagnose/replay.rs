@@ -479,7 +479,8 @@ impl<'t> Replay<'t> {
         for &ci in calls {
             let c = &trace.calls[ci];
             let lane = lane_of[&c.thread];
-            let cpu = cpus.entry(lane).or_insert(c.start_us);
+            // A thread's first call: its time counts from the call before it.
+            let cpu = cpus.entry(lane).or_insert(before.map_or(c.start_us, |b| b.1.min(c.start_us)));
             if let Some((other, end)) = before.filter(|&(l, _)| l != lane) {
                 // Handed over from another thread: it goes on once that one's call is done.
                 ts.schedule.host_joins(lane, other);

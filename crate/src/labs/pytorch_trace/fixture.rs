@@ -525,11 +525,13 @@ pub const TRAINING_KERNELS: [(&str, u64, f64); 5] =
 /// uploaded from pageable memory (a 64 MiB `.to()` that holds the CPU for
 /// the copy), the forward's kernels launched from the main thread, the
 /// backward's from autograd's thread, the optimizer's step from the main
-/// thread again; each launch takes the CPU 4 µs and the next is made 10 µs
-/// after it, so the kernels queue and each upload waits for the step before
-/// (starting as its last kernel ends); the GPU idles 10 µs a step, from an
-/// upload's end to the launch of the kernel after it.
-pub fn training_step(steps: usize) -> Synthetic {
+/// thread again. Each kernel's op takes the CPU `op_us` (10 µs: Python and
+/// dispatch; more for a model whose ops cost the CPU more), ending in its
+/// 4 µs launch 2 µs before the op's end. With 10 µs the kernels queue and
+/// each upload waits for the step before (starting as its last kernel
+/// ends); the GPU idles 9 µs a step, from an upload's end to the launch of
+/// the kernel after it.
+pub fn training_step(steps: usize, op_us: f64) -> Synthetic {
     let mut b = Builder::new();
     b.events.push(json!({"name": "thread_name", "ph": "M", "ts": 0.0, "pid": PID, "tid": BACKWARD_TID, "args": {"name": "thread 48290 (autograd)"}}));
     let copy = copy_us(BATCH_BYTES, PAGEABLE_GBPS);
@@ -542,9 +544,10 @@ pub fn training_step(steps: usize) -> Synthetic {
         (gpu_free, cpu) = (s + copy, s + copy + 5.0);
         for (name, tid, dur) in TRAINING_KERNELS {
             b.tid = tid;
-            let k = (cpu + 5.0).max(gpu_free);
-            b.kernel(name, (cpu, cpu + 4.0), DEFAULT_STREAM, (k, k + dur));
-            (gpu_free, cpu) = (k + dur, cpu + 10.0);
+            let launch = cpu + op_us - 6.0;
+            let k = (launch + 5.0).max(gpu_free);
+            b.kernel(name, (launch, launch + 4.0), DEFAULT_STREAM, (k, k + dur));
+            (gpu_free, cpu) = (k + dur, cpu + op_us);
         }
         b.tid = PID;
         b.annotation(&format!("ProfilerStep#{step}"), step_start, cpu - step_start);
@@ -663,7 +666,7 @@ pub fn all() -> Vec<Synthetic> {
         double_buffered(20, true),
         tiny_ops(5000),
         host_prepared_batches(20),
-        training_step(10),
+        training_step(10, 10.0),
     ]
 }
 
