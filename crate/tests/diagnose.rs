@@ -955,3 +955,18 @@ fn the_threads_of_a_training_step_hand_over_to_each_other_rather_than_run_at_onc
     let p = w.predictions.iter().find(|p| p.changes == [Change::Pinned]).unwrap_or_else(|| panic!("{w}"));
     assert!((p.predicted_us - 50292.0).abs() < 5.0, "predicted {} µs, expected 50292", p.predicted_us);
 }
+
+#[test]
+fn the_committed_recordings_hand_in_the_profilers_cost_per_cpu_op() {
+    use overlap_lab::labs::pytorch_trace::prices::Prices;
+    let prices = Prices::read(&overlap_lab::measure::record::repo_root().join("data"));
+    // H200: each program's traced host time less its untraced median, over
+    // its trace's CPU ops (µs): pageable_then_compute (343.99 - 352.17) ms
+    // / 2400 = -3.41, pinned_one_stream 0.951, pinned_double_buffered
+    // 0.932, sync_read_in_loop 1.792, sync_read_deferred 0.954, tiny_ops
+    // 2.609 (tiny_ops_graph counts no CPU op); the upper median, 0.954.
+    let (cost, from) = prices.for_gpu(Some("NVIDIA H200")).profiler_us_per_cpu_op.expect("the H200's recording has it");
+    assert!((cost - 0.9537).abs() < 1e-3, "{cost}");
+    assert!(from.ends_with("nvidia-h200/pytorch-trace/programs.json"), "{from}");
+    assert_eq!(prices.for_gpu(Some("A GPU never recorded")).profiler_us_per_cpu_op, None);
+}
