@@ -134,6 +134,9 @@ pub enum Change {
 /// DataLoader's `num_workers=4`.
 pub const DEFAULT_WORKERS: usize = 4;
 
+/// What a worker's batch is called in the schedule.
+pub const PREPARED_AHEAD: &str = "batch prepared ahead";
+
 impl Change {
     /// The change as a what-if table names it.
     pub fn label(self) -> &'static str {
@@ -493,7 +496,7 @@ impl<'t> Replay<'t> {
             }
             if own.traced_us > 0.0 {
                 // The batch's worker prepares it; the thread waits for it here.
-                let worker = ts.schedule.host_op(lane_of.len() + batches % pricing.workers(), "batch prepared ahead", vec![]);
+                let worker = ts.schedule.host_op(lane_of.len() + batches % pricing.workers(), PREPARED_AHEAD, vec![]);
                 ts.durations_us.push(own.untraced_us);
                 ts.traced_op.push(None);
                 ts.schedule.host_learns(0, worker);

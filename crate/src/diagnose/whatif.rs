@@ -124,7 +124,7 @@ impl HostBound {
         let (mut host_us, mut batches, mut engines) = (0.0, 0, [0.0f64; 3]);
         for (op, &d) in ts.schedule.ops.iter().zip(&ts.durations_us) {
             match (op.lane, op.kind) {
-                (Lane::HostThread(t), _) if t > 0 => {
+                (Lane::HostThread(_), _) if op.label == replay::PREPARED_AHEAD => {
                     host_us += d;
                     batches += 1;
                 }
