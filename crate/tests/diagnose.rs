@@ -517,7 +517,7 @@ fn synthetic_pageable_program_with_pinned_copies_is_predicted() {
             gbps: synthetic_traces::PINNED_GBPS,
         }],
     };
-    let predicted = predict(&schedule(&t, &[Change::Pinned], &Pricing { rates: Some(rates), graph_gap_us: None }).unwrap());
+    let predicted = predict(&schedule(&t, &[Change::Pinned], &Pricing { rates: Some(rates), ..Pricing::default() }).unwrap());
     // Each step: the copy at the pinned rate, issued without holding the
     // CPU, and PyTorch's wait after it gone (pinned memory, non_blocking):
     // the CPU runs ahead, so the GPU runs copy then kernel, back to back.
@@ -544,7 +544,7 @@ fn each_fix_on_a_synthetic_program_predicts_the_program_that_makes_it() {
         let t = read_trace(&s.write(&dir), &mut |_, _| {}).unwrap();
         (t.window_us().1 - t.window_us().0, t)
     };
-    let pricing = Pricing { rates: None, graph_gap_us: Some((0.5, "(a synthetic gap)".into())) };
+    let pricing = Pricing { rates: None, graph_gap_us: Some((0.5, "(a synthetic gap)".into())), ..Pricing::default() };
     let cases: [(Synthetic, Change, f64, f64); 3] = [
         (synthetic_traces::pinned_one_stream(20), Change::CopyStream, window(&synthetic_traces::double_buffered(20, false)).0, 0.02),
         (synthetic_traces::double_buffered(20, true), Change::SyncRemoved, window(&synthetic_traces::double_buffered(20, false)).0, 0.02),
@@ -716,7 +716,7 @@ fn a_cuda_graph_of_a_multi_stream_step_keeps_its_branches() {
     use overlap_lab::diagnose::replay::{predict, schedule, Change, Pricing};
     let (steps, per_stream) = (2, 128);
     let s = synthetic_traces::multi_stream_tiny_ops(steps, per_stream);
-    let pricing = Pricing { rates: None, graph_gap_us: Some((0.5, "(a synthetic gap)".into())) };
+    let pricing = Pricing { rates: None, graph_gap_us: Some((0.5, "(a synthetic gap)".into())), ..Pricing::default() };
     let (t, d) = what_if_of(&s, &pricing);
     let traced = d.window.duration_us();
     // Launch-bound: each kernel issued 10 µs after the one before, plus the events' calls.
@@ -772,7 +772,7 @@ fn results_brought_back_each_step_get_every_fix_uploads_get() {
             gbps: synthetic_traces::PINNED_GBPS,
         }],
     };
-    let (_, d) = what_if_of(&s, &Pricing { rates: Some(rates), graph_gap_us: None });
+    let (_, d) = what_if_of(&s, &Pricing { rates: Some(rates), ..Pricing::default() });
     assert!(d.findings.iter().any(|f| f.cause == Cause::PageableCopies), "{:?}", d.findings);
     let w = d.what_if.as_ref().expect("a what-if");
     println!("{w}");
@@ -820,4 +820,153 @@ fn results_brought_back_each_step_get_every_fix_uploads_get() {
         let fixes: Vec<&str> = d["what_if"]["predictions"].as_array().unwrap().iter().map(|p| p["fix"].as_str().unwrap()).collect();
         assert!(fixes.contains(&"sync removed") && !fixes.iter().any(|f| f.contains("download stream") || f.contains("read a step late")), "{fixes:?}");
     }
+}
+
+/// The what-if of the host-prepared loop (20 steps) with `workers`
+/// preparing its batches ahead, the profiler's cost per recorded CPU op
+/// `profiler`.
+fn prepared_ahead(workers: usize, profiler: Option<f64>) -> overlap_lab::diagnose::whatif::WhatIf {
+    use overlap_lab::diagnose::replay::Pricing;
+    let s = synthetic_traces::host_prepared_batches(20);
+    let d = diagnosed(&s);
+    let dir = overlap_lab::testing::temp_dir("diagnose-prepare-ahead");
+    let trace = read_trace(&s.write(&dir), &mut |_, _| {}).unwrap();
+    let pricing = Pricing { workers: Some(workers), profiler_us_per_cpu_op: profiler.map(|c| (c, "(a synthetic cost)".into())), ..Pricing::default() };
+    overlap_lab::diagnose::whatif::what_if(&trace, &d, &pricing).unwrap()
+}
+
+#[test]
+fn preparing_the_next_batch_ahead_on_four_workers_is_the_host_prepared_loops_top_fix() {
+    let w = prepared_ahead(4, None);
+    let top = &w.predictions[0];
+    assert_eq!(top.fix, "prepare the next batch ahead (4 workers)", "{w}");
+    assert!(top.in_pytorch.contains("num_workers=4, pin_memory=True"), "{}", top.in_pytorch);
+    // The replay starts at the first upload's call, so the 19 batches after
+    // the first are prepared ahead, 1450 µs of host work each (aten::randn
+    // 1000, aten::mul 450): the four workers have batches 1-4 ready at
+    // 1450 µs, 5-8 at 2900, ..., ahead of a GPU that runs each batch's
+    // 79.138 µs upload and 400 µs kernel back to back from the first
+    // batch ready on: 1450 + 19 x 479.138 = 10553.6 µs, give or take the
+    // first upload's call (a few µs).
+    let want = 1450.0 + 19.0 * 479.138;
+    assert!((top.predicted_us - want).abs() < 15.0, "predicted {} µs, expected {want}", top.predicted_us);
+    let by = top.priced_by.as_deref().unwrap();
+    assert!(by.contains("the GPU is the bound: 4 workers take 6.89 ms for 19 batches of the host's own work (1.45 ms each), within the GPU's 8.00 ms"), "{by}");
+    assert!(by.contains("the prediction includes the profiler's slowdown"), "{by}");
+}
+
+#[test]
+fn with_one_worker_the_host_stays_the_bound_and_the_profilers_cost_comes_out_first() {
+    let w = prepared_ahead(1, None);
+    let p = w.predictions.iter().find(|p| p.fix == "prepare the next batch ahead (1 worker)").expect("priced");
+    // One worker prepares the 19 batches one after another: 19 x 1450 µs,
+    // then the last batch's upload and kernel, 479.138 µs.
+    let want = 19.0 * 1450.0 + 479.138;
+    assert!((p.predicted_us - want).abs() < 15.0, "predicted {} µs, expected {want}", p.predicted_us);
+    let by = p.priced_by.as_deref().unwrap();
+    assert!(by.contains("the host is the bound: 1 worker takes 27.55 ms") && by.contains("the GPU cannot go faster than the CPU feeds it"), "{by}");
+    // 50 µs a recorded op taken out of each (aten::randn and aten::mul, one
+    // op each, nothing nested): 1350 µs a batch.
+    let w = prepared_ahead(1, Some(50.0));
+    let p = w.predictions.iter().find(|p| p.fix == "prepare the next batch ahead (1 worker)").expect("priced");
+    let want = 19.0 * 1350.0 + 479.138;
+    assert!((p.predicted_us - want).abs() < 15.0, "predicted {} µs, expected {want}", p.predicted_us);
+    let by = p.priced_by.as_deref().unwrap();
+    assert!(by.contains("less the profiler's 50.00 µs a recorded CPU op, from (a synthetic cost)") && by.contains("the host is the bound"), "{by}");
+}
+
+#[test]
+fn the_diagnose_command_takes_its_workers_and_refuses_a_bad_count_in_a_line() {
+    let dir = overlap_lab::testing::temp_dir("diagnose-workers-cli");
+    let path = synthetic_traces::host_prepared_batches(5).write(&dir);
+    let (code, out, err) = cli(&["diagnose", "--workers", "2", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("prepare the next batch ahead (2 workers)"), "{out}");
+    for bad in ["0", "many", "-3"] {
+        let (code, _, err) = cli(&["diagnose", "--workers", bad, path.to_str().unwrap()]);
+        assert_ne!(code, 0, "--workers {bad}");
+        assert!(err.contains("--workers"), "--workers {bad}: {err}");
+    }
+    let (code, out, _) = cli(&["diagnose", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("--workers <N>") && out.contains("[default: 4]"), "{out}");
+}
+
+/// The training step of `op_us` a kernel's op (10 steps), diagnosed and
+/// priced with the synthetic pinned rate.
+fn training_what_if(op_us: f64) -> (overlap_lab::diagnose::Trace, Diagnosis) {
+    use overlap_lab::diagnose::events::{Direction, HostMemory};
+    use overlap_lab::diagnose::replay::Pricing;
+    use overlap_lab::diagnose::{LinkPoint, LinkRates};
+    let rates = LinkRates {
+        gpu_name: synthetic_traces::GPU_NAME.into(),
+        source: "(the synthetic pinned rate)".into(),
+        points: vec![LinkPoint {
+            host: HostMemory::Pinned,
+            direction: Direction::H2d,
+            bytes: synthetic_traces::BATCH_BYTES,
+            gbps: synthetic_traces::PINNED_GBPS,
+        }],
+    };
+    what_if_of(&synthetic_traces::training_step(10, op_us), &Pricing { rates: Some(rates), ..Pricing::default() })
+}
+
+#[test]
+fn a_training_step_with_its_backward_launched_from_autograds_thread_is_predicted() {
+    use overlap_lab::diagnose::replay::Change;
+    let (trace, d) = training_what_if(10.0);
+    let threads: std::collections::BTreeSet<usize> = trace.calls.iter().filter(|c| c.name == "cudaLaunchKernel").map(|c| c.thread).collect();
+    assert_eq!(threads.len(), 2, "the backward's launches are on a thread of their own");
+    assert_eq!(d.what_if_error, None);
+    let w = d.what_if.as_ref().expect("predicted, not refused");
+    // As traced, replayed: each step's upload waits for the step before
+    // (stream order) and holds the CPU, so the window is the GPU's work back
+    // to back, give or take a µs between an upload and the kernels.
+    assert!((w.replayed_us / w.traced_us - 1.0).abs() < 0.005, "{w}");
+    // Pinned: each 64 MiB upload at 53 GB/s (1266.205 µs) no longer holds
+    // the CPU, which runs ahead on both threads; the GPU runs each step's
+    // upload and its 2200 µs of kernels back to back: 10 x 3466.205 µs.
+    let p = w.predictions.iter().find(|p| p.changes == [Change::Pinned]).unwrap_or_else(|| panic!("{w}"));
+    let want = 10.0 * (67108864.0 / 53e3 + 2200.0);
+    assert!((p.predicted_us - want).abs() < 1e-3 * want, "predicted {} µs, expected {want}", p.predicted_us);
+    let by = p.priced_by.as_deref().unwrap();
+    assert!(
+        by.contains("pinned rate from (the synthetic pinned rate)")
+            && by.contains("launched from 2 CPU threads")
+            && by.contains("inferred from the calls' order"),
+        "{by}"
+    );
+}
+
+#[test]
+fn the_threads_of_a_training_step_hand_over_to_each_other_rather_than_run_at_once() {
+    use overlap_lab::diagnose::replay::Change;
+    // Each op costs the CPU 1 ms: with pinned uploads the CPU is the bound,
+    // its two threads taking turns (the main thread waits while autograd's
+    // runs the backward). A step's CPU, from one upload's call to the next:
+    // the call (4 µs, the median launch, as it no longer holds the CPU),
+    // 998 µs to the first launch's start, four more ops of 1000 µs, and 8
+    // µs from the last op's end to the next step's call: 5 x 1000 + 10 µs.
+    // The last step's sgd_step is launched 5002 µs after its upload's call
+    // and runs 200 µs: 9 x 5010 + 5002 + 200 = 50292 µs. Threads that ran
+    // at once would give the GPU's 10 x 3466.2 µs instead.
+    let (_, d) = training_what_if(1000.0);
+    let w = d.what_if.as_ref().expect("predicted");
+    let p = w.predictions.iter().find(|p| p.changes == [Change::Pinned]).unwrap_or_else(|| panic!("{w}"));
+    assert!((p.predicted_us - 50292.0).abs() < 5.0, "predicted {} µs, expected 50292", p.predicted_us);
+}
+
+#[test]
+fn the_committed_recordings_hand_in_the_profilers_cost_per_cpu_op() {
+    use overlap_lab::labs::pytorch_trace::prices::Prices;
+    let prices = Prices::read(&overlap_lab::measure::record::repo_root().join("data"));
+    // H200: each program's traced host time less its untraced median, over
+    // its trace's CPU ops (µs): pageable_then_compute (343.99 - 352.17) ms
+    // / 2400 = -3.41, pinned_one_stream 0.951, pinned_double_buffered
+    // 0.932, sync_read_in_loop 1.792, sync_read_deferred 0.954, tiny_ops
+    // 2.609 (tiny_ops_graph counts no CPU op); the upper median, 0.954.
+    let (cost, from) = prices.for_gpu(Some("NVIDIA H200")).profiler_us_per_cpu_op.expect("the H200's recording has it");
+    assert!((cost - 0.9537).abs() < 1e-3, "{cost}");
+    assert!(from.ends_with("nvidia-h200/pytorch-trace/programs.json"), "{from}");
+    assert_eq!(prices.for_gpu(Some("A GPU never recorded")).profiler_us_per_cpu_op, None);
 }

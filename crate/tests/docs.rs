@@ -553,7 +553,7 @@ fn diagnose_json_writes_its_schema_version_and_exactly_the_documented_fields() {
     }];
     let diagnosed = |prices: &Prices, trace: serde_json::Value| {
         let trace = read_trace_text("synthetic.json", &trace.to_string()).unwrap();
-        prices.diagnose(&trace, "synthetic.json")
+        prices.diagnose(&trace, "synthetic.json", None)
     };
     let course = diagnosed(&recorded, fixture::pageable_to_then_compute(6).trace);
     let stranger = diagnosed(&Prices::default(), fixture::on_stranger_gpu(6, 2));

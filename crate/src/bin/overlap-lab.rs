@@ -91,6 +91,11 @@ enum Tool {
         /// Print the diagnosis as JSON (for scripts).
         #[arg(long)]
         json: bool,
+        /// Workers that prepare the next batch ahead in that fix's
+        /// prediction (a DataLoader's num_workers, with pin_memory): the
+        /// host's own work between launches runs on N workers of its own.
+        #[arg(long, value_name = "N", default_value_t = overlap_lab::diagnose::replay::DEFAULT_WORKERS as u64, value_parser = clap::value_parser!(u64).range(1..=256))]
+        workers: u64,
     },
     /// Regenerate every report figure (SVG + PNG) from recorded data; no GPU needed.
     Report {
@@ -291,7 +296,7 @@ fn run_report(data: &std::path::Path, out: &std::path::Path) -> Result<()> {
 /// `overlap-lab diagnose`: reads the trace (a bar on a terminal's stderr
 /// for files of 8 MiB and more; lines on stdout where there is no
 /// terminal, unless the output is JSON), then prints the diagnosis.
-fn run_diagnose(trace: &std::path::Path, json: bool, data: &std::path::Path, quiet: bool) -> Result<()> {
+fn run_diagnose(trace: &std::path::Path, json: bool, workers: usize, data: &std::path::Path, quiet: bool) -> Result<()> {
     use overlap_lab::units::MIB;
     use std::io::IsTerminal;
     let size = std::fs::metadata(trace).map_or(0, |m| m.len());
@@ -310,7 +315,7 @@ fn run_diagnose(trace: &std::path::Path, json: bool, data: &std::path::Path, qui
     bar.finish();
     let trace = read?;
     // Priced by this machine's recordings: lab 1's link rates, lab 10's graph gap.
-    let diagnosis = overlap_lab::labs::pytorch_trace::prices::Prices::read(data).diagnose(&trace, &shown);
+    let diagnosis = overlap_lab::labs::pytorch_trace::prices::Prices::read(data).diagnose(&trace, &shown, Some(workers));
     if json {
         println!("{}", serde_json::to_string_pretty(&diagnosis).expect("a diagnosis serializes"));
     } else {
@@ -462,7 +467,7 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
             Some(dir) => println!("{}", overlap_lab::course::progress_in(&dir)?),
             None => println!("{}", overlap_lab::course::progress()?),
         },
-        Tool::Diagnose { trace, json } => run_diagnose(&trace, json, &data, quiet)?,
+        Tool::Diagnose { trace, json, workers } => run_diagnose(&trace, json, workers as usize, &data, quiet)?,
         Tool::Report { out } => run_report(&data, &out)?,
         Tool::All { device, out, preset, no_record, figures, labs: only } => {
             let chosen = chosen_labs(&only)?;

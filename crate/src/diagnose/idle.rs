@@ -30,6 +30,7 @@
 //! GPU lost while the CPU prepared its work, and the CPU ops behind it.
 //!
 //! May use: `events`, `intervals`, `queries` (which calls synchronize),
+//! `host_work` (which CPU ops launch nothing),
 //! `text`, `diagnosis` (what it fills in), `callers` (the launch of an op, a
 //! call's name), `busy` (the GPU's work, its gaps), `issue_bound` (what a
 //! launching gap is).
@@ -38,6 +39,7 @@ use super::busy::{Gap, GpuWork};
 use super::callers::Callers;
 use super::diagnosis::{Cause, Finding, IdleBehind, IdleCause, IdleShare, KERNEL_WAIT_MAX_US};
 use super::events::Trace;
+use super::host_work::outermost_ops;
 use super::intervals::{covered, union};
 use super::issue_bound::ISSUE_GAP_MAX_US;
 use super::queries::synchronizes;
@@ -99,26 +101,15 @@ fn thread_times(trace: &Trace) -> Vec<ThreadTime> {
     let used = trace.calls.iter().map(|c| c.thread).chain(trace.cpu_ops.iter().map(|o| o.thread)).max();
     let threads = trace.threads.len().max(used.map_or(0, |t| t + 1));
     let mut out: Vec<ThreadTime> = (0..threads).map(|_| ThreadTime::default()).collect();
-    let mut call_starts: Vec<Vec<f64>> = vec![Vec::new(); threads];
     for (ci, c) in trace.calls.iter().enumerate() {
         let t = &mut out[c.thread];
         t.items[call_doing(&c.name) as usize].push((c.start_us, c.end_us, Item::Call(ci)));
         if c.name.starts_with("cudaStreamWaitEvent") || c.name.starts_with("cuStreamWaitEvent") {
             t.event_waits.push(ci);
         }
-        call_starts[c.thread].push(c.start_us);
     }
-    // Ops are sorted by start, enclosing first: an op starting before the
-    // last outermost one ends is inside it.
-    let mut outer_end = vec![f64::NEG_INFINITY; threads];
-    for (oi, o) in trace.cpu_ops.iter().enumerate().filter(|(_, o)| !o.annotation) {
-        if o.start_us < outer_end[o.thread] {
-            continue;
-        }
-        outer_end[o.thread] = o.end_us;
-        let starts = &call_starts[o.thread];
-        let first_call = starts.partition_point(|&s| s < o.start_us);
-        let launches = starts.get(first_call).is_some_and(|&s| s <= o.end_us);
+    for (oi, launches) in outermost_ops(trace) {
+        let o = &trace.cpu_ops[oi];
         let doing = if launches { Doing::Launching } else { Doing::OwnWork };
         out[o.thread].items[doing as usize].push((o.start_us, o.end_us, Item::Op(oi)));
     }

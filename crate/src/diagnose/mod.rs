@@ -28,6 +28,8 @@
 //!   spans. [`text`]: how the report writes a time, a rate, a count.
 //! - [`queries`]: what more than one room asks of a trace (launching
 //!   calls, syncs, the CPU ops around a call, the legacy default stream).
+//! - [`host_work`]: the CPU ops that launch nothing, the host's own work,
+//!   with the profiler's cost per recorded op taken out where handed in.
 //! - [`link`]: lab 1's rates, handed in; where none is of the trace's GPU,
 //!   rates assumed from its own pinned copies or its link's typical rate.
 //! - Reading: `raw` (an event as the JSON writes it), `course` (the
@@ -62,6 +64,8 @@ pub mod intervals;
 pub mod text;
 
 pub mod queries;
+
+pub mod host_work;
 
 pub mod link;
 

@@ -2,8 +2,10 @@
 //! to replay: the ground of the what-if (lab 10's next part).
 //!
 //! Each GPU op becomes an op of a [`Schedule`] on its stream, issued where
-//! its launching call (found by correlation id) sits among the issuing
-//! thread's calls, with its measured duration; the CPU's time between
+//! its launching call (found by correlation id) sits among its issuing
+//! thread's calls (each issuing thread on a host lane of its own, joined to
+//! the one whose call came before wherever the calls pass between them:
+//! autograd's backward thread), with its measured duration; the CPU's time between
 //! calls, and inside calls that do not wait for the GPU, becomes host work
 //! of the duration measured; a call that waited for the GPU (a sync, a
 //! copy from pageable memory that holds the CPU until it is done) becomes
@@ -18,13 +20,15 @@
 //! by what the machine's recordings say ([`Pricing`]).
 //!
 //! May use: `measure` (a median), `pipeline` (the schedule and the queue
-//! model), `events`, `queries` (launching calls, syncs, enclosing CPU ops,
+//! model), `events`, `host_work` (the host's own work a batch prepared
+//! ahead moves), `queries` (launching calls, syncs, enclosing CPU ops,
 //! the legacy default stream), `link` (the recorded rates a fix is priced
 //! by), `side_streams` (what a copy stream moves), `event_joins` (a
 //! graph's fork and join).
 
 use super::event_joins::event_joins;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
+use super::host_work::own_work_before_calls;
 use super::link::LinkRates;
 use super::queries::{enclosing_ops, launch_calls, legacy_default_stream, synchronizes};
 pub use super::side_streams::stream_label;
@@ -116,7 +120,22 @@ pub enum Change {
     /// another stream, and kernels of different streams run side by side
     /// (a graph's branches of small kernels share the SMs).
     CudaGraph,
+    /// The next batch prepared ahead: the host's own work on the issuing
+    /// thread (CPU ops that launch nothing, [`super::host_work`]), with the
+    /// profiler's cost per recorded op taken out where handed in
+    /// ([`Pricing::profiler_us_per_cpu_op`]), runs on workers of its own
+    /// (`Pricing::workers`, the batches dealt out in turn, each worker's
+    /// back to back from the start), and the issuing thread, where it did
+    /// that work, waits for the batch's worker instead.
+    PrepareAhead,
 }
+
+/// How many workers prepare the batches ahead where none is said: a
+/// DataLoader's `num_workers=4`.
+pub const DEFAULT_WORKERS: usize = 4;
+
+/// What a worker's batch is called in the schedule.
+pub const PREPARED_AHEAD: &str = "batch prepared ahead";
 
 impl Change {
     /// The change as a what-if table names it.
@@ -128,6 +147,7 @@ impl Change {
             Change::ReadLate => "read a step late",
             Change::SyncRemoved => "sync removed",
             Change::CudaGraph => "CUDA graph",
+            Change::PrepareAhead => "prepare the next batch ahead",
         }
     }
 
@@ -140,6 +160,7 @@ impl Change {
             Change::ReadLate => "each step's results read a step late (`event.synchronize()` on the previous step's download, not on this one's)",
             Change::SyncRemoved => "no `.item()`, `.cpu()` or `torch.cuda.synchronize()` inside the loop (read results once, after it)",
             Change::CudaGraph => "the step captured once and replayed with `torch.cuda.graphs` (`torch.cuda.CUDAGraph`, `torch.cuda.graph(g)`, `g.replay()`)",
+            Change::PrepareAhead => "the batches built by a `torch.utils.data.DataLoader(..., num_workers=N, pin_memory=True)` (or a thread of its own), the loop only uploading and launching",
         }
     }
 }
@@ -154,6 +175,21 @@ pub struct Pricing {
     /// [`Change::CudaGraph`]. Without it, a graph is priced with no gap:
     /// a lower bound on its time.
     pub graph_gap_us: Option<(f64, String)>,
+    /// How many workers prepare the batches ahead, for
+    /// [`Change::PrepareAhead`]; none: [`DEFAULT_WORKERS`].
+    pub workers: Option<usize>,
+    /// What the profiler adds to each CPU op it records, µs, and where that
+    /// comes from (lab 10's programs timed traced and untraced), taken out
+    /// of the host's own work a [`Change::PrepareAhead`] moves. Without it
+    /// the prediction keeps the profiler's slowdown.
+    pub profiler_us_per_cpu_op: Option<(f64, String)>,
+}
+
+impl Pricing {
+    /// The workers that prepare the batches ahead.
+    pub fn workers(&self) -> usize {
+        self.workers.unwrap_or(DEFAULT_WORKERS).max(1)
+    }
 }
 
 /// The op each GPU op waited for, from the trace's times alone.
@@ -243,6 +279,12 @@ pub fn results_waited_at_once(trace: &Trace) -> usize {
     replay.waits_after_copies().iter().filter(|&&(_, op, _)| is_results(op)).count()
 }
 
+/// How many CPU threads launched the trace's GPU work.
+pub fn issuing_threads(trace: &Trace) -> usize {
+    let threads: std::collections::HashSet<usize> = launch_calls(trace).values().map(|&c| trace.calls[c].thread).collect();
+    threads.len()
+}
+
 /// A trace made ready to replay: which call launched each GPU op, from
 /// which CPU thread, and what each op waited for. Built once a trace; each
 /// set of changes is scheduled from it ([`Replay::schedule`]).
@@ -250,8 +292,11 @@ pub struct Replay<'t> {
     trace: &'t Trace,
     /// The GPU ops each launching call issued (indices into the trace).
     ops_of_call: HashMap<usize, Vec<usize>>,
-    /// The issuing thread's calls, in order.
+    /// The issuing threads' calls, in the order they started.
     calls: Vec<usize>,
+    /// Each issuing thread's host lane in the schedule (a trace thread ->
+    /// lane): 0 for the one that launched first, then 1, 2, ...
+    lane_of: HashMap<usize, usize>,
     waited: Vec<Waited>,
     /// The thread's median kernel launch, µs: what a launch that no longer
     /// holds the CPU costs it.
@@ -259,9 +304,12 @@ pub struct Replay<'t> {
 }
 
 impl<'t> Replay<'t> {
-    /// Needs the CUDA calls that issued the GPU work, from one CPU thread
-    /// (a torch.profiler trace; the course's own traces have no calls);
-    /// says why not, where not.
+    /// Needs the CUDA calls that issued the GPU work (a torch.profiler
+    /// trace; the course's own traces have no calls); says why not, where
+    /// not. Several issuing threads (autograd's backward thread) are each
+    /// replayed in their own order, joined where the calls pass from one
+    /// thread to another: inferred from the calls' order, as the trace
+    /// names no handover between threads.
     pub fn new(trace: &'t Trace) -> Result<Replay<'t>, String> {
         let launch_of = launch_calls(trace);
         let mut ops_of_call: HashMap<usize, Vec<usize>> = HashMap::new();
@@ -271,24 +319,30 @@ impl<'t> Replay<'t> {
                 None => return Err(format!("GPU op '{}' at ts {} has no launching call in the trace: its issue cannot be replayed", o.name, o.start_us)),
             }
         }
-        let mut threads: Vec<usize> = ops_of_call.keys().map(|&c| trace.calls[c].thread).collect();
-        threads.sort_unstable();
-        threads.dedup();
-        let &[thread] = threads.as_slice() else {
-            return Err(format!("GPU work is launched from {} CPU threads; the replay follows one", threads.len()));
-        };
+        // The issuing threads, the first to launch first.
+        let mut first_launch: Vec<(usize, usize)> = ops_of_call.keys().map(|&c| (c, trace.calls[c].thread)).collect();
+        first_launch.sort_unstable();
+        let mut lane_of: HashMap<usize, usize> = HashMap::new();
+        for (_, thread) in first_launch {
+            let lanes = lane_of.len();
+            lane_of.entry(thread).or_insert(lanes);
+        }
+        if lane_of.is_empty() {
+            return Err("no GPU work launched in the trace: nothing to replay".into());
+        }
         let launch_cost = upper_median(
             &trace
                 .calls
                 .iter()
-                .filter(|c| c.thread == thread && (c.name.starts_with("cudaLaunchKernel") || c.name.starts_with("cuLaunchKernel")))
+                .filter(|c| lane_of.contains_key(&c.thread) && (c.name.starts_with("cudaLaunchKernel") || c.name.starts_with("cuLaunchKernel")))
                 .map(|c| c.end_us - c.start_us)
                 .collect::<Vec<f64>>(),
         )
         .unwrap_or(5.0);
         Ok(Replay {
             trace,
-            calls: (0..trace.calls.len()).filter(|&i| trace.calls[i].thread == thread).collect(),
+            calls: (0..trace.calls.len()).filter(|&i| lane_of.contains_key(&trace.calls[i].thread)).collect(),
+            lane_of,
             waited: waits(trace, &launch_of),
             ops_of_call,
             launch_cost,
@@ -298,7 +352,7 @@ impl<'t> Replay<'t> {
     /// The schedule of the trace with `changes` applied (none: the program
     /// as traced), priced by `pricing`.
     pub fn schedule(&self, changes: &[Change], pricing: &Pricing) -> Result<TracedSchedule, String> {
-        let Replay { trace, ops_of_call, calls, waited, launch_cost } = self;
+        let Replay { trace, ops_of_call, calls, waited, launch_cost, lane_of } = self;
         let (trace, launch_cost) = (*trace, *launch_cost);
         let has = |c: Change| changes.contains(&c);
 
@@ -418,15 +472,42 @@ impl<'t> Replay<'t> {
             kernels_side_by_side: graph,
         };
         ts.schedule.issued_live = true;
-        let mut cpu = calls.first().map_or(0.0, |&c| trace.calls[c].start_us);
+        // Each issuing thread's time so far, and the lane and end of the call before.
+        let mut cpus: HashMap<usize, f64> = HashMap::new();
+        let mut before: Option<(usize, f64)> = None;
+        // The host's own work a batch prepared ahead moves: the first issuing thread's.
+        let main_calls: Vec<usize> = calls.iter().copied().filter(|&c| lane_of[&trace.calls[c].thread] == 0).collect();
+        let ahead = has(Change::PrepareAhead).then(|| own_work_before_calls(trace, &main_calls, pricing.profiler_us_per_cpu_op.as_ref().map_or(0.0, |p| p.0)));
+        let mut batches = 0;
         for &ci in calls {
             let c = &trace.calls[ci];
-            if !graph {
-                ts.host("CPU work", c.start_us - cpu);
+            let lane = lane_of[&c.thread];
+            // A thread's first call: its time counts from the call before it.
+            let cpu = cpus.entry(lane).or_insert(before.map_or(c.start_us, |b| b.1.min(c.start_us)));
+            if let Some((other, end)) = before.filter(|&(l, _)| l != lane) {
+                // Handed over from another thread: it goes on once that one's call is done.
+                ts.schedule.host_joins(lane, other);
+                *cpu = cpu.max(end);
             }
-            cpu = cpu.max(c.start_us);
+            before = Some((lane, c.end_us));
+            let own = ahead.as_ref().and_then(|a| a.get(&ci)).copied().unwrap_or_default();
+            if !graph {
+                ts.host(lane, "CPU work", c.start_us - *cpu - own.traced_us);
+            }
+            if own.traced_us > 0.0 {
+                // The batch's worker prepares it; the thread waits for it here.
+                let worker = ts.schedule.host_op(lane_of.len() + batches % pricing.workers(), PREPARED_AHEAD, vec![]);
+                ts.durations_us.push(own.untraced_us);
+                ts.traced_op.push(None);
+                ts.schedule.host_learns(0, worker);
+                ts.schedule.host_op(0, "batch ready", vec![]);
+                ts.durations_us.push(0.0);
+                ts.traced_op.push(None);
+                batches += 1;
+            }
+            *cpu = cpu.max(c.start_us);
             if dropped[ci] {
-                cpu = cpu.max(c.end_us);
+                *cpu = cpu.max(c.end_us);
                 continue;
             }
             let issued: &[usize] = ops_of_call.get(&ci).map_or(&[], |v| v.as_slice());
@@ -448,7 +529,7 @@ impl<'t> Replay<'t> {
                 for event in events.chain(copies).collect::<Vec<_>>() {
                     ts.schedule.stream_wait_event(index, event);
                 }
-                let id = ts.schedule.gpu_op(0, index, op_kind(o.kind, o.gpu), &o.name, vec![]);
+                let id = ts.schedule.gpu_op(lane, index, op_kind(o.kind, o.gpu), &o.name, vec![]);
                 ts.durations_us.push(duration[oi]);
                 ts.traced_op.push(Some(oi));
                 sched_id[oi] = id;
@@ -467,8 +548,8 @@ impl<'t> Replay<'t> {
             }
             let call_time = c.end_us - c.start_us;
             if let Some((id, end)) = held_until {
-                ts.schedule.host_learns(0, id);
-                ts.host(&c.name, c.end_us - end);
+                ts.schedule.host_learns(lane, id);
+                ts.host(lane, &c.name, c.end_us - end);
             } else if synchronizes(&c.name) {
                 // The op it waited for: the one issued before it that ended
                 // last before it returned (a device sync waits for all).
@@ -476,24 +557,24 @@ impl<'t> Replay<'t> {
                     .filter(|&i| sched_id[i] != usize::MAX && trace.gpu_ops[i].end_us <= c.end_us + 1e-9)
                     .max_by(|&a, &b| trace.gpu_ops[a].end_us.total_cmp(&trace.gpu_ops[b].end_us));
                 if c.name.starts_with("cudaDeviceSynchronize") || c.name.starts_with("cuCtxSynchronize") {
-                    ts.schedule.host_wait_all(0);
+                    ts.schedule.host_wait_all(lane);
                 } else if let Some(w) = waited_on {
-                    ts.schedule.host_learns(0, sched_id[w]);
+                    ts.schedule.host_learns(lane, sched_id[w]);
                 }
                 let woke = waited_on.map_or(0.0, |w| (c.end_us - trace.gpu_ops[w].end_us).clamp(0.0, call_time));
-                ts.host(&c.name, woke);
+                ts.host(lane, &c.name, woke);
             } else if graph {
                 // Launched by the graph: no CPU time of its own.
             } else if issued.iter().any(|&oi| made_pinned[oi]) {
-                ts.host(&c.name, launch_cost.min(call_time));
+                ts.host(lane, &c.name, launch_cost.min(call_time));
             } else {
-                ts.host(&c.name, call_time);
+                ts.host(lane, &c.name, call_time);
             }
             if let Some(&previous) = read_late_after.get(&ci) {
                 // Read a step late: the CPU waits for the previous download now.
-                ts.schedule.host_learns(0, sched_id[previous]);
+                ts.schedule.host_learns(lane, sched_id[previous]);
             }
-            cpu = cpu.max(c.end_us);
+            *cpu = cpu.max(c.end_us);
         }
         Ok(ts)
     }
@@ -508,6 +589,9 @@ impl<'t> Replay<'t> {
         let mut found = Vec::new();
         for w in self.calls.windows(2) {
             let (copy_call, wait) = (w[0], w[1]);
+            if trace.calls[copy_call].thread != trace.calls[wait].thread {
+                continue;
+            }
             let copy = self.ops_of_call.get(&copy_call).and_then(|ops| ops.iter().copied().find(|&o| trace.gpu_ops[o].kind.is_copy()));
             if let Some(copy) = copy {
                 if synchronizes(&trace.calls[wait].name) && inside[wait].last().is_some() && inside[wait].last() == inside[copy_call].last() {
@@ -526,10 +610,10 @@ pub fn schedule(trace: &Trace, changes: &[Change], pricing: &Pricing) -> Result<
 }
 
 impl TracedSchedule {
-    /// Host work of `us` on the issuing thread (none when it took no time).
-    fn host(&mut self, label: &str, us: f64) {
+    /// Host work of `us` on host lane `lane` (none when it took no time).
+    fn host(&mut self, lane: usize, label: &str, us: f64) {
         if us > 0.0 {
-            self.schedule.host_op(0, label, vec![]);
+            self.schedule.host_op(lane, label, vec![]);
             self.durations_us.push(us);
             self.traced_op.push(None);
         }
@@ -636,7 +720,7 @@ mod tests {
             source: "data/test/bandwidth.json".into(),
             points: vec![crate::diagnose::link::LinkPoint { host: HostMemory::Pinned, direction: Direction::H2d, bytes: 64 << 20, gbps: 50.0 }],
         };
-        let ts = schedule(&t, &[Change::Pinned], &Pricing { rates: Some(rates), graph_gap_us: None }).unwrap();
+        let ts = schedule(&t, &[Change::Pinned], &Pricing { rates: Some(rates), ..Pricing::default() }).unwrap();
         // 60 MB at 50 GB/s: 1200 µs a copy, issued in a 4 µs launch (the
         // median kernel launch) that no longer holds the CPU, and PyTorch's
         // wait after it (in the same `aten::to`) gone: the CPU runs ahead,

@@ -8,18 +8,23 @@
 //! download stream, with the results read a step late, and both);
 //! page-locked copies on the kernels' stream, a copy stream (each way); a
 //! sync that left the GPU idle, the syncs removed; an issue-bound stretch,
-//! CUDA graphs. [`what_if`] picks them from a [`Diagnosis`] and predicts
+//! CUDA graphs; the host's own work (the GPU idle while the CPU built its
+//! batches), the next batch prepared ahead on workers, with which side
+//! then bounds the loop said plainly ([`HostBound`]). [`what_if`] picks them from a [`Diagnosis`] and predicts
 //! each; whoever holds the machine's figures attaches the table to the
 //! diagnosis.
 //!
 //! May use: `events`, `diagnosis` (the findings read), `replay` (the
-//! changes), `prediction` (the pricing, and the table's types, which are
+//! changes), `text`, `pipeline` (a schedule's lanes), `prediction` (the pricing, and the table's types, which are
 //! named from here too). The top of the stack: nothing here is used below.
 
 use super::diagnosis::{Cause, Diagnosis};
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
 pub use super::prediction::{fix_label, predict_fixes, Prediction, WhatIf};
-use super::replay::{self, Change, Pricing};
+use super::replay::{self, Change, Pricing, TracedSchedule};
+use super::text::{counted, us};
+use crate::pipeline::op::{Lane, OpKind};
+use std::fmt;
 
 /// The changes the findings of `d` on `trace` suggest, each fix once. A
 /// copy stream is suggested where uploads share a stream with kernels; for
@@ -59,10 +64,97 @@ pub fn suggested(trace: &Trace, d: &Diagnosis) -> Vec<Vec<Change>> {
     if d.findings.iter().any(|f| f.cause == Cause::IssueBound && !f.call.name.ends_with("cudaGraphLaunch")) {
         fixes.push(vec![Change::CudaGraph]);
     }
+    // The GPU idled a tenth of the window or more while the CPU built its work.
+    let window = trace.window_us().1 - trace.window_us().0;
+    if d.findings.iter().any(|f| f.cause == Cause::HostWork && f.cost_us >= HOST_WORK_MIN_SHARE * window) {
+        fixes.push(vec![Change::PrepareAhead]);
+    }
     fixes
 }
 
+/// The least share of the window the GPU must idle on the host's own work
+/// for preparing the next batch ahead to be suggested.
+pub const HOST_WORK_MIN_SHARE: f64 = 0.1;
+
 /// The what-if of the fixes `d`'s findings suggest.
 pub fn what_if(trace: &Trace, d: &Diagnosis, pricing: &Pricing) -> Result<WhatIf, String> {
-    predict_fixes(trace, &suggested(trace, d), pricing)
+    let mut w = predict_fixes(trace, &suggested(trace, d), pricing)?;
+    for p in w.predictions.iter_mut().filter(|p| p.changes.contains(&Change::PrepareAhead)) {
+        let workers = pricing.workers();
+        p.fix = format!("{} ({})", p.fix, counted(workers, "worker", "workers"));
+        p.in_pytorch = p.in_pytorch.replace("num_workers=N", &format!("num_workers={workers}"));
+        let bound = HostBound::of(&p.replayed.schedule, workers);
+        p.priced_by = Some(format!("{}; {bound}", profiler_note(pricing)));
+    }
+    let threads = replay::issuing_threads(trace);
+    if threads > 1 {
+        let note = format!("GPU work launched from {threads} CPU threads, each replayed in its own order, joined where the calls pass from one thread to another (inferred from the calls' order: the trace names no handover)");
+        for p in &mut w.predictions {
+            p.priced_by = Some(p.priced_by.take().map_or_else(|| note.clone(), |by| format!("{by}; {note}")));
+        }
+    }
+    Ok(w)
+}
+
+/// What the host's own work was priced at, as the report says it.
+fn profiler_note(pricing: &Pricing) -> String {
+    match &pricing.profiler_us_per_cpu_op {
+        Some((cost, from)) => format!("the host's own work less the profiler's {cost:.2} µs a recorded CPU op, from {from}"),
+        None => "the host's own work as traced: no recording of this GPU says what the profiler adds to a CPU op, so the prediction includes the profiler's slowdown".into(),
+    }
+}
+
+/// Which side bounds a loop whose batches are prepared ahead: the workers
+/// (the batches' host work over their number) or the GPU (its busiest
+/// engine's work: the SMs, or a copy engine each way).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostBound {
+    pub workers: usize,
+    /// The batches the workers prepare.
+    pub batches: usize,
+    /// The batches' host work, µs (the profiler's cost taken out where known).
+    pub host_us: f64,
+    /// The GPU's busiest engine's work, µs.
+    pub gpu_us: f64,
+}
+
+impl HostBound {
+    /// Of a schedule a [`Change::PrepareAhead`] made with `workers`.
+    pub fn of(ts: &TracedSchedule, workers: usize) -> HostBound {
+        let (mut host_us, mut batches, mut engines) = (0.0, 0, [0.0f64; 3]);
+        for (op, &d) in ts.schedule.ops.iter().zip(&ts.durations_us) {
+            match (op.lane, op.kind) {
+                (Lane::HostThread(_), _) if op.label == replay::PREPARED_AHEAD => {
+                    host_us += d;
+                    batches += 1;
+                }
+                (Lane::Stream(_), OpKind::H2d) => engines[1] += d,
+                (Lane::Stream(_), OpKind::D2h) => engines[2] += d,
+                (Lane::Stream(_), _) => engines[0] += d,
+                _ => {}
+            }
+        }
+        HostBound { workers, batches, host_us, gpu_us: engines.into_iter().fold(0.0, f64::max) }
+    }
+
+    /// Whether the host is the bound: its workers, side by side, take
+    /// longer over the batches than the GPU's busiest engine.
+    pub fn host_bound(&self) -> bool {
+        self.host_us / self.workers as f64 > self.gpu_us
+    }
+}
+
+impl fmt::Display for HostBound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let take = counted(self.workers, "worker takes", "workers take");
+        let each = us(self.host_us / self.batches.max(1) as f64);
+        let work =
+            format!("{take} {} for {} of the host's own work ({each} each)", us(self.host_us / self.workers as f64), counted(self.batches, "batch", "batches"));
+        let gpu = us(self.gpu_us);
+        if self.host_bound() {
+            write!(f, "the host is the bound: {work}, longer than the GPU's {gpu} of work (its busiest engine), so the GPU cannot go faster than the CPU feeds it and the predicted time is the host's; more workers would gain more")
+        } else {
+            write!(f, "the GPU is the bound: {work}, within the GPU's {gpu} of work (its busiest engine)")
+        }
+    }
 }

@@ -182,7 +182,10 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
     let mut floor: Vec<f64> = vec![0.0; n];
     let (mut issued, mut clock, mut live) = (0usize, 0.0f64, s.issued_live);
     // Whether CPU threads besides the issuing one (thread 0) have work: theirs is never waiting to be issued.
-    let other_threads = s.ops.iter().any(|o| matches!(o.lane, Lane::HostThread(t) if t != 0));
+    let other_host = |id: &OpId| matches!(s.ops[*id].lane, Lane::HostThread(t) if t != 0);
+    // Their ops among the candidates, so those past the issuing point are
+    // looked at without the rest (which wait to be issued).
+    let mut others: std::collections::BTreeSet<OpId> = (0..n).filter(other_host).collect();
     while done < n {
         while issued < n {
             let op = &s.ops[issued];
@@ -223,10 +226,11 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
         let mut best: HashMap<Resource, Candidate> = HashMap::new();
         let mut next_ready = f64::INFINITY;
         let mut set_aside = Vec::new();
-        // Ops past the issuing point wait to be issued: with one CPU thread
-        // they are all of them, and a replayed trace's tens of thousands
-        // are left unlooked-at (what ready_at would say of each).
-        let looked_at = if other_threads { candidates.range(..) } else { candidates.range(..=issued) };
+        // Ops past the issuing point wait to be issued, but for other CPU
+        // threads' work: a replayed trace's tens of thousands are left
+        // unlooked-at (what ready_at would say of each), in the order of
+        // their ids still.
+        let looked_at = candidates.range(..=issued).chain(others.range(issued.saturating_add(1)..));
         for &id in looked_at {
             let op = &s.ops[id];
             let resource = machine.resource(op);
@@ -273,6 +277,7 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
         }
         for (id, d) in set_aside {
             candidates.remove(&id);
+            others.remove(&id);
             waiters[d].push(id);
         }
         if !best.is_empty() {
@@ -280,6 +285,7 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             picks.sort_by_key(|p| p.1 .3);
             for (resource, (_, waited, _, id, half)) in picks {
                 candidates.remove(&id);
+                others.remove(&id);
                 release[id] = half;
                 let mut work = duration(&s.ops[id]).max(0.0);
                 // Straight after another stream's kernel, while waiting for
@@ -324,7 +330,9 @@ pub fn predict(s: &Schedule, machine: Machine, duration: impl Fn(&Op) -> f64) ->
             times[id] = Some((start, now));
             free.insert(resource, now);
             done += 1;
-            candidates.extend(waiters[id].drain(..));
+            let woken: Vec<OpId> = waiters[id].drain(..).collect();
+            others.extend(woken.iter().copied().filter(other_host));
+            candidates.extend(woken);
             false
         });
     }

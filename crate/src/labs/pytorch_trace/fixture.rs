@@ -86,6 +86,9 @@ pub struct Builder {
     /// GPU ops so far: (start, end as the trace writes them, copy kind or
     /// "kernel", bytes).
     ops: Vec<(f64, f64, String, u64)>,
+    /// The CPU thread the next events are on (the program's main thread
+    /// unless set).
+    pub tid: u64,
 }
 
 impl Default for Builder {
@@ -105,14 +108,14 @@ impl Builder {
         for s in [DEFAULT_STREAM, COPY_STREAM] {
             events.push(json!({"name": "thread_name", "ph": "M", "ts": 0.0, "pid": 0, "tid": s, "args": {"name": format!("stream {s}")}}));
         }
-        Builder { events, correlation: 1000, external: 1, ops: Vec::new() }
+        Builder { events, correlation: 1000, external: 1, ops: Vec::new(), tid: PID }
     }
 
     /// A CPU op (`aten::to`) over `[ts, ts + dur]`.
     pub fn cpu_op(&mut self, name: &str, ts: f64, dur: f64) {
         self.external += 1;
         self.events.push(json!({
-            "ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": PID, "ts": ns(ts), "dur": ns(dur),
+            "ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": self.tid, "ts": ns(ts), "dur": ns(dur),
             "args": {"External id": self.external, "Record function id": 0, "Ev Idx": self.external - 1}
         }));
     }
@@ -121,7 +124,7 @@ impl Builder {
     pub fn annotation(&mut self, name: &str, ts: f64, dur: f64) {
         self.external += 1;
         self.events.push(json!({
-            "ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": PID, "ts": ns(ts), "dur": ns(dur),
+            "ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": self.tid, "ts": ns(ts), "dur": ns(dur),
             "args": {"External id": self.external, "Record function id": 0, "Ev Idx": self.external - 1}
         }));
     }
@@ -130,7 +133,7 @@ impl Builder {
     pub fn runtime(&mut self, name: &str, ts: f64, dur: f64) -> u64 {
         self.correlation += 1;
         self.events.push(json!({
-            "ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": PID, "ts": ns(ts), "dur": ns(dur),
+            "ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": self.tid, "ts": ns(ts), "dur": ns(dur),
             "args": {"External id": self.external, "cbid": cbid(name), "correlation": self.correlation}
         }));
         self.correlation
@@ -138,7 +141,7 @@ impl Builder {
 
     /// The ac2g flow from the call at `cpu_ts` to its GPU op at `gpu_ts`.
     fn flow(&mut self, id: u64, cpu_ts: f64, stream: u64, gpu_ts: f64) {
-        self.events.push(json!({"ph": "s", "id": id, "pid": PID, "tid": PID, "ts": ns(cpu_ts), "cat": "ac2g", "name": "ac2g"}));
+        self.events.push(json!({"ph": "s", "id": id, "pid": PID, "tid": self.tid, "ts": ns(cpu_ts), "cat": "ac2g", "name": "ac2g"}));
         self.events.push(json!({"ph": "f", "id": id, "pid": 0, "tid": stream, "ts": ns(gpu_ts), "cat": "ac2g", "name": "ac2g", "bp": "e"}));
     }
 
@@ -510,6 +513,51 @@ pub fn host_prepared_batches(iters: usize) -> Synthetic {
     Synthetic { file: "synthetic-host-prepared-batches.json", trace: b.finish(gpu_free + 20.0), known }
 }
 
+/// The CPU thread autograd launches the backward's kernels from.
+pub const BACKWARD_TID: u64 = 48290;
+/// One training step's kernels: (name, the thread that launches it, µs):
+/// the forward on the main thread, the backward from autograd's, the
+/// optimizer's step on the main thread.
+pub const TRAINING_KERNELS: [(&str, u64, f64); 5] =
+    [("forward_0", PID, 500.0), ("forward_1", PID, 500.0), ("backward_1", BACKWARD_TID, 500.0), ("backward_0", BACKWARD_TID, 500.0), ("sgd_step", PID, 200.0)];
+
+/// A training loop, `steps` steps on the default stream: each batch
+/// uploaded from pageable memory (a 64 MiB `.to()` that holds the CPU for
+/// the copy), the forward's kernels launched from the main thread, the
+/// backward's from autograd's thread, the optimizer's step from the main
+/// thread again. Each kernel's op takes the CPU `op_us` (10 µs: Python and
+/// dispatch; more for a model whose ops cost the CPU more), ending in its
+/// 4 µs launch 2 µs before the op's end. With 10 µs the kernels queue and
+/// each upload waits for the step before (starting as its last kernel
+/// ends); the GPU idles 9 µs a step, from an upload's end to the launch of
+/// the kernel after it.
+pub fn training_step(steps: usize, op_us: f64) -> Synthetic {
+    let mut b = Builder::new();
+    b.events.push(json!({"name": "thread_name", "ph": "M", "ts": 0.0, "pid": PID, "tid": BACKWARD_TID, "args": {"name": "thread 48290 (autograd)"}}));
+    let copy = copy_us(BATCH_BYTES, PAGEABLE_GBPS);
+    let (mut cpu, mut gpu_free) = (T0, T0);
+    for step in 0..steps {
+        let step_start = cpu;
+        let s = (cpu + 5.0).max(gpu_free);
+        b.cpu_op("aten::to", cpu, s + copy + 3.0 - cpu);
+        b.copy("HtoD (Pageable -> Device)", BATCH_BYTES, (cpu + 2.0, s + copy + 1.0), DEFAULT_STREAM, (s, s + copy));
+        (gpu_free, cpu) = (s + copy, s + copy + 5.0);
+        for (name, tid, dur) in TRAINING_KERNELS {
+            b.tid = tid;
+            let launch = cpu + op_us - 6.0;
+            let k = (launch + 5.0).max(gpu_free);
+            b.kernel(name, (launch, launch + 4.0), DEFAULT_STREAM, (k, k + dur));
+            (gpu_free, cpu) = (k + dur, cpu + op_us);
+        }
+        b.tid = PID;
+        b.annotation(&format!("ProfilerStep#{step}"), step_start, cpu - step_start);
+    }
+    b.runtime("cudaDeviceSynchronize", cpu, (gpu_free + 5.0).max(cpu + 3.0) - cpu);
+    let mut known = b.known();
+    known.sync_calls = 1;
+    Synthetic { file: "synthetic-training-step.json", trace: b.finish(gpu_free + 20.0), known }
+}
+
 /// The side streams of the multi-stream step ([`multi_stream_tiny_ops`]):
 /// four `torch.cuda.Stream()`s.
 pub const SIDE_STREAMS: [u64; 4] = [21, 25, 29, 33];
@@ -634,9 +682,17 @@ pub fn on_stranger_gpu(iters: usize, pinned: usize) -> Value {
 }
 
 /// The programs at the sizes the tests use: lab 10's five, then the
-/// host-prepared loop.
+/// host-prepared loop and the training loop.
 pub fn all() -> Vec<Synthetic> {
-    vec![pageable_to_then_compute(20), pinned_one_stream(20), double_buffered(20, false), double_buffered(20, true), tiny_ops(5000), host_prepared_batches(20)]
+    vec![
+        pageable_to_then_compute(20),
+        pinned_one_stream(20),
+        double_buffered(20, false),
+        double_buffered(20, true),
+        tiny_ops(5000),
+        host_prepared_batches(20),
+        training_step(10, 10.0),
+    ]
 }
 
 /// Writes the tiny-ops program's trace for `ops` ops to `path` event by

@@ -134,7 +134,7 @@ impl YourTrace {
     pub fn open(path: impl AsRef<Path>) -> Result<YourTrace> {
         let path = path.as_ref();
         let trace = crate::diagnose::read_trace(path, &mut |_, _| {})?;
-        let diagnosis = Prices::read(&default_data_dir()).diagnose(&trace, &display_path(path));
+        let diagnosis = Prices::read(&default_data_dir()).diagnose(&trace, &display_path(path), None);
         Ok(YourTrace { trace, diagnosis })
     }
 

@@ -1,7 +1,7 @@
 //! What lab 10 prices a trace's fixes by on this machine (the what-if's
 //! `Pricing`): the host link's rates lab 1 recorded for each GPU, and the
 //! gap between a CUDA graph's kernels each GPU's lab 10 recording
-//! measured. Read once from a data folder ([`Prices::read`]) and asked for
+//! measured, and what its profiler added to each CPU op it recorded. Read once from a data folder ([`Prices::read`]) and asked for
 //! one GPU at a time ([`Prices::for_gpu`]); `overlap-lab diagnose`
 //! prices a learner's own trace the same way ([`Prices::diagnose`]).
 //!
@@ -10,7 +10,7 @@
 //!
 //! May use: `diagnose`, `labs::bandwidth`'s results, `measure`.
 
-use super::programs::{read_programs, PROGRAMS_FILE};
+use super::programs::{read_programs, Programs, PROGRAMS_FILE};
 use super::LAB;
 use crate::diagnose::link::assumed_rates;
 use crate::diagnose::replay::Pricing;
@@ -19,6 +19,7 @@ use crate::error::{LabError, Result};
 use crate::gpu::HostMemoryKind;
 use crate::labs::bandwidth::{self, BandwidthResults};
 use crate::measure::record::display_path;
+use crate::measure::stats::upper_median;
 use std::path::Path;
 
 /// A data folder's prices, read once.
@@ -28,6 +29,28 @@ pub struct Prices {
     pub links: Vec<LinkRates>,
     /// Each lab 10 recording's graph gap: (its GPU, µs, its file as outputs name it).
     graph_gaps: Vec<(String, f64, String)>,
+    /// Each lab 10 recording's profiler cost per recorded CPU op
+    /// ([`profiler_cost_us`]): (its GPU, µs, its file as outputs name it).
+    profiler_costs: Vec<(String, f64, String)>,
+}
+
+/// What the profiler added to each CPU op it recorded, µs, as a lab 10
+/// recording's programs show it: for each program timed both ways, its
+/// traced run's host time less its untraced runs' median, over the CPU
+/// ops its trace holds; the median of those (never below nothing). None
+/// where no program has both times and a count of CPU ops.
+pub fn profiler_cost_us(programs: &Programs) -> Option<f64> {
+    let per_op: Vec<f64> = programs
+        .programs
+        .values()
+        .filter_map(|p| {
+            let untraced = upper_median(&p.untraced.host_ms.as_ref()?.samples)?;
+            let ops = *p.trace_facts.as_ref()?.events.get("cpu_op")?;
+            let traced = p.traced_host_ms?;
+            (ops > 0).then(|| (traced - untraced) * 1e3 / ops as f64)
+        })
+        .collect();
+    upper_median(&per_op).map(|c| c.max(0.0))
 }
 
 impl Prices {
@@ -39,20 +62,21 @@ impl Prices {
             eprintln!("overlap-lab: warning: copies are not set beside lab 1's rates: {e}");
             Vec::new()
         });
-        // Folder by folder: one that cannot be read costs its own gap only.
-        let graph_gaps = std::fs::read_dir(data)
+        // Folder by folder: one that cannot be read costs its own figures only.
+        let recorded: Vec<(Programs, String)> = std::fs::read_dir(data)
             .into_iter()
             .flatten()
             .flatten()
             .map(|e| e.path().join(LAB))
             .filter(|d| d.join(PROGRAMS_FILE).is_file())
-            .filter_map(|dir| {
-                let programs = read_programs(&dir).ok()?;
-                let gap = programs.calibration.as_ref()?.graph_gap_us?;
-                Some((programs.gpu?, gap, display_path(&dir.join(PROGRAMS_FILE))))
-            })
+            .filter_map(|dir| Some((read_programs(&dir).ok()?, display_path(&dir.join(PROGRAMS_FILE)))))
             .collect();
-        Prices { links, graph_gaps }
+        let per_gpu = |figure: fn(&Programs) -> Option<f64>| -> Vec<(String, f64, String)> {
+            recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, figure(p)?, file.clone()))).collect()
+        };
+        let graph_gaps = per_gpu(|p| p.calibration.as_ref()?.graph_gap_us);
+        let profiler_costs = per_gpu(profiler_cost_us);
+        Prices { links, graph_gaps, profiler_costs }
     }
 
     /// The what-if's prices for a trace of the GPU named `gpu`: its link's
@@ -61,6 +85,8 @@ impl Prices {
         Pricing {
             rates: gpu.and_then(|n| self.links.iter().find(|l| l.matches(n)).cloned()),
             graph_gap_us: gpu.and_then(|n| self.graph_gaps.iter().find(|g| g.0 == n).map(|g| (g.1, g.2.clone()))),
+            workers: None,
+            profiler_us_per_cpu_op: gpu.and_then(|n| self.profiler_costs.iter().find(|g| g.0 == n).map(|g| (g.1, g.2.clone()))),
         }
     }
 
@@ -77,8 +103,11 @@ impl Prices {
     /// The diagnosis of `trace` (named `shown` in outputs) beside these
     /// link rates, its what-if priced for the trace's GPU ([`Prices::for_trace`]):
     /// what `overlap-lab diagnose` prints.
-    pub fn diagnose(&self, trace: &Trace, shown: &str) -> Diagnosis {
-        diagnosis_priced(trace, shown, &self.links, &self.for_trace(trace))
+    /// `workers`: how many prepare the batches ahead in that fix (none:
+    /// the what-if's default).
+    pub fn diagnose(&self, trace: &Trace, shown: &str, workers: Option<usize>) -> Diagnosis {
+        let pricing = Pricing { workers, ..self.for_trace(trace) };
+        diagnosis_priced(trace, shown, &self.links, &pricing)
     }
 }
 
@@ -147,7 +176,7 @@ mod tests {
         let trace = crate::diagnose::read_trace_text("stranger.json", &text).unwrap();
         assert_eq!(trace.first_gpu_name(), Some(STRANGER_GPU));
         let prices = Prices::default();
-        (trace.clone(), prices.diagnose(&trace, "stranger.json"), prices.for_trace(&trace))
+        (trace.clone(), prices.diagnose(&trace, "stranger.json", None), prices.for_trace(&trace))
     }
 
     /// The pinned fix's time for the loop's first pageable copy, µs.
@@ -192,5 +221,33 @@ mod tests {
         assert!((pinned_copy_us(&trace, &pricing) - 3050.40).abs() < 0.01);
         // A copy 16x smaller is far from the trace's: the typical link prices it.
         assert!((rates.rate(HostMemory::Pinned, crate::diagnose::events::Direction::H2d, 4 << 20).unwrap().gbps - 24.633).abs() < 1e-3);
+    }
+
+    #[test]
+    fn the_profilers_cost_per_cpu_op_is_the_median_programs_traced_less_untraced_time_over_its_ops() {
+        let program = |traced: Option<f64>, untraced: &[f64], ops: Option<u64>| {
+            serde_json::json!({"what": "w", "iterations": 3, "trace": "t.json.gz",
+                "untraced": {"host_ms": {"samples": untraced}}, "traced_host_ms": traced,
+                "trace_facts": {"events": ops.map_or(serde_json::json!({}), |n| serde_json::json!({"cpu_op": n}))}})
+        };
+        let programs = |list: serde_json::Value| -> Programs {
+            serde_json::from_value(serde_json::json!({"command": "c", "date": "d", "torch": "t", "programs": list})).unwrap()
+        };
+        // (12 - 10) ms over 1000 ops: 2 µs; (33 - 30) over 500: 6 µs; (9.5 -
+        // 10) over 1000: -0.5 µs; the upper median of the three, 2 µs. One
+        // with no count of ops and one never traced do not count.
+        let p = programs(serde_json::json!({
+            "pageable_then_compute": program(Some(12.0), &[9.0, 10.0, 11.0], Some(1000)),
+            "pinned_one_stream": program(Some(33.0), &[30.0], Some(500)),
+            "pinned_double_buffered": program(Some(9.5), &[10.0], Some(1000)),
+            "tiny_ops_graph": program(Some(50.0), &[10.0], None),
+            "tiny_ops": program(None, &[10.0], Some(10)),
+        }));
+        assert!((profiler_cost_us(&p).unwrap() - 2.0).abs() < 1e-9, "{:?}", profiler_cost_us(&p));
+        // A recording where the profiler seems to cost nothing: none, not less.
+        let p = programs(serde_json::json!({"pinned_double_buffered": program(Some(9.5), &[10.0], Some(1000))}));
+        assert_eq!(profiler_cost_us(&p), Some(0.0));
+        let p = programs(serde_json::json!({"tiny_ops": program(None, &[10.0], Some(10))}));
+        assert_eq!(profiler_cost_us(&p), None);
     }
 }

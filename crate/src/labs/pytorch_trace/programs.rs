@@ -59,6 +59,20 @@ pub struct Program {
     /// The programs it fixes, and by what fix (as the what-if names it).
     #[serde(default)]
     pub fix_of: Vec<FixOf>,
+    /// The traced run's time by the host's clock, ms.
+    #[serde(default)]
+    pub traced_host_ms: Option<f64>,
+    /// What its trace holds, as far as the lab reads it.
+    #[serde(default)]
+    pub trace_facts: Option<TraceFacts>,
+}
+
+/// What a program's trace holds.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TraceFacts {
+    /// Its events, counted by category (`cpu_op`, `kernel`, ...).
+    #[serde(default)]
+    pub events: BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -72,6 +86,9 @@ pub struct Sizes {
 pub struct Untraced {
     /// By CUDA events (absent in a CPU smoke run).
     pub device_ms: Option<Runs>,
+    /// By the host's clock.
+    #[serde(default)]
+    pub host_ms: Option<Runs>,
 }
 
 /// The untraced runs, ms.
