@@ -499,24 +499,26 @@ fn synthetic_traces_replay_on_the_queue_model_as_traced() {
     }
 }
 
+/// The synthetic programs' pinned rate, one direction at one size, as a
+/// lab 1 recording would hand it in.
+fn synthetic_pinned_rate(direction: overlap_lab::diagnose::events::Direction, bytes: u64) -> overlap_lab::diagnose::LinkRates {
+    use overlap_lab::diagnose::events::HostMemory;
+    use overlap_lab::diagnose::{LinkPoint, LinkRates};
+    LinkRates {
+        gpu_name: synthetic_traces::GPU_NAME.into(),
+        source: "(the synthetic pinned rate)".into(),
+        points: vec![LinkPoint { host: HostMemory::Pinned, direction, bytes, gbps: synthetic_traces::PINNED_GBPS }],
+    }
+}
+
 #[test]
 fn synthetic_pageable_program_with_pinned_copies_is_predicted() {
-    use overlap_lab::diagnose::events::{Direction, HostMemory};
+    use overlap_lab::diagnose::events::Direction;
     use overlap_lab::diagnose::replay::{predict, schedule, Change, Pricing};
-    use overlap_lab::diagnose::{LinkPoint, LinkRates};
     let s = synthetic_traces::pageable_to_then_compute(20);
     let dir = overlap_lab::testing::temp_dir("diagnose-pinned");
     let t = read_trace(&s.write(&dir), &mut |_, _| {}).unwrap();
-    let rates = LinkRates {
-        gpu_name: synthetic_traces::GPU_NAME.into(),
-        source: "(the synthetic pinned rate)".into(),
-        points: vec![LinkPoint {
-            host: HostMemory::Pinned,
-            direction: Direction::H2d,
-            bytes: synthetic_traces::BATCH_BYTES,
-            gbps: synthetic_traces::PINNED_GBPS,
-        }],
-    };
+    let rates = synthetic_pinned_rate(Direction::H2d, synthetic_traces::BATCH_BYTES);
     let predicted = predict(&schedule(&t, &[Change::Pinned], &Pricing { rates: Some(rates), ..Pricing::default() }).unwrap());
     // Each step: the copy at the pinned rate, issued without holding the
     // CPU, and PyTorch's wait after it gone (pinned memory, non_blocking):
@@ -757,21 +759,11 @@ fn a_cuda_graph_of_a_multi_stream_step_keeps_its_branches() {
 /// own, reading them a step late, and the combinations, fastest first.
 #[test]
 fn results_brought_back_each_step_get_every_fix_uploads_get() {
-    use overlap_lab::diagnose::events::{Direction, HostMemory};
+    use overlap_lab::diagnose::events::Direction;
     use overlap_lab::diagnose::replay::{Change, Pricing};
-    use overlap_lab::diagnose::{LinkPoint, LinkRates};
     let iters = 20;
     let s = synthetic_traces::cpu_results_each_step(iters);
-    let rates = LinkRates {
-        gpu_name: synthetic_traces::GPU_NAME.into(),
-        source: "(the synthetic pinned rate)".into(),
-        points: vec![LinkPoint {
-            host: HostMemory::Pinned,
-            direction: Direction::D2h,
-            bytes: synthetic_traces::RESULT_BYTES,
-            gbps: synthetic_traces::PINNED_GBPS,
-        }],
-    };
+    let rates = synthetic_pinned_rate(Direction::D2h, synthetic_traces::RESULT_BYTES);
     let (_, d) = what_if_of(&s, &Pricing { rates: Some(rates), ..Pricing::default() });
     assert!(d.findings.iter().any(|f| f.cause == Cause::PageableCopies), "{:?}", d.findings);
     let w = d.what_if.as_ref().expect("a what-if");
@@ -895,19 +887,9 @@ fn the_diagnose_command_takes_its_workers_and_refuses_a_bad_count_in_a_line() {
 /// The training step of `op_us` a kernel's op (10 steps), diagnosed and
 /// priced with the synthetic pinned rate.
 fn training_what_if(op_us: f64) -> (overlap_lab::diagnose::Trace, Diagnosis) {
-    use overlap_lab::diagnose::events::{Direction, HostMemory};
+    use overlap_lab::diagnose::events::Direction;
     use overlap_lab::diagnose::replay::Pricing;
-    use overlap_lab::diagnose::{LinkPoint, LinkRates};
-    let rates = LinkRates {
-        gpu_name: synthetic_traces::GPU_NAME.into(),
-        source: "(the synthetic pinned rate)".into(),
-        points: vec![LinkPoint {
-            host: HostMemory::Pinned,
-            direction: Direction::H2d,
-            bytes: synthetic_traces::BATCH_BYTES,
-            gbps: synthetic_traces::PINNED_GBPS,
-        }],
-    };
+    let rates = synthetic_pinned_rate(Direction::H2d, synthetic_traces::BATCH_BYTES);
     what_if_of(&synthetic_traces::training_step(10, op_us), &Pricing { rates: Some(rates), ..Pricing::default() })
 }
 
