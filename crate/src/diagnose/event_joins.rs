@@ -21,9 +21,10 @@
 //!   recorded one; the waits for one record go to different streams (a
 //!   fork), each to the next one launched on.
 //!
-//! May use: `events`.
+//! May use: `events`, `queries` (which calls record an event or wait for one).
 
 use super::events::Trace;
+use super::queries::{records_event, waits_for_event};
 use std::collections::HashMap;
 
 /// A join: the GPU op `op` may start only once `after` (an op of another
@@ -59,7 +60,7 @@ pub fn event_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, 
     let mut forked_to: HashMap<usize, Vec<(u32, u64)>> = HashMap::new();
     for &ci in calls {
         let name = trace.calls[ci].name.as_str();
-        if name.starts_with("cudaEventRecord") {
+        if records_event(name) {
             // This record and the run's earlier ones record the streams used
             // last, latest first: shift the run's records one stream back.
             records_in_run += 1;
@@ -70,7 +71,7 @@ pub fn event_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, 
             }
             continue;
         }
-        if name.starts_with("cudaStreamWaitEvent") {
+        if waits_for_event(name) {
             records_in_run = 0;
             let paired = if next_unwaited < records.len() {
                 next_unwaited += 1;

@@ -29,7 +29,7 @@
 //! The host's own work is also a finding ([`host_work_finding`]): what the
 //! GPU lost while the CPU prepared its work, and the CPU ops behind it.
 //!
-//! May use: `events`, `intervals`, `queries` (which calls synchronize),
+//! May use: `events`, `intervals`, `queries` (which calls synchronize, copy or wait for an event),
 //! `host_work` (which CPU ops launch nothing),
 //! `text`, `diagnosis` (what it fills in), `callers` (the launch of an op, a
 //! call's name), `busy` (the GPU's work, its gaps), `issue_bound` (what a
@@ -42,7 +42,7 @@ use super::events::Trace;
 use super::host_work::outermost_ops;
 use super::intervals::{covered, union};
 use super::issue_bound::ISSUE_GAP_MAX_US;
-use super::queries::synchronizes;
+use super::queries::{copies, synchronizes, waits_for_event};
 use super::text::{counted, us};
 use std::collections::{BTreeMap, HashMap};
 
@@ -87,7 +87,7 @@ struct ThreadTime {
 fn call_doing(name: &str) -> Doing {
     if synchronizes(name) {
         Doing::Sync
-    } else if name.starts_with("cudaMemcpy") || name.starts_with("cuMemcpy") {
+    } else if copies(name) {
         Doing::Copy
     } else {
         Doing::Launching
@@ -104,7 +104,7 @@ fn thread_times(trace: &Trace) -> Vec<ThreadTime> {
     for (ci, c) in trace.calls.iter().enumerate() {
         let t = &mut out[c.thread];
         t.items[call_doing(&c.name) as usize].push((c.start_us, c.end_us, Item::Call(ci)));
-        if c.name.starts_with("cudaStreamWaitEvent") || c.name.starts_with("cuStreamWaitEvent") {
+        if waits_for_event(&c.name) {
             t.event_waits.push(ci);
         }
     }

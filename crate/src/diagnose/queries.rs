@@ -1,6 +1,7 @@
 //! Questions asked of a read trace by more than one room: which CUDA calls
 //! issue GPU work ([`issues_gpu_work`]) and which make the CPU wait for
-//! the GPU ([`synchronizes`]); which call launched each GPU op
+//! the GPU ([`synchronizes`]); which copy, record or join streams
+//! ([`copies`], [`records_event`], [`waits_for_event`]); which call launched each GPU op
 //! ([`launch_calls`]); which CPU ops sit around each call
 //! (`enclosing_ops`); which stream is the legacy default one
 //! ([`legacy_default_stream`]). Reading uses the first to check a trace is
@@ -88,7 +89,23 @@ pub fn synchronizes(call: &str) -> bool {
         "cuMemFree_v2",
         "cuMemFreeHost",
     ];
-    explicit.contains(&call) || ((call.starts_with("cudaMemcpy") || call.starts_with("cuMemcpy")) && !call.contains("Async"))
+    explicit.contains(&call) || (copies(call) && !call.contains("Async"))
+}
+
+/// Whether a CUDA call records an event (runtime or driver API).
+pub fn records_event(call: &str) -> bool {
+    call.starts_with("cudaEventRecord") || call.starts_with("cuEventRecord")
+}
+
+/// Whether a CUDA call makes a stream wait for an event (runtime or driver
+/// API): the join of two streams.
+pub fn waits_for_event(call: &str) -> bool {
+    call.starts_with("cudaStreamWaitEvent") || call.starts_with("cuStreamWaitEvent")
+}
+
+/// Whether a CUDA call is a copy (synchronous or not, runtime or driver API).
+pub fn copies(call: &str) -> bool {
+    call.starts_with("cudaMemcpy") || call.starts_with("cuMemcpy")
 }
 
 /// Where each CUDA call sits: the CPU ops around it, outermost first.
@@ -137,6 +154,13 @@ mod tests {
         for c in ["cudaMemcpyAsync", "cudaLaunchKernel", "cudaStreamWaitEvent", "cudaEventRecord", "cuMemcpyHtoDAsync_v2"] {
             assert!(!synchronizes(c), "{c}");
         }
+    }
+
+    #[test]
+    fn copies_and_event_calls_are_known_by_name_in_either_api() {
+        assert!(copies("cudaMemcpyAsync") && copies("cuMemcpyDtoH_v2") && !copies("cudaMemsetAsync"));
+        assert!(records_event("cudaEventRecord") && records_event("cuEventRecord") && !records_event("cudaEventSynchronize"));
+        assert!(waits_for_event("cudaStreamWaitEvent") && waits_for_event("cuStreamWaitEvent") && !waits_for_event("cudaEventRecord"));
     }
 
     #[test]

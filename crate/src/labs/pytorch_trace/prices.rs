@@ -82,11 +82,13 @@ impl Prices {
     /// The what-if's prices for a trace of the GPU named `gpu`: its link's
     /// rates and its graph gap, where these recordings have them.
     pub fn for_gpu(&self, gpu: Option<&str>) -> Pricing {
+        // A lab 10 figure of that GPU's recording, with its file.
+        let of_gpu = |figures: &[(String, f64, String)]| gpu.and_then(|n| figures.iter().find(|g| g.0 == n).map(|g| (g.1, g.2.clone())));
         Pricing {
             rates: gpu.and_then(|n| self.links.iter().find(|l| l.matches(n)).cloned()),
-            graph_gap_us: gpu.and_then(|n| self.graph_gaps.iter().find(|g| g.0 == n).map(|g| (g.1, g.2.clone()))),
+            graph_gap_us: of_gpu(&self.graph_gaps),
             workers: None,
-            profiler_us_per_cpu_op: gpu.and_then(|n| self.profiler_costs.iter().find(|g| g.0 == n).map(|g| (g.1, g.2.clone()))),
+            profiler_us_per_cpu_op: of_gpu(&self.profiler_costs),
         }
     }
 
