@@ -63,6 +63,7 @@ import math
 import os
 import statistics
 import tempfile
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass, fields, replace
 from typing import Callable, Dict, List, Optional, Tuple
@@ -84,24 +85,51 @@ class Sizes:
     host_batches: int = 8  # distinct host batches the loop cycles through
     tiny_tensors: int = 512  # small tensors the tiny-op step updates one by one
     tiny_elements: int = 4096  # float32 elements in each
+    tiny_streams: int = 4  # streams the multi-stream tiny-op step spreads its tensors over
+    samples: int = 128  # samples in one batch the CPU builds (the loader and training programs)
+    sample_tokens: int = 16  # rows of one sample: each CPU op works on sample_tokens x width values, one thread's work
+    loader_hidden: int = 4096  # the loader programs' MLP hidden width (calibrate_loader sets it on a GPU)
+    loader_blocks: int = 8  # MLP blocks in one loader step
+    training_blocks: int = 2  # blocks of the training loop's model (few: its step's launches stay well within its GPU time)
+    training_hidden: int = 4096  # the training loop's hidden width (calibrate_loader sets it)
+    workers: int = 4  # the DataLoader's worker processes in the fixed loader programs
+    result_rows: int = 8192  # rows of one step's result the download programs bring back: 16 MiB
+    download_hidden: int = 4096  # the download programs' MLP hidden width (calibrate_download sets it)
     seed: int = 10  # every input comes from this seed, the same in every program
 
     def batch_bytes(self) -> int:
         """Bytes of one batch (bfloat16)."""
         return self.batch_rows * self.width * 2
 
+    def loader_batch_bytes(self) -> int:
+        """Bytes of one batch a loader program uploads (bfloat16)."""
+        return self.samples * self.sample_tokens * self.width * 2
+
+    def result_bytes(self) -> int:
+        """Bytes of one step's result a download program brings back (bfloat16)."""
+        return self.result_rows * self.width * 2
+
     def of_family(self, family: str) -> Dict[str, int]:
-        """The sizes a program of `family` uses, by name (for the record)."""
+        """The sizes a program of `family` uses, by name (for the record).
+        `batch_bytes` is what one iteration uploads, `result_bytes` what it downloads."""
         names = {"copy": ("iterations", "batch_rows", "width", "hidden", "blocks", "host_batches", "seed"),
-                 "tiny": ("iterations", "tiny_tensors", "tiny_elements", "seed")}[family]
+                 "tiny": ("iterations", "tiny_tensors", "tiny_elements", "tiny_streams", "seed"),
+                 "loader": ("iterations", "samples", "sample_tokens", "width", "loader_hidden", "loader_blocks", "workers", "seed"),
+                 "training": ("iterations", "samples", "sample_tokens", "width", "training_hidden", "training_blocks", "workers", "seed"),
+                 "download": ("iterations", "result_rows", "width", "download_hidden", "blocks", "host_batches", "seed")}[family]
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name in names}
         if family == "copy":
             out["batch_bytes"] = self.batch_bytes()
+        if family in ("loader", "training"):
+            out["batch_bytes"] = self.loader_batch_bytes()
+        if family == "download":
+            out["result_bytes"] = self.result_bytes()
         return out
 
 
 # A smoke run's sizes: every code path in a second on a CPU.
-SMOKE_SIZES = Sizes(iterations=3, batch_rows=64, width=32, hidden=64, host_batches=4, tiny_tensors=16, tiny_elements=64)
+SMOKE_SIZES = Sizes(iterations=3, batch_rows=64, width=32, hidden=64, host_batches=4, tiny_tensors=16, tiny_elements=64,
+                    samples=4, sample_tokens=4, loader_hidden=64, loader_blocks=2, training_blocks=1, training_hidden=64, workers=2, result_rows=64, download_hidden=64)
 
 
 @dataclass
@@ -129,15 +157,17 @@ def _host_batches(sizes: Sizes, pinned: bool) -> List[torch.Tensor]:
 
 
 class _Mlp:
-    """The compute step: `blocks` residual MLP blocks in bfloat16, the same
-    weights in every program (one seed)."""
+    """The compute step: `blocks` residual MLP blocks in bfloat16 (by
+    default the copy programs' `sizes.hidden` and `sizes.blocks`), the same
+    weights in every program of a family (one seed)."""
 
-    def __init__(self, device: torch.device, sizes: Sizes):
+    def __init__(self, device: torch.device, sizes: Sizes, hidden: Optional[int] = None, blocks: Optional[int] = None):
+        hidden, blocks = hidden or sizes.hidden, blocks or sizes.blocks
         gen = torch.Generator().manual_seed(sizes.seed + 1)
         self.weights = []
-        for _ in range(sizes.blocks):
-            up = torch.randn(sizes.hidden, sizes.width, generator=gen) / math.sqrt(sizes.width)
-            down = torch.randn(sizes.width, sizes.hidden, generator=gen) / math.sqrt(sizes.hidden)
+        for _ in range(blocks):
+            up = torch.randn(hidden, sizes.width, generator=gen) / math.sqrt(sizes.width)
+            down = torch.randn(sizes.width, hidden, generator=gen) / math.sqrt(hidden)
             self.weights.append((up.to(device, torch.bfloat16), down.to(device, torch.bfloat16)))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -298,8 +328,10 @@ class _TinyOptimizerStep:
         self.momenta = list(self.momenta_all.unbind(0))
         self.targets = list(self.targets_all.unbind(0))
 
-    def step(self) -> None:
-        for p, m, t in zip(self.params, self.momenta, self.targets):
+    def step(self, share: Optional[List[int]] = None) -> None:
+        """One step over every tensor, or over the tensors numbered in `share`."""
+        for k in share if share is not None else range(len(self.params)):
+            p, m, t = self.params[k], self.momenta[k], self.targets[k]
             g = p - t
             m.mul_(MOMENTUM).add_(g)
             p.add_(m, alpha=-LEARNING_RATE)
@@ -326,21 +358,7 @@ def tiny_ops(device: torch.device, sizes: Sizes) -> Loop:
 def tiny_ops_graph(device: torch.device, sizes: Sizes) -> Loop:
     """The same step captured once in a CUDA graph and replayed each iteration."""
     opt = _TinyOptimizerStep(device, sizes)
-    if device.type == "cuda":
-        # PyTorch's recipe: warm up on a side stream, then capture. The warm-up
-        # moves the parameters; reset() puts them back before every run.
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                opt.step()
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            opt.step()
-        replay = graph.replay
-    else:
-        replay = opt.step  # a smoke run: no graphs on a CPU
+    replay = _captured(device, opt.step)
 
     def run() -> None:
         for _ in range(sizes.iterations):
@@ -349,7 +367,344 @@ def tiny_ops_graph(device: torch.device, sizes: Sizes) -> Loop:
     return Loop(run, opt.reset, opt.outputs)
 
 
+def tiny_ops_streams(device: torch.device, sizes: Sizes) -> Loop:
+    """The tiny-op step spread over streams, forked and joined by events (issue-bound still)."""
+    opt = _TinyOptimizerStep(device, sizes)
+    step = _on_streams(device, sizes, opt)
+
+    def run() -> None:
+        for _ in range(sizes.iterations):
+            step()
+
+    return Loop(run, opt.reset, opt.outputs)
+
+
+def tiny_ops_streams_graph(device: torch.device, sizes: Sizes) -> Loop:
+    """The multi-stream step captured once in a CUDA graph (its fork and join kept) and replayed."""
+    opt = _TinyOptimizerStep(device, sizes)
+    step = _on_streams(device, sizes, opt)
+    replay = _captured(device, step)
+
+    def run() -> None:
+        for _ in range(sizes.iterations):
+            replay()
+
+    return Loop(run, opt.reset, opt.outputs)
+
+
+def _on_streams(device: torch.device, sizes: Sizes, opt: "_TinyOptimizerStep") -> Callable[[], None]:
+    """`opt`'s step with its tensors dealt out over `sizes.tiny_streams`
+    side streams: each side stream waits for the current stream's event
+    (the fork), updates its share, and records an event the current stream
+    waits for (the join). On a CPU, the plain step."""
+    if device.type != "cuda":
+        return opt.step
+    n = sizes.tiny_streams
+    sides = [torch.cuda.Stream(device) for _ in range(n)]
+    forked, joined = torch.cuda.Event(), [torch.cuda.Event() for _ in range(n)]
+    shares = [list(range(k, len(opt.params), n)) for k in range(n)]
+
+    def step() -> None:
+        main = torch.cuda.current_stream(device)
+        forked.record(main)
+        for side, share, done in zip(sides, shares, joined):
+            side.wait_event(forked)
+            with torch.cuda.stream(side):
+                opt.step(share)
+                done.record(side)
+        for done in joined:
+            main.wait_event(done)
+
+    return step
+
+
+def _captured(device: torch.device, step: Callable[[], None]) -> Callable[[], None]:
+    """`step` captured once in a CUDA graph, as PyTorch's recipe does it
+    (warm up on a side stream, then capture); returns the graph's replay.
+    The warm-up moves the parameters: a program's reset() puts them back
+    before every run. On a CPU (a smoke run: no graphs), `step` itself."""
+    if device.type != "cuda":
+        return step
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+# --- the loader programs: batches the CPU builds ---------------------------------
+#
+# Each sample is built on the CPU from raw bytes, as a data pipeline decodes
+# and augments its records: a (sample_tokens x width) uint8 record turned to
+# float, normalized per feature, scaled by the sample's augmentation gain,
+# clipped and cast to bfloat16. Each op works on sample_tokens x width
+# values (16k by default), below PyTorch's grain for splitting an op over
+# threads, so a sample is one thread's work in the loop's own process and
+# in a DataLoader worker alike. A batch is `samples` samples stacked (what a
+# DataLoader's default collate does).
+
+
+class _Records(torch.utils.data.Dataset):
+    """`iterations x samples` samples, each built on the CPU when asked for
+    (`__getitem__`), the same in every program (one seed)."""
+
+    POOL = 256  # distinct raw records, cycled
+
+    def __init__(self, sizes: Sizes):
+        gen = torch.Generator().manual_seed(sizes.seed + 3)
+        self.sizes = sizes
+        self.raw = torch.randint(0, 256, (self.POOL, sizes.sample_tokens, sizes.width), generator=gen, dtype=torch.uint8)
+        self.mean = self.raw.float().mean(dim=(0, 1))
+        self.std = self.raw.float().std(dim=(0, 1))
+        # Each sample's gain: a loop that uploads the wrong batch moves the loss far.
+        self.gains = 0.5 + torch.rand(sizes.iterations * sizes.samples, generator=gen)
+
+    def __len__(self) -> int:
+        return self.sizes.iterations * self.sizes.samples
+
+    def __getitem__(self, j: int) -> torch.Tensor:
+        x = self.raw[j % self.POOL].float()
+        x = (x - self.mean) / self.std
+        x = x * self.gains[j]
+        return x.clamp_(-3.0, 3.0).to(torch.bfloat16)
+
+    def batch(self, i: int) -> torch.Tensor:
+        """Batch i, built here (the loop's own process), as the default collate stacks it."""
+        n = self.sizes.samples
+        return torch.stack([self[i * n + k] for k in range(n)])
+
+
+def _loader(records: _Records, sizes: Sizes, workers: int, pinned: bool) -> torch.utils.data.DataLoader:
+    """A DataLoader over `records` in order: `workers` processes (0: built in
+    the loop's own process), batches in pinned memory where `pinned`. Its
+    workers persist from run to run (started in the first, a warm-up run)."""
+    return torch.utils.data.DataLoader(records, batch_size=sizes.samples, shuffle=False, num_workers=workers,
+                                       pin_memory=pinned, persistent_workers=workers > 0)
+
+
+class _LoaderInference:
+    """What the inference loader programs share: the model (the MLP, the
+    loader's width and blocks), each iteration's loss on the GPU and the
+    last iteration's output."""
+
+    def __init__(self, device: torch.device, sizes: Sizes):
+        self.device, self.sizes = device, sizes
+        self.records = _Records(sizes)
+        self.mlp = _Mlp(device, sizes, sizes.loader_hidden, sizes.loader_blocks)
+        self.losses = torch.empty(sizes.iterations, device=device)
+        self.last: Optional[torch.Tensor] = None
+
+    def step(self, i: int, x: torch.Tensor) -> None:
+        y = self.mlp(x.view(-1, self.sizes.width))
+        self.losses[i].copy_(_loss(y))
+        self.last = y
+
+    def reset(self) -> None:
+        self.losses.fill_(float("nan"))
+        self.last = None
+
+    def outputs(self) -> Dict[str, torch.Tensor]:
+        last = self.last.float().cpu() if self.last is not None else torch.full((1,), float("nan"))
+        return {"losses": self.losses.cpu(), "last_output": last}
+
+
+def cpu_prepared_batches(device: torch.device, sizes: Sizes) -> Loop:
+    """Each batch built on the CPU in the loop, then .to(device) (pageable) and the step: the GPU waits for the CPU."""
+    work = _LoaderInference(device, sizes)
+
+    def run() -> None:
+        for i in range(sizes.iterations):
+            x = work.records.batch(i).to(device)
+            work.step(i, x)
+
+    return Loop(run, work.reset, work.outputs)
+
+
+def dataloader_workers_pinned(device: torch.device, sizes: Sizes) -> Loop:
+    """The same batches from a DataLoader with worker processes and pin_memory, uploaded with non_blocking=True."""
+    work = _LoaderInference(device, sizes)
+    cuda = device.type == "cuda"
+    loader = _loader(work.records, sizes, sizes.workers, pinned=cuda)
+
+    def run() -> None:
+        for i, x in enumerate(loader):
+            work.step(i, x.to(device, non_blocking=cuda))
+
+    return Loop(run, work.reset, work.outputs)
+
+
+# --- the training loop ---------------------------------------------------------
+#
+# A small real training loop: a model (the loader programs' MLP shape, as
+# torch.nn modules in float32 under bfloat16 autocast), AdamW, and a
+# DataLoader over the loader programs' records; the target of each sample
+# is a fixed "teacher" map of it, computed on the GPU. The backward pass's
+# kernels are launched from autograd's own thread.
+
+
+class _Training:
+    """The model, its optimizer and the teacher, with the starting state a
+    run resets to, each step's loss and the last step's output."""
+
+    def __init__(self, device: torch.device, sizes: Sizes):
+        torch.manual_seed(sizes.seed + 4)
+        w, h = sizes.width, sizes.training_hidden
+        blocks = []
+        for _ in range(sizes.training_blocks):
+            blocks += [torch.nn.LayerNorm(w), torch.nn.Linear(w, h), torch.nn.GELU(), torch.nn.Linear(h, w)]
+        self.model = torch.nn.Sequential(*blocks).to(device)
+        self.teacher = (torch.randn(w, w) / math.sqrt(w)).to(device, torch.bfloat16)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.start = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.device, self.sizes = device, sizes
+        self.records = _Records(sizes)
+        self.losses = torch.empty(sizes.iterations, device=device)
+
+    def step(self, i: int, x: torch.Tensor) -> None:
+        x = x.view(-1, self.sizes.width)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            target = x @ self.teacher
+            y = self.model(x)
+            loss = F.mse_loss(y.float(), target.float())
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.losses[i].copy_(loss.detach())
+
+    def reset(self) -> None:
+        self.model.load_state_dict(self.start)
+        self.optimizer.state.clear()  # AdamW starts again from no moments
+        self.losses.fill_(float("nan"))
+
+    def outputs(self) -> Dict[str, torch.Tensor]:
+        params = torch.cat([p.detach().float().flatten().cpu() for p in self.model.parameters()])
+        return {"losses": self.losses.cpu(), "trained_params": params}
+
+
+def training_loop(device: torch.device, sizes: Sizes) -> Loop:
+    """A training loop (forward, backward, AdamW) fed by a DataLoader with no workers: each batch built on the CPU in turn."""
+    work = _Training(device, sizes)
+    loader = _loader(work.records, sizes, 0, pinned=False)
+
+    def run() -> None:
+        work.model.train()
+        for i, x in enumerate(loader):
+            work.step(i, x.to(device))
+
+    return Loop(run, work.reset, work.outputs)
+
+
+def training_loop_workers_pinned(device: torch.device, sizes: Sizes) -> Loop:
+    """The same training loop fed by a DataLoader with worker processes and pin_memory, uploads non_blocking."""
+    work = _Training(device, sizes)
+    cuda = device.type == "cuda"
+    loader = _loader(work.records, sizes, sizes.workers, pinned=cuda)
+
+    def run() -> None:
+        work.model.train()
+        for i, x in enumerate(loader):
+            work.step(i, x.to(device, non_blocking=cuda))
+
+    return Loop(run, work.reset, work.outputs)
+
+
+# --- the download programs: results brought back each step -----------------------
+#
+# Each iteration computes a step (the MLP, `download_hidden` wide) on a batch
+# already on the GPU and brings its whole result (result_rows x width
+# bfloat16) back to the host, where the loop reads it: the sum of its
+# values, as a metric or a writer would touch every value.
+
+
+class _Results:
+    """What the download programs share: their GPU batches, the model, and
+    the sums the host read of each step's result."""
+
+    def __init__(self, device: torch.device, sizes: Sizes):
+        gen = torch.Generator().manual_seed(sizes.seed + 5)
+        self.batches = [(torch.randn(sizes.result_rows, sizes.width, generator=gen) * (1 + k / 2)).to(device, torch.bfloat16)
+                        for k in range(sizes.host_batches)]
+        self.mlp = _Mlp(device, sizes, sizes.download_hidden, sizes.blocks)
+        self.sums: List[float] = []
+        self.last: Optional[torch.Tensor] = None
+
+    def step(self, i: int) -> torch.Tensor:
+        return self.mlp(self.batches[i % len(self.batches)])
+
+    def read(self, host: torch.Tensor) -> None:
+        """The host reads one step's result: the sum of its values."""
+        self.sums.append(float(host.sum(dtype=torch.float32)))
+        self.last = host
+
+    def reset(self) -> None:
+        self.sums, self.last = [], None
+
+    def outputs(self) -> Dict[str, torch.Tensor]:
+        last = self.last.float().clone() if self.last is not None else torch.full((1,), float("nan"))
+        return {"result_sums": torch.tensor(self.sums, dtype=torch.float64), "last_result": last}
+
+
+def results_cpu_each_step(device: torch.device, sizes: Sizes) -> Loop:
+    """Each step's result brought back with y.cpu() (a pageable download the CPU waits for), then read."""
+    work = _Results(device, sizes)
+
+    def run() -> None:
+        for i in range(sizes.iterations):
+            work.read(work.step(i).cpu())
+
+    return Loop(run, work.reset, work.outputs)
+
+
+def results_pinned_read_late(device: torch.device, sizes: Sizes) -> Loop:
+    """Results copied into two pinned buffers on a download stream, each read a step late."""
+    work = _Results(device, sizes)
+    cuda = device.type == "cuda"
+    if not cuda:  # a smoke run: no streams, events or pinned memory
+        return results_cpu_each_step(device, sizes)
+    shape = (sizes.result_rows, sizes.width)
+    pinned = [torch.empty(shape, dtype=torch.bfloat16, pin_memory=True) for _ in range(2)]
+    results = [None, None]  # each step's result on the GPU, kept until its download is done
+    download = torch.cuda.Stream(device)
+    computed = [torch.cuda.Event() for _ in range(2)]  # step i's result is ready
+    copied = [torch.cuda.Event() for _ in range(2)]  # step i's result is in pinned[i % 2]
+
+    def run() -> None:
+        compute = torch.cuda.current_stream(device)
+        download.wait_stream(compute)
+        n = sizes.iterations
+        for i in range(n + 1):
+            if i < n:
+                b = i % 2
+                results[b] = work.step(i)
+                computed[b].record(compute)
+                with torch.cuda.stream(download):
+                    download.wait_event(computed[b])
+                    pinned[b].copy_(results[b], non_blocking=True)
+                    results[b].record_stream(download)  # the allocator keeps it until the copy is done
+                    copied[b].record(download)
+            if i >= 1:
+                b = (i - 1) % 2
+                copied[b].synchronize()  # step i-1's result is home: read it while step i runs
+                work.read(pinned[b])
+        compute.wait_stream(download)  # the run's end (the timing's event) follows the last download
+
+    def outputs() -> Dict[str, torch.Tensor]:
+        return work.outputs()
+
+    return Loop(run, work.reset, outputs)
+
+
 # --- the table -----------------------------------------------------------------
+
+
+# The fix a DataLoader with workers and pin_memory makes, as the what-if
+# names it for its default of 4 workers (`Sizes.workers`).
+PREPARED_AHEAD_PINNED = "pinned + prepare the next batch ahead (4 workers)"
 
 
 @dataclass(frozen=True)
@@ -357,12 +712,14 @@ class Program:
     """A program, and what its trace must show (`lab10_trace` checks it)."""
 
     build: Callable[[torch.device, Sizes], Loop]
-    family: str  # "copy" or "tiny": a family shares sizes and iterations
+    family: str  # "copy", "tiny", "loader", "training" or "download": a family shares sizes, iterations and a calibration
     fix_of: Tuple[Tuple[str, str], ...] = ()  # (the program it fixes, the fix's name)
     h2d_from: Optional[str] = None  # its host-to-device copies' source memory: "Pageable" or "Pinned"
     copy_stream: Optional[bool] = None  # whether those copies run on a stream no kernel runs on
-    reads: str = "never"  # where it reads losses to the host (one of READS)
+    reads: str = "never"  # where it reads losses (or results) to the host (one of READS)
+    d2h_from: Optional[str] = None  # its device-to-host copies' destination memory: "Pageable" or "Pinned"
     graph: bool = False  # whether each iteration is one CUDA graph launch
+    streams: int = 1  # the fewest streams its kernels run on
 
     @property
     def name(self) -> str:
@@ -389,12 +746,25 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in (
             h2d_from="Pinned", copy_stream=True, reads="once at the end"),
     Program(tiny_ops, "tiny"),
     Program(tiny_ops_graph, "tiny", fix_of=(("tiny_ops", "CUDA graph"),), graph=True),
+    Program(tiny_ops_streams, "tiny", streams=4),
+    Program(tiny_ops_streams_graph, "tiny", fix_of=(("tiny_ops_streams", "CUDA graph"),), graph=True, streams=4),
+    Program(cpu_prepared_batches, "loader", h2d_from="Pageable", copy_stream=False),
+    Program(dataloader_workers_pinned, "loader", fix_of=(("cpu_prepared_batches", PREPARED_AHEAD_PINNED),),
+            h2d_from="Pinned", copy_stream=False),
+    Program(training_loop, "training", h2d_from="Pageable", copy_stream=False),
+    Program(training_loop_workers_pinned, "training", fix_of=(("training_loop", PREPARED_AHEAD_PINNED),),
+            h2d_from="Pinned", copy_stream=False),
+    Program(results_cpu_each_step, "download", reads="each iteration", d2h_from="Pageable"),
+    Program(results_pinned_read_late, "download", fix_of=(("results_cpu_each_step", "pinned + download stream + read a step late"),),
+            reads="each iteration", d2h_from="Pinned", streams=1),
 )}
 
-# Iterations of one run by family: 40 of copies and steps (15 to 100 ms), and 8
-# tiny-op steps (16k kernels: a trace of a few MiB gzipped).
-ITERATIONS = {"copy": 40, "tiny": 8}
+# Iterations of one run by family: 40 of copies and steps (15 to 100 ms), 8
+# tiny-op steps (16k kernels: a trace of a few MiB gzipped), 40 batches or
+# results of the others.
+ITERATIONS = {"copy": 40, "tiny": 8, "loader": 40, "training": 40, "download": 40}
 
+assert PREPARED_AHEAD_PINNED.endswith(f"({Sizes().workers} workers)")
 for _p in PROGRAMS.values():
     for _before, _ in _p.fix_of:
         # A fix is compared with the time of what it fixes: the same family, so the same sizes.
@@ -412,8 +782,12 @@ def related(names: List[str]) -> List[Tuple[str, str, str]]:
 # (relative, absolute) tolerance of each output. The fixes run the same kernels
 # on the same data, so their outputs agree to rounding; a wrong or skipped batch
 # moves a loss by tens of percent.
+# A training loop's parameters after 40 AdamW steps in bfloat16 autocast
+# agree less closely (cuBLAS may split a GEMM differently from run to run),
+# a skipped or wrong batch still moves its losses far.
 TOLERANCES = {"losses": (1e-3, 1e-6), "loss_reads": (1e-3, 1e-6), "last_output": (2e-2, 2e-2),
-              "params": (1e-5, 1e-6), "momenta": (1e-5, 1e-6)}
+              "params": (1e-5, 1e-6), "momenta": (1e-5, 1e-6), "trained_params": (2e-2, 1e-4),
+              "result_sums": (1e-3, 1e-3), "last_result": (2e-2, 2e-2)}
 
 
 def never_written(outputs: Dict[str, torch.Tensor]) -> List[str]:
@@ -463,30 +837,109 @@ def _median_ms(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> 
     return statistics.median(times)
 
 
-HIDDEN_GRAIN, HIDDEN_RANGE = 256, (256, 32768)
+HIDDEN_GRAIN, HIDDEN_RANGE = 256, (256, 65536)
+
+
+def _fit_hidden(hidden: int, step_ms_of: Callable[[int], float], target_ms: float) -> Tuple[int, list]:
+    """The hidden width, from `hidden`, whose step takes about `target_ms`
+    (`step_ms_of(hidden)` measures one), and every width tried. A step's
+    time grows with its hidden width nearly in proportion (its GEMMs and
+    GELU); up to three rounds of measure-and-scale settle it within a
+    grain, and the width kept is always one that was measured."""
+    tried = []
+    for round_ in range(3):
+        step_ms = step_ms_of(hidden)
+        tried.append({"hidden": hidden, "step_ms": step_ms})
+        scaled = round(hidden * target_ms / step_ms / HIDDEN_GRAIN) * HIDDEN_GRAIN
+        scaled = min(max(scaled, HIDDEN_RANGE[0]), HIDDEN_RANGE[1])
+        if abs(scaled - hidden) <= HIDDEN_GRAIN or round_ == 2:
+            break
+        hidden = scaled
+    return hidden, tried
 
 
 def calibrate_hidden(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:
-    """`sizes` with `hidden` set so one step (the MLP and the loss) takes about
-    as long on this GPU as one pinned batch copy, and what was measured. The
-    step's time grows with `hidden` nearly in proportion (its GEMMs and GELU);
-    up to three rounds of measure-and-scale settle it within a grain."""
+    """`sizes` with `hidden` set so one step of the copy programs (the MLP
+    and the loss) takes about as long on this GPU as one pinned batch copy,
+    and what was measured."""
     host = _host_batches(replace(sizes, host_batches=1), pinned=True)[0]
     x = torch.empty(host.shape, dtype=host.dtype, device=device)
     copy_ms = _median_ms(lambda: x.copy_(host, non_blocking=True))
-    hidden, tried = sizes.hidden, []
-    for round_ in range(3):
-        mlp = _Mlp(device, replace(sizes, hidden=hidden))
-        step_ms = _median_ms(lambda: _loss(mlp(x)))
-        tried.append({"hidden": hidden, "step_ms": step_ms})
-        scaled = round(hidden * copy_ms / step_ms / HIDDEN_GRAIN) * HIDDEN_GRAIN
-        scaled = min(max(scaled, HIDDEN_RANGE[0]), HIDDEN_RANGE[1])
-        if abs(scaled - hidden) <= HIDDEN_GRAIN or round_ == 2:
-            break  # the hidden width kept is always one that was measured
-        hidden = scaled
+
+    def step_ms(hidden: int) -> float:
+        mlp = _Mlp(device, sizes, hidden)
+        return _median_ms(lambda: _loss(mlp(x)))
+
+    hidden, tried = _fit_hidden(sizes.hidden, step_ms, copy_ms)
     return replace(sizes, hidden=hidden), {
         "pinned_copy_ms": copy_ms, "batch_bytes": sizes.batch_bytes(), "tried": tried,
         "hidden": hidden, "step_over_copy": tried[-1]["step_ms"] / copy_ms}
+
+
+# What a loader program's GPU step takes against the time the CPU takes to
+# build its batch: half. Built in the loop, the batches bound it (the GPU
+# idles half the time); built by 4 workers, the GPU does (each worker has
+# twice the time it needs).
+LOADER_STEP_SHARE = 0.5
+# What a download program's step takes against its result's pinned
+# download: half as long again, so a download stream hides the copy.
+DOWNLOAD_STEP_OVER_COPY = 1.5
+
+
+def _host_ms(fn: Callable[[], object], repeats: int = 12, warmup: int = 2) -> float:
+    """Median host-clock time of `fn`, ms."""
+    times = []
+    for k in range(warmup + repeats):
+        t0 = time.perf_counter()
+        fn()
+        if k >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def calibrate_loader(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:
+    """`sizes` with `loader_hidden` and `training_hidden` set so the
+    inference step and the training step (forward, backward, AdamW) each
+    take LOADER_STEP_SHARE of the time this CPU takes to build one batch in
+    the loop's own process, and what was measured."""
+    records = _Records(sizes)
+    batch_ms = _host_ms(lambda: records.batch(0))
+    x = records.batch(0).to(device)
+
+    def inference_ms(hidden: int) -> float:
+        mlp = _Mlp(device, sizes, hidden, sizes.loader_blocks)
+        return _median_ms(lambda: _loss(mlp(x.view(-1, sizes.width))))
+
+    def training_ms(hidden: int) -> float:
+        work = _Training(device, replace(sizes, training_hidden=hidden))
+        return _median_ms(lambda: work.step(0, x), repeats=10)
+
+    target = LOADER_STEP_SHARE * batch_ms
+    loader_hidden, tried = _fit_hidden(sizes.loader_hidden, inference_ms, target)
+    training_hidden, tried_training = _fit_hidden(sizes.training_hidden, training_ms, target)
+    return replace(sizes, loader_hidden=loader_hidden, training_hidden=training_hidden), {
+        "host_batch_ms": batch_ms, "loader_batch_bytes": sizes.loader_batch_bytes(),
+        "loader_hidden": loader_hidden, "loader_tried": tried, "loader_step_over_batch": tried[-1]["step_ms"] / batch_ms,
+        "training_hidden": training_hidden, "training_tried": tried_training,
+        "training_step_over_batch": tried_training[-1]["step_ms"] / batch_ms}
+
+
+def calibrate_download(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:
+    """`sizes` with `download_hidden` set so a download program's step takes
+    DOWNLOAD_STEP_OVER_COPY times its result's pinned download, and what
+    was measured."""
+    y = torch.randn(sizes.result_rows, sizes.width, device=device).to(torch.bfloat16)
+    host = torch.empty(y.shape, dtype=y.dtype, pin_memory=True)
+    copy_ms = _median_ms(lambda: host.copy_(y, non_blocking=True))
+
+    def step_ms(hidden: int) -> float:
+        mlp = _Mlp(device, sizes, hidden, sizes.blocks)
+        return _median_ms(lambda: mlp(y))
+
+    hidden, tried = _fit_hidden(sizes.download_hidden, step_ms, DOWNLOAD_STEP_OVER_COPY * copy_ms)
+    return replace(sizes, download_hidden=hidden), {
+        "pinned_download_ms": copy_ms, "result_bytes": sizes.result_bytes(), "download_hidden": hidden,
+        "download_tried": tried, "download_step_over_copy": tried[-1]["step_ms"] / copy_ms}
 
 
 # --- the GPU's gap between a graph's kernels -----------------------------------

@@ -9,8 +9,10 @@
 //! page-locked copies on the kernels' stream, a copy stream (each way); a
 //! sync that left the GPU idle, the syncs removed; an issue-bound stretch,
 //! CUDA graphs; the host's own work (the GPU idle while the CPU built its
-//! batches), the next batch prepared ahead on workers, with which side
-//! then bounds the loop said plainly ([`HostBound`]). [`what_if`] picks them from a [`Diagnosis`] and predicts
+//! batches), the next batch prepared ahead on workers (and, where its
+//! copies are pageable, in pinned memory too: a DataLoader's
+//! `pin_memory`), with which side then bounds the loop said plainly
+//! ([`HostBound`]). [`what_if`] picks them from a [`Diagnosis`] and predicts
 //! each; whoever holds the machine's figures attaches the table to the
 //! diagnosis.
 //!
@@ -68,6 +70,10 @@ pub fn suggested(trace: &Trace, d: &Diagnosis) -> Vec<Vec<Change>> {
     let window = trace.window_us().1 - trace.window_us().0;
     if d.findings.iter().any(|f| f.cause == Cause::HostWork && f.cost_us >= HOST_WORK_MIN_SHARE * window) {
         fixes.push(vec![Change::PrepareAhead]);
+        // A DataLoader with workers and `pin_memory=True` does both at once.
+        if has(Cause::PageableCopies) {
+            fixes.push(vec![Change::Pinned, Change::PrepareAhead]);
+        }
     }
     fixes
 }

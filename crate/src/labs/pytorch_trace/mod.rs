@@ -50,8 +50,23 @@ use std::path::{Path, PathBuf};
 pub const LAB: &str = "pytorch-trace";
 
 /// The course's programs, in course order (`crate/reference/lab10_programs.py`'s `PROGRAMS`).
-pub const PROGRAMS: [&str; 7] =
-    ["pageable_then_compute", "pinned_one_stream", "pinned_double_buffered", "sync_read_in_loop", "sync_read_deferred", "tiny_ops", "tiny_ops_graph"];
+pub const PROGRAMS: [&str; 15] = [
+    "pageable_then_compute",
+    "pinned_one_stream",
+    "pinned_double_buffered",
+    "sync_read_in_loop",
+    "sync_read_deferred",
+    "tiny_ops",
+    "tiny_ops_graph",
+    "tiny_ops_streams",
+    "tiny_ops_streams_graph",
+    "cpu_prepared_batches",
+    "dataloader_workers_pinned",
+    "training_loop",
+    "training_loop_workers_pinned",
+    "results_cpu_each_step",
+    "results_pinned_read_late",
+];
 
 /// The lab's settings (`overlap-lab pytorch-trace --help`).
 #[derive(Clone, Debug, clap::Args)]

@@ -65,6 +65,22 @@ pub struct Program {
     /// What its trace holds, as far as the lab reads it.
     #[serde(default)]
     pub trace_facts: Option<TraceFacts>,
+    /// A second traced run, recorded with the profiler's CUDA sync events
+    /// (none in a CPU smoke run, or a recording made before they were).
+    #[serde(default)]
+    pub sync_events: Option<SyncEventsTrace>,
+}
+
+/// A program's run traced with the profiler's CUDA sync events
+/// (`_ExperimentalConfig(enable_cuda_sync_events=True)`): which stream and
+/// which event record each `cudaStreamWaitEvent` waited for.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SyncEventsTrace {
+    /// Its trace, beside `programs.json`.
+    pub trace: String,
+    /// The traced run's time by the host's clock, ms.
+    #[serde(default)]
+    pub traced_host_ms: Option<f64>,
 }
 
 /// What a program's trace holds.
