@@ -707,6 +707,16 @@ fn what_if_of(s: &Synthetic, pricing: &overlap_lab::diagnose::replay::Pricing) -
     (trace, d)
 }
 
+/// Every call of `t`, in order, and the GPU ops each issued (by correlation id).
+fn calls_and_their_ops(t: &overlap_lab::diagnose::Trace) -> (Vec<usize>, std::collections::HashMap<usize, Vec<usize>>) {
+    let mut ops_of_call: std::collections::HashMap<usize, Vec<usize>> = std::collections::HashMap::new();
+    let by_correlation: std::collections::HashMap<u64, usize> = t.calls.iter().enumerate().filter_map(|(i, c)| c.correlation.map(|k| (k, i))).collect();
+    for (i, o) in t.gpu_ops.iter().enumerate() {
+        ops_of_call.entry(by_correlation[&o.correlation.unwrap()]).or_default().push(i);
+    }
+    ((0..t.calls.len()).collect(), ops_of_call)
+}
+
 /// A launch-bound step over four streams, forked and joined by events
 /// (issue 61's 2048 tiny kernels in small): as a CUDA graph, each stream
 /// keeps its lane and the four run side by side, so a step takes its
@@ -734,15 +744,12 @@ fn a_cuda_graph_of_a_multi_stream_step_keeps_its_branches() {
     assert!((graph.predicted_us / want - 1.0).abs() < 1e-3, "predicted {} µs, want {want}", graph.predicted_us);
     assert!(graph.predicted_us < 0.3 * sum);
     assert!(graph.priced_by.as_deref().is_some_and(|b| b.contains("5 captured streams run side by side")), "{:?}", graph.priced_by);
+    assert!(graph.priced_by.as_deref().is_some_and(|b| b.contains("(inferred from the calls' order")), "{:?}", graph.priced_by);
+    assert_eq!(w.event_joins, Some(overlap_lab::diagnose::event_joins::JoinsKnown::CallsOrder));
     assert!(graph.in_pytorch.contains("torch.cuda.graphs"), "{}", graph.in_pytorch);
     // The as-traced replay is the window; the joins come from the calls.
     assert!((w.replayed_us / traced - 1.0).abs() < 0.01, "replayed {} against {traced}", w.replayed_us);
-    let calls: Vec<usize> = (0..t.calls.len()).collect();
-    let mut ops_of_call: std::collections::HashMap<usize, Vec<usize>> = std::collections::HashMap::new();
-    let by_correlation: std::collections::HashMap<u64, usize> = t.calls.iter().enumerate().filter_map(|(i, c)| c.correlation.map(|k| (k, i))).collect();
-    for (i, o) in t.gpu_ops.iter().enumerate() {
-        ops_of_call.entry(by_correlation[&o.correlation.unwrap()]).or_default().push(i);
-    }
+    let (calls, ops_of_call) = calls_and_their_ops(&t);
     let joins = event_joins(&t, &calls, &ops_of_call);
     assert_eq!(joins.len(), steps * (4 + 4), "a fork to each side stream and a join back from each, per step: {joins:?}");
     // The same graph with one kernel at a time (what the what-if did before
@@ -752,6 +759,78 @@ fn a_cuda_graph_of_a_multi_stream_step_keeps_its_branches() {
     one_at_a_time.kernels_side_by_side = false;
     let serial = predict(&one_at_a_time);
     assert!((serial / sum - 1.0).abs() < 1e-3, "one at a time: {serial} µs, want {sum}");
+}
+
+/// The multi-stream step as torch.profiler records it with
+/// `enable_cuda_sync_events=True`: each `cudaStreamWaitEvent` named by a
+/// "Stream Wait Event" on the waiting stream's lane (50 µs long, over the
+/// lane's idle time), the fork's with the recorded stream, the join's with
+/// -1 (unknown) there and each side record's stream in a `cuda_event`.
+fn with_sync_events(mut s: Synthetic) -> Synthetic {
+    use serde_json::json;
+    use synthetic_traces::{DEFAULT_STREAM, SIDE_STREAMS};
+    let events = s.trace["traceEvents"].as_array_mut().unwrap();
+    let (mut records, mut waits, mut added) = (Vec::new(), 0, Vec::new());
+    for e in events.iter().filter(|e| e["cat"] == "cuda_runtime") {
+        let (corr, ts) = (e["args"]["correlation"].as_u64().unwrap(), e["ts"].as_f64().unwrap());
+        if e["name"] == "cudaEventRecord" {
+            if waits > 0 {
+                (records, waits) = (Vec::new(), 0);
+            }
+            records.push(corr);
+        } else if e["name"] == "cudaStreamWaitEvent" {
+            let fork = records.len() == 1;
+            let (stream, recorded, record) =
+                if fork { (SIDE_STREAMS[waits], DEFAULT_STREAM, records[0]) } else { (DEFAULT_STREAM, SIDE_STREAMS[waits], records[waits]) };
+            let args = json!({"device": 0, "context": 1, "stream": stream, "correlation": corr,
+                "wait_on_stream": if fork { recorded as i64 } else { -1 }, "wait_on_cuda_event_record_corr_id": record, "wait_on_cuda_event_id": record});
+            added.push(json!({"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": stream, "ts": ts + 1.0, "dur": 50.0, "args": args}));
+            if !fork {
+                let args = json!({"device": 0, "stream": recorded, "correlation": record, "cuda_event_id": record});
+                added.push(json!({"ph": "X", "cat": "cuda_event", "name": "cudaEventRecord", "pid": 0, "tid": recorded, "ts": ts, "dur": 0.0, "args": args}));
+            }
+            waits += 1;
+        }
+    }
+    events.extend(added);
+    s.file = "synthetic-multi-stream-tiny-ops-sync-events.json";
+    s
+}
+
+/// Read from the trace's CUDA sync events, the multi-stream step's joins
+/// are the ones the calls' order gave (its program is the order's usual
+/// one), and its graph is priced the same, saying so; the sync events
+/// add no GPU op and no busy time, and change no idle figure or finding.
+#[test]
+fn a_multi_stream_steps_joins_are_read_from_its_cuda_sync_events() {
+    use overlap_lab::diagnose::event_joins::{event_joins, joins_read_from_sync_events, JoinsKnown};
+    use overlap_lab::diagnose::replay::{Change, Pricing};
+    let (steps, per_stream) = (2, 16);
+    let pricing = Pricing { rates: None, graph_gap_us: Some((0.5, "(a synthetic gap)".into())), ..Pricing::default() };
+    let (plain, d_plain) = what_if_of(&synthetic_traces::multi_stream_tiny_ops(steps, per_stream), &pricing);
+    let (synced, d_synced) = what_if_of(&with_sync_events(synthetic_traces::multi_stream_tiny_ops(steps, per_stream)), &pricing);
+    assert_eq!((synced.sync_events, synced.stream_waits.len(), synced.event_records.len()), (8 * steps, 8 * steps, 4 * steps));
+    assert!(!plain.carries_sync_events());
+    assert_eq!(synced.gpu_ops, plain.gpu_ops);
+    assert_eq!((&d_synced.window, &d_synced.gpus, &d_synced.syncs, &d_synced.findings), (&d_plain.window, &d_plain.gpus, &d_plain.syncs, &d_plain.findings));
+    let (w_plain, w_synced) = (d_plain.what_if.as_ref().unwrap(), d_synced.what_if.as_ref().unwrap());
+    assert_eq!((w_plain.event_joins, w_synced.event_joins), (Some(JoinsKnown::CallsOrder), Some(JoinsKnown::SyncEvents)));
+    // Every join read, and the same as the calls' order gave.
+    let (calls, ops_of_call) = calls_and_their_ops(&synced);
+    let (read, waits_read) = joins_read_from_sync_events(&synced, &calls, &ops_of_call);
+    assert_eq!(waits_read.len(), 8 * steps);
+    let (calls, ops_of_call) = calls_and_their_ops(&plain);
+    assert_eq!(read, event_joins(&plain, &calls, &ops_of_call));
+    let times = |w: &overlap_lab::diagnose::whatif::WhatIf| w.predictions.iter().map(|p| (p.fix.clone(), p.predicted_us)).collect::<Vec<_>>();
+    assert_eq!(times(w_synced), times(w_plain));
+    let graph = w_synced.predictions.iter().find(|p| p.changes == [Change::CudaGraph]).expect("a graph priced");
+    assert!(
+        graph.priced_by.as_deref().is_some_and(|b| b.contains("joined where their events joined them (read from the trace's CUDA sync events)")),
+        "{:?}",
+        graph.priced_by
+    );
+    let json = serde_json::to_value(&d_synced).unwrap();
+    assert_eq!(json["what_if"]["event_joins"], "sync-events");
 }
 
 /// Results brought back each step with `y.cpu()` into pageable memory:

@@ -6,26 +6,43 @@
 //! An eager program's kernels are ordered by their launches as much as by
 //! their events: a launch-bound step's joins leave no mark on the GPU's
 //! times. A captured graph has no launches to order it: only the captured
-//! streams' order and their events' joins are left, so those must be read
-//! from the calls. An ordinary trace's `cudaEventRecord` and
-//! `cudaStreamWaitEvent` do not say which stream or event they name, so
-//! both are inferred from the order of the thread's calls:
+//! streams' order and their events' joins are left, so those must be known
+//! from the calls. They are known one of two ways, wait by wait
+//! ([`event_joins`] picks, [`JoinsKnown`] says which were used):
 //!
-//! - a record records the stream last launched on before it; in a run of
-//!   records with no launch between them, each records a different stream,
-//!   the last record the stream used last, the one before it the stream
-//!   used before that (`for s, e in zip(streams, events): e.record(s)`);
-//! - a wait waits for the oldest record not yet waited for, else for the
-//!   last record (one event forks several streams);
-//! - the stream that waits is the next stream launched on, other than the
-//!   recorded one; the waits for one record go to different streams (a
-//!   fork), each to the next one launched on.
+//! - **Read** ([`joins_read_from_sync_events`]), for each
+//!   `cudaStreamWaitEvent` the trace's CUDA sync events name (torch.profiler
+//!   run with `enable_cuda_sync_events=True`: a "Stream Wait Event" with
+//!   the wait call's correlation id, the stream that waits, the stream the
+//!   event was recorded on and the record call's correlation id, as
+//!   HolisticTraceAnalysis reads them). The op waited for is the last op on
+//!   the recorded stream issued before the record call (before the wait
+//!   call, where the record call is not in the trace); the op that waits is
+//!   the next op on the waiting stream issued after the wait call.
+//! - **Inferred** from the order of the thread's calls, for every other
+//!   wait (all of them in an ordinary trace, whose `cudaEventRecord` and
+//!   `cudaStreamWaitEvent` do not say which stream or event they name):
+//!   - a record records the stream last launched on before it; in a run
+//!     of records with no launch between them, each records a different
+//!     stream, the last record the stream used last, the one before it the
+//!     stream used before that (`for s, e in zip(streams, events): e.record(s)`);
+//!   - a wait waits for the oldest record not yet waited for, else for the
+//!     last record (one event forks several streams);
+//!   - the stream that waits is the next stream launched on, other than the
+//!     recorded one; the waits for one record go to different streams (a
+//!     fork), each to the next one launched on.
+//!
+//! A wait that was read still takes its turn among the records the
+//! inference pairs waits with (it waited for one), but joins nothing by
+//! inference. A trace without sync events is inferred exactly as before
+//! they were read.
 //!
 //! May use: `events`, `queries` (which calls record an event or wait for one).
 
-use super::events::Trace;
+use super::events::{StreamWait, Trace};
 use super::queries::{records_event, waits_for_event};
-use std::collections::HashMap;
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
 
 /// A join: the GPU op `op` may start only once `after` (an op of another
 /// stream) has ended. Indices into the trace's `gpu_ops`.
@@ -43,10 +60,150 @@ struct PendingWait {
     record: usize,
 }
 
-/// The joins the events of `calls` (the issuing thread's calls, in order;
-/// indices into the trace's `calls`) made between the GPU ops each call
-/// issued (`ops_of_call`).
+/// The joins the events of `calls` (the issuing thread's calls, in the
+/// trace's order; indices into the trace's `calls`) made between the GPU
+/// ops each call issued (`ops_of_call`): read from the trace's CUDA sync
+/// events where they name a wait, inferred from the calls' order for
+/// every other wait (every wait of a trace without them).
 pub fn event_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, Vec<usize>>) -> Vec<Join> {
+    if !trace.carries_sync_events() {
+        return inferred_joins(trace, calls, ops_of_call, &HashSet::new());
+    }
+    let (mut joins, read) = joins_read_from_sync_events(trace, calls, ops_of_call);
+    joins.extend(inferred_joins(trace, calls, ops_of_call, &read));
+    joins.sort_by_key(|j| (j.op, j.after));
+    joins.dedup();
+    joins
+}
+
+/// How the joins of a trace's events were known, as the what-if says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JoinsKnown {
+    /// Every wait read from the trace's CUDA sync events.
+    SyncEvents,
+    /// Every wait inferred from the calls' order (no sync event names one).
+    CallsOrder,
+    /// Read where a sync event names the wait, inferred for the others.
+    Both,
+}
+
+impl JoinsKnown {
+    /// How the joins of `trace`'s `cudaStreamWaitEvent` calls are known;
+    /// `None` where it makes none.
+    pub fn of(trace: &Trace) -> Option<JoinsKnown> {
+        let named = waits_named(trace);
+        let (mut read, mut inferred) = (0usize, 0usize);
+        for c in trace.calls.iter().filter(|c| waits_for_event(&c.name)) {
+            match c.correlation.and_then(|k| named.get(&k)) {
+                Some(_) => read += 1,
+                None => inferred += 1,
+            }
+        }
+        match (read, inferred) {
+            (0, 0) => None,
+            (_, 0) => Some(JoinsKnown::SyncEvents),
+            (0, _) => Some(JoinsKnown::CallsOrder),
+            _ => Some(JoinsKnown::Both),
+        }
+    }
+
+    /// How they were known, in the report's words.
+    pub fn says(self) -> &'static str {
+        match self {
+            JoinsKnown::SyncEvents => "read from the trace's CUDA sync events",
+            JoinsKnown::CallsOrder => {
+                "inferred from the calls' order: the trace names no wait's streams (torch.profiler's `enable_cuda_sync_events=True` records them)"
+            }
+            JoinsKnown::Both => "read from the trace's CUDA sync events where they name the wait, else inferred from the calls' order",
+        }
+    }
+}
+
+/// A wait as the trace's sync events name it: on which GPU, which stream
+/// waits, and which stream and record call the awaited event came from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct NamedWait {
+    gpu: u32,
+    stream: u64,
+    recorded_stream: u64,
+    record_correlation: Option<u64>,
+}
+
+/// The waits the trace's sync events name, by the wait call's correlation
+/// id: those whose recorded stream is known, from the sync event itself
+/// or from the record call's `cuda_event` where the trace has one.
+fn waits_named(trace: &Trace) -> HashMap<u64, NamedWait> {
+    let recorded_on: HashMap<(u32, u64), u64> = trace.event_records.iter().map(|r| ((r.gpu, r.correlation), r.stream)).collect();
+    let mut named = HashMap::new();
+    for &StreamWait { gpu, stream, call_correlation, recorded_stream, record_correlation } in &trace.stream_waits {
+        let recorded_stream = recorded_stream.or_else(|| record_correlation.and_then(|k| recorded_on.get(&(gpu, k)).copied()));
+        if let Some(recorded_stream) = recorded_stream {
+            named.entry(call_correlation).or_insert(NamedWait { gpu, stream, recorded_stream, record_correlation });
+        }
+    }
+    named
+}
+
+/// The joins read from the trace's CUDA sync events: for each wait call
+/// of `calls` that a "Stream Wait Event" names, the last op on the
+/// recorded stream (same GPU) issued by a call of `calls` before the
+/// record call (found by its correlation id among the trace's calls;
+/// where it is not there, before the wait call), joined to the next op on
+/// the waiting stream issued after the wait call. Also the wait calls
+/// read (indices into the trace's `calls`), joins or none: the inference
+/// must not guess for them.
+pub fn joins_read_from_sync_events(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, Vec<usize>>) -> (Vec<Join>, HashSet<usize>) {
+    let named = waits_named(trace);
+    let mut read = HashSet::new();
+    if named.is_empty() {
+        return (Vec::new(), read);
+    }
+    // Each stream's ops, by the call that issued them: (call, op), in the trace's order.
+    let mut issued: HashMap<(u32, u64), Vec<(usize, usize)>> = HashMap::new();
+    for &ci in calls {
+        for &op in ops_of_call.get(&ci).into_iter().flatten() {
+            let o = &trace.gpu_ops[op];
+            issued.entry((o.gpu, o.stream)).or_default().push((ci, op));
+        }
+    }
+    for v in issued.values_mut() {
+        v.sort_by_key(|&(ci, _)| ci);
+    }
+    // The record calls, by correlation id (a call that records an event first).
+    let mut record_call: HashMap<u64, usize> = HashMap::new();
+    for (i, c) in trace.calls.iter().enumerate() {
+        let Some(k) = c.correlation else { continue };
+        match record_call.get(&k) {
+            Some(&r) if records_event(&trace.calls[r].name) || !records_event(&c.name) => {}
+            _ => {
+                record_call.insert(k, i);
+            }
+        }
+    }
+    let mut joins = Vec::new();
+    for &ci in calls {
+        let c = &trace.calls[ci];
+        let Some(w) = c.correlation.filter(|_| waits_for_event(&c.name)).and_then(|k| named.get(&k)) else { continue };
+        read.insert(ci);
+        if w.recorded_stream == w.stream {
+            continue;
+        }
+        let before = w.record_correlation.and_then(|k| record_call.get(&k)).copied().unwrap_or(ci);
+        let after = issued.get(&(w.gpu, w.recorded_stream)).and_then(|v| v[..v.partition_point(|&(c, _)| c < before)].last()).map(|&(_, op)| op);
+        let op = issued.get(&(w.gpu, w.stream)).and_then(|v| v.get(v.partition_point(|&(c, _)| c <= ci))).map(|&(_, op)| op);
+        if let (Some(op), Some(after)) = (op, after) {
+            joins.push(Join { op, after });
+        }
+    }
+    joins.sort_by_key(|j| (j.op, j.after));
+    joins.dedup();
+    (joins, read)
+}
+
+/// The joins inferred from the order of `calls` (the module's rules), but
+/// for the wait calls in `read` (known already), which join nothing here.
+fn inferred_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, Vec<usize>>, read: &HashSet<usize>) -> Vec<Join> {
     let mut joins = Vec::new();
     // Streams by their last launch, most recent last; each one's last op.
     let mut recent: Vec<(u32, u64)> = Vec::new();
@@ -81,6 +238,9 @@ pub fn event_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, 
             } else {
                 continue;
             };
+            if read.contains(&ci) {
+                continue;
+            }
             if let Some((after, recorded_on)) = records[paired] {
                 pending.push(PendingWait { after, recorded_on, record: paired });
             }
@@ -113,7 +273,7 @@ pub fn event_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::events::{Call, GpuOp, GpuOpKind};
+    use crate::diagnose::events::{Call, EventRecord, GpuOp, GpuOpKind};
 
     /// A trace of `calls` in order: ("k", stream) launches a kernel on
     /// that stream, ("r", _) records an event, ("w", _) waits for one.
@@ -161,6 +321,87 @@ mod tests {
         // `with torch.cuda.stream(s): ...; e.record()`: each record follows its own stream's kernels.
         let (t, calls, ops) = trace(&[("k", 1), ("r", 0), ("w", 0), ("k", 2), ("k", 2), ("r", 0), ("w", 0), ("k", 1)]);
         assert_eq!(event_joins(&t, &calls, &ops), [Join { op: 1, after: 0 }, Join { op: 3, after: 2 }]);
+    }
+
+    /// The trace of `calls` as a profiler with CUDA sync events records
+    /// it: each `waits` entry (the wait call, the stream that waits, the
+    /// recorded stream, the record call) a "Stream Wait Event" naming it.
+    fn with_waits(calls: &[(&str, u64)], waits: &[(u64, u64, Option<u64>, Option<u64>)]) -> (Trace, Vec<usize>, HashMap<usize, Vec<usize>>) {
+        let (mut t, calls, ops) = trace(calls);
+        for &(call, stream, recorded_stream, record_correlation) in waits {
+            t.stream_waits.push(StreamWait { gpu: 0, stream, call_correlation: call, recorded_stream, record_correlation });
+        }
+        t.sync_events = waits.len();
+        (t, calls, ops)
+    }
+
+    #[test]
+    fn records_in_a_run_are_read_where_the_order_would_swap_their_streams() {
+        // `e2.record(s2); e1.record(s1)` after kernels on s1 then s2: the
+        // order takes the first record for s1 (used before last), but it
+        // recorded s2; s3 waits for it.
+        let calls = [("k", 1), ("k", 2), ("r", 0), ("r", 0), ("w", 0), ("k", 3)];
+        let (t, c, ops) = trace(&calls);
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 0 }], "inferred: the kernel on s1");
+        let (t, c, ops) = with_waits(&calls, &[(4, 3, Some(2), Some(2))]);
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 1 }], "read: the kernel on s2");
+        assert_eq!(JoinsKnown::of(&t), Some(JoinsKnown::SyncEvents));
+    }
+
+    #[test]
+    fn a_wait_for_a_later_record_is_read_where_the_order_takes_the_oldest() {
+        // Records on s1 and then s2; s3 waits for the second only.
+        let calls = [("k", 1), ("r", 0), ("k", 2), ("r", 0), ("w", 0), ("k", 3)];
+        let (t, c, ops) = trace(&calls);
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 0 }], "inferred: the oldest record, s1's");
+        let (t, c, ops) = with_waits(&calls, &[(4, 3, Some(2), Some(3))]);
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 1 }]);
+        // The wait read takes its turn: a second wait, which no sync event
+        // names, is inferred to wait for the record after the oldest.
+        let calls = [("k", 1), ("r", 0), ("k", 2), ("r", 0), ("w", 0), ("k", 3), ("w", 0), ("k", 4)];
+        let (t, c, ops) = with_waits(&calls, &[(4, 3, Some(1), Some(1))]);
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 0 }, Join { op: 3, after: 1 }]);
+        assert_eq!(JoinsKnown::of(&t), Some(JoinsKnown::Both));
+    }
+
+    #[test]
+    fn the_op_waited_for_is_the_last_issued_before_the_record_call() {
+        // Kernels 0 and 1 on s2 with the record between them, s3 waits.
+        let calls = [("k", 2), ("r", 0), ("k", 2), ("w", 0), ("k", 3)];
+        let (t, c, ops) = with_waits(&calls, &[(3, 3, Some(2), Some(1))]);
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 0 }]);
+        // The record call not in the trace: the last op before the wait.
+        let (t, c, ops) = with_waits(&calls, &[(3, 3, Some(2), Some(99))]);
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 1 }]);
+        let (t, c, ops) = with_waits(&calls, &[(3, 3, Some(2), None)]);
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 1 }]);
+        // The recorded stream unknown to the sync event, known from the
+        // record's `cuda_event`.
+        let (mut t, c, ops) = with_waits(&calls, &[(3, 3, None, Some(1))]);
+        t.event_records.push(EventRecord { gpu: 0, stream: 2, correlation: 1 });
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 0 }]);
+        assert_eq!(JoinsKnown::of(&t), Some(JoinsKnown::SyncEvents));
+        // Known nowhere: inferred (the stream last launched on before the record).
+        t.event_records.clear();
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 0 }]);
+        assert_eq!(JoinsKnown::of(&t), Some(JoinsKnown::CallsOrder));
+        // A wait on its own stream, or with no op after it, joins nothing.
+        let (t, c, ops) = with_waits(&calls, &[(3, 2, Some(2), Some(1))]);
+        assert!(event_joins(&t, &c, &ops).is_empty());
+        let (t, c, ops) = with_waits(&calls, &[(3, 5, Some(2), Some(1))]);
+        assert!(event_joins(&t, &c, &ops).is_empty(), "nothing launched on stream 5 after the wait");
+    }
+
+    #[test]
+    fn a_trace_whose_sync_events_name_no_wait_is_inferred_as_before() {
+        let calls = [("k", 1), ("r", 0), ("w", 0), ("w", 0), ("k", 2), ("k", 3), ("r", 0), ("r", 0), ("w", 0), ("w", 0), ("k", 1)];
+        let (t, c, ops) = trace(&calls);
+        let inferred = event_joins(&t, &c, &ops);
+        assert_eq!(JoinsKnown::of(&t), Some(JoinsKnown::CallsOrder));
+        let (mut t, c, ops) = with_waits(&calls, &[]);
+        t.sync_events = 3;
+        assert_eq!(event_joins(&t, &c, &ops), inferred);
+        assert!(JoinsKnown::of(&trace(&[("k", 1)]).0).is_none(), "no wait, nothing to know");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! What a trace holds once read: the GPU's operations (kernels, copies,
 //! memsets, each on its GPU and stream), the CPU's CUDA calls (each with the
 //! correlation id that ties it to the GPU work it issued) and the CPU ops
-//! around those calls (`aten::item`, a `record_function` range). Times are
+//! around those calls (`aten::item`, a `record_function` range), and, where
+//! the profiler recorded CUDA's synchronization events, which stream each
+//! `cudaStreamWaitEvent` made wait for which ([`StreamWait`]). Times are
 //! the trace's own, in µs.
 //!
 //! May use: nothing of the diagnosis: the bottom of the stack.
@@ -168,6 +170,35 @@ pub struct CpuOp {
     pub annotation: bool,
 }
 
+/// A stream made to wait for an event, as the trace's CUDA sync event
+/// ("Stream Wait Event", `"cat": "cuda_sync"`, recorded by torch.profiler
+/// with `enable_cuda_sync_events=True`) says it: which call made the wait,
+/// which stream waits, and which stream and record call the awaited event
+/// came from. Not GPU work: it takes no time on the GPU's engines.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StreamWait {
+    pub gpu: u32,
+    /// The stream that waits.
+    pub stream: u64,
+    /// The correlation id of the `cudaStreamWaitEvent` call that made the wait.
+    pub call_correlation: u64,
+    /// The stream the awaited event was recorded on (`wait_on_stream`), where known.
+    pub recorded_stream: Option<u64>,
+    /// The correlation id of the `cudaEventRecord` call that recorded the
+    /// event (`wait_on_cuda_event_record_corr_id`), where known.
+    pub record_correlation: Option<u64>,
+}
+
+/// An event recorded on a stream, as some Kineto versions write each
+/// record (`"cat": "cuda_event"`): which record call, on which stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EventRecord {
+    pub gpu: u32,
+    pub stream: u64,
+    /// The correlation id of the `cudaEventRecord` call.
+    pub correlation: u64,
+}
+
 /// Which kind of file a trace came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -199,12 +230,25 @@ pub struct Trace {
     pub calls: Vec<Call>,
     pub cpu_ops: Vec<CpuOp>,
     pub threads: Vec<Thread>,
+    /// How many CUDA sync events (`"cat": "cuda_sync"`) the trace holds:
+    /// none unless torch.profiler ran with `enable_cuda_sync_events=True`.
+    pub sync_events: usize,
+    /// The streams made to wait for events, from the sync events whose
+    /// values are whole ([`StreamWait`]), in the file's order.
+    pub stream_waits: Vec<StreamWait>,
+    /// The events recorded, where the trace writes them (`cuda_event`).
+    pub event_records: Vec<EventRecord>,
 }
 
 impl Trace {
     /// The name the file gives GPU `gpu` ("NVIDIA H100 80GB HBM3").
     pub fn gpu_name(&self, gpu: u32) -> Option<&str> {
         self.gpu_names.iter().find(|(g, _)| *g == gpu).map(|(_, n)| n.as_str())
+    }
+    /// Whether the trace carries CUDA sync events: which streams waited for
+    /// which is read from them, not inferred.
+    pub fn carries_sync_events(&self) -> bool {
+        self.sync_events > 0
     }
     /// The name of the first GPU with work in the trace, where the trace names it.
     pub fn first_gpu_name(&self) -> Option<&str> {

@@ -18,14 +18,25 @@
 //! name the categories `Kernel`, `Memcpy`, `Memset`, `Runtime` and
 //! `Operator`; they read the same.
 //!
+//! A trace recorded with `enable_cuda_sync_events=True` also holds CUPTI's
+//! synchronizations (`"cat": "cuda_sync"`, named "Stream Wait Event",
+//! "Event Sync", "Stream Sync", "Context Sync") on the GPU's lanes, with a
+//! duration: they are counted and their stream waits kept
+//! ([`super::events::StreamWait`]: args `stream`, `correlation`,
+//! `wait_on_stream`, `wait_on_cuda_event_record_corr_id`), never taken as
+//! GPU work. Some Kineto versions write each event record too (`"cat":
+//! "cuda_event"`, args `stream` and `correlation`). Their values are read
+//! leniently: a value missing, not a whole number, or -1 (unknown) leaves
+//! the wait (or the record) out, and never fails the trace.
+//!
 //! May use: `events`, `queries` (which calls issue GPU work), `raw` (an
 //! event as the JSON writes it), `course` (the events that are not
 //! Kineto's).
 
 use super::course::{CourseParts, CourseSpan};
-use super::events::{copy_kind_from_name, Call, CpuOp, Direction, GpuOp, GpuOpKind, Thread, Trace, TraceFormat};
+use super::events::{copy_kind_from_name, Call, CpuOp, Direction, EventRecord, GpuOp, GpuOpKind, StreamWait, Thread, Trace, TraceFormat};
 use super::queries::issues_gpu_work;
-use super::raw::{Id, RawEvent};
+use super::raw::{Id, Num, RawArgs, RawEvent};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -39,8 +50,12 @@ enum Category {
     Call,
     CpuOp,
     Annotation,
+    /// A CUDA synchronization CUPTI recorded (`cuda_sync`): not GPU work.
+    Sync,
+    /// An event recorded on a stream (`cuda_event`): not GPU work.
+    EventRecord,
     /// Kineto's, but nothing the diagnosis reads (`gpu_user_annotation`,
-    /// `cuda_sync`, `python_function`, ...).
+    /// `python_function`, ...).
     KinetoOther,
     /// Not Kineto's: maybe the course's own (its categories are its op
     /// kinds: "H2D", "kernel" is Kineto's too), maybe another tool's.
@@ -55,8 +70,9 @@ fn category(cat: &str) -> Category {
         "cuda_runtime" | "cuda_driver" | "Runtime" | "Driver" => Category::Call,
         "cpu_op" | "Operator" => Category::CpuOp,
         "user_annotation" => Category::Annotation,
+        "cuda_sync" => Category::Sync,
+        "cuda_event" => Category::EventRecord,
         "gpu_user_annotation"
-        | "cuda_sync"
         | "python_function"
         | "Trace"
         | "overhead"
@@ -150,6 +166,11 @@ impl Builder {
             self.kineto_events += 1;
             return Ok(());
         }
+        if matches!(cat, Category::Sync | Category::EventRecord) {
+            self.kineto_events += 1;
+            self.sync_event(cat, &name, &pid, &tid, ev.args.unwrap_or_default());
+            return Ok(());
+        }
         let event_no = self.events;
         let what = || {
             let about: Vec<String> =
@@ -229,7 +250,7 @@ impl Builder {
                 let annotation = cat == Category::Annotation || name.starts_with("ProfilerStep#");
                 self.trace.cpu_ops.push(CpuOp { name, thread, start_us: ts, end_us: ts + dur, annotation });
             }
-            Category::KinetoOther => {}
+            Category::KinetoOther | Category::Sync | Category::EventRecord => {}
             Category::Unknown => {
                 if self.course.other_categories.len() < 6 && !self.course.other_categories.contains(&cat_text) {
                     self.course.other_categories.push(cat_text.clone());
@@ -238,6 +259,39 @@ impl Builder {
             }
         }
         Ok(())
+    }
+
+    /// Keeps what a CUDA sync event (`cuda_sync`) or an event record
+    /// (`cuda_event`) says of the streams: a "Stream Wait Event" whose GPU,
+    /// waiting stream and call are known becomes a [`StreamWait`], a record
+    /// whose GPU, stream and call are known an [`EventRecord`]. Anything
+    /// else they hold is left out, never an error: they are not GPU work,
+    /// and the trace reads whole without them.
+    fn sync_event(&mut self, cat: Category, name: &str, pid: &str, tid: &str, args: RawArgs) {
+        if cat == Category::Sync {
+            self.trace.sync_events += 1;
+        }
+        let gpu = match args.device.as_ref() {
+            Some(d) => known(Some(d)),
+            None => Id(pid.to_string()).number(),
+        }
+        .and_then(|g| u32::try_from(g).ok());
+        let stream = match args.stream.as_ref() {
+            Some(s) => known(Some(s)),
+            None => Id(tid.to_string()).number(),
+        };
+        let (Some(gpu), Some(stream), Some(correlation)) = (gpu, stream, known(args.correlation.as_ref())) else { return };
+        if cat == Category::EventRecord {
+            self.trace.event_records.push(EventRecord { gpu, stream, correlation });
+        } else if name == "Stream Wait Event" {
+            self.trace.stream_waits.push(StreamWait {
+                gpu,
+                stream,
+                call_correlation: correlation,
+                recorded_stream: known(args.wait_on_stream.as_ref()),
+                record_correlation: known(args.wait_on_cuda_event_record_corr_id.as_ref()),
+            });
+        }
     }
 
     /// Decides what the file was and checks it is whole.
@@ -313,6 +367,13 @@ impl Builder {
         }
         Ok(())
     }
+}
+
+/// A sync event's id (a stream, a correlation id, a device) where it is
+/// one: a whole number, not negative (-1 is Kineto's "unknown"), written as
+/// a number or as text.
+fn known(n: Option<&Num>) -> Option<u64> {
+    n.and_then(Num::value).filter(|v| v.is_finite() && *v >= 0.0 && v.fract() == 0.0 && *v < 9e15).map(|v| v as u64)
 }
 
 /// The top-level JSON value of a trace: an object with `traceEvents`, or

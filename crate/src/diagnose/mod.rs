@@ -37,7 +37,8 @@
 //!   events stream past), then [`read`] (the file, gzip, progress, errors).
 //! - [`side_streams`]: what a copy stream moves, uploads' and downloads',
 //!   and the orders each copy keeps. [`event_joins`]: where the program's
-//!   events joined its streams (a graph's fork and join).
+//!   events joined its streams (a graph's fork and join), read from the
+//!   trace's CUDA sync events where it has them, else inferred.
 //! - [`replay`]: the trace as a schedule the queue model replays, with a
 //!   fix's changes. [`prediction`]: fixes priced on it, the what-if table.
 //! - [`diagnosis`]: what a diagnosis says, as data (findings, summaries,

@@ -7,9 +7,12 @@
 //! fix's, so the model's error does not count as gain. Which fixes a
 //! diagnosis suggests is `whatif`'s to say; this prices any list of them.
 //!
-//! May use: `events`, `replay` (the schedule and the queue model's
-//! replay), `text` (how a time is written).
+//! May use: `events`, `event_joins` (how the joins a graph keeps were
+//! known: read from the trace's CUDA sync events, or inferred), `replay`
+//! (the schedule and the queue model's replay), `text` (how a time is
+//! written).
 
+use super::event_joins::JoinsKnown;
 use super::events::Trace;
 use super::replay::{predict, predicted_times, window_us, Change, Pricing, Replay, TracedSchedule};
 use super::text::us;
@@ -66,6 +69,10 @@ pub struct WhatIf {
     pub predictions: Vec<Prediction>,
     /// Why a fix could not be priced (one line each).
     pub not_priced: Vec<String>,
+    /// How the joins of the program's events between its streams (the
+    /// `cudaStreamWaitEvent`s a CUDA graph keeps) were known; none where
+    /// the trace has no such wait.
+    pub event_joins: Option<JoinsKnown>,
 }
 
 /// The fix's name: its changes' labels joined.
@@ -80,7 +87,8 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
     let (start, end) = trace.window_us();
     let replay = Replay::new(trace)?;
     let replayed_us = predict(&replay.schedule(&[], pricing)?);
-    let mut w = WhatIf { traced_us: end - start, replayed_us, predictions: Vec::new(), not_priced: Vec::new() };
+    let event_joins = JoinsKnown::of(trace);
+    let mut w = WhatIf { traced_us: end - start, replayed_us, predictions: Vec::new(), not_priced: Vec::new(), event_joins };
     for changes in fixes {
         match replay.schedule(changes, pricing) {
             Ok(ts) => {
@@ -96,7 +104,10 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
                         },
                         match ts.streams.len() {
                             0 | 1 => String::new(),
-                            k => format!("; its {k} captured streams run side by side, joined where their events joined them"),
+                            k => format!(
+                                "; its {k} captured streams run side by side, joined where their events joined them{}",
+                                event_joins.map_or(String::new(), |known| format!(" ({})", known.says()))
+                            ),
                         }
                     )),
                     _ => None,

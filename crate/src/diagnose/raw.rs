@@ -129,6 +129,10 @@ pub(super) struct RawArgs {
     pub(super) stream: Option<Num>,
     pub(super) correlation: Option<Num>,
     pub(super) bytes: Option<Num>,
+    /// A CUDA sync event's: the stream the awaited event was recorded on.
+    pub(super) wait_on_stream: Option<Num>,
+    /// A CUDA sync event's: the correlation id of the call that recorded the awaited event.
+    pub(super) wait_on_cuda_event_record_corr_id: Option<Num>,
     /// A metadata event's name (`process_name`, `thread_name`).
     pub(super) name: Option<Text>,
 }

@@ -201,6 +201,48 @@ mod tests {
         assert_eq!(t.threads[t.calls[0].thread], Thread { pid: "4242".into(), tid: "4242".into() });
     }
 
+    /// CUDA sync events as torch.profiler writes them with
+    /// `enable_cuda_sync_events=True` (on the GPU's lanes, with durations),
+    /// a `cuda_event` record, and sync events whose args are missing, text,
+    /// -1 or not numbers at all, inserted into [`KINETO`].
+    const SYNC_EVENTS: &str = r#"
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7, "ts": 90.000, "dur": 60.000, "args": {"device": 0, "context": 1, "stream": 7, "correlation": 75, "wait_on_stream": 13, "wait_on_cuda_event_record_corr_id": 74, "wait_on_cuda_event_id": 3}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7, "ts": 150.000, "dur": 40.000, "args": {"device": "0", "stream": "7", "correlation": "76", "wait_on_stream": "13", "wait_on_cuda_event_record_corr_id": -1}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7, "ts": 150.000, "dur": 40.000, "args": {"device": 0, "stream": 7, "correlation": 79, "wait_on_stream": -1, "wait_on_cuda_event_record_corr_id": 73}},
+        {"ph": "X", "cat": "cuda_event", "name": "cudaEventRecord", "pid": 0, "tid": 13, "ts": 80.000, "dur": 0.000, "args": {"device": 0, "stream": 13, "correlation": 73, "cuda_event_id": 2}},
+        {"ph": "X", "cat": "cuda_event", "name": "cudaEventRecord", "pid": 0, "tid": 13, "ts": 80.000, "dur": 0.000, "args": {"stream": "x13", "correlation": 72}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7, "ts": 150.000, "dur": 40.000, "args": {"device": 0, "stream": -1, "correlation": 80, "wait_on_stream": 13}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7, "ts": 150.000, "dur": 40.000, "args": {"device": 0, "stream": 7, "correlation": "soon", "wait_on_stream": [13]}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7, "ts": 150.000, "dur": 40.000, "args": {"device": 0, "stream": 7, "correlation": -1, "wait_on_stream": 13}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": "GPU", "tid": 7},
+        {"ph": "X", "cat": "cuda_sync", "name": "Context Sync", "pid": 0, "tid": 4294967295, "ts": "soon", "dur": -3.0, "args": {"device": 0, "stream": -1, "correlation": 81}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": 7, "ts": 160.000, "dur": 30.000, "args": {"device": 0, "stream": 7, "correlation": 82, "wait_on_stream": 13, "wait_on_cuda_event_record_corr_id": 74}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7, "ts": 160.000, "dur": 30.000, "args": {"device": 0, "stream": 7, "correlation": 83}},
+        {"name": "Record Window End""#;
+
+    #[test]
+    fn cuda_sync_events_are_read_as_stream_waits_and_never_as_gpu_work() {
+        use crate::diagnose::events::{EventRecord, StreamWait};
+        let plain = read_trace_text("t.json", KINETO).unwrap();
+        assert!(!plain.carries_sync_events() && plain.stream_waits.is_empty() && plain.event_records.is_empty());
+        let text = KINETO.replace("{\"name\": \"Record Window End\"", SYNC_EVENTS.trim_start());
+        let t = read_trace_text("t.json", &text).unwrap();
+        assert_eq!(t.sync_events, 10, "every cuda_sync event counted, however malformed");
+        assert!(t.carries_sync_events());
+        let wait =
+            |call_correlation, recorded_stream, record_correlation| StreamWait { gpu: 0, stream: 7, call_correlation, recorded_stream, record_correlation };
+        // Numbers written as text read; -1 is unknown; a wait with no
+        // waiting stream or call is left out, as are the other kinds.
+        assert_eq!(t.stream_waits, [wait(75, Some(13), Some(74)), wait(76, Some(13), None), wait(79, None, Some(73))]);
+        assert_eq!(t.event_records, [EventRecord { gpu: 0, stream: 13, correlation: 73 }]);
+        // Not GPU work: the ops, calls and window are the plain trace's.
+        assert_eq!((&t.gpu_ops, &t.calls, &t.cpu_ops, t.window_us()), (&plain.gpu_ops, &plain.calls, &plain.cpu_ops, plain.window_us()));
+        // A trace of sync events alone has no GPU work.
+        let only = r#"{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7, "ts": 1, "dur": 5, "args": {"stream": 7, "correlation": 9}}]}"#;
+        let e = read_trace_text("t.json", only).unwrap_err().to_string();
+        assert!(e.contains("no GPU activity"), "{e}");
+    }
+
     #[test]
     fn gzipped_traces_read_the_same_and_report_progress_to_the_end() {
         use std::io::Write;
