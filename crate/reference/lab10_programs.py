@@ -344,33 +344,8 @@ class _TinyOptimizerStep:
         return {"params": self.params_all.cpu(), "momenta": self.momenta_all.cpu()}
 
 
-def tiny_ops(device: torch.device, sizes: Sizes) -> Loop:
-    """Thousands of tiny elementwise kernels per iteration, launched one by one (issue-bound)."""
-    opt = _TinyOptimizerStep(device, sizes)
-
-    def run() -> None:
-        for _ in range(sizes.iterations):
-            opt.step()
-
-    return Loop(run, opt.reset, opt.outputs)
-
-
-def tiny_ops_graph(device: torch.device, sizes: Sizes) -> Loop:
-    """The same step captured once in a CUDA graph and replayed each iteration."""
-    opt = _TinyOptimizerStep(device, sizes)
-    replay = _captured(device, opt.step)
-
-    def run() -> None:
-        for _ in range(sizes.iterations):
-            replay()
-
-    return Loop(run, opt.reset, opt.outputs)
-
-
-def tiny_ops_streams(device: torch.device, sizes: Sizes) -> Loop:
-    """The tiny-op step spread over streams, forked and joined by events (issue-bound still)."""
-    opt = _TinyOptimizerStep(device, sizes)
-    step = _on_streams(device, sizes, opt)
+def _tiny_loop(opt: "_TinyOptimizerStep", step: Callable[[], None], sizes: Sizes) -> Loop:
+    """A tiny-op program: `step` run `sizes.iterations` times, over `opt`'s tensors."""
 
     def run() -> None:
         for _ in range(sizes.iterations):
@@ -379,17 +354,28 @@ def tiny_ops_streams(device: torch.device, sizes: Sizes) -> Loop:
     return Loop(run, opt.reset, opt.outputs)
 
 
+def tiny_ops(device: torch.device, sizes: Sizes) -> Loop:
+    """Thousands of tiny elementwise kernels per iteration, launched one by one (issue-bound)."""
+    opt = _TinyOptimizerStep(device, sizes)
+    return _tiny_loop(opt, opt.step, sizes)
+
+
+def tiny_ops_graph(device: torch.device, sizes: Sizes) -> Loop:
+    """The same step captured once in a CUDA graph and replayed each iteration."""
+    opt = _TinyOptimizerStep(device, sizes)
+    return _tiny_loop(opt, _captured(device, opt.step), sizes)
+
+
+def tiny_ops_streams(device: torch.device, sizes: Sizes) -> Loop:
+    """The tiny-op step spread over streams, forked and joined by events (issue-bound still)."""
+    opt = _TinyOptimizerStep(device, sizes)
+    return _tiny_loop(opt, _on_streams(device, sizes, opt), sizes)
+
+
 def tiny_ops_streams_graph(device: torch.device, sizes: Sizes) -> Loop:
     """The multi-stream step captured once in a CUDA graph (its fork and join kept) and replayed."""
     opt = _TinyOptimizerStep(device, sizes)
-    step = _on_streams(device, sizes, opt)
-    replay = _captured(device, step)
-
-    def run() -> None:
-        for _ in range(sizes.iterations):
-            replay()
-
-    return Loop(run, opt.reset, opt.outputs)
+    return _tiny_loop(opt, _captured(device, _on_streams(device, sizes, opt)), sizes)
 
 
 def _on_streams(device: torch.device, sizes: Sizes, opt: "_TinyOptimizerStep") -> Callable[[], None]:
@@ -901,7 +887,8 @@ def calibrate_loader(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:
     """`sizes` with `loader_hidden` and `training_hidden` set so the
     inference step and the training step (forward, backward, AdamW) each
     take LOADER_STEP_SHARE of the time this CPU takes to build one batch in
-    the loop's own process, and what was measured."""
+    the loop's own process, and what was measured (with a DataLoader's cost
+    per batch handed over, `calibrate_handover`)."""
     records = _Records(sizes)
     batch_ms = _host_ms(lambda: records.batch(0))
     x = records.batch(0).to(device)
@@ -917,11 +904,60 @@ def calibrate_loader(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:
     target = LOADER_STEP_SHARE * batch_ms
     loader_hidden, tried = _fit_hidden(sizes.loader_hidden, inference_ms, target)
     training_hidden, tried_training = _fit_hidden(sizes.training_hidden, training_ms, target)
-    return replace(sizes, loader_hidden=loader_hidden, training_hidden=training_hidden), {
+    return replace(sizes, loader_hidden=loader_hidden, training_hidden=training_hidden), {**calibrate_handover(device, sizes),
         "host_batch_ms": batch_ms, "loader_batch_bytes": sizes.loader_batch_bytes(),
         "loader_hidden": loader_hidden, "loader_tried": tried, "loader_step_over_batch": tried[-1]["step_ms"] / batch_ms,
         "training_hidden": training_hidden, "training_tried": tried_training,
         "training_step_over_batch": tried_training[-1]["step_ms"] / batch_ms}
+
+
+class _ReadyRecords(torch.utils.data.Dataset):
+    """Samples of the loader programs' shape, made once: a DataLoader over
+    them costs only its handing over of each batch."""
+
+    def __init__(self, sizes: Sizes):
+        self.sizes = sizes
+        self.samples = [torch.zeros(sizes.sample_tokens, sizes.width, dtype=torch.bfloat16) for _ in range(sizes.samples)]
+
+    def __len__(self) -> int:
+        return self.sizes.iterations * self.sizes.samples
+
+    def __getitem__(self, j: int) -> torch.Tensor:
+        return self.samples[j % len(self.samples)]
+
+
+HANDOVER_RUNS = 5
+
+
+def _handover_us(device: torch.device, sizes: Sizes, workers: int) -> Tuple[float, list]:
+    """A DataLoader's time per batch with `workers` workers and pin_memory
+    over ready samples: the median over HANDOVER_RUNS runs of
+    `sizes.iterations` batches, after one that starts the workers."""
+    loader = _loader(_ReadyRecords(sizes), sizes, workers, pinned=device.type == "cuda")
+    per_batch = []
+    for k in range(1 + HANDOVER_RUNS):
+        t0 = time.perf_counter()
+        batches = sum(1 for _ in loader)
+        if k:
+            per_batch.append((time.perf_counter() - t0) * 1e6 / batches)
+    del loader  # its workers go
+    return statistics.median(per_batch), per_batch
+
+
+def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
+    """What a DataLoader with workers and pin_memory costs per batch when
+    its samples cost nothing to build (each a ready tensor): a worker's
+    stacking and handing over through shared memory, the pinning thread's
+    copy, the loop's unpickling. Timed with one worker and with
+    `sizes.workers`: where the time per batch falls with the workers, the
+    workers' share bounds it (one worker's time is each worker's cost per
+    batch), else the loop's own (`overlap-lab diagnose` puts each on its
+    side when it prices preparing the next batch ahead)."""
+    one, one_runs = _handover_us(device, sizes, 1)
+    many, many_runs = _handover_us(device, sizes, sizes.workers)
+    return {"handover_us": many, "handover_per_run_us": many_runs, "handover_one_worker_us": one,
+            "handover_one_worker_per_run_us": one_runs, "handover_batch_bytes": sizes.loader_batch_bytes(),
+            "handover_workers": sizes.workers}
 
 
 def calibrate_download(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:

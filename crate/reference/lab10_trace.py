@@ -25,7 +25,9 @@ DIR/<program>.sync-events.json.gz.
 First each family's step is sized on this GPU: the copy programs' MLP so
 one step takes as long as one pinned batch copy (`calibrate_hidden`); the
 loader and training programs' so one step takes half the time this CPU
-takes to build a batch (`calibrate_loader`); the download programs' so one
+takes to build a batch (`calibrate_loader`, which also measures what a
+DataLoader with workers costs the loop per batch it hands over:
+`calibrate_handover`); the download programs' so one
 step takes 1.5x its result's pinned download (`calibrate_download`). Then
 the GPU's gap between two kernels of one CUDA graph is measured
 (`calibrate_graph_gap`), which `overlap-lab diagnose` prices a CUDA graph by.
@@ -310,7 +312,8 @@ class Session:
         elif what == "loader":
             say(f"calibrated: the CPU builds a batch of {b.samples} samples in {c['host_batch_ms']:.3f} ms; hidden widths "
                 f"{c['loader_hidden']} (inference, {c['loader_step_over_batch']:.2f}x that) and {c['training_hidden']} "
-                f"(training, {c['training_step_over_batch']:.2f}x)")
+                f"(training, {c['training_step_over_batch']:.2f}x); a DataLoader hands a ready {c['handover_batch_bytes'] >> 20} MiB "
+                f"batch over in {c['handover_one_worker_us']:.0f} µs with 1 worker, {c['handover_us']:.0f} µs with {c['handover_workers']}")
         else:
             say(f"calibrated: a {b.result_bytes() >> 20} MiB result downloads (pinned) in {c['pinned_download_ms']:.3f} ms; "
                 f"hidden width {c['download_hidden']}: the step takes {c['download_step_over_copy']:.2f}x that")

@@ -134,6 +134,10 @@ pub struct IdleShare {
     pub stretches: usize,
     /// The calls or CPU ops behind it, most idle first (the top few).
     pub behind: Vec<IdleBehind>,
+    /// Each stretch put down to it: (start, end) on the trace's clock, µs,
+    /// in order (what a timeline draws; not in `--json`, which counts them).
+    #[serde(skip)]
+    pub spans_us: Vec<(f64, f64)>,
     /// Its longest stretch, µs.
     pub longest_us: f64,
     /// The call that launched the op that ended its longest stretch (or

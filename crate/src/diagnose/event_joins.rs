@@ -32,6 +32,13 @@
 //!     recorded one; the waits for one record go to different streams (a
 //!     fork), each to the next one launched on.
 //!
+//!   A sync event that names a wait's stream and event but not the
+//!   recorded stream (PyTorch 2.11 writes `wait_on_stream` and the record
+//!   call as -1, and CUPTI's event id) still helps the inference: the
+//!   stream that waits is the one it names, and a wait for the same event
+//!   as the wait just before it, by another stream, waits for the same
+//!   record (a fork), not for the oldest one not yet waited for.
+//!
 //! A wait that was read still takes its turn among the records the
 //! inference pairs waits with (it waited for one), but joins nothing by
 //! inference. A trace without sync events is inferred exactly as before
@@ -58,6 +65,8 @@ struct PendingWait {
     after: usize,
     recorded_on: (u32, u64),
     record: usize,
+    /// The stream that waits, where a sync event names it.
+    to: Option<(u32, u64)>,
 }
 
 /// The joins the events of `calls` (the issuing thread's calls, in the
@@ -86,6 +95,9 @@ pub enum JoinsKnown {
     CallsOrder,
     /// Read where a sync event names the wait, inferred for the others.
     Both,
+    /// Inferred from the calls' order, with each wait's stream and event
+    /// read from sync events that do not name the recorded stream.
+    CallsOrderAndSyncEvents,
 }
 
 impl JoinsKnown {
@@ -93,16 +105,19 @@ impl JoinsKnown {
     /// `None` where it makes none.
     pub fn of(trace: &Trace) -> Option<JoinsKnown> {
         let named = waits_named(trace);
-        let (mut read, mut inferred) = (0usize, 0usize);
+        let partly: HashSet<u64> = trace.stream_waits.iter().map(|w| w.call_correlation).collect();
+        let (mut read, mut inferred, mut helped) = (0usize, 0usize, 0usize);
         for c in trace.calls.iter().filter(|c| waits_for_event(&c.name)) {
-            match c.correlation.and_then(|k| named.get(&k)) {
-                Some(_) => read += 1,
-                None => inferred += 1,
+            match c.correlation {
+                Some(k) if named.contains_key(&k) => read += 1,
+                Some(k) if partly.contains(&k) => helped += 1,
+                _ => inferred += 1,
             }
         }
-        match (read, inferred) {
+        match (read, inferred + helped) {
             (0, 0) => None,
             (_, 0) => Some(JoinsKnown::SyncEvents),
+            (0, _) if helped > 0 => Some(JoinsKnown::CallsOrderAndSyncEvents),
             (0, _) => Some(JoinsKnown::CallsOrder),
             _ => Some(JoinsKnown::Both),
         }
@@ -116,6 +131,9 @@ impl JoinsKnown {
                 "inferred from the calls' order: the trace names no wait's streams (torch.profiler's `enable_cuda_sync_events=True` records them)"
             }
             JoinsKnown::Both => "read from the trace's CUDA sync events where they name the wait, else inferred from the calls' order",
+            JoinsKnown::CallsOrderAndSyncEvents => {
+                "inferred from the calls' order, each wait's stream and event read from the trace's CUDA sync events (they name no recorded stream)"
+            }
         }
     }
 }
@@ -136,7 +154,7 @@ struct NamedWait {
 fn waits_named(trace: &Trace) -> HashMap<u64, NamedWait> {
     let recorded_on: HashMap<(u32, u64), u64> = trace.event_records.iter().map(|r| ((r.gpu, r.correlation), r.stream)).collect();
     let mut named = HashMap::new();
-    for &StreamWait { gpu, stream, call_correlation, recorded_stream, record_correlation } in &trace.stream_waits {
+    for &StreamWait { gpu, stream, call_correlation, recorded_stream, record_correlation, .. } in &trace.stream_waits {
         let recorded_stream = recorded_stream.or_else(|| record_correlation.and_then(|k| recorded_on.get(&(gpu, k)).copied()));
         if let Some(recorded_stream) = recorded_stream {
             named.entry(call_correlation).or_insert(NamedWait { gpu, stream, recorded_stream, record_correlation });
@@ -205,6 +223,11 @@ pub fn joins_read_from_sync_events(trace: &Trace, calls: &[usize], ops_of_call: 
 /// for the wait calls in `read` (known already), which join nothing here.
 fn inferred_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, Vec<usize>>, read: &HashSet<usize>) -> Vec<Join> {
     let mut joins = Vec::new();
+    // What a sync event says of a wait it cannot be read by: the stream
+    // that waits and the event's id, by the wait call's correlation id.
+    let partly: HashMap<u64, &StreamWait> = trace.stream_waits.iter().map(|w| (w.call_correlation, w)).collect();
+    // The last wait call: the record it was paired with and what its sync event said.
+    let mut last_wait: Option<(usize, Option<&StreamWait>)> = None;
     // Streams by their last launch, most recent last; each one's last op.
     let mut recent: Vec<(u32, u64)> = Vec::new();
     let mut last_op: HashMap<(u32, u64), usize> = HashMap::new();
@@ -230,7 +253,18 @@ fn inferred_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, V
         }
         if waits_for_event(name) {
             records_in_run = 0;
-            let paired = if next_unwaited < records.len() {
+            let named = trace.calls[ci].correlation.and_then(|k| partly.get(&k)).copied();
+            // A fork: the same event waited for by another stream right
+            // after the wait before: the same record (its sync event says so).
+            let same_event = match (last_wait, named) {
+                (Some((r, Some(before))), Some(now)) => {
+                    (before.event_id.is_some() && before.event_id == now.event_id && before.stream != now.stream).then_some(r)
+                }
+                _ => None,
+            };
+            let paired = if let Some(r) = same_event {
+                r
+            } else if next_unwaited < records.len() {
                 next_unwaited += 1;
                 next_unwaited - 1
             } else if let Some(last) = records.len().checked_sub(1) {
@@ -238,11 +272,12 @@ fn inferred_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, V
             } else {
                 continue;
             };
+            last_wait = Some((paired, named));
             if read.contains(&ci) {
                 continue;
             }
             if let Some((after, recorded_on)) = records[paired] {
-                pending.push(PendingWait { after, recorded_on, record: paired });
+                pending.push(PendingWait { after, recorded_on, record: paired, to: named.map(|w| (w.gpu, w.stream)) });
             }
             continue;
         }
@@ -253,7 +288,7 @@ fn inferred_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, V
             let stream = (o.gpu, o.stream);
             pending.retain(|w| {
                 let forked = forked_to.entry(w.record).or_default();
-                if w.recorded_on == stream || forked.contains(&stream) {
+                if w.recorded_on == stream || forked.contains(&stream) || w.to.is_some_and(|to| to != stream) {
                     return true;
                 }
                 forked.push(stream);
@@ -329,10 +364,53 @@ mod tests {
     fn with_waits(calls: &[(&str, u64)], waits: &[(u64, u64, Option<u64>, Option<u64>)]) -> (Trace, Vec<usize>, HashMap<usize, Vec<usize>>) {
         let (mut t, calls, ops) = trace(calls);
         for &(call, stream, recorded_stream, record_correlation) in waits {
-            t.stream_waits.push(StreamWait { gpu: 0, stream, call_correlation: call, recorded_stream, record_correlation });
+            t.stream_waits.push(StreamWait { gpu: 0, stream, call_correlation: call, recorded_stream, record_correlation, event_id: None });
         }
         t.sync_events = waits.len();
         (t, calls, ops)
+    }
+
+    /// Two steps of a fork over streams 2 and 3 from a stream that launches
+    /// nothing (`forked.record(); s.wait_event(forked)` for each side, its
+    /// kernel, `done.record(s)`; then the joins: two waits), as PyTorch
+    /// 2.11 records it with sync events: the forks' waits name their
+    /// stream and event id 9, not the record; the joins' have no sync event.
+    fn fork_with_event_ids() -> (Trace, Vec<usize>, HashMap<usize, Vec<usize>>) {
+        let step = [("r", 0), ("w", 2), ("k", 2), ("r", 0), ("w", 3), ("k", 3), ("r", 0), ("w", 0), ("w", 0)];
+        let calls: Vec<(&str, u64)> = step.iter().chain(step.iter()).copied().collect();
+        let (mut t, order, ops) = trace(&calls);
+        for (i, &(what, stream)) in calls.iter().enumerate() {
+            if what == "w" && stream != 0 {
+                t.stream_waits.push(StreamWait {
+                    gpu: 0,
+                    stream,
+                    call_correlation: i as u64,
+                    recorded_stream: None,
+                    record_correlation: None,
+                    event_id: Some(9),
+                });
+            }
+        }
+        t.sync_events = t.stream_waits.len();
+        (t, order, ops)
+    }
+
+    #[test]
+    fn a_forks_waits_for_one_event_share_its_record_where_sync_events_name_the_event() {
+        // Kernels: 0 (stream 2) and 1 (stream 3) in step 1, 2 and 3 in step 2.
+        let (t, calls, ops) = fork_with_event_ids();
+        let joins = event_joins(&t, &calls, &ops);
+        // Stream 3 never waits for stream 2's kernel of the same step (the
+        // order alone pairs its wait with the oldest record not yet waited
+        // for: stream 2's `done`, a chain the program never made).
+        assert!(!joins.contains(&Join { op: 1, after: 0 }) && !joins.contains(&Join { op: 3, after: 2 }), "{joins:?}");
+        // Step 2's sides wait for step 1's (the joins, then the fork).
+        assert!(joins.iter().any(|j| j.op == 2 && j.after == 1) && joins.iter().any(|j| j.op == 3 && j.after == 0), "{joins:?}");
+        // Without the sync events the order chains them: the inference's known limit.
+        let mut plain = t.clone();
+        plain.stream_waits.clear();
+        plain.sync_events = 0;
+        assert!(event_joins(&plain, &calls, &ops).contains(&Join { op: 1, after: 0 }));
     }
 
     #[test]
@@ -381,10 +459,11 @@ mod tests {
         t.event_records.push(EventRecord { gpu: 0, stream: 2, correlation: 1 });
         assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 0 }]);
         assert_eq!(JoinsKnown::of(&t), Some(JoinsKnown::SyncEvents));
-        // Known nowhere: inferred (the stream last launched on before the record).
+        // Known nowhere: inferred (the stream last launched on before the
+        // record), the waiting stream read from the sync event.
         t.event_records.clear();
         assert_eq!(event_joins(&t, &c, &ops), [Join { op: 2, after: 0 }]);
-        assert_eq!(JoinsKnown::of(&t), Some(JoinsKnown::CallsOrder));
+        assert_eq!(JoinsKnown::of(&t), Some(JoinsKnown::CallsOrderAndSyncEvents));
         // A wait on its own stream, or with no op after it, joins nothing.
         let (t, c, ops) = with_waits(&calls, &[(3, 2, Some(2), Some(1))]);
         assert!(event_joins(&t, &c, &ops).is_empty());

@@ -187,6 +187,10 @@ pub struct StreamWait {
     /// The correlation id of the `cudaEventRecord` call that recorded the
     /// event (`wait_on_cuda_event_record_corr_id`), where known.
     pub record_correlation: Option<u64>,
+    /// CUPTI's id of the awaited event (`wait_on_cuda_event_id`), where
+    /// known: PyTorch 2.11's traces give it (and the waiting stream) but
+    /// neither the recorded stream nor the record call.
+    pub event_id: Option<u64>,
 }
 
 /// An event recorded on a stream, as some Kineto versions write each

@@ -5,7 +5,9 @@
 //!
 //! The profiler slows the CPU ops it records: where whoever sits above
 //! hands in a cost per recorded CPU op (lab 10's programs timed traced and
-//! untraced), [`own_work_before_calls`] takes it out of each op's time.
+//! untraced), [`own_work_before_calls`] takes it out of each op's time,
+//! and [`RecordedOps`] counts the ops in any stretch of a thread's time
+//! for the replay to take it out of the rest.
 //!
 //! May use: `events`.
 
@@ -42,8 +44,10 @@ pub fn outermost_ops(trace: &Trace) -> Vec<(usize, bool)> {
 
 /// The host's own work on the issuing thread, by the call it came before:
 /// for each of `calls` (indices into `trace.calls`, one thread's, in
-/// order), the time of the outermost ops that launch nothing between the
-/// call before it and it, µs, less `per_op_us` for each CPU op the
+/// order), the stretch from the first to the last end of the outermost ops
+/// that launch nothing between the call before it and it (the program's
+/// code between those ops is its own work too: the Python that builds a
+/// batch sample by sample), µs, less `per_op_us` for each CPU op the
 /// profiler recorded in them (never below nothing). Ops before the first
 /// call are not counted (the replay starts there).
 pub fn own_work_before_calls(trace: &Trace, calls: &[usize], per_op_us: f64) -> HashMap<usize, OwnWork> {
@@ -60,9 +64,13 @@ pub fn own_work_before_calls(trace: &Trace, calls: &[usize], per_op_us: f64) -> 
         let recorded =
             trace.cpu_ops[oi..].iter().take_while(|x| x.start_us <= o.end_us).filter(|x| x.thread == thread && x.end_us <= o.end_us && !x.annotation).count();
         let w = out.entry(next).or_default();
-        w.traced_us += o.end_us - o.start_us;
-        w.untraced_us += (o.end_us - o.start_us - per_op_us * recorded as f64).max(0.0);
+        w.from_us = if w.ops == 0 { o.start_us } else { w.from_us.min(o.start_us) };
+        w.to_us = w.to_us.max(o.end_us);
         w.ops += recorded;
+    }
+    for w in out.values_mut() {
+        w.traced_us = w.to_us - w.from_us;
+        w.untraced_us = (w.traced_us - per_op_us * w.ops as f64).max(0.0);
     }
     out
 }
@@ -76,4 +84,32 @@ pub struct OwnWork {
     pub untraced_us: f64,
     /// The CPU ops the profiler recorded in it.
     pub ops: usize,
+    /// Where it starts and ends on the trace's clock, µs.
+    pub from_us: f64,
+    pub to_us: f64,
+}
+
+/// Where each thread's recorded CPU ops (not annotations) start, to count
+/// those in a stretch of its time: what the profiler's cost per recorded
+/// op is taken out by.
+pub struct RecordedOps {
+    starts: HashMap<usize, Vec<f64>>,
+}
+
+impl RecordedOps {
+    pub fn of(trace: &Trace) -> RecordedOps {
+        let mut starts: HashMap<usize, Vec<f64>> = HashMap::new();
+        for o in trace.cpu_ops.iter().filter(|o| !o.annotation) {
+            starts.entry(o.thread).or_default().push(o.start_us);
+        }
+        for v in starts.values_mut() {
+            v.sort_by(f64::total_cmp);
+        }
+        RecordedOps { starts }
+    }
+
+    /// The ops of `thread` that started in `[from, to)`.
+    pub fn between(&self, thread: usize, from: f64, to: f64) -> usize {
+        self.starts.get(&thread).map_or(0, |v| v.partition_point(|&s| s < to).saturating_sub(v.partition_point(|&s| s < from)))
+    }
 }

@@ -222,6 +222,8 @@ struct Tally {
     behind: HashMap<String, f64>,
     /// Its longest stretch: (µs, the GPU op that ended it).
     longest: Option<(f64, usize)>,
+    /// Each stretch, (start, end) µs.
+    spans: Vec<(f64, f64)>,
 }
 
 /// Puts each of a GPU's idle `gaps` (`blamed`: the sync each was caused
@@ -242,6 +244,7 @@ pub(super) fn attribute_idle(trace: &Trace, callers: &Callers, work: &GpuWork, g
         let tally = by_cause.entry(blame.cause).or_default();
         tally.idle_us += b - a;
         tally.stretches += 1;
+        tally.spans.push((a, b));
         for (name, t) in blame.behind {
             *tally.behind.entry(name).or_default() += t;
         }
@@ -256,7 +259,7 @@ pub(super) fn attribute_idle(trace: &Trace, callers: &Callers, work: &GpuWork, g
             behind.sort_by(|x, y| y.idle_us.total_cmp(&x.idle_us).then_with(|| x.name.cmp(&y.name)));
             behind.truncate(BEHIND_SHOWN);
             let (longest_us, ended_by) = tally.longest.map_or((0.0, None), |(l, next)| (l, Some(callers.op_ref(next))));
-            IdleShare { cause, idle_us: tally.idle_us, stretches: tally.stretches, behind, longest_us, longest_ended_by: ended_by }
+            IdleShare { cause, idle_us: tally.idle_us, stretches: tally.stretches, behind, longest_us, longest_ended_by: ended_by, spans_us: tally.spans }
         })
         .collect();
     shares.sort_by(|x, y| (x.cause == IdleCause::Unattributed).cmp(&(y.cause == IdleCause::Unattributed)).then(y.idle_us.total_cmp(&x.idle_us)));

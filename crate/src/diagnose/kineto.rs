@@ -23,7 +23,8 @@
 //! "Event Sync", "Stream Sync", "Context Sync") on the GPU's lanes, with a
 //! duration: they are counted and their stream waits kept
 //! ([`super::events::StreamWait`]: args `stream`, `correlation`,
-//! `wait_on_stream`, `wait_on_cuda_event_record_corr_id`), never taken as
+//! `wait_on_stream`, `wait_on_cuda_event_record_corr_id`,
+//! `wait_on_cuda_event_id`), never taken as
 //! GPU work. Some Kineto versions write each event record too (`"cat":
 //! "cuda_event"`, args `stream` and `correlation`). Their values are read
 //! leniently: a value missing, not a whole number, or -1 (unknown) leaves
@@ -290,6 +291,7 @@ impl Builder {
                 call_correlation: correlation,
                 recorded_stream: known(args.wait_on_stream.as_ref()),
                 record_correlation: known(args.wait_on_cuda_event_record_corr_id.as_ref()),
+                event_id: known(args.wait_on_cuda_event_id.as_ref()),
             });
         }
     }

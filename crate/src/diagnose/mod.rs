@@ -39,7 +39,8 @@
 //!   and the orders each copy keeps. [`event_joins`]: where the program's
 //!   events joined its streams (a graph's fork and join), read from the
 //!   trace's CUDA sync events where it has them, else inferred.
-//! - [`replay`]: the trace as a schedule the queue model replays, with a
+//! - [`fixes`]: the changes a fix makes and what they are priced by.
+//!   [`replay`]: the trace as a schedule the queue model replays, with a
 //!   fix's changes. [`prediction`]: fixes priced on it, the what-if table.
 //! - [`diagnosis`]: what a diagnosis says, as data (findings, summaries,
 //!   the what-if table it carries).
@@ -76,6 +77,7 @@ mod raw;
 pub mod read;
 
 pub mod event_joins;
+pub mod fixes;
 pub mod side_streams;
 
 pub mod prediction;

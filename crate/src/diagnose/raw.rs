@@ -133,6 +133,8 @@ pub(super) struct RawArgs {
     pub(super) wait_on_stream: Option<Num>,
     /// A CUDA sync event's: the correlation id of the call that recorded the awaited event.
     pub(super) wait_on_cuda_event_record_corr_id: Option<Num>,
+    /// A CUDA sync event's: CUPTI's id of the awaited event.
+    pub(super) wait_on_cuda_event_id: Option<Num>,
     /// A metadata event's name (`process_name`, `thread_name`).
     pub(super) name: Option<Text>,
 }

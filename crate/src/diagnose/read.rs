@@ -229,11 +229,18 @@ mod tests {
         let t = read_trace_text("t.json", &text).unwrap();
         assert_eq!(t.sync_events, 10, "every cuda_sync event counted, however malformed");
         assert!(t.carries_sync_events());
-        let wait =
-            |call_correlation, recorded_stream, record_correlation| StreamWait { gpu: 0, stream: 7, call_correlation, recorded_stream, record_correlation };
+        let wait = |call_correlation, recorded_stream, record_correlation| StreamWait {
+            gpu: 0,
+            stream: 7,
+            call_correlation,
+            recorded_stream,
+            record_correlation,
+            event_id: None,
+        };
         // Numbers written as text read; -1 is unknown; a wait with no
         // waiting stream or call is left out, as are the other kinds.
-        assert_eq!(t.stream_waits, [wait(75, Some(13), Some(74)), wait(76, Some(13), None), wait(79, None, Some(73))]);
+        let first = StreamWait { event_id: Some(3), ..wait(75, Some(13), Some(74)) };
+        assert_eq!(t.stream_waits, [first, wait(76, Some(13), None), wait(79, None, Some(73))]);
         assert_eq!(t.event_records, [EventRecord { gpu: 0, stream: 13, correlation: 73 }]);
         // Not GPU work: the ops, calls and window are the plain trace's.
         assert_eq!((&t.gpu_ops, &t.calls, &t.cpu_ops, t.window_us()), (&plain.gpu_ops, &plain.calls, &plain.cpu_ops, plain.window_us()));

@@ -24,12 +24,12 @@
 //! ahead moves), `queries` (launching calls, syncs, enclosing CPU ops,
 //! the legacy default stream), `link` (the recorded rates a fix is priced
 //! by), `side_streams` (what a copy stream moves), `event_joins` (a
-//! graph's fork and join).
+//! graph's fork and join), `fixes` (the changes and their prices).
 
 use super::event_joins::event_joins;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
-use super::host_work::own_work_before_calls;
-use super::link::LinkRates;
+pub use super::fixes::{BatchHandover, Change, Pricing, DEFAULT_WORKERS, PREPARED_AHEAD, PREPARED_AHEAD_MIN_US};
+use super::host_work::{own_work_before_calls, RecordedOps};
 use super::queries::{enclosing_ops, launch_calls, legacy_default_stream, synchronizes};
 pub use super::side_streams::stream_label;
 use super::side_streams::{side_stream_of, MovedCopies};
@@ -74,122 +74,6 @@ pub struct TracedSchedule {
     /// Whether kernels of different streams run side by side (a CUDA
     /// graph's branches), not one at a time.
     pub kernels_side_by_side: bool,
-}
-
-/// One change to the traced program whose effect the queue model predicts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Change {
-    /// Every copy from pageable memory made from pinned memory, without
-    /// waiting (`pin_memory()` and `non_blocking=True`): at the link's
-    /// pinned rate (lab 1's recording at the nearest size; else the rate
-    /// the trace's own pinned copies that way achieved); its launch no
-    /// longer holds the CPU (it takes as long as the trace's median kernel
-    /// launch). After an upload, the wait for it inside the same CPU op
-    /// (PyTorch's `cudaStreamSynchronize` after a blocking `.to()`) goes;
-    /// after a download it stays: the program reads what came back (into
-    /// pinned memory, it must wait for the copy before it does), unless the
-    /// results are read a step late ([`Change::ReadLate`]).
-    Pinned,
-    /// Host-to-device copies that share a stream with kernels moved to a
-    /// stream of their own, double-buffered: each copy waits for the kernels
-    /// that read the buffer two copies back (the ops before the previous
-    /// copy, in the stream's order), and the ops after it on its old stream
-    /// wait for it (an event each way; [`super::side_streams`]).
-    CopyStream,
-    /// The same for device-to-host copies: each waits for the op that made
-    /// what it reads (the op before it on its old stream), and the first op
-    /// after the next download there waits for it (its buffer is written
-    /// again), so the next step's kernels run while results come back.
-    DownloadStream,
-    /// Each step's results read a step late: the CPU's wait for a download
-    /// from pinned memory (PyTorch's wait in the same CPU op as the copy)
-    /// moves to just after the next download is issued, so the CPU issues
-    /// the next step before it reads this one's results; the last
-    /// download's wait stays where it was.
-    ReadLate,
-    /// The CPU's waits for the GPU removed, but for the last ones, after
-    /// which the CPU issues no more GPU work (they wait for the end).
-    SyncRemoved,
-    /// The window's GPU work issued as CUDA graphs: the CPU's time between
-    /// launches goes (the waits stay), and each GPU op is followed by the
-    /// GPU's gap between two nodes of a graph (`Pricing::graph_gap_us`).
-    /// The captured streams keep their concurrency: each stream's ops run
-    /// in its order, joined where the program's events joined them
-    /// ([`super::event_joins`]) or where the trace's times show a wait for
-    /// another stream, and kernels of different streams run side by side
-    /// (a graph's branches of small kernels share the SMs).
-    CudaGraph,
-    /// The next batch prepared ahead: the host's own work on the issuing
-    /// thread (CPU ops that launch nothing, [`super::host_work`]), with the
-    /// profiler's cost per recorded op taken out where handed in
-    /// ([`Pricing::profiler_us_per_cpu_op`]), runs on workers of its own
-    /// (`Pricing::workers`, the batches dealt out in turn, each worker's
-    /// back to back from the start), and the issuing thread, where it did
-    /// that work, waits for the batch's worker instead.
-    PrepareAhead,
-}
-
-/// How many workers prepare the batches ahead where none is said: a
-/// DataLoader's `num_workers=4`.
-pub const DEFAULT_WORKERS: usize = 4;
-
-/// What a worker's batch is called in the schedule.
-pub const PREPARED_AHEAD: &str = "batch prepared ahead";
-
-impl Change {
-    /// The change as a what-if table names it.
-    pub fn label(self) -> &'static str {
-        match self {
-            Change::Pinned => "pinned",
-            Change::CopyStream => "copy stream",
-            Change::DownloadStream => "download stream",
-            Change::ReadLate => "read a step late",
-            Change::SyncRemoved => "sync removed",
-            Change::CudaGraph => "CUDA graph",
-            Change::PrepareAhead => "prepare the next batch ahead",
-        }
-    }
-
-    /// The change as the program makes it, in PyTorch's words.
-    pub fn in_pytorch(self) -> &'static str {
-        match self {
-            Change::Pinned => "host tensors in pinned memory (`pin_memory()`, or a `torch.empty(..., pin_memory=True)` destination) copied with `non_blocking=True`",
-            Change::CopyStream => "uploads on a side `torch.cuda.Stream`, joined to the compute stream by events (`event.record()`, `stream.wait_event()`), two buffers used in turn",
-            Change::DownloadStream => "downloads on a side `torch.cuda.Stream` that waits for the compute stream's event, two pinned buffers used in turn",
-            Change::ReadLate => "each step's results read a step late (`event.synchronize()` on the previous step's download, not on this one's)",
-            Change::SyncRemoved => "no `.item()`, `.cpu()` or `torch.cuda.synchronize()` inside the loop (read results once, after it)",
-            Change::CudaGraph => "the step captured once and replayed with `torch.cuda.graphs` (`torch.cuda.CUDAGraph`, `torch.cuda.graph(g)`, `g.replay()`)",
-            Change::PrepareAhead => "the batches built by a `torch.utils.data.DataLoader(..., num_workers=N, pin_memory=True)` (or a thread of its own), the loop only uploading and launching",
-        }
-    }
-}
-
-/// What the changes are priced by: the machine's figures a trace does not hold.
-#[derive(Clone, Debug, Default)]
-pub struct Pricing {
-    /// The link's recorded rates (lab 1), for [`Change::Pinned`].
-    pub rates: Option<LinkRates>,
-    /// The GPU's gap between two kernels of one CUDA graph, µs, and where
-    /// it comes from (lab 10's recording of this GPU), for
-    /// [`Change::CudaGraph`]. Without it, a graph is priced with no gap:
-    /// a lower bound on its time.
-    pub graph_gap_us: Option<(f64, String)>,
-    /// How many workers prepare the batches ahead, for
-    /// [`Change::PrepareAhead`]; none: [`DEFAULT_WORKERS`].
-    pub workers: Option<usize>,
-    /// What the profiler adds to each CPU op it records, µs, and where that
-    /// comes from (lab 10's programs timed traced and untraced), taken out
-    /// of the host's own work a [`Change::PrepareAhead`] moves. Without it
-    /// the prediction keeps the profiler's slowdown.
-    pub profiler_us_per_cpu_op: Option<(f64, String)>,
-}
-
-impl Pricing {
-    /// The workers that prepare the batches ahead.
-    pub fn workers(&self) -> usize {
-        self.workers.unwrap_or(DEFAULT_WORKERS).max(1)
-    }
 }
 
 /// The op each GPU op waited for, from the trace's times alone.
@@ -477,7 +361,14 @@ impl<'t> Replay<'t> {
         let mut before: Option<(usize, f64)> = None;
         // The host's own work a batch prepared ahead moves: the first issuing thread's.
         let main_calls: Vec<usize> = calls.iter().copied().filter(|&c| lane_of[&trace.calls[c].thread] == 0).collect();
-        let ahead = has(Change::PrepareAhead).then(|| own_work_before_calls(trace, &main_calls, pricing.profiler_us_per_cpu_op.as_ref().map_or(0.0, |p| p.0)));
+        // The profiler's cost per recorded CPU op, taken out of the CPU's
+        // time between calls where known; the host's own work, which a
+        // batch prepared ahead moves and a CUDA graph keeps.
+        let per_op = pricing.profiler_us_per_cpu_op.as_ref().map_or(0.0, |p| p.0);
+        let ahead = has(Change::PrepareAhead);
+        let (worker_extra_us, handover_us) = pricing.batch_handover.as_ref().map_or((0.0, 0.0), |h| (h.worker_us, h.loop_us));
+        let own_work = own_work_before_calls(trace, &main_calls, per_op);
+        let recorded = RecordedOps::of(trace);
         let mut batches = 0;
         for &ci in calls {
             let c = &trace.calls[ci];
@@ -490,19 +381,31 @@ impl<'t> Replay<'t> {
                 *cpu = cpu.max(end);
             }
             before = Some((lane, c.end_us));
-            let own = ahead.as_ref().and_then(|a| a.get(&ci)).copied().unwrap_or_default();
-            if !graph {
-                ts.host(lane, "CPU work", c.start_us - *cpu - own.traced_us);
+            let own = own_work.get(&ci).copied().unwrap_or_default();
+            let profiler_us = per_op * recorded.between(c.thread, *cpu, c.start_us) as f64;
+            // The CPU's time before the call that is not its own work, the
+            // profiler's cost out (its own work's is out already).
+            let other = (c.start_us - *cpu - own.traced_us - (profiler_us - (own.traced_us - own.untraced_us)).max(0.0)).max(0.0);
+            match (graph, ahead) {
+                (false, false) => ts.host(lane, "CPU work", other + own.untraced_us),
+                (false, true) => ts.host(lane, "CPU work", other),
+                // A graph launches for the CPU; its own work stays.
+                (true, false) => ts.host(lane, "CPU work", own.untraced_us),
+                (true, true) => {}
             }
-            if own.traced_us > 0.0 {
+            if ahead && own.untraced_us >= PREPARED_AHEAD_MIN_US {
                 // The batch's worker prepares it; the thread waits for it here.
                 let worker = ts.schedule.host_op(lane_of.len() + batches % pricing.workers(), PREPARED_AHEAD, vec![]);
-                ts.durations_us.push(own.untraced_us);
+                ts.durations_us.push(own.untraced_us + worker_extra_us);
                 ts.traced_op.push(None);
-                ts.schedule.host_learns(0, worker);
-                ts.schedule.host_op(0, "batch ready", vec![]);
-                ts.durations_us.push(0.0);
+                // Then the loader's own thread takes it over (PyTorch's
+                // pinning thread), a batch at a time, beside the loop.
+                let taker = lane_of.len() + pricing.workers();
+                ts.schedule.host_learns(taker, worker);
+                let taken = ts.schedule.host_op(taker, "batch handed over", vec![]);
+                ts.durations_us.push(handover_us);
                 ts.traced_op.push(None);
+                ts.schedule.host_learns(0, taken);
                 batches += 1;
             }
             *cpu = cpu.max(c.start_us);
@@ -650,6 +553,7 @@ pub fn window_us(ts: &TracedSchedule, times: &[(f64, f64)]) -> f64 {
 mod tests {
     use super::*;
     use crate::diagnose::events::{Call, CpuOp, GpuOp, Thread, TraceFormat};
+    use crate::diagnose::link::LinkRates;
 
     /// `iters` steps of PyTorch's blocking `.to()` from pageable memory
     /// (`cudaMemcpyAsync` holding the CPU for the copy, then

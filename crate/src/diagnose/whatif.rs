@@ -62,13 +62,15 @@ pub fn suggested(trace: &Trace, d: &Diagnosis) -> Vec<Vec<Change>> {
     if has(Cause::Sync) {
         fixes.push(vec![Change::SyncRemoved]);
     }
-    // Issue-bound between launches that are graphs already: no graph to add.
-    if d.findings.iter().any(|f| f.cause == Cause::IssueBound && !f.call.name.ends_with("cudaGraphLaunch")) {
+    // Issue-bound between launches that are graphs already: no graph to
+    // add; issue-bound a sliver of the window: not worth one.
+    let window = trace.window_us().1 - trace.window_us().0;
+    let issue_bound: f64 = d.findings.iter().filter(|f| f.cause == Cause::IssueBound && !f.call.name.ends_with("cudaGraphLaunch")).map(|f| f.cost_us).sum();
+    if issue_bound > 0.0 && issue_bound >= FINDING_MIN_SHARE * window {
         fixes.push(vec![Change::CudaGraph]);
     }
     // The GPU idled a tenth of the window or more while the CPU built its work.
-    let window = trace.window_us().1 - trace.window_us().0;
-    if d.findings.iter().any(|f| f.cause == Cause::HostWork && f.cost_us >= HOST_WORK_MIN_SHARE * window) {
+    if d.findings.iter().any(|f| f.cause == Cause::HostWork && f.cost_us >= FINDING_MIN_SHARE * window) {
         fixes.push(vec![Change::PrepareAhead]);
         // A DataLoader with workers and `pin_memory=True` does both at once.
         if has(Cause::PageableCopies) {
@@ -79,8 +81,9 @@ pub fn suggested(trace: &Trace, d: &Diagnosis) -> Vec<Vec<Change>> {
 }
 
 /// The least share of the window the GPU must idle on the host's own work
-/// for preparing the next batch ahead to be suggested.
-pub const HOST_WORK_MIN_SHARE: f64 = 0.1;
+/// for preparing the next batch ahead to be suggested, or waiting for
+/// launches for a CUDA graph to be.
+pub const FINDING_MIN_SHARE: f64 = 0.1;
 
 /// The what-if of the fixes `d`'s findings suggest.
 pub fn what_if(trace: &Trace, d: &Diagnosis, pricing: &Pricing) -> Result<WhatIf, String> {
@@ -90,7 +93,7 @@ pub fn what_if(trace: &Trace, d: &Diagnosis, pricing: &Pricing) -> Result<WhatIf
         p.fix = format!("{} ({})", p.fix, counted(workers, "worker", "workers"));
         p.in_pytorch = p.in_pytorch.replace("num_workers=N", &format!("num_workers={workers}"));
         let bound = HostBound::of(&p.replayed.schedule, workers);
-        p.priced_by = Some(format!("{}; {bound}", profiler_note(pricing)));
+        p.priced_by = Some(format!("{}; {}; {bound}", profiler_note(pricing), handover_note(pricing)));
     }
     let threads = replay::issuing_threads(trace);
     if threads > 1 {
@@ -110,6 +113,19 @@ fn profiler_note(pricing: &Pricing) -> String {
     }
 }
 
+/// What a batch's handing over was priced at, as the report says it.
+fn handover_note(pricing: &Pricing) -> String {
+    match &pricing.batch_handover {
+        Some(h) => format!(
+            "a DataLoader's cost of handing each batch over added ({} a worker, {} its pinning thread), from {}",
+            us(h.worker_us),
+            us(h.loop_us),
+            h.from
+        ),
+        None => "each batch handed over for nothing: no recording of this GPU's machine says what a DataLoader's handing over costs, so the prediction is a lower bound".into(),
+    }
+}
+
 /// Which side bounds a loop whose batches are prepared ahead: the workers
 /// (the batches' host work over their number) or the GPU (its busiest
 /// engine's work: the SMs, or a copy engine each way).
@@ -118,7 +134,7 @@ pub struct HostBound {
     pub workers: usize,
     /// The batches the workers prepare.
     pub batches: usize,
-    /// The batches' host work, µs (the profiler's cost taken out where known).
+    /// The batches' host work, µs (the profiler's cost taken out where known, a worker's share of handing each over added).
     pub host_us: f64,
     /// The GPU's busiest engine's work, µs.
     pub gpu_us: f64,

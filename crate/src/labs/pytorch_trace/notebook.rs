@@ -87,6 +87,13 @@ impl TraceRun {
         fixes_table(self.checks())
     }
 
+    /// The fixes predicted from `program`'s trace, each beside the program that applies it.
+    pub fn fixes_of(&self, program: &str) -> String {
+        let all = self.checks();
+        let of = FixChecks { checks: all.checks.iter().filter(|c| c.before == program).cloned().collect(), ..FixChecks::default() };
+        fixes_table(&of)
+    }
+
     /// The trace file of `program`: what `overlap-lab diagnose` reads, and
     /// what Perfetto (ui.perfetto.dev) and chrome://tracing open.
     pub fn trace_path(&self, program: &str) -> Result<PathBuf> {
@@ -117,7 +124,14 @@ impl TraceRun {
     /// The exercise's check: on the trace of [`exercise::PROGRAM`], `fix`
     /// is the fix that gains most and `ms` the time the program takes with it.
     pub fn check_best_fix(&self, fix: &str, ms: f64) -> CheckReport {
-        exercise::check_on_recording(&self.recording, self.is_live(), fix, ms)
+        exercise::check_on_recording(&self.recording, exercise::PROGRAM, self.is_live(), fix, ms)
+    }
+
+    /// "Your training loop"'s check: on the trace of
+    /// [`exercise::TRAINING_PROGRAM`], `fix` is the fix that gains most and
+    /// `ms` the time the loop takes with it.
+    pub fn check_training_fix(&self, fix: &str, ms: f64) -> CheckReport {
+        exercise::check_on_recording(&self.recording, exercise::TRAINING_PROGRAM, self.is_live(), fix, ms)
     }
 }
 
@@ -147,6 +161,7 @@ impl YourTrace {
                 title: format!("Your trace, and with {} (the fix that gains most)", best.fix),
                 origin: self.diagnosis.file.clone(),
                 before: (&self.trace, "your program", None),
+                diagnosis: &self.diagnosis,
                 fix: &best,
                 after: None,
             }),
@@ -154,8 +169,13 @@ impl YourTrace {
                 &format!("{LAB}-yours"),
                 &format!("Your trace: no fix predicted ({})", self.diagnosis.what_if_error.as_deref().unwrap_or("the findings suggest none")),
                 &self.diagnosis.file,
-                vec![charts::traced_timeline(&self.trace, "your program, traced", None)],
-            )),
+                vec![{
+                    let mut t = charts::traced_timeline(&self.trace, "your program, traced (each idle stretch coloured by its cause)", None);
+                    t.spans.extend(charts::idle_spans(&self.trace, &self.diagnosis));
+                    t
+                }],
+            )
+            .with_classes(charts::idle_palette())),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! What lab 10 prices a trace's fixes by on this machine (the what-if's
 //! `Pricing`): the host link's rates lab 1 recorded for each GPU, and the
 //! gap between a CUDA graph's kernels each GPU's lab 10 recording
-//! measured, and what its profiler added to each CPU op it recorded. Read once from a data folder ([`Prices::read`]) and asked for
+//! measured, what a DataLoader with workers cost its loop per batch, and
+//! what its profiler added to each CPU op it recorded. Read once from a data folder ([`Prices::read`]) and asked for
 //! one GPU at a time ([`Prices::for_gpu`]); `overlap-lab diagnose`
 //! prices a learner's own trace the same way ([`Prices::diagnose`]).
 //!
@@ -13,7 +14,7 @@
 use super::programs::{read_programs, Programs, PROGRAMS_FILE};
 use super::LAB;
 use crate::diagnose::link::assumed_rates;
-use crate::diagnose::replay::Pricing;
+use crate::diagnose::replay::{BatchHandover, Pricing};
 use crate::diagnose::{Diagnosis, LinkRates, Trace};
 use crate::error::{LabError, Result};
 use crate::gpu::HostMemoryKind;
@@ -32,25 +33,30 @@ pub struct Prices {
     /// Each lab 10 recording's profiler cost per recorded CPU op
     /// ([`profiler_cost_us`]): (its GPU, µs, its file as outputs name it).
     profiler_costs: Vec<(String, f64, String)>,
+    /// Each lab 10 recording's DataLoader cost per batch handed over
+    /// ([`super::programs::Calibration::handover`]): (its GPU, a worker's
+    /// µs, the loop's µs, its file).
+    handovers: Vec<(String, (f64, f64), String)>,
 }
 
 /// What the profiler added to each CPU op it recorded, µs, as a lab 10
-/// recording's programs show it: for each program timed both ways, its
-/// traced run's host time less its untraced runs' median, over the CPU
-/// ops its trace holds; the median of those (never below nothing). None
-/// where no program has both times and a count of CPU ops.
+/// recording's programs show it: over the programs timed both ways, their
+/// traced runs' host time less their untraced runs' medians, over the CPU
+/// ops their traces hold (never below nothing). Added up before dividing,
+/// so the programs the CPU bounds, with the most ops, weigh most: a
+/// program the GPU bounds hides the profiler's cost under its GPU work.
+/// None where no program has both times and a count of CPU ops.
 pub fn profiler_cost_us(programs: &Programs) -> Option<f64> {
-    let per_op: Vec<f64> = programs
+    let (extra_ms, ops) = programs
         .programs
         .values()
         .filter_map(|p| {
             let untraced = upper_median(&p.untraced.host_ms.as_ref()?.samples)?;
             let ops = *p.trace_facts.as_ref()?.events.get("cpu_op")?;
-            let traced = p.traced_host_ms?;
-            (ops > 0).then(|| (traced - untraced) * 1e3 / ops as f64)
+            Some((p.traced_host_ms? - untraced, ops))
         })
-        .collect();
-    upper_median(&per_op).map(|c| c.max(0.0))
+        .fold((0.0, 0u64), |(e, n), (x, k)| (e + x, n + k));
+    (ops > 0).then(|| (extra_ms * 1e3 / ops as f64).max(0.0))
 }
 
 impl Prices {
@@ -76,7 +82,8 @@ impl Prices {
         };
         let graph_gaps = per_gpu(|p| p.calibration.as_ref()?.graph_gap_us);
         let profiler_costs = per_gpu(profiler_cost_us);
-        Prices { links, graph_gaps, profiler_costs }
+        let handovers = recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, p.calibration.as_ref()?.handover()?, file.clone()))).collect();
+        Prices { links, graph_gaps, profiler_costs, handovers }
     }
 
     /// The what-if's prices for a trace of the GPU named `gpu`: its link's
@@ -89,6 +96,7 @@ impl Prices {
             graph_gap_us: of_gpu(&self.graph_gaps),
             workers: None,
             profiler_us_per_cpu_op: of_gpu(&self.profiler_costs),
+            batch_handover: gpu.and_then(|n| self.handovers.iter().find(|h| h.0 == n)).map(|h| BatchHandover { worker_us: h.1 .0, loop_us: h.1 .1, from: h.2.clone() }),
         }
     }
 
@@ -226,7 +234,7 @@ mod tests {
     }
 
     #[test]
-    fn the_profilers_cost_per_cpu_op_is_the_median_programs_traced_less_untraced_time_over_its_ops() {
+    fn the_profilers_cost_per_cpu_op_is_the_programs_traced_less_untraced_time_over_their_ops() {
         let program = |traced: Option<f64>, untraced: &[f64], ops: Option<u64>| {
             serde_json::json!({"what": "w", "iterations": 3, "trace": "t.json.gz",
                 "untraced": {"host_ms": {"samples": untraced}}, "traced_host_ms": traced,
@@ -235,8 +243,8 @@ mod tests {
         let programs = |list: serde_json::Value| -> Programs {
             serde_json::from_value(serde_json::json!({"command": "c", "date": "d", "torch": "t", "programs": list})).unwrap()
         };
-        // (12 - 10) ms over 1000 ops: 2 µs; (33 - 30) over 500: 6 µs; (9.5 -
-        // 10) over 1000: -0.5 µs; the upper median of the three, 2 µs. One
+        // (12 - 10) + (33 - 30) + (9.5 - 10) = 4.5 ms over 1000 + 500 +
+        // 1000 ops: 1.8 µs (the programs with the most ops weigh most). One
         // with no count of ops and one never traced do not count.
         let p = programs(serde_json::json!({
             "pageable_then_compute": program(Some(12.0), &[9.0, 10.0, 11.0], Some(1000)),
@@ -245,7 +253,7 @@ mod tests {
             "tiny_ops_graph": program(Some(50.0), &[10.0], None),
             "tiny_ops": program(None, &[10.0], Some(10)),
         }));
-        assert!((profiler_cost_us(&p).unwrap() - 2.0).abs() < 1e-9, "{:?}", profiler_cost_us(&p));
+        assert!((profiler_cost_us(&p).unwrap() - 1.8).abs() < 1e-9, "{:?}", profiler_cost_us(&p));
         // A recording where the profiler seems to cost nothing: none, not less.
         let p = programs(serde_json::json!({"pinned_double_buffered": program(Some(9.5), &[10.0], Some(1000))}));
         assert_eq!(profiler_cost_us(&p), Some(0.0));

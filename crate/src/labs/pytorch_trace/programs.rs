@@ -42,6 +42,35 @@ pub struct Calibration {
     /// The GPU's gap between two kernels of one CUDA graph, µs.
     #[serde(default)]
     pub graph_gap_us: Option<f64>,
+    /// A DataLoader's time per batch with `handover_workers` workers and
+    /// pin_memory over samples that cost nothing to build, µs.
+    #[serde(default)]
+    pub handover_us: Option<f64>,
+    /// The same with one worker, µs.
+    #[serde(default)]
+    pub handover_one_worker_us: Option<f64>,
+    #[serde(default)]
+    pub handover_workers: Option<usize>,
+}
+
+impl Calibration {
+    /// What a DataLoader costs per batch it hands over, split between a
+    /// worker and the loop: with `t1` the time per batch with one worker
+    /// and `tk` with `k`, a pipeline of a worker stage (`w` a batch, `k`
+    /// side by side) and the loop's (`m`) takes `t1 = max(w, m)` and `tk =
+    /// max(w / k, m)`. Where more workers went faster, `w = t1`, and `m = tk`
+    /// unless the workers alone explain `tk` (then `m` is hidden under
+    /// them: 0, a lower bound); where they did not, `m = tk` and `w` is
+    /// hidden (0). None where the recording has no such calibration.
+    pub fn handover(&self) -> Option<(f64, f64)> {
+        let (tk, t1, k) = (self.handover_us?, self.handover_one_worker_us?, self.handover_workers? as f64);
+        if tk < 0.9 * t1 {
+            let loop_us = if tk > 1.1 * t1 / k { tk } else { 0.0 };
+            Some((t1, loop_us))
+        } else {
+            Some((0.0, tk))
+        }
+    }
 }
 
 /// One program of `crate/reference/lab10_programs.py`, as it ran.

@@ -40,7 +40,7 @@ pub struct Recording {
     pub programs: Programs,
     prices: Arc<Prices>,
     made: Made,
-    /// Each program's trace, read once.
+    /// Each trace file, read once (by its path).
     traces: Arc<Mutex<BTreeMap<String, Arc<Trace>>>>,
     /// The fixes set beside their programs, made once.
     fix_checks: Arc<OnceLock<FixChecks>>,
@@ -70,6 +70,10 @@ impl Drop for TemporaryFolder {
     }
 }
 
+/// The most a fix's prediction may be off the fixed program's run, where
+/// a third of the fix's measured gain is more.
+pub const FIX_TOLERANCE: f64 = 0.10;
+
 /// One fix of the recorded programs: predicted from the "before" trace,
 /// set beside the untraced runs of the program that applies it.
 #[derive(Clone, Debug)]
@@ -80,8 +84,15 @@ pub struct FixCheck {
     /// The program that applies it.
     pub after: String,
     pub prediction: Prediction,
+    /// The same fix predicted from the "before" program's run traced with
+    /// the profiler's CUDA sync events (which name each event wait's
+    /// stream), where the recording has one and the program waits for
+    /// events (the sync events say nothing else the what-if reads).
+    pub with_sync_events: Option<Prediction>,
     /// The fixed program's untraced runs, ms.
     pub measured: Summary,
+    /// The "before" program's untraced runs, ms.
+    pub before_measured: Summary,
 }
 
 impl FixCheck {
@@ -91,6 +102,32 @@ impl FixCheck {
     /// The prediction's error against the fixed program's median: -0.05 is 5% low.
     pub fn off(&self) -> f64 {
         self.predicted_ms() / self.measured.median - 1.0
+    }
+    /// The same for the prediction from the sync-events trace, where there is one.
+    pub fn off_with_sync_events(&self) -> Option<f64> {
+        self.with_sync_events.as_ref().map(|p| p.predicted_us / 1e3 / self.measured.median - 1.0)
+    }
+    /// The measured gain of the fix: the "before" program's median over the
+    /// fixed one's, less one (0.08: 8% faster).
+    pub fn measured_gain(&self) -> f64 {
+        self.before_measured.median / self.measured.median - 1.0
+    }
+    /// How far a prediction may be off and still agree: the smaller of
+    /// [`FIX_TOLERANCE`] and a third of the measured gain (a fix that
+    /// gains 8% must be predicted within 2.7%: predicting no change never
+    /// agrees).
+    pub fn tolerance(&self) -> f64 {
+        FIX_TOLERANCE.min(self.measured_gain().max(0.0) / 3.0)
+    }
+    /// Whether the best-informed prediction agrees with the fixed program's run.
+    pub fn agrees(&self) -> bool {
+        (self.best_informed().predicted_us / 1e3 / self.measured.median - 1.0).abs() < self.tolerance()
+    }
+    /// The best-informed prediction: from the sync-events trace where
+    /// there is one (it reads which stream each event wait joins), else
+    /// from the plain trace.
+    pub fn best_informed(&self) -> &Prediction {
+        self.with_sync_events.as_ref().unwrap_or(&self.prediction)
     }
 }
 
@@ -188,13 +225,29 @@ impl Recording {
         Ok(self.dir.join(&self.program(name)?.trace))
     }
 
+    /// The trace of `name`'s run traced with CUDA sync events, where the recording has one.
+    pub fn sync_events_trace_path(&self, name: &str) -> Result<Option<PathBuf>> {
+        Ok(self.program(name)?.sync_events.as_ref().map(|s| self.dir.join(&s.trace)))
+    }
+
     /// The trace of `name`, read once.
     pub fn trace(&self, name: &str) -> Result<Arc<Trace>> {
-        if let Some(t) = self.traces.lock().unwrap_or_else(|e| e.into_inner()).get(name) {
+        self.read_once(&self.trace_path(name)?)
+    }
+
+    /// The trace of `name`'s run with CUDA sync events, read once; none where the recording has none.
+    pub fn sync_events_trace(&self, name: &str) -> Result<Option<Arc<Trace>>> {
+        self.sync_events_trace_path(name)?.map(|p| self.read_once(&p)).transpose()
+    }
+
+    /// The trace file `path` of this recording, read once.
+    fn read_once(&self, path: &Path) -> Result<Arc<Trace>> {
+        let key = path.display().to_string();
+        if let Some(t) = self.traces.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(t.clone());
         }
-        let t = Arc::new(crate::diagnose::read_trace(&self.trace_path(name)?, &mut |_, _| {})?);
-        self.traces.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), t.clone());
+        let t = Arc::new(crate::diagnose::read_trace(path, &mut |_, _| {})?);
+        self.traces.lock().unwrap_or_else(|e| e.into_inner()).insert(key, t.clone());
         Ok(t)
     }
 
@@ -284,7 +337,7 @@ impl Recording {
         let pricing = self.pricing();
         for after in self.names() {
             for f in &self.program(after)?.fix_of {
-                let (Ok(measured), Ok(_)) = (self.untraced(after), self.program(&f.program)) else {
+                let (Ok(measured), Ok(before_measured)) = (self.untraced(after), self.untraced(&f.program)) else {
                     out.not_compared.push(format!("{} + {}: {after} or {} has no untraced runs in this recording", f.program, f.fix, f.program));
                     continue;
                 };
@@ -296,7 +349,24 @@ impl Recording {
                 let w = d.what_if.as_ref().ok_or_else(|| bad(format!("no what-if: {}", d.what_if_error.as_deref().unwrap_or("?"))))?;
                 match w.predictions.iter().find(|p| p.fix == f.fix) {
                     Some(p) => {
-                        out.checks.push(FixCheck { before: f.program.clone(), fix: f.fix.clone(), after: after.to_string(), prediction: p.clone(), measured })
+                        let waits_for_events = crate::diagnose::event_joins::JoinsKnown::of(&*self.trace(&f.program)?).is_some();
+                        let with_sync_events = match self.sync_events_trace(&f.program)?.filter(|_| waits_for_events) {
+                            Some(t) => {
+                                let shown = display_path(&self.sync_events_trace_path(&f.program)?.unwrap_or_default());
+                                let d = diagnosis_priced(&t, &shown, self.links(), &pricing);
+                                d.what_if.and_then(|w| w.predictions.into_iter().find(|q| q.fix == f.fix))
+                            }
+                            None => None,
+                        };
+                        out.checks.push(FixCheck {
+                            before: f.program.clone(),
+                            fix: f.fix.clone(),
+                            after: after.to_string(),
+                            prediction: p.clone(),
+                            with_sync_events,
+                            measured,
+                            before_measured,
+                        })
                     }
                     None => match w.not_priced.iter().find(|n| n.starts_with(&format!("{}:", f.fix))) {
                         Some(why) => out.not_compared.push(format!("{} + {why}", f.program)),

@@ -1,0 +1,154 @@
+//! The fixes a what-if prices, as changes to a traced program
+//! ([`Change`]), and what they are priced by on a machine ([`Pricing`]):
+//! the vocabulary [`super::replay`] applies to a trace's schedule.
+//!
+//! May use: `link` (the recorded rates a pinned copy is priced by).
+
+use super::link::LinkRates;
+use serde::Serialize;
+
+/// One change to the traced program whose effect the queue model predicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Change {
+    /// Every copy from pageable memory made from pinned memory, without
+    /// waiting (`pin_memory()` and `non_blocking=True`): at the link's
+    /// pinned rate (lab 1's recording at the nearest size; else the rate
+    /// the trace's own pinned copies that way achieved); its launch no
+    /// longer holds the CPU (it takes as long as the trace's median kernel
+    /// launch). After an upload, the wait for it inside the same CPU op
+    /// (PyTorch's `cudaStreamSynchronize` after a blocking `.to()`) goes;
+    /// after a download it stays: the program reads what came back (into
+    /// pinned memory, it must wait for the copy before it does), unless the
+    /// results are read a step late ([`Change::ReadLate`]).
+    Pinned,
+    /// Host-to-device copies that share a stream with kernels moved to a
+    /// stream of their own, double-buffered: each copy waits for the kernels
+    /// that read the buffer two copies back (the ops before the previous
+    /// copy, in the stream's order), and the ops after it on its old stream
+    /// wait for it (an event each way; [`super::side_streams`]).
+    CopyStream,
+    /// The same for device-to-host copies: each waits for the op that made
+    /// what it reads (the op before it on its old stream), and the first op
+    /// after the next download there waits for it (its buffer is written
+    /// again), so the next step's kernels run while results come back.
+    DownloadStream,
+    /// Each step's results read a step late: the CPU's wait for a download
+    /// from pinned memory (PyTorch's wait in the same CPU op as the copy)
+    /// moves to just after the next download is issued, so the CPU issues
+    /// the next step before it reads this one's results; the last
+    /// download's wait stays where it was.
+    ReadLate,
+    /// The CPU's waits for the GPU removed, but for the last ones, after
+    /// which the CPU issues no more GPU work (they wait for the end).
+    SyncRemoved,
+    /// The window's GPU work issued as CUDA graphs: the CPU's time between
+    /// launches goes (the host's own work, [`super::host_work`], and the
+    /// waits stay), and each GPU op is followed by the
+    /// GPU's gap between two nodes of a graph (`Pricing::graph_gap_us`).
+    /// The captured streams keep their concurrency: each stream's ops run
+    /// in its order, joined where the program's events joined them
+    /// ([`super::event_joins`]) or where the trace's times show a wait for
+    /// another stream, and kernels of different streams run side by side
+    /// (a graph's branches of small kernels share the SMs).
+    CudaGraph,
+    /// The next batch prepared ahead: the host's own work on the issuing
+    /// thread (CPU ops that launch nothing, [`super::host_work`]), with the
+    /// profiler's cost per recorded op taken out where handed in
+    /// ([`Pricing::profiler_us_per_cpu_op`]), runs on workers of its own
+    /// (`Pricing::workers`, the batches dealt out in turn, each worker's
+    /// back to back from the start), and the issuing thread, where it did
+    /// that work, waits for the batch instead (`Pricing::batch_handover`:
+    /// the worker's share of handing a batch over is added to its batch,
+    /// the rest runs on a thread of the loader's own, one batch at a time,
+    /// beside the loop: PyTorch's pinning thread). A stretch of own work
+    /// shorter than [`PREPARED_AHEAD_MIN_US`] stays put.
+    PrepareAhead,
+}
+
+/// How many workers prepare the batches ahead where none is said: a
+/// DataLoader's `num_workers=4`.
+pub const DEFAULT_WORKERS: usize = 4;
+
+/// What a worker's batch is called in the schedule.
+pub const PREPARED_AHEAD: &str = "batch prepared ahead";
+
+/// The least own work before one call that a worker takes over: the
+/// CPU's short stretches of its own between launches (an optimizer's step
+/// counters) stay where they are, as they do when a DataLoader builds the
+/// batches.
+pub const PREPARED_AHEAD_MIN_US: f64 = 100.0;
+
+impl Change {
+    /// The change as a what-if table names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Change::Pinned => "pinned",
+            Change::CopyStream => "copy stream",
+            Change::DownloadStream => "download stream",
+            Change::ReadLate => "read a step late",
+            Change::SyncRemoved => "sync removed",
+            Change::CudaGraph => "CUDA graph",
+            Change::PrepareAhead => "prepare the next batch ahead",
+        }
+    }
+
+    /// The change as the program makes it, in PyTorch's words.
+    pub fn in_pytorch(self) -> &'static str {
+        match self {
+            Change::Pinned => "host tensors in pinned memory (`pin_memory()`, or a `torch.empty(..., pin_memory=True)` destination) copied with `non_blocking=True`",
+            Change::CopyStream => "uploads on a side `torch.cuda.Stream`, joined to the compute stream by events (`event.record()`, `stream.wait_event()`), two buffers used in turn",
+            Change::DownloadStream => "downloads on a side `torch.cuda.Stream` that waits for the compute stream's event, two pinned buffers used in turn",
+            Change::ReadLate => "each step's results read a step late (`event.synchronize()` on the previous step's download, not on this one's)",
+            Change::SyncRemoved => "no `.item()`, `.cpu()` or `torch.cuda.synchronize()` inside the loop (read results once, after it)",
+            Change::CudaGraph => "the step captured once and replayed with `torch.cuda.graphs` (`torch.cuda.CUDAGraph`, `torch.cuda.graph(g)`, `g.replay()`)",
+            Change::PrepareAhead => "the batches built by a `torch.utils.data.DataLoader(..., num_workers=N, pin_memory=True)` (or a thread of its own), the loop only uploading and launching",
+        }
+    }
+}
+
+/// What the changes are priced by: the machine's figures a trace does not hold.
+#[derive(Clone, Debug, Default)]
+pub struct Pricing {
+    /// The link's recorded rates (lab 1), for [`Change::Pinned`].
+    pub rates: Option<LinkRates>,
+    /// The GPU's gap between two kernels of one CUDA graph, µs, and where
+    /// it comes from (lab 10's recording of this GPU), for
+    /// [`Change::CudaGraph`]. Without it, a graph is priced with no gap:
+    /// a lower bound on its time.
+    pub graph_gap_us: Option<(f64, String)>,
+    /// How many workers prepare the batches ahead, for
+    /// [`Change::PrepareAhead`]; none: [`DEFAULT_WORKERS`].
+    pub workers: Option<usize>,
+    /// What the profiler adds to each CPU op it records, µs, and where that
+    /// comes from (lab 10's programs timed traced and untraced), taken out
+    /// of the host's own work a [`Change::PrepareAhead`] moves. Without it
+    /// the prediction keeps the profiler's slowdown.
+    pub profiler_us_per_cpu_op: Option<(f64, String)>,
+    /// What a DataLoader with workers costs per batch it hands over, for
+    /// [`Change::PrepareAhead`]. Without it a batch is handed over for
+    /// nothing: a lower bound.
+    pub batch_handover: Option<BatchHandover>,
+}
+
+/// What a DataLoader costs per batch beyond building it: a worker's
+/// stacking and handing over through shared memory, and the loader's
+/// taking it over in the loop's process (the pinning thread's copy), as
+/// lab 10's recording of the machine measured it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchHandover {
+    /// A worker's time per batch, µs.
+    pub worker_us: f64,
+    /// The loader's time per batch in the loop's process, one batch at a
+    /// time (its pinning thread), µs.
+    pub loop_us: f64,
+    /// Where it comes from.
+    pub from: String,
+}
+
+impl Pricing {
+    /// The workers that prepare the batches ahead.
+    pub fn workers(&self) -> usize {
+        self.workers.unwrap_or(DEFAULT_WORKERS).max(1)
+    }
+}
