@@ -465,6 +465,21 @@ class _Records(torch.utils.data.Dataset):
         return torch.stack([self[i * n + k] for k in range(n)])
 
 
+def _fed_by_loader(work, device: torch.device, sizes: Sizes, workers: int) -> Loop:
+    """`work` (its `records`, `step(i, x)`, `reset`, `outputs`) fed by a
+    DataLoader with `workers` workers: with workers, its batches pinned and
+    uploaded with non_blocking=True (on a GPU); with none, pageable and
+    uploaded by a blocking copy, PyTorch's defaults."""
+    pinned = workers > 0 and device.type == "cuda"
+    loader = _loader(work.records, sizes, workers, pinned=pinned)
+
+    def run() -> None:
+        for i, x in enumerate(loader):
+            work.step(i, x.to(device, non_blocking=pinned))
+
+    return Loop(run, work.reset, work.outputs)
+
+
 def _loader(records: _Records, sizes: Sizes, workers: int, pinned: bool) -> torch.utils.data.DataLoader:
     """A DataLoader over `records` in order: `workers` processes (0: built in
     the loop's own process), batches in pinned memory where `pinned`. Its
@@ -513,15 +528,7 @@ def cpu_prepared_batches(device: torch.device, sizes: Sizes) -> Loop:
 
 def dataloader_workers_pinned(device: torch.device, sizes: Sizes) -> Loop:
     """The same batches from a DataLoader with worker processes and pin_memory, uploaded with non_blocking=True."""
-    work = _LoaderInference(device, sizes)
-    cuda = device.type == "cuda"
-    loader = _loader(work.records, sizes, sizes.workers, pinned=cuda)
-
-    def run() -> None:
-        for i, x in enumerate(loader):
-            work.step(i, x.to(device, non_blocking=cuda))
-
-    return Loop(run, work.reset, work.outputs)
+    return _fed_by_loader(_LoaderInference(device, sizes), device, sizes, sizes.workers)
 
 
 # --- the training loop ---------------------------------------------------------
@@ -563,6 +570,7 @@ class _Training:
         self.losses[i].copy_(loss.detach())
 
     def reset(self) -> None:
+        self.model.train()
         self.model.load_state_dict(self.start)
         self.optimizer.state.clear()  # AdamW starts again from no moments
         self.losses.fill_(float("nan"))
@@ -574,29 +582,12 @@ class _Training:
 
 def training_loop(device: torch.device, sizes: Sizes) -> Loop:
     """A training loop (forward, backward, AdamW) fed by a DataLoader with no workers: each batch built on the CPU in turn."""
-    work = _Training(device, sizes)
-    loader = _loader(work.records, sizes, 0, pinned=False)
-
-    def run() -> None:
-        work.model.train()
-        for i, x in enumerate(loader):
-            work.step(i, x.to(device))
-
-    return Loop(run, work.reset, work.outputs)
+    return _fed_by_loader(_Training(device, sizes), device, sizes, 0)
 
 
 def training_loop_workers_pinned(device: torch.device, sizes: Sizes) -> Loop:
     """The same training loop fed by a DataLoader with worker processes and pin_memory, uploads non_blocking."""
-    work = _Training(device, sizes)
-    cuda = device.type == "cuda"
-    loader = _loader(work.records, sizes, sizes.workers, pinned=cuda)
-
-    def run() -> None:
-        work.model.train()
-        for i, x in enumerate(loader):
-            work.step(i, x.to(device, non_blocking=cuda))
-
-    return Loop(run, work.reset, work.outputs)
+    return _fed_by_loader(_Training(device, sizes), device, sizes, sizes.workers)
 
 
 # --- the download programs: results brought back each step -----------------------
@@ -679,10 +670,7 @@ def results_pinned_read_late(device: torch.device, sizes: Sizes) -> Loop:
                 work.read(pinned[b])
         compute.wait_stream(download)  # the run's end (the timing's event) follows the last download
 
-    def outputs() -> Dict[str, torch.Tensor]:
-        return work.outputs()
-
-    return Loop(run, work.reset, outputs)
+    return Loop(run, work.reset, work.outputs)
 
 
 # --- the table -----------------------------------------------------------------

@@ -303,7 +303,8 @@ class Session:
         if what is None or what in self.calibrated:
             return
         self.calibrated.add(what)
-        self.base, measured = getattr(self.lab, "calibrate_" + {"copy": "hidden"}.get(what, what))(self.device, self.base)
+        calibration = {"copy": self.lab.calibrate_hidden, "loader": self.lab.calibrate_loader, "download": self.lab.calibrate_download}[what]
+        self.base, measured = calibration(self.device, self.base)
         self.calibration = {**(self.calibration or {}), **measured}
         c, b = measured, self.base
         if what == "copy":

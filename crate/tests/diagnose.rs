@@ -719,7 +719,7 @@ fn every_fix_predicted_from_a_committed_trace_is_within_its_tolerance_of_the_fix
             assert!(fixes.contains(&want), "{}: no '{want}' among {fixes:?}", rec.dir.display());
         }
         for c in checks {
-            let off = c.best_informed().predicted_us / 1e3 / c.measured.median - 1.0;
+            let off = c.off_best_informed();
             if rec.graph_gap_us().is_none() && c.fix == "CUDA graph" {
                 assert!(off <= 0.0, "{} + {}: a lower bound above the run", c.before, c.fix);
             } else if known_miss(rec, &c.before) {

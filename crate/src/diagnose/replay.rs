@@ -185,6 +185,9 @@ pub struct Replay<'t> {
     /// The thread's median kernel launch, µs: what a launch that no longer
     /// holds the CPU costs it.
     launch_cost: f64,
+    /// Each thread's recorded CPU ops, counted in a stretch of its time to
+    /// take the profiler's cost out (found once, for every fix).
+    recorded: RecordedOps,
 }
 
 impl<'t> Replay<'t> {
@@ -230,13 +233,14 @@ impl<'t> Replay<'t> {
             waited: waits(trace, &launch_of),
             ops_of_call,
             launch_cost,
+            recorded: RecordedOps::of(trace),
         })
     }
 
     /// The schedule of the trace with `changes` applied (none: the program
     /// as traced), priced by `pricing`.
     pub fn schedule(&self, changes: &[Change], pricing: &Pricing) -> Result<TracedSchedule, String> {
-        let Replay { trace, ops_of_call, calls, waited, launch_cost, lane_of } = self;
+        let Replay { trace, ops_of_call, calls, waited, launch_cost, lane_of, recorded } = self;
         let (trace, launch_cost) = (*trace, *launch_cost);
         let has = |c: Change| changes.contains(&c);
 
@@ -368,7 +372,6 @@ impl<'t> Replay<'t> {
         let ahead = has(Change::PrepareAhead);
         let (worker_extra_us, handover_us) = pricing.batch_handover.as_ref().map_or((0.0, 0.0), |h| (h.worker_us, h.loop_us));
         let own_work = own_work_before_calls(trace, &main_calls, per_op);
-        let recorded = RecordedOps::of(trace);
         let mut batches = 0;
         for &ci in calls {
             let c = &trace.calls[ci];
