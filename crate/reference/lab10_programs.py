@@ -915,21 +915,60 @@ class _ReadyRecords(torch.utils.data.Dataset):
 
 
 HANDOVER_RUNS = 5
+# How long the loop's own work between two batches takes where the loop's
+# loss to the loader is timed: longer than a ready batch takes to come
+# through (about 2 ms for 4 MiB on an H200's host), so the loop never waits
+# for one and what it loses is the loader's share of its thread.
+LOOP_WORK_MS = 4.0
 
 
-def _handover_us(device: torch.device, sizes: Sizes, workers: int) -> Tuple[float, list]:
-    """A DataLoader's time per batch with `workers` workers and pin_memory
-    over ready samples: the median over HANDOVER_RUNS runs of
-    `sizes.iterations` batches, after one that starts the workers."""
+def _loop_work(steps: int) -> None:
+    """The loop's own work between two batches, as a training or inference
+    loop's is: Python and PyTorch's dispatcher, op after op (`steps` tiny
+    in-place CPU ops), holding the interpreter as launching a step does."""
+    x = torch.zeros(16)
+    for _ in range(steps):
+        x.add_(1.0)
+
+
+def _loop_work_steps(target_ms: float) -> Tuple[int, float]:
+    """How many of `_loop_work`'s ops take about `target_ms` on this CPU,
+    and the median time they then take alone, ms."""
+    probe = 2000
+    steps = max(1, round(probe * target_ms / _host_ms(lambda: _loop_work(probe))))
+    return steps, _host_ms(lambda: _loop_work(steps))
+
+
+def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: int = 0) -> dict:
+    """A DataLoader with `workers` workers and pin_memory over ready
+    samples, over HANDOVER_RUNS runs of `sizes.iterations` batches after one
+    that starts the workers: its time per batch (each run's time over its
+    batches) and its first batch's (from asking for the iterator to the
+    batch in hand: the workers told to start again, the first batch
+    stacked, handed over and pinned), medians. With `loop_steps`, the loop
+    does that much of its own work (`_loop_work`) after each batch, and
+    the time per batch is the loop's from the first batch on, over the
+    batches it then worked on (the first batch's wait left out)."""
     loader = _loader(_ReadyRecords(sizes), sizes, workers, pinned=device.type == "cuda")
-    per_batch = []
+    per_batch, first = [], []
     for k in range(1 + HANDOVER_RUNS):
         t0 = time.perf_counter()
-        batches = sum(1 for _ in loader)
+        batches = iter(loader)
+        next(batches)
+        t1 = time.perf_counter()
+        n = 1
+        while True:
+            if loop_steps:
+                _loop_work(loop_steps)
+            if next(batches, None) is None:
+                break
+            n += 1
         if k:
-            per_batch.append((time.perf_counter() - t0) * 1e6 / batches)
+            per_batch.append((time.perf_counter() - (t1 if loop_steps else t0)) * 1e6 / n)
+            first.append((t1 - t0) * 1e6)
     del loader  # its workers go
-    return statistics.median(per_batch), per_batch
+    return {"per_batch_us": statistics.median(per_batch), "per_run_us": per_batch, "first_us": statistics.median(first),
+            "first_per_run_us": first}
 
 
 def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
@@ -940,12 +979,22 @@ def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
     `sizes.workers`: where the time per batch falls with the workers, the
     workers' share bounds it (one worker's time is each worker's cost per
     batch), else the loop's own (`overlap-lab diagnose` puts each on its
-    side when it prices preparing the next batch ahead)."""
-    one, one_runs = _handover_us(device, sizes, 1)
-    many, many_runs = _handover_us(device, sizes, sizes.workers)
-    return {"handover_us": many, "handover_per_run_us": many_runs, "handover_one_worker_us": one,
-            "handover_one_worker_per_run_us": one_runs, "handover_batch_bytes": sizes.loader_batch_bytes(),
-            "handover_workers": sizes.workers}
+    side when it prices preparing the next batch ahead). With
+    `sizes.workers`, also the first batch's wait (the workers' start) and
+    what the loop loses a batch while busy with work of its own between
+    batches (LOOP_WORK_MS of `_loop_work`, longer than a batch takes to
+    come through): its time a batch then, less that work's time alone
+    (asking for the batch, and the interpreter its pinning thread holds)."""
+    one = _handover_us(device, sizes, 1)
+    many = _handover_us(device, sizes, sizes.workers)
+    steps, alone_ms = _loop_work_steps(LOOP_WORK_MS)
+    busy = _handover_us(device, sizes, sizes.workers, loop_steps=steps)
+    return {"handover_us": many["per_batch_us"], "handover_per_run_us": many["per_run_us"], "handover_one_worker_us": one["per_batch_us"],
+            "handover_one_worker_per_run_us": one["per_run_us"], "handover_first_batch_us": many["first_us"],
+            "handover_first_batch_per_run_us": many["first_per_run_us"],
+            "handover_taken_over_us": max(0.0, busy["per_batch_us"] - alone_ms * 1e3), "handover_loop_work_us": alone_ms * 1e3,
+            "handover_busy_loop_per_batch_us": busy["per_batch_us"], "handover_busy_loop_per_run_us": busy["per_run_us"],
+            "handover_batch_bytes": sizes.loader_batch_bytes(), "handover_workers": sizes.workers}
 
 
 def calibrate_download(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:

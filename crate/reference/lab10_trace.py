@@ -314,7 +314,9 @@ class Session:
             say(f"calibrated: the CPU builds a batch of {b.samples} samples in {c['host_batch_ms']:.3f} ms; hidden widths "
                 f"{c['loader_hidden']} (inference, {c['loader_step_over_batch']:.2f}x that) and {c['training_hidden']} "
                 f"(training, {c['training_step_over_batch']:.2f}x); a DataLoader hands a ready {c['handover_batch_bytes'] >> 20} MiB "
-                f"batch over in {c['handover_one_worker_us']:.0f} µs with 1 worker, {c['handover_us']:.0f} µs with {c['handover_workers']}")
+                f"batch over in {c['handover_one_worker_us']:.0f} µs with 1 worker, {c['handover_us']:.0f} µs with {c['handover_workers']} "
+                f"(its first in {c['handover_first_batch_us']:.0f} µs; a loop busy {c['handover_loop_work_us']:.0f} µs between batches loses "
+                f"{c['handover_taken_over_us']:.0f} µs a batch)")
         else:
             say(f"calibrated: a {b.result_bytes() >> 20} MiB result downloads (pinned) in {c['pinned_download_ms']:.3f} ms; "
                 f"hidden width {c['download_hidden']}: the step takes {c['download_step_over_copy']:.2f}x that")

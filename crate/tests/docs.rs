@@ -566,7 +566,7 @@ fn diagnose_json_writes_its_schema_version_and_exactly_the_documented_fields() {
         assert_eq!(json["schema"], DIAGNOSIS_SCHEMA);
         key_paths(&json, "", &mut written);
     }
-    assert_eq!(DIAGNOSIS_SCHEMA, "overlap-lab.diagnosis/1");
+    assert_eq!(DIAGNOSIS_SCHEMA, "overlap-lab.diagnosis/2");
     // By hand: the pageable loop's 6 copies of 64 MiB, H2D pageable, one group.
     let json = serde_json::to_value(&course).unwrap();
     assert_eq!(json["gpus"][0]["copies"][0]["bytes"], 6 * (64u64 << 20));

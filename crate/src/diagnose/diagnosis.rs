@@ -246,7 +246,7 @@ pub struct SyncSummary {
 /// ("`diagnose --json`"), which a test holds to this struct; a field
 /// renamed, removed or changed in meaning bumps the number (a field added
 /// does not).
-pub const DIAGNOSIS_SCHEMA: &str = "overlap-lab.diagnosis/1";
+pub const DIAGNOSIS_SCHEMA: &str = "overlap-lab.diagnosis/2";
 
 /// Everything `overlap-lab diagnose` reports about one trace.
 #[derive(Clone, Debug, PartialEq, Serialize)]

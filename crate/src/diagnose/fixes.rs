@@ -57,12 +57,14 @@ pub enum Change {
     /// profiler's cost per recorded op taken out where handed in
     /// ([`Pricing::profiler_us_per_cpu_op`]), runs on workers of its own
     /// (`Pricing::workers`, the batches dealt out in turn, each worker's
-    /// back to back from the start), and the issuing thread, where it did
-    /// that work, waits for the batch instead (`Pricing::batch_handover`:
-    /// the worker's share of handing a batch over is added to its batch,
-    /// the rest runs on a thread of the loader's own, one batch at a time,
-    /// beside the loop: PyTorch's pinning thread). A stretch of own work
-    /// shorter than [`PREPARED_AHEAD_MIN_US`] stays put.
+    /// back to back from the run's start), and the issuing thread, where it
+    /// did that work, waits for the batch instead, then takes it over
+    /// (`Pricing::batch_handover`: the worker's share of handing a batch
+    /// over is added to its batch, the rest runs on a thread of the
+    /// loader's own, one batch at a time, beside the loop: PyTorch's
+    /// pinning thread, whose first batch waits for the loader's start;
+    /// the loop's own share runs on the issuing thread). A stretch of own
+    /// work shorter than [`PREPARED_AHEAD_MIN_US`] stays put.
     PrepareAhead,
 }
 
@@ -132,16 +134,27 @@ pub struct Pricing {
 }
 
 /// What a DataLoader costs per batch beyond building it: a worker's
-/// stacking and handing over through shared memory, and the loader's
-/// taking it over in the loop's process (the pinning thread's copy), as
-/// lab 10's recording of the machine measured it.
-#[derive(Clone, Debug, PartialEq)]
+/// stacking and handing over through shared memory, the loader's taking
+/// it over in the loop's process (the pinning thread's copy), what the
+/// loop's own thread loses to it, and the wait for its first batch while
+/// its workers start, as lab 10's recording of the machine measured it (the default:
+/// nothing, a lower bound).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct BatchHandover {
     /// A worker's time per batch, µs.
     pub worker_us: f64,
     /// The loader's time per batch in the loop's process, one batch at a
     /// time (its pinning thread), µs.
     pub loop_us: f64,
+    /// What the loop's own thread loses a batch while it is busy with its
+    /// own work between batches (launching a step): asking for the batch
+    /// (`next()` on the loader) and the interpreter the pinning thread
+    /// holds meanwhile, µs.
+    pub taken_over_us: f64,
+    /// The wait for the first batch of samples that cost nothing to build,
+    /// from asking for the loader's iterator (its workers told to start),
+    /// µs: no batch is handed over sooner.
+    pub first_batch_us: f64,
     /// Where it comes from.
     pub from: String,
 }

@@ -48,15 +48,16 @@ pub fn outermost_ops(trace: &Trace) -> Vec<(usize, bool)> {
 /// that launch nothing between the call before it and it (the program's
 /// code between those ops is its own work too: the Python that builds a
 /// batch sample by sample), µs, less `per_op_us` for each CPU op the
-/// profiler recorded in them (never below nothing). Ops before the first
-/// call are not counted (the replay starts there).
-pub fn own_work_before_calls(trace: &Trace, calls: &[usize], per_op_us: f64) -> HashMap<usize, OwnWork> {
+/// profiler recorded in them (never below nothing). Ops before `from_us`
+/// are not counted (the replay starts there: the run's start, or the first
+/// call).
+pub fn own_work_before_calls(trace: &Trace, calls: &[usize], per_op_us: f64, from_us: f64) -> HashMap<usize, OwnWork> {
     let mut out: HashMap<usize, OwnWork> = HashMap::new();
-    let (Some(&first), Some(thread)) = (calls.first(), calls.first().map(|&c| trace.calls[c].thread)) else { return out };
+    let Some(thread) = calls.first().map(|&c| trace.calls[c].thread) else { return out };
     let starts: Vec<f64> = calls.iter().map(|&c| trace.calls[c].start_us).collect();
     for (oi, launches) in outermost_ops(trace) {
         let o = &trace.cpu_ops[oi];
-        if launches || o.thread != thread || o.start_us < trace.calls[first].start_us {
+        if launches || o.thread != thread || o.start_us < from_us {
             continue;
         }
         let Some(&next) = calls.get(starts.partition_point(|&s| s < o.end_us)) else { continue };

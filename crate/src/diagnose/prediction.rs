@@ -47,7 +47,7 @@ pub struct Prediction {
     /// The fix as the program makes it, in PyTorch's words (each change's
     /// [`Change::in_pytorch`], joined by "; ").
     pub in_pytorch: String,
-    /// The traced window's time with the fix, µs, on the queue model.
+    /// The traced run's time with the fix ([`WhatIf::traced_us`]), µs, on the queue model.
     pub predicted_us: f64,
     /// The as-traced replay's time over the fix's.
     pub gain: f64,
@@ -61,8 +61,15 @@ pub struct Prediction {
 /// The what-if table of one trace.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct WhatIf {
-    /// The traced window, µs.
+    /// The traced run, µs: from its start ([`WhatIf::run_from`]) to the
+    /// last GPU op's end.
     pub traced_us: f64,
+    /// The annotation (`record_function`, `ProfilerStep#N`: the outermost
+    /// that holds the first issuing thread's first call) inside which the
+    /// run starts with the host's own work before its first GPU op (a
+    /// first batch built), which counts as the program's own clock counts
+    /// it; none where there is no such work: the run is the window.
+    pub run_from: Option<String>,
     /// The queue model's replay of the trace as traced, µs.
     pub replayed_us: f64,
     /// The same replay with the profiler's cost per recorded CPU op taken
@@ -89,13 +96,15 @@ pub fn fix_label(changes: &[Change]) -> String {
 /// where the trace cannot be replayed at all (no launching calls, several
 /// issuing threads: the course's own traces).
 pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) -> Result<WhatIf, String> {
-    let (start, end) = trace.window_us();
     let replay = Replay::new(trace)?;
+    let (window_start, end) = trace.window_us();
+    let start = replay.run_start.as_ref().map_or(window_start, |r| r.0.min(window_start));
     let as_traced = Pricing { profiler_us_per_cpu_op: None, ..pricing.clone() };
     let replayed_us = predict(&replay.schedule(&[], &as_traced)?);
     let replayed_untraced_us = if pricing.profiler_us_per_cpu_op.is_some() { predict(&replay.schedule(&[], pricing)?) } else { replayed_us };
     let event_joins = JoinsKnown::of(trace);
-    let mut w = WhatIf { traced_us: end - start, replayed_us, replayed_untraced_us, predictions: Vec::new(), not_priced: Vec::new(), event_joins };
+    let run_from = replay.run_start.as_ref().map(|r| r.1.clone());
+    let mut w = WhatIf { traced_us: end - start, run_from, replayed_us, replayed_untraced_us, predictions: Vec::new(), not_priced: Vec::new(), event_joins };
     for changes in fixes {
         match replay.schedule(changes, pricing) {
             Ok(ts) => {
@@ -141,8 +150,12 @@ impl fmt::Display for WhatIf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "what-if: the trace's GPU ops and CPU calls replayed in their order and with their measured times, each fix applied (lab 10's queue model; as traced it replays in {} against the window's {}, {:+.1}%{}):",
+            "what-if: the trace's GPU ops and CPU calls replayed in their order and with their measured times, each fix applied (lab 10's queue model; as traced it replays in {} against {} {}, {:+.1}%{}):",
             us(self.replayed_us),
+            match &self.run_from {
+                Some(name) => format!("the run's (from the start of its annotation '{name}')"),
+                None => "the window's".into(),
+            },
             us(self.traced_us),
             100.0 * (self.replayed_us / self.traced_us - 1.0),
             if self.replayed_untraced_us == self.replayed_us {

@@ -3,8 +3,8 @@
 //! the GPU ([`synchronizes`]); which copy, record or join streams
 //! ([`copies`], [`records_event`], [`waits_for_event`]); which call launched each GPU op
 //! ([`launch_calls`]); which CPU ops sit around each call
-//! (`enclosing_ops`); which stream is the legacy default one
-//! ([`legacy_default_stream`]). Reading uses the first to check a trace is
+//! (`enclosing_ops`) and which annotation a run starts at ([`run_start`]);
+//! which stream is the legacy default one ([`legacy_default_stream`]). Reading uses the first to check a trace is
 //! whole; the analysis and the replay use them all.
 //!
 //! May use: `events` only. Answers, no judgement: what a finding makes of
@@ -36,6 +36,22 @@ pub fn legacy_default_stream(trace: &Trace) -> Option<u64> {
     }
     let sync_copies: HashSet<u64> = trace.calls.iter().filter(|c| c.name == "cudaMemcpy").filter_map(|c| c.correlation).collect();
     Some(trace.gpu_ops.iter().find(|o| o.correlation.is_some_and(|c| sync_copies.contains(&c))).map_or(LEGACY_DEFAULT_STREAM, |o| o.stream))
+}
+
+/// Where the traced run of the work `call` belongs to starts: the
+/// outermost annotation on its thread that holds it (a `record_function`
+/// range, `ProfilerStep#N`), as (its start, µs; its name). The CPU's work
+/// in it before the first GPU op (the first batch built, a first
+/// upload's preparation) is part of the run a program's own clock times.
+/// None where no annotation holds the call.
+pub fn run_start(trace: &Trace, call: usize) -> Option<(f64, String)> {
+    let c = &trace.calls[call];
+    trace
+        .cpu_ops
+        .iter()
+        .filter(|o| o.annotation && o.thread == c.thread && o.start_us <= c.start_us && o.end_us >= c.end_us)
+        .min_by(|a, b| a.start_us.total_cmp(&b.start_us))
+        .map(|o| (o.start_us, o.name.clone()))
 }
 
 /// Whether a CUDA call issues GPU work (a kernel, a copy or a memset) that

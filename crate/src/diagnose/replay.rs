@@ -30,7 +30,7 @@ use super::event_joins::event_joins;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
 pub use super::fixes::{BatchHandover, Change, Pricing, DEFAULT_WORKERS, PREPARED_AHEAD, PREPARED_AHEAD_MIN_US};
 use super::host_work::{own_work_before_calls, RecordedOps};
-use super::queries::{enclosing_ops, launch_calls, legacy_default_stream, synchronizes};
+use super::queries::{enclosing_ops, launch_calls, legacy_default_stream, run_start, synchronizes};
 pub use super::side_streams::stream_label;
 use super::side_streams::{side_stream_of, MovedCopies};
 use crate::measure::stats::upper_median;
@@ -74,6 +74,10 @@ pub struct TracedSchedule {
     /// Whether kernels of different streams run side by side (a CUDA
     /// graph's branches), not one at a time.
     pub kernels_side_by_side: bool,
+    /// Whether the schedule starts at the run's start before the window
+    /// (the host's own work before the first call: [`Replay::run_start`]),
+    /// so that its time is counted from 0, not from its first GPU op.
+    pub from_run_start: bool,
 }
 
 /// The op each GPU op waited for, from the trace's times alone.
@@ -119,6 +123,24 @@ fn waits(trace: &Trace, launch_of: &HashMap<u64, usize>) -> Vec<Waited> {
         waited[i] = other.map_or(by_order, |op| Waited::OtherStream { op });
     }
     waited
+}
+
+/// The GPU's gap between two ops of one stream where the second was
+/// queued already (its launch began before the first ended, and it waited
+/// for nothing else), µs: the median over the trace's such pairs (what
+/// HTA counts as kernel wait), none where there are none. Eager kernels
+/// queued back to back still start a few µs apart; a fix that queues them
+/// so (a copy stream, a sync removed) keeps that gap.
+pub fn queued_gap_us(trace: &Trace, waited: &[Waited]) -> f64 {
+    let gaps: Vec<f64> = waited
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| match *w {
+            Waited::StreamOrder { op } => Some((trace.gpu_ops[i].start_us - trace.gpu_ops[op].end_us).max(0.0)),
+            _ => None,
+        })
+        .collect();
+    upper_median(&gaps).unwrap_or(0.0)
 }
 
 /// The pipeline vocabulary's kind of a traced op: what the replay
@@ -185,9 +207,25 @@ pub struct Replay<'t> {
     /// The thread's median kernel launch, µs: what a launch that no longer
     /// holds the CPU costs it.
     launch_cost: f64,
+    /// The GPU's gap between two ops of one stream where the second was
+    /// queued already (launched before the first ended), µs: the median
+    /// the trace shows ([`queued_gap_us`]). A replayed op that an op queued
+    /// behind it followed in the trace is followed by it (a graph's ops by
+    /// the graph's own gap instead); one the next op's launch came after
+    /// is not (that op's start is its launch's).
+    queued_gap_us: f64,
+    /// For each GPU op, whether the next op of its stream was queued
+    /// behind it in the trace (waited for it, not for its launch).
+    queued_behind: Vec<bool>,
     /// Each thread's recorded CPU ops, counted in a stretch of its time to
     /// take the profiler's cost out (found once, for every fix).
     recorded: RecordedOps,
+    /// Where the run starts where that is before the window: at the
+    /// host's own work before the first issuing thread's first call (a
+    /// first batch built), inside the annotation that holds that call
+    /// ([`run_start`]), as (µs, the annotation's name). None where no
+    /// annotation holds it or the CPU did none of its own work there.
+    pub run_start: Option<(f64, String)>,
 }
 
 impl<'t> Replay<'t> {
@@ -226,21 +264,44 @@ impl<'t> Replay<'t> {
                 .collect::<Vec<f64>>(),
         )
         .unwrap_or(5.0);
+        let waited = waits(trace, &launch_of);
+        let queued_gap_us = queued_gap_us(trace, &waited);
+        let mut queued_behind = vec![false; trace.gpu_ops.len()];
+        for w in &waited {
+            if let Waited::StreamOrder { op } = *w {
+                queued_behind[op] = true;
+            }
+        }
+        let calls: Vec<usize> = (0..trace.calls.len()).filter(|&i| lane_of.contains_key(&trace.calls[i].thread)).collect();
+        let first_main = calls.iter().copied().find(|&c| lane_of[&trace.calls[c].thread] == 0);
         Ok(Replay {
             trace,
-            calls: (0..trace.calls.len()).filter(|&i| lane_of.contains_key(&trace.calls[i].thread)).collect(),
+            run_start: first_main.and_then(|c| {
+                let (from, name) = run_start(trace, c)?;
+                let own = own_work_before_calls(trace, &[c], 0.0, from).remove(&c)?;
+                Some((own.from_us.min(trace.calls[c].start_us), name))
+            }),
+            calls,
             lane_of,
-            waited: waits(trace, &launch_of),
+            waited,
+            queued_gap_us,
+            queued_behind,
             ops_of_call,
             launch_cost,
             recorded: RecordedOps::of(trace),
         })
     }
 
+    /// The GPU's gap between two queued ops of one stream that every
+    /// replayed op is followed by, µs ([`queued_gap_us`]).
+    pub fn queued_gap_us(&self) -> f64 {
+        self.queued_gap_us
+    }
+
     /// The schedule of the trace with `changes` applied (none: the program
     /// as traced), priced by `pricing`.
     pub fn schedule(&self, changes: &[Change], pricing: &Pricing) -> Result<TracedSchedule, String> {
-        let Replay { trace, ops_of_call, calls, waited, launch_cost, lane_of, recorded } = self;
+        let Replay { trace, ops_of_call, calls, waited, launch_cost, lane_of, recorded, run_start, queued_gap_us, queued_behind } = self;
         let (trace, launch_cost) = (*trace, *launch_cost);
         let has = |c: Change| changes.contains(&c);
 
@@ -277,6 +338,10 @@ impl<'t> Replay<'t> {
             let gap = pricing.graph_gap_us.as_ref().map_or(0.0, |g| g.0);
             for d in &mut duration {
                 *d += gap;
+            }
+        } else {
+            for (d, _) in duration.iter_mut().zip(queued_behind).filter(|(_, &q)| q) {
+                *d += queued_gap_us;
             }
         }
         // The copies a copy stream moves, each way.
@@ -358,6 +423,7 @@ impl<'t> Replay<'t> {
             streams: Vec::new(),
             waited: waited.clone(),
             kernels_side_by_side: graph,
+            from_run_start: run_start.is_some(),
         };
         ts.schedule.issued_live = true;
         // Each issuing thread's time so far, and the lane and end of the call before.
@@ -370,14 +436,18 @@ impl<'t> Replay<'t> {
         // batch prepared ahead moves and a CUDA graph keeps.
         let per_op = pricing.profiler_us_per_cpu_op.as_ref().map_or(0.0, |p| p.0);
         let ahead = has(Change::PrepareAhead);
-        let (worker_extra_us, handover_us) = pricing.batch_handover.as_ref().map_or((0.0, 0.0), |h| (h.worker_us, h.loop_us));
-        let own_work = own_work_before_calls(trace, &main_calls, per_op);
+        let handover = pricing.batch_handover.clone().unwrap_or_default();
+        // The run starts at its annotation where one holds the first call:
+        // the CPU's work before the first GPU op is the run's too.
+        let run_from = main_calls.first().map_or(0.0, |&c| run_start.as_ref().map_or(trace.calls[c].start_us, |r| r.0.min(trace.calls[c].start_us)));
+        let own_work = own_work_before_calls(trace, &main_calls, per_op, run_from);
         let mut batches = 0;
         for &ci in calls {
             let c = &trace.calls[ci];
             let lane = lane_of[&c.thread];
-            // A thread's first call: its time counts from the call before it.
-            let cpu = cpus.entry(lane).or_insert(before.map_or(c.start_us, |b| b.1.min(c.start_us)));
+            // A thread's first call: its time counts from the call before it
+            // (the first thread's, from the run's start).
+            let cpu = cpus.entry(lane).or_insert(before.map_or(run_from.min(c.start_us), |b| b.1.min(c.start_us)));
             if let Some((other, end)) = before.filter(|&(l, _)| l != lane) {
                 // Handed over from another thread: it goes on once that one's call is done.
                 ts.schedule.host_joins(lane, other);
@@ -399,16 +469,22 @@ impl<'t> Replay<'t> {
             if ahead && own.untraced_us >= PREPARED_AHEAD_MIN_US {
                 // The batch's worker prepares it; the thread waits for it here.
                 let worker = ts.schedule.host_op(lane_of.len() + batches % pricing.workers(), PREPARED_AHEAD, vec![]);
-                ts.durations_us.push(own.untraced_us + worker_extra_us);
+                ts.durations_us.push(own.untraced_us + handover.worker_us);
                 ts.traced_op.push(None);
                 // Then the loader's own thread takes it over (PyTorch's
-                // pinning thread), a batch at a time, beside the loop.
+                // pinning thread), a batch at a time, beside the loop; its
+                // first no sooner than the loader's start allows.
                 let taker = lane_of.len() + pricing.workers();
+                if batches == 0 {
+                    ts.host(taker, "loader starting", handover.first_batch_us - handover.loop_us);
+                }
                 ts.schedule.host_learns(taker, worker);
                 let taken = ts.schedule.host_op(taker, "batch handed over", vec![]);
-                ts.durations_us.push(handover_us);
+                ts.durations_us.push(handover.loop_us);
                 ts.traced_op.push(None);
+                // The loop waits for it, then takes it over itself.
                 ts.schedule.host_learns(0, taken);
+                ts.host(0, "batch taken over", handover.taken_over_us);
                 batches += 1;
             }
             *cpu = cpu.max(c.start_us);
@@ -537,17 +613,20 @@ pub fn predicted_times(ts: &TracedSchedule) -> Vec<(f64, f64)> {
     crate::pipeline::predict::predict(&ts.schedule, machine, |op| ts.durations_us[op.id])
 }
 
-/// The queue model's replay of a traced schedule: the window from the
-/// first GPU op's start to the last one's end, µs.
+/// The queue model's replay of a traced schedule: the run from its start
+/// (where the schedule knows it, [`TracedSchedule::from_run_start`]), else
+/// from the first GPU op's start, to the last one's end, µs.
 pub fn predict(ts: &TracedSchedule) -> f64 {
     window_us(ts, &predicted_times(ts))
 }
 
-/// The window of `ts` replayed at `times` (its ops' start and end, µs):
-/// from the first GPU op's start to the last one's end.
+/// The time of `ts` replayed at `times` (its ops' start and end, µs): from
+/// the run's start (the schedule's 0, where it starts there), else from
+/// the first GPU op's start, to the last GPU op's end.
 pub fn window_us(ts: &TracedSchedule, times: &[(f64, f64)]) -> f64 {
     let gpu: Vec<(f64, f64)> = ts.traced_op.iter().zip(times).filter(|(t, _)| t.is_some()).map(|(_, &t)| t).collect();
-    let start = gpu.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
+    let first_gpu = gpu.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
+    let start = if ts.from_run_start { 0.0f64.min(first_gpu) } else { first_gpu };
     let end = gpu.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
     end - start
 }
@@ -633,9 +712,11 @@ mod tests {
         // wait after it (in the same `aten::to`) gone: the CPU runs ahead,
         // each kernel waits for its copy on the stream and each copy for
         // the kernel before it. So the GPU runs 1200 + 2000 µs a step,
-        // back to back.
+        // back to back, with the trace's gap between queued ops after each
+        // kernel a copy was queued behind (the first four).
         let predicted = predict(&ts);
-        let want = 5.0 * (1200.0 + 2000.0);
+        let gap = Replay::new(&t).unwrap().queued_gap_us();
+        let want = 5.0 * (1200.0 + 2000.0) + 4.0 * gap;
         assert!((predicted - want).abs() < 1e-6 * want, "predicted {predicted} µs, expected {want}");
         assert!(predicted < 0.75 * (t.window_us().1 - t.window_us().0), "pinned copies are faster");
         // With no recording, the trace must have pinned copies to price by.

@@ -34,9 +34,8 @@ pub struct Prices {
     /// ([`profiler_cost_us`]): (its GPU, µs, its file as outputs name it).
     profiler_costs: Vec<(String, f64, String)>,
     /// Each lab 10 recording's DataLoader cost per batch handed over
-    /// ([`super::programs::Calibration::handover`]): (its GPU, a worker's
-    /// µs, the loop's µs, its file).
-    handovers: Vec<(String, (f64, f64), String)>,
+    /// ([`super::programs::Calibration::handover`]), by its GPU.
+    handovers: Vec<(String, BatchHandover)>,
 }
 
 /// What the profiler added to each CPU op it recorded, µs, as a lab 10
@@ -82,7 +81,17 @@ impl Prices {
         };
         let graph_gaps = per_gpu(|p| p.calibration.as_ref()?.graph_gap_us);
         let profiler_costs = per_gpu(profiler_cost_us);
-        let handovers = recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, p.calibration.as_ref()?.handover()?, file.clone()))).collect();
+        let handovers = recorded
+            .iter()
+            .filter_map(|(p, file)| {
+                let c = p.calibration.as_ref()?;
+                let (worker_us, loop_us) = c.handover()?;
+                // The loop's own share and the first batch's wait, where the
+                // recording has them (older ones do not: a lower bound).
+                let (taken_over_us, first_batch_us) = (c.handover_taken_over_us.unwrap_or(0.0), c.handover_first_batch_us.unwrap_or(0.0));
+                Some((p.gpu.clone()?, BatchHandover { worker_us, loop_us, taken_over_us, first_batch_us, from: file.clone() }))
+            })
+            .collect();
         Prices { links, graph_gaps, profiler_costs, handovers }
     }
 
@@ -96,7 +105,7 @@ impl Prices {
             graph_gap_us: of_gpu(&self.graph_gaps),
             workers: None,
             profiler_us_per_cpu_op: of_gpu(&self.profiler_costs),
-            batch_handover: gpu.and_then(|n| self.handovers.iter().find(|h| h.0 == n)).map(|h| BatchHandover { worker_us: h.1 .0, loop_us: h.1 .1, from: h.2.clone() }),
+            batch_handover: gpu.and_then(|n| self.handovers.iter().find(|h| h.0 == n)).map(|h| h.1.clone()),
         }
     }
 

@@ -51,25 +51,30 @@ pub struct Calibration {
     pub handover_one_worker_us: Option<f64>,
     #[serde(default)]
     pub handover_workers: Option<usize>,
+    /// The wait for the first batch with `handover_workers` workers, from
+    /// asking for the loader's iterator (its workers told to start), µs.
+    #[serde(default)]
+    pub handover_first_batch_us: Option<f64>,
+    /// What the loop loses a batch while busy with its own work between
+    /// batches (asking for it, and the interpreter the pinning thread
+    /// holds): its time a batch then less that work's alone, µs.
+    #[serde(default)]
+    pub handover_taken_over_us: Option<f64>,
 }
 
 impl Calibration {
     /// What a DataLoader costs per batch it hands over, split between a
-    /// worker and the loop: with `t1` the time per batch with one worker
-    /// and `tk` with `k`, a pipeline of a worker stage (`w` a batch, `k`
-    /// side by side) and the loop's (`m`) takes `t1 = max(w, m)` and `tk =
-    /// max(w / k, m)`. Where more workers went faster, `w = t1`, and `m = tk`
-    /// unless the workers alone explain `tk` (then `m` is hidden under
-    /// them: 0, a lower bound); where they did not, `m = tk` and `w` is
-    /// hidden (0). None where the recording has no such calibration.
+    /// worker and the loop's process: with `t1` the time per batch with one
+    /// worker and `tk` with `k`, a pipeline of a worker stage (`w` a batch,
+    /// `k` side by side) and the loop's process's (`m`) takes `t1 = max(w,
+    /// m)` and `tk = max(w / k, m)`. Where more workers went faster, `w =
+    /// t1`, and `m = tk` unless the workers alone explain `tk` (then `m` is
+    /// hidden under them: 0, a lower bound); where they did not, `m = tk`
+    /// and `w` is hidden (0). None where the recording has no such
+    /// calibration.
     pub fn handover(&self) -> Option<(f64, f64)> {
         let (tk, t1, k) = (self.handover_us?, self.handover_one_worker_us?, self.handover_workers? as f64);
-        if tk < 0.9 * t1 {
-            let loop_us = if tk > 1.1 * t1 / k { tk } else { 0.0 };
-            Some((t1, loop_us))
-        } else {
-            Some((0.0, tk))
-        }
+        Some(if tk < 0.9 * t1 { (t1, if tk > 1.1 * t1 / k { tk } else { 0.0 }) } else { (0.0, tk) })
     }
 }
 
