@@ -5,8 +5,8 @@
 //!
 //! The profiler slows the CPU ops it records: where whoever sits above
 //! hands in a cost per recorded CPU op (lab 10's programs timed traced and
-//! untraced), [`own_work_before_calls`] takes it out of each op's time,
-//! and [`RecordedOps`] counts the ops in any stretch of a thread's time
+//! untraced), [`OwnWork::untraced_us`] takes it out of a stretch of own
+//! work, and [`RecordedOps`] counts the ops in any stretch of a thread's time
 //! for the replay to take it out of the rest.
 //!
 //! May use: `events`.
@@ -47,11 +47,10 @@ pub fn outermost_ops(trace: &Trace) -> Vec<(usize, bool)> {
 /// order), the stretch from the first to the last end of the outermost ops
 /// that launch nothing between the call before it and it (the program's
 /// code between those ops is its own work too: the Python that builds a
-/// batch sample by sample), µs, less `per_op_us` for each CPU op the
-/// profiler recorded in them (never below nothing). Ops before `from_us`
-/// are not counted (the replay starts there: the run's start, or the first
-/// call).
-pub fn own_work_before_calls(trace: &Trace, calls: &[usize], per_op_us: f64, from_us: f64) -> HashMap<usize, OwnWork> {
+/// batch sample by sample), with the CPU ops the profiler recorded in
+/// them. Ops before `from_us` are not counted (the replay starts there:
+/// the run's start, or the first call).
+pub fn own_work_before_calls(trace: &Trace, calls: &[usize], from_us: f64) -> HashMap<usize, OwnWork> {
     let mut out: HashMap<usize, OwnWork> = HashMap::new();
     let Some(thread) = calls.first().map(|&c| trace.calls[c].thread) else { return out };
     let starts: Vec<f64> = calls.iter().map(|&c| trace.calls[c].start_us).collect();
@@ -71,7 +70,6 @@ pub fn own_work_before_calls(trace: &Trace, calls: &[usize], per_op_us: f64, fro
     }
     for w in out.values_mut() {
         w.traced_us = w.to_us - w.from_us;
-        w.untraced_us = (w.traced_us - per_op_us * w.ops as f64).max(0.0);
     }
     out
 }
@@ -81,13 +79,19 @@ pub fn own_work_before_calls(trace: &Trace, calls: &[usize], per_op_us: f64, fro
 pub struct OwnWork {
     /// As traced, µs.
     pub traced_us: f64,
-    /// With the profiler's cost per recorded op taken out, µs.
-    pub untraced_us: f64,
     /// The CPU ops the profiler recorded in it.
     pub ops: usize,
     /// Where it starts and ends on the trace's clock, µs.
     pub from_us: f64,
     pub to_us: f64,
+}
+
+impl OwnWork {
+    /// Its time with `per_op_us` taken out for each CPU op the profiler
+    /// recorded in it (never below nothing), µs.
+    pub fn untraced_us(&self, per_op_us: f64) -> f64 {
+        (self.traced_us - per_op_us * self.ops as f64).max(0.0)
+    }
 }
 
 /// Where each thread's recorded CPU ops (not annotations) start, to count

@@ -29,7 +29,7 @@
 use super::event_joins::event_joins;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
 pub use super::fixes::{BatchHandover, Change, Pricing, DEFAULT_WORKERS, PREPARED_AHEAD, PREPARED_AHEAD_MIN_US};
-use super::host_work::{own_work_before_calls, RecordedOps};
+use super::host_work::{own_work_before_calls, OwnWork, RecordedOps};
 use super::queries::{enclosing_ops, launch_calls, legacy_default_stream, run_start, synchronizes};
 pub use super::side_streams::stream_label;
 use super::side_streams::{side_stream_of, MovedCopies};
@@ -131,7 +131,7 @@ fn waits(trace: &Trace, launch_of: &HashMap<u64, usize>) -> Vec<Waited> {
 /// HTA counts as kernel wait), none where there are none. Eager kernels
 /// queued back to back still start a few µs apart; a fix that queues them
 /// so (a copy stream, a sync removed) keeps that gap.
-pub fn queued_gap_us(trace: &Trace, waited: &[Waited]) -> f64 {
+fn queued_gap_us(trace: &Trace, waited: &[Waited]) -> f64 {
     let gaps: Vec<f64> = waited
         .iter()
         .enumerate()
@@ -220,6 +220,12 @@ pub struct Replay<'t> {
     /// Each thread's recorded CPU ops, counted in a stretch of its time to
     /// take the profiler's cost out (found once, for every fix).
     recorded: RecordedOps,
+    /// The host's own work before each of the first issuing thread's
+    /// (lane 0's) calls, from the run's start: found once, for every fix;
+    /// each prices its profiler's cost out.
+    own_work: HashMap<usize, OwnWork>,
+    /// Where lane 0's time starts: the run's start, else its first call's, µs.
+    run_from_us: f64,
     /// Where the run starts where that is before the window: at the
     /// host's own work before the first issuing thread's first call (a
     /// first batch built), inside the annotation that holds that call
@@ -273,14 +279,20 @@ impl<'t> Replay<'t> {
             }
         }
         let calls: Vec<usize> = (0..trace.calls.len()).filter(|&i| lane_of.contains_key(&trace.calls[i].thread)).collect();
-        let first_main = calls.iter().copied().find(|&c| lane_of[&trace.calls[c].thread] == 0);
+        let main_calls: Vec<usize> = calls.iter().copied().filter(|&c| lane_of[&trace.calls[c].thread] == 0).collect();
+        // The annotation holding the first call, if any: own work from its
+        // start counts, and where there is some before the first call, the
+        // run starts with it.
+        let first_main = main_calls.first().copied();
+        let annotation = first_main.and_then(|c| run_start(trace, c));
+        let first_start = first_main.map_or(0.0, |c| trace.calls[c].start_us);
+        let own_work = own_work_before_calls(trace, &main_calls, annotation.as_ref().map_or(first_start, |a| a.0));
+        let run_start = annotation.and_then(|(_, name)| Some((own_work.get(&first_main?)?.from_us.min(first_start), name)));
         Ok(Replay {
             trace,
-            run_start: first_main.and_then(|c| {
-                let (from, name) = run_start(trace, c)?;
-                let own = own_work_before_calls(trace, &[c], 0.0, from).remove(&c)?;
-                Some((own.from_us.min(trace.calls[c].start_us), name))
-            }),
+            run_from_us: run_start.as_ref().map_or(first_start, |r| r.0),
+            run_start,
+            own_work,
             calls,
             lane_of,
             waited,
@@ -292,8 +304,9 @@ impl<'t> Replay<'t> {
         })
     }
 
-    /// The GPU's gap between two queued ops of one stream that every
-    /// replayed op is followed by, µs ([`queued_gap_us`]).
+    /// The GPU's gap between two queued ops of one stream that a replayed
+    /// op an op was queued behind in the trace is followed by, µs: the
+    /// median the trace shows between an op and the one queued behind it.
     pub fn queued_gap_us(&self) -> f64 {
         self.queued_gap_us
     }
@@ -301,7 +314,7 @@ impl<'t> Replay<'t> {
     /// The schedule of the trace with `changes` applied (none: the program
     /// as traced), priced by `pricing`.
     pub fn schedule(&self, changes: &[Change], pricing: &Pricing) -> Result<TracedSchedule, String> {
-        let Replay { trace, ops_of_call, calls, waited, launch_cost, lane_of, recorded, run_start, queued_gap_us, queued_behind } = self;
+        let Replay { trace, ops_of_call, calls, waited, launch_cost, lane_of, recorded, run_start, queued_gap_us, queued_behind, own_work, run_from_us } = self;
         let (trace, launch_cost) = (*trace, *launch_cost);
         let has = |c: Change| changes.contains(&c);
 
@@ -429,25 +442,19 @@ impl<'t> Replay<'t> {
         // Each issuing thread's time so far, and the lane and end of the call before.
         let mut cpus: HashMap<usize, f64> = HashMap::new();
         let mut before: Option<(usize, f64)> = None;
-        // The host's own work a batch prepared ahead moves: the first issuing thread's.
-        let main_calls: Vec<usize> = calls.iter().copied().filter(|&c| lane_of[&trace.calls[c].thread] == 0).collect();
         // The profiler's cost per recorded CPU op, taken out of the CPU's
         // time between calls where known; the host's own work, which a
         // batch prepared ahead moves and a CUDA graph keeps.
         let per_op = pricing.profiler_us_per_cpu_op.as_ref().map_or(0.0, |p| p.0);
         let ahead = has(Change::PrepareAhead);
         let handover = pricing.batch_handover.clone().unwrap_or_default();
-        // The run starts at its annotation where one holds the first call:
-        // the CPU's work before the first GPU op is the run's too.
-        let run_from = main_calls.first().map_or(0.0, |&c| run_start.as_ref().map_or(trace.calls[c].start_us, |r| r.0.min(trace.calls[c].start_us)));
-        let own_work = own_work_before_calls(trace, &main_calls, per_op, run_from);
         let mut batches = 0;
         for &ci in calls {
             let c = &trace.calls[ci];
             let lane = lane_of[&c.thread];
             // A thread's first call: its time counts from the call before it
             // (the first thread's, from the run's start).
-            let cpu = cpus.entry(lane).or_insert(before.map_or(run_from.min(c.start_us), |b| b.1.min(c.start_us)));
+            let cpu = cpus.entry(lane).or_insert(before.map_or(run_from_us.min(c.start_us), |b| b.1.min(c.start_us)));
             if let Some((other, end)) = before.filter(|&(l, _)| l != lane) {
                 // Handed over from another thread: it goes on once that one's call is done.
                 ts.schedule.host_joins(lane, other);
@@ -455,21 +462,22 @@ impl<'t> Replay<'t> {
             }
             before = Some((lane, c.end_us));
             let own = own_work.get(&ci).copied().unwrap_or_default();
+            let own_untraced = own.untraced_us(per_op);
             let profiler_us = per_op * recorded.between(c.thread, *cpu, c.start_us) as f64;
             // The CPU's time before the call that is not its own work, the
             // profiler's cost out (its own work's is out already).
-            let other = (c.start_us - *cpu - own.traced_us - (profiler_us - (own.traced_us - own.untraced_us)).max(0.0)).max(0.0);
+            let other = (c.start_us - *cpu - own.traced_us - (profiler_us - (own.traced_us - own_untraced)).max(0.0)).max(0.0);
             match (graph, ahead) {
-                (false, false) => ts.host(lane, "CPU work", other + own.untraced_us),
+                (false, false) => ts.host(lane, "CPU work", other + own_untraced),
                 (false, true) => ts.host(lane, "CPU work", other),
                 // A graph launches for the CPU; its own work stays.
-                (true, false) => ts.host(lane, "CPU work", own.untraced_us),
+                (true, false) => ts.host(lane, "CPU work", own_untraced),
                 (true, true) => {}
             }
-            if ahead && own.untraced_us >= PREPARED_AHEAD_MIN_US {
+            if ahead && own_untraced >= PREPARED_AHEAD_MIN_US {
                 // The batch's worker prepares it; the thread waits for it here.
                 let worker = ts.schedule.host_op(lane_of.len() + batches % pricing.workers(), PREPARED_AHEAD, vec![]);
-                ts.durations_us.push(own.untraced_us + handover.worker_us);
+                ts.durations_us.push(own_untraced + handover.worker_us);
                 ts.traced_op.push(None);
                 // Then the loader's own thread takes it over (PyTorch's
                 // pinning thread), a batch at a time, beside the loop; its
