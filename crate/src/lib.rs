@@ -13,6 +13,10 @@
 //! * [`diagnose`]: reading a profiler trace (`torch.profiler`'s, or a
 //!   lab's timeline) and saying where the overlap is lost: busy and idle
 //!   time, copies hidden and exposed, the syncs and what each costs. No CUDA.
+//! * [`trace`]: any program traced, in any language (`overlap-lab trace --
+//!   COMMAND`): the command run with the course's CUPTI injection library,
+//!   each CUDA process's records made a Chrome trace [`diagnose`] reads. No
+//!   CUDA (the library records inside the traced program).
 //! * [`gpu`]: the only place with raw CUDA ([`gpu::driver`], every call on a
 //!   raw handle an `unsafe fn`; a function whose soundness rests on its
 //!   caller is an `unsafe fn` with `# Safety`, and every `unsafe` block says
@@ -40,6 +44,7 @@ pub mod present;
 pub mod report;
 #[doc(hidden)]
 pub mod testing;
+pub mod trace;
 pub mod units;
 
 pub use error::{LabError, Result};

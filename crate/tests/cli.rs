@@ -46,14 +46,14 @@ fn every_subcommand_has_help_that_names_its_options() {
     // The tools around the labs, and one subcommand per entry of the lab table.
     let mut want = vec!["device".to_string(), "topology".to_string()];
     want.extend(overlap_lab::labs::ALL.iter().map(|l| l.name().to_string()));
-    want.extend(["diagnose".to_string(), "progress".to_string(), "report".to_string(), "all".to_string()]);
+    want.extend(["diagnose".to_string(), "trace".to_string(), "progress".to_string(), "report".to_string(), "all".to_string()]);
     assert_eq!(subs, want, "{subs:?}");
     for sub in &subs {
         let (code, out, err) = cli(&[sub, "--help"]);
         assert_eq!(code, 0, "{sub} --help: {err}");
         assert!(out.contains(&format!("Usage: overlap-lab {sub}")), "{sub} --help: {out}");
         assert!(out.contains("--data") && out.contains("--quiet"), "{sub} --help lacks the global options: {out}");
-        if !matches!(sub.as_str(), "device" | "topology" | "diagnose" | "report" | "progress") {
+        if !matches!(sub.as_str(), "device" | "topology" | "diagnose" | "trace" | "report" | "progress") {
             assert!(out.contains("--device"), "{sub} --help lacks --device: {out}");
         }
     }

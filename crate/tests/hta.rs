@@ -92,6 +92,15 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed
     // The synthetic traces, then every committed trace of lab 10's real
     // programs (unpacked: the comparison reads plain JSON).
     let mut traces: Vec<(String, std::path::PathBuf)> = synthetic_traces::all().iter().map(|s| (s.file.to_string(), s.write(&dir))).collect();
+    // The traces `overlap-lab trace` writes (Kineto's schema, its sync
+    // events kept: none carries a stream HTA would take for GPU work), of
+    // two made-up programs' records.
+    use overlap_lab_tracefile::{fixture, kineto, raw};
+    for (name, records) in [("overlap-lab-trace-serial.json", fixture::program()), ("overlap-lab-trace-chunks.json", fixture::chunks_on_four_streams())] {
+        let path = dir.join(name);
+        std::fs::write(&path, kineto::convert(&raw::parse(&records).unwrap(), name).json.to_string()).unwrap();
+        traces.push((name.to_string(), path));
+    }
     let data = overlap_lab::measure::record::repo_root().join("data");
     let mut committed: Vec<std::path::PathBuf> = std::fs::read_dir(&data)
         .unwrap()

@@ -97,6 +97,46 @@ enum Tool {
         #[arg(long, value_name = "N", default_value_t = overlap_lab::diagnose::replay::DEFAULT_WORKERS as u64, value_parser = clap::value_parser!(u64).range(1..=256))]
         workers: u64,
     },
+    /// Trace any CUDA program, in any language, then diagnose it.
+    ///
+    /// Runs COMMAND with the course's CUPTI injection library loaded into
+    /// each of its CUDA processes (CUDA_INJECTION64_PATH: no Nsight
+    /// Systems, no code change): every kernel, copy, memset, CUDA call,
+    /// synchronization and NVTX range is recorded. Its output and exit code
+    /// are the command's own. Then each CUDA process's trace is written as
+    /// a Chrome trace in Kineto's schema (what torch.profiler exports: it
+    /// opens in Perfetto, chrome://tracing and HTA) and diagnosed as
+    /// `overlap-lab diagnose` would, with each fix's time predicted. CUPTI
+    /// takes one subscriber per process: under compute-sanitizer or another
+    /// profiler the command runs untraced, and this says so.
+    Trace {
+        /// The trace of the command's own process (.json.gz or .json); other
+        /// CUDA processes it starts write theirs beside it, named by pid
+        /// (trace.<pid>.json.gz).
+        #[arg(short, long, default_value = "trace.json.gz", value_name = "FILE")]
+        output: PathBuf,
+        /// The injection library (default: liboverlap_lab_inject.so beside
+        /// this program, or $OVERLAP_LAB_INJECT).
+        #[arg(long, value_name = "PATH")]
+        inject: Option<PathBuf>,
+        /// Keep each process's raw records (overlap-lab-trace.<pid>.jsonl)
+        /// beside the traces.
+        #[arg(long)]
+        keep_raw: bool,
+        /// Only write the traces: no diagnosis.
+        #[arg(long)]
+        no_diagnose: bool,
+        /// Print each diagnosis as JSON (for scripts).
+        #[arg(long)]
+        json: bool,
+        /// Workers that prepare the next batch ahead in that fix's
+        /// prediction, as in `diagnose`.
+        #[arg(long, value_name = "N", default_value_t = overlap_lab::diagnose::replay::DEFAULT_WORKERS as u64, value_parser = clap::value_parser!(u64).range(1..=256))]
+        workers: u64,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Regenerate every report figure (SVG + PNG) from recorded data; no GPU needed.
     Report {
         /// Output directory.
@@ -138,7 +178,8 @@ fn command() -> clap::Command {
         .mut_subcommand("device", |t| t.display_order(0))
         .mut_subcommand("topology", |t| t.display_order(0))
         .mut_subcommand("progress", |t| t.display_order(99))
-        .mut_subcommand("diagnose", |t| t.display_order(99))
+        .mut_subcommand("diagnose", |t| t.display_order(98))
+        .mut_subcommand("trace", |t| t.display_order(98))
         .mut_subcommand("report", |t| t.display_order(100))
         .mut_subcommand("all", |t| t.display_order(101));
     for (i, lab) in labs::ALL.iter().enumerate() {
@@ -324,6 +365,35 @@ fn run_diagnose(trace: &std::path::Path, json: bool, workers: usize, data: &std:
     Ok(())
 }
 
+/// `overlap-lab trace`: runs the command traced, says what each CUDA
+/// process's trace holds, then diagnoses each that ran GPU work (`workers`:
+/// None, no diagnosis). Returns the exit code to leave with: the command's
+/// own, or 1 where it succeeded but nothing could be traced.
+fn run_trace(req: &overlap_lab::trace::Request, workers: Option<usize>, json: bool, data: &std::path::Path, quiet: bool) -> Result<i32> {
+    let shown: Vec<String> = req.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let shown = format!("`{}`", shown.join(" "));
+    let traced = overlap_lab::trace::run(req)?;
+    // What this command says goes to stderr where stdout carries JSON.
+    let say = |line: String| if json { eprintln!("{line}") } else { println!("{line}") };
+    for (pid, why) in traced.refused.iter().filter(|_| !traced.traces.is_empty()) {
+        say(format!("trace: process {pid} ran untraced: {why}"));
+    }
+    if let Some(why) = traced.nothing_traced(&shown) {
+        eprintln!("overlap-lab: error: trace: {why}");
+        return Ok(if traced.exit_code != 0 { traced.exit_code } else { 1 });
+    }
+    say(format!("trace: {shown} exited with {} after {:.2} s (wall, traced)", traced.exit_code, traced.wall.as_secs_f64()));
+    for t in &traced.traces {
+        say(format!("trace: {}", overlap_lab::trace::describe(t)));
+    }
+    if let Some(workers) = workers {
+        for t in traced.traces.iter().filter(|t| t.summary.gpu_ops() > 0) {
+            run_diagnose(&t.path, json, workers, data, quiet)?;
+        }
+    }
+    Ok(traced.exit_code)
+}
+
 /// Every lab at `preset`: before, how long it should take (from the
 /// times of earlier runs, `data/run-times.json`); before each lab, the time
 /// spent and what is left; after each, its headline figures beside this
@@ -468,6 +538,15 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
             None => println!("{}", overlap_lab::course::progress()?),
         },
         Tool::Diagnose { trace, json, workers } => run_diagnose(&trace, json, workers as usize, &data, quiet)?,
+        Tool::Trace { output, inject, keep_raw, no_diagnose, json, workers, command } => {
+            let req = overlap_lab::trace::Request { command, output, library: inject, keep_raw };
+            let code = run_trace(&req, (!no_diagnose).then_some(workers as usize), json, &data, quiet)?;
+            if code != 0 {
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                std::process::exit(code);
+            }
+        }
         Tool::Report { out } => run_report(&data, &out)?,
         Tool::All { device, out, preset, no_record, figures, labs: only } => {
             let chosen = chosen_labs(&only)?;

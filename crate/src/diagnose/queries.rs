@@ -38,6 +38,49 @@ pub fn legacy_default_stream(trace: &Trace) -> Option<u64> {
     Some(trace.gpu_ops.iter().find(|o| o.correlation.is_some_and(|c| sync_copies.contains(&c))).map_or(LEGACY_DEFAULT_STREAM, |o| o.stream))
 }
 
+/// The share of the kernels' busy time (on each GPU, summed) in which
+/// kernels of two or more streams ran at once: near 0 where one stream
+/// computes (each kernel fills the GPU), near 1 where a program runs its
+/// kernels on several streams side by side (each then slower, sharing the
+/// SMs, as its measured time says).
+pub fn kernels_side_by_side(trace: &Trace) -> f64 {
+    use super::events::GpuOpKind;
+    use super::intervals::{total, union};
+    let mut per_stream: HashMap<(u32, u64), Vec<(f64, f64)>> = HashMap::new();
+    for o in trace.gpu_ops.iter().filter(|o| o.kind == GpuOpKind::Kernel) {
+        per_stream.entry((o.gpu, o.stream)).or_default().push((o.start_us, o.end_us));
+    }
+    // Each stream's busy spans as +1/-1 steps, by GPU; and all its kernels' spans.
+    let mut steps: HashMap<u32, Vec<(f64, i32)>> = HashMap::new();
+    let mut all: HashMap<u32, Vec<(f64, f64)>> = HashMap::new();
+    for ((gpu, _), spans) in per_stream {
+        all.entry(gpu).or_default().extend(spans.iter().copied());
+        let s = steps.entry(gpu).or_default();
+        for (a, b) in union(spans) {
+            s.push((a, 1));
+            s.push((b, -1));
+        }
+    }
+    let busy: f64 = all.into_values().map(|spans| total(&union(spans))).sum();
+    let mut together = 0.0;
+    for s in steps.values_mut() {
+        s.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let (mut running, mut since) = (0, 0.0);
+        for &(t, d) in s.iter() {
+            if running >= 2 {
+                together += t - since;
+            }
+            running += d;
+            since = t;
+        }
+    }
+    if busy > 0.0 {
+        together / busy
+    } else {
+        0.0
+    }
+}
+
 /// Where the traced run of the work `call` belongs to starts: the
 /// outermost annotation on its thread that holds it (a `record_function`
 /// range, `ProfilerStep#N`), as (its start, µs; its name). The CPU's work
@@ -54,23 +97,10 @@ pub fn run_start(trace: &Trace, call: usize) -> Option<(f64, String)> {
         .map(|o| (o.start_us, o.name.clone()))
 }
 
-/// Whether a CUDA call issues GPU work (a kernel, a copy or a memset) that
-/// the trace records under its correlation id.
-pub fn issues_gpu_work(call: &str) -> bool {
-    [
-        "cudaLaunchKernel",
-        "cuLaunchKernel",
-        "cudaLaunchCooperativeKernel",
-        "cudaMemcpy",
-        "cudaMemset",
-        "cuMemcpy",
-        "cuMemset",
-        "cudaGraphLaunch",
-        "cuGraphLaunch",
-    ]
-    .iter()
-    .any(|p| call.starts_with(p))
-}
+/// Whether a CUDA call issues GPU work (a kernel, a copy, a memset or a
+/// graph launch) that the trace records under its correlation id: the
+/// trace files' own list, which their converter also keeps to.
+pub use overlap_lab_tracefile::issues_gpu_work;
 
 /// The call that launched the GPU work of each correlation id: the
 /// runtime call that issues GPU work, where a driver call shares its id,

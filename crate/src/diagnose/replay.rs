@@ -30,7 +30,7 @@ use super::event_joins::event_joins;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
 pub use super::fixes::{BatchHandover, Change, Pricing, DEFAULT_WORKERS, PREPARED_AHEAD, PREPARED_AHEAD_MIN_US};
 use super::host_work::{own_work_before_calls, OwnWork, RecordedOps};
-use super::queries::{enclosing_ops, launch_calls, legacy_default_stream, run_start, synchronizes};
+use super::queries::{enclosing_ops, kernels_side_by_side, launch_calls, legacy_default_stream, run_start, synchronizes};
 pub use super::side_streams::stream_label;
 use super::side_streams::{side_stream_of, MovedCopies};
 use crate::measure::stats::upper_median;
@@ -58,6 +58,14 @@ pub enum Waited {
     /// An op of another stream (an event wait, inferred from the times).
     OtherStream { op: usize },
 }
+
+/// The share of the kernels' busy time with kernels of two or more streams
+/// running at once ([`kernels_side_by_side`])
+/// from which a trace's kernels are replayed side by side: a program that
+/// computes on several streams at once (chunks over streams, each kernel
+/// on part of the SMs). One compute stream with a copy stream beside it
+/// shows none.
+pub const SIDE_BY_SIDE_SHARE: f64 = 0.25;
 
 /// A trace as a schedule, with every op's measured duration.
 #[derive(Clone, Debug)]
@@ -226,6 +234,11 @@ pub struct Replay<'t> {
     own_work: HashMap<usize, OwnWork>,
     /// Where lane 0's time starts: the run's start, else its first call's, µs.
     run_from_us: f64,
+    /// Whether the trace's kernels ran on several streams at once for at
+    /// least [`SIDE_BY_SIDE_SHARE`] of their time: then they are replayed
+    /// side by side (each with its measured, shared-SMs time), not one at
+    /// a time (found once, for every fix).
+    kernels_side_by_side: bool,
     /// Where the run starts where that is before the window: at the
     /// host's own work before the first issuing thread's first call (a
     /// first batch built), inside the annotation that holds that call
@@ -290,6 +303,7 @@ impl<'t> Replay<'t> {
         let run_start = annotation.and_then(|(_, name)| Some((own_work.get(&first_main?)?.from_us.min(first_start), name)));
         Ok(Replay {
             trace,
+            kernels_side_by_side: kernels_side_by_side(trace) >= SIDE_BY_SIDE_SHARE,
             run_from_us: run_start.as_ref().map_or(first_start, |r| r.0),
             run_start,
             own_work,
@@ -314,7 +328,21 @@ impl<'t> Replay<'t> {
     /// The schedule of the trace with `changes` applied (none: the program
     /// as traced), priced by `pricing`.
     pub fn schedule(&self, changes: &[Change], pricing: &Pricing) -> Result<TracedSchedule, String> {
-        let Replay { trace, ops_of_call, calls, waited, launch_cost, lane_of, recorded, run_start, queued_gap_us, queued_behind, own_work, run_from_us } = self;
+        let Replay {
+            trace,
+            ops_of_call,
+            calls,
+            waited,
+            launch_cost,
+            lane_of,
+            recorded,
+            run_start,
+            queued_gap_us,
+            queued_behind,
+            own_work,
+            run_from_us,
+            kernels_side_by_side,
+        } = self;
         let (trace, launch_cost) = (*trace, *launch_cost);
         let has = |c: Change| changes.contains(&c);
 
@@ -435,7 +463,7 @@ impl<'t> Replay<'t> {
             traced_op: Vec::new(),
             streams: Vec::new(),
             waited: waited.clone(),
-            kernels_side_by_side: graph,
+            kernels_side_by_side: graph || *kernels_side_by_side,
             from_run_start: run_start.is_some(),
         };
         ts.schedule.issued_live = true;

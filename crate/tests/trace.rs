@@ -1,0 +1,183 @@
+//! `overlap-lab trace`'s files read the way `torch.profiler`'s are: raw
+//! records as the injection library writes them, converted to Kineto's
+//! schema, then read by the diagnosis' own reader and diagnosed. No GPU:
+//! the records are made here, as CUPTI would hand them over.
+
+use overlap_lab::diagnose::events::{Direction, GpuOpKind, HostMemory};
+use overlap_lab::diagnose::{diagnose, read_trace_text, Trace};
+use overlap_lab_tracefile::fixture::*;
+use overlap_lab_tracefile::kineto::{convert, unversioned};
+use overlap_lab_tracefile::raw::{parse, write_record};
+use overlap_lab_tracefile::records::*;
+use std::process::Command;
+
+fn converted() -> (serde_json::Value, overlap_lab_tracefile::kineto::Summary, Trace) {
+    let raw = parse(&program()).unwrap();
+    let k = convert(&raw, "patterns.json.gz");
+    let trace = read_trace_text("patterns.json.gz", &k.json.to_string()).unwrap_or_else(|e| panic!("our trace does not read: {e}"));
+    (k.json, k.summary, trace)
+}
+
+#[test]
+fn each_gpu_op_reads_back_with_its_kind_memory_stream_and_call() {
+    let (_, summary, t) = converted();
+    assert_eq!((summary.kernels, summary.copies, summary.memsets), (4, 6, 0));
+    let kinds: Vec<GpuOpKind> = t.gpu_ops.iter().take(3).map(|o| o.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            GpuOpKind::Copy { direction: Direction::H2d, host: Some(HostMemory::Pageable) },
+            GpuOpKind::Kernel,
+            GpuOpKind::Copy { direction: Direction::D2h, host: Some(HostMemory::Pinned) },
+        ]
+    );
+    assert!(t.gpu_ops.iter().take(3).all(|o| o.stream == 13 && o.gpu == 0 && o.bytes.is_some() == o.kind.is_copy()));
+    // Kernel names demangled, as Kineto writes them.
+    assert_eq!(t.gpu_ops[1].name, "work(float const*, float*, unsigned long, int, float, float)");
+    // Each op's call found by correlation, named without CUPTI's version suffix.
+    let names: Vec<&str> = t.calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(&names[..4], ["cudaMemcpyAsync", "cudaLaunchKernel", "cuMemcpyDtoHAsync_v2", "cudaStreamSynchronize"]);
+    assert_eq!(t.gpu_names, vec![(0, "NVIDIA H200".to_string())]);
+    // Times in µs from the first record (the NVTX range's start).
+    assert_eq!((t.gpu_ops[0].start_us, t.gpu_ops[1].start_us, t.gpu_ops[1].end_us), (15.0, 1230.0, 1830.0));
+}
+
+#[test]
+fn a_wait_names_the_stream_and_call_that_recorded_its_event() {
+    let (_, _, t) = converted();
+    assert_eq!(t.stream_waits.len(), 1);
+    let w = &t.stream_waits[0];
+    assert_eq!((w.stream, w.recorded_stream, w.event_id), (14, Some(13), Some(5)));
+    let record = t.calls.iter().find(|c| c.name == "cudaEventRecord").unwrap();
+    assert_eq!(w.record_correlation, record.correlation);
+    // Event records go into the waits; they are not drawn (no time of their own).
+    assert!(t.event_records.is_empty());
+    assert_eq!(t.sync_events, 4);
+}
+
+#[test]
+fn a_failed_launch_is_left_out_and_counted_and_nvtx_ranges_are_annotations() {
+    let (json, summary, t) = converted();
+    assert_eq!(summary.calls_left_out.get("cudaLaunchKernel"), Some(&1));
+    assert_eq!(t.calls.iter().filter(|c| c.name == "cudaLaunchKernel").count(), 4);
+    assert_eq!(json["overlap_lab"]["calls_left_out"]["cudaLaunchKernel"], 1);
+    assert_eq!(json["overlap_lab"]["without_timestamps"], 2);
+    assert!(summary.complete);
+    let range: Vec<_> = t.cpu_ops.iter().filter(|o| o.annotation).collect();
+    assert_eq!(range.len(), 1);
+    assert_eq!(range[0].name, "loop");
+    assert_eq!(summary.nvtx_ranges, 1);
+}
+
+#[test]
+fn the_diagnosis_reads_our_trace_and_finds_its_host_syncs_and_pageable_copies() {
+    let (_, _, t) = converted();
+    let d = diagnose(&t, "patterns.json.gz", &[]);
+    let text = d.to_string();
+    assert!(d.syncs.calls >= 3, "{text}");
+    assert!(text.contains("pageable"), "{text}");
+    assert!(text.contains("cudaStreamSynchronize"), "{text}");
+}
+
+#[test]
+fn an_end_past_the_next_op_on_its_stream_is_moved_to_it_but_a_graphs_own_nodes_may_overlap() {
+    let mut text = program();
+    let mut extra = Vec::new();
+    // A copy CUPTI ended 160 ms late, then the next call's kernel on its stream.
+    write_record(&mut extra, &call(Api::Runtime, "cudaMemcpyAsync_v3020", 20_000, 20_010, 900)).unwrap();
+    write_record(&mut extra, &copy(8, 3, 3, 21, 20_020, 180_000, 900)).unwrap();
+    write_record(&mut extra, &call(Api::Runtime, "cudaLaunchKernel_v7000", 20_011, 20_015, 901)).unwrap();
+    write_record(&mut extra, &kernel("_Z4workPKfPfmiff", 21, 20_030, 20_400, 901)).unwrap();
+    // Two nodes of one graph launch, overlapping on their launch's stream.
+    write_record(&mut extra, &call(Api::Runtime, "cudaGraphLaunch_v10000", 21_000, 21_010, 902)).unwrap();
+    write_record(&mut extra, &kernel("_Z4workPKfPfmiff", 22, 21_020, 21_500, 902)).unwrap();
+    write_record(&mut extra, &kernel("_Z4workPKfPfmiff", 22, 21_030, 21_400, 902)).unwrap();
+    // Before the End line.
+    let end = text.rfind("{\"record\":\"end\"").unwrap();
+    text.insert_str(end, std::str::from_utf8(&extra).unwrap());
+    let k = convert(&parse(&text).unwrap(), "t.json.gz");
+    assert_eq!(k.summary.ends_clamped, 1);
+    let t = read_trace_text("t.json.gz", &k.json.to_string()).unwrap();
+    let late = t.gpu_ops.iter().find(|o| o.stream == 21 && o.kind.is_copy()).unwrap();
+    assert_eq!((late.start_us, late.end_us), (20_020.0, 20_030.0));
+    let graph: Vec<_> = t.gpu_ops.iter().filter(|o| o.stream == 22).collect();
+    assert_eq!(graph.iter().map(|o| o.end_us).collect::<Vec<_>>(), [21_500.0, 21_400.0]);
+}
+
+#[test]
+fn kernels_that_ran_side_by_side_on_several_streams_are_replayed_so() {
+    let k = convert(&parse(&chunks_on_four_streams()).unwrap(), "chunks.json.gz");
+    let t = read_trace_text("chunks.json.gz", &k.json.to_string()).unwrap();
+    let share = overlap_lab::diagnose::queries::kernels_side_by_side(&t);
+    assert!(share > 0.5, "{share}");
+    use overlap_lab::diagnose::replay::{predict, schedule, Pricing};
+    let replayed = predict(&schedule(&t, &[], &Pricing::default()).unwrap());
+    let traced = t.window_us().1 - t.window_us().0;
+    // One at a time its twenty kernels alone would take 10 ms; as they
+    // ran, the window took under 5.
+    assert!((replayed / traced - 1.0).abs() < 0.01, "replayed {replayed} µs against {traced} traced");
+    assert!(overlap_lab::diagnose::queries::kernels_side_by_side(&converted().2) < 0.01);
+}
+
+#[test]
+fn cupti_names_lose_only_a_four_digit_version() {
+    assert_eq!(unversioned("cudaLaunchKernel_v7000"), "cudaLaunchKernel");
+    assert_eq!(unversioned("cudaMemcpyAsync_ptsz_v7000"), "cudaMemcpyAsync_ptsz");
+    assert_eq!(unversioned("cuMemcpyHtoDAsync_v2"), "cuMemcpyHtoDAsync_v2");
+    assert_eq!(unversioned("cuCtxSynchronize"), "cuCtxSynchronize");
+}
+
+fn bin() -> String {
+    std::env::var("OVERLAP_LAB_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_overlap-lab").to_string())
+}
+
+/// `trace` with a stand-in library (the driver never loads it here: there
+/// is no GPU, and these commands run no CUDA).
+fn trace(args: &[&str]) -> (i32, String, String) {
+    let stand_in = std::env::temp_dir().join("overlap-lab-test-inject.so");
+    std::fs::write(&stand_in, b"not a library").unwrap();
+    let out = Command::new(bin()).arg("trace").arg("--inject").arg(&stand_in).args(args).env_remove("CUDA_INJECTION64_PATH").output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_command_that_runs_no_cuda_gets_one_line_and_keeps_its_exit_code() {
+    let (code, out, err) = trace(&["--", "sh", "-c", "echo from the program; exit 3"]);
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(out, "from the program\n");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("did no CUDA work") && err.contains("exited with 3"), "{err}");
+    let (code, _, err) = trace(&["--", "true"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no process of it initialized CUDA"), "{err}");
+}
+
+#[test]
+fn a_missing_command_or_library_is_one_line_naming_it() {
+    let (code, _, err) = trace(&["--", "/nonexistent/program"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("cannot run /nonexistent/program") && err.lines().count() == 1, "{err}");
+    let out = Command::new(bin()).args(["trace", "--inject", "/nonexistent/lib.so", "--", "true"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("--inject") && err.contains("/nonexistent/lib.so") && err.lines().count() == 1, "{err}");
+    let out = Command::new(bin()).args(["trace"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn another_tools_injection_leaves_the_command_running_untraced_and_says_so() {
+    let stand_in = std::env::temp_dir().join("overlap-lab-test-inject2.so");
+    std::fs::write(&stand_in, b"not a library").unwrap();
+    let out = Command::new(bin())
+        .args(["trace", "--inject"])
+        .arg(&stand_in)
+        .args(["--", "sh", "-c", "echo $CUDA_INJECTION64_PATH"])
+        .env("CUDA_INJECTION64_PATH", "/opt/sanitizer/libinject.so")
+        .output()
+        .unwrap();
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // The command saw the other tool's library, not ours.
+    assert_eq!(stdout, "/opt/sanitizer/libinject.so\n");
+    assert!(err.contains("another tool") && err.contains("untraced") && err.lines().count() == 1, "{err}");
+}
