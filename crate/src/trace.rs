@@ -207,7 +207,7 @@ pub fn describe(t: &ProcessTrace) -> String {
         line.push_str("; the process did not flush as it ended (SIGKILL, or _exit): its last ~200 ms may be missing");
     }
     if s.ends_clamped > 0 {
-        line.push_str(&format!("; {} GPU ops ended where the next op on their stream began (CUPTI put their ends later)", s.ends_clamped));
+        line.push_str(&format!("; {} GPU ops ended where the next op on their stream began (CUPTI put their ends past that op's end)", s.ends_clamped));
     }
     if s.dropped > 0 {
         line.push_str(&format!("; CUPTI dropped {} records", s.dropped));

@@ -80,7 +80,7 @@ fn the_diagnosis_reads_our_trace_and_finds_its_host_syncs_and_pageable_copies() 
 }
 
 #[test]
-fn an_end_past_the_next_op_on_its_stream_is_moved_to_it_but_a_graphs_own_nodes_may_overlap() {
+fn an_end_past_the_next_ops_end_on_its_stream_is_moved_to_its_start_but_overlaps_that_can_be_stay() {
     let mut text = program();
     let mut extra = Vec::new();
     // A copy CUPTI ended 160 ms late, then the next call's kernel on its stream.
@@ -92,6 +92,12 @@ fn an_end_past_the_next_op_on_its_stream_is_moved_to_it_but_a_graphs_own_nodes_m
     write_record(&mut extra, &call(Api::Runtime, "cudaGraphLaunch_v10000", 21_000, 21_010, 902)).unwrap();
     write_record(&mut extra, &kernel("_Z4workPKfPfmiff", 22, 21_020, 21_500, 902)).unwrap();
     write_record(&mut extra, &kernel("_Z4workPKfPfmiff", 22, 21_030, 21_400, 902)).unwrap();
+    // A kernel launched dependent on the one before it: it starts 10 µs
+    // before that one ends, and ends after it.
+    write_record(&mut extra, &call(Api::Runtime, "cudaLaunchKernel_v7000", 22_000, 22_005, 903)).unwrap();
+    write_record(&mut extra, &kernel("_Z4workPKfPfmiff", 23, 22_010, 22_410, 903)).unwrap();
+    write_record(&mut extra, &call(Api::Runtime, "cudaLaunchKernel_v7000", 22_006, 22_009, 904)).unwrap();
+    write_record(&mut extra, &kernel("_Z4workPKfPfmiff", 23, 22_400, 22_800, 904)).unwrap();
     // Before the End line.
     let end = text.rfind("{\"record\":\"end\"").unwrap();
     text.insert_str(end, std::str::from_utf8(&extra).unwrap());
@@ -102,6 +108,8 @@ fn an_end_past_the_next_op_on_its_stream_is_moved_to_it_but_a_graphs_own_nodes_m
     assert_eq!((late.start_us, late.end_us), (20_020.0, 20_030.0));
     let graph: Vec<_> = t.gpu_ops.iter().filter(|o| o.stream == 22).collect();
     assert_eq!(graph.iter().map(|o| o.end_us).collect::<Vec<_>>(), [21_500.0, 21_400.0]);
+    let dependent: Vec<_> = t.gpu_ops.iter().filter(|o| o.stream == 23).map(|o| o.end_us).collect();
+    assert_eq!(dependent, [22_410.0, 22_800.0]);
 }
 
 #[test]

@@ -1,10 +1,11 @@
-//! Kernel names as torch.profiler writes them: demangled by the C++
-//! runtime's own `__cxa_demangle` (libstdc++, which Kineto calls too), so
-//! the same kernel has the same name in both traces. The `cpp_demangle`
-//! crate the converter falls back on formats some names otherwise
-//! (`(unsigned long)2` where libstdc++ writes `2ul`). Each name is
-//! demangled once: CUPTI hands a kernel's name as the same static string
-//! every time.
+//! Kernel names for people: demangled by the C++ runtime's own
+//! `__cxa_demangle` (libstdc++'s, the demangler Kineto calls), not the
+//! `cpp_demangle` crate the converter falls back on, which spells some
+//! names otherwise (`(unsigned long)2` where libstdc++ writes `2ul`). On an
+//! H200 some of PyTorch's kernel names still differed from torch.profiler's
+//! past their first 90 characters, so `compare_traces.py` pairs two traces'
+//! ops by their order on each stream, not by name. Each name is demangled
+//! once: CUPTI hands a kernel's name as the same static string every time.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};

@@ -17,12 +17,15 @@
 //! * a call that issues GPU work but has none under its correlation (it
 //!   failed, or copied nothing) is left out, and counted in the trace's
 //!   `overlap_lab` block: a reader takes such a call for lost records;
-//! * an op's end that CUPTI puts past the start of the next op on its
-//!   stream, issued by another call, is moved back to that start (ops of
-//!   one stream run one after another; only a graph's own nodes, which
-//!   share their launch's correlation, may overlap there) and counted: on
+//! * an op's end that CUPTI puts past the end of the next op on its
+//!   stream, issued by another call, is moved back to that op's start
+//!   (ops of one stream run one after another: a dependent launch may
+//!   start early, but cannot end first; only a graph's own nodes, which
+//!   share their launch's correlation, may run side by side there), and
+//!   counted: on
 //!   an H200 with CUPTI 13.0 a program's first device-to-device copy after
-//!   a graph's capture read 138-165 ms, its neighbours on the stream 8 µs;
+//!   a graph's capture read 134-165 ms, its neighbours on the stream 8 µs
+//!   (torch.profiler's trace of the same program: 9 µs);
 //! * `Stream Wait Event` and `Event Sync` name the stream and the record
 //!   call of the event they waited for, from CUPTI's event records (Kineto
 //!   leaves them -1); the records themselves are not drawn (`cuda_event`:
@@ -55,8 +58,9 @@ pub struct Summary {
     pub nvtx_ranges: usize,
     /// Calls that issue GPU work but had none recorded, by name: left out.
     pub calls_left_out: BTreeMap<String, usize>,
-    /// GPU ops whose end CUPTI put past the start of the next op on their
-    /// stream (a different call's): ended there, as stream order has it.
+    /// GPU ops whose end CUPTI put past the end of the next op on their
+    /// stream (a different call's): ended where that op started, as stream
+    /// order has it.
     pub ends_clamped: usize,
     /// Records CUPTI dropped (a full buffer) or gave no timestamps.
     pub dropped: u64,
@@ -354,9 +358,9 @@ fn gpu_span(r: &Record) -> Option<&GpuSpan> {
     }
 }
 
-/// For each record that is a GPU op whose end lies past the start of the
-/// next op on its stream issued by another call: that start (None for
-/// every other record).
+/// For each record that is a GPU op whose end lies past the end of the
+/// next op on its stream issued by another call: that op's start (None
+/// for every other record).
 fn stream_ordered_ends(records: &[Record]) -> Vec<Option<u64>> {
     /// An op on a lane: (start, end, correlation, its record's index).
     type LaneOp = (u64, u64, u32, usize);
@@ -370,9 +374,12 @@ fn stream_ordered_ends(records: &[Record]) -> Vec<Option<u64>> {
     for ops in lanes.values_mut() {
         ops.sort_unstable();
         for (j, &(start, end, corr, i)) in ops.iter().enumerate() {
-            // The first later op on the stream that another call issued.
-            if let Some(&(next, ..)) = ops[j + 1..].iter().find(|o| o.2 != corr && o.0 >= start) {
-                if end > next {
+            // The first later op on the stream that another call issued:
+            // it may start before this one ends (a kernel launched
+            // dependent on this one starts early, and waits inside), but
+            // it cannot end first.
+            if let Some(&(next, next_end, ..)) = ops[j + 1..].iter().find(|o| o.2 != corr && o.0 >= start) {
+                if end > next_end {
                     ends[i] = Some(next.max(start));
                 }
             }
