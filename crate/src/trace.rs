@@ -11,7 +11,7 @@
 
 use crate::error::{LabError, Result};
 use overlap_lab_tracefile::kineto::Summary;
-use overlap_lab_tracefile::raw::{pid_of, refused_path};
+use overlap_lab_tracefile::raw::{pid_of, refused_pid_of};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -134,22 +134,18 @@ pub fn run(req: &Request) -> Result<Traced> {
         use std::os::unix::process::ExitStatusExt;
         128 + status.signal().unwrap_or(0)
     });
-    let mut raws: Vec<(u32, PathBuf)> = std::fs::read_dir(&scratch.0)
-        .map_err(|e| LabError::io(scratch.0.display().to_string(), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter_map(|p| pid_of(&p).map(|pid| (pid, p)))
-        .collect();
-    // The command's own process first, then the others by pid.
-    raws.sort_by_key(|(pid, _)| (*pid != own_pid, *pid));
+    // Each process's raw file, and the reasons of those it could not trace.
+    let mut raws: Vec<(u32, PathBuf)> = Vec::new();
     let mut refused = Vec::new();
-    for entry in std::fs::read_dir(&scratch.0).into_iter().flatten().flatten() {
-        let p = entry.path();
-        let pid = p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("overlap-lab-trace.")?.strip_suffix(".refused")?.parse().ok());
-        if let Some(pid) = pid {
-            let why = std::fs::read_to_string(refused_path(&scratch.0, pid)).unwrap_or_default();
-            refused.push((pid, why.trim().to_string()));
+    for p in std::fs::read_dir(&scratch.0).map_err(|e| LabError::io(scratch.0.display().to_string(), e))?.flatten().map(|e| e.path()) {
+        if let Some(pid) = pid_of(&p) {
+            raws.push((pid, p));
+        } else if let Some(pid) = refused_pid_of(&p) {
+            refused.push((pid, std::fs::read_to_string(&p).unwrap_or_default().trim().to_string()));
         }
     }
+    // The command's own process first, then the others by pid.
+    raws.sort_by_key(|(pid, _)| (*pid != own_pid, *pid));
     refused.sort();
     if let Some(why) = conflict {
         refused.push((own_pid, why));

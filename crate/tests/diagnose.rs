@@ -498,7 +498,8 @@ fn a_200_mb_trace_reads_in_seconds_with_progress() {
 
 #[test]
 fn synthetic_traces_replay_on_the_queue_model_as_traced() {
-    use overlap_lab::diagnose::replay::{predict, schedule, Pricing, Waited};
+    use overlap_lab::diagnose::replay::{predict, schedule, Pricing};
+    use overlap_lab::diagnose::waits::Waited;
     let dir = overlap_lab::testing::temp_dir("diagnose-replay");
     for s in synthetic_traces::all() {
         let t = read_trace(&s.write(&dir), &mut |_, _| {}).unwrap();

@@ -38,7 +38,8 @@
 //! - [`side_streams`]: what a copy stream moves, uploads' and downloads',
 //!   and the orders each copy keeps. [`event_joins`]: where the program's
 //!   events joined its streams (a graph's fork and join), read from the
-//!   trace's CUDA sync events where it has them, else inferred.
+//!   trace's CUDA sync events where it has them, else inferred. [`waits`]:
+//!   what each GPU op waited for, from the trace's times.
 //! - [`fixes`]: the changes a fix makes and what they are priced by.
 //!   [`replay`]: the trace as a schedule the queue model replays, with a
 //!   fix's changes. [`prediction`]: fixes priced on it, the what-if table.
@@ -79,6 +80,8 @@ pub mod read;
 pub mod event_joins;
 pub mod fixes;
 pub mod side_streams;
+
+pub mod waits;
 
 pub mod prediction;
 pub mod replay;

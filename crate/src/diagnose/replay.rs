@@ -23,7 +23,7 @@
 //! model), `events`, `host_work` (the host's own work a batch prepared
 //! ahead moves), `queries` (launching calls, syncs, enclosing CPU ops,
 //! the legacy default stream), `link` (the recorded rates a fix is priced
-//! by), `side_streams` (what a copy stream moves), `event_joins` (a
+//! by), `waits` (what each op waited for), `side_streams` (what a copy stream moves), `event_joins` (a
 //! graph's fork and join), `fixes` (the changes and their prices).
 
 use super::event_joins::event_joins;
@@ -33,31 +33,12 @@ use super::host_work::{own_work_before_calls, OwnWork, RecordedOps};
 use super::queries::{enclosing_ops, kernels_side_by_side, launch_calls, legacy_default_stream, run_start, synchronizes};
 pub use super::side_streams::stream_label;
 use super::side_streams::{side_stream_of, MovedCopies};
+use super::waits::{queued_gap_us, waits, Waited, WAIT_SLACK_US};
 use crate::measure::stats::upper_median;
 use crate::pipeline::machine::Machine;
 use crate::pipeline::op::{Link, OpKind, StreamDecl, StreamKind};
 use crate::pipeline::schedule::Schedule;
-use serde::Serialize;
 use std::collections::HashMap;
-
-/// How close (µs) an op's start must follow what it waited for to be taken
-/// as waiting for it: timestamps are ns, and a GPU starts an op whose wait
-/// is over within a few µs.
-pub const WAIT_SLACK_US: f64 = 5.0;
-
-/// What a traced GPU op waited for before it started.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "for")]
-pub enum Waited {
-    /// Nothing: it started as soon as it was issued on an idle stream.
-    Nothing,
-    /// The op before it on its stream (the trace's `gpu_ops` index).
-    StreamOrder { op: usize },
-    /// Its launching call: the CPU issued it after the GPU could have run it.
-    Launch { call: usize },
-    /// An op of another stream (an event wait, inferred from the times).
-    OtherStream { op: usize },
-}
 
 /// The share of the kernels' busy time with kernels of two or more streams
 /// running at once ([`kernels_side_by_side`])
@@ -86,69 +67,6 @@ pub struct TracedSchedule {
     /// (the host's own work before the first call: [`Replay::run_start`]),
     /// so that its time is counted from 0, not from its first GPU op.
     pub from_run_start: bool,
-}
-
-/// The op each GPU op waited for, from the trace's times alone.
-fn waits(trace: &Trace, launch_of: &HashMap<u64, usize>) -> Vec<Waited> {
-    let mut last_on_stream: HashMap<(u32, u64), usize> = HashMap::new();
-    let mut waited = vec![Waited::Nothing; trace.gpu_ops.len()];
-    let longest = trace.gpu_ops.iter().map(|o| o.duration_us()).fold(0.0, f64::max);
-    // Ops in the order they started (`gpu_ops` is sorted so).
-    for (i, o) in trace.gpu_ops.iter().enumerate() {
-        let call = o.correlation.and_then(|k| launch_of.get(&k)).copied();
-        let pred = last_on_stream.insert((o.gpu, o.stream), i);
-        let pred_end = pred.map_or(f64::NEG_INFINITY, |p| trace.gpu_ops[p].end_us);
-        let issued = call.map_or(f64::NEG_INFINITY, |c| trace.calls[c].start_us);
-        // The later of the two it must wait for explains its start...
-        let by_order = match (pred, call) {
-            (Some(p), _) if pred_end >= issued => Waited::StreamOrder { op: p },
-            (_, Some(c)) => Waited::Launch { call: c },
-            _ => Waited::Nothing,
-        };
-        let own = pred_end.max(issued);
-        // ...unless it started later still, just after an op of another
-        // stream of its GPU, issued before it, that ended after both.
-        let other = (o.start_us > own + WAIT_SLACK_US)
-            .then(|| {
-                // Only ops that started late enough to end in the slack before
-                // it can be what it waited for (`gpu_ops` is sorted by start).
-                let from = trace.gpu_ops[..i].partition_point(|y| y.start_us < o.start_us - WAIT_SLACK_US - longest);
-                trace.gpu_ops[from..i]
-                    .iter()
-                    .enumerate()
-                    .map(|(j, y)| (from + j, y))
-                    .filter(|(_, y)| {
-                        y.gpu == o.gpu && y.stream != o.stream && y.end_us > own && y.end_us <= o.start_us + 1e-9 && o.start_us - y.end_us <= WAIT_SLACK_US
-                    })
-                    .filter(|(_, y)| match (y.correlation.and_then(|k| launch_of.get(&k)), call) {
-                        (Some(&yc), Some(c)) => trace.calls[yc].start_us <= trace.calls[c].start_us,
-                        _ => true,
-                    })
-                    .max_by(|a, b| a.1.end_us.total_cmp(&b.1.end_us))
-                    .map(|(y, _)| y)
-            })
-            .flatten();
-        waited[i] = other.map_or(by_order, |op| Waited::OtherStream { op });
-    }
-    waited
-}
-
-/// The GPU's gap between two ops of one stream where the second was
-/// queued already (its launch began before the first ended, and it waited
-/// for nothing else), µs: the median over the trace's such pairs (what
-/// HTA counts as kernel wait), none where there are none. Eager kernels
-/// queued back to back still start a few µs apart; a fix that queues them
-/// so (a copy stream, a sync removed) keeps that gap.
-fn queued_gap_us(trace: &Trace, waited: &[Waited]) -> f64 {
-    let gaps: Vec<f64> = waited
-        .iter()
-        .enumerate()
-        .filter_map(|(i, w)| match *w {
-            Waited::StreamOrder { op } => Some((trace.gpu_ops[i].start_us - trace.gpu_ops[op].end_us).max(0.0)),
-            _ => None,
-        })
-        .collect();
-    upper_median(&gaps).unwrap_or(0.0)
 }
 
 /// The pipeline vocabulary's kind of a traced op: what the replay

@@ -169,12 +169,16 @@ pub fn convert(raw: &RawTrace, trace_name: &str) -> Kineto {
 
     // Which device each context is on, and which correlations issued GPU work.
     let mut context_device: HashMap<u32, u32> = HashMap::new();
+    // Each event's records (by context and id): the latest before a wait's
+    // correlation is what the wait waited for.
+    let mut event_records: HashMap<(u32, u32), Vec<(u32, u32)>> = HashMap::new();
     let mut with_work: HashSet<u32> = HashSet::new();
     for r in &raw.records {
         let (ctx, dev, corr) = match (r, gpu_span(r)) {
             (_, Some(at)) => (at.context, at.device, at.correlation),
             (Record::EventRecord(e), None) => {
                 context_device.entry(e.context).or_insert(e.device);
+                event_records.entry((e.context, e.event)).or_default().push((e.correlation, e.stream));
                 continue;
             }
             _ => continue,
@@ -183,14 +187,6 @@ pub fn convert(raw: &RawTrace, trace_name: &str) -> Kineto {
         with_work.insert(corr);
     }
     let device_of = |ctx: u32| context_device.get(&ctx).copied().unwrap_or(0);
-    // The latest record of each event (by context and id) before a
-    // correlation: what a wait for that event waited for.
-    let mut event_records: HashMap<(u32, u32), Vec<(u32, u32)>> = HashMap::new();
-    for r in &raw.records {
-        if let Record::EventRecord(e) = r {
-            event_records.entry((e.context, e.event)).or_default().push((e.correlation, e.stream));
-        }
-    }
     for v in event_records.values_mut() {
         v.sort_unstable();
     }

@@ -25,6 +25,12 @@ pub fn pid_of(path: &Path) -> Option<u32> {
     name.strip_prefix("overlap-lab-trace.")?.strip_suffix(".jsonl")?.parse().ok()
 }
 
+/// The process id a `.refused` file's name carries.
+pub fn refused_pid_of(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_str()?;
+    name.strip_prefix("overlap-lab-trace.")?.strip_suffix(".refused")?.parse().ok()
+}
+
 /// Appends one record as a line.
 pub fn write_record(out: &mut impl Write, record: &Record) -> std::io::Result<()> {
     serde_json::to_writer(&mut *out, record)?;
@@ -129,5 +135,6 @@ mod tests {
         let p = raw_path(Path::new("/tmp/x"), 1234);
         assert_eq!(pid_of(&p), Some(1234));
         assert_eq!(pid_of(&refused_path(Path::new("/tmp/x"), 1234)), None);
+        assert_eq!(refused_pid_of(&refused_path(Path::new("/tmp/x"), 1234)), Some(1234));
     }
 }
