@@ -56,15 +56,17 @@ pub struct Traced {
 
 /// The injection library: `explicit`, else `$OVERLAP_LAB_INJECT`, else
 /// [`LIBRARY`] beside the running program (or in its parent folder, where
-/// it is a test binary in `target/*/deps`).
+/// it is a test binary in `target/*/deps`), else in this repository's
+/// release build (`target/release`, where set-up builds it: a notebook's
+/// process runs from a folder of evcxr's).
 pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf> {
     let from_env = std::env::var_os("OVERLAP_LAB_INJECT").map(PathBuf::from);
     if let Some(p) = explicit.map(Path::to_path_buf).or(from_env) {
         return std::fs::canonicalize(&p).map_err(|e| LabError::config(format!("--inject: {}: {e}", p.display())));
     }
     let exe = std::env::current_exe().map_err(|e| LabError::io("finding this program's folder", e))?;
-    let dirs = exe.ancestors().skip(1).take(2);
-    for d in dirs {
+    let release = crate::measure::record::repo_root().join("target/release");
+    for d in exe.ancestors().skip(1).take(2).chain([release.as_path()]) {
         let candidate = d.join(LIBRARY);
         if candidate.is_file() {
             return std::fs::canonicalize(&candidate).map_err(|e| LabError::io(candidate.display().to_string(), e));

@@ -804,7 +804,7 @@ fn a_cuda_graph_of_a_multi_stream_step_keeps_its_branches() {
     assert!(graph.priced_by.as_deref().is_some_and(|b| b.contains("5 captured streams run side by side")), "{:?}", graph.priced_by);
     assert!(graph.priced_by.as_deref().is_some_and(|b| b.contains("(inferred from the calls' order")), "{:?}", graph.priced_by);
     assert_eq!(w.event_joins, Some(overlap_lab::diagnose::event_joins::JoinsKnown::CallsOrder));
-    assert!(graph.in_pytorch.contains("torch.cuda.graphs"), "{}", graph.in_pytorch);
+    assert!(graph.as_written.contains("torch.cuda.graphs"), "{}", graph.as_written);
     // The as-traced replay is the window; the joins come from the calls.
     assert!((w.replayed_us / traced - 1.0).abs() < 0.01, "replayed {} against {traced}", w.replayed_us);
     let (calls, ops_of_call) = calls_and_their_ops(&t);
@@ -940,12 +940,12 @@ fn results_brought_back_each_step_get_every_fix_uploads_get() {
     let best = &w.predictions[0];
     assert_eq!(best.changes, [Change::Pinned, Change::DownloadStream, Change::ReadLate]);
     for words in ["pin_memory()", "non_blocking=True", "torch.cuda.Stream", "a step late"] {
-        assert!(best.in_pytorch.contains(words), "{words}: {}", best.in_pytorch);
+        assert!(best.as_written.contains(words), "{words}: {}", best.as_written);
     }
-    assert!(w.to_string().contains(&format!("in PyTorch: {}", best.in_pytorch)), "{w}");
+    assert!(w.to_string().contains(&format!("in PyTorch: {}", best.as_written)), "{w}");
     let json = serde_json::to_value(w).unwrap();
     assert_eq!(json["predictions"][0]["changes"], serde_json::json!(["pinned", "download-stream", "read-late"]));
-    assert_eq!(json["predictions"][0]["in_pytorch"].as_str(), Some(best.in_pytorch.as_str()));
+    assert_eq!(json["predictions"][0]["as_written"].as_str(), Some(best.as_written.as_str()));
     // A scalar read each step (`.item()`: 4 bytes and a sync, on the
     // committed traces of the loop that reads each step) is priced by
     // removing the sync, not offered the results' fixes.
@@ -982,7 +982,7 @@ fn preparing_the_next_batch_ahead_on_four_workers_is_the_host_prepared_loops_top
     let w = prepared_ahead(4, None);
     let top = &w.predictions[0];
     assert_eq!(top.fix, "prepare the next batch ahead (4 workers)", "{w}");
-    assert!(top.in_pytorch.contains("num_workers=4, pin_memory=True"), "{}", top.in_pytorch);
+    assert!(top.as_written.contains("num_workers=4, pin_memory=True"), "{}", top.as_written);
     // The run starts at its first step's annotation, with the first batch
     // built, so all 20 batches are prepared ahead, 1450 µs of host work
     // each (aten::randn 1000, aten::mul 450): the four workers have

@@ -566,7 +566,7 @@ fn diagnose_json_writes_its_schema_version_and_exactly_the_documented_fields() {
         assert_eq!(json["schema"], DIAGNOSIS_SCHEMA);
         key_paths(&json, "", &mut written);
     }
-    assert_eq!(DIAGNOSIS_SCHEMA, "overlap-lab.diagnosis/2");
+    assert_eq!(DIAGNOSIS_SCHEMA, "overlap-lab.diagnosis/3");
     // By hand: the pageable loop's 6 copies of 64 MiB, H2D pageable, one group.
     let json = serde_json::to_value(&course).unwrap();
     assert_eq!(json["gpus"][0]["copies"][0]["bytes"], 6 * (64u64 << 20));
@@ -576,6 +576,6 @@ fn diagnose_json_writes_its_schema_version_and_exactly_the_documented_fields() {
     let never_written: Vec<_> = documented.difference(&written).collect();
     assert!(undocumented.is_empty(), "fields --json writes that MAINTAINERS.md does not document: {undocumented:?}");
     assert!(never_written.is_empty(), "fields MAINTAINERS.md documents that --json never writes: {never_written:?}");
-    assert!(documented.contains("gpus[].idle_causes[].cause") && documented.contains("what_if.predictions[].in_pytorch"));
+    assert!(documented.contains("gpus[].idle_causes[].cause") && documented.contains("what_if.predictions[].as_written"));
     assert!(doc("MAINTAINERS.md").contains(&format!("`{DIAGNOSIS_SCHEMA}`")));
 }

@@ -1,8 +1,11 @@
 //! `overlap-lab diagnose` held to a well-known trace-analysis library:
 //! Meta's HolisticTraceAnalysis (HTA), run by `crate/reference/hta_compare.py`
 //! on every synthetic trace (`synthetic_traces`: lab 10's five programs and
-//! a loop whose CPU builds each batch) and every committed trace of its
-//! real programs (`data/*/pytorch-trace/`), must agree within 1% on the traced window, GPU busy and idle time, and
+//! a loop whose CPU builds each batch), every committed trace of its
+//! real programs (`data/*/pytorch-trace/`) and every committed trace
+//! `overlap-lab trace` wrote of its reference programs in CUDA C++, Rust
+//! and CuPy, and of two PyTorch loops beside torch.profiler's
+//! (`data/*/trace-programs/`), must agree within 1% on the traced window, GPU busy and idle time, and
 //! each copy kind's count, bytes and time; and each stream's idle time split
 //! HTA's way (host wait, kernel wait, other) within 2% of that stream's idle
 //! time. Skips, saying so, where HTA is not importable (`.ci/setup
@@ -105,7 +108,8 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed
     let mut committed: Vec<std::path::PathBuf> = std::fs::read_dir(&data)
         .unwrap()
         .flatten()
-        .filter_map(|e| std::fs::read_dir(e.path().join(overlap_lab::labs::pytorch_trace::LAB)).ok())
+        .flat_map(|e| [e.path().join(overlap_lab::labs::pytorch_trace::LAB), e.path().join(overlap_lab::labs::pytorch_trace::any_program::FOLDER)])
+        .filter_map(|d| std::fs::read_dir(d).ok())
         .flat_map(|d| d.flatten().map(|e| e.path()))
         .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
         .collect();

@@ -1,20 +1,26 @@
 """Records `overlap-lab trace`'s reference programs on this GPU, as lab 10's
-programs are recorded: each CUDA C++ pattern of `patterns.cu` (compiled
-here with nvcc) timed untraced, round-robin over the patterns, and traced
-once by `overlap-lab trace`; and the tracer's cost beside torch.profiler's
-on `torch_patterns.py` (a loop with a host sync each step, and thousands of
-tiny ops), untraced, traced and profiled in turn.
+programs are recorded: the same copy/compute patterns written three ways
+(CUDA C++ `patterns.cu`, compiled here with nvcc; Rust on cudarc,
+`cudarc_patterns`; CuPy, `cupy_patterns.py`), each run untraced and traced
+by `overlap-lab trace` in turn, round-robin over the programs; and the
+tracer's cost beside torch.profiler's (CUDA activities only) on
+`torch_patterns.py` (a loop with a host sync each step, and thousands of
+tiny ops), untraced, traced and profiled in turn, with the two traces of
+each compared op by op (`compare_traces.py`).
 
-    python3 crate/reference/trace/record.py --out DIR [--repeats N]
-        [--overlap-lab PATH] [--nvcc PATH] [--python PATH]
+    python3 crate/reference/trace/record.py --out DIR --cudarc PATH
+        [--repeats N] [--torch-repeats N] [--overlap-lab PATH] [--nvcc PATH] [--python PATH]
 
-DIR gets `<pattern>.json.gz` (each pattern's trace) and `programs.json`:
-each pattern's untraced loop times (ms, the program's own clock), the fix
-each pattern's diagnosis predicts and the pattern that applies it, and the
-cost table (loop ms of each run, each way). Prints each figure as it goes.
+DIR gets `<program>.json.gz` (each program's trace, from its first traced
+run), `torch-<loop>.{ours,profiler}.json.gz` and `programs.json`: each
+program's command, its loop times untraced and traced (ms, the program's
+own clock), the fixes its diagnosis is held to and the program that applies
+each, the torch cost table and the trace comparisons. Prints each figure as
+it goes.
 """
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -27,14 +33,21 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# Each pattern, and for each fix its diagnosis suggests, the pattern that
-# applies that fix (what its prediction is held to).
-PATTERNS = {
-    "serial": {"copy stream": "copy-stream"},
-    "pageable": {"pinned": "serial", "pinned + copy stream": "copy-stream"},
-    "sync": {"sync removed": "serial"},
-    "copy-stream": {},
-    "chunked": {},
+# Each program: its command ({patterns}, {cudarc}, {python} and {here}
+# filled in), and for each fix its diagnosis offers, the program that
+# applies that fix (what the fix's prediction is held to).
+PROGRAMS = {
+    "serial": (["{patterns}", "serial"], {"copy stream": "copy-stream"}),
+    "pageable": (["{patterns}", "pageable"], {"pinned": "serial", "pinned + copy stream": "copy-stream"}),
+    "sync": (["{patterns}", "sync"], {"sync removed": "serial"}),
+    "copy-stream": (["{patterns}", "copy-stream"], {}),
+    "chunked": (["{patterns}", "chunked"], {}),
+    "cudarc-pageable": (["{cudarc}", "pageable"], {"pinned": "cudarc-pinned", "pinned + copy stream": "cudarc-copy-stream"}),
+    "cudarc-pinned": (["{cudarc}", "pinned"], {"copy stream": "cudarc-copy-stream"}),
+    "cudarc-copy-stream": (["{cudarc}", "copy-stream"], {}),
+    "cupy-pageable": (["{python}", "{here}/cupy_patterns.py", "pageable"], {"pinned": "cupy-pinned", "pinned + copy stream": "cupy-copy-stream"}),
+    "cupy-pinned": (["{python}", "{here}/cupy_patterns.py", "pinned"], {"copy stream": "cupy-copy-stream"}),
+    "cupy-copy-stream": (["{python}", "{here}/cupy_patterns.py", "copy-stream"], {}),
 }
 
 LOOP = re.compile(r"in ([0-9.]+) ms \(wall\)")
@@ -51,6 +64,42 @@ def run(cmd, pattern, what):
     return float(found[0])
 
 
+def compare_runs(ours, theirs):
+    """Each op name's total GPU time in every run of our traces and of
+    torch.profiler's (`compare_traces.py`'s pairing: ours named as theirs
+    by their order on each stream), as medians over the runs with their
+    ranges; the largest relative difference of the medians among the names
+    holding at least 1% of the GPU time, and whether the copies' names
+    (direction and memory kinds) and counts agree in the first runs."""
+    sys.path.insert(0, HERE)
+    import compare_traces as ct
+
+    reference = ct.gpu_ops(ct.load(theirs[0]))
+    per_ours = []
+    for path in ours:
+        ops = ct.gpu_ops(ct.load(path))
+        per_ours.append(ct.totals(ops, ct.paired_names(ops, reference)))
+    per_theirs = [ct.totals(ct.gpu_ops(ct.load(path))) for path in theirs]
+    gpu_theirs = statistics.median(sum(v[1] for v in t.values()) for t in per_theirs)
+    rows, worst = [], 0.0
+    for k in sorted(set().union(*per_ours, *per_theirs)):
+        o = [t[k][1] if k in t else 0.0 for t in per_ours]
+        th = [t[k][1] if k in t else 0.0 for t in per_theirs]
+        mo, mt = statistics.median(o), statistics.median(th)
+        counted = max(mo, mt) >= 0.01 * gpu_theirs
+        off = (mo - mt) / mt if mt > 0 else float("inf")
+        if counted:
+            worst = max(worst, abs(off))
+        rows.append({
+            "kind": k[0], "name": k[1],
+            "count_ours": per_ours[0][k][0] if k in per_ours[0] else 0, "count_theirs": per_theirs[0][k][0] if k in per_theirs[0] else 0,
+            "us_ours": mo, "us_theirs": mt, "ours_range": [round(min(o), 1), round(max(o), 1)], "theirs_range": [round(min(th), 1), round(max(th), 1)],
+            "off": off, "ranges_overlap": max(min(o), min(th)) <= min(max(o), max(th)), "counted": counted,
+        })
+    copies = lambda t: {k[1]: v[0] for k, v in t.items() if k[0] == "copy"}
+    return {"runs": len(ours), "rows": rows, "worst": worst, "copies_agree": copies(per_ours[0]) == copies(per_theirs[0])}
+
+
 def summary(ms):
     return {"median_ms": statistics.median(ms), "min_ms": min(ms), "max_ms": max(ms), "runs_ms": ms}
 
@@ -58,13 +107,19 @@ def summary(ms):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, metavar="DIR")
-    ap.add_argument("--repeats", type=int, default=5, metavar="N")
+    ap.add_argument("--cudarc", required=True, metavar="PATH", help="the built cudarc_patterns example")
+    ap.add_argument("--repeats", type=int, default=5, metavar="N", help="rounds over the programs, each untraced then traced")
+    ap.add_argument("--torch-repeats", type=int, default=None, metavar="N", help="runs of each torch loop each way (default: --repeats)")
     ap.add_argument("--overlap-lab", default=shutil.which("overlap-lab") or "overlap-lab", metavar="PATH")
     ap.add_argument("--nvcc", default="nvcc", metavar="PATH")
     ap.add_argument("--python", default=sys.executable, metavar="PATH")
     a = ap.parse_args()
-    if a.repeats < 1:
-        sys.exit("record.py: --repeats: at least 1")
+    a.torch_repeats = a.torch_repeats or a.repeats
+    if a.repeats < 1 or a.torch_repeats < 1:
+        sys.exit("record.py: --repeats and --torch-repeats: at least 1")
+    for what, path in (("--cudarc", a.cudarc), ("--overlap-lab", a.overlap_lab)):
+        if not shutil.which(path):
+            sys.exit(f"record.py: {what}: no program at {path}")
     os.makedirs(a.out, exist_ok=True)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,38 +127,66 @@ def main():
         built = subprocess.run([a.nvcc, "-O2", "-o", exe, os.path.join(HERE, "patterns.cu")], capture_output=True, text=True)
         if built.returncode != 0:
             sys.exit(f"record.py: nvcc failed: {built.stderr.strip()[-400:]}")
-        subprocess.run([exe, "serial", "2", "4"], capture_output=True)  # the driver's caches warmed
-        untraced = {p: [] for p in PATTERNS}
+        fill = {"{patterns}": exe, "{cudarc}": os.path.abspath(a.cudarc), "{python}": a.python, "{here}": HERE}
+        commands = {p: [fill.get(w, w.replace("{here}", HERE)) for w in cmd] for p, (cmd, _) in PROGRAMS.items()}
+        for cmd in commands.values():  # the driver's and CuPy's caches warmed
+            subprocess.run(cmd + (["--batches", "2"] if "cupy" in cmd[-2] else ["2", "4"]), capture_output=True)
+        untraced = {p: [] for p in PROGRAMS}
+        traced = {p: [] for p in PROGRAMS}
         for r in range(a.repeats):
-            for p in PATTERNS:
-                untraced[p].append(run([exe, p], LOOP, f"patterns {p}"))
-            print(f"round {r + 1}: " + ", ".join(f"{p} {untraced[p][-1]:.2f} ms" for p in PATTERNS), flush=True)
-        traced = {}
-        for p in PATTERNS:
-            trace = os.path.join(a.out, f"{p}.json.gz")
-            traced[p] = run([a.overlap_lab, "trace", "--no-diagnose", "-o", trace, "--", exe, p], LOOP, f"overlap-lab trace -- patterns {p}")
-            print(f"{p}: traced {traced[p]:.2f} ms, untraced median {statistics.median(untraced[p]):.2f} ms", flush=True)
-    cost = {}
+            for p, cmd in commands.items():
+                untraced[p].append(run(cmd, LOOP, p))
+                trace = os.path.join(a.out if r == 0 else tmp, f"{p}.json.gz")
+                traced[p].append(run([a.overlap_lab, "trace", "--no-diagnose", "-o", trace, "--"] + cmd, LOOP, f"overlap-lab trace -- {p}"))
+            print(f"round {r + 1}: " + ", ".join(f"{p} {untraced[p][-1]:.2f}/{traced[p][-1]:.2f} ms" for p in PROGRAMS), flush=True)
+        for p in PROGRAMS:
+            u, t = statistics.median(untraced[p]), statistics.median(traced[p])
+            print(f"{p}: untraced {u:.2f} ms, traced {t:.2f} ms ({t / u - 1:+.1%})", flush=True)
+    cost, comparisons = {}, {}
     script = os.path.join(HERE, "torch_patterns.py")
-    for name, args in (("host sync each step", []), ("tiny ops", ["--tiny", "--steps", "20"])):
+    for name, args in (("sync", []), ("tiny", ["--tiny", "--steps", "20"])):
         ways = {"untraced": [], "overlap-lab trace": [], "torch.profiler": []}
         with tempfile.TemporaryDirectory() as tmp:
-            for _ in range(a.repeats):
+            ours = [os.path.join(tmp, f"ours{r}.json.gz") for r in range(a.torch_repeats)]
+            theirs = [os.path.join(tmp, f"profiler{r}.json") for r in range(a.torch_repeats)]
+            for r in range(a.torch_repeats):
                 ways["untraced"].append(run([a.python, script] + args, STEPS, f"torch_patterns {name}"))
-                ways["overlap-lab trace"].append(
-                    run([a.overlap_lab, "trace", "--no-diagnose", "-o", os.path.join(tmp, "t.json.gz"), "--", a.python, script] + args, STEPS, f"traced torch_patterns {name}")
-                )
-                ways["torch.profiler"].append(run([a.python, script, "--profile", os.path.join(tmp, "k.json")] + args, STEPS, f"profiled torch_patterns {name}"))
+                ways["overlap-lab trace"].append(run([a.overlap_lab, "trace", "--no-diagnose", "-o", ours[r], "--", a.python, script] + args, STEPS, f"traced torch_patterns {name}"))
+                ways["torch.profiler"].append(run([a.python, script, "--profile", theirs[r]] + args, STEPS, f"profiled torch_patterns {name}"))
+            comparisons[name] = compare_runs(ours, theirs)
+            shutil.copy(ours[0], os.path.join(a.out, f"torch-{name}.ours.json.gz"))
+            with open(theirs[0], "rb") as f, gzip.open(os.path.join(a.out, f"torch-{name}.profiler.json.gz"), "wb") as g:
+                shutil.copyfileobj(f, g)
         base = statistics.median(ways["untraced"])
-        cost[name] = {w: summary(ms) for w, ms in ways.items()}
-        print(f"{name}: " + ", ".join(f"{w} {statistics.median(ms):.2f} ms ({statistics.median(ms) / base - 1:+.1%})" for w, ms in ways.items()), flush=True)
+        cost[name] = {"command": ["torch_patterns.py"] + args, **{w: summary(ms) for w, ms in ways.items()}}
+        print(f"torch {name}: " + ", ".join(f"{w} {statistics.median(ms):.2f} ms ({statistics.median(ms) / base - 1:+.1%})" for w, ms in ways.items()), flush=True)
+        c = comparisons[name]
+        for row in c["rows"]:
+            if row["counted"]:
+                print(f"  {row['kind']:6} {row['us_ours']:11.1f} us ours {row['ours_range']}, {row['us_theirs']:11.1f} us theirs {row['theirs_range']}: {100 * row['off']:+.2f}%{'' if row['ranges_overlap'] else ' (ranges apart)'}  {row['name'][:80]}")
+        print(f"  largest median difference among ops holding >= 1% of the GPU time: {100 * c['worst']:.2f}%; copies' memory kinds {'agree' if c['copies_agree'] else 'DIFFER'}", flush=True)
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    name, _, driver = gpu.splitlines()[0].partition(", ") if gpu else ("no GPU", "", "")
     record = {
         "command": "python3 crate/reference/trace/record.py " + " ".join(sys.argv[1:]),
-        "gpu": gpu,
+        "gpu": name,
+        "driver": driver,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "repeats": a.repeats,
-        "patterns": {p: {"untraced": summary(untraced[p]), "traced_ms": traced[p], "trace": f"{p}.json.gz", "fixes": PATTERNS[p]} for p in PATTERNS},
-        "cost": cost,
+        "torch_repeats": a.torch_repeats,
+        "programs": {
+            p: {
+                "command": [os.path.basename(w) if w.startswith("/") else w for w in cmd],
+                "untraced": summary(untraced[p]),
+                "traced": summary(traced[p]),
+                "trace": f"{p}.json.gz",
+                "fixes": PROGRAMS[p][1],
+            }
+            for p, cmd in commands.items()
+        },
+        "torch_cost": cost,
+        "torch_traces_compared": comparisons,
+        "torch_traces": {name: {"ours": f"torch-{name}.ours.json.gz", "profiler": f"torch-{name}.profiler.json.gz"} for name in comparisons},
         "seconds": round(time.time() - started, 1),
     }
     with open(os.path.join(a.out, "programs.json"), "w") as f:

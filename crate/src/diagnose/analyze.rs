@@ -14,7 +14,8 @@
 //! gap put down to one cause); then the syncs' findings, all named by
 //! `callers`.
 //!
-//! May use: `events`, `intervals`, `queries`, `link`, `diagnosis` (what it
+//! May use: `events`, `intervals`, `queries`, `link`, `fixes` (the
+//! program's API), `diagnosis` (what it
 //! fills in), `callers`, `busy`, `copies`, `syncs`, `issue_bound`, `idle`.
 
 use super::busy::{idle_gaps, stream_summaries, GpuWork};
@@ -22,6 +23,7 @@ use super::callers::Callers;
 use super::copies::Copies;
 use super::diagnosis::{Diagnosis, GpuSummary, Window, DIAGNOSIS_SCHEMA, FINDING_MIN_US};
 use super::events::{Trace, TraceFormat};
+use super::fixes::ProgramApi;
 use super::idle::{attribute_idle, host_work_finding};
 use super::intervals::total;
 use super::issue_bound::issue_bound;
@@ -77,6 +79,7 @@ pub fn diagnose(trace: &Trace, file: &str, links: &[LinkRates]) -> Diagnosis {
         schema: DIAGNOSIS_SCHEMA,
         file: file.to_string(),
         format: trace.format.unwrap_or(TraceFormat::Kineto),
+        api: ProgramApi::of(trace),
         window,
         gpus,
         syncs,

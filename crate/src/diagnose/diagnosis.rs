@@ -6,11 +6,12 @@
 //! [`Diagnosis`] holds them all, and the what-if where one was predicted;
 //! it serializes for `--json` and prints as text (`render`).
 //!
-//! May use: `events`, `link` (a recorded rate), `prediction` (the what-if
+//! May use: `events`, `fixes` (the program's API), `link` (a recorded rate), `prediction` (the what-if
 //! table a diagnosis carries). The types only: the analysis that fills
 //! them in sits above.
 
 use super::events::{Direction, GpuOpKind, HostMemory, TraceFormat};
+use super::fixes::ProgramApi;
 use super::link::RecordedRate;
 use super::prediction::WhatIf;
 use serde::Serialize;
@@ -246,7 +247,7 @@ pub struct SyncSummary {
 /// ("`diagnose --json`"), which a test holds to this struct; a field
 /// renamed, removed or changed in meaning bumps the number (a field added
 /// does not).
-pub const DIAGNOSIS_SCHEMA: &str = "overlap-lab.diagnosis/2";
+pub const DIAGNOSIS_SCHEMA: &str = "overlap-lab.diagnosis/3";
 
 /// Everything `overlap-lab diagnose` reports about one trace.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -256,6 +257,8 @@ pub struct Diagnosis {
     /// The file, as outputs name files.
     pub file: String,
     pub format: TraceFormat,
+    /// The API the program is written against: the words each fix is said in.
+    pub api: ProgramApi,
     pub window: Window,
     pub gpus: Vec<GpuSummary>,
     pub syncs: SyncSummary,

@@ -209,15 +209,26 @@ pub struct EventRecord {
 pub enum TraceFormat {
     /// A Chrome trace exported by `torch.profiler` (Kineto's format).
     Kineto,
+    /// A trace `overlap-lab trace` wrote of any CUDA program (CUPTI's
+    /// records in Kineto's schema; its top-level `overlap_lab` summary
+    /// tells it apart).
+    OverlapLabTrace,
     /// A timeline the course wrote (`pipeline::timeline::Timeline::chrome_trace`):
     /// GPU spans on "stream N" lanes, no CPU calls.
     Course,
 }
 
 impl TraceFormat {
+    /// Whether the file is in Kineto's schema (CPU calls tied to their GPU
+    /// ops by correlation ids, CUDA's streams).
+    pub fn is_kineto_schema(self) -> bool {
+        matches!(self, TraceFormat::Kineto | TraceFormat::OverlapLabTrace)
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             TraceFormat::Kineto => "torch.profiler (Kineto) trace",
+            TraceFormat::OverlapLabTrace => "overlap-lab trace (CUPTI's records in Kineto's schema)",
             TraceFormat::Course => "overlap-lab timeline",
         }
     }

@@ -2,8 +2,10 @@
 //! ([`Change`]), and what they are priced by on a machine ([`Pricing`]):
 //! the vocabulary [`super::replay`] applies to a trace's schedule.
 //!
-//! May use: `link` (the recorded rates a pinned copy is priced by).
+//! May use: `events` (what a trace's kernels say of the program's API),
+//! `link` (the recorded rates a pinned copy is priced by).
 
+use super::events::{GpuOpKind, Trace, TraceFormat};
 use super::link::LinkRates;
 use serde::Serialize;
 
@@ -95,8 +97,31 @@ impl Change {
         }
     }
 
-    /// The change as the program makes it, in PyTorch's words.
-    pub fn in_pytorch(self) -> &'static str {
+    /// The change as the program makes it, in the words of the API it is
+    /// written against.
+    pub fn as_written(self, api: ProgramApi) -> &'static str {
+        match api {
+            ProgramApi::PyTorch => self.in_pytorch(),
+            ProgramApi::Cuda => self.in_cuda(),
+        }
+    }
+
+    /// The change in CUDA's runtime API: what a CUDA C++ program calls,
+    /// and what cudarc, CuPy or Numba wrap under their own names.
+    fn in_cuda(self) -> &'static str {
+        match self {
+            Change::Pinned => "host buffers in page-locked memory (`cudaMallocHost`, `cudaHostAlloc`, or `cudaHostRegister` on memory you have) copied with `cudaMemcpyAsync`",
+            Change::CopyStream => "uploads on a stream of their own (`cudaStreamCreateWithFlags(..., cudaStreamNonBlocking)`), joined to the compute stream by events (`cudaEventRecord`, `cudaStreamWaitEvent`), two device buffers used in turn",
+            Change::DownloadStream => "downloads on a stream of their own that waits for the compute stream's event (`cudaStreamWaitEvent`), into two page-locked buffers used in turn",
+            Change::ReadLate => "each step's results read a step late (`cudaEventSynchronize` on the previous step's download, not on this one's)",
+            Change::SyncRemoved => "no `cudaStreamSynchronize`, `cudaDeviceSynchronize` or blocking `cudaMemcpy` inside the loop (wait once, after it)",
+            Change::CudaGraph => "the step captured once (`cudaStreamBeginCapture` ... `cudaStreamEndCapture`, `cudaGraphInstantiate`) and replayed with `cudaGraphLaunch`",
+            Change::PrepareAhead => "the batches built ahead on N CPU threads of their own, into page-locked buffers, the loop only uploading and launching",
+        }
+    }
+
+    /// The change in PyTorch's words.
+    fn in_pytorch(self) -> &'static str {
         match self {
             Change::Pinned => "host tensors in pinned memory (`pin_memory()`, or a `torch.empty(..., pin_memory=True)` destination) copied with `non_blocking=True`",
             Change::CopyStream => "uploads on a side `torch.cuda.Stream`, joined to the compute stream by events (`event.record()`, `stream.wait_event()`), two buffers used in turn",
@@ -105,6 +130,40 @@ impl Change {
             Change::SyncRemoved => "no `.item()`, `.cpu()` or `torch.cuda.synchronize()` inside the loop (read results once, after it)",
             Change::CudaGraph => "the step captured once and replayed with `torch.cuda.graphs` (`torch.cuda.CUDAGraph`, `torch.cuda.graph(g)`, `g.replay()`)",
             Change::PrepareAhead => "the batches built by a `torch.utils.data.DataLoader(..., num_workers=N, pin_memory=True)` (or a thread of its own), the loop only uploading and launching",
+        }
+    }
+}
+
+/// The API a traced program is written against, in whose words its fixes
+/// are said: PyTorch for torch.profiler's traces (and ours of a program
+/// that runs PyTorch's kernels), CUDA's runtime API for any other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProgramApi {
+    #[serde(rename = "pytorch")]
+    PyTorch,
+    Cuda,
+}
+
+impl ProgramApi {
+    /// The API `trace`'s program is written against: PyTorch where
+    /// torch.profiler wrote the trace, or where its kernels are PyTorch's
+    /// own (`at::native`, `at::cuda`); CUDA for any other program.
+    pub fn of(trace: &Trace) -> ProgramApi {
+        let pytorch_kernels =
+            || trace.gpu_ops.iter().any(|o| o.kind == GpuOpKind::Kernel && (o.name.contains("at::native::") || o.name.contains("at::cuda::")));
+        match trace.format {
+            None | Some(TraceFormat::Kineto) => ProgramApi::PyTorch,
+            Some(TraceFormat::OverlapLabTrace) if pytorch_kernels() => ProgramApi::PyTorch,
+            Some(TraceFormat::OverlapLabTrace | TraceFormat::Course) => ProgramApi::Cuda,
+        }
+    }
+
+    /// As "fix in ..." says it.
+    pub fn label(self) -> &'static str {
+        match self {
+            ProgramApi::PyTorch => "PyTorch",
+            ProgramApi::Cuda => "CUDA",
         }
     }
 }
@@ -163,5 +222,16 @@ impl Pricing {
     /// The workers that prepare the batches ahead.
     pub fn workers(&self) -> usize {
         self.workers.unwrap_or(DEFAULT_WORKERS).max(1)
+    }
+
+    /// The pricing of `trace`: the profiler's cost per recorded CPU op is
+    /// torch.profiler's, so a trace another tracer wrote (`overlap-lab
+    /// trace`'s records no CPU ops; the course's timelines none either)
+    /// carries none.
+    pub fn for_trace(&self, trace: &Trace) -> Pricing {
+        match trace.format {
+            None | Some(TraceFormat::Kineto) => self.clone(),
+            Some(TraceFormat::OverlapLabTrace | TraceFormat::Course) => Pricing { profiler_us_per_cpu_op: None, ..self.clone() },
+        }
     }
 }

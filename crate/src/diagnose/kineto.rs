@@ -301,7 +301,8 @@ impl Builder {
         let kineto_keys = ["schemaVersion", "deviceProperties", "baseTimeNanoseconds", "traceName"];
         let kineto = self.kineto_events > 0 || self.keys.iter().any(|k| kineto_keys.contains(&k.as_str()));
         if kineto {
-            self.trace.format = Some(TraceFormat::Kineto);
+            let ours = self.keys.iter().any(|k| k == "overlap_lab");
+            self.trace.format = Some(if ours { TraceFormat::OverlapLabTrace } else { TraceFormat::Kineto });
             let bare: Vec<&CourseSpan> = self.course.spans.iter().filter(|s| s.cat == "kernel").collect();
             if let Some(first) = bare.first() {
                 return Err(format!(
@@ -324,6 +325,9 @@ impl Builder {
         }
         if self.trace.gpu_ops.is_empty() {
             return Err(match self.trace.format {
+                Some(TraceFormat::OverlapLabTrace) => {
+                    format!("no GPU activity: {} events but no kernel, copy or memset (the traced program ran no GPU work)", self.events)
+                }
                 Some(TraceFormat::Kineto) => format!(
                     "no GPU activity: {} events but no kernel, gpu_memcpy or gpu_memset (record with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])",
                     self.events

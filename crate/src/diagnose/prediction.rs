@@ -7,13 +7,14 @@
 //! fix's, so the model's error does not count as gain. Which fixes a
 //! diagnosis suggests is `whatif`'s to say; this prices any list of them.
 //!
-//! May use: `events`, `event_joins` (how the joins a graph keeps were
+//! May use: `events`, `fixes` (the program's API), `event_joins` (how the joins a graph keeps were
 //! known: read from the trace's CUDA sync events, or inferred), `replay`
 //! (the schedule and the queue model's replay), `text` (how a time is
 //! written).
 
 use super::event_joins::JoinsKnown;
 use super::events::Trace;
+use super::fixes::ProgramApi;
 use super::replay::{predict, predicted_times, window_us, Change, Pricing, Replay, TracedSchedule};
 use super::text::us;
 use serde::Serialize;
@@ -44,9 +45,10 @@ pub struct Prediction {
     /// "pinned + copy stream".
     pub fix: String,
     pub changes: Vec<Change>,
-    /// The fix as the program makes it, in PyTorch's words (each change's
-    /// [`Change::in_pytorch`], joined by "; ").
-    pub in_pytorch: String,
+    /// The fix as the program makes it, in the words of the API it is
+    /// written against ([`WhatIf::api`]; each change's
+    /// [`Change::as_written`], joined by "; ").
+    pub as_written: String,
     /// The traced run's time with the fix ([`WhatIf::traced_us`]), µs, on the queue model.
     pub predicted_us: f64,
     /// The as-traced replay's time over the fix's.
@@ -77,6 +79,8 @@ pub struct WhatIf {
     /// the program untraced, as the model sees it, and what each gain is
     /// over (the replay as traced where that cost is not known), µs.
     pub replayed_untraced_us: f64,
+    /// The API the program is written against: the words each fix is said in.
+    pub api: ProgramApi,
     /// The fixes, fastest first.
     pub predictions: Vec<Prediction>,
     /// Why a fix could not be priced (one line each).
@@ -96,6 +100,7 @@ pub fn fix_label(changes: &[Change]) -> String {
 /// where the trace cannot be replayed at all (no launching calls, several
 /// issuing threads: the course's own traces).
 pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) -> Result<WhatIf, String> {
+    let pricing = &pricing.for_trace(trace);
     let replay = Replay::new(trace)?;
     let (window_start, end) = trace.window_us();
     let start = replay.run_start.as_ref().map_or(window_start, |r| r.0.min(window_start));
@@ -104,7 +109,9 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
     let replayed_untraced_us = if pricing.profiler_us_per_cpu_op.is_some() { predict(&replay.schedule(&[], pricing)?) } else { replayed_us };
     let event_joins = JoinsKnown::of(trace);
     let run_from = replay.run_start.as_ref().map(|r| r.1.clone());
-    let mut w = WhatIf { traced_us: end - start, run_from, replayed_us, replayed_untraced_us, predictions: Vec::new(), not_priced: Vec::new(), event_joins };
+    let api = ProgramApi::of(trace);
+    let mut w =
+        WhatIf { traced_us: end - start, run_from, replayed_us, replayed_untraced_us, api, predictions: Vec::new(), not_priced: Vec::new(), event_joins };
     for changes in fixes {
         match replay.schedule(changes, pricing) {
             Ok(ts) => {
@@ -132,7 +139,7 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
                 w.predictions.push(Prediction {
                     fix: fix_label(changes),
                     changes: changes.clone(),
-                    in_pytorch: changes.iter().map(|c| c.in_pytorch()).collect::<Vec<_>>().join("; "),
+                    as_written: changes.iter().map(|c| c.as_written(w.api)).collect::<Vec<_>>().join("; "),
                     predicted_us,
                     gain: replayed_untraced_us / predicted_us,
                     priced_by,
@@ -178,7 +185,7 @@ impl fmt::Display for WhatIf {
                 write!(f, "  ({by})")?;
             }
             writeln!(f)?;
-            writeln!(f, "    in PyTorch: {}", p.in_pytorch)?;
+            writeln!(f, "    in {}: {}", self.api.label(), p.as_written)?;
         }
         for n in &self.not_priced {
             writeln!(f, "  not priced: {n}")?;

@@ -31,7 +31,7 @@ pub const LEGACY_DEFAULT_STREAM: u64 = 7;
 /// [`LEGACY_DEFAULT_STREAM`]. `None` for the course's own traces, whose
 /// streams are the lab's.
 pub fn legacy_default_stream(trace: &Trace) -> Option<u64> {
-    if trace.format != Some(TraceFormat::Kineto) {
+    if !trace.format.is_some_and(TraceFormat::is_kineto_schema) {
         return None;
     }
     let sync_copies: HashSet<u64> = trace.calls.iter().filter(|c| c.name == "cudaMemcpy").filter_map(|c| c.correlation).collect();

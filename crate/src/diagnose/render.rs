@@ -5,11 +5,11 @@
 //! was predicted (which `prediction` prints).
 //!
 //! May use: `units` (the crate's, for bytes), `diagnosis`, `text`, `link`
-//! (the command that measures a link), `replay` (a fix in PyTorch's words).
+//! (the command that measures a link), `fixes` (a fix in the words of the program's API).
 
 use super::diagnosis::{Cause, Diagnosis, Finding, GpuSummary, IdleCause, KERNEL_WAIT_MAX_US};
+use super::fixes::{Change, ProgramApi};
 use super::link::MEASURE_LINK;
-use super::replay::Change;
 use super::text::{gbps, us};
 use crate::units::Bytes;
 use std::fmt;
@@ -27,21 +27,32 @@ impl Cause {
         }
     }
 
-    /// The fix a finding of this cause points to, in PyTorch's words: a
-    /// what-if change's own ([`Change::in_pytorch`]) where one prices it.
-    pub fn in_pytorch(self) -> &'static str {
-        match self {
-            Cause::PageableCopies => Change::Pinned.in_pytorch(),
-            Cause::CopiesShareStreamWithKernels => Change::CopyStream.in_pytorch(),
-            Cause::ExposedCopies => {
-                "the next batch's copy issued earlier, on its side `torch.cuda.Stream`, while this batch's kernels run (prefetch one step ahead)"
-            }
-            Cause::Sync => Change::SyncRemoved.in_pytorch(),
-            Cause::IssueBound => Change::CudaGraph.in_pytorch(),
-            Cause::HostWork => {
-                "the next batch prepared ahead: a `torch.utils.data.DataLoader` with `num_workers` > 0 and `pin_memory=True`, or a thread of your own"
-            }
-        }
+    /// The fix a finding of this cause points to, in the words of the
+    /// program's API: a what-if change's own ([`Change::as_written`])
+    /// where one prices it.
+    pub fn fix_as_written(self, api: ProgramApi) -> &'static str {
+        let change =
+            match self {
+                Cause::PageableCopies => Change::Pinned,
+                Cause::CopiesShareStreamWithKernels => Change::CopyStream,
+                Cause::Sync => Change::SyncRemoved,
+                Cause::IssueBound => Change::CudaGraph,
+                Cause::ExposedCopies => return match api {
+                    ProgramApi::PyTorch => {
+                        "the next batch's copy issued earlier, on its side `torch.cuda.Stream`, while this batch's kernels run (prefetch one step ahead)"
+                    }
+                    ProgramApi::Cuda => {
+                        "the next batch's `cudaMemcpyAsync` issued earlier, on a stream of its own, while this batch's kernels run (prefetch one step ahead)"
+                    }
+                },
+                Cause::HostWork => return match api {
+                    ProgramApi::PyTorch => {
+                        "the next batch prepared ahead: a `torch.utils.data.DataLoader` with `num_workers` > 0 and `pin_memory=True`, or a thread of your own"
+                    }
+                    ProgramApi::Cuda => "the next batch prepared ahead, on a CPU thread of its own, into page-locked memory",
+                },
+            };
+        change.as_written(api)
     }
 }
 
@@ -74,11 +85,14 @@ fn idle_table(f: &mut fmt::Formatter<'_>, g: &GpuSummary) -> fmt::Result {
     Ok(())
 }
 
-impl fmt::Display for Finding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Finding {
+    /// The finding as the diagnosis prints it, its fix in `api`'s words.
+    fn shown(&self, api: ProgramApi) -> Result<String, fmt::Error> {
+        use std::fmt::Write;
+        let mut f = String::new();
         let c = &self.call;
         writeln!(f, "{} (GPU {}): {}", self.cause.label(), self.gpu, self.text)?;
-        writeln!(f, "fix in PyTorch: {}", self.cause.in_pytorch())?;
+        writeln!(f, "fix in {}: {}", api.label(), self.cause.fix_as_written(api))?;
         write!(f, "call: {} at ts {:.3} µs", c.name, c.ts_us)?;
         if let Some(k) = c.correlation {
             write!(f, ", correlation {k}")?;
@@ -86,7 +100,7 @@ impl fmt::Display for Finding {
         if !c.thread.is_empty() {
             write!(f, " ({})", c.thread)?;
         }
-        Ok(())
+        Ok(f)
     }
 }
 
@@ -186,7 +200,7 @@ impl fmt::Display for Diagnosis {
         } else {
             writeln!(f, "findings, largest first (costs may overlap: one idle gap can have more than one cause):")?;
             for (i, finding) in self.findings.iter().enumerate() {
-                let text = finding.to_string().replace('\n', "\n              ");
+                let text = finding.shown(self.api)?.replace('\n', "\n              ");
                 write!(f, "{:>3}. {:>9}  {text}", i + 1, us(finding.cost_us))?;
                 if i + 1 < self.findings.len() {
                     writeln!(f)?;

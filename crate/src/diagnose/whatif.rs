@@ -69,8 +69,10 @@ pub fn suggested(trace: &Trace, d: &Diagnosis) -> Vec<Vec<Change>> {
     if issue_bound > 0.0 && issue_bound >= FINDING_MIN_SHARE * window {
         fixes.push(vec![Change::CudaGraph]);
     }
-    // The GPU idled a tenth of the window or more while the CPU built its work.
-    if d.findings.iter().any(|f| f.cause == Cause::HostWork && f.cost_us >= FINDING_MIN_SHARE * window) {
+    // The GPU idled a tenth of the window or more while the CPU built its
+    // work, in CPU operators the trace records (which the model hands to
+    // workers: untraced code between CUDA calls it cannot move).
+    if host_work_bound(trace, d) && records_cpu_operators(trace) {
         fixes.push(vec![Change::PrepareAhead]);
         // A DataLoader with workers and `pin_memory=True` does both at once.
         if has(Cause::PageableCopies) {
@@ -85,13 +87,34 @@ pub fn suggested(trace: &Trace, d: &Diagnosis) -> Vec<Vec<Change>> {
 /// launches for a CUDA graph to be.
 pub const FINDING_MIN_SHARE: f64 = 0.1;
 
+/// Whether the GPU idled a tenth of the window or more while the CPU ran
+/// the program's own work.
+fn host_work_bound(trace: &Trace, d: &Diagnosis) -> bool {
+    let window = trace.window_us().1 - trace.window_us().0;
+    d.findings.iter().any(|f| f.cause == Cause::HostWork && f.cost_us >= FINDING_MIN_SHARE * window)
+}
+
+/// Whether the trace records the program's CPU operators (torch.profiler's
+/// `aten::` ops), not only its CUDA calls and annotations.
+fn records_cpu_operators(trace: &Trace) -> bool {
+    trace.cpu_ops.iter().any(|o| !o.annotation)
+}
+
 /// The what-if of the fixes `d`'s findings suggest.
 pub fn what_if(trace: &Trace, d: &Diagnosis, pricing: &Pricing) -> Result<WhatIf, String> {
+    let pricing = &pricing.for_trace(trace);
     let mut w = predict_fixes(trace, &suggested(trace, d), pricing)?;
+    if host_work_bound(trace, d) && !records_cpu_operators(trace) {
+        w.not_priced.push(format!(
+            "{}: the trace records no CPU operators (the program's own work is untraced code between its CUDA calls), which the model cannot hand to workers",
+            Change::PrepareAhead.label()
+        ));
+    }
     for p in w.predictions.iter_mut().filter(|p| p.changes.contains(&Change::PrepareAhead)) {
         let workers = pricing.workers();
         p.fix = format!("{} ({})", p.fix, counted(workers, "worker", "workers"));
-        p.in_pytorch = p.in_pytorch.replace("num_workers=N", &format!("num_workers={workers}"));
+        p.as_written =
+            p.as_written.replace("num_workers=N", &format!("num_workers={workers}")).replace("on N CPU threads", &format!("on {workers} CPU threads"));
         let bound = HostBound::of(&p.replayed.schedule, workers);
         p.priced_by = Some(format!("{}; {}; {bound}", profiler_note(pricing), handover_note(pricing)));
     }

@@ -17,7 +17,9 @@
 //! the fixed program's trace; [`exercise`] asks which fix gains most. In a
 //! notebook, [`TraceRun`] is the course's programs (traced live where a GPU
 //! and PyTorch are here, else recorded) and [`YourTrace`] a learner's own
-//! trace ([`notebook`]).
+//! trace ([`notebook`]). [`any_program`] is the same diagnosis of programs
+//! in any language, traced by `overlap-lab trace`: the recording of its
+//! reference programs in CUDA C++, Rust on cudarc and CuPy.
 //!
 //! This lab runs Python, not the lab's runner: what it measures is PyTorch
 //! on the GPU, and what it teaches is reading that. Its table entry is an
@@ -27,6 +29,7 @@
 //! `labs::bandwidth`'s results (lab 1's recorded link rates price the fixes:
 //! [`prices`] alone reads them).
 
+pub mod any_program;
 pub mod charts;
 pub mod exercise;
 #[doc(hidden)]
