@@ -20,19 +20,8 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, HostSlice, LaunchConfig, PinnedHostSlice, PushKernelArg};
 
-/// `patterns.cu`'s kernel: y = x through `iters` fused multiply-adds with
-/// a = 1, b = 0 (exact in float), then + 1.
-const KERNEL: &str = r#"
-extern "C" __global__ void work(const float* in, float* out, unsigned long long n, int iters, float a, float b) {
-    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) {
-        float v = in[i];
-        for (int k = 0; k < iters; ++k) v = fmaf(v, a, b);
-        out[i] = v + 1.0f;
-    }
-}
-"#;
+/// `patterns.cu`'s kernel (`work.cuh`, shared by the three programs).
+const KERNEL: &str = include_str!("work.cuh");
 const ITERS: i32 = 2400;
 
 /// A batch's host buffer: a `Vec` (pageable) or page-locked memory.

@@ -44,17 +44,7 @@
         }                                                                                    \
     } while (0)
 
-// y = x, `iters` times through x*a + b with a = 1, b = 0 (in float, exact),
-// then + 1: enough arithmetic that the kernel lasts about as long as the copies.
-__global__ void work(const float* in, float* out, size_t n, int iters, float a, float b) {
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) {
-        float v = in[i];
-        for (int k = 0; k < iters; ++k) v = fmaf(v, a, b);
-        out[i] = v + 1.0f;
-    }
-}
+#include "work.cuh"  // the kernel, shared with the cudarc and CuPy programs
 
 static const int ITERS = 2400;
 
@@ -106,7 +96,7 @@ static void produce(Data& d, int k) {
 }
 
 static void launch(const float* in, float* out, size_t n, cudaStream_t s) {
-    work<<<264, 256, 0, s>>>(in, out, n, ITERS, 1.0f, 0.0f);
+    work<<<264, 256, 0, s>>>(in, out, (unsigned long long)n, ITERS, 1.0f, 0.0f);
     CHECK(cudaGetLastError());
 }
 

@@ -280,7 +280,7 @@ pub(super) fn host_work_finding(gpu: u32, shares: &[IdleShare]) -> Option<Findin
         count: s.stretches,
         cost_us: s.idle_us,
         text: format!(
-            "the GPU idled {} in {} while the CPU ran the program's own work, not launching (the CPU's time in {} then): the GPU cannot go faster than the CPU prepares its work; preparing the next batch ahead (a DataLoader with workers and pin_memory, or a thread of its own) would overlap that work with the GPU's",
+            "the GPU idled {} in {} while the CPU ran the program's own work, not launching (the CPU's time in {} then): the GPU cannot go faster than the CPU prepares its work; preparing the next batch ahead, on workers of its own, would overlap that work with the GPU's",
             us(s.idle_us),
             counted(s.stretches, "stretch", "stretches"),
             ops.join(", ")

@@ -354,7 +354,12 @@ impl Builder {
             ));
         }
         let with_work: HashSet<u64> = self.trace.gpu_ops.iter().filter_map(|o| o.correlation).collect();
-        let launches = || self.trace.calls.iter().filter(|c| issues_gpu_work(&c.name) && c.correlation.is_some());
+        // A launch into a stream being captured (between a thread's
+        // `cudaStreamBeginCapture` and its `cudaStreamEndCapture`) makes a
+        // graph's node, not GPU work: the graph's launch runs it.
+        let capturing = capture_windows(&self.trace.calls);
+        let captured = |c: &Call| capturing.iter().any(|&(thread, from, to)| c.thread == thread && c.start_us >= from && c.start_us <= to);
+        let launches = || self.trace.calls.iter().filter(|c| issues_gpu_work(&c.name) && c.correlation.is_some() && !captured(c));
         // The last call whose work is in the trace: launches after it may
         // have been cut off by the end of the profiled window.
         let last_seen = launches().filter(|c| with_work.contains(&c.correlation.unwrap_or(0))).map(|c| c.start_us).fold(f64::NEG_INFINITY, f64::max);
@@ -373,6 +378,29 @@ impl Builder {
         }
         Ok(())
     }
+}
+
+/// Each stretch in which a thread captured a stream into a CUDA graph:
+/// (its thread, from its `cudaStreamBeginCapture`'s start to its
+/// `cudaStreamEndCapture`'s end), µs. A capture the trace does not see end
+/// lasts to the trace's end.
+fn capture_windows(calls: &[Call]) -> Vec<(usize, f64, f64)> {
+    let mut in_order: Vec<&Call> = calls.iter().collect();
+    in_order.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let mut open: Vec<(usize, f64)> = Vec::new();
+    let mut windows = Vec::new();
+    for c in in_order {
+        if c.name.starts_with("cudaStreamBeginCapture") || c.name.starts_with("cuStreamBeginCapture") {
+            open.push((c.thread, c.start_us));
+        } else if c.name.starts_with("cudaStreamEndCapture") || c.name.starts_with("cuStreamEndCapture") {
+            if let Some(i) = open.iter().position(|&(t, _)| t == c.thread) {
+                let (thread, from) = open.remove(i);
+                windows.push((thread, from, c.end_us));
+            }
+        }
+    }
+    windows.extend(open.into_iter().map(|(thread, from)| (thread, from, f64::INFINITY)));
+    windows
 }
 
 /// A sync event's id (a stream, a correlation id, a device) where it is

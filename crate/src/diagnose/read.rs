@@ -183,6 +183,37 @@ mod tests {
       "traceName": "/tmp/trace.json"
     }"#;
 
+    /// Launches into a stream being captured issue no GPU work (a graph's
+    /// launch runs them later): the trace reads whole; a launch outside the
+    /// capture whose work is missing is still an error.
+    #[test]
+    fn launches_captured_into_a_graph_are_not_missing_work() {
+        let call = |name: &str, ts: f64, corr: u64| {
+            format!(r#"{{"ph": "X", "cat": "cuda_runtime", "name": "{name}", "pid": 1, "tid": 1, "ts": {ts}, "dur": 2, "args": {{"correlation": {corr}}}}}"#)
+        };
+        let kernel = |ts: f64, corr: u64| {
+            format!(
+                r#"{{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": {ts}, "dur": 5, "args": {{"device": 0, "stream": 7, "correlation": {corr}}}}}"#
+            )
+        };
+        let trace = |captured: bool| {
+            let events = [
+                call("cudaLaunchKernel", 10.0, 1),
+                kernel(12.0, 1),
+                call(if captured { "cudaStreamBeginCapture" } else { "cudaStreamIsCapturing" }, 20.0, 2),
+                call("cudaLaunchKernel", 25.0, 3),
+                call(if captured { "cudaStreamEndCapture" } else { "cudaStreamIsCapturing" }, 30.0, 4),
+                call("cudaGraphLaunch", 40.0, 5),
+                kernel(42.0, 5),
+            ];
+            format!(r#"{{"schemaVersion": 1, "traceEvents": [{}]}}"#, events.join(", "))
+        };
+        let t = read_trace_text("captured.json", &trace(true)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(t.gpu_ops.len(), 2);
+        let e = read_trace_text("lost.json", &trace(false)).unwrap_err().to_string();
+        assert!(e.contains("GPU work is missing: cudaLaunchKernel at ts 25"), "{e}");
+    }
+
     #[test]
     fn a_torch_profiler_trace_reads_into_gpu_ops_calls_and_cpu_ops() {
         let t = read_trace_text("t.json", KINETO).unwrap();
