@@ -27,8 +27,9 @@ pub struct Request {
     /// The trace of the command's own process (`.json.gz` or `.json`);
     /// other CUDA processes it starts go beside it, named by their pids.
     pub output: PathBuf,
-    /// The injection library (default: [`LIBRARY`] beside this program,
-    /// or `$OVERLAP_LAB_INJECT`).
+    /// The injection library (default: `$OVERLAP_LAB_INJECT`, else
+    /// [`LIBRARY`] beside this program, else in this repository's
+    /// `target/release`: [`find_library`]).
     pub library: Option<PathBuf>,
     /// Keep each process's raw records (`.jsonl`) beside the traces.
     pub keep_raw: bool,

@@ -35,8 +35,8 @@ fn rendered() -> &'static (std::path::PathBuf, Vec<overlap_lab::lab_kit::table::
 }
 
 /// The report rendered from data/ and the recordings with their READMEs
-/// name no folder of the machine that made them: a record names files as
-/// the repository does.
+/// and traces name no folder of the machine that made them: a record
+/// names files as the repository does.
 #[test]
 fn the_report_and_the_recordings_name_no_machine_folders() {
     let out = {
@@ -49,8 +49,17 @@ fn the_report_and_the_recordings_name_no_machine_folders() {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "txt" || x == "md" || x == "svg" || x == "json" || x == "html" || x == "csv") {
-                let text = std::fs::read_to_string(&p).unwrap();
+            } else if p.to_string_lossy().ends_with(".json.gz")
+                || p.extension().is_some_and(|x| x == "txt" || x == "md" || x == "svg" || x == "json" || x == "html" || x == "csv")
+            {
+                // Traces are kept gzipped: read what they hold.
+                let text = if p.to_string_lossy().ends_with(".gz") {
+                    let mut text = String::new();
+                    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(std::fs::File::open(&p).unwrap()), &mut text).unwrap();
+                    text
+                } else {
+                    std::fs::read_to_string(&p).unwrap()
+                };
                 for m in overlap_lab::testing::MACHINE_FOLDERS {
                     assert!(!text.contains(m), "{}: names {m}", p.display());
                 }

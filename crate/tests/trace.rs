@@ -311,17 +311,17 @@ fn traced_programs_that_crash_exit_fork_or_use_threads_keep_their_exit_code_and_
 /// idle and copy totals are held to HTA's in `tests/hta.rs`.
 ///
 /// The known miss, held to how far it is off so that it cannot grow
-/// unseen (data/nvidia-h200/README.md tells its story): CuPy's pinned loop
-/// is bound by its own CPU work (NumPy builds each batch: 207 of its 258
-/// ms traced), so the copy stream is predicted to gain nothing, 5.2% fast
-/// of the copy-stream program's median, whose 6.7% gain over the pinned
-/// program lies inside both programs' spreads (their runs range over a
-/// fifth of their medians: the host's speed from run to run).
+/// unseen (data/nvidia-h200/README.md tells its story; not explained):
+/// CuPy's pinned loop is bound by its own CPU work (NumPy builds each
+/// batch: 207 of its 258 ms traced), so the copy stream is predicted to
+/// gain nothing, 5.2% fast of the copy-stream program's median, which ran
+/// 6.7% below the pinned program's, though its own runs ranged from 259 to
+/// 421 ms.
 #[test]
 fn every_reference_programs_fix_is_predicted_within_its_tolerance_of_the_program_that_applies_it() {
-    use overlap_lab::labs::pytorch_trace::{any_program::AnyPrograms, fixes_table};
+    use overlap_lab::labs::pytorch_trace::{any_program::ReferenceRecording, fixes_table};
     let data = overlap_lab::measure::record::repo_root().join("data");
-    let recordings = AnyPrograms::find(&data).unwrap();
+    let recordings = ReferenceRecording::find(&data).unwrap();
     assert!(!recordings.is_empty(), "no data/*/trace-programs/programs.json");
     let known_miss = |gpu: &str, before: &str, fix: &str| gpu == "NVIDIA H200" && (before, fix) == ("cupy-pinned", "copy stream");
     for rec in &recordings {

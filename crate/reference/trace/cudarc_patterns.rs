@@ -128,12 +128,15 @@ fn check<H: Host>(outputs: &[H]) -> Result<usize, String> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let usage = || -> ! {
-        eprintln!("usage: {} pageable|pinned|copy-stream [batches (20)] [MiB per batch (32)]", args[0]);
+        eprintln!("usage: {} pageable|pinned|copy-stream [batches (20, at most 1000)] [MiB per batch (32, at most 4096)]", args[0]);
         std::process::exit(64)
     };
     let Some(mode) = args.get(1).map(String::as_str) else { usage() };
-    let number = |at: usize, default: usize| args.get(at).map_or(Some(default), |a| a.parse().ok().filter(|&v| v > 0)).unwrap_or_else(|| usage());
-    let (batches, mib) = (number(2, 20), number(3, 32));
+    // Whole numbers from 1 to `most` (the host holds every batch twice).
+    let number = |at: usize, default: usize, most: usize| {
+        args.get(at).map_or(Some(default), |a| a.parse().ok().filter(|&v| v > 0 && v <= most)).unwrap_or_else(|| usage())
+    };
+    let (batches, mib) = (number(2, 20, 1000), number(3, 32, 4096));
     if !matches!(mode, "pageable" | "pinned" | "copy-stream") {
         usage()
     }
@@ -152,6 +155,10 @@ fn measure(mode: &str, batches: usize, mib: usize) -> Result<(f64, usize), Strin
     // on its first call where it does not).
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err("no CUDA driver (libcuda) on this machine".into());
+    }
+    // SAFETY: as above, for NVRTC, which compiles the kernel.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err("no NVRTC (libnvrtc) on this machine".into());
     }
     let ctx = CudaContext::new(0).map_err(fail)?;
     let ptx = cudarc::nvrtc::compile_ptx(KERNEL).map_err(|e| e.to_string())?;

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A learner's CUDA program in CuPy: what `overlap-lab trace -- python3
 cupy_patterns.py MODE` traces and diagnoses, beside `patterns.cu` (the same
-kernel, batch sizes, CPU work and checks).
+kernel, batch sizes and checks; the CPU's work on each batch writes the
+same values, with NumPy, which takes several times as long as the C++
+loop: enough that these loops wait on the CPU).
 
   pageable     one stream; each batch uploaded from a NumPy array
                (`ndarray.set`), computed, downloaded into one (`ndarray.get`)
@@ -46,6 +48,9 @@ def main():
     a = ap.parse_args()
     if a.batches < 1 or a.mib < 1:
         sys.exit("cupy_patterns.py: --batches and --mib: at least 1")
+    if a.mib > 64:
+        # The values are built in float32, exact while 7 * i < 2**24.
+        sys.exit("cupy_patterns.py: --mib: at most 64")
     n = a.mib * (1 << 20) // 4
     empty = (lambda shape: np.empty(shape, np.float32)) if a.mode == "pageable" else (lambda shape: cupyx.empty_pinned(shape, np.float32))
     host_in, host_out = empty((a.batches, n)), empty((a.batches, n))
@@ -60,7 +65,8 @@ def main():
     uploaded, consumed = [None] * slots, [None] * slots
     WORK.compile()
     # The CPU's own work on each batch: a fresh eighth of its input, the
-    # same values, computed in float32 in place (as cheap as patterns.cu's).
+    # same values, computed in float32 in place with NumPy (its float `mod`
+    # makes this several times slower than patterns.cu's loop).
     eighth = n // 8
     base = (np.arange(eighth, dtype=np.float32) * 7) % 1000
     cp.cuda.Device().synchronize()

@@ -81,14 +81,17 @@ def compare_runs(ours, theirs):
         per_ours.append(ct.totals(ops, ct.paired_names(ops, reference)))
     per_theirs = [ct.totals(ct.gpu_ops(ct.load(path))) for path in theirs]
     gpu_theirs = statistics.median(sum(v[1] for v in t.values()) for t in per_theirs)
-    rows, worst = [], 0.0
+    rows, worst, unmatched = [], 0.0, False
     for k in sorted(set().union(*per_ours, *per_theirs)):
         o = [t[k][1] if k in t else 0.0 for t in per_ours]
         th = [t[k][1] if k in t else 0.0 for t in per_theirs]
         mo, mt = statistics.median(o), statistics.median(th)
         counted = max(mo, mt) >= 0.01 * gpu_theirs
-        off = (mo - mt) / mt if mt > 0 else float("inf")
-        if counted:
+        # None (JSON null) where torch.profiler's traces hold no such op.
+        off = (mo - mt) / mt if mt > 0 else None
+        if counted and off is None:
+            unmatched = True
+        elif counted:
             worst = max(worst, abs(off))
         rows.append({
             "kind": k[0], "name": k[1],
@@ -97,7 +100,26 @@ def compare_runs(ours, theirs):
             "off": off, "ranges_overlap": max(min(o), min(th)) <= min(max(o), max(th)), "counted": counted,
         })
     copies = lambda t: {k[1]: v[0] for k, v in t.items() if k[0] == "copy"}
-    return {"runs": len(ours), "rows": rows, "worst": worst, "copies_agree": copies(per_ours[0]) == copies(per_theirs[0])}
+    # No largest difference where an op holding 1% is in our traces only.
+    return {"runs": len(ours), "rows": rows, "worst": None if unmatched else worst, "copies_agree": copies(per_ours[0]) == copies(per_theirs[0])}
+
+
+def scrub(path):
+    """Rewrites a kept trace so that it names no folder of the machine that
+    made it: its `traceName` and its program's `exe` and `argv` (in
+    `overlap_lab`) as file names only, as the data folder keeps them."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        d = json.load(f)
+    d["traceName"] = os.path.basename(path)
+    ours = d.get("overlap_lab")
+    if isinstance(ours, dict):
+        if isinstance(ours.get("exe"), str):
+            ours["exe"] = os.path.basename(ours["exe"])
+        if isinstance(ours.get("argv"), list):
+            ours["argv"] = [os.path.basename(a) if isinstance(a, str) and a.startswith("/") else a for a in ours["argv"]]
+    with opener(path, "wt") as f:
+        json.dump(d, f)
 
 
 def summary(ms):
@@ -114,7 +136,8 @@ def main():
     ap.add_argument("--nvcc", default="nvcc", metavar="PATH")
     ap.add_argument("--python", default=sys.executable, metavar="PATH")
     a = ap.parse_args()
-    a.torch_repeats = a.torch_repeats or a.repeats
+    if a.torch_repeats is None:
+        a.torch_repeats = a.repeats
     if a.repeats < 1 or a.torch_repeats < 1:
         sys.exit("record.py: --repeats and --torch-repeats: at least 1")
     for what, path in (("--cudarc", a.cudarc), ("--overlap-lab", a.overlap_lab)):
@@ -129,8 +152,8 @@ def main():
             sys.exit(f"record.py: nvcc failed: {built.stderr.strip()[-400:]}")
         fill = {"{patterns}": exe, "{cudarc}": os.path.abspath(a.cudarc), "{python}": a.python, "{here}": HERE}
         commands = {p: [fill.get(w, w.replace("{here}", HERE)) for w in cmd] for p, (cmd, _) in PROGRAMS.items()}
-        for cmd in commands.values():  # the driver's and CuPy's caches warmed
-            subprocess.run(cmd + (["--batches", "2"] if "cupy" in cmd[-2] else ["2", "4"]), capture_output=True)
+        for p, cmd in commands.items():  # the driver's and CuPy's caches warmed
+            subprocess.run(cmd + (["--batches", "2"] if p.startswith("cupy-") else ["2", "4"]), capture_output=True)
         untraced = {p: [] for p in PROGRAMS}
         traced = {p: [] for p in PROGRAMS}
         for r in range(a.repeats):
@@ -138,6 +161,8 @@ def main():
                 untraced[p].append(run(cmd, LOOP, p))
                 trace = os.path.join(a.out if r == 0 else tmp, f"{p}.json.gz")
                 traced[p].append(run([a.overlap_lab, "trace", "--no-diagnose", "-o", trace, "--"] + cmd, LOOP, f"overlap-lab trace -- {p}"))
+                if r == 0:
+                    scrub(trace)
             print(f"round {r + 1}: " + ", ".join(f"{p} {untraced[p][-1]:.2f}/{traced[p][-1]:.2f} ms" for p in PROGRAMS), flush=True)
         for p in PROGRAMS:
             u, t = statistics.median(untraced[p]), statistics.median(traced[p])
@@ -157,15 +182,22 @@ def main():
             shutil.copy(ours[0], os.path.join(a.out, f"torch-{name}.ours.json.gz"))
             with open(theirs[0], "rb") as f, gzip.open(os.path.join(a.out, f"torch-{name}.profiler.json.gz"), "wb") as g:
                 shutil.copyfileobj(f, g)
+            for kept in ("ours", "profiler"):
+                scrub(os.path.join(a.out, f"torch-{name}.{kept}.json.gz"))
         base = statistics.median(ways["untraced"])
         cost[name] = {"command": ["torch_patterns.py"] + args, **{w: summary(ms) for w, ms in ways.items()}}
         print(f"torch {name}: " + ", ".join(f"{w} {statistics.median(ms):.2f} ms ({statistics.median(ms) / base - 1:+.1%})" for w, ms in ways.items()), flush=True)
         c = comparisons[name]
         for row in c["rows"]:
             if row["counted"]:
-                print(f"  {row['kind']:6} {row['us_ours']:11.1f} us ours {row['ours_range']}, {row['us_theirs']:11.1f} us theirs {row['theirs_range']}: {100 * row['off']:+.2f}%{'' if row['ranges_overlap'] else ' (ranges apart)'}  {row['name'][:80]}")
-        print(f"  largest median difference among ops holding >= 1% of the GPU time: {100 * c['worst']:.2f}%; copies' memory kinds {'agree' if c['copies_agree'] else 'DIFFER'}", flush=True)
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+                off = "only ours" if row["off"] is None else f"{100 * row['off']:+.2f}%"
+                print(f"  {row['kind']:6} {row['us_ours']:11.1f} us ours {row['ours_range']}, {row['us_theirs']:11.1f} us theirs {row['theirs_range']}: {off}{'' if row['ranges_overlap'] else ' (ranges apart)'}  {row['name'][:80]}")
+        worst = "an op only in our traces" if c["worst"] is None else f"{100 * c['worst']:.2f}%"
+        print(f"  largest median difference among ops holding >= 1% of the GPU time: {worst}; copies' memory kinds {'agree' if c['copies_agree'] else 'DIFFER'}", flush=True)
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except FileNotFoundError:
+        gpu = ""
     name, _, driver = gpu.splitlines()[0].partition(", ") if gpu else ("no GPU", "", "")
     record = {
         "command": "python3 crate/reference/trace/record.py " + " ".join(sys.argv[1:]),

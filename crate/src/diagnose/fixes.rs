@@ -148,10 +148,13 @@ pub enum ProgramApi {
 impl ProgramApi {
     /// The API `trace`'s program is written against: PyTorch where
     /// torch.profiler wrote the trace, or where its kernels are PyTorch's
-    /// own (`at::native`, `at::cuda`); CUDA for any other program.
+    /// (`at::native`, `at::cuda`, its CUB and flash-attention builds,
+    /// `torch.compile`'s Triton kernels); CUDA for any other program.
     pub fn of(trace: &Trace) -> ProgramApi {
-        let pytorch_kernels =
-            || trace.gpu_ops.iter().any(|o| o.kind == GpuOpKind::Kernel && (o.name.contains("at::native::") || o.name.contains("at::cuda::")));
+        // PyTorch's own kernels, its CUB and flash-attention builds, and
+        // the Triton kernels `torch.compile` writes.
+        const PYTORCH: [&str; 5] = ["at::native::", "at::cuda::", "at_cuda_detail::", "pytorch_flash::", "triton_"];
+        let pytorch_kernels = || trace.gpu_ops.iter().any(|o| o.kind == GpuOpKind::Kernel && PYTORCH.iter().any(|p| o.name.contains(p)));
         match trace.format {
             None | Some(TraceFormat::Kineto) => ProgramApi::PyTorch,
             Some(TraceFormat::OverlapLabTrace) if pytorch_kernels() => ProgramApi::PyTorch,

@@ -354,11 +354,14 @@ impl Builder {
             ));
         }
         let with_work: HashSet<u64> = self.trace.gpu_ops.iter().filter_map(|o| o.correlation).collect();
-        // A launch into a stream being captured (between a thread's
+        // A launch into a stream being captured (between a
         // `cudaStreamBeginCapture` and its `cudaStreamEndCapture`) makes a
-        // graph's node, not GPU work: the graph's launch runs it.
-        let capturing = capture_windows(&self.trace.calls);
-        let captured = |c: &Call| capturing.iter().any(|&(thread, from, to)| c.thread == thread && c.start_us >= from && c.start_us <= to);
+        // graph's node, not GPU work: the graph's launch runs it. Any
+        // thread of the process may launch into it (autograd's backward
+        // thread, in a captured training step).
+        let capturing = capture_windows(&self.trace);
+        let process = |c: &Call| self.trace.threads.get(c.thread).map(|t| t.pid.as_str());
+        let captured = |c: &Call| capturing.iter().any(|(pid, from, to)| process(c) == Some(pid.as_str()) && c.start_us >= *from && c.start_us <= *to);
         let launches = || self.trace.calls.iter().filter(|c| issues_gpu_work(&c.name) && c.correlation.is_some() && !captured(c));
         // The last call whose work is in the trace: launches after it may
         // have been cut off by the end of the profiled window.
@@ -380,13 +383,14 @@ impl Builder {
     }
 }
 
-/// Each stretch in which a thread captured a stream into a CUDA graph:
-/// (its thread, from its `cudaStreamBeginCapture`'s start to its
-/// `cudaStreamEndCapture`'s end), µs. A capture the trace does not see end
-/// lasts to the trace's end.
-fn capture_windows(calls: &[Call]) -> Vec<(usize, f64, f64)> {
-    let mut in_order: Vec<&Call> = calls.iter().collect();
+/// Each stretch in which a process captured a stream into a CUDA graph:
+/// (its pid, from a thread's `cudaStreamBeginCapture`'s start to that
+/// thread's `cudaStreamEndCapture`'s end), µs. A capture the trace does not
+/// see end lasts to the trace's end.
+fn capture_windows(trace: &Trace) -> Vec<(String, f64, f64)> {
+    let mut in_order: Vec<&Call> = trace.calls.iter().collect();
     in_order.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let pid = |c: &Call| trace.threads.get(c.thread).map_or(String::new(), |t| t.pid.clone());
     let mut open: Vec<(usize, f64)> = Vec::new();
     let mut windows = Vec::new();
     for c in in_order {
@@ -394,12 +398,15 @@ fn capture_windows(calls: &[Call]) -> Vec<(usize, f64, f64)> {
             open.push((c.thread, c.start_us));
         } else if c.name.starts_with("cudaStreamEndCapture") || c.name.starts_with("cuStreamEndCapture") {
             if let Some(i) = open.iter().position(|&(t, _)| t == c.thread) {
-                let (thread, from) = open.remove(i);
-                windows.push((thread, from, c.end_us));
+                let (_, from) = open.remove(i);
+                windows.push((pid(c), from, c.end_us));
             }
         }
     }
-    windows.extend(open.into_iter().map(|(thread, from)| (thread, from, f64::INFINITY)));
+    for (thread, from) in open {
+        let p = trace.threads.get(thread).map_or(String::new(), |t| t.pid.clone());
+        windows.push((p, from, f64::INFINITY));
+    }
     windows
 }
 

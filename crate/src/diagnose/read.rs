@@ -183,14 +183,18 @@ mod tests {
       "traceName": "/tmp/trace.json"
     }"#;
 
-    /// Launches into a stream being captured issue no GPU work (a graph's
-    /// launch runs them later): the trace reads whole; a launch outside the
-    /// capture whose work is missing is still an error.
+    /// Launches into a stream being captured, from any thread of the
+    /// process, issue no GPU work (a graph's launch runs them later): the
+    /// trace reads whole; a launch outside the capture whose work is
+    /// missing is still an error.
     #[test]
     fn launches_captured_into_a_graph_are_not_missing_work() {
-        let call = |name: &str, ts: f64, corr: u64| {
-            format!(r#"{{"ph": "X", "cat": "cuda_runtime", "name": "{name}", "pid": 1, "tid": 1, "ts": {ts}, "dur": 2, "args": {{"correlation": {corr}}}}}"#)
+        let on = |tid: u32, name: &str, ts: f64, corr: u64| {
+            format!(
+                r#"{{"ph": "X", "cat": "cuda_runtime", "name": "{name}", "pid": 1, "tid": {tid}, "ts": {ts}, "dur": 2, "args": {{"correlation": {corr}}}}}"#
+            )
         };
+        let call = |name: &str, ts: f64, corr: u64| on(1, name, ts, corr);
         let kernel = |ts: f64, corr: u64| {
             format!(
                 r#"{{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": {ts}, "dur": 5, "args": {{"device": 0, "stream": 7, "correlation": {corr}}}}}"#
@@ -202,6 +206,8 @@ mod tests {
                 kernel(12.0, 1),
                 call(if captured { "cudaStreamBeginCapture" } else { "cudaStreamIsCapturing" }, 20.0, 2),
                 call("cudaLaunchKernel", 25.0, 3),
+                // autograd's thread launching into the same capture
+                on(2, "cudaLaunchKernel", 27.0, 6),
                 call(if captured { "cudaStreamEndCapture" } else { "cudaStreamIsCapturing" }, 30.0, 4),
                 call("cudaGraphLaunch", 40.0, 5),
                 kernel(42.0, 5),

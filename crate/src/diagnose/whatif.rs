@@ -21,7 +21,7 @@
 //! named from here too). The top of the stack: nothing here is used below.
 
 use super::diagnosis::{Cause, Diagnosis};
-use super::events::{Direction, GpuOpKind, HostMemory, Trace};
+use super::events::{Direction, GpuOpKind, HostMemory, Trace, TraceFormat};
 pub use super::prediction::{fix_label, predict_fixes, Prediction, WhatIf};
 use super::replay::{self, Change, Pricing, TracedSchedule};
 use super::text::{counted, us};
@@ -105,8 +105,12 @@ pub fn what_if(trace: &Trace, d: &Diagnosis, pricing: &Pricing) -> Result<WhatIf
     let pricing = &pricing.for_trace(trace);
     let mut w = predict_fixes(trace, &suggested(trace, d), pricing)?;
     if host_work_bound(trace, d) && !records_cpu_operators(trace) {
+        let record_them = match trace.format {
+            None | Some(TraceFormat::Kineto) => " (record with `ProfilerActivity.CPU` to have them)",
+            Some(_) => "",
+        };
         w.not_priced.push(format!(
-            "{}: the trace records no CPU operators (the program's own work is untraced code between its CUDA calls), which the model cannot hand to workers",
+            "{}: the trace records no CPU operators{record_them}: the program's own work is untraced code between its CUDA calls, which the model cannot hand to workers",
             Change::PrepareAhead.label()
         ));
     }

@@ -10,7 +10,8 @@
 //! loops, with both tracers' op times compared.
 //!
 //! May use: what lab 10's other rooms may (`diagnose`, lab 10's
-//! `recording` for its fix rule, `prices` for the machine's rates).
+//! `recording` for its fix rule, `prices` for the machine's rates), and
+//! `crate::trace` (the tracer, which traces `patterns.cu` live).
 
 use super::prices::{diagnosis_priced, Prices};
 use super::recording::{FixCheck, FixChecks};
@@ -27,7 +28,7 @@ pub const FOLDER: &str = "trace-programs";
 
 /// What `record.py` wrote into `programs.json`.
 #[derive(Clone, Debug, Deserialize)]
-pub struct TracedPrograms {
+pub struct RecordedPrograms {
     /// The command that recorded it.
     pub command: String,
     /// The GPU's name ("NVIDIA H200").
@@ -38,6 +39,8 @@ pub struct TracedPrograms {
     pub date: String,
     /// Rounds over the programs (each untraced, then traced).
     pub repeats: usize,
+    /// Runs of each PyTorch loop each way.
+    pub torch_repeats: usize,
     pub programs: BTreeMap<String, TracedProgram>,
     /// The tracer's cost beside torch.profiler's, by PyTorch loop.
     pub torch_cost: BTreeMap<String, TorchCost>,
@@ -91,8 +94,9 @@ pub struct TracesCompared {
     pub runs: usize,
     pub rows: Vec<OpTotals>,
     /// The largest relative difference of the medians among the names
-    /// holding at least 1% of the GPU time.
-    pub worst: f64,
+    /// holding at least 1% of the GPU time; none where such a name is in
+    /// our traces only.
+    pub worst: Option<f64>,
     /// Whether the copies' names (direction and memory kinds) and counts agree.
     pub copies_agree: bool,
 }
@@ -117,28 +121,28 @@ pub struct OpTotals {
 /// A GPU's recording of the reference programs: its folder and what
 /// `programs.json` says, priced by the data folder it lies in.
 #[derive(Clone, Debug)]
-pub struct AnyPrograms {
+pub struct ReferenceRecording {
     pub dir: PathBuf,
-    pub recorded: TracedPrograms,
+    pub recorded: RecordedPrograms,
     prices: Prices,
 }
 
-impl AnyPrograms {
+impl ReferenceRecording {
     /// The recording in `dir` (`<data>/<gpu>/trace-programs/`); a one-line
     /// error naming the file when it cannot be read.
-    pub fn load(dir: &Path) -> Result<AnyPrograms> {
+    pub fn load(dir: &Path) -> Result<ReferenceRecording> {
         let path = dir.join("programs.json");
         let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => LabError::MissingData { path: display_path(&path) },
             _ => LabError::io(format!("reading {}", display_path(&path)), e),
         })?;
-        let recorded: TracedPrograms = serde_json::from_str(&text).map_err(|e| LabError::BadData { path: display_path(&path), reason: e.to_string() })?;
+        let recorded: RecordedPrograms = serde_json::from_str(&text).map_err(|e| LabError::BadData { path: display_path(&path), reason: e.to_string() })?;
         let data = dir.parent().and_then(Path::parent).unwrap_or(dir);
-        Ok(AnyPrograms { dir: dir.to_path_buf(), recorded, prices: Prices::read(data) })
+        Ok(ReferenceRecording { dir: dir.to_path_buf(), recorded, prices: Prices::read(data) })
     }
 
     /// Every GPU's recording under `data`, in folder order.
-    pub fn find(data: &Path) -> Result<Vec<AnyPrograms>> {
+    pub fn find(data: &Path) -> Result<Vec<ReferenceRecording>> {
         let mut dirs: Vec<PathBuf> = std::fs::read_dir(data)
             .map_err(|e| LabError::io(format!("listing {}", display_path(data)), e))?
             .flatten()
@@ -151,7 +155,7 @@ impl AnyPrograms {
 
     /// The recording in this repository's data folder (the first GPU's,
     /// in folder order, where there are several).
-    pub fn recorded() -> Result<AnyPrograms> {
+    pub fn recorded() -> Result<ReferenceRecording> {
         let data = crate::measure::record::repo_root().join("data");
         let found = Self::find(&data)?;
         found.into_iter().next().ok_or_else(|| LabError::MissingData { path: display_path(&data.join("<gpu>").join(FOLDER).join("programs.json")) })
@@ -232,7 +236,10 @@ impl AnyPrograms {
                 100.0 * (p.median / u.median - 1.0)
             );
         }
-        s += &format!("(each a median of the runs, their range beside: {} rounds over the programs, each untraced then traced)\n", self.recorded.repeats);
+        s += &format!(
+            "(each a median of the runs, their range beside: {} rounds over the programs, each untraced then traced; {} runs of each PyTorch loop each way)\n",
+            self.recorded.repeats, self.recorded.torch_repeats
+        );
         Ok(s)
     }
 
@@ -244,12 +251,15 @@ impl AnyPrograms {
             s += &format!("{name}: {} runs each way; copies' names, memory kinds and counts {}\n", c.runs, if c.copies_agree { "agree" } else { "DIFFER" });
             s += &format!("  {:<6} {:>7} {:>14} {:>14} {:>8}  name\n", "kind", "count", "ours, µs", "theirs, µs", "off");
             for r in c.rows.iter().filter(|r| r.counted) {
-                let off = 100.0 * (r.us_ours / r.us_theirs - 1.0);
+                let off = if r.us_theirs > 0.0 { format!("{:>+7.2}%", 100.0 * (r.us_ours / r.us_theirs - 1.0)) } else { "ours only".into() };
                 let apart = if r.ranges_overlap { "" } else { " (ranges apart)" };
                 let short: String = r.name.chars().take(70).collect();
-                s += &format!("  {:<6} {:>7} {:>14.1} {:>14.1} {:>+7.2}%{apart}  {short}\n", r.kind, r.count_ours, r.us_ours, r.us_theirs, off);
+                s += &format!("  {:<6} {:>7} {:>14.1} {:>14.1} {off:>8}{apart}  {short}\n", r.kind, r.count_ours, r.us_ours, r.us_theirs);
             }
-            s += &format!("  largest difference of the medians: {:.2}%\n", 100.0 * c.worst);
+            s += &match c.worst {
+                Some(w) => format!("  largest difference of the medians: {:.2}%\n", 100.0 * w),
+                None => "  largest difference of the medians: none (an op holding 1% of the GPU time is in our traces only)\n".into(),
+            };
         }
         s
     }
@@ -274,9 +284,9 @@ impl std::fmt::Display for ProgramDiagnosis {
     }
 }
 
-impl AnyPrograms {
+impl ReferenceRecording {
     /// The diagnosis of `name`'s recorded trace, its fixes priced as
-    /// [`AnyPrograms::fix_checks`] prices them.
+    /// [`ReferenceRecording::fix_checks`] prices them.
     pub fn diagnosis(&self, name: &str) -> Result<crate::diagnose::Diagnosis> {
         let p = self.program(name)?;
         let pricing = self.prices.for_gpu(Some(&self.recorded.gpu));
@@ -308,8 +318,9 @@ impl AnyPrograms {
             .find(|n| std::process::Command::new(n).arg("--version").output().is_ok_and(|o| o.status.success()))
             .ok_or("no nvcc to build patterns.cu")?;
         crate::trace::find_library(None).map_err(|e| e.to_string())?;
-        let dir = std::env::temp_dir().join(format!("overlap-lab-patterns-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let scratch = Scratch(std::env::temp_dir().join(format!("overlap-lab-patterns-{}", std::process::id())));
+        let dir = &scratch.0;
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let exe = dir.join("patterns");
         let source = crate::measure::record::repo_root().join("crate/reference/trace/patterns.cu");
         let built = std::process::Command::new(nvcc).args(["-O2", "-o"]).arg(&exe).arg(&source).output().map_err(|e| format!("nvcc: {e}"))?;
@@ -326,7 +337,15 @@ impl AnyPrograms {
         let name = trace.gpu_names.first().map(|g| g.1.clone());
         let pricing = self.prices.for_gpu(name.as_deref());
         let diagnosis = diagnosis_priced(&trace, &format!("patterns {mode} (traced here)"), &self.prices.links, &pricing);
-        let _ = std::fs::remove_dir_all(&dir);
         Ok(ProgramDiagnosis { origin: format!("traced here: patterns {mode}, built with nvcc, in {:.2} s", ran.wall.as_secs_f64()), diagnosis })
+    }
+}
+
+/// A scratch folder, removed when dropped (on every way out).
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

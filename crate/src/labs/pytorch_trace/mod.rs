@@ -25,9 +25,10 @@
 //! on the GPU, and what it teaches is reading that. Its table entry is an
 //! ordinary one whose recording is a folder (`Recorded` for [`Recording`]).
 //!
-//! May use: what every lab may (see `labs`), `diagnose`, and
+//! May use: what every lab may (see `labs`), `diagnose`,
 //! `labs::bandwidth`'s results (lab 1's recorded link rates price the fixes:
-//! [`prices`] alone reads them).
+//! [`prices`] alone reads them), and `trace` ([`any_program`] traces a
+//! program live).
 
 pub mod any_program;
 pub mod charts;
