@@ -390,7 +390,7 @@ impl Builder {
 fn capture_windows(trace: &Trace) -> Vec<(String, f64, f64)> {
     let mut in_order: Vec<&Call> = trace.calls.iter().collect();
     in_order.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
-    let pid = |c: &Call| trace.threads.get(c.thread).map_or(String::new(), |t| t.pid.clone());
+    let pid = |thread: usize| trace.threads.get(thread).map_or(String::new(), |t| t.pid.clone());
     let mut open: Vec<(usize, f64)> = Vec::new();
     let mut windows = Vec::new();
     for c in in_order {
@@ -399,14 +399,11 @@ fn capture_windows(trace: &Trace) -> Vec<(String, f64, f64)> {
         } else if c.name.starts_with("cudaStreamEndCapture") || c.name.starts_with("cuStreamEndCapture") {
             if let Some(i) = open.iter().position(|&(t, _)| t == c.thread) {
                 let (_, from) = open.remove(i);
-                windows.push((pid(c), from, c.end_us));
+                windows.push((pid(c.thread), from, c.end_us));
             }
         }
     }
-    for (thread, from) in open {
-        let p = trace.threads.get(thread).map_or(String::new(), |t| t.pid.clone());
-        windows.push((p, from, f64::INFINITY));
-    }
+    windows.extend(open.into_iter().map(|(thread, from)| (pid(thread), from, f64::INFINITY)));
     windows
 }
 

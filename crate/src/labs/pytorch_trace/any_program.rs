@@ -14,7 +14,7 @@
 //! `crate::trace` (the tracer, which traces `patterns.cu` live).
 
 use super::prices::{diagnosis_priced, Prices};
-use super::recording::{FixCheck, FixChecks};
+use super::recording::{FixCheck, FixChecks, TemporaryFolder};
 use crate::diagnose::Trace;
 use crate::error::{LabError, Result};
 use crate::measure::record::display_path;
@@ -185,14 +185,13 @@ impl ReferenceRecording {
     /// that applies it. A fix the diagnosis does not offer is an error:
     /// the finding that should have suggested it is missing.
     pub fn fix_checks(&self) -> Result<FixChecks> {
-        let pricing = self.prices.for_gpu(Some(&self.recorded.gpu));
         let mut out = FixChecks::default();
         for (before, p) in &self.recorded.programs {
             if p.fixes.is_empty() {
                 continue;
             }
             let file = display_path(&self.dir.join(&p.trace));
-            let d = diagnosis_priced(&self.trace(before)?, &file, &self.prices.links, &pricing);
+            let d = self.diagnosis(before)?;
             let bad = |reason: String| LabError::BadData { path: file.clone(), reason };
             let w = d.what_if.as_ref().ok_or_else(|| bad(format!("no what-if: {}", d.what_if_error.as_deref().unwrap_or("?"))))?;
             for (fix, after) in &p.fixes {
@@ -318,7 +317,7 @@ impl ReferenceRecording {
             .find(|n| std::process::Command::new(n).arg("--version").output().is_ok_and(|o| o.status.success()))
             .ok_or("no nvcc to build patterns.cu")?;
         crate::trace::find_library(None).map_err(|e| e.to_string())?;
-        let scratch = Scratch(std::env::temp_dir().join(format!("overlap-lab-patterns-{}", std::process::id())));
+        let scratch = TemporaryFolder(std::env::temp_dir().join(format!("overlap-lab-patterns-{}", std::process::id())));
         let dir = &scratch.0;
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let exe = dir.join("patterns");
@@ -341,11 +340,3 @@ impl ReferenceRecording {
     }
 }
 
-/// A scratch folder, removed when dropped (on every way out).
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}

@@ -62,7 +62,7 @@ enum Made {
 
 /// A folder removed when dropped.
 #[derive(Debug)]
-struct TemporaryFolder(PathBuf);
+pub(super) struct TemporaryFolder(pub(super) PathBuf);
 
 impl Drop for TemporaryFolder {
     fn drop(&mut self) {
