@@ -8,8 +8,9 @@ tracer's cost beside torch.profiler's (CUDA activities only) on
 tiny ops), untraced, traced and profiled in turn, with the two traces of
 each compared op by op (`compare_traces.py`).
 
-    python3 crate/reference/trace/record.py --out DIR --cudarc PATH
+    python3 crate/reference/trace/record.py --out DIR [--cudarc PATH]
         [--repeats N] [--torch-repeats N] [--overlap-lab PATH] [--nvcc PATH] [--python PATH]
+        [--only PROGRAM,...]
 
 DIR gets `<program>.json.gz` (each program's trace, from its first traced
 run), `torch-<loop>.{ours,profiler}.json.gz` and `programs.json`: each
@@ -17,6 +18,12 @@ program's command, its loop times untraced and traced (ms, the program's
 own clock), the fixes its diagnosis is held to and the program that applies
 each, the torch cost table and the trace comparisons. Prints each figure as
 it goes.
+
+`--only` records again the programs it names, and nothing else, into the
+recording DIR already holds: their entries and traces replaced, the rest
+kept as they were, and the run's date, command and programs added to the
+file's `rerecorded` list. A program whose fix is checked against another
+is recorded with it (a fix is compared within one run).
 """
 
 import argparse
@@ -129,33 +136,57 @@ def summary(ms):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, metavar="DIR")
-    ap.add_argument("--cudarc", required=True, metavar="PATH", help="the built cudarc_patterns example")
+    ap.add_argument("--cudarc", metavar="PATH", help="the built cudarc_patterns example (needed unless --only names no cudarc program)")
     ap.add_argument("--repeats", type=int, default=5, metavar="N", help="rounds over the programs, each untraced then traced")
     ap.add_argument("--torch-repeats", type=int, default=None, metavar="N", help="runs of each torch loop each way (default: --repeats)")
     ap.add_argument("--overlap-lab", default=shutil.which("overlap-lab") or "overlap-lab", metavar="PATH")
     ap.add_argument("--nvcc", default="nvcc", metavar="PATH")
     ap.add_argument("--python", default=sys.executable, metavar="PATH")
+    ap.add_argument("--only", metavar="PROGRAM,...", help="record these programs again into DIR's recording, and nothing else")
     a = ap.parse_args()
     if a.torch_repeats is None:
         a.torch_repeats = a.repeats
     if a.repeats < 1 or a.torch_repeats < 1:
         sys.exit("record.py: --repeats and --torch-repeats: at least 1")
-    for what, path in (("--cudarc", a.cudarc), ("--overlap-lab", a.overlap_lab)):
-        if not shutil.which(path):
+    chosen = list(PROGRAMS) if a.only is None else [p.strip() for p in a.only.split(",") if p.strip()]
+    earlier = None
+    if a.only is not None:
+        unknown = [p for p in chosen if p not in PROGRAMS]
+        if unknown or not chosen:
+            sys.exit(f"record.py: --only: no program {', '.join(unknown) or '(none named)'}; the programs are {', '.join(PROGRAMS)}")
+        apart = [f"{p}'s fix '{fix}' is checked against {after}" for p in chosen for fix, after in PROGRAMS[p][1].items() if after not in chosen]
+        if apart:
+            sys.exit(f"record.py: --only: {apart[0]}, which would come from another run: name it too")
+        try:
+            with open(os.path.join(a.out, "programs.json")) as f:
+                earlier = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit(f"record.py: --only: no recording to add to in {a.out}: {e}")
+    needed = [("--overlap-lab", a.overlap_lab)] + ([("--cudarc", a.cudarc)] if any(p.startswith("cudarc-") for p in chosen) else [])
+    for what, path in needed:
+        if not path or not shutil.which(path):
             sys.exit(f"record.py: {what}: no program at {path}")
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except FileNotFoundError:
+        gpu = ""
+    gpu_name, _, driver = gpu.splitlines()[0].partition(", ") if gpu else ("no GPU", "", "")
+    if earlier is not None and earlier.get("gpu") != gpu_name:
+        sys.exit(f"record.py: --only: {a.out} was recorded on {earlier.get('gpu')}, this is {gpu_name}")
     os.makedirs(a.out, exist_ok=True)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         exe = os.path.join(tmp, "patterns")
-        built = subprocess.run([a.nvcc, "-O2", "-o", exe, os.path.join(HERE, "patterns.cu")], capture_output=True, text=True)
-        if built.returncode != 0:
-            sys.exit(f"record.py: nvcc failed: {built.stderr.strip()[-400:]}")
-        fill = {"{patterns}": exe, "{cudarc}": os.path.abspath(a.cudarc), "{python}": a.python, "{here}": HERE}
-        commands = {p: [fill.get(w, w.replace("{here}", HERE)) for w in cmd] for p, (cmd, _) in PROGRAMS.items()}
+        if any("{patterns}" in PROGRAMS[p][0] for p in chosen):
+            built = subprocess.run([a.nvcc, "-O2", "-o", exe, os.path.join(HERE, "patterns.cu")], capture_output=True, text=True)
+            if built.returncode != 0:
+                sys.exit(f"record.py: nvcc failed: {built.stderr.strip()[-400:]}")
+        fill = {"{patterns}": exe, "{cudarc}": os.path.abspath(a.cudarc or "cudarc_patterns"), "{python}": a.python, "{here}": HERE}
+        commands = {p: [fill.get(w, w.replace("{here}", HERE)) for w in PROGRAMS[p][0]] for p in chosen}
         for p, cmd in commands.items():  # the driver's and CuPy's caches warmed
             subprocess.run(cmd + (["--batches", "2"] if p.startswith("cupy-") else ["2", "4"]), capture_output=True)
-        untraced = {p: [] for p in PROGRAMS}
-        traced = {p: [] for p in PROGRAMS}
+        untraced = {p: [] for p in chosen}
+        traced = {p: [] for p in chosen}
         for r in range(a.repeats):
             for p, cmd in commands.items():
                 untraced[p].append(run(cmd, LOOP, p))
@@ -163,13 +194,13 @@ def main():
                 traced[p].append(run([a.overlap_lab, "trace", "--no-diagnose", "-o", trace, "--"] + cmd, LOOP, f"overlap-lab trace -- {p}"))
                 if r == 0:
                     scrub(trace)
-            print(f"round {r + 1}: " + ", ".join(f"{p} {untraced[p][-1]:.2f}/{traced[p][-1]:.2f} ms" for p in PROGRAMS), flush=True)
-        for p in PROGRAMS:
+            print(f"round {r + 1}: " + ", ".join(f"{p} {untraced[p][-1]:.2f}/{traced[p][-1]:.2f} ms" for p in chosen), flush=True)
+        for p in chosen:
             u, t = statistics.median(untraced[p]), statistics.median(traced[p])
             print(f"{p}: untraced {u:.2f} ms, traced {t:.2f} ms ({t / u - 1:+.1%})", flush=True)
     cost, comparisons = {}, {}
     script = os.path.join(HERE, "torch_patterns.py")
-    for name, args in (("sync", []), ("tiny", ["--tiny", "--steps", "20"])):
+    for name, args in (("sync", []), ("tiny", ["--tiny", "--steps", "20"])) if a.only is None else ():
         ways = {"untraced": [], "overlap-lab trace": [], "torch.profiler": []}
         with tempfile.TemporaryDirectory() as tmp:
             ours = [os.path.join(tmp, f"ours{r}.json.gz") for r in range(a.torch_repeats)]
@@ -194,36 +225,41 @@ def main():
                 print(f"  {row['kind']:6} {row['us_ours']:11.1f} us ours {row['ours_range']}, {row['us_theirs']:11.1f} us theirs {row['theirs_range']}: {off}{'' if row['ranges_overlap'] else ' (ranges apart)'}  {row['name'][:80]}")
         worst = "an op only in our traces" if c["worst"] is None else f"{100 * c['worst']:.2f}%"
         print(f"  largest median difference among ops holding >= 1% of the GPU time: {worst}; copies' memory kinds {'agree' if c['copies_agree'] else 'DIFFER'}", flush=True)
-    try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    except FileNotFoundError:
-        gpu = ""
-    name, _, driver = gpu.splitlines()[0].partition(", ") if gpu else ("no GPU", "", "")
-    record = {
-        "command": "python3 crate/reference/trace/record.py " + " ".join(sys.argv[1:]),
-        "gpu": name,
-        "driver": driver,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-        "repeats": a.repeats,
-        "torch_repeats": a.torch_repeats,
-        "programs": {
-            p: {
-                "command": [os.path.basename(w) if w.startswith("/") else w for w in cmd],
-                "untraced": summary(untraced[p]),
-                "traced": summary(traced[p]),
-                "trace": f"{p}.json.gz",
-                "fixes": PROGRAMS[p][1],
-            }
-            for p, cmd in commands.items()
-        },
-        "torch_cost": cost,
-        "torch_traces_compared": comparisons,
-        "torch_traces": {name: {"ours": f"torch-{name}.ours.json.gz", "profiler": f"torch-{name}.profiler.json.gz"} for name in comparisons},
-        "seconds": round(time.time() - started, 1),
+    programs = {
+        p: {
+            "command": [os.path.basename(w) if w.startswith("/") else w for w in cmd],
+            "untraced": summary(untraced[p]),
+            "traced": summary(traced[p]),
+            "trace": f"{p}.json.gz",
+            "fixes": PROGRAMS[p][1],
+        }
+        for p, cmd in commands.items()
     }
+    command = "python3 crate/reference/trace/record.py " + " ".join(sys.argv[1:])
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
+    if earlier is not None:
+        record = earlier
+        record["programs"].update(programs)
+        record.setdefault("rerecorded", []).append(
+            {"date": date, "command": command, "driver": driver, "programs": chosen, "repeats": a.repeats, "seconds": round(time.time() - started, 1)}
+        )
+    else:
+        record = {
+            "command": command,
+            "gpu": gpu_name,
+            "driver": driver,
+            "date": date,
+            "repeats": a.repeats,
+            "torch_repeats": a.torch_repeats,
+            "programs": programs,
+            "torch_cost": cost,
+            "torch_traces_compared": comparisons,
+            "torch_traces": {name: {"ours": f"torch-{name}.ours.json.gz", "profiler": f"torch-{name}.profiler.json.gz"} for name in comparisons},
+            "seconds": round(time.time() - started, 1),
+        }
     with open(os.path.join(a.out, "programs.json"), "w") as f:
         json.dump(record, f, indent=1)
-    print(f"recorded: {os.path.join(a.out, 'programs.json')} ({record['seconds']} s)")
+    print(f"recorded: {os.path.join(a.out, 'programs.json')} ({round(time.time() - started, 1)} s)")
 
 
 if __name__ == "__main__":

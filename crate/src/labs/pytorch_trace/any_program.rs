@@ -46,6 +46,22 @@ pub struct RecordedPrograms {
     pub torch_cost: BTreeMap<String, TorchCost>,
     /// The two tracers' op times compared, by PyTorch loop.
     pub torch_traces_compared: BTreeMap<String, TracesCompared>,
+    /// Programs recorded again later (`record.py --only`), each run's
+    /// entries replacing the first run's; none in a recording made whole.
+    #[serde(default)]
+    pub rerecorded: Vec<Rerecorded>,
+}
+
+/// A later run of `record.py --only`: which programs it recorded again, on
+/// the recording's GPU.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Rerecorded {
+    pub date: String,
+    pub command: String,
+    pub driver: String,
+    pub programs: Vec<String>,
+    /// Rounds over its programs (each untraced, then traced).
+    pub repeats: usize,
 }
 
 /// One reference program.
@@ -161,10 +177,15 @@ impl ReferenceRecording {
         found.into_iter().next().ok_or_else(|| LabError::MissingData { path: display_path(&data.join("<gpu>").join(FOLDER).join("programs.json")) })
     }
 
-    /// Where its numbers come from.
+    /// Where its numbers come from: the run, and each later run that
+    /// recorded some programs again.
     pub fn origin(&self) -> String {
         let r = &self.recorded;
-        format!("recorded on {} (driver {}) {} by `{}`", r.gpu, r.driver, r.date, r.command)
+        let mut s = format!("recorded on {} (driver {}) {} by `{}`", r.gpu, r.driver, r.date, r.command);
+        for again in &r.rerecorded {
+            s += &format!("; {} recorded again {} (driver {}) by `{}`", again.programs.join(", "), again.date, again.driver, again.command);
+        }
+        s
     }
 
     /// The program called `name`; an error naming the known ones.
@@ -212,31 +233,40 @@ impl ReferenceRecording {
     }
 
     /// Each program's loop untraced and traced (medians of its runs, the
-    /// range beside), and what tracing cost it; then each PyTorch loop's
-    /// under both tracers.
+    /// range beside), and what tracing cost it, twice: of the medians, and
+    /// of the fastest runs (noise on the host, its other work and page
+    /// faults, only ever slows a run, so where the runs spread the fastest
+    /// of each way is the nearer to the tracer's own cost); then each
+    /// PyTorch loop's under both tracers.
     pub fn cost_table(&self) -> Result<String> {
         let range = |s: &Summary| format!("{:.2} ms ({:.2}..{:.2})", s.median, s.min, s.max);
         let overlap = |a: &Summary, b: &Summary| if a.min.max(b.min) <= a.max.min(b.max) { "overlap" } else { "apart" };
-        let mut s = format!("{:<20} {:>26} {:>26} {:>8}  {}\n", "program", "untraced", "overlap-lab trace", "cost", "ranges");
+        let cost = |traced: &Summary, untraced: &Summary| (100.0 * (traced.median / untraced.median - 1.0), 100.0 * (traced.min / untraced.min - 1.0));
+        let mut s = format!("{:<20} {:>26} {:>26} {:>8} {:>8}  {}\n", "program", "untraced", "overlap-lab trace", "cost", "fastest", "ranges");
         for (name, p) in &self.recorded.programs {
             let (u, t) = (p.untraced.summary()?, p.traced.summary()?);
-            s += &format!("{:<20} {:>26} {:>26} {:>+7.1}%  {}\n", name, range(&u), range(&t), 100.0 * (t.median / u.median - 1.0), overlap(&u, &t));
+            let (median, fastest) = cost(&t, &u);
+            s += &format!("{:<20} {:>26} {:>26} {:>+7.1}% {:>+7.1}%  {}\n", name, range(&u), range(&t), median, fastest, overlap(&u, &t));
         }
-        s += &format!("\n{:<20} {:>26} {:>26} {:>8} {:>26} {:>8}\n", "PyTorch loop", "untraced", "overlap-lab trace", "cost", "torch.profiler (CUDA)", "cost");
+        s += &format!("\n{:<20} {:>26} {:>26} {:>8} {:>8} {:>26} {:>8} {:>8}\n", "PyTorch loop", "untraced", "overlap-lab trace", "cost", "fastest", "torch.profiler (CUDA)", "cost", "fastest");
         for (name, c) in &self.recorded.torch_cost {
             let (u, o, p) = (c.untraced.summary()?, c.ours.summary()?, c.profiler.summary()?);
+            let ((ours, ours_fastest), (theirs, theirs_fastest)) = (cost(&o, &u), cost(&p, &u));
             s += &format!(
-                "{:<20} {:>26} {:>26} {:>+7.1}% {:>26} {:>+7.1}%\n",
+                "{:<20} {:>26} {:>26} {:>+7.1}% {:>+7.1}% {:>26} {:>+7.1}% {:>+7.1}%\n",
                 name,
                 range(&u),
                 range(&o),
-                100.0 * (o.median / u.median - 1.0),
+                ours,
+                ours_fastest,
                 range(&p),
-                100.0 * (p.median / u.median - 1.0)
+                theirs,
+                theirs_fastest
             );
         }
+        let again: String = self.recorded.rerecorded.iter().map(|r| format!("; {} in {} rounds of their own", r.programs.join(", "), r.repeats)).collect();
         s += &format!(
-            "(each a median of the runs, their range beside: {} rounds over the programs, each untraced then traced; {} runs of each PyTorch loop each way)\n",
+            "(each a median of the runs, their range beside; cost: of the medians, fastest: of the fastest runs; {} rounds over the programs, each untraced then traced{again}; {} runs of each PyTorch loop each way)\n",
             self.recorded.repeats, self.recorded.torch_repeats
         );
         Ok(s)
