@@ -26,6 +26,12 @@
 //!     of records with no launch between them, each records a different
 //!     stream, the last record the stream used last, the one before it the
 //!     stream used before that (`for s, e in zip(streams, events): e.record(s)`);
+//!   - a record right after waits, with no launch between them, follows
+//!     what those waits waited for too: the join, then the next fork, of a
+//!     stream that launches nothing itself (the current stream of a
+//!     multi-stream step, which waits for every side stream's event and
+//!     then records the event they all wait for next). A wait for it waits
+//!     for every side stream, not for the last one launched on alone;
 //!   - a wait waits for the oldest record not yet waited for, else for the
 //!     last record (one event forks several streams);
 //!   - the stream that waits is the next stream launched on, other than the
@@ -59,11 +65,14 @@ pub struct Join {
     pub after: usize,
 }
 
-/// A wait not yet given to the stream that waits: the op it waits for,
-/// the stream that op ran on, and the record it was paired with.
+/// A wait not yet given to the stream that waits: the op it waits for
+/// (and the ops its record followed through waits before it), the stream
+/// its record recorded (none known where the record followed waits: a
+/// stream that launches nothing), and the record it was paired with.
 struct PendingWait {
     after: usize,
-    recorded_on: (u32, u64),
+    also_after: Vec<usize>,
+    recorded_on: Option<(u32, u64)>,
     record: usize,
     /// The stream that waits, where a sync event names it.
     to: Option<(u32, u64)>,
@@ -234,6 +243,10 @@ fn inferred_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, V
     // Records: the op each captured and its stream (None: nothing launched yet).
     let mut records: Vec<Option<(usize, (u32, u64))>> = Vec::new();
     let mut records_in_run = 0usize;
+    // The ops a record followed through the waits right before it, by record.
+    let mut also_after: HashMap<usize, Vec<usize>> = HashMap::new();
+    // The records paired with the waits since the last launch or record.
+    let mut waited_since: Vec<usize> = Vec::new();
     let mut next_unwaited = 0usize;
     let mut pending: Vec<PendingWait> = Vec::new();
     // Per record: the streams its waits went to so far.
@@ -248,6 +261,16 @@ fn inferred_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, V
             records.push(None);
             for (back, r) in records[run_start..].iter_mut().rev().enumerate() {
                 *r = recent.iter().rev().nth(back).map(|&s| (last_op[&s], s));
+            }
+            if !waited_since.is_empty() {
+                let mut ops: Vec<usize> = Vec::new();
+                for w in waited_since.drain(..) {
+                    ops.extend(records[w].map(|(op, _)| op));
+                    ops.extend(also_after.get(&w).into_iter().flatten().copied());
+                }
+                ops.sort_unstable();
+                ops.dedup();
+                also_after.insert(records.len() - 1, ops);
             }
             continue;
         }
@@ -276,23 +299,28 @@ fn inferred_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, V
             if read.contains(&ci) {
                 continue;
             }
+            waited_since.push(paired);
             if let Some((after, recorded_on)) = records[paired] {
-                pending.push(PendingWait { after, recorded_on, record: paired, to: named.map(|w| (w.gpu, w.stream)) });
+                let also_after = also_after.get(&paired).cloned().unwrap_or_default();
+                let recorded_on = also_after.is_empty().then_some(recorded_on);
+                pending.push(PendingWait { after, also_after, recorded_on, record: paired, to: named.map(|w| (w.gpu, w.stream)) });
             }
             continue;
         }
         let Some(ops) = ops_of_call.get(&ci) else { continue };
         records_in_run = 0;
+        waited_since.clear();
         for &op in ops {
             let o = &trace.gpu_ops[op];
             let stream = (o.gpu, o.stream);
             pending.retain(|w| {
                 let forked = forked_to.entry(w.record).or_default();
-                if w.recorded_on == stream || forked.contains(&stream) || w.to.is_some_and(|to| to != stream) {
+                if w.recorded_on == Some(stream) || forked.contains(&stream) || w.to.is_some_and(|to| to != stream) {
                     return true;
                 }
                 forked.push(stream);
                 joins.push(Join { op, after: w.after });
+                joins.extend(w.also_after.iter().filter(|&&a| a != op).map(|&after| Join { op, after }));
                 false
             });
             recent.retain(|&s| s != stream);
@@ -481,6 +509,32 @@ mod tests {
         t.sync_events = 3;
         assert_eq!(event_joins(&t, &c, &ops), inferred);
         assert!(JoinsKnown::of(&trace(&[("k", 1)]).0).is_none(), "no wait, nothing to know");
+    }
+
+    #[test]
+    fn a_record_right_after_waits_follows_what_they_waited_for() {
+        // A step forked from and joined to a stream that launches nothing
+        // (PyTorch's current stream in a multi-stream step): kernels 0, 1
+        // and 2 on streams 2, 3 and 4, each recorded; the current stream
+        // waits for all three, then records the fork of the next step,
+        // which each side stream waits for before its kernel (3, 4, 5).
+        // Each of those follows all three of the step before: stream 4's
+        // too, which the fork's record, taken for the stream launched on
+        // last (4), would have left waiting for nothing.
+        let side = [("k", 2), ("r", 0), ("k", 3), ("r", 0), ("k", 4), ("r", 0)];
+        let next = [("w", 0), ("w", 0), ("w", 0), ("r", 0), ("w", 0), ("k", 2), ("w", 0), ("k", 3), ("w", 0), ("k", 4)];
+        let calls: Vec<(&str, u64)> = side.iter().chain(next.iter()).copied().collect();
+        let (t, c, ops) = trace(&calls);
+        let joins = event_joins(&t, &c, &ops);
+        for op in 3..6 {
+            for after in (0..3).filter(|&a| a != op - 3) {
+                assert!(joins.contains(&Join { op, after }), "{op} after {after} missing from {joins:?}");
+            }
+        }
+        // A record after a launch still records the stream launched on: the
+        // fork of `a_fork_goes_to_each_side_stream_and_a_join_comes_back`.
+        let (t, c, ops) = trace(&[("k", 1), ("r", 0), ("w", 0), ("w", 0), ("k", 2), ("k", 3)]);
+        assert_eq!(event_joins(&t, &c, &ops), [Join { op: 1, after: 0 }, Join { op: 2, after: 0 }]);
     }
 
     #[test]

@@ -181,6 +181,10 @@ pub struct Pricing {
     /// [`Change::CudaGraph`]. Without it, a graph is priced with no gap:
     /// a lower bound on its time.
     pub graph_gap_us: Option<(f64, String)>,
+    /// The least time a kernel of a CUDA graph takes on this GPU, µs (the
+    /// same recording's small kernels in a graph, where it has them): a
+    /// kernel shorter than that in the trace takes that long in a graph.
+    pub graph_kernel_us: Option<f64>,
     /// How many workers prepare the batches ahead, for
     /// [`Change::PrepareAhead`]; none: [`DEFAULT_WORKERS`].
     pub workers: Option<usize>,

@@ -122,7 +122,10 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
                     Change::CudaGraph => Some(format!(
                         "{}{}",
                         match &pricing.graph_gap_us {
-                            Some((gap, from)) => format!("{gap:.2} µs between a graph's kernels, from {from}"),
+                            Some((gap, from)) => match pricing.graph_kernel_us {
+                                Some(least) => format!("{gap:.2} µs between a graph's kernels, each at least {least:.2} µs, from {from}"),
+                                None => format!("{gap:.2} µs between a graph's kernels, from {from}"),
+                            },
                             None => "no gap between a graph's kernels (none recorded for this GPU): a lower bound".into(),
                         },
                         match ts.streams.len() {

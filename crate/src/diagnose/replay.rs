@@ -294,8 +294,14 @@ impl<'t> Replay<'t> {
         }
         let graph = has(Change::CudaGraph);
         if graph {
+            // Each op followed by the graph's gap; a kernel shorter than a
+            // graph's least kernel takes that long there.
             let gap = pricing.graph_gap_us.as_ref().map_or(0.0, |g| g.0);
-            for d in &mut duration {
+            let least = pricing.graph_kernel_us.unwrap_or(0.0);
+            for (d, o) in duration.iter_mut().zip(&trace.gpu_ops) {
+                if matches!(o.kind, GpuOpKind::Kernel) {
+                    *d = d.max(least);
+                }
                 *d += gap;
             }
         } else {
@@ -477,8 +483,10 @@ impl<'t> Replay<'t> {
                 }
                 // A launch whose op started before it returned and ended about
                 // when it returned held the CPU for it (a copy from pageable
-                // memory, a synchronous copy).
-                if o.start_us < c.end_us && o.end_us <= c.end_us + WAIT_SLACK_US && !made_pinned[oi] {
+                // memory, a synchronous copy). Not in a graph, which launches
+                // its ops for the CPU all at once: a tiny kernel that ran
+                // within its own eager launch held nothing there.
+                if !graph && o.start_us < c.end_us && o.end_us <= c.end_us + WAIT_SLACK_US && !made_pinned[oi] {
                     held_until = Some((id, o.end_us));
                 }
             }
@@ -724,5 +732,39 @@ mod tests {
         // A stream of their own while the CPU waits for each: nothing gained.
         assert!((at(&[Change::DownloadStream]) - traced).abs() < 1e-6);
         assert_eq!(results_waited_at_once(&t), 3);
+    }
+
+    #[test]
+    fn a_graph_runs_its_kernels_back_to_back_each_at_least_the_graphs_least_kernel() {
+        // Eight 1 µs kernels on stream 7, each launched eagerly and run
+        // within its own launch (a tiny kernel ends before its launch
+        // returns: as traced, it held the CPU).
+        let mut t = Trace { format: Some(TraceFormat::Kineto), threads: vec![Thread { pid: "1".into(), tid: "1".into() }], ..Trace::default() };
+        for k in 0..8u64 {
+            let c = 6.0 * k as f64;
+            t.calls.push(Call { name: "cudaLaunchKernel".into(), thread: 0, start_us: c, end_us: c + 4.0, correlation: Some(k + 1) });
+            let op = GpuOp {
+                gpu: 0,
+                stream: 7,
+                kind: GpuOpKind::Kernel,
+                name: "tiny".into(),
+                start_us: c + 2.0,
+                end_us: c + 3.0,
+                correlation: Some(k + 1),
+                bytes: None,
+            };
+            t.gpu_ops.push(op);
+        }
+        t.sort();
+        let graph = |least: Option<f64>| {
+            let pricing = Pricing { graph_gap_us: Some((0.5, "(a synthetic gap)".into())), graph_kernel_us: least, ..Pricing::default() };
+            predict(&schedule(&t, &[Change::CudaGraph], &pricing).unwrap())
+        };
+        // In a graph nothing holds the CPU: the kernels run back to back,
+        // each followed by the gap; one shorter than the graph's least
+        // kernel takes that long.
+        assert!((graph(None) - 8.0 * 1.5).abs() < 1e-6, "{}", graph(None));
+        assert!((graph(Some(2.0)) - 8.0 * 2.5).abs() < 1e-6, "{}", graph(Some(2.0)));
+        assert!((graph(Some(0.5)) - 8.0 * 1.5).abs() < 1e-6, "a kernel longer than the least keeps its time");
     }
 }

@@ -211,6 +211,9 @@ fn headline(rec: &Recording) -> Vec<(String, String)> {
     if let Some(gap) = rec.graph_gap_us() {
         rows.push(("gap between a CUDA graph's kernels".into(), format!("{gap:.3} µs")));
     }
+    if let Some(least) = rec.programs.calibration.as_ref().and_then(|c| c.graph_gap_kernel_us) {
+        rows.push(("least time of a CUDA graph's kernel".into(), format!("{least:.3} µs")));
+    }
     rows
 }
 

@@ -30,6 +30,8 @@ pub struct Prices {
     pub links: Vec<LinkRates>,
     /// Each lab 10 recording's graph gap: (its GPU, µs, its file as outputs name it).
     graph_gaps: Vec<(String, f64, String)>,
+    /// Each lab 10 recording's least time of a graph's kernel, likewise.
+    graph_kernels: Vec<(String, f64, String)>,
     /// Each lab 10 recording's profiler cost per recorded CPU op
     /// ([`profiler_cost_us`]): (its GPU, µs, its file as outputs name it).
     profiler_costs: Vec<(String, f64, String)>,
@@ -80,6 +82,7 @@ impl Prices {
             recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, figure(p)?, file.clone()))).collect()
         };
         let graph_gaps = per_gpu(|p| p.calibration.as_ref()?.graph_gap_us);
+        let graph_kernels = per_gpu(|p| p.calibration.as_ref()?.graph_gap_kernel_us);
         let profiler_costs = per_gpu(profiler_cost_us);
         let handovers = recorded
             .iter()
@@ -92,7 +95,7 @@ impl Prices {
                 Some((p.gpu.clone()?, BatchHandover { worker_us, loop_us, taken_over_us, first_batch_us, from: file.clone() }))
             })
             .collect();
-        Prices { links, graph_gaps, profiler_costs, handovers }
+        Prices { links, graph_gaps, graph_kernels, profiler_costs, handovers }
     }
 
     /// The what-if's prices for a trace of the GPU named `gpu`: its link's
@@ -103,6 +106,7 @@ impl Prices {
         Pricing {
             rates: gpu.and_then(|n| self.links.iter().find(|l| l.matches(n)).cloned()),
             graph_gap_us: of_gpu(&self.graph_gaps),
+            graph_kernel_us: of_gpu(&self.graph_kernels).map(|k| k.0),
             workers: None,
             profiler_us_per_cpu_op: of_gpu(&self.profiler_costs),
             batch_handover: gpu.and_then(|n| self.handovers.iter().find(|h| h.0 == n)).map(|h| h.1.clone()),

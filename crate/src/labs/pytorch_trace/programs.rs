@@ -42,6 +42,11 @@ pub struct Calibration {
     /// The GPU's gap between two kernels of one CUDA graph, µs.
     #[serde(default)]
     pub graph_gap_us: Option<f64>,
+    /// The median time of that graph's small kernels, µs: the least a
+    /// kernel of a graph takes (one that runs shorter launched eagerly
+    /// still takes this long in a graph).
+    #[serde(default)]
+    pub graph_gap_kernel_us: Option<f64>,
     /// A DataLoader's time per batch with `handover_workers` workers and
     /// pin_memory over samples that cost nothing to build, µs.
     #[serde(default)]

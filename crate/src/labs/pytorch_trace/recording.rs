@@ -268,6 +268,7 @@ impl Recording {
         }
         if let Some(gap) = self.graph_gap_us() {
             pricing.graph_gap_us = Some((gap, display_path(&self.dir.join(PROGRAMS_FILE))));
+            pricing.graph_kernel_us = self.programs.calibration.as_ref().and_then(|c| c.graph_gap_kernel_us);
         }
         pricing
     }
