@@ -566,13 +566,14 @@ fn synthetic_pageable_program_with_pinned_copies_is_predicted() {
 /// against their kernels back to back with the graph's gap.
 #[test]
 fn each_fix_on_a_synthetic_program_predicts_the_program_that_makes_it() {
-    use overlap_lab::diagnose::replay::{predict, schedule, Change, Pricing};
+    use overlap_lab::diagnose::replay::{predict, schedule, Change, GraphPrice, Pricing};
     let dir = overlap_lab::testing::temp_dir("diagnose-fixes");
     let window = |s: &Synthetic| {
         let t = read_trace(&s.write(&dir), &mut |_, _| {}).unwrap();
         (t.window_us().1 - t.window_us().0, t)
     };
-    let pricing = Pricing { rates: None, graph_gap_us: Some((0.5, "(a synthetic gap)".into())), ..Pricing::default() };
+    let pricing =
+        Pricing { rates: None, graph: Some(GraphPrice { gap_us: 0.5, least_kernel_us: None, from: "(a synthetic gap)".into() }), ..Pricing::default() };
     let cases: [(Synthetic, Change, f64, f64); 3] = [
         (synthetic_traces::pinned_one_stream(20), Change::CopyStream, window(&synthetic_traces::double_buffered(20, false)).0, 0.02),
         (synthetic_traces::double_buffered(20, true), Change::SyncRemoved, window(&synthetic_traces::double_buffered(20, false)).0, 0.02),
@@ -785,10 +786,11 @@ fn calls_and_their_ops(t: &overlap_lab::diagnose::Trace) -> (Vec<usize>, std::co
 #[test]
 fn a_cuda_graph_of_a_multi_stream_step_keeps_its_branches() {
     use overlap_lab::diagnose::event_joins::event_joins;
-    use overlap_lab::diagnose::replay::{predict, schedule, Change, Pricing};
+    use overlap_lab::diagnose::replay::{predict, schedule, Change, GraphPrice, Pricing};
     let (steps, per_stream) = (2, 128);
     let s = synthetic_traces::multi_stream_tiny_ops(steps, per_stream);
-    let pricing = Pricing { rates: None, graph_gap_us: Some((0.5, "(a synthetic gap)".into())), ..Pricing::default() };
+    let pricing =
+        Pricing { rates: None, graph: Some(GraphPrice { gap_us: 0.5, least_kernel_us: None, from: "(a synthetic gap)".into() }), ..Pricing::default() };
     let (t, d) = what_if_of(&s, &pricing);
     let traced = d.window.duration_us();
     // Launch-bound: each kernel issued 10 µs after the one before, plus the events' calls.
@@ -864,9 +866,10 @@ fn with_sync_events(mut s: Synthetic) -> Synthetic {
 #[test]
 fn a_multi_stream_steps_joins_are_read_from_its_cuda_sync_events() {
     use overlap_lab::diagnose::event_joins::{event_joins, joins_read_from_sync_events, JoinsKnown};
-    use overlap_lab::diagnose::replay::{Change, Pricing};
+    use overlap_lab::diagnose::replay::{Change, GraphPrice, Pricing};
     let (steps, per_stream) = (2, 16);
-    let pricing = Pricing { rates: None, graph_gap_us: Some((0.5, "(a synthetic gap)".into())), ..Pricing::default() };
+    let pricing =
+        Pricing { rates: None, graph: Some(GraphPrice { gap_us: 0.5, least_kernel_us: None, from: "(a synthetic gap)".into() }), ..Pricing::default() };
     let (plain, d_plain) = what_if_of(&synthetic_traces::multi_stream_tiny_ops(steps, per_stream), &pricing);
     let (synced, d_synced) = what_if_of(&with_sync_events(synthetic_traces::multi_stream_tiny_ops(steps, per_stream)), &pricing);
     assert_eq!((synced.sync_events, synced.stream_waits.len(), synced.event_records.len()), (8 * steps, 8 * steps, 4 * steps));

@@ -181,7 +181,7 @@ def main():
             built = subprocess.run([a.nvcc, "-O2", "-o", exe, os.path.join(HERE, "patterns.cu")], capture_output=True, text=True)
             if built.returncode != 0:
                 sys.exit(f"record.py: nvcc failed: {built.stderr.strip()[-400:]}")
-        fill = {"{patterns}": exe, "{cudarc}": os.path.abspath(a.cudarc or "cudarc_patterns"), "{python}": a.python, "{here}": HERE}
+        fill = {"{patterns}": exe, "{cudarc}": a.cudarc and os.path.abspath(a.cudarc), "{python}": a.python, "{here}": HERE}
         commands = {p: [fill.get(w, w.replace("{here}", HERE)) for w in PROGRAMS[p][0]] for p in chosen}
         for p, cmd in commands.items():  # the driver's and CuPy's caches warmed
             subprocess.run(cmd + (["--batches", "2"] if p.startswith("cupy-") else ["2", "4"]), capture_output=True)

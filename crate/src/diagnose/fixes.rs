@@ -176,15 +176,10 @@ impl ProgramApi {
 pub struct Pricing {
     /// The link's recorded rates (lab 1), for [`Change::Pinned`].
     pub rates: Option<LinkRates>,
-    /// The GPU's gap between two kernels of one CUDA graph, µs, and where
-    /// it comes from (lab 10's recording of this GPU), for
-    /// [`Change::CudaGraph`]. Without it, a graph is priced with no gap:
-    /// a lower bound on its time.
-    pub graph_gap_us: Option<(f64, String)>,
-    /// The least time a kernel of a CUDA graph takes on this GPU, µs (the
-    /// same recording's small kernels in a graph, where it has them): a
-    /// kernel shorter than that in the trace takes that long in a graph.
-    pub graph_kernel_us: Option<f64>,
+    /// What a CUDA graph's kernels take on this GPU (lab 10's recording of
+    /// it), for [`Change::CudaGraph`]. Without it, a graph is priced with
+    /// no gap and its kernels at their eager times: a lower bound on its time.
+    pub graph: Option<GraphPrice>,
     /// How many workers prepare the batches ahead, for
     /// [`Change::PrepareAhead`]; none: [`DEFAULT_WORKERS`].
     pub workers: Option<usize>,
@@ -197,6 +192,29 @@ pub struct Pricing {
     /// [`Change::PrepareAhead`]. Without it a batch is handed over for
     /// nothing: a lower bound.
     pub batch_handover: Option<BatchHandover>,
+}
+
+/// A CUDA graph's kernels on a GPU, as one calibration measured them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GraphPrice {
+    /// The gap between two kernels of one graph, µs.
+    pub gap_us: f64,
+    /// The least time a kernel of a graph takes, µs (the calibration's
+    /// small kernels in their graph, where it has them): a kernel shorter
+    /// than that in the trace takes that long in a graph.
+    pub least_kernel_us: Option<f64>,
+    /// Where it comes from.
+    pub from: String,
+}
+
+impl GraphPrice {
+    /// What the what-if says a graph was priced by.
+    pub fn says(&self) -> String {
+        match self.least_kernel_us {
+            Some(least) => format!("{:.2} µs between a graph's kernels, each at least {least:.2} µs, from {}", self.gap_us, self.from),
+            None => format!("{:.2} µs between a graph's kernels, from {}", self.gap_us, self.from),
+        }
+    }
 }
 
 /// What a DataLoader costs per batch beyond building it: a worker's

@@ -121,11 +121,8 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
                     Change::Pinned => pricing.rates.as_ref().map(|r| format!("pinned rate from {}", r.source)),
                     Change::CudaGraph => Some(format!(
                         "{}{}",
-                        match &pricing.graph_gap_us {
-                            Some((gap, from)) => match pricing.graph_kernel_us {
-                                Some(least) => format!("{gap:.2} µs between a graph's kernels, each at least {least:.2} µs, from {from}"),
-                                None => format!("{gap:.2} µs between a graph's kernels, from {from}"),
-                            },
+                        match &pricing.graph {
+                            Some(g) => g.says(),
                             None => "no gap between a graph's kernels (none recorded for this GPU): a lower bound".into(),
                         },
                         match ts.streams.len() {

@@ -28,7 +28,7 @@
 
 use super::event_joins::event_joins;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
-pub use super::fixes::{BatchHandover, Change, Pricing, DEFAULT_WORKERS, PREPARED_AHEAD, PREPARED_AHEAD_MIN_US};
+pub use super::fixes::{BatchHandover, Change, GraphPrice, Pricing, DEFAULT_WORKERS, PREPARED_AHEAD, PREPARED_AHEAD_MIN_US};
 use super::host_work::{own_work_before_calls, OwnWork, RecordedOps};
 use super::queries::{enclosing_ops, kernels_side_by_side, launch_calls, legacy_default_stream, run_start, synchronizes};
 pub use super::side_streams::stream_label;
@@ -296,8 +296,8 @@ impl<'t> Replay<'t> {
         if graph {
             // Each op followed by the graph's gap; a kernel shorter than a
             // graph's least kernel takes that long there.
-            let gap = pricing.graph_gap_us.as_ref().map_or(0.0, |g| g.0);
-            let least = pricing.graph_kernel_us.unwrap_or(0.0);
+            let gap = pricing.graph.as_ref().map_or(0.0, |g| g.gap_us);
+            let least = pricing.graph.as_ref().and_then(|g| g.least_kernel_us).unwrap_or(0.0);
             for (d, o) in duration.iter_mut().zip(&trace.gpu_ops) {
                 if matches!(o.kind, GpuOpKind::Kernel) {
                     *d = d.max(least);
@@ -757,7 +757,8 @@ mod tests {
         }
         t.sort();
         let graph = |least: Option<f64>| {
-            let pricing = Pricing { graph_gap_us: Some((0.5, "(a synthetic gap)".into())), graph_kernel_us: least, ..Pricing::default() };
+            let graph = GraphPrice { gap_us: 0.5, least_kernel_us: least, from: "(a synthetic gap)".into() };
+            let pricing = Pricing { graph: Some(graph), ..Pricing::default() };
             predict(&schedule(&t, &[Change::CudaGraph], &pricing).unwrap())
         };
         // In a graph nothing holds the CPU: the kernels run back to back,

@@ -208,11 +208,11 @@ fn headline(rec: &Recording) -> Vec<(String, String)> {
             .collect(),
         Err(e) => vec![("fixes".into(), format!("not set beside their programs: {e}"))],
     };
-    if let Some(gap) = rec.graph_gap_us() {
-        rows.push(("gap between a CUDA graph's kernels".into(), format!("{gap:.3} µs")));
-    }
-    if let Some(least) = rec.programs.calibration.as_ref().and_then(|c| c.graph_gap_kernel_us) {
-        rows.push(("least time of a CUDA graph's kernel".into(), format!("{least:.3} µs")));
+    if let Some(graph) = rec.graph_price() {
+        rows.push(("gap between a CUDA graph's kernels".into(), format!("{:.3} µs", graph.gap_us)));
+        if let Some(least) = graph.least_kernel_us {
+            rows.push(("least time of a CUDA graph's kernel".into(), format!("{least:.3} µs")));
+        }
     }
     rows
 }

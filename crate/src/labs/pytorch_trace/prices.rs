@@ -14,7 +14,7 @@
 use super::programs::{read_programs, Programs, PROGRAMS_FILE};
 use super::LAB;
 use crate::diagnose::link::assumed_rates;
-use crate::diagnose::replay::{BatchHandover, Pricing};
+use crate::diagnose::replay::{BatchHandover, GraphPrice, Pricing};
 use crate::diagnose::{Diagnosis, LinkRates, Trace};
 use crate::error::{LabError, Result};
 use crate::gpu::HostMemoryKind;
@@ -28,10 +28,8 @@ use std::path::Path;
 pub struct Prices {
     /// Every lab 1 recording's link rates, a GPU each.
     pub links: Vec<LinkRates>,
-    /// Each lab 10 recording's graph gap: (its GPU, µs, its file as outputs name it).
-    graph_gaps: Vec<(String, f64, String)>,
-    /// Each lab 10 recording's least time of a graph's kernel, likewise.
-    graph_kernels: Vec<(String, f64, String)>,
+    /// Each lab 10 recording's graph price, by its GPU.
+    graphs: Vec<(String, GraphPrice)>,
     /// Each lab 10 recording's profiler cost per recorded CPU op
     /// ([`profiler_cost_us`]): (its GPU, µs, its file as outputs name it).
     profiler_costs: Vec<(String, f64, String)>,
@@ -81,8 +79,7 @@ impl Prices {
         let per_gpu = |figure: fn(&Programs) -> Option<f64>| -> Vec<(String, f64, String)> {
             recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, figure(p)?, file.clone()))).collect()
         };
-        let graph_gaps = per_gpu(|p| p.calibration.as_ref()?.graph_gap_us);
-        let graph_kernels = per_gpu(|p| p.calibration.as_ref()?.graph_gap_kernel_us);
+        let graphs = recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, p.calibration.as_ref()?.graph_price(file.clone())?))).collect();
         let profiler_costs = per_gpu(profiler_cost_us);
         let handovers = recorded
             .iter()
@@ -95,7 +92,7 @@ impl Prices {
                 Some((p.gpu.clone()?, BatchHandover { worker_us, loop_us, taken_over_us, first_batch_us, from: file.clone() }))
             })
             .collect();
-        Prices { links, graph_gaps, graph_kernels, profiler_costs, handovers }
+        Prices { links, graphs, profiler_costs, handovers }
     }
 
     /// The what-if's prices for a trace of the GPU named `gpu`: its link's
@@ -105,8 +102,7 @@ impl Prices {
         let of_gpu = |figures: &[(String, f64, String)]| gpu.and_then(|n| figures.iter().find(|g| g.0 == n).map(|g| (g.1, g.2.clone())));
         Pricing {
             rates: gpu.and_then(|n| self.links.iter().find(|l| l.matches(n)).cloned()),
-            graph_gap_us: of_gpu(&self.graph_gaps),
-            graph_kernel_us: of_gpu(&self.graph_kernels).map(|k| k.0),
+            graph: gpu.and_then(|n| self.graphs.iter().find(|g| g.0 == n)).map(|g| g.1.clone()),
             workers: None,
             profiler_us_per_cpu_op: of_gpu(&self.profiler_costs),
             batch_handover: gpu.and_then(|n| self.handovers.iter().find(|h| h.0 == n)).map(|h| h.1.clone()),

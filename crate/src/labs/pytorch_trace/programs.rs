@@ -7,6 +7,7 @@
 //! May use: `error`, `measure::record` (how outputs name a file).
 
 use super::PROGRAMS;
+use crate::diagnose::replay::GraphPrice;
 use crate::error::{LabError, Result};
 use crate::measure::record::display_path;
 use serde::Deserialize;
@@ -34,6 +35,14 @@ pub struct Programs {
     pub programs: BTreeMap<String, Program>,
     #[serde(default)]
     pub problems: Vec<String>,
+}
+
+impl Calibration {
+    /// What a CUDA graph's kernels take, as this calibration measured
+    /// them (its file named `from`); none where it measured no gap.
+    pub fn graph_price(&self, from: String) -> Option<GraphPrice> {
+        Some(GraphPrice { gap_us: self.graph_gap_us?, least_kernel_us: self.graph_gap_kernel_us, from })
+    }
 }
 
 /// What the script measured of the GPU before the programs.

@@ -20,7 +20,7 @@
 use super::prices::{diagnosis_priced, Prices};
 pub use super::programs::{read_programs, Calibration, FixOf, Program, Programs, Runs, Sizes, Untraced, PROGRAMS_FILE};
 use super::{LAB, PROGRAMS};
-use crate::diagnose::replay::Pricing;
+use crate::diagnose::replay::{GraphPrice, Pricing};
 use crate::diagnose::whatif::Prediction;
 use crate::diagnose::{Diagnosis, LinkRates, Trace};
 use crate::error::{LabError, Result};
@@ -183,9 +183,14 @@ impl Recording {
         Ok(found)
     }
 
+    /// What a CUDA graph's kernels take on this GPU, as this run measured it.
+    pub fn graph_price(&self) -> Option<GraphPrice> {
+        self.programs.calibration.as_ref()?.graph_price(display_path(&self.dir.join(PROGRAMS_FILE)))
+    }
+
     /// The GPU's gap between a graph's kernels, µs, as this run measured it.
     pub fn graph_gap_us(&self) -> Option<f64> {
-        self.programs.calibration.as_ref().and_then(|c| c.graph_gap_us)
+        self.graph_price().map(|g| g.gap_us)
     }
 
     /// "NVIDIA H100 80GB HBM3" (or "no GPU" for a smoke run).
@@ -266,9 +271,8 @@ impl Recording {
         if pricing.rates.is_none() {
             pricing.rates = self.traced_pinned_rates();
         }
-        if let Some(gap) = self.graph_gap_us() {
-            pricing.graph_gap_us = Some((gap, display_path(&self.dir.join(PROGRAMS_FILE))));
-            pricing.graph_kernel_us = self.programs.calibration.as_ref().and_then(|c| c.graph_gap_kernel_us);
+        if let Some(graph) = self.graph_price() {
+            pricing.graph = Some(graph);
         }
         pricing
     }
