@@ -922,21 +922,24 @@ HANDOVER_RUNS = 5
 LOOP_WORK_MS = 4.0
 
 
-def _loop_work(steps: int) -> None:
+def _loop_work(steps: int, device: torch.device) -> None:
     """The loop's own work between two batches, as a training or inference
-    loop's is: Python and PyTorch's dispatcher, op after op (`steps` tiny
-    in-place CPU ops), holding the interpreter as launching a step does."""
-    x = torch.zeros(16)
+    loop's is: launching its step, op after op (`steps` tiny in-place ops
+    on `device`: Python, PyTorch's dispatcher and, on a GPU, each op's
+    kernel launch). Tiny ops on the CPU instead, launching nothing, gave
+    a loss to the loader that moved fourfold from one host to another
+    (data/nvidia-h200/README.md)."""
+    x = torch.zeros(16, device=device)
     for _ in range(steps):
         x.add_(1.0)
 
 
-def _loop_work_steps(target_ms: float) -> Tuple[int, float]:
+def _loop_work_steps(target_ms: float, device: torch.device) -> Tuple[int, float]:
     """How many of `_loop_work`'s ops take about `target_ms` on this CPU,
     and the median time they then take alone, ms."""
     probe = 2000
-    steps = max(1, round(probe * target_ms / _host_ms(lambda: _loop_work(probe))))
-    return steps, _host_ms(lambda: _loop_work(steps))
+    steps = max(1, round(probe * target_ms / _host_ms(lambda: _loop_work(probe, device))))
+    return steps, _host_ms(lambda: _loop_work(steps, device))
 
 
 def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: int = 0) -> dict:
@@ -959,7 +962,7 @@ def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: i
         n = 1
         while True:
             if loop_steps:
-                _loop_work(loop_steps)
+                _loop_work(loop_steps, device)
             if next(batches, None) is None:
                 break
             n += 1
@@ -987,7 +990,7 @@ def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
     (asking for the batch, and the interpreter its pinning thread holds)."""
     one = _handover_us(device, sizes, 1)
     many = _handover_us(device, sizes, sizes.workers)
-    steps, alone_ms = _loop_work_steps(LOOP_WORK_MS)
+    steps, alone_ms = _loop_work_steps(LOOP_WORK_MS, device)
     busy = _handover_us(device, sizes, sizes.workers, loop_steps=steps)
     return {"handover_us": many["per_batch_us"], "handover_per_run_us": many["per_run_us"], "handover_one_worker_us": one["per_batch_us"],
             "handover_one_worker_per_run_us": one["per_run_us"], "handover_first_batch_us": many["first_us"],
@@ -1012,7 +1015,43 @@ def calibrate_download(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]
     hidden, tried = _fit_hidden(sizes.download_hidden, step_ms, DOWNLOAD_STEP_OVER_COPY * copy_ms)
     return replace(sizes, download_hidden=hidden), {
         "pinned_download_ms": copy_ms, "result_bytes": sizes.result_bytes(), "download_hidden": hidden,
-        "download_tried": tried, "download_step_over_copy": tried[-1]["step_ms"] / copy_ms}
+        "download_tried": tried, "download_step_over_copy": tried[-1]["step_ms"] / copy_ms,
+        **calibrate_download_read(device, replace(sizes, download_hidden=hidden))}
+
+
+READ_REPEATS, READ_WARMUP = 30, 3
+
+
+def calibrate_download_read(device: torch.device, sizes: Sizes) -> dict:
+    """What the host's read of one step's result (`_Results.read`: the sum
+    of its values) takes on this CPU, µs, by the host clock: from a fresh
+    pageable tensor, as `y.cpu()` makes one each step, and from a pinned
+    buffer reused step after step, as the download programs' fix reads
+    it. Each repeat computes a step, downloads its result both ways and
+    reads each (the two interleaved, so a drift of the machine's falls on
+    both); medians. Checked: both reads give the same sum."""
+    work = _Results(device, sizes)
+    pinned = torch.empty((sizes.result_rows, sizes.width), dtype=torch.bfloat16, pin_memory=True)
+
+    def read_us(host: torch.Tensor) -> Tuple[float, float]:
+        t0 = time.perf_counter()
+        total = float(host.sum(dtype=torch.float32))
+        return (time.perf_counter() - t0) * 1e6, total
+
+    fresh, reused = [], []
+    for k in range(READ_WARMUP + READ_REPEATS):
+        y = work.step(k)
+        host = y.cpu()
+        pinned.copy_(y, non_blocking=True)
+        torch.cuda.synchronize()
+        (a, sum_a), (b, sum_b) = read_us(host), read_us(pinned)
+        if sum_a != sum_b:
+            raise RuntimeError(f"the pinned result's sum {sum_b} is not the pageable one's {sum_a}")
+        if k >= READ_WARMUP:
+            fresh.append(a)
+            reused.append(b)
+    return {"download_read_pageable_us": statistics.median(fresh), "download_read_pinned_us": statistics.median(reused),
+            "download_read_pageable_per_run_us": fresh, "download_read_pinned_per_run_us": reused}
 
 
 # --- the GPU's gap between a graph's kernels -----------------------------------
@@ -1039,6 +1078,29 @@ def _graph_gap_step(xs: list) -> None:
             x.clamp_(-4.0, 4.0)
 
 
+def _profiled_kernels(replay: Callable[[], None], replays: int, per_replay: int) -> List[Tuple[float, float]]:
+    """The kernels (start, duration), µs, of `replays` calls of `replay`
+    under torch.profiler, in start order; `per_replay` each, checked."""
+    from torch.profiler import ProfilerActivity, profile  # only where a GPU calibrates
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            replay()
+        torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    kernels = sorted((float(e["ts"]), float(e["dur"])) for e in events if isinstance(e, dict) and e.get("cat") == "kernel")
+    if len(kernels) != per_replay * replays:
+        raise RuntimeError(f"{len(kernels)} kernels traced, not {per_replay * replays}")
+    return kernels
+
+
 def calibrate_graph_gap(device: torch.device) -> dict:
     """The GPU's gap between two kernels of one CUDA graph, in µs: what
     `overlap-lab diagnose` adds after each kernel when it prices a CUDA
@@ -1049,8 +1111,6 @@ def calibrate_graph_gap(device: torch.device) -> dict:
     the rare long gap costs a graph its time as the common short one does),
     the median over the replays. Checked: the graph's results are the eager
     step's, bit for bit."""
-    from torch.profiler import ProfilerActivity, profile  # only where a GPU calibrates
-
     gen = torch.Generator(device="cpu").manual_seed(7)
     start = [torch.rand(4096, generator=gen) for _ in range(GRAPH_GAP_TENSORS)]
     xs = [t.to(device) for t in start]
@@ -1065,26 +1125,12 @@ def calibrate_graph_gap(device: torch.device) -> dict:
         _graph_gap_step(xs)
     graph.replay()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(GRAPH_GAP_REPLAYS):
-            graph.replay()
-        torch.cuda.synchronize()
+    kernels = _profiled_kernels(graph.replay, GRAPH_GAP_REPLAYS, GRAPH_GAP_KERNELS)
     for _ in range(1 + GRAPH_GAP_REPLAYS):
         _graph_gap_step(eager)
     torch.cuda.synchronize()
     if not all(torch.equal(a, b) for a, b in zip(xs, eager)):
         raise RuntimeError("the graph's results are not the eager step's")
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = json.load(f).get("traceEvents", [])
-    finally:
-        os.unlink(path)
-    kernels = sorted((float(e["ts"]), float(e["dur"])) for e in events if isinstance(e, dict) and e.get("cat") == "kernel")
-    if len(kernels) != GRAPH_GAP_KERNELS * GRAPH_GAP_REPLAYS:
-        raise RuntimeError(f"{len(kernels)} kernels traced, not {GRAPH_GAP_KERNELS * GRAPH_GAP_REPLAYS}")
     per_replay = []
     for r in range(GRAPH_GAP_REPLAYS):
         ks = kernels[r * GRAPH_GAP_KERNELS:(r + 1) * GRAPH_GAP_KERNELS]
@@ -1092,4 +1138,65 @@ def calibrate_graph_gap(device: torch.device) -> dict:
         per_replay.append((window - sum(d for _, d in ks)) / (len(ks) - 1))
     return {"graph_gap_us": statistics.median(per_replay), "graph_gap_kernels": len(kernels),
             "graph_gap_kernel_us": statistics.median(d for _, d in kernels),
-            "graph_gap_per_replay_us": per_replay}
+            "graph_gap_per_replay_us": per_replay, **calibrate_graph_branches(device)}
+
+
+GRAPH_BRANCHES = 8
+
+
+def calibrate_graph_branches(device: torch.device) -> dict:
+    """How often the GPU starts a CUDA graph's kernels when the graph has
+    more branches side by side than one branch's kernels can keep busy,
+    µs per kernel: a graph forked into GRAPH_BRANCHES streams, each
+    running GRAPH_GAP_KERNELS / GRAPH_BRANCHES small kernels
+    (`_graph_gap_step` on tensors of its own), joined back; replayed
+    GRAPH_GAP_REPLAYS times under torch.profiler; per replay, the time
+    from its first kernel's start to its last one's over the kernels
+    between; the median over the replays. One branch starts its kernels a
+    kernel and a gap apart; several share this rate. Checked: the graph's
+    results are the eager step's, bit for bit."""
+    gen = torch.Generator(device="cpu").manual_seed(11)
+    per_branch = GRAPH_GAP_KERNELS // GRAPH_BRANCHES
+    start = [[torch.rand(4096, generator=gen) for _ in range(2)] for _ in range(GRAPH_BRANCHES)]
+    xs = [[t.to(device) for t in branch] for branch in start]
+    eager = [[t.to(device) for t in branch] for branch in start]
+    sides = [torch.cuda.Stream(device) for _ in range(GRAPH_BRANCHES)]
+    forked, joined = torch.cuda.Event(), [torch.cuda.Event() for _ in range(GRAPH_BRANCHES)]
+
+    def step(tensors: list, kernels: int) -> None:
+        main = torch.cuda.current_stream(device)
+        forked.record(main)
+        for side, branch, done in zip(sides, tensors, joined):
+            side.wait_event(forked)
+            with torch.cuda.stream(side):
+                for k in range(kernels):
+                    x, y = branch[k % 2], branch[(k + 1) % 2]
+                    (x.add_(y, alpha=0.5) if k % 4 == 0 else x.mul_(0.5) if k % 4 == 1 else
+                     x.addcmul_(y, y, value=0.125) if k % 4 == 2 else x.clamp_(-4.0, 4.0))
+                done.record(side)
+        for done in joined:
+            main.wait_event(done)
+
+    warm = torch.cuda.Stream(device)
+    warm.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(warm):
+        step([[t.clone() for t in branch] for branch in xs], per_branch)  # warm-up, on copies
+    torch.cuda.current_stream(device).wait_stream(warm)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(xs, per_branch)
+    graph.replay()
+    torch.cuda.synchronize()
+    per_kernel = per_branch * GRAPH_BRANCHES
+    kernels = _profiled_kernels(graph.replay, GRAPH_GAP_REPLAYS, per_kernel)
+    for _ in range(1 + GRAPH_GAP_REPLAYS):
+        step(eager, per_branch)
+    torch.cuda.synchronize()
+    if not all(torch.equal(a, b) for got, want in zip(xs, eager) for a, b in zip(got, want)):
+        raise RuntimeError("the branched graph's results are not the eager step's")
+    per_replay = []
+    for r in range(GRAPH_GAP_REPLAYS):
+        ks = kernels[r * per_kernel:(r + 1) * per_kernel]
+        per_replay.append((ks[-1][0] - ks[0][0]) / (len(ks) - 1))
+    return {"graph_branch_start_us": statistics.median(per_replay), "graph_branches": GRAPH_BRANCHES,
+            "graph_branch_start_per_replay_us": per_replay}

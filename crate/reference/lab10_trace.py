@@ -28,9 +28,13 @@ loader and training programs' so one step takes half the time this CPU
 takes to build a batch (`calibrate_loader`, which also measures what a
 DataLoader with workers costs the loop per batch it hands over:
 `calibrate_handover`); the download programs' so one
-step takes 1.5x its result's pinned download (`calibrate_download`). Then
-the GPU's gap between two kernels of one CUDA graph is measured
-(`calibrate_graph_gap`), which `overlap-lab diagnose` prices a CUDA graph by.
+step takes 1.5x its result's pinned download (`calibrate_download`, which
+also times the host's read of a result from a fresh pageable tensor and from
+a reused pinned one: `calibrate_download_read`). Then the GPU's gap between
+two kernels of one CUDA graph is measured (`calibrate_graph_gap`), and how
+often it starts a graph's kernels over many branches side by side
+(`calibrate_graph_branches`): what `overlap-lab diagnose` prices a CUDA
+graph by.
 
 Then it checks: every fix against the program it fixes (same inputs, same
 outputs within a tolerance: a fix never gains by doing less; a partner not
@@ -295,7 +299,8 @@ class Session:
         self.calibration = {**(self.calibration or {}), **measured}
         say(f"calibrated: {measured['graph_gap_us']:.3f} µs between two kernels of one CUDA graph (the median over "
             f"{len(measured['graph_gap_per_replay_us'])} replays of each one's mean gap; {measured['graph_gap_kernels']} kernels "
-            f"of {measured['graph_gap_kernel_us']:.2f} µs)")
+            f"of {measured['graph_gap_kernel_us']:.2f} µs); with {measured['graph_branches']} branches side by side, one kernel "
+            f"started every {measured['graph_branch_start_us']:.3f} µs")
 
     def calibrate(self, family: str) -> None:
         """The step of `family`'s programs sized against this GPU and CPU (each calibration once)."""
@@ -319,7 +324,9 @@ class Session:
                 f"{c['handover_taken_over_us']:.0f} µs a batch)")
         else:
             say(f"calibrated: a {b.result_bytes() >> 20} MiB result downloads (pinned) in {c['pinned_download_ms']:.3f} ms; "
-                f"hidden width {c['download_hidden']}: the step takes {c['download_step_over_copy']:.2f}x that")
+                f"hidden width {c['download_hidden']}: the step takes {c['download_step_over_copy']:.2f}x that; the host reads "
+                f"a result in {c['download_read_pageable_us']:.0f} µs from a fresh pageable tensor, {c['download_read_pinned_us']:.0f} µs "
+                f"from a reused pinned one")
 
     def sizes_of(self, program):
         default = self.lab.ITERATIONS[program.family] if self.cuda else self.base.iterations

@@ -55,7 +55,9 @@ pub enum Change {
     /// (a graph's branches of small kernels share the SMs).
     CudaGraph,
     /// The next batch prepared ahead: the host's own work on the issuing
-    /// thread (CPU ops that launch nothing, [`super::host_work`]), with the
+    /// thread (CPU ops that launch nothing, [`super::host_work`]) and the
+    /// interpreter's time around it up to the call after it (the loader's
+    /// fetching and collating, which the trace does not record), with the
     /// profiler's cost per recorded op taken out where handed in
     /// ([`Pricing::profiler_us_per_cpu_op`]), runs on workers of its own
     /// (`Pricing::workers`, the batches dealt out in turn, each worker's
@@ -65,8 +67,11 @@ pub enum Change {
     /// over is added to its batch, the rest runs on a thread of the
     /// loader's own, one batch at a time, beside the loop: PyTorch's
     /// pinning thread, whose first batch waits for the loader's start;
-    /// the loop's own share runs on the issuing thread). A stretch of own
-    /// work shorter than [`PREPARED_AHEAD_MIN_US`] stays put.
+    /// the loop's own share runs on the issuing thread, less the time it
+    /// waited since the batch before for another thread of its own:
+    /// autograd's backward pass releases the interpreter the pinning
+    /// thread takes). A stretch of own work shorter than
+    /// [`PREPARED_AHEAD_MIN_US`] stays put, with the time around it.
     PrepareAhead,
 }
 
@@ -233,7 +238,9 @@ pub struct BatchHandover {
     /// What the loop's own thread loses a batch while it is busy with its
     /// own work between batches (launching a step): asking for the batch
     /// (`next()` on the loader) and the interpreter the pinning thread
-    /// holds meanwhile, µs.
+    /// holds meanwhile, µs. While the loop waits for another thread of its
+    /// own (autograd's, in `backward()`), the interpreter is free, and the
+    /// replay charges that wait against it.
     pub taken_over_us: f64,
     /// The wait for the first batch of samples that cost nothing to build,
     /// from asking for the loader's iterator (its workers told to start),

@@ -36,9 +36,9 @@ use super::side_streams::{side_stream_of, MovedCopies};
 use super::waits::{queued_gap_us, waits, Waited, WAIT_SLACK_US};
 use crate::measure::stats::upper_median;
 use crate::pipeline::machine::Machine;
-use crate::pipeline::op::{Link, OpKind, StreamDecl, StreamKind};
+use crate::pipeline::op::{Lane, Link, OpKind, StreamDecl, StreamKind};
 use crate::pipeline::schedule::Schedule;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The share of the kernels' busy time with kernels of two or more streams
 /// running at once ([`kernels_side_by_side`])
@@ -372,7 +372,7 @@ impl<'t> Replay<'t> {
         // another stream waits for); after a moved copy i, n + i.
         let n = trace.gpu_ops.len();
         let copied_event = |op: usize| n + op;
-        let mut awaited: std::collections::HashSet<usize> = joins.values().flatten().copied().collect();
+        let mut awaited: HashSet<usize> = joins.values().flatten().copied().collect();
         awaited.extend(moved.after.iter().flatten().copied());
         // For an op that stays: the moved copies it must follow.
         let mut follows_copies: HashMap<usize, Vec<usize>> = HashMap::new();
@@ -401,6 +401,8 @@ impl<'t> Replay<'t> {
         let ahead = has(Change::PrepareAhead);
         let handover = pricing.batch_handover.clone().unwrap_or_default();
         let mut batches = 0;
+        // The schedule's ops since the last batch was taken over.
+        let mut released_from = 0;
         for &ci in calls {
             let c = &trace.calls[ci];
             let lane = lane_of[&c.thread];
@@ -419,17 +421,21 @@ impl<'t> Replay<'t> {
             // The CPU's time before the call that is not its own work, the
             // profiler's cost out (its own work's is out already).
             let other = (c.start_us - *cpu - own.traced_us - (profiler_us - (own.traced_us - own_untraced)).max(0.0)).max(0.0);
-            match (graph, ahead) {
+            // A batch a worker prepares ahead: the own work before this
+            // call, and the interpreter's time around it (the loader's
+            // fetching and collating, untraced), which a worker runs too.
+            let batch = ahead && own_untraced >= PREPARED_AHEAD_MIN_US;
+            match (graph, batch) {
                 (false, false) => ts.host(lane, "CPU work", other + own_untraced),
-                (false, true) => ts.host(lane, "CPU work", other),
+                (false, true) => {}
                 // A graph launches for the CPU; its own work stays.
                 (true, false) => ts.host(lane, "CPU work", own_untraced),
                 (true, true) => {}
             }
-            if ahead && own_untraced >= PREPARED_AHEAD_MIN_US {
+            if batch {
                 // The batch's worker prepares it; the thread waits for it here.
                 let worker = ts.schedule.host_op(lane_of.len() + batches % pricing.workers(), PREPARED_AHEAD, vec![]);
-                ts.durations_us.push(own_untraced + handover.worker_us);
+                ts.durations_us.push(other + own_untraced + handover.worker_us);
                 ts.traced_op.push(None);
                 // Then the loader's own thread takes it over (PyTorch's
                 // pinning thread), a batch at a time, beside the loop; its
@@ -442,9 +448,19 @@ impl<'t> Replay<'t> {
                 let taken = ts.schedule.host_op(taker, "batch handed over", vec![]);
                 ts.durations_us.push(handover.loop_us);
                 ts.traced_op.push(None);
-                // The loop waits for it, then takes it over itself.
+                // The loop waits for it, then takes it over itself: it
+                // loses the interpreter the pinning thread holds, less the
+                // time it has waited since the batch before for another
+                // thread of its own (autograd's backward pass, which
+                // releases the interpreter), when the pinning thread ran
+                // for nothing.
+                let released: f64 = (released_from..ts.durations_us.len())
+                    .filter(|&i| matches!(ts.schedule.ops[i].lane, Lane::HostThread(l) if l != 0 && l < lane_of.len()))
+                    .map(|i| ts.durations_us[i])
+                    .sum();
                 ts.schedule.host_learns(0, taken);
-                ts.host(0, "batch taken over", handover.taken_over_us);
+                ts.host(0, "batch taken over", (handover.taken_over_us - released).max(0.0));
+                released_from = ts.durations_us.len();
                 batches += 1;
             }
             *cpu = cpu.max(c.start_us);

@@ -144,7 +144,7 @@ fn profiler_note(pricing: &Pricing) -> String {
 fn handover_note(pricing: &Pricing) -> String {
     match &pricing.batch_handover {
         Some(h) => format!(
-            "a DataLoader's cost of handing each batch over added ({} a worker, {} its pinning thread, {} the loop's own thread loses a batch; its first batch no sooner than {} after the loop asks, its workers starting), from {}",
+            "a DataLoader's cost of handing each batch over added ({} a worker, {} its pinning thread, {} the loop's own thread loses a batch, less its waits for its other threads; its first batch no sooner than {} after the loop asks, its workers starting), from {}",
             us(h.worker_us),
             us(h.loop_us),
             us(h.taken_over_us),

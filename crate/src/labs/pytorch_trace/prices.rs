@@ -58,6 +58,18 @@ pub fn profiler_cost_us(programs: &Programs) -> Option<f64> {
     (ops > 0).then(|| (extra_ms * 1e3 / ops as f64).max(0.0))
 }
 
+/// What a DataLoader with workers cost its loop per batch, as the lab 10
+/// recording `programs` (its file named `from`) measured it; none where
+/// it has no such calibration.
+pub fn batch_handover(programs: &Programs, from: String) -> Option<BatchHandover> {
+    let c = programs.calibration.as_ref()?;
+    let (worker_us, loop_us) = c.handover()?;
+    // The loop's own share and the first batch's wait, where the
+    // recording has them (older ones do not: a lower bound).
+    let (taken_over_us, first_batch_us) = (c.handover_taken_over_us.unwrap_or(0.0), c.handover_first_batch_us.unwrap_or(0.0));
+    Some(BatchHandover { worker_us, loop_us, taken_over_us, first_batch_us, from })
+}
+
 impl Prices {
     /// The prices the recordings under `data` give. A recording that
     /// cannot be read costs its own prices, not the diagnosis: a warning
@@ -81,17 +93,7 @@ impl Prices {
         };
         let graphs = recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, p.calibration.as_ref()?.graph_price(file.clone())?))).collect();
         let profiler_costs = per_gpu(profiler_cost_us);
-        let handovers = recorded
-            .iter()
-            .filter_map(|(p, file)| {
-                let c = p.calibration.as_ref()?;
-                let (worker_us, loop_us) = c.handover()?;
-                // The loop's own share and the first batch's wait, where the
-                // recording has them (older ones do not: a lower bound).
-                let (taken_over_us, first_batch_us) = (c.handover_taken_over_us.unwrap_or(0.0), c.handover_first_batch_us.unwrap_or(0.0));
-                Some((p.gpu.clone()?, BatchHandover { worker_us, loop_us, taken_over_us, first_batch_us, from: file.clone() }))
-            })
-            .collect();
+        let handovers = recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, batch_handover(p, file.clone())?))).collect();
         Prices { links, graphs, profiler_costs, handovers }
     }
 

@@ -262,8 +262,9 @@ impl Recording {
     }
 
     /// The what-if's prices for this recording's traces: its GPU's link
-    /// rates, and the graph gap it measured itself (a live run's, not the
-    /// committed one's).
+    /// rates, and what it measured itself (a live run's, not the committed
+    /// one's): the graph gap, a DataLoader's cost per batch and the
+    /// profiler's per recorded CPU op.
     pub fn pricing(&self) -> Pricing {
         let mut pricing = self.prices.for_gpu(self.programs.gpu.as_deref());
         // A GPU with no lab 1 recording here (a learner's, live): the pinned
@@ -273,6 +274,13 @@ impl Recording {
         }
         if let Some(graph) = self.graph_price() {
             pricing.graph = Some(graph);
+        }
+        let file = display_path(&self.dir.join(PROGRAMS_FILE));
+        if let Some(handover) = super::prices::batch_handover(&self.programs, file.clone()) {
+            pricing.batch_handover = Some(handover);
+        }
+        if let Some(cost) = super::prices::profiler_cost_us(&self.programs) {
+            pricing.profiler_us_per_cpu_op = Some((cost, file));
         }
         pricing
     }
@@ -481,6 +489,24 @@ mod tests {
 
     /// A recording kept twice replaces the first whole; each run's
     /// temporary folder is its own and goes with its last copy.
+    #[test]
+    fn a_recording_is_priced_by_what_it_measured_itself_not_only_by_the_data_folder() {
+        // Priced with no data folder's figures at all (as a live run is
+        // before it is kept), the committed H200 recording still prices a
+        // batch's handing over and the profiler's cost by its own calibration.
+        let data = crate::measure::record::repo_root().join("data");
+        let dir = Recording::find(&data).unwrap().into_iter().find(|r| r.dir.to_string_lossy().contains("h200")).unwrap().dir;
+        let r = Recording::priced(&dir, super::super::prices::Prices::default()).unwrap();
+        let pricing = r.pricing();
+        let calibration = r.programs.calibration.as_ref().unwrap();
+        let handover = pricing.batch_handover.expect("its own DataLoader calibration");
+        assert_eq!(Some(handover.taken_over_us), calibration.handover_taken_over_us);
+        assert!(handover.from.ends_with("programs.json"), "{}", handover.from);
+        let (cost, from) = pricing.profiler_us_per_cpu_op.expect("its own profiler cost");
+        assert_eq!(Some(cost), super::super::prices::profiler_cost_us(&r.programs));
+        assert!(from.ends_with("programs.json"), "{from}");
+    }
+
     #[test]
     fn a_kept_run_replaces_the_folder_whole_and_each_run_folder_is_its_own() {
         let (from, data) = (crate::testing::temp_dir("pytorch-trace-from"), crate::testing::temp_dir("pytorch-trace-data"));
