@@ -2,8 +2,8 @@
 """A learner's CUDA program in CuPy: what `overlap-lab trace -- python3
 cupy_patterns.py MODE` traces and diagnoses, beside `patterns.cu` (the same
 kernel, batch sizes and checks; the CPU's work on each batch writes the
-same values, with NumPy, in about a millisecond, so that these loops are
-bound by the GPU as the other two languages' are).
+same values, with NumPy, in well under a millisecond, so that these loops
+are bound by the GPU as the other two languages' are).
 
   pageable     one stream; each batch uploaded from a NumPy array
                (`ndarray.set`), computed, downloaded into one (`ndarray.get`)
@@ -32,6 +32,8 @@ import numpy as np
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "work.cuh")) as f:
     WORK = cp.RawKernel(f.read(), "work")
 ITERS = 2400
+# The period of the inputs' values (`inputs`): i*7 % 1000 repeats every 1000 i.
+PERIOD = 1000
 
 
 def inputs(n, k):
@@ -65,18 +67,25 @@ def main():
     uploaded, consumed = [None] * slots, [None] * slots
     WORK.compile()
     # The CPU's own work on each batch: a fresh eighth of its input, the
-    # same values, computed in float32 in place with NumPy. (i*7 + k*13) %
-    # 1000 is (i*7 % 1000) + (k*13 % 1000), less 1000 where that passes
-    # 1000: an add and a masked subtract, where NumPy's float `mod` took
-    # ten times as long and made the loop wait on the CPU.
+    # same values, written in float32 in place with NumPy. (i*7 + k*13) %
+    # 1000 repeats every PERIOD values of i: batch k's first PERIOD (an
+    # add and a masked subtract), copied along the eighth in rows of
+    # PERIOD, then the rest. Computing every value (the add and masked
+    # subtract over the whole eighth; NumPy's float `mod`, ten times
+    # slower still) took the CPU about as long as the GPU took over the
+    # batch, and the loop waited on its CPU.
     eighth = n // 8
-    base = (np.arange(eighth, dtype=np.float32) * 7) % 1000
+    rows, rest = divmod(eighth, PERIOD)
+    base = (np.arange(PERIOD, dtype=np.float32) * 7) % PERIOD
+    period = np.empty(PERIOD, np.float32)
     cp.cuda.Device().synchronize()
     t0 = time.perf_counter()
     for k in range(a.batches):
         fresh = host_in[k, :eighth]
-        np.add(base, (k * 13) % 1000, out=fresh)
-        np.subtract(fresh, 1000, out=fresh, where=fresh >= 1000)
+        np.add(base, (k * 13) % PERIOD, out=period)
+        np.subtract(period, PERIOD, out=period, where=period >= PERIOD)
+        fresh[:rows * PERIOD].reshape(rows, PERIOD)[:] = period
+        fresh[rows * PERIOD:] = period[:rest]
         slot = k % slots
         if consumed[slot] is not None:
             copy.wait_event(consumed[slot])

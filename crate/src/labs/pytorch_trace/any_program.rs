@@ -264,7 +264,7 @@ impl ReferenceRecording {
                 theirs_fastest
             );
         }
-        let again: String = self.recorded.rerecorded.iter().map(|r| format!("; {} in {} rounds of their own", r.programs.join(", "), r.repeats)).collect();
+        let again: String = self.recorded.rerecorded.iter().map(|r| format!("; {} in {} rounds of their own ({})", r.programs.join(", "), r.repeats, r.date)).collect();
         s += &format!(
             "(each a median of the runs, their range beside; cost: of the medians, fastest: of the fastest runs; {} rounds over the programs, each untraced then traced{again}; {} runs of each PyTorch loop each way)\n",
             self.recorded.repeats, self.recorded.torch_repeats
