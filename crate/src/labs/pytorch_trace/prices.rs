@@ -28,14 +28,41 @@ use std::path::Path;
 pub struct Prices {
     /// Every lab 1 recording's link rates, a GPU each.
     pub links: Vec<LinkRates>,
-    /// Each lab 10 recording's graph price, by its GPU.
-    graphs: Vec<(String, GraphPrice)>,
-    /// Each lab 10 recording's profiler cost per recorded CPU op
-    /// ([`profiler_cost_us`]): (its GPU, µs, its file as outputs name it).
-    profiler_costs: Vec<(String, f64, String)>,
-    /// Each lab 10 recording's DataLoader cost per batch handed over
-    /// ([`super::programs::Calibration::handover`]), by its GPU.
-    handovers: Vec<(String, BatchHandover)>,
+    /// Each lab 10 recording's own prices, by its GPU.
+    recorded: Vec<(String, RecordedPrices)>,
+}
+
+/// What one lab 10 recording prices a trace by: its graph price, the
+/// profiler's cost per recorded CPU op ([`profiler_cost_us`]: µs, and its
+/// file as outputs name it) and a DataLoader's cost per batch handed over
+/// ([`batch_handover`]); each where the recording has it.
+#[derive(Clone, Debug, Default)]
+pub struct RecordedPrices {
+    pub graph: Option<GraphPrice>,
+    pub profiler_us_per_cpu_op: Option<(f64, String)>,
+    pub batch_handover: Option<BatchHandover>,
+}
+
+impl RecordedPrices {
+    /// The prices of the recording `programs`, its file named `from`.
+    pub fn of(programs: &Programs, from: String) -> RecordedPrices {
+        RecordedPrices {
+            graph: programs.calibration.as_ref().and_then(|c| c.graph_price(from.clone())),
+            profiler_us_per_cpu_op: profiler_cost_us(programs).map(|cost| (cost, from.clone())),
+            batch_handover: batch_handover(programs, from),
+        }
+    }
+
+    /// `pricing` with each of these prices that the recording has in
+    /// place of its own.
+    pub fn over(&self, pricing: Pricing) -> Pricing {
+        Pricing {
+            graph: self.graph.clone().or(pricing.graph),
+            profiler_us_per_cpu_op: self.profiler_us_per_cpu_op.clone().or(pricing.profiler_us_per_cpu_op),
+            batch_handover: self.batch_handover.clone().or(pricing.batch_handover),
+            ..pricing
+        }
+    }
 }
 
 /// What the profiler added to each CPU op it recorded, µs, as a lab 10
@@ -88,26 +115,17 @@ impl Prices {
             .filter(|d| d.join(PROGRAMS_FILE).is_file())
             .filter_map(|dir| Some((read_programs(&dir).ok()?, display_path(&dir.join(PROGRAMS_FILE)))))
             .collect();
-        let per_gpu = |figure: fn(&Programs) -> Option<f64>| -> Vec<(String, f64, String)> {
-            recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, figure(p)?, file.clone()))).collect()
-        };
-        let graphs = recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, p.calibration.as_ref()?.graph_price(file.clone())?))).collect();
-        let profiler_costs = per_gpu(profiler_cost_us);
-        let handovers = recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, batch_handover(p, file.clone())?))).collect();
-        Prices { links, graphs, profiler_costs, handovers }
+        let recorded = recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, RecordedPrices::of(p, file.clone())))).collect();
+        Prices { links, recorded }
     }
 
     /// The what-if's prices for a trace of the GPU named `gpu`: its link's
     /// rates and its graph gap, where these recordings have them.
     pub fn for_gpu(&self, gpu: Option<&str>) -> Pricing {
-        // A lab 10 figure of that GPU's recording, with its file.
-        let of_gpu = |figures: &[(String, f64, String)]| gpu.and_then(|n| figures.iter().find(|g| g.0 == n).map(|g| (g.1, g.2.clone())));
-        Pricing {
-            rates: gpu.and_then(|n| self.links.iter().find(|l| l.matches(n)).cloned()),
-            graph: gpu.and_then(|n| self.graphs.iter().find(|g| g.0 == n)).map(|g| g.1.clone()),
-            workers: None,
-            profiler_us_per_cpu_op: of_gpu(&self.profiler_costs),
-            batch_handover: gpu.and_then(|n| self.handovers.iter().find(|h| h.0 == n)).map(|h| h.1.clone()),
+        let linked = Pricing { rates: gpu.and_then(|n| self.links.iter().find(|l| l.matches(n)).cloned()), ..Pricing::default() };
+        match gpu.and_then(|n| self.recorded.iter().find(|r| r.0 == n)) {
+            Some((_, prices)) => prices.over(linked),
+            None => linked,
         }
     }
 

@@ -272,17 +272,7 @@ impl Recording {
         if pricing.rates.is_none() {
             pricing.rates = self.traced_pinned_rates();
         }
-        if let Some(graph) = self.graph_price() {
-            pricing.graph = Some(graph);
-        }
-        let file = display_path(&self.dir.join(PROGRAMS_FILE));
-        if let Some(handover) = super::prices::batch_handover(&self.programs, file.clone()) {
-            pricing.batch_handover = Some(handover);
-        }
-        if let Some(cost) = super::prices::profiler_cost_us(&self.programs) {
-            pricing.profiler_us_per_cpu_op = Some((cost, file));
-        }
-        pricing
+        super::prices::RecordedPrices::of(&self.programs, display_path(&self.dir.join(PROGRAMS_FILE))).over(pricing)
     }
 
     /// The host link's pinned rate each way as this recording's pinned
