@@ -1138,32 +1138,30 @@ def calibrate_graph_gap(device: torch.device) -> dict:
         per_replay.append((window - sum(d for _, d in ks)) / (len(ks) - 1))
     return {"graph_gap_us": statistics.median(per_replay), "graph_gap_kernels": len(kernels),
             "graph_gap_kernel_us": statistics.median(d for _, d in kernels),
-            "graph_gap_per_replay_us": per_replay, **calibrate_graph_branches(device)}
+            "graph_gap_per_replay_us": per_replay}
 
 
-GRAPH_BRANCHES = 8
+# Branches side by side in the branched graphs the calibration times, and
+# two lengths of each branch (kernels): the difference of their times is
+# what one more kernel costs a branch, with the graph's launch and its
+# fork and join taken out.
+GRAPH_BRANCH_COUNTS = (1, 2, 4, 8)
+GRAPH_BRANCH_LENGTHS = (128, 384)
+GRAPH_BRANCH_REPEATS = 15
 
 
-def calibrate_graph_branches(device: torch.device) -> dict:
-    """How often the GPU starts a CUDA graph's kernels when the graph has
-    more branches side by side than one branch's kernels can keep busy,
-    µs per kernel: a graph forked into GRAPH_BRANCHES streams, each
-    running GRAPH_GAP_KERNELS / GRAPH_BRANCHES small kernels
-    (`_graph_gap_step` on tensors of its own), joined back; replayed
-    GRAPH_GAP_REPLAYS times under torch.profiler; per replay, the time
-    from its first kernel's start to its last one's over the kernels
-    between; the median over the replays. One branch starts its kernels a
-    kernel and a gap apart; several share this rate. Checked: the graph's
-    results are the eager step's, bit for bit."""
-    gen = torch.Generator(device="cpu").manual_seed(11)
-    per_branch = GRAPH_GAP_KERNELS // GRAPH_BRANCHES
-    start = [[torch.rand(4096, generator=gen) for _ in range(2)] for _ in range(GRAPH_BRANCHES)]
+def _branched_graph(device: torch.device, branches: int, kernels: int, gen: torch.Generator) -> Callable[[], None]:
+    """A CUDA graph forked into `branches` streams, each running `kernels`
+    small kernels (`_graph_gap_step`'s four kinds, on two tensors of its
+    own), joined back; checked against the same step run eagerly, bit for
+    bit. Returns its replay."""
+    start = [[torch.rand(4096, generator=gen) for _ in range(2)] for _ in range(branches)]
     xs = [[t.to(device) for t in branch] for branch in start]
     eager = [[t.to(device) for t in branch] for branch in start]
-    sides = [torch.cuda.Stream(device) for _ in range(GRAPH_BRANCHES)]
-    forked, joined = torch.cuda.Event(), [torch.cuda.Event() for _ in range(GRAPH_BRANCHES)]
+    sides = [torch.cuda.Stream(device) for _ in range(branches)]
+    forked, joined = torch.cuda.Event(), [torch.cuda.Event() for _ in range(branches)]
 
-    def step(tensors: list, kernels: int) -> None:
+    def step(tensors: list) -> None:
         main = torch.cuda.current_stream(device)
         forked.record(main)
         for side, branch, done in zip(sides, tensors, joined):
@@ -1180,23 +1178,44 @@ def calibrate_graph_branches(device: torch.device) -> dict:
     warm = torch.cuda.Stream(device)
     warm.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(warm):
-        step([[t.clone() for t in branch] for branch in xs], per_branch)  # warm-up, on copies
+        step([[t.clone() for t in branch] for branch in xs])  # warm-up, on copies
     torch.cuda.current_stream(device).wait_stream(warm)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        step(xs, per_branch)
+        step(xs)
     graph.replay()
-    torch.cuda.synchronize()
-    per_kernel = per_branch * GRAPH_BRANCHES
-    kernels = _profiled_kernels(graph.replay, GRAPH_GAP_REPLAYS, per_kernel)
-    for _ in range(1 + GRAPH_GAP_REPLAYS):
-        step(eager, per_branch)
+    step(eager)
     torch.cuda.synchronize()
     if not all(torch.equal(a, b) for got, want in zip(xs, eager) for a, b in zip(got, want)):
-        raise RuntimeError("the branched graph's results are not the eager step's")
-    per_replay = []
-    for r in range(GRAPH_GAP_REPLAYS):
-        ks = kernels[r * per_kernel:(r + 1) * per_kernel]
-        per_replay.append((ks[-1][0] - ks[0][0]) / (len(ks) - 1))
-    return {"graph_branch_start_us": statistics.median(per_replay), "graph_branches": GRAPH_BRANCHES,
-            "graph_branch_start_per_replay_us": per_replay}
+        raise RuntimeError(f"the {branches}-branch graph's results are not the eager step's")
+    return graph.replay
+
+
+def calibrate_graph_branches(device: torch.device) -> dict:
+    """How far apart a CUDA graph's branches start their kernels when they
+    run side by side, µs per kernel of one branch, for `overlap-lab
+    diagnose`'s CUDA-graph what-if: the branches share the GPU's rate of
+    starting kernels, so past a few branches each runs its small kernels
+    further apart than one branch alone (a kernel and the gap). For each
+    count of GRAPH_BRANCH_COUNTS, graphs of that many branches of each
+    length of GRAPH_BRANCH_LENGTHS (`_branched_graph`), each replay timed by
+    CUDA events (the median of GRAPH_BRANCH_REPEATS after a warm-up); a
+    branch's kernel spacing is the longer graph's time less the shorter's,
+    over the kernels between. Timed by events in a process where the
+    profiler has not run: traced, the profiler runs a graph's branches one
+    after another, and once it has run in a process the graphs launched
+    after it run more slowly (lab10_trace calls this first)."""
+    gen = torch.Generator(device="cpu").manual_seed(11)
+    short, long = GRAPH_BRANCH_LENGTHS
+    spacing, samples = {}, {}
+    for branches in GRAPH_BRANCH_COUNTS:
+        times = {n: [] for n in GRAPH_BRANCH_LENGTHS}
+        replays = {n: _branched_graph(device, branches, n, gen) for n in GRAPH_BRANCH_LENGTHS}
+        for _ in range(GRAPH_BRANCH_REPEATS):  # the two lengths in turn: a drift of the clock touches both alike
+            for n, replay in replays.items():
+                times[n].append(_median_ms(replay, repeats=1, warmup=1) * 1e3)
+        medians = {n: statistics.median(ts) for n, ts in times.items()}
+        spacing[str(branches)] = (medians[long] - medians[short]) / (long - short)
+        samples[str(branches)] = {str(n): ts for n, ts in times.items()}
+    return {"graph_branch_spacing_us": spacing, "graph_branch_lengths": list(GRAPH_BRANCH_LENGTHS),
+            "graph_branch_replay_us": samples}

@@ -208,6 +208,12 @@ pub struct GraphPrice {
     /// small kernels in their graph, where it has them): a kernel shorter
     /// than that in the trace takes that long in a graph.
     pub least_kernel_us: Option<f64>,
+    /// How far apart one branch starts its small kernels with so many
+    /// branches side by side, µs, by branch count, in rising order, timed
+    /// untraced (empty where the calibration did not time it). Branches
+    /// share the GPU's rate of starting a graph's kernels: with several, a
+    /// branch's small kernels run further apart than with one.
+    pub branch_spacing_us: Vec<(usize, f64)>,
     /// Where it comes from.
     pub from: String,
 }
@@ -215,9 +221,46 @@ pub struct GraphPrice {
 impl GraphPrice {
     /// What the what-if says a graph was priced by.
     pub fn says(&self) -> String {
-        match self.least_kernel_us {
-            Some(least) => format!("{:.2} µs between a graph's kernels, each at least {least:.2} µs, from {}", self.gap_us, self.from),
-            None => format!("{:.2} µs between a graph's kernels, from {}", self.gap_us, self.from),
+        let least = self.least_kernel_us.map_or(String::new(), |least| format!(", each at least {least:.2} µs"));
+        let branches = match self.branch_spacing_us.last() {
+            Some(&(most, spacing)) if most > 1 => format!(", a branch's kernels at least {spacing:.2} µs apart with {most} branches side by side"),
+            _ => String::new(),
+        };
+        format!("{:.2} µs between a graph's kernels{least}{branches}, from {}", self.gap_us, self.from)
+    }
+
+    /// The least time from one kernel's start to the next in one of
+    /// `branches` branches side by side (one: a graph of one stream), µs:
+    /// between two calibrated counts, on the line between them; past the
+    /// most calibrated, the branches share its rate (the spacing grows with
+    /// their count). None where the calibration did not time branches.
+    pub fn branch_spacing(&self, branches: usize) -> Option<f64> {
+        let b = branches.max(1) as f64;
+        let mut below: Option<(usize, f64)> = None;
+        for &(count, spacing) in &self.branch_spacing_us {
+            if count as f64 == b {
+                return Some(spacing);
+            }
+            if count as f64 > b {
+                let Some((n0, s0)) = below else { return Some(spacing) };
+                let t = (b - n0 as f64) / (count - n0) as f64;
+                return Some(s0 + t * (spacing - s0));
+            }
+            below = Some((count, spacing));
+        }
+        let (most, spacing) = below?;
+        Some(spacing * b / most as f64)
+    }
+
+    /// A kernel's time in a graph of `branches` branches side by side
+    /// (start to the next kernel's start on its stream), µs, from its
+    /// eager time in the trace: where the calibration timed branches, no
+    /// less than their spacing (untraced, by events), else no less than
+    /// the graph's least kernel, then the gap.
+    pub fn kernel_us(&self, eager_us: f64, branches: usize) -> f64 {
+        match self.branch_spacing(branches) {
+            Some(spacing) => (eager_us + self.gap_us).max(spacing),
+            None => eager_us.max(self.least_kernel_us.unwrap_or(0.0)) + self.gap_us,
         }
     }
 }
@@ -238,16 +281,35 @@ pub struct BatchHandover {
     /// What the loop's own thread loses a batch while it is busy with its
     /// own work between batches (launching a step): asking for the batch
     /// (`next()` on the loader) and the interpreter the pinning thread
-    /// holds meanwhile, µs. While the loop waits for another thread of its
-    /// own (autograd's, in `backward()`), the interpreter is free, and the
-    /// replay charges that wait against it.
+    /// holds meanwhile, µs, over `busy_loop_us` of that work.
     pub taken_over_us: f64,
+    /// The loop's own work between two batches over which it lost
+    /// `taken_over_us`, µs: the loop's thread runs its own work that much
+    /// slower beside the loader (`taken_over_us / busy_loop_us` more per
+    /// µs), and loses nothing while it waits (for its batch, or in
+    /// `backward()` for autograd's thread, which lets the interpreter go).
+    /// Zero where not measured: the whole `taken_over_us` each batch.
+    pub busy_loop_us: f64,
     /// The wait for the first batch of samples that cost nothing to build,
     /// from asking for the loader's iterator (its workers told to start),
     /// µs: no batch is handed over sooner.
     pub first_batch_us: f64,
     /// Where it comes from.
     pub from: String,
+}
+
+impl BatchHandover {
+    /// What the loop's own thread loses at a batch after `busy_us` of its
+    /// own work since the batch before: that work slowed by the calibrated
+    /// loss per µs, at most the whole loss the calibration's loop had (all
+    /// of it where the loop's work was not measured).
+    pub fn lost_over(&self, busy_us: f64) -> f64 {
+        if self.busy_loop_us > 0.0 {
+            (busy_us * self.taken_over_us / self.busy_loop_us).min(self.taken_over_us)
+        } else {
+            self.taken_over_us
+        }
+    }
 }
 
 impl Pricing {
@@ -265,5 +327,32 @@ impl Pricing {
             None | Some(TraceFormat::Kineto) => self.clone(),
             Some(TraceFormat::OverlapLabTrace | TraceFormat::Course) => Pricing { profiler_us_per_cpu_op: None, ..self.clone() },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GraphPrice;
+
+    #[test]
+    fn a_branch_spacing_is_read_between_calibrated_counts_and_shared_past_the_last() {
+        let price = GraphPrice {
+            gap_us: 0.25,
+            least_kernel_us: Some(1.0),
+            branch_spacing_us: vec![(1, 1.25), (2, 1.25), (4, 1.5), (8, 2.0)],
+            from: "(synthetic)".into(),
+        };
+        assert_eq!(price.branch_spacing(1), Some(1.25));
+        assert_eq!(price.branch_spacing(4), Some(1.5));
+        assert_eq!(price.branch_spacing(6), Some(1.75), "halfway between 4 and 8");
+        assert_eq!(price.branch_spacing(16), Some(4.0), "twice the branches of the last count share its rate");
+        let uncalibrated = GraphPrice { branch_spacing_us: Vec::new(), ..price.clone() };
+        assert_eq!(uncalibrated.branch_spacing(4), None);
+        // A small kernel takes the spacing (its least, measured untraced);
+        // a long one its own time and the gap; uncalibrated, the least and the gap.
+        assert_eq!(price.kernel_us(0.5, 4), 1.5);
+        assert_eq!(price.kernel_us(3.0, 4), 3.25);
+        assert_eq!(uncalibrated.kernel_us(0.5, 4), 1.25);
+        assert!(price.says().contains("2.00 µs apart with 8 branches"), "{}", price.says());
     }
 }

@@ -294,15 +294,16 @@ impl<'t> Replay<'t> {
         }
         let graph = has(Change::CudaGraph);
         if graph {
-            // Each op followed by the graph's gap; a kernel shorter than a
-            // graph's least kernel takes that long there.
-            let gap = pricing.graph.as_ref().map_or(0.0, |g| g.gap_us);
-            let least = pricing.graph.as_ref().and_then(|g| g.least_kernel_us).unwrap_or(0.0);
-            for (d, o) in duration.iter_mut().zip(&trace.gpu_ops) {
-                if matches!(o.kind, GpuOpKind::Kernel) {
-                    *d = d.max(least);
+            // Each op followed by the graph's gap; a kernel priced as the
+            // calibration timed a graph's small kernels with as many branches
+            // side by side as the trace's kernels have streams (they share
+            // the GPU's rate of starting them: `GraphPrice::kernel_us`).
+            // Without a calibration: no gap, the eager times (a lower bound).
+            if let Some(price) = &pricing.graph {
+                let branches = trace.gpu_ops.iter().filter(|o| matches!(o.kind, GpuOpKind::Kernel)).map(|o| (o.gpu, o.stream)).collect::<HashSet<_>>().len();
+                for (d, o) in duration.iter_mut().zip(&trace.gpu_ops) {
+                    *d = if matches!(o.kind, GpuOpKind::Kernel) { price.kernel_us(*d, branches) } else { *d + price.gap_us };
                 }
-                *d += gap;
             }
         } else {
             for (d, _) in duration.iter_mut().zip(queued_behind).filter(|(_, &q)| q) {
@@ -402,7 +403,7 @@ impl<'t> Replay<'t> {
         let handover = pricing.batch_handover.clone().unwrap_or_default();
         let mut batches = 0;
         // The schedule's ops since the last batch was taken over.
-        let mut released_from = 0;
+        let mut busy_from = 0;
         for &ci in calls {
             let c = &trace.calls[ci];
             let lane = lane_of[&c.thread];
@@ -449,18 +450,16 @@ impl<'t> Replay<'t> {
                 ts.durations_us.push(handover.loop_us);
                 ts.traced_op.push(None);
                 // The loop waits for it, then takes it over itself: it
-                // loses the interpreter the pinning thread holds, less the
-                // time it has waited since the batch before for another
-                // thread of its own (autograd's backward pass, which
-                // releases the interpreter), when the pinning thread ran
-                // for nothing.
-                let released: f64 = (released_from..ts.durations_us.len())
-                    .filter(|&i| matches!(ts.schedule.ops[i].lane, Lane::HostThread(l) if l != 0 && l < lane_of.len()))
-                    .map(|i| ts.durations_us[i])
-                    .sum();
+                // loses the interpreter the pinning thread holds while it
+                // was busy with its own work since the batch before (its
+                // own thread's host work; waiting, for a batch or for
+                // autograd's thread in `backward()`, it loses nothing), at
+                // the calibrated loss per µs of a loop's own work.
+                let busy: f64 =
+                    (busy_from..ts.durations_us.len()).filter(|&i| matches!(ts.schedule.ops[i].lane, Lane::HostThread(0))).map(|i| ts.durations_us[i]).sum();
                 ts.schedule.host_learns(0, taken);
-                ts.host(0, "batch taken over", (handover.taken_over_us - released).max(0.0));
-                released_from = ts.durations_us.len();
+                ts.host(0, "batch taken over", handover.lost_over(busy));
+                busy_from = ts.durations_us.len();
                 batches += 1;
             }
             *cpu = cpu.max(c.start_us);
@@ -773,7 +772,7 @@ mod tests {
         }
         t.sort();
         let graph = |least: Option<f64>| {
-            let graph = GraphPrice { gap_us: 0.5, least_kernel_us: least, from: "(a synthetic gap)".into() };
+            let graph = GraphPrice { gap_us: 0.5, least_kernel_us: least, branch_spacing_us: Vec::new(), from: "(a synthetic gap)".into() };
             let pricing = Pricing { graph: Some(graph), ..Pricing::default() };
             predict(&schedule(&t, &[Change::CudaGraph], &pricing).unwrap())
         };
@@ -783,5 +782,46 @@ mod tests {
         assert!((graph(None) - 8.0 * 1.5).abs() < 1e-6, "{}", graph(None));
         assert!((graph(Some(2.0)) - 8.0 * 2.5).abs() < 1e-6, "{}", graph(Some(2.0)));
         assert!((graph(Some(0.5)) - 8.0 * 1.5).abs() < 1e-6, "a kernel longer than the least keeps its time");
+        // Timed untraced, one branch's small kernels 2 µs apart: each takes that.
+        let timed = GraphPrice { gap_us: 0.5, least_kernel_us: Some(4.0), branch_spacing_us: vec![(1, 2.0), (4, 3.0)], from: "(a synthetic gap)".into() };
+        let at = predict(&schedule(&t, &[Change::CudaGraph], &Pricing { graph: Some(timed), ..Pricing::default() }).unwrap());
+        assert!((at - 8.0 * 2.0).abs() < 1e-6, "{at}");
+    }
+
+    #[test]
+    fn a_graphs_branches_side_by_side_start_their_kernels_no_closer_than_the_calibrated_spacing() {
+        // Four streams of eight 1 µs kernels each, launched eagerly one
+        // after another (issue-bound: 6 µs a launch).
+        let mut t = Trace { format: Some(TraceFormat::Kineto), threads: vec![Thread { pid: "1".into(), tid: "1".into() }], ..Trace::default() };
+        for k in 0..32u64 {
+            let c = 6.0 * k as f64;
+            t.calls.push(Call { name: "cudaLaunchKernel".into(), thread: 0, start_us: c, end_us: c + 4.0, correlation: Some(k + 1) });
+            let stream = 7 + k % 4;
+            let op = GpuOp {
+                gpu: 0,
+                stream,
+                kind: GpuOpKind::Kernel,
+                name: "tiny".into(),
+                start_us: c + 2.0,
+                end_us: c + 3.0,
+                correlation: Some(k + 1),
+                bytes: None,
+            };
+            t.gpu_ops.push(op);
+        }
+        t.sort();
+        let graph = |branch_spacing_us: Vec<(usize, f64)>| {
+            let graph = GraphPrice { gap_us: 0.5, least_kernel_us: None, branch_spacing_us, from: "(a synthetic gap)".into() };
+            let pricing = Pricing { graph: Some(graph), ..Pricing::default() };
+            predict(&schedule(&t, &[Change::CudaGraph], &pricing).unwrap())
+        };
+        // No spacing calibrated: the branches run side by side, each
+        // kernel a kernel and the gap after the one before on its stream.
+        assert!((graph(Vec::new()) - 8.0 * 1.5).abs() < 1e-6, "{}", graph(Vec::new()));
+        // Four branches 3 µs apart each: 8 kernels a branch, 24 µs.
+        let calibrated = vec![(1, 1.5), (2, 2.0), (4, 3.0), (8, 6.0)];
+        assert!((graph(calibrated.clone()) - 8.0 * 3.0).abs() < 1e-6, "{}", graph(calibrated));
+        // A spacing under a kernel and the gap changes nothing.
+        assert!((graph(vec![(1, 1.5), (4, 1.2)]) - 8.0 * 1.5).abs() < 1e-6);
     }
 }

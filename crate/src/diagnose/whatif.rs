@@ -144,10 +144,14 @@ fn profiler_note(pricing: &Pricing) -> String {
 fn handover_note(pricing: &Pricing) -> String {
     match &pricing.batch_handover {
         Some(h) => format!(
-            "a DataLoader's cost of handing each batch over added ({} a worker, {} its pinning thread, {} the loop's own thread loses a batch, less its waits for its other threads; its first batch no sooner than {} after the loop asks, its workers starting), from {}",
+            "a DataLoader's cost of handing each batch over added ({} a worker, {} its pinning thread, {}; its first batch no sooner than {} after the loop asks, its workers starting), from {}",
             us(h.worker_us),
             us(h.loop_us),
-            us(h.taken_over_us),
+            if h.busy_loop_us > 0.0 {
+                format!("{} the loop's own thread loses over {} of its own work, in proportion to its own work between batches", us(h.taken_over_us), us(h.busy_loop_us))
+            } else {
+                format!("{} the loop's own thread loses a batch", us(h.taken_over_us))
+            },
             us(h.first_batch_us),
             h.from
         ),

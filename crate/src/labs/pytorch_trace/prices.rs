@@ -94,7 +94,8 @@ pub fn batch_handover(programs: &Programs, from: String) -> Option<BatchHandover
     // The loop's own share and the first batch's wait, where the
     // recording has them (older ones do not: a lower bound).
     let (taken_over_us, first_batch_us) = (c.handover_taken_over_us.unwrap_or(0.0), c.handover_first_batch_us.unwrap_or(0.0));
-    Some(BatchHandover { worker_us, loop_us, taken_over_us, first_batch_us, from })
+    let busy_loop_us = c.handover_loop_work_us.unwrap_or(0.0);
+    Some(BatchHandover { worker_us, loop_us, taken_over_us, busy_loop_us, first_batch_us, from })
 }
 
 impl Prices {

@@ -41,7 +41,14 @@ impl Calibration {
     /// What a CUDA graph's kernels take, as this calibration measured
     /// them (its file named `from`); none where it measured no gap.
     pub fn graph_price(&self, from: String) -> Option<GraphPrice> {
-        Some(GraphPrice { gap_us: self.graph_gap_us?, least_kernel_us: self.graph_gap_kernel_us, from })
+        let mut branch_spacing_us: Vec<(usize, f64)> = self
+            .graph_branch_spacing_us
+            .iter()
+            .flatten()
+            .filter_map(|(branches, &us)| Some((branches.parse::<usize>().ok().filter(|&b| b > 0)?, us)))
+            .collect();
+        branch_spacing_us.sort_by_key(|&(branches, _)| branches);
+        Some(GraphPrice { gap_us: self.graph_gap_us?, least_kernel_us: self.graph_gap_kernel_us, branch_spacing_us, from })
     }
 }
 
@@ -56,6 +63,11 @@ pub struct Calibration {
     /// still takes this long in a graph).
     #[serde(default)]
     pub graph_gap_kernel_us: Option<f64>,
+    /// How far apart one branch of a CUDA graph starts its small kernels
+    /// with so many branches side by side ("1", "2", "4", "8"), µs, timed
+    /// by CUDA events before the profiler ran in the process.
+    #[serde(default)]
+    pub graph_branch_spacing_us: Option<BTreeMap<String, f64>>,
     /// A DataLoader's time per batch with `handover_workers` workers and
     /// pin_memory over samples that cost nothing to build, µs.
     #[serde(default)]
@@ -74,6 +86,10 @@ pub struct Calibration {
     /// holds): its time a batch then less that work's alone, µs.
     #[serde(default)]
     pub handover_taken_over_us: Option<f64>,
+    /// That loop's own work between batches alone, µs (what it lost
+    /// `handover_taken_over_us` over).
+    #[serde(default)]
+    pub handover_loop_work_us: Option<f64>,
 }
 
 impl Calibration {

@@ -491,6 +491,7 @@ mod tests {
         let calibration = r.programs.calibration.as_ref().unwrap();
         let handover = pricing.batch_handover.expect("its own DataLoader calibration");
         assert_eq!(Some(handover.taken_over_us), calibration.handover_taken_over_us);
+        assert_eq!(Some(handover.busy_loop_us), calibration.handover_loop_work_us);
         assert!(handover.from.ends_with("programs.json"), "{}", handover.from);
         let (cost, from) = pricing.profiler_us_per_cpu_op.expect("its own profiler cost");
         assert_eq!(Some(cost), super::super::prices::profiler_cost_us(&r.programs));
