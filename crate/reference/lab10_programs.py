@@ -942,9 +942,10 @@ def _loop_work_steps(target_ms: float, device: torch.device) -> Tuple[int, float
     return steps, _host_ms(lambda: _loop_work(steps, device))
 
 
-def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: int = 0) -> dict:
-    """A DataLoader with `workers` workers and pin_memory over ready
-    samples, over HANDOVER_RUNS runs of `sizes.iterations` batches after one
+def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: int = 0,
+                 records: Optional[torch.utils.data.Dataset] = None) -> dict:
+    """A DataLoader with `workers` workers and pin_memory over `records`
+    (ready samples where none), over HANDOVER_RUNS runs of `sizes.iterations` batches after one
     that starts the workers: its time per batch (each run's time over its
     batches) and its first batch's (from asking for the iterator to the
     batch in hand: the workers told to start again, the first batch
@@ -952,7 +953,7 @@ def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: i
     does that much of its own work (`_loop_work`) after each batch, and
     the time per batch is the loop's from the first batch on, over the
     batches it then worked on (the first batch's wait left out)."""
-    loader = _loader(_ReadyRecords(sizes), sizes, workers, pinned=device.type == "cuda")
+    loader = _loader(records if records is not None else _ReadyRecords(sizes), sizes, workers, pinned=device.type == "cuda")
     per_batch, first = [], []
     for k in range(1 + HANDOVER_RUNS):
         t0 = time.perf_counter()
@@ -987,16 +988,24 @@ def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
     what the loop loses a batch while busy with work of its own between
     batches (LOOP_WORK_MS of `_loop_work`, longer than a batch takes to
     come through): its time a batch then, less that work's time alone
-    (asking for the batch, and the interpreter its pinning thread holds)."""
+    (asking for the batch, the interpreter its pinning thread holds, and
+    the host its workers share as they build the loader programs' own
+    batches, `_Records`: a fixed loop's threads ran 1-30% slower beside
+    building workers from host to host, data/nvidia-h200/README.md). The
+    same over ready samples is recorded beside it
+    (`handover_taken_over_ready_us`)."""
     one = _handover_us(device, sizes, 1)
     many = _handover_us(device, sizes, sizes.workers)
     steps, alone_ms = _loop_work_steps(LOOP_WORK_MS, device)
-    busy = _handover_us(device, sizes, sizes.workers, loop_steps=steps)
+    busy = _handover_us(device, sizes, sizes.workers, loop_steps=steps, records=_Records(sizes))
+    busy_ready = _handover_us(device, sizes, sizes.workers, loop_steps=steps)
     return {"handover_us": many["per_batch_us"], "handover_per_run_us": many["per_run_us"], "handover_one_worker_us": one["per_batch_us"],
             "handover_one_worker_per_run_us": one["per_run_us"], "handover_first_batch_us": many["first_us"],
             "handover_first_batch_per_run_us": many["first_per_run_us"],
             "handover_taken_over_us": max(0.0, busy["per_batch_us"] - alone_ms * 1e3), "handover_loop_work_us": alone_ms * 1e3,
             "handover_busy_loop_per_batch_us": busy["per_batch_us"], "handover_busy_loop_per_run_us": busy["per_run_us"],
+            "handover_taken_over_ready_us": max(0.0, busy_ready["per_batch_us"] - alone_ms * 1e3),
+            "handover_busy_loop_steps": steps,
             "handover_batch_bytes": sizes.loader_batch_bytes(), "handover_workers": sizes.workers}
 
 

@@ -61,10 +61,10 @@ were checked against; and for the run: the command, the date, torch and CUDA
 versions, the GPU's name and its data folder, the calibration, and the
 problems found (none when it exits 0).
 
-Time on an H200 (2026-11-30): 246 s for the fifteen programs, each in a
-process of its own (PyTorch's start in each, its setup twice: for its
-untraced runs and for its traces), with the calibration and the checks; a
-slower host took 433 s. The whole set must stay under 5 minutes (a longer
+Time on an H200 (2026-11-30): 236-300 s for the fifteen programs, each in
+a process of its own (PyTorch's start in each, its setup twice: for its
+untraced runs and for its traces), with the calibration and the checks, on
+four hosts; a slower host took 433 s. The whole set must stay under 5 minutes (a longer
 run is reported as a problem).
 
 The traces and programs.json are meant to be committed as they are, under
@@ -343,7 +343,8 @@ class Session:
                 f"(training, {c['training_step_over_batch']:.2f}x); a DataLoader hands a ready {c['handover_batch_bytes'] >> 20} MiB "
                 f"batch over in {c['handover_one_worker_us']:.0f} µs with 1 worker, {c['handover_us']:.0f} µs with {c['handover_workers']} "
                 f"(its first in {c['handover_first_batch_us']:.0f} µs; a loop busy {c['handover_loop_work_us']:.0f} µs between batches loses "
-                f"{c['handover_taken_over_us']:.0f} µs a batch)")
+                f"{c['handover_taken_over_us']:.0f} µs a batch beside workers building them, {c['handover_taken_over_ready_us']:.0f} "
+                f"over ready samples)")
         else:
             say(f"calibrated: a {b.result_bytes() >> 20} MiB result downloads (pinned) in {c['pinned_download_ms']:.3f} ms; "
                 f"hidden width {c['download_hidden']}: the step takes {c['download_step_over_copy']:.2f}x that; the host reads "

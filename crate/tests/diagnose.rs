@@ -685,6 +685,11 @@ fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
                 // host, its step 0.95 ms untraced), only they: no eager launch.
                 let eager: Vec<_> = found.iter().filter(|f| f.0 == "issue-bound" && !f.2.ends_with("cudaGraphLaunch")).collect();
                 assert!(eager.is_empty() && issue_bound < 0.2 * window, "{name}: not issue-bound on eager launches: {found:?}");
+            } else if name == "training_loop_workers_pinned" {
+                // Its batches ready, its GPU step waits at times for the
+                // backward's launches on autograd's thread (1.7% of the
+                // window on the 2026-11-30 03:03 recording): a sliver.
+                assert!(issue_bound < 0.05 * window, "{name}: issue-bound a sliver of the window: {found:?}");
             } else {
                 assert!(issue_bound < 0.01 * window, "{name}: not issue-bound: {found:?}");
             }
@@ -712,12 +717,13 @@ fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
 /// bound, and must hold.
 ///
 /// The known misses, held to how far they are off so that they cannot
-/// grow unseen (data/nvidia-h200/README.md tells each one's story). On the
-/// H200 recording (2026-11-30 02:18, each program in a process of its
-/// own): the training loop's DataLoader fix, 15.3% slow (its loop's
-/// thread is charged what the calibration's busy loop of tiny ops lost per
-/// µs of its own work, and a training step's work is fewer, longer calls
-/// that let the interpreter go); and the downloads read a step late, 12.8%
+/// grow unseen (data/nvidia-h200/README.md tells each one's story, and
+/// sets five runs side by side). On the H200 recording (2026-11-30 03:03,
+/// each program in a process of its own): the sync removed, 1.3% fast
+/// where a 3.5% gain allows 1.2%; the CPU-prepared loop's DataLoader
+/// fix, 14.2% fast (its fixed loop's threads ran slower beside the
+/// loader's workers than the calibration's loss says, by an amount that
+/// moves from host to host); and the downloads read a step late, 24.4%
 /// slow (the per-step `.cpu()` loop's fresh pageable results, in a fresh
 /// process, cost what the model does not yet separate).
 #[test]
@@ -727,7 +733,7 @@ fn every_fix_predicted_from_a_committed_trace_is_within_its_tolerance_of_the_fix
     let recordings = Recording::find(&data).unwrap();
     assert!(!recordings.is_empty(), "no data/*/pytorch-trace/programs.json");
     let known_miss = |rec: &Recording, before: &str| match rec.gpu() {
-        "NVIDIA H200" => ["training_loop", "results_cpu_each_step"].contains(&before),
+        "NVIDIA H200" => ["sync_read_in_loop", "cpu_prepared_batches", "results_cpu_each_step"].contains(&before),
         _ => false,
     };
     let mut compared = 0;
@@ -1118,11 +1124,11 @@ fn the_committed_recordings_hand_in_the_profilers_cost_per_cpu_op() {
     let prices = Prices::read(&overlap_lab::measure::record::repo_root().join("data"));
     // H200: the thirteen programs whose traces count CPU ops (the graphs'
     // count none), their traced host times less their untraced medians,
-    // 653.1 ms in all, over their traces' 273,978 CPU ops: 2.3839 µs. The CPU-bound programs
-    // weigh most: training_loop (221.6 ms over 104,824 ops),
-    // cpu_prepared_batches (209.4 ms over 94,760).
+    // 700.7 ms in all, over their traces' 273,978 CPU ops: 2.5576 µs. The CPU-bound programs
+    // weigh most: training_loop (280.8 ms over 104,824 ops),
+    // cpu_prepared_batches (96.8 ms over 94,760).
     let (cost, from) = prices.for_gpu(Some("NVIDIA H200")).profiler_us_per_cpu_op.expect("the H200's recording has it");
-    assert!((cost - 2.3839).abs() < 1e-3, "{cost}");
+    assert!((cost - 2.5576).abs() < 1e-3, "{cost}");
     assert!(from.ends_with("nvidia-h200/pytorch-trace/programs.json"), "{from}");
     assert_eq!(prices.for_gpu(Some("A GPU never recorded")).profiler_us_per_cpu_op, None);
 }

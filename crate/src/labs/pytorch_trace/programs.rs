@@ -82,8 +82,11 @@ pub struct Calibration {
     #[serde(default)]
     pub handover_first_batch_us: Option<f64>,
     /// What the loop loses a batch while busy with its own work between
-    /// batches (asking for it, and the interpreter the pinning thread
-    /// holds): its time a batch then less that work's alone, µs.
+    /// batches (asking for it, the interpreter the pinning thread holds,
+    /// and, where the recording also has `handover_taken_over_ready_us`,
+    /// the host its workers share as they build the loader programs'
+    /// batches; older recordings timed it over ready samples): its time a
+    /// batch then less that work's alone, µs.
     #[serde(default)]
     pub handover_taken_over_us: Option<f64>,
     /// That loop's own work between batches alone, µs (what it lost
