@@ -14,9 +14,9 @@ run: set up (its data, weights, streams, graph, DataLoader workers), two
 warm-up runs, then its untraced time over --repeats runs (CUDA events from
 before the first call to after the last of its work, and the host clock
 around the run and the synchronize after it; median, 25-75% range, min, max
-and every sample), its outputs saved. Then, in a second process that starts
-the profiler's CUDA side (CUPTI) before the program is set up (so its graphs
-are captured under it, and every trace pays the same start-up): one run
+and every sample), its outputs saved. Then, in the same process, the profiler's CUDA side
+(CUPTI) is started and the program set up again (so its graphs are
+captured under it, and every trace pays the same start-up): one run
 traced by torch.profiler (CPU and CUDA activities, no shapes, no stacks; the
 window is the user annotation `lab10.<program>`, from the run's first call
 to the end of its GPU work), exported with `export_chrome_trace` and gzipped
@@ -37,11 +37,12 @@ DataLoader with workers costs the loop per batch it hands over:
 `calibrate_handover`); the download programs' so one
 step takes 1.5x its result's pinned download (`calibrate_download`, which
 also times the host's read of a result from a fresh pageable tensor and from
-a reused pinned one: `calibrate_download_read`). Then the GPU's gap between
-two kernels of one CUDA graph is measured (`calibrate_graph_gap`), and how
-far apart a branch starts its kernels with 1, 2, 4 and 8 branches side by
-side (`calibrate_graph_branches`, timed by events before the profiler
-first runs): what `overlap-lab diagnose` prices a CUDA graph by.
+a reused pinned one: `calibrate_download_read`). Then how far apart a
+branch of a CUDA graph starts its kernels with 1, 2, 4 and 8 branches side
+by side (`calibrate_graph_branches`, timed by events before the profiler
+first runs in this process), and the GPU's gap between two kernels of one
+graph (`calibrate_graph_gap`, traced): what `overlap-lab diagnose` prices
+a CUDA graph by.
 
 Then it checks: every fix against the program it fixes (same inputs, same
 outputs within a tolerance: a fix never gains by doing less; a partner not
@@ -64,8 +65,8 @@ problems found (none when it exits 0).
 Time on an H200 (2026-11-30): 236-300 s for the fifteen programs, each in
 a process of its own (PyTorch's start in each, its setup twice: for its
 untraced runs and for its traces), with the calibration and the checks, on
-four hosts; a slower host took 433 s. The whole set must stay under 5 minutes (a longer
-run is reported as a problem).
+four hosts; a slower host took 433 s. The whole set should stay under 5 minutes (a
+longer run is said on stderr, not failed: the recording is whole).
 
 The traces and programs.json are meant to be committed as they are, under
 data/<gpu folder>/pytorch-trace/ (programs.json's `gpu_folder`, e.g.
@@ -105,7 +106,8 @@ MAX_TRACE_BYTES = 8 << 20  # gzipped; a trace larger than this asks for fewer --
 WINDOW_PREFIX = "lab10."  # the user annotation around each traced run
 SYNC_EVENTS_SUFFIX = ".sync-events"  # <program>.sync-events.json.gz: its run traced with CUDA sync events
 SCRIPT = "crate/reference/lab10_trace.py"
-BUDGET_SECONDS = 300  # the whole set, with the default sizes, on one GPU
+BUDGET_SECONDS = 300  # the whole set, with the default sizes, on one GPU: a longer run is said, not failed
+PART_TIMEOUT_SECONDS = 600  # one program's process (its runs take seconds): one that hangs is stopped
 
 
 # The run's start: a part's process is told it by its parent (LAB10_STARTED).
@@ -311,18 +313,22 @@ class Session:
         self.outputs: dict = {}
         self.problems: list[str] = []
 
-    def calibrate_graph(self) -> None:
-        """How a CUDA graph's kernels run on this GPU, for `diagnose`'s
-        CUDA-graph what-if: its branches side by side, timed by events
-        before anything in this process starts the profiler, then the gap
-        between a graph's kernels (traced)."""
+    def calibrate_graph_branches(self) -> None:
+        """How far apart a CUDA graph's branches side by side start their
+        kernels, for `diagnose`'s CUDA-graph what-if: timed by events before
+        anything in this process starts the profiler."""
         branches = self.lab.calibrate_graph_branches(self.device)
-        gap = self.lab.calibrate_graph_gap(self.device)
-        self.calibration = {**(self.calibration or {}), **branches, **gap}
+        self.calibration = {**(self.calibration or {}), **branches}
         spacing = ", ".join(f"{b}: {us:.3f}" for b, us in branches["graph_branch_spacing_us"].items())
+        say(f"calibrated: a branch's kernels µs apart by the branches side by side in a CUDA graph: {spacing}")
+
+    def calibrate_graph(self) -> None:
+        """The GPU's gap between a graph's kernels (traced), for `diagnose`'s CUDA-graph what-if."""
+        gap = self.lab.calibrate_graph_gap(self.device)
+        self.calibration = {**(self.calibration or {}), **gap}
         say(f"calibrated: {gap['graph_gap_us']:.3f} µs between two kernels of one CUDA graph (the median over "
             f"{len(gap['graph_gap_per_replay_us'])} replays of each one's mean gap; {gap['graph_gap_kernels']} kernels "
-            f"of {gap['graph_gap_kernel_us']:.2f} µs); a branch's kernels µs apart by the branches side by side: {spacing}")
+            f"of {gap['graph_gap_kernel_us']:.2f} µs)")
 
     def calibrate(self, family: str) -> None:
         """The step of `family`'s programs sized against this GPU and CPU (each calibration once)."""
@@ -457,7 +463,7 @@ class Session:
             self.synchronize()
         program = self.lab.PROGRAMS[name]
         if name not in self.outputs:
-            self.outputs[name] = self.torch.load(work / f"{name}.outputs.pt")
+            self.outputs[name] = self.torch.load(work / f"{name}.outputs.pt", map_location="cpu")
         loop = program.build(self.device, sizes)
         for _ in range(WARMUP_RUNS):
             loop.reset()
@@ -474,8 +480,10 @@ class Session:
         self.time_part(name, sizes, work)
         self.free()
         timed = self.results.pop(name)
-        self.trace_part(name, sizes, work)
-        self.results[name].update(timed)
+        try:
+            self.trace_part(name, sizes, work)
+        finally:  # its untraced times are kept, whatever became of its traces
+            self.results[name] = {**self.results.get(name, {}), **timed}
 
     def measure(self, k: int, count: int, name: str, work: Path) -> None:
         """One program timed untraced and then traced, in a process of its
@@ -485,9 +493,9 @@ class Session:
         sizes = self.sizes_of(program)
         say(f"[{k}/{count}] {name}: {program.what}")
         found = self.part("program", name, sizes, work)
-        if found is None:
-            return
-        self.outputs[name] = self.torch.load(work / f"{name}.outputs.pt")
+        if found is None or "traces" not in found:
+            return  # the problem is recorded: the process failed, or its traces did
+        self.outputs[name] = self.torch.load(work / f"{name}.outputs.pt", map_location="cpu")
         traces = {s == "true": v for s, v in found["traces"].items()}
         plain = traces[False]
         self.results[name] = {
@@ -510,14 +518,19 @@ class Session:
         command = [sys.executable, os.path.abspath(__file__), "--out", str(self.out_dir), "--device", self.args.device,
                    "--repeats", str(self.args.repeats), "--part", which, "--program", name,
                    "--sizes", json.dumps(asdict(sizes)), "--work", str(work)]
-        done = subprocess.run(command, stdout=subprocess.DEVNULL, check=False)
+        try:
+            done = subprocess.run(command, stdout=subprocess.DEVNULL, check=False, timeout=PART_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.problems.append(f"{name}: its {which} process ran over {PART_TIMEOUT_SECONDS} s and was stopped")
+            return None
         answer = work / f"{name}.{which}.json"
         if done.returncode != 0 or not answer.exists():
-            self.problems.append(f"{name}: its {which} process failed (exit status {done.returncode}; its traceback is above)")
+            how = f"exit status {done.returncode}" if done.returncode >= 0 else f"stopped by signal {-done.returncode}"
+            self.problems.append(f"{name}: its {which} process failed ({how}; what it printed is above)")
             return None
         found = json.loads(answer.read_text())
         self.problems.extend(found["problems"])
-        return found["results"].get(name, {})
+        return found["results"].get(name)
 
     def trace_one(self, loop, program, sizes, sync_events: bool) -> dict:
         """One traced run of `loop` (with the profiler's CUDA sync events
@@ -550,9 +563,10 @@ class Session:
         made in a process of its own (a partner not asked for in --programs)."""
         if name not in self.outputs:
             say(f"checking against {name}: one untimed run")
-            if self.part("outputs", name, self.sizes_of(self.lab.PROGRAMS[name]), work) is None:
-                raise RuntimeError(f"{name}'s untimed run failed")
-            self.outputs[name] = self.torch.load(work / f"{name}.outputs.pt")
+            self.part("outputs", name, self.sizes_of(self.lab.PROGRAMS[name]), work)
+            if not (work / f"{name}.outputs.pt").exists():
+                raise RuntimeError(f"{name}'s untimed run gave no outputs (its problem is above)")
+            self.outputs[name] = self.torch.load(work / f"{name}.outputs.pt", map_location="cpu")
         return self.outputs[name]
 
     def check_fix(self, fix: str, before: str, how: str, work: Path) -> None:
@@ -636,11 +650,13 @@ def main(argv: list[str]) -> int:
         for family in dict.fromkeys(lab.PROGRAMS[n].family for n in needed):
             guarded(session, f"the {family} programs' calibration (they keep their default hidden width)",
                     lambda: session.calibrate(family))
+        guarded(session, "the graph branches' calibration (diagnose prices a graph's kernels by its gap)", session.calibrate_graph_branches)
         guarded(session, "the graph gap's calibration (diagnose prices a CUDA graph as a lower bound)", session.calibrate_graph)
 
-    # Each program runs in processes of its own (timed, then traced), so no
+    # Each program runs in a process of its own (timed, then traced), so no
     # program's timing carries another's state, or the profiler's: this one
-    # only calibrates, and never starts the profiler.
+    # only calibrates (the graph gap's calibration is traced, after the
+    # branches are timed by events) and checks the fixes.
     with tempfile.TemporaryDirectory(prefix="lab10-") as work_dir:
         work = Path(work_dir)
         for k, name in enumerate(names, 1):
@@ -650,7 +666,8 @@ def main(argv: list[str]) -> int:
 
     seconds = time.perf_counter() - started
     if cuda and names == list(lab.PROGRAMS) and seconds > BUDGET_SECONDS:
-        session.problems.append(f"the whole set took {seconds:.0f} s, over its budget of {BUDGET_SECONDS} s")
+        # Said, not a problem: the recording is whole (a slow host's CPU, not a failed check).
+        say(f"note: the whole set took {seconds:.0f} s, over its budget of {BUDGET_SECONDS} s")
     record = {
         "what": "lab 10's real programs: untraced times and torch.profiler traces (crate/reference/lab10_programs.py)",
         "command": args.command or command_as_recorded(argv, args.out, f"data/{gpu_folder(gpu)}/pytorch-trace" if gpu else None),

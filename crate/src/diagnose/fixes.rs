@@ -67,10 +67,10 @@ pub enum Change {
     /// over is added to its batch, the rest runs on a thread of the
     /// loader's own, one batch at a time, beside the loop: PyTorch's
     /// pinning thread, whose first batch waits for the loader's start;
-    /// the loop's own share runs on the issuing thread, less the time it
-    /// waited since the batch before for another thread of its own:
-    /// autograd's backward pass releases the interpreter the pinning
-    /// thread takes). A stretch of own work shorter than
+    /// the loop's own share runs on the issuing thread, in proportion to
+    /// the thread's own work since the batch before: `BatchHandover::
+    /// lost_over`; waiting, for its batch or for autograd's backward pass,
+    /// it loses nothing). A stretch of own work shorter than
     /// [`PREPARED_AHEAD_MIN_US`] stays put, with the time around it.
     PrepareAhead,
 }
@@ -221,19 +221,25 @@ pub struct GraphPrice {
 impl GraphPrice {
     /// What the what-if says a graph was priced by.
     pub fn says(&self) -> String {
-        let least = self.least_kernel_us.map_or(String::new(), |least| format!(", each at least {least:.2} µs"));
-        let branches = match self.branch_spacing_us.last() {
-            Some(&(most, spacing)) if most > 1 => format!(", a branch's kernels at least {spacing:.2} µs apart with {most} branches side by side"),
-            _ => String::new(),
+        // With branches timed, a kernel is priced by their spacing (its
+        // least), not by the least kernel (`kernel_us`).
+        let least = match (self.branch_spacing_us.as_slice(), self.least_kernel_us) {
+            ([], Some(least)) => format!(", each at least {least:.2} µs"),
+            ([(few, least), .., (most, spacing)], _) => {
+                format!(", a branch's kernels at least {least:.2} µs apart with {few} branch(es) side by side, {spacing:.2} µs with {most}")
+            }
+            ([(n, spacing)], _) => format!(", a branch's kernels at least {spacing:.2} µs apart with {n} branch(es) side by side"),
+            ([], None) => String::new(),
         };
-        format!("{:.2} µs between a graph's kernels{least}{branches}, from {}", self.gap_us, self.from)
+        format!("{:.2} µs between a graph's kernels{least}, from {}", self.gap_us, self.from)
     }
 
     /// The least time from one kernel's start to the next in one of
     /// `branches` branches side by side (one: a graph of one stream), µs:
-    /// between two calibrated counts, on the line between them; past the
-    /// most calibrated, the branches share its rate (the spacing grows with
-    /// their count). None where the calibration did not time branches.
+    /// between two calibrated counts, on the line between them; below the
+    /// fewest calibrated, the fewest's; past the most calibrated, the
+    /// branches share its rate (the spacing grows with their count). None
+    /// where the calibration did not time branches.
     pub fn branch_spacing(&self, branches: usize) -> Option<f64> {
         let b = branches.max(1) as f64;
         let mut below: Option<(usize, f64)> = None;
@@ -353,6 +359,7 @@ mod tests {
         assert_eq!(price.kernel_us(0.5, 4), 1.5);
         assert_eq!(price.kernel_us(3.0, 4), 3.25);
         assert_eq!(uncalibrated.kernel_us(0.5, 4), 1.25);
-        assert!(price.says().contains("2.00 µs apart with 8 branches"), "{}", price.says());
+        assert!(price.says().contains("1.25 µs apart with 1 branch(es) side by side, 2.00 µs with 8"), "{}", price.says());
+        assert!(uncalibrated.says().contains("each at least 1.00 µs"), "{}", uncalibrated.says());
     }
 }

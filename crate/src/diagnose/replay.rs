@@ -300,7 +300,13 @@ impl<'t> Replay<'t> {
             // the GPU's rate of starting them: `GraphPrice::kernel_us`).
             // Without a calibration: no gap, the eager times (a lower bound).
             if let Some(price) = &pricing.graph {
-                let branches = trace.gpu_ops.iter().filter(|o| matches!(o.kind, GpuOpKind::Kernel)).map(|o| (o.gpu, o.stream)).collect::<HashSet<_>>().len();
+                // Each GPU's kernel streams are its graph's branches; the
+                // GPU with the most sets them.
+                let mut streams_of: HashMap<_, HashSet<_>> = HashMap::new();
+                for o in trace.gpu_ops.iter().filter(|o| matches!(o.kind, GpuOpKind::Kernel)) {
+                    streams_of.entry(o.gpu).or_default().insert(o.stream);
+                }
+                let branches = streams_of.values().map(HashSet::len).max().unwrap_or(1);
                 for (d, o) in duration.iter_mut().zip(&trace.gpu_ops) {
                     *d = if matches!(o.kind, GpuOpKind::Kernel) { price.kernel_us(*d, branches) } else { *d + price.gap_us };
                 }
