@@ -411,11 +411,21 @@ def _captured(device: torch.device, step: Callable[[], None]) -> Callable[[], No
     before every run. On a CPU (a smoke run: no graphs), `step` itself."""
     if device.type != "cuda":
         return step
+
+    def warm_up() -> None:
+        for _ in range(3):
+            step()
+
+    return _graph_of(device, step, warm_up)
+
+
+def _graph_of(device: torch.device, step: Callable[[], None], warm_up: Callable[[], None]) -> Callable[[], None]:
+    """PyTorch's recipe for a CUDA graph: `warm_up` run on a side stream,
+    then `step` captured; returns the graph's replay (which keeps the graph)."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
+        warm_up()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -1124,17 +1134,10 @@ def calibrate_graph_gap(device: torch.device) -> dict:
     start = [torch.rand(4096, generator=gen) for _ in range(GRAPH_GAP_TENSORS)]
     xs = [t.to(device) for t in start]
     eager = [t.to(device) for t in start]
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        _graph_gap_step([t.clone() for t in xs])  # warm-up, on copies
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _graph_gap_step(xs)
-    graph.replay()
+    replay = _graph_of(device, lambda: _graph_gap_step(xs), lambda: _graph_gap_step([t.clone() for t in xs]))  # warm-up, on copies
+    replay()
     torch.cuda.synchronize()
-    kernels = _profiled_kernels(graph.replay, GRAPH_GAP_REPLAYS, GRAPH_GAP_KERNELS)
+    kernels = _profiled_kernels(replay, GRAPH_GAP_REPLAYS, GRAPH_GAP_KERNELS)
     for _ in range(1 + GRAPH_GAP_REPLAYS):
         _graph_gap_step(eager)
     torch.cuda.synchronize()
@@ -1184,20 +1187,14 @@ def _branched_graph(device: torch.device, branches: int, kernels: int, gen: torc
         for done in joined:
             main.wait_event(done)
 
-    warm = torch.cuda.Stream(device)
-    warm.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(warm):
-        step([[t.clone() for t in branch] for branch in xs])  # warm-up, on copies
-    torch.cuda.current_stream(device).wait_stream(warm)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step(xs)
-    graph.replay()
+    # Warmed up on copies, so the graph's one replay and one eager step compare exactly.
+    replay = _graph_of(device, lambda: step(xs), lambda: step([[t.clone() for t in branch] for branch in xs]))
+    replay()
     step(eager)
     torch.cuda.synchronize()
     if not all(torch.equal(a, b) for got, want in zip(xs, eager) for a, b in zip(got, want)):
         raise RuntimeError(f"the {branches}-branch graph's results are not the eager step's")
-    return graph.replay
+    return replay
 
 
 def calibrate_graph_branches(device: torch.device) -> dict:

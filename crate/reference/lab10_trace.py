@@ -418,10 +418,10 @@ class Session:
             z.write(raw)
         return gz_path, raw
 
-    def time_part(self, name: str, sizes, work: Path) -> None:
+    def time_part(self, name: str, sizes, work: Path) -> dict:
         """The timed part: one program set up, warmed up and timed untraced
         (in a process no profiler has run in), its outputs saved for its
-        traced runs and the fix checks."""
+        traced runs and the fix checks; returns its untraced times."""
         torch = self.torch
         loop = self.lab.PROGRAMS[name].build(self.device, sizes)
         for _ in range(WARMUP_RUNS):
@@ -440,7 +440,7 @@ class Session:
         shown = untraced["device_ms"] or untraced["host_ms"]
         say(f"  untraced, {self.args.repeats} runs of {sizes.iterations} iterations: median {shown['median']:.3f} ms "
             f"(25-75%: {shown['p25']:.3f}-{shown['p75']:.3f}) " + ("by CUDA events" if self.cuda else "on the host clock"))
-        self.results[name] = {"untraced": untraced}
+        return untraced
 
     def outputs_part(self, name: str, sizes, work: Path) -> None:
         """A partner's outputs, from one untimed run (a program not asked for
@@ -451,19 +451,18 @@ class Session:
         self.synchronize()
         self.torch.save(loop.outputs(), work / f"{name}.outputs.pt")
 
-    def trace_part(self, name: str, sizes, work: Path) -> None:
+    def trace_part(self, name: str, sizes) -> dict:
         """The traced part: the profiler's CUDA side started before the
         program is set up again (its graphs are captured after it, and every
         trace pays the same start-up), then one run traced, one more with
-        CUDA sync events; each checked against the untraced runs' outputs."""
+        CUDA sync events; each checked against the untraced runs' outputs
+        (`time_part`'s). Returns what each trace is, by "false" and "true"."""
         from torch.profiler import profile
 
         with profile(activities=self.activities):
             self.torch.ones(1, device=self.device).add_(1)
             self.synchronize()
         program = self.lab.PROGRAMS[name]
-        if name not in self.outputs:
-            self.outputs[name] = self.torch.load(work / f"{name}.outputs.pt", map_location="cpu")
         loop = program.build(self.device, sizes)
         for _ in range(WARMUP_RUNS):
             loop.reset()
@@ -472,18 +471,15 @@ class Session:
         traces = {}
         for sync_events in (False, True) if self.cuda else (False,):
             traces[sync_events] = self.trace_one(loop, program, sizes, sync_events)
-        self.results[name] = {"traces": {str(k).lower(): v for k, v in traces.items()}}
+        return {str(k).lower(): v for k, v in traces.items()}
 
     def program_part(self, name: str, sizes, work: Path) -> None:
         """A program's process: timed untraced before anything in it starts
         the profiler (`time_part`), then set up again and traced (`trace_part`)."""
-        self.time_part(name, sizes, work)
+        # Its untraced times are kept, whatever becomes of its traces.
+        self.results[name] = {"untraced": self.time_part(name, sizes, work)}
         self.free()
-        timed = self.results.pop(name)
-        try:
-            self.trace_part(name, sizes, work)
-        finally:  # its untraced times are kept, whatever became of its traces
-            self.results[name] = {**self.results.get(name, {}), **timed}
+        self.results[name]["traces"] = self.trace_part(name, sizes)
 
     def measure(self, k: int, count: int, name: str, work: Path) -> None:
         """One program timed untraced and then traced, in a process of its

@@ -8,6 +8,7 @@
 use super::events::{GpuOpKind, Trace, TraceFormat};
 use super::link::LinkRates;
 use serde::Serialize;
+use std::collections::{HashMap, HashSet};
 
 /// One change to the traced program whose effect the queue model predicts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -256,6 +257,24 @@ impl GraphPrice {
         }
         let (most, spacing) = below?;
         Some(spacing * b / most as f64)
+    }
+
+    /// Each of `trace`'s GPU ops' time in a graph, from its eager time in
+    /// `durations_us` (by `gpu_ops` index): a kernel's by [`Self::kernel_us`]
+    /// with as many branches side by side as its GPU's kernels have streams
+    /// in the trace (they share the GPU's rate of starting them), any other
+    /// op's followed by the gap.
+    pub fn in_graph(&self, trace: &Trace, durations_us: &mut [f64]) {
+        let mut streams_of: HashMap<u32, HashSet<u64>> = HashMap::new();
+        for o in trace.gpu_ops.iter().filter(|o| matches!(o.kind, GpuOpKind::Kernel)) {
+            streams_of.entry(o.gpu).or_default().insert(o.stream);
+        }
+        for (d, o) in durations_us.iter_mut().zip(&trace.gpu_ops) {
+            *d = match o.kind {
+                GpuOpKind::Kernel => self.kernel_us(*d, streams_of.get(&o.gpu).map_or(1, HashSet::len)),
+                _ => *d + self.gap_us,
+            };
+        }
     }
 
     /// A kernel's time in a graph of `branches` branches side by side

@@ -83,40 +83,6 @@ pub fn op_kind(kind: GpuOpKind, gpu: u32) -> OpKind {
     }
 }
 
-/// How many host-to-device copies share a stream with kernels: what
-/// [`Change::CopyStream`] moves.
-pub fn uploads_on_kernel_streams(trace: &Trace) -> usize {
-    MovedCopies::of(trace, Direction::H2d).count()
-}
-
-/// The least a download must move to count as results brought back
-/// (`.cpu()` of a tensor): a scalar read (`.item()`, 4 bytes) costs its
-/// sync, not its copy, and removing the sync is its fix.
-pub const RESULTS_MIN_BYTES: u64 = 64 << 10;
-
-/// How many downloads of results (at least [`RESULTS_MIN_BYTES`]) the CPU
-/// waits for at once (PyTorch's wait in the same CPU op as the copy,
-/// `.cpu()`): what [`Change::ReadLate`] defers. None where the trace
-/// cannot be replayed.
-pub fn results_waited_at_once(trace: &Trace) -> usize {
-    let is_results = |op: usize| {
-        let o = &trace.gpu_ops[op];
-        matches!(o.kind, GpuOpKind::Copy { direction: Direction::D2h, .. }) && o.bytes.is_some_and(|b| b >= RESULTS_MIN_BYTES)
-    };
-    // Most traces bring no results back: no replay to build for them.
-    if !(0..trace.gpu_ops.len()).any(is_results) {
-        return 0;
-    }
-    let Ok(replay) = Replay::new(trace) else { return 0 };
-    replay.waits_after_copies().iter().filter(|&&(_, op, _)| is_results(op)).count()
-}
-
-/// How many CPU threads launched the trace's GPU work.
-pub fn issuing_threads(trace: &Trace) -> usize {
-    let threads: std::collections::HashSet<usize> = launch_calls(trace).values().map(|&c| trace.calls[c].thread).collect();
-    threads.len()
-}
-
 /// A trace made ready to replay: which call launched each GPU op, from
 /// which CPU thread, and what each op waited for. Built once a trace; each
 /// set of changes is scheduled from it ([`Replay::schedule`]).
@@ -294,22 +260,11 @@ impl<'t> Replay<'t> {
         }
         let graph = has(Change::CudaGraph);
         if graph {
-            // Each op followed by the graph's gap; a kernel priced as the
-            // calibration timed a graph's small kernels with as many branches
-            // side by side as the trace's kernels have streams (they share
-            // the GPU's rate of starting them: `GraphPrice::kernel_us`).
-            // Without a calibration: no gap, the eager times (a lower bound).
+            // Each op followed by the graph's gap, each kernel priced as the
+            // calibration timed a graph's (`GraphPrice::in_graph`). Without a
+            // calibration: no gap, the eager times (a lower bound).
             if let Some(price) = &pricing.graph {
-                // Each GPU's kernel streams are its graph's branches; the
-                // GPU with the most sets them.
-                let mut streams_of: HashMap<_, HashSet<_>> = HashMap::new();
-                for o in trace.gpu_ops.iter().filter(|o| matches!(o.kind, GpuOpKind::Kernel)) {
-                    streams_of.entry(o.gpu).or_default().insert(o.stream);
-                }
-                let branches = streams_of.values().map(HashSet::len).max().unwrap_or(1);
-                for (d, o) in duration.iter_mut().zip(&trace.gpu_ops) {
-                    *d = if matches!(o.kind, GpuOpKind::Kernel) { price.kernel_us(*d, branches) } else { *d + price.gap_us };
-                }
+                price.in_graph(trace, &mut duration);
             }
         } else {
             for (d, _) in duration.iter_mut().zip(queued_behind).filter(|(_, &q)| q) {
@@ -548,7 +503,7 @@ impl<'t> Replay<'t> {
     /// synchronizing call right after it on the thread, inside the same CPU
     /// op (the `cudaStreamSynchronize` of a blocking `.to()` or `.cpu()`):
     /// (the copy's call, the copy, the wait), in the thread's order.
-    fn waits_after_copies(&self) -> Vec<(usize, usize, usize)> {
+    pub(super) fn waits_after_copies(&self) -> Vec<(usize, usize, usize)> {
         let trace = self.trace;
         let inside = enclosing_ops(trace);
         let mut found = Vec::new();
@@ -752,57 +707,19 @@ mod tests {
         assert!((at(&[Change::DownloadStream, Change::ReadLate]) - (3.0 * 100.0 + 50.0)).abs() < 1e-6);
         // A stream of their own while the CPU waits for each: nothing gained.
         assert!((at(&[Change::DownloadStream]) - traced).abs() < 1e-6);
-        assert_eq!(results_waited_at_once(&t), 3);
+        assert_eq!(super::super::whatif::results_waited_at_once(&t), 3);
     }
 
-    #[test]
-    fn a_graph_runs_its_kernels_back_to_back_each_at_least_the_graphs_least_kernel() {
-        // Eight 1 µs kernels on stream 7, each launched eagerly and run
-        // within its own launch (a tiny kernel ends before its launch
-        // returns: as traced, it held the CPU).
+    /// `kernels` 1 µs kernels dealt out in turn over `streams` streams
+    /// from stream 7, each launched eagerly 6 µs after the one before and
+    /// run within its own launch (a tiny kernel ends before its launch
+    /// returns: as traced, it held the CPU).
+    fn tiny_kernels(kernels: u64, streams: u64) -> Trace {
         let mut t = Trace { format: Some(TraceFormat::Kineto), threads: vec![Thread { pid: "1".into(), tid: "1".into() }], ..Trace::default() };
-        for k in 0..8u64 {
+        for k in 0..kernels {
             let c = 6.0 * k as f64;
             t.calls.push(Call { name: "cudaLaunchKernel".into(), thread: 0, start_us: c, end_us: c + 4.0, correlation: Some(k + 1) });
-            let op = GpuOp {
-                gpu: 0,
-                stream: 7,
-                kind: GpuOpKind::Kernel,
-                name: "tiny".into(),
-                start_us: c + 2.0,
-                end_us: c + 3.0,
-                correlation: Some(k + 1),
-                bytes: None,
-            };
-            t.gpu_ops.push(op);
-        }
-        t.sort();
-        let graph = |least: Option<f64>| {
-            let graph = GraphPrice { gap_us: 0.5, least_kernel_us: least, branch_spacing_us: Vec::new(), from: "(a synthetic gap)".into() };
-            let pricing = Pricing { graph: Some(graph), ..Pricing::default() };
-            predict(&schedule(&t, &[Change::CudaGraph], &pricing).unwrap())
-        };
-        // In a graph nothing holds the CPU: the kernels run back to back,
-        // each followed by the gap; one shorter than the graph's least
-        // kernel takes that long.
-        assert!((graph(None) - 8.0 * 1.5).abs() < 1e-6, "{}", graph(None));
-        assert!((graph(Some(2.0)) - 8.0 * 2.5).abs() < 1e-6, "{}", graph(Some(2.0)));
-        assert!((graph(Some(0.5)) - 8.0 * 1.5).abs() < 1e-6, "a kernel longer than the least keeps its time");
-        // Timed untraced, one branch's small kernels 2 µs apart: each takes that.
-        let timed = GraphPrice { gap_us: 0.5, least_kernel_us: Some(4.0), branch_spacing_us: vec![(1, 2.0), (4, 3.0)], from: "(a synthetic gap)".into() };
-        let at = predict(&schedule(&t, &[Change::CudaGraph], &Pricing { graph: Some(timed), ..Pricing::default() }).unwrap());
-        assert!((at - 8.0 * 2.0).abs() < 1e-6, "{at}");
-    }
-
-    #[test]
-    fn a_graphs_branches_side_by_side_start_their_kernels_no_closer_than_the_calibrated_spacing() {
-        // Four streams of eight 1 µs kernels each, launched eagerly one
-        // after another (issue-bound: 6 µs a launch).
-        let mut t = Trace { format: Some(TraceFormat::Kineto), threads: vec![Thread { pid: "1".into(), tid: "1".into() }], ..Trace::default() };
-        for k in 0..32u64 {
-            let c = 6.0 * k as f64;
-            t.calls.push(Call { name: "cudaLaunchKernel".into(), thread: 0, start_us: c, end_us: c + 4.0, correlation: Some(k + 1) });
-            let stream = 7 + k % 4;
+            let stream = 7 + k % streams;
             let op = GpuOp {
                 gpu: 0,
                 stream,
@@ -816,10 +733,41 @@ mod tests {
             t.gpu_ops.push(op);
         }
         t.sort();
+        t
+    }
+
+    /// The replay of `t` as one CUDA graph, priced by `graph`.
+    fn in_a_graph(t: &Trace, graph: GraphPrice) -> f64 {
+        predict(&schedule(t, &[Change::CudaGraph], &Pricing { graph: Some(graph), ..Pricing::default() }).unwrap())
+    }
+
+    #[test]
+    fn a_graph_runs_its_kernels_back_to_back_each_at_least_the_graphs_least_kernel() {
+        // Eight kernels on one stream.
+        let t = tiny_kernels(8, 1);
+        let graph = |least: Option<f64>| {
+            in_a_graph(&t, GraphPrice { gap_us: 0.5, least_kernel_us: least, branch_spacing_us: Vec::new(), from: "(a synthetic gap)".into() })
+        };
+        // In a graph nothing holds the CPU: the kernels run back to back,
+        // each followed by the gap; one shorter than the graph's least
+        // kernel takes that long.
+        assert!((graph(None) - 8.0 * 1.5).abs() < 1e-6, "{}", graph(None));
+        assert!((graph(Some(2.0)) - 8.0 * 2.5).abs() < 1e-6, "{}", graph(Some(2.0)));
+        assert!((graph(Some(0.5)) - 8.0 * 1.5).abs() < 1e-6, "a kernel longer than the least keeps its time");
+        // Timed untraced, one branch's small kernels 2 µs apart: each takes that.
+        let at = in_a_graph(
+            &t,
+            GraphPrice { gap_us: 0.5, least_kernel_us: Some(4.0), branch_spacing_us: vec![(1, 2.0), (4, 3.0)], from: "(a synthetic gap)".into() },
+        );
+        assert!((at - 8.0 * 2.0).abs() < 1e-6, "{at}");
+    }
+
+    #[test]
+    fn a_graphs_branches_side_by_side_start_their_kernels_no_closer_than_the_calibrated_spacing() {
+        // Four streams of eight kernels each (issue-bound eagerly: 6 µs a launch).
+        let t = tiny_kernels(32, 4);
         let graph = |branch_spacing_us: Vec<(usize, f64)>| {
-            let graph = GraphPrice { gap_us: 0.5, least_kernel_us: None, branch_spacing_us, from: "(a synthetic gap)".into() };
-            let pricing = Pricing { graph: Some(graph), ..Pricing::default() };
-            predict(&schedule(&t, &[Change::CudaGraph], &pricing).unwrap())
+            in_a_graph(&t, GraphPrice { gap_us: 0.5, least_kernel_us: None, branch_spacing_us, from: "(a synthetic gap)".into() })
         };
         // No spacing calibrated: the branches run side by side, each
         // kernel a kernel and the gap after the one before on its stream.

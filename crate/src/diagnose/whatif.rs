@@ -16,17 +16,54 @@
 //! each; whoever holds the machine's figures attaches the table to the
 //! diagnosis.
 //!
-//! May use: `events`, `diagnosis` (the findings read), `replay` (the
-//! changes), `text`, `pipeline` (a schedule's lanes), `prediction` (the pricing, and the table's types, which are
+//! May use: `events`, `diagnosis` (the findings read), `queries` (the
+//! launching calls), `side_streams` (what a copy stream moves), `replay`
+//! (the changes, and the waits after copies), `text`, `pipeline` (a schedule's lanes), `prediction` (the pricing, and the table's types, which are
 //! named from here too). The top of the stack: nothing here is used below.
 
 use super::diagnosis::{Cause, Diagnosis};
 use super::events::{Direction, GpuOpKind, HostMemory, Trace, TraceFormat};
 pub use super::prediction::{fix_label, predict_fixes, Prediction, WhatIf};
-use super::replay::{self, Change, Pricing, TracedSchedule};
+use super::queries::launch_calls;
+use super::replay::{self, Change, Pricing, Replay, TracedSchedule};
+use super::side_streams::MovedCopies;
 use super::text::{counted, us};
 use crate::pipeline::op::{Lane, OpKind};
 use std::fmt;
+
+/// How many host-to-device copies share a stream with kernels: what
+/// [`Change::CopyStream`] moves.
+pub fn uploads_on_kernel_streams(trace: &Trace) -> usize {
+    MovedCopies::of(trace, Direction::H2d).count()
+}
+
+/// The least a download must move to count as results brought back
+/// (`.cpu()` of a tensor): a scalar read (`.item()`, 4 bytes) costs its
+/// sync, not its copy, and removing the sync is its fix.
+pub const RESULTS_MIN_BYTES: u64 = 64 << 10;
+
+/// How many downloads of results (at least [`RESULTS_MIN_BYTES`]) the CPU
+/// waits for at once (PyTorch's wait in the same CPU op as the copy,
+/// `.cpu()`): what [`Change::ReadLate`] defers. None where the trace
+/// cannot be replayed.
+pub fn results_waited_at_once(trace: &Trace) -> usize {
+    let is_results = |op: usize| {
+        let o = &trace.gpu_ops[op];
+        matches!(o.kind, GpuOpKind::Copy { direction: Direction::D2h, .. }) && o.bytes.is_some_and(|b| b >= RESULTS_MIN_BYTES)
+    };
+    // Most traces bring no results back: no replay to build for them.
+    if !(0..trace.gpu_ops.len()).any(is_results) {
+        return 0;
+    }
+    let Ok(replay) = Replay::new(trace) else { return 0 };
+    replay.waits_after_copies().iter().filter(|&&(_, op, _)| is_results(op)).count()
+}
+
+/// How many CPU threads launched the trace's GPU work.
+pub fn issuing_threads(trace: &Trace) -> usize {
+    let threads: std::collections::HashSet<usize> = launch_calls(trace).values().map(|&c| trace.calls[c].thread).collect();
+    threads.len()
+}
 
 /// The changes the findings of `d` on `trace` suggest, each fix once. A
 /// copy stream is suggested where uploads share a stream with kernels; for
@@ -35,8 +72,8 @@ use std::fmt;
 /// together.
 pub fn suggested(trace: &Trace, d: &Diagnosis) -> Vec<Vec<Change>> {
     let has = |c: Cause| d.findings.iter().any(|f| f.cause == c);
-    let uploads_beside_kernels = replay::uploads_on_kernel_streams(trace) > 0;
-    let downloads_each_step = replay::results_waited_at_once(trace) >= 2;
+    let uploads_beside_kernels = uploads_on_kernel_streams(trace) > 0;
+    let downloads_each_step = results_waited_at_once(trace) >= 2;
     let pageable_downloads = trace.gpu_ops.iter().any(|o| o.kind == GpuOpKind::Copy { direction: Direction::D2h, host: Some(HostMemory::Pageable) });
     let download_fixes = [vec![Change::ReadLate], vec![Change::DownloadStream], vec![Change::DownloadStream, Change::ReadLate]];
     let mut fixes = Vec::new();
@@ -122,7 +159,7 @@ pub fn what_if(trace: &Trace, d: &Diagnosis, pricing: &Pricing) -> Result<WhatIf
         let bound = HostBound::of(&p.replayed.schedule, workers);
         p.priced_by = Some(format!("{}; {}; {bound}", profiler_note(pricing), handover_note(pricing)));
     }
-    let threads = replay::issuing_threads(trace);
+    let threads = issuing_threads(trace);
     if threads > 1 {
         let note = format!("GPU work launched from {threads} CPU threads, each replayed in its own order, joined where the calls pass from one thread to another (inferred from the calls' order: the trace names no handover)");
         for p in &mut w.predictions {
