@@ -24,7 +24,7 @@
 //! ahead moves), `queries` (launching calls, syncs, enclosing CPU ops,
 //! the legacy default stream), `link` (the recorded rates a fix is priced
 //! by), `waits` (what each op waited for), `side_streams` (what a copy stream moves), `event_joins` (a
-//! graph's fork and join), `fixes` (the changes and their prices).
+//! program's event waits, a graph's fork and join), `fixes` (the changes and their prices).
 
 use super::event_joins::event_joins;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
@@ -314,18 +314,22 @@ impl<'t> Replay<'t> {
                 }
             }
         }
-        // Cross-stream waits: those the trace's times show, and in a graph
-        // (which has no launches to order it) those the program's events made.
+        // Cross-stream waits: those the trace's times show; and those the
+        // program's events made, in a graph (which has no launches to order
+        // it) and wherever the trace carries CUDA sync events (read where
+        // they name the wait, inferred from the calls' order helped by what
+        // they say where not). The times alone miss a wait the GPU took
+        // longer than their slack to pass: a double-buffered loop's first
+        // step starts ~10 µs past its upload's end.
         let mut joins: HashMap<usize, Vec<usize>> = HashMap::new();
         for (op, w) in waited.iter().enumerate() {
             if let Waited::OtherStream { op: after } = w {
                 joins.entry(op).or_default().push(*after);
             }
         }
-        if graph {
-            for j in event_joins(trace, calls, ops_of_call) {
-                joins.entry(j.op).or_default().push(j.after);
-            }
+        let named = if graph || trace.carries_sync_events() { event_joins(trace, calls, ops_of_call) } else { Vec::new() };
+        for j in named {
+            joins.entry(j.op).or_default().push(j.after);
         }
 
         let mut sched_id = vec![usize::MAX; trace.gpu_ops.len()];

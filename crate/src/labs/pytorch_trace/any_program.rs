@@ -223,6 +223,7 @@ impl ReferenceRecording {
                     after: after.clone(),
                     prediction: prediction.clone(),
                     with_sync_events: None,
+                    waits_for_events: false,
                     measured: self.program(after)?.untraced.summary()?,
                     before_measured: p.untraced.summary()?,
                 });

@@ -198,11 +198,11 @@ fn headline(rec: &Recording) -> Vec<(String, String)> {
             .checks
             .iter()
             .map(|c| {
-                let best = c.best_informed().predicted_us / 1e3;
-                let from = if c.with_sync_events.is_some() { " (traced with CUDA sync events)" } else { "" };
+                let best = c.judged_us() / 1e3;
+                let from = if c.with_sync_events.is_some() { format!(" ({})", c.judged_from()) } else { String::new() };
                 (
                     format!("{} + {}", c.before, c.fix),
-                    format!("predicted {best:.2} ms{from}; {} ran {:.2} ms ({:+.1}%)", c.after, c.measured.median, 100.0 * c.off_best_informed()),
+                    format!("predicted {best:.2} ms{from}; {} ran {:.2} ms ({:+.1}%)", c.after, c.measured.median, 100.0 * c.off_judged()),
                 )
             })
             .collect(),
@@ -235,7 +235,7 @@ pub fn programs_table(r: &Recording) -> String {
 
 /// The fixes' table: each prediction (from the plain trace, and from the
 /// run traced with CUDA sync events where there is one) beside the fixed
-/// program's runs, how far the best-informed one is off, and whether that
+/// program's runs, how far the judged one ([`FixCheck::judged_us`]) is off, and whether that
 /// is within the fix's tolerance; then each fix that is not, and why.
 pub fn fixes_table(f: &FixChecks) -> String {
     let width = f.checks.iter().map(|c| c.fix.chars().count()).fold(22, usize::max);
@@ -245,7 +245,7 @@ pub fn fixes_table(f: &FixChecks) -> String {
     );
     for c in &f.checks {
         let sync = c.with_sync_events.as_ref().map_or("-".to_string(), |p| format!("{:.2} ms", p.predicted_us / 1e3));
-        let off = c.off_best_informed();
+        let off = c.off_judged();
         s += &format!(
             "{:<24} {:<width$} {:>9.2} ms {:>12}   {:<28} {:>7.2} ms {:>+6.1}% {:>6.1}% {}\n",
             c.before,
@@ -259,7 +259,7 @@ pub fn fixes_table(f: &FixChecks) -> String {
             if c.agrees() { "agrees" } else { "OFF" }
         );
     }
-    s += "(off: the best-informed prediction, from the sync-events trace where the program waits for events; within: the smaller of 10% and a third of the fix's measured gain)\n";
+    s += "(off: the judged prediction: the sync-events trace's where the program waits for events (it names each wait's streams), else the mean of the two traced runs' (a run's host work moves from one run to the next); within: the smaller of 10% and a third of the fix's measured gain)\n";
     for n in &f.not_compared {
         s += &format!("not compared: {n}\n");
     }
@@ -271,7 +271,7 @@ pub fn fixes_table(f: &FixChecks) -> String {
 fn headline_figures(checks: &[FixCheck]) -> Vec<HeadlineFigure> {
     let mut v = Vec::new();
     for c in checks {
-        if let Ok(predicted) = Summary::of(&[c.best_informed().predicted_us / 1e3]) {
+        if let Ok(predicted) = Summary::of(&[c.judged_us() / 1e3]) {
             v.push(HeadlineFigure::prediction(format!("{} + {}: predicted", c.before, c.fix), "ms", predicted, exercise::TOLERANCE));
         }
         if !v.iter().any(|f| f.what == format!("{}: untraced", c.after)) {

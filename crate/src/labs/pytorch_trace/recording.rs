@@ -85,10 +85,12 @@ pub struct FixCheck {
     pub after: String,
     pub prediction: Prediction,
     /// The same fix predicted from the "before" program's run traced with
-    /// the profiler's CUDA sync events (which name each event wait's
-    /// stream), where the recording has one and the program waits for
-    /// events (the sync events say nothing else the what-if reads).
+    /// the profiler's CUDA sync events, where the recording has one.
     pub with_sync_events: Option<Prediction>,
+    /// Whether the "before" program waits for events: its sync-events
+    /// trace then names each wait's streams, which its plain trace leaves
+    /// to inference, and is the one judged ([`FixCheck::judged_us`]).
+    pub waits_for_events: bool,
     /// The fixed program's untraced runs, ms.
     pub measured: Summary,
     /// The "before" program's untraced runs, ms.
@@ -103,9 +105,9 @@ impl FixCheck {
     pub fn off(&self) -> f64 {
         self.predicted_ms() / self.measured.median - 1.0
     }
-    /// The same for the best-informed prediction ([`FixCheck::best_informed`]).
-    pub fn off_best_informed(&self) -> f64 {
-        self.best_informed().predicted_us / 1e3 / self.measured.median - 1.0
+    /// The same for the judged prediction ([`FixCheck::judged_us`]).
+    pub fn off_judged(&self) -> f64 {
+        self.judged_us() / 1e3 / self.measured.median - 1.0
     }
     /// The measured gain of the fix: the "before" program's median over the
     /// fixed one's, less one (0.08: 8% faster).
@@ -119,15 +121,30 @@ impl FixCheck {
     pub fn tolerance(&self) -> f64 {
         FIX_TOLERANCE.min(self.measured_gain().max(0.0) / 3.0)
     }
-    /// Whether the best-informed prediction agrees with the fixed program's run.
+    /// Whether the judged prediction agrees with the fixed program's run.
     pub fn agrees(&self) -> bool {
-        self.off_best_informed().abs() < self.tolerance()
+        self.off_judged().abs() < self.tolerance()
     }
-    /// The best-informed prediction: from the sync-events trace where
-    /// there is one (it reads which stream each event wait joins), else
-    /// from the plain trace.
-    pub fn best_informed(&self) -> &Prediction {
-        self.with_sync_events.as_ref().unwrap_or(&self.prediction)
+    /// The prediction set beside the fixed program's run, µs: from the
+    /// sync-events trace where the program waits for events (it reads
+    /// which streams each wait joins); else the mean of the predictions
+    /// from the program's two traced runs, where the recording has both
+    /// (the host's own work moves from one run to the next: one trace is
+    /// one sample of it); else the plain trace's.
+    pub fn judged_us(&self) -> f64 {
+        match (&self.with_sync_events, self.waits_for_events) {
+            (Some(synced), true) => synced.predicted_us,
+            (Some(synced), false) => (self.prediction.predicted_us + synced.predicted_us) / 2.0,
+            (None, _) => self.prediction.predicted_us,
+        }
+    }
+    /// Which traces [`FixCheck::judged_us`] comes from, in words.
+    pub fn judged_from(&self) -> &'static str {
+        match (&self.with_sync_events, self.waits_for_events) {
+            (Some(_), true) => "traced with CUDA sync events",
+            (Some(_), false) => "the mean of its two traced runs",
+            (None, _) => "traced once",
+        }
     }
 }
 
@@ -353,7 +370,7 @@ impl Recording {
                 match w.predictions.iter().find(|p| p.fix == f.fix) {
                     Some(p) => {
                         let waits_for_events = crate::diagnose::event_joins::JoinsKnown::of(&*self.trace(&f.program)?).is_some();
-                        let with_sync_events = match self.sync_events_trace(&f.program)?.filter(|_| waits_for_events) {
+                        let with_sync_events = match self.sync_events_trace(&f.program)? {
                             Some(t) => {
                                 let shown = display_path(&self.sync_events_trace_path(&f.program)?.unwrap_or_default());
                                 let d = diagnosis_priced(&t, &shown, self.links(), &pricing);
@@ -367,6 +384,7 @@ impl Recording {
                             after: after.to_string(),
                             prediction: p.clone(),
                             with_sync_events,
+                            waits_for_events,
                             measured,
                             before_measured,
                         })
