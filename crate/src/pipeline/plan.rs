@@ -219,6 +219,19 @@ impl Plan {
         Plan { devices: buffers.len(), device_buffers: buffers.iter().map(|&(n, e)| (n.to_string(), e)).collect(), ..self }
     }
 
+    /// This plan with each of its device buffers `elements` long (at most
+    /// the plan's `elements`), named as by default.
+    pub fn with_device_buffers_of(self, elements: usize) -> Plan {
+        let device_buffers = (0..self.devices).map(|i| (device_name(i), elements)).collect();
+        Plan { device_buffers, ..self }
+    }
+
+    /// Whether the plan names its device buffers' sizes
+    /// ([`Self::with_device_buffers`]); otherwise each is `elements` long.
+    pub fn sizes_device_buffers(&self) -> bool {
+        !self.device_buffers.is_empty()
+    }
+
     /// Device buffer `i`'s name and elements.
     pub fn device_buffer(&self, i: usize) -> (String, usize) {
         self.device_buffers.get(i).cloned().unwrap_or_else(|| (device_name(i), self.elements))

@@ -24,7 +24,9 @@ pub const ISSUE_CHUNKS: usize = 64;
 
 /// `count` ops of `kind` over `n` elements back to back on one stream (a
 /// copy between GPUs: from buffer 0 on its source GPU to buffer 1 on its
-/// destination, on a stream of the source).
+/// destination, on a stream of the source). Its buffers are `n` elements
+/// long, so that timing one op alone makes none bigger than the rig's
+/// plans already placed there (lab 8's rank buffers).
 fn alone_plan(kind: OpKind, n: usize, count: usize) -> Plan {
     if let OpKind::AllReduce(ranks) = kind {
         // One stream and one buffer on each of the first `ranks` GPUs.
@@ -34,7 +36,8 @@ fn alone_plan(kind: OpKind, n: usize, count: usize) -> Plan {
             let pairs: Vec<_> = r.streams.iter().copied().zip(r.devices.iter().copied()).collect();
             (0..count).try_for_each(|_| p.all_reduce(&pairs, 0, n, "alone"))
         })
-        .placed((0..ranks).collect());
+        .placed((0..ranks).collect())
+        .with_device_buffers_of(n.max(2));
     }
     let (from, to) = match kind {
         OpKind::D2d(link) => (link.from as usize, link.to as usize),
@@ -55,6 +58,7 @@ fn alone_plan(kind: OpKind, n: usize, count: usize) -> Plan {
         Ok(())
     })
     .placed(vec![from, to])
+    .with_device_buffers_of(n.max(2))
 }
 
 /// Each distinct op of `plans`, once.

@@ -1,5 +1,6 @@
 //! Running a [`Plan`] on the GPU: fresh random input, poisoned output and
-//! device buffers, the plan's streams made as it asks (kind, priority), its
+//! device buffers (each made on the GPU the plan places it, the first time
+//! a plan needs it there), the plan's streams made as it asks (kind, priority), its
 //! loop recorded by a deferring [`Runner`] and run with nothing between its
 //! driver calls, and every output element checked against what the model
 //! says it must hold (`verify`). What the model needs measured (each
@@ -72,7 +73,7 @@ fn issue<'x>(
     plan: &Plan,
     streams: &[&'x Stream],
     hosts: (&'x mut PinnedBuffer, &'x mut PinnedBuffer, &'x mut [PinnedBuffer]),
-    devices: &'x [Vec<DeviceBuffer>],
+    devices: &'x [Vec<Option<DeviceBuffer>>],
     kernel: &'x ComputeKernel,
     iterations: i32,
     dataset: &'x [u64],
@@ -84,13 +85,23 @@ fn issue<'x>(
     let devices = (0..plan.devices)
         .map(|i| {
             let (name, elements) = plan.device_buffer(i);
-            p.device_part(&devices[plan.device_gpu(i)][i], 4 * elements, &name)
+            p.device_part(placed(devices, plan.device_gpu(i), i)?, 4 * elements, &name)
         })
         .collect::<Result<_>>()?;
     let refs = Refs { streams: stream_refs, input, output, hosts: own, devices, elements: plan.elements };
     let dataset = (plan.batch_elements > 0).then_some(Dataset { words: dataset, batch_elements: plan.batch_elements });
     let mut issuer = GpuIssuer { runner: p, kernel, iterations, dataset };
     (plan.body)(&mut issuer, &refs)
+}
+
+/// Device buffer `i` a plan placed on GPU `g` of `devices` (a rig's,
+/// [`PlanRig::ready`] made it).
+fn placed(devices: &[Vec<Option<DeviceBuffer>>], g: usize, i: usize) -> Result<&DeviceBuffer> {
+    devices
+        .get(g)
+        .and_then(|d| d.get(i))
+        .and_then(Option::as_ref)
+        .ok_or_else(|| LabError::config(format!("device buffer {i} on the rig's GPU {g} was never made")))
 }
 
 /// Buffers, kernel and settings that plans run on, made once.
@@ -119,9 +130,16 @@ pub struct PlanRig {
     /// What a plan's producer copies from (ordinary memory, the same data
     /// as `host in`; made for the first plan that has a producer).
     dataset: Vec<u64>,
-    /// Per GPU of the rig, the device buffers a plan's buffers placed
-    /// there use (buffer i of the plan is buffer i of its GPU's).
-    devices: Vec<Vec<DeviceBuffer>>,
+    /// Per GPU of the rig, the device buffers plans placed there, by the
+    /// plans' numbers (a plan's buffer i on GPU g is `devices[g][i]`):
+    /// each made when a plan first places it on that GPU, of the size the
+    /// plan asks (made again, larger, for a plan that asks more), so that
+    /// a GPU holds only the buffers plans put on it. Lab 8's data-parallel
+    /// step puts a rank's batch and gradients on its own GPU: the memory
+    /// each GPU holds does not grow with the number of GPUs.
+    devices: Vec<Vec<Option<DeviceBuffer>>>,
+    /// The most device buffers a plan on this rig may have.
+    device_slots: usize,
     /// Per GPU, the stream that poisons its buffers before each run.
     setup: Vec<Stream>,
     /// NCCL's communicators, one per GPU of the rig, for plans that
@@ -134,26 +152,22 @@ pub struct PlanRig {
 }
 
 impl PlanRig {
-    /// Buffers for plans of up to `elements` f32 and `devices` device buffers.
+    /// Buffers for plans of up to `elements` f32 and `devices` device
+    /// buffers (each made when a plan first uses it: [`Self::device_bytes`]).
     pub fn new(gpu: &Gpu, elements: usize, devices: usize, iterations: i32) -> Result<PlanRig> {
         Self::over(std::slice::from_ref(gpu), elements, devices, iterations)
     }
 
     /// [`Self::new`] for plans over several GPUs: a plan's GPU g is
-    /// `gpus[g]`, and each GPU holds `devices` buffers. Peer access is
-    /// enabled between every pair that has it (a pair without it copies
-    /// through host memory).
+    /// `gpus[g]`, and each GPU holds the buffers plans place on it. Peer
+    /// access is enabled between every pair that has it (a pair without
+    /// it copies through host memory).
     pub fn over(gpus: &[Gpu], elements: usize, devices: usize, iterations: i32) -> Result<PlanRig> {
         let Some(gpu) = gpus.first() else { return Err(LabError::config("a rig needs a GPU")) };
         if elements < 2 || elements % 2 != 0 {
             return Err(LabError::config(format!("{elements} elements: give an even number, at least 2")));
         }
         let bytes = elements.checked_mul(4).ok_or_else(|| LabError::config(format!("{elements} elements is more than memory holds")))?;
-        let mut buffers = Vec::with_capacity(gpus.len());
-        for g in gpus {
-            g.ensure_free((bytes * devices.max(1)) as u64, &format!("{devices} device buffers of {}", Bytes(bytes as u64)))?;
-            buffers.push((0..devices.max(1)).map(|_| g.alloc(bytes)).collect::<Result<Vec<_>>>()?);
-        }
         for a in gpus {
             for b in gpus {
                 if a.ordinal() != b.ordinal() && a.can_access_peer(b)? {
@@ -177,7 +191,8 @@ impl PlanRig {
             host_out: PinnedBuffer::new(gpu, bytes)?,
             host_buffers: Vec::new(),
             dataset: Vec::new(),
-            devices: buffers,
+            devices: gpus.iter().map(|_| (0..devices.max(1)).map(|_| None).collect()).collect(),
+            device_slots: devices.max(1),
             setup: gpus.iter().map(|g| g.stream()).collect::<Result<_>>()?,
             nccl: None,
             streams: HashMap::new(),
@@ -218,11 +233,13 @@ impl PlanRig {
         }
         self.nccl = None;
         let comms = Communicators::with_ctas(Nccl::load()?, &self.gpus, ctas)?;
-        let bufs: Vec<&DeviceBuffer> = self.devices.iter().map(|d| &d[0]).collect();
-        comms.all_reduce_sum(&bufs, 2, &self.setup.iter().collect::<Vec<_>>())?;
+        // Two f32 on each GPU for the first all-reduce, freed once it is done.
+        let scratch: Vec<DeviceBuffer> = self.gpus.iter().map(|g| g.alloc(8)).collect::<Result<_>>()?;
+        comms.all_reduce_sum(&scratch.iter().collect::<Vec<_>>(), 2, &self.setup.iter().collect::<Vec<_>>())?;
         for s in &self.setup {
             s.synchronize()?;
         }
+        drop(scratch);
         self.gpu.bind()?;
         self.nccl = Some(comms);
         Ok(())
@@ -239,6 +256,18 @@ impl PlanRig {
         &self.gpus
     }
 
+    /// The device memory the rig holds for plans' buffers on each of its
+    /// GPUs (by the plans' numbers), bytes: what the plans run so far
+    /// placed there.
+    pub fn device_bytes(&self) -> Vec<u64> {
+        self.devices.iter().map(|d| d.iter().flatten().map(|b| b.bytes() as u64).sum()).collect()
+    }
+
+    /// Device buffer `i` of a plan placed on the rig's GPU `g`.
+    fn device(&self, g: usize, i: usize) -> Result<&DeviceBuffer> {
+        placed(&self.devices, g, i)
+    }
+
     /// Runs `plan` once on fresh data and verifies every output element
     /// the model says it writes; `source` times its timeline.
     pub fn run(&mut self, plan: &Plan, source: TimelineSource) -> Result<Run> {
@@ -248,7 +277,7 @@ impl PlanRig {
     /// [`Self::run`] with the plan's model made once (it holds a cell per
     /// element of every buffer: for repeated runs of a big plan).
     pub fn run_modelled(&mut self, plan: &Plan, model: &DryRun, source: TimelineSource) -> Result<Run> {
-        self.fits(plan)?;
+        self.ready(plan)?;
         // The model ran the same loop: a plan that races is refused before
         // the GPU runs any of it.
         if let Some(r) = model.schedule.races().first() {
@@ -285,7 +314,7 @@ impl PlanRig {
     /// Captures `plan`'s loop as a CUDA graph on this rig's buffers (it runs
     /// nothing); [`Self::replay`] launches it. `model` is the plan's.
     pub fn capture(&mut self, plan: &Plan, model: &DryRun) -> Result<CapturedPlan> {
-        self.fits(plan)?;
+        self.ready(plan)?;
         self.make_streams(plan)?;
         self.make_host_buffers(plan)?;
         let streams = streams_of(&self.streams, plan);
@@ -345,17 +374,20 @@ impl PlanRig {
         Ok(Replay { total_ms, launch_ms })
     }
 
+    /// Refuses a plan bigger than the rig; makes the device buffers it
+    /// places on each GPU where the rig has none of that size yet.
+    fn ready(&mut self, plan: &Plan) -> Result<()> {
+        self.fits(plan)?;
+        self.make_device_buffers(plan)
+    }
+
     /// Refuses a plan bigger than the rig.
     fn fits(&self, plan: &Plan) -> Result<()> {
         plan.validate()?;
-        if plan.elements > self.elements || plan.devices > self.devices[0].len() {
+        if plan.elements > self.elements || plan.devices > self.device_slots {
             return Err(LabError::config(format!(
                 "{}: {} elements and {} device buffers do not fit the rig's {} and {}",
-                plan.name,
-                plan.elements,
-                plan.devices,
-                self.elements,
-                self.devices[0].len()
+                plan.name, plan.elements, plan.devices, self.elements, self.device_slots
             )));
         }
         if plan.gpus().iter().any(|&g| g >= self.gpus.len()) {
@@ -386,9 +418,38 @@ impl PlanRig {
         }
         for i in 0..plan.devices {
             let g = plan.device_gpu(i);
-            self.setup[g].fill_u32(&self.devices[g][i], pattern::POISON as u32)?;
+            self.setup[g].fill_u32(self.device(g, i)?, pattern::POISON as u32)?;
         }
         Ok(seed)
+    }
+
+    /// Makes each device buffer `plan` places on a GPU, of the size it
+    /// asks, where the rig holds none there that big (the smaller one
+    /// freed first; refused where a captured graph names it).
+    fn make_device_buffers(&mut self, plan: &Plan) -> Result<()> {
+        for i in 0..plan.devices {
+            let (g, (name, elements)) = (plan.device_gpu(i), plan.device_buffer(i));
+            // A plan that names its buffers' sizes gets those; any other a
+            // buffer of the rig's elements, which every plan of the rig
+            // fits (a smaller plan run first leaves none to make again).
+            let bytes = 4 * if plan.sizes_device_buffers() { elements } else { self.elements };
+            match &self.devices[g][i] {
+                Some(b) if b.bytes() >= bytes => continue,
+                Some(_) if !self.graphs.is_empty() => {
+                    return Err(LabError::config(format!(
+                        "{}: its {name} ({}) on GPU {g} is bigger than the rig's buffer there, which a captured graph names: capture it on a rig of its own",
+                        plan.name,
+                        Bytes(bytes as u64)
+                    )))
+                }
+                _ => {}
+            }
+            self.devices[g][i] = None;
+            let gpu = &self.gpus[g];
+            gpu.ensure_free(bytes as u64, &format!("{}: its {name} ({})", plan.name, Bytes(bytes as u64)))?;
+            self.devices[g][i] = Some(gpu.alloc(bytes)?);
+        }
+        self.gpu.bind()
     }
 
     /// Makes the page-locked host buffers of `plan`'s own, each of the

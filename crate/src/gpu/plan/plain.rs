@@ -51,7 +51,7 @@ impl PlanRig {
     /// Runs the plain loop on fresh data and verifies its output.
     pub fn plain_stage_loop(&mut self, plain: &PlainLoop) -> Result<PlainRun> {
         let (plan, chunks) = (&plain.plan, plain.chunks);
-        self.fits(plan)?;
+        self.ready(plan)?;
         let seed = self.fresh_data(plan)?;
         self.make_streams(plan)?;
         let streams = streams_of(&self.streams, plan);
@@ -61,7 +61,7 @@ impl PlanRig {
         let ends: Vec<Event> = (0..3).map(|_| self.gpu.timing_event()).collect::<Result<_>>()?;
         let base = self.gpu.timing_event()?;
         let (host_in, host_out) = (self.host_in.words().as_ptr() as *const c_void, self.host_out.words_mut().as_mut_ptr() as *mut c_void);
-        let (d_in, d_out) = (self.devices[0][0].span(), self.devices[0][1].span());
+        let (d_in, d_out) = (self.device(0, 0)?.span(), self.device(0, 1)?.span());
         let (kernel, iterations) = (&self.kernel, self.iterations);
         // The clock starts at the loop's first call, as a live run's does.
         base.record(&self.launch)?;

@@ -22,7 +22,8 @@ impl PlanRig {
                 Checked::Device(i) => {
                     let g = plan.device_gpu(i);
                     let (name, elements) = plan.device_buffer(i);
-                    self.setup[g].download(&mut self.host_out, &self.devices[g][i], 4 * elements)?;
+                    let buffer = super::placed(&self.devices, g, i)?;
+                    self.setup[g].download(&mut self.host_out, buffer, 4 * elements)?;
                     self.gpu.bind()?;
                     name
                 }

@@ -90,7 +90,9 @@ pub fn all_reduce_label(bucket: usize) -> String {
 
 /// `steps` training steps of the experiment (see the module doc), summed
 /// as `sync` says. Buffers: GPU g's batch is device buffer 2g, its
-/// gradients 2g+1; its streams are compute (2g) and comm (2g+1).
+/// gradients 2g+1, each of one rank's `per_gpu` elements and placed on
+/// GPU g alone (a GPU holds its own rank's two, whatever the GPU count);
+/// its streams are compute (2g) and comm (2g+1).
 pub fn plan(shape: Shape, steps: usize, sync: Sync) -> Plan {
     let Shape { per_gpu, ranks, comm_priority, .. } = shape;
     let mut specs = Vec::with_capacity(2 * ranks);
@@ -138,6 +140,13 @@ pub fn plan(shape: Shape, steps: usize, sync: Sync) -> Plan {
         Ok(())
     })
     .placed((0..ranks).flat_map(|g| [g, g]).collect())
+    .with_device_buffers_of(per_gpu)
+}
+
+/// The device memory the experiment's plan asks of each GPU, bytes: a
+/// rank's batch and its gradients (NCCL's own buffers besides).
+pub fn device_bytes_per_gpu(shape: Shape) -> u64 {
+    2 * 4 * shape.per_gpu as u64
 }
 
 /// The op kinds the experiment's bound is costed by: the kernel of a
@@ -165,7 +174,7 @@ mod tests {
     use super::*;
     use crate::pipeline::cells::Provenance;
     use crate::pipeline::machine::Machine;
-    use crate::pipeline::plan::Costs;
+    use crate::pipeline::plan::{device_name, Costs};
 
     fn shape(buckets: usize) -> Shape {
         Shape { per_gpu: 64, bucket: 64 / buckets, ranks: 2, comm_priority: -1 }
@@ -193,8 +202,15 @@ mod tests {
                 let sums = m.schedule.ops.iter().filter(|o| o.kind == OpKind::AllReduce(2)).count();
                 assert_eq!(sums, 4 * 2 * steps, "a part per rank per bucket per step");
                 assert!(!m.schedule.cpu_waited_for_gpu());
+                // Each GPU holds its own rank's batch and gradients: two
+                // buffers of one rank's elements, whatever the rank count.
+                assert_eq!(p.devices, 4);
+                for i in 0..p.devices {
+                    assert_eq!((p.device_gpu(i), p.device_buffer(i)), (i / 2, (device_name(i), 64)), "{sync:?} buffer {i}");
+                }
             }
         }
+        assert_eq!(device_bytes_per_gpu(shape(4)), 2 * 4 * 64);
         assert_eq!(shape(4).buckets(), 4);
         assert!(Shape { bucket: 30, ..shape(1) }.validate().unwrap_err().to_string().contains("that divide it"), "buckets of one size");
         assert!(Shape { bucket: 0, ..shape(1) }.validate().is_err());

@@ -144,6 +144,9 @@ pub fn results_on(n: usize) -> crate::labs::multi_gpu::MultiGpuResults {
             }],
             skipped: Vec::new(),
             env_override: None,
+            // Each GPU a rank's batch and gradients of the config's 64 MiB;
+            // the others one 64 MiB bucket's sum timed alone besides.
+            device_bytes: (0..n).map(|g| (128 << 20) + if g == 0 { 0 } else { 64 << 20 }).collect(),
         })
     } else {
         Err("one GPU here: an all-reduce sums over two or more".into())

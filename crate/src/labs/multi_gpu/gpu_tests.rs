@@ -186,7 +186,7 @@ fn nccl_rig(test: &str, gpus: &[Gpu], elements: usize, devices: usize) -> Option
 /// element itself: the code path, not the lab's number).
 #[test]
 fn an_all_reduce_in_a_plan_sums_every_gpus_gradients_verified() {
-    use crate::labs::multi_gpu::all_reduce::{plan as grads, Shape, Sync};
+    use crate::labs::multi_gpu::all_reduce::{device_bytes_per_gpu, plan as grads, Shape, Sync};
     use crate::labs::multi_gpu::measure::{all_reduce_point, Timing};
     let test = "an_all_reduce_in_a_plan_sums_every_gpus_gradients_verified";
     let Some(_gpu) = gpu_or_skip(test) else {
@@ -212,6 +212,10 @@ fn an_all_reduce_in_a_plan_sums_every_gpus_gradients_verified() {
             None => println!("{sync:?}: {:.3} ms, no timeline", run.total_ms),
         }
     }
+    // Each GPU holds its own rank's batch and gradients, the same bytes
+    // whatever the number of GPUs (not every rank's on every GPU).
+    assert_eq!(rig.device_bytes(), vec![device_bytes_per_gpu(shape); ranks], "{ranks} GPU(s)");
+    println!("{ranks} GPU(s): {} bytes of buffers on each", device_bytes_per_gpu(shape));
     // A rank list that does not match the communicators is a clear error.
     let wrong = Plan::new("wrong ranks", vec![StreamSpec::new("s", StreamKind::NonBlocking, 0)], 64, 2, |p, r| {
         p.all_reduce(&[(r.streams[0], r.devices[0]), (r.streams[0], r.devices[1])], 0, 8, "two ranks on one stream")

@@ -384,5 +384,6 @@ fn all_reduce_sweep(gpus: &[Gpu], cfg: &MultiGpuConfig, t: Timing, progress: &mu
     }
     // validate() puts NCCL's own choice first.
     let points = sweeps.remove(0).points;
-    Ok(AllReduceResults { nccl_version, ranks, iterations: rig.iterations, points, timeline, sizes, torch, capped: sweeps, skipped, env_override })
+    let device_bytes = rig.device_bytes();
+    Ok(AllReduceResults { nccl_version, ranks, iterations: rig.iterations, points, timeline, sizes, torch, capped: sweeps, skipped, env_override, device_bytes })
 }

@@ -234,6 +234,7 @@ mod tests {
         assert!(t.contains("diff") && t.contains("+2.0"), "{t}");
         assert!(t.contains("NCCL 2.28.3 over 2 GPUs"), "{t}");
         assert!(t.contains("buckets of 4 MiB hid 93.8% of the communication (96.9% at most), NCCL's bus bandwidth 83.9 GB/s"), "{t}");
+        assert!(t.contains("device memory of the buffers on each GPU: GPU 0 128 MiB, GPU 1 192 MiB (a rank's batch and gradients, 64 MiB each"), "{t}");
         let h = r.headline();
         let row = |what: &str| h.iter().find(|(k, _)| k.starts_with(what)).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("{what}: {h:?}"));
         assert_eq!(row("GPUs the lab ran on"), "2: NVLink x18, peer access");

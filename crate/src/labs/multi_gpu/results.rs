@@ -220,6 +220,13 @@ pub struct AllReduceResults {
     /// setting of the sweep.
     #[serde(default)]
     pub env_override: Option<String>,
+    /// The device memory the sweep's buffers held on each GPU at its end,
+    /// bytes, in the lab's GPU order (NCCL's own besides): each rank's
+    /// batch and gradients on its own GPU, and what timing one bucket's
+    /// sum alone placed there (none in recordings made before the lab
+    /// said it).
+    #[serde(default)]
+    pub device_bytes: Vec<u64>,
 }
 
 /// The bucket sweep under one CTA setting of NCCL's communicators.

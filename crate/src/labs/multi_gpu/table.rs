@@ -228,6 +228,14 @@ training, the forward and backward of every micro-batch ({} stages), bubble (25%
             );
         }
         out += "  (a training step, by difference; hidden: (serial - overlapped) / comm; at most: all but the last bucket's sum where compute is the longer; bus GB/s: NCCL's bus bandwidth of one bucket's sum)\n";
+        if !a.device_bytes.is_empty() {
+            let each: Vec<String> = a.device_bytes.iter().enumerate().map(|(g, &b)| format!("GPU {g} {}", Bytes(b))).collect();
+            out += &format!(
+                "  device memory of the buffers on each GPU: {} (a rank's batch and gradients, {} each, on its own GPU, and one bucket's sum timed alone; NCCL's own besides)\n",
+                each.join(", "),
+                Bytes((self.config.grad_mib as u64) << 20)
+            );
+        }
         out += &self.all_reduce_size_lines(a);
         out += &self.cta_lines(a);
         if let Some(b) = a.best() {
