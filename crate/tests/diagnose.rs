@@ -1245,3 +1245,44 @@ fn a_batch_is_taken_over_in_proportion_to_the_loops_own_work_not_its_waits() {
     let added_free = predicted_of(&with_small_op, 0.0, 0.0) - free;
     assert!((added_free - 1000.0).abs() < 5.0, "a 50 µs op a step cost {added_free} µs without a takeover, not 1000");
 }
+
+/// Issue 63's data-parallel recording (`crate/reference/ddp_trace.py` on
+/// two GPUs): every program traced once per rank, each trace read by
+/// `diagnose`'s reader with NCCL's all-reduce kernels on a stream of their
+/// own beside the compute stream, as many on every rank; the record's
+/// pairs name recorded programs, and its run found no problem.
+#[test]
+fn the_data_parallel_recording_holds_a_readable_trace_per_rank() {
+    let dir = overlap_lab::measure::record::repo_root().join("data/nvidia-h200/ddp-trace");
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("programs.json")).unwrap()).unwrap();
+    let ranks = record["ranks"].as_u64().unwrap() as usize;
+    assert!(ranks >= 2, "{ranks} ranks");
+    assert_eq!(record["problems"].as_array().unwrap().len(), 0, "{}", record["problems"]);
+    let programs = record["programs"].as_object().unwrap();
+    assert!(programs.len() >= 7, "{} programs", programs.len());
+    for pair in record["pairs"].as_array().unwrap() {
+        for side in ["before", "after"] {
+            assert!(programs.contains_key(pair[side].as_str().unwrap()), "{pair}");
+        }
+    }
+    for (name, p) in programs {
+        let traces = p["traces"].as_array().unwrap();
+        assert_eq!(traces.len(), ranks, "{name}: a trace per rank");
+        assert_eq!(p["untraced"]["per_rank_ms"].as_array().unwrap().len(), ranks, "{name}");
+        assert!(p["largest_update"].as_f64().unwrap() > 0.0 && p["weights_differ_across_ranks"].as_f64().unwrap() == 0.0, "{name}");
+        let mut sums = Vec::new();
+        for t in traces {
+            let trace = read_trace(&dir.join(t.as_str().unwrap()), &mut |_, _| {}).unwrap();
+            let nccl: Vec<_> = trace.gpu_ops.iter().filter(|o| o.name.starts_with("ncclDevKernel_AllReduce")).collect();
+            let streams: std::collections::BTreeSet<u64> = nccl.iter().map(|o| o.stream).collect();
+            let compute: std::collections::BTreeSet<u64> =
+                trace.gpu_ops.iter().filter(|o| o.name.starts_with("nvjet") || o.name.contains("gemm")).map(|o| o.stream).collect();
+            assert!(
+                !nccl.is_empty() && !compute.is_empty() && streams.len() == 1 && streams.is_disjoint(&compute),
+                "{name} {t}: NCCL on {streams:?}, GEMMs on {compute:?}"
+            );
+            sums.push(nccl.len());
+        }
+        assert!(sums.windows(2).all(|w| w[0] == w[1]), "{name}: all-reduces per rank {sums:?}");
+    }
+}
