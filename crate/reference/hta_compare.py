@@ -17,7 +17,13 @@
   ended, else kernel wait under the threshold, else other (HTA rounds each
   figure to 0.01 µs).
 
-Usage: hta_compare.py TRACE.json[.gz]
+Given several traces, one per rank of a data-parallel step in rank
+order, it prints each rank's window, idle time (the temporal breakdown)
+and communication/computation overlap (`get_comm_comp_overlap`: NCCL's
+kernel time under computation kernels over NCCL's kernel time, %) instead,
+for `overlap-lab diagnose` on several ranks.
+
+Usage: hta_compare.py TRACE.json[.gz] [TRACE.json[.gz] ...]
 
 Two settings, so that HTA reads the trace as written and whole:
 - HTA_DISABLE_NS_ROUNDING=1: by default HTA rounds a trace's ns timestamps to
@@ -37,18 +43,23 @@ os.environ.setdefault("HTA_DISABLE_NS_ROUNDING", "1")
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
-        print("usage: hta_compare.py TRACE.json[.gz]", file=sys.stderr)
+    if len(sys.argv) < 2:
+        print("usage: hta_compare.py TRACE.json[.gz] [TRACE.json[.gz] ...]", file=sys.stderr)
         return 2
-    path = os.path.abspath(sys.argv[1])
-    if not os.path.isfile(path):
-        print(f"hta_compare.py: no such trace: {sys.argv[1]}", file=sys.stderr)
+    paths = [os.path.abspath(p) for p in sys.argv[1:]]
+    missing = [p for p in sys.argv[1:] if not os.path.isfile(p)]
+    if missing:
+        print(f"hta_compare.py: no such trace: {missing[0]}", file=sys.stderr)
         return 2
     logging.disable(logging.WARNING)
     from importlib.metadata import version
 
     from hta.trace_analysis import TraceAnalysis
     from hta.utils.utils import KernelType, get_kernel_type
+
+    if len(paths) > 1:
+        return ranks(paths, TraceAnalysis, version("HolisticTraceAnalysis"))
+    path = paths[0]
 
     analysis = TraceAnalysis(trace_files={0: path}, trace_dir=os.path.dirname(path), include_last_profiler_step=True)
     breakdown = analysis.get_temporal_breakdown(visualize=False).iloc[0]
@@ -86,6 +97,21 @@ def main() -> int:
             indent=2,
         )
     )
+    return 0
+
+
+def ranks(paths, TraceAnalysis, hta_version) -> int:
+    """Several ranks' traces (rank k the k-th): each one's window, idle
+    time and communication/computation overlap, as HTA computes them."""
+    analysis = TraceAnalysis(trace_files=dict(enumerate(paths)), trace_dir=os.path.dirname(paths[0]), include_last_profiler_step=True)
+    breakdown = analysis.get_temporal_breakdown(visualize=False)
+    overlap = analysis.get_comm_comp_overlap(visualize=False)
+    out = {}
+    for _, row in breakdown.iterrows():
+        rank = int(row["rank"])
+        share = overlap[overlap["rank"].eq(rank)]["comp_comm_overlap_pctg"].iloc[0]
+        out[str(rank)] = {"window_us": float(row["kernel_time(us)"]), "idle_us": float(row["idle_time(us)"]), "overlap_pctg": float(share)}
+    print(json.dumps({"library": "HolisticTraceAnalysis", "version": hta_version, "ranks": out}, indent=2))
     return 0
 
 

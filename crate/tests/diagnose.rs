@@ -446,11 +446,10 @@ fn every_malformed_trace_is_one_line_naming_the_file_and_the_fault() {
         let got = std::panic::catch_unwind(|| read_trace(path, &mut |_, _| {}));
         assert!(matches!(got, Ok(Err(_))), "{name}: {:?}", got.map(|r| r.map(|t| t.gpu_ops.len())));
     }
-    for (name, path, needles) in cases
-        .iter()
-        .map(|(n, p, w)| (n.as_str(), p.clone(), w.clone()))
-        .chain([("absent.json", dir.join("absent.json"), vec!["reading trace", "No such file"]), ("a folder", dir.clone(), vec!["reading trace", "directory"])])
-    {
+    for (name, path, needles) in cases.iter().map(|(n, p, w)| (n.as_str(), p.clone(), w.clone())).chain([
+        ("absent.json", dir.join("absent.json"), vec!["reading trace", "No such file"]),
+        ("a folder (its traces read as ranks: the first bad one named)", dir.clone(), vec!["reading trace"]),
+    ]) {
         let (code, out, err) = cli(&["diagnose", path.to_str().unwrap()]);
         assert!(code != 0 && out.is_empty(), "{name}: exit {code}, stdout {out}");
         let lines: Vec<&str> = err.trim_end().lines().collect();
@@ -1285,4 +1284,39 @@ fn the_data_parallel_recording_holds_a_readable_trace_per_rank() {
         }
         assert!(sums.windows(2).all(|w| w[0] == w[1]), "{name}: all-reduces per rank {sums:?}");
     }
+}
+
+/// `overlap-lab diagnose` given several ranks' traces, or a folder of
+/// them: the ranks side by side (text and `--json`); a folder that is not
+/// one step's ranks, or holds no trace, is a one-line error naming it.
+#[test]
+fn diagnose_sets_several_ranks_traces_side_by_side_from_files_or_a_folder() {
+    let data = overlap_lab::measure::record::repo_root().join("data/nvidia-h200/ddp-trace");
+    let (r0, r1) = (data.join("ddp_straggler.rank0.json.gz"), data.join("ddp_straggler.rank1.json.gz"));
+    let (code, out, err) = cli(&["diagnose", r1.to_str().unwrap(), r0.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("2 ranks, their clocks lined up by their collectives") && out.contains("ddp_straggler.rank1.json.gz"), "{out}");
+    let (code, out, err) = cli(&["diagnose", "--json", r0.to_str().unwrap(), r1.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["schema"].as_str(), v["ranks"].as_array().unwrap().len()), (Some(overlap_lab::diagnose::ranks::RANKS_SCHEMA), 2));
+    assert!(v["ranks"][1]["started_last"].as_u64().unwrap() > 0 && v["ranks"][0]["hidden_us"].as_f64().unwrap() > 0.0, "{out}");
+    // A folder: its traces are one step's ranks, or a one-line error.
+    let one_step = overlap_lab::testing::temp_dir("diagnose-ranks");
+    for f in [&r0, &r1] {
+        std::fs::copy(f, one_step.join(f.file_name().unwrap())).unwrap();
+    }
+    let (code, out, _) = cli(&["diagnose", one_step.to_str().unwrap()]);
+    assert!(code == 0 && out.starts_with("2 ranks"), "{out}");
+    let (code, _, err) = cli(&["diagnose", data.to_str().unwrap()]);
+    assert!(code != 0 && err.trim().lines().count() == 1 && err.contains("programs.json: JSON, but not a Chrome trace"), "{err}");
+    let twice = overlap_lab::testing::temp_dir("diagnose-ranks-twice");
+    for name in ["a.json.gz", "b.json.gz"] {
+        std::fs::copy(&r0, twice.join(name)).unwrap();
+    }
+    let (code, _, err) = cli(&["diagnose", twice.to_str().unwrap()]);
+    assert!(code != 0 && err.trim().lines().count() == 1 && err.contains("are both rank 0"), "{err}");
+    let empty = overlap_lab::testing::temp_dir("diagnose-ranks-empty");
+    let (code, _, err) = cli(&["diagnose", empty.to_str().unwrap()]);
+    assert!(code != 0 && err.trim().lines().count() == 1 && err.contains("0 trace(s)"), "{err}");
 }

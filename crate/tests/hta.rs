@@ -168,3 +168,55 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed
     }
     println!("idle split per stream, the widest apart from HTA's: {:.2e} of the stream's idle time ({})", widest_idle.0, widest_idle.1);
 }
+
+/// `overlap-lab diagnose` on several ranks held to HTA: on every committed
+/// data-parallel recording (`data/*/ddp-trace/`, a trace per rank of each
+/// program), each rank's window and idle time agree with HTA's temporal
+/// breakdown within 1% of the window, and the communication it hid under
+/// computation, as a share of its communication, with HTA's
+/// communication/computation overlap within 2 points. Skips, saying so,
+/// where HTA is not importable.
+#[test]
+fn several_ranks_agree_with_holistic_trace_analysis() {
+    use overlap_lab::diagnose::ranks::read_ranks;
+    let python = python();
+    let importable = Command::new(&python).args(["-c", "import hta"]).output().is_ok_and(|o| o.status.success());
+    if !importable {
+        println!("SKIPPED: HolisticTraceAnalysis is not importable by {python} (`.ci/setup --notebooks` installs it into the venv)");
+        return;
+    }
+    let root = overlap_lab::measure::record::repo_root();
+    let script = root.join("crate/reference/hta_compare.py");
+    let mut compared = 0;
+    for gpu in std::fs::read_dir(root.join("data")).unwrap().flatten() {
+        let dir = gpu.path().join("ddp-trace");
+        let Ok(text) = std::fs::read_to_string(dir.join("programs.json")) else { continue };
+        let record: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for (name, p) in record["programs"].as_object().unwrap() {
+            let files: Vec<std::path::PathBuf> = p["traces"].as_array().unwrap().iter().map(|t| dir.join(t.as_str().unwrap())).collect();
+            let traces: Vec<(String, overlap_lab::diagnose::Trace)> =
+                files.iter().map(|f| (f.display().to_string(), read_trace(f, &mut |_, _| {}).unwrap())).collect();
+            let ours = read_ranks(&traces).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let out = Command::new(&python).arg(&script).args(&files).output().expect("python runs");
+            assert!(out.status.success(), "{name}: hta_compare.py failed: {}", String::from_utf8_lossy(&out.stderr));
+            let hta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{name}: {e}"));
+            for r in &ours.ranks {
+                let theirs = &hta["ranks"][r.rank.to_string()];
+                let (window, idle, overlap) =
+                    (theirs["window_us"].as_f64().unwrap(), theirs["idle_us"].as_f64().unwrap(), theirs["overlap_pctg"].as_f64().unwrap());
+                println!(
+                    "{name} rank {}: window {:.1} / {window:.1} µs, idle {:.1} / {idle:.1} µs, hidden {:.2}% / {overlap:.2}% (ours / HTA's)",
+                    r.rank,
+                    r.window_us,
+                    r.idle_us(),
+                    100.0 * r.hidden_share()
+                );
+                assert!((r.window_us - window).abs() <= 0.01 * window, "{name} rank {}: window", r.rank);
+                assert!((r.idle_us() - idle).abs() <= 0.01 * window, "{name} rank {}: idle", r.rank);
+                assert!((100.0 * r.hidden_share() - overlap).abs() <= 2.0, "{name} rank {}: hidden", r.rank);
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared >= 14, "only {compared} ranks compared");
+}

@@ -84,10 +84,18 @@ enum Tool {
     /// synchronizing calls and the GPU idle each one caused; work on the
     /// legacy default stream; stretches where the GPU waited for launches.
     /// Each finding names the call behind it and its cost, largest first.
+    ///
+    /// Given several traces (or a folder of them), one per rank of a
+    /// data-parallel step as torch.profiler writes them, it sets the ranks
+    /// side by side instead: each rank's busy and idle time, NCCL's
+    /// communication hidden under computation and exposed, and how long it
+    /// kept the others waiting in the collectives it started last, their
+    /// clocks lined up by their collectives.
     Diagnose {
-        /// The trace: a .json or .json.gz Chrome trace.
-        #[arg(value_name = "TRACE")]
-        trace: PathBuf,
+        /// The trace: a .json or .json.gz Chrome trace; several (or a
+        /// folder of them): one per rank of a data-parallel step.
+        #[arg(value_name = "TRACE", required = true, num_args = 1..)]
+        trace: Vec<PathBuf>,
         /// Print the diagnosis as JSON (for scripts).
         #[arg(long)]
         json: bool,
@@ -365,6 +373,40 @@ fn run_diagnose(trace: &std::path::Path, json: bool, workers: usize, data: &std:
     Ok(())
 }
 
+/// The rank traces `diagnose` was given: several files, or a folder's
+/// `.json` and `.json.gz` files (sorted by name); None for one trace file.
+fn rank_traces(given: &[PathBuf]) -> Result<Option<Vec<PathBuf>>> {
+    let [one] = given else { return Ok(Some(given.to_vec())) };
+    if !one.is_dir() {
+        return Ok(None);
+    }
+    let entries = std::fs::read_dir(one).map_err(|e| overlap_lab::error::LabError::config(format!("{}: {e}", display_path(one))))?;
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".json") || n.ends_with(".json.gz")))
+        .collect();
+    files.sort();
+    Ok(Some(files))
+}
+
+/// `overlap-lab diagnose` on several ranks' traces: each read, then the
+/// ranks side by side ([`overlap_lab::diagnose::ranks`]).
+fn run_diagnose_ranks(files: &[PathBuf], json: bool) -> Result<()> {
+    let mut traces = Vec::with_capacity(files.len());
+    for f in files {
+        let shown = display_path(f);
+        traces.push((shown, overlap_lab::diagnose::read_trace(f, &mut |_, _| {})?));
+    }
+    let ranks = overlap_lab::diagnose::ranks::read_ranks(&traces).map_err(overlap_lab::error::LabError::config)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&ranks).expect("the ranks serialize"));
+    } else {
+        print!("{ranks}");
+    }
+    Ok(())
+}
+
 /// `overlap-lab trace`: runs the command traced, says what each CUDA
 /// process's trace holds, then diagnoses each that ran GPU work (`workers`:
 /// None, no diagnosis). Returns the exit code to leave with: the command's
@@ -537,7 +579,10 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
             Some(dir) => println!("{}", overlap_lab::course::progress_in(&dir)?),
             None => println!("{}", overlap_lab::course::progress()?),
         },
-        Tool::Diagnose { trace, json, workers } => run_diagnose(&trace, json, workers as usize, &data, quiet)?,
+        Tool::Diagnose { trace, json, workers } => match rank_traces(&trace)? {
+            Some(ranks) => run_diagnose_ranks(&ranks, json)?,
+            None => run_diagnose(&trace[0], json, workers as usize, &data, quiet)?,
+        },
         Tool::Trace { output, inject, keep_raw, no_diagnose, json, workers, command } => {
             let req = overlap_lab::trace::Request { command, output, library: inject, keep_raw };
             let code = run_trace(&req, (!no_diagnose).then_some(workers as usize), json, &data, quiet)?;

@@ -253,6 +253,16 @@ pub struct Trace {
     pub stream_waits: Vec<StreamWait>,
     /// The events recorded, where the trace writes them (`cuda_event`).
     pub event_records: Vec<EventRecord>,
+    /// The process's rank in a distributed run, where the trace says
+    /// (Kineto's `distributedInfo`).
+    pub distributed: Option<Distributed>,
+}
+
+/// A traced process's place in a distributed run (Kineto's `distributedInfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Distributed {
+    pub rank: u32,
+    pub world_size: u32,
 }
 
 impl Trace {

@@ -8,7 +8,8 @@
 //!
 //! Kineto's format, as `libkineto/src/output_json.cpp` and
 //! `CuptiActivity.cpp` write it: a JSON object with `schemaVersion`,
-//! `deviceProperties` (each GPU's `id` and `name`), `displayTimeUnit`,
+//! `deviceProperties` (each GPU's `id` and `name`), `distributedInfo` (a
+//! distributed run's `rank` and `world_size`), `displayTimeUnit`,
 //! `baseTimeNanoseconds` and `traceEvents`. Each complete event (`"ph":
 //! "X"`) has `cat`, `name`, `pid`, `tid`, `ts` and `dur` in µs, and `args`:
 //! a kernel's, copy's or memset's hold `device`, `stream` and
@@ -446,6 +447,13 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
                         if let (Some(id), Some(name)) = (d.get("id").and_then(|i| i.as_u64()), d.get("name").and_then(|n| n.as_str())) {
                             self.builder.device_names.push((id as u32, name.to_string()));
                         }
+                    }
+                }
+                "distributedInfo" => {
+                    let v: serde_json::Value = map.next_value()?;
+                    let field = |k: &str| v.get(k).and_then(|x| x.as_u64()).and_then(|x| u32::try_from(x).ok());
+                    if let (Some(rank), Some(world_size)) = (field("rank"), field("world_size")) {
+                        self.builder.trace.distributed = Some(super::events::Distributed { rank, world_size });
                     }
                 }
                 "otherData" => {

@@ -53,6 +53,9 @@
 //!   then [`analyze`] ([`diagnose`], which runs them).
 //! - [`render`]: the diagnosis as text. [`whatif`]: the fixes a diagnosis
 //!   suggests, predicted: the top.
+//! - [`ranks`]: several ranks' traces of one data-parallel step side by
+//!   side (communication hidden and exposed, the rank the others waited
+//!   for), from the traces alone.
 //!
 //! May use: `error`, `units`, `measure`, `pipeline` (the schedule and the
 //! queue model the replay runs on). Never `gpu`, `present` or the
@@ -98,6 +101,8 @@ mod syncs;
 
 pub mod render;
 pub mod whatif;
+
+pub mod ranks;
 
 pub use analyze::diagnose;
 pub use diagnosis::{Cause, Diagnosis, Finding, IdleCause, IdleShare, StreamIdleKinds, DIAGNOSIS_SCHEMA};

@@ -1,0 +1,246 @@
+//! Several ranks of one data-parallel step: each rank's trace (one
+//! process's torch.profiler trace per GPU, as DistributedDataParallel
+//! writes them) read for its communication against its computation, and
+//! the ranks set side by side to find the rank the others waited for.
+//!
+//! - **Communication** is NCCL's kernels (a name that starts `nccl` and
+//!   holds `Kernel`), **computation** every other kernel but copies,
+//!   memsets and syncs: HolisticTraceAnalysis's classes, so that each
+//!   rank's hidden share (communication time under computation over
+//!   communication time) is HTA's communication/computation overlap.
+//! - **The clocks.** Each rank's trace has its own clock. A ring
+//!   all-reduce ends on every rank within microseconds, so the ranks are
+//!   aligned by their collectives: rank r's k-th NCCL kernel is every
+//!   rank's k-th, and rank r's clock is moved by the median over k of how
+//!   much later rank 0's k-th one ended.
+//! - **Waiting.** A rank whose collective kernel starts early spins until
+//!   the last rank's starts: on the aligned clock, every collective's
+//!   last-starting rank kept the others waiting for as long as each
+//!   started before it. That is said per rank, not yet judged: on the
+//!   first recorded traces (`data/nvidia-h200/ddp-trace/`) the balanced
+//!   step's rank 1 started 41 of 48 collectives last too (0.26 ms of
+//!   waits a collective against the straggler program's 0.60), so no rule
+//!   names a straggler until traces of more steps and ranks set one.
+//!
+//! May use: `measure` (a median), `events` (the traces), `intervals`
+//! (unions and overlaps).
+
+use super::events::{GpuOpKind, Trace};
+use super::intervals::{covered, total, union};
+use crate::measure::stats::upper_median;
+use serde::Serialize;
+use std::fmt;
+
+/// Whether a kernel is NCCL's (HTA's communication kernels).
+pub fn is_communication(name: &str) -> bool {
+    name.starts_with("nccl") && name.contains("Kernel")
+}
+
+/// Whether a kernel is computation as HTA classes it: not NCCL's, not a
+/// copy or memset, not a sync.
+fn is_computation(name: &str) -> bool {
+    !(is_communication(name) || name.contains("Memcpy") || name.contains("Memset") || name.ends_with("Sync"))
+}
+
+/// One rank's figures over its traced window.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RankFigures {
+    /// The rank the trace says (`distributedInfo`), else its place in the list.
+    pub rank: u32,
+    pub file: String,
+    /// From the first GPU op's start to the last one's end, µs.
+    pub window_us: f64,
+    /// Some GPU op running, µs.
+    pub busy_us: f64,
+    /// NCCL's kernels running, µs.
+    pub communication_us: f64,
+    /// Computation kernels running, µs.
+    pub computation_us: f64,
+    /// NCCL's kernels running under computation, µs.
+    pub hidden_us: f64,
+    /// NCCL kernels in the trace (a collective's part on this rank each).
+    pub collectives: usize,
+    /// This rank's clock moved by, µs, to line its collectives up with rank 0's.
+    pub offset_us: f64,
+    /// How long, over all collectives, the other ranks waited for this one
+    /// (each collective it started last: how much sooner each other began), µs.
+    pub kept_others_waiting_us: f64,
+    /// Collectives this rank started last.
+    pub started_last: usize,
+}
+
+impl RankFigures {
+    pub fn idle_us(&self) -> f64 {
+        self.window_us - self.busy_us
+    }
+    /// Communication hidden under computation, as a share of communication
+    /// (HTA's communication/computation overlap).
+    pub fn hidden_share(&self) -> f64 {
+        if self.communication_us > 0.0 {
+            self.hidden_us / self.communication_us
+        } else {
+            0.0
+        }
+    }
+    pub fn exposed_us(&self) -> f64 {
+        self.communication_us - self.hidden_us
+    }
+}
+
+/// The version of [`Ranks`]' JSON (`diagnose --json` on several ranks):
+/// MAINTAINERS.md lists its fields.
+pub const RANKS_SCHEMA: &str = "overlap-lab.ranks/1";
+
+/// The ranks of one step, side by side, in rank order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Ranks {
+    /// [`RANKS_SCHEMA`].
+    pub schema: &'static str,
+    pub ranks: Vec<RankFigures>,
+}
+
+/// The ranks of `traces` (each a rank's trace, with the name to show it
+/// by): a one-line error where they cannot be one step's ranks (fewer than
+/// two, a rank twice, no NCCL kernels, or not as many on each).
+pub fn read_ranks(traces: &[(String, Trace)]) -> Result<Ranks, String> {
+    if traces.len() < 2 {
+        return Err(format!("{} trace(s): several ranks need a trace each, two at least", traces.len()));
+    }
+    let mut ranks: Vec<RankFigures> = Vec::new();
+    let mut parts: Vec<Vec<(f64, f64)>> = Vec::new();
+    for (k, (file, t)) in traces.iter().enumerate() {
+        let rank = t.distributed.map_or(k as u32, |d| d.rank);
+        if let Some(other) = ranks.iter().find(|r| r.rank == rank) {
+            return Err(format!("{file} and {} are both rank {rank}", other.file));
+        }
+        let kernels = t.gpu_ops.iter().filter(|o| o.kind == GpuOpKind::Kernel);
+        let comm: Vec<(f64, f64)> = kernels.clone().filter(|o| is_communication(&o.name)).map(|o| (o.start_us, o.end_us)).collect();
+        if comm.is_empty() {
+            return Err(format!("{file}: no NCCL kernel: not a rank of a step that communicates"));
+        }
+        let compute = union(kernels.filter(|o| is_computation(&o.name)).map(|o| (o.start_us, o.end_us)).collect());
+        let comm_merged = union(comm.clone());
+        let (from, to) = t.window_us();
+        ranks.push(RankFigures {
+            rank,
+            file: file.clone(),
+            window_us: to - from,
+            busy_us: total(&union(t.gpu_ops.iter().map(|o| (o.start_us, o.end_us)).collect())),
+            communication_us: total(&comm_merged),
+            computation_us: total(&compute),
+            hidden_us: comm_merged.iter().map(|&s| covered(&compute, s)).sum(),
+            collectives: comm.len(),
+            offset_us: 0.0,
+            kept_others_waiting_us: 0.0,
+            started_last: 0,
+        });
+        let mut comm = comm;
+        comm.sort_by(|a, b| a.0.total_cmp(&b.0));
+        parts.push(comm);
+    }
+    // In rank order: the lowest rank's clock is the one the others are lined up with.
+    let mut order: Vec<usize> = (0..ranks.len()).collect();
+    order.sort_by_key(|&k| ranks[k].rank);
+    let (mut ranks, parts): (Vec<RankFigures>, Vec<Vec<(f64, f64)>>) = order.into_iter().map(|k| (ranks[k].clone(), parts[k].clone())).unzip();
+    if let Some(r) = ranks.iter().find(|r| r.collectives != ranks[0].collectives) {
+        return Err(format!("{} has {} NCCL kernels and {} has {}: not the same step's ranks", r.file, r.collectives, ranks[0].file, ranks[0].collectives));
+    }
+    // Each rank's clock lined up with the lowest rank's by its collectives' ends.
+    for r in 1..ranks.len() {
+        let gaps: Vec<f64> = parts[0].iter().zip(&parts[r]).map(|(a, b)| a.1 - b.1).collect();
+        ranks[r].offset_us = upper_median(&gaps).unwrap_or(0.0);
+    }
+    // Each collective: the rank that started last kept the others waiting.
+    for k in 0..ranks[0].collectives {
+        let starts: Vec<f64> = parts.iter().zip(&ranks).map(|(p, r)| p[k].0 + r.offset_us).collect();
+        let last = (0..starts.len()).max_by(|&a, &b| starts[a].total_cmp(&starts[b])).unwrap_or(0);
+        ranks[last].started_last += 1;
+        ranks[last].kept_others_waiting_us += starts.iter().map(|s| starts[last] - s).sum::<f64>();
+    }
+    Ok(Ranks { schema: RANKS_SCHEMA, ranks })
+}
+
+impl fmt::Display for Ranks {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let ms = |us: f64| us / 1e3;
+        writeln!(f, "{} ranks, their clocks lined up by their collectives", self.ranks.len())?;
+        writeln!(
+            f,
+            "  {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>11} {:>10} {:>12}  trace",
+            "rank", "window", "busy", "idle", "comm", "exposed", "hidden", "collectives", "last in", "others wait"
+        )?;
+        for r in &self.ranks {
+            writeln!(
+                f,
+                "  {:>4} {:>7.2} ms {:>7.2} ms {:>7.2} ms {:>7.2} ms {:>7.2} ms {:>7.1}% {:>11} {:>10} {:>9.2} ms  {}",
+                r.rank,
+                ms(r.window_us),
+                ms(r.busy_us),
+                ms(r.idle_us()),
+                ms(r.communication_us),
+                ms(r.exposed_us()),
+                100.0 * r.hidden_share(),
+                r.collectives,
+                r.started_last,
+                ms(r.kept_others_waiting_us),
+                r.file
+            )?;
+        }
+        writeln!(f, "  (comm: NCCL's kernels; hidden: their time under computation kernels, HTA's communication/computation overlap; last in: collectives this rank started last; others wait: how long the other ranks waited in those)")?;
+        writeln!(f, "  (which rank is a straggler is not judged yet: see `overlap_lab::diagnose::ranks`)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::events::{Distributed, GpuOp};
+
+    /// A rank's trace: compute kernels on stream 7 and NCCL's on stream 17,
+    /// each (name, start, end) in µs on that rank's clock.
+    fn rank(rank: u32, kernels: &[(&str, f64, f64)]) -> (String, Trace) {
+        let mut t = Trace { distributed: Some(Distributed { rank, world_size: 2 }), ..Trace::default() };
+        for &(name, start_us, end_us) in kernels {
+            let stream = if is_communication(name) { 17 } else { 7 };
+            t.gpu_ops.push(GpuOp { gpu: 0, stream, kind: GpuOpKind::Kernel, name: name.into(), start_us, end_us, correlation: None, bytes: None });
+        }
+        t.gpu_ops.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+        (format!("rank{rank}.json"), t)
+    }
+
+    const NCCL: &str = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)";
+
+    #[test]
+    fn each_ranks_hidden_share_and_who_kept_the_others_waiting_on_clocks_lined_up_by_collectives() {
+        // Rank 0: compute 0-100; its sum starts at 50 and ends at 130 (it
+        // waited for rank 1, whose sum started 20 µs later on the common clock).
+        // Rank 1's clock runs 1000 µs ahead: compute 1000-1100, its sum 1070-1130.
+        let r0 = rank(0, &[("gemm", 0.0, 100.0), (NCCL, 50.0, 130.0)]);
+        let r1 = rank(1, &[("gemm", 1000.0, 1100.0), (NCCL, 1070.0, 1130.0)]);
+        let ranks = read_ranks(&[r1.clone(), r0.clone()]).unwrap();
+        let (a, b) = (&ranks.ranks[0], &ranks.ranks[1]);
+        assert_eq!((a.rank, b.rank), (0, 1), "in rank order, whatever the files' order");
+        assert_eq!((a.communication_us, a.hidden_us, a.exposed_us()), (80.0, 50.0, 30.0));
+        assert!((a.hidden_share() - 0.625).abs() < 1e-12 && (b.hidden_share() - 0.5).abs() < 1e-12);
+        assert_eq!((a.window_us, a.busy_us, a.idle_us()), (130.0, 130.0, 0.0));
+        assert_eq!(b.offset_us, -1000.0, "rank 1's clock lined up by the sum's end");
+        assert_eq!((b.started_last, b.kept_others_waiting_us, a.started_last), (1, 20.0, 0));
+        let text = ranks.to_string();
+        assert!(text.contains("62.5%") && text.contains("rank1.json") && text.contains("not judged yet"), "{text}");
+    }
+
+    #[test]
+    fn traces_that_are_not_one_steps_ranks_are_one_line_errors() {
+        let r0 = rank(0, &[("gemm", 0.0, 100.0), (NCCL, 50.0, 130.0)]);
+        let e = |traces: &[(String, Trace)]| read_ranks(traces).unwrap_err();
+        assert!(e(std::slice::from_ref(&r0)).contains("two at least"));
+        assert!(e(&[r0.clone(), r0.clone()]).contains("both rank 0"));
+        let quiet = rank(1, &[("gemm", 0.0, 100.0)]);
+        assert!(e(&[r0.clone(), quiet]).contains("rank1.json: no NCCL kernel"));
+        let more = rank(1, &[(NCCL, 0.0, 10.0), (NCCL, 20.0, 30.0)]);
+        assert!(e(&[r0.clone(), more]).contains("not the same step's ranks"));
+        for t in [e(std::slice::from_ref(&r0)), e(&[r0.clone(), r0])] {
+            assert!(!t.contains('\n'), "{t}");
+        }
+    }
+}
