@@ -18,7 +18,7 @@
 //!   last-starting rank kept the others waiting for as long as each
 //!   started before it. That is said per rank, not yet judged: on the
 //!   first recorded traces (`data/nvidia-h200/ddp-trace/`) the balanced
-//!   step's rank 1 started 41 of 48 collectives last too (0.26 ms of
+//!   step's rank 1 started 41 of 48 collectives last too (0.27 ms of
 //!   waits a collective against the straggler program's 0.60), so no rule
 //!   names a straggler until traces of more steps and ranks set one.
 //!
