@@ -233,7 +233,14 @@ def rank_main(rank, a, name, store, work):
                 step()
             sync()
         raw = Path(work) / f"{name}.rank{rank}.json"
-        prof.export_chrome_trace(str(raw))
+        # Exported from inside the folder, so that the trace names its file
+        # (Kineto writes the path it is given into it), not this machine's folders.
+        here = os.getcwd()
+        os.chdir(work)
+        try:
+            prof.export_chrome_trace(raw.name)
+        finally:
+            os.chdir(here)
         gz = Path(a.out) / f"{name}.rank{rank}.json.gz"
         with open(gz, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename=raw.name) as z:
             z.write(raw.read_bytes())
