@@ -25,6 +25,17 @@ fn python() -> String {
     venv.map(|v| v.join("bin/python")).filter(|p| p.is_file()).map_or("python3".into(), |p| p.to_string_lossy().into_owned())
 }
 
+/// The project's Python where it can import HTA, else None (the caller
+/// skips, saying so: `.ci/setup --notebooks` installs it into the venv).
+fn python_with_hta() -> Option<String> {
+    let python = python();
+    let importable = Command::new(&python).args(["-c", "import hta"]).output().is_ok_and(|o| o.status.success());
+    if !importable {
+        println!("SKIPPED: HolisticTraceAnalysis is not importable by {python} (`.ci/setup --notebooks` installs it into the venv)");
+    }
+    importable.then_some(python)
+}
+
 /// Within 1% (and a ns of rounding for figures near zero).
 fn agrees(ours: f64, theirs: f64) -> bool {
     (ours - theirs).abs() <= 0.01 * theirs.abs() + 1e-3
@@ -84,12 +95,7 @@ fn assert_idle_kinds_agree(file: &str, d: &Diagnosis, hta: &serde_json::Value, w
 
 #[test]
 fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed_trace() {
-    let python = python();
-    let importable = Command::new(&python).args(["-c", "import hta"]).output().is_ok_and(|o| o.status.success());
-    if !importable {
-        println!("SKIPPED: HolisticTraceAnalysis is not importable by {python} (`.ci/setup --notebooks` installs it into the venv)");
-        return;
-    }
+    let Some(python) = python_with_hta() else { return };
     let script = overlap_lab::measure::record::repo_root().join("crate/reference/hta_compare.py");
     let dir = overlap_lab::testing::temp_dir("diagnose-hta");
     // The synthetic traces, then every committed trace of lab 10's real
@@ -179,12 +185,7 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed
 #[test]
 fn several_ranks_agree_with_holistic_trace_analysis() {
     use overlap_lab::diagnose::ranks::read_ranks;
-    let python = python();
-    let importable = Command::new(&python).args(["-c", "import hta"]).output().is_ok_and(|o| o.status.success());
-    if !importable {
-        println!("SKIPPED: HolisticTraceAnalysis is not importable by {python} (`.ci/setup --notebooks` installs it into the venv)");
-        return;
-    }
+    let Some(python) = python_with_hta() else { return };
     let root = overlap_lab::measure::record::repo_root();
     let script = root.join("crate/reference/hta_compare.py");
     let mut compared = 0;

@@ -106,11 +106,11 @@ pub fn read_ranks(traces: &[(String, Trace)]) -> Result<Ranks, String> {
     if traces.len() < 2 {
         return Err(format!("{} trace(s): several ranks need a trace each, two at least", traces.len()));
     }
-    let mut ranks: Vec<RankFigures> = Vec::new();
-    let mut parts: Vec<Vec<(f64, f64)>> = Vec::new();
+    // Each rank's figures and its NCCL kernels' spans, in start order.
+    let mut read: Vec<(RankFigures, Vec<(f64, f64)>)> = Vec::new();
     for (k, (file, t)) in traces.iter().enumerate() {
         let rank = t.distributed.map_or(k as u32, |d| d.rank);
-        if let Some(other) = ranks.iter().find(|r| r.rank == rank) {
+        if let Some((other, _)) = read.iter().find(|(r, _)| r.rank == rank) {
             return Err(format!("{file} and {} are both rank {rank}", other.file));
         }
         let kernels = t.gpu_ops.iter().filter(|o| o.kind == GpuOpKind::Kernel);
@@ -121,7 +121,7 @@ pub fn read_ranks(traces: &[(String, Trace)]) -> Result<Ranks, String> {
         let compute = union(kernels.filter(|o| is_computation(&o.name)).map(|o| (o.start_us, o.end_us)).collect());
         let comm_merged = union(comm.clone());
         let (from, to) = t.window_us();
-        ranks.push(RankFigures {
+        let figures = RankFigures {
             rank,
             file: file.clone(),
             window_us: to - from,
@@ -133,15 +133,14 @@ pub fn read_ranks(traces: &[(String, Trace)]) -> Result<Ranks, String> {
             offset_us: 0.0,
             kept_others_waiting_us: 0.0,
             started_last: 0,
-        });
+        };
         let mut comm = comm;
         comm.sort_by(|a, b| a.0.total_cmp(&b.0));
-        parts.push(comm);
+        read.push((figures, comm));
     }
     // In rank order: the lowest rank's clock is the one the others are lined up with.
-    let mut order: Vec<usize> = (0..ranks.len()).collect();
-    order.sort_by_key(|&k| ranks[k].rank);
-    let (mut ranks, parts): (Vec<RankFigures>, Vec<Vec<(f64, f64)>>) = order.into_iter().map(|k| (ranks[k].clone(), parts[k].clone())).unzip();
+    read.sort_by_key(|(r, _)| r.rank);
+    let (mut ranks, parts): (Vec<RankFigures>, Vec<Vec<(f64, f64)>>) = read.into_iter().unzip();
     if let Some(r) = ranks.iter().find(|r| r.collectives != ranks[0].collectives) {
         return Err(format!("{} has {} NCCL kernels and {} has {}: not the same step's ranks", r.file, r.collectives, ranks[0].file, ranks[0].collectives));
     }

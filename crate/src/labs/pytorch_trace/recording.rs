@@ -132,18 +132,19 @@ impl FixCheck {
     /// (the host's own work moves from one run to the next: one trace is
     /// one sample of it); else the plain trace's.
     pub fn judged_us(&self) -> f64 {
-        match (&self.with_sync_events, self.waits_for_events) {
-            (Some(synced), true) => synced.predicted_us,
-            (Some(synced), false) => (self.prediction.predicted_us + synced.predicted_us) / 2.0,
-            (None, _) => self.prediction.predicted_us,
-        }
+        self.judged().0
     }
     /// Which traces [`FixCheck::judged_us`] comes from, in words.
     pub fn judged_from(&self) -> &'static str {
+        self.judged().1
+    }
+    /// The judged prediction, µs, and which traces it comes from.
+    fn judged(&self) -> (f64, &'static str) {
+        let plain = self.prediction.predicted_us;
         match (&self.with_sync_events, self.waits_for_events) {
-            (Some(_), true) => "traced with CUDA sync events",
-            (Some(_), false) => "the mean of its two traced runs",
-            (None, _) => "traced once",
+            (Some(synced), true) => (synced.predicted_us, "traced with CUDA sync events"),
+            (Some(synced), false) => ((plain + synced.predicted_us) / 2.0, "the mean of its two traced runs"),
+            (None, _) => (plain, "traced once"),
         }
     }
 }
@@ -355,6 +356,8 @@ impl Recording {
     fn make_fix_checks(&self) -> Result<FixChecks> {
         let mut out = FixChecks::default();
         let pricing = self.pricing();
+        // Each "before" program's sync-events trace diagnosed once, however many fixes it has.
+        let mut synced: std::collections::HashMap<String, Option<crate::diagnose::Diagnosis>> = std::collections::HashMap::new();
         for after in self.names() {
             for f in &self.program(after)?.fix_of {
                 let (Ok(measured), Ok(before_measured)) = (self.untraced(after), self.untraced(&f.program)) else {
@@ -370,14 +373,20 @@ impl Recording {
                 match w.predictions.iter().find(|p| p.fix == f.fix) {
                     Some(p) => {
                         let waits_for_events = crate::diagnose::event_joins::JoinsKnown::of(&*self.trace(&f.program)?).is_some();
-                        let with_sync_events = match self.sync_events_trace(&f.program)? {
-                            Some(t) => {
-                                let shown = display_path(&self.sync_events_trace_path(&f.program)?.unwrap_or_default());
-                                let d = diagnosis_priced(&t, &shown, self.links(), &pricing);
-                                d.what_if.and_then(|w| w.predictions.into_iter().find(|q| q.fix == f.fix))
-                            }
-                            None => None,
-                        };
+                        if !synced.contains_key(&f.program) {
+                            let d = match self.sync_events_trace(&f.program)? {
+                                Some(t) => {
+                                    let shown = display_path(&self.sync_events_trace_path(&f.program)?.unwrap_or_default());
+                                    Some(diagnosis_priced(&t, &shown, self.links(), &pricing))
+                                }
+                                None => None,
+                            };
+                            synced.insert(f.program.clone(), d);
+                        }
+                        let with_sync_events = synced[&f.program]
+                            .as_ref()
+                            .and_then(|d| d.what_if.as_ref())
+                            .and_then(|w| w.predictions.iter().find(|q| q.fix == f.fix).cloned());
                         out.checks.push(FixCheck {
                             before: f.program.clone(),
                             fix: f.fix.clone(),
