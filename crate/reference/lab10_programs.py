@@ -144,14 +144,18 @@ class Loop:
 # --- the copy programs ---------------------------------------------------------
 
 
-def _host_batches(sizes: Sizes, pinned: bool) -> List[torch.Tensor]:
+def _host_batches(sizes: Sizes, pinned: bool, device: torch.device) -> List[torch.Tensor]:
     """`sizes.host_batches` batches in host memory, the same in every program.
     Batch k is scaled by 1 + k/2, so a loop that computes on the wrong batch
-    (a missing wait) gives a loss far outside the tolerance."""
-    gen = torch.Generator().manual_seed(sizes.seed)
+    (a missing wait) gives a loss far outside the tolerance. Drawn on
+    `device` by its seeded generator and brought to the host (a CPU draws
+    512 MiB of normals in about 2 s, twice a program: its untraced and its
+    traced set-up; a GPU in milliseconds)."""
+    gen = torch.Generator(device).manual_seed(sizes.seed)
     batches = []
     for k in range(sizes.host_batches):
-        batch = (torch.randn(sizes.batch_rows, sizes.width, generator=gen) * (1 + k / 2)).to(torch.bfloat16)
+        drawn = torch.randn(sizes.batch_rows, sizes.width, generator=gen, device=device)
+        batch = (drawn * (1 + k / 2)).to(torch.bfloat16).cpu()
         batches.append(batch.pin_memory() if pinned else batch)
     return batches
 
@@ -188,7 +192,7 @@ class _TrainingStep:
 
     def __init__(self, device: torch.device, sizes: Sizes, pinned: bool, reads_losses: bool):
         self.device, self.sizes = device, sizes
-        self.host = _host_batches(sizes, pinned=pinned and device.type == "cuda")
+        self.host = _host_batches(sizes, pinned=pinned and device.type == "cuda", device=device)
         self.mlp = _Mlp(device, sizes)
         self.losses = torch.empty(sizes.iterations, device=device)
         self.last: Optional[torch.Tensor] = None
@@ -846,7 +850,7 @@ def calibrate_hidden(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:
     """`sizes` with `hidden` set so one step of the copy programs (the MLP
     and the loss) takes about as long on this GPU as one pinned batch copy,
     and what was measured."""
-    host = _host_batches(replace(sizes, host_batches=1), pinned=True)[0]
+    host = _host_batches(replace(sizes, host_batches=1), pinned=True, device=device)[0]
     x = torch.empty(host.shape, dtype=host.dtype, device=device)
     copy_ms = _median_ms(lambda: x.copy_(host, non_blocking=True))
 

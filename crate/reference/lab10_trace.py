@@ -9,8 +9,10 @@ one GPU, for `overlap-lab diagnose` to read.
 (`overlap-lab pytorch-trace` runs it, carried inside the binary, on the
 GPU it is given, into data/<gpu folder>/pytorch-trace/.)
 
-For each program, in a Python process of its own where no profiler has
-run: set up (its data, weights, streams, graph, DataLoader workers), two
+For each program, in a process of its own where no profiler has run
+(forked from a server started first, with PyTorch and the programs imported
+in it once and nothing of CUDA: a fresh Python pays PyTorch's import, about
+4 s on the GPU machines, each time): set up (its data, weights, streams, graph, DataLoader workers), two
 warm-up runs, then its untraced time over --repeats runs (CUDA events from
 before the first call to after the last of its work, and the host clock
 around the run and the synchronize after it; median, 25-75% range, min, max
@@ -23,7 +25,10 @@ to the end of its GPU work), exported with `export_chrome_trace` and gzipped
 to DIR/<program>.json.gz, and one more traced with the profiler's CUDA sync
 events (`_ExperimentalConfig(enable_cuda_sync_events=True)`: which stream
 and which event record each `cudaStreamWaitEvent` waits for) to
-DIR/<program>.sync-events.json.gz. A process of its own is what a learner's
+DIR/<program>.sync-events.json.gz. With --untraced-fixes, a program that
+only applies a fix (no fix starts from it, so no prediction reads its
+trace) is timed untraced only: `overlap-lab all` runs its headline preset
+so. A process of its own is what a learner's
 program gets: once the profiler has run in a process, the process launches
 more slowly (a CUDA graph of four branches took 18% longer untraced after one
 profiler session than before it), and a program timed after others inherits
@@ -63,9 +68,11 @@ versions, the GPU's name and its data folder, the calibration, and the
 problems found (none when it exits 0).
 
 Time on an H200 (2026-11-30): 236-300 s for the fifteen programs, each in
-a process of its own (PyTorch's start in each, its setup twice: for its
-untraced runs and for its traces), with the calibration and the checks, on
-four hosts; a slower host took 433 s. The whole set should stay under 5 minutes (a
+a fresh Python process then (PyTorch's import in each, its host batches
+drawn on the CPU twice: for its untraced runs and for its traces), with the
+calibration and the checks, on four hosts; a slower host took 433 s. The
+headline preset's seven, forked from the server with their batches drawn
+on the GPU and three timed untraced only, took 61 s (08:35). The whole set should stay under 5 minutes (a
 longer run is said on stderr, not failed: the recording is whole).
 
 The traces and programs.json are meant to be committed as they are, under
@@ -88,10 +95,11 @@ import gc
 import gzip
 import json
 import math
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -152,6 +160,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help=f"untraced timed runs per program (default {DEFAULT_REPEATS})")
     ap.add_argument("--command", metavar="TEXT",
                     help="the command the record says made it (default: this script's command line; `overlap-lab pytorch-trace` passes its own)")
+    ap.add_argument("--untraced-fixes", action="store_true",
+                    help="time the programs that only apply a fix untraced, with no traces: no prediction starts from "
+                         "their traces (quicker; `overlap-lab all` at its headline preset)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cuda (default): GPU 0; cpu: a smoke run with no CUDA activity")
     # One part of one program, in a process of its own (Session.part runs it):
@@ -478,6 +489,9 @@ class Session:
         the profiler (`time_part`), then set up again and traced (`trace_part`)."""
         # Its untraced times are kept, whatever becomes of its traces.
         self.results[name] = {"untraced": self.time_part(name, sizes, work)}
+        if self.untraced_only(name):
+            say("  not traced (--untraced-fixes: no prediction starts from its trace)")
+            return
         self.free()
         self.results[name]["traces"] = self.trace_part(name, sizes)
 
@@ -489,15 +503,16 @@ class Session:
         sizes = self.sizes_of(program)
         say(f"[{k}/{count}] {name}: {program.what}")
         found = self.part("program", name, sizes, work)
-        if found is None or "traces" not in found:
+        untraced_only = self.untraced_only(name)
+        if found is None or ("traces" not in found and not untraced_only):
             return  # the problem is recorded: the process failed, or its traces did
         self.outputs[name] = self.torch.load(work / f"{name}.outputs.pt", map_location="cpu")
-        traces = {s == "true": v for s, v in found["traces"].items()}
-        plain = traces[False]
+        traces = {s == "true": v for s, v in found.get("traces", {}).items()}
+        plain = traces.get(False, {"trace": None, "traced_host_ms": None, "trace_bytes": None, "trace_json_bytes": None, "trace_facts": None})
         self.results[name] = {
             "what": program.what, "family": program.family, "iterations": sizes.iterations,
             "sizes": sizes.of_family(program.family), "untraced": found["untraced"],
-            "traced_host_ms": plain["traced_host_ms"], "window": WINDOW_PREFIX + name,
+            "traced_host_ms": plain["traced_host_ms"], "window": None if untraced_only else WINDOW_PREFIX + name,
             "trace": plain["trace"], "trace_bytes": plain["trace_bytes"], "trace_json_bytes": plain["trace_json_bytes"],
             "trace_facts": plain["trace_facts"],
             "fix_of": [{"program": before, "fix": how} for before, how in program.fix_of],
@@ -507,26 +522,40 @@ class Session:
             self.results[name]["sync_events"] = traces[True]
 
     def part(self, which: str, name: str, sizes, work: Path) -> dict | None:
-        """Runs one part of a program (`program`: timed, then traced; or
-        `outputs`: one untimed run) in a new Python process (this script with
-        --part): its progress lines pass through, its problems join this
-        run's; None where it failed."""
-        command = [sys.executable, os.path.abspath(__file__), "--out", str(self.out_dir), "--device", self.args.device,
-                   "--repeats", str(self.args.repeats), "--part", which, "--program", name,
-                   "--sizes", json.dumps(asdict(sizes)), "--work", str(work)]
-        try:
-            done = subprocess.run(command, stdout=subprocess.DEVNULL, check=False, timeout=PART_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
+        """Runs one part of a program (`program`: timed, then traced unless
+        it only applies a fix and --untraced-fixes; or `outputs`: one untimed
+        run) in a new process (`_part_process`, forked from the server that
+        has PyTorch imported already: see `start_part_server`): its progress
+        lines pass through, its problems join this run's; None where it
+        failed."""
+        argv = ["--out", str(self.out_dir), "--device", self.args.device, "--repeats", str(self.args.repeats),
+                "--part", which, "--program", name, "--sizes", json.dumps(asdict(sizes)), "--work", str(work)]
+        if self.untraced_only(name):
+            argv.append("--untraced-fixes")
+        process = multiprocessing.get_context("forkserver").Process(target=_part_process, args=(argv, STARTED), name=f"lab10-{name}")
+        process.start()
+        process.join(PART_TIMEOUT_SECONDS)
+        if process.is_alive():
+            process.kill()
+            process.join()
             self.problems.append(f"{name}: its {which} process ran over {PART_TIMEOUT_SECONDS} s and was stopped")
             return None
         answer = work / f"{name}.{which}.json"
-        if done.returncode != 0 or not answer.exists():
-            how = f"exit status {done.returncode}" if done.returncode >= 0 else f"stopped by signal {-done.returncode}"
+        if process.exitcode != 0 or not answer.exists():
+            code = process.exitcode
+            how = f"exit status {code}" if code >= 0 else f"stopped by signal {-code}"
             self.problems.append(f"{name}: its {which} process failed ({how}; what it printed is above)")
             return None
         found = json.loads(answer.read_text())
         self.problems.extend(found["problems"])
         return found["results"].get(name)
+
+    def untraced_only(self, name: str) -> bool:
+        """Whether `name` is timed untraced only: --untraced-fixes, and it
+        applies a fix that no other program's fix starts from (no prediction
+        is made from its trace)."""
+        befores = {before for p in self.lab.PROGRAMS.values() for before, _ in p.fix_of}
+        return self.args.untraced_fixes and bool(self.lab.PROGRAMS[name].fix_of) and name not in befores
 
     def trace_one(self, loop, program, sizes, sync_events: bool) -> dict:
         """One traced run of `loop` (with the profiler's CUDA sync events
@@ -606,12 +635,34 @@ def run_part(session: Session, args: argparse.Namespace) -> int:
     return 0
 
 
+def _part_process(argv: list[str], started: float) -> None:
+    """A program's process (`Session.part`): this script's --part, its
+    progress lines timed from the run's start."""
+    global STARTED
+    STARTED = started
+    sys.exit(main(argv))
+
+
+def start_part_server() -> None:
+    """Starts the server each program's process is forked from, with
+    PyTorch and the programs imported in it once: a fresh process pays
+    PyTorch's import each time (about 4 s on the GPU machines; a program's
+    own set-up and runs take 2 to 15 s). Nothing in the server touches
+    CUDA, so each program still starts its own CUDA context, and nothing of
+    one program's state reaches another. Started before this process imports
+    PyTorch itself, so the two imports run side by side."""
+    multiprocessing.set_forkserver_preload(["torch", "lab10_programs"])
+    multiprocessing.forkserver.ensure_running()
+
+
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
     args = parse(argv)
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         fail(f"--out {args.out}: not a folder")
+    if not args.part:
+        start_part_server()
     try:
         import torch
     except ImportError as e:
@@ -686,7 +737,8 @@ def main(argv: list[str]) -> int:
     print(f"{'program':<30} {'median ms':>10} {'25-75% ms':>18} {'traced host ms':>15}  trace")
     for name, r in session.results.items():
         t = r["untraced"][clock]
-        print(f"{name:<30} {t['median']:>10.3f} {t['p25']:>8.3f}-{t['p75']:<9.3f} {r['traced_host_ms']:>15.1f}  {r['trace']}")
+        traced = "-" if r["traced_host_ms"] is None else f"{r['traced_host_ms']:.1f}"
+        print(f"{name:<30} {t['median']:>10.3f} {t['p25']:>8.3f}-{t['p75']:<9.3f} {traced:>15}  {r['trace'] or 'not traced'}")
     say(f"done in {seconds:.0f} s: {out_dir / 'programs.json'}")
     for p in session.problems:
         say(f"PROBLEM: {p}")

@@ -94,21 +94,29 @@ pub struct TraceSettings {
     /// The Python that has PyTorch.
     #[arg(long, default_value = "python3")]
     pub python: String,
+    /// Time the programs that only apply a fix untraced, with no traces:
+    /// no prediction starts from their traces, and each trace costs its
+    /// process the profiler's start (quicker: `overlap-lab all` at its
+    /// headline preset).
+    #[arg(long)]
+    pub untraced_fixes: bool,
 }
 
 impl Default for TraceSettings {
     /// Every program, 15 untraced runs each: the recording's run.
     fn default() -> Self {
-        TraceSettings { device: 0, repeats: 15, programs: Vec::new(), python: "python3".into() }
+        TraceSettings { device: 0, repeats: 15, programs: Vec::new(), python: "python3".into(), untraced_fixes: false }
     }
 }
 
 impl TraceSettings {
     /// The headline run (within `overlap-lab all`'s five minutes): the
     /// first seven programs ([`HEADLINE_PROGRAMS`]), whose fixes are the
-    /// lab's headline figures; the recording's run has all fifteen.
+    /// lab's headline figures, those that only apply a fix timed untraced
+    /// (their runs are the figures); the recording's run has all fifteen,
+    /// every one traced.
     pub fn headline() -> TraceSettings {
-        TraceSettings { programs: HEADLINE_PROGRAMS.iter().map(|p| p.to_string()).collect(), ..Self::default() }
+        TraceSettings { programs: HEADLINE_PROGRAMS.iter().map(|p| p.to_string()).collect(), untraced_fixes: true, ..Self::default() }
     }
 
     /// The notebook's live run: every program, 5 untraced runs each.
@@ -298,7 +306,9 @@ fn program_chart(r: &Recording, before: &str, checks: &FixChecks) -> Result<Gant
     };
     let best = best_fix(&diagnosis)?;
     let trace = r.trace(before)?;
-    let after_name = checks.checks.iter().find(|c| c.before == before && c.fix == best.fix).map(|c| c.after.clone());
+    // The program that applies the fix, where it was traced (a run with
+    // `--untraced-fixes` times it untraced only).
+    let after_name = checks.checks.iter().find(|c| c.before == before && c.fix == best.fix && r.has_trace(&c.after)).map(|c| c.after.clone());
     let after = match &after_name {
         Some(a) => Some((r.trace(a)?, r.untraced(a)?)),
         None => None,
@@ -358,6 +368,26 @@ mod tests {
         assert!(s.validate().unwrap_err().to_string().contains("--programs: no program 'no_such'"));
         let s = TraceSettings { python: " ".into(), ..TraceSettings::quick() };
         assert!(s.validate().unwrap_err().to_string().contains("--python"));
+    }
+
+    /// A program timed untraced only (the headline run's `--untraced-fixes`,
+    /// as the fixture records `sync_read_deferred`) has no trace and says
+    /// so in a line naming programs.json, while its fix is still predicted
+    /// from the traced program it fixes and set beside its untraced runs,
+    /// and that program's chart is drawn without it.
+    #[test]
+    fn a_fix_timed_untraced_only_is_judged_without_a_trace_of_its_own() {
+        let r = fixture::results();
+        assert!(!r.has_trace("sync_read_deferred") && r.has_trace("sync_read_in_loop"));
+        let e = r.trace_path("sync_read_deferred").unwrap_err().to_string();
+        assert!(e.contains("programs.json") && e.contains("untraced only") && !e.contains('\n'), "{e}");
+        let checks = r.fix_checks().unwrap();
+        let fix = checks.checks.iter().find(|c| c.after == "sync_read_deferred").expect("the sync-removed fix is judged");
+        assert_eq!((fix.before.as_str(), fix.measured.median), ("sync_read_in_loop", r.untraced("sync_read_deferred").unwrap().median));
+        let charts = fix_charts(&r).unwrap();
+        let chart = charts.iter().find(|g| g.stem.ends_with("sync_read_in_loop")).expect("the traced program's chart");
+        assert_eq!(chart.timelines.len(), 2, "traced and predicted only: {:?}", chart.timelines.iter().map(|t| &t.title).collect::<Vec<_>>());
+        assert!(TraceSettings::headline().untraced_fixes && !TraceSettings::default().untraced_fixes);
     }
 
     /// Under a sanitizer the lab shows this GPU's own recording where there

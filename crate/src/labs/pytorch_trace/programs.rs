@@ -121,8 +121,11 @@ pub struct Program {
     #[serde(default)]
     pub sizes: Sizes,
     pub untraced: Untraced,
-    /// Its trace, beside `programs.json`.
-    pub trace: String,
+    /// Its trace, beside `programs.json`; none where it was timed untraced
+    /// only (`--untraced-fixes`: a program that only applies a fix, whose
+    /// trace no prediction reads).
+    #[serde(default)]
+    pub trace: Option<String>,
     /// The programs it fixes, and by what fix (as the what-if names it).
     #[serde(default)]
     pub fix_of: Vec<FixOf>,

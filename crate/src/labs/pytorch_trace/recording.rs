@@ -243,9 +243,21 @@ impl Recording {
         Summary::of(&runs.samples)
     }
 
-    /// The trace file of `name`.
+    /// The trace file of `name`; an error naming `programs.json` where the
+    /// program was timed untraced only.
     pub fn trace_path(&self, name: &str) -> Result<PathBuf> {
-        Ok(self.dir.join(&self.program(name)?.trace))
+        match &self.program(name)?.trace {
+            Some(file) => Ok(self.dir.join(file)),
+            None => Err(LabError::BadData {
+                path: display_path(&self.dir.join(PROGRAMS_FILE)),
+                reason: format!("{name} was timed untraced only (--untraced-fixes): it has no trace"),
+            }),
+        }
+    }
+
+    /// Whether the recording has a trace of `name`.
+    pub fn has_trace(&self, name: &str) -> bool {
+        self.programs.programs.get(name).is_some_and(|p| p.trace.is_some())
     }
 
     /// The trace of `name`'s run traced with CUDA sync events, where the recording has one.
@@ -368,7 +380,7 @@ impl Recording {
                     out.diagnoses.insert(f.program.clone(), self.diagnosis_priced(&f.program, &pricing)?);
                 }
                 let d = &out.diagnoses[&f.program];
-                let bad = |reason: String| LabError::BadData { path: display_path(&self.dir.join(&self.programs.programs[&f.program].trace)), reason };
+                let bad = |reason: String| LabError::BadData { path: display_path(&self.trace_path(&f.program).unwrap_or_default()), reason };
                 let w = d.what_if.as_ref().ok_or_else(|| bad(format!("no what-if: {}", d.what_if_error.as_deref().unwrap_or("?"))))?;
                 match w.predictions.iter().find(|p| p.fix == f.fix) {
                     Some(p) => {

@@ -49,6 +49,9 @@ pub fn measure(gpu: &Gpu, s: &TraceSettings, cx: &RunContext) -> Result<Recordin
     if !s.programs.is_empty() {
         command.extend(["--programs".to_string(), s.programs.join(",")]);
     }
+    if s.untraced_fixes {
+        command.push("--untraced-fixes".into());
+    }
     trace_programs(s, gpu.ordinal(), &scratch_folder("run"), cx.data, &command.join(" "), cx.progress == ProgressMode::Quiet)
 }
 
@@ -67,6 +70,9 @@ pub(super) fn trace_programs(s: &TraceSettings, device: usize, out: &Path, data:
     let mut args = vec!["--out".to_string(), out.display().to_string(), "--repeats".into(), s.repeats.to_string(), "--command".into(), command.into()];
     if !s.programs.is_empty() {
         args.extend(["--programs".to_string(), s.programs.join(",")]);
+    }
+    if s.untraced_fixes {
+        args.push("--untraced-fixes".into());
     }
     let env = [("CUDA_VISIBLE_DEVICES", device.to_string())];
     // A PyTorch that is installed but does not import is no PyTorch: the
