@@ -28,8 +28,11 @@ fix beside it:
 Each program runs in processes of its own (one per rank, made by
 torch.multiprocessing): set up, WARMUP steps, then --steps steps timed by
 CUDA events on each rank's current stream (the host clock with --device
-cpu), then TRACED_STEPS steps under torch.profiler (CPU and CUDA, no
-shapes, no stacks), exported by each rank to DIR/<program>.rank<k>.json.gz.
+cpu), then steps under torch.profiler (CPU and CUDA, no shapes, no
+stacks) with its step schedule, as a training script marks its steps: one
+warm-up step, then TRACED_STEPS recorded, each marked `ProfilerStep#<k>`
+(HTA's straggler analysis reads its iterations from them), exported by each
+rank to DIR/<program>.rank<k>.json.gz.
 After its steps each program checks that its weights moved, that every
 rank holds the same weights (DDP's promise) and, where two programs do the
 same arithmetic (the bucket sizes, the straggler, accumulation with and
@@ -64,7 +67,7 @@ for _k, _v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
 
 LAYERS, WIDTH, BATCH = 24, 4096, 4096
 SMOKE = {"layers": 4, "width": 64, "batch": 32}  # --device cpu
-WARMUP, TRACED_STEPS = 3, 2
+WARMUP, TRACED_STEPS = 3, 3
 STRAGGLE_MS = 4.0
 LEARNING_RATE = 1e-3
 STARTED = time.time()
@@ -156,7 +159,7 @@ def rank_main(rank, a, name, store, work):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     cuda = a.device == "cuda"
     what, bucket_mb, micro, no_sync, straggles = PROGRAMS[name]
@@ -228,19 +231,26 @@ def rank_main(rank, a, name, store, work):
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         with profile(activities=activities):  # the profiler's start-up, outside the traced steps
             sync()
-        with profile(activities=activities, record_shapes=False, with_stack=False) as prof:
-            for _ in range(TRACED_STEPS):
-                step()
-            sync()
         raw = Path(work) / f"{name}.rank{rank}.json"
-        # Exported from inside the folder, so that the trace names its file
-        # (Kineto writes the path it is given into it), not this machine's folders.
-        here = os.getcwd()
-        os.chdir(work)
-        try:
-            prof.export_chrome_trace(raw.name)
-        finally:
-            os.chdir(here)
+
+        def export(prof) -> None:
+            # Exported from inside the folder, so that the trace names its file
+            # (Kineto writes the path it is given into it), not this machine's folders.
+            here = os.getcwd()
+            os.chdir(work)
+            try:
+                prof.export_chrome_trace(raw.name)
+            finally:
+                os.chdir(here)
+
+        marks = schedule(wait=0, warmup=1, active=TRACED_STEPS, repeat=1)
+        with profile(activities=activities, record_shapes=False, with_stack=False, schedule=marks, on_trace_ready=export) as prof:
+            for _ in range(1 + TRACED_STEPS):
+                step()
+                sync()  # each marked step holds its own GPU work
+                prof.step()
+        if not raw.exists():
+            raise RuntimeError(f"{name}: rank {rank}'s profiler exported no trace")
         gz = Path(a.out) / f"{name}.rank{rank}.json.gz"
         with open(gz, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename=raw.name) as z:
             z.write(raw.read_bytes())

@@ -1283,6 +1283,11 @@ fn the_data_parallel_recording_holds_a_readable_trace_per_rank() {
             sums.push(nccl.len());
         }
         assert!(sums.windows(2).all(|w| w[0] == w[1]), "{name}: all-reduces per rank {sums:?}");
+        // The straggler program's extra work is named, on its rank; no rank in the balanced ones.
+        let traces: Vec<(String, overlap_lab::diagnose::Trace)> =
+            traces.iter().map(|t| (t.as_str().unwrap().to_string(), read_trace(&dir.join(t.as_str().unwrap()), &mut |_, _| {}).unwrap())).collect();
+        let straggler = overlap_lab::diagnose::ranks::read_ranks(&traces).unwrap().straggler.map(|s| s.rank);
+        assert_eq!(straggler, (name == "ddp_straggler").then_some(1), "{name}");
     }
 }
 

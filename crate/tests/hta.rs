@@ -180,15 +180,16 @@ fn diagnose_agrees_with_holistic_trace_analysis_on_every_synthetic_and_committed
 /// program), each rank's window and idle time agree with HTA's temporal
 /// breakdown within 1% of the window, and the communication it hid under
 /// computation, as a share of its communication, with HTA's
-/// communication/computation overlap within 2 points. Skips, saying so,
-/// where HTA is not importable.
+/// communication/computation overlap within 2 points; and where we name a
+/// straggler, HTA's one potential straggler (its analysis of the marked
+/// steps) is that rank. Skips, saying so, where HTA is not importable.
 #[test]
 fn several_ranks_agree_with_holistic_trace_analysis() {
     use overlap_lab::diagnose::ranks::read_ranks;
     let Some(python) = python_with_hta() else { return };
     let root = overlap_lab::measure::record::repo_root();
     let script = root.join("crate/reference/hta_compare.py");
-    let mut compared = 0;
+    let (mut compared, mut stragglers) = (0, 0);
     for gpu in std::fs::read_dir(root.join("data")).unwrap().flatten() {
         let dir = gpu.path().join("ddp-trace");
         let Ok(text) = std::fs::read_to_string(dir.join("programs.json")) else { continue };
@@ -217,7 +218,13 @@ fn several_ranks_agree_with_holistic_trace_analysis() {
                 assert!((100.0 * r.hidden_share() - overlap).abs() <= 2.0, "{name} rank {}: hidden", r.rank);
                 compared += 1;
             }
+            if let Some(s) = &ours.straggler {
+                let theirs: Option<Vec<u64>> = hta["potential_stragglers"].as_array().map(|a| a.iter().filter_map(|r| r.as_u64()).collect());
+                println!("{name}: straggler rank {} (ours), {theirs:?} (HTA's)", s.rank);
+                assert_eq!(theirs, Some(vec![u64::from(s.rank)]), "{name}: HTA's potential straggler");
+                stragglers += 1;
+            }
         }
     }
-    assert!(compared >= 14, "only {compared} ranks compared");
+    assert!(compared >= 14 && stragglers >= 1, "only {compared} ranks and {stragglers} stragglers compared");
 }

@@ -16,11 +16,15 @@
 //! - **Waiting.** A rank whose collective kernel starts early spins until
 //!   the last rank's starts: on the aligned clock, every collective's
 //!   last-starting rank kept the others waiting for as long as each
-//!   started before it. That is said per rank, not yet judged: on the
-//!   first recorded traces (`data/nvidia-h200/ddp-trace/`) the balanced
-//!   step's rank 1 started 41 of 48 collectives last too (0.27 ms of
-//!   waits a collective against the straggler program's 0.60), so no rule
-//!   names a straggler until traces of more steps and ranks set one.
+//!   started before it.
+//! - **The straggler** is a rank with more work than the others: its
+//!   computation exceeds the least busy rank's by more than
+//!   [`STRAGGLER_SHARE`] of the window, and the others waited for it in
+//!   the collectives at least as long as its excess (the work cost them).
+//!   Waits alone do not name one: ranks of a balanced step take turns at
+//!   starting last (in the balanced programs of
+//!   `data/nvidia-h200/ddp-trace/`, one rank kept the others waiting up to
+//!   10% of the window with computation within 1% of theirs).
 //!
 //! May use: `measure` (a median), `events` (the traces), `intervals`
 //! (unions and overlaps).
@@ -87,6 +91,21 @@ impl RankFigures {
     }
 }
 
+/// How much more computation than the least busy rank, as a share of the
+/// window, makes a rank a straggler: the share a fix must gain to be
+/// offered (`whatif`'s 5%), so that a straggler named is one worth removing.
+pub const STRAGGLER_SHARE: f64 = 0.05;
+
+/// The rank the others waited for, and why it is named.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Straggler {
+    pub rank: u32,
+    /// Its computation beyond the least busy rank's, µs.
+    pub extra_computation_us: f64,
+    /// How long the other ranks waited for it in the collectives, µs.
+    pub kept_others_waiting_us: f64,
+}
+
 /// The version of [`Ranks`]' JSON (`diagnose --json` on several ranks):
 /// MAINTAINERS.md lists its fields.
 pub const RANKS_SCHEMA: &str = "overlap-lab.ranks/1";
@@ -97,6 +116,8 @@ pub struct Ranks {
     /// [`RANKS_SCHEMA`].
     pub schema: &'static str,
     pub ranks: Vec<RankFigures>,
+    /// The straggler, where one rank is ([`STRAGGLER_SHARE`]).
+    pub straggler: Option<Straggler>,
 }
 
 /// The ranks of `traces` (each a rank's trace, with the name to show it
@@ -156,7 +177,22 @@ pub fn read_ranks(traces: &[(String, Trace)]) -> Result<Ranks, String> {
         ranks[last].started_last += 1;
         ranks[last].kept_others_waiting_us += starts.iter().map(|s| starts[last] - s).sum::<f64>();
     }
-    Ok(Ranks { schema: RANKS_SCHEMA, ranks })
+    let straggler = straggler_of(&ranks);
+    Ok(Ranks { schema: RANKS_SCHEMA, ranks, straggler })
+}
+
+/// The rank with the most computation, where it exceeds the least busy
+/// rank's by more than [`STRAGGLER_SHARE`] of the window and the others
+/// waited for it at least that long.
+fn straggler_of(ranks: &[RankFigures]) -> Option<Straggler> {
+    let least = ranks.iter().map(|r| r.computation_us).fold(f64::INFINITY, f64::min);
+    let most = ranks.iter().max_by(|a, b| a.computation_us.total_cmp(&b.computation_us))?;
+    let extra = most.computation_us - least;
+    (extra > STRAGGLER_SHARE * most.window_us && most.kept_others_waiting_us >= extra).then_some(Straggler {
+        rank: most.rank,
+        extra_computation_us: extra,
+        kept_others_waiting_us: most.kept_others_waiting_us,
+    })
 }
 
 impl fmt::Display for Ranks {
@@ -186,7 +222,20 @@ impl fmt::Display for Ranks {
             )?;
         }
         writeln!(f, "  (comm: NCCL's kernels; hidden: their time under computation kernels, HTA's communication/computation overlap; last in: collectives this rank started last; others wait: how long the other ranks waited in those)")?;
-        writeln!(f, "  (which rank is a straggler is not judged yet: see `overlap_lab::diagnose::ranks`)")
+        match &self.straggler {
+            Some(s) => writeln!(
+                f,
+                "straggler: rank {}: {:.2} ms more computation than the least busy rank; the others waited {:.2} ms for it",
+                s.rank,
+                ms(s.extra_computation_us),
+                ms(s.kept_others_waiting_us)
+            ),
+            None => writeln!(
+                f,
+                "no straggler: no rank's computation exceeds another's by {:.0}% of the window with the others waiting for it",
+                100.0 * STRAGGLER_SHARE
+            ),
+        }
     }
 }
 
@@ -225,7 +274,24 @@ mod tests {
         assert_eq!(b.offset_us, -1000.0, "rank 1's clock lined up by the sum's end");
         assert_eq!((b.started_last, b.kept_others_waiting_us, a.started_last), (1, 20.0, 0));
         let text = ranks.to_string();
-        assert!(text.contains("62.5%") && text.contains("rank1.json") && text.contains("not judged yet"), "{text}");
+        assert!(text.contains("62.5%") && text.contains("rank1.json") && text.contains("no straggler"), "{text}");
+        assert_eq!(ranks.straggler, None, "the same computation on both ranks");
+    }
+
+    /// A straggler is named only where a rank has more work and the others
+    /// waited for it: not for waits alone (a rank that starts its sum late
+    /// with no more work), nor for more work that kept no one waiting.
+    #[test]
+    fn the_rank_with_more_work_that_the_others_waited_for_is_the_straggler() {
+        let r0 = rank(0, &[("gemm", 0.0, 100.0), (NCCL, 50.0, 160.0)]);
+        let more_work = rank(1, &[("gemm", 0.0, 100.0), ("gemm", 100.0, 140.0), (NCCL, 140.0, 160.0)]);
+        let s = read_ranks(&[r0.clone(), more_work]).unwrap();
+        assert_eq!(s.straggler, Some(Straggler { rank: 1, extra_computation_us: 40.0, kept_others_waiting_us: 90.0 }));
+        assert!(s.to_string().contains("straggler: rank 1: 0.04 ms more computation"), "{s}");
+        let late_only = rank(1, &[("gemm", 0.0, 100.0), (NCCL, 140.0, 160.0)]);
+        assert_eq!(read_ranks(&[r0.clone(), late_only]).unwrap().straggler, None, "waits alone");
+        let unseen = rank(1, &[("gemm", 0.0, 140.0), (NCCL, 50.0, 160.0)]);
+        assert_eq!(read_ranks(&[r0, unseen]).unwrap().straggler, None, "more work no one waited for");
     }
 
     #[test]
