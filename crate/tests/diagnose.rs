@@ -1286,8 +1286,18 @@ fn the_data_parallel_recording_holds_a_readable_trace_per_rank() {
         // The straggler program's extra work is named, on its rank; no rank in the balanced ones.
         let traces: Vec<(String, overlap_lab::diagnose::Trace)> =
             traces.iter().map(|t| (t.as_str().unwrap().to_string(), read_trace(&dir.join(t.as_str().unwrap()), &mut |_, _| {}).unwrap())).collect();
-        let straggler = overlap_lab::diagnose::ranks::read_ranks(&traces).unwrap().straggler.map(|s| s.rank);
-        assert_eq!(straggler, (name == "ddp_straggler").then_some(1), "{name}");
+        let read = overlap_lab::diagnose::ranks::read_ranks(&traces).unwrap();
+        assert_eq!(read.straggler.map(|s| s.rank), (name == "ddp_straggler").then_some(1), "{name}");
+        // Every step sums every gradient once (under no_sync, once a step
+        // too): the collectives' messages add up to the traced steps' float32
+        // gradients, read from NCCL's kernels.
+        let (layers, width) = (p["sizes"]["layers"].as_u64().unwrap(), p["sizes"]["width"].as_u64().unwrap());
+        let micro = p["micro_batches"].as_u64().unwrap();
+        let sums_a_step = if p["no_sync"].as_bool().unwrap() { 1 } else { micro };
+        let steps = record["traced_steps"].as_u64().unwrap();
+        let bytes: u64 = read.collectives_by_size.iter().map(|c| c.bytes * c.count as u64).sum();
+        assert_eq!(bytes, steps * sums_a_step * layers * width * width * 4, "{name}: {:?}", read.collectives_by_size);
+        assert!(read.collectives_by_size.iter().all(|c| c.operation == "AllReduce" && c.bus_gbps > 0.0), "{name}");
     }
 }
 
@@ -1313,6 +1323,8 @@ fn diagnose_sets_several_ranks_traces_side_by_side_from_files_or_a_folder() {
     }
     let (code, out, _) = cli(&["diagnose", one_step.to_str().unwrap()]);
     assert!(code == 0 && out.starts_with("2 ranks"), "{out}");
+    // Its collectives beside lab 8's recording of the same GPU.
+    assert!(out.contains("AllReduce of 64 MiB") && out.contains("lab 8 recorded") && out.contains("data/nvidia-h200/multi-gpu.json"), "{out}");
     let (code, _, err) = cli(&["diagnose", data.to_str().unwrap()]);
     assert!(code != 0 && err.trim().lines().count() == 1 && err.contains("programs.json: JSON, but not a Chrome trace"), "{err}");
     let twice = overlap_lab::testing::temp_dir("diagnose-ranks-twice");

@@ -392,13 +392,17 @@ fn rank_traces(given: &[PathBuf]) -> Result<Option<Vec<PathBuf>>> {
 
 /// `overlap-lab diagnose` on several ranks' traces: each read, then the
 /// ranks side by side ([`overlap_lab::diagnose::ranks`]).
-fn run_diagnose_ranks(files: &[PathBuf], json: bool) -> Result<()> {
+fn run_diagnose_ranks(files: &[PathBuf], json: bool, data: &std::path::Path) -> Result<()> {
     let mut traces = Vec::with_capacity(files.len());
     for f in files {
         let shown = display_path(f);
         traces.push((shown, overlap_lab::diagnose::read_trace(f, &mut |_, _| {})?));
     }
-    let ranks = overlap_lab::diagnose::ranks::read_ranks(&traces).map_err(overlap_lab::error::LabError::config)?;
+    let mut ranks = overlap_lab::diagnose::ranks::read_ranks(&traces).map_err(overlap_lab::error::LabError::config)?;
+    // Its collectives beside lab 8's all-reduces on the same GPU, where recorded.
+    if let Some((_, gpu)) = traces.iter().find_map(|(_, t)| t.gpu_names.first().cloned()) {
+        ranks = ranks.beside(&overlap_lab::labs::multi_gpu::results::recorded_all_reduce_rates(data)?, &gpu);
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&ranks).expect("the ranks serialize"));
     } else {
@@ -580,7 +584,7 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
             None => println!("{}", overlap_lab::course::progress()?),
         },
         Tool::Diagnose { trace, json, workers } => match rank_traces(&trace)? {
-            Some(ranks) => run_diagnose_ranks(&ranks, json)?,
+            Some(ranks) => run_diagnose_ranks(&ranks, json, &data)?,
             None => run_diagnose(&trace[0], json, workers as usize, &data, quiet)?,
         },
         Tool::Trace { output, inject, keep_raw, no_diagnose, json, workers, command } => {

@@ -121,7 +121,9 @@ pub struct GpuOp {
     /// The id shared with the CPU call that issued it (none in the course's
     /// own traces).
     pub correlation: Option<u64>,
-    /// Bytes a copy or memset moved, where the trace says.
+    /// Bytes a copy or memset moved, or one rank's message of a collective
+    /// (an NCCL kernel's `In msg nelems` times its `dtype`'s size), where
+    /// the trace says.
     pub bytes: Option<u64>,
 }
 

@@ -13,7 +13,8 @@
 //! `baseTimeNanoseconds` and `traceEvents`. Each complete event (`"ph":
 //! "X"`) has `cat`, `name`, `pid`, `tid`, `ts` and `dur` in µs, and `args`:
 //! a kernel's, copy's or memset's hold `device`, `stream` and
-//! `correlation` (a copy's also `bytes` and `memory bandwidth (GB/s)`), a
+//! `correlation` (a copy's also `bytes` and `memory bandwidth (GB/s)`, an
+//! NCCL kernel's its message: `In msg nelems` and `dtype`), a
 //! `cuda_runtime` or `cuda_driver` call's `cbid` and `correlation`. GPU
 //! events sit on `pid` = device, `tid` = stream. Traces of PyTorch 1.8-1.10
 //! name the categories `Kernel`, `Memcpy`, `Memset`, `Runtime` and
@@ -228,7 +229,11 @@ impl Builder {
                     },
                 };
                 let bytes = match args.bytes.as_ref().map(|n| n.value()) {
-                    None => None,
+                    // An NCCL kernel's message: its elements times their size.
+                    None => {
+                        let elements = args.in_msg_nelems.as_ref().and_then(|n| n.value()).filter(|n| *n >= 0.0);
+                        elements.zip(args.dtype.as_ref().and_then(|d| element_bytes(d.0.as_deref()?))).map(|(n, b)| n as u64 * b)
+                    }
                     Some(Some(b)) if b >= 0.0 => Some(b as u64),
                     Some(_) => return Err(format!("{} at ts {ts} has bytes that are not a size", what())),
                 };
@@ -503,4 +508,16 @@ impl<'de> Visitor<'de> for Events<'_> {
         }
         Ok(())
     }
+}
+
+/// The size of one element of a collective's type as PyTorch names it in
+/// an NCCL kernel's `dtype`; none for a type not listed.
+fn element_bytes(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "Double" | "Long" | "ComplexFloat" => 8,
+        "Float" | "Int" | "ComplexHalf" => 4,
+        "Half" | "BFloat16" | "Short" => 2,
+        "Byte" | "Char" | "Bool" | "Float8_e4m3fn" | "Float8_e5m2" => 1,
+        _ => return None,
+    })
 }

@@ -26,8 +26,17 @@
 //!   `data/nvidia-h200/ddp-trace/`, one rank kept the others waiting up to
 //!   10% of the window with computation within 1% of theirs).
 //!
+//! - **The collectives by size**: each collective's message (one rank's
+//!   bytes, as its NCCL kernel says) and its time on the rank that started
+//!   it last (that rank waited for no one: its kernel's time is the
+//!   transfer's), as NCCL's bus bandwidth (the message over that time,
+//!   times 2(n-1)/n for an all-reduce over n ranks), set beside lab 8's
+//!   recorded all-reduce at that size on the same GPU where the caller
+//!   hands one over ([`CollectiveRates`]: the recording is the lab's, so
+//!   reading ranks needs nothing of the labs).
+//!
 //! May use: `measure` (a median), `events` (the traces), `intervals`
-//! (unions and overlaps).
+//! (unions and overlaps), `units` (a size in words).
 
 use super::events::{GpuOpKind, Trace};
 use super::intervals::{covered, total, union};
@@ -106,6 +115,56 @@ pub struct Straggler {
     pub kept_others_waiting_us: f64,
 }
 
+/// One size of collective of the step: how many, and how fast.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CollectiveSize {
+    /// NCCL's operation, as its kernel's name gives it ("AllReduce").
+    pub operation: String,
+    /// One rank's message, bytes.
+    pub bytes: u64,
+    pub count: usize,
+    /// The median time of the kernel of the rank that started it last, µs.
+    pub transfer_us: f64,
+    /// NCCL's bus bandwidth at that time, GB/s.
+    pub bus_gbps: f64,
+    /// Lab 8's recorded all-reduce bus bandwidth at the recorded size
+    /// nearest this one (by ratio), on the same GPU, GB/s; none where no
+    /// recording was handed over, or the operation is not an all-reduce.
+    pub recorded_bus_gbps: Option<f64>,
+    /// The recorded size that figure is at, bytes.
+    pub recorded_at_bytes: Option<u64>,
+}
+
+/// A recording of all-reduces by size (lab 8's), for [`Ranks::beside`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct CollectiveRates {
+    /// The GPU it was measured on, as its fingerprint names it.
+    pub gpu_name: String,
+    /// The recording, as outputs name files.
+    pub source: String,
+    /// The ranks it summed over.
+    pub ranks: usize,
+    /// (bytes a rank, the all-reduce's median time µs), by size.
+    pub points: Vec<(u64, f64)>,
+}
+
+/// NCCL's bus bandwidth factor of `operation` over `n` ranks: what a
+/// rank's link carries for each byte of its message.
+fn bus_factor(operation: &str, n: usize) -> f64 {
+    let n = n.max(1) as f64;
+    match operation {
+        "AllReduce" => 2.0 * (n - 1.0) / n,
+        "AllGather" | "ReduceScatter" => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+/// The operation an NCCL kernel runs, from its name
+/// ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)" is "AllReduce").
+fn operation_of(kernel: &str) -> String {
+    kernel.split(['_', '(']).nth(1).unwrap_or("").to_string()
+}
+
 /// The version of [`Ranks`]' JSON (`diagnose --json` on several ranks):
 /// MAINTAINERS.md lists its fields.
 pub const RANKS_SCHEMA: &str = "overlap-lab.ranks/1";
@@ -118,6 +177,30 @@ pub struct Ranks {
     pub ranks: Vec<RankFigures>,
     /// The straggler, where one rank is ([`STRAGGLER_SHARE`]).
     pub straggler: Option<Straggler>,
+    /// The collectives by operation and size, smallest first (those whose
+    /// kernels name their message).
+    pub collectives_by_size: Vec<CollectiveSize>,
+    /// The recording their `recorded_bus_gbps` come from, where one was set beside them.
+    pub recorded_from: Option<String>,
+}
+
+impl Ranks {
+    /// The collectives set beside the recording in `rates` made on the
+    /// traces' GPU (`gpu_name`), where there is one: each all-reduce size
+    /// with the bus bandwidth recorded at the nearest size by ratio.
+    pub fn beside(mut self, rates: &[CollectiveRates], gpu_name: &str) -> Ranks {
+        let Some(r) = rates.iter().find(|r| r.gpu_name.trim().eq_ignore_ascii_case(gpu_name.trim()) && !r.points.is_empty()) else { return self };
+        let ln = |b: u64| (b.max(1) as f64).ln();
+        for c in self.collectives_by_size.iter_mut().filter(|c| c.operation == "AllReduce") {
+            let nearest = r.points.iter().min_by(|a, b| (ln(a.0) - ln(c.bytes)).abs().total_cmp(&(ln(b.0) - ln(c.bytes)).abs()));
+            if let Some(&(bytes, us)) = nearest.filter(|p| p.1 > 0.0) {
+                c.recorded_bus_gbps = Some(bytes as f64 / us / 1e3 * bus_factor("AllReduce", r.ranks));
+                c.recorded_at_bytes = Some(bytes);
+            }
+        }
+        self.recorded_from = Some(format!("{} ({} GPUs)", r.source, r.ranks));
+        self
+    }
 }
 
 /// The ranks of `traces` (each a rank's trace, with the name to show it
@@ -127,14 +210,19 @@ pub fn read_ranks(traces: &[(String, Trace)]) -> Result<Ranks, String> {
     if traces.len() < 2 {
         return Err(format!("{} trace(s): several ranks need a trace each, two at least", traces.len()));
     }
-    // Each rank's figures and its NCCL kernels' spans, in start order.
-    let mut read: Vec<(RankFigures, Vec<(f64, f64)>)> = Vec::new();
+    // Each rank's figures, its NCCL kernels' spans and their messages
+    // (bytes and operation), in start order.
+    type RankRead = (RankFigures, Vec<(f64, f64)>, Vec<(Option<u64>, String)>);
+    let mut read: Vec<RankRead> = Vec::new();
     for (k, (file, t)) in traces.iter().enumerate() {
         let rank = t.distributed.map_or(k as u32, |d| d.rank);
-        if let Some((other, _)) = read.iter().find(|(r, _)| r.rank == rank) {
+        if let Some((other, _, _)) = read.iter().find(|(r, _, _)| r.rank == rank) {
             return Err(format!("{file} and {} are both rank {rank}", other.file));
         }
         let kernels = t.gpu_ops.iter().filter(|o| o.kind == GpuOpKind::Kernel);
+        let mut messages: Vec<(f64, Option<u64>, &str)> =
+            kernels.clone().filter(|o| is_communication(&o.name)).map(|o| (o.start_us, o.bytes, o.name.as_str())).collect();
+        messages.sort_by(|a, b| a.0.total_cmp(&b.0));
         let comm: Vec<(f64, f64)> = kernels.clone().filter(|o| is_communication(&o.name)).map(|o| (o.start_us, o.end_us)).collect();
         if comm.is_empty() {
             return Err(format!("{file}: no NCCL kernel: not a rank of a step that communicates"));
@@ -157,11 +245,12 @@ pub fn read_ranks(traces: &[(String, Trace)]) -> Result<Ranks, String> {
         };
         let mut comm = comm;
         comm.sort_by(|a, b| a.0.total_cmp(&b.0));
-        read.push((figures, comm));
+        read.push((figures, comm, messages.into_iter().map(|(_, b, n)| (b, operation_of(n))).collect::<Vec<_>>()));
     }
     // In rank order: the lowest rank's clock is the one the others are lined up with.
-    read.sort_by_key(|(r, _)| r.rank);
-    let (mut ranks, parts): (Vec<RankFigures>, Vec<Vec<(f64, f64)>>) = read.into_iter().unzip();
+    read.sort_by_key(|(r, _, _)| r.rank);
+    let messages = read[0].2.clone();
+    let (mut ranks, parts): (Vec<RankFigures>, Vec<Vec<(f64, f64)>>) = read.into_iter().map(|(r, p, _)| (r, p)).unzip();
     if let Some(r) = ranks.iter().find(|r| r.collectives != ranks[0].collectives) {
         return Err(format!("{} has {} NCCL kernels and {} has {}: not the same step's ranks", r.file, r.collectives, ranks[0].file, ranks[0].collectives));
     }
@@ -170,15 +259,36 @@ pub fn read_ranks(traces: &[(String, Trace)]) -> Result<Ranks, String> {
         let gaps: Vec<f64> = parts[0].iter().zip(&parts[r]).map(|(a, b)| a.1 - b.1).collect();
         ranks[r].offset_us = upper_median(&gaps).unwrap_or(0.0);
     }
-    // Each collective: the rank that started last kept the others waiting.
+    // Each collective: the rank that started last kept the others waiting,
+    // and its kernel's time is the transfer's.
+    let mut by_size: std::collections::BTreeMap<(String, u64), Vec<f64>> = std::collections::BTreeMap::new();
     for k in 0..ranks[0].collectives {
         let starts: Vec<f64> = parts.iter().zip(&ranks).map(|(p, r)| p[k].0 + r.offset_us).collect();
         let last = (0..starts.len()).max_by(|&a, &b| starts[a].total_cmp(&starts[b])).unwrap_or(0);
         ranks[last].started_last += 1;
         ranks[last].kept_others_waiting_us += starts.iter().map(|s| starts[last] - s).sum::<f64>();
+        if let (Some(bytes), operation) = &messages[k] {
+            by_size.entry((operation.clone(), *bytes)).or_default().push(parts[last][k].1 - parts[last][k].0);
+        }
     }
+    let world = traces.iter().find_map(|(_, t)| t.distributed.map(|d| d.world_size as usize)).unwrap_or(ranks.len());
+    let collectives_by_size = by_size
+        .into_iter()
+        .filter_map(|((operation, bytes), times)| {
+            let transfer_us = upper_median(&times)?;
+            Some(CollectiveSize {
+                bus_gbps: if transfer_us > 0.0 { bytes as f64 / transfer_us / 1e3 * bus_factor(&operation, world) } else { 0.0 },
+                operation,
+                bytes,
+                count: times.len(),
+                transfer_us,
+                recorded_bus_gbps: None,
+                recorded_at_bytes: None,
+            })
+        })
+        .collect();
     let straggler = straggler_of(&ranks);
-    Ok(Ranks { schema: RANKS_SCHEMA, ranks, straggler })
+    Ok(Ranks { schema: RANKS_SCHEMA, ranks, straggler, collectives_by_size, recorded_from: None })
 }
 
 /// The rank with the most computation, where it exceeds the least busy
@@ -222,6 +332,24 @@ impl fmt::Display for Ranks {
             )?;
         }
         writeln!(f, "  (comm: NCCL's kernels; hidden: their time under computation kernels, HTA's communication/computation overlap; last in: collectives this rank started last; others wait: how long the other ranks waited in those)")?;
+        for c in &self.collectives_by_size {
+            let recorded = match (c.recorded_bus_gbps, c.recorded_at_bytes) {
+                (Some(g), Some(at)) => format!("; lab 8 recorded {g:.1} GB/s at {}", crate::units::Bytes(at)),
+                _ => String::new(),
+            };
+            writeln!(
+                f,
+                "{} of {}: {} in the traces, {:.1} µs each on the rank that started it last: {:.1} GB/s of bus bandwidth{recorded}",
+                c.operation,
+                crate::units::Bytes(c.bytes),
+                c.count,
+                c.transfer_us,
+                c.bus_gbps
+            )?;
+        }
+        if let Some(from) = &self.recorded_from {
+            writeln!(f, "  (lab 8's recording: {from})")?;
+        }
         match &self.straggler {
             Some(s) => writeln!(
                 f,
@@ -292,6 +420,41 @@ mod tests {
         assert_eq!(read_ranks(&[r0.clone(), late_only]).unwrap().straggler, None, "waits alone");
         let unseen = rank(1, &[("gemm", 0.0, 140.0), (NCCL, 50.0, 160.0)]);
         assert_eq!(read_ranks(&[r0, unseen]).unwrap().straggler, None, "more work no one waited for");
+    }
+
+    /// Each size's collectives timed on the rank that started them last
+    /// (it waited for no one), as bus bandwidth, and set beside the
+    /// recording of the traces' GPU only, at its nearest size by ratio.
+    #[test]
+    fn collectives_by_size_are_timed_on_the_last_rank_to_start_and_set_beside_the_recording() {
+        let mib = 1u64 << 20;
+        let with_bytes = |(name, mut t): (String, Trace), bytes: &[u64]| {
+            for (o, b) in t.gpu_ops.iter_mut().filter(|o| is_communication(&o.name)).zip(bytes) {
+                o.bytes = Some(*b);
+            }
+            (name, t)
+        };
+        // Two 4 MiB sums and one of 16 MiB; rank 1 starts each 20 µs after rank 0.
+        let r0 = with_bytes(rank(0, &[("gemm", 0.0, 300.0), (NCCL, 10.0, 60.0), (NCCL, 100.0, 150.0), (NCCL, 200.0, 300.0)]), &[4 * mib, 4 * mib, 16 * mib]);
+        let r1 = with_bytes(rank(1, &[("gemm", 0.0, 300.0), (NCCL, 30.0, 60.0), (NCCL, 120.0, 150.0), (NCCL, 220.0, 300.0)]), &[4 * mib, 4 * mib, 16 * mib]);
+        let ranks = read_ranks(&[r0, r1]).unwrap();
+        let sizes: Vec<(&str, u64, usize, f64)> = ranks.collectives_by_size.iter().map(|c| (c.operation.as_str(), c.bytes, c.count, c.transfer_us)).collect();
+        assert_eq!(sizes, vec![("AllReduce", 4 * mib, 2, 30.0), ("AllReduce", 16 * mib, 1, 80.0)]);
+        // Two ranks: the bus carries the message once (2(n-1)/n = 1).
+        assert!((ranks.collectives_by_size[0].bus_gbps - 4.0 * mib as f64 / 30.0 / 1e3).abs() < 1e-9);
+        let rates = vec![
+            CollectiveRates { gpu_name: "Other GPU".into(), source: "x.json".into(), ranks: 4, points: vec![(4 * mib, 1.0)] },
+            CollectiveRates { gpu_name: "NVIDIA H200".into(), source: "multi-gpu.json".into(), ranks: 4, points: vec![(mib, 10.0), (8 * mib, 40.0)] },
+        ];
+        let beside = ranks.clone().beside(&rates, " nvidia h200 ");
+        let c = &beside.collectives_by_size;
+        // 4 MiB is nearer 8 MiB than 1 MiB by ratio; four ranks: 2(n-1)/n = 1.5.
+        assert_eq!((c[0].recorded_at_bytes, c[1].recorded_at_bytes), (Some(8 * mib), Some(8 * mib)));
+        assert!((c[0].recorded_bus_gbps.unwrap() - 8.0 * mib as f64 / 40.0 / 1e3 * 1.5).abs() < 1e-9);
+        let text = beside.to_string();
+        assert!(text.contains("AllReduce of 4 MiB: 2 in the traces") && text.contains("multi-gpu.json (4 GPUs)"), "{text}");
+        assert_eq!(ranks.clone().beside(&rates, "NVIDIA A100").recorded_from, None, "no recording of that GPU");
+        assert_eq!(operation_of("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)"), "AllGather");
     }
 
     #[test]

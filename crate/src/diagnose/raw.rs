@@ -137,6 +137,11 @@ pub(super) struct RawArgs {
     pub(super) wait_on_cuda_event_id: Option<Num>,
     /// A metadata event's name (`process_name`, `thread_name`).
     pub(super) name: Option<Text>,
+    /// An NCCL kernel's message: its elements (one rank's part)...
+    #[serde(rename = "In msg nelems")]
+    pub(super) in_msg_nelems: Option<Num>,
+    /// ...and their type ("Float", "BFloat16").
+    pub(super) dtype: Option<Text>,
 }
 
 /// One entry of `traceEvents`, as far as reading needs it.

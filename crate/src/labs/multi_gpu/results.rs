@@ -383,3 +383,29 @@ impl MultiGpuResults {
 }
 
 pub type MultiGpuRecord = crate::measure::record::Record<MultiGpuResults>;
+
+/// Every lab 8 recording in `data` with all-reduces timed alone by size,
+/// as the rates `overlap-lab diagnose` sets a data-parallel step's
+/// collectives beside ([`crate::diagnose::ranks::Ranks::beside`]). No
+/// recording is no rates; `Err` where one cannot be read.
+pub fn recorded_all_reduce_rates(data: &std::path::Path) -> crate::error::Result<Vec<crate::diagnose::ranks::CollectiveRates>> {
+    use crate::measure::record::{display_path, find_recordings, Record};
+    let recordings: Vec<(std::path::PathBuf, Record<MultiGpuResults>)> = match find_recordings(data, super::LAB) {
+        Ok(r) => r,
+        Err(crate::error::LabError::MissingData { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(recordings
+        .into_iter()
+        .filter_map(|(path, rec)| {
+            let a = rec.results.all_reduce.as_ref().ok()?;
+            let points: Vec<(u64, f64)> = a.sizes.iter().map(|(bytes, t)| (*bytes, t.median * 1e3)).collect();
+            (!points.is_empty()).then(|| crate::diagnose::ranks::CollectiveRates {
+                gpu_name: rec.fingerprint.gpu_name.clone(),
+                source: display_path(&path),
+                ranks: a.ranks,
+                points,
+            })
+        })
+        .collect())
+}
