@@ -11,7 +11,8 @@
 //! `measure`, `present`, `units`, `lab_kit` and `testing` (fixtures);
 //! lab 10 (`pytorch_trace`) also `diagnose`, the trace reader it teaches
 //! with, and lab 1's results, whose recorded link rates price its fixes
-//! (`pytorch_trace::prices`).
+//! (`pytorch_trace::prices`); lab 8 (`multi_gpu`) also `diagnose::ranks`,
+//! whose `CollectiveRates` its recorded all-reduces are handed over as.
 
 /// The lab table: each lab once, in course order, by its module's name.
 /// A line here declares the lab's module and puts its entry (`<lab>::ENTRY`)

@@ -30,7 +30,9 @@
 //! [`charts`] draws it. Here, above them all: its entry in the lab table
 //! and the notebook's calls.
 //!
-//! May use: what every lab may (see `labs`).
+//! May use: what every lab may (see `labs`), and `diagnose::ranks` (its
+//! all-reduces timed alone by size, handed over as `CollectiveRates` for
+//! `diagnose` on several ranks: `results::recorded_all_reduce_rates`).
 
 pub mod all_reduce;
 pub mod charts;
