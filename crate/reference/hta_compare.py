@@ -36,7 +36,6 @@ Two settings, so that HTA reads the trace as written and whole:
   last ProfilerStep, while the diagnosis covers the whole traced window.
 """
 
-import gzip
 import json
 import logging
 import os
@@ -117,9 +116,10 @@ def ranks(paths, TraceAnalysis, hta_version) -> int:
     # Its potential stragglers need the steps marked (`ProfilerStep#<k>`):
     # none where the traces have no marks. One candidate: HTA names the
     # ranks whose last collectives start latest, as many as asked for.
-    marked = all("ProfilerStep#" in (gzip.open(p, "rt") if p.endswith(".gz") else open(p)).read() for p in paths)
+    from hta.analyzers.straggler_analysis import StragglerAnalysis
+
     stragglers = None
-    if marked:
+    if StragglerAnalysis.get_profiler_steps(analysis.t):  # the steps HTA read from the marks
         # HTA 0.5 finds NCCL's kernels by their names before NCCL 2.19
         # (`ncclKernel_...`); newer NCCL names them `ncclDevKernel_...`. Each
         # gets an alias of the old form in HTA's symbol table, pointing at

@@ -206,6 +206,14 @@ pub fn number_expected(error: &(dyn std::error::Error + 'static), value: &str) -
     (negative && out_of_range).then(|| "expected a whole number of 0 or more, not a negative one".to_string())
 }
 
+/// The item of `items` whose size (`size_of`) is nearest `bytes` by
+/// ratio (3 MiB is nearer 4 MiB than 1 MiB): how a measured size is
+/// looked up among the sizes a recording measured.
+pub fn nearest_by_ratio<T>(items: impl IntoIterator<Item = T>, size_of: impl Fn(&T) -> u64, bytes: u64) -> Option<T> {
+    let off = |b: u64| ((b.max(1) as f64).ln() - (bytes.max(1) as f64).ln()).abs();
+    items.into_iter().min_by(|a, b| off(size_of(a)).total_cmp(&off(size_of(b))))
+}
+
 /// A name as a file-name part: lower-case letters and digits, anything
 /// else one '-' ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3").
 pub fn slug(text: &str) -> String {

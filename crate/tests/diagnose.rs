@@ -1269,9 +1269,11 @@ fn the_data_parallel_recording_holds_a_readable_trace_per_rank() {
         assert_eq!(traces.len(), ranks, "{name}: a trace per rank");
         assert_eq!(p["untraced"]["per_rank_ms"].as_array().unwrap().len(), ranks, "{name}");
         assert!(p["largest_update"].as_f64().unwrap() > 0.0 && p["weights_differ_across_ranks"].as_f64().unwrap() == 0.0, "{name}");
+        // Each rank's trace, read once for the checks below and the ranks' reading.
+        let traces: Vec<(String, overlap_lab::diagnose::Trace)> =
+            traces.iter().map(|t| (t.as_str().unwrap().to_string(), read_trace(&dir.join(t.as_str().unwrap()), &mut |_, _| {}).unwrap())).collect();
         let mut sums = Vec::new();
-        for t in traces {
-            let trace = read_trace(&dir.join(t.as_str().unwrap()), &mut |_, _| {}).unwrap();
+        for (t, trace) in &traces {
             let nccl: Vec<_> = trace.gpu_ops.iter().filter(|o| o.name.starts_with("ncclDevKernel_AllReduce")).collect();
             let streams: std::collections::BTreeSet<u64> = nccl.iter().map(|o| o.stream).collect();
             let compute: std::collections::BTreeSet<u64> =
@@ -1284,8 +1286,6 @@ fn the_data_parallel_recording_holds_a_readable_trace_per_rank() {
         }
         assert!(sums.windows(2).all(|w| w[0] == w[1]), "{name}: all-reduces per rank {sums:?}");
         // The straggler program's extra work is named, on its rank; no rank in the balanced ones.
-        let traces: Vec<(String, overlap_lab::diagnose::Trace)> =
-            traces.iter().map(|t| (t.as_str().unwrap().to_string(), read_trace(&dir.join(t.as_str().unwrap()), &mut |_, _| {}).unwrap())).collect();
         let read = overlap_lab::diagnose::ranks::read_ranks(&traces).unwrap();
         assert_eq!(read.straggler.map(|s| s.rank), (name == "ddp_straggler").then_some(1), "{name}");
         // Every step sums every gradient once (under no_sync, once a step

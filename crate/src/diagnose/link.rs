@@ -10,7 +10,8 @@
 //! ([`TypicalLink`]), always said to be an assumption, with the command
 //! that measures the real one ([`MEASURE_LINK`]).
 //!
-//! May use: `events` only (and `units`, to write a size).
+//! May use: `events` only (and `units`, to write a size and find the
+//! nearest recorded one).
 
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
 use crate::units::Bytes;
@@ -198,20 +199,22 @@ impl LinkRates {
     /// Whether these were measured on the GPU a trace names (the same name,
     /// ignoring case and spaces around it).
     pub fn matches(&self, gpu_name: &str) -> bool {
-        self.gpu_name.trim().eq_ignore_ascii_case(gpu_name.trim())
+        same_gpu(&self.gpu_name, gpu_name)
     }
 
     /// The recorded rate of copies from `host` memory in `direction` at the
     /// recorded size nearest `bytes` (nearest by ratio: 3 MiB is nearer 4
     /// MiB than 1 MiB).
     pub fn rate(&self, host: HostMemory, direction: Direction, bytes: u64) -> Option<RecordedRate> {
-        let ln = |b: u64| (b.max(1) as f64).ln();
-        self.points
-            .iter()
-            .filter(|p| p.host == host && p.direction == direction && p.gbps > 0.0)
-            .min_by(|a, b| (ln(a.bytes) - ln(bytes)).abs().total_cmp(&(ln(b.bytes) - ln(bytes)).abs()))
-            .map(|p| RecordedRate { host, gbps: p.gbps, at_bytes: p.bytes })
+        let points = self.points.iter().filter(|p| p.host == host && p.direction == direction && p.gbps > 0.0);
+        crate::units::nearest_by_ratio(points, |p| p.bytes, bytes).map(|p| RecordedRate { host, gbps: p.gbps, at_bytes: p.bytes })
     }
+}
+
+/// Whether a recording's GPU (as its fingerprint names it) is the one a
+/// trace names: the same name, ignoring case and spaces around it.
+pub fn same_gpu(recorded: &str, traced: &str) -> bool {
+    recorded.trim().eq_ignore_ascii_case(traced.trim())
 }
 
 #[cfg(test)]

@@ -36,11 +36,14 @@
 //!   reading ranks needs nothing of the labs).
 //!
 //! May use: `measure` (a median), `events` (the traces), `intervals`
-//! (unions and overlaps), `units` (a size in words).
+//! (unions and overlaps), `link` (which recording is the traces' GPU's),
+//! `units` (a size in words, the nearest recorded one).
 
-use super::events::{GpuOpKind, Trace};
+use super::events::{GpuOp, GpuOpKind, Trace};
 use super::intervals::{covered, total, union};
+use super::link::same_gpu;
 use crate::measure::stats::upper_median;
+use crate::units::nearest_by_ratio;
 use serde::Serialize;
 use std::fmt;
 
@@ -189,11 +192,9 @@ impl Ranks {
     /// traces' GPU (`gpu_name`), where there is one: each all-reduce size
     /// with the bus bandwidth recorded at the nearest size by ratio.
     pub fn beside(mut self, rates: &[CollectiveRates], gpu_name: &str) -> Ranks {
-        let Some(r) = rates.iter().find(|r| r.gpu_name.trim().eq_ignore_ascii_case(gpu_name.trim()) && !r.points.is_empty()) else { return self };
-        let ln = |b: u64| (b.max(1) as f64).ln();
+        let Some(r) = rates.iter().find(|r| same_gpu(&r.gpu_name, gpu_name) && !r.points.is_empty()) else { return self };
         for c in self.collectives_by_size.iter_mut().filter(|c| c.operation == "AllReduce") {
-            let nearest = r.points.iter().min_by(|a, b| (ln(a.0) - ln(c.bytes)).abs().total_cmp(&(ln(b.0) - ln(c.bytes)).abs()));
-            if let Some(&(bytes, us)) = nearest.filter(|p| p.1 > 0.0) {
+            if let Some(&(bytes, us)) = nearest_by_ratio(&r.points, |p| p.0, c.bytes).filter(|p| p.1 > 0.0) {
                 c.recorded_bus_gbps = Some(bytes as f64 / us / 1e3 * bus_factor("AllReduce", r.ranks));
                 c.recorded_at_bytes = Some(bytes);
             }
@@ -210,25 +211,21 @@ pub fn read_ranks(traces: &[(String, Trace)]) -> Result<Ranks, String> {
     if traces.len() < 2 {
         return Err(format!("{} trace(s): several ranks need a trace each, two at least", traces.len()));
     }
-    // Each rank's figures, its NCCL kernels' spans and their messages
-    // (bytes and operation), in start order.
-    type RankRead = (RankFigures, Vec<(f64, f64)>, Vec<(Option<u64>, String)>);
-    let mut read: Vec<RankRead> = Vec::new();
+    // Each rank's figures and its NCCL kernels, in start order.
+    let mut read: Vec<(RankFigures, Vec<&GpuOp>)> = Vec::new();
     for (k, (file, t)) in traces.iter().enumerate() {
         let rank = t.distributed.map_or(k as u32, |d| d.rank);
-        if let Some((other, _, _)) = read.iter().find(|(r, _, _)| r.rank == rank) {
+        if let Some((other, _)) = read.iter().find(|(r, _)| r.rank == rank) {
             return Err(format!("{file} and {} are both rank {rank}", other.file));
         }
         let kernels = t.gpu_ops.iter().filter(|o| o.kind == GpuOpKind::Kernel);
-        let mut messages: Vec<(f64, Option<u64>, &str)> =
-            kernels.clone().filter(|o| is_communication(&o.name)).map(|o| (o.start_us, o.bytes, o.name.as_str())).collect();
-        messages.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let comm: Vec<(f64, f64)> = kernels.clone().filter(|o| is_communication(&o.name)).map(|o| (o.start_us, o.end_us)).collect();
-        if comm.is_empty() {
+        let mut nccl: Vec<&GpuOp> = kernels.clone().filter(|o| is_communication(&o.name)).collect();
+        if nccl.is_empty() {
             return Err(format!("{file}: no NCCL kernel: not a rank of a step that communicates"));
         }
+        nccl.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
         let compute = union(kernels.filter(|o| is_computation(&o.name)).map(|o| (o.start_us, o.end_us)).collect());
-        let comm_merged = union(comm.clone());
+        let comm_merged = union(nccl.iter().map(|o| (o.start_us, o.end_us)).collect());
         let (from, to) = t.window_us();
         let figures = RankFigures {
             rank,
@@ -238,37 +235,35 @@ pub fn read_ranks(traces: &[(String, Trace)]) -> Result<Ranks, String> {
             communication_us: total(&comm_merged),
             computation_us: total(&compute),
             hidden_us: comm_merged.iter().map(|&s| covered(&compute, s)).sum(),
-            collectives: comm.len(),
+            collectives: nccl.len(),
             offset_us: 0.0,
             kept_others_waiting_us: 0.0,
             started_last: 0,
         };
-        let mut comm = comm;
-        comm.sort_by(|a, b| a.0.total_cmp(&b.0));
-        read.push((figures, comm, messages.into_iter().map(|(_, b, n)| (b, operation_of(n))).collect::<Vec<_>>()));
+        read.push((figures, nccl));
     }
     // In rank order: the lowest rank's clock is the one the others are lined up with.
-    read.sort_by_key(|(r, _, _)| r.rank);
-    let messages = read[0].2.clone();
-    let (mut ranks, parts): (Vec<RankFigures>, Vec<Vec<(f64, f64)>>) = read.into_iter().map(|(r, p, _)| (r, p)).unzip();
+    read.sort_by_key(|(r, _)| r.rank);
+    let (mut ranks, parts): (Vec<RankFigures>, Vec<Vec<&GpuOp>>) = read.into_iter().unzip();
     if let Some(r) = ranks.iter().find(|r| r.collectives != ranks[0].collectives) {
         return Err(format!("{} has {} NCCL kernels and {} has {}: not the same step's ranks", r.file, r.collectives, ranks[0].file, ranks[0].collectives));
     }
     // Each rank's clock lined up with the lowest rank's by its collectives' ends.
     for r in 1..ranks.len() {
-        let gaps: Vec<f64> = parts[0].iter().zip(&parts[r]).map(|(a, b)| a.1 - b.1).collect();
+        let gaps: Vec<f64> = parts[0].iter().zip(&parts[r]).map(|(a, b)| a.end_us - b.end_us).collect();
         ranks[r].offset_us = upper_median(&gaps).unwrap_or(0.0);
     }
     // Each collective: the rank that started last kept the others waiting,
     // and its kernel's time is the transfer's.
     let mut by_size: std::collections::BTreeMap<(String, u64), Vec<f64>> = std::collections::BTreeMap::new();
     for k in 0..ranks[0].collectives {
-        let starts: Vec<f64> = parts.iter().zip(&ranks).map(|(p, r)| p[k].0 + r.offset_us).collect();
+        let starts: Vec<f64> = parts.iter().zip(&ranks).map(|(p, r)| p[k].start_us + r.offset_us).collect();
         let last = (0..starts.len()).max_by(|&a, &b| starts[a].total_cmp(&starts[b])).unwrap_or(0);
         ranks[last].started_last += 1;
         ranks[last].kept_others_waiting_us += starts.iter().map(|s| starts[last] - s).sum::<f64>();
-        if let (Some(bytes), operation) = &messages[k] {
-            by_size.entry((operation.clone(), *bytes)).or_default().push(parts[last][k].1 - parts[last][k].0);
+        // Its message as the lowest rank's kernel names it.
+        if let Some(bytes) = parts[0][k].bytes {
+            by_size.entry((operation_of(&parts[0][k].name), bytes)).or_default().push(parts[last][k].duration_us());
         }
     }
     let world = traces.iter().find_map(|(_, t)| t.distributed.map(|d| d.world_size as usize)).unwrap_or(ranks.len());
@@ -370,7 +365,7 @@ impl fmt::Display for Ranks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::events::{Distributed, GpuOp};
+    use crate::diagnose::events::Distributed;
 
     /// A rank's trace: compute kernels on stream 7 and NCCL's on stream 17,
     /// each (name, start, end) in µs on that rank's clock.

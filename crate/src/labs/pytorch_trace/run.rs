@@ -45,13 +45,7 @@ pub fn measure(gpu: &Gpu, s: &TraceSettings, cx: &RunContext) -> Result<Recordin
     if let Some(why) = no_pytorch(&s.python) {
         return Err(LabError::Skipped(why));
     }
-    let mut command = vec!["overlap-lab".to_string(), LAB.into(), "--repeats".into(), s.repeats.to_string()];
-    if !s.programs.is_empty() {
-        command.extend(["--programs".to_string(), s.programs.join(",")]);
-    }
-    if s.untraced_fixes {
-        command.push("--untraced-fixes".into());
-    }
+    let command = [vec!["overlap-lab".to_string(), LAB.into()], script_options(s)].concat();
     trace_programs(s, gpu.ordinal(), &scratch_folder("run"), cx.data, &command.join(" "), cx.progress == ProgressMode::Quiet)
 }
 
@@ -67,13 +61,7 @@ pub(super) fn trace_programs(s: &TraceSettings, device: usize, out: &Path, data:
     if out.exists() {
         return Err(LabError::config(format!("{}: the run's folder is there already", crate::measure::record::display_path(out))));
     }
-    let mut args = vec!["--out".to_string(), out.display().to_string(), "--repeats".into(), s.repeats.to_string(), "--command".into(), command.into()];
-    if !s.programs.is_empty() {
-        args.extend(["--programs".to_string(), s.programs.join(",")]);
-    }
-    if s.untraced_fixes {
-        args.push("--untraced-fixes".into());
-    }
+    let args = [vec!["--out".to_string(), out.display().to_string(), "--command".into(), command.into()], script_options(s)].concat();
     let env = [("CUDA_VISIBLE_DEVICES", device.to_string())];
     // A PyTorch that is installed but does not import is no PyTorch: the
     // script says so in its one line (lab10_trace.py's `fail`).
@@ -87,6 +75,19 @@ pub(super) fn trace_programs(s: &TraceSettings, device: usize, out: &Path, data:
             Err(e)
         }
     }
+}
+
+/// The options of `s` as both the script and `overlap-lab pytorch-trace`
+/// spell them: `--repeats`, and `--programs` and `--untraced-fixes` where set.
+fn script_options(s: &TraceSettings) -> Vec<String> {
+    let mut options = vec!["--repeats".to_string(), s.repeats.to_string()];
+    if !s.programs.is_empty() {
+        options.extend(["--programs".to_string(), s.programs.join(",")]);
+    }
+    if s.untraced_fixes {
+        options.push("--untraced-fixes".into());
+    }
+    options
 }
 
 /// Why `python` cannot run the programs (no such Python, no PyTorch in
