@@ -33,6 +33,9 @@ pub struct Request {
     pub library: Option<PathBuf>,
     /// Keep each process's raw records (`.jsonl`) beside the traces.
     pub keep_raw: bool,
+    /// Record copies between two GPUs too (CUPTI's peer-copy records,
+    /// which lengthen every device-to-device copy: off unless asked).
+    pub peer_copies: bool,
 }
 
 /// One CUDA process's trace, written.
@@ -124,6 +127,7 @@ pub fn run(req: &Request) -> Result<Traced> {
             .env("NVTX_INJECTION64_PATH", &library)
             .env("OVERLAP_LAB_TRACE_DIR", &scratch.0)
             .env("OVERLAP_LAB_TRACE_RAW", "1")
+            .env("OVERLAP_LAB_TRACE_ADD", if req.peer_copies { "peer" } else { "" })
             // The course's own labs, traced, time with events: CUPTI is ours.
             .env("OVERLAP_LAB_TIMELINE", "events");
     }
@@ -214,6 +218,12 @@ pub fn describe(t: &ProcessTrace) -> String {
     if !s.calls_left_out.is_empty() {
         let left: Vec<String> = s.calls_left_out.iter().map(|(n, k)| format!("{k}x {n}")).collect();
         line.push_str(&format!("; left out, their GPU work never ran (captured into a graph, failed, or still queued at exit): {}", left.join(", ")));
+    }
+    if s.peer_copies_not_recorded > 0 {
+        line.push_str(&format!(
+            "; {} copies between GPUs not recorded (their records lengthen every device-to-device copy; --peer-copies records them)",
+            s.peer_copies_not_recorded
+        ));
     }
     if !s.refused_kinds.is_empty() {
         line.push_str(&format!("; CUPTI refused: {}", s.refused_kinds.join(", ")));

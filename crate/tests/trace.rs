@@ -69,6 +69,45 @@ fn a_failed_launch_is_left_out_and_counted_and_nvtx_ranges_are_annotations() {
     assert_eq!(summary.nvtx_ranges, 1);
 }
 
+/// A peer copy's call with no copy under it: where peer-copy records were
+/// not asked for (the library's default), counted as such and said in the
+/// line `overlap-lab trace` prints; where they were, a copy that never ran.
+#[test]
+fn peer_copies_left_unrecorded_by_default_are_counted_and_said_apart_from_failed_calls() {
+    let records = |not_asked: Vec<String>| {
+        let r = [
+            Record::Process(Process {
+                pid: 7,
+                parent_pid: 1,
+                exe: "/tmp/p".into(),
+                argv: vec![],
+                cupti_version: 130001,
+                refused_kinds: vec![],
+                kinds_not_asked: not_asked,
+            }),
+            call(Api::Runtime, "cudaMemcpyPeerAsync_v4000", 10, 12, 40),
+            call(Api::Runtime, "cudaMemcpyAsync_v3020", 20, 21, 41),
+            copy(8, 3, 3, 13, 30, 40, 41),
+            Record::End(End { at_ns: 1_000_000, signal: None }),
+        ];
+        let mut out = Vec::new();
+        for rec in &r {
+            write_record(&mut out, rec).unwrap();
+        }
+        convert(&parse(&String::from_utf8(out).unwrap()).unwrap(), "p.json.gz").summary
+    };
+    let default = records(vec!["peer".into()]);
+    assert_eq!(default.peer_copies_not_recorded, 1);
+    assert!(default.calls_left_out.is_empty(), "{:?}", default.calls_left_out);
+    let described = |summary| overlap_lab::trace::describe(&overlap_lab::trace::ProcessTrace { path: "p.json.gz".into(), summary });
+    let line = described(default.clone());
+    assert!(line.contains("1 copies between GPUs not recorded") && line.contains("--peer-copies"), "{line}");
+    let asked = records(vec![]);
+    assert_eq!(asked.peer_copies_not_recorded, 0);
+    assert_eq!(asked.calls_left_out.get("cudaMemcpyPeerAsync"), Some(&1));
+    assert!(!described(asked).contains("--peer-copies"));
+}
+
 #[test]
 fn the_diagnosis_reads_our_trace_and_finds_its_host_syncs_and_pageable_copies() {
     let (_, _, t) = converted();

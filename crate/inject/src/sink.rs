@@ -44,12 +44,12 @@ pub fn open() -> Result<Sink, String> {
 
 impl Sink {
     /// Writes the process line (the file's first).
-    pub fn begin(&mut self, cupti_version: u32, refused_kinds: Vec<String>) -> Result<(), String> {
+    pub fn begin(&mut self, cupti_version: u32, refused_kinds: Vec<String>, kinds_not_asked: Vec<String>) -> Result<(), String> {
         let argv = std::fs::read("/proc/self/cmdline")
             .map(|b| b.split(|c| *c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
             .unwrap_or_default();
         let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
-        let process = Process { pid: pid(), parent_pid: std::os::unix::process::parent_id(), exe, argv, cupti_version, refused_kinds };
+        let process = Process { pid: pid(), parent_pid: std::os::unix::process::parent_id(), exe, argv, cupti_version, refused_kinds, kinds_not_asked };
         self.write(&[Record::Process(process)]).map_err(|e| format!("cannot write the trace file {}: {e}", self.path.display()))
     }
 

@@ -10,7 +10,7 @@ each compared op by op (`compare_traces.py`).
 
     python3 crate/reference/trace/record.py --out DIR [--cudarc PATH]
         [--repeats N] [--torch-repeats N] [--overlap-lab PATH] [--nvcc PATH] [--python PATH]
-        [--only PROGRAM,...]
+        [--only PROGRAM,... | --torch-only]
 
 DIR gets `<program>.json.gz` (each program's trace, from its first traced
 run), `torch-<loop>.{ours,profiler}.json.gz` and `programs.json`: each
@@ -23,7 +23,11 @@ it goes.
 recording DIR already holds: their entries and traces replaced, the rest
 kept as they were, and the run's date, command and programs added to the
 file's `rerecorded` list. A program whose fix is checked against another
-is recorded with it (a fix is compared within one run).
+is recorded with it (a fix is compared within one run). `--torch-only`
+records the PyTorch loops' costs and trace comparisons again, and nothing
+else, the same way (the tracer's cost and its traces' agreement with
+torch.profiler's are one run's). The tiny-op loop's traces (a few MB
+each) are compared but not kept.
 """
 
 import argparse
@@ -39,6 +43,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The PyTorch loops whose two traces are kept beside the comparison (the
+# tiny-op loop's are a few MB each: compared, not kept).
+KEPT_TORCH_TRACES = ("sync",)
 
 # Each program: its command ({patterns}, {cudarc}, {python} and {here}
 # filled in), and for each fix its diagnosis offers, the program that
@@ -88,7 +95,7 @@ def compare_runs(ours, theirs):
         per_ours.append(ct.totals(ops, ct.paired_names(ops, reference)))
     per_theirs = [ct.totals(ct.gpu_ops(ct.load(path))) for path in theirs]
     gpu_theirs = statistics.median(sum(v[1] for v in t.values()) for t in per_theirs)
-    rows, worst, unmatched = [], 0.0, False
+    rows, worst, worst_every, unmatched = [], 0.0, 0.0, False
     for k in sorted(set().union(*per_ours, *per_theirs)):
         o = [t[k][1] if k in t else 0.0 for t in per_ours]
         th = [t[k][1] if k in t else 0.0 for t in per_theirs]
@@ -100,6 +107,8 @@ def compare_runs(ours, theirs):
             unmatched = True
         elif counted:
             worst = max(worst, abs(off))
+        if off is not None:
+            worst_every = max(worst_every, abs(off))
         rows.append({
             "kind": k[0], "name": k[1],
             "count_ours": per_ours[0][k][0] if k in per_ours[0] else 0, "count_theirs": per_theirs[0][k][0] if k in per_theirs[0] else 0,
@@ -108,7 +117,8 @@ def compare_runs(ours, theirs):
         })
     copies = lambda t: {k[1]: v[0] for k, v in t.items() if k[0] == "copy"}
     # No largest difference where an op holding 1% is in our traces only.
-    return {"runs": len(ours), "rows": rows, "worst": None if unmatched else worst, "copies_agree": copies(per_ours[0]) == copies(per_theirs[0])}
+    return {"runs": len(ours), "rows": rows, "worst": None if unmatched else worst, "worst_every_op": worst_every,
+            "copies_agree": copies(per_ours[0]) == copies(per_theirs[0])}
 
 
 def scrub(path):
@@ -143,13 +153,22 @@ def main():
     ap.add_argument("--nvcc", default="nvcc", metavar="PATH")
     ap.add_argument("--python", default=sys.executable, metavar="PATH")
     ap.add_argument("--only", metavar="PROGRAM,...", help="record these programs again into DIR's recording, and nothing else")
+    ap.add_argument("--torch-only", action="store_true", help="record the PyTorch loops' costs and comparisons again into DIR's recording, and nothing else")
     a = ap.parse_args()
+    if a.only is not None and a.torch_only:
+        sys.exit("record.py: --only and --torch-only: one or the other")
     if a.torch_repeats is None:
         a.torch_repeats = a.repeats
     if a.repeats < 1 or a.torch_repeats < 1:
         sys.exit("record.py: --repeats and --torch-repeats: at least 1")
-    chosen = list(PROGRAMS) if a.only is None else [p.strip() for p in a.only.split(",") if p.strip()]
+    chosen = [] if a.torch_only else list(PROGRAMS) if a.only is None else [p.strip() for p in a.only.split(",") if p.strip()]
     earlier = None
+    if a.torch_only:
+        try:
+            with open(os.path.join(a.out, "programs.json")) as f:
+                earlier = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit(f"record.py: --torch-only: no recording to add to in {a.out}: {e}")
     if a.only is not None:
         unknown = [p for p in chosen if p not in PROGRAMS]
         if unknown or not chosen:
@@ -172,7 +191,7 @@ def main():
         gpu = ""
     gpu_name, _, driver = gpu.splitlines()[0].partition(", ") if gpu else ("no GPU", "", "")
     if earlier is not None and earlier.get("gpu") != gpu_name:
-        sys.exit(f"record.py: --only: {a.out} was recorded on {earlier.get('gpu')}, this is {gpu_name}")
+        sys.exit(f"record.py: {'--torch-only' if a.torch_only else '--only'}: {a.out} was recorded on {earlier.get('gpu')}, this is {gpu_name}")
     os.makedirs(a.out, exist_ok=True)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,13 +213,15 @@ def main():
                 traced[p].append(run([a.overlap_lab, "trace", "--no-diagnose", "-o", trace, "--"] + cmd, LOOP, f"overlap-lab trace -- {p}"))
                 if r == 0:
                     scrub(trace)
-            print(f"round {r + 1}: " + ", ".join(f"{p} {untraced[p][-1]:.2f}/{traced[p][-1]:.2f} ms" for p in chosen), flush=True)
+            if chosen:
+                print(f"round {r + 1}: " + ", ".join(f"{p} {untraced[p][-1]:.2f}/{traced[p][-1]:.2f} ms" for p in chosen), flush=True)
         for p in chosen:
             u, t = statistics.median(untraced[p]), statistics.median(traced[p])
             print(f"{p}: untraced {u:.2f} ms, traced {t:.2f} ms ({t / u - 1:+.1%})", flush=True)
     cost, comparisons = {}, {}
     script = os.path.join(HERE, "torch_patterns.py")
     for name, args in (("sync", []), ("tiny", ["--tiny", "--steps", "20"])) if a.only is None else ():
+        kept = name in KEPT_TORCH_TRACES
         ways = {"untraced": [], "overlap-lab trace": [], "torch.profiler": []}
         with tempfile.TemporaryDirectory() as tmp:
             ours = [os.path.join(tmp, f"ours{r}.json.gz") for r in range(a.torch_repeats)]
@@ -210,21 +231,22 @@ def main():
                 ways["overlap-lab trace"].append(run([a.overlap_lab, "trace", "--no-diagnose", "-o", ours[r], "--", a.python, script] + args, STEPS, f"traced torch_patterns {name}"))
                 ways["torch.profiler"].append(run([a.python, script, "--profile", theirs[r]] + args, STEPS, f"profiled torch_patterns {name}"))
             comparisons[name] = compare_runs(ours, theirs)
-            shutil.copy(ours[0], os.path.join(a.out, f"torch-{name}.ours.json.gz"))
-            with open(theirs[0], "rb") as f, gzip.open(os.path.join(a.out, f"torch-{name}.profiler.json.gz"), "wb") as g:
-                shutil.copyfileobj(f, g)
-            for kept in ("ours", "profiler"):
-                scrub(os.path.join(a.out, f"torch-{name}.{kept}.json.gz"))
+            if kept:
+                shutil.copy(ours[0], os.path.join(a.out, f"torch-{name}.ours.json.gz"))
+                with open(theirs[0], "rb") as f, gzip.open(os.path.join(a.out, f"torch-{name}.profiler.json.gz"), "wb") as g:
+                    shutil.copyfileobj(f, g)
+                for which in ("ours", "profiler"):
+                    scrub(os.path.join(a.out, f"torch-{name}.{which}.json.gz"))
         base = statistics.median(ways["untraced"])
         cost[name] = {"command": ["torch_patterns.py"] + args, **{w: summary(ms) for w, ms in ways.items()}}
         print(f"torch {name}: " + ", ".join(f"{w} {statistics.median(ms):.2f} ms ({statistics.median(ms) / base - 1:+.1%})" for w, ms in ways.items()), flush=True)
         c = comparisons[name]
         for row in c["rows"]:
-            if row["counted"]:
-                off = "only ours" if row["off"] is None else f"{100 * row['off']:+.2f}%"
-                print(f"  {row['kind']:6} {row['us_ours']:11.1f} us ours {row['ours_range']}, {row['us_theirs']:11.1f} us theirs {row['theirs_range']}: {off}{'' if row['ranges_overlap'] else ' (ranges apart)'}  {row['name'][:80]}")
+            off = "only ours" if row["off"] is None else f"{100 * row['off']:+.2f}%"
+            small = "" if row["counted"] else " (under 1% of the GPU time)"
+            print(f"  {row['kind']:6} {row['us_ours']:11.1f} us ours {row['ours_range']}, {row['us_theirs']:11.1f} us theirs {row['theirs_range']}: {off}{'' if row['ranges_overlap'] else ' (ranges apart)'}{small}  {row['name'][:80]}")
         worst = "an op only in our traces" if c["worst"] is None else f"{100 * c['worst']:.2f}%"
-        print(f"  largest median difference among ops holding >= 1% of the GPU time: {worst}; copies' memory kinds {'agree' if c['copies_agree'] else 'DIFFER'}", flush=True)
+        print(f"  largest median difference among ops holding >= 1% of the GPU time: {worst} (among all: {100 * c['worst_every_op']:.2f}%); copies' memory kinds {'agree' if c['copies_agree'] else 'DIFFER'}", flush=True)
     programs = {
         p: {
             "command": [os.path.basename(w) if w.startswith("/") else w for w in cmd],
@@ -237,7 +259,15 @@ def main():
     }
     command = "python3 crate/reference/trace/record.py " + " ".join(sys.argv[1:])
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
-    if earlier is not None:
+    torch_traces = {name: {"ours": f"torch-{name}.ours.json.gz", "profiler": f"torch-{name}.profiler.json.gz"} for name in comparisons if name in KEPT_TORCH_TRACES}
+    if a.torch_only:
+        record = earlier
+        record.update({"torch_repeats": a.torch_repeats, "torch_cost": cost, "torch_traces_compared": comparisons, "torch_traces": torch_traces})
+        record.setdefault("rerecorded", []).append(
+            {"date": date, "command": command, "driver": driver, "programs": [f"torch {name}" for name in comparisons],
+             "repeats": a.torch_repeats, "seconds": round(time.time() - started, 1)}
+        )
+    elif earlier is not None:
         record = earlier
         record["programs"].update(programs)
         record.setdefault("rerecorded", []).append(
@@ -254,7 +284,7 @@ def main():
             "programs": programs,
             "torch_cost": cost,
             "torch_traces_compared": comparisons,
-            "torch_traces": {name: {"ours": f"torch-{name}.ours.json.gz", "profiler": f"torch-{name}.profiler.json.gz"} for name in comparisons},
+            "torch_traces": torch_traces,
             "seconds": round(time.time() - started, 1),
         }
     with open(os.path.join(a.out, "programs.json"), "w") as f:

@@ -131,6 +131,12 @@ enum Tool {
         /// beside the traces.
         #[arg(long)]
         keep_raw: bool,
+        /// Record copies between two GPUs (cudaMemcpyPeerAsync) too. CUPTI's
+        /// records of them lengthen every device-to-device copy (by a third on
+        /// an H200), so they are off unless asked; a trace without them says
+        /// how many it left out.
+        #[arg(long)]
+        peer_copies: bool,
         /// Only write the traces: no diagnosis.
         #[arg(long)]
         no_diagnose: bool,
@@ -587,8 +593,8 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
             Some(ranks) => run_diagnose_ranks(&ranks, json, &data)?,
             None => run_diagnose(&trace[0], json, workers as usize, &data, quiet)?,
         },
-        Tool::Trace { output, inject, keep_raw, no_diagnose, json, workers, command } => {
-            let req = overlap_lab::trace::Request { command, output, library: inject, keep_raw };
+        Tool::Trace { output, inject, keep_raw, peer_copies, no_diagnose, json, workers, command } => {
+            let req = overlap_lab::trace::Request { command, output, library: inject, keep_raw, peer_copies };
             let code = run_trace(&req, (!no_diagnose).then_some(workers as usize), json, &data, quiet)?;
             if code != 0 {
                 use std::io::Write;

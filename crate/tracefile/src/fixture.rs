@@ -60,6 +60,7 @@ pub fn program() -> String {
         argv: vec!["./patterns".into(), "serial".into()],
         cupti_version: 130001,
         refused_kinds: vec![],
+        kinds_not_asked: vec![],
     })];
     r.push(Record::Device(Device { id: 0, name: "NVIDIA H200".into(), global_memory: 150 << 30, compute_major: 9, compute_minor: 0, multiprocessors: 132 }));
     r.push(Record::Marker(Marker { flags: 2, at_ns: T0, id: 1, pid: PID, tid: TID, name: Some("loop".into()), domain: None }));
@@ -112,8 +113,15 @@ pub fn program() -> String {
 /// in chunks, chunk c's upload, kernel and download on stream 20 + c; the
 /// four kernels of a batch overlap, each slowed by the others.
 pub fn chunks_on_four_streams() -> String {
-    let mut r =
-        vec![Record::Process(Process { pid: PID, parent_pid: 1, exe: "/tmp/patterns".into(), argv: vec![], cupti_version: 130001, refused_kinds: vec![] })];
+    let mut r = vec![Record::Process(Process {
+        pid: PID,
+        parent_pid: 1,
+        exe: "/tmp/patterns".into(),
+        argv: vec![],
+        cupti_version: 130001,
+        refused_kinds: vec![],
+        kinds_not_asked: vec![],
+    })];
     let mut corr = 100;
     for batch in 0..5u64 {
         let t = 10 + batch * 1000;

@@ -72,6 +72,10 @@ pub struct Summary {
     pub signal: Option<i32>,
     /// Activity kinds CUPTI refused in this process, with why.
     pub refused_kinds: Vec<String>,
+    /// Copies between two GPUs (`cudaMemcpyPeerAsync` and the like) left
+    /// out because their records were not asked for (`overlap-lab trace
+    /// --peer-copies` asks): how many calls.
+    pub peer_copies_not_recorded: usize,
 }
 
 impl Summary {
@@ -95,6 +99,13 @@ pub fn unversioned(name: &str) -> &str {
         Some(i) if name.len() - i - 2 >= 4 && name[i + 2..].bytes().all(|b| b.is_ascii_digit()) => &name[..i],
         _ => name,
     }
+}
+
+/// Whether a call copies between two GPUs (`cudaMemcpyPeerAsync`,
+/// `cuMemcpyPeer`, `cudaMemcpy3DPeer`, ...): its copy is recorded only
+/// where peer-copy records were asked for.
+pub fn is_peer_copy(call: &str) -> bool {
+    (call.starts_with("cudaMemcpy") || call.starts_with("cuMemcpy")) && call.contains("Peer")
 }
 
 /// CUPTI's copy kind as Kineto writes it.
@@ -200,6 +211,9 @@ pub fn convert(raw: &RawTrace, trace_name: &str) -> Kineto {
     summary.ends_clamped = ends.iter().filter(|e| e.is_some()).count();
     let end_of = |i: usize, end: u64| ends[i].unwrap_or(end);
 
+    // Peer copies have records of their own, taken only on request
+    // (the injection library's `ON_REQUEST`).
+    let peer_not_asked = raw.process.kinds_not_asked.iter().any(|k| k == "peer");
     let mut events: Vec<Value> = Vec::new();
     let mut lanes: BTreeMap<(u32, u32), ()> = BTreeMap::new();
     let mut threads: BTreeMap<(u32, u32), ()> = BTreeMap::new();
@@ -212,7 +226,11 @@ pub fn convert(raw: &RawTrace, trace_name: &str) -> Kineto {
                 last_ns = last_ns.max(c.end_ns);
                 let name = unversioned(&c.name);
                 if issues_gpu_work(name) && !with_work.contains(&c.correlation) {
-                    *summary.calls_left_out.entry(name.to_string()).or_default() += 1;
+                    if peer_not_asked && is_peer_copy(name) {
+                        summary.peer_copies_not_recorded += 1;
+                    } else {
+                        *summary.calls_left_out.entry(name.to_string()).or_default() += 1;
+                    }
                     continue;
                 }
                 summary.calls += 1;

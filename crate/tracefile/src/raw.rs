@@ -91,7 +91,15 @@ mod tests {
     use crate::records::{End, Lost};
 
     fn process() -> Record {
-        Record::Process(Process { pid: 42, parent_pid: 1, exe: "/bin/prog".into(), argv: vec!["prog".into()], cupti_version: 130001, refused_kinds: vec![] })
+        Record::Process(Process {
+            pid: 42,
+            parent_pid: 1,
+            exe: "/bin/prog".into(),
+            argv: vec!["prog".into()],
+            cupti_version: 130001,
+            refused_kinds: vec![],
+            kinds_not_asked: vec![],
+        })
     }
 
     fn text(records: &[Record]) -> String {

@@ -51,6 +51,10 @@ pub struct Process {
     /// The activity kinds CUPTI refused (their records are missing), with why.
     #[serde(default)]
     pub refused_kinds: Vec<String>,
+    /// The kinds recorded only on request that were not asked for
+    /// (`"peer"`: copies between two GPUs), by the library's name for each.
+    #[serde(default)]
+    pub kinds_not_asked: Vec<String>,
 }
 
 /// Which API a call belongs to.

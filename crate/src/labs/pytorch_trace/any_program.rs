@@ -113,6 +113,10 @@ pub struct TracesCompared {
     /// holding at least 1% of the GPU time; none where such a name is in
     /// our traces only.
     pub worst: Option<f64>,
+    /// The same among every name both traces hold (recordings before
+    /// 2026-11-30 lack it).
+    #[serde(default)]
+    pub worst_every_op: Option<f64>,
     /// Whether the copies' names (direction and memory kinds) and counts agree.
     pub copies_agree: bool,
 }
@@ -280,14 +284,16 @@ impl ReferenceRecording {
         for (name, c) in &self.recorded.torch_traces_compared {
             s += &format!("{name}: {} runs each way; copies' names, memory kinds and counts {}\n", c.runs, if c.copies_agree { "agree" } else { "DIFFER" });
             s += &format!("  {:<6} {:>7} {:>14} {:>14} {:>8}  name\n", "kind", "count", "ours, µs", "theirs, µs", "off");
-            for r in c.rows.iter().filter(|r| r.counted) {
+            for r in &c.rows {
                 let off = if r.us_theirs > 0.0 { format!("{:>+7.2}%", 100.0 * (r.us_ours / r.us_theirs - 1.0)) } else { "ours only".into() };
                 let apart = if r.ranges_overlap { "" } else { " (ranges apart)" };
+                let small = if r.counted { "" } else { " (under 1% of the GPU time)" };
                 let short: String = r.name.chars().take(70).collect();
-                s += &format!("  {:<6} {:>7} {:>14.1} {:>14.1} {off:>8}{apart}  {short}\n", r.kind, r.count_ours, r.us_ours, r.us_theirs);
+                s += &format!("  {:<6} {:>7} {:>14.1} {:>14.1} {off:>8}{apart}{small}  {short}\n", r.kind, r.count_ours, r.us_ours, r.us_theirs);
             }
+            let every = c.worst_every_op.map_or(String::new(), |w| format!(" ({:.2}% among every op)", 100.0 * w));
             s += &match c.worst {
-                Some(w) => format!("  largest difference of the medians: {:.2}%\n", 100.0 * w),
+                Some(w) => format!("  largest difference of the medians among ops holding 1% of the GPU time: {:.2}%{every}\n", 100.0 * w),
                 None => "  largest difference of the medians: none (an op holding 1% of the GPU time is in our traces only)\n".into(),
             };
         }
@@ -358,7 +364,7 @@ impl ReferenceRecording {
             return Err(format!("nvcc failed: {}", String::from_utf8_lossy(&built.stderr).lines().next().unwrap_or("")));
         }
         let output = dir.join(format!("{mode}.json.gz"));
-        let req = crate::trace::Request { command: vec![exe.into(), mode.into()], output: output.clone(), library: None, keep_raw: false };
+        let req = crate::trace::Request { command: vec![exe.into(), mode.into()], output: output.clone(), library: None, keep_raw: false, peer_copies: false };
         let ran = crate::trace::run(&req).map_err(|e| e.to_string())?;
         if ran.exit_code != 0 {
             return Err(format!("patterns {mode} exited with {}", ran.exit_code));
