@@ -747,16 +747,15 @@ fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
 /// recording; where the recording has none, the prediction is a lower
 /// bound, and must hold.
 ///
-/// The known misses, held to how far they are off so that they cannot
-/// grow unseen (data/nvidia-h200/README.md tells each one's story, and
-/// sets five runs side by side). On the H200 recording (2026-11-30 03:03,
-/// each program in a process of its own): the sync removed, 1.3% fast
-/// where a 3.5% gain allows 1.2%; the CPU-prepared loop's DataLoader
-/// fix, 14.2% fast (its fixed loop's threads ran slower beside the
-/// loader's workers than the calibration's loss says, by an amount that
-/// moves from host to host); and the downloads read a step late, 24.4%
-/// slow (the per-step `.cpu()` loop's fresh pageable results, in a fresh
-/// process, cost what the model does not yet separate).
+/// The known miss, held to how far it is off so that it cannot grow
+/// unseen (data/nvidia-h200/README.md tells its story, and sets five runs
+/// side by side). On the H200 recording (2026-11-30 03:03, each program
+/// in a process of its own), judged as `fixes_table` judges: the
+/// CPU-prepared loop's DataLoader fix, 14.2% fast (its fixed loop ran
+/// slower beside the loader's workers than the calibration's loss says,
+/// by an amount that moves from host to host). The sync removed and the
+/// downloads read a step late, once misses from the plain trace, agree
+/// from the trace with CUDA sync events.
 #[test]
 fn every_fix_predicted_from_a_committed_trace_is_within_its_tolerance_of_the_fixed_programs_run() {
     use overlap_lab::labs::pytorch_trace::Recording;
@@ -788,7 +787,7 @@ fn every_fix_predicted_from_a_committed_trace_is_within_its_tolerance_of_the_fix
             if rec.graph_gap_us().is_none() && c.fix == "CUDA graph" {
                 assert!(off <= 0.0, "{} + {}: a lower bound above the run", c.before, c.fix);
             } else if known_miss(rec, &c.before) {
-                assert!(!c.agrees() && off.abs() < 0.35, "{} + {}: {:+.1}%: the known miss changed", c.before, c.fix, 100.0 * off);
+                assert!(!c.agrees() && off.abs() < 0.2, "{} + {}: {:+.1}%: the known miss changed", c.before, c.fix, 100.0 * off);
             } else {
                 assert!(c.agrees(), "{}: {} + {}: {:+.1}%, beyond {:.1}%", rec.dir.display(), c.before, c.fix, 100.0 * off, 100.0 * c.tolerance());
                 compared += 1;
