@@ -68,23 +68,39 @@ LOOP = re.compile(r"in ([0-9.]+) ms \(wall\)")
 STEPS = re.compile(r"steps in ([0-9.]+) ms \(wall\)")
 
 
-def run(cmd, pattern, what):
+EVENTS = re.compile(r"pageable copies by CUDA events: (.*)")
+EVENT_TOTAL = re.compile(r"(\S+) ([0-9.]+) ms over (\d+)")
+
+
+def run(cmd, pattern, what, events=None):
     """Runs `cmd`; the loop time its output prints (ms). Exits with a line
-    naming `what` where it fails or prints none."""
+    naming `what` where it fails or prints none. Where `events` is a list,
+    appends to it the pageable copies' totals by CUDA events the output
+    prints (`torch_patterns.py`'s), ms by copy name."""
     out = subprocess.run(cmd, capture_output=True, text=True)
-    found = pattern.findall(out.stdout + out.stderr)
+    text = out.stdout + out.stderr
+    found = pattern.findall(text)
     if out.returncode != 0 or not found:
         sys.exit(f"record.py: {what} failed (exit {out.returncode}): {(out.stderr or out.stdout).strip()[-400:]}")
+    if events is not None:
+        line = EVENTS.findall(text)
+        events.append({name: float(ms) for name, ms, _ in EVENT_TOTAL.findall(line[0])} if line else {})
     return float(found[0])
 
 
-def compare_runs(ours, theirs):
+def compare_runs(ours, theirs, ours_events=None, theirs_events=None):
     """Each op name's total GPU time in every run of our traces and of
     torch.profiler's (`compare_traces.py`'s pairing: ours named as theirs
     by their order on each stream), as medians over the runs with their
     ranges; the largest relative difference of the medians among the names
     holding at least 1% of the GPU time, and whether the copies' names
-    (direction and memory kinds) and counts agree in the first runs."""
+    (direction and memory kinds) and counts agree in the first runs. Where
+    each run also timed its pageable copies by CUDA events
+    (`ours_events`, `theirs_events`: per run, ms by copy name), each
+    tracer's total is also set over those events' in the same run (a
+    pageable copy's time is the host's staging of it, which moves from one
+    process to the next), and the two tracers' median ratios compared:
+    `off_by_events`, which `worst_judged` takes for such copies."""
     sys.path.insert(0, HERE)
     import compare_traces as ct
 
@@ -95,7 +111,7 @@ def compare_runs(ours, theirs):
         per_ours.append(ct.totals(ops, ct.paired_names(ops, reference)))
     per_theirs = [ct.totals(ct.gpu_ops(ct.load(path))) for path in theirs]
     gpu_theirs = statistics.median(sum(v[1] for v in t.values()) for t in per_theirs)
-    rows, worst, worst_every, unmatched = [], 0.0, 0.0, False
+    rows, worst, worst_every, worst_judged, unmatched = [], 0.0, 0.0, 0.0, False
     for k in sorted(set().union(*per_ours, *per_theirs)):
         o = [t[k][1] if k in t else 0.0 for t in per_ours]
         th = [t[k][1] if k in t else 0.0 for t in per_theirs]
@@ -109,7 +125,16 @@ def compare_runs(ours, theirs):
             worst = max(worst, abs(off))
         if off is not None:
             worst_every = max(worst_every, abs(off))
-        rows.append({
+        by_events = {}
+        if ours_events and theirs_events and all(k[1] in e for e in ours_events + theirs_events):
+            ratio = lambda totals, events: [t / e[k[1]] * 1e-3 for t, e in zip(totals, events) if e[k[1]] > 0]
+            ro, rt = ratio(o, ours_events), ratio(th, theirs_events)
+            if ro and rt:
+                by_events = {"events_ratio_ours": [round(r, 4) for r in ro], "events_ratio_theirs": [round(r, 4) for r in rt],
+                             "off_by_events": statistics.median(ro) / statistics.median(rt) - 1}
+        if counted and off is not None:
+            worst_judged = max(worst_judged, abs(by_events.get("off_by_events", off)))
+        rows.append({**by_events, 
             "kind": k[0], "name": k[1],
             "count_ours": per_ours[0][k][0] if k in per_ours[0] else 0, "count_theirs": per_theirs[0][k][0] if k in per_theirs[0] else 0,
             "us_ours": mo, "us_theirs": mt, "ours_range": [round(min(o), 1), round(max(o), 1)], "theirs_range": [round(min(th), 1), round(max(th), 1)],
@@ -118,6 +143,7 @@ def compare_runs(ours, theirs):
     copies = lambda t: {k[1]: v[0] for k, v in t.items() if k[0] == "copy"}
     # No largest difference where an op holding 1% is in our traces only.
     return {"runs": len(ours), "rows": rows, "worst": None if unmatched else worst, "worst_every_op": worst_every,
+            "worst_judged": None if unmatched else worst_judged,
             "copies_agree": copies(per_ours[0]) == copies(per_theirs[0])}
 
 
@@ -226,11 +252,12 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             ours = [os.path.join(tmp, f"ours{r}.json.gz") for r in range(a.torch_repeats)]
             theirs = [os.path.join(tmp, f"profiler{r}.json") for r in range(a.torch_repeats)]
+            ours_events, theirs_events = [], []
             for r in range(a.torch_repeats):
                 ways["untraced"].append(run([a.python, script] + args, STEPS, f"torch_patterns {name}"))
-                ways["overlap-lab trace"].append(run([a.overlap_lab, "trace", "--no-diagnose", "-o", ours[r], "--", a.python, script] + args, STEPS, f"traced torch_patterns {name}"))
-                ways["torch.profiler"].append(run([a.python, script, "--profile", theirs[r]] + args, STEPS, f"profiled torch_patterns {name}"))
-            comparisons[name] = compare_runs(ours, theirs)
+                ways["overlap-lab trace"].append(run([a.overlap_lab, "trace", "--no-diagnose", "-o", ours[r], "--", a.python, script] + args, STEPS, f"traced torch_patterns {name}", ours_events))
+                ways["torch.profiler"].append(run([a.python, script, "--profile", theirs[r]] + args, STEPS, f"profiled torch_patterns {name}", theirs_events))
+            comparisons[name] = compare_runs(ours, theirs, ours_events, theirs_events)
             if kept:
                 shutil.copy(ours[0], os.path.join(a.out, f"torch-{name}.ours.json.gz"))
                 with open(theirs[0], "rb") as f, gzip.open(os.path.join(a.out, f"torch-{name}.profiler.json.gz"), "wb") as g:
@@ -244,9 +271,11 @@ def main():
         for row in c["rows"]:
             off = "only ours" if row["off"] is None else f"{100 * row['off']:+.2f}%"
             small = "" if row["counted"] else " (under 1% of the GPU time)"
-            print(f"  {row['kind']:6} {row['us_ours']:11.1f} us ours {row['ours_range']}, {row['us_theirs']:11.1f} us theirs {row['theirs_range']}: {off}{'' if row['ranges_overlap'] else ' (ranges apart)'}{small}  {row['name'][:80]}")
+            events = f"; over its run's CUDA events {100 * row['off_by_events']:+.2f}%" if "off_by_events" in row else ""
+            print(f"  {row['kind']:6} {row['us_ours']:11.1f} us ours {row['ours_range']}, {row['us_theirs']:11.1f} us theirs {row['theirs_range']}: {off}{'' if row['ranges_overlap'] else ' (ranges apart)'}{small}{events}  {row['name'][:80]}")
         worst = "an op only in our traces" if c["worst"] is None else f"{100 * c['worst']:.2f}%"
-        print(f"  largest median difference among ops holding >= 1% of the GPU time: {worst} (among all: {100 * c['worst_every_op']:.2f}%); copies' memory kinds {'agree' if c['copies_agree'] else 'DIFFER'}", flush=True)
+        judged = "" if c["worst_judged"] is None else f"; judged, pageable copies over their runs' CUDA events: {100 * c['worst_judged']:.2f}%"
+        print(f"  largest median difference among ops holding >= 1% of the GPU time: {worst} (among all: {100 * c['worst_every_op']:.2f}%){judged}; copies' memory kinds {'agree' if c['copies_agree'] else 'DIFFER'}", flush=True)
     programs = {
         p: {
             "command": [os.path.basename(w) if w.startswith("/") else w for w in cmd],

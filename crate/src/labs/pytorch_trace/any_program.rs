@@ -117,6 +117,11 @@ pub struct TracesCompared {
     /// 2026-11-30 lack it).
     #[serde(default)]
     pub worst_every_op: Option<f64>,
+    /// As `worst`, but each pageable copy judged by `off_by_events` where
+    /// its runs timed it by CUDA events (recordings before 2026-11-30 12:00
+    /// lack it).
+    #[serde(default)]
+    pub worst_judged: Option<f64>,
     /// Whether the copies' names (direction and memory kinds) and counts agree.
     pub copies_agree: bool,
 }
@@ -136,6 +141,19 @@ pub struct OpTotals {
     /// Whether the name holds at least 1% of the GPU time.
     pub counted: bool,
     pub ranges_overlap: bool,
+    /// For a pageable copy the program timed by CUDA events around each
+    /// one: each run's trace total over those events' total, ours and
+    /// torch.profiler's (a pageable copy's time is the host's staging of
+    /// it, which moves from one process to the next; set over its own
+    /// run's events, each tracer's record of it can be compared).
+    #[serde(default)]
+    pub events_ratio_ours: Vec<f64>,
+    #[serde(default)]
+    pub events_ratio_theirs: Vec<f64>,
+    /// The median of `events_ratio_ours` over that of
+    /// `events_ratio_theirs`, less one.
+    #[serde(default)]
+    pub off_by_events: Option<f64>,
 }
 
 /// A GPU's recording of the reference programs: its folder and what
@@ -288,14 +306,18 @@ impl ReferenceRecording {
                 let off = if r.us_theirs > 0.0 { format!("{:>+7.2}%", 100.0 * (r.us_ours / r.us_theirs - 1.0)) } else { "ours only".into() };
                 let apart = if r.ranges_overlap { "" } else { " (ranges apart)" };
                 let small = if r.counted { "" } else { " (under 1% of the GPU time)" };
+                let events = r.off_by_events.map_or(String::new(), |o| format!("; {:+.2}% each over its own run's CUDA events", 100.0 * o));
                 let short: String = r.name.chars().take(70).collect();
-                s += &format!("  {:<6} {:>7} {:>14.1} {:>14.1} {off:>8}{apart}{small}  {short}\n", r.kind, r.count_ours, r.us_ours, r.us_theirs);
+                s += &format!("  {:<6} {:>7} {:>14.1} {:>14.1} {off:>8}{apart}{small}{events}  {short}\n", r.kind, r.count_ours, r.us_ours, r.us_theirs);
             }
             let every = c.worst_every_op.map_or(String::new(), |w| format!(" ({:.2}% among every op)", 100.0 * w));
             s += &match c.worst {
                 Some(w) => format!("  largest difference of the medians among ops holding 1% of the GPU time: {:.2}%{every}\n", 100.0 * w),
                 None => "  largest difference of the medians: none (an op holding 1% of the GPU time is in our traces only)\n".into(),
             };
+            if let Some(j) = c.worst_judged {
+                s += &format!("  the same, each pageable copy set over its own run's CUDA events: {:.2}%\n", 100.0 * j);
+            }
         }
         s
     }
