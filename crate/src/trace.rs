@@ -34,7 +34,8 @@ pub struct Request {
     /// Keep each process's raw records (`.jsonl`) beside the traces.
     pub keep_raw: bool,
     /// Record copies between two GPUs too (CUPTI's peer-copy records,
-    /// which lengthen every device-to-device copy: off unless asked).
+    /// with which the device-to-device copies measured on an H200 read a
+    /// third longer: off unless asked).
     pub peer_copies: bool,
 }
 
@@ -127,9 +128,11 @@ pub fn run(req: &Request) -> Result<Traced> {
             .env("NVTX_INJECTION64_PATH", &library)
             .env("OVERLAP_LAB_TRACE_DIR", &scratch.0)
             .env("OVERLAP_LAB_TRACE_RAW", "1")
-            .env("OVERLAP_LAB_TRACE_ADD", if req.peer_copies { "peer" } else { "" })
             // The course's own labs, traced, time with events: CUPTI is ours.
             .env("OVERLAP_LAB_TIMELINE", "events");
+    }
+    if conflict.is_none() && req.peer_copies {
+        cmd.env("OVERLAP_LAB_TRACE_ADD", "peer");
     }
     let shown = Path::new(program).display().to_string();
     let t0 = Instant::now();
@@ -218,10 +221,15 @@ pub fn describe(t: &ProcessTrace) -> String {
     if !s.calls_left_out.is_empty() {
         let left: Vec<String> = s.calls_left_out.iter().map(|(n, k)| format!("{k}x {n}")).collect();
         line.push_str(&format!("; left out, their GPU work never ran (captured into a graph, failed, or still queued at exit): {}", left.join(", ")));
+        // A copy between GPUs by address (`cudaMemcpyAsync` with unified
+        // addressing, PyTorch's `.to("cuda:1")`) has only a peer-copy record.
+        if s.peer_copies_not_asked && s.calls_left_out.keys().any(|n| n.starts_with("cudaMemcpy") || n.starts_with("cuMemcpy")) {
+            line.push_str(" (a copy left out may be one between GPUs: --peer-copies records those)");
+        }
     }
     if s.peer_copies_not_recorded > 0 {
         line.push_str(&format!(
-            "; {} copies between GPUs not recorded (their records lengthen every device-to-device copy; --peer-copies records them)",
+            "; {} copies between GPUs not recorded (their records lengthen device-to-device copies; --peer-copies records them)",
             s.peer_copies_not_recorded
         ));
     }

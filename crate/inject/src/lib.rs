@@ -59,9 +59,10 @@ const OPTIONAL: [(&str, Kind); 5] = [
 
 /// Kinds recorded only where `OVERLAP_LAB_TRACE_ADD` (comma-separated)
 /// names them (`overlap-lab trace --peer-copies`). Copies between two GPUs
-/// (`cudaMemcpyPeerAsync`) have records of their own, `MEMCPY2`; with
-/// those on, CUPTI 13 on an H200 timed every device-to-device copy within
-/// one GPU a third longer (30 copies of 16 MiB: 343 µs against 252 µs
+/// (`cudaMemcpyPeerAsync`, or `cudaMemcpyAsync` between two GPUs'
+/// addresses) have records of their own, `MEMCPY2`; with those on, CUPTI
+/// 13 on an H200 timed the device-to-device copies within one GPU of the
+/// program measured a third longer (30 copies of 16 MiB: 343 µs against 252 µs
 /// without, and 252 µs in torch.profiler's trace of the same program,
 /// which never turns them on; `data/nvidia-h200/README.md`). So a trace
 /// leaves them out unless asked, and says how many peer copies it did not

@@ -84,6 +84,8 @@ def run(cmd, pattern, what, events=None):
         sys.exit(f"record.py: {what} failed (exit {out.returncode}): {(out.stderr or out.stdout).strip()[-400:]}")
     if events is not None:
         line = EVENTS.findall(text)
+        if not line:
+            print(f"record.py: {what} printed no pageable copies' CUDA event times: its pageable copies are compared as totals", flush=True)
         events.append({name: float(ms) for name, ms, _ in EVENT_TOTAL.findall(line[0])} if line else {})
     return float(found[0])
 
@@ -195,6 +197,8 @@ def main():
                 earlier = json.load(f)
         except (OSError, ValueError) as e:
             sys.exit(f"record.py: --torch-only: no recording to add to in {a.out}: {e}")
+        if not isinstance(earlier, dict):
+            sys.exit(f"record.py: --torch-only: {os.path.join(a.out, 'programs.json')} is not a recording (a JSON object)")
     if a.only is not None:
         unknown = [p for p in chosen if p not in PROGRAMS]
         if unknown or not chosen:
@@ -207,6 +211,8 @@ def main():
                 earlier = json.load(f)
         except (OSError, ValueError) as e:
             sys.exit(f"record.py: --only: no recording to add to in {a.out}: {e}")
+        if not isinstance(earlier, dict):
+            sys.exit(f"record.py: --only: {os.path.join(a.out, 'programs.json')} is not a recording (a JSON object)")
     needed = [("--overlap-lab", a.overlap_lab)] + ([("--cudarc", a.cudarc)] if any(p.startswith("cudarc-") for p in chosen) else [])
     for what, path in needed:
         if not path or not shutil.which(path):

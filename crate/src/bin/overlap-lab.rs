@@ -131,10 +131,10 @@ enum Tool {
         /// beside the traces.
         #[arg(long)]
         keep_raw: bool,
-        /// Record copies between two GPUs (cudaMemcpyPeerAsync) too. CUPTI's
-        /// records of them lengthen every device-to-device copy (by a third on
-        /// an H200), so they are off unless asked; a trace without them says
-        /// how many it left out.
+        /// Record copies between two GPUs (cudaMemcpyPeerAsync) too. With
+        /// CUPTI's records of them on, the device-to-device copies measured
+        /// on an H200 read a third longer, so they are off unless asked; a
+        /// trace without them says how many it left out.
         #[arg(long)]
         peer_copies: bool,
         /// Only write the traces: no diagnosis.

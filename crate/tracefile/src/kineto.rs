@@ -76,6 +76,9 @@ pub struct Summary {
     /// out because their records were not asked for (`overlap-lab trace
     /// --peer-copies` asks): how many calls.
     pub peer_copies_not_recorded: usize,
+    /// Whether copies between GPUs went unrecorded in this process (their
+    /// records not asked for): a copy left out may be one.
+    pub peer_copies_not_asked: bool,
 }
 
 impl Summary {
@@ -214,6 +217,7 @@ pub fn convert(raw: &RawTrace, trace_name: &str) -> Kineto {
     // Peer copies have records of their own, taken only on request
     // (the injection library's `ON_REQUEST`).
     let peer_not_asked = raw.process.kinds_not_asked.iter().any(|k| k == "peer");
+    summary.peer_copies_not_asked = peer_not_asked;
     let mut events: Vec<Value> = Vec::new();
     let mut lanes: BTreeMap<(u32, u32), ()> = BTreeMap::new();
     let mut threads: BTreeMap<(u32, u32), ()> = BTreeMap::new();
