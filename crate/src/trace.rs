@@ -132,7 +132,7 @@ pub fn run(req: &Request) -> Result<Traced> {
             .env("OVERLAP_LAB_TIMELINE", "events");
     }
     if conflict.is_none() && req.peer_copies {
-        cmd.env("OVERLAP_LAB_TRACE_ADD", "peer");
+        cmd.env("OVERLAP_LAB_TRACE_ADD", overlap_lab_tracefile::records::PEER_COPIES);
     }
     let shown = Path::new(program).display().to_string();
     let t0 = Instant::now();
@@ -223,7 +223,7 @@ pub fn describe(t: &ProcessTrace) -> String {
         line.push_str(&format!("; left out, their GPU work never ran (captured into a graph, failed, or still queued at exit): {}", left.join(", ")));
         // A copy between GPUs by address (`cudaMemcpyAsync` with unified
         // addressing, PyTorch's `.to("cuda:1")`) has only a peer-copy record.
-        if s.peer_copies_not_asked && s.calls_left_out.keys().any(|n| n.starts_with("cudaMemcpy") || n.starts_with("cuMemcpy")) {
+        if s.peer_copies_not_asked && s.calls_left_out.keys().any(|n| overlap_lab_tracefile::kineto::is_copy_call(n)) {
             line.push_str(" (a copy left out may be one between GPUs: --peer-copies records those)");
         }
     }

@@ -38,7 +38,7 @@ mod demangle;
 mod sink;
 
 use cudarc::cupti::sys::{CUpti_ActivityKind as Kind, CUpti_driver_api_trace_cbid_enum as Dr, CUpti_runtime_api_trace_cbid_enum as Rt};
-use overlap_lab_tracefile::records::Api;
+use overlap_lab_tracefile::records::{Api, PEER_COPIES};
 use std::ffi::{c_int, c_void};
 
 /// The kinds without which there is no trace to read.
@@ -67,10 +67,7 @@ const OPTIONAL: [(&str, Kind); 5] = [
 /// which never turns them on; `data/nvidia-h200/README.md`). So a trace
 /// leaves them out unless asked, and says how many peer copies it did not
 /// record.
-const ON_REQUEST: [(&str, Kind); 1] = [(PEER, Kind::CUPTI_ACTIVITY_KIND_MEMCPY2)];
-
-/// The name `OVERLAP_LAB_TRACE_ADD` turns peer-copy records on with.
-const PEER: &str = "peer";
+const ON_REQUEST: [(&str, Kind); 1] = [(PEER_COPIES, Kind::CUPTI_ACTIVITY_KIND_MEMCPY2)];
 
 /// Queries a program calls around every launch (PyTorch: cudaGetDevice 5
 /// times a kernel) that neither issue GPU work nor wait for it: not

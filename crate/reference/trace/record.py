@@ -149,6 +149,21 @@ def compare_runs(ours, theirs, ours_events=None, theirs_events=None):
             "copies_agree": copies(per_ours[0]) == copies(per_theirs[0])}
 
 
+def recording_in(folder, option):
+    """The recording `folder`'s programs.json holds, which `option`
+    records into; exits with a line naming the option and the file where
+    there is none."""
+    path = os.path.join(folder, "programs.json")
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"record.py: {option}: no recording to add to in {folder}: {e}")
+    if not isinstance(earlier, dict):
+        sys.exit(f"record.py: {option}: {path} is not a recording (a JSON object)")
+    return earlier
+
+
 def scrub(path):
     """Rewrites a kept trace so that it names no folder of the machine that
     made it: its `traceName` and its program's `exe` and `argv` (in
@@ -190,15 +205,9 @@ def main():
     if a.repeats < 1 or a.torch_repeats < 1:
         sys.exit("record.py: --repeats and --torch-repeats: at least 1")
     chosen = [] if a.torch_only else list(PROGRAMS) if a.only is None else [p.strip() for p in a.only.split(",") if p.strip()]
+    # The option that records into the recording DIR holds, if any.
+    into = "--torch-only" if a.torch_only else "--only" if a.only is not None else None
     earlier = None
-    if a.torch_only:
-        try:
-            with open(os.path.join(a.out, "programs.json")) as f:
-                earlier = json.load(f)
-        except (OSError, ValueError) as e:
-            sys.exit(f"record.py: --torch-only: no recording to add to in {a.out}: {e}")
-        if not isinstance(earlier, dict):
-            sys.exit(f"record.py: --torch-only: {os.path.join(a.out, 'programs.json')} is not a recording (a JSON object)")
     if a.only is not None:
         unknown = [p for p in chosen if p not in PROGRAMS]
         if unknown or not chosen:
@@ -206,13 +215,8 @@ def main():
         apart = [f"{p}'s fix '{fix}' is checked against {after}" for p in chosen for fix, after in PROGRAMS[p][1].items() if after not in chosen]
         if apart:
             sys.exit(f"record.py: --only: {apart[0]}, which would come from another run: name it too")
-        try:
-            with open(os.path.join(a.out, "programs.json")) as f:
-                earlier = json.load(f)
-        except (OSError, ValueError) as e:
-            sys.exit(f"record.py: --only: no recording to add to in {a.out}: {e}")
-        if not isinstance(earlier, dict):
-            sys.exit(f"record.py: --only: {os.path.join(a.out, 'programs.json')} is not a recording (a JSON object)")
+    if into is not None:
+        earlier = recording_in(a.out, into)
     needed = [("--overlap-lab", a.overlap_lab)] + ([("--cudarc", a.cudarc)] if any(p.startswith("cudarc-") for p in chosen) else [])
     for what, path in needed:
         if not path or not shutil.which(path):
@@ -223,7 +227,7 @@ def main():
         gpu = ""
     gpu_name, _, driver = gpu.splitlines()[0].partition(", ") if gpu else ("no GPU", "", "")
     if earlier is not None and earlier.get("gpu") != gpu_name:
-        sys.exit(f"record.py: {'--torch-only' if a.torch_only else '--only'}: {a.out} was recorded on {earlier.get('gpu')}, this is {gpu_name}")
+        sys.exit(f"record.py: {into}: {a.out} was recorded on {earlier.get('gpu')}, this is {gpu_name}")
     os.makedirs(a.out, exist_ok=True)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:

@@ -36,7 +36,7 @@
 
 use crate::issues_gpu_work;
 use crate::raw::RawTrace;
-use crate::records::{Api, Call, GpuSpan, Record, NO_STREAM};
+use crate::records::{Api, Call, GpuSpan, Record, NO_STREAM, PEER_COPIES};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -104,11 +104,16 @@ pub fn unversioned(name: &str) -> &str {
     }
 }
 
+/// Whether a call copies memory (`cudaMemcpy*`, `cuMemcpy*`).
+pub fn is_copy_call(call: &str) -> bool {
+    call.starts_with("cudaMemcpy") || call.starts_with("cuMemcpy")
+}
+
 /// Whether a call copies between two GPUs (`cudaMemcpyPeerAsync`,
 /// `cuMemcpyPeer`, `cudaMemcpy3DPeer`, ...): its copy is recorded only
 /// where peer-copy records were asked for.
 pub fn is_peer_copy(call: &str) -> bool {
-    (call.starts_with("cudaMemcpy") || call.starts_with("cuMemcpy")) && call.contains("Peer")
+    is_copy_call(call) && call.contains("Peer")
 }
 
 /// CUPTI's copy kind as Kineto writes it.
@@ -216,7 +221,7 @@ pub fn convert(raw: &RawTrace, trace_name: &str) -> Kineto {
 
     // Peer copies have records of their own, taken only on request
     // (the injection library's `ON_REQUEST`).
-    let peer_not_asked = raw.process.kinds_not_asked.iter().any(|k| k == "peer");
+    let peer_not_asked = raw.process.kinds_not_asked.iter().any(|k| k == PEER_COPIES);
     summary.peer_copies_not_asked = peer_not_asked;
     let mut events: Vec<Value> = Vec::new();
     let mut lanes: BTreeMap<(u32, u32), ()> = BTreeMap::new();

@@ -52,7 +52,7 @@ pub struct Process {
     #[serde(default)]
     pub refused_kinds: Vec<String>,
     /// The kinds recorded only on request that were not asked for
-    /// (`"peer"`: copies between two GPUs), by the library's name for each.
+    /// ([`PEER_COPIES`]), by the library's name for each.
     #[serde(default)]
     pub kinds_not_asked: Vec<String>,
 }
@@ -107,6 +107,11 @@ pub struct Kernel {
     /// Static plus dynamic shared memory per block, bytes.
     pub shared_bytes: i64,
 }
+
+/// The name of the record kind for copies between two GPUs (CUPTI's
+/// `MEMCPY2`), taken only on request: what `OVERLAP_LAB_TRACE_ADD` names
+/// and a process's `kinds_not_asked` lists.
+pub const PEER_COPIES: &str = "peer";
 
 /// A copy. `kind` is CUPTI's copy kind (1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP, ...);
 /// `src` and `dst` its memory kinds (1 pageable, 2 pinned, 3 device, ...).
