@@ -33,10 +33,33 @@ pub struct Request {
     pub library: Option<PathBuf>,
     /// Keep each process's raw records (`.jsonl`) beside the traces.
     pub keep_raw: bool,
-    /// Record copies between two GPUs too (CUPTI's peer-copy records,
-    /// with which the device-to-device copies measured on an H200 read a
-    /// third longer: off unless asked).
+    /// Record which GPU each copy between two went from and to (CUPTI's
+    /// peer-copy records, with which the device-to-device copies measured
+    /// on an H200 read a third longer: off unless asked; without them each
+    /// such copy is still recorded, on the GPU that ran it).
     pub peer_copies: bool,
+    /// Record each synchronization and event record (which stream each
+    /// event wait joins), as torch.profiler's `enable_cuda_sync_events`:
+    /// off unless asked, as tracing a loop of tiny ops cost more with them;
+    /// without them the diagnosis infers the joins from the calls' order.
+    pub sync_events: bool,
+}
+
+impl Request {
+    /// The record kinds to ask the library for on top of its own
+    /// (`OVERLAP_LAB_TRACE_ADD`): those the user's environment already
+    /// names (`from_env`), and those this request's flags name.
+    fn kinds_added(&self, from_env: Option<&str>) -> Option<String> {
+        use overlap_lab_tracefile::records::{EVENTS, PEER_COPIES, SYNCS};
+        let mut kinds: Vec<String> = from_env.unwrap_or_default().split(',').map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect();
+        let flagged = [(self.sync_events, SYNCS), (self.sync_events, EVENTS), (self.peer_copies, PEER_COPIES)];
+        for (_, kind) in flagged.iter().filter(|(on, _)| *on) {
+            if !kinds.iter().any(|k| k == kind) {
+                kinds.push(kind.to_string());
+            }
+        }
+        (!kinds.is_empty()).then(|| kinds.join(","))
+    }
 }
 
 /// One CUDA process's trace, written.
@@ -131,8 +154,9 @@ pub fn run(req: &Request) -> Result<Traced> {
             // The course's own labs, traced, time with events: CUPTI is ours.
             .env("OVERLAP_LAB_TIMELINE", "events");
     }
-    if conflict.is_none() && req.peer_copies {
-        cmd.env("OVERLAP_LAB_TRACE_ADD", overlap_lab_tracefile::records::PEER_COPIES);
+    let from_env = std::env::var("OVERLAP_LAB_TRACE_ADD").ok();
+    if let (None, Some(kinds)) = (&conflict, req.kinds_added(from_env.as_deref())) {
+        cmd.env("OVERLAP_LAB_TRACE_ADD", kinds);
     }
     let shown = Path::new(program).display().to_string();
     let t0 = Instant::now();
@@ -210,7 +234,9 @@ pub fn describe(t: &ProcessTrace) -> String {
     if let Some(sig) = s.signal {
         line.push_str(&format!("; signal {sig} ended the process (its records up to then are in)"));
     } else if !s.complete {
-        line.push_str("; the process did not flush as it ended (SIGKILL, or _exit): its last ~200 ms may be missing");
+        line.push_str(
+            "; the process did not flush as it ended (SIGKILL, or _exit): its last flush period (200 ms unless OVERLAP_LAB_TRACE_FLUSH_MS says) may be missing",
+        );
     }
     if s.ends_clamped > 0 {
         line.push_str(&format!("; {} GPU ops ended where the next op on their stream began (CUPTI put their ends past that op's end)", s.ends_clamped));
@@ -221,15 +247,10 @@ pub fn describe(t: &ProcessTrace) -> String {
     if !s.calls_left_out.is_empty() {
         let left: Vec<String> = s.calls_left_out.iter().map(|(n, k)| format!("{k}x {n}")).collect();
         line.push_str(&format!("; left out, their GPU work never ran (captured into a graph, failed, or still queued at exit): {}", left.join(", ")));
-        // A copy between GPUs by address (`cudaMemcpyAsync` with unified
-        // addressing, PyTorch's `.to("cuda:1")`) has only a peer-copy record.
-        if s.peer_copies_not_asked && s.calls_left_out.keys().any(|n| overlap_lab_tracefile::kineto::is_copy_call(n)) {
-            line.push_str(" (a copy left out may be one between GPUs: --peer-copies records those)");
-        }
     }
     if s.peer_copies_not_recorded > 0 {
         line.push_str(&format!(
-            "; {} copies between GPUs not recorded (their records lengthen device-to-device copies; --peer-copies records them)",
+            "; {} copies between GPUs have no record (failed or never ran; or a CUPTI that records them only as peer copies, which --peer-copies takes)",
             s.peer_copies_not_recorded
         ));
     }
@@ -242,6 +263,16 @@ pub fn describe(t: &ProcessTrace) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_flag_asks_for_its_kinds_on_top_of_the_environments() {
+        let req = |peer_copies, sync_events| Request { command: vec![], output: PathBuf::new(), library: None, keep_raw: false, peer_copies, sync_events };
+        assert_eq!(req(false, false).kinds_added(None), None);
+        assert_eq!(req(false, false).kinds_added(Some(" peer ")).as_deref(), Some("peer"));
+        assert_eq!(req(false, true).kinds_added(None).as_deref(), Some("sync,event"));
+        assert_eq!(req(true, false).kinds_added(None).as_deref(), Some("peer"));
+        assert_eq!(req(true, true).kinds_added(Some("sync")).as_deref(), Some("sync,event,peer"));
+    }
 
     #[test]
     fn other_processes_traces_are_named_by_pid_beside_the_output() {

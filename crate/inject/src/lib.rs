@@ -2,11 +2,12 @@
 //! `CUDA_INJECTION64_PATH` names into every process that initializes CUDA
 //! and calls its `InitializeInjection` before any CUDA work; from there
 //! CUPTI's activity API records every kernel (`CONCURRENT_KERNEL`, which
-//! keeps kernels overlapping as they ran), copy (with its memory kinds;
-//! copies between two GPUs only where `OVERLAP_LAB_TRACE_ADD=peer` asks,
-//! `ON_REQUEST` says why), memset, runtime and driver call,
-//! synchronization, event record and NVTX range, of every context, device
-//! and thread, for the life of the process.
+//! keeps kernels overlapping as they ran), copy (with its memory kinds),
+//! memset, runtime and driver call and NVTX range, of every context,
+//! device and thread, for the life of the process; and, where
+//! `OVERLAP_LAB_TRACE_ADD` asks (`ON_REQUEST` says why not always), each
+//! synchronization and event record, and the GPUs of each copy between
+//! two.
 //! That is how Nsight Systems and PyTorch's Kineto trace; this library is
 //! what `overlap-lab trace -- COMMAND` injects.
 //!
@@ -15,7 +16,8 @@
 //! `overlap-lab-trace.<pid>.jsonl`, CUPTI's records as they are handed over
 //! (every 200 ms, at exit, and on a fatal signal the program leaves at its
 //! default: abort, a segfault, SIGTERM, Ctrl-C; so a process that crashes
-//! leaves what ran; only SIGKILL and `_exit` lose the last 200 ms), then at exit `overlap-lab-trace.<pid>.json.gz`, the Chrome trace
+//! leaves what ran; only SIGKILL and `_exit` lose the last 200 ms, or the
+//! period `OVERLAP_LAB_TRACE_FLUSH_MS` sets), then at exit `overlap-lab-trace.<pid>.json.gz`, the Chrome trace
 //! in Kineto's schema (not when `OVERLAP_LAB_TRACE_RAW=1`: `overlap-lab
 //! trace` converts the files itself, after the program, so the conversion
 //! is not part of the program's time). A forked child that did not
@@ -38,7 +40,7 @@ mod demangle;
 mod sink;
 
 use cudarc::cupti::sys::{CUpti_ActivityKind as Kind, CUpti_driver_api_trace_cbid_enum as Dr, CUpti_runtime_api_trace_cbid_enum as Rt};
-use overlap_lab_tracefile::records::{Api, PEER_COPIES};
+use overlap_lab_tracefile::records::{Api, EVENTS, PEER_COPIES, SYNCS};
 use std::ffi::{c_int, c_void};
 
 /// The kinds without which there is no trace to read.
@@ -49,25 +51,34 @@ const REQUIRED: [Kind; 4] =
 /// (comma-separated) leaves one out with; one CUPTI refuses is named in
 /// the trace. The driver's calls are the only calls of a program on the
 /// driver API (cudarc, the course's labs).
-const OPTIONAL: [(&str, Kind); 5] = [
-    ("driver", Kind::CUPTI_ACTIVITY_KIND_DRIVER),
-    ("sync", Kind::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION),
-    ("event", Kind::CUPTI_ACTIVITY_KIND_CUDA_EVENT),
-    ("nvtx", Kind::CUPTI_ACTIVITY_KIND_MARKER),
-    ("device", Kind::CUPTI_ACTIVITY_KIND_DEVICE),
-];
+const OPTIONAL: [(&str, Kind); 3] =
+    [("driver", Kind::CUPTI_ACTIVITY_KIND_DRIVER), ("nvtx", Kind::CUPTI_ACTIVITY_KIND_MARKER), ("device", Kind::CUPTI_ACTIVITY_KIND_DEVICE)];
 
 /// Kinds recorded only where `OVERLAP_LAB_TRACE_ADD` (comma-separated)
-/// names them (`overlap-lab trace --peer-copies`). Copies between two GPUs
-/// (`cudaMemcpyPeerAsync`, or `cudaMemcpyAsync` between two GPUs'
-/// addresses) have records of their own, `MEMCPY2`; with those on, CUPTI
-/// 13 on an H200 timed the device-to-device copies within one GPU of the
-/// program measured a third longer (30 copies of 16 MiB: 343 µs against 252 µs
-/// without, and 252 µs in torch.profiler's trace of the same program,
-/// which never turns them on; `data/nvidia-h200/README.md`). So a trace
-/// leaves them out unless asked, and says how many peer copies it did not
-/// record.
-const ON_REQUEST: [(&str, Kind); 1] = [(PEER_COPIES, Kind::CUPTI_ACTIVITY_KIND_MEMCPY2)];
+/// names them; torch.profiler takes none of them unless asked either.
+/// - `sync` and `event` (`overlap-lab trace --sync-events`, as
+///   torch.profiler's `enable_cuda_sync_events`): each synchronization
+///   (which stream a `cudaStreamWaitEvent` joins, and to which event) and
+///   each event record's stream. With every kind on, a loop of thousands
+///   of tiny PyTorch ops on an H200 ran its steps about 8% slower than
+///   under torch.profiler, and level with it without the sync, event,
+///   NVTX and device records; NVTX and device records are made only where
+///   a program has ranges and once a GPU, so these two went
+///   (`data/nvidia-h200/README.md` has the runs, and one after, with them
+///   off, where the loop's wall time stayed above torch.profiler's by the
+///   host's noise). Without them the diagnosis infers which stream each
+///   wait joins from the calls' order, and says so.
+/// - `peer` (`overlap-lab trace --peer-copies`): copies between two GPUs
+///   as CUPTI's peer-copy records (`MEMCPY2`), which name both GPUs.
+///   Without them CUPTI 13 still records each such copy, as a plain copy
+///   of kind PtoP on the GPU that ran it (all ten of a program's copies
+///   between two H200s, `cudaMemcpyPeerAsync` and `cudaMemcpyAsync` by
+///   address alike); with them on, it timed the device-to-device copies
+///   within one GPU of the program measured a third longer (30 copies of
+///   16 MiB: 343 µs against 252 µs without, and 252 µs in torch.profiler's
+///   trace of the same program).
+const ON_REQUEST: [(&str, Kind); 3] =
+    [(SYNCS, Kind::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION), (EVENTS, Kind::CUPTI_ACTIVITY_KIND_CUDA_EVENT), (PEER_COPIES, Kind::CUPTI_ACTIVITY_KIND_MEMCPY2)];
 
 /// Queries a program calls around every launch (PyTorch: cudaGetDevice 5
 /// times a kernel) that neither issue GPU work nor wait for it: not
@@ -85,7 +96,9 @@ const QUERIES: [(Api, u32); 8] = [
     (Api::Driver, Dr::CUPTI_DRIVER_TRACE_CBID_cuKernelGetName as u32),
 ];
 
-/// How often CUPTI hands completed buffers over, ms.
+/// How often CUPTI hands completed buffers over, ms, unless
+/// `OVERLAP_LAB_TRACE_FLUSH_MS` says otherwise (0: only when a buffer
+/// fills and at exit, as Kineto does).
 const FLUSH_PERIOD_MS: u32 = 200;
 
 /// Called by the CUDA driver once per process, during `cuInit`. Returns 1
@@ -160,7 +173,10 @@ fn attach(file: &mut sink::Sink) -> Result<(), String> {
     for (api, cbid) in QUERIES {
         let _ = cupti::leave_out(api, cbid);
     }
-    let _ = cupti::flush_every(FLUSH_PERIOD_MS);
+    let flush_ms = std::env::var("OVERLAP_LAB_TRACE_FLUSH_MS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(FLUSH_PERIOD_MS);
+    if flush_ms > 0 {
+        let _ = cupti::flush_every(flush_ms);
+    }
     file.begin(cupti::version(), refused, not_asked)
 }
 

@@ -6,11 +6,14 @@ by `overlap-lab trace` in turn, round-robin over the programs; and the
 tracer's cost beside torch.profiler's (CUDA activities only) on
 `torch_patterns.py` (a loop with a host sync each step, and thousands of
 tiny ops), untraced, traced and profiled in turn, with the two traces of
-each compared op by op (`compare_traces.py`).
+each compared op by op (`compare_traces.py`). The reference programs are
+traced with `--sync-events` (each event wait's streams read, not
+inferred); the PyTorch loops without, as torch.profiler's CUDA activities
+alone are.
 
     python3 crate/reference/trace/record.py --out DIR [--cudarc PATH]
         [--repeats N] [--torch-repeats N] [--overlap-lab PATH] [--nvcc PATH] [--python PATH]
-        [--only PROGRAM,... | --torch-only]
+        [--only PROGRAM,... | --torch-only [--torch-loops sync,tiny]] [--cpus LIST]
 
 DIR gets `<program>.json.gz` (each program's trace, from its first traced
 run), `torch-<loop>.{ours,profiler}.json.gz` and `programs.json`: each
@@ -26,8 +29,16 @@ file's `rerecorded` list. A program whose fix is checked against another
 is recorded with it (a fix is compared within one run). `--torch-only`
 records the PyTorch loops' costs and trace comparisons again, and nothing
 else, the same way (the tracer's cost and its traces' agreement with
-torch.profiler's are one run's). The tiny-op loop's traces (a few MB
-each) are compared but not kept.
+torch.profiler's are one run's); `--torch-loops` names which loops it
+records again (the others' entries kept). The tiny-op loop's traces (a few
+MB each) are compared but not kept.
+
+`--cpus` runs every program on those CPUs only (a list as `taskset` takes
+it: `0-3,8`), each way alike. A loop of tiny ops is bound by one CPU
+thread's speed, which moves by a third from one process to the next where
+the scheduler may place it on any core; held to the same cores, the
+untraced, traced and profiled runs differ by their tracer, not by their
+placement. The CPUs are named in the recording.
 """
 
 import argparse
@@ -72,12 +83,38 @@ EVENTS = re.compile(r"pageable copies by CUDA events: (.*)")
 EVENT_TOTAL = re.compile(r"(\S+) ([0-9.]+) ms over (\d+)")
 
 
-def run(cmd, pattern, what, events=None):
-    """Runs `cmd`; the loop time its output prints (ms). Exits with a line
-    naming `what` where it fails or prints none. Where `events` is a list,
-    appends to it the pageable copies' totals by CUDA events the output
-    prints (`torch_patterns.py`'s), ms by copy name."""
-    out = subprocess.run(cmd, capture_output=True, text=True)
+# The CPUs every program runs on (`--cpus`); None: wherever the scheduler puts it.
+CPUS = None
+
+
+def cpu_list(text):
+    """The CPUs `text` names (`0-3,8`), as a set; exits naming `--cpus`
+    where it is not such a list or names a CPU this process may not use."""
+    cpus = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        sys.exit(f"record.py: --cpus: '{text}' is not a list of CPUs such as 0-3,8")
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        sys.exit(f"record.py: --cpus: '{text}' names CPUs this machine does not give this process (it has {len(allowed)}: {min(allowed)}..{max(allowed)})")
+    return cpus
+
+
+FASTEST_STEP = re.compile(r"steps fastest ([0-9.]+) ms")
+
+
+def run(cmd, pattern, what, events=None, fastest=None):
+    """Runs `cmd` (on `CPUS` where set); the loop time its output prints
+    (ms). Exits with a line naming `what` where it fails or prints none.
+    Where `events` is a list, appends to it the pageable copies' totals by
+    CUDA events the output prints (`torch_patterns.py`'s), ms by copy
+    name. Where `fastest` is a list and the output prints its fastest step
+    (`torch_patterns.py --tiny`), appends that, ms."""
+    pin = (lambda: os.sched_setaffinity(0, CPUS)) if CPUS else None
+    out = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=pin)
     text = out.stdout + out.stderr
     found = pattern.findall(text)
     if out.returncode != 0 or not found:
@@ -87,6 +124,9 @@ def run(cmd, pattern, what, events=None):
         if not line:
             print(f"record.py: {what} printed no pageable copies' CUDA event times: its pageable copies are compared as totals", flush=True)
         events.append({name: float(ms) for name, ms, _ in EVENT_TOTAL.findall(line[0])} if line else {})
+    step = FASTEST_STEP.findall(text)
+    if fastest is not None and step:
+        fastest.append(float(step[0]))
     return float(found[0])
 
 
@@ -197,7 +237,16 @@ def main():
     ap.add_argument("--python", default=sys.executable, metavar="PATH")
     ap.add_argument("--only", metavar="PROGRAM,...", help="record these programs again into DIR's recording, and nothing else")
     ap.add_argument("--torch-only", action="store_true", help="record the PyTorch loops' costs and comparisons again into DIR's recording, and nothing else")
+    ap.add_argument("--torch-loops", metavar="LOOP,...", help="with --torch-only: the loops to record again (sync, tiny; default both)")
+    ap.add_argument("--cpus", metavar="LIST", help="run every program on these CPUs only (0-3,8), each way alike")
     a = ap.parse_args()
+    global CPUS
+    CPUS = cpu_list(a.cpus) if a.cpus else None
+    loops = ["sync", "tiny"] if a.torch_loops is None else [w.strip() for w in a.torch_loops.split(",") if w.strip()]
+    if a.torch_loops is not None and not a.torch_only:
+        sys.exit("record.py: --torch-loops: only with --torch-only")
+    if not loops or any(w not in ("sync", "tiny") for w in loops):
+        sys.exit(f"record.py: --torch-loops: '{a.torch_loops}': sync, tiny or both")
     if a.only is not None and a.torch_only:
         sys.exit("record.py: --only and --torch-only: one or the other")
     if a.torch_repeats is None:
@@ -246,7 +295,8 @@ def main():
             for p, cmd in commands.items():
                 untraced[p].append(run(cmd, LOOP, p))
                 trace = os.path.join(a.out if r == 0 else tmp, f"{p}.json.gz")
-                traced[p].append(run([a.overlap_lab, "trace", "--no-diagnose", "-o", trace, "--"] + cmd, LOOP, f"overlap-lab trace -- {p}"))
+                # With sync events: each event wait's streams read, not inferred.
+                traced[p].append(run([a.overlap_lab, "trace", "--no-diagnose", "--sync-events", "-o", trace, "--"] + cmd, LOOP, f"overlap-lab trace -- {p}"))
                 if r == 0:
                     scrub(trace)
             if chosen:
@@ -257,16 +307,29 @@ def main():
     cost, comparisons = {}, {}
     script = os.path.join(HERE, "torch_patterns.py")
     for name, args in (("sync", []), ("tiny", ["--tiny", "--steps", "20"])) if a.only is None else ():
+        if name not in loops:
+            continue
         kept = name in KEPT_TORCH_TRACES
         ways = {"untraced": [], "overlap-lab trace": [], "torch.profiler": []}
+        # Each run's fastest step, where the loop prints it: a step is too
+        # short for the host's slow spells to take every one, so the
+        # fastest is the tracer's own cost nearest.
+        steps = {w: [] for w in ways}
         with tempfile.TemporaryDirectory() as tmp:
             ours = [os.path.join(tmp, f"ours{r}.json.gz") for r in range(a.torch_repeats)]
             theirs = [os.path.join(tmp, f"profiler{r}.json") for r in range(a.torch_repeats)]
             ours_events, theirs_events = [], []
             for r in range(a.torch_repeats):
-                ways["untraced"].append(run([a.python, script] + args, STEPS, f"torch_patterns {name}"))
-                ways["overlap-lab trace"].append(run([a.overlap_lab, "trace", "--no-diagnose", "-o", ours[r], "--", a.python, script] + args, STEPS, f"traced torch_patterns {name}", ours_events))
-                ways["torch.profiler"].append(run([a.python, script, "--profile", theirs[r]] + args, STEPS, f"profiled torch_patterns {name}", theirs_events))
+                runs = [
+                    ("untraced", lambda: run([a.python, script] + args, STEPS, f"torch_patterns {name}", None, steps["untraced"])),
+                    ("overlap-lab trace", lambda: run([a.overlap_lab, "trace", "--no-diagnose", "-o", ours[r], "--", a.python, script] + args, STEPS, f"traced torch_patterns {name}", ours_events, steps["overlap-lab trace"])),
+                    ("torch.profiler", lambda: run([a.python, script, "--profile", theirs[r]] + args, STEPS, f"profiled torch_patterns {name}", theirs_events, steps["torch.profiler"])),
+                ]
+                # Each round starts with the next way, so that no way always
+                # runs first (a round's first run may find the host warmer or
+                # colder than the others do).
+                for way, go in runs[r % 3 :] + runs[: r % 3]:
+                    ways[way].append(go())
             comparisons[name] = compare_runs(ours, theirs, ours_events, theirs_events)
             if kept:
                 shutil.copy(ours[0], os.path.join(a.out, f"torch-{name}.ours.json.gz"))
@@ -275,8 +338,15 @@ def main():
                 for which in ("ours", "profiler"):
                     scrub(os.path.join(a.out, f"torch-{name}.{which}.json.gz"))
         base = statistics.median(ways["untraced"])
-        cost[name] = {"command": ["torch_patterns.py"] + args, **{w: summary(ms) for w, ms in ways.items()}}
+        cost[name] = {"command": ["torch_patterns.py"] + args, **{w: summary(ms) for w, ms in ways.items()}, **({"cpus": a.cpus} if a.cpus else {})}
+        if all(len(steps[w]) == len(ways[w]) for w in ways):
+            for w in ways:
+                cost[name][w]["fastest_steps_ms"] = steps[w]
+            first = statistics.median(steps["untraced"])
+            print(f"  fastest step, median over the runs: " + ", ".join(f"{w} {statistics.median(st):.2f} ms ({statistics.median(st) / first - 1:+.1%})" for w, st in steps.items()), flush=True)
         print(f"torch {name}: " + ", ".join(f"{w} {statistics.median(ms):.2f} ms ({statistics.median(ms) / base - 1:+.1%})" for w, ms in ways.items()), flush=True)
+        head = [o / t for o, t in zip(ways["overlap-lab trace"], ways["torch.profiler"])]
+        print(f"  ours over torch.profiler's run of the same round: median {statistics.median(head):.3f} ({min(head):.3f}..{max(head):.3f})", flush=True)
         c = comparisons[name]
         for row in c["rows"]:
             off = "only ours" if row["off"] is None else f"{100 * row['off']:+.2f}%"
@@ -301,16 +371,21 @@ def main():
     torch_traces = {name: {"ours": f"torch-{name}.ours.json.gz", "profiler": f"torch-{name}.profiler.json.gz"} for name in comparisons if name in KEPT_TORCH_TRACES}
     if a.torch_only:
         record = earlier
-        record.update({"torch_repeats": a.torch_repeats, "torch_cost": cost, "torch_traces_compared": comparisons, "torch_traces": torch_traces})
+        for field, new in (("torch_cost", cost), ("torch_traces_compared", comparisons)):
+            record.setdefault(field, {}).update(new)
+        kept = {n: t for n, t in record.get("torch_traces", {}).items() if n not in comparisons}
+        record["torch_traces"] = {**kept, **torch_traces}
+        if set(loops) == {"sync", "tiny"}:
+            record["torch_repeats"] = a.torch_repeats
         record.setdefault("rerecorded", []).append(
             {"date": date, "command": command, "driver": driver, "programs": [f"torch {name}" for name in comparisons],
-             "repeats": a.torch_repeats, "seconds": round(time.time() - started, 1)}
+             "repeats": a.torch_repeats, "seconds": round(time.time() - started, 1), **({"cpus": a.cpus} if a.cpus else {})}
         )
     elif earlier is not None:
         record = earlier
         record["programs"].update(programs)
         record.setdefault("rerecorded", []).append(
-            {"date": date, "command": command, "driver": driver, "programs": chosen, "repeats": a.repeats, "seconds": round(time.time() - started, 1)}
+            {"date": date, "command": command, "driver": driver, "programs": chosen, "repeats": a.repeats, "seconds": round(time.time() - started, 1), **({"cpus": a.cpus} if a.cpus else {})}
         )
     else:
         record = {
@@ -320,6 +395,7 @@ def main():
             "date": date,
             "repeats": a.repeats,
             "torch_repeats": a.torch_repeats,
+            **({"cpus": a.cpus} if a.cpus else {}),
             "programs": programs,
             "torch_cost": cost,
             "torch_traces_compared": comparisons,

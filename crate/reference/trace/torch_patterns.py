@@ -10,7 +10,7 @@ process: never both in one run). Every output is checked against the CPU.
 --tiny runs thousands of tiny ops a step instead (an unfused momentum-SGD
 step over 1000 small tensors, one at a time: each kernel shorter than its
 launch), where a tracer's cost per call shows most. Prints the loop's wall
-time; with --profile the whole program's GPU work
+time (and, with --tiny, its fastest and median step); with --profile the whole program's GPU work
 is profiled from before its first CUDA call, as the injection library
 records it, and the trace exported to OUT.json.
 """
@@ -29,6 +29,8 @@ def main():
     ap.add_argument("--profile", metavar="OUT.json")
     ap.add_argument("--tiny", action="store_true")
     args = ap.parse_args()
+    if args.steps < 1:
+        ap.error("--steps: at least 1")
     prof = None
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
@@ -119,13 +121,18 @@ def tiny(steps):
     lr, beta = 0.01, 0.9
     torch.cuda.synchronize()
     t0 = time.perf_counter()
+    step_ms = []
     for _ in range(steps):
+        s0 = time.perf_counter()
         for p, m in zip(params, momenta):
             g = 2 * p  # the gradient of sum(p^2)
             m.mul_(beta).add_(g)
             p.sub_(lr * m)
         torch.cuda.synchronize()
+        step_ms.append((time.perf_counter() - s0) * 1e3)
     wall_ms = (time.perf_counter() - t0) * 1e3
+    step_ms.sort()
+    print(f"torch_patterns --tiny: steps fastest {step_ms[0]:.2f} ms, median {step_ms[len(step_ms) // 2]:.2f} ms")
     # The CPU's answer for the first tensor.
     p, m = start[0].clone(), torch.zeros_like(start[0])
     for _ in range(steps):

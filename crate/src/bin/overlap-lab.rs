@@ -109,8 +109,9 @@ enum Tool {
     ///
     /// Runs COMMAND with the course's CUPTI injection library loaded into
     /// each of its CUDA processes (CUDA_INJECTION64_PATH: no Nsight
-    /// Systems, no code change): every kernel, copy, memset, CUDA call,
-    /// synchronization and NVTX range is recorded. Its output and exit code
+    /// Systems, no code change): every kernel, copy, memset, CUDA call
+    /// and NVTX range is recorded (each synchronization too with
+    /// --sync-events). Its output and exit code
     /// are the command's own. Then each CUDA process's trace is written as
     /// a Chrome trace in Kineto's schema (what torch.profiler exports: it
     /// opens in Perfetto, chrome://tracing and HTA) and diagnosed as
@@ -131,12 +132,18 @@ enum Tool {
         /// beside the traces.
         #[arg(long)]
         keep_raw: bool,
-        /// Record copies between two GPUs (cudaMemcpyPeerAsync) too. With
-        /// CUPTI's records of them on, the device-to-device copies measured
-        /// on an H200 read a third longer, so they are off unless asked; a
-        /// trace without them says how many it left out.
+        /// Name both GPUs of each copy between two (CUPTI's peer-copy
+        /// records). Without it each such copy is still recorded, on the
+        /// GPU that ran it; with it the device-to-device copies measured on
+        /// an H200 read a third longer, so it is off unless asked.
         #[arg(long)]
         peer_copies: bool,
+        /// Record each synchronization and event record, so the diagnosis
+        /// reads which stream each event wait joins instead of inferring it
+        /// (as torch.profiler's enable_cuda_sync_events). Off unless asked,
+        /// as torch.profiler's: tracing a loop of tiny ops cost more with it.
+        #[arg(long)]
+        sync_events: bool,
         /// Only write the traces: no diagnosis.
         #[arg(long)]
         no_diagnose: bool,
@@ -593,8 +600,8 @@ fn run(matches: clap::ArgMatches) -> Result<()> {
             Some(ranks) => run_diagnose_ranks(&ranks, json, &data)?,
             None => run_diagnose(&trace[0], json, workers as usize, &data, quiet)?,
         },
-        Tool::Trace { output, inject, keep_raw, peer_copies, no_diagnose, json, workers, command } => {
-            let req = overlap_lab::trace::Request { command, output, library: inject, keep_raw, peer_copies };
+        Tool::Trace { output, inject, keep_raw, peer_copies, sync_events, no_diagnose, json, workers, command } => {
+            let req = overlap_lab::trace::Request { command, output, library: inject, keep_raw, peer_copies, sync_events };
             let code = run_trace(&req, (!no_diagnose).then_some(workers as usize), json, &data, quiet)?;
             if code != 0 {
                 use std::io::Write;

@@ -137,7 +137,7 @@ impl JoinsKnown {
         match self {
             JoinsKnown::SyncEvents => "read from the trace's CUDA sync events",
             JoinsKnown::CallsOrder => {
-                "inferred from the calls' order: the trace names no wait's streams (torch.profiler's `enable_cuda_sync_events=True` records them)"
+                "inferred from the calls' order: the trace names no wait's streams (torch.profiler's `enable_cuda_sync_events=True`, or `overlap-lab trace --sync-events`, records them)"
             }
             JoinsKnown::Both => "read from the trace's CUDA sync events where they name the wait, else inferred from the calls' order",
             JoinsKnown::CallsOrderAndSyncEvents => {

@@ -72,12 +72,15 @@ pub struct Summary {
     pub signal: Option<i32>,
     /// Activity kinds CUPTI refused in this process, with why.
     pub refused_kinds: Vec<String>,
-    /// Copies between two GPUs (`cudaMemcpyPeerAsync` and the like) left
-    /// out because their records were not asked for (`overlap-lab trace
-    /// --peer-copies` asks): how many calls.
+    /// Calls that copy between two GPUs (`cudaMemcpyPeerAsync` and the
+    /// like) with no copy record, where CUPTI's peer-copy records were not
+    /// asked for (`overlap-lab trace --peer-copies` asks). CUPTI 13 records
+    /// such copies as plain copies without them, so a call counted here
+    /// failed or never ran, unless this CUPTI records them only as peer
+    /// copies.
     pub peer_copies_not_recorded: usize,
-    /// Whether copies between GPUs went unrecorded in this process (their
-    /// records not asked for): a copy left out may be one.
+    /// Whether CUPTI's peer-copy records were left out in this process
+    /// (not asked for).
     pub peer_copies_not_asked: bool,
 }
 
@@ -110,8 +113,9 @@ pub fn is_copy_call(call: &str) -> bool {
 }
 
 /// Whether a call copies between two GPUs (`cudaMemcpyPeerAsync`,
-/// `cuMemcpyPeer`, `cudaMemcpy3DPeer`, ...): its copy is recorded only
-/// where peer-copy records were asked for.
+/// `cuMemcpyPeer`, `cudaMemcpy3DPeer`, ...): CUPTI 13 records its copy as
+/// a plain copy of kind PtoP, and with peer-copy records asked for, as one
+/// naming both GPUs.
 pub fn is_peer_copy(call: &str) -> bool {
     is_copy_call(call) && call.contains("Peer")
 }
@@ -219,8 +223,9 @@ pub fn convert(raw: &RawTrace, trace_name: &str) -> Kineto {
     summary.ends_clamped = ends.iter().filter(|e| e.is_some()).count();
     let end_of = |i: usize, end: u64| ends[i].unwrap_or(end);
 
-    // Peer copies have records of their own, taken only on request
-    // (the injection library's `ON_REQUEST`).
+    // CUPTI's peer-copy records are taken only on request (the injection
+    // library's `ON_REQUEST`); a peer copy call without any record is
+    // counted apart where they were not asked for.
     let peer_not_asked = raw.process.kinds_not_asked.iter().any(|k| k == PEER_COPIES);
     summary.peer_copies_not_asked = peer_not_asked;
     let mut events: Vec<Value> = Vec::new();

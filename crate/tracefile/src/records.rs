@@ -52,7 +52,8 @@ pub struct Process {
     #[serde(default)]
     pub refused_kinds: Vec<String>,
     /// The kinds recorded only on request that were not asked for
-    /// ([`PEER_COPIES`]), by the library's name for each.
+    /// ([`SYNCS`], [`EVENTS`], [`PEER_COPIES`]), by the library's name for
+    /// each.
     #[serde(default)]
     pub kinds_not_asked: Vec<String>,
 }
@@ -108,10 +109,16 @@ pub struct Kernel {
     pub shared_bytes: i64,
 }
 
-/// The name of the record kind for copies between two GPUs (CUPTI's
-/// `MEMCPY2`), taken only on request: what `OVERLAP_LAB_TRACE_ADD` names
-/// and a process's `kinds_not_asked` lists.
+/// The names of the record kinds taken only on request, as
+/// `OVERLAP_LAB_TRACE_ADD` names them and a process's `kinds_not_asked`
+/// lists them: copies between two GPUs with both GPUs named (CUPTI's
+/// `MEMCPY2`), ...
 pub const PEER_COPIES: &str = "peer";
+/// ... synchronizations (CUPTI's `SYNCHRONIZATION`: which stream each
+/// `cudaStreamWaitEvent` joins to which event), ...
+pub const SYNCS: &str = "sync";
+/// ... and each event record's stream (`CUDA_EVENT`).
+pub const EVENTS: &str = "event";
 
 /// A copy. `kind` is CUPTI's copy kind (1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP, ...);
 /// `src` and `dst` its memory kinds (1 pageable, 2 pinned, 3 device, ...).

@@ -39,7 +39,8 @@ pub struct RecordedPrograms {
     pub date: String,
     /// Rounds over the programs (each untraced, then traced).
     pub repeats: usize,
-    /// Runs of each PyTorch loop each way.
+    /// Runs of each PyTorch loop each way in the last run that recorded
+    /// both loops (each loop's own count is its runs' length).
     pub torch_repeats: usize,
     pub programs: BTreeMap<String, TracedProgram>,
     /// The tracer's cost beside torch.profiler's, by PyTorch loop.
@@ -52,8 +53,8 @@ pub struct RecordedPrograms {
     pub rerecorded: Vec<Rerecorded>,
 }
 
-/// A later run of `record.py --only`: which programs it recorded again, on
-/// the recording's GPU.
+/// A later run of `record.py --only` or `--torch-only`: which programs (or
+/// PyTorch loops) it recorded again, on the recording's GPU.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Rerecorded {
     pub date: String,
@@ -82,6 +83,10 @@ pub struct TracedProgram {
 #[derive(Clone, Debug, Deserialize)]
 pub struct Runs {
     pub runs_ms: Vec<f64>,
+    /// Each run's fastest step, where the loop prints one (the tiny-op
+    /// loop, in recordings made since it does), ms.
+    #[serde(default)]
+    pub fastest_steps_ms: Vec<f64>,
 }
 
 impl Runs {
@@ -100,6 +105,19 @@ pub struct TorchCost {
     pub ours: Runs,
     #[serde(rename = "torch.profiler")]
     pub profiler: Runs,
+    /// The CPUs every run was held to (`record.py --cpus`), if any.
+    #[serde(default)]
+    pub cpus: Option<String>,
+}
+
+impl TorchCost {
+    /// Our traced run over torch.profiler's run of the same round (the
+    /// runs are made in rounds, one each way, so the two of a round saw
+    /// the same host), as a summary over the rounds.
+    pub fn ours_over_profiler(&self) -> Result<Summary> {
+        let ratios: Vec<f64> = self.ours.runs_ms.iter().zip(&self.profiler.runs_ms).map(|(o, p)| o / p).collect();
+        Summary::of(&ratios)
+    }
 }
 
 /// Each op name's total GPU time in our traces and torch.profiler's of the
@@ -271,12 +289,16 @@ impl ReferenceRecording {
             let (median, fastest) = cost(&t, &u);
             s += &format!("{:<20} {:>26} {:>26} {:>+7.1}% {:>+7.1}%  {}\n", name, range(&u), range(&t), median, fastest, overlap(&u, &t));
         }
-        s += &format!("\n{:<20} {:>26} {:>26} {:>8} {:>8} {:>26} {:>8} {:>8}\n", "PyTorch loop", "untraced", "overlap-lab trace", "cost", "fastest", "torch.profiler (CUDA)", "cost", "fastest");
+        s += &format!(
+            "\n{:<20} {:>26} {:>26} {:>8} {:>8} {:>26} {:>8} {:>8} {:>22}\n",
+            "PyTorch loop", "untraced", "overlap-lab trace", "cost", "fastest", "torch.profiler (CUDA)", "cost", "fastest", "ours ÷ theirs a round"
+        );
+        let mut held = Vec::new();
         for (name, c) in &self.recorded.torch_cost {
-            let (u, o, p) = (c.untraced.summary()?, c.ours.summary()?, c.profiler.summary()?);
+            let (u, o, p, head) = (c.untraced.summary()?, c.ours.summary()?, c.profiler.summary()?, c.ours_over_profiler()?);
             let ((ours, ours_fastest), (theirs, theirs_fastest)) = (cost(&o, &u), cost(&p, &u));
             s += &format!(
-                "{:<20} {:>26} {:>26} {:>+7.1}% {:>+7.1}% {:>26} {:>+7.1}% {:>+7.1}%\n",
+                "{:<20} {:>26} {:>26} {:>+7.1}% {:>+7.1}% {:>26} {:>+7.1}% {:>+7.1}% {:>22}\n",
                 name,
                 range(&u),
                 range(&o),
@@ -284,13 +306,30 @@ impl ReferenceRecording {
                 ours_fastest,
                 range(&p),
                 theirs,
-                theirs_fastest
+                theirs_fastest,
+                format!("{:.3} ({:.3}..{:.3})", head.median, head.min, head.max)
             );
+            if [&c.untraced, &c.ours, &c.profiler].iter().all(|r| !r.fastest_steps_ms.is_empty()) {
+                let (u, o, p) = (Summary::of(&c.untraced.fastest_steps_ms)?, Summary::of(&c.ours.fastest_steps_ms)?, Summary::of(&c.profiler.fastest_steps_ms)?);
+                s += &format!(
+                    "{:<20} {:>26} {:>26} {:>+7.1}% {:>8} {:>26} {:>+7.1}%\n",
+                    "  its fastest step",
+                    range(&u),
+                    range(&o),
+                    100.0 * (o.median / u.median - 1.0),
+                    "",
+                    range(&p),
+                    100.0 * (p.median / u.median - 1.0)
+                );
+            }
+            let cpus = c.cpus.as_ref().map_or(String::new(), |cpus| format!(" on CPUs {cpus} only"));
+            held.push(format!("{name} {} runs each way{cpus}", c.ours.runs_ms.len()));
         }
+        let held = held.join(", ");
         let again: String = self.recorded.rerecorded.iter().map(|r| format!("; {} in {} rounds of their own ({})", r.programs.join(", "), r.repeats, r.date)).collect();
         s += &format!(
-            "(each a median of the runs, their range beside; cost: of the medians, fastest: of the fastest runs; {} rounds over the programs, each untraced then traced{again}; {} runs of each PyTorch loop each way)\n",
-            self.recorded.repeats, self.recorded.torch_repeats
+            "(each a median of the runs, their range beside; cost: of the medians, fastest: of the fastest runs; ours ÷ theirs a round: our traced run over torch.profiler's of the same round, the median over the rounds and its range; its fastest step: each run's fastest step, where the loop prints one; {} rounds over the programs, each untraced then traced{again}; PyTorch loops: {held})\n",
+            self.recorded.repeats
         );
         Ok(s)
     }
@@ -386,7 +425,9 @@ impl ReferenceRecording {
             return Err(format!("nvcc failed: {}", String::from_utf8_lossy(&built.stderr).lines().next().unwrap_or("")));
         }
         let output = dir.join(format!("{mode}.json.gz"));
-        let req = crate::trace::Request { command: vec![exe.into(), mode.into()], output: output.clone(), library: None, keep_raw: false, peer_copies: false };
+        // With sync events, as record.py traces the recorded ones: the
+        // diagnosis reads each event wait's streams rather than infer them.
+        let req = crate::trace::Request { command: vec![exe.into(), mode.into()], output: output.clone(), library: None, keep_raw: false, peer_copies: false, sync_events: true };
         let ran = crate::trace::run(&req).map_err(|e| e.to_string())?;
         if ran.exit_code != 0 {
             return Err(format!("patterns {mode} exited with {}", ran.exit_code));
