@@ -35,7 +35,8 @@
 //! The files stand in floors, each using only those below it. With no
 //! GPU: [`network`] (the shape, the kinds of layer, a placement), then
 //! [`forward`] (the vocabulary, the passes, the queue model's time of a
-//! pass), [`config`], [`variant`], [`placement`] (the planner),
+//! pass), [`int4`] (4-bit weights on the CPU, for the 4-bit variant still
+//! to come), [`config`], [`variant`], [`placement`] (the planner),
 //! [`mod@reference`] (PyTorch's script and its times), [`results`],
 //! [`tables`], [`charts`], [`exercise_placement`]. The CPU's reference
 //! ([`cpu`]) and the GPU side: [`kernel`], [`rig`], [`live`] (a pass on the
@@ -52,6 +53,7 @@ pub mod exercise_placement;
 #[doc(hidden)]
 pub mod fixture;
 pub mod forward;
+pub mod int4;
 #[cfg(test)]
 mod gpu_tests;
 pub mod kernel;
