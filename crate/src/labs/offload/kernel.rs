@@ -1,6 +1,9 @@
-//! Lab 9's one kernel of its own (`kernels/relu_f16.cu`): the activation
-//! between a layer's two GEMMs, ReLU in place on FP16 values, and its
-//! rule on one value's bits for the CPU's reference.
+//! Lab 9's kernels of its own: the activation between a layer's two GEMMs
+//! (`kernels/relu_f16.cu`), ReLU in place on FP16 values, and its rule on
+//! one value's bits for the CPU's reference; and the 4-bit weights'
+//! dequantization into FP16 (`kernels/dequant_int4.cu`, whose CPU twin is
+//! `int4::Int4Matrix::value_bits`), compiled and checked here, not yet
+//! launched by a pass.
 //!
 //! May use: `error` and `gpu` (NVRTC, the launch).
 
@@ -16,6 +19,18 @@ pub const RELU_F16: KernelSource = KernelSource {
     // One 64-bit load and store per four halves, a grid-stride loop.
     expect_in_ptx: &["ld.global.u64", "st.global.u64", ".visible .entry relu_f16"],
     purpose: "ReLU in place on FP16 values held as bits, four to a 64-bit word (lab 9's activation)",
+    ..KernelSource::PLAIN
+};
+
+/// `kernels/dequant_int4.cu`, for NVRTC.
+pub const DEQUANT_INT4: KernelSource = KernelSource {
+    file: "dequant_int4.cu",
+    entry: "dequant_int4",
+    source: include_str!("../../../../kernels/dequant_int4.cu"),
+    // The packed integers and scales through the read-only path; one
+    // rounding to FP16 a value; two 64-bit stores of four halves each.
+    expect_in_ptx: &["ld.global.nc.u32", "ld.global.nc.u16", "cvt.f32.f16", "cvt.rn.f16.f32", "st.global.u64", ".visible .entry dequant_int4"],
+    purpose: "4-bit weights (two a byte, an FP16 scale per 128 rows) into FP16 (lab 9's 4-bit variant)",
     ..KernelSource::PLAIN
 };
 
@@ -65,6 +80,13 @@ mod tests {
     fn relu_compiles_to_the_expected_ptx() {
         if nvrtc_or_skip("relu_compiles_to_the_expected_ptx") {
             check_ptx(&RELU_F16);
+        }
+    }
+
+    #[test]
+    fn dequant_int4_compiles_to_the_expected_ptx() {
+        if nvrtc_or_skip("dequant_int4_compiles_to_the_expected_ptx") {
+            check_ptx(&DEQUANT_INT4);
         }
     }
 

@@ -151,7 +151,7 @@ pub static ENTRY: crate::lab_kit::Entry<OffloadConfig, OffloadResults> = crate::
     module: module_path!(),
     teaches: "The capstone: a network bigger than the GPU's budget, its weights streamed over the link under cuBLAS GEMMs, then past that bound: resident layers, FP8 weights, fused epilogues",
     builds_on: &[(1, "pinned vs pageable"), (3, "double buffering with events"), (5, "stream priorities and graphs"), (6, "the stream-ordered pool")],
-    kernels: &[&kernel::RELU_F16],
+    kernels: &[&kernel::RELU_F16, &kernel::DEQUANT_INT4],
     exercises: exercise::EXERCISES,
     glossary: &[
         crate::lab_kit::Word::new("layer, d, GEMM", "two FP16 matrix multiplications by cuBLAS (d x 4d, then 4d x d) with a ReLU between; d is the model's width"),
