@@ -375,8 +375,6 @@ def main():
             record.setdefault(field, {}).update(new)
         kept = {n: t for n, t in record.get("torch_traces", {}).items() if n not in comparisons}
         record["torch_traces"] = {**kept, **torch_traces}
-        if set(loops) == {"sync", "tiny"}:
-            record["torch_repeats"] = a.torch_repeats
         record.setdefault("rerecorded", []).append(
             {"date": date, "command": command, "driver": driver, "programs": [f"torch {name}" for name in comparisons],
              "repeats": a.torch_repeats, "seconds": round(time.time() - started, 1), **({"cpus": a.cpus} if a.cpus else {})}
@@ -394,7 +392,6 @@ def main():
             "driver": driver,
             "date": date,
             "repeats": a.repeats,
-            "torch_repeats": a.torch_repeats,
             **({"cpus": a.cpus} if a.cpus else {}),
             "programs": programs,
             "torch_cost": cost,

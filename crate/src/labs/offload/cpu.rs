@@ -28,6 +28,12 @@ pub(super) fn half_bits(words: &[u64], k: usize) -> u16 {
     (words[k / 4] >> (16 * (k % 4))) as u16
 }
 
+/// FP16 values (bits) as the words the weights are held in, four a word
+/// (`half_bits`'s inverse); a last word of fewer than four is zero-filled.
+pub fn words_of_halves(halves: &[u16]) -> Vec<u64> {
+    halves.chunks(4).map(|c| c.iter().enumerate().map(|(q, &b)| (b as u64) << (16 * q)).sum()).collect()
+}
+
 /// Rows `rows` of a row-major matrix of `d` halves a row held in `words`.
 pub fn rows_of(words: &[u64], rows: &[usize], d: usize) -> Vec<Vec<u16>> {
     rows.iter().map(|&r| (r * d..(r + 1) * d).map(|k| half_bits(words, k)).collect()).collect()
@@ -145,7 +151,7 @@ mod tests {
             halves[64 + k * 4 + k] = h(1.0);
             halves[64 + (k + 4) * 4 + k] = h(-1.0);
         }
-        let words: Vec<u64> = halves.chunks(4).map(|c| c.iter().enumerate().map(|(q, &b)| (b as u64) << (16 * q)).sum()).collect();
+        let words = words_of_halves(&halves);
         // hidden = [x, -x, 0...]; relu -> [max(x,0), max(-x,0)]; out = max(x,0) - max(-x,0) = x.
         let x = vec![vec![h(1.5), h(-2.0), h(0.25), h(0.0)]];
         let (out, amax) = forward_rows(&words, shape, &x);

@@ -645,8 +645,8 @@ mod tests {
 
     /// FP16 values as the words the rig holds, four a word.
     fn words_of(values: &[f32]) -> Vec<u64> {
-        let bits: Vec<u64> = values.iter().map(|&v| half::f16::from_f32(v).to_bits() as u64).collect();
-        bits.chunks(4).map(|c| c.iter().enumerate().map(|(q, &b)| b << (16 * q)).sum()).collect()
+        let bits: Vec<u16> = values.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+        super::super::cpu::words_of_halves(&bits)
     }
 
     #[test]

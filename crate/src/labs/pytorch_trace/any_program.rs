@@ -39,9 +39,6 @@ pub struct RecordedPrograms {
     pub date: String,
     /// Rounds over the programs (each untraced, then traced).
     pub repeats: usize,
-    /// Runs of each PyTorch loop each way in the last run that recorded
-    /// both loops (each loop's own count is its runs' length).
-    pub torch_repeats: usize,
     pub programs: BTreeMap<String, TracedProgram>,
     /// The tracer's cost beside torch.profiler's, by PyTorch loop.
     pub torch_cost: BTreeMap<String, TorchCost>,
@@ -316,10 +313,10 @@ impl ReferenceRecording {
                     "  its fastest step",
                     range(&u),
                     range(&o),
-                    100.0 * (o.median / u.median - 1.0),
+                    cost(&o, &u).0,
                     "",
                     range(&p),
-                    100.0 * (p.median / u.median - 1.0)
+                    cost(&p, &u).0
                 );
             }
             let cpus = c.cpus.as_ref().map_or(String::new(), |cpus| format!(" on CPUs {cpus} only"));
