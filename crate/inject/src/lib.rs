@@ -145,6 +145,7 @@ fn start() -> Result<(), String> {
     let mut file = sink::open()?;
     attach(&mut file).inspect_err(|_| file.discard())?;
     sink::install(file);
+    sink::start_writer();
     // SAFETY: registers a function with no arguments that catches its own panics.
     unsafe { libc::atexit(at_exit) };
     sink::catch_fatal_signals();

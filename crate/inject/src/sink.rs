@@ -1,17 +1,19 @@
 //! This process's raw trace file: CUPTI's buffers (handed out and taken
-//! back here), their records appended as lines, and at exit the End line
-//! and the Chrome trace.
+//! back here), their records decoded and appended as lines by a writer
+//! thread of the library's own, and at exit the End line and the Chrome
+//! trace.
 
 use crate::cupti;
 use crate::decode::{decode, CuptiNames, Decoded};
 use overlap_lab_tracefile::raw::{raw_path, refused_path, write_record};
 use overlap_lab_tracefile::records::{End, Lost, Process, Record};
 use std::alloc::{alloc, dealloc, Layout};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 /// The size of each buffer CUPTI fills (as the crate's own timelines use).
 const BUFFER: usize = 8 << 20;
@@ -100,6 +102,8 @@ static IN_SIGNAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// one does), then, on a plain exit, the Chrome trace beside the raw file
 /// (unless `overlap-lab trace` converts it), the raw file then removed.
 pub fn finish(signal: Option<i32>) {
+    // Every pending buffer written first; the writer then writes no more.
+    let Some(_writing) = drain() else { return };
     let mut guard = if signal.is_some() {
         match SINK.try_lock() {
             Ok(g) => g,
@@ -191,12 +195,116 @@ pub unsafe extern "C" fn requested(buffer: *mut *mut u8, size: *mut usize, max_r
     }
 }
 
+/// A buffer CUPTI completed, waiting for the writer: its address (a
+/// `usize`, to cross threads), its bytes of records, and the records CUPTI
+/// dropped for its context and stream.
+struct Completed {
+    buffer: usize,
+    valid: usize,
+    dropped: u64,
+}
+
+/// Completed buffers not yet written, oldest first.
+static PENDING: Mutex<VecDeque<Completed>> = Mutex::new(VecDeque::new());
+/// Wakes the writer when a buffer arrives.
+static ARRIVED: Condvar = Condvar::new();
+/// Held while one buffer is decoded and written, by the writer or by the
+/// process's end (which then writes the End line after the last).
+static WRITING: Mutex<()> = Mutex::new(());
+
 /// CUPTI hands back a buffer `requested` gave it, `valid` bytes of it
-/// records: they are appended to the file, and the buffer freed.
+/// records. Its records are decoded and written by the writer thread
+/// ([`start_writer`]), not here: CUPTI waits for this callback, and so may
+/// the program's threads that need a buffer meanwhile (Kineto's callback
+/// too only keeps the buffer).
 ///
 /// # Safety
 /// Called by CUPTI only, once per buffer from `requested`.
 pub unsafe extern "C" fn completed(ctx: cudarc::driver::sys::CUcontext, stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
+    if buffer.is_null() {
+        return;
+    }
+    // SAFETY: the context and stream CUPTI passed in.
+    let dropped = unsafe { cupti::dropped(ctx, stream) } as u64;
+    let kept = std::panic::catch_unwind(|| {
+        if !is_owner() {
+            return false;
+        }
+        let job = Completed { buffer: buffer as usize, valid, dropped };
+        let mut pending = if IN_SIGNAL.load(Ordering::SeqCst) { PENDING.try_lock().ok() } else { Some(PENDING.lock().unwrap_or_else(|e| e.into_inner())) };
+        match pending.as_mut() {
+            Some(q) => {
+                q.push_back(job);
+                ARRIVED.notify_one();
+                true
+            }
+            None => false,
+        }
+    });
+    if !matches!(kept, Ok(true)) {
+        // SAFETY: allocated in `requested` with this layout and handed back
+        // once (# Safety); nothing else holds it.
+        unsafe { dealloc(buffer, layout()) };
+    }
+}
+
+/// Starts the thread that decodes completed buffers and appends their
+/// records to the file, at a lower priority than the program's threads
+/// (nice 10), so that tracing takes what CPU time the program leaves.
+pub fn start_writer() {
+    let _ = std::thread::Builder::new().name("overlap-lab-trace".into()).spawn(|| {
+        // SAFETY: plain calls on this thread's own id.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+        loop {
+            {
+                let mut q = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+                while q.is_empty() {
+                    q = ARRIVED.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+            }
+            let _writing = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+            let job = PENDING.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+            if let Some(job) = job {
+                let _ = std::panic::catch_unwind(|| write_buffer(job));
+            }
+        }
+    });
+}
+
+/// Writes every buffer still pending, in this thread (the process is
+/// ending); the writer's buffer in hand is finished first. In a signal's
+/// handler it waits at most a second for the writer.
+fn drain() -> Option<std::sync::MutexGuard<'static, ()>> {
+    let writing = if IN_SIGNAL.load(Ordering::SeqCst) {
+        let mut got = None;
+        for _ in 0..1000 {
+            if let Ok(g) = WRITING.try_lock() {
+                got = Some(g);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        got?
+    } else {
+        WRITING.lock().unwrap_or_else(|e| e.into_inner())
+    };
+    loop {
+        let job = if IN_SIGNAL.load(Ordering::SeqCst) {
+            PENDING.try_lock().ok().and_then(|mut q| q.pop_front())
+        } else {
+            PENDING.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+        };
+        match job {
+            Some(job) => write_buffer(job),
+            None => return Some(writing),
+        }
+    }
+}
+
+/// Decodes one completed buffer, appends its records to the file, and
+/// frees it.
+fn write_buffer(job: Completed) {
+    let buffer = job.buffer as *mut u8;
     let _ = std::panic::catch_unwind(|| {
         let mut records = Vec::new();
         let mut without_timestamps = 0u64;
@@ -204,8 +312,8 @@ pub unsafe extern "C" fn completed(ctx: cudarc::driver::sys::CUcontext, stream: 
         let names = names.get_or_insert_with(CuptiNames::default);
         let mut at = std::ptr::null_mut();
         // SAFETY: a buffer CUPTI completed with `valid` bytes of records,
-        // walked from its start (# Safety).
-        while let Some(r) = unsafe { cupti::next_record(buffer, valid, at) } {
+        // walked from its start; not yet freed (only here frees it).
+        while let Some(r) = unsafe { cupti::next_record(buffer, job.valid, at) } {
             at = r;
             // SAFETY: a whole record CUPTI handed over, read while its buffer lives.
             match unsafe { decode(r, names) } {
@@ -214,21 +322,15 @@ pub unsafe extern "C" fn completed(ctx: cudarc::driver::sys::CUcontext, stream: 
                 Decoded::Other => {}
             }
         }
-        // SAFETY: the context and stream CUPTI passed in.
-        let dropped = unsafe { cupti::dropped(ctx, stream) } as u64;
-        if dropped > 0 || without_timestamps > 0 {
-            records.push(Record::Lost(Lost { dropped, without_timestamps }));
+        if job.dropped > 0 || without_timestamps > 0 {
+            records.push(Record::Lost(Lost { dropped: job.dropped, without_timestamps }));
         }
-        if is_owner() {
-            let mut guard = if IN_SIGNAL.load(Ordering::SeqCst) { SINK.try_lock().ok() } else { Some(SINK.lock().unwrap_or_else(|e| e.into_inner())) };
-            if let Some(sink) = guard.as_mut().and_then(|g| g.as_mut()) {
-                let _ = sink.write(&records);
-            }
+        let mut guard = if IN_SIGNAL.load(Ordering::SeqCst) { SINK.try_lock().ok() } else { Some(SINK.lock().unwrap_or_else(|e| e.into_inner())) };
+        if let Some(sink) = guard.as_mut().and_then(|g| g.as_mut()) {
+            let _ = sink.write(&records);
         }
     });
-    if !buffer.is_null() {
-        // SAFETY: allocated in `requested` with this layout and handed back
-        // once (# Safety); no record of it is read after this.
-        unsafe { dealloc(buffer, layout()) };
-    }
+    // SAFETY: allocated in `requested` with this layout, completed once,
+    // popped from the queue once; no record of it is read after this.
+    unsafe { dealloc(buffer, layout()) };
 }

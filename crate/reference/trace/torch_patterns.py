@@ -10,7 +10,7 @@ process: never both in one run). Every output is checked against the CPU.
 --tiny runs thousands of tiny ops a step instead (an unfused momentum-SGD
 step over 1000 small tensors, one at a time: each kernel shorter than its
 launch), where a tracer's cost per call shows most. Prints the loop's wall
-time (and, with --tiny, its fastest and median step); with --profile the whole program's GPU work
+time and its fastest and median step; with --profile the whole program's GPU work
 is profiled from before its first CUDA call, as the injection library
 records it, and the trace exported to OUT.json.
 """
@@ -48,6 +48,14 @@ def main():
         print("pageable copies by CUDA events: " + ", ".join(f"{k} {sum(v):.3f} ms over {len(v)}" for k, v in pageable.items()))
 
 
+def print_steps(step_ms):
+    """The loop's fastest and median step, ms (`record.py` reads the
+    fastest: a step is too short for the host's slow spells to take every
+    one, so the fastest is nearest a tracer's own cost)."""
+    step_ms = sorted(step_ms)
+    print(f"torch_patterns: steps fastest {step_ms[0]:.2f} ms, median {step_ms[len(step_ms) // 2]:.2f} ms")
+
+
 def timed(fn, into):
     """`fn()` (a blocking copy) between two CUDA events on the current
     stream; appends their time, ms, to `into`."""
@@ -80,8 +88,10 @@ def run(steps):
     torch.cuda.synchronize()
     checked = 0
     uploads, downloads = [], []
+    step_ms = []
     t0 = time.perf_counter()
     for step in range(steps):
+        s0 = time.perf_counter()
         a = timed(lambda: pageable[step % 2].to(dev), uploads)  # pageable upload: the CPU waits
         b = pinned[step % 2].to(dev, non_blocking=True)  # pinned upload
         y = torch.relu(a @ w) + torch.relu(b @ w)
@@ -96,6 +106,7 @@ def run(steps):
         graph.replay()
         out_host.copy_(static_out, non_blocking=True)
         torch.cuda.synchronize()  # a host sync each step
+        step_ms.append((time.perf_counter() - s0) * 1e3)
         if step == steps - 1:
             w_host = timed(w.cpu, downloads)  # pageable downloads, each timed
             z_host = timed(z.cpu, downloads)
@@ -109,6 +120,7 @@ def run(steps):
                 sys.exit(2)
             checked = out_host.numel() + z.numel()
     wall_ms = (time.perf_counter() - t0) * 1e3
+    print_steps(step_ms)
     return wall_ms, checked, {"MemcpyHtoD(Pageable->Device)": uploads, "MemcpyDtoH(Device->Pageable)": downloads}
 
 
@@ -131,8 +143,7 @@ def tiny(steps):
         torch.cuda.synchronize()
         step_ms.append((time.perf_counter() - s0) * 1e3)
     wall_ms = (time.perf_counter() - t0) * 1e3
-    step_ms.sort()
-    print(f"torch_patterns --tiny: steps fastest {step_ms[0]:.2f} ms, median {step_ms[len(step_ms) // 2]:.2f} ms")
+    print_steps(step_ms)
     # The CPU's answer for the first tensor.
     p, m = start[0].clone(), torch.zeros_like(start[0])
     for _ in range(steps):

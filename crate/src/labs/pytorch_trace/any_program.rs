@@ -80,8 +80,8 @@ pub struct TracedProgram {
 #[derive(Clone, Debug, Deserialize)]
 pub struct Runs {
     pub runs_ms: Vec<f64>,
-    /// Each run's fastest step, where the loop prints one (the tiny-op
-    /// loop, in recordings made since it does), ms.
+    /// Each run's fastest step, where the loop prints one (in recordings
+    /// made since it does), ms.
     #[serde(default)]
     pub fastest_steps_ms: Vec<f64>,
 }
