@@ -1,4 +1,4 @@
-//! Lab 9's test on a GPU. Each says SKIPPED with no GPU (`testing::gpu_or_skip`)
+//! Lab 9's tests on a GPU. Each says SKIPPED with no GPU (`testing::gpu_or_skip`)
 //! and fails instead where `OVERLAP_LAB_REQUIRE_GPU` asks for one; the GPU
 //! tests of no one lab are in `crate/tests/gpu.rs`.
 
@@ -58,4 +58,49 @@ fn offload_passes_are_verified_and_the_live_checker_judges_a_schedule() {
     )
     .unwrap();
     assert!(!rep.passed && rep.to_string().contains("one slot of the 3 does all the work"), "{rep}");
+}
+
+/// Lab 9's dequantization kernel against its CPU twin, bit for bit: one
+/// layer's two matrices (d = 512: 512 x 2048 and 2048 x 512) quantized on
+/// the CPU, their packed bytes and scales uploaded, dequantized into a
+/// buffer poisoned first; every FP16 value must be the CPU's
+/// (`Int4Matrix::value_bits`), and the words past the matrix untouched.
+#[test]
+fn the_dequantization_kernel_gives_the_cpus_fp16_bits_for_every_value() {
+    use crate::gpu::host::{HostBuffer, PageableBuffer};
+    use crate::labs::offload::{cpu::words_of_halves, int4, kernel::Dequant, network::Shape};
+    let Some(gpu) = gpu_or_skip("the_dequantization_kernel_gives_the_cpus_fp16_bits_for_every_value") else {
+        return;
+    };
+    let shape = Shape { layers: 1, d: 512 };
+    let (w1, w2) = int4::quantize_layer(&int4::test_weights(shape), shape, 0);
+    let dequant = Dequant::load(&gpu).unwrap();
+    let stream = gpu.stream().unwrap();
+    const POISON: u32 = 0xDEAD_BEEF;
+    for (name, m) in [("W1", &w1), ("W2", &w2)] {
+        let packed = PageableBuffer::from_words(m.packed.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()).unwrap();
+        let scales = PageableBuffer::from_words(words_of_halves(&m.scales)).unwrap();
+        let (on_gpu_packed, on_gpu_scales) = (gpu.alloc(packed.bytes()).unwrap(), gpu.alloc(scales.bytes()).unwrap());
+        stream.upload(&on_gpu_packed, &packed, packed.bytes()).unwrap();
+        stream.upload(&on_gpu_scales, &scales, scales.bytes()).unwrap();
+        let expected = words_of_halves(&m.dequantized());
+        let tail = 8;
+        let out = gpu.alloc(8 * (expected.len() + tail)).unwrap();
+        stream.fill_u32(&out, POISON).unwrap();
+        // SAFETY: every buffer lives until the download below has waited for the kernel.
+        unsafe { dequant.enqueue(&stream, on_gpu_packed.span(), on_gpu_scales.span(), out.span(), m.rows, m.cols) }.unwrap();
+        let mut host = PageableBuffer::new(out.bytes()).unwrap();
+        stream.download(&mut host, &out, out.bytes()).unwrap();
+        let got = host.words();
+        let wrong: Vec<usize> = (0..expected.len()).filter(|&i| got[i] != expected[i]).collect();
+        assert!(wrong.is_empty(), "{name}: {} of {} words differ from the CPU's, the first at word {}: {:#018x} against {:#018x}", wrong.len(), expected.len(), wrong[0], got[wrong[0]], expected[wrong[0]]);
+        let poison = (POISON as u64) << 32 | POISON as u64;
+        assert!(got[expected.len()..].iter().all(|&w| w == poison), "{name}: the kernel wrote past the matrix");
+        println!("{name}: {} x {}, all {} FP16 values the CPU's", m.rows, m.cols, m.rows * m.cols);
+    }
+    // A shape the kernel cannot take is refused, not launched.
+    let small = gpu.alloc(1 << 16).unwrap();
+    // SAFETY: refused before any launch.
+    let refused = unsafe { dequant.enqueue(&stream, small.span(), small.span(), small.span(), 100, 64) };
+    assert!(refused.is_err());
 }

@@ -7,8 +7,9 @@
 //! network's weights as the GPU would see them after dequantizing, so the
 //! CPU's reference pass ([`super::cpu::forward_rows`]) over them is what a
 //! 4-bit pass is held to, and over the FP16 weights says what 4 bits cost
-//! ([`INT4_ERROR_PER_SQRT_LAYER`]). The GPU's side (the upload of the
-//! packed bytes, the dequantization kernel, the variant) is not built yet.
+//! ([`INT4_ERROR_PER_SQRT_LAYER`]). The GPU's dequantization
+//! (`kernel::Dequant`) gives these FP16 bits exactly (a GPU test); the
+//! 4-bit variant's pass is not built yet.
 //!
 //! The layout: a matrix of `rows` (input) x `cols` (output) values,
 //! row-major like the FP16 weights. Byte `k * cols / 2 + j / 2` holds row
@@ -141,25 +142,28 @@ pub fn dequantized_weights(words: &[u64], shape: Shape) -> Vec<u64> {
 /// and what 4 bits cost against FP16 is a figure the lab states, not a check.
 pub const INT4_ERROR_PER_SQRT_LAYER: f64 = 0.14;
 
+/// Uniform FP16 weights like the rig's (W1 in ±sqrt(3/d), W2 in
+/// ±sqrt(1.5/d)), from the project's pattern of a fixed seed: the 4-bit
+/// tests' weights, on the CPU and on the GPU.
+#[cfg(test)]
+pub(super) fn test_weights(shape: Shape) -> Vec<u64> {
+    let d = shape.d;
+    let halves: Vec<u16> = (0..shape.layers * 8 * d * d)
+        .map(|i| {
+            let scale = if (i / (4 * d * d)) % 2 == 0 { (3.0 / d as f32).sqrt() } else { (1.5 / d as f32).sqrt() };
+            let uniform = (crate::measure::pattern::word(7, i as u64) >> 11) as f32 / (1u64 << 53) as f32;
+            half::f16::from_f32(scale * (2.0 * uniform - 1.0)).to_bits()
+        })
+        .collect();
+    words_of_halves(&halves)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::cpu::{forward_rows, relative_error};
     use super::super::measure::TOLERANCE;
+    use super::test_weights as weights;
     use super::*;
-
-    /// Uniform FP16 weights like the rig's (W1 in ±sqrt(3/d), W2 in
-    /// ±sqrt(1.5/d)), from the project's pattern of a fixed seed.
-    fn weights(shape: Shape) -> Vec<u64> {
-        let d = shape.d;
-        let halves: Vec<u16> = (0..shape.layers * 8 * d * d)
-            .map(|i| {
-                let scale = if (i / (4 * d * d)) % 2 == 0 { (3.0 / d as f32).sqrt() } else { (1.5 / d as f32).sqrt() };
-                let uniform = (crate::measure::pattern::word(7, i as u64) >> 11) as f32 / (1u64 << 53) as f32;
-                half::f16::from_f32(scale * (2.0 * uniform - 1.0)).to_bits()
-            })
-            .collect();
-        words_of_halves(&halves)
-    }
 
     fn input(d: usize, rows: usize) -> Vec<Vec<u16>> {
         (0..rows).map(|r| (0..d).map(|k| half::f16::from_f32((((r * 31 + k * 17) % 200) as f32 / 100.0) - 1.0).to_bits()).collect()).collect()

@@ -2,11 +2,13 @@
 //! (`kernels/relu_f16.cu`), ReLU in place on FP16 values, and its rule on
 //! one value's bits for the CPU's reference; and the 4-bit weights'
 //! dequantization into FP16 (`kernels/dequant_int4.cu`, whose CPU twin is
-//! `int4::Int4Matrix::value_bits`), compiled and checked here, not yet
-//! launched by a pass.
+//! `int4::Int4Matrix::value_bits`), compiled and checked here, launched
+//! by [`Dequant`] (not yet by a pass).
 //!
-//! May use: `error` and `gpu` (NVRTC, the launch).
+//! May use: `error`, `gpu` (NVRTC, the launch) and `int4` (the 4-bit
+//! layout's group).
 
+use super::int4::GROUP;
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::KernelSource;
 use crate::gpu::{DeviceSpan, Gpu, KernelArg, Module, Stream};
@@ -59,6 +61,47 @@ impl Relu {
         // SAFETY: the arguments match `relu_f16(unsigned long long*,
         // unsigned long long)`; the range fits the span (checked above).
         unsafe { self.module.launch(stream, grid, 256, 0, [KernelArg::Span(span), KernelArg::U64(words)]) }
+    }
+}
+
+/// The loaded dequantization kernel and its launch shape.
+pub struct Dequant {
+    module: Module,
+    grid: u32,
+}
+
+impl Dequant {
+    pub fn load(gpu: &Gpu) -> Result<Dequant> {
+        let sms = gpu.fingerprint()?.sm_count;
+        Ok(Dequant { module: Module::load(gpu, &DEQUANT_INT4)?, grid: sms * 8 })
+    }
+
+    /// Enqueues the dequantization of a `rows` x `cols` matrix of 4-bit
+    /// weights (`packed` and `scales` in `int4`'s layout) into its FP16
+    /// values, row-major, in `out`.
+    ///
+    /// # Safety
+    /// The spans stay allocated until the stream has run the kernel.
+    pub unsafe fn enqueue(&self, stream: &Stream, packed: DeviceSpan, scales: DeviceSpan, out: DeviceSpan, rows: usize, cols: usize) -> Result<()> {
+        if rows == 0 || rows % GROUP != 0 || cols == 0 || cols % 8 != 0 {
+            return Err(LabError::config(format!("4-bit dequantization of a {rows} x {cols} matrix (rows: a multiple of {GROUP}; columns: of 8)")));
+        }
+        let (need_packed, need_scales, need_out) = (rows * cols / 2, 2 * (rows / GROUP) * cols, 2 * rows * cols);
+        if packed.bytes() < need_packed || scales.bytes() < need_scales || out.bytes() < need_out {
+            return Err(LabError::config(format!(
+                "4-bit dequantization of a {rows} x {cols} matrix needs {need_packed}, {need_scales} and {need_out} bytes of packed values, scales and output; given {}, {} and {}",
+                packed.bytes(),
+                scales.bytes(),
+                out.bytes()
+            )));
+        }
+        let words = (rows * cols / 8) as u64;
+        let grid = self.grid.min(words.div_ceil(256) as u32).max(1);
+        // SAFETY: the arguments match `dequant_int4(const unsigned int*,
+        // const unsigned short*, unsigned long long*, unsigned long long,
+        // unsigned long long)`; each span holds what the kernel reads or
+        // writes for this shape (checked above).
+        unsafe { self.module.launch(stream, grid, 256, 0, [KernelArg::Span(packed), KernelArg::Span(scales), KernelArg::Span(out), KernelArg::U64(rows as u64), KernelArg::U64(cols as u64)]) }
     }
 }
 
