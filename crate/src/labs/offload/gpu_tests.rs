@@ -62,33 +62,40 @@ fn offload_passes_are_verified_and_the_live_checker_judges_a_schedule() {
 
 /// Lab 9's dequantization kernel against its CPU twin, bit for bit: one
 /// layer's two matrices (d = 512: 512 x 2048 and 2048 x 512) quantized on
-/// the CPU, their packed bytes and scales uploaded, dequantized into a
-/// buffer poisoned first; every FP16 value must be the CPU's
-/// (`Int4Matrix::value_bits`), and the words past the matrix untouched.
+/// the CPU, their packed bytes and scales uploaded, dequantized into E4M3
+/// in a buffer poisoned first; every byte must be the CPU's
+/// (`Int4Matrix::e4m3_bits`), and the words past the matrix untouched.
 #[test]
-fn the_dequantization_kernel_gives_the_cpus_fp16_bits_for_every_value() {
+fn the_dequantization_kernel_gives_the_cpus_e4m3_bytes_for_every_value() {
     use crate::gpu::host::{HostBuffer, PageableBuffer};
     use crate::labs::offload::{cpu::words_of_halves, int4, kernel::Dequant, network::Shape};
-    let Some(gpu) = gpu_or_skip("the_dequantization_kernel_gives_the_cpus_fp16_bits_for_every_value") else {
+    let test = "the_dequantization_kernel_gives_the_cpus_e4m3_bytes_for_every_value";
+    let Some(gpu) = gpu_or_skip(test) else {
         return;
     };
+    if gpu.compute_capability().unwrap() < (8, 9) {
+        crate::testing::skip_unless_required(test, "this GPU has no E4M3 conversion (compute capability 8.9 and up)");
+        return;
+    }
     let shape = Shape { layers: 1, d: 512 };
     let (w1, w2) = int4::quantize_layer(&int4::test_weights(shape), shape, 0);
     let dequant = Dequant::load(&gpu).unwrap();
     let stream = gpu.stream().unwrap();
     const POISON: u32 = 0xDEAD_BEEF;
+    let words_of_bytes = |b: &[u8]| -> Vec<u64> { b.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect() };
     for (name, m) in [("W1", &w1), ("W2", &w2)] {
-        let packed = PageableBuffer::from_words(m.packed.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()).unwrap();
+        let packed = PageableBuffer::from_words(words_of_bytes(&m.packed)).unwrap();
         let scales = PageableBuffer::from_words(words_of_halves(&m.scales)).unwrap();
         let (on_gpu_packed, on_gpu_scales) = (gpu.alloc(packed.bytes()).unwrap(), gpu.alloc(scales.bytes()).unwrap());
         stream.upload(&on_gpu_packed, &packed, packed.bytes()).unwrap();
         stream.upload(&on_gpu_scales, &scales, scales.bytes()).unwrap();
-        let expected = words_of_halves(&m.dequantized());
+        let (bytes, scale) = m.e4m3();
+        let expected = words_of_bytes(&bytes);
         let tail = 8;
         let out = gpu.alloc(8 * (expected.len() + tail)).unwrap();
         stream.fill_u32(&out, POISON).unwrap();
         // SAFETY: every buffer lives until the download below has waited for the kernel.
-        unsafe { dequant.enqueue(&stream, on_gpu_packed.span(), on_gpu_scales.span(), out.span(), m.rows, m.cols) }.unwrap();
+        unsafe { dequant.enqueue(&stream, on_gpu_packed.span(), on_gpu_scales.span(), out.span(), m.rows, m.cols, scale) }.unwrap();
         let mut host = PageableBuffer::new(out.bytes()).unwrap();
         stream.download(&mut host, &out, out.bytes()).unwrap();
         let got = host.words();
@@ -96,11 +103,61 @@ fn the_dequantization_kernel_gives_the_cpus_fp16_bits_for_every_value() {
         assert!(wrong.is_empty(), "{name}: {} of {} words differ from the CPU's, the first at word {}: {:#018x} against {:#018x}", wrong.len(), expected.len(), wrong[0], got[wrong[0]], expected[wrong[0]]);
         let poison = (POISON as u64) << 32 | POISON as u64;
         assert!(got[expected.len()..].iter().all(|&w| w == poison), "{name}: the kernel wrote past the matrix");
-        println!("{name}: {} x {}, all {} FP16 values the CPU's", m.rows, m.cols, m.rows * m.cols);
+        println!("{name}: {} x {}, all {} E4M3 bytes the CPU's (scale {scale:e})", m.rows, m.cols, m.rows * m.cols);
     }
-    // A shape the kernel cannot take is refused, not launched.
+    // A shape or scale the kernel cannot take is refused, not launched.
     let small = gpu.alloc(1 << 16).unwrap();
-    // SAFETY: refused before any launch.
-    let refused = unsafe { dequant.enqueue(&stream, small.span(), small.span(), small.span(), 100, 64) };
-    assert!(refused.is_err());
+    for (rows, scale) in [(100, 1.0), (128, 0.0), (128, f32::NAN)] {
+        // SAFETY: refused before any launch.
+        let refused = unsafe { dequant.enqueue(&stream, small.span(), small.span(), small.span(), rows, 64, scale) };
+        assert!(refused.is_err(), "{rows} rows, scale {scale}");
+    }
+}
+
+/// What the dequantization of one layer of the lab's default network
+/// (d = 2048: W1 and W2, 16 Mi values each) takes on this GPU, by CUDA
+/// events (a warm-up, then the median of 20), printed beside the bytes it
+/// reads and writes (`cargo test --release -p overlap-lab --lib
+/// dequantization_cost -- --ignored --nocapture`, on a GPU).
+#[test]
+#[ignore]
+fn dequantization_cost() {
+    use crate::labs::offload::{int4, kernel::Dequant, network::Shape};
+    let Some(gpu) = gpu_or_skip("dequantization_cost") else {
+        return;
+    };
+    let shape = Shape { layers: 1, d: 2048 };
+    let (w1, w2) = int4::quantize_layer(&int4::test_weights(shape), shape, 0);
+    let dequant = Dequant::load(&gpu).unwrap();
+    let stream = gpu.stream().unwrap();
+    let bufs: Vec<_> = [&w1, &w2].iter().map(|m| (gpu.alloc(m.packed.len()).unwrap(), gpu.alloc(2 * m.scales.len()).unwrap(), gpu.alloc(m.rows * m.cols).unwrap())).collect();
+    let scales = [w1.e4m3_scale(), w2.e4m3_scale()];
+    let events: Vec<_> = (0..3).map(|_| gpu.timing_event().unwrap()).collect();
+    let mut ms = Vec::new();
+    for run in 0..21 {
+        // Both matrices' kernels queued behind the first event, so that
+        // the events time the GPU, not the host's launching.
+        events[0].record(&stream).unwrap();
+        for (i, (m, (p, s, o))) in [&w1, &w2].iter().zip(&bufs).enumerate() {
+            // SAFETY: the buffers live until the stream is waited for below.
+            unsafe { dequant.enqueue(&stream, p.span(), s.span(), o.span(), m.rows, m.cols, scales[i]) }.unwrap();
+            events[i + 1].record(&stream).unwrap();
+        }
+        events[2].synchronize().unwrap();
+        if run > 0 {
+            ms.push(events[0].elapsed_ms(&events[2]).unwrap());
+            println!("W1 {:.4} ms, W2 {:.4} ms", events[0].elapsed_ms(&events[1]).unwrap(), events[1].elapsed_ms(&events[2]).unwrap());
+        }
+    }
+    ms.sort_by(f64::total_cmp);
+    let (read, written) = (w1.bytes() + w2.bytes(), w1.rows * w1.cols + w2.rows * w2.cols);
+    let median = ms[ms.len() / 2];
+    println!(
+        "one layer (d = 2048) dequantized: median {median:.4} ms ({:.4}..{:.4}), {:.1} MiB read, {:.1} MiB written, {:.0} GB/s",
+        ms[0],
+        ms[ms.len() - 1],
+        read as f64 / (1 << 20) as f64,
+        written as f64 / (1 << 20) as f64,
+        (read + written) as f64 / median / 1e6
+    );
 }

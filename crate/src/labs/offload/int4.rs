@@ -1,22 +1,31 @@
 //! Lab 9's 4-bit weights, on the CPU: a layer's FP16 matrices quantized to
 //! symmetric INT4 with one FP16 scale per group of [`GROUP`] values along
 //! the input dimension (4.125 bits a weight, as llama.cpp's Q4_0), packed
-//! two to a byte, and turned back into FP16 the way the GPU's
-//! dequantization is to (each value its 4-bit integer times its group's
-//! scale, rounded once to FP16). [`dequantized_weights`] gives a whole
-//! network's weights as the GPU would see them after dequantizing, so the
-//! CPU's reference pass ([`super::cpu::forward_rows`]) over them is what a
-//! 4-bit pass is held to, and over the FP16 weights says what 4 bits cost
-//! ([`INT4_ERROR_PER_SQRT_LAYER`]). The GPU's dequantization
-//! (`kernel::Dequant`) gives these FP16 bits exactly (a GPU test); the
-//! 4-bit variant's pass is not built yet.
+//! two to a byte; the values they stand for (each integer times its
+//! group's scale, rounded once to FP16: [`Int4Matrix::value_bits`]); and
+//! the E4M3 bytes the GPU's dequantization (`kernel::Dequant`) turns them
+//! into for the FP8 GEMMs, bit for bit ([`Int4Matrix::e4m3_bits`]; a GPU
+//! test holds the kernel to it). FP8's GEMMs, not FP16's: where the GEMMs
+//! bound a pass (the largest batches) an FP16 layer takes far longer than
+//! an FP8 one (`layer_fused_ms` against `layer_fp8_ms` in the lab's
+//! recordings), so a 4-bit pass through FP16 GEMMs could never come near
+//! the FP8 pass there.
+//! [`dequantized_weights`] gives a whole network's weights as the 4-bit
+//! values stand for them, so the CPU's reference pass
+//! ([`super::cpu::forward_rows`]) over them is what a 4-bit pass is held
+//! to, and over the FP16 weights says what 4 bits cost
+//! ([`INT4_ERROR_PER_SQRT_LAYER`]). The 4-bit variant's pass is not built
+//! yet.
 //!
 //! The layout: a matrix of `rows` (input) x `cols` (output) values,
-//! row-major like the FP16 weights. Byte `k * cols / 2 + j / 2` holds row
-//! k's values of columns j (low nibble, j even) and j + 1 (high nibble),
-//! each as its integer plus 8 (1..=15: -7..=7, symmetric). Scale
-//! `(k / GROUP) * cols + j` is the largest magnitude of column j's group of
-//! rows over 7.
+//! stored by output, as GGUF's Q4_0 and the FP8 weights are (each output's
+//! inputs in a run: the transpose of the FP16 weights' row-major matrix,
+//! what cuBLASLt's FP8 GEMM reads). Byte `j * rows / 2 + k / 2` holds
+//! output j's values of inputs k (low nibble, k even) and k + 1 (high
+//! nibble), each as its integer plus 8 (1..=15: -7..=7, symmetric). Scale
+//! `j * rows / GROUP + k / GROUP` is the largest magnitude of that group of
+//! output j's inputs over 7. The GPU turns them into the FP8 pass's E4M3
+//! bytes ([`Int4Matrix::e4m3_scale`], [`Int4Matrix::e4m3_bits`]).
 //!
 //! May use: `network` and `cpu` (the FP16 words' layout). No CUDA.
 //! (Its tests also use `measure::TOLERANCE`, the lab's FP16 tolerance, and
@@ -46,54 +55,79 @@ pub struct Int4Matrix {
 
 impl Int4Matrix {
     /// Quantizes the `rows` x `cols` FP16 matrix starting at half `at` of
-    /// `words`. `rows` must be a multiple of [`GROUP`] and `cols` even.
+    /// `words` (row-major). `rows` must be a multiple of [`GROUP`].
     pub fn quantize(words: &[u64], at: usize, rows: usize, cols: usize) -> Int4Matrix {
-        assert!(rows % GROUP == 0 && cols % 2 == 0, "a {rows} x {cols} matrix does not split into groups of {GROUP} rows and pairs of columns");
+        assert!(rows % GROUP == 0, "a {rows} x {cols} matrix does not split into groups of {GROUP} rows");
         let value = |k: usize, j: usize| half::f16::from_bits(half_bits(words, at + k * cols + j)).to_f32();
-        // Each group of rows: its columns' scales, then its packed rows.
-        let groups: Vec<(Vec<u16>, Vec<u8>)> = (0..rows / GROUP)
+        // Each output: its groups' scales, then its packed inputs.
+        let outputs: Vec<(Vec<u16>, Vec<u8>)> = (0..cols)
             .into_par_iter()
-            .map(|g| {
-                let scales: Vec<u16> = (0..cols)
-                    .map(|j| {
+            .map(|j| {
+                let scales: Vec<u16> = (0..rows / GROUP)
+                    .map(|g| {
                         let amax = (g * GROUP..(g + 1) * GROUP).map(|k| value(k, j).abs()).fold(0f32, f32::max);
                         half::f16::from_f32(amax / LEVELS).to_bits()
                     })
                     .collect();
-                let mut packed = vec![0u8; GROUP * cols / 2];
-                for (i, k) in (g * GROUP..(g + 1) * GROUP).enumerate() {
-                    for j in 0..cols {
-                        let scale = half::f16::from_bits(scales[j]).to_f32();
-                        let q = if scale > 0.0 { (value(k, j) / scale).round().clamp(-LEVELS, LEVELS) } else { 0.0 };
-                        let nibble = (q as i32 + 8) as u8;
-                        packed[i * cols / 2 + j / 2] |= nibble << (4 * (j % 2));
-                    }
+                let mut packed = vec![0u8; rows / 2];
+                for k in 0..rows {
+                    let scale = half::f16::from_bits(scales[k / GROUP]).to_f32();
+                    let q = if scale > 0.0 { (value(k, j) / scale).round().clamp(-LEVELS, LEVELS) } else { 0.0 };
+                    packed[k / 2] |= ((q as i32 + 8) as u8) << (4 * (k % 2));
                 }
                 (scales, packed)
             })
             .collect();
-        let (scales, packed): (Vec<Vec<u16>>, Vec<Vec<u8>>) = groups.into_iter().unzip();
+        let (scales, packed): (Vec<Vec<u16>>, Vec<Vec<u8>>) = outputs.into_iter().unzip();
         Int4Matrix { rows, cols, packed: packed.concat(), scales: scales.concat() }
     }
 
-    /// The integer of row `k`, column `j` (-7..=7; -8 only from a byte
+    /// The integer of input `k`, output `j` (-7..=7; -8 only from a byte
     /// that no quantization wrote).
     pub fn level(&self, k: usize, j: usize) -> i32 {
-        let byte = self.packed[k * self.cols / 2 + j / 2];
-        ((byte >> (4 * (j % 2))) & 0xF) as i32 - 8
+        let byte = self.packed[j * self.rows / 2 + k / 2];
+        ((byte >> (4 * (k % 2))) & 0xF) as i32 - 8
     }
 
-    /// Row `k`, column `j` as FP16 bits: its integer times its group's
+    /// The scale of input `k`, output `j`, as a float.
+    pub fn scale(&self, k: usize, j: usize) -> f32 {
+        half::f16::from_bits(self.scales[j * self.rows / GROUP + k / GROUP]).to_f32()
+    }
+
+    /// Input `k`, output `j` as FP16 bits: its integer times its group's
     /// scale, rounded once to FP16.
     pub fn value_bits(&self, k: usize, j: usize) -> u16 {
-        let scale = half::f16::from_bits(self.scales[(k / GROUP) * self.cols + j]).to_f32();
-        half::f16::from_f32(self.level(k, j) as f32 * scale).to_bits()
+        half::f16::from_f32(self.level(k, j) as f32 * self.scale(k, j)).to_bits()
     }
 
-    /// Every value as FP16 bits, row-major: the matrix as the GPU's
-    /// dequantization leaves it.
+    /// Every value as FP16 bits, row-major (input by input), as the FP16
+    /// weights are laid out: the matrix the 4-bit values stand for.
     pub fn dequantized(&self) -> Vec<u16> {
         (0..self.rows).flat_map(|k| (0..self.cols).map(move |j| self.value_bits(k, j))).collect()
+    }
+
+    /// The matrix's one FP8 scale (as the FP8 weights' scale is, its
+    /// largest magnitude over E4M3's largest value): the largest group
+    /// scale times 7 over 448, which is that scale over 64, exact in FP32.
+    pub fn e4m3_scale(&self) -> f32 {
+        let largest = self.scales.iter().map(|&b| half::f16::from_bits(b).to_f32().abs()).fold(0f32, f32::max);
+        (largest / 64.0).max(f32::MIN_POSITIVE)
+    }
+
+    /// Input `k`, output `j` as the E4M3 byte the GPU's dequantization
+    /// writes with the matrix scale `scale`: the integer times its group's
+    /// factor (the group's scale over `scale`, rounded to FP32), rounded to
+    /// FP32, then to E4M3 (to nearest, ties to even).
+    pub fn e4m3_bits(&self, k: usize, j: usize, scale: f32) -> u8 {
+        float8::F8E4M3::from_f32(self.level(k, j) as f32 * (self.scale(k, j) / scale)).to_bits()
+    }
+
+    /// Every value as E4M3 bytes with [`Int4Matrix::e4m3_scale`], output
+    /// by output (the FP8 weights' layout), and that scale.
+    pub fn e4m3(&self) -> (Vec<u8>, f32) {
+        let scale = self.e4m3_scale();
+        let bytes = (0..self.cols).into_par_iter().flat_map_iter(|j| (0..self.rows).map(move |k| self.e4m3_bits(k, j, scale))).collect();
+        (bytes, scale)
     }
 
     /// The bytes this matrix crosses the link in: the packed integers and
@@ -116,8 +150,8 @@ pub fn layer_bytes(shape: Shape) -> usize {
     values / 2 + 2 * values / GROUP
 }
 
-/// The whole network's weights as the GPU holds them after dequantizing
-/// each layer from 4 bits: FP16 words in the FP16 weights' layout.
+/// The whole network's weights as its 4-bit values stand for them
+/// ([`Int4Matrix::dequantized`]): FP16 words in the FP16 weights' layout.
 pub fn dequantized_weights(words: &[u64], shape: Shape) -> Vec<u64> {
     let layer_words = shape.layer_bytes() / 8;
     let mut out = vec![0u64; words.len()];
@@ -177,7 +211,7 @@ mod tests {
         assert_eq!((w1.rows, w1.cols, w1.packed.len(), w1.scales.len()), (128, 512, 128 * 256, 512));
         for (k, j) in [(0, 0), (0, 1), (5, 300), (127, 511)] {
             let want = half::f16::from_bits(half_bits(&words, k * 512 + j)).to_f32();
-            let scale = half::f16::from_bits(w1.scales[j]).to_f32();
+            let scale = w1.scale(k, j);
             let got = half::f16::from_bits(w1.value_bits(k, j)).to_f32();
             assert!(scale > 0.0 && (got - want).abs() <= 0.5 * scale * 1.01 + 1e-6, "({k},{j}): {got} for {want}, scale {scale}");
             assert!((-7..=7).contains(&w1.level(k, j)));
@@ -185,6 +219,24 @@ mod tests {
         // Each group's largest magnitude is a full step count.
         let top = (0..128).map(|k| w1.level(k, 7).abs()).max().unwrap();
         assert_eq!(top, 7);
+    }
+
+    #[test]
+    fn the_e4m3_bytes_are_each_value_over_the_matrix_scale_output_by_output() {
+        let shape = Shape { layers: 1, d: 128 };
+        let (w1, _) = quantize_layer(&weights(shape), shape, 0);
+        let (bytes, scale) = w1.e4m3();
+        assert_eq!(bytes.len(), w1.rows * w1.cols);
+        for (k, j) in [(0, 0), (1, 0), (0, 1), (77, 300), (127, 511)] {
+            let exact = w1.level(k, j) as f32 * w1.scale(k, j);
+            let got = float8::F8E4M3::from_bits(bytes[j * w1.rows + k]).to_f32() * scale;
+            // E4M3 keeps 3 bits of mantissa (half a step: 1/16 of the
+            // value), and its smallest step is 2^-9 of the scale.
+            assert!((got - exact).abs() <= exact.abs() / 16.0 + scale * 2f32.powi(-10), "({k},{j}): {got} for {exact}");
+        }
+        // The largest magnitude is E4M3's largest, exactly.
+        let top = bytes.iter().map(|&b| float8::F8E4M3::from_bits(b).to_f32().abs()).fold(0f32, f32::max);
+        assert_eq!(top, 448.0);
     }
 
     #[test]
@@ -200,6 +252,7 @@ mod tests {
         let words = vec![0u64; 128 * 4 / 4];
         let m = Int4Matrix::quantize(&words, 0, 128, 4);
         assert!(m.scales.iter().all(|&s| s == 0) && (0..4).all(|j| m.value_bits(3, j) == 0));
+        assert!((0..4).all(|j| m.e4m3_bits(3, j, m.e4m3_scale()) == 0));
     }
 
     /// The 4-bit pass against the FP16 one over a few layers (what 4 bits
@@ -220,7 +273,7 @@ mod tests {
         let cost = worst(&dq, &words);
         let allowed = INT4_ERROR_PER_SQRT_LAYER * (shape.layers as f64).sqrt();
         assert!(cost > 0.05 && cost < allowed, "4 bits cost {cost:.3} over {} layers (allowed {allowed:.3})", shape.layers);
-        // Layer 3's W1 with each byte's nibbles swapped (columns j and j + 1 exchanged).
+        // Layer 3's W1 with each byte's nibbles swapped (inputs k and k + 1 exchanged).
         let layer_words = shape.layer_bytes() / 8;
         let (w1, _) = quantize_layer(&words, shape, 3);
         let mut flipped = w1.clone();

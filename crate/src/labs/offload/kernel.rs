@@ -1,9 +1,9 @@
 //! Lab 9's kernels of its own: the activation between a layer's two GEMMs
 //! (`kernels/relu_f16.cu`), ReLU in place on FP16 values, and its rule on
 //! one value's bits for the CPU's reference; and the 4-bit weights'
-//! dequantization into FP16 (`kernels/dequant_int4.cu`, whose CPU twin is
-//! `int4::Int4Matrix::value_bits`), compiled and checked here, launched
-//! by [`Dequant`] (not yet by a pass).
+//! dequantization into the FP8 GEMMs' E4M3 bytes (`kernels/dequant_int4.cu`,
+//! whose CPU twin is `int4::Int4Matrix::e4m3_bits`), launched by
+//! [`Dequant`] (not yet by a pass).
 //!
 //! May use: `error`, `gpu` (NVRTC, the launch) and `int4` (the 4-bit
 //! layout's group).
@@ -27,12 +27,22 @@ pub const RELU_F16: KernelSource = KernelSource {
 /// `kernels/dequant_int4.cu`, for NVRTC.
 pub const DEQUANT_INT4: KernelSource = KernelSource {
     file: "dequant_int4.cu",
-    entry: "dequant_int4",
+    entry: "dequant_int4_e4m3",
     source: include_str!("../../../../kernels/dequant_int4.cu"),
-    // The packed integers and scales through the read-only path; one
-    // rounding to FP16 a value; two 64-bit stores of four halves each.
-    expect_in_ptx: &["ld.global.nc.u32", "ld.global.nc.u16", "cvt.f32.f16", "cvt.rn.f16.f32", "st.global.u64", ".visible .entry dequant_int4"],
-    purpose: "4-bit weights (two a byte, an FP16 scale per 128 rows) into FP16 (lab 9's 4-bit variant)",
+    // The packed integers and scales through the read-only path; one IEEE
+    // division a group's factor, then E4M3 by pairs; one 64-bit store of
+    // eight bytes.
+    expect_in_ptx: &[
+        "ld.global.nc.u32",
+        "ld.global.nc.u16",
+        "cvt.f32.f16",
+        "div.rn.f32",
+        "cvt.rn.satfinite.e4m3x2.f32",
+        "st.global.u64",
+        ".visible .entry dequant_int4_e4m3",
+    ],
+    purpose: "4-bit weights (two a byte, an FP16 scale per 128 inputs) into the FP8 GEMMs' E4M3 bytes (lab 9's 4-bit variant)",
+    min_cc: 89,
     ..KernelSource::PLAIN
 };
 
@@ -77,16 +87,20 @@ impl Dequant {
     }
 
     /// Enqueues the dequantization of a `rows` x `cols` matrix of 4-bit
-    /// weights (`packed` and `scales` in `int4`'s layout) into its FP16
-    /// values, row-major, in `out`.
+    /// weights (`packed` and `scales` in `int4`'s layout) into E4M3 bytes
+    /// with the matrix scale `matrix_scale`, output by output, in `out`.
     ///
     /// # Safety
     /// The spans stay allocated until the stream has run the kernel.
-    pub unsafe fn enqueue(&self, stream: &Stream, packed: DeviceSpan, scales: DeviceSpan, out: DeviceSpan, rows: usize, cols: usize) -> Result<()> {
-        if rows == 0 || rows % GROUP != 0 || cols == 0 || cols % 8 != 0 {
-            return Err(LabError::config(format!("4-bit dequantization of a {rows} x {cols} matrix (rows: a multiple of {GROUP}; columns: of 8)")));
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn enqueue(&self, stream: &Stream, packed: DeviceSpan, scales: DeviceSpan, out: DeviceSpan, rows: usize, cols: usize, matrix_scale: f32) -> Result<()> {
+        if rows == 0 || rows % GROUP != 0 || cols == 0 {
+            return Err(LabError::config(format!("4-bit dequantization of a {rows} x {cols} matrix (rows: a multiple of {GROUP})")));
         }
-        let (need_packed, need_scales, need_out) = (rows * cols / 2, 2 * (rows / GROUP) * cols, 2 * rows * cols);
+        if !(matrix_scale.is_finite() && matrix_scale > 0.0) {
+            return Err(LabError::config(format!("4-bit dequantization with the FP8 scale {matrix_scale} (give a positive finite scale)")));
+        }
+        let (need_packed, need_scales, need_out) = (rows * cols / 2, 2 * (rows / GROUP) * cols, rows * cols);
         if packed.bytes() < need_packed || scales.bytes() < need_scales || out.bytes() < need_out {
             return Err(LabError::config(format!(
                 "4-bit dequantization of a {rows} x {cols} matrix needs {need_packed}, {need_scales} and {need_out} bytes of packed values, scales and output; given {}, {} and {}",
@@ -97,11 +111,12 @@ impl Dequant {
         }
         let words = (rows * cols / 8) as u64;
         let grid = self.grid.min(words.div_ceil(256) as u32).max(1);
-        // SAFETY: the arguments match `dequant_int4(const unsigned int*,
-        // const unsigned short*, unsigned long long*, unsigned long long,
-        // unsigned long long)`; each span holds what the kernel reads or
-        // writes for this shape (checked above).
-        unsafe { self.module.launch(stream, grid, 256, 0, [KernelArg::Span(packed), KernelArg::Span(scales), KernelArg::Span(out), KernelArg::U64(rows as u64), KernelArg::U64(cols as u64)]) }
+        let args = [KernelArg::Span(packed), KernelArg::Span(scales), KernelArg::Span(out), KernelArg::U64(rows as u64), KernelArg::U64(cols as u64), KernelArg::U32(matrix_scale.to_bits())];
+        // SAFETY: the arguments match `dequant_int4_e4m3(const unsigned
+        // int*, const unsigned short*, unsigned long long*, unsigned long
+        // long, unsigned long long, unsigned int)`; each span holds what
+        // the kernel reads or writes for this shape (checked above).
+        unsafe { self.module.launch(stream, grid, 256, 0, args) }
     }
 }
 
