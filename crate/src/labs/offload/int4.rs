@@ -32,12 +32,11 @@
 //! `measure::pattern` for their weights.)
 
 use super::cpu::{half_bits, words_of_halves};
-use super::network::Shape;
+use super::network::{Precision, Shape};
 use rayon::prelude::*;
 
-/// Values a scale covers, along the input dimension (llama.cpp's Q4_0 and
-/// GPTQ's usual group).
-pub const GROUP: usize = 128;
+/// Values a scale covers, along the input dimension.
+pub use super::network::INT4_GROUP as GROUP;
 
 /// The largest integer a 4-bit weight takes (symmetric: -7..=7).
 const LEVELS: f32 = 7.0;
@@ -143,11 +142,9 @@ pub fn quantize_layer(words: &[u64], shape: Shape, layer: usize) -> (Int4Matrix,
     (Int4Matrix::quantize(words, at, d, 4 * d), Int4Matrix::quantize(words, at + 4 * d * d, 4 * d, d))
 }
 
-/// Bytes of one layer in 4 bits (packed integers and scales): 8 d² values
-/// at 4 bits and a 16-bit scale per [`GROUP`].
+/// Bytes of one layer in 4 bits (packed integers and scales).
 pub fn layer_bytes(shape: Shape) -> usize {
-    let values = 8 * shape.d * shape.d;
-    values / 2 + 2 * values / GROUP
+    shape.layer_bytes_in(Precision::Int4)
 }
 
 /// The whole network's weights as its 4-bit values stand for them

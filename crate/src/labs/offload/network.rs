@@ -24,9 +24,15 @@ impl Shape {
     pub fn layer_bytes(&self) -> usize {
         16 * self.d * self.d
     }
-    /// One layer's weights in `precision` (8 d² values).
+    /// One layer's weights in `precision` (8 d² values; in 4 bits, two a
+    /// byte and a 2-byte scale per [`INT4_GROUP`]).
     pub fn layer_bytes_in(&self, precision: Precision) -> usize {
-        8 * precision.bytes() * self.d * self.d
+        let values = 8 * self.d * self.d;
+        match precision {
+            Precision::Fp16 => 2 * values,
+            Precision::Fp8 => values,
+            Precision::Int4 => values / 2 + 2 * values / INT4_GROUP,
+        }
     }
     /// The whole network's weights.
     pub fn network_bytes(&self) -> usize {
@@ -47,17 +53,22 @@ impl Shape {
     }
     /// The GPU memory a pass of `placement` in `precision` uses: its layer
     /// buffers, the activations (the same FP16-sized buffers in FP8: a
-    /// pass of either kind runs on one rig), cuBLAS's workspace,
-    /// and FP8's scales.
+    /// pass of either kind runs on one rig), cuBLAS's workspace, FP8's
+    /// scales, and a 4-bit pass's dequantized layer.
     pub fn placement_bytes(&self, batch: usize, placement: Placement, precision: Precision) -> usize {
         placement.buffers() * self.layer_bytes_in(precision) + self.fixed_bytes(batch, precision)
     }
     /// What a pass in `precision` holds on the GPU before any layer
     /// buffer: both activation buffers, the hidden activations, cuBLAS's
-    /// workspace and FP8's scales.
+    /// workspace, FP8's scales (a 4-bit pass runs the FP8 GEMMs), and in
+    /// 4 bits the layer being run, dequantized into E4M3.
     pub fn fixed_bytes(&self, batch: usize, precision: Precision) -> usize {
-        let scales = if precision == Precision::Fp8 { fp8_slot::bytes(self.layers) } else { 0 };
-        2 * self.act_bytes(batch) + self.hidden_bytes(batch) + crate::gpu::blas::WORKSPACE_BYTES + scales
+        let (scales, dequantized) = match precision {
+            Precision::Fp16 => (0, 0),
+            Precision::Fp8 => (fp8_slot::bytes(self.layers), 0),
+            Precision::Int4 => (fp8_slot::bytes(self.layers), self.layer_bytes_in(Precision::Fp8)),
+        };
+        2 * self.act_bytes(batch) + self.hidden_bytes(batch) + crate::gpu::blas::WORKSPACE_BYTES + scales + dequantized
     }
     /// FLOPs of one layer over `batch` tokens (two GEMMs of 2·batch·d·4d).
     pub fn layer_flops(&self, batch: usize) -> f64 {
@@ -104,17 +115,15 @@ pub enum Precision {
     Fp16,
     /// E4M3: one byte a value, with one FP32 scale per tensor.
     Fp8,
+    /// Symmetric 4-bit integers, two a byte, with an FP16 scale per
+    /// [`INT4_GROUP`] values along the input dimension (`int4`'s layout),
+    /// dequantized on the GPU into E4M3 for the FP8 GEMMs.
+    Int4,
 }
 
-impl Precision {
-    /// Bytes of one weight.
-    pub fn bytes(self) -> usize {
-        match self {
-            Precision::Fp16 => 2,
-            Precision::Fp8 => 1,
-        }
-    }
-}
+/// Values one 4-bit scale covers, along the input dimension (llama.cpp's
+/// Q4_0 covers 32, GPTQ's usual group 128).
+pub const INT4_GROUP: usize = 128;
 
 /// `resident` layers kept on the GPU for good, spread through the network
 /// ([`Placement::resident_layers`]); the rest streamed through a ring of
@@ -203,6 +212,16 @@ mod tests {
         assert_eq!(shape.fixed_bytes(64, Precision::Fp8), shape.placement_bytes(64, Placement { resident: 0, ring: 0 }, Precision::Fp8));
         assert_eq!(budget_bytes(3), 3 << 20);
         assert_eq!(budget_bytes(usize::MAX), usize::MAX, "a budget past any size saturates");
+    }
+
+    #[test]
+    fn a_4_bit_layer_is_4_125_bits_a_weight_and_its_pass_holds_one_dequantized_layer() {
+        let shape = Shape { layers: 96, d: 2048 };
+        assert_eq!(shape.layer_bytes_in(Precision::Int4) * 8 * 1000 / (8 * 2048 * 2048), 4125);
+        assert_eq!(shape.layer_bytes_in(Precision::Fp8), shape.layer_bytes() / 2);
+        // The FP8 pass's scales, and the layer being run in E4M3.
+        let extra = shape.fixed_bytes(1024, Precision::Int4) - shape.fixed_bytes(1024, Precision::Fp8);
+        assert_eq!(extra, 8 * 2048 * 2048);
     }
 
     #[test]

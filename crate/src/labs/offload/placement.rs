@@ -199,6 +199,10 @@ mod tests {
         let r8 = room(s, 64, r.budget_mib, Precision::Fp8).unwrap();
         assert_eq!((r8.buffers, r8.layer), ((r.budget() - fixed8) / (lb / 2), lb / 2));
         assert!(r8.buffers >= 2 * r.buffers, "{r8:?} against {r:?}");
+        // 4-bit layers are about a quarter, beside one layer dequantized into E4M3 and FP8's scales.
+        let r4 = room(s, 64, r.budget_mib, Precision::Int4).unwrap();
+        assert_eq!((r4.fixed, r4.layer), (fixed8 + lb / 2, lb / 4 + lb / 128));
+        assert_eq!(r4.buffers, ((r.budget() - r4.fixed) / r4.layer).min(s.layers));
         assert_eq!(room(s, 64, mib(fixed + 100 * lb), Precision::Fp16).unwrap().buffers, 24, "never more than the network");
         let e = room(s, 64, mib(fixed + lb), Precision::Fp16).unwrap_err().to_string();
         assert!(e.contains("no room for a ring of 2") && e.contains("64 tokens"), "{e}");

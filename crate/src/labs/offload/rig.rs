@@ -257,6 +257,9 @@ impl OffloadRig {
         if precision == Precision::Fp8 && self.fp8.is_none() {
             return Err(LabError::Unsupported(no_fp8(&self.gpu)));
         }
+        if precision == Precision::Int4 {
+            return Err(LabError::Unsupported("the rig keeps no 4-bit weights yet (their sizes and dequantization are built; their pass is not)".into()));
+        }
         if placement.resident > self.shape.layers {
             return Err(LabError::config(format!("{} resident layers: the network has {}", placement.resident, self.shape.layers)));
         }
