@@ -14,10 +14,12 @@
 //! Each CUDA process writes its own files, named by its process id, in
 //! `$OVERLAP_LAB_TRACE_DIR` (else the working directory):
 //! `overlap-lab-trace.<pid>.jsonl`, CUPTI's records as they are handed over
-//! (every 200 ms, at exit, and on a fatal signal the program leaves at its
-//! default: abort, a segfault, SIGTERM, Ctrl-C; so a process that crashes
-//! leaves what ran; only SIGKILL and `_exit` lose the last 200 ms, or the
-//! period `OVERLAP_LAB_TRACE_FLUSH_MS` sets), then at exit `overlap-lab-trace.<pid>.json.gz`, the Chrome trace
+//! (decoded by a writer thread of the library's own, not in CUPTI's
+//! callback; every 200 ms, at exit, and on a fatal signal the program
+//! leaves at its default: abort, a segfault, SIGTERM, Ctrl-C; so a process
+//! that crashes leaves what ran; SIGKILL and `_exit` lose the last 200 ms,
+//! or the period `OVERLAP_LAB_TRACE_FLUSH_MS` sets, and what the writer had
+//! not yet written, at most `sink::MAX_PENDING` buffers), then at exit `overlap-lab-trace.<pid>.json.gz`, the Chrome trace
 //! in Kineto's schema (not when `OVERLAP_LAB_TRACE_RAW=1`: `overlap-lab
 //! trace` converts the files itself, after the program, so the conversion
 //! is not part of the program's time). A forked child that did not

@@ -1,7 +1,9 @@
 //! This process's raw trace file: CUPTI's buffers (handed out and taken
 //! back here), their records decoded and appended as lines by a writer
-//! thread of the library's own, and at exit the End line and the Chrome
-//! trace.
+//! thread of the library's own (by the ending thread for what is left at
+//! exit or on a fatal signal, and by CUPTI's callback itself where the
+//! writer falls [`MAX_PENDING`] buffers behind), and at exit the End line
+//! and the Chrome trace.
 
 use crate::cupti;
 use crate::decode::{decode, CuptiNames, Decoded};
@@ -94,9 +96,36 @@ pub fn refuse(why: &str) {
     }
 }
 
-/// Set while a fatal signal's handler flushes: the buffer callback then
-/// never waits for the file's lock (the crash may have come while it was held).
+/// Set while a fatal signal's handler flushes: no lock is then waited for
+/// without end (the crash may have come while one was held): each is
+/// tried for at most a second ([`lock_now`]).
 static IN_SIGNAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Set once the End line is written: buffers CUPTI still hands over are
+/// freed unread.
+static FINISHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+thread_local! {
+    /// Whether this thread is the writer (a fault in its decoding must not
+    /// wait for the lock it holds itself).
+    static IS_WRITER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `m` locked: waited for as long as it takes, except in a fatal signal's
+/// handler, where it is tried for at most a second (None: not had).
+fn lock_now<T>(m: &'static Mutex<T>) -> Option<std::sync::MutexGuard<'static, T>> {
+    if !IN_SIGNAL.load(Ordering::SeqCst) {
+        return Some(m.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+    for _ in 0..1000 {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
+    None
+}
 
 /// As the process ends: the End line (with the signal that ends it, if
 /// one does), then, on a plain exit, the Chrome trace beside the raw file
@@ -104,16 +133,10 @@ static IN_SIGNAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 pub fn finish(signal: Option<i32>) {
     // Every pending buffer written first; the writer then writes no more.
     let Some(_writing) = drain() else { return };
-    let mut guard = if signal.is_some() {
-        match SINK.try_lock() {
-            Ok(g) => g,
-            Err(_) => return,
-        }
-    } else {
-        SINK.lock().unwrap_or_else(|e| e.into_inner())
-    };
+    let Some(mut guard) = lock_now(&SINK) else { return };
     let Some(mut sink) = guard.take() else { return };
     drop(guard);
+    FINISHED.store(true, Ordering::SeqCst);
     let at_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     if sink.write(&[Record::End(End { at_ns, signal })]).is_err() {
         return;
@@ -204,6 +227,11 @@ struct Completed {
     dropped: u64,
 }
 
+/// How many completed buffers may wait for the writer (8 MiB each): past
+/// that, CUPTI's callback writes its buffer itself, and so holds CUPTI
+/// back as the writer catches up, instead of the process's memory growing.
+pub const MAX_PENDING: usize = 16;
+
 /// Completed buffers not yet written, oldest first.
 static PENDING: Mutex<VecDeque<Completed>> = Mutex::new(VecDeque::new());
 /// Wakes the writer when a buffer arrives.
@@ -216,7 +244,8 @@ static WRITING: Mutex<()> = Mutex::new(());
 /// records. Its records are decoded and written by the writer thread
 /// ([`start_writer`]), not here: CUPTI waits for this callback, and so may
 /// the program's threads that need a buffer meanwhile (Kineto's callback
-/// too only keeps the buffer).
+/// too only keeps the buffer). Where [`MAX_PENDING`] wait already, it is
+/// written here.
 ///
 /// # Safety
 /// Called by CUPTI only, once per buffer from `requested`.
@@ -224,22 +253,28 @@ pub unsafe extern "C" fn completed(ctx: cudarc::driver::sys::CUcontext, stream: 
     if buffer.is_null() {
         return;
     }
-    // SAFETY: the context and stream CUPTI passed in.
-    let dropped = unsafe { cupti::dropped(ctx, stream) } as u64;
     let kept = std::panic::catch_unwind(|| {
-        if !is_owner() {
+        if !is_owner() || FINISHED.load(Ordering::SeqCst) {
             return false;
         }
+        // SAFETY: the context and stream CUPTI passed in.
+        let dropped = unsafe { cupti::dropped(ctx, stream) } as u64;
         let job = Completed { buffer: buffer as usize, valid, dropped };
-        let mut pending = if IN_SIGNAL.load(Ordering::SeqCst) { PENDING.try_lock().ok() } else { Some(PENDING.lock().unwrap_or_else(|e| e.into_inner())) };
-        match pending.as_mut() {
-            Some(q) => {
-                q.push_back(job);
-                ARRIVED.notify_one();
-                true
-            }
-            None => false,
+        let Some(mut q) = lock_now(&PENDING) else {
+            return false;
+        };
+        if q.len() < MAX_PENDING {
+            q.push_back(job);
+            ARRIVED.notify_one();
+            return true;
         }
+        drop(q);
+        // The writer is behind: this buffer written here, in its turn.
+        if let Some(_writing) = lock_now(&WRITING) {
+            write_buffer(job);
+            return true;
+        }
+        false
     });
     if !matches!(kept, Ok(true)) {
         // SAFETY: allocated in `requested` with this layout and handed back
@@ -250,11 +285,23 @@ pub unsafe extern "C" fn completed(ctx: cudarc::driver::sys::CUcontext, stream: 
 
 /// Starts the thread that decodes completed buffers and appends their
 /// records to the file, at a lower priority than the program's threads
-/// (nice 10), so that tracing takes what CPU time the program leaves.
+/// (nice 10), so that tracing takes what CPU time the program leaves. It
+/// blocks the signals a program may be sent (Ctrl-C, SIGTERM, …), so that
+/// none lands on it while it holds the file's locks.
 pub fn start_writer() {
     let _ = std::thread::Builder::new().name("overlap-lab-trace".into()).spawn(|| {
-        // SAFETY: plain calls on this thread's own id.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+        IS_WRITER.with(|w| w.set(true));
+        // SAFETY: plain calls on this thread's own id and signal mask,
+        // with a set made here.
+        unsafe {
+            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut set);
+            for sync in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGABRT] {
+                libc::sigdelset(&mut set, sync);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
         loop {
             {
                 let mut q = PENDING.lock().unwrap_or_else(|e| e.into_inner());
@@ -265,35 +312,23 @@ pub fn start_writer() {
             let _writing = WRITING.lock().unwrap_or_else(|e| e.into_inner());
             let job = PENDING.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
             if let Some(job) = job {
-                let _ = std::panic::catch_unwind(|| write_buffer(job));
+                write_buffer(job);
             }
         }
     });
 }
 
 /// Writes every buffer still pending, in this thread (the process is
-/// ending); the writer's buffer in hand is finished first. In a signal's
-/// handler it waits at most a second for the writer.
+/// ending); the writer's buffer in hand is finished first. None where the
+/// writer's lock cannot be had (this is the writer, faulting; or, in a
+/// signal's handler, the writer did not let go within a second).
 fn drain() -> Option<std::sync::MutexGuard<'static, ()>> {
-    let writing = if IN_SIGNAL.load(Ordering::SeqCst) {
-        let mut got = None;
-        for _ in 0..1000 {
-            if let Ok(g) = WRITING.try_lock() {
-                got = Some(g);
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        got?
-    } else {
-        WRITING.lock().unwrap_or_else(|e| e.into_inner())
-    };
+    if IS_WRITER.with(|w| w.get()) {
+        return None;
+    }
+    let writing = lock_now(&WRITING)?;
     loop {
-        let job = if IN_SIGNAL.load(Ordering::SeqCst) {
-            PENDING.try_lock().ok().and_then(|mut q| q.pop_front())
-        } else {
-            PENDING.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
-        };
+        let job = lock_now(&PENDING).and_then(|mut q| q.pop_front());
         match job {
             Some(job) => write_buffer(job),
             None => return Some(writing),
@@ -302,13 +337,16 @@ fn drain() -> Option<std::sync::MutexGuard<'static, ()>> {
 }
 
 /// Decodes one completed buffer, appends its records to the file, and
-/// frees it.
+/// frees it. The caller holds `WRITING`.
 fn write_buffer(job: Completed) {
     let buffer = job.buffer as *mut u8;
     let _ = std::panic::catch_unwind(|| {
+        if FINISHED.load(Ordering::SeqCst) {
+            return;
+        }
         let mut records = Vec::new();
         let mut without_timestamps = 0u64;
-        let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mut names) = lock_now(&NAMES) else { return };
         let names = names.get_or_insert_with(CuptiNames::default);
         let mut at = std::ptr::null_mut();
         // SAFETY: a buffer CUPTI completed with `valid` bytes of records,
@@ -325,12 +363,14 @@ fn write_buffer(job: Completed) {
         if job.dropped > 0 || without_timestamps > 0 {
             records.push(Record::Lost(Lost { dropped: job.dropped, without_timestamps }));
         }
-        let mut guard = if IN_SIGNAL.load(Ordering::SeqCst) { SINK.try_lock().ok() } else { Some(SINK.lock().unwrap_or_else(|e| e.into_inner())) };
-        if let Some(sink) = guard.as_mut().and_then(|g| g.as_mut()) {
-            let _ = sink.write(&records);
+        if let Some(mut guard) = lock_now(&SINK) {
+            if let Some(sink) = guard.as_mut() {
+                let _ = sink.write(&records);
+            }
         }
     });
     // SAFETY: allocated in `requested` with this layout, completed once,
-    // popped from the queue once; no record of it is read after this.
+    // taken from the queue (or handed here by `completed`) once; no record
+    // of it is read after this.
     unsafe { dealloc(buffer, layout()) };
 }

@@ -112,7 +112,7 @@ def run(cmd, pattern, what, events=None, fastest=None):
     Where `events` is a list, appends to it the pageable copies' totals by
     CUDA events the output prints (`torch_patterns.py`'s), ms by copy
     name. Where `fastest` is a list and the output prints its fastest step
-    (`torch_patterns.py --tiny`), appends that, ms."""
+    (`torch_patterns.py`'s loops), appends that, ms."""
     pin = (lambda: os.sched_setaffinity(0, CPUS)) if CPUS else None
     out = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=pin)
     text = out.stdout + out.stderr

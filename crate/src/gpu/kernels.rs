@@ -90,7 +90,11 @@ pub fn require_arch(k: &KernelSource, arch: &str) -> Result<()> {
         k.file,
         k.min_cc / 10,
         k.min_cc % 10,
-        if k.min_cc >= 90 { "the tensor memory accelerator came with Hopper" } else { "cp.async came with Ampere" }
+        match k.min_cc {
+            90.. => "the tensor memory accelerator came with Hopper",
+            89 => "conversions to FP8 came with Ada",
+            _ => "cp.async came with Ampere",
+        }
     )))
 }
 

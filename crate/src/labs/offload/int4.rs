@@ -1,7 +1,7 @@
 //! Lab 9's 4-bit weights, on the CPU: a layer's FP16 matrices quantized to
 //! symmetric INT4 with one FP16 scale per group of [`GROUP`] values along
-//! the input dimension (4.125 bits a weight, as llama.cpp's Q4_0), packed
-//! two to a byte; the values they stand for (each integer times its
+//! the input dimension (4.125 bits a weight; llama.cpp's Q4_0 takes a
+//! scale per 32, 4.5 bits), packed two to a byte; the values they stand for (each integer times its
 //! group's scale, rounded once to FP16: [`Int4Matrix::value_bits`]); and
 //! the E4M3 bytes the GPU's dequantization (`kernel::Dequant`) turns them
 //! into for the FP8 GEMMs, bit for bit ([`Int4Matrix::e4m3_bits`]; a GPU
@@ -18,9 +18,9 @@
 //! yet.
 //!
 //! The layout: a matrix of `rows` (input) x `cols` (output) values,
-//! stored by output, as GGUF's Q4_0 and the FP8 weights are (each output's
-//! inputs in a run: the transpose of the FP16 weights' row-major matrix,
-//! what cuBLASLt's FP8 GEMM reads). Byte `j * rows / 2 + k / 2` holds
+//! stored by output, as llama.cpp's Q4_0 and the FP8 weights are (each
+//! output's inputs in a run: the transpose of the FP16 weights' row-major
+//! matrix, what cuBLASLt's FP8 GEMM reads). Byte `j * rows / 2 + k / 2` holds
 //! output j's values of inputs k (low nibble, k even) and k + 1 (high
 //! nibble), each as its integer plus 8 (1..=15: -7..=7, symmetric). Scale
 //! `j * rows / GROUP + k / GROUP` is the largest magnitude of that group of
@@ -46,9 +46,10 @@ const LEVELS: f32 = 7.0;
 pub struct Int4Matrix {
     pub rows: usize,
     pub cols: usize,
-    /// Two values a byte, row-major (the module's doc says how).
+    /// Two values a byte, output by output (the module's doc says how).
     pub packed: Vec<u8>,
-    /// One FP16 scale (bits) per group of rows and column.
+    /// One FP16 scale (bits) per output and group of its inputs, output
+    /// by output.
     pub scales: Vec<u16>,
 }
 

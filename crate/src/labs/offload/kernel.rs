@@ -111,11 +111,21 @@ impl Dequant {
         }
         let words = (rows * cols / 8) as u64;
         let grid = self.grid.min(words.div_ceil(256) as u32).max(1);
-        let args = [KernelArg::Span(packed), KernelArg::Span(scales), KernelArg::Span(out), KernelArg::U64(rows as u64), KernelArg::U64(cols as u64), KernelArg::U32(matrix_scale.to_bits())];
+        const _: () = assert!(GROUP % 8 == 0, "the kernel reads one scale for each 8 inputs");
+        let args = [
+            KernelArg::Span(packed),
+            KernelArg::Span(scales),
+            KernelArg::Span(out),
+            KernelArg::U64(rows as u64),
+            KernelArg::U64(cols as u64),
+            KernelArg::U64(GROUP as u64),
+            KernelArg::U32(matrix_scale.to_bits()),
+        ];
         // SAFETY: the arguments match `dequant_int4_e4m3(const unsigned
         // int*, const unsigned short*, unsigned long long*, unsigned long
-        // long, unsigned long long, unsigned int)`; each span holds what
-        // the kernel reads or writes for this shape (checked above).
+        // long, unsigned long long, unsigned long long, unsigned int)`;
+        // each span holds what the kernel reads or writes for this shape
+        // (checked above).
         unsafe { self.module.launch(stream, grid, 256, 0, args) }
     }
 }

@@ -121,8 +121,8 @@ pub enum Precision {
     Int4,
 }
 
-/// Values one 4-bit scale covers, along the input dimension (llama.cpp's
-/// Q4_0 covers 32, GPTQ's usual group 128).
+/// Values one 4-bit scale covers, along the input dimension (GPTQ's usual
+/// group; llama.cpp's Q4_0 covers 32).
 pub const INT4_GROUP: usize = 128;
 
 /// `resident` layers kept on the GPU for good, spread through the network
