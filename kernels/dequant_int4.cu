@@ -4,8 +4,9 @@
 //
 // A matrix of `rows` (input) x `cols` (output) values, stored by output:
 // output j's inputs in a run, two a byte (the even input in the low nibble),
-// each its integer plus 8; one FP16 scale per `group` inputs of an output
-// (a multiple of 8: lab 9's is 128). A
+// each its integer plus 8; one FP16 scale per GROUP inputs of an output
+// (a multiple of 8, set at compile time, -DGROUP=128 for lab 9: a constant
+// turns the group's index into a shift, not a division). A
 // value is its integer times its group's factor (the group's scale over the
 // matrix's FP8 scale `matrix_scale`: one IEEE division, rounded, made once
 // for 8 values), rounded to FP32, then to E4M3 (to nearest, ties to even;
@@ -14,6 +15,13 @@
 // H200: 73% of the SMs' throughput, 3% of DRAM's). The output has the same
 // order: byte j * rows + k.
 //
+#ifndef GROUP
+#error "compile with -DGROUP=<inputs a scale covers>"
+#endif
+#if GROUP % 8 != 0
+#error "GROUP must be a multiple of 8: a thread's 8 inputs share one scale"
+#endif
+
 // Each thread turns 8 inputs of an output (one 32-bit word of nibbles, rows
 // a multiple of the group) into one 64-bit word of 8 E4M3 bytes: reads and writes
 // both run along memory. Halves and E4M3 pairs are handled as bits and
@@ -34,7 +42,7 @@ __device__ __forceinline__ unsigned long long e4m3_pair(float lo, float hi) {
 
 extern "C" __global__ void dequant_int4_e4m3(const unsigned int* __restrict__ packed, const unsigned short* __restrict__ scales,
                                              unsigned long long* __restrict__ out, unsigned long long rows, unsigned long long cols,
-                                             unsigned long long group, unsigned int matrix_scale_bits) {
+                                             unsigned int matrix_scale_bits) {
     const float matrix_scale = __int_as_float((int)matrix_scale_bits);
     const unsigned long long words = rows * cols / 8;
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
@@ -43,7 +51,7 @@ extern "C" __global__ void dequant_int4_e4m3(const unsigned int* __restrict__ pa
         const unsigned long long row = (8 * i) % rows;
         const unsigned int nibbles = __ldg(packed + i);
         // The 8 inputs share a group (a multiple of 8).
-        const float factor = half_to_float(__ldg(scales + col * (rows / group) + row / group)) / matrix_scale;
+        const float factor = half_to_float(__ldg(scales + col * (rows / GROUP) + row / GROUP)) / matrix_scale;
         unsigned long long bytes = 0;
         for (int t = 0; t < 8; t += 2) {
             const float lo = (float)((int)((nibbles >> (4 * t)) & 0xF) - 8) * factor;

@@ -43,6 +43,7 @@ pub const DEQUANT_INT4: KernelSource = KernelSource {
     ],
     purpose: "4-bit weights (two a byte, an FP16 scale per 128 inputs) into the FP8 GEMMs' E4M3 bytes (lab 9's 4-bit variant)",
     min_cc: 89,
+    test_defines: DEQUANT_DEFINES,
     ..KernelSource::PLAIN
 };
 
@@ -74,6 +75,10 @@ impl Relu {
     }
 }
 
+/// The `-D` settings the dequantization kernel is compiled with: the
+/// group its scales cover, `int4`'s.
+const DEQUANT_DEFINES: &[(&str, i64)] = &[("GROUP", GROUP as i64)];
+
 /// The loaded dequantization kernel and its launch shape.
 pub struct Dequant {
     module: Module,
@@ -83,7 +88,9 @@ pub struct Dequant {
 impl Dequant {
     pub fn load(gpu: &Gpu) -> Result<Dequant> {
         let sms = gpu.fingerprint()?.sm_count;
-        Ok(Dequant { module: Module::load(gpu, &DEQUANT_INT4)?, grid: sms * 8 })
+        let arch = crate::gpu::kernels::arch_for(&gpu.fingerprint()?.compute_capability)?;
+        let ptx = crate::gpu::kernels::compile_ptx_with(&DEQUANT_INT4, arch, DEQUANT_DEFINES)?;
+        Ok(Dequant { module: Module::from_ptx(gpu, &ptx, DEQUANT_INT4.entry)?, grid: sms * 8 })
     }
 
     /// Enqueues the dequantization of a `rows` x `cols` matrix of 4-bit
@@ -111,21 +118,19 @@ impl Dequant {
         }
         let words = (rows * cols / 8) as u64;
         let grid = self.grid.min(words.div_ceil(256) as u32).max(1);
-        const _: () = assert!(GROUP % 8 == 0, "the kernel reads one scale for each 8 inputs");
         let args = [
             KernelArg::Span(packed),
             KernelArg::Span(scales),
             KernelArg::Span(out),
             KernelArg::U64(rows as u64),
             KernelArg::U64(cols as u64),
-            KernelArg::U64(GROUP as u64),
             KernelArg::U32(matrix_scale.to_bits()),
         ];
         // SAFETY: the arguments match `dequant_int4_e4m3(const unsigned
         // int*, const unsigned short*, unsigned long long*, unsigned long
-        // long, unsigned long long, unsigned long long, unsigned int)`;
-        // each span holds what the kernel reads or writes for this shape
-        // (checked above).
+        // long, unsigned long long, unsigned int)`, compiled with this
+        // module's GROUP; each span holds what the kernel reads or writes
+        // for this shape (checked above).
         unsafe { self.module.launch(stream, grid, 256, 0, args) }
     }
 }
