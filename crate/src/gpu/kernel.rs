@@ -22,8 +22,14 @@ unsafe impl Sync for Module {}
 impl Module {
     /// Compiles `k` for this device's architecture and loads it.
     pub fn load(gpu: &Gpu, k: &KernelSource) -> Result<Module> {
+        Module::load_with(gpu, k, &[])
+    }
+
+    /// As [`Module::load`], compiled with the `-D` settings `defines`
+    /// (`("GROUP", 128)`).
+    pub fn load_with(gpu: &Gpu, k: &KernelSource, defines: &[(&str, i64)]) -> Result<Module> {
         let cc = gpu.fingerprint()?.compute_capability;
-        let ptx = kernels::compile_ptx(k, kernels::arch_for(&cc)?)?;
+        let ptx = kernels::compile_ptx_with(k, kernels::arch_for(&cc)?, defines)?;
         Module::from_ptx(gpu, &ptx, k.entry)
     }
 

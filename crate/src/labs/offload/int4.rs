@@ -32,7 +32,7 @@
 //! `measure::pattern` for their weights.)
 
 use super::cpu::{half_bits, words_of_halves};
-use super::network::{Precision, Shape};
+use super::network::Shape;
 use rayon::prelude::*;
 
 /// Values a scale covers, along the input dimension.
@@ -143,10 +143,6 @@ pub fn quantize_layer(words: &[u64], shape: Shape, layer: usize) -> (Int4Matrix,
     (Int4Matrix::quantize(words, at, d, 4 * d), Int4Matrix::quantize(words, at + 4 * d * d, 4 * d, d))
 }
 
-/// Bytes of one layer in 4 bits (packed integers and scales).
-pub fn layer_bytes(shape: Shape) -> usize {
-    shape.layer_bytes_in(Precision::Int4)
-}
 
 /// The whole network's weights as its 4-bit values stand for them
 /// ([`Int4Matrix::dequantized`]): FP16 words in the FP16 weights' layout.
@@ -194,6 +190,7 @@ pub(super) fn test_weights(shape: Shape) -> Vec<u64> {
 mod tests {
     use super::super::cpu::{forward_rows, relative_error};
     use super::super::measure::TOLERANCE;
+    use super::super::network::Precision;
     use super::test_weights as weights;
     use super::*;
 
@@ -241,8 +238,8 @@ mod tests {
     fn a_layer_is_4_125_bits_a_weight() {
         let shape = Shape { layers: 1, d: 256 };
         let (w1, w2) = quantize_layer(&weights(shape), shape, 0);
-        assert_eq!(w1.bytes() + w2.bytes(), layer_bytes(shape));
-        assert_eq!(8 * layer_bytes(shape) * 1000 / (8 * 256 * 256), 4125);
+        assert_eq!(w1.bytes() + w2.bytes(), shape.layer_bytes_in(Precision::Int4));
+        assert_eq!(8 * shape.layer_bytes_in(Precision::Int4) * 1000 / (8 * 256 * 256), 4125);
     }
 
     #[test]

@@ -88,9 +88,7 @@ pub struct Dequant {
 impl Dequant {
     pub fn load(gpu: &Gpu) -> Result<Dequant> {
         let sms = gpu.fingerprint()?.sm_count;
-        let arch = crate::gpu::kernels::arch_for(&gpu.fingerprint()?.compute_capability)?;
-        let ptx = crate::gpu::kernels::compile_ptx_with(&DEQUANT_INT4, arch, DEQUANT_DEFINES)?;
-        Ok(Dequant { module: Module::from_ptx(gpu, &ptx, DEQUANT_INT4.entry)?, grid: sms * 8 })
+        Ok(Dequant { module: Module::load_with(gpu, &DEQUANT_INT4, DEQUANT_DEFINES)?, grid: sms * 8 })
     }
 
     /// Enqueues the dequantization of a `rows` x `cols` matrix of 4-bit
