@@ -5,10 +5,10 @@
 //! whose CPU twin is `int4::Int4Matrix::e4m3_bits`), launched by
 //! [`Dequant`] (not yet by a pass).
 //!
-//! May use: `error`, `gpu` (NVRTC, the launch) and `int4` (the 4-bit
+//! May use: `error`, `gpu` (NVRTC, the launch) and `network` (the 4-bit
 //! layout's group).
 
-use super::int4::GROUP;
+use super::network::INT4_GROUP as GROUP;
 use crate::error::{LabError, Result};
 use crate::gpu::kernels::KernelSource;
 use crate::gpu::{DeviceSpan, Gpu, KernelArg, Module, Stream};
