@@ -560,6 +560,11 @@ impl DeviceSpan {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+    /// The `bytes` bytes from byte `at` of it (a narrower span of the same
+    /// memory, never a wider one): None where they do not lie inside it.
+    pub fn part(&self, at: usize, bytes: usize) -> Option<DeviceSpan> {
+        (at.checked_add(bytes)? <= self.bytes).then(|| DeviceSpan { ptr: self.ptr + at as driver::CUdeviceptr, bytes })
+    }
 }
 
 impl Drop for DeviceBuffer {

@@ -26,6 +26,7 @@ fn color(v: Variant) -> RGBColor {
         Variant::Fused => RGBColor(140, 86, 75),
         Variant::Resident => RGBColor(227, 119, 194),
         Variant::Fp8 => RGBColor(188, 189, 34),
+        Variant::Int4 => RGBColor(0, 0, 128),
     }
 }
 

@@ -88,13 +88,21 @@ pub struct LayerAmax {
 /// The pass's output for `rows` (each d FP16 values as bits), through
 /// every layer, and the activations' largest magnitudes on the way.
 pub fn forward_rows(words: &[u64], shape: Shape, rows: &[Vec<u16>]) -> (Vec<Vec<u16>>, LayerAmax) {
+    forward_rows_with(shape, rows, &|layer| std::borrow::Cow::Borrowed(layer_weights(words, shape, layer)))
+}
+
+/// [`forward_rows`] with each layer's FP16 weights (its words, W1 then W2)
+/// given by `layer`: weights held in another form (4 bits) are turned
+/// into FP16 a layer at a time, never all at once.
+pub fn forward_rows_with<'w>(shape: Shape, rows: &[Vec<u16>], layer_words: &dyn Fn(usize) -> std::borrow::Cow<'w, [u64]>) -> (Vec<Vec<u16>>, LayerAmax) {
     let table = f16_table();
     let d = shape.d;
     let amax_of = |m: &[Vec<f32>]| m.iter().flatten().fold(0f32, |a, v| a.max(v.abs()));
     let mut x: Vec<Vec<u16>> = rows.to_vec();
     let mut amax = LayerAmax { input: 0.0, layers: Vec::with_capacity(shape.layers) };
     for layer in 0..shape.layers {
-        let w = layer_weights(words, shape, layer);
+        let w = layer_words(layer);
+        let w = &w[..];
         let xv: Vec<Vec<f32>> = x.iter().map(|r| r.iter().map(|&b| table[b as usize]).collect()).collect();
         if layer == 0 {
             amax.input = amax_of(&xv);
@@ -106,6 +114,71 @@ pub fn forward_rows(words: &[u64], shape: Shape, rows: &[Vec<u16>]) -> (Vec<Vec<
         amax.layers.push((amax_of(&hv), amax_of(&yv)));
     }
     (x, amax)
+}
+
+/// The scales an FP8 pass runs its activations with, as the rig sets
+/// them: the input's, and per layer (its hidden activations', its
+/// output's).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActivationScales {
+    pub input: f32,
+    pub layers: Vec<(f32, f32)>,
+}
+
+/// One layer's weights as FP8's GEMMs read them: W1ᵀ (4d x d) and W2ᵀ
+/// (d x 4d), each output's inputs in a run, as E4M3 values (unscaled),
+/// with each matrix's scale.
+#[derive(Clone, Debug, PartialEq)]
+pub struct E4m3Layer {
+    pub w1t: Vec<f32>,
+    pub s1: f32,
+    pub w2t: Vec<f32>,
+    pub s2: f32,
+}
+
+/// `v` rounded to E4M3 as the GPU's epilogue rounds it: to nearest,
+/// saturated at ±448 (`satfinite`); its value.
+fn e4m3_saturated(v: f32) -> f32 {
+    float8::F8E4M3::from_f32(v.clamp(-448.0, 448.0)).to_f32()
+}
+
+/// The FP8 pass on the CPU for `rows` (FP16 bits), as the GPU's FP8
+/// GEMMs compute it, not as FP16 would: the input rounded to E4M3 with
+/// its scale; per layer each product summed in FP32 from E4M3 values,
+/// times its two inputs' scales, the ReLU after the first, times its
+/// output's inverse scale, rounded to E4M3 (saturating); the last layer's
+/// output as FP16 bits (each value times its scale, as the rig reads it
+/// back). `layer` gives each layer's weights. A pass whose weights are
+/// exactly what the GPU multiplies (the 4-bit pass: its dequantization's
+/// bytes) is held to this within the FP16 tolerance, where one held to an
+/// FP16 pass would be held only as loosely as FP8 rounding compounds.
+pub fn forward_rows_e4m3(shape: Shape, rows: &[Vec<u16>], scales: &ActivationScales, layer: &(dyn Fn(usize) -> E4m3Layer + Sync)) -> Vec<Vec<u16>> {
+    let d = shape.d;
+    let table = f16_table();
+    let mut x: Vec<Vec<f32>> = rows.iter().map(|r| r.iter().map(|&b| e4m3_saturated(table[b as usize] / scales.input)).collect()).collect();
+    let mut s_x = scales.input;
+    // out[r][j] = round(f(alpha * sum_k x[r][k] * w[j * n + k]) * inverse), each output's inputs in a run.
+    let product = |x: &[Vec<f32>], w: &[f32], n: usize, cols: usize, alpha: f32, relu: bool, inverse: f32| -> Vec<Vec<f32>> {
+        x.iter()
+            .map(|xr| {
+                (0..cols)
+                    .into_par_iter()
+                    .map(|j| {
+                        let acc: f32 = xr.iter().zip(&w[j * n..(j + 1) * n]).map(|(a, b)| a * b).sum();
+                        let v = alpha * acc;
+                        e4m3_saturated(if relu { v.max(0.0) } else { v } * inverse)
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    for (l, &(s_h, s_y)) in scales.layers.iter().enumerate().take(shape.layers) {
+        let w = layer(l);
+        let h = product(&x, &w.w1t, d, 4 * d, s_x * w.s1, true, 1.0 / s_h);
+        x = product(&h, &w.w2t, 4 * d, d, s_h * w.s2, false, 1.0 / s_y);
+        s_x = s_y;
+    }
+    x.iter().map(|r| r.iter().map(|&v| half::f16::from_f32(v * s_x).to_bits()).collect()).collect()
 }
 
 /// How far `got` is from `want`, relative: |got - want| / |want| over the

@@ -42,6 +42,9 @@ pub fn results() -> crate::labs::offload::OffloadResults {
             layer_fused_ms: None,
             h2d_fp8_ms: None,
             layer_fp8_ms: None,
+            h2d_int4_ms: None,
+            layer_int4_ms: None,
+            dequant_int4_ms: None,
             torch_beyond: None,
         }
     };
@@ -72,6 +75,8 @@ pub fn results() -> crate::labs::offload::OffloadResults {
         torch: Ok("2.9.0".into()),
         fp8: None,
         fp8_missing: None,
+        int4: None,
+        int4_missing: None,
         sweeps: Vec::new(),
         timelines: Vec::new(),
     }

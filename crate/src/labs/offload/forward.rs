@@ -39,23 +39,35 @@ pub enum Weights {
     Pageable,
     /// The FP8 copy, page-locked (half the bytes of a layer).
     Fp8,
+    /// The 4-bit copy, page-locked: packed integers and their groups'
+    /// scales (`int4`'s layout; a quarter of a layer's bytes and 3%).
+    Int4,
 }
 
 impl Weights {
-    pub const ALL: [Weights; 3] = [Weights::Pinned, Weights::Pageable, Weights::Fp8];
+    pub const ALL: [Weights; 4] = [Weights::Pinned, Weights::Pageable, Weights::Fp8, Weights::Int4];
     /// The host buffer's name in the schedule.
     pub fn buffer(self) -> &'static str {
         match self {
             Weights::Pinned => "weights (pinned)",
             Weights::Pageable => "weights (pageable)",
             Weights::Fp8 => "weights (FP8, pinned)",
+            Weights::Int4 => "weights (4-bit, pinned)",
         }
     }
     pub fn precision(self) -> Precision {
-        if self == Weights::Fp8 {
-            Precision::Fp8
-        } else {
-            Precision::Fp16
+        match self {
+            Weights::Pinned | Weights::Pageable => Precision::Fp16,
+            Weights::Fp8 => Precision::Fp8,
+            Weights::Int4 => Precision::Int4,
+        }
+    }
+    /// The page-locked copy of the weights in `precision`.
+    pub fn pinned_in(precision: Precision) -> Weights {
+        match precision {
+            Precision::Fp16 => Weights::Pinned,
+            Precision::Fp8 => Weights::Fp8,
+            Precision::Int4 => Weights::Int4,
         }
     }
 }
@@ -157,11 +169,7 @@ pub struct PassSetup {
 impl PassSetup {
     /// The host copy its uploads read.
     pub fn weights(&self) -> Weights {
-        if self.kind == LayerKind::Fp8 {
-            Weights::Fp8
-        } else {
-            Weights::Pinned
-        }
+        Weights::pinned_in(self.kind.precision())
     }
 }
 
@@ -203,8 +211,8 @@ pub struct Pass<X> {
     /// The resident layers, in their buffers' order.
     kept: Vec<usize>,
     /// The weights' host copies, as the executor knows them (by
-    /// [`Weights`]; the FP8 one where there is one).
-    weights: [Option<HostRef>; 3],
+    /// [`Weights`]; the FP8 and 4-bit ones where there are).
+    weights: [Option<HostRef>; 4],
     pub books: Books,
 }
 
@@ -212,6 +220,8 @@ pub struct Pass<X> {
 const ACT: [&str; 2] = ["activations 0", "activations 1"];
 const HIDDEN: &str = "hidden activations";
 const FP8_SCALES: &str = "FP8 scales";
+/// Where a 4-bit layer is dequantized into E4M3 before its GEMMs.
+const DEQUANTIZED: &str = "dequantized layer";
 
 /// Buffer `slot`'s name in the schedule, with a ring of `ring` slots and
 /// the resident layers `resident` after it.
@@ -262,7 +272,7 @@ impl<X> Pass<X> {
     /// buffers `ring` (the ring's slots, then the resident layers') and
     /// the weights' host copies `weights` (by [`Weights`]; None where `x`
     /// has no such copy), each as `x` knows it.
-    pub(super) fn new(x: X, task: Task, shape: Shape, batch: usize, setup: PassSetup, ring: Vec<DevRef>, weights: [Option<HostRef>; 3]) -> Pass<X> {
+    pub(super) fn new(x: X, task: Task, shape: Shape, batch: usize, setup: PassSetup, ring: Vec<DevRef>, weights: [Option<HostRef>; 4]) -> Pass<X> {
         let kept = setup.placement.resident_layers(shape.layers);
         let books = Books::new(setup.placement.ring, &kept);
         Pass { x, task, shape, batch, hidden: setup.hidden, kind: setup.kind, ring, kept, weights, books }
@@ -299,7 +309,11 @@ impl<X> Pass<X> {
         if self.hidden == HiddenActivations::Fixed {
             a.push(Access::write(HIDDEN, 0, hb));
         }
-        if self.kind == LayerKind::Fp8 {
+        if self.kind == LayerKind::Int4 {
+            // Its weights in E4M3, written before its GEMMs read them.
+            a.push(Access::write(DEQUANTIZED, 0, self.shape.layer_bytes_in(Precision::Fp8) as u64));
+        }
+        if self.kind.fp8_gemms() {
             // Its scales (its input's, then its own six) and its two amax slots, 16 bytes a slot.
             let bytes = |slot: usize| (16 * slot) as u64;
             let own = fp8_slot::layer(layer);
@@ -326,7 +340,7 @@ impl<X: LabIssue<LayerOp>> Forward for Pass<X> {
         }
         let Some(host) = self.weights[from as usize] else {
             let why = match from {
-                Weights::Fp8 => "this GPU has no FP8, so the rig keeps no FP8 weights",
+                Weights::Fp8 | Weights::Int4 => "this GPU has no FP8, so the rig keeps no FP8 or 4-bit weights",
                 _ => "the rig was made without this copy of the weights",
             };
             return Err(LabError::Unsupported(format!("{what}: {why}")));
@@ -335,6 +349,7 @@ impl<X: LabIssue<LayerOp>> Forward for Pass<X> {
             Weights::Pinned => format!("H2D layer {layer}"),
             Weights::Pageable => format!("H2D layer {layer} (pageable)"),
             Weights::Fp8 => format!("H2D layer {layer} (FP8)"),
+            Weights::Int4 => format!("H2D layer {layer} (4-bit)"),
         };
         // In f32 elements, as the vocabulary counts: a layer is 16 d² bytes (8 d² in FP8).
         let n = self.shape.layer_bytes_in(from.precision()) / 4;
@@ -478,7 +493,7 @@ impl Costs {
     pub fn upload(&self, from: Weights) -> f64 {
         match from {
             Weights::Pageable => self.h2d_pageable,
-            Weights::Pinned | Weights::Fp8 => self.h2d,
+            Weights::Pinned | Weights::Fp8 | Weights::Int4 => self.h2d,
         }
     }
 }
@@ -569,6 +584,38 @@ mod tests {
         assert_eq!(s.ops[0].accesses[0], Access::read("weights (pageable)", 95 * lb, 96 * lb));
         assert_eq!(s.ops[1].accesses.len(), 3, "no hidden buffer: the pool's is the layer's own");
         assert!(!s.races().is_empty(), "the layer did not wait for its upload");
+    }
+
+    /// A 4-bit pass uploads the 4-bit copy's bytes of a layer, and each
+    /// layer writes the dequantization's buffer before FP8's GEMMs read
+    /// their scales: the schedule sees both, and no race between layers
+    /// on one stream.
+    #[test]
+    fn a_4_bit_layer_reads_its_packed_slot_and_writes_the_dequantized_layer() {
+        let shape = Shape { layers: 4, d: 128 };
+        let setup = PassSetup {
+            placement: Placement { resident: 1, ring: 2 },
+            streams: Streams { copy_high: true },
+            hidden: HiddenActivations::Fixed,
+            kind: LayerKind::Int4,
+        };
+        assert_eq!(setup.weights(), Weights::Int4);
+        let mut f = Pass::dry_run(shape, 16, setup);
+        let task = f.task;
+        ring(&mut f, &task).unwrap();
+        let s = f.ops();
+        assert!(s.races().is_empty(), "{:?}", s.races());
+        let lb4 = shape.layer_bytes_in(Precision::Int4) as u64;
+        let up = s.ops.iter().find(|o| o.label == "H2D layer 2 (4-bit)").unwrap();
+        assert_eq!(up.accesses[0], Access::read("weights (4-bit, pinned)", 2 * lb4, 3 * lb4));
+        // Layer 0 is resident; layers 1, 2 and 3 stream through slots 0, 1, 0.
+        let l2 = s.ops.iter().find(|o| o.label == "layer 2").unwrap();
+        assert_eq!(l2.accesses[0].buffer, "ring slot 1".to_string(), "{:?}", l2.accesses);
+        assert!(l2.accesses.contains(&Access::write(DEQUANTIZED, 0, shape.layer_bytes_in(Precision::Fp8) as u64)), "{:?}", l2.accesses);
+        let amax = 16 * fp8_slot::amax(4, 2) as u64;
+        assert!(l2.accesses.contains(&Access::write(FP8_SCALES, amax, amax + 32)), "{:?}", l2.accesses);
+        // FP8's weights are not a 4-bit pass's.
+        assert!(f.upload(task.copy, Weights::Fp8, 1, 0).unwrap_err().to_string().contains("into a pass of Int4"));
     }
 
     #[test]

@@ -36,11 +36,19 @@ fn offload_passes_are_verified_and_the_live_checker_judges_a_schedule() {
         Some(a) => assert!(a.verified_passes > 0 && a.max_error <= a.tolerance && a.range_used <= 1.0, "{a:?}"),
         None => assert!(!fp8, "no FP8 accuracy on a GPU with FP8: {:?}", r.fp8_missing),
     }
+    // 4 bits likewise: held to the CPU's pass over the 4-bit values within
+    // FP8's tolerance, and further off the FP16 reference than FP8 is not
+    // asked (a figure), but off it by less than an unrelated row.
+    match &r.int4 {
+        Some(a) => assert!(a.verified_passes > 0 && a.max_error <= a.tolerance && a.range_used <= 1.0 && a.off_fp16 < 1.0, "{a:?}"),
+        None => assert!(!fp8, "no 4-bit accuracy on a GPU with FP8: {:?}", r.int4_missing),
+    }
     // The placement sweep: a grid at 256 MiB beside the planner's choice, each placement verified.
     let grid = r.sweeps.iter().find(|s| s.is_grid()).expect("a grid at 256 MiB");
     assert!(grid.measured.len() >= 3 && grid.planned().is_some(), "{grid:?}");
     for p in &r.points {
-        let expected = if fp8 { Variant::ALL.len() } else { Variant::ALL.len() - 1 };
+        // Without FP8, neither the FP8 nor the 4-bit variant.
+        let expected = if fp8 { Variant::ALL.len() } else { Variant::ALL.len() - 2 };
         assert_eq!(p.variants.len(), expected);
         let planned = p.variant(Variant::Resident).unwrap().plan.as_ref().unwrap();
         assert!(planned.gpu_bytes <= cfg.gpu_budget << 20, "{planned:?}");

@@ -10,12 +10,14 @@
 //! an FP8 one (`layer_fused_ms` against `layer_fp8_ms` in the lab's
 //! recordings), so a 4-bit pass through FP16 GEMMs could never come near
 //! the FP8 pass there.
-//! [`dequantized_weights`] gives a whole network's weights as the 4-bit
-//! values stand for them, so the CPU's reference pass
-//! ([`super::cpu::forward_rows`]) over them is what a 4-bit pass is held
-//! to, and over the FP16 weights says what 4 bits cost
-//! ([`INT4_ERROR_PER_SQRT_LAYER`]). The 4-bit variant's pass is not built
-//! yet.
+//! The rig's copy of a network in 4 bits is made by [`quantize_network`]
+//! (each layer laid out as [`layer_parts`] says); [`values_layer`] reads a
+//! layer of it back as the FP16 values it stands for (the CPU's FP16 pass
+//! over them calibrates a 4-bit pass's FP8 scales, and over the FP16
+//! weights says what 4 bits cost: [`INT4_ERROR_PER_SQRT_LAYER`]), and
+//! [`e4m3_layer`] as the E4M3 values the GPU's dequantization writes (the
+//! CPU's FP8 twin of a 4-bit pass, `cpu::forward_rows_e4m3`, runs over
+//! them: what a 4-bit pass is held to, `measure::int4_tolerance`).
 //!
 //! The layout: a matrix of `rows` (input) x `cols` (output) values,
 //! stored by output, as llama.cpp's Q4_0 and the FP8 weights are (each
@@ -27,11 +29,12 @@
 //! output j's inputs over 7. The GPU turns them into the FP8 pass's E4M3
 //! bytes ([`Int4Matrix::e4m3_scale`], [`Int4Matrix::e4m3_bits`]).
 //!
-//! May use: `network` and `cpu` (the FP16 words' layout). No CUDA.
-//! (Its tests also use `measure::TOLERANCE`, the lab's FP16 tolerance, and
+//! May use: `network` and `cpu` (the FP16 words' layout, an FP8 layer's
+//! weights). No CUDA. (Its tests also use `measure::TOLERANCE` and
+//! `fp8_tolerance`, the lab's tolerances, `rig`'s FP8 constants, and
 //! `measure::pattern` for their weights.)
 
-use super::cpu::{half_bits, words_of_halves};
+use super::cpu::{half_bits, words_of_halves, E4m3Layer};
 use super::network::Shape;
 use rayon::prelude::*;
 
@@ -144,16 +147,118 @@ pub fn quantize_layer(words: &[u64], shape: Shape, layer: usize) -> (Int4Matrix,
 }
 
 
+/// Where each part of a 4-bit layer lies in its bytes (a host copy's
+/// layer, a GPU slot), as (first byte, bytes): W1's packed integers, W1's
+/// scales, W2's packed integers, W2's scales. Each starts on a multiple of
+/// 8 bytes where d is a multiple of [`GROUP`] (the kernel reads words).
+pub fn layer_parts(d: usize) -> [(usize, usize); 4] {
+    let (packed, scales) = (2 * d * d, 8 * d * d / GROUP);
+    [(0, packed), (packed, scales), (packed + scales, packed), (2 * packed + scales, scales)]
+}
+
+/// Whether a network of width `d` quantizes to 4 bits: W1's inputs (d)
+/// split into groups of [`GROUP`].
+pub fn fits(d: usize) -> bool {
+    d > 0 && d % GROUP == 0
+}
+
+/// The whole network in 4 bits, written into `out` (the rig's page-locked
+/// copy, [`Shape::layer_bytes_in`] a layer, each laid out as
+/// [`layer_parts`] says) from its FP16 weights `words`. Returns each
+/// layer's FP8 scales (W1's, W2's: [`Int4Matrix::e4m3_scale`]).
+pub fn quantize_network(words: &[u64], shape: Shape, out: &mut [u64]) -> Vec<(f32, f32)> {
+    let layer_words4 = shape.layer_bytes_in(super::network::Precision::Int4) / 8;
+    assert_eq!(out.len(), shape.layers * layer_words4, "the 4-bit copy does not match the network");
+    let parts = layer_parts(shape.d);
+    out.par_chunks_mut(layer_words4)
+        .enumerate()
+        .map(|(l, dst)| {
+            let (w1, w2) = quantize_layer(words, shape, l);
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+            for (m, [packed, scales]) in [(&w1, [parts[0], parts[1]]), (&w2, [parts[2], parts[3]])] {
+                bytes[packed.0..packed.0 + packed.1].copy_from_slice(&m.packed);
+                for (i, s) in m.scales.iter().enumerate() {
+                    bytes[scales.0 + 2 * i..scales.0 + 2 * i + 2].copy_from_slice(&s.to_le_bytes());
+                }
+            }
+            (w1.e4m3_scale(), w2.e4m3_scale())
+        })
+        .collect()
+}
+
+/// One matrix of a 4-bit layer's bytes (its packed integers and its
+/// groups' scales, as [`layer_parts`] places them), `rows` inputs an
+/// output, written output by output into `out` (`rows` values an
+/// output, in parallel): `value(its group's FP16 scale, the integer)` for
+/// each, the integers -8..=7 (as stored, less 8). `value` is called once
+/// per group and integer (a table of a group's sixteen), not per weight.
+fn by_output<T: Copy + Default + Send>(bytes: &[u8], (packed, groups): ((usize, usize), (usize, usize)), rows: usize, out: &mut [T], value: &(dyn Fn(half::f16, i32) -> T + Sync)) {
+    let (packed, groups) = (&bytes[packed.0..packed.0 + packed.1], &bytes[groups.0..groups.0 + groups.1]);
+    out.par_chunks_mut(rows).enumerate().for_each(|(j, column)| {
+        for (g, run) in column.chunks_mut(GROUP).enumerate() {
+            let at = 2 * (j * rows / GROUP + g);
+            let scale = half::f16::from_bits(u16::from_le_bytes([groups[at], groups[at + 1]]));
+            let table: [T; 16] = std::array::from_fn(|q| value(scale, q as i32 - 8));
+            let first = (j * rows + g * GROUP) / 2;
+            for (pair, &b) in run.chunks_mut(2).zip(&packed[first..first + GROUP / 2]) {
+                pair[0] = table[(b & 0xF) as usize];
+                pair[1] = table[(b >> 4) as usize];
+            }
+        }
+    });
+}
+
+/// One layer of the 4-bit copy (its bytes, as [`layer_parts`] lays them
+/// out, of width `d`) as the FP16 values it stands for, in the FP16
+/// weights' layout (W1 then W2, row-major): each integer times its
+/// group's scale, rounded once to FP16, as [`Int4Matrix::value_bits`].
+pub fn values_layer(bytes: &[u8], d: usize) -> Vec<u64> {
+    let parts = layer_parts(d);
+    let mut halves = vec![0u16; 8 * d * d];
+    let (w1, w2) = halves.split_at_mut(4 * d * d);
+    for (m, rows, cols, out) in [((parts[0], parts[1]), d, 4 * d, w1), ((parts[2], parts[3]), 4 * d, d, w2)] {
+        let mut by_j = vec![0u16; rows * cols];
+        by_output(bytes, m, rows, &mut by_j, &|scale, q| half::f16::from_f32(q as f32 * scale.to_f32()).to_bits());
+        // Output by output into row-major (input by input).
+        out.par_chunks_mut(cols).enumerate().for_each(|(k, row)| {
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = by_j[j * rows + k];
+            }
+        });
+    }
+    words_of_halves(&halves)
+}
+
+/// One layer of the 4-bit copy (its bytes, as [`layer_parts`] lays them
+/// out, of a network of width `d`) as the GPU's dequantization turns it
+/// into E4M3 for FP8's GEMMs with the FP8 scales `scales` (W1's, W2's):
+/// each value the E4M3 of its integer times its group's factor, as
+/// [`Int4Matrix::e4m3_bits`] gives it (a group's sixteen possible values
+/// rounded once, in a table).
+pub fn e4m3_layer(bytes: &[u8], d: usize, scales: (f32, f32)) -> E4m3Layer {
+    let parts = layer_parts(d);
+    let matrix = |m, rows: usize, cols: usize, scale: f32| -> Vec<f32> {
+        let mut out = vec![0f32; rows * cols];
+        by_output(bytes, m, rows, &mut out, &|group_scale, q| float8::F8E4M3::from_f32(q as f32 * (group_scale.to_f32() / scale)).to_f32());
+        out
+    };
+    E4m3Layer {
+        w1t: matrix((parts[0], parts[1]), d, 4 * d, scales.0),
+        s1: scales.0,
+        w2t: matrix((parts[2], parts[3]), 4 * d, d, scales.1),
+        s2: scales.1,
+    }
+}
+
 /// The whole network's weights as its 4-bit values stand for them
 /// ([`Int4Matrix::dequantized`]): FP16 words in the FP16 weights' layout.
+#[cfg(test)]
 pub fn dequantized_weights(words: &[u64], shape: Shape) -> Vec<u64> {
-    let layer_words = shape.layer_bytes() / 8;
-    let mut out = vec![0u64; words.len()];
-    out.par_chunks_mut(layer_words).enumerate().for_each(|(l, dst)| {
-        let (w1, w2) = quantize_layer(words, shape, l);
-        dst.copy_from_slice(&words_of_halves(&[w1.dequantized(), w2.dequantized()].concat()));
-    });
-    out
+    let per_layer = shape.layer_bytes_in(super::network::Precision::Int4);
+    let mut out = vec![0u64; shape.layers * per_layer / 8];
+    quantize_network(words, shape, &mut out);
+    let bytes: &[u8] = bytemuck::cast_slice(&out);
+    (0..shape.layers).flat_map(|l| values_layer(&bytes[l * per_layer..(l + 1) * per_layer], shape.d)).collect()
 }
 
 /// What 4 bits cost a pass, relative to the FP16 weights' pass, per
@@ -163,11 +268,10 @@ pub fn dequantized_weights(words: &[u64], shape: Shape) -> Vec<u64> {
 /// and over a few layers the errors add like a random walk. Past that they
 /// compound: on the CPU (d = 256, three rows, `int4_cost_by_depth`) a
 /// pass of 4, 16, 52 and 96 layers was 0.20-0.21, 0.36-0.41, 0.65-1.02 and
-/// 2.20-3.17 off the FP16 pass, where an unrelated row is about 1.4 off. So a 4-bit pass is held
-/// to the CPU's pass over the same 4-bit values (within the lab's FP16
-/// tolerance, which catches a wrong scale or a swapped nibble at any
-/// depth: `a_wrong_scale_or_swapped_nibbles_are_far_off_the_4_bit_reference`),
-/// and what 4 bits cost against FP16 is a figure the lab states, not a check.
+/// 2.20-3.17 off the FP16 pass, where an unrelated row is about 1.4 off
+/// (the 4-bit network's activations grow from layer to layer). So what 4
+/// bits cost against FP16 is a figure the lab states, not a check; a
+/// 4-bit pass is held to its FP8 twin on the CPU (`measure::int4_tolerance`).
 pub const INT4_ERROR_PER_SQRT_LAYER: f64 = 0.14;
 
 /// Uniform FP16 weights like the rig's (W1 in ±sqrt(3/d), W2 in
@@ -242,6 +346,41 @@ mod tests {
         assert_eq!(8 * shape.layer_bytes_in(Precision::Int4) * 1000 / (8 * 256 * 256), 4125);
     }
 
+    /// The rig's 4-bit copy: each layer's bytes hold W1's packed integers
+    /// and scales, then W2's, where `layer_parts` says, each as the
+    /// matrix's own; its FP8 scales are each matrix's; the values it
+    /// returns are what the matrices stand for.
+    #[test]
+    fn the_network_copy_lays_each_layer_out_as_its_parts_say() {
+        let shape = Shape { layers: 3, d: 128 };
+        let words = weights(shape);
+        let per_layer = shape.layer_bytes_in(Precision::Int4);
+        let parts = layer_parts(shape.d);
+        assert_eq!(parts[3].0 + parts[3].1, per_layer, "{parts:?}");
+        assert!(parts.iter().all(|&(at, _)| at % 8 == 0), "{parts:?}");
+        let mut out = vec![0u64; shape.layers * per_layer / 8];
+        let scales = quantize_network(&words, shape, &mut out);
+        let bytes: &[u8] = bytemuck::cast_slice(&out);
+        for l in 0..shape.layers {
+            let (w1, w2) = quantize_layer(&words, shape, l);
+            let layer = &bytes[l * per_layer..(l + 1) * per_layer];
+            let scale_bytes = |m: &Int4Matrix| m.scales.iter().flat_map(|s| s.to_le_bytes()).collect::<Vec<u8>>();
+            assert_eq!(&layer[parts[0].0..parts[0].0 + parts[0].1], w1.packed.as_slice(), "layer {l}: W1's integers");
+            assert_eq!(layer[parts[1].0..parts[1].0 + parts[1].1].to_vec(), scale_bytes(&w1), "layer {l}: W1's scales");
+            assert_eq!(&layer[parts[2].0..parts[2].0 + parts[2].1], w2.packed.as_slice(), "layer {l}: W2's integers");
+            assert_eq!(layer[parts[3].0..parts[3].0 + parts[3].1].to_vec(), scale_bytes(&w2), "layer {l}: W2's scales");
+            assert_eq!(scales[l], (w1.e4m3_scale(), w2.e4m3_scale()));
+            assert_eq!(values_layer(layer, shape.d), words_of_halves(&[w1.dequantized(), w2.dequantized()].concat()), "layer {l}: the values");
+            let e4m3 = e4m3_layer(layer, shape.d, scales[l]);
+            for (m, got, scale) in [(&w1, &e4m3.w1t, e4m3.s1), (&w2, &e4m3.w2t, e4m3.s2)] {
+                let (want, want_scale) = m.e4m3();
+                assert_eq!(scale, want_scale);
+                assert!(want.iter().zip(got.iter()).all(|(&b, &v)| float8::F8E4M3::from_bits(b).to_f32() == v), "layer {l}: the E4M3 values");
+            }
+        }
+        assert!(fits(128) && fits(2048) && !fits(64) && !fits(0));
+    }
+
     #[test]
     fn an_all_zero_group_stays_zero_and_never_divides_by_zero() {
         let words = vec![0u64; 128 * 4 / 4];
@@ -284,6 +423,54 @@ mod tests {
         doubled[at..at + layer_words / 2].copy_from_slice(&words_of_halves(&twice));
         let e = worst(&doubled, &dq);
         assert!(e > 10.0 * TOLERANCE, "a doubled scale only {e:.3} off");
+    }
+
+    /// The CPU's FP8 twin of a 4-bit pass (`cpu::forward_rows_e4m3` over
+    /// the E4M3 bytes the dequantization writes): near the FP16 pass over
+    /// the same 4-bit values (E4M3's rounding, a few layers), and far from
+    /// itself where one byte's nibbles are swapped or one matrix's scale
+    /// is wrong, so a 4-bit pass held to it within its tolerance is
+    /// caught at either.
+    #[test]
+    fn the_fp8_twin_of_a_4_bit_pass_catches_a_swapped_nibble_or_a_wrong_scale() {
+        use super::super::cpu::{forward_rows_e4m3, forward_rows_with, ActivationScales};
+        use super::super::measure::{fp8_tolerance, int4_tolerance};
+        use super::super::rig::{E4M3_MAX, FP8_MARGIN};
+        let shape = Shape { layers: 6, d: 128 };
+        let per_layer = shape.layer_bytes_in(Precision::Int4);
+        let mut out = vec![0u64; shape.layers * per_layer / 8];
+        let w_scales = quantize_network(&weights(shape), shape, &mut out);
+        let bytes: Vec<u8> = bytemuck::cast_slice(&out).to_vec();
+        let layer_bytes = |b: &[u8], l: usize| b[l * per_layer..(l + 1) * per_layer].to_vec();
+        let x = input(shape.d, 3);
+        let (values_pass, amax) = forward_rows_with(shape, &x, &|l| std::borrow::Cow::Owned(values_layer(&layer_bytes(&bytes, l), shape.d)));
+        let scale = |m: f32| m * FP8_MARGIN / E4M3_MAX;
+        let scales = ActivationScales { input: amax.input / E4M3_MAX, layers: amax.layers.iter().map(|&(h, y)| (scale(h), scale(y))).collect() };
+        let twin = |b: &[u8], s: &[(f32, f32)]| forward_rows_e4m3(shape, &x, &scales, &|l| e4m3_layer(&layer_bytes(b, l), shape.d, s[l]));
+        let worst = |a: &[Vec<u16>], b: &[Vec<u16>]| a.iter().zip(b).map(|(g, w)| relative_error(g, w)).fold(0f64, f64::max);
+        let good = twin(&bytes, &w_scales);
+        let e = worst(&good, &values_pass);
+        assert!(e > 0.0 && e < fp8_tolerance(shape.layers), "the FP8 twin is {e:.3} off the FP16 pass over the same values");
+        // Layer 3's W1 with every byte's nibbles swapped.
+        let mut swapped = bytes.clone();
+        let (at, n) = layer_parts(shape.d)[0];
+        swapped[3 * per_layer + at..3 * per_layer + at + n].iter_mut().for_each(|b| *b = b.rotate_left(4));
+        let e = worst(&twin(&swapped, &w_scales), &good);
+        let caught = 3.0 * int4_tolerance(shape.layers);
+        assert!(e > caught, "swapped nibbles only {e:.3} off");
+        // Layer 4's W2 dequantized with twice its scale (its GEMM reads the right one).
+        let e = worst(
+            &forward_rows_e4m3(shape, &x, &scales, &|l| {
+                let mut layer = e4m3_layer(&layer_bytes(&bytes, l), shape.d, w_scales[l]);
+                if l == 4 {
+                    let wrong = e4m3_layer(&layer_bytes(&bytes, l), shape.d, (w_scales[l].0, 2.0 * w_scales[l].1));
+                    layer.w2t = wrong.w2t;
+                }
+                layer
+            }),
+            &good,
+        );
+        assert!(e > caught, "a wrong scale only {e:.3} off");
     }
 
     /// What 4 bits cost by depth, printed (a few seconds; run with

@@ -3,7 +3,7 @@
 //! one value's bits for the CPU's reference; and the 4-bit weights'
 //! dequantization into the FP8 GEMMs' E4M3 bytes (`kernels/dequant_int4.cu`,
 //! whose CPU twin is `int4::Int4Matrix::e4m3_bits`), launched by
-//! [`Dequant`] (not yet by a pass).
+//! [`Dequant`] (the 4-bit pass's layers, `rig::LayerWork`).
 //!
 //! May use: `error`, `gpu` (NVRTC, the launch) and `network` (the 4-bit
 //! layout's group).

@@ -8,11 +8,15 @@
 
 use super::forward::{slot_name, Books, HiddenActivations, LayerOp, Pass, PassSetup, Task, Weights};
 use super::network::{LayerKind, Shape};
-use super::rig::{LayerWork, OffloadRig};
+use super::rig::{Int4Weights, LayerWork, OffloadRig};
 use crate::error::{LabError, Result};
 use crate::gpu::runner::{Enqueue, LabOnGpu, LabRunner, NoHostTask};
 use crate::gpu::{Blas, DeviceBuffer, Graph, Run, Runner};
 use crate::pipeline::lab_op::NoCall;
+
+/// A 4-bit pass's dequantization: the kernel, the buffer it writes each
+/// layer's E4M3 bytes into, and each layer's FP8 scales (W1's, W2's).
+type Dequantization<'r> = (&'r super::kernel::Dequant, &'r DeviceBuffer, &'r [(f32, f32)]);
 
 /// The rig's parts a layer uses on the GPU (the host weights are the
 /// runner's, for the uploads) and the pass's sizes.
@@ -25,6 +29,8 @@ pub struct Layers<'r> {
     act: &'r [DeviceBuffer; 2],
     /// The hidden activations' buffer; None: each layer takes them from the pool.
     hidden: Option<&'r DeviceBuffer>,
+    /// A 4-bit pass's dequantization.
+    int4: Option<Dequantization<'r>>,
     shape: Shape,
     batch: usize,
 }
@@ -33,7 +39,8 @@ pub struct Layers<'r> {
 // they outlive the runner, and, with no hidden buffer, one it takes from
 // the pool and frees on its own stream after the calls that use it; its
 // accesses name its slot, both activation buffers and the hidden one, and
-// for an FP8 layer the scales it reads and the two amax slots it writes
+// for an FP8 or 4-bit layer the scales it reads and the two amax slots it
+// writes, and for a 4-bit layer the dequantization's buffer
 // (`Pass::layer_accesses`).
 unsafe impl<'r> LabOnGpu<'r> for Layers<'r> {
     type Op = LayerOp;
@@ -55,6 +62,7 @@ unsafe impl<'r> LabOnGpu<'r> for Layers<'r> {
             input: &act[op.layer % 2],
             output: &act[(op.layer + 1) % 2],
             hidden: self.hidden,
+            int4: self.int4.map(|(kernel, out, scales)| (kernel, out, scales[op.layer])),
         };
         // SAFETY: every buffer stays allocated until the runner has
         // synchronized (this impl's contract, above).
@@ -78,20 +86,27 @@ impl<'r> Pass<LabRunner<'r, Layers<'r>>> {
                 rig.max_batch
             )));
         }
-        let OffloadRig { shape, blas, relu, pinned, pageable, fp8, ring, act, hidden: hid, scales, compute, copy, copy_high, .. } = rig;
+        let OffloadRig { shape, blas, relu, pinned, pageable, fp8, int4, dequantized, ring, act, hidden: hid, scales, compute, copy, copy_high, .. } = rig;
         let streams = setup.streams;
         let copy_ref = p.stream(if streams.copy_high { copy_high } else { copy }, if streams.copy_high { "copy (high priority)" } else { "copy" });
         let compute_ref = p.stream(compute, "compute");
         let pageable_ref = pageable.as_mut().map(|w| p.host(w, Weights::Pageable.buffer()));
         let fp8_ref = fp8.as_mut().map(|(w, _)| p.host(w, Weights::Fp8.buffer()));
-        let weights = [Some(p.host(pinned, Weights::Pinned.buffer())), pageable_ref, fp8_ref];
+        let (int4_ref, int4) = match int4 {
+            Some(Int4Weights { host, scales, dequant, .. }) => {
+                let host = p.host(host, Weights::Int4.buffer());
+                (Some(host), dequantized.as_ref().map(|out| (&*dequant, out, scales.as_slice())))
+            }
+            None => (None, None),
+        };
+        let weights = [Some(p.host(pinned, Weights::Pinned.buffer())), pageable_ref, fp8_ref, int4_ref];
         let k = setup.placement.ring;
         let kept = setup.placement.resident_layers(shape.layers);
         let ring_refs = ring.iter().enumerate().map(|(i, d)| p.device(d, &slot_name(i, k, &kept))).collect();
         let task = Task { layers: shape.layers, slots: k, resident: setup.placement.resident, weights: setup.weights(), copy: copy_ref, compute: compute_ref };
         let (shape, hid): (Shape, &'r DeviceBuffer) = (*shape, hid);
         let hidden = (setup.hidden == HiddenActivations::Fixed).then_some(hid);
-        let layers = Layers { blas, relu, kind: setup.kind, scales: scales.as_ref(), ring, act, hidden, shape, batch };
+        let layers = Layers { blas, relu, kind: setup.kind, scales: scales.as_ref(), ring, act, hidden, int4, shape, batch };
         Ok(Pass::new(LabRunner::new(p, layers), task, shape, batch, setup, ring_refs, weights))
     }
 

@@ -19,7 +19,7 @@ use super::forward::{predict, Books, Forward, Pass, PassSetup, Streams, Task, We
 use super::network::{budget_bytes, LayerKind, Placement, Precision, Shape};
 use super::placement::{self, PlacementPlan};
 use super::reference::Planned;
-use super::results::{BatchPoint, Fp8Accuracy, OffloadResults, PlacementPoint, PlacementSweep, VariantPoint, VariantTimeline};
+use super::results::{BatchPoint, Fp8Accuracy, Int4Accuracy, OffloadResults, PlacementPoint, PlacementSweep, VariantPoint, VariantTimeline};
 use super::rig::{Copies, OffloadRig};
 use super::variant::Variant;
 use crate::error::{LabError, Result};
@@ -44,13 +44,33 @@ pub fn fp8_tolerance(layers: usize) -> f64 {
     (0.08 * (layers as f64).sqrt()).min(0.9)
 }
 
+/// What a 4-bit pass's sampled row may be off the CPU's FP8 pass over
+/// the very E4M3 bytes its dequantization writes, with its scales
+/// (`cpu::forward_rows_e4m3`), over `layers` layers. The two differ only
+/// in their sums, but by more than their order: FP8 tensor cores keep
+/// fewer bits in a sum than FP32 does (about 14 on Hopper), which moves
+/// some of the E4M3 roundings of each layer's outputs by a step. On an
+/// H200 that left rows 0.061-0.069 off at 4 layers (d = 256) and 0.227
+/// at 96 (d = 2048), about 0.035·√L; this allows 0.05·√L, at most 0.6.
+/// Not FP8's tolerance against an FP16 pass: the 4-bit network's
+/// activations grow from layer to layer (its weights' rounding adds to
+/// their variance), and there a rounding error compounds far faster (on
+/// the CPU at d = 256 and 48 layers, rounding the weights to E4M3 moved
+/// the FP16 network's rows 0.18 and the 4-bit network's 1.05; a 96-layer
+/// 4-bit pass on the GPU was 2.7 off the FP16 pass over its own values).
+/// A wrong scale, a swapped nibble or a stale layer is off by far more
+/// (an unrelated row: about 1.4).
+pub fn int4_tolerance(layers: usize) -> f64 {
+    (0.05 * (layers as f64).sqrt()).min(0.6)
+}
+
 /// Host memory a run may take for the weights' copies (pinned and
-/// pageable FP16, and FP8: 2.5 times the FP16 network), as a share of
-/// what the host has available.
+/// pageable FP16, FP8 and 4 bits: 2.8 times the FP16 network), as a share
+/// of what the host has available.
 pub const HOST_SHARE: f64 = 0.4;
 
-/// The weights' host copies, in FP16 networks.
-const HOST_COPIES: f64 = 2.5;
+/// The weights' host copies, in FP16 networks: 1 + 1 + 1/2 + 4.125/16.
+const HOST_COPIES: f64 = 2.8;
 
 /// The host's available memory, bytes (`MemAvailable`), if it says.
 fn host_available() -> Option<u64> {
@@ -72,7 +92,7 @@ pub fn choose_shape(cfg: &OffloadConfig, available: Option<u64>) -> Result<(Shap
         return Ok((
             asked,
             format!(
-                "{} layers as asked: the weights' copies (pinned and pageable FP16, FP8) take {} of the host's {} available",
+                "{} layers as asked: the weights' copies (pinned and pageable FP16, FP8, 4-bit) take {} of the host's {} available",
                 cfg.layers,
                 Bytes((HOST_COPIES * asked.network_bytes() as f64) as u64),
                 Bytes(avail)
@@ -91,7 +111,7 @@ pub fn choose_shape(cfg: &OffloadConfig, available: Option<u64>) -> Result<(Shap
     Ok((
         shape,
         format!(
-            "{fits} layers instead of {}: the weights' copies (pinned and pageable FP16, FP8) must fit {:.0}% of the host's {} available",
+            "{fits} layers instead of {}: the weights' copies (pinned and pageable FP16, FP8, 4-bit) must fit {:.0}% of the host's {} available",
             cfg.layers,
             100.0 * HOST_SHARE,
             Bytes(avail)
@@ -99,12 +119,23 @@ pub fn choose_shape(cfg: &OffloadConfig, available: Option<u64>) -> Result<(Shap
     ))
 }
 
-/// Checks a pass's output on the sampled rows (FP8's against its own
-/// tolerance); returns the worst error.
+/// The worst relative error of a pass's output on the sampled rows `rows`
+/// against `want` (NaN where a row holds one).
+fn worst_off(rig: &mut OffloadRig, batch: usize, rows: &[usize], want: &[Vec<u16>]) -> Result<f64> {
+    let out = rig.output_rows(batch, rows)?;
+    Ok(out.iter().zip(want).map(|(got, w)| relative_error(got, w)).fold(0f64, |a, e| if e.is_nan() || a.is_nan() { f64::NAN } else { a.max(e) }))
+}
+
+/// Checks a pass's output on the sampled rows (a pass with FP8
+/// activations against FP8's tolerance); returns the worst error.
 fn verify(rig: &mut OffloadRig, batch: usize, rows: &[usize], want: &[Vec<u16>], what: &str) -> Result<f64> {
     let out = rig.output_rows(batch, rows)?;
     let d = rig.shape.d;
-    let tolerance = if rig.precision == Precision::Fp8 { fp8_tolerance(rig.shape.layers) } else { TOLERANCE };
+    let tolerance = match rig.precision {
+        Precision::Int4 => int4_tolerance(rig.shape.layers),
+        Precision::Fp8 => fp8_tolerance(rig.shape.layers),
+        Precision::Fp16 => TOLERANCE,
+    };
     let mut worst = 0f64;
     for ((&r, w), got) in rows.iter().zip(want).zip(&out) {
         let e = relative_error(got, w);
@@ -169,6 +200,9 @@ pub(super) struct Reference {
     pub want: Vec<Vec<u16>>,
     /// The sampled rows' largest activations (FP8's scales are set from them).
     amax: LayerAmax,
+    /// The same over the values the 4-bit weights stand for, where the
+    /// rig has them (a 4-bit pass's FP8 scales are set from them).
+    amax_int4: Option<LayerAmax>,
 }
 
 impl Reference {
@@ -176,8 +210,10 @@ impl Reference {
     pub fn fresh(rig: &mut OffloadRig, batch: usize) -> Reference {
         let rows = sampled_rows(batch);
         let seed = rig.fresh_input(batch);
-        let (want, amax) = forward_rows(rig.weights(), rig.shape, &rig.input_rows(&rows));
-        Reference { batch, seed, rows, want, amax }
+        let input = rig.input_rows(&rows);
+        let (want, amax) = forward_rows(rig.weights(), rig.shape, &input);
+        let amax_int4 = rig.int4_values_pass(&input).map(|(_, amax)| amax);
+        Reference { batch, seed, rows, want, amax, amax_int4 }
     }
 }
 
@@ -207,11 +243,35 @@ pub(super) struct Sweep<'a> {
     pub rig: &'a mut OffloadRig,
     pub cfg: &'a OffloadConfig,
     pub reference: &'a Reference,
+    /// What a 4-bit pass must give on the sampled rows, where the rig has 4 bits.
+    want_int4: Option<Vec<Vec<u16>>>,
     pub verified: usize,
     pub worst: f64,
     /// FP8's passes verified, their worst error and the largest share of
     /// E4M3's range an activation took.
     pub fp8: (usize, f64, f64),
+    /// The 4-bit passes': the same, and their worst error against the FP16 reference.
+    pub int4: Int4Checked,
+}
+
+/// The 4-bit passes verified so far (see [`Int4Accuracy`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Int4Checked {
+    pub passes: usize,
+    pub max_error: f64,
+    pub off_fp16: f64,
+    pub range_used: f64,
+}
+
+impl Int4Checked {
+    fn merge(self, o: Int4Checked) -> Int4Checked {
+        Int4Checked {
+            passes: self.passes + o.passes,
+            max_error: self.max_error.max(o.max_error),
+            off_fp16: self.off_fp16.max(o.off_fp16),
+            range_used: self.range_used.max(o.range_used),
+        }
+    }
 }
 
 /// One kind's costs alone at a batch: (one upload, one layer), each over
@@ -231,17 +291,25 @@ impl<'a> Sweep<'a> {
         let batch = reference.batch;
         rig.input_of(batch, reference.seed);
         if rig.has_fp8() {
-            rig.set_fp8_scales(batch, &reference.amax)?;
+            rig.set_fp8_scales(batch, &reference.amax, reference.amax_int4.as_ref())?;
         }
+        // What a 4-bit pass must give: the CPU's FP8 pass over the bytes
+        // its dequantization writes, with the scales just set.
+        let want_int4 = rig.int4_reference_rows(&reference.rows);
         // Warmed on FP16-sized slots, which every kind of layer fits.
         rig.place(Placement { resident: 0, ring: cfg.ring }, Precision::Fp16)?;
         rig.warm(batch)?;
-        Ok(Sweep { rig, cfg, reference, verified: 0, worst: 0.0, fp8: (0, 0.0, 0.0) })
+        Ok(Sweep { rig, cfg, reference, want_int4, verified: 0, worst: 0.0, fp8: (0, 0.0, 0.0), int4: Int4Checked::default() })
     }
 
     pub fn check(&mut self, batch: usize, what: &str) -> Result<()> {
-        let e = verify(self.rig, batch, &self.reference.rows, &self.reference.want, what)?;
-        if self.rig.precision == Precision::Fp8 {
+        let want = match (self.rig.precision, &self.want_int4) {
+            (Precision::Int4, Some(w)) => w,
+            (Precision::Int4, None) => return Err(LabError::config(format!("{what}: no CPU reference over the 4-bit values"))),
+            _ => &self.reference.want,
+        };
+        let e = verify(self.rig, batch, &self.reference.rows, want, what)?;
+        if self.rig.precision.fp8_activations() {
             let used = self.rig.fp8_range_used()?;
             if used > 1.0 {
                 return Err(LabError::Verification {
@@ -250,7 +318,12 @@ impl<'a> Sweep<'a> {
                     detail: format!("{what}, {batch} tokens: an activation reached {:.0}% of its scale's range: values were clipped", 100.0 * used),
                 });
             }
-            self.fp8 = (self.fp8.0 + 1, self.fp8.1.max(e), self.fp8.2.max(used));
+            if self.rig.precision == Precision::Int4 {
+                let off_fp16 = worst_off(self.rig, batch, &self.reference.rows, &self.reference.want)?;
+                self.int4 = self.int4.merge(Int4Checked { passes: 1, max_error: e, off_fp16, range_used: used });
+            } else {
+                self.fp8 = (self.fp8.0 + 1, self.fp8.1.max(e), self.fp8.2.max(used));
+            }
         } else {
             self.worst = self.worst.max(e);
             self.verified += 1;
@@ -468,6 +541,8 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
     let mut points: Vec<BatchPoint> = Vec::new();
     let mut references: Vec<Reference> = Vec::new();
     let (mut verified, mut worst, mut fp8) = (0, 0f64, (0usize, 0f64, 0f64));
+    let mut int4 = Int4Checked::default();
+    let int4_missing = rig.no_int4();
     for &batch in &cfg.batches {
         let _r = trace::range(&format!("lab 9: {batch} tokens"));
         bar.step_note(&format!("{batch} tokens: the CPU reference"));
@@ -482,11 +557,20 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
         let (h2d_ms, layer_ms) = (fp16.upload, fp16.layer);
         // The fused layers upload the same FP16 weights: their layers alone are timed against the same uploads.
         let layer_fused_ms = if fused { Some(sweep.costs(batch, LayerKind::Fused, Some(&fp16))?.layer) } else { None };
-        let (h2d_fp8_ms, layer_fp8_ms) = if sweep.rig.has_fp8() {
-            let fp8 = sweep.costs(batch, LayerKind::Fp8, None)?;
-            (Some(fp8.upload), Some(fp8.layer))
-        } else {
-            (None, None)
+        let alone = |sweep: &mut Sweep, kind| -> Result<(Option<Summary>, Option<Summary>)> {
+            if !sweep.rig.runs(kind) {
+                return Ok((None, None));
+            }
+            let a = sweep.costs(batch, kind, None)?;
+            Ok((Some(a.upload), Some(a.layer)))
+        };
+        let (h2d_fp8_ms, layer_fp8_ms) = alone(&mut sweep, LayerKind::Fp8)?;
+        let (h2d_int4_ms, layer_int4_ms) = alone(&mut sweep, LayerKind::Int4)?;
+        // The costs of 4-bit layers leave the rig placed for them: the
+        // dequantization alone, the warm-up's passes first.
+        let dequant_int4_ms = match layer_int4_ms {
+            Some(_) => Some(Summary::of(&sweep.rig.dequantization_alone(cfg.warmup + cfg.repeats)?[cfg.warmup..])?),
+            None => None,
         };
         bar.step(&format!("{batch} tokens: costs alone"));
         let mut point = BatchPoint {
@@ -501,17 +585,15 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
             layer_fused_ms,
             h2d_fp8_ms,
             layer_fp8_ms,
+            h2d_int4_ms,
+            layer_int4_ms,
+            dequant_int4_ms,
             torch_beyond: None,
         };
         let mut pageable_alone = Vec::new();
         let mut measured = Vec::new();
         for v in Variant::ALL {
-            let runs_here = match v.kind() {
-                LayerKind::Separate => true,
-                LayerKind::Fused => fused,
-                LayerKind::Fp8 => sweep.rig.has_fp8(),
-            };
-            if !runs_here {
+            if !sweep.rig.runs(v.kind()) {
                 bar.step(&format!("{batch} tokens: {} (not on this GPU)", v.label()));
                 continue;
             }
@@ -536,6 +618,7 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
         verified += sweep.verified;
         worst = worst.max(sweep.worst);
         fp8 = (fp8.0 + sweep.fp8.0, fp8.1.max(sweep.fp8.1), fp8.2.max(sweep.fp8.2));
+        int4 = int4.merge(sweep.int4);
         points.push(point);
         references.push(reference);
     }
@@ -604,6 +687,13 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
     bar.step("PyTorch's references");
     bar.finish();
     let fp8 = (fp8.0 > 0).then(|| Fp8Accuracy { max_error: fp8.1, tolerance: fp8_tolerance(shape.layers), range_used: fp8.2, verified_passes: fp8.0 });
+    let int4 = (int4.passes > 0).then(|| Int4Accuracy {
+        max_error: int4.max_error,
+        tolerance: int4_tolerance(shape.layers),
+        off_fp16: int4.off_fp16,
+        range_used: int4.range_used,
+        verified_passes: int4.passes,
+    });
     Ok(OffloadResults {
         config: cfg.clone(),
         shape,
@@ -621,6 +711,8 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
         torch,
         fp8,
         fp8_missing,
+        int4,
+        int4_missing,
         sweeps,
         timelines,
     })

@@ -12,16 +12,18 @@
 //! batch): over a sweep of batch sizes it moves from the link to the GPU's
 //! arithmetic, and the crossover batch is where compute hides the stream.
 //!
-//! Nine variants, each a pass on the one runner ([`Variant`]): pageable
+//! Ten variants, each a pass on the one runner ([`Variant`]): pageable
 //! weights copied then computed, pinned copied then computed, a ring of 2
 //! on a copy stream ordered by events, a ring of K with the copy stream at
 //! high priority, that pass captured as a CUDA graph, and that pass with
 //! its hidden activations from the stream-ordered pool; then past the
 //! streaming bound, by changing the problem: the ReLU fused into the
 //! first GEMM's epilogue, the budget spent on resident layers as the
-//! planner places them ([`placement`]), and FP8 weights (half the bytes
+//! planner places them ([`placement`]), FP8 weights (half the bytes
 //! over the link, each GEMM quantizing its output in its epilogue) where
-//! the GPU has FP8. A sweep over the budget shows tokens/s against GPU
+//! the GPU has FP8, and 4-bit weights (a quarter of the bytes and 3%:
+//! [`int4`]), each layer dequantized into E4M3 on the GPU ([`kernel`])
+//! before FP8's GEMMs. A sweep over the budget shows tokens/s against GPU
 //! memory, and the planner's choice beside the best of a measured grid of
 //! placements. Each is predicted
 //! by the queue model from the costs measured alone (the pass recorded on
@@ -35,8 +37,7 @@
 //! The files stand in floors, each using only those below it. With no
 //! GPU: [`network`] (the shape, the kinds of layer, a placement), then
 //! [`forward`] (the vocabulary, the passes, the queue model's time of a
-//! pass), [`int4`] (4-bit weights on the CPU, for the 4-bit variant still
-//! to come), [`config`], [`variant`], [`placement`] (the planner),
+//! pass), [`int4`] (4-bit weights on the CPU), [`config`], [`variant`], [`placement`] (the planner),
 //! [`mod@reference`] (PyTorch's script and its times), [`results`],
 //! [`tables`], [`charts`], [`exercise_placement`]. The CPU's reference
 //! ([`cpu`]) and the GPU side: [`kernel`], [`rig`], [`live`] (a pass on the

@@ -96,15 +96,22 @@ pub enum LayerKind {
     /// FP8 and finds its output's largest magnitude in its epilogue, the
     /// first with the ReLU too (two kernels).
     Fp8,
+    /// 4-bit weights: each matrix dequantized into E4M3 on the GPU (a
+    /// kernel of the lab's), then the FP8 layer's two GEMMs (four kernels).
+    Int4,
 }
 
 impl LayerKind {
     pub fn precision(self) -> Precision {
-        if self == LayerKind::Fp8 {
-            Precision::Fp8
-        } else {
-            Precision::Fp16
+        match self {
+            LayerKind::Separate | LayerKind::Fused => Precision::Fp16,
+            LayerKind::Fp8 => Precision::Fp8,
+            LayerKind::Int4 => Precision::Int4,
         }
+    }
+    /// Whether its GEMMs are FP8's (E4M3 activations, the rig's scales).
+    pub fn fp8_gemms(self) -> bool {
+        matches!(self, LayerKind::Fp8 | LayerKind::Int4)
     }
 }
 
@@ -119,6 +126,22 @@ pub enum Precision {
     /// [`INT4_GROUP`] values along the input dimension (`int4`'s layout),
     /// dequantized on the GPU into E4M3 for the FP8 GEMMs.
     Int4,
+}
+
+impl Precision {
+    /// Its name in a table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp16 => "FP16",
+            Precision::Fp8 => "FP8",
+            Precision::Int4 => "4-bit",
+        }
+    }
+    /// Whether a pass in it runs FP8 activations and the rig's FP8 scales
+    /// (FP8's layers, and 4-bit ones, dequantized into E4M3).
+    pub fn fp8_activations(self) -> bool {
+        matches!(self, Precision::Fp8 | Precision::Int4)
+    }
 }
 
 /// Values one 4-bit scale covers, along the input dimension (GPTQ's usual

@@ -68,6 +68,16 @@ pub struct BatchPoint {
     /// One FP8 layer alone, ms.
     #[serde(default)]
     pub layer_fp8_ms: Option<Summary>,
+    /// One layer's upload from the 4-bit weights, alone, ms (where the rig has them).
+    #[serde(default)]
+    pub h2d_int4_ms: Option<Summary>,
+    /// One 4-bit layer alone (its dequantization into E4M3, then FP8's
+    /// GEMMs), ms.
+    #[serde(default)]
+    pub layer_int4_ms: Option<Summary>,
+    /// One 4-bit layer's dequantization alone (both matrices into E4M3), ms.
+    #[serde(default)]
+    pub dequant_int4_ms: Option<Summary>,
     /// PyTorch's passes and layers past the streaming bound, where it ran.
     #[serde(default)]
     pub torch_beyond: Option<TorchBeyond>,
@@ -87,6 +97,7 @@ impl BatchPoint {
             LayerKind::Separate => Some((&self.h2d_ms, &self.layer_ms)),
             LayerKind::Fused => Some((&self.h2d_ms, self.layer_fused_ms.as_ref()?)),
             LayerKind::Fp8 => Some((self.h2d_fp8_ms.as_ref()?, self.layer_fp8_ms.as_ref()?)),
+            LayerKind::Int4 => Some((self.h2d_int4_ms.as_ref()?, self.layer_int4_ms.as_ref()?)),
         }
     }
     /// The queue model's costs for `kind`'s layers here (the medians).
@@ -146,6 +157,15 @@ pub struct OffloadResults {
     pub fp8: Option<Fp8Accuracy>,
     #[serde(default)]
     pub fp8_missing: Option<String>,
+    /// The 4-bit passes' accuracy against the CPU's FP8 pass over the
+    /// bytes their dequantization writes (`measure::int4_tolerance`), and
+    /// the worst sampled row against the FP16 CPU reference (what 4 bits
+    /// cost, a figure, not a check), where they ran; else why not
+    /// (`int4_missing`).
+    #[serde(default)]
+    pub int4: Option<Int4Accuracy>,
+    #[serde(default)]
+    pub int4_missing: Option<String>,
     /// The placement sweep: per batch and budget, the planner's choice
     /// and the placements measured beside it.
     #[serde(default)]
@@ -164,6 +184,19 @@ pub struct Fp8Accuracy {
     pub tolerance: f64,
     /// The largest share of E4M3's range an activation took (its amax over
     /// what its scale reaches): at most 1, or values were clipped.
+    pub range_used: f64,
+    pub verified_passes: usize,
+}
+
+/// The 4-bit passes' accuracy (see [`OffloadResults::int4`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Int4Accuracy {
+    /// Against the CPU's FP8 pass over the same E4M3 bytes, within `tolerance`.
+    pub max_error: f64,
+    pub tolerance: f64,
+    /// The worst sampled row against the FP16 CPU reference.
+    pub off_fp16: f64,
+    /// The largest share of E4M3's range an activation took.
     pub range_used: f64,
     pub verified_passes: usize,
 }

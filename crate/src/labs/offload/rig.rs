@@ -1,23 +1,28 @@
 //! Lab 9's rig on a GPU: the model's weights in host memory (page-locked,
 //! ordinary pageable memory holding the same bytes, and page-locked FP8
-//! where the GPU has FP8 tensor cores; each copy made only where the run
-//! asks for it: [`Copies`]), the GPU's layer buffers (a ring, and the
-//! layers kept resident: [`Placement`]), the activations, cuBLAS, the ReLU
-//! kernel and the streams; and one layer's GPU work as the library calls
-//! of one op ([`LayerKind`]: GEMM, ReLU, GEMM; the ReLU in the first
-//! GEMM's epilogue; or both GEMMs in FP8, each quantizing its output in
-//! its epilogue).
+//! and 4-bit copies where the GPU has FP8 tensor cores; each copy made
+//! only where the run asks for it: [`Copies`]), the GPU's layer buffers (a
+//! ring, and the layers kept resident: [`Placement`]), the activations,
+//! FP8's scales (a 4-bit pass's its own), cuBLAS, the ReLU and
+//! dequantization kernels and the streams; one layer's GPU work as the
+//! library calls of one op ([`LayerKind`]: GEMM, ReLU, GEMM; the ReLU in
+//! the first GEMM's epilogue; both GEMMs in FP8, each quantizing its
+//! output in its epilogue; or the 4-bit layer dequantized into E4M3, then
+//! FP8's two); and what the CPU holds a 4-bit pass to (its FP8 twin over
+//! the same E4M3 bytes: [`OffloadRig::int4_reference_rows`]).
 //!
 //! May use: `network`, `cpu` (the FP16 values the weights hold, the
-//! sampled rows' largest activations), `kernel` (the ReLU), `error`,
+//! sampled rows' largest activations), `int4` (the 4-bit copy and its
+//! layout), `kernel` (the ReLU, the 4-bit dequantization), `error`,
 //! `gpu` and `measure::pattern`.
 
-use super::cpu::{half_bits, rows_of, LayerAmax};
-use super::kernel::Relu;
+use super::cpu::{forward_rows_e4m3, forward_rows_with, half_bits, rows_of, ActivationScales, LayerAmax};
+use super::int4;
+use super::kernel::{Dequant, Relu};
 pub use super::network::{fp8_slot, LayerKind, Precision};
 use super::network::{Placement, Shape};
 use crate::error::{LabError, Result};
-use crate::gpu::{trace, Blas, DeviceBuffer, Fp8Scales, Gpu, HostBuffer, MatrixE4M3, MatrixF16, PageableBuffer, PinnedBuffer, ScalarF32, Stream, StreamKind};
+use crate::gpu::{trace, Blas, DeviceBuffer, DeviceSpan, Fp8Scales, Gpu, HostBuffer, MatrixE4M3, MatrixF16, PageableBuffer, PinnedBuffer, ScalarF32, Stream, StreamKind};
 use crate::measure::pattern;
 use rayon::prelude::*;
 
@@ -46,13 +51,27 @@ pub struct Copies {
     pub pageable: bool,
     /// FP8, where the GPU has FP8 (the FP8 passes).
     pub fp8: bool,
+    /// 4 bits, where the GPU has FP8 (the 4-bit pass dequantizes into
+    /// E4M3 for FP8's GEMMs) and the width splits into 4-bit groups
+    /// ([`int4::fits`]).
+    pub int4: bool,
 }
 
 impl Copies {
     /// Every copy (the lab's run, whose passes read them all).
-    pub const ALL: Copies = Copies { pageable: true, fp8: true };
+    pub const ALL: Copies = Copies { pageable: true, fp8: true, int4: true };
     /// The page-locked FP16 copy alone (a ring of FP16 layers).
-    pub const PINNED: Copies = Copies { pageable: false, fp8: false };
+    pub const PINNED: Copies = Copies { pageable: false, fp8: false, int4: false };
+}
+
+/// The weights in 4 bits on the host, where the rig has them.
+pub(super) struct Int4Weights {
+    /// Page-locked, layer after layer, each as [`int4::layer_parts`] lays it out.
+    pub host: PinnedBuffer,
+    /// Each layer's FP8 scales (W1's, W2's) its dequantization writes E4M3 with.
+    pub scales: Vec<(f32, f32)>,
+    /// The dequantization kernel.
+    pub dequant: Dequant,
 }
 
 pub struct OffloadRig {
@@ -68,6 +87,11 @@ pub struct OffloadRig {
     /// output, as FP8 GEMMs read them: W1ᵀ then W2ᵀ), where the GPU has
     /// FP8; with each matrix's scale (W1's, W2's) per layer.
     pub(super) fp8: Option<(PinnedBuffer, Vec<(f32, f32)>)>,
+    /// The weights in 4 bits, where asked for and possible ([`Copies::int4`]).
+    pub(super) int4: Option<Int4Weights>,
+    /// Where a 4-bit layer is dequantized into E4M3 (one FP8 layer's
+    /// bytes), while the rig is placed for 4 bits.
+    pub(super) dequantized: Option<DeviceBuffer>,
     /// The GPU's layer buffers, each one layer's weights: the ring's
     /// `placement.ring` slots first, then the resident layers', buffer
     /// `ring + r` holding the r-th of them for good
@@ -83,6 +107,11 @@ pub struct OffloadRig {
     scales_host: Option<PinnedBuffer>,
     /// The FP8 scales of the activations set last ([`OffloadRig::set_fp8_scales`]), on the host.
     pub(super) host_scales: Vec<f32>,
+    /// The same for a 4-bit pass (empty where there is none).
+    host_scales_int4: Vec<f32>,
+    /// Whose weights' scales the GPU's scale buffer holds now (FP8's or
+    /// the 4-bit weights' E4M3 ones), if any.
+    scales_for: Option<Precision>,
     /// The batch's input in FP8 (batch x d bytes), where there is FP8.
     input_fp8: Option<PinnedBuffer>,
     /// The activations between layers: layer i reads `act[i % 2]` and writes `act[(i + 1) % 2]`.
@@ -130,16 +159,25 @@ impl UniformF16 {
 }
 
 /// The weights' host copies, made at once: the page-locked FP16 weights
-/// written while the FP8 copy's page-locked memory is allocated (a driver
-/// call of a second or more, on a thread of its own), then the pageable
-/// copy and the FP8 one made from them side by side. Returns (pinned,
-/// pageable, FP8 with its scales), each as `copies` asks.
+/// written while the FP8 and 4-bit copies' page-locked memory is
+/// allocated (a driver call of a second or more each, on threads of their
+/// own), then the pageable, FP8 and 4-bit copies made from them side by
+/// side. Returns (pinned, pageable, FP8 with its scales, 4-bit with its
+/// scales), each as `copies` asks.
 #[allow(clippy::type_complexity)]
-fn host_weights(gpu: &Gpu, shape: Shape, copies: Copies) -> Result<(PinnedBuffer, Option<PageableBuffer>, Option<(PinnedBuffer, Vec<(f32, f32)>)>)> {
+fn host_weights(
+    gpu: &Gpu,
+    shape: Shape,
+    copies: Copies,
+) -> Result<(PinnedBuffer, Option<PageableBuffer>, Option<(PinnedBuffer, Vec<(f32, f32)>)>, Option<(PinnedBuffer, Vec<(f32, f32)>)>)> {
     let (d, lb) = (shape.d, shape.layer_bytes());
     std::thread::scope(|scope| {
-        let fp8_gpu = gpu.clone();
-        let fp8_memory = copies.fp8.then(|| scope.spawn(move || PinnedBuffer::new(&fp8_gpu, shape.network_bytes() / 2)));
+        let page_locked = |want: bool, bytes: usize| {
+            let gpu = gpu.clone();
+            want.then(|| scope.spawn(move || PinnedBuffer::new(&gpu, bytes)))
+        };
+        let fp8_memory = page_locked(copies.fp8, shape.network_bytes() / 2);
+        let int4_memory = page_locked(copies.int4, shape.layers * shape.layer_bytes_in(Precision::Int4));
         let mut pinned = PinnedBuffer::new(gpu, shape.network_bytes())?;
         // He-style scales keep the activations' size from layer to layer:
         // W1 (d x 4d) in ±sqrt(3/d), W2 (4d x d) in ±sqrt(1.5/d) (ReLU halves the second moment).
@@ -151,16 +189,29 @@ fn host_weights(gpu: &Gpu, shape: Shape, copies: Copies) -> Result<(PinnedBuffer
             w1.fill(a, seed, (l * layer_words) as u64);
             w2.fill(b, seed, (l * layer_words + layer_words / 2) as u64);
         });
-        let fp8_memory = match fp8_memory {
-            Some(h) => Some(h.join().map_err(|_| LabError::config("allocating the FP8 weights' page-locked memory panicked"))??),
-            None => None,
+        let joined = |h: Option<std::thread::ScopedJoinHandle<Result<PinnedBuffer>>>| -> Result<Option<PinnedBuffer>> {
+            match h {
+                Some(h) => Ok(Some(h.join().map_err(|_| LabError::config("allocating the weights' page-locked memory panicked"))??)),
+                None => Ok(None),
+            }
         };
+        let (fp8_memory, int4_memory) = (joined(fp8_memory)?, joined(int4_memory)?);
         let src = pinned.words();
-        let (pageable, fp8) = rayon::join(
+        let (pageable, (fp8, int4)) = rayon::join(
             || copies.pageable.then(|| pageable_copy(src)).transpose(),
-            || fp8_memory.map(|mut out| fp8_weights(src, shape, &mut out).map(|scales| (out, scales))).transpose(),
+            || {
+                rayon::join(
+                    || fp8_memory.map(|mut out| fp8_weights(src, shape, &mut out).map(|scales| (out, scales))).transpose(),
+                    || {
+                        int4_memory.map(|mut out| {
+                            let scales = int4::quantize_network(src, shape, out.words_mut());
+                            (out, scales)
+                        })
+                    },
+                )
+            },
         );
-        Ok((pinned, pageable?, fp8?))
+        Ok((pinned, pageable?, fp8?, int4))
     })
 }
 
@@ -188,8 +239,12 @@ impl OffloadRig {
         // (least, greatest): the greatest priority is the lowest number.
         let (_, highest) = gpu.stream_priority_range()?;
         let blas = Blas::new(gpu)?;
-        let copies = Copies { fp8: copies.fp8 && blas.has_fp8(), ..copies };
-        let (pinned, pageable, fp8) = host_weights(gpu, shape, copies)?;
+        let copies = Copies { fp8: copies.fp8 && blas.has_fp8(), int4: copies.int4 && blas.has_fp8() && int4::fits(shape.d), ..copies };
+        let (pinned, pageable, fp8, int4) = host_weights(gpu, shape, copies)?;
+        let int4 = match int4 {
+            Some((host, scales)) => Some(Int4Weights { host, scales, dequant: Dequant::load(gpu)? }),
+            None => None,
+        };
         let rig = OffloadRig {
             gpu: gpu.clone(),
             shape,
@@ -202,8 +257,12 @@ impl OffloadRig {
             scales: if fp8.is_some() { Some(gpu.alloc(fp8_slot::bytes(shape.layers))?) } else { None },
             scales_host: if fp8.is_some() { Some(PinnedBuffer::new(gpu, fp8_slot::bytes(shape.layers))?) } else { None },
             host_scales: vec![1.0; fp8_slot::count(shape.layers)],
+            host_scales_int4: Vec::new(),
+            scales_for: None,
             input_fp8: if fp8.is_some() { Some(PinnedBuffer::new(gpu, shape.act_bytes(max_batch) / 2)?) } else { None },
             fp8,
+            int4,
+            dequantized: None,
             blas,
             act: [gpu.alloc(shape.act_bytes(max_batch))?, gpu.alloc(shape.act_bytes(max_batch))?],
             hidden: gpu.alloc(shape.hidden_bytes(max_batch))?,
@@ -237,13 +296,76 @@ impl OffloadRig {
     /// scales where it has them, and the workspace cuBLAS uses (the one it
     /// is given, and keeps).
     pub fn gpu_bytes(&self) -> usize {
-        let buffers = self.ring.iter().chain(&self.act).chain([&self.hidden]).chain(self.scales.iter().filter(|_| self.precision == Precision::Fp8));
+        let scales = self.scales.iter().filter(|_| self.precision.fp8_activations());
+        let buffers = self.ring.iter().chain(&self.act).chain([&self.hidden]).chain(scales).chain(&self.dequantized);
         buffers.map(DeviceBuffer::bytes).sum::<usize>() + self.blas.workspace_bytes()
     }
 
     /// Whether the rig has FP8 (the GPU's tensor cores and cuBLASLt).
     pub fn has_fp8(&self) -> bool {
         self.fp8.is_some()
+    }
+
+    /// Whether the rig runs layers of `kind` (the fused ReLU needs
+    /// cuBLASLt's epilogue; FP8 and 4 bits, FP8 tensor cores).
+    pub fn runs(&self, kind: LayerKind) -> bool {
+        match kind {
+            LayerKind::Separate => true,
+            LayerKind::Fused => self.blas.has_fused_relu(),
+            LayerKind::Fp8 => self.has_fp8(),
+            LayerKind::Int4 => self.has_int4(),
+        }
+    }
+
+    /// Whether the rig has the 4-bit weights ([`Copies::int4`]).
+    pub fn has_int4(&self) -> bool {
+        self.int4.is_some()
+    }
+
+    /// Why the rig has no 4-bit weights, in a line (None where it has them).
+    pub fn no_int4(&self) -> Option<String> {
+        match (&self.int4, &self.fp8) {
+            (Some(_), _) => None,
+            (None, None) => Some(format!("{} (the 4-bit pass dequantizes into E4M3 for FP8's GEMMs)", no_fp8(&self.gpu))),
+            (None, Some(_)) if !int4::fits(self.shape.d) => {
+                Some(format!("d = {} does not split into 4-bit groups of {} inputs", self.shape.d, int4::GROUP))
+            }
+            (None, Some(_)) => Some("the rig was made without the 4-bit weights".into()),
+        }
+    }
+
+    /// One layer of the 4-bit copy, as its bytes.
+    fn int4_layer(&self, layer: usize) -> Option<&[u8]> {
+        let lb = self.shape.layer_bytes_in(Precision::Int4);
+        let bytes: &[u8] = bytemuck::cast_slice(self.int4.as_ref()?.host.words());
+        bytes.get(layer * lb..(layer + 1) * lb)
+    }
+
+    /// The CPU's FP16 pass for `rows` (FP16 bits) over the values the
+    /// 4-bit weights stand for, and its activations' largest magnitudes
+    /// (a 4-bit pass's FP8 scales are set from them), where the rig has
+    /// the 4-bit weights.
+    pub fn int4_values_pass(&self, rows: &[Vec<u16>]) -> Option<(Vec<Vec<u16>>, LayerAmax)> {
+        self.int4.as_ref()?;
+        let d = self.shape.d;
+        Some(forward_rows_with(self.shape, rows, &|l| std::borrow::Cow::Owned(self.int4_layer(l).map_or_else(Vec::new, |b| int4::values_layer(b, d)))))
+    }
+
+    /// What a 4-bit pass must give for `rows` (indices into the batch): the
+    /// CPU's FP8 pass ([`forward_rows_e4m3`]) over the E4M3 bytes the
+    /// dequantization writes, with the activations' scales set last for
+    /// 4 bits; None where the rig has no 4-bit weights or no such scales.
+    pub fn int4_reference_rows(&self, rows: &[usize]) -> Option<Vec<Vec<u16>>> {
+        let w = self.int4.as_ref()?;
+        let s = &self.host_scales_int4;
+        if s.is_empty() {
+            return None;
+        }
+        let layers = self.shape.layers;
+        let scales = ActivationScales { input: s[fp8_slot::INPUT], layers: (0..layers).map(|l| (s[fp8_slot::layer(l) + 2], s[fp8_slot::layer(l) + 4])).collect() };
+        let d = self.shape.d;
+        let layer = |l: usize| int4::e4m3_layer(self.int4_layer(l).unwrap_or(&[]), d, w.scales[l]);
+        Some(forward_rows_e4m3(self.shape, &self.input_rows(rows), &scales, &layer))
     }
 
     /// Makes the layer buffers `placement`'s in `precision`: the ring's
@@ -257,8 +379,8 @@ impl OffloadRig {
         if precision == Precision::Fp8 && self.fp8.is_none() {
             return Err(LabError::Unsupported(no_fp8(&self.gpu)));
         }
-        if precision == Precision::Int4 {
-            return Err(LabError::Unsupported("the rig keeps no 4-bit weights yet (their sizes and dequantization are built; their pass is not)".into()));
+        if let (Precision::Int4, Some(why)) = (precision, self.no_int4()) {
+            return Err(LabError::Unsupported(why));
         }
         if placement.resident > self.shape.layers {
             return Err(LabError::config(format!("{} resident layers: the network has {}", placement.resident, self.shape.layers)));
@@ -270,51 +392,82 @@ impl OffloadRig {
             s.synchronize()?;
         }
         self.ring.clear();
+        self.dequantized = None;
         self.placement = Placement { resident: 0, ring: 0 };
         let lb = self.shape.layer_bytes_in(precision);
         let buffers = placement.ring + placement.resident;
-        self.gpu.ensure_free((buffers * lb) as u64 + (64 << 20), &format!("{} resident layers and a ring of {}", placement.resident, placement.ring))?;
+        // A 4-bit pass dequantizes each layer into one FP8 layer's bytes.
+        let dequantized = if precision == Precision::Int4 { self.shape.layer_bytes_in(Precision::Fp8) } else { 0 };
+        self.gpu.ensure_free((buffers * lb + dequantized) as u64 + (64 << 20), &format!("{} resident layers and a ring of {}", placement.resident, placement.ring))?;
         self.ring = (0..buffers).map(|_| self.gpu.alloc(lb)).collect::<Result<_>>()?;
+        if dequantized > 0 {
+            self.dequantized = Some(self.gpu.alloc(dequantized)?);
+        }
         for (r, layer) in placement.resident_layers(self.shape.layers).into_iter().enumerate() {
-            let host: &dyn HostBuffer = match (precision, &self.fp8) {
-                (Precision::Fp8, Some((w, _))) => w,
+            let host: &dyn HostBuffer = match (precision, &self.fp8, &self.int4) {
+                (Precision::Fp8, Some((w, _)), _) => w,
+                (Precision::Int4, _, Some(w)) => &w.host,
                 _ => &self.pinned,
             };
             self.setup.upload_range(&self.ring[placement.ring + r], host, layer * lb, lb)?;
         }
         self.placement = placement;
         self.precision = precision;
+        if precision.fp8_activations() && self.scales_for != Some(precision) && self.scales_for.is_some() {
+            self.upload_scales(precision)?;
+        }
         Ok(())
+    }
+
+    /// One layer's dequantization alone, ms, `repeats` times: every layer
+    /// of the network dequantized back to back on the compute stream
+    /// (each from the ring's slot `layer % K`, as a pass streams them)
+    /// between two events, over the layers. The rig must be placed for 4
+    /// bits, its slots holding uploaded layers (the costs alone leave it so).
+    pub fn dequantization_alone(&self, repeats: usize) -> Result<Vec<f64>> {
+        let (Some(w), Some(out)) = (&self.int4, &self.dequantized) else {
+            return Err(LabError::config("the dequantization alone needs the rig placed for 4 bits"));
+        };
+        let k = self.placement.ring.max(1).min(self.ring.len());
+        if k == 0 {
+            return Err(LabError::config("the dequantization alone needs a layer buffer"));
+        }
+        let (start, end) = (self.gpu.timing_event()?, self.gpu.timing_event()?);
+        let layers = self.shape.layers;
+        let mut ms = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            start.record(&self.compute)?;
+            for l in 0..layers {
+                // SAFETY: the rig's own buffers, synchronized below before
+                // anything else uses or frees them.
+                unsafe { dequantize_layer(&w.dequant, &self.compute, self.ring[l % k].span(), out.span(), self.shape.d, w.scales[l]) }?;
+            }
+            end.record(&self.compute)?;
+            self.compute.synchronize()?;
+            ms.push(start.elapsed_ms(&end)? / layers as f64);
+        }
+        Ok(ms)
     }
 
     /// Sets the FP8 scales from the CPU's sampled rows (`amax`: the input's
     /// and each layer's largest magnitudes there), each [`FP8_MARGIN`]
     /// above them, and quantizes the input with its scale: the delayed
     /// scaling of FP8 inference, calibrated once per batch (untimed).
-    pub fn set_fp8_scales(&mut self, batch: usize, amax: &LayerAmax) -> Result<()> {
-        let (Some((_, w_scales)), Some(buf), Some(host), Some(input8)) = (&self.fp8, &self.scales, &mut self.scales_host, &mut self.input_fp8) else {
+    pub fn set_fp8_scales(&mut self, batch: usize, amax: &LayerAmax, amax_int4: Option<&LayerAmax>) -> Result<()> {
+        let (Some((_, w_scales)), Some(input8)) = (&self.fp8, &mut self.input_fp8) else {
             return Err(LabError::Unsupported(no_fp8(&self.gpu)));
         };
-        let layers = self.shape.layers;
-        let mut s = vec![0f32; fp8_slot::count(layers)];
         // The input's largest magnitude, over the whole batch (it is on the
         // host): known exactly, no margin. (`amax.input` is the sampled rows'.)
         let n = batch * self.shape.d;
         let input = self.input.words();
         let input_amax = f32::max(amax.input, f16_amax(input, 0..n));
         let s_x = (input_amax / E4M3_MAX).max(f32::MIN_POSITIVE);
-        s[fp8_slot::INPUT] = s_x;
-        for (l, (&(w1, w2), &(h, y))) in w_scales.iter().zip(&amax.layers).enumerate() {
-            let at = fp8_slot::layer(l);
-            let (s_h, s_y) = ((h * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE), (y * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE));
-            s[at..at + 6].copy_from_slice(&[w1, w2, s_h, 1.0 / s_h, s_y, 1.0 / s_y]);
-        }
-        let words = host.words_mut();
-        words.fill(0);
-        for (slot, &v) in s.iter().enumerate() {
-            fp8_slot::put(words, slot, v);
-        }
-        self.setup.upload(buf, host, fp8_slot::bytes(layers))?;
+        self.host_scales = scale_slots(s_x, w_scales, amax);
+        self.host_scales_int4 = match (&self.int4, amax_int4) {
+            (Some(w), Some(a)) => scale_slots(s_x, &w.scales, a),
+            _ => Vec::new(),
+        };
         // The input, rounded to E4M3 with its scale, eight values a word.
         let e4m3 = E4m3Table::new(s_x);
         input8.words_mut()[..n.div_ceil(8)].par_iter_mut().enumerate().for_each(|(k, w)| {
@@ -327,7 +480,38 @@ impl OffloadRig {
             }
             *w = out;
         });
-        self.host_scales = s;
+        self.upload_scales(if self.precision == Precision::Int4 && !self.host_scales_int4.is_empty() { Precision::Int4 } else { Precision::Fp8 })
+    }
+
+    /// The scales set last ([`Self::set_fp8_scales`]) for a pass in
+    /// `precision` (FP8's, or the 4-bit pass's: its weights' E4M3 scales,
+    /// its activations calibrated on its own network).
+    fn scales_of(&self, precision: Precision) -> &[f32] {
+        if precision == Precision::Int4 {
+            &self.host_scales_int4
+        } else {
+            &self.host_scales
+        }
+    }
+
+    /// Uploads the scales set last for a pass in `precision`, and waits
+    /// for it (the host side is written again next time).
+    fn upload_scales(&mut self, precision: Precision) -> Result<()> {
+        let s = self.scales_of(precision).to_vec();
+        if s.len() != fp8_slot::count(self.shape.layers) {
+            return Err(LabError::config(format!("no FP8 scales set for a pass of {precision:?} weights")));
+        }
+        let (Some(buf), Some(host)) = (&self.scales, &mut self.scales_host) else {
+            return Err(LabError::Unsupported(no_fp8(&self.gpu)));
+        };
+        let words = host.words_mut();
+        words.fill(0);
+        for (slot, &v) in s.iter().enumerate() {
+            fp8_slot::put(words, slot, v);
+        }
+        self.setup.upload(buf, host, fp8_slot::bytes(self.shape.layers))?;
+        self.setup.synchronize()?;
+        self.scales_for = Some(precision);
         Ok(())
     }
 
@@ -340,9 +524,10 @@ impl OffloadRig {
         self.setup.download(host, buf, fp8_slot::bytes(layers))?;
         let f = |slot: usize| fp8_slot::get(host.words(), slot);
         let mut worst = 0f64;
+        let set = if self.precision == Precision::Int4 { &self.host_scales_int4 } else { &self.host_scales };
         for l in 0..layers {
             let at = fp8_slot::layer(l);
-            for (amax, scale) in [(f(fp8_slot::amax(layers, l)), self.host_scales[at + 2]), (f(fp8_slot::amax(layers, l) + 1), self.host_scales[at + 4])] {
+            for (amax, scale) in [(f(fp8_slot::amax(layers, l)), set[at + 2]), (f(fp8_slot::amax(layers, l) + 1), set[at + 4])] {
                 worst = worst.max(amax as f64 / (E4M3_MAX * scale) as f64);
             }
         }
@@ -375,7 +560,7 @@ impl OffloadRig {
             self.setup.fill_u32(b, POISON)?;
         }
         match (self.precision, &self.input_fp8) {
-            (Precision::Fp8, Some(input8)) => self.setup.upload(&self.act[0], input8, batch * self.shape.d),
+            (p, Some(input8)) if p.fp8_activations() => self.setup.upload(&self.act[0], input8, batch * self.shape.d),
             _ => self.setup.upload(&self.act[0], &self.input, self.shape.act_bytes(batch)),
         }
     }
@@ -409,6 +594,7 @@ impl OffloadRig {
                 input: &self.act[0],
                 output: &self.act[1],
                 hidden,
+                int4: None,
             };
             // SAFETY: the rig's own buffers, synchronized below.
             unsafe { work.enqueue(&self.setup) }?;
@@ -425,9 +611,10 @@ impl OffloadRig {
             self.setup.download(&mut self.output, last, self.shape.act_bytes(batch))?;
             return Ok(rows_of(self.output.words(), rows, d));
         }
-        // FP8: each byte times the last layer's output scale, as FP16.
+        // FP8 activations (FP8's and 4-bit passes): each byte times the
+        // last layer's output scale, as FP16.
         self.setup.download(&mut self.output, last, batch * d)?;
-        let scale = self.host_scales[fp8_slot::layer(layers - 1) + 4];
+        let scale = self.scales_of(self.precision)[fp8_slot::layer(layers - 1) + 4];
         let bytes = self.output.words();
         let byte = |i: usize| (bytes[i / 8] >> (8 * (i % 8))) as u8;
         Ok(rows
@@ -458,6 +645,9 @@ pub(super) struct LayerWork<'r> {
     pub input: &'r DeviceBuffer,
     pub output: &'r DeviceBuffer,
     pub hidden: Option<&'r DeviceBuffer>,
+    /// A 4-bit layer's dequantization: the kernel, where it writes the
+    /// layer's E4M3 bytes, and the layer's FP8 scales (W1's, W2's).
+    pub int4: Option<(&'r Dequant, &'r DeviceBuffer, (f32, f32))>,
 }
 
 impl LayerWork<'_> {
@@ -467,9 +657,12 @@ impl LayerWork<'_> {
     /// # Safety
     /// Every buffer stays allocated until the stream has run the layer.
     pub(super) unsafe fn enqueue(&self, st: &Stream) -> Result<()> {
-        if self.kind == LayerKind::Fp8 {
+        match self.kind {
+            // SAFETY: the caller's promise (# Safety), the slot the weights.
+            LayerKind::Fp8 => return unsafe { self.enqueue_fp8(st, self.slot.span()) },
             // SAFETY: the caller's promise (# Safety).
-            return unsafe { self.enqueue_fp8(st) };
+            LayerKind::Int4 => return unsafe { self.enqueue_int4(st) },
+            LayerKind::Separate | LayerKind::Fused => {}
         }
         let (d, n) = (self.shape.d, self.batch);
         let w = self.slot.span();
@@ -505,19 +698,35 @@ impl LayerWork<'_> {
         }
     }
 
-    /// The FP8 layer: hidden = q(ReLU(x · W1) / s_h), out = q(hidden · W2 /
-    /// s_y), two cuBLASLt products whose epilogues round to E4M3 and write
-    /// each output's amax (weights stored transposed: W1ᵀ (4d x d) then W2ᵀ
-    /// (d x 4d)).
+    /// The 4-bit layer: W1 and W2 dequantized from the slot into E4M3, in
+    /// the FP8 weights' layout, then the FP8 layer over them.
     ///
     /// # Safety
-    /// As for [`Self::enqueue`], and the scale buffer too.
-    unsafe fn enqueue_fp8(&self, st: &Stream) -> Result<()> {
+    /// As for [`Self::enqueue`], and the dequantization's buffer too.
+    unsafe fn enqueue_int4(&self, st: &Stream) -> Result<()> {
+        let Some((dequant, out, scales)) = self.int4 else {
+            return Err(LabError::config("a 4-bit layer needs the rig's dequantization and its buffer"));
+        };
+        // SAFETY: the caller keeps the slot, the dequantization's buffer
+        // and the scales alive until the stream ran the layer (# Safety).
+        unsafe {
+            dequantize_layer(dequant, st, self.slot.span(), out.span(), self.shape.d, scales)?;
+            self.enqueue_fp8(st, out.span())
+        }
+    }
+
+    /// The FP8 layer with its weights in `w`: hidden = q(ReLU(x · W1) /
+    /// s_h), out = q(hidden · W2 / s_y), two cuBLASLt products whose
+    /// epilogues round to E4M3 and write each output's amax (weights
+    /// stored transposed: W1ᵀ (4d x d) then W2ᵀ (d x 4d)).
+    ///
+    /// # Safety
+    /// As for [`Self::enqueue`], and the scale buffer and `w` too.
+    unsafe fn enqueue_fp8(&self, st: &Stream, w: DeviceSpan) -> Result<()> {
         let (d, n, l) = (self.shape.d, self.batch, self.layer);
         let (Some(scales), Some(hidden)) = (self.scales, self.hidden) else {
             return Err(LabError::config("an FP8 layer needs the rig's scales and its hidden buffer"));
         };
-        let w = self.slot.span();
         let w1t = MatrixE4M3 { span: w, at: 0, rows: 4 * d, cols: d };
         let w2t = MatrixE4M3 { span: w, at: 4 * d * d, rows: d, cols: 4 * d };
         let x = MatrixE4M3 { span: self.input.span(), at: 0, rows: n, cols: d };
@@ -534,6 +743,40 @@ impl LayerWork<'_> {
             self.blas.matmul_e4m3(st, y, h, w2t, second, false)
         }
     }
+}
+
+/// Enqueues one 4-bit layer's dequantization on `st`: its two matrices
+/// from `slot` (laid out as [`int4::layer_parts`] says, width `d`) into
+/// `out` as FP8's layer (W1ᵀ, then W2ᵀ), with the FP8 scales `scales`.
+///
+/// # Safety
+/// Both spans stay allocated until the stream has run it.
+unsafe fn dequantize_layer(dequant: &Dequant, st: &Stream, slot: DeviceSpan, out: DeviceSpan, d: usize, scales: (f32, f32)) -> Result<()> {
+    let [p1, q1, p2, q2] = int4::layer_parts(d);
+    let part = |span: DeviceSpan, (at, bytes): (usize, usize)| {
+        span.part(at, bytes).ok_or_else(|| LabError::config(format!("a 4-bit layer of d = {d}: bytes {at}..{} lie outside its buffer of {}", at + bytes, span.bytes())))
+    };
+    let half = 4 * d * d;
+    // SAFETY: the caller keeps both buffers alive until the stream ran
+    // the kernels (# Safety); each span is a part of one of them.
+    unsafe {
+        dequant.enqueue(st, part(slot, p1)?, part(slot, q1)?, part(out, (0, half))?, d, 4 * d, scales.0)?;
+        dequant.enqueue(st, part(slot, p2)?, part(slot, q2)?, part(out, (half, half))?, 4 * d, d, scales.1)
+    }
+}
+
+/// The scale slots ([`fp8_slot`]) of a pass with the input's scale `s_x`,
+/// its weights' scales `w` (W1's, W2's a layer) and its activations'
+/// largest magnitudes `amax` (each scale [`FP8_MARGIN`] above them).
+fn scale_slots(s_x: f32, w: &[(f32, f32)], amax: &LayerAmax) -> Vec<f32> {
+    let mut s = vec![0f32; fp8_slot::count(w.len())];
+    s[fp8_slot::INPUT] = s_x;
+    for (l, (&(w1, w2), &(h, y))) in w.iter().zip(&amax.layers).enumerate() {
+        let at = fp8_slot::layer(l);
+        let (s_h, s_y) = ((h * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE), (y * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE));
+        s[at..at + 6].copy_from_slice(&[w1, w2, s_h, 1.0 / s_h, s_y, 1.0 / s_y]);
+    }
+    s
 }
 
 /// Why `gpu` runs no FP8, in a line (the error of an FP8 step asked of it).
@@ -613,7 +856,7 @@ fn transpose_e4m3(words: &[u64], at: usize, rows: usize, cols: usize, dst: &mut 
     // memory), rounded into a small transposed tile, then written out a
     // run of output row j (input column j) at a time.
     const B: usize = 64;
-    let bytes: &mut [u8] = bytemuck_bytes(dst);
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
     let mut tile = [0u8; B * B];
     for k0 in (0..rows).step_by(B) {
         let kn = B.min(rows - k0);
@@ -634,13 +877,6 @@ fn transpose_e4m3(words: &[u64], at: usize, rows: usize, cols: usize, dst: &mut 
     scale
 }
 
-/// The bytes of a slice of words (little-endian, as the GPU reads them).
-fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
-    let n = words.len() * 8;
-    // SAFETY: u64 has no padding and u8 has alignment 1; the byte slice
-    // covers exactly the words' memory and borrows it mutably as they were.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, n) }
-}
 
 #[cfg(test)]
 mod tests {

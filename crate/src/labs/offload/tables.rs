@@ -6,7 +6,7 @@
 //! May use: `results` (what they print) and what it stands on
 //! (`network`, `variant`, `lab_kit`, `measure::stats`, `units`). No CUDA.
 
-use super::network::{budget_bytes, LayerKind, Precision};
+use super::network::{budget_bytes, Precision};
 use super::results::{OffloadResults, TorchPass};
 use super::variant::Variant;
 use crate::lab_kit::check::pct;
@@ -57,6 +57,9 @@ impl OffloadResults {
         }
         if let Some(a) = &self.fp8 {
             rows.push(("FP8: worst sampled row off the FP16 CPU reference".into(), format!("{:.3} (tolerance {:.2})", a.max_error, a.tolerance)));
+        }
+        if let Some(a) = &self.int4 {
+            rows.push(("4 bits: worst sampled row off the CPU's twin of its pass".into(), format!("{:.3} (tolerance {:.2})", a.max_error, a.tolerance)));
         }
         let torch: [(&str, TorchPass); 3] = [
             ("PyTorch's .to() offload / best pass, worst batch", |p| p.torch_to_ms.as_ref()),
@@ -132,6 +135,15 @@ impl OffloadResults {
                     self.shape.layer_bytes_in(Precision::Fp8) as f64 / up.median / 1e6,
                     l.median,
                     self.shape.layer_flops(p.batch) / l.median / 1e9
+                ));
+            }
+            if let (Some(up), Some(l)) = (&p.h2d_int4_ms, &p.layer_int4_ms) {
+                let alone = p.dequant_int4_ms.as_ref().map_or(String::new(), |q| format!(" (its dequantization alone {:.3} ms)", q.median));
+                parts.push(format!(
+                    "4-bit upload {:.3} ms ({:.1} GB/s), dequantization + FP8 GEMMs {:.3} ms{alone}",
+                    up.median,
+                    self.shape.layer_bytes_in(Precision::Int4) as f64 / up.median / 1e6,
+                    l.median
                 ));
             }
             if !parts.is_empty() {
@@ -210,7 +222,7 @@ impl OffloadResults {
                         sw.batch,
                         sw.budget_mib,
                         mark,
-                        format!("{} {}", if sw.kind == LayerKind::Fp8 { "FP8" } else { "FP16" }, m.placement.label()),
+                        format!("{} {}", sw.kind.precision().name(), m.placement.label()),
                         Bytes(self.shape.placement_bytes(sw.batch, m.placement, sw.kind.precision()) as u64).to_string(),
                         m.ms.median,
                         Self::tokens_per_s(sw.batch, m.ms.median),
@@ -243,6 +255,20 @@ impl OffloadResults {
             );
         } else if let Some(why) = &self.fp8_missing {
             s += &format!("\nno FP8 variant: {why}\n");
+        }
+        if let Some(a) = &self.int4 {
+            s += &format!(
+                "4 bits (a scale per {} inputs, dequantized into E4M3 for FP8's GEMMs): every sampled row within {:.3} of the CPU's FP8 pass over the same E4M3 bytes (tolerance {:.2} at {} layers; {} passes), and {:.3} off the FP16 CPU reference (what 4 bits cost); the largest activation took {:.0}% of its scale's range\n",
+                super::network::INT4_GROUP,
+                a.max_error,
+                a.tolerance,
+                self.shape.layers,
+                a.verified_passes,
+                a.off_fp16,
+                100.0 * a.range_used
+            );
+        } else if let Some(why) = &self.int4_missing {
+            s += &format!("no 4-bit variant: {why}\n");
         }
         if let Some(why) = Efficiency::note(&effs) {
             s += &format!("\n{why}\n");

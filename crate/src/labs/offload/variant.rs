@@ -39,11 +39,25 @@ pub enum Variant {
     /// FP8 weights (half the bytes a layer) in the planner's placement for
     /// FP8, each GEMM quantizing its output in its epilogue.
     Fp8,
+    /// 4-bit weights (a quarter of the bytes a layer and 3%) in the
+    /// planner's placement for 4 bits, each layer dequantized into E4M3
+    /// on the GPU, then FP8's GEMMs.
+    Int4,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 9] =
-        [Variant::Pageable, Variant::Pinned, Variant::Ring2, Variant::RingK, Variant::Graph, Variant::Pool, Variant::Fused, Variant::Resident, Variant::Fp8];
+    pub const ALL: [Variant; 10] = [
+        Variant::Pageable,
+        Variant::Pinned,
+        Variant::Ring2,
+        Variant::RingK,
+        Variant::Graph,
+        Variant::Pool,
+        Variant::Fused,
+        Variant::Resident,
+        Variant::Fp8,
+        Variant::Int4,
+    ];
     pub fn label(self) -> &'static str {
         match self {
             Variant::Pageable => "pageable, copy then compute",
@@ -55,10 +69,11 @@ impl Variant {
             Variant::Fused => "ring of K, ReLU in the GEMM's epilogue",
             Variant::Resident => "resident layers + ring, as planned",
             Variant::Fp8 => "FP8 weights, resident + ring, as planned",
+            Variant::Int4 => "4-bit weights, resident + ring, as planned",
         }
     }
     /// Each step of the lesson: (the pass before, the pass that improves on it).
-    pub const STEPS: [(Variant, Variant); 8] = [
+    pub const STEPS: [(Variant, Variant); 9] = [
         (Variant::Pageable, Variant::Pinned),
         (Variant::Pinned, Variant::Ring2),
         (Variant::Ring2, Variant::RingK),
@@ -67,6 +82,7 @@ impl Variant {
         (Variant::RingK, Variant::Fused),
         (Variant::Fused, Variant::Resident),
         (Variant::Resident, Variant::Fp8),
+        (Variant::Fp8, Variant::Int4),
     ];
     /// Its name in a few words (the gains line).
     pub fn short(self) -> &'static str {
@@ -80,6 +96,7 @@ impl Variant {
             Variant::Fused => "fused",
             Variant::Resident => "resident",
             Variant::Fp8 => "FP8",
+            Variant::Int4 => "4-bit",
         }
     }
     /// Slots of the ring it uses (`k`: the ring's size; the planned
@@ -93,13 +110,14 @@ impl Variant {
     }
     /// Whether the planner places it under the budget.
     pub fn planned(self) -> bool {
-        matches!(self, Variant::Resident | Variant::Fp8)
+        matches!(self, Variant::Resident | Variant::Fp8 | Variant::Int4)
     }
     /// Its layers' kernels.
     pub fn kind(self) -> LayerKind {
         match self {
             Variant::Fused | Variant::Resident => LayerKind::Fused,
             Variant::Fp8 => LayerKind::Fp8,
+            Variant::Int4 => LayerKind::Int4,
             _ => LayerKind::Separate,
         }
     }
@@ -136,6 +154,7 @@ impl Variant {
         match self {
             Variant::Pageable => &[Weights::Pageable],
             Variant::Fp8 => &[Weights::Fp8],
+            Variant::Int4 => &[Weights::Int4],
             _ => &[Weights::Pinned],
         }
     }
