@@ -46,6 +46,9 @@ impl OffloadResults {
                 dashed: false,
                 points: self.points.iter().filter_map(|p| p.variant(v).map(|x| (p.batch as f64, tps(p.batch, x.ms.median)))).collect(),
             })
+            // A variant this run did not measure (FP8 or 4 bits on a GPU
+            // without FP8; 4 bits in a recording made before it) has no line.
+            .filter(|s| !s.points.is_empty())
             .collect();
         series.push(Series {
             label: "bound: L·max(upload, GEMMs) + min, each at its fastest quarter".into(),
@@ -198,6 +201,8 @@ mod tests {
         let t = r.throughput_chart("test");
         let fp8 = t.panels[0].series.iter().find(|s| s.label == "PyTorch: FP8 _scaled_mm, resident + ring").expect("PyTorch's FP8 line");
         assert!(fp8.dashed && fp8.color == color(Variant::Fp8) && fp8.points.len() == r.points.len(), "{fp8:?}");
+        // A variant the run did not measure (4 bits, in a recording made before it) draws no line.
+        assert!(t.panels[0].series.iter().all(|s| !s.points.is_empty() && s.label != Variant::Int4.label()), "{:?}", t.panels[0].series.iter().map(|s| &s.label).collect::<Vec<_>>());
         assert!(budget_chart(&crate::labs::offload::fixture::results(), "old").is_none());
         assert!(beyond_chart(&crate::labs::offload::fixture::results(), "old").is_none());
     }

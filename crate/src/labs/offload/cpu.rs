@@ -116,15 +116,6 @@ pub fn forward_rows_with<'w>(shape: Shape, rows: &[Vec<u16>], layer_words: &dyn 
     (x, amax)
 }
 
-/// The scales an FP8 pass runs its activations with, as the rig sets
-/// them: the input's, and per layer (its hidden activations', its
-/// output's).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ActivationScales {
-    pub input: f32,
-    pub layers: Vec<(f32, f32)>,
-}
-
 /// One layer's weights as FP8's GEMMs read them: W1ᵀ (4d x d) and W2ᵀ
 /// (d x 4d), each output's inputs in a run, as E4M3 values (unscaled),
 /// with each matrix's scale.
@@ -143,42 +134,60 @@ fn e4m3_saturated(v: f32) -> f32 {
 }
 
 /// The FP8 pass on the CPU for `rows` (FP16 bits), as the GPU's FP8
-/// GEMMs compute it, not as FP16 would: the input rounded to E4M3 with
-/// its scale; per layer each product summed in FP32 from E4M3 values,
-/// times its two inputs' scales, the ReLU after the first, times its
-/// output's inverse scale, rounded to E4M3 (saturating); the last layer's
-/// output as FP16 bits (each value times its scale, as the rig reads it
-/// back). `layer` gives each layer's weights. A pass whose weights are
-/// exactly what the GPU multiplies (the 4-bit pass: its dequantization's
-/// bytes) is held to this within the FP16 tolerance, where one held to an
-/// FP16 pass would be held only as loosely as FP8 rounding compounds.
-pub fn forward_rows_e4m3(shape: Shape, rows: &[Vec<u16>], scales: &ActivationScales, layer: &(dyn Fn(usize) -> E4m3Layer + Sync)) -> Vec<Vec<u16>> {
+/// GEMMs compute it, not as FP16 would: the input rounded to E4M3 with its
+/// scale `input_scale`; per layer each product summed in FP32 from E4M3
+/// values, times its two inputs' scales, the ReLU after the first, then
+/// rounded to E4M3 (saturating) with a scale set from that output's
+/// largest magnitude over the rows (`scale_of(amax)`, as the rig sets its
+/// scales: calibrated on the very pass it checks); `layer` gives each
+/// layer's weights. Returns the last layer's output as FP16 bits (each
+/// value times its scale, as the rig reads it back) and the largest
+/// magnitudes its scales were set from (`input` left 0: its scale is given).
+pub fn forward_rows_e4m3(
+    shape: Shape,
+    rows: &[Vec<u16>],
+    input_scale: f32,
+    scale_of: &(dyn Fn(f32) -> f32 + Sync),
+    layer: &(dyn Fn(usize) -> E4m3Layer + Sync),
+) -> (Vec<Vec<u16>>, LayerAmax) {
     let d = shape.d;
     let table = f16_table();
-    let mut x: Vec<Vec<f32>> = rows.iter().map(|r| r.iter().map(|&b| e4m3_saturated(table[b as usize] / scales.input)).collect()).collect();
-    let mut s_x = scales.input;
-    // out[r][j] = round(f(alpha * sum_k x[r][k] * w[j * n + k]) * inverse), each output's inputs in a run.
-    let product = |x: &[Vec<f32>], w: &[f32], n: usize, cols: usize, alpha: f32, relu: bool, inverse: f32| -> Vec<Vec<f32>> {
+    let mut x: Vec<Vec<f32>> = rows.iter().map(|r| r.iter().map(|&b| e4m3_saturated(table[b as usize] / input_scale)).collect()).collect();
+    let mut amax = LayerAmax { input: 0.0, layers: Vec::with_capacity(shape.layers) };
+    // Each row's outputs before rounding: alpha * sum_k x[r][k] * w[j * n + k] (each output's inputs in a run), the ReLU where asked.
+    let product = |x: &[Vec<f32>], w: &[f32], n: usize, cols: usize, alpha: f32, relu: bool| -> Vec<Vec<f32>> {
         x.iter()
             .map(|xr| {
                 (0..cols)
                     .into_par_iter()
                     .map(|j| {
-                        let acc: f32 = xr.iter().zip(&w[j * n..(j + 1) * n]).map(|(a, b)| a * b).sum();
-                        let v = alpha * acc;
-                        e4m3_saturated(if relu { v.max(0.0) } else { v } * inverse)
+                        let v = alpha * xr.iter().zip(&w[j * n..(j + 1) * n]).map(|(a, b)| a * b).sum::<f32>();
+                        if relu {
+                            v.max(0.0)
+                        } else {
+                            v
+                        }
                     })
                     .collect()
             })
             .collect()
     };
-    for (l, &(s_h, s_y)) in scales.layers.iter().enumerate().take(shape.layers) {
+    // Rounded to E4M3 with the scale their largest magnitude sets: (values, scale, that magnitude).
+    let rounded = |v: Vec<Vec<f32>>| {
+        let m = v.iter().flatten().fold(0f32, |a, x| a.max(x.abs()));
+        let s = scale_of(m);
+        let inverse = 1.0 / s;
+        (v.into_iter().map(|r| r.into_iter().map(|x| e4m3_saturated(x * inverse)).collect()).collect::<Vec<Vec<f32>>>(), s, m)
+    };
+    let mut s_x = input_scale;
+    for l in 0..shape.layers {
         let w = layer(l);
-        let h = product(&x, &w.w1t, d, 4 * d, s_x * w.s1, true, 1.0 / s_h);
-        x = product(&h, &w.w2t, 4 * d, d, s_h * w.s2, false, 1.0 / s_y);
-        s_x = s_y;
+        let (h, s_h, m_h) = rounded(product(&x, &w.w1t, d, 4 * d, s_x * w.s1, true));
+        let (y, s_y, m_y) = rounded(product(&h, &w.w2t, 4 * d, d, s_h * w.s2, false));
+        amax.layers.push((m_h, m_y));
+        (x, s_x) = (y, s_y);
     }
-    x.iter().map(|r| r.iter().map(|&v| half::f16::from_f32(v * s_x).to_bits()).collect()).collect()
+    (x.iter().map(|r| r.iter().map(|&v| half::f16::from_f32(v * s_x).to_bits()).collect()).collect(), amax)
 }
 
 /// How far `got` is from `want`, relative: |got - want| / |want| over the

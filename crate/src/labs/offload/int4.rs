@@ -11,13 +11,13 @@
 //! recordings), so a 4-bit pass through FP16 GEMMs could never come near
 //! the FP8 pass there.
 //! The rig's copy of a network in 4 bits is made by [`quantize_network`]
-//! (each layer laid out as [`layer_parts`] says); [`values_layer`] reads a
-//! layer of it back as the FP16 values it stands for (the CPU's FP16 pass
-//! over them calibrates a 4-bit pass's FP8 scales, and over the FP16
-//! weights says what 4 bits cost: [`INT4_ERROR_PER_SQRT_LAYER`]), and
-//! [`e4m3_layer`] as the E4M3 values the GPU's dequantization writes (the
-//! CPU's FP8 twin of a 4-bit pass, `cpu::forward_rows_e4m3`, runs over
-//! them: what a 4-bit pass is held to, `measure::int4_tolerance`).
+//! (each layer laid out as [`layer_parts`] says); [`e4m3_layer`] reads a
+//! layer of it back as the E4M3 values the GPU's dequantization writes
+//! (the CPU's FP8 twin of a 4-bit pass, `cpu::forward_rows_e4m3`, runs
+//! over them: what a 4-bit pass is held to, `measure::int4_tolerance`,
+//! and what sets its scales), and the tests' `values_layer` as the FP16
+//! values it stands for (the CPU's FP16 pass over them against the FP16
+//! weights' says what 4 bits cost: [`INT4_ERROR_PER_SQRT_LAYER`]).
 //!
 //! The layout: a matrix of `rows` (input) x `cols` (output) values,
 //! stored by output, as llama.cpp's Q4_0 and the FP8 weights are (each
@@ -34,7 +34,9 @@
 //! `fp8_tolerance`, the lab's tolerances, `rig`'s FP8 constants, and
 //! `measure::pattern` for their weights.)
 
-use super::cpu::{half_bits, words_of_halves, E4m3Layer};
+use super::cpu::{half_bits, E4m3Layer};
+#[cfg(test)]
+use super::cpu::words_of_halves;
 use super::network::Shape;
 use rayon::prelude::*;
 
@@ -61,21 +63,30 @@ impl Int4Matrix {
     /// `words` (row-major). `rows` must be a multiple of [`GROUP`].
     pub fn quantize(words: &[u64], at: usize, rows: usize, cols: usize) -> Int4Matrix {
         assert!(rows % GROUP == 0, "a {rows} x {cols} matrix does not split into groups of {GROUP} rows");
-        let value = |k: usize, j: usize| half::f16::from_bits(half_bits(words, at + k * cols + j)).to_f32();
+        // The values output by output (each output's inputs in a run),
+        // made a block of B outputs at a time, the row-major matrix read
+        // along its rows: read down its columns instead, each value would
+        // be a cache miss of its own (a row of W1 is 16 KiB at d = 2048).
+        const B: usize = 64;
+        let mut by_output = vec![0f32; rows * cols];
+        by_output.par_chunks_mut(B * rows).enumerate().for_each(|(b, block)| {
+            let (j0, jn) = (b * B, block.len() / rows);
+            for k in 0..rows {
+                let from = at + k * cols + j0;
+                for jj in 0..jn {
+                    block[jj * rows + k] = half::f16::from_bits(half_bits(words, from + jj)).to_f32();
+                }
+            }
+        });
         // Each output: its groups' scales, then its packed inputs.
-        let outputs: Vec<(Vec<u16>, Vec<u8>)> = (0..cols)
-            .into_par_iter()
-            .map(|j| {
-                let scales: Vec<u16> = (0..rows / GROUP)
-                    .map(|g| {
-                        let amax = (g * GROUP..(g + 1) * GROUP).map(|k| value(k, j).abs()).fold(0f32, f32::max);
-                        half::f16::from_f32(amax / LEVELS).to_bits()
-                    })
-                    .collect();
+        let outputs: Vec<(Vec<u16>, Vec<u8>)> = by_output
+            .par_chunks(rows)
+            .map(|values| {
+                let scales: Vec<u16> = values.chunks(GROUP).map(|g| half::f16::from_f32(g.iter().fold(0f32, |a, v| a.max(v.abs())) / LEVELS).to_bits()).collect();
                 let mut packed = vec![0u8; rows / 2];
-                for k in 0..rows {
+                for (k, &v) in values.iter().enumerate() {
                     let scale = half::f16::from_bits(scales[k / GROUP]).to_f32();
-                    let q = if scale > 0.0 { (value(k, j) / scale).round().clamp(-LEVELS, LEVELS) } else { 0.0 };
+                    let q = if scale > 0.0 { (v / scale).round().clamp(-LEVELS, LEVELS) } else { 0.0 };
                     packed[k / 2] |= ((q as i32 + 8) as u8) << (4 * (k % 2));
                 }
                 (scales, packed)
@@ -212,7 +223,8 @@ fn by_output<T: Copy + Default + Send>(bytes: &[u8], (packed, groups): ((usize, 
 /// out, of width `d`) as the FP16 values it stands for, in the FP16
 /// weights' layout (W1 then W2, row-major): each integer times its
 /// group's scale, rounded once to FP16, as [`Int4Matrix::value_bits`].
-pub fn values_layer(bytes: &[u8], d: usize) -> Vec<u64> {
+#[cfg(test)]
+pub(super) fn values_layer(bytes: &[u8], d: usize) -> Vec<u64> {
     let parts = layer_parts(d);
     let mut halves = vec![0u16; 8 * d * d];
     let (w1, w2) = halves.split_at_mut(4 * d * d);
@@ -433,7 +445,7 @@ mod tests {
     /// caught at either.
     #[test]
     fn the_fp8_twin_of_a_4_bit_pass_catches_a_swapped_nibble_or_a_wrong_scale() {
-        use super::super::cpu::{forward_rows_e4m3, forward_rows_with, ActivationScales};
+        use super::super::cpu::{forward_rows_e4m3, forward_rows_with};
         use super::super::measure::{fp8_tolerance, int4_tolerance};
         use super::super::rig::{E4M3_MAX, FP8_MARGIN};
         let shape = Shape { layers: 6, d: 128 };
@@ -444,23 +456,26 @@ mod tests {
         let layer_bytes = |b: &[u8], l: usize| b[l * per_layer..(l + 1) * per_layer].to_vec();
         let x = input(shape.d, 3);
         let (values_pass, amax) = forward_rows_with(shape, &x, &|l| std::borrow::Cow::Owned(values_layer(&layer_bytes(&bytes, l), shape.d)));
-        let scale = |m: f32| m * FP8_MARGIN / E4M3_MAX;
-        let scales = ActivationScales { input: amax.input / E4M3_MAX, layers: amax.layers.iter().map(|&(h, y)| (scale(h), scale(y))).collect() };
-        let twin = |b: &[u8], s: &[(f32, f32)]| forward_rows_e4m3(shape, &x, &scales, &|l| e4m3_layer(&layer_bytes(b, l), shape.d, s[l]));
+        let scale_of = |m: f32| (m * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE);
+        let twin = |layer: &(dyn Fn(usize) -> E4m3Layer + Sync)| forward_rows_e4m3(shape, &x, amax.input / E4M3_MAX, &scale_of, layer).0;
+        let of = |b: &[u8], s: &[(f32, f32)]| {
+            let (b, s) = (b.to_vec(), s.to_vec());
+            move |l: usize| e4m3_layer(&layer_bytes(&b, l), shape.d, s[l])
+        };
         let worst = |a: &[Vec<u16>], b: &[Vec<u16>]| a.iter().zip(b).map(|(g, w)| relative_error(g, w)).fold(0f64, f64::max);
-        let good = twin(&bytes, &w_scales);
+        let good = twin(&of(&bytes, &w_scales));
         let e = worst(&good, &values_pass);
         assert!(e > 0.0 && e < fp8_tolerance(shape.layers), "the FP8 twin is {e:.3} off the FP16 pass over the same values");
         // Layer 3's W1 with every byte's nibbles swapped.
         let mut swapped = bytes.clone();
         let (at, n) = layer_parts(shape.d)[0];
         swapped[3 * per_layer + at..3 * per_layer + at + n].iter_mut().for_each(|b| *b = b.rotate_left(4));
-        let e = worst(&twin(&swapped, &w_scales), &good);
-        let caught = 3.0 * int4_tolerance(shape.layers);
+        let e = worst(&twin(&of(&swapped, &w_scales)), &good);
+        let caught = 2.0 * int4_tolerance(shape.layers);
         assert!(e > caught, "swapped nibbles only {e:.3} off");
         // Layer 4's W2 dequantized with twice its scale (its GEMM reads the right one).
         let e = worst(
-            &forward_rows_e4m3(shape, &x, &scales, &|l| {
+            &twin(&|l| {
                 let mut layer = e4m3_layer(&layer_bytes(&bytes, l), shape.d, w_scales[l]);
                 if l == 4 {
                     let wrong = e4m3_layer(&layer_bytes(&bytes, l), shape.d, (w_scales[l].0, 2.0 * w_scales[l].1));

@@ -9,14 +9,15 @@
 //! the first GEMM's epilogue; both GEMMs in FP8, each quantizing its
 //! output in its epilogue; or the 4-bit layer dequantized into E4M3, then
 //! FP8's two); and what the CPU holds a 4-bit pass to (its FP8 twin over
-//! the same E4M3 bytes: [`OffloadRig::int4_reference_rows`]).
+//! the same E4M3 bytes, which also sets its scales:
+//! [`OffloadRig::calibrate_int4`]).
 //!
 //! May use: `network`, `cpu` (the FP16 values the weights hold, the
 //! sampled rows' largest activations), `int4` (the 4-bit copy and its
 //! layout), `kernel` (the ReLU, the 4-bit dequantization), `error`,
 //! `gpu` and `measure::pattern`.
 
-use super::cpu::{forward_rows_e4m3, forward_rows_with, half_bits, rows_of, ActivationScales, LayerAmax};
+use super::cpu::{forward_rows_e4m3, half_bits, rows_of, LayerAmax};
 use super::int4;
 use super::kernel::{Dequant, Relu};
 pub use super::network::{fp8_slot, LayerKind, Precision};
@@ -341,31 +342,27 @@ impl OffloadRig {
         bytes.get(layer * lb..(layer + 1) * lb)
     }
 
-    /// The CPU's FP16 pass for `rows` (FP16 bits) over the values the
-    /// 4-bit weights stand for, and its activations' largest magnitudes
-    /// (a 4-bit pass's FP8 scales are set from them), where the rig has
-    /// the 4-bit weights.
-    pub fn int4_values_pass(&self, rows: &[Vec<u16>]) -> Option<(Vec<Vec<u16>>, LayerAmax)> {
-        self.int4.as_ref()?;
-        let d = self.shape.d;
-        Some(forward_rows_with(self.shape, rows, &|l| std::borrow::Cow::Owned(self.int4_layer(l).map_or_else(Vec::new, |b| int4::values_layer(b, d)))))
-    }
-
-    /// What a 4-bit pass must give for `rows` (indices into the batch): the
-    /// CPU's FP8 pass ([`forward_rows_e4m3`]) over the E4M3 bytes the
-    /// dequantization writes, with the activations' scales set last for
-    /// 4 bits; None where the rig has no 4-bit weights or no such scales.
-    pub fn int4_reference_rows(&self, rows: &[usize]) -> Option<Vec<Vec<u16>>> {
-        let w = self.int4.as_ref()?;
-        let s = &self.host_scales_int4;
-        if s.is_empty() {
-            return None;
+    /// Calibrates the 4-bit pass's FP8 scales for the batch set last
+    /// ([`Self::set_fp8_scales`], whose input scale it shares) and returns
+    /// what a 4-bit pass must give for `rows` (indices into the batch):
+    /// the CPU's FP8 twin of the pass ([`forward_rows_e4m3`]) over the
+    /// E4M3 bytes the dequantization writes, each output's scale set from
+    /// its largest magnitude there as [`FP8_MARGIN`] sets FP8's, the GPU's
+    /// scales set to the same. None where the rig has no 4-bit weights.
+    pub fn calibrate_int4(&mut self, rows: &[usize]) -> Result<Option<Vec<Vec<u16>>>> {
+        let Some(w) = &self.int4 else { return Ok(None) };
+        if self.host_scales.len() != fp8_slot::count(self.shape.layers) {
+            return Err(LabError::config("calibrate the 4-bit pass after the FP8 scales are set"));
         }
-        let layers = self.shape.layers;
-        let scales = ActivationScales { input: s[fp8_slot::INPUT], layers: (0..layers).map(|l| (s[fp8_slot::layer(l) + 2], s[fp8_slot::layer(l) + 4])).collect() };
+        let s_x = self.host_scales[fp8_slot::INPUT];
         let d = self.shape.d;
         let layer = |l: usize| int4::e4m3_layer(self.int4_layer(l).unwrap_or(&[]), d, w.scales[l]);
-        Some(forward_rows_e4m3(self.shape, &self.input_rows(rows), &scales, &layer))
+        let (want, amax) = forward_rows_e4m3(self.shape, &self.input_rows(rows), s_x, &activation_scale, &layer);
+        self.host_scales_int4 = scale_slots(s_x, &w.scales, &amax);
+        if self.precision == Precision::Int4 {
+            self.upload_scales(Precision::Int4)?;
+        }
+        Ok(Some(want))
     }
 
     /// Makes the layer buffers `placement`'s in `precision`: the ring's
@@ -453,7 +450,7 @@ impl OffloadRig {
     /// and each layer's largest magnitudes there), each [`FP8_MARGIN`]
     /// above them, and quantizes the input with its scale: the delayed
     /// scaling of FP8 inference, calibrated once per batch (untimed).
-    pub fn set_fp8_scales(&mut self, batch: usize, amax: &LayerAmax, amax_int4: Option<&LayerAmax>) -> Result<()> {
+    pub fn set_fp8_scales(&mut self, batch: usize, amax: &LayerAmax) -> Result<()> {
         let (Some((_, w_scales)), Some(input8)) = (&self.fp8, &mut self.input_fp8) else {
             return Err(LabError::Unsupported(no_fp8(&self.gpu)));
         };
@@ -464,10 +461,8 @@ impl OffloadRig {
         let input_amax = f32::max(amax.input, f16_amax(input, 0..n));
         let s_x = (input_amax / E4M3_MAX).max(f32::MIN_POSITIVE);
         self.host_scales = scale_slots(s_x, w_scales, amax);
-        self.host_scales_int4 = match (&self.int4, amax_int4) {
-            (Some(w), Some(a)) => scale_slots(s_x, &w.scales, a),
-            _ => Vec::new(),
-        };
+        // The 4-bit pass's are set from its own CPU twin ([`Self::calibrate_int4`]).
+        self.host_scales_int4 = Vec::new();
         // The input, rounded to E4M3 with its scale, eight values a word.
         let e4m3 = E4m3Table::new(s_x);
         input8.words_mut()[..n.div_ceil(8)].par_iter_mut().enumerate().for_each(|(k, w)| {
@@ -480,7 +475,7 @@ impl OffloadRig {
             }
             *w = out;
         });
-        self.upload_scales(if self.precision == Precision::Int4 && !self.host_scales_int4.is_empty() { Precision::Int4 } else { Precision::Fp8 })
+        self.upload_scales(Precision::Fp8)
     }
 
     /// The scales set last ([`Self::set_fp8_scales`]) for a pass in
@@ -765,6 +760,12 @@ unsafe fn dequantize_layer(dequant: &Dequant, st: &Stream, slot: DeviceSpan, out
     }
 }
 
+/// An FP8 activation's scale from its largest magnitude: [`FP8_MARGIN`]
+/// above it, over E4M3's largest value.
+fn activation_scale(amax: f32) -> f32 {
+    (amax * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE)
+}
+
 /// The scale slots ([`fp8_slot`]) of a pass with the input's scale `s_x`,
 /// its weights' scales `w` (W1's, W2's a layer) and its activations'
 /// largest magnitudes `amax` (each scale [`FP8_MARGIN`] above them).
@@ -773,7 +774,7 @@ fn scale_slots(s_x: f32, w: &[(f32, f32)], amax: &LayerAmax) -> Vec<f32> {
     s[fp8_slot::INPUT] = s_x;
     for (l, (&(w1, w2), &(h, y))) in w.iter().zip(&amax.layers).enumerate() {
         let at = fp8_slot::layer(l);
-        let (s_h, s_y) = ((h * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE), (y * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE));
+        let (s_h, s_y) = (activation_scale(h), activation_scale(y));
         s[at..at + 6].copy_from_slice(&[w1, w2, s_h, 1.0 / s_h, s_y, 1.0 / s_y]);
     }
     s
