@@ -2,7 +2,10 @@
 //! rows of the batch, FP16 values summed in FP32 and rounded to FP16 where
 //! the GPU rounds them (after each GEMM), with the same ReLU. The GPU's
 //! output is judged row by row against it: summation order differs, so
-//! the rows agree to a relative error, not bit for bit.
+//! the rows agree to a relative error, not bit for bit. And the FP8
+//! pass's twin ([`forward_rows_e4m3`]): E4M3 values summed in FP32 and
+//! rounded to E4M3 where the GPU's FP8 GEMMs round them, each scale set
+//! from the values it rounds, which a 4-bit pass is held to.
 //!
 //! May use: `network` and `kernel::relu_bits` (the ReLU on FP16 bits, the
 //! kernel's own rule). No CUDA.

@@ -547,7 +547,7 @@ pub fn check_on_gpu(gpu: &crate::gpu::Gpu, r: &OffloadResults, schedule: PassFn)
     let mut rig = OffloadRig::new(gpu, shape, batch, k, Copies::PINNED)?;
     let cfg = OffloadConfig { warmup: 1, repeats: TIMED_PASSES, ..r.config.clone() };
     let reference = Reference::fresh(&mut rig, batch);
-    let mut sweep = Sweep::new(&mut rig, &cfg, &reference)?;
+    let mut sweep = Sweep::new(&mut rig, &cfg, &reference, false)?;
     let alone = sweep.costs(batch, LayerKind::Separate, None)?;
     let costs = Costs { h2d: alone.upload.fast_end(), h2d_pageable: f64::NAN, layer: alone.layer.fast_end() };
     let mut fastest = f64::INFINITY;

@@ -488,8 +488,8 @@ pub struct Costs {
 }
 
 impl Costs {
-    /// One upload from the host copy `from` (the FP8 copy is pinned: its
-    /// cost is `h2d`, as the pass's precision is FP8).
+    /// One upload from the host copy `from` (the FP8 and 4-bit copies are
+    /// pinned: their cost is `h2d`, the pass's precision being theirs).
     pub fn upload(&self, from: Weights) -> f64 {
         match from {
             Weights::Pageable => self.h2d_pageable,

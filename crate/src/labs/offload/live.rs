@@ -4,7 +4,8 @@
 //! captured as a CUDA graph.
 //!
 //! May use: `network`, `forward` (the pass it runs), `rig` (the buffers
-//! it runs on), `error` and `gpu` (the runner).
+//! it runs on), `kernel` (the ReLU's and the dequantization's types),
+//! `error`, `gpu` (the runner) and `pipeline` (its calls).
 
 use super::forward::{slot_name, Books, HiddenActivations, LayerOp, Pass, PassSetup, Task, Weights};
 use super::network::{LayerKind, Shape};

@@ -37,11 +37,13 @@
 //! The files stand in floors, each using only those below it. With no
 //! GPU: [`network`] (the shape, the kinds of layer, a placement), then
 //! [`forward`] (the vocabulary, the passes, the queue model's time of a
-//! pass), [`int4`] (4-bit weights on the CPU), [`config`], [`variant`], [`placement`] (the planner),
+//! pass), [`config`], [`variant`], [`placement`] (the planner),
 //! [`mod@reference`] (PyTorch's script and its times), [`results`],
-//! [`tables`], [`charts`], [`exercise_placement`]. The CPU's reference
-//! ([`cpu`]) and the GPU side: [`kernel`], [`rig`], [`live`] (a pass on the
-//! runner), [`measure`], and the prefetch checker ([`exercise`]). This
+//! [`tables`], [`charts`], [`exercise_placement`]. Then the kernels
+//! ([`kernel`], with the ReLU's rule on one value for the CPU), the CPU's
+//! reference ([`cpu`]), the 4-bit weights on the CPU ([`int4`]), and the
+//! GPU side: [`rig`], [`live`] (a pass on the runner), [`measure`], and
+//! the prefetch checker ([`exercise`]). This
 //! file hands their names on, and holds the lab's entry.
 //!
 //! May use: what every lab may (see `labs`).

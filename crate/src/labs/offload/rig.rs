@@ -240,7 +240,8 @@ impl OffloadRig {
         // (least, greatest): the greatest priority is the lowest number.
         let (_, highest) = gpu.stream_priority_range()?;
         let blas = Blas::new(gpu)?;
-        let copies = Copies { fp8: copies.fp8 && blas.has_fp8(), int4: copies.int4 && blas.has_fp8() && int4::fits(shape.d), ..copies };
+        // The 4-bit pass runs on FP8's scales and E4M3 input: with FP8 only.
+        let copies = Copies { fp8: copies.fp8 && blas.has_fp8(), int4: copies.int4 && copies.fp8 && blas.has_fp8() && int4::fits(shape.d), ..copies };
         let (pinned, pageable, fp8, int4) = host_weights(gpu, shape, copies)?;
         let int4 = match int4 {
             Some((host, scales)) => Some(Int4Weights { host, scales, dequant: Dequant::load(gpu)? }),
@@ -257,7 +258,7 @@ impl OffloadRig {
             precision: Precision::Fp16,
             scales: if fp8.is_some() { Some(gpu.alloc(fp8_slot::bytes(shape.layers))?) } else { None },
             scales_host: if fp8.is_some() { Some(PinnedBuffer::new(gpu, fp8_slot::bytes(shape.layers))?) } else { None },
-            host_scales: vec![1.0; fp8_slot::count(shape.layers)],
+            host_scales: Vec::new(),
             host_scales_int4: Vec::new(),
             scales_for: None,
             input_fp8: if fp8.is_some() { Some(PinnedBuffer::new(gpu, shape.act_bytes(max_batch) / 2)?) } else { None },
@@ -294,8 +295,9 @@ impl OffloadRig {
 
     /// The GPU memory the rig holds for a pass: the layer buffers, both
     /// activation buffers, the hidden activations made up front, FP8's
-    /// scales where it has them, and the workspace cuBLAS uses (the one it
-    /// is given, and keeps).
+    /// scales where the pass runs FP8 activations, the dequantized layer
+    /// where it is placed for 4 bits, and the workspace cuBLAS uses (the
+    /// one it is given, and keeps).
     pub fn gpu_bytes(&self) -> usize {
         let scales = self.scales.iter().filter(|_| self.precision.fp8_activations());
         let buffers = self.ring.iter().chain(&self.act).chain([&self.hidden]).chain(scales).chain(&self.dequantized);
@@ -327,19 +329,12 @@ impl OffloadRig {
     pub fn no_int4(&self) -> Option<String> {
         match (&self.int4, &self.fp8) {
             (Some(_), _) => None,
-            (None, None) => Some(format!("{} (the 4-bit pass dequantizes into E4M3 for FP8's GEMMs)", no_fp8(&self.gpu))),
-            (None, Some(_)) if !int4::fits(self.shape.d) => {
+            (None, None) if !self.blas.has_fp8() => Some(format!("{} (the 4-bit pass dequantizes into E4M3 for FP8's GEMMs)", no_fp8(&self.gpu))),
+            (None, _) if !int4::fits(self.shape.d) => {
                 Some(format!("d = {} does not split into 4-bit groups of {} inputs", self.shape.d, int4::GROUP))
             }
-            (None, Some(_)) => Some("the rig was made without the 4-bit weights".into()),
+            (None, _) => Some("the rig was made without the 4-bit weights (and the FP8 ones they run on)".into()),
         }
-    }
-
-    /// One layer of the 4-bit copy, as its bytes.
-    fn int4_layer(&self, layer: usize) -> Option<&[u8]> {
-        let lb = self.shape.layer_bytes_in(Precision::Int4);
-        let bytes: &[u8] = bytemuck::cast_slice(self.int4.as_ref()?.host.words());
-        bytes.get(layer * lb..(layer + 1) * lb)
     }
 
     /// Calibrates the 4-bit pass's FP8 scales for the batch set last
@@ -355,19 +350,25 @@ impl OffloadRig {
             return Err(LabError::config("calibrate the 4-bit pass after the FP8 scales are set"));
         }
         let s_x = self.host_scales[fp8_slot::INPUT];
-        let d = self.shape.d;
-        let layer = |l: usize| int4::e4m3_layer(self.int4_layer(l).unwrap_or(&[]), d, w.scales[l]);
+        let (d, lb) = (self.shape.d, self.shape.layer_bytes_in(Precision::Int4));
+        let bytes: &[u8] = bytemuck::cast_slice(w.host.words());
+        if bytes.len() < self.shape.layers * lb || w.scales.len() < self.shape.layers {
+            return Err(LabError::config("the 4-bit weights do not match the network"));
+        }
+        let layer = |l: usize| int4::e4m3_layer(&bytes[l * lb..(l + 1) * lb], d, w.scales[l]);
         let (want, amax) = forward_rows_e4m3(self.shape, &self.input_rows(rows), s_x, &activation_scale, &layer);
         self.host_scales_int4 = scale_slots(s_x, &w.scales, &amax);
-        if self.precision == Precision::Int4 {
-            self.upload_scales(Precision::Int4)?;
+        // The GPU's set is made this one before the next 4-bit pass ([`Self::prepare`]).
+        if self.scales_for == Some(Precision::Int4) {
+            self.scales_for = None;
         }
         Ok(Some(want))
     }
 
     /// Makes the layer buffers `placement`'s in `precision`: the ring's
     /// slots, then each resident layer's buffer with its weights uploaded
-    /// (untimed). Refused where the GPU has no FP8 and FP8 is asked for.
+    /// (untimed). Refused where the GPU has no FP8 and FP8 is asked for, or the rig has
+    /// no 4-bit weights and 4 bits are (`Self::no_int4` says why).
     pub fn place(&mut self, placement: Placement, precision: Precision) -> Result<()> {
         if placement == self.placement && precision == self.precision {
             return Ok(());
@@ -410,9 +411,6 @@ impl OffloadRig {
         }
         self.placement = placement;
         self.precision = precision;
-        if precision.fp8_activations() && self.scales_for != Some(precision) && self.scales_for.is_some() {
-            self.upload_scales(precision)?;
-        }
         Ok(())
     }
 
@@ -463,6 +461,7 @@ impl OffloadRig {
         self.host_scales = scale_slots(s_x, w_scales, amax);
         // The 4-bit pass's are set from its own CPU twin ([`Self::calibrate_int4`]).
         self.host_scales_int4 = Vec::new();
+        self.scales_for = None;
         // The input, rounded to E4M3 with its scale, eight values a word.
         let e4m3 = E4m3Table::new(s_x);
         input8.words_mut()[..n.div_ceil(8)].par_iter_mut().enumerate().for_each(|(k, w)| {
@@ -478,9 +477,10 @@ impl OffloadRig {
         self.upload_scales(Precision::Fp8)
     }
 
-    /// The scales set last ([`Self::set_fp8_scales`]) for a pass in
-    /// `precision` (FP8's, or the 4-bit pass's: its weights' E4M3 scales,
-    /// its activations calibrated on its own network).
+    /// The scales set last for a pass in `precision`: FP8's
+    /// ([`Self::set_fp8_scales`]), or the 4-bit pass's (its weights' E4M3
+    /// scales, its activations calibrated on its own CPU twin:
+    /// [`Self::calibrate_int4`]); empty where none are set.
     fn scales_of(&self, precision: Precision) -> &[f32] {
         if precision == Precision::Int4 {
             &self.host_scales_int4
@@ -520,6 +520,9 @@ impl OffloadRig {
         let f = |slot: usize| fp8_slot::get(host.words(), slot);
         let mut worst = 0f64;
         let set = if self.precision == Precision::Int4 { &self.host_scales_int4 } else { &self.host_scales };
+        if set.len() != fp8_slot::count(layers) {
+            return Err(LabError::config("no FP8 scales set for the pass checked"));
+        }
         for l in 0..layers {
             let at = fp8_slot::layer(l);
             for (amax, scale) in [(f(fp8_slot::amax(layers, l)), set[at + 2]), (f(fp8_slot::amax(layers, l) + 1), set[at + 4])] {
@@ -549,9 +552,15 @@ impl OffloadRig {
     }
 
     /// Set-up before a run (untimed): every buffer the pass writes
-    /// poisoned, the input in `act[0]`.
-    pub fn prepare(&self, batch: usize) -> Result<()> {
-        for b in self.ring[..self.placement.ring].iter().chain([&self.act[1], &self.hidden]) {
+    /// poisoned (the dequantization's too: a layer that read another's
+    /// weights fails), the input in `act[0]`, and for FP8 activations the
+    /// GPU's scales made the placed precision's set (refused where none
+    /// was set for it).
+    pub fn prepare(&mut self, batch: usize) -> Result<()> {
+        if self.precision.fp8_activations() && self.scales_for != Some(self.precision) {
+            self.upload_scales(self.precision)?;
+        }
+        for b in self.ring[..self.placement.ring].iter().chain([&self.act[1], &self.hidden]).chain(&self.dequantized) {
             self.setup.fill_u32(b, POISON)?;
         }
         match (self.precision, &self.input_fp8) {
@@ -565,7 +574,7 @@ impl OffloadRig {
     /// (untimed): cuBLAS loads its kernels and picks its algorithms at a
     /// shape's first call, which would otherwise land inside the first
     /// timed pass (and hold its start gate shut).
-    pub fn warm(&self, batch: usize) -> Result<()> {
+    pub fn warm(&mut self, batch: usize) -> Result<()> {
         if self.precision != Precision::Fp16 {
             return Err(LabError::config("warm the rig on FP16 slots, which every kind of layer fits"));
         }
@@ -609,7 +618,7 @@ impl OffloadRig {
         // FP8 activations (FP8's and 4-bit passes): each byte times the
         // last layer's output scale, as FP16.
         self.setup.download(&mut self.output, last, batch * d)?;
-        let scale = self.scales_of(self.precision)[fp8_slot::layer(layers - 1) + 4];
+        let scale = *self.scales_of(self.precision).get(fp8_slot::layer(layers - 1) + 4).ok_or_else(|| LabError::config("no FP8 scales set for the pass read back"))?;
         let bytes = self.output.words();
         let byte = |i: usize| (bytes[i / 8] >> (8 * (i % 8))) as u8;
         Ok(rows
@@ -703,7 +712,7 @@ impl LayerWork<'_> {
             return Err(LabError::config("a 4-bit layer needs the rig's dequantization and its buffer"));
         };
         // SAFETY: the caller keeps the slot, the dequantization's buffer
-        // and the scales alive until the stream ran the layer (# Safety).
+        // and the scale buffer alive until the stream ran the layer (# Safety).
         unsafe {
             dequantize_layer(dequant, st, self.slot.span(), out.span(), self.shape.d, scales)?;
             self.enqueue_fp8(st, out.span())
@@ -762,7 +771,7 @@ unsafe fn dequantize_layer(dequant: &Dequant, st: &Stream, slot: DeviceSpan, out
 
 /// An FP8 activation's scale from its largest magnitude: [`FP8_MARGIN`]
 /// above it, over E4M3's largest value.
-fn activation_scale(amax: f32) -> f32 {
+pub(super) fn activation_scale(amax: f32) -> f32 {
     (amax * FP8_MARGIN / E4M3_MAX).max(f32::MIN_POSITIVE)
 }
 
@@ -887,6 +896,21 @@ mod tests {
     fn words_of(values: &[f32]) -> Vec<u64> {
         let bits: Vec<u16> = values.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
         super::super::cpu::words_of_halves(&bits)
+    }
+
+    /// A pass's scale slots: the input's, then per layer W1's, W2's, the
+    /// hidden activations' and its inverse, the output's and its inverse,
+    /// each activation's [`FP8_MARGIN`] above its largest magnitude.
+    #[test]
+    fn the_scale_slots_hold_each_layers_six_scales_in_order() {
+        let amax = LayerAmax { input: 0.0, layers: vec![(56.0, 112.0), (0.0, 28.0)] };
+        let s = scale_slots(0.25, &[(1.5, 2.5), (3.5, 4.5)], &amax);
+        assert_eq!(s.len(), fp8_slot::count(2));
+        assert_eq!(s[fp8_slot::INPUT], 0.25);
+        // 56 x 8 / 448 = 1, 112 x 8 / 448 = 2; an all-zero output gets the smallest scale, never 0.
+        assert_eq!(s[fp8_slot::layer(0)..fp8_slot::layer(0) + 6], [1.5, 2.5, 1.0, 1.0, 2.0, 0.5]);
+        assert_eq!(s[fp8_slot::layer(1)..fp8_slot::layer(1) + 6], [3.5, 4.5, f32::MIN_POSITIVE, 1.0 / f32::MIN_POSITIVE, 0.5, 2.0]);
+        assert_eq!(activation_scale(56.0), 1.0);
     }
 
     #[test]
