@@ -248,4 +248,37 @@ mod tests {
         assert_eq!(sampled_rows(1), vec![0]);
         assert_eq!(sampled_rows(8), vec![0, 4, 7]);
     }
+
+    /// The FP8 twin on a one-layer network of d = 4 whose weights pass
+    /// each value through (out = ReLU(x) - ReLU(-x)), with values every
+    /// scale represents exactly: it gives the input back, sets each scale
+    /// from the largest magnitude it rounds, and saturates at 448 where a
+    /// scale is too small for its values, as the GPU's epilogue does.
+    #[test]
+    fn the_fp8_twin_rounds_where_the_gpu_does_with_scales_from_its_own_values() {
+        let shape = Shape { layers: 1, d: 4 };
+        // W1ᵀ (16 x 4): output j < 4 is input j, output j + 4 is minus it; W2ᵀ (4 x 16) adds them back.
+        let mut w1t = vec![0f32; 16 * 4];
+        let mut w2t = vec![0f32; 4 * 16];
+        for k in 0..4 {
+            w1t[k * 4 + k] = 1.0;
+            w1t[(k + 4) * 4 + k] = -1.0;
+            w2t[k * 16 + k] = 1.0;
+            w2t[k * 16 + k + 4] = -1.0;
+        }
+        let layer = |_: usize| E4m3Layer { w1t: w1t.clone(), s1: 1.0, w2t: w2t.clone(), s2: 1.0 };
+        let h = |v: f32| half::f16::from_f32(v).to_bits();
+        let x = vec![vec![h(1.5), h(-2.0), h(0.25), h(0.0)]];
+        // Scales of m / 256: every value here lands on an E4M3 value (96, 128, 16; 192, 256, 32).
+        let (out, amax) = forward_rows_e4m3(shape, &x, 1.0 / 64.0, &|m| m / 256.0, &layer);
+        assert_eq!(out, x);
+        assert_eq!(amax, LayerAmax { input: 0.0, layers: vec![(2.0, 2.0)] });
+        // A scale of m / 1000 puts each largest magnitude at 1000, past
+        // E4M3's 448: clipped there, as `satfinite` clips. The hidden -2
+        // (scale 0.002) becomes 448, the output 0.002 x 448 = 0.896 (scale
+        // 0.000896) becomes 448 again: -448 x 0.000896 read back.
+        let (out, _) = forward_rows_e4m3(shape, &x, 1.0 / 64.0, &|m| m / 1000.0, &layer);
+        let got: Vec<f32> = out[0].iter().map(|&b| half::f16::from_bits(b).to_f32()).collect();
+        assert!((got[1] - (-448.0 * 0.000896)).abs() < 1e-3 && (got[0] + got[1]).abs() < 1e-6, "{got:?}");
+    }
 }
