@@ -42,12 +42,14 @@
 //! [`tables`], [`charts`], [`exercise_placement`]. Then the kernels
 //! ([`kernel`], with the ReLU's rule on one value for the CPU), the CPU's
 //! reference ([`cpu`]), the 4-bit weights on the CPU ([`int4`]), and the
-//! GPU side: [`rig`], [`live`] (a pass on the runner), [`measure`], and
+//! GPU side: the weights' host copies ([`host_copies`]), [`rig`], the
+//! accuracy a pass is held to ([`accuracy`]), [`live`] (a pass on the runner), [`measure`], and
 //! the prefetch checker ([`exercise`]). This
 //! file hands their names on, and holds the lab's entry.
 //!
 //! May use: what every lab may (see `labs`).
 
+pub mod accuracy;
 pub mod charts;
 pub mod config;
 pub mod cpu;
@@ -56,6 +58,7 @@ pub mod exercise_placement;
 #[doc(hidden)]
 pub mod fixture;
 pub mod forward;
+pub mod host_copies;
 pub mod int4;
 #[cfg(test)]
 mod gpu_tests;
