@@ -22,15 +22,28 @@ placements for a batch:
   torch._scaled_mm, in the lab's FP8 placement; the activations'
   scales calibrated once from a pass (as the lab's), each GEMM's output
   quantized by PyTorch after it (scale, cast);
+* int4: 4-bit weights in the lab's 4-bit placement, laid out as the lab's
+  (symmetric INT4 by output, an FP16 scale per 128 inputs, two values a
+  byte, a layer's four parts in one pinned buffer, one upload a layer),
+  quantized by the same rule; each layer dequantized by PyTorch ops
+  (unpack, scale) into FP16, then the fused FP16 layer. Eager ops, and
+  the same dequantization through torch.compile (its best: one fused
+  kernel) where Triton can compile here;
 * layer_eager and layer_fused: one layer alone (weights on the GPU),
-  relu(x @ W1) @ W2 and the fused-epilogue form, the mean over L layers.
+  relu(x @ W1) @ W2 and the fused-epilogue form, the mean over L layers;
+* layer_int4pack: one layer alone through torch._weight_int4pack_mm (its
+  own tiled layout of the same 4-bit values, BF16 activations), the mean
+  over up to 4 layers: a reference, not a yardstick (it is no fast GEMM
+  on Hopper).
 
 Usage: torch_offload.py --layers L --d-model D --batches B1,B2 --ring K
                         --warmup W --repeats R [--device N]
-                        [--placements B:R:K:R8:K8,...]
+                        [--placements B:R:K:R8:K8:R4:K4,...]
 Prints one JSON line: {"torch": version, "batches": [{"batch", "to_hooks_ms",
-"ring_ms", "fused_ring_ms", "resident_ms", "fp8_ms", "layer_eager_ms",
-"layer_fused_ms", "fp8_note"}, ...]} (a pass not run is null)."""
+"ring_ms", "fused_ring_ms", "resident_ms", "fp8_ms", "int4_ms",
+"int4_compiled_ms", "layer_eager_ms", "layer_fused_ms",
+"layer_int4pack_ms", "fp8_note", "int4_note", ...}, ...]} (a pass not run
+is null; a note says why)."""
 import argparse, json, sys
 import torch
 
@@ -46,11 +59,11 @@ def main():
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--placements", default="")
     a = ap.parse_args()
-    # batch -> (R, K, R8, K8); R8 < 0: no FP8 placement.
+    # batch -> (R, K, R8, K8, R4, K4); R8 or R4 < 0: no FP8 or 4-bit placement.
     placements = {}
     for item in filter(None, a.placements.split(",")):
-        b, r, k, r8, k8 = (int(v) for v in item.split(":"))
-        placements[b] = (r, k, r8, k8)
+        b, r, k, r8, k8, r4, k4 = (int(v) for v in item.split(":"))
+        placements[b] = (r, k, r8, k8, r4, k4)
     torch.cuda.set_device(a.device)
     dev = torch.device("cuda", a.device)
     L, d, K = a.layers, a.d_model, a.ring
@@ -203,6 +216,111 @@ def main():
             x8, s_in = (y.float() / s_y).to(e4m3), s_y
         return x8.new_empty(0), s_x, scales
 
+    # ---- 4. 4-bit weights, laid out as the lab's -----------------------
+    G = 128
+    int4_note = None
+    if d % G != 0:
+        int4_note = f"no 4-bit pass: d = {d} does not split into groups of {G}"
+    # A layer's bytes: W1's packed integers and scales, then W2's, each
+    # matrix by output (Wᵀ): W1ᵀ is 4d x d, W2ᵀ is d x 4d.
+    part_shapes = [((4 * d, d // 2), torch.uint8), ((4 * d, d // G), torch.half), ((d, 2 * d), torch.uint8), ((d, 4 * d // G), torch.half)]
+    parts4, at = [], 0
+    for shp, dt in part_shapes:
+        n = shp[0] * shp[1] * (2 if dt == torch.half else 1)
+        parts4.append((at, n, shp, dt))
+        at += n
+    layer4_bytes = at
+
+    def views4(buf):
+        """(W1ᵀ packed, its scales, W2ᵀ packed, its scales) in a layer's bytes."""
+        return [buf[o:o + n].view(dt).view(shp) for o, n, shp, dt in parts4]
+
+    def quantize4(w):
+        """w (FP16, x @ w) by output, as the lab's rule: each group's scale is
+        its largest magnitude over 7 (FP16), each value its rounded integer
+        plus 8 in a nibble, an even input's in the low one. On the GPU."""
+        wt = w.to(dev).float().t().contiguous()
+        n_out, n_in = wt.shape
+        g = wt.view(n_out, n_in // G, G)
+        scale = (g.abs().amax(-1) / 7.0).half()
+        s = scale.float().unsqueeze(-1)
+        q = torch.where(s > 0, (g / s.clamp_min(1e-30)).round().clamp(-7, 7), torch.zeros_like(g))
+        q = (q.to(torch.int32) + 8).view(n_out, n_in)
+        return (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8), scale
+
+    h4 = []  # per layer: its bytes, pinned
+    if int4_note is None:
+        for i in range(L):
+            buf = torch.empty(layer4_bytes, dtype=torch.uint8).pin_memory()
+            v = views4(buf)
+            for j, w in enumerate((w1[i], w2[i])):
+                packed, scale = quantize4(w)
+                v[2 * j].copy_(packed)
+                v[2 * j + 1].copy_(scale)
+            h4.append(buf)
+
+    def dequant4_eager(packed, scale):
+        """Wᵀ in FP16 from its packed integers and its groups' scales."""
+        n_out = packed.shape[0]
+        q = torch.stack((packed & 15, packed >> 4), dim=-1).view(n_out, -1, G)
+        return ((q.half() - 8) * scale.unsqueeze(-1)).view(n_out, -1)
+
+    def int4_layer(dequant):
+        def run(x, w, i):
+            p1, sc1, p2, sc2 = views4(w[0])
+            h = torch._addmm_activation(zero_bias, x, dequant(p1, sc1).t())
+            return h @ dequant(p2, sc2).t()
+        return run
+
+    dequant4_compiled, compile_note = None, None
+    if int4_note is None:
+        try:
+            dequant4_compiled = torch.compile(dequant4_eager, dynamic=False)
+            v = views4(h4[0].to(dev))
+            for p, sc in ((v[0], v[1]), (v[2], v[3])):
+                if not torch.allclose(dequant4_compiled(p, sc), dequant4_eager(p, sc), rtol=1e-3, atol=0):
+                    raise RuntimeError("its values differ from the eager ops'")
+            torch.cuda.synchronize(dev)
+        except Exception as e:  # no Triton, no compiler: the eager pass stands alone
+            dequant4_compiled = None
+            compile_note = "torch.compile of the dequantization failed here: " + str(e).splitlines()[0][:200]
+
+    def int4pack_layers(x):
+        """One layer alone through torch._weight_int4pack_mm, (times, None)
+        or (None, why not)."""
+        if int4_note is not None:
+            return None, int4_note
+        if not hasattr(torch, "_weight_int4pack_mm") or not hasattr(torch, "_convert_weight_to_int4pack"):
+            return None, "no torch._weight_int4pack_mm in this PyTorch"
+        try:
+            n = min(L, 4)
+            packs = []
+            for i in range(n):
+                v = views4(h4[i].to(dev))
+                pair = []
+                for p, sc in ((v[0], v[1]), (v[2], v[3])):
+                    # Its packing puts an even input in the high nibble; its
+                    # values are (q - 8) * scale + zero, groups x out x 2.
+                    wp = torch._convert_weight_to_int4pack(((p & 15) << 4 | p >> 4).contiguous(), 8)
+                    sz = torch.stack((sc.to(torch.bfloat16), torch.zeros_like(sc, dtype=torch.bfloat16)), -1).transpose(0, 1).contiguous()
+                    pair.append((wp, sz))
+                packs.append((pair, v))
+            xb = x.to(torch.bfloat16)
+            (wp, sz), v = packs[0][0][0], packs[0][1]
+            want = xb.float() @ dequant4_eager(v[0], v[1]).float().t()
+            got = torch._weight_int4pack_mm(xb, wp, G, sz).float()
+            err = ((got - want).norm() / want.norm()).item()
+            if not err < 2e-2:
+                return None, f"torch._weight_int4pack_mm disagrees with the dequantized GEMM: {err:.2e}"
+
+            def layers(y):
+                for (a1, s1), (a2, s2) in (pr for pr, _ in packs):
+                    y = torch._weight_int4pack_mm(torch.relu(torch._weight_int4pack_mm(y, a1, G, s1)), a2, G, s2)
+                return y
+            return [ms / n for ms in timed(layers, xb)[0]], None
+        except Exception as e:
+            return None, "torch._weight_int4pack_mm failed here: " + str(e).splitlines()[0][:200]
+
     def layer_alone(layer_fn, x):
         """One layer's mean time over L layers from the GPU ring (no uploads)."""
         def layers(y):
@@ -232,9 +350,11 @@ def main():
                 ring[i][1].copy_(p2[i])
             row = {"batch": b, "to_hooks_ms": hooks_ms, "ring_ms": ring_ms, "fused_ring_ms": fused_ms,
                    "layer_eager_ms": layer_alone(eager_layer, x), "layer_fused_ms": layer_alone(fused_layer, x),
-                   "resident_ms": None, "resident": None, "fp8_ms": None, "fp8": None, "fp8_note": fp8_note}
+                   "resident_ms": None, "resident": None, "fp8_ms": None, "fp8": None, "fp8_note": fp8_note,
+                   "int4_ms": None, "int4_compiled_ms": None, "int4": None, "int4_note": int4_note or compile_note}
+            row["layer_int4pack_ms"], row["int4pack_note"] = int4pack_layers(x)
             if b in placements:
-                r, k, r8, k8 = placements[b]
+                r, k, r8, k8, r4, k4 = placements[b]
                 kept = {i: (w1[i].to(dev), w2[i].to(dev)) for i in resident_layers(r)}
                 slots = [(torch.empty(d, 4 * d, dtype=torch.half, device=dev), torch.empty(4 * d, d, dtype=torch.half, device=dev)) for _ in range(k)]
                 res_ms, y4 = timed(lambda x: streamed(x, lambda x, w, i: fused_layer(x, w), pinned16, slots, kept), x)
@@ -255,6 +375,27 @@ def main():
                     err = ((y1.float() - y5).norm() / y1.float().norm()).item()
                     row["fp8_ms"], row["fp8"], row["fp8_error"] = fp8_ms, [r8, k8], err
                     del kept8, slots8
+                if int4_note is None and r4 >= 0:
+                    kept4 = {i: (h4[i].to(dev),) for i in resident_layers(r4)}
+                    slots4 = [(torch.empty(layer4_bytes, dtype=torch.uint8, device=dev),) for _ in range(k4)]
+                    host4 = lambda layer: (h4[layer],)
+                    # The same network without the ring: each layer's bytes
+                    # uploaded, then run. A ring that read a slot early differs.
+                    y_plain = x
+                    for i in range(L):
+                        y_plain = int4_layer(dequant4_eager)(y_plain, (h4[i].to(dev),), i)
+                    for key, dq in (("int4_ms", dequant4_eager), ("int4_compiled_ms", dequant4_compiled)):
+                        if dq is None:
+                            continue
+                        ms4, y6 = timed(lambda x: streamed(x, int4_layer(dq), host4, slots4, kept4), x)
+                        err = ((y_plain.float() - y6.float()).norm() / y_plain.float().norm()).item()
+                        if not err < 1e-2:
+                            print(f"PyTorch's 4-bit pass ({key}) disagrees with its pass without a ring at batch {b}: {err:.2e}", file=sys.stderr)
+                            sys.exit(1)
+                        row[key] = ms4
+                    row["int4"] = [r4, k4]
+                    row["int4_error"] = ((y1.float() - y_plain.float()).norm() / y1.float().norm()).item()
+                    del kept4, slots4, y_plain
                 torch.cuda.empty_cache()
             results.append(row)
             line = f"batch {b}: to_hooks {median(hooks_ms):.2f} ms, ring {median(ring_ms):.2f} ms, fused ring {median(fused_ms):.2f} ms"
@@ -262,6 +403,12 @@ def main():
                 line += f", resident {median(row['resident_ms']):.2f} ms"
             if row["fp8_ms"]:
                 line += f", FP8 {median(row['fp8_ms']):.2f} ms (off FP16 by {row['fp8_error']:.3f})"
+            if row["int4_ms"]:
+                line += f", 4-bit {median(row['int4_ms']):.2f} ms (off FP16 by {row['int4_error']:.3f})"
+            if row["int4_compiled_ms"]:
+                line += f", 4-bit compiled {median(row['int4_compiled_ms']):.2f} ms"
+            if row["layer_int4pack_ms"]:
+                line += f", _weight_int4pack_mm layer {median(row['layer_int4pack_ms']):.3f} ms"
             print(line, file=sys.stderr)
     print(json.dumps({"torch": torch.__version__, "batches": results}))
 

@@ -66,6 +66,17 @@ impl CheckReport {
         self.is_problem.push(false);
     }
 
+    /// Appends the findings of `part` (a check of one part of the
+    /// answer) in its order, each after `prefix`; a problem there fails
+    /// this report too.
+    pub fn absorb(&mut self, part: CheckReport, prefix: &str) {
+        for (finding, problem) in part.findings.into_iter().zip(part.is_problem) {
+            self.passed &= !problem;
+            self.findings.push(format!("{prefix}{finding}"));
+            self.is_problem.push(problem);
+        }
+    }
+
     /// Runs the learner's code (`what` names it: "your issue loop"). A
     /// panic becomes a problem quoting the panic and where it happened; an
     /// error becomes a problem quoting the error once. `None` then.

@@ -1,8 +1,9 @@
 //! Lab 9's figures: tokens per second against batch size (every variant,
 //! the bound, PyTorch's references), the weights streaming under the GEMMs
 //! (the traced ring pass), the passes past the streaming bound traced at
-//! the same batch, and tokens per second against the GPU memory a
-//! placement holds (the budget sweep).
+//! the same batch, tokens per second against the GPU memory a
+//! placement holds (the budget sweep), and time a pass against the bytes
+//! of a layer (FP16, FP8, 4 bits: where the bound goes).
 //!
 //! May use: `results` and what it stands on (`network`, `variant`),
 //! `present`, and the lab's name (`LAB`, in `mod.rs`). No CUDA.
@@ -149,6 +150,54 @@ pub fn budget_chart(r: &OffloadResults, origin: &str) -> Option<Figure> {
     })
 }
 
+/// Where the bound goes as a layer's bytes shrink: time a pass against
+/// the bytes of a layer, FP16 (fused layers), FP8 and 4 bits, each as
+/// planned under the run's budget, one panel at the run's smallest batch
+/// and one at its largest; beside each pass its streamed layers' uploads
+/// alone (the link), its layers alone (the GPU) and, for 4 bits, their
+/// dequantization alone ([`OffloadResults::precision_table`] prints
+/// them). None in a run without a 4-bit pass.
+pub fn precision_chart(r: &OffloadResults, origin: &str) -> Option<Figure> {
+    let (first, last) = (r.points.first()?, r.points.last()?);
+    let ends = if first.batch == last.batch { vec![first] } else { vec![first, last] };
+    if !ends.iter().any(|p| r.precision_steps(p).iter().any(|s| s.dequant_ms.is_some())) {
+        return None;
+    }
+    let panels = ends
+        .into_iter()
+        .map(|p| {
+            let steps = r.precision_steps(p);
+            let line = |label: &str, color, f: &dyn Fn(&super::results::PrecisionStep) -> Option<f64>| Series {
+                label: label.into(),
+                color,
+                dashed: false,
+                points: steps.iter().filter_map(|s| Some((s.layer_bytes as f64, f(s)?))).collect(),
+            };
+            let series = vec![
+                line("the pass, as planned (median)", BLACK, &|s| Some(s.pass.median)),
+                line("its streamed layers' uploads alone (the link)", color(Variant::Pageable), &|s| (s.link_ms > 0.0).then_some(s.link_ms)),
+                line("its layers alone (the GPU: GEMMs, and dequantization)", color(Variant::RingK), &|s| Some(s.layers_ms)),
+                line("of which the dequantization alone", color(Variant::Int4), &|s| s.dequant_ms),
+            ];
+            Panel {
+                title: format!("{} tokens: ms a pass against the bytes of a layer", p.batch),
+                x_axis: XAxis::LogBytes,
+                x_label: "a layer's weights (FP16, FP8, 4 bits)".into(),
+                y_label: "ms a pass".into(),
+                log_y: true,
+                series: series.into_iter().filter(|s| !s.points.is_empty()).collect(),
+            }
+        })
+        .collect();
+    Some(Figure {
+        stem: format!("{LAB}-precision"),
+        title: format!("Lab 9: where the bound goes as the bytes shrink (each precision as planned under {} MiB)", r.config.gpu_budget),
+        subtitle: origin.into(),
+        panels,
+        panel_size: (760, 460),
+    })
+}
+
 /// The passes past the streaming bound at the timeline's batch, each
 /// traced by events as the ring of K is, in the table's order: the ring
 /// of K, the ReLU fused, resident layers, FP8. None in recordings made
@@ -203,7 +252,34 @@ mod tests {
         assert!(fp8.dashed && fp8.color == color(Variant::Fp8) && fp8.points.len() == r.points.len(), "{fp8:?}");
         // A variant the run did not measure (4 bits, in a recording made before it) draws no line.
         assert!(t.panels[0].series.iter().all(|s| !s.points.is_empty() && s.label != Variant::Int4.label()), "{:?}", t.panels[0].series.iter().map(|s| &s.label).collect::<Vec<_>>());
+        assert!(precision_chart(&r, "no 4 bits").is_none(), "a run without a 4-bit pass has no precision chart");
         assert!(budget_chart(&crate::labs::offload::fixture::results(), "old").is_none());
         assert!(beyond_chart(&crate::labs::offload::fixture::results(), "old").is_none());
+    }
+
+    /// On the H200's recording (its 4-bit pass): two panels, the smallest
+    /// and the largest batch; each pass drawn at its precision's bytes, in
+    /// the table's order (FP16, FP8, 4 bits: bytes falling); at the smallest
+    /// batch the link bounds FP16 and the GPU the 4-bit pass, and the
+    /// table prints what the chart draws.
+    #[test]
+    fn the_precision_chart_draws_each_pass_beside_its_bounds_parts() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/nvidia-h200/offload.json");
+        let r = crate::labs::offload::OffloadRecord::load(&path).expect("the committed H200 recording of lab 9").results;
+        let f = precision_chart(&r, "test").expect("a 4-bit pass");
+        assert_eq!(f.panels.len(), 2);
+        let steps = r.precision_steps(&r.points[0]);
+        assert_eq!(steps.iter().map(|s| s.precision.name()).collect::<Vec<_>>(), ["FP16", "FP8", "4-bit"]);
+        assert!(steps.windows(2).all(|w| w[0].layer_bytes > w[1].layer_bytes));
+        assert_eq!((steps[0].bound_by(), steps[2].bound_by()), ("the link", "dequantization + GEMMs"));
+        let passes = &f.panels[0].series[0];
+        assert_eq!(passes.points, steps.iter().map(|s| (s.layer_bytes as f64, s.pass.median)).collect::<Vec<_>>());
+        let dequant = f.panels[0].series.iter().find(|s| s.label.contains("dequantization alone")).expect("the 4-bit pass's dequantization");
+        assert_eq!(dequant.points.len(), 1);
+        let table = r.precision_table();
+        for s in &steps {
+            assert!(table.contains(&format!("{:.2}", s.pass.median)), "{table}");
+        }
+        assert!(r.precision_table().lines().count() == 2 + 3 * r.points.len(), "{table}");
     }
 }

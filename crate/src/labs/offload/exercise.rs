@@ -22,7 +22,7 @@
 use super::config::OffloadConfig;
 use super::forward::{ring_with, Books, Costs, Forward, Pass, PassFn, RingOrders, Task, Weights};
 use super::measure::{pass_with, Reference, Sweep};
-use super::network::{LayerKind, Shape};
+use super::network::{LayerKind, Precision, Shape};
 use super::results::OffloadResults;
 use super::rig::{Copies, OffloadRig};
 use super::variant::Variant;
@@ -36,7 +36,7 @@ use crate::pipeline::op::OpKind;
 use crate::pipeline::schedule::Schedule;
 use crate::units::fmt_ms;
 
-pub use super::exercise_placement::{best_placement, check_placement, hint_placement, PLACEMENT_HINTS, PLACEMENT_WITHIN};
+pub use super::exercise_placement::{best_placement, check_fp16_and_4_bit, check_placement, check_placements, hint_placement, PLACEMENT_HINTS, PLACEMENT_WITHIN};
 
 /// The exercises, as the course lists them (`overlap-lab progress`).
 pub const EXERCISES: &[Exercise] = &[
@@ -58,14 +58,20 @@ fn prefetch_example(dev: &std::path::Path, right: bool) -> Result<Option<CheckRe
 }
 
 /// The second exercise answered on the recording in `dev`, at its budget
-/// and first batch: the planner's best placement, or a ring of 3 and no
-/// resident layer, which leaves the budget idle.
+/// and first batch, FP16 and 4 bits: the planner's best placements, or a
+/// ring of 3 and no resident layer for both, which leaves the budget idle.
 fn placement_example(dev: &std::path::Path, right: bool) -> Result<Option<CheckReport>> {
     let Some(r) = recorded(dev)? else { return Ok(None) };
-    let Some(batch) = r.points.first().map(|p| p.batch) else { return Ok(None) };
-    let budget = r.config.gpu_budget;
-    let placed = if right { best_placement(&r, budget, batch)?.placement } else { super::network::Placement { resident: 0, ring: 3 } };
-    Ok(Some(check_placement(&r, budget, batch, placed)))
+    let Some(p) = r.points.first() else { return Ok(None) };
+    let (budget, batch) = (r.config.gpu_budget, p.batch);
+    let idle = super::network::Placement { resident: 0, ring: 3 };
+    let best = |precision| best_placement(&r, budget, batch, precision).map(|b| b.placement);
+    let (fp16, four_bit) = match right {
+        false => (idle, idle),
+        true if p.costs(LayerKind::Int4).is_some() => (best(Precision::Fp16)?, best(Precision::Int4)?),
+        true => (best(Precision::Fp16)?, idle),
+    };
+    Ok(Some(check_fp16_and_4_bit(&r, budget, batch, fp16, four_bit)))
 }
 
 /// The share of the bound a right schedule reaches.

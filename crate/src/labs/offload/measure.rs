@@ -578,7 +578,7 @@ pub fn run(gpu: &Gpu, cfg: &OffloadConfig, progress: ProgressMode) -> Result<Off
         .iter()
         .filter_map(|p| {
             let of = |v| p.variant(v).and_then(|x| x.plan.as_ref()).map(|plan| plan.placement);
-            Some((p.batch, of(Variant::Resident)?, of(Variant::Fp8)))
+            Some(Planned { batch: p.batch, fp16: of(Variant::Resident)?, fp8: of(Variant::Fp8), int4: of(Variant::Int4) })
         })
         .collect();
     let torch = if cfg.python.is_empty() {

@@ -86,7 +86,7 @@ use std::path::{Path, PathBuf};
 
 pub const LAB: &str = "offload";
 
-/// Lab 9 in the report: the tokens/s chart, the timeline (+ Chrome trace), the summary.
+/// Lab 9 in the report: the tokens/s chart, the timelines (+ Chrome trace), the budget and precision charts, the summary.
 pub fn report(rec: &OffloadRecord, dir: &Path, origin: &str) -> Result<Vec<PathBuf>> {
     use crate::present::chart::Chart;
     let mut files = rec.results.throughput_chart(origin).save(dir)?;
@@ -97,10 +97,13 @@ pub fn report(rec: &OffloadRecord, dir: &Path, origin: &str) -> Result<Vec<PathB
     if let Some(f) = charts::budget_chart(&rec.results, origin) {
         files.extend(f.save(dir)?);
     }
+    if let Some(f) = charts::precision_chart(&rec.results, origin) {
+        files.extend(f.save(dir)?);
+    }
     let trace = dir.join(format!("{LAB}-timeline.trace.json"));
     rec.results.timeline.save_chrome_trace(&trace)?;
     files.push(trace);
-    files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}", rec.results.summary()))?);
+    files.push(crate::present::chart::write_text(dir.join(format!("{LAB}-summary.txt")), format!("{origin}\n\n{}\n{}", rec.results.summary(), rec.results.precision_table()))?);
     Ok(files)
 }
 
@@ -123,6 +126,15 @@ impl crate::lab_kit::LabRun<OffloadResults> {
     pub fn budget_chart(&self) -> Option<crate::present::chart::Figure> {
         charts::budget_chart(&self.record.results, &self.origin())
     }
+    /// Time a pass against the bytes of a layer, FP16, FP8 and 4 bits (None
+    /// in a run without a 4-bit pass).
+    pub fn precision_chart(&self) -> Option<crate::present::chart::Figure> {
+        charts::precision_chart(&self.record.results, &self.origin())
+    }
+    /// The figures the precision chart draws, every batch.
+    pub fn precision_table(&self) -> String {
+        self.record.results.precision_table()
+    }
     /// Checks a learner's prefetch schedule: live on a GPU, else on the
     /// dry run and the queue model with this recording's costs.
     pub fn check_prefetch(
@@ -142,11 +154,13 @@ impl crate::lab_kit::LabRun<OffloadResults> {
 }
 
 impl crate::lab_kit::LabRun<OffloadResults> {
-    /// Checks a placement under `budget_mib` MiB at `batch` tokens: R
-    /// resident layers and a ring of K ([`exercise::check_placement`], on
-    /// the queue model with this run's costs, live or recorded).
-    pub fn check_placement(&self, budget_mib: usize, batch: usize, resident: usize, ring: usize) -> crate::lab_kit::check::CheckReport {
-        exercise::check_placement(&self.record.results, budget_mib, batch, Placement { resident, ring }).answering(exercise::EXERCISES[1].id)
+    /// Checks two placements under `budget_mib` MiB at `batch` tokens, each
+    /// (R resident layers, a ring of K): the FP16 layers' and the 4-bit
+    /// layers' ([`exercise::check_fp16_and_4_bit`], on the queue model
+    /// with this run's costs, live or recorded).
+    pub fn check_placement(&self, budget_mib: usize, batch: usize, fp16: (usize, usize), four_bit: (usize, usize)) -> crate::lab_kit::check::CheckReport {
+        let placed = |(resident, ring)| Placement { resident, ring };
+        exercise::check_fp16_and_4_bit(&self.record.results, budget_mib, batch, placed(fp16), placed(four_bit)).answering(exercise::EXERCISES[1].id)
     }
 }
 
@@ -155,7 +169,7 @@ pub static ENTRY: crate::lab_kit::Entry<OffloadConfig, OffloadResults> = crate::
     number: 9,
     name: LAB,
     module: module_path!(),
-    teaches: "The capstone: a network bigger than the GPU's budget, its weights streamed over the link under cuBLAS GEMMs, then past that bound: resident layers, FP8 weights, fused epilogues",
+    teaches: "The capstone: a network bigger than the GPU's budget, its weights streamed over the link under cuBLAS GEMMs, then past that bound: resident layers, FP8 and 4-bit weights, fused epilogues",
     builds_on: &[(1, "pinned vs pageable"), (3, "double buffering with events"), (5, "stream priorities and graphs"), (6, "the stream-ordered pool")],
     kernels: &[&kernel::RELU_F16, &kernel::DEQUANT_INT4],
     exercises: exercise::EXERCISES,
@@ -168,8 +182,9 @@ pub static ENTRY: crate::lab_kit::Entry<OffloadConfig, OffloadResults> = crate::
         crate::lab_kit::Word::new("epilogue, fused", "what a GEMM does as it writes its output (here the ReLU, or FP8's scaling) / done there, not by a kernel of its own"),
         crate::lab_kit::Word::new("resident, R / K", "a layer kept on the GPU for good / how many are, and the ring's slots for the rest; the planner picks both"),
         crate::lab_kit::Word::new("FP8, E4M3, scale, amax", "8-bit floats (4 exponent bits, 3 of mantissa) / a tensor's FP32 multiplier / its largest magnitude"),
+        crate::lab_kit::Word::new("4-bit, group, dequantize", "weights as integers from -7 to 7, two a byte / the 128 inputs that share one FP16 scale / turn them back into FP8 on the GPU before the GEMMs"),
     ],
-    about: "Lab 9: stream a network's weights over the link through a ring of GPU buffers, then past that bound (resident layers, FP8 weights, fused epilogues), against PyTorch",
+    about: "Lab 9: stream a network's weights over the link through a ring of GPU buffers, then past that bound (resident layers, FP8 and 4-bit weights, fused epilogues), against PyTorch",
     measure: |gpu, cfg, cx| measure::run(gpu, cfg, cx.progress),
     tables: |rec| rec.results.summary(),
     figures: report,

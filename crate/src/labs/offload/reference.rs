@@ -3,7 +3,10 @@
 //! moved per layer by `.to("cuda")` in forward hooks, and the best
 //! hand-written pinned ring; past the streaming bound, that ring with the
 //! ReLU in cuBLASLt's epilogue, the lab's resident placement, FP8 weights
-//! through `torch._scaled_mm`, and one layer alone eager and fused),
+//! through `torch._scaled_mm`, 4-bit weights in the lab's layout
+//! dequantized by PyTorch ops (eager, and compiled) before the FP16
+//! GEMMs, and one layer alone eager, fused and through
+//! `torch._weight_int4pack_mm`),
 //! carried inside the binary and run with the Python that has PyTorch.
 //! Its absence is a line in the results, never a failed lab.
 //!
@@ -41,6 +44,25 @@ pub struct TorchBeyond {
     pub fp8_placement: Option<Placement>,
     /// Why there is no FP8 pass, where there is none.
     pub fp8_note: Option<String>,
+    /// 4-bit weights in the lab's layout and 4-bit placement, each layer
+    /// dequantized by PyTorch's eager ops (unpack, scale) into FP16, then
+    /// the fused FP16 layer.
+    #[serde(default)]
+    pub int4: Option<Summary>,
+    /// The same with the dequantization through `torch.compile`.
+    #[serde(default)]
+    pub int4_compiled: Option<Summary>,
+    #[serde(default)]
+    pub int4_placement: Option<Placement>,
+    /// Why a 4-bit pass is missing, where one is.
+    #[serde(default)]
+    pub int4_note: Option<String>,
+    /// One layer alone through `torch._weight_int4pack_mm` (BF16
+    /// activations, its own layout of the same values): a reference.
+    #[serde(default)]
+    pub layer_int4pack: Option<Summary>,
+    #[serde(default)]
+    pub int4pack_note: Option<String>,
     /// One layer alone: `relu(x @ W1) @ W2`, and the fused-epilogue form.
     pub layer_eager: Option<Summary>,
     pub layer_fused: Option<Summary>,
@@ -55,6 +77,8 @@ impl TorchBeyond {
             ("PyTorch: ring, ReLU in the epilogue", &self.fused_ring, Variant::Fused, 0),
             ("PyTorch: resident + ring, fused", &self.resident, Variant::Resident, resident(&self.resident_placement)),
             ("PyTorch: FP8 _scaled_mm, resident + ring", &self.fp8, Variant::Fp8, resident(&self.fp8_placement)),
+            ("PyTorch: 4-bit, eager dequantization, FP16", &self.int4, Variant::Int4, resident(&self.int4_placement)),
+            ("PyTorch: 4-bit, compiled dequantization, FP16", &self.int4_compiled, Variant::Int4, resident(&self.int4_placement)),
         ];
         named.into_iter().filter_map(|(what, t, v, r)| Some((what, t.as_ref()?, v, r))).collect()
     }
@@ -83,6 +107,18 @@ struct PrintedBatch {
     #[serde(default)]
     fp8_note: Option<String>,
     #[serde(default)]
+    int4_ms: Option<Vec<f64>>,
+    #[serde(default)]
+    int4_compiled_ms: Option<Vec<f64>>,
+    #[serde(default)]
+    int4: Option<(usize, usize)>,
+    #[serde(default)]
+    int4_note: Option<String>,
+    #[serde(default)]
+    layer_int4pack_ms: Option<Vec<f64>>,
+    #[serde(default)]
+    int4pack_note: Option<String>,
+    #[serde(default)]
     layer_eager_ms: Option<Vec<f64>>,
     #[serde(default)]
     layer_fused_ms: Option<Vec<f64>>,
@@ -94,8 +130,14 @@ struct Printed {
     batches: Vec<PrintedBatch>,
 }
 
-/// The lab's planned placements at one batch: (batch, FP16's, FP8's).
-pub type Planned = (usize, Placement, Option<Placement>);
+/// The lab's planned placements at one batch: FP16's, and FP8's and the
+/// 4-bit pass's where the lab has them.
+pub struct Planned {
+    pub batch: usize,
+    pub fp16: Placement,
+    pub fp8: Option<Placement>,
+    pub int4: Option<Placement>,
+}
 
 /// Runs the script with `python` on GPU `device` for the network `shape` and
 /// the batches, ring, warm-up and repeats of `cfg`, and the lab's
@@ -103,9 +145,10 @@ pub type Planned = (usize, Placement, Option<Placement>);
 pub fn torch_offload(python: &str, device: usize, shape: Shape, cfg: &OffloadConfig, planned: &[Planned]) -> Result<TorchOffload, String> {
     let placements = planned
         .iter()
-        .map(|(b, p, p8)| {
-            let (r8, k8) = p8.map_or((-1, 0), |q| (q.resident as i64, q.ring));
-            format!("{b}:{}:{}:{r8}:{k8}", p.resident, p.ring)
+        .map(|p| {
+            let rk = |q: Option<Placement>| q.map_or((-1, 0), |q| (q.resident as i64, q.ring));
+            let ((r8, k8), (r4, k4)) = (rk(p.fp8), rk(p.int4));
+            format!("{}:{}:{}:{r8}:{k8}:{r4}:{k4}", p.batch, p.fp16.resident, p.fp16.ring)
         })
         .collect::<Vec<_>>()
         .join(",");
@@ -144,6 +187,12 @@ fn parse(stdout: &str) -> Result<TorchOffload, String> {
                     fp8: of(&b.fp8_ms)?,
                     fp8_placement: placed(b.fp8),
                     fp8_note: b.fp8_note,
+                    int4: of(&b.int4_ms)?,
+                    int4_compiled: of(&b.int4_compiled_ms)?,
+                    int4_placement: placed(b.int4),
+                    int4_note: b.int4_note,
+                    layer_int4pack: of(&b.layer_int4pack_ms)?,
+                    int4pack_note: b.int4pack_note,
                     layer_eager: of(&b.layer_eager_ms)?,
                     layer_fused: of(&b.layer_fused_ms)?,
                 },
@@ -171,6 +220,15 @@ mod tests {
         assert_eq!(b.passes().iter().map(|p| p.1.median).collect::<Vec<_>>(), [0.9, 0.5]);
         assert_eq!((b.resident_placement, b.fp8.is_none(), b.fp8_note.as_deref()), (Some(Placement { resident: 4, ring: 3 }), true, Some("no FP8 here")));
         assert_eq!(b.layer_fused.as_ref().unwrap().median, 0.09);
+        assert!(b.int4.is_none() && b.int4_placement.is_none(), "a line from before the 4-bit pass has none");
+        let t = parse(
+            "{\"torch\": \"2.11.0\", \"batches\": [{\"batch\": 8, \"to_hooks_ms\": [3.0], \"ring_ms\": [1.0], \"int4_ms\": [0.7, 0.8, 0.6], \"int4_compiled_ms\": [0.4], \"int4\": [6, 2], \"int4_note\": null, \"layer_int4pack_ms\": null, \"int4pack_note\": \"no torch._weight_int4pack_mm in this PyTorch\"}]}",
+        )
+        .unwrap();
+        let b = &t.batches[0].beyond;
+        let passes: Vec<(f64, Variant, usize)> = b.passes().iter().map(|p| (p.1.median, p.2, p.3)).collect();
+        assert_eq!(passes, [(0.7, Variant::Int4, 6), (0.4, Variant::Int4, 6)]);
+        assert_eq!((b.layer_int4pack.is_none(), b.int4pack_note.as_deref()), (true, Some("no torch._weight_int4pack_mm in this PyTorch")));
         assert!(parse("nothing").is_err());
         let e = torch_offload("/no/such/python", 0, Shape { layers: 2, d: 64 }, &OffloadConfig::small(), &[]).err().unwrap();
         assert!(e.contains("could not be started"), "{e}");

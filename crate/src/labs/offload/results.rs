@@ -14,7 +14,7 @@
 
 use super::config::OffloadConfig;
 use super::forward::Costs;
-use super::network::{budget_bytes, LayerKind, Placement, Shape};
+use super::network::{budget_bytes, LayerKind, Placement, Precision, Shape};
 use super::placement::PlacementPlan;
 use super::reference::TorchBeyond;
 use super::variant::Variant;
@@ -23,6 +23,42 @@ use crate::measure::stats::{Efficiency, Summary};
 use crate::pipeline::machine::Machine;
 use crate::pipeline::timeline::Timeline;
 use serde::{Deserialize, Serialize};
+
+/// One precision's pass as planned at one batch, and the parts of its
+/// bound ([`OffloadResults::precision_steps`]): where the bound sits as
+/// a layer's bytes shrink.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrecisionStep {
+    pub precision: Precision,
+    /// Bytes a layer's weights take in it.
+    pub layer_bytes: usize,
+    pub placement: Placement,
+    /// The pass as planned, measured.
+    pub pass: Summary,
+    /// Its streamed layers' uploads alone, back to back: streamed x one
+    /// upload (the run's at its fast end), ms.
+    pub link_ms: f64,
+    /// Its layers alone: L x one layer (for 4 bits its dequantization and
+    /// FP8 GEMMs), at the fast end, ms.
+    pub layers_ms: f64,
+    /// Of those, the dequantization alone (4 bits only): L x its median, ms.
+    pub dequant_ms: Option<f64>,
+    /// Its placement's bound ([`placement_bound_ms`]), ms.
+    pub bound_ms: f64,
+}
+
+impl PrecisionStep {
+    /// What bounds the pass: the link or the GPU's layers.
+    pub fn bound_by(&self) -> &'static str {
+        if self.link_ms >= self.layers_ms {
+            "the link"
+        } else if self.dequant_ms.is_some() {
+            "dequantization + GEMMs"
+        } else {
+            "the GEMMs"
+        }
+    }
+}
 
 /// One of PyTorch's passes at a batch size, where it ran.
 pub(super) type TorchPass = fn(&BatchPoint) -> Option<&Summary>;
@@ -359,6 +395,30 @@ impl OffloadResults {
                 w[0].batch as f64 + t * (w[1].batch - w[0].batch) as f64
             })
         })
+    }
+    /// At `p`, each precision's pass as the planner placed it (FP16 fused
+    /// layers, FP8, 4 bits; those the run measured), with its bound's parts.
+    pub fn precision_steps(&self, p: &BatchPoint) -> Vec<PrecisionStep> {
+        [Variant::Resident, Variant::Fp8, Variant::Int4]
+            .into_iter()
+            .filter_map(|variant| {
+                let v = p.variant(variant)?;
+                let placement = v.plan.as_ref()?.placement;
+                let kind = variant.kind();
+                let (up, layer) = (self.run_upload_of(p, kind)?.fast_end(), p.parts(kind)?.1.fast_end());
+                let l = self.shape.layers;
+                Some(PrecisionStep {
+                    precision: kind.precision(),
+                    layer_bytes: self.shape.layer_bytes_in(kind.precision()),
+                    placement,
+                    pass: v.ms,
+                    link_ms: l.saturating_sub(placement.resident) as f64 * up,
+                    layers_ms: l as f64 * layer,
+                    dequant_ms: (kind == LayerKind::Int4).then(|| p.dequant_int4_ms.as_ref().map(|d| l as f64 * d.median)).flatten(),
+                    bound_ms: placement_bound_ms(l, placement.resident, up, layer),
+                })
+            })
+            .collect()
     }
     /// The faster of our two FP16 layers alone at `p`: (which, its time).
     pub fn best_fp16_layer<'a>(&self, p: &'a BatchPoint) -> Option<(&'static str, &'a Summary)> {

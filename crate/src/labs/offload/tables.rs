@@ -207,6 +207,21 @@ impl OffloadResults {
                     theirs.median / ours.1.median
                 );
             }
+            if let Some(b) = &p.torch_beyond {
+                // PyTorch's 4-bit figures: its one-layer reference beside ours,
+                // and why a pass is missing where one is.
+                if let (Some(ours), Some(theirs)) = (&p.layer_int4_ms, &b.layer_int4pack) {
+                    s += &format!(
+                        "  one 4-bit layer alone: ours {:.3} ms (dequantization + FP8 GEMMs), torch._weight_int4pack_mm's {:.3} ms: {:.2}x\n",
+                        ours.median,
+                        theirs.median,
+                        theirs.median / ours.median
+                    );
+                }
+                for note in [&b.int4_note, &b.int4pack_note].into_iter().flatten() {
+                    s += &format!("  PyTorch, 4 bits: {note}\n");
+                }
+            }
         }
         if !self.sweeps.is_empty() {
             s += "\nplacements under a budget (tokens/s against GPU memory; R resident layers, a ring of K):\n";
@@ -278,6 +293,43 @@ impl OffloadResults {
             Err(why) => format!("\nno PyTorch reference: {why}\n"),
         };
         s += &format!("every pass verified: {} passes, sampled rows within {:.1e} relative error of the CPU reference\n", self.verified_passes, self.max_error);
+        s
+    }
+
+    /// Where the bound goes as a layer's bytes shrink: at every batch, each
+    /// precision's pass as planned under the run's budget beside its
+    /// bound's parts ([`OffloadResults::precision_steps`]), the figures
+    /// `charts::precision_chart` draws. Empty where the run measured no
+    /// pass past FP16.
+    pub fn precision_table(&self) -> String {
+        if self.points.iter().all(|p| self.precision_steps(p).len() < 2) {
+            return String::new();
+        }
+        let mut s = format!(
+            "each precision as planned under the {} MiB budget, ms a pass: the pass (median), its streamed layers' uploads alone, its {} layers alone (of which dequantization), its placement's bound\n",
+            self.config.gpu_budget, self.shape.layers
+        );
+        s += &format!(
+            "  {:>7} {:<9} {:>10} {:<28} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n",
+            "tokens", "weights", "a layer", "placement", "pass", "link", "layers", "dequant", "bound", "bound by"
+        );
+        for p in &self.points {
+            for step in self.precision_steps(p) {
+                s += &format!(
+                    "  {:>7} {:<9} {:>10} {:<28} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>9.2}  {}\n",
+                    p.batch,
+                    step.precision.name(),
+                    Bytes(step.layer_bytes as u64).to_string(),
+                    step.placement.label(),
+                    step.pass.median,
+                    step.link_ms,
+                    step.layers_ms,
+                    step.dequant_ms.map_or("-".into(), |d| format!("{d:.2}")),
+                    step.bound_ms,
+                    step.bound_by()
+                );
+            }
+        }
         s
     }
 }
