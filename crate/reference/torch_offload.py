@@ -28,11 +28,12 @@ placements for a batch:
   quantized by the same rule; each layer dequantized by PyTorch ops
   (unpack, scale) into FP16, then the fused FP16 layer. Eager ops, and
   the same dequantization through torch.compile (its best: one fused
-  kernel) where Triton can compile here;
+  kernel where Inductor fuses it) where Triton can compile here;
 * layer_eager and layer_fused: one layer alone (weights on the GPU),
   relu(x @ W1) @ W2 and the fused-epilogue form, the mean over L layers;
-* layer_int4pack: one layer alone through torch._weight_int4pack_mm (its
-  own tiled layout of the same 4-bit values, BF16 activations), the mean
+* layer_int4pack: one layer alone through torch._weight_int4pack_mm (the
+  same 4-bit integers in its own tiled layout, the scales in BF16, BF16
+  activations), the mean
   over up to 4 layers: a reference, not a yardstick (it is no fast GEMM
   on Hopper).
 
@@ -277,9 +278,13 @@ def main():
         try:
             dequant4_compiled = torch.compile(dequant4_eager, dynamic=False)
             v = views4(h4[0].to(dev))
-            for p, sc in ((v[0], v[1]), (v[2], v[3])):
-                if not torch.allclose(dequant4_compiled(p, sc), dequant4_eager(p, sc), rtol=1e-3, atol=0):
-                    raise RuntimeError("its values differ from the eager ops'")
+            # Compiled here, under no_grad as the passes run (a guard of
+            # its own: compiled otherwise, it would compile again in the
+            # first timed pass where the run asks for no warm-up).
+            with torch.no_grad():
+                for p, sc in ((v[0], v[1]), (v[2], v[3])):
+                    if not torch.allclose(dequant4_compiled(p, sc), dequant4_eager(p, sc), rtol=1e-3, atol=0):
+                        raise RuntimeError("its values differ from the eager ops'")
             torch.cuda.synchronize(dev)
         except Exception as e:  # no Triton, no compiler: the eager pass stands alone
             dequant4_compiled = None

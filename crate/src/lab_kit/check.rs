@@ -67,9 +67,10 @@ impl CheckReport {
     }
 
     /// Appends the findings of `part` (a check of one part of the
-    /// answer) in its order, each after `prefix`; a problem there fails
-    /// this report too.
+    /// answer) in its order, each after `prefix`; where it failed, this
+    /// report fails too.
     pub fn absorb(&mut self, part: CheckReport, prefix: &str) {
+        self.passed &= part.passed;
         for (finding, problem) in part.findings.into_iter().zip(part.is_problem) {
             self.passed &= !problem;
             self.findings.push(format!("{prefix}{finding}"));

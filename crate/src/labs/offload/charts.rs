@@ -68,17 +68,24 @@ impl OffloadResults {
             series.push(torch("PyTorch: hand-written ring", GREY, true, &|p| p.torch_ring_ms.as_ref().map(|s| s.median)));
         }
         // PyTorch past the bound, each in its lab variant's colour, dashed,
-        // in the order its passes are listed.
-        let mut beyond: Vec<Series> = Vec::new();
+        // in the order its passes are listed; a second pass of the same
+        // variant (4 bits, eager and compiled) in a lighter shade of it.
+        let mut beyond: Vec<(Variant, Series)> = Vec::new();
         for p in &self.points {
             for (label, ms, like, _) in p.torch_beyond.iter().flat_map(|b| b.passes()) {
                 let point = (p.batch as f64, tps(p.batch, ms.median));
-                match beyond.iter_mut().find(|s| s.label == label) {
-                    Some(s) => s.points.push(point),
-                    None => beyond.push(Series { label: label.into(), color: color(like), dashed: true, points: vec![point] }),
+                match beyond.iter_mut().find(|s| s.1.label == label) {
+                    Some(s) => s.1.points.push(point),
+                    None => {
+                        let RGBColor(r, g, b) = color(like);
+                        let lighter = |c: u8| c + (255 - c) / 2;
+                        let shade = if beyond.iter().any(|s| s.0 == like) { RGBColor(lighter(r), lighter(g), lighter(b)) } else { color(like) };
+                        beyond.push((like, Series { label: label.into(), color: shade, dashed: true, points: vec![point] }));
+                    }
                 }
             }
         }
+        let beyond: Vec<Series> = beyond.into_iter().map(|s| s.1).collect();
         series.extend(beyond);
         Figure {
             stem: format!("{LAB}-throughput"),
@@ -200,8 +207,8 @@ pub fn precision_chart(r: &OffloadResults, origin: &str) -> Option<Figure> {
 
 /// The passes past the streaming bound at the timeline's batch, each
 /// traced by events as the ring of K is, in the table's order: the ring
-/// of K, the ReLU fused, resident layers, FP8. None in recordings made
-/// before them.
+/// of K, the ReLU fused, resident layers, FP8, 4 bits (those the run
+/// measured). None in recordings made before them.
 pub fn beyond_chart(r: &OffloadResults, origin: &str) -> Option<Gantt> {
     if r.timelines.is_empty() {
         return None;

@@ -68,7 +68,7 @@ fn placement_example(dev: &std::path::Path, right: bool) -> Result<Option<CheckR
     let best = |precision| best_placement(&r, budget, batch, precision).map(|b| b.placement);
     let (fp16, four_bit) = match right {
         false => (idle, idle),
-        true if p.costs(LayerKind::Int4).is_some() => (best(Precision::Fp16)?, best(Precision::Int4)?),
+        true if r.has_layers_at(batch, LayerKind::Int4) => (best(Precision::Fp16)?, best(Precision::Int4)?),
         true => (best(Precision::Fp16)?, idle),
     };
     Ok(Some(check_fp16_and_4_bit(&r, budget, batch, fp16, four_bit)))

@@ -106,6 +106,9 @@ pub fn check_placements(r: &OffloadResults, budget_mib: usize, batch: usize, pla
     let shape = r.shape;
     let layers: Vec<String> = placed.iter().map(|&(precision, _)| format!("{} in {}", Bytes(shape.layer_bytes_in(precision) as u64), precision.name())).collect();
     let mut rep = CheckReport::new(&format!("placement under {budget_mib} MiB at {batch} tokens ({} layers of {}; queue model)", shape.layers, layers.join(", ")));
+    if placed.is_empty() {
+        rep.problem("no placement was given to check");
+    }
     for &(precision, mine) in placed {
         let named = if placed.len() > 1 { format!("{}: ", precision.name()) } else { String::new() };
         let mut one = CheckReport::new(precision.name());
@@ -120,8 +123,7 @@ pub fn check_placements(r: &OffloadResults, budget_mib: usize, batch: usize, pla
 /// recording has no 4-bit pass at that batch (made before it, or on a
 /// GPU without FP8) the FP16 one is judged alone, and a note says so.
 pub fn check_fp16_and_4_bit(r: &OffloadResults, budget_mib: usize, batch: usize, fp16: Placement, four_bit: Placement) -> CheckReport {
-    let has_4_bit = r.points.iter().any(|p| p.batch == batch && p.costs(LayerKind::Int4).is_some());
-    if has_4_bit {
+    if r.has_layers_at(batch, LayerKind::Int4) {
         return check_placements(r, budget_mib, batch, &[(Precision::Fp16, fp16), (Precision::Int4, four_bit)]);
     }
     let mut rep = check_placement(r, budget_mib, batch, Precision::Fp16, fp16);
@@ -151,13 +153,13 @@ fn judge_placement(rep: &mut CheckReport, r: &OffloadResults, budget_mib: usize,
     }
     let holds = shape.placement_bytes(batch, mine, kind.precision());
     if holds > budget {
-        let activations = room.fixed;
         rep.problem(format!(
-            "{} does not fit: {} layer buffers ({}) beside the activations of {batch} tokens and cuBLAS's workspace ({}) take {}, {} over the {budget_mib} MiB budget",
+            "{} does not fit: {} layer buffers ({}) beside the activations of {batch} tokens and {} ({}) take {}, {} over the {budget_mib} MiB budget",
             mine.label(),
             mine.buffers(),
             Bytes((mine.buffers() * lb) as u64),
-            Bytes(activations as u64),
+            kind.precision().fixed_parts(),
+            Bytes(room.fixed as u64),
             Bytes(holds as u64),
             Bytes((holds - budget) as u64)
         ));
@@ -203,22 +205,25 @@ fn judge_placement(rep: &mut CheckReport, r: &OffloadResults, budget_mib: usize,
             fmt_ms(costs.h2d)
         ));
     } else if mine.ring > best.placement.ring {
+        let work = kind.work();
         let why = if costs.h2d > costs.layer {
             format!(
-                "uploads ({} each) are slower than a layer's GEMMs ({}), so the copy stream is never held back by a full ring",
+                "uploads ({} each) are slower than a layer's {work} ({}), so the copy stream is never held back by a full ring",
                 fmt_ms(costs.h2d),
                 fmt_ms(costs.layer)
             )
         } else {
-            format!("a few slots already keep the uploads ({} each) ahead of the GEMMs ({} a layer)", fmt_ms(costs.h2d), fmt_ms(costs.layer))
+            format!("a few slots already keep the uploads ({} each) ahead of the {work} ({} a layer)", fmt_ms(costs.h2d), fmt_ms(costs.layer))
         };
-        rep.problem(format!("the ring holds more slots than the pass can use: {why}, and each slot past that could keep a layer resident instead"));
+        rep.problem(format!("the ring holds more slots than the pass can use: {why}; the slots past that hold weights no layer is waiting for"));
     } else {
         rep.problem(format!(
-            "a ring of {} is too small to hide the uploads: the GEMMs wait for weights still crossing the link ({} an upload against {} of GEMMs a layer)",
+            "a ring of {} is too small to hide the uploads: the {} wait for weights still crossing the link ({} an upload against {} of {} a layer)",
             mine.ring,
+            kind.work(),
             fmt_ms(costs.h2d),
-            fmt_ms(costs.layer)
+            fmt_ms(costs.layer),
+            kind.work()
         ));
     }
 }

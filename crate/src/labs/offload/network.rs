@@ -113,6 +113,13 @@ impl LayerKind {
     pub fn fp8_gemms(self) -> bool {
         matches!(self, LayerKind::Fp8 | LayerKind::Int4)
     }
+    /// What a layer of it runs on the GPU, in a message's words.
+    pub fn work(self) -> &'static str {
+        match self {
+            LayerKind::Int4 => "dequantization + GEMMs",
+            _ => "GEMMs",
+        }
+    }
 }
 
 /// How the weights (and activations) are stored.
@@ -135,6 +142,15 @@ impl Precision {
             Precision::Fp16 => "FP16",
             Precision::Fp8 => "FP8",
             Precision::Int4 => "4-bit",
+        }
+    }
+    /// What a pass in it holds on the GPU before any layer buffer, besides
+    /// the batch's activations ([`Shape::fixed_bytes`]), in a message's words.
+    pub fn fixed_parts(self) -> &'static str {
+        match self {
+            Precision::Fp16 => "cuBLAS's workspace",
+            Precision::Fp8 => "cuBLAS's workspace and FP8's scales",
+            Precision::Int4 => "cuBLAS's workspace, FP8's scales and one layer dequantized",
         }
     }
     /// Whether a pass in it runs FP8 activations and the rig's FP8 scales

@@ -44,7 +44,8 @@ pub struct Room {
     pub budget_mib: usize,
     pub precision: Precision,
     /// What a pass holds before any layer buffer: the activations of the
-    /// batch, cuBLAS's workspace and FP8's scales, bytes.
+    /// batch and what [`Precision::fixed_parts`] names (cuBLAS's
+    /// workspace; FP8's scales; a 4-bit pass's dequantized layer), bytes.
     pub fixed: usize,
     /// One layer buffer in `precision`, bytes.
     pub layer: usize,
@@ -69,7 +70,8 @@ pub fn room(shape: Shape, batch: usize, budget_mib: usize, precision: Precision)
     let buffers = budget.saturating_sub(fixed) / layer;
     if buffers < 2 && buffers < shape.layers {
         return Err(LabError::config(format!(
-            "the activations of {batch} tokens and cuBLAS's workspace take {} of the {} budget: no room for a ring of 2 layers ({} each)",
+            "the activations of {batch} tokens and {} take {} of the {} budget: no room for a ring of 2 layers ({} each)",
+            precision.fixed_parts(),
             Bytes(fixed as u64),
             Bytes(budget as u64),
             Bytes(layer as u64)
@@ -141,12 +143,13 @@ pub fn plan(shape: Shape, batch: usize, room: &Room, kind: LayerKind, costs: Cos
     let l = shape.layers;
     let streamed = l - placement.resident;
     let (link, gpu) = (streamed as f64 * costs.h2d, l as f64 * costs.layer);
-    let bound = if link > gpu { "the link bounds it" } else { "the GEMMs bound it" };
+    let work = kind.work();
+    let bound = if link > gpu { "the link bounds it".to_string() } else { format!("the {work} bound it") };
     let why = if streamed == 0 {
-        format!("every layer fits: {l} resident, no uploads; {l} layers x {:.3} ms = {gpu:.1} ms of GEMMs", costs.layer)
+        format!("every layer fits: {l} resident, no uploads; {l} layers x {:.3} ms = {gpu:.1} ms of {work}", costs.layer)
     } else {
         format!(
-            "{} layer buffers fit beside the activations: {} streams {streamed} layers ({streamed} x {:.3} ms = {link:.1} ms over the link, against {l} x {:.3} ms = {gpu:.1} ms of GEMMs), so {bound}; {}",
+            "{} layer buffers fit beside the activations: {} streams {streamed} layers ({streamed} x {:.3} ms = {link:.1} ms over the link, against {l} x {:.3} ms = {gpu:.1} ms of {work}), so {bound}; {}",
             room.buffers,
             placement.label(),
             costs.h2d,
@@ -154,7 +157,7 @@ pub fn plan(shape: Shape, batch: usize, room: &Room, kind: LayerKind, costs: Cos
             if link > gpu {
                 "each buffer more in the ring would be one layer fewer resident, one upload more".to_string()
             } else {
-                format!("a ring of {} keeps the GEMMs fed", placement.ring)
+                format!("a ring of {} keeps the {work} fed", placement.ring)
             }
         )
     };

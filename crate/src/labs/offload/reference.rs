@@ -58,7 +58,8 @@ pub struct TorchBeyond {
     #[serde(default)]
     pub int4_note: Option<String>,
     /// One layer alone through `torch._weight_int4pack_mm` (BF16
-    /// activations, its own layout of the same values): a reference.
+    /// activations, the same 4-bit integers in its own tiled layout, the
+    /// scales in BF16): a reference.
     #[serde(default)]
     pub layer_int4pack: Option<Summary>,
     #[serde(default)]

@@ -41,7 +41,7 @@ pub struct PrecisionStep {
     /// Its layers alone: L x one layer (for 4 bits its dequantization and
     /// FP8 GEMMs), at the fast end, ms.
     pub layers_ms: f64,
-    /// Of those, the dequantization alone (4 bits only): L x its median, ms.
+    /// Of those, the dequantization alone (4 bits only): L x its fast end, ms.
     pub dequant_ms: Option<f64>,
     /// Its placement's bound ([`placement_bound_ms`]), ms.
     pub bound_ms: f64,
@@ -396,6 +396,11 @@ impl OffloadResults {
             })
         })
     }
+    /// Whether the run measured `kind`'s layers (their upload and their
+    /// time alone) at `batch`.
+    pub fn has_layers_at(&self, batch: usize, kind: LayerKind) -> bool {
+        self.points.iter().any(|p| p.batch == batch && p.parts(kind).is_some())
+    }
     /// At `p`, each precision's pass as the planner placed it (FP16 fused
     /// layers, FP8, 4 bits; those the run measured), with its bound's parts.
     pub fn precision_steps(&self, p: &BatchPoint) -> Vec<PrecisionStep> {
@@ -407,6 +412,7 @@ impl OffloadResults {
                 let kind = variant.kind();
                 let (up, layer) = (self.run_upload_of(p, kind)?.fast_end(), p.parts(kind)?.1.fast_end());
                 let l = self.shape.layers;
+                let bound_ms = self.bound_of_ms(p, kind, placement.resident)?;
                 Some(PrecisionStep {
                     precision: kind.precision(),
                     layer_bytes: self.shape.layer_bytes_in(kind.precision()),
@@ -414,8 +420,8 @@ impl OffloadResults {
                     pass: v.ms,
                     link_ms: l.saturating_sub(placement.resident) as f64 * up,
                     layers_ms: l as f64 * layer,
-                    dequant_ms: (kind == LayerKind::Int4).then(|| p.dequant_int4_ms.as_ref().map(|d| l as f64 * d.median)).flatten(),
-                    bound_ms: placement_bound_ms(l, placement.resident, up, layer),
+                    dequant_ms: (kind == LayerKind::Int4).then(|| p.dequant_int4_ms.as_ref().map(|d| l as f64 * d.fast_end())).flatten(),
+                    bound_ms,
                 })
             })
             .collect()

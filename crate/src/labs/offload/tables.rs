@@ -208,8 +208,7 @@ impl OffloadResults {
                 );
             }
             if let Some(b) = &p.torch_beyond {
-                // PyTorch's 4-bit figures: its one-layer reference beside ours,
-                // and why a pass is missing where one is.
+                // PyTorch's 4-bit reference, one layer, beside ours.
                 if let (Some(ours), Some(theirs)) = (&p.layer_int4_ms, &b.layer_int4pack) {
                     s += &format!(
                         "  one 4-bit layer alone: ours {:.3} ms (dequantization + FP8 GEMMs), torch._weight_int4pack_mm's {:.3} ms: {:.2}x\n",
@@ -217,9 +216,6 @@ impl OffloadResults {
                         theirs.median,
                         theirs.median / ours.median
                     );
-                }
-                for note in [&b.int4_note, &b.int4pack_note].into_iter().flatten() {
-                    s += &format!("  PyTorch, 4 bits: {note}\n");
                 }
             }
         }
@@ -292,15 +288,26 @@ impl OffloadResults {
             Ok(v) => format!("\nPyTorch {v} ran in the same run (crate/reference/torch_offload.py)\n"),
             Err(why) => format!("\nno PyTorch reference: {why}\n"),
         };
+        // Why a PyTorch 4-bit pass is missing, where one is: once, not per batch.
+        let mut notes: Vec<&str> = Vec::new();
+        for note in self.points.iter().flat_map(|p| p.torch_beyond.iter()).flat_map(|b| [&b.int4_note, &b.int4pack_note]).flatten() {
+            if !notes.contains(&note.as_str()) {
+                notes.push(note);
+            }
+        }
+        for note in notes {
+            s += &format!("PyTorch, 4 bits: {note}\n");
+        }
         s += &format!("every pass verified: {} passes, sampled rows within {:.1e} relative error of the CPU reference\n", self.verified_passes, self.max_error);
         s
     }
 
     /// Where the bound goes as a layer's bytes shrink: at every batch, each
     /// precision's pass as planned under the run's budget beside its
-    /// bound's parts ([`OffloadResults::precision_steps`]), the figures
-    /// `charts::precision_chart` draws. Empty where the run measured no
-    /// pass past FP16.
+    /// bound's parts ([`OffloadResults::precision_steps`]): the figures
+    /// `charts::precision_chart` draws where the run has a 4-bit pass (the
+    /// chart needs one; the table prints FP16 and FP8 without it). Empty
+    /// where the run measured no pass past FP16.
     pub fn precision_table(&self) -> String {
         if self.points.iter().all(|p| self.precision_steps(p).len() < 2) {
             return String::new();
