@@ -114,8 +114,51 @@ fn fmt_axis(v: f64) -> String {
     }
 }
 
+/// The corner of a panel where its legend covers the least of its lines:
+/// each line sampled along its segments on the axes as drawn (log or
+/// linear), against a box of the legend's size (from its rows and its
+/// longest label) in each corner; ties keep the upper left.
+fn legend_corner(p: &Panel, xs: (f64, f64), ys: (f64, f64), size: (u32, u32)) -> SeriesLabelPosition {
+    let scale = |v: f64, (lo, hi): (f64, f64), log: bool| if log { (v.ln() - lo.ln()) / (hi.ln() - lo.ln()) } else { (v - lo) / (hi - lo) };
+    let log_x = p.x_axis != XAxis::Linear;
+    let longest = p.series.iter().map(|s| s.label.chars().count()).max().unwrap_or(0) as f64;
+    // The plot area is the panel less its caption, margins and label areas.
+    let (w, h) = ((size.0 as f64 - 84.0).max(1.0), (size.1 as f64 - 100.0).max(1.0));
+    let (bw, bh) = (((longest * 6.5 + 40.0) / w).min(1.0), ((p.series.len() as f64 * 17.0 + 12.0) / h).min(1.0));
+    let mut samples = Vec::new();
+    for s in &p.series {
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite() && (!log_x || *x > 0.0) && (!p.log_y || *y > 0.0))
+            .map(|&(x, y)| (scale(x, xs, log_x), scale(y, ys, p.log_y)))
+            .collect();
+        samples.extend(pts.iter().copied());
+        for w in pts.windows(2) {
+            samples.extend((1..16).map(|k| {
+                let t = k as f64 / 16.0;
+                (w[0].0 + t * (w[1].0 - w[0].0), w[0].1 + t * (w[1].1 - w[0].1))
+            }));
+        }
+    }
+    let covered = |left: bool, upper: bool| {
+        let inside_x = |x: f64| if left { x <= bw } else { x >= 1.0 - bw };
+        let inside_y = |y: f64| if upper { y >= 1.0 - bh } else { y <= bh };
+        samples.iter().filter(|(x, y)| inside_x(*x) && inside_y(*y)).count()
+    };
+    [
+        (SeriesLabelPosition::UpperLeft, covered(true, true)),
+        (SeriesLabelPosition::UpperRight, covered(false, true)),
+        (SeriesLabelPosition::LowerRight, covered(false, false)),
+        (SeriesLabelPosition::LowerLeft, covered(true, false)),
+    ]
+    .into_iter()
+    .min_by_key(|c| c.1)
+    .map_or(SeriesLabelPosition::UpperLeft, |c| c.0)
+}
+
 macro_rules! draw_panel {
-    ($area:expr, $p:expr, $x:expr, $y:expr, $xfmt:expr) => {{
+    ($area:expr, $p:expr, $x:expr, $y:expr, $xfmt:expr, $corner:expr) => {{
         let mut chart = ChartBuilder::on($area)
             .caption(&$p.title, ("sans-serif", 18))
             .margin(12)
@@ -156,7 +199,7 @@ macro_rules! draw_panel {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position($corner)
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(180, 180, 180))
             .label_font(("sans-serif", 12))
@@ -183,15 +226,16 @@ impl Chart for Figure {
             let bytes_fmt = |v: &f64| Bytes(v.round() as u64).to_string();
             let plain_fmt = |v: &f64| fmt_axis(*v);
             let count_fmt = |v: &f64| format!("{}", v.round());
+            let corner = legend_corner(p, xs, ys, self.panel_size);
             match (p.x_axis, p.log_y) {
-                (XAxis::LogCount, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &count_fmt),
-                (XAxis::LogCount, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &count_fmt),
-                (XAxis::LogRatio, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &plain_fmt),
-                (XAxis::LogRatio, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &plain_fmt),
-                (XAxis::LogBytes, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &bytes_fmt),
-                (XAxis::LogBytes, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &bytes_fmt),
-                (XAxis::Linear, true) => draw_panel!(area, p, xs.0..xs.1, (ys.0..ys.1).log_scale(), &plain_fmt),
-                (XAxis::Linear, false) => draw_panel!(area, p, xs.0..xs.1, ys.0..ys.1, &plain_fmt),
+                (XAxis::LogCount, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &count_fmt, corner.clone()),
+                (XAxis::LogCount, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &count_fmt, corner.clone()),
+                (XAxis::LogRatio, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &plain_fmt, corner.clone()),
+                (XAxis::LogRatio, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &plain_fmt, corner.clone()),
+                (XAxis::LogBytes, true) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), (ys.0..ys.1).log_scale(), &bytes_fmt, corner.clone()),
+                (XAxis::LogBytes, false) => draw_panel!(area, p, (xs.0..xs.1).log_scale().base(2.0), ys.0..ys.1, &bytes_fmt, corner.clone()),
+                (XAxis::Linear, true) => draw_panel!(area, p, xs.0..xs.1, (ys.0..ys.1).log_scale(), &plain_fmt, corner.clone()),
+                (XAxis::Linear, false) => draw_panel!(area, p, xs.0..xs.1, ys.0..ys.1, &plain_fmt, corner.clone()),
             }
         }
         root.present().map_err(|e| e.to_string())
@@ -373,6 +417,31 @@ pub fn write_text(path: PathBuf, text: String) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The legend goes to the corner its box covers least of the lines:
+    /// lines rising to the upper right leave the upper left (the first
+    /// choice on a tie) free; lines along the top and the left side push it
+    /// to the lower right.
+    #[test]
+    fn the_legend_takes_the_corner_its_lines_leave_free() {
+        let panel = |points: Vec<Vec<(f64, f64)>>| Panel {
+            title: "t".into(),
+            x_axis: XAxis::Linear,
+            x_label: "x".into(),
+            y_label: "y".into(),
+            log_y: false,
+            series: points
+                .into_iter()
+                .enumerate()
+                .map(|(i, points)| Series { label: format!("line {i}"), color: RGBColor(0, 0, 0), dashed: false, points })
+                .collect(),
+        };
+        let corner = |p: &Panel| format!("{:?}", legend_corner(p, (0.0, 10.0), (0.0, 10.0), (900, 640)));
+        let rising = panel(vec![vec![(5.0, 0.0), (10.0, 10.0)]]);
+        assert_eq!(corner(&rising), format!("{:?}", SeriesLabelPosition::UpperLeft));
+        let top_and_left = panel(vec![vec![(0.0, 10.0), (10.0, 10.0)], vec![(0.0, 0.0), (0.0, 10.0)], vec![(10.0, 9.0), (10.0, 9.5)]]);
+        assert_eq!(corner(&top_and_left), format!("{:?}", SeriesLabelPosition::LowerRight));
+    }
 
     fn fig() -> Figure {
         Figure {
