@@ -45,17 +45,16 @@ pub fn int4_tolerance(layers: usize) -> f64 {
     fp8_tolerance(layers)
 }
 
-/// The worst relative error of a pass's output on the sampled rows `rows`
-/// against `want` (NaN where a row holds one).
-pub(super) fn worst_off(rig: &mut OffloadRig, batch: usize, rows: &[usize], want: &[Vec<u16>]) -> Result<f64> {
-    let out = rig.output_rows(batch, rows)?;
-    Ok(out.iter().zip(want).map(|(got, w)| relative_error(got, w)).fold(0f64, |a, e| if e.is_nan() || a.is_nan() { f64::NAN } else { a.max(e) }))
+/// The worst relative error of a pass's output rows `out` against `want`
+/// (NaN where a row holds one).
+pub(super) fn worst_off(out: &[Vec<u16>], want: &[Vec<u16>]) -> f64 {
+    out.iter().zip(want).map(|(got, w)| relative_error(got, w)).fold(0f64, worse)
 }
 
-/// Checks a pass's output on the sampled rows (a pass with FP8
-/// activations against FP8's tolerance); returns the worst error.
-pub(super) fn verify(rig: &mut OffloadRig, batch: usize, rows: &[usize], want: &[Vec<u16>], what: &str) -> Result<f64> {
-    let out = rig.output_rows(batch, rows)?;
+/// Checks a pass's output `out` on the sampled rows `rows` (as
+/// `OffloadRig::output_rows` reads them; a pass with FP8 activations
+/// against FP8's tolerance); returns the worst error.
+pub(super) fn verify(rig: &OffloadRig, batch: usize, rows: &[usize], out: &[Vec<u16>], want: &[Vec<u16>], what: &str) -> Result<f64> {
     let d = rig.shape.d;
     let tolerance = match rig.precision {
         Precision::Int4 => int4_tolerance(rig.shape.layers),
@@ -63,7 +62,7 @@ pub(super) fn verify(rig: &mut OffloadRig, batch: usize, rows: &[usize], want: &
         Precision::Fp16 => TOLERANCE,
     };
     let mut worst = 0f64;
-    for ((&r, w), got) in rows.iter().zip(want).zip(&out) {
+    for ((&r, w), got) in rows.iter().zip(want).zip(out) {
         let e = relative_error(got, w);
         // A NaN (a row no layer wrote) fails too.
         if e.is_nan() || e > tolerance {
