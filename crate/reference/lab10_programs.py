@@ -957,7 +957,7 @@ def _loop_work_steps(target_ms: float, device: torch.device) -> Tuple[int, float
 
 
 def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: int = 0,
-                 records: Optional[torch.utils.data.Dataset] = None) -> dict:
+                 records: Optional[torch.utils.data.Dataset] = None, from_first_batch: bool = False) -> dict:
     """A DataLoader with `workers` workers and pin_memory over `records`
     (ready samples where none), over HANDOVER_RUNS runs of `sizes.iterations` batches after one
     that starts the workers: its time per batch (each run's time over its
@@ -965,8 +965,9 @@ def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: i
     batch in hand: the workers told to start again, the first batch
     stacked, handed over and pinned), medians. With `loop_steps`, the loop
     does that much of its own work (`_loop_work`) after each batch, and
-    the time per batch is the loop's from the first batch on, over the
-    batches it then worked on (the first batch's wait left out)."""
+    the time per batch is the loop's from the first batch in hand to the
+    last, over the batches that came between (the first batch's wait left
+    out); so too with no work of its own where `from_first_batch`."""
     loader = _loader(records if records is not None else _ReadyRecords(sizes), sizes, workers, pinned=device.type == "cuda")
     per_batch, first = [], []
     for k in range(1 + HANDOVER_RUNS):
@@ -974,19 +975,33 @@ def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: i
         batches = iter(loader)
         next(batches)
         t1 = time.perf_counter()
-        n = 1
+        n, last = 1, t1
         while True:
             if loop_steps:
                 _loop_work(loop_steps, device)
             if next(batches, None) is None:
                 break
-            n += 1
+            n, last = n + 1, time.perf_counter()
         if k:
-            per_batch.append((time.perf_counter() - (t1 if loop_steps else t0)) * 1e6 / n)
+            if loop_steps or from_first_batch:
+                # From the first batch in hand to the last: n - 1 batches, each its wait and the work before it.
+                per_batch.append((last - t1) * 1e6 / max(1, n - 1))
+            else:
+                per_batch.append((time.perf_counter() - t0) * 1e6 / n)
             first.append((t1 - t0) * 1e6)
     del loader  # its workers go
     return {"per_batch_us": statistics.median(per_batch), "per_run_us": per_batch, "first_us": statistics.median(first),
             "first_per_run_us": first}
+
+
+# The loop's own work between batches at which its time a batch beside
+# building workers is also timed, below LOOP_WORK_MS (`calibrate_handover`).
+LOOP_WORK_CURVE_MS = (0.5, 1.0, 2.0)
+
+
+def _curve_point(timed: dict) -> dict:
+    """A point of `handover_by_loop_work` from `_handover_us`'s result."""
+    return {"per_batch_us": timed["per_batch_us"], "per_run_us": timed["per_run_us"]}
 
 
 def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
@@ -1007,19 +1022,29 @@ def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
     batches, `_Records`: a fixed loop's threads ran 1-30% slower beside
     building workers from host to host, data/nvidia-h200/README.md). The
     same over ready samples is recorded beside it
-    (`handover_taken_over_ready_us`)."""
+    (`handover_taken_over_ready_us`). Last, the loop's time a batch beside
+    building workers against its own work (`handover_by_loop_work`: none,
+    then LOOP_WORK_CURVE_MS and LOOP_WORK_MS of `_loop_work`): a loop
+    busy for less than a batch takes to come through still loses the
+    interpreter to the pinning thread (data/nvidia-h200/README.md)."""
     one = _handover_us(device, sizes, 1)
     many = _handover_us(device, sizes, sizes.workers)
     steps, alone_ms = _loop_work_steps(LOOP_WORK_MS, device)
     busy = _handover_us(device, sizes, sizes.workers, loop_steps=steps, records=_Records(sizes))
     busy_ready = _handover_us(device, sizes, sizes.workers, loop_steps=steps)
+    curve = [{"loop_work_us": 0.0, **_curve_point(_handover_us(device, sizes, sizes.workers, records=_Records(sizes), from_first_batch=True))}]
+    for target_ms in LOOP_WORK_CURVE_MS:
+        k, work_ms = _loop_work_steps(target_ms, device)
+        point = _handover_us(device, sizes, sizes.workers, loop_steps=k, records=_Records(sizes))
+        curve.append({"loop_work_us": work_ms * 1e3, "loop_steps": k, **_curve_point(point)})
+    curve.append({"loop_work_us": alone_ms * 1e3, "loop_steps": steps, **_curve_point(busy)})
     return {"handover_us": many["per_batch_us"], "handover_per_run_us": many["per_run_us"], "handover_one_worker_us": one["per_batch_us"],
             "handover_one_worker_per_run_us": one["per_run_us"], "handover_first_batch_us": many["first_us"],
             "handover_first_batch_per_run_us": many["first_per_run_us"],
             "handover_taken_over_us": max(0.0, busy["per_batch_us"] - alone_ms * 1e3), "handover_loop_work_us": alone_ms * 1e3,
             "handover_busy_loop_per_batch_us": busy["per_batch_us"], "handover_busy_loop_per_run_us": busy["per_run_us"],
             "handover_taken_over_ready_us": max(0.0, busy_ready["per_batch_us"] - alone_ms * 1e3),
-            "handover_busy_loop_steps": steps,
+            "handover_busy_loop_steps": steps, "handover_by_loop_work": curve,
             "handover_batch_bytes": sizes.loader_batch_bytes(), "handover_workers": sizes.workers}
 
 

@@ -361,7 +361,8 @@ class Session:
                 f"batch over in {c['handover_one_worker_us']:.0f} µs with 1 worker, {c['handover_us']:.0f} µs with {c['handover_workers']} "
                 f"(its first in {c['handover_first_batch_us']:.0f} µs; a loop busy {c['handover_loop_work_us']:.0f} µs between batches loses "
                 f"{c['handover_taken_over_us']:.0f} µs a batch beside workers building them, {c['handover_taken_over_ready_us']:.0f} "
-                f"over ready samples)")
+                f"over ready samples; beside building workers, a batch each "
+                + ", ".join(f"{q['per_batch_us']:.0f} µs with {q['loop_work_us']:.0f} µs of its own work" for q in c["handover_by_loop_work"]) + ")")
         else:
             say(f"calibrated: a {b.result_bytes() >> 20} MiB result downloads (pinned) in {c['pinned_download_ms']:.3f} ms; "
                 f"hidden width {c['download_hidden']}: the step takes {c['download_step_over_copy']:.2f}x that; the host reads "

@@ -315,6 +315,16 @@ pub struct BatchHandover {
     /// `backward()` for autograd's thread, which lets the interpreter go).
     /// Zero where not measured: the whole `taken_over_us` each batch.
     pub busy_loop_us: f64,
+    /// The loop's time a batch beside workers that build batches, by its
+    /// own work between batches (µs of work, µs a batch; by work, the
+    /// least first, each time a batch no less than the one before: more
+    /// work never brings batches sooner, so a dip is the machine's noise):
+    /// where measured, what the loop loses at a batch is
+    /// read from it, not from `taken_over_us`. A loop with little work of
+    /// its own still loses the interpreter to the pinning thread, and its
+    /// batches come no faster than the loader hands them over beside
+    /// building workers.
+    pub per_batch_by_loop_work: Vec<(f64, f64)>,
     /// The wait for the first batch of samples that cost nothing to build,
     /// from asking for the loader's iterator (its workers told to start),
     /// µs: no batch is handed over sooner.
@@ -324,11 +334,39 @@ pub struct BatchHandover {
 }
 
 impl BatchHandover {
+    /// When the workers start building, µs after the loop asks for the
+    /// loader's iterator: its first batch of ready samples came
+    /// `first_batch_us` after asking, less a worker's and the pinning
+    /// thread's handing over of it.
+    pub fn workers_start_us(&self) -> f64 {
+        (self.first_batch_us - self.loop_us - self.worker_us).max(0.0)
+    }
+
     /// What the loop's own thread loses at a batch after `busy_us` of its
-    /// own work since the batch before: that work slowed by the calibrated
-    /// loss per µs, at most the whole loss the calibration's loop had (all
-    /// of it where the loop's work was not measured).
+    /// own work since the batch before: where the loop's time a batch was
+    /// measured by its work, that time less the work (read between the
+    /// two nearest lengths measured; past the longest, its loss); else
+    /// that work slowed by the calibrated loss per µs, at most the whole
+    /// loss the calibration's loop had (all of it where the loop's work
+    /// was not measured).
     pub fn lost_over(&self, busy_us: f64) -> f64 {
+        let curve = &self.per_batch_by_loop_work;
+        if let (Some(&first), Some(&last)) = (curve.first(), curve.last()) {
+            if busy_us.is_nan() {
+                return 0.0;
+            }
+            let per_batch = if busy_us <= first.0 {
+                first.1.max(busy_us)
+            } else if busy_us >= last.0 {
+                busy_us + (last.1 - last.0)
+            } else {
+                // first.0 < busy_us < last.0: a point on each side.
+                let i = curve.partition_point(|p| p.0 <= busy_us);
+                let ((w0, t0), (w1, t1)) = (curve[i - 1], curve[i]);
+                t0 + (t1 - t0) * (busy_us - w0) / (w1 - w0)
+            };
+            return (per_batch - busy_us).max(0.0);
+        }
         if self.busy_loop_us > 0.0 {
             (busy_us * self.taken_over_us / self.busy_loop_us).min(self.taken_over_us)
         } else {
@@ -357,7 +395,28 @@ impl Pricing {
 
 #[cfg(test)]
 mod tests {
-    use super::GraphPrice;
+    use super::{BatchHandover, GraphPrice};
+
+    #[test]
+    fn a_loops_loss_to_the_loader_is_read_from_its_time_a_batch_by_its_own_work() {
+        let by_rate = BatchHandover { taken_over_us: 1000.0, busy_loop_us: 4000.0, ..BatchHandover::default() };
+        assert_eq!(by_rate.lost_over(500.0), 125.0, "a quarter of a µs a µs of work");
+        assert_eq!(by_rate.lost_over(8000.0), 1000.0, "no more than the calibration's loop lost");
+        let measured = BatchHandover { per_batch_by_loop_work: vec![(0.0, 2300.0), (1000.0, 2500.0), (4000.0, 5500.0)], ..by_rate.clone() };
+        // No work of its own: a batch each 2.3 ms, all of it lost to the loader.
+        assert_eq!(measured.lost_over(0.0), 2300.0);
+        // Between two lengths measured, the time a batch read on the line between them.
+        assert!((measured.lost_over(500.0) - (2400.0 - 500.0)).abs() < 1e-9, "{}", measured.lost_over(500.0));
+        assert!((measured.lost_over(2500.0) - (4000.0 - 2500.0)).abs() < 1e-9, "{}", measured.lost_over(2500.0));
+        // Past the longest, its loss (1.5 ms) a batch.
+        assert!((measured.lost_over(6000.0) - 1500.0).abs() < 1e-9);
+        // Never less than nothing, even where a point says a batch came
+        // sooner than the loop's own work took (no such point is read:
+        // `prices::batch_handover` keeps the curve from falling).
+        let below = BatchHandover { per_batch_by_loop_work: vec![(0.0, 2300.0), (1000.0, 900.0)], ..by_rate };
+        assert_eq!(below.lost_over(1000.0), 0.0);
+        assert_eq!(below.lost_over(f64::NAN), 0.0);
+    }
 
     #[test]
     fn a_branch_spacing_is_read_between_calibrated_counts_and_shared_past_the_last() {

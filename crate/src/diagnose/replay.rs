@@ -367,6 +367,9 @@ impl<'t> Replay<'t> {
         let ahead = has(Change::PrepareAhead);
         let handover = pricing.batch_handover.clone().unwrap_or_default();
         let mut batches = 0;
+        // Each batch's taking over: its op, and what the loop loses there
+        // where it never lets the interpreter go.
+        let mut losses: Vec<(usize, f64)> = Vec::new();
         // The schedule's ops since the last batch was taken over.
         let mut busy_from = 0;
         for &ci in calls {
@@ -399,8 +402,14 @@ impl<'t> Replay<'t> {
                 (true, true) => {}
             }
             if batch {
-                // The batch's worker prepares it; the thread waits for it here.
-                let worker = ts.schedule.host_op(lane_of.len() + batches % pricing.workers(), PREPARED_AHEAD, vec![]);
+                // The batch's worker prepares it; the thread waits for it
+                // here. The workers start building once the loader has
+                // started them (`BatchHandover::workers_start_us`).
+                let worker_lane = lane_of.len() + batches % pricing.workers();
+                if batches < pricing.workers() {
+                    ts.host(worker_lane, "workers starting", handover.workers_start_us());
+                }
+                let worker = ts.schedule.host_op(worker_lane, PREPARED_AHEAD, vec![]);
                 ts.durations_us.push(other + own_untraced + handover.worker_us);
                 ts.traced_op.push(None);
                 // Then the loader's own thread takes it over (PyTorch's
@@ -415,15 +424,26 @@ impl<'t> Replay<'t> {
                 ts.durations_us.push(handover.loop_us);
                 ts.traced_op.push(None);
                 // The loop waits for it, then takes it over itself: it
-                // loses the interpreter the pinning thread holds while it
-                // was busy with its own work since the batch before (its
-                // own thread's host work; waiting, for a batch or for
-                // autograd's thread in `backward()`, it loses nothing), at
-                // the calibrated loss per µs of a loop's own work.
+                // loses the interpreter the pinning thread holds, by its
+                // own work since the batch before (its own thread's host
+                // work, `BatchHandover::lost_over`). Where the loop's time a
+                // batch was measured by its work, that measure starts at
+                // the first batch in hand (whose wait is the first batch's
+                // calibration), so the first batch loses nothing more, and
+                // what the loop waits for its other threads comes off
+                // later (`hide_losses_in_waits`); else, waiting for
+                // autograd's thread in `backward()` is not its own work,
+                // so it loses nothing then.
                 let busy: f64 =
                     (busy_from..ts.durations_us.len()).filter(|&i| matches!(ts.schedule.ops[i].lane, Lane::HostThread(0))).map(|i| ts.durations_us[i]).sum();
                 ts.schedule.host_learns(0, taken);
-                ts.host(0, "batch taken over", handover.lost_over(busy));
+                let by_work = !handover.per_batch_by_loop_work.is_empty();
+                let lost = if by_work && batches == 0 { 0.0 } else { handover.lost_over(busy) };
+                // Pushed even when it takes no time: its time may change.
+                losses.push((ts.durations_us.len(), lost));
+                ts.schedule.host_op(0, "batch taken over", vec![]);
+                ts.durations_us.push(lost);
+                ts.traced_op.push(None);
                 busy_from = ts.durations_us.len();
                 batches += 1;
             }
@@ -500,6 +520,9 @@ impl<'t> Replay<'t> {
             }
             *cpu = cpu.max(c.end_us);
         }
+        if !handover.per_batch_by_loop_work.is_empty() && losses.len() > 1 {
+            hide_losses_in_waits(&mut ts, &losses);
+        }
         Ok(ts)
     }
 
@@ -524,6 +547,36 @@ impl<'t> Replay<'t> {
             }
         }
         found
+    }
+}
+
+/// What the loop's thread loses to the loader at each batch after the
+/// first (`losses`: the op that takes it over and its whole loss), less
+/// the time it waited since the batch before for work of its own on other
+/// threads or the GPU (in `backward()`, autograd's thread): waiting, it
+/// lets the interpreter go, and the pinning thread takes its share then.
+/// The wait for the batch itself is not taken off: the calibration's loop
+/// waited for its batches too, and where the loader is the slower side the
+/// loss falls inside that wait anyway (the batch is taken over no sooner
+/// than it is handed over). Replayed again with the new losses, at most
+/// three rounds, until they no longer change.
+fn hide_losses_in_waits(ts: &mut TracedSchedule, losses: &[(usize, f64)]) {
+    let main: Vec<usize> = (0..ts.durations_us.len()).filter(|&i| ts.schedule.ops[i].lane == Lane::HostThread(0)).collect();
+    for _ in 0..3 {
+        let times = predicted_times(ts);
+        let mut changed = false;
+        for pair in losses.windows(2) {
+            let ((before, _), (at, whole)) = (pair[0], pair[1]);
+            let between = &main[main.partition_point(|&i| i <= before)..main.partition_point(|&i| i < at)];
+            let (busy, last_end) = between.iter().fold((0.0, times[before].1), |(b, e), &i| (b + times[i].1 - times[i].0, f64::max(e, times[i].1)));
+            let waited = (last_end - times[before].1 - busy).max(0.0);
+            let lost = (whole - waited).max(0.0);
+            changed |= (lost - ts.durations_us[at]).abs() > 1e-3;
+            ts.durations_us[at] = lost;
+        }
+        if !changed {
+            break;
+        }
     }
 }
 

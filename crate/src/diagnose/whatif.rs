@@ -181,14 +181,22 @@ fn profiler_note(pricing: &Pricing) -> String {
 fn handover_note(pricing: &Pricing) -> String {
     match &pricing.batch_handover {
         Some(h) => format!(
-            "a DataLoader's cost of handing each batch over added ({} a worker, {} its pinning thread, {}; its first batch no sooner than {} after the loop asks, its workers starting), from {}",
+            "a DataLoader's cost of handing each batch over added ({} a worker, {} its pinning thread, {}; its workers start building {} after the loop asks: its first batch of ready samples came {} after asking, less a worker's and the pinning thread's handing over), from {}",
             us(h.worker_us),
             us(h.loop_us),
-            if h.busy_loop_us > 0.0 {
+            if let (Some(&(_, alone)), Some(&(work, most))) = (h.per_batch_by_loop_work.first(), h.per_batch_by_loop_work.last()) {
+                format!(
+                    "the loop's own thread gets a batch each {} beside building workers with no work of its own, each {} with {} of it (what it loses read from that by its own work between batches, less what it waits for its other threads)",
+                    us(alone),
+                    us(most),
+                    us(work)
+                )
+            } else if h.busy_loop_us > 0.0 {
                 format!("{} the loop's own thread loses over {} of its own work, in proportion to its own work between batches", us(h.taken_over_us), us(h.busy_loop_us))
             } else {
                 format!("{} the loop's own thread loses a batch", us(h.taken_over_us))
             },
+            us(h.workers_start_us()),
             us(h.first_batch_us),
             h.from
         ),

@@ -95,7 +95,17 @@ pub fn batch_handover(programs: &Programs, from: String) -> Option<BatchHandover
     // recording has them (older ones do not: a lower bound).
     let (taken_over_us, first_batch_us) = (c.handover_taken_over_us.unwrap_or(0.0), c.handover_first_batch_us.unwrap_or(0.0));
     let busy_loop_us = c.handover_loop_work_us.unwrap_or(0.0);
-    Some(BatchHandover { worker_us, loop_us, taken_over_us, busy_loop_us, first_batch_us, from })
+    let mut per_batch_by_loop_work: Vec<(f64, f64)> =
+        c.handover_by_loop_work.iter().flatten().map(|p| (p.loop_work_us, p.per_batch_us)).filter(|&(w, t)| w >= 0.0 && t > 0.0).collect();
+    per_batch_by_loop_work.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // More of the loop's own work never brings its batches sooner: a point
+    // below the one before it (the machine's noise) is read as that one.
+    let mut most = 0.0f64;
+    for point in &mut per_batch_by_loop_work {
+        most = most.max(point.1);
+        point.1 = most;
+    }
+    Some(BatchHandover { worker_us, loop_us, taken_over_us, busy_loop_us, per_batch_by_loop_work, first_batch_us, from })
 }
 
 impl Prices {

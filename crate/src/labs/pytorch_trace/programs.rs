@@ -93,6 +93,22 @@ pub struct Calibration {
     /// `handover_taken_over_us` over).
     #[serde(default)]
     pub handover_loop_work_us: Option<f64>,
+    /// The loop's time a batch beside `handover_workers` workers building
+    /// the loader programs' batches, against its own work between batches
+    /// (none, then a few lengths up to `handover_loop_work_us`): from its
+    /// first batch on, over the batches after it. Older recordings have
+    /// none.
+    #[serde(default)]
+    pub handover_by_loop_work: Option<Vec<LoopWorkPoint>>,
+}
+
+/// One point of [`Calibration::handover_by_loop_work`].
+#[derive(Clone, Debug, Deserialize)]
+pub struct LoopWorkPoint {
+    /// The loop's own work between two batches, timed alone, µs.
+    pub loop_work_us: f64,
+    /// The loop's time a batch with that work beside the loader, µs.
+    pub per_batch_us: f64,
 }
 
 impl Calibration {
