@@ -342,6 +342,12 @@ impl BatchHandover {
         (self.first_batch_us - self.loop_us - self.worker_us).max(0.0)
     }
 
+    /// Whether the loop's time a batch was measured by its own work
+    /// ([`BatchHandover::per_batch_by_loop_work`]).
+    pub fn measured_by_loop_work(&self) -> bool {
+        !self.per_batch_by_loop_work.is_empty()
+    }
+
     /// What the loop's own thread loses at a batch after `busy_us` of its
     /// own work since the batch before: where the loop's time a batch was
     /// measured by its work, that time less the work (read between the

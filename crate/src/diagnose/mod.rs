@@ -42,7 +42,9 @@
 //!   what each GPU op waited for, from the trace's times.
 //! - [`fixes`]: the changes a fix makes and what they are priced by.
 //!   [`replay`]: the trace as a schedule the queue model replays, with a
-//!   fix's changes. [`prediction`]: fixes priced on it, the what-if table.
+//!   fix's changes ([`traced_schedule`]: that schedule and its replay;
+//!   `prepared_ahead`: a batch a DataLoader's workers prepare ahead, laid
+//!   out on it). [`prediction`]: fixes priced on it, the what-if table.
 //! - [`diagnosis`]: what a diagnosis says, as data (findings, summaries,
 //!   the what-if table it carries).
 //! - The analysis: `callers` (the call behind a GPU op, as a finding names
@@ -87,7 +89,9 @@ pub mod side_streams;
 pub mod waits;
 
 pub mod prediction;
+mod prepared_ahead;
 pub mod replay;
+pub mod traced_schedule;
 
 pub mod diagnosis;
 

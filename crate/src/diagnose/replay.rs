@@ -24,19 +24,22 @@
 //! ahead moves), `queries` (launching calls, syncs, enclosing CPU ops,
 //! the legacy default stream), `link` (the recorded rates a fix is priced
 //! by), `waits` (what each op waited for), `side_streams` (what a copy stream moves), `event_joins` (a
-//! program's event waits, a graph's fork and join), `fixes` (the changes and their prices).
+//! program's event waits, a graph's fork and join), `fixes` (the changes and their prices), `traced_schedule` (the
+//! schedule it builds, its replay), `prepared_ahead` (a batch prepared
+//! ahead, laid out on it).
 
 use super::event_joins::event_joins;
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
 pub use super::fixes::{BatchHandover, Change, GraphPrice, Pricing, DEFAULT_WORKERS, PREPARED_AHEAD, PREPARED_AHEAD_MIN_US};
 use super::host_work::{own_work_before_calls, OwnWork, RecordedOps};
+use super::prepared_ahead::PreparedAhead;
 use super::queries::{enclosing_ops, kernels_side_by_side, launch_calls, legacy_default_stream, run_start, synchronizes};
 pub use super::side_streams::stream_label;
 use super::side_streams::{side_stream_of, MovedCopies};
+pub use super::traced_schedule::{predict, predicted_times, window_us, TracedSchedule};
 use super::waits::{queued_gap_us, waits, Waited, WAIT_SLACK_US};
 use crate::measure::stats::upper_median;
-use crate::pipeline::machine::Machine;
-use crate::pipeline::op::{Lane, Link, OpKind, StreamDecl, StreamKind};
+use crate::pipeline::op::{Link, OpKind, StreamDecl, StreamKind};
 use crate::pipeline::schedule::Schedule;
 use std::collections::{HashMap, HashSet};
 
@@ -47,27 +50,6 @@ use std::collections::{HashMap, HashSet};
 /// on part of the SMs). One compute stream with a copy stream beside it
 /// shows none.
 pub const SIDE_BY_SIDE_SHARE: f64 = 0.25;
-
-/// A trace as a schedule, with every op's measured duration.
-#[derive(Clone, Debug)]
-pub struct TracedSchedule {
-    pub schedule: Schedule,
-    /// Each schedule op's duration as traced (or as a fix makes it), µs.
-    pub durations_us: Vec<f64>,
-    /// For each schedule op on a stream: the trace's `gpu_ops` index.
-    pub traced_op: Vec<Option<usize>>,
-    /// Schedule stream index -> (GPU, the trace's stream number).
-    pub streams: Vec<(u32, u64)>,
-    /// For each of the trace's GPU ops, what it waited for.
-    pub waited: Vec<Waited>,
-    /// Whether kernels of different streams run side by side (a CUDA
-    /// graph's branches), not one at a time.
-    pub kernels_side_by_side: bool,
-    /// Whether the schedule starts at the run's start before the window
-    /// (the host's own work before the first call: [`Replay::run_start`]),
-    /// so that its time is counted from 0, not from its first GPU op.
-    pub from_run_start: bool,
-}
 
 /// The pipeline vocabulary's kind of a traced op: what the replay
 /// schedules it as, and what lab 10's charts colour it by. A memset is a
@@ -365,13 +347,7 @@ impl<'t> Replay<'t> {
         // batch prepared ahead moves and a CUDA graph keeps.
         let per_op = pricing.profiler_us_per_cpu_op.as_ref().map_or(0.0, |p| p.0);
         let ahead = has(Change::PrepareAhead);
-        let handover = pricing.batch_handover.clone().unwrap_or_default();
-        let mut batches = 0;
-        // Each batch's taking over: its op, and what the loop loses there
-        // where it never lets the interpreter go.
-        let mut losses: Vec<(usize, f64)> = Vec::new();
-        // The schedule's ops since the last batch was taken over.
-        let mut busy_from = 0;
+        let mut prepared = PreparedAhead::new(pricing, lane_of.len());
         for &ci in calls {
             let c = &trace.calls[ci];
             let lane = lane_of[&c.thread];
@@ -402,50 +378,7 @@ impl<'t> Replay<'t> {
                 (true, true) => {}
             }
             if batch {
-                // The batch's worker prepares it; the thread waits for it
-                // here. The workers start building once the loader has
-                // started them (`BatchHandover::workers_start_us`).
-                let worker_lane = lane_of.len() + batches % pricing.workers();
-                if batches < pricing.workers() {
-                    ts.host(worker_lane, "workers starting", handover.workers_start_us());
-                }
-                let worker = ts.schedule.host_op(worker_lane, PREPARED_AHEAD, vec![]);
-                ts.durations_us.push(other + own_untraced + handover.worker_us);
-                ts.traced_op.push(None);
-                // Then the loader's own thread takes it over (PyTorch's
-                // pinning thread), a batch at a time, beside the loop; its
-                // first no sooner than the loader's start allows.
-                let taker = lane_of.len() + pricing.workers();
-                if batches == 0 {
-                    ts.host(taker, "loader starting", handover.first_batch_us - handover.loop_us);
-                }
-                ts.schedule.host_learns(taker, worker);
-                let taken = ts.schedule.host_op(taker, "batch handed over", vec![]);
-                ts.durations_us.push(handover.loop_us);
-                ts.traced_op.push(None);
-                // The loop waits for it, then takes it over itself: it
-                // loses the interpreter the pinning thread holds, by its
-                // own work since the batch before (its own thread's host
-                // work, `BatchHandover::lost_over`). Where the loop's time a
-                // batch was measured by its work, that measure starts at
-                // the first batch in hand (whose wait is the first batch's
-                // calibration), so the first batch loses nothing more, and
-                // what the loop waits for its other threads comes off
-                // later (`hide_losses_in_waits`); else, waiting for
-                // autograd's thread in `backward()` is not its own work,
-                // so it loses nothing then.
-                let busy: f64 =
-                    (busy_from..ts.durations_us.len()).filter(|&i| matches!(ts.schedule.ops[i].lane, Lane::HostThread(0))).map(|i| ts.durations_us[i]).sum();
-                ts.schedule.host_learns(0, taken);
-                let by_work = !handover.per_batch_by_loop_work.is_empty();
-                let lost = if by_work && batches == 0 { 0.0 } else { handover.lost_over(busy) };
-                // Pushed even when it takes no time: its time may change.
-                losses.push((ts.durations_us.len(), lost));
-                ts.schedule.host_op(0, "batch taken over", vec![]);
-                ts.durations_us.push(lost);
-                ts.traced_op.push(None);
-                busy_from = ts.durations_us.len();
-                batches += 1;
+                prepared.batch(&mut ts, other + own_untraced);
             }
             *cpu = cpu.max(c.start_us);
             if dropped[ci] {
@@ -520,9 +453,7 @@ impl<'t> Replay<'t> {
             }
             *cpu = cpu.max(c.end_us);
         }
-        if !handover.per_batch_by_loop_work.is_empty() && losses.len() > 1 {
-            hide_losses_in_waits(&mut ts, &losses);
-        }
+        prepared.finish(&mut ts);
         Ok(ts)
     }
 
@@ -550,80 +481,10 @@ impl<'t> Replay<'t> {
     }
 }
 
-/// What the loop's thread loses to the loader at each batch after the
-/// first (`losses`: the op that takes it over and its whole loss), less
-/// the time it waited since the batch before for work of its own on other
-/// threads or the GPU (in `backward()`, autograd's thread): waiting, it
-/// lets the interpreter go, and the pinning thread takes its share then.
-/// The wait for the batch itself is not taken off: the calibration's loop
-/// waited for its batches too, and where the loader is the slower side the
-/// loss falls inside that wait anyway (the batch is taken over no sooner
-/// than it is handed over). Replayed again with the new losses, at most
-/// three rounds, until they no longer change.
-fn hide_losses_in_waits(ts: &mut TracedSchedule, losses: &[(usize, f64)]) {
-    let main: Vec<usize> = (0..ts.durations_us.len()).filter(|&i| ts.schedule.ops[i].lane == Lane::HostThread(0)).collect();
-    for _ in 0..3 {
-        let times = predicted_times(ts);
-        let mut changed = false;
-        for pair in losses.windows(2) {
-            let ((before, _), (at, whole)) = (pair[0], pair[1]);
-            let between = &main[main.partition_point(|&i| i <= before)..main.partition_point(|&i| i < at)];
-            let (busy, last_end) = between.iter().fold((0.0, times[before].1), |(b, e), &i| (b + times[i].1 - times[i].0, f64::max(e, times[i].1)));
-            let waited = (last_end - times[before].1 - busy).max(0.0);
-            let lost = (whole - waited).max(0.0);
-            changed |= (lost - ts.durations_us[at]).abs() > 1e-3;
-            ts.durations_us[at] = lost;
-        }
-        if !changed {
-            break;
-        }
-    }
-}
-
 /// The schedule of `trace` with `changes` applied, priced by `pricing`
 /// ([`Replay::new`], then [`Replay::schedule`]).
 pub fn schedule(trace: &Trace, changes: &[Change], pricing: &Pricing) -> Result<TracedSchedule, String> {
     Replay::new(trace)?.schedule(changes, pricing)
-}
-
-impl TracedSchedule {
-    /// Host work of `us` on host lane `lane` (none when it took no time).
-    fn host(&mut self, lane: usize, label: &str, us: f64) {
-        if us > 0.0 {
-            self.schedule.host_op(lane, label, vec![]);
-            self.durations_us.push(us);
-            self.traced_op.push(None);
-        }
-    }
-}
-
-/// The queue model's replay of a traced schedule: each schedule op's
-/// (start, end), µs.
-pub fn predicted_times(ts: &TracedSchedule) -> Vec<(f64, f64)> {
-    // Copy engines each way, kernels one at a time (but for a graph's
-    // branches, side by side): what the model assumes of a GPU whose
-    // engines the trace does not name. Every CPU cost is in the schedule's
-    // host work already.
-    let machine = Machine { kernels_side_by_side: ts.kernels_side_by_side, ..Machine::engines(2) };
-    crate::pipeline::predict::predict(&ts.schedule, machine, |op| ts.durations_us[op.id])
-}
-
-/// The queue model's replay of a traced schedule: the run from its start
-/// (where the schedule knows it, [`TracedSchedule::from_run_start`]), else
-/// from the first GPU op's start, to the last one's end, µs.
-pub fn predict(ts: &TracedSchedule) -> f64 {
-    window_us(ts, &predicted_times(ts))
-}
-
-/// The time of `ts` replayed at `times` (its ops' start and end, µs): from
-/// the run's start (the schedule's 0, where it starts there), else from
-/// the first GPU op's start, to the last GPU op's end.
-pub fn window_us(ts: &TracedSchedule, times: &[(f64, f64)]) -> f64 {
-    let gpu: Vec<(f64, f64)> = ts.traced_op.iter().zip(times).filter(|(t, _)| t.is_some()).map(|(_, &t)| t).collect();
-    let first_gpu = gpu.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
-    let start = if ts.from_run_start { 0.0f64.min(first_gpu) } else { first_gpu };
-    let end = gpu.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
-    end - start
 }
 
 #[cfg(test)]
