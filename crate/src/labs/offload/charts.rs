@@ -167,13 +167,13 @@ pub fn budget_chart(r: &OffloadResults, origin: &str) -> Option<Figure> {
 pub fn precision_chart(r: &OffloadResults, origin: &str) -> Option<Figure> {
     let (first, last) = (r.points.first()?, r.points.last()?);
     let ends = if first.batch == last.batch { vec![first] } else { vec![first, last] };
-    if !ends.iter().any(|p| r.precision_steps(p).iter().any(|s| s.dequant_ms.is_some())) {
+    let ends: Vec<_> = ends.into_iter().map(|p| (p, r.precision_steps(p))).collect();
+    if !ends.iter().any(|(_, steps)| steps.iter().any(|s| s.dequant_ms.is_some())) {
         return None;
     }
     let panels = ends
         .into_iter()
-        .map(|p| {
-            let steps = r.precision_steps(p);
+        .map(|(p, steps)| {
             let line = |label: &str, color, f: &dyn Fn(&super::results::PrecisionStep) -> Option<f64>| Series {
                 label: label.into(),
                 color,

@@ -53,7 +53,7 @@ impl PrecisionStep {
         if self.link_ms >= self.layers_ms {
             "the link"
         } else if self.dequant_ms.is_some() {
-            "dequantization + GEMMs"
+            LayerKind::Int4.work()
         } else {
             "the GEMMs"
         }

@@ -309,7 +309,8 @@ impl OffloadResults {
     /// chart needs one; the table prints FP16 and FP8 without it). Empty
     /// where the run measured no pass past FP16.
     pub fn precision_table(&self) -> String {
-        if self.points.iter().all(|p| self.precision_steps(p).len() < 2) {
+        let steps: Vec<_> = self.points.iter().map(|p| (p, self.precision_steps(p))).collect();
+        if steps.iter().all(|(_, at)| at.len() < 2) {
             return String::new();
         }
         let mut s = format!(
@@ -320,8 +321,8 @@ impl OffloadResults {
             "  {:>7} {:<9} {:>10} {:<28} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n",
             "tokens", "weights", "a layer", "placement", "pass", "link", "layers", "dequant", "bound", "bound by"
         );
-        for p in &self.points {
-            for step in self.precision_steps(p) {
+        for (p, at) in steps {
+            for step in at {
                 s += &format!(
                     "  {:>7} {:<9} {:>10} {:<28} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>9.2}  {}\n",
                     p.batch,
