@@ -695,6 +695,13 @@ def results_pinned_read_late(device: torch.device, sizes: Sizes) -> Loop:
 PREPARED_AHEAD_PINNED = "pinned + prepare the next batch ahead (4 workers)"
 
 
+# The families whose programs the CPU's own work bounds (each batch built
+# on the CPU, by the loop or by a DataLoader's workers): `lab10_trace`
+# times and traces them in the host's fast state (`HostState`); the others
+# it probes around each run, and runs whatever the state.
+HOST_BOUND_FAMILIES = ("loader", "training")
+
+
 @dataclass(frozen=True)
 class Program:
     """A program, and what its trace must show (`lab10_trace` checks it)."""
@@ -716,6 +723,10 @@ class Program:
     @property
     def what(self) -> str:
         return (self.build.__doc__ or "").strip()
+
+    @property
+    def host_bound(self) -> bool:
+        return self.family in HOST_BOUND_FAMILIES
 
     def device_to_host_reads(self, sizes: Sizes) -> int:
         """Device-to-host copies in one run."""
@@ -929,6 +940,87 @@ class _ReadyRecords(torch.utils.data.Dataset):
 
 
 HANDOVER_RUNS = 5
+# The host probe's sizes: one batch built HOST_PROBE_REPEATS times (after
+# one warm-up), and HOST_PROBE_LAUNCHES of `_loop_work`'s tiny launches as
+# many times: about 40 ms on an H200's host.
+HOST_PROBE_REPEATS = 3
+HOST_PROBE_LAUNCHES = 500
+_probe_records: Dict[Tuple[int, ...], "_Records"] = {}
+
+
+def host_probe(device: torch.device, sizes: Sizes) -> dict:
+    """How fast this host runs now, in the two kinds of work the loader
+    and training programs' host time is made of: one batch built in the
+    loop's own process (`_Records.batch`: tensor ops on the CPU, ms) and
+    one of `_loop_work`'s tiny launches (Python, the dispatcher and a
+    kernel launch, µs), each the median of HOST_PROBE_REPEATS. Taken
+    before each timed run and around each traced one, so a recording says
+    how fast its host ran at each: an H200's host, idle but for the probe,
+    built a batch in about 5 ms or about 7.5 ms, switching every few
+    seconds (data/nvidia-h200/README.md)."""
+    key = (sizes.seed, sizes.samples, sizes.sample_tokens, sizes.width)
+    if key not in _probe_records:
+        _probe_records[key] = _Records(replace(sizes, iterations=1))
+    records = _probe_records[key]
+    batch_ms = _host_ms(lambda: records.batch(0), repeats=HOST_PROBE_REPEATS, warmup=1)
+    launch_ms = _host_ms(lambda: _loop_work(HOST_PROBE_LAUNCHES, device), repeats=HOST_PROBE_REPEATS, warmup=1)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return {"batch_ms": batch_ms, "launch_us": launch_ms * 1e3 / HOST_PROBE_LAUNCHES}
+
+
+# A probe within FAST_STATE_SLACK of the fastest batch the run has built
+# finds the host in its fast state; a measurement waits at most
+# FAST_STATE_WAIT_S for it (then it is made anyway, and marked slow).
+FAST_STATE_SLACK = 1.3
+FAST_STATE_WAIT_S = 2.0
+
+
+class HostState:
+    """The host's state as `host_probe` finds it: fast, or slowed. An
+    H200's host built a batch in about 5 ms or about 7.5 ms, switching
+    every few seconds with nothing else running, and a host-bound program
+    ran 20-30% longer in the slow state (data/nvidia-h200/README.md). A
+    measurement compared with another is made in the fast state on both
+    sides: it waits for it (`wait_fast`), and counts where the probes
+    before and after it both find it (`fast`). `fastest_ms` is the fastest
+    batch built so far (handed on from the process that started this one)."""
+
+    def __init__(self, device: torch.device, sizes: Sizes, fastest_ms: Optional[float] = None):
+        self.device, self.sizes = device, sizes
+        self.fastest_ms = fastest_ms
+
+    def probe(self) -> dict:
+        found = host_probe(self.device, self.sizes)
+        self.fastest_ms = min(self.fastest_ms or math.inf, found["batch_ms"])
+        return found
+
+    def fast(self, found: dict) -> bool:
+        return found["batch_ms"] <= FAST_STATE_SLACK * (self.fastest_ms or math.inf)
+
+    def wait_fast(self) -> dict:
+        """Probes until the host is in its fast state, at most
+        FAST_STATE_WAIT_S; the last probe."""
+        t0 = time.perf_counter()
+        while True:
+            found = self.probe()
+            if self.fast(found) or time.perf_counter() - t0 > FAST_STATE_WAIT_S:
+                return found
+
+    def measured(self, measure: Callable[[], object], wanted: int, most: int, wait: bool = True) -> List[dict]:
+        """`measure()` run until `wanted` of its runs were made in the fast
+        state (probes before and after), at most `most` runs: each run's
+        result, its probes and whether it was in the fast state. Without
+        `wait`, each run starts whatever the state (it is still probed)."""
+        runs = []
+        while len(runs) < most and sum(r["fast"] for r in runs) < wanted:
+            before = self.wait_fast() if wait else self.probe()
+            result = measure()
+            after = self.probe()
+            runs.append({"result": result, "host_probe": [before, after], "fast": self.fast(before) and self.fast(after)})
+        return runs
+
+
 # How long the loop's own work between two batches takes where the loop's
 # loss to the loader is timed: longer than a ready batch takes to come
 # through (about 2 ms for 4 MiB on an H200's host), so the loop never waits
@@ -957,7 +1049,8 @@ def _loop_work_steps(target_ms: float, device: torch.device) -> Tuple[int, float
 
 
 def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: int = 0,
-                 records: Optional[torch.utils.data.Dataset] = None, from_first_batch: bool = False) -> dict:
+                 records: Optional[torch.utils.data.Dataset] = None, from_first_batch: bool = False,
+                 state: Optional[HostState] = None) -> dict:
     """A DataLoader with `workers` workers and pin_memory over `records`
     (ready samples where none), over HANDOVER_RUNS runs of `sizes.iterations` batches after one
     that starts the workers: its time per batch (each run's time over its
@@ -967,10 +1060,13 @@ def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: i
     does that much of its own work (`_loop_work`) after each batch, and
     the time per batch is the loop's from the first batch in hand to the
     last, over the batches that came between (the first batch's wait left
-    out); so too with no work of its own where `from_first_batch`."""
+    out); so too with no work of its own where `from_first_batch`. With
+    `state`, the medians are over the runs made in the host's fast state
+    (`HostState.measured`, at most twice HANDOVER_RUNS runs; all of them
+    where none was)."""
     loader = _loader(records if records is not None else _ReadyRecords(sizes), sizes, workers, pinned=device.type == "cuda")
-    per_batch, first = [], []
-    for k in range(1 + HANDOVER_RUNS):
+
+    def run() -> Tuple[float, float]:
         t0 = time.perf_counter()
         batches = iter(loader)
         next(batches)
@@ -982,16 +1078,22 @@ def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: i
             if next(batches, None) is None:
                 break
             n, last = n + 1, time.perf_counter()
-        if k:
-            if loop_steps or from_first_batch:
-                # From the first batch in hand to the last: n - 1 batches, each its wait and the work before it.
-                per_batch.append((last - t1) * 1e6 / max(1, n - 1))
-            else:
-                per_batch.append((time.perf_counter() - t0) * 1e6 / n)
-            first.append((t1 - t0) * 1e6)
+        if loop_steps or from_first_batch:
+            # From the first batch in hand to the last: n - 1 batches, each its wait and the work before it.
+            return (last - t1) * 1e6 / max(1, n - 1), (t1 - t0) * 1e6
+        return (time.perf_counter() - t0) * 1e6 / n, (t1 - t0) * 1e6
+
+    run()  # starts the workers
+    if state is None:
+        kept, fast = [run() for _ in range(HANDOVER_RUNS)], None
+    else:
+        runs = state.measured(run, HANDOVER_RUNS, 2 * HANDOVER_RUNS)
+        fast = sum(r["fast"] for r in runs)
+        kept = [r["result"] for r in runs if r["fast"]] or [r["result"] for r in runs]
     del loader  # its workers go
+    per_batch, first = [k[0] for k in kept], [k[1] for k in kept]
     return {"per_batch_us": statistics.median(per_batch), "per_run_us": per_batch, "first_us": statistics.median(first),
-            "first_per_run_us": first}
+            "first_per_run_us": first, "fast_runs": fast}
 
 
 # The loop's own work between batches at which its time a batch beside
@@ -1001,7 +1103,7 @@ LOOP_WORK_CURVE_MS = (0.5, 1.0, 2.0)
 
 def _curve_point(timed: dict) -> dict:
     """A point of `handover_by_loop_work` from `_handover_us`'s result."""
-    return {"per_batch_us": timed["per_batch_us"], "per_run_us": timed["per_run_us"]}
+    return {"per_batch_us": timed["per_batch_us"], "per_run_us": timed["per_run_us"], "fast_runs": timed["fast_runs"]}
 
 
 def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
@@ -1027,17 +1129,25 @@ def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
     then LOOP_WORK_CURVE_MS and LOOP_WORK_MS of `_loop_work`): a loop
     busy for less than a batch takes to come through still loses the
     interpreter to the pinning thread (data/nvidia-h200/README.md)."""
-    one = _handover_us(device, sizes, 1)
-    many = _handover_us(device, sizes, sizes.workers)
+    state = HostState(device, sizes)
+    probes = []  # the host's speed before each timing, and after the last
+
+    def handover_us(*args, **kwargs) -> dict:
+        probes.append(state.probe())
+        return _handover_us(device, sizes, *args, state=state, **kwargs)
+
+    one = handover_us(1)
+    many = handover_us(sizes.workers)
     steps, alone_ms = _loop_work_steps(LOOP_WORK_MS, device)
-    busy = _handover_us(device, sizes, sizes.workers, loop_steps=steps, records=_Records(sizes))
-    busy_ready = _handover_us(device, sizes, sizes.workers, loop_steps=steps)
-    curve = [{"loop_work_us": 0.0, **_curve_point(_handover_us(device, sizes, sizes.workers, records=_Records(sizes), from_first_batch=True))}]
+    busy = handover_us(sizes.workers, loop_steps=steps, records=_Records(sizes))
+    busy_ready = handover_us(sizes.workers, loop_steps=steps)
+    curve = [{"loop_work_us": 0.0, **_curve_point(handover_us(sizes.workers, records=_Records(sizes), from_first_batch=True))}]
     for target_ms in LOOP_WORK_CURVE_MS:
         k, work_ms = _loop_work_steps(target_ms, device)
-        point = _handover_us(device, sizes, sizes.workers, loop_steps=k, records=_Records(sizes))
+        point = handover_us(sizes.workers, loop_steps=k, records=_Records(sizes))
         curve.append({"loop_work_us": work_ms * 1e3, "loop_steps": k, **_curve_point(point)})
     curve.append({"loop_work_us": alone_ms * 1e3, "loop_steps": steps, **_curve_point(busy)})
+    probes.append(state.probe())
     return {"handover_us": many["per_batch_us"], "handover_per_run_us": many["per_run_us"], "handover_one_worker_us": one["per_batch_us"],
             "handover_one_worker_per_run_us": one["per_run_us"], "handover_first_batch_us": many["first_us"],
             "handover_first_batch_per_run_us": many["first_per_run_us"],
@@ -1045,7 +1155,9 @@ def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
             "handover_busy_loop_per_batch_us": busy["per_batch_us"], "handover_busy_loop_per_run_us": busy["per_run_us"],
             "handover_taken_over_ready_us": max(0.0, busy_ready["per_batch_us"] - alone_ms * 1e3),
             "handover_busy_loop_steps": steps, "handover_by_loop_work": curve,
-            "handover_batch_bytes": sizes.loader_batch_bytes(), "handover_workers": sizes.workers}
+            "handover_batch_bytes": sizes.loader_batch_bytes(), "handover_workers": sizes.workers, "handover_host_probe": probes,
+            "handover_fast_runs": {"one_worker": one["fast_runs"], "workers": many["fast_runs"], "busy_loop": busy["fast_runs"]},
+            "host_fastest_batch_ms": state.fastest_ms}
 
 
 def calibrate_download(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:
