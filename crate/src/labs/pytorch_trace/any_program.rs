@@ -263,6 +263,7 @@ impl ReferenceRecording {
                     waits_for_events: false,
                     measured: self.program(after)?.untraced.summary()?,
                     before_measured: p.untraced.summary()?,
+                    host: None,
                 });
             }
             out.diagnoses.insert(before.clone(), d);

@@ -155,6 +155,11 @@ pub struct Program {
     /// (none in a CPU smoke run, or a recording made before they were).
     #[serde(default)]
     pub sync_events: Option<SyncEventsTrace>,
+    /// The host's state before and after its (plain) traced run, where the
+    /// recording probed it (the loader and training programs, from
+    /// 2026-12-01).
+    #[serde(default)]
+    pub traced_host_probe: Option<Vec<HostProbe>>,
 }
 
 /// A program's run traced with the profiler's CUDA sync events
@@ -167,6 +172,65 @@ pub struct SyncEventsTrace {
     /// The traced run's time by the host's clock, ms.
     #[serde(default)]
     pub traced_host_ms: Option<f64>,
+    /// The host's state before and after it, where the recording probed it.
+    #[serde(default)]
+    pub host_probe: Option<Vec<HostProbe>>,
+}
+
+/// How fast the host ran at one moment, as `host_probe`
+/// (`crate/reference/lab10_programs.py`) found it on the loop's core.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+pub struct HostProbe {
+    /// One batch of the loader programs built on the CPU, ms.
+    pub batch_ms: f64,
+    /// One tiny op launched, µs.
+    pub launch_us: f64,
+}
+
+/// An untraced run of a program timed in the host's fast state, with
+/// the host's state around it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct HostRun {
+    /// The probes before and after it.
+    pub host_probe: Vec<HostProbe>,
+    /// Whether both found the host in its fast state.
+    pub fast: bool,
+    /// Whether it is among the runs the program's times are over.
+    pub counted: bool,
+}
+
+/// The host's state around one comparison of a fix with the program that
+/// applies it ([`Programs::host_around`]), where the recording probed it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostAround {
+    /// The batch the probes built before and after each traced run of the
+    /// program the fix starts from (its plain trace, then its sync-events
+    /// trace), ms.
+    pub traces_batch_ms: Vec<(f64, f64)>,
+    /// The fixed program's untraced runs: those its times are over, all of
+    /// them, and those the probes found in the fast state.
+    pub runs_counted: usize,
+    pub runs: usize,
+    pub runs_fast: usize,
+    /// The median batch the probes built around the runs counted, ms.
+    pub runs_batch_ms: f64,
+}
+
+impl std::fmt::Display for HostAround {
+    /// "traced at 4.26 -> 4.74 and 4.61 -> 4.27 ms a batch; the fix timed
+    /// over 15 of 21 runs (15 in the fast state) at 4.60 ms a batch".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let traces: Vec<String> = self.traces_batch_ms.iter().map(|(a, b)| format!("{a:.2} -> {b:.2}")).collect();
+        write!(
+            f,
+            "traced at {} ms a batch; the fix timed over {} of {} runs ({} in the fast state) at {:.2} ms a batch",
+            traces.join(" and "),
+            self.runs_counted,
+            self.runs,
+            self.runs_fast,
+            self.runs_batch_ms
+        )
+    }
 }
 
 /// What a program's trace holds.
@@ -191,6 +255,10 @@ pub struct Untraced {
     /// By the host's clock.
     #[serde(default)]
     pub host_ms: Option<Runs>,
+    /// Each run with the host's state around it, where the program was
+    /// timed in the host's fast state (empty before 2026-12-01).
+    #[serde(default)]
+    pub host_runs: Vec<HostRun>,
 }
 
 /// The untraced runs, ms.
@@ -207,6 +275,30 @@ pub struct FixOf {
     pub fix: String,
 }
 
+impl Programs {
+    /// The host's state around the comparison of the fix that starts from
+    /// `before` with `after`, the program that applies it: the probes
+    /// around each traced run of `before`, and around `after`'s untraced
+    /// runs. None where the recording did not probe both (one made before
+    /// 2026-12-01, or a program timed whatever the host's state).
+    pub fn host_around(&self, before: &str, after: &str) -> Option<HostAround> {
+        let (b, a) = (self.programs.get(before)?, self.programs.get(after)?);
+        let ends = |probes: Option<&Vec<HostProbe>>| Some((probes?.first()?.batch_ms, probes?.last()?.batch_ms));
+        let traces_batch_ms: Vec<(f64, f64)> =
+            [ends(b.traced_host_probe.as_ref()), ends(b.sync_events.as_ref().and_then(|s| s.host_probe.as_ref()))].into_iter().flatten().collect();
+        let runs = &a.untraced.host_runs;
+        let counted: Vec<&HostRun> = runs.iter().filter(|r| r.counted).collect();
+        let mut around: Vec<f64> = counted.iter().flat_map(|r| r.host_probe.iter().map(|p| p.batch_ms)).collect();
+        if traces_batch_ms.is_empty() || around.is_empty() {
+            return None;
+        }
+        around.sort_by(f64::total_cmp);
+        let n = around.len();
+        let runs_batch_ms = (around[(n - 1) / 2] + around[n / 2]) / 2.0;
+        Some(HostAround { traces_batch_ms, runs_counted: counted.len(), runs: runs.len(), runs_fast: runs.iter().filter(|r| r.fast).count(), runs_batch_ms })
+    }
+}
+
 /// `programs.json` of the folder `dir`; a one-line error naming the
 /// file when it cannot be read.
 pub fn read_programs(dir: &Path) -> Result<Programs> {
@@ -221,4 +313,44 @@ pub fn read_programs(dir: &Path) -> Result<Programs> {
         return Err(LabError::BadData { path: display_path(&path), reason: format!("a program this lab does not know: {name}") });
     }
     Ok(programs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recording's two programs of one fix, probed as `lab10_trace.py` probes the loader programs.
+    fn probed(before_probes: &str, runs: &str) -> Programs {
+        let text = format!(
+            r#"{{"command": "x", "date": "2026-12-01 06:00 UTC", "torch": "2.11", "gpu": "NVIDIA H200", "programs": {{
+            "cpu_prepared_batches": {{"what": "a", "iterations": 40, "untraced": {{"device_ms": {{"samples": [220.0]}}}}, {before_probes}}},
+            "dataloader_workers_pinned": {{"what": "b", "iterations": 40, "untraced": {{"device_ms": {{"samples": [110.0, 112.0]}}, "host_runs": {runs}}}}}}}}}"#
+        );
+        serde_json::from_str(&text).unwrap()
+    }
+
+    const P: fn(f64) -> String = |ms| format!(r#"{{"batch_ms": {ms}, "launch_us": 7.0}}"#);
+
+    #[test]
+    fn the_host_around_a_fixs_comparison_is_read_from_the_probes_of_both_programs() {
+        let before = format!(r#""traced_host_probe": [{}, {}], "sync_events": {{"trace": "s", "host_probe": [{}, {}]}}"#, P(4.2), P(4.8), P(4.6), P(4.4));
+        let runs = format!(
+            r#"[{{"host_probe": [{}, {}], "fast": true, "counted": true}}, {{"host_probe": [{}, {}], "fast": false, "counted": false}},
+               {{"host_probe": [{}, {}], "fast": true, "counted": true}}]"#,
+            P(4.0),
+            P(4.4),
+            P(7.5),
+            P(7.9),
+            P(4.5),
+            P(5.0)
+        );
+        let h = probed(&before, &runs).host_around("cpu_prepared_batches", "dataloader_workers_pinned").unwrap();
+        // The counted runs' probes only: 4.0, 4.4, 4.5, 5.0.
+        assert_eq!(h, HostAround { traces_batch_ms: vec![(4.2, 4.8), (4.6, 4.4)], runs_counted: 2, runs: 3, runs_fast: 2, runs_batch_ms: 4.45 });
+        assert_eq!(h.to_string(), "traced at 4.20 -> 4.80 and 4.60 -> 4.40 ms a batch; the fix timed over 2 of 3 runs (2 in the fast state) at 4.45 ms a batch");
+        // A recording that did not probe one side has nothing to say.
+        assert_eq!(probed(r#""trace": "t""#, &runs).host_around("cpu_prepared_batches", "dataloader_workers_pinned"), None);
+        assert_eq!(probed(&before, "[]").host_around("cpu_prepared_batches", "dataloader_workers_pinned"), None);
+        assert_eq!(probed(&before, &runs).host_around("cpu_prepared_batches", "training_loop"), None);
+    }
 }

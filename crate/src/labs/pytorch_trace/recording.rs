@@ -95,6 +95,9 @@ pub struct FixCheck {
     pub measured: Summary,
     /// The "before" program's untraced runs, ms.
     pub before_measured: Summary,
+    /// The host's state around the traces and the runs compared, where
+    /// the recording probed it.
+    pub host: Option<super::programs::HostAround>,
 }
 
 impl FixCheck {
@@ -408,6 +411,7 @@ impl Recording {
                             waits_for_events,
                             measured,
                             before_measured,
+                            host: self.programs.host_around(&f.program, after),
                         })
                     }
                     None => match w.not_priced.iter().find(|n| n.starts_with(&format!("{}:", f.fix))) {
