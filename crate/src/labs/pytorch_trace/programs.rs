@@ -1,7 +1,8 @@
 //! What a lab 10 recording's `programs.json` says (what
 //! `crate/reference/lab10_trace.py` wrote: each program's untraced runs,
 //! its trace file, which program it fixes and by what fix, the GPU's
-//! calibration), read with a one-line error naming the file. Below both
+//! calibration, the host's state around each run where it was probed),
+//! read with a one-line error naming the file. Below both
 //! the recording and the prices, which each read it.
 //!
 //! May use: `error`, `measure::record` (how outputs name a file).
