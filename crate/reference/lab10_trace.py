@@ -79,9 +79,10 @@ were checked against; and for the run: the command, the date, torch and CUDA
 versions, the GPU's name and its data folder, the calibration, and the
 problems found (none when it exits 0).
 
-Time on an H200 (2026-12-01, the runs in the host's fast state): 271 s for
-the fifteen programs, 152 s for the four loader and training programs
-(--programs). Before that (2026-11-30): 236-300 s for the fifteen programs, each in
+Time on an H200 (2026-12-01): 271 s for the fifteen programs with every
+one timed in the host's fast state (now the loader and training programs
+only), and 152 s and 246 s for those four alone (--programs) on two hosts,
+the second mostly in its slow state. Before that (2026-11-30): 236-300 s for the fifteen programs, each in
 a fresh Python process then (PyTorch's import in each, its host batches
 drawn on the CPU twice: for its untraced runs and for its traces), with the
 calibration and the checks, on four hosts; a slower host took 433 s. The
