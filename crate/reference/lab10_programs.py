@@ -945,10 +945,9 @@ HANDOVER_RUNS = 5
 # many times: about 40 ms on an H200's host.
 HOST_PROBE_REPEATS = 3
 HOST_PROBE_LAUNCHES = 500
-_probe_records: Dict[Tuple[int, ...], "_Records"] = {}
 
 
-def host_probe(device: torch.device, sizes: Sizes) -> dict:
+def host_probe(device: torch.device, records: "_Records") -> dict:
     """How fast this host runs now, in the two kinds of work the loader
     and training programs' host time is made of: one batch built in the
     loop's own process (`_Records.batch`: tensor ops on the CPU, ms) and
@@ -958,10 +957,6 @@ def host_probe(device: torch.device, sizes: Sizes) -> dict:
     how fast its host ran at each: an H200's host, idle but for the probe,
     built a batch in about 5 ms or about 7.5 ms, switching every few
     seconds (data/nvidia-h200/README.md)."""
-    key = (sizes.seed, sizes.samples, sizes.sample_tokens, sizes.width)
-    if key not in _probe_records:
-        _probe_records[key] = _Records(replace(sizes, iterations=1))
-    records = _probe_records[key]
     batch_ms = _host_ms(lambda: records.batch(0), repeats=HOST_PROBE_REPEATS, warmup=1)
     launch_ms = _host_ms(lambda: _loop_work(HOST_PROBE_LAUNCHES, device), repeats=HOST_PROBE_REPEATS, warmup=1)
     if device.type == "cuda":
@@ -989,9 +984,12 @@ class HostState:
     def __init__(self, device: torch.device, sizes: Sizes, fastest_ms: Optional[float] = None):
         self.device, self.sizes = device, sizes
         self.fastest_ms = fastest_ms
+        self.records: Optional[_Records] = None  # the probe's batch, made at its first probe
 
     def probe(self) -> dict:
-        found = host_probe(self.device, self.sizes)
+        if self.records is None:
+            self.records = _Records(replace(self.sizes, iterations=1))
+        found = host_probe(self.device, self.records)
         self.fastest_ms = min(self.fastest_ms or math.inf, found["batch_ms"])
         return found
 
@@ -1007,18 +1005,24 @@ class HostState:
             if self.fast(found) or time.perf_counter() - t0 > FAST_STATE_WAIT_S:
                 return found
 
-    def measured(self, measure: Callable[[], object], wanted: int, most: int, wait: bool = True) -> List[dict]:
+    def measured(self, measure: Callable[[], object], wanted: int, most: int) -> List[dict]:
         """`measure()` run until `wanted` of its runs were made in the fast
         state (probes before and after), at most `most` runs: each run's
-        result, its probes and whether it was in the fast state. Without
-        `wait`, each run starts whatever the state (it is still probed)."""
+        result, its probes and whether it was in the fast state."""
         runs = []
         while len(runs) < most and sum(r["fast"] for r in runs) < wanted:
-            before = self.wait_fast() if wait else self.probe()
+            before = self.wait_fast()
             result = measure()
             after = self.probe()
             runs.append({"result": result, "host_probe": [before, after], "fast": self.fast(before) and self.fast(after)})
         return runs
+
+    @staticmethod
+    def counted(runs: List[dict], fewest: int) -> List[dict]:
+        """Of `measured`'s runs, those its figures are over: the runs made in
+        the fast state, or all of them where fewer than `fewest` were."""
+        fast = [r for r in runs if r["fast"]]
+        return fast if len(fast) >= fewest else runs
 
 
 # How long the loop's own work between two batches takes where the loop's
@@ -1089,7 +1093,7 @@ def _handover_us(device: torch.device, sizes: Sizes, workers: int, loop_steps: i
     else:
         runs = state.measured(run, HANDOVER_RUNS, 2 * HANDOVER_RUNS)
         fast = sum(r["fast"] for r in runs)
-        kept = [r["result"] for r in runs if r["fast"]] or [r["result"] for r in runs]
+        kept = [r["result"] for r in HostState.counted(runs, 1)]
     del loader  # its workers go
     per_batch, first = [k[0] for k in kept], [k[1] for k in kept]
     return {"per_batch_us": statistics.median(per_batch), "per_run_us": per_batch, "first_us": statistics.median(first),

@@ -477,8 +477,7 @@ class Session:
         host_bound = self.lab.PROGRAMS[name].host_bound
         if host_bound:
             runs = self.host.measured(lambda: self.timed_run(loop), self.args.repeats, FAST_STATE_MOST * self.args.repeats)
-            counted = [r for r in runs if r["fast"]]
-            counted = counted if len(counted) >= FAST_STATE_FEWEST else runs
+            counted = self.lab.HostState.counted(runs, FAST_STATE_FEWEST)
         else:
             runs = counted = [{"result": self.timed_run(loop)} for _ in range(self.args.repeats)]
         device_ms, host_ms = [r["result"][0] for r in counted], [r["result"][1] for r in counted]
@@ -488,10 +487,9 @@ class Session:
         untraced = {"device_ms": summary(device_ms) if self.cuda else None, "host_ms": summary(host_ms)}
         state = ""
         if host_bound:
-            untraced["host_fast_runs"] = sum(r["fast"] for r in runs)
             untraced["host_runs"] = [{"device_ms": r["result"][0], "host_ms": r["result"][1], "host_probe": r["host_probe"],
                                       "fast": r["fast"], "counted": r in counted} for r in runs]
-            state = (f" (of {len(runs)}, {untraced['host_fast_runs']} in the host's fast state; "
+            state = (f" (of {len(runs)}, {sum(r['fast'] for r in runs)} in the host's fast state; "
                      f"{host_speed([p for r in counted for p in r['host_probe']])})")
         shown = untraced["device_ms"] or untraced["host_ms"]
         say(f"  untraced, {len(counted)} runs of {sizes.iterations} iterations{state}: median {shown['median']:.3f} ms "
@@ -613,13 +611,11 @@ class Session:
         # most FAST_STATE_TRACES times, until it was. Any other: once.
         host = {}
         if program.host_bound:
-            for attempt in range(1, FAST_STATE_TRACES + 1):
-                run, = self.host.measured(lambda: self.traced_run(loop, name, sync_events), 1, 1)
-                (prof, traced_host_ms), fast = run["result"], run["fast"]
-                if fast or attempt == FAST_STATE_TRACES:
-                    break
-                del prof
-            host = {"host_probe": run["host_probe"], "host_fast": fast, "host_attempts": attempt}
+            runs = self.host.measured(lambda: self.traced_run(loop, name, sync_events), 1, FAST_STATE_TRACES)
+            run = runs[-1]  # the one in the fast state, else the last tried
+            prof, traced_host_ms = run["result"]
+            host = {"host_probe": run["host_probe"], "host_fast": run["fast"], "host_attempts": len(runs)}
+            del runs
         else:
             prof, traced_host_ms = self.traced_run(loop, name, sync_events)
         what = f"{name}: the traced run's" + (" (sync events)" if sync_events else "")
