@@ -268,12 +268,12 @@ pub fn fixes_table(f: &FixChecks) -> String {
         );
     }
     s += "(off: the judged prediction: the sync-events trace's where the program waits for events (it names each wait's streams), else the mean of the two traced runs' (a run's host work moves from one run to the next); within: the smaller of 10% and a third of the fix's measured gain)\n";
-    let probed: Vec<&FixCheck> = f.checks.iter().filter(|c| c.host.is_some()).collect();
+    let probed: Vec<(&FixCheck, &programs::HostAround)> = f.checks.iter().filter_map(|c| Some((c, c.host.as_ref()?))).collect();
     if !probed.is_empty() {
         s += "host, as `host_probe` found it on the loop's core (the time it took to build one batch) around each run compared: a host-bound fix compares like with like only where both sides ran in the host's fast state\n";
     }
-    for c in probed {
-        s += &format!("  {} + {}: {}\n", c.before, c.fix, c.host.as_ref().map_or(String::new(), |h| h.to_string()));
+    for (c, h) in probed {
+        s += &format!("  {} + {}: {h}\n", c.before, c.fix);
     }
     for n in &f.not_compared {
         s += &format!("not compared: {n}\n");

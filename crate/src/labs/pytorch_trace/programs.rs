@@ -5,7 +5,8 @@
 //! read with a one-line error naming the file. Below both
 //! the recording and the prices, which each read it.
 //!
-//! May use: `error`, `measure::record` (how outputs name a file).
+//! May use: `error`, `measure::record` (how outputs name a file),
+//! `measure::stats` (a median).
 
 use super::PROGRAMS;
 use crate::diagnose::replay::GraphPrice;
@@ -182,10 +183,9 @@ pub struct SyncEventsTrace {
 /// (`crate/reference/lab10_programs.py`) found it on the loop's core.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
 pub struct HostProbe {
-    /// One batch of the loader programs built on the CPU, ms.
+    /// One batch of the loader programs built on the CPU, ms (the state
+    /// is judged by it; the probe's launch time is recorded beside it).
     pub batch_ms: f64,
-    /// One tiny op launched, µs.
-    pub launch_us: f64,
 }
 
 /// An untraced run of a program timed in the host's fast state, with
@@ -289,13 +289,11 @@ impl Programs {
             [ends(b.traced_host_probe.as_ref()), ends(b.sync_events.as_ref().and_then(|s| s.host_probe.as_ref()))].into_iter().flatten().collect();
         let runs = &a.untraced.host_runs;
         let counted: Vec<&HostRun> = runs.iter().filter(|r| r.counted).collect();
-        let mut around: Vec<f64> = counted.iter().flat_map(|r| r.host_probe.iter().map(|p| p.batch_ms)).collect();
-        if traces_batch_ms.is_empty() || around.is_empty() {
+        let around: Vec<f64> = counted.iter().flat_map(|r| r.host_probe.iter().map(|p| p.batch_ms)).collect();
+        if traces_batch_ms.is_empty() {
             return None;
         }
-        around.sort_by(f64::total_cmp);
-        let n = around.len();
-        let runs_batch_ms = (around[(n - 1) / 2] + around[n / 2]) / 2.0;
+        let runs_batch_ms = crate::measure::stats::Summary::of(&around).ok()?.median;
         Some(HostAround { traces_batch_ms, runs_counted: counted.len(), runs: runs.len(), runs_fast: runs.iter().filter(|r| r.fast).count(), runs_batch_ms })
     }
 }
