@@ -955,8 +955,9 @@ def host_probe(device: torch.device, records: "_Records") -> dict:
     kernel launch, µs), each the median of HOST_PROBE_REPEATS. Taken
     before each timed run and around each traced one, so a recording says
     how fast its host ran at each: an H200's host, idle but for the probe,
-    built a batch in about 5 ms or about 7.5 ms, switching every few
-    seconds (data/nvidia-h200/README.md)."""
+    built a batch in about 5 ms or about 7.5 ms, switching from one
+    stretch to the next, 0.1 s to 10 s long, on every core alike
+    (data/nvidia-h200/README.md)."""
     batch_ms = _host_ms(lambda: records.batch(0), repeats=HOST_PROBE_REPEATS, warmup=1)
     launch_ms = _host_ms(lambda: _loop_work(HOST_PROBE_LAUNCHES, device), repeats=HOST_PROBE_REPEATS, warmup=1)
     if device.type == "cuda":
@@ -974,7 +975,7 @@ FAST_STATE_WAIT_S = 2.0
 class HostState:
     """The host's state as `host_probe` finds it: fast, or slowed. An
     H200's host built a batch in about 5 ms or about 7.5 ms, switching
-    every few seconds with nothing else running, and a host-bound program
+    within a second or two with nothing else running, and a host-bound program
     ran 20-30% longer in the slow state (data/nvidia-h200/README.md). A
     measurement compared with another is made in the fast state on both
     sides: it waits for it (`wait_fast`), and counts where the probes

@@ -351,6 +351,21 @@ impl Builder {
         if self.trace.gpu_ops.is_empty() {
             return Ok(());
         }
+        // A known fault of the profiler (pytorch/pytorch#188481): after
+        // several profiler sessions in one process, Kineto can write a
+        // session's CUDA events with no time at all ("ts": 0, "dur": 0)
+        // while its CPU ops keep theirs. Such a trace has no timeline to read.
+        let unstamped = |start: f64, end: f64| start == 0.0 && end == 0.0;
+        let gpu_unstamped = self.trace.gpu_ops.iter().filter(|o| unstamped(o.start_us, o.end_us)).count();
+        if gpu_unstamped > 0 {
+            let calls = self.trace.calls.iter().filter(|c| unstamped(c.start_us, c.end_us)).count();
+            return Err(format!(
+                "{gpu_unstamped} of {} GPU events (and {calls} of {} CUDA calls) have no time (\"ts\": 0, \"dur\": 0): the profiler lost their times \
+                 (a known fault after several profiler sessions in one process, pytorch/pytorch#188481): trace the program again, in a fresh process",
+                self.trace.gpu_ops.len(),
+                self.trace.calls.len()
+            ));
+        }
         let (n, first) = &self.uncorrelated;
         if *n > 0 {
             return Err(format!(

@@ -104,6 +104,27 @@ pub struct Schedule {
     pub cpu_waits: Vec<CpuWait>,
 }
 
+/// `frontier` (ops something waits for) kept to the last op of each
+/// lane: on a stream, and on a CPU thread, each op follows the one before
+/// it, so waiting for the last is waiting for all. Without this, two
+/// threads that join each other again and again (autograd's thread and
+/// the loop's, in a training step's replay) doubled their frontiers at
+/// each join.
+fn last_of_each_lane(ops: &[Op], frontier: &mut Vec<OpId>) {
+    frontier.sort_unstable_by(|a, b| b.cmp(a));
+    frontier.dedup();
+    let mut lanes: Vec<Lane> = Vec::with_capacity(frontier.len());
+    frontier.retain(|&id| {
+        let lane = ops[id].lane;
+        let first = !lanes.contains(&lane);
+        if first {
+            lanes.push(lane);
+        }
+        first
+    });
+    frontier.reverse();
+}
+
 impl Schedule {
     pub fn new() -> Schedule {
         Schedule::default()
@@ -167,6 +188,7 @@ impl Schedule {
         let before: Vec<OpId> = ranks.iter().flat_map(|(s, _)| self.stream_frontier.get(s).cloned().unwrap_or_default()).collect();
         for (s, _) in ranks {
             self.stream_frontier.entry(*s).or_default().extend(before.iter().copied());
+            self.compact_stream_frontier(*s);
         }
         ranks.iter().map(|(s, accesses)| self.gpu_op(by, *s, kind, label, accesses.clone())).collect()
     }
@@ -195,24 +217,25 @@ impl Schedule {
     pub fn stream_wait_event(&mut self, stream: usize, event: usize) {
         let captured = self.events.get(&event).cloned().unwrap_or_default();
         self.stream_frontier.entry(stream).or_default().extend(captured);
+        self.compact_stream_frontier(stream);
     }
 
     /// cuEventSynchronize on host thread `thread`.
     pub fn host_wait_event(&mut self, thread: usize, event: usize) {
         let captured = self.events.get(&event).cloned().unwrap_or_default();
-        self.host_frontier.entry(thread).or_default().extend(captured);
+        self.host_learns_all(thread, captured);
     }
 
     /// cuStreamSynchronize on host thread `thread`.
     pub fn host_wait_stream(&mut self, thread: usize, stream: usize) {
         let captured = self.stream_frontier.get(&stream).cloned().unwrap_or_default();
-        self.host_frontier.entry(thread).or_default().extend(captured);
+        self.host_learns_all(thread, captured);
     }
 
     /// cuCtxSynchronize on host thread `thread`: it waits for every stream.
     pub fn host_wait_all(&mut self, thread: usize) {
         let captured: Vec<OpId> = self.stream_frontier.values().flatten().copied().collect();
-        self.host_frontier.entry(thread).or_default().extend(captured);
+        self.host_learns_all(thread, captured);
     }
 
     /// Notes that host thread `thread` waited for the GPU as `on` says
@@ -225,14 +248,28 @@ impl Schedule {
     /// Host thread `thread` learns that op `op` is done (it received the
     /// job that op handed over, or the slot that op gave back).
     pub fn host_learns(&mut self, thread: usize, op: OpId) {
-        self.host_frontier.entry(thread).or_default().push(op);
+        self.host_learns_all(thread, vec![op]);
     }
 
     /// Host thread `thread` learns that everything another thread did so far
     /// is done (a channel receive, a join).
     pub fn host_joins(&mut self, thread: usize, other: usize) {
         let captured = self.host_frontier.get(&other).cloned().unwrap_or_default();
-        self.host_frontier.entry(thread).or_default().extend(captured);
+        self.host_learns_all(thread, captured);
+    }
+
+    /// Host thread `thread` learns that the ops `done` are done: its
+    /// frontier gains them, kept to the last op of each lane.
+    fn host_learns_all(&mut self, thread: usize, done: Vec<OpId>) {
+        let frontier = self.host_frontier.entry(thread).or_default();
+        frontier.extend(done);
+        last_of_each_lane(&self.ops, frontier);
+    }
+
+    fn compact_stream_frontier(&mut self, stream: usize) {
+        if let Some(frontier) = self.stream_frontier.get_mut(&stream) {
+            last_of_each_lane(&self.ops, frontier);
+        }
     }
 
     fn push(&mut self, kind: OpKind, lane: Lane, label: &str, accesses: Vec<Access>, mut deps: Vec<OpId>) -> OpId {
@@ -356,6 +393,28 @@ mod tests {
         s.host_call(0, OpKind::Free(Memory::Device), "cuMemFree", vec![]);
         assert!(s.ops.iter().all(|o| o.after_host_wait.is_empty()), "no GPU op follows the wait");
         assert!(s.cpu_waited_for_gpu());
+    }
+
+    #[test]
+    fn threads_that_join_each_other_wait_for_the_last_op_of_each_lane_only() {
+        // Two threads that only launch and join each other, as autograd's
+        // thread and the loop's do in a training step's replay: each
+        // join once doubled their frontiers (a 40-step trace's replay ran
+        // out of memory).
+        let mut s = Schedule::new();
+        for i in 0..2000 {
+            s.gpu_op(i % 2, 7, OpKind::Kernel, "kernel", vec![]);
+            s.host_wait_stream(i % 2, 7);
+            s.host_joins(1 - i % 2, i % 2);
+        }
+        let last = s.gpu_op(0, 7, OpKind::Kernel, "last", vec![]);
+        assert_eq!(s.ops[last].deps, vec![last - 1], "waiting for the stream's last op is waiting for all of it");
+        assert!(s.host_frontier.values().all(|f| f.len() == 1), "{:?}", s.host_frontier);
+        // Ops of two lanes: the last of each is kept, in issue order.
+        let a = s.gpu_op(0, 8, OpKind::Kernel, "other stream", vec![]);
+        s.host_wait_all(1);
+        let on = s.host_op(1, "after both", vec![]);
+        assert_eq!(s.ops[on].deps, vec![last, a]);
     }
 
     #[test]
