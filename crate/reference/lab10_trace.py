@@ -298,7 +298,7 @@ def trace_problems(program, sizes, facts: dict, cuda: bool, sync_events: bool = 
         out.append(f"{facts['window_annotations']} window annotations ({WINDOW_PREFIX}{program.name}), not 1")
     if not cuda:
         return out
-    if facts.get("unstamped_cuda_events"):
+    if facts["unstamped_cuda_events"]:
         out.append(f"{facts['unstamped_cuda_events']} CUDA events have no time (\"ts\": 0, \"dur\": 0: the profiler lost them, "
                    "pytorch/pytorch#188481)")
     if facts["kernels"] < sizes.iterations:

@@ -104,13 +104,14 @@ pub struct Schedule {
     pub cpu_waits: Vec<CpuWait>,
 }
 
-/// `frontier` (ops something waits for) kept to the last op of each
-/// lane: on a stream, and on a CPU thread, each op follows the one before
+/// `frontier` (ops something waits for) extended by `more`, kept to the
+/// last op of each lane: on a stream, and on a CPU thread, each op follows the one before
 /// it, so waiting for the last is waiting for all. Without this, two
 /// threads that join each other again and again (autograd's thread and
 /// the loop's, in a training step's replay) doubled their frontiers at
 /// each join.
-fn last_of_each_lane(ops: &[Op], frontier: &mut Vec<OpId>) {
+fn extend_frontier(ops: &[Op], frontier: &mut Vec<OpId>, more: impl IntoIterator<Item = OpId>) {
+    frontier.extend(more);
     frontier.sort_unstable_by(|a, b| b.cmp(a));
     frontier.dedup();
     let mut lanes: Vec<Lane> = Vec::with_capacity(frontier.len());
@@ -187,8 +188,7 @@ impl Schedule {
     pub fn collective(&mut self, by: usize, ranks: &[(usize, Vec<Access>)], kind: OpKind, label: &str) -> Vec<OpId> {
         let before: Vec<OpId> = ranks.iter().flat_map(|(s, _)| self.stream_frontier.get(s).cloned().unwrap_or_default()).collect();
         for (s, _) in ranks {
-            self.stream_frontier.entry(*s).or_default().extend(before.iter().copied());
-            self.compact_stream_frontier(*s);
+            extend_frontier(&self.ops, self.stream_frontier.entry(*s).or_default(), before.iter().copied());
         }
         ranks.iter().map(|(s, accesses)| self.gpu_op(by, *s, kind, label, accesses.clone())).collect()
     }
@@ -216,8 +216,7 @@ impl Schedule {
     /// cuStreamWaitEvent(stream, event): later work on `stream` waits for it.
     pub fn stream_wait_event(&mut self, stream: usize, event: usize) {
         let captured = self.events.get(&event).cloned().unwrap_or_default();
-        self.stream_frontier.entry(stream).or_default().extend(captured);
-        self.compact_stream_frontier(stream);
+        extend_frontier(&self.ops, self.stream_frontier.entry(stream).or_default(), captured);
     }
 
     /// cuEventSynchronize on host thread `thread`.
@@ -261,15 +260,7 @@ impl Schedule {
     /// Host thread `thread` learns that the ops `done` are done: its
     /// frontier gains them, kept to the last op of each lane.
     fn host_learns_all(&mut self, thread: usize, done: Vec<OpId>) {
-        let frontier = self.host_frontier.entry(thread).or_default();
-        frontier.extend(done);
-        last_of_each_lane(&self.ops, frontier);
-    }
-
-    fn compact_stream_frontier(&mut self, stream: usize) {
-        if let Some(frontier) = self.stream_frontier.get_mut(&stream) {
-            last_of_each_lane(&self.ops, frontier);
-        }
+        extend_frontier(&self.ops, self.host_frontier.entry(thread).or_default(), done);
     }
 
     fn push(&mut self, kind: OpKind, lane: Lane, label: &str, accesses: Vec<Access>, mut deps: Vec<OpId>) -> OpId {
