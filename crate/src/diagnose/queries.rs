@@ -138,6 +138,11 @@ pub fn synchronizes(call: &str) -> bool {
     explicit.contains(&call) || (copies(call) && !call.contains("Async"))
 }
 
+/// Whether a CUDA call launches a CUDA graph (runtime or driver API).
+pub fn launches_graph(call: &str) -> bool {
+    call.starts_with("cudaGraphLaunch") || call.starts_with("cuGraphLaunch")
+}
+
 /// Whether a CUDA call records an event (runtime or driver API).
 pub fn records_event(call: &str) -> bool {
     call.starts_with("cudaEventRecord") || call.starts_with("cuEventRecord")

@@ -28,12 +28,12 @@
 //! schedule it builds, its replay), `prepared_ahead` (a batch prepared
 //! ahead, laid out on it).
 
-use super::event_joins::event_joins;
+use super::event_joins::{event_joins, graph_launch_joins};
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
 pub use super::fixes::{BatchHandover, Change, GraphPrice, Pricing, DEFAULT_WORKERS, PREPARED_AHEAD, PREPARED_AHEAD_MIN_US};
 use super::host_work::{own_work_before_calls, OwnWork, RecordedOps};
 use super::prepared_ahead::PreparedAhead;
-use super::queries::{enclosing_ops, kernels_side_by_side, launch_calls, legacy_default_stream, run_start, synchronizes};
+use super::queries::{enclosing_ops, kernels_side_by_side, launch_calls, launches_graph, legacy_default_stream, run_start, synchronizes};
 pub use super::side_streams::stream_label;
 use super::side_streams::{side_stream_of, MovedCopies};
 pub use super::traced_schedule::{predict, predicted_times, window_us, TracedSchedule};
@@ -84,13 +84,18 @@ pub struct Replay<'t> {
     /// The GPU's gap between two ops of one stream where the second was
     /// queued already (launched before the first ended), µs: the median
     /// the trace shows ([`queued_gap_us`]). A replayed op that an op queued
-    /// behind it followed in the trace is followed by it (a graph's ops by
-    /// the graph's own gap instead); one the next op's launch came after
-    /// is not (that op's start is its launch's).
+    /// behind it followed in the trace is followed by it (in a CUDA graph
+    /// the what-if makes, by the graph's own gap instead); one the next
+    /// op's launch came after is not (that op's start is its launch's).
     queued_gap_us: f64,
-    /// For each GPU op, whether the next op of its stream was queued
-    /// behind it in the trace (waited for it, not for its launch).
-    queued_behind: Vec<bool>,
+    /// For each GPU op whose stream's next op was queued behind it in the
+    /// trace (waited for it, not for its launch), the gap the replay puts
+    /// between them: `queued_gap_us`, or where the next op is a traced
+    /// graph's, that graph stream's own median gap in the trace (a graph
+    /// launches its ops for the CPU, each branch at its own spacing, wider
+    /// under the profiler than between eager kernels: the replay of a
+    /// traced graph keeps it).
+    gap_behind: Vec<Option<f64>>,
     /// Each thread's recorded CPU ops, counted in a stretch of its time to
     /// take the profiler's cost out (found once, for every fix).
     recorded: RecordedOps,
@@ -151,10 +156,24 @@ impl<'t> Replay<'t> {
         .unwrap_or(5.0);
         let waited = waits(trace, &launch_of);
         let queued_gap_us = queued_gap_us(trace, &waited);
-        let mut queued_behind = vec![false; trace.gpu_ops.len()];
-        for w in &waited {
+        let launched_by_graph = |i: usize| trace.gpu_ops[i].correlation.and_then(|k| launch_of.get(&k)).is_some_and(|&c| launches_graph(&trace.calls[c].name));
+        // A traced graph's gap on each of its streams: the median of its
+        // queued ops' gaps there (a few gaps are the GPU running another
+        // branch meanwhile, not the stream's own spacing).
+        let mut graph_gaps: HashMap<(u32, u64), Vec<f64>> = HashMap::new();
+        for (i, w) in waited.iter().enumerate() {
+            if let (Waited::StreamOrder { op }, true) = (*w, launched_by_graph(i)) {
+                let o = &trace.gpu_ops[i];
+                graph_gaps.entry((o.gpu, o.stream)).or_default().push((o.start_us - trace.gpu_ops[op].end_us).max(0.0));
+            }
+        }
+        let graph_gap: HashMap<(u32, u64), f64> = graph_gaps.into_iter().filter_map(|(s, gaps)| Some((s, upper_median(&gaps)?))).collect();
+        let mut gap_behind = vec![None; trace.gpu_ops.len()];
+        for (i, w) in waited.iter().enumerate() {
             if let Waited::StreamOrder { op } = *w {
-                queued_behind[op] = true;
+                let o = &trace.gpu_ops[i];
+                let graphs = graph_gap.get(&(o.gpu, o.stream)).filter(|_| launched_by_graph(i));
+                gap_behind[op] = Some(graphs.copied().unwrap_or(queued_gap_us));
             }
         }
         let calls: Vec<usize> = (0..trace.calls.len()).filter(|&i| lane_of.contains_key(&trace.calls[i].thread)).collect();
@@ -177,7 +196,7 @@ impl<'t> Replay<'t> {
             lane_of,
             waited,
             queued_gap_us,
-            queued_behind,
+            gap_behind,
             ops_of_call,
             launch_cost,
             recorded: RecordedOps::of(trace),
@@ -203,8 +222,8 @@ impl<'t> Replay<'t> {
             lane_of,
             recorded,
             run_start,
-            queued_gap_us,
-            queued_behind,
+            queued_gap_us: _,
+            gap_behind,
             own_work,
             run_from_us,
             kernels_side_by_side,
@@ -249,8 +268,8 @@ impl<'t> Replay<'t> {
                 price.in_graph(trace, &mut duration);
             }
         } else {
-            for (d, _) in duration.iter_mut().zip(queued_behind).filter(|(_, &q)| q) {
-                *d += queued_gap_us;
+            for (d, gap) in duration.iter_mut().zip(gap_behind) {
+                *d += gap.unwrap_or(0.0);
             }
         }
         // The copies a copy stream moves, each way.
@@ -310,7 +329,7 @@ impl<'t> Replay<'t> {
             }
         }
         let named = if graph || trace.carries_sync_events() { event_joins(trace, calls, ops_of_call) } else { Vec::new() };
-        for j in named {
+        for j in named.into_iter().chain(graph_launch_joins(trace, calls, ops_of_call)) {
             joins.entry(j.op).or_default().push(j.after);
         }
 
@@ -652,6 +671,50 @@ mod tests {
         }
         t.sort();
         t
+    }
+
+    /// Two launches of a traced two-stream graph: stream 7 runs two 1 µs
+    /// kernels 0.5 µs apart, then its branch on stream 8 one of 50 µs;
+    /// the second launch (issued while the first runs) starts 9 µs after
+    /// the first one's branch ends, later than the times' slack.
+    fn two_graph_launches() -> Trace {
+        let mut t = Trace { format: Some(TraceFormat::Kineto), threads: vec![Thread { pid: "1".into(), tid: "1".into() }], ..Trace::default() };
+        for (g, base) in [(0u64, 10.0), (1, 72.0)] {
+            let launch = 6.0 * g as f64;
+            t.calls.push(Call { name: "cudaGraphLaunch".into(), thread: 0, start_us: launch, end_us: launch + 5.0, correlation: Some(g + 1) });
+            for (stream, start, end) in [(7, 0.0, 1.0), (7, 1.5, 2.5), (8, 3.0, 53.0)] {
+                let op = GpuOp {
+                    gpu: 0,
+                    stream,
+                    kind: GpuOpKind::Kernel,
+                    name: "branch".into(),
+                    start_us: base + start,
+                    end_us: base + end,
+                    correlation: Some(g + 1),
+                    bytes: None,
+                };
+                t.gpu_ops.push(op);
+            }
+        }
+        t.sort();
+        t
+    }
+
+    #[test]
+    fn a_traced_graph_launch_waits_for_every_branch_of_the_graph_before_it() {
+        let t = two_graph_launches();
+        let r = Replay::new(&t).unwrap();
+        // The second graph's first op (stream 7) follows the first graph's
+        // branch (stream 8); its stream-8 op follows it in stream order.
+        let joins = graph_launch_joins(&t, &r.calls, &r.ops_of_call);
+        assert_eq!(joins, vec![crate::diagnose::event_joins::Join { op: 3, after: 2 }]);
+        // Replayed as traced: off only by the 9 µs the GPU took to pass
+        // from one graph to the next and the 0.5 µs its branch took to
+        // start after the fork (stream order alone would start the second
+        // graph 50 µs early, under the first one's branch).
+        let traced = t.gpu_ops[5].end_us - t.gpu_ops[0].start_us;
+        let replayed = predict(&schedule(&t, &[], &Pricing::default()).unwrap());
+        assert!((traced - replayed - 9.5).abs() < 1e-6, "replayed {replayed} µs against {traced} traced");
     }
 
     /// The replay of `t` as one CUDA graph, priced by `graph`.
