@@ -541,10 +541,12 @@ fn synthetic_traces_replay_on_the_queue_model_as_traced() {
 /// program that waits for events replays within 1.5% (each wait read from
 /// them, though the GPU took longer than the times' slack to pass it: the
 /// double-buffered loops' first step), a plain trace within 3%. What the
-/// 1.5% leaves: the few µs a GPU takes between back-to-back kernels of one
-/// stream, which the replay does not add (`sync_read_in_loop`'s
-/// sync-events trace on the 2026-12-02 H200 recording: -1.1%, 0.55 ms over
-/// its 40 steps; a missed wait would cost a whole op, milliseconds).
+/// 1.5% leaves: spacing the replay takes from the trace's medians, not
+/// op by op (`sync_read_in_loop`'s sync-events trace on the 2026-12-02
+/// H200 recording: -1.1%, 0.73 ms ahead over its 40 steps a few µs at a
+/// time, kernels queued back to back further apart than the median queued
+/// gap, copies later after their launch; a missed wait would cost a whole
+/// op, milliseconds).
 #[test]
 fn each_committed_trace_replays_as_traced_close_to_its_run() {
     use overlap_lab::diagnose::event_joins::JoinsKnown;
