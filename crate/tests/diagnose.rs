@@ -685,13 +685,17 @@ fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
             println!("{}/{name}: {:?}", dir.display(), found.iter().map(|f| format!("{} {:.1} µs", f.0, f.1)).collect::<Vec<_>>());
             // Pageable batches: the pageable programs' alone (a final read
             // of a few losses into a Python list is pageable too, and tiny).
-            let pageable_bytes: f64 = d["gpus"][0]["copies"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|c| c["host"].as_str() == Some("pageable") && c["direction"].as_str() == Some("h2d"))
-                .map(|c| c["bytes"].as_f64().unwrap_or(0.0))
-                .sum();
+            // A figure of the pageable copies one way, summed.
+            let pageable = |direction: &str, figure: &str| -> f64 {
+                d["gpus"][0]["copies"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|c| c["host"].as_str() == Some("pageable") && c["direction"].as_str() == Some(direction))
+                    .map(|c| c[figure].as_f64().unwrap_or(0.0))
+                    .sum()
+            };
+            let pageable_bytes = pageable("h2d", "bytes");
             let uploads_pageable = ["pageable_then_compute", "cpu_prepared_batches", "training_loop"].contains(&name);
             if uploads_pageable {
                 let batch = rec.program(name).unwrap().sizes.batch_bytes.unwrap() as f64;
@@ -705,13 +709,7 @@ fn every_finding_on_the_committed_traces_is_the_one_its_program_earns() {
             } else if name == "results_cpu_each_step" {
                 // Every download exposed (nothing runs beside a pageable
                 // copy), a tenth of the window or more.
-                let d2h_us: f64 = d["gpus"][0]["copies"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter(|c| c["host"].as_str() == Some("pageable") && c["direction"].as_str() == Some("d2h"))
-                    .map(|c| c["time_us"].as_f64().unwrap())
-                    .sum();
+                let d2h_us = pageable("d2h", "time_us");
                 let named = cost("pageable-copies");
                 assert!((named / d2h_us - 1.0).abs() < 0.01 && named > 0.1 * window, "{name}: the pageable downloads named ({d2h_us} µs of them): {found:?}");
             } else if !uploads_pageable {

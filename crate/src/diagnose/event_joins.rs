@@ -101,29 +101,23 @@ pub fn event_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, 
 }
 
 /// The joins graph launches make (`calls` and `ops_of_call` as
-/// [`event_joins`] takes them): each graph's first op on each of its
+/// [`event_joins`] takes them, each call's ops in the order they started,
+/// as the trace's `gpu_ops` are): each graph's first op on each of its
 /// streams waits for the last op to end of the graph launched before it
 /// on the same stream (the stream its first op ran on) and GPU. The
 /// trace's times show that wait only where the GPU passed from one graph
 /// to the next within their slack; under the profiler it once took 9 µs.
 pub fn graph_launch_joins(trace: &Trace, calls: &[usize], ops_of_call: &HashMap<usize, Vec<usize>>) -> Vec<Join> {
+    let stream_of = |op: usize| (trace.gpu_ops[op].gpu, trace.gpu_ops[op].stream);
     let mut last_graph_on: HashMap<(u32, u64), usize> = HashMap::new();
     let mut joins = Vec::new();
     for c in calls.iter().filter(|&&c| launches_graph(&trace.calls[c].name)) {
-        let Some(ops) = ops_of_call.get(c).filter(|ops| !ops.is_empty()) else { continue };
-        let first = *ops.iter().min_by(|&&a, &&b| trace.gpu_ops[a].start_us.total_cmp(&trace.gpu_ops[b].start_us)).expect("not empty");
+        let Some((&first, _)) = ops_of_call.get(c).and_then(|ops| ops.split_first()) else { continue };
+        let ops = &ops_of_call[c];
         let last = *ops.iter().max_by(|&&a, &&b| trace.gpu_ops[a].end_us.total_cmp(&trace.gpu_ops[b].end_us)).expect("not empty");
-        let origin = (trace.gpu_ops[first].gpu, trace.gpu_ops[first].stream);
-        if let Some(before) = last_graph_on.insert(origin, last) {
-            let mut streams = HashSet::new();
-            let mut in_order = ops.clone();
-            in_order.sort_by(|&a, &b| trace.gpu_ops[a].start_us.total_cmp(&trace.gpu_ops[b].start_us));
-            for op in in_order {
-                let o = &trace.gpu_ops[op];
-                if streams.insert((o.gpu, o.stream)) && !(o.gpu == trace.gpu_ops[before].gpu && o.stream == trace.gpu_ops[before].stream) {
-                    joins.push(Join { op, after: before });
-                }
-            }
+        if let Some(before) = last_graph_on.insert(stream_of(first), last) {
+            let mut streams = HashSet::from([stream_of(before)]);
+            joins.extend(ops.iter().filter(|&&op| streams.insert(stream_of(op))).map(|&op| Join { op, after: before }));
         }
     }
     joins

@@ -28,7 +28,7 @@
 //! schedule it builds, its replay), `prepared_ahead` (a batch prepared
 //! ahead, laid out on it).
 
-use super::event_joins::{event_joins, graph_launch_joins};
+use super::event_joins::{event_joins, graph_launch_joins, Join};
 use super::events::{Direction, GpuOpKind, HostMemory, Trace};
 pub use super::fixes::{BatchHandover, Change, GraphPrice, Pricing, DEFAULT_WORKERS, PREPARED_AHEAD, PREPARED_AHEAD_MIN_US};
 use super::host_work::{own_work_before_calls, OwnWork, RecordedOps};
@@ -96,6 +96,9 @@ pub struct Replay<'t> {
     /// under the profiler than between eager kernels: the replay of a
     /// traced graph keeps it).
     gap_behind: Vec<Option<f64>>,
+    /// The joins the trace's graph launches make ([`graph_launch_joins`]),
+    /// the same under every fix (found once).
+    graph_joins: Vec<Join>,
     /// Each thread's recorded CPU ops, counted in a stretch of its time to
     /// take the profiler's cost out (found once, for every fix).
     recorded: RecordedOps,
@@ -186,6 +189,7 @@ impl<'t> Replay<'t> {
         let first_start = first_main.map_or(0.0, |c| trace.calls[c].start_us);
         let own_work = own_work_before_calls(trace, &main_calls, annotation.as_ref().map_or(first_start, |a| a.0));
         let run_start = annotation.and_then(|(_, name)| Some((own_work.get(&first_main?)?.from_us.min(first_start), name)));
+        let graph_joins = graph_launch_joins(trace, &calls, &ops_of_call);
         Ok(Replay {
             trace,
             kernels_side_by_side: kernels_side_by_side(trace) >= SIDE_BY_SIDE_SHARE,
@@ -197,6 +201,7 @@ impl<'t> Replay<'t> {
             waited,
             queued_gap_us,
             gap_behind,
+            graph_joins,
             ops_of_call,
             launch_cost,
             recorded: RecordedOps::of(trace),
@@ -224,6 +229,7 @@ impl<'t> Replay<'t> {
             run_start,
             queued_gap_us: _,
             gap_behind,
+            graph_joins,
             own_work,
             run_from_us,
             kernels_side_by_side,
@@ -329,7 +335,7 @@ impl<'t> Replay<'t> {
             }
         }
         let named = if graph || trace.carries_sync_events() { event_joins(trace, calls, ops_of_call) } else { Vec::new() };
-        for j in named.into_iter().chain(graph_launch_joins(trace, calls, ops_of_call)) {
+        for j in named.iter().chain(graph_joins) {
             joins.entry(j.op).or_default().push(j.after);
         }
 
