@@ -1,20 +1,29 @@
-#!/usr/bin/env python3
 """Does a GPU kept busy run the same kernels slower than one that idles
-between them? A probe for lab 10's download miss (data/<gpu>/README.md).
+between them, and how long must it idle to run them faster? The
+calibration lab 10's what-if prices a fix that keeps the GPU busier by
+(`diagnose::busy_clock`; data/<gpu>/README.md tells why).
 
 The queue model prices every kernel at its traced time. Lab 10's fixed
 download loop keeps its GPU busy where the "before" loop left it idle a
-quarter of the time, and ran the same GEMMs about 6% slower. This probe
-runs the download programs' step (`lab10_programs._Mlp`, the recording's
-width and blocks) in phases: back to back (the next step queued behind
-the one running), then each step followed by an idle gap (the CPU waits
-for it, then sleeps), in turn, several times. Each step is timed by CUDA
-events; the SM clock and the board's power are sampled beside it by
-`nvidia-smi -lms` where it runs. It prints, per phase, the median step
-and its spread, and the clocks and power sampled in it.
+third of the time, and ran the same GEMMs about 5% slower. This probe
+runs the download programs' step (`lab10_programs._Mlp`, four blocks of
+the 2026-12-02 H200 recording's width) in phases: back to back (the next
+step queued behind the one running), and each step followed by an idle
+gap of a given length (the CPU waits for the step, then spins, then
+launches the next step behind a one-thread sleep so that its kernels
+queue, not follow the launches), for each gap length in turn, several
+rounds. Each step is timed by CUDA
+events, and so is each idle gap (from one step's end event to the next
+one's start); the SM clock and the board's power are sampled beside it
+by `nvidia-smi -lms` where it runs. It prints, per phase, the median
+step and its spread, the median gap, the GPU's busy share (the steps'
+time over the phase's), and the clocks and power sampled in it, and
+with `--out` writes them as the recording lab 10 reads.
 
 Usage: python3 crate/reference/busy_clock_probe.py [--hidden N] [--blocks N]
-    [--steps N] [--gap-ms MS] [--rounds N] [--out FILE]
+    [--steps N] [--gaps-ms MS,MS,...] [--rounds N] [--out FILE]
+
+The recording: --out data/<gpu folder>/pytorch-trace/busy_clock.json
 """
 
 import argparse
@@ -26,7 +35,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+
+
+# About 50-60 µs at the H200's 1.6-2 GHz: longer than launching a step's kernels.
+HOLD_CYCLES = 100_000
 
 
 def main() -> int:
@@ -34,16 +48,21 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=24832, help="the MLP's hidden width (default: the 2026-12-02 H200 recording's)")
     ap.add_argument("--blocks", type=int, default=4, help="MLP blocks in a step (default 4)")
     ap.add_argument("--steps", type=int, default=300, help="steps a phase (default 300)")
-    ap.add_argument("--gap-ms", type=float, default=0.5, help="the idle gap after each step of an idle phase, ms (default 0.5)")
-    ap.add_argument("--rounds", type=int, default=3, help="busy and idle phases, each this many times in turn (default 3)")
+    ap.add_argument("--gaps-ms", default="0.02,0.05,0.1,0.2,0.3,0.5,1,2", help="the idle gaps after each step, one phase each, ms (default 0.02,0.05,0.1,0.2,0.3,0.5,1,2)")
+    ap.add_argument("--rounds", type=int, default=4, help="the busy phase and each gap's, this many times in turn (default 4)")
     ap.add_argument("--out", help="write the figures as JSON here too")
     args = ap.parse_args()
     for name in ("hidden", "blocks", "steps", "rounds"):
         if getattr(args, name) < 1:
             print(f"busy_clock_probe: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
-    if args.gap_ms < 0:
-        print("busy_clock_probe: --gap-ms must not be negative", file=sys.stderr)
+    try:
+        gaps_ms = [float(g) for g in args.gaps_ms.split(",")]
+    except ValueError:
+        print(f"busy_clock_probe: --gaps-ms: {args.gaps_ms!r} is not a list of numbers", file=sys.stderr)
+        return 2
+    if not gaps_ms or any(g <= 0 for g in gaps_ms):
+        print("busy_clock_probe: --gaps-ms must list gaps longer than 0", file=sys.stderr)
         return 2
     try:
         import torch
@@ -74,20 +93,33 @@ def main() -> int:
 
     phases = []
     for r in range(args.rounds):
-        for kind in ("busy", "idle gaps"):
+        for gap_ms in [0.0] + gaps_ms:
             events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(args.steps)]
             t0 = time.time()
+            first = time.perf_counter()
             for start, end in events:
+                if gap_ms > 0:
+                    # The GPU is idle here: without this the first kernels would
+                    # run as the CPU launches them and the step's time would be
+                    # the launches'. A one-thread sleep holds the queue while
+                    # the step is launched behind it (its SMs stay idle).
+                    torch.cuda._sleep(HOLD_CYCLES)
                 start.record()
                 mlp(x)
                 end.record()
-                if kind == "idle gaps":
+                if gap_ms > 0:
                     end.synchronize()
-                    time.sleep(args.gap_ms / 1e3)
+                    # Spun, not slept: a sleep of 50 µs takes what the scheduler gives it.
+                    until = time.perf_counter() + gap_ms / 1e3
+                    while time.perf_counter() < until:
+                        pass
             torch.cuda.synchronize()
             t1 = time.time()
             steps = [s.elapsed_time(e) for s, e in events]
-            phases.append({"round": r, "kind": kind, "from": t0, "to": t1, "steps_ms": steps})
+            idle = [events[i][1].elapsed_time(events[i + 1][0]) for i in range(len(events) - 1)]
+            span = events[0][0].elapsed_time(events[-1][1])
+            phases.append({"round": r, "gap_ms": gap_ms, "from": t0, "to": t1, "steps_ms": steps, "idle_ms": idle,
+                           "busy_share": sum(steps) / span, "wall_ms": (time.perf_counter() - first) * 1e3})
             time.sleep(0.2)
     if sampler:
         sampler.terminate()
@@ -105,9 +137,10 @@ def main() -> int:
             continue
     os.unlink(samples_file.name)
 
-    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}: a step of {args.blocks} blocks of width {args.hidden} "
-          f"on {sizes.result_rows}x{sizes.width} bfloat16, {args.steps} steps a phase, idle gaps of {args.gap_ms} ms")
-    print(f"{'phase':<16}{'median ms':>10}{'25-75% ms':>20}{'SM MHz (samples)':>26}{'power W':>16}")
+    gpu = torch.cuda.get_device_name(0)
+    print(f"{gpu}, torch {torch.__version__}: a step of {args.blocks} blocks of width {args.hidden} "
+          f"on {sizes.result_rows}x{sizes.width} bfloat16, {args.steps} steps a phase")
+    print(f"{'phase':<18}{'median ms':>10}{'25-75% ms':>16}{'gap ms':>9}{'busy':>7}{'SM MHz (samples)':>24}{'power W':>9}")
     for p in phases:
         q = statistics.quantiles(p["steps_ms"], n=4)
         inside = [s for s in samples if p["from"] <= s[0] <= p["to"]]
@@ -115,13 +148,44 @@ def main() -> int:
         power = f"{statistics.median([s[2] for s in inside]):.0f}" if inside else "-"
         p["sm_mhz"] = [s[1] for s in inside]
         p["power_w"] = [s[2] for s in inside]
-        print(f"{p['kind'] + ' ' + str(p['round'] + 1):<16}{statistics.median(p['steps_ms']):>10.3f}{f'{q[0]:.3f}-{q[2]:.3f}':>20}{clocks:>26}{power:>16}")
-    busy = statistics.median([t for p in phases if p["kind"] == "busy" for t in p["steps_ms"]])
-    idle = statistics.median([t for p in phases if p["kind"] != "busy" for t in p["steps_ms"]])
-    print(f"all busy phases' median step {busy:.3f} ms, all idle-gap phases' {idle:.3f} ms: busy/idle {busy / idle:.3f}")
+        name = "busy" if p["gap_ms"] == 0 else f"gaps of {p['gap_ms']:g} ms"
+        print(f"{name + ' ' + str(p['round'] + 1):<18}{statistics.median(p['steps_ms']):>10.3f}{f'{q[0]:.3f}-{q[2]:.3f}':>16}"
+              f"{statistics.median(p['idle_ms']):>9.3f}{p['busy_share']:>7.2f}{clocks:>24}{power:>9}")
+    summary = []
+    for gap_ms in [0.0] + gaps_ms:
+        mine = [p for p in phases if p["gap_ms"] == gap_ms]
+        summary.append({"gap_ms": gap_ms,
+                        "step_ms": statistics.median([t for p in mine for t in p["steps_ms"]]),
+                        "idle_ms": statistics.median([t for p in mine for t in p["idle_ms"]]),
+                        "busy_share": statistics.median([p["busy_share"] for p in mine])})
+    busy = summary[0]["step_ms"]
+    for row in summary[1:]:
+        print(f"gaps of {row['gap_ms']:g} ms (the GPU idle {row['idle_ms']:.3f} ms a step, busy {row['busy_share']:.2f}): "
+              f"busy over gapped {busy / row['step_ms']:.3f}")
     if args.out:
-        Path(args.out).write_text(json.dumps({"args": vars(args), "gpu": torch.cuda.get_device_name(0), "phases": phases}, indent=1) + "\n")
+        out = Path(args.out)
+        record = {
+            "what": "lab 10's busy clock: one step's kernels kept busy and with idle gaps (crate/reference/busy_clock_probe.py)",
+            "command": "python3 crate/reference/busy_clock_probe.py " + " ".join(sys.argv[1:]),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
+            "gpu": gpu, "driver": driver_version(),
+            "step": {"hidden": args.hidden, "blocks": args.blocks, "rows": sizes.result_rows, "width": sizes.width, "dtype": "bfloat16"},
+            "steps_a_phase": args.steps, "rounds": args.rounds,
+            "by_gap": summary, "phases": phases,
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {out}")
     return 0
+
+
+def driver_version() -> str | None:
+    """The NVIDIA kernel driver's version, where Linux says it (as the crate's fingerprint reads it)."""
+    try:
+        return Path("/sys/module/nvidia/version").read_text().strip()
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 //! the vocabulary [`super::replay`] applies to a trace's schedule.
 //!
 //! May use: `events` (what a trace's kernels say of the program's API),
-//! `link` (the recorded rates a pinned copy is priced by).
+//! `link` (the recorded rates a pinned copy is priced by), `busy_clock`
+//! (how a GPU's kernels slow kept busy).
 
+pub use super::busy_clock::BusyClock;
 use super::events::{GpuOpKind, Trace, TraceFormat};
 use super::link::LinkRates;
 use serde::Serialize;
@@ -198,6 +200,10 @@ pub struct Pricing {
     /// [`Change::PrepareAhead`]. Without it a batch is handed over for
     /// nothing: a lower bound.
     pub batch_handover: Option<BatchHandover>,
+    /// How this GPU's kernels slow kept busy ([`BusyClock`]): each fix's
+    /// kernels priced at the busy share its replay reaches, from the
+    /// trace's. Without it a kernel takes its traced time in every fix.
+    pub busy_clock: Option<BusyClock>,
 }
 
 /// A CUDA graph's kernels on a GPU, as one calibration measured them.

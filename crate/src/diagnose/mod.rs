@@ -44,7 +44,9 @@
 //!   [`replay`]: the trace as a schedule the queue model replays, with a
 //!   fix's changes ([`traced_schedule`]: that schedule and its replay;
 //!   `prepared_ahead`: a batch a DataLoader's workers prepare ahead, laid
-//!   out on it). [`prediction`]: fixes priced on it, the what-if table.
+//!   out on it). [`busy_clock`]: a fix's kernels at the clock of a GPU
+//!   as busy as the fix keeps it, from one GPU's calibration.
+//!   [`prediction`]: fixes priced on it, the what-if table.
 //! - [`diagnosis`]: what a diagnosis says, as data (findings, summaries,
 //!   the what-if table it carries).
 //! - The analysis: `callers` (the call behind a GPU op, as a finding names
@@ -88,6 +90,7 @@ pub mod side_streams;
 
 pub mod waits;
 
+pub mod busy_clock;
 pub mod prediction;
 mod prepared_ahead;
 pub mod replay;

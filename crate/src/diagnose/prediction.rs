@@ -9,13 +9,14 @@
 //!
 //! May use: `events`, `fixes` (the program's API), `event_joins` (how the joins a graph keeps were
 //! known: read from the trace's CUDA sync events, or inferred), `replay`
-//! (the schedule and the queue model's replay), `text` (how a time is
-//! written).
+//! (the schedule and the queue model's replay), `busy_clock` (each
+//! fix's kernels at its GPU's clock), `text` (how a time is written).
 
+use super::busy_clock::{recovering_idle_share, replay_at_its_busy_clock};
 use super::event_joins::JoinsKnown;
 use super::events::Trace;
 use super::fixes::ProgramApi;
-use super::replay::{predict, predicted_times, window_us, Change, Pricing, Replay, TracedSchedule};
+use super::replay::{predicted_times, window_us, Change, Pricing, Replay, TracedSchedule};
 use super::text::us;
 use serde::Serialize;
 use std::fmt;
@@ -55,6 +56,10 @@ pub struct Prediction {
     pub gain: f64,
     /// What the price rests on, where a reader should know it.
     pub priced_by: Option<String>,
+    /// What its kernels' traced times were multiplied by: the clock of a
+    /// GPU as busy as the fix keeps it over the trace's
+    /// ([`WhatIf::busy_clock`]); 1 where none is calibrated.
+    pub kernel_clock_factor: f64,
     /// The replay that priced it (not in `--json`).
     #[serde(skip)]
     pub replayed: Replayed,
@@ -89,6 +94,10 @@ pub struct WhatIf {
     /// `cudaStreamWaitEvent`s a CUDA graph keeps) were known; none where
     /// the trace has no such wait.
     pub event_joins: Option<JoinsKnown>,
+    /// How a fix's kernels were priced at the clock its GPU runs at as
+    /// busy as the fix keeps it ([`super::busy_clock`]); none where this
+    /// GPU has no calibration: each kernel at its traced time.
+    pub busy_clock: Option<String>,
 }
 
 /// The fix's name: its changes' labels joined.
@@ -105,17 +114,37 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
     let (window_start, end) = trace.window_us();
     let start = replay.run_start.as_ref().map_or(window_start, |r| r.0.min(window_start));
     let as_traced = Pricing { profiler_us_per_cpu_op: None, ..pricing.clone() };
-    let replayed_us = predict(&replay.schedule(&[], &as_traced)?);
-    let replayed_untraced_us = if pricing.profiler_us_per_cpu_op.is_some() { predict(&replay.schedule(&[], pricing)?) } else { replayed_us };
+    let as_traced_schedule = replay.schedule(&[], &as_traced)?;
+    let as_traced_times = predicted_times(&as_traced_schedule);
+    let replayed_us = window_us(&as_traced_schedule, &as_traced_times);
+    // How long the traced program left its GPU idle, as the model replays
+    // it: what the traced kernels' clock followed.
+    let clock = pricing.busy_clock.as_ref();
+    let traced_idle_share = clock.map_or(0.0, |c| recovering_idle_share(&as_traced_schedule, &as_traced_times, c));
+    let replayed_untraced_us = if pricing.profiler_us_per_cpu_op.is_some() {
+        let (ts, times, _) = replay_at_its_busy_clock(replay.schedule(&[], pricing)?, traced_idle_share, clock);
+        window_us(&ts, &times)
+    } else {
+        replayed_us
+    };
     let event_joins = JoinsKnown::of(trace);
     let run_from = replay.run_start.as_ref().map(|r| r.1.clone());
     let api = ProgramApi::of(trace);
-    let mut w =
-        WhatIf { traced_us: end - start, run_from, replayed_us, replayed_untraced_us, api, predictions: Vec::new(), not_priced: Vec::new(), event_joins };
+    let mut w = WhatIf {
+        traced_us: end - start,
+        run_from,
+        replayed_us,
+        replayed_untraced_us,
+        api,
+        predictions: Vec::new(),
+        not_priced: Vec::new(),
+        event_joins,
+        busy_clock: clock.map(|c| c.says()),
+    };
     for changes in fixes {
         match replay.schedule(changes, pricing) {
             Ok(ts) => {
-                let times = predicted_times(&ts);
+                let (ts, times, kernel_clock_factor) = replay_at_its_busy_clock(ts, traced_idle_share, clock);
                 let predicted_us = window_us(&ts, &times);
                 let priced_by = changes.iter().find_map(|c| match c {
                     Change::Pinned => pricing.rates.as_ref().map(|r| format!("pinned rate from {}", r.source)),
@@ -143,6 +172,7 @@ pub fn predict_fixes(trace: &Trace, fixes: &[Vec<Change>], pricing: &Pricing) ->
                     predicted_us,
                     gain: replayed_untraced_us / predicted_us,
                     priced_by,
+                    kernel_clock_factor,
                     replayed,
                 });
             }
@@ -184,11 +214,17 @@ impl fmt::Display for WhatIf {
             if let Some(by) = &p.priced_by {
                 write!(f, "  ({by})")?;
             }
+            if (p.kernel_clock_factor - 1.0).abs() >= 0.001 {
+                write!(f, "  (kernels {:.3}x at the clock of a GPU this busy)", p.kernel_clock_factor)?;
+            }
             writeln!(f)?;
             writeln!(f, "    in {}: {}", self.api.label(), p.as_written)?;
         }
         for n in &self.not_priced {
             writeln!(f, "  not priced: {n}")?;
+        }
+        if let Some(clock) = &self.busy_clock {
+            writeln!(f, "  (each fix's kernels at the clock its GPU keeps as busy as the fix keeps it: {clock})")?;
         }
         write!(f, "  (gain: the replay of the program as it is over the fix's, both without the profiler's cost where it is known, so the model's own error is not counted)")
     }

@@ -65,9 +65,15 @@ pub fn predict(ts: &TracedSchedule) -> f64 {
 /// the run's start (the schedule's 0, where it starts there), else from
 /// the first GPU op's start, to the last GPU op's end.
 pub fn window_us(ts: &TracedSchedule, times: &[(f64, f64)]) -> f64 {
+    let (start, end) = window_span(ts, times);
+    end - start
+}
+
+/// The (start, end) of the window [`window_us`] measures, µs.
+pub fn window_span(ts: &TracedSchedule, times: &[(f64, f64)]) -> (f64, f64) {
     let gpu: Vec<(f64, f64)> = ts.traced_op.iter().zip(times).filter(|(t, _)| t.is_some()).map(|(_, &t)| t).collect();
     let first_gpu = gpu.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
     let start = if ts.from_run_start { 0.0f64.min(first_gpu) } else { first_gpu };
     let end = gpu.iter().map(|t| t.1).fold(f64::NEG_INFINITY, f64::max);
-    end - start
+    (start, end)
 }

@@ -1,8 +1,9 @@
 //! What lab 10 prices a trace's fixes by on this machine (the what-if's
 //! `Pricing`): the host link's rates lab 1 recorded for each GPU, and the
 //! gap between a CUDA graph's kernels each GPU's lab 10 recording
-//! measured, what a DataLoader with workers cost its loop per batch, and
-//! what its profiler added to each CPU op it recorded. Read once from a data folder ([`Prices::read`]) and asked for
+//! measured, what a DataLoader with workers cost its loop per batch, what
+//! its profiler added to each CPU op it recorded, and how its kernels slow
+//! on a GPU kept busy (its busy-clock calibration). Read once from a data folder ([`Prices::read`]) and asked for
 //! one GPU at a time ([`Prices::for_gpu`]); `overlap-lab diagnose`
 //! prices a learner's own trace the same way ([`Prices::diagnose`]).
 //!
@@ -14,6 +15,7 @@
 use super::programs::{read_programs, Programs, PROGRAMS_FILE};
 use super::LAB;
 use crate::diagnose::link::assumed_rates;
+use crate::diagnose::busy_clock::{BusyClock, BusyPhase};
 use crate::diagnose::replay::{BatchHandover, GraphPrice, Pricing};
 use crate::diagnose::{Diagnosis, LinkRates, Trace};
 use crate::error::{LabError, Result};
@@ -21,7 +23,12 @@ use crate::gpu::HostMemoryKind;
 use crate::labs::bandwidth::{self, BandwidthResults};
 use crate::measure::record::display_path;
 use crate::measure::stats::upper_median;
+use serde::Deserialize;
 use std::path::Path;
+
+/// The busy-clock calibration's file in a lab 10 recording's folder, as
+/// `crate/reference/busy_clock_probe.py --out` writes it.
+pub const BUSY_CLOCK_FILE: &str = "busy_clock.json";
 
 /// A data folder's prices, read once.
 #[derive(Clone, Debug, Default)]
@@ -35,21 +42,30 @@ pub struct Prices {
 /// What one lab 10 recording prices a trace by: its graph price, the
 /// profiler's cost per recorded CPU op ([`profiler_cost_us`]: µs, and its
 /// file as outputs name it) and a DataLoader's cost per batch handed over
-/// ([`batch_handover`]); each where the recording has it.
+/// ([`batch_handover`]), and its GPU's busy clock ([`read_busy_clock`]);
+/// each where the recording has it.
 #[derive(Clone, Debug, Default)]
 pub struct RecordedPrices {
     pub graph: Option<GraphPrice>,
     pub profiler_us_per_cpu_op: Option<(f64, String)>,
     pub batch_handover: Option<BatchHandover>,
+    pub busy_clock: Option<BusyClock>,
 }
 
 impl RecordedPrices {
-    /// The prices of the recording `programs`, its file named `from`.
-    pub fn of(programs: &Programs, from: String) -> RecordedPrices {
+    /// The prices of the recording `programs`, read from the folder `dir`.
+    pub fn of(programs: &Programs, dir: &Path) -> RecordedPrices {
+        let from = display_path(&dir.join(PROGRAMS_FILE));
+        // A calibration that cannot be read costs its own price, not the what-if.
+        let busy_clock = read_busy_clock(dir, programs.gpu.as_deref()).unwrap_or_else(|e| {
+            eprintln!("overlap-lab: warning: kernels are priced at their traced clock: {e}");
+            None
+        });
         RecordedPrices {
             graph: programs.calibration.as_ref().and_then(|c| c.graph_price(from.clone())),
             profiler_us_per_cpu_op: profiler_cost_us(programs).map(|cost| (cost, from.clone())),
             batch_handover: batch_handover(programs, from),
+            busy_clock,
         }
     }
 
@@ -60,6 +76,7 @@ impl RecordedPrices {
             graph: self.graph.clone().or(pricing.graph),
             profiler_us_per_cpu_op: self.profiler_us_per_cpu_op.clone().or(pricing.profiler_us_per_cpu_op),
             batch_handover: self.batch_handover.clone().or(pricing.batch_handover),
+            busy_clock: self.busy_clock.clone().or(pricing.busy_clock),
             ..pricing
         }
     }
@@ -108,6 +125,50 @@ pub fn batch_handover(programs: &Programs, from: String) -> Option<BatchHandover
     Some(BatchHandover { worker_us, loop_us, taken_over_us, busy_loop_us, per_batch_by_loop_work, first_batch_us, from })
 }
 
+/// The fields of a busy-clock recording ([`BUSY_CLOCK_FILE`]) the what-if
+/// reads; the rest (each phase's steps, clocks and power) are its evidence.
+#[derive(Deserialize)]
+struct BusyClockRecording {
+    gpu: Option<String>,
+    by_gap: Vec<BusyClockRow>,
+}
+
+/// One gap length's phases, as the recording sums them up.
+#[derive(Deserialize)]
+struct BusyClockRow {
+    gap_ms: f64,
+    step_ms: f64,
+    idle_ms: f64,
+}
+
+/// The busy-clock calibration in the lab 10 recording folder `dir`
+/// ([`BUSY_CLOCK_FILE`]), for the GPU named `gpu` (the recording's): none
+/// where the folder has none; `Err` where it cannot be read, is not one,
+/// or was measured on another GPU.
+pub fn read_busy_clock(dir: &Path, gpu: Option<&str>) -> Result<Option<BusyClock>> {
+    let path = dir.join(BUSY_CLOCK_FILE);
+    let shown = display_path(&path);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(LabError::io(format!("reading {shown}"), e)),
+    };
+    let bad = |reason: String| LabError::BadData { path: shown.clone(), reason };
+    let recording: BusyClockRecording = serde_json::from_str(&text).map_err(|e| bad(format!("not a busy-clock recording: {e}")))?;
+    if let (Some(theirs), Some(ours)) = (&recording.gpu, gpu) {
+        if theirs != ours {
+            return Err(bad(format!("measured on {theirs}, not on the recording's {ours}")));
+        }
+    }
+    let busy = recording.by_gap.iter().find(|r| r.gap_ms == 0.0).ok_or_else(|| bad("no phase kept busy (gap_ms 0)".into()))?;
+    let gapped: Vec<BusyPhase> =
+        recording.by_gap.iter().filter(|r| r.gap_ms > 0.0).map(|r| BusyPhase { idle_us: r.idle_ms * 1e3, step_us: r.step_ms * 1e3 }).collect();
+    if gapped.len() < 2 {
+        return Err(bad("fewer than two gap lengths: no curve to read".into()));
+    }
+    Ok(BusyClock::from_phases(busy.step_ms * 1e3, &gapped, shown.clone()))
+}
+
 impl Prices {
     /// The prices the recordings under `data` give. A recording that
     /// cannot be read costs its own prices, not the diagnosis: a warning
@@ -118,15 +179,17 @@ impl Prices {
             Vec::new()
         });
         // Folder by folder: one that cannot be read costs its own figures only.
-        let recorded: Vec<(Programs, String)> = std::fs::read_dir(data)
+        let recorded = std::fs::read_dir(data)
             .into_iter()
             .flatten()
             .flatten()
             .map(|e| e.path().join(LAB))
             .filter(|d| d.join(PROGRAMS_FILE).is_file())
-            .filter_map(|dir| Some((read_programs(&dir).ok()?, display_path(&dir.join(PROGRAMS_FILE)))))
+            .filter_map(|dir| {
+                let programs = read_programs(&dir).ok()?;
+                Some((programs.gpu.clone()?, RecordedPrices::of(&programs, &dir)))
+            })
             .collect();
-        let recorded = recorded.iter().filter_map(|(p, file)| Some((p.gpu.clone()?, RecordedPrices::of(p, file.clone())))).collect();
         Prices { links, recorded }
     }
 
@@ -299,5 +362,43 @@ mod tests {
         assert_eq!(profiler_cost_us(&p), Some(0.0));
         let p = programs(serde_json::json!({"tiny_ops": program(None, &[10.0], Some(10))}));
         assert_eq!(profiler_cost_us(&p), None);
+    }
+
+    #[test]
+    fn the_h200s_busy_clock_is_read_from_its_recording() {
+        let dir = crate::measure::record::repo_root().join("data/nvidia-h200").join(LAB);
+        let clock = read_busy_clock(&dir, Some("NVIDIA H200")).unwrap().expect("the H200 recording has a busy clock");
+        assert!(clock.slowdown > 1.0 && clock.slowdown < 1.2, "{}", clock.slowdown);
+        assert!(clock.full_speed_idle_share > 0.0 && clock.full_speed_idle_share < 1.0, "{}", clock.full_speed_idle_share);
+        assert!(clock.recovery_by_gap.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{:?}", clock.recovery_by_gap);
+        assert_eq!(clock.recovery_by_gap.last().unwrap().1, 1.0, "the longest gap wins all of it back");
+        assert_eq!(clock.from, "data/nvidia-h200/pytorch-trace/busy_clock.json");
+        // The recording's own pricing carries it.
+        let data = crate::measure::record::repo_root().join("data");
+        let recording = crate::labs::pytorch_trace::Recording::priced(&dir, Prices::read(&data)).unwrap();
+        assert_eq!(recording.pricing().busy_clock.as_ref(), Some(&clock));
+        assert_eq!(Prices::read(&data).for_gpu(Some("NVIDIA H200")).busy_clock.as_ref(), Some(&clock));
+    }
+
+    #[test]
+    fn a_busy_clock_that_cannot_be_read_is_an_error_naming_its_file_and_none_is_no_clock() {
+        let dir = crate::testing::temp_dir("busy-clock");
+        assert_eq!(read_busy_clock(&dir, Some("NVIDIA H200")).unwrap(), None, "no file: no calibration");
+        let row = |gap: f64, step: f64| serde_json::json!({"gap_ms": gap, "step_ms": step, "idle_ms": gap + 0.05, "busy_share": 0.9});
+        let write = |v: serde_json::Value| std::fs::write(dir.join(BUSY_CLOCK_FILE), v.to_string()).unwrap();
+        let cases = [
+            (serde_json::json!("not a recording"), "not a busy-clock recording"),
+            (serde_json::json!({"gpu": "NVIDIA A100", "by_gap": [row(0.0, 1.6), row(0.5, 1.5), row(1.0, 1.5)]}), "measured on NVIDIA A100"),
+            (serde_json::json!({"gpu": "NVIDIA H200", "by_gap": [row(0.5, 1.5), row(1.0, 1.5)]}), "no phase kept busy"),
+            (serde_json::json!({"gpu": "NVIDIA H200", "by_gap": [row(0.0, 1.6), row(1.0, 1.5)]}), "fewer than two gap lengths"),
+        ];
+        for (v, says) in cases {
+            write(v);
+            let e = read_busy_clock(&dir, Some("NVIDIA H200")).unwrap_err().to_string();
+            assert!(e.contains(says) && e.contains(BUSY_CLOCK_FILE) && !e.contains('\n'), "{e}");
+        }
+        write(serde_json::json!({"gpu": "NVIDIA H200", "by_gap": [row(0.0, 1.6), row(0.5, 1.5), row(1.0, 1.5)]}));
+        assert!(read_busy_clock(&dir, Some("NVIDIA H200")).unwrap().is_some());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

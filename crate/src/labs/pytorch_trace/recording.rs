@@ -305,7 +305,7 @@ impl Recording {
         if pricing.rates.is_none() {
             pricing.rates = self.traced_pinned_rates();
         }
-        super::prices::RecordedPrices::of(&self.programs, display_path(&self.dir.join(PROGRAMS_FILE))).over(pricing)
+        super::prices::RecordedPrices::of(&self.programs, &self.dir).over(pricing)
     }
 
     /// The host link's pinned rate each way as this recording's pinned
