@@ -12,7 +12,9 @@ step queued behind the one running), and each step followed by an idle
 gap of a given length (the CPU waits for the step, then spins, then
 launches the next step behind a one-thread sleep so that its kernels
 queue, not follow the launches), for each gap length in turn, several
-rounds. Each step is timed by CUDA
+rounds. The sleep is counted in the idle gap: one thread of one SM, it
+leaves the GPU as idle to its clock as no kernel would (about 50-60 µs,
+so the shortest gaps measured are about that much over the spin). Each step is timed by CUDA
 events, and so is each idle gap (from one step's end event to the next
 one's start); the SM clock and the board's power are sampled beside it
 by `nvidia-smi -lms` where it runs. It prints, per phase, the median
@@ -52,10 +54,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4, help="the busy phase and each gap's, this many times in turn (default 4)")
     ap.add_argument("--out", help="write the figures as JSON here too")
     args = ap.parse_args()
-    for name in ("hidden", "blocks", "steps", "rounds"):
+    for name in ("hidden", "blocks", "rounds"):
         if getattr(args, name) < 1:
             print(f"busy_clock_probe: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
+    if args.steps < 2:
+        print("busy_clock_probe: --steps must be at least 2 (an idle gap lies between two steps)", file=sys.stderr)
+        return 2
     try:
         gaps_ms = [float(g) for g in args.gaps_ms.split(",")]
     except ValueError:

@@ -16,10 +16,15 @@
 //!   longest gaps measured buy all of it.
 //! - **The recovering idle share** of a window: its idle stretches (no
 //!   kernel running) weighted so, over the window.
-//! - **The slowdown** at a recovering idle share `e`: the full slowdown
-//!   `S` (kept busy over the long-gap phases' step) with none, falling on
-//!   a line to none at the smallest recovering idle share at which the
-//!   calibration's long-gap phases ran at full speed, and none past it.
+//! - **The slowdown** at a recovering idle share: each phase of the
+//!   calibration is a point, its own recovering idle share (its gap's
+//!   weight times its idle share) against the share of the full slowdown
+//!   `S` it won back (its gap's weight); a window's share won back is
+//!   read on the line through those points, from none with no idle to
+//!   all of it at the first phase that won all of it, and all of it past
+//!   that; its kernels are `S` over the speed-up so won back slower than
+//!   at full speed. So the model gives back its calibration: a window idle
+//!   as one of its phases was runs the step as that phase ran it.
 //!
 //! A fix's kernels take their traced time times its slowdown over the
 //! trace's. One figure a GPU, from one step's kernels: a kernel the
@@ -49,15 +54,15 @@ pub struct BusyPhase {
 /// measured them ([`BusyClock::from_phases`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BusyClock {
-    /// The step's time kept busy over its time after the longest gaps:
-    /// how much slower a GPU that never idles runs it.
+    /// The step's time kept busy over its median time after the three
+    /// longest gaps: how much slower a GPU that never idles runs it.
     pub slowdown: f64,
     /// How much of that each idle gap length lets the GPU win back, by
     /// gap (µs, a weight 0 to 1), shortest first.
     pub recovery_by_gap: Vec<(f64, f64)>,
-    /// The smallest recovering idle share at which the calibration ran
-    /// the step at full speed.
-    pub full_speed_idle_share: f64,
+    /// How much of it a window wins back, by its recovering idle share:
+    /// each phase's (share, weight), up to the first that won all of it.
+    pub recovery_by_idle_share: Vec<(f64, f64)>,
     /// Where it comes from.
     pub from: String,
 }
@@ -95,31 +100,39 @@ impl BusyClock {
             most = most.max(point.1);
             point.1 = most;
         }
-        let full_speed_idle_share = longest.iter().map(|p| p.idle_us / (p.idle_us + p.step_us)).fold(f64::INFINITY, f64::min);
-        Some(BusyClock { slowdown, recovery_by_gap, full_speed_idle_share, from })
+        // Each phase's own recovering idle share: its gaps' weight times its
+        // idle share (rising with the gap, as both factors do).
+        let mut recovery_by_idle_share = Vec::new();
+        for (p, &(_, won)) in phases.iter().zip(&recovery_by_gap) {
+            recovery_by_idle_share.push((won * p.idle_us / (p.idle_us + p.step_us), won));
+            if won >= 1.0 {
+                break;
+            }
+        }
+        Some(BusyClock { slowdown, recovery_by_gap, recovery_by_idle_share, from })
     }
 
     /// How much of the full speed-up an idle gap of `gap_us` wins back:
     /// 0 for none, on the line between the measured gaps (and from no gap,
     /// which wins nothing), the last one's beyond them.
     pub fn recovery(&self, gap_us: f64) -> f64 {
-        let mut before = (0.0, 0.0);
-        for &(g, w) in &self.recovery_by_gap {
-            if gap_us <= g {
-                return before.1 + (w - before.1) * (gap_us - before.0) / (g - before.0).max(1e-9);
-            }
-            before = (g, w);
-        }
-        before.1
+        on_the_line(&self.recovery_by_gap, gap_us)
+    }
+
+    /// The recovering idle share from which the kernels run at full speed:
+    /// the first phase's that won all of the slowdown back.
+    pub fn full_speed_idle_share(&self) -> f64 {
+        self.recovery_by_idle_share.last().map_or(0.0, |p| p.0)
     }
 
     /// How much longer a kernel takes on a GPU whose window has the
     /// recovering idle share `idle_share` than at full speed: the full
-    /// slowdown with none, none at [`BusyClock::full_speed_idle_share`]
-    /// or more, on the line between.
+    /// slowdown over the speed-up won back (the share of it read on the
+    /// line through the calibration's phases,
+    /// [`BusyClock::recovery_by_idle_share`]), as a phase's step was the
+    /// busy one over its speed-up.
     pub fn slowdown_at(&self, idle_share: f64) -> f64 {
-        let recovered = (idle_share / self.full_speed_idle_share.max(1e-9)).clamp(0.0, 1.0);
-        self.slowdown - (self.slowdown - 1.0) * recovered
+        self.slowdown / (1.0 + (self.slowdown - 1.0) * on_the_line(&self.recovery_by_idle_share, idle_share))
     }
 
     /// The share of `(start, end)` that its idle stretches between `busy`
@@ -147,11 +160,24 @@ impl BusyClock {
         format!(
             "kernels {:.3}x slower on a GPU kept busy than one idle {:.0}% of the time in gaps of {} µs or more, from {}",
             self.slowdown,
-            100.0 * self.full_speed_idle_share,
+            100.0 * self.full_speed_idle_share(),
             self.recovery_by_gap.iter().find(|p| p.1 >= 1.0).map_or(0.0, |p| p.0).round(),
             self.from
         )
     }
+}
+
+/// `points` (x, y), x rising, read at `x` on the line through them: from
+/// (0, 0) to the first, the last one's y past them.
+fn on_the_line(points: &[(f64, f64)], x: f64) -> f64 {
+    let mut before = (0.0, 0.0);
+    for &(px, py) in points {
+        if x <= px {
+            return before.1 + (py - before.1) * (x - before.0) / (px - before.0).max(1e-9);
+        }
+        before = (px, py);
+    }
+    before.1
 }
 
 /// The recovering idle share ([`BusyClock::recovering_idle_share`]) of the
@@ -213,7 +239,7 @@ mod tests {
     fn the_full_slowdown_is_kept_busy_over_the_longest_gaps_median_step() {
         let c = clock();
         assert!((c.slowdown - 1000.0 / 960.0).abs() < 1e-12, "{}", c.slowdown);
-        assert!((c.full_speed_idle_share - 500.0 / 1460.0).abs() < 1e-12, "the shortest of the long-gap phases");
+        assert!((c.full_speed_idle_share() - 500.0 / 1460.0).abs() < 1e-12, "the first phase that won all of it back");
         assert_eq!(c.recovery(20.0), 0.0, "a short gap wins nothing back");
         // After 200 µs the step ran 1000/980 - 1 faster, of 1000/960 - 1 in all.
         let at_200 = (1000.0 / 980.0 - 1.0) / (1000.0 / 960.0 - 1.0);
@@ -236,9 +262,35 @@ mod tests {
         let share = c.recovering_idle_share(&long, (0.0, 20000.0));
         assert!((share - 0.5).abs() < 1e-12, "{share}");
         assert_eq!(c.slowdown_at(share), 1.0);
-        // Half way to the full-speed share: half the slowdown.
-        let half = c.slowdown_at(c.full_speed_idle_share / 2.0);
-        assert!((half - (1.0 + (c.slowdown - 1.0) / 2.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_window_idle_as_a_phase_of_the_calibration_runs_the_step_as_that_phase_ran_it() {
+        let phase = |idle_us, step_us| BusyPhase { idle_us, step_us };
+        let phases = [
+            phase(100.0, 1584.0),
+            phase(130.0, 1560.0),
+            phase(180.0, 1552.0),
+            phase(280.0, 1532.0),
+            phase(380.0, 1518.0),
+            phase(580.0, 1521.0),
+            phase(1080.0, 1501.0),
+            phase(2090.0, 1531.0),
+        ];
+        let c = BusyClock::from_phases(1584.0, &phases, "the H200's sweep, rounded".into()).unwrap();
+        assert_eq!(c.recovery_by_idle_share.len(), 5, "up to the 380 µs phase, the first to win it all back");
+        for p in &phases[..5] {
+            // Ten steps, each after its gap: the phase's pattern.
+            let period = p.idle_us + p.step_us;
+            let busy: Vec<(f64, f64)> = (0..10).map(|i| (i as f64 * period + p.idle_us, (i + 1) as f64 * period)).collect();
+            let share = c.recovering_idle_share(&busy, (0.0, 10.0 * period));
+            // Its step over the full speed's (the busy step over the slowdown).
+            let measured = (c.slowdown * p.step_us / 1584.0).max(1.0);
+            assert!((c.slowdown_at(share) - measured).abs() < 1e-9, "{} µs gaps: {} against {measured}", p.idle_us, c.slowdown_at(share));
+        }
+        // Past the first phase that won it all back, all of it; with none, none.
+        assert_eq!(c.slowdown_at(0.9), 1.0);
+        assert_eq!(c.slowdown_at(0.0), c.slowdown);
     }
 
     #[test]

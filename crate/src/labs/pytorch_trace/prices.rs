@@ -143,8 +143,10 @@ struct BusyClockRow {
 
 /// The busy-clock calibration in the lab 10 recording folder `dir`
 /// ([`BUSY_CLOCK_FILE`]), for the GPU named `gpu` (the recording's): none
-/// where the folder has none; `Err` where it cannot be read, is not one,
-/// or was measured on another GPU.
+/// where the folder has none, or where its step ran no faster after idle
+/// gaps than kept busy (nothing to price: [`BusyClock::from_phases`]);
+/// `Err` where it cannot be read, is not one, was measured on another GPU,
+/// or has fewer than two gap lengths.
 pub fn read_busy_clock(dir: &Path, gpu: Option<&str>) -> Result<Option<BusyClock>> {
     let path = dir.join(BUSY_CLOCK_FILE);
     let shown = display_path(&path);
@@ -368,16 +370,34 @@ mod tests {
     fn the_h200s_busy_clock_is_read_from_its_recording() {
         let dir = crate::measure::record::repo_root().join("data/nvidia-h200").join(LAB);
         let clock = read_busy_clock(&dir, Some("NVIDIA H200")).unwrap().expect("the H200 recording has a busy clock");
-        assert!(clock.slowdown > 1.0 && clock.slowdown < 1.2, "{}", clock.slowdown);
-        assert!(clock.full_speed_idle_share > 0.0 && clock.full_speed_idle_share < 1.0, "{}", clock.full_speed_idle_share);
-        assert!(clock.recovery_by_gap.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{:?}", clock.recovery_by_gap);
-        assert_eq!(clock.recovery_by_gap.last().unwrap().1, 1.0, "the longest gap wins all of it back");
+        // The figures data/nvidia-h200/README.md quotes: 1.041x kept busy, all of
+        // it won back from the 0.38 ms gaps' phase (idle 20% of its time).
+        assert!((clock.slowdown - 1.041).abs() < 5e-4, "{}", clock.slowdown);
+        assert!((clock.full_speed_idle_share() - 0.201).abs() < 5e-4, "{}", clock.full_speed_idle_share());
+        let first_whole = clock.recovery_by_gap.iter().find(|p| p.1 >= 1.0).unwrap().0;
+        assert!((first_whole - 382.0).abs() < 1.0, "{first_whole} µs");
         assert_eq!(clock.from, "data/nvidia-h200/pytorch-trace/busy_clock.json");
         // The recording's own pricing carries it.
         let data = crate::measure::record::repo_root().join("data");
         let recording = crate::labs::pytorch_trace::Recording::priced(&dir, Prices::read(&data)).unwrap();
         assert_eq!(recording.pricing().busy_clock.as_ref(), Some(&clock));
-        assert_eq!(Prices::read(&data).for_gpu(Some("NVIDIA H200")).busy_clock.as_ref(), Some(&clock));
+        let prices = Prices::read(&data);
+        assert_eq!(prices.for_gpu(Some("NVIDIA H200")).busy_clock.as_ref(), Some(&clock));
+        // The fixed download loop never idles long: its kernels run the whole
+        // slowdown over the "before" loop's, idle a third of its window in
+        // long gaps. The tiny-op loop's gaps are too short to win much back,
+        // as its graph's are: its kernels keep their traced time within 0.5%.
+        let factor = |program: &str, fix: &str| {
+            let trace = crate::diagnose::read_trace(&dir.join(format!("{program}.json.gz")), &mut |_, _| {}).unwrap();
+            let d = prices.diagnose(&trace, program, None);
+            let w = d.what_if.unwrap();
+            assert_eq!(w.busy_clock, Some(clock.says()));
+            w.predictions.iter().find(|p| p.fix == fix).unwrap_or_else(|| panic!("{program}: no {fix}")).kernel_clock_factor
+        };
+        let downloads = factor("results_cpu_each_step", "pinned + download stream + read a step late");
+        assert!((downloads - clock.slowdown).abs() < 1e-3, "{downloads}");
+        let graph = factor("tiny_ops", "CUDA graph");
+        assert!((graph - 1.0).abs() < 5e-3, "{graph}");
     }
 
     #[test]

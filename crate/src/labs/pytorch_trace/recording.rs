@@ -17,7 +17,7 @@
 //! untraced runs ([`Recording::fix_checks`]), are made once and read by the
 //! tables, the headline, the charts and the exercise.
 
-use super::prices::{diagnosis_priced, Prices};
+use super::prices::{diagnosis_priced, Prices, RecordedPrices};
 pub use super::programs::{read_programs, Calibration, FixOf, Program, Programs, Runs, Sizes, Untraced, PROGRAMS_FILE};
 use super::{LAB, PROGRAMS};
 use crate::diagnose::replay::{GraphPrice, Pricing};
@@ -39,6 +39,8 @@ pub struct Recording {
     pub dir: PathBuf,
     pub programs: Programs,
     prices: Arc<Prices>,
+    /// What this recording measured itself, read once when opened.
+    recorded: RecordedPrices,
     made: Made,
     /// Each trace file, read once (by its path).
     traces: Arc<Mutex<BTreeMap<String, Arc<Trace>>>>,
@@ -155,7 +157,9 @@ impl FixCheck {
 impl Recording {
     /// The recording in the folder `dir`, priced by `prices`.
     fn open(dir: &Path, prices: Arc<Prices>, made: Made) -> Result<Recording> {
-        Ok(Recording { dir: dir.to_path_buf(), programs: read_programs(dir)?, prices, made, traces: Arc::default(), fix_checks: Arc::default() })
+        let programs = read_programs(dir)?;
+        let recorded = RecordedPrices::of(&programs, dir);
+        Ok(Recording { dir: dir.to_path_buf(), programs, prices, recorded, made, traces: Arc::default(), fix_checks: Arc::default() })
     }
 
     /// The recording in `dir` (a folder holding `programs.json`), priced
@@ -296,8 +300,9 @@ impl Recording {
 
     /// The what-if's prices for this recording's traces: its GPU's link
     /// rates, and what it measured itself (a live run's, not the committed
-    /// one's): the graph gap, a DataLoader's cost per batch and the
-    /// profiler's per recorded CPU op.
+    /// one's): the graph gap, a DataLoader's cost per batch, the
+    /// profiler's per recorded CPU op and the GPU's busy clock (read once,
+    /// when the recording was opened).
     pub fn pricing(&self) -> Pricing {
         let mut pricing = self.prices.for_gpu(self.programs.gpu.as_deref());
         // A GPU with no lab 1 recording here (a learner's, live): the pinned
@@ -305,7 +310,7 @@ impl Recording {
         if pricing.rates.is_none() {
             pricing.rates = self.traced_pinned_rates();
         }
-        super::prices::RecordedPrices::of(&self.programs, &self.dir).over(pricing)
+        self.recorded.over(pricing)
     }
 
     /// The host link's pinned rate each way as this recording's pinned
