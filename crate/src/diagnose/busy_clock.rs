@@ -33,10 +33,12 @@
 //! prices the slowdown of compute-heavy programs best.
 //!
 //! May use: `intervals` (the kernels' busy time), `traced_schedule` (the
-//! schedule and its replay), `pipeline` (what a schedule op is).
+//! schedule and its replay), `pipeline` (what a schedule op is),
+//! `measure` (a measured curve read).
 
 use super::intervals::union;
 use super::traced_schedule::{predicted_times, window_span, TracedSchedule};
+use crate::measure::stats::{never_falling, on_the_line};
 use crate::pipeline::op::OpKind;
 use serde::Serialize;
 
@@ -93,13 +95,8 @@ impl BusyClock {
         for point in recovery_by_gap.iter_mut().skip(phases.len() - longest.len()) {
             point.1 = 1.0;
         }
-        // A longer gap never buys less than a shorter one: a point below the
-        // one before it (the GPU's noise) is read as that one.
-        let mut most = 0.0f64;
-        for point in &mut recovery_by_gap {
-            most = most.max(point.1);
-            point.1 = most;
-        }
+        // A longer gap never buys less than a shorter one.
+        never_falling(&mut recovery_by_gap);
         // Each phase's own recovering idle share: its gaps' weight times its
         // idle share (rising with the gap, as both factors do).
         let mut recovery_by_idle_share = Vec::new();
@@ -116,7 +113,7 @@ impl BusyClock {
     /// 0 for none, on the line between the measured gaps (and from no gap,
     /// which wins nothing), the last one's beyond them.
     pub fn recovery(&self, gap_us: f64) -> f64 {
-        on_the_line(&self.recovery_by_gap, gap_us)
+        on_the_line_from_none(&self.recovery_by_gap, gap_us)
     }
 
     /// The recovering idle share from which the kernels run at full speed:
@@ -132,7 +129,7 @@ impl BusyClock {
     /// [`BusyClock::recovery_by_idle_share`]), as a phase's step was the
     /// busy one over its speed-up.
     pub fn slowdown_at(&self, idle_share: f64) -> f64 {
-        self.slowdown / (1.0 + (self.slowdown - 1.0) * on_the_line(&self.recovery_by_idle_share, idle_share))
+        self.slowdown / (1.0 + (self.slowdown - 1.0) * on_the_line_from_none(&self.recovery_by_idle_share, idle_share))
     }
 
     /// The share of `(start, end)` that its idle stretches between `busy`
@@ -169,15 +166,12 @@ impl BusyClock {
 
 /// `points` (x, y), x rising, read at `x` on the line through them: from
 /// (0, 0) to the first, the last one's y past them.
-fn on_the_line(points: &[(f64, f64)], x: f64) -> f64 {
-    let mut before = (0.0, 0.0);
-    for &(px, py) in points {
-        if x <= px {
-            return before.1 + (py - before.1) * (x - before.0) / (px - before.0).max(1e-9);
-        }
-        before = (px, py);
+fn on_the_line_from_none(points: &[(f64, f64)], x: f64) -> f64 {
+    match (points.first(), points.last()) {
+        (Some(&(x0, y0)), _) if x < x0 => y0 * x / x0,
+        (_, Some(&(xn, yn))) if x > xn => yn,
+        _ => on_the_line(points, x).unwrap_or(0.0),
     }
-    before.1
 }
 
 /// The recovering idle share ([`BusyClock::recovering_idle_share`]) of the

@@ -4,11 +4,13 @@
 //!
 //! May use: `events` (what a trace's kernels say of the program's API),
 //! `link` (the recorded rates a pinned copy is priced by), `busy_clock`
-//! (how a GPU's kernels slow kept busy).
+//! (how a GPU's kernels slow kept busy), `measure` (a measured curve
+//! read).
 
-pub use super::busy_clock::BusyClock;
+use super::busy_clock::BusyClock;
 use super::events::{GpuOpKind, Trace, TraceFormat};
 use super::link::LinkRates;
+use crate::measure::stats::on_the_line;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
@@ -367,16 +369,8 @@ impl BatchHandover {
             if busy_us.is_nan() {
                 return 0.0;
             }
-            let per_batch = if busy_us <= first.0 {
-                first.1.max(busy_us)
-            } else if busy_us >= last.0 {
-                busy_us + (last.1 - last.0)
-            } else {
-                // first.0 < busy_us < last.0: a point on each side.
-                let i = curve.partition_point(|p| p.0 <= busy_us);
-                let ((w0, t0), (w1, t1)) = (curve[i - 1], curve[i]);
-                t0 + (t1 - t0) * (busy_us - w0) / (w1 - w0)
-            };
+            // Past the longest length measured: its loss on top of the work.
+            let per_batch = if busy_us <= first.0 { first.1.max(busy_us) } else { on_the_line(curve, busy_us).unwrap_or(busy_us + (last.1 - last.0)) };
             return (per_batch - busy_us).max(0.0);
         }
         if self.busy_loop_us > 0.0 {

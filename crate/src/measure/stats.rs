@@ -102,6 +102,33 @@ impl Summary {
     }
 }
 
+/// A measured curve `points` (x, y), sorted by x, made one that never
+/// falls: a point below the one before it (the machine's noise, where
+/// more of x can only give as much y or more) is read as that one.
+pub fn never_falling(points: &mut [(f64, f64)]) {
+    let mut most = f64::NEG_INFINITY;
+    for point in points {
+        most = most.max(point.1);
+        point.1 = most;
+    }
+}
+
+/// The curve `points` (x, y), x rising, read at `x` on the line between
+/// the two nearest points; `None` outside its first and last x.
+pub fn on_the_line(points: &[(f64, f64)], x: f64) -> Option<f64> {
+    let (&first, &last) = (points.first()?, points.last()?);
+    if !(first.0..=last.0).contains(&x) {
+        return None;
+    }
+    if points.len() == 1 {
+        return Some(first.1);
+    }
+    // The first point at x or past it, and the one before it.
+    let i = points.partition_point(|p| p.0 < x).clamp(1, points.len() - 1);
+    let ((x0, y0), (x1, y1)) = (points[i - 1], points[i]);
+    Some(y0 + (y1 - y0) * (x - x0) / (x1 - x0).max(1e-9))
+}
+
 /// The middle of `samples` once sorted, `None` when there are none: one of
 /// the samples itself, the upper of the two middle ones for an even count
 /// (where [`Summary::median`] takes their mean). For a typical value that
@@ -195,6 +222,21 @@ const ABOVE: f64 = 0.0005;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_measured_curve_never_falls_and_is_read_on_the_line_between_its_points() {
+        let mut curve = vec![(0.0, 2.0), (1.0, 1.0), (2.0, 4.0), (4.0, 3.0)];
+        never_falling(&mut curve);
+        assert_eq!(curve, vec![(0.0, 2.0), (1.0, 2.0), (2.0, 4.0), (4.0, 4.0)], "a point below the one before it is read as that one");
+        assert_eq!(on_the_line(&curve, 1.5), Some(3.0));
+        assert_eq!(on_the_line(&curve, 0.0), Some(2.0));
+        assert_eq!(on_the_line(&curve, 4.0), Some(4.0));
+        assert_eq!(on_the_line(&curve, 4.5), None, "past the last point");
+        assert_eq!(on_the_line(&curve, -0.5), None, "before the first");
+        assert_eq!(on_the_line(&curve, f64::NAN), None);
+        assert_eq!(on_the_line(&[(1.0, 7.0)], 1.0), Some(7.0), "one point");
+        assert_eq!(on_the_line(&[], 1.0), None);
+    }
 
     #[test]
     fn a_ratio_spans_what_the_two_spreads_allow() {

@@ -22,9 +22,9 @@ use crate::error::{LabError, Result};
 use crate::gpu::HostMemoryKind;
 use crate::labs::bandwidth::{self, BandwidthResults};
 use crate::measure::record::display_path;
-use crate::measure::stats::upper_median;
+use crate::measure::stats::{never_falling, upper_median};
 use serde::Deserialize;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The busy-clock calibration's file in a lab 10 recording's folder, as
 /// `crate/reference/busy_clock_probe.py --out` writes it.
@@ -35,8 +35,8 @@ pub const BUSY_CLOCK_FILE: &str = "busy_clock.json";
 pub struct Prices {
     /// Every lab 1 recording's link rates, a GPU each.
     pub links: Vec<LinkRates>,
-    /// Each lab 10 recording's own prices, by its GPU.
-    recorded: Vec<(String, RecordedPrices)>,
+    /// Each lab 10 recording's own prices, by its GPU, with its folder.
+    recorded: Vec<(String, PathBuf, RecordedPrices)>,
 }
 
 /// What one lab 10 recording prices a trace by: its graph price, the
@@ -115,13 +115,8 @@ pub fn batch_handover(programs: &Programs, from: String) -> Option<BatchHandover
     let mut per_batch_by_loop_work: Vec<(f64, f64)> =
         c.handover_by_loop_work.iter().flatten().map(|p| (p.loop_work_us, p.per_batch_us)).filter(|&(w, t)| w >= 0.0 && t > 0.0).collect();
     per_batch_by_loop_work.sort_by(|a, b| a.0.total_cmp(&b.0));
-    // More of the loop's own work never brings its batches sooner: a point
-    // below the one before it (the machine's noise) is read as that one.
-    let mut most = 0.0f64;
-    for point in &mut per_batch_by_loop_work {
-        most = most.max(point.1);
-        point.1 = most;
-    }
+    // More of the loop's own work never brings its batches sooner.
+    never_falling(&mut per_batch_by_loop_work);
     Some(BatchHandover { worker_us, loop_us, taken_over_us, busy_loop_us, per_batch_by_loop_work, first_batch_us, from })
 }
 
@@ -189,7 +184,8 @@ impl Prices {
             .filter(|d| d.join(PROGRAMS_FILE).is_file())
             .filter_map(|dir| {
                 let programs = read_programs(&dir).ok()?;
-                Some((programs.gpu.clone()?, RecordedPrices::of(&programs, &dir)))
+                let prices = RecordedPrices::of(&programs, &dir);
+                Some((programs.gpu.clone()?, dir, prices))
             })
             .collect();
         Prices { links, recorded }
@@ -200,9 +196,15 @@ impl Prices {
     pub fn for_gpu(&self, gpu: Option<&str>) -> Pricing {
         let linked = Pricing { rates: gpu.and_then(|n| self.links.iter().find(|l| l.matches(n)).cloned()), ..Pricing::default() };
         match gpu.and_then(|n| self.recorded.iter().find(|r| r.0 == n)) {
-            Some((_, prices)) => prices.over(linked),
+            Some((_, _, prices)) => prices.over(linked),
             None => linked,
         }
+    }
+
+    /// The own prices of the recording in the folder `dir`, where these
+    /// prices were read from a data folder that holds it (each read once).
+    pub fn recorded_in(&self, dir: &Path) -> Option<&RecordedPrices> {
+        self.recorded.iter().find(|r| r.1 == dir).map(|r| &r.2)
     }
 
     /// The what-if's prices for `trace`: its GPU's, where these recordings

@@ -158,7 +158,8 @@ impl Recording {
     /// The recording in the folder `dir`, priced by `prices`.
     fn open(dir: &Path, prices: Arc<Prices>, made: Made) -> Result<Recording> {
         let programs = read_programs(dir)?;
-        let recorded = RecordedPrices::of(&programs, dir);
+        // Read with its data folder's prices where they hold it; a live run's, here.
+        let recorded = prices.recorded_in(dir).cloned().unwrap_or_else(|| RecordedPrices::of(&programs, dir));
         Ok(Recording { dir: dir.to_path_buf(), programs, prices, recorded, made, traces: Arc::default(), fix_checks: Arc::default() })
     }
 
